@@ -1,0 +1,22 @@
+//! The table of contents: every chapter, in order, as the main job walks them.
+//!
+//! Adding a chapter means adding its `CHAPTER` constant to [`chapters`]; nothing else in the main
+//! job changes.
+
+use crate::errata::Erratum;
+use crate::report::Chapter;
+
+/// All chapters in reading order.
+pub fn chapters() -> Vec<Chapter> {
+    vec![crate::ch01_logistic::CHAPTER]
+}
+
+/// The chapter with this number, if it exists.
+pub fn chapter(number: u32) -> Option<Chapter> {
+    chapters().into_iter().find(|c| c.number == number)
+}
+
+/// The errata register: every erratum of every chapter, with the chapter's stem.
+pub fn errata_register() -> Vec<(&'static str, &'static Erratum)> {
+    chapters().into_iter().flat_map(|c| c.errata.iter().map(move |e| (c.stem, e))).collect()
+}

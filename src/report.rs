@@ -1,0 +1,205 @@
+//! What a chapter reports: its worked-number table, its walk-through, and its entry in the book.
+//!
+//! A [`Worked`] row sets a number the document prints beside the number our code computes and
+//! says how they compare: [`Status::Match`] at the printed precision, [`Status::Rounding`] (off by
+//! one in the last printed digit, as rounded inputs cause), [`Status::Erratum`] (the document is
+//! wrong; the register explains), or [`Status::Illustrative`] (printed without the inputs that
+//! would determine it). [`Status::Mismatch`] is what no chapter may ship: a test asserts its
+//! absence.
+
+use crate::errata::Erratum;
+use crate::float::Float;
+use crate::snapshot::{fixed, matrix_text};
+use nalgebra::DMatrix;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// How a printed number compares with ours.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// Equal at the printed precision.
+    Match,
+    /// Off by at most one unit in the last printed digit.
+    Rounding,
+    /// The document is wrong; the errata register holds the row.
+    Erratum,
+    /// The document gives no inputs for it; nothing to check.
+    Illustrative,
+    /// Differs and is not explained: a defect.
+    Mismatch,
+}
+
+impl Status {
+    /// The word printed in tables.
+    pub fn word(self) -> &'static str {
+        match self {
+            Status::Match => "match",
+            Status::Rounding => "rounding",
+            Status::Erratum => "erratum",
+            Status::Illustrative => "illustrative",
+            Status::Mismatch => "MISMATCH",
+        }
+    }
+}
+
+/// One row of a chapter's worked-number table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Worked {
+    /// The test that pins it (a function name in `tests/<chapter>.rs`).
+    pub test: &'static str,
+    /// The document's file name.
+    pub document: &'static str,
+    /// What the number is, in words.
+    pub quantity: String,
+    /// As printed in the document.
+    pub printed: String,
+    /// As our code computes it, at the printed precision.
+    pub ours: String,
+    /// How they compare.
+    pub status: Status,
+}
+
+/// Number of decimals in a printed number such as `"0.997"` (3) or `"10"` (0).
+pub fn decimals_of(printed: &str) -> usize {
+    printed.split_once('.').map_or(0, |(_, d)| d.trim_end_matches(|c: char| !c.is_ascii_digit()).len())
+}
+
+impl Worked {
+    /// Compares `ours` with the `printed` number at the printed number of decimals.
+    pub fn number(test: &'static str, document: &'static str, quantity: impl Into<String>, printed: &str, ours: f64) -> Self {
+        let d = decimals_of(printed);
+        let ours_text = fixed(ours, d);
+        let status = match printed.trim().parse::<f64>() {
+            Ok(p) if ours_text == fixed(p, d) => Status::Match,
+            Ok(p) if (p - ours).abs() <= 1.000_001 * 10f64.powi(-(d as i32)) => Status::Rounding,
+            _ => Status::Mismatch,
+        };
+        Worked { test, document, quantity: quantity.into(), printed: printed.to_string(), ours: ours_text, status }
+    }
+
+    /// A row whose printed value the errata register corrects; `ours` is the correct value.
+    /// Becomes [`Status::Mismatch`] if the printed text happens to equal ours (then it is no erratum).
+    pub fn erratum(
+        test: &'static str,
+        document: &'static str,
+        quantity: impl Into<String>,
+        printed: &str,
+        ours: impl Into<String>,
+    ) -> Self {
+        let ours = ours.into();
+        let status = if ours == printed { Status::Mismatch } else { Status::Erratum };
+        Worked { test, document, quantity: quantity.into(), printed: printed.to_string(), ours, status }
+    }
+
+    /// A row compared as text (a formula, a vector, a word) rather than as one number.
+    pub fn text(test: &'static str, document: &'static str, quantity: impl Into<String>, printed: &str, ours: impl Into<String>) -> Self {
+        let ours = ours.into();
+        let status = if ours == printed { Status::Match } else { Status::Mismatch };
+        Worked { test, document, quantity: quantity.into(), printed: printed.to_string(), ours, status }
+    }
+
+    /// A number printed without the inputs that would determine it.
+    pub fn illustrative(document: &'static str, quantity: impl Into<String>, printed: &str) -> Self {
+        Worked {
+            test: "",
+            document,
+            quantity: quantity.into(),
+            printed: printed.to_string(),
+            ours: "—".to_string(),
+            status: Status::Illustrative,
+        }
+    }
+}
+
+/// The rows as a GitHub Markdown table, the form the chapters' prose carries.
+pub fn worked_markdown(rows: &[Worked]) -> String {
+    let mut out = String::from("| quantity | document | printed | ours | status | test |\n|---|---|---|---|---|---|\n");
+    for w in rows {
+        let test = if w.test.is_empty() { String::new() } else { format!("`{}`", w.test) };
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} |\n",
+            w.quantity.replace('|', "\\|"),
+            w.document,
+            w.printed.replace('|', "\\|"),
+            w.ours.replace('|', "\\|"),
+            w.status.word(),
+            test
+        ));
+    }
+    out
+}
+
+/// The text between `<!-- {tag}:begin -->` and `<!-- {tag}:end -->` in a chapter's prose,
+/// trimmed; `None` when the markers are missing.
+pub fn prose_block<'a>(markdown: &'a str, tag: &str) -> Option<&'a str> {
+    let begin = format!("<!-- {tag}:begin -->");
+    let end = format!("<!-- {tag}:end -->");
+    let start = markdown.find(&begin)? + begin.len();
+    let stop = markdown[start..].find(&end)? + start;
+    Some(markdown[start..stop].trim())
+}
+
+/// A printer for a chapter's walk-through: every intermediate quantity with its name, shape and
+/// value, in the order the document derives it.
+pub struct Walk<'a> {
+    out: &'a mut dyn Write,
+    /// Decimals for matrices and scalars.
+    pub decimals: usize,
+}
+
+impl<'a> Walk<'a> {
+    /// A walk printing to `out` with 4 decimals.
+    pub fn new(out: &'a mut dyn Write) -> Self {
+        Walk { out, decimals: 4 }
+    }
+
+    fn put(&mut self, s: &str) -> crate::Result<()> {
+        writeln!(self.out, "{s}").map_err(|source| crate::Error::Io { path: "<standard output>".into(), source })
+    }
+
+    /// A heading for the next step.
+    pub fn step(&mut self, title: &str) -> crate::Result<()> {
+        self.put(&format!("\n── {title}"))
+    }
+
+    /// A line of explanation.
+    pub fn say(&mut self, text: &str) -> crate::Result<()> {
+        self.put(&format!("   {text}"))
+    }
+
+    /// A named scalar.
+    pub fn scalar<T: Float>(&mut self, name: &str, x: T) -> crate::Result<()> {
+        let d = self.decimals;
+        self.put(&format!("   {name} = {}", fixed(x, d)))
+    }
+
+    /// A named matrix with its shape.
+    pub fn matrix<T: Float>(&mut self, name: &str, m: &DMatrix<T>) -> crate::Result<()> {
+        let text = matrix_text(m, self.decimals);
+        self.put(&format!("   {name}  ({}×{})", m.nrows(), m.ncols()))?;
+        for line in text.lines().skip(1) {
+            self.put(&format!("     {line}"))?;
+        }
+        Ok(())
+    }
+}
+
+/// A chapter as the main job sees it. Each chapter module exposes one `CHAPTER` constant;
+/// [`crate::book::chapters`] lists them in order.
+#[derive(Clone, Copy)]
+pub struct Chapter {
+    /// 1 to 10.
+    pub number: u32,
+    /// The stem shared by its prose, source, test and snapshot files, e.g. `ch01_logistic`.
+    pub stem: &'static str,
+    /// A short title.
+    pub title: &'static str,
+    /// Its worked-number table, recomputed.
+    pub worked: fn() -> crate::Result<Vec<Worked>>,
+    /// Its walk-through.
+    pub walk: fn(&mut Walk) -> crate::Result<()>,
+    /// Draws its plots into the folder given; returns the files written.
+    pub plots: fn(&Path) -> crate::Result<Vec<PathBuf>>,
+    /// Its rows of the errata register.
+    pub errata: &'static [Erratum],
+}

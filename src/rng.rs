@@ -1,0 +1,112 @@
+//! Seeded random numbers, written here so the stream never changes under us.
+//!
+//! [`Rng`] is xoshiro256** (Blackman and Vigna, 2018) whose 256-bit state is filled from the seed
+//! by SplitMix64, the seeding its authors recommend. The same seed gives the same numbers on every
+//! machine and every version of this crate.
+
+use crate::float::Float;
+use nalgebra::DMatrix;
+
+/// SplitMix64's golden-ratio increment, 2⁶⁴/φ.
+const SPLITMIX_GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+
+fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(SPLITMIX_GAMMA);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// xoshiro256**: a small, fast generator with a 256-bit state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rng {
+    s: [u64; 4],
+}
+
+impl Rng {
+    /// A generator whose state is four SplitMix64 outputs from `seed`.
+    pub fn new(seed: u64) -> Self {
+        let mut sm = seed;
+        let s = [splitmix64(&mut sm), splitmix64(&mut sm), splitmix64(&mut sm), splitmix64(&mut sm)];
+        Rng { s }
+    }
+
+    /// The full state, to save beside a checkpoint.
+    pub fn state(&self) -> [u64; 4] {
+        self.s
+    }
+
+    /// A generator resumed from a saved [`Rng::state`]. An all-zero state (which xoshiro never
+    /// leaves) is replaced by the state of seed 0.
+    pub fn from_state(s: [u64; 4]) -> Self {
+        if s == [0; 4] { Rng::new(0) } else { Rng { s } }
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        let result = self.s[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);
+        let t = self.s[1] << 17;
+        self.s[2] ^= self.s[0];
+        self.s[3] ^= self.s[1];
+        self.s[1] ^= self.s[2];
+        self.s[0] ^= self.s[3];
+        self.s[2] ^= t;
+        self.s[3] = self.s[3].rotate_left(45);
+        result
+    }
+
+    /// Uniform in [0, 1) with 53 random bits.
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+
+    /// Uniform in [lo, hi).
+    pub fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + (hi - lo) * self.next_f64()
+    }
+
+    /// Uniform integer in 0..n, without modulo bias (Lemire's multiply-and-reject).
+    /// `below(0)` is 0 and draws nothing.
+    pub fn below(&mut self, n: usize) -> usize {
+        if n == 0 {
+            return 0;
+        }
+        let n = n as u64;
+        loop {
+            let m = (self.next_u64() as u128) * (n as u128);
+            let low = m as u64;
+            if low >= n.wrapping_neg() % n {
+                return (m >> 64) as usize;
+            }
+        }
+    }
+
+    /// Standard normal N(0, 1) by the Box–Muller transform.
+    pub fn normal(&mut self) -> f64 {
+        // 1 − u lies in (0, 1], so the logarithm is finite.
+        let u1 = 1.0 - self.next_f64();
+        let u2 = self.next_f64();
+        (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+    }
+
+    /// Shuffles `v` in place (Fisher–Yates).
+    pub fn shuffle<X>(&mut self, v: &mut [X]) {
+        for i in (1..v.len()).rev() {
+            let j = self.below(i + 1);
+            v.swap(i, j);
+        }
+    }
+
+    /// A rows×cols matrix of N(0, std²) entries, filled row by row.
+    pub fn normal_matrix<T: Float>(&mut self, rows: usize, cols: usize, std: f64) -> DMatrix<T> {
+        let v: Vec<T> = (0..rows * cols).map(|_| T::of(std * self.normal())).collect();
+        DMatrix::from_row_slice(rows, cols, &v)
+    }
+
+    /// A rows×cols matrix of U[lo, hi) entries, filled row by row.
+    pub fn uniform_matrix<T: Float>(&mut self, rows: usize, cols: usize, lo: f64, hi: f64) -> DMatrix<T> {
+        let v: Vec<T> = (0..rows * cols).map(|_| T::of(self.uniform(lo, hi))).collect();
+        DMatrix::from_row_slice(rows, cols, &v)
+    }
+}

@@ -1,0 +1,36 @@
+//! Text forms of matrices for insta snapshots.
+//!
+//! Every matrix snapshot starts with a header naming its shape and precision, then one line per
+//! row with a fixed number of decimals, so a reader can set a snapshot beside the document's
+//! printed matrix and compare digit by digit. The files live in the top-level `snapshots/` folder
+//! ([`SNAPSHOT_DIR`]); the tests bind insta to it through the `snap!` macro of `tests/common`.
+
+use crate::float::Float;
+use nalgebra::DMatrix;
+
+/// The one flat folder all snapshots live in: `snapshots/<test file>__<name>.snap`.
+pub const SNAPSHOT_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/snapshots");
+
+/// `x` with `decimals` fixed decimals; a value that rounds to zero prints without a minus sign.
+pub fn fixed<T: Float>(x: T, decimals: usize) -> String {
+    let s = format!("{:.*}", decimals, x.as_f64());
+    let is_negative_zero = s.starts_with('-') && s[1..].chars().all(|c| c == '0' || c == '.');
+    if is_negative_zero { s[1..].to_string() } else { s }
+}
+
+/// A matrix as text: `shape: R×C, decimals: D`, then each row with aligned columns.
+pub fn matrix_text<T: Float>(m: &DMatrix<T>, decimals: usize) -> String {
+    let cells: Vec<Vec<String>> = (0..m.nrows()).map(|r| (0..m.ncols()).map(|c| fixed(m[(r, c)], decimals)).collect()).collect();
+    let width = cells.iter().flatten().map(|s| s.len()).max().unwrap_or(0);
+    let mut out = format!("shape: {}×{}, decimals: {}\n", m.nrows(), m.ncols(), decimals);
+    for row in &cells {
+        let line: Vec<String> = row.iter().map(|s| format!("{s:>width$}")).collect();
+        out.push_str(&format!("[{}]\n", line.join(", ")));
+    }
+    out
+}
+
+/// Several named matrices in one snapshot, each with its own header.
+pub fn matrices_text<T: Float>(named: &[(&str, &DMatrix<T>)], decimals: usize) -> String {
+    named.iter().map(|(name, m)| format!("{name}\n{}", matrix_text(m, decimals))).collect::<Vec<_>>().join("\n")
+}
