@@ -218,10 +218,7 @@ pub fn replace_block(markdown: &str, tag: &str, content: &str) -> Option<String>
 /// code, so the prose can never drift from what the tests pin. Returns whether the file changed.
 pub fn sync_prose(root: &Path, chapter: &Chapter) -> crate::Result<bool> {
     let path = root.join("chapters").join(format!("{}.md", chapter.stem));
-    let io = |source| crate::Error::Io {
-        path: path.display().to_string(),
-        source,
-    };
+    let io = |source| crate::Error::Io { path: path.display().to_string(), source };
     let old = std::fs::read_to_string(&path).map_err(io)?;
     let rows = (chapter.worked)()?;
     let missing = |tag: &str| crate::Error::Parse {
@@ -237,4 +234,35 @@ pub fn sync_prose(root: &Path, chapter: &Chapter) -> crate::Result<bool> {
         std::fs::rename(&tmp, &path).map_err(io)?;
     }
     Ok(new != old)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_compare_at_the_printed_precision() {
+        assert_eq!(Worked::number("t", "d", "q", "0.997", 0.99664).status, Status::Match);
+        assert_eq!(Worked::number("t", "d", "q", "0.996", 0.99664).status, Status::Rounding);
+        assert_eq!(Worked::number("t", "d", "q", "0.990", 0.99664).status, Status::Mismatch);
+        assert_eq!(Worked::number("t", "d", "q", "2.303", 2.302585).status, Status::Match);
+        assert_eq!(decimals_of("0.35667494"), 8);
+        assert_eq!(decimals_of("10"), 0);
+    }
+
+    #[test]
+    fn an_erratum_that_equals_ours_is_a_mismatch() {
+        assert_eq!(Worked::erratum("t", "d", "q", "1.5", "1.5").status, Status::Mismatch);
+        assert_eq!(Worked::erratum("t", "d", "q", "1.5", "2.0").status, Status::Erratum);
+    }
+
+    #[test]
+    fn blocks_are_found_and_replaced() {
+        let md = "a\n<!-- x:begin -->\nold\n<!-- x:end -->\nb";
+        assert_eq!(prose_block(md, "x"), Some("old"));
+        let new = replace_block(md, "x", "new table").unwrap();
+        assert_eq!(prose_block(&new, "x"), Some("new table"));
+        assert!(new.starts_with("a\n") && new.ends_with("\nb"));
+        assert_eq!(prose_block(md, "y"), None);
+    }
 }
