@@ -245,7 +245,7 @@ mod tests {
         assert_eq!(Worked::number("t", "d", "q", "0.997", 0.99664).status, Status::Match);
         assert_eq!(Worked::number("t", "d", "q", "0.996", 0.99664).status, Status::Rounding);
         assert_eq!(Worked::number("t", "d", "q", "0.990", 0.99664).status, Status::Mismatch);
-        assert_eq!(Worked::number("t", "d", "q", "2.303", 2.302585).status, Status::Match);
+        assert_eq!(Worked::number("t", "d", "q", "2.304", 2.30401).status, Status::Match);
         assert_eq!(decimals_of("0.35667494"), 8);
         assert_eq!(decimals_of("10"), 0);
     }
