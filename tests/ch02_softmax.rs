@@ -466,6 +466,21 @@ fn softmax_of_1000_1001_1002_equals_softmax_of_0_1_2() {
 }
 
 #[test]
+fn each_row_needs_its_own_maximum() {
+    // Subtracting one maximum for the whole matrix is exact in theory, but a row far below the
+    // global maximum then underflows to all zeros and 0/0 gives NaN. Per-row maxima cannot.
+    let z: DMatrix<f64> = DMatrix::from_row_slice(2, 2, &[0.0, 1.0, -1000.0, -999.0]);
+    let global = z.max();
+    let e = z.map(|x| (x - global).exp());
+    let second_row_sum = e[(1, 0)] + e[(1, 1)];
+    assert_eq!(second_row_sum, 0.0);
+    assert!((e[(1, 0)] / second_row_sum).is_nan());
+    let y = softmax_rows_forward(&z).unwrap();
+    assert_eq!(y.row(1), y.row(0));
+    assert!((y[(1, 1)] - llm_workbook::ch01_logistic::sigmoid(1.0)).abs() < 1e-15);
+}
+
+#[test]
 fn logits_of_plus_minus_1000_give_exact_finite_results() {
     assert_eq!(softmax(&v(&[-1000.0, 1000.0])).unwrap(), v(&[0.0, 1.0]));
     assert_eq!(log_softmax(&v(&[-1000.0, 0.0, 1000.0])).unwrap(), v(&[-2000.0, -1000.0, 0.0]));
