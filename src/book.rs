@@ -6,9 +6,14 @@
 use crate::errata::Erratum;
 use crate::report::Chapter;
 
-/// All chapters in reading order.
+/// All chapters in reading order (one line each).
+#[rustfmt::skip]
 pub fn chapters() -> Vec<Chapter> {
-    vec![crate::ch01_logistic::CHAPTER, crate::ch03_mlp::CHAPTER]
+    vec![
+        crate::ch01_logistic::CHAPTER,
+        crate::ch02_softmax::CHAPTER,
+        crate::ch03_mlp::CHAPTER,
+    ]
 }
 
 /// The chapter with this number, if it exists.
