@@ -1,0 +1,2 @@
+//! Chapter 8 (work in progress).
+pub mod corpus;
