@@ -146,7 +146,7 @@ pub fn shannon_samples() -> Result<Vec<(String, String)>> {
 pub const ERRATA: &[Erratum] = &[Erratum {
     document: DOC_LECTURE,
     section: "Symbol Representation, consideration 1",
-    printed: "the smallest symbol set could be characters (e.g., 255 ASCII)",
+    printed: "characters as the smallest symbol set, \"e.g., 255 ASCII\"",
     correct: "ASCII has 128 characters (codes 0–127); a byte has 256 values (0–255), the base vocabulary of byte-level BPE",
     why: "ASCII is a 7-bit code, so it defines 2⁷ = 128 characters; 255 is neither that count nor the number of byte values, 2⁸ = 256 (it is the largest byte value, an off-by-one from counting 0–255).",
     test: "tests/ch08_tokens.rs::ascii_has_128_characters_and_a_byte_256_values",
