@@ -115,8 +115,8 @@ fn varied_strings() -> Vec<String> {
     let mut out: Vec<String> = fixed.iter().map(|s| s.to_string()).collect();
     // Random strings from a pool of pieces that stress the split rules.
     let pieces = [
-        " ", "  ", "\n", "\t", "'s", "'ll", "'", "a", "Z", "ab", "the", " the", "123", "٣", "½", "é", "e\u{301}", "😀", "中", "!", "?!", ".", ",",
-        "\u{a0}", "\u{2003}", "-", "_", "Ж", "ß", "\r\n", "  x", "9", " 9", "$", "€", "ǅ", "ʰ",
+        " ", "  ", "\n", "\t", "'s", "'ll", "'", "a", "Z", "ab", "the", " the", "123", "٣", "½", "é", "e\u{301}", "😀", "中", "!", "?!",
+        ".", ",", "\u{a0}", "\u{2003}", "-", "_", "Ж", "ß", "\r\n", "  x", "9", " 9", "$", "€", "ǅ", "ʰ",
     ];
     let mut rng = Rng::new(8);
     for _ in 0..250 {
@@ -132,15 +132,17 @@ fn varied_strings() -> Vec<String> {
 fn random_unicode(rng: &mut Rng, max_len: usize) -> String {
     let len = rng.below(max_len + 1);
     (0..len)
-        .map(|_| loop {
-            let code = match rng.below(4) {
-                0 => rng.below(0x80) as u32,
-                1 => rng.below(0x800) as u32,
-                2 => rng.below(0x10000) as u32,
-                _ => rng.below(0x110000) as u32,
-            };
-            if let Some(c) = char::from_u32(code) {
-                break c;
+        .map(|_| {
+            loop {
+                let code = match rng.below(4) {
+                    0 => rng.below(0x80) as u32,
+                    1 => rng.below(0x800) as u32,
+                    2 => rng.below(0x10000) as u32,
+                    _ => rng.below(0x110000) as u32,
+                };
+                if let Some(c) = char::from_u32(code) {
+                    break c;
+                }
             }
         })
         .collect()
@@ -171,7 +173,6 @@ fn gpt2_ids_match_tiktoken_on_random_unicode() {
         assert_eq!(gpt2().encode(&s).unwrap(), oracle().encode_ordinary(&s), "{s:?}");
     }
 }
-
 
 #[test]
 fn gpt2_vocabulary_has_50_257_tokens() {
@@ -397,7 +398,8 @@ fn malformed_vocab_json_errors_name_the_file_and_line() {
 
 #[test]
 fn json_reader_decodes_escapes_and_surrogate_pairs() {
-    let entries = gpt2::parse_string_to_int_json("x.json", "{\"\\u0120the\": 1, \"\\\"q\\\"\": 2, \"\\ud83d\\ude00\": 3, \"a\\/b\": 4}").unwrap();
+    let entries =
+        gpt2::parse_string_to_int_json("x.json", "{\"\\u0120the\": 1, \"\\\"q\\\"\": 2, \"\\ud83d\\ude00\": 3, \"a\\/b\": 4}").unwrap();
     let keys: Vec<&str> = entries.iter().map(|(k, _, _)| k.as_str()).collect();
     assert_eq!(keys, ["Ġthe", "\"q\"", "😀", "a/b"]);
     assert_eq!(entries.iter().map(|e| e.1).collect::<Vec<_>>(), [1, 2, 3, 4]);
@@ -686,7 +688,8 @@ fn naive_merges(pieces: &[&str], merges: usize) -> Vec<((TokenId, TokenId), usiz
 #[test]
 fn incremental_counting_agrees_with_recounting_from_scratch() {
     let mut rng = Rng::new(3);
-    let mut texts: Vec<String> = (0..40).map(|_| (0..rng.below(300) + 2).map(|_| ['a', 'b', 'c', ' ', 'a'][rng.below(5)]).collect()).collect();
+    let mut texts: Vec<String> =
+        (0..40).map(|_| (0..rng.below(300) + 2).map(|_| ['a', 'b', 'c', ' ', 'a'][rng.below(5)]).collect()).collect();
     texts.push(corpus::default_corpus()[..6_000].to_string());
     texts.push("ééé ü ü ü 😀😀😀".to_string());
     for text in &texts {
@@ -781,7 +784,10 @@ fn bpe_from_saved_merges_equals_the_trained_one() {
 fn merges_of_a_small_corpus() {
     let text = corpus::default_corpus().split("\n\n").nth(2).unwrap();
     let t = train(text, 256 + 40, PreTokenizer::None);
-    common::snap_text!("bpe_merges_small_corpus", format!("text: {} bytes → {} tokens\n{}", text.len(), t.tokens.len(), t.bpe.merges_text()));
+    common::snap_text!(
+        "bpe_merges_small_corpus",
+        format!("text: {} bytes → {} tokens\n{}", text.len(), t.tokens.len(), t.bpe.merges_text())
+    );
 }
 
 // ───────────────────────────── n-grams ─────────────────────────────
@@ -835,7 +841,13 @@ fn add_k_and_backoff_sum_to_one_over_the_vocabulary() {
     let (tok, train, _) = llm_workbook::ch08_tokens::char_data().unwrap();
     let v = tok.vocab_size();
     let m = NGramModel::fit(&train[..50_000], 4, v).unwrap();
-    let contexts = [tok.encode("the").unwrap(), tok.encode("Q: ").unwrap(), tok.encode("zzz").unwrap(), tok.encode("").unwrap(), tok.encode("x").unwrap()];
+    let contexts = [
+        tok.encode("the").unwrap(),
+        tok.encode("Q: ").unwrap(),
+        tok.encode("zzz").unwrap(),
+        tok.encode("").unwrap(),
+        tok.encode("x").unwrap(),
+    ];
     for ctx in &contexts {
         for e in [Estimator::AddK(1.0), Estimator::AddK(0.01), Estimator::Backoff(0.75), Estimator::Backoff(0.1)] {
             let total: f64 = (0..v as TokenId).map(|x| m.probability(ctx, x, e).unwrap()).sum();

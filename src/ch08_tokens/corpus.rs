@@ -98,12 +98,12 @@ pub fn split(text: &str) -> (&str, &str) {
 // ───────────────────────────── the grammar's word lists ─────────────────────────────
 
 const WOMEN: &[&str] = &[
-    "Mira", "Anna", "Lena", "Tessa", "Ida", "Rosa", "Nell", "Greta", "Hazel", "Iris", "Maya", "Clara", "Elsie", "Fiona", "Kira",
-    "Lucy", "Nora", "Opal", "Petra", "Ruth", "Sara", "Vera", "Wanda", "Zoe", "Alma", "Bea", "Dora", "Edith", "Freya", "Juno",
+    "Mira", "Anna", "Lena", "Tessa", "Ida", "Rosa", "Nell", "Greta", "Hazel", "Iris", "Maya", "Clara", "Elsie", "Fiona", "Kira", "Lucy",
+    "Nora", "Opal", "Petra", "Ruth", "Sara", "Vera", "Wanda", "Zoe", "Alma", "Bea", "Dora", "Edith", "Freya", "Juno",
 ];
 const MEN: &[&str] = &[
-    "Tomas", "Bikram", "Oskar", "Felix", "Hugo", "Ivan", "Jonah", "Karl", "Leo", "Milo", "Nils", "Otto", "Pavel", "Quinn", "Rafi",
-    "Sami", "Theo", "Umar", "Viktor", "Wes", "Yusuf", "Abel", "Bram", "Cyril", "Dev", "Emil", "Finn", "Gus", "Hal", "Ivo",
+    "Tomas", "Bikram", "Oskar", "Felix", "Hugo", "Ivan", "Jonah", "Karl", "Leo", "Milo", "Nils", "Otto", "Pavel", "Quinn", "Rafi", "Sami",
+    "Theo", "Umar", "Viktor", "Wes", "Yusuf", "Abel", "Bram", "Cyril", "Dev", "Emil", "Finn", "Gus", "Hal", "Ivo",
 ];
 
 const PLACE_START: &[&str] = &[
@@ -275,19 +275,6 @@ pub fn number_words(n: usize) -> String {
         }
         _ => n.to_string(),
     }
-}
-
-/// `n` with a comma between thousands: 4200 → "4,200".
-fn with_commas(n: usize) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// "a" or "an" before `word`, by its first letter.
@@ -484,23 +471,14 @@ impl Gen {
                 self.pick(LANDSCAPES),
                 self.pick(REGIONS)
             ),
-            format!("About {} people live there.", with_commas(people)),
-            format!(
-                "Most of them work as {} or {}, and {place} is best known for its {}.",
-                t1.plural, t2.plural, t1.product
-            ),
+            format!("About {} people live there.", super::with_commas(people)),
+            format!("Most of them work as {} or {}, and {place} is best known for its {}.", t1.plural, t2.plural, t1.product),
             format!("The market is held every {}, and a fair comes each {}.", self.pick(DAYS), SEASONS[s1]),
             format!("{place} lies {miles} miles {} of {other}; the road between them crosses the {river} at {third}.", self.pick(REGIONS)),
             format!("The oldest building in {place} is the {}, built {} years ago.", self.pick(BUILDINGS), number_words(years)),
         ];
         if s1 != s2 {
-            s.push(format!(
-                "The weather is {} in {} and {} in {}.",
-                self.pick(WEATHER),
-                SEASONS[s1],
-                self.pick(WEATHER),
-                SEASONS[s2]
-            ));
+            s.push(format!("The weather is {} in {} and {} in {}.", self.pick(WEATHER), SEASONS[s1], self.pick(WEATHER), SEASONS[s2]));
         }
         format!("{place}\n{}\n", s.join(" "))
     }
@@ -550,16 +528,17 @@ impl Gen {
                 }
                 1 => {
                     let d = self.pick_index(7);
-                    format!(
-                        "If today is {}, then tomorrow is {} and yesterday was {}.",
-                        DAYS[d],
-                        DAYS[(d + 1) % 7],
-                        DAYS[(d + 6) % 7]
-                    )
+                    format!("If today is {}, then tomorrow is {} and yesterday was {}.", DAYS[d], DAYS[(d + 1) % 7], DAYS[(d + 6) % 7])
                 }
                 2 => {
                     let m = self.pick_index(12);
-                    format!("After {} comes {}, and after {} comes {}.", MONTHS[m], MONTHS[(m + 1) % 12], MONTHS[(m + 1) % 12], MONTHS[(m + 2) % 12])
+                    format!(
+                        "After {} comes {}, and after {} comes {}.",
+                        MONTHS[m],
+                        MONTHS[(m + 1) % 12],
+                        MONTHS[(m + 1) % 12],
+                        MONTHS[(m + 2) % 12]
+                    )
                 }
                 3 => {
                     let friend = self.other_person(&[n]);

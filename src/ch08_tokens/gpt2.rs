@@ -82,7 +82,7 @@ fn run_end(text: &str, at: usize, keep: impl Fn(char) -> bool) -> usize {
 ///    something else and is longer than one character, the run without its last character (GPT-2's
 ///    lookahead `\s+(?!\S)`: the last space stays to start the next word);
 /// 6. the whitespace run (a single whitespace character before a non-space).
-fn piece_end(text: &str, start: usize) -> usize {
+pub fn piece_end(text: &str, start: usize) -> usize {
     let rest = &text[start..];
     if let Some(c) = CONTRACTIONS.iter().find(|c| rest.starts_with(**c)) {
         return start + c.len();
@@ -341,7 +341,10 @@ impl Gpt2Tokenizer {
                 return Err(perr(
                     vocab_name,
                     Some(*line),
-                    format!("token {key:?} holds {bad:?} (U+{:04X}), which stands for no byte in GPT-2's byte-to-character map", bad as u32),
+                    format!(
+                        "token {key:?} holds {bad:?} (U+{:04X}), which stands for no byte in GPT-2's byte-to-character map",
+                        bad as u32
+                    ),
                 ));
             };
             if ids.insert(key.clone(), *id as TokenId).is_some() {
@@ -359,7 +362,11 @@ impl Gpt2Tokenizer {
         for b in 0..BYTE_VOCAB {
             let s = table[b].to_string();
             byte_ids[b] = *ids.get(&s).ok_or_else(|| {
-                perr(vocab_name, None, format!("there is no token for byte 0x{b:02X} (written {s:?}); a byte-level vocabulary needs all 256"))
+                perr(
+                    vocab_name,
+                    None,
+                    format!("there is no token for byte 0x{b:02X} (written {s:?}); a byte-level vocabulary needs all 256"),
+                )
             })?;
         }
 
@@ -385,19 +392,27 @@ impl Gpt2Tokenizer {
             }
             let mut pair = [0 as TokenId; 2];
             for (k, part) in parts.iter().enumerate() {
-                let id = *ids.get(*part).ok_or_else(|| perr(merges_name, Some(line), format!("the merge names {part:?}, which is not in {vocab_name}")))?;
+                let id = *ids
+                    .get(*part)
+                    .ok_or_else(|| perr(merges_name, Some(line), format!("the merge names {part:?}, which is not in {vocab_name}")))?;
                 if !available[id as usize] {
                     return Err(perr(
                         merges_name,
                         Some(line),
-                        format!("the merge uses {part:?} before any earlier line makes it (merges must come in the order they were learned)"),
+                        format!(
+                            "the merge uses {part:?} before any earlier line makes it (merges must come in the order they were learned)"
+                        ),
                     ));
                 }
                 pair[k] = id;
             }
             let joined = format!("{}{}", parts[0], parts[1]);
             let merged = *ids.get(&joined).ok_or_else(|| {
-                perr(merges_name, Some(line), format!("the merge makes {joined:?}, which is not in {vocab_name} (the files do not belong together)"))
+                perr(
+                    merges_name,
+                    Some(line),
+                    format!("the merge makes {joined:?}, which is not in {vocab_name} (the files do not belong together)"),
+                )
             })?;
             if ranks.insert((pair[0], pair[1]), (rank, merged)).is_some() {
                 return Err(perr(merges_name, Some(line), format!("the merge {text:?} appears twice")));
@@ -471,11 +486,16 @@ impl Tokenizer for Gpt2Tokenizer {
 /// (keys in id order, one per line; merges after a `#version: 0.2` line). Errors when two merges
 /// produced the same bytes, which `vocab.json` cannot express (one key per token string).
 pub fn to_gpt2_files(bpe: &Bpe) -> Result<(String, String)> {
-    let strings: Vec<String> = (0..bpe.vocab_size() as TokenId).map(|id| bytes_to_token_string(&bpe.token_bytes(id).unwrap_or_default())).collect();
+    let strings: Vec<String> =
+        (0..bpe.vocab_size() as TokenId).map(|id| bytes_to_token_string(&bpe.token_bytes(id).unwrap_or_default())).collect();
     let mut seen = HashMap::new();
     for (id, s) in strings.iter().enumerate() {
         if let Some(first) = seen.insert(s.as_str(), id) {
-            return Err(invalid("to_gpt2_files", "bpe", format!("tokens {first} and {id} both stand for {s:?}; vocab.json holds one id per string")));
+            return Err(invalid(
+                "to_gpt2_files",
+                "bpe",
+                format!("tokens {first} and {id} both stand for {s:?}; vocab.json holds one id per string"),
+            ));
         }
     }
     let mut vocab = String::from("{\n");

@@ -93,7 +93,7 @@ pub fn with_commas(n: usize) -> String {
     let s = n.to_string();
     let mut out = String::new();
     for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -126,7 +126,10 @@ pub fn shannon_samples() -> Result<Vec<(String, String)>> {
     let ids = tok.encode(train)?;
     let mut rng = Rng::new(SAMPLE_SEED);
     let show = |ids: &[TokenId]| -> Result<String> { Ok(tok.decode(ids)?.replace('\n', " ¶ ")) };
-    let mut out = vec![("zero-order characters (uniform)".to_string(), show(&ngram::sample_uniform(tok.vocab_size(), CHAR_SAMPLE_LENGTH, &mut rng))?)];
+    let mut out = vec![(
+        "zero-order characters (uniform)".to_string(),
+        show(&ngram::sample_uniform(tok.vocab_size(), CHAR_SAMPLE_LENGTH, &mut rng))?,
+    )];
     for (k, name) in [(1, "first"), (2, "second"), (3, "third")] {
         let m = NGramModel::fit(&ids, k, tok.vocab_size())?;
         out.push((format!("{name}-order characters ({k}-gram)"), show(&m.sample(CHAR_SAMPLE_LENGTH, &mut rng))?));
@@ -233,8 +236,10 @@ pub fn walk(out: &mut Walk) -> Result<()> {
     let chars = CharTokenizer::from_text(text)?;
     out.step("2. Characters as tokens")?;
     out.say(&format!("vocabulary: {} characters: {:?}", chars.vocab_size(), chars.chars().iter().collect::<String>()))?;
-    let e_share = text.chars().filter(|c| c.eq_ignore_ascii_case(&'e')).count() as f64 / text.chars().filter(|c| c.is_alphabetic()).count() as f64;
-    let w_share = text.chars().filter(|c| c.eq_ignore_ascii_case(&'w')).count() as f64 / text.chars().filter(|c| c.is_alphabetic()).count() as f64;
+    let e_share =
+        text.chars().filter(|c| c.eq_ignore_ascii_case(&'e')).count() as f64 / text.chars().filter(|c| c.is_alphabetic()).count() as f64;
+    let w_share =
+        text.chars().filter(|c| c.eq_ignore_ascii_case(&'w')).count() as f64 / text.chars().filter(|c| c.is_alphabetic()).count() as f64;
     out.say(&format!("share of letters that are e/E: {e_share:.3}; w/W: {w_share:.3} (Shannon's English: .12 and .02)"))?;
     let sentence = "Mira found a silver key.";
     out.say(&format!("{sentence:?} → {:?}", chars.encode(sentence)?))?;

@@ -195,7 +195,9 @@ impl NGramModel {
             return Err(invalid(OP, "tokens", format!("tokens[{i}] = {} is not below vocab_size = {}", tokens[i], self.vocab_size)));
         }
         match estimator {
-            Estimator::AddK(k) if !(k > 0.0 && k.is_finite()) => return Err(invalid(OP, "k", format!("k must be finite and > 0, got {k}"))),
+            Estimator::AddK(k) if !(k > 0.0 && k.is_finite()) => {
+                return Err(invalid(OP, "k", format!("k must be finite and > 0, got {k}")));
+            }
             Estimator::Backoff(d) if !(d > 0.0 && d < 1.0) => return Err(invalid(OP, "d", format!("d must lie in (0, 1), got {d}"))),
             _ => {}
         }
@@ -203,13 +205,20 @@ impl NGramModel {
         for i in 0..tokens.len() {
             let context = &tokens[i.saturating_sub(self.n - 1)..i];
             let p = self.probability(context, tokens[i], estimator).ok_or_else(|| {
-                invalid(OP, "tokens", format!("position {i}: the context {context:?} never occurred in training, so #(c, x)/#(c) has no value"))
+                invalid(
+                    OP,
+                    "tokens",
+                    format!("position {i}: the context {context:?} never occurred in training, so #(c, x)/#(c) has no value"),
+                )
             })?;
             if p <= 0.0 {
                 return Err(invalid(
                     OP,
                     "tokens",
-                    format!("position {i}: token {} never followed the context {context:?} in training: probability 0, infinite loss", tokens[i]),
+                    format!(
+                        "position {i}: token {} never followed the context {context:?} in training: probability 0, infinite loss",
+                        tokens[i]
+                    ),
                 ));
             }
             sum -= p.ln();
@@ -225,7 +234,7 @@ impl NGramModel {
             let context = &tokens[i.saturating_sub(self.n - 1)..i];
             match self.mle(context, tokens[i]) {
                 None => unseen += 1,
-                Some(p) if p == 0.0 => zero += 1,
+                Some(p) if p <= 0.0 => zero += 1,
                 Some(_) => {}
             }
         }
@@ -363,7 +372,12 @@ impl WordVocab {
     pub fn encode(&self, text: &str) -> Result<Vec<TokenId>> {
         words(text)
             .into_iter()
-            .map(|w| self.ids.get(w).copied().ok_or_else(|| invalid("WordVocab::encode", "text", format!("the word {w:?} is not in the vocabulary"))))
+            .map(|w| {
+                self.ids
+                    .get(w)
+                    .copied()
+                    .ok_or_else(|| invalid("WordVocab::encode", "text", format!("the word {w:?} is not in the vocabulary")))
+            })
             .collect()
     }
 

@@ -164,7 +164,17 @@ pub const WHITESPACE: &[(u32, u32)] = &[
 /// Whether `c` lies in one of the sorted, non-overlapping inclusive `ranges` (binary search).
 pub fn in_ranges(c: char, ranges: &[(u32, u32)]) -> bool {
     let c = c as u32;
-    ranges.binary_search_by(|&(lo, hi)| if hi < c { std::cmp::Ordering::Less } else if lo > c { std::cmp::Ordering::Greater } else { std::cmp::Ordering::Equal }).is_ok()
+    ranges
+        .binary_search_by(|&(lo, hi)| {
+            if hi < c {
+                std::cmp::Ordering::Less
+            } else if lo > c {
+                std::cmp::Ordering::Greater
+            } else {
+                std::cmp::Ordering::Equal
+            }
+        })
+        .is_ok()
 }
 
 /// `\p{L}`: a letter of any script.
