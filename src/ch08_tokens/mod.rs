@@ -1,4 +1,16 @@
 //! Chapter 8: tokens, byte-pair encoding and the empirical next-token predictor.
+//!
+//! From a text file to token ids, and the first model of what comes next:
+//! - [`corpus`]: the frozen default corpus `data/corpus.txt` (written by the grammar in that
+//!   module), loading a replacement, the training/validation split;
+//! - [`chars`]: one token per character; [`bpe`]: byte-level BPE trained from a corpus;
+//!   [`gpt2`]: GPT-2's `vocab.json` + `merges.txt`, its byte-to-character map and its
+//!   pre-tokenization split; all behind the [`Tokenizer`] trait;
+//! - [`ngram`]: n-gram models from counts, P(x | c) = #(c, x)/#(c), add-k smoothing, backoff,
+//!   Shannon-style samples and the validation cross-entropy baseline.
+//!
+//! The prose is [`chapters/ch08_tokens.md`](../../chapters/ch08_tokens.md); the tests are
+//! `tests/ch08_tokens.rs`; `cargo bench --bench ch08_bpe` times BPE on 1 MB.
 
 pub mod bpe;
 pub mod chars;
