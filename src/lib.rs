@@ -34,6 +34,7 @@ pub mod book;
 
 pub mod ch01_logistic;
 pub mod ch03_mlp;
+pub mod ch04_xor;
 
 pub use error::{Error, Result};
 pub use float::Float;
