@@ -13,6 +13,7 @@ pub fn chapters() -> Vec<Chapter> {
         crate::ch01_logistic::CHAPTER,
         crate::ch02_softmax::CHAPTER,
         crate::ch03_mlp::CHAPTER,
+        crate::ch04_xor::CHAPTER,
         crate::ch08_tokens::CHAPTER,
     ]
 }
