@@ -60,6 +60,7 @@ pub mod book;
 pub mod ch01_logistic;
 pub mod ch03_mlp;
 pub mod ch05_positions;
+pub mod ch06_attention;
 
 pub use error::{Error, Result};
 pub use float::Float;
