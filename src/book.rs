@@ -14,6 +14,8 @@ pub fn chapters() -> Vec<Chapter> {
         crate::ch02_softmax::CHAPTER,
         crate::ch03_mlp::CHAPTER,
         crate::ch04_xor::CHAPTER,
+        crate::ch05_positions::CHAPTER,
+        crate::ch06_attention::CHAPTER,
         crate::ch08_tokens::CHAPTER,
     ]
 }

@@ -61,6 +61,8 @@ pub mod ch01_logistic;
 pub mod ch02_softmax;
 pub mod ch03_mlp;
 pub mod ch04_xor;
+pub mod ch05_positions;
+pub mod ch06_attention;
 pub mod ch08_tokens;
 
 pub use error::{Error, Result};
