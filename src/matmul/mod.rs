@@ -2,12 +2,41 @@
 //!
 //! Chapters call [`matmul`], [`matmul_tn`] (AᵀB), [`matmul_nt`] (ABᵀ) or the in-place [`gemm`]
 //! (C ← αAB + βC with either operand transposed). All of them check shapes and return
-//! [`crate::Error::Shape`] instead of panicking. Chapter 10 replaces what happens underneath with
-//! packed, SIMD micro-kernels; no caller changes.
+//! [`crate::Error::Shape`] instead of panicking. Underneath (chapter 10,
+//! [`chapters/ch10_matmul.md`](../../chapters/ch10_matmul.md)) sits a BLIS-style product:
+//!
+//! - [`pack`](self) copies blocks of op(A) and op(B) into contiguous, zero-padded buffers in the
+//!   order the micro-kernel reads them (a transpose is only a swap of strides, paid for here);
+//! - the five loops around the micro-kernel keep each packed block in the cache level it was
+//!   sized for ([`Blocking`]);
+//! - a micro-kernel updates an MR×NR tile of C held in registers: a portable one (the
+//!   specification, [`Kernel::Scalar`]) and AVX2+FMA and AVX-512F ones, chosen once at run time
+//!   from what the CPU supports and forceable with [`with_kernel`], [`set_kernel`] or the
+//!   environment variable `LLM_WORKBOOK_KERNEL`;
+//! - large products split C's columns over two threads ([`default_threads`]).
+//!
+//! `unsafe` code exists only in the SIMD kernel module, behind safe functions that check the CPU
+//! and every slice bound before touching a pointer.
 
-use crate::error::{Result, shape_error};
+mod blocked;
+mod dispatch;
+mod kernels;
+mod pack;
+mod scalar;
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod simd;
+
+use crate::error::{Result, invalid, shape_error};
 use nalgebra::{ClosedAddAssign, ClosedMulAssign, DMatrix};
 use num_traits::{One, Zero};
+
+pub use blocked::PARALLEL_MIN_FLOPS;
+pub use dispatch::{
+    Blocking, KERNEL_ENV, Kernel, ProductStats, THREADS_ENV, active_kernel, available_kernels, best_kernel, default_threads, env_kernel,
+    kernel_calls, last_product, parse_kernel_setting, set_kernel, with_kernel,
+};
+pub use kernels::{AVX2_F32_BLOCKING, AVX2_F64_BLOCKING, AVX512_F32_BLOCKING, AVX512_F64_BLOCKING, SCALAR_BLOCKING};
 
 /// Whether an operand enters the product as stored (`N`) or transposed (`T`), without a copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,39 +59,191 @@ impl Op {
 /// The element types a product can be computed in: `f32` and `f64`.
 ///
 /// The trait is sealed; [`Element::gemm_unchecked`] is where a type picks its kernel.
-pub trait Element: nalgebra::Scalar + Copy + Zero + One + ClosedAddAssign + ClosedMulAssign + sealed::Sealed {
+pub trait Element:
+    nalgebra::Scalar + Copy + Zero + One + ClosedAddAssign + ClosedMulAssign + Send + Sync + sealed::Sealed
+{
     /// C ← α·op(A)·op(B) + β·C, shapes already checked. β = 0 overwrites C (NaN in C is ignored).
     fn gemm_unchecked(alpha: Self, a: &DMatrix<Self>, ta: Op, b: &DMatrix<Self>, tb: Op, beta: Self, c: &mut DMatrix<Self>);
 }
 
 mod sealed {
-    pub trait Sealed {}
-    impl Sealed for f32 {}
-    impl Sealed for f64 {}
+    use super::blocked::Workspace;
+    use super::dispatch::Kernel;
+    use super::kernels::MicroKernel;
+    use std::cell::RefCell;
+
+    /// What the blocked product needs from an element type, hidden from outside the crate.
+    pub trait Sealed: Sized + 'static {
+        /// The micro-kernel of family `kind` for this type, if the CPU can run it.
+        fn micro_kernel(kind: Kernel) -> Option<MicroKernel<Self>>;
+        /// Runs `f` with at least `count` packing workspaces of the current thread.
+        fn with_workspaces<R>(count: usize, f: impl FnOnce(&mut [Workspace<Self>]) -> R) -> R;
+        /// The multiply-add throughput loop of family `kind`: (flops, checksum).
+        fn fma_probe(kind: Kernel, iterations: u64) -> Option<(u64, f64)>;
+    }
+
+    fn with_cache<T, R>(
+        cache: &'static std::thread::LocalKey<RefCell<Vec<Workspace<T>>>>,
+        count: usize,
+        f: impl FnOnce(&mut [Workspace<T>]) -> R,
+    ) -> R {
+        cache.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut ws) => {
+                let len = ws.len().max(count);
+                ws.resize_with(len, Workspace::default);
+                f(&mut ws[..count])
+            }
+            // Only reachable if a product were started from inside another on the same thread;
+            // fresh buffers keep that correct.
+            Err(_) => f(&mut (0..count).map(|_| Workspace::default()).collect::<Vec<_>>()),
+        })
+    }
+
+    thread_local! {
+        static F32_WORKSPACES: RefCell<Vec<Workspace<f32>>> = const { RefCell::new(Vec::new()) };
+        static F64_WORKSPACES: RefCell<Vec<Workspace<f64>>> = const { RefCell::new(Vec::new()) };
+    }
+
+    impl Sealed for f32 {
+        fn micro_kernel(kind: Kernel) -> Option<MicroKernel<f32>> {
+            super::kernels::f32_kernel(kind)
+        }
+        fn with_workspaces<R>(count: usize, f: impl FnOnce(&mut [Workspace<f32>]) -> R) -> R {
+            with_cache(&F32_WORKSPACES, count, f)
+        }
+        fn fma_probe(kind: Kernel, iterations: u64) -> Option<(u64, f64)> {
+            super::kernels::f32_probe(kind, iterations)
+        }
+    }
+    impl Sealed for f64 {
+        fn micro_kernel(kind: Kernel) -> Option<MicroKernel<f64>> {
+            super::kernels::f64_kernel(kind)
+        }
+        fn with_workspaces<R>(count: usize, f: impl FnOnce(&mut [Workspace<f64>]) -> R) -> R {
+            with_cache(&F64_WORKSPACES, count, f)
+        }
+        fn fma_probe(kind: Kernel, iterations: u64) -> Option<(u64, f64)> {
+            super::kernels::f64_probe(kind, iterations)
+        }
+    }
 }
 
-fn reference_gemm<T: Element>(alpha: T, a: &DMatrix<T>, ta: Op, b: &DMatrix<T>, tb: Op, beta: T, c: &mut DMatrix<T>) {
-    if beta == T::zero() {
-        c.fill(T::zero());
-    }
-    match (ta, tb) {
-        (Op::N, Op::N) => c.gemm(alpha, a, b, beta),
-        (Op::T, Op::N) => c.gemm_tr(alpha, a, b, beta),
-        (Op::N, Op::T) => c.gemm(alpha, a, &b.transpose(), beta),
-        (Op::T, Op::T) => c.gemm(alpha, &a.transpose(), &b.transpose(), beta),
-    }
+/// How a product may be run: which kernel, which blocking, how many threads. `None` means the
+/// default: [`active_kernel`], that kernel's tuned blocking, [`default_threads`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Settings {
+    /// The micro-kernel family (must be available on this CPU).
+    pub kernel: Option<Kernel>,
+    /// The cache blocking (every field at least 1).
+    pub blocking: Option<Blocking>,
+    /// The most threads to use (at least 1); small products still use one.
+    pub threads: Option<usize>,
 }
 
-impl Element for f32 {
-    fn gemm_unchecked(alpha: f32, a: &DMatrix<f32>, ta: Op, b: &DMatrix<f32>, tb: Op, beta: f32, c: &mut DMatrix<f32>) {
-        reference_gemm(alpha, a, ta, b, tb, beta, c)
-    }
+/// The register tile (MR, NR) of `kernel` for element type `T`; an error if the CPU lacks it.
+pub fn tile_shape<T: Element>(kernel: Kernel) -> Result<(usize, usize)> {
+    let mk = T::micro_kernel(kernel).ok_or_else(|| unavailable("tile_shape", kernel))?;
+    Ok((mk.mr, mk.nr))
 }
 
-impl Element for f64 {
-    fn gemm_unchecked(alpha: f64, a: &DMatrix<f64>, ta: Op, b: &DMatrix<f64>, tb: Op, beta: f64, c: &mut DMatrix<f64>) {
-        reference_gemm(alpha, a, ta, b, tb, beta, c)
+/// The tuned cache blocking of `kernel` for element type `T`; an error if the CPU lacks it.
+pub fn default_blocking<T: Element>(kernel: Kernel) -> Result<Blocking> {
+    Ok(T::micro_kernel(kernel).ok_or_else(|| unavailable("default_blocking", kernel))?.blocking)
+}
+
+/// Runs `iterations` rounds of the multiply-add throughput loop of `kernel` in type `T` (12
+/// independent chains of full-width fused multiply-adds; separate multiply and add for the
+/// portable kernel) and returns (flops done, a checksum). Timed by the benchmark, it measures the
+/// machine's peak, the ceiling every product is compared with. An error if the CPU lacks it.
+pub fn fma_probe<T: Element>(kernel: Kernel, iterations: u64) -> Result<(u64, f64)> {
+    T::fma_probe(kernel, iterations).ok_or_else(|| unavailable("fma_probe", kernel))
+}
+
+fn unavailable(op: &'static str, k: Kernel) -> crate::Error {
+    let names: Vec<_> = available_kernels().iter().map(|k| k.name()).collect();
+    invalid(op, "kernel", format!("{k} is not available on this CPU (available: {})", names.join(", ")))
+}
+
+fn check_shapes<T>(op: &'static str, a: &DMatrix<T>, ta: Op, b: &DMatrix<T>, tb: Op, c: &DMatrix<T>) -> Result<()> {
+    let (m, k) = ta.shape(a);
+    let (k2, n) = tb.shape(b);
+    if k != k2 {
+        return Err(shape_error(
+            op,
+            "inner dimensions of op(A) and op(B)",
+            format!("op(B) with {k} rows"),
+            format!("op(A) {m}×{k}, op(B) {k2}×{n}"),
+        ));
     }
+    if c.nrows() != m || c.ncols() != n {
+        return Err(shape_error(op, "C", format!("{m}×{n}"), format!("{}×{}", c.nrows(), c.ncols())));
+    }
+    Ok(())
+}
+
+fn run<T: Element>(
+    settings: Settings,
+    alpha: T,
+    a: &DMatrix<T>,
+    ta: Op,
+    b: &DMatrix<T>,
+    tb: Op,
+    beta: T,
+    c: &mut DMatrix<T>,
+) -> Result<ProductStats> {
+    let kind = settings.kernel.unwrap_or_else(active_kernel);
+    let kernel = T::micro_kernel(kind).ok_or_else(|| unavailable("gemm_with", kind))?;
+    let blocking = settings.blocking.unwrap_or(kernel.blocking);
+    if blocking.mc == 0 || blocking.kc == 0 || blocking.nc == 0 {
+        return Err(invalid("gemm_with", "blocking", format!("every block size must be at least 1, got {blocking:?}")));
+    }
+    let threads = settings.threads.unwrap_or_else(default_threads);
+    if threads == 0 {
+        return Err(invalid("gemm_with", "threads", "at least 1 thread is needed, got 0"));
+    }
+    let (m, k) = ta.shape(a);
+    let n = tb.shape(b).1;
+    let plan = blocked::Plan { kernel, blocking, threads };
+    let a_op = pack::Operand::new(a.as_slice(), a.nrows(), ta == Op::T);
+    let b_op = pack::Operand::new(b.as_slice(), b.nrows(), tb == Op::T);
+    let stats = blocked::gemm(plan, alpha, a_op, b_op, beta, c.as_mut_slice(), (m, n, k));
+    dispatch::record(stats);
+    Ok(stats)
+}
+
+macro_rules! impl_element {
+    ($t:ty) => {
+        impl Element for $t {
+            fn gemm_unchecked(alpha: $t, a: &DMatrix<$t>, ta: Op, b: &DMatrix<$t>, tb: Op, beta: $t, c: &mut DMatrix<$t>) {
+                // The active kernel is always available and the default blocking and thread count
+                // are valid, so `run` cannot fail here; a failure would be a bug worth a panic in
+                // tests, and leaves C untouched otherwise.
+                let done = run(Settings::default(), alpha, a, ta, b, tb, beta, c);
+                debug_assert!(done.is_ok(), "{done:?}");
+            }
+        }
+    };
+}
+impl_element!(f32);
+impl_element!(f64);
+
+/// C ← α·op(A)·op(B) + β·C with an explicit kernel, blocking or thread count (benchmarks, the
+/// blocking sweep and the kernel tests use it). Returns what the product did. Errors: shapes as
+/// for [`gemm`]; an unavailable kernel, a zero block size or zero threads as
+/// [`crate::Error::InvalidValue`].
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_with<T: Element>(
+    settings: Settings,
+    alpha: T,
+    a: &DMatrix<T>,
+    ta: Op,
+    b: &DMatrix<T>,
+    tb: Op,
+    beta: T,
+    c: &mut DMatrix<T>,
+) -> Result<ProductStats> {
+    check_shapes("gemm_with", a, ta, b, tb, c)?;
+    run(settings, alpha, a, ta, b, tb, beta, c)
 }
 
 /// C ← α·op(A)·op(B) + β·C.
@@ -70,19 +251,7 @@ impl Element for f64 {
 /// Shapes: op(A) is m×k, op(B) is k×n, C is m×n. With β = 0, C's old contents (even NaN) are
 /// ignored. Errors name the operands and their shapes.
 pub fn gemm<T: Element>(alpha: T, a: &DMatrix<T>, ta: Op, b: &DMatrix<T>, tb: Op, beta: T, c: &mut DMatrix<T>) -> Result<()> {
-    let (m, k) = ta.shape(a);
-    let (k2, n) = tb.shape(b);
-    if k != k2 {
-        return Err(shape_error(
-            "gemm",
-            "inner dimensions of op(A) and op(B)",
-            format!("op(B) with {k} rows"),
-            format!("op(A) {m}×{k}, op(B) {k2}×{n}"),
-        ));
-    }
-    if c.nrows() != m || c.ncols() != n {
-        return Err(shape_error("gemm", "C", format!("{m}×{n}"), format!("{}×{}", c.nrows(), c.ncols())));
-    }
+    check_shapes("gemm", a, ta, b, tb, c)?;
     T::gemm_unchecked(alpha, a, ta, b, tb, beta, c);
     Ok(())
 }
