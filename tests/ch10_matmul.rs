@@ -307,7 +307,7 @@ fn every_kernel_matches_the_triple_loop_with_tiny_blocks_that_force_every_loop_t
         cases.push(Case::new(m, n, k).ops(ta, tb).scaled(alpha, beta));
     }
     for blocking in [Blocking { mc: 1, kc: 1, nc: 1 }, Blocking { mc: 17, kc: 5, nc: 13 }, Blocking { mc: 40, kc: 9, nc: 7 }] {
-        check_all(&cases, |k| Settings { kernel: Some(k), blocking: Some(blocking), threads: Some(1) }, 5);
+        check_all(&cases, |k| Settings { kernel: Some(k), blocking: Some(blocking), threads: Some(1), ..Settings::default() }, 5);
     }
 }
 
@@ -670,4 +670,209 @@ fn the_peak_probe_counts_its_flops() {
     for kernel in Kernel::ALL.into_iter().filter(|k| !k.is_available()) {
         assert!(matmul::fma_probe::<f64>(kernel, 10).is_err());
     }
+}
+
+#[test]
+fn two_threads_forced_below_the_threshold_still_match_the_triple_loop_on_odd_shapes() {
+    // With the threshold at 0 every product with at least two column panels is split, so the
+    // split itself is checked on ragged shapes, including edges in both threads.
+    let mut cases = Vec::new();
+    for (i, &(m, n, k)) in [(7, 13, 5), (17, 25, 9), (33, 14, 40), (5, 49, 3), (64, 100, 1)].iter().enumerate() {
+        let (ta, tb) = OPS[i % OPS.len()];
+        let (alpha, beta) = ALPHA_BETA[i % ALPHA_BETA.len()];
+        cases.push(Case::new(m, n, k).ops(ta, tb).scaled(alpha, beta));
+    }
+    check_all(&cases, |k| Settings { kernel: Some(k), threads: Some(2), min_parallel_flops: Some(0.0), ..Settings::default() }, 13);
+    let mut rng = Rng::new(14);
+    let forced_two = Settings { threads: Some(2), min_parallel_flops: Some(0.0), ..Settings::default() };
+    assert_eq!(run_case::<f32>(forced_two, Case::new(9, 40, 4), &mut rng).expect("split").threads, 2);
+}
+
+// ───────────────────────────── the chapter's derived numbers ─────────────────────────────
+
+use llm_workbook::ch10_matmul as ch10;
+
+#[test]
+fn flops_of_the_qkv_projection_are_2_m_n_k() {
+    assert_eq!(ch10::flops(768, 384, 128), 75_497_472);
+    // 2·m·n·k is one multiply and one add per pass of the innermost loop: count the passes.
+    for &(m, n, k) in &[(3, 4, 5), (1, 7, 2), (6, 1, 9)] {
+        let mut passes = 0u64;
+        for _i in 0..m {
+            for _j in 0..n {
+                for _p in 0..k {
+                    passes += 1;
+                }
+            }
+        }
+        assert_eq!(ch10::flops(m, n, k), 2 * passes);
+    }
+}
+
+#[test]
+fn the_avx2_f32_tile_uses_12_of_16_registers_for_accumulators() {
+    let acc = ch10::accumulator_registers(16, 6, 8).expect("16 rows are two 8-lane vectors");
+    assert_eq!(acc, 12);
+    // Accumulators + one register per vector of Ã (2) + one broadcast of B̃ must fit in 16.
+    assert!(acc + 2 + 1 <= ch10::AVX2_REGISTERS);
+    assert_eq!(ch10::accumulator_registers(8, 6, 4).expect("f64"), 12);
+    // AVX-512: 32×12 f32 in 16-lane zmm registers, 24 accumulators + 2 + 1 of 32.
+    assert_eq!(ch10::accumulator_registers(32, 12, 16).expect("avx512"), 24);
+    assert!(ch10::accumulator_registers(15, 6, 8).is_err());
+    if Kernel::Avx2.is_available() {
+        assert_eq!(tile_shape::<f32>(Kernel::Avx2).expect("available"), (16, 6));
+        assert_eq!(tile_shape::<f64>(Kernel::Avx2).expect("available"), (8, 6));
+    }
+    if Kernel::Avx512.is_available() {
+        assert_eq!(tile_shape::<f32>(Kernel::Avx512).expect("available"), (32, 12));
+        assert_eq!(tile_shape::<f64>(Kernel::Avx512).expect("available"), (16, 12));
+    }
+    assert_eq!(tile_shape::<f32>(Kernel::Scalar).expect("always"), matmul::SCALAR_TILE);
+}
+
+#[test]
+fn packed_blocks_fit_their_caches() {
+    let fp = ch10::footprint(16, 6, matmul::AVX2_F32_BLOCKING, 4);
+    assert_eq!((fp.b_sliver, fp.a_sliver, fp.a_block, fp.b_panel), (6144, 16384, 131072, 4_177_920));
+    // Each tuned kernel's blocks against the caches they target: Zen 3 for the measured AVX2 and
+    // portable constants, Zen 5 (48 KiB L1d, 1 MiB L2) for the AVX-512 ones.
+    let zen3 = (ch10::L1D_BYTES, ch10::L2_BYTES, ch10::L3_BYTES);
+    let zen5 = (ch10::ZEN5_L1D_BYTES, ch10::ZEN5_L2_BYTES, ch10::L3_BYTES);
+    for (mr, nr, b, elem, (l1, l2, l3)) in [
+        (16, 6, matmul::AVX2_F32_BLOCKING, 4, zen3),
+        (8, 6, matmul::AVX2_F64_BLOCKING, 8, zen3),
+        (4, 4, matmul::SCALAR_BLOCKING, 8, zen3),
+        (32, 12, matmul::AVX512_F32_BLOCKING, 4, zen5),
+        (16, 12, matmul::AVX512_F64_BLOCKING, 8, zen5),
+    ] {
+        let fp = ch10::footprint(mr, nr, b, elem);
+        // The reused B̃ sliver takes at most half of L1, leaving the rest to the Ã sliver streaming by.
+        assert!(fp.b_sliver <= l1 / 2, "{mr}×{nr}: B̃ sliver {fp:?}");
+        assert!(fp.a_block <= l2 / 2, "{mr}×{nr}: Ã block {fp:?}");
+        assert!(fp.b_panel <= l3 / 2, "{mr}×{nr}: B̃ panel {fp:?}");
+        assert_eq!(b.nc % nr, 0, "NC is a whole number of NR-slivers");
+        assert_eq!(b.mc % mr, 0, "MC is a whole number of MR-slivers");
+    }
+}
+
+#[test]
+fn naive_and_blocked_arithmetic_intensity() {
+    let n = 1024;
+    let naive = ch10::intensity(ch10::flops(n, n, n), ch10::naive_traffic_bytes(n, n, n, 4));
+    let blocked = ch10::intensity(ch10::flops(n, n, n), ch10::blocked_traffic_bytes(n, n, n, 4, matmul::AVX2_F32_BLOCKING));
+    assert!((naive - 0.25).abs() < 1e-3, "{naive}");
+    // A once, B once, C four times read and written (⌈1024/256⌉ rank-KC updates): 10·n² floats.
+    assert_eq!(ch10::blocked_traffic_bytes(n, n, n, 4, matmul::AVX2_F32_BLOCKING), 10 * 1024 * 1024 * 4);
+    assert_eq!(blocked, 51.2);
+    assert!(blocked > 200.0 * naive);
+    // Deeper KC means fewer passes over C: intensity grows with KC.
+    let shallow = ch10::intensity(ch10::flops(n, n, n), ch10::blocked_traffic_bytes(n, n, n, 4, Blocking { kc: 32, ..matmul::AVX2_F32_BLOCKING }));
+    assert!(shallow < blocked / 4.0);
+}
+
+#[test]
+fn tile_counts_follow_from_mr_nr_kc() {
+    assert_eq!(ch10::tile_calls(37, 29, 300, 16, 6, 256), 30);
+    // The formula is what the product really does, for every kernel here.
+    let mut rng = Rng::new(15);
+    for kernel in available_kernels() {
+        let (mr, nr) = tile_shape::<f64>(kernel).expect("available");
+        let kc = default_blocking::<f64>(kernel).expect("available").kc;
+        let one = Settings { kernel: Some(kernel), threads: Some(1), ..Settings::default() };
+        let stats = run_case::<f64>(one, Case::new(37, 29, 300), &mut rng).expect("valid");
+        assert_eq!(stats.tiles, ch10::tile_calls(37, 29, 300, mr, nr, kc), "{kernel}");
+    }
+}
+
+#[test]
+fn tile_use_of_a_one_row_product() {
+    assert_eq!(ch10::tile_use(1, 384, 16, 6), 0.0625);
+    assert_eq!(ch10::tile_use(768, 384, 16, 6), 1.0);
+    assert_eq!(ch10::tile_use(17, 7, 16, 6), 17.0 * 7.0 / (32.0 * 12.0));
+    for m in 1..60 {
+        let u = ch10::tile_use(m, 13, 16, 6);
+        assert!(u > 0.0 && u <= 1.0);
+    }
+}
+
+#[test]
+fn packing_pads_with_zeros() {
+    let a = DMatrix::<f64>::from_row_slice(5, 3, &[1.0, 2.0, 0.0, 0.0, 1.0, 3.0, 2.0, 0.0, 1.0, 1.0, 1.0, 1.0, 3.0, 2.0, 1.0]);
+    let packed = matmul::pack_a_block(&a, Op::N, 0..5, 0..3, 4).expect("valid");
+    // Sliver 0: rows 0..4, column after column; sliver 1: row 4 and three zero rows.
+    #[rustfmt::skip]
+    let expected = [
+        1.0, 0.0, 2.0, 1.0,   2.0, 1.0, 0.0, 1.0,   0.0, 3.0, 1.0, 1.0,
+        3.0, 0.0, 0.0, 0.0,   2.0, 0.0, 0.0, 0.0,   1.0, 0.0, 0.0, 0.0,
+    ];
+    assert_eq!(packed, expected);
+    let pad_zeros = packed.iter().filter(|&&v| v == 0.0).count() - a.iter().filter(|&&v| v == 0.0).count();
+    assert_eq!(pad_zeros, 9);
+    // The transpose is handled by packing: Aᵀ stored and read with op = T packs identically.
+    let at = a.transpose();
+    assert_eq!(matmul::pack_a_block(&at, Op::T, 0..5, 0..3, 4).expect("valid"), expected);
+    let b = a.transpose(); // 3×5 as op(B)
+    let nn = matmul::pack_b_panel(&b, Op::N, 1..3, 0..5, 4).expect("valid");
+    let tt = matmul::pack_b_panel(&a, Op::T, 1..3, 0..5, 4).expect("valid");
+    assert_eq!(nn, tt);
+    assert_eq!(nn.len(), 2 * 4 * 2);
+    // Sliver 0, row p = 1 of op(B): columns 0..4 of row 1 of Aᵀ, i.e. A[0..4, 1].
+    assert_eq!(&nn[..4], &[2.0, 1.0, 0.0, 1.0]);
+    assert!(matches!(matmul::pack_a_block(&a, Op::N, 0..6, 0..3, 4), Err(Error::InvalidValue { arg: "rows", .. })));
+    assert!(matches!(matmul::pack_b_panel(&b, Op::N, 0..4, 0..5, 4), Err(Error::InvalidValue { arg: "depth", .. })));
+    assert!(matches!(matmul::pack_a_block(&a, Op::N, 0..5, 0..3, 0), Err(Error::InvalidValue { arg: "mr", .. })));
+}
+
+#[test]
+fn the_scalar_tile_is_the_sum_of_outer_products_of_the_slivers() {
+    let (mr, nr) = matmul::SCALAR_TILE;
+    let kc = 3;
+    let a: Vec<f64> = (0..kc * mr).map(|v| v as f64 - 4.0).collect();
+    let b: Vec<f64> = (0..kc * nr).map(|v| (v % 5) as f64).collect();
+    let tile = matmul::scalar_tile(kc, &a, &b).expect("lengths agree");
+    for i in 0..mr {
+        for j in 0..nr {
+            let want: f64 = (0..kc).map(|p| a[p * mr + i] * b[p * nr + j]).sum();
+            assert_eq!(tile[(i, j)], want);
+        }
+    }
+    assert!(matches!(matmul::scalar_tile(kc, &a[1..], &b), Err(Error::Shape { arg: "a_sliver", .. })));
+    assert!(matches!(matmul::scalar_tile(kc, &a, &b[1..]), Err(Error::Shape { arg: "b_sliver", .. })));
+}
+
+#[test]
+fn the_walk_assembles_the_product_from_its_tiles() {
+    let mut out = Vec::new();
+    let mut walk = llm_workbook::report::Walk::new(&mut out);
+    ch10::walk(&mut walk).expect("the walk runs");
+    let text = String::from_utf8(out).expect("utf-8");
+    assert!(text.contains("equal to the tiles assembled above, entry for entry"), "{text}");
+    assert!(!text.contains("DIFFERS"));
+    assert_eq!(text.matches("tile (").count(), 8, "4 tiles × 2 rank-KC updates");
+}
+
+#[test]
+fn the_figures_show_what_the_prose_says() {
+    let figs = ch10::figures().expect("figures");
+    let names: Vec<&str> = figs.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["ch10_intensity", "ch10_tile_use"]);
+    let llm_workbook::plot::Figure::Line(intensity) = &figs[0].1 else { panic!("a line chart") };
+    let naive = &intensity.series[0].points;
+    let blocked = &intensity.series[1].points;
+    // The naive loop stays at 2 flops per 8 bytes (log₂ = −2) whatever n; blocking climbs.
+    assert!(naive.iter().all(|&(_, y)| (y + 2.0).abs() < 0.05));
+    assert!(blocked.windows(2).all(|w| w[1].1 >= w[0].1));
+    assert!(blocked.last().expect("points").1 > 5.0);
+    let llm_workbook::plot::Figure::Line(tiles) = &figs[1].1 else { panic!("a line chart") };
+    assert!(tiles.series.iter().all(|s| s.points.iter().all(|&(_, y)| y > 0.0 && y <= 1.0)));
+    let dir = common::temp_dir("ch10-figures");
+    for (stem, fig) in &figs {
+        let files = fig.save(&dir, stem).expect("drawn");
+        assert!(files.iter().all(|f| std::fs::metadata(f).map(|m| m.len() > 1000).unwrap_or(false)));
+    }
+}
+
+#[test]
+fn the_chapter_prose_carries_the_worked_table() {
+    common::check_chapter_prose(&ch10::CHAPTER);
 }

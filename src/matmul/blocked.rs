@@ -63,6 +63,7 @@ pub(crate) struct Plan<T: 'static> {
     pub kernel: MicroKernel<T>,
     pub blocking: Blocking,
     pub threads: usize,
+    pub min_parallel_flops: f64,
 }
 
 /// C ← α·op(A)·op(B) + β·C with op(A) m×k, op(B) k×n, C column-major m×n in `c` (shapes checked
@@ -89,7 +90,7 @@ pub(crate) fn gemm<T: Element>(
     }
     let flops = 2.0 * m as f64 * n as f64 * k as f64;
     let panels = n.div_ceil(mk.nr);
-    let threads = if flops < PARALLEL_MIN_FLOPS { 1 } else { plan.threads.clamp(1, panels) };
+    let threads = if flops < plan.min_parallel_flops { 1 } else { plan.threads.clamp(1, panels) };
     stats.threads = threads;
     stats.tiles = T::with_workspaces(threads, |workspaces| {
         if threads == 1 {

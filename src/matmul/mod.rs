@@ -130,7 +130,7 @@ mod sealed {
 
 /// How a product may be run: which kernel, which blocking, how many threads. `None` means the
 /// default: [`active_kernel`], that kernel's tuned blocking, [`default_threads`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Settings {
     /// The micro-kernel family (must be available on this CPU).
     pub kernel: Option<Kernel>,
@@ -138,6 +138,9 @@ pub struct Settings {
     pub blocking: Option<Blocking>,
     /// The most threads to use (at least 1); small products still use one.
     pub threads: Option<usize>,
+    /// The fewest flops (2·m·n·k) a product needs before it is split over threads; default
+    /// [`PARALLEL_MIN_FLOPS`]. The benchmark lowers it to find where a second thread pays.
+    pub min_parallel_flops: Option<f64>,
 }
 
 /// The register tile (MR, NR) of `kernel` for element type `T`; an error if the CPU lacks it.
@@ -203,7 +206,11 @@ fn run<T: Element>(
     }
     let (m, k) = ta.shape(a);
     let n = tb.shape(b).1;
-    let plan = blocked::Plan { kernel, blocking, threads };
+    let min_parallel_flops = settings.min_parallel_flops.unwrap_or(PARALLEL_MIN_FLOPS);
+    if min_parallel_flops.is_nan() {
+        return Err(invalid("gemm_with", "min_parallel_flops", "a number is needed, got NaN"));
+    }
+    let plan = blocked::Plan { kernel, blocking, threads, min_parallel_flops };
     let a_op = pack::Operand::new(a.as_slice(), a.nrows(), ta == Op::T);
     let b_op = pack::Operand::new(b.as_slice(), b.nrows(), tb == Op::T);
     let stats = blocked::gemm(plan, alpha, a_op, b_op, beta, c.as_mut_slice(), (m, n, k));
@@ -309,3 +316,65 @@ pub fn naive<T: Element + num_traits::ToPrimitive + num_traits::FromPrimitive>(
         T::from_f64(s).unwrap_or_else(T::zero)
     }))
 }
+
+// ───────────────────────────── looking inside (chapter 10's walk-through) ─────────────────────────────
+
+fn check_range(op: &'static str, arg: &'static str, r: &std::ops::Range<usize>, len: usize) -> Result<()> {
+    if r.start > r.end || r.end > len {
+        return Err(invalid(op, arg, format!("range {}..{} must lie within 0..{len}", r.start, r.end)));
+    }
+    Ok(())
+}
+
+/// The packed form Ã of rows `rows` and columns `depth` of op(A): ⌈rows/mr⌉ slivers one after the
+/// other, each `depth.len()` columns of `mr` values, zero-padded past the last row. This is what
+/// the micro-kernel reads; exposed so the chapter can print it.
+pub fn pack_a_block<T: Element>(a: &DMatrix<T>, ta: Op, rows: std::ops::Range<usize>, depth: std::ops::Range<usize>, mr: usize) -> Result<Vec<T>> {
+    let (m, k) = ta.shape(a);
+    check_range("pack_a_block", "rows", &rows, m)?;
+    check_range("pack_a_block", "depth", &depth, k)?;
+    if mr == 0 {
+        return Err(invalid("pack_a_block", "mr", "at least 1 row per sliver"));
+    }
+    let (mc, kc) = (rows.len(), depth.len());
+    let mut out = vec![T::zero(); mc.div_ceil(mr) * mr * kc];
+    if kc > 0 {
+        pack::pack_a(&mut out, pack::Operand::new(a.as_slice(), a.nrows(), ta == Op::T), rows.start, mc, depth.start, kc, mr);
+    }
+    Ok(out)
+}
+
+/// The packed form B̃ of rows `depth` and columns `cols` of op(B): ⌈cols/nr⌉ slivers, each
+/// `depth.len()` rows of `nr` values, zero-padded past the last column.
+pub fn pack_b_panel<T: Element>(b: &DMatrix<T>, tb: Op, depth: std::ops::Range<usize>, cols: std::ops::Range<usize>, nr: usize) -> Result<Vec<T>> {
+    let (k, n) = tb.shape(b);
+    check_range("pack_b_panel", "depth", &depth, k)?;
+    check_range("pack_b_panel", "cols", &cols, n)?;
+    if nr == 0 {
+        return Err(invalid("pack_b_panel", "nr", "at least 1 column per sliver"));
+    }
+    let (kc, nc) = (depth.len(), cols.len());
+    let mut out = vec![T::zero(); nc.div_ceil(nr) * nr * kc];
+    if kc > 0 {
+        pack::pack_b(&mut out, pack::Operand::new(b.as_slice(), b.nrows(), tb == Op::T), depth.start, kc, cols.start, nc, nr);
+    }
+    Ok(out)
+}
+
+/// One call of the portable micro-kernel: the MR×NR tile ([`SCALAR_TILE`]) Ã·B̃ of a packed
+/// A sliver (kc·MR values) and B sliver (kc·NR values), as a matrix.
+pub fn scalar_tile<T: Element>(kc: usize, a_sliver: &[T], b_sliver: &[T]) -> Result<DMatrix<T>> {
+    let (mr, nr) = (scalar::MR, scalar::NR);
+    if a_sliver.len() != kc * mr {
+        return Err(shape_error("scalar_tile", "a_sliver", format!("{} values (kc·MR)", kc * mr), format!("{}", a_sliver.len())));
+    }
+    if b_sliver.len() != kc * nr {
+        return Err(shape_error("scalar_tile", "b_sliver", format!("{} values (kc·NR)", kc * nr), format!("{}", b_sliver.len())));
+    }
+    let mut tile = DMatrix::zeros(mr, nr);
+    scalar::kernel(kc, a_sliver, b_sliver, T::one(), T::zero(), tile.as_mut_slice(), mr);
+    Ok(tile)
+}
+
+/// Rows and columns of the portable kernel's register tile.
+pub const SCALAR_TILE: (usize, usize) = (scalar::MR, scalar::NR);
