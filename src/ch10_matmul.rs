@@ -106,7 +106,7 @@ pub fn tile_calls(m: usize, n: usize, k: usize, mr: usize, nr: usize, kc: usize)
 
 /// Accumulator registers of an MR×NR tile held in vectors of `lanes` lanes: MR/lanes · NR.
 pub fn accumulator_registers(mr: usize, nr: usize, lanes: usize) -> Result<usize> {
-    if lanes == 0 || mr % lanes != 0 {
+    if lanes == 0 || !mr.is_multiple_of(lanes) {
         return Err(invalid("accumulator_registers", "mr", format!("{mr} rows are not a whole number of {lanes}-lane vectors")));
     }
     Ok(mr / lanes * nr)
@@ -135,7 +135,13 @@ pub fn worked() -> Result<Vec<Worked>> {
     let n = 1024;
     let (separate, fused) = fma_fingerprint_f32(2f32.powi(-12));
     Ok(vec![
-        Worked::number("flops_of_the_qkv_projection_are_2_m_n_k", DOC, "flops of the QKV projection, 768×128 · 128×384 (2·m·n·k)", "75497472", flops(t, 3 * d, d) as f64),
+        Worked::number(
+            "flops_of_the_qkv_projection_are_2_m_n_k",
+            DOC,
+            "flops of the QKV projection, 768×128 · 128×384 (2·m·n·k)",
+            "75497472",
+            flops(t, 3 * d, d) as f64,
+        ),
         Worked::number(
             "the_avx2_f32_tile_uses_12_of_16_registers_for_accumulators",
             DOC,
@@ -146,7 +152,13 @@ pub fn worked() -> Result<Vec<Worked>> {
         Worked::number("packed_blocks_fit_their_caches", DOC, "B̃ sliver KC×NR×4 B, AVX2 f32 (L1 is 32768 B)", "6144", fp.b_sliver as f64),
         Worked::number("packed_blocks_fit_their_caches", DOC, "Ã sliver MR×KC×4 B, AVX2 f32", "16384", fp.a_sliver as f64),
         Worked::number("packed_blocks_fit_their_caches", DOC, "Ã block MC×KC×4 B, AVX2 f32 (L2 is 524288 B)", "131072", fp.a_block as f64),
-        Worked::number("packed_blocks_fit_their_caches", DOC, "B̃ panel KC×NC×4 B, AVX2 f32 (L3 is 33554432 B)", "4177920", fp.b_panel as f64),
+        Worked::number(
+            "packed_blocks_fit_their_caches",
+            DOC,
+            "B̃ panel KC×NC×4 B, AVX2 f32 (L3 is 33554432 B)",
+            "4177920",
+            fp.b_panel as f64,
+        ),
         Worked::number(
             "naive_and_blocked_arithmetic_intensity",
             DOC,
@@ -161,8 +173,20 @@ pub fn worked() -> Result<Vec<Worked>> {
             "51.2",
             intensity(flops(n, n, n), blocked_traffic_bytes(n, n, n, 4, avx2_f32)),
         ),
-        Worked::number("tile_counts_follow_from_mr_nr_kc", DOC, "AVX2 f32 micro-kernel calls for 37×300 · 300×29", "30", tile_calls(37, 29, 300, 16, 6, 256) as f64),
-        Worked::number("tile_use_of_a_one_row_product", DOC, "share of useful work, 1×384 product, 16×6 tiles", "0.0625", tile_use(1, 384, 16, 6)),
+        Worked::number(
+            "tile_counts_follow_from_mr_nr_kc",
+            DOC,
+            "AVX2 f32 micro-kernel calls for 37×300 · 300×29",
+            "30",
+            tile_calls(37, 29, 300, 16, 6, 256) as f64,
+        ),
+        Worked::number(
+            "tile_use_of_a_one_row_product",
+            DOC,
+            "share of useful work, 1×384 product, 16×6 tiles",
+            "0.0625",
+            tile_use(1, 384, 16, 6),
+        ),
         Worked::number("packing_pads_with_zeros", DOC, "zeros in Ã for 5×3 A, MR = 4 (3 pad rows × 3)", "9", zeros_in_packed_5x3()? as f64),
         Worked::number(
             "simd_kernels_fuse_multiply_and_add_and_the_scalar_kernel_does_not",
@@ -216,14 +240,25 @@ pub fn walk(out: &mut Walk) -> Result<()> {
     for (update, pc) in (0..k).step_by(kc).enumerate() {
         let depth = pc..(pc + kc).min(k);
         let d = depth.len();
-        out.step(&format!("{}. Rank-{d} update over p = {}..{}: pack, then one micro-kernel call per tile", update + 2, depth.start, depth.end))?;
+        out.step(&format!(
+            "{}. Rank-{d} update over p = {}..{}: pack, then one micro-kernel call per tile",
+            update + 2,
+            depth.start,
+            depth.end
+        ))?;
         let b_packed = matmul::pack_b_panel(&b, Op::N, depth.clone(), 0..n, nr)?;
         let a_packed = matmul::pack_a_block(&a, Op::N, 0..m, depth.clone(), mr)?;
         for (q, s) in b_packed.chunks(d * nr).enumerate() {
-            out.matrix(&format!("B̃ sliver {q} (columns {}..{}, one row per p; zeros pad past column {})", q * nr, q * nr + nr, n), &sliver_matrix(s, nr))?;
+            out.matrix(
+                &format!("B̃ sliver {q} (columns {}..{}, one row per p; zeros pad past column {})", q * nr, q * nr + nr, n),
+                &sliver_matrix(s, nr),
+            )?;
         }
         for (q, s) in a_packed.chunks(d * mr).enumerate() {
-            out.matrix(&format!("Ã sliver {q} (rows {}..{}, one row per p; zeros pad past row {})", q * mr, q * mr + mr, m), &sliver_matrix(s, mr))?;
+            out.matrix(
+                &format!("Ã sliver {q} (rows {}..{}, one row per p; zeros pad past row {})", q * mr, q * mr + mr, m),
+                &sliver_matrix(s, mr),
+            )?;
         }
         for (jq, b_s) in b_packed.chunks(d * nr).enumerate() {
             for (iq, a_s) in a_packed.chunks(d * mr).enumerate() {
@@ -236,7 +271,13 @@ pub fn walk(out: &mut Walk) -> Result<()> {
                 }
             }
         }
-        out.matrix(&format!("C after this update ({})", if pc == 0 { "the first update uses β = 0: C's old contents are ignored" } else { "later updates use β = 1: added on" }), &c)?;
+        out.matrix(
+            &format!(
+                "C after this update ({})",
+                if pc == 0 { "the first update uses β = 0: C's old contents are ignored" } else { "later updates use β = 1: added on" }
+            ),
+            &c,
+        )?;
     }
     out.step(&format!("{}. The same product through the public entry point", k.div_ceil(kc) + 2))?;
     let check = matmul::matmul(&a, &b)?;
@@ -254,13 +295,17 @@ pub fn walk(out: &mut Walk) -> Result<()> {
 pub fn figures() -> Result<Vec<(String, Figure)>> {
     let ns: Vec<usize> = (4..=12).map(|e| 1usize << e).collect();
     let x = |n: usize| (n as f64).log2();
-    let blocked = |b: Blocking| ns.iter().map(|&n| (x(n), intensity(flops(n, n, n), blocked_traffic_bytes(n, n, n, 4, b)).log2())).collect();
+    let blocked =
+        |b: Blocking| ns.iter().map(|&n| (x(n), intensity(flops(n, n, n), blocked_traffic_bytes(n, n, n, 4, b)).log2())).collect();
     let intensity_fig = Figure::Line(LineChart {
         title: "Flops per byte from memory, square f32 products".into(),
         x_label: "log₂ n".into(),
         y_label: "log₂ (flops / byte)".into(),
         series: vec![
-            Series::new("naive loop, nothing reused from cache", ns.iter().map(|&n| (x(n), intensity(flops(n, n, n), naive_traffic_bytes(n, n, n, 4)).log2())).collect()),
+            Series::new(
+                "naive loop, nothing reused from cache",
+                ns.iter().map(|&n| (x(n), intensity(flops(n, n, n), naive_traffic_bytes(n, n, n, 4)).log2())).collect(),
+            ),
             Series::new("blocked, AVX2 f32 constants", blocked(matmul::AVX2_F32_BLOCKING)),
             Series::new("blocked, KC = 32 (too shallow)", blocked(Blocking { kc: 32, ..matmul::AVX2_F32_BLOCKING })),
         ],
@@ -290,12 +335,5 @@ fn plots(dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// This chapter's entry in the book.
-pub const CHAPTER: Chapter = Chapter {
-    number: 10,
-    stem: "ch10_matmul",
-    title: "A packed, blocked, SIMD matrix product",
-    worked,
-    walk,
-    plots,
-    errata: ERRATA,
-};
+pub const CHAPTER: Chapter =
+    Chapter { number: 10, stem: "ch10_matmul", title: "A packed, blocked, SIMD matrix product", worked, walk, plots, errata: ERRATA };

@@ -127,7 +127,10 @@ fn within_bound<T: Float>(case: &Case, c: &DMatrix<T>, value: &DMatrix<f64>, siz
             let (got, want) = (c[(i, j)].as_f64(), value[(i, j)]);
             let bound = relative * size[(i, j)] + absolute;
             if !got.is_finite() || (got - want).abs() > bound {
-                return Err(format!("{case:?}: C[{i},{j}] = {got:e}, reference {want:e}, |error| {:e} > bound {bound:e}", (got - want).abs()));
+                return Err(format!(
+                    "{case:?}: C[{i},{j}] = {got:e}, reference {want:e}, |error| {:e} > bound {bound:e}",
+                    (got - want).abs()
+                ));
             }
         }
     }
@@ -138,7 +141,8 @@ fn within_bound<T: Float>(case: &Case, c: &DMatrix<T>, value: &DMatrix<f64>, siz
 fn run_case<T: Float>(settings: Settings, case: Case, rng: &mut Rng) -> Result<matmul::ProductStats, String> {
     let x = operands::<T>(&case, rng);
     let mut c = x.c0.clone();
-    let stats = gemm_with(settings, T::of(case.alpha), &x.a, case.ta, &x.b, case.tb, T::of(case.beta), &mut c).map_err(|e| e.to_string())?;
+    let stats =
+        gemm_with(settings, T::of(case.alpha), &x.a, case.ta, &x.b, case.tb, T::of(case.beta), &mut c).map_err(|e| e.to_string())?;
     if let Some(k) = settings.kernel
         && stats.kernel != k
     {
@@ -349,9 +353,9 @@ fn two_threads_split_large_products_and_match_the_triple_loop() {
     for kernel in available_kernels() {
         let two = Settings { kernel: Some(kernel), threads: Some(2), ..Settings::default() };
         for case in [
-            Case::new(160, 150, 120),
-            Case::new(130, 13, 1300).ops(Op::T, Op::N).scaled(0.5, 1.0),
-            Case::new(97, 201, 150).ops(Op::N, Op::T),
+            Case::new(260, 150, 300),
+            Case::new(300, 13, 3000).ops(Op::T, Op::N).scaled(0.5, 1.0),
+            Case::new(97, 401, 300).ops(Op::N, Op::T),
         ] {
             assert!(2.0 * (case.m * case.n * case.k) as f64 >= matmul::PARALLEL_MIN_FLOPS);
             let stats = run_case::<f32>(two, case, &mut rng).unwrap_or_else(|e| panic!("{kernel}: {e}"));
@@ -359,8 +363,8 @@ fn two_threads_split_large_products_and_match_the_triple_loop() {
             let stats = run_case::<f64>(two, case, &mut rng).unwrap_or_else(|e| panic!("{kernel}: {e}"));
             assert_eq!(stats.threads, 2, "{kernel} {case:?}");
         }
-        // Three threads on three or more panels: the split is general.
-        let three = Settings { threads: Some(3), ..two };
+        // Three threads: the sharing out is general.
+        let three = Settings { threads: Some(3), min_parallel_flops: Some(0.0), ..two };
         let stats = run_case::<f64>(three, Case::new(120, 100, 200), &mut rng).unwrap_or_else(|e| panic!("{kernel}: {e}"));
         assert_eq!(stats.threads, 3);
     }
@@ -373,9 +377,12 @@ fn small_products_stay_on_one_thread_even_when_two_are_allowed() {
     let small = Case::new(40, 40, 40);
     assert!(2.0 * 40f64.powi(3) < matmul::PARALLEL_MIN_FLOPS);
     assert_eq!(run_case::<f32>(two, small, &mut rng).expect("small").threads, 1);
-    // A product with fewer column panels than threads cannot be split further.
-    let narrow = Case::new(3000, 2, 400);
-    assert_eq!(run_case::<f64>(two, narrow, &mut rng).expect("narrow").threads, 1);
+    // Threads share out blocks of rows; a product only one register tile high has one block, so
+    // even with the threshold switched off it runs on one thread.
+    let mr = tile_shape::<f64>(matmul::active_kernel()).expect("active").0;
+    let no_threshold = Settings { min_parallel_flops: Some(0.0), ..two };
+    assert_eq!(run_case::<f64>(no_threshold, Case::new(mr, 300, 40), &mut rng).expect("flat").threads, 1);
+    assert_eq!(run_case::<f64>(no_threshold, Case::new(mr + 1, 300, 40), &mut rng).expect("two blocks").threads, 2);
 }
 
 // ───────────────────────────── the forced kernel really ran ─────────────────────────────
@@ -440,7 +447,16 @@ fn with_kernel_restores_the_previous_choice_and_refuses_what_the_cpu_lacks() {
     for kernel in Kernel::ALL.into_iter().filter(|k| !k.is_available()) {
         assert!(matches!(with_kernel(kernel, || ()), Err(Error::InvalidValue { arg: "kernel", .. })));
         assert!(matches!(matmul::set_kernel(Some(kernel)), Err(Error::InvalidValue { arg: "kernel", .. })));
-        let e = gemm_with(forced(kernel), 1.0, &DMatrix::<f32>::zeros(1, 1), Op::N, &DMatrix::zeros(1, 1), Op::N, 0.0, &mut DMatrix::zeros(1, 1));
+        let e = gemm_with(
+            forced(kernel),
+            1.0,
+            &DMatrix::<f32>::zeros(1, 1),
+            Op::N,
+            &DMatrix::zeros(1, 1),
+            Op::N,
+            0.0,
+            &mut DMatrix::zeros(1, 1),
+        );
         assert!(matches!(e, Err(Error::InvalidValue { arg: "kernel", .. })), "{kernel}: {e:?}");
     }
 }
@@ -674,10 +690,10 @@ fn the_peak_probe_counts_its_flops() {
 
 #[test]
 fn two_threads_forced_below_the_threshold_still_match_the_triple_loop_on_odd_shapes() {
-    // With the threshold at 0 every product with at least two column panels is split, so the
-    // split itself is checked on ragged shapes, including edges in both threads.
+    // With the threshold at 0 every product at least two register tiles high is split into row
+    // blocks, so the split itself is checked on ragged shapes, with edge tiles in both threads.
     let mut cases = Vec::new();
-    for (i, &(m, n, k)) in [(7, 13, 5), (17, 25, 9), (33, 14, 40), (5, 49, 3), (64, 100, 1)].iter().enumerate() {
+    for (i, &(m, n, k)) in [(37, 13, 5), (17, 25, 9), (33, 14, 40), (50, 49, 3), (64, 100, 1), (7, 30, 6)].iter().enumerate() {
         let (ta, tb) = OPS[i % OPS.len()];
         let (alpha, beta) = ALPHA_BETA[i % ALPHA_BETA.len()];
         cases.push(Case::new(m, n, k).ops(ta, tb).scaled(alpha, beta));
@@ -685,7 +701,7 @@ fn two_threads_forced_below_the_threshold_still_match_the_triple_loop_on_odd_sha
     check_all(&cases, |k| Settings { kernel: Some(k), threads: Some(2), min_parallel_flops: Some(0.0), ..Settings::default() }, 13);
     let mut rng = Rng::new(14);
     let forced_two = Settings { threads: Some(2), min_parallel_flops: Some(0.0), ..Settings::default() };
-    assert_eq!(run_case::<f32>(forced_two, Case::new(9, 40, 4), &mut rng).expect("split").threads, 2);
+    assert_eq!(run_case::<f32>(forced_two, Case::new(40, 9, 4), &mut rng).expect("split").threads, 2);
 }
 
 // ───────────────────────────── the chapter's derived numbers ─────────────────────────────
@@ -714,7 +730,8 @@ fn the_avx2_f32_tile_uses_12_of_16_registers_for_accumulators() {
     let acc = ch10::accumulator_registers(16, 6, 8).expect("16 rows are two 8-lane vectors");
     assert_eq!(acc, 12);
     // Accumulators + one register per vector of Ã (2) + one broadcast of B̃ must fit in 16.
-    assert!(acc + 2 + 1 <= ch10::AVX2_REGISTERS);
+    let (a_vectors, broadcast) = (2, 1);
+    assert!(acc + a_vectors + broadcast <= ch10::AVX2_REGISTERS);
     assert_eq!(ch10::accumulator_registers(8, 6, 4).expect("f64"), 12);
     // AVX-512: 32×12 f32 in 16-lane zmm registers, 24 accumulators + 2 + 1 of 32.
     assert_eq!(ch10::accumulator_registers(32, 12, 16).expect("avx512"), 24);
@@ -766,7 +783,8 @@ fn naive_and_blocked_arithmetic_intensity() {
     assert_eq!(blocked, 51.2);
     assert!(blocked > 200.0 * naive);
     // Deeper KC means fewer passes over C: intensity grows with KC.
-    let shallow = ch10::intensity(ch10::flops(n, n, n), ch10::blocked_traffic_bytes(n, n, n, 4, Blocking { kc: 32, ..matmul::AVX2_F32_BLOCKING }));
+    let shallow =
+        ch10::intensity(ch10::flops(n, n, n), ch10::blocked_traffic_bytes(n, n, n, 4, Blocking { kc: 32, ..matmul::AVX2_F32_BLOCKING }));
     assert!(shallow < blocked / 4.0);
 }
 

@@ -124,7 +124,8 @@ fn fma_peak<T: Element>(kernel: Kernel, threads: usize, samples: usize) -> f64 {
     for _ in 0..samples {
         let t = Instant::now();
         let flops: u64 = std::thread::scope(|s| {
-            let hs: Vec<_> = (0..threads).map(|_| s.spawn(move || matmul::fma_probe::<T>(kernel, iterations).map_or(0, |r| black_box(r).0))).collect();
+            let hs: Vec<_> =
+                (0..threads).map(|_| s.spawn(move || matmul::fma_probe::<T>(kernel, iterations).map_or(0, |r| black_box(r).0))).collect();
             hs.into_iter().map(|h| h.join().unwrap_or(0)).sum()
         });
         rates.push(gflops(flops as f64, t.elapsed().as_secs_f64()));
@@ -246,7 +247,8 @@ fn measure<T: Element + Float>(
     let b = if tb == Op::N { rng.normal_matrix::<T>(k, n, 1.0) } else { rng.normal_matrix::<T>(n, k, 1.0) };
     let flops = 2.0 * (m * n * k) as f64;
     let (mut c1, mut c2, mut c3) = (DMatrix::<T>::zeros(m, n), DMatrix::<T>::zeros(m, n), DMatrix::<T>::zeros(m, n));
-    let mut contenders = vec![contender("ours, 1 thread", ours(&a, ta, &b, tb, &mut c1, 1)), contender("ours, 2 threads", ours(&a, ta, &b, tb, &mut c2, 2))];
+    let mut contenders =
+        vec![contender("ours, 1 thread", ours(&a, ta, &b, tb, &mut c1, 1)), contender("ours, 2 threads", ours(&a, ta, &b, tb, &mut c2, 2))];
     let ways = nalgebra_ways(&a, ta, &b, tb);
     let n_ways = ways.len();
     contenders.extend(ways);
@@ -258,7 +260,8 @@ fn measure<T: Element + Float>(
     // The thread count the 2-thread product actually used.
     let threads2 = {
         let mut c = DMatrix::<T>::zeros(m, n);
-        gemm_with(Settings { threads: Some(2), ..Settings::default() }, T::one(), &a, ta, &b, tb, T::zero(), &mut c).map_or(0, |s| s.threads)
+        gemm_with(Settings { threads: Some(2), ..Settings::default() }, T::one(), &a, ta, &b, tb, T::zero(), &mut c)
+            .map_or(0, |s| s.threads)
     };
     let nalgebra = secs[2..2 + n_ways].iter().copied().fold(f64::INFINITY, f64::min);
     Row {
@@ -293,7 +296,9 @@ fn cpu_name() -> String {
 }
 
 fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg").map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" ")).unwrap_or_else(|_| "?".into())
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
 }
 
 fn peak_of(machine: &Machine, ty: &str, threads: usize) -> f64 {
@@ -360,7 +365,10 @@ fn chapter_path() -> PathBuf {
 
 /// The GPT's products: nanoGPT's CPU configuration (width d = 128, 4 heads of 32, context 64,
 /// batch 12 so T = 768 rows, vocabulary 65), forward and backward.
-fn gpt_shapes() -> Vec<(&'static str, (usize, usize, usize), Op, Op)> {
+/// A named product: label, (m, k, n), op(A), op(B).
+type Shape = (&'static str, (usize, usize, usize), Op, Op);
+
+fn gpt_shapes() -> Vec<Shape> {
     let (t, d, v, ctx, hs) = (768, 128, 65, 64, 32);
     vec![
         ("QKV projection X·W", (t, d, 3 * d), Op::N, Op::N),
@@ -469,7 +477,10 @@ fairly.\n\n",
     out.push_str("| ceiling | f32 | f64 |\n|---|---|---|\n");
     out.push_str(&format!("| FMA peak, 1 core | {:.1} GFLOP/s | {:.1} GFLOP/s |\n", machine.peak[0].0, machine.peak[1].0));
     out.push_str(&format!("| FMA peak, 2 cores | {:.1} GFLOP/s | {:.1} GFLOP/s |\n", machine.peak[0].1, machine.peak[1].1));
-    out.push_str(&format!("| memory read bandwidth, 1 / 2 threads | {:.1} / {:.1} GB/s | same |\n\n", machine.bandwidth.0, machine.bandwidth.1));
+    out.push_str(&format!(
+        "| memory read bandwidth, 1 / 2 threads | {:.1} / {:.1} GB/s | same |\n\n",
+        machine.bandwidth.0, machine.bandwidth.1
+    ));
     out.push_str("Square products (naive: the textbook triple loop, only up to n = 512):\n\n");
     out.push_str(&table(machine, squares, true));
     out.push_str("\nThe GPT's products (nanoGPT's CPU configuration: T = 12·64 = 768 rows, d = 128, 4 heads of 32, vocabulary 65). ");
@@ -566,10 +577,16 @@ from the defaults; measured by `cargo run --release --bin bench_matmul -- sweep`
     let mut figs = Vec::new();
     for f64_ in [false, true] {
         let ty = if f64_ { "f64" } else { "f32" };
-        let base = if f64_ { matmul::default_blocking::<f64>(kernel) } else { matmul::default_blocking::<f32>(kernel) }.map_err(|e| e.to_string())?;
-        let one = |b: Blocking, n: usize, rng: &mut Rng| if f64_ { sweep_one::<f64>(n, b, samples, rng) } else { sweep_one::<f32>(n, b, samples, rng) };
+        let base = if f64_ { matmul::default_blocking::<f64>(kernel) } else { matmul::default_blocking::<f32>(kernel) }
+            .map_err(|e| e.to_string())?;
+        let one = |b: Blocking, n: usize, rng: &mut Rng| {
+            if f64_ { sweep_one::<f64>(n, b, samples, rng) } else { sweep_one::<f32>(n, b, samples, rng) }
+        };
         let mut series = Vec::new();
-        out.push_str(&format!("**{ty}** (defaults MC = {}, KC = {}, NC = {}):\n\n| constant | value | n | GFLOP/s |\n|---|---|---|---|\n", base.mc, base.kc, base.nc));
+        out.push_str(&format!(
+            "**{ty}** (defaults MC = {}, KC = {}, NC = {}):\n\n| constant | value | n | GFLOP/s |\n|---|---|---|---|\n",
+            base.mc, base.kc, base.nc
+        ));
         let mut pts = Vec::new();
         for kc in [32, 64, 128, 192, 256, 384, 512, 768] {
             let g = one(Blocking { kc, ..base }, 1024, &mut rng);

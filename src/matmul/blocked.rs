@@ -9,21 +9,26 @@
 //!                   micro-kernel: C[ic+ir.., jc+jr..] (MR×NR) ← α·Ã·B̃ + β·C  ...... registers
 //! ```
 //!
-//! Everything here is safe code; the only `unsafe` lives behind the micro-kernel's safe signature.
+//! With several threads, loop 3's blocks are shared out (see [`gemm`]). Everything here is safe
+//! code; the only `unsafe` lives behind the micro-kernel's safe signature.
 
-use super::dispatch::{Blocking, ProductStats};
-use super::pack::{Operand, pack_a, pack_b};
 use super::Element;
+use super::dispatch::{Blocking, ProductStats};
 use super::kernels::MicroKernel;
+use super::pack::{Operand, pack_a, pack_b};
+use std::sync::Mutex;
 
-/// Products with fewer flops (2·m·n·k) than this run on one thread: below it, starting a second
-/// thread (tens of microseconds) costs more than it saves. Chosen from the benchmark's
-/// 1-versus-2-thread comparison (see the chapter).
-pub const PARALLEL_MIN_FLOPS: f64 = 4.0e6;
+/// Products with fewer flops (2·m·n·k) than this run on one thread. Starting and joining a
+/// scoped thread costs about 40–60 µs on this machine when the other core is free, so a second
+/// thread can only pay for products that take several times that on one thread: 2·10⁷ flops is
+/// about 270 µs at 75 GFLOP/s (a 215³ product). See the chapter's crossover table.
+pub const PARALLEL_MIN_FLOPS: f64 = 2.0e7;
 
 /// The largest register tile of any kernel (AVX-512 f32, 32×12): the size of the scratch tile
 /// edge tiles are computed into.
 pub const MAX_TILE: usize = 32 * 12;
+/// The most columns of any kernel's tile.
+pub const MAX_NR: usize = 12;
 
 /// Packing buffers of one thread, kept between products so they are allocated once.
 pub struct Workspace<T> {
@@ -68,6 +73,12 @@ pub(crate) struct Plan<T: 'static> {
 
 /// C ← α·op(A)·op(B) + β·C with op(A) m×k, op(B) k×n, C column-major m×n in `c` (shapes checked
 /// by the caller). Returns what was done.
+///
+/// With more than one thread, each (jc, pc) step packs B̃ once, on the calling thread, and then
+/// hands out the MC-row blocks of loop 3 from a shared queue: every thread (the caller included)
+/// takes the next block, packs its Ã into its own buffer and writes those rows of C. No block is
+/// assigned in advance, so if the machine is busy and a helper thread starts late, the caller
+/// simply does more of the blocks instead of waiting.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm<T: Element>(
     plan: Plan<T>,
@@ -88,40 +99,69 @@ pub(crate) fn gemm<T: Element>(
         scale(c, beta);
         return stats;
     }
+    let (mr, nr) = (mk.mr, mk.nr);
+    let kc_max = plan.blocking.kc.clamp(1, k);
+    let nc_max = plan.blocking.nc.clamp(1, n).next_multiple_of(nr);
+    let tuned_mc = plan.blocking.mc.clamp(1, m).next_multiple_of(mr);
     let flops = 2.0 * m as f64 * n as f64 * k as f64;
-    let panels = n.div_ceil(mk.nr);
-    let threads = if flops < plan.min_parallel_flops { 1 } else { plan.threads.clamp(1, panels) };
+    let wanted = if flops < plan.min_parallel_flops { 1 } else { plan.threads.max(1) };
+    // With several threads, cut the rows finer when the tuned MC would leave fewer than two
+    // blocks per thread (so a late thread can be covered for), but never below one tile.
+    let parallel_mc = tuned_mc.min(m.div_ceil(2 * wanted).next_multiple_of(mr));
+    let threads = wanted.min(m.div_ceil(parallel_mc));
+    let mc = if threads > 1 { parallel_mc } else { tuned_mc };
     stats.threads = threads;
     stats.tiles = T::with_workspaces(threads, |workspaces| {
-        if threads == 1 {
-            return serial(&mut workspaces[0], mk, plan.blocking, alpha, a, b, 0, beta, c, (m, n, k));
-        }
-        // Split C's columns into `threads` contiguous ranges of whole NR-panels; each thread packs
-        // its own Ã and B̃ and writes only its own columns, so no two threads share a mutable byte.
-        let mut jobs = Vec::with_capacity(threads);
-        let mut rest = c;
-        let mut j0 = 0;
-        for (t, ws) in workspaces.iter_mut().enumerate().take(threads) {
-            let take = (panels * (t + 1) / threads) * mk.nr;
-            let j1 = take.min(n);
-            let (mine, others) = rest.split_at_mut((j1 - j0) * m);
-            jobs.push((ws, j0, j1 - j0, mine));
-            rest = others;
-            j0 = j1;
-        }
-        std::thread::scope(|s| {
-            let mut jobs = jobs.into_iter();
-            let first = jobs.next();
-            let handles: Vec<_> = jobs
-                .map(|(ws, j0, nj, cj)| s.spawn(move || serial(ws, mk, plan.blocking, alpha, a, b, j0, beta, cj, (m, nj, k))))
-                .collect();
-            let mut tiles = first.map_or(0, |(ws, j0, nj, cj)| serial(ws, mk, plan.blocking, alpha, a, b, j0, beta, cj, (m, nj, k)));
-            for h in handles {
-                // A worker can only panic on an internal bug; re-raise it on the caller's thread.
-                tiles += h.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
+        let (main, helpers) = workspaces.split_first_mut().expect("at least one workspace");
+        let mut tiles = 0;
+        for jc in (0..n).step_by(nc_max) {
+            let nc = nc_max.min(n - jc);
+            for pc in (0..k).step_by(kc_max) {
+                let kc = kc_max.min(k - pc);
+                let (a_buf, b_buf) = main.buffers(mc * kc_max, kc_max * nc_max);
+                pack_b(b_buf, b, pc, kc, jc, nc, nr);
+                let step = Step {
+                    kernel: mk,
+                    alpha,
+                    // The first rank-kc update applies β; later ones add onto what it wrote.
+                    beta: if pc == 0 { beta } else { T::one() },
+                    a,
+                    pc,
+                    kc,
+                    nc,
+                    b_panel: b_buf,
+                };
+                let blocks = row_blocks(&mut c[jc * m..(jc + nc) * m], m, mc);
+                if threads == 1 {
+                    for mut block in blocks {
+                        tiles += step.run(a_buf, &mut block);
+                    }
+                } else {
+                    let queue = Mutex::new(blocks.into_iter());
+                    tiles += std::thread::scope(|s| {
+                        let (step, queue) = (&step, &queue);
+                        let spawned: Vec<_> = helpers
+                            .iter_mut()
+                            .take(threads - 1)
+                            .map(|ws| s.spawn(move || step.drain(queue, ws.buffers(mc * kc_max, 0).0)))
+                            .collect();
+                        let mut t = step.drain(queue, a_buf);
+                        // The queue is empty; helpers may still be finishing a block. Yield rather
+                        // than block while they do: a blocked thread's core may go to sleep, and
+                        // waking it (in a virtual machine especially) can take milliseconds.
+                        while !spawned.iter().all(|h| h.is_finished()) {
+                            std::thread::yield_now();
+                        }
+                        for h in spawned {
+                            // A helper can only panic on an internal bug; re-raise it here.
+                            t += h.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
+                        }
+                        t
+                    });
+                }
             }
-            tiles
-        })
+        }
+        tiles
     });
     stats
 }
@@ -135,63 +175,83 @@ fn scale<T: Element>(c: &mut [T], beta: T) {
     }
 }
 
-/// One thread's share: columns `jb..jb+n` of op(B) and all of `c` (m×n, column-major, ld = m).
-/// Returns the number of micro-kernel calls.
-#[allow(clippy::too_many_arguments)]
-fn serial<T: Element>(
-    ws: &mut Workspace<T>,
-    mk: MicroKernel<T>,
-    blocking: Blocking,
+/// Rows `ic..ic+rows` of every column of the current panel of C: the unit of work of loop 3.
+struct RowBlock<'c, T> {
+    ic: usize,
+    rows: usize,
+    columns: Vec<&'c mut [T]>,
+}
+
+/// Cuts the panel (whole columns of length m, one after the other) into blocks of `mc` rows:
+/// disjoint mutable pieces, so blocks can go to different threads.
+fn row_blocks<T>(panel: &mut [T], m: usize, mc: usize) -> Vec<RowBlock<'_, T>> {
+    let ncols = panel.len() / m;
+    let mut blocks: Vec<RowBlock<T>> =
+        (0..m.div_ceil(mc)).map(|q| RowBlock { ic: q * mc, rows: mc.min(m - q * mc), columns: Vec::with_capacity(ncols) }).collect();
+    for column in panel.chunks_exact_mut(m) {
+        for (block, piece) in blocks.iter_mut().zip(column.chunks_mut(mc)) {
+            block.columns.push(piece);
+        }
+    }
+    blocks
+}
+
+/// Everything loops 3 to 1 need for one (jc, pc) step, shared read-only by the threads.
+struct Step<'s, T: 'static> {
+    kernel: MicroKernel<T>,
     alpha: T,
-    a: Operand<T>,
-    b: Operand<T>,
-    jb: usize,
     beta: T,
-    c: &mut [T],
-    (m, n, k): (usize, usize, usize),
-) -> u64 {
-    let (mr, nr, ldc) = (mk.mr, mk.nr, m);
-    let kc_max = blocking.kc.clamp(1, k);
-    let mc_max = blocking.mc.clamp(1, m).next_multiple_of(mr);
-    let nc_max = blocking.nc.clamp(1, n).next_multiple_of(nr);
-    let (a_buf, b_buf) = ws.buffers(mc_max * kc_max, kc_max * nc_max);
-    let mut scratch = [T::zero(); MAX_TILE];
-    let mut tiles = 0u64;
-    for jc in (0..n).step_by(nc_max) {
-        let nc = nc_max.min(n - jc);
-        for pc in (0..k).step_by(kc_max) {
-            let kc = kc_max.min(k - pc);
-            pack_b(b_buf, b, pc, kc, jb + jc, nc, nr);
-            // The first rank-kc update applies β; later ones add onto what it wrote.
-            let beta_pc = if pc == 0 { beta } else { T::one() };
-            for ic in (0..m).step_by(mc_max) {
-                let mc = mc_max.min(m - ic);
-                pack_a(a_buf, a, ic, mc, pc, kc, mr);
-                for jr in (0..nc).step_by(nr) {
-                    let cols = nr.min(nc - jr);
-                    let b_sliver = &b_buf[jr * kc..(jr + nr) * kc];
-                    for ir in (0..mc).step_by(mr) {
-                        let rows = mr.min(mc - ir);
-                        let a_sliver = &a_buf[ir * kc..(ir + mr) * kc];
-                        let corner = (jc + jr) * ldc + ic + ir;
-                        if rows == mr && cols == nr {
-                            (mk.run)(kc, a_sliver, b_sliver, alpha, beta_pc, &mut c[corner..], ldc);
-                        } else {
-                            // An edge tile: compute the full tile into scratch, keep the part inside C.
-                            let tile = &mut scratch[..mr * nr];
-                            (mk.run)(kc, a_sliver, b_sliver, T::one(), T::zero(), tile, mr);
-                            for (j, t_col) in tile.chunks_exact(mr).take(cols).enumerate() {
-                                let c_col = &mut c[corner + j * ldc..corner + j * ldc + rows];
-                                for (c_ij, &t) in c_col.iter_mut().zip(t_col) {
-                                    *c_ij = if beta_pc == T::zero() { alpha * t } else { alpha * t + beta_pc * *c_ij };
-                                }
-                            }
-                        }
-                        tiles += 1;
-                    }
-                }
+    a: Operand<'s, T>,
+    pc: usize,
+    kc: usize,
+    nc: usize,
+    b_panel: &'s [T],
+}
+
+impl<T: Element> Step<'_, T> {
+    /// Takes blocks from the queue until it is empty; returns the micro-kernel calls made.
+    fn drain(&self, queue: &Mutex<std::vec::IntoIter<RowBlock<T>>>, a_buf: &mut [T]) -> u64 {
+        let mut tiles = 0;
+        loop {
+            // The lock is held only to take the next block; a poisoned lock still holds a valid
+            // iterator.
+            let next = queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner).next();
+            match next {
+                Some(mut block) => tiles += self.run(a_buf, &mut block),
+                None => return tiles,
             }
         }
     }
-    tiles
+
+    /// Loop 3's body for one block: pack its Ã, then loops 2 and 1 over the micro-kernel.
+    fn run(&self, a_buf: &mut [T], block: &mut RowBlock<T>) -> u64 {
+        let (mk, kc) = (self.kernel, self.kc);
+        let (mr, nr) = (mk.mr, mk.nr);
+        pack_a(a_buf, self.a, block.ic, block.rows, self.pc, kc, mr);
+        let mut scratch = [T::zero(); MAX_TILE];
+        let mut tiles = 0;
+        for jr in (0..self.nc).step_by(nr) {
+            let cols = nr.min(self.nc - jr);
+            let b_sliver = &self.b_panel[jr * kc..(jr + nr) * kc];
+            for ir in (0..block.rows).step_by(mr) {
+                let rows = mr.min(block.rows - ir);
+                let a_sliver = &a_buf[ir * kc..(ir + mr) * kc];
+                if rows == mr && cols == nr {
+                    (mk.run)(kc, a_sliver, b_sliver, self.alpha, self.beta, &mut block.columns[jr..jr + nr], ir);
+                } else {
+                    // An edge tile: compute the full tile into scratch, keep the part inside C.
+                    let mut pieces = scratch.chunks_exact_mut(mr);
+                    let mut tile: [&mut [T]; MAX_NR] = std::array::from_fn(|_| pieces.next().unwrap_or_default());
+                    (mk.run)(kc, a_sliver, b_sliver, T::one(), T::zero(), &mut tile[..nr], 0);
+                    for (c_col, t_col) in block.columns[jr..jr + cols].iter_mut().zip(&tile) {
+                        for (c_ij, &t) in c_col[ir..ir + rows].iter_mut().zip(t_col.iter()) {
+                            *c_ij = if self.beta == T::zero() { self.alpha * t } else { self.alpha * t + self.beta * *c_ij };
+                        }
+                    }
+                }
+                tiles += 1;
+            }
+        }
+        tiles
+    }
 }

@@ -51,9 +51,10 @@ impl Kernel {
     /// Parses a name as [`Kernel::name`] prints it (case-insensitive).
     pub fn from_name(name: &str) -> Result<Kernel> {
         let lower = name.trim().to_ascii_lowercase();
-        Kernel::ALL.into_iter().find(|k| k.name() == lower).ok_or_else(|| {
-            invalid("Kernel::from_name", "name", format!("expected one of scalar, avx2, avx512; got {name:?}"))
-        })
+        Kernel::ALL
+            .into_iter()
+            .find(|k| k.name() == lower)
+            .ok_or_else(|| invalid("Kernel::from_name", "name", format!("expected one of scalar, avx2, avx512; got {name:?}")))
     }
 
     /// Whether this CPU can run the kernel (asked once per process and remembered by the standard
@@ -130,7 +131,11 @@ pub fn parse_kernel_setting(value: Option<&str>) -> Result<Option<Kernel>> {
             if k.is_available() {
                 Ok(Some(k))
             } else {
-                Err(invalid("parse_kernel_setting", KERNEL_ENV, format!("{k} is not available on this CPU (available: {})", names(&available_kernels()))))
+                Err(invalid(
+                    "parse_kernel_setting",
+                    KERNEL_ENV,
+                    format!("{k} is not available on this CPU (available: {})", names(&available_kernels())),
+                ))
             }
         }
     }

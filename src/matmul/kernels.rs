@@ -20,9 +20,12 @@ use super::Element;
 use super::dispatch::{Blocking, Kernel};
 use super::scalar;
 
-/// One micro-kernel: `run(kc, Ã sliver, B̃ sliver, α, β, C tile, ldc)` computes
-/// C ← α·Ã·B̃ + β·C on an `mr`×`nr` tile (β = 0: C not read). `run` is a safe function that
-/// checks its slices and the CPU itself.
+/// The signature every micro-kernel has: `(kc, Ã sliver, B̃ sliver, α, β, columns of C, row)`.
+pub type TileFn<T> = fn(usize, &[T], &[T], T, T, &mut [&mut [T]], usize);
+
+/// One micro-kernel: `run(kc, Ã sliver, B̃ sliver, α, β, columns, row)` computes
+/// C ← α·Ã·B̃ + β·C on the `mr`×`nr` tile made of rows `row..row+mr` of the first `nr` column
+/// slices (β = 0: C not read). `run` is a safe function that checks its slices and the CPU itself.
 pub struct MicroKernel<T: 'static> {
     /// The family, reported in [`super::ProductStats`].
     pub kind: Kernel,
@@ -33,7 +36,7 @@ pub struct MicroKernel<T: 'static> {
     /// The cache blocking chosen for this kernel.
     pub blocking: Blocking,
     /// The tile update.
-    pub run: fn(usize, &[T], &[T], T, T, &mut [T], usize),
+    pub run: TileFn<T>,
 }
 
 impl<T> Clone for MicroKernel<T> {

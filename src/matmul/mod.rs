@@ -59,9 +59,7 @@ impl Op {
 /// The element types a product can be computed in: `f32` and `f64`.
 ///
 /// The trait is sealed; [`Element::gemm_unchecked`] is where a type picks its kernel.
-pub trait Element:
-    nalgebra::Scalar + Copy + Zero + One + ClosedAddAssign + ClosedMulAssign + Send + Sync + sealed::Sealed
-{
+pub trait Element: nalgebra::Scalar + Copy + Zero + One + ClosedAddAssign + ClosedMulAssign + Send + Sync + sealed::Sealed {
     /// C ← α·op(A)·op(B) + β·C, shapes already checked. β = 0 overwrites C (NaN in C is ignored).
     fn gemm_unchecked(alpha: Self, a: &DMatrix<Self>, ta: Op, b: &DMatrix<Self>, tb: Op, beta: Self, c: &mut DMatrix<Self>);
 }
@@ -184,6 +182,7 @@ fn check_shapes<T>(op: &'static str, a: &DMatrix<T>, ta: Op, b: &DMatrix<T>, tb:
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run<T: Element>(
     settings: Settings,
     alpha: T,
@@ -329,7 +328,13 @@ fn check_range(op: &'static str, arg: &'static str, r: &std::ops::Range<usize>, 
 /// The packed form Ã of rows `rows` and columns `depth` of op(A): ⌈rows/mr⌉ slivers one after the
 /// other, each `depth.len()` columns of `mr` values, zero-padded past the last row. This is what
 /// the micro-kernel reads; exposed so the chapter can print it.
-pub fn pack_a_block<T: Element>(a: &DMatrix<T>, ta: Op, rows: std::ops::Range<usize>, depth: std::ops::Range<usize>, mr: usize) -> Result<Vec<T>> {
+pub fn pack_a_block<T: Element>(
+    a: &DMatrix<T>,
+    ta: Op,
+    rows: std::ops::Range<usize>,
+    depth: std::ops::Range<usize>,
+    mr: usize,
+) -> Result<Vec<T>> {
     let (m, k) = ta.shape(a);
     check_range("pack_a_block", "rows", &rows, m)?;
     check_range("pack_a_block", "depth", &depth, k)?;
@@ -346,7 +351,13 @@ pub fn pack_a_block<T: Element>(a: &DMatrix<T>, ta: Op, rows: std::ops::Range<us
 
 /// The packed form B̃ of rows `depth` and columns `cols` of op(B): ⌈cols/nr⌉ slivers, each
 /// `depth.len()` rows of `nr` values, zero-padded past the last column.
-pub fn pack_b_panel<T: Element>(b: &DMatrix<T>, tb: Op, depth: std::ops::Range<usize>, cols: std::ops::Range<usize>, nr: usize) -> Result<Vec<T>> {
+pub fn pack_b_panel<T: Element>(
+    b: &DMatrix<T>,
+    tb: Op,
+    depth: std::ops::Range<usize>,
+    cols: std::ops::Range<usize>,
+    nr: usize,
+) -> Result<Vec<T>> {
     let (k, n) = tb.shape(b);
     check_range("pack_b_panel", "depth", &depth, k)?;
     check_range("pack_b_panel", "cols", &cols, n)?;
@@ -372,7 +383,8 @@ pub fn scalar_tile<T: Element>(kc: usize, a_sliver: &[T], b_sliver: &[T]) -> Res
         return Err(shape_error("scalar_tile", "b_sliver", format!("{} values (kc·NR)", kc * nr), format!("{}", b_sliver.len())));
     }
     let mut tile = DMatrix::zeros(mr, nr);
-    scalar::kernel(kc, a_sliver, b_sliver, T::one(), T::zero(), tile.as_mut_slice(), mr);
+    let mut columns: Vec<&mut [T]> = tile.as_mut_slice().chunks_exact_mut(mr).collect();
+    scalar::kernel(kc, a_sliver, b_sliver, T::one(), T::zero(), &mut columns, 0);
     Ok(tile)
 }
 

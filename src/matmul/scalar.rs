@@ -9,7 +9,7 @@
 //! C[i, j]   = α·acc[i][j] + β·C[i, j]     (β = 0: C[i, j] = α·acc[i][j], C is not read)
 //! ```
 //!
-//! C is column-major with leading dimension `ldc`: element (i, j) of the tile is `c[j·ldc + i]`.
+//! C arrives as NR column slices: element (i, j) of the tile is `c[j][row + i]`.
 
 use super::Element;
 
@@ -21,7 +21,7 @@ pub const NR: usize = 4;
 /// One MR×NR tile: `c ← α·Ã·B̃ + β·c` over depth `kc` (see the module documentation).
 ///
 /// Panics (an internal bug, never reachable from the public API) if a slice is too short.
-pub fn kernel<T: Element>(kc: usize, a: &[T], b: &[T], alpha: T, beta: T, c: &mut [T], ldc: usize) {
+pub fn kernel<T: Element>(kc: usize, a: &[T], b: &[T], alpha: T, beta: T, c: &mut [&mut [T]], row: usize) {
     let mut acc = [[T::zero(); MR]; NR];
     for (a_p, b_p) in a[..kc * MR].chunks_exact(MR).zip(b[..kc * NR].chunks_exact(NR)) {
         for (acc_j, &b_pj) in acc.iter_mut().zip(b_p) {
@@ -31,9 +31,8 @@ pub fn kernel<T: Element>(kc: usize, a: &[T], b: &[T], alpha: T, beta: T, c: &mu
             }
         }
     }
-    for (j, acc_j) in acc.iter().enumerate() {
-        let column = &mut c[j * ldc..j * ldc + MR];
-        for (c_ij, &s) in column.iter_mut().zip(acc_j) {
+    for (column, acc_j) in c[..NR].iter_mut().zip(&acc) {
+        for (c_ij, &s) in column[row..row + MR].iter_mut().zip(acc_j) {
             *c_ij = if beta == T::zero() { alpha * s } else { alpha * s + beta * *c_ij };
         }
     }

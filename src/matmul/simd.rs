@@ -4,8 +4,8 @@
 //! that checks, before anything else,
 //!
 //! 1. that the CPU has the instruction set (the standard library's cached feature detection), and
-//! 2. that every slice is long enough for the tile it stands for:
-//!    `a.len() ≥ kc·MR`, `b.len() ≥ kc·NR`, `ldc ≥ MR` and `c.len() ≥ (NR − 1)·ldc + MR`,
+//! 2. that every slice is long enough for the tile it stands for: `a.len() ≥ kc·MR`,
+//!    `b.len() ≥ kc·NR`, and NR columns of C each holding MR elements from row `row` on,
 //!
 //! and only then calls the `#[target_feature]` function that does the work through raw pointers.
 //! Those two checks are the whole safety argument: (1) makes executing the instructions defined
@@ -24,8 +24,6 @@
 //!         acc[j][r] = fma(a[r], b, acc[j][r])            (MV·NR fused multiply-adds)
 //! ```
 
-#![allow(unsafe_code)]
-
 use std::arch::x86_64::*;
 
 /// How many rank-1 steps ahead the micro-kernel prefetches its Ã sliver.
@@ -41,32 +39,36 @@ macro_rules! simd_kernel {
         fma = $fma:ident, mul = $mul:ident $(,)?
     ) => {
         $(#[$doc])*
-        pub(super) fn $name(kc: usize, a: &[$t], b: &[$t], alpha: $t, beta: $t, c: &mut [$t], ldc: usize) {
+        pub(super) fn $name(kc: usize, a: &[$t], b: &[$t], alpha: $t, beta: $t, c: &mut [&mut [$t]], row: usize) {
             const MR: usize = $mr;
             const _: () = assert!(MR % $lanes == 0, "MR must be a whole number of vectors");
             assert!($(std::arch::is_x86_feature_detected!($detect))&&+, "{} needs CPU features {:?}", stringify!($name), [$($detect),+]);
             assert!(a.len() >= kc * MR, "packed A sliver too short");
             assert!(b.len() >= kc * $nr, "packed B sliver too short");
-            assert!(ldc >= MR && c.len() >= ($nr - 1) * ldc + MR, "C tile out of bounds");
+            assert!(c.len() >= $nr, "fewer than NR columns of C");
+            // Slicing checks that each of the NR columns holds MR elements from `row` on.
+            let c_columns: [*mut $t; $nr] = std::array::from_fn(|j| c[j][row..row + MR].as_mut_ptr());
             // SAFETY: the CPU features the inner function is compiled for were detected just above,
-            // and the asserts above are exactly the bounds `$inner` documents as its precondition.
-            unsafe { $inner(kc, a.as_ptr(), b.as_ptr(), alpha, beta, c.as_mut_ptr(), ldc) }
+            // and the asserts and slicing above establish exactly the bounds `$inner` requires:
+            // kc·MR values of `a`, kc·NR values of `b`, MR writable values behind each column pointer
+            // (distinct `&mut` slices, so no two pointers alias).
+            unsafe { $inner(kc, a.as_ptr(), b.as_ptr(), alpha, beta, c_columns) }
         }
 
         /// # Safety
         ///
         /// The CPU must support the enabled features; `a` must be valid for `kc·MR` reads, `b`
-        /// for `kc·NR` reads, and `c` for reads and writes of MR consecutive elements at each of
-        /// the NR offsets `j·ldc`, `j < NR`.
+        /// for `kc·NR` reads, and each of the NR pointers in `c` for reads and writes of MR
+        /// consecutive elements, none overlapping another.
         #[target_feature(enable = $features)]
-        unsafe fn $inner(kc: usize, a: *const $t, b: *const $t, alpha: $t, beta: $t, c: *mut $t, ldc: usize) {
+        unsafe fn $inner(kc: usize, a: *const $t, b: *const $t, alpha: $t, beta: $t, c: [*mut $t; $nr]) {
             const MR: usize = $mr;
             const MV: usize = MR / $lanes;
             // Ask for the C tile now, so its cache lines arrive while the kc loop runs instead of
             // stalling the write-back at the end (C's columns are a whole leading dimension apart).
-            for j in 0..$nr {
+            for c_j in c {
                 for edge in [0, MR - 1] {
-                    _mm_prefetch::<_MM_HINT_T0>(c.wrapping_add(j * ldc + edge).cast::<i8>());
+                    _mm_prefetch::<_MM_HINT_T0>(c_j.wrapping_add(edge).cast::<i8>());
                 }
             }
             let mut acc: [[$v; MV]; $nr] = [[$zero(); MV]; $nr];
@@ -103,11 +105,11 @@ macro_rules! simd_kernel {
             }
             let alpha_v = $splat(alpha);
             let beta_v = $splat(beta);
-            for (j, acc_j) in acc.iter().enumerate() {
+            for (c_j, acc_j) in c.into_iter().zip(&acc) {
                 for (r, &acc_jr) in acc_j.iter().enumerate() {
-                    // SAFETY: j < NR and r·LANES + LANES ≤ MR: this is one of the MR consecutive
-                    // elements at offset j·ldc the caller guarantees readable and writable.
-                    let c_jr = unsafe { c.add(j * ldc + r * $lanes) };
+                    // SAFETY: r·LANES + LANES ≤ MR: these LANES elements are among the MR the
+                    // caller guarantees readable and writable behind c_j.
+                    let c_jr = unsafe { c_j.add(r * $lanes) };
                     let value = if beta == 0.0 {
                         // β = 0 overwrites: C is not read, so NaN or garbage in it cannot leak in.
                         $mul(alpha_v, acc_jr)
