@@ -156,7 +156,7 @@ pub fn worked() -> Result<Vec<Worked>> {
             "packed_blocks_fit_their_caches",
             DOC,
             "B̃ panel KC×NC×4 B, AVX2 f32 (L3 is 33554432 B)",
-            "4177920",
+            "1056768",
             fp.b_panel as f64,
         ),
         Worked::number(

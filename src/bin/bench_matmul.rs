@@ -553,64 +553,61 @@ fn figures(machine: &Machine, squares: &[Row]) -> Vec<(String, Figure)> {
 
 // ───────────────────────────── the sweep ─────────────────────────────
 
-fn sweep_one<T: Element + Float>(n: usize, blocking: Blocking, samples: usize, rng: &mut Rng) -> f64 {
+/// GFLOP/s (median) of each blocking in `variants` on an n×n×n product, all timed in turn sample
+/// by sample so that load from other programs falls on every variant alike.
+fn sweep_line<T: Element + Float>(n: usize, variants: &[Blocking], samples: usize, rng: &mut Rng) -> Vec<f64> {
     let a = rng.normal_matrix::<T>(n, n, 1.0);
     let b = rng.normal_matrix::<T>(n, n, 1.0);
-    let mut c = DMatrix::<T>::zeros(n, n);
-    let s = Settings { blocking: Some(blocking), threads: Some(1), ..Settings::default() };
-    let mut cs = vec![contender("ours", || {
-        gemm_with(s, T::one(), &a, Op::N, &b, Op::N, T::zero(), &mut c).expect("shapes");
-    })];
-    gflops(2.0 * (n * n * n) as f64, race(&mut cs, samples, 0.05)[0])
+    let mut cs: Vec<DMatrix<T>> = variants.iter().map(|_| DMatrix::<T>::zeros(n, n)).collect();
+    let mut contenders: Vec<Contender> = variants
+        .iter()
+        .zip(cs.iter_mut())
+        .map(|(&blocking, c)| {
+            let s = Settings { blocking: Some(blocking), threads: Some(1), ..Settings::default() };
+            let (a, b) = (&a, &b);
+            contender(format!("{blocking:?}"), move || {
+                gemm_with(s, T::one(), a, Op::N, b, Op::N, T::zero(), c).expect("shapes");
+            })
+        })
+        .collect();
+    let secs = race(&mut contenders, samples, 0.03);
+    secs.into_iter().map(|s| gflops(2.0 * (n * n * n) as f64, s)).collect()
 }
 
 fn run_sweep(samples: usize, write: bool) -> Result<(), String> {
     let kernel = matmul::best_kernel();
     let mut rng = Rng::new(99);
-    let mut out = format!(
-        "Single-threaded GFLOP/s (median of {samples}) of kernel `{kernel}` on square products, varying one constant at a time \
-from the defaults; measured by `cargo run --release --bin bench_matmul -- sweep` on {} while the machine was shared \
-(load average {}).\n\n",
-        cpu_name(),
-        load_average()
-    );
+    let load_before = load_average();
+    let mut out = String::new();
     let mut figs = Vec::new();
     for f64_ in [false, true] {
         let ty = if f64_ { "f64" } else { "f32" };
-        let base = if f64_ { matmul::default_blocking::<f64>(kernel) } else { matmul::default_blocking::<f32>(kernel) }
-            .map_err(|e| e.to_string())?;
-        let one = |b: Blocking, n: usize, rng: &mut Rng| {
-            if f64_ { sweep_one::<f64>(n, b, samples, rng) } else { sweep_one::<f32>(n, b, samples, rng) }
+        let base = if f64_ { matmul::default_blocking::<f64>(kernel) } else { matmul::default_blocking::<f32>(kernel) }.map_err(|e| e.to_string())?;
+        let line = |variants: &[Blocking], n: usize, rng: &mut Rng| {
+            if f64_ { sweep_line::<f64>(n, variants, samples, rng) } else { sweep_line::<f32>(n, variants, samples, rng) }
         };
-        let mut series = Vec::new();
         out.push_str(&format!(
-            "**{ty}** (defaults MC = {}, KC = {}, NC = {}):\n\n| constant | value | n | GFLOP/s |\n|---|---|---|---|\n",
+            "**{ty}** (defaults MC = {}, KC = {}, NC = {}):\n\n| constant | value | n | GFLOP/s | of the line's best |\n|---|---|---|---|---|\n",
             base.mc, base.kc, base.nc
         ));
-        let mut pts = Vec::new();
-        for kc in [32, 64, 128, 192, 256, 384, 512, 768] {
-            let g = one(Blocking { kc, ..base }, 1024, &mut rng);
-            out.push_str(&format!("| KC | {kc} | 1024 | {g:.1} |\n"));
-            println!("{ty} KC {kc}: {g:.1}");
-            pts.push((kc as f64, g));
+        let kcs = [32, 64, 128, 192, 256, 384, 512, 768];
+        let mcs = [24, 48, 72, 96, 144, 192, 288, 384, 576];
+        let ncs = [252, 510, 1020, 2040, 4080];
+        let mut series = Vec::new();
+        for (name, values, n, make) in [
+            ("KC", &kcs[..], 1024, &(|v: usize| Blocking { kc: v, ..base }) as &dyn Fn(usize) -> Blocking),
+            ("MC", &mcs[..], 1024, &|v: usize| Blocking { mc: v, ..base }),
+            ("NC", &ncs[..], 2048, &|v: usize| Blocking { nc: v, ..base }),
+        ] {
+            let variants: Vec<Blocking> = values.iter().map(|&v| make(v)).collect();
+            let g = line(&variants, n, &mut rng);
+            let best = g.iter().copied().fold(0.0, f64::max);
+            for (&v, &x) in values.iter().zip(&g) {
+                println!("{ty} {name} {v}: {x:.1}");
+                out.push_str(&format!("| {name} | {v} | {n} | {x:.1} | {:.0} % |\n", 100.0 * x / best));
+            }
+            series.push(Series::new(format!("{ty}: {name} (others at default), n = {n}"), values.iter().map(|&v| v as f64).zip(g).collect()));
         }
-        series.push(Series::new(format!("{ty}: KC (MC, NC at default), n = 1024"), pts));
-        let mut pts = Vec::new();
-        for mc in [24, 48, 72, 96, 144, 192, 288, 384, 576] {
-            let g = one(Blocking { mc, ..base }, 1024, &mut rng);
-            out.push_str(&format!("| MC | {mc} | 1024 | {g:.1} |\n"));
-            println!("{ty} MC {mc}: {g:.1}");
-            pts.push((mc as f64, g));
-        }
-        series.push(Series::new(format!("{ty}: MC (KC, NC at default), n = 1024"), pts));
-        let mut pts = Vec::new();
-        for nc in [192, 480, 960, 2040, 4080] {
-            let g = one(Blocking { nc, ..base }, 2048, &mut rng);
-            out.push_str(&format!("| NC | {nc} | 2048 | {g:.1} |\n"));
-            println!("{ty} NC {nc}: {g:.1}");
-            pts.push((nc as f64, g));
-        }
-        series.push(Series::new(format!("{ty}: NC (MC, KC at default), n = 2048"), pts));
         out.push('\n');
         figs.push((
             format!("ch10_sweep_{ty}"),
@@ -623,6 +620,15 @@ from the defaults; measured by `cargo run --release --bin bench_matmul -- sweep`
             }),
         ));
     }
+    let head = format!(
+        "Single-threaded GFLOP/s (median of {samples} samples) of kernel `{kernel}` on square products, varying one constant \
+at a time from the defaults, every value of a line timed in turn sample by sample; measured by \
+`cargo run --release --bin bench_matmul -- sweep` on {} while the machine was shared (load average {} before, {} after).\n\n",
+        cpu_name(),
+        load_before,
+        load_average()
+    );
+    let out = head + &out;
     println!("\n{out}");
     if write {
         replace_block(&chapter_path(), "sweep", &out)?;

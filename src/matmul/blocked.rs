@@ -100,8 +100,11 @@ pub(crate) fn gemm<T: Element>(
         return stats;
     }
     let (mr, nr) = (mk.mr, mk.nr);
-    let kc_max = plan.blocking.kc.clamp(1, k);
-    let nc_max = plan.blocking.nc.clamp(1, n).next_multiple_of(nr);
+    // Loops 4 and 5 cut k and n into equal pieces no larger than KC and NC (rounded up to whole
+    // slivers), so no step is left with a thin remainder: k = 300 with KC = 256 is two updates of
+    // 150, not 256 + 44.
+    let kc_max = balanced(k, plan.blocking.kc, 1);
+    let nc_max = balanced(n, plan.blocking.nc, nr);
     let tuned_mc = plan.blocking.mc.clamp(1, m).next_multiple_of(mr);
     let flops = 2.0 * m as f64 * n as f64 * k as f64;
     let wanted = if flops < plan.min_parallel_flops { 1 } else { plan.threads.max(1) };
@@ -164,6 +167,13 @@ pub(crate) fn gemm<T: Element>(
         tiles
     });
     stats
+}
+
+/// The size of each of the ⌈len/limit⌉ equal pieces that cover `len`, rounded up to a multiple of
+/// `unit` (the last piece may be smaller).
+fn balanced(len: usize, limit: usize, unit: usize) -> usize {
+    let pieces = len.div_ceil(limit.max(1));
+    len.div_ceil(pieces).next_multiple_of(unit)
 }
 
 /// C ← β·C, with β = 0 writing zeros (so NaN in C does not survive).

@@ -14,7 +14,7 @@
 //! - **MC** (L2): the MC×KC block Ã is re-read once per NR columns (loop 2), so it must stay in
 //!   L2.
 //! - **NC** (L3): the KC×NC panel B̃ is re-read once per MC rows (loop 3), so it must stay in L3
-//!   (shared by both cores, each of which packs its own panel).
+//!   (shared by both cores and, on this machine, by other jobs: the sweep preferred a 1 MiB panel).
 
 use super::Element;
 use super::dispatch::{Blocking, Kernel};
@@ -46,26 +46,27 @@ impl<T> Clone for MicroKernel<T> {
 }
 impl<T> Copy for MicroKernel<T> {}
 
-/// Portable kernel, both types: 4×4 tiles; blocking sized like the AVX2 f64 kernel's.
-pub const SCALAR_BLOCKING: Blocking = Blocking { mc: 128, kc: 256, nc: 4096 };
+/// Portable kernel, both types: 4×4 tiles; KC and MC as the AVX2 f32 kernel's, NC = 1032.
+pub const SCALAR_BLOCKING: Blocking = Blocking { mc: 128, kc: 256, nc: 1032 };
 
-/// AVX2 f32 (16×6 tile). KC = 256: the B̃ sliver is 256·6·4 B = 6 KiB and the Ã sliver 16 KiB,
-/// together inside the 32 KiB L1d. MC = 128: Ã is 128·256·4 B = 128 KiB, a quarter of the
-/// 512 KiB L2. NC = 4080 (a multiple of 6 and of 16): B̃ is at most 4 MiB of the 32 MiB L3.
-pub const AVX2_F32_BLOCKING: Blocking = Blocking { mc: 128, kc: 256, nc: 4080 };
+/// AVX2 f32 (16×6 tile). KC = 256: the reused B̃ sliver is 256·6·4 B = 6 KiB and the Ã sliver
+/// streaming past it 16 KiB, together inside the 32 KiB L1d. MC = 128: Ã is 128·256·4 B =
+/// 128 KiB, a quarter of the 512 KiB L2. NC = 1032: B̃ is 256·1032·4 B ≈ 1 MiB of the shared
+/// 32 MiB L3; the sweep found panels of about 1 MiB faster than 4 MiB ones on this shared machine.
+pub const AVX2_F32_BLOCKING: Blocking = Blocking { mc: 128, kc: 256, nc: 1032 };
 
 /// AVX2 f64 (8×6 tile). KC = 256: B̃ sliver 12 KiB, Ã sliver 16 KiB (L1d 32 KiB). MC = 96: Ã is
-/// 96·256·8 B = 192 KiB of L2. NC = 4080: B̃ at most 8 MiB of L3.
-pub const AVX2_F64_BLOCKING: Blocking = Blocking { mc: 96, kc: 256, nc: 4080 };
+/// 96·256·8 B = 192 KiB of L2. NC = 516: B̃ is 256·516·8 B ≈ 1 MiB of L3.
+pub const AVX2_F64_BLOCKING: Blocking = Blocking { mc: 96, kc: 256, nc: 516 };
 
 /// AVX-512 f32 (32×12 tile). Not measurable on this machine (no AVX-512): scaled from the AVX2
 /// choice by the same cache rules for a Zen 5 core (48 KiB L1d, 1 MiB L2). KC = 256: B̃ sliver
-/// 12 KiB, Ã sliver 32 KiB. MC = 192: Ã 192 KiB. NC = 4080.
-pub const AVX512_F32_BLOCKING: Blocking = Blocking { mc: 192, kc: 256, nc: 4080 };
+/// 12 KiB, Ã sliver 32 KiB. MC = 192: Ã 192 KiB. NC = 1032: B̃ ≈ 1 MiB.
+pub const AVX512_F32_BLOCKING: Blocking = Blocking { mc: 192, kc: 256, nc: 1032 };
 
 /// AVX-512 f64 (16×12 tile), unmeasured here like the f32 one. KC = 256: B̃ sliver 24 KiB,
-/// Ã sliver 32 KiB. MC = 96: Ã 192 KiB. NC = 4080.
-pub const AVX512_F64_BLOCKING: Blocking = Blocking { mc: 96, kc: 256, nc: 4080 };
+/// Ã sliver 32 KiB. MC = 96: Ã 192 KiB. NC = 516: B̃ ≈ 1 MiB.
+pub const AVX512_F64_BLOCKING: Blocking = Blocking { mc: 96, kc: 256, nc: 516 };
 
 fn scalar_kernel<T: Element>() -> MicroKernel<T> {
     MicroKernel { kind: Kernel::Scalar, mr: scalar::MR, nr: scalar::NR, blocking: SCALAR_BLOCKING, run: scalar::kernel::<T> }

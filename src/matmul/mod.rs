@@ -5,15 +5,17 @@
 //! [`crate::Error::Shape`] instead of panicking. Underneath (chapter 10,
 //! [`chapters/ch10_matmul.md`](../../chapters/ch10_matmul.md)) sits a BLIS-style product:
 //!
-//! - [`pack`](self) copies blocks of op(A) and op(B) into contiguous, zero-padded buffers in the
-//!   order the micro-kernel reads them (a transpose is only a swap of strides, paid for here);
+//! - packing copies blocks of op(A) and op(B) into contiguous, zero-padded buffers in the order
+//!   the micro-kernel reads them (a transpose is only a swap of strides, paid for here; see
+//!   [`pack_a_block`] and [`pack_b_panel`] to look at them);
 //! - the five loops around the micro-kernel keep each packed block in the cache level it was
 //!   sized for ([`Blocking`]);
 //! - a micro-kernel updates an MR×NR tile of C held in registers: a portable one (the
 //!   specification, [`Kernel::Scalar`]) and AVX2+FMA and AVX-512F ones, chosen once at run time
 //!   from what the CPU supports and forceable with [`with_kernel`], [`set_kernel`] or the
 //!   environment variable `LLM_WORKBOOK_KERNEL`;
-//! - large products split C's columns over two threads ([`default_threads`]).
+//! - large products share their blocks of rows between two threads ([`default_threads`],
+//!   [`PARALLEL_MIN_FLOPS`]).
 //!
 //! `unsafe` code exists only in the SIMD kernel module, behind safe functions that check the CPU
 //! and every slice bound before touching a pointer.
@@ -61,6 +63,9 @@ impl Op {
 /// The trait is sealed; [`Element::gemm_unchecked`] is where a type picks its kernel.
 pub trait Element: nalgebra::Scalar + Copy + Zero + One + ClosedAddAssign + ClosedMulAssign + Send + Sync + sealed::Sealed {
     /// C ← α·op(A)·op(B) + β·C, shapes already checked. β = 0 overwrites C (NaN in C is ignored).
+    ///
+    /// If the shapes do not agree this panics on a bounds check (never undefined behaviour);
+    /// [`gemm`] checks them and returns an error instead.
     fn gemm_unchecked(alpha: Self, a: &DMatrix<Self>, ta: Op, b: &DMatrix<Self>, tb: Op, beta: Self, c: &mut DMatrix<Self>);
 }
 
@@ -221,11 +226,11 @@ macro_rules! impl_element {
     ($t:ty) => {
         impl Element for $t {
             fn gemm_unchecked(alpha: $t, a: &DMatrix<$t>, ta: Op, b: &DMatrix<$t>, tb: Op, beta: $t, c: &mut DMatrix<$t>) {
-                // The active kernel is always available and the default blocking and thread count
-                // are valid, so `run` cannot fail here; a failure would be a bug worth a panic in
-                // tests, and leaves C untouched otherwise.
-                let done = run(Settings::default(), alpha, a, ta, b, tb, beta, c);
-                debug_assert!(done.is_ok(), "{done:?}");
+                // The active kernel is always available (every way of choosing it checks), and the
+                // default blocking and thread count are valid, so `run` cannot fail here.
+                if let Err(e) = run(Settings::default(), alpha, a, ta, b, tb, beta, c) {
+                    unreachable!("the default settings are always valid: {e}");
+                }
             }
         }
     };
