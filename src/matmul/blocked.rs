@@ -34,11 +34,13 @@ pub const MAX_NR: usize = 12;
 pub struct Workspace<T> {
     a: Vec<T>,
     b: Vec<T>,
+    /// Where edge tiles are computed before their part inside C is kept.
+    tile: Vec<T>,
 }
 
 impl<T> Default for Workspace<T> {
     fn default() -> Self {
-        Workspace { a: Vec::new(), b: Vec::new() }
+        Workspace { a: Vec::new(), b: Vec::new(), tile: Vec::new() }
     }
 }
 
@@ -49,16 +51,17 @@ fn line_offset<T>(v: &[T]) -> usize {
 }
 
 impl<T: Element> Workspace<T> {
-    /// Two cache-line-aligned buffers of at least `a_len` and `b_len` elements.
-    fn buffers(&mut self, a_len: usize, b_len: usize) -> (&mut [T], &mut [T]) {
+    /// Cache-line-aligned buffers of at least `a_len` and `b_len` elements for Ã and B̃, and the
+    /// scratch tile.
+    fn buffers(&mut self, a_len: usize, b_len: usize) -> (&mut [T], &mut [T], &mut [T]) {
         let slack = 64 / size_of::<T>();
-        for (v, len) in [(&mut self.a, a_len), (&mut self.b, b_len)] {
+        for (v, len) in [(&mut self.a, a_len), (&mut self.b, b_len), (&mut self.tile, MAX_TILE)] {
             if v.len() < len + slack {
                 *v = vec![T::zero(); len + slack];
             }
         }
-        let (oa, ob) = (line_offset(&self.a), line_offset(&self.b));
-        (&mut self.a[oa..oa + a_len], &mut self.b[ob..ob + b_len])
+        let (oa, ob, ot) = (line_offset(&self.a), line_offset(&self.b), line_offset(&self.tile));
+        (&mut self.a[oa..oa + a_len], &mut self.b[ob..ob + b_len], &mut self.tile[ot..ot + MAX_TILE])
     }
 }
 
@@ -121,7 +124,7 @@ pub(crate) fn gemm<T: Element>(
             let nc = nc_max.min(n - jc);
             for pc in (0..k).step_by(kc_max) {
                 let kc = kc_max.min(k - pc);
-                let (a_buf, b_buf) = main.buffers(mc * kc_max, kc_max * nc_max);
+                let (a_buf, b_buf, tile) = main.buffers(mc * kc_max, kc_max * nc_max);
                 pack_b(b_buf, b, pc, kc, jc, nc, nr);
                 let step = Step {
                     kernel: mk,
@@ -137,7 +140,7 @@ pub(crate) fn gemm<T: Element>(
                 let blocks = row_blocks(&mut c[jc * m..(jc + nc) * m], m, mc);
                 if threads == 1 {
                     for mut block in blocks {
-                        tiles += step.run(a_buf, &mut block);
+                        tiles += step.run(a_buf, tile, &mut block);
                     }
                 } else {
                     let queue = Mutex::new(blocks.into_iter());
@@ -146,9 +149,14 @@ pub(crate) fn gemm<T: Element>(
                         let spawned: Vec<_> = helpers
                             .iter_mut()
                             .take(threads - 1)
-                            .map(|ws| s.spawn(move || step.drain(queue, ws.buffers(mc * kc_max, 0).0)))
+                            .map(|ws| {
+                                s.spawn(move || {
+                                    let (a_buf, _, tile) = ws.buffers(mc * kc_max, 0);
+                                    step.drain(queue, a_buf, tile)
+                                })
+                            })
                             .collect();
-                        let mut t = step.drain(queue, a_buf);
+                        let mut t = step.drain(queue, a_buf, tile);
                         // The queue is empty; helpers may still be finishing a block. Yield rather
                         // than block while they do: a blocked thread's core may go to sleep, and
                         // waking it (in a virtual machine especially) can take milliseconds.
@@ -220,25 +228,24 @@ struct Step<'s, T: 'static> {
 
 impl<T: Element> Step<'_, T> {
     /// Takes blocks from the queue until it is empty; returns the micro-kernel calls made.
-    fn drain(&self, queue: &Mutex<std::vec::IntoIter<RowBlock<T>>>, a_buf: &mut [T]) -> u64 {
+    fn drain(&self, queue: &Mutex<std::vec::IntoIter<RowBlock<T>>>, a_buf: &mut [T], tile: &mut [T]) -> u64 {
         let mut tiles = 0;
         loop {
             // The lock is held only to take the next block; a poisoned lock still holds a valid
             // iterator.
             let next = queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner).next();
             match next {
-                Some(mut block) => tiles += self.run(a_buf, &mut block),
+                Some(mut block) => tiles += self.run(a_buf, tile, &mut block),
                 None => return tiles,
             }
         }
     }
 
     /// Loop 3's body for one block: pack its Ã, then loops 2 and 1 over the micro-kernel.
-    fn run(&self, a_buf: &mut [T], block: &mut RowBlock<T>) -> u64 {
+    fn run(&self, a_buf: &mut [T], scratch: &mut [T], block: &mut RowBlock<T>) -> u64 {
         let (mk, kc) = (self.kernel, self.kc);
         let (mr, nr) = (mk.mr, mk.nr);
         pack_a(a_buf, self.a, block.ic, block.rows, self.pc, kc, mr);
-        let mut scratch = [T::zero(); MAX_TILE];
         let mut tiles = 0;
         for jr in (0..self.nc).step_by(nr) {
             let cols = nr.min(self.nc - jr);
