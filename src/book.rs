@@ -17,6 +17,7 @@ pub fn chapters() -> Vec<Chapter> {
         crate::ch05_positions::CHAPTER,
         crate::ch06_attention::CHAPTER,
         crate::ch08_tokens::CHAPTER,
+        crate::ch10_matmul::CHAPTER,
     ]
 }
 

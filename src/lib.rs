@@ -64,6 +64,7 @@ pub mod ch04_xor;
 pub mod ch05_positions;
 pub mod ch06_attention;
 pub mod ch08_tokens;
+pub mod ch10_matmul;
 
 pub use error::{Error, Result};
 pub use float::Float;
