@@ -595,7 +595,7 @@ impl Chain {
 
     /// The cost over several training examples, C = (1/n) Σₖ Cₖ, and its gradient
     /// ∂C/∂w⁽ˡ⁾ = (1/n) Σₖ ∂Cₖ/∂w⁽ˡ⁾ (likewise for b). Errors on no examples or mismatched lengths.
-    pub fn average_gradients(&self, inputs: &[f64], ys: &[f64]) -> Result<(f64, ChainGrads)> {
+    pub fn average_gradients(&self, inputs: &[f64], ys: &[f64]) -> Result<ChainAverage> {
         if inputs.is_empty() {
             return Err(Error::Empty { op: "Chain::average_gradients", arg: "inputs" });
         }
@@ -607,20 +607,31 @@ impl Chain {
                 format!("{}", ys.len()),
             ));
         }
+        crate::float::ensure_finite_slice("Chain::average_gradients", "inputs", inputs)?;
+        crate::float::ensure_finite_slice("Chain::average_gradients", "ys", ys)?;
         let n = inputs.len() as f64;
-        let mut sum = ChainGrads { d_w: vec![0.0; self.depth()], d_b: vec![0.0; self.depth()], d_input: 0.0 };
-        let mut cost = 0.0;
+        let mut avg = ChainAverage { cost: 0.0, d_w: vec![0.0; self.depth()], d_b: vec![0.0; self.depth()] };
         for (&x, &y) in inputs.iter().zip(ys) {
             let g = self.gradients(x, y);
-            cost += self.cost(x, y) / n;
+            avg.cost += self.cost(x, y) / n;
             for l in 0..self.depth() {
-                sum.d_w[l] += g.d_w[l] / n;
-                sum.d_b[l] += g.d_b[l] / n;
+                avg.d_w[l] += g.d_w[l] / n;
+                avg.d_b[l] += g.d_b[l] / n;
             }
         }
-        sum.d_input = f64::NAN; // one input per example: no single ∂C/∂a⁽⁰⁾
-        Ok((cost, sum))
+        Ok(avg)
     }
+}
+
+/// The cost of a [`Chain`] averaged over training examples, and its gradient.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChainAverage {
+    /// C = (1/n) Σₖ Cₖ.
+    pub cost: f64,
+    /// ∂C/∂w⁽ˡ⁾ = (1/n) Σₖ ∂Cₖ/∂w⁽ˡ⁾ for l = 1 … L.
+    pub d_w: Vec<f64>,
+    /// ∂C/∂b⁽ˡ⁾ = (1/n) Σₖ ∂Cₖ/∂b⁽ˡ⁾ for l = 1 … L.
+    pub d_b: Vec<f64>,
 }
 
 /// ∂C₀/∂a⁽ᴸ⁾ = 2(a⁽ᴸ⁾ − y), the derivative of C₀ = (a⁽ᴸ⁾ − y)² (the document prints a z where the 2 belongs).
@@ -885,11 +896,14 @@ pub fn key_value_read(mlp: &Mlp<f64>, e: &DMatrix<f64>) -> Result<DMatrix<f64>> 
     if e.nrows() != 1 || e.ncols() != up.w.nrows() {
         return Err(shape_error("key_value_read", "e", format!("1×{}", up.w.nrows()), shape_of(e)));
     }
-    let f = up.activation.unwrap_or(Activation::Relu);
+    if down.activation.is_some() {
+        return Err(invalid("key_value_read", "mlp", "the second layer must be linear (no activation) to read as a memory"));
+    }
     let mut out = down.b.clone();
     for i in 0..up.w.ncols() {
         let score = (e * up.w.column(i))[(0, 0)] + up.b[(0, i)];
-        out += down.w.row(i) * f.apply(score);
+        let strength = up.activation.map_or(score, |f| f.apply(score));
+        out += down.w.row(i) * strength;
     }
     Ok(out)
 }
@@ -1029,7 +1043,15 @@ pub fn welch_capacity(d: usize, eps: f64) -> Option<u64> {
 /// an angle within `half_width_degrees` of 90°. The cosine t of their angle has density
 /// ∝ (1 − t²)^{(d−3)/2} on (−1, 1); the probability is integrated numerically (Simpson's rule,
 /// in the angle θ, where the density is ∝ sin^{d−2} θ and has no endpoint singularity).
+/// In d = 1 two unit vectors are parallel or opposite, so the probability is 0; a half-width of
+/// 90° or more covers every angle.
 pub fn near_orthogonal_probability(d: usize, half_width_degrees: f64) -> f64 {
+    if d < 2 || half_width_degrees.is_nan() || half_width_degrees <= 0.0 {
+        return 0.0;
+    }
+    if half_width_degrees >= 90.0 {
+        return 1.0;
+    }
     let k = d as f64 - 2.0;
     // ∫ sin^k θ dθ over [a, b] by Simpson's rule, in log space so sin^k never underflows badly.
     let integral = |a: f64, b: f64| {
@@ -1430,7 +1452,8 @@ pub fn walk(out: &mut Walk) -> Result<()> {
         out.scalar(&format!("∂C₀/∂w⁽{}⁾", sup(l)), grads.d_w[l - 1])?;
         out.scalar(&format!("∂C₀/∂b⁽{}⁾", sup(l)), grads.d_b[l - 1])?;
     }
-    let (cost, avg) = chain.average_gradients(&[0.6, -1.0, 2.0], &[0.2, 0.9, 0.5])?;
+    let avg = chain.average_gradients(&[0.6, -1.0, 2.0], &[0.2, 0.9, 0.5])?;
+    let cost = avg.cost;
     out.say("averaged over three examples (x, y) = (0.6, 0.2), (−1, 0.9), (2, 0.5):")?;
     out.scalar("C = (1/n) Σ Cₖ", cost)?;
     out.scalar("∂C/∂w⁽³⁾ = (1/n) Σ ∂Cₖ/∂w⁽³⁾", avg.d_w[2])?;
@@ -1486,7 +1509,20 @@ pub fn walk(out: &mut Walk) -> Result<()> {
         let cap = welch_capacity(d, eps).map_or("no limit from this bound".to_string(), with_commas);
         out.say(&format!("Welch: most vectors in d = {d} with every angle in 89°–91°: {cap}"))?;
     }
-    out.say("standard basis ∪ Hadamard basis in d = 4096: 8,192 vectors, every |cos| ≤ 1/64 (angles 89.10°–90.90°)")?;
+    let bases = two_bases(1024)?;
+    let c = coherence(&bases)?;
+    out.say(&format!(
+        "standard ∪ Hadamard basis, d = 1,024: {} vectors, largest |cos| measured {c:.5} (angles {:.2}°–{:.2}°)",
+        with_commas(bases.nrows() as u64),
+        c.acos().to_degrees(),
+        180.0 - c.acos().to_degrees()
+    ))?;
+    let c4096 = 1.0 / 4096f64.sqrt();
+    out.say(&format!(
+        "the same construction in d = 4,096: 8,192 vectors, largest |cos| 1/√4096 = {c4096:.5} (angles {:.2}°–{:.2}°)",
+        c4096.acos().to_degrees(),
+        180.0 - c4096.acos().to_degrees()
+    ))?;
     let p = pack_unit_vectors(PACK_N, PACK_D, PACK_STEPS, PACK_SEED)?;
     out.say(&format!("packing N = {} unit vectors in d = {} ({} steps):", p.n, p.d, PACK_STEPS))?;
     out.scalar("   largest |cos|, random start", p.start_coherence)?;

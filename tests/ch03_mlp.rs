@@ -502,8 +502,8 @@ fn gradient_has_one_weight_and_one_bias_for_each_layer_1_to_l() {
 fn cost_over_examples_averages_the_per_example_gradients() {
     let (chain, _, _) = chapter_chain();
     let (xs, ys) = ([0.6, -1.0, 2.0], [0.2, 0.9, 0.5]);
-    let (cost, g) = chain.average_gradients(&xs, &ys).unwrap();
-    assert!((cost - 0.071611889885656).abs() < 1e-15);
+    let g = chain.average_gradients(&xs, &ys).unwrap();
+    assert!((g.cost - 0.071611889885656).abs() < 1e-15);
     let want_w = [-0.005363883464360729, 0.0026540302747445443, -0.016575980600550575];
     let want_b = [0.0009084738169964655, -0.0048132115031812315, -0.011854251997756929];
     for l in 0..3 {
@@ -518,6 +518,7 @@ fn cost_over_examples_averages_the_per_example_gradients() {
     .assert_passed();
     assert!(matches!(chain.average_gradients(&[], &[]), Err(Error::Empty { .. })));
     assert!(matches!(chain.average_gradients(&[1.0], &[1.0, 2.0]), Err(Error::Shape { .. })));
+    assert!(matches!(chain.average_gradients(&[f64::NAN], &[1.0]), Err(Error::NonFinite { .. })));
 }
 
 #[test]
@@ -697,6 +698,8 @@ fn mlp_reads_as_an_unnormalised_key_value_memory() {
     assert!(((&nm * ball.transpose())[(0, 0)] - 0.5).abs() < 1e-14);
     assert!(((&nm * swim.transpose())[(0, 0)] - 0.5).abs() < 1e-14);
     assert!(matches!(key_value_read(&f.mlp, &DMatrix::zeros(1, 3)), Err(Error::Shape { .. })));
+    let two_activations = Mlp::<f64>::random(&[8, 2, 8], Activation::Relu, Some(Activation::Relu), 0.0, &mut Rng::new(1)).unwrap();
+    assert!(matches!(key_value_read(&two_activations, &e), Err(Error::InvalidValue { .. })));
     assert!(matches!(f.direction("LeBron"), Err(Error::InvalidValue { .. })));
 }
 
@@ -743,6 +746,8 @@ fn near_orthogonal_probability_known_values() {
     let d = 12_288.0;
     let approx = erf((d / 2.0f64).sqrt() * 1f64.to_radians().sin());
     assert!((near_orthogonal_probability(12_288, 1.0) - approx).abs() < 2e-3);
+    assert_eq!(near_orthogonal_probability(1, 1.0), 0.0);
+    assert_eq!(near_orthogonal_probability(50, 90.0), 1.0);
 }
 
 #[test]
