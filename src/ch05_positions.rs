@@ -264,7 +264,7 @@ pub const ERRATA: &[Erratum] = &[
     Erratum {
         document: DOC,
         section: "1.5 Position Encoding, the bullet under the formula",
-        printed: "sin is used for even positions and cos is used for odd positions",
+        printed: "sine for the even positions, cosine for the odd ones",
         correct: "sin fills the even dimensions (columns 2i) and cos the odd dimensions (2i + 1), at every position",
         why: "Every position gets both sines and cosines; the parity that chooses between them is that of the column index.",
         test: "tests/ch05_positions.rs::every_position_mixes_sines_and_cosines",
