@@ -6,9 +6,18 @@
 use crate::errata::Erratum;
 use crate::report::Chapter;
 
-/// All chapters in reading order.
+/// All chapters in reading order (one line each).
+#[rustfmt::skip]
 pub fn chapters() -> Vec<Chapter> {
-    vec![crate::ch01_logistic::CHAPTER, crate::ch03_mlp::CHAPTER, crate::ch05_positions::CHAPTER, crate::ch06_attention::CHAPTER]
+    vec![
+        crate::ch01_logistic::CHAPTER,
+        crate::ch02_softmax::CHAPTER,
+        crate::ch03_mlp::CHAPTER,
+        crate::ch04_xor::CHAPTER,
+        crate::ch05_positions::CHAPTER,
+        crate::ch06_attention::CHAPTER,
+        crate::ch08_tokens::CHAPTER,
+    ]
 }
 
 /// The chapter with this number, if it exists.
