@@ -110,3 +110,87 @@ impl Rng {
         DMatrix::from_row_slice(rows, cols, &v)
     }
 }
+
+// ───────────────────────── numpy's legacy Mersenne Twister ─────────────────────────
+
+/// Words in the Mersenne Twister's state.
+const MT_N: usize = 624;
+/// The middle offset of the twist.
+const MT_M: usize = 397;
+/// The twist's matrix A (its last row), as a 32-bit word.
+const MT_MATRIX_A: u32 = 0x9908_b0df;
+/// The top bit of a word, taken from the current word during the twist.
+const MT_UPPER_MASK: u32 = 0x8000_0000;
+/// The lower 31 bits, taken from the next word during the twist.
+const MT_LOWER_MASK: u32 = 0x7fff_ffff;
+/// The multiplier of the linear recurrence that spreads a 32-bit seed over the state (Knuth).
+const MT_INIT_MULTIPLIER: u32 = 1_812_433_253;
+
+/// MT19937, seeded and read the way numpy's legacy `np.random.seed(s)` / `np.random.rand` do, so
+/// worked examples that draw their weights from numpy can be reproduced without Python.
+///
+/// - Seeding: for an integer seed numpy's legacy `RandomState` calls the reference
+///   `init_genrand(s)` (not `init_by_array`): state₀ = s, stateᵢ = 1812433253·(stateᵢ₋₁ ⊕
+///   (stateᵢ₋₁ ≫ 30)) + i mod 2³². numpy accepts only 0 ≤ s < 2³², hence the `u32`.
+/// - Doubles: `rand` takes two 32-bit outputs a, b and returns ((a ≫ 5)·2²⁶ + (b ≫ 6)) / 2⁵³,
+///   53 random bits in [0, 1).
+/// - Matrices: `np.random.rand(r, c)` fills row by row (C order).
+///
+/// This is not the crate's own generator ([`Rng`] is); it exists to match another program's
+/// stream bit for bit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NumpyMt19937 {
+    state: [u32; MT_N],
+    index: usize,
+}
+
+impl NumpyMt19937 {
+    /// The generator after `np.random.seed(seed)`.
+    pub fn new(seed: u32) -> Self {
+        let mut state = [0u32; MT_N];
+        state[0] = seed;
+        for i in 1..MT_N {
+            let prev = state[i - 1];
+            state[i] = MT_INIT_MULTIPLIER.wrapping_mul(prev ^ (prev >> 30)).wrapping_add(i as u32);
+        }
+        // Index N means "twist before the next draw", as after numpy's seeding.
+        NumpyMt19937 { state, index: MT_N }
+    }
+
+    /// Regenerates all 624 words (the "twist").
+    fn twist(&mut self) {
+        for i in 0..MT_N {
+            let y = (self.state[i] & MT_UPPER_MASK) | (self.state[(i + 1) % MT_N] & MT_LOWER_MASK);
+            let mag = if y & 1 == 1 { MT_MATRIX_A } else { 0 };
+            self.state[i] = self.state[(i + MT_M) % MT_N] ^ (y >> 1) ^ mag;
+        }
+        self.index = 0;
+    }
+
+    /// The next tempered 32-bit output (`genrand_int32`).
+    pub fn next_u32(&mut self) -> u32 {
+        if self.index >= MT_N {
+            self.twist();
+        }
+        let mut y = self.state[self.index];
+        self.index += 1;
+        y ^= y >> 11;
+        y ^= (y << 7) & 0x9d2c_5680;
+        y ^= (y << 15) & 0xefc6_0000;
+        y ^= y >> 18;
+        y
+    }
+
+    /// The next double in [0, 1), as `np.random.rand()` makes it from two 32-bit outputs.
+    pub fn next_f64(&mut self) -> f64 {
+        let a = (self.next_u32() >> 5) as f64; // 27 bits
+        let b = (self.next_u32() >> 6) as f64; // 26 bits
+        (a * 67_108_864.0 + b) / 9_007_199_254_740_992.0 // (a·2²⁶ + b) / 2⁵³
+    }
+
+    /// `np.random.rand(rows, cols)`: a rows×cols matrix filled row by row.
+    pub fn rand_matrix<T: Float>(&mut self, rows: usize, cols: usize) -> DMatrix<T> {
+        let v: Vec<T> = (0..rows * cols).map(|_| T::of(self.next_f64())).collect();
+        DMatrix::from_row_slice(rows, cols, &v)
+    }
+}
