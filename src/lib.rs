@@ -33,6 +33,7 @@ pub mod snapshot;
 pub mod book;
 
 pub mod ch01_logistic;
+pub mod ch07_encoder_decoder;
 
 pub use error::{Error, Result};
 pub use float::Float;

@@ -1,0 +1,1822 @@
+//! Chapter 7: the encoder–decoder transformer and cross-attention, worked and trained.
+//!
+//! The encoder reads the source sequence with unmasked self-attention. The decoder reads the
+//! target shifted right behind a start token with causal self-attention, then asks the encoder
+//! output with **cross-attention**: queries Q = Y W_Q from the decoder, keys K = E W_K and values
+//! V = E W_V from the encoder output E, weights softmax(QKᵀ/√d_k) without a causal mask (a target
+//! position may look at every source position; the two lengths may differ). An output projection
+//! turns each decoder row into logits over the vocabulary; training minimises the cross-entropy of
+//! the next target token (teacher forcing) and decoding picks the argmax token by token until the
+//! end token.
+//!
+//! The prose is [`chapters/ch07_encoder_decoder.md`](../../chapters/ch07_encoder_decoder.md); the
+//! tests are `tests/ch07_encoder_decoder.rs`.
+//!
+//! Layout: the worked cells of document 003 (decoder self-attention drawn from numpy's generator,
+//! the encoder–decoder attention with its uniform weights), then the trainable parts as
+//! forward/backward pairs (attention between two sequences with its masks, LayerNorm, the
+//! feed-forward net, the encoder and decoder blocks, the output projection and loss), then the
+//! model, the digit-reversal task, training with Adam and greedy decoding, then `ERRATA`,
+//! `worked()`, `walk()`, `figures()`, `CHAPTER`.
+//!
+//! Conventions: a batch of B sequences padded to a common length T is a (B·T)×C matrix, sequence
+//! b in rows b·T … b·T + T − 1, its real tokens first; a [`Batch`] says how long each one really is.
+
+use crate::errata::Erratum;
+use crate::error::{Error, Result, invalid, shape_error, shape_of};
+use crate::float::{Float, ensure_finite};
+use crate::matmul::{matmul, matmul_nt, matmul_tn};
+use crate::optim::{Adam, AdamConfig};
+use crate::plot::{Figure, Heatmap, LineChart, Series};
+use crate::report::{Chapter, Walk, Worked};
+use crate::rng::{NumpyMt19937, Rng};
+use nalgebra::DMatrix;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// The document this chapter follows.
+pub const DOC: &str = "003_c14ec70d95c4a8c1.txt";
+
+// ───────────────────────────── the worked cells' inputs ─────────────────────────────
+
+/// The width of the walk-through's vectors, d_model = d_k = d_v = 4.
+pub const WORKED_WIDTH: usize = 4;
+
+/// Y + PE for "<start> de nada" exactly as the decoder cell types it (rounded to the printed
+/// decimals), one row per target token.
+pub const Y_PLUS_PE: [[f64; 4]; 3] = [[0.0, 1.0, 0.0, 1.0], [0.6415, 1.39995, 0.3001, 1.1], [1.4093, 0.8998, -0.3998, 1.3]];
+
+/// The seed the decoder cell passes to `np.random.seed` before drawing W_q, W_k, W_v, W_o.
+pub const NUMPY_SEED: u32 = 42;
+
+/// ε of both LayerNorm formulas in the cells.
+pub const WORKED_EPSILON: f64 = 1e-6;
+
+/// The encoder's final LayerNorm output as the encoder–decoder cell types it.
+pub const ENCODER_OUTPUT: [[f64; 4]; 3] = [
+    [-1.34164072, -0.44721357, 0.44721357, 1.34164072],
+    [-1.34164071, -0.44721357, 0.44721357, 1.34164071],
+    [-1.34164075, -0.44721358, 0.44721358, 1.34164075],
+];
+
+/// The decoder's LayerNorm output as the encoder–decoder cell types it (the decoder cell's
+/// printed result).
+pub const DECODER_OUTPUT: [[f64; 4]; 3] = [
+    [-0.46049196, -1.4140849, 0.81224991, 1.06232694],
+    [-0.46121408, -1.41736871, 0.85625689, 1.02232591],
+    [-0.46146504, -1.41536061, 0.83223948, 1.04458616],
+];
+
+/// The query weights the encoder–decoder cell uses (the same 0/1 matrix as the encoder's W_Q).
+pub const CROSS_W_Q: [[f64; 4]; 4] = [[1.0, 0.0, 0.0, 1.0], [0.0, 1.0, 1.0, 0.0], [0.0, 1.0, 0.0, 1.0], [1.0, 0.0, 1.0, 0.0]];
+/// The key weights of the encoder–decoder cell.
+pub const CROSS_W_K: [[f64; 4]; 4] = [[0.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 1.0], [1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 1.0]];
+/// The value weights of the encoder–decoder cell.
+pub const CROSS_W_V: [[f64; 4]; 4] = [[1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 1.0], [0.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 1.0]];
+
+/// What the encoder–decoder cell divides the scores by: √3, where the text says √d_k = √4.
+pub const CELL_SCORE_DIVISOR: f64 = 1.732_050_807_568_877_2; // √3
+/// The divisor the text states, √d_k with d_k = 4.
+pub const TEXT_SCORE_DIVISOR: f64 = 2.0;
+
+/// A fixed-size table as a matrix.
+pub fn table<const R: usize, const C: usize>(rows: &[[f64; C]; R]) -> DMatrix<f64> {
+    DMatrix::from_fn(R, C, |r, c| rows[r][c])
+}
+
+/// A number the way numpy prints it in an array at precision 8: fixed 8 decimals, trailing zeros
+/// dropped but the point kept (`-1.4140849`, `0.`).
+pub fn numpy_style(x: f64) -> String {
+    let s = crate::snapshot::fixed(x, 8);
+    let s = s.trim_end_matches('0');
+    s.to_string()
+}
+
+/// A matrix row in numpy's style, entries separated by single spaces.
+pub fn numpy_row(m: &DMatrix<f64>, r: usize) -> String {
+    (0..m.ncols()).map(|c| numpy_style(m[(r, c)])).collect::<Vec<_>>().join(" ")
+}
+
+// ───────────────────────────── small shared pieces ─────────────────────────────
+
+/// Row softmax of `scores` where `keep(i, j)` is false for masked entries, which get weight 0
+/// (their score is −∞). Max-subtracted, so no exponential overflows. A row with no kept entry is
+/// an error, never NaN.
+pub fn masked_softmax_rows<T: Float>(op: &'static str, scores: &DMatrix<T>, keep: impl Fn(usize, usize) -> bool) -> Result<DMatrix<T>> {
+    let mut out = DMatrix::zeros(scores.nrows(), scores.ncols());
+    for i in 0..scores.nrows() {
+        let mut max = T::neg_infinity();
+        for j in 0..scores.ncols() {
+            if keep(i, j) && scores[(i, j)] > max {
+                max = scores[(i, j)];
+            }
+        }
+        if max == T::neg_infinity() {
+            return Err(invalid(op, "mask", format!("row {i} masks every key, so its softmax is undefined")));
+        }
+        let mut sum = T::zero();
+        for j in 0..scores.ncols() {
+            if keep(i, j) {
+                let e = (scores[(i, j)] - max).exp();
+                out[(i, j)] = e;
+                sum += e;
+            }
+        }
+        for j in 0..scores.ncols() {
+            out[(i, j)] /= sum;
+        }
+    }
+    Ok(out)
+}
+
+/// How a LayerNorm divides by the spread of a row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Spread {
+    /// √(σ² + ε): the formula the document prints and its LayerNorm cell uses.
+    SqrtVariancePlusEpsilon,
+    /// σ + ε: what the decoder cell computes (`(x − mean)/(std + eps)`).
+    StdPlusEpsilon,
+}
+
+/// Each row normalised to mean 0 and spread 1, without γ and β (γ = 1, β = 0):
+/// (x − μ)/√(σ² + ε) or (x − μ)/(σ + ε), σ² the population variance of the row.
+pub fn normalise_rows(x: &DMatrix<f64>, epsilon: f64, spread: Spread) -> DMatrix<f64> {
+    let c = x.ncols() as f64;
+    let mut out = x.clone();
+    for r in 0..x.nrows() {
+        let mean = x.row(r).sum() / c;
+        let var = x.row(r).iter().map(|v| (v - mean).powi(2)).sum::<f64>() / c;
+        let denom = match spread {
+            Spread::SqrtVariancePlusEpsilon => (var + epsilon).sqrt(),
+            Spread::StdPlusEpsilon => var.sqrt() + epsilon,
+        };
+        for j in 0..x.ncols() {
+            out[(r, j)] = (x[(r, j)] - mean) / denom;
+        }
+    }
+    out
+}
+
+// ───────────────────────────── the decoder cell ─────────────────────────────
+
+/// The four 4×4 weight matrices the decoder cell draws, in its order: W_q, W_k, W_v, W_o, each
+/// `np.random.rand(4, 4)` after `np.random.seed(42)`.
+pub fn decoder_cell_weights() -> [DMatrix<f64>; 4] {
+    let mut g = NumpyMt19937::new(NUMPY_SEED);
+    let mut draw = || g.rand_matrix::<f64>(WORKED_WIDTH, WORKED_WIDTH);
+    [draw(), draw(), draw(), draw()]
+}
+
+/// Which computation to run for the decoder's self-attention walk-through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecoderReading {
+    /// Divide the scores by √d_k (the text: "the same as for the input stack"; the cell does not).
+    pub scale: bool,
+    /// Mask future positions (the text says the cell does; it does not).
+    pub causal: bool,
+    /// The LayerNorm formula.
+    pub spread: Spread,
+}
+
+impl DecoderReading {
+    /// What the cell computes: no scaling, no mask, (x − μ)/(σ + ε).
+    pub const CELL: DecoderReading = DecoderReading { scale: false, causal: false, spread: Spread::StdPlusEpsilon };
+    /// What the text describes: scaled by √d_k, causally masked, (x − μ)/√(σ² + ε).
+    pub const TEXT: DecoderReading = DecoderReading { scale: true, causal: true, spread: Spread::SqrtVariancePlusEpsilon };
+}
+
+/// The decoder walk-through's quantities.
+#[derive(Clone, Debug)]
+pub struct DecoderCell {
+    /// The 3×3 attention weights softmax(S), S = QKᵀ (÷√d_k when scaled).
+    pub weights: DMatrix<f64>,
+    /// A·V·W_o, the matrix the document labels the decoder's attention output.
+    pub output: DMatrix<f64>,
+    /// Its LayerNorm, the decoder output fed to the encoder–decoder attention.
+    pub normalised: DMatrix<f64>,
+}
+
+/// The decoder cell under a reading: Q = (Y + PE)W_q, K = (Y + PE)W_k, V = (Y + PE)W_v,
+/// A = softmax(QKᵀ[/√d_k], [causal]), output = A V W_o, then LayerNorm without γ, β.
+pub fn decoder_cell(reading: DecoderReading) -> Result<DecoderCell> {
+    let [w_q, w_k, w_v, w_o] = decoder_cell_weights();
+    let y = table(&Y_PLUS_PE);
+    let (q, k, v) = (matmul(&y, &w_q)?, matmul(&y, &w_k)?, matmul(&y, &w_v)?);
+    let mut scores = matmul_nt(&q, &k)?;
+    if reading.scale {
+        scores /= (WORKED_WIDTH as f64).sqrt();
+    }
+    let weights = masked_softmax_rows("decoder_cell", &scores, |i, j| !reading.causal || j <= i)?;
+    let output = matmul(&matmul(&weights, &v)?, &w_o)?;
+    let normalised = normalise_rows(&output, WORKED_EPSILON, reading.spread);
+    Ok(DecoderCell { weights, output, normalised })
+}
+
+// ───────────────────────────── the encoder–decoder cell ─────────────────────────────
+
+/// How a cell applies a weight matrix W to the rows of X.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Orientation {
+    /// X·W, as the text writes Q = LN(x_o) × W_Q.
+    AsWritten,
+    /// X·Wᵀ, as the cell computes it (`X.dot(W.T)`).
+    Transposed,
+}
+
+/// Which computation to run for the encoder–decoder attention walk-through.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CrossReading {
+    /// How the weights are applied.
+    pub orientation: Orientation,
+    /// What the scores are divided by.
+    pub divisor: f64,
+    /// Mask "future" source positions, as the text's step 4 says (cross-attention has no such mask).
+    pub causal: bool,
+}
+
+impl CrossReading {
+    /// What the cell computes: X·Wᵀ, scores ÷ √3, no mask.
+    pub const CELL: CrossReading = CrossReading { orientation: Orientation::Transposed, divisor: CELL_SCORE_DIVISOR, causal: false };
+    /// What the text describes: X·W, scores ÷ √4, "apply masking".
+    pub const TEXT: CrossReading = CrossReading { orientation: Orientation::AsWritten, divisor: TEXT_SCORE_DIVISOR, causal: true };
+    /// Cross-attention done right: X·W, ÷ √d_k, no mask.
+    pub const STANDARD: CrossReading = CrossReading { orientation: Orientation::AsWritten, divisor: TEXT_SCORE_DIVISOR, causal: false };
+}
+
+/// The encoder–decoder walk-through's quantities.
+#[derive(Clone, Debug)]
+pub struct CrossCell {
+    /// Scores QKᵀ/divisor, 3 target rows × 3 source columns.
+    pub scores: DMatrix<f64>,
+    /// Their row softmax.
+    pub weights: DMatrix<f64>,
+    /// weights · V.
+    pub output: DMatrix<f64>,
+}
+
+/// The encoder–decoder cell under a reading: Q from the decoder output, K and V from the encoder
+/// output, softmax of the divided scores, times V. Its inputs are the typed [`DECODER_OUTPUT`]
+/// and [`ENCODER_OUTPUT`].
+pub fn cross_cell(reading: CrossReading) -> Result<CrossCell> {
+    cross_cell_on(&table(&DECODER_OUTPUT), &table(&ENCODER_OUTPUT), reading)
+}
+
+/// [`cross_cell`] on any decoder and encoder outputs (widths 4, any lengths).
+pub fn cross_cell_on(decoder: &DMatrix<f64>, encoder: &DMatrix<f64>, reading: CrossReading) -> Result<CrossCell> {
+    if decoder.ncols() != WORKED_WIDTH || encoder.ncols() != WORKED_WIDTH {
+        return Err(shape_error("cross_cell", "decoder and encoder outputs", "4 columns each", format!("{} and {}", shape_of(decoder), shape_of(encoder))));
+    }
+    let apply = |x: &DMatrix<f64>, w: &[[f64; 4]; 4]| -> Result<DMatrix<f64>> {
+        let w = table(w);
+        match reading.orientation {
+            Orientation::AsWritten => matmul(x, &w),
+            Orientation::Transposed => matmul_nt(x, &w),
+        }
+    };
+    let q = apply(decoder, &CROSS_W_Q)?;
+    let k = apply(encoder, &CROSS_W_K)?;
+    let v = apply(encoder, &CROSS_W_V)?;
+    let scores = matmul_nt(&q, &k)? / reading.divisor;
+    let weights = masked_softmax_rows("cross_cell", &scores, |i, j| !reading.causal || j <= i)?;
+    let output = matmul(&weights, &v)?;
+    Ok(CrossCell { scores, weights, output })
+}
+
+// ───────────────────────────── batches and masks ─────────────────────────────
+
+/// B sequences padded to a common length T, stacked as B·T rows: sequence b's real tokens are
+/// rows b·T … b·T + lengths[b] − 1, the rest is padding that no real position may attend to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Batch {
+    /// T, the padded length.
+    pub len: usize,
+    /// The real length of each sequence (1 ≤ lengths[b] ≤ T).
+    pub lengths: Vec<usize>,
+}
+
+impl Batch {
+    /// A batch of padded length `len` with these real lengths; errors on an empty batch, a zero
+    /// length or a length above `len`.
+    pub fn new(len: usize, lengths: Vec<usize>) -> Result<Self> {
+        if lengths.is_empty() || len == 0 {
+            return Err(Error::Empty { op: "Batch::new", arg: "batch (no sequences or zero length)" });
+        }
+        if let Some(b) = lengths.iter().position(|&l| l == 0 || l > len) {
+            return Err(invalid("Batch::new", "lengths", format!("sequence {b} has length {}, outside 1..={len}", lengths[b])));
+        }
+        Ok(Batch { len, lengths })
+    }
+
+    /// Every sequence of the full length T.
+    pub fn full(sequences: usize, len: usize) -> Result<Self> {
+        Self::new(len, vec![len; sequences])
+    }
+
+    /// B.
+    pub fn sequences(&self) -> usize {
+        self.lengths.len()
+    }
+
+    /// B·T, the rows of a matrix holding this batch.
+    pub fn rows(&self) -> usize {
+        self.len * self.lengths.len()
+    }
+
+    fn check_rows<T>(&self, op: &'static str, arg: &'static str, x: &DMatrix<T>) -> Result<()> {
+        if x.nrows() != self.rows() {
+            return Err(shape_error(op, arg, format!("{} rows ({} sequences × length {})", self.rows(), self.sequences(), self.len), shape_of(x)));
+        }
+        Ok(())
+    }
+}
+
+// ───────────────────────────── attention between two sequences ─────────────────────────────
+
+/// The weights of one multi-head attention: W_Q, W_K, W_V (C×C, split column-wise into h heads of
+/// d_k = C/h) and W_O (C×C).
+#[derive(Clone, Debug, PartialEq)]
+pub struct AttentionWeights<T: Float> {
+    /// W_Q, applied to the query sequence.
+    pub w_q: DMatrix<T>,
+    /// W_K, applied to the key/value sequence.
+    pub w_k: DMatrix<T>,
+    /// W_V, applied to the key/value sequence.
+    pub w_v: DMatrix<T>,
+    /// W_O, mixing the concatenated heads.
+    pub w_o: DMatrix<T>,
+}
+
+impl<T: Float> AttentionWeights<T> {
+    /// N(0, 1/C) entries, so a product with a unit-variance row keeps unit variance.
+    pub fn random(width: usize, rng: &mut Rng) -> Self {
+        let std = 1.0 / (width as f64).sqrt();
+        AttentionWeights {
+            w_q: rng.normal_matrix(width, width, std),
+            w_k: rng.normal_matrix(width, width, std),
+            w_v: rng.normal_matrix(width, width, std),
+            w_o: rng.normal_matrix(width, width, std),
+        }
+    }
+
+    /// All zeros of the same shapes (a gradient accumulator).
+    pub fn zeros_like(&self) -> Self {
+        let z = |m: &DMatrix<T>| DMatrix::zeros(m.nrows(), m.ncols());
+        AttentionWeights { w_q: z(&self.w_q), w_k: z(&self.w_k), w_v: z(&self.w_v), w_o: z(&self.w_o) }
+    }
+
+    fn tensors(&self) -> Vec<&DMatrix<T>> {
+        vec![&self.w_q, &self.w_k, &self.w_v, &self.w_o]
+    }
+
+    fn tensors_mut(&mut self) -> Vec<&mut DMatrix<T>> {
+        vec![&mut self.w_q, &mut self.w_k, &mut self.w_v, &mut self.w_o]
+    }
+
+    fn check(&self, op: &'static str, width: usize, heads: usize) -> Result<()> {
+        if heads == 0 || !width.is_multiple_of(heads) {
+            return Err(invalid(op, "heads", format!("the width {width} must split into {heads} equal heads")));
+        }
+        for (arg, m) in [("W_Q", &self.w_q), ("W_K", &self.w_k), ("W_V", &self.w_v), ("W_O", &self.w_o)] {
+            if m.shape() != (width, width) {
+                return Err(shape_error(op, arg, format!("{width}×{width}"), shape_of(m)));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What the attention backward pass needs from the forward pass.
+#[derive(Clone, Debug)]
+pub struct AttentionCache<T: Float> {
+    xq: DMatrix<T>,
+    xkv: DMatrix<T>,
+    q: DMatrix<T>,
+    k: DMatrix<T>,
+    v: DMatrix<T>,
+    /// The attention weights, one Tq×Tk matrix per (sequence, head), sequence-major.
+    pub weights: Vec<DMatrix<T>>,
+    concat: DMatrix<T>,
+    q_batch: Batch,
+    kv_batch: Batch,
+    heads: usize,
+}
+
+/// The gradients of one attention.
+#[derive(Clone, Debug)]
+pub struct AttentionGrads<T: Float> {
+    /// ∂L/∂(query input).
+    pub d_xq: DMatrix<T>,
+    /// ∂L/∂(key/value input): for cross-attention, the gradient that flows into the encoder output.
+    pub d_xkv: DMatrix<T>,
+    /// ∂L/∂W_Q, ∂L/∂W_K, ∂L/∂W_V, ∂L/∂W_O.
+    pub d_w: AttentionWeights<T>,
+}
+
+/// Multi-head attention of a query sequence over a key/value sequence, per batch entry.
+///
+/// Q = X_q W_Q, K = X_kv W_K, V = X_kv W_V; for head h (columns h·d_k … of each) and sequence b,
+/// S = Q_bh K_bhᵀ/√d_k with key j masked (−∞) when j ≥ kv_lengths[b] (padding) or, if `causal`,
+/// when j > i; A = softmax(S) by rows; O_bh = A V_bh; the heads are concatenated and multiplied by
+/// W_O. Shapes: xq (B·T_q)×C, xkv (B·T_k)×C, result (B·T_q)×C.
+///
+/// Self-attention is `xq = xkv` (same batch); cross-attention is xq from the decoder and xkv the
+/// encoder output, with `causal = false` and T_q ≠ T_k allowed.
+pub fn attention_forward<T: Float>(
+    xq: &DMatrix<T>,
+    q_batch: &Batch,
+    xkv: &DMatrix<T>,
+    kv_batch: &Batch,
+    w: &AttentionWeights<T>,
+    heads: usize,
+    causal: bool,
+) -> Result<(DMatrix<T>, AttentionCache<T>)> {
+    const OP: &str = "attention_forward";
+    if xq.ncols() != xkv.ncols() {
+        return Err(shape_error(OP, "query and key/value widths", format!("{} columns in both", xq.ncols()), format!("{} and {}", shape_of(xq), shape_of(xkv))));
+    }
+    let width = xq.ncols();
+    w.check(OP, width, heads)?;
+    q_batch.check_rows(OP, "query input", xq)?;
+    kv_batch.check_rows(OP, "key/value input", xkv)?;
+    if q_batch.sequences() != kv_batch.sequences() {
+        return Err(shape_error(OP, "query and key/value batches", format!("{} sequences in both", q_batch.sequences()), format!("{}", kv_batch.sequences())));
+    }
+    ensure_finite(OP, "query input", xq)?;
+    ensure_finite(OP, "key/value input", xkv)?;
+    let q = matmul(xq, &w.w_q)?;
+    let k = matmul(xkv, &w.w_k)?;
+    let v = matmul(xkv, &w.w_v)?;
+    let d_k = width / heads;
+    let scale = T::of(1.0 / (d_k as f64).sqrt());
+    let (tq, tk) = (q_batch.len, kv_batch.len);
+    let mut concat = DMatrix::zeros(xq.nrows(), width);
+    let mut weights = Vec::with_capacity(q_batch.sequences() * heads);
+    for b in 0..q_batch.sequences() {
+        let kv_len = kv_batch.lengths[b];
+        for h in 0..heads {
+            let qb = q.view((b * tq, h * d_k), (tq, d_k)).into_owned();
+            let kb = k.view((b * tk, h * d_k), (tk, d_k)).into_owned();
+            let vb = v.view((b * tk, h * d_k), (tk, d_k)).into_owned();
+            let scores = matmul_nt(&qb, &kb)? * scale;
+            let a = masked_softmax_rows(OP, &scores, |i, j| j < kv_len && (!causal || j <= i))?;
+            let o = matmul(&a, &vb)?;
+            concat.view_mut((b * tq, h * d_k), (tq, d_k)).copy_from(&o);
+            weights.push(a);
+        }
+    }
+    let out = matmul(&concat, &w.w_o)?;
+    let cache = AttentionCache { xq: xq.clone(), xkv: xkv.clone(), q, k, v, weights, concat, q_batch: q_batch.clone(), kv_batch: kv_batch.clone(), heads };
+    Ok((out, cache))
+}
+
+/// Backward of [`attention_forward`]: from ∂L/∂out to the gradients of both inputs and all four
+/// weights.
+pub fn attention_backward<T: Float>(cache: &AttentionCache<T>, w: &AttentionWeights<T>, d_out: &DMatrix<T>) -> Result<AttentionGrads<T>> {
+    const OP: &str = "attention_backward";
+    if d_out.shape() != cache.concat.shape() {
+        return Err(shape_error(OP, "d_out", shape_of(&cache.concat), shape_of(d_out)));
+    }
+    let width = cache.xq.ncols();
+    let heads = cache.heads;
+    let d_k = width / heads;
+    let scale = T::of(1.0 / (d_k as f64).sqrt());
+    let (tq, tk) = (cache.q_batch.len, cache.kv_batch.len);
+    let d_w_o = matmul_tn(&cache.concat, d_out)?; //       out = concat·W_O  ⇒ ∂W_O = concatᵀ·∂out
+    let d_concat = matmul_nt(d_out, &w.w_o)?; //            ⇒ ∂concat = ∂out·W_Oᵀ
+    let mut d_q = DMatrix::zeros(cache.q.nrows(), width);
+    let mut d_k_all = DMatrix::zeros(cache.k.nrows(), width);
+    let mut d_v = DMatrix::zeros(cache.v.nrows(), width);
+    for b in 0..cache.q_batch.sequences() {
+        for h in 0..heads {
+            let a = &cache.weights[b * heads + h];
+            let qb = cache.q.view((b * tq, h * d_k), (tq, d_k)).into_owned();
+            let kb = cache.k.view((b * tk, h * d_k), (tk, d_k)).into_owned();
+            let vb = cache.v.view((b * tk, h * d_k), (tk, d_k)).into_owned();
+            let d_o = d_concat.view((b * tq, h * d_k), (tq, d_k)).into_owned();
+            let d_a = matmul_nt(&d_o, &vb)?; //                O = A·V ⇒ ∂A = ∂O·Vᵀ
+            let d_vb = matmul_tn(a, &d_o)?; //                        ⇒ ∂V = Aᵀ·∂O
+            // A = softmax(S) by rows ⇒ ∂S = A ⊙ (∂A − rowsum(∂A ⊙ A)); masked entries have A = 0.
+            let mut d_s = DMatrix::zeros(tq, tk);
+            for i in 0..tq {
+                let dot: T = (0..tk).map(|j| d_a[(i, j)] * a[(i, j)]).sum();
+                for j in 0..tk {
+                    d_s[(i, j)] = a[(i, j)] * (d_a[(i, j)] - dot) * scale; // S = QKᵀ·scale
+                }
+            }
+            let d_qb = matmul(&d_s, &kb)?; //                 ⇒ ∂Q = ∂S·K
+            let d_kb = matmul_tn(&d_s, &qb)?; //              ⇒ ∂K = ∂Sᵀ·Q
+            d_q.view_mut((b * tq, h * d_k), (tq, d_k)).copy_from(&d_qb);
+            d_k_all.view_mut((b * tk, h * d_k), (tk, d_k)).copy_from(&d_kb);
+            d_v.view_mut((b * tk, h * d_k), (tk, d_k)).copy_from(&d_vb);
+        }
+    }
+    let d_w_q = matmul_tn(&cache.xq, &d_q)?; //              Q = X_q·W_Q ⇒ ∂W_Q = X_qᵀ·∂Q
+    let d_w_k = matmul_tn(&cache.xkv, &d_k_all)?; //         K = X_kv·W_K ⇒ ∂W_K = X_kvᵀ·∂K
+    let d_w_v = matmul_tn(&cache.xkv, &d_v)?; //             V = X_kv·W_V ⇒ ∂W_V = X_kvᵀ·∂V
+    let d_xq = matmul_nt(&d_q, &w.w_q)?; //                  ⇒ ∂X_q = ∂Q·W_Qᵀ
+    let d_xkv = matmul_nt(&d_k_all, &w.w_k)? + matmul_nt(&d_v, &w.w_v)?; // X_kv feeds K and V
+    Ok(AttentionGrads { d_xq, d_xkv, d_w: AttentionWeights { w_q: d_w_q, w_k: d_w_k, w_v: d_w_v, w_o: d_w_o } })
+}
+
+/// Cross-attention: queries from the decoder rows `y`, keys and values from the encoder output
+/// `e`, no causal mask, padding of the source masked. Shapes: y (B·T_t)×C, e (B·T_s)×C.
+pub fn cross_attention_forward<T: Float>(
+    y: &DMatrix<T>,
+    y_batch: &Batch,
+    e: &DMatrix<T>,
+    e_batch: &Batch,
+    w: &AttentionWeights<T>,
+    heads: usize,
+) -> Result<(DMatrix<T>, AttentionCache<T>)> {
+    if y.ncols() != e.ncols() {
+        return Err(shape_error(
+            "cross_attention_forward",
+            "decoder and encoder widths",
+            format!("the decoder's width {} to equal the encoder's", y.ncols()),
+            format!("decoder {}, encoder {}", shape_of(y), shape_of(e)),
+        ));
+    }
+    attention_forward(y, y_batch, e, e_batch, w, heads, false)
+}
+
+// ───────────────────────────── LayerNorm and the feed-forward net ─────────────────────────────
+
+/// LayerNorm's parameters: γ and β, 1×C rows.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LayerNormWeights<T: Float> {
+    /// γ, the gain (starts at 1).
+    pub gamma: DMatrix<T>,
+    /// β, the shift (starts at 0).
+    pub beta: DMatrix<T>,
+}
+
+/// ε of the trainable model's LayerNorms.
+pub const LAYER_NORM_EPSILON: f64 = 1e-5;
+
+impl<T: Float> LayerNormWeights<T> {
+    /// γ = 1, β = 0.
+    pub fn new(width: usize) -> Self {
+        LayerNormWeights { gamma: DMatrix::from_element(1, width, T::one()), beta: DMatrix::zeros(1, width) }
+    }
+}
+
+/// What the LayerNorm backward pass needs.
+#[derive(Clone, Debug)]
+pub struct LayerNormCache<T: Float> {
+    x_hat: DMatrix<T>,
+    inv_std: Vec<T>,
+}
+
+/// y = γ ⊙ (x − μ)/√(σ² + ε) + β for every row (μ, σ² of that row). Shapes: x N×C, γ and β 1×C.
+pub fn layer_norm_forward<T: Float>(x: &DMatrix<T>, w: &LayerNormWeights<T>) -> Result<(DMatrix<T>, LayerNormCache<T>)> {
+    let c = x.ncols();
+    for (arg, m) in [("γ", &w.gamma), ("β", &w.beta)] {
+        if m.shape() != (1, c) {
+            return Err(shape_error("layer_norm_forward", arg, format!("1×{c}"), shape_of(m)));
+        }
+    }
+    let n = T::of(c as f64);
+    let eps = T::of(LAYER_NORM_EPSILON);
+    let mut x_hat = x.clone();
+    let mut inv_std = Vec::with_capacity(x.nrows());
+    for r in 0..x.nrows() {
+        let mean = x.row(r).iter().copied().sum::<T>() / n;
+        let var = x.row(r).iter().map(|&v| (v - mean) * (v - mean)).sum::<T>() / n;
+        let s = T::one() / (var + eps).sqrt();
+        for j in 0..c {
+            x_hat[(r, j)] = (x[(r, j)] - mean) * s;
+        }
+        inv_std.push(s);
+    }
+    let mut y = x_hat.clone();
+    for r in 0..y.nrows() {
+        for j in 0..c {
+            y[(r, j)] = y[(r, j)] * w.gamma[(0, j)] + w.beta[(0, j)];
+        }
+    }
+    Ok((y, LayerNormCache { x_hat, inv_std }))
+}
+
+/// Backward of [`layer_norm_forward`]: ∂γ = Σ_rows ∂y ⊙ x̂, ∂β = Σ_rows ∂y, and with g = ∂y ⊙ γ,
+/// ∂x = (g − mean(g) − x̂·mean(g ⊙ x̂))/√(σ² + ε) row by row.
+pub fn layer_norm_backward<T: Float>(cache: &LayerNormCache<T>, w: &LayerNormWeights<T>, d_y: &DMatrix<T>) -> Result<(DMatrix<T>, LayerNormWeights<T>)> {
+    if d_y.shape() != cache.x_hat.shape() {
+        return Err(shape_error("layer_norm_backward", "d_y", shape_of(&cache.x_hat), shape_of(d_y)));
+    }
+    let c = d_y.ncols();
+    let n = T::of(c as f64);
+    let mut d_gamma = DMatrix::zeros(1, c);
+    let mut d_beta = DMatrix::zeros(1, c);
+    let mut d_x = DMatrix::zeros(d_y.nrows(), c);
+    for r in 0..d_y.nrows() {
+        let mut mean_g = T::zero();
+        let mut mean_gx = T::zero();
+        for j in 0..c {
+            d_gamma[(0, j)] += d_y[(r, j)] * cache.x_hat[(r, j)]; // y = γ x̂ + β
+            d_beta[(0, j)] += d_y[(r, j)];
+            let g = d_y[(r, j)] * w.gamma[(0, j)];
+            mean_g += g;
+            mean_gx += g * cache.x_hat[(r, j)];
+        }
+        mean_g /= n;
+        mean_gx /= n;
+        for j in 0..c {
+            let g = d_y[(r, j)] * w.gamma[(0, j)];
+            d_x[(r, j)] = (g - mean_g - cache.x_hat[(r, j)] * mean_gx) * cache.inv_std[r]; // x̂ = (x − μ)/σ̃
+        }
+    }
+    Ok((d_x, LayerNormWeights { gamma: d_gamma, beta: d_beta }))
+}
+
+/// The position-wise feed-forward net's parameters: W₁ (C×F), b₁ (1×F), W₂ (F×C), b₂ (1×C).
+#[derive(Clone, Debug, PartialEq)]
+pub struct FeedForwardWeights<T: Float> {
+    /// W₁.
+    pub w1: DMatrix<T>,
+    /// b₁.
+    pub b1: DMatrix<T>,
+    /// W₂.
+    pub w2: DMatrix<T>,
+    /// b₂.
+    pub b2: DMatrix<T>,
+}
+
+impl<T: Float> FeedForwardWeights<T> {
+    /// He-style N(0, 2/C) for W₁ (it feeds a ReLU), N(0, 1/F) for W₂, zero biases.
+    pub fn random(width: usize, hidden: usize, rng: &mut Rng) -> Self {
+        FeedForwardWeights {
+            w1: rng.normal_matrix(width, hidden, (2.0 / width as f64).sqrt()),
+            b1: DMatrix::zeros(1, hidden),
+            w2: rng.normal_matrix(hidden, width, (1.0 / hidden as f64).sqrt()),
+            b2: DMatrix::zeros(1, width),
+        }
+    }
+}
+
+fn add_row<T: Float>(m: &mut DMatrix<T>, row: &DMatrix<T>) {
+    for r in 0..m.nrows() {
+        for c in 0..m.ncols() {
+            m[(r, c)] += row[(0, c)];
+        }
+    }
+}
+
+fn column_sums<T: Float>(m: &DMatrix<T>) -> DMatrix<T> {
+    DMatrix::from_fn(1, m.ncols(), |_, c| m.column(c).iter().copied().sum())
+}
+
+/// What the feed-forward backward pass needs.
+#[derive(Clone, Debug)]
+pub struct FeedForwardCache<T: Float> {
+    x: DMatrix<T>,
+    hidden: DMatrix<T>,
+}
+
+/// FFN(x) = max(0, xW₁ + b₁)W₂ + b₂, row by row. Shapes: x N×C, result N×C.
+pub fn feed_forward_forward<T: Float>(x: &DMatrix<T>, w: &FeedForwardWeights<T>) -> Result<(DMatrix<T>, FeedForwardCache<T>)> {
+    let mut z = matmul(x, &w.w1)?;
+    if w.b1.shape() != (1, z.ncols()) || w.b2.shape() != (1, w.w2.ncols()) {
+        return Err(shape_error("feed_forward_forward", "b₁ and b₂", format!("1×{} and 1×{}", z.ncols(), w.w2.ncols()), format!("{} and {}", shape_of(&w.b1), shape_of(&w.b2))));
+    }
+    add_row(&mut z, &w.b1);
+    let hidden = z.map(|v| v.max(T::zero()));
+    let mut y = matmul(&hidden, &w.w2)?;
+    add_row(&mut y, &w.b2);
+    Ok((y, FeedForwardCache { x: x.clone(), hidden }))
+}
+
+/// Backward of [`feed_forward_forward`].
+pub fn feed_forward_backward<T: Float>(cache: &FeedForwardCache<T>, w: &FeedForwardWeights<T>, d_y: &DMatrix<T>) -> Result<(DMatrix<T>, FeedForwardWeights<T>)> {
+    let d_w2 = matmul_tn(&cache.hidden, d_y)?; //           y = hW₂ + b₂ ⇒ ∂W₂ = hᵀ∂y
+    let d_b2 = column_sums(d_y); //                           ⇒ ∂b₂ = Σ_rows ∂y
+    let mut d_z = matmul_nt(d_y, &w.w2)?; //                  ⇒ ∂h = ∂y W₂ᵀ
+    d_z.zip_apply(&cache.hidden, |g, h| {
+        if h <= T::zero() {
+            *g = T::zero(); //                                h = max(0, z) ⇒ ∂z = ∂h·[z > 0]
+        }
+    });
+    let d_w1 = matmul_tn(&cache.x, &d_z)?; //               z = xW₁ + b₁ ⇒ ∂W₁ = xᵀ∂z
+    let d_b1 = column_sums(&d_z);
+    let d_x = matmul_nt(&d_z, &w.w1)?; //                     ⇒ ∂x = ∂z W₁ᵀ
+    Ok((d_x, FeedForwardWeights { w1: d_w1, b1: d_b1, w2: d_w2, b2: d_b2 }))
+}
+
+// ───────────────────────────── the encoder and decoder blocks ─────────────────────────────
+
+/// One encoder layer in the original (post-LN) order of document 003's figure:
+/// X₁ = LN₁(X + SelfAttention(X)), out = LN₂(X₁ + FFN(X₁)), the self-attention masking padding.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EncoderBlock<T: Float> {
+    /// The self-attention weights.
+    pub attention: AttentionWeights<T>,
+    /// The first LayerNorm.
+    pub norm1: LayerNormWeights<T>,
+    /// The feed-forward net.
+    pub ffn: FeedForwardWeights<T>,
+    /// The second LayerNorm.
+    pub norm2: LayerNormWeights<T>,
+}
+
+/// One decoder layer, post-LN: Y₁ = LN₁(Y + CausalSelfAttention(Y)),
+/// Y₂ = LN₂(Y₁ + CrossAttention(Y₁, E)), out = LN₃(Y₂ + FFN(Y₂)).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DecoderBlock<T: Float> {
+    /// The causal self-attention weights.
+    pub self_attention: AttentionWeights<T>,
+    /// LayerNorm after the self-attention.
+    pub norm1: LayerNormWeights<T>,
+    /// The cross-attention weights (queries from the decoder, keys and values from the encoder).
+    pub cross_attention: AttentionWeights<T>,
+    /// LayerNorm after the cross-attention.
+    pub norm2: LayerNormWeights<T>,
+    /// The feed-forward net.
+    pub ffn: FeedForwardWeights<T>,
+    /// LayerNorm after the feed-forward net.
+    pub norm3: LayerNormWeights<T>,
+}
+
+fn layer_norm_tensors<T: Float>(n: &LayerNormWeights<T>) -> [&DMatrix<T>; 2] {
+    [&n.gamma, &n.beta]
+}
+
+fn ffn_tensors<T: Float>(f: &FeedForwardWeights<T>) -> [&DMatrix<T>; 4] {
+    [&f.w1, &f.b1, &f.w2, &f.b2]
+}
+
+impl<T: Float> EncoderBlock<T> {
+    /// Random attention and FFN weights, γ = 1, β = 0.
+    pub fn random(width: usize, hidden: usize, rng: &mut Rng) -> Self {
+        EncoderBlock {
+            attention: AttentionWeights::random(width, rng),
+            norm1: LayerNormWeights::new(width),
+            ffn: FeedForwardWeights::random(width, hidden, rng),
+            norm2: LayerNormWeights::new(width),
+        }
+    }
+
+    /// Every tensor, in a fixed order (the order of [`EncoderBlock::tensors_mut`]).
+    pub fn tensors(&self) -> Vec<&DMatrix<T>> {
+        let mut v = self.attention.tensors();
+        v.extend(layer_norm_tensors(&self.norm1));
+        v.extend(ffn_tensors(&self.ffn));
+        v.extend(layer_norm_tensors(&self.norm2));
+        v
+    }
+
+    /// Every tensor, mutable, in the order of [`EncoderBlock::tensors`].
+    pub fn tensors_mut(&mut self) -> Vec<&mut DMatrix<T>> {
+        let mut v = self.attention.tensors_mut();
+        v.extend([&mut self.norm1.gamma, &mut self.norm1.beta]);
+        v.extend([&mut self.ffn.w1, &mut self.ffn.b1, &mut self.ffn.w2, &mut self.ffn.b2]);
+        v.extend([&mut self.norm2.gamma, &mut self.norm2.beta]);
+        v
+    }
+}
+
+impl<T: Float> DecoderBlock<T> {
+    /// Random attention and FFN weights, γ = 1, β = 0.
+    pub fn random(width: usize, hidden: usize, rng: &mut Rng) -> Self {
+        DecoderBlock {
+            self_attention: AttentionWeights::random(width, rng),
+            norm1: LayerNormWeights::new(width),
+            cross_attention: AttentionWeights::random(width, rng),
+            norm2: LayerNormWeights::new(width),
+            ffn: FeedForwardWeights::random(width, hidden, rng),
+            norm3: LayerNormWeights::new(width),
+        }
+    }
+
+    /// Every tensor, in a fixed order (the order of [`DecoderBlock::tensors_mut`]).
+    pub fn tensors(&self) -> Vec<&DMatrix<T>> {
+        let mut v = self.self_attention.tensors();
+        v.extend(layer_norm_tensors(&self.norm1));
+        v.extend(self.cross_attention.tensors());
+        v.extend(layer_norm_tensors(&self.norm2));
+        v.extend(ffn_tensors(&self.ffn));
+        v.extend(layer_norm_tensors(&self.norm3));
+        v
+    }
+
+    /// Every tensor, mutable, in the order of [`DecoderBlock::tensors`].
+    pub fn tensors_mut(&mut self) -> Vec<&mut DMatrix<T>> {
+        let mut v = self.self_attention.tensors_mut();
+        v.extend([&mut self.norm1.gamma, &mut self.norm1.beta]);
+        v.extend(self.cross_attention.tensors_mut());
+        v.extend([&mut self.norm2.gamma, &mut self.norm2.beta]);
+        v.extend([&mut self.ffn.w1, &mut self.ffn.b1, &mut self.ffn.w2, &mut self.ffn.b2]);
+        v.extend([&mut self.norm3.gamma, &mut self.norm3.beta]);
+        v
+    }
+}
+
+/// What the encoder block's backward pass needs.
+#[derive(Clone, Debug)]
+pub struct EncoderBlockCache<T: Float> {
+    attention: AttentionCache<T>,
+    norm1: LayerNormCache<T>,
+    ffn: FeedForwardCache<T>,
+    norm2: LayerNormCache<T>,
+}
+
+/// Forward pass of an [`EncoderBlock`] over a padded batch. Shapes: x (B·T)×C, result (B·T)×C.
+pub fn encoder_block_forward<T: Float>(x: &DMatrix<T>, batch: &Batch, block: &EncoderBlock<T>, heads: usize) -> Result<(DMatrix<T>, EncoderBlockCache<T>)> {
+    let (a, attention) = attention_forward(x, batch, x, batch, &block.attention, heads, false)?;
+    let (x1, norm1) = layer_norm_forward(&(x + a), &block.norm1)?;
+    let (f, ffn) = feed_forward_forward(&x1, &block.ffn)?;
+    let (out, norm2) = layer_norm_forward(&(&x1 + f), &block.norm2)?;
+    Ok((out, EncoderBlockCache { attention, norm1, ffn, norm2 }))
+}
+
+/// Backward of [`encoder_block_forward`]: ∂L/∂x and the gradient of every weight (as an
+/// [`EncoderBlock`] of gradients).
+pub fn encoder_block_backward<T: Float>(cache: &EncoderBlockCache<T>, block: &EncoderBlock<T>, d_out: &DMatrix<T>) -> Result<(DMatrix<T>, EncoderBlock<T>)> {
+    let (d_s2, norm2) = layer_norm_backward(&cache.norm2, &block.norm2, d_out)?; // out = LN₂(s₂)
+    let (d_x1_ffn, ffn) = feed_forward_backward(&cache.ffn, &block.ffn, &d_s2)?; // s₂ = X₁ + FFN(X₁)
+    let d_x1 = &d_s2 + d_x1_ffn;
+    let (d_s1, norm1) = layer_norm_backward(&cache.norm1, &block.norm1, &d_x1)?; // X₁ = LN₁(s₁)
+    let g = attention_backward(&cache.attention, &block.attention, &d_s1)?; // s₁ = X + Attn(X, X)
+    let d_x = d_s1 + g.d_xq + g.d_xkv;
+    Ok((d_x, EncoderBlock { attention: g.d_w, norm1, ffn, norm2 }))
+}
+
+/// What the decoder block's backward pass needs.
+#[derive(Clone, Debug)]
+pub struct DecoderBlockCache<T: Float> {
+    self_attention: AttentionCache<T>,
+    norm1: LayerNormCache<T>,
+    /// The cross-attention's cache; its `weights` are the cross-attention maps.
+    pub cross_attention: AttentionCache<T>,
+    norm2: LayerNormCache<T>,
+    ffn: FeedForwardCache<T>,
+    norm3: LayerNormCache<T>,
+}
+
+/// Forward pass of a [`DecoderBlock`]: y (B·T_t)×C the decoder stream, e (B·T_s)×C the encoder
+/// output. Result (B·T_t)×C.
+pub fn decoder_block_forward<T: Float>(
+    y: &DMatrix<T>,
+    y_batch: &Batch,
+    e: &DMatrix<T>,
+    e_batch: &Batch,
+    block: &DecoderBlock<T>,
+    heads: usize,
+) -> Result<(DMatrix<T>, DecoderBlockCache<T>)> {
+    let (a, self_attention) = attention_forward(y, y_batch, y, y_batch, &block.self_attention, heads, true)?;
+    let (y1, norm1) = layer_norm_forward(&(y + a), &block.norm1)?;
+    let (c, cross_attention) = cross_attention_forward(&y1, y_batch, e, e_batch, &block.cross_attention, heads)?;
+    let (y2, norm2) = layer_norm_forward(&(&y1 + c), &block.norm2)?;
+    let (f, ffn) = feed_forward_forward(&y2, &block.ffn)?;
+    let (out, norm3) = layer_norm_forward(&(&y2 + f), &block.norm3)?;
+    Ok((out, DecoderBlockCache { self_attention, norm1, cross_attention, norm2, ffn, norm3 }))
+}
+
+/// Backward of [`decoder_block_forward`]: (∂L/∂y, ∂L/∂e, the weights' gradients). ∂L/∂e is the
+/// gradient the cross-attention sends into the encoder output.
+pub fn decoder_block_backward<T: Float>(
+    cache: &DecoderBlockCache<T>,
+    block: &DecoderBlock<T>,
+    d_out: &DMatrix<T>,
+) -> Result<(DMatrix<T>, DMatrix<T>, DecoderBlock<T>)> {
+    let (d_s3, norm3) = layer_norm_backward(&cache.norm3, &block.norm3, d_out)?; // out = LN₃(s₃)
+    let (d_y2_ffn, ffn) = feed_forward_backward(&cache.ffn, &block.ffn, &d_s3)?; // s₃ = Y₂ + FFN(Y₂)
+    let d_y2 = &d_s3 + d_y2_ffn;
+    let (d_s2, norm2) = layer_norm_backward(&cache.norm2, &block.norm2, &d_y2)?; // Y₂ = LN₂(s₂)
+    let cross = attention_backward(&cache.cross_attention, &block.cross_attention, &d_s2)?; // s₂ = Y₁ + Cross(Y₁, E)
+    let d_y1 = &d_s2 + cross.d_xq;
+    let (d_s1, norm1) = layer_norm_backward(&cache.norm1, &block.norm1, &d_y1)?; // Y₁ = LN₁(s₁)
+    let selfa = attention_backward(&cache.self_attention, &block.self_attention, &d_s1)?; // s₁ = Y + Attn(Y, Y)
+    let d_y = d_s1 + selfa.d_xq + selfa.d_xkv;
+    let grads = DecoderBlock { self_attention: selfa.d_w, norm1, cross_attention: cross.d_w, norm2, ffn, norm3 };
+    Ok((d_y, cross.d_xkv, grads))
+}
+
+// ───────────────────────────── tokens, positions, the loss ─────────────────────────────
+
+/// PE(pos, 2i) = sin(pos/10000^{2i/d}), PE(pos, 2i + 1) = cos(pos/10000^{2i/d}) for positions
+/// 0 … n − 1 (chapter 5's encoding). d must be even.
+pub fn sinusoidal_positions<T: Float>(n: usize, d: usize) -> Result<DMatrix<T>> {
+    if d == 0 || !d.is_multiple_of(2) {
+        return Err(invalid("sinusoidal_positions", "d_model", format!("must be even and > 0, got {d}")));
+    }
+    Ok(DMatrix::from_fn(n, d, |pos, j| {
+        let angle = pos as f64 / 10_000f64.powf((j - j % 2) as f64 / d as f64);
+        T::of(if j % 2 == 0 { angle.sin() } else { angle.cos() })
+    }))
+}
+
+/// Cross-entropy of the rows of `logits` (N×V) against `labels` (one per row; `None` rows, the
+/// padding, are skipped), averaged over the labelled rows, from the logits by log-sum-exp;
+/// returns the loss and ∂L/∂logits = (softmax − one-hot)/N on labelled rows, 0 elsewhere.
+pub fn cross_entropy_from_logits<T: Float>(logits: &DMatrix<T>, labels: &[Option<usize>]) -> Result<(T, DMatrix<T>)> {
+    const OP: &str = "cross_entropy_from_logits";
+    if labels.len() != logits.nrows() {
+        return Err(shape_error(OP, "labels", format!("{} labels (one per row of logits)", logits.nrows()), format!("{}", labels.len())));
+    }
+    let n = labels.iter().flatten().count();
+    if n == 0 {
+        return Err(Error::Empty { op: OP, arg: "labels (every row is padding)" });
+    }
+    ensure_finite(OP, "logits", logits)?;
+    let inv_n = T::of(1.0 / n as f64);
+    let mut loss = T::zero();
+    let mut d = DMatrix::zeros(logits.nrows(), logits.ncols());
+    for (r, label) in labels.iter().enumerate() {
+        let Some(y) = *label else { continue };
+        if y >= logits.ncols() {
+            return Err(invalid(OP, "labels", format!("row {r} has class {y}, but there are {} classes", logits.ncols())));
+        }
+        let max = logits.row(r).iter().copied().fold(T::neg_infinity(), T::max);
+        let sum: T = logits.row(r).iter().map(|&z| (z - max).exp()).sum();
+        let log_z = max + sum.ln();
+        loss += (log_z - logits[(r, y)]) * inv_n; // −ln softmax(z)_y = ln Σ e^{z} − z_y
+        for c in 0..logits.ncols() {
+            let p = (logits[(r, c)] - log_z).exp();
+            d[(r, c)] = (p - if c == y { T::one() } else { T::zero() }) * inv_n;
+        }
+    }
+    Ok((loss, d))
+}
+
+// ───────────────────────────── the model ─────────────────────────────
+
+/// The shape of an encoder–decoder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModelConfig {
+    /// Tokens in the vocabulary (source and target share it).
+    pub vocab: usize,
+    /// C = d_model, the width of every row.
+    pub width: usize,
+    /// Attention heads (must divide the width).
+    pub heads: usize,
+    /// The feed-forward net's hidden width F.
+    pub hidden: usize,
+    /// Encoder layers.
+    pub encoder_layers: usize,
+    /// Decoder layers.
+    pub decoder_layers: usize,
+    /// The most positions either stream may hold (the source; the start token plus the target).
+    pub max_len: usize,
+}
+
+impl ModelConfig {
+    fn check(&self) -> Result<()> {
+        const OP: &str = "EncoderDecoder::new";
+        if self.vocab == 0 || self.width == 0 || self.hidden == 0 || self.max_len == 0 || self.encoder_layers == 0 || self.decoder_layers == 0 {
+            return Err(invalid(OP, "config", format!("every size must be positive: {self:?}")));
+        }
+        if self.heads == 0 || !self.width.is_multiple_of(self.heads) || !self.width.is_multiple_of(2) {
+            return Err(invalid(OP, "width and heads", format!("the width {} must be even and split into {} heads", self.width, self.heads)));
+        }
+        Ok(())
+    }
+}
+
+/// A transformer encoder–decoder: token embeddings plus sinusoidal positions on both sides, a
+/// stack of [`EncoderBlock`]s, a stack of [`DecoderBlock`]s that cross-attend to the last encoder
+/// output, and an output projection to logits over the vocabulary, logits = Y W_out + b_out.
+///
+/// The same type holds gradients (same shapes), so optimisers pair tensors by position.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EncoderDecoder<T: Float> {
+    /// The shape.
+    pub config: ModelConfig,
+    /// Source token embeddings, V×C.
+    pub source_embedding: DMatrix<T>,
+    /// Target token embeddings, V×C.
+    pub target_embedding: DMatrix<T>,
+    /// The encoder layers.
+    pub encoder: Vec<EncoderBlock<T>>,
+    /// The decoder layers.
+    pub decoder: Vec<DecoderBlock<T>>,
+    /// W_out, C×V.
+    pub w_out: DMatrix<T>,
+    /// b_out, 1×V.
+    pub b_out: DMatrix<T>,
+}
+
+/// Everything a forward pass over a batch keeps for the backward pass.
+#[derive(Clone, Debug)]
+pub struct ForwardCache<T: Float> {
+    source: Vec<Vec<usize>>,
+    target_in: Vec<Vec<usize>>,
+    source_batch: Batch,
+    target_batch: Batch,
+    encoder: Vec<EncoderBlockCache<T>>,
+    /// The decoder layers' caches (their cross-attention weights included).
+    pub decoder: Vec<DecoderBlockCache<T>>,
+    decoder_out: DMatrix<T>,
+}
+
+/// The gradients and loss of one batch.
+#[derive(Clone, Debug)]
+pub struct Gradients<T: Float> {
+    /// The mean cross-entropy over the real target positions.
+    pub loss: T,
+    /// ∂loss/∂(every tensor), in an [`EncoderDecoder`] of the model's shapes.
+    pub grads: EncoderDecoder<T>,
+}
+
+impl<T: Float> EncoderDecoder<T> {
+    /// A model with random weights from `seed`: embeddings N(0, 1), attention N(0, 1/C), FFN
+    /// He-style, W_out N(0, 1/C), LayerNorm γ = 1, β = 0, biases 0.
+    pub fn new(config: ModelConfig, seed: u64) -> Result<Self> {
+        config.check()?;
+        let mut rng = Rng::new(seed);
+        let (v, c) = (config.vocab, config.width);
+        Ok(EncoderDecoder {
+            config,
+            source_embedding: rng.normal_matrix(v, c, 1.0),
+            target_embedding: rng.normal_matrix(v, c, 1.0),
+            encoder: (0..config.encoder_layers).map(|_| EncoderBlock::random(c, config.hidden, &mut rng)).collect(),
+            decoder: (0..config.decoder_layers).map(|_| DecoderBlock::random(c, config.hidden, &mut rng)).collect(),
+            w_out: rng.normal_matrix(c, v, 1.0 / (c as f64).sqrt()),
+            b_out: DMatrix::zeros(1, v),
+        })
+    }
+
+    /// Every tensor in a fixed order: embeddings, encoder layers, decoder layers, W_out, b_out.
+    pub fn tensors(&self) -> Vec<&DMatrix<T>> {
+        let mut v = vec![&self.source_embedding, &self.target_embedding];
+        for b in &self.encoder {
+            v.extend(b.tensors());
+        }
+        for b in &self.decoder {
+            v.extend(b.tensors());
+        }
+        v.extend([&self.w_out, &self.b_out]);
+        v
+    }
+
+    /// Every tensor, mutable, in the order of [`EncoderDecoder::tensors`].
+    pub fn tensors_mut(&mut self) -> Vec<&mut DMatrix<T>> {
+        let mut v = vec![&mut self.source_embedding, &mut self.target_embedding];
+        for b in &mut self.encoder {
+            v.extend(b.tensors_mut());
+        }
+        for b in &mut self.decoder {
+            v.extend(b.tensors_mut());
+        }
+        v.extend([&mut self.w_out, &mut self.b_out]);
+        v
+    }
+
+    /// The number of trainable numbers.
+    pub fn parameter_count(&self) -> usize {
+        self.tensors().iter().map(|m| m.len()).sum()
+    }
+
+    /// A copy with every tensor replaced, in the order of [`EncoderDecoder::tensors`] (shapes
+    /// must match). For gradient checks and for loading.
+    pub fn with_tensors(&self, tensors: &[DMatrix<T>]) -> Result<Self> {
+        let mut out = self.clone();
+        let n = out.tensors().len();
+        if tensors.len() != n {
+            return Err(invalid("EncoderDecoder::with_tensors", "tensors", format!("expected {n} tensors, got {}", tensors.len())));
+        }
+        for (i, (slot, t)) in out.tensors_mut().into_iter().zip(tensors).enumerate() {
+            if slot.shape() != t.shape() {
+                return Err(shape_error("EncoderDecoder::with_tensors", "tensor", format!("tensor {i} of {}", shape_of(slot)), shape_of(t)));
+            }
+            slot.copy_from(t);
+        }
+        Ok(out)
+    }
+
+    /// All zeros, the shapes of this model (a gradient accumulator).
+    pub fn zeros_like(&self) -> Self {
+        let mut z = self.clone();
+        for t in z.tensors_mut() {
+            t.fill(T::zero());
+        }
+        z
+    }
+
+    fn check_tokens(&self, op: &'static str, arg: &'static str, seqs: &[Vec<usize>]) -> Result<Batch> {
+        if seqs.is_empty() {
+            return Err(Error::Empty { op, arg });
+        }
+        for (b, s) in seqs.iter().enumerate() {
+            if s.is_empty() {
+                return Err(invalid(op, arg, format!("sequence {b} is empty")));
+            }
+            if s.len() > self.config.max_len {
+                return Err(invalid(op, arg, format!("sequence {b} has {} positions, more than the model's maximum {}", s.len(), self.config.max_len)));
+            }
+            if let Some(&t) = s.iter().find(|&&t| t >= self.config.vocab) {
+                return Err(invalid(op, arg, format!("sequence {b} holds token id {t}, outside the vocabulary 0..{}", self.config.vocab)));
+            }
+        }
+        let len = seqs.iter().map(|s| s.len()).max().unwrap_or(1);
+        Batch::new(len, seqs.iter().map(|s| s.len()).collect())
+    }
+
+    /// Rows E[token] + PE[position]; padding rows (past a sequence's end) are zero.
+    fn embed(&self, table: &DMatrix<T>, seqs: &[Vec<usize>], batch: &Batch) -> Result<DMatrix<T>> {
+        let c = self.config.width;
+        let pe = sinusoidal_positions::<T>(batch.len, c)?;
+        let mut x = DMatrix::zeros(batch.rows(), c);
+        for (b, s) in seqs.iter().enumerate() {
+            for (p, &t) in s.iter().enumerate() {
+                for j in 0..c {
+                    x[(b * batch.len + p, j)] = table[(t, j)] + pe[(p, j)];
+                }
+            }
+        }
+        Ok(x)
+    }
+
+    fn embed_backward(d_table: &mut DMatrix<T>, seqs: &[Vec<usize>], batch: &Batch, d_x: &DMatrix<T>) {
+        for (b, s) in seqs.iter().enumerate() {
+            for (p, &t) in s.iter().enumerate() {
+                for j in 0..d_table.ncols() {
+                    d_table[(t, j)] += d_x[(b * batch.len + p, j)];
+                }
+            }
+        }
+    }
+
+    /// Runs the encoder over the source sequences: the encoder output ((B·T_s)×C), its batch and
+    /// the layer caches.
+    pub fn encode(&self, source: &[Vec<usize>]) -> Result<(DMatrix<T>, Batch, Vec<EncoderBlockCache<T>>)> {
+        let batch = self.check_tokens("EncoderDecoder::encode", "source", source)?;
+        let mut x = self.embed(&self.source_embedding, source, &batch)?;
+        let mut caches = Vec::with_capacity(self.encoder.len());
+        for block in &self.encoder {
+            let (out, cache) = encoder_block_forward(&x, &batch, block, self.config.heads)?;
+            x = out;
+            caches.push(cache);
+        }
+        Ok((x, batch, caches))
+    }
+
+    /// Logits ((B·T_t)×V) for every position of the decoder inputs (start token first), given an
+    /// encoder output; also the forward cache.
+    pub fn forward(&self, source: &[Vec<usize>], target_in: &[Vec<usize>]) -> Result<(DMatrix<T>, ForwardCache<T>)> {
+        const OP: &str = "EncoderDecoder::forward";
+        let (e, source_batch, encoder) = self.encode(source)?;
+        let target_batch = self.check_tokens(OP, "target", target_in)?;
+        if target_in.len() != source.len() {
+            return Err(shape_error(OP, "source and target batches", format!("{} target sequences", source.len()), format!("{}", target_in.len())));
+        }
+        let mut y = self.embed(&self.target_embedding, target_in, &target_batch)?;
+        let mut decoder = Vec::with_capacity(self.decoder.len());
+        for block in &self.decoder {
+            let (out, cache) = decoder_block_forward(&y, &target_batch, &e, &source_batch, block, self.config.heads)?;
+            y = out;
+            decoder.push(cache);
+        }
+        let mut logits = matmul(&y, &self.w_out)?;
+        add_row(&mut logits, &self.b_out);
+        let cache = ForwardCache { source: source.to_vec(), target_in: target_in.to_vec(), source_batch, target_batch, encoder, decoder, decoder_out: y };
+        Ok((logits, cache))
+    }
+
+    /// Teacher forcing: the decoder reads `target_in` = [start, t₁, …, t_n] and is scored on
+    /// predicting `labels` = [t₁, …, t_n, end] position by position (the two must have equal
+    /// lengths per sequence). Returns the mean cross-entropy over all real positions and the
+    /// gradient of every tensor.
+    pub fn loss_and_gradients(&self, source: &[Vec<usize>], target_in: &[Vec<usize>], labels: &[Vec<usize>]) -> Result<Gradients<T>> {
+        const OP: &str = "EncoderDecoder::loss_and_gradients";
+        let (logits, cache) = self.forward(source, target_in)?;
+        if labels.len() != target_in.len() || labels.iter().zip(target_in).any(|(l, t)| l.len() != t.len()) {
+            return Err(shape_error(OP, "labels", "one label per decoder input position", format!("{} label sequences for {} inputs, or unequal lengths", labels.len(), target_in.len())));
+        }
+        let tb = &cache.target_batch;
+        let mut row_labels = vec![None; tb.rows()];
+        for (b, l) in labels.iter().enumerate() {
+            for (p, &t) in l.iter().enumerate() {
+                row_labels[b * tb.len + p] = Some(t);
+            }
+        }
+        let (loss, d_logits) = cross_entropy_from_logits(&logits, &row_labels)?;
+        let grads = self.backward(&cache, &d_logits)?;
+        Ok(Gradients { loss, grads })
+    }
+
+    /// The backward pass from ∂L/∂logits to every tensor.
+    pub fn backward(&self, cache: &ForwardCache<T>, d_logits: &DMatrix<T>) -> Result<EncoderDecoder<T>> {
+        let mut g = self.zeros_like();
+        g.w_out = matmul_tn(&cache.decoder_out, d_logits)?; // logits = Y W_out + b_out
+        g.b_out = column_sums(d_logits);
+        let mut d_y = matmul_nt(d_logits, &self.w_out)?;
+        let mut d_e = DMatrix::zeros(cache.source_batch.rows(), self.config.width);
+        for (i, block) in self.decoder.iter().enumerate().rev() {
+            let (dy, de, gb) = decoder_block_backward(&cache.decoder[i], block, &d_y)?;
+            d_y = dy;
+            d_e += de; // every decoder layer reads the same encoder output
+            g.decoder[i] = gb;
+        }
+        Self::embed_backward(&mut g.target_embedding, &cache.target_in, &cache.target_batch, &d_y);
+        for (i, block) in self.encoder.iter().enumerate().rev() {
+            let (dx, gb) = encoder_block_backward(&cache.encoder[i], block, &d_e)?;
+            d_e = dx;
+            g.encoder[i] = gb;
+        }
+        Self::embed_backward(&mut g.source_embedding, &cache.source, &cache.source_batch, &d_e);
+        Ok(g)
+    }
+
+    /// Greedy decoding: encode each source once, then start from [start] and append the argmax
+    /// token until `end` or until the decoder input reaches the model's maximum length. Returns
+    /// each output without the start and end tokens.
+    pub fn greedy_decode(&self, source: &[Vec<usize>], start: usize, end: usize) -> Result<Vec<Vec<usize>>> {
+        const OP: &str = "EncoderDecoder::greedy_decode";
+        for (arg, t) in [("start token", start), ("end token", end)] {
+            if t >= self.config.vocab {
+                return Err(invalid(OP, arg, format!("{t} is outside the vocabulary 0..{}", self.config.vocab)));
+            }
+        }
+        let (e, source_batch, _) = self.encode(source)?;
+        let mut inputs: Vec<Vec<usize>> = vec![vec![start]; source.len()];
+        let mut done = vec![false; source.len()];
+        while inputs[0].len() < self.config.max_len && done.iter().any(|d| !d) {
+            let batch = Batch::full(source.len(), inputs[0].len())?;
+            let mut y = self.embed(&self.target_embedding, &inputs, &batch)?;
+            for block in &self.decoder {
+                y = decoder_block_forward(&y, &batch, &e, &source_batch, block, self.config.heads)?.0;
+            }
+            let last = DMatrix::from_fn(source.len(), self.config.width, |b, j| y[(b * batch.len + batch.len - 1, j)]);
+            let mut logits = matmul(&last, &self.w_out)?;
+            add_row(&mut logits, &self.b_out);
+            for (b, input) in inputs.iter_mut().enumerate() {
+                let next = argmax(logits.row(b).iter().copied());
+                input.push(next); // finished sequences keep growing in lock-step; cut below
+                if next == end {
+                    done[b] = true;
+                }
+            }
+        }
+        Ok(inputs
+            .into_iter()
+            .map(|s| {
+                let body = &s[1..];
+                body.iter().position(|&t| t == end).map_or(body.to_vec(), |p| body[..p].to_vec())
+            })
+            .collect())
+    }
+}
+
+fn argmax<T: Float>(values: impl Iterator<Item = T>) -> usize {
+    let mut best = (0, T::neg_infinity());
+    for (i, v) in values.enumerate() {
+        if v > best.1 {
+            best = (i, v);
+        }
+    }
+    best.0
+}
+
+// ───────────────────────────── the task: reversing digit strings ─────────────────────────────
+
+/// Token ids 0–9 are the digits.
+pub const DIGITS: usize = 10;
+/// The padding token (never fed to a real position; padded rows are masked).
+pub const PAD: usize = 10;
+/// The start token the decoder input begins with.
+pub const START: usize = 11;
+/// The end token the decoder must emit after the last digit.
+pub const END: usize = 12;
+/// The vocabulary: ten digits, pad, start, end.
+pub const VOCAB: usize = 13;
+
+/// Reverse a string of decimal digits whose length is drawn uniformly from `min_len..=max_len`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReversalTask {
+    /// The shortest source.
+    pub min_len: usize,
+    /// The longest source.
+    pub max_len: usize,
+}
+
+impl ReversalTask {
+    /// How many different sources exist: Σ_{L=min}^{max} 10^L.
+    pub fn possible_sequences(&self) -> f64 {
+        (self.min_len..=self.max_len).map(|l| 10f64.powi(l as i32)).sum()
+    }
+
+    /// One source: a length, then that many digits.
+    pub fn sample(&self, rng: &mut Rng) -> Vec<usize> {
+        let len = self.min_len + rng.below(self.max_len - self.min_len + 1);
+        (0..len).map(|_| rng.below(DIGITS)).collect()
+    }
+
+    /// The correct output for a source: its digits in reverse order.
+    pub fn target(source: &[usize]) -> Vec<usize> {
+        source.iter().rev().copied().collect()
+    }
+
+    /// `count` distinct sources from `seed`: the held-out set.
+    pub fn held_out(&self, count: usize, seed: u64) -> Result<Vec<Vec<usize>>> {
+        if (count as f64) > self.possible_sequences() / 2.0 {
+            return Err(invalid("ReversalTask::held_out", "count", format!("{count} is more than half of the {} possible sources", self.possible_sequences())));
+        }
+        let mut rng = Rng::new(seed);
+        let mut seen = HashSet::new();
+        let mut out = Vec::with_capacity(count);
+        while out.len() < count {
+            let s = self.sample(&mut rng);
+            if seen.insert(s.clone()) {
+                out.push(s);
+            }
+        }
+        Ok(out)
+    }
+
+    /// A training batch of sources, none of them in `exclude` (the held-out set), so training and
+    /// evaluation are disjoint by construction.
+    pub fn training_batch(&self, rng: &mut Rng, size: usize, exclude: &HashSet<Vec<usize>>) -> Vec<Vec<usize>> {
+        let mut out = Vec::with_capacity(size);
+        while out.len() < size {
+            let s = self.sample(rng);
+            if !exclude.contains(&s) {
+                out.push(s);
+            }
+        }
+        out
+    }
+}
+
+/// Teacher forcing for a batch of sources: decoder inputs [start, reversed…] and labels
+/// [reversed…, end], each one longer than its source.
+pub fn teacher_forcing(sources: &[Vec<usize>]) -> (Vec<Vec<usize>>, Vec<Vec<usize>>) {
+    sources
+        .iter()
+        .map(|s| {
+            let t = ReversalTask::target(s);
+            let mut input = vec![START];
+            input.extend(&t);
+            let mut labels = t;
+            labels.push(END);
+            (input, labels)
+        })
+        .unzip()
+}
+
+/// Everything that defines a training run.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TrainConfig {
+    /// The model's shape (its vocabulary must be [`VOCAB`]).
+    pub model: ModelConfig,
+    /// The task.
+    pub task: ReversalTask,
+    /// Adam steps.
+    pub steps: usize,
+    /// Sources per step.
+    pub batch_size: usize,
+    /// The peak learning rate.
+    pub learning_rate: f64,
+    /// Steps of linear warm-up to the peak; afterwards the rate falls along a half cosine to 10 %
+    /// of the peak at the last step.
+    pub warmup: usize,
+    /// Seeds the weights and the training stream.
+    pub seed: u64,
+    /// Size of the held-out set.
+    pub held_out: usize,
+    /// Seeds the held-out set.
+    pub held_out_seed: u64,
+}
+
+/// The chapter's configuration: 2 encoder and 1 decoder layers of width 32 with 4 heads,
+/// sources of 3 to 8 digits (111,111,000 possible), 1,000 held out.
+pub const CHAPTER_CONFIG: TrainConfig = TrainConfig {
+    model: ModelConfig { vocab: VOCAB, width: 32, heads: 4, hidden: 64, encoder_layers: 2, decoder_layers: 1, max_len: 9 },
+    task: ReversalTask { min_len: 3, max_len: 8 },
+    steps: 1000,
+    batch_size: 48,
+    learning_rate: 3e-3,
+    warmup: 100,
+    seed: 7,
+    held_out: 1000,
+    held_out_seed: 2024,
+};
+
+/// The learning rate at `step` (0-based) of a run.
+pub fn learning_rate_at(config: &TrainConfig, step: usize) -> f64 {
+    let peak = config.learning_rate;
+    if step < config.warmup {
+        return peak * (step + 1) as f64 / config.warmup as f64;
+    }
+    let span = config.steps.saturating_sub(config.warmup).max(1) as f64;
+    let progress = ((step - config.warmup) as f64 / span).min(1.0);
+    peak * (0.1 + 0.9 * 0.5 * (1.0 + (std::f64::consts::PI * progress).cos()))
+}
+
+/// A trained model and its record.
+#[derive(Clone, Debug)]
+pub struct Trained {
+    /// The model (f32, the fast type).
+    pub model: EncoderDecoder<f32>,
+    /// The mean training loss of every step.
+    pub losses: Vec<f64>,
+    /// The held-out sources, never trained on.
+    pub held_out: Vec<Vec<usize>>,
+    /// The configuration that produced it.
+    pub config: TrainConfig,
+}
+
+/// Trains an encoder–decoder on the reversal task with Adam and teacher forcing.
+pub fn train(config: &TrainConfig) -> Result<Trained> {
+    const OP: &str = "train";
+    if config.model.vocab != VOCAB {
+        return Err(invalid(OP, "model.vocab", format!("the reversal task needs {VOCAB} tokens, got {}", config.model.vocab)));
+    }
+    if config.task.min_len == 0 || config.task.min_len > config.task.max_len {
+        return Err(invalid(OP, "task", format!("lengths must satisfy 1 ≤ min ≤ max, got {}..={}", config.task.min_len, config.task.max_len)));
+    }
+    if config.task.max_len + 1 > config.model.max_len {
+        return Err(invalid(OP, "task.max_len", format!("a target of {} digits needs {} decoder positions, the model has {}", config.task.max_len, config.task.max_len + 1, config.model.max_len)));
+    }
+    if config.batch_size == 0 || config.steps == 0 || config.warmup == 0 {
+        return Err(invalid(OP, "batch_size, steps, warmup", "must all be positive"));
+    }
+    let held_out = config.task.held_out(config.held_out, config.held_out_seed)?;
+    let exclude: HashSet<Vec<usize>> = held_out.iter().cloned().collect();
+    let mut model = EncoderDecoder::<f32>::new(config.model, config.seed)?;
+    let mut adam = Adam::<f32>::new(AdamConfig { learning_rate: config.learning_rate, ..AdamConfig::default() })?;
+    let mut rng = Rng::new(config.seed ^ 0x5EED_DA7A);
+    let mut losses = Vec::with_capacity(config.steps);
+    for step in 0..config.steps {
+        let sources = config.task.training_batch(&mut rng, config.batch_size, &exclude);
+        let (inputs, labels) = teacher_forcing(&sources);
+        let g = model.loss_and_gradients(&sources, &inputs, &labels)?;
+        losses.push(g.loss.as_f64());
+        adam.config.learning_rate = learning_rate_at(config, step);
+        let grads = g.grads.tensors();
+        adam.step(&mut model.tensors_mut(), &grads)?;
+    }
+    Ok(Trained { model, losses, held_out, config: *config })
+}
+
+impl Trained {
+    /// Greedy outputs for the held-out sources.
+    pub fn held_out_outputs(&self) -> Result<Vec<Vec<usize>>> {
+        self.model.greedy_decode(&self.held_out, START, END)
+    }
+
+    /// The fraction of held-out sources whose greedy output is exactly their reverse (every digit,
+    /// and the end token in the right place).
+    pub fn exact_match(&self) -> Result<f64> {
+        let outputs = self.held_out_outputs()?;
+        let right = outputs.iter().zip(&self.held_out).filter(|(o, s)| **o == ReversalTask::target(s)).count();
+        Ok(right as f64 / self.held_out.len() as f64)
+    }
+
+    /// The last decoder layer's cross-attention for one source, averaged over the heads: one row
+    /// per decoder input position (start, then the greedy output), one column per source digit.
+    pub fn cross_attention_map(&self, source: &[usize]) -> Result<DMatrix<f64>> {
+        let src = vec![source.to_vec()];
+        let out = self.model.greedy_decode(&src, START, END)?;
+        let mut input = vec![START];
+        input.extend(&out[0]);
+        input.truncate(self.model.config.max_len);
+        let (_, cache) = self.model.forward(&src, &[input])?;
+        let last = cache.decoder.last().ok_or(Error::Empty { op: "cross_attention_map", arg: "decoder layers" })?;
+        let maps = &last.cross_attention.weights;
+        let mut mean = DMatrix::<f64>::zeros(maps[0].nrows(), maps[0].ncols());
+        for m in maps {
+            mean += crate::float::cast::<f32, f64>(m);
+        }
+        Ok(mean / maps.len() as f64)
+    }
+}
+
+static CHAPTER_MODEL: OnceLock<Trained> = OnceLock::new();
+static TRAINING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The chapter's trained model ([`CHAPTER_CONFIG`]), trained once per process.
+pub fn chapter_model() -> Result<&'static Trained> {
+    if let Some(t) = CHAPTER_MODEL.get() {
+        return Ok(t);
+    }
+    let _guard = TRAINING.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(t) = CHAPTER_MODEL.get() {
+        return Ok(t);
+    }
+    let trained = train(&CHAPTER_CONFIG)?;
+    Ok(CHAPTER_MODEL.get_or_init(|| trained))
+}
+
+// ───────────────────────────── errata, worked numbers ─────────────────────────────
+
+/// This chapter's rows of the errata register.
+pub const ERRATA: &[Erratum] = &[
+    Erratum {
+        document: DOC,
+        section: "Prepare and Embed Target Sequence for Decoder (Attention Masking) and the Decoder Attention Heads cell",
+        printed: "\"I have done that [masking out future words] in the Python code\"; the cell's weights softmax(QKᵀ) have row 1 = 0.12451364 0.56641068 0.30907567",
+        correct: "The cell applies no mask. With the causal mask row 1 is 1 0 0 and the first output row is 1.48356448 1.24013147 1.84159274 1.80408131 instead of 2.82896639 2.49151229 3.27935978 3.36785616 (the last row, which may see every token, is unchanged)",
+        why: "The cell exponentiates the full 3×3 score matrix; nothing sets the scores above the diagonal to −∞, so <start> attends to 'de' and 'nada', the very tokens it is meant to predict.",
+        test: "tests/ch07_encoder_decoder.rs::decoder_cell_applies_no_causal_mask",
+    },
+    Erratum {
+        document: DOC,
+        section: "Prepare and Embed Target Sequence for Decoder and the Decoder Attention Heads cell",
+        printed: "\"The math for the attention head on the decoder is the same as it was for the input stack\" (softmax(QKᵀ/√d_k)V); the cell computes exp(QKᵀ) with no division",
+        correct: "With ÷√d_k = ÷2 (unmasked, as in the cell) the weights' row 1 is 0.2123884 0.45298941 0.33462219 and the first output row 2.71375426 2.3908812 3.13827038 3.23460218",
+        why: "The cell omits the 1/√d_k of the formula it says it follows, so its scores are twice too large and its weights too peaked.",
+        test: "tests/ch07_encoder_decoder.rs::decoder_cell_does_not_scale_the_scores",
+    },
+    Erratum {
+        document: DOC,
+        section: "Prepare and Embed Target Sequence for Decoder (Attention₂ for the decoder)",
+        printed: "Attention₂(Q, K, V) = [[2.82896639 2.49151229 3.27935978 3.36785616] …]",
+        correct: "That matrix is softmax(QKᵀ)·V·W_o, one head already multiplied by the output matrix W_o; the attention output softmax(QKᵀ)·V is [[0.71925419 1.65933026 1.94938668 1.81203693] …]",
+        why: "The cell multiplies by W_o ('project the output back') before printing, and there is no second head: the label names neither.",
+        test: "tests/ch07_encoder_decoder.rs::decoder_output_is_attention_times_w_o",
+    },
+    Erratum {
+        document: DOC,
+        section: "Prepare and Embed Target Sequence for Decoder (LN(x_o) of the decoder)",
+        printed: "\"the math for layer normalization remains the same as it was for the input\": LN row 1 = -0.46049196 -1.4140849 0.81224991 1.06232694",
+        correct: "(x − μ)/√(σ² + ε) as stated gives -0.46049142 -1.41408325 0.81224896 1.0623257",
+        why: "The decoder cell divides by std + ε, (x − μ)/(σ + ε), while the input's LayerNorm (and the printed formula) divides by √(σ² + ε); the two differ by about 1.6·10⁻⁶, visible at the printed 8 decimals.",
+        test: "tests/ch07_encoder_decoder.rs::decoder_layer_norm_divides_by_std_plus_eps",
+    },
+    Erratum {
+        document: DOC,
+        section: "Prepare and Embed Target Sequence for Decoder (the decoder's LN(x_o) as a whole)",
+        printed: "LN(x_o) row 1 = -0.46049196 -1.4140849 0.81224991 1.06232694 (no mask, no ÷√d_k, ÷(σ + ε))",
+        correct: "With all three of the text's steps (causal mask, ÷√d_k, ÷√(σ² + ε)) row 1 is -0.44147247 -1.42943838 1.01157498 0.85933588; rows 2 and 3 change too",
+        why: "The three differences above combined: the encoder–decoder cell then reads a decoder output that is not the one the text derives.",
+        test: "tests/ch07_encoder_decoder.rs::decoder_cell_as_the_text_describes_it",
+    },
+    Erratum {
+        document: DOC,
+        section: "Decoder Stack Processing with Encoder Output (steps 1–2) and the Calculate Encoder-Decoder Output cell",
+        printed: "Q = LN(x_o) × W_Q, K = LN(x_e) × W_K, V = LN(x_e) × W_V; output rows -1.7888543 1.7888543 0. 0.",
+        correct: "As written (X·W) every output row is 0 -0.89442715 0 0.89442715; the printed rows come from X·Wᵀ",
+        why: "The cell computes `X.dot(W.T)`, transposing every weight matrix; the uniform attention weights hide nothing here, so the two readings give different outputs.",
+        test: "tests/ch07_encoder_decoder.rs::cross_cell_transposes_the_weights",
+    },
+    Erratum {
+        document: DOC,
+        section: "Decoder Stack Processing with Encoder Output (step 3) and the Calculate Encoder-Decoder Output cell",
+        printed: "Scores = Q × Kᵀ/√4 (d_k = 4 columns); the cell divides by np.sqrt(3)",
+        correct: "÷√4 = 2: row 1 of the scores is 0.31462187 0.31462186 0.31462187 instead of 0.36329404 0.36329403 0.36329405; the printed weights and output do not change at 8 decimals",
+        why: "The cell's divisor is √3 although d_k = 4. The printed numbers survive only because all three keys are (almost) the same vector, so every score row is constant and any divisor gives weights 1/3.",
+        test: "tests/ch07_encoder_decoder.rs::cross_cell_divides_by_sqrt_3_not_sqrt_4",
+    },
+    Erratum {
+        document: DOC,
+        section: "Decoder Stack Processing with Encoder Output (step 4, Apply Masking)",
+        printed: "\"As with before we need to mask out future words\"",
+        correct: "Cross-attention has no causal mask: every target position may read every source position (the cell, rightly, masks nothing; only padding of the source is masked). A causal mask would give row 1 the weights 1 0 0",
+        why: "The source sentence is given in full before decoding starts and its positions are not 'the future' of any target position; the lengths may even differ, so 'j > i' has no meaning across the two sequences.",
+        test: "tests/ch07_encoder_decoder.rs::cross_attention_has_no_causal_mask",
+    },
+];
+
+fn row_text(m: &DMatrix<f64>, r: usize) -> String {
+    numpy_row(m, r)
+}
+
+/// The chapter's worked numbers, recomputed.
+pub fn worked() -> Result<Vec<Worked>> {
+    let mut rows = Vec::new();
+    let mut g = NumpyMt19937::new(NUMPY_SEED);
+    let first: Vec<String> = (0..4).map(|_| numpy_style(g.next_f64())).collect();
+    rows.push(Worked::text(
+        "numpy_seed_42_rand_starts_0_37454012_0_95071431",
+        "numpy",
+        "np.random.seed(42); first four np.random.rand() (W_q's first row)",
+        "0.37454012 0.95071431 0.73199394 0.59865848",
+        first.join(" "),
+    ));
+    let cell = decoder_cell(DecoderReading::CELL)?;
+    const OUT: [&str; 3] = [
+        "2.82896639 2.49151229 3.27935978 3.36785616",
+        "2.93697775 2.57919015 3.42996786 3.49210994",
+        "2.95810782 2.60399936 3.43836135 3.51718943",
+    ];
+    const LN: [&str; 3] = [
+        "-0.46049196 -1.4140849 0.81224991 1.06232694",
+        "-0.46121408 -1.41736871 0.85625689 1.02232591",
+        "-0.46146504 -1.41536061 0.83223948 1.04458616",
+    ];
+    for r in 0..3 {
+        rows.push(Worked::text("decoder_cell_output_is_2_82896639", DOC, format!("decoder cell output, row {}", r + 1), OUT[r], row_text(&cell.output, r)));
+    }
+    for r in 0..3 {
+        rows.push(Worked::text("decoder_cell_layer_norm_is_minus_0_46049196", DOC, format!("decoder cell LayerNorm, row {}", r + 1), LN[r], row_text(&cell.normalised, r)));
+    }
+    let text = decoder_cell(DecoderReading::TEXT)?;
+    rows.push(Worked::erratum(
+        "decoder_cell_applies_no_causal_mask",
+        DOC,
+        "decoder output row 1 with the causal mask the text announces (unscaled, as the cell)",
+        OUT[0],
+        row_text(&decoder_cell(DecoderReading { causal: true, ..DecoderReading::CELL })?.output, 0),
+    ));
+    rows.push(Worked::erratum(
+        "decoder_cell_does_not_scale_the_scores",
+        DOC,
+        "decoder output row 1 with ÷√d_k (unmasked, as the cell)",
+        OUT[0],
+        row_text(&decoder_cell(DecoderReading { scale: true, ..DecoderReading::CELL })?.output, 0),
+    ));
+    rows.push(Worked::erratum(
+        "decoder_layer_norm_divides_by_std_plus_eps",
+        DOC,
+        "decoder LayerNorm row 1 by the stated (x − μ)/√(σ² + ε)",
+        LN[0],
+        row_text(&normalise_rows(&cell.output, WORKED_EPSILON, Spread::SqrtVariancePlusEpsilon), 0),
+    ));
+    rows.push(Worked::erratum(
+        "decoder_cell_as_the_text_describes_it",
+        DOC,
+        "decoder LayerNorm row 1 as the text describes it (÷√d_k, causal mask, √(σ² + ε))",
+        LN[0],
+        row_text(&text.normalised, 0),
+    ));
+    let cross = cross_cell(CrossReading::CELL)?;
+    const WEIGHTS: &str = "0.33333333 0.33333333 0.33333334";
+    const CROSS_OUT: &str = "-1.7888543 1.7888543 0. 0.";
+    for r in 0..3 {
+        rows.push(Worked::text("cross_cell_weights_are_uniform", DOC, format!("encoder–decoder weights, row {}", r + 1), WEIGHTS, row_text(&cross.weights, r)));
+    }
+    for r in 0..3 {
+        rows.push(Worked::text("cross_cell_output_is_minus_1_7888543", DOC, format!("encoder–decoder output, row {}", r + 1), CROSS_OUT, row_text(&cross.output, r)));
+    }
+    rows.push(Worked::erratum(
+        "cross_cell_transposes_the_weights",
+        DOC,
+        "encoder–decoder output row 1 with Q = XW_Q, K = EW_K, V = EW_V as written",
+        CROSS_OUT,
+        row_text(&cross_cell(CrossReading { orientation: Orientation::AsWritten, ..CrossReading::CELL })?.output, 0),
+    ));
+    rows.push(Worked::text(
+        "cross_cell_divides_by_sqrt_3_not_sqrt_4",
+        DOC,
+        "encoder–decoder weights row 1 with the text's ÷√4 (equal to the printed ÷√3 row at 8 decimals)",
+        WEIGHTS,
+        row_text(&cross_cell(CrossReading { divisor: TEXT_SCORE_DIVISOR, ..CrossReading::CELL })?.weights, 0),
+    ));
+    rows.push(Worked::erratum(
+        "cross_attention_has_no_causal_mask",
+        DOC,
+        "encoder–decoder weights row 1 under the text's step 4 mask",
+        WEIGHTS,
+        row_text(&cross_cell(CrossReading { causal: true, ..CrossReading::CELL })?.weights, 0),
+    ));
+    let trained = chapter_model()?;
+    let accuracy = trained.exact_match()?;
+    rows.push(Worked::text(
+        "trained_model_reverses_99_percent_of_held_out_sequences",
+        "this crate",
+        format!("held-out exact match of greedy decoding ({} sources of {}–{} digits, disjoint from training)", trained.held_out.len(), trained.config.task.min_len, trained.config.task.max_len),
+        "≥ 0.99",
+        if accuracy >= 0.99 { "≥ 0.99".to_string() } else { format!("{accuracy:.3}") },
+    ));
+    Ok(rows)
+}
+
+// ───────────────────────────── walk-through and plots ─────────────────────────────
+
+/// The chapter in the order the document derives it.
+pub fn walk(out: &mut Walk) -> Result<()> {
+    out.decimals = 8;
+    out.step("1. numpy's generator, reproduced: np.random.seed(42), then np.random.rand(4, 4) four times")?;
+    let [w_q, w_k, w_v, w_o] = decoder_cell_weights();
+    out.matrix("W_q", &w_q)?;
+    out.matrix("W_k", &w_k)?;
+    out.matrix("W_v", &w_v)?;
+    out.matrix("W_o", &w_o)?;
+    out.step("2. Decoder self-attention as the cell computes it: no mask, no ÷√d_k")?;
+    let y = table(&Y_PLUS_PE);
+    out.matrix("Y + PE (as typed in the cell)", &y)?;
+    let cell = decoder_cell(DecoderReading::CELL)?;
+    out.matrix("A = softmax(QKᵀ)", &cell.weights)?;
+    out.matrix("A·V·W_o (printed as Attention₂)", &cell.output)?;
+    out.matrix("(x − μ)/(σ + ε)", &cell.normalised)?;
+    out.step("3. The same cell as the text describes it: causal mask, ÷√d_k, (x − μ)/√(σ² + ε)")?;
+    let text = decoder_cell(DecoderReading::TEXT)?;
+    out.matrix("A (masked, scaled)", &text.weights)?;
+    out.matrix("A·V·W_o", &text.output)?;
+    out.matrix("LayerNorm", &text.normalised)?;
+    out.step("4. Encoder–decoder attention as the cell computes it: X·Wᵀ, ÷√3, no mask")?;
+    let cross = cross_cell(CrossReading::CELL)?;
+    out.matrix("scores (every row constant: the encoder rows are equal)", &cross.scores)?;
+    out.matrix("weights", &cross.weights)?;
+    out.matrix("output", &cross.output)?;
+    out.step("5. Cross-attention done as the formulas say: X·W, ÷√d_k, no causal mask")?;
+    let standard = cross_cell(CrossReading::STANDARD)?;
+    out.matrix("weights", &standard.weights)?;
+    out.matrix("output", &standard.output)?;
+    out.step("6. A trained encoder–decoder reversing digit strings")?;
+    out.decimals = 4;
+    let trained = chapter_model()?;
+    let c = trained.config;
+    out.say(&format!(
+        "model: width {}, {} heads, FFN {}, {} encoder + {} decoder layers, {} parameters",
+        c.model.width,
+        c.model.heads,
+        c.model.hidden,
+        c.model.encoder_layers,
+        c.model.decoder_layers,
+        trained.model.parameter_count()
+    ))?;
+    out.say(&format!(
+        "task: reverse {}–{} digits ({:.0} possible sources); {} Adam steps of {} sources, peak α = {}",
+        c.task.min_len,
+        c.task.max_len,
+        c.task.possible_sequences(),
+        c.steps,
+        c.batch_size,
+        c.learning_rate
+    ))?;
+    out.scalar("first training loss", trained.losses[0])?;
+    out.scalar("last training loss", *trained.losses.last().unwrap_or(&f64::NAN))?;
+    out.scalar("held-out exact match (1,000 sources)", trained.exact_match()?)?;
+    let example = &trained.held_out[0];
+    let decoded = trained.model.greedy_decode(std::slice::from_ref(example), START, END)?;
+    out.say(&format!("example: {} → {}", digits(example), digits(&decoded[0])))?;
+    out.matrix("its cross-attention (rows: <start> and outputs; columns: source digits)", &trained.cross_attention_map(example)?)?;
+    Ok(())
+}
+
+/// Digits as a string, other tokens by name.
+pub fn digits(tokens: &[usize]) -> String {
+    tokens
+        .iter()
+        .map(|&t| match t {
+            d if d < DIGITS => char::from(b'0' + d as u8).to_string(),
+            PAD => "<pad>".into(),
+            START => "<start>".into(),
+            END => "<end>".into(),
+            other => format!("<{other}>"),
+        })
+        .collect()
+}
+
+/// The held-out source the heatmap shows: the first one of the longest length.
+pub fn heatmap_example(trained: &Trained) -> Vec<usize> {
+    let longest = trained.held_out.iter().map(|s| s.len()).max().unwrap_or(0);
+    trained.held_out.iter().find(|s| s.len() == longest).cloned().unwrap_or_default()
+}
+
+/// The chapter's figures as data: (file stem, figure).
+pub fn figures() -> Result<Vec<(String, Figure)>> {
+    let names = |m: &DMatrix<f64>| -> Vec<Vec<f64>> { (0..m.nrows()).map(|r| m.row(r).iter().copied().collect()).collect() };
+    let cell = decoder_cell(DecoderReading::CELL)?;
+    let text = decoder_cell(DecoderReading::TEXT)?;
+    let tokens: Vec<String> = ["<start>", "de", "nada"].iter().map(|s| s.to_string()).collect();
+    let decoder_weights = |title: &str, m: &DMatrix<f64>| {
+        Figure::Heatmap(Heatmap {
+            title: title.into(),
+            x_label: "key (target token)".into(),
+            y_label: "query (target token)".into(),
+            values: names(m),
+            col_names: tokens.clone(),
+            row_names: tokens.clone(),
+            annotate: true,
+        })
+    };
+    let trained = chapter_model()?;
+    let example = heatmap_example(trained);
+    let map = trained.cross_attention_map(&example)?;
+    let decoded = trained.model.greedy_decode(std::slice::from_ref(&example), START, END)?;
+    let mut rows = vec!["<start>".to_string()];
+    rows.extend(decoded[0].iter().map(|&t| digits(&[t])));
+    let cross = Figure::Heatmap(Heatmap {
+        title: format!("Cross-attention of the trained model: {} → {}", digits(&example), digits(&decoded[0])),
+        x_label: "source digit (key)".into(),
+        y_label: "decoder input (query)".into(),
+        values: names(&map),
+        col_names: example.iter().map(|&t| digits(&[t])).collect(),
+        row_names: rows.into_iter().take(map.nrows()).collect(),
+        annotate: true,
+    });
+    let loss = Figure::Line(LineChart {
+        title: format!("Training loss, Adam, batches of {}", trained.config.batch_size),
+        x_label: "step".into(),
+        y_label: "mean cross-entropy per target token".into(),
+        series: vec![Series::new("training loss", trained.losses.iter().enumerate().map(|(i, &l)| (i as f64, l)).collect())],
+        markers: false,
+    });
+    Ok(vec![
+        ("ch07_decoder_cell_weights".into(), decoder_weights("Decoder self-attention as the cell computes it (no mask, no ÷√d_k)", &cell.weights)),
+        ("ch07_decoder_text_weights".into(), decoder_weights("Decoder self-attention as the text describes it (causal, ÷√d_k)", &text.weights)),
+        ("ch07_cross_attention".into(), cross),
+        ("ch07_loss".into(), loss),
+    ])
+}
+
+fn plots(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for (stem, f) in figures()? {
+        out.extend(f.save(dir, &stem)?);
+    }
+    Ok(out)
+}
+
+/// This chapter's entry in the book.
+pub const CHAPTER: Chapter = Chapter {
+    number: 7,
+    stem: "ch07_encoder_decoder",
+    title: "The encoder–decoder transformer and cross-attention",
+    worked,
+    walk,
+    plots,
+    errata: ERRATA,
+};
