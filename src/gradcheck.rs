@@ -134,3 +134,43 @@ where
     }
     Report { tensors: rows, problems, tolerance: config.tolerance }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // L(A, B) = Σ (A·B)ᵢⱼ², with ∂L/∂A = 2(AB)Bᵀ and ∂L/∂B = 2Aᵀ(AB).
+    fn setup() -> (DMatrix<f64>, DMatrix<f64>, DMatrix<f64>, DMatrix<f64>) {
+        let a = DMatrix::from_row_slice(2, 3, &[0.5, -1.0, 2.0, 0.1, 0.3, -0.7]);
+        let b = DMatrix::from_row_slice(3, 2, &[1.0, 0.2, -0.4, 0.9, 0.6, -1.1]);
+        let c = &a * &b;
+        (a.clone(), b.clone(), 2.0 * &c * b.transpose(), 2.0 * a.transpose() * &c)
+    }
+
+    #[test]
+    fn a_correct_backward_passes() {
+        let (a, b, da, db) = setup();
+        let r = check(Config::default(), &[("A", a), ("B", b)], &[da, db], |t| (&t[0] * &t[1]).map(|x| x * x).sum());
+        r.assert_passed();
+        assert!(r.worst().is_some_and(|w| w.error < 1e-7));
+    }
+
+    #[test]
+    fn a_wrong_backward_fails_and_names_the_worst_entry() {
+        let (a, b, da, mut db) = setup();
+        db[(2, 1)] += 1e-3;
+        let r = check(Config::default(), &[("A", a), ("B", b)], &[da, db], |t| (&t[0] * &t[1]).map(|x| x * x).sum());
+        assert!(!r.passed());
+        let w = r.worst().unwrap();
+        assert_eq!((w.tensor.as_str(), w.at), ("B", (2, 1)));
+        assert!(r.to_string().contains("worst: B at (2, 1)"));
+    }
+
+    #[test]
+    fn a_gradient_of_the_wrong_shape_is_reported() {
+        let (a, b, da, _) = setup();
+        let r = check(Config::default(), &[("A", a), ("B", b)], &[da, DMatrix::zeros(2, 2)], |t| (&t[0] * &t[1]).sum());
+        assert!(!r.passed());
+        assert!(r.problems[0].contains("B: tensor is 3×2 but its gradient is 2×2"));
+    }
+}

@@ -16,6 +16,31 @@
 //! - [`errata`] and [`report`]: the errata register's rows, worked-number tables, walk-throughs.
 //!
 //! [`book`] lists the chapters in order; the main job (`src/main.rs`) iterates it.
+//!
+//! A first taste: one neuron's probability and its loss, computed stably from the logit.
+//!
+//! ```
+//! use llm_workbook::ch01_logistic::{bce_from_logit, sigmoid};
+//!
+//! let z = 2.0_f64; // a logit wᵀx + b
+//! let p = sigmoid(z); // P(y = 1 | x)
+//! assert!((p - 0.880797).abs() < 1e-6);
+//! // The loss if the label was 0: −ln(1 − p), computed without forming 1 − p.
+//! assert!((bce_from_logit(0.0, z) - (-(1.0 - p).ln())).abs() < 1e-12);
+//! ```
+//!
+//! Every product goes through [`matmul`], which checks shapes instead of panicking:
+//!
+//! ```
+//! use llm_workbook::matmul::matmul;
+//! use nalgebra::DMatrix;
+//!
+//! let a = DMatrix::from_row_slice(2, 3, &[1.0_f64, 2.0, 3.0, 4.0, 5.0, 6.0]);
+//! let b = DMatrix::from_row_slice(3, 1, &[1.0, 0.0, -1.0]);
+//! assert_eq!(matmul(&a, &b)?, DMatrix::from_row_slice(2, 1, &[-2.0, -2.0]));
+//! assert!(matmul(&a, &a).is_err()); // 2×3 by 2×3 does not chain
+//! # Ok::<(), llm_workbook::Error>(())
+//! ```
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 

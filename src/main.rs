@@ -7,7 +7,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use llm_workbook::book;
 use llm_workbook::errata::markdown_table;
 use llm_workbook::plot::image_dir;
-use llm_workbook::report::{Chapter, Status, Walk, Worked};
+use llm_workbook::report::{Chapter, Status, Walk, Worked, sync_prose};
+use std::path::Path;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -61,6 +62,7 @@ fn run_all() -> Result<(), String> {
         bar.set_message(format!("chapter {}: {}", ch.number, ch.title));
         let files = (ch.plots)(&dir).map_err(|e| format!("chapter {}: {e}", ch.number))?;
         let rows = (ch.worked)().map_err(|e| format!("chapter {}: {e}", ch.number))?;
+        sync_prose(Path::new(env!("CARGO_MANIFEST_DIR")), ch).map_err(|e| format!("chapter {}: {e}", ch.number))?;
         bar.suspend(|| {
             println!("\n== Chapter {}: {} ({} plots written to {})", ch.number, ch.title, files.len(), dir.display());
             print_table(&rows);
@@ -84,6 +86,9 @@ fn run_chapter(ch: Chapter) -> Result<(), String> {
     println!("\n── Worked numbers");
     print_table(&(ch.worked)().map_err(|e| e.to_string())?);
     let files = (ch.plots)(&image_dir()).map_err(|e| e.to_string())?;
+    if sync_prose(Path::new(env!("CARGO_MANIFEST_DIR")), &ch).map_err(|e| e.to_string())? {
+        println!("\n(updated the tables in chapters/{}.md)", ch.stem);
+    }
     println!("\n── Plots");
     for f in files {
         println!("   {}", f.display());

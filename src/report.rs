@@ -203,3 +203,66 @@ pub struct Chapter {
     /// Its rows of the errata register.
     pub errata: &'static [Erratum],
 }
+
+/// `markdown` with the text between the `tag` markers replaced by `content`; `None` when the
+/// markers are missing.
+pub fn replace_block(markdown: &str, tag: &str, content: &str) -> Option<String> {
+    let begin = format!("<!-- {tag}:begin -->");
+    let end = format!("<!-- {tag}:end -->");
+    let start = markdown.find(&begin)? + begin.len();
+    let stop = markdown[start..].find(&end)? + start;
+    Some(format!("{}\n{}\n{}", &markdown[..start], content.trim(), &markdown[stop..]))
+}
+
+/// Rewrites the worked-number and errata tables of `chapters/<stem>.md` under `root` from the
+/// code, so the prose can never drift from what the tests pin. Returns whether the file changed.
+pub fn sync_prose(root: &Path, chapter: &Chapter) -> crate::Result<bool> {
+    let path = root.join("chapters").join(format!("{}.md", chapter.stem));
+    let io = |source| crate::Error::Io { path: path.display().to_string(), source };
+    let old = std::fs::read_to_string(&path).map_err(io)?;
+    let rows = (chapter.worked)()?;
+    let missing = |tag: &str| crate::Error::Parse {
+        file: path.display().to_string(),
+        line: None,
+        reason: format!("no <!-- {tag}:begin --> … <!-- {tag}:end --> markers"),
+    };
+    let new = replace_block(&old, "worked", &worked_markdown(&rows)).ok_or_else(|| missing("worked"))?;
+    let new = replace_block(&new, "errata", &crate::errata::markdown_table(chapter.errata)).ok_or_else(|| missing("errata"))?;
+    if new != old {
+        let tmp = path.with_extension("md.tmp");
+        std::fs::write(&tmp, &new).map_err(io)?;
+        std::fs::rename(&tmp, &path).map_err(io)?;
+    }
+    Ok(new != old)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_compare_at_the_printed_precision() {
+        assert_eq!(Worked::number("t", "d", "q", "0.997", 0.99664).status, Status::Match);
+        assert_eq!(Worked::number("t", "d", "q", "0.996", 0.99664).status, Status::Rounding);
+        assert_eq!(Worked::number("t", "d", "q", "0.990", 0.99664).status, Status::Mismatch);
+        assert_eq!(Worked::number("t", "d", "q", "2.304", 2.30401).status, Status::Match);
+        assert_eq!(decimals_of("0.35667494"), 8);
+        assert_eq!(decimals_of("10"), 0);
+    }
+
+    #[test]
+    fn an_erratum_that_equals_ours_is_a_mismatch() {
+        assert_eq!(Worked::erratum("t", "d", "q", "1.5", "1.5").status, Status::Mismatch);
+        assert_eq!(Worked::erratum("t", "d", "q", "1.5", "2.0").status, Status::Erratum);
+    }
+
+    #[test]
+    fn blocks_are_found_and_replaced() {
+        let md = "a\n<!-- x:begin -->\nold\n<!-- x:end -->\nb";
+        assert_eq!(prose_block(md, "x"), Some("old"));
+        let new = replace_block(md, "x", "new table").unwrap();
+        assert_eq!(prose_block(&new, "x"), Some("new table"));
+        assert!(new.starts_with("a\n") && new.ends_with("\nb"));
+        assert_eq!(prose_block(md, "y"), None);
+    }
+}

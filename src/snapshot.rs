@@ -34,3 +34,20 @@ pub fn matrix_text<T: Float>(m: &DMatrix<T>, decimals: usize) -> String {
 pub fn matrices_text<T: Float>(named: &[(&str, &DMatrix<T>)], decimals: usize) -> String {
     named.iter().map(|(name, m)| format!("{name}\n{}", matrix_text(m, decimals))).collect::<Vec<_>>().join("\n")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matrices_print_with_a_shape_header_and_fixed_decimals() {
+        let m = DMatrix::from_row_slice(2, 3, &[1.0, -0.5, 0.25, -0.0000001, 10.0, 2.0 / 3.0]);
+        assert_eq!(matrix_text(&m, 3), "shape: 2×3, decimals: 3\n[ 1.000, -0.500,  0.250]\n[ 0.000, 10.000,  0.667]\n");
+    }
+
+    #[test]
+    fn negative_zero_prints_as_zero() {
+        assert_eq!(fixed(-0.0001_f64, 2), "0.00");
+        assert_eq!(fixed(-0.006_f64, 2), "-0.01");
+    }
+}
