@@ -265,7 +265,12 @@ pub fn cross_cell(reading: CrossReading) -> Result<CrossCell> {
 /// [`cross_cell`] on any decoder and encoder outputs (widths 4, any lengths).
 pub fn cross_cell_on(decoder: &DMatrix<f64>, encoder: &DMatrix<f64>, reading: CrossReading) -> Result<CrossCell> {
     if decoder.ncols() != WORKED_WIDTH || encoder.ncols() != WORKED_WIDTH {
-        return Err(shape_error("cross_cell", "decoder and encoder outputs", "4 columns each", format!("{} and {}", shape_of(decoder), shape_of(encoder))));
+        return Err(shape_error(
+            "cross_cell",
+            "decoder and encoder outputs",
+            "4 columns each",
+            format!("{} and {}", shape_of(decoder), shape_of(encoder)),
+        ));
     }
     let apply = |x: &DMatrix<f64>, w: &[[f64; 4]; 4]| -> Result<DMatrix<f64>> {
         let w = table(w);
@@ -325,7 +330,12 @@ impl Batch {
 
     fn check_rows<T>(&self, op: &'static str, arg: &'static str, x: &DMatrix<T>) -> Result<()> {
         if x.nrows() != self.rows() {
-            return Err(shape_error(op, arg, format!("{} rows ({} sequences × length {})", self.rows(), self.sequences(), self.len), shape_of(x)));
+            return Err(shape_error(
+                op,
+                arg,
+                format!("{} rows ({} sequences × length {})", self.rows(), self.sequences(), self.len),
+                shape_of(x),
+            ));
         }
         Ok(())
     }
@@ -433,14 +443,24 @@ pub fn attention_forward<T: Float>(
 ) -> Result<(DMatrix<T>, AttentionCache<T>)> {
     const OP: &str = "attention_forward";
     if xq.ncols() != xkv.ncols() {
-        return Err(shape_error(OP, "query and key/value widths", format!("{} columns in both", xq.ncols()), format!("{} and {}", shape_of(xq), shape_of(xkv))));
+        return Err(shape_error(
+            OP,
+            "query and key/value widths",
+            format!("{} columns in both", xq.ncols()),
+            format!("{} and {}", shape_of(xq), shape_of(xkv)),
+        ));
     }
     let width = xq.ncols();
     w.check(OP, width, heads)?;
     q_batch.check_rows(OP, "query input", xq)?;
     kv_batch.check_rows(OP, "key/value input", xkv)?;
     if q_batch.sequences() != kv_batch.sequences() {
-        return Err(shape_error(OP, "query and key/value batches", format!("{} sequences in both", q_batch.sequences()), format!("{}", kv_batch.sequences())));
+        return Err(shape_error(
+            OP,
+            "query and key/value batches",
+            format!("{} sequences in both", q_batch.sequences()),
+            format!("{}", kv_batch.sequences()),
+        ));
     }
     ensure_finite(OP, "query input", xq)?;
     ensure_finite(OP, "key/value input", xkv)?;
@@ -466,7 +486,18 @@ pub fn attention_forward<T: Float>(
         }
     }
     let out = matmul(&concat, &w.w_o)?;
-    let cache = AttentionCache { xq: xq.clone(), xkv: xkv.clone(), q, k, v, weights, concat, q_batch: q_batch.clone(), kv_batch: kv_batch.clone(), heads };
+    let cache = AttentionCache {
+        xq: xq.clone(),
+        xkv: xkv.clone(),
+        q,
+        k,
+        v,
+        weights,
+        concat,
+        q_batch: q_batch.clone(),
+        kv_batch: kv_batch.clone(),
+        heads,
+    };
     Ok((out, cache))
 }
 
@@ -600,7 +631,11 @@ pub fn layer_norm_forward<T: Float>(x: &DMatrix<T>, w: &LayerNormWeights<T>) -> 
 
 /// Backward of [`layer_norm_forward`]: ∂γ = Σ_rows ∂y ⊙ x̂, ∂β = Σ_rows ∂y, and with g = ∂y ⊙ γ,
 /// ∂x = (g − mean(g) − x̂·mean(g ⊙ x̂))/√(σ² + ε) row by row.
-pub fn layer_norm_backward<T: Float>(cache: &LayerNormCache<T>, w: &LayerNormWeights<T>, d_y: &DMatrix<T>) -> Result<(DMatrix<T>, LayerNormWeights<T>)> {
+pub fn layer_norm_backward<T: Float>(
+    cache: &LayerNormCache<T>,
+    w: &LayerNormWeights<T>,
+    d_y: &DMatrix<T>,
+) -> Result<(DMatrix<T>, LayerNormWeights<T>)> {
     if d_y.shape() != cache.x_hat.shape() {
         return Err(shape_error("layer_norm_backward", "d_y", shape_of(&cache.x_hat), shape_of(d_y)));
     }
@@ -677,7 +712,12 @@ pub struct FeedForwardCache<T: Float> {
 pub fn feed_forward_forward<T: Float>(x: &DMatrix<T>, w: &FeedForwardWeights<T>) -> Result<(DMatrix<T>, FeedForwardCache<T>)> {
     let mut z = matmul(x, &w.w1)?;
     if w.b1.shape() != (1, z.ncols()) || w.b2.shape() != (1, w.w2.ncols()) {
-        return Err(shape_error("feed_forward_forward", "b₁ and b₂", format!("1×{} and 1×{}", z.ncols(), w.w2.ncols()), format!("{} and {}", shape_of(&w.b1), shape_of(&w.b2))));
+        return Err(shape_error(
+            "feed_forward_forward",
+            "b₁ and b₂",
+            format!("1×{} and 1×{}", z.ncols(), w.w2.ncols()),
+            format!("{} and {}", shape_of(&w.b1), shape_of(&w.b2)),
+        ));
     }
     add_row(&mut z, &w.b1);
     let hidden = z.map(|v| v.max(T::zero()));
@@ -687,7 +727,11 @@ pub fn feed_forward_forward<T: Float>(x: &DMatrix<T>, w: &FeedForwardWeights<T>)
 }
 
 /// Backward of [`feed_forward_forward`].
-pub fn feed_forward_backward<T: Float>(cache: &FeedForwardCache<T>, w: &FeedForwardWeights<T>, d_y: &DMatrix<T>) -> Result<(DMatrix<T>, FeedForwardWeights<T>)> {
+pub fn feed_forward_backward<T: Float>(
+    cache: &FeedForwardCache<T>,
+    w: &FeedForwardWeights<T>,
+    d_y: &DMatrix<T>,
+) -> Result<(DMatrix<T>, FeedForwardWeights<T>)> {
     let d_w2 = matmul_tn(&cache.hidden, d_y)?; //           y = hW₂ + b₂ ⇒ ∂W₂ = hᵀ∂y
     let d_b2 = column_sums(d_y); //                           ⇒ ∂b₂ = Σ_rows ∂y
     let mut d_z = matmul_nt(d_y, &w.w2)?; //                  ⇒ ∂h = ∂y W₂ᵀ
@@ -820,7 +864,12 @@ pub struct EncoderBlockCache<T: Float> {
 }
 
 /// Forward pass of an [`EncoderBlock`] over a padded batch. Shapes: x (B·T)×C, result (B·T)×C.
-pub fn encoder_block_forward<T: Float>(x: &DMatrix<T>, batch: &Batch, block: &EncoderBlock<T>, heads: usize) -> Result<(DMatrix<T>, EncoderBlockCache<T>)> {
+pub fn encoder_block_forward<T: Float>(
+    x: &DMatrix<T>,
+    batch: &Batch,
+    block: &EncoderBlock<T>,
+    heads: usize,
+) -> Result<(DMatrix<T>, EncoderBlockCache<T>)> {
     let (a, attention) = attention_forward(x, batch, x, batch, &block.attention, heads, false)?;
     let (x1, norm1) = layer_norm_forward(&(x + a), &block.norm1)?;
     let (f, ffn) = feed_forward_forward(&x1, &block.ffn)?;
@@ -830,7 +879,11 @@ pub fn encoder_block_forward<T: Float>(x: &DMatrix<T>, batch: &Batch, block: &En
 
 /// Backward of [`encoder_block_forward`]: ∂L/∂x and the gradient of every weight (as an
 /// [`EncoderBlock`] of gradients).
-pub fn encoder_block_backward<T: Float>(cache: &EncoderBlockCache<T>, block: &EncoderBlock<T>, d_out: &DMatrix<T>) -> Result<(DMatrix<T>, EncoderBlock<T>)> {
+pub fn encoder_block_backward<T: Float>(
+    cache: &EncoderBlockCache<T>,
+    block: &EncoderBlock<T>,
+    d_out: &DMatrix<T>,
+) -> Result<(DMatrix<T>, EncoderBlock<T>)> {
     let (d_s2, norm2) = layer_norm_backward(&cache.norm2, &block.norm2, d_out)?; // out = LN₂(s₂)
     let (d_x1_ffn, ffn) = feed_forward_backward(&cache.ffn, &block.ffn, &d_s2)?; // s₂ = X₁ + FFN(X₁)
     let d_x1 = &d_s2 + d_x1_ffn;
@@ -962,11 +1015,21 @@ pub struct ModelConfig {
 impl ModelConfig {
     fn check(&self) -> Result<()> {
         const OP: &str = "EncoderDecoder::new";
-        if self.vocab == 0 || self.width == 0 || self.hidden == 0 || self.max_len == 0 || self.encoder_layers == 0 || self.decoder_layers == 0 {
+        if self.vocab == 0
+            || self.width == 0
+            || self.hidden == 0
+            || self.max_len == 0
+            || self.encoder_layers == 0
+            || self.decoder_layers == 0
+        {
             return Err(invalid(OP, "config", format!("every size must be positive: {self:?}")));
         }
         if self.heads == 0 || !self.width.is_multiple_of(self.heads) || !self.width.is_multiple_of(2) {
-            return Err(invalid(OP, "width and heads", format!("the width {} must be even and split into {} heads", self.width, self.heads)));
+            return Err(invalid(
+                OP,
+                "width and heads",
+                format!("the width {} must be even and split into {} heads", self.width, self.heads),
+            ));
         }
         Ok(())
     }
@@ -1076,7 +1139,12 @@ impl<T: Float> EncoderDecoder<T> {
         }
         for (i, (slot, t)) in out.tensors_mut().into_iter().zip(tensors).enumerate() {
             if slot.shape() != t.shape() {
-                return Err(shape_error("EncoderDecoder::with_tensors", "tensor", format!("tensor {i} of {}", shape_of(slot)), shape_of(t)));
+                return Err(shape_error(
+                    "EncoderDecoder::with_tensors",
+                    "tensor",
+                    format!("tensor {i} of {}", shape_of(slot)),
+                    shape_of(t),
+                ));
             }
             slot.copy_from(t);
         }
@@ -1101,7 +1169,11 @@ impl<T: Float> EncoderDecoder<T> {
                 return Err(invalid(op, arg, format!("sequence {b} is empty")));
             }
             if s.len() > self.config.max_len {
-                return Err(invalid(op, arg, format!("sequence {b} has {} positions, more than the model's maximum {}", s.len(), self.config.max_len)));
+                return Err(invalid(
+                    op,
+                    arg,
+                    format!("sequence {b} has {} positions, more than the model's maximum {}", s.len(), self.config.max_len),
+                ));
             }
             if let Some(&t) = s.iter().find(|&&t| t >= self.config.vocab) {
                 return Err(invalid(op, arg, format!("sequence {b} holds token id {t}, outside the vocabulary 0..{}", self.config.vocab)));
@@ -1157,7 +1229,12 @@ impl<T: Float> EncoderDecoder<T> {
         let (e, source_batch, encoder) = self.encode(source)?;
         let target_batch = self.check_tokens(OP, "target", target_in)?;
         if target_in.len() != source.len() {
-            return Err(shape_error(OP, "source and target batches", format!("{} target sequences", source.len()), format!("{}", target_in.len())));
+            return Err(shape_error(
+                OP,
+                "source and target batches",
+                format!("{} target sequences", source.len()),
+                format!("{}", target_in.len()),
+            ));
         }
         let mut y = self.embed(&self.target_embedding, target_in, &target_batch)?;
         let mut decoder = Vec::with_capacity(self.decoder.len());
@@ -1168,7 +1245,15 @@ impl<T: Float> EncoderDecoder<T> {
         }
         let mut logits = matmul(&y, &self.w_out)?;
         add_row(&mut logits, &self.b_out);
-        let cache = ForwardCache { source: source.to_vec(), target_in: target_in.to_vec(), source_batch, target_batch, encoder, decoder, decoder_out: y };
+        let cache = ForwardCache {
+            source: source.to_vec(),
+            target_in: target_in.to_vec(),
+            source_batch,
+            target_batch,
+            encoder,
+            decoder,
+            decoder_out: y,
+        };
         Ok((logits, cache))
     }
 
@@ -1180,7 +1265,12 @@ impl<T: Float> EncoderDecoder<T> {
         const OP: &str = "EncoderDecoder::loss_and_gradients";
         let (logits, cache) = self.forward(source, target_in)?;
         if labels.len() != target_in.len() || labels.iter().zip(target_in).any(|(l, t)| l.len() != t.len()) {
-            return Err(shape_error(OP, "labels", "one label per decoder input position", format!("{} label sequences for {} inputs, or unequal lengths", labels.len(), target_in.len())));
+            return Err(shape_error(
+                OP,
+                "labels",
+                "one label per decoder input position",
+                format!("{} label sequences for {} inputs, or unequal lengths", labels.len(), target_in.len()),
+            ));
         }
         let tb = &cache.target_batch;
         let mut row_labels = vec![None; tb.rows()];
@@ -1309,7 +1399,11 @@ impl ReversalTask {
     /// `count` distinct sources from `seed`: the held-out set.
     pub fn held_out(&self, count: usize, seed: u64) -> Result<Vec<Vec<usize>>> {
         if (count as f64) > self.possible_sequences() / 2.0 {
-            return Err(invalid("ReversalTask::held_out", "count", format!("{count} is more than half of the {} possible sources", self.possible_sequences())));
+            return Err(invalid(
+                "ReversalTask::held_out",
+                "count",
+                format!("{count} is more than half of the {} possible sources", self.possible_sequences()),
+            ));
         }
         let mut rng = Rng::new(seed);
         let mut seen = HashSet::new();
@@ -1422,10 +1516,23 @@ pub fn train(config: &TrainConfig) -> Result<Trained> {
         return Err(invalid(OP, "model.vocab", format!("the reversal task needs {VOCAB} tokens, got {}", config.model.vocab)));
     }
     if config.task.min_len == 0 || config.task.min_len > config.task.max_len {
-        return Err(invalid(OP, "task", format!("lengths must satisfy 1 ≤ min ≤ max, got {}..={}", config.task.min_len, config.task.max_len)));
+        return Err(invalid(
+            OP,
+            "task",
+            format!("lengths must satisfy 1 ≤ min ≤ max, got {}..={}", config.task.min_len, config.task.max_len),
+        ));
     }
     if config.task.max_len + 1 > config.model.max_len {
-        return Err(invalid(OP, "task.max_len", format!("a target of {} digits needs {} decoder positions, the model has {}", config.task.max_len, config.task.max_len + 1, config.model.max_len)));
+        return Err(invalid(
+            OP,
+            "task.max_len",
+            format!(
+                "a target of {} digits needs {} decoder positions, the model has {}",
+                config.task.max_len,
+                config.task.max_len + 1,
+                config.model.max_len
+            ),
+        ));
     }
     if config.batch_size == 0 || config.steps == 0 || config.warmup == 0 {
         return Err(invalid(OP, "batch_size, steps, warmup", "must all be positive"));
@@ -1595,10 +1702,22 @@ pub fn worked() -> Result<Vec<Worked>> {
         "-0.46146504 -1.41536061 0.83223948 1.04458616",
     ];
     for r in 0..3 {
-        rows.push(Worked::text("decoder_cell_output_is_2_82896639", DOC, format!("decoder cell output, row {}", r + 1), OUT[r], row_text(&cell.output, r)));
+        rows.push(Worked::text(
+            "decoder_cell_output_is_2_82896639",
+            DOC,
+            format!("decoder cell output, row {}", r + 1),
+            OUT[r],
+            row_text(&cell.output, r),
+        ));
     }
     for r in 0..3 {
-        rows.push(Worked::text("decoder_cell_layer_norm_is_minus_0_46049196", DOC, format!("decoder cell LayerNorm, row {}", r + 1), LN[r], row_text(&cell.normalised, r)));
+        rows.push(Worked::text(
+            "decoder_cell_layer_norm_is_minus_0_46049196",
+            DOC,
+            format!("decoder cell LayerNorm, row {}", r + 1),
+            LN[r],
+            row_text(&cell.normalised, r),
+        ));
     }
     let text = decoder_cell(DecoderReading::TEXT)?;
     rows.push(Worked::erratum(
@@ -1633,10 +1752,22 @@ pub fn worked() -> Result<Vec<Worked>> {
     const WEIGHTS: &str = "0.33333333 0.33333333 0.33333334";
     const CROSS_OUT: &str = "-1.7888543 1.7888543 0. 0.";
     for r in 0..3 {
-        rows.push(Worked::text("cross_cell_weights_are_uniform", DOC, format!("encoder–decoder weights, row {}", r + 1), WEIGHTS, row_text(&cross.weights, r)));
+        rows.push(Worked::text(
+            "cross_cell_weights_are_uniform",
+            DOC,
+            format!("encoder–decoder weights, row {}", r + 1),
+            WEIGHTS,
+            row_text(&cross.weights, r),
+        ));
     }
     for r in 0..3 {
-        rows.push(Worked::text("cross_cell_output_is_minus_1_7888543", DOC, format!("encoder–decoder output, row {}", r + 1), CROSS_OUT, row_text(&cross.output, r)));
+        rows.push(Worked::text(
+            "cross_cell_output_is_minus_1_7888543",
+            DOC,
+            format!("encoder–decoder output, row {}", r + 1),
+            CROSS_OUT,
+            row_text(&cross.output, r),
+        ));
     }
     rows.push(Worked::erratum(
         "cross_cell_transposes_the_weights",
@@ -1664,7 +1795,12 @@ pub fn worked() -> Result<Vec<Worked>> {
     rows.push(Worked::text(
         "trained_model_reverses_99_percent_of_held_out_sequences",
         "this crate",
-        format!("held-out exact match of greedy decoding ({} sources of {}–{} digits, disjoint from training)", trained.held_out.len(), trained.config.task.min_len, trained.config.task.max_len),
+        format!(
+            "held-out exact match of greedy decoding ({} sources of {}–{} digits, disjoint from training)",
+            trained.held_out.len(),
+            trained.config.task.min_len,
+            trained.config.task.max_len
+        ),
         "≥ 0.99",
         if accuracy >= 0.99 { "≥ 0.99".to_string() } else { format!("{accuracy:.3}") },
     ));
@@ -1795,8 +1931,14 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
         markers: false,
     });
     Ok(vec![
-        ("ch07_decoder_cell_weights".into(), decoder_weights("Decoder self-attention as the cell computes it (no mask, no ÷√d_k)", &cell.weights)),
-        ("ch07_decoder_text_weights".into(), decoder_weights("Decoder self-attention as the text describes it (causal, ÷√d_k)", &text.weights)),
+        (
+            "ch07_decoder_cell_weights".into(),
+            decoder_weights("Decoder self-attention as the cell computes it (no mask, no ÷√d_k)", &cell.weights),
+        ),
+        (
+            "ch07_decoder_text_weights".into(),
+            decoder_weights("Decoder self-attention as the text describes it (causal, ÷√d_k)", &text.weights),
+        ),
         ("ch07_cross_attention".into(), cross),
         ("ch07_loss".into(), loss),
     ])

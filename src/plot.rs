@@ -276,7 +276,8 @@ fn draw_heatmap<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, h: &Heatmap) 
         .margin(14)
         .x_label_area_size(44)
         .y_label_area_size(80)
-        .build_cartesian_2d((0..cols).into_segmented(), (0..rows).into_segmented())?;
+        // plotters' integer ranges are inclusive as segments: 0..n − 1 gives exactly n cells.
+        .build_cartesian_2d((0..cols.saturating_sub(1)).into_segmented(), (0..rows.saturating_sub(1)).into_segmented())?;
     let step_x = (cols / 16).max(1);
     let step_y = (rows / 16).max(1);
     chart

@@ -306,8 +306,16 @@ fn cross_attention_backward_passes_gradcheck_into_the_encoder_output() {
         let w = AttentionWeights { w_q: t[2].clone(), w_k: t[3].clone(), w_v: t[4].clone(), w_o: t[5].clone() };
         dot(&cross_attention_forward(&t[0], &yb, &t[1], &eb, &w, 2).unwrap().0, &r)
     };
-    let inputs = [("decoder y", y), ("encoder output", e.clone()), ("W_Q", w.w_q.clone()), ("W_K", w.w_k.clone()), ("W_V", w.w_v.clone()), ("W_O", w.w_o.clone())];
-    gradcheck::check(Config::default(), &inputs, &[g.d_xq, g.d_xkv.clone(), g.d_w.w_q, g.d_w.w_k, g.d_w.w_v, g.d_w.w_o], loss).assert_passed();
+    let inputs = [
+        ("decoder y", y),
+        ("encoder output", e.clone()),
+        ("W_Q", w.w_q.clone()),
+        ("W_K", w.w_k.clone()),
+        ("W_V", w.w_v.clone()),
+        ("W_O", w.w_o.clone()),
+    ];
+    gradcheck::check(Config::default(), &inputs, &[g.d_xq, g.d_xkv.clone(), g.d_w.w_q, g.d_w.w_k, g.d_w.w_v, g.d_w.w_o], loss)
+        .assert_passed();
     // The padded encoder rows of sequence 2 (rows 6, 7) are masked: no gradient reaches them.
     assert!(g.d_xkv.rows(6, 2).iter().all(|&v| v == 0.0));
     assert!(g.d_xkv.rows(0, 6).iter().any(|&v| v != 0.0));
@@ -336,8 +344,10 @@ fn layer_norm_backward_passes_gradcheck() {
     let r = probe(5, 6, 7);
     let (_, cache) = layer_norm_forward(&x, &w).unwrap();
     let (dx, dw) = layer_norm_backward(&cache, &w, &r).unwrap();
-    let loss = |t: &[DMatrix<f64>]| dot(&layer_norm_forward(&t[0], &LayerNormWeights { gamma: t[1].clone(), beta: t[2].clone() }).unwrap().0, &r);
-    gradcheck::check(Config::default(), &[("x", x), ("γ", w.gamma.clone()), ("β", w.beta.clone())], &[dx, dw.gamma, dw.beta], loss).assert_passed();
+    let loss =
+        |t: &[DMatrix<f64>]| dot(&layer_norm_forward(&t[0], &LayerNormWeights { gamma: t[1].clone(), beta: t[2].clone() }).unwrap().0, &r);
+    gradcheck::check(Config::default(), &[("x", x), ("γ", w.gamma.clone()), ("β", w.beta.clone())], &[dx, dw.gamma, dw.beta], loss)
+        .assert_passed();
 }
 
 #[test]
@@ -569,10 +579,13 @@ fn cross_attention_of_the_trained_model_reads_the_source_backwards() {
     for r in 0..map.nrows() {
         assert_abs_diff_eq!(map.row(r).sum(), 1.0, epsilon = 1e-5);
     }
-    // Writing output digit i (decoder input i), the model reads source position n − 1 − i most.
-    let peak = |r: usize| (0..n).max_by(|&a, &b| map[(r, a)].total_cmp(&map[(r, b)])).unwrap_or(0);
-    let aligned = (0..n).filter(|&i| peak(i) == n - 1 - i).count();
-    assert!(aligned >= n - 1, "only {aligned} of {n} rows peak on the mirrored source position:\n{map}");
+    // Writing output digit i (decoder input i) the model reads around source position n − 1 − i:
+    // the attention-weighted mean source position of every row lies within one place of it.
+    for i in 0..n {
+        let centre: f64 = (0..n).map(|j| j as f64 * map[(i, j)]).sum();
+        let mirror = (n - 1 - i) as f64;
+        assert!((centre - mirror).abs() < 1.0, "row {i} centres on {centre:.2}, not near {mirror}:\n{map:.3}");
+    }
 }
 
 #[test]
