@@ -43,7 +43,7 @@ pub const DOC: &str = "003_c14ec70d95c4a8c1.txt";
 /// The width of the walk-through's vectors, d_model = d_k = d_v = 4.
 pub const WORKED_WIDTH: usize = 4;
 
-/// Y + PE for "<start> de nada" exactly as the decoder cell types it (rounded to the printed
+/// Y + PE for "`<start>` de nada" exactly as the decoder cell types it (rounded to the printed
 /// decimals), one row per target token.
 pub const Y_PLUS_PE: [[f64; 4]; 3] = [[0.0, 1.0, 0.0, 1.0], [0.6415, 1.39995, 0.3001, 1.1], [1.4093, 0.8998, -0.3998, 1.3]];
 
@@ -198,7 +198,8 @@ pub struct DecoderCell {
 }
 
 /// The decoder cell under a reading: Q = (Y + PE)W_q, K = (Y + PE)W_k, V = (Y + PE)W_v,
-/// A = softmax(QKᵀ[/√d_k], [causal]), output = A V W_o, then LayerNorm without γ, β.
+/// A = softmax(QKᵀ, divided by √d_k if scaled, causally masked if asked), output = A V W_o, then
+/// LayerNorm without γ, β.
 pub fn decoder_cell(reading: DecoderReading) -> Result<DecoderCell> {
     let [w_q, w_k, w_v, w_o] = decoder_cell_weights();
     let y = table(&Y_PLUS_PE);
@@ -291,12 +292,12 @@ pub fn cross_cell_on(decoder: &DMatrix<f64>, encoder: &DMatrix<f64>, reading: Cr
 // ───────────────────────────── batches and masks ─────────────────────────────
 
 /// B sequences padded to a common length T, stacked as B·T rows: sequence b's real tokens are
-/// rows b·T … b·T + lengths[b] − 1, the rest is padding that no real position may attend to.
+/// rows b·T … b·T + lengths\[b\] − 1, the rest is padding that no real position may attend to.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Batch {
     /// T, the padded length.
     pub len: usize,
-    /// The real length of each sequence (1 ≤ lengths[b] ≤ T).
+    /// The real length of each sequence (1 ≤ lengths\[b\] ≤ T).
     pub lengths: Vec<usize>,
 }
 
@@ -426,7 +427,7 @@ pub struct AttentionGrads<T: Float> {
 /// Multi-head attention of a query sequence over a key/value sequence, per batch entry.
 ///
 /// Q = X_q W_Q, K = X_kv W_K, V = X_kv W_V; for head h (columns h·d_k … of each) and sequence b,
-/// S = Q_bh K_bhᵀ/√d_k with key j masked (−∞) when j ≥ kv_lengths[b] (padding) or, if `causal`,
+/// S = Q_bh K_bhᵀ/√d_k with key j masked (−∞) when j ≥ kv_lengths\[b\] (padding) or, if `causal`,
 /// when j > i; A = softmax(S) by rows; O_bh = A V_bh; the heads are concatenated and multiplied by
 /// W_O. Shapes: xq (B·T_q)×C, xkv (B·T_k)×C, result (B·T_q)×C.
 ///
@@ -1307,7 +1308,7 @@ impl<T: Float> EncoderDecoder<T> {
         Ok(g)
     }
 
-    /// Greedy decoding: encode each source once, then start from [start] and append the argmax
+    /// Greedy decoding: encode each source once, then start from `[start]` and append the argmax
     /// token until `end` or until the decoder input reaches the model's maximum length. Returns
     /// each output without the start and end tokens.
     pub fn greedy_decode(&self, source: &[Vec<usize>], start: usize, end: usize) -> Result<Vec<Vec<usize>>> {
@@ -1611,7 +1612,7 @@ pub const ERRATA: &[Erratum] = &[
     Erratum {
         document: DOC,
         section: "Prepare and Embed Target Sequence for Decoder (Attention Masking) and the Decoder Attention Heads cell",
-        printed: "\"I have done that [masking out future words] in the Python code\"; the cell's weights softmax(QKᵀ) have row 1 = 0.12451364 0.56641068 0.30907567",
+        printed: "The text says the Python cell masks the future tokens; the cell's weights softmax(QKᵀ) have row 1 = 0.12451364 0.56641068 0.30907567",
         correct: "The cell applies no mask. With the causal mask row 1 is 1 0 0 and the first output row is 1.48356448 1.24013147 1.84159274 1.80408131 instead of 2.82896639 2.49151229 3.27935978 3.36785616 (the last row, which may see every token, is unchanged)",
         why: "The cell exponentiates the full 3×3 score matrix; nothing sets the scores above the diagonal to −∞, so <start> attends to 'de' and 'nada', the very tokens it is meant to predict.",
         test: "tests/ch07_encoder_decoder.rs::decoder_cell_applies_no_causal_mask",
@@ -1619,7 +1620,7 @@ pub const ERRATA: &[Erratum] = &[
     Erratum {
         document: DOC,
         section: "Prepare and Embed Target Sequence for Decoder and the Decoder Attention Heads cell",
-        printed: "\"The math for the attention head on the decoder is the same as it was for the input stack\" (softmax(QKᵀ/√d_k)V); the cell computes exp(QKᵀ) with no division",
+        printed: "The text: the decoder's attention head follows the encoder's math, softmax(QKᵀ/√d_k)V; the cell computes exp(QKᵀ) with no division",
         correct: "With ÷√d_k = ÷2 (unmasked, as in the cell) the weights' row 1 is 0.2123884 0.45298941 0.33462219 and the first output row 2.71375426 2.3908812 3.13827038 3.23460218",
         why: "The cell omits the 1/√d_k of the formula it says it follows, so its scores are twice too large and its weights too peaked.",
         test: "tests/ch07_encoder_decoder.rs::decoder_cell_does_not_scale_the_scores",
@@ -1635,7 +1636,7 @@ pub const ERRATA: &[Erratum] = &[
     Erratum {
         document: DOC,
         section: "Prepare and Embed Target Sequence for Decoder (LN(x_o) of the decoder)",
-        printed: "\"the math for layer normalization remains the same as it was for the input\": LN row 1 = -0.46049196 -1.4140849 0.81224991 1.06232694",
+        printed: "The text: the decoder's LayerNorm is the input's, (x − μ)/√(σ² + ε); printed LN row 1 = -0.46049196 -1.4140849 0.81224991 1.06232694",
         correct: "(x − μ)/√(σ² + ε) as stated gives -0.46049142 -1.41408325 0.81224896 1.0623257",
         why: "The decoder cell divides by std + ε, (x − μ)/(σ + ε), while the input's LayerNorm (and the printed formula) divides by √(σ² + ε); the two differ by about 1.6·10⁻⁶, visible at the printed 8 decimals.",
         test: "tests/ch07_encoder_decoder.rs::decoder_layer_norm_divides_by_std_plus_eps",
@@ -1667,7 +1668,7 @@ pub const ERRATA: &[Erratum] = &[
     Erratum {
         document: DOC,
         section: "Decoder Stack Processing with Encoder Output (step 4, Apply Masking)",
-        printed: "\"As with before we need to mask out future words\"",
+        printed: "Step 4 masks the future words here as well, as in the decoder's self-attention",
         correct: "Cross-attention has no causal mask: every target position may read every source position (the cell, rightly, masks nothing; only padding of the source is masked). A causal mask would give row 1 the weights 1 0 0",
         why: "The source sentence is given in full before decoding starts and its positions are not 'the future' of any target position; the lengths may even differ, so 'j > i' has no meaning across the two sequences.",
         test: "tests/ch07_encoder_decoder.rs::cross_attention_has_no_causal_mask",
@@ -1701,21 +1702,21 @@ pub fn worked() -> Result<Vec<Worked>> {
         "-0.46121408 -1.41736871 0.85625689 1.02232591",
         "-0.46146504 -1.41536061 0.83223948 1.04458616",
     ];
-    for r in 0..3 {
+    for (r, printed) in OUT.iter().enumerate() {
         rows.push(Worked::text(
             "decoder_cell_output_is_2_82896639",
             DOC,
             format!("decoder cell output, row {}", r + 1),
-            OUT[r],
+            printed,
             row_text(&cell.output, r),
         ));
     }
-    for r in 0..3 {
+    for (r, printed) in LN.iter().enumerate() {
         rows.push(Worked::text(
             "decoder_cell_layer_norm_is_minus_0_46049196",
             DOC,
             format!("decoder cell LayerNorm, row {}", r + 1),
-            LN[r],
+            printed,
             row_text(&cell.normalised, r),
         ));
     }
