@@ -1386,9 +1386,10 @@ impl ReversalTask {
         (self.min_len..=self.max_len).map(|l| 10f64.powi(l as i32)).sum()
     }
 
-    /// One source: a length, then that many digits.
+    /// One source: a length, then that many digits. (A task with `min_len > max_len` always
+    /// draws `min_len` digits; [`train`] refuses such a task.)
     pub fn sample(&self, rng: &mut Rng) -> Vec<usize> {
-        let len = self.min_len + rng.below(self.max_len - self.min_len + 1);
+        let len = self.min_len + rng.below(self.max_len.saturating_sub(self.min_len) + 1);
         (0..len).map(|_| rng.below(DIGITS)).collect()
     }
 
@@ -1535,8 +1536,8 @@ pub fn train(config: &TrainConfig) -> Result<Trained> {
             ),
         ));
     }
-    if config.batch_size == 0 || config.steps == 0 || config.warmup == 0 {
-        return Err(invalid(OP, "batch_size, steps, warmup", "must all be positive"));
+    if config.batch_size == 0 || config.steps == 0 || config.warmup == 0 || config.held_out == 0 {
+        return Err(invalid(OP, "batch_size, steps, warmup, held_out", "must all be positive"));
     }
     let held_out = config.task.held_out(config.held_out, config.held_out_seed)?;
     let exclude: HashSet<Vec<usize>> = held_out.iter().cloned().collect();

@@ -637,6 +637,16 @@ fn a_target_longer_than_the_maximum_is_an_error() {
     let mut config = CHAPTER_CONFIG;
     config.task.max_len = config.model.max_len;
     assert!(matches!(train(&config), Err(Error::InvalidValue { .. })));
+    for bad in [
+        TrainConfig { task: ReversalTask { min_len: 5, max_len: 4 }, ..CHAPTER_CONFIG },
+        TrainConfig { task: ReversalTask { min_len: 0, max_len: 4 }, ..CHAPTER_CONFIG },
+        TrainConfig { held_out: 0, ..CHAPTER_CONFIG },
+        TrainConfig { batch_size: 0, ..CHAPTER_CONFIG },
+        TrainConfig { model: ModelConfig { vocab: 20, ..CHAPTER_CONFIG.model }, ..CHAPTER_CONFIG },
+        TrainConfig { learning_rate: -1.0, ..CHAPTER_CONFIG },
+    ] {
+        assert!(train(&bad).is_err(), "{bad:?}");
+    }
 }
 
 #[test]
