@@ -960,34 +960,24 @@ pub fn sinusoidal_positions<T: Float>(n: usize, d: usize) -> Result<DMatrix<T>> 
 }
 
 /// Cross-entropy of the rows of `logits` (N×V) against `labels` (one per row; `None` rows, the
-/// padding, are skipped), averaged over the labelled rows, from the logits by log-sum-exp;
-/// returns the loss and ∂L/∂logits = (softmax − one-hot)/N on labelled rows, 0 elsewhere.
-pub fn cross_entropy_from_logits<T: Float>(logits: &DMatrix<T>, labels: &[Option<usize>]) -> Result<(T, DMatrix<T>)> {
-    const OP: &str = "cross_entropy_from_logits";
+/// padding, are skipped), averaged over the labelled rows. The labelled rows go through chapter 2's
+/// [`crate::ch02_softmax::cross_entropy_from_logits_with_gradient`] (log-sum-exp, from the logits);
+/// returns the loss and ∂L/∂logits = (softmax − one-hot)/N on labelled rows, 0 on padding rows.
+pub fn padded_cross_entropy<T: Float>(logits: &DMatrix<T>, labels: &[Option<usize>]) -> Result<(T, DMatrix<T>)> {
+    const OP: &str = "padded_cross_entropy";
     if labels.len() != logits.nrows() {
         return Err(shape_error(OP, "labels", format!("{} labels (one per row of logits)", logits.nrows()), format!("{}", labels.len())));
     }
-    let n = labels.iter().flatten().count();
-    if n == 0 {
+    let rows: Vec<usize> = (0..labels.len()).filter(|&r| labels[r].is_some()).collect();
+    if rows.is_empty() {
         return Err(Error::Empty { op: OP, arg: "labels (every row is padding)" });
     }
-    ensure_finite(OP, "logits", logits)?;
-    let inv_n = T::of(1.0 / n as f64);
-    let mut loss = T::zero();
+    let targets: Vec<usize> = labels.iter().flatten().copied().collect();
+    let real = DMatrix::from_fn(rows.len(), logits.ncols(), |i, c| logits[(rows[i], c)]);
+    let (loss, d_real) = crate::ch02_softmax::cross_entropy_from_logits_with_gradient(&real, &targets)?;
     let mut d = DMatrix::zeros(logits.nrows(), logits.ncols());
-    for (r, label) in labels.iter().enumerate() {
-        let Some(y) = *label else { continue };
-        if y >= logits.ncols() {
-            return Err(invalid(OP, "labels", format!("row {r} has class {y}, but there are {} classes", logits.ncols())));
-        }
-        let max = logits.row(r).iter().copied().fold(T::neg_infinity(), T::max);
-        let sum: T = logits.row(r).iter().map(|&z| (z - max).exp()).sum();
-        let log_z = max + sum.ln();
-        loss += (log_z - logits[(r, y)]) * inv_n; // −ln softmax(z)_y = ln Σ e^{z} − z_y
-        for c in 0..logits.ncols() {
-            let p = (logits[(r, c)] - log_z).exp();
-            d[(r, c)] = (p - if c == y { T::one() } else { T::zero() }) * inv_n;
-        }
+    for (i, &r) in rows.iter().enumerate() {
+        d.row_mut(r).copy_from(&d_real.row(i)); // padding rows keep a zero gradient
     }
     Ok((loss, d))
 }
@@ -1265,6 +1255,7 @@ impl<T: Float> EncoderDecoder<T> {
     pub fn loss_and_gradients(&self, source: &[Vec<usize>], target_in: &[Vec<usize>], labels: &[Vec<usize>]) -> Result<Gradients<T>> {
         const OP: &str = "EncoderDecoder::loss_and_gradients";
         let (logits, cache) = self.forward(source, target_in)?;
+        self.check_tokens(OP, "labels", labels)?;
         if labels.len() != target_in.len() || labels.iter().zip(target_in).any(|(l, t)| l.len() != t.len()) {
             return Err(shape_error(
                 OP,
@@ -1280,7 +1271,7 @@ impl<T: Float> EncoderDecoder<T> {
                 row_labels[b * tb.len + p] = Some(t);
             }
         }
-        let (loss, d_logits) = cross_entropy_from_logits(&logits, &row_labels)?;
+        let (loss, d_logits) = padded_cross_entropy(&logits, &row_labels)?;
         let grads = self.backward(&cache, &d_logits)?;
         Ok(Gradients { loss, grads })
     }

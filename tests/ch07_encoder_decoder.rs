@@ -433,14 +433,15 @@ fn encoder_block_backward_passes_gradcheck_for_every_input_and_weight() {
 }
 
 #[test]
-fn cross_entropy_from_logits_passes_gradcheck_and_skips_padding() {
+fn padded_cross_entropy_passes_gradcheck_and_skips_padding() {
     let z = probe(4, 5, 16);
     let labels = [Some(2), None, Some(0), Some(4)];
-    let (_, d) = cross_entropy_from_logits(&z, &labels).unwrap();
+    let (_, d) = padded_cross_entropy(&z, &labels).unwrap();
     assert!(d.row(1).iter().all(|&v| v == 0.0));
-    gradcheck::check(Config::default(), &[("logits", z)], &[d], |t| cross_entropy_from_logits(&t[0], &labels).unwrap().0).assert_passed();
+    gradcheck::check(Config::default(), &[("logits", z.clone())], &[d], |t| padded_cross_entropy(&t[0], &labels).unwrap().0).assert_passed();
     // Uniform logits over 5 classes cost ln 5.
-    let (l, _) = cross_entropy_from_logits(&DMatrix::<f64>::zeros(1, 5), &[Some(3)]).unwrap();
+    let (l, _) = padded_cross_entropy(&DMatrix::<f64>::zeros(1, 5), &[Some(3)]).unwrap();
+    assert!(matches!(padded_cross_entropy(&z, &[None; 4]), Err(Error::Empty { .. })));
     assert_abs_diff_eq!(l, 5f64.ln(), epsilon = 1e-15);
 }
 
@@ -626,7 +627,7 @@ fn token_ids_outside_the_vocabulary_are_errors() {
     assert!(model.forward(&[vec![1]], &[vec![99]]).is_err());
     assert!(model.greedy_decode(&[vec![1]], 6, 4).is_err());
     let err = model.loss_and_gradients(&[vec![1]], &[vec![5]], &[vec![7]]).unwrap_err();
-    assert!(err.to_string().contains("class 7"), "{err}");
+    assert!(err.to_string().contains("labels") && err.to_string().contains("token id 7"), "{err}");
 }
 
 #[test]
