@@ -14,6 +14,7 @@ pub fn chapters() -> Vec<Chapter> {
         crate::ch02_softmax::CHAPTER,
         crate::ch03_mlp::CHAPTER,
         crate::ch07_encoder_decoder::CHAPTER,
+        crate::ch08_tokens::CHAPTER,
     ]
 }
 

@@ -61,6 +61,7 @@ pub mod ch01_logistic;
 pub mod ch02_softmax;
 pub mod ch03_mlp;
 pub mod ch07_encoder_decoder;
+pub mod ch08_tokens;
 
 pub use error::{Error, Result};
 pub use float::Float;
