@@ -13,6 +13,8 @@ pub fn chapters() -> Vec<Chapter> {
         crate::ch01_logistic::CHAPTER,
         crate::ch02_softmax::CHAPTER,
         crate::ch03_mlp::CHAPTER,
+        crate::ch05_positions::CHAPTER,
+        crate::ch06_attention::CHAPTER,
         crate::ch07_encoder_decoder::CHAPTER,
         crate::ch08_tokens::CHAPTER,
     ]

@@ -60,6 +60,8 @@ pub mod book;
 pub mod ch01_logistic;
 pub mod ch02_softmax;
 pub mod ch03_mlp;
+pub mod ch05_positions;
+pub mod ch06_attention;
 pub mod ch07_encoder_decoder;
 pub mod ch08_tokens;
 
