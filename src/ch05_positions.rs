@@ -44,7 +44,11 @@ fn check_width(op: &'static str, d_model: usize) -> Result<()> {
         return Err(Error::Empty { op, arg: "d_model" });
     }
     if d_model % 2 != 0 {
-        return Err(invalid(op, "d_model", format!("sinusoidal encodings pair a sine with a cosine, so d_model must be even; got {d_model}")));
+        return Err(invalid(
+            op,
+            "d_model",
+            format!("sinusoidal encodings pair a sine with a cosine, so d_model must be even; got {d_model}"),
+        ));
     }
     Ok(())
 }
@@ -210,8 +214,11 @@ pub fn matrix3x4(rows: &[[f64; 4]; 3]) -> DMatrix<f64> {
 /// A printed matrix (see [`crate::report::parse_printed`]) as numbers; the constants of this
 /// module always parse, other text may not.
 pub fn printed_matrix(printed: &str) -> Result<DMatrix<f64>> {
-    let rows = crate::report::parse_printed(printed)
-        .ok_or_else(|| Error::Parse { file: "printed matrix".into(), line: None, reason: format!("not a matrix: {printed}") })?;
+    let rows = crate::report::parse_printed(printed).ok_or_else(|| Error::Parse {
+        file: "printed matrix".into(),
+        line: None,
+        reason: format!("not a matrix: {printed}"),
+    })?;
     let values: Vec<f64> = rows.iter().flatten().map(|s| s.parse::<f64>().unwrap_or(f64::NAN)).collect();
     Ok(DMatrix::from_row_slice(rows.len(), rows[0].len(), &values))
 }
@@ -288,14 +295,7 @@ pub fn worked() -> Result<Vec<Worked>> {
     let breakdown: DMatrix<f64> = with_exponents(&[0.0], &DOC_BREAKDOWN_EXPONENTS)?;
     let parity = every_position_mixes(&sinusoidal::<f64>(SEQ_LEN, D_MODEL)?);
     Ok(vec![
-        Worked::matrix(
-            "breakdown_at_position_0_is_0_1_0_1",
-            DOC,
-            "PE(0, ·), any exponents",
-            "0 1 0 1",
-            0,
-            &breakdown,
-        ),
+        Worked::matrix("breakdown_at_position_0_is_0_1_0_1", DOC, "PE(0, ·), any exponents", "0 1 0 1", 0, &breakdown),
         Worked::matrix(
             "printed_pe_follows_the_column_index_exponent",
             DOC,
@@ -348,8 +348,8 @@ pub fn worked() -> Result<Vec<Worked>> {
 /// sin² + cos² = 1 across each pair and by the value at pos 0 (sin 0 = 0, cos 0 = 1).
 pub fn every_position_mixes(pe: &DMatrix<f64>) -> bool {
     let first_row_ok = (0..pe.ncols()).all(|j| (pe[(0, j)] - if j % 2 == 0 { 0.0 } else { 1.0 }).abs() < 1e-15);
-    let pairs_ok = (0..pe.nrows())
-        .all(|r| (0..pe.ncols() / 2).all(|i| (pe[(r, 2 * i)].powi(2) + pe[(r, 2 * i + 1)].powi(2) - 1.0).abs() < 1e-12));
+    let pairs_ok =
+        (0..pe.nrows()).all(|r| (0..pe.ncols() / 2).all(|i| (pe[(r, 2 * i)].powi(2) + pe[(r, 2 * i + 1)].powi(2) - 1.0).abs() < 1e-12));
     first_row_ok && pairs_ok
 }
 
@@ -437,12 +437,5 @@ fn plots(dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// This chapter's entry in the book.
-pub const CHAPTER: Chapter = Chapter {
-    number: 5,
-    stem: "ch05_positions",
-    title: "Sinusoidal position encodings",
-    worked,
-    walk,
-    plots,
-    errata: ERRATA,
-};
+pub const CHAPTER: Chapter =
+    Chapter { number: 5, stem: "ch05_positions", title: "Sinusoidal position encodings", worked, walk, plots, errata: ERRATA };

@@ -114,9 +114,7 @@ pub fn padding_mask<T: Float>(kv_lengths: &[usize], q_len: usize, kv_len: usize)
     if let Some((b, &l)) = kv_lengths.iter().enumerate().find(|&(_, &l)| l == 0 || l > kv_len) {
         return Err(invalid("padding_mask", "kv_lengths", format!("sequence {b} has length {l}; each must lie in 1..={kv_len}")));
     }
-    Ok(DMatrix::from_fn(kv_lengths.len() * q_len, kv_len, |r, j| {
-        if j < kv_lengths[r / q_len] { T::zero() } else { T::neg_infinity() }
-    }))
+    Ok(DMatrix::from_fn(kv_lengths.len() * q_len, kv_len, |r, j| if j < kv_lengths[r / q_len] { T::zero() } else { T::neg_infinity() }))
 }
 
 /// How to attend: sequence lengths, masking and the score scale.
@@ -162,7 +160,11 @@ impl<T: Float> AttnSpec<T> {
 
     fn validate(&self, op: &'static str) -> Result<()> {
         if self.q_len == 0 || self.kv_len == 0 {
-            return Err(invalid(op, "spec", format!("sequence lengths must be at least 1; got q_len {}, kv_len {}", self.q_len, self.kv_len)));
+            return Err(invalid(
+                op,
+                "spec",
+                format!("sequence lengths must be at least 1; got q_len {}, kv_len {}", self.q_len, self.kv_len),
+            ));
         }
         if self.causal && self.kv_len < self.q_len {
             return Err(invalid(op, "spec", format!("causal attention needs kv_len ≥ q_len; got {} < {}", self.kv_len, self.q_len)));
@@ -213,10 +215,20 @@ fn attention_batch<T: Float>(op: &'static str, q: &DMatrix<T>, k: &DMatrix<T>, v
         ));
     }
     if k.ncols() != q.ncols() {
-        return Err(shape_error(op, "q and k (key width d_k)", format!("k with {} columns", q.ncols()), format!("q {}, k {}", shape_of(q), shape_of(k))));
+        return Err(shape_error(
+            op,
+            "q and k (key width d_k)",
+            format!("k with {} columns", q.ncols()),
+            format!("q {}, k {}", shape_of(q), shape_of(k)),
+        ));
     }
     if v.nrows() != k.nrows() {
-        return Err(shape_error(op, "k and v (one value per key)", format!("v with {} rows", k.nrows()), format!("k {}, v {}", shape_of(k), shape_of(v))));
+        return Err(shape_error(
+            op,
+            "k and v (one value per key)",
+            format!("v with {} rows", k.nrows()),
+            format!("k {}, v {}", shape_of(k), shape_of(v)),
+        ));
     }
     if let Some(m) = &spec.mask
         && m.nrows() != spec.q_len
@@ -265,7 +277,11 @@ fn masked_softmax_rows<T: Float>(op: &'static str, s: &DMatrix<T>, row_offset: u
     for r in 0..s.nrows() {
         let m = s.row(r).iter().copied().fold(T::neg_infinity(), T::max);
         if m == T::neg_infinity() {
-            return Err(invalid(op, "mask", format!("query row {} masks every key, so its attention weights are undefined", r + row_offset)));
+            return Err(invalid(
+                op,
+                "mask",
+                format!("query row {} masks every key, so its attention weights are undefined", r + row_offset),
+            ));
         }
         if !m.is_finite() {
             return Err(Error::NonFinite { op, arg: "scores", at: format!("row {}", r + row_offset) });
@@ -480,7 +496,12 @@ impl<T: Float> MultiHead<T> {
             }
         }
         if self.w_q.ncols() != self.w_k.ncols() {
-            return Err(shape_error(OP, "w_q and w_k (query/key width)", format!("w_k with {} columns", self.w_q.ncols()), shape_of(&self.w_k)));
+            return Err(shape_error(
+                OP,
+                "w_q and w_k (query/key width)",
+                format!("w_k with {} columns", self.w_q.ncols()),
+                shape_of(&self.w_k),
+            ));
         }
         for (arg, w) in [("w_q (d_model)", &self.w_q), ("w_v (d_model)", &self.w_v)] {
             if w.ncols() % self.heads != 0 {
@@ -488,12 +509,19 @@ impl<T: Float> MultiHead<T> {
             }
         }
         if self.w_k.nrows() != self.w_v.nrows() {
-            return Err(shape_error(OP, "w_k and w_v (key/value input width)", format!("w_v with {} rows", self.w_k.nrows()), shape_of(&self.w_v)));
+            return Err(shape_error(
+                OP,
+                "w_k and w_v (key/value input width)",
+                format!("w_v with {} rows", self.w_k.nrows()),
+                shape_of(&self.w_v),
+            ));
         }
         if self.w_o.nrows() != self.w_v.ncols() {
             return Err(shape_error(OP, "w_o (reads the concatenated heads)", format!("{} rows", self.w_v.ncols()), shape_of(&self.w_o)));
         }
-        for (arg, b, w) in [("b_q", &self.b_q, &self.w_q), ("b_k", &self.b_k, &self.w_k), ("b_v", &self.b_v, &self.w_v), ("b_o", &self.b_o, &self.w_o)] {
+        for (arg, b, w) in
+            [("b_q", &self.b_q, &self.w_q), ("b_k", &self.b_k, &self.w_k), ("b_v", &self.b_v, &self.w_v), ("b_o", &self.b_o, &self.w_o)]
+        {
             if b.nrows() != 1 || b.ncols() != w.ncols() {
                 return Err(shape_error(OP, arg, format!("1×{}", w.ncols()), shape_of(b)));
             }
@@ -531,14 +559,29 @@ pub struct MhaCache<T: Float> {
 /// Multi-head attention: Q, K, V projections, H heads of [`attention_forward`], concatenation,
 /// W_O. `x_q` is (B·T_q)×C_q; `x_kv` is (B·T_k)×C_kv (pass the same matrix twice for
 /// self-attention). Returns the (B·T_q)×C_out output and the cache for the backward pass.
-pub fn mha_forward<T: Float>(p: &MultiHead<T>, x_q: &DMatrix<T>, x_kv: &DMatrix<T>, spec: &AttnSpec<T>) -> Result<(DMatrix<T>, MhaCache<T>)> {
+pub fn mha_forward<T: Float>(
+    p: &MultiHead<T>,
+    x_q: &DMatrix<T>,
+    x_kv: &DMatrix<T>,
+    spec: &AttnSpec<T>,
+) -> Result<(DMatrix<T>, MhaCache<T>)> {
     const OP: &str = "mha_forward";
     p.validate()?;
     if x_q.ncols() != p.w_q.nrows() {
-        return Err(shape_error(OP, "x_q and w_q", format!("x_q with {} columns", p.w_q.nrows()), format!("x_q {}, w_q {}", shape_of(x_q), shape_of(&p.w_q))));
+        return Err(shape_error(
+            OP,
+            "x_q and w_q",
+            format!("x_q with {} columns", p.w_q.nrows()),
+            format!("x_q {}, w_q {}", shape_of(x_q), shape_of(&p.w_q)),
+        ));
     }
     if x_kv.ncols() != p.w_k.nrows() {
-        return Err(shape_error(OP, "x_kv and w_k", format!("x_kv with {} columns", p.w_k.nrows()), format!("x_kv {}, w_k {}", shape_of(x_kv), shape_of(&p.w_k))));
+        return Err(shape_error(
+            OP,
+            "x_kv and w_k",
+            format!("x_kv with {} columns", p.w_k.nrows()),
+            format!("x_kv {}, w_k {}", shape_of(x_kv), shape_of(&p.w_k)),
+        ));
     }
     let q = affine(OP, x_q, &p.w_q, &p.b_q)?; //  Q = X_q W_Q + b_Q
     let k = affine(OP, x_kv, &p.w_k, &p.b_k)?; // K = X_kv W_K + b_K
@@ -648,7 +691,12 @@ pub const LAYER_NORM_EPS: f64 = 1e-6;
 impl<T: Float> LayerNorm<T> {
     /// γ = 1, β = 0, ε inside the square root.
     pub fn new(width: usize, eps: f64) -> Result<Self> {
-        let ln = LayerNorm { gamma: DMatrix::from_element(1, width, T::one()), beta: DMatrix::zeros(1, width), eps, placement: Epsilon::InsideSqrt };
+        let ln = LayerNorm {
+            gamma: DMatrix::from_element(1, width, T::one()),
+            beta: DMatrix::zeros(1, width),
+            eps,
+            placement: Epsilon::InsideSqrt,
+        };
         ln.validate("LayerNorm::new")?;
         Ok(ln)
     }
@@ -867,7 +915,15 @@ pub struct Block<T: Float> {
 impl<T: Float> Block<T> {
     /// A block of width `c` with `heads` heads and hidden width `hidden`, random N(0, std²) weights,
     /// zero biases, γ = 1, β = 0, ε = 1e-6 inside the square root.
-    pub fn random(c: usize, heads: usize, hidden: usize, act: Activation, order: NormOrder, std: f64, rng: &mut crate::rng::Rng) -> Result<Self> {
+    pub fn random(
+        c: usize,
+        heads: usize,
+        hidden: usize,
+        act: Activation,
+        order: NormOrder,
+        std: f64,
+        rng: &mut crate::rng::Rng,
+    ) -> Result<Self> {
         if heads == 0 || c % heads != 0 {
             return Err(invalid("Block::random", "heads", format!("d_model = {c} is not divisible by {heads} heads")));
         }
@@ -911,7 +967,11 @@ pub struct BlockGrads<T: Float> {
 
 fn check_self_attention<T: Float>(op: &'static str, spec: &AttnSpec<T>) -> Result<()> {
     if spec.q_len != spec.kv_len {
-        return Err(invalid(op, "spec", format!("a block attends to itself, so q_len must equal kv_len; got {} and {}", spec.q_len, spec.kv_len)));
+        return Err(invalid(
+            op,
+            "spec",
+            format!("a block attends to itself, so q_len must equal kv_len; got {} and {}", spec.q_len, spec.kv_len),
+        ));
     }
     Ok(())
 }
@@ -1019,7 +1079,8 @@ pub const B_2: &str = "0.01 0.02 0.03 0.04";
 /// Printed: Q in the main text, "printed nicely out to four decimal places".
 pub const PRINTED_Q_MAIN: &str = "1.5 1.1 2.6 0; 1.3415 1.6 2.3 0.6415; 2.4093 0.8998 1.7998 1.5093";
 /// Printed: the first supplemental cell's Q (X + PE written with the symbolic exponents).
-pub const PRINTED_Q_CELL_SYMBOLIC: &str = "1.5 1.1 2.6 0.; 1.34147098 1.59995001 2.29995 0.64147099; 2.40929743 0.89980003 1.79980001 1.50929745";
+pub const PRINTED_Q_CELL_SYMBOLIC: &str =
+    "1.5 1.1 2.6 0.; 1.34147098 1.59995001 2.29995 0.64147099; 2.40929743 0.89980003 1.79980001 1.50929745";
 /// Printed: Q of the cell computing all three from the printed X + PE.
 pub const PRINTED_Q: &str = "1.5 1.1 2.6 0.; 1.3415 1.60005 2.29995 0.6416; 2.4093 0.9 1.7998 1.5095";
 /// Printed: K of that cell.
@@ -1139,7 +1200,23 @@ pub fn walkthrough() -> Result<Walkthrough> {
     let ln1_stated = layer_norm_forward(&doc_layer_norm(Epsilon::InsideSqrt)?, &m)?.0;
     let ffn = ffn_forward(&doc_ffn()?, &printed(PRINTED_LN1)?)?.0;
     let ln2 = layer_norm_forward(&doc_layer_norm(Epsilon::InsideSqrt)?, &printed(PRINTED_FFN)?)?.0;
-    Ok(Walkthrough { x_pe, y_pe, q, k, v, qkv_y, scores, weights: att.weights, attention: att.out, concat, multihead, ln1, ln1_stated, ffn, ln2 })
+    Ok(Walkthrough {
+        x_pe,
+        y_pe,
+        q,
+        k,
+        v,
+        qkv_y,
+        scores,
+        weights: att.weights,
+        attention: att.out,
+        concat,
+        multihead,
+        ln1,
+        ln1_stated,
+        ffn,
+        ln2,
+    })
 }
 
 /// The same chain from the embeddings with nothing rounded in between and the document's choices
@@ -1323,7 +1400,8 @@ pub fn worked() -> Result<Vec<Worked>> {
     let residual_ln = layer_norm_forward(&doc_layer_norm(Epsilon::InsideSqrt)?, &residual_add(&w.x_pe, &printed(PRINTED_MULTIHEAD)?)?)?.0;
     let ffn = printed(PRINTED_FFN)?;
     let ratio = |r: usize, c: usize| ffn[(r, c + 1)] / ffn[(r, c)];
-    let row = |m: &DMatrix<f64>, r: usize, d: usize| (0..m.ncols()).map(|c| crate::snapshot::fixed(m[(r, c)], d)).collect::<Vec<_>>().join(" ");
+    let row =
+        |m: &DMatrix<f64>, r: usize, d: usize| (0..m.ncols()).map(|c| crate::snapshot::fixed(m[(r, c)], d)).collect::<Vec<_>>().join(" ");
     let (d, c) = (DOC, "this crate");
     Ok(vec![
         Worked::text(

@@ -22,9 +22,15 @@
 //! Conventions: a batch of B sequences padded to a common length T is a (B·T)×C matrix, sequence
 //! b in rows b·T … b·T + T − 1, its real tokens first; a [`Batch`] says how long each one really is.
 
+use crate::ch03_mlp::Activation;
+use crate::ch06_attention::{
+    AttnSpec, Block, BlockCache, BlockGrads, Ffn, FfnCache, FfnGrads, LAYER_NORM_EPS, LayerNorm, LnCache, LnGrads, MhaCache, MhaGrads,
+    MultiHead, NormOrder, block_backward, block_forward, ffn_backward, ffn_forward, layer_norm_backward, layer_norm_forward, mha_backward,
+    mha_forward, padding_mask,
+};
 use crate::errata::Erratum;
 use crate::error::{Error, Result, invalid, shape_error, shape_of};
-use crate::float::{Float, ensure_finite};
+use crate::float::Float;
 use crate::matmul::{matmul, matmul_nt, matmul_tn};
 use crate::optim::{Adam, AdamConfig};
 use crate::plot::{Figure, Heatmap, LineChart, Series};
@@ -344,351 +350,275 @@ impl Batch {
 
 // ───────────────────────────── attention between two sequences ─────────────────────────────
 
-/// The weights of one multi-head attention: W_Q, W_K, W_V (C×C, split column-wise into h heads of
-/// d_k = C/h) and W_O (C×C).
-#[derive(Clone, Debug, PartialEq)]
-pub struct AttentionWeights<T: Float> {
-    /// W_Q, applied to the query sequence.
-    pub w_q: DMatrix<T>,
-    /// W_K, applied to the key/value sequence.
-    pub w_k: DMatrix<T>,
-    /// W_V, applied to the key/value sequence.
-    pub w_v: DMatrix<T>,
-    /// W_O, mixing the concatenated heads.
-    pub w_o: DMatrix<T>,
-}
-
-impl<T: Float> AttentionWeights<T> {
-    /// N(0, 1/C) entries, so a product with a unit-variance row keeps unit variance.
-    pub fn random(width: usize, rng: &mut Rng) -> Self {
-        let std = 1.0 / (width as f64).sqrt();
-        AttentionWeights {
-            w_q: rng.normal_matrix(width, width, std),
-            w_k: rng.normal_matrix(width, width, std),
-            w_v: rng.normal_matrix(width, width, std),
-            w_o: rng.normal_matrix(width, width, std),
-        }
-    }
-
-    /// All zeros of the same shapes (a gradient accumulator).
-    pub fn zeros_like(&self) -> Self {
-        let z = |m: &DMatrix<T>| DMatrix::zeros(m.nrows(), m.ncols());
-        AttentionWeights { w_q: z(&self.w_q), w_k: z(&self.w_k), w_v: z(&self.w_v), w_o: z(&self.w_o) }
-    }
-
-    fn tensors(&self) -> Vec<&DMatrix<T>> {
-        vec![&self.w_q, &self.w_k, &self.w_v, &self.w_o]
-    }
-
-    fn tensors_mut(&mut self) -> Vec<&mut DMatrix<T>> {
-        vec![&mut self.w_q, &mut self.w_k, &mut self.w_v, &mut self.w_o]
-    }
-
-    fn check(&self, op: &'static str, width: usize, heads: usize) -> Result<()> {
-        if heads == 0 || !width.is_multiple_of(heads) {
-            return Err(invalid(op, "heads", format!("the width {width} must split into {heads} equal heads")));
-        }
-        for (arg, m) in [("W_Q", &self.w_q), ("W_K", &self.w_k), ("W_V", &self.w_v), ("W_O", &self.w_o)] {
-            if m.shape() != (width, width) {
-                return Err(shape_error(op, arg, format!("{width}×{width}"), shape_of(m)));
-            }
-        }
-        Ok(())
-    }
-}
-
-/// What the attention backward pass needs from the forward pass.
-#[derive(Clone, Debug)]
-pub struct AttentionCache<T: Float> {
-    xq: DMatrix<T>,
-    xkv: DMatrix<T>,
-    q: DMatrix<T>,
-    k: DMatrix<T>,
-    v: DMatrix<T>,
-    /// The attention weights, one Tq×Tk matrix per (sequence, head), sequence-major.
-    pub weights: Vec<DMatrix<T>>,
-    concat: DMatrix<T>,
-    q_batch: Batch,
-    kv_batch: Batch,
-    heads: usize,
-}
-
-/// The gradients of one attention.
-#[derive(Clone, Debug)]
-pub struct AttentionGrads<T: Float> {
-    /// ∂L/∂(query input).
-    pub d_xq: DMatrix<T>,
-    /// ∂L/∂(key/value input): for cross-attention, the gradient that flows into the encoder output.
-    pub d_xkv: DMatrix<T>,
-    /// ∂L/∂W_Q, ∂L/∂W_K, ∂L/∂W_V, ∂L/∂W_O.
-    pub d_w: AttentionWeights<T>,
-}
-
-/// Multi-head attention of a query sequence over a key/value sequence, per batch entry.
-///
-/// Q = X_q W_Q, K = X_kv W_K, V = X_kv W_V; for head h (columns h·d_k … of each) and sequence b,
-/// S = Q_bh K_bhᵀ/√d_k with key j masked (−∞) when j ≥ kv_lengths\[b\] (padding) or, if `causal`,
-/// when j > i; A = softmax(S) by rows; O_bh = A V_bh; the heads are concatenated and multiplied by
-/// W_O. Shapes: xq (B·T_q)×C, xkv (B·T_k)×C, result (B·T_q)×C.
-///
-/// Self-attention is `xq = xkv` (same batch); cross-attention is xq from the decoder and xkv the
-/// encoder output, with `causal = false` and T_q ≠ T_k allowed.
-pub fn attention_forward<T: Float>(
-    xq: &DMatrix<T>,
-    q_batch: &Batch,
-    xkv: &DMatrix<T>,
-    kv_batch: &Batch,
-    w: &AttentionWeights<T>,
-    heads: usize,
-    causal: bool,
-) -> Result<(DMatrix<T>, AttentionCache<T>)> {
-    const OP: &str = "attention_forward";
-    if xq.ncols() != xkv.ncols() {
-        return Err(shape_error(
-            OP,
-            "query and key/value widths",
-            format!("{} columns in both", xq.ncols()),
-            format!("{} and {}", shape_of(xq), shape_of(xkv)),
-        ));
-    }
-    let width = xq.ncols();
-    w.check(OP, width, heads)?;
-    q_batch.check_rows(OP, "query input", xq)?;
-    kv_batch.check_rows(OP, "key/value input", xkv)?;
+/// The attention specification (chapter 6's [`AttnSpec`]) for queries from `q_batch` over keys
+/// from `kv_batch`: scores ÷ √d_k, the padded keys of each sequence masked with −∞, and for
+/// self-attention of the decoder the causal mask on top.
+pub fn attention_spec<T: Float>(q_batch: &Batch, kv_batch: &Batch, causal: bool) -> Result<AttnSpec<T>> {
     if q_batch.sequences() != kv_batch.sequences() {
         return Err(shape_error(
-            OP,
+            "attention_spec",
             "query and key/value batches",
             format!("{} sequences in both", q_batch.sequences()),
             format!("{}", kv_batch.sequences()),
         ));
     }
-    ensure_finite(OP, "query input", xq)?;
-    ensure_finite(OP, "key/value input", xkv)?;
-    let q = matmul(xq, &w.w_q)?;
-    let k = matmul(xkv, &w.w_k)?;
-    let v = matmul(xkv, &w.w_v)?;
-    let d_k = width / heads;
-    let scale = T::of(1.0 / (d_k as f64).sqrt());
-    let (tq, tk) = (q_batch.len, kv_batch.len);
-    let mut concat = DMatrix::zeros(xq.nrows(), width);
-    let mut weights = Vec::with_capacity(q_batch.sequences() * heads);
-    for b in 0..q_batch.sequences() {
-        let kv_len = kv_batch.lengths[b];
-        for h in 0..heads {
-            let qb = q.view((b * tq, h * d_k), (tq, d_k)).into_owned();
-            let kb = k.view((b * tk, h * d_k), (tk, d_k)).into_owned();
-            let vb = v.view((b * tk, h * d_k), (tk, d_k)).into_owned();
-            let scores = matmul_nt(&qb, &kb)? * scale;
-            let a = masked_softmax_rows(OP, &scores, |i, j| j < kv_len && (!causal || j <= i))?;
-            let o = matmul(&a, &vb)?;
-            concat.view_mut((b * tq, h * d_k), (tq, d_k)).copy_from(&o);
-            weights.push(a);
-        }
+    let spec = if causal { AttnSpec::causal(q_batch.len) } else { AttnSpec::cross(q_batch.len, kv_batch.len) };
+    let spec = AttnSpec { kv_len: kv_batch.len, ..spec };
+    if kv_batch.lengths.iter().all(|&l| l == kv_batch.len) {
+        return Ok(spec); // nothing padded
     }
-    let out = matmul(&concat, &w.w_o)?;
-    let cache = AttentionCache {
-        xq: xq.clone(),
-        xkv: xkv.clone(),
-        q,
-        k,
-        v,
-        weights,
-        concat,
-        q_batch: q_batch.clone(),
-        kv_batch: kv_batch.clone(),
-        heads,
-    };
-    Ok((out, cache))
-}
-
-/// Backward of [`attention_forward`]: from ∂L/∂out to the gradients of both inputs and all four
-/// weights.
-pub fn attention_backward<T: Float>(cache: &AttentionCache<T>, w: &AttentionWeights<T>, d_out: &DMatrix<T>) -> Result<AttentionGrads<T>> {
-    const OP: &str = "attention_backward";
-    if d_out.shape() != cache.concat.shape() {
-        return Err(shape_error(OP, "d_out", shape_of(&cache.concat), shape_of(d_out)));
-    }
-    let width = cache.xq.ncols();
-    let heads = cache.heads;
-    let d_k = width / heads;
-    let scale = T::of(1.0 / (d_k as f64).sqrt());
-    let (tq, tk) = (cache.q_batch.len, cache.kv_batch.len);
-    let d_w_o = matmul_tn(&cache.concat, d_out)?; //       out = concat·W_O  ⇒ ∂W_O = concatᵀ·∂out
-    let d_concat = matmul_nt(d_out, &w.w_o)?; //            ⇒ ∂concat = ∂out·W_Oᵀ
-    let mut d_q = DMatrix::zeros(cache.q.nrows(), width);
-    let mut d_k_all = DMatrix::zeros(cache.k.nrows(), width);
-    let mut d_v = DMatrix::zeros(cache.v.nrows(), width);
-    for b in 0..cache.q_batch.sequences() {
-        for h in 0..heads {
-            let a = &cache.weights[b * heads + h];
-            let qb = cache.q.view((b * tq, h * d_k), (tq, d_k)).into_owned();
-            let kb = cache.k.view((b * tk, h * d_k), (tk, d_k)).into_owned();
-            let vb = cache.v.view((b * tk, h * d_k), (tk, d_k)).into_owned();
-            let d_o = d_concat.view((b * tq, h * d_k), (tq, d_k)).into_owned();
-            let d_a = matmul_nt(&d_o, &vb)?; //                O = A·V ⇒ ∂A = ∂O·Vᵀ
-            let d_vb = matmul_tn(a, &d_o)?; //                        ⇒ ∂V = Aᵀ·∂O
-            // A = softmax(S) by rows ⇒ ∂S = A ⊙ (∂A − rowsum(∂A ⊙ A)); masked entries have A = 0.
-            let mut d_s = DMatrix::zeros(tq, tk);
-            for i in 0..tq {
-                let dot: T = (0..tk).map(|j| d_a[(i, j)] * a[(i, j)]).sum();
-                for j in 0..tk {
-                    d_s[(i, j)] = a[(i, j)] * (d_a[(i, j)] - dot) * scale; // S = QKᵀ·scale
-                }
-            }
-            let d_qb = matmul(&d_s, &kb)?; //                 ⇒ ∂Q = ∂S·K
-            let d_kb = matmul_tn(&d_s, &qb)?; //              ⇒ ∂K = ∂Sᵀ·Q
-            d_q.view_mut((b * tq, h * d_k), (tq, d_k)).copy_from(&d_qb);
-            d_k_all.view_mut((b * tk, h * d_k), (tk, d_k)).copy_from(&d_kb);
-            d_v.view_mut((b * tk, h * d_k), (tk, d_k)).copy_from(&d_vb);
-        }
-    }
-    let d_w_q = matmul_tn(&cache.xq, &d_q)?; //              Q = X_q·W_Q ⇒ ∂W_Q = X_qᵀ·∂Q
-    let d_w_k = matmul_tn(&cache.xkv, &d_k_all)?; //         K = X_kv·W_K ⇒ ∂W_K = X_kvᵀ·∂K
-    let d_w_v = matmul_tn(&cache.xkv, &d_v)?; //             V = X_kv·W_V ⇒ ∂W_V = X_kvᵀ·∂V
-    let d_xq = matmul_nt(&d_q, &w.w_q)?; //                  ⇒ ∂X_q = ∂Q·W_Qᵀ
-    let d_xkv = matmul_nt(&d_k_all, &w.w_k)? + matmul_nt(&d_v, &w.w_v)?; // X_kv feeds K and V
-    Ok(AttentionGrads { d_xq, d_xkv, d_w: AttentionWeights { w_q: d_w_q, w_k: d_w_k, w_v: d_w_v, w_o: d_w_o } })
+    Ok(spec.with_mask(padding_mask(&kv_batch.lengths, q_batch.len, kv_batch.len)?))
 }
 
 /// Cross-attention: queries from the decoder rows `y`, keys and values from the encoder output
-/// `e`, no causal mask, padding of the source masked. Shapes: y (B·T_t)×C, e (B·T_s)×C.
+/// `e`, with chapter 6's multi-head attention and no causal mask; only the source padding is
+/// masked. Shapes: y (B·T_t)×C, e (B·T_s)×C, result (B·T_t)×C. T_t and T_s may differ.
+///
+/// Q = Y W_Q + b_Q, K = E W_K + b_K, V = E W_V + b_V; per sequence and head
+/// A = softmax(QKᵀ/√d_k + padding mask), O = A V; heads concatenated, · W_O + b_O.
 pub fn cross_attention_forward<T: Float>(
     y: &DMatrix<T>,
     y_batch: &Batch,
     e: &DMatrix<T>,
     e_batch: &Batch,
-    w: &AttentionWeights<T>,
-    heads: usize,
-) -> Result<(DMatrix<T>, AttentionCache<T>)> {
+    w: &MultiHead<T>,
+) -> Result<(DMatrix<T>, MhaCache<T>)> {
+    const OP: &str = "cross_attention_forward";
     if y.ncols() != e.ncols() {
         return Err(shape_error(
-            "cross_attention_forward",
+            OP,
             "decoder and encoder widths",
             format!("the decoder's width {} to equal the encoder's", y.ncols()),
             format!("decoder {}, encoder {}", shape_of(y), shape_of(e)),
         ));
     }
-    attention_forward(y, y_batch, e, e_batch, w, heads, false)
+    y_batch.check_rows(OP, "decoder input", y)?;
+    e_batch.check_rows(OP, "encoder output", e)?;
+    mha_forward(w, y, e, &attention_spec(y_batch, e_batch, false)?)
 }
 
-// ───────────────────────────── LayerNorm and the feed-forward net ─────────────────────────────
-
-/// LayerNorm's parameters: γ and β, 1×C rows.
-#[derive(Clone, Debug, PartialEq)]
-pub struct LayerNormWeights<T: Float> {
-    /// γ, the gain (starts at 1).
-    pub gamma: DMatrix<T>,
-    /// β, the shift (starts at 0).
-    pub beta: DMatrix<T>,
+/// Backward of [`cross_attention_forward`]: chapter 6's multi-head backward pass. Its `d_x_kv` is
+/// the gradient that flows into the encoder output, ∂E = ∂K W_Kᵀ + ∂V W_Vᵀ.
+pub fn cross_attention_backward<T: Float>(w: &MultiHead<T>, cache: &MhaCache<T>, d_out: &DMatrix<T>) -> Result<MhaGrads<T>> {
+    mha_backward(w, cache, d_out)
 }
 
-/// ε of the trainable model's LayerNorms.
-pub const LAYER_NORM_EPSILON: f64 = 1e-5;
+// ───────────────────── parameters and gradients as parallel lists ─────────────────────
 
-impl<T: Float> LayerNormWeights<T> {
-    /// γ = 1, β = 0.
-    pub fn new(width: usize) -> Self {
-        LayerNormWeights { gamma: DMatrix::from_element(1, width, T::one()), beta: DMatrix::zeros(1, width) }
+fn mha_tensors<T: Float>(p: &MultiHead<T>) -> [&DMatrix<T>; 8] {
+    [&p.w_q, &p.b_q, &p.w_k, &p.b_k, &p.w_v, &p.b_v, &p.w_o, &p.b_o]
+}
+
+fn mha_tensors_mut<T: Float>(p: &mut MultiHead<T>) -> [&mut DMatrix<T>; 8] {
+    [&mut p.w_q, &mut p.b_q, &mut p.w_k, &mut p.b_k, &mut p.w_v, &mut p.b_v, &mut p.w_o, &mut p.b_o]
+}
+
+/// Multi-head gradients laid out as a [`MultiHead`] (∂W_Q in `w_q` …), so gradients and
+/// parameters list their tensors in the same order.
+fn mha_as_params<T: Float>(heads: usize, g: MhaGrads<T>) -> MultiHead<T> {
+    MultiHead { heads, w_q: g.d_w_q, b_q: g.d_b_q, w_k: g.d_w_k, b_k: g.d_b_k, w_v: g.d_w_v, b_v: g.d_b_v, w_o: g.d_w_o, b_o: g.d_b_o }
+}
+
+fn ln_as_params<T: Float>(like: &LayerNorm<T>, g: LnGrads<T>) -> LayerNorm<T> {
+    LayerNorm { gamma: g.d_gamma, beta: g.d_beta, ..like.clone() }
+}
+
+fn ffn_as_params<T: Float>(like: &Ffn<T>, g: FfnGrads<T>) -> Ffn<T> {
+    Ffn { w1: g.d_w1, b1: g.d_b1, w2: g.d_w2, b2: g.d_b2, act: like.act }
+}
+
+fn ffn_tensors<T: Float>(f: &Ffn<T>) -> [&DMatrix<T>; 4] {
+    [&f.w1, &f.b1, &f.w2, &f.b2]
+}
+
+fn ffn_tensors_mut<T: Float>(f: &mut Ffn<T>) -> [&mut DMatrix<T>; 4] {
+    [&mut f.w1, &mut f.b1, &mut f.w2, &mut f.b2]
+}
+
+/// Every tensor of an encoder layer (chapter 6's [`Block`]) in a fixed order.
+pub fn block_tensors<T: Float>(b: &Block<T>) -> Vec<&DMatrix<T>> {
+    let mut v: Vec<&DMatrix<T>> = mha_tensors(&b.attn).into();
+    v.extend([&b.ln1.gamma, &b.ln1.beta]);
+    v.extend(ffn_tensors(&b.ffn));
+    v.extend([&b.ln2.gamma, &b.ln2.beta]);
+    v
+}
+
+/// Every tensor of an encoder layer, mutable, in the order of [`block_tensors`].
+pub fn block_tensors_mut<T: Float>(b: &mut Block<T>) -> Vec<&mut DMatrix<T>> {
+    let mut v: Vec<&mut DMatrix<T>> = mha_tensors_mut(&mut b.attn).into();
+    v.extend([&mut b.ln1.gamma, &mut b.ln1.beta]);
+    v.extend(ffn_tensors_mut(&mut b.ffn));
+    v.extend([&mut b.ln2.gamma, &mut b.ln2.beta]);
+    v
+}
+
+fn block_grads_as_params<T: Float>(like: &Block<T>, g: BlockGrads<T>) -> Block<T> {
+    Block {
+        attn: mha_as_params(like.attn.heads, g.attn),
+        ln1: ln_as_params(&like.ln1, g.ln1),
+        ffn: ffn_as_params(&like.ffn, g.ffn),
+        ln2: ln_as_params(&like.ln2, g.ln2),
+        order: like.order,
     }
 }
 
-/// What the LayerNorm backward pass needs.
+/// An encoder layer: chapter 6's block in the post-LN order of document 003's figure,
+/// X₁ = LN₁(X + SelfAttention(X)), out = LN₂(X₁ + FFN(X₁)), with a ReLU feed-forward net.
+/// Attention weights N(0, 1/C), W₁ N(0, 2/C) (it feeds a ReLU), W₂ N(0, 1/F), biases 0, γ = 1, β = 0.
+pub fn encoder_block<T: Float>(width: usize, heads: usize, hidden: usize, rng: &mut Rng) -> Result<Block<T>> {
+    if heads == 0 || !width.is_multiple_of(heads) {
+        return Err(invalid("encoder_block", "heads", format!("the width {width} must split into {heads} equal heads")));
+    }
+    Ok(Block {
+        attn: MultiHead::random(heads, width, width, width / heads, width, 1.0 / (width as f64).sqrt(), rng)?,
+        ln1: LayerNorm::new(width, LAYER_NORM_EPS)?,
+        ffn: relu_ffn(width, hidden, rng),
+        ln2: LayerNorm::new(width, LAYER_NORM_EPS)?,
+        order: NormOrder::Post,
+    })
+}
+
+fn relu_ffn<T: Float>(width: usize, hidden: usize, rng: &mut Rng) -> Ffn<T> {
+    Ffn {
+        w1: rng.normal_matrix(width, hidden, (2.0 / width as f64).sqrt()),
+        b1: DMatrix::zeros(1, hidden),
+        w2: rng.normal_matrix(hidden, width, (1.0 / hidden as f64).sqrt()),
+        b2: DMatrix::zeros(1, width),
+        act: Activation::Relu,
+    }
+}
+
+/// Forward pass of an encoder layer over a padded batch (the padded keys masked).
+/// Shapes: x (B·T)×C, result (B·T)×C.
+pub fn encoder_block_forward<T: Float>(x: &DMatrix<T>, batch: &Batch, block: &Block<T>) -> Result<(DMatrix<T>, BlockCache<T>)> {
+    batch.check_rows("encoder_block_forward", "x", x)?;
+    block_forward(block, x, &attention_spec(batch, batch, false)?)
+}
+
+// ───────────────────────────── the decoder block ─────────────────────────────
+
+/// One decoder layer, post-LN: Y₁ = LN₁(Y + CausalSelfAttention(Y)),
+/// Y₂ = LN₂(Y₁ + CrossAttention(Y₁, E)), out = LN₃(Y₂ + FFN(Y₂)). Every part is chapter 6's.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DecoderBlock<T: Float> {
+    /// The causal self-attention.
+    pub self_attention: MultiHead<T>,
+    /// LayerNorm after the self-attention.
+    pub norm1: LayerNorm<T>,
+    /// The cross-attention (queries from the decoder, keys and values from the encoder output):
+    /// its weights belong to the decoder layer, not to the encoder.
+    pub cross_attention: MultiHead<T>,
+    /// LayerNorm after the cross-attention.
+    pub norm2: LayerNorm<T>,
+    /// The feed-forward net.
+    pub ffn: Ffn<T>,
+    /// LayerNorm after the feed-forward net.
+    pub norm3: LayerNorm<T>,
+}
+
+impl<T: Float> DecoderBlock<T> {
+    /// Attention weights N(0, 1/C), a ReLU feed-forward net as in [`encoder_block`], γ = 1, β = 0.
+    pub fn random(width: usize, heads: usize, hidden: usize, rng: &mut Rng) -> Result<Self> {
+        if heads == 0 || !width.is_multiple_of(heads) {
+            return Err(invalid("DecoderBlock::random", "heads", format!("the width {width} must split into {heads} equal heads")));
+        }
+        let std = 1.0 / (width as f64).sqrt();
+        Ok(DecoderBlock {
+            self_attention: MultiHead::random(heads, width, width, width / heads, width, std, rng)?,
+            norm1: LayerNorm::new(width, LAYER_NORM_EPS)?,
+            cross_attention: MultiHead::random(heads, width, width, width / heads, width, std, rng)?,
+            norm2: LayerNorm::new(width, LAYER_NORM_EPS)?,
+            ffn: relu_ffn(width, hidden, rng),
+            norm3: LayerNorm::new(width, LAYER_NORM_EPS)?,
+        })
+    }
+
+    /// Every tensor, in a fixed order (the order of [`DecoderBlock::tensors_mut`]).
+    pub fn tensors(&self) -> Vec<&DMatrix<T>> {
+        let mut v: Vec<&DMatrix<T>> = mha_tensors(&self.self_attention).into();
+        v.extend([&self.norm1.gamma, &self.norm1.beta]);
+        v.extend(mha_tensors(&self.cross_attention));
+        v.extend([&self.norm2.gamma, &self.norm2.beta]);
+        v.extend(ffn_tensors(&self.ffn));
+        v.extend([&self.norm3.gamma, &self.norm3.beta]);
+        v
+    }
+
+    /// Every tensor, mutable, in the order of [`DecoderBlock::tensors`].
+    pub fn tensors_mut(&mut self) -> Vec<&mut DMatrix<T>> {
+        let mut v: Vec<&mut DMatrix<T>> = mha_tensors_mut(&mut self.self_attention).into();
+        v.extend([&mut self.norm1.gamma, &mut self.norm1.beta]);
+        v.extend(mha_tensors_mut(&mut self.cross_attention));
+        v.extend([&mut self.norm2.gamma, &mut self.norm2.beta]);
+        v.extend(ffn_tensors_mut(&mut self.ffn));
+        v.extend([&mut self.norm3.gamma, &mut self.norm3.beta]);
+        v
+    }
+}
+
+/// What the decoder block's backward pass needs.
 #[derive(Clone, Debug)]
-pub struct LayerNormCache<T: Float> {
-    x_hat: DMatrix<T>,
-    inv_std: Vec<T>,
+pub struct DecoderBlockCache<T: Float> {
+    self_attention: MhaCache<T>,
+    norm1: LnCache<T>,
+    /// The cross-attention's cache; its `weights` (one (B·T_t)×T_s matrix per head) are the
+    /// cross-attention maps.
+    pub cross_attention: MhaCache<T>,
+    norm2: LnCache<T>,
+    ffn: FfnCache<T>,
+    norm3: LnCache<T>,
 }
 
-/// y = γ ⊙ (x − μ)/√(σ² + ε) + β for every row (μ, σ² of that row). Shapes: x N×C, γ and β 1×C.
-pub fn layer_norm_forward<T: Float>(x: &DMatrix<T>, w: &LayerNormWeights<T>) -> Result<(DMatrix<T>, LayerNormCache<T>)> {
-    let c = x.ncols();
-    for (arg, m) in [("γ", &w.gamma), ("β", &w.beta)] {
-        if m.shape() != (1, c) {
-            return Err(shape_error("layer_norm_forward", arg, format!("1×{c}"), shape_of(m)));
-        }
-    }
-    let n = T::of(c as f64);
-    let eps = T::of(LAYER_NORM_EPSILON);
-    let mut x_hat = x.clone();
-    let mut inv_std = Vec::with_capacity(x.nrows());
-    for r in 0..x.nrows() {
-        let mean = x.row(r).iter().copied().sum::<T>() / n;
-        let var = x.row(r).iter().map(|&v| (v - mean) * (v - mean)).sum::<T>() / n;
-        let s = T::one() / (var + eps).sqrt();
-        for j in 0..c {
-            x_hat[(r, j)] = (x[(r, j)] - mean) * s;
-        }
-        inv_std.push(s);
-    }
-    let mut y = x_hat.clone();
-    for r in 0..y.nrows() {
-        for j in 0..c {
-            y[(r, j)] = y[(r, j)] * w.gamma[(0, j)] + w.beta[(0, j)];
-        }
-    }
-    Ok((y, LayerNormCache { x_hat, inv_std }))
+/// Forward pass of a [`DecoderBlock`]: y (B·T_t)×C the decoder stream, e (B·T_s)×C the encoder
+/// output. Result (B·T_t)×C.
+pub fn decoder_block_forward<T: Float>(
+    y: &DMatrix<T>,
+    y_batch: &Batch,
+    e: &DMatrix<T>,
+    e_batch: &Batch,
+    block: &DecoderBlock<T>,
+) -> Result<(DMatrix<T>, DecoderBlockCache<T>)> {
+    y_batch.check_rows("decoder_block_forward", "y", y)?;
+    let (a, self_attention) = mha_forward(&block.self_attention, y, y, &attention_spec(y_batch, y_batch, true)?)?;
+    let (y1, norm1) = layer_norm_forward(&block.norm1, &(y + a))?;
+    let (c, cross_attention) = cross_attention_forward(&y1, y_batch, e, e_batch, &block.cross_attention)?;
+    let (y2, norm2) = layer_norm_forward(&block.norm2, &(&y1 + c))?;
+    let (f, ffn) = ffn_forward(&block.ffn, &y2)?;
+    let (out, norm3) = layer_norm_forward(&block.norm3, &(&y2 + f))?;
+    Ok((out, DecoderBlockCache { self_attention, norm1, cross_attention, norm2, ffn, norm3 }))
 }
 
-/// Backward of [`layer_norm_forward`]: ∂γ = Σ_rows ∂y ⊙ x̂, ∂β = Σ_rows ∂y, and with g = ∂y ⊙ γ,
-/// ∂x = (g − mean(g) − x̂·mean(g ⊙ x̂))/√(σ² + ε) row by row.
-pub fn layer_norm_backward<T: Float>(
-    cache: &LayerNormCache<T>,
-    w: &LayerNormWeights<T>,
-    d_y: &DMatrix<T>,
-) -> Result<(DMatrix<T>, LayerNormWeights<T>)> {
-    if d_y.shape() != cache.x_hat.shape() {
-        return Err(shape_error("layer_norm_backward", "d_y", shape_of(&cache.x_hat), shape_of(d_y)));
-    }
-    let c = d_y.ncols();
-    let n = T::of(c as f64);
-    let mut d_gamma = DMatrix::zeros(1, c);
-    let mut d_beta = DMatrix::zeros(1, c);
-    let mut d_x = DMatrix::zeros(d_y.nrows(), c);
-    for r in 0..d_y.nrows() {
-        let mut mean_g = T::zero();
-        let mut mean_gx = T::zero();
-        for j in 0..c {
-            d_gamma[(0, j)] += d_y[(r, j)] * cache.x_hat[(r, j)]; // y = γ x̂ + β
-            d_beta[(0, j)] += d_y[(r, j)];
-            let g = d_y[(r, j)] * w.gamma[(0, j)];
-            mean_g += g;
-            mean_gx += g * cache.x_hat[(r, j)];
-        }
-        mean_g /= n;
-        mean_gx /= n;
-        for j in 0..c {
-            let g = d_y[(r, j)] * w.gamma[(0, j)];
-            d_x[(r, j)] = (g - mean_g - cache.x_hat[(r, j)] * mean_gx) * cache.inv_std[r]; // x̂ = (x − μ)/σ̃
-        }
-    }
-    Ok((d_x, LayerNormWeights { gamma: d_gamma, beta: d_beta }))
+/// Backward of [`decoder_block_forward`]: (∂L/∂y, ∂L/∂e, the weights' gradients laid out as a
+/// [`DecoderBlock`]). ∂L/∂e is the gradient the cross-attention sends into the encoder output.
+pub fn decoder_block_backward<T: Float>(
+    cache: &DecoderBlockCache<T>,
+    block: &DecoderBlock<T>,
+    d_out: &DMatrix<T>,
+) -> Result<(DMatrix<T>, DMatrix<T>, DecoderBlock<T>)> {
+    let norm3 = layer_norm_backward(&block.norm3, &cache.norm3, d_out)?; //      out = LN₃(s₃)
+    let ffn = ffn_backward(&block.ffn, &cache.ffn, &norm3.d_x)?; //               s₃ = Y₂ + FFN(Y₂)
+    let d_y2 = &norm3.d_x + &ffn.d_x;
+    let norm2 = layer_norm_backward(&block.norm2, &cache.norm2, &d_y2)?; //      Y₂ = LN₂(s₂)
+    let cross = cross_attention_backward(&block.cross_attention, &cache.cross_attention, &norm2.d_x)?; // s₂ = Y₁ + Cross(Y₁, E)
+    let d_y1 = &norm2.d_x + &cross.d_x_q;
+    let d_e = cross.d_x_kv.clone();
+    let norm1 = layer_norm_backward(&block.norm1, &cache.norm1, &d_y1)?; //      Y₁ = LN₁(s₁)
+    let selfa = mha_backward(&block.self_attention, &cache.self_attention, &norm1.d_x)?; // s₁ = Y + Attn(Y, Y)
+    let d_y = &norm1.d_x + &selfa.d_x_q + &selfa.d_x_kv;
+    let heads = block.self_attention.heads;
+    let grads = DecoderBlock {
+        self_attention: mha_as_params(heads, selfa),
+        norm1: ln_as_params(&block.norm1, norm1),
+        cross_attention: mha_as_params(block.cross_attention.heads, cross),
+        norm2: ln_as_params(&block.norm2, norm2),
+        ffn: ffn_as_params(&block.ffn, ffn),
+        norm3: ln_as_params(&block.norm3, norm3),
+    };
+    Ok((d_y, d_e, grads))
 }
 
-/// The position-wise feed-forward net's parameters: W₁ (C×F), b₁ (1×F), W₂ (F×C), b₂ (1×C).
-#[derive(Clone, Debug, PartialEq)]
-pub struct FeedForwardWeights<T: Float> {
-    /// W₁.
-    pub w1: DMatrix<T>,
-    /// b₁.
-    pub b1: DMatrix<T>,
-    /// W₂.
-    pub w2: DMatrix<T>,
-    /// b₂.
-    pub b2: DMatrix<T>,
-}
-
-impl<T: Float> FeedForwardWeights<T> {
-    /// He-style N(0, 2/C) for W₁ (it feeds a ReLU), N(0, 1/F) for W₂, zero biases.
-    pub fn random(width: usize, hidden: usize, rng: &mut Rng) -> Self {
-        FeedForwardWeights {
-            w1: rng.normal_matrix(width, hidden, (2.0 / width as f64).sqrt()),
-            b1: DMatrix::zeros(1, hidden),
-            w2: rng.normal_matrix(hidden, width, (1.0 / hidden as f64).sqrt()),
-            b2: DMatrix::zeros(1, width),
-        }
-    }
-}
+// ───────────────────────────── the loss ─────────────────────────────
 
 fn add_row<T: Float>(m: &mut DMatrix<T>, row: &DMatrix<T>) {
     for r in 0..m.nrows() {
@@ -700,263 +630,6 @@ fn add_row<T: Float>(m: &mut DMatrix<T>, row: &DMatrix<T>) {
 
 fn column_sums<T: Float>(m: &DMatrix<T>) -> DMatrix<T> {
     DMatrix::from_fn(1, m.ncols(), |_, c| m.column(c).iter().copied().sum())
-}
-
-/// What the feed-forward backward pass needs.
-#[derive(Clone, Debug)]
-pub struct FeedForwardCache<T: Float> {
-    x: DMatrix<T>,
-    hidden: DMatrix<T>,
-}
-
-/// FFN(x) = max(0, xW₁ + b₁)W₂ + b₂, row by row. Shapes: x N×C, result N×C.
-pub fn feed_forward_forward<T: Float>(x: &DMatrix<T>, w: &FeedForwardWeights<T>) -> Result<(DMatrix<T>, FeedForwardCache<T>)> {
-    let mut z = matmul(x, &w.w1)?;
-    if w.b1.shape() != (1, z.ncols()) || w.b2.shape() != (1, w.w2.ncols()) {
-        return Err(shape_error(
-            "feed_forward_forward",
-            "b₁ and b₂",
-            format!("1×{} and 1×{}", z.ncols(), w.w2.ncols()),
-            format!("{} and {}", shape_of(&w.b1), shape_of(&w.b2)),
-        ));
-    }
-    add_row(&mut z, &w.b1);
-    let hidden = z.map(|v| v.max(T::zero()));
-    let mut y = matmul(&hidden, &w.w2)?;
-    add_row(&mut y, &w.b2);
-    Ok((y, FeedForwardCache { x: x.clone(), hidden }))
-}
-
-/// Backward of [`feed_forward_forward`].
-pub fn feed_forward_backward<T: Float>(
-    cache: &FeedForwardCache<T>,
-    w: &FeedForwardWeights<T>,
-    d_y: &DMatrix<T>,
-) -> Result<(DMatrix<T>, FeedForwardWeights<T>)> {
-    let d_w2 = matmul_tn(&cache.hidden, d_y)?; //           y = hW₂ + b₂ ⇒ ∂W₂ = hᵀ∂y
-    let d_b2 = column_sums(d_y); //                           ⇒ ∂b₂ = Σ_rows ∂y
-    let mut d_z = matmul_nt(d_y, &w.w2)?; //                  ⇒ ∂h = ∂y W₂ᵀ
-    d_z.zip_apply(&cache.hidden, |g, h| {
-        if h <= T::zero() {
-            *g = T::zero(); //                                h = max(0, z) ⇒ ∂z = ∂h·[z > 0]
-        }
-    });
-    let d_w1 = matmul_tn(&cache.x, &d_z)?; //               z = xW₁ + b₁ ⇒ ∂W₁ = xᵀ∂z
-    let d_b1 = column_sums(&d_z);
-    let d_x = matmul_nt(&d_z, &w.w1)?; //                     ⇒ ∂x = ∂z W₁ᵀ
-    Ok((d_x, FeedForwardWeights { w1: d_w1, b1: d_b1, w2: d_w2, b2: d_b2 }))
-}
-
-// ───────────────────────────── the encoder and decoder blocks ─────────────────────────────
-
-/// One encoder layer in the original (post-LN) order of document 003's figure:
-/// X₁ = LN₁(X + SelfAttention(X)), out = LN₂(X₁ + FFN(X₁)), the self-attention masking padding.
-#[derive(Clone, Debug, PartialEq)]
-pub struct EncoderBlock<T: Float> {
-    /// The self-attention weights.
-    pub attention: AttentionWeights<T>,
-    /// The first LayerNorm.
-    pub norm1: LayerNormWeights<T>,
-    /// The feed-forward net.
-    pub ffn: FeedForwardWeights<T>,
-    /// The second LayerNorm.
-    pub norm2: LayerNormWeights<T>,
-}
-
-/// One decoder layer, post-LN: Y₁ = LN₁(Y + CausalSelfAttention(Y)),
-/// Y₂ = LN₂(Y₁ + CrossAttention(Y₁, E)), out = LN₃(Y₂ + FFN(Y₂)).
-#[derive(Clone, Debug, PartialEq)]
-pub struct DecoderBlock<T: Float> {
-    /// The causal self-attention weights.
-    pub self_attention: AttentionWeights<T>,
-    /// LayerNorm after the self-attention.
-    pub norm1: LayerNormWeights<T>,
-    /// The cross-attention weights (queries from the decoder, keys and values from the encoder).
-    pub cross_attention: AttentionWeights<T>,
-    /// LayerNorm after the cross-attention.
-    pub norm2: LayerNormWeights<T>,
-    /// The feed-forward net.
-    pub ffn: FeedForwardWeights<T>,
-    /// LayerNorm after the feed-forward net.
-    pub norm3: LayerNormWeights<T>,
-}
-
-fn layer_norm_tensors<T: Float>(n: &LayerNormWeights<T>) -> [&DMatrix<T>; 2] {
-    [&n.gamma, &n.beta]
-}
-
-fn ffn_tensors<T: Float>(f: &FeedForwardWeights<T>) -> [&DMatrix<T>; 4] {
-    [&f.w1, &f.b1, &f.w2, &f.b2]
-}
-
-impl<T: Float> EncoderBlock<T> {
-    /// Random attention and FFN weights, γ = 1, β = 0.
-    pub fn random(width: usize, hidden: usize, rng: &mut Rng) -> Self {
-        EncoderBlock {
-            attention: AttentionWeights::random(width, rng),
-            norm1: LayerNormWeights::new(width),
-            ffn: FeedForwardWeights::random(width, hidden, rng),
-            norm2: LayerNormWeights::new(width),
-        }
-    }
-
-    /// Every tensor, in a fixed order (the order of [`EncoderBlock::tensors_mut`]).
-    pub fn tensors(&self) -> Vec<&DMatrix<T>> {
-        let mut v = self.attention.tensors();
-        v.extend(layer_norm_tensors(&self.norm1));
-        v.extend(ffn_tensors(&self.ffn));
-        v.extend(layer_norm_tensors(&self.norm2));
-        v
-    }
-
-    /// Every tensor, mutable, in the order of [`EncoderBlock::tensors`].
-    pub fn tensors_mut(&mut self) -> Vec<&mut DMatrix<T>> {
-        let mut v = self.attention.tensors_mut();
-        v.extend([&mut self.norm1.gamma, &mut self.norm1.beta]);
-        v.extend([&mut self.ffn.w1, &mut self.ffn.b1, &mut self.ffn.w2, &mut self.ffn.b2]);
-        v.extend([&mut self.norm2.gamma, &mut self.norm2.beta]);
-        v
-    }
-}
-
-impl<T: Float> DecoderBlock<T> {
-    /// Random attention and FFN weights, γ = 1, β = 0.
-    pub fn random(width: usize, hidden: usize, rng: &mut Rng) -> Self {
-        DecoderBlock {
-            self_attention: AttentionWeights::random(width, rng),
-            norm1: LayerNormWeights::new(width),
-            cross_attention: AttentionWeights::random(width, rng),
-            norm2: LayerNormWeights::new(width),
-            ffn: FeedForwardWeights::random(width, hidden, rng),
-            norm3: LayerNormWeights::new(width),
-        }
-    }
-
-    /// Every tensor, in a fixed order (the order of [`DecoderBlock::tensors_mut`]).
-    pub fn tensors(&self) -> Vec<&DMatrix<T>> {
-        let mut v = self.self_attention.tensors();
-        v.extend(layer_norm_tensors(&self.norm1));
-        v.extend(self.cross_attention.tensors());
-        v.extend(layer_norm_tensors(&self.norm2));
-        v.extend(ffn_tensors(&self.ffn));
-        v.extend(layer_norm_tensors(&self.norm3));
-        v
-    }
-
-    /// Every tensor, mutable, in the order of [`DecoderBlock::tensors`].
-    pub fn tensors_mut(&mut self) -> Vec<&mut DMatrix<T>> {
-        let mut v = self.self_attention.tensors_mut();
-        v.extend([&mut self.norm1.gamma, &mut self.norm1.beta]);
-        v.extend(self.cross_attention.tensors_mut());
-        v.extend([&mut self.norm2.gamma, &mut self.norm2.beta]);
-        v.extend([&mut self.ffn.w1, &mut self.ffn.b1, &mut self.ffn.w2, &mut self.ffn.b2]);
-        v.extend([&mut self.norm3.gamma, &mut self.norm3.beta]);
-        v
-    }
-}
-
-/// What the encoder block's backward pass needs.
-#[derive(Clone, Debug)]
-pub struct EncoderBlockCache<T: Float> {
-    attention: AttentionCache<T>,
-    norm1: LayerNormCache<T>,
-    ffn: FeedForwardCache<T>,
-    norm2: LayerNormCache<T>,
-}
-
-/// Forward pass of an [`EncoderBlock`] over a padded batch. Shapes: x (B·T)×C, result (B·T)×C.
-pub fn encoder_block_forward<T: Float>(
-    x: &DMatrix<T>,
-    batch: &Batch,
-    block: &EncoderBlock<T>,
-    heads: usize,
-) -> Result<(DMatrix<T>, EncoderBlockCache<T>)> {
-    let (a, attention) = attention_forward(x, batch, x, batch, &block.attention, heads, false)?;
-    let (x1, norm1) = layer_norm_forward(&(x + a), &block.norm1)?;
-    let (f, ffn) = feed_forward_forward(&x1, &block.ffn)?;
-    let (out, norm2) = layer_norm_forward(&(&x1 + f), &block.norm2)?;
-    Ok((out, EncoderBlockCache { attention, norm1, ffn, norm2 }))
-}
-
-/// Backward of [`encoder_block_forward`]: ∂L/∂x and the gradient of every weight (as an
-/// [`EncoderBlock`] of gradients).
-pub fn encoder_block_backward<T: Float>(
-    cache: &EncoderBlockCache<T>,
-    block: &EncoderBlock<T>,
-    d_out: &DMatrix<T>,
-) -> Result<(DMatrix<T>, EncoderBlock<T>)> {
-    let (d_s2, norm2) = layer_norm_backward(&cache.norm2, &block.norm2, d_out)?; // out = LN₂(s₂)
-    let (d_x1_ffn, ffn) = feed_forward_backward(&cache.ffn, &block.ffn, &d_s2)?; // s₂ = X₁ + FFN(X₁)
-    let d_x1 = &d_s2 + d_x1_ffn;
-    let (d_s1, norm1) = layer_norm_backward(&cache.norm1, &block.norm1, &d_x1)?; // X₁ = LN₁(s₁)
-    let g = attention_backward(&cache.attention, &block.attention, &d_s1)?; // s₁ = X + Attn(X, X)
-    let d_x = d_s1 + g.d_xq + g.d_xkv;
-    Ok((d_x, EncoderBlock { attention: g.d_w, norm1, ffn, norm2 }))
-}
-
-/// What the decoder block's backward pass needs.
-#[derive(Clone, Debug)]
-pub struct DecoderBlockCache<T: Float> {
-    self_attention: AttentionCache<T>,
-    norm1: LayerNormCache<T>,
-    /// The cross-attention's cache; its `weights` are the cross-attention maps.
-    pub cross_attention: AttentionCache<T>,
-    norm2: LayerNormCache<T>,
-    ffn: FeedForwardCache<T>,
-    norm3: LayerNormCache<T>,
-}
-
-/// Forward pass of a [`DecoderBlock`]: y (B·T_t)×C the decoder stream, e (B·T_s)×C the encoder
-/// output. Result (B·T_t)×C.
-pub fn decoder_block_forward<T: Float>(
-    y: &DMatrix<T>,
-    y_batch: &Batch,
-    e: &DMatrix<T>,
-    e_batch: &Batch,
-    block: &DecoderBlock<T>,
-    heads: usize,
-) -> Result<(DMatrix<T>, DecoderBlockCache<T>)> {
-    let (a, self_attention) = attention_forward(y, y_batch, y, y_batch, &block.self_attention, heads, true)?;
-    let (y1, norm1) = layer_norm_forward(&(y + a), &block.norm1)?;
-    let (c, cross_attention) = cross_attention_forward(&y1, y_batch, e, e_batch, &block.cross_attention, heads)?;
-    let (y2, norm2) = layer_norm_forward(&(&y1 + c), &block.norm2)?;
-    let (f, ffn) = feed_forward_forward(&y2, &block.ffn)?;
-    let (out, norm3) = layer_norm_forward(&(&y2 + f), &block.norm3)?;
-    Ok((out, DecoderBlockCache { self_attention, norm1, cross_attention, norm2, ffn, norm3 }))
-}
-
-/// Backward of [`decoder_block_forward`]: (∂L/∂y, ∂L/∂e, the weights' gradients). ∂L/∂e is the
-/// gradient the cross-attention sends into the encoder output.
-pub fn decoder_block_backward<T: Float>(
-    cache: &DecoderBlockCache<T>,
-    block: &DecoderBlock<T>,
-    d_out: &DMatrix<T>,
-) -> Result<(DMatrix<T>, DMatrix<T>, DecoderBlock<T>)> {
-    let (d_s3, norm3) = layer_norm_backward(&cache.norm3, &block.norm3, d_out)?; // out = LN₃(s₃)
-    let (d_y2_ffn, ffn) = feed_forward_backward(&cache.ffn, &block.ffn, &d_s3)?; // s₃ = Y₂ + FFN(Y₂)
-    let d_y2 = &d_s3 + d_y2_ffn;
-    let (d_s2, norm2) = layer_norm_backward(&cache.norm2, &block.norm2, &d_y2)?; // Y₂ = LN₂(s₂)
-    let cross = attention_backward(&cache.cross_attention, &block.cross_attention, &d_s2)?; // s₂ = Y₁ + Cross(Y₁, E)
-    let d_y1 = &d_s2 + cross.d_xq;
-    let (d_s1, norm1) = layer_norm_backward(&cache.norm1, &block.norm1, &d_y1)?; // Y₁ = LN₁(s₁)
-    let selfa = attention_backward(&cache.self_attention, &block.self_attention, &d_s1)?; // s₁ = Y + Attn(Y, Y)
-    let d_y = d_s1 + selfa.d_xq + selfa.d_xkv;
-    let grads = DecoderBlock { self_attention: selfa.d_w, norm1, cross_attention: cross.d_w, norm2, ffn, norm3 };
-    Ok((d_y, cross.d_xkv, grads))
-}
-
-// ───────────────────────────── tokens, positions, the loss ─────────────────────────────
-
-/// PE(pos, 2i) = sin(pos/10000^{2i/d}), PE(pos, 2i + 1) = cos(pos/10000^{2i/d}) for positions
-/// 0 … n − 1 (chapter 5's encoding). d must be even.
-pub fn sinusoidal_positions<T: Float>(n: usize, d: usize) -> Result<DMatrix<T>> {
-    if d == 0 || !d.is_multiple_of(2) {
-        return Err(invalid("sinusoidal_positions", "d_model", format!("must be even and > 0, got {d}")));
-    }
-    Ok(DMatrix::from_fn(n, d, |pos, j| {
-        let angle = pos as f64 / 10_000f64.powf((j - j % 2) as f64 / d as f64);
-        T::of(if j % 2 == 0 { angle.sin() } else { angle.cos() })
-    }))
 }
 
 /// Cross-entropy of the rows of `logits` (N×V) against `labels` (one per row; `None` rows, the
@@ -1027,7 +700,7 @@ impl ModelConfig {
 }
 
 /// A transformer encoder–decoder: token embeddings plus sinusoidal positions on both sides, a
-/// stack of [`EncoderBlock`]s, a stack of [`DecoderBlock`]s that cross-attend to the last encoder
+/// stack of encoder layers (chapter 6's [`Block`], post-LN), a stack of [`DecoderBlock`]s that cross-attend to the last encoder
 /// output, and an output projection to logits over the vocabulary, logits = Y W_out + b_out.
 ///
 /// The same type holds gradients (same shapes), so optimisers pair tensors by position.
@@ -1040,7 +713,7 @@ pub struct EncoderDecoder<T: Float> {
     /// Target token embeddings, V×C.
     pub target_embedding: DMatrix<T>,
     /// The encoder layers.
-    pub encoder: Vec<EncoderBlock<T>>,
+    pub encoder: Vec<Block<T>>,
     /// The decoder layers.
     pub decoder: Vec<DecoderBlock<T>>,
     /// W_out, C×V.
@@ -1056,7 +729,7 @@ pub struct ForwardCache<T: Float> {
     target_in: Vec<Vec<usize>>,
     source_batch: Batch,
     target_batch: Batch,
-    encoder: Vec<EncoderBlockCache<T>>,
+    encoder: Vec<BlockCache<T>>,
     /// The decoder layers' caches (their cross-attention weights included).
     pub decoder: Vec<DecoderBlockCache<T>>,
     decoder_out: DMatrix<T>,
@@ -1082,8 +755,10 @@ impl<T: Float> EncoderDecoder<T> {
             config,
             source_embedding: rng.normal_matrix(v, c, 1.0),
             target_embedding: rng.normal_matrix(v, c, 1.0),
-            encoder: (0..config.encoder_layers).map(|_| EncoderBlock::random(c, config.hidden, &mut rng)).collect(),
-            decoder: (0..config.decoder_layers).map(|_| DecoderBlock::random(c, config.hidden, &mut rng)).collect(),
+            encoder: (0..config.encoder_layers).map(|_| encoder_block(c, config.heads, config.hidden, &mut rng)).collect::<Result<_>>()?,
+            decoder: (0..config.decoder_layers)
+                .map(|_| DecoderBlock::random(c, config.heads, config.hidden, &mut rng))
+                .collect::<Result<_>>()?,
             w_out: rng.normal_matrix(c, v, 1.0 / (c as f64).sqrt()),
             b_out: DMatrix::zeros(1, v),
         })
@@ -1093,7 +768,7 @@ impl<T: Float> EncoderDecoder<T> {
     pub fn tensors(&self) -> Vec<&DMatrix<T>> {
         let mut v = vec![&self.source_embedding, &self.target_embedding];
         for b in &self.encoder {
-            v.extend(b.tensors());
+            v.extend(block_tensors(b));
         }
         for b in &self.decoder {
             v.extend(b.tensors());
@@ -1106,7 +781,7 @@ impl<T: Float> EncoderDecoder<T> {
     pub fn tensors_mut(&mut self) -> Vec<&mut DMatrix<T>> {
         let mut v = vec![&mut self.source_embedding, &mut self.target_embedding];
         for b in &mut self.encoder {
-            v.extend(b.tensors_mut());
+            v.extend(block_tensors_mut(b));
         }
         for b in &mut self.decoder {
             v.extend(b.tensors_mut());
@@ -1177,7 +852,7 @@ impl<T: Float> EncoderDecoder<T> {
     /// Rows E[token] + PE[position]; padding rows (past a sequence's end) are zero.
     fn embed(&self, table: &DMatrix<T>, seqs: &[Vec<usize>], batch: &Batch) -> Result<DMatrix<T>> {
         let c = self.config.width;
-        let pe = sinusoidal_positions::<T>(batch.len, c)?;
+        let pe = crate::ch05_positions::sinusoidal::<T>(batch.len, c)?;
         let mut x = DMatrix::zeros(batch.rows(), c);
         for (b, s) in seqs.iter().enumerate() {
             for (p, &t) in s.iter().enumerate() {
@@ -1201,12 +876,12 @@ impl<T: Float> EncoderDecoder<T> {
 
     /// Runs the encoder over the source sequences: the encoder output ((B·T_s)×C), its batch and
     /// the layer caches.
-    pub fn encode(&self, source: &[Vec<usize>]) -> Result<(DMatrix<T>, Batch, Vec<EncoderBlockCache<T>>)> {
+    pub fn encode(&self, source: &[Vec<usize>]) -> Result<(DMatrix<T>, Batch, Vec<BlockCache<T>>)> {
         let batch = self.check_tokens("EncoderDecoder::encode", "source", source)?;
         let mut x = self.embed(&self.source_embedding, source, &batch)?;
         let mut caches = Vec::with_capacity(self.encoder.len());
         for block in &self.encoder {
-            let (out, cache) = encoder_block_forward(&x, &batch, block, self.config.heads)?;
+            let (out, cache) = encoder_block_forward(&x, &batch, block)?;
             x = out;
             caches.push(cache);
         }
@@ -1230,7 +905,7 @@ impl<T: Float> EncoderDecoder<T> {
         let mut y = self.embed(&self.target_embedding, target_in, &target_batch)?;
         let mut decoder = Vec::with_capacity(self.decoder.len());
         for block in &self.decoder {
-            let (out, cache) = decoder_block_forward(&y, &target_batch, &e, &source_batch, block, self.config.heads)?;
+            let (out, cache) = decoder_block_forward(&y, &target_batch, &e, &source_batch, block)?;
             y = out;
             decoder.push(cache);
         }
@@ -1291,9 +966,9 @@ impl<T: Float> EncoderDecoder<T> {
         }
         Self::embed_backward(&mut g.target_embedding, &cache.target_in, &cache.target_batch, &d_y);
         for (i, block) in self.encoder.iter().enumerate().rev() {
-            let (dx, gb) = encoder_block_backward(&cache.encoder[i], block, &d_e)?;
-            d_e = dx;
-            g.encoder[i] = gb;
+            let mut gb = block_backward(block, &cache.encoder[i], &d_e)?;
+            d_e = std::mem::replace(&mut gb.d_x, DMatrix::zeros(0, 0));
+            g.encoder[i] = block_grads_as_params(block, gb);
         }
         Self::embed_backward(&mut g.source_embedding, &cache.source, &cache.source_batch, &d_e);
         Ok(g)
@@ -1316,7 +991,7 @@ impl<T: Float> EncoderDecoder<T> {
             let batch = Batch::full(source.len(), inputs[0].len())?;
             let mut y = self.embed(&self.target_embedding, &inputs, &batch)?;
             for block in &self.decoder {
-                y = decoder_block_forward(&y, &batch, &e, &source_batch, block, self.config.heads)?.0;
+                y = decoder_block_forward(&y, &batch, &e, &source_batch, block)?.0;
             }
             let last = DMatrix::from_fn(source.len(), self.config.width, |b, j| y[(b * batch.len + batch.len - 1, j)]);
             let mut logits = matmul(&last, &self.w_out)?;

@@ -769,8 +769,11 @@ fn mha_from(t: &[DMatrix<f64>], heads: usize) -> MultiHead<f64> {
 fn mha_backward_passes_gradient_checks() {
     let mut rng = Rng::new(72);
     // (spec, batch, C_q, C_kv, heads, d_head, C_out)
-    let cases: Vec<(AttnSpec<f64>, usize, usize, usize, usize, usize, usize)> =
-        vec![(AttnSpec::causal(3), 2, 4, 4, 2, 2, 4), (AttnSpec::cross(2, 3), 2, 3, 5, 2, 3, 4), (AttnSpec::bidirectional(3), 1, 4, 4, 1, 4, 4)];
+    let cases: Vec<(AttnSpec<f64>, usize, usize, usize, usize, usize, usize)> = vec![
+        (AttnSpec::causal(3), 2, 4, 4, 2, 2, 4),
+        (AttnSpec::cross(2, 3), 2, 3, 5, 2, 3, 4),
+        (AttnSpec::bidirectional(3), 1, 4, 4, 1, 4, 4),
+    ];
     for (spec, b, cq, ckv, heads, dh, cout) in cases {
         let x_q = rand(&mut rng, b * spec.q_len, cq);
         let x_kv = rand(&mut rng, b * spec.kv_len, ckv);
@@ -826,8 +829,10 @@ fn self_attention_gradient_is_the_sum_of_both_input_paths() {
     let r = rand(&mut rng, 6, 4);
     let (_, cache) = ch::mha_forward(&mha, &x, &x, &spec).unwrap();
     let g = ch::mha_backward(&mha, &cache, &r).unwrap();
-    check(Config::default(), &[("x", x)], &[&g.d_x_q + &g.d_x_kv], |t| weighted_sum(&ch::mha_forward(&mha, &t[0], &t[0], &spec).unwrap().0, &r))
-        .assert_passed();
+    check(Config::default(), &[("x", x)], &[&g.d_x_q + &g.d_x_kv], |t| {
+        weighted_sum(&ch::mha_forward(&mha, &t[0], &t[0], &spec).unwrap().0, &r)
+    })
+    .assert_passed();
 }
 
 #[test]
@@ -938,9 +943,8 @@ fn block_backward_passes_gradient_checks() {
             g.ln2.d_gamma.clone(),
             g.ln2.d_beta.clone(),
         ];
-        let report = check(WIDE, &inputs, &grads, |t| {
-            weighted_sum(&ch::block_forward(&block_from(&t[1..], &blk), &t[0], &spec).unwrap().0, &r)
-        });
+        let report =
+            check(WIDE, &inputs, &grads, |t| weighted_sum(&ch::block_forward(&block_from(&t[1..], &blk), &t[0], &spec).unwrap().0, &r));
         assert_eq!(report.tensors.len(), 17);
         report.assert_passed();
     }
@@ -1005,7 +1009,10 @@ fn a_mask_of_the_wrong_shape_is_an_error() {
     }
     let mut nan = DMatrix::zeros(3, 3);
     nan[(1, 1)] = f64::NAN;
-    assert!(matches!(ch::attention_forward(&x, &x, &x, &AttnSpec::bidirectional(3).with_mask(nan)), Err(Error::InvalidValue { arg: "mask", .. })));
+    assert!(matches!(
+        ch::attention_forward(&x, &x, &x, &AttnSpec::bidirectional(3).with_mask(nan)),
+        Err(Error::InvalidValue { arg: "mask", .. })
+    ));
     let plus_inf = DMatrix::from_element(3, 3, f64::INFINITY);
     assert!(ch::attention_forward(&x, &x, &x, &AttnSpec::bidirectional(3).with_mask(plus_inf)).is_err());
     assert!(ch::padding_mask::<f64>(&[3, 5], 3, 4).is_err());

@@ -8,6 +8,7 @@ mod common;
 
 use approx::assert_abs_diff_eq;
 use llm_workbook::Error;
+use llm_workbook::ch06_attention::{AttnSpec, MultiHead, block_backward, mha_backward, mha_forward};
 use llm_workbook::ch07_encoder_decoder::*;
 use llm_workbook::gradcheck::{self, Config};
 use llm_workbook::optim::{Adam, AdamConfig};
@@ -21,6 +22,15 @@ fn rows_of(m: &DMatrix<f64>) -> Vec<String> {
 
 fn assert_rows(m: &DMatrix<f64>, printed: &[&str]) {
     assert_eq!(rows_of(m), printed, "rows at numpy's 8 decimals");
+}
+
+/// The gradient-check settings of this file. The key bias b_K has an exactly zero gradient
+/// (softmax ignores a shift that is the same for every key of a row, and q·(k + b) shifts all
+/// scores of a row by q·b), so its central differences are pure rounding noise, about ε·|L|/h.
+/// With h = 1e-5 that noise is below 1e-10, and the floor 1e-3 compares entries that small
+/// absolutely (|analytic − numeric| ≤ 1e-9); larger entries are compared relatively at 1e-6.
+fn config() -> Config {
+    Config { step: 1e-5, tolerance: 1e-6, floor: 1e-3 }
 }
 
 /// Σ out ⊙ R for a fixed random R: a scalar whose gradient with respect to `out` is R.
@@ -146,13 +156,12 @@ fn decoder_cell_as_the_text_describes_it() {
 }
 
 #[test]
-fn attention_core_reproduces_the_text_reading() {
-    // The crate's attention (one head, causal, ÷√d_k) is the text's decoder attention.
+fn chapter_6_attention_reproduces_the_text_reading() {
+    // Chapter 6's multi-head attention (one head, causal, ÷√d_k) is the text's decoder attention.
     let [w_q, w_k, w_v, w_o] = decoder_cell_weights();
     let y = table(&Y_PLUS_PE);
-    let w = AttentionWeights { w_q, w_k, w_v, w_o };
-    let batch = Batch::full(1, 3).unwrap();
-    let (out, cache) = attention_forward(&y, &batch, &y, &batch, &w, 1, true).unwrap();
+    let p = MultiHead::new(1, w_q, w_k, w_v, w_o).unwrap();
+    let (out, cache) = mha_forward(&p, &y, &y, &AttnSpec::causal(3)).unwrap();
     let text = decoder_cell(DecoderReading::TEXT).unwrap();
     assert_abs_diff_eq!(out, text.output, epsilon = 1e-13);
     assert_abs_diff_eq!(cache.weights[0], text.weights, epsilon = 1e-15);
@@ -286,86 +295,79 @@ fn adam_rejects_bad_settings_and_changed_parameters() {
 
 // ───────────── gradient checks ─────────────
 
-fn attention_case() -> (DMatrix<f64>, Batch, DMatrix<f64>, Batch, AttentionWeights<f64>) {
+fn attention_case() -> (DMatrix<f64>, Batch, DMatrix<f64>, Batch, MultiHead<f64>) {
     let mut rng = Rng::new(11);
     // Two sequences: decoder lengths 3 and 2 (padded to 3), encoder lengths 4 and 2 (padded to 4).
     let q_batch = Batch::new(3, vec![3, 2]).unwrap();
     let kv_batch = Batch::new(4, vec![4, 2]).unwrap();
     let xq = rng.normal_matrix(6, 4, 1.0);
     let xkv = rng.normal_matrix(8, 4, 1.0);
-    (xq, q_batch, xkv, kv_batch, AttentionWeights::random(4, &mut rng))
+    let mut w = MultiHead::random(2, 4, 4, 2, 4, 0.5, &mut rng).unwrap();
+    for b in [&mut w.b_q, &mut w.b_k, &mut w.b_v, &mut w.b_o] {
+        *b = rng.normal_matrix(1, 4, 0.3); // non-zero biases, so their gradients are checked too
+    }
+    (xq, q_batch, xkv, kv_batch, w)
+}
+
+fn mha_with(like: &MultiHead<f64>, t: &[DMatrix<f64>]) -> MultiHead<f64> {
+    MultiHead {
+        heads: like.heads,
+        w_q: t[0].clone(),
+        b_q: t[1].clone(),
+        w_k: t[2].clone(),
+        b_k: t[3].clone(),
+        w_v: t[4].clone(),
+        b_v: t[5].clone(),
+        w_o: t[6].clone(),
+        b_o: t[7].clone(),
+    }
+}
+
+fn mha_named(w: &MultiHead<f64>) -> Vec<(&'static str, DMatrix<f64>)> {
+    vec![
+        ("W_Q", w.w_q.clone()),
+        ("b_Q", w.b_q.clone()),
+        ("W_K", w.w_k.clone()),
+        ("b_K", w.b_k.clone()),
+        ("W_V", w.w_v.clone()),
+        ("b_V", w.b_v.clone()),
+        ("W_O", w.w_o.clone()),
+        ("b_O", w.b_o.clone()),
+    ]
 }
 
 #[test]
 fn cross_attention_backward_passes_gradcheck_into_the_encoder_output() {
     let (y, yb, e, eb, w) = attention_case();
     let r = probe(6, 4, 5);
-    let (_, cache) = cross_attention_forward(&y, &yb, &e, &eb, &w, 2).unwrap();
-    let g = attention_backward(&cache, &w, &r).unwrap();
-    let loss = |t: &[DMatrix<f64>]| {
-        let w = AttentionWeights { w_q: t[2].clone(), w_k: t[3].clone(), w_v: t[4].clone(), w_o: t[5].clone() };
-        dot(&cross_attention_forward(&t[0], &yb, &t[1], &eb, &w, 2).unwrap().0, &r)
-    };
-    let inputs = [
-        ("decoder y", y),
-        ("encoder output", e.clone()),
-        ("W_Q", w.w_q.clone()),
-        ("W_K", w.w_k.clone()),
-        ("W_V", w.w_v.clone()),
-        ("W_O", w.w_o.clone()),
-    ];
-    gradcheck::check(Config::default(), &inputs, &[g.d_xq, g.d_xkv.clone(), g.d_w.w_q, g.d_w.w_k, g.d_w.w_v, g.d_w.w_o], loss)
-        .assert_passed();
+    let (_, cache) = cross_attention_forward(&y, &yb, &e, &eb, &w).unwrap();
+    let g = cross_attention_backward(&w, &cache, &r).unwrap();
+    let loss = |t: &[DMatrix<f64>]| dot(&cross_attention_forward(&t[0], &yb, &t[1], &eb, &mha_with(&w, &t[2..])).unwrap().0, &r);
+    let mut inputs = vec![("decoder y", y), ("encoder output", e)];
+    inputs.extend(mha_named(&w));
+    let analytic = [g.d_x_q, g.d_x_kv.clone(), g.d_w_q, g.d_b_q, g.d_w_k, g.d_b_k.clone(), g.d_w_v, g.d_b_v, g.d_w_o, g.d_b_o];
+    gradcheck::check(config(), &inputs, &analytic, loss).assert_passed();
+    // b_K cannot change any weight: its gradient is zero (up to rounding).
+    assert!(g.d_b_k.iter().all(|v| v.abs() < 1e-12), "{}", g.d_b_k);
     // The padded encoder rows of sequence 2 (rows 6, 7) are masked: no gradient reaches them.
-    assert!(g.d_xkv.rows(6, 2).iter().all(|&v| v == 0.0));
-    assert!(g.d_xkv.rows(0, 6).iter().any(|&v| v != 0.0));
+    assert!(g.d_x_kv.rows(6, 2).iter().all(|&v| v == 0.0));
+    assert!(g.d_x_kv.rows(0, 6).iter().any(|&v| v != 0.0));
 }
 
 #[test]
-fn causal_self_attention_backward_passes_gradcheck() {
+fn causal_self_attention_with_padding_passes_gradcheck() {
     let (x, xb, _, _, w) = attention_case();
     let r = probe(6, 4, 6);
-    let (_, cache) = attention_forward(&x, &xb, &x, &xb, &w, 2, true).unwrap();
-    let g = attention_backward(&cache, &w, &r).unwrap();
-    let loss = |t: &[DMatrix<f64>]| {
-        let w = AttentionWeights { w_q: t[1].clone(), w_k: t[2].clone(), w_v: t[3].clone(), w_o: t[4].clone() };
-        dot(&attention_forward(&t[0], &xb, &t[0], &xb, &w, 2, true).unwrap().0, &r)
-    };
-    let inputs = [("x", x), ("W_Q", w.w_q.clone()), ("W_K", w.w_k.clone()), ("W_V", w.w_v.clone()), ("W_O", w.w_o.clone())];
+    let spec = attention_spec::<f64>(&xb, &xb, true).unwrap();
+    assert!(spec.causal && spec.mask.is_some(), "sequence 2 is padded, so its padded keys are masked too");
+    let (_, cache) = mha_forward(&w, &x, &x, &spec).unwrap();
+    let g = mha_backward(&w, &cache, &r).unwrap();
+    let loss = |t: &[DMatrix<f64>]| dot(&mha_forward(&mha_with(&w, &t[1..]), &t[0], &t[0], &spec).unwrap().0, &r);
+    let mut inputs = vec![("x", x)];
+    inputs.extend(mha_named(&w));
     // x feeds queries, keys and values: its gradient is the sum of both input gradients.
-    gradcheck::check(Config::default(), &inputs, &[&g.d_xq + &g.d_xkv, g.d_w.w_q, g.d_w.w_k, g.d_w.w_v, g.d_w.w_o], loss).assert_passed();
-}
-
-#[test]
-fn layer_norm_backward_passes_gradcheck() {
-    let mut rng = Rng::new(12);
-    let x = rng.normal_matrix::<f64>(5, 6, 2.0);
-    let w = LayerNormWeights { gamma: rng.normal_matrix(1, 6, 1.0), beta: rng.normal_matrix(1, 6, 1.0) };
-    let r = probe(5, 6, 7);
-    let (_, cache) = layer_norm_forward(&x, &w).unwrap();
-    let (dx, dw) = layer_norm_backward(&cache, &w, &r).unwrap();
-    let loss =
-        |t: &[DMatrix<f64>]| dot(&layer_norm_forward(&t[0], &LayerNormWeights { gamma: t[1].clone(), beta: t[2].clone() }).unwrap().0, &r);
-    gradcheck::check(Config::default(), &[("x", x), ("γ", w.gamma.clone()), ("β", w.beta.clone())], &[dx, dw.gamma, dw.beta], loss)
-        .assert_passed();
-}
-
-#[test]
-fn feed_forward_backward_passes_gradcheck() {
-    let mut rng = Rng::new(13);
-    let x = rng.normal_matrix::<f64>(5, 4, 1.0);
-    let mut w = FeedForwardWeights::random(4, 7, &mut rng);
-    w.b1 = rng.normal_matrix(1, 7, 0.5);
-    w.b2 = rng.normal_matrix(1, 4, 0.5);
-    let r = probe(5, 4, 8);
-    let (_, cache) = feed_forward_forward(&x, &w).unwrap();
-    let (dx, dw) = feed_forward_backward(&cache, &w, &r).unwrap();
-    let loss = |t: &[DMatrix<f64>]| {
-        let w = FeedForwardWeights { w1: t[1].clone(), b1: t[2].clone(), w2: t[3].clone(), b2: t[4].clone() };
-        dot(&feed_forward_forward(&t[0], &w).unwrap().0, &r)
-    };
-    let inputs = [("x", x), ("W₁", w.w1.clone()), ("b₁", w.b1.clone()), ("W₂", w.w2.clone()), ("b₂", w.b2.clone())];
-    gradcheck::check(Config::default(), &inputs, &[dx, dw.w1, dw.b1, dw.w2, dw.b2], loss).assert_passed();
+    let analytic = [&g.d_x_q + &g.d_x_kv, g.d_w_q, g.d_b_q, g.d_w_k, g.d_b_k, g.d_w_v, g.d_b_v, g.d_w_o, g.d_b_o];
+    gradcheck::check(config(), &inputs, &analytic, loss).assert_passed();
 }
 
 fn randomise_norms<T: llm_workbook::Float>(tensors: Vec<&mut DMatrix<T>>, rng: &mut Rng) {
@@ -384,10 +386,10 @@ fn named(tensors: &[DMatrix<f64>], prefix: &str) -> Vec<(String, DMatrix<f64>)> 
 fn decoder_block_backward_passes_gradcheck_for_every_input_and_weight() {
     let (y, yb, e, eb, _) = attention_case();
     let mut rng = Rng::new(14);
-    let mut block = DecoderBlock::<f64>::random(4, 6, &mut rng);
+    let mut block = DecoderBlock::<f64>::random(4, 2, 6, &mut rng).unwrap();
     randomise_norms(block.tensors_mut(), &mut rng);
     let r = probe(6, 4, 9);
-    let (_, cache) = decoder_block_forward(&y, &yb, &e, &eb, &block, 2).unwrap();
+    let (_, cache) = decoder_block_forward(&y, &yb, &e, &eb, &block).unwrap();
     let (dy, de, gb) = decoder_block_backward(&cache, &block, &r).unwrap();
     let weights: Vec<DMatrix<f64>> = block.tensors().into_iter().cloned().collect();
     let mut inputs = vec![("y".to_string(), y), ("encoder output".to_string(), e)];
@@ -400,36 +402,41 @@ fn decoder_block_backward_passes_gradcheck_for_every_input_and_weight() {
         for (slot, v) in b.tensors_mut().into_iter().zip(&t[2..]) {
             slot.copy_from(v);
         }
-        dot(&decoder_block_forward(&t[0], &yb, &t[1], &eb, &b, 2).unwrap().0, &r)
+        dot(&decoder_block_forward(&t[0], &yb, &t[1], &eb, &b).unwrap().0, &r)
     };
-    let report = gradcheck::check(Config::default(), &refs, &analytic, loss);
-    assert_eq!(report.tensors.len(), 2 + 18, "y, the encoder output and all 18 weight tensors");
+    let report = gradcheck::check(config(), &refs, &analytic, loss);
+    assert_eq!(report.tensors.len(), 2 + 26, "y, the encoder output and all 26 weight tensors");
     report.assert_passed();
 }
 
 #[test]
 fn encoder_block_backward_passes_gradcheck_for_every_input_and_weight() {
+    // Chapter 6's post-LN block over a padded batch, as the encoder uses it.
     let (_, _, x, xb, _) = attention_case();
     let mut rng = Rng::new(15);
-    let mut block = EncoderBlock::<f64>::random(4, 6, &mut rng);
-    randomise_norms(block.tensors_mut(), &mut rng);
+    let mut block = encoder_block::<f64>(4, 2, 6, &mut rng).unwrap();
+    randomise_norms(block_tensors_mut(&mut block), &mut rng);
     let r = probe(8, 4, 10);
-    let (_, cache) = encoder_block_forward(&x, &xb, &block, 2).unwrap();
-    let (dx, gb) = encoder_block_backward(&cache, &block, &r).unwrap();
-    let weights: Vec<DMatrix<f64>> = block.tensors().into_iter().cloned().collect();
+    let (_, cache) = encoder_block_forward(&x, &xb, &block).unwrap();
+    let g = block_backward(&block, &cache, &r).unwrap();
+    let weights: Vec<DMatrix<f64>> = block_tensors(&block).into_iter().cloned().collect();
     let mut inputs = vec![("x".to_string(), x)];
     inputs.extend(named(&weights, "encoder weight "));
-    let mut analytic = vec![dx];
-    analytic.extend(gb.tensors().into_iter().cloned());
+    let a = &g.attn;
+    let mut analytic = vec![g.d_x.clone()];
+    analytic.extend([&a.d_w_q, &a.d_b_q, &a.d_w_k, &a.d_b_k, &a.d_w_v, &a.d_b_v, &a.d_w_o, &a.d_b_o].map(|m| m.clone()));
+    analytic.extend([g.ln1.d_gamma.clone(), g.ln1.d_beta.clone()]);
+    analytic.extend([g.ffn.d_w1.clone(), g.ffn.d_b1.clone(), g.ffn.d_w2.clone(), g.ffn.d_b2.clone()]);
+    analytic.extend([g.ln2.d_gamma.clone(), g.ln2.d_beta.clone()]);
     let refs: Vec<(&str, DMatrix<f64>)> = inputs.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
     let loss = |t: &[DMatrix<f64>]| {
         let mut b = block.clone();
-        for (slot, v) in b.tensors_mut().into_iter().zip(&t[1..]) {
+        for (slot, v) in block_tensors_mut(&mut b).into_iter().zip(&t[1..]) {
             slot.copy_from(v);
         }
-        dot(&encoder_block_forward(&t[0], &xb, &b, 2).unwrap().0, &r)
+        dot(&encoder_block_forward(&t[0], &xb, &b).unwrap().0, &r)
     };
-    gradcheck::check(Config::default(), &refs, &analytic, loss).assert_passed();
+    gradcheck::check(config(), &refs, &analytic, loss).assert_passed();
 }
 
 #[test]
@@ -438,7 +445,8 @@ fn padded_cross_entropy_passes_gradcheck_and_skips_padding() {
     let labels = [Some(2), None, Some(0), Some(4)];
     let (_, d) = padded_cross_entropy(&z, &labels).unwrap();
     assert!(d.row(1).iter().all(|&v| v == 0.0));
-    gradcheck::check(Config::default(), &[("logits", z.clone())], &[d], |t| padded_cross_entropy(&t[0], &labels).unwrap().0).assert_passed();
+    gradcheck::check(Config::default(), &[("logits", z.clone())], &[d], |t| padded_cross_entropy(&t[0], &labels).unwrap().0)
+        .assert_passed();
     // Uniform logits over 5 classes cost ln 5.
     let (l, _) = padded_cross_entropy(&DMatrix::<f64>::zeros(1, 5), &[Some(3)]).unwrap();
     assert!(matches!(padded_cross_entropy(&z, &[None; 4]), Err(Error::Empty { .. })));
@@ -465,11 +473,7 @@ fn whole_model_gradients_pass_gradcheck_with_padding_and_teacher_forcing() {
     let refs: Vec<(&str, DMatrix<f64>)> = inputs.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
     let analytic: Vec<DMatrix<f64>> = g.grads.tensors().into_iter().cloned().collect();
     let loss = |t: &[DMatrix<f64>]| model.with_tensors(t).unwrap().loss_and_gradients(&source, &target_in, &labels).unwrap().loss;
-    // The loss is about 1.8, so a central difference at h = 1e-6 carries rounding noise of about
-    // ε·L/h ≈ 2e-10; the floor 1e-3 lets entries that small differ by that much (1e-9 absolute)
-    // and still catches any real mistake, which is many orders larger.
-    let config = Config { floor: 1e-3, ..Config::default() };
-    let report = gradcheck::check(config, &refs, &analytic, loss);
+    let report = gradcheck::check(config(), &refs, &analytic, loss);
     assert_eq!(report.tensors.len(), model.tensors().len());
     report.assert_passed();
 }
@@ -479,14 +483,14 @@ fn whole_model_gradients_pass_gradcheck_with_padding_and_teacher_forcing() {
 #[test]
 fn padding_never_changes_a_real_output() {
     let (y, yb, e, eb, w) = attention_case();
-    let (out, _) = cross_attention_forward(&y, &yb, &e, &eb, &w, 2).unwrap();
+    let (out, _) = cross_attention_forward(&y, &yb, &e, &eb, &w).unwrap();
     let mut e2 = e.clone();
     for r in 6..8 {
         for c in 0..4 {
             e2[(r, c)] = 1e3 * (r + c) as f64; // the padded encoder rows of sequence 2
         }
     }
-    let (out2, _) = cross_attention_forward(&y, &yb, &e2, &eb, &w, 2).unwrap();
+    let (out2, _) = cross_attention_forward(&y, &yb, &e2, &eb, &w).unwrap();
     assert_eq!(out, out2, "exactly equal: masked keys get weight 0");
 }
 
@@ -506,9 +510,11 @@ fn a_padded_batch_gives_what_each_sequence_gives_alone() {
         }
     }
     // The cross-attention maps put no weight on padded source positions.
-    let maps = &cache.decoder[0].cross_attention.weights;
-    assert!(maps[2].column(0).iter().all(|&w| w > 0.0)); // sequence 2 (length 1), head 1
-    assert!(maps[2].columns(1, 3).iter().all(|&w| w == 0.0));
+    // Head 1's weights are (B·T_t)×T_s; sequence 1 (a source of length 1) owns rows 4–7: all of
+    // its weight sits on its one real source position.
+    let map = &cache.decoder[0].cross_attention.weights[0];
+    assert!(map.rows(4, 4).column(0).iter().all(|&w| w == 1.0));
+    assert!(map.rows(4, 4).columns(1, 3).iter().all(|&w| w == 0.0));
 }
 
 #[test]
@@ -602,7 +608,7 @@ fn greedy_decoding_stops_at_the_end_token() {
 fn a_decoder_width_unlike_the_encoders_is_a_shape_error() {
     let (_, _, e, eb, w) = attention_case();
     let y = DMatrix::<f64>::zeros(3, 6);
-    let err = cross_attention_forward(&y, &Batch::full(1, 3).unwrap(), &e, &eb, &w, 2).unwrap_err();
+    let err = cross_attention_forward(&y, &Batch::full(1, 3).unwrap(), &e, &eb, &w).unwrap_err();
     assert!(matches!(err, Error::Shape { .. }));
     let msg = err.to_string();
     assert!(msg.contains("3×6") && msg.contains("8×4"), "{msg}");
@@ -653,14 +659,16 @@ fn a_target_longer_than_the_maximum_is_an_error() {
 #[test]
 fn bad_shapes_heads_and_masks_are_errors() {
     let (y, yb, e, eb, w) = attention_case();
-    assert!(matches!(attention_forward(&y, &yb, &e, &eb, &w, 3, false), Err(Error::InvalidValue { .. })));
-    assert!(matches!(attention_forward(&y, &Batch::full(1, 6).unwrap(), &e, &eb, &w, 2, false), Err(Error::Shape { .. })));
-    assert!(matches!(attention_forward(&y, &Batch::full(3, 3).unwrap(), &e, &eb, &w, 2, false), Err(Error::Shape { .. })));
+    assert!(matches!(cross_attention_forward(&y, &Batch::full(1, 6).unwrap(), &e, &eb, &w), Err(Error::Shape { .. })));
+    assert!(matches!(cross_attention_forward(&y, &Batch::full(3, 2).unwrap(), &e, &eb, &w), Err(Error::Shape { .. })));
+    assert!(matches!(attention_spec::<f64>(&yb, &Batch::full(3, 2).unwrap(), false), Err(Error::Shape { .. })));
     assert!(Batch::new(3, vec![0]).is_err() && Batch::new(3, vec![4]).is_err() && Batch::new(3, vec![]).is_err());
     let nan = DMatrix::from_element(6, 4, f64::NAN);
-    assert!(matches!(cross_attention_forward(&nan, &yb, &e, &eb, &w, 2), Err(Error::NonFinite { .. })));
+    assert!(matches!(cross_attention_forward(&nan, &yb, &e, &eb, &w), Err(Error::NonFinite { .. })));
     let all_masked = masked_softmax_rows("test", &DMatrix::<f64>::zeros(2, 2), |_, _| false);
     assert!(matches!(all_masked, Err(Error::InvalidValue { .. })));
+    assert!(DecoderBlock::<f64>::random(6, 4, 6, &mut Rng::new(0)).is_err());
+    assert!(encoder_block::<f64>(6, 0, 6, &mut Rng::new(0)).is_err());
     let bad = ModelConfig { vocab: 6, width: 6, heads: 4, hidden: 6, encoder_layers: 1, decoder_layers: 1, max_len: 5 };
     assert!(EncoderDecoder::<f64>::new(bad, 0).is_err());
 }
