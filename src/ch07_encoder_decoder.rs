@@ -13,11 +13,11 @@
 //! tests are `tests/ch07_encoder_decoder.rs`.
 //!
 //! Layout: the worked cells of document 003 (decoder self-attention drawn from numpy's generator,
-//! the encoder–decoder attention with its uniform weights), then the trainable parts as
-//! forward/backward pairs (attention between two sequences with its masks, LayerNorm, the
-//! feed-forward net, the encoder and decoder blocks, the output projection and loss), then the
-//! model, the digit-reversal task, training with Adam and greedy decoding, then `ERRATA`,
-//! `worked()`, `walk()`, `figures()`, `CHAPTER`.
+//! the encoder–decoder attention with its uniform weights), then the trainable parts built on
+//! chapter 6 (its multi-head attention, LayerNorm, feed-forward net and post-LN block) and chapter
+//! 5 (sinusoidal positions): padded batches and their masks, cross-attention, the decoder block,
+//! the output projection and loss, then the model, the digit-reversal task, training with Adam and
+//! greedy decoding, then `ERRATA`, `worked()`, `walk()`, `figures()`, `CHAPTER`.
 //!
 //! Conventions: a batch of B sequences padded to a common length T is a (B·T)×C matrix, sequence
 //! b in rows b·T … b·T + T − 1, its real tokens first; a [`Batch`] says how long each one really is.
