@@ -43,7 +43,7 @@ fn check_width(op: &'static str, d_model: usize) -> Result<()> {
     if d_model == 0 {
         return Err(Error::Empty { op, arg: "d_model" });
     }
-    if d_model % 2 != 0 {
+    if !d_model.is_multiple_of(2) {
         return Err(invalid(
             op,
             "d_model",
@@ -107,7 +107,7 @@ pub fn with_exponents<T: Float>(positions: &[f64], exponents: &[f64]) -> Result<
     ensure_finite_slice(OP, "exponents", exponents)?;
     Ok(DMatrix::from_fn(positions.len(), exponents.len(), |r, j| {
         let angle = positions[r] / BASE.powf(exponents[j]);
-        T::of(if j % 2 == 0 { angle.sin() } else { angle.cos() })
+        T::of(if j.is_multiple_of(2) { angle.sin() } else { angle.cos() })
     }))
 }
 
@@ -138,7 +138,7 @@ pub fn add_positions<T: Float>(x: &DMatrix<T>, seq_len: usize) -> Result<DMatrix
     if x.nrows() == 0 {
         return Err(Error::Empty { op: OP, arg: "x" });
     }
-    if x.nrows() % seq_len != 0 {
+    if !x.nrows().is_multiple_of(seq_len) {
         return Err(shape_error(
             OP,
             "x and seq_len",
@@ -188,7 +188,7 @@ pub fn dot_at_offset(k: f64, d_model: usize) -> Result<f64> {
 /// The embeddings of "You are welcome": 'You', 'are', 'welcome', 4 dimensions each.
 pub const X_EMBEDDINGS: [[f64; 4]; 3] = [[0.1, 0.2, -0.1, 0.4], [-0.3, 0.5, 0.1, -0.2], [0.4, -0.3, 0.2, 0.1]];
 
-/// The embeddings of "<start> de nada".
+/// The embeddings of "`<start>` de nada".
 pub const Y_EMBEDDINGS: [[f64; 4]; 3] = [[0.0, 0.0, 0.0, 0.0], [-0.2, 0.4, 0.3, 0.1], [0.5, -0.1, -0.4, 0.3]];
 
 /// The width of the walk-through's embeddings.
@@ -347,7 +347,7 @@ pub fn worked() -> Result<Vec<Worked>> {
 /// True when, in every row, even columns hold sines and odd columns cosines: checked by
 /// sin² + cos² = 1 across each pair and by the value at pos 0 (sin 0 = 0, cos 0 = 1).
 pub fn every_position_mixes(pe: &DMatrix<f64>) -> bool {
-    let first_row_ok = (0..pe.ncols()).all(|j| (pe[(0, j)] - if j % 2 == 0 { 0.0 } else { 1.0 }).abs() < 1e-15);
+    let first_row_ok = (0..pe.ncols()).all(|j| (pe[(0, j)] - if j.is_multiple_of(2) { 0.0 } else { 1.0 }).abs() < 1e-15);
     let pairs_ok =
         (0..pe.nrows()).all(|r| (0..pe.ncols() / 2).all(|i| (pe[(r, 2 * i)].powi(2) + pe[(r, 2 * i + 1)].powi(2) - 1.0).abs() < 1e-12));
     first_row_ok && pairs_ok
@@ -411,7 +411,7 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
         series: dims
             .iter()
             .map(|&j| {
-                let f = if j % 2 == 0 { "sin" } else { "cos" };
+                let f = if j.is_multiple_of(2) { "sin" } else { "cos" };
                 Series::new(format!("j = {j} ({f}, ω = {:.3})", frequency(j / 2, d)), (0..100).map(|p| (p as f64, long[(p, j)])).collect())
             })
             .collect(),

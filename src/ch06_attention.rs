@@ -175,7 +175,7 @@ impl<T: Float> AttnSpec<T> {
             return Err(invalid(op, "scale", format!("must be finite and positive; got {s}")));
         }
         if let Some(m) = &self.mask {
-            if m.ncols() != self.kv_len || m.nrows() == 0 || m.nrows() % self.q_len != 0 {
+            if m.ncols() != self.kv_len || m.nrows() == 0 || !m.nrows().is_multiple_of(self.q_len) {
                 return Err(shape_error(
                     op,
                     "mask",
@@ -202,7 +202,7 @@ fn attention_batch<T: Float>(op: &'static str, q: &DMatrix<T>, k: &DMatrix<T>, v
     if v.ncols() == 0 {
         return Err(Error::Empty { op, arg: "v" });
     }
-    if q.nrows() % spec.q_len != 0 {
+    if !q.nrows().is_multiple_of(spec.q_len) {
         return Err(shape_error(op, "q and q_len", format!("a multiple of {} rows", spec.q_len), shape_of(q)));
     }
     let b = q.nrows() / spec.q_len;
@@ -413,7 +413,7 @@ pub fn attention_backward<T: Float>(
 
 /// Splits the columns of m into `heads` equal blocks: head h gets columns h·w … (h+1)·w − 1.
 pub fn split_heads<T: Float>(m: &DMatrix<T>, heads: usize) -> Result<Vec<DMatrix<T>>> {
-    if heads == 0 || m.ncols() % heads != 0 {
+    if heads == 0 || !m.ncols().is_multiple_of(heads) {
         return Err(invalid("split_heads", "heads", format!("the width {} is not divisible by {heads} heads", m.ncols())));
     }
     let w = m.ncols() / heads;
@@ -504,7 +504,7 @@ impl<T: Float> MultiHead<T> {
             ));
         }
         for (arg, w) in [("w_q (d_model)", &self.w_q), ("w_v (d_model)", &self.w_v)] {
-            if w.ncols() % self.heads != 0 {
+            if !w.ncols().is_multiple_of(self.heads) {
                 return Err(invalid(OP, arg, format!("{} columns are not divisible by {} heads", w.ncols(), self.heads)));
             }
         }
@@ -924,7 +924,7 @@ impl<T: Float> Block<T> {
         std: f64,
         rng: &mut crate::rng::Rng,
     ) -> Result<Self> {
-        if heads == 0 || c % heads != 0 {
+        if heads == 0 || !c.is_multiple_of(heads) {
             return Err(invalid("Block::random", "heads", format!("d_model = {c} is not divisible by {heads} heads")));
         }
         Ok(Block {
@@ -1326,7 +1326,7 @@ pub const ERRATA: &[Erratum] = &[
         section: "Layer Normalization, LN(x_i) and the Calculate Layer Normalization cell",
         printed: "LN row 1 = (−1.03927142, 0.13949668, 1.56694829, −0.66717355) beside (x − μ)/√(σ² + ε), ε = 1e−6",
         correct: "(x − μ)/√(σ² + ε): (−1.03927194, 0.13949675, 1.56694907, −0.66717388)",
-        why: "The printed numbers follow (x − μ)/(σ + ε), ε added to the standard deviation (as the document's decoder cell does), not the formula beside them nor the code of the cell (np.sqrt(variance + epsilon)). Population variance in both; the sample variance would change the second decimal.",
+        why: "The printed numbers follow (x − μ)/(σ + ε), ε added to the standard deviation (as the document's decoder cell does), not the formula beside them nor the code of the cell (np.sqrt(variance + epsilon)). Both use the population variance (divide by C); the sample variance (divide by C − 1) would scale every entry by √(3/4), giving −0.90004 for the first.",
         test: "tests/ch06_attention.rs::layer_norm_printed_follows_std_plus_eps",
     },
     Erratum {
@@ -1599,10 +1599,20 @@ pub fn walk(out: &mut Walk) -> Result<()> {
     Ok(())
 }
 
-/// The small two-head example of the per-head plots: six positions, the standard PE of width 16
-/// as input, head 0 built to look one token back (its queries are the encodings shifted by −1,
-/// chapter 5's rotation), head 1 built to look at the token itself. Causal.
-pub fn two_head_example() -> Result<(MultiHead<f64>, DMatrix<f64>, Vec<DMatrix<f64>>)> {
+/// The small two-head example of the per-head plots.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TwoHeads {
+    /// The attention: two heads of width 8 on inputs of width 16, identity W_V and W_O.
+    pub mha: MultiHead<f64>,
+    /// The input: the standard PE of six positions, width 16.
+    pub x: DMatrix<f64>,
+    /// Each head's causal attention weights, 6×6.
+    pub weights: Vec<DMatrix<f64>>,
+}
+
+/// Builds [`TwoHeads`]: head 0 looks one token back (its queries are the encodings shifted by −1
+/// with chapter 5's rotation), head 1 looks at the token itself. Causal.
+pub fn two_head_example() -> Result<TwoHeads> {
     let (t, d, dh) = (6, 16, 8);
     let sharp = 8.0;
     let x = ch05::sinusoidal::<f64>(t, d)?;
@@ -1620,7 +1630,7 @@ pub fn two_head_example() -> Result<(MultiHead<f64>, DMatrix<f64>, Vec<DMatrix<f
     let w_o = DMatrix::<f64>::identity(2 * dh, d);
     let mha = MultiHead::new(2, w_q, w_k, w_v, w_o)?;
     let (_, cache) = mha_forward(&mha, &x, &x, &AttnSpec::causal(t))?;
-    Ok((mha, x, cache.weights))
+    Ok(TwoHeads { mha, x, weights: cache.weights })
 }
 
 fn heat(title: &str, m: &DMatrix<f64>, rows: Vec<String>, cols: Vec<String>) -> Figure {
@@ -1640,7 +1650,7 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
     let w = walkthrough()?;
     let causal = attention_forward(&w.q, &w.k, &w.v, &AttnSpec::causal(3))?;
     let names: Vec<String> = TOKENS_X.iter().map(|s| s.to_string()).collect();
-    let (_, _, heads) = two_head_example()?;
+    let heads = two_head_example()?.weights;
     let pos: Vec<String> = (0..6).map(|p| format!("pos {p}")).collect();
     Ok(vec![
         ("ch06_weights".into(), heat("Attention weights of the walk-through, no mask", &w.weights, names.clone(), names.clone())),

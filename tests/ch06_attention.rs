@@ -368,7 +368,7 @@ fn snapshot_standard_out() {
 
 #[test]
 fn snapshot_two_head_example() {
-    let (_, _, heads) = ch::two_head_example().unwrap();
+    let heads = ch::two_head_example().unwrap().weights;
     common::snap_matrix!("head0_previous_token", heads[0], 6);
     common::snap_matrix!("head1_same_token", heads[1], 6);
 }
@@ -710,7 +710,7 @@ fn f32_block_agrees_with_f64() {
 
 #[test]
 fn two_head_example_heads_look_back_and_at_themselves() {
-    let (_, _, heads) = ch::two_head_example().unwrap();
+    let heads = ch::two_head_example().unwrap().weights;
     for i in 0..6 {
         let argmax = |m: &DMatrix<f64>| (0..6).max_by(|&a, &b| m[(i, a)].total_cmp(&m[(i, b)])).unwrap();
         assert_eq!(argmax(&heads[0]), i.saturating_sub(1), "head 0, query {i}");
@@ -768,13 +768,13 @@ fn mha_from(t: &[DMatrix<f64>], heads: usize) -> MultiHead<f64> {
 #[test]
 fn mha_backward_passes_gradient_checks() {
     let mut rng = Rng::new(72);
-    // (spec, batch, C_q, C_kv, heads, d_head, C_out)
-    let cases: Vec<(AttnSpec<f64>, usize, usize, usize, usize, usize, usize)> = vec![
-        (AttnSpec::causal(3), 2, 4, 4, 2, 2, 4),
-        (AttnSpec::cross(2, 3), 2, 3, 5, 2, 3, 4),
-        (AttnSpec::bidirectional(3), 1, 4, 4, 1, 4, 4),
+    // (spec, [batch, C_q, C_kv, heads, d_head, C_out])
+    let cases = [
+        (AttnSpec::causal(3), [2, 4, 4, 2, 2, 4]),
+        (AttnSpec::cross(2, 3), [2, 3, 5, 2, 3, 4]),
+        (AttnSpec::bidirectional(3), [1, 4, 4, 1, 4, 4]),
     ];
-    for (spec, b, cq, ckv, heads, dh, cout) in cases {
+    for (spec, [b, cq, ckv, heads, dh, cout]) in cases {
         let x_q = rand(&mut rng, b * spec.q_len, cq);
         let x_kv = rand(&mut rng, b * spec.kv_len, ckv);
         let mut mha = MultiHead::random(heads, cq, ckv, dh, cout, 0.6, &mut rng).unwrap();
@@ -1118,4 +1118,17 @@ fn walk_prints_every_step() {
         assert!(text.contains(&format!("── {step}.")), "step {step}");
     }
     assert!(text.contains("0.07057112") && text.contains("-1.03927142"));
+}
+
+#[test]
+fn every_erratum_names_a_test_of_this_file() {
+    let source = include_str!("ch06_attention.rs");
+    for e in ch::ERRATA {
+        let (file, name) = e.test.split_once("::").expect("tests/<file>.rs::<name>");
+        assert_eq!(file, "tests/ch06_attention.rs");
+        assert!(source.contains(&format!("fn {name}()")), "{name} is not a test here");
+    }
+    for w in ch::worked().unwrap().iter().filter(|w| !w.test.is_empty()) {
+        assert!(source.contains(&format!("fn {}()", w.test)), "{} is not a test here", w.test);
+    }
 }
