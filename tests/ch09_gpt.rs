@@ -1,0 +1,457 @@
+//! Chapter 9: a small GPT with a hand-written backward pass. Run with
+//! `cargo test --test ch09_gpt`.
+
+mod common;
+
+use approx::assert_abs_diff_eq;
+use llm_workbook::Error;
+use llm_workbook::ch09_gpt::config::{Config, MatrixAccounting, Positions};
+use llm_workbook::ch09_gpt::data::{self, SortTask, TokenSplit};
+use llm_workbook::ch09_gpt::safetensors::{self as st, SafeTensors, TensorOut};
+use llm_workbook::ch09_gpt::schedule::{Schedule, clip_global_norm, global_norm};
+use llm_workbook::ch09_gpt::{self as gpt, walkthrough};
+use llm_workbook::rng::Rng;
+use nalgebra::DMatrix;
+
+fn fixture(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("fixtures").join(name)
+}
+
+// ───────────── GPT-3 counted as document 001 counts it ─────────────
+
+fn gpt3() -> MatrixAccounting {
+    MatrixAccounting::of(&Config::gpt3_175b()).unwrap()
+}
+
+#[test]
+fn gpt3_embedding_holds_617558016_weights() {
+    let a = gpt3();
+    assert_eq!(a.embedding, 50_257 * 12_288);
+    assert_eq!(a.embedding, 617_558_016);
+    assert_eq!(a.unembedding, 617_558_016);
+    // "So, till now the total number of parameters is a little over a billion."
+    assert_eq!(a.embedding + a.unembedding, 1_235_116_032);
+}
+
+#[test]
+fn gpt3_one_head_holds_6_3_million_weights() {
+    let a = gpt3();
+    // Query and key are 128 × 12,288 each; the value map is factored into 128 × 12,288 down and
+    // 12,288 × 128 up, so its count equals query + key.
+    assert_eq!(a.query_per_head, 128 * 12_288);
+    assert_eq!(a.per_head, 4 * 1_572_864);
+    assert_eq!(a.per_head, 6_291_456);
+    assert_eq!(format!("{:.1}", a.per_head as f64 / 1e6), "6.3");
+}
+
+#[test]
+fn gpt3_one_attention_layer_holds_600_million_weights() {
+    let a = gpt3();
+    assert_eq!(a.per_attention_layer, 96 * 6_291_456);
+    assert_eq!(a.per_attention_layer, 603_979_776);
+    // "about 600 million": one significant figure.
+    assert_eq!(format!("{:.1}", a.per_attention_layer as f64 / 1e9), "0.6");
+}
+
+#[test]
+fn gpt3_attention_holds_58_billion_weights() {
+    let a = gpt3();
+    assert_eq!(a.attention, 96 * 603_979_776);
+    assert_eq!(a.attention, 57_982_058_496);
+    assert_eq!(format!("{:.0}", a.attention as f64 / 1e9), "58");
+    // "this is still 1/3rd of the total"
+    assert_abs_diff_eq!(a.attention as f64 / a.total as f64, 1.0 / 3.0, epsilon = 0.005);
+}
+
+#[test]
+fn gpt3_one_mlp_holds_1_2_billion_weights() {
+    let a = gpt3();
+    // Up-projection 49,152 × 12,288 (49,152 = 4 · 12,288 "questions"); down-projection the same.
+    assert_eq!(a.up_projection, 49_152 * 12_288);
+    assert_eq!(a.per_mlp, 1_207_959_552);
+    assert_eq!(format!("{:.1}", a.per_mlp as f64 / 1e9), "1.2");
+    assert_eq!(a.mlp, 96 * 1_207_959_552);
+    // "about 2/3 of the total"
+    assert_abs_diff_eq!(a.mlp as f64 / a.total as f64, 2.0 / 3.0, epsilon = 0.005);
+}
+
+#[test]
+fn gpt3_holds_175_billion_weights_in_27938_matrices() {
+    let a = gpt3();
+    assert_eq!(a.total, 617_558_016 * 2 + 57_982_058_496 + 115_964_116_992);
+    assert_eq!(a.total, 175_181_291_520);
+    assert_eq!(format!("{:.0}", a.total as f64 / 1e9), "175");
+    // 96 layers × (96 query + 96 key + 96 value + 1 output + 1 up + 1 down) + embedding + unembedding.
+    assert_eq!(a.matrices, 96 * (3 * 96 + 3) + 2);
+    assert_eq!(a.matrices, 27_938);
+    // Counting every tensor as GPT-2 stores it (biases, LayerNorms, learned positions, tied
+    // unembedding) gives the same 175 billion, rounded.
+    let full = Config::gpt3_175b().parameter_count();
+    assert_eq!(full, 174_604_259_328);
+    assert_eq!(format!("{:.0}", full as f64 / 1e9), "175");
+}
+
+#[test]
+fn gpt3_width_is_12288_from_heads_and_embedding_count() {
+    let c = Config::gpt3_175b();
+    assert_eq!(c.heads * c.head_width(), 12_288);
+    assert_eq!(617_558_016 % 50_257, 0);
+    assert_eq!(617_558_016 / 50_257, 12_288);
+    assert_ne!(c.width, 12_388);
+    assert_ne!(c.width, 13_288);
+}
+
+#[test]
+fn gpt3_has_96_layers_of_width_12288_not_175_of_1024() {
+    let c = Config::gpt3_175b();
+    assert_eq!((c.layers, c.width), (96, 12_288));
+    // The printed alternative: 175 layers of width 1,024 would be a ~2.2B-parameter model.
+    let printed = Config::new(50_257, 2_048, 175, 16, 1_024);
+    assert_eq!(format!("{:.1}", printed.parameter_count() as f64 / 1e9), "2.3");
+    assert_eq!(format!("{:.1}", 175.0 * printed.block_parameters() as f64 / 1e9), "2.2");
+}
+
+#[test]
+fn gpt2_124m_holds_exactly_124_439_808_parameters() {
+    let c = Config::gpt2_124m();
+    assert_eq!(c.parameter_count(), 124_439_808);
+    // By hand: wte 50,257·768, wpe 1,024·768, 12 blocks of 12d² + 13d, ln_f 2d.
+    assert_eq!(50_257 * 768, 38_597_376);
+    assert_eq!(1_024 * 768, 786_432);
+    assert_eq!(c.block_parameters(), 7_087_872);
+    assert_eq!(38_597_376 + 786_432 + 12 * 7_087_872 + 2 * 768, 124_439_808);
+    // Untied, the unembedding adds another V·d.
+    let untied = Config { tied: false, ..c };
+    assert_eq!(untied.parameter_count(), 124_439_808 + 38_597_376);
+    // Sinusoidal positions have no table.
+    let sinusoidal = Config { positions: Positions::Sinusoidal, ..c };
+    assert_eq!(sinusoidal.parameter_count(), 124_439_808 - 786_432);
+    // The tensors, in checkpoint order, with GPT-2's names.
+    let shapes = c.tensor_shapes();
+    assert_eq!(shapes.len(), 2 + 12 * 12 + 2);
+    assert_eq!(shapes[0], ("wte.weight".to_string(), 50_257, 768));
+    assert_eq!(shapes[4], ("h.0.attn.c_attn.weight".to_string(), 768, 2_304));
+    assert_eq!(shapes.last().unwrap().0, "ln_f.bias");
+}
+
+#[test]
+fn gpt2_xl_holds_1_56_billion_parameters() {
+    assert_eq!(Config::gpt2_xl().parameter_count(), 1_557_611_200);
+}
+
+#[test]
+fn gpt1_holds_about_117_million_parameters_not_150() {
+    assert_eq!(gpt::gpt1_parameters(), 116_534_784);
+    assert_eq!(format!("{:.0}", gpt::gpt1_parameters() as f64 / 1e6), "117");
+}
+
+#[test]
+fn a_config_that_describes_no_model_is_refused() {
+    let good = Config::new(65, 64, 4, 4, 128);
+    good.validate().unwrap();
+    let cases: Vec<(Config, &str)> = vec![
+        (Config { heads: 3, ..good }, "3 heads do not divide the width 128"),
+        (Config { vocab_size: 0, ..good }, "vocab_size"),
+        (Config { context: 0, ..good }, "context"),
+        (Config { layers: 0, ..good }, "layers"),
+        (Config { heads: 0, ..good }, "heads"),
+        (Config { width: 0, ..good }, "width"),
+        (Config { width: 5, heads: 1, positions: Positions::Sinusoidal, ..good }, "must be even"),
+        (Config { layer_norm_epsilon: 0.0, ..good }, "layer_norm_epsilon"),
+        (Config { layer_norm_epsilon: f64::NAN, ..good }, "layer_norm_epsilon"),
+        (Config { vocab_size: usize::MAX / 2, ..good }, "memory addresses"),
+    ];
+    for (c, needle) in cases {
+        let e = c.validate().unwrap_err();
+        assert!(matches!(e, Error::InvalidValue { .. }), "{e}");
+        assert!(e.to_string().contains(needle), "{e} should mention {needle}");
+    }
+    assert!(MatrixAccounting::of(&Config { heads: 5, ..good }).is_err());
+}
+
+// ───────────── document 003: "I love AI" ─────────────
+
+#[test]
+fn i_love_ai_h0_is_u_plus_wp() {
+    let h0 = walkthrough::h0();
+    for r in 0..3 {
+        for c in 0..2 {
+            assert_eq!(format!("{:.2}", h0[(r, c)]), format!("{:.2}", walkthrough::PRINTED_H0[r][c]), "h0[{r}][{c}]");
+        }
+    }
+    common::snap_matrix!("i_love_ai_h0", h0, 2);
+}
+
+#[test]
+fn i_love_ai_h1_love_is_0_545_0_442() {
+    let h1 = walkthrough::h1_love().unwrap();
+    assert_abs_diff_eq!(h1[(0, 0)], 0.1 * 0.14 + 0.9 * 0.59, epsilon = 1e-15);
+    assert_abs_diff_eq!(h1[(0, 1)], 0.1 * 0.91 + 0.9 * 0.39, epsilon = 1e-15);
+    assert_eq!(format!("{:.3}, {:.3}", h1[(0, 0)], h1[(0, 1)]), "0.545, 0.442");
+    // The printed [0.155, 0.458] is no mix (1 − λ)·h₀("I") + λ·h₀("love") at all: the first
+    // entry needs λ = 1/30, which puts the second entry at 0.893, not 0.458.
+    let printed = walkthrough::PRINTED_H1_LOVE;
+    let lambda = (printed[0] - 0.14) / (0.59 - 0.14);
+    assert_abs_diff_eq!(lambda, 1.0 / 30.0, epsilon = 1e-12);
+    assert!((0.91 + lambda * (0.39 - 0.91) - printed[1]).abs() > 0.4);
+    // The mix puts zero weight on the future token "AI": changing "AI" changes nothing.
+    let mut h0 = walkthrough::h0();
+    h0[(2, 0)] += 100.0;
+    assert_eq!(walkthrough::masked_mix(&walkthrough::LOVE_WEIGHTS, &h0, 1).unwrap(), h1);
+}
+
+#[test]
+fn i_love_ai_h2_love_follows_from_h1_times_w() {
+    let from_printed = walkthrough::h2_of(&walkthrough::printed_h1_love()).unwrap();
+    assert_abs_diff_eq!(from_printed[(0, 0)], 0.155 * 0.2 + 0.458 * 0.4, epsilon = 1e-15);
+    assert_abs_diff_eq!(from_printed[(0, 1)], 0.155 * 0.3 + 0.458 * 0.5, epsilon = 1e-15);
+    assert_eq!(format!("{:.4}, {:.4}", from_printed[(0, 0)], from_printed[(0, 1)]), "0.2142, 0.2755");
+    let ours = walkthrough::h2_of(&walkthrough::h1_love().unwrap()).unwrap();
+    assert_eq!(format!("{:.4}, {:.4}", ours[(0, 0)], ours[(0, 1)]), "0.2858, 0.3845");
+    // Neither reading of W (rows or columns) gives the printed [0.1753, 0.309].
+    let wt = walkthrough::feed_forward_weight().transpose();
+    let by_columns = walkthrough::printed_h1_love() * wt;
+    for h2 in [&from_printed, &ours, &by_columns] {
+        assert!((h2[(0, 0)] - 0.1753).abs() > 0.005 || (h2[(0, 1)] - 0.309).abs() > 0.005);
+    }
+}
+
+#[test]
+fn masked_mix_refuses_weight_on_a_later_token() {
+    let h0 = walkthrough::h0();
+    let e = walkthrough::masked_mix(&[0.1, 0.8, 0.1], &h0, 1).unwrap_err();
+    assert!(e.to_string().contains("may not attend to the later token 2"), "{e}");
+    assert!(walkthrough::masked_mix(&[0.5, 0.6, 0.0], &h0, 1).unwrap_err().to_string().contains("sum to 1"));
+    assert!(matches!(walkthrough::masked_mix(&[1.0, 0.0], &h0, 1), Err(Error::Shape { .. })));
+    assert!(walkthrough::masked_mix(&[1.0, 0.0, 0.0], &h0, 3).is_err());
+    // The first token can only attend to itself.
+    assert_eq!(walkthrough::masked_mix(&[1.0, 0.0, 0.0], &h0, 0).unwrap(), h0.rows(0, 1).clone_owned());
+}
+
+// ───────────── learning-rate schedule and clipping ─────────────
+
+#[test]
+fn warmup_ramps_linearly_then_cosine_decays_to_the_floor() {
+    let s = Schedule::new(1e-3, 1e-4, 10, 110).unwrap();
+    assert_abs_diff_eq!(s.at(0), 1e-4, epsilon = 1e-18);
+    assert_abs_diff_eq!(s.at(4), 5e-4, epsilon = 1e-18);
+    assert_abs_diff_eq!(s.at(9), 1e-3, epsilon = 1e-18);
+    assert_abs_diff_eq!(s.at(10), 1e-3, epsilon = 1e-18); // cos 0 = 1
+    assert_abs_diff_eq!(s.at(60), 5.5e-4, epsilon = 1e-15); // halfway: the mean of max and min
+    assert_abs_diff_eq!(s.at(35), 1e-4 + 0.45e-3 * (1.0 + (std::f64::consts::PI / 4.0).cos()), epsilon = 1e-15);
+    assert_eq!(s.at(110), 1e-4);
+    assert_eq!(s.at(10_000), 1e-4);
+    // Monotone after the warm-up.
+    assert!((10..110).all(|k| s.at(k + 1) <= s.at(k)));
+    assert_eq!(Schedule::constant(0.3).unwrap().at(17), 0.3);
+    assert!(Schedule::new(0.0, 0.0, 0, 0).is_err());
+    assert!(Schedule::new(1e-3, 2e-3, 0, 10).is_err());
+    assert!(Schedule::new(1e-3, 1e-4, 11, 10).is_err());
+    assert!(Schedule::new(f64::NAN, 1e-4, 0, 10).is_err());
+}
+
+#[test]
+fn clipping_scales_the_global_norm_down_to_the_limit_and_keeps_the_direction() {
+    // Two tensors holding (3, 4) and (12): global norm √(9 + 16 + 144) = 13.
+    let mut a = DMatrix::from_row_slice(1, 2, &[3.0_f64, 4.0]);
+    let mut b = DMatrix::from_row_slice(1, 1, &[12.0_f64]);
+    assert_eq!(global_norm(&[&a, &b]), 13.0);
+    let before = clip_global_norm(&mut [&mut a, &mut b], 1.0).unwrap();
+    assert_eq!(before, 13.0);
+    let k = 1.0 / (13.0 + 1e-6);
+    assert_abs_diff_eq!(a[(0, 0)], 3.0 * k, epsilon = 1e-15);
+    assert_abs_diff_eq!(b[(0, 0)], 12.0 * k, epsilon = 1e-15);
+    assert_abs_diff_eq!(global_norm(&[&a, &b]), 1.0, epsilon = 1e-6);
+    // Below the limit nothing changes.
+    let mut c = DMatrix::from_row_slice(1, 2, &[0.3_f32, 0.4]);
+    let keep = c.clone();
+    assert_abs_diff_eq!(clip_global_norm(&mut [&mut c], 1.0).unwrap(), 0.5, epsilon = 1e-7);
+    assert_eq!(c, keep);
+    // A NaN gradient is an error, not a NaN step.
+    let mut d = DMatrix::from_row_slice(1, 2, &[f64::NAN, 1.0]);
+    assert!(matches!(clip_global_norm(&mut [&mut d], 1.0), Err(Error::NonFinite { .. })));
+    assert!(clip_global_norm(&mut [&mut a], 0.0).is_err());
+}
+
+// ───────────── data ─────────────
+
+#[test]
+fn sort_task_holds_15625_strings_with_1000_held_out_disjoint() {
+    let t = SortTask::standard(7).unwrap();
+    assert_eq!(t.train.len() + t.held_out.len(), 15_625);
+    assert_eq!(t.held_out.len(), 1_000);
+    let train: std::collections::HashSet<_> = t.train.iter().collect();
+    assert_eq!(train.len(), 14_625);
+    assert!(t.held_out.iter().all(|s| !train.contains(s)));
+    assert!(t.train.iter().chain(&t.held_out).all(|s| s.len() == 6 && s.iter().all(|&d| d < 5)));
+    // Another seed gives another split; the same seed the same one.
+    assert_ne!(SortTask::standard(8).unwrap().held_out, t.held_out);
+    assert_eq!(SortTask::standard(7).unwrap().held_out, t.held_out);
+}
+
+#[test]
+fn a_sort_example_is_the_string_then_its_sorted_copy_scored_on_the_sorted_half() {
+    let t = SortTask::standard(1).unwrap();
+    let (inputs, targets) = t.example(&[3, 1, 4, 1, 0, 2]);
+    assert_eq!(inputs, vec![3, 1, 4, 1, 0, 2, 0, 1, 1, 2, 3]);
+    assert_eq!(targets, vec![None, None, None, None, None, Some(0), Some(1), Some(1), Some(2), Some(3), Some(4)]);
+    let mut rng = Rng::new(3);
+    let b = t.batch(4, &mut rng);
+    assert_eq!((b.batch, b.seq_len, b.inputs.len(), b.scored()), (4, 11, 44, 24));
+    b.check("test", 5).unwrap();
+    assert!(b.check("test", 4).is_err());
+    assert!(SortTask::new(6, 5, 15_625, 0).is_err());
+    assert!(SortTask::new(0, 5, 0, 0).is_err());
+}
+
+#[test]
+fn an_empty_or_short_corpus_is_refused() {
+    assert!(matches!(TokenSplit::new(&[], 0.1, 8), Err(Error::Empty { .. })));
+    let short: Vec<u32> = (0..20).collect();
+    let e = TokenSplit::new(&short, 0.1, 8).unwrap_err();
+    assert!(e.to_string().contains("fewer than one window"), "{e}");
+    assert!(TokenSplit::new(&short, 1.5, 2).is_err());
+    let ok = TokenSplit::new(&(0..100).collect::<Vec<u32>>(), 0.1, 8).unwrap();
+    assert_eq!((ok.train.len(), ok.validation.len()), (90, 10));
+    assert_eq!(ok.validation[0], 90);
+    assert!(data::random_windows(&short, 20, 2, &mut Rng::new(0)).is_err());
+}
+
+#[test]
+fn windows_predict_the_next_token_and_covering_windows_score_each_token_once() {
+    let tokens: Vec<u32> = (0..23).collect();
+    let b = data::random_windows(&tokens, 5, 3, &mut Rng::new(1)).unwrap();
+    for k in 0..3 {
+        for t in 0..5 {
+            assert_eq!(b.targets[k * 5 + t], Some(b.inputs[k * 5 + t] + 1));
+        }
+    }
+    let cover = data::covering_windows(&tokens, 5, 2);
+    let mut scored: Vec<u32> = cover.iter().flat_map(|b| b.targets.iter().map(|t| t.unwrap())).collect();
+    scored.sort();
+    assert_eq!(scored, (1..23).collect::<Vec<u32>>());
+    assert_eq!(cover.iter().map(|b| b.batch).collect::<Vec<_>>(), vec![2, 2, 1]);
+    assert_eq!(cover.last().unwrap().seq_len, 2);
+}
+
+// ───────────── safetensors ─────────────
+
+#[test]
+fn a_file_written_by_the_reference_implementation_is_read_exactly() {
+    let f = SafeTensors::read(&fixture("ch09_reference.safetensors")).unwrap();
+    assert_eq!(f.meta("format"), Some("np"));
+    assert_eq!(f.meta("note"), Some("written by python safetensors"));
+    let w: DMatrix<f32> = f.matrix("h.0.mlp.c_fc.weight", 3, 4).unwrap();
+    for r in 0..3 {
+        for c in 0..4 {
+            assert_eq!(w[(r, c)], ((r * 4 + c) as f32 - 5.5) / 8.0, "row-major order");
+        }
+    }
+    let b: DMatrix<f64> = f.matrix("h.0.mlp.c_fc.bias", 1, 3).unwrap();
+    assert_eq!(b.as_slice(), &[1e-5, -2.5, 3.25]);
+    let g: DMatrix<f64> = f.matrix("ln_f.weight", 1, 5).unwrap();
+    assert_eq!(g[(0, 1)], 0.2_f32 as f64);
+    let e = f.matrix::<f32>("steps", 1, 1).unwrap_err().to_string();
+    assert!(e.contains("dtype I64") && e.contains("only F32 and F64"), "{e}");
+    assert!(f.matrix::<f32>("h.0.mlp.c_fc.weight", 4, 3).unwrap_err().to_string().contains("shape [3, 4] but [4, 3] was expected"));
+    assert!(f.matrix::<f32>("wte.weight", 4, 3).unwrap_err().to_string().contains("missing"));
+}
+
+fn small_file() -> Vec<u8> {
+    let a = DMatrix::from_row_slice(2, 3, &[1.0_f32, -2.0, 3.5, 0.25, 1e-30, -0.0]);
+    let b = DMatrix::from_row_slice(1, 2, &[std::f64::consts::PI, -1e300]);
+    st::serialize(&[TensorOut::matrix("a", &a, vec![2, 3]), TensorOut::matrix("b", &b, vec![2])], &[("step".into(), "3".into())]).unwrap()
+}
+
+#[test]
+fn our_files_round_trip_bit_for_bit() {
+    let bytes = small_file();
+    let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    assert_eq!(header_len % 8, 0, "the data starts 8-byte aligned");
+    let f = SafeTensors::parse(bytes, "mem").unwrap();
+    let a: DMatrix<f32> = f.matrix("a", 2, 3).unwrap();
+    assert_eq!(a, DMatrix::from_row_slice(2, 3, &[1.0_f32, -2.0, 3.5, 0.25, 1e-30, -0.0]));
+    assert!(a[(1, 2)].is_sign_negative());
+    let b: DMatrix<f64> = f.matrix("b", 1, 2).unwrap();
+    assert_eq!(b[(0, 0)].to_bits(), std::f64::consts::PI.to_bits());
+    assert_eq!(f.meta("step"), Some("3"));
+    let dir = common::temp_dir("ch09_roundtrip");
+    let path = dir.join("x.safetensors");
+    st::write_atomic(&path, &small_file()).unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), small_file());
+    // Nothing but the file itself is left in the folder.
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+}
+
+fn with_header(header: &str, data: &[u8]) -> Vec<u8> {
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(header.as_bytes());
+    out.extend_from_slice(data);
+    out
+}
+
+fn parse_err(bytes: Vec<u8>) -> String {
+    match SafeTensors::parse(bytes, "bad.safetensors") {
+        Err(e @ Error::Parse { .. }) => e.to_string(),
+        Err(e) => panic!("expected a parse error, got {e}"),
+        Ok(_) => panic!("a bad file was accepted"),
+    }
+}
+
+#[test]
+fn truncated_files_are_refused_at_every_cut() {
+    let good = small_file();
+    for cut in 0..good.len() {
+        let e = parse_err(good[..cut].to_vec());
+        assert!(e.starts_with("bad.safetensors"), "{e}");
+    }
+    assert!(parse_err(good[..5].to_vec()).contains("fewer than the 8"));
+    assert!(parse_err(good[..good.len() - 1].to_vec()).contains("truncated"));
+}
+
+#[test]
+fn a_header_that_lies_is_refused() {
+    let t = |off: &str| format!(r#"{{"x":{{"dtype":"F32","shape":[2],"data_offsets":{off}}}}}"#);
+    let data = [0u8; 8];
+    // Offsets past the data, backwards, the wrong length for the shape.
+    assert!(parse_err(with_header(&t("[0,16]"), &data)).contains("only 8 bytes"));
+    assert!(parse_err(with_header(&t("[8,0]"), &data)).contains("run backwards"));
+    assert!(parse_err(with_header(&t("[0,4]"), &data)).contains("needs 8 bytes"));
+    // Two tensors on the same bytes; a hole; bytes after the last tensor.
+    let two = |a: &str, b: &str| format!(r#"{{"x":{{"dtype":"F32","shape":[1],"data_offsets":{a}}},"y":{{"dtype":"F32","shape":[1],"data_offsets":{b}}}}}"#);
+    assert!(parse_err(with_header(&two("[0,4]", "[0,4]"), &data)).contains("overlaps"));
+    assert!(parse_err(with_header(&two("[0,4]", "[8,12]"), &[0u8; 12])).contains("hole"));
+    assert!(parse_err(with_header(&two("[0,4]", "[4,8]"), &[0u8; 12])).contains("not described by the header"));
+    // A header length larger than the file, or absurdly large.
+    let mut lying = with_header(&t("[0,8]"), &data);
+    lying[..8].copy_from_slice(&1000u64.to_le_bytes());
+    assert!(parse_err(lying).contains("truncated: the header claims 1000 bytes"));
+    let mut huge = with_header(&t("[0,8]"), &data);
+    huge[..8].copy_from_slice(&u64::MAX.to_le_bytes());
+    assert!(parse_err(huge).contains("more than the"));
+    // A shape whose size overflows.
+    let big = r#"{"x":{"dtype":"F64","shape":[18446744073709551615,2],"data_offsets":[0,8]}}"#;
+    assert!(parse_err(with_header(big, &data)).contains("more than addressable"));
+}
+
+#[test]
+fn malformed_headers_are_refused() {
+    let data = [0u8; 4];
+    for (header, needle) in [
+        ("[1,2]", "does not start with '{'"),
+        ("{\"x\":1}", "not an object"),
+        ("{\"x\":{\"dtype\":\"F31\",\"shape\":[1],\"data_offsets\":[0,4]}}", "unknown dtype"),
+        ("{\"x\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", "shape entry"),
+        ("{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0]}}", "two non-negative"),
+        ("{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"extra\":1}}", "unknown field"),
+        ("{\"x\":{\"shape\":[1],\"data_offsets\":[0,4]}}", "no dtype"),
+        ("{\"__metadata__\":{\"a\":1},\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", "not a string"),
+        ("{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}", "JSON at byte"),
+        ("{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},\"x\":{}}", "appears twice"),
+    ] {
+        let e = parse_err(with_header(header, &data));
+        assert!(e.contains(needle), "{header}: {e}");
+    }
+    // Not a file at all.
+    assert!(matches!(SafeTensors::read(std::path::Path::new("/nonexistent/x.safetensors")), Err(Error::Io { .. })));
+}
