@@ -455,3 +455,79 @@ fn malformed_headers_are_refused() {
     // Not a file at all.
     assert!(matches!(SafeTensors::read(std::path::Path::new("/nonexistent/x.safetensors")), Err(Error::Io { .. })));
 }
+
+// ───────────── AdamW ─────────────
+
+#[test]
+fn adamw_one_step_by_hand_decays_weights_but_not_biases() {
+    use llm_workbook::optim::{AdamConfig, AdamW};
+    let config = AdamConfig { learning_rate: 0.1, beta1: 0.9, beta2: 0.999, epsilon: 1e-8 };
+    let mut opt = AdamW::<f64>::new(config, 0.01).unwrap();
+    let mut w = DMatrix::from_row_slice(1, 2, &[1.0, -2.0]);
+    let mut b = DMatrix::from_row_slice(1, 1, &[0.5]);
+    let gw = DMatrix::from_row_slice(1, 2, &[0.5, 0.1]);
+    let gb = DMatrix::from_row_slice(1, 1, &[-0.2]);
+    opt.step(&mut [&mut w, &mut b], &[&gw, &gb], &[true, false]).unwrap();
+    // Step 1: m = 0.1g, v = 0.001g², so m̂ = g and v̂ = g²: the Adam step is α·g/(|g| + ε).
+    // Weights: θ(1 − αλ) − α·g/(|g| + ε) = 1·0.999 − 0.1·0.5/0.50000001 and −2·0.999 − 0.1·0.1/0.10000001.
+    assert_abs_diff_eq!(w[(0, 0)], 0.999 - 0.1 * 0.5 / (0.5 + 1e-8), epsilon = 1e-15);
+    assert_abs_diff_eq!(w[(0, 0)], 0.899_000_002, epsilon = 1e-12);
+    assert_abs_diff_eq!(w[(0, 1)], -1.998 - 0.1 * 0.1 / (0.1 + 1e-8), epsilon = 1e-15);
+    assert_abs_diff_eq!(w[(0, 1)], -2.097_999_99, epsilon = 1e-11);
+    // The bias is not decayed: 0.5 + 0.1·0.2/0.20000001.
+    assert_abs_diff_eq!(b[(0, 0)], 0.5 + 0.1 * 0.2 / (0.2 + 1e-8), epsilon = 1e-15);
+    assert_eq!(opt.moments.steps(), 1);
+    assert_abs_diff_eq!(opt.moments.first()[0][(0, 0)], 0.05, epsilon = 1e-15);
+    assert_abs_diff_eq!(opt.moments.second()[0][(0, 0)], 0.00025, epsilon = 1e-15);
+    // Step 2 with a zero gradient on the weights: m = 0.045, v = 0.00024975; bias-corrected
+    // m̂ = 0.045/0.19, v̂ = 0.00024975/0.001999.
+    let w1 = w.clone();
+    let zero = DMatrix::zeros(1, 2);
+    opt.step(&mut [&mut w, &mut b], &[&zero, &gb], &[true, false]).unwrap();
+    let m_hat = 0.045 / (1.0 - 0.9_f64.powi(2));
+    let v_hat = 0.000_249_75 / (1.0 - 0.999_f64.powi(2));
+    assert_abs_diff_eq!(w[(0, 0)], w1[(0, 0)] * 0.999 - 0.1 * m_hat / (v_hat.sqrt() + 1e-8), epsilon = 1e-14);
+}
+
+#[test]
+fn adamw_decay_is_decoupled_from_the_gradient_scale() {
+    use llm_workbook::optim::{AdamConfig, AdamW};
+    // Two parameters with gradients 1000× apart move by the same Adam step and shrink by the
+    // same factor 1 − αλ: the decay is not divided by √v̂.
+    let config = AdamConfig { learning_rate: 0.01, ..AdamConfig::default() };
+    let mut opt = AdamW::<f64>::new(config, 0.1).unwrap();
+    let mut p = DMatrix::from_row_slice(1, 2, &[3.0, 3.0]);
+    let g = DMatrix::from_row_slice(1, 2, &[1e-3, 1.0]);
+    opt.step(&mut [&mut p], &[&g], &[true]).unwrap();
+    let adam = 0.01 * 1e-3 / (1e-3 + 1e-8); // α·g/(|g| + ε) for g = 10⁻³
+    assert_abs_diff_eq!(p[(0, 0)], 3.0 * 0.999 - adam, epsilon = 1e-14);
+    assert_abs_diff_eq!(p[(0, 1)], 3.0 * 0.999 - 0.01 / (1.0 + 1e-8), epsilon = 1e-14);
+}
+
+#[test]
+fn adamw_refuses_bad_input_and_changes_nothing() {
+    use llm_workbook::optim::{AdamConfig, AdamMoments, AdamW};
+    assert!(AdamW::<f64>::new(AdamConfig::default(), -1.0).is_err());
+    assert!(AdamW::<f64>::new(AdamConfig { beta1: 1.0, ..AdamConfig::default() }, 0.1).is_err());
+    let mut opt = AdamW::<f64>::new(AdamConfig::default(), 0.1).unwrap();
+    let mut p = DMatrix::from_row_slice(1, 2, &[1.0, 2.0]);
+    let keep = p.clone();
+    let nan = DMatrix::from_row_slice(1, 2, &[f64::NAN, 0.0]);
+    assert!(matches!(opt.step(&mut [&mut p], &[&nan], &[true]), Err(Error::NonFinite { .. })));
+    assert!(opt.step(&mut [&mut p], &[&DMatrix::zeros(2, 1)], &[true]).is_err());
+    assert!(opt.step(&mut [&mut p], &[&DMatrix::zeros(1, 2)], &[]).is_err());
+    assert_eq!(p, keep);
+    opt.step(&mut [&mut p], &[&DMatrix::from_row_slice(1, 2, &[1.0, 1.0])], &[true]).unwrap();
+    let after_one = p.clone();
+    let mut q = DMatrix::zeros(3, 3);
+    assert!(opt.step(&mut [&mut q], &[&DMatrix::zeros(3, 3)], &[true]).is_err(), "moments were sized for 1×2");
+    assert_eq!(p, after_one);
+    // Moments survive a round trip through their parts.
+    let m = opt.moments.first().to_vec();
+    let v = opt.moments.second().to_vec();
+    let restored = AdamMoments::from_parts(m, v, opt.moments.steps()).unwrap();
+    assert_eq!(restored.first(), opt.moments.first());
+    assert!(AdamMoments::<f64>::from_parts(vec![DMatrix::zeros(1, 1)], vec![], 1).is_err());
+    assert!(AdamMoments::<f64>::from_parts(vec![], vec![], 3).is_err());
+    assert!(AdamMoments::<f64>::from_parts(vec![DMatrix::zeros(1, 1)], vec![DMatrix::from_element(1, 1, -1.0)], 1).is_err());
+}
