@@ -531,3 +531,115 @@ fn adamw_refuses_bad_input_and_changes_nothing() {
     assert!(AdamMoments::<f64>::from_parts(vec![], vec![], 3).is_err());
     assert!(AdamMoments::<f64>::from_parts(vec![DMatrix::zeros(1, 1)], vec![DMatrix::from_element(1, 1, -1.0)], 1).is_err());
 }
+
+// ───────────── choosing the next token ─────────────
+
+mod choosing {
+    use super::*;
+    use llm_workbook::ch09_gpt::sample::{Decoding, argmax, choose, distribution};
+
+    const LOGITS: [f64; 5] = [1.0, 3.0, 2.0, 3.0, -1.0];
+
+    #[test]
+    fn greedy_is_the_first_largest_logit() {
+        assert_eq!(argmax(&LOGITS).unwrap(), 1);
+        let mut rng = Rng::new(0);
+        assert!((0..20).all(|_| choose(&LOGITS, &Decoding::Greedy, &mut rng).unwrap() == 1));
+        assert_eq!(distribution(&LOGITS, &Decoding::Greedy).unwrap(), vec![(1, 1.0)]);
+    }
+
+    #[test]
+    fn temperature_towards_zero_becomes_greedy() {
+        let z = [0.5_f32, 2.0, 1.9, -3.0];
+        let mut rng = Rng::new(1);
+        assert!((0..1_000).all(|_| choose(&z, &Decoding::temperature(1e-3), &mut rng).unwrap() == 1));
+        let d = distribution(&z, &Decoding::temperature(1e-3)).unwrap();
+        assert!(d[0].0 == 1 && d[0].1 > 1.0 - 1e-15, "{d:?}");
+        // A large temperature flattens the distribution towards uniform.
+        let hot = distribution(&z, &Decoding::temperature(1e6)).unwrap();
+        assert!(hot.iter().all(|&(_, q)| (q - 0.25).abs() < 1e-5));
+    }
+
+    #[test]
+    fn temperature_one_is_the_softmax_and_draws_follow_it() {
+        let d = distribution(&LOGITS, &Decoding::temperature(1.0)).unwrap();
+        let exp: Vec<f64> = LOGITS.iter().map(|z| z.exp()).collect();
+        let total: f64 = exp.iter().sum();
+        for &(i, q) in &d {
+            assert_abs_diff_eq!(q, exp[i] / total, epsilon = 1e-15);
+        }
+        // Most likely first, ties by id: 1 and 3 (logit 3), then 2, 0, 4.
+        assert_eq!(d.iter().map(|x| x.0).collect::<Vec<_>>(), vec![1, 3, 2, 0, 4]);
+        let mut rng = Rng::new(2);
+        let n = 100_000;
+        let mut counts = [0usize; 5];
+        for _ in 0..n {
+            counts[choose(&LOGITS, &Decoding::temperature(1.0), &mut rng).unwrap()] += 1;
+        }
+        for i in 0..5 {
+            let p = exp[i] / total;
+            let sd = (p * (1.0 - p) / n as f64).sqrt();
+            assert!((counts[i] as f64 / n as f64 - p).abs() < 5.0 * sd, "token {i}: {} vs {p}", counts[i]);
+        }
+    }
+
+    #[test]
+    fn top_k_keeps_the_k_most_likely_and_renormalises() {
+        let dec = Decoding::Sample { temperature: 1.0, top_k: Some(3), top_p: None };
+        let d = distribution(&LOGITS, &dec).unwrap();
+        assert_eq!(d.iter().map(|x| x.0).collect::<Vec<_>>(), vec![1, 3, 2]);
+        let (e3, e2) = (3.0_f64.exp(), 2.0_f64.exp());
+        assert_abs_diff_eq!(d[2].1, e2 / (2.0 * e3 + e2), epsilon = 1e-15);
+        let mut rng = Rng::new(3);
+        assert!((0..2_000).all(|_| [1, 2, 3].contains(&choose(&LOGITS, &dec, &mut rng).unwrap())));
+        let one = Decoding::Sample { temperature: 5.0, top_k: Some(1), top_p: None };
+        assert!((0..100).all(|_| choose(&LOGITS, &one, &mut rng).unwrap() == 1));
+    }
+
+    #[test]
+    fn top_p_keeps_the_smallest_nucleus_reaching_p() {
+        // Probabilities 0.5, 0.3, 0.15, 0.05 (as logits ln p).
+        let z: Vec<f64> = [0.5_f64, 0.3, 0.15, 0.05].iter().map(|p| p.ln()).collect();
+        let nucleus = |p: f64| {
+            distribution(&z, &Decoding::Sample { temperature: 1.0, top_k: None, top_p: Some(p) }).unwrap().iter().map(|x| x.0).collect::<Vec<_>>()
+        };
+        assert_eq!(nucleus(0.45), vec![0]);
+        assert_eq!(nucleus(0.51), vec![0, 1]);
+        assert_eq!(nucleus(0.79), vec![0, 1]);
+        assert_eq!(nucleus(0.9), vec![0, 1, 2]);
+        assert_eq!(nucleus(1.0), vec![0, 1, 2, 3]);
+        assert_eq!(nucleus(1e-9), vec![0]);
+        let d = distribution(&z, &Decoding::Sample { temperature: 1.0, top_k: None, top_p: Some(0.9) }).unwrap();
+        assert_abs_diff_eq!(d[1].1, 0.3 / 0.95, epsilon = 1e-15);
+    }
+
+    #[test]
+    fn the_same_seed_draws_the_same_tokens() {
+        let dec = Decoding::Sample { temperature: 0.8, top_k: Some(4), top_p: Some(0.95) };
+        let draw = |seed| {
+            let mut rng = Rng::new(seed);
+            (0..50).map(|_| choose(&LOGITS, &dec, &mut rng).unwrap()).collect::<Vec<_>>()
+        };
+        assert_eq!(draw(11), draw(11));
+        assert_ne!(draw(11), draw(12));
+    }
+
+    #[test]
+    fn bad_sampling_settings_are_refused() {
+        let mut rng = Rng::new(0);
+        for (dec, needle) in [
+            (Decoding::temperature(0.0), "temperature"),
+            (Decoding::temperature(-1.0), "temperature"),
+            (Decoding::temperature(f64::NAN), "temperature"),
+            (Decoding::Sample { temperature: 1.0, top_k: Some(0), top_p: None }, "top_k"),
+            (Decoding::Sample { temperature: 1.0, top_k: None, top_p: Some(0.0) }, "top_p"),
+            (Decoding::Sample { temperature: 1.0, top_k: None, top_p: Some(1.5) }, "top_p"),
+            (Decoding::Sample { temperature: 1.0, top_k: None, top_p: Some(f64::NAN) }, "top_p"),
+        ] {
+            let e = choose(&LOGITS, &dec, &mut rng).unwrap_err();
+            assert!(matches!(e, Error::InvalidValue { .. }) && e.to_string().contains(needle), "{e}");
+        }
+        assert!(matches!(choose::<f64>(&[], &Decoding::Greedy, &mut rng), Err(Error::Empty { .. })));
+        assert!(matches!(choose(&[1.0, f64::NAN], &Decoding::temperature(1.0), &mut rng), Err(Error::NonFinite { .. })));
+    }
+}

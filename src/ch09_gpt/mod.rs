@@ -17,6 +17,7 @@ pub mod config;
 pub mod data;
 pub mod json;
 pub mod safetensors;
+pub mod sample;
 pub mod schedule;
 pub mod walkthrough;
 
