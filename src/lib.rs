@@ -58,6 +58,7 @@ pub mod snapshot;
 pub mod book;
 
 pub mod ch01_logistic;
+pub mod ch02_softmax;
 pub mod ch03_mlp;
 pub mod ch09_gpt;
 
