@@ -236,6 +236,73 @@ pub fn sync_prose(root: &Path, chapter: &Chapter) -> crate::Result<bool> {
     Ok(new != old)
 }
 
+// ───────────────────────── printed matrices ─────────────────────────
+
+/// Parses a matrix as a document prints it: rows separated by `;`, entries by spaces or commas,
+/// e.g. `"1.5 1.1 2.6 0; 1.3415 1.6 2.3 0.6415"`. Returns each entry's text, row by row, or `None`
+/// when the rows have different lengths or an entry is not a number.
+pub fn parse_printed(printed: &str) -> Option<Vec<Vec<String>>> {
+    let rows: Vec<Vec<String>> = printed
+        .split(';')
+        .map(|r| r.split(|c: char| c.is_whitespace() || c == ',').filter(|s| !s.is_empty()).map(str::to_string).collect())
+        .collect();
+    let ok = !rows.is_empty()
+        && rows.iter().all(|r| !r.is_empty() && r.len() == rows[0].len())
+        && rows.iter().flatten().all(|s| s.parse::<f64>().is_ok());
+    ok.then_some(rows)
+}
+
+/// `ours` written the way `printed` is: each entry with as many decimals as the printed entry
+/// shows, or `decimals` if that is more (numpy drops trailing zeros: `1.1957622` is 8-decimal
+/// output). Rows are separated by `; `. A shape that differs from the printed one is written in full.
+pub fn matrix_like<T: Float>(printed: &str, decimals: usize, ours: &DMatrix<T>) -> String {
+    let places = |r: usize, c: usize| -> usize {
+        parse_printed(printed)
+            .and_then(|p| p.get(r).and_then(|row| row.get(c)).map(|s| decimals_of(s).max(decimals)))
+            .unwrap_or(decimals)
+    };
+    (0..ours.nrows())
+        .map(|r| (0..ours.ncols()).map(|c| fixed(ours[(r, c)], places(r, c))).collect::<Vec<_>>().join(" "))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+impl Worked {
+    /// Compares a whole printed matrix with ours, entry by entry, each at its printed precision
+    /// (at least `decimals`): [`Status::Match`] when every entry agrees, [`Status::Rounding`] when
+    /// every entry is within one unit of its last printed digit, otherwise [`Status::Mismatch`]
+    /// (also when the shapes differ).
+    pub fn matrix<T: Float>(
+        test: &'static str,
+        document: &'static str,
+        quantity: impl Into<String>,
+        printed: &str,
+        decimals: usize,
+        ours: &DMatrix<T>,
+    ) -> Self {
+        let ours_text = matrix_like(printed, decimals, ours);
+        let status = match parse_printed(printed) {
+            Some(p) if p.len() == ours.nrows() && p[0].len() == ours.ncols() => {
+                let mut status = Status::Match;
+                for (r, row) in p.iter().enumerate() {
+                    for (c, s) in row.iter().enumerate() {
+                        let d = decimals_of(s).max(decimals);
+                        let value: f64 = s.parse().unwrap_or(f64::NAN);
+                        let x = ours[(r, c)].as_f64();
+                        if fixed(x, d) != fixed(value, d) {
+                            let near = (x - value).abs() <= 1.000_001 * 10f64.powi(-(d as i32));
+                            status = if near && status != Status::Mismatch { Status::Rounding } else { Status::Mismatch };
+                        }
+                    }
+                }
+                status
+            }
+            _ => Status::Mismatch,
+        };
+        Worked { test, document, quantity: quantity.into(), printed: printed.to_string(), ours: ours_text, status }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
