@@ -61,6 +61,7 @@ pub mod ch01_logistic;
 pub mod ch02_softmax;
 pub mod ch03_mlp;
 pub mod ch05_positions;
+pub mod ch06_attention;
 pub mod ch09_gpt;
 
 pub use error::{Error, Result};
