@@ -643,3 +643,133 @@ mod choosing {
         assert!(matches!(choose(&[1.0, f64::NAN], &Decoding::temperature(1.0), &mut rng), Err(Error::NonFinite { .. })));
     }
 }
+
+// ───────────── the model: gradients, initial loss, tied embedding ─────────────
+
+mod model {
+    use super::*;
+    use llm_workbook::ch09_gpt::data::Batch;
+    use llm_workbook::ch09_gpt::model::Gpt;
+    use llm_workbook::gradcheck;
+
+    pub fn tiny(tied: bool, positions: Positions) -> Config {
+        Config { tied, positions, ..Config::new(7, 6, 2, 2, 8) }
+    }
+
+    /// Two sequences of five tokens; a few positions unscored, as in the sorting task.
+    pub fn tiny_batch() -> Batch {
+        Batch {
+            inputs: vec![1, 4, 6, 0, 2, 3, 3, 5, 1, 0],
+            targets: vec![Some(4), None, Some(0), Some(2), Some(5), None, Some(5), Some(1), Some(0), Some(6)],
+            batch: 2,
+            seq_len: 5,
+        }
+    }
+
+    /// A model whose biases and LayerNorm parameters are not at their initial 0 and 1, so every
+    /// gradient term is exercised.
+    fn perturbed(config: Config, seed: u64) -> Gpt<f64> {
+        let mut m = Gpt::<f64>::new(config, seed).unwrap();
+        let mut rng = Rng::new(seed + 100);
+        for t in m.tensors_mut() {
+            t.apply(|x| *x += 0.3 * rng.normal());
+        }
+        m
+    }
+
+    /// The check's settings for the whole model. The loss is a mean over eight positions of a
+    /// two-layer network whose weights were pushed well away from their small initial values, so
+    /// single-entry gradients run from 10⁻³ down to 10⁻⁶ (and to exactly 0 for the key bias:
+    /// softmax ignores a constant added to every score of a row) while the loss is about 2. With
+    /// the default step h = 10⁻⁶ the rounding noise of (L₊ − L₋)/2h is about 10⁻¹⁶·2/10⁻⁶ =
+    /// 2·10⁻¹⁰, already 10⁻⁴ of a 10⁻⁶ gradient. h = 10⁻⁴ balances that noise (~10⁻¹²) against
+    /// the truncation error h²/6·L‴ (~10⁻¹⁰ through the GELUs), and a tolerance of 10⁻⁵ on the
+    /// relative error (absolute below 10⁻⁶) leaves that margin while a wrong term in any
+    /// backward line still shows as an error of order 1.
+    fn deep_check() -> gradcheck::Config {
+        gradcheck::Config { step: 1e-4, tolerance: 1e-5, floor: 1e-6 }
+    }
+
+    fn check_every_tensor(config: Config) {
+        let model = perturbed(config, 5);
+        let batch = tiny_batch();
+        let analytic = model.loss_and_grads(&batch).unwrap();
+        let named: Vec<(String, DMatrix<f64>)> = model.tensors().into_iter().map(|(n, m)| (n, m.clone())).collect();
+        let inputs: Vec<(&str, DMatrix<f64>)> = named.iter().map(|(n, m)| (n.as_str(), m.clone())).collect();
+        assert_eq!(inputs.len(), analytic.grads.len());
+        let report = gradcheck::check(deep_check(), &inputs, &analytic.grads, |t| {
+            let mut m = model.clone();
+            m.set_tensors(t).unwrap();
+            m.loss(&batch).unwrap()
+        });
+        report.assert_passed();
+        assert!(report.tensors.iter().all(|w| w.analytic != 0.0 || w.numeric == 0.0));
+        // The input embeddings x₀.
+        let x0 = model.embed(&batch.inputs, batch.seq_len).unwrap();
+        let report = gradcheck::check(deep_check(), &[("x0", x0)], &[analytic.d_x0.clone()], |t| {
+            model.loss_and_grads_from_embeddings(&t[0], &batch).unwrap().loss
+        });
+        report.assert_passed();
+    }
+
+    #[test]
+    fn every_parameter_tensor_and_the_input_embeddings_pass_the_gradient_check() {
+        check_every_tensor(tiny(true, Positions::Learned));
+    }
+
+    #[test]
+    fn the_untied_unembedding_and_sinusoidal_positions_pass_the_gradient_check() {
+        check_every_tensor(tiny(false, Positions::Sinusoidal));
+    }
+
+    #[test]
+    fn the_tied_embedding_gradient_is_the_sum_of_its_two_uses() {
+        let tied = perturbed(tiny(true, Positions::Learned), 9);
+        let mut untied = Gpt::<f64>::new(tiny(false, Positions::Learned), 0).unwrap();
+        let mut values: Vec<DMatrix<f64>> = tied.tensors().into_iter().map(|(_, m)| m.clone()).collect();
+        values.push(tied.wte.clone()); // lm_head = wte, as separate matrices
+        untied.set_tensors(&values).unwrap();
+        let batch = tiny_batch();
+        let gt = tied.loss_and_grads(&batch).unwrap();
+        let gu = untied.loss_and_grads(&batch).unwrap();
+        assert_eq!(gt.loss, gu.loss);
+        let embedding_use = &gu.grads[0];
+        let unembedding_use = gu.grads.last().unwrap();
+        let sum = embedding_use + unembedding_use;
+        assert!((&gt.grads[0] - &sum).abs().max() < 1e-15);
+        // Both uses really contribute.
+        assert!(embedding_use.abs().max() > 1e-3 && unembedding_use.abs().max() > 1e-3);
+        // Every other gradient is the same.
+        for (a, b) in gt.grads[1..].iter().zip(&gu.grads[1..gu.grads.len() - 1]) {
+            assert!((a - b).abs().max() < 1e-15);
+        }
+    }
+
+    #[test]
+    fn the_loss_at_initialisation_is_about_ln_vocabulary() {
+        let config = Config::new(65, 16, 2, 2, 32);
+        let model = Gpt::<f64>::new(config, 1).unwrap();
+        let mut rng = Rng::new(2);
+        let tokens: Vec<u32> = (0..2_000).map(|_| rng.below(65) as u32).collect();
+        let batch = data::random_windows(&tokens, 16, 8, &mut rng).unwrap();
+        let loss = model.loss(&batch).unwrap();
+        let ln_v = (65.0_f64).ln();
+        assert!((loss - ln_v).abs() < 0.02, "loss {loss} vs ln 65 = {ln_v}");
+        // f32 gives the same to f32 precision.
+        let loss32 = model.cast::<f32>().loss(&batch).unwrap();
+        assert!((loss32 - loss).abs() < 1e-5);
+    }
+
+    #[test]
+    fn the_model_holds_exactly_the_parameters_its_config_counts() {
+        for c in [tiny(true, Positions::Learned), tiny(false, Positions::Learned), tiny(true, Positions::Sinusoidal), Config::new(65, 64, 4, 4, 128)] {
+            let m = Gpt::<f32>::new(c, 0).unwrap();
+            assert_eq!(m.parameter_count() as u64, c.parameter_count());
+            let names: Vec<String> = m.tensors().into_iter().map(|(n, _)| n).collect();
+            assert_eq!(names.len(), m.decay_mask().len());
+            for (n, d) in names.iter().zip(m.decay_mask()) {
+                assert_eq!(d, n.ends_with(".weight") && !n.contains("ln_"), "{n}");
+            }
+        }
+    }
+}

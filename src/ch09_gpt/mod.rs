@@ -16,6 +16,7 @@
 pub mod config;
 pub mod data;
 pub mod json;
+pub mod model;
 pub mod safetensors;
 pub mod sample;
 pub mod schedule;
