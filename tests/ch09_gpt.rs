@@ -773,3 +773,97 @@ mod model {
         }
     }
 }
+
+// ───────────── generation and the key/value cache ─────────────
+
+mod generation {
+    use super::model::tiny;
+    use super::*;
+    use llm_workbook::ch09_gpt::model::Gpt;
+    use llm_workbook::ch09_gpt::sample::{Decoding, generate};
+
+    fn model_f64(seed: u64) -> Gpt<f64> {
+        let mut m = Gpt::<f64>::new(tiny(true, Positions::Learned), seed).unwrap();
+        let mut rng = Rng::new(seed + 7);
+        for t in m.tensors_mut() {
+            t.apply(|x| *x += 0.3 * rng.normal());
+        }
+        m
+    }
+
+    #[test]
+    fn cached_and_uncached_logits_agree_to_1e_9_at_every_step() {
+        let m = model_f64(1);
+        let tokens = [3u32, 0, 6, 6, 2, 5];
+        assert_eq!(tokens.len(), m.config.context);
+        let mut cache = m.new_kv_cache();
+        let mut worst = 0.0_f64;
+        for n in 1..=tokens.len() {
+            let cached = m.step(&mut cache, tokens[n - 1]).unwrap();
+            let full = m.last_logits(&tokens[..n]).unwrap();
+            let (pre_cache, pre) = m.prefill(&tokens[..n]).unwrap();
+            assert_eq!(pre_cache.len, n);
+            assert_eq!(cached.len(), 7);
+            for ((a, b), c) in cached.iter().zip(&full).zip(&pre) {
+                worst = worst.max((a - b).abs()).max((c - b).abs());
+            }
+        }
+        assert!(worst < 1e-9, "largest difference {worst:e}");
+        // The cache is full: one more token is refused, not silently wrapped.
+        let e = m.step(&mut cache, 1).unwrap_err();
+        assert!(e.to_string().contains("slide the window"), "{e}");
+    }
+
+    #[test]
+    fn earlier_positions_do_not_see_later_tokens() {
+        // Document 002: the distribution at position l depends only on tokens up to l, the fact
+        // that makes a key/value cache possible.
+        let m = model_f64(2);
+        let a = m.logits(&[1, 2, 3, 4, 5], 5).unwrap();
+        let b = m.logits(&[1, 2, 3, 0, 6], 5).unwrap();
+        assert_eq!(a.rows(0, 3), b.rows(0, 3));
+        assert_ne!(a.row(3), b.row(3));
+    }
+
+    #[test]
+    fn generation_with_and_without_the_cache_is_the_same_past_the_context() {
+        let m = model_f64(3);
+        for decoding in [Decoding::Greedy, Decoding::Sample { temperature: 0.9, top_k: Some(5), top_p: Some(0.95) }] {
+            let with = generate(&m, &[4, 1], 10, &decoding, &mut Rng::new(5), true).unwrap();
+            let without = generate(&m, &[4, 1], 10, &decoding, &mut Rng::new(5), false).unwrap();
+            assert_eq!(with.tokens, without.tokens);
+            assert_eq!(with.tokens.len(), 12);
+            assert_eq!(with.new_tokens().len(), 10);
+            // Context 6, prompt 2: the 5th to the 9th fed token each slide the window.
+            assert_eq!((with.rebuilds, without.rebuilds), (5, 0));
+            assert_eq!(with.cropped, 0);
+        }
+    }
+
+    #[test]
+    fn a_prompt_longer_than_the_context_is_cropped_and_says_so() {
+        let m = model_f64(4);
+        let prompt = [1u32, 2, 3, 4, 5, 6, 0, 1, 2];
+        let g = generate(&m, &prompt, 3, &Decoding::Greedy, &mut Rng::new(0), true).unwrap();
+        assert_eq!(g.cropped, 3);
+        assert_eq!(&g.tokens[..6], &prompt[3..]);
+        assert_eq!(g.prompt_len, 6);
+        let same = generate(&m, &prompt[3..], 3, &Decoding::Greedy, &mut Rng::new(0), true).unwrap();
+        assert_eq!(g.new_tokens(), same.new_tokens());
+    }
+
+    #[test]
+    fn bad_generation_requests_are_refused() {
+        let m = model_f64(5);
+        let mut rng = Rng::new(0);
+        assert!(matches!(generate(&m, &[], 3, &Decoding::Greedy, &mut rng, true), Err(Error::Empty { .. })));
+        let e = generate(&m, &[1, 7], 3, &Decoding::Greedy, &mut rng, true).unwrap_err();
+        assert!(e.to_string().contains("token id 7 at index 1 is not below the vocabulary size 7"), "{e}");
+        assert!(generate(&m, &[1], 3, &Decoding::temperature(0.0), &mut rng, true).is_err());
+        assert!(generate(&m, &[1], 3, &Decoding::Sample { temperature: 1.0, top_k: Some(0), top_p: None }, &mut rng, false).is_err());
+        assert!(generate(&m, &[1], 3, &Decoding::Sample { temperature: 1.0, top_k: None, top_p: Some(1.01) }, &mut rng, false).is_err());
+        assert!(m.step(&mut m.new_kv_cache(), 9).is_err());
+        assert!(m.logits(&[1, 2, 3, 4, 5, 6, 1], 7).is_err(), "longer than the context");
+        assert_eq!(generate(&m, &[1], 0, &Decoding::Greedy, &mut rng, true).unwrap().tokens, vec![1]);
+    }
+}

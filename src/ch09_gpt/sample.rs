@@ -135,3 +135,104 @@ pub fn choose<T: Float>(logits: &[T], decoding: &Decoding, rng: &mut Rng) -> Res
     // u fell in the rounding gap above the last cumulative sum: the last kept token.
     Ok(dist[dist.len() - 1].0)
 }
+
+// ───────────────────────────── generating text ─────────────────────────────
+
+use super::data::{Token, check_ids};
+use super::model::{Gpt, KvCache};
+
+/// What [`generate`] produced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Generated {
+    /// The prompt (as the model saw it, after cropping) followed by the new tokens.
+    pub tokens: Vec<Token>,
+    /// How many of `tokens` are the prompt.
+    pub prompt_len: usize,
+    /// Tokens dropped from the front of a prompt longer than the context.
+    pub cropped: usize,
+    /// How often the window slid and the key/value cache was rebuilt.
+    pub rebuilds: usize,
+}
+
+impl Generated {
+    /// The new tokens only.
+    pub fn new_tokens(&self) -> &[Token] {
+        &self.tokens[self.prompt_len..]
+    }
+}
+
+impl<T: Float> Gpt<T> {
+    /// Runs the full forward pass over `tokens` (at most n_ctx of them) and returns a cache
+    /// holding every block's keys and values, and the logits of the last position.
+    pub fn prefill(&self, tokens: &[Token]) -> Result<(KvCache<T>, Vec<T>)> {
+        let cache = self.forward(tokens, tokens.len())?;
+        let mut kv = self.new_kv_cache();
+        for (l, bc) in cache.blocks.iter().enumerate() {
+            kv.keys[l].rows_mut(0, tokens.len()).copy_from(&bc.attn.k);
+            kv.values[l].rows_mut(0, tokens.len()).copy_from(&bc.attn.v);
+        }
+        kv.len = tokens.len();
+        let last = cache.hidden.rows(tokens.len() - 1, 1).into_owned();
+        Ok((kv, self.logits_of(&last)?.iter().copied().collect()))
+    }
+
+    /// The logits of the last position by the full forward pass over `tokens` (no cache).
+    pub fn last_logits(&self, tokens: &[Token]) -> Result<Vec<T>> {
+        let cache = self.forward(tokens, tokens.len())?;
+        let last = cache.hidden.rows(tokens.len() - 1, 1).into_owned();
+        Ok(self.logits_of(&last)?.iter().copied().collect())
+    }
+}
+
+/// Generates `max_new` tokens after `prompt`.
+///
+/// A prompt longer than the context n_ctx is cropped to its last n_ctx tokens (reported in
+/// [`Generated::cropped`]). With `use_cache`, the prompt fills a key/value cache in one forward
+/// pass and each new token costs one [`Gpt::step`]. Once the sequence fills the whole context,
+/// the next position does not exist (there are only n_ctx position rows), so the window slides:
+/// the model keeps the last n_ctx tokens, which now sit at positions 0 … n_ctx − 1, one earlier
+/// than before. Every cached key and value was computed at the old positions, so the cache is
+/// rebuilt from the window by a full forward pass (counted in [`Generated::rebuilds`]); from
+/// then on every step slides and rebuilds, and the cached path costs what the uncached one does.
+/// Without the cache, every step runs the full forward pass over the window. Both paths choose
+/// the same tokens from the same `rng`.
+pub fn generate<T: Float>(model: &Gpt<T>, prompt: &[Token], max_new: usize, decoding: &Decoding, rng: &mut Rng, use_cache: bool) -> Result<Generated> {
+    const OP: &str = "generate";
+    decoding.validate()?;
+    if prompt.is_empty() {
+        return Err(Error::Empty { op: OP, arg: "prompt (the model needs at least one token to continue)" });
+    }
+    check_ids(OP, "prompt", prompt, model.config.vocab_size)?;
+    let n_ctx = model.config.context;
+    let cropped = prompt.len().saturating_sub(n_ctx);
+    let mut tokens: Vec<Token> = prompt[cropped..].to_vec();
+    let prompt_len = tokens.len();
+    let mut rebuilds = 0;
+    let mut cache: Option<KvCache<T>> = None;
+    let mut logits = if use_cache {
+        let (kv, z) = model.prefill(&tokens)?;
+        cache = Some(kv);
+        z
+    } else {
+        model.last_logits(&tokens)?
+    };
+    for produced in 0..max_new {
+        let next = choose(&logits, decoding, rng)? as Token;
+        tokens.push(next);
+        if produced + 1 == max_new {
+            break;
+        }
+        let window = &tokens[tokens.len().saturating_sub(n_ctx)..];
+        logits = match cache.as_mut() {
+            Some(kv) if kv.len < n_ctx => model.step(kv, next)?,
+            Some(kv) => {
+                let (fresh, z) = model.prefill(window)?;
+                *kv = fresh;
+                rebuilds += 1;
+                z
+            }
+            None => model.last_logits(window)?,
+        };
+    }
+    Ok(Generated { tokens, prompt_len, cropped, rebuilds })
+}
