@@ -20,6 +20,7 @@ pub mod model;
 pub mod safetensors;
 pub mod sample;
 pub mod schedule;
+pub mod train;
 pub mod walkthrough;
 
 use crate::errata::Erratum;
