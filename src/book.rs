@@ -6,9 +6,16 @@
 use crate::errata::Erratum;
 use crate::report::Chapter;
 
-/// All chapters in reading order.
+/// All chapters in reading order (one line each).
+#[rustfmt::skip]
 pub fn chapters() -> Vec<Chapter> {
-    vec![crate::ch01_logistic::CHAPTER, crate::ch02_softmax::CHAPTER, crate::ch03_mlp::CHAPTER, crate::ch05_positions::CHAPTER, crate::ch09_gpt::CHAPTER]
+    vec![
+        crate::ch01_logistic::CHAPTER,
+        crate::ch02_softmax::CHAPTER,
+        crate::ch03_mlp::CHAPTER,
+        crate::ch05_positions::CHAPTER,
+        crate::ch09_gpt::CHAPTER,
+    ]
 }
 
 /// The chapter with this number, if it exists.

@@ -62,7 +62,11 @@ fn row_maxima<T: Float>(op: &'static str, arg: &'static str, z: &DMatrix<T>) -> 
         }
     }
     if let Some(r) = max.iter().position(|&m| m == T::neg_infinity()) {
-        return Err(invalid(op, arg, format!("row {r} of {} is −∞ everywhere (fully masked); softmax has nothing to normalise", shape_of(z))));
+        return Err(invalid(
+            op,
+            arg,
+            format!("row {r} of {} is −∞ everywhere (fully masked); softmax has nothing to normalise", shape_of(z)),
+        ));
     }
     Ok(max)
 }
@@ -71,7 +75,11 @@ fn check_temperature<T: Float>(op: &'static str, temperature: T) -> Result<()> {
     if temperature.is_finite() && temperature > T::zero() {
         Ok(())
     } else {
-        Err(invalid(op, "temperature T", format!("must be finite and > 0 (T → 0 is the limit argmax, T = 0 divides by zero), got {temperature}")))
+        Err(invalid(
+            op,
+            "temperature T",
+            format!("must be finite and > 0 (T → 0 is the limit argmax, T = 0 divides by zero), got {temperature}"),
+        ))
     }
 }
 
@@ -131,7 +139,13 @@ fn vector_of<T: Float>(m: &DMatrix<T>) -> DVector<T> {
 /// The shared kernel: for each row r, eᵣ꜀ = exp((z_rc − max_r)/T) and Sᵣ = Σ꜀ eᵣ꜀ (Sᵣ ≥ 1, since the
 /// maximum contributes e⁰ = 1). Dividing the *shifted* logits keeps T → 0 finite: every entry
 /// below the maximum goes to −∞, the maximum stays at 0.
-fn shifted_exponentials<T: Float>(op: &'static str, arg: &'static str, z: &DMatrix<T>, temperature: T) -> Result<(DMatrix<T>, Vec<T>)> {
+/// Returns (e, max, S).
+fn shifted_exponentials<T: Float>(
+    op: &'static str,
+    arg: &'static str,
+    z: &DMatrix<T>,
+    temperature: T,
+) -> Result<(DMatrix<T>, Vec<T>, Vec<T>)> {
     let max = row_maxima(op, arg, z)?;
     let n = z.nrows();
     let mut e = z.clone();
@@ -142,7 +156,7 @@ fn shifted_exponentials<T: Float>(op: &'static str, arg: &'static str, z: &DMatr
             sums[r] += *v;
         }
     }
-    Ok((e, sums))
+    Ok((e, max, sums))
 }
 
 /// Row-wise softmax: Y_rc = e^{Z_rc} / Σ꜀′ e^{Z_rc′}, computed as e^{Z_rc − max_r} / Σ꜀′ e^{Z_rc′ − max_r}.
@@ -150,7 +164,7 @@ fn shifted_exponentials<T: Float>(op: &'static str, arg: &'static str, z: &DMatr
 /// Shapes: z is N×K (one row per sample or token), the result N×K with every row summing to 1.
 /// Entries of −∞ (masks) get exactly 0. Errors: empty z, NaN or +∞ anywhere, a row of only −∞.
 pub fn softmax_rows_forward<T: Float>(z: &DMatrix<T>) -> Result<DMatrix<T>> {
-    let (mut y, sums) = shifted_exponentials("softmax_rows_forward", "z", z, T::one())?;
+    let (mut y, _, sums) = shifted_exponentials("softmax_rows_forward", "z", z, T::one())?;
     divide_rows(&mut y, &sums);
     Ok(y)
 }
@@ -209,8 +223,7 @@ pub fn softmax_rows_backward<T: Float>(y: &DMatrix<T>, d_y: &DMatrix<T>) -> Resu
 /// −1000 exactly instead of ln 0 = −∞. Masked (−∞) entries give −∞. Shapes: N×K → N×K.
 pub fn log_softmax_rows<T: Float>(z: &DMatrix<T>) -> Result<DMatrix<T>> {
     const OP: &str = "log_softmax_rows";
-    let max = row_maxima(OP, "z", z)?;
-    let (_, sums) = shifted_exponentials(OP, "z", z, T::one())?;
+    let (_, max, sums) = shifted_exponentials(OP, "z", z, T::one())?;
     let n = z.nrows();
     let mut out = z.clone();
     for column in out.as_mut_slice().chunks_exact_mut(n) {
@@ -257,8 +270,7 @@ pub fn log_softmax_rows_backward<T: Float>(log_y: &DMatrix<T>, d: &DMatrix<T>) -
 /// ln Σ꜀ e^{Z_rc} for every row, as max_r + ln Σ꜀ e^{Z_rc − max_r}. Shapes: N×K → N.
 pub fn log_sum_exp_rows<T: Float>(z: &DMatrix<T>) -> Result<DVector<T>> {
     const OP: &str = "log_sum_exp_rows";
-    let max = row_maxima(OP, "z", z)?;
-    let (_, sums) = shifted_exponentials(OP, "z", z, T::one())?;
+    let (_, max, sums) = shifted_exponentials(OP, "z", z, T::one())?;
     Ok(DVector::from_iterator(max.len(), max.iter().zip(&sums).map(|(&m, &s)| m + s.ln())))
 }
 
@@ -270,7 +282,7 @@ pub fn log_sum_exp_rows<T: Float>(z: &DMatrix<T>) -> Result<DVector<T>> {
 pub fn softmax_rows_with_temperature<T: Float>(z: &DMatrix<T>, temperature: T) -> Result<DMatrix<T>> {
     const OP: &str = "softmax_rows_with_temperature";
     check_temperature(OP, temperature)?;
-    let (mut y, sums) = shifted_exponentials(OP, "z", z, temperature)?;
+    let (mut y, _, sums) = shifted_exponentials(OP, "z", z, temperature)?;
     divide_rows(&mut y, &sums);
     Ok(y)
 }
@@ -308,7 +320,7 @@ pub fn softmax_with_base<T: Float>(z: &DVector<T>, base: T) -> Result<DVector<T>
     }
     let big_b = base.ln();
     let scaled = row_of(z).map(|v| v * big_b);
-    let (mut y, sums) = shifted_exponentials(OP, "B·z (the logits times ln b)", &scaled, T::one())?;
+    let (mut y, _, sums) = shifted_exponentials(OP, "B·z (the logits times ln b)", &scaled, T::one())?;
     divide_rows(&mut y, &sums);
     Ok(vector_of(&y))
 }
@@ -322,9 +334,7 @@ pub fn entropy<T: Float>(p: &DVector<T>) -> Result<T> {
 
 /// The index of the largest entry of every row (the first one on ties). Empty for an empty matrix.
 pub fn argmax_rows<T: Float>(z: &DMatrix<T>) -> Vec<usize> {
-    (0..z.nrows())
-        .map(|r| (0..z.ncols()).fold(0, |best, c| if z[(r, c)] > z[(r, best)] { c } else { best }))
-        .collect()
+    (0..z.nrows()).map(|r| (0..z.ncols()).fold(0, |best, c| if z[(r, c)] > z[(r, best)] { c } else { best })).collect()
 }
 
 // ───────────────────────────── the Jacobian ─────────────────────────────
@@ -413,13 +423,20 @@ pub fn mix_towards_target<T: Float>(y_hat: &DVector<T>, y: &DVector<T>, alpha: T
 // ───────────────────────────── cross-entropy from logits ─────────────────────────────
 
 /// The mean cross-entropy of N rows of logits against integer targets, and (P − Y)/N.
-fn cross_entropy_core<T: Float>(op: &'static str, logits: &DMatrix<T>, targets: &[usize], want_gradient: bool) -> Result<(T, Option<DMatrix<T>>)> {
-    let max = row_maxima(op, "logits", logits)?;
+fn cross_entropy_core<T: Float>(
+    op: &'static str,
+    logits: &DMatrix<T>,
+    targets: &[usize],
+    want_gradient: bool,
+) -> Result<(T, Option<DMatrix<T>>)> {
+    if logits.is_empty() {
+        return Err(Error::Empty { op, arg: "logits" });
+    }
     check_targets(op, targets, logits.nrows(), logits.ncols())?;
     if let Some(r) = (0..targets.len()).find(|&r| logits[(r, targets[r])] == T::neg_infinity()) {
         return Err(invalid(op, "targets", format!("row {r}'s target class {} is masked (logit −∞): its loss is infinite", targets[r])));
     }
-    let (e, sums) = shifted_exponentials(op, "logits", logits, T::one())?;
+    let (e, max, sums) = shifted_exponentials(op, "logits", logits, T::one())?;
     let n = T::of(logits.nrows() as f64);
     // ℓ_r = −ln ŷ_r,t = ln Σ꜀ e^{z_rc − max_r} − (z_rt − max_r)
     let loss = (0..targets.len()).map(|r| sums[r].ln() - (logits[(r, targets[r])] - max[r])).sum::<T>() / n;
@@ -551,7 +568,12 @@ fn check_regression<T: Float>(op: &'static str, w: &DMatrix<T>, b: &DMatrix<T>, 
         return Err(Error::Empty { op, arg: "x (the batch)" });
     }
     if w.nrows() != x.ncols() || w.ncols() == 0 {
-        return Err(shape_error(op, "w and x", format!("w with {} rows (one per column of x) and ≥ 1 column", x.ncols()), format!("w {}, x {}", shape_of(w), shape_of(x))));
+        return Err(shape_error(
+            op,
+            "w and x",
+            format!("w with {} rows (one per column of x) and ≥ 1 column", x.ncols()),
+            format!("w {}, x {}", shape_of(w), shape_of(x)),
+        ));
     }
     if b.nrows() != 1 || b.ncols() != w.ncols() {
         return Err(shape_error(op, "b", format!("1×{} (one bias per class)", w.ncols()), shape_of(b)));
@@ -575,7 +597,11 @@ pub fn regression_logits<T: Float>(w: &DMatrix<T>, b: &DMatrix<T>, x: &DMatrix<T
 
 /// Backward of [`regression_logits`]: from ∂L/∂Z (N×K) to (∂L/∂X = ∂L/∂Z·Wᵀ, N×D;
 /// ∂L/∂W = Xᵀ·∂L/∂Z, D×K; ∂L/∂b = column sums of ∂L/∂Z, 1×K).
-pub fn regression_logits_backward<T: Float>(w: &DMatrix<T>, x: &DMatrix<T>, d_z: &DMatrix<T>) -> Result<(DMatrix<T>, DMatrix<T>, DMatrix<T>)> {
+pub fn regression_logits_backward<T: Float>(
+    w: &DMatrix<T>,
+    x: &DMatrix<T>,
+    d_z: &DMatrix<T>,
+) -> Result<(DMatrix<T>, DMatrix<T>, DMatrix<T>)> {
     const OP: &str = "regression_logits_backward";
     if d_z.nrows() != x.nrows() || d_z.ncols() != w.ncols() {
         return Err(shape_error(OP, "d_z", format!("{}×{} (rows of x × columns of w)", x.nrows(), w.ncols()), shape_of(d_z)));
@@ -689,8 +715,10 @@ pub const CENTRE_RADIUS: f64 = 3.0;
 /// a circle of radius [`CENTRE_RADIUS`] at 90°, 210° and 330°; rows cycle through classes 0, 1, 2.
 pub fn three_clouds(per_class: usize, seed: u64) -> (DMatrix<f64>, Vec<usize>) {
     let mut rng = Rng::new(seed);
-    let centres: Vec<(f64, f64)> =
-        [90.0_f64, 210.0, 330.0].iter().map(|deg| (CENTRE_RADIUS * deg.to_radians().cos(), CENTRE_RADIUS * deg.to_radians().sin())).collect();
+    let centres: Vec<(f64, f64)> = [90.0_f64, 210.0, 330.0]
+        .iter()
+        .map(|deg| (CENTRE_RADIUS * deg.to_radians().cos(), CENTRE_RADIUS * deg.to_radians().sin()))
+        .collect();
     let mut rows = Vec::with_capacity(3 * per_class * 2);
     let mut targets = Vec::with_capacity(3 * per_class);
     for _ in 0..per_class {
@@ -811,9 +839,19 @@ pub fn worked() -> Result<Vec<Worked>> {
     // Document 000: softmax((1, 2, 8)), the base remark, temperature.
     let p = softmax(&vec_of(&[1.0, 2.0, 8.0]))?;
     for (i, printed) in ["0.001", "0.002", "0.997"].into_iter().enumerate() {
-        rows.push(Worked::number("softmax_of_1_2_8_is_0_001_0_002_0_997", DOC_NOTES, format!("softmax((1, 2, 8)), entry {}", i + 1), printed, p[i]));
+        rows.push(Worked::number(
+            "softmax_of_1_2_8_is_0_001_0_002_0_997",
+            DOC_NOTES,
+            format!("softmax((1, 2, 8)), entry {}", i + 1),
+            printed,
+            p[i],
+        ));
     }
-    rows.push(Worked::illustrative(DOC_NOTES, "probabilities after the softmax in the next-token figure (logits not given)", "0.1, 0.2, 0.7"));
+    rows.push(Worked::illustrative(
+        DOC_NOTES,
+        "probabilities after the softmax in the next-token figure (logits not given)",
+        "0.1, 0.2, 0.7",
+    ));
     let z = vec_of(&[2.0, 1.0, 0.2]);
     let base_ok = [2.0, 10.0, 0.5].iter().try_fold(true, |ok, &b: &f64| -> Result<bool> {
         let direct = DVector::from_iterator(3, z.iter().map(|&v| b.powf(v)));
@@ -866,7 +904,11 @@ pub fn worked() -> Result<Vec<Worked>> {
         "softer",
         softer_text,
     ));
-    rows.push(Worked::illustrative(DOC_EXPLAINER, "largest temperature a text-generation tool allows (a product limit, not a property of softmax)", "2"));
+    rows.push(Worked::illustrative(
+        DOC_EXPLAINER,
+        "largest temperature a text-generation tool allows (a product limit, not a property of softmax)",
+        "2",
+    ));
 
     // Document 002: stability and the log-loss.
     let big = softmax(&vec_of(&[1000.0, 1001.0, 1002.0]))?;
@@ -893,7 +935,13 @@ pub fn worked() -> Result<Vec<Worked>> {
     // Document 003: the supplemental softmax example.
     let p = softmax(&z)?;
     for (i, (name, printed)) in [("A", "0.65"), ("B", "0.24"), ("C", "0.11")].into_iter().enumerate() {
-        rows.push(Worked::number("softmax_of_2_1_0_2_is_0_65_0_24_0_11", DOC_WALKTHROUGH, format!("softmax((2.0, 1.0, 0.2)), category {name}"), printed, p[i]));
+        rows.push(Worked::number(
+            "softmax_of_2_1_0_2_is_0_65_0_24_0_11",
+            DOC_WALKTHROUGH,
+            format!("softmax((2.0, 1.0, 0.2)), category {name}"),
+            printed,
+            p[i],
+        ));
     }
 
     // Document 003: the cross-entropy example and its gradient.
@@ -1138,7 +1186,12 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
         series: WORDS
             .iter()
             .enumerate()
-            .map(|(k, w)| Series::new(if k == 1 { "hat (hidden under bat: equal)".to_string() } else { w.to_string() }, replay.probabilities.iter().enumerate().map(|(s, p)| (s as f64, p[k])).collect()))
+            .map(|(k, w)| {
+                Series::new(
+                    if k == 1 { "hat (hidden under bat: equal)".to_string() } else { w.to_string() },
+                    replay.probabilities.iter().enumerate().map(|(s, p)| (s as f64, p[k])).collect(),
+                )
+            })
             .collect(),
         markers: false,
     });
@@ -1182,12 +1235,5 @@ fn plots(dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// This chapter's entry in the book.
-pub const CHAPTER: Chapter = Chapter {
-    number: 2,
-    stem: "ch02_softmax",
-    title: "Softmax, temperature and cross-entropy",
-    worked,
-    walk,
-    plots,
-    errata: ERRATA,
-};
+pub const CHAPTER: Chapter =
+    Chapter { number: 2, stem: "ch02_softmax", title: "Softmax, temperature and cross-entropy", worked, walk, plots, errata: ERRATA };

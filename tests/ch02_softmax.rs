@@ -58,6 +58,19 @@ fn softmax_of_1_2_8_is_0_001_0_002_0_997() {
 }
 
 #[test]
+fn softmax_of_z_and_0_is_the_sigmoid_of_chapter_1() {
+    use llm_workbook::ch01_logistic::sigmoid;
+    for z in [-30.0, -2.5, -0.1, 0.0, 0.7, 4.0, 30.0] {
+        let p = softmax(&v(&[z, 0.0])).unwrap();
+        assert!((p[0] - sigmoid(z)).abs() < 1e-15, "z = {z}");
+        assert!((p[1] - sigmoid(-z)).abs() < 1e-15);
+    }
+    // More generally only differences of logits matter: softmax((a, b))₁ = σ(a − b).
+    let p = softmax(&v(&[3.5, 1.25])).unwrap();
+    assert!((p[0] - sigmoid(2.25)).abs() < 1e-15);
+}
+
+#[test]
 fn softmax_with_base_b_is_softmax_of_ln_b_times_z() {
     let z = v(&[2.0, 1.0, 0.2, -0.7]);
     for b in [2.0, 10.0, 0.5, std::f64::consts::E] {
@@ -378,7 +391,13 @@ fn replay_printed_probabilities_lag_the_printed_weights_by_one_update() {
 fn replay_snapshot() {
     let replay = document_replay().unwrap();
     let (a, b) = (replay.line(0).unwrap(), replay.line(1990).unwrap());
-    let rows = [&a.weights_after_update, &a.probabilities_before_update, &b.weights_after_update, &b.probabilities_before_update, &replay.final_probabilities];
+    let rows = [
+        &a.weights_after_update,
+        &a.probabilities_before_update,
+        &b.weights_after_update,
+        &b.probabilities_before_update,
+        &replay.final_probabilities,
+    ];
     let m = DMatrix::from_fn(5, 4, |r, c| rows[r][c]);
     common::snap_matrix!("replay_printed_lines", m, 8);
 }
@@ -444,6 +463,21 @@ fn softmax_of_1000_1001_1002_equals_softmax_of_0_1_2() {
     let rows32: DMatrix<f32> = llm_workbook::float::cast(&rows);
     let shifted32: DMatrix<f32> = llm_workbook::float::cast(&shifted);
     assert_eq!(softmax_rows_forward(&rows32).unwrap(), softmax_rows_forward(&shifted32).unwrap());
+}
+
+#[test]
+fn each_row_needs_its_own_maximum() {
+    // Subtracting one maximum for the whole matrix is exact in theory, but a row far below the
+    // global maximum then underflows to all zeros and 0/0 gives NaN. Per-row maxima cannot.
+    let z: DMatrix<f64> = DMatrix::from_row_slice(2, 2, &[0.0, 1.0, -1000.0, -999.0]);
+    let global = z.max();
+    let e = z.map(|x| (x - global).exp());
+    let second_row_sum = e[(1, 0)] + e[(1, 1)];
+    assert_eq!(second_row_sum, 0.0);
+    assert!((e[(1, 0)] / second_row_sum).is_nan());
+    let y = softmax_rows_forward(&z).unwrap();
+    assert_eq!(y.row(1), y.row(0));
+    assert!((y[(1, 1)] - llm_workbook::ch01_logistic::sigmoid(1.0)).abs() < 1e-15);
 }
 
 #[test]
@@ -789,7 +823,10 @@ fn regression_shapes_are_checked() {
     assert!(matches!(e, Error::Shape { .. }) && e.to_string().contains("3×3") && e.to_string().contains("4×2"), "{e}");
     let e = regression_logits(&DMatrix::zeros(2, 3), &DMatrix::zeros(1, 2), &x).unwrap_err();
     assert!(e.to_string().contains("1×3"), "{e}");
-    assert!(matches!(regression_logits::<f64>(&DMatrix::zeros(2, 3), &DMatrix::zeros(1, 3), &DMatrix::zeros(0, 2)), Err(Error::Empty { .. })));
+    assert!(matches!(
+        regression_logits::<f64>(&DMatrix::zeros(2, 3), &DMatrix::zeros(1, 3), &DMatrix::zeros(0, 2)),
+        Err(Error::Empty { .. })
+    ));
     let mut bad = x.clone();
     bad[(2, 1)] = f64::NAN;
     assert!(matches!(regression_logits(&DMatrix::zeros(2, 3), &DMatrix::zeros(1, 3), &bad), Err(Error::NonFinite { .. })));
@@ -830,7 +867,9 @@ fn walk_prints_every_step() {
     let mut walk = llm_workbook::report::Walk::new(&mut buf);
     (CHAPTER.walk)(&mut walk).unwrap();
     let text = String::from_utf8(buf).unwrap();
-    for needle in ["1. Softmax of (1, 2, 8)", "0.9966", "0.10792622", "0.95765298", "[-0.9000,  0.1000,  0.1000,  0.7000]", "training accuracy"] {
+    for needle in
+        ["1. Softmax of (1, 2, 8)", "0.9966", "0.10792622", "0.95765298", "[-0.9000,  0.1000,  0.1000,  0.7000]", "training accuracy"]
+    {
         assert!(text.contains(needle), "walk lacks {needle:?}:\n{text}");
     }
 }
