@@ -14,6 +14,7 @@ pub fn chapters() -> Vec<Chapter> {
         crate::ch02_softmax::CHAPTER,
         crate::ch03_mlp::CHAPTER,
         crate::ch05_positions::CHAPTER,
+        crate::ch08_tokens::CHAPTER,
         crate::ch09_gpt::CHAPTER,
     ]
 }

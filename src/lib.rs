@@ -62,6 +62,7 @@ pub mod ch02_softmax;
 pub mod ch03_mlp;
 pub mod ch05_positions;
 pub mod ch06_attention;
+pub mod ch08_tokens;
 pub mod ch09_gpt;
 
 pub use error::{Error, Result};

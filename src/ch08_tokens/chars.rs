@@ -1,0 +1,81 @@
+//! The character-level tokenizer: one token per Unicode character of the corpus.
+
+use super::{TokenId, Tokenizer};
+use crate::error::{Error, Result, invalid};
+use std::collections::HashMap;
+
+/// One id per distinct character of the corpus, in code-point order: id i is the i-th smallest
+/// character that occurs.
+///
+/// **Unknown characters** (ones the corpus never contains) are an error: [`Tokenizer::encode`]
+/// returns [`Error::InvalidValue`] naming the character, its code point and its position. There is
+/// no reserved "unknown" id, so decoding always gives back exactly the text that was encoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CharTokenizer {
+    chars: Vec<char>,
+    ids: HashMap<char, TokenId>,
+}
+
+impl CharTokenizer {
+    /// The vocabulary of `text`: its distinct characters, sorted. Errors on an empty text.
+    pub fn from_text(text: &str) -> Result<Self> {
+        if text.is_empty() {
+            return Err(Error::Empty { op: "CharTokenizer::from_text", arg: "text" });
+        }
+        let mut chars: Vec<char> = text.chars().collect();
+        chars.sort_unstable();
+        chars.dedup();
+        let ids = chars.iter().enumerate().map(|(i, &c)| (c, i as TokenId)).collect();
+        Ok(CharTokenizer { chars, ids })
+    }
+
+    /// The vocabulary, in id order.
+    pub fn chars(&self) -> &[char] {
+        &self.chars
+    }
+
+    /// The id of `c`, if it is in the vocabulary.
+    pub fn id(&self, c: char) -> Option<TokenId> {
+        self.ids.get(&c).copied()
+    }
+}
+
+impl Tokenizer for CharTokenizer {
+    fn vocab_size(&self) -> usize {
+        self.chars.len()
+    }
+
+    fn encode(&self, text: &str) -> Result<Vec<TokenId>> {
+        text.chars()
+            .enumerate()
+            .map(|(i, c)| {
+                self.id(c).ok_or_else(|| {
+                    invalid(
+                        "CharTokenizer::encode",
+                        "text",
+                        format!(
+                            "character {c:?} (U+{:04X}) at character {i} is not in the vocabulary of {} characters built from the corpus",
+                            c as u32,
+                            self.chars.len()
+                        ),
+                    )
+                })
+            })
+            .collect()
+    }
+
+    fn decode_bytes(&self, ids: &[TokenId]) -> Result<Vec<u8>> {
+        let mut out = String::new();
+        for (i, &id) in ids.iter().enumerate() {
+            let c = self.chars.get(id as usize).ok_or_else(|| {
+                invalid("CharTokenizer::decode", "ids", format!("ids[{i}] = {id} is not below the vocabulary size {}", self.chars.len()))
+            })?;
+            out.push(*c);
+        }
+        Ok(out.into_bytes())
+    }
+
+    fn token_bytes(&self, id: TokenId) -> Option<Vec<u8>> {
+        self.chars.get(id as usize).map(|c| c.to_string().into_bytes())
+    }
+}

@@ -1,0 +1,521 @@
+//! GPT-2's tokenizer files, read and used exactly as GPT-2 uses them.
+//!
+//! GPT-2 (and GPT-3, whose vocabulary is the same 50,257 tokens) ships two files:
+//! - `vocab.json` (called `encoder.json` in OpenAI's release): a flat JSON object from token
+//!   strings to ids;
+//! - `merges.txt` (called `vocab.bpe`): an optional `#version` line, then one merge per line, the
+//!   two token strings separated by one space, in rank order.
+//!
+//! The token strings are not raw bytes: every byte is shown as one printable character by
+//! [`byte_to_char`] (printable Latin-1 bytes stand for themselves; the 68 others, space and
+//! control bytes among them, are moved to U+0100 onwards, so a space is `Ġ` and a newline `Ċ`).
+//!
+//! Before merging, text is cut into pieces by [`split`], a hand-written form of GPT-2's
+//! pattern: contractions, words with one optional leading space, numbers likewise, runs of other
+//! symbols likewise, and whitespace runs, the last of which leave their final character to the
+//! following word. Each piece is merged on its own by [`super::bpe::apply_merges`], lowest
+//! merge rank first.
+//!
+//! Point the loader at the real files with
+//! [`Gpt2Tokenizer::from_files`]`("vocab.json", "merges.txt")`.
+
+use super::bpe::{BYTE_VOCAB, Bpe, apply_merges};
+use super::unicode::{is_letter, is_number, is_space};
+use super::{TokenId, Tokenizer};
+use crate::error::{Error, Result, invalid};
+use std::collections::HashMap;
+use std::path::Path;
+
+// ───────────────────────────── bytes as printable characters ─────────────────────────────
+
+/// Whether byte `b` is shown as the character with the same number: `!`‥`~` (33‥126),
+/// `¡`‥`¬` (161‥172) and `®`‥`ÿ` (174‥255).
+pub fn byte_is_shown_as_itself(b: u8) -> bool {
+    matches!(b, 33..=126 | 161..=172 | 174..=255)
+}
+
+/// GPT-2's byte → character map: bytes that [`byte_is_shown_as_itself`] keep their code point;
+/// the other 68, in increasing order, get U+0100, U+0101, … (so 0x00 → `Ā`, space 0x20 → `Ġ`,
+/// newline 0x0A → `Ċ`).
+pub fn byte_to_char() -> [char; 256] {
+    let mut table = ['\0'; 256];
+    let mut moved = 0u32;
+    for b in 0..=255u8 {
+        table[b as usize] = if byte_is_shown_as_itself(b) {
+            char::from(b)
+        } else {
+            moved += 1;
+            char::from_u32(255 + moved).unwrap_or('\u{FFFD}')
+        };
+    }
+    table
+}
+
+/// The inverse of [`byte_to_char`].
+pub fn char_to_byte() -> HashMap<char, u8> {
+    byte_to_char().iter().enumerate().map(|(b, &c)| (c, b as u8)).collect()
+}
+
+/// Bytes shown as a GPT-2 token string.
+pub fn bytes_to_token_string(bytes: &[u8]) -> String {
+    let table = byte_to_char();
+    bytes.iter().map(|&b| table[b as usize]).collect()
+}
+
+// ───────────────────────────── pre-tokenization ─────────────────────────────
+
+/// The contractions GPT-2 splits off (lower case only, ASCII apostrophe only).
+pub const CONTRACTIONS: [&str; 7] = ["'s", "'t", "'re", "'ve", "'m", "'ll", "'d"];
+
+/// The end of the run of characters from byte `at` on that satisfy `keep`.
+fn run_end(text: &str, at: usize, keep: impl Fn(char) -> bool) -> usize {
+    text[at..].char_indices().find(|&(_, c)| !keep(c)).map_or(text.len(), |(i, _)| at + i)
+}
+
+/// Where the piece starting at byte `start` ends. The rules, tried in this order at `start`:
+/// 1. a contraction from [`CONTRACTIONS`];
+/// 2. an optional single space, then a run of letters (`\p{L}`);
+/// 3. an optional single space, then a run of numbers (`\p{N}`);
+/// 4. an optional single space, then a run of characters that are none of letter, number or
+///    whitespace;
+/// 5. a run of whitespace that reaches the end of the text, or, if the run is followed by
+///    something else and is longer than one character, the run without its last character (GPT-2's
+///    lookahead `\s+(?!\S)`: the last space stays to start the next word);
+/// 6. the whitespace run (a single whitespace character before a non-space).
+pub fn piece_end(text: &str, start: usize) -> usize {
+    let rest = &text[start..];
+    if let Some(c) = CONTRACTIONS.iter().find(|c| rest.starts_with(**c)) {
+        return start + c.len();
+    }
+    let body = if rest.starts_with(' ') { start + 1 } else { start };
+    if let Some(c) = text[body..].chars().next() {
+        if is_letter(c) {
+            return run_end(text, body, is_letter);
+        }
+        if is_number(c) {
+            return run_end(text, body, is_number);
+        }
+        if !is_space(c) {
+            return run_end(text, body, |c| !is_letter(c) && !is_number(c) && !is_space(c));
+        }
+    }
+    let end = run_end(text, start, is_space);
+    if end == text.len() {
+        return end;
+    }
+    let run = &text[start..end];
+    let last = run.char_indices().last().map_or(0, |(i, _)| i);
+    if last > 0 { start + last } else { end }
+}
+
+/// GPT-2's pre-tokenization: `text` cut into the pieces that are merged separately. The pieces
+/// concatenate back to `text`. See [`piece_end`] for the rules.
+pub fn split(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < text.len() {
+        let end = piece_end(text, start);
+        out.push(&text[start..end]);
+        start = end;
+    }
+    out
+}
+
+// ───────────────────────────── a reader for flat JSON objects ─────────────────────────────
+
+/// Reads a JSON object whose values are all non-negative integers, as `vocab.json` is.
+/// Returns the (key, value, line) triples in file order. Errors name `file` and the line.
+pub fn parse_string_to_int_json(file: &str, text: &str) -> Result<Vec<(String, u64, usize)>> {
+    let mut r = JsonReader { file, bytes: text.as_bytes(), pos: 0, line: 1 };
+    let mut out = Vec::new();
+    r.skip_ws();
+    r.expect(b'{', "the file must hold one JSON object, starting with '{'")?;
+    r.skip_ws();
+    if r.peek() == Some(b'}') {
+        r.pos += 1;
+    } else {
+        loop {
+            r.skip_ws();
+            let line = r.line;
+            let key = r.string()?;
+            r.skip_ws();
+            r.expect(b':', "expected ':' after the key")?;
+            r.skip_ws();
+            let value = r.integer()?;
+            out.push((key, value, line));
+            r.skip_ws();
+            match r.peek() {
+                Some(b',') => r.pos += 1,
+                Some(b'}') => {
+                    r.pos += 1;
+                    break;
+                }
+                Some(c) => return Err(r.error(format!("expected ',' or '}}' after a value, found {:?}", char::from(c)))),
+                None => return Err(r.error("the file ends inside the object (truncated?)".into())),
+            }
+        }
+    }
+    r.skip_ws();
+    if r.pos < r.bytes.len() {
+        return Err(r.error("unexpected text after the closing '}'".into()));
+    }
+    Ok(out)
+}
+
+struct JsonReader<'a> {
+    file: &'a str,
+    bytes: &'a [u8],
+    pos: usize,
+    line: usize,
+}
+
+impl JsonReader<'_> {
+    fn error(&self, reason: String) -> Error {
+        Error::Parse { file: self.file.to_string(), line: Some(self.line), reason }
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.pos).copied()
+    }
+
+    fn skip_ws(&mut self) {
+        while let Some(c) = self.peek() {
+            match c {
+                b'\n' => self.line += 1,
+                b' ' | b'\t' | b'\r' => {}
+                _ => break,
+            }
+            self.pos += 1;
+        }
+    }
+
+    fn expect(&mut self, c: u8, reason: &str) -> Result<()> {
+        match self.peek() {
+            Some(x) if x == c => {
+                self.pos += 1;
+                Ok(())
+            }
+            Some(x) => Err(self.error(format!("{reason}; found {:?}", char::from(x)))),
+            None => Err(self.error(format!("{reason}; the file ends here (truncated?)"))),
+        }
+    }
+
+    fn hex4(&mut self) -> Result<u32> {
+        let digits = self.bytes.get(self.pos..self.pos + 4).ok_or_else(|| self.error("the file ends inside a \\u escape".into()))?;
+        let s = std::str::from_utf8(digits).map_err(|_| self.error("a \\u escape needs four hex digits".into()))?;
+        let v = u32::from_str_radix(s, 16).map_err(|_| self.error(format!("a \\u escape needs four hex digits, found {s:?}")))?;
+        self.pos += 4;
+        Ok(v)
+    }
+
+    fn string(&mut self) -> Result<String> {
+        self.expect(b'"', "expected a string key in double quotes")?;
+        let mut out: Vec<u8> = Vec::new();
+        loop {
+            let Some(c) = self.peek() else {
+                return Err(self.error("the file ends inside a string (truncated?)".into()));
+            };
+            self.pos += 1;
+            match c {
+                b'"' => break,
+                b'\\' => {
+                    let Some(e) = self.peek() else {
+                        return Err(self.error("the file ends inside an escape".into()));
+                    };
+                    self.pos += 1;
+                    let ch = match e {
+                        b'"' => '"',
+                        b'\\' => '\\',
+                        b'/' => '/',
+                        b'b' => '\u{8}',
+                        b'f' => '\u{c}',
+                        b'n' => '\n',
+                        b'r' => '\r',
+                        b't' => '\t',
+                        b'u' => {
+                            let hi = self.hex4()?;
+                            let code = if (0xD800..0xDC00).contains(&hi) {
+                                if self.bytes.get(self.pos..self.pos + 2) != Some(b"\\u") {
+                                    return Err(self.error(format!("\\u{hi:04X} is a high surrogate without its low half")));
+                                }
+                                self.pos += 2;
+                                let lo = self.hex4()?;
+                                if !(0xDC00..0xE000).contains(&lo) {
+                                    return Err(self.error(format!("\\u{hi:04X} must be followed by a low surrogate, not \\u{lo:04X}")));
+                                }
+                                0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00)
+                            } else {
+                                hi
+                            };
+                            char::from_u32(code).ok_or_else(|| self.error(format!("\\u{code:04X} is not a character (lone surrogate)")))?
+                        }
+                        other => return Err(self.error(format!("unknown escape \\{}", char::from(other)))),
+                    };
+                    let mut buf = [0u8; 4];
+                    out.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
+                }
+                b'\n' => return Err(self.error("a string runs past the end of its line (missing closing quote?)".into())),
+                c if c < 0x20 => return Err(self.error(format!("control byte 0x{c:02X} inside a string must be escaped"))),
+                c => out.push(c),
+            }
+        }
+        // The input is a &str and escapes produce whole characters, so this cannot fail; map the
+        // impossible case to an error rather than a panic all the same.
+        String::from_utf8(out).map_err(|_| self.error("a string is not valid UTF-8".into()))
+    }
+
+    fn integer(&mut self) -> Result<u64> {
+        let start = self.pos;
+        while self.peek().is_some_and(|c| c.is_ascii_digit()) {
+            self.pos += 1;
+        }
+        if self.pos == start {
+            return Err(match self.peek() {
+                None => self.error("the file ends where a token id should be (truncated?)".into()),
+                Some(c) => self.error(format!("expected a token id (a non-negative integer), found {:?}", char::from(c))),
+            });
+        }
+        if matches!(self.peek(), Some(b'.' | b'e' | b'E')) {
+            return Err(self.error("token ids must be whole numbers".into()));
+        }
+        let digits = std::str::from_utf8(&self.bytes[start..self.pos]).unwrap_or("");
+        digits.parse::<u64>().map_err(|_| self.error(format!("token id {digits} is too large")))
+    }
+}
+
+// ───────────────────────────── the tokenizer ─────────────────────────────
+
+/// A GPT-2-style byte-level BPE tokenizer loaded from `vocab.json` and `merges.txt`.
+#[derive(Clone, Debug)]
+pub struct Gpt2Tokenizer {
+    /// The id of each single-byte token.
+    byte_ids: [TokenId; 256],
+    /// pair → (rank, merged id).
+    ranks: HashMap<(TokenId, TokenId), (u32, TokenId)>,
+    /// The bytes of each token, by id.
+    vocab: Vec<Vec<u8>>,
+    /// Token strings that are neither a byte nor made by a merge (`<|endoftext|>`), with ids.
+    specials: Vec<(String, TokenId)>,
+    merge_count: usize,
+}
+
+impl Gpt2Tokenizer {
+    /// Loads `vocab.json` and `merges.txt` from disk. See [`Gpt2Tokenizer::from_texts`] for what is
+    /// checked.
+    pub fn from_files(vocab_json: impl AsRef<Path>, merges_txt: impl AsRef<Path>) -> Result<Self> {
+        let read = |p: &Path| {
+            let name = p.display().to_string();
+            let bytes = std::fs::read(p).map_err(|source| Error::Io { path: name.clone(), source })?;
+            let text = super::corpus::from_bytes(&name, bytes)?;
+            Ok::<_, Error>((name, text))
+        };
+        let (vn, vt) = read(vocab_json.as_ref())?;
+        let (mn, mt) = read(merges_txt.as_ref())?;
+        Self::from_texts(&vn, &vt, &mn, &mt)
+    }
+
+    /// Builds the tokenizer from the two files' contents; the names are used in errors.
+    ///
+    /// Checked, each failure an [`Error::Parse`] naming the file and, where there is one, the line:
+    /// the JSON syntax; no key or id twice; ids 0‥N−1 without gaps; every key made only of
+    /// characters of [`byte_to_char`]; a token for each of the 256 bytes; every merge line two
+    /// tokens separated by one space, both in the vocabulary and each either a byte or made by an
+    /// earlier merge, their concatenation in the vocabulary too, and no merge twice.
+    pub fn from_texts(vocab_name: &str, vocab_text: &str, merges_name: &str, merges_text: &str) -> Result<Self> {
+        let entries = parse_string_to_int_json(vocab_name, vocab_text)?;
+        let to_byte = char_to_byte();
+        let perr = |file: &str, line: Option<usize>, reason: String| Error::Parse { file: file.to_string(), line, reason };
+        let mut ids: HashMap<String, TokenId> = HashMap::with_capacity(entries.len());
+        let mut vocab: Vec<Option<Vec<u8>>> = vec![None; entries.len()];
+        for (key, id, line) in &entries {
+            if *id as usize >= entries.len() {
+                return Err(perr(
+                    vocab_name,
+                    Some(*line),
+                    format!("id {id} of {key:?} is out of range: {} tokens need ids 0‥{}", entries.len(), entries.len() - 1),
+                ));
+            }
+            let bytes: Option<Vec<u8>> = key.chars().map(|c| to_byte.get(&c).copied()).collect();
+            let Some(bytes) = bytes else {
+                let bad = key.chars().find(|c| !to_byte.contains_key(c)).unwrap_or('?');
+                return Err(perr(
+                    vocab_name,
+                    Some(*line),
+                    format!(
+                        "token {key:?} holds {bad:?} (U+{:04X}), which stands for no byte in GPT-2's byte-to-character map",
+                        bad as u32
+                    ),
+                ));
+            };
+            if ids.insert(key.clone(), *id as TokenId).is_some() {
+                return Err(perr(vocab_name, Some(*line), format!("token {key:?} appears twice")));
+            }
+            let slot = &mut vocab[*id as usize];
+            if slot.is_some() {
+                return Err(perr(vocab_name, Some(*line), format!("id {id} is given to two tokens")));
+            }
+            *slot = Some(bytes);
+        }
+        let vocab: Vec<Vec<u8>> = vocab.into_iter().map(Option::unwrap_or_default).collect();
+        let table = byte_to_char();
+        let mut byte_ids = [0; 256];
+        for b in 0..BYTE_VOCAB {
+            let s = table[b].to_string();
+            byte_ids[b] = *ids.get(&s).ok_or_else(|| {
+                perr(
+                    vocab_name,
+                    None,
+                    format!("there is no token for byte 0x{b:02X} (written {s:?}); a byte-level vocabulary needs all 256"),
+                )
+            })?;
+        }
+
+        let mut available: Vec<bool> = vec![false; vocab.len()];
+        for &id in &byte_ids {
+            available[id as usize] = true;
+        }
+        let mut ranks = HashMap::new();
+        let mut rank = 0u32;
+        for (i, raw) in merges_text.split('\n').enumerate() {
+            let line = i + 1;
+            let text = raw.strip_suffix('\r').unwrap_or(raw);
+            if text.is_empty() || (i == 0 && text.starts_with("#version")) {
+                continue;
+            }
+            let parts: Vec<&str> = text.split(' ').collect();
+            if parts.len() != 2 || parts[0].is_empty() || parts[1].is_empty() {
+                return Err(perr(
+                    merges_name,
+                    Some(line),
+                    format!("expected two tokens separated by one space, found {text:?} (truncated or malformed line)"),
+                ));
+            }
+            let mut pair = [0 as TokenId; 2];
+            for (k, part) in parts.iter().enumerate() {
+                let id = *ids
+                    .get(*part)
+                    .ok_or_else(|| perr(merges_name, Some(line), format!("the merge names {part:?}, which is not in {vocab_name}")))?;
+                if !available[id as usize] {
+                    return Err(perr(
+                        merges_name,
+                        Some(line),
+                        format!(
+                            "the merge uses {part:?} before any earlier line makes it (merges must come in the order they were learned)"
+                        ),
+                    ));
+                }
+                pair[k] = id;
+            }
+            let joined = format!("{}{}", parts[0], parts[1]);
+            let merged = *ids.get(&joined).ok_or_else(|| {
+                perr(
+                    merges_name,
+                    Some(line),
+                    format!("the merge makes {joined:?}, which is not in {vocab_name} (the files do not belong together)"),
+                )
+            })?;
+            if ranks.insert((pair[0], pair[1]), (rank, merged)).is_some() {
+                return Err(perr(merges_name, Some(line), format!("the merge {text:?} appears twice")));
+            }
+            available[merged as usize] = true;
+            rank += 1;
+        }
+        let mut specials: Vec<(String, TokenId)> =
+            ids.iter().filter(|&(_, &id)| !available[id as usize]).map(|(s, &id)| (s.clone(), id)).collect();
+        specials.sort_by_key(|&(_, id)| id);
+        Ok(Gpt2Tokenizer { byte_ids, ranks, vocab, specials, merge_count: rank as usize })
+    }
+
+    /// The number of merges read from `merges.txt`.
+    pub fn merge_count(&self) -> usize {
+        self.merge_count
+    }
+
+    /// Tokens that are neither a byte nor made by a merge, such as `<|endoftext|>`; [`Tokenizer::encode`]
+    /// never produces them (like GPT-2's own encoder, it treats their text as ordinary text).
+    pub fn special_tokens(&self) -> &[(String, TokenId)] {
+        &self.specials
+    }
+
+    /// The token pieces of `text` as GPT-2 token strings (`Ġ` for a leading space).
+    pub fn encode_to_strings(&self, text: &str) -> Result<Vec<String>> {
+        Ok(self.encode(text)?.iter().map(|&id| bytes_to_token_string(&self.vocab[id as usize])).collect())
+    }
+}
+
+impl Tokenizer for Gpt2Tokenizer {
+    fn vocab_size(&self) -> usize {
+        self.vocab.len()
+    }
+
+    fn encode(&self, text: &str) -> Result<Vec<TokenId>> {
+        let mut out = Vec::with_capacity(text.len() / 3);
+        let mut cache: HashMap<&str, Vec<TokenId>> = HashMap::new();
+        for piece in split(text) {
+            if let Some(ids) = cache.get(piece) {
+                out.extend_from_slice(ids);
+                continue;
+            }
+            let mut ids: Vec<TokenId> = piece.bytes().map(|b| self.byte_ids[b as usize]).collect();
+            apply_merges(&mut ids, &self.ranks);
+            out.extend_from_slice(&ids);
+            cache.insert(piece, ids);
+        }
+        Ok(out)
+    }
+
+    fn decode_bytes(&self, ids: &[TokenId]) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        for (i, &id) in ids.iter().enumerate() {
+            let bytes = self.vocab.get(id as usize).ok_or_else(|| {
+                invalid("Gpt2Tokenizer::decode", "ids", format!("ids[{i}] = {id} is not below the vocabulary size {}", self.vocab.len()))
+            })?;
+            out.extend_from_slice(bytes);
+        }
+        Ok(out)
+    }
+
+    fn token_bytes(&self, id: TokenId) -> Option<Vec<u8>> {
+        self.vocab.get(id as usize).cloned()
+    }
+}
+
+// ───────────────────────────── writing our own BPE in GPT-2's format ─────────────────────────────
+
+/// Writes a trained [`Bpe`] as the text of a `vocab.json` and a `merges.txt`, in GPT-2's format
+/// (keys in id order, one per line; merges after a `#version: 0.2` line). Errors when two merges
+/// produced the same bytes, which `vocab.json` cannot express (one key per token string).
+pub fn to_gpt2_files(bpe: &Bpe) -> Result<(String, String)> {
+    let strings: Vec<String> =
+        (0..bpe.vocab_size() as TokenId).map(|id| bytes_to_token_string(&bpe.token_bytes(id).unwrap_or_default())).collect();
+    let mut seen = HashMap::new();
+    for (id, s) in strings.iter().enumerate() {
+        if let Some(first) = seen.insert(s.as_str(), id) {
+            return Err(invalid(
+                "to_gpt2_files",
+                "bpe",
+                format!("tokens {first} and {id} both stand for {s:?}; vocab.json holds one id per string"),
+            ));
+        }
+    }
+    let mut vocab = String::from("{\n");
+    for (id, s) in strings.iter().enumerate() {
+        let escaped: String = s
+            .chars()
+            .map(|c| match c {
+                '"' => "\\\"".to_string(),
+                '\\' => "\\\\".to_string(),
+                c if (c as u32) < 0x20 => format!("\\u{:04x}", c as u32),
+                c => c.to_string(),
+            })
+            .collect();
+        let comma = if id + 1 < strings.len() { "," } else { "" };
+        vocab.push_str(&format!("    \"{escaped}\": {id}{comma}\n"));
+    }
+    vocab.push_str("}\n");
+    let mut merges = String::from("#version: 0.2\n");
+    for m in bpe.merges() {
+        merges.push_str(&format!("{} {}\n", strings[m.pair.0 as usize], strings[m.pair.1 as usize]));
+    }
+    Ok((vocab, merges))
+}

@@ -1,0 +1,363 @@
+//! Chapter 8: tokens, byte-pair encoding and the empirical next-token predictor.
+//!
+//! From a text file to token ids, and the first model of what comes next:
+//! - [`corpus`]: the frozen default corpus `data/corpus.txt` (written by the grammar in that
+//!   module), loading a replacement, the training/validation split;
+//! - [`chars`]: one token per character; [`bpe`]: byte-level BPE trained from a corpus;
+//!   [`gpt2`]: GPT-2's `vocab.json` + `merges.txt`, its byte-to-character map and its
+//!   pre-tokenization split; all behind the [`Tokenizer`] trait;
+//! - [`ngram`]: n-gram models from counts, P(x | c) = #(c, x)/#(c), add-k smoothing, backoff,
+//!   Shannon-style samples and the validation cross-entropy baseline.
+//!
+//! The prose is [`chapters/ch08_tokens.md`](../../chapters/ch08_tokens.md); the tests are
+//! `tests/ch08_tokens.rs`; `cargo bench --bench ch08_bpe` times BPE on 1 MB.
+
+pub mod bpe;
+pub mod chars;
+pub mod corpus;
+pub mod gpt2;
+pub mod ngram;
+pub mod unicode;
+
+use crate::error::{Result, invalid};
+
+/// A token id: an index into a tokenizer's vocabulary (and, in chapter 9, a row of the embedding).
+pub type TokenId = u32;
+
+/// Text ↔ token ids. Implemented by [`chars::CharTokenizer`], [`bpe::Bpe`] and
+/// [`gpt2::Gpt2Tokenizer`]; chapter 9 takes any of them as `&dyn Tokenizer`.
+pub trait Tokenizer {
+    /// The number of ids; every id is below it.
+    fn vocab_size(&self) -> usize;
+
+    /// The ids of `text`. Errors when the text holds something the vocabulary cannot express
+    /// (only possible for [`chars::CharTokenizer`]; byte-level tokenizers encode any text).
+    fn encode(&self, text: &str) -> Result<Vec<TokenId>>;
+
+    /// The bytes the ids stand for. Errors on an id not below [`Tokenizer::vocab_size`].
+    fn decode_bytes(&self, ids: &[TokenId]) -> Result<Vec<u8>>;
+
+    /// The bytes one token stands for, or `None` for an id outside the vocabulary.
+    fn token_bytes(&self, id: TokenId) -> Option<Vec<u8>>;
+
+    /// The text the ids stand for. Errors on an unknown id, and when the bytes are not valid
+    /// UTF-8 (a byte-level token sequence can stop inside a multi-byte character).
+    fn decode(&self, ids: &[TokenId]) -> Result<String> {
+        String::from_utf8(self.decode_bytes(ids)?).map_err(|e| {
+            invalid("Tokenizer::decode", "ids", format!("the tokens' bytes are not valid UTF-8 at byte {}", e.utf8_error().valid_up_to()))
+        })
+    }
+
+    /// Like [`Tokenizer::decode`], but invalid UTF-8 becomes U+FFFD instead of an error (for
+    /// showing samples that may stop inside a character).
+    fn decode_lossy(&self, ids: &[TokenId]) -> Result<String> {
+        Ok(String::from_utf8_lossy(&self.decode_bytes(ids)?).into_owned())
+    }
+}
+
+// ───────────────────────────── the chapter's computations ─────────────────────────────
+
+use crate::errata::Erratum;
+use crate::plot::{Figure, LineChart, Series};
+use crate::report::{Chapter, Walk, Worked};
+use crate::rng::Rng;
+use bpe::{BpeConfig, PreTokenizer};
+use chars::CharTokenizer;
+use ngram::{BaselineRow, NGramModel, WordVocab};
+use std::path::{Path, PathBuf};
+
+/// The GPT-3 explainer (tokens, the vocabulary of 50,257, the embedding matrix).
+pub const DOC_GPT3: &str = "001_a269190d72ad5dbb.txt";
+/// The lecture slides (symbols, tokens, BPE, the empirical predictor, Shannon, the log loss).
+pub const DOC_LECTURE: &str = "002_91780c5e7d535c8d.txt";
+/// The walk-through (tokenizing a sentence).
+pub const DOC_WALKTHROUGH: &str = "003_c14ec70d95c4a8c1.txt";
+
+/// Characters in ASCII: codes 0‥127, seven bits.
+pub const ASCII_SIZE: usize = 128;
+/// GPT-2's (and GPT-3's) number of merges.
+pub const GPT2_MERGES: usize = 50_000;
+/// GPT-2's special tokens: `<|endoftext|>` only.
+pub const GPT2_SPECIAL_TOKENS: usize = 1;
+/// GPT-3's embedding width, from the explainer.
+pub const GPT3_EMBEDDING_WIDTH: usize = 12_288;
+
+/// The vocabulary size of the BPE the chapter trains on the default corpus.
+pub const CHAPTER_BPE_VOCAB: usize = 512;
+/// The largest n of the baseline table.
+pub const MAX_N: usize = 5;
+/// k of the add-k rows of the baseline table.
+pub const ADD_K: f64 = 0.01;
+/// The seed of every sample the chapter draws.
+pub const SAMPLE_SEED: u64 = 8;
+/// Characters per character-level sample.
+pub const CHAR_SAMPLE_LENGTH: usize = 160;
+/// Words per word-level sample.
+pub const WORD_SAMPLE_LENGTH: usize = 40;
+
+/// GPT-2's vocabulary size from its parts: 256 bytes, 50,000 merges, one special token.
+pub fn gpt2_vocab_size() -> usize {
+    bpe::BYTE_VOCAB + GPT2_MERGES + GPT2_SPECIAL_TOKENS
+}
+
+/// `n` with commas between thousands, as the documents print it.
+pub fn with_commas(n: usize) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The default corpus, character-tokenized and split: (tokenizer, training ids, validation ids).
+pub fn char_data() -> Result<(CharTokenizer, Vec<TokenId>, Vec<TokenId>)> {
+    let text = corpus::default_corpus();
+    let tok = CharTokenizer::from_text(text)?;
+    let (train, validation) = corpus::split(text);
+    Ok((tok.clone(), tok.encode(train)?, tok.encode(validation)?))
+}
+
+/// The baseline table chapter 9 must beat: character n-grams, n = 1 … [`MAX_N`], on the default
+/// corpus, add-k with k = [`ADD_K`] and backoff with d = [`ngram::DEFAULT_DISCOUNT`].
+pub fn char_baseline() -> Result<Vec<BaselineRow>> {
+    let (tok, train, validation) = char_data()?;
+    ngram::baseline(&train, &validation, tok.vocab_size(), MAX_N, ADD_K, ngram::DEFAULT_DISCOUNT)
+}
+
+/// Shannon's series on the default corpus: (label, text) for the zero-, first-, second- and
+/// third-order character approximations and the first- and second-order word approximations, all
+/// from [`SAMPLE_SEED`]. A k-th order approximation is an n-gram model with n = k.
+pub fn shannon_samples() -> Result<Vec<(String, String)>> {
+    let text = corpus::default_corpus();
+    let (train, _) = corpus::split(text);
+    let tok = CharTokenizer::from_text(text)?;
+    let ids = tok.encode(train)?;
+    let mut rng = Rng::new(SAMPLE_SEED);
+    let show = |ids: &[TokenId]| -> Result<String> { Ok(tok.decode(ids)?.replace('\n', " ¶ ")) };
+    let mut out = vec![(
+        "zero-order characters (uniform)".to_string(),
+        show(&ngram::sample_uniform(tok.vocab_size(), CHAR_SAMPLE_LENGTH, &mut rng))?,
+    )];
+    for (k, name) in [(1, "first"), (2, "second"), (3, "third")] {
+        let m = NGramModel::fit(&ids, k, tok.vocab_size())?;
+        out.push((format!("{name}-order characters ({k}-gram)"), show(&m.sample(CHAR_SAMPLE_LENGTH, &mut rng))?));
+    }
+    let words = WordVocab::from_text(text)?;
+    let word_ids = words.encode(train)?;
+    for (k, name) in [(1, "first"), (2, "second")] {
+        let m = NGramModel::fit(&word_ids, k, words.len())?;
+        out.push((format!("{name}-order words ({k}-gram)"), words.render(&m.sample(WORD_SAMPLE_LENGTH, &mut rng))));
+    }
+    Ok(out)
+}
+
+// ───────────────────────────── errata, worked numbers ─────────────────────────────
+
+/// This chapter's rows of the errata register.
+pub const ERRATA: &[Erratum] = &[Erratum {
+    document: DOC_LECTURE,
+    section: "Symbol Representation, consideration 1",
+    printed: "characters as the smallest symbol set, \"e.g., 255 ASCII\"",
+    correct: "ASCII has 128 characters (codes 0–127); a byte has 256 values (0–255), the base vocabulary of byte-level BPE",
+    why: "ASCII is a 7-bit code, so it defines 2⁷ = 128 characters; 255 is neither that count nor the number of byte values, 2⁸ = 256 (it is the largest byte value, an off-by-one from counting 0–255).",
+    test: "tests/ch08_tokens.rs::ascii_has_128_characters_and_a_byte_256_values",
+}];
+
+/// The chapter's worked numbers, recomputed.
+pub fn worked() -> Result<Vec<Worked>> {
+    let vocab = gpt2_vocab_size();
+    let in_range = (50_000..=100_000).contains(&vocab);
+    let show_words = |s: &str| format!("[{}]", ngram::words(s).iter().map(|w| format!("'{w}'")).collect::<Vec<_>>().join(", "));
+    Ok(vec![
+        Worked::text(
+            "gpt2_vocabulary_has_50_257_tokens",
+            DOC_GPT3,
+            "GPT-3's vocabulary: 256 byte tokens + 50,000 merges + 1 end-of-text token",
+            "50,257",
+            with_commas(vocab),
+        ),
+        Worked::text(
+            "gpt3_token_embedding_has_617_558_016_parameters",
+            DOC_GPT3,
+            "embedding parameters, 50,257 tokens × 12,288 dimensions",
+            "617,558,016",
+            with_commas(vocab * GPT3_EMBEDDING_WIDTH),
+        ),
+        Worked::erratum(
+            "ascii_has_128_characters_and_a_byte_256_values",
+            DOC_LECTURE,
+            "size of the smallest character set, ASCII (and of a byte's values)",
+            "255",
+            format!("{} (ASCII), {} (bytes)", (0..=255u8).filter(u8::is_ascii).count(), bpe::BYTE_VOCAB),
+        ),
+        Worked::text(
+            "gpt2_vocabulary_lies_in_the_lectures_range",
+            DOC_LECTURE,
+            "today's vocabulary sizes (GPT-2/3's 50,257 lies in it)",
+            "50,000 to 100,000",
+            if in_range { "50,000 to 100,000".to_string() } else { format!("{vocab} is outside") },
+        ),
+        Worked::illustrative(DOC_LECTURE, "words across languages", "100K words across 1K languages"),
+        Worked::illustrative(DOC_LECTURE, "the lecture's subword example 'subwords'", "[sub][word][s]"),
+        Worked::illustrative(DOC_LECTURE, "Shannon's English letter frequencies, E and W", ".12, .02"),
+        Worked::text(
+            "you_are_welcome_is_three_words_and_three_gpt2_tokens",
+            DOC_WALKTHROUGH,
+            "word tokens of \"You are welcome\"",
+            "['You', 'are', 'welcome']",
+            show_words("You are welcome"),
+        ),
+        Worked::text(
+            "i_love_ai_is_three_words_and_three_gpt2_tokens",
+            DOC_WALKTHROUGH,
+            "word tokens of \"I love AI\"",
+            "[\"I\", \"love\", \"AI\"]",
+            format!("[{}]", ngram::words("I love AI").iter().map(|w| format!("\"{w}\"")).collect::<Vec<_>>().join(", ")),
+        ),
+    ])
+}
+
+// ───────────────────────────── walk-through and plots ─────────────────────────────
+
+fn fmt_tokens(tok: &dyn Tokenizer, ids: &[TokenId]) -> String {
+    ids.iter()
+        .map(|&id| {
+            let b = tok.token_bytes(id).unwrap_or_default();
+            format!("[{}]", String::from_utf8_lossy(&b).replace('\n', "\\n"))
+        })
+        .collect()
+}
+
+/// The chapter in the order it builds things.
+pub fn walk(out: &mut Walk) -> Result<()> {
+    let text = corpus::default_corpus();
+    let (train, validation) = corpus::split(text);
+    out.step("1. The frozen corpus")?;
+    out.say(&format!(
+        "data/corpus.txt: {} bytes, {} characters, {} lines; training part {} bytes, validation part {} bytes",
+        text.len(),
+        text.chars().count(),
+        text.lines().count(),
+        train.len(),
+        validation.len()
+    ))?;
+    let chars = CharTokenizer::from_text(text)?;
+    out.step("2. Characters as tokens")?;
+    out.say(&format!("vocabulary: {} characters: {:?}", chars.vocab_size(), chars.chars().iter().collect::<String>()))?;
+    let e_share =
+        text.chars().filter(|c| c.eq_ignore_ascii_case(&'e')).count() as f64 / text.chars().filter(|c| c.is_alphabetic()).count() as f64;
+    let w_share =
+        text.chars().filter(|c| c.eq_ignore_ascii_case(&'w')).count() as f64 / text.chars().filter(|c| c.is_alphabetic()).count() as f64;
+    out.say(&format!("share of letters that are e/E: {e_share:.3}; w/W: {w_share:.3} (Shannon's English: .12 and .02)"))?;
+    let sentence = "Mira found a silver key.";
+    out.say(&format!("{sentence:?} → {:?}", chars.encode(sentence)?))?;
+
+    out.step("3. Byte-pair encoding, the textbook example")?;
+    let t = bpe::train("aaabdaaabac", BpeConfig { vocab_size: 259, pre_tokenizer: PreTokenizer::None })?;
+    for line in t.bpe.merges_text().lines() {
+        out.say(line)?;
+    }
+    out.say(&format!("result: {}", fmt_tokens(&t.bpe, &t.tokens)))?;
+
+    out.step(&format!("4. BPE on the corpus, {CHAPTER_BPE_VOCAB} tokens, GPT-2's pre-tokenization"))?;
+    let trained = bpe::train(train, BpeConfig { vocab_size: CHAPTER_BPE_VOCAB, pre_tokenizer: PreTokenizer::Gpt2 })?;
+    for line in trained.bpe.merges_text().lines().take(24) {
+        out.say(line)?;
+    }
+    out.say("…")?;
+    let val_ids = trained.bpe.encode(validation)?;
+    out.say(&format!(
+        "training text: {} bytes → {} tokens ({:.2} bytes/token); validation: {:.2} bytes/token",
+        train.len(),
+        trained.tokens.len(),
+        train.len() as f64 / trained.tokens.len() as f64,
+        validation.len() as f64 / val_ids.len() as f64
+    ))?;
+    out.say(&format!("{sentence:?} → {}", fmt_tokens(&trained.bpe, &trained.bpe.encode(sentence)?)))?;
+
+    out.step("5. GPT-2's pre-tokenization split")?;
+    for s in ["I'm sure they'll say it's 42, isn't it?", "two  spaces,   three,\n\nnew lines"] {
+        out.say(&format!("{s:?} → {:?}", gpt2::split(s)))?;
+    }
+
+    out.step("6. Shannon's series of approximations, from the corpus")?;
+    for (label, sample) in shannon_samples()? {
+        out.say(&format!("{label}:"))?;
+        out.say(&format!("    {sample}"))?;
+    }
+
+    out.step("7. The empirical predictor fails on unseen contexts")?;
+    let (_, train_ids, val_ids) = char_data()?;
+    for n in 1..=MAX_N {
+        let m = NGramModel::fit(&train_ids, n, chars.vocab_size())?;
+        let (unseen, zero, all) = m.mle_failures(&val_ids);
+        out.say(&format!(
+            "n = {n}: of {all} validation characters, {unseen} have an unseen context (no estimate) and {zero} a probability of 0"
+        ))?;
+    }
+
+    out.step(&format!("8. The baseline: validation cross-entropy, nats per character (|V| = {})", chars.vocab_size()))?;
+    out.say(&format!("uniform over the vocabulary: ln {} = {:.4}", chars.vocab_size(), (chars.vocab_size() as f64).ln()))?;
+    out.say(&format!(
+        "{:>2}  {:>9}  {:>14}  {:>14}  {:>16}  {:>14}",
+        "n",
+        "contexts",
+        "unseen (val)",
+        format!("add-k {ADD_K}"),
+        format!("backoff {}", ngram::DEFAULT_DISCOUNT),
+        "backoff (train)"
+    ))?;
+    for r in char_baseline()? {
+        out.say(&format!(
+            "{:>2}  {:>9}  {:>13.1}%  {:>14.4}  {:>16.4}  {:>14.4}",
+            r.n,
+            r.contexts,
+            100.0 * r.unseen_context_share,
+            r.add_k,
+            r.backoff,
+            r.backoff_train
+        ))?;
+    }
+    Ok(())
+}
+
+/// The chapter's figures as data: (file stem, figure).
+pub fn figures() -> Result<Vec<(String, Figure)>> {
+    let rows = char_baseline()?;
+    let series = |label: &str, f: fn(&BaselineRow) -> f64| Series::new(label, rows.iter().map(|r| (r.n as f64, f(r))).collect());
+    let loss = Figure::Line(LineChart {
+        title: "Character n-gram models on the default corpus".into(),
+        x_label: "n (the model sees n − 1 characters)".into(),
+        y_label: "cross-entropy, nats per character".into(),
+        series: vec![
+            series(&format!("validation, add-k (k = {ADD_K})"), |r| r.add_k),
+            series(&format!("validation, backoff (d = {})", ngram::DEFAULT_DISCOUNT), |r| r.backoff),
+            series(&format!("training, backoff (d = {})", ngram::DEFAULT_DISCOUNT), |r| r.backoff_train),
+        ],
+        markers: true,
+    });
+    Ok(vec![("ch08_ngram_loss".into(), loss)])
+}
+
+fn plots(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for (stem, f) in figures()? {
+        out.extend(f.save(dir, &stem)?);
+    }
+    Ok(out)
+}
+
+/// This chapter's entry in the book.
+pub const CHAPTER: Chapter = Chapter {
+    number: 8,
+    stem: "ch08_tokens",
+    title: "Tokens, byte-pair encoding and the empirical next-token predictor",
+    worked,
+    walk,
+    plots,
+    errata: ERRATA,
+};
