@@ -919,3 +919,211 @@ mod training {
         assert_ne!(bits(&a), bits(&c), "another data seed draws other batches");
     }
 }
+
+// ───────────── checkpoints (issue 9) ─────────────
+
+mod checkpoints {
+    use super::model::{tiny, tiny_batch};
+    use super::training::sort_setup;
+    use super::*;
+    use llm_workbook::ch09_gpt::checkpoint::{self as ck, CONFIG_FILE, MODEL_FILE, STATE_FILE};
+    use llm_workbook::ch09_gpt::json::{self, Json};
+    use llm_workbook::ch09_gpt::model::Gpt;
+    use llm_workbook::ch09_gpt::train::{Data, Trainer};
+    use std::path::Path;
+
+    fn random_model<T: llm_workbook::Float>(config: Config, seed: u64) -> Gpt<T> {
+        let mut m = Gpt::<T>::new(config, seed).unwrap();
+        let mut rng = Rng::new(seed + 1);
+        for t in m.tensors_mut() {
+            t.apply(|x| *x += T::of(0.1 * rng.normal()));
+        }
+        m
+    }
+
+    #[test]
+    fn a_saved_model_loads_back_with_bitwise_equal_logits() {
+        let batch = tiny_batch();
+        for config in [tiny(true, Positions::Learned), tiny(false, Positions::Learned), tiny(true, Positions::Sinusoidal)] {
+            let dir = common::temp_dir(&format!("ch09_ckpt_{}_{:?}", config.tied, config.positions));
+            let m32 = random_model::<f32>(config, 3);
+            ck::save_model(&m32, &dir, &[]).unwrap();
+            let back: Gpt<f32> = ck::load_model(&dir).unwrap();
+            assert_eq!(back, m32);
+            let (a, b) = (m32.logits(&batch.inputs, 5).unwrap(), back.logits(&batch.inputs, 5).unwrap());
+            assert!(a.iter().zip(b.iter()).all(|(x, y)| x.to_bits() == y.to_bits()));
+            let m64 = random_model::<f64>(config, 4);
+            ck::save_model(&m64, &dir, &[]).unwrap();
+            let back: Gpt<f64> = ck::load_model(&dir).unwrap();
+            assert_eq!(back, m64);
+        }
+    }
+
+    #[test]
+    fn the_files_use_gpt2_names_layouts_and_config_keys() {
+        let dir = common::temp_dir("ch09_ckpt_names");
+        let m = random_model::<f32>(tiny(true, Positions::Learned), 5);
+        ck::save_model(&m, &dir, &[]).unwrap();
+        let f = SafeTensors::read(&dir.join(MODEL_FILE)).unwrap();
+        let shape = |n: &str| f.info(n).unwrap_or_else(|| panic!("{n} missing")).shape.clone();
+        assert_eq!(shape("wte.weight"), vec![7, 8]);
+        assert_eq!(shape("wpe.weight"), vec![6, 8]);
+        assert_eq!(shape("h.1.ln_1.weight"), vec![8]);
+        assert_eq!(shape("h.1.attn.c_attn.weight"), vec![8, 24]); // in × out, Q | K | V side by side
+        assert_eq!(shape("h.1.attn.c_attn.bias"), vec![24]);
+        assert_eq!(shape("h.0.attn.c_proj.weight"), vec![8, 8]);
+        assert_eq!(shape("h.0.mlp.c_fc.weight"), vec![8, 32]);
+        assert_eq!(shape("h.0.mlp.c_proj.weight"), vec![32, 8]);
+        assert_eq!(shape("ln_f.bias"), vec![8]);
+        assert_eq!(f.tensors.len(), 2 + 2 * 12 + 2);
+        assert!(f.tensors.iter().all(|t| t.dtype == "F32"));
+        // The fused matrix's columns d … 2d − 1 are W_K, row-major on disk.
+        let fused: DMatrix<f32> = f.matrix("h.0.attn.c_attn.weight", 8, 24).unwrap();
+        assert_eq!(fused.columns(8, 8), m.blocks[0].attn.w_k.columns(0, 8));
+        let cfg = json::parse(&std::fs::read(dir.join(CONFIG_FILE)).unwrap(), "c").unwrap();
+        for (k, v) in [("n_embd", 8), ("n_head", 2), ("n_layer", 2), ("vocab_size", 7), ("n_positions", 6)] {
+            assert_eq!(cfg.get(k).and_then(Json::as_u64), Some(v), "{k}");
+        }
+        assert_eq!(cfg.get("activation_function").and_then(Json::as_str), Some("gelu_new"));
+        // GPT-2 124M's own config.json (the keys Hugging Face ships) reads as GPT-2 124M.
+        let hf = r#"{"activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"], "attn_pdrop": 0.1,
+            "bos_token_id": 50256, "embd_pdrop": 0.1, "eos_token_id": 50256, "initializer_range": 0.02,
+            "layer_norm_epsilon": 1e-05, "model_type": "gpt2", "n_ctx": 1024, "n_embd": 768, "n_head": 12,
+            "n_layer": 12, "n_positions": 1024, "resid_pdrop": 0.1, "vocab_size": 50257}"#;
+        let c = ck::config_from_json(&json::parse(hf.as_bytes(), "config.json").unwrap(), "config.json").unwrap();
+        assert_eq!(c, Config::gpt2_124m());
+    }
+
+    #[test]
+    fn hugging_face_prefixes_and_mask_buffers_are_accepted() {
+        let m = random_model::<f32>(tiny(true, Positions::Learned), 6);
+        let mut tensors = ck::gpt2_tensors(&m);
+        for t in tensors.iter_mut() {
+            t.name = format!("transformer.{}", t.name);
+        }
+        // GPT-2's files carry the causal mask as a buffer per layer.
+        let mask = DMatrix::from_fn(6, 6, |i, j| if j <= i { 1.0_f32 } else { 0.0 });
+        tensors.push(TensorOut::matrix("transformer.h.0.attn.bias", &mask, vec![1, 1, 6, 6]));
+        tensors.push(TensorOut::matrix("transformer.h.1.attn.bias", &mask, vec![1, 1, 6, 6]));
+        tensors.push(TensorOut::matrix("lm_head.weight", &m.wte, vec![7, 8]));
+        let f = SafeTensors::parse(st::serialize(&tensors, &[]).unwrap(), "hf.safetensors").unwrap();
+        let back: Gpt<f32> = ck::model_from_safetensors(m.config, &f).unwrap();
+        assert_eq!(back, m);
+    }
+
+    fn err_of(config: Config, tensors: Vec<TensorOut>) -> String {
+        let f = SafeTensors::parse(st::serialize(&tensors, &[]).unwrap(), "bad.safetensors").unwrap();
+        match ck::model_from_safetensors::<f32>(config, &f) {
+            Err(e @ Error::Parse { .. }) => e.to_string(),
+            Err(e) => panic!("expected a parse error, got {e}"),
+            Ok(_) => panic!("a bad checkpoint was accepted"),
+        }
+    }
+
+    #[test]
+    fn missing_extra_misshapen_or_mistyped_tensors_are_refused() {
+        let config = tiny(true, Positions::Learned);
+        let m = random_model::<f32>(config, 7);
+        let good = ck::gpt2_tensors(&m);
+        let without = |name: &str| good.iter().filter(|t| t.name != name).cloned().collect::<Vec<_>>();
+        assert!(err_of(config, without("h.1.mlp.c_fc.bias")).contains("tensor h.1.mlp.c_fc.bias is missing"));
+        let mut extra = good.clone();
+        extra.push(TensorOut::f64s("h.0.attn.extra", &[1.0]));
+        assert!(err_of(config, extra).contains("tensor h.0.attn.extra is not part of a GPT-2"));
+        let mut wrong_shape = without("h.0.attn.c_proj.weight");
+        wrong_shape.push(TensorOut::matrix("h.0.attn.c_proj.weight", &DMatrix::<f32>::zeros(8, 9), vec![8, 9]));
+        let e = err_of(config, wrong_shape);
+        assert!(e.contains("h.0.attn.c_proj.weight has shape [8, 9] but [8, 8] was expected"), "{e}");
+        let mut wrong_dtype = without("ln_f.weight");
+        wrong_dtype.push(TensorOut { name: "ln_f.weight".into(), shape: vec![8], dtype: "I32", data: vec![0; 32] });
+        assert!(err_of(config, wrong_dtype).contains("dtype I32"));
+        // The config contradicts the tensors: it claims width 16.
+        let e = err_of(Config::new(7, 6, 2, 2, 16), good.clone());
+        assert!(e.contains("wte.weight has shape [7, 8] but [7, 16] was expected") && e.contains("n_embd = 16"), "{e}");
+        // A learned-position file read with a sinusoidal config: wpe is unexpected.
+        let e = err_of(tiny(true, Positions::Sinusoidal), good.clone());
+        assert!(e.contains("wpe.weight is not part") && e.contains("sinusoidal"), "{e}");
+        // Tied config, but lm_head differs from wte.
+        let mut lying = good.clone();
+        lying.push(TensorOut::matrix("lm_head.weight", &(m.wte.clone() * 2.0), vec![7, 8]));
+        assert!(err_of(config, lying).contains("lm_head.weight differs"));
+        // NaN weights.
+        let mut nan = without("ln_f.bias");
+        nan.push(TensorOut::matrix("ln_f.bias", &DMatrix::from_element(1, 8, f32::NAN), vec![8]));
+        assert!(err_of(config, nan).contains("NaN"));
+    }
+
+    #[test]
+    fn broken_checkpoint_folders_are_refused_with_the_file_named() {
+        let dir = common::temp_dir("ch09_ckpt_broken");
+        let m = random_model::<f32>(tiny(true, Positions::Learned), 8);
+        ck::save_model(&m, &dir, &[]).unwrap();
+        let bytes = std::fs::read(dir.join(MODEL_FILE)).unwrap();
+        std::fs::write(dir.join(MODEL_FILE), &bytes[..bytes.len() - 3]).unwrap();
+        let e = ck::load_model::<f32>(&dir).unwrap_err().to_string();
+        assert!(e.contains(MODEL_FILE) && e.contains("truncated"), "{e}");
+        std::fs::write(dir.join(MODEL_FILE), &bytes).unwrap();
+        let cfg = std::fs::read_to_string(dir.join(CONFIG_FILE)).unwrap();
+        for (from, to, needle) in [
+            ("\"n_head\": 2", "\"n_head\": 3", "heads do not divide"),
+            ("\"n_head\": 2,", "", "n_head is missing"),
+            ("\"gelu_new\"", "\"relu\"", "activation_function"),
+            ("\"n_inner\": null", "\"n_inner\": 12", "n_inner"),
+            ("{", "[", "JSON"),
+        ] {
+            std::fs::write(dir.join(CONFIG_FILE), cfg.replacen(from, to, 1)).unwrap();
+            let e = ck::load_model::<f32>(&dir).unwrap_err().to_string();
+            assert!(e.contains(CONFIG_FILE) && e.contains(needle), "{from} → {to}: {e}");
+        }
+        std::fs::write(dir.join(CONFIG_FILE), &cfg).unwrap();
+        assert_eq!(ck::load_model::<f32>(&dir).unwrap(), m);
+        assert!(matches!(ck::load_model::<f32>(Path::new("/nonexistent/ckpt")), Err(Error::Io { .. })));
+    }
+
+    #[test]
+    fn a_failed_write_keeps_the_last_good_checkpoint() {
+        let dir = common::temp_dir("ch09_ckpt_atomic");
+        let m = random_model::<f32>(tiny(true, Positions::Learned), 9);
+        ck::save_model(&m, &dir, &[]).unwrap();
+        let before = std::fs::read(dir.join(MODEL_FILE)).unwrap();
+        // Make the final rename fail: the config's name is taken by a folder.
+        std::fs::remove_file(dir.join(CONFIG_FILE)).unwrap();
+        std::fs::create_dir(dir.join(CONFIG_FILE)).unwrap();
+        std::fs::write(dir.join(CONFIG_FILE).join("x"), "occupied").unwrap();
+        let other = random_model::<f32>(tiny(true, Positions::Learned), 10);
+        assert!(matches!(ck::save_model(&other, &dir, &[]), Err(Error::Io { .. })));
+        // No temporary file is left behind, and every file is either old or new, never half.
+        let names: Vec<String> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        assert!(names.iter().all(|n| !n.contains(".tmp")), "{names:?}");
+        let now = std::fs::read(dir.join(MODEL_FILE)).unwrap();
+        assert!(now == before || SafeTensors::parse(now, "m").is_ok());
+    }
+
+    #[test]
+    fn resuming_continues_the_loss_curve_bit_for_bit() {
+        let (task, config, tc) = sort_setup();
+        let data = Data::Sort(&task);
+        let fresh = || Trainer::new(Gpt::<f32>::new(config, 11).unwrap(), &tc, 12).unwrap();
+        let mut straight = fresh();
+        straight.run(&data, &tc, 8, |_| {}).unwrap();
+        let dir = common::temp_dir("ch09_resume");
+        let mut first = fresh();
+        first.run(&data, &tc, 4, |_| {}).unwrap();
+        ck::save_trainer(&first, &dir).unwrap();
+        drop(first);
+        let mut resumed = ck::load_trainer(&dir, &fresh()).unwrap();
+        assert_eq!(resumed.step, 4);
+        resumed.run(&data, &tc, 8, |_| {}).unwrap();
+        let bits = |t: &Trainer<f32>| t.history.iter().map(|r| (r.loss.to_bits(), r.lr.to_bits(), r.grad_norm.to_bits())).collect::<Vec<_>>();
+        assert_eq!(bits(&resumed), bits(&straight));
+        assert_eq!(resumed.model, straight.model);
+        assert_eq!(resumed.rng, straight.rng);
+        assert_eq!(resumed.optimizer.moments.first(), straight.optimizer.moments.first());
+        // A folder whose model and state come from different steps is refused.
+        let mut later = fresh();
+        later.run(&data, &tc, 5, |_| {}).unwrap();
+        ck::save_model(&later.model, &dir, &[("step".into(), "5".into())]).unwrap();
+        let e = ck::load_trainer(&dir, &fresh()).unwrap_err().to_string();
+        assert!(e.contains(STATE_FILE) && e.contains("interrupted save"), "{e}");
+    }
+}

@@ -13,6 +13,7 @@
 //! - [`schedule`]: warm-up plus cosine learning rate, gradient-norm clipping;
 //! - [`json`] and [`safetensors`]: the checkpoint file format, by hand.
 
+pub mod checkpoint;
 pub mod config;
 pub mod data;
 pub mod json;
