@@ -14,6 +14,7 @@
 //! - [`json`] and [`safetensors`]: the checkpoint file format, by hand.
 
 pub mod checkpoint;
+pub mod cli;
 pub mod config;
 pub mod data;
 pub mod json;
