@@ -875,14 +875,11 @@ mod training {
     use llm_workbook::ch09_gpt::model::Gpt;
     use llm_workbook::ch09_gpt::train::{Data, TrainConfig, Trainer, sort_accuracy};
 
-    /// The sorting model of the test: 2 layers, 2 heads, width 32 (26k parameters), 400 steps of
-    /// 32 strings at α = 3·10⁻³ with a 20-step warm-up and cosine decay to 3·10⁻⁴. Measured: it
-    /// sorts all 1,000 held-out strings (the main job trains a larger model for longer).
+    /// The sorting model the main job trains too: 2 layers, 2 heads, width 32 (26k parameters),
+    /// 400 steps of 32 strings (see `ch09_gpt::sort_setup`). Measured: it sorts all 1,000
+    /// held-out strings.
     pub fn sort_setup() -> (SortTask, Config, TrainConfig) {
-        let task = SortTask::standard(1).unwrap();
-        let config = Config::new(5, task.seq_len(), 2, 2, 32);
-        let tc = TrainConfig { weight_decay: 0.0, ..TrainConfig::new(32, Schedule::new(3e-3, 3e-4, 20, 400).unwrap()) };
-        (task, config, tc)
+        gpt::sort_setup().unwrap()
     }
 
     #[test]

@@ -27,7 +27,7 @@ pub mod walkthrough;
 
 use crate::errata::Erratum;
 use crate::error::Result;
-use crate::plot::Figure;
+use crate::plot::{Figure, LineChart, Series};
 use crate::report::{Chapter, Walk, Worked};
 use config::{Config, MatrixAccounting};
 use nalgebra::DMatrix;
@@ -237,16 +237,238 @@ pub fn walk(out: &mut Walk) -> Result<()> {
     out.matrix("W", &walkthrough::feed_forward_weight())?;
     out.matrix("h₂(\"love\") from our h₁", &walkthrough::h2_of(&h1)?)?;
     out.matrix("h₂(\"love\") from the printed h₁", &walkthrough::h2_of(&walkthrough::printed_h1_love())?)?;
+    out.step("6. Two models trained on the CPU (sorting digits; the default corpus)")?;
+    print_results(results()?);
     Ok(())
 }
 
-/// The chapter's figures as data: (file stem, figure).
+// ───────────────────────────── the two trained models ─────────────────────────────
+
+/// The sorting model: 2 layers, 2 heads, width 32 (26k parameters) on the 14,625 training
+/// strings; 400 steps of 32 strings, α = 3·10⁻³ with a 20-step warm-up and cosine decay to
+/// 3·10⁻⁴, no weight decay (the task has no noise to overfit). The test trains exactly this.
+pub fn sort_setup() -> Result<(data::SortTask, Config, train::TrainConfig)> {
+    let task = data::SortTask::standard(SORT_SEED)?;
+    let config = Config::new(data::SORT_DIGITS, task.seq_len(), 2, 2, 32);
+    let tc = train::TrainConfig { weight_decay: 0.0, ..train::TrainConfig::new(32, schedule::Schedule::new(3e-3, 3e-4, 20, SORT_STEPS)?) };
+    Ok((task, config, tc))
+}
+/// The sorting task's split seed.
+pub const SORT_SEED: u64 = 1;
+/// The sorting model's training steps.
+pub const SORT_STEPS: usize = 400;
+
+/// The corpus model: chapter 8's default corpus, character tokens, 3 layers, 4 heads, width 96,
+/// context 64; 1,200 steps of 16 windows, α = 3·10⁻³ warm-up and cosine to 3·10⁻⁴, AdamW
+/// λ = 0.1, clipping at 1.
+pub fn corpus_setup() -> Result<(Config, train::TrainConfig)> {
+    let (tok, _, _) = crate::ch08_tokens::char_data()?;
+    let config = Config::new(crate::ch08_tokens::Tokenizer::vocab_size(&tok), CORPUS_CONTEXT, 3, 4, 96);
+    let tc = train::TrainConfig::new(16, schedule::Schedule::new(3e-3, 3e-4, CORPUS_STEPS / 20, CORPUS_STEPS)?);
+    Ok((config, tc))
+}
+/// The corpus model's context.
+pub const CORPUS_CONTEXT: usize = 64;
+/// The corpus model's training steps.
+pub const CORPUS_STEPS: usize = 1_200;
+/// Validation is measured this often during the corpus run.
+pub const CORPUS_EVAL_EVERY: usize = 100;
+
+/// What the main job trains and reports.
+#[derive(Clone, Debug)]
+pub struct Results {
+    /// The sorting run's per-step records.
+    pub sort_history: Vec<train::StepRecord>,
+    /// Exact-match accuracy on the 1,000 held-out strings.
+    pub sort_accuracy: f64,
+    /// A few held-out strings and what the model wrote after them.
+    pub sort_examples: Vec<(Vec<data::Token>, Vec<data::Token>)>,
+    /// The corpus run's per-step records.
+    pub corpus_history: Vec<train::StepRecord>,
+    /// (step, validation nats per character).
+    pub corpus_validation: Vec<(usize, f64)>,
+    /// The best smoothed n-gram baseline of chapter 8 on the same split: (label, nats per character).
+    pub baseline: (String, f64),
+    /// A sample continuation of a validation prompt: (prompt, continuation).
+    pub corpus_sample: (String, String),
+    /// Wall-clock seconds of each run.
+    pub seconds: (f64, f64),
+}
+
+fn compute_results() -> Result<Results> {
+    use crate::ch08_tokens::Tokenizer;
+    let bar = |n: usize, what: &str| {
+        let b = indicatif::ProgressBar::new(n as u64);
+        if let Ok(style) = indicatif::ProgressStyle::with_template("  {prefix} {bar:30} {pos}/{len} {msg}") {
+            b.set_style(style);
+        }
+        b.set_prefix(what.to_string());
+        b
+    };
+    // The sorting task.
+    let t0 = std::time::Instant::now();
+    let (task, config, tc) = sort_setup()?;
+    let mut trainer = train::Trainer::new(model::Gpt::<f32>::new(config, 1)?, &tc, 2)?;
+    let pb = bar(SORT_STEPS, "sort  ");
+    trainer.run(&train::Data::Sort(&task), &tc, SORT_STEPS, |r| {
+        pb.set_message(format!("loss {:.4}", r.loss));
+        pb.inc(1);
+    })?;
+    pb.finish_and_clear();
+    let sort_accuracy = train::sort_accuracy(&trainer.model, &task.held_out)?;
+    let mut sort_examples = Vec::new();
+    for s in task.held_out.iter().take(4) {
+        let g = sample::generate(&trainer.model, s, s.len(), &sample::Decoding::Greedy, &mut crate::rng::Rng::new(0), true)?;
+        sort_examples.push((s.clone(), g.new_tokens().to_vec()));
+    }
+    let sort_history = trainer.history;
+    let sort_seconds = t0.elapsed().as_secs_f64();
+    // The corpus.
+    let t1 = std::time::Instant::now();
+    let (tok, train_ids, validation) = crate::ch08_tokens::char_data()?;
+    let baseline_rows = crate::ch08_tokens::char_baseline()?;
+    let baseline = baseline_rows
+        .iter()
+        .flat_map(|r| [(format!("{}-gram, add-k", r.n), r.add_k), (format!("{}-gram, backoff", r.n), r.backoff)])
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .ok_or(crate::error::Error::Empty { op: "compute_results", arg: "baseline" })?;
+    let (config, tc) = corpus_setup()?;
+    let mut trainer = train::Trainer::new(model::Gpt::<f32>::new(config, 1)?, &tc, 2)?;
+    let data = train::Data::Stream { tokens: &train_ids, seq_len: CORPUS_CONTEXT };
+    let val_batches = data::covering_windows(&validation, CORPUS_CONTEXT, 32);
+    let mut corpus_validation = Vec::new();
+    let pb = bar(CORPUS_STEPS, "corpus");
+    let mut seen = 0usize;
+    while trainer.step < CORPUS_STEPS {
+        let r = trainer.step(&data, &tc)?;
+        seen += r.tokens;
+        pb.set_message(format!("loss {:.4} | {:.0} tokens/s", r.loss, seen as f64 / t1.elapsed().as_secs_f64().max(1e-9)));
+        pb.inc(1);
+        if trainer.step % CORPUS_EVAL_EVERY == 0 {
+            corpus_validation.push((trainer.step, train::mean_loss(&trainer.model, &val_batches)?));
+        }
+    }
+    pb.finish_and_clear();
+    let prompt: Vec<data::Token> = validation[..48].to_vec();
+    let g = sample::generate(&trainer.model, &prompt, 240, &sample::Decoding::temperature(0.8), &mut crate::rng::Rng::new(1), true)?;
+    let corpus_sample = (tok.decode_lossy(&prompt)?, tok.decode_lossy(g.new_tokens())?);
+    Ok(Results {
+        sort_history,
+        sort_accuracy,
+        sort_examples,
+        corpus_history: trainer.history,
+        corpus_validation,
+        baseline,
+        corpus_sample,
+        seconds: (sort_seconds, t1.elapsed().as_secs_f64()),
+    })
+}
+
+/// Trains both models once per process (the walk and the plots share the result).
+pub fn results() -> Result<&'static Results> {
+    static CELL: std::sync::OnceLock<std::result::Result<Results, String>> = std::sync::OnceLock::new();
+    CELL.get_or_init(|| compute_results().map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(|e| crate::error::Error::InvalidValue { op: "ch09_gpt::results", arg: "training", reason: e.clone() })
+}
+
+fn print_results(r: &Results) {
+    println!("   sorting: exact match on 1,000 held-out strings {:.1} % ({:.0} s of training)", 100.0 * r.sort_accuracy, r.seconds.0);
+    for (s, out) in &r.sort_examples {
+        println!("     {s:?} → {out:?}");
+    }
+    let last = r.corpus_validation.last().map_or(f64::NAN, |v| v.1);
+    println!(
+        "   corpus: validation {last:.4} nats per character against the best n-gram baseline {:.4} ({}); {:.0} s of training",
+        r.baseline.1, r.baseline.0, r.seconds.1
+    );
+    println!("   sample after {:?}:\n{}", r.corpus_sample.0, r.corpus_sample.1);
+}
+
+/// Measured forward time of a fixed model (2 layers, width 64, 4 heads, batch 1) against the
+/// sequence length n, in milliseconds: (n, time). Each point is the fastest of a few runs.
+pub fn forward_times(lengths: &[usize]) -> Result<Vec<(usize, f64)>> {
+    let max = lengths.iter().copied().max().unwrap_or(1);
+    let m = model::Gpt::<f32>::new(Config::new(64, max, 2, 4, 64), 1)?;
+    let mut rng = crate::rng::Rng::new(3);
+    let mut out = Vec::new();
+    for &n in lengths {
+        let ids: Vec<data::Token> = (0..n).map(|_| rng.below(64) as data::Token).collect();
+        let mut best = f64::INFINITY;
+        for _ in 0..3 {
+            let t = std::time::Instant::now();
+            std::hint::black_box(m.forward(&ids, n)?);
+            best = best.min(t.elapsed().as_secs_f64() * 1e3);
+        }
+        out.push((n, best));
+    }
+    Ok(out)
+}
+
+/// Least-squares fit t ≈ a·n + b·n² (no constant): the linear part (projections, MLP) and the
+/// quadratic part (the n×n attention scores) of the forward pass.
+pub fn fit_linear_quadratic(points: &[(usize, f64)]) -> (f64, f64) {
+    let (mut s11, mut s12, mut s22, mut y1, mut y2) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    for &(n, t) in points {
+        let (x1, x2) = (n as f64, (n * n) as f64);
+        s11 += x1 * x1;
+        s12 += x1 * x2;
+        s22 += x2 * x2;
+        y1 += x1 * t;
+        y2 += x2 * t;
+    }
+    let det = s11 * s22 - s12 * s12;
+    if det.abs() < 1e-300 {
+        return (0.0, 0.0);
+    }
+    ((y1 * s22 - y2 * s12) / det, (s11 * y2 - s12 * y1) / det)
+}
+
+/// The sequence lengths of the attention-cost plot.
+pub const COST_LENGTHS: [usize; 7] = [16, 32, 64, 128, 256, 512, 1024];
+
+/// The chapter's figures as data: (file stem, figure). Trains both models (see [`results`]).
 pub fn figures() -> Result<Vec<(String, Figure)>> {
-    Ok(Vec::new())
+    let r = results()?;
+    let steps = |h: &[train::StepRecord]| h.iter().map(|s| (s.step as f64 + 1.0, s.loss)).collect::<Vec<_>>();
+    let sort = Figure::Line(LineChart {
+        title: "Sorting digits: training loss".into(),
+        x_label: "step".into(),
+        y_label: "nats per scored token".into(),
+        series: vec![Series::new("batch loss", steps(&r.sort_history))],
+        markers: false,
+    });
+    let corpus_steps = r.corpus_history.last().map_or(1.0, |s| s.step as f64 + 1.0);
+    let corpus = Figure::Line(LineChart {
+        title: "Default corpus, character tokens: loss against the n-gram baseline".into(),
+        x_label: "step".into(),
+        y_label: "nats per character".into(),
+        series: vec![
+            Series::new("training batch loss", steps(&r.corpus_history)),
+            Series::new("validation loss", r.corpus_validation.iter().map(|&(s, v)| (s as f64, v)).collect()),
+            Series::new(format!("best n-gram ({})", r.baseline.0), vec![(1.0, r.baseline.1), (corpus_steps, r.baseline.1)]),
+        ],
+        markers: false,
+    });
+    let times = forward_times(&COST_LENGTHS)?;
+    let (a, b) = fit_linear_quadratic(&times);
+    let cost = Figure::Line(LineChart {
+        title: "Forward pass time against sequence length (2 layers, d = 64)".into(),
+        x_label: "sequence length n".into(),
+        y_label: "milliseconds".into(),
+        series: vec![
+            Series::new("measured", times.iter().map(|&(n, t)| (n as f64, t)).collect()),
+            Series::new(format!("fit {a:.2e}·n + {b:.2e}·n²"), times.iter().map(|&(n, _)| (n as f64, a * n as f64 + b * (n * n) as f64)).collect()),
+            Series::new("its n² part (attention scores)", times.iter().map(|&(n, _)| (n as f64, b * (n * n) as f64)).collect()),
+        ],
+        markers: true,
+    });
+    Ok(vec![("ch09_sort_loss".into(), sort), ("ch09_corpus_loss".into(), corpus), ("ch09_attention_cost".into(), cost)])
 }
 
 fn plots(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
+    print_results(results()?);
     for (stem, f) in figures()? {
         out.extend(f.save(dir, &stem)?);
     }
