@@ -212,7 +212,8 @@ impl<T: Float> AdamMoments<T> {
         if (steps == 0) != first.is_empty() {
             return Err(invalid(OP, "steps", format!("{steps} steps do not go with {} moment tensors", first.len())));
         }
-        if first.iter().chain(&second).any(|m| m.iter().any(|x| !x.is_finite())) || second.iter().any(|v| v.iter().any(|x| *x < T::zero())) {
+        if first.iter().chain(&second).any(|m| m.iter().any(|x| !x.is_finite())) || second.iter().any(|v| v.iter().any(|x| *x < T::zero()))
+        {
             return Err(invalid(OP, "moments", "must be finite, and the second moments non-negative"));
         }
         Ok(AdamMoments { m: first, v: second, t: steps })

@@ -418,7 +418,9 @@ fn a_header_that_lies_is_refused() {
     assert!(parse_err(with_header(&t("[8,0]"), &data)).contains("run backwards"));
     assert!(parse_err(with_header(&t("[0,4]"), &data)).contains("needs 8 bytes"));
     // Two tensors on the same bytes; a hole; bytes after the last tensor.
-    let two = |a: &str, b: &str| format!(r#"{{"x":{{"dtype":"F32","shape":[1],"data_offsets":{a}}},"y":{{"dtype":"F32","shape":[1],"data_offsets":{b}}}}}"#);
+    let two = |a: &str, b: &str| {
+        format!(r#"{{"x":{{"dtype":"F32","shape":[1],"data_offsets":{a}}},"y":{{"dtype":"F32","shape":[1],"data_offsets":{b}}}}}"#)
+    };
     assert!(parse_err(with_header(&two("[0,4]", "[0,4]"), &data)).contains("overlaps"));
     assert!(parse_err(with_header(&two("[0,4]", "[8,12]"), &[0u8; 12])).contains("hole"));
     assert!(parse_err(with_header(&two("[0,4]", "[4,8]"), &[0u8; 12])).contains("not described by the header"));
@@ -601,7 +603,11 @@ mod choosing {
         // Probabilities 0.5, 0.3, 0.15, 0.05 (as logits ln p).
         let z: Vec<f64> = [0.5_f64, 0.3, 0.15, 0.05].iter().map(|p| p.ln()).collect();
         let nucleus = |p: f64| {
-            distribution(&z, &Decoding::Sample { temperature: 1.0, top_k: None, top_p: Some(p) }).unwrap().iter().map(|x| x.0).collect::<Vec<_>>()
+            distribution(&z, &Decoding::Sample { temperature: 1.0, top_k: None, top_p: Some(p) })
+                .unwrap()
+                .iter()
+                .map(|x| x.0)
+                .collect::<Vec<_>>()
         };
         assert_eq!(nucleus(0.45), vec![0]);
         assert_eq!(nucleus(0.51), vec![0, 1]);
@@ -706,7 +712,7 @@ mod model {
         assert!(report.tensors.iter().all(|w| w.analytic != 0.0 || w.numeric == 0.0));
         // The input embeddings x₀.
         let x0 = model.embed(&batch.inputs, batch.seq_len).unwrap();
-        let report = gradcheck::check(deep_check(), &[("x0", x0)], &[analytic.d_x0.clone()], |t| {
+        let report = gradcheck::check(deep_check(), &[("x0", x0)], std::slice::from_ref(&analytic.d_x0), |t| {
             model.loss_and_grads_from_embeddings(&t[0], &batch).unwrap().loss
         });
         report.assert_passed();
@@ -762,7 +768,12 @@ mod model {
 
     #[test]
     fn the_model_holds_exactly_the_parameters_its_config_counts() {
-        for c in [tiny(true, Positions::Learned), tiny(false, Positions::Learned), tiny(true, Positions::Sinusoidal), Config::new(65, 64, 4, 4, 128)] {
+        for c in [
+            tiny(true, Positions::Learned),
+            tiny(false, Positions::Learned),
+            tiny(true, Positions::Sinusoidal),
+            Config::new(65, 64, 4, 4, 128),
+        ] {
             let m = Gpt::<f32>::new(c, 0).unwrap();
             assert_eq!(m.parameter_count() as u64, c.parameter_count());
             let names: Vec<String> = m.tensors().into_iter().map(|(n, _)| n).collect();
@@ -1111,7 +1122,8 @@ mod checkpoints {
         let mut resumed = ck::load_trainer(&dir, &fresh()).unwrap();
         assert_eq!(resumed.step, 4);
         resumed.run(&data, &tc, 8, |_| {}).unwrap();
-        let bits = |t: &Trainer<f32>| t.history.iter().map(|r| (r.loss.to_bits(), r.lr.to_bits(), r.grad_norm.to_bits())).collect::<Vec<_>>();
+        let bits =
+            |t: &Trainer<f32>| t.history.iter().map(|r| (r.loss.to_bits(), r.lr.to_bits(), r.grad_norm.to_bits())).collect::<Vec<_>>();
         assert_eq!(bits(&resumed), bits(&straight));
         assert_eq!(resumed.model, straight.model);
         assert_eq!(resumed.rng, straight.rng);
@@ -1123,4 +1135,9 @@ mod checkpoints {
         let e = ck::load_trainer(&dir, &fresh()).unwrap_err().to_string();
         assert!(e.contains(STATE_FILE) && e.contains("interrupted save"), "{e}");
     }
+}
+
+#[test]
+fn the_prose_carries_the_worked_and_errata_tables() {
+    common::check_chapter_prose(&llm_workbook::ch09_gpt::CHAPTER);
 }

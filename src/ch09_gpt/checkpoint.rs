@@ -89,7 +89,11 @@ pub fn config_from_json(j: &Json, file: &str) -> Result<Config> {
     let int = |key: &str| -> Result<Option<usize>> {
         match j.get(key) {
             None | Some(Json::Null) => Ok(None),
-            Some(v) => v.as_u64().and_then(|x| usize::try_from(x).ok()).map(Some).ok_or_else(|| parse_error(file, format!("{key} must be a non-negative integer"))),
+            Some(v) => v
+                .as_u64()
+                .and_then(|x| usize::try_from(x).ok())
+                .map(Some)
+                .ok_or_else(|| parse_error(file, format!("{key} must be a non-negative integer"))),
         }
     };
     let need = |key: &str| -> Result<usize> { int(key)?.ok_or_else(|| parse_error(file, format!("{key} is missing"))) };
@@ -123,7 +127,13 @@ pub fn config_from_json(j: &Json, file: &str) -> Result<Config> {
     if let Some(a) = j.get("activation_function") {
         let name = a.as_str().unwrap_or("");
         if !GELU_TANH_NAMES.contains(&name) {
-            return Err(parse_error(file, format!("activation_function {a:?} is not GELU's tanh form (gelu_new); this model only implements that one", a = a.to_text())));
+            return Err(parse_error(
+                file,
+                format!(
+                    "activation_function {a:?} is not GELU's tanh form (gelu_new); this model only implements that one",
+                    a = a.to_text()
+                ),
+            ));
         }
     }
     if let Some(inner) = int("n_inner")?
@@ -205,7 +215,13 @@ pub fn model_from_safetensors<T: Float>(config: Config, f: &SafeTensors) -> Resu
         let full = name_of(name);
         expected.push(full.clone());
         f.matrix::<T>(&full, rows, cols).map_err(|e| match e {
-            Error::Parse { reason, .. } => parse_error(&file, format!("{reason} (config.json: n_embd = {}, n_layer = {}, vocab_size = {})", config.width, config.layers, config.vocab_size)),
+            Error::Parse { reason, .. } => parse_error(
+                &file,
+                format!(
+                    "{reason} (config.json: n_embd = {}, n_layer = {}, vocab_size = {})",
+                    config.width, config.layers, config.vocab_size
+                ),
+            ),
             other => other,
         })
     };
@@ -316,16 +332,25 @@ pub fn load_trainer<T: Float>(dir: &Path, fresh: &Trainer<T>) -> Result<Trainer<
     let state = SafeTensors::read(&dir.join(STATE_FILE))?;
     let file = state.file.clone();
     let meta = |key: &str| state.meta(key).ok_or_else(|| parse_error(&file, format!("metadata {key} is missing")));
-    let number = |key: &str| -> Result<u64> { meta(key)?.parse::<u64>().map_err(|_| parse_error(&file, format!("metadata {key} is not a whole number"))) };
+    let number = |key: &str| -> Result<u64> {
+        meta(key)?.parse::<u64>().map_err(|_| parse_error(&file, format!("metadata {key} is not a whole number")))
+    };
     let step = number("step")?;
     if model_file.meta("step") != Some(meta("step")?) {
         return Err(parse_error(
             &file,
-            format!("the training state is for step {step} but {MODEL_FILE} is for step {} (an interrupted save?)", model_file.meta("step").unwrap_or("unknown")),
+            format!(
+                "the training state is for step {step} but {MODEL_FILE} is for step {} (an interrupted save?)",
+                model_file.meta("step").unwrap_or("unknown")
+            ),
         ));
     }
     let adam_steps = number("adam_steps")?;
-    let parts: Vec<u64> = meta("rng_state")?.split(',').map(|s| s.parse::<u64>()).collect::<std::result::Result<_, _>>().map_err(|_| parse_error(&file, "rng_state is not four integers"))?;
+    let parts: Vec<u64> = meta("rng_state")?
+        .split(',')
+        .map(|s| s.parse::<u64>())
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|_| parse_error(&file, "rng_state is not four integers"))?;
     let rng_state: [u64; 4] = parts.try_into().map_err(|_| parse_error(&file, "rng_state is not four integers"))?;
     let shapes: Vec<(String, usize, usize)> = model.tensors().into_iter().map(|(n, m)| (n, m.nrows(), m.ncols())).collect();
     let mut first = Vec::new();
@@ -341,11 +366,13 @@ pub fn load_trainer<T: Float>(dir: &Path, fresh: &Trainer<T>) -> Result<Trainer<
         let n = state.info(key).map(|t| t.shape.iter().product()).unwrap_or(0);
         state.values_f64(key, &[n])
     };
-    let (loss, lr, norm, tokens) = (column("history.loss")?, column("history.lr")?, column("history.grad_norm")?, column("history.tokens")?);
+    let (loss, lr, norm, tokens) =
+        (column("history.loss")?, column("history.lr")?, column("history.grad_norm")?, column("history.tokens")?);
     if [lr.len(), norm.len(), tokens.len()].iter().any(|&n| n != loss.len()) || loss.len() as u64 != step {
         return Err(parse_error(&file, format!("the history holds {} records for step {step}", loss.len())));
     }
-    let history = (0..loss.len()).map(|i| StepRecord { step: i, loss: loss[i], lr: lr[i], grad_norm: norm[i], tokens: tokens[i] as usize }).collect();
+    let history =
+        (0..loss.len()).map(|i| StepRecord { step: i, loss: loss[i], lr: lr[i], grad_norm: norm[i], tokens: tokens[i] as usize }).collect();
     let mut optimizer = fresh.optimizer.clone();
     optimizer.moments = moments;
     Ok(Trainer { model, optimizer, rng: Rng::from_state(rng_state), step: step as usize, history })

@@ -226,7 +226,15 @@ fn read_run(dir: &Path) -> Result<Run> {
         Some(Json::Null) | None => None,
         Some(v) => Some(v.as_f64().ok_or_else(|| bad("clip"))?),
     };
-    let tc = TrainConfig { batch: u("batch")? as usize, schedule, weight_decay: f("weight_decay")?, beta1: f("beta1")?, beta2: f("beta2")?, epsilon: f("epsilon")?, clip };
+    let tc = TrainConfig {
+        batch: u("batch")? as usize,
+        schedule,
+        weight_decay: f("weight_decay")?,
+        beta1: f("beta1")?,
+        beta2: f("beta2")?,
+        epsilon: f("epsilon")?,
+        clip,
+    };
     let data = PathBuf::from(j.get("data").and_then(Json::as_str).ok_or_else(|| bad("data"))?);
     Ok(Run { data, tc, context: u("context")? as usize, seed: u("seed")? })
 }
@@ -247,7 +255,15 @@ fn train(a: TrainArgs) -> Result<()> {
     let schedule = Schedule::new(a.lr, a.lr / 10.0, (a.steps / 20).max(1).min(a.steps), a.steps)?;
     let tc = TrainConfig::new(a.batch, schedule);
     let model = Gpt::<f32>::new(config, a.seed)?;
-    println!("model: {} layers, {} heads, width {}, context {}, vocabulary {}: {} parameters", a.layers, a.heads, a.width, a.context, config.vocab_size, config.parameter_count());
+    println!(
+        "model: {} layers, {} heads, width {}, context {}, vocabulary {}: {} parameters",
+        a.layers,
+        a.heads,
+        a.width,
+        a.context,
+        config.vocab_size,
+        config.parameter_count()
+    );
     let trainer = Trainer::new(model, &tc, a.seed.wrapping_add(1))?;
     super::safetensors::write_atomic(&a.out.join(RUN_FILE), run_json(&data, &tc, a.context, a.steps, a.seed).to_pretty().as_bytes())?;
     continue_run(trainer, &tc, &text, tok.as_ref(), a.context, a.steps, a.save_every, &a.out)
@@ -268,7 +284,16 @@ fn resume(a: ResumeArgs) -> Result<()> {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn continue_run(mut trainer: Trainer<f32>, tc: &TrainConfig, text: &str, tok: &dyn Tokenizer, context: usize, steps: usize, save_every: usize, out: &Path) -> Result<()> {
+fn continue_run(
+    mut trainer: Trainer<f32>,
+    tc: &TrainConfig,
+    text: &str,
+    tok: &dyn Tokenizer,
+    context: usize,
+    steps: usize,
+    save_every: usize,
+    out: &Path,
+) -> Result<()> {
     let tokens = tok.encode(text)?;
     let split = TokenSplit::new(&tokens, 0.1, context)?;
     let data = Data::Stream { tokens: &split.train, seq_len: context };
@@ -283,7 +308,7 @@ fn continue_run(mut trainer: Trainer<f32>, tc: &TrainConfig, text: &str, tok: &d
         running = if running.is_nan() { r.loss } else { 0.95 * running + 0.05 * r.loss };
         bar.set_message(format!("loss {running:.4} | {:.0} tokens/s", seen as f64 / start.elapsed().as_secs_f64().max(1e-9)));
         bar.inc(1);
-        if save_every > 0 && trainer.step % save_every == 0 && trainer.step < steps {
+        if save_every > 0 && trainer.step.is_multiple_of(save_every) && trainer.step < steps {
             save_trainer(&trainer, out)?;
         }
     }
@@ -292,7 +317,11 @@ fn continue_run(mut trainer: Trainer<f32>, tc: &TrainConfig, text: &str, tok: &d
     let val = mean_loss(&trainer.model, &covering_windows(&split.validation, context, 32))?;
     println!("step {}: training loss {running:.4}, validation loss {val:.4} nats per token", trainer.step);
     let files = loss_figure(&trainer).save(out, "loss")?;
-    println!("checkpoint and loss plot in {} ({})", out.display(), files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", "));
+    println!(
+        "checkpoint and loss plot in {} ({})",
+        out.display(),
+        files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", ")
+    );
     let prompt: Vec<Token> = split.validation[..context.min(16)].to_vec();
     let g = generate(&trainer.model, &prompt, 200, &Decoding::temperature(0.8), &mut Rng::new(1), true)?;
     println!("sample (T = 0.8) after {:?}:\n{}", tok.decode_lossy(&prompt)?, tok.decode_lossy(g.new_tokens())?);
@@ -323,14 +352,24 @@ fn sample(a: SampleArgs) -> Result<()> {
     let tok = load_tokenizer(&a.checkpoint)?;
     let model = load_model::<f32>(&a.checkpoint)?;
     if tok.vocab_size() > model.config.vocab_size {
-        return Err(invalid("gpt sample", "checkpoint", format!("the tokenizer has {} tokens but the model only {}", tok.vocab_size(), model.config.vocab_size)));
+        return Err(invalid(
+            "gpt sample",
+            "checkpoint",
+            format!("the tokenizer has {} tokens but the model only {}", tok.vocab_size(), model.config.vocab_size),
+        ));
     }
-    let decoding = if a.greedy { Decoding::Greedy } else { Decoding::Sample { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p } };
+    let decoding =
+        if a.greedy { Decoding::Greedy } else { Decoding::Sample { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p } };
     decoding.validate()?;
     let prompt = tok.encode(&a.prompt)?;
     let g = generate(&model, &prompt, a.tokens, &decoding, &mut Rng::new(a.seed), true)?;
     if g.cropped > 0 {
-        eprintln!("note: the prompt holds {} tokens, more than the context of {}; its first {} tokens were dropped", prompt.len(), model.config.context, g.cropped);
+        eprintln!(
+            "note: the prompt holds {} tokens, more than the context of {}; its first {} tokens were dropped",
+            prompt.len(),
+            model.config.context,
+            g.cropped
+        );
     }
     println!("{}{}", a.prompt, tok.decode_lossy(g.new_tokens())?);
     Ok(())

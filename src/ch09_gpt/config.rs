@@ -52,7 +52,16 @@ pub const MLP_EXPANSION: usize = 4;
 impl Config {
     /// A configuration with GPT-2's choices (tied, learned positions, ε = 10⁻⁵).
     pub fn new(vocab_size: usize, context: usize, layers: usize, heads: usize, width: usize) -> Config {
-        Config { vocab_size, context, layers, heads, width, tied: true, positions: Positions::Learned, layer_norm_epsilon: GPT2_LAYER_NORM_EPSILON }
+        Config {
+            vocab_size,
+            context,
+            layers,
+            heads,
+            width,
+            tied: true,
+            positions: Positions::Learned,
+            layer_norm_epsilon: GPT2_LAYER_NORM_EPSILON,
+        }
     }
 
     /// GPT-2 "small", the 124M model: V = 50,257, n_ctx = 1,024, 12 layers, 12 heads, d = 768.
@@ -90,7 +99,13 @@ impl Config {
     /// divide the width, an even width for sinusoidal positions, ε finite and > 0.
     pub fn validate(&self) -> Result<()> {
         const OP: &str = "Config::validate";
-        for (arg, v) in [("vocab_size", self.vocab_size), ("context", self.context), ("layers", self.layers), ("heads", self.heads), ("width", self.width)] {
+        for (arg, v) in [
+            ("vocab_size", self.vocab_size),
+            ("context", self.context),
+            ("layers", self.layers),
+            ("heads", self.heads),
+            ("width", self.width),
+        ] {
             if v == 0 {
                 return Err(invalid(OP, arg, "must be at least 1, got 0"));
             }
@@ -103,13 +118,18 @@ impl Config {
             ));
         }
         if self.positions == Positions::Sinusoidal && !self.width.is_multiple_of(2) {
-            return Err(invalid(OP, "width", format!("sinusoidal positions pair sines with cosines, so the width must be even, got {}", self.width)));
+            return Err(invalid(
+                OP,
+                "width",
+                format!("sinusoidal positions pair sines with cosines, so the width must be even, got {}", self.width),
+            ));
         }
         if !(self.layer_norm_epsilon.is_finite() && self.layer_norm_epsilon > 0.0) {
             return Err(invalid(OP, "layer_norm_epsilon", format!("must be finite and > 0, got {}", self.layer_norm_epsilon)));
         }
         // Every tensor must be addressable: the largest are V×d, n_ctx×d and d×4d.
-        let fits = [self.vocab_size, self.context, self.width.saturating_mul(MLP_EXPANSION)].iter().all(|&r| r.checked_mul(self.width).is_some());
+        let fits =
+            [self.vocab_size, self.context, self.width.saturating_mul(MLP_EXPANSION)].iter().all(|&r| r.checked_mul(self.width).is_some());
         if !fits {
             return Err(invalid(OP, "width", "the tensors would have more entries than memory addresses"));
         }
@@ -195,7 +215,8 @@ impl MatrixAccounting {
     /// The accounting of a configuration.
     pub fn of(config: &Config) -> Result<MatrixAccounting> {
         config.validate()?;
-        let (v, d, dk, h, l) = (config.vocab_size as u64, config.width as u64, config.head_width() as u64, config.heads as u64, config.layers as u64);
+        let (v, d, dk, h, l) =
+            (config.vocab_size as u64, config.width as u64, config.head_width() as u64, config.heads as u64, config.layers as u64);
         let embedding = v * d;
         let query_per_head = dk * d;
         let per_head = 4 * dk * d;

@@ -180,7 +180,11 @@ impl TokenSplit {
         let (train, validation) = tokens.split_at(cut);
         for (arg, part) in [("corpus (its training part)", train), ("corpus (its validation part)", validation)] {
             if part.len() < context + 1 {
-                return Err(invalid(OP, arg, format!("holds {} tokens, fewer than one window of context + 1 = {}", part.len(), context + 1)));
+                return Err(invalid(
+                    OP,
+                    arg,
+                    format!("holds {} tokens, fewer than one window of context + 1 = {}", part.len(), context + 1),
+                ));
             }
         }
         Ok(TokenSplit { train: train.to_vec(), validation: validation.to_vec() })

@@ -114,8 +114,20 @@ fn pair(m: &DMatrix<f64>, decimals: usize) -> String {
 pub fn worked() -> Result<Vec<Worked>> {
     let gpt3 = MatrixAccounting::of(&Config::gpt3_175b())?;
     let mut rows = vec![
-        Worked::number("gpt3_embedding_holds_617558016_weights", DOC_GPT3, "GPT-3 embedding 50,257 × 12,288", "617558016", gpt3.embedding as f64),
-        Worked::number("gpt3_embedding_holds_617558016_weights", DOC_GPT3, "GPT-3 unembedding 50,257 × 12,288", "617558016", gpt3.unembedding as f64),
+        Worked::number(
+            "gpt3_embedding_holds_617558016_weights",
+            DOC_GPT3,
+            "GPT-3 embedding 50,257 × 12,288",
+            "617558016",
+            gpt3.embedding as f64,
+        ),
+        Worked::number(
+            "gpt3_embedding_holds_617558016_weights",
+            DOC_GPT3,
+            "GPT-3 unembedding 50,257 × 12,288",
+            "617558016",
+            gpt3.unembedding as f64,
+        ),
         Worked::number(
             "gpt3_embedding_holds_617558016_weights",
             DOC_GPT3,
@@ -123,7 +135,13 @@ pub fn worked() -> Result<Vec<Worked>> {
             "1",
             (gpt3.embedding + gpt3.unembedding) as f64 / BILLION,
         ),
-        Worked::number("gpt3_one_head_holds_6_3_million_weights", DOC_GPT3, "one attention head (Q, K, value-down, value-up), millions", "6.3", gpt3.per_head as f64 / 1e6),
+        Worked::number(
+            "gpt3_one_head_holds_6_3_million_weights",
+            DOC_GPT3,
+            "one attention head (Q, K, value-down, value-up), millions",
+            "6.3",
+            gpt3.per_head as f64 / 1e6,
+        ),
         Worked::number(
             "gpt3_one_attention_layer_holds_600_million_weights",
             DOC_GPT3,
@@ -131,13 +149,49 @@ pub fn worked() -> Result<Vec<Worked>> {
             "0.6",
             gpt3.per_attention_layer as f64 / BILLION,
         ),
-        Worked::number("gpt3_attention_holds_58_billion_weights", DOC_GPT3, "all 96 attention layers, billions", "58", gpt3.attention as f64 / BILLION),
-        Worked::number("gpt3_attention_holds_58_billion_weights", DOC_GPT3, "attention's share of all weights (printed as 1/3)", "0.33", gpt3.attention as f64 / gpt3.total as f64),
-        Worked::number("gpt3_one_mlp_holds_1_2_billion_weights", DOC_GPT3, "one MLP (up- and down-projection), billions", "1.2", gpt3.per_mlp as f64 / BILLION),
-        Worked::number("gpt3_one_mlp_holds_1_2_billion_weights", DOC_GPT3, "the MLPs' share of all weights (printed as 2/3)", "0.67", gpt3.mlp as f64 / gpt3.total as f64),
-        Worked::number("gpt3_holds_175_billion_weights_in_27938_matrices", DOC_GPT3, "all weights, billions", "175", gpt3.total as f64 / BILLION),
+        Worked::number(
+            "gpt3_attention_holds_58_billion_weights",
+            DOC_GPT3,
+            "all 96 attention layers, billions",
+            "58",
+            gpt3.attention as f64 / BILLION,
+        ),
+        Worked::number(
+            "gpt3_attention_holds_58_billion_weights",
+            DOC_GPT3,
+            "attention's share of all weights (printed as 1/3)",
+            "0.33",
+            gpt3.attention as f64 / gpt3.total as f64,
+        ),
+        Worked::number(
+            "gpt3_one_mlp_holds_1_2_billion_weights",
+            DOC_GPT3,
+            "one MLP (up- and down-projection), billions",
+            "1.2",
+            gpt3.per_mlp as f64 / BILLION,
+        ),
+        Worked::number(
+            "gpt3_one_mlp_holds_1_2_billion_weights",
+            DOC_GPT3,
+            "the MLPs' share of all weights (printed as 2/3)",
+            "0.67",
+            gpt3.mlp as f64 / gpt3.total as f64,
+        ),
+        Worked::number(
+            "gpt3_holds_175_billion_weights_in_27938_matrices",
+            DOC_GPT3,
+            "all weights, billions",
+            "175",
+            gpt3.total as f64 / BILLION,
+        ),
         Worked::number("gpt3_holds_175_billion_weights_in_27938_matrices", DOC_GPT3, "weight matrices", "27938", gpt3.matrices as f64),
-        Worked::number("gpt3_holds_175_billion_weights_in_27938_matrices", DOC_NOTES, "all weights, billions (~175B)", "175", gpt3.total as f64 / BILLION),
+        Worked::number(
+            "gpt3_holds_175_billion_weights_in_27938_matrices",
+            DOC_NOTES,
+            "all weights, billions (~175B)",
+            "175",
+            gpt3.total as f64 / BILLION,
+        ),
         Worked::number("gpt3_holds_175_billion_weights_in_27938_matrices", DOC_NOTES, "weight matrices", "27938", gpt3.matrices as f64),
         Worked::erratum(
             "gpt3_width_is_12288_from_heads_and_embedding_count",
@@ -153,7 +207,13 @@ pub fn worked() -> Result<Vec<Worked>> {
             "13288",
             (gpt3.embedding / Config::gpt3_175b().vocab_size as u64).to_string(),
         ),
-        Worked::number("gpt3_holds_175_billion_weights_in_27938_matrices", DOC_MATH, "GPT-3 weights, billions", "175", gpt3.total as f64 / BILLION),
+        Worked::number(
+            "gpt3_holds_175_billion_weights_in_27938_matrices",
+            DOC_MATH,
+            "GPT-3 weights, billions",
+            "175",
+            gpt3.total as f64 / BILLION,
+        ),
         Worked::erratum(
             "gpt3_has_96_layers_of_width_12288_not_175_of_1024",
             DOC_MATH,
@@ -161,7 +221,13 @@ pub fn worked() -> Result<Vec<Worked>> {
             "175 layers, d = 1024",
             format!("{} layers, d = {}", Config::gpt3_175b().layers, Config::gpt3_175b().width),
         ),
-        Worked::number("gpt2_xl_holds_1_56_billion_parameters", DOC_MATH, "GPT-2 (XL) parameters, billions", "1.5", Config::gpt2_xl().parameter_count() as f64 / BILLION),
+        Worked::number(
+            "gpt2_xl_holds_1_56_billion_parameters",
+            DOC_MATH,
+            "GPT-2 (XL) parameters, billions",
+            "1.5",
+            Config::gpt2_xl().parameter_count() as f64 / BILLION,
+        ),
         Worked::erratum(
             "gpt1_holds_about_117_million_parameters_not_150",
             DOC_MATH,
@@ -367,9 +433,11 @@ fn compute_results() -> Result<Results> {
 /// Trains both models once per process (the walk and the plots share the result).
 pub fn results() -> Result<&'static Results> {
     static CELL: std::sync::OnceLock<std::result::Result<Results, String>> = std::sync::OnceLock::new();
-    CELL.get_or_init(|| compute_results().map_err(|e| e.to_string()))
-        .as_ref()
-        .map_err(|e| crate::error::Error::InvalidValue { op: "ch09_gpt::results", arg: "training", reason: e.clone() })
+    CELL.get_or_init(|| compute_results().map_err(|e| e.to_string())).as_ref().map_err(|e| crate::error::Error::InvalidValue {
+        op: "ch09_gpt::results",
+        arg: "training",
+        reason: e.clone(),
+    })
 }
 
 fn print_results(r: &Results) {
@@ -458,7 +526,10 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
         y_label: "milliseconds".into(),
         series: vec![
             Series::new("measured", times.iter().map(|&(n, t)| (n as f64, t)).collect()),
-            Series::new(format!("fit {a:.2e}·n + {b:.2e}·n²"), times.iter().map(|&(n, _)| (n as f64, a * n as f64 + b * (n * n) as f64)).collect()),
+            Series::new(
+                format!("fit {a:.2e}·n + {b:.2e}·n²"),
+                times.iter().map(|&(n, _)| (n as f64, a * n as f64 + b * (n * n) as f64)).collect(),
+            ),
             Series::new("its n² part (attention scores)", times.iter().map(|&(n, _)| (n as f64, b * (n * n) as f64)).collect()),
         ],
         markers: true,

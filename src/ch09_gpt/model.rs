@@ -25,8 +25,8 @@ use super::config::{Config, Positions};
 use super::data::{Batch, Token, check_ids};
 use crate::ch03_mlp::{Activation, dense_forward};
 use crate::ch06_attention::{
-    AttnSpec, Block, BlockCache, BlockGrads, Ffn, LayerNorm, LnCache, MultiHead, NormOrder, attention_forward, block_backward, block_forward, concat_heads,
-    ffn_forward, layer_norm_backward, layer_norm_forward, split_heads,
+    AttnSpec, Block, BlockCache, BlockGrads, Ffn, LayerNorm, LnCache, MultiHead, NormOrder, attention_forward, block_backward,
+    block_forward, concat_heads, ffn_forward, layer_norm_backward, layer_norm_forward, split_heads,
 };
 use crate::error::{Error, Result, invalid, shape_error, shape_of};
 use crate::float::Float;
@@ -72,7 +72,24 @@ fn block_tensor_decays(i: usize) -> bool {
 
 fn block_refs<T: Float>(b: &Block<T>) -> [&DMatrix<T>; TENSORS_PER_BLOCK] {
     let (a, f) = (&b.attn, &b.ffn);
-    [&b.ln1.gamma, &b.ln1.beta, &a.w_q, &a.b_q, &a.w_k, &a.b_k, &a.w_v, &a.b_v, &a.w_o, &a.b_o, &b.ln2.gamma, &b.ln2.beta, &f.w1, &f.b1, &f.w2, &f.b2]
+    [
+        &b.ln1.gamma,
+        &b.ln1.beta,
+        &a.w_q,
+        &a.b_q,
+        &a.w_k,
+        &a.b_k,
+        &a.w_v,
+        &a.b_v,
+        &a.w_o,
+        &a.b_o,
+        &b.ln2.gamma,
+        &b.ln2.beta,
+        &f.w1,
+        &f.b1,
+        &f.w2,
+        &f.b2,
+    ]
 }
 
 fn block_muts<T: Float>(b: &mut Block<T>) -> [&mut DMatrix<T>; TENSORS_PER_BLOCK] {
@@ -99,7 +116,24 @@ fn block_muts<T: Float>(b: &mut Block<T>) -> [&mut DMatrix<T>; TENSORS_PER_BLOCK
 
 fn block_grads_owned<T: Float>(g: BlockGrads<T>) -> [DMatrix<T>; TENSORS_PER_BLOCK] {
     let (a, f) = (g.attn, g.ffn);
-    [g.ln1.d_gamma, g.ln1.d_beta, a.d_w_q, a.d_b_q, a.d_w_k, a.d_b_k, a.d_w_v, a.d_b_v, a.d_w_o, a.d_b_o, g.ln2.d_gamma, g.ln2.d_beta, f.d_w1, f.d_b1, f.d_w2, f.d_b2]
+    [
+        g.ln1.d_gamma,
+        g.ln1.d_beta,
+        a.d_w_q,
+        a.d_b_q,
+        a.d_w_k,
+        a.d_b_k,
+        a.d_w_v,
+        a.d_b_v,
+        a.d_w_o,
+        a.d_b_o,
+        g.ln2.d_gamma,
+        g.ln2.d_beta,
+        f.d_w1,
+        f.d_b1,
+        f.d_w2,
+        f.d_b2,
+    ]
 }
 
 /// A GPT-2-style model.
@@ -119,6 +153,9 @@ pub struct Gpt<T: Float> {
     /// The unembedding W_U (V×d) when untied; `None` means W_U = W_E.
     pub lm_head: Option<DMatrix<T>>,
 }
+
+/// The final hidden states h_f with the blocks' caches and the final LayerNorm's cache.
+pub type Hidden<T> = (DMatrix<T>, Vec<BlockCache<T>>, LnCache<T>);
 
 /// What the backward pass needs from the forward pass.
 #[derive(Clone, Debug)]
@@ -318,7 +355,7 @@ impl<T: Float> Gpt<T> {
         Ok(inputs.len() / seq_len)
     }
 
-    /// x₀ = W_E[u] + W_P[t]: row b·T + t is token u_{b,t}'s embedding plus position t's row.
+    /// x₀ = W_E\[u\] + W_P\[t\]: row b·T + t is token u_{b,t}'s embedding plus position t's row.
     pub fn embed(&self, inputs: &[Token], seq_len: usize) -> Result<DMatrix<T>> {
         self.check_sequences("Gpt::embed", inputs, seq_len)?;
         let n = inputs.len();
@@ -333,7 +370,7 @@ impl<T: Float> Gpt<T> {
     }
 
     /// The blocks and the final LayerNorm on input embeddings x₀ ((B·T)×d): h_f and the cache.
-    pub fn forward_embeddings(&self, x0: &DMatrix<T>, seq_len: usize) -> Result<(DMatrix<T>, Vec<BlockCache<T>>, LnCache<T>)> {
+    pub fn forward_embeddings(&self, x0: &DMatrix<T>, seq_len: usize) -> Result<Hidden<T>> {
         const OP: &str = "Gpt::forward_embeddings";
         if x0.ncols() != self.config.width || seq_len == 0 || !x0.nrows().is_multiple_of(seq_len) || x0.nrows() == 0 {
             return Err(shape_error(OP, "x0", format!("(B·{seq_len})×{}", self.config.width), shape_of(x0)));
@@ -447,7 +484,11 @@ impl<T: Float> Gpt<T> {
     /// An empty key/value cache for [`Gpt::step`].
     pub fn new_kv_cache(&self) -> KvCache<T> {
         let d = self.config.width;
-        KvCache { keys: vec![DMatrix::zeros(self.config.context, d); self.blocks.len()], values: vec![DMatrix::zeros(self.config.context, d); self.blocks.len()], len: 0 }
+        KvCache {
+            keys: vec![DMatrix::zeros(self.config.context, d); self.blocks.len()],
+            values: vec![DMatrix::zeros(self.config.context, d); self.blocks.len()],
+            len: 0,
+        }
     }
 
     /// Feeds one token at the next position of the cache and returns its logits (length V).
@@ -457,7 +498,7 @@ impl<T: Float> Gpt<T> {
     /// with chapter 6's attention; the rest of the block acts on the one row. The result equals
     /// the last row of the full forward pass over the cached tokens (a test checks it to 10⁻⁹ in
     /// f64). Errors when the cache is full (the caller slides the window, see
-    /// [`super::generate`]).
+    /// [`super::sample::generate`]).
     pub fn step(&self, cache: &mut KvCache<T>, token: Token) -> Result<Vec<T>> {
         const OP: &str = "Gpt::step";
         check_ids(OP, "token", &[token], self.config.vocab_size)?;

@@ -141,14 +141,19 @@ impl SafeTensors {
         for t in &order {
             if t.begin != at {
                 let what = if t.begin < at { "overlaps the tensor before it" } else { "leaves a hole before it" };
-                return Err(parse_error(file, format!("tensor {}: data_offsets [{}, {}) {what} (expected it to start at {at})", t.name, t.begin, t.end)));
+                return Err(parse_error(
+                    file,
+                    format!("tensor {}: data_offsets [{}, {}) {what} (expected it to start at {at})", t.name, t.begin, t.end),
+                ));
             }
             at = t.end;
         }
         if at != buffer_len {
             return Err(parse_error(
                 file,
-                format!("the tensors cover {at} bytes of the data but the file holds {buffer_len} (truncated, or bytes not described by the header)"),
+                format!(
+                    "the tensors cover {at} bytes of the data but the file holds {buffer_len} (truncated, or bytes not described by the header)"
+                ),
             ));
         }
         bytes.drain(..8 + n);
@@ -175,7 +180,10 @@ impl SafeTensors {
     pub fn values_f64(&self, name: &str, expected: &[usize]) -> Result<Vec<f64>> {
         let t = self.info(name).ok_or_else(|| parse_error(&self.file, format!("tensor {name} is missing")))?;
         if t.shape != expected {
-            return Err(parse_error(&self.file, format!("tensor {name} has shape {} but {} was expected", shape_text(&t.shape), shape_text(expected))));
+            return Err(parse_error(
+                &self.file,
+                format!("tensor {name} has shape {} but {} was expected", shape_text(&t.shape), shape_text(expected)),
+            ));
         }
         let raw = &self.buffer[t.begin..t.end];
         match t.dtype.as_str() {
@@ -212,7 +220,8 @@ fn tensor_info(file: &str, name: String, v: &Json, buffer_len: usize) -> Result<
     };
     let mut shape = Vec::with_capacity(dims.len());
     for d in dims {
-        let d = d.as_u64().and_then(|d| usize::try_from(d).ok()).ok_or_else(|| bad("a shape entry is not a non-negative integer".into()))?;
+        let d =
+            d.as_u64().and_then(|d| usize::try_from(d).ok()).ok_or_else(|| bad("a shape entry is not a non-negative integer".into()))?;
         shape.push(d);
     }
     let Some(Json::Array(offsets)) = v.get("data_offsets") else {
@@ -227,7 +236,9 @@ fn tensor_info(file: &str, name: String, v: &Json, buffer_len: usize) -> Result<
         return Err(bad(format!("data_offsets [{begin}, {end}) run backwards")));
     }
     if end > buffer_len as u64 {
-        return Err(bad(format!("data_offsets end at byte {end} but the data holds only {buffer_len} bytes (truncated file or lying header)")));
+        return Err(bad(format!(
+            "data_offsets end at byte {end} but the data holds only {buffer_len} bytes (truncated file or lying header)"
+        )));
     }
     let numel = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
     let expected = numel.and_then(|n| n.checked_mul(size));
@@ -276,7 +287,12 @@ impl TensorOut {
 
     /// `f64` values as an `F64` tensor.
     pub fn f64s(name: impl Into<String>, values: &[f64]) -> TensorOut {
-        TensorOut { name: name.into(), shape: vec![values.len()], dtype: "F64", data: values.iter().flat_map(|x| x.to_le_bytes()).collect() }
+        TensorOut {
+            name: name.into(),
+            shape: vec![values.len()],
+            dtype: "F64",
+            data: values.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        }
     }
 }
 
@@ -285,14 +301,19 @@ impl TensorOut {
 pub fn serialize(tensors: &[TensorOut], metadata: &[(String, String)]) -> Result<Vec<u8>> {
     let mut fields = Vec::new();
     if !metadata.is_empty() {
-        fields.push(("__metadata__".to_string(), Json::Object(metadata.iter().map(|(k, v)| (k.clone(), Json::String(v.clone()))).collect())));
+        fields
+            .push(("__metadata__".to_string(), Json::Object(metadata.iter().map(|(k, v)| (k.clone(), Json::String(v.clone()))).collect())));
     }
     let mut at = 0u64;
     for t in tensors {
         let numel: usize = t.shape.iter().product();
         let size = dtype_size(t.dtype).unwrap_or(0);
         if numel * size != t.data.len() {
-            return Err(crate::error::invalid("safetensors::serialize", "tensors", format!("{} holds {} bytes for shape {}", t.name, t.data.len(), shape_text(&t.shape))));
+            return Err(crate::error::invalid(
+                "safetensors::serialize",
+                "tensors",
+                format!("{} holds {} bytes for shape {}", t.name, t.data.len(), shape_text(&t.shape)),
+            ));
         }
         if fields.iter().any(|(k, _)| *k == t.name) {
             return Err(crate::error::invalid("safetensors::serialize", "tensors", format!("the name {} appears twice", t.name)));

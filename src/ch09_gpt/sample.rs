@@ -196,7 +196,14 @@ impl<T: Float> Gpt<T> {
 /// then on every step slides and rebuilds, and the cached path costs what the uncached one does.
 /// Without the cache, every step runs the full forward pass over the window. Both paths choose
 /// the same tokens from the same `rng`.
-pub fn generate<T: Float>(model: &Gpt<T>, prompt: &[Token], max_new: usize, decoding: &Decoding, rng: &mut Rng, use_cache: bool) -> Result<Generated> {
+pub fn generate<T: Float>(
+    model: &Gpt<T>,
+    prompt: &[Token],
+    max_new: usize,
+    decoding: &Decoding,
+    rng: &mut Rng,
+    use_cache: bool,
+) -> Result<Generated> {
     const OP: &str = "generate";
     decoding.validate()?;
     if prompt.is_empty() {

@@ -76,7 +76,10 @@ pub fn clip_global_norm<T: Float>(grads: &mut [&mut DMatrix<T>], max_norm: f64) 
     }
     let norm = grads.iter().flat_map(|g| g.iter()).map(|x| x.as_f64() * x.as_f64()).sum::<f64>().sqrt();
     if !norm.is_finite() {
-        let at = grads.iter().position(|g| g.iter().any(|x| !x.is_finite())).map_or("overflow of the sum".to_string(), |i| format!("tensor {i}"));
+        let at = grads
+            .iter()
+            .position(|g| g.iter().any(|x| !x.is_finite()))
+            .map_or("overflow of the sum".to_string(), |i| format!("tensor {i}"));
         return Err(Error::NonFinite { op: OP, arg: "gradients", at });
     }
     if norm > max_norm {

@@ -54,7 +54,7 @@ pub fn h0() -> DMatrix<f64> {
     embeddings() + position_table()
 }
 
-/// The causally masked mix for the token at `position`: Σⱼ wⱼ h[j], where the weights must be a
+/// The causally masked mix for the token at `position`: Σⱼ wⱼ h\[j\], where the weights must be a
 /// probability distribution (non-negative, summing to 1) that puts zero weight on every later
 /// position. Returns a 1×d row.
 pub fn masked_mix(weights: &[f64], h: &DMatrix<f64>, position: usize) -> Result<DMatrix<f64>> {
