@@ -29,7 +29,7 @@ fn gpt3_embedding_holds_617558016_weights() {
     assert_eq!(a.embedding, 50_257 * 12_288);
     assert_eq!(a.embedding, 617_558_016);
     assert_eq!(a.unembedding, 617_558_016);
-    // "So, till now the total number of parameters is a little over a billion."
+    // Embedding plus unembedding: "a little over a billion", as document 001 puts it.
     assert_eq!(a.embedding + a.unembedding, 1_235_116_032);
 }
 
@@ -1140,4 +1140,81 @@ mod checkpoints {
 #[test]
 fn the_prose_carries_the_worked_and_errata_tables() {
     common::check_chapter_prose(&llm_workbook::ch09_gpt::CHAPTER);
+}
+
+#[test]
+fn the_linear_plus_quadratic_fit_recovers_known_costs() {
+    let points: Vec<(usize, f64)> = [16, 32, 64, 128, 256].iter().map(|&n| (n, 0.003 * n as f64 + 2e-5 * (n * n) as f64)).collect();
+    let (a, b) = gpt::fit_linear_quadratic(&points);
+    assert_abs_diff_eq!(a, 0.003, epsilon = 1e-12);
+    assert_abs_diff_eq!(b, 2e-5, epsilon = 1e-15);
+    assert_eq!(gpt::fit_linear_quadratic(&[]), (0.0, 0.0));
+}
+
+// ───────────── the command line, end to end on a user's text file ─────────────
+
+mod command_line {
+    use std::process::Command;
+
+    fn cli(args: &[&str]) -> std::process::Output {
+        Command::new(env!("CARGO_BIN_EXE_llm-workbook")).args(args).output().expect("the binary runs")
+    }
+
+    #[test]
+    fn train_resume_and_sample_work_on_a_text_file() {
+        let dir = super::common::temp_dir("ch09_cli");
+        let text = dir.join("my.txt");
+        std::fs::write(&text, "the cat sat on the mat. the dog sat on the log. ".repeat(40)).unwrap();
+        let out = dir.join("ck");
+        let (t, o) = (text.to_str().unwrap(), out.to_str().unwrap());
+        let small = ["--layers", "1", "--heads", "2", "--width", "16", "--context", "16", "--batch", "4"];
+        let mut args = vec!["gpt", "train", "--data", t, "--steps", "4", "--save-every", "2", "--out", o];
+        args.extend(small);
+        let r = cli(&args);
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        let stdout = String::from_utf8_lossy(&r.stdout);
+        assert!(stdout.contains("validation loss") && stdout.contains("sample"), "{stdout}");
+        for f in ["config.json", "model.safetensors", "training_state.safetensors", "tokenizer_chars.txt", "train.json", "loss.png", "loss.svg"] {
+            assert!(out.join(f).exists(), "{f} missing");
+        }
+        let r = cli(&["gpt", "resume", "--checkpoint", o, "--steps", "6"]);
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        assert!(String::from_utf8_lossy(&r.stdout).contains("step 6"));
+        let r = cli(&["gpt", "sample", "--checkpoint", o, "--prompt", "the ", "--tokens", "12", "--top-k", "3", "--seed", "4"]);
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        let sampled = String::from_utf8_lossy(&r.stdout).into_owned();
+        assert!(sampled.starts_with("the ") && sampled.trim_end().chars().count() >= 4 + 10, "{sampled:?}");
+        let again = cli(&["gpt", "sample", "--checkpoint", o, "--prompt", "the ", "--tokens", "12", "--top-k", "3", "--seed", "4"]);
+        assert_eq!(String::from_utf8_lossy(&again.stdout), sampled, "the same seed gives the same text");
+    }
+
+    #[test]
+    fn bad_flags_and_values_give_one_line_and_a_nonzero_status() {
+        for args in [
+            vec!["gpt", "train", "--bogus"],
+            vec!["gpt", "train", "--steps", "many"],
+            vec!["gpt", "sample", "--checkpoint"],
+            vec!["gpt", "frobnicate"],
+        ] {
+            let r = cli(&args);
+            assert_eq!(r.status.code(), Some(2), "{args:?}");
+            let err = String::from_utf8_lossy(&r.stderr);
+            assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        }
+        let dir = super::common::temp_dir("ch09_cli_bad");
+        let empty = dir.join("empty.txt");
+        std::fs::write(&empty, "").unwrap();
+        let bad_utf8 = dir.join("bad.txt");
+        std::fs::write(&bad_utf8, [b'a', 0xff, b'b']).unwrap();
+        for (file, needle) in [(&empty, "empty"), (&bad_utf8, "UTF-8")] {
+            let r = cli(&["gpt", "train", "--data", file.to_str().unwrap(), "--out", dir.join("o").to_str().unwrap()]);
+            assert_eq!(r.status.code(), Some(1));
+            let err = String::from_utf8_lossy(&r.stderr);
+            assert!(err.contains(needle) && err.trim_end().lines().count() == 1, "{err}");
+        }
+        let r = cli(&["gpt", "sample", "--checkpoint", dir.to_str().unwrap(), "--temperature", "0"]);
+        assert_eq!(r.status.code(), Some(1));
+        let r = cli(&["gpt", "train", "--help"]);
+        assert!(r.status.success() && String::from_utf8_lossy(&r.stdout).contains("--tokenizer"));
+    }
 }
