@@ -13,9 +13,12 @@ pub fn chapters() -> Vec<Chapter> {
         crate::ch01_logistic::CHAPTER,
         crate::ch02_softmax::CHAPTER,
         crate::ch03_mlp::CHAPTER,
+        crate::ch04_xor::CHAPTER,
         crate::ch05_positions::CHAPTER,
+        crate::ch06_attention::CHAPTER,
         crate::ch08_tokens::CHAPTER,
         crate::ch09_gpt::CHAPTER,
+        crate::ch10_matmul::CHAPTER,
     ]
 }
 

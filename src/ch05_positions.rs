@@ -43,8 +43,12 @@ fn check_width(op: &'static str, d_model: usize) -> Result<()> {
     if d_model == 0 {
         return Err(Error::Empty { op, arg: "d_model" });
     }
-    if d_model % 2 != 0 {
-        return Err(invalid(op, "d_model", format!("sinusoidal encodings pair a sine with a cosine, so d_model must be even; got {d_model}")));
+    if !d_model.is_multiple_of(2) {
+        return Err(invalid(
+            op,
+            "d_model",
+            format!("sinusoidal encodings pair a sine with a cosine, so d_model must be even; got {d_model}"),
+        ));
     }
     Ok(())
 }
@@ -103,7 +107,7 @@ pub fn with_exponents<T: Float>(positions: &[f64], exponents: &[f64]) -> Result<
     ensure_finite_slice(OP, "exponents", exponents)?;
     Ok(DMatrix::from_fn(positions.len(), exponents.len(), |r, j| {
         let angle = positions[r] / BASE.powf(exponents[j]);
-        T::of(if j % 2 == 0 { angle.sin() } else { angle.cos() })
+        T::of(if j.is_multiple_of(2) { angle.sin() } else { angle.cos() })
     }))
 }
 
@@ -134,7 +138,7 @@ pub fn add_positions<T: Float>(x: &DMatrix<T>, seq_len: usize) -> Result<DMatrix
     if x.nrows() == 0 {
         return Err(Error::Empty { op: OP, arg: "x" });
     }
-    if x.nrows() % seq_len != 0 {
+    if !x.nrows().is_multiple_of(seq_len) {
         return Err(shape_error(
             OP,
             "x and seq_len",
@@ -184,7 +188,7 @@ pub fn dot_at_offset(k: f64, d_model: usize) -> Result<f64> {
 /// The embeddings of "You are welcome": 'You', 'are', 'welcome', 4 dimensions each.
 pub const X_EMBEDDINGS: [[f64; 4]; 3] = [[0.1, 0.2, -0.1, 0.4], [-0.3, 0.5, 0.1, -0.2], [0.4, -0.3, 0.2, 0.1]];
 
-/// The embeddings of "<start> de nada".
+/// The embeddings of "`<start>` de nada".
 pub const Y_EMBEDDINGS: [[f64; 4]; 3] = [[0.0, 0.0, 0.0, 0.0], [-0.2, 0.4, 0.3, 0.1], [0.5, -0.1, -0.4, 0.3]];
 
 /// The width of the walk-through's embeddings.
@@ -210,8 +214,11 @@ pub fn matrix3x4(rows: &[[f64; 4]; 3]) -> DMatrix<f64> {
 /// A printed matrix (see [`crate::report::parse_printed`]) as numbers; the constants of this
 /// module always parse, other text may not.
 pub fn printed_matrix(printed: &str) -> Result<DMatrix<f64>> {
-    let rows = crate::report::parse_printed(printed)
-        .ok_or_else(|| Error::Parse { file: "printed matrix".into(), line: None, reason: format!("not a matrix: {printed}") })?;
+    let rows = crate::report::parse_printed(printed).ok_or_else(|| Error::Parse {
+        file: "printed matrix".into(),
+        line: None,
+        reason: format!("not a matrix: {printed}"),
+    })?;
     let values: Vec<f64> = rows.iter().flatten().map(|s| s.parse::<f64>().unwrap_or(f64::NAN)).collect();
     Ok(DMatrix::from_row_slice(rows.len(), rows[0].len(), &values))
 }
@@ -257,7 +264,7 @@ pub const ERRATA: &[Erratum] = &[
     Erratum {
         document: DOC,
         section: "1.5 Position Encoding, the bullet under the formula",
-        printed: "sin is used for even positions and cos is used for odd positions",
+        printed: "sine for the even positions, cosine for the odd ones",
         correct: "sin fills the even dimensions (columns 2i) and cos the odd dimensions (2i + 1), at every position",
         why: "Every position gets both sines and cosines; the parity that chooses between them is that of the column index.",
         test: "tests/ch05_positions.rs::every_position_mixes_sines_and_cosines",
@@ -288,14 +295,7 @@ pub fn worked() -> Result<Vec<Worked>> {
     let breakdown: DMatrix<f64> = with_exponents(&[0.0], &DOC_BREAKDOWN_EXPONENTS)?;
     let parity = every_position_mixes(&sinusoidal::<f64>(SEQ_LEN, D_MODEL)?);
     Ok(vec![
-        Worked::matrix(
-            "breakdown_at_position_0_is_0_1_0_1",
-            DOC,
-            "PE(0, ·), any exponents",
-            "0 1 0 1",
-            0,
-            &breakdown,
-        ),
+        Worked::matrix("breakdown_at_position_0_is_0_1_0_1", DOC, "PE(0, ·), any exponents", "0 1 0 1", 0, &breakdown),
         Worked::matrix(
             "printed_pe_follows_the_column_index_exponent",
             DOC,
@@ -347,9 +347,9 @@ pub fn worked() -> Result<Vec<Worked>> {
 /// True when, in every row, even columns hold sines and odd columns cosines: checked by
 /// sin² + cos² = 1 across each pair and by the value at pos 0 (sin 0 = 0, cos 0 = 1).
 pub fn every_position_mixes(pe: &DMatrix<f64>) -> bool {
-    let first_row_ok = (0..pe.ncols()).all(|j| (pe[(0, j)] - if j % 2 == 0 { 0.0 } else { 1.0 }).abs() < 1e-15);
-    let pairs_ok = (0..pe.nrows())
-        .all(|r| (0..pe.ncols() / 2).all(|i| (pe[(r, 2 * i)].powi(2) + pe[(r, 2 * i + 1)].powi(2) - 1.0).abs() < 1e-12));
+    let first_row_ok = (0..pe.ncols()).all(|j| (pe[(0, j)] - if j.is_multiple_of(2) { 0.0 } else { 1.0 }).abs() < 1e-15);
+    let pairs_ok =
+        (0..pe.nrows()).all(|r| (0..pe.ncols() / 2).all(|i| (pe[(r, 2 * i)].powi(2) + pe[(r, 2 * i + 1)].powi(2) - 1.0).abs() < 1e-12));
     first_row_ok && pairs_ok
 }
 
@@ -411,7 +411,7 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
         series: dims
             .iter()
             .map(|&j| {
-                let f = if j % 2 == 0 { "sin" } else { "cos" };
+                let f = if j.is_multiple_of(2) { "sin" } else { "cos" };
                 Series::new(format!("j = {j} ({f}, ω = {:.3})", frequency(j / 2, d)), (0..100).map(|p| (p as f64, long[(p, j)])).collect())
             })
             .collect(),
@@ -437,12 +437,5 @@ fn plots(dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// This chapter's entry in the book.
-pub const CHAPTER: Chapter = Chapter {
-    number: 5,
-    stem: "ch05_positions",
-    title: "Sinusoidal position encodings",
-    worked,
-    walk,
-    plots,
-    errata: ERRATA,
-};
+pub const CHAPTER: Chapter =
+    Chapter { number: 5, stem: "ch05_positions", title: "Sinusoidal position encodings", worked, walk, plots, errata: ERRATA };

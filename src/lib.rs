@@ -60,10 +60,12 @@ pub mod book;
 pub mod ch01_logistic;
 pub mod ch02_softmax;
 pub mod ch03_mlp;
+pub mod ch04_xor;
 pub mod ch05_positions;
 pub mod ch06_attention;
 pub mod ch08_tokens;
 pub mod ch09_gpt;
+pub mod ch10_matmul;
 
 pub use error::{Error, Result};
 pub use float::Float;

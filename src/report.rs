@@ -257,9 +257,7 @@ pub fn parse_printed(printed: &str) -> Option<Vec<Vec<String>>> {
 /// output). Rows are separated by `; `. A shape that differs from the printed one is written in full.
 pub fn matrix_like<T: Float>(printed: &str, decimals: usize, ours: &DMatrix<T>) -> String {
     let places = |r: usize, c: usize| -> usize {
-        parse_printed(printed)
-            .and_then(|p| p.get(r).and_then(|row| row.get(c)).map(|s| decimals_of(s).max(decimals)))
-            .unwrap_or(decimals)
+        parse_printed(printed).and_then(|p| p.get(r).and_then(|row| row.get(c)).map(|s| decimals_of(s).max(decimals))).unwrap_or(decimals)
     };
     (0..ours.nrows())
         .map(|r| (0..ours.ncols()).map(|c| fixed(ours[(r, c)], places(r, c))).collect::<Vec<_>>().join(" "))

@@ -909,3 +909,43 @@ fn figures_show_what_the_chapter_computes() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+// ───────────── properties (proptest) ─────────────
+
+mod properties {
+    use llm_workbook::ch02_softmax::{entropy, softmax, softmax_with_temperature};
+    use nalgebra::DVector;
+    use proptest::prelude::*;
+
+    fn logits() -> impl Strategy<Value = Vec<f64>> {
+        prop::collection::vec(-50.0..50.0f64, 1..12)
+    }
+
+    proptest! {
+        #[test]
+        fn softmax_is_a_distribution(z in logits()) {
+            let p = softmax(&DVector::from_vec(z)).unwrap();
+            prop_assert!(p.iter().all(|&x| (0.0..=1.0).contains(&x)));
+            prop_assert!((p.sum() - 1.0).abs() < 1e-12);
+        }
+
+        #[test]
+        fn softmax_ignores_a_common_shift(z in logits(), c in -1000.0..1000.0f64) {
+            let p = softmax(&DVector::from_vec(z.clone())).unwrap();
+            let q = softmax(&DVector::from_vec(z.iter().map(|x| x + c).collect())).unwrap();
+            for (a, b) in p.iter().zip(q.iter()) {
+                prop_assert!((a - b).abs() < 1e-12, "{a} vs {b}");
+            }
+        }
+
+        #[test]
+        fn a_higher_temperature_never_sharpens(z in logits(), t in 0.05..20.0f64, factor in 1.01..10.0f64) {
+            let z = DVector::from_vec(z);
+            let cold = softmax_with_temperature(&z, t).unwrap();
+            let hot = softmax_with_temperature(&z, t * factor).unwrap();
+            // The largest probability falls (or stays) and the entropy rises (or stays).
+            prop_assert!(hot.max() <= cold.max() + 1e-12);
+            prop_assert!(entropy(&hot).unwrap() >= entropy(&cold).unwrap() - 1e-12);
+        }
+    }
+}

@@ -366,3 +366,16 @@ fn walk_prints_every_step() {
     assert!(text.contains("0.99995000"));
     assert_eq!(D_MODEL, 4);
 }
+
+#[test]
+fn every_erratum_names_a_test_of_this_file() {
+    let source = include_str!("ch05_positions.rs");
+    for e in ch::ERRATA {
+        let (file, name) = e.test.split_once("::").expect("tests/<file>.rs::<name>");
+        assert_eq!(file, "tests/ch05_positions.rs");
+        assert!(source.contains(&format!("fn {name}()")), "{name} is not a test here");
+    }
+    for w in ch::worked().unwrap().iter().filter(|w| !w.test.is_empty()) {
+        assert!(source.contains(&format!("fn {}()", w.test)), "{} is not a test here", w.test);
+    }
+}

@@ -2,12 +2,43 @@
 //!
 //! Chapters call [`matmul`], [`matmul_tn`] (AᵀB), [`matmul_nt`] (ABᵀ) or the in-place [`gemm`]
 //! (C ← αAB + βC with either operand transposed). All of them check shapes and return
-//! [`crate::Error::Shape`] instead of panicking. Chapter 10 replaces what happens underneath with
-//! packed, SIMD micro-kernels; no caller changes.
+//! [`crate::Error::Shape`] instead of panicking. Underneath (chapter 10,
+//! [`chapters/ch10_matmul.md`](../../chapters/ch10_matmul.md)) sits a BLIS-style product:
+//!
+//! - packing copies blocks of op(A) and op(B) into contiguous, zero-padded buffers in the order
+//!   the micro-kernel reads them (a transpose is only a swap of strides, paid for here; see
+//!   [`pack_a_block`] and [`pack_b_panel`] to look at them);
+//! - the five loops around the micro-kernel keep each packed block in the cache level it was
+//!   sized for ([`Blocking`]);
+//! - a micro-kernel updates an MR×NR tile of C held in registers: a portable one (the
+//!   specification, [`Kernel::Scalar`]) and AVX2+FMA and AVX-512F ones, chosen once at run time
+//!   from what the CPU supports and forceable with [`with_kernel`], [`set_kernel`] or the
+//!   environment variable `LLM_WORKBOOK_KERNEL`;
+//! - large products share their blocks of rows between two threads ([`default_threads`],
+//!   [`PARALLEL_MIN_FLOPS`]).
+//!
+//! `unsafe` code exists only in the SIMD kernel module, behind safe functions that check the CPU
+//! and every slice bound before touching a pointer.
 
-use crate::error::{Result, shape_error};
+mod blocked;
+mod dispatch;
+mod kernels;
+mod pack;
+mod scalar;
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod simd;
+
+use crate::error::{Result, invalid, shape_error};
 use nalgebra::{ClosedAddAssign, ClosedMulAssign, DMatrix};
 use num_traits::{One, Zero};
+
+pub use blocked::PARALLEL_MIN_FLOPS;
+pub use dispatch::{
+    Blocking, KERNEL_ENV, Kernel, ProductStats, THREADS_ENV, active_kernel, available_kernels, best_kernel, default_threads, env_kernel,
+    kernel_calls, last_product, parse_kernel_setting, set_kernel, with_kernel,
+};
+pub use kernels::{AVX2_F32_BLOCKING, AVX2_F64_BLOCKING, AVX512_F32_BLOCKING, AVX512_F64_BLOCKING, SCALAR_BLOCKING};
 
 /// Whether an operand enters the product as stored (`N`) or transposed (`T`), without a copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,39 +61,200 @@ impl Op {
 /// The element types a product can be computed in: `f32` and `f64`.
 ///
 /// The trait is sealed; [`Element::gemm_unchecked`] is where a type picks its kernel.
-pub trait Element: nalgebra::Scalar + Copy + Zero + One + ClosedAddAssign + ClosedMulAssign + sealed::Sealed {
+pub trait Element: nalgebra::Scalar + Copy + Zero + One + ClosedAddAssign + ClosedMulAssign + Send + Sync + sealed::Sealed {
     /// C ← α·op(A)·op(B) + β·C, shapes already checked. β = 0 overwrites C (NaN in C is ignored).
+    ///
+    /// If the shapes do not agree this panics on a bounds check (never undefined behaviour);
+    /// [`gemm`] checks them and returns an error instead.
     fn gemm_unchecked(alpha: Self, a: &DMatrix<Self>, ta: Op, b: &DMatrix<Self>, tb: Op, beta: Self, c: &mut DMatrix<Self>);
 }
 
 mod sealed {
-    pub trait Sealed {}
-    impl Sealed for f32 {}
-    impl Sealed for f64 {}
+    use super::blocked::Workspace;
+    use super::dispatch::Kernel;
+    use super::kernels::MicroKernel;
+    use std::cell::RefCell;
+
+    /// What the blocked product needs from an element type, hidden from outside the crate.
+    pub trait Sealed: Sized + 'static {
+        /// The micro-kernel of family `kind` for this type, if the CPU can run it.
+        fn micro_kernel(kind: Kernel) -> Option<MicroKernel<Self>>;
+        /// Runs `f` with at least `count` packing workspaces of the current thread.
+        fn with_workspaces<R>(count: usize, f: impl FnOnce(&mut [Workspace<Self>]) -> R) -> R;
+        /// The multiply-add throughput loop of family `kind`: (flops, checksum).
+        fn fma_probe(kind: Kernel, iterations: u64) -> Option<(u64, f64)>;
+    }
+
+    fn with_cache<T, R>(
+        cache: &'static std::thread::LocalKey<RefCell<Vec<Workspace<T>>>>,
+        count: usize,
+        f: impl FnOnce(&mut [Workspace<T>]) -> R,
+    ) -> R {
+        cache.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut ws) => {
+                let len = ws.len().max(count);
+                ws.resize_with(len, Workspace::default);
+                f(&mut ws[..count])
+            }
+            // Only reachable if a product were started from inside another on the same thread;
+            // fresh buffers keep that correct.
+            Err(_) => f(&mut (0..count).map(|_| Workspace::default()).collect::<Vec<_>>()),
+        })
+    }
+
+    thread_local! {
+        static F32_WORKSPACES: RefCell<Vec<Workspace<f32>>> = const { RefCell::new(Vec::new()) };
+        static F64_WORKSPACES: RefCell<Vec<Workspace<f64>>> = const { RefCell::new(Vec::new()) };
+    }
+
+    impl Sealed for f32 {
+        fn micro_kernel(kind: Kernel) -> Option<MicroKernel<f32>> {
+            super::kernels::f32_kernel(kind)
+        }
+        fn with_workspaces<R>(count: usize, f: impl FnOnce(&mut [Workspace<f32>]) -> R) -> R {
+            with_cache(&F32_WORKSPACES, count, f)
+        }
+        fn fma_probe(kind: Kernel, iterations: u64) -> Option<(u64, f64)> {
+            super::kernels::f32_probe(kind, iterations)
+        }
+    }
+    impl Sealed for f64 {
+        fn micro_kernel(kind: Kernel) -> Option<MicroKernel<f64>> {
+            super::kernels::f64_kernel(kind)
+        }
+        fn with_workspaces<R>(count: usize, f: impl FnOnce(&mut [Workspace<f64>]) -> R) -> R {
+            with_cache(&F64_WORKSPACES, count, f)
+        }
+        fn fma_probe(kind: Kernel, iterations: u64) -> Option<(u64, f64)> {
+            super::kernels::f64_probe(kind, iterations)
+        }
+    }
 }
 
-fn reference_gemm<T: Element>(alpha: T, a: &DMatrix<T>, ta: Op, b: &DMatrix<T>, tb: Op, beta: T, c: &mut DMatrix<T>) {
-    if beta == T::zero() {
-        c.fill(T::zero());
-    }
-    match (ta, tb) {
-        (Op::N, Op::N) => c.gemm(alpha, a, b, beta),
-        (Op::T, Op::N) => c.gemm_tr(alpha, a, b, beta),
-        (Op::N, Op::T) => c.gemm(alpha, a, &b.transpose(), beta),
-        (Op::T, Op::T) => c.gemm(alpha, &a.transpose(), &b.transpose(), beta),
-    }
+/// How a product may be run: which kernel, which blocking, how many threads. `None` means the
+/// default: [`active_kernel`], that kernel's tuned blocking, [`default_threads`].
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Settings {
+    /// The micro-kernel family (must be available on this CPU).
+    pub kernel: Option<Kernel>,
+    /// The cache blocking (every field at least 1).
+    pub blocking: Option<Blocking>,
+    /// The most threads to use (at least 1); small products still use one.
+    pub threads: Option<usize>,
+    /// The fewest flops (2·m·n·k) a product needs before it is split over threads; default
+    /// [`PARALLEL_MIN_FLOPS`]. The benchmark lowers it to find where a second thread pays.
+    pub min_parallel_flops: Option<f64>,
 }
 
-impl Element for f32 {
-    fn gemm_unchecked(alpha: f32, a: &DMatrix<f32>, ta: Op, b: &DMatrix<f32>, tb: Op, beta: f32, c: &mut DMatrix<f32>) {
-        reference_gemm(alpha, a, ta, b, tb, beta, c)
-    }
+/// The register tile (MR, NR) of `kernel` for element type `T`; an error if the CPU lacks it.
+pub fn tile_shape<T: Element>(kernel: Kernel) -> Result<(usize, usize)> {
+    let mk = T::micro_kernel(kernel).ok_or_else(|| unavailable("tile_shape", kernel))?;
+    Ok((mk.mr, mk.nr))
 }
 
-impl Element for f64 {
-    fn gemm_unchecked(alpha: f64, a: &DMatrix<f64>, ta: Op, b: &DMatrix<f64>, tb: Op, beta: f64, c: &mut DMatrix<f64>) {
-        reference_gemm(alpha, a, ta, b, tb, beta, c)
+/// The tuned cache blocking of `kernel` for element type `T`; an error if the CPU lacks it.
+pub fn default_blocking<T: Element>(kernel: Kernel) -> Result<Blocking> {
+    Ok(T::micro_kernel(kernel).ok_or_else(|| unavailable("default_blocking", kernel))?.blocking)
+}
+
+/// Runs `iterations` rounds of the multiply-add throughput loop of `kernel` in type `T` (12
+/// independent chains of full-width fused multiply-adds; separate multiply and add for the
+/// portable kernel) and returns (flops done, a checksum). Timed by the benchmark, it measures the
+/// machine's peak, the ceiling every product is compared with. An error if the CPU lacks it.
+pub fn fma_probe<T: Element>(kernel: Kernel, iterations: u64) -> Result<(u64, f64)> {
+    T::fma_probe(kernel, iterations).ok_or_else(|| unavailable("fma_probe", kernel))
+}
+
+fn unavailable(op: &'static str, k: Kernel) -> crate::Error {
+    let names: Vec<_> = available_kernels().iter().map(|k| k.name()).collect();
+    invalid(op, "kernel", format!("{k} is not available on this CPU (available: {})", names.join(", ")))
+}
+
+fn check_shapes<T>(op: &'static str, a: &DMatrix<T>, ta: Op, b: &DMatrix<T>, tb: Op, c: &DMatrix<T>) -> Result<()> {
+    let (m, k) = ta.shape(a);
+    let (k2, n) = tb.shape(b);
+    if k != k2 {
+        return Err(shape_error(
+            op,
+            "inner dimensions of op(A) and op(B)",
+            format!("op(B) with {k} rows"),
+            format!("op(A) {m}×{k}, op(B) {k2}×{n}"),
+        ));
     }
+    if c.nrows() != m || c.ncols() != n {
+        return Err(shape_error(op, "C", format!("{m}×{n}"), format!("{}×{}", c.nrows(), c.ncols())));
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run<T: Element>(
+    settings: Settings,
+    alpha: T,
+    a: &DMatrix<T>,
+    ta: Op,
+    b: &DMatrix<T>,
+    tb: Op,
+    beta: T,
+    c: &mut DMatrix<T>,
+) -> Result<ProductStats> {
+    let kind = settings.kernel.unwrap_or_else(active_kernel);
+    let kernel = T::micro_kernel(kind).ok_or_else(|| unavailable("gemm_with", kind))?;
+    let blocking = settings.blocking.unwrap_or(kernel.blocking);
+    if blocking.mc == 0 || blocking.kc == 0 || blocking.nc == 0 {
+        return Err(invalid("gemm_with", "blocking", format!("every block size must be at least 1, got {blocking:?}")));
+    }
+    let threads = settings.threads.unwrap_or_else(default_threads);
+    if threads == 0 {
+        return Err(invalid("gemm_with", "threads", "at least 1 thread is needed, got 0"));
+    }
+    let (m, k) = ta.shape(a);
+    let n = tb.shape(b).1;
+    let min_parallel_flops = settings.min_parallel_flops.unwrap_or(PARALLEL_MIN_FLOPS);
+    if min_parallel_flops.is_nan() {
+        return Err(invalid("gemm_with", "min_parallel_flops", "a number is needed, got NaN"));
+    }
+    let plan = blocked::Plan { kernel, blocking, threads, min_parallel_flops };
+    let a_op = pack::Operand::new(a.as_slice(), a.nrows(), ta == Op::T);
+    let b_op = pack::Operand::new(b.as_slice(), b.nrows(), tb == Op::T);
+    let stats = blocked::gemm(plan, alpha, a_op, b_op, beta, c.as_mut_slice(), (m, n, k));
+    dispatch::record(stats);
+    Ok(stats)
+}
+
+macro_rules! impl_element {
+    ($t:ty) => {
+        impl Element for $t {
+            fn gemm_unchecked(alpha: $t, a: &DMatrix<$t>, ta: Op, b: &DMatrix<$t>, tb: Op, beta: $t, c: &mut DMatrix<$t>) {
+                // The active kernel is always available (every way of choosing it checks), and the
+                // default blocking and thread count are valid, so `run` cannot fail here.
+                if let Err(e) = run(Settings::default(), alpha, a, ta, b, tb, beta, c) {
+                    unreachable!("the default settings are always valid: {e}");
+                }
+            }
+        }
+    };
+}
+impl_element!(f32);
+impl_element!(f64);
+
+/// C ← α·op(A)·op(B) + β·C with an explicit kernel, blocking or thread count (benchmarks, the
+/// blocking sweep and the kernel tests use it). Returns what the product did. Errors: shapes as
+/// for [`gemm`]; an unavailable kernel, a zero block size or zero threads as
+/// [`crate::Error::InvalidValue`].
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_with<T: Element>(
+    settings: Settings,
+    alpha: T,
+    a: &DMatrix<T>,
+    ta: Op,
+    b: &DMatrix<T>,
+    tb: Op,
+    beta: T,
+    c: &mut DMatrix<T>,
+) -> Result<ProductStats> {
+    check_shapes("gemm_with", a, ta, b, tb, c)?;
+    run(settings, alpha, a, ta, b, tb, beta, c)
 }
 
 /// C ← α·op(A)·op(B) + β·C.
@@ -70,19 +262,7 @@ impl Element for f64 {
 /// Shapes: op(A) is m×k, op(B) is k×n, C is m×n. With β = 0, C's old contents (even NaN) are
 /// ignored. Errors name the operands and their shapes.
 pub fn gemm<T: Element>(alpha: T, a: &DMatrix<T>, ta: Op, b: &DMatrix<T>, tb: Op, beta: T, c: &mut DMatrix<T>) -> Result<()> {
-    let (m, k) = ta.shape(a);
-    let (k2, n) = tb.shape(b);
-    if k != k2 {
-        return Err(shape_error(
-            "gemm",
-            "inner dimensions of op(A) and op(B)",
-            format!("op(B) with {k} rows"),
-            format!("op(A) {m}×{k}, op(B) {k2}×{n}"),
-        ));
-    }
-    if c.nrows() != m || c.ncols() != n {
-        return Err(shape_error("gemm", "C", format!("{m}×{n}"), format!("{}×{}", c.nrows(), c.ncols())));
-    }
+    check_shapes("gemm", a, ta, b, tb, c)?;
     T::gemm_unchecked(alpha, a, ta, b, tb, beta, c);
     Ok(())
 }
@@ -140,3 +320,78 @@ pub fn naive<T: Element + num_traits::ToPrimitive + num_traits::FromPrimitive>(
         T::from_f64(s).unwrap_or_else(T::zero)
     }))
 }
+
+// ───────────────────────────── looking inside (chapter 10's walk-through) ─────────────────────────────
+
+fn check_range(op: &'static str, arg: &'static str, r: &std::ops::Range<usize>, len: usize) -> Result<()> {
+    if r.start > r.end || r.end > len {
+        return Err(invalid(op, arg, format!("range {}..{} must lie within 0..{len}", r.start, r.end)));
+    }
+    Ok(())
+}
+
+/// The packed form Ã of rows `rows` and columns `depth` of op(A): ⌈rows/mr⌉ slivers one after the
+/// other, each `depth.len()` columns of `mr` values, zero-padded past the last row. This is what
+/// the micro-kernel reads; exposed so the chapter can print it.
+pub fn pack_a_block<T: Element>(
+    a: &DMatrix<T>,
+    ta: Op,
+    rows: std::ops::Range<usize>,
+    depth: std::ops::Range<usize>,
+    mr: usize,
+) -> Result<Vec<T>> {
+    let (m, k) = ta.shape(a);
+    check_range("pack_a_block", "rows", &rows, m)?;
+    check_range("pack_a_block", "depth", &depth, k)?;
+    if mr == 0 {
+        return Err(invalid("pack_a_block", "mr", "at least 1 row per sliver"));
+    }
+    let (mc, kc) = (rows.len(), depth.len());
+    let mut out = vec![T::zero(); mc.div_ceil(mr) * mr * kc];
+    if kc > 0 {
+        pack::pack_a(&mut out, pack::Operand::new(a.as_slice(), a.nrows(), ta == Op::T), rows.start, mc, depth.start, kc, mr);
+    }
+    Ok(out)
+}
+
+/// The packed form B̃ of rows `depth` and columns `cols` of op(B): ⌈cols/nr⌉ slivers, each
+/// `depth.len()` rows of `nr` values, zero-padded past the last column.
+pub fn pack_b_panel<T: Element>(
+    b: &DMatrix<T>,
+    tb: Op,
+    depth: std::ops::Range<usize>,
+    cols: std::ops::Range<usize>,
+    nr: usize,
+) -> Result<Vec<T>> {
+    let (k, n) = tb.shape(b);
+    check_range("pack_b_panel", "depth", &depth, k)?;
+    check_range("pack_b_panel", "cols", &cols, n)?;
+    if nr == 0 {
+        return Err(invalid("pack_b_panel", "nr", "at least 1 column per sliver"));
+    }
+    let (kc, nc) = (depth.len(), cols.len());
+    let mut out = vec![T::zero(); nc.div_ceil(nr) * nr * kc];
+    if kc > 0 {
+        pack::pack_b(&mut out, pack::Operand::new(b.as_slice(), b.nrows(), tb == Op::T), depth.start, kc, cols.start, nc, nr);
+    }
+    Ok(out)
+}
+
+/// One call of the portable micro-kernel: the MR×NR tile ([`SCALAR_TILE`]) Ã·B̃ of a packed
+/// A sliver (kc·MR values) and B sliver (kc·NR values), as a matrix.
+pub fn scalar_tile<T: Element>(kc: usize, a_sliver: &[T], b_sliver: &[T]) -> Result<DMatrix<T>> {
+    let (mr, nr) = (scalar::MR, scalar::NR);
+    if a_sliver.len() != kc * mr {
+        return Err(shape_error("scalar_tile", "a_sliver", format!("{} values (kc·MR)", kc * mr), format!("{}", a_sliver.len())));
+    }
+    if b_sliver.len() != kc * nr {
+        return Err(shape_error("scalar_tile", "b_sliver", format!("{} values (kc·NR)", kc * nr), format!("{}", b_sliver.len())));
+    }
+    let mut tile = DMatrix::zeros(mr, nr);
+    let mut columns: Vec<&mut [T]> = tile.as_mut_slice().chunks_exact_mut(mr).collect();
+    scalar::kernel(kc, a_sliver, b_sliver, T::one(), T::zero(), &mut columns, 0);
+    Ok(tile)
+}
+
+/// Rows and columns of the portable kernel's register tile.
+pub const SCALAR_TILE: (usize, usize) = (scalar::MR, scalar::NR);

@@ -1,0 +1,339 @@
+//! Chapter 10: a packed, blocked, SIMD matrix product.
+//!
+//! The product itself lives in [`crate::matmul`] (every chapter calls it); this module holds what
+//! the chapter computes *about* it: flop counts, the bytes each loop nest moves, the cache
+//! footprint of every packed block, the share of a register tile doing useful work, and a
+//! walk-through of one tiny packed product. The prose is
+//! [`chapters/ch10_matmul.md`](../../chapters/ch10_matmul.md); the tests are
+//! `tests/ch10_matmul.rs`; the speed measurements come from `src/bin/bench_matmul.rs`.
+//!
+//! Nothing here is measured: every number follows from the shapes, the blocking constants and
+//! the cache sizes below, so the worked table is exact and reproducible on any machine.
+
+use crate::errata::Erratum;
+use crate::error::{Result, invalid};
+use crate::matmul::{self, Blocking, Op, SCALAR_TILE};
+use crate::plot::{Figure, LineChart, Series};
+use crate::report::{Chapter, Walk, Worked};
+use nalgebra::DMatrix;
+use std::path::{Path, PathBuf};
+
+/// No source document: the chapter's numbers are derived in its own prose.
+pub const DOC: &str = "—";
+
+/// L1 data cache per core of the machine the constants were tuned on (AMD EPYC, Zen 3).
+pub const L1D_BYTES: usize = 32 << 10;
+/// L2 cache per core of that machine.
+pub const L2_BYTES: usize = 512 << 10;
+/// L3 cache shared by the cores of that machine.
+pub const L3_BYTES: usize = 32 << 20;
+
+/// L1 data cache per core of the machine the AVX-512 constants were sized for (AMD Zen 5), which
+/// this machine cannot measure: it has no AVX-512.
+pub const ZEN5_L1D_BYTES: usize = 48 << 10;
+/// L2 cache per core of a Zen 5 core.
+pub const ZEN5_L2_BYTES: usize = 1 << 20;
+
+/// Vector registers of AVX2 (ymm0–ymm15); AVX-512 has 32 (zmm0–zmm31).
+pub const AVX2_REGISTERS: usize = 16;
+
+// ───────────────────────────── counting work and traffic ─────────────────────────────
+
+/// Flops of C = A·B with A m×k and B k×n: one multiply and one add per (i, j, p), 2·m·n·k.
+pub fn flops(m: usize, n: usize, k: usize) -> u64 {
+    2 * (m as u64) * (n as u64) * (k as u64)
+}
+
+/// Bytes the naive triple loop moves if no operand is ever found in cache: every multiply-add
+/// reads aᵢₚ and bₚⱼ afresh, so 2·`elem` bytes per 2 flops, plus C written once.
+pub fn naive_traffic_bytes(m: usize, n: usize, k: usize, elem: usize) -> u64 {
+    (2 * m * n * k + m * n) as u64 * elem as u64
+}
+
+/// Bytes the blocked product moves between memory and the caches: A is read once per NC-panel
+/// of B (⌈n/NC⌉ times), B once, and C read and written once per rank-KC update (⌈k/KC⌉ times).
+/// Packing copies stay in cache and are not counted.
+pub fn blocked_traffic_bytes(m: usize, n: usize, k: usize, elem: usize, b: Blocking) -> u64 {
+    let a = m * k * n.div_ceil(b.nc.max(1));
+    let bb = k * n;
+    let c = 2 * m * n * k.div_ceil(b.kc.max(1));
+    (a + bb + c) as u64 * elem as u64
+}
+
+/// Arithmetic intensity: flops per byte moved.
+pub fn intensity(flops: u64, bytes: u64) -> f64 {
+    flops as f64 / bytes.max(1) as f64
+}
+
+/// What each packed block of the five loops occupies, in bytes, for a kernel with an `mr`×`nr`
+/// tile, blocking `b` and elements of `elem` bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Footprint {
+    /// One KC×NR sliver of B̃, reused by every micro-kernel call of loop 1: meant for L1.
+    pub b_sliver: usize,
+    /// One MR×KC sliver of Ã, streamed through L1 by one micro-kernel call.
+    pub a_sliver: usize,
+    /// The MC×KC block Ã, re-read for every NR columns: meant for L2.
+    pub a_block: usize,
+    /// The KC×NC panel B̃, re-read for every MC rows: meant for L3.
+    pub b_panel: usize,
+}
+
+/// The footprint of every packed block.
+pub fn footprint(mr: usize, nr: usize, b: Blocking, elem: usize) -> Footprint {
+    Footprint {
+        b_sliver: b.kc * nr * elem,
+        a_sliver: mr * b.kc * elem,
+        a_block: b.mc.next_multiple_of(mr) * b.kc * elem,
+        b_panel: b.kc * b.nc.next_multiple_of(nr) * elem,
+    }
+}
+
+/// The share of the register tiles' multiply-adds that land inside C for an m-row, n-column
+/// product: m·n / (⌈m/MR⌉·MR · ⌈n/NR⌉·NR). The rest is computed on zero padding and thrown away.
+pub fn tile_use(m: usize, n: usize, mr: usize, nr: usize) -> f64 {
+    if m == 0 || n == 0 {
+        return 1.0;
+    }
+    (m * n) as f64 / (m.next_multiple_of(mr) * n.next_multiple_of(nr)) as f64
+}
+
+/// Micro-kernel calls of a single-threaded product: ⌈m/MR⌉·⌈n/NR⌉ tiles, each once per rank-KC
+/// update, when MC and NC do not split a tile (they are multiples of MR and NR).
+pub fn tile_calls(m: usize, n: usize, k: usize, mr: usize, nr: usize, kc: usize) -> u64 {
+    (m.div_ceil(mr) * n.div_ceil(nr) * k.div_ceil(kc.max(1))) as u64
+}
+
+/// Accumulator registers of an MR×NR tile held in vectors of `lanes` lanes: MR/lanes · NR.
+pub fn accumulator_registers(mr: usize, nr: usize, lanes: usize) -> Result<usize> {
+    if lanes == 0 || !mr.is_multiple_of(lanes) {
+        return Err(invalid("accumulator_registers", "mr", format!("{mr} rows are not a whole number of {lanes}-lane vectors")));
+    }
+    Ok(mr / lanes * nr)
+}
+
+/// (1 + x)·(1 + x) − 1 evaluated as −1·1 + x·x, once with the product rounded before the add and
+/// once fused (one rounding): for x = 2⁻¹² in f32 they differ in the last place. Returns
+/// (separate, fused) as f64.
+pub fn fma_fingerprint_f32(x: f32) -> (f64, f64) {
+    let y = 1.0 + x;
+    let separate = -1.0f32 + y * y;
+    let fused = y.mul_add(y, -1.0f32);
+    (separate as f64, fused as f64)
+}
+
+// ───────────────────────────── errata, worked numbers ─────────────────────────────
+
+/// No source document, so no errata.
+pub const ERRATA: &[Erratum] = &[];
+
+/// The chapter's derived numbers, recomputed (see the prose for each derivation).
+pub fn worked() -> Result<Vec<Worked>> {
+    let (t, d) = (768, 128);
+    let avx2_f32 = matmul::AVX2_F32_BLOCKING;
+    let fp = footprint(16, 6, avx2_f32, 4);
+    let n = 1024;
+    let (separate, fused) = fma_fingerprint_f32(2f32.powi(-12));
+    Ok(vec![
+        Worked::number(
+            "flops_of_the_qkv_projection_are_2_m_n_k",
+            DOC,
+            "flops of the QKV projection, 768×128 · 128×384 (2·m·n·k)",
+            "75497472",
+            flops(t, 3 * d, d) as f64,
+        ),
+        Worked::number(
+            "the_avx2_f32_tile_uses_12_of_16_registers_for_accumulators",
+            DOC,
+            "AVX2 f32 tile 16×6 in 8-lane registers: accumulators",
+            "12",
+            accumulator_registers(16, 6, 8)? as f64,
+        ),
+        Worked::number("packed_blocks_fit_their_caches", DOC, "B̃ sliver KC×NR×4 B, AVX2 f32 (L1 is 32768 B)", "6144", fp.b_sliver as f64),
+        Worked::number("packed_blocks_fit_their_caches", DOC, "Ã sliver MR×KC×4 B, AVX2 f32", "16384", fp.a_sliver as f64),
+        Worked::number("packed_blocks_fit_their_caches", DOC, "Ã block MC×KC×4 B, AVX2 f32 (L2 is 524288 B)", "131072", fp.a_block as f64),
+        Worked::number(
+            "packed_blocks_fit_their_caches",
+            DOC,
+            "B̃ panel KC×NC×4 B, AVX2 f32 (L3 is 33554432 B)",
+            "1056768",
+            fp.b_panel as f64,
+        ),
+        Worked::number(
+            "naive_and_blocked_arithmetic_intensity",
+            DOC,
+            "naive loop, f32, n = 1024: flops per byte from memory",
+            "0.25",
+            intensity(flops(n, n, n), naive_traffic_bytes(n, n, n, 4)),
+        ),
+        Worked::number(
+            "naive_and_blocked_arithmetic_intensity",
+            DOC,
+            "blocked (AVX2 f32 constants), n = 1024: flops per byte from memory",
+            "51.2",
+            intensity(flops(n, n, n), blocked_traffic_bytes(n, n, n, 4, avx2_f32)),
+        ),
+        Worked::number(
+            "tile_counts_follow_from_mr_nr_kc",
+            DOC,
+            "AVX2 f32 micro-kernel calls for 37×300 · 300×29",
+            "30",
+            tile_calls(37, 29, 300, 16, 6, 256) as f64,
+        ),
+        Worked::number(
+            "tile_use_of_a_one_row_product",
+            DOC,
+            "share of useful work, 1×384 product, 16×6 tiles",
+            "0.0625",
+            tile_use(1, 384, 16, 6),
+        ),
+        Worked::number("packing_pads_with_zeros", DOC, "zeros in Ã for 5×3 A, MR = 4 (3 pad rows × 3)", "9", zeros_in_packed_5x3()? as f64),
+        Worked::number(
+            "simd_kernels_fuse_multiply_and_add_and_the_scalar_kernel_does_not",
+            DOC,
+            "−1·1 + x·x, x = 1 + 2⁻¹², f32, separately rounded (2⁻¹¹)",
+            "0.00048828125",
+            separate,
+        ),
+        Worked::number(
+            "simd_kernels_fuse_multiply_and_add_and_the_scalar_kernel_does_not",
+            DOC,
+            "the same with one fused multiply-add (2⁻¹¹ + 2⁻²⁴)",
+            "0.000488340854644775390625",
+            fused,
+        ),
+    ])
+}
+
+fn walk_operands() -> (DMatrix<f64>, DMatrix<f64>) {
+    let a = DMatrix::from_row_slice(5, 3, &[1.0, 2.0, 0.0, 0.0, 1.0, 3.0, 2.0, 0.0, 1.0, 1.0, 1.0, 1.0, 3.0, 2.0, 1.0]);
+    let b = DMatrix::from_row_slice(3, 5, &[1.0, 0.0, 2.0, 1.0, 0.0, 0.0, 1.0, 1.0, 2.0, 1.0, 2.0, 1.0, 0.0, 1.0, 3.0]);
+    (a, b)
+}
+
+fn zeros_in_packed_5x3() -> Result<usize> {
+    let (a, _) = walk_operands();
+    let packed = matmul::pack_a_block(&a, Op::N, 0..5, 0..3, SCALAR_TILE.0)?;
+    Ok(packed.iter().filter(|&&v| v == 0.0).count() - a.iter().filter(|&&v| v == 0.0).count())
+}
+
+/// A slice of a packed buffer shown as a matrix with one row per depth index p.
+fn sliver_matrix(values: &[f64], width: usize) -> DMatrix<f64> {
+    DMatrix::from_row_slice(values.len() / width, width, values)
+}
+
+/// One tiny packed product, step by step: A is 5×3, B is 3×5, the portable kernel's tile is 4×4,
+/// and KC = 2 so the depth 3 takes two rank-KC updates.
+pub fn walk(out: &mut Walk) -> Result<()> {
+    let (mr, nr) = SCALAR_TILE;
+    let kc = 2;
+    let (a, b) = walk_operands();
+    let (m, k) = a.shape();
+    let n = b.ncols();
+    out.decimals = 0;
+    out.step("1. The operands (column-major, as nalgebra stores them)")?;
+    out.matrix("A", &a)?;
+    out.matrix("B", &b)?;
+    out.say(&format!("C = A·B is {m}×{n}; {} flops (2·m·n·k).", flops(m, n, k)))?;
+    out.say(&format!("Register tile MR×NR = {mr}×{nr}, so C is covered by ⌈5/4⌉·⌈5/4⌉ = 4 tiles; KC = {kc}, so depth 3 is 2 + 1."))?;
+    let mut c = DMatrix::<f64>::zeros(m, n);
+    for (update, pc) in (0..k).step_by(kc).enumerate() {
+        let depth = pc..(pc + kc).min(k);
+        let d = depth.len();
+        out.step(&format!(
+            "{}. Rank-{d} update over p = {}..{}: pack, then one micro-kernel call per tile",
+            update + 2,
+            depth.start,
+            depth.end
+        ))?;
+        let b_packed = matmul::pack_b_panel(&b, Op::N, depth.clone(), 0..n, nr)?;
+        let a_packed = matmul::pack_a_block(&a, Op::N, 0..m, depth.clone(), mr)?;
+        for (q, s) in b_packed.chunks(d * nr).enumerate() {
+            out.matrix(
+                &format!("B̃ sliver {q} (columns {}..{}, one row per p; zeros pad past column {})", q * nr, q * nr + nr, n),
+                &sliver_matrix(s, nr),
+            )?;
+        }
+        for (q, s) in a_packed.chunks(d * mr).enumerate() {
+            out.matrix(
+                &format!("Ã sliver {q} (rows {}..{}, one row per p; zeros pad past row {})", q * mr, q * mr + mr, m),
+                &sliver_matrix(s, mr),
+            )?;
+        }
+        for (jq, b_s) in b_packed.chunks(d * nr).enumerate() {
+            for (iq, a_s) in a_packed.chunks(d * mr).enumerate() {
+                let tile = matmul::scalar_tile(d, a_s, b_s)?;
+                out.matrix(&format!("tile ({iq}, {jq}) = Ã sliver {iq} · B̃ sliver {jq}  (Σₚ column p of Ã ⊗ row p of B̃)"), &tile)?;
+                for j in 0..nr.min(n - jq * nr) {
+                    for i in 0..mr.min(m - iq * mr) {
+                        c[(iq * mr + i, jq * nr + j)] += tile[(i, j)];
+                    }
+                }
+            }
+        }
+        out.matrix(
+            &format!(
+                "C after this update ({})",
+                if pc == 0 { "the first update uses β = 0: C's old contents are ignored" } else { "later updates use β = 1: added on" }
+            ),
+            &c,
+        )?;
+    }
+    out.step(&format!("{}. The same product through the public entry point", k.div_ceil(kc) + 2))?;
+    let check = matmul::matmul(&a, &b)?;
+    out.matrix("matmul(A, B)", &check)?;
+    out.say(if check == c { "equal to the tiles assembled above, entry for entry" } else { "DIFFERS from the tiles above" })?;
+    out.say(&format!("kernel that ran: {}", matmul::last_product().map_or("none".into(), |s| s.kernel.to_string())))?;
+    Ok(())
+}
+
+// ───────────────────────────── figures ─────────────────────────────
+
+/// The chapter's measurement-free figures: arithmetic intensity of the naive and blocked loop
+/// nests against n, and the useful share of the register tiles against m. (The measured figures,
+/// GFLOP/s against n, the roofline and the blocking sweep, are drawn by the benchmark.)
+pub fn figures() -> Result<Vec<(String, Figure)>> {
+    let ns: Vec<usize> = (4..=12).map(|e| 1usize << e).collect();
+    let x = |n: usize| (n as f64).log2();
+    let blocked =
+        |b: Blocking| ns.iter().map(|&n| (x(n), intensity(flops(n, n, n), blocked_traffic_bytes(n, n, n, 4, b)).log2())).collect();
+    let intensity_fig = Figure::Line(LineChart {
+        title: "Flops per byte from memory, square f32 products".into(),
+        x_label: "log₂ n".into(),
+        y_label: "log₂ (flops / byte)".into(),
+        series: vec![
+            Series::new(
+                "naive loop, nothing reused from cache",
+                ns.iter().map(|&n| (x(n), intensity(flops(n, n, n), naive_traffic_bytes(n, n, n, 4)).log2())).collect(),
+            ),
+            Series::new("blocked, AVX2 f32 constants", blocked(matmul::AVX2_F32_BLOCKING)),
+            Series::new("blocked, KC = 32 (too shallow)", blocked(Blocking { kc: 32, ..matmul::AVX2_F32_BLOCKING })),
+        ],
+        markers: true,
+    });
+    let ms: Vec<usize> = (1..=96).collect();
+    let use_fig = Figure::Line(LineChart {
+        title: "Useful share of the register tiles, m×768 products".into(),
+        x_label: "m (rows of C)".into(),
+        y_label: "share of multiply-adds inside C".into(),
+        series: vec![
+            Series::new("AVX2 f32, 16×6", ms.iter().map(|&m| (m as f64, tile_use(m, 768, 16, 6))).collect()),
+            Series::new("AVX-512 f32, 32×12", ms.iter().map(|&m| (m as f64, tile_use(m, 768, 32, 12))).collect()),
+            Series::new("portable, 4×4", ms.iter().map(|&m| (m as f64, tile_use(m, 768, SCALAR_TILE.0, SCALAR_TILE.1))).collect()),
+        ],
+        markers: false,
+    });
+    Ok(vec![("ch10_intensity".into(), intensity_fig), ("ch10_tile_use".into(), use_fig)])
+}
+
+fn plots(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for (stem, f) in figures()? {
+        out.extend(f.save(dir, &stem)?);
+    }
+    Ok(out)
+}
+
+/// This chapter's entry in the book.
+pub const CHAPTER: Chapter =
+    Chapter { number: 10, stem: "ch10_matmul", title: "A packed, blocked, SIMD matrix product", worked, walk, plots, errata: ERRATA };

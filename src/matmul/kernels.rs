@@ -1,0 +1,157 @@
+//! The table of micro-kernels: for each element type and kernel family, the tile shape, the
+//! function, and the cache blocking chosen for it.
+//!
+//! # The blocking constants and the caches they target
+//!
+//! This machine (AMD EPYC, Zen 3, per core: 32 KiB L1d, 512 KiB L2; 32 MiB L3 shared) was swept
+//! by `cargo run --release --bin bench_matmul -- sweep`; the chapter shows the sweep. The rules
+//! the sweep confirmed:
+//!
+//! - **MR×NR** (registers): the largest tile whose accumulators, MR/LANES·NR vectors, leave room
+//!   for the MR/LANES vectors of Ã and one broadcast of B̃ in the 16 ymm (32 zmm) registers.
+//! - **KC** (L1): one KC×NR sliver of B̃ is reused by every micro-kernel call of loop 1, so it
+//!   must stay in L1 next to the MR×KC sliver of Ã streaming past it.
+//! - **MC** (L2): the MC×KC block Ã is re-read once per NR columns (loop 2), so it must stay in
+//!   L2.
+//! - **NC** (L3): the KC×NC panel B̃ is re-read once per MC rows (loop 3), so it must stay in L3
+//!   (shared by both cores and, on this machine, by other jobs: the sweep preferred a 1 MiB panel).
+
+use super::Element;
+use super::dispatch::{Blocking, Kernel};
+use super::scalar;
+
+/// The signature every micro-kernel has: `(kc, Ã sliver, B̃ sliver, α, β, columns of C, row)`.
+pub type TileFn<T> = fn(usize, &[T], &[T], T, T, &mut [&mut [T]], usize);
+
+/// One micro-kernel: `run(kc, Ã sliver, B̃ sliver, α, β, columns, row)` computes
+/// C ← α·Ã·B̃ + β·C on the `mr`×`nr` tile made of rows `row..row+mr` of the first `nr` column
+/// slices (β = 0: C not read). `run` is a safe function that checks its slices and the CPU itself.
+pub struct MicroKernel<T: 'static> {
+    /// The family, reported in [`super::ProductStats`].
+    pub kind: Kernel,
+    /// Tile rows.
+    pub mr: usize,
+    /// Tile columns.
+    pub nr: usize,
+    /// The cache blocking chosen for this kernel.
+    pub blocking: Blocking,
+    /// The tile update.
+    pub run: TileFn<T>,
+}
+
+impl<T> Clone for MicroKernel<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for MicroKernel<T> {}
+
+/// Portable kernel, both types: 4×4 tiles; KC and MC as the AVX2 f32 kernel's, NC = 1032.
+pub const SCALAR_BLOCKING: Blocking = Blocking { mc: 128, kc: 256, nc: 1032 };
+
+/// AVX2 f32 (16×6 tile). KC = 256: the reused B̃ sliver is 256·6·4 B = 6 KiB and the Ã sliver
+/// streaming past it 16 KiB, together inside the 32 KiB L1d. MC = 128: Ã is 128·256·4 B =
+/// 128 KiB, a quarter of the 512 KiB L2. NC = 1032: B̃ is 256·1032·4 B ≈ 1 MiB of the shared
+/// 32 MiB L3; the sweep found panels of about 1 MiB faster than 4 MiB ones on this shared machine.
+pub const AVX2_F32_BLOCKING: Blocking = Blocking { mc: 128, kc: 256, nc: 1032 };
+
+/// AVX2 f64 (8×6 tile). KC = 256: B̃ sliver 12 KiB, Ã sliver 16 KiB (L1d 32 KiB). MC = 96: Ã is
+/// 96·256·8 B = 192 KiB of L2. NC = 516: B̃ is 256·516·8 B ≈ 1 MiB of L3.
+pub const AVX2_F64_BLOCKING: Blocking = Blocking { mc: 96, kc: 256, nc: 516 };
+
+/// AVX-512 f32 (32×12 tile). Not measurable on this machine (no AVX-512): scaled from the AVX2
+/// choice by the same cache rules for a Zen 5 core (48 KiB L1d, 1 MiB L2). KC = 256: B̃ sliver
+/// 12 KiB, Ã sliver 32 KiB. MC = 192: Ã 192 KiB. NC = 1032: B̃ ≈ 1 MiB.
+pub const AVX512_F32_BLOCKING: Blocking = Blocking { mc: 192, kc: 256, nc: 1032 };
+
+/// AVX-512 f64 (16×12 tile), unmeasured here like the f32 one. KC = 256: B̃ sliver 24 KiB,
+/// Ã sliver 32 KiB. MC = 96: Ã 192 KiB. NC = 516: B̃ ≈ 1 MiB.
+pub const AVX512_F64_BLOCKING: Blocking = Blocking { mc: 96, kc: 256, nc: 516 };
+
+fn scalar_kernel<T: Element>() -> MicroKernel<T> {
+    MicroKernel { kind: Kernel::Scalar, mr: scalar::MR, nr: scalar::NR, blocking: SCALAR_BLOCKING, run: scalar::kernel::<T> }
+}
+
+/// The f32 kernel of family `kind`, if this CPU can run it.
+pub fn f32_kernel(kind: Kernel) -> Option<MicroKernel<f32>> {
+    if !kind.is_available() {
+        return None;
+    }
+    match kind {
+        Kernel::Scalar => Some(scalar_kernel()),
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx2 => {
+            use super::simd::{AVX2_F32_MR, AVX2_F32_NR, avx2_f32};
+            Some(MicroKernel { kind, mr: AVX2_F32_MR, nr: AVX2_F32_NR, blocking: AVX2_F32_BLOCKING, run: avx2_f32 })
+        }
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx512 => {
+            use super::simd::{AVX512_F32_MR, AVX512_F32_NR, avx512_f32};
+            Some(MicroKernel { kind, mr: AVX512_F32_MR, nr: AVX512_F32_NR, blocking: AVX512_F32_BLOCKING, run: avx512_f32 })
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => None,
+    }
+}
+
+/// The f64 kernel of family `kind`, if this CPU can run it.
+pub fn f64_kernel(kind: Kernel) -> Option<MicroKernel<f64>> {
+    if !kind.is_available() {
+        return None;
+    }
+    match kind {
+        Kernel::Scalar => Some(scalar_kernel()),
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx2 => {
+            use super::simd::{AVX2_F64_MR, AVX2_F64_NR, avx2_f64};
+            Some(MicroKernel { kind, mr: AVX2_F64_MR, nr: AVX2_F64_NR, blocking: AVX2_F64_BLOCKING, run: avx2_f64 })
+        }
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx512 => {
+            use super::simd::{AVX512_F64_MR, AVX512_F64_NR, avx512_f64};
+            Some(MicroKernel { kind, mr: AVX512_F64_MR, nr: AVX512_F64_NR, blocking: AVX512_F64_BLOCKING, run: avx512_f64 })
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => None,
+    }
+}
+
+/// The portable throughput probe: 12 independent multiply-then-add chains (not fused).
+fn scalar_probe<T: Element + num_traits::Float>(iterations: u64) -> (u64, f64) {
+    let x = std::hint::black_box(T::from(0.999_99).unwrap_or_else(T::one));
+    let y = std::hint::black_box(T::from(1.0e-4).unwrap_or_else(T::zero));
+    let mut acc = [std::hint::black_box(T::one()); 12];
+    for _ in 0..iterations {
+        for a in acc.iter_mut() {
+            *a = *a * x + y;
+        }
+    }
+    let sum = acc.iter().fold(T::zero(), |s, &a| s + a);
+    (iterations * 12 * 2, sum.to_f64().unwrap_or(f64::NAN))
+}
+
+/// Runs the multiply-add throughput loop of family `kind` in f32: (flops, checksum).
+pub fn f32_probe(kind: Kernel, iterations: u64) -> Option<(u64, f64)> {
+    match kind {
+        Kernel::Scalar => Some(scalar_probe::<f32>(iterations)),
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx2 => super::simd::probe_avx2_f32(iterations),
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx512 => super::simd::probe_avx512_f32(iterations),
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => None,
+    }
+}
+
+/// Runs the multiply-add throughput loop of family `kind` in f64: (flops, checksum).
+pub fn f64_probe(kind: Kernel, iterations: u64) -> Option<(u64, f64)> {
+    match kind {
+        Kernel::Scalar => Some(scalar_probe::<f64>(iterations)),
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx2 => super::simd::probe_avx2_f64(iterations),
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx512 => super::simd::probe_avx512_f64(iterations),
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => None,
+    }
+}

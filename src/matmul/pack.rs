@@ -1,0 +1,149 @@
+//! Packing: copying a block of op(A) or op(B) into the order the micro-kernel reads it.
+//!
+//! An operand is described by its storage and two strides, so a transpose is only a swap of the
+//! strides: element (i, j) of op(X) is `data[i·rs + j·cs]`. For a column-major `DMatrix` with r
+//! rows, op = N gives (rs, cs) = (1, r) and op = T gives (r, 1). Packing is where the layout
+//! difference is paid for, once per block, so the micro-kernel only ever sees one layout:
+//!
+//! ```text
+//! Ã (from an mc×kc block of op(A)): ⌈mc/MR⌉ slivers, each kc columns of MR values (rows of the
+//!    sliver, zero-padded past the block's last row), one sliver after the other.
+//! B̃ (from a kc×nc block of op(B)): ⌈nc/NR⌉ slivers, each kc rows of NR values (columns of the
+//!    sliver, zero-padded past the block's last column).
+//! ```
+//!
+//! The padding zeros only ever meet rows or columns of the tile that are thrown away, so the
+//! micro-kernel can always compute a full MR×NR tile.
+
+use super::Element;
+
+/// A read-only operand op(X): element (i, j) is `data[i·rs + j·cs]`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Operand<'a, T> {
+    pub data: &'a [T],
+    pub rs: usize,
+    pub cs: usize,
+}
+
+impl<'a, T> Operand<'a, T> {
+    /// op(X) for a column-major matrix with `rows` rows stored in `data`: as stored, or transposed.
+    pub fn new(data: &'a [T], rows: usize, transposed: bool) -> Self {
+        if transposed { Operand { data, rs: rows, cs: 1 } } else { Operand { data, rs: 1, cs: rows } }
+    }
+}
+
+/// Packs rows `i0..i0+mc`, columns `p0..p0+kc` of op(A) into `dst` as ⌈mc/mr⌉ slivers of kc×mr.
+pub(crate) fn pack_a<T: Element>(dst: &mut [T], a: Operand<T>, i0: usize, mc: usize, p0: usize, kc: usize, mr: usize) {
+    if a.rs == 1 {
+        // Column-major op(A): column p of the block is one contiguous run of mc values, cut into
+        // slivers of mr. Walking p outermost visits each column (and its memory page) once.
+        split_runs(dst, mr, kc, mc, |p| &a.data[i0 + (p0 + p) * a.cs..][..mc]);
+    } else {
+        // Row-major op(A) (a transposed DMatrix, cs = 1): row i's kc values are contiguous.
+        for (q, sliver) in dst.chunks_exact_mut(kc * mr).take(mc.div_ceil(mr)).enumerate() {
+            let r0 = i0 + q * mr;
+            interleave(sliver, mr, kc, mr.min(i0 + mc - r0), |i| &a.data[(r0 + i) * a.rs + p0..][..kc]);
+        }
+    }
+}
+
+/// Packs rows `p0..p0+kc`, columns `j0..j0+nc` of op(B) into `dst` as ⌈nc/nr⌉ slivers of kc×nr.
+pub(crate) fn pack_b<T: Element>(dst: &mut [T], b: Operand<T>, p0: usize, kc: usize, j0: usize, nc: usize, nr: usize) {
+    if b.cs == 1 {
+        // Row-major op(B) (a transposed DMatrix): row p of the panel is one contiguous run of nc
+        // values, cut into slivers of nr.
+        split_runs(dst, nr, kc, nc, |p| &b.data[(p0 + p) * b.rs + j0..][..nc]);
+    } else {
+        // Column-major op(B) (rs = 1): column j's kc values are contiguous.
+        for (q, sliver) in dst.chunks_exact_mut(kc * nr).take(nc.div_ceil(nr)).enumerate() {
+            let c0 = j0 + q * nr;
+            interleave(sliver, nr, kc, nr.min(j0 + nc - c0), |j| &b.data[(c0 + j) * b.cs + p0..][..kc]);
+        }
+    }
+}
+
+/// For each p < kc, cuts the run `run(p)` (of `len` values) into pieces of `width` and writes
+/// piece q to row p of sliver q: `dst[q·kc·width + p·width ..][..width]`, zero-padding the last.
+fn split_runs<'a, T: Element>(dst: &mut [T], width: usize, kc: usize, len: usize, run: impl Fn(usize) -> &'a [T]) {
+    match width {
+        4 => split_runs_const::<T, 4>(dst, kc, len, run),
+        6 => split_runs_const::<T, 6>(dst, kc, len, run),
+        8 => split_runs_const::<T, 8>(dst, kc, len, run),
+        12 => split_runs_const::<T, 12>(dst, kc, len, run),
+        16 => split_runs_const::<T, 16>(dst, kc, len, run),
+        32 => split_runs_const::<T, 32>(dst, kc, len, run),
+        _ => {
+            for p in 0..kc {
+                for (q, piece) in run(p)[..len].chunks(width).enumerate() {
+                    let d = &mut dst[q * kc * width + p * width..][..width];
+                    d[..piece.len()].copy_from_slice(piece);
+                    d[piece.len()..].fill(T::zero());
+                }
+            }
+        }
+    }
+}
+
+/// [`split_runs`] with the width known at compile time, so each piece is a fixed-size copy.
+fn split_runs_const<'a, T: Element, const W: usize>(dst: &mut [T], kc: usize, len: usize, run: impl Fn(usize) -> &'a [T]) {
+    let stride = kc * W;
+    for p in 0..kc {
+        let pieces = run(p)[..len].chunks_exact(W);
+        let tail = pieces.remainder();
+        let full = len / W;
+        for (q, piece) in pieces.enumerate() {
+            let d: &mut [T; W] = (&mut dst[q * stride + p * W..][..W]).try_into().expect("W elements");
+            let s: &[T; W] = piece.try_into().expect("chunks_exact gives W elements");
+            *d = *s;
+        }
+        if !tail.is_empty() {
+            let d = &mut dst[full * stride + p * W..][..W];
+            d[..tail.len()].copy_from_slice(tail);
+            d[tail.len()..].fill(T::zero());
+        }
+    }
+}
+
+/// Writes `dst[p·width + i] = line(i)[p]` for p < kc and i < lines (zero for lines ≤ i < width):
+/// `lines` contiguous source runs of length kc side by side, a small transpose. All lines are
+/// read together, p by p, so the hardware streams them in parallel and the writes are sequential.
+fn interleave<'a, T: Element>(dst: &mut [T], width: usize, kc: usize, lines: usize, line: impl Fn(usize) -> &'a [T]) {
+    let dst = &mut dst[..kc * width];
+    if lines == width {
+        match width {
+            4 => return interleave_full::<T, 4>(dst, kc, line),
+            6 => return interleave_full::<T, 6>(dst, kc, line),
+            8 => return interleave_full::<T, 8>(dst, kc, line),
+            12 => return interleave_full::<T, 12>(dst, kc, line),
+            16 => return interleave_full::<T, 16>(dst, kc, line),
+            32 => return interleave_full::<T, 32>(dst, kc, line),
+            _ => {}
+        }
+    }
+    dst.fill(T::zero());
+    for i in 0..lines {
+        for (d, &v) in dst.chunks_exact_mut(width).zip(line(i)) {
+            d[i] = v;
+        }
+    }
+}
+
+fn interleave_full<'a, T: Element, const W: usize>(dst: &mut [T], kc: usize, line: impl Fn(usize) -> &'a [T]) {
+    // Eight steps of p at a time: each line gives eight consecutive values (one bounds check),
+    // which go to the same position of eight consecutive rows of the sliver.
+    const STEPS: usize = 8;
+    let full = kc / STEPS * STEPS;
+    let (dst_full, dst_tail) = dst[..kc * W].split_at_mut(full * W);
+    for i in 0..W {
+        let src = &line(i)[..kc];
+        for (rows, vals) in dst_full.chunks_exact_mut(STEPS * W).zip(src.chunks_exact(STEPS)) {
+            let vals: &[T; STEPS] = vals.try_into().expect("chunks_exact gives STEPS values");
+            for (q, &v) in vals.iter().enumerate() {
+                rows[q * W + i] = v;
+            }
+        }
+        for (row, &v) in dst_tail.chunks_exact_mut(W).zip(&src[full..]) {
+            row[i] = v;
+        }
+    }
+}

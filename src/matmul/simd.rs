@@ -1,0 +1,241 @@
+//! The SIMD micro-kernels (x86-64 only): AVX2+FMA and AVX-512F, for f32 and f64.
+//!
+//! This is the only module of the crate allowed to use `unsafe`. Each kernel is a safe function
+//! that checks, before anything else,
+//!
+//! 1. that the CPU has the instruction set (the standard library's cached feature detection), and
+//! 2. that every slice is long enough for the tile it stands for: `a.len() ≥ kc·MR`,
+//!    `b.len() ≥ kc·NR`, and NR columns of C each holding MR elements from row `row` on,
+//!
+//! and only then calls the `#[target_feature]` function that does the work through raw pointers.
+//! Those two checks are the whole safety argument: (1) makes executing the instructions defined
+//! behaviour, (2) keeps every load and store inside the borrowed slices.
+//!
+//! All four kernels are one text, [`simd_kernel!`], instantiated with different vector types, so
+//! the AVX-512 code is the very loop the AVX2 tests exercise, with wider registers. The loop is
+//! the scalar specification ([`super::scalar`]) with the MR rows of a column of the tile held in
+//! `MV` vectors of `LANES` lanes:
+//!
+//! ```text
+//! for p in 0..kc:
+//!     a[r]      = load Ã[p·MR + r·LANES ..]              (MV vector loads)
+//!     for j in 0..NR:
+//!         b     = broadcast B̃[p·NR + j]                  (one scalar to every lane)
+//!         acc[j][r] = fma(a[r], b, acc[j][r])            (MV·NR fused multiply-adds)
+//! ```
+
+use std::arch::x86_64::*;
+
+/// How many rank-1 steps ahead the micro-kernel prefetches its Ã sliver.
+const PREFETCH_AHEAD: usize = 16;
+
+macro_rules! simd_kernel {
+    (
+        $(#[$doc:meta])*
+        name = $name:ident, inner = $inner:ident, elem = $t:ty, vector = $v:ty,
+        lanes = $lanes:expr, mr = $mr:expr, nr = $nr:expr,
+        features = $features:literal, detect = [$($detect:tt),+],
+        zero = $zero:ident, load = $load:ident, store = $store:ident, splat = $splat:ident,
+        fma = $fma:ident, mul = $mul:ident $(,)?
+    ) => {
+        $(#[$doc])*
+        pub(super) fn $name(kc: usize, a: &[$t], b: &[$t], alpha: $t, beta: $t, c: &mut [&mut [$t]], row: usize) {
+            const MR: usize = $mr;
+            const _: () = assert!(MR % $lanes == 0, "MR must be a whole number of vectors");
+            assert!($(std::arch::is_x86_feature_detected!($detect))&&+, "{} needs CPU features {:?}", stringify!($name), [$($detect),+]);
+            assert!(a.len() >= kc * MR, "packed A sliver too short");
+            assert!(b.len() >= kc * $nr, "packed B sliver too short");
+            assert!(c.len() >= $nr, "fewer than NR columns of C");
+            // Slicing checks that each of the NR columns holds MR elements from `row` on.
+            let c_columns: [*mut $t; $nr] = std::array::from_fn(|j| c[j][row..row + MR].as_mut_ptr());
+            // SAFETY: the CPU features the inner function is compiled for were detected just above,
+            // and the asserts and slicing above establish exactly the bounds `$inner` requires:
+            // kc·MR values of `a`, kc·NR values of `b`, MR writable values behind each column pointer
+            // (distinct `&mut` slices, so no two pointers alias).
+            unsafe { $inner(kc, a.as_ptr(), b.as_ptr(), alpha, beta, c_columns) }
+        }
+
+        /// # Safety
+        ///
+        /// The CPU must support the enabled features; `a` must be valid for `kc·MR` reads, `b`
+        /// for `kc·NR` reads, and each of the NR pointers in `c` for reads and writes of MR
+        /// consecutive elements, none overlapping another.
+        #[target_feature(enable = $features)]
+        unsafe fn $inner(kc: usize, a: *const $t, b: *const $t, alpha: $t, beta: $t, c: [*mut $t; $nr]) {
+            const MR: usize = $mr;
+            const MV: usize = MR / $lanes;
+            // Ask for the C tile now, so its cache lines arrive while the kc loop runs instead of
+            // stalling the write-back at the end (C's columns are a whole leading dimension apart).
+            for c_j in c {
+                for edge in [0, MR - 1] {
+                    _mm_prefetch::<_MM_HINT_T0>(c_j.wrapping_add(edge).cast::<i8>());
+                }
+            }
+            let mut acc: [[$v; MV]; $nr] = [[$zero(); MV]; $nr];
+            // One step of the rank-1 update: acc += Ã[p, :] ⊗ B̃[p, :].
+            let step = |p: usize, acc: &mut [[$v; MV]; $nr]| {
+                let mut a_p: [$v; MV] = [$zero(); MV];
+                for (r, a_pr) in a_p.iter_mut().enumerate() {
+                    // SAFETY: p < kc and r·LANES + LANES ≤ MR, so the LANES values read lie inside
+                    // the kc·MR values the caller guarantees readable.
+                    *a_pr = unsafe { $load(a.add(p * MR + r * $lanes)) };
+                }
+                for (j, acc_j) in acc.iter_mut().enumerate() {
+                    // SAFETY: p·NR + j < kc·NR, inside the values the caller guarantees readable.
+                    let b_pj = $splat(unsafe { *b.add(p * $nr + j) });
+                    for (acc_jr, &a_pr) in acc_j.iter_mut().zip(&a_p) {
+                        *acc_jr = $fma(a_pr, b_pj, *acc_jr);
+                    }
+                }
+            };
+            let mut p = 0;
+            while p + 4 <= kc {
+                // A prefetch never faults; wrapping_add keeps the address arithmetic defined even
+                // past the end of the sliver.
+                _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add((p + PREFETCH_AHEAD) * MR).cast::<i8>());
+                step(p, &mut acc);
+                step(p + 1, &mut acc);
+                step(p + 2, &mut acc);
+                step(p + 3, &mut acc);
+                p += 4;
+            }
+            while p < kc {
+                step(p, &mut acc);
+                p += 1;
+            }
+            let alpha_v = $splat(alpha);
+            let beta_v = $splat(beta);
+            for (c_j, acc_j) in c.into_iter().zip(&acc) {
+                for (r, &acc_jr) in acc_j.iter().enumerate() {
+                    // SAFETY: r·LANES + LANES ≤ MR: these LANES elements are among the MR the
+                    // caller guarantees readable and writable behind c_j.
+                    let c_jr = unsafe { c_j.add(r * $lanes) };
+                    let value = if beta == 0.0 {
+                        // β = 0 overwrites: C is not read, so NaN or garbage in it cannot leak in.
+                        $mul(alpha_v, acc_jr)
+                    } else {
+                        // SAFETY: as above, c_jr points at LANES readable elements.
+                        $fma(alpha_v, acc_jr, $mul(beta_v, unsafe { $load(c_jr) }))
+                    };
+                    // SAFETY: as above, c_jr points at LANES writable elements.
+                    unsafe { $store(c_jr, value) };
+                }
+            }
+        }
+    };
+}
+
+/// Rows of the AVX2 f32 tile (two 8-lane vectors).
+pub const AVX2_F32_MR: usize = 16;
+/// Columns of the AVX2 f32 tile.
+pub const AVX2_F32_NR: usize = 6;
+/// Rows of the AVX2 f64 tile (two 4-lane vectors).
+pub const AVX2_F64_MR: usize = 8;
+/// Columns of the AVX2 f64 tile.
+pub const AVX2_F64_NR: usize = 6;
+/// Rows of the AVX-512 f32 tile (two 16-lane vectors).
+pub const AVX512_F32_MR: usize = 32;
+/// Columns of the AVX-512 f32 tile.
+pub const AVX512_F32_NR: usize = 12;
+/// Rows of the AVX-512 f64 tile (two 8-lane vectors).
+pub const AVX512_F64_MR: usize = 16;
+/// Columns of the AVX-512 f64 tile.
+pub const AVX512_F64_NR: usize = 12;
+
+simd_kernel! {
+    /// AVX2+FMA, f32: a 16×6 tile in 12 of the 16 ymm registers.
+    name = avx2_f32, inner = avx2_f32_inner, elem = f32, vector = __m256,
+    lanes = 8, mr = AVX2_F32_MR, nr = AVX2_F32_NR, features = "avx2,fma", detect = ["avx2", "fma"],
+    zero = _mm256_setzero_ps, load = _mm256_loadu_ps, store = _mm256_storeu_ps, splat = _mm256_set1_ps,
+    fma = _mm256_fmadd_ps, mul = _mm256_mul_ps,
+}
+
+simd_kernel! {
+    /// AVX2+FMA, f64: an 8×6 tile in 12 of the 16 ymm registers.
+    name = avx2_f64, inner = avx2_f64_inner, elem = f64, vector = __m256d,
+    lanes = 4, mr = AVX2_F64_MR, nr = AVX2_F64_NR, features = "avx2,fma", detect = ["avx2", "fma"],
+    zero = _mm256_setzero_pd, load = _mm256_loadu_pd, store = _mm256_storeu_pd, splat = _mm256_set1_pd,
+    fma = _mm256_fmadd_pd, mul = _mm256_mul_pd,
+}
+
+simd_kernel! {
+    /// AVX-512F, f32: a 32×12 tile in 24 of the 32 zmm registers.
+    name = avx512_f32, inner = avx512_f32_inner, elem = f32, vector = __m512,
+    lanes = 16, mr = AVX512_F32_MR, nr = AVX512_F32_NR, features = "avx512f", detect = ["avx512f"],
+    zero = _mm512_setzero_ps, load = _mm512_loadu_ps, store = _mm512_storeu_ps, splat = _mm512_set1_ps,
+    fma = _mm512_fmadd_ps, mul = _mm512_mul_ps,
+}
+
+simd_kernel! {
+    /// AVX-512F, f64: a 16×12 tile in 24 of the 32 zmm registers.
+    name = avx512_f64, inner = avx512_f64_inner, elem = f64, vector = __m512d,
+    lanes = 8, mr = AVX512_F64_MR, nr = AVX512_F64_NR, features = "avx512f", detect = ["avx512f"],
+    zero = _mm512_setzero_pd, load = _mm512_loadu_pd, store = _mm512_storeu_pd, splat = _mm512_set1_pd,
+    fma = _mm512_fmadd_pd, mul = _mm512_mul_pd,
+}
+
+/// Independent multiply-add chains in the FMA-throughput probe: more than latency × pipes
+/// (4 cycles × 2 FMA units on the cores here) so the units never wait for a result.
+pub(super) const PROBE_CHAINS: usize = 12;
+
+macro_rules! fma_probe {
+    ($(#[$doc:meta])* name = $name:ident, inner = $inner:ident, elem = $t:ty, vector = $v:ty, lanes = $lanes:expr,
+     features = $features:literal, detect = [$($detect:tt),+], splat = $splat:ident, fma = $fma:ident, add = $add:ident,
+     first = $first:ident $(,)?) => {
+        $(#[$doc])*
+        /// Returns the flops done and a checksum (so the loop cannot be optimised away), or `None`
+        /// if the CPU lacks the instruction set.
+        pub(super) fn $name(iterations: u64) -> Option<(u64, f64)> {
+            if !($(std::arch::is_x86_feature_detected!($detect))&&+) {
+                return None;
+            }
+            // SAFETY: the features `$inner` is compiled for were detected just above; it touches
+            // no memory through pointers.
+            let checksum = unsafe { $inner(iterations) };
+            Some((iterations * (PROBE_CHAINS * $lanes * 2) as u64, checksum as f64))
+        }
+
+        #[target_feature(enable = $features)]
+        fn $inner(iterations: u64) -> $t {
+            // black_box hides the values from the optimiser, which could otherwise shorten the loop.
+            let x = $splat(std::hint::black_box(0.999_99));
+            let y = $splat(std::hint::black_box(1.0e-4));
+            let mut acc: [$v; PROBE_CHAINS] = [$splat(std::hint::black_box(1.0)); PROBE_CHAINS];
+            for _ in 0..iterations {
+                for a in acc.iter_mut() {
+                    *a = $fma(*a, x, y);
+                }
+            }
+            let mut sum = acc[0];
+            for a in &acc[1..] {
+                sum = $add(sum, *a);
+            }
+            $first(sum)
+        }
+    };
+}
+
+fma_probe! {
+    /// FMA throughput with 256-bit f32 vectors.
+    name = probe_avx2_f32, inner = probe_avx2_f32_inner, elem = f32, vector = __m256, lanes = 8,
+    features = "avx2,fma", detect = ["avx2", "fma"], splat = _mm256_set1_ps, fma = _mm256_fmadd_ps, add = _mm256_add_ps,
+    first = _mm256_cvtss_f32,
+}
+fma_probe! {
+    /// FMA throughput with 256-bit f64 vectors.
+    name = probe_avx2_f64, inner = probe_avx2_f64_inner, elem = f64, vector = __m256d, lanes = 4,
+    features = "avx2,fma", detect = ["avx2", "fma"], splat = _mm256_set1_pd, fma = _mm256_fmadd_pd, add = _mm256_add_pd,
+    first = _mm256_cvtsd_f64,
+}
+fma_probe! {
+    /// FMA throughput with 512-bit f32 vectors.
+    name = probe_avx512_f32, inner = probe_avx512_f32_inner, elem = f32, vector = __m512, lanes = 16,
+    features = "avx512f", detect = ["avx512f"], splat = _mm512_set1_ps, fma = _mm512_fmadd_ps, add = _mm512_add_ps,
+    first = _mm512_cvtss_f32,
+}
+fma_probe! {
+    /// FMA throughput with 512-bit f64 vectors.
+    name = probe_avx512_f64, inner = probe_avx512_f64_inner, elem = f64, vector = __m512d, lanes = 8,
+    features = "avx512f", detect = ["avx512f"], splat = _mm512_set1_pd, fma = _mm512_fmadd_pd, add = _mm512_add_pd,
+    first = _mm512_cvtsd_f64,
+}

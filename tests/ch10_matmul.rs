@@ -1,0 +1,896 @@
+//! Chapter 10: the packed, blocked, SIMD matrix product, checked against the triple loop.
+//!
+//! Every kernel this CPU can run is forced in turn and compared with an f64 triple loop on
+//! thousands of shapes. The tolerance is not picked by hand: it is the classical bound for a
+//! sum of products (Higham, *Accuracy and Stability of Numerical Algorithms*, §3.1),
+//!
+//! ```text
+//! |ĉᵢⱼ − cᵢⱼ| ≤ γ_{k+2}(u) · (|α|·Σₚ|aᵢₚ||bₚⱼ| + |β|·|c⁰ᵢⱼ|),   γₙ(u) = n·u / (1 − n·u),
+//! ```
+//!
+//! with u the unit roundoff of the type computed in: each term passes through at most k − 1
+//! additions, its own product, the multiplication by α and the addition of β·c⁰ (k + 2
+//! roundings), however the kernel blocks and orders the sum. The reference itself is computed in
+//! f64, so its own γ_{k+2}(2⁻⁵³) is added.
+
+mod common;
+
+use llm_workbook::Error;
+use llm_workbook::float::Float;
+use llm_workbook::matmul::{
+    self, Blocking, Kernel, Op, Settings, available_kernels, default_blocking, gemm, gemm_with, kernel_calls, last_product, matmul,
+    matmul_nt, matmul_tn, tile_shape, with_kernel,
+};
+use llm_workbook::rng::Rng;
+use nalgebra::DMatrix;
+
+// ───────────────────────────── the reference and the bound ─────────────────────────────
+
+/// γₙ(u) = n·u/(1 − n·u).
+fn gamma(n: usize, u: f64) -> f64 {
+    let nu = n as f64 * u;
+    assert!(nu < 0.5, "γ_{n} is only meaningful for n·u < 1");
+    nu / (1.0 - nu)
+}
+
+/// Unit roundoff of T: half the distance from 1 to the next number.
+fn unit_roundoff<T: Float>() -> f64 {
+    T::epsilon().as_f64() / 2.0
+}
+
+/// The smallest positive subnormal of T (the absolute error one underflowing product can add).
+fn eta<T: Float>() -> f64 {
+    T::min_positive_value().as_f64() * T::epsilon().as_f64()
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    m: usize,
+    n: usize,
+    k: usize,
+    ta: Op,
+    tb: Op,
+    alpha: f64,
+    beta: f64,
+}
+
+impl Case {
+    fn new(m: usize, n: usize, k: usize) -> Self {
+        Case { m, n, k, ta: Op::N, tb: Op::N, alpha: 1.0, beta: 0.0 }
+    }
+    fn ops(self, ta: Op, tb: Op) -> Self {
+        Case { ta, tb, ..self }
+    }
+    fn scaled(self, alpha: f64, beta: f64) -> Self {
+        Case { alpha, beta, ..self }
+    }
+}
+
+const OPS: [(Op, Op); 4] = [(Op::N, Op::N), (Op::T, Op::N), (Op::N, Op::T), (Op::T, Op::T)];
+const ALPHA_BETA: [(f64, f64); 6] = [(1.0, 0.0), (-1.0, 1.0), (0.5, -0.5), (2.5, 0.0), (1.0, 2.0), (-0.75, 1.0)];
+
+/// The operands of a case: A stored so that op(A) is m×k, B so that op(B) is k×n, and C⁰ (all NaN
+/// when β = 0, to prove it is never read).
+struct Operands<T: Float> {
+    a: DMatrix<T>,
+    b: DMatrix<T>,
+    c0: DMatrix<T>,
+}
+
+fn operands<T: Float>(case: &Case, rng: &mut Rng) -> Operands<T> {
+    let (ar, ac) = if case.ta == Op::N { (case.m, case.k) } else { (case.k, case.m) };
+    let (br, bc) = if case.tb == Op::N { (case.k, case.n) } else { (case.n, case.k) };
+    let a = rng.normal_matrix::<T>(ar, ac, 1.0);
+    let b = rng.normal_matrix::<T>(br, bc, 1.0);
+    let c0 = if case.beta == 0.0 { DMatrix::from_element(case.m, case.n, T::nan()) } else { rng.normal_matrix::<T>(case.m, case.n, 1.0) };
+    Operands { a, b, c0 }
+}
+
+fn op_at<T: Float>(x: &DMatrix<T>, op: Op, i: usize, j: usize) -> f64 {
+    if op == Op::N { x[(i, j)].as_f64() } else { x[(j, i)].as_f64() }
+}
+
+/// α·op(A)·op(B) + β·C⁰ in f64 (β·C⁰ taken as 0 when β = 0), and the magnitude
+/// |α|·Σ|a||b| + |β|·|C⁰| the error bound scales with.
+fn reference<T: Float>(case: &Case, x: &Operands<T>) -> (DMatrix<f64>, DMatrix<f64>) {
+    let mut value = DMatrix::zeros(case.m, case.n);
+    let mut size = DMatrix::zeros(case.m, case.n);
+    for j in 0..case.n {
+        for i in 0..case.m {
+            let (mut s, mut s_abs) = (0.0, 0.0);
+            for p in 0..case.k {
+                let t = op_at(&x.a, case.ta, i, p) * op_at(&x.b, case.tb, p, j);
+                s += t;
+                s_abs += t.abs();
+            }
+            let c0 = if case.beta == 0.0 { 0.0 } else { x.c0[(i, j)].as_f64() };
+            value[(i, j)] = case.alpha * s + case.beta * c0;
+            size[(i, j)] = case.alpha.abs() * s_abs + case.beta.abs() * c0.abs();
+        }
+    }
+    (value, size)
+}
+
+/// Checks every entry of `c` against the reference within the bound; names the first entry that
+/// is outside it.
+fn within_bound<T: Float>(case: &Case, c: &DMatrix<T>, value: &DMatrix<f64>, size: &DMatrix<f64>) -> Result<(), String> {
+    let rounds = case.k + 2;
+    let (u, u64_) = (unit_roundoff::<T>(), unit_roundoff::<f64>());
+    // Ours, plus the f64 reference's own error, plus its error in computing `size` itself.
+    let relative = (gamma(rounds, u) + gamma(rounds, u64_)) * (1.0 + gamma(rounds, u64_));
+    let absolute = rounds as f64 * eta::<T>();
+    if c.shape() != (case.m, case.n) {
+        return Err(format!("{case:?}: C is {:?}", c.shape()));
+    }
+    for j in 0..case.n {
+        for i in 0..case.m {
+            let (got, want) = (c[(i, j)].as_f64(), value[(i, j)]);
+            let bound = relative * size[(i, j)] + absolute;
+            if !got.is_finite() || (got - want).abs() > bound {
+                return Err(format!(
+                    "{case:?}: C[{i},{j}] = {got:e}, reference {want:e}, |error| {:e} > bound {bound:e}",
+                    (got - want).abs()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs one case with `settings` and checks it; returns the product's statistics.
+fn run_case<T: Float>(settings: Settings, case: Case, rng: &mut Rng) -> Result<matmul::ProductStats, String> {
+    let x = operands::<T>(&case, rng);
+    let mut c = x.c0.clone();
+    let stats =
+        gemm_with(settings, T::of(case.alpha), &x.a, case.ta, &x.b, case.tb, T::of(case.beta), &mut c).map_err(|e| e.to_string())?;
+    if let Some(k) = settings.kernel
+        && stats.kernel != k
+    {
+        return Err(format!("{case:?}: asked for {k}, ran {}", stats.kernel));
+    }
+    let (value, size) = reference(&case, &x);
+    within_bound(&case, &c, &value, &size)?;
+    Ok(stats)
+}
+
+fn forced(kernel: Kernel) -> Settings {
+    Settings { kernel: Some(kernel), ..Settings::default() }
+}
+
+/// Runs every case with every available kernel in both types; fails listing the first bad case
+/// of each kernel and type.
+fn check_all(cases: &[Case], settings: impl Fn(Kernel) -> Settings, seed: u64) {
+    let mut failures = Vec::new();
+    for kernel in available_kernels() {
+        let mut rng = Rng::new(seed);
+        for case in cases {
+            if let Err(e) = run_case::<f32>(settings(kernel), *case, &mut rng) {
+                failures.push(format!("{kernel} f32: {e}"));
+                break;
+            }
+        }
+        for case in cases {
+            if let Err(e) = run_case::<f64>(settings(kernel), *case, &mut rng) {
+                failures.push(format!("{kernel} f64: {e}"));
+                break;
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+// ───────────────────────────── the bound itself ─────────────────────────────
+
+#[test]
+fn the_error_bound_rejects_a_product_missing_one_term() {
+    // A bound loose enough to pass anything would prove nothing: drop a single term aᵢₚ·bₚⱼ from
+    // one entry of a correct product and the check must fail.
+    let case = Case::new(9, 7, 40);
+    let mut rng = Rng::new(7);
+    for kernel in available_kernels() {
+        let x = operands::<f64>(&case, &mut rng);
+        let mut c = x.c0.clone();
+        gemm_with(forced(kernel), 1.0, &x.a, Op::N, &x.b, Op::N, 0.0, &mut c).expect("product");
+        let (value, size) = reference(&case, &x);
+        within_bound(&case, &c, &value, &size).expect("the correct product is inside the bound");
+        c[(4, 3)] -= x.a[(4, 17)] * x.b[(17, 3)];
+        assert!(within_bound(&case, &c, &value, &size).is_err(), "{kernel}: a missing term went unnoticed");
+    }
+}
+
+#[test]
+fn the_error_bound_grows_with_k_and_the_magnitudes() {
+    // γ_{k+2}(u)·Σ|a||b| for a 1×k by k×1 product of ones: k·γ_{k+2}(u).
+    let u = unit_roundoff::<f32>();
+    assert_eq!(u, 2f64.powi(-24));
+    let case = Case::new(1, 1, 100);
+    let ones = Operands { a: DMatrix::<f32>::from_element(1, 100, 1.0), b: DMatrix::from_element(100, 1, 1.0), c0: DMatrix::zeros(1, 1) };
+    let (value, size) = reference(&case, &ones);
+    assert_eq!((value[(0, 0)], size[(0, 0)]), (100.0, 100.0));
+    // 100 + 1.2e-3 is outside the bound (≈ 6.1e-4 here), 100 + 4e-4 inside.
+    let c_bad = DMatrix::from_element(1, 1, 100.0012f32);
+    let c_ok = DMatrix::from_element(1, 1, 100.0004f32);
+    assert!(within_bound(&case, &c_bad, &value, &size).is_err());
+    assert!(within_bound(&case, &c_ok, &value, &size).is_ok());
+}
+
+// ───────────────────────────── every kernel against the triple loop ─────────────────────────────
+
+#[test]
+fn every_kernel_matches_the_triple_loop_on_all_shapes_up_to_17() {
+    // All 17³ = 4913 shapes (m, n, k ∈ 1..=17), cycling through the four transpose combinations
+    // and six (α, β) pairs; β = 0 cases start from a C full of NaN.
+    let mut cases = Vec::new();
+    let mut index = 0;
+    for m in 1..=17 {
+        for n in 1..=17 {
+            for k in 1..=17 {
+                let (ta, tb) = OPS[index % OPS.len()];
+                let (alpha, beta) = ALPHA_BETA[(index / OPS.len()) % ALPHA_BETA.len()];
+                cases.push(Case::new(m, n, k).ops(ta, tb).scaled(alpha, beta));
+                index += 1;
+            }
+        }
+    }
+    assert_eq!(cases.len(), 4913);
+    check_all(&cases, forced, 1);
+}
+
+#[test]
+fn every_kernel_matches_the_triple_loop_at_each_transpose_and_scaling_on_odd_shapes() {
+    // Every (op, α, β) combination on shapes that leave partial tiles on both sides.
+    let mut cases = Vec::new();
+    for &(m, n, k) in &[(5, 3, 7), (19, 13, 11), (33, 7, 29), (1, 9, 4), (8, 1, 16)] {
+        for (ta, tb) in OPS {
+            for (alpha, beta) in ALPHA_BETA {
+                cases.push(Case::new(m, n, k).ops(ta, tb).scaled(alpha, beta));
+            }
+        }
+    }
+    check_all(&cases, forced, 2);
+}
+
+/// Shapes just below, at and just above each blocking constant of `kernel` in type T.
+fn boundary_cases<T: Float>(kernel: Kernel) -> Vec<Case> {
+    let (mr, nr) = tile_shape::<T>(kernel).expect("available");
+    let b = default_blocking::<T>(kernel).expect("available");
+    let around = |x: usize| [x - 1, x, x + 1];
+    let mut cases = Vec::new();
+    let ms = [around(mr), around(b.mc)].concat();
+    let ns = [around(nr), [2 * nr + 1, 2 * nr + 1, 2 * nr + 1]].concat();
+    let mut index = 0;
+    for &m in &ms {
+        for &n in &ns {
+            for &k in &around(b.kc) {
+                let (ta, tb) = OPS[index % OPS.len()];
+                let (alpha, beta) = ALPHA_BETA[index % ALPHA_BETA.len()];
+                cases.push(Case::new(m, n, k).ops(ta, tb).scaled(alpha, beta));
+                index += 1;
+            }
+        }
+    }
+    // Across NC: a wide, shallow product whose columns need two B̃ panels.
+    for (i, &n) in around(b.nc).iter().enumerate() {
+        let (ta, tb) = OPS[i + 1];
+        cases.push(Case::new(mr + 1, n, 3).ops(ta, tb).scaled(1.0, 0.0));
+    }
+    // Depth 2·KC + 1: three rank-KC updates, β applied by the first, the later ones added on.
+    cases.push(Case::new(mr + 3, nr + 2, 2 * b.kc + 1).scaled(-1.0, 0.5));
+    cases
+}
+
+#[test]
+fn every_kernel_matches_the_triple_loop_around_its_blocking_constants() {
+    let mut failures = Vec::new();
+    for kernel in available_kernels() {
+        let mut rng = Rng::new(3);
+        for case in boundary_cases::<f32>(kernel) {
+            if let Err(e) = run_case::<f32>(forced(kernel), case, &mut rng) {
+                failures.push(format!("{kernel} f32: {e}"));
+            }
+        }
+        for case in boundary_cases::<f64>(kernel) {
+            if let Err(e) = run_case::<f64>(forced(kernel), case, &mut rng) {
+                failures.push(format!("{kernel} f64: {e}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn every_kernel_matches_the_triple_loop_with_tiny_blocks_that_force_every_loop_to_turn() {
+    // Blocks of a few rows, columns and depths make all five loops run many times (and leave
+    // edges everywhere) on small, fast shapes.
+    let mut rng = Rng::new(4);
+    let mut cases = Vec::new();
+    for i in 0..120 {
+        let (m, n, k) = (1 + rng.below(70), 1 + rng.below(40), 1 + rng.below(50));
+        let (ta, tb) = OPS[i % OPS.len()];
+        let (alpha, beta) = ALPHA_BETA[i % ALPHA_BETA.len()];
+        cases.push(Case::new(m, n, k).ops(ta, tb).scaled(alpha, beta));
+    }
+    for blocking in [Blocking { mc: 1, kc: 1, nc: 1 }, Blocking { mc: 17, kc: 5, nc: 13 }, Blocking { mc: 40, kc: 9, nc: 7 }] {
+        check_all(&cases, |k| Settings { kernel: Some(k), blocking: Some(blocking), threads: Some(1), ..Settings::default() }, 5);
+    }
+}
+
+#[test]
+fn every_kernel_matches_the_triple_loop_on_tall_wide_and_deep_shapes() {
+    let cases = [
+        Case::new(1500, 3, 17),
+        Case::new(3, 1500, 17).ops(Op::T, Op::T),
+        Case::new(1, 1, 5000).scaled(0.5, 1.0),
+        Case::new(400, 1, 300).ops(Op::T, Op::N),
+        Case::new(1, 400, 300).ops(Op::N, Op::T),
+        Case::new(300, 200, 1).scaled(1.0, 1.0),
+        Case::new(2, 2, 3000).ops(Op::T, Op::T).scaled(-2.0, 0.0),
+    ];
+    check_all(&cases, forced, 6);
+}
+
+#[test]
+fn every_kernel_matches_the_triple_loop_with_large_cancelling_inputs() {
+    // Σ|a||b| ≫ |Σab|: the bound scales with the magnitudes, not with the result.
+    let a = DMatrix::<f64>::from_row_slice(2, 4, &[1e8, 1.0, -1e8, 0.5, 3.0, 1e-8, 2.0, -1e-8]);
+    let b = DMatrix::<f64>::from_row_slice(4, 2, &[1.0, 2.0, 1.0, 1.0, 1.0, 2.0, 4.0, 1.0]);
+    let case = Case::new(2, 2, 4);
+    let x = Operands { a: a.clone(), b: b.clone(), c0: DMatrix::from_element(2, 2, f64::NAN) };
+    let (value, size) = reference(&case, &x);
+    assert_eq!(value[(0, 0)], 3.0);
+    for kernel in available_kernels() {
+        let mut c = x.c0.clone();
+        gemm_with(forced(kernel), 1.0, &a, Op::N, &b, Op::N, 0.0, &mut c).expect("product");
+        within_bound(&case, &c, &value, &size).unwrap_or_else(|e| panic!("{kernel}: {e}"));
+    }
+}
+
+// ───────────────────────────── threads ─────────────────────────────
+
+#[test]
+fn two_threads_split_large_products_and_match_the_triple_loop() {
+    let mut rng = Rng::new(8);
+    for kernel in available_kernels() {
+        let two = Settings { kernel: Some(kernel), threads: Some(2), ..Settings::default() };
+        for case in [
+            Case::new(260, 150, 300),
+            Case::new(300, 13, 3000).ops(Op::T, Op::N).scaled(0.5, 1.0),
+            Case::new(97, 401, 300).ops(Op::N, Op::T),
+        ] {
+            assert!(2.0 * (case.m * case.n * case.k) as f64 >= matmul::PARALLEL_MIN_FLOPS);
+            let stats = run_case::<f32>(two, case, &mut rng).unwrap_or_else(|e| panic!("{kernel}: {e}"));
+            assert_eq!(stats.threads, 2, "{kernel} {case:?}");
+            let stats = run_case::<f64>(two, case, &mut rng).unwrap_or_else(|e| panic!("{kernel}: {e}"));
+            assert_eq!(stats.threads, 2, "{kernel} {case:?}");
+        }
+        // Three threads: the sharing out is general.
+        let three = Settings { threads: Some(3), min_parallel_flops: Some(0.0), ..two };
+        let stats = run_case::<f64>(three, Case::new(120, 100, 200), &mut rng).unwrap_or_else(|e| panic!("{kernel}: {e}"));
+        assert_eq!(stats.threads, 3);
+    }
+}
+
+#[test]
+fn small_products_stay_on_one_thread_even_when_two_are_allowed() {
+    let mut rng = Rng::new(9);
+    let two = Settings { threads: Some(2), ..Settings::default() };
+    let small = Case::new(40, 40, 40);
+    assert!(2.0 * 40f64.powi(3) < matmul::PARALLEL_MIN_FLOPS);
+    assert_eq!(run_case::<f32>(two, small, &mut rng).expect("small").threads, 1);
+    // Threads share out blocks of rows; a product only one register tile high has one block, so
+    // even with the threshold switched off it runs on one thread.
+    let mr = tile_shape::<f64>(matmul::active_kernel()).expect("active").0;
+    let no_threshold = Settings { min_parallel_flops: Some(0.0), ..two };
+    assert_eq!(run_case::<f64>(no_threshold, Case::new(mr, 300, 40), &mut rng).expect("flat").threads, 1);
+    assert_eq!(run_case::<f64>(no_threshold, Case::new(mr + 1, 300, 40), &mut rng).expect("two blocks").threads, 2);
+}
+
+// ───────────────────────────── the forced kernel really ran ─────────────────────────────
+
+#[test]
+fn the_forced_kernel_reports_its_own_tile_count() {
+    // Tile counts differ between kernels (their MR×NR differ), so the count identifies the
+    // kernel that computed the tiles.
+    let (m, n, k) = (37, 29, 300);
+    let mut rng = Rng::new(10);
+    let a = rng.normal_matrix::<f32>(m, k, 1.0);
+    let b = rng.normal_matrix::<f32>(k, n, 1.0);
+    for kernel in available_kernels() {
+        let (mr, nr) = tile_shape::<f32>(kernel).expect("available");
+        let kc = default_blocking::<f32>(kernel).expect("available").kc;
+        let before = kernel_calls(kernel);
+        let c = with_kernel(kernel, || matmul(&a, &b)).expect("available").expect("shapes agree");
+        let stats = last_product().expect("a product ran on this thread");
+        assert_eq!(stats.kernel, kernel);
+        assert_eq!((stats.mr, stats.nr), (mr, nr));
+        let expected = (m.div_ceil(mr) * n.div_ceil(nr) * k.div_ceil(kc)) as u64;
+        assert_eq!(stats.tiles, expected, "{kernel}");
+        assert!(kernel_calls(kernel) >= before + expected, "{kernel}: the process-wide counter did not grow");
+        assert_eq!(c.shape(), (m, n));
+    }
+}
+
+#[test]
+fn simd_kernels_fuse_multiply_and_add_and_the_scalar_kernel_does_not() {
+    // c = (−1)·1 + x·x with x = 1 + 2⁻¹² in f32. Exactly, c = 2⁻¹¹ + 2⁻²⁴. Rounding x·x first
+    // (separate multiply and add) loses the 2⁻²⁴ (a tie, rounded to even); a fused multiply-add
+    // keeps it. The result is a fingerprint of the instructions that computed it.
+    let x = 1.0 + 2f32.powi(-12);
+    let a = DMatrix::from_row_slice(1, 2, &[-1.0f32, x]);
+    let b = DMatrix::from_column_slice(2, 1, &[1.0f32, x]);
+    let fused = 2f32.powi(-11) + 2f32.powi(-24);
+    let unfused = 2f32.powi(-11);
+    assert_ne!(fused, unfused);
+    // The same in f64 with x = 1 + 2⁻²⁷.
+    let x64 = 1.0 + 2f64.powi(-27);
+    let a64 = DMatrix::from_row_slice(1, 2, &[-1.0f64, x64]);
+    let b64 = DMatrix::from_column_slice(2, 1, &[1.0f64, x64]);
+    let (fused64, unfused64) = (2f64.powi(-26) + 2f64.powi(-54), 2f64.powi(-26));
+    for kernel in available_kernels() {
+        let want = if kernel == Kernel::Scalar { (unfused, unfused64) } else { (fused, fused64) };
+        let got32 = with_kernel(kernel, || matmul(&a, &b)).expect("available").expect("shapes")[(0, 0)];
+        let got64 = with_kernel(kernel, || matmul(&a64, &b64)).expect("available").expect("shapes")[(0, 0)];
+        assert_eq!((got32, got64), want, "{kernel}");
+    }
+}
+
+#[test]
+fn with_kernel_restores_the_previous_choice_and_refuses_what_the_cpu_lacks() {
+    let before = matmul::active_kernel();
+    let inner = with_kernel(Kernel::Scalar, || {
+        let nested = with_kernel(matmul::best_kernel(), matmul::active_kernel).expect("best is available");
+        (matmul::active_kernel(), nested)
+    })
+    .expect("scalar is always available");
+    assert_eq!(inner, (Kernel::Scalar, matmul::best_kernel()));
+    assert_eq!(matmul::active_kernel(), before);
+    for kernel in Kernel::ALL.into_iter().filter(|k| !k.is_available()) {
+        assert!(matches!(with_kernel(kernel, || ()), Err(Error::InvalidValue { arg: "kernel", .. })));
+        assert!(matches!(matmul::set_kernel(Some(kernel)), Err(Error::InvalidValue { arg: "kernel", .. })));
+        let e = gemm_with(
+            forced(kernel),
+            1.0,
+            &DMatrix::<f32>::zeros(1, 1),
+            Op::N,
+            &DMatrix::zeros(1, 1),
+            Op::N,
+            0.0,
+            &mut DMatrix::zeros(1, 1),
+        );
+        assert!(matches!(e, Err(Error::InvalidValue { arg: "kernel", .. })), "{kernel}: {e:?}");
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn detection_finds_what_the_cpu_reports() {
+    let avx2 = std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma");
+    let avx512 = std::arch::is_x86_feature_detected!("avx512f");
+    let mut expected = vec![Kernel::Scalar];
+    if avx2 {
+        expected.push(Kernel::Avx2);
+    }
+    if avx512 {
+        expected.push(Kernel::Avx512);
+    }
+    assert_eq!(available_kernels(), expected);
+    assert_eq!(matmul::best_kernel(), *expected.last().expect("scalar at least"));
+    if !avx512 {
+        eprintln!("note: this CPU has no AVX-512F; the avx512 kernels were compiled but not run");
+    }
+}
+
+#[test]
+fn kernel_names_parse_and_bad_names_are_refused() {
+    for kernel in Kernel::ALL {
+        assert_eq!(Kernel::from_name(kernel.name()).expect("own name"), kernel);
+        assert_eq!(Kernel::from_name(&kernel.name().to_uppercase()).expect("any case"), kernel);
+    }
+    assert!(matches!(Kernel::from_name("sse9"), Err(Error::InvalidValue { .. })));
+    assert_eq!(matmul::parse_kernel_setting(None).expect("unset"), None);
+    assert_eq!(matmul::parse_kernel_setting(Some("auto")).expect("auto"), None);
+    assert_eq!(matmul::parse_kernel_setting(Some(" scalar ")).expect("scalar"), Some(Kernel::Scalar));
+    assert!(matmul::parse_kernel_setting(Some("fast")).is_err());
+    for kernel in Kernel::ALL.into_iter().filter(|k| !k.is_available()) {
+        assert!(matmul::parse_kernel_setting(Some(kernel.name())).is_err(), "{kernel} is not available here");
+    }
+}
+
+/// Run by [`the_environment_variable_forces_the_kernel_in_a_fresh_process`] in a child process:
+/// reports the kernel a product ran with, so the parent can compare it with the variable.
+#[test]
+fn env_probe_child() {
+    let a = DMatrix::<f32>::from_element(20, 20, 1.0);
+    let c = matmul(&a, &a).expect("shapes agree");
+    assert_eq!(c[(3, 4)], 20.0);
+    let ran = last_product().expect("a product ran").kernel;
+    match std::env::var(matmul::KERNEL_ENV) {
+        Ok(v) => assert_eq!(ran, Kernel::from_name(&v).expect("the parent sets a valid name")),
+        Err(_) => assert_eq!(ran, matmul::active_kernel()),
+    }
+    println!("ENV_PROBE_KERNEL={ran}");
+}
+
+#[test]
+fn the_environment_variable_forces_the_kernel_in_a_fresh_process() {
+    let exe = std::env::current_exe().expect("the test binary");
+    for kernel in available_kernels() {
+        let out = std::process::Command::new(&exe)
+            .args(["--exact", "env_probe_child", "--nocapture", "--test-threads", "1"])
+            .env(matmul::KERNEL_ENV, kernel.name())
+            .output()
+            .expect("the test binary runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{kernel}: child failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+        assert!(stdout.contains(&format!("ENV_PROBE_KERNEL={kernel}")), "{kernel}: child printed\n{stdout}");
+    }
+}
+
+// ───────────────────────────── the public API, IEEE values and bad input ─────────────────────────────
+
+#[test]
+fn matmul_tn_and_nt_match_the_triple_loop_on_the_transposed_operands() {
+    let mut rng = Rng::new(11);
+    let x = rng.normal_matrix::<f64>(23, 9, 1.0);
+    let y = rng.normal_matrix::<f64>(23, 14, 1.0);
+    let z = rng.normal_matrix::<f64>(14, 9, 1.0);
+    let tn = matmul_tn(&x, &y).expect("xᵀy");
+    let case = Case::new(9, 14, 23).ops(Op::T, Op::N);
+    let (value, size) = reference(&case, &Operands { a: x.clone(), b: y.clone(), c0: DMatrix::zeros(9, 14) });
+    within_bound(&case, &tn, &value, &size).expect("xᵀy");
+    let nt = matmul_nt(&x, &z).expect("x zᵀ");
+    let case = Case::new(23, 14, 9).ops(Op::N, Op::T);
+    let (value, size) = reference(&case, &Operands { a: x, b: z, c0: DMatrix::zeros(23, 14) });
+    within_bound(&case, &nt, &value, &size).expect("x zᵀ");
+    assert_eq!(last_product().expect("ran").kernel, matmul::active_kernel());
+}
+
+#[test]
+fn beta_zero_overwrites_nan_and_infinity_in_c() {
+    let a = DMatrix::<f32>::from_row_slice(2, 2, &[1.0, 2.0, 3.0, 4.0]);
+    for kernel in available_kernels() {
+        let mut c = DMatrix::from_row_slice(2, 2, &[f32::NAN, f32::INFINITY, f32::NEG_INFINITY, f32::NAN]);
+        with_kernel(kernel, || gemm(1.0, &a, Op::N, &a, Op::N, 0.0, &mut c)).expect("available").expect("shapes");
+        assert_eq!(c, DMatrix::from_row_slice(2, 2, &[7.0, 10.0, 15.0, 22.0]), "{kernel}");
+    }
+}
+
+#[test]
+fn nonzero_beta_propagates_nan_in_c_as_ieee_says() {
+    let a = DMatrix::<f64>::identity(3, 3);
+    for kernel in available_kernels() {
+        let mut c = DMatrix::from_element(3, 3, 1.0);
+        c[(1, 2)] = f64::NAN;
+        with_kernel(kernel, || gemm(1.0, &a, Op::N, &a, Op::N, 1.0, &mut c)).expect("available").expect("shapes");
+        assert!(c[(1, 2)].is_nan(), "{kernel}");
+        assert_eq!(c.iter().filter(|v| v.is_nan()).count(), 1, "{kernel}");
+        assert_eq!(c[(0, 0)], 2.0);
+    }
+}
+
+#[test]
+fn nan_and_infinity_in_the_inputs_reach_exactly_the_entries_they_touch() {
+    // A NaN in row 2 of A poisons row 2 of C; +∞ in row 3 of B makes column 1 of C infinite
+    // (with the sign of aᵢ₃), everywhere else stays finite. Tiles padded with zeros must not
+    // turn 0·∞ into NaN anywhere else.
+    let mut rng = Rng::new(12);
+    for kernel in available_kernels() {
+        let (m, k, n) = (21, 9, 14);
+        let mut a = rng.normal_matrix::<f32>(m, k, 1.0);
+        let mut b = rng.normal_matrix::<f32>(k, n, 1.0);
+        a[(2, 5)] = f32::NAN;
+        b[(3, 1)] = f32::INFINITY;
+        let c = with_kernel(kernel, || matmul(&a, &b)).expect("available").expect("shapes");
+        for j in 0..n {
+            for i in 0..m {
+                let v = c[(i, j)];
+                if i == 2 {
+                    assert!(v.is_nan(), "{kernel} [{i},{j}] = {v}");
+                } else if j == 1 {
+                    assert_eq!(v, f32::INFINITY.copysign(a[(i, 3)]), "{kernel} [{i},{j}]");
+                } else {
+                    assert!(v.is_finite(), "{kernel} [{i},{j}] = {v}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn alpha_zero_scales_c_by_beta_without_reading_a_or_b() {
+    // The BLAS convention: with α = 0 the product is not formed, so NaN in A or B cannot reach C.
+    let a = DMatrix::<f64>::from_element(4, 3, f64::NAN);
+    let b = DMatrix::<f64>::from_element(3, 5, f64::INFINITY);
+    for kernel in available_kernels() {
+        let mut c = DMatrix::from_element(4, 5, 2.0);
+        let stats = gemm_with(forced(kernel), 0.0, &a, Op::N, &b, Op::N, -1.5, &mut c).expect("valid");
+        assert_eq!(c, DMatrix::from_element(4, 5, -3.0));
+        assert_eq!(stats.tiles, 0);
+        let mut c = DMatrix::from_element(4, 5, f64::NAN);
+        gemm_with(forced(kernel), 0.0, &a, Op::N, &b, Op::N, 0.0, &mut c).expect("valid");
+        assert_eq!(c, DMatrix::zeros(4, 5));
+    }
+}
+
+#[test]
+fn zero_sized_products_are_empty_or_zero_or_beta_times_c() {
+    for kernel in available_kernels() {
+        // m = 0 or n = 0: an empty result.
+        let empty_rows = with_kernel(kernel, || matmul(&DMatrix::<f32>::zeros(0, 4), &DMatrix::zeros(4, 3))).expect("available");
+        assert_eq!(empty_rows.expect("valid").shape(), (0, 3));
+        let empty_cols = with_kernel(kernel, || matmul_tn(&DMatrix::<f64>::zeros(4, 2), &DMatrix::zeros(4, 0))).expect("available");
+        assert_eq!(empty_cols.expect("valid").shape(), (2, 0));
+        // k = 0: the empty sum is 0, so C ← β·C (zeros when β = 0, whatever C held).
+        let zero = with_kernel(kernel, || matmul_nt(&DMatrix::<f64>::zeros(3, 0), &DMatrix::zeros(2, 0))).expect("available");
+        assert_eq!(zero.expect("valid"), DMatrix::zeros(3, 2));
+        let mut c = DMatrix::from_element(3, 2, f32::NAN);
+        gemm_with(forced(kernel), 1.0, &DMatrix::zeros(3, 0), Op::N, &DMatrix::zeros(0, 2), Op::N, 0.0, &mut c).expect("valid");
+        assert_eq!(c, DMatrix::zeros(3, 2));
+        let mut c = DMatrix::from_element(3, 2, 4.0f32);
+        gemm_with(forced(kernel), 1.0, &DMatrix::zeros(0, 3), Op::T, &DMatrix::zeros(0, 2), Op::N, 0.5, &mut c).expect("valid");
+        assert_eq!(c, DMatrix::from_element(3, 2, 2.0));
+    }
+}
+
+#[test]
+fn mismatched_inner_dimensions_are_a_shape_error_naming_both_operands() {
+    let a = DMatrix::<f32>::zeros(3, 4);
+    let b = DMatrix::<f32>::zeros(5, 2);
+    let e = matmul(&a, &b).expect_err("4 ≠ 5");
+    assert!(matches!(&e, Error::Shape { op: "matmul", .. }), "{e:?}");
+    assert!(e.to_string().contains("3×4") && e.to_string().contains("5×2"), "{e}");
+    assert!(matches!(matmul_tn(&a, &b), Err(Error::Shape { op: "matmul_tn", .. })));
+    assert!(matches!(matmul_nt(&a, &b), Err(Error::Shape { op: "matmul_nt", .. })));
+    let mut c = DMatrix::<f32>::zeros(3, 2);
+    let e = gemm(1.0, &a, Op::N, &b, Op::N, 0.0, &mut c).expect_err("4 ≠ 5");
+    assert!(matches!(&e, Error::Shape { op: "gemm", arg: "inner dimensions of op(A) and op(B)", .. }), "{e:?}");
+    let e = gemm_with(Settings::default(), 1.0, &a, Op::T, &b, Op::N, 0.0, &mut c).expect_err("3 ≠ 5");
+    assert!(matches!(&e, Error::Shape { op: "gemm_with", .. }), "{e:?}");
+}
+
+#[test]
+fn an_output_of_the_wrong_shape_is_a_shape_error_and_c_is_untouched() {
+    let a = DMatrix::<f64>::from_element(3, 4, 1.0);
+    let b = DMatrix::<f64>::from_element(4, 2, 1.0);
+    let mut c = DMatrix::from_element(2, 3, 7.0);
+    let e = gemm(1.0, &a, Op::N, &b, Op::N, 0.0, &mut c).expect_err("C must be 3×2");
+    assert!(matches!(&e, Error::Shape { arg: "C", .. }), "{e:?}");
+    assert!(e.to_string().contains("3×2") && e.to_string().contains("2×3"), "{e}");
+    assert_eq!(c, DMatrix::from_element(2, 3, 7.0));
+}
+
+#[test]
+fn zero_threads_and_zero_block_sizes_are_refused() {
+    let a = DMatrix::<f32>::zeros(2, 2);
+    let mut c = DMatrix::<f32>::zeros(2, 2);
+    let zero_threads = Settings { threads: Some(0), ..Settings::default() };
+    assert!(matches!(gemm_with(zero_threads, 1.0, &a, Op::N, &a, Op::N, 0.0, &mut c), Err(Error::InvalidValue { arg: "threads", .. })));
+    for blocking in [Blocking { mc: 0, kc: 1, nc: 1 }, Blocking { mc: 1, kc: 0, nc: 1 }, Blocking { mc: 1, kc: 1, nc: 0 }] {
+        let s = Settings { blocking: Some(blocking), ..Settings::default() };
+        assert!(matches!(gemm_with(s, 1.0, &a, Op::N, &a, Op::N, 0.0, &mut c), Err(Error::InvalidValue { arg: "blocking", .. })));
+    }
+}
+
+#[test]
+fn the_peak_probe_counts_its_flops() {
+    for kernel in available_kernels() {
+        let (flops, checksum) = matmul::fma_probe::<f32>(kernel, 1000).expect("available");
+        let lanes = match kernel {
+            Kernel::Scalar => 1,
+            Kernel::Avx2 => 8,
+            Kernel::Avx512 => 16,
+        };
+        assert_eq!(flops, 1000 * 12 * lanes * 2, "{kernel}");
+        assert!(checksum.is_finite() && checksum > 0.0);
+    }
+    for kernel in Kernel::ALL.into_iter().filter(|k| !k.is_available()) {
+        assert!(matmul::fma_probe::<f64>(kernel, 10).is_err());
+    }
+}
+
+#[test]
+fn two_threads_forced_below_the_threshold_still_match_the_triple_loop_on_odd_shapes() {
+    // With the threshold at 0 every product at least two register tiles high is split into row
+    // blocks, so the split itself is checked on ragged shapes, with edge tiles in both threads.
+    let mut cases = Vec::new();
+    for (i, &(m, n, k)) in [(37, 13, 5), (17, 25, 9), (33, 14, 40), (50, 49, 3), (64, 100, 1), (7, 30, 6)].iter().enumerate() {
+        let (ta, tb) = OPS[i % OPS.len()];
+        let (alpha, beta) = ALPHA_BETA[i % ALPHA_BETA.len()];
+        cases.push(Case::new(m, n, k).ops(ta, tb).scaled(alpha, beta));
+    }
+    check_all(&cases, |k| Settings { kernel: Some(k), threads: Some(2), min_parallel_flops: Some(0.0), ..Settings::default() }, 13);
+    let mut rng = Rng::new(14);
+    let forced_two = Settings { threads: Some(2), min_parallel_flops: Some(0.0), ..Settings::default() };
+    assert_eq!(run_case::<f32>(forced_two, Case::new(40, 9, 4), &mut rng).expect("split").threads, 2);
+}
+
+// ───────────────────────────── the chapter's derived numbers ─────────────────────────────
+
+use llm_workbook::ch10_matmul as ch10;
+
+#[test]
+fn flops_of_the_qkv_projection_are_2_m_n_k() {
+    assert_eq!(ch10::flops(768, 384, 128), 75_497_472);
+    // 2·m·n·k is one multiply and one add per pass of the innermost loop: count the passes.
+    for &(m, n, k) in &[(3, 4, 5), (1, 7, 2), (6, 1, 9)] {
+        let mut passes = 0u64;
+        for _i in 0..m {
+            for _j in 0..n {
+                for _p in 0..k {
+                    passes += 1;
+                }
+            }
+        }
+        assert_eq!(ch10::flops(m, n, k), 2 * passes);
+    }
+}
+
+#[test]
+fn the_avx2_f32_tile_uses_12_of_16_registers_for_accumulators() {
+    let acc = ch10::accumulator_registers(16, 6, 8).expect("16 rows are two 8-lane vectors");
+    assert_eq!(acc, 12);
+    // Accumulators + one register per vector of Ã (2) + one broadcast of B̃ must fit in 16.
+    let (a_vectors, broadcast) = (2, 1);
+    assert!(acc + a_vectors + broadcast <= ch10::AVX2_REGISTERS);
+    assert_eq!(ch10::accumulator_registers(8, 6, 4).expect("f64"), 12);
+    // AVX-512: 32×12 f32 in 16-lane zmm registers, 24 accumulators + 2 + 1 of 32.
+    assert_eq!(ch10::accumulator_registers(32, 12, 16).expect("avx512"), 24);
+    assert!(ch10::accumulator_registers(15, 6, 8).is_err());
+    if Kernel::Avx2.is_available() {
+        assert_eq!(tile_shape::<f32>(Kernel::Avx2).expect("available"), (16, 6));
+        assert_eq!(tile_shape::<f64>(Kernel::Avx2).expect("available"), (8, 6));
+    }
+    if Kernel::Avx512.is_available() {
+        assert_eq!(tile_shape::<f32>(Kernel::Avx512).expect("available"), (32, 12));
+        assert_eq!(tile_shape::<f64>(Kernel::Avx512).expect("available"), (16, 12));
+    }
+    assert_eq!(tile_shape::<f32>(Kernel::Scalar).expect("always"), matmul::SCALAR_TILE);
+}
+
+#[test]
+fn packed_blocks_fit_their_caches() {
+    let fp = ch10::footprint(16, 6, matmul::AVX2_F32_BLOCKING, 4);
+    assert_eq!((fp.b_sliver, fp.a_sliver, fp.a_block, fp.b_panel), (6144, 16384, 131072, 1_056_768));
+    // Each tuned kernel's blocks against the caches they target: Zen 3 for the measured AVX2 and
+    // portable constants, Zen 5 (48 KiB L1d, 1 MiB L2) for the AVX-512 ones.
+    let zen3 = (ch10::L1D_BYTES, ch10::L2_BYTES, ch10::L3_BYTES);
+    let zen5 = (ch10::ZEN5_L1D_BYTES, ch10::ZEN5_L2_BYTES, ch10::L3_BYTES);
+    for (mr, nr, b, elem, (l1, l2, l3)) in [
+        (16, 6, matmul::AVX2_F32_BLOCKING, 4, zen3),
+        (8, 6, matmul::AVX2_F64_BLOCKING, 8, zen3),
+        (4, 4, matmul::SCALAR_BLOCKING, 8, zen3),
+        (32, 12, matmul::AVX512_F32_BLOCKING, 4, zen5),
+        (16, 12, matmul::AVX512_F64_BLOCKING, 8, zen5),
+    ] {
+        let fp = ch10::footprint(mr, nr, b, elem);
+        // The reused B̃ sliver takes at most half of L1, leaving the rest to the Ã sliver streaming by.
+        assert!(fp.b_sliver <= l1 / 2, "{mr}×{nr}: B̃ sliver {fp:?}");
+        assert!(fp.a_block <= l2 / 2, "{mr}×{nr}: Ã block {fp:?}");
+        assert!(fp.b_panel <= l3 / 2, "{mr}×{nr}: B̃ panel {fp:?}");
+        assert_eq!(b.nc % nr, 0, "NC is a whole number of NR-slivers");
+        assert_eq!(b.mc % mr, 0, "MC is a whole number of MR-slivers");
+    }
+}
+
+#[test]
+fn naive_and_blocked_arithmetic_intensity() {
+    let n = 1024;
+    let naive = ch10::intensity(ch10::flops(n, n, n), ch10::naive_traffic_bytes(n, n, n, 4));
+    let blocked = ch10::intensity(ch10::flops(n, n, n), ch10::blocked_traffic_bytes(n, n, n, 4, matmul::AVX2_F32_BLOCKING));
+    assert!((naive - 0.25).abs() < 1e-3, "{naive}");
+    // A once, B once, C four times read and written (⌈1024/256⌉ rank-KC updates): 10·n² floats.
+    assert_eq!(ch10::blocked_traffic_bytes(n, n, n, 4, matmul::AVX2_F32_BLOCKING), 10 * 1024 * 1024 * 4);
+    assert_eq!(blocked, 51.2);
+    assert!(blocked > 200.0 * naive);
+    // Deeper KC means fewer passes over C: intensity grows with KC.
+    let shallow =
+        ch10::intensity(ch10::flops(n, n, n), ch10::blocked_traffic_bytes(n, n, n, 4, Blocking { kc: 32, ..matmul::AVX2_F32_BLOCKING }));
+    assert!(shallow < blocked / 4.0);
+}
+
+#[test]
+fn tile_counts_follow_from_mr_nr_kc() {
+    assert_eq!(ch10::tile_calls(37, 29, 300, 16, 6, 256), 30);
+    // The formula is what the product really does, for every kernel here.
+    let mut rng = Rng::new(15);
+    for kernel in available_kernels() {
+        let (mr, nr) = tile_shape::<f64>(kernel).expect("available");
+        let kc = default_blocking::<f64>(kernel).expect("available").kc;
+        let one = Settings { kernel: Some(kernel), threads: Some(1), ..Settings::default() };
+        let stats = run_case::<f64>(one, Case::new(37, 29, 300), &mut rng).expect("valid");
+        assert_eq!(stats.tiles, ch10::tile_calls(37, 29, 300, mr, nr, kc), "{kernel}");
+    }
+}
+
+#[test]
+fn tile_use_of_a_one_row_product() {
+    assert_eq!(ch10::tile_use(1, 384, 16, 6), 0.0625);
+    assert_eq!(ch10::tile_use(768, 384, 16, 6), 1.0);
+    assert_eq!(ch10::tile_use(17, 7, 16, 6), 17.0 * 7.0 / (32.0 * 12.0));
+    for m in 1..60 {
+        let u = ch10::tile_use(m, 13, 16, 6);
+        assert!(u > 0.0 && u <= 1.0);
+    }
+}
+
+#[test]
+fn packing_pads_with_zeros() {
+    let a = DMatrix::<f64>::from_row_slice(5, 3, &[1.0, 2.0, 0.0, 0.0, 1.0, 3.0, 2.0, 0.0, 1.0, 1.0, 1.0, 1.0, 3.0, 2.0, 1.0]);
+    let packed = matmul::pack_a_block(&a, Op::N, 0..5, 0..3, 4).expect("valid");
+    // Sliver 0: rows 0..4, column after column; sliver 1: row 4 and three zero rows.
+    #[rustfmt::skip]
+    let expected = [
+        1.0, 0.0, 2.0, 1.0,   2.0, 1.0, 0.0, 1.0,   0.0, 3.0, 1.0, 1.0,
+        3.0, 0.0, 0.0, 0.0,   2.0, 0.0, 0.0, 0.0,   1.0, 0.0, 0.0, 0.0,
+    ];
+    assert_eq!(packed, expected);
+    let pad_zeros = packed.iter().filter(|&&v| v == 0.0).count() - a.iter().filter(|&&v| v == 0.0).count();
+    assert_eq!(pad_zeros, 9);
+    // The transpose is handled by packing: Aᵀ stored and read with op = T packs identically.
+    let at = a.transpose();
+    assert_eq!(matmul::pack_a_block(&at, Op::T, 0..5, 0..3, 4).expect("valid"), expected);
+    let b = a.transpose(); // 3×5 as op(B)
+    let nn = matmul::pack_b_panel(&b, Op::N, 1..3, 0..5, 4).expect("valid");
+    let tt = matmul::pack_b_panel(&a, Op::T, 1..3, 0..5, 4).expect("valid");
+    assert_eq!(nn, tt);
+    assert_eq!(nn.len(), 2 * 4 * 2);
+    // Sliver 0, row p = 1 of op(B): columns 0..4 of row 1 of Aᵀ, i.e. A[0..4, 1].
+    assert_eq!(&nn[..4], &[2.0, 1.0, 0.0, 1.0]);
+    assert!(matches!(matmul::pack_a_block(&a, Op::N, 0..6, 0..3, 4), Err(Error::InvalidValue { arg: "rows", .. })));
+    assert!(matches!(matmul::pack_b_panel(&b, Op::N, 0..4, 0..5, 4), Err(Error::InvalidValue { arg: "depth", .. })));
+    assert!(matches!(matmul::pack_a_block(&a, Op::N, 0..5, 0..3, 0), Err(Error::InvalidValue { arg: "mr", .. })));
+}
+
+#[test]
+fn the_scalar_tile_is_the_sum_of_outer_products_of_the_slivers() {
+    let (mr, nr) = matmul::SCALAR_TILE;
+    let kc = 3;
+    let a: Vec<f64> = (0..kc * mr).map(|v| v as f64 - 4.0).collect();
+    let b: Vec<f64> = (0..kc * nr).map(|v| (v % 5) as f64).collect();
+    let tile = matmul::scalar_tile(kc, &a, &b).expect("lengths agree");
+    for i in 0..mr {
+        for j in 0..nr {
+            let want: f64 = (0..kc).map(|p| a[p * mr + i] * b[p * nr + j]).sum();
+            assert_eq!(tile[(i, j)], want);
+        }
+    }
+    assert!(matches!(matmul::scalar_tile(kc, &a[1..], &b), Err(Error::Shape { arg: "a_sliver", .. })));
+    assert!(matches!(matmul::scalar_tile(kc, &a, &b[1..]), Err(Error::Shape { arg: "b_sliver", .. })));
+}
+
+#[test]
+fn the_walk_assembles_the_product_from_its_tiles() {
+    let mut out = Vec::new();
+    let mut walk = llm_workbook::report::Walk::new(&mut out);
+    ch10::walk(&mut walk).expect("the walk runs");
+    let text = String::from_utf8(out).expect("utf-8");
+    assert!(text.contains("equal to the tiles assembled above, entry for entry"), "{text}");
+    assert!(!text.contains("DIFFERS"));
+    assert_eq!(text.matches("tile (").count(), 8, "4 tiles × 2 rank-KC updates");
+}
+
+#[test]
+fn the_figures_show_what_the_prose_says() {
+    let figs = ch10::figures().expect("figures");
+    let names: Vec<&str> = figs.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["ch10_intensity", "ch10_tile_use"]);
+    let llm_workbook::plot::Figure::Line(intensity) = &figs[0].1 else { panic!("a line chart") };
+    let naive = &intensity.series[0].points;
+    let blocked = &intensity.series[1].points;
+    // The naive loop stays at 2 flops per 8 bytes (log₂ = −2) whatever n; blocking climbs.
+    assert!(naive.iter().all(|&(_, y)| (y + 2.0).abs() < 0.05));
+    assert!(blocked.windows(2).all(|w| w[1].1 >= w[0].1));
+    assert!(blocked.last().expect("points").1 > 5.0);
+    let llm_workbook::plot::Figure::Line(tiles) = &figs[1].1 else { panic!("a line chart") };
+    assert!(tiles.series.iter().all(|s| s.points.iter().all(|&(_, y)| y > 0.0 && y <= 1.0)));
+    let dir = common::temp_dir("ch10-figures");
+    for (stem, fig) in &figs {
+        let files = fig.save(&dir, stem).expect("drawn");
+        assert!(files.iter().all(|f| std::fs::metadata(f).map(|m| m.len() > 1000).unwrap_or(false)));
+    }
+}
+
+#[test]
+fn the_chapter_prose_carries_the_worked_table() {
+    common::check_chapter_prose(&ch10::CHAPTER);
+}
