@@ -65,6 +65,7 @@ pub mod ch05_positions;
 pub mod ch06_attention;
 pub mod ch07_encoder_decoder;
 pub mod ch08_tokens;
+pub mod ch09_gpt;
 pub mod ch10_matmul;
 
 pub use error::{Error, Result};

@@ -38,6 +38,11 @@ enum Command {
     Errata,
     /// List the chapters.
     List,
+    /// Chapter 9's GPT on your own text: `gpt train`, `gpt resume`, `gpt sample` (each with --help).
+    Gpt {
+        #[command(subcommand)]
+        command: llm_workbook::ch09_gpt::cli::GptCommand,
+    },
 }
 
 fn print_table(rows: &[Worked]) {
@@ -97,7 +102,16 @@ fn run_chapter(ch: Chapter) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // Bad flags and values get one line and exit status 2; --help and --version print as usual.
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            let text = e.to_string();
+            eprintln!("{} (see --help)", text.lines().next().unwrap_or("invalid arguments").trim_end());
+            return ExitCode::from(2);
+        }
+    };
     let result = match cli.command {
         None => run_all(),
         Some(Command::Chapter { number }) => match book::chapter(number) {
@@ -114,6 +128,7 @@ fn main() -> ExitCode {
             }
             Ok(())
         }
+        Some(Command::Gpt { command }) => llm_workbook::ch09_gpt::cli::run(command).map_err(|e| e.to_string()),
         Some(Command::List) => {
             for ch in book::chapters() {
                 println!("{:>2}  {:<22} {}", ch.number, ch.stem, ch.title);

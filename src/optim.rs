@@ -197,3 +197,85 @@ impl<T: Float> Adam<T> {
         self.moments.step("Adam::step", &self.config, params, grads)
     }
 }
+
+impl<T: Float> AdamMoments<T> {
+    /// Moments restored from a checkpoint: m and v (one pair of equal shapes per parameter
+    /// tensor) after t steps. t = 0 requires empty moments (the first step sizes them).
+    pub fn from_parts(first: Vec<DMatrix<T>>, second: Vec<DMatrix<T>>, steps: u64) -> Result<Self> {
+        const OP: &str = "AdamMoments::from_parts";
+        if first.len() != second.len() {
+            return Err(invalid(OP, "moments", format!("{} first moments but {} second moments", first.len(), second.len())));
+        }
+        if let Some(i) = first.iter().zip(&second).position(|(m, v)| m.shape() != v.shape()) {
+            return Err(shape_error(OP, "m and v", shape_of_text(&first[i]), shape_of_text(&second[i])));
+        }
+        if (steps == 0) != first.is_empty() {
+            return Err(invalid(OP, "steps", format!("{steps} steps do not go with {} moment tensors", first.len())));
+        }
+        if first.iter().chain(&second).any(|m| m.iter().any(|x| !x.is_finite())) || second.iter().any(|v| v.iter().any(|x| *x < T::zero()))
+        {
+            return Err(invalid(OP, "moments", "must be finite, and the second moments non-negative"));
+        }
+        Ok(AdamMoments { m: first, v: second, t: steps })
+    }
+}
+
+fn shape_of_text<T>(m: &DMatrix<T>) -> String {
+    format!("{}×{}", m.nrows(), m.ncols())
+}
+
+/// AdamW (Loshchilov and Hutter, 2019): Adam plus a *decoupled* weight decay,
+/// θ ← θ − α·λ·θ − α·m̂/(√v̂ + ε), applied only to the tensors marked for decay (weight matrices
+/// and embeddings; not biases or LayerNorm gains and shifts, whose scale carries meaning).
+///
+/// Decoupled means the decay never enters the moments: with Adam plus an L2 term λθ in the
+/// gradient, a parameter whose gradient is large would be decayed less (the decay is divided by
+/// √v̂ like everything else); here every decayed parameter shrinks by the same factor 1 − αλ.
+/// This is PyTorch's `AdamW`: decay with the current α, then the Adam step.
+#[derive(Clone, Debug)]
+pub struct AdamW<T: Float> {
+    /// α, β₁, β₂, ε. Change `config.learning_rate` between steps to follow a schedule.
+    pub config: AdamConfig,
+    /// λ, the decay rate per unit of learning rate (finite, ≥ 0).
+    pub weight_decay: f64,
+    /// The moments and step count, shared in form with [`Adam`].
+    pub moments: AdamMoments<T>,
+}
+
+impl<T: Float> AdamW<T> {
+    /// AdamW with checked hyper-parameters and empty moments.
+    pub fn new(config: AdamConfig, weight_decay: f64) -> Result<Self> {
+        config.check("AdamW::new")?;
+        if !(weight_decay.is_finite() && weight_decay >= 0.0) {
+            return Err(invalid("AdamW::new", "weight decay λ", format!("must be finite and ≥ 0, got {weight_decay}")));
+        }
+        Ok(AdamW { config, weight_decay, moments: AdamMoments::new() })
+    }
+
+    /// One step. `decay[i]` says whether tensor i is decayed. Everything is checked before any
+    /// parameter changes, so an error leaves parameters and moments as they were.
+    pub fn step(&mut self, params: &mut [&mut DMatrix<T>], grads: &[&DMatrix<T>], decay: &[bool]) -> Result<()> {
+        const OP: &str = "AdamW::step";
+        self.config.check(OP)?;
+        check_pairs(OP, params, grads)?;
+        if decay.len() != params.len() {
+            return Err(invalid(OP, "decay", format!("{} flags for {} parameter tensors", decay.len(), params.len())));
+        }
+        let sized = &self.moments.m;
+        if self.moments.t > 0 && (sized.len() != params.len() || sized.iter().zip(params.iter()).any(|(m, p)| m.shape() != p.shape())) {
+            return Err(shape_error(
+                OP,
+                "parameters",
+                format!("the {} tensors the moments were sized for ({})", sized.len(), shapes(sized.iter())),
+                format!("{} tensors ({})", params.len(), shapes(params.iter().map(|p| &**p))),
+            ));
+        }
+        let shrink = T::of(1.0 - self.config.learning_rate * self.weight_decay);
+        if self.weight_decay > 0.0 {
+            for (p, _) in params.iter_mut().zip(decay).filter(|(_, d)| **d) {
+                p.apply(|w| *w *= shrink);
+            }
+        }
+        self.moments.step(OP, &self.config, params, grads)
+    }
+}

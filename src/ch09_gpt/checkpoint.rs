@@ -1,0 +1,379 @@
+//! Checkpoints in GPT-2's format, and the training state beside them.
+//!
+//! A checkpoint folder holds:
+//! - `config.json`: the hyper-parameters under GPT-2's keys (`vocab_size`, `n_positions`,
+//!   `n_embd`, `n_layer`, `n_head`, `layer_norm_epsilon`, `activation_function`,
+//!   `tie_word_embeddings`). The head count cannot be read from the tensors' shapes (12 heads of
+//!   64 and 6 heads of 128 hold the same matrices), so the file is required.
+//! - `model.safetensors`: the weights under Hugging Face GPT-2's names. GPT-2's linear layers are
+//!   `Conv1D` modules whose weight is stored in×out, the orientation of our y = xW + b, so they
+//!   are saved as they are (a PyTorch `nn.Linear` would store out×in). The query, key and value
+//!   maps are one fused matrix `attn.c_attn.weight` of shape d×3d: columns 0…d−1 are W_Q, then
+//!   W_K, then W_V; its bias likewise. Biases and LayerNorm parameters are 1-D.
+//! - `training_state.safetensors` (written by training): AdamW's first and second moments for
+//!   every tensor, and in its metadata the step, Adam's step count, the generator's state, the
+//!   weight decay, and the history of the run (as tensors).
+//!
+//! Every file is written atomically (temporary file, then rename). The model and the training
+//! state both record the step they belong to, so a folder whose two files come from different
+//! steps (a crash between the two renames) is refused on resume instead of silently mixing them.
+//!
+//! Loading accepts what Hugging Face's own files contain: an optional `transformer.` prefix, and
+//! the causal-mask buffers `h.N.attn.bias` / `h.N.attn.masked_bias`, which are not parameters and
+//! are skipped (their byte ranges are still validated). Any other unknown tensor, any missing
+//! one, a wrong shape or dtype, or a config the tensors contradict is an error naming it.
+
+use super::config::{Config, GPT2_LAYER_NORM_EPSILON, Positions};
+use super::json::{self, Json};
+use super::model::Gpt;
+use super::safetensors::{SafeTensors, TensorOut, serialize, write_atomic};
+use super::train::{StepRecord, Trainer};
+use crate::error::{Error, Result};
+use crate::float::Float;
+use crate::optim::AdamMoments;
+use crate::rng::Rng;
+use nalgebra::DMatrix;
+use std::path::Path;
+
+/// The weights' file name.
+pub const MODEL_FILE: &str = "model.safetensors";
+/// The configuration's file name.
+pub const CONFIG_FILE: &str = "config.json";
+/// The training state's file name.
+pub const STATE_FILE: &str = "training_state.safetensors";
+/// The activation GPT-2's config names for GELU in its tanh form.
+pub const GELU_TANH_NAMES: [&str; 2] = ["gelu_new", "gelu_pytorch_tanh"];
+
+fn parse_error(file: &str, reason: impl Into<String>) -> Error {
+    Error::Parse { file: file.to_string(), line: None, reason: reason.into() }
+}
+
+fn io_error(path: &Path, source: std::io::Error) -> Error {
+    Error::Io { path: path.display().to_string(), source }
+}
+
+// ───────────────────────────── config.json ─────────────────────────────
+
+/// The configuration as GPT-2's `config.json` writes it (plus `position_embedding_type`, which
+/// GPT-2 does not have and other readers ignore).
+pub fn config_to_json(c: &Config) -> Json {
+    let n = |x: usize| Json::int(x as u64);
+    Json::Object(vec![
+        ("model_type".into(), Json::String("gpt2".into())),
+        ("architectures".into(), Json::Array(vec![Json::String("GPT2LMHeadModel".into())])),
+        ("vocab_size".into(), n(c.vocab_size)),
+        ("n_positions".into(), n(c.context)),
+        ("n_ctx".into(), n(c.context)),
+        ("n_embd".into(), n(c.width)),
+        ("n_layer".into(), n(c.layers)),
+        ("n_head".into(), n(c.heads)),
+        ("n_inner".into(), Json::Null),
+        ("activation_function".into(), Json::String(GELU_TANH_NAMES[0].into())),
+        ("layer_norm_epsilon".into(), Json::number(c.layer_norm_epsilon)),
+        ("tie_word_embeddings".into(), Json::Bool(c.tied)),
+        (
+            "position_embedding_type".into(),
+            Json::String(match c.positions {
+                Positions::Learned => "learned".into(),
+                Positions::Sinusoidal => "sinusoidal".into(),
+            }),
+        ),
+    ])
+}
+
+/// Reads a configuration from GPT-2's `config.json` keys. Required: `vocab_size`, `n_embd`,
+/// `n_layer`, `n_head`, and `n_positions` (or `n_ctx`). Optional: `layer_norm_epsilon` (10⁻⁵),
+/// `tie_word_embeddings` (true), `position_embedding_type` (learned), `activation_function`
+/// (must be GELU's tanh form), `n_inner` (null or 4·n_embd).
+pub fn config_from_json(j: &Json, file: &str) -> Result<Config> {
+    let int = |key: &str| -> Result<Option<usize>> {
+        match j.get(key) {
+            None | Some(Json::Null) => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .and_then(|x| usize::try_from(x).ok())
+                .map(Some)
+                .ok_or_else(|| parse_error(file, format!("{key} must be a non-negative integer"))),
+        }
+    };
+    let need = |key: &str| -> Result<usize> { int(key)?.ok_or_else(|| parse_error(file, format!("{key} is missing"))) };
+    if !matches!(j, Json::Object(_)) {
+        return Err(parse_error(file, "the configuration is not a JSON object"));
+    }
+    let context = match int("n_positions")? {
+        Some(n) => n,
+        None => need("n_ctx")?,
+    };
+    let width = need("n_embd")?;
+    let mut c = Config::new(need("vocab_size")?, context, need("n_layer")?, need("n_head")?, width);
+    if let Some(e) = j.get("layer_norm_epsilon") {
+        c.layer_norm_epsilon = e.as_f64().ok_or_else(|| parse_error(file, "layer_norm_epsilon must be a number"))?;
+    } else {
+        c.layer_norm_epsilon = GPT2_LAYER_NORM_EPSILON;
+    }
+    if let Some(t) = j.get("tie_word_embeddings") {
+        c.tied = match t {
+            Json::Bool(b) => *b,
+            _ => return Err(parse_error(file, "tie_word_embeddings must be true or false")),
+        };
+    }
+    if let Some(p) = j.get("position_embedding_type") {
+        c.positions = match p.as_str() {
+            Some("learned") | Some("absolute") => Positions::Learned,
+            Some("sinusoidal") => Positions::Sinusoidal,
+            _ => return Err(parse_error(file, "position_embedding_type must be \"learned\" or \"sinusoidal\"")),
+        };
+    }
+    if let Some(a) = j.get("activation_function") {
+        let name = a.as_str().unwrap_or("");
+        if !GELU_TANH_NAMES.contains(&name) {
+            return Err(parse_error(
+                file,
+                format!(
+                    "activation_function {a:?} is not GELU's tanh form (gelu_new); this model only implements that one",
+                    a = a.to_text()
+                ),
+            ));
+        }
+    }
+    if let Some(inner) = int("n_inner")?
+        && inner != 4 * width
+    {
+        return Err(parse_error(file, format!("n_inner = {inner}, but this model's MLP is 4 × n_embd = {}", 4 * width)));
+    }
+    c.validate().map_err(|e| parse_error(file, format!("the configuration describes no model: {e}")))?;
+    Ok(c)
+}
+
+/// Reads `config.json` from a folder.
+pub fn read_config(dir: &Path) -> Result<Config> {
+    let path = dir.join(CONFIG_FILE);
+    let bytes = std::fs::read(&path).map_err(|e| io_error(&path, e))?;
+    let name = path.display().to_string();
+    config_from_json(&json::parse(&bytes, &name)?, &name)
+}
+
+// ───────────────────────────── the weights ─────────────────────────────
+
+/// The model's tensors under GPT-2's names and layouts, ready to serialise.
+pub fn gpt2_tensors<T: Float>(model: &Gpt<T>) -> Vec<TensorOut> {
+    let c = &model.config;
+    let d = c.width;
+    let mut out = vec![TensorOut::matrix("wte.weight", &model.wte, vec![c.vocab_size, d])];
+    if c.positions == Positions::Learned {
+        out.push(TensorOut::matrix("wpe.weight", &model.wpe, vec![c.context, d]));
+    }
+    let row = |name: String, m: &DMatrix<T>| TensorOut::matrix(name, m, vec![m.ncols()]);
+    let full = |name: String, m: &DMatrix<T>| TensorOut::matrix(name, m, vec![m.nrows(), m.ncols()]);
+    for (l, b) in model.blocks.iter().enumerate() {
+        let p = |s: &str| format!("h.{l}.{s}");
+        let fuse = |q: &DMatrix<T>, k: &DMatrix<T>, v: &DMatrix<T>| {
+            let mut m = DMatrix::zeros(q.nrows(), 3 * q.ncols());
+            m.columns_mut(0, q.ncols()).copy_from(q);
+            m.columns_mut(q.ncols(), k.ncols()).copy_from(k);
+            m.columns_mut(2 * q.ncols(), v.ncols()).copy_from(v);
+            m
+        };
+        out.push(row(p("ln_1.weight"), &b.ln1.gamma));
+        out.push(row(p("ln_1.bias"), &b.ln1.beta));
+        out.push(full(p("attn.c_attn.weight"), &fuse(&b.attn.w_q, &b.attn.w_k, &b.attn.w_v)));
+        out.push(row(p("attn.c_attn.bias"), &fuse(&b.attn.b_q, &b.attn.b_k, &b.attn.b_v)));
+        out.push(full(p("attn.c_proj.weight"), &b.attn.w_o));
+        out.push(row(p("attn.c_proj.bias"), &b.attn.b_o));
+        out.push(row(p("ln_2.weight"), &b.ln2.gamma));
+        out.push(row(p("ln_2.bias"), &b.ln2.beta));
+        out.push(full(p("mlp.c_fc.weight"), &b.ffn.w1));
+        out.push(row(p("mlp.c_fc.bias"), &b.ffn.b1));
+        out.push(full(p("mlp.c_proj.weight"), &b.ffn.w2));
+        out.push(row(p("mlp.c_proj.bias"), &b.ffn.b2));
+    }
+    out.push(row("ln_f.weight".into(), &model.ln_f.gamma));
+    out.push(row("ln_f.bias".into(), &model.ln_f.beta));
+    if let Some(h) = &model.lm_head {
+        out.push(full("lm_head.weight".into(), h));
+    }
+    out
+}
+
+/// Whether `name` is one of the causal-mask buffers GPT-2's files carry (not a parameter).
+fn is_mask_buffer(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix("h.") else { return false };
+    let mut parts = rest.splitn(2, '.');
+    let layer_ok = parts.next().is_some_and(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_digit()));
+    layer_ok && matches!(parts.next(), Some("attn.bias") | Some("attn.masked_bias"))
+}
+
+/// Builds a model of `config` from a parsed safetensors file with GPT-2's names.
+pub fn model_from_safetensors<T: Float>(config: Config, f: &SafeTensors) -> Result<Gpt<T>> {
+    config.validate()?;
+    let file = f.file.clone();
+    // Hugging Face files saved from GPT2LMHeadModel prefix the body with "transformer.".
+    let prefixed = f.tensors.iter().any(|t| t.name.starts_with("transformer."));
+    let name_of = |n: &str| if prefixed && n != "lm_head.weight" { format!("transformer.{n}") } else { n.to_string() };
+    let mut expected: Vec<String> = Vec::new();
+    let mut get = |name: &str, rows: usize, cols: usize| -> Result<DMatrix<T>> {
+        let full = name_of(name);
+        expected.push(full.clone());
+        f.matrix::<T>(&full, rows, cols).map_err(|e| match e {
+            Error::Parse { reason, .. } => parse_error(
+                &file,
+                format!(
+                    "{reason} (config.json: n_embd = {}, n_layer = {}, vocab_size = {})",
+                    config.width, config.layers, config.vocab_size
+                ),
+            ),
+            other => other,
+        })
+    };
+    let mut model = Gpt::<T>::new(config, 0)?;
+    let (d, v) = (config.width, config.vocab_size);
+    model.wte = get("wte.weight", v, d)?;
+    if config.positions == Positions::Learned {
+        model.wpe = get("wpe.weight", config.context, d)?;
+    }
+    for l in 0..config.layers {
+        let p = |s: &str| format!("h.{l}.{s}");
+        let b = &mut model.blocks[l];
+        b.ln1.gamma = get(&p("ln_1.weight"), 1, d)?;
+        b.ln1.beta = get(&p("ln_1.bias"), 1, d)?;
+        let w = get(&p("attn.c_attn.weight"), d, 3 * d)?;
+        let bias = get(&p("attn.c_attn.bias"), 1, 3 * d)?;
+        b.attn.w_q = w.columns(0, d).into_owned();
+        b.attn.w_k = w.columns(d, d).into_owned();
+        b.attn.w_v = w.columns(2 * d, d).into_owned();
+        b.attn.b_q = bias.columns(0, d).into_owned();
+        b.attn.b_k = bias.columns(d, d).into_owned();
+        b.attn.b_v = bias.columns(2 * d, d).into_owned();
+        b.attn.w_o = get(&p("attn.c_proj.weight"), d, d)?;
+        b.attn.b_o = get(&p("attn.c_proj.bias"), 1, d)?;
+        b.ln2.gamma = get(&p("ln_2.weight"), 1, d)?;
+        b.ln2.beta = get(&p("ln_2.bias"), 1, d)?;
+        b.ffn.w1 = get(&p("mlp.c_fc.weight"), d, 4 * d)?;
+        b.ffn.b1 = get(&p("mlp.c_fc.bias"), 1, 4 * d)?;
+        b.ffn.w2 = get(&p("mlp.c_proj.weight"), 4 * d, d)?;
+        b.ffn.b2 = get(&p("mlp.c_proj.bias"), 1, d)?;
+    }
+    model.ln_f.gamma = get("ln_f.weight", 1, d)?;
+    model.ln_f.beta = get("ln_f.bias", 1, d)?;
+    if !config.tied {
+        model.lm_head = Some(get("lm_head.weight", v, d)?);
+    } else if f.info("lm_head.weight").is_some() {
+        // A tied model may still carry the shared matrix under its second name; it must be W_E.
+        let head: DMatrix<T> = get("lm_head.weight", v, d)?;
+        if head != model.wte {
+            return Err(parse_error(&file, "config.json says the unembedding is tied to wte, but lm_head.weight differs from wte.weight"));
+        }
+    }
+    for t in &f.tensors {
+        let bare = t.name.strip_prefix("transformer.").unwrap_or(&t.name);
+        if !expected.contains(&t.name) && !is_mask_buffer(bare) {
+            let hint = if bare == "wpe.weight" { " (config.json says the positions are sinusoidal)" } else { "" };
+            return Err(parse_error(&file, format!("tensor {} is not part of a GPT-2 with this config{hint}", t.name)));
+        }
+    }
+    for (name, m) in model.tensors() {
+        crate::float::ensure_finite("load_model", "tensor", m).map_err(|_| parse_error(&file, format!("tensor {name} holds NaN or ±∞")))?;
+    }
+    Ok(model)
+}
+
+/// Saves `config.json` and `model.safetensors` into `dir` (created if needed), each atomically.
+/// `metadata` goes into the safetensors header (we record the step there).
+pub fn save_model<T: Float>(model: &Gpt<T>, dir: &Path, metadata: &[(String, String)]) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
+    let mut meta = vec![("format".to_string(), "pt".to_string())];
+    meta.extend(metadata.iter().cloned());
+    write_atomic(&dir.join(MODEL_FILE), &serialize(&gpt2_tensors(model), &meta)?)?;
+    write_atomic(&dir.join(CONFIG_FILE), config_to_json(&model.config).to_pretty().as_bytes())
+}
+
+/// Loads `config.json` and `model.safetensors` from `dir`.
+pub fn load_model<T: Float>(dir: &Path) -> Result<Gpt<T>> {
+    let config = read_config(dir)?;
+    let f = SafeTensors::read(&dir.join(MODEL_FILE))?;
+    model_from_safetensors(config, &f)
+}
+
+// ───────────────────────────── the training state ─────────────────────────────
+
+/// Saves a trainer: the model (with its step in the metadata), then the training state.
+pub fn save_trainer<T: Float>(trainer: &Trainer<T>, dir: &Path) -> Result<()> {
+    let step = trainer.step.to_string();
+    save_model(&trainer.model, dir, &[("step".into(), step.clone())])?;
+    let names: Vec<String> = trainer.model.tensors().into_iter().map(|(n, _)| n).collect();
+    let mut tensors = Vec::new();
+    for (which, moments) in [("m", trainer.optimizer.moments.first()), ("v", trainer.optimizer.moments.second())] {
+        for (name, m) in names.iter().zip(moments) {
+            tensors.push(TensorOut::matrix(format!("adam.{which}.{name}"), m, vec![m.nrows(), m.ncols()]));
+        }
+    }
+    let h = &trainer.history;
+    tensors.push(TensorOut::f64s("history.loss", &h.iter().map(|r| r.loss).collect::<Vec<_>>()));
+    tensors.push(TensorOut::f64s("history.lr", &h.iter().map(|r| r.lr).collect::<Vec<_>>()));
+    tensors.push(TensorOut::f64s("history.grad_norm", &h.iter().map(|r| r.grad_norm).collect::<Vec<_>>()));
+    tensors.push(TensorOut::f64s("history.tokens", &h.iter().map(|r| r.tokens as f64).collect::<Vec<_>>()));
+    let rng = trainer.rng.state().iter().map(|s| s.to_string()).collect::<Vec<_>>().join(",");
+    let meta = vec![
+        ("format".to_string(), "llm-workbook training state 1".to_string()),
+        ("step".to_string(), step),
+        ("adam_steps".to_string(), trainer.optimizer.moments.steps().to_string()),
+        ("rng_state".to_string(), rng),
+        ("weight_decay".to_string(), format!("{:?}", trainer.optimizer.weight_decay)),
+        ("adam_config".to_string(), format!("{:?}", trainer.optimizer.config)),
+    ];
+    write_atomic(&dir.join(STATE_FILE), &serialize(&tensors, &meta)?)
+}
+
+/// Loads a trainer saved by [`save_trainer`]: model, moments, generator, step and history.
+/// `fresh` supplies the optimiser's hyper-parameters (a resumed run keeps its schedule).
+pub fn load_trainer<T: Float>(dir: &Path, fresh: &Trainer<T>) -> Result<Trainer<T>> {
+    let model = load_model::<T>(dir)?;
+    let model_file = SafeTensors::read(&dir.join(MODEL_FILE))?;
+    let state = SafeTensors::read(&dir.join(STATE_FILE))?;
+    let file = state.file.clone();
+    let meta = |key: &str| state.meta(key).ok_or_else(|| parse_error(&file, format!("metadata {key} is missing")));
+    let number = |key: &str| -> Result<u64> {
+        meta(key)?.parse::<u64>().map_err(|_| parse_error(&file, format!("metadata {key} is not a whole number")))
+    };
+    let step = number("step")?;
+    if model_file.meta("step") != Some(meta("step")?) {
+        return Err(parse_error(
+            &file,
+            format!(
+                "the training state is for step {step} but {MODEL_FILE} is for step {} (an interrupted save?)",
+                model_file.meta("step").unwrap_or("unknown")
+            ),
+        ));
+    }
+    let adam_steps = number("adam_steps")?;
+    let parts: Vec<u64> = meta("rng_state")?
+        .split(',')
+        .map(|s| s.parse::<u64>())
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|_| parse_error(&file, "rng_state is not four integers"))?;
+    let rng_state: [u64; 4] = parts.try_into().map_err(|_| parse_error(&file, "rng_state is not four integers"))?;
+    let shapes: Vec<(String, usize, usize)> = model.tensors().into_iter().map(|(n, m)| (n, m.nrows(), m.ncols())).collect();
+    let mut first = Vec::new();
+    let mut second = Vec::new();
+    if adam_steps > 0 {
+        for (name, r, c) in &shapes {
+            first.push(state.matrix::<T>(&format!("adam.m.{name}"), *r, *c)?);
+            second.push(state.matrix::<T>(&format!("adam.v.{name}"), *r, *c)?);
+        }
+    }
+    let moments = AdamMoments::from_parts(first, second, adam_steps).map_err(|e| parse_error(&file, e.to_string()))?;
+    let column = |key: &str| -> Result<Vec<f64>> {
+        let n = state.info(key).map(|t| t.shape.iter().product()).unwrap_or(0);
+        state.values_f64(key, &[n])
+    };
+    let (loss, lr, norm, tokens) =
+        (column("history.loss")?, column("history.lr")?, column("history.grad_norm")?, column("history.tokens")?);
+    if [lr.len(), norm.len(), tokens.len()].iter().any(|&n| n != loss.len()) || loss.len() as u64 != step {
+        return Err(parse_error(&file, format!("the history holds {} records for step {step}", loss.len())));
+    }
+    let history =
+        (0..loss.len()).map(|i| StepRecord { step: i, loss: loss[i], lr: lr[i], grad_norm: norm[i], tokens: tokens[i] as usize }).collect();
+    let mut optimizer = fresh.optimizer.clone();
+    optimizer.moments = moments;
+    Ok(Trainer { model, optimizer, rng: Rng::from_state(rng_state), step: step as usize, history })
+}

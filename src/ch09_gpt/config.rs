@@ -1,0 +1,242 @@
+//! The shape of a GPT: vocabulary, context, layers, heads, width; and what those numbers cost in
+//! parameters.
+//!
+//! Two ways of counting live here. [`Config::parameter_count`] counts every tensor our model (and
+//! Hugging Face's GPT-2) holds, biases and LayerNorm gains included: for GPT-2 124M it gives
+//! exactly 124,439,808. [`MatrixAccounting`] counts the way document 001 does for GPT-3: only the
+//! eight kinds of weight matrix (embedding, query, key, value-down, value-up, up-projection,
+//! down-projection, unembedding), one query/key/value matrix per head, giving 27,938 matrices and
+//! 175,181,291,520 weights.
+
+use crate::error::{Result, invalid};
+
+/// How token positions enter the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Positions {
+    /// A learned table `wpe` (context × width), as in GPT-2.
+    Learned,
+    /// The fixed sine/cosine table of chapter 5 (no parameters); the width must be even.
+    Sinusoidal,
+}
+
+/// The hyper-parameters that fix a GPT's tensors.
+///
+/// The MLP's hidden width is always 4 × `width` and the activation GELU in its tanh form, as in
+/// GPT-2; the head width is `width / heads`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Config {
+    /// Number of token ids V (rows of the embedding).
+    pub vocab_size: usize,
+    /// The longest sequence the model reads, n_ctx (rows of `wpe`).
+    pub context: usize,
+    /// Number of transformer blocks l.
+    pub layers: usize,
+    /// Attention heads per block h.
+    pub heads: usize,
+    /// The residual stream's width d (n_embd).
+    pub width: usize,
+    /// Whether the unembedding is the token embedding's transpose (GPT-2) or its own matrix.
+    pub tied: bool,
+    /// Learned or sinusoidal positions.
+    pub positions: Positions,
+    /// LayerNorm's ε, inside the square root (GPT-2: 10⁻⁵).
+    pub layer_norm_epsilon: f64,
+}
+
+/// GPT-2's LayerNorm ε.
+pub const GPT2_LAYER_NORM_EPSILON: f64 = 1e-5;
+
+/// The MLP widens the stream by this factor.
+pub const MLP_EXPANSION: usize = 4;
+
+impl Config {
+    /// A configuration with GPT-2's choices (tied, learned positions, ε = 10⁻⁵).
+    pub fn new(vocab_size: usize, context: usize, layers: usize, heads: usize, width: usize) -> Config {
+        Config {
+            vocab_size,
+            context,
+            layers,
+            heads,
+            width,
+            tied: true,
+            positions: Positions::Learned,
+            layer_norm_epsilon: GPT2_LAYER_NORM_EPSILON,
+        }
+    }
+
+    /// GPT-2 "small", the 124M model: V = 50,257, n_ctx = 1,024, 12 layers, 12 heads, d = 768.
+    pub fn gpt2_124m() -> Config {
+        Config::new(50_257, 1_024, 12, 12, 768)
+    }
+
+    /// GPT-2 XL, the 1.5B model: 48 layers, 25 heads, d = 1,600.
+    pub fn gpt2_xl() -> Config {
+        Config::new(50_257, 1_024, 48, 25, 1_600)
+    }
+
+    /// GPT-3 175B as documents 000 and 001 describe it: V = 50,257, n_ctx = 2,048, 96 layers,
+    /// 96 heads of width 128, d = 12,288.
+    pub fn gpt3_175b() -> Config {
+        Config::new(50_257, 2_048, 96, 96, 12_288)
+    }
+
+    /// The original GPT (2018): V = 40,478, n_ctx = 512, 12 layers, 12 heads, d = 768.
+    pub fn gpt1() -> Config {
+        Config::new(40_478, 512, 12, 12, 768)
+    }
+
+    /// The head width d / h.
+    pub fn head_width(&self) -> usize {
+        self.width / self.heads.max(1)
+    }
+
+    /// The MLP's hidden width, 4d.
+    pub fn hidden(&self) -> usize {
+        MLP_EXPANSION * self.width
+    }
+
+    /// Checks that the tensors this configuration describes exist: every size ≥ 1, the heads
+    /// divide the width, an even width for sinusoidal positions, ε finite and > 0.
+    pub fn validate(&self) -> Result<()> {
+        const OP: &str = "Config::validate";
+        for (arg, v) in [
+            ("vocab_size", self.vocab_size),
+            ("context", self.context),
+            ("layers", self.layers),
+            ("heads", self.heads),
+            ("width", self.width),
+        ] {
+            if v == 0 {
+                return Err(invalid(OP, arg, "must be at least 1, got 0"));
+            }
+        }
+        if !self.width.is_multiple_of(self.heads) {
+            return Err(invalid(
+                OP,
+                "heads",
+                format!("{} heads do not divide the width {} (the head width d/h must be a whole number)", self.heads, self.width),
+            ));
+        }
+        if self.positions == Positions::Sinusoidal && !self.width.is_multiple_of(2) {
+            return Err(invalid(
+                OP,
+                "width",
+                format!("sinusoidal positions pair sines with cosines, so the width must be even, got {}", self.width),
+            ));
+        }
+        if !(self.layer_norm_epsilon.is_finite() && self.layer_norm_epsilon > 0.0) {
+            return Err(invalid(OP, "layer_norm_epsilon", format!("must be finite and > 0, got {}", self.layer_norm_epsilon)));
+        }
+        // Every tensor must be addressable: the largest are V×d, n_ctx×d and d×4d.
+        let fits =
+            [self.vocab_size, self.context, self.width.saturating_mul(MLP_EXPANSION)].iter().all(|&r| r.checked_mul(self.width).is_some());
+        if !fits {
+            return Err(invalid(OP, "width", "the tensors would have more entries than memory addresses"));
+        }
+        Ok(())
+    }
+
+    /// Every tensor our GPT holds, as (Hugging Face GPT-2 name, rows, columns), in the order of
+    /// the checkpoint. Linear weights are stored in×out (GPT-2's `Conv1D` layout), biases and
+    /// LayerNorm parameters as 1×n rows.
+    pub fn tensor_shapes(&self) -> Vec<(String, usize, usize)> {
+        let (d, v, n) = (self.width, self.vocab_size, self.context);
+        let mut out = vec![("wte.weight".to_string(), v, d)];
+        if self.positions == Positions::Learned {
+            out.push(("wpe.weight".to_string(), n, d));
+        }
+        for l in 0..self.layers {
+            let p = |s: &str| format!("h.{l}.{s}");
+            out.push((p("ln_1.weight"), 1, d));
+            out.push((p("ln_1.bias"), 1, d));
+            out.push((p("attn.c_attn.weight"), d, 3 * d));
+            out.push((p("attn.c_attn.bias"), 1, 3 * d));
+            out.push((p("attn.c_proj.weight"), d, d));
+            out.push((p("attn.c_proj.bias"), 1, d));
+            out.push((p("ln_2.weight"), 1, d));
+            out.push((p("ln_2.bias"), 1, d));
+            out.push((p("mlp.c_fc.weight"), d, self.hidden()));
+            out.push((p("mlp.c_fc.bias"), 1, self.hidden()));
+            out.push((p("mlp.c_proj.weight"), self.hidden(), d));
+            out.push((p("mlp.c_proj.bias"), 1, d));
+        }
+        out.push(("ln_f.weight".to_string(), 1, d));
+        out.push(("ln_f.bias".to_string(), 1, d));
+        if !self.tied {
+            out.push(("lm_head.weight".to_string(), v, d));
+        }
+        out
+    }
+
+    /// The number of parameters: the sum of [`Config::tensor_shapes`]. Per block that is
+    /// 12d² + 13d (attention 4d² + 4d, MLP 8d² + 5d, two LayerNorms 4d).
+    pub fn parameter_count(&self) -> u64 {
+        self.tensor_shapes().iter().map(|(_, r, c)| (*r as u64) * (*c as u64)).sum()
+    }
+
+    /// The parameters of one block: 12d² + 13d.
+    pub fn block_parameters(&self) -> u64 {
+        let d = self.width as u64;
+        12 * d * d + 13 * d
+    }
+}
+
+/// Document 001's way of counting GPT-3: only the weight matrices, each attention head with its
+/// own query, key and (low-rank, factored) value matrices, and no biases or LayerNorm parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatrixAccounting {
+    /// The embedding W_E: V × d.
+    pub embedding: u64,
+    /// The unembedding W_U: V × d.
+    pub unembedding: u64,
+    /// The query matrix of one head: d_k × d.
+    pub query_per_head: u64,
+    /// One head: query, key, value-down (d_k × d each) and value-up (d × d_k), 4·d·d_k.
+    pub per_head: u64,
+    /// One multi-head attention layer: h heads.
+    pub per_attention_layer: u64,
+    /// All attention layers: l · h · 4 · d · d_k.
+    pub attention: u64,
+    /// The up-projection of one MLP: 4d × d.
+    pub up_projection: u64,
+    /// One MLP: up- and down-projection, 2 · 4d · d.
+    pub per_mlp: u64,
+    /// All MLPs.
+    pub mlp: u64,
+    /// Everything: embedding + unembedding + attention + MLP.
+    pub total: u64,
+    /// How many matrices: embedding and unembedding, per layer h query, h key and h value
+    /// matrices, one output matrix (the value-up matrices of all heads side by side), one up- and
+    /// one down-projection.
+    pub matrices: u64,
+}
+
+impl MatrixAccounting {
+    /// The accounting of a configuration.
+    pub fn of(config: &Config) -> Result<MatrixAccounting> {
+        config.validate()?;
+        let (v, d, dk, h, l) =
+            (config.vocab_size as u64, config.width as u64, config.head_width() as u64, config.heads as u64, config.layers as u64);
+        let embedding = v * d;
+        let query_per_head = dk * d;
+        let per_head = 4 * dk * d;
+        let per_attention_layer = h * per_head;
+        let attention = l * per_attention_layer;
+        let up_projection = MLP_EXPANSION as u64 * d * d;
+        let per_mlp = 2 * up_projection;
+        let mlp = l * per_mlp;
+        Ok(MatrixAccounting {
+            embedding,
+            unembedding: embedding,
+            query_per_head,
+            per_head,
+            per_attention_layer,
+            attention,
+            up_projection,
+            per_mlp,
+            mlp,
+            total: 2 * embedding + attention + mlp,
+            matrices: 2 + l * (3 * h + 3),
+        })
+    }
+}

@@ -1,0 +1,171 @@
+//! Training: mini-batches, the loss and its gradients, clipping, AdamW on a schedule.
+//!
+//! One step: draw a batch from the data with the trainer's own [`Rng`]; forward and backward
+//! ([`Gpt::loss_and_grads`]); clip the global gradient norm; set α from the [`Schedule`]; one
+//! [`AdamW`] step. Everything the next step depends on (the model, the optimiser's moments and
+//! step count, the generator's state, the step number, the losses so far) lives in the
+//! [`Trainer`], so a trainer saved and loaded continues exactly as if it had never stopped, and
+//! the same seed gives the same bits on the same machine.
+
+use super::data::{Batch, SortTask, Token, random_windows};
+use super::model::Gpt;
+use super::sample::{Decoding, generate};
+use super::schedule::{Schedule, clip_global_norm};
+use crate::error::{Result, invalid};
+use crate::float::Float;
+use crate::optim::{AdamConfig, AdamW};
+use crate::rng::Rng;
+
+/// How to train.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TrainConfig {
+    /// Sequences per batch B.
+    pub batch: usize,
+    /// The learning rate over the steps.
+    pub schedule: Schedule,
+    /// AdamW's λ.
+    pub weight_decay: f64,
+    /// Adam's β₁.
+    pub beta1: f64,
+    /// Adam's β₂.
+    pub beta2: f64,
+    /// Adam's ε.
+    pub epsilon: f64,
+    /// Clip the global gradient norm to this, if set.
+    pub clip: Option<f64>,
+}
+
+impl TrainConfig {
+    /// nanoGPT's choices: β = (0.9, 0.95), ε = 10⁻⁸, λ = 0.1, clipping at 1.
+    pub fn new(batch: usize, schedule: Schedule) -> TrainConfig {
+        TrainConfig { batch, schedule, weight_decay: 0.1, beta1: 0.9, beta2: 0.95, epsilon: 1e-8, clip: Some(1.0) }
+    }
+
+    fn adam(&self) -> AdamConfig {
+        AdamConfig { learning_rate: self.schedule.max_lr, beta1: self.beta1, beta2: self.beta2, epsilon: self.epsilon }
+    }
+}
+
+/// Where batches come from.
+#[derive(Clone, Copy, Debug)]
+pub enum Data<'a> {
+    /// The digit-sorting task's training strings.
+    Sort(&'a SortTask),
+    /// Random windows of `seq_len + 1` tokens of a stream.
+    Stream {
+        /// The tokens.
+        tokens: &'a [Token],
+        /// T.
+        seq_len: usize,
+    },
+}
+
+impl Data<'_> {
+    /// A batch of `batch` sequences, drawn with `rng`.
+    pub fn batch(&self, batch: usize, rng: &mut Rng) -> Result<Batch> {
+        match *self {
+            Data::Sort(task) => Ok(task.batch(batch, rng)),
+            Data::Stream { tokens, seq_len } => random_windows(tokens, seq_len, batch, rng),
+        }
+    }
+}
+
+/// What one step did.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepRecord {
+    /// The step's number, from 0.
+    pub step: usize,
+    /// The batch's loss before the update, in nats per token.
+    pub loss: f64,
+    /// The learning rate used.
+    pub lr: f64,
+    /// The global gradient norm before clipping.
+    pub grad_norm: f64,
+    /// Tokens in the batch (B·T).
+    pub tokens: usize,
+}
+
+/// A model being trained and everything its next step depends on.
+#[derive(Clone, Debug)]
+pub struct Trainer<T: Float> {
+    /// The model.
+    pub model: Gpt<T>,
+    /// AdamW with its moments.
+    pub optimizer: AdamW<T>,
+    /// The generator that draws the batches.
+    pub rng: Rng,
+    /// Steps taken.
+    pub step: usize,
+    /// One record per step taken.
+    pub history: Vec<StepRecord>,
+}
+
+impl<T: Float> Trainer<T> {
+    /// A trainer at step 0; `seed` seeds the batches (the model has its own seed).
+    pub fn new(model: Gpt<T>, config: &TrainConfig, seed: u64) -> Result<Trainer<T>> {
+        if config.batch == 0 {
+            return Err(invalid("Trainer::new", "batch", "must hold at least one sequence"));
+        }
+        let optimizer = AdamW::new(config.adam(), config.weight_decay)?;
+        Ok(Trainer { model, optimizer, rng: Rng::new(seed), step: 0, history: Vec::new() })
+    }
+
+    /// One training step.
+    pub fn step(&mut self, data: &Data, config: &TrainConfig) -> Result<StepRecord> {
+        let batch = data.batch(config.batch, &mut self.rng)?;
+        let mut out = self.model.loss_and_grads(&batch)?;
+        let grad_norm = match config.clip {
+            Some(c) => clip_global_norm(&mut out.grads.iter_mut().collect::<Vec<_>>(), c)?,
+            None => super::schedule::global_norm(&out.grads.iter().collect::<Vec<_>>()),
+        };
+        let lr = config.schedule.at(self.step);
+        self.optimizer.config = AdamConfig { learning_rate: lr, ..config.adam() };
+        self.optimizer.weight_decay = config.weight_decay;
+        let decay = self.model.decay_mask();
+        let grads: Vec<&nalgebra::DMatrix<T>> = out.grads.iter().collect();
+        self.optimizer.step(&mut self.model.tensors_mut(), &grads, &decay)?;
+        let record = StepRecord { step: self.step, loss: out.loss, lr, grad_norm, tokens: batch.inputs.len() };
+        self.step += 1;
+        self.history.push(record);
+        Ok(record)
+    }
+
+    /// Steps until `until` steps have been taken, calling `on_step` after each.
+    pub fn run(&mut self, data: &Data, config: &TrainConfig, until: usize, mut on_step: impl FnMut(&StepRecord)) -> Result<()> {
+        while self.step < until {
+            let r = self.step(data, config)?;
+            on_step(&r);
+        }
+        Ok(())
+    }
+}
+
+/// The mean loss over a list of batches, weighted by their scored positions (so it is the mean
+/// over every scored token), in nats per token.
+pub fn mean_loss<T: Float>(model: &Gpt<T>, batches: &[Batch]) -> Result<f64> {
+    let mut total = 0.0;
+    let mut count = 0usize;
+    for b in batches {
+        let n = b.scored();
+        total += model.loss(b)? * n as f64;
+        count += n;
+    }
+    if count == 0 {
+        return Err(crate::error::Error::Empty { op: "mean_loss", arg: "batches" });
+    }
+    Ok(total / count as f64)
+}
+
+/// The sorting task's score: the fraction of `strings` whose sorted copy the model writes out
+/// exactly, generating greedily (with the key/value cache) after the string.
+pub fn sort_accuracy<T: Float>(model: &Gpt<T>, strings: &[Vec<Token>]) -> Result<f64> {
+    let mut right = 0usize;
+    let mut rng = Rng::new(0);
+    for s in strings {
+        let g = generate(model, s, s.len(), &Decoding::Greedy, &mut rng, true)?;
+        let mut sorted = s.clone();
+        sorted.sort_unstable();
+        right += usize::from(g.new_tokens() == sorted.as_slice());
+    }
+    Ok(right as f64 / strings.len().max(1) as f64)
+}

@@ -1,0 +1,1220 @@
+//! Chapter 9: a small GPT with a hand-written backward pass. Run with
+//! `cargo test --test ch09_gpt`.
+
+mod common;
+
+use approx::assert_abs_diff_eq;
+use llm_workbook::Error;
+use llm_workbook::ch09_gpt::config::{Config, MatrixAccounting, Positions};
+use llm_workbook::ch09_gpt::data::{self, SortTask, TokenSplit};
+use llm_workbook::ch09_gpt::safetensors::{self as st, SafeTensors, TensorOut};
+use llm_workbook::ch09_gpt::schedule::{Schedule, clip_global_norm, global_norm};
+use llm_workbook::ch09_gpt::{self as gpt, walkthrough};
+use llm_workbook::rng::Rng;
+use nalgebra::DMatrix;
+
+fn fixture(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("fixtures").join(name)
+}
+
+// ───────────── GPT-3 counted as document 001 counts it ─────────────
+
+fn gpt3() -> MatrixAccounting {
+    MatrixAccounting::of(&Config::gpt3_175b()).unwrap()
+}
+
+#[test]
+fn gpt3_embedding_holds_617558016_weights() {
+    let a = gpt3();
+    assert_eq!(a.embedding, 50_257 * 12_288);
+    assert_eq!(a.embedding, 617_558_016);
+    assert_eq!(a.unembedding, 617_558_016);
+    // Embedding plus unembedding: "a little over a billion", as document 001 puts it.
+    assert_eq!(a.embedding + a.unembedding, 1_235_116_032);
+}
+
+#[test]
+fn gpt3_one_head_holds_6_3_million_weights() {
+    let a = gpt3();
+    // Query and key are 128 × 12,288 each; the value map is factored into 128 × 12,288 down and
+    // 12,288 × 128 up, so its count equals query + key.
+    assert_eq!(a.query_per_head, 128 * 12_288);
+    assert_eq!(a.per_head, 4 * 1_572_864);
+    assert_eq!(a.per_head, 6_291_456);
+    assert_eq!(format!("{:.1}", a.per_head as f64 / 1e6), "6.3");
+}
+
+#[test]
+fn gpt3_one_attention_layer_holds_600_million_weights() {
+    let a = gpt3();
+    assert_eq!(a.per_attention_layer, 96 * 6_291_456);
+    assert_eq!(a.per_attention_layer, 603_979_776);
+    // "about 600 million": one significant figure.
+    assert_eq!(format!("{:.1}", a.per_attention_layer as f64 / 1e9), "0.6");
+}
+
+#[test]
+fn gpt3_attention_holds_58_billion_weights() {
+    let a = gpt3();
+    assert_eq!(a.attention, 96 * 603_979_776);
+    assert_eq!(a.attention, 57_982_058_496);
+    assert_eq!(format!("{:.0}", a.attention as f64 / 1e9), "58");
+    // "this is still 1/3rd of the total"
+    assert_abs_diff_eq!(a.attention as f64 / a.total as f64, 1.0 / 3.0, epsilon = 0.005);
+}
+
+#[test]
+fn gpt3_one_mlp_holds_1_2_billion_weights() {
+    let a = gpt3();
+    // Up-projection 49,152 × 12,288 (49,152 = 4 · 12,288 "questions"); down-projection the same.
+    assert_eq!(a.up_projection, 49_152 * 12_288);
+    assert_eq!(a.per_mlp, 1_207_959_552);
+    assert_eq!(format!("{:.1}", a.per_mlp as f64 / 1e9), "1.2");
+    assert_eq!(a.mlp, 96 * 1_207_959_552);
+    // "about 2/3 of the total"
+    assert_abs_diff_eq!(a.mlp as f64 / a.total as f64, 2.0 / 3.0, epsilon = 0.005);
+}
+
+#[test]
+fn gpt3_holds_175_billion_weights_in_27938_matrices() {
+    let a = gpt3();
+    assert_eq!(a.total, 617_558_016 * 2 + 57_982_058_496 + 115_964_116_992);
+    assert_eq!(a.total, 175_181_291_520);
+    assert_eq!(format!("{:.0}", a.total as f64 / 1e9), "175");
+    // 96 layers × (96 query + 96 key + 96 value + 1 output + 1 up + 1 down) + embedding + unembedding.
+    assert_eq!(a.matrices, 96 * (3 * 96 + 3) + 2);
+    assert_eq!(a.matrices, 27_938);
+    // Counting every tensor as GPT-2 stores it (biases, LayerNorms, learned positions, tied
+    // unembedding) gives the same 175 billion, rounded.
+    let full = Config::gpt3_175b().parameter_count();
+    assert_eq!(full, 174_604_259_328);
+    assert_eq!(format!("{:.0}", full as f64 / 1e9), "175");
+}
+
+#[test]
+fn gpt3_width_is_12288_from_heads_and_embedding_count() {
+    let c = Config::gpt3_175b();
+    assert_eq!(c.heads * c.head_width(), 12_288);
+    assert_eq!(617_558_016 % 50_257, 0);
+    assert_eq!(617_558_016 / 50_257, 12_288);
+    assert_ne!(c.width, 12_388);
+    assert_ne!(c.width, 13_288);
+}
+
+#[test]
+fn gpt3_has_96_layers_of_width_12288_not_175_of_1024() {
+    let c = Config::gpt3_175b();
+    assert_eq!((c.layers, c.width), (96, 12_288));
+    // The printed alternative: 175 layers of width 1,024 would be a ~2.2B-parameter model.
+    let printed = Config::new(50_257, 2_048, 175, 16, 1_024);
+    assert_eq!(format!("{:.1}", printed.parameter_count() as f64 / 1e9), "2.3");
+    assert_eq!(format!("{:.1}", 175.0 * printed.block_parameters() as f64 / 1e9), "2.2");
+}
+
+#[test]
+fn gpt2_124m_holds_exactly_124_439_808_parameters() {
+    let c = Config::gpt2_124m();
+    assert_eq!(c.parameter_count(), 124_439_808);
+    // By hand: wte 50,257·768, wpe 1,024·768, 12 blocks of 12d² + 13d, ln_f 2d.
+    assert_eq!(50_257 * 768, 38_597_376);
+    assert_eq!(1_024 * 768, 786_432);
+    assert_eq!(c.block_parameters(), 7_087_872);
+    assert_eq!(38_597_376 + 786_432 + 12 * 7_087_872 + 2 * 768, 124_439_808);
+    // Untied, the unembedding adds another V·d.
+    let untied = Config { tied: false, ..c };
+    assert_eq!(untied.parameter_count(), 124_439_808 + 38_597_376);
+    // Sinusoidal positions have no table.
+    let sinusoidal = Config { positions: Positions::Sinusoidal, ..c };
+    assert_eq!(sinusoidal.parameter_count(), 124_439_808 - 786_432);
+    // The tensors, in checkpoint order, with GPT-2's names.
+    let shapes = c.tensor_shapes();
+    assert_eq!(shapes.len(), 2 + 12 * 12 + 2);
+    assert_eq!(shapes[0], ("wte.weight".to_string(), 50_257, 768));
+    assert_eq!(shapes[4], ("h.0.attn.c_attn.weight".to_string(), 768, 2_304));
+    assert_eq!(shapes.last().unwrap().0, "ln_f.bias");
+}
+
+#[test]
+fn gpt2_xl_holds_1_56_billion_parameters() {
+    assert_eq!(Config::gpt2_xl().parameter_count(), 1_557_611_200);
+}
+
+#[test]
+fn gpt1_holds_about_117_million_parameters_not_150() {
+    assert_eq!(gpt::gpt1_parameters(), 116_534_784);
+    assert_eq!(format!("{:.0}", gpt::gpt1_parameters() as f64 / 1e6), "117");
+}
+
+#[test]
+fn a_config_that_describes_no_model_is_refused() {
+    let good = Config::new(65, 64, 4, 4, 128);
+    good.validate().unwrap();
+    let cases: Vec<(Config, &str)> = vec![
+        (Config { heads: 3, ..good }, "3 heads do not divide the width 128"),
+        (Config { vocab_size: 0, ..good }, "vocab_size"),
+        (Config { context: 0, ..good }, "context"),
+        (Config { layers: 0, ..good }, "layers"),
+        (Config { heads: 0, ..good }, "heads"),
+        (Config { width: 0, ..good }, "width"),
+        (Config { width: 5, heads: 1, positions: Positions::Sinusoidal, ..good }, "must be even"),
+        (Config { layer_norm_epsilon: 0.0, ..good }, "layer_norm_epsilon"),
+        (Config { layer_norm_epsilon: f64::NAN, ..good }, "layer_norm_epsilon"),
+        (Config { vocab_size: usize::MAX / 2, ..good }, "memory addresses"),
+    ];
+    for (c, needle) in cases {
+        let e = c.validate().unwrap_err();
+        assert!(matches!(e, Error::InvalidValue { .. }), "{e}");
+        assert!(e.to_string().contains(needle), "{e} should mention {needle}");
+    }
+    assert!(MatrixAccounting::of(&Config { heads: 5, ..good }).is_err());
+}
+
+// ───────────── document 003: "I love AI" ─────────────
+
+#[test]
+fn i_love_ai_h0_is_u_plus_wp() {
+    let h0 = walkthrough::h0();
+    for r in 0..3 {
+        for c in 0..2 {
+            assert_eq!(format!("{:.2}", h0[(r, c)]), format!("{:.2}", walkthrough::PRINTED_H0[r][c]), "h0[{r}][{c}]");
+        }
+    }
+    common::snap_matrix!("i_love_ai_h0", h0, 2);
+}
+
+#[test]
+fn i_love_ai_h1_love_is_0_545_0_442() {
+    let h1 = walkthrough::h1_love().unwrap();
+    assert_abs_diff_eq!(h1[(0, 0)], 0.1 * 0.14 + 0.9 * 0.59, epsilon = 1e-15);
+    assert_abs_diff_eq!(h1[(0, 1)], 0.1 * 0.91 + 0.9 * 0.39, epsilon = 1e-15);
+    assert_eq!(format!("{:.3}, {:.3}", h1[(0, 0)], h1[(0, 1)]), "0.545, 0.442");
+    // The printed [0.155, 0.458] is no mix (1 − λ)·h₀("I") + λ·h₀("love") at all: the first
+    // entry needs λ = 1/30, which puts the second entry at 0.893, not 0.458.
+    let printed = walkthrough::PRINTED_H1_LOVE;
+    let lambda = (printed[0] - 0.14) / (0.59 - 0.14);
+    assert_abs_diff_eq!(lambda, 1.0 / 30.0, epsilon = 1e-12);
+    assert!((0.91 + lambda * (0.39 - 0.91) - printed[1]).abs() > 0.4);
+    // The mix puts zero weight on the future token "AI": changing "AI" changes nothing.
+    let mut h0 = walkthrough::h0();
+    h0[(2, 0)] += 100.0;
+    assert_eq!(walkthrough::masked_mix(&walkthrough::LOVE_WEIGHTS, &h0, 1).unwrap(), h1);
+}
+
+#[test]
+fn i_love_ai_h2_love_follows_from_h1_times_w() {
+    let from_printed = walkthrough::h2_of(&walkthrough::printed_h1_love()).unwrap();
+    assert_abs_diff_eq!(from_printed[(0, 0)], 0.155 * 0.2 + 0.458 * 0.4, epsilon = 1e-15);
+    assert_abs_diff_eq!(from_printed[(0, 1)], 0.155 * 0.3 + 0.458 * 0.5, epsilon = 1e-15);
+    assert_eq!(format!("{:.4}, {:.4}", from_printed[(0, 0)], from_printed[(0, 1)]), "0.2142, 0.2755");
+    let ours = walkthrough::h2_of(&walkthrough::h1_love().unwrap()).unwrap();
+    assert_eq!(format!("{:.4}, {:.4}", ours[(0, 0)], ours[(0, 1)]), "0.2858, 0.3845");
+    // Neither reading of W (rows or columns) gives the printed [0.1753, 0.309].
+    let wt = walkthrough::feed_forward_weight().transpose();
+    let by_columns = walkthrough::printed_h1_love() * wt;
+    for h2 in [&from_printed, &ours, &by_columns] {
+        assert!((h2[(0, 0)] - 0.1753).abs() > 0.005 || (h2[(0, 1)] - 0.309).abs() > 0.005);
+    }
+}
+
+#[test]
+fn masked_mix_refuses_weight_on_a_later_token() {
+    let h0 = walkthrough::h0();
+    let e = walkthrough::masked_mix(&[0.1, 0.8, 0.1], &h0, 1).unwrap_err();
+    assert!(e.to_string().contains("may not attend to the later token 2"), "{e}");
+    assert!(walkthrough::masked_mix(&[0.5, 0.6, 0.0], &h0, 1).unwrap_err().to_string().contains("sum to 1"));
+    assert!(matches!(walkthrough::masked_mix(&[1.0, 0.0], &h0, 1), Err(Error::Shape { .. })));
+    assert!(walkthrough::masked_mix(&[1.0, 0.0, 0.0], &h0, 3).is_err());
+    // The first token can only attend to itself.
+    assert_eq!(walkthrough::masked_mix(&[1.0, 0.0, 0.0], &h0, 0).unwrap(), h0.rows(0, 1).clone_owned());
+}
+
+// ───────────── learning-rate schedule and clipping ─────────────
+
+#[test]
+fn warmup_ramps_linearly_then_cosine_decays_to_the_floor() {
+    let s = Schedule::new(1e-3, 1e-4, 10, 110).unwrap();
+    assert_abs_diff_eq!(s.at(0), 1e-4, epsilon = 1e-18);
+    assert_abs_diff_eq!(s.at(4), 5e-4, epsilon = 1e-18);
+    assert_abs_diff_eq!(s.at(9), 1e-3, epsilon = 1e-18);
+    assert_abs_diff_eq!(s.at(10), 1e-3, epsilon = 1e-18); // cos 0 = 1
+    assert_abs_diff_eq!(s.at(60), 5.5e-4, epsilon = 1e-15); // halfway: the mean of max and min
+    assert_abs_diff_eq!(s.at(35), 1e-4 + 0.45e-3 * (1.0 + (std::f64::consts::PI / 4.0).cos()), epsilon = 1e-15);
+    assert_eq!(s.at(110), 1e-4);
+    assert_eq!(s.at(10_000), 1e-4);
+    // Monotone after the warm-up.
+    assert!((10..110).all(|k| s.at(k + 1) <= s.at(k)));
+    assert_eq!(Schedule::constant(0.3).unwrap().at(17), 0.3);
+    assert!(Schedule::new(0.0, 0.0, 0, 0).is_err());
+    assert!(Schedule::new(1e-3, 2e-3, 0, 10).is_err());
+    assert!(Schedule::new(1e-3, 1e-4, 11, 10).is_err());
+    assert!(Schedule::new(f64::NAN, 1e-4, 0, 10).is_err());
+}
+
+#[test]
+fn clipping_scales_the_global_norm_down_to_the_limit_and_keeps_the_direction() {
+    // Two tensors holding (3, 4) and (12): global norm √(9 + 16 + 144) = 13.
+    let mut a = DMatrix::from_row_slice(1, 2, &[3.0_f64, 4.0]);
+    let mut b = DMatrix::from_row_slice(1, 1, &[12.0_f64]);
+    assert_eq!(global_norm(&[&a, &b]), 13.0);
+    let before = clip_global_norm(&mut [&mut a, &mut b], 1.0).unwrap();
+    assert_eq!(before, 13.0);
+    let k = 1.0 / (13.0 + 1e-6);
+    assert_abs_diff_eq!(a[(0, 0)], 3.0 * k, epsilon = 1e-15);
+    assert_abs_diff_eq!(b[(0, 0)], 12.0 * k, epsilon = 1e-15);
+    assert_abs_diff_eq!(global_norm(&[&a, &b]), 1.0, epsilon = 1e-6);
+    // Below the limit nothing changes.
+    let mut c = DMatrix::from_row_slice(1, 2, &[0.3_f32, 0.4]);
+    let keep = c.clone();
+    assert_abs_diff_eq!(clip_global_norm(&mut [&mut c], 1.0).unwrap(), 0.5, epsilon = 1e-7);
+    assert_eq!(c, keep);
+    // A NaN gradient is an error, not a NaN step.
+    let mut d = DMatrix::from_row_slice(1, 2, &[f64::NAN, 1.0]);
+    assert!(matches!(clip_global_norm(&mut [&mut d], 1.0), Err(Error::NonFinite { .. })));
+    assert!(clip_global_norm(&mut [&mut a], 0.0).is_err());
+}
+
+// ───────────── data ─────────────
+
+#[test]
+fn sort_task_holds_15625_strings_with_1000_held_out_disjoint() {
+    let t = SortTask::standard(7).unwrap();
+    assert_eq!(t.train.len() + t.held_out.len(), 15_625);
+    assert_eq!(t.held_out.len(), 1_000);
+    let train: std::collections::HashSet<_> = t.train.iter().collect();
+    assert_eq!(train.len(), 14_625);
+    assert!(t.held_out.iter().all(|s| !train.contains(s)));
+    assert!(t.train.iter().chain(&t.held_out).all(|s| s.len() == 6 && s.iter().all(|&d| d < 5)));
+    // Another seed gives another split; the same seed the same one.
+    assert_ne!(SortTask::standard(8).unwrap().held_out, t.held_out);
+    assert_eq!(SortTask::standard(7).unwrap().held_out, t.held_out);
+}
+
+#[test]
+fn a_sort_example_is_the_string_then_its_sorted_copy_scored_on_the_sorted_half() {
+    let t = SortTask::standard(1).unwrap();
+    let (inputs, targets) = t.example(&[3, 1, 4, 1, 0, 2]);
+    assert_eq!(inputs, vec![3, 1, 4, 1, 0, 2, 0, 1, 1, 2, 3]);
+    assert_eq!(targets, vec![None, None, None, None, None, Some(0), Some(1), Some(1), Some(2), Some(3), Some(4)]);
+    let mut rng = Rng::new(3);
+    let b = t.batch(4, &mut rng);
+    assert_eq!((b.batch, b.seq_len, b.inputs.len(), b.scored()), (4, 11, 44, 24));
+    b.check("test", 5).unwrap();
+    assert!(b.check("test", 4).is_err());
+    assert!(SortTask::new(6, 5, 15_625, 0).is_err());
+    assert!(SortTask::new(0, 5, 0, 0).is_err());
+}
+
+#[test]
+fn an_empty_or_short_corpus_is_refused() {
+    assert!(matches!(TokenSplit::new(&[], 0.1, 8), Err(Error::Empty { .. })));
+    let short: Vec<u32> = (0..20).collect();
+    let e = TokenSplit::new(&short, 0.1, 8).unwrap_err();
+    assert!(e.to_string().contains("fewer than one window"), "{e}");
+    assert!(TokenSplit::new(&short, 1.5, 2).is_err());
+    let ok = TokenSplit::new(&(0..100).collect::<Vec<u32>>(), 0.1, 8).unwrap();
+    assert_eq!((ok.train.len(), ok.validation.len()), (90, 10));
+    assert_eq!(ok.validation[0], 90);
+    assert!(data::random_windows(&short, 20, 2, &mut Rng::new(0)).is_err());
+}
+
+#[test]
+fn windows_predict_the_next_token_and_covering_windows_score_each_token_once() {
+    let tokens: Vec<u32> = (0..23).collect();
+    let b = data::random_windows(&tokens, 5, 3, &mut Rng::new(1)).unwrap();
+    for k in 0..3 {
+        for t in 0..5 {
+            assert_eq!(b.targets[k * 5 + t], Some(b.inputs[k * 5 + t] + 1));
+        }
+    }
+    let cover = data::covering_windows(&tokens, 5, 2);
+    let mut scored: Vec<u32> = cover.iter().flat_map(|b| b.targets.iter().map(|t| t.unwrap())).collect();
+    scored.sort();
+    assert_eq!(scored, (1..23).collect::<Vec<u32>>());
+    assert_eq!(cover.iter().map(|b| b.batch).collect::<Vec<_>>(), vec![2, 2, 1]);
+    assert_eq!(cover.last().unwrap().seq_len, 2);
+}
+
+// ───────────── safetensors ─────────────
+
+#[test]
+fn a_file_written_by_the_reference_implementation_is_read_exactly() {
+    let f = SafeTensors::read(&fixture("ch09_reference.safetensors")).unwrap();
+    assert_eq!(f.meta("format"), Some("np"));
+    assert_eq!(f.meta("note"), Some("written by python safetensors"));
+    let w: DMatrix<f32> = f.matrix("h.0.mlp.c_fc.weight", 3, 4).unwrap();
+    for r in 0..3 {
+        for c in 0..4 {
+            assert_eq!(w[(r, c)], ((r * 4 + c) as f32 - 5.5) / 8.0, "row-major order");
+        }
+    }
+    let b: DMatrix<f64> = f.matrix("h.0.mlp.c_fc.bias", 1, 3).unwrap();
+    assert_eq!(b.as_slice(), &[1e-5, -2.5, 3.25]);
+    let g: DMatrix<f64> = f.matrix("ln_f.weight", 1, 5).unwrap();
+    assert_eq!(g[(0, 1)], 0.2_f32 as f64);
+    let e = f.matrix::<f32>("steps", 1, 1).unwrap_err().to_string();
+    assert!(e.contains("dtype I64") && e.contains("only F32 and F64"), "{e}");
+    assert!(f.matrix::<f32>("h.0.mlp.c_fc.weight", 4, 3).unwrap_err().to_string().contains("shape [3, 4] but [4, 3] was expected"));
+    assert!(f.matrix::<f32>("wte.weight", 4, 3).unwrap_err().to_string().contains("missing"));
+}
+
+fn small_file() -> Vec<u8> {
+    let a = DMatrix::from_row_slice(2, 3, &[1.0_f32, -2.0, 3.5, 0.25, 1e-30, -0.0]);
+    let b = DMatrix::from_row_slice(1, 2, &[std::f64::consts::PI, -1e300]);
+    st::serialize(&[TensorOut::matrix("a", &a, vec![2, 3]), TensorOut::matrix("b", &b, vec![2])], &[("step".into(), "3".into())]).unwrap()
+}
+
+#[test]
+fn our_files_round_trip_bit_for_bit() {
+    let bytes = small_file();
+    let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    assert_eq!(header_len % 8, 0, "the data starts 8-byte aligned");
+    let f = SafeTensors::parse(bytes, "mem").unwrap();
+    let a: DMatrix<f32> = f.matrix("a", 2, 3).unwrap();
+    assert_eq!(a, DMatrix::from_row_slice(2, 3, &[1.0_f32, -2.0, 3.5, 0.25, 1e-30, -0.0]));
+    assert!(a[(1, 2)].is_sign_negative());
+    let b: DMatrix<f64> = f.matrix("b", 1, 2).unwrap();
+    assert_eq!(b[(0, 0)].to_bits(), std::f64::consts::PI.to_bits());
+    assert_eq!(f.meta("step"), Some("3"));
+    let dir = common::temp_dir("ch09_roundtrip");
+    let path = dir.join("x.safetensors");
+    st::write_atomic(&path, &small_file()).unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), small_file());
+    // Nothing but the file itself is left in the folder.
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+}
+
+fn with_header(header: &str, data: &[u8]) -> Vec<u8> {
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(header.as_bytes());
+    out.extend_from_slice(data);
+    out
+}
+
+fn parse_err(bytes: Vec<u8>) -> String {
+    match SafeTensors::parse(bytes, "bad.safetensors") {
+        Err(e @ Error::Parse { .. }) => e.to_string(),
+        Err(e) => panic!("expected a parse error, got {e}"),
+        Ok(_) => panic!("a bad file was accepted"),
+    }
+}
+
+#[test]
+fn truncated_files_are_refused_at_every_cut() {
+    let good = small_file();
+    for cut in 0..good.len() {
+        let e = parse_err(good[..cut].to_vec());
+        assert!(e.starts_with("bad.safetensors"), "{e}");
+    }
+    assert!(parse_err(good[..5].to_vec()).contains("fewer than the 8"));
+    assert!(parse_err(good[..good.len() - 1].to_vec()).contains("truncated"));
+}
+
+#[test]
+fn a_header_that_lies_is_refused() {
+    let t = |off: &str| format!(r#"{{"x":{{"dtype":"F32","shape":[2],"data_offsets":{off}}}}}"#);
+    let data = [0u8; 8];
+    // Offsets past the data, backwards, the wrong length for the shape.
+    assert!(parse_err(with_header(&t("[0,16]"), &data)).contains("only 8 bytes"));
+    assert!(parse_err(with_header(&t("[8,0]"), &data)).contains("run backwards"));
+    assert!(parse_err(with_header(&t("[0,4]"), &data)).contains("needs 8 bytes"));
+    // Two tensors on the same bytes; a hole; bytes after the last tensor.
+    let two = |a: &str, b: &str| {
+        format!(r#"{{"x":{{"dtype":"F32","shape":[1],"data_offsets":{a}}},"y":{{"dtype":"F32","shape":[1],"data_offsets":{b}}}}}"#)
+    };
+    assert!(parse_err(with_header(&two("[0,4]", "[0,4]"), &data)).contains("overlaps"));
+    assert!(parse_err(with_header(&two("[0,4]", "[8,12]"), &[0u8; 12])).contains("hole"));
+    assert!(parse_err(with_header(&two("[0,4]", "[4,8]"), &[0u8; 12])).contains("not described by the header"));
+    // A header length larger than the file, or absurdly large.
+    let mut lying = with_header(&t("[0,8]"), &data);
+    lying[..8].copy_from_slice(&1000u64.to_le_bytes());
+    assert!(parse_err(lying).contains("truncated: the header claims 1000 bytes"));
+    let mut huge = with_header(&t("[0,8]"), &data);
+    huge[..8].copy_from_slice(&u64::MAX.to_le_bytes());
+    assert!(parse_err(huge).contains("more than the"));
+    // A shape whose size overflows.
+    let big = r#"{"x":{"dtype":"F64","shape":[18446744073709551615,2],"data_offsets":[0,8]}}"#;
+    assert!(parse_err(with_header(big, &data)).contains("more than addressable"));
+}
+
+#[test]
+fn malformed_headers_are_refused() {
+    let data = [0u8; 4];
+    for (header, needle) in [
+        ("[1,2]", "does not start with '{'"),
+        ("{\"x\":1}", "not an object"),
+        ("{\"x\":{\"dtype\":\"F31\",\"shape\":[1],\"data_offsets\":[0,4]}}", "unknown dtype"),
+        ("{\"x\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", "shape entry"),
+        ("{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0]}}", "two non-negative"),
+        ("{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"extra\":1}}", "unknown field"),
+        ("{\"x\":{\"shape\":[1],\"data_offsets\":[0,4]}}", "no dtype"),
+        ("{\"__metadata__\":{\"a\":1},\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", "not a string"),
+        ("{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}", "JSON at byte"),
+        ("{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},\"x\":{}}", "appears twice"),
+    ] {
+        let e = parse_err(with_header(header, &data));
+        assert!(e.contains(needle), "{header}: {e}");
+    }
+    // Not a file at all.
+    assert!(matches!(SafeTensors::read(std::path::Path::new("/nonexistent/x.safetensors")), Err(Error::Io { .. })));
+}
+
+// ───────────── AdamW ─────────────
+
+#[test]
+fn adamw_one_step_by_hand_decays_weights_but_not_biases() {
+    use llm_workbook::optim::{AdamConfig, AdamW};
+    let config = AdamConfig { learning_rate: 0.1, beta1: 0.9, beta2: 0.999, epsilon: 1e-8 };
+    let mut opt = AdamW::<f64>::new(config, 0.01).unwrap();
+    let mut w = DMatrix::from_row_slice(1, 2, &[1.0, -2.0]);
+    let mut b = DMatrix::from_row_slice(1, 1, &[0.5]);
+    let gw = DMatrix::from_row_slice(1, 2, &[0.5, 0.1]);
+    let gb = DMatrix::from_row_slice(1, 1, &[-0.2]);
+    opt.step(&mut [&mut w, &mut b], &[&gw, &gb], &[true, false]).unwrap();
+    // Step 1: m = 0.1g, v = 0.001g², so m̂ = g and v̂ = g²: the Adam step is α·g/(|g| + ε).
+    // Weights: θ(1 − αλ) − α·g/(|g| + ε) = 1·0.999 − 0.1·0.5/0.50000001 and −2·0.999 − 0.1·0.1/0.10000001.
+    assert_abs_diff_eq!(w[(0, 0)], 0.999 - 0.1 * 0.5 / (0.5 + 1e-8), epsilon = 1e-15);
+    assert_abs_diff_eq!(w[(0, 0)], 0.899_000_002, epsilon = 1e-12);
+    assert_abs_diff_eq!(w[(0, 1)], -1.998 - 0.1 * 0.1 / (0.1 + 1e-8), epsilon = 1e-15);
+    assert_abs_diff_eq!(w[(0, 1)], -2.097_999_99, epsilon = 1e-11);
+    // The bias is not decayed: 0.5 + 0.1·0.2/0.20000001.
+    assert_abs_diff_eq!(b[(0, 0)], 0.5 + 0.1 * 0.2 / (0.2 + 1e-8), epsilon = 1e-15);
+    assert_eq!(opt.moments.steps(), 1);
+    assert_abs_diff_eq!(opt.moments.first()[0][(0, 0)], 0.05, epsilon = 1e-15);
+    assert_abs_diff_eq!(opt.moments.second()[0][(0, 0)], 0.00025, epsilon = 1e-15);
+    // Step 2 with a zero gradient on the weights: m = 0.045, v = 0.00024975; bias-corrected
+    // m̂ = 0.045/0.19, v̂ = 0.00024975/0.001999.
+    let w1 = w.clone();
+    let zero = DMatrix::zeros(1, 2);
+    opt.step(&mut [&mut w, &mut b], &[&zero, &gb], &[true, false]).unwrap();
+    let m_hat = 0.045 / (1.0 - 0.9_f64.powi(2));
+    let v_hat = 0.000_249_75 / (1.0 - 0.999_f64.powi(2));
+    assert_abs_diff_eq!(w[(0, 0)], w1[(0, 0)] * 0.999 - 0.1 * m_hat / (v_hat.sqrt() + 1e-8), epsilon = 1e-14);
+}
+
+#[test]
+fn adamw_decay_is_decoupled_from_the_gradient_scale() {
+    use llm_workbook::optim::{AdamConfig, AdamW};
+    // Two parameters with gradients 1000× apart move by the same Adam step and shrink by the
+    // same factor 1 − αλ: the decay is not divided by √v̂.
+    let config = AdamConfig { learning_rate: 0.01, ..AdamConfig::default() };
+    let mut opt = AdamW::<f64>::new(config, 0.1).unwrap();
+    let mut p = DMatrix::from_row_slice(1, 2, &[3.0, 3.0]);
+    let g = DMatrix::from_row_slice(1, 2, &[1e-3, 1.0]);
+    opt.step(&mut [&mut p], &[&g], &[true]).unwrap();
+    let adam = 0.01 * 1e-3 / (1e-3 + 1e-8); // α·g/(|g| + ε) for g = 10⁻³
+    assert_abs_diff_eq!(p[(0, 0)], 3.0 * 0.999 - adam, epsilon = 1e-14);
+    assert_abs_diff_eq!(p[(0, 1)], 3.0 * 0.999 - 0.01 / (1.0 + 1e-8), epsilon = 1e-14);
+}
+
+#[test]
+fn adamw_refuses_bad_input_and_changes_nothing() {
+    use llm_workbook::optim::{AdamConfig, AdamMoments, AdamW};
+    assert!(AdamW::<f64>::new(AdamConfig::default(), -1.0).is_err());
+    assert!(AdamW::<f64>::new(AdamConfig { beta1: 1.0, ..AdamConfig::default() }, 0.1).is_err());
+    let mut opt = AdamW::<f64>::new(AdamConfig::default(), 0.1).unwrap();
+    let mut p = DMatrix::from_row_slice(1, 2, &[1.0, 2.0]);
+    let keep = p.clone();
+    let nan = DMatrix::from_row_slice(1, 2, &[f64::NAN, 0.0]);
+    assert!(matches!(opt.step(&mut [&mut p], &[&nan], &[true]), Err(Error::NonFinite { .. })));
+    assert!(opt.step(&mut [&mut p], &[&DMatrix::zeros(2, 1)], &[true]).is_err());
+    assert!(opt.step(&mut [&mut p], &[&DMatrix::zeros(1, 2)], &[]).is_err());
+    assert_eq!(p, keep);
+    opt.step(&mut [&mut p], &[&DMatrix::from_row_slice(1, 2, &[1.0, 1.0])], &[true]).unwrap();
+    let after_one = p.clone();
+    let mut q = DMatrix::zeros(3, 3);
+    assert!(opt.step(&mut [&mut q], &[&DMatrix::zeros(3, 3)], &[true]).is_err(), "moments were sized for 1×2");
+    assert_eq!(p, after_one);
+    // Moments survive a round trip through their parts.
+    let m = opt.moments.first().to_vec();
+    let v = opt.moments.second().to_vec();
+    let restored = AdamMoments::from_parts(m, v, opt.moments.steps()).unwrap();
+    assert_eq!(restored.first(), opt.moments.first());
+    assert!(AdamMoments::<f64>::from_parts(vec![DMatrix::zeros(1, 1)], vec![], 1).is_err());
+    assert!(AdamMoments::<f64>::from_parts(vec![], vec![], 3).is_err());
+    assert!(AdamMoments::<f64>::from_parts(vec![DMatrix::zeros(1, 1)], vec![DMatrix::from_element(1, 1, -1.0)], 1).is_err());
+}
+
+// ───────────── choosing the next token ─────────────
+
+mod choosing {
+    use super::*;
+    use llm_workbook::ch09_gpt::sample::{Decoding, argmax, choose, distribution};
+
+    const LOGITS: [f64; 5] = [1.0, 3.0, 2.0, 3.0, -1.0];
+
+    #[test]
+    fn greedy_is_the_first_largest_logit() {
+        assert_eq!(argmax(&LOGITS).unwrap(), 1);
+        let mut rng = Rng::new(0);
+        assert!((0..20).all(|_| choose(&LOGITS, &Decoding::Greedy, &mut rng).unwrap() == 1));
+        assert_eq!(distribution(&LOGITS, &Decoding::Greedy).unwrap(), vec![(1, 1.0)]);
+    }
+
+    #[test]
+    fn temperature_towards_zero_becomes_greedy() {
+        let z = [0.5_f32, 2.0, 1.9, -3.0];
+        let mut rng = Rng::new(1);
+        assert!((0..1_000).all(|_| choose(&z, &Decoding::temperature(1e-3), &mut rng).unwrap() == 1));
+        let d = distribution(&z, &Decoding::temperature(1e-3)).unwrap();
+        assert!(d[0].0 == 1 && d[0].1 > 1.0 - 1e-15, "{d:?}");
+        // A large temperature flattens the distribution towards uniform.
+        let hot = distribution(&z, &Decoding::temperature(1e6)).unwrap();
+        assert!(hot.iter().all(|&(_, q)| (q - 0.25).abs() < 1e-5));
+    }
+
+    #[test]
+    fn temperature_one_is_the_softmax_and_draws_follow_it() {
+        let d = distribution(&LOGITS, &Decoding::temperature(1.0)).unwrap();
+        let exp: Vec<f64> = LOGITS.iter().map(|z| z.exp()).collect();
+        let total: f64 = exp.iter().sum();
+        for &(i, q) in &d {
+            assert_abs_diff_eq!(q, exp[i] / total, epsilon = 1e-15);
+        }
+        // Most likely first, ties by id: 1 and 3 (logit 3), then 2, 0, 4.
+        assert_eq!(d.iter().map(|x| x.0).collect::<Vec<_>>(), vec![1, 3, 2, 0, 4]);
+        let mut rng = Rng::new(2);
+        let n = 100_000;
+        let mut counts = [0usize; 5];
+        for _ in 0..n {
+            counts[choose(&LOGITS, &Decoding::temperature(1.0), &mut rng).unwrap()] += 1;
+        }
+        for i in 0..5 {
+            let p = exp[i] / total;
+            let sd = (p * (1.0 - p) / n as f64).sqrt();
+            assert!((counts[i] as f64 / n as f64 - p).abs() < 5.0 * sd, "token {i}: {} vs {p}", counts[i]);
+        }
+    }
+
+    #[test]
+    fn top_k_keeps_the_k_most_likely_and_renormalises() {
+        let dec = Decoding::Sample { temperature: 1.0, top_k: Some(3), top_p: None };
+        let d = distribution(&LOGITS, &dec).unwrap();
+        assert_eq!(d.iter().map(|x| x.0).collect::<Vec<_>>(), vec![1, 3, 2]);
+        let (e3, e2) = (3.0_f64.exp(), 2.0_f64.exp());
+        assert_abs_diff_eq!(d[2].1, e2 / (2.0 * e3 + e2), epsilon = 1e-15);
+        let mut rng = Rng::new(3);
+        assert!((0..2_000).all(|_| [1, 2, 3].contains(&choose(&LOGITS, &dec, &mut rng).unwrap())));
+        let one = Decoding::Sample { temperature: 5.0, top_k: Some(1), top_p: None };
+        assert!((0..100).all(|_| choose(&LOGITS, &one, &mut rng).unwrap() == 1));
+    }
+
+    #[test]
+    fn top_p_keeps_the_smallest_nucleus_reaching_p() {
+        // Probabilities 0.5, 0.3, 0.15, 0.05 (as logits ln p).
+        let z: Vec<f64> = [0.5_f64, 0.3, 0.15, 0.05].iter().map(|p| p.ln()).collect();
+        let nucleus = |p: f64| {
+            distribution(&z, &Decoding::Sample { temperature: 1.0, top_k: None, top_p: Some(p) })
+                .unwrap()
+                .iter()
+                .map(|x| x.0)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(nucleus(0.45), vec![0]);
+        assert_eq!(nucleus(0.51), vec![0, 1]);
+        assert_eq!(nucleus(0.79), vec![0, 1]);
+        assert_eq!(nucleus(0.9), vec![0, 1, 2]);
+        assert_eq!(nucleus(1.0), vec![0, 1, 2, 3]);
+        assert_eq!(nucleus(1e-9), vec![0]);
+        let d = distribution(&z, &Decoding::Sample { temperature: 1.0, top_k: None, top_p: Some(0.9) }).unwrap();
+        assert_abs_diff_eq!(d[1].1, 0.3 / 0.95, epsilon = 1e-15);
+    }
+
+    #[test]
+    fn the_same_seed_draws_the_same_tokens() {
+        let dec = Decoding::Sample { temperature: 0.8, top_k: Some(4), top_p: Some(0.95) };
+        let draw = |seed| {
+            let mut rng = Rng::new(seed);
+            (0..50).map(|_| choose(&LOGITS, &dec, &mut rng).unwrap()).collect::<Vec<_>>()
+        };
+        assert_eq!(draw(11), draw(11));
+        assert_ne!(draw(11), draw(12));
+    }
+
+    #[test]
+    fn bad_sampling_settings_are_refused() {
+        let mut rng = Rng::new(0);
+        for (dec, needle) in [
+            (Decoding::temperature(0.0), "temperature"),
+            (Decoding::temperature(-1.0), "temperature"),
+            (Decoding::temperature(f64::NAN), "temperature"),
+            (Decoding::Sample { temperature: 1.0, top_k: Some(0), top_p: None }, "top_k"),
+            (Decoding::Sample { temperature: 1.0, top_k: None, top_p: Some(0.0) }, "top_p"),
+            (Decoding::Sample { temperature: 1.0, top_k: None, top_p: Some(1.5) }, "top_p"),
+            (Decoding::Sample { temperature: 1.0, top_k: None, top_p: Some(f64::NAN) }, "top_p"),
+        ] {
+            let e = choose(&LOGITS, &dec, &mut rng).unwrap_err();
+            assert!(matches!(e, Error::InvalidValue { .. }) && e.to_string().contains(needle), "{e}");
+        }
+        assert!(matches!(choose::<f64>(&[], &Decoding::Greedy, &mut rng), Err(Error::Empty { .. })));
+        assert!(matches!(choose(&[1.0, f64::NAN], &Decoding::temperature(1.0), &mut rng), Err(Error::NonFinite { .. })));
+    }
+}
+
+// ───────────── the model: gradients, initial loss, tied embedding ─────────────
+
+mod model {
+    use super::*;
+    use llm_workbook::ch09_gpt::data::Batch;
+    use llm_workbook::ch09_gpt::model::Gpt;
+    use llm_workbook::gradcheck;
+
+    pub fn tiny(tied: bool, positions: Positions) -> Config {
+        Config { tied, positions, ..Config::new(7, 6, 2, 2, 8) }
+    }
+
+    /// Two sequences of five tokens; a few positions unscored, as in the sorting task.
+    pub fn tiny_batch() -> Batch {
+        Batch {
+            inputs: vec![1, 4, 6, 0, 2, 3, 3, 5, 1, 0],
+            targets: vec![Some(4), None, Some(0), Some(2), Some(5), None, Some(5), Some(1), Some(0), Some(6)],
+            batch: 2,
+            seq_len: 5,
+        }
+    }
+
+    /// A model whose biases and LayerNorm parameters are not at their initial 0 and 1, so every
+    /// gradient term is exercised.
+    fn perturbed(config: Config, seed: u64) -> Gpt<f64> {
+        let mut m = Gpt::<f64>::new(config, seed).unwrap();
+        let mut rng = Rng::new(seed + 100);
+        for t in m.tensors_mut() {
+            t.apply(|x| *x += 0.3 * rng.normal());
+        }
+        m
+    }
+
+    /// The check's settings for the whole model. The loss is a mean over eight positions of a
+    /// two-layer network whose weights were pushed well away from their small initial values, so
+    /// single-entry gradients run from 10⁻³ down to 10⁻⁶ (and to exactly 0 for the key bias:
+    /// softmax ignores a constant added to every score of a row) while the loss is about 2. With
+    /// the default step h = 10⁻⁶ the rounding noise of (L₊ − L₋)/2h is about 10⁻¹⁶·2/10⁻⁶ =
+    /// 2·10⁻¹⁰, already 10⁻⁴ of a 10⁻⁶ gradient. h = 10⁻⁴ balances that noise (~10⁻¹²) against
+    /// the truncation error h²/6·L‴ (~10⁻¹⁰ through the GELUs), and a tolerance of 10⁻⁵ on the
+    /// relative error (absolute below 10⁻⁶) leaves that margin while a wrong term in any
+    /// backward line still shows as an error of order 1.
+    fn deep_check() -> gradcheck::Config {
+        gradcheck::Config { step: 1e-4, tolerance: 1e-5, floor: 1e-6 }
+    }
+
+    fn check_every_tensor(config: Config) {
+        let model = perturbed(config, 5);
+        let batch = tiny_batch();
+        let analytic = model.loss_and_grads(&batch).unwrap();
+        let named: Vec<(String, DMatrix<f64>)> = model.tensors().into_iter().map(|(n, m)| (n, m.clone())).collect();
+        let inputs: Vec<(&str, DMatrix<f64>)> = named.iter().map(|(n, m)| (n.as_str(), m.clone())).collect();
+        assert_eq!(inputs.len(), analytic.grads.len());
+        let report = gradcheck::check(deep_check(), &inputs, &analytic.grads, |t| {
+            let mut m = model.clone();
+            m.set_tensors(t).unwrap();
+            m.loss(&batch).unwrap()
+        });
+        report.assert_passed();
+        assert!(report.tensors.iter().all(|w| w.analytic != 0.0 || w.numeric == 0.0));
+        // The input embeddings x₀.
+        let x0 = model.embed(&batch.inputs, batch.seq_len).unwrap();
+        let report = gradcheck::check(deep_check(), &[("x0", x0)], std::slice::from_ref(&analytic.d_x0), |t| {
+            model.loss_and_grads_from_embeddings(&t[0], &batch).unwrap().loss
+        });
+        report.assert_passed();
+    }
+
+    #[test]
+    fn every_parameter_tensor_and_the_input_embeddings_pass_the_gradient_check() {
+        check_every_tensor(tiny(true, Positions::Learned));
+    }
+
+    #[test]
+    fn the_untied_unembedding_and_sinusoidal_positions_pass_the_gradient_check() {
+        check_every_tensor(tiny(false, Positions::Sinusoidal));
+    }
+
+    #[test]
+    fn the_tied_embedding_gradient_is_the_sum_of_its_two_uses() {
+        let tied = perturbed(tiny(true, Positions::Learned), 9);
+        let mut untied = Gpt::<f64>::new(tiny(false, Positions::Learned), 0).unwrap();
+        let mut values: Vec<DMatrix<f64>> = tied.tensors().into_iter().map(|(_, m)| m.clone()).collect();
+        values.push(tied.wte.clone()); // lm_head = wte, as separate matrices
+        untied.set_tensors(&values).unwrap();
+        let batch = tiny_batch();
+        let gt = tied.loss_and_grads(&batch).unwrap();
+        let gu = untied.loss_and_grads(&batch).unwrap();
+        assert_eq!(gt.loss, gu.loss);
+        let embedding_use = &gu.grads[0];
+        let unembedding_use = gu.grads.last().unwrap();
+        let sum = embedding_use + unembedding_use;
+        assert!((&gt.grads[0] - &sum).abs().max() < 1e-15);
+        // Both uses really contribute.
+        assert!(embedding_use.abs().max() > 1e-3 && unembedding_use.abs().max() > 1e-3);
+        // Every other gradient is the same.
+        for (a, b) in gt.grads[1..].iter().zip(&gu.grads[1..gu.grads.len() - 1]) {
+            assert!((a - b).abs().max() < 1e-15);
+        }
+    }
+
+    #[test]
+    fn the_loss_at_initialisation_is_about_ln_vocabulary() {
+        let config = Config::new(65, 16, 2, 2, 32);
+        let model = Gpt::<f64>::new(config, 1).unwrap();
+        let mut rng = Rng::new(2);
+        let tokens: Vec<u32> = (0..2_000).map(|_| rng.below(65) as u32).collect();
+        let batch = data::random_windows(&tokens, 16, 8, &mut rng).unwrap();
+        let loss = model.loss(&batch).unwrap();
+        let ln_v = (65.0_f64).ln();
+        assert!((loss - ln_v).abs() < 0.02, "loss {loss} vs ln 65 = {ln_v}");
+        // f32 gives the same to f32 precision.
+        let loss32 = model.cast::<f32>().loss(&batch).unwrap();
+        assert!((loss32 - loss).abs() < 1e-5);
+    }
+
+    #[test]
+    fn the_model_holds_exactly_the_parameters_its_config_counts() {
+        for c in [
+            tiny(true, Positions::Learned),
+            tiny(false, Positions::Learned),
+            tiny(true, Positions::Sinusoidal),
+            Config::new(65, 64, 4, 4, 128),
+        ] {
+            let m = Gpt::<f32>::new(c, 0).unwrap();
+            assert_eq!(m.parameter_count() as u64, c.parameter_count());
+            let names: Vec<String> = m.tensors().into_iter().map(|(n, _)| n).collect();
+            assert_eq!(names.len(), m.decay_mask().len());
+            for (n, d) in names.iter().zip(m.decay_mask()) {
+                assert_eq!(d, n.ends_with(".weight") && !n.contains("ln_"), "{n}");
+            }
+        }
+    }
+}
+
+// ───────────── generation and the key/value cache ─────────────
+
+mod generation {
+    use super::model::tiny;
+    use super::*;
+    use llm_workbook::ch09_gpt::model::Gpt;
+    use llm_workbook::ch09_gpt::sample::{Decoding, generate};
+
+    fn model_f64(seed: u64) -> Gpt<f64> {
+        let mut m = Gpt::<f64>::new(tiny(true, Positions::Learned), seed).unwrap();
+        let mut rng = Rng::new(seed + 7);
+        for t in m.tensors_mut() {
+            t.apply(|x| *x += 0.3 * rng.normal());
+        }
+        m
+    }
+
+    #[test]
+    fn cached_and_uncached_logits_agree_to_1e_9_at_every_step() {
+        let m = model_f64(1);
+        let tokens = [3u32, 0, 6, 6, 2, 5];
+        assert_eq!(tokens.len(), m.config.context);
+        let mut cache = m.new_kv_cache();
+        let mut worst = 0.0_f64;
+        for n in 1..=tokens.len() {
+            let cached = m.step(&mut cache, tokens[n - 1]).unwrap();
+            let full = m.last_logits(&tokens[..n]).unwrap();
+            let (pre_cache, pre) = m.prefill(&tokens[..n]).unwrap();
+            assert_eq!(pre_cache.len, n);
+            assert_eq!(cached.len(), 7);
+            for ((a, b), c) in cached.iter().zip(&full).zip(&pre) {
+                worst = worst.max((a - b).abs()).max((c - b).abs());
+            }
+        }
+        assert!(worst < 1e-9, "largest difference {worst:e}");
+        // The cache is full: one more token is refused, not silently wrapped.
+        let e = m.step(&mut cache, 1).unwrap_err();
+        assert!(e.to_string().contains("slide the window"), "{e}");
+    }
+
+    #[test]
+    fn earlier_positions_do_not_see_later_tokens() {
+        // Document 002: the distribution at position l depends only on tokens up to l, the fact
+        // that makes a key/value cache possible.
+        let m = model_f64(2);
+        let a = m.logits(&[1, 2, 3, 4, 5], 5).unwrap();
+        let b = m.logits(&[1, 2, 3, 0, 6], 5).unwrap();
+        assert_eq!(a.rows(0, 3), b.rows(0, 3));
+        assert_ne!(a.row(3), b.row(3));
+    }
+
+    #[test]
+    fn generation_with_and_without_the_cache_is_the_same_past_the_context() {
+        let m = model_f64(3);
+        for decoding in [Decoding::Greedy, Decoding::Sample { temperature: 0.9, top_k: Some(5), top_p: Some(0.95) }] {
+            let with = generate(&m, &[4, 1], 10, &decoding, &mut Rng::new(5), true).unwrap();
+            let without = generate(&m, &[4, 1], 10, &decoding, &mut Rng::new(5), false).unwrap();
+            assert_eq!(with.tokens, without.tokens);
+            assert_eq!(with.tokens.len(), 12);
+            assert_eq!(with.new_tokens().len(), 10);
+            // Context 6, prompt 2: the 5th to the 9th fed token each slide the window.
+            assert_eq!((with.rebuilds, without.rebuilds), (5, 0));
+            assert_eq!(with.cropped, 0);
+        }
+    }
+
+    #[test]
+    fn a_prompt_longer_than_the_context_is_cropped_and_says_so() {
+        let m = model_f64(4);
+        let prompt = [1u32, 2, 3, 4, 5, 6, 0, 1, 2];
+        let g = generate(&m, &prompt, 3, &Decoding::Greedy, &mut Rng::new(0), true).unwrap();
+        assert_eq!(g.cropped, 3);
+        assert_eq!(&g.tokens[..6], &prompt[3..]);
+        assert_eq!(g.prompt_len, 6);
+        let same = generate(&m, &prompt[3..], 3, &Decoding::Greedy, &mut Rng::new(0), true).unwrap();
+        assert_eq!(g.new_tokens(), same.new_tokens());
+    }
+
+    #[test]
+    fn bad_generation_requests_are_refused() {
+        let m = model_f64(5);
+        let mut rng = Rng::new(0);
+        assert!(matches!(generate(&m, &[], 3, &Decoding::Greedy, &mut rng, true), Err(Error::Empty { .. })));
+        let e = generate(&m, &[1, 7], 3, &Decoding::Greedy, &mut rng, true).unwrap_err();
+        assert!(e.to_string().contains("token id 7 at index 1 is not below the vocabulary size 7"), "{e}");
+        assert!(generate(&m, &[1], 3, &Decoding::temperature(0.0), &mut rng, true).is_err());
+        assert!(generate(&m, &[1], 3, &Decoding::Sample { temperature: 1.0, top_k: Some(0), top_p: None }, &mut rng, false).is_err());
+        assert!(generate(&m, &[1], 3, &Decoding::Sample { temperature: 1.0, top_k: None, top_p: Some(1.01) }, &mut rng, false).is_err());
+        assert!(m.step(&mut m.new_kv_cache(), 9).is_err());
+        assert!(m.logits(&[1, 2, 3, 4, 5, 6, 1], 7).is_err(), "longer than the context");
+        assert_eq!(generate(&m, &[1], 0, &Decoding::Greedy, &mut rng, true).unwrap().tokens, vec![1]);
+    }
+}
+
+// ───────────── training ─────────────
+
+mod training {
+    use super::*;
+    use llm_workbook::ch09_gpt::model::Gpt;
+    use llm_workbook::ch09_gpt::train::{Data, TrainConfig, Trainer, sort_accuracy};
+
+    /// The sorting model the main job trains too: 2 layers, 2 heads, width 32 (26k parameters),
+    /// 400 steps of 32 strings (see `ch09_gpt::sort_setup`). Measured: it sorts all 1,000
+    /// held-out strings.
+    pub fn sort_setup() -> (SortTask, Config, TrainConfig) {
+        gpt::sort_setup().unwrap()
+    }
+
+    #[test]
+    fn the_sort_task_reaches_99_5_percent_exact_match_on_1000_held_out_strings() {
+        let (task, config, tc) = sort_setup();
+        let mut trainer = Trainer::new(Gpt::<f32>::new(config, 1).unwrap(), &tc, 2).unwrap();
+        let before = sort_accuracy(&trainer.model, &task.held_out[..100]).unwrap();
+        trainer.run(&Data::Sort(&task), &tc, 400, |_| {}).unwrap();
+        let h = &trainer.history;
+        assert_eq!(h.len(), 400);
+        // ln 5 = 1.609 at the start (five digits, nothing learned yet), near 0 at the end.
+        assert!((h[0].loss - 5.0_f64.ln()).abs() < 0.1, "first loss {}", h[0].loss);
+        let last: f64 = h[390..].iter().map(|r| r.loss).sum::<f64>() / 10.0;
+        assert!(last < 0.01, "final loss {last}");
+        let accuracy = sort_accuracy(&trainer.model, &task.held_out).unwrap();
+        assert!(accuracy >= 0.995, "held-out exact match {accuracy}");
+        assert!(before < 0.05, "an untrained model does not sort ({before})");
+    }
+
+    #[test]
+    fn training_is_deterministic_to_the_bit() {
+        let (task, config, tc) = sort_setup();
+        let run = || {
+            let mut t = Trainer::new(Gpt::<f32>::new(config, 3).unwrap(), &tc, 4).unwrap();
+            t.run(&Data::Sort(&task), &tc, 5, |_| {}).unwrap();
+            t
+        };
+        let (a, b) = (run(), run());
+        assert_eq!(a.model, b.model);
+        let bits = |t: &Trainer<f32>| t.history.iter().map(|r| r.loss.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&a), bits(&b));
+        let mut c = Trainer::new(Gpt::<f32>::new(config, 3).unwrap(), &tc, 5).unwrap();
+        c.run(&Data::Sort(&task), &tc, 5, |_| {}).unwrap();
+        assert_ne!(bits(&a), bits(&c), "another data seed draws other batches");
+    }
+}
+
+// ───────────── checkpoints (issue 9) ─────────────
+
+mod checkpoints {
+    use super::model::{tiny, tiny_batch};
+    use super::training::sort_setup;
+    use super::*;
+    use llm_workbook::ch09_gpt::checkpoint::{self as ck, CONFIG_FILE, MODEL_FILE, STATE_FILE};
+    use llm_workbook::ch09_gpt::json::{self, Json};
+    use llm_workbook::ch09_gpt::model::Gpt;
+    use llm_workbook::ch09_gpt::train::{Data, Trainer};
+    use std::path::Path;
+
+    fn random_model<T: llm_workbook::Float>(config: Config, seed: u64) -> Gpt<T> {
+        let mut m = Gpt::<T>::new(config, seed).unwrap();
+        let mut rng = Rng::new(seed + 1);
+        for t in m.tensors_mut() {
+            t.apply(|x| *x += T::of(0.1 * rng.normal()));
+        }
+        m
+    }
+
+    #[test]
+    fn a_saved_model_loads_back_with_bitwise_equal_logits() {
+        let batch = tiny_batch();
+        for config in [tiny(true, Positions::Learned), tiny(false, Positions::Learned), tiny(true, Positions::Sinusoidal)] {
+            let dir = common::temp_dir(&format!("ch09_ckpt_{}_{:?}", config.tied, config.positions));
+            let m32 = random_model::<f32>(config, 3);
+            ck::save_model(&m32, &dir, &[]).unwrap();
+            let back: Gpt<f32> = ck::load_model(&dir).unwrap();
+            assert_eq!(back, m32);
+            let (a, b) = (m32.logits(&batch.inputs, 5).unwrap(), back.logits(&batch.inputs, 5).unwrap());
+            assert!(a.iter().zip(b.iter()).all(|(x, y)| x.to_bits() == y.to_bits()));
+            let m64 = random_model::<f64>(config, 4);
+            ck::save_model(&m64, &dir, &[]).unwrap();
+            let back: Gpt<f64> = ck::load_model(&dir).unwrap();
+            assert_eq!(back, m64);
+        }
+    }
+
+    #[test]
+    fn the_files_use_gpt2_names_layouts_and_config_keys() {
+        let dir = common::temp_dir("ch09_ckpt_names");
+        let m = random_model::<f32>(tiny(true, Positions::Learned), 5);
+        ck::save_model(&m, &dir, &[]).unwrap();
+        let f = SafeTensors::read(&dir.join(MODEL_FILE)).unwrap();
+        let shape = |n: &str| f.info(n).unwrap_or_else(|| panic!("{n} missing")).shape.clone();
+        assert_eq!(shape("wte.weight"), vec![7, 8]);
+        assert_eq!(shape("wpe.weight"), vec![6, 8]);
+        assert_eq!(shape("h.1.ln_1.weight"), vec![8]);
+        assert_eq!(shape("h.1.attn.c_attn.weight"), vec![8, 24]); // in × out, Q | K | V side by side
+        assert_eq!(shape("h.1.attn.c_attn.bias"), vec![24]);
+        assert_eq!(shape("h.0.attn.c_proj.weight"), vec![8, 8]);
+        assert_eq!(shape("h.0.mlp.c_fc.weight"), vec![8, 32]);
+        assert_eq!(shape("h.0.mlp.c_proj.weight"), vec![32, 8]);
+        assert_eq!(shape("ln_f.bias"), vec![8]);
+        assert_eq!(f.tensors.len(), 2 + 2 * 12 + 2);
+        assert!(f.tensors.iter().all(|t| t.dtype == "F32"));
+        // The fused matrix's columns d … 2d − 1 are W_K, row-major on disk.
+        let fused: DMatrix<f32> = f.matrix("h.0.attn.c_attn.weight", 8, 24).unwrap();
+        assert_eq!(fused.columns(8, 8), m.blocks[0].attn.w_k.columns(0, 8));
+        let cfg = json::parse(&std::fs::read(dir.join(CONFIG_FILE)).unwrap(), "c").unwrap();
+        for (k, v) in [("n_embd", 8), ("n_head", 2), ("n_layer", 2), ("vocab_size", 7), ("n_positions", 6)] {
+            assert_eq!(cfg.get(k).and_then(Json::as_u64), Some(v), "{k}");
+        }
+        assert_eq!(cfg.get("activation_function").and_then(Json::as_str), Some("gelu_new"));
+        // GPT-2 124M's own config.json (the keys Hugging Face ships) reads as GPT-2 124M.
+        let hf = r#"{"activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"], "attn_pdrop": 0.1,
+            "bos_token_id": 50256, "embd_pdrop": 0.1, "eos_token_id": 50256, "initializer_range": 0.02,
+            "layer_norm_epsilon": 1e-05, "model_type": "gpt2", "n_ctx": 1024, "n_embd": 768, "n_head": 12,
+            "n_layer": 12, "n_positions": 1024, "resid_pdrop": 0.1, "vocab_size": 50257}"#;
+        let c = ck::config_from_json(&json::parse(hf.as_bytes(), "config.json").unwrap(), "config.json").unwrap();
+        assert_eq!(c, Config::gpt2_124m());
+    }
+
+    #[test]
+    fn hugging_face_prefixes_and_mask_buffers_are_accepted() {
+        let m = random_model::<f32>(tiny(true, Positions::Learned), 6);
+        let mut tensors = ck::gpt2_tensors(&m);
+        for t in tensors.iter_mut() {
+            t.name = format!("transformer.{}", t.name);
+        }
+        // GPT-2's files carry the causal mask as a buffer per layer.
+        let mask = DMatrix::from_fn(6, 6, |i, j| if j <= i { 1.0_f32 } else { 0.0 });
+        tensors.push(TensorOut::matrix("transformer.h.0.attn.bias", &mask, vec![1, 1, 6, 6]));
+        tensors.push(TensorOut::matrix("transformer.h.1.attn.bias", &mask, vec![1, 1, 6, 6]));
+        tensors.push(TensorOut::matrix("lm_head.weight", &m.wte, vec![7, 8]));
+        let f = SafeTensors::parse(st::serialize(&tensors, &[]).unwrap(), "hf.safetensors").unwrap();
+        let back: Gpt<f32> = ck::model_from_safetensors(m.config, &f).unwrap();
+        assert_eq!(back, m);
+    }
+
+    fn err_of(config: Config, tensors: Vec<TensorOut>) -> String {
+        let f = SafeTensors::parse(st::serialize(&tensors, &[]).unwrap(), "bad.safetensors").unwrap();
+        match ck::model_from_safetensors::<f32>(config, &f) {
+            Err(e @ Error::Parse { .. }) => e.to_string(),
+            Err(e) => panic!("expected a parse error, got {e}"),
+            Ok(_) => panic!("a bad checkpoint was accepted"),
+        }
+    }
+
+    #[test]
+    fn missing_extra_misshapen_or_mistyped_tensors_are_refused() {
+        let config = tiny(true, Positions::Learned);
+        let m = random_model::<f32>(config, 7);
+        let good = ck::gpt2_tensors(&m);
+        let without = |name: &str| good.iter().filter(|t| t.name != name).cloned().collect::<Vec<_>>();
+        assert!(err_of(config, without("h.1.mlp.c_fc.bias")).contains("tensor h.1.mlp.c_fc.bias is missing"));
+        let mut extra = good.clone();
+        extra.push(TensorOut::f64s("h.0.attn.extra", &[1.0]));
+        assert!(err_of(config, extra).contains("tensor h.0.attn.extra is not part of a GPT-2"));
+        let mut wrong_shape = without("h.0.attn.c_proj.weight");
+        wrong_shape.push(TensorOut::matrix("h.0.attn.c_proj.weight", &DMatrix::<f32>::zeros(8, 9), vec![8, 9]));
+        let e = err_of(config, wrong_shape);
+        assert!(e.contains("h.0.attn.c_proj.weight has shape [8, 9] but [8, 8] was expected"), "{e}");
+        let mut wrong_dtype = without("ln_f.weight");
+        wrong_dtype.push(TensorOut { name: "ln_f.weight".into(), shape: vec![8], dtype: "I32", data: vec![0; 32] });
+        assert!(err_of(config, wrong_dtype).contains("dtype I32"));
+        // The config contradicts the tensors: it claims width 16.
+        let e = err_of(Config::new(7, 6, 2, 2, 16), good.clone());
+        assert!(e.contains("wte.weight has shape [7, 8] but [7, 16] was expected") && e.contains("n_embd = 16"), "{e}");
+        // A learned-position file read with a sinusoidal config: wpe is unexpected.
+        let e = err_of(tiny(true, Positions::Sinusoidal), good.clone());
+        assert!(e.contains("wpe.weight is not part") && e.contains("sinusoidal"), "{e}");
+        // Tied config, but lm_head differs from wte.
+        let mut lying = good.clone();
+        lying.push(TensorOut::matrix("lm_head.weight", &(m.wte.clone() * 2.0), vec![7, 8]));
+        assert!(err_of(config, lying).contains("lm_head.weight differs"));
+        // NaN weights.
+        let mut nan = without("ln_f.bias");
+        nan.push(TensorOut::matrix("ln_f.bias", &DMatrix::from_element(1, 8, f32::NAN), vec![8]));
+        assert!(err_of(config, nan).contains("NaN"));
+    }
+
+    #[test]
+    fn broken_checkpoint_folders_are_refused_with_the_file_named() {
+        let dir = common::temp_dir("ch09_ckpt_broken");
+        let m = random_model::<f32>(tiny(true, Positions::Learned), 8);
+        ck::save_model(&m, &dir, &[]).unwrap();
+        let bytes = std::fs::read(dir.join(MODEL_FILE)).unwrap();
+        std::fs::write(dir.join(MODEL_FILE), &bytes[..bytes.len() - 3]).unwrap();
+        let e = ck::load_model::<f32>(&dir).unwrap_err().to_string();
+        assert!(e.contains(MODEL_FILE) && e.contains("truncated"), "{e}");
+        std::fs::write(dir.join(MODEL_FILE), &bytes).unwrap();
+        let cfg = std::fs::read_to_string(dir.join(CONFIG_FILE)).unwrap();
+        for (from, to, needle) in [
+            ("\"n_head\": 2", "\"n_head\": 3", "heads do not divide"),
+            ("\"n_head\": 2,", "", "n_head is missing"),
+            ("\"gelu_new\"", "\"relu\"", "activation_function"),
+            ("\"n_inner\": null", "\"n_inner\": 12", "n_inner"),
+            ("{", "[", "JSON"),
+        ] {
+            std::fs::write(dir.join(CONFIG_FILE), cfg.replacen(from, to, 1)).unwrap();
+            let e = ck::load_model::<f32>(&dir).unwrap_err().to_string();
+            assert!(e.contains(CONFIG_FILE) && e.contains(needle), "{from} → {to}: {e}");
+        }
+        std::fs::write(dir.join(CONFIG_FILE), &cfg).unwrap();
+        assert_eq!(ck::load_model::<f32>(&dir).unwrap(), m);
+        assert!(matches!(ck::load_model::<f32>(Path::new("/nonexistent/ckpt")), Err(Error::Io { .. })));
+    }
+
+    #[test]
+    fn a_failed_write_keeps_the_last_good_checkpoint() {
+        let dir = common::temp_dir("ch09_ckpt_atomic");
+        let m = random_model::<f32>(tiny(true, Positions::Learned), 9);
+        ck::save_model(&m, &dir, &[]).unwrap();
+        let before = std::fs::read(dir.join(MODEL_FILE)).unwrap();
+        // Make the final rename fail: the config's name is taken by a folder.
+        std::fs::remove_file(dir.join(CONFIG_FILE)).unwrap();
+        std::fs::create_dir(dir.join(CONFIG_FILE)).unwrap();
+        std::fs::write(dir.join(CONFIG_FILE).join("x"), "occupied").unwrap();
+        let other = random_model::<f32>(tiny(true, Positions::Learned), 10);
+        assert!(matches!(ck::save_model(&other, &dir, &[]), Err(Error::Io { .. })));
+        // No temporary file is left behind, and every file is either old or new, never half.
+        let names: Vec<String> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        assert!(names.iter().all(|n| !n.contains(".tmp")), "{names:?}");
+        let now = std::fs::read(dir.join(MODEL_FILE)).unwrap();
+        assert!(now == before || SafeTensors::parse(now, "m").is_ok());
+    }
+
+    #[test]
+    fn resuming_continues_the_loss_curve_bit_for_bit() {
+        let (task, config, tc) = sort_setup();
+        let data = Data::Sort(&task);
+        let fresh = || Trainer::new(Gpt::<f32>::new(config, 11).unwrap(), &tc, 12).unwrap();
+        let mut straight = fresh();
+        straight.run(&data, &tc, 8, |_| {}).unwrap();
+        let dir = common::temp_dir("ch09_resume");
+        let mut first = fresh();
+        first.run(&data, &tc, 4, |_| {}).unwrap();
+        ck::save_trainer(&first, &dir).unwrap();
+        drop(first);
+        let mut resumed = ck::load_trainer(&dir, &fresh()).unwrap();
+        assert_eq!(resumed.step, 4);
+        resumed.run(&data, &tc, 8, |_| {}).unwrap();
+        let bits =
+            |t: &Trainer<f32>| t.history.iter().map(|r| (r.loss.to_bits(), r.lr.to_bits(), r.grad_norm.to_bits())).collect::<Vec<_>>();
+        assert_eq!(bits(&resumed), bits(&straight));
+        assert_eq!(resumed.model, straight.model);
+        assert_eq!(resumed.rng, straight.rng);
+        assert_eq!(resumed.optimizer.moments.first(), straight.optimizer.moments.first());
+        // A folder whose model and state come from different steps is refused.
+        let mut later = fresh();
+        later.run(&data, &tc, 5, |_| {}).unwrap();
+        ck::save_model(&later.model, &dir, &[("step".into(), "5".into())]).unwrap();
+        let e = ck::load_trainer(&dir, &fresh()).unwrap_err().to_string();
+        assert!(e.contains(STATE_FILE) && e.contains("interrupted save"), "{e}");
+    }
+}
+
+#[test]
+fn the_prose_carries_the_worked_and_errata_tables() {
+    common::check_chapter_prose(&llm_workbook::ch09_gpt::CHAPTER);
+}
+
+#[test]
+fn the_linear_plus_quadratic_fit_recovers_known_costs() {
+    let points: Vec<(usize, f64)> = [16, 32, 64, 128, 256].iter().map(|&n| (n, 0.003 * n as f64 + 2e-5 * (n * n) as f64)).collect();
+    let (a, b) = gpt::fit_linear_quadratic(&points);
+    assert_abs_diff_eq!(a, 0.003, epsilon = 1e-12);
+    assert_abs_diff_eq!(b, 2e-5, epsilon = 1e-15);
+    assert_eq!(gpt::fit_linear_quadratic(&[]), (0.0, 0.0));
+}
+
+// ───────────── the command line, end to end on a user's text file ─────────────
+
+mod command_line {
+    use std::process::Command;
+
+    fn cli(args: &[&str]) -> std::process::Output {
+        Command::new(env!("CARGO_BIN_EXE_llm-workbook")).args(args).output().expect("the binary runs")
+    }
+
+    #[test]
+    fn train_resume_and_sample_work_on_a_text_file() {
+        let dir = super::common::temp_dir("ch09_cli");
+        let text = dir.join("my.txt");
+        std::fs::write(&text, "the cat sat on the mat. the dog sat on the log. ".repeat(40)).unwrap();
+        let out = dir.join("ck");
+        let (t, o) = (text.to_str().unwrap(), out.to_str().unwrap());
+        let small = ["--layers", "1", "--heads", "2", "--width", "16", "--context", "16", "--batch", "4"];
+        let mut args = vec!["gpt", "train", "--data", t, "--steps", "4", "--save-every", "2", "--out", o];
+        args.extend(small);
+        let r = cli(&args);
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        let stdout = String::from_utf8_lossy(&r.stdout);
+        assert!(stdout.contains("validation loss") && stdout.contains("sample"), "{stdout}");
+        for f in ["config.json", "model.safetensors", "training_state.safetensors", "tokenizer_chars.txt", "train.json", "loss.png", "loss.svg"] {
+            assert!(out.join(f).exists(), "{f} missing");
+        }
+        let r = cli(&["gpt", "resume", "--checkpoint", o, "--steps", "6"]);
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        assert!(String::from_utf8_lossy(&r.stdout).contains("step 6"));
+        let r = cli(&["gpt", "sample", "--checkpoint", o, "--prompt", "the ", "--tokens", "12", "--top-k", "3", "--seed", "4"]);
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        let sampled = String::from_utf8_lossy(&r.stdout).into_owned();
+        assert!(sampled.starts_with("the ") && sampled.trim_end().chars().count() >= 4 + 10, "{sampled:?}");
+        let again = cli(&["gpt", "sample", "--checkpoint", o, "--prompt", "the ", "--tokens", "12", "--top-k", "3", "--seed", "4"]);
+        assert_eq!(String::from_utf8_lossy(&again.stdout), sampled, "the same seed gives the same text");
+    }
+
+    #[test]
+    fn bad_flags_and_values_give_one_line_and_a_nonzero_status() {
+        for args in [
+            vec!["gpt", "train", "--bogus"],
+            vec!["gpt", "train", "--steps", "many"],
+            vec!["gpt", "sample", "--checkpoint"],
+            vec!["gpt", "frobnicate"],
+        ] {
+            let r = cli(&args);
+            assert_eq!(r.status.code(), Some(2), "{args:?}");
+            let err = String::from_utf8_lossy(&r.stderr);
+            assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        }
+        let dir = super::common::temp_dir("ch09_cli_bad");
+        let empty = dir.join("empty.txt");
+        std::fs::write(&empty, "").unwrap();
+        let bad_utf8 = dir.join("bad.txt");
+        std::fs::write(&bad_utf8, [b'a', 0xff, b'b']).unwrap();
+        for (file, needle) in [(&empty, "empty"), (&bad_utf8, "UTF-8")] {
+            let r = cli(&["gpt", "train", "--data", file.to_str().unwrap(), "--out", dir.join("o").to_str().unwrap()]);
+            assert_eq!(r.status.code(), Some(1));
+            let err = String::from_utf8_lossy(&r.stderr);
+            assert!(err.contains(needle) && err.trim_end().lines().count() == 1, "{err}");
+        }
+        let r = cli(&["gpt", "sample", "--checkpoint", dir.to_str().unwrap(), "--temperature", "0"]);
+        assert_eq!(r.status.code(), Some(1));
+        let r = cli(&["gpt", "train", "--help"]);
+        assert!(r.status.success() && String::from_utf8_lossy(&r.stdout).contains("--tokenizer"));
+    }
+}
