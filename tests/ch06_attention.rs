@@ -287,7 +287,7 @@ fn chain_from_scratch_agrees_with_the_printed_steps() {
     }
 }
 
-// Snapshots of the walk-through, each compared with numpy (checks/ch06_attention.py).
+// Snapshots of the walk-through, each compared with numpy (tests/checks/ch06_attention.py).
 
 #[test]
 fn snapshot_scores() {
