@@ -435,11 +435,7 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
 }
 
 fn plots(dir: &Path) -> Result<Vec<PathBuf>> {
-    let mut out = Vec::new();
-    for (stem, f) in figures()? {
-        out.extend(f.save(dir, &stem)?);
-    }
-    Ok(out)
+    crate::plot::save_all(&figures()?, dir)
 }
 
 /// This chapter's entry in the book.

@@ -364,3 +364,12 @@ impl Figure {
 pub fn image_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("chapters").join("img")
 }
+
+/// Draws every `(stem, figure)` pair into `dir` (see [`Figure::save`]); returns all files written.
+pub fn save_all(figures: &[(String, Figure)], dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for (stem, figure) in figures {
+        out.extend(figure.save(dir, stem)?);
+    }
+    Ok(out)
+}
