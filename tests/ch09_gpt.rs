@@ -1174,7 +1174,9 @@ mod command_line {
         assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
         let stdout = String::from_utf8_lossy(&r.stdout);
         assert!(stdout.contains("validation loss") && stdout.contains("sample"), "{stdout}");
-        for f in ["config.json", "model.safetensors", "training_state.safetensors", "tokenizer_chars.txt", "train.json", "loss.png", "loss.svg"] {
+        for f in
+            ["config.json", "model.safetensors", "training_state.safetensors", "tokenizer_chars.txt", "train.json", "loss.png", "loss.svg"]
+        {
             assert!(out.join(f).exists(), "{f} missing");
         }
         let r = cli(&["gpt", "resume", "--checkpoint", o, "--steps", "6"]);
