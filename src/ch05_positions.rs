@@ -264,7 +264,7 @@ pub const ERRATA: &[Erratum] = &[
     Erratum {
         document: DOC,
         section: "1.5 Position Encoding, the bullet under the formula",
-        printed: "sine for the even positions, cosine for the odd ones",
+        printed: "sin for even positions, cos for odd positions",
         correct: "sin fills the even dimensions (columns 2i) and cos the odd dimensions (2i + 1), at every position",
         why: "Every position gets both sines and cosines; the parity that chooses between them is that of the column index.",
         test: "tests/ch05_positions.rs::every_position_mixes_sines_and_cosines",
@@ -402,8 +402,11 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
         row_names: vec![],
         annotate: false,
     });
-    let long = sinusoidal::<f64>(100, d)?;
-    let dims = [0usize, 1, 6, 7, 20, 40];
+    // Sampled four times per position so the fast columns show as curves; a model only ever
+    // evaluates them at whole positions.
+    let grid: Vec<f64> = (0..=400).map(|k| k as f64 * 0.25).collect();
+    let long = sinusoidal_at::<f64>(&grid, d)?;
+    let dims = [0usize, 1, 10, 20, 40];
     let curves = Figure::Line(LineChart {
         title: "PE(pos, j) over position for a few dimensions j (d = 64)".into(),
         x_label: "position".into(),
@@ -412,7 +415,10 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
             .iter()
             .map(|&j| {
                 let f = if j.is_multiple_of(2) { "sin" } else { "cos" };
-                Series::new(format!("j = {j} ({f}, ω = {:.3})", frequency(j / 2, d)), (0..100).map(|p| (p as f64, long[(p, j)])).collect())
+                Series::new(
+                    format!("j = {j} ({f}, ω = {:.3})", frequency(j / 2, d)),
+                    grid.iter().enumerate().map(|(k, &p)| (p, long[(k, j)])).collect(),
+                )
             })
             .collect(),
         markers: false,

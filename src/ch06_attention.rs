@@ -23,6 +23,7 @@
 //! The second half of the module reproduces document 003's "You are welcome" walk-through
 //! ([`walkthrough`]) and its supplemental Python cells; the prose is `chapters/ch06_attention.md`.
 
+use crate::ch02_softmax::{softmax_rows_backward, softmax_rows_forward};
 use crate::ch03_mlp::{Activation, activation_backward, activation_forward, dense_backward, dense_forward};
 use crate::ch05_positions::{self as ch05, PRINTED_X_PLUS_PE, PRINTED_Y_PLUS_PE, Reading};
 use crate::errata::Erratum;
@@ -268,35 +269,20 @@ fn block_scores<T: Float>(q_b: &DMatrix<T>, k_b: &DMatrix<T>, spec: &AttnSpec<T>
     Ok(s)
 }
 
-/// Row-wise softmax that accepts −∞ (masked) entries, subtracting each row's maximum first so no
-/// exponential overflows. A row with every entry −∞ has no distribution to give and is an error,
-/// never a row of NaN. (Chapter 2 has the general softmax; this copy is the masked one attention
-/// needs.)
+/// Row-wise softmax of the masked scores, by chapter 2's [`softmax_rows_forward`] (max-subtracted,
+/// −∞ entries get exactly 0). A query row whose every key is masked has no distribution to give:
+/// it is reported here, naming the row of the whole batch and the mask, never turned into NaN.
 fn masked_softmax_rows<T: Float>(op: &'static str, s: &DMatrix<T>, row_offset: usize) -> Result<DMatrix<T>> {
-    let mut a = s.clone();
     for r in 0..s.nrows() {
-        let m = s.row(r).iter().copied().fold(T::neg_infinity(), T::max);
-        if m == T::neg_infinity() {
+        if s.row(r).iter().all(|&v| v == T::neg_infinity()) {
             return Err(invalid(
                 op,
                 "mask",
                 format!("query row {} masks every key, so its attention weights are undefined", r + row_offset),
             ));
         }
-        if !m.is_finite() {
-            return Err(Error::NonFinite { op, arg: "scores", at: format!("row {}", r + row_offset) });
-        }
-        let mut total = T::zero();
-        for c in 0..s.ncols() {
-            let e = (s[(r, c)] - m).exp();
-            a[(r, c)] = e;
-            total += e;
-        }
-        for c in 0..s.ncols() {
-            a[(r, c)] /= total;
-        }
     }
-    Ok(a)
+    softmax_rows_forward(s)
 }
 
 /// The scaled, masked scores S = s·QKᵀ + M of every sequence, stacked as (B·T_q)×T_k (masked
@@ -396,13 +382,7 @@ pub fn attention_backward<T: Float>(
         let d_o = d_out.rows(rq, spec.q_len).into_owned();
         d_v.rows_mut(rk, spec.kv_len).copy_from(&matmul_tn(&a, &d_o)?); // O = AV ⇒ ∂V = Aᵀ ∂O
         let d_a = matmul_nt(&d_o, &v_b)?; //                                O = AV ⇒ ∂A = ∂O Vᵀ
-        let mut d_s = d_a.clone(); //                                       A = softmax(S)
-        for r in 0..spec.q_len {
-            let dot: T = (0..spec.kv_len).map(|c| d_a[(r, c)] * a[(r, c)]).sum();
-            for c in 0..spec.kv_len {
-                d_s[(r, c)] = a[(r, c)] * (d_a[(r, c)] - dot);
-            }
-        }
+        let d_s = softmax_rows_backward(&a, &d_a)?; //                      A = softmax(S) ⇒ ∂S = A ⊙ (∂A − rowsum(∂A ⊙ A))
         d_q.rows_mut(rq, spec.q_len).copy_from(&(matmul(&d_s, &k_b)? * scale)); // S = sQKᵀ ⇒ ∂Q = s ∂S K
         d_k.rows_mut(rk, spec.kv_len).copy_from(&(matmul_tn(&d_s, &q_b)? * scale)); //       ∂K = s ∂Sᵀ Q
     }

@@ -63,6 +63,7 @@ pub mod ch03_mlp;
 pub mod ch04_xor;
 pub mod ch05_positions;
 pub mod ch06_attention;
+pub mod ch07_encoder_decoder;
 pub mod ch08_tokens;
 pub mod ch09_gpt;
 pub mod ch10_matmul;

@@ -276,7 +276,9 @@ fn draw_heatmap<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, h: &Heatmap) 
         .margin(14)
         .x_label_area_size(44)
         .y_label_area_size(80)
-        .build_cartesian_2d((0..cols).into_segmented(), (0..rows).into_segmented())?;
+        // plotters treats an integer range as inclusive when it segments it (0..n gives n + 1
+        // segments), so 0..n−1 gives exactly one segment per column and per row.
+        .build_cartesian_2d((0..cols.max(1) - 1).into_segmented(), (0..rows.max(1) - 1).into_segmented())?;
     let step_x = (cols / 16).max(1);
     let step_y = (rows / 16).max(1);
     chart

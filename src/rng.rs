@@ -111,6 +111,150 @@ impl Rng {
     }
 }
 
+// ───────────────────────── numpy's legacy Mersenne Twister ─────────────────────────
+
+/// Words in the Mersenne Twister's state.
+const MT_N: usize = 624;
+/// The middle offset of the twist.
+const MT_M: usize = 397;
+/// The twist's matrix A (its last row), as a 32-bit word.
+const MT_MATRIX_A: u32 = 0x9908_b0df;
+/// The top bit of a word, taken from the current word during the twist.
+const MT_UPPER_MASK: u32 = 0x8000_0000;
+/// The lower 31 bits, taken from the next word during the twist.
+const MT_LOWER_MASK: u32 = 0x7fff_ffff;
+/// The multiplier of the linear recurrence that spreads a 32-bit seed over the state (Knuth).
+const MT_INIT_MULTIPLIER: u32 = 1_812_433_253;
+
+/// MT19937, seeded and read the way numpy's legacy `np.random.seed(s)` / `np.random.rand` do, so
+/// worked examples that draw their weights from numpy can be reproduced without Python.
+///
+/// - Seeding: for an integer seed numpy's legacy `RandomState` calls the reference
+///   `init_genrand(s)` (not `init_by_array`): state₀ = s, stateᵢ = 1812433253·(stateᵢ₋₁ ⊕
+///   (stateᵢ₋₁ ≫ 30)) + i mod 2³². numpy accepts only 0 ≤ s < 2³², hence the `u32`.
+/// - Doubles: `rand` takes two 32-bit outputs a, b and returns ((a ≫ 5)·2²⁶ + (b ≫ 6)) / 2⁵³,
+///   53 random bits in [0, 1).
+/// - Matrices: `np.random.rand(r, c)` fills row by row (C order).
+///
+/// This is not the crate's own generator ([`Rng`] is); it exists to match another program's
+/// stream bit for bit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NumpyMt19937 {
+    state: [u32; MT_N],
+    index: usize,
+}
+
+impl NumpyMt19937 {
+    /// The generator after `np.random.seed(seed)`.
+    pub fn new(seed: u32) -> Self {
+        let mut state = [0u32; MT_N];
+        state[0] = seed;
+        for i in 1..MT_N {
+            let prev = state[i - 1];
+            state[i] = MT_INIT_MULTIPLIER.wrapping_mul(prev ^ (prev >> 30)).wrapping_add(i as u32);
+        }
+        // Index N means "twist before the next draw", as after numpy's seeding.
+        NumpyMt19937 { state, index: MT_N }
+    }
+
+    /// Regenerates all 624 words (the "twist").
+    fn twist(&mut self) {
+        for i in 0..MT_N {
+            let y = (self.state[i] & MT_UPPER_MASK) | (self.state[(i + 1) % MT_N] & MT_LOWER_MASK);
+            let mag = if y & 1 == 1 { MT_MATRIX_A } else { 0 };
+            self.state[i] = self.state[(i + MT_M) % MT_N] ^ (y >> 1) ^ mag;
+        }
+        self.index = 0;
+    }
+
+    /// The next tempered 32-bit output (`genrand_int32`).
+    pub fn next_u32(&mut self) -> u32 {
+        if self.index >= MT_N {
+            self.twist();
+        }
+        let mut y = self.state[self.index];
+        self.index += 1;
+        y ^= y >> 11;
+        y ^= (y << 7) & 0x9d2c_5680;
+        y ^= (y << 15) & 0xefc6_0000;
+        y ^= y >> 18;
+        y
+    }
+
+    /// The next double in [0, 1), as `np.random.rand()` makes it from two 32-bit outputs.
+    pub fn next_f64(&mut self) -> f64 {
+        let a = (self.next_u32() >> 5) as f64; // 27 bits
+        let b = (self.next_u32() >> 6) as f64; // 26 bits
+        (a * 67_108_864.0 + b) / 9_007_199_254_740_992.0 // (a·2²⁶ + b) / 2⁵³
+    }
+
+    /// `np.random.rand(rows, cols)`: a rows×cols matrix filled row by row.
+    pub fn rand_matrix<T: Float>(&mut self, rows: usize, cols: usize) -> DMatrix<T> {
+        let v: Vec<T> = (0..rows * cols).map(|_| T::of(self.next_f64())).collect();
+        DMatrix::from_row_slice(rows, cols, &v)
+    }
+}
+
+#[cfg(test)]
+mod numpy_tests {
+    use super::*;
+
+    // Reference outputs printed by numpy 2.x: `np.random.seed(s)`, then
+    // `np.random.randint(0, 2**32, dtype=np.uint32)` (one raw 32-bit draw each) and `np.random.rand()`.
+
+    #[test]
+    fn integer_seeding_is_init_genrand_not_init_by_array() {
+        // `RandomState(42).get_state()[1][:2]` is [42, 3107752595]: state₁ = 1812433253·42 + 1 mod 2³².
+        let g = NumpyMt19937::new(42);
+        assert_eq!(g.state[..2], [42, 3_107_752_595]);
+        assert_eq!(g.index, MT_N);
+    }
+
+    #[test]
+    fn raw_draws_match_numpy_for_seeds_42_and_5489() {
+        let mut g = NumpyMt19937::new(42);
+        let got: Vec<u32> = (0..4).map(|_| g.next_u32()).collect();
+        assert_eq!(got, [1_608_637_542, 3_421_126_067, 4_083_286_876, 787_846_414]);
+        // 5489 is the reference implementation's default seed; its first output is well known.
+        let mut g = NumpyMt19937::new(5489);
+        assert_eq!([g.next_u32(), g.next_u32()], [3_499_211_612, 581_869_302]);
+    }
+
+    #[test]
+    fn rand_doubles_match_numpy_bit_for_bit() {
+        let mut g = NumpyMt19937::new(42);
+        let got: Vec<f64> = (0..8).map(|_| g.next_f64()).collect();
+        let numpy = [
+            0.3745401188473625,
+            0.9507143064099162,
+            0.7319939418114051,
+            0.5986584841970366,
+            0.15601864044243652,
+            0.15599452033620265,
+            0.05808361216819946,
+            0.8661761457749352,
+        ];
+        assert_eq!(got, numpy);
+        let mut g = NumpyMt19937::new(0);
+        assert_eq!([g.next_f64(), g.next_f64(), g.next_f64()], [0.5488135039273248, 0.7151893663724195, 0.6027633760716439]);
+    }
+
+    #[test]
+    fn the_stream_continues_correctly_across_a_twist() {
+        // 624 words give 312 doubles; draws 620–623 of `rand(700)` need a second twist.
+        let mut g = NumpyMt19937::new(42);
+        let got: Vec<f64> = (0..700).map(|_| g.next_f64()).collect();
+        assert_eq!(got[620..624], [0.18452101935637732, 0.2093493233367103, 0.370472102791382, 0.4845229851910213]);
+    }
+
+    #[test]
+    fn rand_matrix_fills_row_by_row_like_c_order() {
+        let m = NumpyMt19937::new(42).rand_matrix::<f64>(2, 3);
+        assert_eq!(m[(0, 1)], 0.9507143064099162);
+        assert_eq!(m[(1, 0)], 0.5986584841970366);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

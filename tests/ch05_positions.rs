@@ -337,10 +337,10 @@ fn figures_show_the_encoding() {
     assert!(h.values.iter().flatten().all(|v| (-1.0..=1.0).contains(v)));
     let Figure::Line(curves) = &figs[1].1 else { panic!("second figure is the curves") };
     assert!(curves.series.len() >= 4);
-    assert!(curves.series.iter().all(|s| s.points.len() == 100));
-    // Column 0 is sin(pos): its curve crosses zero near π.
+    assert!(curves.series.iter().all(|s| s.points.len() == 401 && s.points[400].0 == 100.0));
+    // Column 0 is sin(pos): its curve crosses zero between 3 and 3.25 (π).
     let s0 = &curves.series[0].points;
-    assert!(s0[3].1 > 0.0 && s0[4].1 < 0.0);
+    assert!(s0[12].1 > 0.0 && s0[13].1 < 0.0);
     let Figure::Line(dots) = &figs[2].1 else { panic!("third figure is the dot products") };
     let peak = dots.series[0].points.iter().fold(f64::NEG_INFINITY, |m, p| m.max(p.1));
     assert_eq!(peak, 32.0);

@@ -287,7 +287,7 @@ fn chain_from_scratch_agrees_with_the_printed_steps() {
     }
 }
 
-// Snapshots of the walk-through, each compared with numpy (checks/ch06_attention.py).
+// Snapshots of the walk-through, each compared with numpy (tests/checks/ch06_attention.py).
 
 #[test]
 fn snapshot_scores() {
@@ -1072,6 +1072,21 @@ fn non_finite_input_and_bad_specs_are_errors() {
     assert!(ch::attention_forward(&y, &y, &y, &AttnSpec { q_len: 3, kv_len: 2, causal: true, mask: None, scale: None }).is_err());
     assert!(ch::concat_heads::<f64>(&[]).is_err());
     assert!(ch::concat_heads(&[DMatrix::<f64>::zeros(2, 2), DMatrix::zeros(3, 2)]).is_err());
+}
+
+#[test]
+fn printed_matrices_are_compared_entry_by_entry() {
+    let ours = DMatrix::from_row_slice(2, 2, &[1.59995001, 2.29995, 0.123456789, -0.5]);
+    // Each entry at its printed precision, trailing zeros dropped as numpy does.
+    assert_status(&Worked::matrix("t", "d", "m", "1.59995001 2.29995; 0.12345679 -0.5", 8, &ours), Status::Match);
+    // A tie printed the other way is one unit in the last digit: rounding, not a match.
+    assert_status(&Worked::matrix("t", "d", "m", "1.6 2.3; 0.1235 -0.5", 4, &ours), Status::Rounding);
+    // Two units off, a wrong shape, or text that is not a matrix: mismatch.
+    assert_status(&Worked::matrix("t", "d", "m", "1.6002 2.3; 0.1235 -0.5", 4, &ours), Status::Mismatch);
+    assert_status(&Worked::matrix("t", "d", "m", "1.6 2.3 0; 0.1235 -0.5 0", 4, &ours), Status::Mismatch);
+    assert_status(&Worked::matrix("t", "d", "m", "1.6 x; 0.1 0.2", 4, &ours), Status::Mismatch);
+    assert_eq!(llm_workbook::report::matrix_like("0.99995 1", 4, &DMatrix::from_row_slice(1, 2, &[0.9999500004, 1.0])), "0.99995 1.0000");
+    assert!(llm_workbook::report::parse_printed("1 2; 3").is_none());
 }
 
 // ───────────────────────── the chapter as a whole ─────────────────────────

@@ -582,7 +582,8 @@ fn run_sweep(samples: usize, write: bool) -> Result<(), String> {
     let mut figs = Vec::new();
     for f64_ in [false, true] {
         let ty = if f64_ { "f64" } else { "f32" };
-        let base = if f64_ { matmul::default_blocking::<f64>(kernel) } else { matmul::default_blocking::<f32>(kernel) }.map_err(|e| e.to_string())?;
+        let base = if f64_ { matmul::default_blocking::<f64>(kernel) } else { matmul::default_blocking::<f32>(kernel) }
+            .map_err(|e| e.to_string())?;
         let line = |variants: &[Blocking], n: usize, rng: &mut Rng| {
             if f64_ { sweep_line::<f64>(n, variants, samples, rng) } else { sweep_line::<f32>(n, variants, samples, rng) }
         };
@@ -606,7 +607,8 @@ fn run_sweep(samples: usize, write: bool) -> Result<(), String> {
                 println!("{ty} {name} {v}: {x:.1}");
                 out.push_str(&format!("| {name} | {v} | {n} | {x:.1} | {:.0} % |\n", 100.0 * x / best));
             }
-            series.push(Series::new(format!("{ty}: {name} (others at default), n = {n}"), values.iter().map(|&v| v as f64).zip(g).collect()));
+            series
+                .push(Series::new(format!("{ty}: {name} (others at default), n = {n}"), values.iter().map(|&v| v as f64).zip(g).collect()));
         }
         out.push('\n');
         figs.push((

@@ -5,7 +5,7 @@ forward pass as Hugging Face's modeling code defines it (learned positions, pre-
 c_attn of shape d×3d applied as x @ W + b, GELU "gelu_new", final LayerNorm, logits = h @ wteᵀ or
 lm_head), and compares the logits with the ones our code printed to logits.txt.
 
-Usage: python3 checks/ch09_gpt2_forward.py DIR   (needs numpy and safetensors; not a dependency)
+Usage: python3 tests/checks/ch09_gpt2_forward.py DIR   (needs numpy and safetensors; not a dependency)
 """
 import json, sys
 import numpy as np

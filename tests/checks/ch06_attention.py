@@ -1,6 +1,6 @@
 """Independent check of chapter 6's snapshots with numpy.
 
-Run `python3 checks/ch06_attention.py`: every matrix of document 003's walk-through (and of the
+Run `python3 tests/checks/ch06_attention.py`: every matrix of document 003's walk-through (and of the
 standard chain and the two-head example) is rebuilt here from the document's printed inputs and
 compared with `snapshots/ch06_attention__<name>.snap` (or the pending `.snap.new`).
 """

@@ -1,6 +1,6 @@
 """Independent check of chapter 5's snapshots with numpy.
 
-Run `python3 checks/ch05_positions.py`: it prints each matrix in the snapshot format
+Run `python3 tests/checks/ch05_positions.py`: it prints each matrix in the snapshot format
 (`snapshots/ch05_positions__<name>.snap`, header line then one bracketed row per line) and
 compares it with the file, so a snapshot is only accepted when numpy agrees digit for digit.
 """
