@@ -325,7 +325,7 @@ pub const SORT_SEED: u64 = 1;
 pub const SORT_STEPS: usize = 400;
 
 /// The corpus model: chapter 8's default corpus, character tokens, 3 layers, 4 heads, width 96,
-/// context 64; 1,200 steps of 16 windows, α = 3·10⁻³ warm-up and cosine to 3·10⁻⁴, AdamW
+/// context 64; 1,500 steps of 16 windows, α = 3·10⁻³ warm-up and cosine to 3·10⁻⁴, AdamW
 /// λ = 0.1, clipping at 1.
 pub fn corpus_setup() -> Result<(Config, train::TrainConfig)> {
     let (tok, _, _) = crate::ch08_tokens::char_data()?;
@@ -336,7 +336,7 @@ pub fn corpus_setup() -> Result<(Config, train::TrainConfig)> {
 /// The corpus model's context.
 pub const CORPUS_CONTEXT: usize = 64;
 /// The corpus model's training steps.
-pub const CORPUS_STEPS: usize = 1_200;
+pub const CORPUS_STEPS: usize = 1_500;
 /// Validation is measured this often during the corpus run.
 pub const CORPUS_EVAL_EVERY: usize = 100;
 
@@ -473,23 +473,32 @@ pub fn forward_times(lengths: &[usize]) -> Result<Vec<(usize, f64)>> {
     Ok(out)
 }
 
-/// Least-squares fit t ≈ a·n + b·n² (no constant): the linear part (projections, MLP) and the
-/// quadratic part (the n×n attention scores) of the forward pass.
+/// Least-squares fit t ≈ a·n + b·n² (no constant) in relative terms (each point weighted by
+/// 1/t², so the short sequences count as much as the long ones): the linear part (projections,
+/// MLP) and the quadratic part (the n×n attention scores) of the forward pass. A negative
+/// coefficient, which no cost can have, is set to 0 and the other refitted.
 pub fn fit_linear_quadratic(points: &[(usize, f64)]) -> (f64, f64) {
+    let pts: Vec<(f64, f64, f64)> = points.iter().filter(|p| p.1 > 0.0).map(|&(n, t)| (n as f64, t, 1.0 / (t * t))).collect();
     let (mut s11, mut s12, mut s22, mut y1, mut y2) = (0.0, 0.0, 0.0, 0.0, 0.0);
-    for &(n, t) in points {
-        let (x1, x2) = (n as f64, (n * n) as f64);
-        s11 += x1 * x1;
-        s12 += x1 * x2;
-        s22 += x2 * x2;
-        y1 += x1 * t;
-        y2 += x2 * t;
+    for &(n, t, w) in &pts {
+        s11 += w * n * n;
+        s12 += w * n * n * n;
+        s22 += w * n * n * n * n;
+        y1 += w * n * t;
+        y2 += w * n * n * t;
     }
     let det = s11 * s22 - s12 * s12;
-    if det.abs() < 1e-300 {
+    if pts.is_empty() || det.abs() < 1e-300 {
         return (0.0, 0.0);
     }
-    ((y1 * s22 - y2 * s12) / det, (s11 * y2 - s12 * y1) / det)
+    let (a, b) = ((y1 * s22 - y2 * s12) / det, (s11 * y2 - s12 * y1) / det);
+    if a < 0.0 {
+        (0.0, y2 / s22)
+    } else if b < 0.0 {
+        (y1 / s11, 0.0)
+    } else {
+        (a, b)
+    }
 }
 
 /// The sequence lengths of the attention-cost plot.
