@@ -135,7 +135,13 @@ pub fn worked() -> Result<Vec<Worked>> {
     let n = 1024;
     let (separate, fused) = fma_fingerprint_f32(2f32.powi(-12));
     Ok(vec![
-        Worked::number("flops_of_the_qkv_projection_are_2_m_n_k", DOC, "flops of the QKV projection, 768×128 · 128×384 (2·m·n·k)", "75497472", flops(t, 3 * d, d) as f64),
+        Worked::number(
+            "flops_of_the_qkv_projection_are_2_m_n_k",
+            DOC,
+            "flops of the QKV projection, 768×128 · 128×384 (2·m·n·k)",
+            "75497472",
+            flops(t, 3 * d, d) as f64,
+        ),
         Worked::number(
             "the_avx2_f32_tile_uses_12_of_16_registers_for_accumulators",
             DOC,
@@ -143,10 +149,28 @@ pub fn worked() -> Result<Vec<Worked>> {
             "12",
             accumulator_registers(16, 6, 8)? as f64,
         ),
-        Worked::number("packed_blocks_fit_their_caches", DOC, "B̃ sliver KC×NR×4 B, AVX2 f32, KC = 384 (L1 is 32768 B)", "9216", fp.b_sliver as f64),
+        Worked::number(
+            "packed_blocks_fit_their_caches",
+            DOC,
+            "B̃ sliver KC×NR×4 B, AVX2 f32, KC = 384 (L1 is 32768 B)",
+            "9216",
+            fp.b_sliver as f64,
+        ),
         Worked::number("packed_blocks_fit_their_caches", DOC, "Ã sliver MR×KC×4 B, AVX2 f32", "24576", fp.a_sliver as f64),
-        Worked::number("packed_blocks_fit_their_caches", DOC, "Ã block MC×KC×4 B, AVX2 f32, MC = 96 (L2 is 524288 B)", "147456", fp.a_block as f64),
-        Worked::number("packed_blocks_fit_their_caches", DOC, "B̃ panel KC×NC×4 B, AVX2 f32, NC = 1032 (L3 is 33554432 B)", "1585152", fp.b_panel as f64),
+        Worked::number(
+            "packed_blocks_fit_their_caches",
+            DOC,
+            "Ã block MC×KC×4 B, AVX2 f32, MC = 96 (L2 is 524288 B)",
+            "147456",
+            fp.a_block as f64,
+        ),
+        Worked::number(
+            "packed_blocks_fit_their_caches",
+            DOC,
+            "B̃ panel KC×NC×4 B, AVX2 f32, NC = 1032 (L3 is 33554432 B)",
+            "1585152",
+            fp.b_panel as f64,
+        ),
         Worked::number(
             "naive_and_blocked_arithmetic_intensity",
             DOC,
@@ -168,7 +192,13 @@ pub fn worked() -> Result<Vec<Worked>> {
             "30",
             tile_calls(37, 29, 600, 16, 6, avx2_f32.kc) as f64,
         ),
-        Worked::number("tile_use_of_a_one_row_product", DOC, "share of useful work, 1×384 product, 16×6 tiles", "0.0625", tile_use(1, 384, 16, 6)),
+        Worked::number(
+            "tile_use_of_a_one_row_product",
+            DOC,
+            "share of useful work, 1×384 product, 16×6 tiles",
+            "0.0625",
+            tile_use(1, 384, 16, 6),
+        ),
         Worked::number("packing_pads_with_zeros", DOC, "zeros in Ã for 5×3 A, MR = 4 (3 pad rows × 3)", "9", zeros_in_packed_5x3()? as f64),
         Worked::number(
             "simd_kernels_fuse_multiply_and_add_and_the_scalar_kernel_does_not",

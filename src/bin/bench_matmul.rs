@@ -497,7 +497,10 @@ fairly.\n\n",
     out.push_str("| ceiling (fastest sample) | f32 | f64 |\n|---|---|---|\n");
     out.push_str(&format!("| FMA peak, 1 core | {:.1} GFLOP/s | {:.1} GFLOP/s |\n", machine.peak[0].0, machine.peak[1].0));
     out.push_str(&format!("| FMA peak, 2 cores | {:.1} GFLOP/s | {:.1} GFLOP/s |\n", machine.peak[0].1, machine.peak[1].1));
-    out.push_str(&format!("| memory read bandwidth, 1 / 2 threads | {:.1} / {:.1} GB/s | same |\n", machine.bandwidth.0, machine.bandwidth.1));
+    out.push_str(&format!(
+        "| memory read bandwidth, 1 / 2 threads | {:.1} / {:.1} GB/s | same |\n",
+        machine.bandwidth.0, machine.bandwidth.1
+    ));
     out.push_str(&format!(
         "| start and join one scoped thread, fastest / median of 200 | {:.0} / {:.0} µs | same |\n\n",
         machine.thread_start.0, machine.thread_start.1
@@ -603,7 +606,8 @@ fn run_sweep(samples: usize, write: bool) -> Result<(), String> {
     let mut figs = Vec::new();
     for f64_ in [false, true] {
         let ty = if f64_ { "f64" } else { "f32" };
-        let base = if f64_ { matmul::default_blocking::<f64>(kernel) } else { matmul::default_blocking::<f32>(kernel) }.map_err(|e| e.to_string())?;
+        let base = if f64_ { matmul::default_blocking::<f64>(kernel) } else { matmul::default_blocking::<f32>(kernel) }
+            .map_err(|e| e.to_string())?;
         let line = |variants: &[Blocking], n: usize, rng: &mut Rng| {
             if f64_ { sweep_line::<f64>(n, variants, samples, rng) } else { sweep_line::<f32>(n, variants, samples, rng) }
         };
@@ -627,7 +631,10 @@ fn run_sweep(samples: usize, write: bool) -> Result<(), String> {
                 println!("{ty} {name} {v}: {x:.1}");
                 out.push_str(&format!("| {name} | {v} | {n} | {x:.1} | {:.0} % |\n", 100.0 * x / best));
             }
-            series.push(Series::new(format!("{ty}: {name} (others at default), n = {n}"), values.iter().map(|&v| (v as f64).log2()).zip(g).collect()));
+            series.push(Series::new(
+                format!("{ty}: {name} (others at default), n = {n}"),
+                values.iter().map(|&v| (v as f64).log2()).zip(g).collect(),
+            ));
         }
         out.push('\n');
         figs.push((
