@@ -750,7 +750,7 @@ fn the_avx2_f32_tile_uses_12_of_16_registers_for_accumulators() {
 #[test]
 fn packed_blocks_fit_their_caches() {
     let fp = ch10::footprint(16, 6, matmul::AVX2_F32_BLOCKING, 4);
-    assert_eq!((fp.b_sliver, fp.a_sliver, fp.a_block, fp.b_panel), (6144, 16384, 131072, 1_056_768));
+    assert_eq!((fp.b_sliver, fp.a_sliver, fp.a_block, fp.b_panel), (9216, 24576, 147_456, 1_585_152));
     // Each tuned kernel's blocks against the caches they target: Zen 3 for the measured AVX2 and
     // portable constants, Zen 5 (48 KiB L1d, 1 MiB L2) for the AVX-512 ones.
     let zen3 = (ch10::L1D_BYTES, ch10::L2_BYTES, ch10::L3_BYTES);
@@ -778,9 +778,10 @@ fn naive_and_blocked_arithmetic_intensity() {
     let naive = ch10::intensity(ch10::flops(n, n, n), ch10::naive_traffic_bytes(n, n, n, 4));
     let blocked = ch10::intensity(ch10::flops(n, n, n), ch10::blocked_traffic_bytes(n, n, n, 4, matmul::AVX2_F32_BLOCKING));
     assert!((naive - 0.25).abs() < 1e-3, "{naive}");
-    // A once, B once, C four times read and written (⌈1024/256⌉ rank-KC updates): 10·n² floats.
-    assert_eq!(ch10::blocked_traffic_bytes(n, n, n, 4, matmul::AVX2_F32_BLOCKING), 10 * 1024 * 1024 * 4);
-    assert_eq!(blocked, 51.2);
+    // A once, B once, C three times read and written (⌈1024/384⌉ rank-KC updates): 8·n² floats.
+    assert_eq!(matmul::AVX2_F32_BLOCKING.kc, 384);
+    assert_eq!(ch10::blocked_traffic_bytes(n, n, n, 4, matmul::AVX2_F32_BLOCKING), 8 * 1024 * 1024 * 4);
+    assert_eq!(blocked, 64.0);
     assert!(blocked > 200.0 * naive);
     // Deeper KC means fewer passes over C: intensity grows with KC.
     let shallow =
@@ -790,6 +791,7 @@ fn naive_and_blocked_arithmetic_intensity() {
 
 #[test]
 fn tile_counts_follow_from_mr_nr_kc() {
+    assert_eq!(ch10::tile_calls(37, 29, 600, 16, 6, 384), 30);
     assert_eq!(ch10::tile_calls(37, 29, 300, 16, 6, 256), 30);
     // The formula is what the product really does, for every kernel here.
     let mut rng = Rng::new(15);

@@ -46,18 +46,22 @@ impl<T> Clone for MicroKernel<T> {
 }
 impl<T> Copy for MicroKernel<T> {}
 
-/// Portable kernel, both types: 4×4 tiles; KC and MC as the AVX2 f32 kernel's, NC = 1032.
+/// Portable kernel, both types: 4×4 tiles, sized by the same cache rules but not swept: it is the
+/// specification and the fallback, not the fast path.
 pub const SCALAR_BLOCKING: Blocking = Blocking { mc: 128, kc: 256, nc: 1032 };
 
-/// AVX2 f32 (16×6 tile). KC = 256: the reused B̃ sliver is 256·6·4 B = 6 KiB and the Ã sliver
-/// streaming past it 16 KiB, together inside the 32 KiB L1d. MC = 128: Ã is 128·256·4 B =
-/// 128 KiB, a quarter of the 512 KiB L2. NC = 1032: B̃ is 256·1032·4 B ≈ 1 MiB of the shared
-/// 32 MiB L3; the sweep found panels of about 1 MiB faster than 4 MiB ones on this shared machine.
-pub const AVX2_F32_BLOCKING: Blocking = Blocking { mc: 128, kc: 256, nc: 1032 };
+/// AVX2 f32 (16×6 tile). KC = 384: the reused B̃ sliver is 384·6·4 B = 9 KiB, under half the
+/// 32 KiB L1d, with the 24 KiB Ã sliver streaming past it (the sweep's plateau runs from 192 to
+/// 768 and 384 was a few per cent ahead of 256 in each run). MC = 96: Ã is 96·384·4 B = 144 KiB
+/// of the 512 KiB L2 (72 to 144 are the sweep's best). NC = 1032: B̃ is 384·1032·4 B ≈ 1.5 MiB
+/// of the shared 32 MiB L3; panels of 1 to 3 MiB beat 6 MiB ones on this shared machine.
+pub const AVX2_F32_BLOCKING: Blocking = Blocking { mc: 96, kc: 384, nc: 1032 };
 
-/// AVX2 f64 (8×6 tile). KC = 256: B̃ sliver 12 KiB, Ã sliver 16 KiB (L1d 32 KiB). MC = 96: Ã is
-/// 96·256·8 B = 192 KiB of L2. NC = 516: B̃ is 256·516·8 B ≈ 1 MiB of L3.
-pub const AVX2_F64_BLOCKING: Blocking = Blocking { mc: 96, kc: 256, nc: 516 };
+/// AVX2 f64 (8×6 tile). KC = 256: the B̃ sliver is 256·6·8 B = 12 KiB, under half of L1d, Ã
+/// sliver 16 KiB (deeper KC was at most 4 % faster in the sweep but would break that rule).
+/// MC = 72: Ã is 72·256·8 B = 144 KiB of L2 (the sweep is flat from 48 to 576 rows). NC = 516:
+/// B̃ is 256·516·8 B ≈ 1 MiB of L3.
+pub const AVX2_F64_BLOCKING: Blocking = Blocking { mc: 72, kc: 256, nc: 516 };
 
 /// AVX-512 f32 (32×12 tile). Not measurable on this machine (no AVX-512): scaled from the AVX2
 /// choice by the same cache rules for a Zen 5 core (48 KiB L1d, 1 MiB L2). KC = 256: B̃ sliver
