@@ -59,9 +59,10 @@ pub const AVX2_F32_BLOCKING: Blocking = Blocking { mc: 96, kc: 384, nc: 1032 };
 
 /// AVX2 f64 (8×6 tile). KC = 256: the B̃ sliver is 256·6·8 B = 12 KiB, under half of L1d, Ã
 /// sliver 16 KiB (deeper KC was at most 4 % faster in the sweep but would break that rule).
-/// MC = 72: Ã is 72·256·8 B = 144 KiB of L2 (the sweep is flat from 48 to 576 rows). NC = 516:
-/// B̃ is 256·516·8 B ≈ 1 MiB of L3.
-pub const AVX2_F64_BLOCKING: Blocking = Blocking { mc: 72, kc: 256, nc: 516 };
+/// MC = 72: Ã is 72·256·8 B = 144 KiB of L2 (the sweep is flat from 48 to 576 rows). NC = 1032:
+/// B̃ is 256·1032·8 B ≈ 2 MiB of L3; 510 and 1020 tied in the sweep at n = 2048, and 1032 packs A
+/// only once for n up to 1032.
+pub const AVX2_F64_BLOCKING: Blocking = Blocking { mc: 72, kc: 256, nc: 1032 };
 
 /// AVX-512 f32 (32×12 tile). Not measurable on this machine (no AVX-512): scaled from the AVX2
 /// choice by the same cache rules for a Zen 5 core (48 KiB L1d, 1 MiB L2). KC = 256: B̃ sliver
@@ -69,8 +70,8 @@ pub const AVX2_F64_BLOCKING: Blocking = Blocking { mc: 72, kc: 256, nc: 516 };
 pub const AVX512_F32_BLOCKING: Blocking = Blocking { mc: 192, kc: 256, nc: 1032 };
 
 /// AVX-512 f64 (16×12 tile), unmeasured here like the f32 one. KC = 256: B̃ sliver 24 KiB,
-/// Ã sliver 32 KiB. MC = 96: Ã 192 KiB. NC = 516: B̃ ≈ 1 MiB.
-pub const AVX512_F64_BLOCKING: Blocking = Blocking { mc: 96, kc: 256, nc: 516 };
+/// Ã sliver 32 KiB. MC = 96: Ã 192 KiB. NC = 1032: B̃ ≈ 2 MiB.
+pub const AVX512_F64_BLOCKING: Blocking = Blocking { mc: 96, kc: 256, nc: 1032 };
 
 fn scalar_kernel<T: Element>() -> MicroKernel<T> {
     MicroKernel { kind: Kernel::Scalar, mr: scalar::MR, nr: scalar::NR, blocking: SCALAR_BLOCKING, run: scalar::kernel::<T> }
