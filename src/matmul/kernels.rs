@@ -14,7 +14,8 @@
 //! - **MC** (L2): the MC×KC block Ã is re-read once per NR columns (loop 2), so it must stay in
 //!   L2.
 //! - **NC** (L3): the KC×NC panel B̃ is re-read once per MC rows (loop 3), so it must stay in L3
-//!   (shared by both cores and, on this machine, by other jobs: the sweep preferred a 1 MiB panel).
+//!   (shared by both cores and, on this machine, by other jobs: the sweep preferred panels of 1 to
+//!   2 MiB).
 
 use super::Element;
 use super::dispatch::{Blocking, Kernel};
@@ -54,15 +55,15 @@ pub const SCALAR_BLOCKING: Blocking = Blocking { mc: 128, kc: 256, nc: 1032 };
 /// 32 KiB L1d, with the 24 KiB Ã sliver streaming past it (the sweep's plateau runs from 192 to
 /// 768 and 384 was a few per cent ahead of 256 in each run). MC = 96: Ã is 96·384·4 B = 144 KiB
 /// of the 512 KiB L2 (24 to 144 rows are within a few per cent of each other; beyond, it falls
-/// off). NC = 1032: B̃ is 384·1032·4 B ≈ 1.5 MiB of the shared 32 MiB L3; panels of 1.5 to 3 MiB
-/// beat 6 MiB ones.
+/// off). NC = 1032: B̃ is 384·1032·4 B ≈ 1.5 MiB of the shared 32 MiB L3; at n = 2048 panels of
+/// 1 to 1.5 MiB beat a single 3 MiB one.
 pub const AVX2_F32_BLOCKING: Blocking = Blocking { mc: 96, kc: 384, nc: 1032 };
 
 /// AVX2 f64 (8×6 tile). KC = 256: the B̃ sliver is 256·6·8 B = 12 KiB, under half of L1d, Ã
 /// sliver 16 KiB (deeper KC was at most 4 % faster in the sweep but would break that rule).
 /// MC = 72: Ã is 72·256·8 B = 144 KiB of L2 (the sweep is flat from 48 to 576 rows). NC = 1032:
-/// B̃ is 256·1032·8 B ≈ 2 MiB of L3 (1020 and 2040 were the sweep's best at n = 2048, 4080 clearly
-/// worse), and A is packed only once for n up to 1032.
+/// B̃ is 256·1032·8 B ≈ 2 MiB of L3 (1020 and 2040 were the sweep's best at n = 2048, a single
+/// 4 MiB panel clearly worse), and A is packed only once for n up to 1032.
 pub const AVX2_F64_BLOCKING: Blocking = Blocking { mc: 72, kc: 256, nc: 1032 };
 
 /// AVX-512 f32 (32×12 tile). Not measurable on this machine (no AVX-512): scaled from the AVX2
