@@ -7,8 +7,9 @@
 //! by `cargo run --release --bin bench_matmul -- sweep`; the chapter shows the sweep. The rules
 //! the sweep confirmed:
 //!
-//! - **MR×NR** (registers): the largest tile whose accumulators, MR/LANES·NR vectors, leave room
-//!   for the MR/LANES vectors of Ã and one broadcast of B̃ in the 16 ymm (32 zmm) registers.
+//! - **MR×NR** (registers): a tile whose MR/LANES·NR accumulator vectors fit in the 16 ymm (32
+//!   zmm) registers beside the MR/LANES vectors of Ã and one broadcast of B̃, with enough
+//!   independent accumulators (12, 24) to keep both FMA units busy through their latency.
 //! - **KC** (L1): one KC×NR sliver of B̃ is reused by every micro-kernel call of loop 1, so it
 //!   must stay in L1 next to the MR×KC sliver of Ã streaming past it.
 //! - **MC** (L2): the MC×KC block Ã is re-read once per NR columns (loop 2), so it must stay in
