@@ -504,10 +504,13 @@ fn env_probe_child() {
     let c = matmul(&a, &a).expect("shapes agree");
     assert_eq!(c[(3, 4)], 20.0);
     let ran = last_product().expect("a product ran").kernel;
-    match std::env::var(matmul::KERNEL_ENV) {
-        Ok(v) => assert_eq!(ran, Kernel::from_name(&v).expect("the parent sets a valid name")),
-        Err(_) => assert_eq!(ran, matmul::active_kernel()),
-    }
+    // Set to an available kernel: that one; unset, `auto` or unusable: the best one (with a
+    // warning on stderr for an unusable value).
+    let expected = match matmul::parse_kernel_setting(std::env::var(matmul::KERNEL_ENV).ok().as_deref()) {
+        Ok(Some(k)) => k,
+        Ok(None) | Err(_) => matmul::best_kernel(),
+    };
+    assert_eq!(ran, expected);
     println!("ENV_PROBE_KERNEL={ran}");
 }
 
@@ -524,6 +527,16 @@ fn the_environment_variable_forces_the_kernel_in_a_fresh_process() {
         assert!(out.status.success(), "{kernel}: child failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
         assert!(stdout.contains(&format!("ENV_PROBE_KERNEL={kernel}")), "{kernel}: child printed\n{stdout}");
     }
+    // A name the CPU cannot run (or no kernel at all) falls back to the best one, with a warning.
+    let out = std::process::Command::new(&exe)
+        .args(["--exact", "env_probe_child", "--nocapture", "--test-threads", "1"])
+        .env(matmul::KERNEL_ENV, "no-such-kernel")
+        .output()
+        .expect("the test binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "child failed:\n{stdout}");
+    assert!(stdout.contains(&format!("ENV_PROBE_KERNEL={}", matmul::best_kernel())), "{stdout}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains(matmul::KERNEL_ENV), "the fallback is announced on stderr");
 }
 
 // ───────────────────────────── the public API, IEEE values and bad input ─────────────────────────────

@@ -19,9 +19,10 @@ use super::pack::{Operand, pack_a, pack_b};
 use std::sync::Mutex;
 
 /// Products with fewer flops (2·m·n·k) than this run on one thread. Starting and joining a
-/// scoped thread costs about 40–60 µs on this machine when the other core is free, so a second
+/// scoped thread costs about 30 µs at best and 50–80 µs typically on this machine, so a second
 /// thread can only pay for products that take several times that on one thread: 2·10⁷ flops is
-/// about 270 µs at 75 GFLOP/s (a 215³ product). See the chapter's crossover table.
+/// about 270 µs at 75 GFLOP/s (a 215³ product). The chapter's crossover table, forcing two threads,
+/// found them losing up to 192³ and winning from 256³.
 pub const PARALLEL_MIN_FLOPS: f64 = 2.0e7;
 
 /// The largest register tile of any kernel (AVX-512 f32, 32×12): the size of the scratch tile

@@ -7,14 +7,16 @@
 //! by `cargo run --release --bin bench_matmul -- sweep`; the chapter shows the sweep. The rules
 //! the sweep confirmed:
 //!
-//! - **MR×NR** (registers): the largest tile whose accumulators, MR/LANES·NR vectors, leave room
-//!   for the MR/LANES vectors of Ã and one broadcast of B̃ in the 16 ymm (32 zmm) registers.
+//! - **MR×NR** (registers): a tile whose MR/LANES·NR accumulator vectors fit in the 16 ymm (32
+//!   zmm) registers beside the MR/LANES vectors of Ã and one broadcast of B̃, with enough
+//!   independent accumulators (12, 24) to keep both FMA units busy through their latency.
 //! - **KC** (L1): one KC×NR sliver of B̃ is reused by every micro-kernel call of loop 1, so it
 //!   must stay in L1 next to the MR×KC sliver of Ã streaming past it.
 //! - **MC** (L2): the MC×KC block Ã is re-read once per NR columns (loop 2), so it must stay in
 //!   L2.
 //! - **NC** (L3): the KC×NC panel B̃ is re-read once per MC rows (loop 3), so it must stay in L3
-//!   (shared by both cores and, on this machine, by other jobs: the sweep preferred a 1 MiB panel).
+//!   (shared by both cores and, on this machine, by other jobs: the sweep preferred panels of 1 to
+//!   2 MiB).
 
 use super::Element;
 use super::dispatch::{Blocking, Kernel};
@@ -53,15 +55,17 @@ pub const SCALAR_BLOCKING: Blocking = Blocking { mc: 128, kc: 256, nc: 1032 };
 /// AVX2 f32 (16×6 tile). KC = 384: the reused B̃ sliver is 384·6·4 B = 9 KiB, under half the
 /// 32 KiB L1d, with the 24 KiB Ã sliver streaming past it (the sweep's plateau runs from 192 to
 /// 768 and 384 was a few per cent ahead of 256 in each run). MC = 96: Ã is 96·384·4 B = 144 KiB
-/// of the 512 KiB L2 (72 to 144 are the sweep's best). NC = 1032: B̃ is 384·1032·4 B ≈ 1.5 MiB
-/// of the shared 32 MiB L3; panels of 1 to 3 MiB beat 6 MiB ones on this shared machine.
+/// of the 512 KiB L2 (24 to 144 rows are within a few per cent of each other; beyond, it falls
+/// off). NC = 1032: B̃ is 384·1032·4 B ≈ 1.5 MiB of the shared 32 MiB L3; at n = 2048 panels of
+/// 1 to 1.5 MiB beat a single 3 MiB one.
 pub const AVX2_F32_BLOCKING: Blocking = Blocking { mc: 96, kc: 384, nc: 1032 };
 
 /// AVX2 f64 (8×6 tile). KC = 256: the B̃ sliver is 256·6·8 B = 12 KiB, under half of L1d, Ã
 /// sliver 16 KiB (deeper KC was at most 4 % faster in the sweep but would break that rule).
-/// MC = 72: Ã is 72·256·8 B = 144 KiB of L2 (the sweep is flat from 48 to 576 rows). NC = 516:
-/// B̃ is 256·516·8 B ≈ 1 MiB of L3.
-pub const AVX2_F64_BLOCKING: Blocking = Blocking { mc: 72, kc: 256, nc: 516 };
+/// MC = 72: Ã is 72·256·8 B = 144 KiB of L2 (the sweep is flat from 48 to 576 rows). NC = 1032:
+/// B̃ is 256·1032·8 B ≈ 2 MiB of L3 (1020 and 2040 were the sweep's best at n = 2048, a single
+/// 4 MiB panel clearly worse), and A is packed only once for n up to 1032.
+pub const AVX2_F64_BLOCKING: Blocking = Blocking { mc: 72, kc: 256, nc: 1032 };
 
 /// AVX-512 f32 (32×12 tile). Not measurable on this machine (no AVX-512): scaled from the AVX2
 /// choice by the same cache rules for a Zen 5 core (48 KiB L1d, 1 MiB L2). KC = 256: B̃ sliver
@@ -69,8 +73,8 @@ pub const AVX2_F64_BLOCKING: Blocking = Blocking { mc: 72, kc: 256, nc: 516 };
 pub const AVX512_F32_BLOCKING: Blocking = Blocking { mc: 192, kc: 256, nc: 1032 };
 
 /// AVX-512 f64 (16×12 tile), unmeasured here like the f32 one. KC = 256: B̃ sliver 24 KiB,
-/// Ã sliver 32 KiB. MC = 96: Ã 192 KiB. NC = 516: B̃ ≈ 1 MiB.
-pub const AVX512_F64_BLOCKING: Blocking = Blocking { mc: 96, kc: 256, nc: 516 };
+/// Ã sliver 32 KiB. MC = 96: Ã 192 KiB. NC = 1032: B̃ ≈ 2 MiB.
+pub const AVX512_F64_BLOCKING: Blocking = Blocking { mc: 96, kc: 256, nc: 1032 };
 
 fn scalar_kernel<T: Element>() -> MicroKernel<T> {
     MicroKernel { kind: Kernel::Scalar, mr: scalar::MR, nr: scalar::NR, blocking: SCALAR_BLOCKING, run: scalar::kernel::<T> }

@@ -62,6 +62,19 @@ pub(crate) fn pack_b<T: Element>(dst: &mut [T], b: Operand<T>, p0: usize, kc: us
     }
 }
 
+/// How many runs ahead [`split_runs`] asks for the next run's cache lines. The runs of a
+/// column-major block are a whole column apart in memory (often a new page), a pattern the
+/// hardware prefetchers follow poorly.
+const RUNS_AHEAD: usize = 4;
+
+/// Asks the cache for every line of `s` (a hint: no effect on results, and none off x86-64).
+fn prefetch<T>(s: &[T]) {
+    #[cfg(target_arch = "x86_64")]
+    super::simd::prefetch_lines(s);
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = s;
+}
+
 /// For each p < kc, cuts the run `run(p)` (of `len` values) into pieces of `width` and writes
 /// piece q to row p of sliver q: `dst[q·kc·width + p·width ..][..width]`, zero-padding the last.
 fn split_runs<'a, T: Element>(dst: &mut [T], width: usize, kc: usize, len: usize, run: impl Fn(usize) -> &'a [T]) {
@@ -88,6 +101,9 @@ fn split_runs<'a, T: Element>(dst: &mut [T], width: usize, kc: usize, len: usize
 fn split_runs_const<'a, T: Element, const W: usize>(dst: &mut [T], kc: usize, len: usize, run: impl Fn(usize) -> &'a [T]) {
     let stride = kc * W;
     for p in 0..kc {
+        if p + RUNS_AHEAD < kc {
+            prefetch(&run(p + RUNS_AHEAD)[..len]);
+        }
         let pieces = run(p)[..len].chunks_exact(W);
         let tail = pieces.remainder();
         let full = len / W;

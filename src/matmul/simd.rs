@@ -26,7 +26,20 @@
 
 use std::arch::x86_64::*;
 
-/// How many rank-1 steps ahead the micro-kernel prefetches its Ã sliver.
+/// Asks the cache for every 64-byte line of `s` (packing uses it to fetch the next column run
+/// of a block while copying the current one). A hint only: it changes no value.
+pub(super) fn prefetch_lines<T>(s: &[T]) {
+    for line in s.chunks((64 / size_of::<T>().max(1)).max(1)) {
+        // SAFETY: SSE, which provides the prefetch instruction, is part of every x86-64 CPU;
+        // a prefetch reads nothing into the program and never faults, and the address is that of
+        // an element of a live slice.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast::<i8>()) };
+    }
+}
+
+/// How many rank-1 steps ahead the micro-kernel prefetches its Ã sliver (16 steps of the f32 AVX2
+/// tile are 1 KiB; on this machine the prefetch was worth about 5 % against none, and 8, 16 and 32
+/// steps were indistinguishable).
 const PREFETCH_AHEAD: usize = 16;
 
 macro_rules! simd_kernel {
