@@ -197,24 +197,42 @@ fn row_dots<T: Float>(a: &DMatrix<T>, b: &DMatrix<T>) -> Vec<T> {
 /// Shapes: y and d_y N×K, the result N×K. Errors: shapes differ, either is empty or non-finite.
 pub fn softmax_rows_backward<T: Float>(y: &DMatrix<T>, d_y: &DMatrix<T>) -> Result<DMatrix<T>> {
     const OP: &str = "softmax_rows_backward";
-    if y.shape() != d_y.shape() {
-        return Err(shape_error(OP, "y and d_y", shape_of(y), shape_of(d_y)));
-    }
-    if y.is_empty() {
-        return Err(Error::Empty { op: OP, arg: "y" });
-    }
+    same_shape_nonempty(OP, "y and d_y", ("y", y), d_y)?;
     ensure_finite(OP, "y", y)?;
     ensure_finite(OP, "d_y", d_y)?;
     // y_rc = e_rc / S_r  ⇒  ∂L/∂z_rc = y_rc (∂L/∂y_rc − Σ꜀′ ∂L/∂y_rc′ · y_rc′)
     let s = row_dots(d_y, y);
-    let n = y.nrows();
-    let mut d_z = d_y.clone();
-    for (cd, cy) in d_z.as_mut_slice().chunks_exact_mut(n).zip(y.as_slice().chunks_exact(n)) {
-        for (r, (d, &yv)) in cd.iter_mut().zip(cy).enumerate() {
-            *d = yv * (*d - s[r]);
+    Ok(zip_with_row(d_y, y, |r, d, yv| yv * (d - s[r])))
+}
+
+/// Checks that a backward pass's two same-shaped inputs agree in shape and are not empty.
+/// `names` is how the error names the pair ("y and d_y"), `a_name` the first alone.
+fn same_shape_nonempty<T: Float>(
+    op: &'static str,
+    names: &'static str,
+    (a_name, a): (&'static str, &DMatrix<T>),
+    b: &DMatrix<T>,
+) -> Result<()> {
+    if a.shape() != b.shape() {
+        return Err(shape_error(op, names, shape_of(a), shape_of(b)));
+    }
+    if a.is_empty() {
+        return Err(Error::Empty { op, arg: a_name });
+    }
+    Ok(())
+}
+
+/// The element-wise map out_rc = f(r, d_rc, o_rc) over two same-shaped matrices, where f may
+/// also read a per-row quantity (a row sum or dot product) through the row index r.
+fn zip_with_row<T: Float>(d: &DMatrix<T>, o: &DMatrix<T>, f: impl Fn(usize, T, T) -> T) -> DMatrix<T> {
+    let n = d.nrows();
+    let mut out = d.clone();
+    for (cd, co) in out.as_mut_slice().chunks_exact_mut(n).zip(o.as_slice().chunks_exact(n)) {
+        for (r, (v, &ov)) in cd.iter_mut().zip(co).enumerate() {
+            *v = f(r, *v, ov);
         }
     }
-    Ok(d_z)
+    out
 }
 
 /// Row-wise log-softmax by log-sum-exp: ln Y_rc = (Z_rc − max_r) − ln Σ꜀′ e^{Z_rc′ − max_r}.
@@ -240,12 +258,7 @@ pub fn log_softmax_rows<T: Float>(z: &DMatrix<T>) -> Result<DMatrix<T>> {
 /// Shapes: log_y and d N×K. ln Y may hold −∞ (masked entries, whose Y is 0); NaN or +∞ is an error.
 pub fn log_softmax_rows_backward<T: Float>(log_y: &DMatrix<T>, d: &DMatrix<T>) -> Result<DMatrix<T>> {
     const OP: &str = "log_softmax_rows_backward";
-    if log_y.shape() != d.shape() {
-        return Err(shape_error(OP, "log_y and d", shape_of(log_y), shape_of(d)));
-    }
-    if log_y.is_empty() {
-        return Err(Error::Empty { op: OP, arg: "log_y" });
-    }
+    same_shape_nonempty(OP, "log_y and d", ("log_y", log_y), d)?;
     if let Some(i) = log_y.iter().position(|v| v.is_nan() || *v == T::infinity()) {
         return Err(Error::NonFinite { op: OP, arg: "log_y", at: format!("row {}, column {}", i % log_y.nrows(), i / log_y.nrows()) });
     }
@@ -258,13 +271,7 @@ pub fn log_softmax_rows_backward<T: Float>(log_y: &DMatrix<T>, d: &DMatrix<T>) -
         }
     }
     // ln y_rc = z_rc − ln Σ꜀′ e^{z_rc′}  ⇒  ∂L/∂z_rc = d_rc − y_rc Σ꜀′ d_rc′
-    let mut d_z = d.clone();
-    for (cd, cl) in d_z.as_mut_slice().chunks_exact_mut(n).zip(log_y.as_slice().chunks_exact(n)) {
-        for (r, (v, &l)) in cd.iter_mut().zip(cl).enumerate() {
-            *v -= l.exp() * sums[r];
-        }
-    }
-    Ok(d_z)
+    Ok(zip_with_row(d, log_y, |r, v, l| v - l.exp() * sums[r]))
 }
 
 /// ln Σ꜀ e^{Z_rc} for every row, as max_r + ln Σ꜀ e^{Z_rc − max_r}. Shapes: N×K → N.

@@ -969,18 +969,7 @@ impl MlpShape {
     }
 }
 
-/// `n` with commas between groups of three digits (49152 → "49,152").
-pub fn with_commas(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
+pub use crate::report::with_commas;
 
 // ───────────────────────────── superposition ─────────────────────────────
 

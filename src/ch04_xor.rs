@@ -73,14 +73,7 @@ impl PrintedNet {
     /// W (one row per neuron) enters transposed.
     pub fn mlp(&self) -> Result<Mlp<f64>> {
         let w = DMatrix::from_fn(2, 2, |i, j| self.w_rows[j][i]);
-        Mlp::from_layers(vec![
-            Layer { w, b: DMatrix::from_row_slice(1, 2, &self.c), activation: Some(self.activation) },
-            Layer {
-                w: DMatrix::from_column_slice(2, 1, &self.w_out),
-                b: DMatrix::from_element(1, 1, self.b_out),
-                activation: Some(self.activation),
-            },
-        ])
+        self.mlp_with_hidden_weights(w)
     }
 
     /// The same numbers read the other way round, as x·W with the printed W untransposed (the
@@ -88,6 +81,11 @@ impl PrintedNet {
     /// the same network; for the sigmoid W it is a different one.
     pub fn mlp_read_as_x_times_w(&self) -> Result<Mlp<f64>> {
         let w = DMatrix::from_fn(2, 2, |i, j| self.w_rows[i][j]);
+        self.mlp_with_hidden_weights(w)
+    }
+
+    /// The printed network with the hidden layer's weights `w` (2×2, one column per neuron).
+    fn mlp_with_hidden_weights(&self, w: DMatrix<f64>) -> Result<Mlp<f64>> {
         Mlp::from_layers(vec![
             Layer { w, b: DMatrix::from_row_slice(1, 2, &self.c), activation: Some(self.activation) },
             Layer {

@@ -863,10 +863,7 @@ fn every_worked_row_and_erratum_names_a_test_in_this_file() {
 
 #[test]
 fn walk_prints_every_step() {
-    let mut buf = Vec::new();
-    let mut walk = llm_workbook::report::Walk::new(&mut buf);
-    (CHAPTER.walk)(&mut walk).unwrap();
-    let text = String::from_utf8(buf).unwrap();
+    let text = common::walk_text(&CHAPTER);
     for needle in
         ["1. Softmax of (1, 2, 8)", "0.9966", "0.10792622", "0.95765298", "[-0.9000,  0.1000,  0.1000,  0.7000]", "training accuracy"]
     {
@@ -901,13 +898,7 @@ fn figures_show_what_the_chapter_computes() {
     let Figure::Line(loss) = &figs[3].1 else { panic!("loss figure is a line chart") };
     assert_eq!(loss.series[0].points.len(), STEPS + 1);
     // Drawing them works and writes both formats.
-    let dir = common::temp_dir("ch02-figures");
-    let files = (CHAPTER.plots)(&dir).unwrap();
-    assert_eq!(files.len(), 8);
-    for f in files {
-        assert!(std::fs::metadata(&f).unwrap().len() > 1000, "{}", f.display());
-    }
-    let _ = std::fs::remove_dir_all(&dir);
+    common::render_plots(&CHAPTER, 8);
 }
 
 // ───────────── properties (proptest) ─────────────

@@ -348,18 +348,12 @@ fn figures_show_the_encoding() {
 
 #[test]
 fn plots_render() {
-    let dir = common::temp_dir("ch05");
-    let files = (ch::CHAPTER.plots)(&dir).unwrap();
-    assert_eq!(files.len(), 6);
-    assert!(files.iter().all(|f| std::fs::metadata(f).map(|m| m.len() > 1000).unwrap_or(false)));
+    common::render_plots(&ch::CHAPTER, 6);
 }
 
 #[test]
 fn walk_prints_every_step() {
-    let mut buf = Vec::new();
-    let mut walk = llm_workbook::report::Walk::new(&mut buf);
-    (ch::CHAPTER.walk)(&mut walk).unwrap();
-    let text = String::from_utf8(buf).unwrap();
+    let text = common::walk_text(&ch::CHAPTER);
     for step in ["1.", "2.", "3.", "4.", "5.", "6."] {
         assert!(text.contains(&format!("── {step}")), "{step}");
     }

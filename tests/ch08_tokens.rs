@@ -1000,10 +1000,7 @@ fn figures_plot_the_baseline_against_n() {
 
 #[test]
 fn walk_prints_the_samples_and_the_table() {
-    let mut buf: Vec<u8> = vec![];
-    let mut walk = llm_workbook::report::Walk::new(&mut buf);
-    (llm_workbook::ch08_tokens::CHAPTER.walk)(&mut walk).unwrap();
-    let text = String::from_utf8(buf).unwrap();
+    let text = common::walk_text(&llm_workbook::ch08_tokens::CHAPTER);
     for needle in ["third-order characters", "second-order words", "[aaab][d][aaab][a][c]", "backoff (train)"] {
         assert!(text.contains(needle), "{needle}");
     }

@@ -100,18 +100,7 @@ pub fn gpt2_vocab_size() -> usize {
     bpe::BYTE_VOCAB + GPT2_MERGES + GPT2_SPECIAL_TOKENS
 }
 
-/// `n` with commas between thousands, as the documents print it.
-pub fn with_commas(n: usize) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
+pub use crate::report::with_commas;
 
 /// The default corpus, character-tokenized and split: (tokenizer, training ids, validation ids).
 pub fn char_data() -> Result<(CharTokenizer, Vec<TokenId>, Vec<TokenId>)> {

@@ -80,3 +80,24 @@ pub fn temp_dir(name: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).expect("create temp dir");
     dir
 }
+
+/// Everything a chapter's walk prints, as text.
+pub fn walk_text(chapter: &llm_workbook::report::Chapter) -> String {
+    let mut buf = Vec::new();
+    let mut walk = llm_workbook::report::Walk::new(&mut buf);
+    (chapter.walk)(&mut walk).expect("the walk runs");
+    String::from_utf8(buf).expect("the walk prints UTF-8")
+}
+
+/// Draws a chapter's plots into a fresh temporary folder and asserts that it wrote `expected`
+/// files, none of them nearly empty (a PNG or SVG under 1 kB has lost its content). Returns them.
+pub fn render_plots(chapter: &llm_workbook::report::Chapter, expected: usize) -> Vec<std::path::PathBuf> {
+    let dir = temp_dir(&format!("{}-plots", chapter.stem));
+    let files = (chapter.plots)(&dir).expect("the plots render");
+    assert_eq!(files.len(), expected, "{} wrote {files:?}", chapter.stem);
+    for f in &files {
+        let len = std::fs::metadata(f).map(|m| m.len()).unwrap_or(0);
+        assert!(len > 1000, "{} is only {len} bytes", f.display());
+    }
+    files
+}
