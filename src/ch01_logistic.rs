@@ -133,8 +133,16 @@ pub fn bce<T: Float>(y: T, y_hat: T) -> T {
 /// ℓ from the logit z instead of ŷ = σ(z): max(z, 0) − y·z + ln(1 + e^{−|z|}).
 /// Finite and exact for any finite z (at z = ±1000 too), because ln ŷ = −ln(1 + e^{−z}) is never
 /// formed from a rounded ŷ.
+///
+/// Written as (1 − y)·max(z, 0) + y·max(−z, 0) + ln(1 + e^{−|z|}) (the same sum, since
+/// z = max(z, 0) − max(−z, 0)), with a term whose weight is 0 dropped rather than multiplied, so
+/// an infinite logit gives the limit instead of ∞ − ∞: ℓ(1, +∞) = ℓ(0, −∞) = 0 and
+/// ℓ(0, +∞) = ℓ(1, −∞) = +∞. A NaN in y or z propagates to a NaN loss (the batch function
+/// [`bce_mean_from_logits`] refuses non-finite logits instead).
 pub fn bce_from_logit<T: Float>(y: T, z: T) -> T {
-    z.max(T::zero()) - y * z + (-z.abs()).exp().ln_1p()
+    let weighted = |weight: T, part: T| if weight == T::zero() { T::zero() } else { weight * part };
+    let wrong_side = weighted(T::one() - y, z.max(T::zero())) + weighted(y, (-z).max(T::zero()));
+    if z.is_nan() { z } else { wrong_side + (-z.abs()).exp().ln_1p() }
 }
 
 /// Mean BCE over a batch, from logits. Errors on an empty batch, mismatched lengths, labels
