@@ -164,14 +164,26 @@ pub fn bernoulli_likelihood<T: Float>(y: T, y_hat: T) -> T {
     y_hat.powf(y) * (T::one() - y_hat).powf(T::one() - y)
 }
 
-/// The likelihood of a batch: Πᵢ ŷᵢ^{yᵢ}(1 − ŷᵢ)^{1−yᵢ}. Equals exp(−N·BCE).
-pub fn batch_likelihood<T: Float>(y: &DVector<T>, y_hat: &DVector<T>) -> T {
-    y.iter().zip(y_hat.iter()).map(|(&yi, &pi)| bernoulli_likelihood(yi, pi)).fold(T::one(), |a, b| a * b)
+fn check_same_length<T: Float>(op: &'static str, y: &DVector<T>, y_hat: &DVector<T>) -> Result<()> {
+    if y.len() == y_hat.len() {
+        Ok(())
+    } else {
+        Err(shape_error(op, "y and y_hat", format!("y_hat of length {} (one probability per label)", y.len()), format!("{}", y_hat.len())))
+    }
+}
+
+/// The likelihood of a batch: Πᵢ ŷᵢ^{yᵢ}(1 − ŷᵢ)^{1−yᵢ}. Equals exp(−N·BCE). Errors when y and
+/// ŷ differ in length (an empty batch has likelihood 1).
+pub fn batch_likelihood<T: Float>(y: &DVector<T>, y_hat: &DVector<T>) -> Result<T> {
+    check_same_length("batch_likelihood", y, y_hat)?;
+    Ok(y.iter().zip(y_hat.iter()).map(|(&yi, &pi)| bernoulli_likelihood(yi, pi)).fold(T::one(), |a, b| a * b))
 }
 
 /// The log-likelihood Σᵢ [yᵢ ln ŷᵢ + (1 − yᵢ) ln(1 − ŷᵢ)], the negative of the summed loss.
-pub fn log_likelihood<T: Float>(y: &DVector<T>, y_hat: &DVector<T>) -> T {
-    y.iter().zip(y_hat.iter()).map(|(&yi, &pi)| -bce(yi, pi)).sum()
+/// Errors when y and ŷ differ in length.
+pub fn log_likelihood<T: Float>(y: &DVector<T>, y_hat: &DVector<T>) -> Result<T> {
+    check_same_length("log_likelihood", y, y_hat)?;
+    Ok(y.iter().zip(y_hat.iter()).map(|(&yi, &pi)| -bce(yi, pi)).sum())
 }
 
 // ───────────────────────── the three chain-rule factors ─────────────────────────

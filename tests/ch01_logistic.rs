@@ -237,7 +237,7 @@ fn batch_likelihood_equals_exp_of_minus_n_times_bce() {
     let (x, y, w, b) = batch();
     let p = predict_proba(&w, b, &x).unwrap();
     let mean_bce = bce_mean_from_logits(&logits_forward(&w, b, &x).unwrap(), &y).unwrap();
-    assert_abs_diff_eq!(batch_likelihood(&y, &p), (-(x.nrows() as f64) * mean_bce).exp(), epsilon = 1e-14);
+    assert_abs_diff_eq!(batch_likelihood(&y, &p).unwrap(), (-(x.nrows() as f64) * mean_bce).exp(), epsilon = 1e-14);
 }
 
 #[test]
@@ -245,8 +245,8 @@ fn log_likelihood_is_minus_the_summed_loss() {
     let (x, y, w, b) = batch();
     let p = predict_proba(&w, b, &x).unwrap();
     let summed: f64 = p.iter().zip(y.iter()).map(|(&pi, &yi)| bce(yi, pi)).sum();
-    assert_abs_diff_eq!(log_likelihood(&y, &p), -summed, epsilon = 1e-13);
-    assert_abs_diff_eq!(log_likelihood(&y, &p), batch_likelihood(&y, &p).ln(), epsilon = 1e-13);
+    assert_abs_diff_eq!(log_likelihood(&y, &p).unwrap(), -summed, epsilon = 1e-13);
+    assert_abs_diff_eq!(log_likelihood(&y, &p).unwrap(), batch_likelihood(&y, &p).unwrap().ln(), epsilon = 1e-13);
     // The printed line log(yᵢ ŷᵢ (1 − ŷᵢ)^{1−yᵢ}) is −∞ for any yᵢ = 0: not the log-likelihood.
     let printed: f64 = p.iter().zip(y.iter()).map(|(&pi, &yi)| (yi * pi * (1.0 - pi).powf(1.0 - yi)).ln()).sum();
     assert!(printed.is_infinite());
@@ -405,6 +405,16 @@ mod hardening {
         let right = DVector::from_vec(vec![1.0, 0.0]);
         let (loss, d_w, d_b) = loss_and_gradient(&w, 0.0, &x, &right).unwrap();
         assert_eq!((loss, d_w[0], d_b), (0.0, 0.0, 0.0));
+    }
+
+    #[test]
+    fn likelihoods_refuse_labels_and_probabilities_of_different_lengths() {
+        let y = DVector::from_vec(vec![1.0, 0.0, 1.0]);
+        let p = DVector::from_vec(vec![0.9, 0.2]);
+        for e in [batch_likelihood(&y, &p).unwrap_err(), log_likelihood(&y, &p).unwrap_err()] {
+            assert!(matches!(e, Error::Shape { .. }) && e.to_string().contains("length 3") && e.to_string().contains("got 2"), "{e}");
+        }
+        assert_eq!(batch_likelihood::<f64>(&DVector::zeros(0), &DVector::zeros(0)).unwrap(), 1.0, "no data: likelihood 1");
     }
 
     #[test]
