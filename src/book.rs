@@ -32,3 +32,251 @@ pub fn chapter(number: u32) -> Option<Chapter> {
 pub fn errata_register() -> Vec<(&'static str, &'static Erratum)> {
     chapters().into_iter().flat_map(|c| c.errata.iter().map(move |e| (c.stem, e))).collect()
 }
+
+/// The newcomer's path, checked on the repository's own files: the README's bad-input table names
+/// tests that exist, every relative link in the README and the chapter pages resolves, each
+/// chapter page links its tests, snapshots, plots and the functions behind its formulas, and
+/// `unsafe` stays inside the SIMD kernel module.
+#[cfg(test)]
+mod newcomer {
+    use std::collections::BTreeSet;
+    use std::path::{Path, PathBuf};
+
+    fn root() -> &'static Path {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+    }
+
+    fn read(path: &Path) -> String {
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    /// The markdown pages a reader walks: the README and every chapter page.
+    fn pages() -> Vec<PathBuf> {
+        let mut pages = vec![root().join("README.md")];
+        pages.extend(super::chapters().iter().map(|c| root().join("chapters").join(format!("{}.md", c.stem))));
+        pages
+    }
+
+    /// Every `(text, target)` of an inline markdown link or image outside fenced code blocks;
+    /// an image's text starts with `!` (`![alt](target)` gives `("!alt", target)`).
+    fn links(markdown: &str) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        let mut in_block = false;
+        for line in markdown.lines() {
+            if line.trim_start().starts_with("```") {
+                in_block = !in_block;
+                continue;
+            }
+            if in_block {
+                continue;
+            }
+            let mut rest = line;
+            while let Some(close) = rest.find("](") {
+                let before = &rest[..close];
+                let after = &rest[close + 2..];
+                let Some(end) = after.find(')') else { break };
+                let (text, image) = before.rfind('[').map_or(("", false), |open| (&before[open + 1..], before[..open].ends_with('!')));
+                out.push((format!("{}{text}", if image { "!" } else { "" }), after[..end].trim().to_string()));
+                rest = &after[end + 1..];
+            }
+        }
+        out
+    }
+
+    fn is_relative(target: &str) -> bool {
+        !(target.is_empty() || target.starts_with('#') || target.contains("://") || target.starts_with("mailto:"))
+    }
+
+    #[test]
+    fn every_relative_link_in_the_readme_and_the_chapter_pages_resolves() {
+        let mut broken = Vec::new();
+        let mut checked = 0;
+        for page in pages() {
+            let dir = page.parent().expect("a page sits in a folder");
+            for (_, target) in links(&read(&page)) {
+                if !is_relative(&target) {
+                    continue;
+                }
+                let file = target.split('#').next().unwrap_or_default();
+                checked += 1;
+                if !dir.join(file).exists() {
+                    broken.push(format!("{}: {target}", page.display()));
+                }
+            }
+        }
+        assert!(checked > 100, "only {checked} relative links found: the link parser is broken");
+        assert!(broken.is_empty(), "links that resolve to no file:\n{}", broken.join("\n"));
+    }
+
+    #[test]
+    fn the_link_checker_sees_a_broken_link() {
+        let md = "see [a](no/such/file.md) and ![b](img/x.png), not `[c](d)` in code\n```\n[e](f)\n```\n";
+        let found = links(md);
+        assert_eq!(found.iter().map(|(_, t)| t.as_str()).collect::<Vec<_>>(), ["no/such/file.md", "img/x.png", "d"]);
+        assert_eq!(found.iter().map(|(t, _)| t.as_str()).collect::<Vec<_>>(), ["a", "!b", "c"]);
+        assert!(!root().join("no/such/file.md").exists());
+    }
+
+    #[test]
+    fn every_chapter_page_links_its_tests_snapshots_plots_and_functions() {
+        let snapshots: Vec<String> = std::fs::read_dir(root().join("snapshots"))
+            .expect("snapshots/")
+            .map(|e| e.expect("an entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        let images: Vec<String> = std::fs::read_dir(root().join("chapters").join("img"))
+            .expect("chapters/img/")
+            .map(|e| e.expect("an entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        let mut missing = Vec::new();
+        for ch in super::chapters() {
+            let page = root().join("chapters").join(format!("{}.md", ch.stem));
+            let found = links(&read(&page));
+            let targets: BTreeSet<&str> = found.iter().map(|(_, t)| t.as_str()).collect();
+            if !targets.contains(format!("../tests/{}.rs", ch.stem).as_str()) {
+                missing.push(format!("{}: no link to ../tests/{}.rs", ch.stem, ch.stem));
+            }
+            let prefix = format!("{}__", ch.stem);
+            if snapshots.iter().any(|s| s.starts_with(&prefix)) && !targets.iter().any(|t| t.starts_with(&format!("../snapshots/{prefix}")))
+            {
+                missing.push(format!("{}: has snapshots but links none of them", ch.stem));
+            }
+            // Every PNG the chapter draws is shown on its page as an image, so it renders.
+            let img_prefix = format!("ch{:02}_", ch.number);
+            for png in images.iter().filter(|f| f.starts_with(&img_prefix) && f.ends_with(".png")) {
+                let target = format!("img/{png}");
+                if !found.iter().any(|(text, t)| text.starts_with('!') && *t == target) {
+                    missing.push(format!("{}: chapters/img/{png} is not shown on the page", ch.stem));
+                }
+            }
+            // Formulas link the code that computes them: at least three links whose text names a
+            // function or type, and each named item exists in the linked file.
+            let mut named = 0;
+            for (text, target) in &found {
+                let Some(file) = target.strip_prefix("../src/") else { continue };
+                let name = text.trim_matches('`');
+                if text.starts_with('`') && !name.is_empty() && name.chars().all(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+                    named += 1;
+                    let item = name.rsplit("::").next().unwrap_or(name);
+                    let path = root().join("src").join(file.split('#').next().unwrap_or_default());
+                    let code = if path.is_dir() { String::new() } else { read(&path) };
+                    let defines = ["fn", "struct", "enum", "const", "static", "trait", "type", "mod"]
+                        .iter()
+                        .any(|kw| code.contains(&format!("{kw} {item}")));
+                    if !defines {
+                        missing.push(format!("{}: [`{name}`] links {target}, which defines no {item}", ch.stem));
+                    }
+                }
+            }
+            if named < 3 {
+                missing.push(format!("{}: only {named} links from the prose to a named function or type", ch.stem));
+            }
+        }
+        assert!(missing.is_empty(), "{}", missing.join("\n"));
+    }
+
+    /// The rows of the README's "Bad input" table: (entry point, test path).
+    fn bad_input_rows() -> Vec<(String, String)> {
+        let readme = read(&root().join("README.md"));
+        let start = readme.find("\n## Bad input").expect("README.md has a \"## Bad input\" section");
+        let section = &readme[start + 1..];
+        let section = &section[..section[3..].find("\n## ").map_or(section.len(), |e| e + 3)];
+        let mut rows = Vec::new();
+        for line in section.lines().filter(|l| l.starts_with('|')) {
+            let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+            if cells.len() < 4 || cells[0].starts_with("---") || cells[0] == "entry point" {
+                continue;
+            }
+            rows.push((cells[0].to_string(), cells[cells.len() - 1].to_string()));
+        }
+        rows
+    }
+
+    #[test]
+    fn every_bad_input_row_names_a_test_function_that_exists_in_the_named_file() {
+        let rows = bad_input_rows();
+        assert!(rows.len() >= 40, "only {} rows in the bad-input table", rows.len());
+        let mut wrong = Vec::new();
+        let mut stems_covered = BTreeSet::new();
+        let mut cli_rows = 0;
+        for (entry, cell) in &rows {
+            // The cell holds one or more `tests/<stem>.rs::<name>` references.
+            let refs: Vec<&str> = cell.split('`').filter(|s| s.starts_with("tests/") && s.contains(".rs::")).collect();
+            if refs.is_empty() {
+                wrong.push(format!("{entry}: names no test (`tests/<stem>.rs::<name>`): {cell}"));
+            }
+            for r in refs {
+                let (file, name) = r.split_once("::").unwrap_or_default();
+                let name = name.rsplit("::").next().unwrap_or(name);
+                let path = root().join(file);
+                match std::fs::read_to_string(&path) {
+                    Err(e) => wrong.push(format!("{entry}: {file}: {e}")),
+                    Ok(code) if !code.contains(&format!("fn {name}(")) => wrong.push(format!("{entry}: {file} has no fn {name}")),
+                    Ok(code) => {
+                        // A bad-input test that asserts nothing would prove nothing.
+                        let body = &code[code.find(&format!("fn {name}(")).unwrap_or(0)..];
+                        let body = &body[..body[3..].find("\nfn ").or_else(|| body[3..].find("\n    fn ")).map_or(body.len(), |e| e + 3)];
+                        if !body.contains("assert") && !body.contains("unwrap_err") && !body.contains("expect_err") {
+                            wrong.push(format!("{entry}: {file}::{name} asserts nothing"));
+                        }
+                        if let Some(stem) = file.strip_prefix("tests/").and_then(|f| f.strip_suffix(".rs")) {
+                            stems_covered.insert(stem.to_string());
+                        }
+                    }
+                }
+            }
+            if entry.contains("llm-workbook") {
+                cli_rows += 1;
+            }
+        }
+        for ch in super::chapters() {
+            if !stems_covered.contains(ch.stem) {
+                wrong.push(format!("no row tests chapter {} ({})", ch.number, ch.stem));
+            }
+        }
+        if cli_rows < 3 {
+            wrong.push(format!("only {cli_rows} rows for the command line (`llm-workbook …`)"));
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    }
+
+    #[test]
+    fn unsafe_code_is_denied_outside_the_simd_kernel_module() {
+        let lib = read(&root().join("src").join("lib.rs"));
+        assert!(lib.contains("#![deny(unsafe_code)]"), "src/lib.rs must deny unsafe code");
+        let matmul = read(&root().join("src").join("matmul").join("mod.rs"));
+        let allows: Vec<&str> = matmul.lines().filter(|l| l.contains("allow(unsafe_code)")).collect();
+        assert_eq!(allows.len(), 1, "exactly one allow(unsafe_code) in src/matmul/mod.rs: {allows:?}");
+        let after = &matmul[matmul.find("allow(unsafe_code)").unwrap_or(0)..];
+        assert!(after.lines().nth(1).is_some_and(|l| l.trim() == "mod simd;"), "the allow must sit on `mod simd;`");
+        // No other file (binaries included, which the crate attribute does not reach) opts out
+        // or writes `unsafe`.
+        let mut offenders = Vec::new();
+        let mut stack = vec![root().join("src"), root().join("tests"), root().join("benches"), root().join("examples")];
+        while let Some(dir) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    stack.push(path);
+                    continue;
+                }
+                if path.extension().is_none_or(|e| e != "rs") || path.ends_with("matmul/simd.rs") {
+                    continue;
+                }
+                let code = read(&path);
+                let own = path.ends_with("src/book.rs");
+                for (i, line) in code.lines().enumerate() {
+                    let code_part = line.split("//").next().unwrap_or_default();
+                    let hit = code_part.contains("unsafe {")
+                        || code_part.contains("unsafe fn")
+                        || code_part.contains("unsafe impl")
+                        || (code_part.contains("allow(unsafe_code)") && !path.ends_with("matmul/mod.rs"));
+                    if hit && !own {
+                        offenders.push(format!("{}:{}: {}", path.display(), i + 1, line.trim()));
+                    }
+                }
+            }
+        }
+        assert!(offenders.is_empty(), "unsafe outside src/matmul/simd.rs:\n{}", offenders.join("\n"));
+    }
+}

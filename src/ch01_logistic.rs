@@ -133,8 +133,16 @@ pub fn bce<T: Float>(y: T, y_hat: T) -> T {
 /// ℓ from the logit z instead of ŷ = σ(z): max(z, 0) − y·z + ln(1 + e^{−|z|}).
 /// Finite and exact for any finite z (at z = ±1000 too), because ln ŷ = −ln(1 + e^{−z}) is never
 /// formed from a rounded ŷ.
+///
+/// Written as (1 − y)·max(z, 0) + y·max(−z, 0) + ln(1 + e^{−|z|}) (the same sum, since
+/// z = max(z, 0) − max(−z, 0)), with a term whose weight is 0 dropped rather than multiplied, so
+/// an infinite logit gives the limit instead of ∞ − ∞: ℓ(1, +∞) = ℓ(0, −∞) = 0 and
+/// ℓ(0, +∞) = ℓ(1, −∞) = +∞. A NaN in y or z propagates to a NaN loss (the batch function
+/// [`bce_mean_from_logits`] refuses non-finite logits instead).
 pub fn bce_from_logit<T: Float>(y: T, z: T) -> T {
-    z.max(T::zero()) - y * z + (-z.abs()).exp().ln_1p()
+    let weighted = |weight: T, part: T| if weight == T::zero() { T::zero() } else { weight * part };
+    let wrong_side = weighted(T::one() - y, z.max(T::zero())) + weighted(y, (-z).max(T::zero()));
+    if z.is_nan() { z } else { wrong_side + (-z.abs()).exp().ln_1p() }
 }
 
 /// Mean BCE over a batch, from logits. Errors on an empty batch, mismatched lengths, labels
@@ -156,14 +164,26 @@ pub fn bernoulli_likelihood<T: Float>(y: T, y_hat: T) -> T {
     y_hat.powf(y) * (T::one() - y_hat).powf(T::one() - y)
 }
 
-/// The likelihood of a batch: Πᵢ ŷᵢ^{yᵢ}(1 − ŷᵢ)^{1−yᵢ}. Equals exp(−N·BCE).
-pub fn batch_likelihood<T: Float>(y: &DVector<T>, y_hat: &DVector<T>) -> T {
-    y.iter().zip(y_hat.iter()).map(|(&yi, &pi)| bernoulli_likelihood(yi, pi)).fold(T::one(), |a, b| a * b)
+fn check_same_length<T: Float>(op: &'static str, y: &DVector<T>, y_hat: &DVector<T>) -> Result<()> {
+    if y.len() == y_hat.len() {
+        Ok(())
+    } else {
+        Err(shape_error(op, "y and y_hat", format!("y_hat of length {} (one probability per label)", y.len()), format!("{}", y_hat.len())))
+    }
+}
+
+/// The likelihood of a batch: Πᵢ ŷᵢ^{yᵢ}(1 − ŷᵢ)^{1−yᵢ}. Equals exp(−N·BCE). Errors when y and
+/// ŷ differ in length (an empty batch has likelihood 1).
+pub fn batch_likelihood<T: Float>(y: &DVector<T>, y_hat: &DVector<T>) -> Result<T> {
+    check_same_length("batch_likelihood", y, y_hat)?;
+    Ok(y.iter().zip(y_hat.iter()).map(|(&yi, &pi)| bernoulli_likelihood(yi, pi)).fold(T::one(), |a, b| a * b))
 }
 
 /// The log-likelihood Σᵢ [yᵢ ln ŷᵢ + (1 − yᵢ) ln(1 − ŷᵢ)], the negative of the summed loss.
-pub fn log_likelihood<T: Float>(y: &DVector<T>, y_hat: &DVector<T>) -> T {
-    y.iter().zip(y_hat.iter()).map(|(&yi, &pi)| -bce(yi, pi)).sum()
+/// Errors when y and ŷ differ in length.
+pub fn log_likelihood<T: Float>(y: &DVector<T>, y_hat: &DVector<T>) -> Result<T> {
+    check_same_length("log_likelihood", y, y_hat)?;
+    Ok(y.iter().zip(y_hat.iter()).map(|(&yi, &pi)| -bce(yi, pi)).sum())
 }
 
 // ───────────────────────── the three chain-rule factors ─────────────────────────

@@ -339,9 +339,12 @@ pub fn entropy<T: Float>(p: &DVector<T>) -> Result<T> {
     Ok(p.iter().filter(|&&v| v > T::zero()).map(|&v| -v * v.ln()).sum())
 }
 
-/// The index of the largest entry of every row (the first one on ties). Empty for an empty matrix.
+/// The index of the largest entry of every row (the first one on ties). Empty for a matrix with
+/// no rows. NaN is never the largest: a NaN entry loses to any number wherever it stands (a row
+/// that is all NaN, or has no columns, gives 0).
 pub fn argmax_rows<T: Float>(z: &DMatrix<T>) -> Vec<usize> {
-    (0..z.nrows()).map(|r| (0..z.ncols()).fold(0, |best, c| if z[(r, c)] > z[(r, best)] { c } else { best })).collect()
+    let better = |r: usize, c: usize, best: usize| !z[(r, c)].is_nan() && (z[(r, best)].is_nan() || z[(r, c)] > z[(r, best)]);
+    (0..z.nrows()).map(|r| (0..z.ncols()).fold(0, |best, c| if better(r, c, best) { c } else { best })).collect()
 }
 
 // ───────────────────────────── the Jacobian ─────────────────────────────

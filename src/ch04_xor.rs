@@ -121,11 +121,15 @@ pub fn classify(outputs: &DMatrix<f64>) -> Result<Vec<u8>> {
     Ok(outputs.iter().map(|&o| u8::from(o >= THRESHOLD)).collect())
 }
 
-/// The fraction of rows whose class by [`classify`] equals the 0/1 target.
+/// The fraction of rows whose class by [`classify`] equals the 0/1 target. Errors on a shape
+/// mismatch and on a target that is not 0 or 1 (NaN included).
 pub fn accuracy(mlp: &Mlp<f64>, x: &DMatrix<f64>, y: &DMatrix<f64>) -> Result<f64> {
     let labels = classify(&mlp.predict(x)?)?;
     if y.shape() != (labels.len(), 1) {
         return Err(shape_error("accuracy", "y", format!("{}×1", labels.len()), shape_of(y)));
+    }
+    if let Some(r) = y.iter().position(|&t| t != 0.0 && t != 1.0) {
+        return Err(invalid("accuracy", "y", format!("targets must be 0 or 1; y[{r}] = {}", y[r])));
     }
     let right = labels.iter().zip(y.iter()).filter(|&(&l, &t)| f64::from(l) == t).count();
     Ok(right as f64 / labels.len() as f64)

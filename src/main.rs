@@ -2,6 +2,8 @@
 //! chapter's worked-number table; `-- chapter N` walks one chapter; `-- errata` prints the
 //! errata register. `--help` explains it all.
 
+#![forbid(unsafe_code)]
+
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use llm_workbook::book;

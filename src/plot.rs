@@ -335,28 +335,46 @@ impl Figure {
 
     /// Draws the figure as `<dir>/<stem>.png` and `<dir>/<stem>.svg` and returns both paths.
     ///
-    /// Each file is drawn under a temporary name and renamed into place, so a failed drawing
-    /// never leaves half a picture behind.
+    /// The write is atomic per file: each picture is drawn into a temporary file in the same
+    /// folder (named after the stem and this process), and both are renamed into place only after
+    /// both have been drawn. When anything fails the temporary files are removed, so each of the
+    /// two paths holds either its previous picture (or nothing) or the new one, always whole, and
+    /// no stray temporary file is left behind.
     pub fn save(&self, dir: &Path, stem: &str) -> Result<Vec<PathBuf>> {
         register_font()?;
         std::fs::create_dir_all(dir).map_err(|source| Error::Io { path: dir.display().to_string(), source })?;
         let png = dir.join(format!("{stem}.png"));
         let svg = dir.join(format!("{stem}.svg"));
-        let tmp_png = dir.join(format!(".{stem}.tmp.png"));
-        let tmp_svg = dir.join(format!(".{stem}.tmp.svg"));
+        let pid = std::process::id();
+        let tmp_png = dir.join(format!(".{stem}.tmp-{pid}.png"));
+        let tmp_svg = dir.join(format!(".{stem}.tmp-{pid}.svg"));
+        let result = self.draw_then_rename([(&tmp_png, &png), (&tmp_svg, &svg)]);
+        if result.is_err() {
+            // Whatever was drawn under a temporary name goes; a missing file is not an error here.
+            let _ = std::fs::remove_file(&tmp_png);
+            let _ = std::fs::remove_file(&tmp_svg);
+        }
+        result.map(|()| vec![png, svg])
+    }
+
+    /// Draws the PNG and the SVG into their temporary paths, then renames both into place.
+    fn draw_then_rename(&self, [(tmp_png, png), (tmp_svg, svg)]: [(&PathBuf, &PathBuf); 2]) -> Result<()> {
         let plot_err = |p: &Path, e: String| Error::Plot { path: p.display().to_string(), reason: e };
         {
-            let root = BitMapBackend::new(&tmp_png, SIZE).into_drawing_area();
-            self.draw(&root).map_err(|e| plot_err(&png, format!("{e:?}")))?;
+            let root = BitMapBackend::new(tmp_png, SIZE).into_drawing_area();
+            self.draw(&root).map_err(|e| plot_err(png, format!("{e:?}")))?;
         }
         {
-            let root = SVGBackend::new(&tmp_svg, SIZE).into_drawing_area();
-            self.draw(&root).map_err(|e| plot_err(&svg, format!("{e:?}")))?;
+            let root = SVGBackend::new(tmp_svg, SIZE).into_drawing_area();
+            self.draw(&root).map_err(|e| plot_err(svg, format!("{e:?}")))?;
         }
-        for (tmp, fin) in [(&tmp_png, &png), (&tmp_svg, &svg)] {
+        for (tmp, fin) in [(tmp_png, png), (tmp_svg, svg)] {
+            if !tmp.is_file() {
+                return Err(plot_err(fin, format!("the backend wrote nothing to {}", tmp.display())));
+            }
             std::fs::rename(tmp, fin).map_err(|source| Error::Io { path: fin.display().to_string(), source })?;
         }
-        Ok(vec![png, svg])
+        Ok(())
     }
 }
 

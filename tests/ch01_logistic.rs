@@ -237,7 +237,7 @@ fn batch_likelihood_equals_exp_of_minus_n_times_bce() {
     let (x, y, w, b) = batch();
     let p = predict_proba(&w, b, &x).unwrap();
     let mean_bce = bce_mean_from_logits(&logits_forward(&w, b, &x).unwrap(), &y).unwrap();
-    assert_abs_diff_eq!(batch_likelihood(&y, &p), (-(x.nrows() as f64) * mean_bce).exp(), epsilon = 1e-14);
+    assert_abs_diff_eq!(batch_likelihood(&y, &p).unwrap(), (-(x.nrows() as f64) * mean_bce).exp(), epsilon = 1e-14);
 }
 
 #[test]
@@ -245,8 +245,8 @@ fn log_likelihood_is_minus_the_summed_loss() {
     let (x, y, w, b) = batch();
     let p = predict_proba(&w, b, &x).unwrap();
     let summed: f64 = p.iter().zip(y.iter()).map(|(&pi, &yi)| bce(yi, pi)).sum();
-    assert_abs_diff_eq!(log_likelihood(&y, &p), -summed, epsilon = 1e-13);
-    assert_abs_diff_eq!(log_likelihood(&y, &p), batch_likelihood(&y, &p).ln(), epsilon = 1e-13);
+    assert_abs_diff_eq!(log_likelihood(&y, &p).unwrap(), -summed, epsilon = 1e-13);
+    assert_abs_diff_eq!(log_likelihood(&y, &p).unwrap(), batch_likelihood(&y, &p).unwrap().ln(), epsilon = 1e-13);
     // The printed line log(yᵢ ŷᵢ (1 − ŷᵢ)^{1−yᵢ}) is −∞ for any yᵢ = 0: not the log-likelihood.
     let printed: f64 = p.iter().zip(y.iter()).map(|(&pi, &yi)| (yi * pi * (1.0 - pi).powf(1.0 - yi)).ln()).sum();
     assert!(printed.is_infinite());
@@ -354,4 +354,85 @@ fn figures_hold_the_plotted_series_and_draw() {
 #[test]
 fn prose_carries_the_register_and_the_worked_table() {
     common::check_chapter_prose(&CHAPTER);
+}
+
+// ───────────── hardening: infinities, NaN, ŷ at 0 and 1, determinism (issue 11) ─────────────
+
+mod hardening {
+    use super::*;
+
+    #[test]
+    fn bce_from_logit_at_infinite_logits_is_the_limit_and_nan_propagates() {
+        let inf = f64::INFINITY;
+        // The confident right answer costs nothing, the confident wrong one is infinite: the
+        // limits of ℓ as z → ±∞, never ∞ − ∞ = NaN.
+        assert_eq!(bce_from_logit(1.0, inf), 0.0);
+        assert_eq!(bce_from_logit(0.0, -inf), 0.0);
+        assert_eq!(bce_from_logit(0.0, inf), inf);
+        assert_eq!(bce_from_logit(1.0, -inf), inf);
+        assert_eq!(bce_from_logit(1.0_f32, f32::INFINITY), 0.0);
+        assert_eq!(sigmoid(inf), 1.0);
+        assert_eq!(sigmoid(-inf), 0.0);
+        // NaN in, NaN out, as documented: the scalar functions do not invent a number.
+        assert!(bce_from_logit(1.0, f64::NAN).is_nan());
+        assert!(bce_from_logit(f64::NAN, 2.0).is_nan());
+        assert!(sigmoid(f64::NAN).is_nan());
+        // The batch function refuses both instead of averaging them.
+        let y = DVector::from_vec(vec![1.0, 0.0]);
+        for bad in [inf, -inf, f64::NAN] {
+            let z = DVector::from_vec(vec![0.5, bad]);
+            let e = bce_mean_from_logits(&z, &y).unwrap_err();
+            assert!(matches!(e, Error::NonFinite { .. }) && e.to_string().contains("index 1"), "{e}");
+        }
+        // The fractional label in between still follows the formula.
+        assert_abs_diff_eq!(bce_from_logit(0.25, 2.0), 0.75 * 2.0 + (-2.0_f64).exp().ln_1p(), epsilon = 1e-15);
+    }
+
+    #[test]
+    fn bce_at_y_hat_0_and_1_through_logits_is_finite_with_the_exact_gradient() {
+        // z = ±800: ŷ = σ(z) rounds to exactly 1 or 0 in f64, where −ln ŷ or −ln(1 − ŷ) is ∞.
+        assert_eq!(sigmoid(800.0_f64), 1.0);
+        assert_eq!(sigmoid(-800.0_f64), 0.0);
+        assert!(bce(0.0, sigmoid(800.0_f64)).is_infinite() && bce(1.0, sigmoid(-800.0_f64)).is_infinite());
+        // Through the logits both losses and the gradient are finite and exact.
+        let x = DMatrix::from_row_slice(2, 1, &[800.0, -800.0]);
+        let w = DVector::from_vec(vec![1.0]);
+        let wrong = DVector::from_vec(vec![0.0, 1.0]);
+        let (loss, d_w, d_b) = loss_and_gradient(&w, 0.0, &x, &wrong).unwrap();
+        assert_eq!(loss, 800.0, "both samples confidently wrong by 800 nats");
+        // ∂L/∂w = mean((ŷ − y)x) = ((1 − 0)·800 + (0 − 1)·(−800))/2 = 800; ∂L/∂b = (1 − 1)/2 = 0.
+        assert_eq!((d_w[0], d_b), (800.0, 0.0));
+        let right = DVector::from_vec(vec![1.0, 0.0]);
+        let (loss, d_w, d_b) = loss_and_gradient(&w, 0.0, &x, &right).unwrap();
+        assert_eq!((loss, d_w[0], d_b), (0.0, 0.0, 0.0));
+    }
+
+    #[test]
+    fn likelihoods_refuse_labels_and_probabilities_of_different_lengths() {
+        let y = DVector::from_vec(vec![1.0, 0.0, 1.0]);
+        let p = DVector::from_vec(vec![0.9, 0.2]);
+        for e in [batch_likelihood(&y, &p).unwrap_err(), log_likelihood(&y, &p).unwrap_err()] {
+            assert!(matches!(e, Error::Shape { .. }) && e.to_string().contains("length 3") && e.to_string().contains("got 2"), "{e}");
+        }
+        assert_eq!(batch_likelihood::<f64>(&DVector::zeros(0), &DVector::zeros(0)).unwrap(), 1.0, "no data: likelihood 1");
+    }
+
+    #[test]
+    fn training_is_deterministic_to_the_bit() {
+        let run = || {
+            let (x, y) = two_clouds(40, 11);
+            train(&x, &y, TrainConfig { learning_rate: 0.5, steps: 60 }).unwrap()
+        };
+        let (a, b) = (run(), run());
+        let bits = |t: &Trained| {
+            let mut v: Vec<u64> = t.w.iter().map(|w| w.to_bits()).collect();
+            v.push(t.b.to_bits());
+            v.extend(t.losses.iter().map(|l| l.to_bits()));
+            v
+        };
+        assert_eq!(bits(&a), bits(&b));
+        let (x, y) = two_clouds(40, 12);
+        let c = train(&x, &y, TrainConfig { learning_rate: 0.5, steps: 60 }).unwrap();
+        assert_ne!(bits(&a), bits(&c), "another data seed gives other numbers");
+    }
 }

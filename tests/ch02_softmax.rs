@@ -940,3 +940,50 @@ mod properties {
         }
     }
 }
+
+// ───────────── hardening: NaN in argmax, regression inputs, determinism (issue 11) ─────────────
+
+mod hardening {
+    use super::*;
+
+    #[test]
+    fn argmax_rows_never_picks_nan_and_keeps_the_first_of_ties() {
+        let nan = f64::NAN;
+        let z = DMatrix::from_row_slice(4, 3, &[nan, 1.0, 2.0, 3.0, nan, 1.0, 1.0, 1.0, nan, nan, nan, nan]);
+        // A NaN entry loses to any number wherever it stands; an all-NaN row gives 0.
+        assert_eq!(argmax_rows(&z), [2, 0, 0, 0]);
+        assert_eq!(argmax_rows(&DMatrix::from_row_slice(1, 3, &[NEG_INF, nan, NEG_INF])), [0]);
+        assert!(argmax_rows(&DMatrix::<f64>::zeros(0, 3)).is_empty());
+        assert_eq!(argmax_rows(&DMatrix::<f64>::zeros(2, 0)), [0, 0], "no columns: the documented 0");
+    }
+
+    #[test]
+    fn regression_refuses_non_finite_weights_and_empty_training_data() {
+        let x = DMatrix::from_element(4, 2, 1.0);
+        let mut w = DMatrix::zeros(2, 3);
+        w[(1, 2)] = f64::INFINITY;
+        let e = regression_logits(&w, &DMatrix::zeros(1, 3), &x).unwrap_err();
+        assert!(matches!(e, Error::NonFinite { .. }), "{e}");
+        let mut b = DMatrix::zeros(1, 3);
+        b[(0, 0)] = f64::NAN;
+        assert!(matches!(regression_logits(&DMatrix::zeros(2, 3), &b, &x), Err(Error::NonFinite { .. })));
+        let e = train(&DMatrix::zeros(0, 2), &[], 3, TrainConfig { learning_rate: 0.1, steps: 1 }).unwrap_err();
+        assert!(matches!(e, Error::Empty { .. } | Error::Shape { .. } | Error::InvalidValue { .. }), "{e}");
+        assert!(train(&x, &[0, 1, 2, 0], 3, TrainConfig { learning_rate: f64::INFINITY, steps: 1 }).is_err());
+    }
+
+    #[test]
+    fn training_is_deterministic_to_the_bit() {
+        let run = |seed| {
+            let (x, t) = three_clouds(30, seed);
+            train(&x, &t, 3, TrainConfig { learning_rate: 0.2, steps: 50 }).unwrap()
+        };
+        let bits = |t: &Trained| {
+            let mut v: Vec<u64> = t.w.iter().chain(t.b.iter()).map(|x| x.to_bits()).collect();
+            v.extend(t.losses.iter().map(|l| l.to_bits()));
+            v
+        };
+        assert_eq!(bits(&run(5)), bits(&run(5)));
+        assert_ne!(bits(&run(5)), bits(&run(6)), "another data seed gives other numbers");
+    }
+}

@@ -848,3 +848,64 @@ fn histogram_steps_count_every_value_once() {
     let heights: Vec<f64> = pts[1..pts.len() - 1].iter().step_by(2).map(|p| p.1).collect();
     assert_eq!(heights, [0.25, 0.5, 0.25]);
 }
+
+// ───────────── hardening: zero-initialised weights, determinism (issue 11) ─────────────
+
+mod hardening {
+    use super::*;
+
+    #[test]
+    fn zero_initialised_weights_give_finite_symmetric_gradients_that_pass_the_gradient_check() {
+        let acts = [Some(Activation::Sigmoid), None];
+        let zero = |i: usize, o: usize| Layer { w: DMatrix::<f64>::zeros(i, o), b: DMatrix::zeros(1, o), activation: None };
+        let layers = vec![Layer { activation: acts[0], ..zero(3, 4) }, Layer { activation: acts[1], ..zero(4, 2) }];
+        let mlp = Mlp::from_layers(layers).unwrap();
+        let mut rng = Rng::new(33);
+        let x = rng.normal_matrix::<f64>(5, 3, 1.0);
+        let y = rng.normal_matrix::<f64>(5, 2, 1.0);
+        let (cost, grads) = mlp.loss_and_gradients(&x, &y).unwrap();
+        // The output is 0 everywhere, so the cost is the mean of Σ y².
+        let expected = y.iter().map(|v| v * v).sum::<f64>() / 5.0;
+        assert!((cost - expected).abs() < 1e-12, "{cost} vs {expected}");
+        for g in &grads {
+            assert!(g.d_w.iter().chain(g.d_b.iter()).all(|v| v.is_finite()));
+        }
+        // W₂ = 0 blocks every signal to layer 1: its gradients are exactly zero …
+        assert!(grads[0].d_w.iter().all(|&v| v == 0.0) && grads[0].d_b.iter().all(|&v| v == 0.0));
+        // … and every hidden neuron outputs σ(0) = 0.5, so every row of ∂C/∂W₂ is the same: the
+        // symmetry that keeps zero-initialised hidden neurons identical forever.
+        let d_w2 = &grads[1].d_w;
+        assert!(d_w2.amax() > 0.0);
+        for r in 1..d_w2.nrows() {
+            assert_eq!(d_w2.row(r), d_w2.row(0));
+        }
+        // And the backward pass is right at this point too.
+        let mut analytic = Vec::new();
+        let mut named = Vec::new();
+        for (l, (layer, g)) in mlp.layers().iter().zip(&grads).enumerate() {
+            named.push((["w1", "b1", "w2", "b2"][2 * l], layer.w.clone()));
+            named.push((["w1", "b1", "w2", "b2"][2 * l + 1], layer.b.clone()));
+            analytic.push(g.d_w.clone());
+            analytic.push(g.d_b.clone());
+        }
+        check(Config::default(), &named, &analytic, |t| mse(&rebuild(t, &acts).predict(&x).unwrap(), &y).unwrap()).assert_passed();
+    }
+
+    #[test]
+    fn training_is_deterministic_to_the_bit() {
+        let run = |seed: u64| {
+            let mut rng = Rng::new(seed);
+            let mut mlp = Mlp::<f64>::random(&[1, 8, 1], Activation::GeluErf, None, 0.1, &mut rng).unwrap();
+            let x = DMatrix::from_fn(24, 1, |r, _| r as f64 / 4.0 - 3.0);
+            let y = x.map(f64::sin);
+            let costs = train(&mut mlp, &x, &y, TrainConfig { learning_rate: 0.05, epochs: 20, batch_size: 5, seed }).unwrap();
+            let mut bits: Vec<u64> = costs.iter().map(|c| c.to_bits()).collect();
+            for l in mlp.layers() {
+                bits.extend(l.w.iter().chain(l.b.iter()).map(|v| v.to_bits()));
+            }
+            bits
+        };
+        assert_eq!(run(4), run(4));
+        assert_ne!(run(4), run(5), "another seed draws other weights and batches");
+    }
+}

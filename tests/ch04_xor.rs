@@ -263,3 +263,42 @@ fn figures_show_points_regions_and_hidden_spaces() {
     let written = figs[4].1.save(&dir, "hidden").unwrap();
     assert!(written.iter().all(|p| p.metadata().map(|m| m.len() > 1000).unwrap_or(false)));
 }
+
+// ───────────── hardening: bad seeds' ranges, NaN targets, determinism (issue 11) ─────────────
+
+mod hardening {
+    use super::*;
+
+    #[test]
+    fn learning_is_deterministic_to_the_bit() {
+        let bits = |l: &Learned| {
+            let mut v: Vec<u64> = l.costs.iter().map(|c| c.to_bits()).collect();
+            for layer in l.mlp.layers() {
+                v.extend(layer.w.iter().chain(layer.b.iter()).map(|x| x.to_bits()));
+            }
+            v
+        };
+        let a = learn_xor(LEARN_SEED, LEARN_TRAIN).unwrap();
+        let b = learn_xor(LEARN_SEED, LEARN_TRAIN).unwrap();
+        assert_eq!(bits(&a), bits(&b));
+        assert_ne!(bits(&a), bits(&learn_xor(LEARN_SEED + 1, LEARN_TRAIN).unwrap()), "another seed, other weights");
+    }
+
+    #[test]
+    fn bad_training_settings_and_targets_are_refused() {
+        for bad in [TrainConfig { learning_rate: 0.0, ..LEARN_TRAIN }, TrainConfig { batch_size: 0, ..LEARN_TRAIN }] {
+            assert!(matches!(learn_xor(1, bad), Err(Error::InvalidValue { .. })), "{bad:?}");
+        }
+        let mlp = SIGMOID_NET.mlp().unwrap();
+        let mut y = xor_data().1;
+        y[(3, 0)] = f64::NAN;
+        let e = accuracy(&mlp, &x(), &y).unwrap_err();
+        assert!(matches!(e, Error::InvalidValue { .. }) && e.to_string().contains("y[3] = NaN"), "{e}");
+        let two = DMatrix::from_column_slice(4, 1, &[0.0, 1.0, 2.0, 0.0]);
+        assert!(accuracy(&mlp, &x(), &two).unwrap_err().to_string().contains("y[2] = 2"));
+        assert!(matches!(least_squares_fit(&x(), &y), Err(Error::NonFinite { .. })));
+        // An empty seed range surveys nothing rather than dividing by zero.
+        let s = seed_survey(5..5, LEARN_TRAIN);
+        assert!(s.as_ref().map_or(true, |s| s.tried == 0 && s.failure_rate().is_finite()), "{s:?}");
+    }
+}

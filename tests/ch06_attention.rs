@@ -1141,3 +1141,112 @@ fn every_erratum_names_a_test_of_this_file() {
         assert!(source.contains(&format!("fn {}()", w.test)), "{} is not a test here", w.test);
     }
 }
+
+// ───────────── properties (proptest, issue 11) ─────────────
+
+mod properties {
+    use llm_workbook::ch06_attention::{self as ch, AttnSpec, LayerNorm};
+    use llm_workbook::rng::Rng;
+    use nalgebra::DMatrix;
+    use proptest::prelude::*;
+
+    /// A row's mean and population variance.
+    fn moments(row: impl Iterator<Item = f64> + Clone) -> (f64, f64) {
+        let n = row.clone().count() as f64;
+        let mean = row.clone().sum::<f64>() / n;
+        (mean, row.map(|v| (v - mean) * (v - mean)).sum::<f64>() / n)
+    }
+
+    /// N×C entries in [−10, 10] whose every row has variance at least 10⁻², so ε never dominates.
+    fn spread_rows() -> impl Strategy<Value = DMatrix<f64>> {
+        (1usize..5, 2usize..12).prop_flat_map(|(n, c)| {
+            prop::collection::vec(-10.0..10.0f64, n * c)
+                .prop_map(move |v| DMatrix::from_row_slice(n, c, &v))
+                .prop_filter("every row spread out", |m| m.row_iter().all(|r| moments(r.iter().copied()).1 >= 1e-2))
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        // y = (x − μ)/√(σ² + ε) has mean 0 and variance σ²/(σ² + ε) (1 as ε → 0).
+        #[test]
+        fn layer_norm_rows_have_mean_zero_and_the_variance_the_formula_gives(x in spread_rows(), eps in 1e-9..1e-3f64) {
+            let ln = LayerNorm::<f64>::new(x.ncols(), eps).unwrap();
+            let (y, _) = ch::layer_norm_forward(&ln, &x).unwrap();
+            for (xr, yr) in x.row_iter().zip(y.row_iter()) {
+                let (_, var_x) = moments(xr.iter().copied());
+                let (mean_y, var_y) = moments(yr.iter().copied());
+                prop_assert!(mean_y.abs() < 1e-12, "mean {mean_y}");
+                prop_assert!((var_y - var_x / (var_x + eps)).abs() < 1e-12, "variance {var_y}");
+                prop_assert!((var_y - 1.0).abs() <= eps / var_x + 1e-12);
+            }
+        }
+
+        // LN(c·x + d) = LN(x) for c > 0, up to ε: the two differ by x̂·(1 − √((σ²+ε)/(σ²+ε/c²))),
+        // at most |x̂|·ε/(c²σ²) ≤ √C · 10⁻¹²/(10⁻² · 10⁻²) = √C · 10⁻⁸ with ε = 10⁻¹², c ≥ 0.1 and
+        // σ² ≥ 10⁻². Rounding c·x + d (|·| ≤ 1100) and its mean costs at most about
+        // C · 1100 · 2⁻⁵³ / (c·σ) ≤ 12 · 1100 · 1.1·10⁻¹⁶ / 10⁻² ≈ 1.5·10⁻¹⁰ more.
+        #[test]
+        fn layer_norm_ignores_scale_and_shift(x in spread_rows(), c in 0.1..100.0f64, d in -100.0..100.0f64) {
+            let eps = 1e-12;
+            let ln = LayerNorm::<f64>::new(x.ncols(), eps).unwrap();
+            let (y, _) = ch::layer_norm_forward(&ln, &x).unwrap();
+            let (y2, _) = ch::layer_norm_forward(&ln, &x.map(|v| c * v + d)).unwrap();
+            let bound = (x.ncols() as f64).sqrt() * 1e-8 + 2e-10;
+            prop_assert!((&y - &y2).amax() <= bound, "{} > {bound}", (&y - &y2).amax());
+        }
+
+        #[test]
+        fn attention_rows_are_distributions_and_causal_rows_see_no_later_key(
+            seed in any::<u64>(), batch in 1usize..3, t in 1usize..8, d in 1usize..6, causal in any::<bool>()
+        ) {
+            let mut rng = Rng::new(seed);
+            let (q, k, v) = (rng.normal_matrix::<f64>(batch * t, d, 2.0), rng.normal_matrix(batch * t, d, 2.0), rng.normal_matrix(batch * t, 3, 1.0));
+            let spec = if causal { AttnSpec::causal(t) } else { AttnSpec::bidirectional(t) };
+            let a = ch::attention_forward(&q, &k, &v, &spec).unwrap();
+            for r in 0..batch * t {
+                let row = a.weights.row(r);
+                prop_assert!(row.iter().all(|&w| (0.0..=1.0).contains(&w)));
+                prop_assert!((row.sum() - 1.0).abs() < 1e-12, "row {r} sums to {}", row.sum());
+                if causal {
+                    prop_assert!(row.iter().skip(r % t + 1).all(|&w| w == 0.0), "row {r} looks ahead");
+                }
+            }
+        }
+
+        // Changing tokens from position p on never changes an output before p, to the bit.
+        #[test]
+        fn causal_attention_never_leaks_later_tokens(seed in any::<u64>(), t in 2usize..9, d in 1usize..6, p_frac in 0.0..1.0f64) {
+            let p = 1 + ((t - 1) as f64 * p_frac) as usize;
+            let mut rng = Rng::new(seed);
+            let x = rng.normal_matrix::<f64>(t, d, 1.0);
+            let mut x2 = x.clone();
+            for r in p..t {
+                for c in 0..d {
+                    x2[(r, c)] += rng.normal() * 5.0 + 1.0;
+                }
+            }
+            let spec = AttnSpec::causal(t);
+            let a = ch::attention_forward(&x, &x, &x, &spec).unwrap();
+            let b = ch::attention_forward(&x2, &x2, &x2, &spec).unwrap();
+            prop_assert_eq!(a.out.rows(0, p), b.out.rows(0, p));
+            prop_assert_eq!(a.weights.rows(0, p), b.weights.rows(0, p));
+        }
+
+        // Without positions, attention cannot tell the order of its tokens: permuting them permutes
+        // the output (up to the summation order over keys, a few ulps of values of size ~1).
+        #[test]
+        fn bidirectional_attention_is_permutation_equivariant(seed in any::<u64>(), perm in Just((0usize..7).collect::<Vec<_>>()).prop_shuffle(), d in 1usize..6) {
+            let t = perm.len();
+            let mut rng = Rng::new(seed);
+            let (q, k, v) = (rng.normal_matrix::<f64>(t, d, 1.0), rng.normal_matrix(t, d, 1.0), rng.normal_matrix(t, 4, 1.0));
+            let permute = |m: &DMatrix<f64>| DMatrix::from_fn(m.nrows(), m.ncols(), |r, c| m[(perm[r], c)]);
+            let spec = AttnSpec::bidirectional(t);
+            let a = ch::attention_forward(&q, &k, &v, &spec).unwrap();
+            let b = ch::attention_forward(&permute(&q), &permute(&k), &permute(&v), &spec).unwrap();
+            let diff = (&b.out - permute(&a.out)).amax();
+            prop_assert!(diff < 1e-12, "{diff}");
+        }
+    }
+}

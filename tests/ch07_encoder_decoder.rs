@@ -706,3 +706,41 @@ fn figures_hold_the_plotted_data_and_draw() {
 fn prose_carries_the_register_and_the_worked_table() {
     common::check_chapter_prose(&CHAPTER);
 }
+
+// ───────────── hardening: training settings, determinism (issue 11) ─────────────
+
+mod hardening {
+    use super::*;
+
+    fn small() -> TrainConfig {
+        TrainConfig { steps: 6, batch_size: 8, warmup: 2, held_out: 20, ..CHAPTER_CONFIG }
+    }
+
+    #[test]
+    fn training_is_deterministic_to_the_bit() {
+        let (a, b) = (train(&small()).unwrap(), train(&small()).unwrap());
+        assert_eq!(a.model, b.model);
+        let bits = |t: &Trained| t.losses.iter().map(|l| l.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&a), bits(&b));
+        assert_eq!(a.held_out, b.held_out);
+        let c = train(&TrainConfig { seed: small().seed + 1, ..small() }).unwrap();
+        assert_ne!(bits(&a), bits(&c), "another seed draws other weights and batches");
+    }
+
+    #[test]
+    fn bad_training_settings_are_refused_by_name() {
+        for (bad, needle) in [
+            (TrainConfig { steps: 0, ..small() }, "must all be positive"),
+            (TrainConfig { batch_size: 0, ..small() }, "must all be positive"),
+            (TrainConfig { task: ReversalTask { min_len: 0, max_len: 4 }, ..small() }, "1 ≤ min ≤ max"),
+            (TrainConfig { task: ReversalTask { min_len: 5, max_len: 4 }, ..small() }, "1 ≤ min ≤ max"),
+            (TrainConfig { task: ReversalTask { min_len: 3, max_len: 20 }, ..small() }, "decoder positions"),
+            (TrainConfig { model: ModelConfig { vocab: 3, ..small().model }, ..small() }, "tokens"),
+            (TrainConfig { learning_rate: -1.0, ..small() }, "learning rate"),
+            (TrainConfig { learning_rate: f64::NAN, ..small() }, "learning rate"),
+        ] {
+            let e = train(&bad).unwrap_err();
+            assert!(e.to_string().contains(needle), "{bad:?}: {e}");
+        }
+    }
+}

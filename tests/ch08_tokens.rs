@@ -1010,3 +1010,52 @@ fn walk_prints_the_samples_and_the_table() {
 fn chapter_prose_carries_the_tables() {
     common::check_chapter_prose(&llm_workbook::ch08_tokens::CHAPTER);
 }
+
+// ───────────── properties (proptest, issue 11) ─────────────
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A byte-level BPE trained once on the corpus plus some non-ASCII text, with GPT-2's
+    /// pre-tokenizer: it must still round-trip text it never saw (any UTF-8 through its bytes).
+    fn small_bpe() -> &'static Bpe {
+        static B: OnceLock<Bpe> = OnceLock::new();
+        B.get_or_init(|| {
+            let mut text = corpus::default_corpus()[..10_000].to_string();
+            text.push_str(&"naïve café 東京 🙂 ".repeat(20));
+            train(&text, 360, PreTokenizer::Gpt2).bpe
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn char_tokenizer_round_trips_any_text_over_its_own_characters(s in "\\PC{1,60}") {
+            let t = CharTokenizer::from_text(&s).unwrap();
+            let ids = t.encode(&s).unwrap();
+            prop_assert_eq!(ids.len(), s.chars().count());
+            prop_assert!(ids.iter().all(|&id| (id as usize) < t.vocab_size()));
+            prop_assert_eq!(t.decode(&ids).unwrap(), s);
+        }
+
+        #[test]
+        fn bpe_round_trips_arbitrary_utf8(s in any::<String>()) {
+            let b = small_bpe();
+            let ids = b.encode(&s).unwrap();
+            prop_assert!(ids.iter().all(|&id| (id as usize) < b.vocab_size()));
+            prop_assert!(ids.len() <= s.len(), "never more tokens than bytes");
+            prop_assert_eq!(b.decode(&ids).unwrap(), s);
+        }
+
+        #[test]
+        fn gpt2_round_trips_arbitrary_utf8_and_agrees_with_tiktoken(s in any::<String>()) {
+            let ids = gpt2().encode(&s).unwrap();
+            prop_assert!(ids.len() <= s.len());
+            prop_assert_eq!(&gpt2().decode(&ids).unwrap(), &s);
+            let theirs: Vec<TokenId> = oracle().encode_ordinary(&s);
+            prop_assert_eq!(ids, theirs);
+        }
+    }
+}

@@ -1220,3 +1220,226 @@ mod command_line {
         assert!(r.status.success() && String::from_utf8_lossy(&r.stdout).contains("--tokenizer"));
     }
 }
+
+// ───────────── hardening: zero weights, the command line, atomic plots, threads (issue 11) ─────────────
+
+mod hardening {
+    use super::*;
+    use llm_workbook::ch09_gpt::data::Batch;
+    use llm_workbook::ch09_gpt::model::Gpt;
+    use llm_workbook::gradcheck;
+    use llm_workbook::plot::{Figure, LineChart, Series};
+    use std::path::Path;
+    use std::process::{Command, Output};
+
+    fn cli(args: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_llm-workbook"));
+        c.args(args);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.output().expect("the binary runs")
+    }
+
+    fn stderr(o: &Output) -> String {
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    }
+
+    /// Exit status `code` and exactly one line on stderr that contains every needle.
+    fn assert_one_line_error(o: &Output, code: i32, needles: &[&str], what: &str) {
+        let err = stderr(o);
+        assert_eq!(o.status.code(), Some(code), "{what}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{what}: {err}");
+        for n in needles {
+            assert!(err.contains(n), "{what}: {err:?} lacks {n:?}");
+        }
+    }
+
+    #[test]
+    fn zero_initialised_weights_give_ln_v_and_exactly_zero_gradients_that_the_check_confirms() {
+        let config = Config { tied: false, ..Config::new(7, 6, 2, 2, 8) };
+        let mut model = Gpt::<f64>::new(config, 1).unwrap();
+        for t in model.tensors_mut() {
+            t.fill(0.0);
+        }
+        let batch = Batch {
+            inputs: vec![1, 4, 6, 0, 2, 3, 3, 5],
+            targets: vec![Some(4), Some(6), Some(0), None, Some(3), Some(5), Some(1), Some(0)],
+            batch: 2,
+            seq_len: 4,
+        };
+        let g = model.loss_and_grads(&batch).unwrap();
+        // Every logit is 0: the uniform distribution over 7 tokens, whatever the input.
+        assert!((g.loss - 7f64.ln()).abs() < 1e-14, "{}", g.loss);
+        // Every LayerNorm sees a constant row (σ = 0) and returns β = 0, finite. And every
+        // gradient is exactly 0: the final hidden state is β_f = 0 and the unembedding is 0, so
+        // ∂L/∂W_U = ∂L/∂zᵀ·h = 0 and ∂L/∂h = ∂L/∂z·W_U = 0, and nothing flows further back. An
+        // all-zero GPT sits on a flat point that gradient descent can never leave.
+        let named = model.tensors();
+        assert_eq!(named.len(), g.grads.len());
+        for ((name, _), d) in named.iter().zip(&g.grads) {
+            assert!(d.iter().all(|&v| v == 0.0), "∂L/∂{name} is not exactly 0");
+        }
+        assert!(g.d_x0.iter().all(|&v| v == 0.0));
+        // The finite differences agree: the loss is flat to first order in every parameter.
+        let inputs: Vec<(&str, DMatrix<f64>)> = named.iter().map(|(n, m)| (n.as_str(), (*m).clone())).collect();
+        let report = gradcheck::check(gradcheck::Config { step: 1e-4, tolerance: 1e-5, floor: 1e-6 }, &inputs, &g.grads, |t| {
+            let mut m = model.clone();
+            m.set_tensors(t).unwrap();
+            m.loss(&batch).unwrap()
+        });
+        report.assert_passed();
+    }
+
+    #[test]
+    fn every_command_answers_help() {
+        for args in [
+            vec!["--help"],
+            vec!["help"],
+            vec!["chapter", "--help"],
+            vec!["errata", "--help"],
+            vec!["list", "--help"],
+            vec!["gpt", "--help"],
+            vec!["gpt", "train", "--help"],
+            vec!["gpt", "resume", "--help"],
+            vec!["gpt", "sample", "--help"],
+        ] {
+            let o = cli(&args, &[]);
+            let out = String::from_utf8_lossy(&o.stdout);
+            assert!(o.status.success() && out.contains("Usage:"), "{args:?}: {out}{}", stderr(&o));
+        }
+        assert!(String::from_utf8_lossy(&cli(&["--version"], &[]).stdout).contains(env!("CARGO_PKG_VERSION")));
+    }
+
+    #[test]
+    fn unknown_flags_and_bad_values_anywhere_give_one_line_and_a_nonzero_status() {
+        // Refused by the argument parser: status 2.
+        for args in [
+            vec!["--bogus"],
+            vec!["frobnicate"],
+            vec!["chapter"],
+            vec!["chapter", "three"],
+            vec!["chapter", "-1"],
+            vec!["list", "--all"],
+            vec!["errata", "extra"],
+            vec!["gpt"],
+            vec!["gpt", "train", "--layers", "-2"],
+            vec!["gpt", "train", "--tokenizer", "words"],
+            vec!["gpt", "resume", "--checkpoint", "x"],
+            vec!["gpt", "sample", "--checkpoint", "x", "--temperature", "warm"],
+        ] {
+            assert_one_line_error(&cli(&args, &[]), 2, &["--help"], &format!("{args:?}"));
+        }
+        // Parsed, then refused by the workbook: status 1, the error names what was wrong.
+        assert_one_line_error(&cli(&["chapter", "99"], &[]), 1, &["no chapter 99", "1, 2, 3"], "chapter 99");
+        let dir = common::temp_dir("ch09_cli_hardening");
+        let missing = dir.join("missing");
+        let m = missing.to_str().unwrap();
+        assert_one_line_error(&cli(&["gpt", "sample", "--checkpoint", m], &[]), 1, &["missing"], "sample from nothing");
+        assert_one_line_error(&cli(&["gpt", "resume", "--checkpoint", m, "--steps", "5"], &[]), 1, &["train.json"], "resume nothing");
+        assert_one_line_error(&cli(&["gpt", "train", "--data", m], &[]), 1, &["missing"], "no such data file");
+    }
+
+    #[test]
+    fn bad_training_settings_fail_before_anything_is_written() {
+        let dir = common::temp_dir("ch09_cli_settings");
+        let text = dir.join("t.txt");
+        std::fs::write(&text, "abc abd abe. ".repeat(50)).unwrap();
+        let t = text.to_str().unwrap();
+        for (flags, needle) in [
+            (vec!["--heads", "3", "--width", "16"], "3 heads do not divide the width 16"),
+            (vec!["--context", "0"], "context"),
+            (vec!["--layers", "0"], "layers"),
+            (vec!["--lr", "0"], "learning rate"),
+            (vec!["--lr=-0.1"], "learning rate"),
+            (vec!["--lr", "NaN"], "learning rate"),
+            (vec!["--lr", "inf"], "learning rate"),
+            (vec!["--steps", "0"], "--steps"),
+            (vec!["--batch", "0"], "--batch"),
+            (vec!["--tokenizer", "bpe", "--bpe-vocab", "100"], "256"),
+        ] {
+            let out = dir.join(format!("out{}", flags.join("_")));
+            let mut args = vec!["gpt", "train", "--data", t, "--out", out.to_str().unwrap()];
+            args.extend(&flags);
+            assert_one_line_error(&cli(&args, &[]), 1, &[needle], &format!("{flags:?}"));
+            assert!(!out.exists(), "{flags:?} left {} behind", out.display());
+        }
+    }
+
+    #[test]
+    fn a_failed_plot_write_leaves_no_half_picture_and_no_temporary_file() {
+        let figure = Figure::Line(LineChart {
+            title: "t".into(),
+            x_label: "x".into(),
+            y_label: "y".into(),
+            series: vec![Series::new("s", vec![(0.0, 1.0), (1.0, 0.5), (2.0, f64::NAN)])],
+            markers: true,
+        });
+        let dir = common::temp_dir("ch09_plot_atomic");
+        let entries = |d: &Path| {
+            let mut v: Vec<String> = std::fs::read_dir(d).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+            v.sort();
+            v
+        };
+        // A good write: both files, nothing else.
+        let files = figure.save(&dir, "loss").unwrap();
+        assert_eq!(entries(&dir), ["loss.png", "loss.svg"]);
+        assert!(std::fs::read(&files[0]).unwrap().starts_with(b"\x89PNG"));
+        assert!(std::fs::read_to_string(&files[1]).unwrap().trim_end().ends_with("</svg>"));
+        // The SVG's place is taken by a folder, so its rename fails after both were drawn.
+        std::fs::remove_file(&files[1]).unwrap();
+        std::fs::create_dir_all(dir.join("loss.svg").join("occupied")).unwrap();
+        let e = figure.save(&dir, "loss").unwrap_err();
+        assert!(e.to_string().contains("loss.svg"), "{e}");
+        assert_eq!(entries(&dir), ["loss.png", "loss.svg"], "no temporary file is left behind");
+        assert!(std::fs::read(&files[0]).unwrap().starts_with(b"\x89PNG"), "the PNG is whole");
+        // A folder that cannot be created (a file is in the way): an I/O error naming it.
+        let blocked = dir.join("blocked");
+        std::fs::write(&blocked, "a file").unwrap();
+        let e = figure.save(&blocked.join("img"), "x").unwrap_err();
+        assert!(matches!(e, Error::Io { .. }) && e.to_string().contains("blocked"), "{e}");
+    }
+
+    #[test]
+    fn training_gives_the_same_bits_with_one_and_two_matmul_threads() {
+        // Width 64, context 64 and 16 sequences make the QKV product 1024×64 by 64×192:
+        // 2·1024·64·192 ≈ 2.5·10⁷ flops, above PARALLEL_MIN_FLOPS, so with two threads the large
+        // products are split by blocks of rows. Each entry of C is still summed over k in the
+        // same order by the same kernel, so the bits cannot change: the test asks for equality.
+        const { assert!(2.0 * 1024.0 * 64.0 * 192.0 >= llm_workbook::matmul::PARALLEL_MIN_FLOPS) };
+        let dir = common::temp_dir("ch09_threads");
+        let text = dir.join("t.txt");
+        std::fs::write(&text, "the cat sat on the mat and the dog sat on the log. ".repeat(120)).unwrap();
+        let run = |threads: &str| {
+            let out = dir.join(format!("t{threads}"));
+            let args = [
+                "gpt",
+                "train",
+                "--data",
+                text.to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+                "--layers",
+                "1",
+                "--heads",
+                "2",
+                "--width",
+                "64",
+                "--context",
+                "64",
+                "--batch",
+                "16",
+                "--steps",
+                "3",
+                "--save-every",
+                "0",
+            ];
+            let o = cli(&args, &[("LLM_WORKBOOK_THREADS", threads)]);
+            assert!(o.status.success(), "{threads} threads: {}", stderr(&o));
+            ["model.safetensors", "training_state.safetensors"].map(|f| std::fs::read(out.join(f)).unwrap())
+        };
+        let (one, two) = (run("1"), run("2"));
+        assert!(one[0] == two[0], "the weights differ between 1 and 2 threads");
+        assert!(one[1] == two[1], "the optimiser state differs between 1 and 2 threads");
+    }
+}

@@ -909,3 +909,87 @@ fn the_figures_show_what_the_prose_says() {
 fn the_chapter_prose_carries_the_worked_table() {
     common::check_chapter_prose(&ch10::CHAPTER);
 }
+
+// ───────────── properties (proptest, issue 11) ─────────────
+
+mod properties {
+    use super::*;
+    use llm_workbook::rng::Rng;
+    use proptest::prelude::*;
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![Just(Op::N), Just(Op::T)]
+    }
+
+    /// Any shape up to 40 (so the edges of every register tile and the 17-wide loop remainders
+    /// come up), either transpose of each operand (row and column strides swapped), and α, β from
+    /// a set with zero, negative and fractional values.
+    fn case() -> impl Strategy<Value = Case> {
+        (1usize..40, 1usize..40, 1usize..40, op(), op(), 0usize..ALPHA_BETA.len())
+            .prop_map(|(m, n, k, ta, tb, s)| Case::new(m, n, k).ops(ta, tb).scaled(ALPHA_BETA[s].0, ALPHA_BETA[s].1))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        // Every kernel, f32 and f64, against the f64 triple loop within γ_{k+2}(u)·(|α|Σ|a||b| + |β||c⁰|).
+        #[test]
+        fn every_kernel_matches_the_naive_product_on_random_shapes_and_transposes(case in case(), seed in any::<u64>()) {
+            for kernel in available_kernels() {
+                let mut rng = Rng::new(seed);
+                run_case::<f32>(forced(kernel), case, &mut rng).map_err(|e| TestCaseError::fail(format!("{kernel} f32: {e}")))?;
+                run_case::<f64>(forced(kernel), case, &mut rng).map_err(|e| TestCaseError::fail(format!("{kernel} f64: {e}")))?;
+            }
+        }
+
+        // Two threads share out blocks of rows of C; each entry is still summed over k in the same
+        // order by the same kernel, so one and two threads agree to the bit.
+        #[test]
+        fn one_and_two_threads_give_the_same_bits(case in case(), seed in any::<u64>()) {
+            for kernel in available_kernels() {
+                let x = operands::<f32>(&case, &mut Rng::new(seed));
+                let (alpha, beta) = (case.alpha as f32, case.beta as f32);
+                let mut one = x.c0.clone();
+                let mut two = x.c0.clone();
+                let base = Settings { kernel: Some(kernel), min_parallel_flops: Some(0.0), ..Settings::default() };
+                gemm_with(Settings { threads: Some(1), ..base }, alpha, &x.a, case.ta, &x.b, case.tb, beta, &mut one).unwrap();
+                let stats = gemm_with(Settings { threads: Some(2), ..base }, alpha, &x.a, case.ta, &x.b, case.tb, beta, &mut two).unwrap();
+                let bits = |m: &DMatrix<f32>| m.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                prop_assert_eq!(bits(&one), bits(&two), "{} with {} threads", kernel, stats.threads);
+            }
+        }
+
+        // Each SIMD kernel against the scalar kernel: both lie within γ_{k+2}(u)·size of the exact
+        // product, so they lie within twice that of each other (size as in `reference`).
+        #[test]
+        fn every_simd_kernel_agrees_with_the_scalar_kernel_within_twice_the_bound(case in case(), seed in any::<u64>()) {
+            let x = operands::<f32>(&case, &mut Rng::new(seed));
+            let (_, size) = reference(&case, &x);
+            let (alpha, beta) = (case.alpha as f32, case.beta as f32);
+            let mut scalar = x.c0.clone();
+            gemm_with(forced(Kernel::Scalar), alpha, &x.a, case.ta, &x.b, case.tb, beta, &mut scalar).unwrap();
+            let relative = 2.0 * gamma(case.k + 2, unit_roundoff::<f32>());
+            let absolute = 2.0 * (case.k + 2) as f64 * eta::<f32>();
+            for kernel in available_kernels().into_iter().filter(|&k| k != Kernel::Scalar) {
+                let mut simd = x.c0.clone();
+                gemm_with(forced(kernel), alpha, &x.a, case.ta, &x.b, case.tb, beta, &mut simd).unwrap();
+                for j in 0..case.n {
+                    for i in 0..case.m {
+                        let diff = (simd[(i, j)] as f64 - scalar[(i, j)] as f64).abs();
+                        let bound = relative * size[(i, j)] + absolute;
+                        prop_assert!(diff <= bound, "{kernel} vs scalar at ({i}, {j}): {diff:e} > {bound:e}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_scalar_kernel_is_always_available_so_the_comparison_runs() {
+        assert!(available_kernels().contains(&Kernel::Scalar));
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+            assert!(available_kernels().contains(&Kernel::Avx2), "this CPU has AVX2 + FMA, so the SIMD path is compared");
+        }
+    }
+}

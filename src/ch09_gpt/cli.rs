@@ -167,22 +167,25 @@ pub fn load_tokenizer(dir: &Path) -> Result<Box<dyn Tokenizer>> {
     Err(invalid("load_tokenizer", "checkpoint", format!("{} holds neither {CHARS_FILE} nor vocab.json + merges.txt", dir.display())))
 }
 
-fn save_tokenizer_files(kind: TokenizerKind, text: &str, bpe_vocab: usize, dir: &Path) -> Result<Box<dyn Tokenizer>> {
-    std::fs::create_dir_all(dir).map_err(io(dir))?;
+/// A tokenizer and the files that hold it (file name, contents), not yet written.
+type BuiltTokenizer = (Box<dyn Tokenizer>, Vec<(&'static str, String)>);
+
+/// The tokenizer `kind` builds from `text`, and its files: `train` writes them only once every
+/// setting has been checked.
+fn build_tokenizer(kind: TokenizerKind, text: &str, bpe_vocab: usize) -> Result<BuiltTokenizer> {
     match kind {
         TokenizerKind::Char => {
             let t = CharTokenizer::from_text(text)?;
-            let path = dir.join(CHARS_FILE);
-            super::safetensors::write_atomic(&path, t.chars().iter().collect::<String>().as_bytes())?;
+            let line = t.chars().iter().collect::<String>();
+            Ok((Box::new(t), vec![(CHARS_FILE, line)]))
         }
         TokenizerKind::Bpe => {
             let trained = bpe::train(text, BpeConfig { vocab_size: bpe_vocab, pre_tokenizer: PreTokenizer::Gpt2 })?;
             let (v, m) = to_gpt2_files(&trained.bpe)?;
-            super::safetensors::write_atomic(&dir.join("vocab.json"), v.as_bytes())?;
-            super::safetensors::write_atomic(&dir.join("merges.txt"), m.as_bytes())?;
+            let tok = Gpt2Tokenizer::from_texts("vocab.json", &v, "merges.txt", &m)?;
+            Ok((Box::new(tok), vec![("vocab.json", v), ("merges.txt", m)]))
         }
     }
-    load_tokenizer(dir)
 }
 
 // ───────────────────────────── the run's settings ─────────────────────────────
@@ -246,15 +249,24 @@ fn read_text(data: &Path) -> Result<String> {
 // ───────────────────────────── train and resume ─────────────────────────────
 
 fn train(a: TrainArgs) -> Result<()> {
+    if a.steps == 0 || a.batch == 0 {
+        let arg = if a.steps == 0 { "--steps" } else { "--batch" };
+        return Err(invalid("gpt train", arg, "must be at least 1, got 0"));
+    }
     let data = a.data.clone().unwrap_or_else(|| PathBuf::from("<default corpus>"));
     let text = read_text(&data)?;
     println!("{}: {} bytes", data.display(), text.len());
-    let tok = save_tokenizer_files(a.tokenizer, &text, a.bpe_vocab, &a.out)?;
+    // Everything is built and checked in memory first, so bad settings leave no folder behind.
+    let (tok, tokenizer_files) = build_tokenizer(a.tokenizer, &text, a.bpe_vocab)?;
     let config = Config { positions: Positions::Learned, ..Config::new(tok.vocab_size(), a.context, a.layers, a.heads, a.width) };
     config.validate()?;
     let schedule = Schedule::new(a.lr, a.lr / 10.0, (a.steps / 20).max(1).min(a.steps), a.steps)?;
     let tc = TrainConfig::new(a.batch, schedule);
     let model = Gpt::<f32>::new(config, a.seed)?;
+    std::fs::create_dir_all(&a.out).map_err(io(&a.out))?;
+    for (name, contents) in &tokenizer_files {
+        super::safetensors::write_atomic(&a.out.join(name), contents.as_bytes())?;
+    }
     println!(
         "model: {} layers, {} heads, width {}, context {}, vocabulary {}: {} parameters",
         a.layers,
