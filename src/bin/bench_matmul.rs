@@ -161,18 +161,26 @@ fn gflops(flops: f64, secs: f64) -> f64 {
 // ───────────────────────────── peak and bandwidth ─────────────────────────────
 
 /// FMA peak in GFLOP/s of `kernel` in type T on `threads` threads (each running the probe): the
-/// fastest of `samples` runs.
+/// fastest of `samples` runs. Each thread's rate is taken over its own CPU time, so the figure is
+/// what the cores can do while they run this code, however much of the time other programs get;
+/// the rates of the threads add up.
 fn fma_peak<T: Element>(kernel: Kernel, threads: usize, samples: usize) -> f64 {
     let iterations = 4_000_000;
     let mut rates = Vec::new();
     for _ in 0..samples {
-        let t = Instant::now();
-        let flops: u64 = std::thread::scope(|s| {
-            let hs: Vec<_> =
-                (0..threads).map(|_| s.spawn(move || matmul::fma_probe::<T>(kernel, iterations).map_or(0, |r| black_box(r).0))).collect();
-            hs.into_iter().map(|h| h.join().unwrap_or(0)).sum()
+        let rate: f64 = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..threads)
+                .map(|_| {
+                    s.spawn(move || {
+                        let c0 = thread_cpu_seconds();
+                        let flops = matmul::fma_probe::<T>(kernel, iterations).map_or(0, |r| black_box(r).0);
+                        gflops(flops as f64, (thread_cpu_seconds() - c0).max(1e-9))
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap_or(0.0)).sum()
         });
-        rates.push(gflops(flops as f64, t.elapsed().as_secs_f64()));
+        rates.push(rate);
     }
     // A ceiling is the best the machine can do: load from other programs only ever lowers a
     // sample, so the fastest sample is the estimate (products, by contrast, report medians).
@@ -542,7 +550,7 @@ same samples, so they still compare like with like.\n\n",
         machine.load_before,
         machine.load_after
     ));
-    out.push_str("| ceiling (fastest sample) | f32 | f64 |\n|---|---|---|\n");
+    out.push_str("| ceiling (fastest sample; FMA peak over each thread's CPU time) | f32 | f64 |\n|---|---|---|\n");
     out.push_str(&format!("| FMA peak, 1 core | {:.1} GFLOP/s | {:.1} GFLOP/s |\n", machine.peak[0].0, machine.peak[1].0));
     out.push_str(&format!("| FMA peak, 2 cores | {:.1} GFLOP/s | {:.1} GFLOP/s |\n", machine.peak[0].1, machine.peak[1].1));
     out.push_str(&format!(
@@ -695,7 +703,7 @@ fn run_sweep(samples: usize, write: bool) -> Result<(), String> {
     }
     let head = format!(
         "Single-threaded GFLOP/s (median of {samples} samples) of kernel `{kernel}` on square products, varying one constant \
-at a time from the defaults, every value of a line timed in turn sample by sample; measured by \
+at a time from the defaults, every value of a line timed in turn sample by sample by the CPU time of its thread; measured by \
 `cargo run --release --bin bench_matmul -- sweep` on {} while the machine was shared (load average {} before, {} after).\n\n",
         cpu_name(),
         load_before,

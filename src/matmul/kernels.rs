@@ -75,9 +75,10 @@ pub const AVX2_F64_BLOCKING: Blocking = Blocking { mc: 72, kc: 256, nc: 1032 };
 
 /// AVX-512 f32 (32×8 tile), swept on an AMD EPYC Zen 4 (32 KiB L1d, 1 MiB L2, which runs each
 /// 512-bit FMA as two 256-bit halves, so its peak equals AVX2's). KC = 256: the B̃ sliver is
-/// 256·8·4 B = 8 KiB, the Ã sliver 32 KiB streams past it from L2 (128 to 512 were within 3 % of
-/// each other at n = 1024). MC = 192: Ã is 192 KiB of the 1 MiB L2 (64 to 384 rows within 4 %).
-/// NC = 1032: B̃ ≈ 1 MiB of L3.
+/// 256·8·4 B = 8 KiB, the Ã sliver 32 KiB streams past it from L2 (192 to 768 were within 5 % of
+/// the best at n = 1024, 384 a few per cent ahead in one run and behind in another). MC = 192: Ã is
+/// 192 KiB of the 1 MiB L2 (24 to 576 rows within 7 %: no cliff in this L2). NC = 1032: B̃ ≈ 1 MiB
+/// of L3 (a single 2048-column panel lost 11 %).
 pub const AVX512_F32_BLOCKING: Blocking = Blocking { mc: 192, kc: 256, nc: 1032 };
 
 /// AVX-512 f64 (16×8 tile), by the same cache rules on the same Zen 4. KC = 256: B̃ sliver
