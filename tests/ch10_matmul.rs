@@ -377,12 +377,14 @@ fn small_products_stay_on_one_thread_even_when_two_are_allowed() {
     let small = Case::new(40, 40, 40);
     assert!(2.0 * 40f64.powi(3) < matmul::PARALLEL_MIN_FLOPS);
     assert_eq!(run_case::<f32>(two, small, &mut rng).expect("small").threads, 1);
-    // Threads share out blocks of rows; a product only one register tile high has one block, so
-    // even with the threshold switched off it runs on one thread.
-    let mr = tile_shape::<f64>(matmul::active_kernel()).expect("active").0;
+    // Threads share out pieces of whole register tiles along the longer side of C; a product of
+    // one tile has nothing to share, so even with the threshold switched off it runs on one
+    // thread, and one row or column more makes a second piece.
+    let (mr, nr) = tile_shape::<f64>(matmul::active_kernel()).expect("active");
     let no_threshold = Settings { min_parallel_flops: Some(0.0), ..two };
-    assert_eq!(run_case::<f64>(no_threshold, Case::new(mr, 300, 40), &mut rng).expect("flat").threads, 1);
-    assert_eq!(run_case::<f64>(no_threshold, Case::new(mr + 1, 300, 40), &mut rng).expect("two blocks").threads, 2);
+    assert_eq!(run_case::<f64>(no_threshold, Case::new(mr, nr, 300), &mut rng).expect("one tile").threads, 1);
+    assert_eq!(run_case::<f64>(no_threshold, Case::new(mr + 1, nr, 300), &mut rng).expect("two rows of tiles").threads, 2);
+    assert_eq!(run_case::<f64>(no_threshold, Case::new(mr, nr + 1, 300), &mut rng).expect("two columns of tiles").threads, 2);
 }
 
 // ───────────────────────────── the forced kernel really ran ─────────────────────────────
@@ -703,8 +705,9 @@ fn the_peak_probe_counts_its_flops() {
 
 #[test]
 fn two_threads_forced_below_the_threshold_still_match_the_triple_loop_on_odd_shapes() {
-    // With the threshold at 0 every product at least two register tiles high is split into row
-    // blocks, so the split itself is checked on ragged shapes, with edge tiles in both threads.
+    // With the threshold at 0 every product more than one register tile high or wide is split
+    // into pieces (of rows when it is higher than wide, counted in tiles, else of columns), so the
+    // split itself is checked on ragged shapes of both kinds, with edge tiles in both threads.
     let mut cases = Vec::new();
     for (i, &(m, n, k)) in [(37, 13, 5), (17, 25, 9), (33, 14, 40), (50, 49, 3), (64, 100, 1), (7, 30, 6)].iter().enumerate() {
         let (ta, tb) = OPS[i % OPS.len()];
@@ -746,16 +749,18 @@ fn the_avx2_f32_tile_uses_12_of_16_registers_for_accumulators() {
     let (a_vectors, broadcast) = (2, 1);
     assert!(acc + a_vectors + broadcast <= ch10::AVX2_REGISTERS);
     assert_eq!(ch10::accumulator_registers(8, 6, 4).expect("f64"), 12);
-    // AVX-512: 32×12 f32 in 16-lane zmm registers, 24 accumulators + 2 + 1 of 32.
-    assert_eq!(ch10::accumulator_registers(32, 12, 16).expect("avx512"), 24);
+    // AVX-512: 32×8 f32 in 16-lane zmm registers, 16 accumulators + 2 + 1 of 32 (8 columns, so
+    // the GPT's widths 32, 64, 128, 384 and 512 need no edge tiles).
+    assert_eq!(ch10::accumulator_registers(32, 8, 16).expect("avx512"), 16);
+    assert_eq!(ch10::accumulator_registers(16, 8, 8).expect("avx512 f64"), 16);
     assert!(ch10::accumulator_registers(15, 6, 8).is_err());
     if Kernel::Avx2.is_available() {
         assert_eq!(tile_shape::<f32>(Kernel::Avx2).expect("available"), (16, 6));
         assert_eq!(tile_shape::<f64>(Kernel::Avx2).expect("available"), (8, 6));
     }
     if Kernel::Avx512.is_available() {
-        assert_eq!(tile_shape::<f32>(Kernel::Avx512).expect("available"), (32, 12));
-        assert_eq!(tile_shape::<f64>(Kernel::Avx512).expect("available"), (16, 12));
+        assert_eq!(tile_shape::<f32>(Kernel::Avx512).expect("available"), (32, 8));
+        assert_eq!(tile_shape::<f64>(Kernel::Avx512).expect("available"), (16, 8));
     }
     assert_eq!(tile_shape::<f32>(Kernel::Scalar).expect("always"), matmul::SCALAR_TILE);
 }
@@ -764,16 +769,16 @@ fn the_avx2_f32_tile_uses_12_of_16_registers_for_accumulators() {
 fn packed_blocks_fit_their_caches() {
     let fp = ch10::footprint(16, 6, matmul::AVX2_F32_BLOCKING, 4);
     assert_eq!((fp.b_sliver, fp.a_sliver, fp.a_block, fp.b_panel), (9216, 24576, 147_456, 1_585_152));
-    // Each tuned kernel's blocks against the caches they target: Zen 3 for the measured AVX2 and
-    // portable constants, Zen 5 (48 KiB L1d, 1 MiB L2) for the AVX-512 ones.
+    // Each tuned kernel's blocks against the caches they target: Zen 3 for the AVX2 and portable
+    // constants, Zen 4 (32 KiB L1d, 1 MiB L2), where they were swept, for the AVX-512 ones.
     let zen3 = (ch10::L1D_BYTES, ch10::L2_BYTES, ch10::L3_BYTES);
-    let zen5 = (ch10::ZEN5_L1D_BYTES, ch10::ZEN5_L2_BYTES, ch10::L3_BYTES);
+    let zen4 = (ch10::L1D_BYTES, ch10::ZEN4_L2_BYTES, ch10::L3_BYTES);
     for (mr, nr, b, elem, (l1, l2, l3)) in [
         (16, 6, matmul::AVX2_F32_BLOCKING, 4, zen3),
         (8, 6, matmul::AVX2_F64_BLOCKING, 8, zen3),
         (4, 4, matmul::SCALAR_BLOCKING, 8, zen3),
-        (32, 12, matmul::AVX512_F32_BLOCKING, 4, zen5),
-        (16, 12, matmul::AVX512_F64_BLOCKING, 8, zen5),
+        (32, 8, matmul::AVX512_F32_BLOCKING, 4, zen4),
+        (16, 8, matmul::AVX512_F64_BLOCKING, 8, zen4),
     ] {
         let fp = ch10::footprint(mr, nr, b, elem);
         // The reused B̃ sliver takes at most half of L1, leaving the rest to the Ã sliver streaming by.

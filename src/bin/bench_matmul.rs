@@ -12,7 +12,10 @@
 //! `--no-write` prints without touching the chapter.
 //!
 //! Every implementation of a row is timed in turn, sample after sample, so a burst of load from
-//! other programs hits them alike; the reported figure is the median of the samples.
+//! other programs hits them alike; the reported figure is the median of the samples. A
+//! single-threaded contender is timed by the CPU time of its thread (on Linux), so the time the
+//! scheduler gives to other programs is not counted against it; a two-thread contender can only be
+//! timed by the wall clock, and its ratios are taken against wall-clock figures of the same samples.
 
 use clap::{Parser, Subcommand};
 use llm_workbook::float::Float;
@@ -65,6 +68,20 @@ enum Command {
 
 // ───────────────────────────── timing ─────────────────────────────
 
+/// Runs `$body` with the type alias `$t` standing for f64 when `$f64` is true, f32 otherwise: the
+/// one place the benchmark chooses its element type at run time.
+macro_rules! with_type {
+    ($f64:expr, $t:ident => $body:expr) => {
+        if $f64 {
+            type $t = f64;
+            $body
+        } else {
+            type $t = f32;
+            $body
+        }
+    };
+}
+
 /// One contender of a row: a name and the work it repeats.
 struct Contender<'a> {
     name: String,
@@ -73,6 +90,30 @@ struct Contender<'a> {
 
 fn contender<'a>(name: impl Into<String>, run: impl FnMut() + 'a) -> Contender<'a> {
     Contender { name: name.into(), run: Box::new(run) }
+}
+
+/// Seconds of CPU time the calling thread has used (Linux); elsewhere the wall clock since the
+/// first call, so differences are still durations.
+fn thread_cpu_seconds() -> f64 {
+    #[cfg(target_os = "linux")]
+    {
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+        t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        START.get_or_init(Instant::now).elapsed().as_secs_f64()
+    }
+}
+
+/// Median seconds per call of one contender by each clock.
+#[derive(Clone, Copy, Debug)]
+struct Timing {
+    /// By the wall clock: what a user waits, including time the scheduler gave to other programs.
+    wall: f64,
+    /// By the CPU time of the calling thread: the work of a single-threaded contender alone.
+    cpu: f64,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -87,9 +128,9 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-/// Median seconds per call of each contender, sampled in turn. Each sample repeats the call
-/// enough times to last about `min_sample` seconds (after one warm-up call).
-fn race(contenders: &mut [Contender], samples: usize, min_sample: f64) -> Vec<f64> {
+/// Median seconds per call of each contender, sampled in turn, by both clocks. Each sample repeats
+/// the call enough times to last about `min_sample` seconds (after one warm-up call).
+fn race(contenders: &mut [Contender], samples: usize, min_sample: f64) -> Vec<Timing> {
     let mut reps = Vec::new();
     for c in contenders.iter_mut() {
         (c.run)();
@@ -98,17 +139,19 @@ fn race(contenders: &mut [Contender], samples: usize, min_sample: f64) -> Vec<f6
         let once = t.elapsed().as_secs_f64().max(1e-9);
         reps.push(((min_sample / once).ceil() as usize).clamp(1, 100_000));
     }
-    let mut times = vec![Vec::new(); contenders.len()];
+    let mut wall = vec![Vec::new(); contenders.len()];
+    let mut cpu = vec![Vec::new(); contenders.len()];
     for _ in 0..samples {
         for (i, c) in contenders.iter_mut().enumerate() {
-            let t = Instant::now();
+            let (t, c0) = (Instant::now(), thread_cpu_seconds());
             for _ in 0..reps[i] {
                 (c.run)();
             }
-            times[i].push(t.elapsed().as_secs_f64() / reps[i] as f64);
+            cpu[i].push((thread_cpu_seconds() - c0) / reps[i] as f64);
+            wall[i].push(t.elapsed().as_secs_f64() / reps[i] as f64);
         }
     }
-    times.into_iter().map(median).collect()
+    wall.into_iter().zip(cpu).map(|(w, c)| Timing { wall: median(w), cpu: median(c) }).collect()
 }
 
 fn gflops(flops: f64, secs: f64) -> f64 {
@@ -118,18 +161,26 @@ fn gflops(flops: f64, secs: f64) -> f64 {
 // ───────────────────────────── peak and bandwidth ─────────────────────────────
 
 /// FMA peak in GFLOP/s of `kernel` in type T on `threads` threads (each running the probe): the
-/// fastest of `samples` runs.
+/// fastest of `samples` runs. Each thread's rate is taken over its own CPU time, so the figure is
+/// what the cores can do while they run this code, however much of the time other programs get;
+/// the rates of the threads add up.
 fn fma_peak<T: Element>(kernel: Kernel, threads: usize, samples: usize) -> f64 {
     let iterations = 4_000_000;
     let mut rates = Vec::new();
     for _ in 0..samples {
-        let t = Instant::now();
-        let flops: u64 = std::thread::scope(|s| {
-            let hs: Vec<_> =
-                (0..threads).map(|_| s.spawn(move || matmul::fma_probe::<T>(kernel, iterations).map_or(0, |r| black_box(r).0))).collect();
-            hs.into_iter().map(|h| h.join().unwrap_or(0)).sum()
+        let rate: f64 = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..threads)
+                .map(|_| {
+                    s.spawn(move || {
+                        let c0 = thread_cpu_seconds();
+                        let flops = matmul::fma_probe::<T>(kernel, iterations).map_or(0, |r| black_box(r).0);
+                        gflops(flops as f64, (thread_cpu_seconds() - c0).max(1e-9))
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap_or(0.0)).sum()
         });
-        rates.push(gflops(flops as f64, t.elapsed().as_secs_f64()));
+        rates.push(rate);
     }
     // A ceiling is the best the machine can do: load from other programs only ever lowers a
     // sample, so the fastest sample is the estimate (products, by contrast, report medians).
@@ -245,8 +296,15 @@ struct Row {
     ty: &'static str,
     flops: f64,
     naive: Option<f64>,
+    /// nalgebra by the CPU time of its thread (compared with `ours1`).
     nalgebra: f64,
+    /// nalgebra by the wall clock of the same samples (compared with `ours2`).
+    nalgebra_wall: f64,
+    /// Ours on one thread by the CPU time of its thread.
     ours1: f64,
+    /// Ours on one thread by the wall clock (compared with `ours2` in the 2T / 1T column).
+    ours1_wall: f64,
+    /// Ours on two threads by the wall clock.
     ours2: f64,
     threads2: usize,
 }
@@ -281,16 +339,19 @@ fn measure<T: Element + Float>(
         gemm_with(Settings { threads: Some(2), ..Settings::default() }, T::one(), &a, ta, &b, tb, T::zero(), &mut c)
             .map_or(0, |s| s.threads)
     };
-    let nalgebra = secs[2..2 + n_ways].iter().copied().fold(f64::INFINITY, f64::min);
+    let nalgebra = secs[2..2 + n_ways].iter().map(|t| t.cpu).fold(f64::INFINITY, f64::min);
+    let nalgebra_wall = secs[2..2 + n_ways].iter().map(|t| t.wall).fold(f64::INFINITY, f64::min);
     Row {
         label: label.to_string(),
         shape: format!("{m}×{k} · {k}×{n}{}{}", if ta == Op::T { " (Aᵀ)" } else { "" }, if tb == Op::T { " (Bᵀ)" } else { "" }),
         ty: if size_of::<T>() == 4 { "f32" } else { "f64" },
         flops,
-        naive: secs.get(2 + n_ways).map(|&s| gflops(flops, s)),
+        naive: secs.get(2 + n_ways).map(|s| gflops(flops, s.cpu)),
         nalgebra: gflops(flops, nalgebra),
-        ours1: gflops(flops, secs[0]),
-        ours2: gflops(flops, secs[1]),
+        nalgebra_wall: gflops(flops, nalgebra_wall),
+        ours1: gflops(flops, secs[0].cpu),
+        ours1_wall: gflops(flops, secs[0].wall),
+        ours2: gflops(flops, secs[1].wall),
         threads2,
     }
 }
@@ -349,8 +410,8 @@ fn table(machine: &Machine, rows: &[Row], with_naive: bool) -> String {
                 r.nalgebra,
                 r.ours1,
                 ratio(r.ours1, r.nalgebra),
-                ratio(r.ours2, r.nalgebra),
-                ratio(r.ours2, r.ours1)
+                ratio(r.ours2, r.nalgebra_wall),
+                ratio(r.ours2, r.ours1_wall)
             ));
         } else {
             out.push_str(&format!(
@@ -361,8 +422,8 @@ fn table(machine: &Machine, rows: &[Row], with_naive: bool) -> String {
                 r.nalgebra,
                 r.ours1,
                 ratio(r.ours1, r.nalgebra),
-                ratio(r.ours2, r.nalgebra),
-                ratio(r.ours2, r.ours1)
+                ratio(r.ours2, r.nalgebra_wall),
+                ratio(r.ours2, r.ours1_wall)
             ));
         }
     }
@@ -422,11 +483,7 @@ fn run_all(samples: usize, write: bool) -> Result<(), String> {
     let mut squares = Vec::new();
     for n in [64, 128, 256, 512, 1024, 2048] {
         for f64_ in [false, true] {
-            let row = if f64_ {
-                measure::<f64>(&n.to_string(), (n, n, n), Op::N, Op::N, n <= 512, samples, &mut rng)
-            } else {
-                measure::<f32>(&n.to_string(), (n, n, n), Op::N, Op::N, n <= 512, samples, &mut rng)
-            };
+            let row = with_type!(f64_, T => measure::<T>(&n.to_string(), (n, n, n), Op::N, Op::N, n <= 512, samples, &mut rng));
             println!("{row:?}");
             squares.push(row);
         }
@@ -434,11 +491,7 @@ fn run_all(samples: usize, write: bool) -> Result<(), String> {
     let mut gpt = Vec::new();
     for f64_ in [false, true] {
         for (label, shape, ta, tb) in gpt_shapes() {
-            let row = if f64_ {
-                measure::<f64>(label, shape, ta, tb, false, samples, &mut rng)
-            } else {
-                measure::<f32>(label, shape, ta, tb, false, samples, &mut rng)
-            };
+            let row = with_type!(f64_, T => measure::<T>(label, shape, ta, tb, false, samples, &mut rng));
             println!("{row:?}");
             gpt.push(row);
         }
@@ -477,7 +530,7 @@ fn thread_crossover(samples: usize, rng: &mut Rng) -> Vec<(usize, f64, f64, f64)
         ];
         let secs = race(&mut cs, samples, 0.02);
         let flops = 2.0 * (n * n * n) as f64;
-        out.push((n, flops, gflops(flops, secs[0]), gflops(flops, secs[1])));
+        out.push((n, flops, gflops(flops, secs[0].wall), gflops(flops, secs[1].wall)));
     }
     out
 }
@@ -486,16 +539,18 @@ fn report(machine: &Machine, squares: &[Row], gpt: &[Row], crossover: &[(usize, 
     let mut out = String::new();
     out.push_str(&format!(
         "Measured by `cargo run --release --bin bench_matmul` on {} ({} cores, kernel `{}`), median of the samples, \
-GFLOP/s = 2·m·n·k / time. The machine was shared with other jobs (load average {} before, {} after), so the \
-figures are lower and noisier than on an idle machine; every row times its contenders in turn to share the noise \
-fairly.\n\n",
+GFLOP/s = 2·m·n·k / time. The machine was shared with other jobs (load average {} before, {} after); every row \
+times its contenders in turn to share the noise fairly. Single-threaded figures (naive, nalgebra, ours 1T) are timed \
+by the CPU time of their thread, so time the scheduler gave to other programs does not count; ours 2T can only be \
+timed by the wall clock, and its two ratios (against nalgebra and against ours 1T) use wall-clock figures of the \
+same samples, so they still compare like with like.\n\n",
         machine.cpu,
         std::thread::available_parallelism().map_or(1, |n| n.get()),
         machine.kernel,
         machine.load_before,
         machine.load_after
     ));
-    out.push_str("| ceiling (fastest sample) | f32 | f64 |\n|---|---|---|\n");
+    out.push_str("| ceiling (fastest sample; FMA peak over each thread's CPU time) | f32 | f64 |\n|---|---|---|\n");
     out.push_str(&format!("| FMA peak, 1 core | {:.1} GFLOP/s | {:.1} GFLOP/s |\n", machine.peak[0].0, machine.peak[1].0));
     out.push_str(&format!("| FMA peak, 2 cores | {:.1} GFLOP/s | {:.1} GFLOP/s |\n", machine.peak[0].1, machine.peak[1].1));
     out.push_str(&format!(
@@ -596,7 +651,7 @@ fn sweep_line<T: Element + Float>(n: usize, variants: &[Blocking], samples: usiz
         })
         .collect();
     let secs = race(&mut contenders, samples, 0.03);
-    secs.into_iter().map(|s| gflops(2.0 * (n * n * n) as f64, s)).collect()
+    secs.into_iter().map(|s| gflops(2.0 * (n * n * n) as f64, s.cpu)).collect()
 }
 
 fn run_sweep(samples: usize, write: bool) -> Result<(), String> {
@@ -607,11 +662,8 @@ fn run_sweep(samples: usize, write: bool) -> Result<(), String> {
     let mut figs = Vec::new();
     for f64_ in [false, true] {
         let ty = if f64_ { "f64" } else { "f32" };
-        let base = if f64_ { matmul::default_blocking::<f64>(kernel) } else { matmul::default_blocking::<f32>(kernel) }
-            .map_err(|e| e.to_string())?;
-        let line = |variants: &[Blocking], n: usize, rng: &mut Rng| {
-            if f64_ { sweep_line::<f64>(n, variants, samples, rng) } else { sweep_line::<f32>(n, variants, samples, rng) }
-        };
+        let base = with_type!(f64_, T => matmul::default_blocking::<T>(kernel)).map_err(|e| e.to_string())?;
+        let line = |variants: &[Blocking], n: usize, rng: &mut Rng| with_type!(f64_, T => sweep_line::<T>(n, variants, samples, rng));
         out.push_str(&format!(
             "**{ty}** (defaults MC = {}, KC = {}, NC = {}):\n\n| constant | value | n | GFLOP/s | of the line's best |\n|---|---|---|---|---|\n",
             base.mc, base.kc, base.nc
@@ -651,7 +703,7 @@ fn run_sweep(samples: usize, write: bool) -> Result<(), String> {
     }
     let head = format!(
         "Single-threaded GFLOP/s (median of {samples} samples) of kernel `{kernel}` on square products, varying one constant \
-at a time from the defaults, every value of a line timed in turn sample by sample; measured by \
+at a time from the defaults, every value of a line timed in turn sample by sample by the CPU time of its thread; measured by \
 `cargo run --release --bin bench_matmul -- sweep` on {} while the machine was shared (load average {} before, {} after).\n\n",
         cpu_name(),
         load_before,
@@ -678,7 +730,12 @@ fn run_shape<T: Element + Float>(m: usize, k: usize, n: usize, ta: Op, tb: Op, t
     let secs = race(&mut cs, samples, 0.05);
     let flops = 2.0 * (m * n * k) as f64;
     for (c, s) in cs.iter().zip(secs) {
-        println!("{:<36} {:8.1} GFLOP/s", c.name, gflops(flops, s));
+        println!(
+            "{:<36} {:8.1} GFLOP/s by the wall clock, {:8.1} by the thread's CPU time",
+            c.name,
+            gflops(flops, s.wall),
+            gflops(flops, s.cpu)
+        );
     }
 }
 
@@ -690,11 +747,7 @@ fn main() -> std::process::ExitCode {
         Command::Sweep => run_sweep(samples, !cli.no_write),
         Command::Shape { m, k, n, ta, tb, f64, threads } => {
             let (ta, tb) = (if ta { Op::T } else { Op::N }, if tb { Op::T } else { Op::N });
-            if f64 {
-                run_shape::<f64>(m, k, n, ta, tb, threads, samples);
-            } else {
-                run_shape::<f32>(m, k, n, ta, tb, threads, samples);
-            }
+            with_type!(f64, T => run_shape::<T>(m, k, n, ta, tb, threads, samples));
             Ok(())
         }
     };

@@ -9,8 +9,9 @@
 //!                   micro-kernel: C[ic+ir.., jc+jr..] (MR×NR) ← α·Ã·B̃ + β·C  ...... registers
 //! ```
 //!
-//! With several threads, loop 3's blocks are shared out (see [`gemm`]). Everything here is safe
-//! code; the only `unsafe` lives behind the micro-kernel's safe signature.
+//! With several threads, C is cut into pieces along its longer side and each thread runs these
+//! loops on the pieces it takes (see [`gemm`]). Everything here is safe code; the only `unsafe`
+//! lives behind the micro-kernel's safe signature.
 
 use super::Element;
 use super::dispatch::{Blocking, ProductStats};
@@ -19,17 +20,17 @@ use super::pack::{Operand, pack_a, pack_b};
 use std::sync::Mutex;
 
 /// Products with fewer flops (2·m·n·k) than this run on one thread. Starting and joining a
-/// scoped thread costs about 30 µs at best and 50–80 µs typically on this machine, so a second
-/// thread can only pay for products that take several times that on one thread: 2·10⁷ flops is
-/// about 270 µs at 75 GFLOP/s (a 215³ product). The chapter's crossover table, forcing two threads,
-/// found them losing up to 192³ and winning from 256³.
+/// scoped thread costs about 30 µs at best and 50–80 µs typically on the machines here (the
+/// benchmark measures it), once per product, so a second thread can only pay for products that
+/// take several times that on one thread: 2·10⁷ flops is about 200 µs at 100 GFLOP/s (a 215³
+/// product). The chapter's crossover table, forcing two threads, shows where they start to win.
 pub const PARALLEL_MIN_FLOPS: f64 = 2.0e7;
 
-/// The largest register tile of any kernel (AVX-512 f32, 32×12): the size of the scratch tile
+/// The largest register tile of any kernel (AVX-512 f32, 32×8): the size of the scratch tile
 /// edge tiles are computed into.
-pub const MAX_TILE: usize = 32 * 12;
-/// The most columns of any kernel's tile.
-pub const MAX_NR: usize = 12;
+pub const MAX_TILE: usize = 32 * 8;
+/// The most columns of any kernel's tile (the 6 of AVX2, the 8 of AVX-512, the portable 4).
+pub const MAX_NR: usize = 8;
 
 /// Packing buffers of one thread, kept between products so they are allocated once.
 pub struct Workspace<T> {
@@ -78,11 +79,15 @@ pub(crate) struct Plan<T: 'static> {
 /// C ← α·op(A)·op(B) + β·C with op(A) m×k, op(B) k×n, C column-major m×n in `c` (shapes checked
 /// by the caller). Returns what was done.
 ///
-/// With more than one thread, each (jc, pc) step packs B̃ once, on the calling thread, and then
-/// hands out the MC-row blocks of loop 3 from a shared queue: every thread (the caller included)
-/// takes the next block, packs its Ã into its own buffer and writes those rows of C. No block is
+/// With more than one thread, C is cut along its longer side into pieces (whole register tiles,
+/// two per thread when there are enough tiles), and every thread, the caller included, takes the
+/// next piece from a shared queue and runs the five loops on it alone: a piece of rows needs only
+/// its rows of op(A) and all of op(B), a piece of columns all of op(A) and its columns of op(B).
+/// Each thread packs what its piece needs into its own buffers, so threads share nothing they
+/// write, never wait for each other inside a product, and are started once per product. Cutting
+/// the longer side means the operand packed again by every piece is the smaller one. No piece is
 /// assigned in advance, so if the machine is busy and a helper thread starts late, the caller
-/// simply does more of the blocks instead of waiting.
+/// simply does more of the pieces instead of waiting.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm<T: Element>(
     plan: Plan<T>,
@@ -104,76 +109,54 @@ pub(crate) fn gemm<T: Element>(
         return stats;
     }
     let (mr, nr) = (mk.mr, mk.nr);
-    // Loops 4 and 5 cut k and n into equal pieces no larger than KC and NC (rounded up to whole
-    // slivers), so no step is left with a thin remainder: k = 300 with KC = 256 is two updates of
-    // 150, not 256 + 44.
-    let kc_max = balanced(k, plan.blocking.kc, 1);
-    let nc_max = balanced(n, plan.blocking.nc, nr);
-    let tuned_mc = plan.blocking.mc.clamp(1, m).next_multiple_of(mr);
     let flops = 2.0 * m as f64 * n as f64 * k as f64;
     let wanted = if flops < plan.min_parallel_flops { 1 } else { plan.threads.max(1) };
-    // With several threads, cut the rows finer when the tuned MC would leave fewer than two
-    // blocks per thread (so a late thread can be covered for), but never below one tile.
-    let parallel_mc = tuned_mc.min(m.div_ceil(2 * wanted).next_multiple_of(mr));
-    let threads = wanted.min(m.div_ceil(parallel_mc));
-    let mc = if threads > 1 { parallel_mc } else { tuned_mc };
+    // Cut the longer side (counted in register tiles) into pieces of whole tiles: two per thread
+    // when there are enough tiles, so a late thread can be covered for.
+    let by_rows = m.div_ceil(mr) > n.div_ceil(nr);
+    let (len, unit) = if by_rows { (m, mr) } else { (n, nr) };
+    let tiles_along = len.div_ceil(unit);
+    let threads = wanted.min(tiles_along);
+    let pieces = if threads > 1 { (2 * threads).min(tiles_along) } else { 1 };
+    let piece_len = len.div_ceil(pieces).next_multiple_of(unit);
     stats.threads = threads;
+    let job = Job { plan, alpha, a, b, beta, k };
     stats.tiles = T::with_workspaces(threads, |workspaces| {
-        let (main, helpers) = workspaces.split_first_mut().expect("at least one workspace");
-        let mut tiles = 0;
-        for jc in (0..n).step_by(nc_max) {
-            let nc = nc_max.min(n - jc);
-            for pc in (0..k).step_by(kc_max) {
-                let kc = kc_max.min(k - pc);
-                let (a_buf, b_buf, tile) = main.buffers(mc * kc_max, kc_max * nc_max);
-                pack_b(b_buf, b, pc, kc, jc, nc, nr);
-                let step = Step {
-                    kernel: mk,
-                    alpha,
-                    // The first rank-kc update applies β; later ones add onto what it wrote.
-                    beta: if pc == 0 { beta } else { T::one() },
-                    a,
-                    pc,
-                    kc,
-                    nc,
-                    b_panel: b_buf,
-                };
-                let blocks = row_blocks(&mut c[jc * m..(jc + nc) * m], m, mc);
-                if threads == 1 {
-                    for mut block in blocks {
-                        tiles += step.run(a_buf, tile, &mut block);
-                    }
-                } else {
-                    let queue = Mutex::new(blocks.into_iter());
-                    tiles += std::thread::scope(|s| {
-                        let (step, queue) = (&step, &queue);
-                        let spawned: Vec<_> = helpers
-                            .iter_mut()
-                            .take(threads - 1)
-                            .map(|ws| {
-                                s.spawn(move || {
-                                    let (a_buf, _, tile) = ws.buffers(mc * kc_max, 0);
-                                    step.drain(queue, a_buf, tile)
-                                })
-                            })
-                            .collect();
-                        let mut t = step.drain(queue, a_buf, tile);
-                        // The queue is empty; helpers may still be finishing a block. Yield rather
-                        // than block while they do: a blocked thread's core may go to sleep, and
-                        // waking it (in a virtual machine especially) can take milliseconds.
-                        while !spawned.iter().all(|h| h.is_finished()) {
-                            std::thread::yield_now();
-                        }
-                        for h in spawned {
-                            // A helper can only panic on an internal bug; re-raise it here.
-                            t += h.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
-                        }
-                        t
-                    });
+        if threads == 1 {
+            let mut columns: Vec<&mut [T]> = c.chunks_exact_mut(m).collect();
+            return job.run(&mut workspaces[0], Piece { i0: 0, rows: m, j0: 0, columns: &mut columns });
+        }
+        // Each piece owns its part of C: a run of whole columns, or the same rows of every column.
+        let mut parts: Vec<(usize, Vec<&mut [T]>)> = Vec::with_capacity(pieces);
+        if by_rows {
+            parts.extend((0..m).step_by(piece_len).map(|i0| (i0, Vec::with_capacity(n))));
+            for column in c.chunks_exact_mut(m) {
+                for (part, rows) in parts.iter_mut().zip(column.chunks_mut(piece_len)) {
+                    part.1.push(rows);
                 }
             }
+        } else {
+            parts.extend(c.chunks_mut(piece_len * m).enumerate().map(|(q, run)| (q * piece_len, run.chunks_exact_mut(m).collect())));
         }
-        tiles
+        let queue = Mutex::new(parts.into_iter());
+        let (job, queue) = (&job, &queue);
+        let (main, helpers) = workspaces.split_first_mut().expect("at least one workspace");
+        std::thread::scope(|s| {
+            let spawned: Vec<_> =
+                helpers.iter_mut().take(threads - 1).map(|ws| s.spawn(move || job.drain(queue, ws, by_rows, m))).collect();
+            let mut tiles = job.drain(queue, main, by_rows, m);
+            // The queue is empty; helpers may still be finishing a piece. Yield rather than block
+            // while they do: a blocked thread's core may go to sleep, and waking it (in a virtual
+            // machine especially) can take milliseconds.
+            while !spawned.iter().all(|h| h.is_finished()) {
+                std::thread::yield_now();
+            }
+            for h in spawned {
+                // A helper can only panic on an internal bug; re-raise it here.
+                tiles += h.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
+            }
+            tiles
+        })
     });
     stats
 }
@@ -194,82 +177,120 @@ fn scale<T: Element>(c: &mut [T], beta: T) {
     }
 }
 
-/// Rows `ic..ic+rows` of every column of the current panel of C: the unit of work of loop 3.
-struct RowBlock<'c, T> {
-    ic: usize,
+/// A piece of C: rows `i0..i0+rows` of columns `j0..j0+columns.len()`, each column given as the
+/// slice of just those rows.
+struct Piece<'p, 'c, T> {
+    i0: usize,
     rows: usize,
-    columns: Vec<&'c mut [T]>,
+    j0: usize,
+    columns: &'p mut [&'c mut [T]],
 }
 
-/// Cuts the panel (whole columns of length m, one after the other) into blocks of `mc` rows:
-/// disjoint mutable pieces, so blocks can go to different threads.
-fn row_blocks<T>(panel: &mut [T], m: usize, mc: usize) -> Vec<RowBlock<'_, T>> {
-    let ncols = panel.len() / m;
-    let mut blocks: Vec<RowBlock<T>> =
-        (0..m.div_ceil(mc)).map(|q| RowBlock { ic: q * mc, rows: mc.min(m - q * mc), columns: Vec::with_capacity(ncols) }).collect();
-    for column in panel.chunks_exact_mut(m) {
-        for (block, piece) in blocks.iter_mut().zip(column.chunks_mut(mc)) {
-            block.columns.push(piece);
-        }
-    }
-    blocks
-}
+/// The pieces of C not yet taken: (first row or column, the piece's column slices).
+type PieceQueue<'c, T> = Mutex<std::vec::IntoIter<(usize, Vec<&'c mut [T]>)>>;
 
-/// Everything loops 3 to 1 need for one (jc, pc) step, shared read-only by the threads.
-struct Step<'s, T: 'static> {
-    kernel: MicroKernel<T>,
+/// What every piece of one product shares, read-only.
+struct Job<'s, T: 'static> {
+    plan: Plan<T>,
     alpha: T,
-    beta: T,
     a: Operand<'s, T>,
-    pc: usize,
-    kc: usize,
-    nc: usize,
-    b_panel: &'s [T],
+    b: Operand<'s, T>,
+    beta: T,
+    k: usize,
 }
 
-impl<T: Element> Step<'_, T> {
-    /// Takes blocks from the queue until it is empty; returns the micro-kernel calls made.
-    fn drain(&self, queue: &Mutex<std::vec::IntoIter<RowBlock<T>>>, a_buf: &mut [T], tile: &mut [T]) -> u64 {
+impl<T: Element> Job<'_, T> {
+    /// Takes pieces from the queue until it is empty; returns the micro-kernel calls made.
+    fn drain(&self, queue: &PieceQueue<'_, T>, ws: &mut Workspace<T>, by_rows: bool, m: usize) -> u64 {
         let mut tiles = 0;
         loop {
-            // The lock is held only to take the next block; a poisoned lock still holds a valid
+            // The lock is held only to take the next piece; a poisoned lock still holds a valid
             // iterator.
             let next = queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner).next();
-            match next {
-                Some(mut block) => tiles += self.run(a_buf, tile, &mut block),
-                None => return tiles,
-            }
+            let Some((start, mut columns)) = next else { return tiles };
+            let piece = if by_rows {
+                Piece { i0: start, rows: columns.first().map_or(0, |c| c.len()), j0: 0, columns: &mut columns }
+            } else {
+                Piece { i0: 0, rows: m, j0: start, columns: &mut columns }
+            };
+            tiles += self.run(ws, piece);
         }
     }
 
-    /// Loop 3's body for one block: pack its Ã, then loops 2 and 1 over the micro-kernel.
-    fn run(&self, a_buf: &mut [T], scratch: &mut [T], block: &mut RowBlock<T>) -> u64 {
-        let (mk, kc) = (self.kernel, self.kc);
+    /// The five loops on one piece of C; returns the micro-kernel calls made.
+    fn run(&self, ws: &mut Workspace<T>, piece: Piece<T>) -> u64 {
+        let (mk, k) = (self.plan.kernel, self.k);
         let (mr, nr) = (mk.mr, mk.nr);
-        pack_a(a_buf, self.a, block.ic, block.rows, self.pc, kc, mr);
+        let (m, n) = (piece.rows, piece.columns.len());
+        if m == 0 || n == 0 {
+            return 0;
+        }
+        // Loops 4 and 5 cut k and n into equal pieces no larger than KC and NC (rounded up to
+        // whole slivers), so no step is left with a thin remainder: k = 300 with KC = 256 is two
+        // updates of 150, not 256 + 44.
+        let kc_max = balanced(k, self.plan.blocking.kc, 1);
+        let nc_max = balanced(n, self.plan.blocking.nc, nr);
+        let mc_max = self.plan.blocking.mc.clamp(1, m).next_multiple_of(mr);
+        let (a_buf, b_buf, scratch) = ws.buffers(mc_max * kc_max, kc_max * nc_max);
         let mut tiles = 0;
-        for jr in (0..self.nc).step_by(nr) {
-            let cols = nr.min(self.nc - jr);
-            let b_sliver = &self.b_panel[jr * kc..(jr + nr) * kc];
-            for ir in (0..block.rows).step_by(mr) {
-                let rows = mr.min(block.rows - ir);
-                let a_sliver = &a_buf[ir * kc..(ir + mr) * kc];
-                if rows == mr && cols == nr {
-                    (mk.run)(kc, a_sliver, b_sliver, self.alpha, self.beta, &mut block.columns[jr..jr + nr], ir);
-                } else {
-                    // An edge tile: compute the full tile into scratch, keep the part inside C.
-                    let mut pieces = scratch.chunks_exact_mut(mr);
-                    let mut tile: [&mut [T]; MAX_NR] = std::array::from_fn(|_| pieces.next().unwrap_or_default());
-                    (mk.run)(kc, a_sliver, b_sliver, T::one(), T::zero(), &mut tile[..nr], 0);
-                    for (c_col, t_col) in block.columns[jr..jr + cols].iter_mut().zip(&tile) {
-                        for (c_ij, &t) in c_col[ir..ir + rows].iter_mut().zip(t_col.iter()) {
-                            *c_ij = if self.beta == T::zero() { self.alpha * t } else { self.alpha * t + self.beta * *c_ij };
+        // loop 5: a KC×NC panel of op(B) at a time.
+        for jc in (0..n).step_by(nc_max) {
+            let nc = nc_max.min(n - jc);
+            // loop 4: one rank-KC update of the panel.
+            for pc in (0..k).step_by(kc_max) {
+                let kc = kc_max.min(k - pc);
+                pack_b(b_buf, self.b, pc, kc, piece.j0 + jc, nc, nr);
+                // The first rank-kc update applies β; later ones add onto what it wrote.
+                let beta = if pc == 0 { self.beta } else { T::one() };
+                // loop 3: an MC×KC block of op(A), packed into Ã.
+                for ic in (0..m).step_by(mc_max) {
+                    let mc = mc_max.min(m - ic);
+                    pack_a(a_buf, self.a, piece.i0 + ic, mc, pc, kc, mr);
+                    // loop 2: one KC×NR sliver of B̃, against every sliver of Ã.
+                    for jr in (0..nc).step_by(nr) {
+                        let cols = nr.min(nc - jr);
+                        let b_sliver = &b_buf[jr * kc..(jr + nr) * kc];
+                        let c_cols = &mut piece.columns[jc + jr..jc + jr + cols];
+                        // loop 1: one MR×KC sliver of Ã, one micro-kernel call.
+                        for ir in (0..mc).step_by(mr) {
+                            let rows = mr.min(mc - ir);
+                            let a_sliver = &a_buf[ir * kc..(ir + mr) * kc];
+                            if rows == mr && cols == nr {
+                                (mk.run)(kc, a_sliver, b_sliver, self.alpha, beta, c_cols, ic + ir);
+                            } else {
+                                edge_tile(mk, kc, a_sliver, b_sliver, self.alpha, beta, scratch, c_cols, ic + ir, rows);
+                            }
+                            tiles += 1;
                         }
                     }
                 }
-                tiles += 1;
             }
         }
         tiles
+    }
+}
+
+/// An edge tile (fewer than MR rows or NR columns left in C): the full tile is computed into
+/// `scratch` and only its part inside C is kept, so the micro-kernel never needs a slow path.
+#[allow(clippy::too_many_arguments)]
+fn edge_tile<T: Element>(
+    mk: MicroKernel<T>,
+    kc: usize,
+    a_sliver: &[T],
+    b_sliver: &[T],
+    alpha: T,
+    beta: T,
+    scratch: &mut [T],
+    c_cols: &mut [&mut [T]],
+    row: usize,
+    rows: usize,
+) {
+    let mut pieces = scratch.chunks_exact_mut(mk.mr);
+    let mut tile: [&mut [T]; MAX_NR] = std::array::from_fn(|_| pieces.next().unwrap_or_default());
+    (mk.run)(kc, a_sliver, b_sliver, T::one(), T::zero(), &mut tile[..mk.nr], 0);
+    for (c_col, t_col) in c_cols.iter_mut().zip(&tile) {
+        for (c_ij, &t) in c_col[row..row + rows].iter_mut().zip(t_col.iter()) {
+            *c_ij = if beta == T::zero() { alpha * t } else { alpha * t + beta * *c_ij };
+        }
     }
 }

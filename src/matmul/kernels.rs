@@ -3,13 +3,17 @@
 //!
 //! # The blocking constants and the caches they target
 //!
-//! This machine (AMD EPYC, Zen 3, per core: 32 KiB L1d, 512 KiB L2; 32 MiB L3 shared) was swept
-//! by `cargo run --release --bin bench_matmul -- sweep`; the chapter shows the sweep. The rules
-//! the sweep confirmed:
+//! The AVX2 constants were swept on an AMD EPYC Zen 3 (per core: 32 KiB L1d, 512 KiB L2; 32 MiB
+//! L3 shared), the AVX-512 ones on a Zen 4 (the same but 1 MiB L2), by
+//! `cargo run --release --bin bench_matmul -- sweep` (which sweeps the best kernel of the machine
+//! it runs on); the chapter shows the sweep. The rules the sweeps confirmed:
 //!
 //! - **MR×NR** (registers): a tile whose MR/LANES·NR accumulator vectors fit in the 16 ymm (32
 //!   zmm) registers beside the MR/LANES vectors of Ã and one broadcast of B̃, with enough
-//!   independent accumulators (12, 24) to keep both FMA units busy through their latency.
+//!   independent accumulators (12 ymm, 16 zmm) to keep both FMA units busy through their latency.
+//!   The AVX-512 tiles are 8 columns wide rather than the 12 the registers would allow: on the
+//!   Zen 4 a 24-accumulator 32×12 tile was no faster on squares, and 8 divides the GPT's widths
+//!   (32, 64, 128, 384, 512), so those products need no edge tiles.
 //! - **KC** (L1): one KC×NR sliver of B̃ is reused by every micro-kernel call of loop 1, so it
 //!   must stay in L1 next to the MR×KC sliver of Ã streaming past it.
 //! - **MC** (L2): the MC×KC block Ã is re-read once per NR columns (loop 2), so it must stay in
@@ -19,6 +23,8 @@
 //!   2 MiB).
 
 use super::Element;
+#[cfg(target_arch = "x86_64")]
+use super::blocked::{MAX_NR, MAX_TILE};
 use super::dispatch::{Blocking, Kernel};
 use super::scalar;
 
@@ -67,61 +73,80 @@ pub const AVX2_F32_BLOCKING: Blocking = Blocking { mc: 96, kc: 384, nc: 1032 };
 /// 4 MiB panel clearly worse), and A is packed only once for n up to 1032.
 pub const AVX2_F64_BLOCKING: Blocking = Blocking { mc: 72, kc: 256, nc: 1032 };
 
-/// AVX-512 f32 (32×12 tile). Not measurable on this machine (no AVX-512): scaled from the AVX2
-/// choice by the same cache rules for a Zen 5 core (48 KiB L1d, 1 MiB L2). KC = 256: B̃ sliver
-/// 12 KiB, Ã sliver 32 KiB. MC = 192: Ã 192 KiB. NC = 1032: B̃ ≈ 1 MiB.
+/// AVX-512 f32 (32×8 tile), swept on an AMD EPYC Zen 4 (32 KiB L1d, 1 MiB L2, which runs each
+/// 512-bit FMA as two 256-bit halves, so its peak equals AVX2's). KC = 256: the B̃ sliver is
+/// 256·8·4 B = 8 KiB, the Ã sliver 32 KiB streams past it from L2 (192 to 768 were within 5 % of
+/// the best at n = 1024, 384 a few per cent ahead in one run and behind in another). MC = 192: Ã is
+/// 192 KiB of the 1 MiB L2 (24 to 576 rows within 7 %: no cliff in this L2). NC = 1032: B̃ ≈ 1 MiB
+/// of L3 (a single 2048-column panel lost 11 %).
 pub const AVX512_F32_BLOCKING: Blocking = Blocking { mc: 192, kc: 256, nc: 1032 };
 
-/// AVX-512 f64 (16×12 tile), unmeasured here like the f32 one. KC = 256: B̃ sliver 24 KiB,
-/// Ã sliver 32 KiB. MC = 96: Ã 192 KiB. NC = 1032: B̃ ≈ 2 MiB.
+/// AVX-512 f64 (16×8 tile), by the same cache rules on the same Zen 4. KC = 256: B̃ sliver
+/// 16 KiB, Ã sliver 32 KiB. MC = 96: Ã 192 KiB. NC = 1032: B̃ ≈ 2 MiB.
 pub const AVX512_F64_BLOCKING: Blocking = Blocking { mc: 96, kc: 256, nc: 1032 };
 
 fn scalar_kernel<T: Element>() -> MicroKernel<T> {
     MicroKernel { kind: Kernel::Scalar, mr: scalar::MR, nr: scalar::NR, blocking: SCALAR_BLOCKING, run: scalar::kernel::<T> }
 }
 
-/// The f32 kernel of family `kind`, if this CPU can run it.
-pub fn f32_kernel(kind: Kernel) -> Option<MicroKernel<f32>> {
-    if !kind.is_available() {
-        return None;
-    }
-    match kind {
-        Kernel::Scalar => Some(scalar_kernel()),
-        #[cfg(target_arch = "x86_64")]
-        Kernel::Avx2 => {
-            use super::simd::{AVX2_F32_MR, AVX2_F32_NR, avx2_f32};
-            Some(MicroKernel { kind, mr: AVX2_F32_MR, nr: AVX2_F32_NR, blocking: AVX2_F32_BLOCKING, run: avx2_f32 })
+/// Writes the lookup of one element type: `$kernel(kind)`, its micro-kernel of family `kind` if
+/// this CPU can run it, and `$probe(kind, iterations)`, its multiply-add throughput loop. The two
+/// types differ only in the names filled in here.
+macro_rules! kernel_table {
+    (
+        $t:ty, kernel = $kernel:ident, probe = $probe:ident,
+        avx2 = ($a2_mr:ident, $a2_nr:ident, $a2_run:ident, $a2_blocking:ident, $a2_probe:ident),
+        avx512 = ($a5_mr:ident, $a5_nr:ident, $a5_run:ident, $a5_blocking:ident, $a5_probe:ident) $(,)?
+    ) => {
+        #[doc = concat!("The ", stringify!($t), " micro-kernel of family `kind`, if this CPU can run it.")]
+        pub fn $kernel(kind: Kernel) -> Option<MicroKernel<$t>> {
+            if !kind.is_available() {
+                return None;
+            }
+            match kind {
+                Kernel::Scalar => Some(scalar_kernel()),
+                #[cfg(target_arch = "x86_64")]
+                Kernel::Avx2 => {
+                    use super::simd::{$a2_mr, $a2_nr, $a2_run};
+                    const { assert!($a2_nr <= MAX_NR && $a2_mr * $a2_nr <= MAX_TILE, "edge tiles need room in the scratch tile") };
+                    Some(MicroKernel { kind, mr: $a2_mr, nr: $a2_nr, blocking: $a2_blocking, run: $a2_run })
+                }
+                #[cfg(target_arch = "x86_64")]
+                Kernel::Avx512 => {
+                    use super::simd::{$a5_mr, $a5_nr, $a5_run};
+                    const { assert!($a5_nr <= MAX_NR && $a5_mr * $a5_nr <= MAX_TILE, "edge tiles need room in the scratch tile") };
+                    Some(MicroKernel { kind, mr: $a5_mr, nr: $a5_nr, blocking: $a5_blocking, run: $a5_run })
+                }
+                #[cfg(not(target_arch = "x86_64"))]
+                _ => None,
+            }
         }
-        #[cfg(target_arch = "x86_64")]
-        Kernel::Avx512 => {
-            use super::simd::{AVX512_F32_MR, AVX512_F32_NR, avx512_f32};
-            Some(MicroKernel { kind, mr: AVX512_F32_MR, nr: AVX512_F32_NR, blocking: AVX512_F32_BLOCKING, run: avx512_f32 })
+
+        #[doc = concat!("Runs the multiply-add throughput loop of family `kind` in ", stringify!($t), ": (flops, checksum).")]
+        pub fn $probe(kind: Kernel, iterations: u64) -> Option<(u64, f64)> {
+            match kind {
+                Kernel::Scalar => Some(scalar_probe::<$t>(iterations)),
+                #[cfg(target_arch = "x86_64")]
+                Kernel::Avx2 => super::simd::$a2_probe(iterations),
+                #[cfg(target_arch = "x86_64")]
+                Kernel::Avx512 => super::simd::$a5_probe(iterations),
+                #[cfg(not(target_arch = "x86_64"))]
+                _ => None,
+            }
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        _ => None,
-    }
+    };
 }
 
-/// The f64 kernel of family `kind`, if this CPU can run it.
-pub fn f64_kernel(kind: Kernel) -> Option<MicroKernel<f64>> {
-    if !kind.is_available() {
-        return None;
-    }
-    match kind {
-        Kernel::Scalar => Some(scalar_kernel()),
-        #[cfg(target_arch = "x86_64")]
-        Kernel::Avx2 => {
-            use super::simd::{AVX2_F64_MR, AVX2_F64_NR, avx2_f64};
-            Some(MicroKernel { kind, mr: AVX2_F64_MR, nr: AVX2_F64_NR, blocking: AVX2_F64_BLOCKING, run: avx2_f64 })
-        }
-        #[cfg(target_arch = "x86_64")]
-        Kernel::Avx512 => {
-            use super::simd::{AVX512_F64_MR, AVX512_F64_NR, avx512_f64};
-            Some(MicroKernel { kind, mr: AVX512_F64_MR, nr: AVX512_F64_NR, blocking: AVX512_F64_BLOCKING, run: avx512_f64 })
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        _ => None,
-    }
+kernel_table! {
+    f32, kernel = f32_kernel, probe = f32_probe,
+    avx2 = (AVX2_F32_MR, AVX2_F32_NR, avx2_f32, AVX2_F32_BLOCKING, probe_avx2_f32),
+    avx512 = (AVX512_F32_MR, AVX512_F32_NR, avx512_f32, AVX512_F32_BLOCKING, probe_avx512_f32),
+}
+
+kernel_table! {
+    f64, kernel = f64_kernel, probe = f64_probe,
+    avx2 = (AVX2_F64_MR, AVX2_F64_NR, avx2_f64, AVX2_F64_BLOCKING, probe_avx2_f64),
+    avx512 = (AVX512_F64_MR, AVX512_F64_NR, avx512_f64, AVX512_F64_BLOCKING, probe_avx512_f64),
 }
 
 /// The portable throughput probe: 12 independent multiply-then-add chains (not fused).
@@ -136,30 +161,4 @@ fn scalar_probe<T: Element + num_traits::Float>(iterations: u64) -> (u64, f64) {
     }
     let sum = acc.iter().fold(T::zero(), |s, &a| s + a);
     (iterations * 12 * 2, sum.to_f64().unwrap_or(f64::NAN))
-}
-
-/// Runs the multiply-add throughput loop of family `kind` in f32: (flops, checksum).
-pub fn f32_probe(kind: Kernel, iterations: u64) -> Option<(u64, f64)> {
-    match kind {
-        Kernel::Scalar => Some(scalar_probe::<f32>(iterations)),
-        #[cfg(target_arch = "x86_64")]
-        Kernel::Avx2 => super::simd::probe_avx2_f32(iterations),
-        #[cfg(target_arch = "x86_64")]
-        Kernel::Avx512 => super::simd::probe_avx512_f32(iterations),
-        #[cfg(not(target_arch = "x86_64"))]
-        _ => None,
-    }
-}
-
-/// Runs the multiply-add throughput loop of family `kind` in f64: (flops, checksum).
-pub fn f64_probe(kind: Kernel, iterations: u64) -> Option<(u64, f64)> {
-    match kind {
-        Kernel::Scalar => Some(scalar_probe::<f64>(iterations)),
-        #[cfg(target_arch = "x86_64")]
-        Kernel::Avx2 => super::simd::probe_avx2_f64(iterations),
-        #[cfg(target_arch = "x86_64")]
-        Kernel::Avx512 => super::simd::probe_avx512_f64(iterations),
-        #[cfg(not(target_arch = "x86_64"))]
-        _ => None,
-    }
 }

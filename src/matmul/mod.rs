@@ -14,7 +14,7 @@
 //!   specification, [`Kernel::Scalar`]) and AVX2+FMA and AVX-512F ones, chosen once at run time
 //!   from what the CPU supports and forceable with [`with_kernel`], [`set_kernel`] or the
 //!   environment variable `LLM_WORKBOOK_KERNEL`;
-//! - large products share their blocks of rows between two threads ([`default_threads`],
+//! - large products are cut into pieces of C shared between two threads ([`default_threads`],
 //!   [`PARALLEL_MIN_FLOPS`]).
 //!
 //! `unsafe` code exists only in the SIMD kernel module, behind safe functions that check the CPU
@@ -340,22 +340,13 @@ pub fn pack_a_block<T: Element>(
     depth: std::ops::Range<usize>,
     mr: usize,
 ) -> Result<Vec<T>> {
-    let (m, k) = ta.shape(a);
-    check_range("pack_a_block", "rows", &rows, m)?;
-    check_range("pack_a_block", "depth", &depth, k)?;
-    if mr == 0 {
-        return Err(invalid("pack_a_block", "mr", "at least 1 row per sliver"));
-    }
-    let (mc, kc) = (rows.len(), depth.len());
-    let mut out = vec![T::zero(); mc.div_ceil(mr) * mr * kc];
-    if kc > 0 {
-        pack::pack_a(&mut out, pack::Operand::new(a.as_slice(), a.nrows(), ta == Op::T), rows.start, mc, depth.start, kc, mr);
-    }
-    Ok(out)
+    let view = pack::Operand::new(a.as_slice(), a.nrows(), ta == Op::T);
+    packed_slivers("pack_a_block", view, ta.shape(a), ("rows", rows), depth, ("mr", mr))
 }
 
 /// The packed form B̃ of rows `depth` and columns `cols` of op(B): ⌈cols/nr⌉ slivers, each
-/// `depth.len()` rows of `nr` values, zero-padded past the last column.
+/// `depth.len()` rows of `nr` values, zero-padded past the last column. It is Ã of op(B)ᵀ (see
+/// [`pack_a_block`]): the same slivers, cut along the columns instead of the rows.
 pub fn pack_b_panel<T: Element>(
     b: &DMatrix<T>,
     tb: Op,
@@ -363,16 +354,30 @@ pub fn pack_b_panel<T: Element>(
     cols: std::ops::Range<usize>,
     nr: usize,
 ) -> Result<Vec<T>> {
+    let view = pack::Operand::new(b.as_slice(), b.nrows(), tb == Op::T).transposed();
     let (k, n) = tb.shape(b);
-    check_range("pack_b_panel", "depth", &depth, k)?;
-    check_range("pack_b_panel", "cols", &cols, n)?;
-    if nr == 0 {
-        return Err(invalid("pack_b_panel", "nr", "at least 1 column per sliver"));
+    packed_slivers("pack_b_panel", view, (n, k), ("cols", cols), depth, ("nr", nr))
+}
+
+/// Checks the ranges and packs rows `outer` and columns `depth` of `x` (an `shape.0`×`shape.1`
+/// view) into slivers of `width` rows: the shared body of [`pack_a_block`] and [`pack_b_panel`].
+fn packed_slivers<T: Element>(
+    op: &'static str,
+    x: pack::Operand<T>,
+    (outer_len, depth_len): (usize, usize),
+    (outer_name, outer): (&'static str, std::ops::Range<usize>),
+    depth: std::ops::Range<usize>,
+    (width_name, width): (&'static str, usize),
+) -> Result<Vec<T>> {
+    check_range(op, outer_name, &outer, outer_len)?;
+    check_range(op, "depth", &depth, depth_len)?;
+    if width == 0 {
+        return Err(invalid(op, width_name, "at least 1 line per sliver"));
     }
-    let (kc, nc) = (depth.len(), cols.len());
-    let mut out = vec![T::zero(); nc.div_ceil(nr) * nr * kc];
+    let (len, kc) = (outer.len(), depth.len());
+    let mut out = vec![T::zero(); len.div_ceil(width) * width * kc];
     if kc > 0 {
-        pack::pack_b(&mut out, pack::Operand::new(b.as_slice(), b.nrows(), tb == Op::T), depth.start, kc, cols.start, nc, nr);
+        pack::pack_a(&mut out, x, outer.start, len, depth.start, kc, width);
     }
     Ok(out)
 }

@@ -30,6 +30,11 @@ impl<'a, T> Operand<'a, T> {
     pub fn new(data: &'a [T], rows: usize, transposed: bool) -> Self {
         if transposed { Operand { data, rs: rows, cs: 1 } } else { Operand { data, rs: 1, cs: rows } }
     }
+
+    /// op(X)ᵀ: the same storage with the strides swapped.
+    pub fn transposed(self) -> Self {
+        Operand { data: self.data, rs: self.cs, cs: self.rs }
+    }
 }
 
 /// Packs rows `i0..i0+mc`, columns `p0..p0+kc` of op(A) into `dst` as ⌈mc/mr⌉ slivers of kc×mr.
@@ -40,26 +45,26 @@ pub(crate) fn pack_a<T: Element>(dst: &mut [T], a: Operand<T>, i0: usize, mc: us
         split_runs(dst, mr, kc, mc, |p| &a.data[i0 + (p0 + p) * a.cs..][..mc]);
     } else {
         // Row-major op(A) (a transposed DMatrix, cs = 1): row i's kc values are contiguous.
-        for (q, sliver) in dst.chunks_exact_mut(kc * mr).take(mc.div_ceil(mr)).enumerate() {
-            let r0 = i0 + q * mr;
-            interleave(sliver, mr, kc, mr.min(i0 + mc - r0), |i| &a.data[(r0 + i) * a.rs + p0..][..kc]);
+        let line = |i: usize| &a.data[(i0 + i) * a.rs + p0..][..kc];
+        let slivers = mc.div_ceil(mr);
+        for (q, sliver) in dst.chunks_exact_mut(kc * mr).take(slivers).enumerate() {
+            let r0 = q * mr;
+            // The rows of the next sliver are a whole leading dimension apart, a pattern the
+            // hardware prefetchers follow poorly: ask for them while this sliver is copied.
+            for i in (r0 + mr..mc).take(mr) {
+                prefetch(line(i));
+            }
+            interleave(sliver, mr, kc, mr.min(mc - r0), |i| line(r0 + i));
         }
     }
 }
 
 /// Packs rows `p0..p0+kc`, columns `j0..j0+nc` of op(B) into `dst` as ⌈nc/nr⌉ slivers of kc×nr.
+///
+/// B̃ is Ã of op(B)ᵀ: a sliver of kc rows of nr values of op(B) is a sliver of kc columns of nr
+/// values of its transpose, so this is [`pack_a`] on the operand with its strides swapped.
 pub(crate) fn pack_b<T: Element>(dst: &mut [T], b: Operand<T>, p0: usize, kc: usize, j0: usize, nc: usize, nr: usize) {
-    if b.cs == 1 {
-        // Row-major op(B) (a transposed DMatrix): row p of the panel is one contiguous run of nc
-        // values, cut into slivers of nr.
-        split_runs(dst, nr, kc, nc, |p| &b.data[(p0 + p) * b.rs + j0..][..nc]);
-    } else {
-        // Column-major op(B) (rs = 1): column j's kc values are contiguous.
-        for (q, sliver) in dst.chunks_exact_mut(kc * nr).take(nc.div_ceil(nr)).enumerate() {
-            let c0 = j0 + q * nr;
-            interleave(sliver, nr, kc, nr.min(j0 + nc - c0), |j| &b.data[(c0 + j) * b.cs + p0..][..kc]);
-        }
-    }
+    pack_a(dst, b.transposed(), j0, nc, p0, kc, nr);
 }
 
 /// How many runs ahead [`split_runs`] asks for the next run's cache lines. The runs of a
@@ -145,21 +150,25 @@ fn interleave<'a, T: Element>(dst: &mut [T], width: usize, kc: usize, lines: usi
 }
 
 fn interleave_full<'a, T: Element, const W: usize>(dst: &mut [T], kc: usize, line: impl Fn(usize) -> &'a [T]) {
-    // Eight steps of p at a time: each line gives eight consecutive values (one bounds check),
-    // which go to the same position of eight consecutive rows of the sliver.
+    // Eight steps of p at a time, all W lines together: each line gives eight consecutive values
+    // (one bounds check), which go to the same position of eight consecutive rows of the sliver.
+    // Only those eight rows and a short piece of every line are touched per step, so both stay in
+    // L1 however long the lines are.
     const STEPS: usize = 8;
+    let lines: [&[T]; W] = std::array::from_fn(|i| &line(i)[..kc]);
     let full = kc / STEPS * STEPS;
     let (dst_full, dst_tail) = dst[..kc * W].split_at_mut(full * W);
-    for i in 0..W {
-        let src = &line(i)[..kc];
-        for (rows, vals) in dst_full.chunks_exact_mut(STEPS * W).zip(src.chunks_exact(STEPS)) {
-            let vals: &[T; STEPS] = vals.try_into().expect("chunks_exact gives STEPS values");
+    for (p0, rows) in (0..full).step_by(STEPS).zip(dst_full.chunks_exact_mut(STEPS * W)) {
+        for (i, src) in lines.iter().enumerate() {
+            let vals: &[T; STEPS] = src[p0..p0 + STEPS].try_into().expect("STEPS values");
             for (q, &v) in vals.iter().enumerate() {
                 rows[q * W + i] = v;
             }
         }
-        for (row, &v) in dst_tail.chunks_exact_mut(W).zip(&src[full..]) {
-            row[i] = v;
+    }
+    for (p, row) in (full..kc).zip(dst_tail.chunks_exact_mut(W)) {
+        for (d, src) in row.iter_mut().zip(&lines) {
+            *d = src[p];
         }
     }
 }
