@@ -161,8 +161,75 @@ impl Activation {
     }
 }
 
-/// Elementwise a = f(z). Shapes: z N×C → a N×C. Computed in f64 and rounded back to `T`.
+// ───────────────────── GELU (tanh form) in single precision, fast ─────────────────────
+//
+// [`Activation::apply`] and [`Activation::derivative`] are the reference: f64 and the C library's
+// tanh. A GPT runs GELU on every hidden unit of every token (4d per token per layer, forward and
+// backward), and in f32 the round trip through f64 and the library's tanh, one value at a time,
+// cost more than the products around it. The f32 path below evaluates tanh as a ratio of two
+// polynomials instead: no branch and no call, so the compiler turns the loop into vector
+// instructions. `tests/ch03_mlp.rs` checks it against the reference.
+
+/// Beyond ±this, tanh rounds to ±1 in f32; the rational fit below is made for |x| ≤ it. (The
+/// clamp and the coefficients are those of the Eigen library's single-precision `tanh`.)
+pub const TANH_F32_CLAMP: f32 = 7.905_311;
+/// Numerator coefficients α₁, α₃, …, α₁₃ of the odd polynomial p(x) of tanh x ≈ p(x)/q(x) (Eigen),
+/// used rounded to f32.
+pub const TANH_F32_NUMERATOR: [f64; 7] = [
+    4.893_524_558_917_86e-3,
+    6.372_619_288_754_36e-4,
+    1.485_722_357_179_79e-5,
+    5.122_297_090_371_14e-8,
+    -8.604_671_522_137_35e-11,
+    2.000_187_904_824_77e-13,
+    -2.760_768_477_423_55e-16,
+];
+/// Denominator coefficients β₀, β₂, β₄, β₆ of the even polynomial q(x) (Eigen), used rounded to f32.
+pub const TANH_F32_DENOMINATOR: [f64; 4] =
+    [4.893_525_185_543_85e-3, 2.268_434_632_439e-3, 1.185_347_056_866_54e-4, 1.198_258_394_667_02e-6];
+/// The largest |tanh_f32(x) − tanh(x)| found on a grid of step 5·10⁻⁵ over [−10, 10]
+/// (`tests/ch03_mlp.rs` checks a bound of twice this).
+pub const TANH_F32_MAX_ERROR: f64 = 3.95e-7;
+
+/// tanh x in f32 as p(x)/q(x) after clamping x to ±[`TANH_F32_CLAMP`] (NaN stays NaN).
+pub fn tanh_f32(x: f32) -> f32 {
+    let [a1, a3, a5, a7, a9, a11, a13] = TANH_F32_NUMERATOR.map(|v| v as f32);
+    let [b0, b2, b4, b6] = TANH_F32_DENOMINATOR.map(|v| v as f32);
+    let x = x.clamp(-TANH_F32_CLAMP, TANH_F32_CLAMP);
+    let x2 = x * x;
+    let p = x * (a1 + x2 * (a3 + x2 * (a5 + x2 * (a7 + x2 * (a9 + x2 * (a11 + x2 * a13))))));
+    let q = b0 + x2 * (b2 + x2 * (b4 + x2 * b6));
+    p / q
+}
+
+/// GELU (tanh form) in f32 with [`tanh_f32`]: ½ z (1 + tanh(√(2/π)(z + 0.044715 z³))).
+pub fn gelu_tanh_f32(z: f32) -> f32 {
+    let (s, c) = (GELU_TANH_SCALE as f32, GELU_TANH_CUBIC as f32);
+    0.5 * z * (1.0 + tanh_f32(s * (z + c * z * z * z)))
+}
+
+/// The derivative of GELU (tanh form) in f32 with [`tanh_f32`], the same formula as
+/// [`Activation::derivative`]: ½(1 + t) + ½ z (1 − t²) u′.
+pub fn gelu_tanh_derivative_f32(z: f32) -> f32 {
+    let (s, c) = (GELU_TANH_SCALE as f32, GELU_TANH_CUBIC as f32);
+    let t = tanh_f32(s * (z + c * z * z * z));
+    let du = s * (1.0 + 3.0 * c * z * z);
+    0.5 * (1.0 + t) + 0.5 * z * (1.0 - t * t) * du
+}
+
+/// Whether `T` is single precision (then GELU takes the f32 path).
+fn is_f32<T: Float>() -> bool {
+    std::mem::size_of::<T>() == std::mem::size_of::<f32>()
+}
+
+/// Elementwise a = f(z). Shapes: z N×C → a N×C. Computed in f64 by the reference
+/// [`Activation::apply`] and rounded back to `T`, except GELU (tanh form) in f32, which takes
+/// [`gelu_tanh_f32`].
 pub fn activation_forward<T: Float>(act: Activation, z: &DMatrix<T>) -> DMatrix<T> {
+    if act == Activation::GeluTanh && is_f32::<T>() {
+        // For T = f32 both conversions are exact.
+        return z.map(|v| T::of(f64::from(gelu_tanh_f32(v.as_f64() as f32))));
+    }
     z.map(|v| T::of(act.apply(v.as_f64())))
 }
 
@@ -173,6 +240,9 @@ pub fn activation_backward<T: Float>(act: Activation, z: &DMatrix<T>, d_a: &DMat
         return Err(shape_error("activation_backward", "z and d_a", shape_of(z), shape_of(d_a)));
     }
     // a = f(z)  ⇒  ∂C/∂z = f′(z) ∂C/∂a
+    if act == Activation::GeluTanh && is_f32::<T>() {
+        return Ok(z.zip_map(d_a, |zv, g| T::of(f64::from(gelu_tanh_derivative_f32(zv.as_f64() as f32))) * g));
+    }
     Ok(z.zip_map(d_a, |zv, g| T::of(act.derivative(zv.as_f64())) * g))
 }
 
@@ -206,8 +276,9 @@ pub fn dense_forward<T: Float>(x: &DMatrix<T>, w: &DMatrix<T>, b: &DMatrix<T>) -
     ensure_finite(OP, "w", w)?;
     ensure_finite(OP, "b", b)?;
     let mut y = crate::matmul::matmul(x, w)?;
-    for mut row in y.row_iter_mut() {
-        row += b;
+    // Every row gets b; walked column by column, the order y is stored in.
+    for (mut column, &bias) in y.column_iter_mut().zip(b.iter()) {
+        column.iter_mut().for_each(|v| *v += bias);
     }
     Ok(y)
 }

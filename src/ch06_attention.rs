@@ -728,26 +728,43 @@ pub fn layer_norm_forward<T: Float>(ln: &LayerNorm<T>, x: &DMatrix<T>) -> Result
         return Err(Error::Empty { op: OP, arg: "x" });
     }
     ensure_finite(OP, "x", x)?;
-    let c = T::of(x.ncols() as f64);
+    // Column-major storage keeps a row's entries one column apart, so every row statistic is
+    // accumulated column by column for all rows at once: the same sums in the same order as
+    // walking each row on its own, read contiguously.
+    let (n, cols) = x.shape();
+    let c = T::of(cols as f64);
     let eps = T::of(ln.eps);
-    let mut x_hat = DMatrix::zeros(x.nrows(), x.ncols());
-    let mut denom = Vec::with_capacity(x.nrows());
-    let mut sigma = Vec::with_capacity(x.nrows());
-    for r in 0..x.nrows() {
-        let mu = x.row(r).iter().copied().sum::<T>() / c; //                  μ = (1/C) Σ x
-        let var = x.row(r).iter().map(|&v| (v - mu) * (v - mu)).sum::<T>() / c; // σ² = (1/C) Σ (x − μ)²
-        let sd = var.sqrt();
-        let s = match ln.placement {
-            Epsilon::InsideSqrt => (var + eps).sqrt(),
-            Epsilon::AddedToStd => sd + eps,
-        };
-        for col in 0..x.ncols() {
-            x_hat[(r, col)] = (x[(r, col)] - mu) / s; //                      x̂ = (x − μ)/s
+    let columns = || x.as_slice().chunks_exact(n);
+    let mut mu = vec![T::neg_zero(); n];
+    for column in columns() {
+        for (m, &v) in mu.iter_mut().zip(column) {
+            *m += v;
         }
-        denom.push(s);
-        sigma.push(sd);
     }
-    let y = DMatrix::from_fn(x.nrows(), x.ncols(), |r, col| ln.gamma[(0, col)] * x_hat[(r, col)] + ln.beta[(0, col)]); // y = γx̂ + β
+    mu.iter_mut().for_each(|m| *m /= c); //                                  μ = (1/C) Σ x
+    let mut var = vec![T::neg_zero(); n];
+    for column in columns() {
+        for ((s, &v), &m) in var.iter_mut().zip(column).zip(&mu) {
+            *s += (v - m) * (v - m);
+        }
+    }
+    var.iter_mut().for_each(|s| *s /= c); //                                 σ² = (1/C) Σ (x − μ)²
+    let sigma: Vec<T> = var.iter().map(|v| v.sqrt()).collect();
+    let denom: Vec<T> = match ln.placement {
+        Epsilon::InsideSqrt => var.iter().map(|&v| (v + eps).sqrt()).collect(),
+        Epsilon::AddedToStd => sigma.iter().map(|&sd| sd + eps).collect(),
+    };
+    let mut x_hat = DMatrix::zeros(n, cols);
+    let mut y = DMatrix::zeros(n, cols);
+    for (j, ((column, hat), out)) in
+        columns().zip(x_hat.as_mut_slice().chunks_exact_mut(n)).zip(y.as_mut_slice().chunks_exact_mut(n)).enumerate()
+    {
+        let (g, b) = (ln.gamma[(0, j)], ln.beta[(0, j)]);
+        for r in 0..n {
+            hat[r] = (column[r] - mu[r]) / denom[r]; //                       x̂ = (x − μ)/s
+            out[r] = g * hat[r] + b; //                                       y = γx̂ + β
+        }
+    }
     Ok((y, LnCache { x_hat, denom, sigma }))
 }
 
@@ -775,22 +792,44 @@ pub fn layer_norm_backward<T: Float>(ln: &LayerNorm<T>, cache: &LnCache<T>, d_y:
     same_shape(OP, "d_y (shape of the forward output)", &cache.x_hat, d_y)?;
     ensure_finite(OP, "d_y", d_y)?;
     let (n, cols) = d_y.shape();
+    if cache.denom.len() != n || cache.sigma.len() != n {
+        return Err(shape_error(
+            OP,
+            "cache (one s and one σ per row)",
+            format!("{n} of each"),
+            format!("{} and {}", cache.denom.len(), cache.sigma.len()),
+        ));
+    }
     let c = T::of(cols as f64);
     let d_beta = column_sums(d_y); //                                  y = … + β
     let d_gamma = DMatrix::from_fn(1, cols, |_, j| (0..n).map(|r| d_y[(r, j)] * cache.x_hat[(r, j)]).sum()); // y = γ x̂ + …
-    let mut d_x = DMatrix::zeros(n, cols);
-    for r in 0..n {
-        let g: Vec<T> = (0..cols).map(|j| ln.gamma[(0, j)] * d_y[(r, j)]).collect(); // ∂L/∂x̂ = γ ⊙ ∂L/∂y
-        let mean_g = g.iter().copied().sum::<T>() / c;
-        let mean_gx = (0..cols).map(|j| g[j] * cache.x_hat[(r, j)]).sum::<T>() / c;
-        let s = cache.denom[r];
-        let factor = match ln.placement {
+    // Row by row in the formula, column by column in memory (see the forward pass): the same
+    // sums in the same order.
+    let x_hat_columns = || cache.x_hat.as_slice().chunks_exact(n);
+    let d_y_columns = || d_y.as_slice().chunks_exact(n);
+    let (mut sum_g, mut sum_gx) = (vec![T::neg_zero(); n], vec![T::neg_zero(); n]);
+    for (j, (dy, xh)) in d_y_columns().zip(x_hat_columns()).enumerate() {
+        let gamma = ln.gamma[(0, j)];
+        for r in 0..n {
+            let g = gamma * dy[r]; //                                         ∂L/∂x̂ = γ ⊙ ∂L/∂y
+            sum_g[r] += g;
+            sum_gx[r] += g * xh[r];
+        }
+    }
+    let mean_g: Vec<T> = sum_g.iter().map(|&v| v / c).collect();
+    let mean_gx: Vec<T> = sum_gx.iter().map(|&v| v / c).collect();
+    let factor: Vec<T> = (0..n)
+        .map(|r| match ln.placement {
             Epsilon::InsideSqrt => T::one(),
-            Epsilon::AddedToStd if cache.sigma[r] > T::zero() => s / cache.sigma[r],
+            Epsilon::AddedToStd if cache.sigma[r] > T::zero() => cache.denom[r] / cache.sigma[r],
             Epsilon::AddedToStd => T::zero(),
-        };
-        for j in 0..cols {
-            d_x[(r, j)] = (g[j] - mean_g - cache.x_hat[(r, j)] * factor * mean_gx) / s; // x̂ = (x − μ)/s
+        })
+        .collect();
+    let mut d_x = DMatrix::zeros(n, cols);
+    for (j, ((dy, xh), out)) in d_y_columns().zip(x_hat_columns()).zip(d_x.as_mut_slice().chunks_exact_mut(n)).enumerate() {
+        let gamma = ln.gamma[(0, j)];
+        for r in 0..n {
+            out[r] = (gamma * dy[r] - mean_g[r] - xh[r] * factor[r] * mean_gx[r]) / cache.denom[r]; // x̂ = (x − μ)/s
         }
     }
     Ok(LnGrads { d_x, d_gamma, d_beta })

@@ -909,3 +909,67 @@ mod hardening {
         assert_ne!(run(4), run(5), "another seed draws other weights and batches");
     }
 }
+
+// ───────────── GELU (tanh form) in f32, the fast path, against the f64 reference ─────────────
+
+#[test]
+fn the_f32_tanh_stays_within_its_stated_error_of_the_f64_tanh() {
+    let mut worst = 0.0_f64;
+    for i in -200_000..=200_000 {
+        let x = i as f32 * 5e-5;
+        worst = worst.max((f64::from(tanh_f32(x)) - f64::from(x).tanh()).abs());
+        assert_eq!(tanh_f32(-x), -tanh_f32(x), "odd at {x}");
+    }
+    assert!(worst <= 2.0 * TANH_F32_MAX_ERROR, "largest error {worst:e}");
+    // Saturated, and NaN is not hidden.
+    assert_eq!(tanh_f32(f32::INFINITY), 1.0);
+    assert_eq!(tanh_f32(-1e30), -1.0);
+    assert_eq!(tanh_f32(0.0), 0.0);
+    assert!(tanh_f32(f32::NAN).is_nan());
+}
+
+#[test]
+fn gelu_in_f32_and_its_derivative_follow_the_f64_reference() {
+    // Measured worst cases over this grid: 1.7e-7·(1 + |z|) and 7.4e-7·(1 + |z|).
+    let (mut worst_f, mut worst_d) = (0.0_f64, 0.0_f64);
+    for i in -40_000..=40_000 {
+        let z = i as f32 * 2.5e-4;
+        let zf = f64::from(z);
+        worst_f = worst_f.max((f64::from(gelu_tanh_f32(z)) - Activation::GeluTanh.apply(zf)).abs() / (1.0 + zf.abs()));
+        worst_d = worst_d.max((f64::from(gelu_tanh_derivative_f32(z)) - Activation::GeluTanh.derivative(zf)).abs() / (1.0 + zf.abs()));
+    }
+    assert!(worst_f < 1e-6, "GELU: {worst_f:e}");
+    assert!(worst_d < 4e-6, "GELU′: {worst_d:e}");
+}
+
+#[test]
+fn the_matrix_activations_take_the_f32_path_in_f32_only() {
+    let z64 = DMatrix::from_fn(5, 7, |r, c| (r as f64 - 2.0) * 1.3 + c as f64 * 0.37 - 1.1);
+    let z32 = z64.map(|v| v as f32);
+    let d64 = DMatrix::from_fn(5, 7, |r, c| 0.1 * (r + 2 * c) as f64 - 0.5);
+    let d32 = d64.map(|v| v as f32);
+    // f32: exactly the fast functions.
+    let a32 = activation_forward(Activation::GeluTanh, &z32);
+    let g32 = activation_backward(Activation::GeluTanh, &z32, &d32).unwrap();
+    for i in 0..z32.len() {
+        assert_eq!(a32[i], gelu_tanh_f32(z32[i]));
+        assert_eq!(g32[i], gelu_tanh_derivative_f32(z32[i]) * d32[i]);
+    }
+    // f64: exactly the reference, bit for bit.
+    let a64 = activation_forward(Activation::GeluTanh, &z64);
+    let g64 = activation_backward(Activation::GeluTanh, &z64, &d64).unwrap();
+    for i in 0..z64.len() {
+        assert_eq!(a64[i].to_bits(), Activation::GeluTanh.apply(z64[i]).to_bits());
+        assert_eq!(g64[i].to_bits(), (Activation::GeluTanh.derivative(z64[i]) * d64[i]).to_bits());
+    }
+    // The bias of a dense layer reaches every row.
+    let w = DMatrix::from_fn(7, 3, |r, c| (r as f64 - c as f64) * 0.1);
+    let b = DMatrix::from_row_slice(1, 3, &[1.0, -2.0, 0.5]);
+    let y = dense_forward(&z64, &w, &b).unwrap();
+    let xw = llm_workbook::matmul::matmul(&z64, &w).unwrap();
+    for r in 0..5 {
+        for c in 0..3 {
+            assert_eq!(y[(r, c)], xw[(r, c)] + b[(0, c)]);
+        }
+    }
+}

@@ -1250,3 +1250,64 @@ mod properties {
         }
     }
 }
+
+// ───────────── LayerNorm walks memory column by column: the same numbers as row by row ─────────────
+
+/// The row-by-row statement of LayerNorm and its backward, as the formulas read: the reference the
+/// column-by-column implementation must reproduce bit for bit.
+fn layer_norm_by_rows(ln: &LayerNorm<f64>, x: &DMatrix<f64>, d_y: &DMatrix<f64>) -> (DMatrix<f64>, DMatrix<f64>) {
+    let (n, cols) = x.shape();
+    let c = cols as f64;
+    let mut y = DMatrix::zeros(n, cols);
+    let mut d_x = DMatrix::zeros(n, cols);
+    for r in 0..n {
+        let mu = x.row(r).iter().copied().sum::<f64>() / c;
+        let var = x.row(r).iter().map(|&v| (v - mu) * (v - mu)).sum::<f64>() / c;
+        let sd = var.sqrt();
+        let s = match ln.placement {
+            Epsilon::InsideSqrt => (var + ln.eps).sqrt(),
+            Epsilon::AddedToStd => sd + ln.eps,
+        };
+        let hat: Vec<f64> = (0..cols).map(|j| (x[(r, j)] - mu) / s).collect();
+        let g: Vec<f64> = (0..cols).map(|j| ln.gamma[(0, j)] * d_y[(r, j)]).collect();
+        let mean_g = g.iter().copied().sum::<f64>() / c;
+        let mean_gx = (0..cols).map(|j| g[j] * hat[j]).sum::<f64>() / c;
+        let factor = match ln.placement {
+            Epsilon::InsideSqrt => 1.0,
+            Epsilon::AddedToStd if sd > 0.0 => s / sd,
+            Epsilon::AddedToStd => 0.0,
+        };
+        for j in 0..cols {
+            y[(r, j)] = ln.gamma[(0, j)] * hat[j] + ln.beta[(0, j)];
+            d_x[(r, j)] = (g[j] - mean_g - hat[j] * factor * mean_gx) / s;
+        }
+    }
+    (y, d_x)
+}
+
+#[test]
+fn layer_norm_column_by_column_equals_the_row_by_row_formula_bit_for_bit() {
+    let mut rng = Rng::new(41);
+    for placement in [Epsilon::InsideSqrt, Epsilon::AddedToStd] {
+        let mut ln = LayerNorm::<f64>::new(13, 1e-5).unwrap().with_placement(placement);
+        ln.gamma = rng.normal_matrix(1, 13, 1.0);
+        ln.beta = rng.normal_matrix(1, 13, 1.0);
+        let mut x = rng.normal_matrix(9, 13, 2.0);
+        x.row_mut(4).fill(0.75); // a constant row: σ = 0
+        let d_y = rng.normal_matrix(9, 13, 1.0);
+        let (y, cache) = ch::layer_norm_forward(&ln, &x).unwrap();
+        let g = ch::layer_norm_backward(&ln, &cache, &d_y).unwrap();
+        let (y_ref, d_x_ref) = layer_norm_by_rows(&ln, &x, &d_y);
+        assert_eq!(y, y_ref, "{placement:?}");
+        assert_eq!(g.d_x, d_x_ref, "{placement:?}");
+    }
+}
+
+#[test]
+fn layer_norm_backward_refuses_a_cache_of_other_rows() {
+    let ln = LayerNorm::<f64>::new(3, 1e-5).unwrap();
+    let (_, mut cache) = ch::layer_norm_forward(&ln, &DMatrix::from_row_slice(2, 3, &[1.0, 2.0, 4.0, 0.0, 1.0, -1.0])).unwrap();
+    cache.denom.pop();
+    let e = ch::layer_norm_backward(&ln, &cache, &DMatrix::zeros(2, 3)).unwrap_err();
+    assert!(e.to_string().contains("one s and one σ per row"), "{e}");
+}

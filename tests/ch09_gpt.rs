@@ -826,6 +826,58 @@ mod generation {
     }
 
     #[test]
+    fn the_cached_steps_one_row_products_match_the_blocked_product_and_chapter_6() {
+        use llm_workbook::ch03_mlp::dense_forward;
+        use llm_workbook::ch06_attention::{AttnSpec, attention_forward};
+        use llm_workbook::ch09_gpt::model::{attend_one, row_affine};
+        let mut rng = Rng::new(11);
+        // 37 inputs: two full runs of the dot product's 16 lanes and a remainder of 5.
+        let (inputs, outputs) = (37, 21);
+        let x: DMatrix<f64> = rng.normal_matrix(1, inputs, 1.0);
+        let w = rng.normal_matrix(inputs, outputs, 1.0);
+        let b = rng.normal_matrix(1, outputs, 1.0);
+        let fast = row_affine("test", x.as_slice(), &w, &b).unwrap();
+        let reference = dense_forward(&x, &w, &b).unwrap();
+        assert_eq!(fast.len(), outputs);
+        for (j, v) in fast.iter().enumerate() {
+            assert_abs_diff_eq!(*v, reference[(0, j)], epsilon = 1e-12);
+        }
+        assert!(row_affine("test", &x.as_slice()[1..], &w, &b).is_err());
+        assert!(row_affine("test", x.as_slice(), &w, &DMatrix::zeros(1, outputs + 1)).is_err());
+        // One query over the first n of n_ctx cached positions, every head at once.
+        let (n_ctx, heads, d_k, n) = (12, 3, 6, 9);
+        let width = heads * d_k;
+        let keys: DMatrix<f64> = rng.normal_matrix(n_ctx, width, 1.0);
+        let values = rng.normal_matrix(n_ctx, width, 1.0);
+        let q = rng.normal_matrix(1, width, 1.0);
+        let fast = attend_one("test", q.as_slice(), &keys, &values, n, heads).unwrap();
+        let spec = AttnSpec { q_len: 1, kv_len: n, causal: true, mask: None, scale: None };
+        for h in 0..heads {
+            let cols = |m: &DMatrix<f64>| m.rows(0, m.nrows().min(n)).columns(h * d_k, d_k).into_owned();
+            let head = attention_forward(&cols(&q), &cols(&keys), &cols(&values), &spec).unwrap().out;
+            for c in 0..d_k {
+                assert_abs_diff_eq!(fast[h * d_k + c], head[(0, c)], epsilon = 1e-12);
+            }
+        }
+        for (n, heads) in [(0, 3), (n_ctx + 1, 3), (n, 0), (n, 4)] {
+            assert!(attend_one("test", q.as_slice(), &keys, &values, n, heads).is_err(), "n {n}, heads {heads}");
+        }
+    }
+
+    #[test]
+    fn the_cached_step_refuses_a_cache_of_another_shape_and_a_nan_weight() {
+        let m = model_f64(1);
+        let mut cache = m.new_kv_cache();
+        cache.keys[0] = DMatrix::zeros(3, 3);
+        let e = m.step(&mut cache, 1).unwrap_err();
+        assert!(e.to_string().contains("another model"), "{e}");
+        let mut broken = m.clone();
+        broken.blocks[0].ffn.w2[(0, 0)] = f64::NAN;
+        let mut cache = broken.new_kv_cache();
+        assert!(matches!(broken.step(&mut cache, 1), Err(Error::NonFinite { .. })));
+    }
+
+    #[test]
     fn earlier_positions_do_not_see_later_tokens() {
         // Document 002: the distribution at position l depends only on tokens up to l, the fact
         // that makes a key/value cache possible.
@@ -1218,6 +1270,82 @@ mod command_line {
         assert_eq!(r.status.code(), Some(1));
         let r = cli(&["gpt", "train", "--help"]);
         assert!(r.status.success() && String::from_utf8_lossy(&r.stdout).contains("--tokenizer"));
+    }
+}
+
+// ───────────── the in-run peer: every product by nalgebra (the benchmark's switch) ─────────────
+
+mod nalgebra_backend {
+    use super::model::{tiny, tiny_batch};
+    use super::*;
+    use llm_workbook::ch09_gpt::model::Gpt;
+    use llm_workbook::matmul::{
+        Backend, Op, active_backend, gemm, last_product, matmul, matmul_nt, matmul_tn, naive, nalgebra_products, parse_backend_setting,
+        with_backend,
+    };
+
+    /// |nalgebra − f64-accumulated triple loop| ≤ this · k for entries of N(0, 1) operands in f64.
+    const F64_BOUND_PER_TERM: f64 = 1e-14;
+
+    #[test]
+    fn forced_nalgebra_computes_every_kind_of_product_and_agrees_with_ours() {
+        let mut rng = Rng::new(21);
+        for (m, k, n) in [(1, 1, 1), (7, 13, 5), (64, 32, 64), (96, 128, 80)] {
+            let a = rng.normal_matrix(m, k, 1.0);
+            let b = rng.normal_matrix(k, n, 1.0);
+            let (a_t, b_t) = (a.transpose(), b.transpose());
+            let reference = naive(&a, Op::N, &b, Op::N).unwrap();
+            let ours = matmul(&a, &b).unwrap();
+            let ours_stats = last_product().expect("our product recorded what it did");
+            let before = nalgebra_products();
+            let (nn, tn, nt, mut c) = with_backend(Backend::Nalgebra, || {
+                assert_eq!(active_backend(), Backend::Nalgebra);
+                let mut c = DMatrix::from_element(m, n, f64::NAN);
+                gemm(1.0, &a, Op::N, &b, Op::N, 0.0, &mut c).unwrap(); // β = 0: NaN in C is ignored
+                (matmul(&a, &b).unwrap(), matmul_tn(&a_t, &b).unwrap(), matmul_nt(&a, &b_t).unwrap(), c)
+            });
+            assert_eq!(active_backend(), Backend::Ours, "the choice is restored");
+            // Evidence that nalgebra, not our kernels, computed them: its counter moved and our
+            // kernels recorded nothing since our own product above.
+            assert!(nalgebra_products() >= before + 4);
+            assert_eq!(last_product(), Some(ours_stats));
+            for got in [&nn, &tn, &nt, &c, &ours] {
+                for (x, y) in got.iter().zip(reference.iter()) {
+                    assert!((x - y).abs() <= F64_BOUND_PER_TERM * k as f64, "{m}×{k}×{n}: {x} vs {y}");
+                }
+            }
+            // β ≠ 0 accumulates: C ← 2·AB − C.
+            with_backend(Backend::Nalgebra, || gemm(2.0, &a, Op::N, &b, Op::N, -1.0, &mut c)).unwrap();
+            for (x, y) in c.iter().zip(reference.iter()) {
+                assert!((x - y).abs() <= 3.0 * F64_BOUND_PER_TERM * k as f64);
+            }
+        }
+    }
+
+    #[test]
+    fn the_whole_gpt_step_under_nalgebra_agrees_with_ours() {
+        let m = Gpt::<f64>::new(tiny(true, Positions::Learned), 9).unwrap();
+        let batch = tiny_batch();
+        let ours = m.loss_and_grads(&batch).unwrap();
+        let before = nalgebra_products();
+        let peer = with_backend(Backend::Nalgebra, || m.loss_and_grads(&batch)).unwrap();
+        assert!(nalgebra_products() > before + 20, "every product of the step went to nalgebra");
+        assert_abs_diff_eq!(ours.loss, peer.loss, epsilon = 1e-12);
+        for (g, h) in ours.grads.iter().zip(&peer.grads) {
+            for (x, y) in g.iter().zip(h.iter()) {
+                assert_abs_diff_eq!(*x, *y, epsilon = 1e-12);
+            }
+        }
+    }
+
+    #[test]
+    fn the_backend_variable_accepts_ours_and_nalgebra_and_names_itself_otherwise() {
+        assert_eq!(parse_backend_setting(None).unwrap(), Backend::Ours);
+        assert_eq!(parse_backend_setting(Some(" ")).unwrap(), Backend::Ours);
+        assert_eq!(parse_backend_setting(Some("OURS")).unwrap(), Backend::Ours);
+        assert_eq!(parse_backend_setting(Some("NaLgebra")).unwrap(), Backend::Nalgebra);
+        let e = parse_backend_setting(Some("blas")).unwrap_err().to_string();
+        assert!(e.contains("LLM_WORKBOOK_BACKEND") && e.contains("blas"), "{e}");
     }
 }
 

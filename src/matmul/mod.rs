@@ -35,8 +35,9 @@ use num_traits::{One, Zero};
 
 pub use blocked::PARALLEL_MIN_FLOPS;
 pub use dispatch::{
-    Blocking, KERNEL_ENV, Kernel, ProductStats, THREADS_ENV, active_kernel, available_kernels, best_kernel, default_threads, env_kernel,
-    kernel_calls, last_product, parse_kernel_setting, set_kernel, with_kernel,
+    BACKEND_ENV, Backend, Blocking, KERNEL_ENV, Kernel, ProductStats, THREADS_ENV, active_backend, active_kernel, available_kernels,
+    best_kernel, default_threads, env_kernel, kernel_calls, last_product, nalgebra_products, parse_backend_setting, parse_kernel_setting,
+    set_kernel, with_backend, with_kernel,
 };
 pub use kernels::{AVX2_F32_BLOCKING, AVX2_F64_BLOCKING, AVX512_F32_BLOCKING, AVX512_F64_BLOCKING, SCALAR_BLOCKING};
 
@@ -222,10 +223,37 @@ fn run<T: Element>(
     Ok(stats)
 }
 
+/// C ← α·op(A)·op(B) + β·C by nalgebra's own product ([`Backend::Nalgebra`], the benchmark's
+/// peer): `gemm` for op(A) = A, `gemm_tr` for op(A) = Aᵀ, and a transposed copy of B when op(B) =
+/// Bᵀ (what nalgebra's `a * b.transpose()` does too). β = 0 first zeroes C, so NaN in C is ignored
+/// as with our kernels.
+fn nalgebra_gemm<T: Element>(alpha: T, a: &DMatrix<T>, ta: Op, b: &DMatrix<T>, tb: Op, beta: T, c: &mut DMatrix<T>) {
+    if beta == T::zero() {
+        c.fill(T::zero());
+    }
+    let b_t;
+    let b = match tb {
+        Op::N => b,
+        Op::T => {
+            b_t = b.transpose();
+            &b_t
+        }
+    };
+    match ta {
+        Op::N => c.gemm(alpha, a, b, beta),
+        Op::T => c.gemm_tr(alpha, a, b, beta),
+    }
+    dispatch::record_nalgebra_product();
+}
+
 macro_rules! impl_element {
     ($t:ty) => {
         impl Element for $t {
             fn gemm_unchecked(alpha: $t, a: &DMatrix<$t>, ta: Op, b: &DMatrix<$t>, tb: Op, beta: $t, c: &mut DMatrix<$t>) {
+                if active_backend() == Backend::Nalgebra {
+                    nalgebra_gemm(alpha, a, ta, b, tb, beta, c);
+                    return;
+                }
                 // The active kernel is always available (every way of choosing it checks), and the
                 // default blocking and thread count are valid, so `run` cannot fail here.
                 if let Err(e) = run(Settings::default(), alpha, a, ta, b, tb, beta, c) {

@@ -1,0 +1,167 @@
+"""The PyTorch reference for `cargo bench --bench ch09_gpt` (chapter 9, section "Speed").
+
+Not part of the crate or its tests: a measuring script to run by hand, on the same machine and in
+the same sitting as the Rust benchmark, so the two can be compared.
+
+    python3 -m venv /tmp/torch-venv
+    /tmp/torch-venv/bin/pip install torch numpy     # CPU is enough
+    /tmp/torch-venv/bin/python benches/ch09_gpt_pytorch.py
+
+It measures what the Rust benchmark measures, with the same shapes and the same model:
+
+1. One training step of nanoGPT's CPU configuration (4 layers, 4 heads, width 128, context 64,
+   batch 12, vocabulary 65, f32): forward, backward, clipping the global gradient norm at 1, one
+   AdamW step (beta = (0.9, 0.95), weight decay 0.1 on the matrices and embeddings), on 1 and on 2
+   threads. The model matches the crate's: pre-LN blocks with biases, GELU in its tanh form, tied
+   embeddings, learned positions, eps = 1e-5 (the crate's GPT LayerNorm eps), no dropout.
+   Attention uses `scaled_dot_product_attention` with the causal flag, as nanoGPT does.
+2. Generation of 256 new tokens at batch 1 from a 6-layer, 6-head, width-384 model with a context
+   of 256, sampling at temperature 1, with a key/value cache and without one (the whole window
+   again for every token, as nanoGPT's `generate` does).
+"""
+
+import math
+import os
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, width, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln_1 = nn.LayerNorm(width, eps=1e-5)
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+        self.ln_2 = nn.LayerNorm(width, eps=1e-5)
+        self.fc = nn.Linear(width, 4 * width)
+        self.fc_proj = nn.Linear(4 * width, width)
+
+    def attend(self, x, cache=None):
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln_1(x)).split(c, dim=2)
+        shape = (b, t, self.heads, c // self.heads)
+        q, k, v = (m.view(shape).transpose(1, 2) for m in (q, k, v))
+        if cache is not None:
+            if cache:
+                k = torch.cat([cache[0], k], dim=2)
+                v = torch.cat([cache[1], v], dim=2)
+            cache[:] = [k, v]
+        # With a cache the one new query may see every cached key: no mask is needed.
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=cache is None or t > 1)
+        return self.proj(y.transpose(1, 2).contiguous().view(b, t, c))
+
+    def forward(self, x, cache=None):
+        x = x + self.attend(x, cache)
+        return x + self.fc_proj(F.gelu(self.fc(self.ln_2(x)), approximate="tanh"))
+
+
+class Gpt(nn.Module):
+    def __init__(self, vocab, context, layers, heads, width):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, width)
+        self.wpe = nn.Embedding(context, width)
+        self.blocks = nn.ModuleList(Block(width, heads) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(width, eps=1e-5)
+        for p in self.parameters():
+            if p.dim() == 2:
+                nn.init.normal_(p, std=0.02)
+
+    def forward(self, idx, start=0, caches=None):
+        pos = torch.arange(start, start + idx.shape[1])
+        x = self.wte(idx) + self.wpe(pos)
+        for i, blk in enumerate(self.blocks):
+            x = blk(x, None if caches is None else caches[i])
+        return self.ln_f(x) @ self.wte.weight.t()
+
+
+def train_tokens_per_second(threads, steps=10, repeats=3):
+    torch.set_num_threads(threads)
+    torch.manual_seed(1)
+    vocab, context, batch = 65, 64, 12
+    model = Gpt(vocab, context, 4, 4, 128)
+    decay = [p for p in model.parameters() if p.dim() == 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}], lr=1e-3, betas=(0.9, 0.95), eps=1e-8
+    )
+    data = torch.randint(0, vocab, (50_000,))
+
+    def step():
+        ix = torch.randint(len(data) - context - 1, (batch,))
+        x = torch.stack([data[i : i + context] for i in ix])
+        y = torch.stack([data[i + 1 : i + 1 + context] for i in ix])
+        logits = model(x)
+        loss = F.cross_entropy(logits.view(-1, vocab), y.view(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+
+    for _ in range(2):
+        step()
+    best = math.inf
+    for _ in range(repeats):
+        t = time.perf_counter()
+        for _ in range(steps):
+            step()
+        best = min(best, (time.perf_counter() - t) / steps)
+    return batch * context / best, best
+
+
+@torch.no_grad()
+def generate_tokens_per_second(threads, cache, new=256):
+    torch.set_num_threads(threads)
+    torch.manual_seed(1)
+    context = 256
+    model = Gpt(65, context, 6, 6, 384).eval()
+    g = torch.Generator().manual_seed(3)
+    idx = torch.zeros((1, 1), dtype=torch.long)
+    t = time.perf_counter()
+    if cache:
+        caches = [[] for _ in model.blocks]
+        logits = model(idx, 0, caches)
+        for n in range(new):
+            nxt = torch.multinomial(F.softmax(logits[:, -1, :], dim=-1), 1, generator=g)
+            idx = torch.cat([idx, nxt], dim=1)
+            if n + 1 < new:
+                logits = model(nxt, idx.shape[1] - 1, caches)
+    else:
+        for _ in range(new):
+            window = idx[:, -context:]
+            logits = model(window)
+            nxt = torch.multinomial(F.softmax(logits[:, -1, :], dim=-1), 1, generator=g)
+            idx = torch.cat([idx, nxt], dim=1)
+    return new / (time.perf_counter() - t)
+
+
+def load():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def main():
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "unknown CPU")
+    print(f"PyTorch {torch.__version__} on {cpu} ({os.cpu_count()} logical CPUs)")
+    print()
+    print("gpt_train_step: 4 layers, 4 heads, width 128, context 64, batch 12, vocabulary 65, f32")
+    print("| threads | tokens/s | ms/step | load (1, 5, 15 min) |")
+    print("|---|---|---|---|")
+    for threads in (1, 2):
+        tps, step = train_tokens_per_second(threads)
+        print(f"| {threads} | {tps:.0f} | {step * 1e3:.1f} | {load()} |")
+    print()
+    print("gpt_generate: 256 new tokens at batch 1, 6 layers, 6 heads, width 384, context 256, f32")
+    print("| threads | key/value cache | tokens/s | load (1, 5, 15 min) |")
+    print("|---|---|---|---|")
+    for threads in (1, 2):
+        cached = max(generate_tokens_per_second(threads, True) for _ in range(3))
+        print(f"| {threads} | yes | {cached:.1f} | {load()} |")
+        print(f"| {threads} | no | {generate_tokens_per_second(threads, False):.1f} | {load()} |")
+
+
+if __name__ == "__main__":
+    main()
