@@ -1252,7 +1252,7 @@ mod corpus {
         assert_eq!(rows.len(), gpt::CORPUS_BASELINE_MAX_N);
         const { assert!(gpt::CORPUS_BASELINE_MAX_N > MAX_N) };
         let (label, baseline) = best_baseline(&rows).unwrap();
-        // Taking n past chapter 8's 5 can only lower the bar's height, never raise it.
+        // Taking n past chapter 8's 5 can only lower the loss to beat, never raise it.
         let best_to_max_n = rows[..MAX_N].iter().map(|r| r.add_k.min(r.backoff)).fold(f64::INFINITY, f64::min);
         assert!(baseline <= best_to_max_n, "{baseline} against {best_to_max_n}");
         let run = train_corpus(&tokens, &test_setup(tokens.tokenizer.vocab_size(), 1, 2), |_| {}).unwrap();
