@@ -1571,3 +1571,52 @@ mod hardening {
         assert!(one[1] == two[1], "the optimiser state differs between 1 and 2 threads");
     }
 }
+
+// ───────────── the default corpus against chapter 8's n-gram baseline (issue 8, (b)) ─────────────
+
+mod corpus {
+    use super::*;
+    use llm_workbook::ch08_tokens::{MAX_N, Tokenizer, corpus};
+    use llm_workbook::ch09_gpt::{CorpusSetup, best_baseline, corpus_baseline_rows, corpus_tokens, train_corpus};
+
+    /// The main job's corpus model (`ch09_gpt::corpus_setup`) trained for three quarters of its
+    /// steps, the schedule squeezed to fit: 1,200 steps of 8 windows, 614,400 tokens. Measured
+    /// shorter: 1,000 steps end only about 0.1 below the baseline (0.8725 and 0.8803 nats per
+    /// token with two seed pairs), 800 steps above it (1.0624).
+    fn test_setup(vocab_size: usize, model_seed: u64, data_seed: u64) -> CorpusSetup {
+        let steps = gpt::CORPUS_STEPS * 3 / 4;
+        CorpusSetup { eval_every: steps / 4, model_seed, data_seed, ..gpt::corpus_setup(vocab_size, steps).unwrap() }
+    }
+
+    #[test]
+    fn the_corpus_model_beats_the_best_ngram_on_held_out_bpe_tokens() {
+        let tokens = corpus_tokens().unwrap();
+        // The two parts are the encodings of the text before and after chapter 8's split point,
+        // and the tokenizer was trained on the first part only: nothing of the validation text
+        // reaches the BPE, the n-gram models or the GPT.
+        let (train_text, validation_text) = corpus::split(corpus::default_corpus());
+        assert_eq!(tokens.tokenizer.decode(&tokens.train).unwrap(), train_text);
+        assert_eq!(tokens.tokenizer.decode(&tokens.validation).unwrap(), validation_text);
+        assert_eq!(format!("{train_text}{validation_text}"), corpus::default_corpus());
+        // Chapter 8's table, computed here on the same tokens and split, taken further in n.
+        let rows = corpus_baseline_rows(&tokens).unwrap();
+        assert_eq!(rows.len(), gpt::CORPUS_BASELINE_MAX_N);
+        const { assert!(gpt::CORPUS_BASELINE_MAX_N > MAX_N) };
+        let (label, baseline) = best_baseline(&rows).unwrap();
+        // Taking n past chapter 8's 5 can only lower the loss to beat, never raise it.
+        let best_to_max_n = rows[..MAX_N].iter().map(|r| r.add_k.min(r.backoff)).fold(f64::INFINITY, f64::min);
+        assert!(baseline <= best_to_max_n, "{baseline} against {best_to_max_n}");
+        let run = train_corpus(&tokens, &test_setup(tokens.tokenizer.vocab_size(), 1, 2), |_| {}).unwrap();
+        let (first, last) = (run.validation[0].1, run.final_validation());
+        // A quarter of the way in the model is still above the baseline: the margin is learned.
+        assert!(first > baseline, "validation after {} steps is already {first:.4}", run.validation[0].0);
+        assert!(
+            last < baseline - TEST_MARGIN,
+            "validation {last:.4} nats per token is not below the best n-gram ({label}) {baseline:.4} by {TEST_MARGIN}"
+        );
+    }
+    /// The margin demanded, in nats per token. Measured with this setup: 0.179 below the best
+    /// n-gram with seeds (1, 2), the test's, and 0.170 with seeds (3, 4), which differ by 0.009;
+    /// a tenth of a nat is well inside both.
+    const TEST_MARGIN: f64 = 0.1;
+}
