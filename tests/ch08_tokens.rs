@@ -1074,3 +1074,63 @@ mod properties {
         }
     }
 }
+
+#[path = "fuzz/harness.rs"]
+mod fuzz_harness;
+
+/// The fuzz corpora of the GPT-2 files and BPE round-trip targets replayed (see
+/// tests/fuzz/harness.rs and README, "Fuzzing"): every committed input must load or be refused,
+/// and every text must come back from encode then decode, never a panic.
+mod fuzz_corpus_replay {
+    use super::fuzz_harness as h;
+    use std::path::Path;
+
+    fn root() -> &'static Path {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+    }
+
+    #[test]
+    fn gpt2_files_corpus_replays_without_a_panic() {
+        h::replay_corpus(root(), "gpt2_files", 10, h::gpt2_files);
+    }
+
+    #[test]
+    fn bpe_roundtrip_corpus_replays_without_a_panic() {
+        h::replay_corpus(root(), "bpe_roundtrip", 10, h::bpe_roundtrip);
+    }
+
+    #[test]
+    fn the_replay_notices_a_panic() {
+        // A replay that could not fail would prove nothing: a target that panics on every input
+        // must make it fail.
+        let r = std::panic::catch_unwind(|| h::replay_corpus(root(), "bpe_roundtrip", 1, |_| panic!("planted")));
+        assert!(r.is_err());
+        let r = std::panic::catch_unwind(|| h::replay_corpus(root(), "no_such_target", 1, |_| {}));
+        assert!(r.is_err());
+    }
+
+    /// Writes the seed inputs of the two targets into `$FUZZ_SEEDS_OUT/<target>/` (never into
+    /// the source tree by itself). Run by hand when the formats change:
+    /// `FUZZ_SEEDS_OUT=/tmp/seeds cargo test --test ch08_tokens -- --ignored write_fuzz_seeds`.
+    #[test]
+    #[ignore = "writes seed files; run by hand"]
+    fn write_fuzz_seeds() {
+        let out = std::path::PathBuf::from(std::env::var("FUZZ_SEEDS_OUT").expect("set FUZZ_SEEDS_OUT"));
+        let write = |target: &str, name: &str, bytes: &[u8]| {
+            std::fs::create_dir_all(out.join(target)).unwrap();
+            std::fs::write(out.join(target).join(name), bytes).unwrap();
+        };
+        let (v, m) = super::small_gpt2_files();
+        write("gpt2_files", "small", &h::join_with_prefix(v.as_bytes(), m.as_bytes()));
+        let (v, m) = llm_workbook::ch08_tokens::gpt2::to_gpt2_files(&h::fuzz_tokenizers().0).unwrap();
+        write("gpt2_files", "fuzz_tokenizer", &h::join_with_prefix(v.as_bytes(), m.as_bytes()));
+        let no_version = m.lines().skip(1).collect::<Vec<_>>().join("\r\n");
+        write("gpt2_files", "crlf_no_version", &h::join_with_prefix(v.as_bytes(), no_version.as_bytes()));
+        let text = llm_workbook::ch08_tokens::corpus::default_corpus();
+        for (k, line) in text.lines().filter(|l| !l.is_empty()).step_by(40).take(6).enumerate() {
+            write("bpe_roundtrip", &format!("corpus_{k}"), line.as_bytes());
+        }
+        write("bpe_roundtrip", "unicode", "naïve café — 東京 😀 it's 12,5 l\u{a0}\t\n\n  x".as_bytes());
+        write("bpe_roundtrip", "invalid_utf8", b"ab\xff\xfe cd \xe2\x82");
+    }
+}

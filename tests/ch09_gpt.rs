@@ -1620,3 +1620,76 @@ mod corpus {
     /// a tenth of a nat is well inside both.
     const TEST_MARGIN: f64 = 0.1;
 }
+
+#[path = "fuzz/harness.rs"]
+mod fuzz_harness;
+
+/// The fuzz corpora of the safetensors and JSON targets replayed (see tests/fuzz/harness.rs and
+/// README, "Fuzzing"): every committed input must load or be refused, never panic.
+mod fuzz_corpus_replay {
+    use super::fuzz_harness as h;
+    use llm_workbook::ch09_gpt::checkpoint as ck;
+    use llm_workbook::ch09_gpt::train::Data;
+    use std::path::Path;
+
+    fn root() -> &'static Path {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+    }
+
+    #[test]
+    fn safetensors_corpus_replays_without_a_panic() {
+        h::replay_corpus(root(), "safetensors", 10, h::safetensors);
+    }
+
+    #[test]
+    fn json_corpus_replays_without_a_panic() {
+        h::replay_corpus(root(), "json", 10, h::json);
+    }
+
+    #[test]
+    fn a_saved_fuzz_trainer_loads_through_the_fuzz_target_path() {
+        // The seed the safetensors target starts from is a real checkpoint of its config.
+        let (model, state) = fuzz_checkpoint();
+        let m = llm_workbook::ch09_gpt::safetensors::SafeTensors::parse(model, "m").unwrap();
+        let s = llm_workbook::ch09_gpt::safetensors::SafeTensors::parse(state, "s").unwrap();
+        let t = ck::trainer_from_safetensors(h::fuzz_config(), &m, &s, &h::fuzz_fresh_trainer()).unwrap();
+        assert_eq!(t.step, 2);
+        assert_eq!(t.history.len(), 2);
+    }
+
+    /// A [`h::fuzz_config`] trainer after 2 steps, saved: (model file, training-state file).
+    fn fuzz_checkpoint() -> (Vec<u8>, Vec<u8>) {
+        let mut trainer = h::fuzz_fresh_trainer();
+        let tokens: Vec<llm_workbook::ch09_gpt::data::Token> = (0..64u32).map(|i| ((i * 7) % 16) as _).collect();
+        let data = Data::Stream { tokens: &tokens, seq_len: 8 };
+        trainer.run(&data, &h::fuzz_train_config(), 2, |_| {}).unwrap();
+        let dir = super::common::temp_dir("ch09-fuzz-seed");
+        ck::save_trainer(&trainer, &dir).unwrap();
+        (std::fs::read(dir.join(ck::MODEL_FILE)).unwrap(), std::fs::read(dir.join(ck::STATE_FILE)).unwrap())
+    }
+
+    /// Writes the seed inputs of the two targets into `$FUZZ_SEEDS_OUT/<target>/` (never into
+    /// the source tree by itself). Run by hand when the formats change:
+    /// `FUZZ_SEEDS_OUT=/tmp/seeds cargo test --test ch09_gpt -- --ignored write_fuzz_seeds`.
+    #[test]
+    #[ignore = "writes seed files; run by hand"]
+    fn write_fuzz_seeds() {
+        let out = std::path::PathBuf::from(std::env::var("FUZZ_SEEDS_OUT").expect("set FUZZ_SEEDS_OUT"));
+        let write = |target: &str, name: &str, bytes: &[u8]| {
+            std::fs::create_dir_all(out.join(target)).unwrap();
+            std::fs::write(out.join(target).join(name), bytes).unwrap();
+        };
+        let (model, state) = fuzz_checkpoint();
+        write("safetensors", "trainer", &h::join_with_prefix(&model, &state));
+        write("safetensors", "model_only", &h::join_with_prefix(&model, &[]));
+        let reference = std::fs::read(super::fixture("ch09_reference.safetensors")).unwrap();
+        write("safetensors", "python_reference", &h::join_with_prefix(&reference, &[]));
+        let header = |f: &[u8]| f[8..8 + u64::from_le_bytes(f[..8].try_into().unwrap()) as usize].to_vec();
+        write("json", "model_header", &header(&model));
+        write("json", "state_header", &header(&state));
+        write("json", "reference_header", &header(&reference));
+        let config = llm_workbook::ch09_gpt::checkpoint::config_to_json(&h::fuzz_config()).to_pretty();
+        write("json", "config", config.as_bytes());
+        write("json", "escapes", br#"{"s":"a\"b\\c\/d\b\f\n\r\t\u00e9\ud83d\ude00","n":[-0.5e+3,0,1E-2,true,false,null],"o":{}}"#);
+    }
+}

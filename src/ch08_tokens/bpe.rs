@@ -16,6 +16,8 @@
 //! training text this reproduces the training sequence exactly: a merge never creates a pair
 //! that an earlier merge wanted, so "all merges in order" and "the merge of the moment" agree.
 
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 use super::gpt2::split as gpt2_split;
 use super::{TokenId, Tokenizer};
 use crate::error::{Error, Result, invalid};
@@ -307,6 +309,44 @@ pub fn apply_merges(ids: &mut Vec<TokenId>, ranks: &HashMap<(TokenId, TokenId), 
     ids.truncate(k);
 }
 
+/// Every byte's id in a vocabulary that numbers the byte tokens 0‥255 by value, as [`Bpe`] does.
+pub const BYTE_IDS_BY_VALUE: [TokenId; BYTE_VOCAB] = {
+    let mut ids = [0; BYTE_VOCAB];
+    let mut b = 0;
+    while b < BYTE_VOCAB {
+        ids[b] = b as TokenId;
+        b += 1;
+    }
+    ids
+};
+
+/// The encoding loop both byte-level tokenizers share ([`Bpe`] and
+/// [`super::gpt2::Gpt2Tokenizer`]): each piece's bytes become ids through `byte_ids`, the merges
+/// in `ranks` are applied by [`apply_merges`], and the result is appended to `out`. With
+/// `cache_pieces`, a piece seen before is copied from a cache instead of merged again (worth it
+/// when the pieces are words, which repeat; not for one whole-text piece).
+pub fn encode_pieces<'t>(
+    pieces: impl IntoIterator<Item = &'t str>,
+    byte_ids: &[TokenId; BYTE_VOCAB],
+    ranks: &HashMap<(TokenId, TokenId), (u32, TokenId)>,
+    cache_pieces: bool,
+    out: &mut Vec<TokenId>,
+) {
+    let mut cache: HashMap<&str, Vec<TokenId>> = HashMap::new();
+    for piece in pieces {
+        if let Some(ids) = cache.get(piece) {
+            out.extend_from_slice(ids);
+            continue;
+        }
+        let mut ids: Vec<TokenId> = piece.bytes().map(|b| byte_ids[usize::from(b)]).collect();
+        apply_merges(&mut ids, ranks);
+        out.extend_from_slice(&ids);
+        if cache_pieces {
+            cache.insert(piece, ids);
+        }
+    }
+}
+
 impl Bpe {
     /// The tokenizer with no merges: one token per byte.
     pub fn bytes_only(pre_tokenizer: PreTokenizer) -> Self {
@@ -397,19 +437,8 @@ impl Tokenizer for Bpe {
 
     fn encode(&self, text: &str) -> Result<Vec<TokenId>> {
         let mut out = Vec::with_capacity(text.len() / 2);
-        let mut cache: HashMap<&str, Vec<TokenId>> = HashMap::new();
-        for piece in self.pre_tokenizer.pieces(text) {
-            if let Some(ids) = cache.get(piece) {
-                out.extend_from_slice(ids);
-                continue;
-            }
-            let mut ids: Vec<TokenId> = piece.bytes().map(TokenId::from).collect();
-            apply_merges(&mut ids, &self.ranks);
-            out.extend_from_slice(&ids);
-            if self.pre_tokenizer == PreTokenizer::Gpt2 {
-                cache.insert(piece, ids);
-            }
-        }
+        let cache_pieces = self.pre_tokenizer == PreTokenizer::Gpt2;
+        encode_pieces(self.pre_tokenizer.pieces(text), &BYTE_IDS_BY_VALUE, &self.ranks, cache_pieces, &mut out);
         Ok(out)
     }
 

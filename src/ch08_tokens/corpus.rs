@@ -43,6 +43,7 @@ pub fn default_corpus() -> &'static str {
 /// Errors: [`Error::Io`] when the file cannot be read; [`Error::Parse`] naming the file, the
 /// 1-based line and the byte offset of the first byte that is not valid UTF-8;
 /// [`Error::InvalidValue`] when the file is empty.
+#[deny(clippy::unwrap_used, clippy::expect_used)]
 pub fn load(path: impl AsRef<Path>) -> Result<String> {
     let path = path.as_ref();
     let name = path.display().to_string();
@@ -51,6 +52,7 @@ pub fn load(path: impl AsRef<Path>) -> Result<String> {
 }
 
 /// Checks raw bytes as a corpus: valid UTF-8 and not empty. `name` names the source in errors.
+#[deny(clippy::unwrap_used, clippy::expect_used)]
 pub fn from_bytes(name: &str, bytes: Vec<u8>) -> Result<String> {
     if bytes.is_empty() {
         return Err(Error::Parse { file: name.to_string(), line: None, reason: "the corpus is empty".into() });
@@ -58,11 +60,13 @@ pub fn from_bytes(name: &str, bytes: Vec<u8>) -> Result<String> {
     String::from_utf8(bytes).map_err(|e| {
         let at = e.utf8_error().valid_up_to();
         let bytes = e.as_bytes();
-        let line = 1 + bytes[..at].iter().filter(|&&b| b == b'\n').count();
+        let line = 1 + bytes.iter().take(at).filter(|&&b| b == b'\n').count();
+        // `valid_up_to` is the offset of a byte that exists (the one that broke the decoding).
+        let byte = bytes.get(at).map_or_else(|| "end of input".to_string(), |b| format!("0x{b:02X}"));
         Error::Parse {
             file: name.to_string(),
             line: Some(line),
-            reason: format!("byte {at} (0x{:02X}) is not valid UTF-8; a corpus must be UTF-8 text", bytes[at]),
+            reason: format!("byte {at} ({byte}) is not valid UTF-8; a corpus must be UTF-8 text"),
         }
     })
 }

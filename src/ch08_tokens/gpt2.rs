@@ -13,16 +13,18 @@
 //! Before merging, text is cut into pieces by [`split`], a hand-written form of GPT-2's
 //! pattern: contractions, words with one optional leading space, numbers likewise, runs of other
 //! symbols likewise, and whitespace runs, the last of which leave their final character to the
-//! following word. Each piece is merged on its own by [`super::bpe::apply_merges`], lowest
+//! following word. Each piece is merged on its own by [`super::bpe::encode_pieces`], lowest
 //! merge rank first.
 //!
 //! Point the loader at the real files with
 //! [`Gpt2Tokenizer::from_files`]`("vocab.json", "merges.txt")`.
+#![deny(clippy::unwrap_used, clippy::expect_used)]
 
-use super::bpe::{BYTE_VOCAB, Bpe, apply_merges};
+use super::bpe::{BYTE_VOCAB, Bpe, encode_pieces};
 use super::unicode::{is_letter, is_number, is_space};
 use super::{TokenId, Tokenizer};
 use crate::error::{Error, Result, invalid};
+use crate::json::{self, Json};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -121,166 +123,31 @@ pub fn split(text: &str) -> Vec<&str> {
     out
 }
 
-// ───────────────────────────── a reader for flat JSON objects ─────────────────────────────
+// ───────────────────────────── vocab.json: a flat JSON object ─────────────────────────────
 
-/// Reads a JSON object whose values are all non-negative integers, as `vocab.json` is.
-/// Returns the (key, value, line) triples in file order. Errors name `file` and the line.
+/// Reads a JSON object whose values are all non-negative integers, as `vocab.json` is, with the
+/// crate's JSON reader ([`crate::json`]). Returns the (key, value, line) triples in file order.
+/// Errors name `file` and the line.
 pub fn parse_string_to_int_json(file: &str, text: &str) -> Result<Vec<(String, u64, usize)>> {
-    let mut r = JsonReader { file, bytes: text.as_bytes(), pos: 0, line: 1 };
-    let mut out = Vec::new();
-    r.skip_ws();
-    r.expect(b'{', "the file must hold one JSON object, starting with '{'")?;
-    r.skip_ws();
-    if r.peek() == Some(b'}') {
-        r.pos += 1;
-    } else {
-        loop {
-            r.skip_ws();
-            let line = r.line;
-            let key = r.string()?;
-            r.skip_ws();
-            r.expect(b':', "expected ':' after the key")?;
-            r.skip_ws();
-            let value = r.integer()?;
-            out.push((key, value, line));
-            r.skip_ws();
-            match r.peek() {
-                Some(b',') => r.pos += 1,
-                Some(b'}') => {
-                    r.pos += 1;
-                    break;
-                }
-                Some(c) => return Err(r.error(format!("expected ',' or '}}' after a value, found {:?}", char::from(c)))),
-                None => return Err(r.error("the file ends inside the object (truncated?)".into())),
+    let entries = json::parse_object_entries(text.as_bytes(), file)?;
+    let mut out = Vec::with_capacity(entries.len());
+    for json::Entry { key, value, line } in entries {
+        let bad = |reason: String| Error::Parse { file: file.to_string(), line: Some(line), reason };
+        let id = match &value {
+            Json::Number(digits) if digits.bytes().any(|c| matches!(c, b'.' | b'e' | b'E')) => {
+                return Err(bad(format!("the id {digits} of {key:?}: token ids must be whole numbers")));
             }
-        }
-    }
-    r.skip_ws();
-    if r.pos < r.bytes.len() {
-        return Err(r.error("unexpected text after the closing '}'".into()));
+            Json::Number(digits) if digits.starts_with('-') => {
+                return Err(bad(format!("the id {digits} of {key:?} is negative; token ids are non-negative integers")));
+            }
+            Json::Number(digits) => value.as_u64().ok_or_else(|| bad(format!("the id {digits} of {key:?} is too large")))?,
+            other => {
+                return Err(bad(format!("the value of {key:?} is {}, not a token id (a non-negative integer)", other.to_text())));
+            }
+        };
+        out.push((key, id, line));
     }
     Ok(out)
-}
-
-struct JsonReader<'a> {
-    file: &'a str,
-    bytes: &'a [u8],
-    pos: usize,
-    line: usize,
-}
-
-impl JsonReader<'_> {
-    fn error(&self, reason: String) -> Error {
-        Error::Parse { file: self.file.to_string(), line: Some(self.line), reason }
-    }
-
-    fn peek(&self) -> Option<u8> {
-        self.bytes.get(self.pos).copied()
-    }
-
-    fn skip_ws(&mut self) {
-        while let Some(c) = self.peek() {
-            match c {
-                b'\n' => self.line += 1,
-                b' ' | b'\t' | b'\r' => {}
-                _ => break,
-            }
-            self.pos += 1;
-        }
-    }
-
-    fn expect(&mut self, c: u8, reason: &str) -> Result<()> {
-        match self.peek() {
-            Some(x) if x == c => {
-                self.pos += 1;
-                Ok(())
-            }
-            Some(x) => Err(self.error(format!("{reason}; found {:?}", char::from(x)))),
-            None => Err(self.error(format!("{reason}; the file ends here (truncated?)"))),
-        }
-    }
-
-    fn hex4(&mut self) -> Result<u32> {
-        let digits = self.bytes.get(self.pos..self.pos + 4).ok_or_else(|| self.error("the file ends inside a \\u escape".into()))?;
-        let s = std::str::from_utf8(digits).map_err(|_| self.error("a \\u escape needs four hex digits".into()))?;
-        let v = u32::from_str_radix(s, 16).map_err(|_| self.error(format!("a \\u escape needs four hex digits, found {s:?}")))?;
-        self.pos += 4;
-        Ok(v)
-    }
-
-    fn string(&mut self) -> Result<String> {
-        self.expect(b'"', "expected a string key in double quotes")?;
-        let mut out: Vec<u8> = Vec::new();
-        loop {
-            let Some(c) = self.peek() else {
-                return Err(self.error("the file ends inside a string (truncated?)".into()));
-            };
-            self.pos += 1;
-            match c {
-                b'"' => break,
-                b'\\' => {
-                    let Some(e) = self.peek() else {
-                        return Err(self.error("the file ends inside an escape".into()));
-                    };
-                    self.pos += 1;
-                    let ch = match e {
-                        b'"' => '"',
-                        b'\\' => '\\',
-                        b'/' => '/',
-                        b'b' => '\u{8}',
-                        b'f' => '\u{c}',
-                        b'n' => '\n',
-                        b'r' => '\r',
-                        b't' => '\t',
-                        b'u' => {
-                            let hi = self.hex4()?;
-                            let code = if (0xD800..0xDC00).contains(&hi) {
-                                if self.bytes.get(self.pos..self.pos + 2) != Some(b"\\u") {
-                                    return Err(self.error(format!("\\u{hi:04X} is a high surrogate without its low half")));
-                                }
-                                self.pos += 2;
-                                let lo = self.hex4()?;
-                                if !(0xDC00..0xE000).contains(&lo) {
-                                    return Err(self.error(format!("\\u{hi:04X} must be followed by a low surrogate, not \\u{lo:04X}")));
-                                }
-                                0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00)
-                            } else {
-                                hi
-                            };
-                            char::from_u32(code).ok_or_else(|| self.error(format!("\\u{code:04X} is not a character (lone surrogate)")))?
-                        }
-                        other => return Err(self.error(format!("unknown escape \\{}", char::from(other)))),
-                    };
-                    let mut buf = [0u8; 4];
-                    out.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
-                }
-                b'\n' => return Err(self.error("a string runs past the end of its line (missing closing quote?)".into())),
-                c if c < 0x20 => return Err(self.error(format!("control byte 0x{c:02X} inside a string must be escaped"))),
-                c => out.push(c),
-            }
-        }
-        // The input is a &str and escapes produce whole characters, so this cannot fail; map the
-        // impossible case to an error rather than a panic all the same.
-        String::from_utf8(out).map_err(|_| self.error("a string is not valid UTF-8".into()))
-    }
-
-    fn integer(&mut self) -> Result<u64> {
-        let start = self.pos;
-        while self.peek().is_some_and(|c| c.is_ascii_digit()) {
-            self.pos += 1;
-        }
-        if self.pos == start {
-            return Err(match self.peek() {
-                None => self.error("the file ends where a token id should be (truncated?)".into()),
-                Some(c) => self.error(format!("expected a token id (a non-negative integer), found {:?}", char::from(c))),
-            });
-        }
-        if matches!(self.peek(), Some(b'.' | b'e' | b'E')) {
-            return Err(self.error("token ids must be whole numbers".into()));
-        }
-        let digits = std::str::from_utf8(&self.bytes[start..self.pos]).unwrap_or("");
-        digits.parse::<u64>().map_err(|_| self.error(format!("token id {digits} is too large")))
-    }
 }
 
 // ───────────────────────────── the tokenizer ─────────────────────────────
@@ -450,17 +317,7 @@ impl Tokenizer for Gpt2Tokenizer {
 
     fn encode(&self, text: &str) -> Result<Vec<TokenId>> {
         let mut out = Vec::with_capacity(text.len() / 3);
-        let mut cache: HashMap<&str, Vec<TokenId>> = HashMap::new();
-        for piece in split(text) {
-            if let Some(ids) = cache.get(piece) {
-                out.extend_from_slice(ids);
-                continue;
-            }
-            let mut ids: Vec<TokenId> = piece.bytes().map(|b| self.byte_ids[b as usize]).collect();
-            apply_merges(&mut ids, &self.ranks);
-            out.extend_from_slice(&ids);
-            cache.insert(piece, ids);
-        }
+        encode_pieces(split(text), &self.byte_ids, &self.ranks, true, &mut out);
         Ok(out)
     }
 

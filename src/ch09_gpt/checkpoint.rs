@@ -23,13 +23,15 @@
 //! are skipped (their byte ranges are still validated). Any other unknown tensor, any missing
 //! one, a wrong shape or dtype, or a config the tensors contradict is an error naming it.
 
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 use super::config::{Config, GPT2_LAYER_NORM_EPSILON, Positions};
-use super::json::{self, Json};
 use super::model::Gpt;
 use super::safetensors::{SafeTensors, TensorOut, serialize, write_atomic};
 use super::train::{StepRecord, Trainer};
 use crate::error::{Error, Result};
 use crate::float::Float;
+use crate::json::{self, Json};
 use crate::optim::AdamMoments;
 use crate::rng::Rng;
 use nalgebra::DMatrix;
@@ -327,9 +329,22 @@ pub fn save_trainer<T: Float>(trainer: &Trainer<T>, dir: &Path) -> Result<()> {
 /// Loads a trainer saved by [`save_trainer`]: model, moments, generator, step and history.
 /// `fresh` supplies the optimiser's hyper-parameters (a resumed run keeps its schedule).
 pub fn load_trainer<T: Float>(dir: &Path, fresh: &Trainer<T>) -> Result<Trainer<T>> {
-    let model = load_model::<T>(dir)?;
+    let config = read_config(dir)?;
     let model_file = SafeTensors::read(&dir.join(MODEL_FILE))?;
     let state = SafeTensors::read(&dir.join(STATE_FILE))?;
+    trainer_from_safetensors(config, &model_file, &state, fresh)
+}
+
+/// The work of [`load_trainer`] on files already parsed: the model from `model_file` (see
+/// [`model_from_safetensors`]), then the moments, generator, step and history from `state`,
+/// each checked against the model and against each other.
+pub fn trainer_from_safetensors<T: Float>(
+    config: Config,
+    model_file: &SafeTensors,
+    state: &SafeTensors,
+    fresh: &Trainer<T>,
+) -> Result<Trainer<T>> {
+    let model = model_from_safetensors::<T>(config, model_file)?;
     let file = state.file.clone();
     let meta = |key: &str| state.meta(key).ok_or_else(|| parse_error(&file, format!("metadata {key} is missing")));
     let number = |key: &str| -> Result<u64> {

@@ -8,10 +8,11 @@
 //! count exactly where it stopped. `sample` continues a prompt from a folder, ours or Hugging
 //! Face's GPT-2 (with its `vocab.json` and `merges.txt` beside the weights).
 
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 use super::checkpoint::{load_model, load_trainer, save_trainer};
 use super::config::{Config, Positions};
 use super::data::{Token, TokenSplit, covering_windows};
-use super::json::{self, Json};
 use super::model::Gpt;
 use super::sample::{Decoding, generate};
 use super::schedule::Schedule;
@@ -21,6 +22,7 @@ use crate::ch08_tokens::chars::CharTokenizer;
 use crate::ch08_tokens::gpt2::{Gpt2Tokenizer, to_gpt2_files};
 use crate::ch08_tokens::{Tokenizer, corpus};
 use crate::error::{Error, Result, invalid};
+use crate::json::{self, Json};
 use crate::plot::{Figure, LineChart, Series};
 use crate::rng::Rng;
 use clap::{Args, Subcommand, ValueEnum};

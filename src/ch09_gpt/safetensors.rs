@@ -15,11 +15,13 @@
 //! pointing two tensors at the same bytes. A file written by the reference implementation (Python
 //! `safetensors`) is read bit for bit by a test.
 
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 use crate::error::{Error, Result};
 use crate::float::Float;
 use std::path::Path;
 
-use super::json::{self, Json};
+use crate::json::{self, Json};
 
 /// The largest header accepted (the reference implementation's limit, 100 MB).
 pub const MAX_HEADER: u64 = 100_000_000;
