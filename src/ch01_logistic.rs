@@ -275,11 +275,17 @@ pub fn train(x: &DMatrix<f64>, y: &DVector<f64>, config: TrainConfig) -> Result<
 /// The smoothness constant of the mean BCE in (w, b): L = λmax([X 1]ᵀ[X 1])/(4N).
 /// Gradient descent with α ≤ 1/L never increases a convex L-smooth loss.
 pub fn smoothness_bound(x: &DMatrix<f64>) -> f64 {
+    augmented_gram_lambda_max(x) / (4.0 * x.nrows() as f64)
+}
+
+/// λmax([X 1]ᵀ[X 1]), the largest eigenvalue of the Gram matrix of the inputs with a column of
+/// ones appended for the bias: the curvature of the linear part that every smoothness bound of a
+/// linear model scales (chapter 2's softmax bound uses it too).
+pub fn augmented_gram_lambda_max(x: &DMatrix<f64>) -> f64 {
     let n = x.nrows();
     let xa = DMatrix::from_fn(n, x.ncols() + 1, |r, c| if c < x.ncols() { x[(r, c)] } else { 1.0 });
     let gram = xa.transpose() * &xa;
-    let lambda_max = gram.symmetric_eigenvalues().iter().copied().fold(0.0, f64::max);
-    lambda_max / (4.0 * n as f64)
+    gram.symmetric_eigenvalues().iter().copied().fold(0.0, f64::max)
 }
 
 /// Two Gaussian clouds in the plane, `per_class` points each: class 0 around (−2, −1.5), class 1

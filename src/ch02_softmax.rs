@@ -711,11 +711,7 @@ pub fn train(x: &DMatrix<f64>, targets: &[usize], classes: usize, config: TrainC
 /// L = λmax([X 1]ᵀ[X 1])/(2N), because the softmax's Hessian diag(ŷ) − ŷŷᵀ has no eigenvalue
 /// above 1/2. Gradient descent with α ≤ 1/L never increases the (convex) loss.
 pub fn smoothness_bound(x: &DMatrix<f64>) -> f64 {
-    let n = x.nrows();
-    let xa = DMatrix::from_fn(n, x.ncols() + 1, |r, c| if c < x.ncols() { x[(r, c)] } else { 1.0 });
-    let gram = xa.transpose() * &xa;
-    let lambda_max = gram.symmetric_eigenvalues().iter().copied().fold(0.0, f64::max);
-    lambda_max / (2.0 * n as f64)
+    crate::ch01_logistic::augmented_gram_lambda_max(x) / (2.0 * x.nrows() as f64)
 }
 
 /// Radius of the circle the class centres sit on.
