@@ -192,6 +192,7 @@ pub const TANH_F32_DENOMINATOR: [f64; 4] =
 pub const TANH_F32_MAX_ERROR: f64 = 3.95e-7;
 
 /// tanh x in f32 as p(x)/q(x) after clamping x to ±[`TANH_F32_CLAMP`] (NaN stays NaN).
+#[inline]
 pub fn tanh_f32(x: f32) -> f32 {
     let [a1, a3, a5, a7, a9, a11, a13] = TANH_F32_NUMERATOR.map(|v| v as f32);
     let [b0, b2, b4, b6] = TANH_F32_DENOMINATOR.map(|v| v as f32);
@@ -203,6 +204,7 @@ pub fn tanh_f32(x: f32) -> f32 {
 }
 
 /// GELU (tanh form) in f32 with [`tanh_f32`]: ½ z (1 + tanh(√(2/π)(z + 0.044715 z³))).
+#[inline]
 pub fn gelu_tanh_f32(z: f32) -> f32 {
     let (s, c) = (GELU_TANH_SCALE as f32, GELU_TANH_CUBIC as f32);
     0.5 * z * (1.0 + tanh_f32(s * (z + c * z * z * z)))
@@ -210,6 +212,7 @@ pub fn gelu_tanh_f32(z: f32) -> f32 {
 
 /// The derivative of GELU (tanh form) in f32 with [`tanh_f32`], the same formula as
 /// [`Activation::derivative`]: ½(1 + t) + ½ z (1 − t²) u′.
+#[inline]
 pub fn gelu_tanh_derivative_f32(z: f32) -> f32 {
     let (s, c) = (GELU_TANH_SCALE as f32, GELU_TANH_CUBIC as f32);
     let t = tanh_f32(s * (z + c * z * z * z));
@@ -226,11 +229,25 @@ fn is_f32<T: Float>() -> bool {
 /// [`Activation::apply`] and rounded back to `T`, except GELU (tanh form) in f32, which takes
 /// [`gelu_tanh_f32`].
 pub fn activation_forward<T: Float>(act: Activation, z: &DMatrix<T>) -> DMatrix<T> {
+    let mut a = DMatrix::zeros(z.nrows(), z.ncols());
+    activation_forward_into(act, z.as_slice(), a.as_mut_slice());
+    a
+}
+
+/// [`activation_forward`] on slices: aᵢ = f(zᵢ) for every i (the slices have equal lengths;
+/// extra entries of the longer one are left alone). Chapter 9's fused step writes into buffers it
+/// keeps, so this form allocates nothing.
+pub fn activation_forward_into<T: Float>(act: Activation, z: &[T], a: &mut [T]) {
     if act == Activation::GeluTanh && is_f32::<T>() {
-        // For T = f32 both conversions are exact.
-        return z.map(|v| T::of(f64::from(gelu_tanh_f32(v.as_f64() as f32))));
+        // For T = f32 both conversions are exact, so the loop is gelu_tanh_f32 on every entry.
+        for (a, &z) in a.iter_mut().zip(z) {
+            *a = T::of(f64::from(gelu_tanh_f32(z.as_f64() as f32)));
+        }
+        return;
     }
-    z.map(|v| T::of(act.apply(v.as_f64())))
+    for (a, &z) in a.iter_mut().zip(z) {
+        *a = T::of(act.apply(z.as_f64()));
+    }
 }
 
 /// Elementwise d_z = f′(z) ⊙ d_a, the backward of [`activation_forward`].
@@ -239,11 +256,23 @@ pub fn activation_backward<T: Float>(act: Activation, z: &DMatrix<T>, d_a: &DMat
     if z.shape() != d_a.shape() {
         return Err(shape_error("activation_backward", "z and d_a", shape_of(z), shape_of(d_a)));
     }
+    let mut d = d_a.clone();
+    activation_backward_in_place(act, z.as_slice(), d.as_mut_slice());
+    Ok(d)
+}
+
+/// [`activation_backward`] on slices, in place: dᵢ ← f′(zᵢ)·dᵢ, turning ∂C/∂a into ∂C/∂z.
+pub fn activation_backward_in_place<T: Float>(act: Activation, z: &[T], d: &mut [T]) {
     // a = f(z)  ⇒  ∂C/∂z = f′(z) ∂C/∂a
     if act == Activation::GeluTanh && is_f32::<T>() {
-        return Ok(z.zip_map(d_a, |zv, g| T::of(f64::from(gelu_tanh_derivative_f32(zv.as_f64() as f32))) * g));
+        for (d, &z) in d.iter_mut().zip(z) {
+            *d = T::of(f64::from(gelu_tanh_derivative_f32(z.as_f64() as f32))) * *d;
+        }
+        return;
     }
-    Ok(z.zip_map(d_a, |zv, g| T::of(act.derivative(zv.as_f64())) * g))
+    for (d, &z) in d.iter_mut().zip(z) {
+        *d = T::of(act.derivative(z.as_f64())) * *d;
+    }
 }
 
 // ───────────────────────────── the dense layer ─────────────────────────────

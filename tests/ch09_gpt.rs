@@ -674,7 +674,7 @@ mod model {
 
     /// A model whose biases and LayerNorm parameters are not at their initial 0 and 1, so every
     /// gradient term is exercised.
-    fn perturbed(config: Config, seed: u64) -> Gpt<f64> {
+    pub fn perturbed(config: Config, seed: u64) -> Gpt<f64> {
         let mut m = Gpt::<f64>::new(config, seed).unwrap();
         let mut rng = Rng::new(seed + 100);
         for t in m.tensors_mut() {
@@ -692,7 +692,7 @@ mod model {
     /// the truncation error h²/6·L‴ (~10⁻¹⁰ through the GELUs), and a tolerance of 10⁻⁵ on the
     /// relative error (absolute below 10⁻⁶) leaves that margin while a wrong term in any
     /// backward line still shows as an error of order 1.
-    fn deep_check() -> gradcheck::Config {
+    pub fn deep_check() -> gradcheck::Config {
         gradcheck::Config { step: 1e-4, tolerance: 1e-5, floor: 1e-6 }
     }
 
@@ -1691,5 +1691,153 @@ mod fuzz_corpus_replay {
         let config = llm_workbook::ch09_gpt::checkpoint::config_to_json(&h::fuzz_config()).to_pretty();
         write("json", "config", config.as_bytes());
         write("json", "escapes", br#"{"s":"a\"b\\c\/d\b\f\n\r\t\u00e9\ud83d\ude00","n":[-0.5e+3,0,1E-2,true,false,null],"o":{}}"#);
+    }
+}
+
+// ───────────── the fused training step against the reference (issue 9, speed) ─────────────
+
+mod fused_step {
+    use super::model::{deep_check, perturbed, tiny, tiny_batch};
+    use super::*;
+    use llm_workbook::ch06_attention::{Epsilon, NormOrder};
+    use llm_workbook::ch09_gpt::data::Batch;
+    use llm_workbook::ch09_gpt::fused::{FusedStep, supports};
+    use llm_workbook::ch09_gpt::model::Gpt;
+    use llm_workbook::ch09_gpt::train::{Data, TrainConfig, Trainer};
+    use llm_workbook::gradcheck;
+    use llm_workbook::matmul::with_threads;
+
+    /// Three sequences of four tokens (two shards of unequal size), some positions unscored.
+    fn odd_batch() -> Batch {
+        Batch {
+            inputs: vec![1, 4, 6, 0, 2, 3, 3, 5, 1, 0, 6, 6],
+            targets: vec![Some(4), Some(6), None, Some(2), Some(3), Some(3), Some(5), None, Some(0), Some(6), Some(6), Some(1)],
+            batch: 3,
+            seq_len: 4,
+        }
+    }
+
+    /// The largest |a − b| over every tensor, relative to that tensor's largest |b| or to `floor`
+    /// if that is larger (the key bias's gradient is exactly 0 in exact arithmetic, so both sides
+    /// hold only rounding noise there).
+    fn worst_relative(a: &[DMatrix<f64>], b: &[DMatrix<f64>], floor: f64) -> (usize, f64) {
+        assert_eq!(a.len(), b.len());
+        a.iter()
+            .zip(b)
+            .enumerate()
+            .map(|(i, (x, y))| {
+                assert_eq!(x.shape(), y.shape(), "tensor {i}");
+                (i, (x - y).abs().max() / y.abs().max().max(floor))
+            })
+            .fold((0, 0.0), |w, c| if c.1 > w.1 { c } else { w })
+    }
+
+    #[rstest::rstest]
+    #[case::tied_learned(tiny(true, Positions::Learned), tiny_batch())]
+    #[case::untied_sinusoidal(tiny(false, Positions::Sinusoidal), tiny_batch())]
+    #[case::three_sequences(tiny(true, Positions::Learned), odd_batch())]
+    #[case::one_sequence(tiny(false, Positions::Learned), Batch { batch: 1, inputs: tiny_batch().inputs[..5].to_vec(), targets: tiny_batch().targets[..5].to_vec(), seq_len: 5 })]
+    fn the_fused_step_gives_the_reference_loss_and_gradients_in_f64(#[case] config: Config, #[case] batch: Batch) {
+        let model = perturbed(config, 5);
+        let reference = model.loss_and_grads(&batch).unwrap();
+        let mut fused = FusedStep::new();
+        let (loss, grads) = fused.loss_and_grads(&model, &batch).unwrap();
+        assert!((loss - reference.loss).abs() < 1e-12 * reference.loss, "loss {loss} vs {}", reference.loss);
+        let (at, worst) = worst_relative(grads, &reference.grads, 1e-6);
+        let name = &model.tensors()[at].0;
+        assert!(worst < 1e-10, "{name}: relative difference {worst:e}");
+    }
+
+    #[test]
+    fn the_fused_step_passes_the_gradient_check_on_every_tensor() {
+        for config in [tiny(true, Positions::Learned), tiny(false, Positions::Sinusoidal)] {
+            let model = perturbed(config, 7);
+            let batch = odd_batch();
+            let mut fused = FusedStep::new();
+            let analytic: Vec<DMatrix<f64>> = fused.loss_and_grads(&model, &batch).unwrap().1.to_vec();
+            let named: Vec<(String, DMatrix<f64>)> = model.tensors().into_iter().map(|(n, m)| (n, m.clone())).collect();
+            let inputs: Vec<(&str, DMatrix<f64>)> = named.iter().map(|(n, m)| (n.as_str(), m.clone())).collect();
+            let report = gradcheck::check(deep_check(), &inputs, &analytic, |t| {
+                let mut m = model.clone();
+                m.set_tensors(t).unwrap();
+                FusedStep::new().loss_and_grads(&m, &batch).unwrap().0
+            });
+            report.assert_passed();
+        }
+    }
+
+    #[test]
+    fn the_fused_step_in_f32_agrees_with_the_f64_reference_to_single_precision() {
+        let config = Config::new(65, 32, 2, 4, 64);
+        let model = Gpt::<f64>::new(config, 3).unwrap();
+        let mut rng = Rng::new(4);
+        let tokens: Vec<u32> = (0..5_000).map(|_| rng.below(65) as u32).collect();
+        let batch = data::random_windows(&tokens, 32, 6, &mut rng).unwrap();
+        let reference = model.loss_and_grads(&batch).unwrap();
+        let mut fused = FusedStep::<f32>::new();
+        let (loss, grads) = fused.loss_and_grads(&model.cast::<f32>(), &batch).unwrap();
+        let grads: Vec<DMatrix<f64>> = grads.iter().map(|g| g.map(f64::from)).collect();
+        assert!((loss - reference.loss).abs() < 1e-5, "{loss} vs {}", reference.loss);
+        let (at, worst) = worst_relative(&grads, &reference.grads, 1e-5);
+        assert!(worst < 1e-3, "{}: relative difference {worst:e}", model.tensors()[at].0);
+    }
+
+    #[test]
+    fn one_thread_and_two_give_the_same_bits_and_a_reused_workspace_changes_nothing() {
+        let model = perturbed(tiny(true, Positions::Learned), 11).cast::<f32>();
+        let batch = odd_batch();
+        let run = |threads: usize| {
+            with_threads(threads, || FusedStep::new().loss_and_grads(&model, &batch).map(|(l, g)| (l, g.to_vec())).unwrap())
+        };
+        let (one, two) = (run(1), run(2));
+        assert_eq!(one.0.to_bits(), two.0.to_bits());
+        assert!(one.1 == two.1, "gradients differ between one thread and two");
+        // A workspace sized for another batch shape, then reused, gives the same bits again.
+        let mut reused = FusedStep::new();
+        reused.loss_and_grads(&model, &tiny_batch()).unwrap();
+        let again = reused.loss_and_grads(&model, &batch).unwrap();
+        assert_eq!(again.0.to_bits(), one.0.to_bits());
+        assert!(again.1 == one.1.as_slice());
+    }
+
+    #[test]
+    fn a_model_outside_the_fused_shapes_is_refused_and_the_trainer_falls_back_to_the_reference() {
+        let base = Gpt::<f64>::new(tiny(true, Positions::Learned), 1).unwrap();
+        assert!(supports(&base));
+        let mut post = base.clone();
+        post.blocks[1].order = NormOrder::Post;
+        let mut eps = base.clone();
+        eps.blocks[0].ln2.placement = Epsilon::AddedToStd;
+        let mut relu = base.clone();
+        relu.blocks[0].ffn.act = llm_workbook::ch03_mlp::Activation::Relu;
+        for (what, m) in [("post-LN", &post), ("σ + ε", &eps), ("ReLU", &relu)] {
+            assert!(!supports(m), "{what}");
+            let e = FusedStep::new().loss_and_grads(m, &tiny_batch()).unwrap_err();
+            assert!(e.to_string().contains("model"), "{what}: {e}");
+            // The trainer still trains it, through the reference.
+            let tokens: Vec<u32> = (0..60).map(|i| (i * 5 % 7) as u32).collect();
+            let tc = TrainConfig::new(2, Schedule::new(1e-3, 1e-4, 2, 10).unwrap());
+            let mut trainer = Trainer::new(m.clone(), &tc, 1).unwrap();
+            let r = trainer.step(&Data::Stream { tokens: &tokens, seq_len: 5 }, &tc).unwrap();
+            assert!(r.loss.is_finite(), "{what}");
+        }
+    }
+
+    #[test]
+    fn bad_batches_get_errors_from_the_fused_step() {
+        let model = Gpt::<f64>::new(tiny(true, Positions::Learned), 1).unwrap();
+        let mut fused = FusedStep::new();
+        let mut b = tiny_batch();
+        b.inputs[3] = 7; // the vocabulary is 7 tokens
+        assert!(fused.loss_and_grads(&model, &b).unwrap_err().to_string().contains("inputs"));
+        let mut b = tiny_batch();
+        b.targets.iter_mut().for_each(|t| *t = None);
+        assert!(matches!(fused.loss_and_grads(&model, &b).unwrap_err(), Error::Empty { .. }));
+        let long = Batch { inputs: vec![1; 7], targets: vec![Some(1); 7], batch: 1, seq_len: 7 }; // context 6
+        assert!(fused.loss_and_grads(&model, &long).unwrap_err().to_string().contains("context"));
+        // A NaN weight is an error, not a NaN loss.
+        let mut nan = model.clone();
+        nan.wte[(1, 0)] = f64::NAN;
+        assert!(fused.loss_and_grads(&nan, &tiny_batch()).is_err());
     }
 }

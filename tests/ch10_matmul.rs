@@ -998,3 +998,114 @@ mod properties {
         }
     }
 }
+
+// ───────────── views: products of blocks inside larger matrices (chapter 9's attention heads) ─────────────
+
+mod views {
+    use super::*;
+    use llm_workbook::matmul::{Backend, MatRef, gemm_view, product_choices, with_backend, with_threads};
+
+    /// `inner` placed at rows r0…, columns c0… of a larger zero-padded matrix with `ld` rows; the
+    /// view's slice starts at its first entry.
+    fn embedded<T: Float>(inner: &DMatrix<T>, r0: usize, c0: usize, ld: usize, rng: &mut Rng) -> (Vec<T>, usize) {
+        let cols = c0 + inner.ncols() + 2;
+        let mut big = rng.normal_matrix::<T>(ld, cols, 1.0); // surrounding values that must not leak in
+        big.view_mut((r0, c0), inner.shape()).copy_from(inner);
+        (big.as_slice().to_vec(), r0 + c0 * ld)
+    }
+
+    fn check_view_case<T: Float>(case: Case, rng: &mut Rng) -> Result<(), String> {
+        let x = operands::<T>(&case, rng);
+        let (pad_a, pad_b) = (1 + case.m % 3, 2 + case.n % 4);
+        let (a_store, a_at) = embedded(&x.a, pad_a, 1, x.a.nrows() + pad_a + 3, rng);
+        let (b_store, b_at) = embedded(&x.b, pad_b, 2, x.b.nrows() + pad_b + 1, rng);
+        let a = MatRef::new(&a_store[a_at..], x.a.nrows(), x.a.ncols(), x.a.nrows() + pad_a + 3).map_err(|e| e.to_string())?;
+        let b = MatRef::new(&b_store[b_at..], x.b.nrows(), x.b.ncols(), x.b.nrows() + pad_b + 1).map_err(|e| e.to_string())?;
+        let mut c = x.c0.clone();
+        gemm_view(T::of(case.alpha), a, case.ta, b, case.tb, T::of(case.beta), c.as_mut_slice(), case.m).map_err(|e| e.to_string())?;
+        let (value, size) = reference(&case, &x);
+        within_bound(&case, &c, &value, &size)
+    }
+
+    #[test]
+    fn views_inside_larger_matrices_match_the_triple_loop_with_every_kernel_and_both_backends() {
+        let mut cases = Vec::new();
+        for (m, n, k) in [(1, 1, 1), (7, 5, 3), (33, 17, 9), (64, 64, 32), (64, 32, 64), (13, 40, 71)] {
+            for (ta, tb) in [(Op::N, Op::N), (Op::T, Op::N), (Op::N, Op::T), (Op::T, Op::T)] {
+                cases.push(Case::new(m, n, k).ops(ta, tb).scaled(0.5, if m % 2 == 0 { 0.0 } else { -1.5 }));
+            }
+        }
+        let mut failures = Vec::new();
+        for backend in [Backend::Ours, Backend::Nalgebra] {
+            for kernel in available_kernels() {
+                let mut rng = Rng::new(41);
+                with_backend(backend, || {
+                    with_kernel(kernel, || {
+                        for case in &cases {
+                            if let Err(e) = check_view_case::<f32>(*case, &mut rng).and_then(|()| check_view_case::<f64>(*case, &mut rng)) {
+                                failures.push(format!("{} {kernel}: {e}", backend.name()));
+                                break;
+                            }
+                        }
+                    })
+                    .unwrap()
+                });
+            }
+        }
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
+    #[test]
+    fn a_view_that_does_not_fit_its_slice_and_mismatched_shapes_are_errors() {
+        let data = vec![1.0f64; 20];
+        assert!(MatRef::new(&data, 4, 5, 4).is_ok()); // exactly 20 values
+        let e = MatRef::new(&data, 4, 5, 5).unwrap_err(); // needs 4·5 + 4 = 24
+        assert!(e.to_string().contains("data") && e.to_string().contains("24"), "{e}");
+        let e = MatRef::new(&data, 4, 2, 3).unwrap_err(); // ld < rows
+        assert!(e.to_string().contains("ld"), "{e}");
+        let a = MatRef::new(&data, 4, 5, 4).unwrap();
+        let b = MatRef::new(&data, 4, 5, 4).unwrap();
+        let mut c = vec![0.0; 16];
+        let e = gemm_view(1.0, a, Op::N, b, Op::N, 0.0, &mut c, 4).unwrap_err(); // 4×5 by 4×5
+        assert!(e.to_string().contains("inner dimensions"), "{e}");
+        gemm_view(1.0, a, Op::N, b, Op::T, 0.0, &mut c, 4).unwrap(); // 4×5 by 5×4 fits a 4×4 C
+        assert!(c.iter().all(|&v| v == 5.0));
+        let mut wrong = vec![0.0; 15];
+        let e = gemm_view(1.0, a, Op::N, b, Op::T, 0.0, &mut wrong, 4).unwrap_err();
+        assert!(e.to_string().contains("C") && e.to_string().contains("15"), "{e}");
+        let e = gemm_view(1.0, a, Op::N, b, Op::T, 0.0, &mut c, 2).unwrap_err(); // 16 values but 2 rows
+        assert!(e.to_string().contains("2 rows"), "{e}");
+    }
+
+    #[test]
+    fn with_threads_limits_products_and_product_choices_carry_into_a_new_thread() {
+        let mut rng = Rng::new(3);
+        let a = rng.normal_matrix::<f32>(600, 300, 1.0);
+        let b = rng.normal_matrix::<f32>(300, 200, 1.0);
+        const { assert!(2.0 * 600.0 * 300.0 * 200.0 >= matmul::PARALLEL_MIN_FLOPS) };
+        let one = with_threads(1, || {
+            matmul(&a, &b).unwrap();
+            last_product().unwrap().threads
+        });
+        assert_eq!(one, 1);
+        let two = with_threads(2, || {
+            matmul(&a, &b).unwrap();
+            last_product().unwrap().threads
+        });
+        assert_eq!(two, 2);
+        // The choices of this thread reach a thread it starts only when carried.
+        let carried = with_threads(1, || {
+            with_backend(Backend::Nalgebra, || {
+                let choices = product_choices();
+                std::thread::spawn(move || {
+                    choices.run(|| (llm_workbook::matmul::default_threads(), llm_workbook::matmul::active_backend()))
+                })
+                .join()
+                .unwrap()
+            })
+        });
+        assert_eq!(carried, (1, Backend::Nalgebra));
+        let plain = with_threads(1, || std::thread::spawn(llm_workbook::matmul::default_threads).join().unwrap());
+        assert_eq!(plain, llm_workbook::matmul::default_threads(), "without carrying, a new thread has the process default");
+    }
+}

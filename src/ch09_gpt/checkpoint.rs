@@ -390,5 +390,5 @@ pub fn trainer_from_safetensors<T: Float>(
         (0..loss.len()).map(|i| StepRecord { step: i, loss: loss[i], lr: lr[i], grad_norm: norm[i], tokens: tokens[i] as usize }).collect();
     let mut optimizer = fresh.optimizer.clone();
     optimizer.moments = moments;
-    Ok(Trainer { model, optimizer, rng: Rng::from_state(rng_state), step: step as usize, history })
+    Ok(Trainer { model, optimizer, rng: Rng::from_state(rng_state), step: step as usize, history, workspace: Default::default() })
 }

@@ -17,6 +17,7 @@ pub mod checkpoint;
 pub mod cli;
 pub mod config;
 pub mod data;
+pub mod fused;
 pub mod json;
 pub mod model;
 pub mod safetensors;

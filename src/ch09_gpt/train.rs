@@ -8,6 +8,7 @@
 //! the same seed gives the same bits on the same machine.
 
 use super::data::{Batch, SortTask, Token, random_windows};
+use super::fused::FusedStep;
 use super::model::Gpt;
 use super::sample::{Decoding, generate};
 use super::schedule::{Schedule, clip_global_norm};
@@ -98,6 +99,9 @@ pub struct Trainer<T: Float> {
     pub step: usize,
     /// One record per step taken.
     pub history: Vec<StepRecord>,
+    /// The fused step's buffers, reused from step to step (not part of the training state: a
+    /// trainer loaded from a checkpoint starts with an empty one and gets the same bits).
+    pub(crate) workspace: FusedStep<T>,
 }
 
 impl<T: Float> Trainer<T> {
@@ -107,24 +111,32 @@ impl<T: Float> Trainer<T> {
             return Err(invalid("Trainer::new", "batch", "must hold at least one sequence"));
         }
         let optimizer = AdamW::new(config.adam(), config.weight_decay)?;
-        Ok(Trainer { model, optimizer, rng: Rng::new(seed), step: 0, history: Vec::new() })
+        Ok(Trainer { model, optimizer, rng: Rng::new(seed), step: 0, history: Vec::new(), workspace: FusedStep::new() })
     }
 
-    /// One training step.
+    /// One training step. The loss and gradients come from the fused step
+    /// ([`super::fused::FusedStep`]) when it covers the model, else from the reference
+    /// [`Gpt::loss_and_grads`]; both compute the same mathematics (a test compares them).
     pub fn step(&mut self, data: &Data, config: &TrainConfig) -> Result<StepRecord> {
         let batch = data.batch(config.batch, &mut self.rng)?;
-        let mut out = self.model.loss_and_grads(&batch)?;
+        let mut reference;
+        let (loss, grads): (f64, &mut [nalgebra::DMatrix<T>]) = if super::fused::supports(&self.model) {
+            self.workspace.loss_and_grads(&self.model, &batch)?
+        } else {
+            reference = self.model.loss_and_grads(&batch)?;
+            (reference.loss, &mut reference.grads)
+        };
         let grad_norm = match config.clip {
-            Some(c) => clip_global_norm(&mut out.grads.iter_mut().collect::<Vec<_>>(), c)?,
-            None => super::schedule::global_norm(&out.grads.iter().collect::<Vec<_>>()),
+            Some(c) => clip_global_norm(&mut grads.iter_mut().collect::<Vec<_>>(), c)?,
+            None => super::schedule::global_norm(&grads.iter().collect::<Vec<_>>()),
         };
         let lr = config.schedule.at(self.step);
         self.optimizer.config = AdamConfig { learning_rate: lr, ..config.adam() };
         self.optimizer.weight_decay = config.weight_decay;
         let decay = self.model.decay_mask();
-        let grads: Vec<&nalgebra::DMatrix<T>> = out.grads.iter().collect();
+        let grads: Vec<&nalgebra::DMatrix<T>> = grads.iter().collect();
         self.optimizer.step(&mut self.model.tensors_mut(), &grads, &decay)?;
-        let record = StepRecord { step: self.step, loss: out.loss, lr, grad_norm, tokens: batch.inputs.len() };
+        let record = StepRecord { step: self.step, loss, lr, grad_norm, tokens: batch.inputs.len() };
         self.step += 1;
         self.history.push(record);
         Ok(record)

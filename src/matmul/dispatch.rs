@@ -208,9 +208,72 @@ pub fn active_kernel() -> Kernel {
     }
 }
 
-/// How many threads a large product may use: `LLM_WORKBOOK_THREADS` if set to a positive
-/// integer, otherwise the number of cores (at most 2 unless the variable asks for more).
+thread_local! {
+    static THREAD_THREADS: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+/// How many threads a large product may use: the [`with_threads`] choice of this thread if there
+/// is one, else `LLM_WORKBOOK_THREADS` if set to a positive integer, otherwise the number of cores
+/// (at most 2 unless the variable asks for more).
 pub fn default_threads() -> usize {
+    THREAD_THREADS.with(Cell::get).unwrap_or_else(process_threads)
+}
+
+/// Runs `f` with products started on this thread limited to `threads` threads (at least 1), then
+/// restores the previous choice. Work that is already split over threads (chapter 9's batch
+/// shards) runs each part's products on one thread this way, so two levels of threads never
+/// compete for the same cores.
+pub fn with_threads<R>(threads: usize, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<usize>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            THREAD_THREADS.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(THREAD_THREADS.with(|c| c.replace(Some(threads.max(1)))));
+    f()
+}
+
+/// The product choices of the current thread (kernel, backend, threads), to be carried into a
+/// thread it starts with [`ProductChoices::run`]: thread-local choices do not cross threads by
+/// themselves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProductChoices {
+    kernel: Option<Kernel>,
+    backend: Option<Backend>,
+    threads: Option<usize>,
+}
+
+/// This thread's product choices.
+pub fn product_choices() -> ProductChoices {
+    ProductChoices {
+        kernel: THREAD_KERNEL.with(Cell::get),
+        backend: THREAD_BACKEND.with(Cell::get),
+        threads: THREAD_THREADS.with(Cell::get),
+    }
+}
+
+impl ProductChoices {
+    /// Runs `f` on the current thread with these choices, then restores the thread's own.
+    pub fn run<R>(self, f: impl FnOnce() -> R) -> R {
+        struct Restore(ProductChoices);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                THREAD_KERNEL.with(|c| c.set(self.0.kernel));
+                THREAD_BACKEND.with(|c| c.set(self.0.backend));
+                THREAD_THREADS.with(|c| c.set(self.0.threads));
+            }
+        }
+        let _restore = Restore(product_choices());
+        THREAD_KERNEL.with(|c| c.set(self.kernel));
+        THREAD_BACKEND.with(|c| c.set(self.backend));
+        THREAD_THREADS.with(|c| c.set(self.threads));
+        f()
+    }
+}
+
+/// The process-wide thread count: `LLM_WORKBOOK_THREADS` or the cores (at most 2), read once.
+fn process_threads() -> usize {
     static THREADS: OnceLock<usize> = OnceLock::new();
     *THREADS.get_or_init(|| {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());

@@ -35,9 +35,9 @@ use num_traits::{One, Zero};
 
 pub use blocked::PARALLEL_MIN_FLOPS;
 pub use dispatch::{
-    BACKEND_ENV, Backend, Blocking, KERNEL_ENV, Kernel, ProductStats, THREADS_ENV, active_backend, active_kernel, available_kernels,
-    best_kernel, default_threads, env_kernel, kernel_calls, last_product, nalgebra_products, parse_backend_setting, parse_kernel_setting,
-    set_kernel, with_backend, with_kernel,
+    BACKEND_ENV, Backend, Blocking, KERNEL_ENV, Kernel, ProductChoices, ProductStats, THREADS_ENV, active_backend, active_kernel,
+    available_kernels, best_kernel, default_threads, env_kernel, kernel_calls, last_product, nalgebra_products, parse_backend_setting,
+    parse_kernel_setting, product_choices, set_kernel, with_backend, with_kernel, with_threads,
 };
 pub use kernels::{AVX2_F32_BLOCKING, AVX2_F64_BLOCKING, AVX512_F32_BLOCKING, AVX512_F64_BLOCKING, SCALAR_BLOCKING};
 
@@ -199,6 +199,23 @@ fn run<T: Element>(
     beta: T,
     c: &mut DMatrix<T>,
 ) -> Result<ProductStats> {
+    let (m, k) = ta.shape(a);
+    let n = tb.shape(b).1;
+    let a_op = pack::Operand::new(a.as_slice(), a.nrows(), ta == Op::T);
+    let b_op = pack::Operand::new(b.as_slice(), b.nrows(), tb == Op::T);
+    run_operands(settings, alpha, a_op, b_op, beta, c.as_mut_slice(), (m, n, k))
+}
+
+/// The blocked product on operands already described by their strides, C column-major m×n.
+fn run_operands<T: Element>(
+    settings: Settings,
+    alpha: T,
+    a_op: pack::Operand<T>,
+    b_op: pack::Operand<T>,
+    beta: T,
+    c: &mut [T],
+    (m, n, k): (usize, usize, usize),
+) -> Result<ProductStats> {
     let kind = settings.kernel.unwrap_or_else(active_kernel);
     let kernel = T::micro_kernel(kind).ok_or_else(|| unavailable("gemm_with", kind))?;
     let blocking = settings.blocking.unwrap_or(kernel.blocking);
@@ -209,16 +226,12 @@ fn run<T: Element>(
     if threads == 0 {
         return Err(invalid("gemm_with", "threads", "at least 1 thread is needed, got 0"));
     }
-    let (m, k) = ta.shape(a);
-    let n = tb.shape(b).1;
     let min_parallel_flops = settings.min_parallel_flops.unwrap_or(PARALLEL_MIN_FLOPS);
     if min_parallel_flops.is_nan() {
         return Err(invalid("gemm_with", "min_parallel_flops", "a number is needed, got NaN"));
     }
     let plan = blocked::Plan { kernel, blocking, threads, min_parallel_flops };
-    let a_op = pack::Operand::new(a.as_slice(), a.nrows(), ta == Op::T);
-    let b_op = pack::Operand::new(b.as_slice(), b.nrows(), tb == Op::T);
-    let stats = blocked::gemm(plan, alpha, a_op, b_op, beta, c.as_mut_slice(), (m, n, k));
+    let stats = blocked::gemm(plan, alpha, a_op, b_op, beta, c, (m, n, k));
     dispatch::record(stats);
     Ok(stats)
 }
@@ -293,6 +306,101 @@ pub fn gemm<T: Element>(alpha: T, a: &DMatrix<T>, ta: Op, b: &DMatrix<T>, tb: Op
     check_shapes("gemm", a, ta, b, tb, c)?;
     T::gemm_unchecked(alpha, a, ta, b, tb, beta, c);
     Ok(())
+}
+
+/// A read-only view of a column-major matrix stored inside a longer slice, as BLAS describes one:
+/// element (i, j) is `data[i + j·ld]`, with the leading dimension ld ≥ rows. A head of attention
+/// is such a view of the projections (its columns, in the rows of one sequence), so it can enter a
+/// product without being copied out.
+#[derive(Clone, Copy, Debug)]
+pub struct MatRef<'a, T> {
+    data: &'a [T],
+    rows: usize,
+    cols: usize,
+    ld: usize,
+}
+
+impl<'a, T> MatRef<'a, T> {
+    /// The rows×cols view starting at `data[0]` with leading dimension `ld`. Errors when ld < rows
+    /// or the slice is too short to hold the last column.
+    pub fn new(data: &'a [T], rows: usize, cols: usize, ld: usize) -> Result<Self> {
+        const OP: &str = "MatRef::new";
+        if ld < rows.max(1) {
+            return Err(invalid(OP, "ld", format!("the leading dimension must be at least the rows ({rows}), got {ld}")));
+        }
+        let needed = if rows == 0 || cols == 0 { 0 } else { (cols - 1) * ld + rows };
+        if data.len() < needed {
+            return Err(shape_error(
+                OP,
+                "data",
+                format!("at least {needed} values for {rows}×{cols} with ld = {ld}"),
+                format!("{}", data.len()),
+            ));
+        }
+        Ok(MatRef { data, rows, cols, ld })
+    }
+
+    /// The same view as nalgebra's.
+    fn nalgebra(self) -> nalgebra::DMatrixView<'a, T, nalgebra::Dyn, nalgebra::Dyn>
+    where
+        T: nalgebra::Scalar,
+    {
+        nalgebra::DMatrixView::from_slice_with_strides(self.data, self.rows, self.cols, 1, self.ld)
+    }
+
+    /// The shape of op(view).
+    fn shape(&self, op: Op) -> (usize, usize) {
+        match op {
+            Op::N => (self.rows, self.cols),
+            Op::T => (self.cols, self.rows),
+        }
+    }
+}
+
+/// C ← α·op(A)·op(B) + β·C for views A and B ([`MatRef`]) and C a column-major m×n slice
+/// (`c.len()` = m·n, m = `c_rows`). The same product as [`gemm`] (same kernel, blocking, threads
+/// and backend), for operands that live inside larger matrices. Errors name the operands and their
+/// shapes.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_view<T: Element>(alpha: T, a: MatRef<T>, ta: Op, b: MatRef<T>, tb: Op, beta: T, c: &mut [T], c_rows: usize) -> Result<()> {
+    const OP: &str = "gemm_view";
+    let (m, k) = a.shape(ta);
+    let (k2, n) = b.shape(tb);
+    if k != k2 {
+        return Err(shape_error(
+            OP,
+            "inner dimensions of op(A) and op(B)",
+            format!("op(B) with {k} rows"),
+            format!("op(A) {m}×{k}, op(B) {k2}×{n}"),
+        ));
+    }
+    if c_rows != m || c.len() != m * n {
+        return Err(shape_error(OP, "C", format!("{m}×{n} ({} values)", m * n), format!("{c_rows} rows, {} values", c.len())));
+    }
+    if active_backend() == Backend::Nalgebra {
+        let (av, bv) = (a.nalgebra(), b.nalgebra());
+        let b_t;
+        let bv = match tb {
+            Op::N => bv,
+            Op::T => {
+                b_t = bv.transpose();
+                b_t.as_view()
+            }
+        };
+        let mut cv = nalgebra::DMatrixViewMut::from_slice(c, m, n);
+        if beta == T::zero() {
+            cv.fill(T::zero());
+        }
+        match ta {
+            Op::N => cv.gemm(alpha, &av, &bv, beta),
+            Op::T => cv.gemm_tr(alpha, &av, &bv, beta),
+        }
+        dispatch::record_nalgebra_product();
+        return Ok(());
+    }
+    let a_op = pack::Operand::new(a.data, a.ld, ta == Op::T);
+    let b_op = pack::Operand::new(b.data, b.ld, tb == Op::T);
+    run_operands(Settings::default(), alpha, a_op, b_op, beta, c, (m, n, k)).map(|_| ())
 }
 
 fn product<T: Element>(op: &'static str, a: &DMatrix<T>, ta: Op, b: &DMatrix<T>, tb: Op) -> Result<DMatrix<T>> {

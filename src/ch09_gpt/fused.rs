@@ -1,0 +1,740 @@
+//! The training step made fast: the same loss and gradients as [`Gpt::loss_and_grads`], computed
+//! without its detours.
+//!
+//! [`Gpt::loss_and_grads`] is the reference: it chains chapter 6's general functions (any mask,
+//! any head width, post- or pre-LN), and each of them allocates its outputs, copies every head
+//! out of the projections and back in, and computes all T² attention scores before masking half
+//! of them. This module computes exactly the same mathematics for the GPT of this chapter
+//! (pre-LN blocks, causal self-attention, GELU, ε inside the square root) in a way that keeps the
+//! CPU busy with arithmetic:
+//!
+//! - **No matrix allocated per step.** Every activation the backward pass needs and every gradient lives
+//!   in a [`FusedStep`] kept by the trainer and reused from step to step.
+//! - **One product for Q, K and V.** The three projections read the same input, so they are one
+//!   product with W_QKV = \[W_Q W_K W_V\] (d×3d), and their backward is one product too:
+//!   ∂n₁ = ∂QKV·W_QKVᵀ, ∂W_QKV = n₁ᵀ∂QKV.
+//! - **Attention without copies in.** Each head of each sequence is a view into the QKV buffer (a
+//!   head is a block of columns, a sequence a block of rows, see [`MatRef`]), so its products read
+//!   it where it is; the causal softmax touches only the entries j ≤ i.
+//! - **Residuals accumulate in place.** h = x + a·W_O + b_O is one product with β = 1 onto x;
+//!   every "∂x gets ∂h directly and through the branch" is an addition into the same buffer.
+//! - **The batch in shards.** The B sequences are cut into [`GRADIENT_SHARDS`] parts; each part
+//!   runs forward and backward on its own (on its own thread when there are threads to spare) and
+//!   the parts' gradients are added in a fixed order. The shards are fixed by the batch, not by
+//!   the thread count, so one thread and two give the same bits.
+//!
+//! The column-major layout of the reference is kept (row r of an N×C matrix is token r), so every
+//! per-row statistic (LayerNorm's μ and σ, softmax's maximum and sum) is accumulated column by
+//! column for all rows at once, reading memory in order.
+//!
+//! Tests check it against the reference in f64 (equal to 10⁻¹⁰ relative) and in f32, by finite
+//! differences of its own, and that a model whose shape it does not cover is refused
+//! ([`supports`]) so the trainer falls back to the reference.
+
+use super::config::Positions;
+use super::data::Batch;
+use super::model::{Gpt, TENSORS_PER_BLOCK};
+use crate::ch03_mlp::{Activation, activation_backward_in_place, activation_forward_into};
+use crate::ch06_attention::{Epsilon, LayerNorm, NormOrder};
+use crate::error::{Error, Result, invalid};
+use crate::float::Float;
+use crate::matmul::{MatRef, Op, gemm, gemm_view, product_choices, with_threads};
+use nalgebra::DMatrix;
+
+/// Into how many parts the batch is cut (at most; a batch of one sequence is one part). Each part
+/// can run on its own thread; two suits the two-core machines this crate is measured on. The
+/// gradient depends on this number only through rounding (the sums over the batch are grouped
+/// differently), and not at all on the number of threads.
+pub const GRADIENT_SHARDS: usize = 2;
+
+/// Whether [`FusedStep`] covers `model`: every block pre-LN with GELU (tanh form), every
+/// LayerNorm with ε inside the square root, and the weights shaped as [`Gpt::new`] shapes them
+/// (W_Q, W_K, W_V, W_O d×d, W₁ d×4d, W₂ 4d×d, heads dividing d). Models loaded from a checkpoint
+/// or built by [`Gpt::new`] always are; a model assembled by hand from chapter 6's parts may not
+/// be, and then the trainer uses the reference [`Gpt::loss_and_grads`].
+pub fn supports<T: Float>(model: &Gpt<T>) -> bool {
+    let c = &model.config;
+    let d = c.width;
+    let ln_ok = |ln: &LayerNorm<T>| ln.placement == Epsilon::InsideSqrt && ln.gamma.shape() == (1, d) && ln.beta.shape() == (1, d);
+    let f = c.hidden();
+    d > 0
+        && c.heads > 0
+        && d.is_multiple_of(c.heads)
+        && model.wte.shape() == (c.vocab_size, d)
+        && model.wpe.shape() == (c.context, d)
+        && model.lm_head.as_ref().is_none_or(|h| h.shape() == (c.vocab_size, d))
+        && ln_ok(&model.ln_f)
+        && model.blocks.len() == c.layers
+        && model.blocks.iter().all(|b| {
+            let a = &b.attn;
+            b.order == NormOrder::Pre
+                && b.ffn.act == Activation::GeluTanh
+                && ln_ok(&b.ln1)
+                && ln_ok(&b.ln2)
+                && a.heads == c.heads
+                && [&a.w_q, &a.w_k, &a.w_v, &a.w_o].iter().all(|w| w.shape() == (d, d))
+                && [&a.b_q, &a.b_k, &a.b_v, &a.b_o, &b.ffn.b2].iter().all(|v| v.shape() == (1, d))
+                && b.ffn.w1.shape() == (d, f)
+                && b.ffn.b1.shape() == (1, f)
+                && b.ffn.w2.shape() == (f, d)
+        })
+}
+
+/// A LayerNorm's saved forward values: x̂ (N×C) and 1/s per row.
+#[derive(Clone, Debug)]
+struct LnSaved<T: Float> {
+    x_hat: DMatrix<T>,
+    inv_std: Vec<T>,
+}
+
+impl<T: Float> LnSaved<T> {
+    fn new(n: usize, c: usize) -> Self {
+        LnSaved { x_hat: DMatrix::zeros(n, c), inv_std: vec![T::zero(); n] }
+    }
+}
+
+/// What one block's backward pass needs from its forward pass, for the rows of one shard.
+#[derive(Clone, Debug)]
+struct BlockSaved<T: Float> {
+    ln1: LnSaved<T>,
+    /// n₁ = LN₁(x), N×d.
+    n1: DMatrix<T>,
+    /// \[Q K V\] = n₁W_QKV + b_QKV, N×3d.
+    qkv: DMatrix<T>,
+    /// Attention weights, one T×T column-major matrix per (sequence, head); only j ≤ i is used.
+    weights: Vec<T>,
+    /// The heads' outputs side by side, N×d.
+    att: DMatrix<T>,
+    ln2: LnSaved<T>,
+    /// n₂ = LN₂(h), N×d.
+    n2: DMatrix<T>,
+    /// z₁ = n₂W₁ + b₁, N×4d.
+    z1: DMatrix<T>,
+    /// a₁ = GELU(z₁), N×4d.
+    a1: DMatrix<T>,
+}
+
+/// One shard: some whole sequences of the batch, with every buffer its passes use and its own
+/// gradients.
+#[derive(Clone, Debug)]
+struct Shard<T: Float> {
+    /// The first sequence of the batch in this shard, and how many.
+    first: usize,
+    seqs: usize,
+    blocks: Vec<BlockSaved<T>>,
+    ln_f: LnSaved<T>,
+    /// h_f = LN_f(x_L), N×d.
+    h_f: DMatrix<T>,
+    /// The logits, then (in place) ∂L/∂z, N×V.
+    logits: DMatrix<T>,
+    /// The residual stream x (forward), then ∂L/∂x (backward), N×d.
+    x: DMatrix<T>,
+    /// ∂L/∂n for whichever LayerNorm output is being differentiated, N×d.
+    d_n: DMatrix<T>,
+    /// ∂L/∂(concatenated heads), N×d.
+    d_att: DMatrix<T>,
+    /// ∂L/∂\[Q K V\], N×3d.
+    d_qkv: DMatrix<T>,
+    /// ∂L/∂a₁ then ∂L/∂z₁, N×4d.
+    d_z1: DMatrix<T>,
+    /// ∂L/∂W_QKV before it is split into W_Q, W_K, W_V's gradients, d×3d.
+    d_w_qkv: DMatrix<T>,
+    /// ∂L/∂A then ∂L/∂S of one head, T×T.
+    d_scores: Vec<T>,
+    /// Scratch of length T for Σ_j A ⊙ ∂A per row.
+    row_a: Vec<T>,
+    /// One head's output or input gradient, T×d_k, before it is copied into its columns.
+    head_out: Vec<T>,
+    /// This shard's gradients, in [`Gpt::tensors`] order.
+    grads: Vec<DMatrix<T>>,
+    /// Σ over this shard's scored rows of −ln p(target).
+    loss_sum: f64,
+}
+
+/// The reusable state of the fused step: the fused QKV weights and one [`Shard`] per part of the
+/// batch. Buffers are sized on the first step and resized only when the batch or model shape
+/// changes.
+#[derive(Clone, Debug, Default)]
+pub struct FusedStep<T: Float> {
+    /// W_QKV = \[W_Q W_K W_V\] (d×3d) and b_QKV (1×3d) of every block, refreshed each step.
+    w_qkv: Vec<(DMatrix<T>, DMatrix<T>)>,
+    shards: Vec<Shard<T>>,
+    /// (B, T, the model's shape) the buffers were sized for.
+    sized_for: Option<(usize, usize, super::config::Config, bool)>,
+}
+
+/// The positions of a model's tensors in [`Gpt::tensors`] order.
+#[derive(Clone, Copy, Debug)]
+struct Slots {
+    wpe: Option<usize>,
+    first_block: usize,
+    ln_f: usize,
+    lm_head: Option<usize>,
+}
+
+impl Slots {
+    fn of<T: Float>(model: &Gpt<T>) -> Slots {
+        let wpe = (model.config.positions == Positions::Learned).then_some(1);
+        let first_block = 1 + usize::from(wpe.is_some());
+        let ln_f = first_block + TENSORS_PER_BLOCK * model.blocks.len();
+        let lm_head = model.lm_head.as_ref().map(|_| ln_f + 2);
+        Slots { wpe, first_block, ln_f, lm_head }
+    }
+
+    /// Tensor `i` of block `l` (i as in [`super::model::block_tensor_name`]).
+    fn block(&self, l: usize, i: usize) -> usize {
+        self.first_block + TENSORS_PER_BLOCK * l + i
+    }
+}
+
+// Indices of a block's tensors (see `block_tensor_name`).
+const LN1_GAMMA: usize = 0;
+const LN1_BETA: usize = 1;
+const W_Q: usize = 2;
+const B_Q: usize = 3;
+const W_K: usize = 4;
+const B_K: usize = 5;
+const W_V: usize = 6;
+const B_V: usize = 7;
+const W_O: usize = 8;
+const B_O: usize = 9;
+const LN2_GAMMA: usize = 10;
+const LN2_BETA: usize = 11;
+const W_1: usize = 12;
+const B_1: usize = 13;
+const W_2: usize = 14;
+const B_2: usize = 15;
+
+impl<T: Float> FusedStep<T> {
+    /// An empty workspace; the first step sizes it.
+    pub fn new() -> Self {
+        FusedStep { w_qkv: Vec::new(), shards: Vec::new(), sized_for: None }
+    }
+
+    /// The mean next-token loss of `batch` and ∂L/∂θ for every parameter tensor, in
+    /// [`Gpt::tensors`] order (the slice belongs to the workspace and is overwritten by the next
+    /// call; the trainer clips it and hands it to AdamW in place).
+    ///
+    /// The same values as [`Gpt::loss_and_grads`] up to rounding. Errors as it does on a bad
+    /// batch, and on a model [`supports`] does not cover.
+    pub fn loss_and_grads(&mut self, model: &Gpt<T>, batch: &Batch) -> Result<(f64, &mut [DMatrix<T>])> {
+        const OP: &str = "FusedStep::loss_and_grads";
+        batch.check(OP, model.config.vocab_size)?;
+        if !supports(model) {
+            return Err(invalid(
+                OP,
+                "model",
+                "its shape is not the one the fused step covers (see fused::supports); use Gpt::loss_and_grads",
+            ));
+        }
+        if batch.seq_len > model.config.context {
+            return Err(invalid(OP, "batch", format!("T = {} is longer than the context n_ctx = {}", batch.seq_len, model.config.context)));
+        }
+        let scored = batch.targets.iter().filter(|t| t.is_some()).count();
+        if scored == 0 {
+            return Err(Error::Empty { op: "Gpt::loss", arg: "targets (no position is scored)" });
+        }
+        self.size(model, batch);
+        self.refresh_qkv_weights(model);
+        let scale = T::of(1.0 / scored as f64);
+        let w_qkv = &self.w_qkv;
+        let choices = product_choices();
+        let threads = crate::matmul::default_threads().min(self.shards.len());
+        let results: Vec<Result<()>> = if threads <= 1 {
+            self.shards.iter_mut().map(|s| s.run(model, w_qkv, batch, scale)).collect()
+        } else {
+            // One thread per shard beyond the first, which runs here; each shard's products run on
+            // its own thread only, so the two levels of threads do not compete for the cores.
+            std::thread::scope(|scope| {
+                let (first, rest) = self.shards.split_at_mut(1);
+                let handles: Vec<_> = rest
+                    .iter_mut()
+                    .map(|s| scope.spawn(move || choices.run(|| with_threads(1, || s.run(model, w_qkv, batch, scale)))))
+                    .collect();
+                let mut out = vec![with_threads(1, || first[0].run(model, w_qkv, batch, scale))];
+                for h in handles {
+                    out.push(h.join().unwrap_or_else(|_| Err(invalid(OP, "shard", "a shard's thread panicked"))));
+                }
+                out
+            })
+        };
+        for r in results {
+            r?;
+        }
+        // The batch's gradient is the sum of the shards' gradients, added in shard order.
+        let (first, rest) = self.shards.split_at_mut(1);
+        let mut loss_sum = first[0].loss_sum;
+        for s in rest.iter() {
+            loss_sum += s.loss_sum;
+            for (g, gs) in first[0].grads.iter_mut().zip(&s.grads) {
+                *g += gs;
+            }
+        }
+        Ok((loss_sum / scored as f64, &mut first[0].grads))
+    }
+
+    /// Sizes every buffer for this batch and model, unless they already are.
+    fn size(&mut self, model: &Gpt<T>, batch: &Batch) {
+        let key = (batch.batch, batch.seq_len, model.config, model.lm_head.is_some());
+        if self.sized_for == Some(key) {
+            return;
+        }
+        let c = &model.config;
+        let (d, f, v, t, h) = (c.width, c.hidden(), c.vocab_size, batch.seq_len, c.heads);
+        let parts = batch.batch.min(GRADIENT_SHARDS);
+        let shapes: Vec<(usize, usize)> = model.tensors().iter().map(|(_, m)| m.shape()).collect();
+        self.shards = (0..parts)
+            .map(|p| {
+                // Sequences split as evenly as possible, the first parts taking the remainder.
+                let first = p * (batch.batch / parts) + p.min(batch.batch % parts);
+                let seqs = batch.batch / parts + usize::from(p < batch.batch % parts);
+                let n = seqs * t;
+                let z = |cols: usize| DMatrix::zeros(n, cols);
+                Shard {
+                    first,
+                    seqs,
+                    blocks: (0..c.layers)
+                        .map(|_| BlockSaved {
+                            ln1: LnSaved::new(n, d),
+                            n1: z(d),
+                            qkv: z(3 * d),
+                            weights: vec![T::zero(); seqs * h * t * t],
+                            att: z(d),
+                            ln2: LnSaved::new(n, d),
+                            n2: z(d),
+                            z1: z(f),
+                            a1: z(f),
+                        })
+                        .collect(),
+                    ln_f: LnSaved::new(n, d),
+                    h_f: z(d),
+                    logits: z(v),
+                    x: z(d),
+                    d_n: z(d),
+                    d_att: z(d),
+                    d_qkv: z(3 * d),
+                    d_z1: z(f),
+                    d_w_qkv: DMatrix::zeros(d, 3 * d),
+                    d_scores: vec![T::zero(); t * t],
+                    row_a: vec![T::zero(); t],
+                    head_out: vec![T::zero(); t * (d / h)],
+                    grads: shapes.iter().map(|&(r, k)| DMatrix::zeros(r, k)).collect(),
+                    loss_sum: 0.0,
+                }
+            })
+            .collect();
+        self.w_qkv = (0..c.layers).map(|_| (DMatrix::zeros(d, 3 * d), DMatrix::zeros(1, 3 * d))).collect();
+        self.sized_for = Some(key);
+    }
+
+    /// W_QKV = \[W_Q W_K W_V\] and b_QKV = \[b_Q b_K b_V\]: in column-major storage each is three
+    /// contiguous copies.
+    fn refresh_qkv_weights(&mut self, model: &Gpt<T>) {
+        for ((w, b), blk) in self.w_qkv.iter_mut().zip(&model.blocks) {
+            let a = &blk.attn;
+            for (part, (src_w, src_b)) in [(&a.w_q, &a.b_q), (&a.w_k, &a.b_k), (&a.w_v, &a.b_v)].into_iter().enumerate() {
+                let (nw, nb) = (src_w.len(), src_b.len());
+                w.as_mut_slice()[part * nw..(part + 1) * nw].copy_from_slice(src_w.as_slice());
+                b.as_mut_slice()[part * nb..(part + 1) * nb].copy_from_slice(src_b.as_slice());
+            }
+        }
+    }
+}
+
+impl<T: Float> Shard<T> {
+    /// Forward and backward over this shard's sequences; `scale` = 1/(scored positions of the
+    /// whole batch), so the shards' gradients add up to the batch mean's.
+    fn run(&mut self, model: &Gpt<T>, w_qkv: &[(DMatrix<T>, DMatrix<T>)], batch: &Batch, scale: T) -> Result<()> {
+        let t = batch.seq_len;
+        let rows = self.first * t..(self.first + self.seqs) * t;
+        let inputs = &batch.inputs[rows.clone()];
+        let targets = &batch.targets[rows];
+        self.forward(model, w_qkv, inputs, t)?;
+        self.loss_sum = self.loss_and_logit_gradient(targets, scale);
+        self.backward(model, w_qkv, inputs, t)
+    }
+
+    // ───────────────────────────── forward ─────────────────────────────
+
+    fn forward(&mut self, model: &Gpt<T>, w_qkv: &[(DMatrix<T>, DMatrix<T>)], inputs: &[u32], t: usize) -> Result<()> {
+        embed(&mut self.x, model, inputs, t); //                                  x₀ = W_E[u] + W_P[t]
+        let heads = model.config.heads;
+        for ((blk, s), (w, b)) in model.blocks.iter().zip(self.blocks.iter_mut()).zip(w_qkv) {
+            layer_norm_forward(&blk.ln1, &self.x, &mut s.ln1, &mut s.n1); //      n₁ = LN₁(x)
+            gemm(T::one(), &s.n1, Op::N, w, Op::N, T::zero(), &mut s.qkv)?; //   [Q K V] = n₁W_QKV
+            add_row(&mut s.qkv, b); //                                            … + b_QKV
+            causal_attention_forward(&s.qkv, heads, t, &mut s.weights, &mut s.att, &mut self.head_out)?; // every head
+            gemm(T::one(), &s.att, Op::N, &blk.attn.w_o, Op::N, T::one(), &mut self.x)?; // h = x + att·W_O
+            add_row(&mut self.x, &blk.attn.b_o); //                               … + b_O
+            layer_norm_forward(&blk.ln2, &self.x, &mut s.ln2, &mut s.n2); //      n₂ = LN₂(h)
+            gemm(T::one(), &s.n2, Op::N, &blk.ffn.w1, Op::N, T::zero(), &mut s.z1)?; // z₁ = n₂W₁
+            add_row(&mut s.z1, &blk.ffn.b1); //                                   … + b₁
+            activation_forward_into(Activation::GeluTanh, s.z1.as_slice(), s.a1.as_mut_slice()); // a₁ = GELU(z₁)
+            gemm(T::one(), &s.a1, Op::N, &blk.ffn.w2, Op::N, T::one(), &mut self.x)?; // x' = h + a₁W₂
+            add_row(&mut self.x, &blk.ffn.b2); //                                 … + b₂
+        }
+        layer_norm_forward(&model.ln_f, &self.x, &mut self.ln_f, &mut self.h_f); // h_f = LN_f(x_L)
+        gemm(T::one(), &self.h_f, Op::N, model.unembedding(), Op::T, T::zero(), &mut self.logits)?; // z = h_f W_Uᵀ
+        crate::float::ensure_finite("FusedStep::loss_and_grads", "logits (a weight holds NaN or ∞)", &self.logits)
+    }
+
+    /// L_s = Σ over scored rows of logsumexp(z_r) − z_r\[target\] (returned, in f64), and in place
+    /// of the logits ∂L/∂z = scale·(softmax(z_r) − onehot(target)) on scored rows, 0 elsewhere
+    /// (chapter 2's gradient of cross-entropy from logits).
+    fn loss_and_logit_gradient(&mut self, targets: &[Option<u32>], scale: T) -> f64 {
+        let n = self.logits.nrows();
+        let z = self.logits.as_mut_slice();
+        // Row maxima and sums, column by column for every row at once (see the module notes).
+        let (max, sum) = (&mut vec![T::neg_infinity(); n], &mut vec![T::zero(); n]);
+        for column in z.chunks_exact(n) {
+            for (m, &v) in max.iter_mut().zip(column) {
+                *m = m.max(v);
+            }
+        }
+        // −ln p(target) = ln Σ exp(z − max) − (z_target − max): taken before z is overwritten.
+        let shifted_targets: Vec<(usize, f64)> =
+            targets.iter().enumerate().filter_map(|(r, u)| u.map(|u| (r, (z[u as usize * n + r] - max[r]).as_f64()))).collect();
+        for column in z.chunks_exact_mut(n) {
+            for ((e, s), &m) in column.iter_mut().zip(sum.iter_mut()).zip(max.iter()) {
+                *e = (*e - m).exp(); //                                        e = exp(z − max z)
+                *s += *e;
+            }
+        }
+        let loss = shifted_targets.iter().map(|&(r, zt)| sum[r].as_f64().ln() - zt).sum();
+        let factor: Vec<T> = targets.iter().zip(sum.iter()).map(|(t, &s)| if t.is_some() { scale / s } else { T::zero() }).collect();
+        for column in z.chunks_exact_mut(n) {
+            for (e, &k) in column.iter_mut().zip(&factor) {
+                *e *= k; //                                                       scale·softmax(z)
+            }
+        }
+        for (r, target) in targets.iter().enumerate() {
+            if let Some(u) = target {
+                z[*u as usize * n + r] -= scale; //                               − scale·onehot
+            }
+        }
+        loss
+    }
+
+    // ───────────────────────────── backward ─────────────────────────────
+
+    fn backward(&mut self, model: &Gpt<T>, w_qkv: &[(DMatrix<T>, DMatrix<T>)], inputs: &[u32], t: usize) -> Result<()> {
+        let slots = Slots::of(model);
+        let heads = model.config.heads;
+        let g = &mut self.grads;
+        let u_slot = slots.lm_head.unwrap_or(0); // tied: W_U's gradient goes to W_E's slot first
+        // z = h_f W_Uᵀ ⇒ ∂h_f = ∂z W_U, ∂W_U = ∂zᵀ h_f
+        gemm(T::one(), &self.logits, Op::N, model.unembedding(), Op::N, T::zero(), &mut self.d_n)?;
+        gemm(T::one(), &self.logits, Op::T, &self.h_f, Op::N, T::zero(), &mut g[u_slot])?;
+        // h_f = LN_f(x_L) ⇒ ∂x_L = LN_f backward (x now holds ∂L/∂x)
+        self.x.fill(T::zero());
+        layer_norm_backward(&model.ln_f, &self.ln_f, &self.d_n, &mut self.x, g, slots.ln_f, slots.ln_f + 1);
+        for (l, ((blk, s), (w, _))) in model.blocks.iter().zip(self.blocks.iter_mut()).zip(w_qkv).enumerate().rev() {
+            let at = |i: usize| slots.block(l, i);
+            // x' = h + a₁W₂ + b₂ ⇒ ∂h = ∂x' (kept in x), ∂W₂ = a₁ᵀ∂x', ∂b₂ = Σ ∂x', ∂a₁ = ∂x' W₂ᵀ
+            gemm(T::one(), &s.a1, Op::T, &self.x, Op::N, T::zero(), &mut g[at(W_2)])?;
+            column_sums(&self.x, &mut g[at(B_2)]);
+            gemm(T::one(), &self.x, Op::N, &blk.ffn.w2, Op::T, T::zero(), &mut self.d_z1)?;
+            // a₁ = GELU(z₁) ⇒ ∂z₁ = GELU′(z₁) ⊙ ∂a₁
+            activation_backward_in_place(Activation::GeluTanh, s.z1.as_slice(), self.d_z1.as_mut_slice());
+            // z₁ = n₂W₁ + b₁ ⇒ ∂W₁ = n₂ᵀ∂z₁, ∂b₁ = Σ ∂z₁, ∂n₂ = ∂z₁W₁ᵀ
+            gemm(T::one(), &s.n2, Op::T, &self.d_z1, Op::N, T::zero(), &mut g[at(W_1)])?;
+            column_sums(&self.d_z1, &mut g[at(B_1)]);
+            gemm(T::one(), &self.d_z1, Op::N, &blk.ffn.w1, Op::T, T::zero(), &mut self.d_n)?;
+            // n₂ = LN₂(h) ⇒ ∂h += LN₂ backward(∂n₂)
+            layer_norm_backward(&blk.ln2, &s.ln2, &self.d_n, &mut self.x, g, at(LN2_GAMMA), at(LN2_BETA));
+            // h = x + att·W_O + b_O ⇒ ∂x = ∂h (kept), ∂W_O = attᵀ∂h, ∂b_O = Σ ∂h, ∂att = ∂h W_Oᵀ
+            gemm(T::one(), &s.att, Op::T, &self.x, Op::N, T::zero(), &mut g[at(W_O)])?;
+            column_sums(&self.x, &mut g[at(B_O)]);
+            gemm(T::one(), &self.x, Op::N, &blk.attn.w_o, Op::T, T::zero(), &mut self.d_att)?;
+            // att = every head's softmax(s·QKᵀ + M)V ⇒ ∂[Q K V]
+            causal_attention_backward(
+                &s.qkv,
+                heads,
+                t,
+                &s.weights,
+                &self.d_att,
+                &mut self.d_qkv,
+                &mut self.d_scores,
+                &mut self.row_a,
+                &mut self.head_out,
+            )?;
+            // [Q K V] = n₁W_QKV + b_QKV ⇒ ∂W_QKV = n₁ᵀ∂QKV (split back into W_Q, W_K, W_V),
+            // ∂b_QKV = Σ ∂QKV, ∂n₁ = ∂QKV W_QKVᵀ
+            gemm(T::one(), &s.n1, Op::T, &self.d_qkv, Op::N, T::zero(), &mut self.d_w_qkv)?;
+            let d = model.config.width;
+            for (part, (wi, bi)) in [(W_Q, B_Q), (W_K, B_K), (W_V, B_V)].into_iter().enumerate() {
+                g[at(wi)].as_mut_slice().copy_from_slice(&self.d_w_qkv.as_slice()[part * d * d..(part + 1) * d * d]);
+                let n = self.d_qkv.nrows();
+                let cols = &self.d_qkv.as_slice()[part * d * n..(part + 1) * d * n];
+                for (out, column) in g[at(bi)].as_mut_slice().iter_mut().zip(cols.chunks_exact(n)) {
+                    *out = column.iter().copied().sum();
+                }
+            }
+            gemm(T::one(), &self.d_qkv, Op::N, w, Op::T, T::zero(), &mut self.d_n)?;
+            // n₁ = LN₁(x) ⇒ ∂x += LN₁ backward(∂n₁)
+            layer_norm_backward(&blk.ln1, &s.ln1, &self.d_n, &mut self.x, g, at(LN1_GAMMA), at(LN1_BETA));
+        }
+        // x₀ = W_E[u] + W_P[t] ⇒ ∂W_E[u] += ∂x₀ (row by row), ∂W_P[t] = Σ_b ∂x₀[b, t]
+        let n = self.x.nrows();
+        if model.lm_head.is_some() {
+            g[0].fill(T::zero());
+        }
+        if let Some(p) = slots.wpe {
+            g[p].fill(T::zero());
+        }
+        let (vocab, ctx) = (model.config.vocab_size, model.config.context);
+        for (c, column) in self.x.as_slice().chunks_exact(n).enumerate() {
+            for (r, (&u, &dx)) in inputs.iter().zip(column).enumerate() {
+                g[0].as_mut_slice()[c * vocab + u as usize] += dx;
+                if let Some(p) = slots.wpe {
+                    g[p].as_mut_slice()[c * ctx + r % t] += dx;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+// ───────────────────────────── the pieces ─────────────────────────────
+
+/// x₀\[r\] = W_E\[u_r\] + W_P\[r mod T\] into `x` (N×d).
+fn embed<T: Float>(x: &mut DMatrix<T>, model: &Gpt<T>, inputs: &[u32], t: usize) {
+    let n = x.nrows();
+    let (vocab, ctx) = (model.config.vocab_size, model.config.context);
+    let (wte, wpe) = (model.wte.as_slice(), model.wpe.as_slice());
+    for (c, column) in x.as_mut_slice().chunks_exact_mut(n).enumerate() {
+        for (r, (out, &u)) in column.iter_mut().zip(inputs).enumerate() {
+            *out = wte[c * vocab + u as usize] + wpe[c * ctx + r % t];
+        }
+    }
+}
+
+/// m\[r, :\] += b for every row r (b is 1×C).
+fn add_row<T: Float>(m: &mut DMatrix<T>, b: &DMatrix<T>) {
+    let n = m.nrows();
+    for (column, &bias) in m.as_mut_slice().chunks_exact_mut(n).zip(b.iter()) {
+        column.iter_mut().for_each(|v| *v += bias);
+    }
+}
+
+/// out\[0, c\] = Σ_r m\[r, c\] (out is 1×C): a bias's gradient.
+fn column_sums<T: Float>(m: &DMatrix<T>, out: &mut DMatrix<T>) {
+    let n = m.nrows();
+    for (o, column) in out.as_mut_slice().iter_mut().zip(m.as_slice().chunks_exact(n)) {
+        *o = column.iter().copied().sum();
+    }
+}
+
+/// LayerNorm of every row of x (N×C, ε inside the square root), into `saved` (x̂ and 1/s) and
+/// `out` (y = γ ⊙ x̂ + β). The statistics are gathered column by column for every row at once.
+fn layer_norm_forward<T: Float>(ln: &LayerNorm<T>, x: &DMatrix<T>, saved: &mut LnSaved<T>, out: &mut DMatrix<T>) {
+    let (n, cols) = x.shape();
+    let c = T::of(cols as f64);
+    let eps = T::of(ln.eps);
+    let mut mean = vec![T::zero(); n];
+    for column in x.as_slice().chunks_exact(n) {
+        for (m, &v) in mean.iter_mut().zip(column) {
+            *m += v;
+        }
+    }
+    mean.iter_mut().for_each(|m| *m /= c); //                                  μ = (1/C) Σ x
+    let inv_std = &mut saved.inv_std;
+    inv_std.fill(T::zero());
+    for column in x.as_slice().chunks_exact(n) {
+        for ((s, &v), &m) in inv_std.iter_mut().zip(column).zip(&mean) {
+            *s += (v - m) * (v - m);
+        }
+    }
+    inv_std.iter_mut().for_each(|s| *s = T::one() / (*s / c + eps).sqrt()); // 1/s, s = √(σ² + ε)
+    for (j, ((column, hat), y)) in x
+        .as_slice()
+        .chunks_exact(n)
+        .zip(saved.x_hat.as_mut_slice().chunks_exact_mut(n))
+        .zip(out.as_mut_slice().chunks_exact_mut(n))
+        .enumerate()
+    {
+        let (g, b) = (ln.gamma[(0, j)], ln.beta[(0, j)]);
+        for r in 0..n {
+            hat[r] = (column[r] - mean[r]) * inv_std[r]; //                       x̂ = (x − μ)/s
+            y[r] = g * hat[r] + b; //                                             y = γx̂ + β
+        }
+    }
+}
+
+/// Backward of [`layer_norm_forward`] given ∂L/∂y (`d_y`): adds ∂L/∂x into `d_x` and writes ∂L/∂γ
+/// and ∂L/∂β into `grads[gamma]`, `grads[beta]`. With g = γ ⊙ ∂L/∂y, per row,
+/// ∂L/∂x = (g − mean(g) − x̂·mean(g ⊙ x̂))/s; ∂L/∂γ = Σ_rows ∂L/∂y ⊙ x̂, ∂L/∂β = Σ_rows ∂L/∂y.
+fn layer_norm_backward<T: Float>(
+    ln: &LayerNorm<T>,
+    saved: &LnSaved<T>,
+    d_y: &DMatrix<T>,
+    d_x: &mut DMatrix<T>,
+    grads: &mut [DMatrix<T>],
+    gamma: usize,
+    beta: usize,
+) {
+    let (n, cols) = d_y.shape();
+    let c = T::of(cols as f64);
+    let (mut sum_g, mut sum_gx) = (vec![T::zero(); n], vec![T::zero(); n]);
+    for (j, (dy, xh)) in d_y.as_slice().chunks_exact(n).zip(saved.x_hat.as_slice().chunks_exact(n)).enumerate() {
+        let gm = ln.gamma[(0, j)];
+        let (mut d_gamma, mut d_beta) = (T::zero(), T::zero());
+        for r in 0..n {
+            d_gamma += dy[r] * xh[r]; //                                         y = γx̂ + β ⇒ ∂γ = Σ ∂y ⊙ x̂
+            d_beta += dy[r]; //                                                  ∂β = Σ ∂y
+            let g = gm * dy[r]; //                                               ∂x̂ = γ ⊙ ∂y
+            sum_g[r] += g;
+            sum_gx[r] += g * xh[r];
+        }
+        grads[gamma][(0, j)] = d_gamma;
+        grads[beta][(0, j)] = d_beta;
+    }
+    for (j, ((dy, xh), dx)) in
+        d_y.as_slice().chunks_exact(n).zip(saved.x_hat.as_slice().chunks_exact(n)).zip(d_x.as_mut_slice().chunks_exact_mut(n)).enumerate()
+    {
+        let gm = ln.gamma[(0, j)];
+        for r in 0..n {
+            // x̂ = (x − μ)/s ⇒ ∂x = (g − mean g − x̂ mean(g x̂))/s
+            dx[r] += (gm * dy[r] - sum_g[r] / c - xh[r] * (sum_gx[r] / c)) * saved.inv_std[r];
+        }
+    }
+}
+
+/// Where one head of one sequence sits in a column-major buffer with N rows: the T rows s·T … of
+/// d_k columns starting at column `col0` (for \[Q K V\], col0 = part·d + h·d_k with part 0, 1, 2
+/// for Q, K, V).
+#[derive(Clone, Copy, Debug)]
+struct Heads {
+    n: usize,
+    t: usize,
+    d_k: usize,
+}
+
+impl Heads {
+    /// The head as a T×d_k view, read where it is.
+    fn view<'a, T>(&self, buf: &'a [T], col0: usize, s: usize) -> Result<MatRef<'a, T>> {
+        MatRef::new(&buf[col0 * self.n + s * self.t..], self.t, self.d_k, self.n)
+    }
+
+    /// Copies a T×d_k column-major block into the head's place.
+    fn put<T: Float>(&self, block: &[T], dst: &mut [T], col0: usize, s: usize) {
+        for (c, column) in block.chunks_exact(self.t).enumerate() {
+            let start = (col0 + c) * self.n + s * self.t;
+            dst[start..start + self.t].copy_from_slice(column);
+        }
+    }
+}
+
+/// Causal self-attention of every head of every sequence, read straight from \[Q K V\] (N×3d) as
+/// views and written into the concatenated output `att` (N×d). For sequence s and head h, with A
+/// stored column-major (A\[i + jT\]):
+///
+/// ```text
+/// S = (1/√d_k) Q Kᵀ                       one T×d_k by d_k×T product
+/// A[i, j] = exp(S[i, j] − max_{j′ ≤ i} S[i, j′]) / Σ_{j′ ≤ i} exp(…)   for j ≤ i, and 0 for j > i (the mask)
+/// O = A V                                  one T×T by T×d_k product, copied into the head's columns
+/// ```
+///
+/// The row statistics of the softmax are gathered column by column for all rows at once.
+fn causal_attention_forward<T: Float>(
+    qkv: &DMatrix<T>,
+    heads: usize,
+    t: usize,
+    weights: &mut [T],
+    att: &mut DMatrix<T>,
+    out: &mut [T],
+) -> Result<()> {
+    let n = qkv.nrows();
+    let d = att.ncols();
+    let d_k = d / heads;
+    let scale = T::of(1.0 / (d_k as f64).sqrt());
+    let at = Heads { n, t, d_k };
+    let buf = qkv.as_slice();
+    let mut max = vec![T::zero(); t];
+    let mut sum = vec![T::zero(); t];
+    for (s, per_seq) in weights.chunks_exact_mut(heads * t * t).enumerate() {
+        for (h, a) in per_seq.chunks_exact_mut(t * t).enumerate() {
+            let (q, k, v) = (at.view(buf, h * d_k, s)?, at.view(buf, d + h * d_k, s)?, at.view(buf, 2 * d + h * d_k, s)?);
+            gemm_view(scale, q, Op::N, k, Op::T, T::zero(), a, t)?; //             S = s·QKᵀ
+            max.fill(T::neg_infinity());
+            for (j, column) in a.chunks_exact(t).enumerate() {
+                for (m, &v) in max[j..].iter_mut().zip(&column[j..]) {
+                    *m = m.max(v);
+                }
+            }
+            sum.fill(T::zero());
+            for (j, column) in a.chunks_exact_mut(t).enumerate() {
+                column[..j].fill(T::zero()); //                                   M: j > i masked, weight 0
+                for ((e, total), &m) in column[j..].iter_mut().zip(&mut sum[j..]).zip(&max[j..]) {
+                    *e = (*e - m).exp(); //                                       exp(S − max)
+                    *total += *e;
+                }
+            }
+            sum.iter_mut().for_each(|v| *v = T::one() / *v);
+            for (j, column) in a.chunks_exact_mut(t).enumerate() {
+                for (e, &inv) in column[j..].iter_mut().zip(&sum[j..]) {
+                    *e *= inv; //                                                 A = softmax(S)
+                }
+            }
+            gemm_view(T::one(), MatRef::new(a, t, t, t)?, Op::N, v, Op::N, T::zero(), out, t)?; // O = A V
+            at.put(out, att.as_mut_slice(), h * d_k, s);
+        }
+    }
+    Ok(())
+}
+
+/// Backward of [`causal_attention_forward`] given ∂L/∂O (`d_att`, N×d): writes ∂L/∂\[Q K V\]
+/// into `d_qkv` (N×3d). Per sequence and head, each line differentiating the forward line named:
+///
+/// ```text
+/// O = A V        ⇒ ∂V = Aᵀ ∂O,   ∂A = ∂O Vᵀ
+/// A = softmax(S) ⇒ ∂S = A ⊙ (∂A − rowsum(A ⊙ ∂A))        (0 where masked, since A = 0 there)
+/// S = s·QKᵀ      ⇒ ∂Q = s ∂S K,   ∂K = s ∂Sᵀ Q
+/// ```
+#[allow(clippy::too_many_arguments)]
+fn causal_attention_backward<T: Float>(
+    qkv: &DMatrix<T>,
+    heads: usize,
+    t: usize,
+    weights: &[T],
+    d_att: &DMatrix<T>,
+    d_qkv: &mut DMatrix<T>,
+    d_scores: &mut [T],
+    row: &mut [T],
+    out: &mut [T],
+) -> Result<()> {
+    let n = qkv.nrows();
+    let d = d_att.ncols();
+    let d_k = d / heads;
+    let scale = T::of(1.0 / (d_k as f64).sqrt());
+    let at = Heads { n, t, d_k };
+    let (buf, d_o) = (qkv.as_slice(), d_att.as_slice());
+    for (s, per_seq) in weights.chunks_exact(heads * t * t).enumerate() {
+        for (h, a) in per_seq.chunks_exact(t * t).enumerate() {
+            let (q, k, v) = (at.view(buf, h * d_k, s)?, at.view(buf, d + h * d_k, s)?, at.view(buf, 2 * d + h * d_k, s)?);
+            let g = at.view(d_o, h * d_k, s)?; //                                    ∂O of this head
+            let a_view = MatRef::new(a, t, t, t)?;
+            gemm_view(T::one(), a_view, Op::T, g, Op::N, T::zero(), out, t)?; //     O = AV ⇒ ∂V = Aᵀ∂O
+            at.put(out, d_qkv.as_mut_slice(), 2 * d + h * d_k, s);
+            gemm_view(T::one(), g, Op::N, v, Op::T, T::zero(), d_scores, t)?; //     O = AV ⇒ ∂A = ∂O Vᵀ
+            // A = softmax(S) ⇒ ∂S = A ⊙ (∂A − rowsum(A ⊙ ∂A))
+            row.fill(T::zero());
+            for (da, aa) in d_scores.chunks_exact(t).zip(a.chunks_exact(t)) {
+                for ((r, &x), &y) in row.iter_mut().zip(aa).zip(da) {
+                    *r += x * y;
+                }
+            }
+            for (da, aa) in d_scores.chunks_exact_mut(t).zip(a.chunks_exact(t)) {
+                for ((ds, &x), &r) in da.iter_mut().zip(aa).zip(row.iter()) {
+                    *ds = x * (*ds - r);
+                }
+            }
+            let ds = MatRef::new(&*d_scores, t, t, t)?;
+            gemm_view(scale, ds, Op::N, k, Op::N, T::zero(), out, t)?; //           S = sQKᵀ ⇒ ∂Q = s ∂S K
+            at.put(out, d_qkv.as_mut_slice(), h * d_k, s);
+            gemm_view(scale, ds, Op::T, q, Op::N, T::zero(), out, t)?; //           ∂K = s ∂Sᵀ Q
+            at.put(out, d_qkv.as_mut_slice(), d + h * d_k, s);
+        }
+    }
+    Ok(())
+}
