@@ -1,13 +1,14 @@
 //! Chapter 9's speed, measured (never in tests): `cargo bench --bench ch09_gpt`.
 //!
 //! 1. `gpt_train_step`: nanoGPT's CPU configuration (4 layers, 4 heads, width 128, context 64,
-//!    batch 12, vocabulary 65, f32): forward + backward + clip + AdamW, in tokens per second, with
-//!    the matrix products limited to 1 and to 2 threads (each in a child process, since the
-//!    crate reads `LLM_WORKBOOK_THREADS` once). The in-run peer is the very same step with every
-//!    product computed by nalgebra's own `gemm` (`LLM_WORKBOOK_BACKEND=nalgebra`, see
-//!    `llm_workbook::matmul::Backend`). The share of the step spent in products is estimated by
-//!    replaying exactly the products one step performs (same shapes, same order, through the
-//!    crate's entry point) on random operands and dividing by the step's time.
+//!    batch 12, vocabulary 65, f32): forward + backward + clip + AdamW, in tokens per second, on 1
+//!    and 2 threads (each in a child process, since the crate reads `LLM_WORKBOOK_THREADS` once).
+//!    Two in-run peers: the very same fused step with every product computed by nalgebra's own
+//!    `gemm` (`LLM_WORKBOOK_BACKEND=nalgebra`, see `llm_workbook::matmul::Backend`), and the
+//!    reference step the trainer took before the fused one (`Gpt::loss_and_grads`, chapter 6's
+//!    functions). The share of the fused step spent in products is estimated by replaying exactly
+//!    the products one step performs (same shapes, same order, same threads, through the crate's
+//!    entry point) on random operands and dividing by the step's time.
 //! 2. Generation: 256 new tokens at batch 1 from a 6-layer, width-384, 6-head model with a
 //!    context of 256, with and without the key/value cache.
 //!
@@ -16,11 +17,15 @@
 
 use llm_workbook::ch09_gpt::config::Config;
 use llm_workbook::ch09_gpt::data::random_windows;
+use llm_workbook::ch09_gpt::fused::GRADIENT_SHARDS;
 use llm_workbook::ch09_gpt::model::Gpt;
 use llm_workbook::ch09_gpt::sample::{Decoding, generate};
 use llm_workbook::ch09_gpt::schedule::Schedule;
+use llm_workbook::ch09_gpt::schedule::clip_global_norm;
 use llm_workbook::ch09_gpt::train::{Data, TrainConfig, Trainer};
-use llm_workbook::matmul::{Backend, active_backend, matmul, matmul_nt, matmul_tn, nalgebra_products};
+use llm_workbook::matmul::{
+    Backend, active_backend, default_threads, matmul, matmul_nt, matmul_tn, nalgebra_products, product_choices, with_threads,
+};
 use llm_workbook::rng::Rng;
 use nalgebra::DMatrix;
 use std::hint::black_box;
@@ -39,18 +44,17 @@ fn cpu_name() -> String {
 /// (m, k, n, kind): kind 0 = A·B, 1 = Aᵀ·B, 2 = A·Bᵀ, with A and B shaped for that kind.
 type Product = (usize, usize, usize, u8);
 
-/// Every product of one training step of the configuration, in order.
-fn step_products(c: &Config, batch: usize, t: usize) -> Vec<Product> {
-    let (n, d, h, v) = (batch * t, c.width, c.heads, c.vocab_size);
+/// Every product one shard of the fused training step ([`llm_workbook::ch09_gpt::fused`])
+/// performs, in order, for `seqs` sequences of `t` tokens.
+fn shard_products(c: &Config, seqs: usize, t: usize) -> Vec<Product> {
+    let (n, d, h, v) = (seqs * t, c.width, c.heads, c.vocab_size);
     let hd = d / h;
     let mut p = Vec::new();
     for _ in 0..c.layers {
-        for _ in 0..3 {
-            p.push((n, d, d, 0)); // Q, K, V
-        }
-        for _ in 0..batch * h {
-            p.push((t, hd, t, 2)); // QKᵀ
-            p.push((t, t, hd, 0)); // A V
+        p.push((n, d, 3 * d, 0)); // [Q K V] = n₁ W_QKV
+        for _ in 0..seqs * h {
+            p.push((t, hd, t, 2)); // S = s·QKᵀ
+            p.push((t, t, hd, 0)); // O = A V
         }
         p.push((n, d, d, 0)); // W_O
         p.push((n, d, 4 * d, 0)); // c_fc
@@ -63,22 +67,23 @@ fn step_products(c: &Config, batch: usize, t: usize) -> Vec<Product> {
         p.push((4 * d, n, d, 1)); // ∂W₂
         p.push((n, d, 4 * d, 2)); // ∂a₁
         p.push((d, n, 4 * d, 1)); // ∂W₁
-        p.push((n, 4 * d, d, 2)); // ∂x
+        p.push((n, 4 * d, d, 2)); // ∂n₂
         p.push((d, n, d, 1)); // ∂W_O
         p.push((n, d, d, 2)); // ∂concat
-        for _ in 0..batch * h {
+        for _ in 0..seqs * h {
             p.push((t, t, hd, 1)); // ∂V = Aᵀ ∂O
             p.push((t, hd, t, 2)); // ∂A = ∂O Vᵀ
-            p.push((t, t, hd, 0)); // ∂Q = ∂S K
-            p.push((t, t, hd, 1)); // ∂K = ∂Sᵀ Q
+            p.push((t, t, hd, 0)); // ∂Q = s ∂S K
+            p.push((t, t, hd, 1)); // ∂K = s ∂Sᵀ Q
         }
-        for _ in 0..3 {
-            p.push((n, d, d, 2)); // ∂x through W_Q, W_K, W_V
-            p.push((d, n, d, 1)); // ∂W_Q, ∂W_K, ∂W_V
-        }
+        p.push((d, n, 3 * d, 1)); // ∂W_QKV
+        p.push((n, 3 * d, d, 2)); // ∂n₁
     }
     p
 }
+
+/// A product with its random operands.
+type Operation = (Product, DMatrix<f32>, DMatrix<f32>);
 
 fn operands(p: &Product, rng: &mut Rng) -> (DMatrix<f32>, DMatrix<f32>) {
     let (m, k, n, kind) = *p;
@@ -89,19 +94,47 @@ fn operands(p: &Product, rng: &mut Rng) -> (DMatrix<f32>, DMatrix<f32>) {
     }
 }
 
-/// Seconds to run every product once, through the crate's entry point (with whichever backend
-/// this process runs).
-fn replay(ops: &[(Product, DMatrix<f32>, DMatrix<f32>)]) -> f64 {
+/// Seconds to run every product of every shard once, through the crate's entry point (with
+/// whichever backend this process runs), the shards side by side on their own threads as the
+/// fused step runs them.
+fn replay(shards: &[Vec<Operation>]) -> f64 {
+    let run = |ops: &[Operation]| {
+        for (p, a, b) in ops {
+            let c = match p.3 {
+                0 => matmul(a, b).unwrap(),
+                1 => matmul_tn(a, b).unwrap(),
+                _ => matmul_nt(a, b).unwrap(),
+            };
+            black_box(c);
+        }
+    };
     let t = Instant::now();
-    for (p, a, b) in ops {
-        let c = match p.3 {
-            0 => matmul(a, b).unwrap(),
-            1 => matmul_tn(a, b).unwrap(),
-            _ => matmul_nt(a, b).unwrap(),
-        };
-        black_box(c);
+    if default_threads() < 2 || shards.len() < 2 {
+        shards.iter().for_each(|ops| run(ops));
+    } else {
+        let choices = product_choices();
+        std::thread::scope(|s| {
+            for ops in &shards[1..] {
+                s.spawn(move || choices.run(|| with_threads(1, || run(ops))));
+            }
+            with_threads(1, || run(&shards[0]));
+        });
     }
     t.elapsed().as_secs_f64()
+}
+
+/// One step as the trainer took it before the fused step: the reference
+/// [`Gpt::loss_and_grads`] (chapter 6's functions), clipping, AdamW.
+fn reference_step(trainer: &mut Trainer<f32>, data: &Data, tc: &TrainConfig) {
+    let batch = data.batch(tc.batch, &mut trainer.rng).unwrap();
+    let mut out = trainer.model.loss_and_grads(&batch).unwrap();
+    clip_global_norm(&mut out.grads.iter_mut().collect::<Vec<_>>(), tc.clip.unwrap()).unwrap();
+    trainer.optimizer.config.learning_rate = tc.schedule.at(trainer.step);
+    let decay = trainer.model.decay_mask();
+    let grads: Vec<&DMatrix<f32>> = out.grads.iter().collect();
+    trainer.optimizer.step(&mut trainer.model.tensors_mut(), &grads, &decay).unwrap();
+    trainer.step += 1;
+    black_box(out.loss);
 }
 
 fn load() -> String {
@@ -112,8 +145,10 @@ fn best_of(k: usize, mut f: impl FnMut() -> f64) -> f64 {
     (0..k).map(|_| f()).fold(f64::INFINITY, f64::min)
 }
 
-/// One configuration's step, measured in this process: (tokens/s, step s, products replayed s).
-fn train_step() -> (f64, f64, f64) {
+/// One configuration's step, measured in this process: (tokens/s, step s, products replayed s),
+/// with the fused step or (`reference`) the reference one; the replay is skipped (0) for the
+/// reference.
+fn train_step(reference: bool) -> (f64, f64, f64) {
     let config = Config::new(65, 64, 4, 4, 128);
     let (batch, t) = (12, 64);
     let mut rng = Rng::new(1);
@@ -121,26 +156,43 @@ fn train_step() -> (f64, f64, f64) {
     let tc = TrainConfig::new(batch, Schedule::new(1e-3, 1e-4, 10, 1000).unwrap());
     let mut trainer = Trainer::new(Gpt::<f32>::new(config, 1).unwrap(), &tc, 2).unwrap();
     let data = Data::Stream { tokens: &tokens, seq_len: t };
+    let one = |trainer: &mut Trainer<f32>| {
+        if reference {
+            reference_step(trainer, &data, &tc);
+        } else {
+            black_box(trainer.step(&data, &tc).unwrap());
+        }
+    };
     for _ in 0..2 {
-        trainer.step(&data, &tc).unwrap();
+        one(&mut trainer);
     }
     let steps = 10;
     let step = best_of(3, || {
         let s = Instant::now();
         for _ in 0..steps {
-            black_box(trainer.step(&data, &tc).unwrap());
+            one(&mut trainer);
         }
         s.elapsed().as_secs_f64() / steps as f64
     });
+    if reference {
+        return ((batch * t) as f64 / step, step, 0.0);
+    }
     let _ = random_windows(&tokens, t, batch, &mut rng);
-    let ops: Vec<_> = step_products(&config, batch, t)
-        .into_iter()
-        .map(|p| {
-            let (a, b) = operands(&p, &mut rng);
-            (p, a, b)
+    // The shards as the fused step cuts the batch.
+    let parts = batch.min(GRADIENT_SHARDS);
+    let shards: Vec<Vec<_>> = (0..parts)
+        .map(|q| {
+            let seqs = batch / parts + usize::from(q < batch % parts);
+            shard_products(&config, seqs, t)
+                .into_iter()
+                .map(|p| {
+                    let (a, b) = operands(&p, &mut rng);
+                    (p, a, b)
+                })
+                .collect()
         })
         .collect();
-    let products = best_of(5, || replay(&ops));
+    let products = best_of(5, || replay(&shards));
     ((batch * t) as f64 / step, step, products)
 }
 
@@ -176,9 +228,9 @@ fn child(flag: &str, threads: usize, backend: Backend) -> Result<Vec<f64>, Strin
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    if args.iter().any(|a| a == "--child-train-step") {
+    if let Some(kind) = args.iter().find(|a| a.starts_with("--child-train-step")) {
         let before = nalgebra_products();
-        let (tps, step, products) = train_step();
+        let (tps, step, products) = train_step(kind == "--child-train-step-reference");
         // The evidence that the requested backend really computed the step's products.
         let by_nalgebra = nalgebra_products() > before;
         assert_eq!(by_nalgebra, active_backend() == Backend::Nalgebra, "the backend that ran is not the one asked for");
@@ -197,37 +249,46 @@ fn main() {
     println!("Chapter 9 benchmarks on {} ({} logical CPUs)", cpu_name(), std::thread::available_parallelism().map_or(1, |n| n.get()));
     println!();
     println!("gpt_train_step: 4 layers, 4 heads, width 128, context 64, batch 12, vocabulary 65, f32");
-    println!("| threads | products by | tokens/s | ms/step | products replayed | share | ours ÷ nalgebra | load (1, 5, 15 min) |");
-    println!("|---|---|---|---|---|---|---|---|");
+    println!(
+        "| threads | step | products by | tokens/s | ms/step | products replayed | share | fused ours ÷ this row | load (1, 5, 15 min) |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
     for threads in [1, 2] {
         let mut ours_tps = None;
-        for backend in [Backend::Ours, Backend::Nalgebra] {
-            match child("--child-train-step", threads, backend) {
+        for (flag, step_kind, backend) in [
+            ("--child-train-step", "fused", Backend::Ours),
+            ("--child-train-step", "fused", Backend::Nalgebra),
+            ("--child-train-step-reference", "reference", Backend::Ours),
+        ] {
+            match child(flag, threads, backend) {
                 Ok(v) if v.len() == 3 => {
                     let (tps, step, products) = (v[0], v[1], v[2]);
-                    let ratio = match (backend, ours_tps) {
-                        (Backend::Ours, _) => {
+                    let ratio = match ours_tps {
+                        None => {
                             ours_tps = Some(tps);
                             "—".to_string()
                         }
-                        (_, Some(o)) => format!("{:.2}×", o / tps),
-                        _ => "—".to_string(),
+                        Some(o) => format!("{:.2}×", o / tps),
+                    };
+                    let (replayed, share) = if products > 0.0 {
+                        (format!("{:.1} ms", products * 1e3), format!("{:.0} %", 100.0 * products / step))
+                    } else {
+                        ("—".to_string(), "—".to_string())
                     };
                     println!(
-                        "| {threads} | {} | {tps:.0} | {:.1} | {:.1} ms | {:.0} % | {ratio} | {} |",
+                        "| {threads} | {step_kind} | {} | {tps:.0} | {:.1} | {replayed} | {share} | {ratio} | {} |",
                         backend.name(),
                         step * 1e3,
-                        products * 1e3,
-                        100.0 * products / step,
                         load()
                     );
                 }
-                Ok(v) => println!("| {threads} | {} | failed: printed {v:?} |", backend.name()),
-                Err(e) => println!("| {threads} | {} | failed: {e} |", backend.name()),
+                Ok(v) => println!("| {threads} | {step_kind} | {} | failed: printed {v:?} |", backend.name()),
+                Err(e) => println!("| {threads} | {step_kind} | {} | failed: {e} |", backend.name()),
             }
         }
     }
-    println!("(nalgebra's product runs on one thread whatever LLM_WORKBOOK_THREADS says.)");
+    println!("(With 2 threads the fused step runs its two batch shards side by side, each product on one thread, whatever the");
+    println!(" backend; the reference step runs one product at a time, ours splitting large ones over the threads.)");
     println!();
     println!("gpt_generate: 256 new tokens at batch 1, 6 layers, 6 heads, width 384, context 256, f32");
     println!("| threads | key/value cache | tokens/s | load (1, 5, 15 min) |");

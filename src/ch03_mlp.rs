@@ -192,7 +192,7 @@ pub const TANH_F32_DENOMINATOR: [f64; 4] =
 pub const TANH_F32_MAX_ERROR: f64 = 3.95e-7;
 
 /// tanh x in f32 as p(x)/q(x) after clamping x to ±[`TANH_F32_CLAMP`] (NaN stays NaN).
-#[inline]
+#[inline(always)]
 pub fn tanh_f32(x: f32) -> f32 {
     let [a1, a3, a5, a7, a9, a11, a13] = TANH_F32_NUMERATOR.map(|v| v as f32);
     let [b0, b2, b4, b6] = TANH_F32_DENOMINATOR.map(|v| v as f32);
@@ -204,7 +204,7 @@ pub fn tanh_f32(x: f32) -> f32 {
 }
 
 /// GELU (tanh form) in f32 with [`tanh_f32`]: ½ z (1 + tanh(√(2/π)(z + 0.044715 z³))).
-#[inline]
+#[inline(always)]
 pub fn gelu_tanh_f32(z: f32) -> f32 {
     let (s, c) = (GELU_TANH_SCALE as f32, GELU_TANH_CUBIC as f32);
     0.5 * z * (1.0 + tanh_f32(s * (z + c * z * z * z)))
@@ -212,7 +212,7 @@ pub fn gelu_tanh_f32(z: f32) -> f32 {
 
 /// The derivative of GELU (tanh form) in f32 with [`tanh_f32`], the same formula as
 /// [`Activation::derivative`]: ½(1 + t) + ½ z (1 − t²) u′.
-#[inline]
+#[inline(always)]
 pub fn gelu_tanh_derivative_f32(z: f32) -> f32 {
     let (s, c) = (GELU_TANH_SCALE as f32, GELU_TANH_CUBIC as f32);
     let t = tanh_f32(s * (z + c * z * z * z));

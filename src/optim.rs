@@ -147,23 +147,78 @@ impl<T: Float> AdamMoments<T> {
             ));
         }
         self.t += 1;
-        let (b1, b2) = (T::of(config.beta1), T::of(config.beta2));
-        let (one, lr, eps) = (T::one(), T::of(config.learning_rate), T::of(config.epsilon));
-        // Bias corrections: the moments start at 0, so early averages are scaled up by 1/(1 − βᵗ).
-        let c1 = T::of(1.0 - config.beta1.powf(self.t as f64));
-        let c2 = T::of(1.0 - config.beta2.powf(self.t as f64));
-        for ((p, g), (m, v)) in params.iter_mut().zip(grads).zip(self.m.iter_mut().zip(self.v.iter_mut())) {
-            // Over the storage slices (same order, same arithmetic), which the compiler vectorises.
-            let (p, m, v) = (p.as_mut_slice(), m.as_mut_slice(), v.as_mut_slice());
-            for (((w, &dw), mi), vi) in p.iter_mut().zip(g.as_slice()).zip(m.iter_mut()).zip(v.iter_mut()) {
-                *mi = b1 * *mi + (one - b1) * dw;
-                *vi = b2 * *vi + (one - b2) * dw * dw;
-                let m_hat = *mi / c1;
-                let v_hat = *vi / c2;
-                *w -= lr * m_hat / (v_hat.sqrt() + eps);
+        let update = MomentUpdate::new(config, self.t);
+        let mut work: Vec<Entry<'_, T>> = params
+            .iter_mut()
+            .zip(grads)
+            .zip(self.m.iter_mut().zip(self.v.iter_mut()))
+            .map(|((p, g), (m, v))| (&mut **p, *g, m, v))
+            .collect();
+        // Every entry is updated on its own, so the tensors can be shared out between threads
+        // without changing a bit: two contiguous groups of about equal size.
+        let threads = crate::matmul::default_threads().min(2);
+        let total: usize = work.iter().map(|w| w.0.len()).sum();
+        let mut seen = 0;
+        let split = work.iter().position(|w| {
+            seen += w.0.len();
+            2 * seen >= total
+        });
+        match split {
+            Some(i) if threads > 1 && total >= PARALLEL_MIN_PARAMETERS => {
+                let (first, second) = work.split_at_mut(i + 1);
+                std::thread::scope(|s| {
+                    s.spawn(|| second.iter_mut().for_each(|w| update.apply(w)));
+                    first.iter_mut().for_each(|w| update.apply(w));
+                });
             }
+            _ => work.iter_mut().for_each(|w| update.apply(w)),
         }
         Ok(())
+    }
+}
+
+/// Below this many parameters an Adam step runs on one thread (a thread costs tens of µs to
+/// start; a step over 10⁵ parameters takes about as long).
+pub const PARALLEL_MIN_PARAMETERS: usize = 100_000;
+
+/// One tensor's share of an Adam step: the parameter, its gradient, and its two moments.
+type Entry<'a, T> = (&'a mut DMatrix<T>, &'a DMatrix<T>, &'a mut DMatrix<T>, &'a mut DMatrix<T>);
+
+/// The per-entry Adam update with this step's constants.
+struct MomentUpdate<T> {
+    b1: T,
+    b2: T,
+    lr: T,
+    eps: T,
+    c1: T,
+    c2: T,
+}
+
+impl<T: Float> MomentUpdate<T> {
+    fn new(config: &AdamConfig, t: u64) -> Self {
+        MomentUpdate {
+            b1: T::of(config.beta1),
+            b2: T::of(config.beta2),
+            lr: T::of(config.learning_rate),
+            eps: T::of(config.epsilon),
+            // Bias corrections: the moments start at 0, so early averages are scaled up by 1/(1 − βᵗ).
+            c1: T::of(1.0 - config.beta1.powf(t as f64)),
+            c2: T::of(1.0 - config.beta2.powf(t as f64)),
+        }
+    }
+
+    /// m ← β₁m + (1 − β₁)g; v ← β₂v + (1 − β₂)g²; θ ← θ − α·m̂/(√v̂ + ε) over one tensor, on the
+    /// storage slices (which the compiler vectorises).
+    fn apply(&self, (p, g, m, v): &mut Entry<'_, T>) {
+        let (b1, b2, one) = (self.b1, self.b2, T::one());
+        let (p, m, v) = (p.as_mut_slice(), m.as_mut_slice(), v.as_mut_slice());
+        for (((w, &dw), mi), vi) in p.iter_mut().zip(g.as_slice()).zip(m.iter_mut()).zip(v.iter_mut()) {
+            *mi = b1 * *mi + (one - b1) * dw;
+            *vi = b2 * *vi + (one - b2) * dw * dw;
+            let m_hat = *mi / self.c1;
+            let v_hat = *vi / self.c2;
+            *w -= self.lr * m_hat / (v_hat.sqrt() + self.eps);
+        }
     }
 }
 
@@ -276,7 +331,7 @@ impl<T: Float> AdamW<T> {
         let shrink = T::of(1.0 - self.config.learning_rate * self.weight_decay);
         if self.weight_decay > 0.0 {
             for (p, _) in params.iter_mut().zip(decay).filter(|(_, d)| **d) {
-                p.apply(|w| *w *= shrink);
+                p.as_mut_slice().iter_mut().for_each(|w| *w *= shrink);
             }
         }
         self.moments.step(OP, &self.config, params, grads)

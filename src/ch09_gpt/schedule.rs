@@ -62,9 +62,28 @@ impl Schedule {
     }
 }
 
-/// The Euclidean norm of all tensors together, √(Σ g²), accumulated in f64.
+/// Lanes of independent partial sums in [`sum_of_squares`]: enough for the compiler to keep
+/// vector registers of f64 busy. The order of the additions is fixed by this number, not by the
+/// machine, so the norm is reproducible.
+pub const NORM_LANES: usize = 8;
+
+/// Σ x² over one tensor's entries, in f64, summed in [`NORM_LANES`] interleaved partial sums.
+pub fn sum_of_squares<T: Float>(g: &[T]) -> f64 {
+    let mut lanes = [0.0f64; NORM_LANES];
+    let chunks = g.chunks_exact(NORM_LANES);
+    let tail: f64 = chunks.remainder().iter().map(|x| x.as_f64() * x.as_f64()).sum();
+    for c in chunks {
+        for (l, x) in lanes.iter_mut().zip(c) {
+            *l += x.as_f64() * x.as_f64();
+        }
+    }
+    lanes.iter().sum::<f64>() + tail
+}
+
+/// The Euclidean norm of all tensors together, √(Σ g²), accumulated in f64 tensor by tensor
+/// ([`sum_of_squares`]).
 pub fn global_norm<T: Float>(grads: &[&DMatrix<T>]) -> f64 {
-    grads.iter().flat_map(|g| g.iter()).map(|x| x.as_f64() * x.as_f64()).sum::<f64>().sqrt()
+    grads.iter().map(|g| sum_of_squares(g.as_slice())).sum::<f64>().sqrt()
 }
 
 /// Scales every gradient by c/(‖g‖ + 10⁻⁶) when ‖g‖ > c; returns ‖g‖ before clipping.
@@ -74,7 +93,7 @@ pub fn clip_global_norm<T: Float>(grads: &mut [&mut DMatrix<T>], max_norm: f64) 
     if !(max_norm.is_finite() && max_norm > 0.0) {
         return Err(invalid(OP, "max_norm", format!("must be finite and > 0, got {max_norm}")));
     }
-    let norm = grads.iter().flat_map(|g| g.iter()).map(|x| x.as_f64() * x.as_f64()).sum::<f64>().sqrt();
+    let norm = grads.iter().map(|g| sum_of_squares(g.as_slice())).sum::<f64>().sqrt();
     if !norm.is_finite() {
         let at = grads
             .iter()
@@ -85,7 +104,7 @@ pub fn clip_global_norm<T: Float>(grads: &mut [&mut DMatrix<T>], max_norm: f64) 
     if norm > max_norm {
         let scale = T::of(max_norm / (norm + CLIP_EPSILON));
         for g in grads.iter_mut() {
-            g.apply(|x| *x *= scale);
+            g.as_mut_slice().iter_mut().for_each(|x| *x *= scale);
         }
     }
     Ok(norm)
