@@ -1082,30 +1082,26 @@ mod fuzz_harness;
 /// tests/fuzz/harness.rs and README, "Fuzzing"): every committed input must load or be refused,
 /// and every text must come back from encode then decode, never a panic.
 mod fuzz_corpus_replay {
+    use super::common::{fuzz_seed_writer, replay_fuzz_corpus};
     use super::fuzz_harness as h;
-    use std::path::Path;
-
-    fn root() -> &'static Path {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-    }
 
     #[test]
     fn gpt2_files_corpus_replays_without_a_panic() {
-        h::replay_corpus(root(), "gpt2_files", 10, h::gpt2_files);
+        replay_fuzz_corpus("gpt2_files", 10, h::gpt2_files);
     }
 
     #[test]
     fn bpe_roundtrip_corpus_replays_without_a_panic() {
-        h::replay_corpus(root(), "bpe_roundtrip", 10, h::bpe_roundtrip);
+        replay_fuzz_corpus("bpe_roundtrip", 10, h::bpe_roundtrip);
     }
 
     #[test]
     fn the_replay_notices_a_panic() {
         // A replay that could not fail would prove nothing: a target that panics on every input
-        // must make it fail.
-        let r = std::panic::catch_unwind(|| h::replay_corpus(root(), "bpe_roundtrip", 1, |_| panic!("planted")));
+        // must make it fail, and so must a missing corpus.
+        let r = std::panic::catch_unwind(|| replay_fuzz_corpus("bpe_roundtrip", 1, |_| panic!("planted")));
         assert!(r.is_err());
-        let r = std::panic::catch_unwind(|| h::replay_corpus(root(), "no_such_target", 1, |_| {}));
+        let r = std::panic::catch_unwind(|| replay_fuzz_corpus("no_such_target", 1, |_| {}));
         assert!(r.is_err());
     }
 
@@ -1115,11 +1111,7 @@ mod fuzz_corpus_replay {
     #[test]
     #[ignore = "writes seed files; run by hand"]
     fn write_fuzz_seeds() {
-        let out = std::path::PathBuf::from(std::env::var("FUZZ_SEEDS_OUT").expect("set FUZZ_SEEDS_OUT"));
-        let write = |target: &str, name: &str, bytes: &[u8]| {
-            std::fs::create_dir_all(out.join(target)).unwrap();
-            std::fs::write(out.join(target).join(name), bytes).unwrap();
-        };
+        let write = fuzz_seed_writer();
         let (v, m) = super::small_gpt2_files();
         write("gpt2_files", "small", &h::join_with_prefix(v.as_bytes(), m.as_bytes()));
         let (v, m) = llm_workbook::ch08_tokens::gpt2::to_gpt2_files(&h::fuzz_tokenizers().0).unwrap();

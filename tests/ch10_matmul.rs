@@ -353,9 +353,9 @@ fn two_threads_split_large_products_and_match_the_triple_loop() {
     for kernel in available_kernels() {
         let two = Settings { kernel: Some(kernel), threads: Some(2), ..Settings::default() };
         for case in [
-            Case::new(260, 150, 300),
-            Case::new(300, 13, 3000).ops(Op::T, Op::N).scaled(0.5, 1.0),
-            Case::new(97, 401, 300).ops(Op::N, Op::T),
+            Case::new(260, 150, 400),
+            Case::new(300, 13, 4000).ops(Op::T, Op::N).scaled(0.5, 1.0),
+            Case::new(97, 401, 400).ops(Op::N, Op::T),
         ] {
             assert!(2.0 * (case.m * case.n * case.k) as f64 >= matmul::PARALLEL_MIN_FLOPS);
             let stats = run_case::<f32>(two, case, &mut rng).unwrap_or_else(|e| panic!("{kernel}: {e}"));

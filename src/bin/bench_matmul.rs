@@ -8,7 +8,8 @@
 //! `<!-- bench:end -->`) and draws `chapters/img/ch10_gflops_*.png|svg` and `ch10_roofline`.
 //!
 //! `-- sweep` measures the blocking sweep that chose KC, MC and NC (written between
-//! `<!-- sweep:begin/end -->`, drawn as `ch10_sweep`); `-- shape M K N` times one product.
+//! `<!-- sweep:begin/end -->`, drawn as `ch10_sweep`); `-- shape M K N` times one product;
+//! `-- threads` times 1 thread against 2 on the products near `PARALLEL_MIN_FLOPS` (prints only).
 //! `--no-write` prints without touching the chapter.
 //!
 //! Every implementation of a row is timed in turn, sample after sample, so a burst of load from
@@ -46,6 +47,8 @@ enum Command {
     All,
     /// The blocking sweep over KC, MC and NC.
     Sweep,
+    /// Where a second thread pays: 1 thread against 2 forced near the threshold (prints only).
+    Threads,
     /// One product, ours against nalgebra: M K N.
     Shape {
         m: usize,
@@ -515,24 +518,68 @@ fn run_all(samples: usize, write: bool) -> Result<(), String> {
 fn thread_crossover(samples: usize, rng: &mut Rng) -> Vec<(usize, f64, f64, f64)> {
     let mut out = Vec::new();
     for n in [32, 64, 96, 128, 160, 192, 256] {
-        let a = rng.normal_matrix::<f32>(n, n, 1.0);
-        let b = rng.normal_matrix::<f32>(n, n, 1.0);
-        let (mut c1, mut c2) = (DMatrix::<f32>::zeros(n, n), DMatrix::<f32>::zeros(n, n));
-        let one = Settings { threads: Some(1), ..Settings::default() };
-        let two = Settings { threads: Some(2), min_parallel_flops: Some(0.0), ..Settings::default() };
-        let mut cs = vec![
-            contender("1", || {
-                gemm_with(one, 1.0, &a, Op::N, &b, Op::N, 0.0, &mut c1).expect("shapes");
-            }),
-            contender("2", || {
-                gemm_with(two, 1.0, &a, Op::N, &b, Op::N, 0.0, &mut c2).expect("shapes");
-            }),
-        ];
-        let secs = race(&mut cs, samples, 0.02);
-        let flops = 2.0 * (n * n * n) as f64;
-        out.push((n, flops, gflops(flops, secs[0].wall), gflops(flops, secs[1].wall)));
+        let (flops, one, two) = one_against_two::<f32>((n, n, n), Op::N, Op::N, samples, rng);
+        out.push((n, flops, one, two));
     }
     out
+}
+
+/// One product on 1 thread against 2 threads forced (the threshold switched off), timed in turn
+/// by the wall clock: (flops, GFLOP/s on 1 thread, GFLOP/s on 2 threads).
+fn one_against_two<T: Element + Float>((m, k, n): (usize, usize, usize), ta: Op, tb: Op, samples: usize, rng: &mut Rng) -> (f64, f64, f64) {
+    let a = if ta == Op::N { rng.normal_matrix::<T>(m, k, 1.0) } else { rng.normal_matrix::<T>(k, m, 1.0) };
+    let b = if tb == Op::N { rng.normal_matrix::<T>(k, n, 1.0) } else { rng.normal_matrix::<T>(n, k, 1.0) };
+    let (mut c1, mut c2) = (DMatrix::<T>::zeros(m, n), DMatrix::<T>::zeros(m, n));
+    let one = Settings { threads: Some(1), ..Settings::default() };
+    let two = Settings { threads: Some(2), min_parallel_flops: Some(0.0), ..Settings::default() };
+    let mut cs = vec![
+        contender("1", || {
+            gemm_with(one, T::one(), &a, ta, &b, tb, T::zero(), &mut c1).expect("shapes");
+        }),
+        contender("2", || {
+            gemm_with(two, T::one(), &a, ta, &b, tb, T::zero(), &mut c2).expect("shapes");
+        }),
+    ];
+    let secs = race(&mut cs, samples, 0.02);
+    let flops = 2.0 * (m * n * k) as f64;
+    (flops, gflops(flops, secs[0].wall), gflops(flops, secs[1].wall))
+}
+
+/// `-- threads`: where a second thread starts to pay, on the products near `PARALLEL_MIN_FLOPS`
+/// that choose it: squares from 160 to 320 and the GPT's products from 10⁷ flops up (plus the
+/// 768-row products of widths 64 to 256 around the attention output projection), in f32 and
+/// f64, each 1 thread against 2 threads forced, sorted by flops. Prints only.
+fn run_threads(samples: usize) {
+    // The smaller GPT products are left out: two threads lose on all of them by far.
+    const GPT_PRODUCTS_FROM_FLOPS: f64 = 1e7;
+    let load_before = load_average();
+    let mut rng = Rng::new(2027);
+    let mut shapes: Vec<Shape> = [160, 192, 224, 240, 256, 288, 320].map(|n| ("square", (n, n, n), Op::N, Op::N)).to_vec();
+    shapes.extend([64, 96, 144, 160, 192, 256].map(|n| ("768 rows · 128×n", (768, 128, n), Op::N, Op::N)));
+    shapes.extend(gpt_shapes().into_iter().filter(|(_, (m, k, n), _, _)| 2.0 * (m * k * n) as f64 >= GPT_PRODUCTS_FROM_FLOPS));
+    let mut rows = Vec::new();
+    for f64_ in [false, true] {
+        for &(label, shape, ta, tb) in &shapes {
+            let (flops, one, two) = with_type!(f64_, T => one_against_two::<T>(shape, ta, tb, samples, &mut rng));
+            let (m, k, n) = shape;
+            let ops = format!("{}{}", if ta == Op::T { " (Aᵀ)" } else { "" }, if tb == Op::T { " (Bᵀ)" } else { "" });
+            let ty = if f64_ { "f64" } else { "f32" };
+            rows.push((
+                flops,
+                format!("| {label} | {m}×{k} · {k}×{n}{ops} | {ty} | {flops:.2e} | {one:.1} | {two:.1} | {} |", ratio(two, one)),
+            ));
+        }
+    }
+    rows.sort_by(|x, y| x.0.total_cmp(&y.0));
+    println!(
+        "1 thread against 2 threads forced, GFLOP/s by the wall clock, median of {samples} samples (load average {load_before} before, {} after; threshold now {:.1e}):\n",
+        load_average(),
+        matmul::PARALLEL_MIN_FLOPS
+    );
+    println!("| product | shape | type | flops | 1 thread | 2 threads forced | 2 / 1 |\n|---|---|---|---|---|---|---|");
+    for (_, line) in rows {
+        println!("{line}");
+    }
 }
 
 fn report(machine: &Machine, squares: &[Row], gpt: &[Row], crossover: &[(usize, f64, f64, f64)]) -> String {
@@ -745,6 +792,10 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command.unwrap_or(Command::All) {
         Command::All => run_all(samples, !cli.no_write),
         Command::Sweep => run_sweep(samples, !cli.no_write),
+        Command::Threads => {
+            run_threads(samples);
+            Ok(())
+        }
         Command::Shape { m, k, n, ta, tb, f64, threads } => {
             let (ta, tb) = (if ta { Op::T } else { Op::N }, if tb { Op::T } else { Op::N });
             with_type!(f64, T => run_shape::<T>(m, k, n, ta, tb, threads, samples));

@@ -1,4 +1,5 @@
-//! Helpers shared by the chapter tests: snapshots in the top-level folder, prose checks.
+//! Helpers shared by the chapter tests: snapshots in the top-level folder, prose checks, the
+//! replay of the committed fuzz corpora.
 #![allow(dead_code, unused_macros, unused_imports)]
 
 /// Asserts a matrix snapshot `snapshots/<test file>__<name>.snap`, written with a shape header
@@ -32,10 +33,49 @@ macro_rules! snap_text {
 pub(crate) use snap_matrix;
 pub(crate) use snap_text;
 
+/// The repository's root folder (the main crate's manifest folder). It lives here and not in
+/// `tests/fuzz/harness.rs` because the fuzz crate compiles that file too, and there
+/// `CARGO_MANIFEST_DIR` is `tests/fuzz`.
+pub fn repo_root() -> &'static std::path::Path {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
 /// The prose of a chapter, read from `chapters/<stem>.md`.
 pub fn prose(stem: &str) -> String {
-    let path = format!("{}/chapters/{stem}.md", env!("CARGO_MANIFEST_DIR"));
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+    let path = repo_root().join("chapters").join(format!("{stem}.md"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Replays every file of `tests/fuzz/corpus/<target>/` through `run` (one of the targets in
+/// `tests/fuzz/harness.rs`) and fails naming each file that panics. Fails too when the folder is
+/// missing or holds fewer than `at_least` files, so a lost corpus cannot pass unnoticed. Returns
+/// the number of files replayed.
+pub fn replay_fuzz_corpus(target: &str, at_least: usize, run: fn(&[u8])) -> usize {
+    let dir = repo_root().join("tests").join("fuzz").join("corpus").join(target);
+    let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e} (the committed fuzz corpus is missing)", dir.display()));
+    let mut files: Vec<std::path::PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_file()).collect();
+    files.sort();
+    assert!(files.len() >= at_least, "{} holds {} files, fewer than the {at_least} committed", dir.display(), files.len());
+    let mut panics = Vec::new();
+    for f in &files {
+        let data = std::fs::read(f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        if std::panic::catch_unwind(|| run(&data)).is_err() {
+            panics.push(f.display().to_string());
+        }
+    }
+    assert!(panics.is_empty(), "{} of {} corpus files panic: {panics:?}", panics.len(), files.len());
+    files.len()
+}
+
+/// What the hand-run `write_fuzz_seeds` tests write with: a function taking (target, file name,
+/// bytes) that writes into `$FUZZ_SEEDS_OUT/<target>/<file name>`, never into the source tree by
+/// itself. Panics when `FUZZ_SEEDS_OUT` is not set.
+pub fn fuzz_seed_writer() -> impl Fn(&str, &str, &[u8]) {
+    let out = std::path::PathBuf::from(std::env::var("FUZZ_SEEDS_OUT").expect("set FUZZ_SEEDS_OUT"));
+    move |target, name, bytes| {
+        std::fs::create_dir_all(out.join(target)).unwrap_or_else(|e| panic!("{}: {e}", out.join(target).display()));
+        std::fs::write(out.join(target).join(name), bytes).unwrap_or_else(|e| panic!("{}/{target}/{name}: {e}", out.display()));
+    }
 }
 
 /// Asserts that the chapter's prose carries exactly the errata table and worked-number table the

@@ -1,7 +1,9 @@
 //! What each fuzz target does with one input. Shared, word for word, by the fuzz targets
 //! (`tests/fuzz/fuzz_targets/*.rs`, run with cargo-fuzz) and by the corpus replay that
 //! `cargo test` runs on stable Rust (`mod fuzz_corpus_replay` at the end of `tests/ch08_tokens.rs`
-//! and `tests/ch09_gpt.rs`), so a corpus file replays exactly what the fuzzer ran.
+//! and `tests/ch09_gpt.rs`, which hand these functions to `replay_fuzz_corpus` in
+//! `tests/common/mod.rs`), so a corpus file replays exactly what the fuzzer ran. Nothing here
+//! reads the file system: the fuzz crate compiles this file too, from another manifest folder.
 //!
 //! Every function may see an `Err` from the code under test (bad input is expected); what it must
 //! never see is a panic, a hang or an out-of-bounds access. The BPE target also asserts the round
@@ -141,24 +143,4 @@ pub fn json(data: &[u8]) {
         let pretty = json::parse(v.to_pretty().as_bytes(), "pretty.json").unwrap_or_else(|e| panic!("indented JSON does not parse: {e}"));
         assert_eq!(pretty, v, "indented round trip");
     }
-}
-
-/// Replays every file of `tests/fuzz/corpus/<target>/` (under `root`, the repository) through
-/// `run`, and fails naming each file that panics. Fails too when the folder is missing or holds
-/// fewer than `at_least` files, so a lost corpus cannot pass unnoticed. Returns the file count.
-pub fn replay_corpus(root: &std::path::Path, target: &str, at_least: usize, run: fn(&[u8])) -> usize {
-    let dir = root.join("tests").join("fuzz").join("corpus").join(target);
-    let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e} (the committed fuzz corpus is missing)", dir.display()));
-    let mut files: Vec<std::path::PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_file()).collect();
-    files.sort();
-    assert!(files.len() >= at_least, "{} holds {} files, fewer than the {at_least} committed", dir.display(), files.len());
-    let mut panics = Vec::new();
-    for f in &files {
-        let data = std::fs::read(f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
-        if std::panic::catch_unwind(|| run(&data)).is_err() {
-            panics.push(f.display().to_string());
-        }
-    }
-    assert!(panics.is_empty(), "{} of {} corpus files panic: {panics:?}", panics.len(), files.len());
-    files.len()
 }
