@@ -12,6 +12,7 @@
 use crate::errata::Erratum;
 use crate::error::{Error, Result, invalid, shape_error, shape_of};
 use crate::float::{Float, ensure_finite};
+use crate::matmul::map_f32;
 use crate::optim::Sgd;
 use crate::plot::{Figure, LineChart, Series};
 use crate::report::{Chapter, Walk, Worked};
@@ -220,11 +221,6 @@ pub fn gelu_tanh_derivative_f32(z: f32) -> f32 {
     0.5 * (1.0 + t) + 0.5 * z * (1.0 - t * t) * du
 }
 
-/// Whether `T` is single precision (then GELU takes the f32 path).
-fn is_f32<T: Float>() -> bool {
-    std::mem::size_of::<T>() == std::mem::size_of::<f32>()
-}
-
 /// Elementwise a = f(z). Shapes: z N×C → a N×C. Computed in f64 by the reference
 /// [`Activation::apply`] and rounded back to `T`, except GELU (tanh form) in f32, which takes
 /// [`gelu_tanh_f32`].
@@ -238,11 +234,14 @@ pub fn activation_forward<T: Float>(act: Activation, z: &DMatrix<T>) -> DMatrix<
 /// extra entries of the longer one are left alone). Chapter 9's fused step writes into buffers it
 /// keeps, so this form allocates nothing.
 pub fn activation_forward_into<T: Float>(act: Activation, z: &[T], a: &mut [T]) {
-    if act == Activation::GeluTanh && is_f32::<T>() {
-        // For T = f32 both conversions are exact, so the loop is gelu_tanh_f32 on every entry.
-        for (a, &z) in a.iter_mut().zip(z) {
-            *a = T::of(f64::from(gelu_tanh_f32(z.as_f64() as f32)));
-        }
+    let n = z.len().min(a.len());
+    let (z, a) = (&z[..n], &mut a[..n]);
+    if act == Activation::GeluTanh
+        && let (Some(z32), Some(a32)) = (T::as_f32_slice(z), T::as_f32_slice_mut(a))
+        && map_f32(z32, a32, |z, _| gelu_tanh_f32(z)).is_ok()
+    {
+        // gelu_tanh_f32 on every entry, in the widest registers the CPU has (chapter 10's
+        // run-time choice; the same bits as the plain loop).
         return;
     }
     for (a, &z) in a.iter_mut().zip(z) {
@@ -263,11 +262,13 @@ pub fn activation_backward<T: Float>(act: Activation, z: &DMatrix<T>, d_a: &DMat
 
 /// [`activation_backward`] on slices, in place: dᵢ ← f′(zᵢ)·dᵢ, turning ∂C/∂a into ∂C/∂z.
 pub fn activation_backward_in_place<T: Float>(act: Activation, z: &[T], d: &mut [T]) {
+    let n = z.len().min(d.len());
+    let (z, d) = (&z[..n], &mut d[..n]);
     // a = f(z)  ⇒  ∂C/∂z = f′(z) ∂C/∂a
-    if act == Activation::GeluTanh && is_f32::<T>() {
-        for (d, &z) in d.iter_mut().zip(z) {
-            *d = T::of(f64::from(gelu_tanh_derivative_f32(z.as_f64() as f32))) * *d;
-        }
+    if act == Activation::GeluTanh
+        && let (Some(z32), Some(d32)) = (T::as_f32_slice(z), T::as_f32_slice_mut(d))
+        && map_f32(z32, d32, |z, d| gelu_tanh_derivative_f32(z) * d).is_ok()
+    {
         return;
     }
     for (d, &z) in d.iter_mut().zip(z) {

@@ -28,6 +28,11 @@ pub trait Float:
     fn of(x: f64) -> Self;
     /// Widens (or keeps) the value as `f64`, for reports and comparisons.
     fn as_f64(self) -> f64;
+    /// The slice itself when `Self` is `f32` (so a single-precision fast path can take it without
+    /// a copy), `None` otherwise.
+    fn as_f32_slice(s: &[Self]) -> Option<&[f32]>;
+    /// The same, mutable.
+    fn as_f32_slice_mut(s: &mut [Self]) -> Option<&mut [f32]>;
 }
 
 impl Float for f32 {
@@ -37,6 +42,12 @@ impl Float for f32 {
     fn as_f64(self) -> f64 {
         self as f64
     }
+    fn as_f32_slice(s: &[Self]) -> Option<&[f32]> {
+        Some(s)
+    }
+    fn as_f32_slice_mut(s: &mut [Self]) -> Option<&mut [f32]> {
+        Some(s)
+    }
 }
 
 impl Float for f64 {
@@ -45,6 +56,12 @@ impl Float for f64 {
     }
     fn as_f64(self) -> f64 {
         self
+    }
+    fn as_f32_slice(_: &[Self]) -> Option<&[f32]> {
+        None
+    }
+    fn as_f32_slice_mut(_: &mut [Self]) -> Option<&mut [f32]> {
+        None
     }
 }
 

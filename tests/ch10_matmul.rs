@@ -1109,3 +1109,54 @@ mod views {
         assert_eq!(plain, llm_workbook::matmul::default_threads(), "without carrying, a new thread has the process default");
     }
 }
+
+// ───────────── elementwise loops in the widest registers (chapter 9's GELU) ─────────────
+
+mod wide_map {
+    use super::*;
+    use llm_workbook::ch03_mlp::{gelu_tanh_derivative_f32, gelu_tanh_f32};
+    use llm_workbook::matmul::map_f32;
+
+    type Binary = fn(f32, f32) -> f32;
+
+    #[test]
+    fn every_kernel_maps_bit_for_bit_like_the_plain_loop_on_awkward_lengths() {
+        let mut rng = Rng::new(8);
+        for len in [0, 1, 3, 7, 15, 16, 17, 31, 33, 64, 100, 1023] {
+            let x: Vec<f32> = (0..len).map(|_| 4.0 * rng.normal() as f32).collect();
+            let y0: Vec<f32> = (0..len).map(|_| rng.normal() as f32).collect();
+            let fs: [(&str, Binary); 3] = [
+                ("GELU", |z, _| gelu_tanh_f32(z)),
+                ("GELU′·d", |z, d| gelu_tanh_derivative_f32(z) * d),
+                ("mixed", |x, y| (x * x + 1.0).sqrt() / (y - 7.5) + x * y),
+            ];
+            for (name, f) in fs {
+                let want: Vec<u32> = x.iter().zip(&y0).map(|(&a, &b)| f(a, b).to_bits()).collect();
+                for kernel in available_kernels() {
+                    let mut y = y0.clone();
+                    with_kernel(kernel, || map_f32(&x, &mut y, f)).unwrap().unwrap();
+                    let got: Vec<u32> = y.iter().map(|v| v.to_bits()).collect();
+                    assert!(got == want, "{name}, {kernel}, length {len}");
+                }
+            }
+        }
+        // NaN and infinities go through as in the plain loop (GELU(−∞) is −∞·0 = NaN there too).
+        let x = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0];
+        for kernel in available_kernels() {
+            let mut y = [0.0; 5];
+            with_kernel(kernel, || map_f32(&x, &mut y, |z, _| gelu_tanh_f32(z))).unwrap().unwrap();
+            for (&got, &z) in y.iter().zip(&x) {
+                let want = gelu_tanh_f32(z);
+                assert!(got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()), "{kernel}: GELU({z}) = {got}, plain {want}");
+            }
+        }
+    }
+
+    #[test]
+    fn slices_of_different_lengths_are_an_error() {
+        let mut y = [0.0f32; 3];
+        let e = map_f32(&[1.0; 4], &mut y, |x, _| x).unwrap_err();
+        assert!(e.to_string().contains("x and y"), "{e}");
+        assert_eq!(y, [0.0; 3]);
+    }
+}

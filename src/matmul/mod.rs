@@ -403,6 +403,31 @@ pub fn gemm_view<T: Element>(alpha: T, a: MatRef<T>, ta: Op, b: MatRef<T>, tb: O
     run_operands(Settings::default(), alpha, a_op, b_op, beta, c, (m, n, k)).map(|_| ())
 }
 
+/// yᵢ ← f(xᵢ, yᵢ) for every i, in f32, compiled for the registers of the active kernel
+/// ([`active_kernel`]: AVX-512, AVX2 or the portable baseline). The crate is compiled for the
+/// baseline x86-64 (SSE2, four f32 lanes), so a loop like GELU's rational function runs four lanes
+/// at a time there; here the very same loop runs with the wider registers the CPU has, chosen at
+/// run time as the micro-kernels are. Each element is computed by the same operations whatever
+/// the registers (no reordering, no fused multiply-add the scalar code does not have), so the
+/// results are bit-for-bit those of the plain loop. Errors when the lengths differ.
+pub fn map_f32(x: &[f32], y: &mut [f32], f: impl Fn(f32, f32) -> f32) -> Result<()> {
+    if x.len() != y.len() {
+        return Err(shape_error("map_f32", "x and y", format!("{} values", x.len()), format!("{}", y.len())));
+    }
+    match active_kernel() {
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx512 => simd::map_f32_avx512(x, y, f),
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx2 => simd::map_f32_avx2(x, y, f),
+        _ => {
+            for (y_i, &x_i) in y.iter_mut().zip(x) {
+                *y_i = f(x_i, *y_i);
+            }
+        }
+    }
+    Ok(())
+}
+
 fn product<T: Element>(op: &'static str, a: &DMatrix<T>, ta: Op, b: &DMatrix<T>, tb: Op) -> Result<DMatrix<T>> {
     let (m, k) = ta.shape(a);
     let (k2, n) = tb.shape(b);

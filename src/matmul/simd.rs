@@ -252,3 +252,39 @@ fma_probe! {
     features = "avx512f", detect = ["avx512f"], splat = _mm512_set1_pd, fma = _mm512_fmadd_pd, add = _mm512_add_pd,
     first = _mm512_cvtsd_f64,
 }
+
+// ───────────────────────────── elementwise loops ─────────────────────────────
+
+macro_rules! wide_map {
+    ($(#[$doc:meta])* name = $name:ident, inner = $inner:ident, features = $features:literal, detect = [$($detect:tt),+] $(,)?) => {
+        $(#[$doc])*
+        pub(super) fn $name<F: Fn(f32, f32) -> f32>(x: &[f32], y: &mut [f32], f: F) {
+            assert!($(std::arch::is_x86_feature_detected!($detect))&&+, "{} needs CPU features {:?}", stringify!($name), [$($detect),+]);
+            // SAFETY: the CPU features the inner function is compiled for were detected just above;
+            // it only iterates over the two slices it is given (no pointer arithmetic).
+            unsafe { $inner(x, y, f) }
+        }
+
+        /// # Safety
+        ///
+        /// The CPU must support the enabled features.
+        #[target_feature(enable = $features)]
+        unsafe fn $inner<F: Fn(f32, f32) -> f32>(x: &[f32], y: &mut [f32], f: F) {
+            // The loop of the scalar path, compiled here with the wider registers: `f` is inlined
+            // into it, so the compiler vectorises the whole body with these instructions.
+            for (y_i, &x_i) in y.iter_mut().zip(x) {
+                *y_i = f(x_i, *y_i);
+            }
+        }
+    };
+}
+
+wide_map! {
+    /// yᵢ ← f(xᵢ, yᵢ) compiled for AVX2 and FMA (safe: checks the CPU first).
+    name = map_f32_avx2, inner = map_f32_avx2_inner, features = "avx2,fma", detect = ["avx2", "fma"],
+}
+
+wide_map! {
+    /// yᵢ ← f(xᵢ, yᵢ) compiled for AVX-512F (safe: checks the CPU first).
+    name = map_f32_avx512, inner = map_f32_avx512_inner, features = "avx512f,avx2,fma", detect = ["avx512f", "avx2", "fma"],
+}
