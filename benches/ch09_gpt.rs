@@ -17,7 +17,7 @@
 
 use llm_workbook::ch09_gpt::config::Config;
 use llm_workbook::ch09_gpt::data::random_windows;
-use llm_workbook::ch09_gpt::fused::GRADIENT_SHARDS;
+use llm_workbook::ch09_gpt::fused::{CAUSAL_BLOCK, GRADIENT_SHARDS};
 use llm_workbook::ch09_gpt::model::Gpt;
 use llm_workbook::ch09_gpt::sample::{Decoding, generate};
 use llm_workbook::ch09_gpt::schedule::Schedule;
@@ -44,6 +44,11 @@ fn cpu_name() -> String {
 /// (m, k, n, kind): kind 0 = A·B, 1 = Aᵀ·B, 2 = A·Bᵀ, with A and B shaped for that kind.
 type Product = (usize, usize, usize, u8);
 
+/// The fused step's blocks of query rows (or key columns): `fused::CAUSAL_BLOCK` at a time.
+fn causal_blocks(t: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..t).step_by(CAUSAL_BLOCK).map(move |r0| (r0, (r0 + CAUSAL_BLOCK).min(t)))
+}
+
 /// Every product one shard of the fused training step ([`llm_workbook::ch09_gpt::fused`])
 /// performs, in order, for `seqs` sequences of `t` tokens.
 fn shard_products(c: &Config, seqs: usize, t: usize) -> Vec<Product> {
@@ -53,8 +58,12 @@ fn shard_products(c: &Config, seqs: usize, t: usize) -> Vec<Product> {
     for _ in 0..c.layers {
         p.push((n, d, 3 * d, 0)); // [Q K V] = n₁ W_QKV
         for _ in 0..seqs * h {
-            p.push((t, hd, t, 2)); // S = s·QKᵀ
-            p.push((t, t, hd, 0)); // O = A V
+            for (r0, r1) in causal_blocks(t) {
+                p.push((r1 - r0, hd, r1, 2)); // S = s·QKᵀ, one block of queries
+            }
+            for (r0, r1) in causal_blocks(t) {
+                p.push((r1 - r0, r1, hd, 0)); // O = A V
+            }
         }
         p.push((n, d, d, 0)); // W_O
         p.push((n, d, 4 * d, 0)); // c_fc
@@ -71,10 +80,16 @@ fn shard_products(c: &Config, seqs: usize, t: usize) -> Vec<Product> {
         p.push((d, n, d, 1)); // ∂W_O
         p.push((n, d, d, 2)); // ∂concat
         for _ in 0..seqs * h {
-            p.push((t, t, hd, 1)); // ∂V = Aᵀ ∂O
-            p.push((t, hd, t, 2)); // ∂A = ∂O Vᵀ
-            p.push((t, t, hd, 0)); // ∂Q = s ∂S K
-            p.push((t, t, hd, 1)); // ∂K = s ∂Sᵀ Q
+            for (c0, c1) in causal_blocks(t) {
+                p.push((c1 - c0, t - c0, hd, 1)); // ∂V = Aᵀ ∂O, one block of keys
+            }
+            for (r0, r1) in causal_blocks(t) {
+                p.push((r1 - r0, hd, r1, 2)); // ∂A = ∂O Vᵀ
+                p.push((r1 - r0, r1, hd, 0)); // ∂Q = s ∂S K
+            }
+            for (c0, c1) in causal_blocks(t) {
+                p.push((c1 - c0, t - c0, hd, 1)); // ∂K = s ∂Sᵀ Q
+            }
         }
         p.push((d, n, 3 * d, 1)); // ∂W_QKV
         p.push((n, 3 * d, d, 2)); // ∂n₁

@@ -1710,6 +1710,19 @@ mod fused_step {
         }
     }
 
+    /// A context of 72 positions, so sequences of 70 tokens cross two boundaries of
+    /// `fused::CAUSAL_BLOCK` (32 query rows): the blocks 0–31, 32–63 and 64–69.
+    fn long_context() -> Config {
+        Config { tied: true, positions: Positions::Learned, ..Config::new(7, 72, 2, 2, 8) }
+    }
+
+    /// Two sequences of 70 tokens, every third position unscored.
+    fn long_batch() -> Batch {
+        let inputs: Vec<u32> = (0..140).map(|i| (i * 5 % 7) as u32).collect();
+        let targets = (0..140).map(|i| (i % 3 != 2).then_some(((i * 3 + 1) % 7) as u32)).collect();
+        Batch { inputs, targets, batch: 2, seq_len: 70 }
+    }
+
     /// The largest |a − b| over every tensor, relative to that tensor's largest |b| or to `floor`
     /// if that is larger (the key bias's gradient is exactly 0 in exact arithmetic, so both sides
     /// hold only rounding noise there).
@@ -1730,6 +1743,7 @@ mod fused_step {
     #[case::untied_sinusoidal(tiny(false, Positions::Sinusoidal), tiny_batch())]
     #[case::three_sequences(tiny(true, Positions::Learned), odd_batch())]
     #[case::one_sequence(tiny(false, Positions::Learned), Batch { batch: 1, inputs: tiny_batch().inputs[..5].to_vec(), targets: tiny_batch().targets[..5].to_vec(), seq_len: 5 })]
+    #[case::three_causal_blocks(long_context(), long_batch())]
     fn the_fused_step_gives_the_reference_loss_and_gradients_in_f64(#[case] config: Config, #[case] batch: Batch) {
         let model = perturbed(config, 5);
         let reference = model.loss_and_grads(&batch).unwrap();
@@ -1743,14 +1757,22 @@ mod fused_step {
 
     #[test]
     fn the_fused_step_passes_the_gradient_check_on_every_tensor() {
-        for config in [tiny(true, Positions::Learned), tiny(false, Positions::Sinusoidal)] {
+        // The long case's position rows each see only two tokens, so some of their gradients are
+        // near 10⁻⁶, where the central difference's own error (~5·10⁻¹¹ here) is 5·10⁻⁵ of the
+        // value: they are measured absolutely below 10⁻⁵ instead of 10⁻⁶. A wrong term would
+        // still be off by the size of the gradient itself.
+        let long_check = gradcheck::Config { floor: 1e-5, ..deep_check() };
+        for (config, batch, check) in [
+            (tiny(true, Positions::Learned), odd_batch(), deep_check()),
+            (tiny(false, Positions::Sinusoidal), odd_batch(), deep_check()),
+            (long_context(), long_batch(), long_check),
+        ] {
             let model = perturbed(config, 7);
-            let batch = odd_batch();
             let mut fused = FusedStep::new();
             let analytic: Vec<DMatrix<f64>> = fused.loss_and_grads(&model, &batch).unwrap().1.to_vec();
             let named: Vec<(String, DMatrix<f64>)> = model.tensors().into_iter().map(|(n, m)| (n, m.clone())).collect();
             let inputs: Vec<(&str, DMatrix<f64>)> = named.iter().map(|(n, m)| (n.as_str(), m.clone())).collect();
-            let report = gradcheck::check(deep_check(), &inputs, &analytic, |t| {
+            let report = gradcheck::check(check, &inputs, &analytic, |t| {
                 let mut m = model.clone();
                 m.set_tensors(t).unwrap();
                 FusedStep::new().loss_and_grads(&m, &batch).unwrap().0

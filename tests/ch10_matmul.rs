@@ -1003,7 +1003,7 @@ mod properties {
 
 mod views {
     use super::*;
-    use llm_workbook::matmul::{Backend, MatRef, gemm_view, product_choices, with_backend, with_threads};
+    use llm_workbook::matmul::{Backend, MatMut, MatRef, gemm_view, product_choices, with_backend, with_threads};
 
     /// `inner` placed at rows r0…, columns c0… of a larger zero-padded matrix with `ld` rows; the
     /// view's slice starts at its first entry.
@@ -1021,8 +1021,22 @@ mod views {
         let (b_store, b_at) = embedded(&x.b, pad_b, 2, x.b.nrows() + pad_b + 1, rng);
         let a = MatRef::new(&a_store[a_at..], x.a.nrows(), x.a.ncols(), x.a.nrows() + pad_a + 3).map_err(|e| e.to_string())?;
         let b = MatRef::new(&b_store[b_at..], x.b.nrows(), x.b.ncols(), x.b.nrows() + pad_b + 1).map_err(|e| e.to_string())?;
-        let mut c = x.c0.clone();
-        gemm_view(T::of(case.alpha), a, case.ta, b, case.tb, T::of(case.beta), c.as_mut_slice(), case.m).map_err(|e| e.to_string())?;
+        // C too lives inside a larger matrix, whose other entries must come out untouched.
+        let ldc = case.m + 3;
+        let mut big_c = rng.normal_matrix::<T>(ldc, case.n + 1, 1.0);
+        big_c.view_mut((2, 1), (case.m, case.n)).copy_from(&x.c0);
+        let before = big_c.clone();
+        let view = MatMut::new(&mut big_c.as_mut_slice()[2 + ldc..], case.m, case.n, ldc).map_err(|e| e.to_string())?;
+        gemm_view(T::of(case.alpha), a, case.ta, b, case.tb, T::of(case.beta), view).map_err(|e| e.to_string())?;
+        for j in 0..case.n + 1 {
+            for i in 0..ldc {
+                let inside = (2..2 + case.m).contains(&i) && (1..1 + case.n).contains(&j);
+                if !inside && big_c[(i, j)].as_f64().to_bits() != before[(i, j)].as_f64().to_bits() {
+                    return Err(format!("{case:?}: C's surroundings changed at ({i}, {j})"));
+                }
+            }
+        }
+        let c = big_c.view((2, 1), (case.m, case.n)).into_owned();
         let (value, size) = reference(&case, &x);
         within_bound(&case, &c, &value, &size)
     }
@@ -1066,15 +1080,17 @@ mod views {
         let a = MatRef::new(&data, 4, 5, 4).unwrap();
         let b = MatRef::new(&data, 4, 5, 4).unwrap();
         let mut c = vec![0.0; 16];
-        let e = gemm_view(1.0, a, Op::N, b, Op::N, 0.0, &mut c, 4).unwrap_err(); // 4×5 by 4×5
+        let e = gemm_view(1.0, a, Op::N, b, Op::N, 0.0, MatMut::new(&mut c, 4, 4, 4).unwrap()).unwrap_err(); // 4×5 by 4×5
         assert!(e.to_string().contains("inner dimensions"), "{e}");
-        gemm_view(1.0, a, Op::N, b, Op::T, 0.0, &mut c, 4).unwrap(); // 4×5 by 5×4 fits a 4×4 C
+        gemm_view(1.0, a, Op::N, b, Op::T, 0.0, MatMut::new(&mut c, 4, 4, 4).unwrap()).unwrap(); // 4×5 by 5×4 fits a 4×4 C
         assert!(c.iter().all(|&v| v == 5.0));
-        let mut wrong = vec![0.0; 15];
-        let e = gemm_view(1.0, a, Op::N, b, Op::T, 0.0, &mut wrong, 4).unwrap_err();
-        assert!(e.to_string().contains("C") && e.to_string().contains("15"), "{e}");
-        let e = gemm_view(1.0, a, Op::N, b, Op::T, 0.0, &mut c, 2).unwrap_err(); // 16 values but 2 rows
-        assert!(e.to_string().contains("2 rows"), "{e}");
+        let e = gemm_view(1.0, a, Op::N, b, Op::T, 0.0, MatMut::new(&mut c, 4, 3, 4).unwrap()).unwrap_err();
+        assert!(e.to_string().contains("C") && e.to_string().contains("4×3"), "{e}");
+        let mut short = vec![0.0; 15];
+        let e = MatMut::new(&mut short, 4, 4, 4).unwrap_err();
+        assert!(e.to_string().contains("16"), "{e}");
+        let e = MatMut::new(&mut c, 4, 2, 2).unwrap_err();
+        assert!(e.to_string().contains("ld"), "{e}");
     }
 
     #[test]

@@ -13,9 +13,11 @@
 //! - **One product for Q, K and V.** The three projections read the same input, so they are one
 //!   product with W_QKV = \[W_Q W_K W_V\] (d×3d), and their backward is one product too:
 //!   ∂n₁ = ∂QKV·W_QKVᵀ, ∂W_QKV = n₁ᵀ∂QKV.
-//! - **Attention without copies in.** Each head of each sequence is a view into the QKV buffer (a
-//!   head is a block of columns, a sequence a block of rows, see [`MatRef`]), so its products read
-//!   it where it is; the causal softmax touches only the entries j ≤ i.
+//! - **Attention without copies, causal half mostly skipped.** Each head of each sequence is a view
+//!   into the QKV buffer (a head is a block of columns, a sequence a block of rows, see [`MatRef`]
+//!   and [`MatMut`]), so its products read it and write their results where they are. Queries go
+//!   in blocks of [`CAUSAL_BLOCK`] rows, and a block multiplies only the keys it may see; the
+//!   softmax touches only the entries j ≤ i.
 //! - **Residuals accumulate in place.** h = x + a·W_O + b_O is one product with β = 1 onto x;
 //!   every "∂x gets ∂h directly and through the branch" is an addition into the same buffer.
 //! - **The batch in shards.** The B sequences are cut into [`GRADIENT_SHARDS`] parts; each part
@@ -38,7 +40,7 @@ use crate::ch03_mlp::{Activation, activation_backward_in_place, activation_forwa
 use crate::ch06_attention::{Epsilon, LayerNorm, NormOrder};
 use crate::error::{Error, Result, invalid};
 use crate::float::Float;
-use crate::matmul::{MatRef, Op, gemm, gemm_view, product_choices, with_threads};
+use crate::matmul::{MatMut, MatRef, Op, gemm, gemm_view, product_choices, with_threads};
 use nalgebra::DMatrix;
 
 /// Into how many parts the batch is cut (at most; a batch of one sequence is one part). Each part
@@ -143,8 +145,6 @@ struct Shard<T: Float> {
     d_scores: Vec<T>,
     /// Scratch of length T for Σ_j A ⊙ ∂A per row.
     row_a: Vec<T>,
-    /// One head's output or input gradient, T×d_k, before it is copied into its columns.
-    head_out: Vec<T>,
     /// This shard's gradients, in [`Gpt::tensors`] order.
     grads: Vec<DMatrix<T>>,
     /// Σ over this shard's scored rows of −ln p(target).
@@ -317,7 +317,6 @@ impl<T: Float> FusedStep<T> {
                     d_w_qkv: DMatrix::zeros(d, 3 * d),
                     d_scores: vec![T::zero(); t * t],
                     row_a: vec![T::zero(); t],
-                    head_out: vec![T::zero(); t * (d / h)],
                     grads: shapes.iter().map(|&(r, k)| DMatrix::zeros(r, k)).collect(),
                     loss_sum: 0.0,
                 }
@@ -363,7 +362,7 @@ impl<T: Float> Shard<T> {
             layer_norm_forward(&blk.ln1, &self.x, &mut s.ln1, &mut s.n1); //      n₁ = LN₁(x)
             gemm(T::one(), &s.n1, Op::N, w, Op::N, T::zero(), &mut s.qkv)?; //   [Q K V] = n₁W_QKV
             add_row(&mut s.qkv, b); //                                            … + b_QKV
-            causal_attention_forward(&s.qkv, heads, t, &mut s.weights, &mut s.att, &mut self.head_out)?; // every head
+            causal_attention_forward(&s.qkv, heads, t, &mut s.weights, &mut s.att)?; // every head
             gemm(T::one(), &s.att, Op::N, &blk.attn.w_o, Op::N, T::one(), &mut self.x)?; // h = x + att·W_O
             add_row(&mut self.x, &blk.attn.b_o); //                               … + b_O
             layer_norm_forward(&blk.ln2, &self.x, &mut s.ln2, &mut s.n2); //      n₂ = LN₂(h)
@@ -447,17 +446,7 @@ impl<T: Float> Shard<T> {
             column_sums(&self.x, &mut g[at(B_O)]);
             gemm(T::one(), &self.x, Op::N, &blk.attn.w_o, Op::T, T::zero(), &mut self.d_att)?;
             // att = every head's softmax(s·QKᵀ + M)V ⇒ ∂[Q K V]
-            causal_attention_backward(
-                &s.qkv,
-                heads,
-                t,
-                &s.weights,
-                &self.d_att,
-                &mut self.d_qkv,
-                &mut self.d_scores,
-                &mut self.row_a,
-                &mut self.head_out,
-            )?;
+            causal_attention_backward(&s.qkv, heads, t, &s.weights, &self.d_att, &mut self.d_qkv, &mut self.d_scores, &mut self.row_a)?;
             // [Q K V] = n₁W_QKV + b_QKV ⇒ ∂W_QKV = n₁ᵀ∂QKV (split back into W_Q, W_K, W_V),
             // ∂b_QKV = Σ ∂QKV, ∂n₁ = ∂QKV W_QKVᵀ
             gemm(T::one(), &s.n1, Op::T, &self.d_qkv, Op::N, T::zero(), &mut self.d_w_qkv)?;
@@ -600,6 +589,11 @@ fn layer_norm_backward<T: Float>(
     }
 }
 
+/// Query rows per block when causal attention skips the entries above the diagonal: the height
+/// of the AVX-512 f32 register tile (32), so every block is whole tiles. With T = 64 this does
+/// 3/4 of the full T×T work (the top-right quarter is never computed).
+pub const CAUSAL_BLOCK: usize = 32;
+
 /// Where one head of one sequence sits in a column-major buffer with N rows: the T rows s·T … of
 /// d_k columns starting at column `col0` (for \[Q K V\], col0 = part·d + h·d_k with part 0, 1, 2
 /// for Q, K, V).
@@ -611,39 +605,35 @@ struct Heads {
 }
 
 impl Heads {
-    /// The head as a T×d_k view, read where it is.
-    fn view<'a, T>(&self, buf: &'a [T], col0: usize, s: usize) -> Result<MatRef<'a, T>> {
-        MatRef::new(&buf[col0 * self.n + s * self.t..], self.t, self.d_k, self.n)
+    /// Rows r0 … r1 − 1 of the head, read where they are.
+    fn rows<'a, T>(&self, buf: &'a [T], col0: usize, s: usize, (r0, r1): (usize, usize)) -> Result<MatRef<'a, T>> {
+        MatRef::new(&buf[col0 * self.n + s * self.t + r0..], r1 - r0, self.d_k, self.n)
     }
 
-    /// Copies a T×d_k column-major block into the head's place.
-    fn put<T: Float>(&self, block: &[T], dst: &mut [T], col0: usize, s: usize) {
-        for (c, column) in block.chunks_exact(self.t).enumerate() {
-            let start = (col0 + c) * self.n + s * self.t;
-            dst[start..start + self.t].copy_from_slice(column);
-        }
+    /// Rows r0 … r1 − 1 of the head, to be written where they are.
+    fn rows_mut<'a, T>(&self, buf: &'a mut [T], col0: usize, s: usize, (r0, r1): (usize, usize)) -> Result<MatMut<'a, T>> {
+        MatMut::new(&mut buf[col0 * self.n + s * self.t + r0..], r1 - r0, self.d_k, self.n)
     }
 }
 
+/// The blocks of [`CAUSAL_BLOCK`] rows that cover 0 … T − 1, as (first, past-the-end).
+fn causal_blocks(t: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..t).step_by(CAUSAL_BLOCK).map(move |r0| (r0, (r0 + CAUSAL_BLOCK).min(t)))
+}
+
 /// Causal self-attention of every head of every sequence, read straight from \[Q K V\] (N×3d) as
-/// views and written into the concatenated output `att` (N×d). For sequence s and head h, with A
-/// stored column-major (A\[i + jT\]):
+/// views and written straight into the concatenated output `att` (N×d). For sequence s and head
+/// h, with A stored column-major (A\[i + jT\]), block by block of query rows r0 … r1 − 1, which
+/// see only the keys 0 … r1 − 1:
 ///
 /// ```text
-/// S = (1/√d_k) Q Kᵀ                       one T×d_k by d_k×T product
+/// S[r0..r1, ..r1] = (1/√d_k) Q[r0..r1] K[..r1]ᵀ        one product per block
 /// A[i, j] = exp(S[i, j] − max_{j′ ≤ i} S[i, j′]) / Σ_{j′ ≤ i} exp(…)   for j ≤ i, and 0 for j > i (the mask)
-/// O = A V                                  one T×T by T×d_k product, copied into the head's columns
+/// O[r0..r1] = A[r0..r1, ..r1] V[..r1]                  one product per block
 /// ```
 ///
 /// The row statistics of the softmax are gathered column by column for all rows at once.
-fn causal_attention_forward<T: Float>(
-    qkv: &DMatrix<T>,
-    heads: usize,
-    t: usize,
-    weights: &mut [T],
-    att: &mut DMatrix<T>,
-    out: &mut [T],
-) -> Result<()> {
+fn causal_attention_forward<T: Float>(qkv: &DMatrix<T>, heads: usize, t: usize, weights: &mut [T], att: &mut DMatrix<T>) -> Result<()> {
     let n = qkv.nrows();
     let d = att.ncols();
     let d_k = d / heads;
@@ -654,8 +644,11 @@ fn causal_attention_forward<T: Float>(
     let mut sum = vec![T::zero(); t];
     for (s, per_seq) in weights.chunks_exact_mut(heads * t * t).enumerate() {
         for (h, a) in per_seq.chunks_exact_mut(t * t).enumerate() {
-            let (q, k, v) = (at.view(buf, h * d_k, s)?, at.view(buf, d + h * d_k, s)?, at.view(buf, 2 * d + h * d_k, s)?);
-            gemm_view(scale, q, Op::N, k, Op::T, T::zero(), a, t)?; //             S = s·QKᵀ
+            let (q, k, v) = (h * d_k, d + h * d_k, 2 * d + h * d_k);
+            for (r0, r1) in causal_blocks(t) {
+                let scores = MatMut::new(&mut a[r0..], r1 - r0, r1, t)?;
+                gemm_view(scale, at.rows(buf, q, s, (r0, r1))?, Op::N, at.rows(buf, k, s, (0, r1))?, Op::T, T::zero(), scores)?; // S = s·QKᵀ
+            }
             max.fill(T::neg_infinity());
             for (j, column) in a.chunks_exact(t).enumerate() {
                 for (m, &v) in max[j..].iter_mut().zip(&column[j..]) {
@@ -676,20 +669,25 @@ fn causal_attention_forward<T: Float>(
                     *e *= inv; //                                                 A = softmax(S)
                 }
             }
-            gemm_view(T::one(), MatRef::new(a, t, t, t)?, Op::N, v, Op::N, T::zero(), out, t)?; // O = A V
-            at.put(out, att.as_mut_slice(), h * d_k, s);
+            for (r0, r1) in causal_blocks(t) {
+                let weights = MatRef::new(&a[r0..], r1 - r0, r1, t)?;
+                let out = at.rows_mut(att.as_mut_slice(), h * d_k, s, (r0, r1))?;
+                gemm_view(T::one(), weights, Op::N, at.rows(buf, v, s, (0, r1))?, Op::N, T::zero(), out)?; // O = A V
+            }
         }
     }
     Ok(())
 }
 
 /// Backward of [`causal_attention_forward`] given ∂L/∂O (`d_att`, N×d): writes ∂L/∂\[Q K V\]
-/// into `d_qkv` (N×3d). Per sequence and head, each line differentiating the forward line named:
+/// into `d_qkv` (N×3d). Per sequence and head, each line differentiating the forward line named,
+/// by blocks of rows r0 … r1 − 1 (queries) or of columns c0 … c1 − 1 (keys, which only the queries
+/// i ≥ c0 see):
 ///
 /// ```text
-/// O = A V        ⇒ ∂V = Aᵀ ∂O,   ∂A = ∂O Vᵀ
+/// O = A V        ⇒ ∂V[c0..c1] = A[c0.., c0..c1]ᵀ ∂O[c0..],   ∂A[r0..r1, ..r1] = ∂O[r0..r1] V[..r1]ᵀ
 /// A = softmax(S) ⇒ ∂S = A ⊙ (∂A − rowsum(A ⊙ ∂A))        (0 where masked, since A = 0 there)
-/// S = s·QKᵀ      ⇒ ∂Q = s ∂S K,   ∂K = s ∂Sᵀ Q
+/// S = s·QKᵀ      ⇒ ∂Q[r0..r1] = s ∂S[r0..r1, ..r1] K[..r1],   ∂K[c0..c1] = s ∂S[c0.., c0..c1]ᵀ Q[c0..]
 /// ```
 #[allow(clippy::too_many_arguments)]
 fn causal_attention_backward<T: Float>(
@@ -701,7 +699,6 @@ fn causal_attention_backward<T: Float>(
     d_qkv: &mut DMatrix<T>,
     d_scores: &mut [T],
     row: &mut [T],
-    out: &mut [T],
 ) -> Result<()> {
     let n = qkv.nrows();
     let d = d_att.ncols();
@@ -711,29 +708,39 @@ fn causal_attention_backward<T: Float>(
     let (buf, d_o) = (qkv.as_slice(), d_att.as_slice());
     for (s, per_seq) in weights.chunks_exact(heads * t * t).enumerate() {
         for (h, a) in per_seq.chunks_exact(t * t).enumerate() {
-            let (q, k, v) = (at.view(buf, h * d_k, s)?, at.view(buf, d + h * d_k, s)?, at.view(buf, 2 * d + h * d_k, s)?);
-            let g = at.view(d_o, h * d_k, s)?; //                                    ∂O of this head
-            let a_view = MatRef::new(a, t, t, t)?;
-            gemm_view(T::one(), a_view, Op::T, g, Op::N, T::zero(), out, t)?; //     O = AV ⇒ ∂V = Aᵀ∂O
-            at.put(out, d_qkv.as_mut_slice(), 2 * d + h * d_k, s);
-            gemm_view(T::one(), g, Op::N, v, Op::T, T::zero(), d_scores, t)?; //     O = AV ⇒ ∂A = ∂O Vᵀ
-            // A = softmax(S) ⇒ ∂S = A ⊙ (∂A − rowsum(A ⊙ ∂A))
+            let (q, k, v, o) = (h * d_k, d + h * d_k, 2 * d + h * d_k, h * d_k);
+            for (c0, c1) in causal_blocks(t) {
+                let a_block = MatRef::new(&a[c0 + c0 * t..], t - c0, c1 - c0, t)?;
+                let d_v = at.rows_mut(d_qkv.as_mut_slice(), v, s, (c0, c1))?;
+                gemm_view(T::one(), a_block, Op::T, at.rows(d_o, o, s, (c0, t))?, Op::N, T::zero(), d_v)?; // O = AV ⇒ ∂V = Aᵀ∂O
+            }
+            for (r0, r1) in causal_blocks(t) {
+                let d_a = MatMut::new(&mut d_scores[r0..], r1 - r0, r1, t)?;
+                gemm_view(T::one(), at.rows(d_o, o, s, (r0, r1))?, Op::N, at.rows(buf, v, s, (0, r1))?, Op::T, T::zero(), d_a)?; // ∂A = ∂O Vᵀ
+            }
+            // A = softmax(S) ⇒ ∂S = A ⊙ (∂A − rowsum(A ⊙ ∂A)), on j ≤ i; 0 above the diagonal.
             row.fill(T::zero());
-            for (da, aa) in d_scores.chunks_exact(t).zip(a.chunks_exact(t)) {
-                for ((r, &x), &y) in row.iter_mut().zip(aa).zip(da) {
+            for (j, (da, aa)) in d_scores.chunks_exact(t).zip(a.chunks_exact(t)).enumerate() {
+                for ((r, &x), &y) in row[j..].iter_mut().zip(&aa[j..]).zip(&da[j..]) {
                     *r += x * y;
                 }
             }
-            for (da, aa) in d_scores.chunks_exact_mut(t).zip(a.chunks_exact(t)) {
-                for ((ds, &x), &r) in da.iter_mut().zip(aa).zip(row.iter()) {
+            for (j, (da, aa)) in d_scores.chunks_exact_mut(t).zip(a.chunks_exact(t)).enumerate() {
+                da[..j].fill(T::zero());
+                for ((ds, &x), &r) in da[j..].iter_mut().zip(&aa[j..]).zip(&row[j..]) {
                     *ds = x * (*ds - r);
                 }
             }
-            let ds = MatRef::new(&*d_scores, t, t, t)?;
-            gemm_view(scale, ds, Op::N, k, Op::N, T::zero(), out, t)?; //           S = sQKᵀ ⇒ ∂Q = s ∂S K
-            at.put(out, d_qkv.as_mut_slice(), h * d_k, s);
-            gemm_view(scale, ds, Op::T, q, Op::N, T::zero(), out, t)?; //           ∂K = s ∂Sᵀ Q
-            at.put(out, d_qkv.as_mut_slice(), d + h * d_k, s);
+            for (r0, r1) in causal_blocks(t) {
+                let d_s = MatRef::new(&d_scores[r0..], r1 - r0, r1, t)?;
+                let d_q = at.rows_mut(d_qkv.as_mut_slice(), q, s, (r0, r1))?;
+                gemm_view(scale, d_s, Op::N, at.rows(buf, k, s, (0, r1))?, Op::N, T::zero(), d_q)?; // S = sQKᵀ ⇒ ∂Q = s ∂S K
+            }
+            for (c0, c1) in causal_blocks(t) {
+                let d_s = MatRef::new(&d_scores[c0 + c0 * t..], t - c0, c1 - c0, t)?;
+                let d_k_block = at.rows_mut(d_qkv.as_mut_slice(), k, s, (c0, c1))?;
+                gemm_view(scale, d_s, Op::T, at.rows(buf, q, s, (c0, t))?, Op::N, T::zero(), d_k_block)?; // ∂K = s ∂Sᵀ Q
+            }
         }
     }
     Ok(())

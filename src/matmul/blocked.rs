@@ -82,8 +82,9 @@ pub(crate) struct Plan<T: 'static> {
     pub min_parallel_flops: f64,
 }
 
-/// C ← α·op(A)·op(B) + β·C with op(A) m×k, op(B) k×n, C column-major m×n in `c` (shapes checked
-/// by the caller). Returns what was done.
+/// C ← α·op(A)·op(B) + β·C with op(A) m×k, op(B) k×n, C column-major m×n in `c` with leading
+/// dimension `ldc` ≥ m (column j is `c[j·ldc .. j·ldc + m]`; shapes checked by the caller). Returns
+/// what was done.
 ///
 /// With more than one thread, C is cut along its longer side into pieces (whole register tiles,
 /// two per thread when there are enough tiles), and every thread, the caller included, takes the
@@ -102,6 +103,7 @@ pub(crate) fn gemm<T: Element>(
     b: Operand<T>,
     beta: T,
     c: &mut [T],
+    ldc: usize,
     (m, n, k): (usize, usize, usize),
 ) -> ProductStats {
     let mk = plan.kernel;
@@ -109,9 +111,11 @@ pub(crate) fn gemm<T: Element>(
     if m == 0 || n == 0 {
         return stats;
     }
+    // Column j of C: the m values from j·ldc on (the rows between m and ldc belong to someone else).
+    let mut columns: Vec<&mut [T]> = c.chunks_mut(ldc.max(1)).take(n).map(|column| &mut column[..m]).collect();
     if k == 0 || alpha == T::zero() {
         // Nothing to multiply (BLAS convention: α = 0 does not read A or B): C ← β·C.
-        scale(c, beta);
+        columns.iter_mut().for_each(|column| scale(column, beta));
         return stats;
     }
     let (mr, nr) = (mk.mr, mk.nr);
@@ -129,20 +133,22 @@ pub(crate) fn gemm<T: Element>(
     let job = Job { plan, alpha, a, b, beta, k };
     stats.tiles = T::with_workspaces(threads, |workspaces| {
         if threads == 1 {
-            let mut columns: Vec<&mut [T]> = c.chunks_exact_mut(m).collect();
             return job.run(&mut workspaces[0], Piece { i0: 0, rows: m, j0: 0, columns: &mut columns });
         }
         // Each piece owns its part of C: a run of whole columns, or the same rows of every column.
         let mut parts: Vec<(usize, Vec<&mut [T]>)> = Vec::with_capacity(pieces);
         if by_rows {
             parts.extend((0..m).step_by(piece_len).map(|i0| (i0, Vec::with_capacity(n))));
-            for column in c.chunks_exact_mut(m) {
+            for column in columns {
                 for (part, rows) in parts.iter_mut().zip(column.chunks_mut(piece_len)) {
                     part.1.push(rows);
                 }
             }
         } else {
-            parts.extend(c.chunks_mut(piece_len * m).enumerate().map(|(q, run)| (q * piece_len, run.chunks_exact_mut(m).collect())));
+            let mut rest = columns.into_iter();
+            for j0 in (0..n).step_by(piece_len) {
+                parts.push((j0, rest.by_ref().take(piece_len).collect()));
+            }
         }
         let queue = Mutex::new(parts.into_iter());
         let (job, queue) = (&job, &queue);

@@ -203,10 +203,12 @@ fn run<T: Element>(
     let n = tb.shape(b).1;
     let a_op = pack::Operand::new(a.as_slice(), a.nrows(), ta == Op::T);
     let b_op = pack::Operand::new(b.as_slice(), b.nrows(), tb == Op::T);
-    run_operands(settings, alpha, a_op, b_op, beta, c.as_mut_slice(), (m, n, k))
+    run_operands(settings, alpha, a_op, b_op, beta, c.as_mut_slice(), m, (m, n, k))
 }
 
-/// The blocked product on operands already described by their strides, C column-major m×n.
+/// The blocked product on operands already described by their strides, C column-major m×n with
+/// leading dimension `ldc`.
+#[allow(clippy::too_many_arguments)]
 fn run_operands<T: Element>(
     settings: Settings,
     alpha: T,
@@ -214,6 +216,7 @@ fn run_operands<T: Element>(
     b_op: pack::Operand<T>,
     beta: T,
     c: &mut [T],
+    ldc: usize,
     (m, n, k): (usize, usize, usize),
 ) -> Result<ProductStats> {
     let kind = settings.kernel.unwrap_or_else(active_kernel);
@@ -231,7 +234,7 @@ fn run_operands<T: Element>(
         return Err(invalid("gemm_with", "min_parallel_flops", "a number is needed, got NaN"));
     }
     let plan = blocked::Plan { kernel, blocking, threads, min_parallel_flops };
-    let stats = blocked::gemm(plan, alpha, a_op, b_op, beta, c, (m, n, k));
+    let stats = blocked::gemm(plan, alpha, a_op, b_op, beta, c, ldc, (m, n, k));
     dispatch::record(stats);
     Ok(stats)
 }
@@ -324,19 +327,7 @@ impl<'a, T> MatRef<'a, T> {
     /// The rows×cols view starting at `data[0]` with leading dimension `ld`. Errors when ld < rows
     /// or the slice is too short to hold the last column.
     pub fn new(data: &'a [T], rows: usize, cols: usize, ld: usize) -> Result<Self> {
-        const OP: &str = "MatRef::new";
-        if ld < rows.max(1) {
-            return Err(invalid(OP, "ld", format!("the leading dimension must be at least the rows ({rows}), got {ld}")));
-        }
-        let needed = if rows == 0 || cols == 0 { 0 } else { (cols - 1) * ld + rows };
-        if data.len() < needed {
-            return Err(shape_error(
-                OP,
-                "data",
-                format!("at least {needed} values for {rows}×{cols} with ld = {ld}"),
-                format!("{}", data.len()),
-            ));
-        }
+        check_view("MatRef::new", data.len(), rows, cols, ld)?;
         Ok(MatRef { data, rows, cols, ld })
     }
 
@@ -357,12 +348,42 @@ impl<'a, T> MatRef<'a, T> {
     }
 }
 
-/// C ← α·op(A)·op(B) + β·C for views A and B ([`MatRef`]) and C a column-major m×n slice
-/// (`c.len()` = m·n, m = `c_rows`). The same product as [`gemm`] (same kernel, blocking, threads
-/// and backend), for operands that live inside larger matrices. Errors name the operands and their
-/// shapes.
-#[allow(clippy::too_many_arguments)]
-pub fn gemm_view<T: Element>(alpha: T, a: MatRef<T>, ta: Op, b: MatRef<T>, tb: Op, beta: T, c: &mut [T], c_rows: usize) -> Result<()> {
+/// A writable view of a column-major matrix inside a longer slice: element (i, j) is
+/// `data[i + j·ld]`, ld ≥ rows (the output side of [`gemm_view`]).
+#[derive(Debug)]
+pub struct MatMut<'a, T> {
+    data: &'a mut [T],
+    rows: usize,
+    cols: usize,
+    ld: usize,
+}
+
+/// The checks [`MatRef::new`] and [`MatMut::new`] share: ld ≥ rows and room for the last column.
+fn check_view(op: &'static str, len: usize, rows: usize, cols: usize, ld: usize) -> Result<()> {
+    if ld < rows.max(1) {
+        return Err(invalid(op, "ld", format!("the leading dimension must be at least the rows ({rows}), got {ld}")));
+    }
+    let needed = if rows == 0 || cols == 0 { 0 } else { (cols - 1) * ld + rows };
+    if len < needed {
+        return Err(shape_error(op, "data", format!("at least {needed} values for {rows}×{cols} with ld = {ld}"), format!("{len}")));
+    }
+    Ok(())
+}
+
+impl<'a, T> MatMut<'a, T> {
+    /// The rows×cols view starting at `data[0]` with leading dimension `ld`. Errors when ld < rows
+    /// or the slice is too short to hold the last column.
+    pub fn new(data: &'a mut [T], rows: usize, cols: usize, ld: usize) -> Result<Self> {
+        check_view("MatMut::new", data.len(), rows, cols, ld)?;
+        Ok(MatMut { data, rows, cols, ld })
+    }
+}
+
+/// C ← α·op(A)·op(B) + β·C for views ([`MatRef`], [`MatMut`]): the same product as [`gemm`] (same
+/// kernel, blocking, threads and backend) for operands and results that live inside larger
+/// matrices, such as one head of one sequence in chapter 9's attention. Errors name the operands
+/// and their shapes.
+pub fn gemm_view<T: Element>(alpha: T, a: MatRef<T>, ta: Op, b: MatRef<T>, tb: Op, beta: T, c: MatMut<T>) -> Result<()> {
     const OP: &str = "gemm_view";
     let (m, k) = a.shape(ta);
     let (k2, n) = b.shape(tb);
@@ -374,8 +395,8 @@ pub fn gemm_view<T: Element>(alpha: T, a: MatRef<T>, ta: Op, b: MatRef<T>, tb: O
             format!("op(A) {m}×{k}, op(B) {k2}×{n}"),
         ));
     }
-    if c_rows != m || c.len() != m * n {
-        return Err(shape_error(OP, "C", format!("{m}×{n} ({} values)", m * n), format!("{c_rows} rows, {} values", c.len())));
+    if c.rows != m || c.cols != n {
+        return Err(shape_error(OP, "C", format!("{m}×{n}"), format!("{}×{}", c.rows, c.cols)));
     }
     if active_backend() == Backend::Nalgebra {
         let (av, bv) = (a.nalgebra(), b.nalgebra());
@@ -387,7 +408,7 @@ pub fn gemm_view<T: Element>(alpha: T, a: MatRef<T>, ta: Op, b: MatRef<T>, tb: O
                 b_t.as_view()
             }
         };
-        let mut cv = nalgebra::DMatrixViewMut::from_slice(c, m, n);
+        let mut cv = nalgebra::DMatrixViewMut::from_slice_with_strides_mut(c.data, m, n, 1, c.ld);
         if beta == T::zero() {
             cv.fill(T::zero());
         }
@@ -400,7 +421,7 @@ pub fn gemm_view<T: Element>(alpha: T, a: MatRef<T>, ta: Op, b: MatRef<T>, tb: O
     }
     let a_op = pack::Operand::new(a.data, a.ld, ta == Op::T);
     let b_op = pack::Operand::new(b.data, b.ld, tb == Op::T);
-    run_operands(Settings::default(), alpha, a_op, b_op, beta, c, (m, n, k)).map(|_| ())
+    run_operands(Settings::default(), alpha, a_op, b_op, beta, c.data, c.ld, (m, n, k)).map(|_| ())
 }
 
 /// yᵢ ← f(xᵢ, yᵢ) for every i, in f32, compiled for the registers of the active kernel
