@@ -67,25 +67,54 @@ impl Float for f64 {
 
 /// Fails with [`crate::Error::NonFinite`] naming the first NaN or infinite entry of `m`.
 pub fn ensure_finite<T: Float>(op: &'static str, arg: &'static str, m: &DMatrix<T>) -> crate::Result<()> {
-    for c in 0..m.ncols() {
-        for r in 0..m.nrows() {
-            if !m[(r, c)].is_finite() {
-                return Err(crate::Error::NonFinite { op, arg, at: format!("row {r}, column {c}") });
-            }
-        }
+    match first_non_finite(m.as_slice()) {
+        // Column-major storage: entry i is row i mod R of column i div R.
+        Some(i) => Err(crate::Error::NonFinite { op, arg, at: format!("row {}, column {}", i % m.nrows(), i / m.nrows()) }),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// Fails with [`crate::Error::NonFinite`] naming the first NaN or infinite entry of `v`.
 pub fn ensure_finite_slice<T: Float>(op: &'static str, arg: &'static str, v: &[T]) -> crate::Result<()> {
-    match v.iter().position(|x| !x.is_finite()) {
+    match first_non_finite(v) {
         Some(i) => Err(crate::Error::NonFinite { op, arg, at: format!("index {i}") }),
         None => Ok(()),
     }
 }
 
+/// The index of the first NaN or infinite value. Checked a block at a time without an early
+/// exit inside the block (a loop the compiler vectorises: the check runs on every weight matrix
+/// of every forward pass), then searched value by value only in a block that failed.
+fn first_non_finite<T: Float>(v: &[T]) -> Option<usize> {
+    const BLOCK: usize = 256;
+    v.chunks(BLOCK)
+        .enumerate()
+        .find(|(_, block)| !block.iter().fold(true, |all, x| all & x.is_finite()))
+        .and_then(|(b, block)| block.iter().position(|x| !x.is_finite()).map(|i| b * BLOCK + i))
+}
+
 /// Converts a matrix between float types (f64 worked examples to the f32 GPT and back).
 pub fn cast<A: Float, B: Float>(m: &DMatrix<A>) -> DMatrix<B> {
     m.map(|x| B::of(x.as_f64()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_non_finite_entry_is_named_across_block_boundaries() {
+        // 300 rows: column 1 starts at storage index 300, past the first block of 256.
+        let mut m = DMatrix::<f32>::zeros(300, 3);
+        assert!(ensure_finite("t", "m", &m).is_ok());
+        m[(5, 2)] = f32::INFINITY;
+        m[(299, 1)] = f32::NAN;
+        let e = ensure_finite("t", "m", &m).unwrap_err();
+        assert!(e.to_string().contains("row 299, column 1"), "{e}");
+        let mut v = vec![1.0f64; 1000];
+        assert!(ensure_finite_slice("t", "v", &v).is_ok());
+        v[999] = f64::NEG_INFINITY;
+        v[700] = f64::NAN;
+        assert!(ensure_finite_slice("t", "v", &v).unwrap_err().to_string().contains("index 700"));
+    }
 }
