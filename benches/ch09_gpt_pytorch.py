@@ -5,7 +5,7 @@ the same sitting as the Rust benchmark, so the two can be compared.
 
     python3 -m venv /tmp/torch-venv
     /tmp/torch-venv/bin/pip install torch numpy     # CPU is enough
-    /tmp/torch-venv/bin/python benches/ch09_gpt_pytorch.py
+    /tmp/torch-venv/bin/python benches/ch09_gpt_pytorch.py                # add --train-only to skip generation
 
 It measures what the Rust benchmark measures, with the same shapes and the same model:
 
@@ -22,6 +22,7 @@ It measures what the Rust benchmark measures, with the same shapes and the same 
 
 import math
 import os
+import sys
 import time
 
 import torch
@@ -153,6 +154,8 @@ def main():
     for threads in (1, 2):
         tps, step = train_tokens_per_second(threads)
         print(f"| {threads} | {tps:.0f} | {step * 1e3:.1f} | {load()} |")
+    if "--train-only" in sys.argv:
+        return
     print()
     print("gpt_generate: 256 new tokens at batch 1, 6 layers, 6 heads, width 384, context 256, f32")
     print("| threads | key/value cache | tokens/s | load (1, 5, 15 min) |")
