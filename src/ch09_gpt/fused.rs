@@ -243,17 +243,20 @@ impl<T: Float> FusedStep<T> {
         let results: Vec<Result<()>> = if threads <= 1 {
             self.shards.iter_mut().map(|s| s.run(model, w_qkv, batch, scale)).collect()
         } else {
-            // One thread per shard beyond the first, which runs here; each shard's products run on
-            // its own thread only, so the two levels of threads do not compete for the cores.
+            // The shards in `threads` groups: the first group runs here, each other on a thread of
+            // its own. Each shard's products run on its own thread only, so the two levels of
+            // threads do not compete for the cores.
+            let per_group = self.shards.len().div_ceil(threads);
+            let run_group = |group: &mut [Shard<T>]| -> Vec<Result<()>> {
+                with_threads(1, || group.iter_mut().map(|s| s.run(model, w_qkv, batch, scale)).collect())
+            };
             std::thread::scope(|scope| {
-                let (first, rest) = self.shards.split_at_mut(1);
-                let handles: Vec<_> = rest
-                    .iter_mut()
-                    .map(|s| scope.spawn(move || choices.run(|| with_threads(1, || s.run(model, w_qkv, batch, scale)))))
-                    .collect();
-                let mut out = vec![with_threads(1, || first[0].run(model, w_qkv, batch, scale))];
+                let mut groups = self.shards.chunks_mut(per_group);
+                let here = groups.next().unwrap_or_default();
+                let handles: Vec<_> = groups.map(|g| scope.spawn(move || choices.run(|| run_group(g)))).collect();
+                let mut out = run_group(here);
                 for h in handles {
-                    out.push(h.join().unwrap_or_else(|_| Err(invalid(OP, "shard", "a shard's thread panicked"))));
+                    out.extend(h.join().unwrap_or_else(|_| vec![Err(invalid(OP, "shard", "a shard's thread panicked"))]));
                 }
                 out
             })
