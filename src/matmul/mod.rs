@@ -171,9 +171,8 @@ fn unavailable(op: &'static str, k: Kernel) -> crate::Error {
     invalid(op, "kernel", format!("{k} is not available on this CPU (available: {})", names.join(", ")))
 }
 
-fn check_shapes<T>(op: &'static str, a: &DMatrix<T>, ta: Op, b: &DMatrix<T>, tb: Op, c: &DMatrix<T>) -> Result<()> {
-    let (m, k) = ta.shape(a);
-    let (k2, n) = tb.shape(b);
+/// op(A) (m×k) and op(B) (k2×n) chain only when k = k2: the error names both shapes.
+fn check_inner(op: &'static str, (m, k): (usize, usize), (k2, n): (usize, usize)) -> Result<()> {
     if k != k2 {
         return Err(shape_error(
             op,
@@ -182,6 +181,13 @@ fn check_shapes<T>(op: &'static str, a: &DMatrix<T>, ta: Op, b: &DMatrix<T>, tb:
             format!("op(A) {m}×{k}, op(B) {k2}×{n}"),
         ));
     }
+    Ok(())
+}
+
+fn check_shapes<T>(op: &'static str, a: &DMatrix<T>, ta: Op, b: &DMatrix<T>, tb: Op, c: &DMatrix<T>) -> Result<()> {
+    let (m, k) = ta.shape(a);
+    let (k2, n) = tb.shape(b);
+    check_inner(op, (m, k), (k2, n))?;
     if c.nrows() != m || c.ncols() != n {
         return Err(shape_error(op, "C", format!("{m}×{n}"), format!("{}×{}", c.nrows(), c.ncols())));
     }
@@ -387,14 +393,7 @@ pub fn gemm_view<T: Element>(alpha: T, a: MatRef<T>, ta: Op, b: MatRef<T>, tb: O
     const OP: &str = "gemm_view";
     let (m, k) = a.shape(ta);
     let (k2, n) = b.shape(tb);
-    if k != k2 {
-        return Err(shape_error(
-            OP,
-            "inner dimensions of op(A) and op(B)",
-            format!("op(B) with {k} rows"),
-            format!("op(A) {m}×{k}, op(B) {k2}×{n}"),
-        ));
-    }
+    check_inner(OP, (m, k), (k2, n))?;
     if c.rows != m || c.cols != n {
         return Err(shape_error(OP, "C", format!("{m}×{n}"), format!("{}×{}", c.rows, c.cols)));
     }
