@@ -151,9 +151,9 @@ struct Shard<T: Float> {
     loss_sum: f64,
 }
 
-/// The reusable state of the fused step: the fused QKV weights and one [`Shard`] per part of the
-/// batch. Buffers are sized on the first step and resized only when the batch or model shape
-/// changes.
+/// The reusable state of the fused step: the fused QKV weights and one shard (its own buffers
+/// and gradients) per part of the batch. Buffers are sized on the first step and resized only
+/// when the batch or model shape changes.
 #[derive(Clone, Debug, Default)]
 pub struct FusedStep<T: Float> {
     /// W_QKV = \[W_Q W_K W_V\] (d×3d) and b_QKV (1×3d) of every block, refreshed each step.
