@@ -1839,6 +1839,34 @@ mod fused_step {
     }
 
     #[test]
+    fn the_fused_forward_gives_the_reference_last_logits_and_refuses_bad_sequences() {
+        for (config, tokens) in [
+            (tiny(true, Positions::Learned), vec![3u32]),
+            (tiny(false, Positions::Sinusoidal), vec![1, 4, 6, 0, 2, 3]),
+            (long_context(), long_batch().inputs[..70].to_vec()),
+        ] {
+            let model = perturbed(config, 13);
+            let reference = model.reference_last_logits(&tokens).unwrap();
+            let fused = FusedStep::new().last_logits(&model, &tokens).unwrap();
+            assert_eq!(fused.len(), reference.len());
+            let scale = reference.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+            let worst = fused.iter().zip(&reference).fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+            assert!(worst < 1e-12 * scale, "T = {}: {worst:e} against logits up to {scale}", tokens.len());
+            // Gpt::last_logits, which generation without the cache calls, takes the fused path.
+            assert_eq!(model.last_logits(&tokens).unwrap(), fused);
+        }
+        let model = Gpt::<f64>::new(tiny(true, Positions::Learned), 1).unwrap();
+        let mut fused = FusedStep::new();
+        assert!(matches!(fused.last_logits(&model, &[]).unwrap_err(), Error::Empty { .. }));
+        assert!(fused.last_logits(&model, &[1, 7]).unwrap_err().to_string().contains("tokens"));
+        assert!(fused.last_logits(&model, &[1; 7]).unwrap_err().to_string().contains("context"));
+        let mut post = model.clone();
+        post.blocks[0].order = NormOrder::Post;
+        assert!(fused.last_logits(&post, &[1, 2]).unwrap_err().to_string().contains("model"));
+        assert!(post.last_logits(&[1, 2]).is_ok(), "Gpt::last_logits falls back to the reference");
+    }
+
+    #[test]
     fn bad_batches_get_errors_from_the_fused_step() {
         let model = Gpt::<f64>::new(tiny(true, Positions::Learned), 1).unwrap();
         let mut fused = FusedStep::new();

@@ -160,7 +160,7 @@ pub struct FusedStep<T: Float> {
     w_qkv: Vec<(DMatrix<T>, DMatrix<T>)>,
     shards: Vec<Shard<T>>,
     /// (B, T, the model's shape) the buffers were sized for.
-    sized_for: Option<(usize, usize, super::config::Config, bool)>,
+    sized_for: Option<(usize, usize, super::config::Config, bool, bool)>,
 }
 
 /// The positions of a model's tensors in [`Gpt::tensors`] order.
@@ -234,7 +234,7 @@ impl<T: Float> FusedStep<T> {
         if scored == 0 {
             return Err(Error::Empty { op: "Gpt::loss", arg: "targets (no position is scored)" });
         }
-        self.size(model, batch);
+        self.size(model, batch, true);
         self.refresh_qkv_weights(model);
         let scale = T::of(1.0 / scored as f64);
         let w_qkv = &self.w_qkv;
@@ -276,9 +276,38 @@ impl<T: Float> FusedStep<T> {
         Ok((loss_sum / scored as f64, &mut first[0].grads))
     }
 
+    /// The logits of the last position of one sequence (`tokens`, at most n_ctx of them), by the
+    /// fused forward pass: what [`Gpt::last_logits`] returns, computed the way the training step
+    /// computes its forward pass (no gradients, no backward buffers). Length V.
+    ///
+    /// Errors on an empty sequence, a token id outside the vocabulary, a sequence longer than the
+    /// context, a model [`supports`] does not cover, and a weight that makes a logit NaN or ∞.
+    pub fn last_logits(&mut self, model: &Gpt<T>, tokens: &[u32]) -> Result<Vec<T>> {
+        const OP: &str = "FusedStep::last_logits";
+        if tokens.is_empty() {
+            return Err(Error::Empty { op: OP, arg: "tokens" });
+        }
+        super::data::check_ids(OP, "tokens", tokens, model.config.vocab_size)?;
+        if !supports(model) {
+            return Err(invalid(OP, "model", "its shape is not the one the fused step covers (see fused::supports)"));
+        }
+        if tokens.len() > model.config.context {
+            return Err(invalid(OP, "tokens", format!("T = {} is longer than the context n_ctx = {}", tokens.len(), model.config.context)));
+        }
+        let t = tokens.len();
+        let shape = Batch { inputs: Vec::new(), targets: Vec::new(), batch: 1, seq_len: t };
+        self.size(model, &shape, false);
+        self.refresh_qkv_weights(model);
+        let shard = &mut self.shards[0];
+        shard.forward(model, &self.w_qkv, tokens, t)?;
+        Ok(shard.logits.row(t - 1).iter().copied().collect())
+    }
+
     /// Sizes every buffer for this batch and model, unless they already are.
-    fn size(&mut self, model: &Gpt<T>, batch: &Batch) {
-        let key = (batch.batch, batch.seq_len, model.config, model.lm_head.is_some());
+    /// `backward`: also the gradients and the backward pass's scratch (a forward pass alone, as
+    /// [`FusedStep::last_logits`] runs, needs neither).
+    fn size(&mut self, model: &Gpt<T>, batch: &Batch, backward: bool) {
+        let key = (batch.batch, batch.seq_len, model.config, model.lm_head.is_some(), backward);
         if self.sized_for == Some(key) {
             return;
         }
@@ -293,6 +322,8 @@ impl<T: Float> FusedStep<T> {
                 let seqs = batch.batch / parts + usize::from(p < batch.batch % parts);
                 let n = seqs * t;
                 let z = |cols: usize| DMatrix::zeros(n, cols);
+                let nb = if backward { n } else { 0 }; // rows of the backward-only buffers
+                let zb = |cols: usize| DMatrix::zeros(nb, cols);
                 Shard {
                     first,
                     seqs,
@@ -313,14 +344,14 @@ impl<T: Float> FusedStep<T> {
                     h_f: z(d),
                     logits: z(v),
                     x: z(d),
-                    d_n: z(d),
-                    d_att: z(d),
-                    d_qkv: z(3 * d),
-                    d_z1: z(f),
-                    d_w_qkv: DMatrix::zeros(d, 3 * d),
-                    d_scores: vec![T::zero(); t * t],
+                    d_n: zb(d),
+                    d_att: zb(d),
+                    d_qkv: zb(3 * d),
+                    d_z1: zb(f),
+                    d_w_qkv: if backward { DMatrix::zeros(d, 3 * d) } else { DMatrix::zeros(0, 0) },
+                    d_scores: vec![T::zero(); if backward { t * t } else { 0 }],
                     row_a: vec![T::zero(); t],
-                    grads: shapes.iter().map(|&(r, k)| DMatrix::zeros(r, k)).collect(),
+                    grads: if backward { shapes.iter().map(|&(r, k)| DMatrix::zeros(r, k)).collect() } else { Vec::new() },
                     loss_sum: 0.0,
                 }
             })

@@ -176,8 +176,18 @@ impl<T: Float> Gpt<T> {
         Ok((kv, self.logits_of(&last)?.iter().copied().collect()))
     }
 
-    /// The logits of the last position by the full forward pass over `tokens` (no cache).
+    /// The logits of the last position by the full forward pass over `tokens` (no cache): the
+    /// fused forward pass ([`super::fused::FusedStep::last_logits`]) when it covers the model, else
+    /// the reference one. A test holds the two to 10⁻¹² in f64.
     pub fn last_logits(&self, tokens: &[Token]) -> Result<Vec<T>> {
+        if super::fused::supports(self) {
+            return super::fused::FusedStep::new().last_logits(self, tokens);
+        }
+        self.reference_last_logits(tokens)
+    }
+
+    /// [`Gpt::last_logits`] by the reference forward pass (chapter 6's functions).
+    pub fn reference_last_logits(&self, tokens: &[Token]) -> Result<Vec<T>> {
         let cache = self.forward(tokens, tokens.len())?;
         let last = cache.hidden.rows(tokens.len() - 1, 1).into_owned();
         Ok(self.logits_of(&last)?.iter().copied().collect())
