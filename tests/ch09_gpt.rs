@@ -1866,6 +1866,43 @@ mod fused_step {
         assert!(post.last_logits(&[1, 2]).is_ok(), "Gpt::last_logits falls back to the reference");
     }
 
+    mod arbitrary_shapes {
+        use super::*;
+        use llm_workbook::rng::Rng;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(24))]
+
+            // Any covered shape: 1–2 layers, 1–3 heads of width 1–5, a vocabulary of 2–9, 1–3
+            // sequences of 1–40 tokens (crossing a causal block at 33 and up), every position
+            // scored or not at random (at least one scored), tied or not, learned or sinusoidal
+            // positions (even width only, as sinusoids need).
+            #[test]
+            fn the_fused_step_matches_the_reference_on_arbitrary_shapes(
+                layers in 1usize..3, heads in 1usize..4, d_k in 1usize..6, vocab in 2usize..10,
+                batch in 1usize..4, t in 1usize..41, tied in any::<bool>(), sinusoidal in any::<bool>(), seed in 0u64..1000,
+            ) {
+                let width = heads * d_k;
+                let positions = if sinusoidal && width % 2 == 0 { Positions::Sinusoidal } else { Positions::Learned };
+                let config = Config { tied, positions, ..Config::new(vocab, t, layers, heads, width) };
+                let model = perturbed(config, seed);
+                let mut rng = Rng::new(seed + 1);
+                let inputs: Vec<u32> = (0..batch * t).map(|_| rng.below(vocab) as u32).collect();
+                let mut targets: Vec<Option<u32>> =
+                    (0..batch * t).map(|_| (rng.below(4) != 0).then(|| rng.below(vocab) as u32)).collect();
+                targets[0] = Some(0);
+                let b = Batch { inputs, targets, batch, seq_len: t };
+                let reference = model.loss_and_grads(&b).unwrap();
+                let mut fused = FusedStep::new();
+                let (loss, grads) = fused.loss_and_grads(&model, &b).unwrap();
+                prop_assert!((loss - reference.loss).abs() < 1e-12 * reference.loss.max(1.0), "loss {} vs {}", loss, reference.loss);
+                let (at, worst) = worst_relative(grads, &reference.grads, 1e-6);
+                prop_assert!(worst < 1e-9, "{}: relative difference {:e}", model.tensors()[at].0, worst);
+            }
+        }
+    }
+
     #[test]
     fn bad_batches_get_errors_from_the_fused_step() {
         let model = Gpt::<f64>::new(tiny(true, Positions::Learned), 1).unwrap();
