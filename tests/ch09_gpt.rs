@@ -1813,6 +1813,9 @@ mod fused_step {
         let again = reused.loss_and_grads(&model, &batch).unwrap();
         assert_eq!(again.0.to_bits(), one.0.to_bits());
         assert!(again.1 == one.1.as_slice());
+        // Its Debug form says what it is sized for rather than printing every buffer.
+        let shown = format!("{reused:?}");
+        assert!(shown.contains("shards: 2") && shown.len() < 600, "{shown}");
     }
 
     #[test]

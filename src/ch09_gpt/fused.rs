@@ -153,14 +153,25 @@ struct Shard<T: Float> {
 
 /// The reusable state of the fused step: the fused QKV weights and one shard (its own buffers
 /// and gradients) per part of the batch. Buffers are sized on the first step and resized only
-/// when the batch or model shape changes.
-#[derive(Clone, Debug, Default)]
+/// when the batch or model shape changes. Memory: every activation the backward pass needs, plus
+/// one full set of gradients per shard (for GPT-2 124M in f32, about 0.5 GB each).
+#[derive(Clone, Default)]
 pub struct FusedStep<T: Float> {
     /// W_QKV = \[W_Q W_K W_V\] (d×3d) and b_QKV (1×3d) of every block, refreshed each step.
     w_qkv: Vec<(DMatrix<T>, DMatrix<T>)>,
     shards: Vec<Shard<T>>,
     /// (B, T, the model's shape) the buffers were sized for.
     sized_for: Option<(usize, usize, super::config::Config, bool, bool)>,
+}
+
+impl<T: Float> std::fmt::Debug for FusedStep<T> {
+    /// What the workspace is sized for, not its millions of values.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FusedStep")
+            .field("shards", &self.shards.len())
+            .field("sized_for (B, T, config, untied, with backward)", &self.sized_for)
+            .finish()
+    }
 }
 
 /// The positions of a model's tensors in [`Gpt::tensors`] order.
