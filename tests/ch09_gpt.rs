@@ -1842,7 +1842,7 @@ mod fused_step {
     }
 
     #[test]
-    fn the_fused_forward_gives_the_reference_last_logits_and_refuses_bad_sequences() {
+    fn the_fused_forward_gives_the_reference_last_logits_and_prefill_and_refuses_bad_sequences() {
         for (config, tokens) in [
             (tiny(true, Positions::Learned), vec![3u32]),
             (tiny(false, Positions::Sinusoidal), vec![1, 4, 6, 0, 2, 3]),
@@ -1857,6 +1857,16 @@ mod fused_step {
             assert!(worst < 1e-12 * scale, "T = {}: {worst:e} against logits up to {scale}", tokens.len());
             // Gpt::last_logits, which generation without the cache calls, takes the fused path.
             assert_eq!(model.last_logits(&tokens).unwrap(), fused);
+            // Prefill (what the cached path runs first, and again each time the window slides):
+            // the same keys, values and logits as the reference.
+            let (kv, z) = FusedStep::new().prefill(&model, &tokens).unwrap();
+            let (kv_ref, z_ref) = model.reference_prefill(&tokens).unwrap();
+            assert_eq!(kv.len, kv_ref.len);
+            for (a, b) in kv.keys.iter().chain(&kv.values).zip(kv_ref.keys.iter().chain(&kv_ref.values)) {
+                assert!((a - b).abs().max() <= 1e-12 * b.abs().max().max(1e-300), "T = {}", tokens.len());
+            }
+            assert_eq!(z, fused);
+            assert!(z_ref.iter().zip(&z).all(|(a, b)| (a - b).abs() < 1e-12 * scale));
         }
         let model = Gpt::<f64>::new(tiny(true, Positions::Learned), 1).unwrap();
         let mut fused = FusedStep::new();

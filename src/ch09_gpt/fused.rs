@@ -294,16 +294,35 @@ impl<T: Float> FusedStep<T> {
     /// Errors on an empty sequence, a token id outside the vocabulary, a sequence longer than the
     /// context, a model [`supports`] does not cover, and a weight that makes a logit NaN or ∞.
     pub fn last_logits(&mut self, model: &Gpt<T>, tokens: &[u32]) -> Result<Vec<T>> {
-        const OP: &str = "FusedStep::last_logits";
-        if tokens.is_empty() {
-            return Err(Error::Empty { op: OP, arg: "tokens" });
+        self.forward_one("FusedStep::last_logits", model, tokens)
+    }
+
+    /// [`Gpt::prefill`] by the fused forward pass: a key/value cache holding every block's keys
+    /// and values for `tokens` (read out of each block's \[Q K V\] buffer, rows 0 … T − 1 of the
+    /// K and V columns), and the logits of the last position. Errors as [`FusedStep::last_logits`].
+    pub fn prefill(&mut self, model: &Gpt<T>, tokens: &[u32]) -> Result<(super::model::KvCache<T>, Vec<T>)> {
+        let logits = self.forward_one("FusedStep::prefill", model, tokens)?;
+        let (t, d) = (tokens.len(), model.config.width);
+        let mut kv = model.new_kv_cache();
+        for ((keys, values), s) in kv.keys.iter_mut().zip(kv.values.iter_mut()).zip(&self.shards[0].blocks) {
+            keys.rows_mut(0, t).copy_from(&s.qkv.columns(d, d)); //                K = columns d … 2d − 1
+            values.rows_mut(0, t).copy_from(&s.qkv.columns(2 * d, d)); //          V = columns 2d … 3d − 1
         }
-        super::data::check_ids(OP, "tokens", tokens, model.config.vocab_size)?;
+        kv.len = t;
+        Ok((kv, logits))
+    }
+
+    /// The forward pass over one sequence, keeping every block's buffers; the last row's logits.
+    fn forward_one(&mut self, op: &'static str, model: &Gpt<T>, tokens: &[u32]) -> Result<Vec<T>> {
+        if tokens.is_empty() {
+            return Err(Error::Empty { op, arg: "tokens" });
+        }
+        super::data::check_ids(op, "tokens", tokens, model.config.vocab_size)?;
         if !supports(model) {
-            return Err(invalid(OP, "model", "its shape is not the one the fused step covers (see fused::supports)"));
+            return Err(invalid(op, "model", "its shape is not the one the fused step covers (see fused::supports)"));
         }
         if tokens.len() > model.config.context {
-            return Err(invalid(OP, "tokens", format!("T = {} is longer than the context n_ctx = {}", tokens.len(), model.config.context)));
+            return Err(invalid(op, "tokens", format!("T = {} is longer than the context n_ctx = {}", tokens.len(), model.config.context)));
         }
         let t = tokens.len();
         let shape = Batch { inputs: Vec::new(), targets: Vec::new(), batch: 1, seq_len: t };

@@ -163,8 +163,18 @@ impl Generated {
 
 impl<T: Float> Gpt<T> {
     /// Runs the full forward pass over `tokens` (at most n_ctx of them) and returns a cache
-    /// holding every block's keys and values, and the logits of the last position.
+    /// holding every block's keys and values, and the logits of the last position: by the fused
+    /// forward pass ([`super::fused::FusedStep::prefill`]) when it covers the model, else by the
+    /// reference one.
     pub fn prefill(&self, tokens: &[Token]) -> Result<(KvCache<T>, Vec<T>)> {
+        if super::fused::supports(self) {
+            return super::fused::FusedStep::new().prefill(self, tokens);
+        }
+        self.reference_prefill(tokens)
+    }
+
+    /// [`Gpt::prefill`] by the reference forward pass (chapter 6's functions).
+    pub fn reference_prefill(&self, tokens: &[Token]) -> Result<(KvCache<T>, Vec<T>)> {
         let cache = self.forward(tokens, tokens.len())?;
         let mut kv = self.new_kv_cache();
         for (l, bc) in cache.blocks.iter().enumerate() {
