@@ -17,7 +17,7 @@
 
 use llm_workbook::ch09_gpt::config::Config;
 use llm_workbook::ch09_gpt::data::random_windows;
-use llm_workbook::ch09_gpt::fused::{CAUSAL_BLOCK, GRADIENT_SHARDS};
+use llm_workbook::ch09_gpt::fused::{GRADIENT_SHARDS, causal_blocks};
 use llm_workbook::ch09_gpt::model::Gpt;
 use llm_workbook::ch09_gpt::sample::{Decoding, generate};
 use llm_workbook::ch09_gpt::schedule::Schedule;
@@ -43,11 +43,6 @@ fn cpu_name() -> String {
 
 /// (m, k, n, kind): kind 0 = A·B, 1 = Aᵀ·B, 2 = A·Bᵀ, with A and B shaped for that kind.
 type Product = (usize, usize, usize, u8);
-
-/// The fused step's blocks of query rows (or key columns): `fused::CAUSAL_BLOCK` at a time.
-fn causal_blocks(t: usize) -> impl Iterator<Item = (usize, usize)> {
-    (0..t).step_by(CAUSAL_BLOCK).map(move |r0| (r0, (r0 + CAUSAL_BLOCK).min(t)))
-}
 
 /// Every product one shard of the fused training step ([`llm_workbook::ch09_gpt::fused`])
 /// performs, in order, for `seqs` sequences of `t` tokens.

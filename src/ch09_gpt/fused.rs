@@ -35,7 +35,7 @@
 
 use super::config::Positions;
 use super::data::Batch;
-use super::model::{Gpt, TENSORS_PER_BLOCK};
+use super::model::{Gpt, TENSORS_PER_BLOCK, scatter_embedding_gradient};
 use crate::ch03_mlp::{Activation, activation_backward_in_place, activation_forward_into};
 use crate::ch06_attention::{Epsilon, LayerNorm, NormOrder};
 use crate::error::{Error, Result, invalid};
@@ -420,7 +420,7 @@ impl<T: Float> Shard<T> {
     // ───────────────────────────── forward ─────────────────────────────
 
     fn forward(&mut self, model: &Gpt<T>, w_qkv: &[(DMatrix<T>, DMatrix<T>)], inputs: &[u32], t: usize) -> Result<()> {
-        embed(&mut self.x, model, inputs, t); //                                  x₀ = W_E[u] + W_P[t]
+        model.embed_into(inputs, t, &mut self.x); //                               x₀ = W_E[u] + W_P[t]
         let heads = model.config.heads;
         for ((blk, s), (w, b)) in model.blocks.iter().zip(self.blocks.iter_mut()).zip(w_qkv) {
             layer_norm_forward(&blk.ln1, &self.x, &mut s.ln1, &mut s.n1); //      n₁ = LN₁(x)
@@ -528,39 +528,21 @@ impl<T: Float> Shard<T> {
             layer_norm_backward(&blk.ln1, &s.ln1, &self.d_n, &mut self.x, g, at(LN1_GAMMA), at(LN1_BETA));
         }
         // x₀ = W_E[u] + W_P[t] ⇒ ∂W_E[u] += ∂x₀ (row by row), ∂W_P[t] = Σ_b ∂x₀[b, t]
-        let n = self.x.nrows();
         if model.lm_head.is_some() {
-            g[0].fill(T::zero());
+            g[0].fill(T::zero()); // untied: W_E's only use is the lookup (tied, W_U's part is in)
         }
-        if let Some(p) = slots.wpe {
-            g[p].fill(T::zero());
-        }
-        let (vocab, ctx) = (model.config.vocab_size, model.config.context);
-        for (c, column) in self.x.as_slice().chunks_exact(n).enumerate() {
-            for (r, (&u, &dx)) in inputs.iter().zip(column).enumerate() {
-                g[0].as_mut_slice()[c * vocab + u as usize] += dx;
-                if let Some(p) = slots.wpe {
-                    g[p].as_mut_slice()[c * ctx + r % t] += dx;
-                }
-            }
-        }
+        let (first, rest) = g.split_at_mut(1);
+        let d_wpe = slots.wpe.map(|p| {
+            let w = &mut rest[p - 1];
+            w.fill(T::zero());
+            w
+        });
+        scatter_embedding_gradient(&self.x, inputs, t, &mut first[0], d_wpe);
         Ok(())
     }
 }
 
 // ───────────────────────────── the pieces ─────────────────────────────
-
-/// x₀\[r\] = W_E\[u_r\] + W_P\[r mod T\] into `x` (N×d).
-fn embed<T: Float>(x: &mut DMatrix<T>, model: &Gpt<T>, inputs: &[u32], t: usize) {
-    let n = x.nrows();
-    let (vocab, ctx) = (model.config.vocab_size, model.config.context);
-    let (wte, wpe) = (model.wte.as_slice(), model.wpe.as_slice());
-    for (c, column) in x.as_mut_slice().chunks_exact_mut(n).enumerate() {
-        for (r, (out, &u)) in column.iter_mut().zip(inputs).enumerate() {
-            *out = wte[c * vocab + u as usize] + wpe[c * ctx + r % t];
-        }
-    }
-}
 
 /// m\[r, :\] += b for every row r (b is 1×C).
 fn add_row<T: Float>(m: &mut DMatrix<T>, b: &DMatrix<T>) {
@@ -680,8 +662,9 @@ impl Heads {
     }
 }
 
-/// The blocks of [`CAUSAL_BLOCK`] rows that cover 0 … T − 1, as (first, past-the-end).
-fn causal_blocks(t: usize) -> impl Iterator<Item = (usize, usize)> {
+/// The blocks of [`CAUSAL_BLOCK`] rows that cover 0 … T − 1, as (first, past-the-end). The
+/// benchmark replays the same blocks.
+pub fn causal_blocks(t: usize) -> impl Iterator<Item = (usize, usize)> {
     (0..t).step_by(CAUSAL_BLOCK).map(move |r0| (r0, (r0 + CAUSAL_BLOCK).min(t)))
 }
 

@@ -358,15 +358,22 @@ impl<T: Float> Gpt<T> {
     /// x₀ = W_E\[u\] + W_P\[t\]: row b·T + t is token u_{b,t}'s embedding plus position t's row.
     pub fn embed(&self, inputs: &[Token], seq_len: usize) -> Result<DMatrix<T>> {
         self.check_sequences("Gpt::embed", inputs, seq_len)?;
-        let n = inputs.len();
-        let d = self.config.width;
-        let mut x = DMatrix::zeros(n, d);
-        for c in 0..d {
-            for (r, &u) in inputs.iter().enumerate() {
-                x[(r, c)] = self.wte[(u as usize, c)] + self.wpe[(r % seq_len, c)];
+        let mut x = DMatrix::zeros(inputs.len(), self.config.width);
+        self.embed_into(inputs, seq_len, &mut x);
+        Ok(x)
+    }
+
+    /// [`Gpt::embed`] into `x` ((B·T)×d, one row per input), ids and shapes already checked.
+    pub(crate) fn embed_into(&self, inputs: &[Token], seq_len: usize, x: &mut DMatrix<T>) {
+        let n = x.nrows();
+        let (vocab, ctx) = (self.config.vocab_size, self.config.context);
+        let (wte, wpe) = (self.wte.as_slice(), self.wpe.as_slice());
+        // Column by column, the order x is stored in: channel c of row r.
+        for (c, column) in x.as_mut_slice().chunks_exact_mut(n).enumerate() {
+            for (r, (out, &u)) in column.iter_mut().zip(inputs).enumerate() {
+                *out = wte[c * vocab + u as usize] + wpe[c * ctx + r % seq_len];
             }
         }
-        Ok(x)
     }
 
     /// The blocks and the final LayerNorm on input embeddings x₀ ((B·T)×d): h_f and the cache.
@@ -455,12 +462,7 @@ impl<T: Float> Gpt<T> {
         let d = self.config.width;
         let mut d_wte = DMatrix::zeros(self.config.vocab_size, d);
         let mut d_wpe = DMatrix::zeros(self.config.context, d);
-        for c in 0..d {
-            for (r, &u) in batch.inputs.iter().enumerate() {
-                d_wte[(u as usize, c)] += d_x[(r, c)];
-                d_wpe[(r % batch.seq_len, c)] += d_x[(r, c)];
-            }
-        }
+        scatter_embedding_gradient(&d_x, &batch.inputs, batch.seq_len, &mut d_wte, Some(&mut d_wpe));
         if self.lm_head.is_none() {
             d_wte += &d_wu; // tied: W_E is used twice, so its gradient is the sum of both uses
         }
@@ -562,6 +564,28 @@ impl<T: Float> Gpt<T> {
         let logits: Vec<T> = self.logits_of(&h)?.iter().copied().collect();
         crate::float::ensure_finite_slice(OP, "logits (a weight holds NaN or ∞)", &logits)?;
         Ok(logits)
+    }
+}
+
+/// The backward of the lookup x₀ = W_E\[u\] + W_P\[t\]: adds row r of ∂L/∂x₀ (`d_x0`, (B·T)×d)
+/// into row u_r of `d_wte` (V×d) and, when given, into row r mod T of `d_wpe` (n_ctx×d). Column
+/// by column, the order the matrices are stored in.
+pub(crate) fn scatter_embedding_gradient<T: Float>(
+    d_x0: &DMatrix<T>,
+    inputs: &[Token],
+    seq_len: usize,
+    d_wte: &mut DMatrix<T>,
+    mut d_wpe: Option<&mut DMatrix<T>>,
+) {
+    let n = d_x0.nrows();
+    let (vocab, ctx) = (d_wte.nrows(), d_wpe.as_ref().map_or(0, |w| w.nrows()));
+    for (c, column) in d_x0.as_slice().chunks_exact(n).enumerate() {
+        for (r, (&u, &dx)) in inputs.iter().zip(column).enumerate() {
+            d_wte.as_mut_slice()[c * vocab + u as usize] += dx;
+            if let Some(w) = d_wpe.as_deref_mut() {
+                w.as_mut_slice()[c * ctx + r % seq_len] += dx;
+            }
+        }
     }
 }
 
