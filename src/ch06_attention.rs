@@ -728,6 +728,18 @@ pub fn layer_norm_forward<T: Float>(ln: &LayerNorm<T>, x: &DMatrix<T>) -> Result
         return Err(Error::Empty { op: OP, arg: "x" });
     }
     ensure_finite(OP, "x", x)?;
+    let (n, cols) = x.shape();
+    let mut cache = LnCache { x_hat: DMatrix::zeros(n, cols), denom: vec![T::zero(); n], sigma: vec![T::zero(); n] };
+    let mut y = DMatrix::zeros(n, cols);
+    layer_norm_forward_into(ln, x, &mut cache, &mut y);
+    Ok((y, cache))
+}
+
+/// [`layer_norm_forward`] into buffers the caller keeps (chapter 9's training step reuses them
+/// from step to step): writes x̂, s and σ into `cache` (x̂ N×C, s and σ one per row) and y into `y`
+/// (N×C). Nothing is checked here: the shapes must agree and γ, β, ε be valid
+/// ([`layer_norm_forward`] checks them all and then calls this).
+pub fn layer_norm_forward_into<T: Float>(ln: &LayerNorm<T>, x: &DMatrix<T>, cache: &mut LnCache<T>, y: &mut DMatrix<T>) {
     // Column-major storage keeps a row's entries one column apart, so every row statistic is
     // accumulated column by column for all rows at once: the same sums in the same order as
     // walking each row on its own, read contiguously.
@@ -749,13 +761,14 @@ pub fn layer_norm_forward<T: Float>(ln: &LayerNorm<T>, x: &DMatrix<T>) -> Result
         }
     }
     var.iter_mut().for_each(|s| *s /= c); //                                 σ² = (1/C) Σ (x − μ)²
-    let sigma: Vec<T> = var.iter().map(|v| v.sqrt()).collect();
-    let denom: Vec<T> = match ln.placement {
-        Epsilon::InsideSqrt => var.iter().map(|&v| (v + eps).sqrt()).collect(),
-        Epsilon::AddedToStd => sigma.iter().map(|&sd| sd + eps).collect(),
-    };
-    let mut x_hat = DMatrix::zeros(n, cols);
-    let mut y = DMatrix::zeros(n, cols);
+    for ((sd, den), &v) in cache.sigma.iter_mut().zip(cache.denom.iter_mut()).zip(&var) {
+        *sd = v.sqrt();
+        *den = match ln.placement {
+            Epsilon::InsideSqrt => (v + eps).sqrt(),
+            Epsilon::AddedToStd => *sd + eps,
+        };
+    }
+    let (x_hat, denom) = (&mut cache.x_hat, &cache.denom);
     for (j, ((column, hat), out)) in
         columns().zip(x_hat.as_mut_slice().chunks_exact_mut(n)).zip(y.as_mut_slice().chunks_exact_mut(n)).enumerate()
     {
@@ -765,7 +778,6 @@ pub fn layer_norm_forward<T: Float>(ln: &LayerNorm<T>, x: &DMatrix<T>) -> Result
             out[r] = g * hat[r] + b; //                                       y = γx̂ + β
         }
     }
-    Ok((y, LnCache { x_hat, denom, sigma }))
 }
 
 /// Gradients of LayerNorm.
@@ -800,13 +812,44 @@ pub fn layer_norm_backward<T: Float>(ln: &LayerNorm<T>, cache: &LnCache<T>, d_y:
             format!("{} and {}", cache.denom.len(), cache.sigma.len()),
         ));
     }
+    let mut grads = LnGrads { d_x: DMatrix::zeros(n, cols), d_gamma: DMatrix::zeros(1, cols), d_beta: DMatrix::zeros(1, cols) };
+    let LnGrads { d_x, d_gamma, d_beta } = &mut grads;
+    layer_norm_backward_into(ln, cache, d_y, Store::Overwrite, d_x, d_gamma, d_beta);
+    Ok(grads)
+}
+
+/// What [`layer_norm_backward_into`] does with the input gradient it computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Store {
+    /// Write it (what [`layer_norm_backward`] does into fresh zeros).
+    Overwrite,
+    /// Add it to what is there: the residual stream's gradient arrives twice, directly and
+    /// through the LayerNorm, and chapter 9's training step keeps both in one buffer.
+    Accumulate,
+}
+
+/// [`layer_norm_backward`] into buffers the caller keeps: ∂L/∂γ and ∂L/∂β into `d_gamma` and
+/// `d_beta` (1×C, overwritten), ∂L/∂x into `d_x` (N×C), written or added as `store` says.
+/// Nothing is checked here ([`layer_norm_backward`] checks and then calls this).
+pub fn layer_norm_backward_into<T: Float>(
+    ln: &LayerNorm<T>,
+    cache: &LnCache<T>,
+    d_y: &DMatrix<T>,
+    store: Store,
+    d_x: &mut DMatrix<T>,
+    d_gamma: &mut DMatrix<T>,
+    d_beta: &mut DMatrix<T>,
+) {
+    let (n, cols) = d_y.shape();
     let c = T::of(cols as f64);
-    let d_beta = column_sums(d_y); //                                  y = … + β
-    let d_gamma = DMatrix::from_fn(1, cols, |_, j| (0..n).map(|r| d_y[(r, j)] * cache.x_hat[(r, j)]).sum()); // y = γ x̂ + …
-    // Row by row in the formula, column by column in memory (see the forward pass): the same
-    // sums in the same order.
     let x_hat_columns = || cache.x_hat.as_slice().chunks_exact(n);
     let d_y_columns = || d_y.as_slice().chunks_exact(n);
+    for (j, (dy, xh)) in d_y_columns().zip(x_hat_columns()).enumerate() {
+        d_beta[(0, j)] = dy.iter().copied().sum(); //                          y = … + β
+        d_gamma[(0, j)] = dy.iter().zip(xh).map(|(&a, &b)| a * b).sum(); //    y = γ x̂ + …
+    }
+    // Row by row in the formula, column by column in memory (see the forward pass): the same
+    // sums in the same order.
     let (mut sum_g, mut sum_gx) = (vec![T::neg_zero(); n], vec![T::neg_zero(); n]);
     for (j, (dy, xh)) in d_y_columns().zip(x_hat_columns()).enumerate() {
         let gamma = ln.gamma[(0, j)];
@@ -825,14 +868,16 @@ pub fn layer_norm_backward<T: Float>(ln: &LayerNorm<T>, cache: &LnCache<T>, d_y:
             Epsilon::AddedToStd => T::zero(),
         })
         .collect();
-    let mut d_x = DMatrix::zeros(n, cols);
     for (j, ((dy, xh), out)) in d_y_columns().zip(x_hat_columns()).zip(d_x.as_mut_slice().chunks_exact_mut(n)).enumerate() {
         let gamma = ln.gamma[(0, j)];
         for r in 0..n {
-            out[r] = (gamma * dy[r] - mean_g[r] - xh[r] * factor[r] * mean_gx[r]) / cache.denom[r]; // x̂ = (x − μ)/s
+            let d = (gamma * dy[r] - mean_g[r] - xh[r] * factor[r] * mean_gx[r]) / cache.denom[r]; // x̂ = (x − μ)/s
+            match store {
+                Store::Overwrite => out[r] = d,
+                Store::Accumulate => out[r] += d,
+            }
         }
     }
-    Ok(LnGrads { d_x, d_gamma, d_beta })
 }
 
 // ───────────────────────────── the feed-forward net ─────────────────────────────

@@ -37,7 +37,7 @@ use super::config::Positions;
 use super::data::Batch;
 use super::model::{Gpt, TENSORS_PER_BLOCK, scatter_embedding_gradient};
 use crate::ch03_mlp::{Activation, activation_backward_in_place, activation_forward_into};
-use crate::ch06_attention::{Epsilon, LayerNorm, NormOrder};
+use crate::ch06_attention::{Epsilon, LayerNorm, LnCache, NormOrder, Store, layer_norm_backward_into, layer_norm_forward_into};
 use crate::error::{Error, Result, invalid};
 use crate::float::Float;
 use crate::matmul::{MatMut, MatRef, Op, gemm, gemm_view, product_choices, with_threads};
@@ -82,23 +82,15 @@ pub fn supports<T: Float>(model: &Gpt<T>) -> bool {
         })
 }
 
-/// A LayerNorm's saved forward values: x̂ (N×C) and 1/s per row.
-#[derive(Clone, Debug)]
-struct LnSaved<T: Float> {
-    x_hat: DMatrix<T>,
-    inv_std: Vec<T>,
-}
-
-impl<T: Float> LnSaved<T> {
-    fn new(n: usize, c: usize) -> Self {
-        LnSaved { x_hat: DMatrix::zeros(n, c), inv_std: vec![T::zero(); n] }
-    }
+/// A LayerNorm's saved forward values for N rows of width C, as chapter 6 keeps them.
+fn ln_cache<T: Float>(n: usize, c: usize) -> LnCache<T> {
+    LnCache { x_hat: DMatrix::zeros(n, c), denom: vec![T::zero(); n], sigma: vec![T::zero(); n] }
 }
 
 /// What one block's backward pass needs from its forward pass, for the rows of one shard.
 #[derive(Clone, Debug)]
 struct BlockSaved<T: Float> {
-    ln1: LnSaved<T>,
+    ln1: LnCache<T>,
     /// n₁ = LN₁(x), N×d.
     n1: DMatrix<T>,
     /// \[Q K V\] = n₁W_QKV + b_QKV, N×3d.
@@ -107,7 +99,7 @@ struct BlockSaved<T: Float> {
     weights: Vec<T>,
     /// The heads' outputs side by side, N×d.
     att: DMatrix<T>,
-    ln2: LnSaved<T>,
+    ln2: LnCache<T>,
     /// n₂ = LN₂(h), N×d.
     n2: DMatrix<T>,
     /// z₁ = n₂W₁ + b₁, N×4d.
@@ -124,7 +116,7 @@ struct Shard<T: Float> {
     first: usize,
     seqs: usize,
     blocks: Vec<BlockSaved<T>>,
-    ln_f: LnSaved<T>,
+    ln_f: LnCache<T>,
     /// h_f = LN_f(x_L), N×d.
     h_f: DMatrix<T>,
     /// The logits, then (in place) ∂L/∂z, N×V.
@@ -215,6 +207,8 @@ const W_1: usize = 12;
 const B_1: usize = 13;
 const W_2: usize = 14;
 const B_2: usize = 15;
+// Each LayerNorm's β sits right after its γ (so does ln_f's), which `layer_norm_backward` relies on.
+const _: () = assert!(LN1_BETA == LN1_GAMMA + 1 && LN2_BETA == LN2_GAMMA + 1);
 
 impl<T: Float> FusedStep<T> {
     /// An empty workspace; the first step sizes it.
@@ -359,18 +353,18 @@ impl<T: Float> FusedStep<T> {
                     seqs,
                     blocks: (0..c.layers)
                         .map(|_| BlockSaved {
-                            ln1: LnSaved::new(n, d),
+                            ln1: ln_cache(n, d),
                             n1: z(d),
                             qkv: z(3 * d),
                             weights: vec![T::zero(); seqs * h * t * t],
                             att: z(d),
-                            ln2: LnSaved::new(n, d),
+                            ln2: ln_cache(n, d),
                             n2: z(d),
                             z1: z(f),
                             a1: z(f),
                         })
                         .collect(),
-                    ln_f: LnSaved::new(n, d),
+                    ln_f: ln_cache(n, d),
                     h_f: z(d),
                     logits: z(v),
                     x: z(d),
@@ -423,20 +417,20 @@ impl<T: Float> Shard<T> {
         model.embed_into(inputs, t, &mut self.x); //                               x₀ = W_E[u] + W_P[t]
         let heads = model.config.heads;
         for ((blk, s), (w, b)) in model.blocks.iter().zip(self.blocks.iter_mut()).zip(w_qkv) {
-            layer_norm_forward(&blk.ln1, &self.x, &mut s.ln1, &mut s.n1); //      n₁ = LN₁(x)
+            layer_norm_forward_into(&blk.ln1, &self.x, &mut s.ln1, &mut s.n1); //      n₁ = LN₁(x)
             gemm(T::one(), &s.n1, Op::N, w, Op::N, T::zero(), &mut s.qkv)?; //   [Q K V] = n₁W_QKV
             add_row(&mut s.qkv, b); //                                            … + b_QKV
             causal_attention_forward(&s.qkv, heads, t, &mut s.weights, &mut s.att)?; // every head
             gemm(T::one(), &s.att, Op::N, &blk.attn.w_o, Op::N, T::one(), &mut self.x)?; // h = x + att·W_O
             add_row(&mut self.x, &blk.attn.b_o); //                               … + b_O
-            layer_norm_forward(&blk.ln2, &self.x, &mut s.ln2, &mut s.n2); //      n₂ = LN₂(h)
+            layer_norm_forward_into(&blk.ln2, &self.x, &mut s.ln2, &mut s.n2); //      n₂ = LN₂(h)
             gemm(T::one(), &s.n2, Op::N, &blk.ffn.w1, Op::N, T::zero(), &mut s.z1)?; // z₁ = n₂W₁
             add_row(&mut s.z1, &blk.ffn.b1); //                                   … + b₁
             activation_forward_into(Activation::GeluTanh, s.z1.as_slice(), s.a1.as_mut_slice()); // a₁ = GELU(z₁)
             gemm(T::one(), &s.a1, Op::N, &blk.ffn.w2, Op::N, T::one(), &mut self.x)?; // x' = h + a₁W₂
             add_row(&mut self.x, &blk.ffn.b2); //                                 … + b₂
         }
-        layer_norm_forward(&model.ln_f, &self.x, &mut self.ln_f, &mut self.h_f); // h_f = LN_f(x_L)
+        layer_norm_forward_into(&model.ln_f, &self.x, &mut self.ln_f, &mut self.h_f); // h_f = LN_f(x_L)
         gemm(T::one(), &self.h_f, Op::N, model.unembedding(), Op::T, T::zero(), &mut self.logits)?; // z = h_f W_Uᵀ
         crate::float::ensure_finite("FusedStep::loss_and_grads", "logits (a weight holds NaN or ∞)", &self.logits)
     }
@@ -490,7 +484,7 @@ impl<T: Float> Shard<T> {
         gemm(T::one(), &self.logits, Op::T, &self.h_f, Op::N, T::zero(), &mut g[u_slot])?;
         // h_f = LN_f(x_L) ⇒ ∂x_L = LN_f backward (x now holds ∂L/∂x)
         self.x.fill(T::zero());
-        layer_norm_backward(&model.ln_f, &self.ln_f, &self.d_n, &mut self.x, g, slots.ln_f, slots.ln_f + 1);
+        layer_norm_backward(&model.ln_f, &self.ln_f, &self.d_n, &mut self.x, g, slots.ln_f);
         for (l, ((blk, s), (w, _))) in model.blocks.iter().zip(self.blocks.iter_mut()).zip(w_qkv).enumerate().rev() {
             let at = |i: usize| slots.block(l, i);
             // x' = h + a₁W₂ + b₂ ⇒ ∂h = ∂x' (kept in x), ∂W₂ = a₁ᵀ∂x', ∂b₂ = Σ ∂x', ∂a₁ = ∂x' W₂ᵀ
@@ -504,7 +498,7 @@ impl<T: Float> Shard<T> {
             column_sums(&self.d_z1, &mut g[at(B_1)]);
             gemm(T::one(), &self.d_z1, Op::N, &blk.ffn.w1, Op::T, T::zero(), &mut self.d_n)?;
             // n₂ = LN₂(h) ⇒ ∂h += LN₂ backward(∂n₂)
-            layer_norm_backward(&blk.ln2, &s.ln2, &self.d_n, &mut self.x, g, at(LN2_GAMMA), at(LN2_BETA));
+            layer_norm_backward(&blk.ln2, &s.ln2, &self.d_n, &mut self.x, g, at(LN2_GAMMA));
             // h = x + att·W_O + b_O ⇒ ∂x = ∂h (kept), ∂W_O = attᵀ∂h, ∂b_O = Σ ∂h, ∂att = ∂h W_Oᵀ
             gemm(T::one(), &s.att, Op::T, &self.x, Op::N, T::zero(), &mut g[at(W_O)])?;
             column_sums(&self.x, &mut g[at(B_O)]);
@@ -525,7 +519,7 @@ impl<T: Float> Shard<T> {
             }
             gemm(T::one(), &self.d_qkv, Op::N, w, Op::T, T::zero(), &mut self.d_n)?;
             // n₁ = LN₁(x) ⇒ ∂x += LN₁ backward(∂n₁)
-            layer_norm_backward(&blk.ln1, &s.ln1, &self.d_n, &mut self.x, g, at(LN1_GAMMA), at(LN1_BETA));
+            layer_norm_backward(&blk.ln1, &s.ln1, &self.d_n, &mut self.x, g, at(LN1_GAMMA));
         }
         // x₀ = W_E[u] + W_P[t] ⇒ ∂W_E[u] += ∂x₀ (row by row), ∂W_P[t] = Σ_b ∂x₀[b, t]
         if model.lm_head.is_some() {
@@ -560,79 +554,18 @@ fn column_sums<T: Float>(m: &DMatrix<T>, out: &mut DMatrix<T>) {
     }
 }
 
-/// LayerNorm of every row of x (N×C, ε inside the square root), into `saved` (x̂ and 1/s) and
-/// `out` (y = γ ⊙ x̂ + β). The statistics are gathered column by column for every row at once.
-fn layer_norm_forward<T: Float>(ln: &LayerNorm<T>, x: &DMatrix<T>, saved: &mut LnSaved<T>, out: &mut DMatrix<T>) {
-    let (n, cols) = x.shape();
-    let c = T::of(cols as f64);
-    let eps = T::of(ln.eps);
-    let mut mean = vec![T::zero(); n];
-    for column in x.as_slice().chunks_exact(n) {
-        for (m, &v) in mean.iter_mut().zip(column) {
-            *m += v;
-        }
-    }
-    mean.iter_mut().for_each(|m| *m /= c); //                                  μ = (1/C) Σ x
-    let inv_std = &mut saved.inv_std;
-    inv_std.fill(T::zero());
-    for column in x.as_slice().chunks_exact(n) {
-        for ((s, &v), &m) in inv_std.iter_mut().zip(column).zip(&mean) {
-            *s += (v - m) * (v - m);
-        }
-    }
-    inv_std.iter_mut().for_each(|s| *s = T::one() / (*s / c + eps).sqrt()); // 1/s, s = √(σ² + ε)
-    for (j, ((column, hat), y)) in x
-        .as_slice()
-        .chunks_exact(n)
-        .zip(saved.x_hat.as_mut_slice().chunks_exact_mut(n))
-        .zip(out.as_mut_slice().chunks_exact_mut(n))
-        .enumerate()
-    {
-        let (g, b) = (ln.gamma[(0, j)], ln.beta[(0, j)]);
-        for r in 0..n {
-            hat[r] = (column[r] - mean[r]) * inv_std[r]; //                       x̂ = (x − μ)/s
-            y[r] = g * hat[r] + b; //                                             y = γx̂ + β
-        }
-    }
-}
-
-/// Backward of [`layer_norm_forward`] given ∂L/∂y (`d_y`): adds ∂L/∂x into `d_x` and writes ∂L/∂γ
-/// and ∂L/∂β into `grads[gamma]`, `grads[beta]`. With g = γ ⊙ ∂L/∂y, per row,
-/// ∂L/∂x = (g − mean(g) − x̂·mean(g ⊙ x̂))/s; ∂L/∂γ = Σ_rows ∂L/∂y ⊙ x̂, ∂L/∂β = Σ_rows ∂L/∂y.
+/// Backward of chapter 6's LayerNorm given ∂L/∂y: adds ∂L/∂x into `d_x` and writes ∂L/∂γ and
+/// ∂L/∂β into `grads[gamma]` and `grads[gamma + 1]` (β follows γ in every block and in ln_f).
 fn layer_norm_backward<T: Float>(
     ln: &LayerNorm<T>,
-    saved: &LnSaved<T>,
+    cache: &LnCache<T>,
     d_y: &DMatrix<T>,
     d_x: &mut DMatrix<T>,
     grads: &mut [DMatrix<T>],
     gamma: usize,
-    beta: usize,
 ) {
-    let (n, cols) = d_y.shape();
-    let c = T::of(cols as f64);
-    let (mut sum_g, mut sum_gx) = (vec![T::zero(); n], vec![T::zero(); n]);
-    for (j, (dy, xh)) in d_y.as_slice().chunks_exact(n).zip(saved.x_hat.as_slice().chunks_exact(n)).enumerate() {
-        let gm = ln.gamma[(0, j)];
-        let (mut d_gamma, mut d_beta) = (T::zero(), T::zero());
-        for r in 0..n {
-            d_gamma += dy[r] * xh[r]; //                                         y = γx̂ + β ⇒ ∂γ = Σ ∂y ⊙ x̂
-            d_beta += dy[r]; //                                                  ∂β = Σ ∂y
-            let g = gm * dy[r]; //                                               ∂x̂ = γ ⊙ ∂y
-            sum_g[r] += g;
-            sum_gx[r] += g * xh[r];
-        }
-        grads[gamma][(0, j)] = d_gamma;
-        grads[beta][(0, j)] = d_beta;
-    }
-    for (j, ((dy, xh), dx)) in
-        d_y.as_slice().chunks_exact(n).zip(saved.x_hat.as_slice().chunks_exact(n)).zip(d_x.as_mut_slice().chunks_exact_mut(n)).enumerate()
-    {
-        let gm = ln.gamma[(0, j)];
-        for r in 0..n {
-            // x̂ = (x − μ)/s ⇒ ∂x = (g − mean g − x̂ mean(g x̂))/s
-            dx[r] += (gm * dy[r] - sum_g[r] / c - xh[r] * (sum_gx[r] / c)) * saved.inv_std[r];
-        }
-    }
+    let (d_gamma, rest) = grads[gamma..].split_at_mut(1);
+    layer_norm_backward_into(ln, cache, d_y, Store::Accumulate, d_x, &mut d_gamma[0], &mut rest[0]);
 }
 
 /// Query rows per block when causal attention skips the entries above the diagonal: the height
