@@ -28,7 +28,7 @@ use crate::ch03_mlp::{Activation, activation_backward, activation_forward, dense
 use crate::ch05_positions::{self as ch05, PRINTED_X_PLUS_PE, PRINTED_Y_PLUS_PE, Reading};
 use crate::errata::Erratum;
 use crate::error::{Error, Result, invalid, shape_error, shape_of};
-use crate::float::{Float, ensure_finite};
+use crate::float::{Float, ensure_finite, lane_dot, lane_sum};
 use crate::matmul::{matmul, matmul_nt, matmul_tn};
 use crate::plot::{Figure, Heatmap};
 use crate::report::{Chapter, Walk, Worked, matrix_like};
@@ -830,7 +830,8 @@ pub enum Store {
 
 /// [`layer_norm_backward`] into buffers the caller keeps: ∂L/∂γ and ∂L/∂β into `d_gamma` and
 /// `d_beta` (1×C, overwritten), ∂L/∂x into `d_x` (N×C), written or added as `store` says.
-/// Nothing is checked here ([`layer_norm_backward`] checks and then calls this).
+/// Nothing is checked here ([`layer_norm_backward`] checks and then calls this). The sums over
+/// rows for ∂L/∂γ and ∂L/∂β run in [`crate::float::SUM_LANES`] lanes ([`lane_sum`], [`lane_dot`]).
 pub fn layer_norm_backward_into<T: Float>(
     ln: &LayerNorm<T>,
     cache: &LnCache<T>,
@@ -845,8 +846,8 @@ pub fn layer_norm_backward_into<T: Float>(
     let x_hat_columns = || cache.x_hat.as_slice().chunks_exact(n);
     let d_y_columns = || d_y.as_slice().chunks_exact(n);
     for (j, (dy, xh)) in d_y_columns().zip(x_hat_columns()).enumerate() {
-        d_beta[(0, j)] = dy.iter().copied().sum(); //                          y = … + β
-        d_gamma[(0, j)] = dy.iter().zip(xh).map(|(&a, &b)| a * b).sum(); //    y = γ x̂ + …
+        d_beta[(0, j)] = lane_sum(dy); //                                      y = … + β
+        d_gamma[(0, j)] = lane_dot(dy, xh); //                                 y = γ x̂ + …
     }
     // Row by row in the formula, column by column in memory (see the forward pass): the same
     // sums in the same order.

@@ -39,7 +39,7 @@ use super::model::{Gpt, TENSORS_PER_BLOCK, scatter_embedding_gradient};
 use crate::ch03_mlp::{Activation, activation_backward_in_place, activation_forward_into};
 use crate::ch06_attention::{Epsilon, LayerNorm, LnCache, NormOrder, Store, layer_norm_backward_into, layer_norm_forward_into};
 use crate::error::{Error, Result, invalid};
-use crate::float::Float;
+use crate::float::{Float, lane_sum};
 use crate::matmul::{MatMut, MatRef, Op, gemm, gemm_view, product_choices, with_threads};
 use nalgebra::DMatrix;
 
@@ -514,7 +514,7 @@ impl<T: Float> Shard<T> {
                 let n = self.d_qkv.nrows();
                 let cols = &self.d_qkv.as_slice()[part * d * n..(part + 1) * d * n];
                 for (out, column) in g[at(bi)].as_mut_slice().iter_mut().zip(cols.chunks_exact(n)) {
-                    *out = column.iter().copied().sum();
+                    *out = lane_sum(column);
                 }
             }
             gemm(T::one(), &self.d_qkv, Op::N, w, Op::T, T::zero(), &mut self.d_n)?;
@@ -546,11 +546,11 @@ fn add_row<T: Float>(m: &mut DMatrix<T>, b: &DMatrix<T>) {
     }
 }
 
-/// out\[0, c\] = Σ_r m\[r, c\] (out is 1×C): a bias's gradient.
+/// out\[0, c\] = Σ_r m\[r, c\] (out is 1×C): a bias's gradient. Summed in lanes ([`lane_sum`]).
 fn column_sums<T: Float>(m: &DMatrix<T>, out: &mut DMatrix<T>) {
     let n = m.nrows();
     for (o, column) in out.as_mut_slice().iter_mut().zip(m.as_slice().chunks_exact(n)) {
-        *o = column.iter().copied().sum();
+        *o = lane_sum(column);
     }
 }
 

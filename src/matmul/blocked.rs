@@ -14,7 +14,7 @@
 //! lives behind the micro-kernel's safe signature.
 
 use super::Element;
-use super::dispatch::{Blocking, ProductStats};
+use super::dispatch::{Blocking, Kernel, ProductStats};
 use super::kernels::MicroKernel;
 use super::pack::{Operand, pack_a, pack_b};
 use std::sync::Mutex;
@@ -244,6 +244,9 @@ impl<T: Element> Job<'_, T> {
         let nc_max = balanced(n, self.plan.blocking.nc, nr);
         let mc_max = self.plan.blocking.mc.clamp(1, m).next_multiple_of(mr);
         let (a_buf, b_buf, scratch) = ws.buffers(mc_max * kc_max, kc_max * nc_max);
+        // Packing transposes with the SIMD instructions of the kernel it feeds (the portable
+        // kernel's products stay portable end to end).
+        let simd = mk.kind != Kernel::Scalar;
         let mut tiles = 0;
         // loop 5: a KC×NC panel of op(B) at a time.
         for jc in (0..n).step_by(nc_max) {
@@ -251,13 +254,13 @@ impl<T: Element> Job<'_, T> {
             // loop 4: one rank-KC update of the panel.
             for pc in (0..k).step_by(kc_max) {
                 let kc = kc_max.min(k - pc);
-                pack_b(b_buf, self.b, pc, kc, piece.j0 + jc, nc, nr);
+                pack_b(b_buf, self.b, pc, kc, piece.j0 + jc, nc, nr, simd);
                 // The first rank-kc update applies β; later ones add onto what it wrote.
                 let beta = if pc == 0 { self.beta } else { T::one() };
                 // loop 3: an MC×KC block of op(A), packed into Ã.
                 for ic in (0..m).step_by(mc_max) {
                     let mc = mc_max.min(m - ic);
-                    pack_a(a_buf, self.a, piece.i0 + ic, mc, pc, kc, mr);
+                    pack_a(a_buf, self.a, piece.i0 + ic, mc, pc, kc, mr, simd);
                     // loop 2: one KC×NR sliver of B̃, against every sliver of Ã.
                     for jr in (0..nc).step_by(nr) {
                         let cols = nr.min(nc - jr);

@@ -84,6 +84,12 @@ mod sealed {
         fn with_workspaces<R>(count: usize, f: impl FnOnce(&mut [Workspace<Self>]) -> R) -> R;
         /// The multiply-add throughput loop of family `kind`: (flops, checksum).
         fn fma_probe(kind: Kernel, iterations: u64) -> Option<(u64, f64)>;
+        /// Writes `dst[p·W + i] = lines[i][p]` (W = `lines.len()`) with SIMD transposes for p below
+        /// some multiple of 8, and returns how many p that is; 0 (the default) leaves every p to
+        /// the caller's plain copy.
+        fn transpose_lines(_dst: &mut [Self], _lines: &[&[Self]], _kc: usize) -> usize {
+            0
+        }
     }
 
     fn with_cache<T, R>(
@@ -117,6 +123,10 @@ mod sealed {
         }
         fn fma_probe(kind: Kernel, iterations: u64) -> Option<(u64, f64)> {
             super::kernels::f32_probe(kind, iterations)
+        }
+        #[cfg(target_arch = "x86_64")]
+        fn transpose_lines(dst: &mut [f32], lines: &[&[f32]], kc: usize) -> usize {
+            super::simd::transpose_f32(dst, lines, kc)
         }
     }
     impl Sealed for f64 {
@@ -558,7 +568,7 @@ fn packed_slivers<T: Element>(
     let (len, kc) = (outer.len(), depth.len());
     let mut out = vec![T::zero(); len.div_ceil(width) * width * kc];
     if kc > 0 {
-        pack::pack_a(&mut out, x, outer.start, len, depth.start, kc, width);
+        pack::pack_a(&mut out, x, outer.start, len, depth.start, kc, width, active_kernel() != Kernel::Scalar);
     }
     Ok(out)
 }

@@ -38,7 +38,9 @@ impl<'a, T> Operand<'a, T> {
 }
 
 /// Packs rows `i0..i0+mc`, columns `p0..p0+kc` of op(A) into `dst` as ⌈mc/mr⌉ slivers of kc×mr.
-pub(crate) fn pack_a<T: Element>(dst: &mut [T], a: Operand<T>, i0: usize, mc: usize, p0: usize, kc: usize, mr: usize) {
+/// `simd`: a row-major op(A) may be transposed with SIMD instructions ([`interleave`]).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn pack_a<T: Element>(dst: &mut [T], a: Operand<T>, i0: usize, mc: usize, p0: usize, kc: usize, mr: usize, simd: bool) {
     if a.rs == 1 {
         // Column-major op(A): column p of the block is one contiguous run of mc values, cut into
         // slivers of mr. Walking p outermost visits each column (and its memory page) once.
@@ -54,7 +56,7 @@ pub(crate) fn pack_a<T: Element>(dst: &mut [T], a: Operand<T>, i0: usize, mc: us
             for i in (r0 + mr..mc).take(mr) {
                 prefetch(line(i));
             }
-            interleave(sliver, mr, kc, mr.min(mc - r0), |i| line(r0 + i));
+            interleave(sliver, mr, kc, mr.min(mc - r0), |i| line(r0 + i), simd);
         }
     }
 }
@@ -63,8 +65,9 @@ pub(crate) fn pack_a<T: Element>(dst: &mut [T], a: Operand<T>, i0: usize, mc: us
 ///
 /// B̃ is Ã of op(B)ᵀ: a sliver of kc rows of nr values of op(B) is a sliver of kc columns of nr
 /// values of its transpose, so this is [`pack_a`] on the operand with its strides swapped.
-pub(crate) fn pack_b<T: Element>(dst: &mut [T], b: Operand<T>, p0: usize, kc: usize, j0: usize, nc: usize, nr: usize) {
-    pack_a(dst, b.transposed(), j0, nc, p0, kc, nr);
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn pack_b<T: Element>(dst: &mut [T], b: Operand<T>, p0: usize, kc: usize, j0: usize, nc: usize, nr: usize, simd: bool) {
+    pack_a(dst, b.transposed(), j0, nc, p0, kc, nr, simd);
 }
 
 /// How many runs ahead [`split_runs`] asks for the next run's cache lines. The runs of a
@@ -128,16 +131,19 @@ fn split_runs_const<'a, T: Element, const W: usize>(dst: &mut [T], kc: usize, le
 /// Writes `dst[p·width + i] = line(i)[p]` for p < kc and i < lines (zero for lines ≤ i < width):
 /// `lines` contiguous source runs of length kc side by side, a small transpose. All lines are
 /// read together, p by p, so the hardware streams them in parallel and the writes are sequential.
-fn interleave<'a, T: Element>(dst: &mut [T], width: usize, kc: usize, lines: usize, line: impl Fn(usize) -> &'a [T]) {
+/// With `simd`, a full sliver of f32 is first transposed eight lines by eight values at a time in
+/// vector registers (`transpose_lines`, in the kernel module), which moves the same values; the
+/// plain copy below then does only what is left.
+fn interleave<'a, T: Element>(dst: &mut [T], width: usize, kc: usize, lines: usize, line: impl Fn(usize) -> &'a [T], simd: bool) {
     let dst = &mut dst[..kc * width];
     if lines == width {
         match width {
-            4 => return interleave_full::<T, 4>(dst, kc, line),
-            6 => return interleave_full::<T, 6>(dst, kc, line),
-            8 => return interleave_full::<T, 8>(dst, kc, line),
-            12 => return interleave_full::<T, 12>(dst, kc, line),
-            16 => return interleave_full::<T, 16>(dst, kc, line),
-            32 => return interleave_full::<T, 32>(dst, kc, line),
+            4 => return interleave_full::<T, 4>(dst, kc, line, simd),
+            6 => return interleave_full::<T, 6>(dst, kc, line, simd),
+            8 => return interleave_full::<T, 8>(dst, kc, line, simd),
+            12 => return interleave_full::<T, 12>(dst, kc, line, simd),
+            16 => return interleave_full::<T, 16>(dst, kc, line, simd),
+            32 => return interleave_full::<T, 32>(dst, kc, line, simd),
             _ => {}
         }
     }
@@ -149,16 +155,18 @@ fn interleave<'a, T: Element>(dst: &mut [T], width: usize, kc: usize, lines: usi
     }
 }
 
-fn interleave_full<'a, T: Element, const W: usize>(dst: &mut [T], kc: usize, line: impl Fn(usize) -> &'a [T]) {
+fn interleave_full<'a, T: Element, const W: usize>(dst: &mut [T], kc: usize, line: impl Fn(usize) -> &'a [T], simd: bool) {
     // Eight steps of p at a time, all W lines together: each line gives eight consecutive values
     // (one bounds check), which go to the same position of eight consecutive rows of the sliver.
     // Only those eight rows and a short piece of every line are touched per step, so both stay in
     // L1 however long the lines are.
     const STEPS: usize = 8;
     let lines: [&[T]; W] = std::array::from_fn(|i| &line(i)[..kc]);
+    // The rows the SIMD transpose wrote (a multiple of STEPS), if it ran.
+    let done = if simd { T::transpose_lines(&mut dst[..kc * W], &lines, kc) } else { 0 };
     let full = kc / STEPS * STEPS;
     let (dst_full, dst_tail) = dst[..kc * W].split_at_mut(full * W);
-    for (p0, rows) in (0..full).step_by(STEPS).zip(dst_full.chunks_exact_mut(STEPS * W)) {
+    for (p0, rows) in (done..full).step_by(STEPS).zip(dst_full[done * W..].chunks_exact_mut(STEPS * W)) {
         for (i, src) in lines.iter().enumerate() {
             let vals: &[T; STEPS] = src[p0..p0 + STEPS].try_into().expect("STEPS values");
             for (q, &v) in vals.iter().enumerate() {
@@ -170,5 +178,40 @@ fn interleave_full<'a, T: Element, const W: usize>(dst: &mut [T], kc: usize, lin
         for (d, src) in row.iter_mut().zip(&lines) {
             *d = src[p];
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The SIMD transpose moves the same values to the same places as the plain copy, for every
+    /// sliver width the kernels use and depths with and without a remainder of 8, in f32 (where
+    /// it runs) and f64 (where the plain copy does everything).
+    #[test]
+    fn the_simd_transpose_packs_exactly_like_the_plain_copy() {
+        fn check<T: Element + From<u16>>() {
+            for width in [4, 6, 8, 12, 16, 32] {
+                for kc in [0, 1, 7, 8, 9, 16, 37, 64, 131] {
+                    // Line i holds the distinct values i·1000 + p (exact in f32), inside a longer
+                    // buffer so a read past kc would show up as a wrong value, not only a panic.
+                    let stride = kc + 5;
+                    let buf: Vec<T> = (0..width * stride).map(|x| T::from(((x / stride) * 1000 + x % stride) as u16)).collect();
+                    let line = |i: usize| &buf[i * stride..];
+                    let mut plain = vec![T::zero(); kc * width + 3];
+                    let mut fast = plain.clone();
+                    interleave(&mut plain, width, kc, width, line, false);
+                    interleave(&mut fast, width, kc, width, line, true);
+                    assert_eq!(plain, fast, "width {width}, kc {kc}");
+                    for p in 0..kc {
+                        for i in 0..width {
+                            assert_eq!(plain[p * width + i], buf[i * stride + p], "width {width}, kc {kc}, p {p}, line {i}");
+                        }
+                    }
+                }
+            }
+        }
+        check::<f32>();
+        check::<f64>();
     }
 }

@@ -288,3 +288,79 @@ wide_map! {
     /// yᵢ ← f(xᵢ, yᵢ) compiled for AVX-512F (safe: checks the CPU first).
     name = map_f32_avx512, inner = map_f32_avx512_inner, features = "avx512f,avx2,fma", detect = ["avx512f", "avx2", "fma"],
 }
+
+// ───────────────────────────── packing: transposes in 8×8 blocks ─────────────────────────────
+
+/// The widest sliver [`transpose_f32`] takes: the 32 rows of the AVX-512 f32 tile.
+pub(super) const TRANSPOSE_MAX_LINES: usize = 32;
+
+/// Writes `dst[p·W + i] = lines[i][p]` for every line i < W = `lines.len()` and every p below
+/// `kc` rounded down to a multiple of 8, eight lines by eight values at a time with AVX 8×8
+/// register transposes (the same values, moved: no arithmetic). Returns how many p it wrote; the
+/// caller copies the rest. Returns 0, writing nothing, when the CPU lacks AVX or W is not a
+/// multiple of 8 up to [`TRANSPOSE_MAX_LINES`]. Panics (never reads or writes out of bounds) if
+/// a line is shorter than that many p or `dst` shorter than that many rows of W.
+pub(super) fn transpose_f32(dst: &mut [f32], lines: &[&[f32]], kc: usize) -> usize {
+    let w = lines.len();
+    let full = kc / 8 * 8;
+    if full == 0 || w == 0 || !w.is_multiple_of(8) || w > TRANSPOSE_MAX_LINES || !std::arch::is_x86_feature_detected!("avx") {
+        return 0;
+    }
+    assert!(dst.len() >= full * w, "packed sliver too short for {full} rows of {w}");
+    let mut src = [std::ptr::null::<f32>(); TRANSPOSE_MAX_LINES];
+    for (s, line) in src.iter_mut().zip(lines) {
+        assert!(line.len() >= full, "a line is shorter than {full} values");
+        *s = line.as_ptr();
+    }
+    // SAFETY: AVX was detected just above; each of the w pointers is valid for `full` reads (the
+    // asserts), and `dst` for full·w writes, which is every index the inner loop touches.
+    unsafe { transpose_f32_inner(dst.as_mut_ptr(), &src[..w], full) };
+    full
+}
+
+/// # Safety
+///
+/// The CPU must support AVX; every pointer in `src` must be valid for `full` reads, `dst` for
+/// `full · src.len()` writes; `full` and `src.len()` are multiples of 8.
+#[target_feature(enable = "avx")]
+unsafe fn transpose_f32_inner(dst: *mut f32, src: &[*const f32], full: usize) {
+    let w = src.len();
+    for p0 in (0..full).step_by(8) {
+        for (g, group) in src.chunks_exact(8).enumerate() {
+            // r[k] = line g·8 + k, values p0 … p0 + 7.
+            // SAFETY (every load and store below): p0 + 8 ≤ full, g·8 + 8 ≤ w, by the loop bounds.
+            let r: [__m256; 8] = std::array::from_fn(|k| unsafe { _mm256_loadu_ps(group[k].add(p0)) });
+            // Pairs, then quads, interleaved within each 128-bit half …
+            let t0 = _mm256_unpacklo_ps(r[0], r[1]); // a0 b0 a1 b1 | a4 b4 a5 b5
+            let t1 = _mm256_unpackhi_ps(r[0], r[1]); // a2 b2 a3 b3 | a6 b6 a7 b7
+            let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+            let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+            let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+            let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+            let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+            let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+            let u0 = _mm256_shuffle_ps::<0x44>(t0, t2); // a0 b0 c0 d0 | a4 b4 c4 d4
+            let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2); // a1 b1 c1 d1 | a5 b5 c5 d5
+            let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+            let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+            let u4 = _mm256_shuffle_ps::<0x44>(t4, t6); // e0 f0 g0 h0 | e4 f4 g4 h4
+            let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+            let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+            let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+            // … then the halves exchanged: column c of the block, values of lines a … h.
+            let c = [
+                _mm256_permute2f128_ps::<0x20>(u0, u4),
+                _mm256_permute2f128_ps::<0x20>(u1, u5),
+                _mm256_permute2f128_ps::<0x20>(u2, u6),
+                _mm256_permute2f128_ps::<0x20>(u3, u7),
+                _mm256_permute2f128_ps::<0x31>(u0, u4),
+                _mm256_permute2f128_ps::<0x31>(u1, u5),
+                _mm256_permute2f128_ps::<0x31>(u2, u6),
+                _mm256_permute2f128_ps::<0x31>(u3, u7),
+            ];
+            for (q, column) in c.into_iter().enumerate() {
+                unsafe { _mm256_storeu_ps(dst.add((p0 + q) * w + g * 8), column) };
+            }
+        }
+    }
+}
