@@ -1069,6 +1069,40 @@ mod views {
         assert!(failures.is_empty(), "{}", failures.join("\n"));
     }
 
+    /// A SIMD kernel reads op(B) where it is when its rows are at most IN_PLACE_MAX_STEP apart, and
+    /// packs it otherwise; the kernel does the same multiply-adds in the same order either way, so
+    /// the two must agree to the bit. The same B is given twice: as a matrix of its own (read in
+    /// place) and inside a matrix whose leading dimension is past the limit (packed), for both
+    /// layouts of op(B) and shapes with and without a partial sliver.
+    #[test]
+    fn b_read_in_place_and_b_packed_give_the_same_bits() {
+        let mut rng = Rng::new(43);
+        let far = llm_workbook::matmul::IN_PLACE_MAX_STEP + 5;
+        for kernel in available_kernels() {
+            for (m, n, k) in [(64, 24, 40), (33, 19, 7), (96, 64, 300)] {
+                for tb in [Op::N, Op::T] {
+                    let a = rng.normal_matrix::<f32>(m, k, 1.0);
+                    let b = if tb == Op::N { rng.normal_matrix::<f32>(k, n, 1.0) } else { rng.normal_matrix::<f32>(n, k, 1.0) };
+                    let near = MatRef::new(b.as_slice(), b.nrows(), b.ncols(), b.nrows()).unwrap();
+                    let (store, at) = embedded(&b, 0, 0, far, &mut rng);
+                    let packed = MatRef::new(&store[at..], b.nrows(), b.ncols(), far).unwrap();
+                    // op(B) = B steps k by 1 either way (read in place both times): it is op(B) = Bᵀ,
+                    // stepping k by the leading dimension, that the limit sends to packing.
+                    let mut c_near = DMatrix::<f32>::zeros(m, n);
+                    let mut c_far = DMatrix::<f32>::zeros(m, n);
+                    let a_view = || MatRef::new(a.as_slice(), m, k, m).unwrap();
+                    with_kernel(kernel, || {
+                        gemm_view(1.0, a_view(), Op::N, near, tb, 0.0, MatMut::new(c_near.as_mut_slice(), m, n, m).unwrap()).unwrap();
+                        gemm_view(1.0, a_view(), Op::N, packed, tb, 0.0, MatMut::new(c_far.as_mut_slice(), m, n, m).unwrap()).unwrap();
+                    })
+                    .unwrap();
+                    let same = c_near.iter().zip(c_far.iter()).all(|(x, y)| x.to_bits() == y.to_bits());
+                    assert!(same, "{kernel}, {m}×{n}×{k}, op(B) {tb:?}: in place and packed differ");
+                }
+            }
+        }
+    }
+
     #[test]
     fn a_view_that_does_not_fit_its_slice_and_mismatched_shapes_are_errors() {
         let data = vec![1.0f64; 20];

@@ -247,6 +247,9 @@ impl<T: Element> Job<'_, T> {
         // Packing transposes with the SIMD instructions of the kernel it feeds (the portable
         // kernel's products stay portable end to end).
         let simd = mk.kind != Kernel::Scalar;
+        // Whether the kernel reads op(B) where it is ([`in_place_b`]); then only its partial
+        // sliver, if any, is packed.
+        let b_in_place = in_place_b(mk, self.b);
         let mut tiles = 0;
         // loop 5: a KC×NC panel of op(B) at a time.
         for jc in (0..n).step_by(nc_max) {
@@ -254,7 +257,11 @@ impl<T: Element> Job<'_, T> {
             // loop 4: one rank-KC update of the panel.
             for pc in (0..k).step_by(kc_max) {
                 let kc = kc_max.min(k - pc);
-                pack_b(b_buf, self.b, pc, kc, piece.j0 + jc, nc, nr, simd);
+                // Packed B̃: the whole panel, or in place only its last, partial sliver.
+                let b_packed_from = if b_in_place { nc / nr * nr } else { 0 };
+                if b_packed_from < nc {
+                    pack_b(b_buf, self.b, pc, kc, piece.j0 + jc + b_packed_from, nc - b_packed_from, nr, simd);
+                }
                 // The first rank-kc update applies β; later ones add onto what it wrote.
                 let beta = if pc == 0 { self.beta } else { T::one() };
                 // loop 3: an MC×KC block of op(A), packed into Ã.
@@ -264,14 +271,20 @@ impl<T: Element> Job<'_, T> {
                     // loop 2: one KC×NR sliver of B̃, against every sliver of Ã.
                     for jr in (0..nc).step_by(nr) {
                         let cols = nr.min(nc - jr);
-                        let b_sliver = &b_buf[jr * kc..(jr + nr) * kc];
+                        let b_sliver = if jr < b_packed_from {
+                            let b = self.b;
+                            Sliver { data: &b.data[pc * b.rs + (piece.j0 + jc + jr) * b.cs..], step: b.rs, lane: b.cs }
+                        } else {
+                            let q = (jr - b_packed_from) / nr;
+                            Sliver { data: &b_buf[q * nr * kc..(q + 1) * nr * kc], step: nr, lane: 1 }
+                        };
                         let c_cols = &mut piece.columns[jc + jr..jc + jr + cols];
                         // loop 1: one MR×KC sliver of Ã, one micro-kernel call.
                         for ir in (0..mc).step_by(mr) {
                             let rows = mr.min(mc - ir);
                             let a_sliver = &a_buf[ir * kc..(ir + mr) * kc];
                             if rows == mr && cols == nr {
-                                (mk.run)(kc, a_sliver, b_sliver, self.alpha, beta, c_cols, ic + ir);
+                                tile(mk, kc, a_sliver, b_sliver, self.alpha, beta, c_cols, ic + ir);
                             } else {
                                 edge_tile(mk, kc, a_sliver, b_sliver, self.alpha, beta, scratch, c_cols, ic + ir, rows);
                             }
@@ -285,6 +298,44 @@ impl<T: Element> Job<'_, T> {
     }
 }
 
+/// The largest step between consecutive k of op(B) read in place, in elements: a 4 KiB page of
+/// f32. A B sliver read as kc runs of NR values (op(B) = Bᵀ) touches a new cache line at every
+/// step; up to a page apart, the kc steps of a sliver stay within a few hundred pages the TLB
+/// holds. Beyond it (chapter 10's n = 2048 benchmarks), B is packed as before.
+pub const IN_PLACE_MAX_STEP: usize = 1024;
+
+/// Whether the kernel reads slivers of op(B) where they are: a SIMD kernel, whatever the layout
+/// (the kernel broadcasts one value of B at a time, so any strides do), if consecutive k are at
+/// most [`IN_PLACE_MAX_STEP`] apart. Packing B̃ costs one copy of B per panel, and a sliver read in
+/// place is as compact for the kernel: NR runs of kc values (op(B) = B column-major) or kc runs of
+/// NR values (op(B) = Bᵀ), where the packed sliver is one run of kc·NR. On chapter 9's training
+/// step this took 3–4 % off the step. Reading A in place as well (it is column-major in A·B and
+/// A·Bᵀ) measured no better than packing it: a column of MR = 32 f32 that does not start on a
+/// cache line spans three lines instead of two, and the kernel re-reads the A sliver for every
+/// sliver of B.
+fn in_place_b<T: Element>(mk: MicroKernel<T>, b: Operand<T>) -> bool {
+    mk.in_place.is_some() && b.rs <= IN_PLACE_MAX_STEP
+}
+
+/// A B sliver as the micro-kernel reads it: element (p, j) is `data[p·step + j·lane]`. A packed
+/// sliver has step NR and lane 1.
+#[derive(Clone, Copy)]
+struct Sliver<'s, T> {
+    data: &'s [T],
+    step: usize,
+    lane: usize,
+}
+
+/// One micro-kernel call on a full tile, with a packed A sliver: the packed kernel when the B
+/// sliver is packed too (its steps are then compile-time constants), else the in-place variant.
+#[allow(clippy::too_many_arguments)]
+fn tile<T: Element>(mk: MicroKernel<T>, kc: usize, a: &[T], b: Sliver<T>, alpha: T, beta: T, c: &mut [&mut [T]], row: usize) {
+    match mk.in_place {
+        Some(in_place) if b.step != mk.nr || b.lane != 1 => in_place(kc, a, b.data, b.step, b.lane, alpha, beta, c, row),
+        _ => (mk.run)(kc, a, b.data, alpha, beta, c, row),
+    }
+}
+
 /// An edge tile (fewer than MR rows or NR columns left in C): the full tile is computed into
 /// `scratch` and only its part inside C is kept, so the micro-kernel never needs a slow path.
 #[allow(clippy::too_many_arguments)]
@@ -292,7 +343,7 @@ fn edge_tile<T: Element>(
     mk: MicroKernel<T>,
     kc: usize,
     a_sliver: &[T],
-    b_sliver: &[T],
+    b_sliver: Sliver<T>,
     alpha: T,
     beta: T,
     scratch: &mut [T],
@@ -302,7 +353,7 @@ fn edge_tile<T: Element>(
 ) {
     let mut pieces = scratch.chunks_exact_mut(mk.mr);
     let mut tile: [&mut [T]; MAX_NR] = std::array::from_fn(|_| pieces.next().unwrap_or_default());
-    (mk.run)(kc, a_sliver, b_sliver, T::one(), T::zero(), &mut tile[..mk.nr], 0);
+    self::tile(mk, kc, a_sliver, b_sliver, T::one(), T::zero(), &mut tile[..mk.nr], 0);
     for (c_col, t_col) in c_cols.iter_mut().zip(&tile) {
         for (c_ij, &t) in c_col[row..row + rows].iter_mut().zip(t_col.iter()) {
             *c_ij = if beta == T::zero() { alpha * t } else { alpha * t + beta * *c_ij };

@@ -31,6 +31,11 @@ use super::scalar;
 /// The signature every micro-kernel has: `(kc, Ã sliver, B̃ sliver, α, β, columns of C, row)`.
 pub type TileFn<T> = fn(usize, &[T], &[T], T, T, &mut [&mut [T]], usize);
 
+/// The variant of a SIMD micro-kernel that reads B where it is: `(kc, packed Ã sliver, B, B step,
+/// B lane, α, β, columns of C, row)`, element (p, j) of the B sliver being `b[p·b_step + j·b_lane]`,
+/// so B needs no packing whatever its layout.
+pub type InPlaceFn<T> = fn(usize, &[T], &[T], usize, usize, T, T, &mut [&mut [T]], usize);
+
 /// One micro-kernel: `run(kc, Ã sliver, B̃ sliver, α, β, columns, row)` computes
 /// C ← α·Ã·B̃ + β·C on the `mr`×`nr` tile made of rows `row..row+mr` of the first `nr` column
 /// slices (β = 0: C not read). `run` is a safe function that checks its slices and the CPU itself.
@@ -45,6 +50,9 @@ pub struct MicroKernel<T: 'static> {
     pub blocking: Blocking,
     /// The tile update.
     pub run: TileFn<T>,
+    /// The tile update with B read in place (the SIMD kernels; the portable kernel, the
+    /// specification, always works on packed slivers).
+    pub in_place: Option<InPlaceFn<T>>,
 }
 
 impl<T> Clone for MicroKernel<T> {
@@ -86,7 +94,14 @@ pub const AVX512_F32_BLOCKING: Blocking = Blocking { mc: 192, kc: 256, nc: 1032 
 pub const AVX512_F64_BLOCKING: Blocking = Blocking { mc: 96, kc: 256, nc: 1032 };
 
 fn scalar_kernel<T: Element>() -> MicroKernel<T> {
-    MicroKernel { kind: Kernel::Scalar, mr: scalar::MR, nr: scalar::NR, blocking: SCALAR_BLOCKING, run: scalar::kernel::<T> }
+    MicroKernel {
+        kind: Kernel::Scalar,
+        mr: scalar::MR,
+        nr: scalar::NR,
+        blocking: SCALAR_BLOCKING,
+        run: scalar::kernel::<T>,
+        in_place: None,
+    }
 }
 
 /// Writes the lookup of one element type: `$kernel(kind)`, its micro-kernel of family `kind` if
@@ -95,8 +110,8 @@ fn scalar_kernel<T: Element>() -> MicroKernel<T> {
 macro_rules! kernel_table {
     (
         $t:ty, kernel = $kernel:ident, probe = $probe:ident,
-        avx2 = ($a2_mr:ident, $a2_nr:ident, $a2_run:ident, $a2_blocking:ident, $a2_probe:ident),
-        avx512 = ($a5_mr:ident, $a5_nr:ident, $a5_run:ident, $a5_blocking:ident, $a5_probe:ident) $(,)?
+        avx2 = ($a2_mr:ident, $a2_nr:ident, $a2_run:ident, $a2_in_place:ident, $a2_blocking:ident, $a2_probe:ident),
+        avx512 = ($a5_mr:ident, $a5_nr:ident, $a5_run:ident, $a5_in_place:ident, $a5_blocking:ident, $a5_probe:ident) $(,)?
     ) => {
         #[doc = concat!("The ", stringify!($t), " micro-kernel of family `kind`, if this CPU can run it.")]
         pub fn $kernel(kind: Kernel) -> Option<MicroKernel<$t>> {
@@ -107,15 +122,15 @@ macro_rules! kernel_table {
                 Kernel::Scalar => Some(scalar_kernel()),
                 #[cfg(target_arch = "x86_64")]
                 Kernel::Avx2 => {
-                    use super::simd::{$a2_mr, $a2_nr, $a2_run};
+                    use super::simd::{$a2_in_place, $a2_mr, $a2_nr, $a2_run};
                     const { assert!($a2_nr <= MAX_NR && $a2_mr * $a2_nr <= MAX_TILE, "edge tiles need room in the scratch tile") };
-                    Some(MicroKernel { kind, mr: $a2_mr, nr: $a2_nr, blocking: $a2_blocking, run: $a2_run })
+                    Some(MicroKernel { kind, mr: $a2_mr, nr: $a2_nr, blocking: $a2_blocking, run: $a2_run, in_place: Some($a2_in_place) })
                 }
                 #[cfg(target_arch = "x86_64")]
                 Kernel::Avx512 => {
-                    use super::simd::{$a5_mr, $a5_nr, $a5_run};
+                    use super::simd::{$a5_in_place, $a5_mr, $a5_nr, $a5_run};
                     const { assert!($a5_nr <= MAX_NR && $a5_mr * $a5_nr <= MAX_TILE, "edge tiles need room in the scratch tile") };
-                    Some(MicroKernel { kind, mr: $a5_mr, nr: $a5_nr, blocking: $a5_blocking, run: $a5_run })
+                    Some(MicroKernel { kind, mr: $a5_mr, nr: $a5_nr, blocking: $a5_blocking, run: $a5_run, in_place: Some($a5_in_place) })
                 }
                 #[cfg(not(target_arch = "x86_64"))]
                 _ => None,
@@ -139,14 +154,14 @@ macro_rules! kernel_table {
 
 kernel_table! {
     f32, kernel = f32_kernel, probe = f32_probe,
-    avx2 = (AVX2_F32_MR, AVX2_F32_NR, avx2_f32, AVX2_F32_BLOCKING, probe_avx2_f32),
-    avx512 = (AVX512_F32_MR, AVX512_F32_NR, avx512_f32, AVX512_F32_BLOCKING, probe_avx512_f32),
+    avx2 = (AVX2_F32_MR, AVX2_F32_NR, avx2_f32, avx2_f32_in_place, AVX2_F32_BLOCKING, probe_avx2_f32),
+    avx512 = (AVX512_F32_MR, AVX512_F32_NR, avx512_f32, avx512_f32_in_place, AVX512_F32_BLOCKING, probe_avx512_f32),
 }
 
 kernel_table! {
     f64, kernel = f64_kernel, probe = f64_probe,
-    avx2 = (AVX2_F64_MR, AVX2_F64_NR, avx2_f64, AVX2_F64_BLOCKING, probe_avx2_f64),
-    avx512 = (AVX512_F64_MR, AVX512_F64_NR, avx512_f64, AVX512_F64_BLOCKING, probe_avx512_f64),
+    avx2 = (AVX2_F64_MR, AVX2_F64_NR, avx2_f64, avx2_f64_in_place, AVX2_F64_BLOCKING, probe_avx2_f64),
+    avx512 = (AVX512_F64_MR, AVX512_F64_NR, avx512_f64, avx512_f64_in_place, AVX512_F64_BLOCKING, probe_avx512_f64),
 }
 
 /// The portable throughput probe: 12 independent multiply-then-add chains (not fused).

@@ -33,7 +33,7 @@ use crate::error::{Result, invalid, shape_error};
 use nalgebra::{ClosedAddAssign, ClosedMulAssign, DMatrix};
 use num_traits::{One, Zero};
 
-pub use blocked::PARALLEL_MIN_FLOPS;
+pub use blocked::{IN_PLACE_MAX_STEP, PARALLEL_MIN_FLOPS};
 pub use dispatch::{
     BACKEND_ENV, Backend, Blocking, KERNEL_ENV, Kernel, ProductChoices, ProductStats, THREADS_ENV, active_backend, active_kernel,
     available_kernels, best_kernel, default_threads, env_kernel, kernel_calls, last_product, nalgebra_products, parse_backend_setting,

@@ -45,7 +45,7 @@ const PREFETCH_AHEAD: usize = 16;
 macro_rules! simd_kernel {
     (
         $(#[$doc:meta])*
-        name = $name:ident, inner = $inner:ident, elem = $t:ty, vector = $v:ty,
+        name = $name:ident, in_place = $in_place:ident, inner = $inner:ident, elem = $t:ty, vector = $v:ty,
         lanes = $lanes:expr, mr = $mr:expr, nr = $nr:expr,
         features = $features:literal, detect = [$($detect:tt),+],
         zero = $zero:ident, load = $load:ident, store = $store:ident, splat = $splat:ident,
@@ -63,20 +63,62 @@ macro_rules! simd_kernel {
             let c_columns: [*mut $t; $nr] = std::array::from_fn(|j| c[j][row..row + MR].as_mut_ptr());
             // SAFETY: the CPU features the inner function is compiled for were detected just above,
             // and the asserts and slicing above establish exactly the bounds `$inner` requires:
-            // kc·MR values of `a`, kc·NR values of `b`, MR writable values behind each column pointer
-            // (distinct `&mut` slices, so no two pointers alias).
-            unsafe { $inner(kc, a.as_ptr(), b.as_ptr(), alpha, beta, c_columns) }
+            // kc·MR values of `a`, kc·NR values of `b` (packed: steps MR and NR, lane 1), MR
+            // writable values behind each column pointer (distinct `&mut` slices, so no two
+            // pointers alias).
+            unsafe { $inner::<false>(kc, a.as_ptr(), b.as_ptr(), $nr, 1, alpha, beta, c_columns) }
+        }
+
+        /// The same tile update with a packed A sliver and the B sliver read where it is instead
+        /// of packed: element (p, j) of B is `b[p·b_step + j·b_lane]`, any layout. Safe: checks
+        /// the CPU and that the last element of each sliver lies inside its slice.
+        #[allow(clippy::too_many_arguments)]
+        pub(super) fn $in_place(
+            kc: usize,
+            a: &[$t],
+            b: &[$t],
+            b_step: usize,
+            b_lane: usize,
+            alpha: $t,
+            beta: $t,
+            c: &mut [&mut [$t]],
+            row: usize,
+        ) {
+            const MR: usize = $mr;
+            assert!($(std::arch::is_x86_feature_detected!($detect))&&+, "{} needs CPU features {:?}", stringify!($in_place), [$($detect),+]);
+            if kc > 0 {
+                assert!(a.len() >= kc * MR, "packed A sliver too short");
+                assert!(b.len() > (kc - 1) * b_step + ($nr - 1) * b_lane, "B sliver too short for its step and lane");
+            }
+            assert!(c.len() >= $nr, "fewer than NR columns of C");
+            let c_columns: [*mut $t; $nr] = std::array::from_fn(|j| c[j][row..row + MR].as_mut_ptr());
+            // SAFETY: as in the packed kernel; the B assert bounds the highest index read,
+            // (kc − 1)·b_step + (NR − 1)·b_lane, and every other index read of B is smaller.
+            unsafe { $inner::<true>(kc, a.as_ptr(), b.as_ptr(), b_step, b_lane, alpha, beta, c_columns) }
         }
 
         /// # Safety
         ///
-        /// The CPU must support the enabled features; `a` must be valid for `kc·MR` reads, `b`
-        /// for `kc·NR` reads, and each of the NR pointers in `c` for reads and writes of MR
-        /// consecutive elements, none overlapping another.
+        /// The CPU must support the enabled features; `a` must be valid for kc·MR reads, `b` for
+        /// reads at every `p·b_step + j·b_lane` (p < kc, j < NR), and each of the NR pointers in
+        /// `c` for reads and writes of MR consecutive elements, none overlapping another. With
+        /// `IN_PLACE` false B's step and lane are the packed ones (NR, 1) whatever is passed, so
+        /// the compiler sees them as constants.
+        #[allow(clippy::too_many_arguments)]
         #[target_feature(enable = $features)]
-        unsafe fn $inner(kc: usize, a: *const $t, b: *const $t, alpha: $t, beta: $t, c: [*mut $t; $nr]) {
+        unsafe fn $inner<const IN_PLACE: bool>(
+            kc: usize,
+            a: *const $t,
+            b: *const $t,
+            b_step: usize,
+            b_lane: usize,
+            alpha: $t,
+            beta: $t,
+            c: [*mut $t; $nr],
+        ) {
             const MR: usize = $mr;
             const MV: usize = MR / $lanes;
+            let (b_step, b_lane) = if IN_PLACE { (b_step, b_lane) } else { ($nr, 1) };
             // Ask for the C tile now, so its cache lines arrive while the kc loop runs instead of
             // stalling the write-back at the end (C's columns are a whole leading dimension apart).
             for c_j in c {
@@ -94,8 +136,8 @@ macro_rules! simd_kernel {
                     *a_pr = unsafe { $load(a.add(p * MR + r * $lanes)) };
                 }
                 for (j, acc_j) in acc.iter_mut().enumerate() {
-                    // SAFETY: p·NR + j < kc·NR, inside the values the caller guarantees readable.
-                    let b_pj = $splat(unsafe { *b.add(p * $nr + j) });
+                    // SAFETY: p < kc and j < NR: an index the caller guarantees readable.
+                    let b_pj = $splat(unsafe { *b.add(p * b_step + j * b_lane) });
                     for (acc_jr, &a_pr) in acc_j.iter_mut().zip(&a_p) {
                         *acc_jr = $fma(a_pr, b_pj, *acc_jr);
                     }
@@ -157,7 +199,7 @@ pub const AVX512_F64_NR: usize = 8;
 
 simd_kernel! {
     /// AVX2+FMA, f32: a 16×6 tile in 12 of the 16 ymm registers.
-    name = avx2_f32, inner = avx2_f32_inner, elem = f32, vector = __m256,
+    name = avx2_f32, in_place = avx2_f32_in_place, inner = avx2_f32_inner, elem = f32, vector = __m256,
     lanes = 8, mr = AVX2_F32_MR, nr = AVX2_F32_NR, features = "avx2,fma", detect = ["avx2", "fma"],
     zero = _mm256_setzero_ps, load = _mm256_loadu_ps, store = _mm256_storeu_ps, splat = _mm256_set1_ps,
     fma = _mm256_fmadd_ps, mul = _mm256_mul_ps,
@@ -165,7 +207,7 @@ simd_kernel! {
 
 simd_kernel! {
     /// AVX2+FMA, f64: an 8×6 tile in 12 of the 16 ymm registers.
-    name = avx2_f64, inner = avx2_f64_inner, elem = f64, vector = __m256d,
+    name = avx2_f64, in_place = avx2_f64_in_place, inner = avx2_f64_inner, elem = f64, vector = __m256d,
     lanes = 4, mr = AVX2_F64_MR, nr = AVX2_F64_NR, features = "avx2,fma", detect = ["avx2", "fma"],
     zero = _mm256_setzero_pd, load = _mm256_loadu_pd, store = _mm256_storeu_pd, splat = _mm256_set1_pd,
     fma = _mm256_fmadd_pd, mul = _mm256_mul_pd,
@@ -173,7 +215,7 @@ simd_kernel! {
 
 simd_kernel! {
     /// AVX-512F, f32: a 32×8 tile in 16 of the 32 zmm registers.
-    name = avx512_f32, inner = avx512_f32_inner, elem = f32, vector = __m512,
+    name = avx512_f32, in_place = avx512_f32_in_place, inner = avx512_f32_inner, elem = f32, vector = __m512,
     lanes = 16, mr = AVX512_F32_MR, nr = AVX512_F32_NR, features = "avx512f", detect = ["avx512f"],
     zero = _mm512_setzero_ps, load = _mm512_loadu_ps, store = _mm512_storeu_ps, splat = _mm512_set1_ps,
     fma = _mm512_fmadd_ps, mul = _mm512_mul_ps,
@@ -181,7 +223,7 @@ simd_kernel! {
 
 simd_kernel! {
     /// AVX-512F, f64: a 16×8 tile in 16 of the 32 zmm registers.
-    name = avx512_f64, inner = avx512_f64_inner, elem = f64, vector = __m512d,
+    name = avx512_f64, in_place = avx512_f64_in_place, inner = avx512_f64_inner, elem = f64, vector = __m512d,
     lanes = 8, mr = AVX512_F64_MR, nr = AVX512_F64_NR, features = "avx512f", detect = ["avx512f"],
     zero = _mm512_setzero_pd, load = _mm512_loadu_pd, store = _mm512_storeu_pd, splat = _mm512_set1_pd,
     fma = _mm512_fmadd_pd, mul = _mm512_mul_pd,
