@@ -831,7 +831,8 @@ pub enum Store {
 /// [`layer_norm_backward`] into buffers the caller keeps: ∂L/∂γ and ∂L/∂β into `d_gamma` and
 /// `d_beta` (1×C, overwritten), ∂L/∂x into `d_x` (N×C), written or added as `store` says.
 /// Nothing is checked here ([`layer_norm_backward`] checks and then calls this). The sums over
-/// rows for ∂L/∂γ and ∂L/∂β run in [`crate::float::SUM_LANES`] lanes ([`lane_sum`], [`lane_dot`]).
+/// rows for ∂L/∂γ and ∂L/∂β run in [`crate::float::SUM_LANES`] lanes ([`lane_sum`] and its dot
+/// product).
 pub fn layer_norm_backward_into<T: Float>(
     ln: &LayerNorm<T>,
     cache: &LnCache<T>,
