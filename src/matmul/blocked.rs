@@ -16,7 +16,7 @@
 use super::Element;
 use super::dispatch::{Blocking, Kernel, ProductStats};
 use super::kernels::MicroKernel;
-use super::pack::{Operand, pack_a, pack_b};
+use super::pack::{Operand, pack_a, pack_b, prefetch};
 use std::sync::Mutex;
 
 /// Products with fewer flops (2·m·n·k) than this run on one thread. Starting and joining a
@@ -273,6 +273,15 @@ impl<T: Element> Job<'_, T> {
                         let cols = nr.min(nc - jr);
                         let b_sliver = if jr < b_packed_from {
                             let b = self.b;
+                            if b.rs == 1 && jr + 2 * nr <= b_packed_from {
+                                // The next sliver's NR column runs, asked for while this one is
+                                // used (packing used to fetch them this way): a product of one
+                                // sliver of A, such as a cached generation step, streams B from
+                                // memory once, faster with the fetch started early.
+                                for j in jr + nr..jr + 2 * nr {
+                                    prefetch(&b.data[pc + (piece.j0 + jc + j) * b.cs..][..kc]);
+                                }
+                            }
                             Sliver { data: &b.data[pc * b.rs + (piece.j0 + jc + jr) * b.cs..], step: b.rs, lane: b.cs }
                         } else {
                             let q = (jr - b_packed_from) / nr;

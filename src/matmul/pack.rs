@@ -76,7 +76,7 @@ pub(crate) fn pack_b<T: Element>(dst: &mut [T], b: Operand<T>, p0: usize, kc: us
 const RUNS_AHEAD: usize = 4;
 
 /// Asks the cache for every line of `s` (a hint: no effect on results, and none off x86-64).
-fn prefetch<T>(s: &[T]) {
+pub(crate) fn prefetch<T>(s: &[T]) {
     #[cfg(target_arch = "x86_64")]
     super::simd::prefetch_lines(s);
     #[cfg(not(target_arch = "x86_64"))]
