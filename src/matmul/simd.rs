@@ -1,11 +1,15 @@
-//! The SIMD micro-kernels (x86-64 only): AVX2+FMA and AVX-512F, for f32 and f64.
+//! The SIMD micro-kernels (x86-64 only): AVX2+FMA and AVX-512F, for f32 and f64; with them the
+//! other loops that need wider registers than the baseline build has (the FMA probe, `map_f32`'s
+//! elementwise loops, and packing's 8×8 transposes).
 //!
 //! This is the only module of the crate allowed to use `unsafe`. Each kernel is a safe function
 //! that checks, before anything else,
 //!
 //! 1. that the CPU has the instruction set (the standard library's cached feature detection), and
 //! 2. that every slice is long enough for the tile it stands for: `a.len() ≥ kc·MR`,
-//!    `b.len() ≥ kc·NR`, and NR columns of C each holding MR elements from row `row` on,
+//!    `b.len() ≥ kc·NR` (for the in-place entry, which reads B through a step and a lane, the
+//!    highest index it reads, `(kc − 1)·step + (NR − 1)·lane`), and NR columns of C each holding
+//!    MR elements from row `row` on,
 //!
 //! and only then calls the `#[target_feature]` function that does the work through raw pointers.
 //! Those two checks are the whole safety argument: (1) makes executing the instructions defined
