@@ -93,9 +93,9 @@ fn first_non_finite<T: Float>(v: &[T]) -> Option<usize> {
         .and_then(|(b, block)| block.iter().position(|x| !x.is_finite()).map(|i| b * BLOCK + i))
 }
 
-/// Lanes of independent partial sums in [`lane_sum`] and [`lane_dot`]. A plain `iter().sum()` is
+/// Lanes of independent partial sums in [`lane_sum`] and its dot product. A plain `iter().sum()` is
 /// one chain of additions, each waiting for the one before (about 3 cycles apiece); sixteen
-/// chains side by side fill four SSE registers of f32 (two AVX-512 halves), so the additions
+/// chains side by side fill four SSE registers of f32, so the additions
 /// overlap. The order of the additions is fixed by this number, not by the machine, so the sums
 /// are reproducible, but they are not the bits of the one-chain sum.
 pub const SUM_LANES: usize = 16;
