@@ -672,6 +672,13 @@ mod model {
         }
     }
 
+    /// `windows` random windows of `seq_len` tokens from a corpus of `len` tokens drawn uniformly
+    /// from a vocabulary of `vocab`, the corpus and the windows both from `rng`.
+    pub fn random_batch(vocab: usize, len: usize, seq_len: usize, windows: usize, rng: &mut Rng) -> Batch {
+        let tokens: Vec<u32> = (0..len).map(|_| rng.below(vocab) as u32).collect();
+        data::random_windows(&tokens, seq_len, windows, rng).unwrap()
+    }
+
     /// A model whose biases and LayerNorm parameters are not at their initial 0 and 1, so every
     /// gradient term is exercised.
     pub fn perturbed(config: Config, seed: u64) -> Gpt<f64> {
@@ -756,8 +763,7 @@ mod model {
         let config = Config::new(65, 16, 2, 2, 32);
         let model = Gpt::<f64>::new(config, 1).unwrap();
         let mut rng = Rng::new(2);
-        let tokens: Vec<u32> = (0..2_000).map(|_| rng.below(65) as u32).collect();
-        let batch = data::random_windows(&tokens, 16, 8, &mut rng).unwrap();
+        let batch = random_batch(65, 2_000, 16, 8, &mut rng);
         let loss = model.loss(&batch).unwrap();
         let ln_v = (65.0_f64).ln();
         assert!((loss - ln_v).abs() < 0.02, "loss {loss} vs ln 65 = {ln_v}");
@@ -1786,8 +1792,7 @@ mod fused_step {
         let config = Config::new(65, 32, 2, 4, 64);
         let model = Gpt::<f64>::new(config, 3).unwrap();
         let mut rng = Rng::new(4);
-        let tokens: Vec<u32> = (0..5_000).map(|_| rng.below(65) as u32).collect();
-        let batch = data::random_windows(&tokens, 32, 6, &mut rng).unwrap();
+        let batch = super::model::random_batch(65, 5_000, 32, 6, &mut rng);
         let reference = model.loss_and_grads(&batch).unwrap();
         let mut fused = FusedStep::<f32>::new();
         let (loss, grads) = fused.loss_and_grads(&model.cast::<f32>(), &batch).unwrap();
