@@ -24,7 +24,8 @@ use llm_workbook::ch09_gpt::schedule::Schedule;
 use llm_workbook::ch09_gpt::schedule::clip_global_norm;
 use llm_workbook::ch09_gpt::train::{Data, TrainConfig, Trainer};
 use llm_workbook::matmul::{
-    Backend, active_backend, default_threads, matmul, matmul_nt, matmul_tn, nalgebra_products, product_choices, with_threads,
+    Backend, active_backend, default_threads, matmul, matmul_nt, matmul_tn, nalgebra_products,
+    product_choices, with_threads,
 };
 use llm_workbook::rng::Rng;
 use nalgebra::DMatrix;
@@ -37,7 +38,11 @@ const BACKEND_ENV: &str = "LLM_WORKBOOK_BACKEND";
 fn cpu_name() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
         .unwrap_or_else(|| "unknown CPU".into())
 }
 
@@ -148,7 +153,9 @@ fn reference_step(trainer: &mut Trainer<f32>, data: &Data, tc: &TrainConfig) {
 }
 
 fn load() -> String {
-    std::fs::read_to_string("/proc/loadavg").map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" ")).unwrap_or_default()
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
 }
 
 fn best_of(k: usize, mut f: impl FnMut() -> f64) -> f64 {
@@ -212,7 +219,8 @@ fn generation() -> (f64, f64) {
     let model = Gpt::<f32>::new(config, 1).unwrap();
     let run = |cache: bool| {
         let t = Instant::now();
-        let g = generate(&model, &[0], 256, &Decoding::temperature(1.0), &mut Rng::new(3), cache).unwrap();
+        let g = generate(&model, &[0], 256, &Decoding::temperature(1.0), &mut Rng::new(3), cache)
+            .unwrap();
         assert_eq!(g.new_tokens().len(), 256);
         256.0 / t.elapsed().as_secs_f64()
     };
@@ -229,9 +237,16 @@ fn child(flag: &str, threads: usize, backend: Backend) -> Result<Vec<f64>, Strin
         .env(BACKEND_ENV, backend.name())
         .output()
         .map_err(|e| e.to_string())?;
-    let v: Vec<f64> = String::from_utf8_lossy(&out.stdout).split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    let v: Vec<f64> = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
     if v.is_empty() || !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("no output").to_string());
+        return Err(String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .last()
+            .unwrap_or("no output")
+            .to_string());
     }
     Ok(v)
 }
@@ -243,7 +258,11 @@ fn main() {
         let (tps, step, products) = train_step(kind == "--child-train-step-reference");
         // The evidence that the requested backend really computed the step's products.
         let by_nalgebra = nalgebra_products() > before;
-        assert_eq!(by_nalgebra, active_backend() == Backend::Nalgebra, "the backend that ran is not the one asked for");
+        assert_eq!(
+            by_nalgebra,
+            active_backend() == Backend::Nalgebra,
+            "the backend that ran is not the one asked for"
+        );
         println!("{tps} {step} {products}");
         return;
     }
@@ -256,9 +275,15 @@ fn main() {
         println!("gpt_train_step: bench\ngpt_generate: bench");
         return;
     }
-    println!("Chapter 9 benchmarks on {} ({} logical CPUs)", cpu_name(), std::thread::available_parallelism().map_or(1, |n| n.get()));
+    println!(
+        "Chapter 9 benchmarks on {} ({} logical CPUs)",
+        cpu_name(),
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
     println!();
-    println!("gpt_train_step: 4 layers, 4 heads, width 128, context 64, batch 12, vocabulary 65, f32");
+    println!(
+        "gpt_train_step: 4 layers, 4 heads, width 128, context 64, batch 12, vocabulary 65, f32"
+    );
     println!(
         "| threads | step | products by | tokens/s | ms/step | products replayed | share | fused ours ÷ this row | load (1, 5, 15 min) |"
     );
@@ -281,7 +306,10 @@ fn main() {
                         Some(o) => format!("{:.2}×", o / tps),
                     };
                     let (replayed, share) = if products > 0.0 {
-                        (format!("{:.1} ms", products * 1e3), format!("{:.0} %", 100.0 * products / step))
+                        (
+                            format!("{:.1} ms", products * 1e3),
+                            format!("{:.0} %", 100.0 * products / step),
+                        )
                     } else {
                         ("—".to_string(), "—".to_string())
                     };
@@ -292,15 +320,26 @@ fn main() {
                         load()
                     );
                 }
-                Ok(v) => println!("| {threads} | {step_kind} | {} | failed: printed {v:?} |", backend.name()),
-                Err(e) => println!("| {threads} | {step_kind} | {} | failed: {e} |", backend.name()),
+                Ok(v) => println!(
+                    "| {threads} | {step_kind} | {} | failed: printed {v:?} |",
+                    backend.name()
+                ),
+                Err(e) => {
+                    println!("| {threads} | {step_kind} | {} | failed: {e} |", backend.name())
+                }
             }
         }
     }
-    println!("(With 2 threads the fused step runs its two batch shards side by side, each product on one thread, whatever the");
-    println!(" backend; the reference step runs one product at a time, ours splitting large ones over the threads.)");
+    println!(
+        "(With 2 threads the fused step runs its two batch shards side by side, each product on one thread, whatever the"
+    );
+    println!(
+        " backend; the reference step runs one product at a time, ours splitting large ones over the threads.)"
+    );
     println!();
-    println!("gpt_generate: 256 new tokens at batch 1, 6 layers, 6 heads, width 384, context 256, f32");
+    println!(
+        "gpt_generate: 256 new tokens at batch 1, 6 layers, 6 heads, width 384, context 256, f32"
+    );
     println!("| threads | key/value cache | tokens/s | load (1, 5, 15 min) |");
     println!("|---|---|---|---|");
     for threads in [1, 2] {

@@ -53,7 +53,11 @@ mod newcomer {
     /// The markdown pages a reader walks: the README and every chapter page.
     fn pages() -> Vec<PathBuf> {
         let mut pages = vec![root().join("README.md")];
-        pages.extend(super::chapters().iter().map(|c| root().join("chapters").join(format!("{}.md", c.stem))));
+        pages.extend(
+            super::chapters()
+                .iter()
+                .map(|c| root().join("chapters").join(format!("{}.md", c.stem))),
+        );
         pages
     }
 
@@ -75,8 +79,13 @@ mod newcomer {
                 let before = &rest[..close];
                 let after = &rest[close + 2..];
                 let Some(end) = after.find(')') else { break };
-                let (text, image) = before.rfind('[').map_or(("", false), |open| (&before[open + 1..], before[..open].ends_with('!')));
-                out.push((format!("{}{text}", if image { "!" } else { "" }), after[..end].trim().to_string()));
+                let (text, image) = before.rfind('[').map_or(("", false), |open| {
+                    (&before[open + 1..], before[..open].ends_with('!'))
+                });
+                out.push((
+                    format!("{}{text}", if image { "!" } else { "" }),
+                    after[..end].trim().to_string(),
+                ));
                 rest = &after[end + 1..];
             }
         }
@@ -84,7 +93,10 @@ mod newcomer {
     }
 
     fn is_relative(target: &str) -> bool {
-        !(target.is_empty() || target.starts_with('#') || target.contains("://") || target.starts_with("mailto:"))
+        !(target.is_empty()
+            || target.starts_with('#')
+            || target.contains("://")
+            || target.starts_with("mailto:"))
     }
 
     #[test]
@@ -112,7 +124,10 @@ mod newcomer {
     fn the_link_checker_sees_a_broken_link() {
         let md = "see [a](no/such/file.md) and ![b](img/x.png), not `[c](d)` in code\n```\n[e](f)\n```\n";
         let found = links(md);
-        assert_eq!(found.iter().map(|(_, t)| t.as_str()).collect::<Vec<_>>(), ["no/such/file.md", "img/x.png", "d"]);
+        assert_eq!(
+            found.iter().map(|(_, t)| t.as_str()).collect::<Vec<_>>(),
+            ["no/such/file.md", "img/x.png", "d"]
+        );
         assert_eq!(found.iter().map(|(t, _)| t.as_str()).collect::<Vec<_>>(), ["a", "!b", "c"]);
         assert!(!root().join("no/such/file.md").exists());
     }
@@ -136,7 +151,8 @@ mod newcomer {
                 missing.push(format!("{}: no link to ../tests/{}.rs", ch.stem, ch.stem));
             }
             let prefix = format!("{}__", ch.stem);
-            if snapshots.iter().any(|s| s.starts_with(&prefix)) && !targets.iter().any(|t| t.starts_with(&format!("../snapshots/{prefix}")))
+            if snapshots.iter().any(|s| s.starts_with(&prefix))
+                && !targets.iter().any(|t| t.starts_with(&format!("../snapshots/{prefix}")))
             {
                 missing.push(format!("{}: has snapshots but links none of them", ch.stem));
             }
@@ -145,7 +161,8 @@ mod newcomer {
             for png in images.iter().filter(|f| f.starts_with(&img_prefix) && f.ends_with(".png")) {
                 let target = format!("img/{png}");
                 if !found.iter().any(|(text, t)| text.starts_with('!') && *t == target) {
-                    missing.push(format!("{}: chapters/img/{png} is not shown on the page", ch.stem));
+                    missing
+                        .push(format!("{}: chapters/img/{png} is not shown on the page", ch.stem));
                 }
             }
             // Formulas link the code that computes them: at least three links whose text names a
@@ -154,21 +171,31 @@ mod newcomer {
             for (text, target) in &found {
                 let Some(file) = target.strip_prefix("../src/") else { continue };
                 let name = text.trim_matches('`');
-                if text.starts_with('`') && !name.is_empty() && name.chars().all(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+                if text.starts_with('`')
+                    && !name.is_empty()
+                    && name.chars().all(|c| c.is_alphanumeric() || c == '_' || c == ':')
+                {
                     named += 1;
                     let item = name.rsplit("::").next().unwrap_or(name);
                     let path = root().join("src").join(file.split('#').next().unwrap_or_default());
                     let code = if path.is_dir() { String::new() } else { read(&path) };
-                    let defines = ["fn", "struct", "enum", "const", "static", "trait", "type", "mod"]
-                        .iter()
-                        .any(|kw| code.contains(&format!("{kw} {item}")));
+                    let defines =
+                        ["fn", "struct", "enum", "const", "static", "trait", "type", "mod"]
+                            .iter()
+                            .any(|kw| code.contains(&format!("{kw} {item}")));
                     if !defines {
-                        missing.push(format!("{}: [`{name}`] links {target}, which defines no {item}", ch.stem));
+                        missing.push(format!(
+                            "{}: [`{name}`] links {target}, which defines no {item}",
+                            ch.stem
+                        ));
                     }
                 }
             }
             if named < 3 {
-                missing.push(format!("{}: only {named} links from the prose to a named function or type", ch.stem));
+                missing.push(format!(
+                    "{}: only {named} links from the prose to a named function or type",
+                    ch.stem
+                ));
             }
         }
         assert!(missing.is_empty(), "{}", missing.join("\n"));
@@ -177,7 +204,8 @@ mod newcomer {
     /// The rows of the README's "Bad input" table: (entry point, test path).
     fn bad_input_rows() -> Vec<(String, String)> {
         let readme = read(&root().join("README.md"));
-        let start = readme.find("\n## Bad input").expect("README.md has a \"## Bad input\" section");
+        let start =
+            readme.find("\n## Bad input").expect("README.md has a \"## Bad input\" section");
         let section = &readme[start + 1..];
         let section = &section[..section[3..].find("\n## ").map_or(section.len(), |e| e + 3)];
         let mut rows = Vec::new();
@@ -200,7 +228,10 @@ mod newcomer {
         let mut cli_rows = 0;
         for (entry, cell) in &rows {
             // The cell holds one or more `tests/<stem>.rs::<name>` references.
-            let refs: Vec<&str> = cell.split('`').filter(|s| s.starts_with("tests/") && s.contains(".rs::")).collect();
+            let refs: Vec<&str> = cell
+                .split('`')
+                .filter(|s| s.starts_with("tests/") && s.contains(".rs::"))
+                .collect();
             if refs.is_empty() {
                 wrong.push(format!("{entry}: names no test (`tests/<stem>.rs::<name>`): {cell}"));
             }
@@ -210,15 +241,25 @@ mod newcomer {
                 let path = root().join(file);
                 match std::fs::read_to_string(&path) {
                     Err(e) => wrong.push(format!("{entry}: {file}: {e}")),
-                    Ok(code) if !code.contains(&format!("fn {name}(")) => wrong.push(format!("{entry}: {file} has no fn {name}")),
+                    Ok(code) if !code.contains(&format!("fn {name}(")) => {
+                        wrong.push(format!("{entry}: {file} has no fn {name}"))
+                    }
                     Ok(code) => {
                         // A bad-input test that asserts nothing would prove nothing.
                         let body = &code[code.find(&format!("fn {name}(")).unwrap_or(0)..];
-                        let body = &body[..body[3..].find("\nfn ").or_else(|| body[3..].find("\n    fn ")).map_or(body.len(), |e| e + 3)];
-                        if !body.contains("assert") && !body.contains("unwrap_err") && !body.contains("expect_err") {
+                        let body = &body[..body[3..]
+                            .find("\nfn ")
+                            .or_else(|| body[3..].find("\n    fn "))
+                            .map_or(body.len(), |e| e + 3)];
+                        if !body.contains("assert")
+                            && !body.contains("unwrap_err")
+                            && !body.contains("expect_err")
+                        {
                             wrong.push(format!("{entry}: {file}::{name} asserts nothing"));
                         }
-                        if let Some(stem) = file.strip_prefix("tests/").and_then(|f| f.strip_suffix(".rs")) {
+                        if let Some(stem) =
+                            file.strip_prefix("tests/").and_then(|f| f.strip_suffix(".rs"))
+                        {
                             stems_covered.insert(stem.to_string());
                         }
                     }
@@ -244,14 +285,27 @@ mod newcomer {
         let lib = read(&root().join("src").join("lib.rs"));
         assert!(lib.contains("#![deny(unsafe_code)]"), "src/lib.rs must deny unsafe code");
         let matmul = read(&root().join("src").join("matmul").join("mod.rs"));
-        let allows: Vec<&str> = matmul.lines().filter(|l| l.contains("allow(unsafe_code)")).collect();
-        assert_eq!(allows.len(), 1, "exactly one allow(unsafe_code) in src/matmul/mod.rs: {allows:?}");
+        let allows: Vec<&str> =
+            matmul.lines().filter(|l| l.contains("allow(unsafe_code)")).collect();
+        assert_eq!(
+            allows.len(),
+            1,
+            "exactly one allow(unsafe_code) in src/matmul/mod.rs: {allows:?}"
+        );
         let after = &matmul[matmul.find("allow(unsafe_code)").unwrap_or(0)..];
-        assert!(after.lines().nth(1).is_some_and(|l| l.trim() == "mod simd;"), "the allow must sit on `mod simd;`");
+        assert!(
+            after.lines().nth(1).is_some_and(|l| l.trim() == "mod simd;"),
+            "the allow must sit on `mod simd;`"
+        );
         // No other file (binaries included, which the crate attribute does not reach) opts out
         // or writes `unsafe`.
         let mut offenders = Vec::new();
-        let mut stack = vec![root().join("src"), root().join("tests"), root().join("benches"), root().join("examples")];
+        let mut stack = vec![
+            root().join("src"),
+            root().join("tests"),
+            root().join("benches"),
+            root().join("examples"),
+        ];
         while let Some(dir) = stack.pop() {
             let Ok(entries) = std::fs::read_dir(&dir) else { continue };
             for entry in entries.flatten() {
@@ -270,13 +324,18 @@ mod newcomer {
                     let hit = code_part.contains("unsafe {")
                         || code_part.contains("unsafe fn")
                         || code_part.contains("unsafe impl")
-                        || (code_part.contains("allow(unsafe_code)") && !path.ends_with("matmul/mod.rs"));
+                        || (code_part.contains("allow(unsafe_code)")
+                            && !path.ends_with("matmul/mod.rs"));
                     if hit && !own {
                         offenders.push(format!("{}:{}: {}", path.display(), i + 1, line.trim()));
                     }
                 }
             }
         }
-        assert!(offenders.is_empty(), "unsafe outside src/matmul/simd.rs:\n{}", offenders.join("\n"));
+        assert!(
+            offenders.is_empty(),
+            "unsafe outside src/matmul/simd.rs:\n{}",
+            offenders.join("\n")
+        );
     }
 }

@@ -14,11 +14,9 @@ use crate::float::{Float, ensure_finite};
 use crate::plot::{Figure, LineChart, Regions, ScatterChart, Series};
 use crate::report::{Chapter, Walk, Worked};
 use crate::rng::Rng;
+use crate::sources::D0;
 use nalgebra::{DMatrix, DVector};
 use std::path::{Path, PathBuf};
-
-/// The document this chapter follows.
-pub const DOC: &str = "000_ecafa82feab4bef6.txt";
 
 /// The decision threshold: predict class 1 when σ(z) ≥ 0.5, i.e. when z ≥ 0.
 pub const THRESHOLD: f64 = 0.5;
@@ -70,7 +68,12 @@ fn check_batch<T: Float>(op: &'static str, w: &DVector<T>, x: &DMatrix<T>) -> Re
 
 fn check_labels<T: Float>(op: &'static str, y: &DVector<T>, n: usize) -> Result<()> {
     if y.len() != n {
-        return Err(shape_error(op, "y and x", format!("{n} labels (one per row of x)"), format!("{} labels", y.len())));
+        return Err(shape_error(
+            op,
+            "y and x",
+            format!("{n} labels (one per row of x)"),
+            format!("{} labels", y.len()),
+        ));
     }
     if let Some(i) = y.iter().position(|&v| v != T::zero() && v != T::one()) {
         return Err(invalid(op, "y", format!("labels must be 0 or 1; y[{i}] = {}", y[i])));
@@ -100,7 +103,11 @@ pub struct LogitGrads<T: Float> {
 }
 
 /// Backward of [`logits_forward`]: from ∂L/∂z (length N) to the gradients of x, w and b.
-pub fn logits_backward<T: Float>(x: &DMatrix<T>, w: &DVector<T>, d_z: &DVector<T>) -> Result<LogitGrads<T>> {
+pub fn logits_backward<T: Float>(
+    x: &DMatrix<T>,
+    w: &DVector<T>,
+    d_z: &DVector<T>,
+) -> Result<LogitGrads<T>> {
     if d_z.len() != x.nrows() || w.len() != x.ncols() {
         return Err(shape_error(
             "logits_backward",
@@ -153,7 +160,11 @@ pub fn bce_mean_from_logits<T: Float>(z: &DVector<T>, y: &DVector<T>) -> Result<
     }
     check_labels("bce_mean_from_logits", y, z.len())?;
     if let Some(i) = z.iter().position(|v| !v.is_finite()) {
-        return Err(Error::NonFinite { op: "bce_mean_from_logits", arg: "z", at: format!("index {i}") });
+        return Err(Error::NonFinite {
+            op: "bce_mean_from_logits",
+            arg: "z",
+            at: format!("index {i}"),
+        });
     }
     let n = T::of(z.len() as f64);
     Ok(z.iter().zip(y.iter()).map(|(&zi, &yi)| bce_from_logit(yi, zi)).sum::<T>() / n)
@@ -168,7 +179,12 @@ fn check_same_length<T: Float>(op: &'static str, y: &DVector<T>, y_hat: &DVector
     if y.len() == y_hat.len() {
         Ok(())
     } else {
-        Err(shape_error(op, "y and y_hat", format!("y_hat of length {} (one probability per label)", y.len()), format!("{}", y_hat.len())))
+        Err(shape_error(
+            op,
+            "y and y_hat",
+            format!("y_hat of length {} (one probability per label)", y.len()),
+            format!("{}", y_hat.len()),
+        ))
     }
 }
 
@@ -176,7 +192,10 @@ fn check_same_length<T: Float>(op: &'static str, y: &DVector<T>, y_hat: &DVector
 /// ŷ differ in length (an empty batch has likelihood 1).
 pub fn batch_likelihood<T: Float>(y: &DVector<T>, y_hat: &DVector<T>) -> Result<T> {
     check_same_length("batch_likelihood", y, y_hat)?;
-    Ok(y.iter().zip(y_hat.iter()).map(|(&yi, &pi)| bernoulli_likelihood(yi, pi)).fold(T::one(), |a, b| a * b))
+    Ok(y.iter()
+        .zip(y_hat.iter())
+        .map(|(&yi, &pi)| bernoulli_likelihood(yi, pi))
+        .fold(T::one(), |a, b| a * b))
 }
 
 /// The log-likelihood Σᵢ [yᵢ ln ŷᵢ + (1 − yᵢ) ln(1 − ŷᵢ)], the negative of the summed loss.
@@ -214,12 +233,20 @@ pub fn sample_gradient<T: Float>(w: &DVector<T>, b: T, x: &DVector<T>, y: T) -> 
 
 /// The mean loss and its gradients over a batch:
 /// L = (1/N) Σ ℓᵢ, ∇w L = (1/N) Σ (ŷᵢ − yᵢ) xᵢ, ∂L/∂b = (1/N) Σ (ŷᵢ − yᵢ).
-pub fn loss_and_gradient<T: Float>(w: &DVector<T>, b: T, x: &DMatrix<T>, y: &DVector<T>) -> Result<(T, DVector<T>, T)> {
+pub fn loss_and_gradient<T: Float>(
+    w: &DVector<T>,
+    b: T,
+    x: &DMatrix<T>,
+    y: &DVector<T>,
+) -> Result<(T, DVector<T>, T)> {
     let z = logits_forward(w, b, x)?;
     let loss = bce_mean_from_logits(&z, y)?;
     let n = T::of(x.nrows() as f64);
     // ℓ = bce_from_logit(y, z)  ⇒  ∂L/∂zᵢ = (σ(zᵢ) − yᵢ)/N
-    let d_z = DVector::from_iterator(z.len(), z.iter().zip(y.iter()).map(|(&zi, &yi)| (sigmoid(zi) - yi) / n));
+    let d_z = DVector::from_iterator(
+        z.len(),
+        z.iter().zip(y.iter()).map(|(&zi, &yi)| (sigmoid(zi) - yi) / n),
+    );
     let g = logits_backward(x, w, &d_z)?;
     Ok((loss, g.d_w, g.d_b))
 }
@@ -251,7 +278,8 @@ impl Trained {
     pub fn accuracy(&self, x: &DMatrix<f64>, y: &DVector<f64>) -> Result<f64> {
         let p = predict_proba(&self.w, self.b, x)?;
         check_labels("Trained::accuracy", y, x.nrows())?;
-        let right = p.iter().zip(y.iter()).filter(|&(&pi, &yi)| f64::from(classify(pi)) == yi).count();
+        let right =
+            p.iter().zip(y.iter()).filter(|&(&pi, &yi)| f64::from(classify(pi)) == yi).count();
         Ok(right as f64 / x.nrows() as f64)
     }
 }
@@ -326,7 +354,7 @@ pub fn chapter_model() -> Result<(DMatrix<f64>, DVector<f64>, Trained)> {
 /// This chapter's rows of the errata register.
 pub const ERRATA: &[Erratum] = &[
     Erratum {
-        document: DOC,
+        document: D0,
         section: "Deriving BCE, factor ①",
         printed: "∂L/∂ŷ = (ŷ − y)/(y(1 − ŷ))",
         correct: "∂L/∂ŷ = (ŷ − y)/(ŷ(1 − ŷ))",
@@ -334,7 +362,7 @@ pub const ERRATA: &[Erratum] = &[
         test: "tests/ch01_logistic.rs::factor_1_has_denominator_yhat_times_one_minus_yhat",
     },
     Erratum {
-        document: DOC,
+        document: D0,
         section: "Deriving BCE, factor ③ and the result",
         printed: "∂z/∂w = z̄, so ∂J/∂w = z̄(ŷ − y), batch (1/N)Σ(ŷᵢ − yᵢ)zᵢ",
         correct: "∂z/∂w = x̄, so ∂ℓ/∂w = x̄(ŷ − y), batch (1/N)Σ(ŷᵢ − yᵢ)x̄ᵢ",
@@ -342,7 +370,7 @@ pub const ERRATA: &[Erratum] = &[
         test: "tests/ch01_logistic.rs::factor_3_is_the_input_x_not_z",
     },
     Erratum {
-        document: DOC,
+        document: D0,
         section: "Deriving BCE, log of the likelihood",
         printed: "log L = Σ log(yᵢ ŷᵢ (1 − ŷᵢ)^{1−yᵢ})",
         correct: "log L = Σ log(ŷᵢ^{yᵢ} (1 − ŷᵢ)^{1−yᵢ})",
@@ -356,18 +384,34 @@ pub fn worked() -> Result<Vec<Worked>> {
     let switch = |s: f64| sigmoid(s - 10.0);
     let y_hat = 0.8_f64;
     Ok(vec![
-        Worked::number("sigmoid_of_0_is_the_0_5_threshold", DOC, "σ(0), the decision threshold", "0.5", sigmoid(0.0)),
-        Worked::number("bias_minus_10_switches_on_at_weighted_sum_10", DOC, "σ(weighted sum − 10) at weighted sum 10", "0.5", switch(10.0)),
+        Worked::number(
+            "sigmoid_of_0_is_the_0_5_threshold",
+            D0,
+            "σ(0), the decision threshold",
+            "0.5",
+            sigmoid(0.0),
+        ),
+        Worked::number(
+            "bias_minus_10_switches_on_at_weighted_sum_10",
+            D0,
+            "σ(weighted sum − 10) at weighted sum 10",
+            "0.5",
+            switch(10.0),
+        ),
         Worked::text(
             "bias_minus_10_switches_on_at_weighted_sum_10",
-            DOC,
+            D0,
             "σ(s − 10) > 0.5 exactly when s > 10 (checked at s = 9.99, 10.01)",
             "only when weighted sum > 10",
-            if switch(9.99) < 0.5 && switch(10.01) > 0.5 { "only when weighted sum > 10" } else { "no" },
+            if switch(9.99) < 0.5 && switch(10.01) > 0.5 {
+                "only when weighted sum > 10"
+            } else {
+                "no"
+            },
         ),
         Worked::erratum(
             "factor_1_has_denominator_yhat_times_one_minus_yhat",
-            DOC,
+            D0,
             "factor ① at y = 0, ŷ = 0.8: (ŷ − y)/(y(1 − ŷ)) as printed vs (ŷ − y)/(ŷ(1 − ŷ))",
             "inf",
             format!("{:.1}", d_loss_d_yhat(0.0, y_hat)),
@@ -424,7 +468,10 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
         y_label: "value".into(),
         series: vec![
             Series::new("σ(z)", grid.iter().map(|&z| (z, sigmoid(z))).collect()),
-            Series::new("σ′(z) = σ(1 − σ)", grid.iter().map(|&z| (z, sigmoid_derivative(z))).collect()),
+            Series::new(
+                "σ′(z) = σ(1 − σ)",
+                grid.iter().map(|&z| (z, sigmoid_derivative(z))).collect(),
+            ),
         ],
         markers: false,
     });
@@ -444,7 +491,10 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
         title: format!("Training loss, full-batch gradient descent, α = {LEARNING_RATE}"),
         x_label: "step".into(),
         y_label: "mean BCE".into(),
-        series: vec![Series::new("training loss", t.losses.iter().enumerate().map(|(i, &l)| (i as f64, l)).collect())],
+        series: vec![Series::new(
+            "training loss",
+            t.losses.iter().enumerate().map(|(i, &l)| (i as f64, l)).collect(),
+        )],
         markers: false,
     });
     let mut classes = vec![Series::new("class 0", vec![]), Series::new("class 1", vec![])];
@@ -455,7 +505,11 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
     let predict = |px: f64, py: f64| classify(sigmoid(w[0] * px + w[1] * py + b)) as usize;
     let (x0, x1) = (-6.0, 6.0);
     // The boundary wᵀx + b = 0, i.e. x₂ = −(w₁x₁ + b)/w₂.
-    let boundary = if w[1].abs() > 1e-12 { vec![(x0, -(w[0] * x0 + b) / w[1]), (x1, -(w[0] * x1 + b) / w[1])] } else { vec![] };
+    let boundary = if w[1].abs() > 1e-12 {
+        vec![(x0, -(w[0] * x0 + b) / w[1]), (x1, -(w[0] * x1 + b) / w[1])]
+    } else {
+        vec![]
+    };
     let scatter = Figure::Scatter(ScatterChart {
         title: "Two classes and the learned boundary σ(wᵀx + b) = 0.5".into(),
         x_label: "x₁".into(),
@@ -464,7 +518,12 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
         regions: Some(Regions::evaluate((x0, x1), (-5.0, 5.0), 120, 100, predict)),
         lines: vec![Series::new("wᵀx + b = 0", boundary)],
     });
-    Ok(vec![("ch01_sigmoid".into(), sig), ("ch01_bce".into(), bce_fig), ("ch01_loss".into(), loss_fig), ("ch01_boundary".into(), scatter)])
+    Ok(vec![
+        ("ch01_sigmoid".into(), sig),
+        ("ch01_bce".into(), bce_fig),
+        ("ch01_loss".into(), loss_fig),
+        ("ch01_boundary".into(), scatter),
+    ])
 }
 
 fn plots(dir: &Path) -> Result<Vec<PathBuf>> {

@@ -25,17 +25,9 @@ use crate::plot::{Figure, LineChart, Regions, ScatterChart, Series};
 use crate::report::{Chapter, Walk, Worked};
 use crate::rng::Rng;
 use crate::snapshot::fixed;
+use crate::sources::{D0, D1, D2, D3, THIS_CRATE};
 use nalgebra::{DMatrix, DVector};
 use std::path::{Path, PathBuf};
-
-/// Document 000: logistic regression, softmax, temperature and the multiclass gradient.
-pub const DOC_NOTES: &str = "000_ecafa82feab4bef6.txt";
-/// Document 001: the GPT-3 explainer (temperature, logits).
-pub const DOC_EXPLAINER: &str = "001_a269190d72ad5dbb.txt";
-/// Document 002: the lecture slides (log-loss, the max-subtracted softmax).
-pub const DOC_SLIDES: &str = "002_91780c5e7d535c8d.txt";
-/// Document 003: the walk-through (cross-entropy example, logit gradient, the gradient-descent script).
-pub const DOC_WALKTHROUGH: &str = "003_c14ec70d95c4a8c1.txt";
 
 /// How far Σp may stray from 1 (for `f64`; `f32` gets 4·K·ε when that is larger) before a vector
 /// is refused as a probability distribution.
@@ -65,7 +57,10 @@ fn row_maxima<T: Float>(op: &'static str, arg: &'static str, z: &DMatrix<T>) -> 
         return Err(invalid(
             op,
             arg,
-            format!("row {r} of {} is −∞ everywhere (fully masked); softmax has nothing to normalise", shape_of(z)),
+            format!(
+                "row {r} of {} is −∞ everywhere (fully masked); softmax has nothing to normalise",
+                shape_of(z)
+            ),
         ));
     }
     Ok(max)
@@ -78,7 +73,9 @@ fn check_temperature<T: Float>(op: &'static str, temperature: T) -> Result<()> {
         Err(invalid(
             op,
             "temperature T",
-            format!("must be finite and > 0 (T → 0 is the limit argmax, T = 0 divides by zero), got {temperature}"),
+            format!(
+                "must be finite and > 0 (T → 0 is the limit argmax, T = 0 divides by zero), got {temperature}"
+            ),
         ))
     }
 }
@@ -93,21 +90,39 @@ pub fn check_distribution<T: Float>(op: &'static str, arg: &'static str, p: &[T]
         return Err(Error::NonFinite { op, arg, at: format!("index {i}") });
     }
     if let Some(i) = p.iter().position(|&v| v < T::zero() || v > T::one()) {
-        return Err(invalid(op, arg, format!("probabilities lie in [0, 1]; {arg}[{i}] = {}", p[i])));
+        return Err(invalid(
+            op,
+            arg,
+            format!("probabilities lie in [0, 1]; {arg}[{i}] = {}", p[i]),
+        ));
     }
     let sum: T = p.iter().copied().sum();
     let tolerance = DISTRIBUTION_TOLERANCE.max(4.0 * p.len() as f64 * T::epsilon().as_f64());
     if (sum.as_f64() - 1.0).abs() > tolerance {
-        return Err(invalid(op, arg, format!("a distribution must sum to 1 (within {tolerance:e}); Σ{arg} = {sum}")));
+        return Err(invalid(
+            op,
+            arg,
+            format!("a distribution must sum to 1 (within {tolerance:e}); Σ{arg} = {sum}"),
+        ));
     }
     Ok(())
 }
 
-fn check_same_length<T>(op: &'static str, arg: &'static str, a: &DVector<T>, b: &DVector<T>) -> Result<()> {
+fn check_same_length<T>(
+    op: &'static str,
+    arg: &'static str,
+    a: &DVector<T>,
+    b: &DVector<T>,
+) -> Result<()> {
     if a.len() == b.len() {
         Ok(())
     } else {
-        Err(shape_error(op, arg, format!("equal lengths (got {} first)", a.len()), format!("{} and {}", a.len(), b.len())))
+        Err(shape_error(
+            op,
+            arg,
+            format!("equal lengths (got {} first)", a.len()),
+            format!("{} and {}", a.len(), b.len()),
+        ))
     }
 }
 
@@ -121,7 +136,14 @@ fn check_targets(op: &'static str, targets: &[usize], rows: usize, classes: usiz
         ));
     }
     if let Some(i) = targets.iter().position(|&t| t >= classes) {
-        return Err(invalid(op, "targets", format!("targets[{i}] = {} but there are only {classes} classes (0..{classes})", targets[i])));
+        return Err(invalid(
+            op,
+            "targets",
+            format!(
+                "targets[{i}] = {} but there are only {classes} classes (0..{classes})",
+                targets[i]
+            ),
+        ));
     }
     Ok(())
 }
@@ -224,7 +246,11 @@ fn same_shape_nonempty<T: Float>(
 
 /// The element-wise map out_rc = f(r, d_rc, o_rc) over two same-shaped matrices, where f may
 /// also read a per-row quantity (a row sum or dot product) through the row index r.
-fn zip_with_row<T: Float>(d: &DMatrix<T>, o: &DMatrix<T>, f: impl Fn(usize, T, T) -> T) -> DMatrix<T> {
+fn zip_with_row<T: Float>(
+    d: &DMatrix<T>,
+    o: &DMatrix<T>,
+    f: impl Fn(usize, T, T) -> T,
+) -> DMatrix<T> {
     let n = d.nrows();
     let mut out = d.clone();
     for (cd, co) in out.as_mut_slice().chunks_exact_mut(n).zip(o.as_slice().chunks_exact(n)) {
@@ -256,11 +282,18 @@ pub fn log_softmax_rows<T: Float>(z: &DMatrix<T>) -> Result<DMatrix<T>> {
 /// ∂L/∂Z = ∂L/∂(ln Y) − Y ⊙ rowsum(∂L/∂(ln Y)), with Y = e^{ln Y}.
 ///
 /// Shapes: log_y and d N×K. ln Y may hold −∞ (masked entries, whose Y is 0); NaN or +∞ is an error.
-pub fn log_softmax_rows_backward<T: Float>(log_y: &DMatrix<T>, d: &DMatrix<T>) -> Result<DMatrix<T>> {
+pub fn log_softmax_rows_backward<T: Float>(
+    log_y: &DMatrix<T>,
+    d: &DMatrix<T>,
+) -> Result<DMatrix<T>> {
     const OP: &str = "log_softmax_rows_backward";
     same_shape_nonempty(OP, "log_y and d", ("log_y", log_y), d)?;
     if let Some(i) = log_y.iter().position(|v| v.is_nan() || *v == T::infinity()) {
-        return Err(Error::NonFinite { op: OP, arg: "log_y", at: format!("row {}, column {}", i % log_y.nrows(), i / log_y.nrows()) });
+        return Err(Error::NonFinite {
+            op: OP,
+            arg: "log_y",
+            at: format!("row {}, column {}", i % log_y.nrows(), i / log_y.nrows()),
+        });
     }
     ensure_finite(OP, "d", d)?;
     let n = d.nrows();
@@ -286,7 +319,10 @@ pub fn log_sum_exp_rows<T: Float>(z: &DMatrix<T>) -> Result<DVector<T>> {
 /// T = 1 is the plain softmax; T → 0⁺ tends to all weight on each row's maximum (shared equally
 /// among ties); T → ∞ tends to the uniform 1/K. Computed as exp((Z_rc − max_r)/T), so even
 /// T = 10⁻³⁰⁰ gives a finite one-hot row. Errors: as [`softmax_rows_forward`], and T ≤ 0 or non-finite.
-pub fn softmax_rows_with_temperature<T: Float>(z: &DMatrix<T>, temperature: T) -> Result<DMatrix<T>> {
+pub fn softmax_rows_with_temperature<T: Float>(
+    z: &DMatrix<T>,
+    temperature: T,
+) -> Result<DMatrix<T>> {
     const OP: &str = "softmax_rows_with_temperature";
     check_temperature(OP, temperature)?;
     let (mut y, _, sums) = shifted_exponentials(OP, "z", z, temperature)?;
@@ -327,7 +363,8 @@ pub fn softmax_with_base<T: Float>(z: &DVector<T>, base: T) -> Result<DVector<T>
     }
     let big_b = base.ln();
     let scaled = row_of(z).map(|v| v * big_b);
-    let (mut y, _, sums) = shifted_exponentials(OP, "B·z (the logits times ln b)", &scaled, T::one())?;
+    let (mut y, _, sums) =
+        shifted_exponentials(OP, "B·z (the logits times ln b)", &scaled, T::one())?;
     divide_rows(&mut y, &sums);
     Ok(vector_of(&y))
 }
@@ -343,8 +380,12 @@ pub fn entropy<T: Float>(p: &DVector<T>) -> Result<T> {
 /// no rows. NaN is never the largest: a NaN entry loses to any number wherever it stands (a row
 /// that is all NaN, or has no columns, gives 0).
 pub fn argmax_rows<T: Float>(z: &DMatrix<T>) -> Vec<usize> {
-    let better = |r: usize, c: usize, best: usize| !z[(r, c)].is_nan() && (z[(r, best)].is_nan() || z[(r, c)] > z[(r, best)]);
-    (0..z.nrows()).map(|r| (0..z.ncols()).fold(0, |best, c| if better(r, c, best) { c } else { best })).collect()
+    let better = |r: usize, c: usize, best: usize| {
+        !z[(r, c)].is_nan() && (z[(r, best)].is_nan() || z[(r, c)] > z[(r, best)])
+    };
+    (0..z.nrows())
+        .map(|r| (0..z.ncols()).fold(0, |best, c| if better(r, c, best) { c } else { best }))
+        .collect()
 }
 
 // ───────────────────────────── the Jacobian ─────────────────────────────
@@ -354,7 +395,9 @@ pub fn argmax_rows<T: Float>(z: &DMatrix<T>) -> Vec<usize> {
 pub fn softmax_jacobian<T: Float>(y_hat: &DVector<T>) -> Result<DMatrix<T>> {
     check_distribution("softmax_jacobian", "y_hat", y_hat.as_slice())?;
     let k = y_hat.len();
-    Ok(DMatrix::from_fn(k, k, |i, j| y_hat[i] * (if i == j { T::one() } else { T::zero() } - y_hat[j])))
+    Ok(DMatrix::from_fn(k, k, |i, j| {
+        y_hat[i] * (if i == j { T::one() } else { T::zero() } - y_hat[j])
+    }))
 }
 
 // ───────────────────────────── cross-entropy from probabilities ─────────────────────────────
@@ -365,7 +408,11 @@ pub fn one_hot<T: Float>(classes: usize, class: usize) -> Result<DVector<T>> {
         return Err(Error::Empty { op: "one_hot", arg: "classes" });
     }
     if class >= classes {
-        return Err(invalid("one_hot", "class", format!("{class} is not below the number of classes {classes}")));
+        return Err(invalid(
+            "one_hot",
+            "class",
+            format!("{class} is not below the number of classes {classes}"),
+        ));
     }
     Ok(DVector::from_fn(classes, |i, _| if i == class { T::one() } else { T::zero() }))
 }
@@ -379,25 +426,42 @@ pub fn cross_entropy<T: Float>(y: &DVector<T>, y_hat: &DVector<T>) -> Result<T> 
     check_same_length(OP, "y and y_hat", y, y_hat)?;
     check_distribution(OP, "y", y.as_slice())?;
     check_distribution(OP, "y_hat", y_hat.as_slice())?;
-    Ok(y.iter().zip(y_hat.iter()).filter(|&(&yi, _)| yi > T::zero()).map(|(&yi, &pi)| -yi * pi.ln()).sum())
+    Ok(y.iter()
+        .zip(y_hat.iter())
+        .filter(|&(&yi, _)| yi > T::zero())
+        .map(|(&yi, &pi)| -yi * pi.ln())
+        .sum())
 }
 
 /// ∂L/∂ŷᵢ = −yᵢ/ŷᵢ, the derivative of [`cross_entropy`] with respect to the probabilities
 /// (document 000 prints yᵢ − ŷᵢ here; see the errata). Errors where ŷᵢ = 0 < yᵢ (infinite slope).
-pub fn d_cross_entropy_d_probabilities<T: Float>(y: &DVector<T>, y_hat: &DVector<T>) -> Result<DVector<T>> {
+pub fn d_cross_entropy_d_probabilities<T: Float>(
+    y: &DVector<T>,
+    y_hat: &DVector<T>,
+) -> Result<DVector<T>> {
     const OP: &str = "d_cross_entropy_d_probabilities";
     check_same_length(OP, "y and y_hat", y, y_hat)?;
     check_distribution(OP, "y", y.as_slice())?;
     check_distribution(OP, "y_hat", y_hat.as_slice())?;
     if let Some(i) = (0..y.len()).find(|&i| y[i] > T::zero() && y_hat[i] == T::zero()) {
-        return Err(invalid(OP, "y_hat", format!("y_hat[{i}] = 0 where y[{i}] > 0: the slope −y/ŷ is infinite there")));
+        return Err(invalid(
+            OP,
+            "y_hat",
+            format!("y_hat[{i}] = 0 where y[{i}] > 0: the slope −y/ŷ is infinite there"),
+        ));
     }
-    Ok(DVector::from_fn(y.len(), |i, _| if y[i] > T::zero() { -y[i] / y_hat[i] } else { T::zero() }))
+    Ok(DVector::from_fn(
+        y.len(),
+        |i, _| if y[i] > T::zero() { -y[i] / y_hat[i] } else { T::zero() },
+    ))
 }
 
 /// ∂L/∂z = ŷ − y: the gradient of the cross-entropy with respect to the logits that produced ŷ by
 /// softmax. Both arguments distributions of equal length.
-pub fn d_cross_entropy_d_logits<T: Float>(y: &DVector<T>, y_hat: &DVector<T>) -> Result<DVector<T>> {
+pub fn d_cross_entropy_d_logits<T: Float>(
+    y: &DVector<T>,
+    y_hat: &DVector<T>,
+) -> Result<DVector<T>> {
     const OP: &str = "d_cross_entropy_d_logits";
     check_same_length(OP, "y and y_hat", y, y_hat)?;
     check_distribution(OP, "y", y.as_slice())?;
@@ -419,7 +483,11 @@ pub fn d_logits_by_chain_rule<T: Float>(y: &DVector<T>, y_hat: &DVector<T>) -> R
 /// (1 − α)·ŷ + α·y = ŷ − α(ŷ − y): the gradient step applied to the *probabilities*, which is what
 /// document 003 computes by hand. It is not a gradient-descent step (that moves the logits; see
 /// [`logit_step`]); it mixes ŷ towards y and, since Σ(ŷ − y) = 0, keeps the sum at exactly 1.
-pub fn mix_towards_target<T: Float>(y_hat: &DVector<T>, y: &DVector<T>, alpha: T) -> Result<DVector<T>> {
+pub fn mix_towards_target<T: Float>(
+    y_hat: &DVector<T>,
+    y: &DVector<T>,
+    alpha: T,
+) -> Result<DVector<T>> {
     const OP: &str = "mix_towards_target";
     check_same_length(OP, "y_hat and y", y_hat, y)?;
     check_distribution(OP, "y_hat", y_hat.as_slice())?;
@@ -444,12 +512,21 @@ fn cross_entropy_core<T: Float>(
     }
     check_targets(op, targets, logits.nrows(), logits.ncols())?;
     if let Some(r) = (0..targets.len()).find(|&r| logits[(r, targets[r])] == T::neg_infinity()) {
-        return Err(invalid(op, "targets", format!("row {r}'s target class {} is masked (logit −∞): its loss is infinite", targets[r])));
+        return Err(invalid(
+            op,
+            "targets",
+            format!(
+                "row {r}'s target class {} is masked (logit −∞): its loss is infinite",
+                targets[r]
+            ),
+        ));
     }
     let (e, max, sums) = shifted_exponentials(op, "logits", logits, T::one())?;
     let n = T::of(logits.nrows() as f64);
     // ℓ_r = −ln ŷ_r,t = ln Σ꜀ e^{z_rc − max_r} − (z_rt − max_r)
-    let loss = (0..targets.len()).map(|r| sums[r].ln() - (logits[(r, targets[r])] - max[r])).sum::<T>() / n;
+    let loss =
+        (0..targets.len()).map(|r| sums[r].ln() - (logits[(r, targets[r])] - max[r])).sum::<T>()
+            / n;
     if !want_gradient {
         return Ok((loss, None));
     }
@@ -475,15 +552,29 @@ pub fn cross_entropy_from_logits<T: Float>(logits: &DMatrix<T>, targets: &[usize
 
 /// Backward of [`cross_entropy_from_logits`]: ∂L/∂Z = (P − Y)/N, with P = softmax rows of Z and Y
 /// the one-hot rows of the targets. Shapes: as the forward; the result N×K.
-pub fn cross_entropy_from_logits_backward<T: Float>(logits: &DMatrix<T>, targets: &[usize]) -> Result<DMatrix<T>> {
+pub fn cross_entropy_from_logits_backward<T: Float>(
+    logits: &DMatrix<T>,
+    targets: &[usize],
+) -> Result<DMatrix<T>> {
     let (_, d) = cross_entropy_core("cross_entropy_from_logits_backward", logits, targets, true)?;
-    d.ok_or_else(|| invalid("cross_entropy_from_logits_backward", "logits", "gradient not computed"))
+    d.ok_or_else(|| {
+        invalid("cross_entropy_from_logits_backward", "logits", "gradient not computed")
+    })
 }
 
 /// The loss and its gradient in one pass (one softmax instead of two), for training loops.
-pub fn cross_entropy_from_logits_with_gradient<T: Float>(logits: &DMatrix<T>, targets: &[usize]) -> Result<(T, DMatrix<T>)> {
-    let (loss, d) = cross_entropy_core("cross_entropy_from_logits_with_gradient", logits, targets, true)?;
-    Ok((loss, d.ok_or_else(|| invalid("cross_entropy_from_logits_with_gradient", "logits", "gradient not computed"))?))
+pub fn cross_entropy_from_logits_with_gradient<T: Float>(
+    logits: &DMatrix<T>,
+    targets: &[usize],
+) -> Result<(T, DMatrix<T>)> {
+    let (loss, d) =
+        cross_entropy_core("cross_entropy_from_logits_with_gradient", logits, targets, true)?;
+    Ok((
+        loss,
+        d.ok_or_else(|| {
+            invalid("cross_entropy_from_logits_with_gradient", "logits", "gradient not computed")
+        })?,
+    ))
 }
 
 /// −ln softmax(z)_target for one vector of logits.
@@ -492,7 +583,11 @@ pub fn cross_entropy_from_logit_vector<T: Float>(z: &DVector<T>, target: usize) 
 }
 
 /// One gradient-descent step on the logits of one example: z ← z − α(softmax(z) − y).
-pub fn logit_step<T: Float>(z: &DVector<T>, target: usize, learning_rate: f64) -> Result<DVector<T>> {
+pub fn logit_step<T: Float>(
+    z: &DVector<T>,
+    target: usize,
+    learning_rate: f64,
+) -> Result<DVector<T>> {
     crate::optim::check_learning_rate("logit_step", learning_rate)?;
     let d = cross_entropy_from_logits_backward(&row_of(z), &[target])?;
     Ok(z - vector_of(&d) * T::of(learning_rate))
@@ -546,7 +641,13 @@ impl Replay {
 
 /// Replays the gradient-descent script: for i in 0..iterations, P = softmax(z), g = P − y,
 /// z ← z − α·g, and on every `print_every`-th i record (z after the update, P before it).
-pub fn replay_script(start: &[f64], target: usize, learning_rate: f64, iterations: usize, print_every: usize) -> Result<Replay> {
+pub fn replay_script(
+    start: &[f64],
+    target: usize,
+    learning_rate: f64,
+    iterations: usize,
+    print_every: usize,
+) -> Result<Replay> {
     if print_every == 0 {
         return Err(invalid("replay_script", "print_every", "must be at least 1"));
     }
@@ -557,7 +658,11 @@ pub fn replay_script(start: &[f64], target: usize, learning_rate: f64, iteration
         let p = softmax(&z)?;
         z = logit_step(&z, target, learning_rate)?;
         if i % print_every == 0 {
-            lines.push(ScriptLine { iteration: i, weights_after_update: z.clone(), probabilities_before_update: p.clone() });
+            lines.push(ScriptLine {
+                iteration: i,
+                weights_after_update: z.clone(),
+                probabilities_before_update: p.clone(),
+            });
         }
         probabilities.push(p);
     }
@@ -568,12 +673,23 @@ pub fn replay_script(start: &[f64], target: usize, learning_rate: f64, iteration
 
 /// The replay with the script's own settings.
 pub fn document_replay() -> Result<Replay> {
-    replay_script(&SCRIPT_START, SCRIPT_TRUE_CLASS, SCRIPT_LEARNING_RATE, SCRIPT_ITERATIONS, SCRIPT_PRINT_EVERY)
+    replay_script(
+        &SCRIPT_START,
+        SCRIPT_TRUE_CLASS,
+        SCRIPT_LEARNING_RATE,
+        SCRIPT_ITERATIONS,
+        SCRIPT_PRINT_EVERY,
+    )
 }
 
 // ───────────────────────────── multinomial (softmax) regression ─────────────────────────────
 
-fn check_regression<T: Float>(op: &'static str, w: &DMatrix<T>, b: &DMatrix<T>, x: &DMatrix<T>) -> Result<()> {
+fn check_regression<T: Float>(
+    op: &'static str,
+    w: &DMatrix<T>,
+    b: &DMatrix<T>,
+    x: &DMatrix<T>,
+) -> Result<()> {
     if x.nrows() == 0 {
         return Err(Error::Empty { op, arg: "x (the batch)" });
     }
@@ -586,7 +702,12 @@ fn check_regression<T: Float>(op: &'static str, w: &DMatrix<T>, b: &DMatrix<T>, 
         ));
     }
     if b.nrows() != 1 || b.ncols() != w.ncols() {
-        return Err(shape_error(op, "b", format!("1×{} (one bias per class)", w.ncols()), shape_of(b)));
+        return Err(shape_error(
+            op,
+            "b",
+            format!("1×{} (one bias per class)", w.ncols()),
+            shape_of(b),
+        ));
     }
     ensure_finite(op, "x", x)?;
     ensure_finite(op, "w", w)?;
@@ -595,7 +716,11 @@ fn check_regression<T: Float>(op: &'static str, w: &DMatrix<T>, b: &DMatrix<T>, 
 
 /// Z = XW + 1bᵀ: one row of K class logits per sample. Shapes: x N×D, w D×K, b 1×K, Z N×K.
 /// (Document 000 writes the weights as K×D, one row per class: our W is its transpose.)
-pub fn regression_logits<T: Float>(w: &DMatrix<T>, b: &DMatrix<T>, x: &DMatrix<T>) -> Result<DMatrix<T>> {
+pub fn regression_logits<T: Float>(
+    w: &DMatrix<T>,
+    b: &DMatrix<T>,
+    x: &DMatrix<T>,
+) -> Result<DMatrix<T>> {
     check_regression("regression_logits", w, b, x)?;
     let mut z = crate::matmul::matmul(x, w)?;
     for c in 0..z.ncols() {
@@ -614,10 +739,20 @@ pub fn regression_logits_backward<T: Float>(
 ) -> Result<(DMatrix<T>, DMatrix<T>, DMatrix<T>)> {
     const OP: &str = "regression_logits_backward";
     if d_z.nrows() != x.nrows() || d_z.ncols() != w.ncols() {
-        return Err(shape_error(OP, "d_z", format!("{}×{} (rows of x × columns of w)", x.nrows(), w.ncols()), shape_of(d_z)));
+        return Err(shape_error(
+            OP,
+            "d_z",
+            format!("{}×{} (rows of x × columns of w)", x.nrows(), w.ncols()),
+            shape_of(d_z),
+        ));
     }
     if w.nrows() != x.ncols() {
-        return Err(shape_error(OP, "w and x", format!("w with {} rows", x.ncols()), format!("w {}, x {}", shape_of(w), shape_of(x))));
+        return Err(shape_error(
+            OP,
+            "w and x",
+            format!("w with {} rows", x.ncols()),
+            format!("w {}, x {}", shape_of(w), shape_of(x)),
+        ));
     }
     let d_x = crate::matmul::matmul_nt(d_z, w)?; // Z = XW       ⇒ ∂L/∂X = ∂L/∂Z Wᵀ
     let d_w = crate::matmul::matmul_tn(x, d_z)?; // Z = XW       ⇒ ∂L/∂W = Xᵀ ∂L/∂Z
@@ -642,13 +777,19 @@ pub fn regression_loss_and_gradient<T: Float>(
 /// Document 000's form of the weight gradient, written as it is printed: the gradient of the
 /// *summed* loss, Σᵢ (ŷᵢ − yᵢ)xᵢᵀ, one row per class (K×D), accumulated sample by sample. It is
 /// N·(∂L/∂W)ᵀ of [`regression_loss_and_gradient`].
-pub fn summed_weight_gradient(w: &DMatrix<f64>, b: &DMatrix<f64>, x: &DMatrix<f64>, targets: &[usize]) -> Result<DMatrix<f64>> {
+pub fn summed_weight_gradient(
+    w: &DMatrix<f64>,
+    b: &DMatrix<f64>,
+    x: &DMatrix<f64>,
+    targets: &[usize],
+) -> Result<DMatrix<f64>> {
     let z = regression_logits(w, b, x)?;
     check_targets("summed_weight_gradient", targets, x.nrows(), w.ncols())?;
     let p = softmax_rows_forward(&z)?;
     let mut g = DMatrix::zeros(w.ncols(), x.ncols());
     for (i, &t) in targets.iter().enumerate() {
-        let residual = DVector::from_fn(w.ncols(), |k, _| p[(i, k)] - if k == t { 1.0 } else { 0.0 });
+        let residual =
+            DVector::from_fn(w.ncols(), |k, _| p[(i, k)] - if k == t { 1.0 } else { 0.0 });
         let xi = x.row(i).transpose();
         g += residual * xi.transpose();
     }
@@ -690,7 +831,12 @@ impl Trained {
 }
 
 /// Full-batch gradient descent from W = 0, b = 0: W ← W − α ∂L/∂W, b ← b − α ∂L/∂b.
-pub fn train(x: &DMatrix<f64>, targets: &[usize], classes: usize, config: TrainConfig) -> Result<Trained> {
+pub fn train(
+    x: &DMatrix<f64>,
+    targets: &[usize],
+    classes: usize,
+    config: TrainConfig,
+) -> Result<Trained> {
     let sgd = crate::optim::Sgd::new(config.learning_rate)?;
     if classes == 0 {
         return Err(Error::Empty { op: "train", arg: "classes" });
@@ -751,7 +897,8 @@ pub const LEARNING_RATE: f64 = 0.2;
 /// Trains the chapter's model on its data set.
 pub fn chapter_model() -> Result<(DMatrix<f64>, Vec<usize>, Trained)> {
     let (x, t) = three_clouds(PER_CLASS, DATA_SEED);
-    let trained = train(&x, &t, CLASSES, TrainConfig { learning_rate: LEARNING_RATE, steps: STEPS })?;
+    let trained =
+        train(&x, &t, CLASSES, TrainConfig { learning_rate: LEARNING_RATE, steps: STEPS })?;
     Ok((x, t, trained))
 }
 
@@ -760,7 +907,7 @@ pub fn chapter_model() -> Result<(DMatrix<f64>, Vec<usize>, Trained)> {
 /// This chapter's rows of the errata register.
 pub const ERRATA: &[Erratum] = &[
     Erratum {
-        document: DOC_NOTES,
+        document: D0,
         section: "Deriving ∇ for multiclass classification, 2. Computing the gradient",
         printed: "∂ℒ/∂ŷ_ik = y_ik − ŷ_ik",
         correct: "∂L/∂ŷ_ik = −y_ik/ŷ_ik for L = −Σᵢ Σₖ y_ik ln ŷ_ik",
@@ -768,7 +915,7 @@ pub const ERRATA: &[Erratum] = &[
         test: "tests/ch02_softmax.rs::d_loss_d_probabilities_is_minus_y_over_y_hat",
     },
     Erratum {
-        document: DOC_NOTES,
+        document: D0,
         section: "Deriving ∇ for multiclass classification, 2. Computing the gradient",
         printed: "∂ℒ/∂w = Σᵢ Σₖ (ŷ_ik − y_ik) ∂ŷ_ik/∂w",
         correct: "∂L/∂w = Σᵢ Σₖ (−y_ik/ŷ_ik) ∂ŷ_ik/∂w, which through ∂ŷ_ik/∂z_ij = ŷ_ik(δ_jk − ŷ_ij) becomes Σᵢ (ŷᵢ − yᵢ)xᵢᵀ",
@@ -776,7 +923,7 @@ pub const ERRATA: &[Erratum] = &[
         test: "tests/ch02_softmax.rs::jacobian_chain_gives_y_hat_minus_y",
     },
     Erratum {
-        document: DOC_NOTES,
+        document: D0,
         section: "Deriving ∇ for multiclass classification, 1. Negative log-likelihood ③",
         printed: "−ℒ(w̄) = −Σᵢ Σₖ y_ik log(ŷ_ik)",
         correct: "−log ℒ(w̄) = −Σᵢ Σₖ y_ik log(ŷ_ik)",
@@ -784,7 +931,7 @@ pub const ERRATA: &[Erratum] = &[
         test: "tests/ch02_softmax.rs::negative_log_likelihood_is_the_summed_cross_entropy",
     },
     Erratum {
-        document: DOC_WALKTHROUGH,
+        document: D3,
         section: "Loss Function and Back-Propagation, the update with α = 0.1",
         printed: "P_mat = 0.1 + 0.1 × 0.9 = 0.19, P_hat = P_bat = 0.09, P_rat = 0.63",
         correct: "a step on the logits, z ← z − 0.1(ŷ − y), then softmax: P = (0.1140, 0.1031, 0.1031, 0.6798)",
@@ -792,7 +939,7 @@ pub const ERRATA: &[Erratum] = &[
         test: "tests/ch02_softmax.rs::one_logit_step_from_p_gives_0_114_0_103_0_103_0_680",
     },
     Erratum {
-        document: DOC_WALKTHROUGH,
+        document: D3,
         section: "Loss Function and Back-Propagation, after the first update",
         printed: "re-normalize: they won't sum up to 1 after the update",
         correct: "0.19 + 0.09 + 0.09 + 0.63 = 1: the probability step stays normalised",
@@ -800,7 +947,7 @@ pub const ERRATA: &[Erratum] = &[
         test: "tests/ch02_softmax.rs::probability_step_keeps_the_sum_at_one",
     },
     Erratum {
-        document: DOC_WALKTHROUGH,
+        document: D3,
         section: "Loss Function and Back-Propagation, the Python script",
         printed: "the script performs the work just described (P = (0.1, 0.1, 0.1, 0.7), α = 0.1)",
         correct: "it starts from logits (0.1, 0.1, 0.1, 0.7), i.e. P = (0.2074, 0.2074, 0.2074, 0.3779), with α = 0.01",
@@ -822,7 +969,11 @@ fn mat_example() -> Result<(DVector<f64>, DVector<f64>, DVector<f64>)> {
 pub fn logits_of(y_hat: &DVector<f64>) -> Result<DVector<f64>> {
     check_distribution("logits_of", "y_hat", y_hat.as_slice())?;
     if let Some(i) = y_hat.iter().position(|&v| v == 0.0) {
-        return Err(invalid("logits_of", "y_hat", format!("y_hat[{i}] = 0 has logit −∞; a finite logit needs ŷ > 0")));
+        return Err(invalid(
+            "logits_of",
+            "y_hat",
+            format!("y_hat[{i}] = 0 has logit −∞; a finite logit needs ŷ > 0"),
+        ));
     }
     Ok(y_hat.map(f64::ln))
 }
@@ -847,14 +998,14 @@ pub fn worked() -> Result<Vec<Worked>> {
     for (i, printed) in ["0.001", "0.002", "0.997"].into_iter().enumerate() {
         rows.push(Worked::number(
             "softmax_of_1_2_8_is_0_001_0_002_0_997",
-            DOC_NOTES,
+            D0,
             format!("softmax((1, 2, 8)), entry {}", i + 1),
             printed,
             p[i],
         ));
     }
     rows.push(Worked::illustrative(
-        DOC_NOTES,
+        D0,
         "probabilities after the softmax in the next-token figure (logits not given)",
         "0.1, 0.2, 0.7",
     ));
@@ -868,18 +1019,21 @@ pub fn worked() -> Result<Vec<Worked>> {
     })?;
     rows.push(Worked::text(
         "softmax_with_base_b_is_softmax_of_ln_b_times_z",
-        DOC_NOTES,
+        D0,
         "b^{zᵢ}/Σ b^{zⱼ} against softmax(B·z), B = ln b, for b = 2, 10, 0.5",
         "any b > 0, written b = e^B",
         if base_ok { "any b > 0, written b = e^B" } else { "differs" },
     ));
     let temps = [0.1, 0.5, 1.0, 2.0, 10.0, 100.0];
-    let entropies: Vec<f64> = temps.iter().map(|&t| softmax_with_temperature(&z, t).and_then(|p| entropy(&p))).collect::<Result<_>>()?;
+    let entropies: Vec<f64> = temps
+        .iter()
+        .map(|&t| softmax_with_temperature(&z, t).and_then(|p| entropy(&p)))
+        .collect::<Result<_>>()?;
     let softer = entropies.windows(2).all(|w| w[1] > w[0]);
     let softer_text = if softer { "softer" } else { "not softer" };
     rows.push(Worked::text(
         "higher_temperature_flattens_the_distribution",
-        DOC_NOTES,
+        D0,
         "entropy of softmax((2.0, 1.0, 0.2)/T) rises with T = 0.1 … 100",
         "softer",
         softer_text,
@@ -889,7 +1043,7 @@ pub fn worked() -> Result<Vec<Worked>> {
     let cold = softmax_with_temperature(&z, 1e-3)?;
     rows.push(Worked::text(
         "temperature_to_zero_tends_to_argmax",
-        DOC_EXPLAINER,
+        D1,
         "softmax((2.0, 1.0, 0.2)/T) at T = 0.001 (T = 0 itself divides by zero and is refused)",
         "(1, 0, 0)",
         format!("({})", cold.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", ")),
@@ -898,20 +1052,20 @@ pub fn worked() -> Result<Vec<Worked>> {
     let near_uniform = hot.iter().all(|&v| (v - 1.0 / 3.0).abs() < 1e-4);
     rows.push(Worked::text(
         "temperature_to_infinity_tends_to_uniform",
-        DOC_EXPLAINER,
+        D1,
         "softmax((2.0, 1.0, 0.2)/T) at T = 10⁴, each entry within 10⁻⁴ of 1/3",
         "more uniform",
         if near_uniform { "more uniform" } else { "not uniform" },
     ));
     rows.push(Worked::text(
         "higher_temperature_flattens_the_distribution",
-        DOC_EXPLAINER,
+        D1,
         "larger T gives more weight to the lower logits (entropy rises with T)",
         "softer",
         softer_text,
     ));
     rows.push(Worked::illustrative(
-        DOC_EXPLAINER,
+        D1,
         "largest temperature a text-generation tool allows (a product limit, not a property of softmax)",
         "2",
     ));
@@ -921,18 +1075,23 @@ pub fn worked() -> Result<Vec<Worked>> {
     let small = softmax(&vec_of(&[0.0, 1.0, 2.0]))?;
     rows.push(Worked::text(
         "softmax_of_1000_1001_1002_equals_softmax_of_0_1_2",
-        DOC_SLIDES,
+        D2,
         "softmax((1000, 1001, 1002)) with the max subtracted, against softmax((0, 1, 2))",
         "subtracting the max keeps it finite",
-        if big == small && big.iter().all(|v| v.is_finite()) { "subtracting the max keeps it finite" } else { "overflow" },
+        if big == small && big.iter().all(|v| v.is_finite()) {
+            "subtracting the max keeps it finite"
+        } else {
+            "overflow"
+        },
     ));
     let (y, good, bad) = mat_example()?;
-    let batch: DMatrix<f64> = DMatrix::from_row_slice(2, 4, &[0.7, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.7]);
+    let batch: DMatrix<f64> =
+        DMatrix::from_row_slice(2, 4, &[0.7, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.7]);
     let summed: f64 = cross_entropy(&y, &good)? + cross_entropy(&y, &bad)?;
     let neg_log_joint = -(batch[(0, 0)] * batch[(1, 0)]).ln();
     rows.push(Worked::text(
         "negative_log_likelihood_is_the_summed_cross_entropy",
-        DOC_SLIDES,
+        D2,
         "Σ −log P_v over two predictions of mat against −log of their joint probability",
         "log-loss = −log P(x)",
         if (summed - neg_log_joint).abs() < 1e-12 { "log-loss = −log P(x)" } else { "differs" },
@@ -940,10 +1099,12 @@ pub fn worked() -> Result<Vec<Worked>> {
 
     // Document 003: the supplemental softmax example.
     let p = softmax(&z)?;
-    for (i, (name, printed)) in [("A", "0.65"), ("B", "0.24"), ("C", "0.11")].into_iter().enumerate() {
+    for (i, (name, printed)) in
+        [("A", "0.65"), ("B", "0.24"), ("C", "0.11")].into_iter().enumerate()
+    {
         rows.push(Worked::number(
             "softmax_of_2_1_0_2_is_0_65_0_24_0_11",
-            DOC_WALKTHROUGH,
+            D3,
             format!("softmax((2.0, 1.0, 0.2)), category {name}"),
             printed,
             p[i],
@@ -953,14 +1114,14 @@ pub fn worked() -> Result<Vec<Worked>> {
     // Document 003: the cross-entropy example and its gradient.
     rows.push(Worked::number(
         "cross_entropy_of_mat_at_0_7_is_0_357",
-        DOC_WALKTHROUGH,
+        D3,
         "L = −ln 0.7, P = (0.7, 0.1, 0.1, 0.1), y = mat (text and script)",
         "0.357",
         cross_entropy(&y, &good)?,
     ));
     rows.push(Worked::number(
         "cross_entropy_of_mat_at_0_1_is_2_303",
-        DOC_WALKTHROUGH,
+        D3,
         "L = −ln 0.1, P = (0.1, 0.1, 0.1, 0.7), y = mat (text and script)",
         "2.303",
         cross_entropy(&y, &bad)?,
@@ -969,7 +1130,7 @@ pub fn worked() -> Result<Vec<Worked>> {
     for (i, printed) in ["-0.9", "0.1", "0.1", "0.7"].into_iter().enumerate() {
         rows.push(Worked::number(
             "gradient_at_0_1_0_1_0_1_0_7_is_minus_0_9_0_1_0_1_0_7",
-            DOC_WALKTHROUGH,
+            D3,
             format!("∂L/∂Z_{} = P − y", WORDS[i]),
             printed,
             g[i],
@@ -980,7 +1141,7 @@ pub fn worked() -> Result<Vec<Worked>> {
     for (i, printed) in ["0.19", "0.09", "0.09", "0.63"].into_iter().enumerate() {
         rows.push(Worked::number(
             "text_probability_step_gives_0_19_0_09_0_09_0_63",
-            DOC_WALKTHROUGH,
+            D3,
             format!("the text's arithmetic P − 0.1·(P − y), {}", WORDS[i]),
             printed,
             mixed[i],
@@ -989,7 +1150,7 @@ pub fn worked() -> Result<Vec<Worked>> {
     for (i, printed) in ["0.19", "0.09", "0.09", "0.63"].into_iter().enumerate() {
         rows.push(Worked::erratum(
             "one_logit_step_from_p_gives_0_114_0_103_0_103_0_680",
-            DOC_WALKTHROUGH,
+            D3,
             format!("P_{} after one gradient step on the logits, α = 0.1", WORDS[i]),
             printed,
             fixed(stepped[i], 2),
@@ -997,7 +1158,7 @@ pub fn worked() -> Result<Vec<Worked>> {
     }
     rows.push(Worked::erratum(
         "probability_step_keeps_the_sum_at_one",
-        DOC_WALKTHROUGH,
+        D3,
         "Σ of the text's updated probabilities",
         "≠ 1, needs re-normalising",
         fixed(mixed.sum(), 2),
@@ -1007,13 +1168,16 @@ pub fn worked() -> Result<Vec<Worked>> {
     let replay = document_replay()?;
     rows.push(Worked::erratum(
         "script_starts_from_logits_not_from_the_texts_probabilities",
-        DOC_WALKTHROUGH,
+        D3,
         "P_mat where the script starts (the text's P_mat is 0.1)",
         "0.1",
         fixed(replay.probabilities[0][0], 4),
     ));
-    let first = replay.line(0).ok_or_else(|| invalid("worked", "replay", "no line for iteration 0"))?;
-    let late = replay.line(1990).ok_or_else(|| invalid("worked", "replay", "no line for iteration 1990"))?;
+    let first =
+        replay.line(0).ok_or_else(|| invalid("worked", "replay", "no line for iteration 0"))?;
+    let late = replay
+        .line(1990)
+        .ok_or_else(|| invalid("worked", "replay", "no line for iteration 1990"))?;
     let printed_lines: [(&'static str, &str, [&str; 4], &DVector<f64>); 5] = [
         (
             "replay_iteration_0_weights_are_after_the_first_update",
@@ -1048,7 +1212,13 @@ pub fn worked() -> Result<Vec<Worked>> {
     ];
     for (test, what, printed, ours) in printed_lines {
         for (i, p) in printed.into_iter().enumerate() {
-            rows.push(Worked::number(test, DOC_WALKTHROUGH, format!("script, {what}, {}", WORDS[i]), p, ours[i]));
+            rows.push(Worked::number(
+                test,
+                D3,
+                format!("script, {what}, {}", WORDS[i]),
+                p,
+                ours[i],
+            ));
         }
     }
 
@@ -1056,14 +1226,14 @@ pub fn worked() -> Result<Vec<Worked>> {
     let y_hat = &good;
     rows.push(Worked::erratum(
         "d_loss_d_probabilities_is_minus_y_over_y_hat",
-        DOC_NOTES,
+        D0,
         "∂L/∂ŷ_mat at ŷ = (0.7, 0.1, 0.1, 0.1), y = mat: y − ŷ as printed vs −y/ŷ",
         "0.3",
         fixed(d_cross_entropy_d_probabilities(&y, y_hat)?[0], 4),
     ));
     rows.push(Worked::erratum(
         "jacobian_chain_gives_y_hat_minus_y",
-        DOC_NOTES,
+        D0,
         "∂L/∂z_mat at the same point: Σₖ(ŷₖ − yₖ)∂ŷₖ/∂z as printed vs Jᵀ(−y/ŷ)",
         &fixed(printed_chain(&y, y_hat)?[0], 3),
         fixed(d_logits_by_chain_rule(&y, y_hat)?[0], 3),
@@ -1075,14 +1245,14 @@ pub fn worked() -> Result<Vec<Worked>> {
     let same = (summed_gradient - d_w.transpose() * n).amax() < 1e-9;
     rows.push(Worked::text(
         "summed_weight_gradient_is_n_times_the_mean_gradient",
-        DOC_NOTES,
+        D0,
         "Σᵢ(ŷᵢ − yᵢ)xᵢᵀ summed sample by sample against N·(∂L/∂W)ᵀ = N·(Xᵀ(P − Y)/N)ᵀ",
         "Σᵢ (ŷᵢ − yᵢ)xᵢ",
         if same { "Σᵢ (ŷᵢ − yᵢ)xᵢ" } else { "differs" },
     ));
     rows.push(Worked::number(
         "softmax_regression_reaches_95_percent",
-        "this crate",
+        THIS_CRATE,
         format!("training accuracy on three clouds after {STEPS} steps, α = {LEARNING_RATE} (test: ≥ 0.95)"),
         "0.99",
         trained.accuracy(&x, &t)?,
@@ -1108,14 +1278,24 @@ pub fn walk(out: &mut Walk) -> Result<()> {
 
     out.step("3. Stability: subtract the maximum before exponentiating")?;
     let huge = vec_of(&[1000.0, 1001.0, 1002.0]);
-    out.say(&format!("unshifted e^1000 in f64 = {} (overflow), so e^z/Σe^z would be ∞/∞", 1000.0_f64.exp()))?;
+    out.say(&format!(
+        "unshifted e^1000 in f64 = {} (overflow), so e^z/Σe^z would be ∞/∞",
+        1000.0_f64.exp()
+    ))?;
     out.matrix("softmax((1000, 1001, 1002)) via e^{z − 1002}", &row_of(&softmax(&huge)?))?;
-    out.matrix("log-softmax((−1000, 0, 1000))", &row_of(&log_softmax(&vec_of(&[-1000.0, 0.0, 1000.0]))?))?;
+    out.matrix(
+        "log-softmax((−1000, 0, 1000))",
+        &row_of(&log_softmax(&vec_of(&[-1000.0, 0.0, 1000.0]))?),
+    )?;
 
     out.step("4. Temperature: softmax(z/T) for z = (2.0, 1.0, 0.2)")?;
     for t in [0.1, 0.5, 1.0, 2.0, 10.0] {
         let p = softmax_with_temperature(&z, t)?;
-        out.say(&format!("T = {t:>4}: p = {}, entropy = {} nats", tuple_text(&p, 4), fixed(entropy(&p)?, 4)))?;
+        out.say(&format!(
+            "T = {t:>4}: p = {}, entropy = {} nats",
+            tuple_text(&p, 4),
+            fixed(entropy(&p)?, 4)
+        ))?;
     }
     out.say(&format!("uniform limit: entropy ln 3 = {}", fixed(3f64.ln(), 4)))?;
 
@@ -1128,7 +1308,10 @@ pub fn walk(out: &mut Walk) -> Result<()> {
     let (y, good, bad) = mat_example()?;
     out.scalar("L for P = (0.7, 0.1, 0.1, 0.1)", cross_entropy(&y, &good)?)?;
     out.scalar("L for P = (0.1, 0.1, 0.1, 0.7)", cross_entropy(&y, &bad)?)?;
-    out.scalar("the same from the logits ln P", cross_entropy_from_logit_vector(&logits_of(&bad)?, 0)?)?;
+    out.scalar(
+        "the same from the logits ln P",
+        cross_entropy_from_logit_vector(&logits_of(&bad)?, 0)?,
+    )?;
 
     out.step("7. The gradient with respect to the logits, two ways")?;
     out.matrix("∂L/∂ŷ = −y/ŷ", &row_of(&d_cross_entropy_d_probabilities(&y, &bad)?))?;
@@ -1137,8 +1320,14 @@ pub fn walk(out: &mut Walk) -> Result<()> {
     out.matrix("ŷ − y", &row_of(&d_cross_entropy_d_logits(&y, &bad)?))?;
 
     out.step("8. One step with α = 0.1")?;
-    out.matrix("the text's P − α(P − y) (already sums to 1)", &row_of(&mix_towards_target(&bad, &y, 0.1)?))?;
-    out.matrix("softmax(ln P − α(P − y)), the real step", &row_of(&softmax(&logit_step(&logits_of(&bad)?, 0, 0.1)?)?))?;
+    out.matrix(
+        "the text's P − α(P − y) (already sums to 1)",
+        &row_of(&mix_towards_target(&bad, &y, 0.1)?),
+    )?;
+    out.matrix(
+        "softmax(ln P − α(P − y)), the real step",
+        &row_of(&softmax(&logit_step(&logits_of(&bad)?, 0, 0.1)?)?),
+    )?;
 
     out.step("9. The 2000-iteration script, replayed (8 decimals)")?;
     let replay = document_replay()?;
@@ -1146,8 +1335,14 @@ pub fn walk(out: &mut Walk) -> Result<()> {
     out.decimals = 8;
     for i in [0, 1990] {
         if let Some(line) = replay.line(i) {
-            out.matrix(&format!("iteration {i}: weights after update {}", i + 1), &row_of(&line.weights_after_update))?;
-            out.matrix(&format!("iteration {i}: probabilities before update {}", i + 1), &row_of(&line.probabilities_before_update))?;
+            out.matrix(
+                &format!("iteration {i}: weights after update {}", i + 1),
+                &row_of(&line.weights_after_update),
+            )?;
+            out.matrix(
+                &format!("iteration {i}: probabilities before update {}", i + 1),
+                &row_of(&line.probabilities_before_update),
+            )?;
         }
     }
     out.matrix("final probabilities", &row_of(&replay.final_probabilities))?;
@@ -1174,7 +1369,10 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
     let mut temperature_series = Vec::new();
     for t in FIGURE_TEMPERATURES {
         let p = softmax_with_temperature(&z, t)?;
-        temperature_series.push(Series::new(format!("T = {t}"), p.iter().enumerate().map(|(i, &v)| ((i + 1) as f64, v)).collect()));
+        temperature_series.push(Series::new(
+            format!("T = {t}"),
+            p.iter().enumerate().map(|(i, &v)| ((i + 1) as f64, v)).collect(),
+        ));
     }
     let temperature = Figure::Line(LineChart {
         title: "softmax((2.0, 1.0, 0.2)/T) at five temperatures".into(),
@@ -1186,7 +1384,9 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
 
     let replay = document_replay()?;
     let replay_fig = Figure::Line(LineChart {
-        title: format!("The script replayed: softmax of the logits, α = {SCRIPT_LEARNING_RATE}, true word mat"),
+        title: format!(
+            "The script replayed: softmax of the logits, α = {SCRIPT_LEARNING_RATE}, true word mat"
+        ),
         x_label: "updates done".into(),
         y_label: "probability".into(),
         series: WORDS
@@ -1194,8 +1394,17 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
             .enumerate()
             .map(|(k, w)| {
                 Series::new(
-                    if k == 1 { "hat (hidden under bat: equal)".to_string() } else { w.to_string() },
-                    replay.probabilities.iter().enumerate().map(|(s, p)| (s as f64, p[k])).collect(),
+                    if k == 1 {
+                        "hat (hidden under bat: equal)".to_string()
+                    } else {
+                        w.to_string()
+                    },
+                    replay
+                        .probabilities
+                        .iter()
+                        .enumerate()
+                        .map(|(s, p)| (s as f64, p[k]))
+                        .collect(),
                 )
             })
             .collect(),
@@ -1207,15 +1416,23 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
         title: format!("Training loss, full-batch gradient descent, α = {LEARNING_RATE}"),
         x_label: "step".into(),
         y_label: "mean cross-entropy (nats)".into(),
-        series: vec![Series::new("training loss", trained.losses.iter().enumerate().map(|(i, &l)| (i as f64, l)).collect())],
+        series: vec![Series::new(
+            "training loss",
+            trained.losses.iter().enumerate().map(|(i, &l)| (i as f64, l)).collect(),
+        )],
         markers: false,
     });
-    let mut classes: Vec<Series> = (0..CLASSES).map(|k| Series::new(format!("class {k}"), vec![])).collect();
+    let mut classes: Vec<Series> =
+        (0..CLASSES).map(|k| Series::new(format!("class {k}"), vec![])).collect();
     for (r, &k) in t.iter().enumerate() {
         classes[k].points.push((x[(r, 0)], x[(r, 1)]));
     }
     let (w, b) = (&trained.w, &trained.b);
-    let predict = |px: f64, py: f64| argmax_rows(&DMatrix::from_fn(1, CLASSES, |_, k| w[(0, k)] * px + w[(1, k)] * py + b[(0, k)]))[0];
+    let predict = |px: f64, py: f64| {
+        argmax_rows(&DMatrix::from_fn(1, CLASSES, |_, k| {
+            w[(0, k)] * px + w[(1, k)] * py + b[(0, k)]
+        }))[0]
+    };
     let regions = Figure::Scatter(ScatterChart {
         title: "Three classes and the regions where each wins the argmax".into(),
         x_label: "x₁".into(),
@@ -1237,5 +1454,12 @@ fn plots(dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// This chapter's entry in the book.
-pub const CHAPTER: Chapter =
-    Chapter { number: 2, stem: "ch02_softmax", title: "Softmax, temperature and cross-entropy", worked, walk, plots, errata: ERRATA };
+pub const CHAPTER: Chapter = Chapter {
+    number: 2,
+    stem: "ch02_softmax",
+    title: "Softmax, temperature and cross-entropy",
+    worked,
+    walk,
+    plots,
+    errata: ERRATA,
+};

@@ -18,11 +18,9 @@ use crate::plot::{Figure, LineChart, Series};
 use crate::report::{Chapter, Walk, Worked};
 use crate::rng::Rng;
 use crate::snapshot::fixed;
+use crate::sources::{D0, D1, D4};
 use nalgebra::DMatrix;
 use std::path::{Path, PathBuf};
-
-/// The document that derives backpropagation through a chain of one-neuron layers.
-pub const DOC_BACKPROP: &str = "000_ecafa82feab4bef6.txt";
 
 // ───────────────────────────── the error function ─────────────────────────────
 
@@ -116,7 +114,8 @@ pub enum Activation {
 
 impl Activation {
     /// All four, in the order the chapter plots them.
-    pub const ALL: [Activation; 4] = [Activation::Sigmoid, Activation::Relu, Activation::GeluErf, Activation::GeluTanh];
+    pub const ALL: [Activation; 4] =
+        [Activation::Sigmoid, Activation::Relu, Activation::GeluErf, Activation::GeluTanh];
 
     /// The name used in plots and tables.
     pub fn name(self) -> &'static str {
@@ -134,7 +133,9 @@ impl Activation {
             Activation::Sigmoid => crate::ch01_logistic::sigmoid(z),
             Activation::Relu => z.max(0.0),
             Activation::GeluErf => z * normal_cdf(z),
-            Activation::GeluTanh => 0.5 * z * (1.0 + (GELU_TANH_SCALE * (z + GELU_TANH_CUBIC * z * z * z)).tanh()),
+            Activation::GeluTanh => {
+                0.5 * z * (1.0 + (GELU_TANH_SCALE * (z + GELU_TANH_CUBIC * z * z * z)).tanh())
+            }
         }
     }
 
@@ -186,8 +187,12 @@ pub const TANH_F32_NUMERATOR: [f64; 7] = [
     -2.760_768_477_423_55e-16,
 ];
 /// Denominator coefficients β₀, β₂, β₄, β₆ of the even polynomial q(x) (Eigen), used rounded to f32.
-pub const TANH_F32_DENOMINATOR: [f64; 4] =
-    [4.893_525_185_543_85e-3, 2.268_434_632_439e-3, 1.185_347_056_866_54e-4, 1.198_258_394_667_02e-6];
+pub const TANH_F32_DENOMINATOR: [f64; 4] = [
+    4.893_525_185_543_85e-3,
+    2.268_434_632_439e-3,
+    1.185_347_056_866_54e-4,
+    1.198_258_394_667_02e-6,
+];
 /// The largest |tanh_f32(x) − tanh(x)| found on a grid of step 5·10⁻⁵ over [−10, 10]
 /// (`tests/ch03_mlp.rs` checks a bound of twice this).
 pub const TANH_F32_MAX_ERROR: f64 = 3.95e-7;
@@ -251,7 +256,11 @@ pub fn activation_forward_into<T: Float>(act: Activation, z: &[T], a: &mut [T]) 
 
 /// Elementwise d_z = f′(z) ⊙ d_a, the backward of [`activation_forward`].
 /// Shapes: z and d_a both N×C. Errors when they differ.
-pub fn activation_backward<T: Float>(act: Activation, z: &DMatrix<T>, d_a: &DMatrix<T>) -> Result<DMatrix<T>> {
+pub fn activation_backward<T: Float>(
+    act: Activation,
+    z: &DMatrix<T>,
+    d_a: &DMatrix<T>,
+) -> Result<DMatrix<T>> {
     if z.shape() != d_a.shape() {
         return Err(shape_error("activation_backward", "z and d_a", shape_of(z), shape_of(d_a)));
     }
@@ -283,7 +292,11 @@ pub fn activation_backward_in_place<T: Float>(act: Activation, z: &[T], d: &mut 
 /// Shapes: x N×in (one sample per row), w in×out, b 1×out (added to every row) → N×out.
 /// In the document's column notation this is z = Wa + b with W = wᵀ. Errors on an empty batch,
 /// widths that do not chain, a bias of the wrong shape, and NaN or infinite entries.
-pub fn dense_forward<T: Float>(x: &DMatrix<T>, w: &DMatrix<T>, b: &DMatrix<T>) -> Result<DMatrix<T>> {
+pub fn dense_forward<T: Float>(
+    x: &DMatrix<T>,
+    w: &DMatrix<T>,
+    b: &DMatrix<T>,
+) -> Result<DMatrix<T>> {
     const OP: &str = "dense_forward";
     if x.nrows() == 0 {
         return Err(Error::Empty { op: OP, arg: "x (the batch)" });
@@ -300,7 +313,12 @@ pub fn dense_forward<T: Float>(x: &DMatrix<T>, w: &DMatrix<T>, b: &DMatrix<T>) -
         ));
     }
     if b.nrows() != 1 || b.ncols() != w.ncols() {
-        return Err(shape_error(OP, "b", format!("1×{} (one bias per output)", w.ncols()), shape_of(b)));
+        return Err(shape_error(
+            OP,
+            "b",
+            format!("1×{} (one bias per output)", w.ncols()),
+            shape_of(b),
+        ));
     }
     ensure_finite(OP, "x", x)?;
     ensure_finite(OP, "w", w)?;
@@ -326,13 +344,27 @@ pub struct DenseGrads<T: Float> {
 
 /// Backward of [`dense_forward`]: from d_y = ∂C/∂y (N×out) to the gradients of x, W and b.
 /// Errors when x, w and d_y do not chain or d_y holds NaN.
-pub fn dense_backward<T: Float>(x: &DMatrix<T>, w: &DMatrix<T>, d_y: &DMatrix<T>) -> Result<DenseGrads<T>> {
+pub fn dense_backward<T: Float>(
+    x: &DMatrix<T>,
+    w: &DMatrix<T>,
+    d_y: &DMatrix<T>,
+) -> Result<DenseGrads<T>> {
     const OP: &str = "dense_backward";
     if x.ncols() != w.nrows() {
-        return Err(shape_error(OP, "x and w", format!("x N×{}", w.nrows()), format!("x {}, w {}", shape_of(x), shape_of(w))));
+        return Err(shape_error(
+            OP,
+            "x and w",
+            format!("x N×{}", w.nrows()),
+            format!("x {}, w {}", shape_of(x), shape_of(w)),
+        ));
     }
     if d_y.nrows() != x.nrows() || d_y.ncols() != w.ncols() {
-        return Err(shape_error(OP, "d_y", format!("{}×{} (rows of x × columns of w)", x.nrows(), w.ncols()), shape_of(d_y)));
+        return Err(shape_error(
+            OP,
+            "d_y",
+            format!("{}×{} (rows of x × columns of w)", x.nrows(), w.ncols()),
+            shape_of(d_y),
+        ));
     }
     ensure_finite(OP, "d_y", d_y)?;
     let d_w = crate::matmul::matmul_tn(x, d_y)?; // y = xW     ⇒ ∂C/∂W = xᵀ ∂C/∂y
@@ -348,7 +380,12 @@ fn check_same_shape<T: Float>(op: &'static str, a: &DMatrix<T>, y: &DMatrix<T>) 
         return Err(Error::Empty { op, arg: "a (the predictions)" });
     }
     if a.shape() != y.shape() {
-        return Err(shape_error(op, "a and y", format!("y {} like a", shape_of(a)), format!("a {}, y {}", shape_of(a), shape_of(y))));
+        return Err(shape_error(
+            op,
+            "a and y",
+            format!("y {} like a", shape_of(a)),
+            format!("a {}, y {}", shape_of(a), shape_of(y)),
+        ));
     }
     ensure_finite(op, "a", a)?;
     ensure_finite(op, "y", y)
@@ -435,8 +472,17 @@ impl<T: Float> Mlp<T> {
                 return Err(shape_error(
                     OP,
                     "consecutive layers (widths do not chain)",
-                    format!("layer {l}'s w to have {} rows (layer {}'s outputs)", layers[l - 1].w.ncols(), l - 1),
-                    format!("layer {}: w {}, layer {l}: w {}", l - 1, shape_of(&layers[l - 1].w), shape_of(&layer.w)),
+                    format!(
+                        "layer {l}'s w to have {} rows (layer {}'s outputs)",
+                        layers[l - 1].w.ncols(),
+                        l - 1
+                    ),
+                    format!(
+                        "layer {}: w {}, layer {l}: w {}",
+                        l - 1,
+                        shape_of(&layers[l - 1].w),
+                        shape_of(&layer.w)
+                    ),
                 ));
             }
             ensure_finite(OP, "a layer's w", &layer.w)?;
@@ -448,10 +494,20 @@ impl<T: Float> Mlp<T> {
     /// A randomly initialised MLP with the given widths `[in, h₁, …, out]`: weights
     /// N(0, gain/fan_in) with gain 2 for ReLU and GELU hidden layers (He) and 1 for sigmoid
     /// (Xavier-like), biases N(0, bias_std²). Hidden layers use `hidden`, the last layer `output`.
-    pub fn random(sizes: &[usize], hidden: Activation, output: Option<Activation>, bias_std: f64, rng: &mut Rng) -> Result<Self> {
+    pub fn random(
+        sizes: &[usize],
+        hidden: Activation,
+        output: Option<Activation>,
+        bias_std: f64,
+        rng: &mut Rng,
+    ) -> Result<Self> {
         const OP: &str = "Mlp::random";
         if sizes.len() < 2 {
-            return Err(invalid(OP, "sizes", format!("need at least an input and an output width, got {sizes:?}")));
+            return Err(invalid(
+                OP,
+                "sizes",
+                format!("need at least an input and an output width, got {sizes:?}"),
+            ));
         }
         if let Some(i) = sizes.iter().position(|&s| s == 0) {
             return Err(invalid(OP, "sizes", format!("width {i} is zero in {sizes:?}")));
@@ -480,7 +536,9 @@ impl<T: Float> Mlp<T> {
 
     /// The widths `[in, h₁, …, out]`.
     pub fn sizes(&self) -> Vec<usize> {
-        std::iter::once(self.layers[0].w.nrows()).chain(self.layers.iter().map(|l| l.w.ncols())).collect()
+        std::iter::once(self.layers[0].w.nrows())
+            .chain(self.layers.iter().map(|l| l.w.ncols()))
+            .collect()
     }
 
     /// The number of weights and biases.
@@ -513,9 +571,18 @@ impl<T: Float> Mlp<T> {
     }
 
     /// Backpropagation: from ∂C/∂a⁽ᴸ⁾ (N×out) to every layer's (∂C/∂W, ∂C/∂b), and ∂C/∂x.
-    pub fn backward(&self, trace: &Trace<T>, d_out: &DMatrix<T>) -> Result<(Vec<LayerGrads<T>>, DMatrix<T>)> {
+    pub fn backward(
+        &self,
+        trace: &Trace<T>,
+        d_out: &DMatrix<T>,
+    ) -> Result<(Vec<LayerGrads<T>>, DMatrix<T>)> {
         if d_out.shape() != trace.output.shape() {
-            return Err(shape_error("Mlp::backward", "d_out", shape_of(&trace.output), shape_of(d_out)));
+            return Err(shape_error(
+                "Mlp::backward",
+                "d_out",
+                shape_of(&trace.output),
+                shape_of(d_out),
+            ));
         }
         let mut grads = Vec::with_capacity(self.layers.len());
         let mut d_a = d_out.clone();
@@ -533,7 +600,11 @@ impl<T: Float> Mlp<T> {
     }
 
     /// The cost [`mse`] on (x, y) and the gradient of every layer's parameters.
-    pub fn loss_and_gradients(&self, x: &DMatrix<T>, y: &DMatrix<T>) -> Result<(T, Vec<LayerGrads<T>>)> {
+    pub fn loss_and_gradients(
+        &self,
+        x: &DMatrix<T>,
+        y: &DMatrix<T>,
+    ) -> Result<(T, Vec<LayerGrads<T>>)> {
         let trace = self.forward(x)?;
         let cost = mse(&trace.output, y)?;
         let (grads, _) = self.backward(&trace, &mse_backward(&trace.output, y)?)?;
@@ -543,9 +614,14 @@ impl<T: Float> Mlp<T> {
     /// One gradient-descent step W ← W − α ∂C/∂W, b ← b − α ∂C/∂b on every layer.
     pub fn step(&mut self, grads: &[LayerGrads<T>], sgd: &Sgd) -> Result<()> {
         if grads.len() != self.layers.len() {
-            return Err(invalid("Mlp::step", "grads", format!("{} layers but {} gradients", self.layers.len(), grads.len())));
+            return Err(invalid(
+                "Mlp::step",
+                "grads",
+                format!("{} layers but {} gradients", self.layers.len(), grads.len()),
+            ));
         }
-        let mut params: Vec<&mut DMatrix<T>> = self.layers.iter_mut().flat_map(|l| [&mut l.w, &mut l.b]).collect();
+        let mut params: Vec<&mut DMatrix<T>> =
+            self.layers.iter_mut().flat_map(|l| [&mut l.w, &mut l.b]).collect();
         let g: Vec<&DMatrix<T>> = grads.iter().flat_map(|g| [&g.d_w, &g.d_b]).collect();
         sgd.step(&mut params, &g)
     }
@@ -568,7 +644,12 @@ pub struct TrainConfig {
 /// Mini-batch gradient descent on the cost [`mse`]: every epoch shuffles the rows, cuts them into
 /// batches and takes one step per batch on that batch's average gradient. Returns the cost on
 /// the whole data set before training and after every epoch (`epochs + 1` values).
-pub fn train<T: Float>(mlp: &mut Mlp<T>, x: &DMatrix<T>, y: &DMatrix<T>, config: TrainConfig) -> Result<Vec<f64>> {
+pub fn train<T: Float>(
+    mlp: &mut Mlp<T>,
+    x: &DMatrix<T>,
+    y: &DMatrix<T>,
+    config: TrainConfig,
+) -> Result<Vec<f64>> {
     const OP: &str = "train";
     let sgd = Sgd::new(config.learning_rate)?;
     if config.batch_size == 0 {
@@ -601,7 +682,11 @@ pub fn train<T: Float>(mlp: &mut Mlp<T>, x: &DMatrix<T>, y: &DMatrix<T>, config:
         }
         let cost = mse(&mlp.predict(x)?, y)?.as_f64();
         if !cost.is_finite() {
-            return Err(invalid(OP, "learning rate α", format!("training diverged (cost {cost}) at α = {}", config.learning_rate)));
+            return Err(invalid(
+                OP,
+                "learning rate α",
+                format!("training diverged (cost {cost}) at α = {}", config.learning_rate),
+            ));
         }
         costs.push(cost);
     }
@@ -647,7 +732,12 @@ impl Chain {
             return Err(Error::Empty { op: "Chain::new", arg: "w" });
         }
         if w.len() != b.len() {
-            return Err(shape_error("Chain::new", "w and b", format!("{} biases (one per weight)", w.len()), format!("{}", b.len())));
+            return Err(shape_error(
+                "Chain::new",
+                "w and b",
+                format!("{} biases (one per weight)", w.len()),
+                format!("{}", b.len()),
+            ));
         }
         crate::float::ensure_finite_slice("Chain::new", "w", &w)?;
         crate::float::ensure_finite_slice("Chain::new", "b", &b)?;
@@ -711,7 +801,8 @@ impl Chain {
         crate::float::ensure_finite_slice("Chain::average_gradients", "inputs", inputs)?;
         crate::float::ensure_finite_slice("Chain::average_gradients", "ys", ys)?;
         let n = inputs.len() as f64;
-        let mut avg = ChainAverage { cost: 0.0, d_w: vec![0.0; self.depth()], d_b: vec![0.0; self.depth()] };
+        let mut avg =
+            ChainAverage { cost: 0.0, d_w: vec![0.0; self.depth()], d_b: vec![0.0; self.depth()] };
         for (&x, &y) in inputs.iter().zip(ys) {
             let g = self.gradients(x, y);
             avg.cost += self.cost(x, y) / n;
@@ -743,7 +834,9 @@ pub fn d_c0_d_a_last(a_last: f64, y: f64) -> f64 {
 /// ∂C₀/∂w⁽ᴸ⁾ = a⁽ᴸ⁻¹⁾ · σ′(z⁽ᴸ⁾) · 2(a⁽ᴸ⁾ − y), the three chain-rule factors of the last layer.
 pub fn d_c0_d_w_last(trace: &ChainTrace, y: f64) -> f64 {
     let l = trace.z.len();
-    trace.a[l - 1] * crate::ch01_logistic::sigmoid_derivative(trace.z[l - 1]) * d_c0_d_a_last(trace.a[l], y)
+    trace.a[l - 1]
+        * crate::ch01_logistic::sigmoid_derivative(trace.z[l - 1])
+        * d_c0_d_a_last(trace.a[l], y)
 }
 
 /// ∂C₀/∂b⁽ᴸ⁾ = 1 · σ′(z⁽ᴸ⁾) · 2(a⁽ᴸ⁾ − y).
@@ -755,14 +848,21 @@ pub fn d_c0_d_b_last(trace: &ChainTrace, y: f64) -> f64 {
 /// ∂C₀/∂a⁽ᴸ⁻¹⁾ = w⁽ᴸ⁾ · σ′(z⁽ᴸ⁾) · 2(a⁽ᴸ⁾ − y): how the last weight carries the error one layer back.
 pub fn d_c0_d_a_prev(chain: &Chain, trace: &ChainTrace, y: f64) -> f64 {
     let l = trace.z.len();
-    chain.w[l - 1] * crate::ch01_logistic::sigmoid_derivative(trace.z[l - 1]) * d_c0_d_a_last(trace.a[l], y)
+    chain.w[l - 1]
+        * crate::ch01_logistic::sigmoid_derivative(trace.z[l - 1])
+        * d_c0_d_a_last(trace.a[l], y)
 }
 
 /// The multi-neuron form, written as the document's sum over the neurons j of layer L:
 /// ∂C₀/∂aₖ⁽ᴸ⁻¹⁾ = Σⱼ₌₀^{n_L − 1} wⱼₖ⁽ᴸ⁾ σ′(zⱼ⁽ᴸ⁾) 2(aⱼ⁽ᴸ⁾ − yⱼ), for a sigmoid layer
 /// a⁽ᴸ⁾ = σ(W a⁽ᴸ⁻¹⁾ + b) with W of n_L rows (document orientation: one row per neuron of layer L).
 /// Shapes: `w_rows` n_L×n_{L−1}, `b` and `y` length n_L, `a_prev` length n_{L−1}; returns length n_{L−1}.
-pub fn d_c0_d_a_prev_sum(w_rows: &DMatrix<f64>, b: &[f64], a_prev: &[f64], y: &[f64]) -> Result<Vec<f64>> {
+pub fn d_c0_d_a_prev_sum(
+    w_rows: &DMatrix<f64>,
+    b: &[f64],
+    a_prev: &[f64],
+    y: &[f64],
+) -> Result<Vec<f64>> {
     const OP: &str = "d_c0_d_a_prev_sum";
     let (n_l, n_prev) = w_rows.shape();
     if a_prev.len() != n_prev || b.len() != n_l || y.len() != n_l {
@@ -810,7 +910,12 @@ pub fn least_squares_line(x: &[f64], y: &[f64]) -> Result<(f64, f64)> {
         return Err(invalid(OP, "x", format!("need at least 2 points, got {}", x.len())));
     }
     if x.len() != y.len() {
-        return Err(shape_error(OP, "x and y", format!("{} values of y", x.len()), format!("{}", y.len())));
+        return Err(shape_error(
+            OP,
+            "x and y",
+            format!("{} values of y", x.len()),
+            format!("{}", y.len()),
+        ));
     }
     crate::float::ensure_finite_slice(OP, "x", x)?;
     crate::float::ensure_finite_slice(OP, "y", y)?;
@@ -832,7 +937,8 @@ pub const SIN_SIZES: [usize; 4] = [1, 32, 32, 1];
 /// The seed of its initial weights and of the mini-batch shuffle.
 pub const SIN_SEED: u64 = 3;
 /// Its training schedule.
-pub const SIN_TRAIN: TrainConfig = TrainConfig { learning_rate: 0.05, epochs: 1000, batch_size: 10, seed: SIN_SEED };
+pub const SIN_TRAIN: TrainConfig =
+    TrainConfig { learning_rate: 0.05, epochs: 1000, batch_size: 10, seed: SIN_SEED };
 /// The input is fed to the network as x/10, so it lies in [−1, 1] like its initial weights expect.
 pub const SIN_INPUT_SCALE: f64 = 10.0;
 
@@ -879,16 +985,15 @@ pub fn fit_sin(epochs: usize) -> Result<SinFits> {
 
 // ───────────────────────────── an MLP that stores a fact ─────────────────────────────
 
-/// The documents that tell the Michael Jordan story.
-pub const DOC_FACT: &str = "004_91d661ef72a3197b.txt";
-/// The GPT-3 explainer with the parameter counts and superposition.
-pub const DOC_GPT3: &str = "001_a269190d72ad5dbb.txt";
-/// The lecture slides that read the MLP as a key–value memory.
-pub const DOC_KV: &str = "002_91780c5e7d535c8d.txt";
-
 /// The named directions of the toy embedding space, in the order they are built.
-pub const FACT_DIRECTIONS: [&str; 6] =
-    ["first name Michael", "last name Jordan", "basketball", "first name Alexis", "last name Phelps", "swimming"];
+pub const FACT_DIRECTIONS: [&str; 6] = [
+    "first name Michael",
+    "last name Jordan",
+    "basketball",
+    "first name Alexis",
+    "last name Phelps",
+    "swimming",
+];
 /// The width of the toy embedding space (room for the six directions and two spare ones).
 pub const FACT_DIM: usize = 8;
 
@@ -908,10 +1013,13 @@ pub struct FactMlp {
 impl FactMlp {
     /// The direction with this name.
     pub fn direction(&self, name: &str) -> Result<DMatrix<f64>> {
-        let i = FACT_DIRECTIONS
-            .iter()
-            .position(|d| *d == name)
-            .ok_or_else(|| invalid("FactMlp::direction", "name", format!("no direction {name:?}; known: {FACT_DIRECTIONS:?}")))?;
+        let i = FACT_DIRECTIONS.iter().position(|d| *d == name).ok_or_else(|| {
+            invalid(
+                "FactMlp::direction",
+                "name",
+                format!("no direction {name:?}; known: {FACT_DIRECTIONS:?}"),
+            )
+        })?;
         Ok(self.directions.rows(i, 1).into_owned())
     }
 
@@ -992,13 +1100,21 @@ pub fn fact_mlp() -> Result<FactMlp> {
 /// Returns FF(e) computed key by key (1×d), for comparison with the matrix form.
 pub fn key_value_read(mlp: &Mlp<f64>, e: &DMatrix<f64>) -> Result<DMatrix<f64>> {
     let [up, down] = mlp.layers() else {
-        return Err(invalid("key_value_read", "mlp", format!("needs exactly two layers, got {}", mlp.layers().len())));
+        return Err(invalid(
+            "key_value_read",
+            "mlp",
+            format!("needs exactly two layers, got {}", mlp.layers().len()),
+        ));
     };
     if e.nrows() != 1 || e.ncols() != up.w.nrows() {
         return Err(shape_error("key_value_read", "e", format!("1×{}", up.w.nrows()), shape_of(e)));
     }
     if down.activation.is_some() {
-        return Err(invalid("key_value_read", "mlp", "the second layer must be linear (no activation) to read as a memory"));
+        return Err(invalid(
+            "key_value_read",
+            "mlp",
+            "the second layer must be linear (no activation) to read as a memory",
+        ));
     }
     let mut out = down.b.clone();
     for i in 0..up.w.ncols() {
@@ -1013,10 +1129,19 @@ pub fn key_value_read(mlp: &Mlp<f64>, e: &DMatrix<f64>) -> Result<DMatrix<f64>> 
 /// sum to one, so it always writes some mixture of the values even when no key matches.
 pub fn softmax_memory_read(mlp: &Mlp<f64>, e: &DMatrix<f64>) -> Result<DMatrix<f64>> {
     let [up, down] = mlp.layers() else {
-        return Err(invalid("softmax_memory_read", "mlp", format!("needs exactly two layers, got {}", mlp.layers().len())));
+        return Err(invalid(
+            "softmax_memory_read",
+            "mlp",
+            format!("needs exactly two layers, got {}", mlp.layers().len()),
+        ));
     };
     if e.nrows() != 1 || e.ncols() != up.w.nrows() {
-        return Err(shape_error("softmax_memory_read", "e", format!("1×{}", up.w.nrows()), shape_of(e)));
+        return Err(shape_error(
+            "softmax_memory_read",
+            "e",
+            format!("1×{}", up.w.nrows()),
+            shape_of(e),
+        ));
     }
     let scores = crate::matmul::matmul(e, &up.w)?;
     let max = scores.max();
@@ -1081,7 +1206,11 @@ pub const NEAR_ORTHOGONAL_DEGREES: f64 = 1.0;
 /// uniform on the sphere).
 pub fn random_unit_vectors(n: usize, d: usize, rng: &mut Rng) -> Result<DMatrix<f64>> {
     if n == 0 || d == 0 {
-        return Err(invalid("random_unit_vectors", "n and d", format!("need n ≥ 1 and d ≥ 1, got n = {n}, d = {d}")));
+        return Err(invalid(
+            "random_unit_vectors",
+            "n and d",
+            format!("need n ≥ 1 and d ≥ 1, got n = {n}, d = {d}"),
+        ));
     }
     let mut v = rng.normal_matrix::<f64>(n, d, 1.0);
     normalize_rows(&mut v);
@@ -1126,7 +1255,11 @@ pub fn welch_bound(n: usize, d: usize) -> f64 {
 /// ⌊d(1 − ε²)/(1 − dε²)⌋ while dε² < 1; `None` (no limit from this bound) once dε² ≥ 1.
 pub fn welch_capacity(d: usize, eps: f64) -> Option<u64> {
     let de2 = d as f64 * eps * eps;
-    if de2 >= 1.0 { None } else { Some((d as f64 * (1.0 - eps * eps) / (1.0 - de2)).floor() as u64) }
+    if de2 >= 1.0 {
+        None
+    } else {
+        Some((d as f64 * (1.0 - eps * eps) / (1.0 - de2)).floor() as u64)
+    }
 }
 
 /// The probability that two independent uniformly random unit vectors in d ≥ 2 dimensions meet at
@@ -1201,10 +1334,17 @@ pub fn angle_samples(dims: &[usize], n: usize, seed: u64) -> Result<Vec<AngleSam
     dims.iter()
         .map(|&d| {
             let v = random_unit_vectors(n, d, &mut rng)?;
-            let angles: Vec<f64> = pairwise_cosines(&v)?.iter().map(|c| c.acos().to_degrees()).collect();
-            let inside = angles.iter().filter(|a| (*a - 90.0).abs() <= NEAR_ORTHOGONAL_DEGREES).count();
+            let angles: Vec<f64> =
+                pairwise_cosines(&v)?.iter().map(|c| c.acos().to_degrees()).collect();
+            let inside =
+                angles.iter().filter(|a| (*a - 90.0).abs() <= NEAR_ORTHOGONAL_DEGREES).count();
             let near_orthogonal = inside as f64 / angles.len() as f64;
-            Ok(AngleSample { d, angles, near_orthogonal, expected: near_orthogonal_probability(d, NEAR_ORTHOGONAL_DEGREES) })
+            Ok(AngleSample {
+                d,
+                angles,
+                near_orthogonal,
+                expected: near_orthogonal_probability(d, NEAR_ORTHOGONAL_DEGREES),
+            })
         })
         .collect()
 }
@@ -1279,7 +1419,9 @@ pub fn pack_unit_vectors(n: usize, d: usize, steps: usize, seed: u64) -> Result<
     let stages = [2i32, 4, 8, 16, 32];
     for s in 0..=steps {
         let g = crate::matmul::matmul_nt(&v, &v)?;
-        let worst = (0..n).flat_map(|j| (0..j).map(move |i| (i, j))).fold(0.0f64, |m, (i, j)| m.max(g[(i, j)].abs()));
+        let worst = (0..n)
+            .flat_map(|j| (0..j).map(move |i| (i, j)))
+            .fold(0.0f64, |m, (i, j)| m.max(g[(i, j)].abs()));
         history.push(worst);
         if worst < best.0 {
             best = (worst, v.clone());
@@ -1297,7 +1439,15 @@ pub fn pack_unit_vectors(n: usize, d: usize, steps: usize, seed: u64) -> Result<
         v -= grad * (PACK_STEP * worst / largest.max(f64::MIN_POSITIVE));
         normalize_rows(&mut v);
     }
-    Ok(Packing { n, d, start_coherence: history[0], coherence: best.0, welch: welch_bound(n, d), history, vectors: best.1 })
+    Ok(Packing {
+        n,
+        d,
+        start_coherence: history[0],
+        coherence: best.0,
+        welch: welch_bound(n, d),
+        history,
+        vectors: best.1,
+    })
 }
 
 // ───────────────────────────── errata, worked numbers ─────────────────────────────
@@ -1305,7 +1455,7 @@ pub fn pack_unit_vectors(n: usize, d: usize, steps: usize, seed: u64) -> Result<
 /// This chapter's rows of the errata register.
 pub const ERRATA: &[Erratum] = &[
     Erratum {
-        document: DOC_BACKPROP,
+        document: D0,
         section: "Backpropagation, chain of one-neuron layers: ∂C₀/∂a⁽ᴸ⁾ and the two results built on it",
         printed: "∂C₀/∂a⁽ᴸ⁾ = z(a⁽ᴸ⁾ − y); ∂C₀/∂w⁽ᴸ⁾ = a⁽ᴸ⁻¹⁾·σ′(z⁽ᴸ⁾)·z(a⁽ᴸ⁾ − y); ∂C₀/∂b⁽ᴸ⁾ = 1·σ′(z⁽ᴸ⁾)·z(a⁽ᴸ⁾ − y)",
         correct: "∂C₀/∂a⁽ᴸ⁾ = 2(a⁽ᴸ⁾ − y), and the factor 2(a⁽ᴸ⁾ − y) in ∂C₀/∂w⁽ᴸ⁾ and ∂C₀/∂b⁽ᴸ⁾",
@@ -1313,7 +1463,7 @@ pub const ERRATA: &[Erratum] = &[
         test: "tests/ch03_mlp.rs::d_cost_d_output_is_2_times_error_not_z_times_error",
     },
     Erratum {
-        document: DOC_BACKPROP,
+        document: D0,
         section: "Backpropagation, the gradient vector ∇C",
         printed: "∇C = (∂C/∂w⁽⁰⁾, ∂C/∂b⁽¹⁾, …, ∂C/∂w⁽ᴸ⁾, ∂C/∂b⁽ᴸ⁾)",
         correct: "∇C = (∂C/∂w⁽¹⁾, ∂C/∂b⁽¹⁾, …, ∂C/∂w⁽ᴸ⁾, ∂C/∂b⁽ᴸ⁾)",
@@ -1321,7 +1471,7 @@ pub const ERRATA: &[Erratum] = &[
         test: "tests/ch03_mlp.rs::gradient_has_one_weight_and_one_bias_for_each_layer_1_to_l",
     },
     Erratum {
-        document: DOC_BACKPROP,
+        document: D0,
         section: "Backpropagation, the multi-neuron generalisation",
         printed: "∂C₀/∂aₑ⁽ᴸ⁻¹⁾ = Σ_{j=0}^{n_{L−1}} (∂zⱼ⁽ᴸ⁾/∂aₑ⁽ᴸ⁻¹⁾)(∂aⱼ⁽ᴸ⁾/∂zⱼ⁽ᴸ⁾)(∂C₀/∂aⱼ⁽ᴸ⁾)",
         correct: "Σ_{j=0}^{n_L − 1}: j runs over the n_L neurons of layer L",
@@ -1329,7 +1479,7 @@ pub const ERRATA: &[Erratum] = &[
         test: "tests/ch03_mlp.rs::multi_neuron_sum_runs_over_the_neurons_of_layer_l",
     },
     Erratum {
-        document: DOC_BACKPROP,
+        document: D0,
         section: "Neural Networks, the matrix form ā⁽¹⁾ = σ(Wā⁽⁰⁾ + b)",
         printed: "W with rows w_{0,·} … w_{L,·}, ā⁽⁰⁾ = (a₀ … aₙ), b̄ = (b₀ … bₙ)",
         correct: "W has one row per neuron of the new layer, say k + 1 rows; b̄ = (b₀ … b_k) has one entry per row of W",
@@ -1337,7 +1487,7 @@ pub const ERRATA: &[Erratum] = &[
         test: "tests/ch03_mlp.rs::bias_has_one_entry_per_output_neuron",
     },
     Erratum {
-        document: DOC_BACKPROP,
+        document: D0,
         section: "Multilayer Perceptron, the Michael Jordan toy example",
         printed: "if Ē·(last name Jordan) = Ē·(first name Michael), the vector encodes both first name Michael and last name Jordan",
         correct: "the vector encodes both when both dot products are ≈ 1, i.e. Ē·(M + J) ≈ 2 (document 004: 2 for the full name, 1 or less otherwise)",
@@ -1358,13 +1508,24 @@ pub fn worked() -> Result<Vec<Worked>> {
     let mp = fact.encode(&["first name Michael", "last name Phelps"])?;
     let aj = fact.encode(&["first name Alexis", "last name Jordan"])?;
     let ap = fact.encode(&["first name Alexis", "last name Phelps"])?;
-    let probe = (&fact.direction("first name Michael")? + &fact.direction("last name Jordan")?).transpose();
+    let probe =
+        (&fact.direction("first name Michael")? + &fact.direction("last name Jordan")?).transpose();
     let dot = |e: &DMatrix<f64>| (e * &probe)[(0, 0)];
-    let fires: Vec<&str> = [("Michael Jordan", &mj), ("Michael Phelps", &mp), ("Alexis Jordan", &aj), ("Alexis Phelps", &ap)]
-        .iter()
-        .filter(|(_, e)| fact.mlp.forward(e).map(|tr| activation_forward(Activation::Relu, &tr.pre[0])[(0, 0)] > FIRING).unwrap_or(false))
-        .map(|(n, _)| *n)
-        .collect();
+    let fires: Vec<&str> = [
+        ("Michael Jordan", &mj),
+        ("Michael Phelps", &mp),
+        ("Alexis Jordan", &aj),
+        ("Alexis Phelps", &ap),
+    ]
+    .iter()
+    .filter(|(_, e)| {
+        fact.mlp
+            .forward(e)
+            .map(|tr| activation_forward(Activation::Relu, &tr.pre[0])[(0, 0)] > FIRING)
+            .unwrap_or(false)
+    })
+    .map(|(n, _)| *n)
+    .collect();
     let g = GPT3_MLP;
     let share = g.weights_total() as f64 / GPT3_TOTAL_PARAMETERS;
     let gates = |m: &str, j: &str| Ok::<_, Error>(dot(&fact.encode(&[m, j])?));
@@ -1377,38 +1538,54 @@ pub fn worked() -> Result<Vec<Worked>> {
     Ok(vec![
         Worked::erratum(
             "d_cost_d_output_is_2_times_error_not_z_times_error",
-            DOC_BACKPROP,
+            D0,
             format!(
                 "∂C₀/∂a⁽ᴸ⁾ for the chapter's chain (a⁽ᴸ⁾ = {:.4}, y = {y}, z⁽ᴸ⁾ = {:.4}); central difference {fd_a:.4}",
                 t.a[l],
                 t.z[l - 1]
             ),
             "z(a⁽ᴸ⁾ − y)",
-            format!("2(a⁽ᴸ⁾ − y) = {:.4}; z⁽ᴸ⁾(a⁽ᴸ⁾ − y) = {:.4}", d_c0_d_a_last(t.a[l], y), t.z[l - 1] * (t.a[l] - y)),
+            format!(
+                "2(a⁽ᴸ⁾ − y) = {:.4}; z⁽ᴸ⁾(a⁽ᴸ⁾ − y) = {:.4}",
+                d_c0_d_a_last(t.a[l], y),
+                t.z[l - 1] * (t.a[l] - y)
+            ),
         ),
         Worked::erratum(
             "gradient_has_one_weight_and_one_bias_for_each_layer_1_to_l",
-            DOC_BACKPROP,
+            D0,
             "the first two entries of ∇C for a chain a⁽⁰⁾ → a⁽¹⁾ → … → a⁽ᴸ⁾",
             "∂C/∂w⁽⁰⁾, ∂C/∂b⁽¹⁾",
-            format!("∂C/∂w⁽¹⁾, ∂C/∂b⁽¹⁾ ({} entries for L = {l})", chain.gradients(x0, y).d_w.len() + chain.gradients(x0, y).d_b.len()),
+            format!(
+                "∂C/∂w⁽¹⁾, ∂C/∂b⁽¹⁾ ({} entries for L = {l})",
+                chain.gradients(x0, y).d_w.len() + chain.gradients(x0, y).d_b.len()
+            ),
         ),
         Worked::erratum(
             "multi_neuron_sum_runs_over_the_neurons_of_layer_l",
-            DOC_BACKPROP,
+            D0,
             "terms in the sum over j for a layer of 2 neurons fed by 3",
             "n_{L−1} + 1 = 4",
-            format!("n_L = {} (the sum then equals the matrix form (σ′(z) ⊙ 2(a − y))W; largest gap {gap:.1e})", w_rows.nrows()),
+            format!(
+                "n_L = {} (the sum then equals the matrix form (σ′(z) ⊙ 2(a − y))W; largest gap {gap:.1e})",
+                w_rows.nrows()
+            ),
         ),
         Worked::erratum(
             "bias_has_one_entry_per_output_neuron",
-            DOC_BACKPROP,
+            D0,
             "entries of b̄ for a layer of 2 neurons fed by 3 inputs",
             "n + 1 = 3 (one per input)",
             format!(
                 "{} (one per neuron); a 1×3 bias is {}",
                 2,
-                if dense_forward(&DMatrix::<f64>::zeros(1, 3), &DMatrix::zeros(3, 2), &DMatrix::zeros(1, 3)).is_err() {
+                if dense_forward(
+                    &DMatrix::<f64>::zeros(1, 3),
+                    &DMatrix::zeros(3, 2),
+                    &DMatrix::zeros(1, 3)
+                )
+                .is_err()
+                {
                     "rejected"
                 } else {
                     "accepted"
@@ -1417,7 +1594,7 @@ pub fn worked() -> Result<Vec<Worked>> {
         ),
         Worked::erratum(
             "equal_dot_products_do_not_mean_both_names",
-            DOC_BACKPROP,
+            D0,
             "Alexis Phelps: Ē·J and Ē·M (equal), and Ē·(M + J) − 1 before the ReLU",
             "equal ⇒ encodes both names",
             format!(
@@ -1429,48 +1606,76 @@ pub fn worked() -> Result<Vec<Worked>> {
         ),
         Worked::number(
             "full_name_gives_dot_product_2",
-            DOC_FACT,
+            D4,
             "Ē·(M + J) for Michael Jordan",
             "2",
             gates("first name Michael", "last name Jordan")?,
         ),
-        Worked::number("partial_names_give_dot_product_1_or_less", DOC_FACT, "Ē·(M + J) for Michael Phelps", "1", dot(&mp)),
-        Worked::number("partial_names_give_dot_product_1_or_less", DOC_FACT, "Ē·(M + J) for Alexis Jordan", "1", dot(&aj)),
+        Worked::number(
+            "partial_names_give_dot_product_1_or_less",
+            D4,
+            "Ē·(M + J) for Michael Phelps",
+            "1",
+            dot(&mp),
+        ),
+        Worked::number(
+            "partial_names_give_dot_product_1_or_less",
+            D4,
+            "Ē·(M + J) for Alexis Jordan",
+            "1",
+            dot(&aj),
+        ),
         Worked::text(
             "neuron_fires_only_for_the_full_name",
-            DOC_GPT3,
+            D1,
             "with bias −1 and ReLU, the Michael-Jordan neuron is active for",
             "Michael Jordan",
             fires.join(", "),
         ),
         Worked::text(
             "gpt3_mlp_has_49152_neurons",
-            DOC_GPT3,
+            D1,
             "rows of GPT-3's up-projection, 4 × 12,288",
             "49,152",
             with_commas(g.neurons()),
         ),
         Worked::text(
             "gpt3_mlp_has_49152_neurons",
-            DOC_FACT,
+            D4,
             "the same count, in words",
             "just under 50,000",
             if g.neurons() < 50_000 && g.neurons() > 45_000 { "just under 50,000" } else { "no" },
         ),
         Worked::number(
             "gpt3_mlp_block_has_1_2_billion_weights",
-            DOC_GPT3,
-            format!("weights in one MLP, up + down ({}), in billions", with_commas(g.weights_per_block())),
+            D1,
+            format!(
+                "weights in one MLP, up + down ({}), in billions",
+                with_commas(g.weights_per_block())
+            ),
             "1.2",
             g.weights_per_block() as f64 / 1e9,
         ),
-        Worked::number("gpt3_mlp_block_has_1_2_billion_weights", DOC_GPT3, "MLP blocks in GPT-3", "96", g.n_layers as f64),
+        Worked::number(
+            "gpt3_mlp_block_has_1_2_billion_weights",
+            D1,
+            "MLP blocks in GPT-3",
+            "96",
+            g.n_layers as f64,
+        ),
         Worked::text(
             "gpt3_mlps_hold_two_thirds_of_the_weights",
-            DOC_GPT3,
-            format!("96 MLPs: {} weights, as a share of 175 billion ({share:.3})", with_commas(g.weights_total())),
+            D1,
+            format!(
+                "96 MLPs: {} weights, as a share of 175 billion ({share:.3})",
+                with_commas(g.weights_total())
+            ),
             "about 2/3",
-            if (share - 2.0 / 3.0).abs() < 0.01 { "about 2/3".to_string() } else { format!("{share:.3}") },
+            if (share - 2.0 / 3.0).abs() < 0.01 {
+                "about 2/3".to_string()
+            } else {
+                format!("{share:.3}")
+            },
         ),
     ])
 }
@@ -1478,7 +1683,12 @@ pub fn worked() -> Result<Vec<Worked>> {
 /// ∂C₀/∂a⁽ᴸ⁻¹⁾ for one sigmoid layer by the matrix route of [`Mlp::backward`]: the layer as a
 /// dense layer (our orientation, W transposed), C₀ = Σⱼ (aⱼ − yⱼ)², [`mse_backward`] with N = 1,
 /// [`activation_backward`], [`dense_backward`]. The same shapes as [`d_c0_d_a_prev_sum`].
-pub fn multi_neuron_matrix_form(w_rows: &DMatrix<f64>, b: &[f64], a_prev: &[f64], y: &[f64]) -> Result<Vec<f64>> {
+pub fn multi_neuron_matrix_form(
+    w_rows: &DMatrix<f64>,
+    b: &[f64],
+    a_prev: &[f64],
+    y: &[f64],
+) -> Result<Vec<f64>> {
     let x = DMatrix::from_row_slice(1, a_prev.len(), a_prev);
     let layer = Mlp::from_layers(vec![Layer {
         w: w_rows.transpose(),
@@ -1529,7 +1739,14 @@ pub fn walk(out: &mut Walk) -> Result<()> {
     let t = chain.forward(x0);
     for l in 1..=chain.depth() {
         let (s, p) = (sup(l), sup(l - 1));
-        out.scalar(&format!("z⁽{s}⁾ = w⁽{s}⁾a⁽{p}⁾ + b⁽{s}⁾ (w = {}, b = {})", chain.w[l - 1], chain.b[l - 1]), t.z[l - 1])?;
+        out.scalar(
+            &format!(
+                "z⁽{s}⁾ = w⁽{s}⁾a⁽{p}⁾ + b⁽{s}⁾ (w = {}, b = {})",
+                chain.w[l - 1],
+                chain.b[l - 1]
+            ),
+            t.z[l - 1],
+        )?;
         out.scalar(&format!("a⁽{s}⁾ = σ(z⁽{s}⁾)"), t.a[l])?;
     }
     out.scalar(&format!("C₀ = (a⁽³⁾ − y)², y = {yt}"), chain.cost(x0, yt))?;
@@ -1558,7 +1775,10 @@ pub fn walk(out: &mut Walk) -> Result<()> {
 
     out.step("5. An MLP that stores \"Michael Jordan plays basketball\"")?;
     let fact = fact_mlp()?;
-    out.matrix("orthonormal directions (rows: Michael, Jordan, basketball, Alexis, Phelps, swimming)", &fact.directions)?;
+    out.matrix(
+        "orthonormal directions (rows: Michael, Jordan, basketball, Alexis, Phelps, swimming)",
+        &fact.directions,
+    )?;
     for (who, names) in [
         ("Michael Jordan", ["first name Michael", "last name Jordan"]),
         ("Michael Phelps", ["first name Michael", "last name Phelps"]),
@@ -1570,17 +1790,38 @@ pub fn walk(out: &mut Walk) -> Result<()> {
         let gained = &fact.block(&e)? - &e;
         out.say(&format!("{who}:"))?;
         out.matrix("   neuron inputs Ē·(M + J) − 1, Ē·(M + P) − 1", &pre)?;
-        out.scalar("   basketball gained, (out − Ē)·B", (&gained * fact.direction("basketball")?.transpose())[(0, 0)])?;
-        out.scalar("   swimming gained, (out − Ē)·S", (&gained * fact.direction("swimming")?.transpose())[(0, 0)])?;
+        out.scalar(
+            "   basketball gained, (out − Ē)·B",
+            (&gained * fact.direction("basketball")?.transpose())[(0, 0)],
+        )?;
+        out.scalar(
+            "   swimming gained, (out − Ē)·S",
+            (&gained * fact.direction("swimming")?.transpose())[(0, 0)],
+        )?;
     }
     let nobody = fact.encode(&["first name Alexis"])?;
-    out.matrix("key–value reading FF(Alexis) (nothing fires)", &key_value_read(&fact.mlp, &nobody)?)?;
-    out.matrix("softmax memory NM(Alexis) (must mix the values anyway)", &softmax_memory_read(&fact.mlp, &nobody)?)?;
+    out.matrix(
+        "key–value reading FF(Alexis) (nothing fires)",
+        &key_value_read(&fact.mlp, &nobody)?,
+    )?;
+    out.matrix(
+        "softmax memory NM(Alexis) (must mix the values anyway)",
+        &softmax_memory_read(&fact.mlp, &nobody)?,
+    )?;
 
     out.step("6. GPT-3's MLPs, counted")?;
     let g = GPT3_MLP;
-    out.say(&format!("neurons per MLP: {} = {} × {}", with_commas(g.neurons()), g.expansion, with_commas(g.d_embed)))?;
-    out.say(&format!("weights per MLP: {} (+ {} biases)", with_commas(g.weights_per_block()), with_commas(g.biases())))?;
+    out.say(&format!(
+        "neurons per MLP: {} = {} × {}",
+        with_commas(g.neurons()),
+        g.expansion,
+        with_commas(g.d_embed)
+    ))?;
+    out.say(&format!(
+        "weights per MLP: {} (+ {} biases)",
+        with_commas(g.weights_per_block()),
+        with_commas(g.biases())
+    ))?;
     out.say(&format!("weights in all {} MLPs: {}", g.n_layers, with_commas(g.weights_total())))?;
     out.scalar("share of 175 billion", g.weights_total() as f64 / GPT3_TOTAL_PARAMETERS)?;
 
@@ -1596,7 +1837,8 @@ pub fn walk(out: &mut Walk) -> Result<()> {
     }
     let eps = NEAR_ORTHOGONAL_DEGREES.to_radians().sin();
     for d in [100, 1000, 3000, 4096] {
-        let cap = welch_capacity(d, eps).map_or("no limit from this bound".to_string(), with_commas);
+        let cap =
+            welch_capacity(d, eps).map_or("no limit from this bound".to_string(), with_commas);
         out.say(&format!("Welch: most vectors in d = {d} with every angle in 89°–91°: {cap}"))?;
     }
     let bases = two_bases(1024)?;
@@ -1663,20 +1905,29 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
         title: "Activation functions".into(),
         x_label: "z".into(),
         y_label: "f(z)".into(),
-        series: Activation::ALL.iter().map(|&a| Series::new(a.name(), curve(&|z| a.apply(z)))).collect(),
+        series: Activation::ALL
+            .iter()
+            .map(|&a| Series::new(a.name(), curve(&|z| a.apply(z))))
+            .collect(),
         markers: false,
     });
     let slopes = Figure::Line(LineChart {
         title: "Their derivatives".into(),
         x_label: "z".into(),
         y_label: "f′(z)".into(),
-        series: Activation::ALL.iter().map(|&a| Series::new(format!("{}′", a.name()), curve(&|z| a.derivative(z)))).collect(),
+        series: Activation::ALL
+            .iter()
+            .map(|&a| Series::new(format!("{}′", a.name()), curve(&|z| a.derivative(z))))
+            .collect(),
         markers: false,
     });
     let fits = fit_sin(SIN_TRAIN.epochs)?;
     let pts = |ys: &[f64]| fits.x.iter().copied().zip(ys.iter().copied()).collect::<Vec<_>>();
     let sin_fig = Figure::Line(LineChart {
-        title: format!("sin(x) at 100 points: line MSE {:.3}, MLP MSE {:.4}", fits.line_mse, fits.mlp_mse),
+        title: format!(
+            "sin(x) at 100 points: line MSE {:.3}, MLP MSE {:.4}",
+            fits.line_mse, fits.mlp_mse
+        ),
         x_label: "x".into(),
         y_label: "y".into(),
         series: vec![
@@ -1687,20 +1938,41 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
         markers: true,
     });
     let loss = Figure::Line(LineChart {
-        title: format!("Training the sin(x) MLP: mini-batch GD, α = {}, batch {}", SIN_TRAIN.learning_rate, SIN_TRAIN.batch_size),
+        title: format!(
+            "Training the sin(x) MLP: mini-batch GD, α = {}, batch {}",
+            SIN_TRAIN.learning_rate, SIN_TRAIN.batch_size
+        ),
         x_label: "epoch".into(),
         y_label: "log₁₀ MSE".into(),
         series: vec![
-            Series::new("MLP", fits.costs.iter().enumerate().map(|(i, c)| (i as f64, c.log10())).collect()),
-            Series::new("least-squares line", vec![(0.0, fits.line_mse.log10()), (fits.costs.len() as f64 - 1.0, fits.line_mse.log10())]),
+            Series::new(
+                "MLP",
+                fits.costs.iter().enumerate().map(|(i, c)| (i as f64, c.log10())).collect(),
+            ),
+            Series::new(
+                "least-squares line",
+                vec![
+                    (0.0, fits.line_mse.log10()),
+                    (fits.costs.len() as f64 - 1.0, fits.line_mse.log10()),
+                ],
+            ),
         ],
         markers: false,
     });
     let samples = angle_samples(&ANGLE_DIMS, ANGLE_VECTORS, ANGLE_SEED)?;
-    let top = samples.iter().flat_map(|s| histogram_steps(&s.angles, 0.0, 180.0, 1.0)).map(|p| p.1).fold(0.0, f64::max);
+    let top = samples
+        .iter()
+        .flat_map(|s| histogram_steps(&s.angles, 0.0, 180.0, 1.0))
+        .map(|p| p.1)
+        .fold(0.0, f64::max);
     let mut series: Vec<Series> = samples
         .iter()
-        .map(|s| Series::new(format!("d = {}", with_commas(s.d as u64)), histogram_steps(&s.angles, 0.0, 180.0, 1.0)))
+        .map(|s| {
+            Series::new(
+                format!("d = {}", with_commas(s.d as u64)),
+                histogram_steps(&s.angles, 0.0, 180.0, 1.0),
+            )
+        })
         .collect();
     series.push(Series::new("89°–91°", vec![(89.0, 0.0), (89.0, top), (91.0, top), (91.0, 0.0)]));
     let hist = Figure::Line(LineChart {
@@ -1715,8 +1987,14 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
         x_label: "log₁₀ d".into(),
         y_label: "fraction".into(),
         series: vec![
-            Series::new("measured", samples.iter().map(|s| ((s.d as f64).log10(), s.near_orthogonal)).collect()),
-            Series::new("exact", samples.iter().map(|s| ((s.d as f64).log10(), s.expected)).collect()),
+            Series::new(
+                "measured",
+                samples.iter().map(|s| ((s.d as f64).log10(), s.near_orthogonal)).collect(),
+            ),
+            Series::new(
+                "exact",
+                samples.iter().map(|s| ((s.d as f64).log10(), s.expected)).collect(),
+            ),
         ],
         markers: true,
     });
@@ -1739,14 +2017,19 @@ pub fn packing_figures(p: &Packing) -> Result<Vec<(String, Figure)>> {
         x_label: "step".into(),
         y_label: "max |cos|".into(),
         series: vec![
-            Series::new("optimised", p.history.iter().enumerate().map(|(i, c)| (i as f64, *c)).collect()),
+            Series::new(
+                "optimised",
+                p.history.iter().enumerate().map(|(i, c)| (i as f64, *c)).collect(),
+            ),
             Series::new("Welch lower bound", vec![(0.0, p.welch), (last, p.welch)]),
         ],
         markers: false,
     });
     let mut rng = Rng::new(PACK_SEED);
     let start = random_unit_vectors(p.n, p.d, &mut rng)?;
-    let to_deg = |v: &DMatrix<f64>| pairwise_cosines(v).map(|c| c.iter().map(|x| x.acos().to_degrees()).collect::<Vec<_>>());
+    let to_deg = |v: &DMatrix<f64>| {
+        pairwise_cosines(v).map(|c| c.iter().map(|x| x.acos().to_degrees()).collect::<Vec<_>>())
+    };
     let welch_deg = p.welch.acos().to_degrees();
     let (a0, a1) = (to_deg(&start)?, to_deg(&p.vectors)?);
     let top = histogram_steps(&a1, 40.0, 140.0, 0.5).iter().map(|q| q.1).fold(0.0, f64::max);
@@ -1757,7 +2040,15 @@ pub fn packing_figures(p: &Packing) -> Result<Vec<(String, Figure)>> {
         series: vec![
             Series::new("random start", histogram_steps(&a0, 40.0, 140.0, 0.5)),
             Series::new("optimised", histogram_steps(&a1, 40.0, 140.0, 0.5)),
-            Series::new("Welch window", vec![(welch_deg, 0.0), (welch_deg, top), (180.0 - welch_deg, top), (180.0 - welch_deg, 0.0)]),
+            Series::new(
+                "Welch window",
+                vec![
+                    (welch_deg, 0.0),
+                    (welch_deg, top),
+                    (180.0 - welch_deg, top),
+                    (180.0 - welch_deg, 0.0),
+                ],
+            ),
         ],
         markers: false,
     });

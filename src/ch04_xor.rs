@@ -12,12 +12,11 @@ use crate::float::ensure_finite;
 use crate::plot::{Figure, Regions, ScatterChart, Series};
 use crate::report::{Chapter, Walk, Worked};
 use crate::rng::Rng;
+use crate::sources::D3;
+use crate::sources::THIS_CRATE;
 use nalgebra::DMatrix;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-
-/// The document with both worked XOR networks.
-pub const DOC: &str = "003_c14ec70d95c4a8c1.txt";
 
 /// An output at or above this is read as class 1 (the document's rule for the ReLU network, and
 /// σ(z) ≥ 0.5 ⇔ z ≥ 0 for the sigmoid one).
@@ -65,8 +64,13 @@ pub const SIGMOID_NET: PrintedNet = PrintedNet {
 
 /// The ReLU network: W = [[1, −1], [−1, 1]], c = (0, 0), w = (1, 1), b = −0.5, read with the
 /// threshold 0.5. Hidden neuron 1 is ReLU(x₁ − x₂), neuron 2 is ReLU(x₂ − x₁).
-pub const RELU_NET: PrintedNet =
-    PrintedNet { w_rows: [[1.0, -1.0], [-1.0, 1.0]], c: [0.0, 0.0], w_out: [1.0, 1.0], b_out: -0.5, activation: Activation::Relu };
+pub const RELU_NET: PrintedNet = PrintedNet {
+    w_rows: [[1.0, -1.0], [-1.0, 1.0]],
+    c: [0.0, 0.0],
+    w_out: [1.0, 1.0],
+    b_out: -0.5,
+    activation: Activation::Relu,
+};
 
 impl PrintedNet {
     /// As one of our MLPs. Our layers compute xW + b with one column per neuron, so the printed
@@ -87,7 +91,11 @@ impl PrintedNet {
     /// The printed network with the hidden layer's weights `w` (2×2, one column per neuron).
     fn mlp_with_hidden_weights(&self, w: DMatrix<f64>) -> Result<Mlp<f64>> {
         Mlp::from_layers(vec![
-            Layer { w, b: DMatrix::from_row_slice(1, 2, &self.c), activation: Some(self.activation) },
+            Layer {
+                w,
+                b: DMatrix::from_row_slice(1, 2, &self.c),
+                activation: Some(self.activation),
+            },
             Layer {
                 w: DMatrix::from_column_slice(2, 1, &self.w_out),
                 b: DMatrix::from_element(1, 1, self.b_out),
@@ -156,7 +164,12 @@ pub fn least_squares_fit(x: &DMatrix<f64>, y: &DMatrix<f64>) -> Result<LinearFit
         return Err(Error::Empty { op: OP, arg: "x" });
     }
     if y.shape() != (x.nrows(), 1) {
-        return Err(shape_error(OP, "y", format!("{}×1 (one target per row of x)", x.nrows()), shape_of(y)));
+        return Err(shape_error(
+            OP,
+            "y",
+            format!("{}×1 (one target per row of x)", x.nrows()),
+            shape_of(y),
+        ));
     }
     ensure_finite(OP, "x", x)?;
     ensure_finite(OP, "y", y)?;
@@ -164,7 +177,12 @@ pub fn least_squares_fit(x: &DMatrix<f64>, y: &DMatrix<f64>) -> Result<LinearFit
     let a = DMatrix::from_fn(x.nrows(), d + 1, |r, c| if c < d { x[(r, c)] } else { 1.0 });
     let ata = crate::matmul::matmul_tn(&a, &a)?;
     let aty = crate::matmul::matmul_tn(&a, y)?;
-    let theta = ata.cholesky().ok_or_else(|| invalid(OP, "x", "AᵀA is singular: the points do not determine a unique fit"))?.solve(&aty);
+    let theta = ata
+        .cholesky()
+        .ok_or_else(|| {
+            invalid(OP, "x", "AᵀA is singular: the points do not determine a unique fit")
+        })?
+        .solve(&aty);
     let predictions = crate::matmul::matmul(&a, &theta)?;
     Ok(LinearFit { w: theta.rows(0, d).into_owned(), b: theta[(d, 0)], predictions })
 }
@@ -174,7 +192,8 @@ pub fn least_squares_fit(x: &DMatrix<f64>, y: &DMatrix<f64>) -> Result<LinearFit
 /// The seed of the learned network's starting weights.
 pub const LEARN_SEED: u64 = 1;
 /// How it trains: full-batch gradient descent on the squared error (chapter 3's cost).
-pub const LEARN_TRAIN: TrainConfig = TrainConfig { learning_rate: 2.0, epochs: 4000, batch_size: 4, seed: 0 };
+pub const LEARN_TRAIN: TrainConfig =
+    TrainConfig { learning_rate: 2.0, epochs: 4000, batch_size: 4, seed: 0 };
 /// The bias spread of the starting weights.
 pub const LEARN_BIAS_STD: f64 = 1.0;
 /// Seeds in the survey of how often training fails.
@@ -195,7 +214,13 @@ pub struct Learned {
 /// `seed`, by chapter 3's backprop and gradient descent.
 pub fn learn_xor(seed: u64, config: TrainConfig) -> Result<Learned> {
     let (x, y) = xor_data();
-    let mut mlp = Mlp::random(&[2, 2, 1], Activation::Sigmoid, Some(Activation::Sigmoid), LEARN_BIAS_STD, &mut Rng::new(seed))?;
+    let mut mlp = Mlp::random(
+        &[2, 2, 1],
+        Activation::Sigmoid,
+        Some(Activation::Sigmoid),
+        LEARN_BIAS_STD,
+        &mut Rng::new(seed),
+    )?;
     let costs = train(&mut mlp, &x, &y, config)?;
     let accuracy = accuracy(&mlp, &x, &y)?;
     Ok(Learned { mlp, costs, accuracy })
@@ -263,31 +288,121 @@ pub fn worked() -> Result<Vec<Worked>> {
     let survey = seed_survey(SURVEY_SEEDS, LEARN_TRAIN)?;
     let targets = labels_text(&XOR_TARGETS.map(|t| t as u8));
     Ok(vec![
-        Worked::text("xor_table", DOC, "XOR of (0,0), (0,1), (1,0), (1,1)", "0, 1, 1, 0", targets.clone()),
-        Worked::number("sigmoid_net_at_0_0", DOC, "sigmoid net, x = (0,0): z₁ = 0×20 + 0×20 − 10", "-10", sz[(0, 0)]),
-        Worked::number("sigmoid_net_at_0_0", DOC, "sigmoid net, x = (0,0): h₁ = σ(−10) ≈ 0", "0", sh[(0, 0)]),
-        Worked::number("sigmoid_net_at_0_0", DOC, "sigmoid net, x = (0,0): z₂ = 0×(−20) + 0×(−20) + 30", "30", sz[(0, 1)]),
-        Worked::number("sigmoid_net_at_0_0", DOC, "sigmoid net, x = (0,0): h₂ = σ(30) ≈ 1", "1", sh[(0, 1)]),
-        Worked::number("sigmoid_net_at_0_0", DOC, "sigmoid net, x = (0,0): output argument h₁×20 + h₂×20 − 30", "-10", so[(0, 0)]),
-        Worked::number("sigmoid_net_at_0_0", DOC, "sigmoid net, x = (0,0): y = σ(−10) ≈ 0", "0", sy[(0, 0)]),
+        Worked::text(
+            "xor_table",
+            D3,
+            "XOR of (0,0), (0,1), (1,0), (1,1)",
+            "0, 1, 1, 0",
+            targets.clone(),
+        ),
+        Worked::number(
+            "sigmoid_net_at_0_0",
+            D3,
+            "sigmoid net, x = (0,0): z₁ = 0×20 + 0×20 − 10",
+            "-10",
+            sz[(0, 0)],
+        ),
+        Worked::number(
+            "sigmoid_net_at_0_0",
+            D3,
+            "sigmoid net, x = (0,0): h₁ = σ(−10) ≈ 0",
+            "0",
+            sh[(0, 0)],
+        ),
+        Worked::number(
+            "sigmoid_net_at_0_0",
+            D3,
+            "sigmoid net, x = (0,0): z₂ = 0×(−20) + 0×(−20) + 30",
+            "30",
+            sz[(0, 1)],
+        ),
+        Worked::number(
+            "sigmoid_net_at_0_0",
+            D3,
+            "sigmoid net, x = (0,0): h₂ = σ(30) ≈ 1",
+            "1",
+            sh[(0, 1)],
+        ),
+        Worked::number(
+            "sigmoid_net_at_0_0",
+            D3,
+            "sigmoid net, x = (0,0): output argument h₁×20 + h₂×20 − 30",
+            "-10",
+            so[(0, 0)],
+        ),
+        Worked::number(
+            "sigmoid_net_at_0_0",
+            D3,
+            "sigmoid net, x = (0,0): y = σ(−10) ≈ 0",
+            "0",
+            sy[(0, 0)],
+        ),
         Worked::text(
             "sigmoid_net_computes_xor",
-            DOC,
+            D3,
             "sigmoid net on all four inputs, y ≥ 0.5 ↦ 1",
             &targets,
             labels_text(&classify(&sy)?),
         ),
-        Worked::number("relu_net_at_0_0", DOC, "ReLU net, x = (0,0): h₁ = ReLU(0×1 + 0×(−1) + 0)", "0", rh[(0, 0)]),
-        Worked::number("relu_net_at_0_0", DOC, "ReLU net, x = (0,0): h₂ = ReLU(0×(−1) + 0×1 + 0)", "0", rh[(0, 1)]),
-        Worked::number("relu_net_at_0_0", DOC, "ReLU net, x = (0,0): y = ReLU(0×1 + 0×1 − 0.5)", "0", ry[(0, 0)]),
-        Worked::number("relu_net_at_0_1", DOC, "ReLU net, x = (0,1): h₁ = ReLU(0×1 + 1×(−1) + 0)", "0", rh[(1, 0)]),
-        Worked::number("relu_net_at_0_1", DOC, "ReLU net, x = (0,1): h₂ = ReLU(0×(−1) + 1×1 + 0)", "1", rh[(1, 1)]),
-        Worked::number("relu_net_at_0_1", DOC, "ReLU net, x = (0,1): y = ReLU(0×1 + 1×1 − 0.5)", "0.5", ry[(1, 0)]),
-        Worked::number("relu_net_at_0_1", DOC, "ReLU net, x = (0,1): class after the 0.5 threshold", "1", f64::from(classify(&ry)?[1])),
-        Worked::text("relu_net_computes_xor", DOC, "ReLU net on all four inputs, y ≥ 0.5 ↦ 1", &targets, labels_text(&classify(&ry)?)),
+        Worked::number(
+            "relu_net_at_0_0",
+            D3,
+            "ReLU net, x = (0,0): h₁ = ReLU(0×1 + 0×(−1) + 0)",
+            "0",
+            rh[(0, 0)],
+        ),
+        Worked::number(
+            "relu_net_at_0_0",
+            D3,
+            "ReLU net, x = (0,0): h₂ = ReLU(0×(−1) + 0×1 + 0)",
+            "0",
+            rh[(0, 1)],
+        ),
+        Worked::number(
+            "relu_net_at_0_0",
+            D3,
+            "ReLU net, x = (0,0): y = ReLU(0×1 + 0×1 − 0.5)",
+            "0",
+            ry[(0, 0)],
+        ),
+        Worked::number(
+            "relu_net_at_0_1",
+            D3,
+            "ReLU net, x = (0,1): h₁ = ReLU(0×1 + 1×(−1) + 0)",
+            "0",
+            rh[(1, 0)],
+        ),
+        Worked::number(
+            "relu_net_at_0_1",
+            D3,
+            "ReLU net, x = (0,1): h₂ = ReLU(0×(−1) + 1×1 + 0)",
+            "1",
+            rh[(1, 1)],
+        ),
+        Worked::number(
+            "relu_net_at_0_1",
+            D3,
+            "ReLU net, x = (0,1): y = ReLU(0×1 + 1×1 − 0.5)",
+            "0.5",
+            ry[(1, 0)],
+        ),
+        Worked::number(
+            "relu_net_at_0_1",
+            D3,
+            "ReLU net, x = (0,1): class after the 0.5 threshold",
+            "1",
+            f64::from(classify(&ry)?[1]),
+        ),
+        Worked::text(
+            "relu_net_computes_xor",
+            D3,
+            "ReLU net on all four inputs, y ≥ 0.5 ↦ 1",
+            &targets,
+            labels_text(&classify(&ry)?),
+        ),
         Worked::number(
             "learned_2_2_1_net_reaches_100_percent",
-            "this crate",
+            THIS_CRATE,
             format!(
                 "accuracy of the 2-2-1 sigmoid net learned from seed {LEARN_SEED} ({} epochs, α = {})",
                 LEARN_TRAIN.epochs, LEARN_TRAIN.learning_rate
@@ -297,8 +412,11 @@ pub fn worked() -> Result<Vec<Worked>> {
         ),
         Worked::number(
             "other_seeds_fail_at_the_reported_rate",
-            "this crate",
-            format!("share of seeds {}..{} that do not reach 100 % (same schedule)", SURVEY_SEEDS.start, SURVEY_SEEDS.end),
+            THIS_CRATE,
+            format!(
+                "share of seeds {}..{} that do not reach 100 % (same schedule)",
+                SURVEY_SEEDS.start, SURVEY_SEEDS.end
+            ),
             "0.24",
             survey.failure_rate(),
         ),
@@ -318,7 +436,10 @@ pub fn walk(out: &mut Walk) -> Result<()> {
     out.matrix("w", &fit.w)?;
     out.scalar("b", fit.b)?;
     out.matrix("ŷ", &fit.predictions)?;
-    for (name, net) in [("3. The document's sigmoid network", SIGMOID_NET), ("4. The document's ReLU network", RELU_NET)] {
+    for (name, net) in [
+        ("3. The document's sigmoid network", SIGMOID_NET),
+        ("4. The document's ReLU network", RELU_NET),
+    ] {
         out.step(name)?;
         let mlp = net.mlp()?;
         let (z, h) = hidden_layer(&mlp, &x)?;
@@ -330,7 +451,10 @@ pub fn walk(out: &mut Walk) -> Result<()> {
     }
     out.step("5. The sigmoid W read as x·W instead of W·x")?;
     let flipped = SIGMOID_NET.mlp_read_as_x_times_w()?;
-    out.say(&format!("classes: {} (XOR is 0, 1, 1, 0)", labels_text(&classify(&flipped.predict(&x)?)?)))?;
+    out.say(&format!(
+        "classes: {} (XOR is 0, 1, 1, 0)",
+        labels_text(&classify(&flipped.predict(&x)?)?)
+    ))?;
     out.step(&format!("6. A 2-2-1 sigmoid network learned from seed {LEARN_SEED}"))?;
     let l = learn_xor(LEARN_SEED, LEARN_TRAIN)?;
     for (i, layer) in l.mlp.layers().iter().enumerate() {
@@ -369,7 +493,8 @@ fn xor_classes(points: &DMatrix<f64>) -> Vec<Series> {
 
 fn regions_of(mlp: &Mlp<f64>) -> Regions {
     Regions::evaluate((-0.5, 1.5), (-0.5, 1.5), 120, 120, |a, b| {
-        mlp.predict(&DMatrix::from_row_slice(1, 2, &[a, b])).map_or(0, |o| usize::from(o[(0, 0)] >= THRESHOLD))
+        mlp.predict(&DMatrix::from_row_slice(1, 2, &[a, b]))
+            .map_or(0, |o| usize::from(o[(0, 0)] >= THRESHOLD))
     })
 }
 
@@ -426,16 +551,40 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
         })
     };
     Ok(vec![
-        ("ch04_xor_points".into(), scatter("XOR: no straight line separates the two classes", None)),
-        ("ch04_sigmoid_regions".into(), scatter("Decision regions of the document's sigmoid net", Some(regions_of(&sig)))),
-        ("ch04_relu_regions".into(), scatter("Decision regions of the document's ReLU net (y ≥ 0.5)", Some(regions_of(&relu)))),
+        (
+            "ch04_xor_points".into(),
+            scatter("XOR: no straight line separates the two classes", None),
+        ),
+        (
+            "ch04_sigmoid_regions".into(),
+            scatter("Decision regions of the document's sigmoid net", Some(regions_of(&sig))),
+        ),
+        (
+            "ch04_relu_regions".into(),
+            scatter(
+                "Decision regions of the document's ReLU net (y ≥ 0.5)",
+                Some(regions_of(&relu)),
+            ),
+        ),
         (
             "ch04_learned_regions".into(),
-            scatter(&format!("Decision regions of the 2-2-1 net learned from seed {LEARN_SEED}"), Some(regions_of(&learned.mlp))),
+            scatter(
+                &format!("Decision regions of the 2-2-1 net learned from seed {LEARN_SEED}"),
+                Some(regions_of(&learned.mlp)),
+            ),
         ),
-        ("ch04_sigmoid_hidden".into(), hidden_figure("Sigmoid net: the four points in its hidden layer", &sig)?),
-        ("ch04_relu_hidden".into(), hidden_figure("ReLU net: the four points in its hidden layer", &relu)?),
-        ("ch04_learned_hidden".into(), hidden_figure("Learned net: the four points in its hidden layer", &learned.mlp)?),
+        (
+            "ch04_sigmoid_hidden".into(),
+            hidden_figure("Sigmoid net: the four points in its hidden layer", &sig)?,
+        ),
+        (
+            "ch04_relu_hidden".into(),
+            hidden_figure("ReLU net: the four points in its hidden layer", &relu)?,
+        ),
+        (
+            "ch04_learned_hidden".into(),
+            hidden_figure("Learned net: the four points in its hidden layer", &learned.mlp)?,
+        ),
     ])
 }
 
@@ -444,5 +593,12 @@ fn plots(dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// This chapter's entry in the book.
-pub const CHAPTER: Chapter =
-    Chapter { number: 4, stem: "ch04_xor", title: "XOR: why a hidden layer is needed", worked, walk, plots, errata: ERRATA };
+pub const CHAPTER: Chapter = Chapter {
+    number: 4,
+    stem: "ch04_xor",
+    title: "XOR: why a hidden layer is needed",
+    worked,
+    walk,
+    plots,
+    errata: ERRATA,
+};

@@ -28,11 +28,9 @@ use crate::error::{Error, Result, invalid, shape_error};
 use crate::float::{Float, ensure_finite, ensure_finite_slice};
 use crate::plot::{Figure, Heatmap, LineChart, Series};
 use crate::report::{Chapter, Walk, Worked};
+use crate::sources::D3;
 use nalgebra::DMatrix;
 use std::path::{Path, PathBuf};
-
-/// The document this chapter follows.
-pub const DOC: &str = "003_c14ec70d95c4a8c1.txt";
 
 /// The base of the geometric progression of wavelengths, 10000 in the original transformer.
 pub const BASE: f64 = 10_000.0;
@@ -47,7 +45,9 @@ fn check_width(op: &'static str, d_model: usize) -> Result<()> {
         return Err(invalid(
             op,
             "d_model",
-            format!("sinusoidal encodings pair a sine with a cosine, so d_model must be even; got {d_model}"),
+            format!(
+                "sinusoidal encodings pair a sine with a cosine, so d_model must be even; got {d_model}"
+            ),
         ));
     }
     Ok(())
@@ -186,10 +186,12 @@ pub fn dot_at_offset(k: f64, d_model: usize) -> Result<f64> {
 // ───────────────────────── document 003's worked example ─────────────────────────
 
 /// The embeddings of "You are welcome": 'You', 'are', 'welcome', 4 dimensions each.
-pub const X_EMBEDDINGS: [[f64; 4]; 3] = [[0.1, 0.2, -0.1, 0.4], [-0.3, 0.5, 0.1, -0.2], [0.4, -0.3, 0.2, 0.1]];
+pub const X_EMBEDDINGS: [[f64; 4]; 3] =
+    [[0.1, 0.2, -0.1, 0.4], [-0.3, 0.5, 0.1, -0.2], [0.4, -0.3, 0.2, 0.1]];
 
 /// The embeddings of "`<start>` de nada".
-pub const Y_EMBEDDINGS: [[f64; 4]; 3] = [[0.0, 0.0, 0.0, 0.0], [-0.2, 0.4, 0.3, 0.1], [0.5, -0.1, -0.4, 0.3]];
+pub const Y_EMBEDDINGS: [[f64; 4]; 3] =
+    [[0.0, 0.0, 0.0, 0.0], [-0.2, 0.4, 0.3, 0.1], [0.5, -0.1, -0.4, 0.3]];
 
 /// The width of the walk-through's embeddings.
 pub const D_MODEL: usize = 4;
@@ -201,10 +203,12 @@ pub const SEQ_LEN: usize = 3;
 pub const PRINTED_PE: &str = "0 1 0 1; 0.8415 0.99995 0.0001 1; 0.9093 0.9998 0.0002 1";
 
 /// X + PE as document 003 prints it. Chapter 6 starts from exactly these numbers.
-pub const PRINTED_X_PLUS_PE: &str = "0.1 1.2 -0.1 1.4; 0.5415 1.49995 0.1001 0.8; 1.3093 0.6998 0.2002 1.1";
+pub const PRINTED_X_PLUS_PE: &str =
+    "0.1 1.2 -0.1 1.4; 0.5415 1.49995 0.1001 0.8; 1.3093 0.6998 0.2002 1.1";
 
 /// Y + PE as document 003 prints it.
-pub const PRINTED_Y_PLUS_PE: &str = "0.0 1.0 0.0 1.0; 0.6415 1.39995 0.3001 1.1; 1.4093 0.8998 -0.3998 1.3";
+pub const PRINTED_Y_PLUS_PE: &str =
+    "0.0 1.0 0.0 1.0; 0.6415 1.39995 0.3001 1.1; 1.4093 0.8998 -0.3998 1.3";
 
 /// A 3×4 matrix from rows of a constant.
 pub fn matrix3x4(rows: &[[f64; 4]; 3]) -> DMatrix<f64> {
@@ -219,7 +223,8 @@ pub fn printed_matrix(printed: &str) -> Result<DMatrix<f64>> {
         line: None,
         reason: format!("not a matrix: {printed}"),
     })?;
-    let values: Vec<f64> = rows.iter().flatten().map(|s| s.parse::<f64>().unwrap_or(f64::NAN)).collect();
+    let values: Vec<f64> =
+        rows.iter().flatten().map(|s| s.parse::<f64>().unwrap_or(f64::NAN)).collect();
     Ok(DMatrix::from_row_slice(rows.len(), rows[0].len(), &values))
 }
 
@@ -238,7 +243,7 @@ pub fn walkthrough_pe(reading: Reading) -> Result<DMatrix<f64>> {
 /// This chapter's rows of the errata register.
 pub const ERRATA: &[Erratum] = &[
     Erratum {
-        document: DOC,
+        document: D3,
         section: "1.5 Position Encoding, PE_input and PE_output",
         printed: "PE rows 1, 2 = (0.8415, 0.99995, 0.0001, 1), (0.9093, 0.9998, 0.0002, 1)",
         correct: "(0.8415, 0.5403, 0.0100, 0.99995), (0.9093, −0.4161, 0.0200, 0.9998)",
@@ -246,7 +251,7 @@ pub const ERRATA: &[Erratum] = &[
         test: "tests/ch05_positions.rs::printed_pe_follows_the_column_index_exponent",
     },
     Erratum {
-        document: DOC,
+        document: D3,
         section: "1.5 Position Encoding, symbolic PE_input",
         printed: "column 2 = sin(pos/10000²) = 0.0001, 0.0002 (exponents 0, 0.5, 2, 2.5)",
         correct: "sin(1/10000²) = 1.0e−8, sin(2/10000²) = 2.0e−8; standard: sin(pos/100) = 0.0100, 0.0200",
@@ -254,7 +259,7 @@ pub const ERRATA: &[Erratum] = &[
         test: "tests/ch05_positions.rs::symbolic_pe_contradicts_its_own_numbers",
     },
     Erratum {
-        document: DOC,
+        document: D3,
         section: "1.5 Position Encoding, breakdown at pos = 0",
         printed: "PE(0, 2i+1) = cos(0/10000^(2(i+1)/d))",
         correct: "PE(pos, 2i+1) = cos(pos/10000^(2i/d))",
@@ -262,7 +267,7 @@ pub const ERRATA: &[Erratum] = &[
         test: "tests/ch05_positions.rs::breakdown_at_position_0_is_0_1_0_1",
     },
     Erratum {
-        document: DOC,
+        document: D3,
         section: "1.5 Position Encoding, the bullet under the formula",
         printed: "sin for even positions, cos for odd positions",
         correct: "sin fills the even dimensions (columns 2i) and cos the odd dimensions (2i + 1), at every position",
@@ -270,7 +275,7 @@ pub const ERRATA: &[Erratum] = &[
         test: "tests/ch05_positions.rs::every_position_mixes_sines_and_cosines",
     },
     Erratum {
-        document: DOC,
+        document: D3,
         section: "1.5 Position Encoding, Adding Them Together",
         printed: "X + PE row 1 = (0.5415, 1.49995, 0.1001, 0.8); Y + PE row 2 = (1.4093, 0.8998, −0.3998, 1.3)",
         correct: "standard: X + PE row 1 = (0.5415, 1.0403, 0.1100, 0.79995); Y + PE row 2 = (1.4093, −0.5161, −0.3800, 1.2998)",
@@ -295,10 +300,17 @@ pub fn worked() -> Result<Vec<Worked>> {
     let breakdown: DMatrix<f64> = with_exponents(&[0.0], &DOC_BREAKDOWN_EXPONENTS)?;
     let parity = every_position_mixes(&sinusoidal::<f64>(SEQ_LEN, D_MODEL)?);
     Ok(vec![
-        Worked::matrix("breakdown_at_position_0_is_0_1_0_1", DOC, "PE(0, ·), any exponents", "0 1 0 1", 0, &breakdown),
+        Worked::matrix(
+            "breakdown_at_position_0_is_0_1_0_1",
+            D3,
+            "PE(0, ·), any exponents",
+            "0 1 0 1",
+            0,
+            &breakdown,
+        ),
         Worked::matrix(
             "printed_pe_follows_the_column_index_exponent",
-            DOC,
+            D3,
             "PE for pos 0, 1, 2, exponent 2j/d (column index)",
             PRINTED_PE,
             4,
@@ -306,37 +318,51 @@ pub fn worked() -> Result<Vec<Worked>> {
         ),
         Worked::erratum(
             "printed_pe_follows_the_column_index_exponent",
-            DOC,
+            D3,
             "PE for pos 0, 1, 2, the stated formula (exponent 2i/d, pair index)",
             PRINTED_PE,
             crate::report::matrix_like(PRINTED_PE, 5, &std_pe),
         ),
         Worked::erratum(
             "symbolic_pe_contradicts_its_own_numbers",
-            DOC,
+            D3,
             "PE column 2 as written symbolically, sin(pos/10000²), pos = 1, 2",
             "0.0001 0.0002",
             format!("{:.1e} {:.1e}", sym_pe[(1, 2)], sym_pe[(2, 2)]),
         ),
         Worked::text(
             "every_position_mixes_sines_and_cosines",
-            DOC,
+            D3,
             "which function fills column j",
             "sin for even j, cos for odd j",
             if parity { "sin for even j, cos for odd j" } else { "no" },
         ),
-        Worked::matrix("x_plus_pe_reproduces_the_printed_matrix", DOC, "X + PE (printed PE)", PRINTED_X_PLUS_PE, 4, &(xm() + &doc_pe)),
-        Worked::matrix("y_plus_pe_reproduces_the_printed_matrix", DOC, "Y + PE (printed PE)", PRINTED_Y_PLUS_PE, 4, &(ym() + &doc_pe)),
+        Worked::matrix(
+            "x_plus_pe_reproduces_the_printed_matrix",
+            D3,
+            "X + PE (printed PE)",
+            PRINTED_X_PLUS_PE,
+            4,
+            &(xm() + &doc_pe),
+        ),
+        Worked::matrix(
+            "y_plus_pe_reproduces_the_printed_matrix",
+            D3,
+            "Y + PE (printed PE)",
+            PRINTED_Y_PLUS_PE,
+            4,
+            &(ym() + &doc_pe),
+        ),
         Worked::erratum(
             "standard_x_plus_pe_differs_from_the_printed_one",
-            DOC,
+            D3,
             "X + PE, standard PE",
             PRINTED_X_PLUS_PE,
             crate::report::matrix_like(PRINTED_X_PLUS_PE, 5, &(xm() + &std_pe)),
         ),
         Worked::erratum(
             "standard_x_plus_pe_differs_from_the_printed_one",
-            DOC,
+            D3,
             "Y + PE, standard PE",
             PRINTED_Y_PLUS_PE,
             crate::report::matrix_like(PRINTED_Y_PLUS_PE, 5, &(ym() + &std_pe)),
@@ -347,9 +373,12 @@ pub fn worked() -> Result<Vec<Worked>> {
 /// True when, in every row, even columns hold sines and odd columns cosines: checked by
 /// sin² + cos² = 1 across each pair and by the value at pos 0 (sin 0 = 0, cos 0 = 1).
 pub fn every_position_mixes(pe: &DMatrix<f64>) -> bool {
-    let first_row_ok = (0..pe.ncols()).all(|j| (pe[(0, j)] - if j.is_multiple_of(2) { 0.0 } else { 1.0 }).abs() < 1e-15);
-    let pairs_ok =
-        (0..pe.nrows()).all(|r| (0..pe.ncols() / 2).all(|i| (pe[(r, 2 * i)].powi(2) + pe[(r, 2 * i + 1)].powi(2) - 1.0).abs() < 1e-12));
+    let first_row_ok = (0..pe.ncols())
+        .all(|j| (pe[(0, j)] - if j.is_multiple_of(2) { 0.0 } else { 1.0 }).abs() < 1e-15);
+    let pairs_ok = (0..pe.nrows()).all(|r| {
+        (0..pe.ncols() / 2)
+            .all(|i| (pe[(r, 2 * i)].powi(2) + pe[(r, 2 * i + 1)].powi(2) - 1.0).abs() < 1e-12)
+    });
     first_row_ok && pairs_ok
 }
 
@@ -367,20 +396,36 @@ pub fn walk(out: &mut Walk) -> Result<()> {
     out.step("3. PE for positions 0, 1, 2 under each reading")?;
     out.decimals = 8;
     out.matrix("standard (exponents 0, 0, 0.5, 0.5)", &walkthrough_pe(Reading::Standard)?)?;
-    out.matrix("document's numbers (column index: 0, 0.5, 1, 1.5)", &walkthrough_pe(Reading::ColumnIndex)?)?;
-    out.matrix("document's symbolic matrix (0, 0.5, 2, 2.5)", &with_exponents::<f64>(&walk_positions(), &DOC_SYMBOLIC_EXPONENTS)?)?;
+    out.matrix(
+        "document's numbers (column index: 0, 0.5, 1, 1.5)",
+        &walkthrough_pe(Reading::ColumnIndex)?,
+    )?;
+    out.matrix(
+        "document's symbolic matrix (0, 0.5, 2, 2.5)",
+        &with_exponents::<f64>(&walk_positions(), &DOC_SYMBOLIC_EXPONENTS)?,
+    )?;
     out.step("4. Adding positions")?;
     out.decimals = 5;
-    out.matrix("X + PE (document's reading, as printed)", &(xm() + walkthrough_pe(Reading::ColumnIndex)?))?;
-    out.matrix("Y + PE (document's reading, as printed)", &(ym() + walkthrough_pe(Reading::ColumnIndex)?))?;
+    out.matrix(
+        "X + PE (document's reading, as printed)",
+        &(xm() + walkthrough_pe(Reading::ColumnIndex)?),
+    )?;
+    out.matrix(
+        "Y + PE (document's reading, as printed)",
+        &(ym() + walkthrough_pe(Reading::ColumnIndex)?),
+    )?;
     out.matrix("X + PE (standard)", &(xm() + walkthrough_pe(Reading::Standard)?))?;
     out.matrix("Y + PE (standard)", &(ym() + walkthrough_pe(Reading::Standard)?))?;
     out.step("5. A shift by k is a rotation: PE(pos + k) = PE(pos)·S_k")?;
     out.decimals = 4;
     out.matrix("S_3 for d = 4", &shift_operator::<f64>(3.0, D_MODEL)?)?;
     let pe = sinusoidal::<f64>(10, D_MODEL)?;
-    let shifted = crate::matmul::matmul(&pe.rows(0, 7).into_owned(), &shift_operator(3.0, D_MODEL)?)?;
-    out.scalar("max |PE(pos)·S_3 − PE(pos + 3)| over pos 0…6", (shifted - pe.rows(3, 7)).abs().max())?;
+    let shifted =
+        crate::matmul::matmul(&pe.rows(0, 7).into_owned(), &shift_operator(3.0, D_MODEL)?)?;
+    out.scalar(
+        "max |PE(pos)·S_3 − PE(pos + 3)| over pos 0…6",
+        (shifted - pe.rows(3, 7)).abs().max(),
+    )?;
     out.step("6. The dot product depends only on the offset (d = 64)")?;
     for k in [0.0, 1.0, 2.0, 5.0, 20.0] {
         out.scalar(&format!("PE(p)·PE(p + {k})"), dot_at_offset(k, 64)?)?;
@@ -428,10 +473,17 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
         title: "PE(p)·PE(p + k) depends only on the offset k (d = 64)".into(),
         x_label: "offset k".into(),
         y_label: "dot product".into(),
-        series: vec![Series::new("Σᵢ cos(k ωᵢ)", offsets.iter().map(|&k| (k, dot_at_offset(k, d).unwrap_or(f64::NAN))).collect())],
+        series: vec![Series::new(
+            "Σᵢ cos(k ωᵢ)",
+            offsets.iter().map(|&k| (k, dot_at_offset(k, d).unwrap_or(f64::NAN))).collect(),
+        )],
         markers: false,
     });
-    Ok(vec![("ch05_pe_heatmap".into(), heat), ("ch05_pe_curves".into(), curves), ("ch05_pe_dot_offset".into(), dots)])
+    Ok(vec![
+        ("ch05_pe_heatmap".into(), heat),
+        ("ch05_pe_curves".into(), curves),
+        ("ch05_pe_dot_offset".into(), dots),
+    ])
 }
 
 fn plots(dir: &Path) -> Result<Vec<PathBuf>> {
@@ -439,5 +491,12 @@ fn plots(dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// This chapter's entry in the book.
-pub const CHAPTER: Chapter =
-    Chapter { number: 5, stem: "ch05_positions", title: "Sinusoidal position encodings", worked, walk, plots, errata: ERRATA };
+pub const CHAPTER: Chapter = Chapter {
+    number: 5,
+    stem: "ch05_positions",
+    title: "Sinusoidal position encodings",
+    worked,
+    walk,
+    plots,
+    errata: ERRATA,
+};

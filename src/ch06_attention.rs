@@ -24,7 +24,9 @@
 //! ([`walkthrough`]) and its supplemental Python cells; the prose is `chapters/ch06_attention.md`.
 
 use crate::ch02_softmax::{softmax_rows_backward, softmax_rows_forward};
-use crate::ch03_mlp::{Activation, activation_backward, activation_forward, dense_backward, dense_forward};
+use crate::ch03_mlp::{
+    Activation, activation_backward, activation_forward, dense_backward, dense_forward,
+};
 use crate::ch05_positions::{self as ch05, PRINTED_X_PLUS_PE, PRINTED_Y_PLUS_PE, Reading};
 use crate::errata::Erratum;
 use crate::error::{Error, Result, invalid, shape_error, shape_of};
@@ -32,22 +34,19 @@ use crate::float::{Float, ensure_finite, lane_dot, lane_sum};
 use crate::matmul::{matmul, matmul_nt, matmul_tn};
 use crate::plot::{Figure, Heatmap};
 use crate::report::{Chapter, Walk, Worked, matrix_like};
+use crate::sources::{D0, D1, D2, D3, THIS_CRATE};
 use nalgebra::DMatrix;
 use std::path::{Path, PathBuf};
-
-/// Document 003, the walk-through this chapter reproduces.
-pub const DOC: &str = "003_c14ec70d95c4a8c1.txt";
-/// Document 002, the lecture slides: inner-product attention, LayerNorm, the matrix form of a block.
-pub const DOC_002: &str = "002_91780c5e7d535c8d.txt";
-/// Document 001: queries, keys, values, masking and GPT-3's head sizes.
-pub const DOC_001: &str = "001_a269190d72ad5dbb.txt";
-/// Document 000: attention and the low-rank value map.
-pub const DOC_000: &str = "000_ecafa82feab4bef6.txt";
 
 // ───────────────────────────── small helpers ─────────────────────────────
 
 /// x + b with the 1×C row b added to every row of x.
-fn add_row<T: Float>(op: &'static str, arg: &'static str, x: &DMatrix<T>, b: &DMatrix<T>) -> Result<DMatrix<T>> {
+fn add_row<T: Float>(
+    op: &'static str,
+    arg: &'static str,
+    x: &DMatrix<T>,
+    b: &DMatrix<T>,
+) -> Result<DMatrix<T>> {
     if b.nrows() != 1 || b.ncols() != x.ncols() {
         return Err(shape_error(op, arg, format!("1×{}", x.ncols()), shape_of(b)));
     }
@@ -60,14 +59,29 @@ fn column_sums<T: Float>(m: &DMatrix<T>) -> DMatrix<T> {
 }
 
 /// y = xW + b through the crate's matmul; b is 1×out.
-fn affine<T: Float>(op: &'static str, x: &DMatrix<T>, w: &DMatrix<T>, b: &DMatrix<T>) -> Result<DMatrix<T>> {
+fn affine<T: Float>(
+    op: &'static str,
+    x: &DMatrix<T>,
+    w: &DMatrix<T>,
+    b: &DMatrix<T>,
+) -> Result<DMatrix<T>> {
     if x.ncols() != w.nrows() {
-        return Err(shape_error(op, "x and W", format!("W with {} rows", x.ncols()), format!("x {}, W {}", shape_of(x), shape_of(w))));
+        return Err(shape_error(
+            op,
+            "x and W",
+            format!("W with {} rows", x.ncols()),
+            format!("x {}, W {}", shape_of(x), shape_of(w)),
+        ));
     }
     add_row(op, "bias", &matmul(x, w)?, b)
 }
 
-fn same_shape<T: Float>(op: &'static str, arg: &'static str, want: &DMatrix<T>, got: &DMatrix<T>) -> Result<()> {
+fn same_shape<T: Float>(
+    op: &'static str,
+    arg: &'static str,
+    want: &DMatrix<T>,
+    got: &DMatrix<T>,
+) -> Result<()> {
     if want.shape() != got.shape() {
         return Err(shape_error(op, arg, shape_of(want), shape_of(got)));
     }
@@ -90,32 +104,56 @@ pub fn residual_add<T: Float>(x: &DMatrix<T>, fx: &DMatrix<T>) -> Result<DMatrix
 /// (T_q = T_k) that is the lower triangle, diagonal included. Requires T_k ≥ T_q ≥ 1.
 pub fn causal_mask<T: Float>(q_len: usize, kv_len: usize) -> Result<DMatrix<T>> {
     if q_len == 0 || kv_len == 0 {
-        return Err(invalid("causal_mask", "q_len, kv_len", format!("both must be at least 1; got {q_len}, {kv_len}")));
+        return Err(invalid(
+            "causal_mask",
+            "q_len, kv_len",
+            format!("both must be at least 1; got {q_len}, {kv_len}"),
+        ));
     }
     if kv_len < q_len {
         return Err(invalid(
             "causal_mask",
             "q_len, kv_len",
-            format!("a causal mask needs at least as many keys as queries; got {q_len} queries, {kv_len} keys"),
+            format!(
+                "a causal mask needs at least as many keys as queries; got {q_len} queries, {kv_len} keys"
+            ),
         ));
     }
     let offset = kv_len - q_len;
-    Ok(DMatrix::from_fn(q_len, kv_len, |i, j| if j <= i + offset { T::zero() } else { T::neg_infinity() }))
+    Ok(DMatrix::from_fn(
+        q_len,
+        kv_len,
+        |i, j| if j <= i + offset { T::zero() } else { T::neg_infinity() },
+    ))
 }
 
 /// A padding mask for a batch: sequence b has `kv_lengths[b]` real keys followed by padding. The
 /// result is (B·T_q)×T_k with −∞ in the padded key columns of sequence b's rows.
-pub fn padding_mask<T: Float>(kv_lengths: &[usize], q_len: usize, kv_len: usize) -> Result<DMatrix<T>> {
+pub fn padding_mask<T: Float>(
+    kv_lengths: &[usize],
+    q_len: usize,
+    kv_len: usize,
+) -> Result<DMatrix<T>> {
     if kv_lengths.is_empty() {
         return Err(Error::Empty { op: "padding_mask", arg: "kv_lengths" });
     }
     if q_len == 0 || kv_len == 0 {
-        return Err(invalid("padding_mask", "q_len, kv_len", format!("both must be at least 1; got {q_len}, {kv_len}")));
+        return Err(invalid(
+            "padding_mask",
+            "q_len, kv_len",
+            format!("both must be at least 1; got {q_len}, {kv_len}"),
+        ));
     }
     if let Some((b, &l)) = kv_lengths.iter().enumerate().find(|&(_, &l)| l == 0 || l > kv_len) {
-        return Err(invalid("padding_mask", "kv_lengths", format!("sequence {b} has length {l}; each must lie in 1..={kv_len}")));
+        return Err(invalid(
+            "padding_mask",
+            "kv_lengths",
+            format!("sequence {b} has length {l}; each must lie in 1..={kv_len}"),
+        ));
     }
-    Ok(DMatrix::from_fn(kv_lengths.len() * q_len, kv_len, |r, j| if j < kv_lengths[r / q_len] { T::zero() } else { T::neg_infinity() }))
+    Ok(DMatrix::from_fn(kv_lengths.len() * q_len, kv_len, |r, j| {
+        if j < kv_lengths[r / q_len] { T::zero() } else { T::neg_infinity() }
+    }))
 }
 
 /// How to attend: sequence lengths, masking and the score scale.
@@ -164,11 +202,21 @@ impl<T: Float> AttnSpec<T> {
             return Err(invalid(
                 op,
                 "spec",
-                format!("sequence lengths must be at least 1; got q_len {}, kv_len {}", self.q_len, self.kv_len),
+                format!(
+                    "sequence lengths must be at least 1; got q_len {}, kv_len {}",
+                    self.q_len, self.kv_len
+                ),
             ));
         }
         if self.causal && self.kv_len < self.q_len {
-            return Err(invalid(op, "spec", format!("causal attention needs kv_len ≥ q_len; got {} < {}", self.kv_len, self.q_len)));
+            return Err(invalid(
+                op,
+                "spec",
+                format!(
+                    "causal attention needs kv_len ≥ q_len; got {} < {}",
+                    self.kv_len, self.q_len
+                ),
+            ));
         }
         if let Some(s) = self.scale
             && !(s.is_finite() && s > 0.0)
@@ -184,8 +232,14 @@ impl<T: Float> AttnSpec<T> {
                     shape_of(m),
                 ));
             }
-            if let Some((i, v)) = m.iter().enumerate().find(|(_, v)| v.is_nan() || **v == T::infinity()) {
-                return Err(invalid(op, "mask", format!("entries must be finite or −∞; found {v} at flat index {i}")));
+            if let Some((i, v)) =
+                m.iter().enumerate().find(|(_, v)| v.is_nan() || **v == T::infinity())
+            {
+                return Err(invalid(
+                    op,
+                    "mask",
+                    format!("entries must be finite or −∞; found {v} at flat index {i}"),
+                ));
             }
         }
         Ok(())
@@ -195,7 +249,13 @@ impl<T: Float> AttnSpec<T> {
 // ───────────────────────────── scaled dot-product attention ─────────────────────────────
 
 /// Checks shapes and returns the batch size B.
-fn attention_batch<T: Float>(op: &'static str, q: &DMatrix<T>, k: &DMatrix<T>, v: &DMatrix<T>, spec: &AttnSpec<T>) -> Result<usize> {
+fn attention_batch<T: Float>(
+    op: &'static str,
+    q: &DMatrix<T>,
+    k: &DMatrix<T>,
+    v: &DMatrix<T>,
+    spec: &AttnSpec<T>,
+) -> Result<usize> {
     spec.validate(op)?;
     if q.nrows() == 0 || q.ncols() == 0 {
         return Err(Error::Empty { op, arg: "q" });
@@ -204,7 +264,12 @@ fn attention_batch<T: Float>(op: &'static str, q: &DMatrix<T>, k: &DMatrix<T>, v
         return Err(Error::Empty { op, arg: "v" });
     }
     if !q.nrows().is_multiple_of(spec.q_len) {
-        return Err(shape_error(op, "q and q_len", format!("a multiple of {} rows", spec.q_len), shape_of(q)));
+        return Err(shape_error(
+            op,
+            "q and q_len",
+            format!("a multiple of {} rows", spec.q_len),
+            shape_of(q),
+        ));
     }
     let b = q.nrows() / spec.q_len;
     if k.nrows() != b * spec.kv_len {
@@ -235,7 +300,12 @@ fn attention_batch<T: Float>(op: &'static str, q: &DMatrix<T>, k: &DMatrix<T>, v
         && m.nrows() != spec.q_len
         && m.nrows() != q.nrows()
     {
-        return Err(shape_error(op, "mask", format!("{}×{} or {}×{}", spec.q_len, spec.kv_len, q.nrows(), spec.kv_len), shape_of(m)));
+        return Err(shape_error(
+            op,
+            "mask",
+            format!("{}×{} or {}×{}", spec.q_len, spec.kv_len, q.nrows(), spec.kv_len),
+            shape_of(m),
+        ));
     }
     ensure_finite(op, "q", q)?;
     ensure_finite(op, "k", k)?;
@@ -248,7 +318,13 @@ fn scale_of<T: Float>(spec: &AttnSpec<T>, d_k: usize) -> T {
 }
 
 /// Scaled and masked scores of sequence b: s·Q_b K_bᵀ + masks (T_q×T_k).
-fn block_scores<T: Float>(q_b: &DMatrix<T>, k_b: &DMatrix<T>, spec: &AttnSpec<T>, b: usize, scale: T) -> Result<DMatrix<T>> {
+fn block_scores<T: Float>(
+    q_b: &DMatrix<T>,
+    k_b: &DMatrix<T>,
+    spec: &AttnSpec<T>,
+    b: usize,
+    scale: T,
+) -> Result<DMatrix<T>> {
     let mut s = matmul_nt(q_b, k_b)? * scale;
     if spec.causal {
         let offset = spec.kv_len - spec.q_len;
@@ -272,13 +348,20 @@ fn block_scores<T: Float>(q_b: &DMatrix<T>, k_b: &DMatrix<T>, spec: &AttnSpec<T>
 /// Row-wise softmax of the masked scores, by chapter 2's [`softmax_rows_forward`] (max-subtracted,
 /// −∞ entries get exactly 0). A query row whose every key is masked has no distribution to give:
 /// it is reported here, naming the row of the whole batch and the mask, never turned into NaN.
-fn masked_softmax_rows<T: Float>(op: &'static str, s: &DMatrix<T>, row_offset: usize) -> Result<DMatrix<T>> {
+fn masked_softmax_rows<T: Float>(
+    op: &'static str,
+    s: &DMatrix<T>,
+    row_offset: usize,
+) -> Result<DMatrix<T>> {
     for r in 0..s.nrows() {
         if s.row(r).iter().all(|&v| v == T::neg_infinity()) {
             return Err(invalid(
                 op,
                 "mask",
-                format!("query row {} masks every key, so its attention weights are undefined", r + row_offset),
+                format!(
+                    "query row {} masks every key, so its attention weights are undefined",
+                    r + row_offset
+                ),
             ));
         }
     }
@@ -287,7 +370,11 @@ fn masked_softmax_rows<T: Float>(op: &'static str, s: &DMatrix<T>, row_offset: u
 
 /// The scaled, masked scores S = s·QKᵀ + M of every sequence, stacked as (B·T_q)×T_k (masked
 /// entries are −∞). For display and tests; [`attention_forward`] computes them on the way.
-pub fn attention_scores<T: Float>(q: &DMatrix<T>, k: &DMatrix<T>, spec: &AttnSpec<T>) -> Result<DMatrix<T>> {
+pub fn attention_scores<T: Float>(
+    q: &DMatrix<T>,
+    k: &DMatrix<T>,
+    spec: &AttnSpec<T>,
+) -> Result<DMatrix<T>> {
     const OP: &str = "attention_scores";
     let v = DMatrix::zeros(k.nrows(), 1);
     let batch = attention_batch(OP, q, k, &v, spec)?;
@@ -296,7 +383,8 @@ pub fn attention_scores<T: Float>(q: &DMatrix<T>, k: &DMatrix<T>, spec: &AttnSpe
     for b in 0..batch {
         let q_b = q.rows(b * spec.q_len, spec.q_len).into_owned();
         let k_b = k.rows(b * spec.kv_len, spec.kv_len).into_owned();
-        out.rows_mut(b * spec.q_len, spec.q_len).copy_from(&block_scores(&q_b, &k_b, spec, b, scale)?);
+        out.rows_mut(b * spec.q_len, spec.q_len)
+            .copy_from(&block_scores(&q_b, &k_b, spec, b, scale)?);
     }
     Ok(out)
 }
@@ -315,7 +403,12 @@ pub struct Attention<T: Float> {
 /// Shapes: q (B·T_q)×d_k, k (B·T_k)×d_k, v (B·T_k)×d_v with T_q, T_k from `spec`. Errors on
 /// mismatched shapes, non-finite input, a mask of the wrong shape, or a query row whose keys are
 /// all masked.
-pub fn attention_forward<T: Float>(q: &DMatrix<T>, k: &DMatrix<T>, v: &DMatrix<T>, spec: &AttnSpec<T>) -> Result<Attention<T>> {
+pub fn attention_forward<T: Float>(
+    q: &DMatrix<T>,
+    k: &DMatrix<T>,
+    v: &DMatrix<T>,
+    spec: &AttnSpec<T>,
+) -> Result<Attention<T>> {
     const OP: &str = "attention_forward";
     let batch = attention_batch(OP, q, k, v, spec)?;
     let scale = scale_of(spec, q.ncols());
@@ -363,10 +456,20 @@ pub fn attention_backward<T: Float>(
     const OP: &str = "attention_backward";
     let batch = attention_batch(OP, q, k, v, spec)?;
     if weights.nrows() != q.nrows() || weights.ncols() != spec.kv_len {
-        return Err(shape_error(OP, "weights", format!("{}×{}", q.nrows(), spec.kv_len), shape_of(weights)));
+        return Err(shape_error(
+            OP,
+            "weights",
+            format!("{}×{}", q.nrows(), spec.kv_len),
+            shape_of(weights),
+        ));
     }
     if d_out.nrows() != q.nrows() || d_out.ncols() != v.ncols() {
-        return Err(shape_error(OP, "d_out", format!("{}×{}", q.nrows(), v.ncols()), shape_of(d_out)));
+        return Err(shape_error(
+            OP,
+            "d_out",
+            format!("{}×{}", q.nrows(), v.ncols()),
+            shape_of(d_out),
+        ));
     }
     ensure_finite(OP, "d_out", d_out)?;
     let scale = scale_of(spec, q.ncols());
@@ -394,7 +497,11 @@ pub fn attention_backward<T: Float>(
 /// Splits the columns of m into `heads` equal blocks: head h gets columns h·w … (h+1)·w − 1.
 pub fn split_heads<T: Float>(m: &DMatrix<T>, heads: usize) -> Result<Vec<DMatrix<T>>> {
     if heads == 0 || !m.ncols().is_multiple_of(heads) {
-        return Err(invalid("split_heads", "heads", format!("the width {} is not divisible by {heads} heads", m.ncols())));
+        return Err(invalid(
+            "split_heads",
+            "heads",
+            format!("the width {} is not divisible by {heads} heads", m.ncols()),
+        ));
     }
     let w = m.ncols() / heads;
     Ok((0..heads).map(|h| m.columns(h * w, w).into_owned()).collect())
@@ -404,7 +511,12 @@ pub fn split_heads<T: Float>(m: &DMatrix<T>, heads: usize) -> Result<Vec<DMatrix
 pub fn concat_heads<T: Float>(parts: &[DMatrix<T>]) -> Result<DMatrix<T>> {
     let first = parts.first().ok_or(Error::Empty { op: "concat_heads", arg: "parts" })?;
     if let Some(p) = parts.iter().find(|p| p.nrows() != first.nrows()) {
-        return Err(shape_error("concat_heads", "parts (rows)", format!("{} rows", first.nrows()), shape_of(p)));
+        return Err(shape_error(
+            "concat_heads",
+            "parts (rows)",
+            format!("{} rows", first.nrows()),
+            shape_of(p),
+        ));
     }
     let width: usize = parts.iter().map(|p| p.ncols()).sum();
     let mut out = DMatrix::zeros(first.nrows(), width);
@@ -443,16 +555,40 @@ pub struct MultiHead<T: Float> {
 
 impl<T: Float> MultiHead<T> {
     /// Multi-head attention without biases (all zero), validated.
-    pub fn new(heads: usize, w_q: DMatrix<T>, w_k: DMatrix<T>, w_v: DMatrix<T>, w_o: DMatrix<T>) -> Result<Self> {
+    pub fn new(
+        heads: usize,
+        w_q: DMatrix<T>,
+        w_k: DMatrix<T>,
+        w_v: DMatrix<T>,
+        w_o: DMatrix<T>,
+    ) -> Result<Self> {
         let z = |m: &DMatrix<T>| DMatrix::zeros(1, m.ncols());
-        let p = MultiHead { heads, b_q: z(&w_q), b_k: z(&w_k), b_v: z(&w_v), b_o: z(&w_o), w_q, w_k, w_v, w_o };
+        let p = MultiHead {
+            heads,
+            b_q: z(&w_q),
+            b_k: z(&w_k),
+            b_v: z(&w_v),
+            b_o: z(&w_o),
+            w_q,
+            w_k,
+            w_v,
+            w_o,
+        };
         p.validate()?;
         Ok(p)
     }
 
     /// Random weights N(0, std²) from `rng`, zero biases: queries of width `c_q`, keys/values of
     /// width `c_kv`, `heads` heads of width `d_head`, output width `c_out`.
-    pub fn random(heads: usize, c_q: usize, c_kv: usize, d_head: usize, c_out: usize, std: f64, rng: &mut crate::rng::Rng) -> Result<Self> {
+    pub fn random(
+        heads: usize,
+        c_q: usize,
+        c_kv: usize,
+        d_head: usize,
+        c_out: usize,
+        std: f64,
+        rng: &mut crate::rng::Rng,
+    ) -> Result<Self> {
         let inner = heads * d_head;
         Self::new(
             heads,
@@ -470,7 +606,9 @@ impl<T: Float> MultiHead<T> {
         if self.heads == 0 {
             return Err(invalid(OP, "heads", "at least one head is needed"));
         }
-        for (arg, w) in [("w_q", &self.w_q), ("w_k", &self.w_k), ("w_v", &self.w_v), ("w_o", &self.w_o)] {
+        for (arg, w) in
+            [("w_q", &self.w_q), ("w_k", &self.w_k), ("w_v", &self.w_v), ("w_o", &self.w_o)]
+        {
             if w.is_empty() {
                 return Err(Error::Empty { op: OP, arg });
             }
@@ -485,7 +623,11 @@ impl<T: Float> MultiHead<T> {
         }
         for (arg, w) in [("w_q (d_model)", &self.w_q), ("w_v (d_model)", &self.w_v)] {
             if !w.ncols().is_multiple_of(self.heads) {
-                return Err(invalid(OP, arg, format!("{} columns are not divisible by {} heads", w.ncols(), self.heads)));
+                return Err(invalid(
+                    OP,
+                    arg,
+                    format!("{} columns are not divisible by {} heads", w.ncols(), self.heads),
+                ));
             }
         }
         if self.w_k.nrows() != self.w_v.nrows() {
@@ -497,11 +639,19 @@ impl<T: Float> MultiHead<T> {
             ));
         }
         if self.w_o.nrows() != self.w_v.ncols() {
-            return Err(shape_error(OP, "w_o (reads the concatenated heads)", format!("{} rows", self.w_v.ncols()), shape_of(&self.w_o)));
+            return Err(shape_error(
+                OP,
+                "w_o (reads the concatenated heads)",
+                format!("{} rows", self.w_v.ncols()),
+                shape_of(&self.w_o),
+            ));
         }
-        for (arg, b, w) in
-            [("b_q", &self.b_q, &self.w_q), ("b_k", &self.b_k, &self.w_k), ("b_v", &self.b_v, &self.w_v), ("b_o", &self.b_o, &self.w_o)]
-        {
+        for (arg, b, w) in [
+            ("b_q", &self.b_q, &self.w_q),
+            ("b_k", &self.b_k, &self.w_k),
+            ("b_v", &self.b_v, &self.w_v),
+            ("b_o", &self.b_o, &self.w_o),
+        ] {
             if b.nrows() != 1 || b.ncols() != w.ncols() {
                 return Err(shape_error(OP, arg, format!("1×{}", w.ncols()), shape_of(b)));
             }
@@ -566,7 +716,8 @@ pub fn mha_forward<T: Float>(
     let q = affine(OP, x_q, &p.w_q, &p.b_q)?; //  Q = X_q W_Q + b_Q
     let k = affine(OP, x_kv, &p.w_k, &p.b_k)?; // K = X_kv W_K + b_K
     let v = affine(OP, x_kv, &p.w_v, &p.b_v)?; // V = X_kv W_V + b_V
-    let (qs, ks, vs) = (split_heads(&q, p.heads)?, split_heads(&k, p.heads)?, split_heads(&v, p.heads)?);
+    let (qs, ks, vs) =
+        (split_heads(&q, p.heads)?, split_heads(&k, p.heads)?, split_heads(&v, p.heads)?);
     let mut outs = Vec::with_capacity(p.heads);
     let mut weights = Vec::with_capacity(p.heads);
     for h in 0..p.heads {
@@ -576,7 +727,16 @@ pub fn mha_forward<T: Float>(
     }
     let concat = concat_heads(&outs)?; //                Concat(head₁ … head_H)
     let out = affine(OP, &concat, &p.w_o, &p.b_o)?; //   · W_O + b_O
-    let cache = MhaCache { x_q: x_q.clone(), x_kv: x_kv.clone(), q, k, v, weights, concat, spec: spec.clone() };
+    let cache = MhaCache {
+        x_q: x_q.clone(),
+        x_kv: x_kv.clone(),
+        q,
+        k,
+        v,
+        weights,
+        concat,
+        spec: spec.clone(),
+    };
     Ok((out, cache))
 }
 
@@ -606,20 +766,40 @@ pub struct MhaGrads<T: Float> {
 }
 
 /// Backward of [`mha_forward`] given ∂L/∂out.
-pub fn mha_backward<T: Float>(p: &MultiHead<T>, cache: &MhaCache<T>, d_out: &DMatrix<T>) -> Result<MhaGrads<T>> {
+pub fn mha_backward<T: Float>(
+    p: &MultiHead<T>,
+    cache: &MhaCache<T>,
+    d_out: &DMatrix<T>,
+) -> Result<MhaGrads<T>> {
     const OP: &str = "mha_backward";
     p.validate()?;
     if d_out.nrows() != cache.concat.nrows() || d_out.ncols() != p.w_o.ncols() {
-        return Err(shape_error(OP, "d_out", format!("{}×{}", cache.concat.nrows(), p.w_o.ncols()), shape_of(d_out)));
+        return Err(shape_error(
+            OP,
+            "d_out",
+            format!("{}×{}", cache.concat.nrows(), p.w_o.ncols()),
+            shape_of(d_out),
+        ));
     }
     let d_w_o = matmul_tn(&cache.concat, d_out)?; //  out = C W_O + b_O ⇒ ∂W_O = Cᵀ ∂out
     let d_b_o = column_sums(d_out); //                                   ∂b_O = Σ_rows ∂out
     let d_concat = matmul_nt(d_out, &p.w_o)?; //                          ∂C = ∂out W_Oᵀ
     let d_heads = split_heads(&d_concat, p.heads)?; //                    C = Concat(heads)
-    let (qs, ks, vs) = (split_heads(&cache.q, p.heads)?, split_heads(&cache.k, p.heads)?, split_heads(&cache.v, p.heads)?);
+    let (qs, ks, vs) = (
+        split_heads(&cache.q, p.heads)?,
+        split_heads(&cache.k, p.heads)?,
+        split_heads(&cache.v, p.heads)?,
+    );
     let (mut dq, mut dk, mut dv) = (Vec::new(), Vec::new(), Vec::new());
     for h in 0..p.heads {
-        let g = attention_backward(&qs[h], &ks[h], &vs[h], &cache.weights[h], &d_heads[h], &cache.spec)?;
+        let g = attention_backward(
+            &qs[h],
+            &ks[h],
+            &vs[h],
+            &cache.weights[h],
+            &d_heads[h],
+            &cache.spec,
+        )?;
         dq.push(g.d_q);
         dk.push(g.d_k);
         dv.push(g.d_v);
@@ -695,10 +875,20 @@ impl<T: Float> LayerNorm<T> {
             return Err(Error::Empty { op, arg: "gamma" });
         }
         if self.gamma.nrows() != 1 {
-            return Err(shape_error(op, "gamma", format!("1×{}", self.gamma.ncols()), shape_of(&self.gamma)));
+            return Err(shape_error(
+                op,
+                "gamma",
+                format!("1×{}", self.gamma.ncols()),
+                shape_of(&self.gamma),
+            ));
         }
         if self.beta.shape() != self.gamma.shape() {
-            return Err(shape_error(op, "beta (same shape as gamma)", shape_of(&self.gamma), shape_of(&self.beta)));
+            return Err(shape_error(
+                op,
+                "beta (same shape as gamma)",
+                shape_of(&self.gamma),
+                shape_of(&self.beta),
+            ));
         }
         ensure_finite(op, "gamma", &self.gamma)?;
         ensure_finite(op, "beta", &self.beta)
@@ -718,18 +908,30 @@ pub struct LnCache<T: Float> {
 
 /// LayerNorm of every row of x (N×C). Errors on a width that differs from γ's, ε ≤ 0, non-finite
 /// input. A constant row has σ = 0 and comes out as β, finite.
-pub fn layer_norm_forward<T: Float>(ln: &LayerNorm<T>, x: &DMatrix<T>) -> Result<(DMatrix<T>, LnCache<T>)> {
+pub fn layer_norm_forward<T: Float>(
+    ln: &LayerNorm<T>,
+    x: &DMatrix<T>,
+) -> Result<(DMatrix<T>, LnCache<T>)> {
     const OP: &str = "layer_norm_forward";
     ln.validate(OP)?;
     if x.ncols() != ln.gamma.ncols() {
-        return Err(shape_error(OP, "x and gamma (row width)", format!("x with {} columns", ln.gamma.ncols()), shape_of(x)));
+        return Err(shape_error(
+            OP,
+            "x and gamma (row width)",
+            format!("x with {} columns", ln.gamma.ncols()),
+            shape_of(x),
+        ));
     }
     if x.nrows() == 0 {
         return Err(Error::Empty { op: OP, arg: "x" });
     }
     ensure_finite(OP, "x", x)?;
     let (n, cols) = x.shape();
-    let mut cache = LnCache { x_hat: DMatrix::zeros(n, cols), denom: vec![T::zero(); n], sigma: vec![T::zero(); n] };
+    let mut cache = LnCache {
+        x_hat: DMatrix::zeros(n, cols),
+        denom: vec![T::zero(); n],
+        sigma: vec![T::zero(); n],
+    };
     let mut y = DMatrix::zeros(n, cols);
     layer_norm_forward_into(ln, x, &mut cache, &mut y);
     Ok((y, cache))
@@ -739,7 +941,12 @@ pub fn layer_norm_forward<T: Float>(ln: &LayerNorm<T>, x: &DMatrix<T>) -> Result
 /// from step to step): writes x̂, s and σ into `cache` (x̂ N×C, s and σ one per row) and y into `y`
 /// (N×C). Nothing is checked here: the shapes must agree and γ, β, ε be valid
 /// ([`layer_norm_forward`] checks them all and then calls this).
-pub fn layer_norm_forward_into<T: Float>(ln: &LayerNorm<T>, x: &DMatrix<T>, cache: &mut LnCache<T>, y: &mut DMatrix<T>) {
+pub fn layer_norm_forward_into<T: Float>(
+    ln: &LayerNorm<T>,
+    x: &DMatrix<T>,
+    cache: &mut LnCache<T>,
+    y: &mut DMatrix<T>,
+) {
     // Column-major storage keeps a row's entries one column apart, so every row statistic is
     // accumulated column by column for all rows at once: the same sums in the same order as
     // walking each row on its own, read contiguously.
@@ -769,8 +976,10 @@ pub fn layer_norm_forward_into<T: Float>(ln: &LayerNorm<T>, x: &DMatrix<T>, cach
         };
     }
     let (x_hat, denom) = (&mut cache.x_hat, &cache.denom);
-    for (j, ((column, hat), out)) in
-        columns().zip(x_hat.as_mut_slice().chunks_exact_mut(n)).zip(y.as_mut_slice().chunks_exact_mut(n)).enumerate()
+    for (j, ((column, hat), out)) in columns()
+        .zip(x_hat.as_mut_slice().chunks_exact_mut(n))
+        .zip(y.as_mut_slice().chunks_exact_mut(n))
+        .enumerate()
     {
         let (g, b) = (ln.gamma[(0, j)], ln.beta[(0, j)]);
         for r in 0..n {
@@ -798,7 +1007,11 @@ pub struct LnGrads<T: Float> {
 /// σ + ε:     ∂L/∂x = (g − mean(g) − x̂ · (s/σ) · mean(g ⊙ x̂)) / s      ((x − μ)/σ taken as 0 when σ = 0)
 /// ∂L/∂γ = Σ_rows ∂L/∂y ⊙ x̂,   ∂L/∂β = Σ_rows ∂L/∂y
 /// ```
-pub fn layer_norm_backward<T: Float>(ln: &LayerNorm<T>, cache: &LnCache<T>, d_y: &DMatrix<T>) -> Result<LnGrads<T>> {
+pub fn layer_norm_backward<T: Float>(
+    ln: &LayerNorm<T>,
+    cache: &LnCache<T>,
+    d_y: &DMatrix<T>,
+) -> Result<LnGrads<T>> {
     const OP: &str = "layer_norm_backward";
     ln.validate(OP)?;
     same_shape(OP, "d_y (shape of the forward output)", &cache.x_hat, d_y)?;
@@ -812,7 +1025,11 @@ pub fn layer_norm_backward<T: Float>(ln: &LayerNorm<T>, cache: &LnCache<T>, d_y:
             format!("{} and {}", cache.denom.len(), cache.sigma.len()),
         ));
     }
-    let mut grads = LnGrads { d_x: DMatrix::zeros(n, cols), d_gamma: DMatrix::zeros(1, cols), d_beta: DMatrix::zeros(1, cols) };
+    let mut grads = LnGrads {
+        d_x: DMatrix::zeros(n, cols),
+        d_gamma: DMatrix::zeros(1, cols),
+        d_beta: DMatrix::zeros(1, cols),
+    };
     let LnGrads { d_x, d_gamma, d_beta } = &mut grads;
     layer_norm_backward_into(ln, cache, d_y, Store::Overwrite, d_x, d_gamma, d_beta);
     Ok(grads)
@@ -870,7 +1087,9 @@ pub fn layer_norm_backward_into<T: Float>(
             Epsilon::AddedToStd => T::zero(),
         })
         .collect();
-    for (j, ((dy, xh), out)) in d_y_columns().zip(x_hat_columns()).zip(d_x.as_mut_slice().chunks_exact_mut(n)).enumerate() {
+    for (j, ((dy, xh), out)) in
+        d_y_columns().zip(x_hat_columns()).zip(d_x.as_mut_slice().chunks_exact_mut(n)).enumerate()
+    {
         let gamma = ln.gamma[(0, j)];
         for r in 0..n {
             let d = (gamma * dy[r] - mean_g[r] - xh[r] * factor[r] * mean_gx[r]) / cache.denom[r]; // x̂ = (x − μ)/s
@@ -902,8 +1121,20 @@ pub struct Ffn<T: Float> {
 
 impl<T: Float> Ffn<T> {
     /// Random weights N(0, std²), zero biases: width `c` → hidden `f` → `c`.
-    pub fn random(c: usize, f: usize, act: Activation, std: f64, rng: &mut crate::rng::Rng) -> Self {
-        Ffn { w1: rng.normal_matrix(c, f, std), b1: DMatrix::zeros(1, f), w2: rng.normal_matrix(f, c, std), b2: DMatrix::zeros(1, c), act }
+    pub fn random(
+        c: usize,
+        f: usize,
+        act: Activation,
+        std: f64,
+        rng: &mut crate::rng::Rng,
+    ) -> Self {
+        Ffn {
+            w1: rng.normal_matrix(c, f, std),
+            b1: DMatrix::zeros(1, f),
+            w2: rng.normal_matrix(f, c, std),
+            b2: DMatrix::zeros(1, c),
+            act,
+        }
     }
 }
 
@@ -943,11 +1174,21 @@ pub struct FfnGrads<T: Float> {
 }
 
 /// Backward of [`ffn_forward`] given ∂L/∂y.
-pub fn ffn_backward<T: Float>(f: &Ffn<T>, cache: &FfnCache<T>, d_y: &DMatrix<T>) -> Result<FfnGrads<T>> {
+pub fn ffn_backward<T: Float>(
+    f: &Ffn<T>,
+    cache: &FfnCache<T>,
+    d_y: &DMatrix<T>,
+) -> Result<FfnGrads<T>> {
     let second = dense_backward(&cache.a1, &f.w2, d_y)?; //              y = a₁W₂ + b₂
     let d_z1 = activation_backward(f.act, &cache.z1, &second.d_x)?; //    a₁ = f(z₁)
     let first = dense_backward(&cache.x, &f.w1, &d_z1)?; //              z₁ = xW₁ + b₁
-    Ok(FfnGrads { d_x: first.d_x, d_w1: first.d_w, d_b1: first.d_b, d_w2: second.d_w, d_b2: second.d_b })
+    Ok(FfnGrads {
+        d_x: first.d_x,
+        d_w1: first.d_w,
+        d_b1: first.d_b,
+        d_w2: second.d_w,
+        d_b2: second.d_b,
+    })
 }
 
 // ───────────────────────────── the block ─────────────────────────────
@@ -991,7 +1232,11 @@ impl<T: Float> Block<T> {
         rng: &mut crate::rng::Rng,
     ) -> Result<Self> {
         if heads == 0 || !c.is_multiple_of(heads) {
-            return Err(invalid("Block::random", "heads", format!("d_model = {c} is not divisible by {heads} heads")));
+            return Err(invalid(
+                "Block::random",
+                "heads",
+                format!("d_model = {c} is not divisible by {heads} heads"),
+            ));
         }
         Ok(Block {
             attn: MultiHead::random(heads, c, c, c / heads, c, std, rng)?,
@@ -1036,14 +1281,21 @@ fn check_self_attention<T: Float>(op: &'static str, spec: &AttnSpec<T>) -> Resul
         return Err(invalid(
             op,
             "spec",
-            format!("a block attends to itself, so q_len must equal kv_len; got {} and {}", spec.q_len, spec.kv_len),
+            format!(
+                "a block attends to itself, so q_len must equal kv_len; got {} and {}",
+                spec.q_len, spec.kv_len
+            ),
         ));
     }
     Ok(())
 }
 
 /// One block on x ((B·T)×C) with self-attention as `spec` says (T, causal, masks).
-pub fn block_forward<T: Float>(blk: &Block<T>, x: &DMatrix<T>, spec: &AttnSpec<T>) -> Result<(DMatrix<T>, BlockCache<T>)> {
+pub fn block_forward<T: Float>(
+    blk: &Block<T>,
+    x: &DMatrix<T>,
+    spec: &AttnSpec<T>,
+) -> Result<(DMatrix<T>, BlockCache<T>)> {
     const OP: &str = "block_forward";
     check_self_attention(OP, spec)?;
     match blk.order {
@@ -1066,7 +1318,11 @@ pub fn block_forward<T: Float>(blk: &Block<T>, x: &DMatrix<T>, spec: &AttnSpec<T
 }
 
 /// Backward of [`block_forward`] given ∂L/∂y.
-pub fn block_backward<T: Float>(blk: &Block<T>, cache: &BlockCache<T>, d_y: &DMatrix<T>) -> Result<BlockGrads<T>> {
+pub fn block_backward<T: Float>(
+    blk: &Block<T>,
+    cache: &BlockCache<T>,
+    d_y: &DMatrix<T>,
+) -> Result<BlockGrads<T>> {
     match blk.order {
         NormOrder::Pre => {
             // y = h + f: ∂h gets ∂y directly and through f = FFN(LN₂(h)).
@@ -1119,13 +1375,17 @@ pub fn attention_weight_entries(n_tokens: usize) -> usize {
 // ───────────────────────── document 003's walk-through ─────────────────────────
 
 /// The walk-through's W_Q.
-pub const W_Q: [[f64; 4]; 4] = [[1.0, 0.0, 0.0, 1.0], [0.0, 1.0, 1.0, 0.0], [0.0, 1.0, 0.0, 1.0], [1.0, 0.0, 1.0, 0.0]];
+pub const W_Q: [[f64; 4]; 4] =
+    [[1.0, 0.0, 0.0, 1.0], [0.0, 1.0, 1.0, 0.0], [0.0, 1.0, 0.0, 1.0], [1.0, 0.0, 1.0, 0.0]];
 /// The walk-through's W_K.
-pub const W_K: [[f64; 4]; 4] = [[0.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 1.0], [1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 1.0]];
+pub const W_K: [[f64; 4]; 4] =
+    [[0.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 1.0], [1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 1.0]];
 /// The walk-through's W_V as first defined (and as every printed V uses).
-pub const W_V: [[f64; 4]; 4] = [[1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 1.0], [0.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 1.0]];
+pub const W_V: [[f64; 4]; 4] =
+    [[1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 1.0], [0.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 1.0]];
 /// The different W_V the document displays beside the printed V.
-pub const W_V_DISPLAYED: [[f64; 4]; 4] = [[0.0, 0.0, 1.0, 1.0], [1.0, 1.0, 0.0, 0.0], [0.0, 1.0, 0.0, 1.0], [1.0, 0.0, 1.0, 0.0]];
+pub const W_V_DISPLAYED: [[f64; 4]; 4] =
+    [[0.0, 0.0, 1.0, 1.0], [1.0, 1.0, 0.0, 0.0], [0.0, 1.0, 0.0, 1.0], [1.0, 0.0, 1.0, 0.0]];
 /// The made-up output of head 2.
 pub const HEAD_2: &str = "1.5 0.8 1.2 2.0; 1.6 0.9 1.1 2.1; 1.4 0.7 1.3 1.9";
 /// The 8×4 W_O the document prints (and uses).
@@ -1143,26 +1403,33 @@ pub const W_2: &str = "0.1 0.7 1.3 1.9; 0.2 0.8 1.4 2.0; 0.3 0.9 1.5 2.1; 0.4 1.
 pub const B_2: &str = "0.01 0.02 0.03 0.04";
 
 /// Printed: Q in the main text, "printed nicely out to four decimal places".
-pub const PRINTED_Q_MAIN: &str = "1.5 1.1 2.6 0; 1.3415 1.6 2.3 0.6415; 2.4093 0.8998 1.7998 1.5093";
+pub const PRINTED_Q_MAIN: &str =
+    "1.5 1.1 2.6 0; 1.3415 1.6 2.3 0.6415; 2.4093 0.8998 1.7998 1.5093";
 /// Printed: the first supplemental cell's Q (X + PE written with the symbolic exponents).
-pub const PRINTED_Q_CELL_SYMBOLIC: &str =
-    "1.5 1.1 2.6 0.; 1.34147098 1.59995001 2.29995 0.64147099; 2.40929743 0.89980003 1.79980001 1.50929745";
+pub const PRINTED_Q_CELL_SYMBOLIC: &str = "1.5 1.1 2.6 0.; 1.34147098 1.59995001 2.29995 0.64147099; 2.40929743 0.89980003 1.79980001 1.50929745";
 /// Printed: Q of the cell computing all three from the printed X + PE.
-pub const PRINTED_Q: &str = "1.5 1.1 2.6 0.; 1.3415 1.60005 2.29995 0.6416; 2.4093 0.9 1.7998 1.5095";
+pub const PRINTED_Q: &str =
+    "1.5 1.1 2.6 0.; 1.3415 1.60005 2.29995 0.6416; 2.4093 0.9 1.7998 1.5095";
 /// Printed: K of that cell.
-pub const PRINTED_K: &str = "1.1 1.5 0. 2.6; 1.60005 1.3415 0.6416 2.29995; 0.9 2.4093 1.5095 1.7998";
+pub const PRINTED_K: &str =
+    "1.1 1.5 0. 2.6; 1.60005 1.3415 0.6416 2.29995; 0.9 2.4093 1.5095 1.7998";
 /// Printed: V of that cell.
-pub const PRINTED_V: &str = "1.5 0. 1.1 2.6; 1.3415 0.6416 1.60005 2.29995; 2.4093 1.5095 0.9 1.7998";
+pub const PRINTED_V: &str =
+    "1.5 0. 1.1 2.6; 1.3415 0.6416 1.60005 2.29995; 2.4093 1.5095 0.9 1.7998";
 /// Printed: V in the main text, beside the displayed W_V.
-pub const PRINTED_V_MAIN: &str = "1.5 0 1.1 2.6; 1.3415 0.6416 1.6001 2.3; 2.4093 1.5095 0.9 1.7998";
+pub const PRINTED_V_MAIN: &str =
+    "1.5 0 1.1 2.6; 1.3415 0.6416 1.6001 2.3; 2.4093 1.5095 0.9 1.7998";
 /// Printed: the matrix under the K heading of the main text (equal to Q).
 pub const PRINTED_UNDER_K_HEADING: &str = PRINTED_Q_MAIN;
 /// Printed: Q, K, V for Y (cell).
-pub const PRINTED_Q_Y: &str = "1. 1. 2. 0.; 1.7415 1.70005 2.49995 0.9416; 2.7093 0.5 2.1998 1.0095";
+pub const PRINTED_Q_Y: &str =
+    "1. 1. 2. 0.; 1.7415 1.70005 2.49995 0.9416; 2.7093 0.5 2.1998 1.0095";
 /// Printed: K for Y (cell).
-pub const PRINTED_K_Y: &str = "1. 1. 0. 2.; 1.70005 1.7415 0.9416 2.49995; 0.5 2.7093 1.0095 2.1998";
+pub const PRINTED_K_Y: &str =
+    "1. 1. 0. 2.; 1.70005 1.7415 0.9416 2.49995; 0.5 2.7093 1.0095 2.1998";
 /// Printed: V for Y (cell).
-pub const PRINTED_V_Y: &str = "1. 0. 1. 2.; 1.7415 0.9416 1.70005 2.49995; 2.7093 1.0095 0.5 2.1998";
+pub const PRINTED_V_Y: &str =
+    "1. 0. 1. 2.; 1.7415 0.9416 1.70005 2.49995; 2.7093 1.0095 0.5 2.1998";
 /// Printed: Q for Y, main text (4 decimals).
 pub const PRINTED_Q_Y_MAIN: &str = "1 1 2 0; 1.7415 1.7001 2.5 0.9416; 2.7093 0.5 2.1998 1.0095";
 /// Printed: K for Y, main text.
@@ -1238,7 +1505,13 @@ pub struct Walkthrough {
 
 /// The document's feed-forward net with ReLU.
 pub fn doc_ffn() -> Result<Ffn<f64>> {
-    Ok(Ffn { w1: printed(W_1)?, b1: printed(B_1)?, w2: printed(W_2)?, b2: printed(B_2)?, act: Activation::Relu })
+    Ok(Ffn {
+        w1: printed(W_1)?,
+        b1: printed(B_1)?,
+        w2: printed(W_2)?,
+        b2: printed(B_2)?,
+        act: Activation::Relu,
+    })
 }
 
 /// γ = 1, β = 0, ε = 1e-6, ε placed as given.
@@ -1307,7 +1580,8 @@ pub struct StandardChain {
 /// Computes [`StandardChain`].
 pub fn standard_chain() -> Result<StandardChain> {
     let x_pe = ch05::matrix3x4(&ch05::X_EMBEDDINGS) + ch05::walkthrough_pe(Reading::Standard)?;
-    let (q, k, v) = (matmul(&x_pe, &m4(&W_Q))?, matmul(&x_pe, &m4(&W_K))?, matmul(&x_pe, &m4(&W_V))?);
+    let (q, k, v) =
+        (matmul(&x_pe, &m4(&W_Q))?, matmul(&x_pe, &m4(&W_K))?, matmul(&x_pe, &m4(&W_V))?);
     let att = attention_forward(&q, &k, &v, &AttnSpec::bidirectional(3))?;
     let multihead = matmul(&concat_heads(&[att.out.clone(), printed(HEAD_2)?])?, &printed(W_O)?)?;
     let ln = doc_layer_norm(Epsilon::InsideSqrt)?;
@@ -1340,7 +1614,7 @@ pub fn rows_are_arithmetic(m: &DMatrix<f64>, tolerance: f64) -> bool {
 /// This chapter's rows of the errata register.
 pub const ERRATA: &[Erratum] = &[
     Erratum {
-        document: DOC,
+        document: D3,
         section: "Supplemental: Matrix Multiplication, first row of Q",
         printed: "Q[1,3] = (0.1×0) + (1.2×1) + (−0.1×0) + (1.4×1) = 0 + 1.2 + 0 + 0 = 1.2",
         correct: "Q[1,3] = 0 + 1.2 + 0 + 1.4 = 2.6",
@@ -1348,7 +1622,7 @@ pub const ERRATA: &[Erratum] = &[
         test: "tests/ch06_attention.rs::q_first_row_by_hand_is_1_5_1_1_2_6_0",
     },
     Erratum {
-        document: DOC,
+        document: D3,
         section: "A Concrete Example, Q (main text)",
         printed: "Q row 3 = (2.4093, 0.8998, 1.7998, 1.5093)",
         correct: "from the printed X + PE: (2.4093, 0.9, 1.7998, 1.5095), as the supplement's Q, K, V cell prints",
@@ -1356,7 +1630,7 @@ pub const ERRATA: &[Erratum] = &[
         test: "tests/ch06_attention.rs::main_text_q_follows_the_symbolic_pe",
     },
     Erratum {
-        document: DOC,
+        document: D3,
         section: "A Concrete Example, K (main text)",
         printed: "K = (X + PE) W_K, then W_Q displayed and Q = (1.5 1.1 2.6 0; …) printed",
         correct: "K = (1.1 1.5 0 2.6; 1.60005 1.3415 0.6416 2.29995; 0.9 2.4093 1.5095 1.7998)",
@@ -1364,7 +1638,7 @@ pub const ERRATA: &[Erratum] = &[
         test: "tests/ch06_attention.rs::k_heading_shows_q_again",
     },
     Erratum {
-        document: DOC,
+        document: D3,
         section: "A Concrete Example, V (main text)",
         printed: "W_V = (0 0 1 1; 1 1 0 0; 0 1 0 1; 1 0 1 0) beside V = (1.5 0 1.1 2.6; …)",
         correct: "V = (X + PE)(1 1 0 0; 0 0 1 1; 0 1 1 0; 1 0 0 1), the W_V defined first; the displayed W_V gives (2.6 1.1 1.5 0; …)",
@@ -1372,7 +1646,7 @@ pub const ERRATA: &[Erratum] = &[
         test: "tests/ch06_attention.rs::v_follows_the_first_w_v_not_the_displayed_one",
     },
     Erratum {
-        document: DOC,
+        document: D3,
         section: "Attention Heads and Multi Attention Heads, Final Linear Projection",
         printed: "let's assume W_O is an 8x4 matrix filled with 0.5",
         correct: "the printed product uses the random W_O printed next; with every entry 0.5 all four output columns would equal half the row sum (5.92954852, 6.02018627, 5.68995939)",
@@ -1380,7 +1654,7 @@ pub const ERRATA: &[Erratum] = &[
         test: "tests/ch06_attention.rs::w_o_filled_with_0_5_is_not_what_was_used",
     },
     Erratum {
-        document: DOC,
+        document: D3,
         section: "Attention Heads and Multi Attention Heads, the final multi-head output",
         printed: "\"The final multi-head attention output will be:\" followed by the 3×8 Concat matrix",
         correct: "Concat · W_O = (4.42554033 5.589241 6.99844643 4.79288192; …), 3×4",
@@ -1388,7 +1662,7 @@ pub const ERRATA: &[Erratum] = &[
         test: "tests/ch06_attention.rs::multihead_output_is_concat_times_w_o",
     },
     Erratum {
-        document: DOC,
+        document: D3,
         section: "Layer Normalization, LN(x_i) and the Calculate Layer Normalization cell",
         printed: "LN row 1 = (−1.03927142, 0.13949668, 1.56694829, −0.66717355) beside (x − μ)/√(σ² + ε), ε = 1e−6",
         correct: "(x − μ)/√(σ² + ε): (−1.03927194, 0.13949675, 1.56694907, −0.66717388)",
@@ -1396,7 +1670,7 @@ pub const ERRATA: &[Erratum] = &[
         test: "tests/ch06_attention.rs::layer_norm_printed_follows_std_plus_eps",
     },
     Erratum {
-        document: DOC,
+        document: D3,
         section: "Feed Forward Neural Net, after the final LayerNorm",
         printed: "the columns are the same because the FNN values are scalar multiples (×3)",
         correct: "each FFN row is an arithmetic progression (equal steps 2.88324484, 2.63835352, 3.73197362); the ratios between columns are 2.69, 1.63, 1.39",
@@ -1404,7 +1678,7 @@ pub const ERRATA: &[Erratum] = &[
         test: "tests/ch06_attention.rs::ffn_rows_are_arithmetic_not_scalar_multiples",
     },
     Erratum {
-        document: DOC,
+        document: D3,
         section: "Encoder Stack Processing (the order Self-Attention → Layer Norm → Feed-forward → Layer Norm)",
         printed: "LN(MultiHead(X)) = (−1.03927142, 0.13949668, 1.56694829, −0.66717355; …), then LN(FFN(·))",
         correct: "with the residual connections of the post-LN transformer: LN(X + PE + MultiHead) row 1 = (−1.66120976, 0.72490220, 0.84001300, 0.09629456)",
@@ -1412,7 +1686,7 @@ pub const ERRATA: &[Erratum] = &[
         test: "tests/ch06_attention.rs::walkthrough_omits_the_residual_connections",
     },
     Erratum {
-        document: DOC,
+        document: D3,
         section: "Attention Heads and Multi Attention Heads, after the projection",
         printed: "the calculation is independent of input length: 1000 words or 500 run at the same speed",
         correct: "each head forms an n×n weight matrix: 1,000,000 entries for 1000 tokens, 250,000 for 500; QKᵀ and A·V cost grows as n²·d",
@@ -1420,7 +1694,7 @@ pub const ERRATA: &[Erratum] = &[
         test: "tests/ch06_attention.rs::attention_weights_grow_quadratically_with_length",
     },
     Erratum {
-        document: DOC_002,
+        document: D2,
         section: "Matrix Representation of One-Head Attention",
         printed: "A = row-softmax(Z ⊙ M), M_ij = 1 if i ≥ j and −∞ otherwise",
         correct: "A = row-softmax(Z + M), M_ij = 0 if i ≥ j and −∞ otherwise",
@@ -1428,7 +1702,7 @@ pub const ERRATA: &[Erratum] = &[
         test: "tests/ch06_attention.rs::multiplicative_mask_breaks_softmax",
     },
     Erratum {
-        document: DOC_002,
+        document: D2,
         section: "Expressivity of Multi-Head Attention",
         printed: "W_o mixes together the results of A₁V₁ and A₂V₁",
         correct: "A₁V₁ and A₂V₂",
@@ -1436,7 +1710,7 @@ pub const ERRATA: &[Erratum] = &[
         test: "tests/ch06_attention.rs::two_heads_are_a_sum_of_per_head_terms",
     },
     Erratum {
-        document: DOC_002,
+        document: D2,
         section: "Matrix Representation of One-Head Attention",
         printed: "LayerNorm E ← LN(E); … Ê = E + AVW_o; LayerNorm Ê ← LN(Ê); … E ← Ê + Ẽ",
         correct: "pre-LN keeps the residual stream unnormalised: Ê = E + A V W_o with A, V from LN(E); E ← Ê + FFN(LN(Ê))",
@@ -1444,7 +1718,7 @@ pub const ERRATA: &[Erratum] = &[
         test: "tests/ch06_attention.rs::literal_reading_of_002_normalises_the_residual_stream",
     },
     Erratum {
-        document: DOC_000,
+        document: D0,
         section: "Attention, the value matrix",
         printed: "In GPT-3, n-embed = 12,388 and n-query-key = 128",
         correct: "n-embed = 12,288 (96 heads × 128)",
@@ -1459,26 +1733,50 @@ pub const ERRATA: &[Erratum] = &[
 pub fn worked() -> Result<Vec<Worked>> {
     let w = walkthrough()?;
     let hand = first_row_by_hand()?;
-    let x_sym: DMatrix<f64> = ch05::matrix3x4(&ch05::X_EMBEDDINGS) + ch05::with_exponents(&[0.0, 1.0, 2.0], &ch05::DOC_SYMBOLIC_EXPONENTS)?;
+    let x_sym: DMatrix<f64> = ch05::matrix3x4(&ch05::X_EMBEDDINGS)
+        + ch05::with_exponents(&[0.0, 1.0, 2.0], &ch05::DOC_SYMBOLIC_EXPONENTS)?;
     let q_sym = matmul(&x_sym, &m4(&W_Q))?;
     let v_displayed = matmul(&w.x_pe, &m4(&W_V_DISPLAYED))?;
     let half = matmul(&w.concat, &DMatrix::from_element(8, 4, 0.5))?;
-    let residual_ln = layer_norm_forward(&doc_layer_norm(Epsilon::InsideSqrt)?, &residual_add(&w.x_pe, &printed(PRINTED_MULTIHEAD)?)?)?.0;
+    let residual_ln = layer_norm_forward(
+        &doc_layer_norm(Epsilon::InsideSqrt)?,
+        &residual_add(&w.x_pe, &printed(PRINTED_MULTIHEAD)?)?,
+    )?
+    .0;
     let ffn = printed(PRINTED_FFN)?;
     let ratio = |r: usize, c: usize| ffn[(r, c + 1)] / ffn[(r, c)];
-    let row =
-        |m: &DMatrix<f64>, r: usize, d: usize| (0..m.ncols()).map(|c| crate::snapshot::fixed(m[(r, c)], d)).collect::<Vec<_>>().join(" ");
-    let (d, c) = (DOC, "this crate");
+    let row = |m: &DMatrix<f64>, r: usize, d: usize| {
+        (0..m.ncols()).map(|c| crate::snapshot::fixed(m[(r, c)], d)).collect::<Vec<_>>().join(" ")
+    };
+    let (d, c) = (D3, THIS_CRATE);
     Ok(vec![
         Worked::text(
             "q_first_row_by_hand_is_1_5_1_1_2_6_0",
             d,
             "Q[1,1], Q[1,2], Q[1,4] by hand",
             "1.5 1.1 0",
-            format!("{} {} {}", crate::snapshot::fixed(hand[0], 1), crate::snapshot::fixed(hand[1], 1), crate::snapshot::fixed(hand[3], 0)),
+            format!(
+                "{} {} {}",
+                crate::snapshot::fixed(hand[0], 1),
+                crate::snapshot::fixed(hand[1], 1),
+                crate::snapshot::fixed(hand[3], 0)
+            ),
         ),
-        Worked::erratum("q_first_row_by_hand_is_1_5_1_1_2_6_0", d, "Q[1,3] by hand", "1.2", crate::snapshot::fixed(hand[2], 1)),
-        Worked::matrix("main_text_q_follows_the_symbolic_pe", d, "Q, main text, from the symbolic X + PE", PRINTED_Q_MAIN, 4, &q_sym),
+        Worked::erratum(
+            "q_first_row_by_hand_is_1_5_1_1_2_6_0",
+            d,
+            "Q[1,3] by hand",
+            "1.2",
+            crate::snapshot::fixed(hand[2], 1),
+        ),
+        Worked::matrix(
+            "main_text_q_follows_the_symbolic_pe",
+            d,
+            "Q, main text, from the symbolic X + PE",
+            PRINTED_Q_MAIN,
+            4,
+            &q_sym,
+        ),
         Worked::erratum(
             "main_text_q_follows_the_symbolic_pe",
             d,
@@ -1486,7 +1784,14 @@ pub fn worked() -> Result<Vec<Worked>> {
             PRINTED_Q_MAIN,
             matrix_like(PRINTED_Q_MAIN, 4, &w.q),
         ),
-        Worked::matrix("python_cell_q_uses_the_symbolic_pe", d, "Q, first Python cell (symbolic PE)", PRINTED_Q_CELL_SYMBOLIC, 8, &q_sym),
+        Worked::matrix(
+            "python_cell_q_uses_the_symbolic_pe",
+            d,
+            "Q, first Python cell (symbolic PE)",
+            PRINTED_Q_CELL_SYMBOLIC,
+            8,
+            &q_sym,
+        ),
         Worked::matrix("qkv_cell_is_reproduced", d, "Q = (X + PE) W_Q (cell)", PRINTED_Q, 5, &w.q),
         Worked::matrix("qkv_cell_is_reproduced", d, "K = (X + PE) W_K (cell)", PRINTED_K, 5, &w.k),
         Worked::matrix("qkv_cell_is_reproduced", d, "V = (X + PE) W_V (cell)", PRINTED_V, 5, &w.v),
@@ -1497,7 +1802,14 @@ pub fn worked() -> Result<Vec<Worked>> {
             PRINTED_UNDER_K_HEADING,
             matrix_like(PRINTED_UNDER_K_HEADING, 4, &w.k),
         ),
-        Worked::matrix("v_follows_the_first_w_v_not_the_displayed_one", d, "V, main text (first W_V)", PRINTED_V_MAIN, 4, &w.v),
+        Worked::matrix(
+            "v_follows_the_first_w_v_not_the_displayed_one",
+            d,
+            "V, main text (first W_V)",
+            PRINTED_V_MAIN,
+            4,
+            &w.v,
+        ),
         Worked::erratum(
             "v_follows_the_first_w_v_not_the_displayed_one",
             d,
@@ -1508,14 +1820,69 @@ pub fn worked() -> Result<Vec<Worked>> {
         Worked::matrix("y_qkv_are_reproduced", d, "Q for Y (cell)", PRINTED_Q_Y, 5, &w.qkv_y[0]),
         Worked::matrix("y_qkv_are_reproduced", d, "K for Y (cell)", PRINTED_K_Y, 5, &w.qkv_y[1]),
         Worked::matrix("y_qkv_are_reproduced", d, "V for Y (cell)", PRINTED_V_Y, 5, &w.qkv_y[2]),
-        Worked::matrix("y_qkv_are_reproduced", d, "Q for Y (main text)", PRINTED_Q_Y_MAIN, 4, &w.qkv_y[0]),
-        Worked::matrix("y_qkv_are_reproduced", d, "K for Y (main text)", PRINTED_K_Y_MAIN, 4, &w.qkv_y[1]),
-        Worked::matrix("y_qkv_are_reproduced", d, "V for Y (main text)", PRINTED_V_Y_MAIN, 4, &w.qkv_y[2]),
-        Worked::number("scale_is_one_over_sqrt_d_k", d, "1/√d_k for d_k = 4", "0.5", 1.0 / 4f64.sqrt()),
-        Worked::matrix("attention_weights_are_reproduced", d, "softmax(QKᵀ/√d_k)", PRINTED_WEIGHTS, 8, &w.weights),
-        Worked::matrix("attention_output_is_reproduced", d, "Attention(Q, K, V)", PRINTED_ATTENTION, 8, &w.attention),
-        Worked::matrix("concatenation_is_reproduced", d, "Concat(head 1, head 2)", PRINTED_CONCAT, 8, &w.concat),
-        Worked::matrix("multihead_output_is_concat_times_w_o", d, "Concat · W_O (multi-head cell)", PRINTED_MULTIHEAD, 8, &w.multihead),
+        Worked::matrix(
+            "y_qkv_are_reproduced",
+            d,
+            "Q for Y (main text)",
+            PRINTED_Q_Y_MAIN,
+            4,
+            &w.qkv_y[0],
+        ),
+        Worked::matrix(
+            "y_qkv_are_reproduced",
+            d,
+            "K for Y (main text)",
+            PRINTED_K_Y_MAIN,
+            4,
+            &w.qkv_y[1],
+        ),
+        Worked::matrix(
+            "y_qkv_are_reproduced",
+            d,
+            "V for Y (main text)",
+            PRINTED_V_Y_MAIN,
+            4,
+            &w.qkv_y[2],
+        ),
+        Worked::number(
+            "scale_is_one_over_sqrt_d_k",
+            d,
+            "1/√d_k for d_k = 4",
+            "0.5",
+            1.0 / 4f64.sqrt(),
+        ),
+        Worked::matrix(
+            "attention_weights_are_reproduced",
+            d,
+            "softmax(QKᵀ/√d_k)",
+            PRINTED_WEIGHTS,
+            8,
+            &w.weights,
+        ),
+        Worked::matrix(
+            "attention_output_is_reproduced",
+            d,
+            "Attention(Q, K, V)",
+            PRINTED_ATTENTION,
+            8,
+            &w.attention,
+        ),
+        Worked::matrix(
+            "concatenation_is_reproduced",
+            d,
+            "Concat(head 1, head 2)",
+            PRINTED_CONCAT,
+            8,
+            &w.concat,
+        ),
+        Worked::matrix(
+            "multihead_output_is_concat_times_w_o",
+            d,
+            "Concat · W_O (multi-head cell)",
+            PRINTED_MULTIHEAD,
+            8,
+            &w.multihead,
+        ),
         Worked::erratum(
             "multihead_output_is_concat_times_w_o",
             d,
@@ -1530,7 +1897,14 @@ pub fn worked() -> Result<Vec<Worked>> {
             "4.42554033 5.589241 6.99844643 4.79288192",
             row(&half, 0, 8),
         ),
-        Worked::matrix("layer_norm_printed_follows_std_plus_eps", d, "LN(M), (x − μ)/(σ + ε)", PRINTED_LN1, 8, &w.ln1),
+        Worked::matrix(
+            "layer_norm_printed_follows_std_plus_eps",
+            d,
+            "LN(M), (x − μ)/(σ + ε)",
+            PRINTED_LN1,
+            8,
+            &w.ln1,
+        ),
         Worked::erratum(
             "layer_norm_printed_follows_std_plus_eps",
             d,
@@ -1538,8 +1912,22 @@ pub fn worked() -> Result<Vec<Worked>> {
             PRINTED_LN1,
             matrix_like(PRINTED_LN1, 8, &w.ln1_stated),
         ),
-        Worked::matrix("ffn_is_reproduced", d, "FFN = max(0, LN·W₁ + b₁)W₂ + b₂", PRINTED_FFN, 8, &w.ffn),
-        Worked::matrix("final_layer_norm_is_reproduced", d, "LN(FFN), ε inside √", PRINTED_LN2, 8, &w.ln2),
+        Worked::matrix(
+            "ffn_is_reproduced",
+            d,
+            "FFN = max(0, LN·W₁ + b₁)W₂ + b₂",
+            PRINTED_FFN,
+            8,
+            &w.ffn,
+        ),
+        Worked::matrix(
+            "final_layer_norm_is_reproduced",
+            d,
+            "LN(FFN), ε inside √",
+            PRINTED_LN2,
+            8,
+            &w.ln2,
+        ),
         Worked::erratum(
             "ffn_rows_are_arithmetic_not_scalar_multiples",
             d,
@@ -1570,28 +1958,33 @@ pub fn worked() -> Result<Vec<Worked>> {
         ),
         Worked::number(
             "gpt3_head_has_6_3_million_parameters",
-            DOC_001,
+            D1,
             "parameters of one GPT-3 head (million)",
             "6.3",
             head_parameter_count(GPT3_D_MODEL, GPT3_D_HEAD) as f64 / 1e6,
         ),
         Worked::text(
             "gpt3_head_has_6_3_million_parameters",
-            DOC_001,
+            D1,
             "parameters of one GPT-3 multi-head layer, to two significant figures",
             "600 million",
-            format!("{} million", round_to_two_figures((GPT3_HEADS * head_parameter_count(GPT3_D_MODEL, GPT3_D_HEAD)) as f64 / 1e6)),
+            format!(
+                "{} million",
+                round_to_two_figures(
+                    (GPT3_HEADS * head_parameter_count(GPT3_D_MODEL, GPT3_D_HEAD)) as f64 / 1e6
+                )
+            ),
         ),
         Worked::erratum(
             "gpt3_head_has_6_3_million_parameters",
-            DOC_000,
+            D0,
             "GPT-3's embedding width",
             "12,388",
             format!("{},{:03}", GPT3_HEADS * GPT3_D_HEAD / 1000, GPT3_HEADS * GPT3_D_HEAD % 1000),
         ),
         Worked::erratum(
             "multiplicative_mask_breaks_softmax",
-            DOC_002,
+            D2,
             "row 2 of softmax(Z ⊙ M) for Z row (0.5, 1, −2)",
             "a distribution over keys 1, 2",
             multiplicative_mask_row_text(),
@@ -1719,10 +2112,27 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
     let heads = two_head_example()?.weights;
     let pos: Vec<String> = (0..6).map(|p| format!("pos {p}")).collect();
     Ok(vec![
-        ("ch06_weights".into(), heat("Attention weights of the walk-through, no mask", &w.weights, names.clone(), names.clone())),
-        ("ch06_weights_causal".into(), heat("The same with the causal mask", &causal.weights, names.clone(), names)),
-        ("ch06_head0".into(), heat("Head 0: queries shifted back one position", &heads[0], pos.clone(), pos.clone())),
-        ("ch06_head1".into(), heat("Head 1: queries at their own position", &heads[1], pos.clone(), pos)),
+        (
+            "ch06_weights".into(),
+            heat(
+                "Attention weights of the walk-through, no mask",
+                &w.weights,
+                names.clone(),
+                names.clone(),
+            ),
+        ),
+        (
+            "ch06_weights_causal".into(),
+            heat("The same with the causal mask", &causal.weights, names.clone(), names),
+        ),
+        (
+            "ch06_head0".into(),
+            heat("Head 0: queries shifted back one position", &heads[0], pos.clone(), pos.clone()),
+        ),
+        (
+            "ch06_head1".into(),
+            heat("Head 1: queries at their own position", &heads[1], pos.clone(), pos),
+        ),
     ])
 }
 

@@ -24,9 +24,10 @@
 
 use crate::ch03_mlp::Activation;
 use crate::ch06_attention::{
-    AttnSpec, Block, BlockCache, BlockGrads, Ffn, FfnCache, FfnGrads, LAYER_NORM_EPS, LayerNorm, LnCache, LnGrads, MhaCache, MhaGrads,
-    MultiHead, NormOrder, block_backward, block_forward, ffn_backward, ffn_forward, layer_norm_backward, layer_norm_forward, mha_backward,
-    mha_forward, padding_mask,
+    AttnSpec, Block, BlockCache, BlockGrads, Ffn, FfnCache, FfnGrads, LAYER_NORM_EPS, LayerNorm,
+    LnCache, LnGrads, MhaCache, MhaGrads, MultiHead, NormOrder, block_backward, block_forward,
+    ffn_backward, ffn_forward, layer_norm_backward, layer_norm_forward, mha_backward, mha_forward,
+    padding_mask,
 };
 use crate::errata::Erratum;
 use crate::error::{Error, Result, invalid, shape_error, shape_of};
@@ -36,13 +37,12 @@ use crate::optim::{Adam, AdamConfig};
 use crate::plot::{Figure, Heatmap, LineChart, Series};
 use crate::report::{Chapter, Walk, Worked};
 use crate::rng::{NumpyMt19937, Rng};
+use crate::sources::D3;
+use crate::sources::{NUMPY, THIS_CRATE};
 use nalgebra::DMatrix;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
-
-/// The document this chapter follows.
-pub const DOC: &str = "003_c14ec70d95c4a8c1.txt";
 
 // ───────────────────────────── the worked cells' inputs ─────────────────────────────
 
@@ -51,7 +51,8 @@ pub const WORKED_WIDTH: usize = 4;
 
 /// Y + PE for "`<start>` de nada" exactly as the decoder cell types it (rounded to the printed
 /// decimals), one row per target token.
-pub const Y_PLUS_PE: [[f64; 4]; 3] = [[0.0, 1.0, 0.0, 1.0], [0.6415, 1.39995, 0.3001, 1.1], [1.4093, 0.8998, -0.3998, 1.3]];
+pub const Y_PLUS_PE: [[f64; 4]; 3] =
+    [[0.0, 1.0, 0.0, 1.0], [0.6415, 1.39995, 0.3001, 1.1], [1.4093, 0.8998, -0.3998, 1.3]];
 
 /// The seed the decoder cell passes to `np.random.seed` before drawing W_q, W_k, W_v, W_o.
 pub const NUMPY_SEED: u32 = 42;
@@ -75,11 +76,14 @@ pub const DECODER_OUTPUT: [[f64; 4]; 3] = [
 ];
 
 /// The query weights the encoder–decoder cell uses (the same 0/1 matrix as the encoder's W_Q).
-pub const CROSS_W_Q: [[f64; 4]; 4] = [[1.0, 0.0, 0.0, 1.0], [0.0, 1.0, 1.0, 0.0], [0.0, 1.0, 0.0, 1.0], [1.0, 0.0, 1.0, 0.0]];
+pub const CROSS_W_Q: [[f64; 4]; 4] =
+    [[1.0, 0.0, 0.0, 1.0], [0.0, 1.0, 1.0, 0.0], [0.0, 1.0, 0.0, 1.0], [1.0, 0.0, 1.0, 0.0]];
 /// The key weights of the encoder–decoder cell.
-pub const CROSS_W_K: [[f64; 4]; 4] = [[0.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 1.0], [1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 1.0]];
+pub const CROSS_W_K: [[f64; 4]; 4] =
+    [[0.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 1.0], [1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 1.0]];
 /// The value weights of the encoder–decoder cell.
-pub const CROSS_W_V: [[f64; 4]; 4] = [[1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 1.0], [0.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 1.0]];
+pub const CROSS_W_V: [[f64; 4]; 4] =
+    [[1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 1.0], [0.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 1.0]];
 
 /// What the encoder–decoder cell divides the scores by: √3, where the text says √d_k = √4.
 pub const CELL_SCORE_DIVISOR: f64 = 1.732_050_807_568_877_2; // √3
@@ -109,7 +113,11 @@ pub fn numpy_row(m: &DMatrix<f64>, r: usize) -> String {
 /// Row softmax of `scores` where `keep(i, j)` is false for masked entries, which get weight 0
 /// (their score is −∞). Max-subtracted, so no exponential overflows. A row with no kept entry is
 /// an error, never NaN.
-pub fn masked_softmax_rows<T: Float>(op: &'static str, scores: &DMatrix<T>, keep: impl Fn(usize, usize) -> bool) -> Result<DMatrix<T>> {
+pub fn masked_softmax_rows<T: Float>(
+    op: &'static str,
+    scores: &DMatrix<T>,
+    keep: impl Fn(usize, usize) -> bool,
+) -> Result<DMatrix<T>> {
     let mut out = DMatrix::zeros(scores.nrows(), scores.ncols());
     for i in 0..scores.nrows() {
         let mut max = T::neg_infinity();
@@ -119,7 +127,11 @@ pub fn masked_softmax_rows<T: Float>(op: &'static str, scores: &DMatrix<T>, keep
             }
         }
         if max == T::neg_infinity() {
-            return Err(invalid(op, "mask", format!("row {i} masks every key, so its softmax is undefined")));
+            return Err(invalid(
+                op,
+                "mask",
+                format!("row {i} masks every key, so its softmax is undefined"),
+            ));
         }
         let mut sum = T::zero();
         for j in 0..scores.ncols() {
@@ -187,9 +199,11 @@ pub struct DecoderReading {
 
 impl DecoderReading {
     /// What the cell computes: no scaling, no mask, (x − μ)/(σ + ε).
-    pub const CELL: DecoderReading = DecoderReading { scale: false, causal: false, spread: Spread::StdPlusEpsilon };
+    pub const CELL: DecoderReading =
+        DecoderReading { scale: false, causal: false, spread: Spread::StdPlusEpsilon };
     /// What the text describes: scaled by √d_k, causally masked, (x − μ)/√(σ² + ε).
-    pub const TEXT: DecoderReading = DecoderReading { scale: true, causal: true, spread: Spread::SqrtVariancePlusEpsilon };
+    pub const TEXT: DecoderReading =
+        DecoderReading { scale: true, causal: true, spread: Spread::SqrtVariancePlusEpsilon };
 }
 
 /// The decoder walk-through's quantities.
@@ -244,11 +258,23 @@ pub struct CrossReading {
 
 impl CrossReading {
     /// What the cell computes: X·Wᵀ, scores ÷ √3, no mask.
-    pub const CELL: CrossReading = CrossReading { orientation: Orientation::Transposed, divisor: CELL_SCORE_DIVISOR, causal: false };
+    pub const CELL: CrossReading = CrossReading {
+        orientation: Orientation::Transposed,
+        divisor: CELL_SCORE_DIVISOR,
+        causal: false,
+    };
     /// What the text describes: X·W, scores ÷ √4, "apply masking".
-    pub const TEXT: CrossReading = CrossReading { orientation: Orientation::AsWritten, divisor: TEXT_SCORE_DIVISOR, causal: true };
+    pub const TEXT: CrossReading = CrossReading {
+        orientation: Orientation::AsWritten,
+        divisor: TEXT_SCORE_DIVISOR,
+        causal: true,
+    };
     /// Cross-attention done right: X·W, ÷ √d_k, no mask.
-    pub const STANDARD: CrossReading = CrossReading { orientation: Orientation::AsWritten, divisor: TEXT_SCORE_DIVISOR, causal: false };
+    pub const STANDARD: CrossReading = CrossReading {
+        orientation: Orientation::AsWritten,
+        divisor: TEXT_SCORE_DIVISOR,
+        causal: false,
+    };
 }
 
 /// The encoder–decoder walk-through's quantities.
@@ -270,7 +296,11 @@ pub fn cross_cell(reading: CrossReading) -> Result<CrossCell> {
 }
 
 /// [`cross_cell`] on any decoder and encoder outputs (widths 4, any lengths).
-pub fn cross_cell_on(decoder: &DMatrix<f64>, encoder: &DMatrix<f64>, reading: CrossReading) -> Result<CrossCell> {
+pub fn cross_cell_on(
+    decoder: &DMatrix<f64>,
+    encoder: &DMatrix<f64>,
+    reading: CrossReading,
+) -> Result<CrossCell> {
     if decoder.ncols() != WORKED_WIDTH || encoder.ncols() != WORKED_WIDTH {
         return Err(shape_error(
             "cross_cell",
@@ -312,10 +342,17 @@ impl Batch {
     /// length or a length above `len`.
     pub fn new(len: usize, lengths: Vec<usize>) -> Result<Self> {
         if lengths.is_empty() || len == 0 {
-            return Err(Error::Empty { op: "Batch::new", arg: "batch (no sequences or zero length)" });
+            return Err(Error::Empty {
+                op: "Batch::new",
+                arg: "batch (no sequences or zero length)",
+            });
         }
         if let Some(b) = lengths.iter().position(|&l| l == 0 || l > len) {
-            return Err(invalid("Batch::new", "lengths", format!("sequence {b} has length {}, outside 1..={len}", lengths[b])));
+            return Err(invalid(
+                "Batch::new",
+                "lengths",
+                format!("sequence {b} has length {}, outside 1..={len}", lengths[b]),
+            ));
         }
         Ok(Batch { len, lengths })
     }
@@ -340,7 +377,12 @@ impl Batch {
             return Err(shape_error(
                 op,
                 arg,
-                format!("{} rows ({} sequences × length {})", self.rows(), self.sequences(), self.len),
+                format!(
+                    "{} rows ({} sequences × length {})",
+                    self.rows(),
+                    self.sequences(),
+                    self.len
+                ),
                 shape_of(x),
             ));
         }
@@ -353,7 +395,11 @@ impl Batch {
 /// The attention specification (chapter 6's [`AttnSpec`]) for queries from `q_batch` over keys
 /// from `kv_batch`: scores ÷ √d_k, the padded keys of each sequence masked with −∞, and for
 /// self-attention of the decoder the causal mask on top.
-pub fn attention_spec<T: Float>(q_batch: &Batch, kv_batch: &Batch, causal: bool) -> Result<AttnSpec<T>> {
+pub fn attention_spec<T: Float>(
+    q_batch: &Batch,
+    kv_batch: &Batch,
+    causal: bool,
+) -> Result<AttnSpec<T>> {
     if q_batch.sequences() != kv_batch.sequences() {
         return Err(shape_error(
             "attention_spec",
@@ -362,7 +408,11 @@ pub fn attention_spec<T: Float>(q_batch: &Batch, kv_batch: &Batch, causal: bool)
             format!("{}", kv_batch.sequences()),
         ));
     }
-    let spec = if causal { AttnSpec::causal(q_batch.len) } else { AttnSpec::cross(q_batch.len, kv_batch.len) };
+    let spec = if causal {
+        AttnSpec::causal(q_batch.len)
+    } else {
+        AttnSpec::cross(q_batch.len, kv_batch.len)
+    };
     let spec = AttnSpec { kv_len: kv_batch.len, ..spec };
     if kv_batch.lengths.iter().all(|&l| l == kv_batch.len) {
         return Ok(spec); // nothing padded
@@ -399,7 +449,11 @@ pub fn cross_attention_forward<T: Float>(
 
 /// Backward of [`cross_attention_forward`]: chapter 6's multi-head backward pass. Its `d_x_kv` is
 /// the gradient that flows into the encoder output, ∂E = ∂K W_Kᵀ + ∂V W_Vᵀ.
-pub fn cross_attention_backward<T: Float>(w: &MultiHead<T>, cache: &MhaCache<T>, d_out: &DMatrix<T>) -> Result<MhaGrads<T>> {
+pub fn cross_attention_backward<T: Float>(
+    w: &MultiHead<T>,
+    cache: &MhaCache<T>,
+    d_out: &DMatrix<T>,
+) -> Result<MhaGrads<T>> {
     mha_backward(w, cache, d_out)
 }
 
@@ -416,7 +470,17 @@ fn mha_tensors_mut<T: Float>(p: &mut MultiHead<T>) -> [&mut DMatrix<T>; 8] {
 /// Multi-head gradients laid out as a [`MultiHead`] (∂W_Q in `w_q` …), so gradients and
 /// parameters list their tensors in the same order.
 fn mha_as_params<T: Float>(heads: usize, g: MhaGrads<T>) -> MultiHead<T> {
-    MultiHead { heads, w_q: g.d_w_q, b_q: g.d_b_q, w_k: g.d_w_k, b_k: g.d_b_k, w_v: g.d_w_v, b_v: g.d_b_v, w_o: g.d_w_o, b_o: g.d_b_o }
+    MultiHead {
+        heads,
+        w_q: g.d_w_q,
+        b_q: g.d_b_q,
+        w_k: g.d_w_k,
+        b_k: g.d_b_k,
+        w_v: g.d_w_v,
+        b_v: g.d_b_v,
+        w_o: g.d_w_o,
+        b_o: g.d_b_o,
+    }
 }
 
 fn ln_as_params<T: Float>(like: &LayerNorm<T>, g: LnGrads<T>) -> LayerNorm<T> {
@@ -466,12 +530,29 @@ fn block_grads_as_params<T: Float>(like: &Block<T>, g: BlockGrads<T>) -> Block<T
 /// An encoder layer: chapter 6's block in the post-LN order of document 003's figure,
 /// X₁ = LN₁(X + SelfAttention(X)), out = LN₂(X₁ + FFN(X₁)), with a ReLU feed-forward net.
 /// Attention weights N(0, 1/C), W₁ N(0, 2/C) (it feeds a ReLU), W₂ N(0, 1/F), biases 0, γ = 1, β = 0.
-pub fn encoder_block<T: Float>(width: usize, heads: usize, hidden: usize, rng: &mut Rng) -> Result<Block<T>> {
+pub fn encoder_block<T: Float>(
+    width: usize,
+    heads: usize,
+    hidden: usize,
+    rng: &mut Rng,
+) -> Result<Block<T>> {
     if heads == 0 || !width.is_multiple_of(heads) {
-        return Err(invalid("encoder_block", "heads", format!("the width {width} must split into {heads} equal heads")));
+        return Err(invalid(
+            "encoder_block",
+            "heads",
+            format!("the width {width} must split into {heads} equal heads"),
+        ));
     }
     Ok(Block {
-        attn: MultiHead::random(heads, width, width, width / heads, width, 1.0 / (width as f64).sqrt(), rng)?,
+        attn: MultiHead::random(
+            heads,
+            width,
+            width,
+            width / heads,
+            width,
+            1.0 / (width as f64).sqrt(),
+            rng,
+        )?,
         ln1: LayerNorm::new(width, LAYER_NORM_EPS)?,
         ffn: relu_ffn(width, hidden, rng),
         ln2: LayerNorm::new(width, LAYER_NORM_EPS)?,
@@ -491,7 +572,11 @@ fn relu_ffn<T: Float>(width: usize, hidden: usize, rng: &mut Rng) -> Ffn<T> {
 
 /// Forward pass of an encoder layer over a padded batch (the padded keys masked).
 /// Shapes: x (B·T)×C, result (B·T)×C.
-pub fn encoder_block_forward<T: Float>(x: &DMatrix<T>, batch: &Batch, block: &Block<T>) -> Result<(DMatrix<T>, BlockCache<T>)> {
+pub fn encoder_block_forward<T: Float>(
+    x: &DMatrix<T>,
+    batch: &Batch,
+    block: &Block<T>,
+) -> Result<(DMatrix<T>, BlockCache<T>)> {
     batch.check_rows("encoder_block_forward", "x", x)?;
     block_forward(block, x, &attention_spec(batch, batch, false)?)
 }
@@ -521,13 +606,25 @@ impl<T: Float> DecoderBlock<T> {
     /// Attention weights N(0, 1/C), a ReLU feed-forward net as in [`encoder_block`], γ = 1, β = 0.
     pub fn random(width: usize, heads: usize, hidden: usize, rng: &mut Rng) -> Result<Self> {
         if heads == 0 || !width.is_multiple_of(heads) {
-            return Err(invalid("DecoderBlock::random", "heads", format!("the width {width} must split into {heads} equal heads")));
+            return Err(invalid(
+                "DecoderBlock::random",
+                "heads",
+                format!("the width {width} must split into {heads} equal heads"),
+            ));
         }
         let std = 1.0 / (width as f64).sqrt();
         Ok(DecoderBlock {
             self_attention: MultiHead::random(heads, width, width, width / heads, width, std, rng)?,
             norm1: LayerNorm::new(width, LAYER_NORM_EPS)?,
-            cross_attention: MultiHead::random(heads, width, width, width / heads, width, std, rng)?,
+            cross_attention: MultiHead::random(
+                heads,
+                width,
+                width,
+                width / heads,
+                width,
+                std,
+                rng,
+            )?,
             norm2: LayerNorm::new(width, LAYER_NORM_EPS)?,
             ffn: relu_ffn(width, hidden, rng),
             norm3: LayerNorm::new(width, LAYER_NORM_EPS)?,
@@ -580,9 +677,11 @@ pub fn decoder_block_forward<T: Float>(
     block: &DecoderBlock<T>,
 ) -> Result<(DMatrix<T>, DecoderBlockCache<T>)> {
     y_batch.check_rows("decoder_block_forward", "y", y)?;
-    let (a, self_attention) = mha_forward(&block.self_attention, y, y, &attention_spec(y_batch, y_batch, true)?)?;
+    let (a, self_attention) =
+        mha_forward(&block.self_attention, y, y, &attention_spec(y_batch, y_batch, true)?)?;
     let (y1, norm1) = layer_norm_forward(&block.norm1, &(y + a))?;
-    let (c, cross_attention) = cross_attention_forward(&y1, y_batch, e, e_batch, &block.cross_attention)?;
+    let (c, cross_attention) =
+        cross_attention_forward(&y1, y_batch, e, e_batch, &block.cross_attention)?;
     let (y2, norm2) = layer_norm_forward(&block.norm2, &(&y1 + c))?;
     let (f, ffn) = ffn_forward(&block.ffn, &y2)?;
     let (out, norm3) = layer_norm_forward(&block.norm3, &(&y2 + f))?;
@@ -600,7 +699,8 @@ pub fn decoder_block_backward<T: Float>(
     let ffn = ffn_backward(&block.ffn, &cache.ffn, &norm3.d_x)?; //               s₃ = Y₂ + FFN(Y₂)
     let d_y2 = &norm3.d_x + &ffn.d_x;
     let norm2 = layer_norm_backward(&block.norm2, &cache.norm2, &d_y2)?; //      Y₂ = LN₂(s₂)
-    let cross = cross_attention_backward(&block.cross_attention, &cache.cross_attention, &norm2.d_x)?; // s₂ = Y₁ + Cross(Y₁, E)
+    let cross =
+        cross_attention_backward(&block.cross_attention, &cache.cross_attention, &norm2.d_x)?; // s₂ = Y₁ + Cross(Y₁, E)
     let d_y1 = &norm2.d_x + &cross.d_x_q;
     let d_e = cross.d_x_kv.clone();
     let norm1 = layer_norm_backward(&block.norm1, &cache.norm1, &d_y1)?; //      Y₁ = LN₁(s₁)
@@ -636,10 +736,18 @@ fn column_sums<T: Float>(m: &DMatrix<T>) -> DMatrix<T> {
 /// padding, are skipped), averaged over the labelled rows. The labelled rows go through chapter 2's
 /// [`crate::ch02_softmax::cross_entropy_from_logits_with_gradient`] (log-sum-exp, from the logits);
 /// returns the loss and ∂L/∂logits = (softmax − one-hot)/N on labelled rows, 0 on padding rows.
-pub fn padded_cross_entropy<T: Float>(logits: &DMatrix<T>, labels: &[Option<usize>]) -> Result<(T, DMatrix<T>)> {
+pub fn padded_cross_entropy<T: Float>(
+    logits: &DMatrix<T>,
+    labels: &[Option<usize>],
+) -> Result<(T, DMatrix<T>)> {
     const OP: &str = "padded_cross_entropy";
     if labels.len() != logits.nrows() {
-        return Err(shape_error(OP, "labels", format!("{} labels (one per row of logits)", logits.nrows()), format!("{}", labels.len())));
+        return Err(shape_error(
+            OP,
+            "labels",
+            format!("{} labels (one per row of logits)", logits.nrows()),
+            format!("{}", labels.len()),
+        ));
     }
     let rows: Vec<usize> = (0..labels.len()).filter(|&r| labels[r].is_some()).collect();
     if rows.is_empty() {
@@ -647,7 +755,8 @@ pub fn padded_cross_entropy<T: Float>(logits: &DMatrix<T>, labels: &[Option<usiz
     }
     let targets: Vec<usize> = labels.iter().flatten().copied().collect();
     let real = DMatrix::from_fn(rows.len(), logits.ncols(), |i, c| logits[(rows[i], c)]);
-    let (loss, d_real) = crate::ch02_softmax::cross_entropy_from_logits_with_gradient(&real, &targets)?;
+    let (loss, d_real) =
+        crate::ch02_softmax::cross_entropy_from_logits_with_gradient(&real, &targets)?;
     let mut d = DMatrix::zeros(logits.nrows(), logits.ncols());
     for (i, &r) in rows.iter().enumerate() {
         d.row_mut(r).copy_from(&d_real.row(i)); // padding rows keep a zero gradient
@@ -688,11 +797,17 @@ impl ModelConfig {
         {
             return Err(invalid(OP, "config", format!("every size must be positive: {self:?}")));
         }
-        if self.heads == 0 || !self.width.is_multiple_of(self.heads) || !self.width.is_multiple_of(2) {
+        if self.heads == 0
+            || !self.width.is_multiple_of(self.heads)
+            || !self.width.is_multiple_of(2)
+        {
             return Err(invalid(
                 OP,
                 "width and heads",
-                format!("the width {} must be even and split into {} heads", self.width, self.heads),
+                format!(
+                    "the width {} must be even and split into {} heads",
+                    self.width, self.heads
+                ),
             ));
         }
         Ok(())
@@ -755,7 +870,9 @@ impl<T: Float> EncoderDecoder<T> {
             config,
             source_embedding: rng.normal_matrix(v, c, 1.0),
             target_embedding: rng.normal_matrix(v, c, 1.0),
-            encoder: (0..config.encoder_layers).map(|_| encoder_block(c, config.heads, config.hidden, &mut rng)).collect::<Result<_>>()?,
+            encoder: (0..config.encoder_layers)
+                .map(|_| encoder_block(c, config.heads, config.hidden, &mut rng))
+                .collect::<Result<_>>()?,
             decoder: (0..config.decoder_layers)
                 .map(|_| DecoderBlock::random(c, config.heads, config.hidden, &mut rng))
                 .collect::<Result<_>>()?,
@@ -801,7 +918,11 @@ impl<T: Float> EncoderDecoder<T> {
         let mut out = self.clone();
         let n = out.tensors().len();
         if tensors.len() != n {
-            return Err(invalid("EncoderDecoder::with_tensors", "tensors", format!("expected {n} tensors, got {}", tensors.len())));
+            return Err(invalid(
+                "EncoderDecoder::with_tensors",
+                "tensors",
+                format!("expected {n} tensors, got {}", tensors.len()),
+            ));
         }
         for (i, (slot, t)) in out.tensors_mut().into_iter().zip(tensors).enumerate() {
             if slot.shape() != t.shape() {
@@ -826,7 +947,12 @@ impl<T: Float> EncoderDecoder<T> {
         z
     }
 
-    fn check_tokens(&self, op: &'static str, arg: &'static str, seqs: &[Vec<usize>]) -> Result<Batch> {
+    fn check_tokens(
+        &self,
+        op: &'static str,
+        arg: &'static str,
+        seqs: &[Vec<usize>],
+    ) -> Result<Batch> {
         if seqs.is_empty() {
             return Err(Error::Empty { op, arg });
         }
@@ -838,11 +964,22 @@ impl<T: Float> EncoderDecoder<T> {
                 return Err(invalid(
                     op,
                     arg,
-                    format!("sequence {b} has {} positions, more than the model's maximum {}", s.len(), self.config.max_len),
+                    format!(
+                        "sequence {b} has {} positions, more than the model's maximum {}",
+                        s.len(),
+                        self.config.max_len
+                    ),
                 ));
             }
             if let Some(&t) = s.iter().find(|&&t| t >= self.config.vocab) {
-                return Err(invalid(op, arg, format!("sequence {b} holds token id {t}, outside the vocabulary 0..{}", self.config.vocab)));
+                return Err(invalid(
+                    op,
+                    arg,
+                    format!(
+                        "sequence {b} holds token id {t}, outside the vocabulary 0..{}",
+                        self.config.vocab
+                    ),
+                ));
             }
         }
         let len = seqs.iter().map(|s| s.len()).max().unwrap_or(1);
@@ -864,7 +1001,12 @@ impl<T: Float> EncoderDecoder<T> {
         Ok(x)
     }
 
-    fn embed_backward(d_table: &mut DMatrix<T>, seqs: &[Vec<usize>], batch: &Batch, d_x: &DMatrix<T>) {
+    fn embed_backward(
+        d_table: &mut DMatrix<T>,
+        seqs: &[Vec<usize>],
+        batch: &Batch,
+        d_x: &DMatrix<T>,
+    ) {
         for (b, s) in seqs.iter().enumerate() {
             for (p, &t) in s.iter().enumerate() {
                 for j in 0..d_table.ncols() {
@@ -890,7 +1032,11 @@ impl<T: Float> EncoderDecoder<T> {
 
     /// Logits ((B·T_t)×V) for every position of the decoder inputs (start token first), given an
     /// encoder output; also the forward cache.
-    pub fn forward(&self, source: &[Vec<usize>], target_in: &[Vec<usize>]) -> Result<(DMatrix<T>, ForwardCache<T>)> {
+    pub fn forward(
+        &self,
+        source: &[Vec<usize>],
+        target_in: &[Vec<usize>],
+    ) -> Result<(DMatrix<T>, ForwardCache<T>)> {
         const OP: &str = "EncoderDecoder::forward";
         let (e, source_batch, encoder) = self.encode(source)?;
         let target_batch = self.check_tokens(OP, "target", target_in)?;
@@ -927,16 +1073,27 @@ impl<T: Float> EncoderDecoder<T> {
     /// predicting `labels` = [t₁, …, t_n, end] position by position (the two must have equal
     /// lengths per sequence). Returns the mean cross-entropy over all real positions and the
     /// gradient of every tensor.
-    pub fn loss_and_gradients(&self, source: &[Vec<usize>], target_in: &[Vec<usize>], labels: &[Vec<usize>]) -> Result<Gradients<T>> {
+    pub fn loss_and_gradients(
+        &self,
+        source: &[Vec<usize>],
+        target_in: &[Vec<usize>],
+        labels: &[Vec<usize>],
+    ) -> Result<Gradients<T>> {
         const OP: &str = "EncoderDecoder::loss_and_gradients";
         let (logits, cache) = self.forward(source, target_in)?;
         self.check_tokens(OP, "labels", labels)?;
-        if labels.len() != target_in.len() || labels.iter().zip(target_in).any(|(l, t)| l.len() != t.len()) {
+        if labels.len() != target_in.len()
+            || labels.iter().zip(target_in).any(|(l, t)| l.len() != t.len())
+        {
             return Err(shape_error(
                 OP,
                 "labels",
                 "one label per decoder input position",
-                format!("{} label sequences for {} inputs, or unequal lengths", labels.len(), target_in.len()),
+                format!(
+                    "{} label sequences for {} inputs, or unequal lengths",
+                    labels.len(),
+                    target_in.len()
+                ),
             ));
         }
         let tb = &cache.target_batch;
@@ -952,7 +1109,11 @@ impl<T: Float> EncoderDecoder<T> {
     }
 
     /// The backward pass from ∂L/∂logits to every tensor.
-    pub fn backward(&self, cache: &ForwardCache<T>, d_logits: &DMatrix<T>) -> Result<EncoderDecoder<T>> {
+    pub fn backward(
+        &self,
+        cache: &ForwardCache<T>,
+        d_logits: &DMatrix<T>,
+    ) -> Result<EncoderDecoder<T>> {
         let mut g = self.zeros_like();
         g.w_out = matmul_tn(&cache.decoder_out, d_logits)?; // logits = Y W_out + b_out
         g.b_out = column_sums(d_logits);
@@ -977,11 +1138,20 @@ impl<T: Float> EncoderDecoder<T> {
     /// Greedy decoding: encode each source once, then start from `[start]` and append the argmax
     /// token until `end` or until the decoder input reaches the model's maximum length. Returns
     /// each output without the start and end tokens.
-    pub fn greedy_decode(&self, source: &[Vec<usize>], start: usize, end: usize) -> Result<Vec<Vec<usize>>> {
+    pub fn greedy_decode(
+        &self,
+        source: &[Vec<usize>],
+        start: usize,
+        end: usize,
+    ) -> Result<Vec<Vec<usize>>> {
         const OP: &str = "EncoderDecoder::greedy_decode";
         for (arg, t) in [("start token", start), ("end token", end)] {
             if t >= self.config.vocab {
-                return Err(invalid(OP, arg, format!("{t} is outside the vocabulary 0..{}", self.config.vocab)));
+                return Err(invalid(
+                    OP,
+                    arg,
+                    format!("{t} is outside the vocabulary 0..{}", self.config.vocab),
+                ));
             }
         }
         let (e, source_batch, _) = self.encode(source)?;
@@ -993,7 +1163,9 @@ impl<T: Float> EncoderDecoder<T> {
             for block in &self.decoder {
                 y = decoder_block_forward(&y, &batch, &e, &source_batch, block)?.0;
             }
-            let last = DMatrix::from_fn(source.len(), self.config.width, |b, j| y[(b * batch.len + batch.len - 1, j)]);
+            let last = DMatrix::from_fn(source.len(), self.config.width, |b, j| {
+                y[(b * batch.len + batch.len - 1, j)]
+            });
             let mut logits = matmul(&last, &self.w_out)?;
             add_row(&mut logits, &self.b_out);
             for (b, input) in inputs.iter_mut().enumerate() {
@@ -1070,7 +1242,10 @@ impl ReversalTask {
             return Err(invalid(
                 "ReversalTask::held_out",
                 "count",
-                format!("{count} is more than half of the {} possible sources", self.possible_sequences()),
+                format!(
+                    "{count} is more than half of the {} possible sources",
+                    self.possible_sequences()
+                ),
             ));
         }
         let mut rng = Rng::new(seed);
@@ -1087,7 +1262,12 @@ impl ReversalTask {
 
     /// A training batch of sources, none of them in `exclude` (the held-out set), so training and
     /// evaluation are disjoint by construction.
-    pub fn training_batch(&self, rng: &mut Rng, size: usize, exclude: &HashSet<Vec<usize>>) -> Vec<Vec<usize>> {
+    pub fn training_batch(
+        &self,
+        rng: &mut Rng,
+        size: usize,
+        exclude: &HashSet<Vec<usize>>,
+    ) -> Vec<Vec<usize>> {
         let mut out = Vec::with_capacity(size);
         while out.len() < size {
             let s = self.sample(rng);
@@ -1142,7 +1322,15 @@ pub struct TrainConfig {
 /// The chapter's configuration: 2 encoder and 1 decoder layers of width 32 with 4 heads,
 /// sources of 3 to 8 digits (111,111,000 possible), 1,000 held out.
 pub const CHAPTER_CONFIG: TrainConfig = TrainConfig {
-    model: ModelConfig { vocab: VOCAB, width: 32, heads: 4, hidden: 64, encoder_layers: 2, decoder_layers: 1, max_len: 9 },
+    model: ModelConfig {
+        vocab: VOCAB,
+        width: 32,
+        heads: 4,
+        hidden: 64,
+        encoder_layers: 2,
+        decoder_layers: 1,
+        max_len: 9,
+    },
     task: ReversalTask { min_len: 3, max_len: 8 },
     steps: 1000,
     batch_size: 48,
@@ -1181,13 +1369,20 @@ pub struct Trained {
 pub fn train(config: &TrainConfig) -> Result<Trained> {
     const OP: &str = "train";
     if config.model.vocab != VOCAB {
-        return Err(invalid(OP, "model.vocab", format!("the reversal task needs {VOCAB} tokens, got {}", config.model.vocab)));
+        return Err(invalid(
+            OP,
+            "model.vocab",
+            format!("the reversal task needs {VOCAB} tokens, got {}", config.model.vocab),
+        ));
     }
     if config.task.min_len == 0 || config.task.min_len > config.task.max_len {
         return Err(invalid(
             OP,
             "task",
-            format!("lengths must satisfy 1 ≤ min ≤ max, got {}..={}", config.task.min_len, config.task.max_len),
+            format!(
+                "lengths must satisfy 1 ≤ min ≤ max, got {}..={}",
+                config.task.min_len, config.task.max_len
+            ),
         ));
     }
     if config.task.max_len + 1 > config.model.max_len {
@@ -1208,7 +1403,10 @@ pub fn train(config: &TrainConfig) -> Result<Trained> {
     let held_out = config.task.held_out(config.held_out, config.held_out_seed)?;
     let exclude: HashSet<Vec<usize>> = held_out.iter().cloned().collect();
     let mut model = EncoderDecoder::<f32>::new(config.model, config.seed)?;
-    let mut adam = Adam::<f32>::new(AdamConfig { learning_rate: config.learning_rate, ..AdamConfig::default() })?;
+    let mut adam = Adam::<f32>::new(AdamConfig {
+        learning_rate: config.learning_rate,
+        ..AdamConfig::default()
+    })?;
     let mut rng = Rng::new(config.seed ^ 0x5EED_DA7A);
     let mut losses = Vec::with_capacity(config.steps);
     for step in 0..config.steps {
@@ -1233,7 +1431,11 @@ impl Trained {
     /// and the end token in the right place).
     pub fn exact_match(&self) -> Result<f64> {
         let outputs = self.held_out_outputs()?;
-        let right = outputs.iter().zip(&self.held_out).filter(|(o, s)| **o == ReversalTask::target(s)).count();
+        let right = outputs
+            .iter()
+            .zip(&self.held_out)
+            .filter(|(o, s)| **o == ReversalTask::target(s))
+            .count();
         Ok(right as f64 / self.held_out.len() as f64)
     }
 
@@ -1246,7 +1448,10 @@ impl Trained {
         input.extend(&out[0]);
         input.truncate(self.model.config.max_len);
         let (_, cache) = self.model.forward(&src, &[input])?;
-        let last = cache.decoder.last().ok_or(Error::Empty { op: "cross_attention_map", arg: "decoder layers" })?;
+        let last = cache
+            .decoder
+            .last()
+            .ok_or(Error::Empty { op: "cross_attention_map", arg: "decoder layers" })?;
         let maps = &last.cross_attention.weights;
         let mut mean = DMatrix::<f64>::zeros(maps[0].nrows(), maps[0].ncols());
         for m in maps {
@@ -1277,7 +1482,7 @@ pub fn chapter_model() -> Result<&'static Trained> {
 /// This chapter's rows of the errata register.
 pub const ERRATA: &[Erratum] = &[
     Erratum {
-        document: DOC,
+        document: D3,
         section: "Prepare and Embed Target Sequence for Decoder (Attention Masking) and the Decoder Attention Heads cell",
         printed: "The text says the Python cell masks the future tokens; the cell's weights softmax(QKᵀ) have row 1 = 0.12451364 0.56641068 0.30907567",
         correct: "The cell applies no mask. With the causal mask row 1 is 1 0 0 and the first output row is 1.48356448 1.24013147 1.84159274 1.80408131 instead of 2.82896639 2.49151229 3.27935978 3.36785616 (the last row, which may see every token, is unchanged)",
@@ -1285,7 +1490,7 @@ pub const ERRATA: &[Erratum] = &[
         test: "tests/ch07_encoder_decoder.rs::decoder_cell_applies_no_causal_mask",
     },
     Erratum {
-        document: DOC,
+        document: D3,
         section: "Prepare and Embed Target Sequence for Decoder and the Decoder Attention Heads cell",
         printed: "The text: the decoder's attention head follows the encoder's math, softmax(QKᵀ/√d_k)V; the cell computes exp(QKᵀ) with no division",
         correct: "With ÷√d_k = ÷2 (unmasked, as in the cell) the weights' row 1 is 0.2123884 0.45298941 0.33462219 and the first output row 2.71375426 2.3908812 3.13827038 3.23460218",
@@ -1293,7 +1498,7 @@ pub const ERRATA: &[Erratum] = &[
         test: "tests/ch07_encoder_decoder.rs::decoder_cell_does_not_scale_the_scores",
     },
     Erratum {
-        document: DOC,
+        document: D3,
         section: "Prepare and Embed Target Sequence for Decoder (Attention₂ for the decoder)",
         printed: "Attention₂(Q, K, V) = [[2.82896639 2.49151229 3.27935978 3.36785616] …]",
         correct: "That matrix is softmax(QKᵀ)·V·W_o, one head already multiplied by the output matrix W_o; the attention output softmax(QKᵀ)·V is [[0.71925419 1.65933026 1.94938668 1.81203693] …]",
@@ -1301,7 +1506,7 @@ pub const ERRATA: &[Erratum] = &[
         test: "tests/ch07_encoder_decoder.rs::decoder_output_is_attention_times_w_o",
     },
     Erratum {
-        document: DOC,
+        document: D3,
         section: "Prepare and Embed Target Sequence for Decoder (LN(x_o) of the decoder)",
         printed: "The text: the decoder's LayerNorm is the input's, (x − μ)/√(σ² + ε); printed LN row 1 = -0.46049196 -1.4140849 0.81224991 1.06232694",
         correct: "(x − μ)/√(σ² + ε) as stated gives -0.46049142 -1.41408325 0.81224896 1.0623257",
@@ -1309,7 +1514,7 @@ pub const ERRATA: &[Erratum] = &[
         test: "tests/ch07_encoder_decoder.rs::decoder_layer_norm_divides_by_std_plus_eps",
     },
     Erratum {
-        document: DOC,
+        document: D3,
         section: "Prepare and Embed Target Sequence for Decoder (the decoder's LN(x_o) as a whole)",
         printed: "LN(x_o) row 1 = -0.46049196 -1.4140849 0.81224991 1.06232694 (no mask, no ÷√d_k, ÷(σ + ε))",
         correct: "With all three of the text's steps (causal mask, ÷√d_k, ÷√(σ² + ε)) row 1 is -0.44147247 -1.42943838 1.01157498 0.85933588; rows 2 and 3 change too",
@@ -1317,7 +1522,7 @@ pub const ERRATA: &[Erratum] = &[
         test: "tests/ch07_encoder_decoder.rs::decoder_cell_as_the_text_describes_it",
     },
     Erratum {
-        document: DOC,
+        document: D3,
         section: "Decoder Stack Processing with Encoder Output (steps 1–2) and the Calculate Encoder-Decoder Output cell",
         printed: "Q = LN(x_o) × W_Q, K = LN(x_e) × W_K, V = LN(x_e) × W_V; output rows -1.7888543 1.7888543 0. 0.",
         correct: "As written (X·W) every output row is 0 -0.89442715 0 0.89442715; the printed rows come from X·Wᵀ",
@@ -1325,7 +1530,7 @@ pub const ERRATA: &[Erratum] = &[
         test: "tests/ch07_encoder_decoder.rs::cross_cell_transposes_the_weights",
     },
     Erratum {
-        document: DOC,
+        document: D3,
         section: "Decoder Stack Processing with Encoder Output (step 3) and the Calculate Encoder-Decoder Output cell",
         printed: "Scores = Q × Kᵀ/√4 (d_k = 4 columns); the cell divides by np.sqrt(3)",
         correct: "÷√4 = 2: row 1 of the scores is 0.31462187 0.31462186 0.31462187 instead of 0.36329404 0.36329403 0.36329405; the printed weights and output do not change at 8 decimals",
@@ -1333,7 +1538,7 @@ pub const ERRATA: &[Erratum] = &[
         test: "tests/ch07_encoder_decoder.rs::cross_cell_divides_by_sqrt_3_not_sqrt_4",
     },
     Erratum {
-        document: DOC,
+        document: D3,
         section: "Decoder Stack Processing with Encoder Output (step 4, Apply Masking)",
         printed: "Step 4 masks the future words here as well, as in the decoder's self-attention",
         correct: "Cross-attention has no causal mask: every target position may read every source position (the cell, rightly, masks nothing; only padding of the source is masked). A causal mask would give row 1 the weights 1 0 0",
@@ -1353,7 +1558,7 @@ pub fn worked() -> Result<Vec<Worked>> {
     let first: Vec<String> = (0..4).map(|_| numpy_style(g.next_f64())).collect();
     rows.push(Worked::text(
         "numpy_seed_42_rand_starts_0_37454012_0_95071431",
-        "numpy",
+        NUMPY,
         "np.random.seed(42); first four np.random.rand() (W_q's first row)",
         "0.37454012 0.95071431 0.73199394 0.59865848",
         first.join(" "),
@@ -1372,7 +1577,7 @@ pub fn worked() -> Result<Vec<Worked>> {
     for (r, printed) in OUT.iter().enumerate() {
         rows.push(Worked::text(
             "decoder_cell_output_is_2_82896639",
-            DOC,
+            D3,
             format!("decoder cell output, row {}", r + 1),
             printed,
             row_text(&cell.output, r),
@@ -1381,7 +1586,7 @@ pub fn worked() -> Result<Vec<Worked>> {
     for (r, printed) in LN.iter().enumerate() {
         rows.push(Worked::text(
             "decoder_cell_layer_norm_is_minus_0_46049196",
-            DOC,
+            D3,
             format!("decoder cell LayerNorm, row {}", r + 1),
             printed,
             row_text(&cell.normalised, r),
@@ -1390,28 +1595,28 @@ pub fn worked() -> Result<Vec<Worked>> {
     let text = decoder_cell(DecoderReading::TEXT)?;
     rows.push(Worked::erratum(
         "decoder_cell_applies_no_causal_mask",
-        DOC,
+        D3,
         "decoder output row 1 with the causal mask the text announces (unscaled, as the cell)",
         OUT[0],
         row_text(&decoder_cell(DecoderReading { causal: true, ..DecoderReading::CELL })?.output, 0),
     ));
     rows.push(Worked::erratum(
         "decoder_cell_does_not_scale_the_scores",
-        DOC,
+        D3,
         "decoder output row 1 with ÷√d_k (unmasked, as the cell)",
         OUT[0],
         row_text(&decoder_cell(DecoderReading { scale: true, ..DecoderReading::CELL })?.output, 0),
     ));
     rows.push(Worked::erratum(
         "decoder_layer_norm_divides_by_std_plus_eps",
-        DOC,
+        D3,
         "decoder LayerNorm row 1 by the stated (x − μ)/√(σ² + ε)",
         LN[0],
         row_text(&normalise_rows(&cell.output, WORKED_EPSILON, Spread::SqrtVariancePlusEpsilon), 0),
     ));
     rows.push(Worked::erratum(
         "decoder_cell_as_the_text_describes_it",
-        DOC,
+        D3,
         "decoder LayerNorm row 1 as the text describes it (÷√d_k, causal mask, √(σ² + ε))",
         LN[0],
         row_text(&text.normalised, 0),
@@ -1422,7 +1627,7 @@ pub fn worked() -> Result<Vec<Worked>> {
     for r in 0..3 {
         rows.push(Worked::text(
             "cross_cell_weights_are_uniform",
-            DOC,
+            D3,
             format!("encoder–decoder weights, row {}", r + 1),
             WEIGHTS,
             row_text(&cross.weights, r),
@@ -1431,7 +1636,7 @@ pub fn worked() -> Result<Vec<Worked>> {
     for r in 0..3 {
         rows.push(Worked::text(
             "cross_cell_output_is_minus_1_7888543",
-            DOC,
+            D3,
             format!("encoder–decoder output, row {}", r + 1),
             CROSS_OUT,
             row_text(&cross.output, r),
@@ -1439,21 +1644,28 @@ pub fn worked() -> Result<Vec<Worked>> {
     }
     rows.push(Worked::erratum(
         "cross_cell_transposes_the_weights",
-        DOC,
+        D3,
         "encoder–decoder output row 1 with Q = XW_Q, K = EW_K, V = EW_V as written",
         CROSS_OUT,
-        row_text(&cross_cell(CrossReading { orientation: Orientation::AsWritten, ..CrossReading::CELL })?.output, 0),
+        row_text(
+            &cross_cell(CrossReading {
+                orientation: Orientation::AsWritten,
+                ..CrossReading::CELL
+            })?
+            .output,
+            0,
+        ),
     ));
     rows.push(Worked::text(
         "cross_cell_divides_by_sqrt_3_not_sqrt_4",
-        DOC,
+        D3,
         "encoder–decoder weights row 1 with the text's ÷√4 (equal to the printed ÷√3 row at 8 decimals)",
         WEIGHTS,
         row_text(&cross_cell(CrossReading { divisor: TEXT_SCORE_DIVISOR, ..CrossReading::CELL })?.weights, 0),
     ));
     rows.push(Worked::erratum(
         "cross_attention_has_no_causal_mask",
-        DOC,
+        D3,
         "encoder–decoder weights row 1 under the text's step 4 mask",
         WEIGHTS,
         row_text(&cross_cell(CrossReading { causal: true, ..CrossReading::CELL })?.weights, 0),
@@ -1462,7 +1674,7 @@ pub fn worked() -> Result<Vec<Worked>> {
     let accuracy = trained.exact_match()?;
     rows.push(Worked::text(
         "trained_model_reverses_99_percent_of_held_out_sequences",
-        "this crate",
+        THIS_CRATE,
         format!(
             "held-out exact match of greedy decoding ({} sources of {}–{} digits, disjoint from training)",
             trained.held_out.len(),
@@ -1535,7 +1747,10 @@ pub fn walk(out: &mut Walk) -> Result<()> {
     let example = &trained.held_out[0];
     let decoded = trained.model.greedy_decode(std::slice::from_ref(example), START, END)?;
     out.say(&format!("example: {} → {}", digits(example), digits(&decoded[0])))?;
-    out.matrix("its cross-attention (rows: <start> and outputs; columns: source digits)", &trained.cross_attention_map(example)?)?;
+    out.matrix(
+        "its cross-attention (rows: <start> and outputs; columns: source digits)",
+        &trained.cross_attention_map(example)?,
+    )?;
     Ok(())
 }
 
@@ -1561,7 +1776,9 @@ pub fn heatmap_example(trained: &Trained) -> Vec<usize> {
 
 /// The chapter's figures as data: (file stem, figure).
 pub fn figures() -> Result<Vec<(String, Figure)>> {
-    let names = |m: &DMatrix<f64>| -> Vec<Vec<f64>> { (0..m.nrows()).map(|r| m.row(r).iter().copied().collect()).collect() };
+    let names = |m: &DMatrix<f64>| -> Vec<Vec<f64>> {
+        (0..m.nrows()).map(|r| m.row(r).iter().copied().collect()).collect()
+    };
     let cell = decoder_cell(DecoderReading::CELL)?;
     let text = decoder_cell(DecoderReading::TEXT)?;
     let tokens: Vec<String> = ["<start>", "de", "nada"].iter().map(|s| s.to_string()).collect();
@@ -1583,7 +1800,11 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
     let mut rows = vec!["<start>".to_string()];
     rows.extend(decoded[0].iter().map(|&t| digits(&[t])));
     let cross = Figure::Heatmap(Heatmap {
-        title: format!("Cross-attention of the trained model: {} → {}", digits(&example), digits(&decoded[0])),
+        title: format!(
+            "Cross-attention of the trained model: {} → {}",
+            digits(&example),
+            digits(&decoded[0])
+        ),
         x_label: "source digit (key)".into(),
         y_label: "decoder input (query)".into(),
         values: names(&map),
@@ -1595,17 +1816,26 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
         title: format!("Training loss, Adam, batches of {}", trained.config.batch_size),
         x_label: "step".into(),
         y_label: "mean cross-entropy per target token".into(),
-        series: vec![Series::new("training loss", trained.losses.iter().enumerate().map(|(i, &l)| (i as f64, l)).collect())],
+        series: vec![Series::new(
+            "training loss",
+            trained.losses.iter().enumerate().map(|(i, &l)| (i as f64, l)).collect(),
+        )],
         markers: false,
     });
     Ok(vec![
         (
             "ch07_decoder_cell_weights".into(),
-            decoder_weights("Decoder self-attention as the cell computes it (no mask, no ÷√d_k)", &cell.weights),
+            decoder_weights(
+                "Decoder self-attention as the cell computes it (no mask, no ÷√d_k)",
+                &cell.weights,
+            ),
         ),
         (
             "ch07_decoder_text_weights".into(),
-            decoder_weights("Decoder self-attention as the text describes it (causal, ÷√d_k)", &text.weights),
+            decoder_weights(
+                "Decoder self-attention as the text describes it (causal, ÷√d_k)",
+                &text.weights,
+            ),
         ),
         ("ch07_cross_attention".into(), cross),
         ("ch07_loss".into(), loss),

@@ -15,11 +15,9 @@ use crate::error::{Result, invalid};
 use crate::matmul::{self, Blocking, Op, SCALAR_TILE};
 use crate::plot::{Figure, LineChart, Series};
 use crate::report::{Chapter, Walk, Worked};
+use crate::sources::THIS_CRATE;
 use nalgebra::DMatrix;
 use std::path::{Path, PathBuf};
-
-/// No source document: the chapter's numbers are derived in its own prose.
-pub const DOC: &str = "—";
 
 /// L1 data cache per core of the machine the constants were tuned on (AMD EPYC, Zen 3).
 pub const L1D_BYTES: usize = 32 << 10;
@@ -105,7 +103,11 @@ pub fn tile_calls(m: usize, n: usize, k: usize, mr: usize, nr: usize, kc: usize)
 /// Accumulator registers of an MR×NR tile held in vectors of `lanes` lanes: MR/lanes · NR.
 pub fn accumulator_registers(mr: usize, nr: usize, lanes: usize) -> Result<usize> {
     if lanes == 0 || !mr.is_multiple_of(lanes) {
-        return Err(invalid("accumulator_registers", "mr", format!("{mr} rows are not a whole number of {lanes}-lane vectors")));
+        return Err(invalid(
+            "accumulator_registers",
+            "mr",
+            format!("{mr} rows are not a whole number of {lanes}-lane vectors"),
+        ));
     }
     Ok(mr / lanes * nr)
 }
@@ -135,79 +137,91 @@ pub fn worked() -> Result<Vec<Worked>> {
     Ok(vec![
         Worked::number(
             "flops_of_the_qkv_projection_are_2_m_n_k",
-            DOC,
+            THIS_CRATE,
             "flops of the QKV projection, 768×128 · 128×384 (2·m·n·k)",
             "75497472",
             flops(t, 3 * d, d) as f64,
         ),
         Worked::number(
             "the_avx2_f32_tile_uses_12_of_16_registers_for_accumulators",
-            DOC,
+            THIS_CRATE,
             "AVX2 f32 tile 16×6 in 8-lane registers: accumulators",
             "12",
             accumulator_registers(16, 6, 8)? as f64,
         ),
         Worked::number(
             "packed_blocks_fit_their_caches",
-            DOC,
+            THIS_CRATE,
             "B̃ sliver KC×NR×4 B, AVX2 f32, KC = 384 (L1 is 32768 B)",
             "9216",
             fp.b_sliver as f64,
         ),
-        Worked::number("packed_blocks_fit_their_caches", DOC, "Ã sliver MR×KC×4 B, AVX2 f32", "24576", fp.a_sliver as f64),
         Worked::number(
             "packed_blocks_fit_their_caches",
-            DOC,
+            THIS_CRATE,
+            "Ã sliver MR×KC×4 B, AVX2 f32",
+            "24576",
+            fp.a_sliver as f64,
+        ),
+        Worked::number(
+            "packed_blocks_fit_their_caches",
+            THIS_CRATE,
             "Ã block MC×KC×4 B, AVX2 f32, MC = 96 (L2 is 524288 B)",
             "147456",
             fp.a_block as f64,
         ),
         Worked::number(
             "packed_blocks_fit_their_caches",
-            DOC,
+            THIS_CRATE,
             "B̃ panel KC×NC×4 B, AVX2 f32, NC = 1032 (L3 is 33554432 B)",
             "1585152",
             fp.b_panel as f64,
         ),
         Worked::number(
             "naive_and_blocked_arithmetic_intensity",
-            DOC,
+            THIS_CRATE,
             "naive loop, f32, n = 1024: flops per byte from memory",
             "0.25",
             intensity(flops(n, n, n), naive_traffic_bytes(n, n, n, 4)),
         ),
         Worked::number(
             "naive_and_blocked_arithmetic_intensity",
-            DOC,
+            THIS_CRATE,
             "blocked (AVX2 f32 constants), n = 1024: flops per byte from memory",
             "64",
             intensity(flops(n, n, n), blocked_traffic_bytes(n, n, n, 4, avx2_f32)),
         ),
         Worked::number(
             "tile_counts_follow_from_mr_nr_kc",
-            DOC,
+            THIS_CRATE,
             "AVX2 f32 micro-kernel calls for 37×600 · 600×29 (⌈37/16⌉·⌈29/6⌉·⌈600/384⌉)",
             "30",
             tile_calls(37, 29, 600, 16, 6, avx2_f32.kc) as f64,
         ),
         Worked::number(
             "tile_use_of_a_one_row_product",
-            DOC,
+            THIS_CRATE,
             "share of useful work, 1×384 product, 16×6 tiles",
             "0.0625",
             tile_use(1, 384, 16, 6),
         ),
-        Worked::number("packing_pads_with_zeros", DOC, "zeros in Ã for 5×3 A, MR = 4 (3 pad rows × 3)", "9", zeros_in_packed_5x3()? as f64),
+        Worked::number(
+            "packing_pads_with_zeros",
+            THIS_CRATE,
+            "zeros in Ã for 5×3 A, MR = 4 (3 pad rows × 3)",
+            "9",
+            zeros_in_packed_5x3()? as f64,
+        ),
         Worked::number(
             "simd_kernels_fuse_multiply_and_add_and_the_scalar_kernel_does_not",
-            DOC,
+            THIS_CRATE,
             "−1·1 + x·x, x = 1 + 2⁻¹², f32, separately rounded (2⁻¹¹)",
             "0.00048828125",
             separate,
         ),
         Worked::number(
             "simd_kernels_fuse_multiply_and_add_and_the_scalar_kernel_does_not",
-            DOC,
+            THIS_CRATE,
             "the same with one fused multiply-add (2⁻¹¹ + 2⁻²⁴)",
             "0.000488340854644775390625",
             fused,
@@ -216,8 +230,16 @@ pub fn worked() -> Result<Vec<Worked>> {
 }
 
 fn walk_operands() -> (DMatrix<f64>, DMatrix<f64>) {
-    let a = DMatrix::from_row_slice(5, 3, &[1.0, 2.0, 0.0, 0.0, 1.0, 3.0, 2.0, 0.0, 1.0, 1.0, 1.0, 1.0, 3.0, 2.0, 1.0]);
-    let b = DMatrix::from_row_slice(3, 5, &[1.0, 0.0, 2.0, 1.0, 0.0, 0.0, 1.0, 1.0, 2.0, 1.0, 2.0, 1.0, 0.0, 1.0, 3.0]);
+    let a = DMatrix::from_row_slice(
+        5,
+        3,
+        &[1.0, 2.0, 0.0, 0.0, 1.0, 3.0, 2.0, 0.0, 1.0, 1.0, 1.0, 1.0, 3.0, 2.0, 1.0],
+    );
+    let b = DMatrix::from_row_slice(
+        3,
+        5,
+        &[1.0, 0.0, 2.0, 1.0, 0.0, 0.0, 1.0, 1.0, 2.0, 1.0, 2.0, 1.0, 0.0, 1.0, 3.0],
+    );
     (a, b)
 }
 
@@ -260,13 +282,23 @@ pub fn walk(out: &mut Walk) -> Result<()> {
         let a_packed = matmul::pack_a_block(&a, Op::N, 0..m, depth.clone(), mr)?;
         for (q, s) in b_packed.chunks(d * nr).enumerate() {
             out.matrix(
-                &format!("B̃ sliver {q} (columns {}..{}, one row per p; zeros pad past column {})", q * nr, q * nr + nr, n),
+                &format!(
+                    "B̃ sliver {q} (columns {}..{}, one row per p; zeros pad past column {})",
+                    q * nr,
+                    q * nr + nr,
+                    n
+                ),
                 &sliver_matrix(s, nr),
             )?;
         }
         for (q, s) in a_packed.chunks(d * mr).enumerate() {
             out.matrix(
-                &format!("Ã sliver {q} (rows {}..{}, one row per p; zeros pad past row {})", q * mr, q * mr + mr, m),
+                &format!(
+                    "Ã sliver {q} (rows {}..{}, one row per p; zeros pad past row {})",
+                    q * mr,
+                    q * mr + mr,
+                    m
+                ),
                 &sliver_matrix(s, mr),
             )?;
         }
@@ -284,7 +316,11 @@ pub fn walk(out: &mut Walk) -> Result<()> {
         out.matrix(
             &format!(
                 "C after this update ({})",
-                if pc == 0 { "the first update uses β = 0: C's old contents are ignored" } else { "later updates use β = 1: added on" }
+                if pc == 0 {
+                    "the first update uses β = 0: C's old contents are ignored"
+                } else {
+                    "later updates use β = 1: added on"
+                }
             ),
             &c,
         )?;
@@ -292,8 +328,15 @@ pub fn walk(out: &mut Walk) -> Result<()> {
     out.step(&format!("{}. The same product through the public entry point", k.div_ceil(kc) + 2))?;
     let check = matmul::matmul(&a, &b)?;
     out.matrix("matmul(A, B)", &check)?;
-    out.say(if check == c { "equal to the tiles assembled above, entry for entry" } else { "DIFFERS from the tiles above" })?;
-    out.say(&format!("kernel that ran: {}", matmul::last_product().map_or("none".into(), |s| s.kernel.to_string())))?;
+    out.say(if check == c {
+        "equal to the tiles assembled above, entry for entry"
+    } else {
+        "DIFFERS from the tiles above"
+    })?;
+    out.say(&format!(
+        "kernel that ran: {}",
+        matmul::last_product().map_or("none".into(), |s| s.kernel.to_string())
+    ))?;
     Ok(())
 }
 
@@ -305,8 +348,13 @@ pub fn walk(out: &mut Walk) -> Result<()> {
 pub fn figures() -> Result<Vec<(String, Figure)>> {
     let ns: Vec<usize> = (4..=12).map(|e| 1usize << e).collect();
     let x = |n: usize| (n as f64).log2();
-    let blocked =
-        |b: Blocking| ns.iter().map(|&n| (x(n), intensity(flops(n, n, n), blocked_traffic_bytes(n, n, n, 4, b)).log2())).collect();
+    let blocked = |b: Blocking| {
+        ns.iter()
+            .map(|&n| {
+                (x(n), intensity(flops(n, n, n), blocked_traffic_bytes(n, n, n, 4, b)).log2())
+            })
+            .collect()
+    };
     let intensity_fig = Figure::Line(LineChart {
         title: "Flops per byte from memory, square f32 products".into(),
         x_label: "log₂ n".into(),
@@ -314,10 +362,17 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
         series: vec![
             Series::new(
                 "naive loop, nothing reused from cache",
-                ns.iter().map(|&n| (x(n), intensity(flops(n, n, n), naive_traffic_bytes(n, n, n, 4)).log2())).collect(),
+                ns.iter()
+                    .map(|&n| {
+                        (x(n), intensity(flops(n, n, n), naive_traffic_bytes(n, n, n, 4)).log2())
+                    })
+                    .collect(),
             ),
             Series::new("blocked, AVX2 f32 constants", blocked(matmul::AVX2_F32_BLOCKING)),
-            Series::new("blocked, KC = 32 (too shallow)", blocked(Blocking { kc: 32, ..matmul::AVX2_F32_BLOCKING })),
+            Series::new(
+                "blocked, KC = 32 (too shallow)",
+                blocked(Blocking { kc: 32, ..matmul::AVX2_F32_BLOCKING }),
+            ),
         ],
         markers: true,
     });
@@ -327,9 +382,20 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
         x_label: "m (rows of C)".into(),
         y_label: "share of multiply-adds inside C".into(),
         series: vec![
-            Series::new("AVX2 f32, 16×6", ms.iter().map(|&m| (m as f64, tile_use(m, 768, 16, 6))).collect()),
-            Series::new("AVX-512 f32, 32×8", ms.iter().map(|&m| (m as f64, tile_use(m, 768, 32, 8))).collect()),
-            Series::new("portable, 4×4", ms.iter().map(|&m| (m as f64, tile_use(m, 768, SCALAR_TILE.0, SCALAR_TILE.1))).collect()),
+            Series::new(
+                "AVX2 f32, 16×6",
+                ms.iter().map(|&m| (m as f64, tile_use(m, 768, 16, 6))).collect(),
+            ),
+            Series::new(
+                "AVX-512 f32, 32×8",
+                ms.iter().map(|&m| (m as f64, tile_use(m, 768, 32, 8))).collect(),
+            ),
+            Series::new(
+                "portable, 4×4",
+                ms.iter()
+                    .map(|&m| (m as f64, tile_use(m, 768, SCALAR_TILE.0, SCALAR_TILE.1)))
+                    .collect(),
+            ),
         ],
         markers: false,
     });
@@ -341,5 +407,12 @@ fn plots(dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// This chapter's entry in the book.
-pub const CHAPTER: Chapter =
-    Chapter { number: 10, stem: "ch10_matmul", title: "A packed, blocked, SIMD matrix product", worked, walk, plots, errata: ERRATA };
+pub const CHAPTER: Chapter = Chapter {
+    number: 10,
+    stem: "ch10_matmul",
+    title: "A packed, blocked, SIMD matrix product",
+    worked,
+    walk,
+    plots,
+    errata: ERRATA,
+};

@@ -7,11 +7,13 @@
 //! (`cargo run --release -- errata`), and each chapter's prose carries its own rows as the table
 //! [`markdown_table`] makes (a test compares the two).
 
+use crate::sources::Source;
+
 /// One mistake in a source document.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Erratum {
-    /// The document's file name in `../shared/seeds/`.
-    pub document: &'static str,
+    /// The source document, by its short id in [`crate::sources`].
+    pub document: &'static Source,
     /// The section (or slide) where it is printed.
     pub section: &'static str,
     /// What the document prints.
@@ -30,11 +32,13 @@ fn cell(s: &str) -> String {
 
 /// The rows as a GitHub Markdown table.
 pub fn markdown_table(rows: &[Erratum]) -> String {
-    let mut out = String::from("| document | section | printed | correct | why | pinned by |\n|---|---|---|---|---|---|\n");
+    let mut out = String::from(
+        "| document | section | printed | correct | why | pinned by |\n|---|---|---|---|---|---|\n",
+    );
     for e in rows {
         out.push_str(&format!(
             "| {} | {} | {} | {} | {} | `{}` |\n",
-            cell(e.document),
+            e.document.id,
             cell(e.section),
             cell(e.printed),
             cell(e.correct),

@@ -75,7 +75,9 @@ pub type Result<T> = std::result::Result<T, Error>;
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::Shape { op, arg, expected, got } => write!(f, "{op}: shape mismatch in {arg}: expected {expected}, got {got}"),
+            Error::Shape { op, arg, expected, got } => {
+                write!(f, "{op}: shape mismatch in {arg}: expected {expected}, got {got}")
+            }
             Error::Empty { op, arg } => write!(f, "{op}: {arg} is empty"),
             Error::NonFinite { op, arg, at } => {
                 write!(f, "{op}: {arg} holds a non-finite value (NaN or ±∞) at {at}")
@@ -106,7 +108,12 @@ pub fn shape_of<T>(m: &nalgebra::DMatrix<T>) -> String {
 }
 
 /// Shorthand for a [`Error::Shape`] built from two shapes written as strings.
-pub fn shape_error(op: &'static str, arg: &'static str, expected: impl Into<String>, got: impl Into<String>) -> Error {
+pub fn shape_error(
+    op: &'static str,
+    arg: &'static str,
+    expected: impl Into<String>,
+    got: impl Into<String>,
+) -> Error {
     Error::Shape { op, arg, expected: expected.into(), got: got.into() }
 }
 

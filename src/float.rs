@@ -66,16 +66,28 @@ impl Float for f64 {
 }
 
 /// Fails with [`crate::Error::NonFinite`] naming the first NaN or infinite entry of `m`.
-pub fn ensure_finite<T: Float>(op: &'static str, arg: &'static str, m: &DMatrix<T>) -> crate::Result<()> {
+pub fn ensure_finite<T: Float>(
+    op: &'static str,
+    arg: &'static str,
+    m: &DMatrix<T>,
+) -> crate::Result<()> {
     match first_non_finite(m.as_slice()) {
         // Column-major storage: entry i is row i mod R of column i div R.
-        Some(i) => Err(crate::Error::NonFinite { op, arg, at: format!("row {}, column {}", i % m.nrows(), i / m.nrows()) }),
+        Some(i) => Err(crate::Error::NonFinite {
+            op,
+            arg,
+            at: format!("row {}, column {}", i % m.nrows(), i / m.nrows()),
+        }),
         None => Ok(()),
     }
 }
 
 /// Fails with [`crate::Error::NonFinite`] naming the first NaN or infinite entry of `v`.
-pub fn ensure_finite_slice<T: Float>(op: &'static str, arg: &'static str, v: &[T]) -> crate::Result<()> {
+pub fn ensure_finite_slice<T: Float>(
+    op: &'static str,
+    arg: &'static str,
+    v: &[T],
+) -> crate::Result<()> {
     match first_non_finite(v) {
         Some(i) => Err(crate::Error::NonFinite { op, arg, at: format!("index {i}") }),
         None => Ok(()),
@@ -165,7 +177,11 @@ mod tests {
             let a: Vec<f64> = (0..len).map(|i| (i % 7) as f64 + 1.0).collect();
             let b: Vec<f64> = (0..len).map(|i| (i % 5) as f64 - 2.0).collect();
             assert_eq!(lane_sum(&a), a.iter().sum::<f64>(), "len {len}");
-            assert_eq!(lane_dot(&a, &b), a.iter().zip(&b).map(|(x, y)| x * y).sum::<f64>(), "len {len}");
+            assert_eq!(
+                lane_dot(&a, &b),
+                a.iter().zip(&b).map(|(x, y)| x * y).sum::<f64>(),
+                "len {len}"
+            );
         }
         // The order is the lanes' and not the plain chain's: 1e16 + 1 + 1 … loses every 1 in one
         // chain, but lane 0 holds the 1e16 and lanes 1 … 15 keep their ones.

@@ -56,7 +56,8 @@ pub struct Report {
 impl Report {
     /// True when there were no shape problems and every tensor's worst error is within tolerance.
     pub fn passed(&self) -> bool {
-        self.problems.is_empty() && self.tensors.iter().all(|w| w.error <= self.tolerance && w.error.is_finite())
+        self.problems.is_empty()
+            && self.tensors.iter().all(|w| w.error <= self.tolerance && w.error.is_finite())
     }
 
     /// The worst entry over all tensors.
@@ -76,7 +77,10 @@ impl fmt::Display for Report {
         for p in &self.problems {
             writeln!(f, "  problem: {p}")?;
         }
-        writeln!(f, "  tensor            worst entry    analytic           numeric            rel. error")?;
+        writeln!(
+            f,
+            "  tensor            worst entry    analytic           numeric            rel. error"
+        )?;
         for w in &self.tensors {
             let mark = if w.error <= self.tolerance { "ok" } else { "FAIL" };
             writeln!(
@@ -96,23 +100,39 @@ impl fmt::Display for Report {
 ///
 /// `inputs` are the named tensors the loss depends on (inputs and parameters alike); `loss`
 /// receives them all, with one entry nudged, and returns the scalar loss.
-pub fn check<F>(config: Config, inputs: &[(&str, DMatrix<f64>)], analytic: &[DMatrix<f64>], mut loss: F) -> Report
+pub fn check<F>(
+    config: Config,
+    inputs: &[(&str, DMatrix<f64>)],
+    analytic: &[DMatrix<f64>],
+    mut loss: F,
+) -> Report
 where
     F: FnMut(&[DMatrix<f64>]) -> f64,
 {
     let mut problems = Vec::new();
     if inputs.len() != analytic.len() {
-        problems.push(format!("{} tensors but {} analytic gradients", inputs.len(), analytic.len()));
+        problems.push(format!(
+            "{} tensors but {} analytic gradients",
+            inputs.len(),
+            analytic.len()
+        ));
     }
     let mut tensors: Vec<DMatrix<f64>> = inputs.iter().map(|(_, t)| t.clone()).collect();
     let mut rows = Vec::new();
     for (i, ((name, _), grad)) in inputs.iter().zip(analytic).enumerate() {
         let shape = tensors[i].shape();
         if grad.shape() != shape {
-            problems.push(format!("{name}: tensor is {}×{} but its gradient is {}×{}", shape.0, shape.1, grad.nrows(), grad.ncols()));
+            problems.push(format!(
+                "{name}: tensor is {}×{} but its gradient is {}×{}",
+                shape.0,
+                shape.1,
+                grad.nrows(),
+                grad.ncols()
+            ));
             continue;
         }
-        let mut worst = Worst { tensor: name.to_string(), at: (0, 0), analytic: 0.0, numeric: 0.0, error: 0.0 };
+        let mut worst =
+            Worst { tensor: name.to_string(), at: (0, 0), analytic: 0.0, numeric: 0.0, error: 0.0 };
         for c in 0..shape.1 {
             for r in 0..shape.0 {
                 let original = tensors[i][(r, c)];
@@ -126,7 +146,8 @@ where
                 let error = (a - numeric).abs() / a.abs().max(numeric.abs()).max(config.floor);
                 let error = if error.is_nan() { f64::INFINITY } else { error };
                 if error >= worst.error {
-                    worst = Worst { tensor: name.to_string(), at: (r, c), analytic: a, numeric, error };
+                    worst =
+                        Worst { tensor: name.to_string(), at: (r, c), analytic: a, numeric, error };
                 }
             }
         }
@@ -150,7 +171,9 @@ mod tests {
     #[test]
     fn a_correct_backward_passes() {
         let (a, b, da, db) = setup();
-        let r = check(Config::default(), &[("A", a), ("B", b)], &[da, db], |t| (&t[0] * &t[1]).map(|x| x * x).sum());
+        let r = check(Config::default(), &[("A", a), ("B", b)], &[da, db], |t| {
+            (&t[0] * &t[1]).map(|x| x * x).sum()
+        });
         r.assert_passed();
         assert!(r.worst().is_some_and(|w| w.error < 1e-7));
     }
@@ -159,7 +182,9 @@ mod tests {
     fn a_wrong_backward_fails_and_names_the_worst_entry() {
         let (a, b, da, mut db) = setup();
         db[(2, 1)] += 1e-3;
-        let r = check(Config::default(), &[("A", a), ("B", b)], &[da, db], |t| (&t[0] * &t[1]).map(|x| x * x).sum());
+        let r = check(Config::default(), &[("A", a), ("B", b)], &[da, db], |t| {
+            (&t[0] * &t[1]).map(|x| x * x).sum()
+        });
         assert!(!r.passed());
         let w = r.worst().unwrap();
         assert_eq!((w.tensor.as_str(), w.at), ("B", (2, 1)));
@@ -169,7 +194,9 @@ mod tests {
     #[test]
     fn a_gradient_of_the_wrong_shape_is_reported() {
         let (a, b, da, _) = setup();
-        let r = check(Config::default(), &[("A", a), ("B", b)], &[da, DMatrix::zeros(2, 2)], |t| (&t[0] * &t[1]).sum());
+        let r = check(Config::default(), &[("A", a), ("B", b)], &[da, DMatrix::zeros(2, 2)], |t| {
+            (&t[0] * &t[1]).sum()
+        });
         assert!(!r.passed());
         assert!(r.problems[0].contains("B: tensor is 3×2 but its gradient is 2×2"));
     }

@@ -213,7 +213,8 @@ pub fn parse_object_entries(bytes: &[u8], file: &str) -> Result<Vec<Entry>> {
     // Lines are counted forward from the previous key, so a large file costs one pass.
     let (mut counted_to, mut line) = (0usize, 1usize);
     p.object_with(0, |p, key, value| {
-        line += p.b.get(counted_to..p.key_at).map_or(0, |s| s.iter().filter(|&&c| c == b'\n').count());
+        line +=
+            p.b.get(counted_to..p.key_at).map_or(0, |s| s.iter().filter(|&&c| c == b'\n').count());
         counted_to = p.key_at;
         entries.push(Entry { key, value, line });
     })?;
@@ -249,7 +250,11 @@ impl Parser<'_> {
 
     fn end(&mut self) -> Result<()> {
         self.ws();
-        if self.i != self.b.len() { Err(self.err("unexpected text after the JSON value")) } else { Ok(()) }
+        if self.i != self.b.len() {
+            Err(self.err("unexpected text after the JSON value"))
+        } else {
+            Ok(())
+        }
     }
 
     fn ws(&mut self) {
@@ -305,7 +310,11 @@ impl Parser<'_> {
 
     /// Reads an object at nesting `depth`, handing each (key, value) to `entry` in file order.
     /// A key seen before is an error pointing at its second occurrence.
-    fn object_with(&mut self, depth: usize, mut entry: impl FnMut(&Self, String, Json)) -> Result<()> {
+    fn object_with(
+        &mut self,
+        depth: usize,
+        mut entry: impl FnMut(&Self, String, Json),
+    ) -> Result<()> {
         self.expect(b'{')?;
         let mut keys: Vec<String> = Vec::new();
         let mut key_set: HashSet<String> = HashSet::new();
@@ -375,9 +384,14 @@ impl Parser<'_> {
     }
 
     fn hex4(&mut self) -> Result<u32> {
-        let digits = self.b.get(self.i..self.i + 4).ok_or_else(|| self.err("a \\u escape needs four hex digits"))?;
-        let text = std::str::from_utf8(digits).map_err(|_| self.err("a \\u escape needs four hex digits"))?;
-        let v = u32::from_str_radix(text, 16).map_err(|_| self.err("a \\u escape needs four hex digits"))?;
+        let digits = self
+            .b
+            .get(self.i..self.i + 4)
+            .ok_or_else(|| self.err("a \\u escape needs four hex digits"))?;
+        let text = std::str::from_utf8(digits)
+            .map_err(|_| self.err("a \\u escape needs four hex digits"))?;
+        let v = u32::from_str_radix(text, 16)
+            .map_err(|_| self.err("a \\u escape needs four hex digits"))?;
         self.i += 4;
         Ok(v)
     }
@@ -406,25 +420,32 @@ impl Parser<'_> {
                             let hi = self.hex4()?;
                             let code = if (0xD800..0xDC00).contains(&hi) {
                                 if self.b.get(self.i..self.i + 2) != Some(b"\\u") {
-                                    return Err(self.err("a high surrogate must be followed by a low one"));
+                                    return Err(
+                                        self.err("a high surrogate must be followed by a low one")
+                                    );
                                 }
                                 self.i += 2;
                                 let lo = self.hex4()?;
                                 if !(0xDC00..0xE000).contains(&lo) {
-                                    return Err(self.err("a high surrogate must be followed by a low one"));
+                                    return Err(
+                                        self.err("a high surrogate must be followed by a low one")
+                                    );
                                 }
                                 0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00)
                             } else {
                                 hi
                             };
-                            char::from_u32(code).ok_or_else(|| self.err("a lone surrogate is not a character"))?
+                            char::from_u32(code)
+                                .ok_or_else(|| self.err("a lone surrogate is not a character"))?
                         }
                         _ => return Err(self.err("unknown escape")),
                     };
                     let mut buf = [0u8; 4];
                     out.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
                 }
-                c if c < 0x20 => return Err(self.err("a control character must be escaped inside a string")),
+                c if c < 0x20 => {
+                    return Err(self.err("a control character must be escaped inside a string"));
+                }
                 c => out.push(c),
             }
         }
@@ -480,8 +501,14 @@ mod tests {
     fn round_trips_and_keeps_order() {
         let text = r#"{"b":[1,2.5,-3e2,true,null],"a":{"s":"x\"y\\z\n\u00e9\ud83d\ude00"}}"#;
         let v = parse(text.as_bytes(), "t").unwrap();
-        assert_eq!(v.get("b").and_then(|b| if let Json::Array(a) = b { a[0].as_u64() } else { None }), Some(1));
-        assert_eq!(v.get("a").and_then(|a| a.get("s")).and_then(Json::as_str), Some("x\"y\\z\né😀"));
+        assert_eq!(
+            v.get("b").and_then(|b| if let Json::Array(a) = b { a[0].as_u64() } else { None }),
+            Some(1)
+        );
+        assert_eq!(
+            v.get("a").and_then(|a| a.get("s")).and_then(Json::as_str),
+            Some("x\"y\\z\né😀")
+        );
         let again = parse(v.to_text().as_bytes(), "t").unwrap();
         assert_eq!(again, v);
         assert!(v.to_text().starts_with("{\"b\""));
@@ -536,7 +563,11 @@ mod tests {
 
     #[test]
     fn object_entries_carry_their_key_lines() {
-        let entries = parse_object_entries(b"{\n \"a\": 1,\n\n \"b\": [2, {\"c\": 3}],\n \"d\": null}\n", "t").unwrap();
+        let entries = parse_object_entries(
+            b"{\n \"a\": 1,\n\n \"b\": [2, {\"c\": 3}],\n \"d\": null}\n",
+            "t",
+        )
+        .unwrap();
         let seen: Vec<(&str, usize)> = entries.iter().map(|e| (e.key.as_str(), e.line)).collect();
         assert_eq!(seen, [("a", 2), ("b", 4), ("d", 5)]);
         assert_eq!(entries[0].value.as_u64(), Some(1));

@@ -14,6 +14,7 @@
 //! - [`optim`]: the optimisers;
 //! - [`plot`]: figures as data, drawn to PNG and SVG with an embedded font;
 //! - [`snapshot`]: matrices as text for insta snapshots;
+//! - [`sources`]: the five source documents by short id (`D0` to `D4`), title and author;
 //! - [`errata`] and [`report`]: the errata register's rows, worked-number tables, walk-throughs.
 //!
 //! [`book`] lists the chapters in order; the main job (`src/main.rs`) iterates it.
@@ -56,6 +57,7 @@ pub mod plot;
 pub mod report;
 pub mod rng;
 pub mod snapshot;
+pub mod sources;
 
 pub mod book;
 

@@ -48,37 +48,62 @@ enum Command {
 }
 
 fn print_table(rows: &[Worked]) {
-    let w = |f: fn(&Worked) -> &str, min: usize| rows.iter().map(|r| f(r).chars().count()).max().unwrap_or(0).clamp(min, 60);
+    let w = |f: fn(&Worked) -> &str, min: usize| {
+        rows.iter().map(|r| f(r).chars().count()).max().unwrap_or(0).clamp(min, 60)
+    };
     let (wq, wp, wo) = (w(|r| &r.quantity, 8), w(|r| &r.printed, 8), w(|r| &r.ours, 4));
     println!("  {:<wq$}  {:<wp$}  {:<wo$}  status", "quantity", "document", "ours");
     for r in rows {
         let cut = |s: &str, n: usize| {
-            if s.chars().count() > n { format!("{}…", s.chars().take(n - 1).collect::<String>()) } else { s.to_string() }
+            if s.chars().count() > n {
+                format!("{}…", s.chars().take(n - 1).collect::<String>())
+            } else {
+                s.to_string()
+            }
         };
-        println!("  {:<wq$}  {:<wp$}  {:<wo$}  {}", cut(&r.quantity, wq), cut(&r.printed, wp), cut(&r.ours, wo), r.status.word());
+        println!(
+            "  {:<wq$}  {:<wp$}  {:<wo$}  {}",
+            cut(&r.quantity, wq),
+            cut(&r.printed, wp),
+            cut(&r.ours, wo),
+            r.status.word()
+        );
     }
 }
 
 fn run_all() -> Result<(), String> {
     let chapters = book::chapters();
     let bar = ProgressBar::new(chapters.len() as u64);
-    bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}").map_err(|e| e.to_string())?);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}").map_err(|e| e.to_string())?,
+    );
     let dir = image_dir();
     let mut mismatches = 0;
     for ch in &chapters {
         bar.set_message(format!("chapter {}: {}", ch.number, ch.title));
         let files = (ch.plots)(&dir).map_err(|e| format!("chapter {}: {e}", ch.number))?;
         let rows = (ch.worked)().map_err(|e| format!("chapter {}: {e}", ch.number))?;
-        sync_prose(Path::new(env!("CARGO_MANIFEST_DIR")), ch).map_err(|e| format!("chapter {}: {e}", ch.number))?;
+        sync_prose(Path::new(env!("CARGO_MANIFEST_DIR")), ch)
+            .map_err(|e| format!("chapter {}: {e}", ch.number))?;
         bar.suspend(|| {
-            println!("\n== Chapter {}: {} ({} plots written to {})", ch.number, ch.title, files.len(), dir.display());
+            println!(
+                "\n== Chapter {}: {} ({} plots written to {})",
+                ch.number,
+                ch.title,
+                files.len(),
+                dir.display()
+            );
             print_table(&rows);
         });
         mismatches += rows.iter().filter(|r| r.status == Status::Mismatch).count();
         bar.inc(1);
     }
     bar.finish_with_message("done");
-    println!("\n{} chapters, {} errata in the register (see `-- errata`).", chapters.len(), book::errata_register().len());
+    println!(
+        "\n{} chapters, {} errata in the register (see `-- errata`).",
+        chapters.len(),
+        book::errata_register().len()
+    );
     if mismatches > 0 {
         return Err(format!("{mismatches} worked numbers do not match and are not explained"));
     }
@@ -110,7 +135,10 @@ fn main() -> ExitCode {
         Err(e) if !e.use_stderr() => e.exit(),
         Err(e) => {
             let text = e.to_string();
-            eprintln!("{} (see --help)", text.lines().next().unwrap_or("invalid arguments").trim_end());
+            eprintln!(
+                "{} (see --help)",
+                text.lines().next().unwrap_or("invalid arguments").trim_end()
+            );
             return ExitCode::from(2);
         }
     };
@@ -120,7 +148,11 @@ fn main() -> ExitCode {
             Some(ch) => run_chapter(ch),
             None => Err(format!(
                 "there is no chapter {number}; the chapters are {}",
-                book::chapters().iter().map(|c| c.number.to_string()).collect::<Vec<_>>().join(", ")
+                book::chapters()
+                    .iter()
+                    .map(|c| c.number.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )),
         },
         Some(Command::Errata) => {
@@ -130,7 +162,9 @@ fn main() -> ExitCode {
             }
             Ok(())
         }
-        Some(Command::Gpt { command }) => llm_workbook::ch09_gpt::cli::run(command).map_err(|e| e.to_string()),
+        Some(Command::Gpt { command }) => {
+            llm_workbook::ch09_gpt::cli::run(command).map_err(|e| e.to_string())
+        }
         Some(Command::List) => {
             for ch in book::chapters() {
                 println!("{:>2}  {:<22} {}", ch.number, ch.stem, ch.title);

@@ -10,12 +10,24 @@ use nalgebra::DMatrix;
 
 /// Checks a learning rate: finite and strictly positive.
 pub fn check_learning_rate(op: &'static str, lr: f64) -> Result<()> {
-    if lr.is_finite() && lr > 0.0 { Ok(()) } else { Err(invalid(op, "learning rate α", format!("must be finite and > 0, got {lr}"))) }
+    if lr.is_finite() && lr > 0.0 {
+        Ok(())
+    } else {
+        Err(invalid(op, "learning rate α", format!("must be finite and > 0, got {lr}")))
+    }
 }
 
-fn check_pairs<T: Float>(op: &'static str, params: &[&mut DMatrix<T>], grads: &[&DMatrix<T>]) -> Result<()> {
+fn check_pairs<T: Float>(
+    op: &'static str,
+    params: &[&mut DMatrix<T>],
+    grads: &[&DMatrix<T>],
+) -> Result<()> {
     if params.len() != grads.len() {
-        return Err(invalid(op, "gradients", format!("{} parameter tensors but {} gradients", params.len(), grads.len())));
+        return Err(invalid(
+            op,
+            "gradients",
+            format!("{} parameter tensors but {} gradients", params.len(), grads.len()),
+        ));
     }
     for (i, (p, g)) in params.iter().zip(grads).enumerate() {
         if p.shape() != g.shape() {
@@ -49,7 +61,11 @@ impl Sgd {
     }
 
     /// One step over every parameter tensor. Shapes must pair up; gradients must be finite.
-    pub fn step<T: Float>(&self, params: &mut [&mut DMatrix<T>], grads: &[&DMatrix<T>]) -> Result<()> {
+    pub fn step<T: Float>(
+        &self,
+        params: &mut [&mut DMatrix<T>],
+        grads: &[&DMatrix<T>],
+    ) -> Result<()> {
         check_pairs("Sgd::step", params, grads)?;
         let lr = T::of(self.learning_rate);
         for (p, g) in params.iter_mut().zip(grads) {
@@ -132,17 +148,29 @@ impl<T: Float> AdamMoments<T> {
     /// Errors (and leaves everything unchanged) when the parameters and gradients do not pair
     /// up, a gradient is not finite, or the parameters are not the ones the moments were sized
     /// for.
-    pub fn step(&mut self, op: &'static str, config: &AdamConfig, params: &mut [&mut DMatrix<T>], grads: &[&DMatrix<T>]) -> Result<()> {
+    pub fn step(
+        &mut self,
+        op: &'static str,
+        config: &AdamConfig,
+        params: &mut [&mut DMatrix<T>],
+        grads: &[&DMatrix<T>],
+    ) -> Result<()> {
         config.check(op)?;
         check_pairs(op, params, grads)?;
         if self.t == 0 {
             self.m = params.iter().map(|p| DMatrix::zeros(p.nrows(), p.ncols())).collect();
             self.v = self.m.clone();
-        } else if self.m.len() != params.len() || self.m.iter().zip(params.iter()).any(|(m, p)| m.shape() != p.shape()) {
+        } else if self.m.len() != params.len()
+            || self.m.iter().zip(params.iter()).any(|(m, p)| m.shape() != p.shape())
+        {
             return Err(shape_error(
                 op,
                 "parameters",
-                format!("the {} tensors the moments were sized for ({})", self.m.len(), shapes(self.m.iter())),
+                format!(
+                    "the {} tensors the moments were sized for ({})",
+                    self.m.len(),
+                    shapes(self.m.iter())
+                ),
                 format!("{} tensors ({})", params.len(), shapes(params.iter().map(|p| &**p))),
             ));
         }
@@ -213,7 +241,9 @@ impl<T: Float> MomentUpdate<T> {
     fn apply(&self, (p, g, m, v): &mut Entry<'_, T>) {
         let (b1, b2, one) = (self.b1, self.b2, T::one());
         let (p, m, v) = (p.as_mut_slice(), m.as_mut_slice(), v.as_mut_slice());
-        for (((w, &dw), mi), vi) in p.iter_mut().zip(g.as_slice()).zip(m.iter_mut()).zip(v.iter_mut()) {
+        for (((w, &dw), mi), vi) in
+            p.iter_mut().zip(g.as_slice()).zip(m.iter_mut()).zip(v.iter_mut())
+        {
             *mi = b1 * *mi + (one - b1) * dw;
             *vi = b2 * *vi + (one - b2) * dw * dw;
             let m_hat = *mi / self.c1;
@@ -263,17 +293,35 @@ impl<T: Float> AdamMoments<T> {
     pub fn from_parts(first: Vec<DMatrix<T>>, second: Vec<DMatrix<T>>, steps: u64) -> Result<Self> {
         const OP: &str = "AdamMoments::from_parts";
         if first.len() != second.len() {
-            return Err(invalid(OP, "moments", format!("{} first moments but {} second moments", first.len(), second.len())));
+            return Err(invalid(
+                OP,
+                "moments",
+                format!("{} first moments but {} second moments", first.len(), second.len()),
+            ));
         }
         if let Some(i) = first.iter().zip(&second).position(|(m, v)| m.shape() != v.shape()) {
-            return Err(shape_error(OP, "m and v", shape_of_text(&first[i]), shape_of_text(&second[i])));
+            return Err(shape_error(
+                OP,
+                "m and v",
+                shape_of_text(&first[i]),
+                shape_of_text(&second[i]),
+            ));
         }
         if (steps == 0) != first.is_empty() {
-            return Err(invalid(OP, "steps", format!("{steps} steps do not go with {} moment tensors", first.len())));
+            return Err(invalid(
+                OP,
+                "steps",
+                format!("{steps} steps do not go with {} moment tensors", first.len()),
+            ));
         }
-        if first.iter().chain(&second).any(|m| m.iter().any(|x| !x.is_finite())) || second.iter().any(|v| v.iter().any(|x| *x < T::zero()))
+        if first.iter().chain(&second).any(|m| m.iter().any(|x| !x.is_finite()))
+            || second.iter().any(|v| v.iter().any(|x| *x < T::zero()))
         {
-            return Err(invalid(OP, "moments", "must be finite, and the second moments non-negative"));
+            return Err(invalid(
+                OP,
+                "moments",
+                "must be finite, and the second moments non-negative",
+            ));
         }
         Ok(AdamMoments { m: first, v: second, t: steps })
     }
@@ -306,26 +354,46 @@ impl<T: Float> AdamW<T> {
     pub fn new(config: AdamConfig, weight_decay: f64) -> Result<Self> {
         config.check("AdamW::new")?;
         if !(weight_decay.is_finite() && weight_decay >= 0.0) {
-            return Err(invalid("AdamW::new", "weight decay λ", format!("must be finite and ≥ 0, got {weight_decay}")));
+            return Err(invalid(
+                "AdamW::new",
+                "weight decay λ",
+                format!("must be finite and ≥ 0, got {weight_decay}"),
+            ));
         }
         Ok(AdamW { config, weight_decay, moments: AdamMoments::new() })
     }
 
     /// One step. `decay[i]` says whether tensor i is decayed. Everything is checked before any
     /// parameter changes, so an error leaves parameters and moments as they were.
-    pub fn step(&mut self, params: &mut [&mut DMatrix<T>], grads: &[&DMatrix<T>], decay: &[bool]) -> Result<()> {
+    pub fn step(
+        &mut self,
+        params: &mut [&mut DMatrix<T>],
+        grads: &[&DMatrix<T>],
+        decay: &[bool],
+    ) -> Result<()> {
         const OP: &str = "AdamW::step";
         self.config.check(OP)?;
         check_pairs(OP, params, grads)?;
         if decay.len() != params.len() {
-            return Err(invalid(OP, "decay", format!("{} flags for {} parameter tensors", decay.len(), params.len())));
+            return Err(invalid(
+                OP,
+                "decay",
+                format!("{} flags for {} parameter tensors", decay.len(), params.len()),
+            ));
         }
         let sized = &self.moments.m;
-        if self.moments.t > 0 && (sized.len() != params.len() || sized.iter().zip(params.iter()).any(|(m, p)| m.shape() != p.shape())) {
+        if self.moments.t > 0
+            && (sized.len() != params.len()
+                || sized.iter().zip(params.iter()).any(|(m, p)| m.shape() != p.shape()))
+        {
             return Err(shape_error(
                 OP,
                 "parameters",
-                format!("the {} tensors the moments were sized for ({})", sized.len(), shapes(sized.iter())),
+                format!(
+                    "the {} tensors the moments were sized for ({})",
+                    sized.len(),
+                    shapes(sized.iter())
+                ),
                 format!("{} tensors ({})", params.len(), shapes(params.iter().map(|p| &**p))),
             ));
         }

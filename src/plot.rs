@@ -21,8 +21,17 @@ pub const SIZE: (u32, u32) = (900, 560);
 /// [`FONT`]. Safe to call many times; the first call does the work.
 pub fn register_font() -> Result<()> {
     static DONE: OnceLock<bool> = OnceLock::new();
-    let ok = *DONE.get_or_init(|| plotters::style::register_font(FONT, FontStyle::Normal, dejavu::sans::regular()).is_ok());
-    if ok { Ok(()) } else { Err(Error::Plot { path: "<font>".into(), reason: "the embedded DejaVu Sans font could not be parsed".into() }) }
+    let ok = *DONE.get_or_init(|| {
+        plotters::style::register_font(FONT, FontStyle::Normal, dejavu::sans::regular()).is_ok()
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Plot {
+            path: "<font>".into(),
+            reason: "the embedded DejaVu Sans font could not be parsed".into(),
+        })
+    }
 }
 
 /// One named line (or set of points) of a chart.
@@ -90,7 +99,13 @@ pub struct Regions {
 
 impl Regions {
     /// Evaluates `predict` at the centre of every cell of an nx×ny grid.
-    pub fn evaluate(x: (f64, f64), y: (f64, f64), nx: usize, ny: usize, mut predict: impl FnMut(f64, f64) -> usize) -> Self {
+    pub fn evaluate(
+        x: (f64, f64),
+        y: (f64, f64),
+        nx: usize,
+        ny: usize,
+        mut predict: impl FnMut(f64, f64) -> usize,
+    ) -> Self {
         let mut class = Vec::with_capacity(nx * ny);
         for iy in 0..ny {
             for ix in 0..nx {
@@ -133,7 +148,8 @@ pub enum Figure {
     Heatmap(Heatmap),
 }
 
-type DrawResult<DB> = std::result::Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
+type DrawResult<DB> =
+    std::result::Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
 
 fn color(i: usize) -> RGBColor {
     const PALETTE: [RGBColor; 8] = [
@@ -151,8 +167,13 @@ fn color(i: usize) -> RGBColor {
 
 /// Viridis, approximated by linear interpolation between five of its stops; t in [0, 1].
 fn viridis(t: f64) -> RGBColor {
-    const STOPS: [(f64, f64, f64); 5] =
-        [(68.0, 1.0, 84.0), (59.0, 82.0, 139.0), (33.0, 145.0, 140.0), (94.0, 201.0, 98.0), (253.0, 231.0, 37.0)];
+    const STOPS: [(f64, f64, f64); 5] = [
+        (68.0, 1.0, 84.0),
+        (59.0, 82.0, 139.0),
+        (33.0, 145.0, 140.0),
+        (94.0, 201.0, 98.0),
+        (253.0, 231.0, 37.0),
+    ];
     let t = if t.is_finite() { t.clamp(0.0, 1.0) } else { 0.0 };
     let x = t * (STOPS.len() - 1) as f64;
     let i = (x.floor() as usize).min(STOPS.len() - 2);
@@ -163,7 +184,8 @@ fn viridis(t: f64) -> RGBColor {
 }
 
 fn bounds(points: impl Iterator<Item = (f64, f64)>) -> ((f64, f64), (f64, f64)) {
-    let (mut x0, mut x1, mut y0, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, f64::INFINITY, f64::NEG_INFINITY);
+    let (mut x0, mut x1, mut y0, mut y1) =
+        (f64::INFINITY, f64::NEG_INFINITY, f64::INFINITY, f64::NEG_INFINITY);
     for (x, y) in points.filter(|(x, y)| x.is_finite() && y.is_finite()) {
         x0 = x0.min(x);
         x1 = x1.max(x);
@@ -211,14 +233,23 @@ fn draw_line<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &LineChart) -
         }
     }
     if c.series.iter().any(|s| !s.label.is_empty()) {
-        chart.configure_series_labels().background_style(WHITE.mix(0.85)).border_style(BLACK).label_font((FONT, 14)).draw()?;
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .label_font((FONT, 14))
+            .draw()?;
     }
     root.present()
 }
 
-fn draw_scatter<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &ScatterChart) -> DrawResult<DB> {
+fn draw_scatter<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    c: &ScatterChart,
+) -> DrawResult<DB> {
     root.fill(&WHITE)?;
-    let mut all: Vec<(f64, f64)> = c.classes.iter().flat_map(|s| s.points.iter().copied()).collect();
+    let mut all: Vec<(f64, f64)> =
+        c.classes.iter().flat_map(|s| s.points.iter().copied()).collect();
     if let Some(r) = &c.regions {
         all.push((r.x.0, r.y.0));
         all.push((r.x.1, r.y.1));
@@ -259,7 +290,12 @@ fn draw_scatter<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &ScatterCh
             .label(&s.label)
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.stroke_width(2)));
     }
-    chart.configure_series_labels().background_style(WHITE.mix(0.85)).border_style(BLACK).label_font((FONT, 14)).draw()?;
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font((FONT, 14))
+        .draw()?;
     root.present()
 }
 
@@ -268,9 +304,11 @@ fn draw_heatmap<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, h: &Heatmap) 
     let rows = h.values.len();
     let cols = h.values.first().map_or(0, |r| r.len());
     let finite = h.values.iter().flatten().copied().filter(|v| v.is_finite());
-    let (lo, hi) = finite.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(v), b.max(v)));
+    let (lo, hi) =
+        finite.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(v), b.max(v)));
     let span = if hi > lo { hi - lo } else { 1.0 };
-    let name = |names: &Vec<String>, i: usize| names.get(i).cloned().unwrap_or_else(|| i.to_string());
+    let name =
+        |names: &Vec<String>, i: usize| names.get(i).cloned().unwrap_or_else(|| i.to_string());
     let mut chart = ChartBuilder::on(root)
         .caption(format!("{}   (min {:.3}, max {:.3})", h.title, lo, hi), (FONT, 20))
         .margin(14)
@@ -278,7 +316,10 @@ fn draw_heatmap<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, h: &Heatmap) 
         .y_label_area_size(80)
         // plotters treats an integer range as inclusive when it segments it (0..n gives n + 1
         // segments), so 0..n−1 gives exactly one segment per column and per row.
-        .build_cartesian_2d((0..cols.max(1) - 1).into_segmented(), (0..rows.max(1) - 1).into_segmented())?;
+        .build_cartesian_2d(
+            (0..cols.max(1) - 1).into_segmented(),
+            (0..rows.max(1) - 1).into_segmented(),
+        )?;
     let step_x = (cols / 16).max(1);
     let step_y = (rows / 16).max(1);
     chart
@@ -295,16 +336,22 @@ fn draw_heatmap<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, h: &Heatmap) 
             _ => String::new(),
         })
         .y_label_formatter(&|v| match v {
-            SegmentValue::CenterOf(i) if *i < rows && (rows - 1 - i).is_multiple_of(step_y) => name(&h.row_names, rows - 1 - i),
+            SegmentValue::CenterOf(i) if *i < rows && (rows - 1 - i).is_multiple_of(step_y) => {
+                name(&h.row_names, rows - 1 - i)
+            }
             _ => String::new(),
         })
         .draw()?;
     for (r, row) in h.values.iter().enumerate() {
         let y = rows - 1 - r;
         for (c, &v) in row.iter().enumerate() {
-            let fill = if v.is_finite() { viridis((v - lo) / span) } else { RGBColor(255, 255, 255) };
+            let fill =
+                if v.is_finite() { viridis((v - lo) / span) } else { RGBColor(255, 255, 255) };
             chart.draw_series(std::iter::once(Rectangle::new(
-                [(SegmentValue::Exact(c), SegmentValue::Exact(y)), (SegmentValue::Exact(c + 1), SegmentValue::Exact(y + 1))],
+                [
+                    (SegmentValue::Exact(c), SegmentValue::Exact(y)),
+                    (SegmentValue::Exact(c + 1), SegmentValue::Exact(y + 1)),
+                ],
                 fill.filled(),
             )))?;
             if h.annotate {
@@ -342,7 +389,8 @@ impl Figure {
     /// no stray temporary file is left behind.
     pub fn save(&self, dir: &Path, stem: &str) -> Result<Vec<PathBuf>> {
         register_font()?;
-        std::fs::create_dir_all(dir).map_err(|source| Error::Io { path: dir.display().to_string(), source })?;
+        std::fs::create_dir_all(dir)
+            .map_err(|source| Error::Io { path: dir.display().to_string(), source })?;
         let png = dir.join(format!("{stem}.png"));
         let svg = dir.join(format!("{stem}.svg"));
         let pid = std::process::id();
@@ -358,8 +406,12 @@ impl Figure {
     }
 
     /// Draws the PNG and the SVG into their temporary paths, then renames both into place.
-    fn draw_then_rename(&self, [(tmp_png, png), (tmp_svg, svg)]: [(&PathBuf, &PathBuf); 2]) -> Result<()> {
-        let plot_err = |p: &Path, e: String| Error::Plot { path: p.display().to_string(), reason: e };
+    fn draw_then_rename(
+        &self,
+        [(tmp_png, png), (tmp_svg, svg)]: [(&PathBuf, &PathBuf); 2],
+    ) -> Result<()> {
+        let plot_err =
+            |p: &Path, e: String| Error::Plot { path: p.display().to_string(), reason: e };
         {
             let root = BitMapBackend::new(tmp_png, SIZE).into_drawing_area();
             self.draw(&root).map_err(|e| plot_err(png, format!("{e:?}")))?;
@@ -370,9 +422,13 @@ impl Figure {
         }
         for (tmp, fin) in [(tmp_png, png), (tmp_svg, svg)] {
             if !tmp.is_file() {
-                return Err(plot_err(fin, format!("the backend wrote nothing to {}", tmp.display())));
+                return Err(plot_err(
+                    fin,
+                    format!("the backend wrote nothing to {}", tmp.display()),
+                ));
             }
-            std::fs::rename(tmp, fin).map_err(|source| Error::Io { path: fin.display().to_string(), source })?;
+            std::fs::rename(tmp, fin)
+                .map_err(|source| Error::Io { path: fin.display().to_string(), source })?;
         }
         Ok(())
     }

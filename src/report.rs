@@ -10,6 +10,7 @@
 use crate::errata::Erratum;
 use crate::float::Float;
 use crate::snapshot::{fixed, matrix_text};
+use crate::sources::Source;
 use nalgebra::DMatrix;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -47,8 +48,8 @@ impl Status {
 pub struct Worked {
     /// The test that pins it (a function name in `tests/<chapter>.rs`).
     pub test: &'static str,
-    /// The document's file name.
-    pub document: &'static str,
+    /// The source document it comes from.
+    pub document: &'static Source,
     /// What the number is, in words.
     pub quantity: String,
     /// As printed in the document.
@@ -61,12 +62,20 @@ pub struct Worked {
 
 /// Number of decimals in a printed number such as `"0.997"` (3) or `"10"` (0).
 pub fn decimals_of(printed: &str) -> usize {
-    printed.split_once('.').map_or(0, |(_, d)| d.trim_end_matches(|c: char| !c.is_ascii_digit()).len())
+    printed
+        .split_once('.')
+        .map_or(0, |(_, d)| d.trim_end_matches(|c: char| !c.is_ascii_digit()).len())
 }
 
 impl Worked {
     /// Compares `ours` with the `printed` number at the printed number of decimals.
-    pub fn number(test: &'static str, document: &'static str, quantity: impl Into<String>, printed: &str, ours: f64) -> Self {
+    pub fn number(
+        test: &'static str,
+        document: &'static Source,
+        quantity: impl Into<String>,
+        printed: &str,
+        ours: f64,
+    ) -> Self {
         let d = decimals_of(printed);
         let ours_text = fixed(ours, d);
         let status = match printed.trim().parse::<f64>() {
@@ -74,32 +83,63 @@ impl Worked {
             Ok(p) if (p - ours).abs() <= 1.000_001 * 10f64.powi(-(d as i32)) => Status::Rounding,
             _ => Status::Mismatch,
         };
-        Worked { test, document, quantity: quantity.into(), printed: printed.to_string(), ours: ours_text, status }
+        Worked {
+            test,
+            document,
+            quantity: quantity.into(),
+            printed: printed.to_string(),
+            ours: ours_text,
+            status,
+        }
     }
 
     /// A row whose printed value the errata register corrects; `ours` is the correct value.
     /// Becomes [`Status::Mismatch`] if the printed text happens to equal ours (then it is no erratum).
     pub fn erratum(
         test: &'static str,
-        document: &'static str,
+        document: &'static Source,
         quantity: impl Into<String>,
         printed: &str,
         ours: impl Into<String>,
     ) -> Self {
         let ours = ours.into();
         let status = if ours == printed { Status::Mismatch } else { Status::Erratum };
-        Worked { test, document, quantity: quantity.into(), printed: printed.to_string(), ours, status }
+        Worked {
+            test,
+            document,
+            quantity: quantity.into(),
+            printed: printed.to_string(),
+            ours,
+            status,
+        }
     }
 
     /// A row compared as text (a formula, a vector, a word) rather than as one number.
-    pub fn text(test: &'static str, document: &'static str, quantity: impl Into<String>, printed: &str, ours: impl Into<String>) -> Self {
+    pub fn text(
+        test: &'static str,
+        document: &'static Source,
+        quantity: impl Into<String>,
+        printed: &str,
+        ours: impl Into<String>,
+    ) -> Self {
         let ours = ours.into();
         let status = if ours == printed { Status::Match } else { Status::Mismatch };
-        Worked { test, document, quantity: quantity.into(), printed: printed.to_string(), ours, status }
+        Worked {
+            test,
+            document,
+            quantity: quantity.into(),
+            printed: printed.to_string(),
+            ours,
+            status,
+        }
     }
 
     /// A number printed without the inputs that would determine it.
-    pub fn illustrative(document: &'static str, quantity: impl Into<String>, printed: &str) -> Self {
+    pub fn illustrative(
+        document: &'static Source,
+        quantity: impl Into<String>,
+        printed: &str,
+    ) -> Self {
         Worked {
             test: "",
             document,
@@ -113,7 +153,9 @@ impl Worked {
 
 /// The rows as a GitHub Markdown table, the form the chapters' prose carries.
 pub fn worked_markdown(rows: &[Worked]) -> String {
-    let mut out = String::from("| quantity | document | printed | ours | status | test |\n|---|---|---|---|---|---|\n");
+    let mut out = String::from(
+        "| quantity | document | printed | ours | status | test |\n|---|---|---|---|---|---|\n",
+    );
     for w in rows {
         let test = if w.test.is_empty() { String::new() } else { format!("`{}`", w.test) };
         out.push_str(&format!(
@@ -154,7 +196,8 @@ impl<'a> Walk<'a> {
     }
 
     fn put(&mut self, s: &str) -> crate::Result<()> {
-        writeln!(self.out, "{s}").map_err(|source| crate::Error::Io { path: "<standard output>".into(), source })
+        writeln!(self.out, "{s}")
+            .map_err(|source| crate::Error::Io { path: "<standard output>".into(), source })
     }
 
     /// A heading for the next step.
@@ -226,8 +269,10 @@ pub fn sync_prose(root: &Path, chapter: &Chapter) -> crate::Result<bool> {
         line: None,
         reason: format!("no <!-- {tag}:begin --> … <!-- {tag}:end --> markers"),
     };
-    let new = replace_block(&old, "worked", &worked_markdown(&rows)).ok_or_else(|| missing("worked"))?;
-    let new = replace_block(&new, "errata", &crate::errata::markdown_table(chapter.errata)).ok_or_else(|| missing("errata"))?;
+    let new =
+        replace_block(&old, "worked", &worked_markdown(&rows)).ok_or_else(|| missing("worked"))?;
+    let new = replace_block(&new, "errata", &crate::errata::markdown_table(chapter.errata))
+        .ok_or_else(|| missing("errata"))?;
     if new != old {
         let tmp = path.with_extension("md.tmp");
         std::fs::write(&tmp, &new).map_err(io)?;
@@ -244,7 +289,12 @@ pub fn sync_prose(root: &Path, chapter: &Chapter) -> crate::Result<bool> {
 pub fn parse_printed(printed: &str) -> Option<Vec<Vec<String>>> {
     let rows: Vec<Vec<String>> = printed
         .split(';')
-        .map(|r| r.split(|c: char| c.is_whitespace() || c == ',').filter(|s| !s.is_empty()).map(str::to_string).collect())
+        .map(|r| {
+            r.split(|c: char| c.is_whitespace() || c == ',')
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
         .collect();
     let ok = !rows.is_empty()
         && rows.iter().all(|r| !r.is_empty() && r.len() == rows[0].len())
@@ -257,10 +307,17 @@ pub fn parse_printed(printed: &str) -> Option<Vec<Vec<String>>> {
 /// output). Rows are separated by `; `. A shape that differs from the printed one is written in full.
 pub fn matrix_like<T: Float>(printed: &str, decimals: usize, ours: &DMatrix<T>) -> String {
     let places = |r: usize, c: usize| -> usize {
-        parse_printed(printed).and_then(|p| p.get(r).and_then(|row| row.get(c)).map(|s| decimals_of(s).max(decimals))).unwrap_or(decimals)
+        parse_printed(printed)
+            .and_then(|p| p.get(r).and_then(|row| row.get(c)).map(|s| decimals_of(s).max(decimals)))
+            .unwrap_or(decimals)
     };
     (0..ours.nrows())
-        .map(|r| (0..ours.ncols()).map(|c| fixed(ours[(r, c)], places(r, c))).collect::<Vec<_>>().join(" "))
+        .map(|r| {
+            (0..ours.ncols())
+                .map(|c| fixed(ours[(r, c)], places(r, c)))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
         .collect::<Vec<_>>()
         .join("; ")
 }
@@ -272,7 +329,7 @@ impl Worked {
     /// (also when the shapes differ).
     pub fn matrix<T: Float>(
         test: &'static str,
-        document: &'static str,
+        document: &'static Source,
         quantity: impl Into<String>,
         printed: &str,
         decimals: usize,
@@ -289,7 +346,11 @@ impl Worked {
                         let x = ours[(r, c)].as_f64();
                         if fixed(x, d) != fixed(value, d) {
                             let near = (x - value).abs() <= 1.000_001 * 10f64.powi(-(d as i32));
-                            status = if near && status != Status::Mismatch { Status::Rounding } else { Status::Mismatch };
+                            status = if near && status != Status::Mismatch {
+                                Status::Rounding
+                            } else {
+                                Status::Mismatch
+                            };
                         }
                     }
                 }
@@ -297,7 +358,14 @@ impl Worked {
             }
             _ => Status::Mismatch,
         };
-        Worked { test, document, quantity: quantity.into(), printed: printed.to_string(), ours: ours_text, status }
+        Worked {
+            test,
+            document,
+            quantity: quantity.into(),
+            printed: printed.to_string(),
+            ours: ours_text,
+            status,
+        }
     }
 }
 
@@ -331,18 +399,36 @@ mod tests {
 
     #[test]
     fn numbers_compare_at_the_printed_precision() {
-        assert_eq!(Worked::number("t", "d", "q", "0.997", 0.99664).status, Status::Match);
-        assert_eq!(Worked::number("t", "d", "q", "0.996", 0.99664).status, Status::Rounding);
-        assert_eq!(Worked::number("t", "d", "q", "0.990", 0.99664).status, Status::Mismatch);
-        assert_eq!(Worked::number("t", "d", "q", "2.304", 2.30401).status, Status::Match);
+        assert_eq!(
+            Worked::number("t", crate::sources::D0, "q", "0.997", 0.99664).status,
+            Status::Match
+        );
+        assert_eq!(
+            Worked::number("t", crate::sources::D0, "q", "0.996", 0.99664).status,
+            Status::Rounding
+        );
+        assert_eq!(
+            Worked::number("t", crate::sources::D0, "q", "0.990", 0.99664).status,
+            Status::Mismatch
+        );
+        assert_eq!(
+            Worked::number("t", crate::sources::D0, "q", "2.304", 2.30401).status,
+            Status::Match
+        );
         assert_eq!(decimals_of("0.35667494"), 8);
         assert_eq!(decimals_of("10"), 0);
     }
 
     #[test]
     fn an_erratum_that_equals_ours_is_a_mismatch() {
-        assert_eq!(Worked::erratum("t", "d", "q", "1.5", "1.5").status, Status::Mismatch);
-        assert_eq!(Worked::erratum("t", "d", "q", "1.5", "2.0").status, Status::Erratum);
+        assert_eq!(
+            Worked::erratum("t", crate::sources::D0, "q", "1.5", "1.5").status,
+            Status::Mismatch
+        );
+        assert_eq!(
+            Worked::erratum("t", crate::sources::D0, "q", "1.5", "2.0").status,
+            Status::Erratum
+        );
     }
 
     #[test]

@@ -28,7 +28,8 @@ impl Rng {
     /// A generator whose state is four SplitMix64 outputs from `seed`.
     pub fn new(seed: u64) -> Self {
         let mut sm = seed;
-        let s = [splitmix64(&mut sm), splitmix64(&mut sm), splitmix64(&mut sm), splitmix64(&mut sm)];
+        let s =
+            [splitmix64(&mut sm), splitmix64(&mut sm), splitmix64(&mut sm), splitmix64(&mut sm)];
         Rng { s }
     }
 
@@ -105,7 +106,13 @@ impl Rng {
     }
 
     /// A rows×cols matrix of U[lo, hi) entries, filled row by row.
-    pub fn uniform_matrix<T: Float>(&mut self, rows: usize, cols: usize, lo: f64, hi: f64) -> DMatrix<T> {
+    pub fn uniform_matrix<T: Float>(
+        &mut self,
+        rows: usize,
+        cols: usize,
+        lo: f64,
+        hi: f64,
+    ) -> DMatrix<T> {
         let v: Vec<T> = (0..rows * cols).map(|_| T::of(self.uniform(lo, hi))).collect();
         DMatrix::from_row_slice(rows, cols, &v)
     }
@@ -236,7 +243,10 @@ mod numpy_tests {
         ];
         assert_eq!(got, numpy);
         let mut g = NumpyMt19937::new(0);
-        assert_eq!([g.next_f64(), g.next_f64(), g.next_f64()], [0.5488135039273248, 0.7151893663724195, 0.6027633760716439]);
+        assert_eq!(
+            [g.next_f64(), g.next_f64(), g.next_f64()],
+            [0.5488135039273248, 0.7151893663724195, 0.6027633760716439]
+        );
     }
 
     #[test]
@@ -244,7 +254,10 @@ mod numpy_tests {
         // 624 words give 312 doubles; draws 620–623 of `rand(700)` need a second twist.
         let mut g = NumpyMt19937::new(42);
         let got: Vec<f64> = (0..700).map(|_| g.next_f64()).collect();
-        assert_eq!(got[620..624], [0.18452101935637732, 0.2093493233367103, 0.370472102791382, 0.4845229851910213]);
+        assert_eq!(
+            got[620..624],
+            [0.18452101935637732, 0.2093493233367103, 0.370472102791382, 0.4845229851910213]
+        );
     }
 
     #[test]

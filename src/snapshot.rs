@@ -20,7 +20,9 @@ pub fn fixed<T: Float>(x: T, decimals: usize) -> String {
 
 /// A matrix as text: `shape: R×C, decimals: D`, then each row with aligned columns.
 pub fn matrix_text<T: Float>(m: &DMatrix<T>, decimals: usize) -> String {
-    let cells: Vec<Vec<String>> = (0..m.nrows()).map(|r| (0..m.ncols()).map(|c| fixed(m[(r, c)], decimals)).collect()).collect();
+    let cells: Vec<Vec<String>> = (0..m.nrows())
+        .map(|r| (0..m.ncols()).map(|c| fixed(m[(r, c)], decimals)).collect())
+        .collect();
     let width = cells.iter().flatten().map(|s| s.len()).max().unwrap_or(0);
     let mut out = format!("shape: {}×{}, decimals: {}\n", m.nrows(), m.ncols(), decimals);
     for row in &cells {
@@ -32,7 +34,11 @@ pub fn matrix_text<T: Float>(m: &DMatrix<T>, decimals: usize) -> String {
 
 /// Several named matrices in one snapshot, each with its own header.
 pub fn matrices_text<T: Float>(named: &[(&str, &DMatrix<T>)], decimals: usize) -> String {
-    named.iter().map(|(name, m)| format!("{name}\n{}", matrix_text(m, decimals))).collect::<Vec<_>>().join("\n")
+    named
+        .iter()
+        .map(|(name, m)| format!("{name}\n{}", matrix_text(m, decimals)))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 #[cfg(test)]
@@ -42,7 +48,10 @@ mod tests {
     #[test]
     fn matrices_print_with_a_shape_header_and_fixed_decimals() {
         let m = DMatrix::from_row_slice(2, 3, &[1.0, -0.5, 0.25, -0.0000001, 10.0, 2.0 / 3.0]);
-        assert_eq!(matrix_text(&m, 3), "shape: 2×3, decimals: 3\n[ 1.000, -0.500,  0.250]\n[ 0.000, 10.000,  0.667]\n");
+        assert_eq!(
+            matrix_text(&m, 3),
+            "shape: 2×3, decimals: 3\n[ 1.000, -0.500,  0.250]\n[ 0.000, 10.000,  0.667]\n"
+        );
     }
 
     #[test]

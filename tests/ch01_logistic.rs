@@ -99,7 +99,10 @@ fn factor_1_has_denominator_yhat_times_one_minus_yhat() {
         assert_abs_diff_eq!(d_loss_d_yhat(y, y_hat), numeric, epsilon = 1e-6);
         // The printed (ŷ − y)/(y(1 − ŷ)) is wrong: infinite for y = 0, off for y = 1.
         let printed = (y_hat - y) / (y * (1.0 - y_hat));
-        assert!(!printed.is_finite() || (printed - numeric).abs() > 1e-3, "printed form agrees at y={y}, ŷ={y_hat}");
+        assert!(
+            !printed.is_finite() || (printed - numeric).abs() > 1e-3,
+            "printed form agrees at y={y}, ŷ={y_hat}"
+        );
     }
 }
 
@@ -146,7 +149,11 @@ fn chain_product_is_yhat_minus_y_times_x_and_passes_gradcheck() {
 }
 
 fn batch() -> (DMatrix<f64>, DVector<f64>, DVector<f64>, f64) {
-    let x = DMatrix::from_row_slice(5, 3, &[0.5, -1.0, 2.0, 1.5, 0.3, -0.7, -2.0, 1.1, 0.4, 0.0, 0.2, -1.3, 0.9, 0.9, 0.9]);
+    let x = DMatrix::from_row_slice(
+        5,
+        3,
+        &[0.5, -1.0, 2.0, 1.5, 0.3, -0.7, -2.0, 1.1, 0.4, 0.0, 0.2, -1.3, 0.9, 0.9, 0.9],
+    );
     let y = DVector::from_vec(vec![1.0, 0.0, 1.0, 0.0, 1.0]);
     let w = DVector::from_vec(vec![0.3, -0.6, 0.2]);
     (x, y, w, -0.15)
@@ -221,7 +228,10 @@ fn gradcheck_rejects_a_deliberately_wrong_backward() {
     });
     assert!(!report.passed());
     let text = report.to_string();
-    assert!(text.contains("w") && text.contains("FAIL"), "the report names the tensor and the failure:\n{text}");
+    assert!(
+        text.contains("w") && text.contains("FAIL"),
+        "the report names the tensor and the failure:\n{text}"
+    );
 }
 
 // ───────────── the likelihood identities ─────────────
@@ -237,7 +247,11 @@ fn batch_likelihood_equals_exp_of_minus_n_times_bce() {
     let (x, y, w, b) = batch();
     let p = predict_proba(&w, b, &x).unwrap();
     let mean_bce = bce_mean_from_logits(&logits_forward(&w, b, &x).unwrap(), &y).unwrap();
-    assert_abs_diff_eq!(batch_likelihood(&y, &p).unwrap(), (-(x.nrows() as f64) * mean_bce).exp(), epsilon = 1e-14);
+    assert_abs_diff_eq!(
+        batch_likelihood(&y, &p).unwrap(),
+        (-(x.nrows() as f64) * mean_bce).exp(),
+        epsilon = 1e-14
+    );
 }
 
 #[test]
@@ -246,9 +260,14 @@ fn log_likelihood_is_minus_the_summed_loss() {
     let p = predict_proba(&w, b, &x).unwrap();
     let summed: f64 = p.iter().zip(y.iter()).map(|(&pi, &yi)| bce(yi, pi)).sum();
     assert_abs_diff_eq!(log_likelihood(&y, &p).unwrap(), -summed, epsilon = 1e-13);
-    assert_abs_diff_eq!(log_likelihood(&y, &p).unwrap(), batch_likelihood(&y, &p).unwrap().ln(), epsilon = 1e-13);
+    assert_abs_diff_eq!(
+        log_likelihood(&y, &p).unwrap(),
+        batch_likelihood(&y, &p).unwrap().ln(),
+        epsilon = 1e-13
+    );
     // The printed line log(yᵢ ŷᵢ (1 − ŷᵢ)^{1−yᵢ}) is −∞ for any yᵢ = 0: not the log-likelihood.
-    let printed: f64 = p.iter().zip(y.iter()).map(|(&pi, &yi)| (yi * pi * (1.0 - pi).powf(1.0 - yi)).ln()).sum();
+    let printed: f64 =
+        p.iter().zip(y.iter()).map(|(&pi, &yi)| (yi * pi * (1.0 - pi).powf(1.0 - yi)).ln()).sum();
     assert!(printed.is_infinite());
 }
 
@@ -289,7 +308,11 @@ fn two_clouds_is_reproducible_from_its_seed() {
 #[case::nan_feature(DVector::from_vec(vec![1.0, 2.0]), DMatrix::from_row_slice(1, 2, &[f64::NAN, 1.0]), "non-finite")]
 #[case::infinite_feature(DVector::from_vec(vec![1.0, 2.0]), DMatrix::from_row_slice(1, 2, &[1.0, f64::INFINITY]), "non-finite")]
 #[case::nan_weight(DVector::from_vec(vec![f64::NAN, 2.0]), DMatrix::from_row_slice(1, 2, &[1.0, 1.0]), "non-finite")]
-fn bad_batches_are_clear_errors(#[case] w: DVector<f64>, #[case] x: DMatrix<f64>, #[case] needle: &str) {
+fn bad_batches_are_clear_errors(
+    #[case] w: DVector<f64>,
+    #[case] x: DMatrix<f64>,
+    #[case] needle: &str,
+) {
     let err = logits_forward(&w, 0.0, &x).unwrap_err();
     let msg = err.to_string();
     assert!(msg.contains(needle), "{msg}");
@@ -315,7 +338,8 @@ fn labels_outside_0_1_are_an_error() {
 #[case(f64::INFINITY)]
 fn bad_learning_rates_are_an_error(#[case] alpha: f64) {
     let (x, y, _, _) = batch();
-    let msg = train(&x, &y, TrainConfig { learning_rate: alpha, steps: 3 }).unwrap_err().to_string();
+    let msg =
+        train(&x, &y, TrainConfig { learning_rate: alpha, steps: 3 }).unwrap_err().to_string();
     assert!(msg.contains("learning rate"), "{msg}");
 }
 
@@ -382,10 +406,17 @@ mod hardening {
         for bad in [inf, -inf, f64::NAN] {
             let z = DVector::from_vec(vec![0.5, bad]);
             let e = bce_mean_from_logits(&z, &y).unwrap_err();
-            assert!(matches!(e, Error::NonFinite { .. }) && e.to_string().contains("index 1"), "{e}");
+            assert!(
+                matches!(e, Error::NonFinite { .. }) && e.to_string().contains("index 1"),
+                "{e}"
+            );
         }
         // The fractional label in between still follows the formula.
-        assert_abs_diff_eq!(bce_from_logit(0.25, 2.0), 0.75 * 2.0 + (-2.0_f64).exp().ln_1p(), epsilon = 1e-15);
+        assert_abs_diff_eq!(
+            bce_from_logit(0.25, 2.0),
+            0.75 * 2.0 + (-2.0_f64).exp().ln_1p(),
+            epsilon = 1e-15
+        );
     }
 
     #[test]
@@ -393,7 +424,10 @@ mod hardening {
         // z = ±800: ŷ = σ(z) rounds to exactly 1 or 0 in f64, where −ln ŷ or −ln(1 − ŷ) is ∞.
         assert_eq!(sigmoid(800.0_f64), 1.0);
         assert_eq!(sigmoid(-800.0_f64), 0.0);
-        assert!(bce(0.0, sigmoid(800.0_f64)).is_infinite() && bce(1.0, sigmoid(-800.0_f64)).is_infinite());
+        assert!(
+            bce(0.0, sigmoid(800.0_f64)).is_infinite()
+                && bce(1.0, sigmoid(-800.0_f64)).is_infinite()
+        );
         // Through the logits both losses and the gradient are finite and exact.
         let x = DMatrix::from_row_slice(2, 1, &[800.0, -800.0]);
         let w = DVector::from_vec(vec![1.0]);
@@ -412,9 +446,18 @@ mod hardening {
         let y = DVector::from_vec(vec![1.0, 0.0, 1.0]);
         let p = DVector::from_vec(vec![0.9, 0.2]);
         for e in [batch_likelihood(&y, &p).unwrap_err(), log_likelihood(&y, &p).unwrap_err()] {
-            assert!(matches!(e, Error::Shape { .. }) && e.to_string().contains("length 3") && e.to_string().contains("got 2"), "{e}");
+            assert!(
+                matches!(e, Error::Shape { .. })
+                    && e.to_string().contains("length 3")
+                    && e.to_string().contains("got 2"),
+                "{e}"
+            );
         }
-        assert_eq!(batch_likelihood::<f64>(&DVector::zeros(0), &DVector::zeros(0)).unwrap(), 1.0, "no data: likelihood 1");
+        assert_eq!(
+            batch_likelihood::<f64>(&DVector::zeros(0), &DVector::zeros(0)).unwrap(),
+            1.0,
+            "no data: likelihood 1"
+        );
     }
 
     #[test]

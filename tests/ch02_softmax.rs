@@ -87,7 +87,9 @@ fn softmax_with_base_b_is_softmax_of_ln_b_times_z() {
         }
     }
     // base e is the ordinary softmax; base 1 is uniform; a base below 1 reverses the order.
-    assert!((softmax_with_base(&z, std::f64::consts::E).unwrap() - softmax(&z).unwrap()).amax() < 1e-15);
+    assert!(
+        (softmax_with_base(&z, std::f64::consts::E).unwrap() - softmax(&z).unwrap()).amax() < 1e-15
+    );
     assert!(softmax_with_base(&z, 1.0).unwrap().iter().all(|&p| p == 0.25));
     let flipped = softmax_with_base(&z, 0.5).unwrap();
     assert!(flipped[3] > flipped[2] && flipped[2] > flipped[1] && flipped[1] > flipped[0]);
@@ -97,7 +99,10 @@ fn softmax_with_base_b_is_softmax_of_ln_b_times_z() {
 fn higher_temperature_flattens_the_distribution() {
     let z = v(&[2.0, 1.0, 0.2]);
     let temps = [0.05, 0.1, 0.5, 1.0, 2.0, 10.0, 100.0];
-    let h: Vec<f64> = temps.iter().map(|&t| entropy(&softmax_with_temperature(&z, t).unwrap()).unwrap()).collect();
+    let h: Vec<f64> = temps
+        .iter()
+        .map(|&t| entropy(&softmax_with_temperature(&z, t).unwrap()).unwrap())
+        .collect();
     for w in h.windows(2) {
         assert!(w[1] > w[0], "entropy must rise with T: {h:?}");
     }
@@ -140,8 +145,10 @@ fn temperature_to_infinity_tends_to_uniform() {
 #[test]
 fn temperature_table_snapshot() {
     let z = v(&[2.0, 1.0, 0.2]);
-    let rows: Vec<f64> =
-        FIGURE_TEMPERATURES.iter().flat_map(|&t| softmax_with_temperature(&z, t).unwrap().iter().copied().collect::<Vec<_>>()).collect();
+    let rows: Vec<f64> = FIGURE_TEMPERATURES
+        .iter()
+        .flat_map(|&t| softmax_with_temperature(&z, t).unwrap().iter().copied().collect::<Vec<_>>())
+        .collect();
     let table = DMatrix::from_row_slice(FIGURE_TEMPERATURES.len(), 3, &rows);
     common::snap_matrix!("temperature_table", table, 4);
 }
@@ -149,10 +156,18 @@ fn temperature_table_snapshot() {
 #[test]
 fn negative_log_likelihood_is_the_summed_cross_entropy() {
     // Three samples, their predicted distributions and true classes.
-    let p = DMatrix::from_row_slice(3, 4, &[0.7, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.7, 0.25, 0.25, 0.4, 0.1]);
+    let p = DMatrix::from_row_slice(
+        3,
+        4,
+        &[0.7, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.7, 0.25, 0.25, 0.4, 0.1],
+    );
     let truth = [0usize, 0, 2];
     let likelihood: f64 = truth.iter().enumerate().map(|(i, &k)| p[(i, k)]).product();
-    let summed: f64 = truth.iter().enumerate().map(|(i, &k)| cross_entropy(&one_hot(4, k).unwrap(), &p.row(i).transpose()).unwrap()).sum();
+    let summed: f64 = truth
+        .iter()
+        .enumerate()
+        .map(|(i, &k)| cross_entropy(&one_hot(4, k).unwrap(), &p.row(i).transpose()).unwrap())
+        .sum();
     assert!((-likelihood.ln() - summed).abs() < 1e-14);
     // −ℒ (as printed) is a number in [−1, 0), not the loss.
     assert!((0.0..=1.0).contains(&likelihood));
@@ -183,7 +198,11 @@ fn d_loss_d_probabilities_is_minus_y_over_y_hat() {
 fn jacobian_chain_gives_y_hat_minus_y() {
     let y = mat();
     let mut rng = Rng::new(21);
-    for p in [v(&[0.7, 0.1, 0.1, 0.1]), v(&[0.1, 0.1, 0.1, 0.7]), softmax(&DVector::from_fn(4, |_, _| rng.normal())).unwrap()] {
+    for p in [
+        v(&[0.7, 0.1, 0.1, 0.1]),
+        v(&[0.1, 0.1, 0.1, 0.7]),
+        softmax(&DVector::from_fn(4, |_, _| rng.normal())).unwrap(),
+    ] {
         let chain = d_logits_by_chain_rule(&y, &p).unwrap();
         let direct = d_cross_entropy_d_logits(&y, &p).unwrap();
         assert!((chain - &direct).amax() < 1e-15);
@@ -198,7 +217,10 @@ fn jacobian_chain_gives_y_hat_minus_y() {
     // And ŷ − y is the gradient of the loss as a function of the logits.
     let z = logits_of(&p).unwrap();
     let g = d_cross_entropy_d_logits(&y, &p).unwrap();
-    check(Config::default(), &[("z", row(&z))], &[row(&g)], |t| cross_entropy_from_logits(&t[0], &[0]).unwrap()).assert_passed();
+    check(Config::default(), &[("z", row(&z))], &[row(&g)], |t| {
+        cross_entropy_from_logits(&t[0], &[0]).unwrap()
+    })
+    .assert_passed();
 }
 
 #[test]
@@ -214,7 +236,8 @@ fn summed_weight_gradient_is_n_times_the_mean_gradient() {
     assert!((&summed - d_w.transpose() * n).amax() < 1e-12);
     // Σᵢ(ŷᵢ − yᵢ)xᵢᵀ is the gradient of the summed loss N·L with respect to the K×D weights Wᵀ.
     check(Config::default(), &[("w (K×D)", w.transpose())], &[summed], |p| {
-        n * cross_entropy_from_logits(&regression_logits(&p[0].transpose(), &b, &x).unwrap(), &t).unwrap()
+        n * cross_entropy_from_logits(&regression_logits(&p[0].transpose(), &b, &x).unwrap(), &t)
+            .unwrap()
     })
     .assert_passed();
 }
@@ -237,7 +260,8 @@ fn cross_entropy_of_mat_at_0_7_is_0_357() {
     let ce = cross_entropy(&mat(), &v(&[0.7, 0.1, 0.1, 0.1])).unwrap();
     assert_printed(ce, "0.357");
     assert_eq!(ce, -(0.7f64.ln()));
-    let from_logits = cross_entropy_from_logit_vector(&logits_of(&v(&[0.7, 0.1, 0.1, 0.1])).unwrap(), 0).unwrap();
+    let from_logits =
+        cross_entropy_from_logit_vector(&logits_of(&v(&[0.7, 0.1, 0.1, 0.1])).unwrap(), 0).unwrap();
     assert!((from_logits - ce).abs() < 1e-15);
 }
 
@@ -246,7 +270,8 @@ fn cross_entropy_of_mat_at_0_1_is_2_303() {
     let ce = cross_entropy(&mat(), &v(&[0.1, 0.1, 0.1, 0.7])).unwrap();
     assert_printed(ce, "2.303");
     assert!((ce - 10f64.ln()).abs() < 1e-15);
-    let from_logits = cross_entropy_from_logit_vector(&logits_of(&v(&[0.1, 0.1, 0.1, 0.7])).unwrap(), 0).unwrap();
+    let from_logits =
+        cross_entropy_from_logit_vector(&logits_of(&v(&[0.1, 0.1, 0.1, 0.7])).unwrap(), 0).unwrap();
     assert!((from_logits - ce).abs() < 1e-14);
 }
 
@@ -335,7 +360,10 @@ fn assert_line(ours: &DVector<f64>, printed: [&str; 4]) {
 fn replay_iteration_0_weights_are_after_the_first_update() {
     let replay = document_replay().unwrap();
     let line = replay.line(0).unwrap();
-    assert_line(&line.weights_after_update, ["0.10792622", "0.09792622", "0.09792622", "0.69622133"]);
+    assert_line(
+        &line.weights_after_update,
+        ["0.10792622", "0.09792622", "0.09792622", "0.69622133"],
+    );
     // Not the starting weights: the print comes after the update.
     assert_ne!(line.weights_after_update, v(&SCRIPT_START));
 }
@@ -344,7 +372,10 @@ fn replay_iteration_0_weights_are_after_the_first_update() {
 fn replay_iteration_0_probabilities_are_before_the_first_update() {
     let replay = document_replay().unwrap();
     let line = replay.line(0).unwrap();
-    assert_line(&line.probabilities_before_update, ["0.20737772", "0.20737772", "0.20737772", "0.37786684"]);
+    assert_line(
+        &line.probabilities_before_update,
+        ["0.20737772", "0.20737772", "0.20737772", "0.37786684"],
+    );
     assert_eq!(line.probabilities_before_update, softmax(&v(&SCRIPT_START)).unwrap());
 }
 
@@ -352,19 +383,28 @@ fn replay_iteration_0_probabilities_are_before_the_first_update() {
 fn replay_iteration_1990_weights_match_to_8_decimals() {
     let replay = document_replay().unwrap();
     // numpy prints −0.6786175 for −0.67861750: the dropped zero is restored here.
-    assert_line(&replay.line(1990).unwrap().weights_after_update, ["3.41207767", "-0.86673008", "-0.86673008", "-0.67861750"]);
+    assert_line(
+        &replay.line(1990).unwrap().weights_after_update,
+        ["3.41207767", "-0.86673008", "-0.86673008", "-0.67861750"],
+    );
 }
 
 #[test]
 fn replay_iteration_1990_probabilities_match_to_8_decimals() {
     let replay = document_replay().unwrap();
-    assert_line(&replay.line(1990).unwrap().probabilities_before_update, ["0.95742224", "0.01327650", "0.01327650", "0.01602477"]);
+    assert_line(
+        &replay.line(1990).unwrap().probabilities_before_update,
+        ["0.95742224", "0.01327650", "0.01327650", "0.01602477"],
+    );
 }
 
 #[test]
 fn replay_final_probabilities_match_to_8_decimals() {
     let replay = document_replay().unwrap();
-    assert_line(&replay.final_probabilities, ["0.95765298", "0.01320591", "0.01320591", "0.01593520"]);
+    assert_line(
+        &replay.final_probabilities,
+        ["0.95765298", "0.01320591", "0.01320591", "0.01593520"],
+    );
     assert_eq!(replay.probabilities.len(), SCRIPT_ITERATIONS + 1);
     assert_eq!(&replay.final_probabilities, replay.probabilities.last().unwrap());
 }
@@ -452,13 +492,25 @@ fn softmax_of_1000_1001_1002_equals_softmax_of_0_1_2() {
     assert!((small[2] - naive_softmax(&[0.0, 1.0, 2.0])[2]).abs() < 1e-15);
     // The unshifted formula overflows: e^1000 = ∞ and ∞/∞ is NaN.
     assert!(naive_softmax(&[1000.0, 1001.0, 1002.0]).iter().all(|p| p.is_nan()));
-    assert_eq!(log_softmax(&v(&[1000.0, 1001.0, 1002.0])).unwrap(), log_softmax(&v(&[0.0, 1.0, 2.0])).unwrap());
-    assert_eq!(log_sum_exp(&v(&[1000.0, 1001.0, 1002.0])).unwrap(), 1000.0 + log_sum_exp(&v(&[-2.0, -1.0, 0.0])).unwrap() + 2.0);
+    assert_eq!(
+        log_softmax(&v(&[1000.0, 1001.0, 1002.0])).unwrap(),
+        log_softmax(&v(&[0.0, 1.0, 2.0])).unwrap()
+    );
+    assert_eq!(
+        log_sum_exp(&v(&[1000.0, 1001.0, 1002.0])).unwrap(),
+        1000.0 + log_sum_exp(&v(&[-2.0, -1.0, 0.0])).unwrap() + 2.0
+    );
     let rows = DMatrix::from_row_slice(2, 3, &[1000.0, 1001.0, 1002.0, -1002.0, -1001.0, -1000.0]);
     let shifted = DMatrix::from_row_slice(2, 3, &[0.0, 1.0, 2.0, 0.0, 1.0, 2.0]);
     assert_eq!(softmax_rows_forward(&rows).unwrap(), softmax_rows_forward(&shifted).unwrap());
-    assert_eq!(cross_entropy_from_logits(&rows, &[0, 2]).unwrap(), cross_entropy_from_logits(&shifted, &[0, 2]).unwrap());
-    assert_eq!(cross_entropy_from_logits_backward(&rows, &[1, 1]).unwrap(), cross_entropy_from_logits_backward(&shifted, &[1, 1]).unwrap());
+    assert_eq!(
+        cross_entropy_from_logits(&rows, &[0, 2]).unwrap(),
+        cross_entropy_from_logits(&shifted, &[0, 2]).unwrap()
+    );
+    assert_eq!(
+        cross_entropy_from_logits_backward(&rows, &[1, 1]).unwrap(),
+        cross_entropy_from_logits_backward(&shifted, &[1, 1]).unwrap()
+    );
     // The same in f32.
     let rows32: DMatrix<f32> = llm_workbook::float::cast(&rows);
     let shifted32: DMatrix<f32> = llm_workbook::float::cast(&shifted);
@@ -500,7 +552,11 @@ fn logits_of_plus_minus_1000_give_exact_finite_results() {
 
 #[test]
 fn masked_entries_get_probability_zero() {
-    let z = DMatrix::from_row_slice(3, 4, &[0.5, NEG_INF, 1.5, -1.0, NEG_INF, NEG_INF, 2.0, NEG_INF, 1000.0, 1001.0, NEG_INF, 1002.0]);
+    let z = DMatrix::from_row_slice(
+        3,
+        4,
+        &[0.5, NEG_INF, 1.5, -1.0, NEG_INF, NEG_INF, 2.0, NEG_INF, 1000.0, 1001.0, NEG_INF, 1002.0],
+    );
     let y = softmax_rows_forward(&z).unwrap();
     // Row 0 is the softmax of its three finite entries, with a 0 in the masked place.
     let finite = naive_softmax(&[0.5, 1.5, -1.0]);
@@ -568,8 +624,10 @@ fn jacobian_is_diag_minus_outer_product() {
     for _ in 0..3 {
         let r = rng.normal_matrix::<f64>(1, 4, 1.0);
         let analytic = &r * &j; // ∂(Σᵢ rᵢyᵢ)/∂zⱼ = Σᵢ rᵢ J_ij
-        check(Config::default(), &[("z", row(&z))], &[analytic], |t| weighted_sum(&row(&softmax(&t[0].row(0).transpose()).unwrap()), &r))
-            .assert_passed();
+        check(Config::default(), &[("z", row(&z))], &[analytic], |t| {
+            weighted_sum(&row(&softmax(&t[0].row(0).transpose()).unwrap()), &r)
+        })
+        .assert_passed();
     }
     common::snap_matrix!("jacobian_at_0_1_0_1_0_1_0_7", j, 4);
 }
@@ -581,7 +639,10 @@ fn softmax_rows_backward_passes_gradcheck() {
     let r = rng.normal_matrix::<f64>(4, 5, 1.0);
     let y = softmax_rows_forward(&z).unwrap();
     let d_z = softmax_rows_backward(&y, &r).unwrap();
-    check(Config::default(), &[("z", z.clone())], &[d_z], |t| weighted_sum(&softmax_rows_forward(&t[0]).unwrap(), &r)).assert_passed();
+    check(Config::default(), &[("z", z.clone())], &[d_z], |t| {
+        weighted_sum(&softmax_rows_forward(&t[0]).unwrap(), &r)
+    })
+    .assert_passed();
     // With masked entries, as causal attention has them.
     z[(0, 3)] = NEG_INF;
     z[(2, 0)] = NEG_INF;
@@ -589,7 +650,10 @@ fn softmax_rows_backward_passes_gradcheck() {
     let y = softmax_rows_forward(&z).unwrap();
     let d_z = softmax_rows_backward(&y, &r).unwrap();
     assert_eq!(d_z[(2, 4)], 0.0);
-    check(Config::default(), &[("z", z.clone())], &[d_z], |t| weighted_sum(&softmax_rows_forward(&t[0]).unwrap(), &r)).assert_passed();
+    check(Config::default(), &[("z", z.clone())], &[d_z], |t| {
+        weighted_sum(&softmax_rows_forward(&t[0]).unwrap(), &r)
+    })
+    .assert_passed();
     // Row by row it is Jᵀ·∂L/∂y.
     for i in 0..4 {
         let j = softmax_jacobian(&y.row(i).transpose()).unwrap();
@@ -606,7 +670,10 @@ fn log_softmax_rows_backward_passes_gradcheck() {
     let r = rng.normal_matrix::<f64>(3, 6, 1.0);
     let ls = log_softmax_rows(&z).unwrap();
     let d_z = log_softmax_rows_backward(&ls, &r).unwrap();
-    check(Config::default(), &[("z", z)], &[d_z], |t| weighted_sum(&log_softmax_rows(&t[0]).unwrap(), &r)).assert_passed();
+    check(Config::default(), &[("z", z)], &[d_z], |t| {
+        weighted_sum(&log_softmax_rows(&t[0]).unwrap(), &r)
+    })
+    .assert_passed();
 }
 
 #[test]
@@ -622,7 +689,10 @@ fn cross_entropy_from_logits_backward_passes_gradcheck() {
     let (loss, d2) = cross_entropy_from_logits_with_gradient(&z, &t).unwrap();
     assert_eq!(loss, cross_entropy_from_logits(&z, &t).unwrap());
     assert_eq!(d2, d);
-    check(Config::default(), &[("logits", z)], &[d], |q| cross_entropy_from_logits(&q[0], &t).unwrap()).assert_passed();
+    check(Config::default(), &[("logits", z)], &[d], |q| {
+        cross_entropy_from_logits(&q[0], &t).unwrap()
+    })
+    .assert_passed();
 }
 
 #[test]
@@ -631,7 +701,10 @@ fn cross_entropy_from_logits_equals_cross_entropy_of_the_softmax() {
     let z = rng.normal_matrix::<f64>(6, 5, 1.0);
     let t = [4, 4, 0, 1, 2, 3];
     let p = softmax_rows_forward(&z).unwrap();
-    let mean: f64 = (0..6).map(|r| cross_entropy(&one_hot(5, t[r]).unwrap(), &p.row(r).transpose()).unwrap()).sum::<f64>() / 6.0;
+    let mean: f64 = (0..6)
+        .map(|r| cross_entropy(&one_hot(5, t[r]).unwrap(), &p.row(r).transpose()).unwrap())
+        .sum::<f64>()
+        / 6.0;
     assert!((cross_entropy_from_logits(&z, &t).unwrap() - mean).abs() < 1e-14);
 }
 
@@ -644,9 +717,14 @@ fn regression_backward_passes_gradcheck_for_x_w_and_b() {
     let z = regression_logits(&w, &b, &x).unwrap();
     let d_z = cross_entropy_from_logits_backward(&z, &t).unwrap();
     let (d_x, d_w, d_b) = regression_logits_backward(&w, &x, &d_z).unwrap();
-    check(Config::default(), &[("x", x.clone()), ("w", w.clone()), ("b", b.clone())], &[d_x, d_w.clone(), d_b.clone()], |p| {
-        cross_entropy_from_logits(&regression_logits(&p[1], &p[2], &p[0]).unwrap(), &t).unwrap()
-    })
+    check(
+        Config::default(),
+        &[("x", x.clone()), ("w", w.clone()), ("b", b.clone())],
+        &[d_x, d_w.clone(), d_b.clone()],
+        |p| {
+            cross_entropy_from_logits(&regression_logits(&p[1], &p[2], &p[0]).unwrap(), &t).unwrap()
+        },
+    )
     .assert_passed();
     let (_, d_w2, d_b2) = regression_loss_and_gradient(&w, &b, &x, &t).unwrap();
     assert_eq!((d_w2, d_b2), (d_w, d_b));
@@ -668,7 +746,8 @@ fn three_clouds_are_balanced_and_reproducible() {
         let rows: Vec<usize> = (0..x.nrows()).filter(|&r| t[r] == k).collect();
         let mx = rows.iter().map(|&r| x[(r, 0)]).sum::<f64>() / rows.len() as f64;
         let my = rows.iter().map(|&r| x[(r, 1)]).sum::<f64>() / rows.len() as f64;
-        let (cx, cy) = (CENTRE_RADIUS * deg.to_radians().cos(), CENTRE_RADIUS * deg.to_radians().sin());
+        let (cx, cy) =
+            (CENTRE_RADIUS * deg.to_radians().cos(), CENTRE_RADIUS * deg.to_radians().sin());
         assert!((mx - cx).abs() < 0.35 && (my - cy).abs() < 0.35, "class {k}: mean ({mx}, {my})");
     }
 }
@@ -710,8 +789,14 @@ fn empty_logits_are_refused() {
     assert!(matches!(softmax_rows_forward(&DMatrix::<f64>::zeros(0, 4)), Err(Error::Empty { .. })));
     assert!(matches!(softmax_rows_forward(&DMatrix::<f64>::zeros(3, 0)), Err(Error::Empty { .. })));
     assert!(matches!(log_softmax_rows(&DMatrix::<f64>::zeros(0, 0)), Err(Error::Empty { .. })));
-    assert!(matches!(cross_entropy_from_logits(&DMatrix::<f64>::zeros(0, 3), &[]), Err(Error::Empty { .. })));
-    assert!(matches!(cross_entropy(&DVector::<f64>::zeros(0), &DVector::zeros(0)), Err(Error::Empty { .. })));
+    assert!(matches!(
+        cross_entropy_from_logits(&DMatrix::<f64>::zeros(0, 3), &[]),
+        Err(Error::Empty { .. })
+    ));
+    assert!(matches!(
+        cross_entropy(&DVector::<f64>::zeros(0), &DVector::zeros(0)),
+        Err(Error::Empty { .. })
+    ));
     assert!(matches!(one_hot::<f64>(0, 0), Err(Error::Empty { .. })));
     let e = softmax_rows_forward(&DMatrix::<f32>::zeros(0, 4)).unwrap_err();
     assert!(e.to_string().contains("z is empty"), "{e}");
@@ -742,7 +827,12 @@ fn nan_and_plus_infinity_logits_are_refused() {
     assert!(matches!(softmax_rows_backward(&y, &d), Err(Error::NonFinite { .. })));
     assert!(matches!(log_softmax_rows_backward(&y, &d), Err(Error::NonFinite { .. })));
     let e = softmax_rows_backward(&y, &DMatrix::zeros(3, 2)).unwrap_err();
-    assert!(matches!(e, Error::Shape { .. }) && e.to_string().contains("2×3") && e.to_string().contains("3×2"), "{e}");
+    assert!(
+        matches!(e, Error::Shape { .. })
+            && e.to_string().contains("2×3")
+            && e.to_string().contains("3×2"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -766,7 +856,10 @@ fn a_label_out_of_range_is_refused() {
     assert!(e.to_string().contains("targets[1] = 7") && e.to_string().contains("4 classes"), "{e}");
     assert!(cross_entropy_from_logits_backward(&z, &[4, 0]).is_err());
     let e = cross_entropy_from_logits(&z, &[1]).unwrap_err();
-    assert!(matches!(e, Error::Shape { .. }) && e.to_string().contains("1 targets for 2 rows"), "{e}");
+    assert!(
+        matches!(e, Error::Shape { .. }) && e.to_string().contains("1 targets for 2 rows"),
+        "{e}"
+    );
     assert!(cross_entropy_from_logit_vector(&v(&[1.0, 2.0]), 2).is_err());
     assert!(logit_step(&v(&[1.0, 2.0]), 5, 0.1).is_err());
     assert!(matches!(one_hot::<f64>(3, 3), Err(Error::InvalidValue { .. })));
@@ -782,7 +875,10 @@ fn temperature_must_be_positive_and_finite() {
     let z = v(&[2.0, 1.0, 0.2]);
     for t in [0.0, -1.0, f64::NAN, f64::INFINITY] {
         let e = softmax_with_temperature(&z, t).unwrap_err();
-        assert!(matches!(e, Error::InvalidValue { .. }) && e.to_string().contains("temperature"), "T = {t}: {e}");
+        assert!(
+            matches!(e, Error::InvalidValue { .. }) && e.to_string().contains("temperature"),
+            "T = {t}: {e}"
+        );
     }
     for b in [0.0, -2.0, f64::NAN, f64::INFINITY] {
         assert!(matches!(softmax_with_base(&z, b), Err(Error::InvalidValue { .. })), "b = {b}");
@@ -800,7 +896,10 @@ fn probabilities_that_are_not_a_distribution_are_refused() {
     assert!(matches!(e, Error::InvalidValue { .. }) && e.to_string().contains("sum to 1"), "{e}");
     assert!(cross_entropy(&y, &v(&[1.2, -0.1, -0.1])).unwrap_err().to_string().contains("[0, 1]"));
     assert!(matches!(cross_entropy(&y, &v(&[f64::NAN, 0.5, 0.5])), Err(Error::NonFinite { .. })));
-    assert!(cross_entropy(&v(&[0.5, 0.6, 0.0]), &v(&[0.2, 0.3, 0.5])).is_err(), "y must be a distribution too");
+    assert!(
+        cross_entropy(&v(&[0.5, 0.6, 0.0]), &v(&[0.2, 0.3, 0.5])).is_err(),
+        "y must be a distribution too"
+    );
     let e = cross_entropy(&y, &v(&[0.5, 0.5])).unwrap_err();
     assert!(matches!(e, Error::Shape { .. }), "{e}");
     assert!(softmax_jacobian(&v(&[0.2, 0.2])).is_err());
@@ -820,16 +919,28 @@ fn probabilities_that_are_not_a_distribution_are_refused() {
 fn regression_shapes_are_checked() {
     let x = DMatrix::from_element(4, 2, 1.0);
     let e = regression_logits(&DMatrix::zeros(3, 3), &DMatrix::zeros(1, 3), &x).unwrap_err();
-    assert!(matches!(e, Error::Shape { .. }) && e.to_string().contains("3×3") && e.to_string().contains("4×2"), "{e}");
+    assert!(
+        matches!(e, Error::Shape { .. })
+            && e.to_string().contains("3×3")
+            && e.to_string().contains("4×2"),
+        "{e}"
+    );
     let e = regression_logits(&DMatrix::zeros(2, 3), &DMatrix::zeros(1, 2), &x).unwrap_err();
     assert!(e.to_string().contains("1×3"), "{e}");
     assert!(matches!(
-        regression_logits::<f64>(&DMatrix::zeros(2, 3), &DMatrix::zeros(1, 3), &DMatrix::zeros(0, 2)),
+        regression_logits::<f64>(
+            &DMatrix::zeros(2, 3),
+            &DMatrix::zeros(1, 3),
+            &DMatrix::zeros(0, 2)
+        ),
         Err(Error::Empty { .. })
     ));
     let mut bad = x.clone();
     bad[(2, 1)] = f64::NAN;
-    assert!(matches!(regression_logits(&DMatrix::zeros(2, 3), &DMatrix::zeros(1, 3), &bad), Err(Error::NonFinite { .. })));
+    assert!(matches!(
+        regression_logits(&DMatrix::zeros(2, 3), &DMatrix::zeros(1, 3), &bad),
+        Err(Error::NonFinite { .. })
+    ));
     assert!(regression_logits_backward(&DMatrix::zeros(2, 3), &x, &DMatrix::zeros(4, 2)).is_err());
     assert!(train(&x, &[0, 1, 2, 0], 3, TrainConfig { learning_rate: -0.1, steps: 1 }).is_err());
     assert!(train(&x, &[0, 1, 2, 0], 0, TrainConfig { learning_rate: 0.1, steps: 1 }).is_err());
@@ -864,9 +975,14 @@ fn every_worked_row_and_erratum_names_a_test_in_this_file() {
 #[test]
 fn walk_prints_every_step() {
     let text = common::walk_text(&CHAPTER);
-    for needle in
-        ["1. Softmax of (1, 2, 8)", "0.9966", "0.10792622", "0.95765298", "[-0.9000,  0.1000,  0.1000,  0.7000]", "training accuracy"]
-    {
+    for needle in [
+        "1. Softmax of (1, 2, 8)",
+        "0.9966",
+        "0.10792622",
+        "0.95765298",
+        "[-0.9000,  0.1000,  0.1000,  0.7000]",
+        "training accuracy",
+    ] {
         assert!(text.contains(needle), "walk lacks {needle:?}:\n{text}");
     }
 }
@@ -893,7 +1009,10 @@ fn figures_show_what_the_chapter_computes() {
     assert_eq!(reg.classes.iter().map(|c| c.points.len()).collect::<Vec<_>>(), vec![PER_CLASS; 3]);
     let regions = reg.regions.as_ref().unwrap();
     for k in 0..3 {
-        assert!(regions.class.iter().filter(|&&c| c == k).count() > regions.class.len() / 6, "class {k} owns a good share of the plane");
+        assert!(
+            regions.class.iter().filter(|&&c| c == k).count() > regions.class.len() / 6,
+            "class {k} owns a good share of the plane"
+        );
     }
     let Figure::Line(loss) = &figs[3].1 else { panic!("loss figure is a line chart") };
     assert_eq!(loss.series[0].points.len(), STEPS + 1);
@@ -949,12 +1068,20 @@ mod hardening {
     #[test]
     fn argmax_rows_never_picks_nan_and_keeps_the_first_of_ties() {
         let nan = f64::NAN;
-        let z = DMatrix::from_row_slice(4, 3, &[nan, 1.0, 2.0, 3.0, nan, 1.0, 1.0, 1.0, nan, nan, nan, nan]);
+        let z = DMatrix::from_row_slice(
+            4,
+            3,
+            &[nan, 1.0, 2.0, 3.0, nan, 1.0, 1.0, 1.0, nan, nan, nan, nan],
+        );
         // A NaN entry loses to any number wherever it stands; an all-NaN row gives 0.
         assert_eq!(argmax_rows(&z), [2, 0, 0, 0]);
         assert_eq!(argmax_rows(&DMatrix::from_row_slice(1, 3, &[NEG_INF, nan, NEG_INF])), [0]);
         assert!(argmax_rows(&DMatrix::<f64>::zeros(0, 3)).is_empty());
-        assert_eq!(argmax_rows(&DMatrix::<f64>::zeros(2, 0)), [0, 0], "no columns: the documented 0");
+        assert_eq!(
+            argmax_rows(&DMatrix::<f64>::zeros(2, 0)),
+            [0, 0],
+            "no columns: the documented 0"
+        );
     }
 
     #[test]
@@ -966,10 +1093,20 @@ mod hardening {
         assert!(matches!(e, Error::NonFinite { .. }), "{e}");
         let mut b = DMatrix::zeros(1, 3);
         b[(0, 0)] = f64::NAN;
-        assert!(matches!(regression_logits(&DMatrix::zeros(2, 3), &b, &x), Err(Error::NonFinite { .. })));
-        let e = train(&DMatrix::zeros(0, 2), &[], 3, TrainConfig { learning_rate: 0.1, steps: 1 }).unwrap_err();
-        assert!(matches!(e, Error::Empty { .. } | Error::Shape { .. } | Error::InvalidValue { .. }), "{e}");
-        assert!(train(&x, &[0, 1, 2, 0], 3, TrainConfig { learning_rate: f64::INFINITY, steps: 1 }).is_err());
+        assert!(matches!(
+            regression_logits(&DMatrix::zeros(2, 3), &b, &x),
+            Err(Error::NonFinite { .. })
+        ));
+        let e = train(&DMatrix::zeros(0, 2), &[], 3, TrainConfig { learning_rate: 0.1, steps: 1 })
+            .unwrap_err();
+        assert!(
+            matches!(e, Error::Empty { .. } | Error::Shape { .. } | Error::InvalidValue { .. }),
+            "{e}"
+        );
+        assert!(
+            train(&x, &[0, 1, 2, 0], 3, TrainConfig { learning_rate: f64::INFINITY, steps: 1 })
+                .is_err()
+        );
     }
 
     #[test]

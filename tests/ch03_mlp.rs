@@ -113,7 +113,11 @@ fn activation_derivatives_match_central_differences() {
         for z in [-6.0, -2.5, -1.0, -0.3, 0.2, 0.9, 2.0, 4.5] {
             let h = 1e-6;
             let numeric = (act.apply(z + h) - act.apply(z - h)) / (2.0 * h);
-            assert!((numeric - act.derivative(z)).abs() < 1e-8, "{act:?} at {z}: {numeric} vs {}", act.derivative(z));
+            assert!(
+                (numeric - act.derivative(z)).abs() < 1e-8,
+                "{act:?} at {z}: {numeric} vs {}",
+                act.derivative(z)
+            );
         }
     }
 }
@@ -126,7 +130,10 @@ fn activation_backward_passes_the_gradient_check_for_every_activation() {
     let r = rng.normal_matrix::<f64>(5, 4, 1.0);
     for act in Activation::ALL {
         let d_z = activation_backward(act, &z, &r).unwrap();
-        check(Config::default(), &[("z", z.clone())], &[d_z], |t| weighted_sum(&activation_forward(act, &t[0]), &r)).assert_passed();
+        check(Config::default(), &[("z", z.clone())], &[d_z], |t| {
+            weighted_sum(&activation_forward(act, &t[0]), &r)
+        })
+        .assert_passed();
     }
 }
 
@@ -141,7 +148,8 @@ fn activations_run_in_f32_too() {
     let z = DMatrix::from_row_slice(1, 3, &[-1.0f32, 0.0, 2.0]);
     let a = activation_forward(Activation::GeluErf, &z);
     assert!((a[(0, 2)] - 1.9544997f32).abs() < 1e-6);
-    let d = activation_backward(Activation::Sigmoid, &z, &DMatrix::from_element(1, 3, 1.0f32)).unwrap();
+    let d =
+        activation_backward(Activation::Sigmoid, &z, &DMatrix::from_element(1, 3, 1.0f32)).unwrap();
     assert!((d[(0, 1)] - 0.25).abs() < 1e-7);
 }
 
@@ -181,9 +189,17 @@ fn dense_then_activation_passes_the_gradient_check() {
         let z = dense_forward(&x, &w, &b).unwrap();
         let d_z = activation_backward(act, &z, &r).unwrap();
         let g = dense_backward(&x, &w, &d_z).unwrap();
-        check(Config::default(), &[("x", x.clone()), ("w", w.clone()), ("b", b.clone())], &[g.d_x, g.d_w, g.d_b], |t| {
-            weighted_sum(&activation_forward(act, &dense_forward(&t[0], &t[1], &t[2]).unwrap()), &r)
-        })
+        check(
+            Config::default(),
+            &[("x", x.clone()), ("w", w.clone()), ("b", b.clone())],
+            &[g.d_x, g.d_w, g.d_b],
+            |t| {
+                weighted_sum(
+                    &activation_forward(act, &dense_forward(&t[0], &t[1], &t[2]).unwrap()),
+                    &r,
+                )
+            },
+        )
         .assert_passed();
     }
 }
@@ -211,13 +227,16 @@ fn dense_rejects_a_bias_of_the_wrong_shape() {
 
 #[test]
 fn dense_rejects_an_empty_batch() {
-    let e = dense_forward(&DMatrix::<f64>::zeros(0, 3), &DMatrix::zeros(3, 2), &DMatrix::zeros(1, 2)).unwrap_err();
+    let e =
+        dense_forward(&DMatrix::<f64>::zeros(0, 3), &DMatrix::zeros(3, 2), &DMatrix::zeros(1, 2))
+            .unwrap_err();
     assert!(matches!(e, Error::Empty { op: "dense_forward", .. }), "{e}");
 }
 
 #[test]
 fn dense_rejects_nan_in_input_weights_or_bias() {
-    let good = (DMatrix::<f64>::zeros(2, 3), DMatrix::<f64>::zeros(3, 2), DMatrix::<f64>::zeros(1, 2));
+    let good =
+        (DMatrix::<f64>::zeros(2, 3), DMatrix::<f64>::zeros(3, 2), DMatrix::<f64>::zeros(1, 2));
     let mut x = good.0.clone();
     x[(1, 2)] = f64::NAN;
     assert!(matches!(dense_forward(&x, &good.1, &good.2), Err(Error::NonFinite { arg: "x", .. })));
@@ -231,9 +250,13 @@ fn dense_rejects_nan_in_input_weights_or_bias() {
 
 #[test]
 fn dense_backward_rejects_a_gradient_of_the_wrong_shape() {
-    let e = dense_backward(&DMatrix::<f64>::zeros(2, 3), &DMatrix::zeros(3, 2), &DMatrix::zeros(2, 3)).unwrap_err();
+    let e =
+        dense_backward(&DMatrix::<f64>::zeros(2, 3), &DMatrix::zeros(3, 2), &DMatrix::zeros(2, 3))
+            .unwrap_err();
     assert!(matches!(e, Error::Shape { op: "dense_backward", arg: "d_y", .. }), "{e}");
-    let e = activation_backward(Activation::Relu, &DMatrix::<f64>::zeros(2, 3), &DMatrix::zeros(3, 2)).unwrap_err();
+    let e =
+        activation_backward(Activation::Relu, &DMatrix::<f64>::zeros(2, 3), &DMatrix::zeros(3, 2))
+            .unwrap_err();
     assert!(matches!(e, Error::Shape { op: "activation_backward", .. }), "{e}");
 }
 
@@ -260,7 +283,10 @@ fn mse_backward_passes_the_gradient_check() {
 fn mse_rejects_mismatched_empty_and_nan() {
     let a = DMatrix::<f64>::zeros(2, 1);
     assert!(matches!(mse(&a, &DMatrix::zeros(3, 1)), Err(Error::Shape { op: "mse", .. })));
-    assert!(matches!(mse(&DMatrix::<f64>::zeros(0, 1), &DMatrix::zeros(0, 1)), Err(Error::Empty { .. })));
+    assert!(matches!(
+        mse(&DMatrix::<f64>::zeros(0, 1), &DMatrix::zeros(0, 1)),
+        Err(Error::Empty { .. })
+    ));
     let mut y = DMatrix::<f64>::zeros(2, 1);
     y[(1, 0)] = f64::NAN;
     assert!(matches!(mse(&a, &y), Err(Error::NonFinite { arg: "y", .. })));
@@ -271,7 +297,11 @@ fn mse_rejects_mismatched_empty_and_nan() {
 
 /// The layers of an MLP rebuilt from a flat list [w₁, b₁, w₂, b₂, …] with the given activations.
 fn rebuild(params: &[DMatrix<f64>], acts: &[Option<Activation>]) -> Mlp<f64> {
-    let layers = params.chunks(2).zip(acts).map(|(wb, &activation)| Layer { w: wb[0].clone(), b: wb[1].clone(), activation }).collect();
+    let layers = params
+        .chunks(2)
+        .zip(acts)
+        .map(|(wb, &activation)| Layer { w: wb[0].clone(), b: wb[1].clone(), activation })
+        .collect();
     Mlp::from_layers(layers).unwrap()
 }
 
@@ -295,8 +325,14 @@ fn mlp_gradient_check(sizes: &[usize], hidden: Activation, output: Option<Activa
         analytic.push(g.d_b.clone());
     }
     let named: Vec<(&str, DMatrix<f64>)> = names.iter().map(|n| n.as_str()).zip(tensors).collect();
-    let report = check(Config::default(), &named, &analytic, |t| mse(&rebuild(&t[1..], &acts).predict(&t[0]).unwrap(), &y).unwrap());
-    assert_eq!(report.tensors.len(), 1 + 2 * (sizes.len() - 1), "every weight and bias was checked");
+    let report = check(Config::default(), &named, &analytic, |t| {
+        mse(&rebuild(&t[1..], &acts).predict(&t[0]).unwrap(), &y).unwrap()
+    });
+    assert_eq!(
+        report.tensors.len(),
+        1 + 2 * (sizes.len() - 1),
+        "every weight and bias was checked"
+    );
     report.assert_passed();
 }
 
@@ -331,7 +367,8 @@ fn batch_gradient_is_the_mean_of_the_per_sample_gradients() {
     let mut mean_cost = 0.0;
     let mut mean_w1 = DMatrix::<f64>::zeros(2, 3);
     for r in 0..4 {
-        let (c, g) = mlp.loss_and_gradients(&x.rows(r, 1).into_owned(), &y.rows(r, 1).into_owned()).unwrap();
+        let (c, g) =
+            mlp.loss_and_gradients(&x.rows(r, 1).into_owned(), &y.rows(r, 1).into_owned()).unwrap();
         mean_cost += c / 4.0;
         mean_w1 += &g[0].d_w / 4.0;
     }
@@ -345,20 +382,41 @@ fn mini_batch_gradient_descent_lowers_the_cost() {
     let x = rng.normal_matrix::<f64>(64, 3, 1.0);
     // A smooth target the network can learn: y = sin(x₁) + x₂x₃/2.
     let y = DMatrix::from_fn(64, 1, |r, _| x[(r, 0)].sin() + 0.5 * x[(r, 1)] * x[(r, 2)]);
-    let mut mlp = Mlp::<f64>::random(&[3, 16, 1], Activation::GeluErf, None, 0.1, &mut rng).unwrap();
-    let costs = train(&mut mlp, &x, &y, TrainConfig { learning_rate: 0.05, epochs: 200, batch_size: 8, seed: 1 }).unwrap();
+    let mut mlp =
+        Mlp::<f64>::random(&[3, 16, 1], Activation::GeluErf, None, 0.1, &mut rng).unwrap();
+    let costs = train(
+        &mut mlp,
+        &x,
+        &y,
+        TrainConfig { learning_rate: 0.05, epochs: 200, batch_size: 8, seed: 1 },
+    )
+    .unwrap();
     assert_eq!(costs.len(), 201);
     assert!(costs[200] < 0.2 * costs[0], "cost {} → {}", costs[0], costs[200]);
     // Full batch (batch size ≥ N) also descends, one step per epoch.
-    let mut mlp2 = Mlp::<f64>::random(&[3, 16, 1], Activation::GeluErf, None, 0.1, &mut Rng::new(32)).unwrap();
-    let full = train(&mut mlp2, &x, &y, TrainConfig { learning_rate: 0.05, epochs: 50, batch_size: 1000, seed: 1 }).unwrap();
-    assert!(full.windows(2).all(|w| w[1] <= w[0]), "full-batch GD with a small α never goes up here");
+    let mut mlp2 =
+        Mlp::<f64>::random(&[3, 16, 1], Activation::GeluErf, None, 0.1, &mut Rng::new(32)).unwrap();
+    let full = train(
+        &mut mlp2,
+        &x,
+        &y,
+        TrainConfig { learning_rate: 0.05, epochs: 50, batch_size: 1000, seed: 1 },
+    )
+    .unwrap();
+    assert!(
+        full.windows(2).all(|w| w[1] <= w[0]),
+        "full-batch GD with a small α never goes up here"
+    );
 }
 
 #[test]
 fn mlp_rejects_layer_sizes_that_do_not_chain() {
     let layers = vec![
-        Layer { w: DMatrix::<f64>::zeros(2, 3), b: DMatrix::zeros(1, 3), activation: Some(Activation::Relu) },
+        Layer {
+            w: DMatrix::<f64>::zeros(2, 3),
+            b: DMatrix::zeros(1, 3),
+            activation: Some(Activation::Relu),
+        },
         Layer { w: DMatrix::zeros(4, 1), b: DMatrix::zeros(1, 1), activation: None },
     ];
     let e = Mlp::from_layers(layers).unwrap_err();
@@ -366,13 +424,20 @@ fn mlp_rejects_layer_sizes_that_do_not_chain() {
     let msg = e.to_string();
     assert!(msg.contains("2×3") && msg.contains("4×1"), "{msg}");
     assert!(matches!(Mlp::<f64>::from_layers(vec![]), Err(Error::Empty { .. })));
-    assert!(matches!(Mlp::<f64>::random(&[3, 0, 1], Activation::Relu, None, 0.0, &mut Rng::new(1)), Err(Error::InvalidValue { .. })));
-    assert!(matches!(Mlp::<f64>::random(&[3], Activation::Relu, None, 0.0, &mut Rng::new(1)), Err(Error::InvalidValue { .. })));
+    assert!(matches!(
+        Mlp::<f64>::random(&[3, 0, 1], Activation::Relu, None, 0.0, &mut Rng::new(1)),
+        Err(Error::InvalidValue { .. })
+    ));
+    assert!(matches!(
+        Mlp::<f64>::random(&[3], Activation::Relu, None, 0.0, &mut Rng::new(1)),
+        Err(Error::InvalidValue { .. })
+    ));
 }
 
 #[test]
 fn mlp_rejects_an_input_of_the_wrong_width_and_an_empty_batch() {
-    let mlp = Mlp::<f64>::random(&[3, 4, 1], Activation::Relu, None, 0.0, &mut Rng::new(1)).unwrap();
+    let mlp =
+        Mlp::<f64>::random(&[3, 4, 1], Activation::Relu, None, 0.0, &mut Rng::new(1)).unwrap();
     let e = mlp.predict(&DMatrix::zeros(5, 2)).unwrap_err();
     assert!(matches!(e, Error::Shape { op: "dense_forward", .. }), "{e}");
     assert!(e.to_string().contains("5×2"), "{e}");
@@ -383,9 +448,11 @@ fn mlp_rejects_an_input_of_the_wrong_width_and_an_empty_batch() {
 fn mlp_rejects_nan_weights_and_inputs() {
     let mut w = DMatrix::<f64>::zeros(2, 2);
     w[(1, 1)] = f64::NAN;
-    let e = Mlp::from_layers(vec![Layer { w, b: DMatrix::zeros(1, 2), activation: None }]).unwrap_err();
+    let e =
+        Mlp::from_layers(vec![Layer { w, b: DMatrix::zeros(1, 2), activation: None }]).unwrap_err();
     assert!(matches!(e, Error::NonFinite { .. }), "{e}");
-    let mlp = Mlp::<f64>::random(&[2, 2, 1], Activation::Sigmoid, None, 0.0, &mut Rng::new(1)).unwrap();
+    let mlp =
+        Mlp::<f64>::random(&[2, 2, 1], Activation::Sigmoid, None, 0.0, &mut Rng::new(1)).unwrap();
     let mut x = DMatrix::<f64>::zeros(3, 2);
     x[(2, 0)] = f64::NAN;
     assert!(matches!(mlp.predict(&x), Err(Error::NonFinite { arg: "x", .. })));
@@ -393,17 +460,32 @@ fn mlp_rejects_nan_weights_and_inputs() {
 
 #[test]
 fn training_rejects_bad_settings() {
-    let mut mlp = Mlp::<f64>::random(&[1, 2, 1], Activation::Relu, None, 0.0, &mut Rng::new(1)).unwrap();
+    let mut mlp =
+        Mlp::<f64>::random(&[1, 2, 1], Activation::Relu, None, 0.0, &mut Rng::new(1)).unwrap();
     let x = DMatrix::<f64>::zeros(4, 1);
     let y = DMatrix::<f64>::zeros(4, 1);
     let ok = TrainConfig { learning_rate: 0.1, epochs: 1, batch_size: 2, seed: 0 };
-    assert!(matches!(train(&mut mlp, &x, &y, TrainConfig { learning_rate: -1.0, ..ok }), Err(Error::InvalidValue { .. })));
-    assert!(matches!(train(&mut mlp, &x, &y, TrainConfig { learning_rate: f64::NAN, ..ok }), Err(Error::InvalidValue { .. })));
-    assert!(matches!(train(&mut mlp, &x, &y, TrainConfig { batch_size: 0, ..ok }), Err(Error::InvalidValue { .. })));
+    assert!(matches!(
+        train(&mut mlp, &x, &y, TrainConfig { learning_rate: -1.0, ..ok }),
+        Err(Error::InvalidValue { .. })
+    ));
+    assert!(matches!(
+        train(&mut mlp, &x, &y, TrainConfig { learning_rate: f64::NAN, ..ok }),
+        Err(Error::InvalidValue { .. })
+    ));
+    assert!(matches!(
+        train(&mut mlp, &x, &y, TrainConfig { batch_size: 0, ..ok }),
+        Err(Error::InvalidValue { .. })
+    ));
     assert!(matches!(train(&mut mlp, &x, &DMatrix::zeros(3, 1), ok), Err(Error::Shape { .. })));
     // A step size far too large diverges: an error, not a NaN cost.
     let xs = DMatrix::from_fn(4, 1, |r, _| r as f64 * 100.0);
-    let r = train(&mut mlp, &xs, &xs, TrainConfig { learning_rate: 1e6, epochs: 50, batch_size: 4, seed: 0 });
+    let r = train(
+        &mut mlp,
+        &xs,
+        &xs,
+        TrainConfig { learning_rate: 1e6, epochs: 50, batch_size: 4, seed: 0 },
+    );
     assert!(matches!(r, Err(Error::InvalidValue { .. }) | Err(Error::NonFinite { .. })), "{r:?}");
 }
 
@@ -458,7 +540,8 @@ fn last_layer_factors_match_finite_differences() {
     assert!((d_c0_d_w_last(&t, y) - 0.03546244223550167).abs() < 1e-15);
     assert!((d_c0_d_b_last(&t, y) - 0.1488250192914587).abs() < 1e-15);
     // ∂C₀/∂a⁽ᴸ⁻¹⁾: nudge a⁽²⁾ directly and run only the last layer.
-    let last = |a2: f64| (llm_workbook::ch01_logistic::sigmoid(chain.w[2] * a2 + chain.b[2]) - y).powi(2);
+    let last =
+        |a2: f64| (llm_workbook::ch01_logistic::sigmoid(chain.w[2] * a2 + chain.b[2]) - y).powi(2);
     let da = (last(t.a[2] + h) - last(t.a[2] - h)) / (2.0 * h);
     assert!((d_c0_d_a_prev(&chain, &t, y) - da).abs() < 1e-9);
     assert!((d_c0_d_a_prev(&chain, &t, y) - 0.11906001543316697).abs() < 1e-15);
@@ -473,7 +556,10 @@ fn chain_backprop_passes_the_gradient_check_for_every_weight_and_bias() {
         Config::default(),
         &[("w", row(&chain.w)), ("b", row(&chain.b)), ("a0", row(&[x]))],
         &[row(&g.d_w), row(&g.d_b), row(&[g.d_input])],
-        |t| Chain { w: t[0].iter().copied().collect(), b: t[1].iter().copied().collect() }.cost(t[2][(0, 0)], y),
+        |t| {
+            Chain { w: t[0].iter().copied().collect(), b: t[1].iter().copied().collect() }
+                .cost(t[2][(0, 0)], y)
+        },
     )
     .assert_passed();
     let want_w = [-0.0050985127600555475, 0.015798089456567597, 0.03546244223550167];
@@ -512,9 +598,17 @@ fn cost_over_examples_averages_the_per_example_gradients() {
     }
     let row = |v: &[f64]| DMatrix::from_row_slice(1, v.len(), v);
     let avg_cost = |c: &Chain| xs.iter().zip(&ys).map(|(&x, &y)| c.cost(x, y)).sum::<f64>() / 3.0;
-    check(Config::default(), &[("w", row(&chain.w)), ("b", row(&chain.b))], &[row(&g.d_w), row(&g.d_b)], |t| {
-        avg_cost(&Chain { w: t[0].iter().copied().collect(), b: t[1].iter().copied().collect() })
-    })
+    check(
+        Config::default(),
+        &[("w", row(&chain.w)), ("b", row(&chain.b))],
+        &[row(&g.d_w), row(&g.d_b)],
+        |t| {
+            avg_cost(&Chain {
+                w: t[0].iter().copied().collect(),
+                b: t[1].iter().copied().collect(),
+            })
+        },
+    )
     .assert_passed();
     assert!(matches!(chain.average_gradients(&[], &[]), Err(Error::Empty { .. })));
     assert!(matches!(chain.average_gradients(&[1.0], &[1.0, 2.0]), Err(Error::Shape { .. })));
@@ -537,7 +631,10 @@ fn multi_neuron_sum_runs_over_the_neurons_of_layer_l() {
             .sum()
     };
     let d_a = DMatrix::from_row_slice(1, 3, &by_sum);
-    check(Config::default(), &[("a_prev", DMatrix::from_row_slice(1, 3, &a_prev))], &[d_a], |t| cost(t[0].as_slice())).assert_passed();
+    check(Config::default(), &[("a_prev", DMatrix::from_row_slice(1, 3, &a_prev))], &[d_a], |t| {
+        cost(t[0].as_slice())
+    })
+    .assert_passed();
     let by_matrix = multi_neuron_matrix_form(&w_rows, &b, &a_prev, &y).unwrap();
     for (p, q) in by_sum.iter().zip(&by_matrix) {
         assert!((p - q).abs() < 1e-15);
@@ -553,7 +650,10 @@ fn bias_has_one_entry_per_output_neuron() {
     let y = dense_forward(&x, &w, &DMatrix::from_row_slice(1, 2, &[0.5, -0.5])).unwrap();
     assert_eq!(y.shape(), (1, 2));
     assert_eq!(y, DMatrix::from_row_slice(1, 2, &[4.5, 4.5]));
-    assert!(matches!(dense_forward(&x, &w, &DMatrix::zeros(1, 3)), Err(Error::Shape { arg: "b", .. })));
+    assert!(matches!(
+        dense_forward(&x, &w, &DMatrix::zeros(1, 3)),
+        Err(Error::Shape { arg: "b", .. })
+    ));
 }
 
 // ───────────────────────────── sin(x): a line versus an MLP ─────────────────────────────
@@ -566,9 +666,15 @@ fn least_squares_line_of_sin_matches_an_independent_computation() {
     assert!((slope - 0.021154927311878298).abs() < 1e-15);
     assert!(intercept.abs() < 1e-15);
     assert!(matches!(least_squares_line(&[1.0], &[1.0]), Err(Error::InvalidValue { .. })));
-    assert!(matches!(least_squares_line(&[1.0, 1.0], &[0.0, 2.0]), Err(Error::InvalidValue { .. })));
+    assert!(matches!(
+        least_squares_line(&[1.0, 1.0], &[0.0, 2.0]),
+        Err(Error::InvalidValue { .. })
+    ));
     assert!(matches!(least_squares_line(&[1.0, 2.0], &[0.0]), Err(Error::Shape { .. })));
-    assert!(matches!(least_squares_line(&[1.0, f64::NAN], &[0.0, 1.0]), Err(Error::NonFinite { .. })));
+    assert!(matches!(
+        least_squares_line(&[1.0, f64::NAN], &[0.0, 1.0]),
+        Err(Error::NonFinite { .. })
+    ));
 }
 
 #[test]
@@ -618,14 +724,18 @@ fn at_most_d_vectors_are_exactly_orthogonal() {
 #[test]
 fn full_name_gives_dot_product_2() {
     let f = fact_mlp().unwrap();
-    let probe = (f.direction("first name Michael").unwrap() + f.direction("last name Jordan").unwrap()).transpose();
+    let probe = (f.direction("first name Michael").unwrap()
+        + f.direction("last name Jordan").unwrap())
+    .transpose();
     assert!(((names(&f, &MJ) * &probe)[(0, 0)] - 2.0).abs() < 1e-14);
 }
 
 #[test]
 fn partial_names_give_dot_product_1_or_less() {
     let f = fact_mlp().unwrap();
-    let probe = (f.direction("first name Michael").unwrap() + f.direction("last name Jordan").unwrap()).transpose();
+    let probe = (f.direction("first name Michael").unwrap()
+        + f.direction("last name Jordan").unwrap())
+    .transpose();
     for who in [MP, AJ] {
         assert!(((names(&f, &who) * &probe)[(0, 0)] - 1.0).abs() < 1e-14, "{who:?}");
     }
@@ -636,7 +746,9 @@ fn partial_names_give_dot_product_1_or_less() {
 #[test]
 fn neuron_fires_only_for_the_full_name() {
     let f = fact_mlp().unwrap();
-    let on = |who: &[&str]| activation_forward(Activation::Relu, &f.neuron_inputs(&names(&f, who)).unwrap());
+    let on = |who: &[&str]| {
+        activation_forward(Activation::Relu, &f.neuron_inputs(&names(&f, who)).unwrap())
+    };
     assert!((on(&MJ)[(0, 0)] - 1.0).abs() < 1e-14, "Michael Jordan: ReLU(2 − 1) = 1");
     // Half a name puts the neuron exactly on the ReLU's kink, ReLU(1 − 1) = 0: with random
     // orthonormal directions rounding leaves at most a few units of 1e-16 there.
@@ -659,7 +771,10 @@ fn output_gains_the_basketball_direction_exactly_for_the_full_name() {
         if gains {
             assert!((&added - &ball).abs().max() < 1e-14, "{who:?} gains exactly B");
         } else {
-            assert!((&added * ball.transpose())[(0, 0)].abs() < 1e-14, "{who:?} gains no basketball");
+            assert!(
+                (&added * ball.transpose())[(0, 0)].abs() < 1e-14,
+                "{who:?} gains no basketball"
+            );
         }
     }
 }
@@ -667,7 +782,8 @@ fn output_gains_the_basketball_direction_exactly_for_the_full_name() {
 #[test]
 fn equal_dot_products_do_not_mean_both_names() {
     let f = fact_mlp().unwrap();
-    let (m, j) = (f.direction("first name Michael").unwrap(), f.direction("last name Jordan").unwrap());
+    let (m, j) =
+        (f.direction("first name Michael").unwrap(), f.direction("last name Jordan").unwrap());
     // Alexis Phelps: Ē·J = Ē·M (both 0), yet it encodes neither and the neuron stays off.
     let e = names(&f, &AP);
     let (ej, em) = ((&e * j.transpose())[(0, 0)], (&e * m.transpose())[(0, 0)]);
@@ -698,7 +814,14 @@ fn mlp_reads_as_an_unnormalised_key_value_memory() {
     assert!(((&nm * ball.transpose())[(0, 0)] - 0.5).abs() < 1e-14);
     assert!(((&nm * swim.transpose())[(0, 0)] - 0.5).abs() < 1e-14);
     assert!(matches!(key_value_read(&f.mlp, &DMatrix::zeros(1, 3)), Err(Error::Shape { .. })));
-    let two_activations = Mlp::<f64>::random(&[8, 2, 8], Activation::Relu, Some(Activation::Relu), 0.0, &mut Rng::new(1)).unwrap();
+    let two_activations = Mlp::<f64>::random(
+        &[8, 2, 8],
+        Activation::Relu,
+        Some(Activation::Relu),
+        0.0,
+        &mut Rng::new(1),
+    )
+    .unwrap();
     assert!(matches!(key_value_read(&two_activations, &e), Err(Error::InvalidValue { .. })));
     assert!(matches!(f.direction("LeBron"), Err(Error::InvalidValue { .. })));
 }
@@ -723,7 +846,8 @@ fn gpt3_mlp_block_has_1_2_billion_weights() {
     assert_eq!(GPT3_MLP.n_layers, 96);
     // Cross-check against an actual (scaled-down) MLP built by this crate: same formula.
     let small = MlpShape { d_embed: 6, expansion: 4, n_layers: 1 };
-    let mlp = Mlp::<f64>::random(&[6, 24, 6], Activation::GeluTanh, None, 0.0, &mut Rng::new(1)).unwrap();
+    let mlp =
+        Mlp::<f64>::random(&[6, 24, 6], Activation::GeluTanh, None, 0.0, &mut Rng::new(1)).unwrap();
     assert_eq!(mlp.parameter_count() as u64, small.weights_per_block() + small.biases());
 }
 
@@ -756,7 +880,13 @@ fn near_orthogonal_share_grows_with_d_and_matches_its_exact_value() {
     assert_eq!(samples.len(), 6);
     for s in &samples {
         assert_eq!(s.angles.len(), ANGLE_VECTORS * (ANGLE_VECTORS - 1) / 2);
-        assert!((s.near_orthogonal - s.expected).abs() < 0.02, "d = {}: {} vs {}", s.d, s.near_orthogonal, s.expected);
+        assert!(
+            (s.near_orthogonal - s.expected).abs() < 0.02,
+            "d = {}: {} vs {}",
+            s.d,
+            s.near_orthogonal,
+            s.expected
+        );
     }
     assert!(samples.windows(2).all(|w| w[1].near_orthogonal > w[0].near_orthogonal));
     let gpt3 = &samples[5];
@@ -826,7 +956,11 @@ fn figures_hold_finite_data_and_can_be_drawn() {
     for (stem, f) in &figs {
         let Figure::Line(c) = f else { panic!("{stem}: expected a line chart") };
         assert!(!c.series.is_empty());
-        assert!(c.series.iter().all(|s| !s.points.is_empty() && s.points.iter().all(|p| p.0.is_finite() && p.1.is_finite())), "{stem}");
+        assert!(
+            c.series.iter().all(|s| !s.points.is_empty()
+                && s.points.iter().all(|p| p.0.is_finite() && p.1.is_finite())),
+            "{stem}"
+        );
     }
     let Figure::Line(acts) = &figs[0].1 else { unreachable!() };
     assert_eq!(acts.series.len(), 4);
@@ -857,8 +991,15 @@ mod hardening {
     #[test]
     fn zero_initialised_weights_give_finite_symmetric_gradients_that_pass_the_gradient_check() {
         let acts = [Some(Activation::Sigmoid), None];
-        let zero = |i: usize, o: usize| Layer { w: DMatrix::<f64>::zeros(i, o), b: DMatrix::zeros(1, o), activation: None };
-        let layers = vec![Layer { activation: acts[0], ..zero(3, 4) }, Layer { activation: acts[1], ..zero(4, 2) }];
+        let zero = |i: usize, o: usize| Layer {
+            w: DMatrix::<f64>::zeros(i, o),
+            b: DMatrix::zeros(1, o),
+            activation: None,
+        };
+        let layers = vec![
+            Layer { activation: acts[0], ..zero(3, 4) },
+            Layer { activation: acts[1], ..zero(4, 2) },
+        ];
         let mlp = Mlp::from_layers(layers).unwrap();
         let mut rng = Rng::new(33);
         let x = rng.normal_matrix::<f64>(5, 3, 1.0);
@@ -888,17 +1029,27 @@ mod hardening {
             analytic.push(g.d_w.clone());
             analytic.push(g.d_b.clone());
         }
-        check(Config::default(), &named, &analytic, |t| mse(&rebuild(t, &acts).predict(&x).unwrap(), &y).unwrap()).assert_passed();
+        check(Config::default(), &named, &analytic, |t| {
+            mse(&rebuild(t, &acts).predict(&x).unwrap(), &y).unwrap()
+        })
+        .assert_passed();
     }
 
     #[test]
     fn training_is_deterministic_to_the_bit() {
         let run = |seed: u64| {
             let mut rng = Rng::new(seed);
-            let mut mlp = Mlp::<f64>::random(&[1, 8, 1], Activation::GeluErf, None, 0.1, &mut rng).unwrap();
+            let mut mlp =
+                Mlp::<f64>::random(&[1, 8, 1], Activation::GeluErf, None, 0.1, &mut rng).unwrap();
             let x = DMatrix::from_fn(24, 1, |r, _| r as f64 / 4.0 - 3.0);
             let y = x.map(f64::sin);
-            let costs = train(&mut mlp, &x, &y, TrainConfig { learning_rate: 0.05, epochs: 20, batch_size: 5, seed }).unwrap();
+            let costs = train(
+                &mut mlp,
+                &x,
+                &y,
+                TrainConfig { learning_rate: 0.05, epochs: 20, batch_size: 5, seed },
+            )
+            .unwrap();
             let mut bits: Vec<u64> = costs.iter().map(|c| c.to_bits()).collect();
             for l in mlp.layers() {
                 bits.extend(l.w.iter().chain(l.b.iter()).map(|v| v.to_bits()));
@@ -935,8 +1086,13 @@ fn gelu_in_f32_and_its_derivative_follow_the_f64_reference() {
     for i in -40_000..=40_000 {
         let z = i as f32 * 2.5e-4;
         let zf = f64::from(z);
-        worst_f = worst_f.max((f64::from(gelu_tanh_f32(z)) - Activation::GeluTanh.apply(zf)).abs() / (1.0 + zf.abs()));
-        worst_d = worst_d.max((f64::from(gelu_tanh_derivative_f32(z)) - Activation::GeluTanh.derivative(zf)).abs() / (1.0 + zf.abs()));
+        worst_f = worst_f.max(
+            (f64::from(gelu_tanh_f32(z)) - Activation::GeluTanh.apply(zf)).abs() / (1.0 + zf.abs()),
+        );
+        worst_d = worst_d.max(
+            (f64::from(gelu_tanh_derivative_f32(z)) - Activation::GeluTanh.derivative(zf)).abs()
+                / (1.0 + zf.abs()),
+        );
     }
     assert!(worst_f < 1e-6, "GELU: {worst_f:e}");
     assert!(worst_d < 4e-6, "GELU′: {worst_d:e}");

@@ -30,7 +30,8 @@ fn least_squares_line_predicts_0_5_everywhere() {
     assert!((fit.b - 0.5).abs() < 1e-14);
     assert!(fit.predictions.iter().all(|p| (p - 0.5).abs() < 1e-14));
     // So its squared error is 1/4 on every point, and no threshold gets more than 2 of 4 right.
-    let cost = fit.predictions.iter().zip(y.iter()).map(|(p, t)| (p - t).powi(2)).sum::<f64>() / 4.0;
+    let cost =
+        fit.predictions.iter().zip(y.iter()).map(|(p, t)| (p - t).powi(2)).sum::<f64>() / 4.0;
     assert!((cost - 0.25).abs() < 1e-14);
 }
 
@@ -40,7 +41,11 @@ fn least_squares_fit_is_right_where_a_line_exists() {
     let (x, _) = xor_data();
     let and = DMatrix::from_column_slice(4, 1, &[0.0, 0.0, 0.0, 1.0]);
     let fit = least_squares_fit(&x, &and).unwrap();
-    assert!((fit.w[(0, 0)] - 0.5).abs() < 1e-14 && (fit.w[(1, 0)] - 0.5).abs() < 1e-14 && (fit.b + 0.25).abs() < 1e-14);
+    assert!(
+        (fit.w[(0, 0)] - 0.5).abs() < 1e-14
+            && (fit.w[(1, 0)] - 0.5).abs() < 1e-14
+            && (fit.b + 0.25).abs() < 1e-14
+    );
     assert_eq!(classify(&fit.predictions).unwrap(), [0, 0, 0, 1]);
 }
 
@@ -48,12 +53,18 @@ fn least_squares_fit_is_right_where_a_line_exists() {
 fn least_squares_fit_rejects_bad_input() {
     let (x, y) = xor_data();
     assert!(matches!(least_squares_fit(&x, &DMatrix::zeros(3, 1)), Err(Error::Shape { .. })));
-    assert!(matches!(least_squares_fit(&DMatrix::zeros(0, 2), &DMatrix::zeros(0, 1)), Err(Error::Empty { .. })));
+    assert!(matches!(
+        least_squares_fit(&DMatrix::zeros(0, 2), &DMatrix::zeros(0, 1)),
+        Err(Error::Empty { .. })
+    ));
     let mut bad = x.clone();
     bad[(2, 1)] = f64::NAN;
     assert!(matches!(least_squares_fit(&bad, &y), Err(Error::NonFinite { arg: "x", .. })));
     // Four copies of one point cannot fix a slope.
-    assert!(matches!(least_squares_fit(&DMatrix::from_element(4, 2, 1.0), &y), Err(Error::InvalidValue { .. })));
+    assert!(matches!(
+        least_squares_fit(&DMatrix::from_element(4, 2, 1.0), &y),
+        Err(Error::InvalidValue { .. })
+    ));
 }
 
 // ───────────────────────────── the sigmoid network ─────────────────────────────
@@ -62,7 +73,11 @@ fn least_squares_fit_rejects_bad_input() {
 fn sigmoid_net_at_0_0() {
     let mlp = SIGMOID_NET.mlp().unwrap();
     let (z, h) = hidden_layer(&mlp, &x()).unwrap();
-    assert_eq!((z[(0, 0)], z[(0, 1)]), (-10.0, 30.0), "z₁ = 0×20 + 0×20 − 10, z₂ = 0×(−20) + 0×(−20) + 30");
+    assert_eq!(
+        (z[(0, 0)], z[(0, 1)]),
+        (-10.0, 30.0),
+        "z₁ = 0×20 + 0×20 − 10, z₂ = 0×(−20) + 0×(−20) + 30"
+    );
     // h₁ = σ(−10) ≈ 0 and h₂ = σ(30) ≈ 1, to the document's 0 decimals and closer.
     assert!((h[(0, 0)] - 4.5397868702434395e-5).abs() < 1e-18);
     assert!((h[(0, 1)] - 1.0).abs() < 1e-12);
@@ -170,7 +185,12 @@ fn learned_2_2_1_net_reaches_100_percent() {
     let l = learn_xor(LEARN_SEED, LEARN_TRAIN).unwrap();
     assert_eq!(l.accuracy, 1.0);
     assert_eq!(l.mlp.sizes(), [2, 2, 1]);
-    assert!(l.costs[l.costs.len() - 1] < 0.01 * l.costs[0], "cost {} → {}", l.costs[0], l.costs[l.costs.len() - 1]);
+    assert!(
+        l.costs[l.costs.len() - 1] < 0.01 * l.costs[0],
+        "cost {} → {}",
+        l.costs[0],
+        l.costs[l.costs.len() - 1]
+    );
     let y = l.mlp.predict(&x()).unwrap();
     for (o, t) in y.iter().zip(XOR_TARGETS) {
         assert!((o - t).abs() < 0.1, "output {o} for target {t}");
@@ -203,12 +223,22 @@ fn a_seed_that_fails_is_stuck_not_slow() {
 #[test]
 fn classify_and_accuracy_reject_bad_shapes_and_nan() {
     assert!(matches!(classify(&DMatrix::zeros(4, 2)), Err(Error::Shape { .. })));
-    assert!(matches!(classify(&DMatrix::from_element(2, 1, f64::NAN)), Err(Error::NonFinite { .. })));
+    assert!(matches!(
+        classify(&DMatrix::from_element(2, 1, f64::NAN)),
+        Err(Error::NonFinite { .. })
+    ));
     let mlp = RELU_NET.mlp().unwrap();
     assert!(matches!(accuracy(&mlp, &x(), &DMatrix::zeros(3, 1)), Err(Error::Shape { .. })));
-    assert!(matches!(accuracy(&mlp, &DMatrix::zeros(4, 3), &DMatrix::zeros(4, 1)), Err(Error::Shape { .. })));
-    let one_layer =
-        Mlp::from_layers(vec![Layer { w: DMatrix::zeros(2, 1), b: DMatrix::zeros(1, 1), activation: Some(Activation::Relu) }]).unwrap();
+    assert!(matches!(
+        accuracy(&mlp, &DMatrix::zeros(4, 3), &DMatrix::zeros(4, 1)),
+        Err(Error::Shape { .. })
+    ));
+    let one_layer = Mlp::from_layers(vec![Layer {
+        w: DMatrix::zeros(2, 1),
+        b: DMatrix::zeros(1, 1),
+        activation: Some(Activation::Relu),
+    }])
+    .unwrap();
     assert!(matches!(hidden_layer(&one_layer, &x()), Err(Error::InvalidValue { .. })));
 }
 
@@ -281,19 +311,29 @@ mod hardening {
         let a = learn_xor(LEARN_SEED, LEARN_TRAIN).unwrap();
         let b = learn_xor(LEARN_SEED, LEARN_TRAIN).unwrap();
         assert_eq!(bits(&a), bits(&b));
-        assert_ne!(bits(&a), bits(&learn_xor(LEARN_SEED + 1, LEARN_TRAIN).unwrap()), "another seed, other weights");
+        assert_ne!(
+            bits(&a),
+            bits(&learn_xor(LEARN_SEED + 1, LEARN_TRAIN).unwrap()),
+            "another seed, other weights"
+        );
     }
 
     #[test]
     fn bad_training_settings_and_targets_are_refused() {
-        for bad in [TrainConfig { learning_rate: 0.0, ..LEARN_TRAIN }, TrainConfig { batch_size: 0, ..LEARN_TRAIN }] {
+        for bad in [
+            TrainConfig { learning_rate: 0.0, ..LEARN_TRAIN },
+            TrainConfig { batch_size: 0, ..LEARN_TRAIN },
+        ] {
             assert!(matches!(learn_xor(1, bad), Err(Error::InvalidValue { .. })), "{bad:?}");
         }
         let mlp = SIGMOID_NET.mlp().unwrap();
         let mut y = xor_data().1;
         y[(3, 0)] = f64::NAN;
         let e = accuracy(&mlp, &x(), &y).unwrap_err();
-        assert!(matches!(e, Error::InvalidValue { .. }) && e.to_string().contains("y[3] = NaN"), "{e}");
+        assert!(
+            matches!(e, Error::InvalidValue { .. }) && e.to_string().contains("y[3] = NaN"),
+            "{e}"
+        );
         let two = DMatrix::from_column_slice(4, 1, &[0.0, 1.0, 2.0, 0.0]);
         assert!(accuracy(&mlp, &x(), &two).unwrap_err().to_string().contains("y[2] = 2"));
         assert!(matches!(least_squares_fit(&x(), &y), Err(Error::NonFinite { .. })));

@@ -5,7 +5,8 @@ mod common;
 
 use llm_workbook::Error;
 use llm_workbook::ch05_positions::{
-    self as ch, D_MODEL, DOC_BREAKDOWN_EXPONENTS, DOC_SYMBOLIC_EXPONENTS, PRINTED_PE, PRINTED_X_PLUS_PE, PRINTED_Y_PLUS_PE, Reading,
+    self as ch, D_MODEL, DOC_BREAKDOWN_EXPONENTS, DOC_SYMBOLIC_EXPONENTS, PRINTED_PE,
+    PRINTED_X_PLUS_PE, PRINTED_Y_PLUS_PE, Reading,
 };
 use llm_workbook::matmul::matmul;
 use llm_workbook::plot::Figure;
@@ -28,7 +29,11 @@ fn y() -> DMatrix<f64> {
 
 #[test]
 fn breakdown_at_position_0_is_0_1_0_1() {
-    for exps in [&DOC_BREAKDOWN_EXPONENTS[..], &DOC_SYMBOLIC_EXPONENTS[..], &ch::exponents(Reading::Standard, 4).unwrap()[..]] {
+    for exps in [
+        &DOC_BREAKDOWN_EXPONENTS[..],
+        &DOC_SYMBOLIC_EXPONENTS[..],
+        &ch::exponents(Reading::Standard, 4).unwrap()[..],
+    ] {
         let pe: DMatrix<f64> = ch::with_exponents(&[0.0], exps).unwrap();
         assert_eq!(pe.as_slice(), &[0.0, 1.0, 0.0, 1.0]);
     }
@@ -44,7 +49,10 @@ fn printed_pe_follows_the_column_index_exponent() {
     assert_eq!(ch::exponents(Reading::ColumnIndex, 4).unwrap(), vec![0.0, 0.5, 1.0, 1.5]);
     assert_eq!(ch::exponents(Reading::Standard, 4).unwrap(), vec![0.0, 0.0, 0.5, 0.5]);
     let doc = ch::walkthrough_pe(Reading::ColumnIndex).unwrap();
-    assert_status(&Worked::matrix("t", "d", "PE", PRINTED_PE, 4, &doc), Status::Match);
+    assert_status(
+        &Worked::matrix("t", llm_workbook::sources::D3, "PE", PRINTED_PE, 4, &doc),
+        Status::Match,
+    );
     // Entry by entry, to the digits printed.
     assert_eq!(format!("{:.4}", doc[(1, 0)]), "0.8415");
     assert_eq!(format!("{:.5}", doc[(1, 1)]), "0.99995");
@@ -54,7 +62,10 @@ fn printed_pe_follows_the_column_index_exponent() {
     assert_eq!(format!("{:.4}", doc[(2, 3)]), "1.0000");
     // The stated formula does not give the printed numbers.
     let standard = ch::walkthrough_pe(Reading::Standard).unwrap();
-    assert_status(&Worked::matrix("t", "d", "PE", PRINTED_PE, 4, &standard), Status::Mismatch);
+    assert_status(
+        &Worked::matrix("t", llm_workbook::sources::D3, "PE", PRINTED_PE, 4, &standard),
+        Status::Mismatch,
+    );
 }
 
 #[test]
@@ -99,7 +110,10 @@ fn every_position_mixes_sines_and_cosines() {
 #[test]
 fn x_plus_pe_reproduces_the_printed_matrix() {
     let sum = x() + ch::walkthrough_pe(Reading::ColumnIndex).unwrap();
-    assert_status(&Worked::matrix("t", "d", "X+PE", PRINTED_X_PLUS_PE, 4, &sum), Status::Match);
+    assert_status(
+        &Worked::matrix("t", llm_workbook::sources::D3, "X+PE", PRINTED_X_PLUS_PE, 4, &sum),
+        Status::Match,
+    );
     // The row-wise sums the document writes out for Y hold for X too: −0.3 + 0.8415 = 0.5415 …
     let printed = ch::printed_matrix(PRINTED_X_PLUS_PE).unwrap();
     let printed_pe = ch::printed_matrix(PRINTED_PE).unwrap();
@@ -109,7 +123,10 @@ fn x_plus_pe_reproduces_the_printed_matrix() {
 #[test]
 fn y_plus_pe_reproduces_the_printed_matrix() {
     let sum = y() + ch::walkthrough_pe(Reading::ColumnIndex).unwrap();
-    assert_status(&Worked::matrix("t", "d", "Y+PE", PRINTED_Y_PLUS_PE, 4, &sum), Status::Match);
+    assert_status(
+        &Worked::matrix("t", llm_workbook::sources::D3, "Y+PE", PRINTED_Y_PLUS_PE, 4, &sum),
+        Status::Match,
+    );
     let printed = ch::printed_matrix(PRINTED_Y_PLUS_PE).unwrap();
     let printed_pe = ch::printed_matrix(PRINTED_PE).unwrap();
     assert!((y() + &printed_pe - printed).abs().max() < 1e-12);
@@ -120,8 +137,14 @@ fn standard_x_plus_pe_differs_from_the_printed_one() {
     let std_pe = ch::walkthrough_pe(Reading::Standard).unwrap();
     let xs = x() + &std_pe;
     let ys = y() + &std_pe;
-    assert_status(&Worked::matrix("t", "d", "X+PE", PRINTED_X_PLUS_PE, 4, &xs), Status::Mismatch);
-    assert_status(&Worked::matrix("t", "d", "Y+PE", PRINTED_Y_PLUS_PE, 4, &ys), Status::Mismatch);
+    assert_status(
+        &Worked::matrix("t", llm_workbook::sources::D3, "X+PE", PRINTED_X_PLUS_PE, 4, &xs),
+        Status::Mismatch,
+    );
+    assert_status(
+        &Worked::matrix("t", llm_workbook::sources::D3, "Y+PE", PRINTED_Y_PLUS_PE, 4, &ys),
+        Status::Mismatch,
+    );
     let r1: Vec<String> = (0..4).map(|c| format!("{:.5}", xs[(1, c)])).collect();
     assert_eq!(r1, ["0.54147", "1.04030", "0.11000", "0.79995"]);
     let r2: Vec<String> = (0..4).map(|c| format!("{:.4}", ys[(2, c)])).collect();
@@ -137,17 +160,29 @@ fn snapshot_pe_standard_3x4() {
 
 #[test]
 fn snapshot_pe_column_index_3x4() {
-    common::snap_matrix!("pe_column_index_3x4", ch::walkthrough_pe(Reading::ColumnIndex).unwrap(), 8);
+    common::snap_matrix!(
+        "pe_column_index_3x4",
+        ch::walkthrough_pe(Reading::ColumnIndex).unwrap(),
+        8
+    );
 }
 
 #[test]
 fn snapshot_x_plus_pe_standard() {
-    common::snap_matrix!("x_plus_pe_standard", x() + ch::walkthrough_pe(Reading::Standard).unwrap(), 8);
+    common::snap_matrix!(
+        "x_plus_pe_standard",
+        x() + ch::walkthrough_pe(Reading::Standard).unwrap(),
+        8
+    );
 }
 
 #[test]
 fn snapshot_y_plus_pe_standard() {
-    common::snap_matrix!("y_plus_pe_standard", y() + ch::walkthrough_pe(Reading::Standard).unwrap(), 8);
+    common::snap_matrix!(
+        "y_plus_pe_standard",
+        y() + ch::walkthrough_pe(Reading::Standard).unwrap(),
+        8
+    );
 }
 
 #[test]
@@ -292,14 +327,20 @@ fn odd_or_zero_width_is_an_error() {
         assert!(ch::exponents(Reading::Standard, d).is_err());
     }
     assert!(matches!(ch::sinusoidal::<f64>(4, 0), Err(Error::Empty { arg: "d_model", .. })));
-    assert!(matches!(ch::add_positions(&DMatrix::<f64>::zeros(3, 3), 3), Err(Error::InvalidValue { arg: "d_model", .. })));
+    assert!(matches!(
+        ch::add_positions(&DMatrix::<f64>::zeros(3, 3), 3),
+        Err(Error::InvalidValue { arg: "d_model", .. })
+    ));
 }
 
 #[test]
 fn bad_positions_and_batches_are_errors() {
     assert!(matches!(ch::sinusoidal::<f64>(0, 4), Err(Error::Empty { arg: "n_positions", .. })));
     assert!(matches!(ch::sinusoidal_at::<f64>(&[], 4), Err(Error::Empty { .. })));
-    assert!(matches!(ch::sinusoidal_at::<f64>(&[0.0, f64::NAN], 4), Err(Error::NonFinite { arg: "positions", .. })));
+    assert!(matches!(
+        ch::sinusoidal_at::<f64>(&[0.0, f64::NAN], 4),
+        Err(Error::NonFinite { arg: "positions", .. })
+    ));
     assert!(matches!(ch::shift_operator::<f64>(f64::INFINITY, 4), Err(Error::NonFinite { .. })));
     let x = DMatrix::<f64>::zeros(5, 4);
     match ch::add_positions(&x, 3) {

@@ -6,7 +6,9 @@ mod common;
 use llm_workbook::Error;
 use llm_workbook::ch03_mlp::Activation;
 use llm_workbook::ch05_positions as ch05;
-use llm_workbook::ch06_attention::{self as ch, AttnSpec, Block, Epsilon, Ffn, LayerNorm, MultiHead, NormOrder};
+use llm_workbook::ch06_attention::{
+    self as ch, AttnSpec, Block, Epsilon, Ffn, LayerNorm, MultiHead, NormOrder,
+};
 use llm_workbook::gradcheck::{Config, check};
 use llm_workbook::matmul::matmul;
 use llm_workbook::plot::Figure;
@@ -20,7 +22,13 @@ fn assert_status(w: &Worked, want: Status) {
 
 /// Match, or every entry within one unit of the last printed digit (a tie printed either way).
 fn assert_reproduced(w: &Worked) {
-    assert!(matches!(w.status, Status::Match | Status::Rounding), "{}: printed {} ours {}", w.quantity, w.printed, w.ours);
+    assert!(
+        matches!(w.status, Status::Match | Status::Rounding),
+        "{}: printed {} ours {}",
+        w.quantity,
+        w.printed,
+        w.ours
+    );
 }
 
 fn p(text: &str) -> DMatrix<f64> {
@@ -46,28 +54,47 @@ fn q_first_row_by_hand_is_1_5_1_1_2_6_0() {
     let w = ch::m4(&ch::W_Q);
     let products: Vec<f64> = (0..4).map(|j| x[(0, j)] * w[(j, 2)]).collect();
     assert_eq!(products, [0.0, 1.2, -0.0, 1.4]);
-    assert!((products[..3].iter().sum::<f64>() - 1.2).abs() < 1e-15, "the printed 1.2 is the sum without the last term");
+    assert!(
+        (products[..3].iter().sum::<f64>() - 1.2).abs() < 1e-15,
+        "the printed 1.2 is the sum without the last term"
+    );
     assert_eq!(format!("{:.1}", ch::walkthrough().unwrap().q[(0, 2)]), "2.6");
 }
 
 #[test]
 fn main_text_q_follows_the_symbolic_pe() {
-    let x_sym: DMatrix<f64> =
-        ch05::matrix3x4(&ch05::X_EMBEDDINGS) + ch05::with_exponents(&[0.0, 1.0, 2.0], &ch05::DOC_SYMBOLIC_EXPONENTS).unwrap();
+    let x_sym: DMatrix<f64> = ch05::matrix3x4(&ch05::X_EMBEDDINGS)
+        + ch05::with_exponents(&[0.0, 1.0, 2.0], &ch05::DOC_SYMBOLIC_EXPONENTS).unwrap();
     let q_sym = matmul(&x_sym, &ch::m4(&ch::W_Q)).unwrap();
-    assert_status(&Worked::matrix("t", "d", "Q", ch::PRINTED_Q_MAIN, 4, &q_sym), Status::Match);
+    assert_status(
+        &Worked::matrix("t", llm_workbook::sources::D3, "Q", ch::PRINTED_Q_MAIN, 4, &q_sym),
+        Status::Match,
+    );
     // From the printed X + PE (what K, V and the attention use) row 3 differs: 0.9 and 1.5095.
     let q = ch::walkthrough().unwrap().q;
-    assert_status(&Worked::matrix("t", "d", "Q", ch::PRINTED_Q_MAIN, 4, &q), Status::Mismatch);
+    assert_status(
+        &Worked::matrix("t", llm_workbook::sources::D3, "Q", ch::PRINTED_Q_MAIN, 4, &q),
+        Status::Mismatch,
+    );
     assert_eq!(format!("{:.4} {:.4}", q[(2, 1)], q[(2, 3)]), "0.9000 1.5095");
 }
 
 #[test]
 fn python_cell_q_uses_the_symbolic_pe() {
-    let x_sym: DMatrix<f64> =
-        ch05::matrix3x4(&ch05::X_EMBEDDINGS) + ch05::with_exponents(&[0.0, 1.0, 2.0], &ch05::DOC_SYMBOLIC_EXPONENTS).unwrap();
+    let x_sym: DMatrix<f64> = ch05::matrix3x4(&ch05::X_EMBEDDINGS)
+        + ch05::with_exponents(&[0.0, 1.0, 2.0], &ch05::DOC_SYMBOLIC_EXPONENTS).unwrap();
     let q_sym = matmul(&x_sym, &ch::m4(&ch::W_Q)).unwrap();
-    assert_status(&Worked::matrix("t", "d", "Q", ch::PRINTED_Q_CELL_SYMBOLIC, 8, &q_sym), Status::Match);
+    assert_status(
+        &Worked::matrix(
+            "t",
+            llm_workbook::sources::D3,
+            "Q",
+            ch::PRINTED_Q_CELL_SYMBOLIC,
+            8,
+            &q_sym,
+        ),
+        Status::Match,
+    );
     assert_eq!(format!("{:.8}", q_sym[(1, 1)]), "1.59995001");
     assert_eq!(format!("{:.8}", q_sym[(2, 3)]), "1.50929745");
 }
@@ -75,9 +102,18 @@ fn python_cell_q_uses_the_symbolic_pe() {
 #[test]
 fn qkv_cell_is_reproduced() {
     let w = ch::walkthrough().unwrap();
-    assert_status(&Worked::matrix("t", "d", "Q", ch::PRINTED_Q, 5, &w.q), Status::Match);
-    assert_status(&Worked::matrix("t", "d", "K", ch::PRINTED_K, 5, &w.k), Status::Match);
-    assert_status(&Worked::matrix("t", "d", "V", ch::PRINTED_V, 5, &w.v), Status::Match);
+    assert_status(
+        &Worked::matrix("t", llm_workbook::sources::D3, "Q", ch::PRINTED_Q, 5, &w.q),
+        Status::Match,
+    );
+    assert_status(
+        &Worked::matrix("t", llm_workbook::sources::D3, "K", ch::PRINTED_K, 5, &w.k),
+        Status::Match,
+    );
+    assert_status(
+        &Worked::matrix("t", llm_workbook::sources::D3, "V", ch::PRINTED_V, 5, &w.v),
+        Status::Match,
+    );
     // Exactly, not only at the printed precision: the inputs have at most five decimals.
     assert!((&w.q - p(ch::PRINTED_Q)).abs().max() < 1e-12);
     assert!((&w.k - p(ch::PRINTED_K)).abs().max() < 1e-12);
@@ -87,18 +123,37 @@ fn qkv_cell_is_reproduced() {
 #[test]
 fn k_heading_shows_q_again() {
     let w = ch::walkthrough().unwrap();
-    assert_status(&Worked::matrix("t", "d", "K?", ch::PRINTED_UNDER_K_HEADING, 4, &w.k), Status::Mismatch);
+    assert_status(
+        &Worked::matrix("t", llm_workbook::sources::D3, "K?", ch::PRINTED_UNDER_K_HEADING, 4, &w.k),
+        Status::Mismatch,
+    );
     assert_eq!(ch::PRINTED_UNDER_K_HEADING, ch::PRINTED_Q_MAIN);
-    assert_eq!((0..4).map(|c| format!("{:.1}", w.k[(0, c)])).collect::<Vec<_>>(), ["1.1", "1.5", "0.0", "2.6"]);
+    assert_eq!(
+        (0..4).map(|c| format!("{:.1}", w.k[(0, c)])).collect::<Vec<_>>(),
+        ["1.1", "1.5", "0.0", "2.6"]
+    );
 }
 
 #[test]
 fn v_follows_the_first_w_v_not_the_displayed_one() {
     let w = ch::walkthrough().unwrap();
-    assert_reproduced(&Worked::matrix("t", "d", "V", ch::PRINTED_V_MAIN, 4, &w.v));
+    assert_reproduced(&Worked::matrix(
+        "t",
+        llm_workbook::sources::D3,
+        "V",
+        ch::PRINTED_V_MAIN,
+        4,
+        &w.v,
+    ));
     let displayed = matmul(&w.x_pe, &ch::m4(&ch::W_V_DISPLAYED)).unwrap();
-    assert_status(&Worked::matrix("t", "d", "V", ch::PRINTED_V_MAIN, 4, &displayed), Status::Mismatch);
-    assert_eq!((0..4).map(|c| format!("{:.1}", displayed[(0, c)])).collect::<Vec<_>>(), ["2.6", "1.1", "1.5", "0.0"]);
+    assert_status(
+        &Worked::matrix("t", llm_workbook::sources::D3, "V", ch::PRINTED_V_MAIN, 4, &displayed),
+        Status::Mismatch,
+    );
+    assert_eq!(
+        (0..4).map(|c| format!("{:.1}", displayed[(0, c)])).collect::<Vec<_>>(),
+        ["2.6", "1.1", "1.5", "0.0"]
+    );
 }
 
 #[test]
@@ -109,8 +164,11 @@ fn y_qkv_are_reproduced() {
         (&w.qkv_y[1], ch::PRINTED_K_Y, ch::PRINTED_K_Y_MAIN),
         (&w.qkv_y[2], ch::PRINTED_V_Y, ch::PRINTED_V_Y_MAIN),
     ] {
-        assert_status(&Worked::matrix("t", "d", "cell", cell, 5, m), Status::Match);
-        assert_reproduced(&Worked::matrix("t", "d", "main", main, 4, m));
+        assert_status(
+            &Worked::matrix("t", llm_workbook::sources::D3, "cell", cell, 5, m),
+            Status::Match,
+        );
+        assert_reproduced(&Worked::matrix("t", llm_workbook::sources::D3, "main", main, 4, m));
     }
 }
 
@@ -129,13 +187,26 @@ fn scale_is_one_over_sqrt_d_k() {
 #[test]
 fn attention_weights_are_reproduced() {
     let w = ch::walkthrough().unwrap();
-    assert_status(&Worked::matrix("t", "d", "A", ch::PRINTED_WEIGHTS, 8, &w.weights), Status::Match);
+    assert_status(
+        &Worked::matrix("t", llm_workbook::sources::D3, "A", ch::PRINTED_WEIGHTS, 8, &w.weights),
+        Status::Match,
+    );
 }
 
 #[test]
 fn attention_output_is_reproduced() {
     let w = ch::walkthrough().unwrap();
-    assert_status(&Worked::matrix("t", "d", "AV", ch::PRINTED_ATTENTION, 8, &w.attention), Status::Match);
+    assert_status(
+        &Worked::matrix(
+            "t",
+            llm_workbook::sources::D3,
+            "AV",
+            ch::PRINTED_ATTENTION,
+            8,
+            &w.attention,
+        ),
+        Status::Match,
+    );
 }
 
 #[test]
@@ -146,7 +217,11 @@ fn attention_rows_sum_to_one() {
     }
     let mut rng = Rng::new(3);
     let (q, k, v) = (rand(&mut rng, 10, 4), rand(&mut rng, 10, 4), rand(&mut rng, 10, 3));
-    for spec in [AttnSpec::bidirectional(5), AttnSpec::causal(5), AttnSpec::causal(5).with_mask(ch::padding_mask(&[5, 3], 5, 5).unwrap())] {
+    for spec in [
+        AttnSpec::bidirectional(5),
+        AttnSpec::causal(5),
+        AttnSpec::causal(5).with_mask(ch::padding_mask(&[5, 3], 5, 5).unwrap()),
+    ] {
         let a = ch::attention_forward(&q, &k, &v, &spec).unwrap();
         for r in 0..10 {
             assert!((a.weights.row(r).sum() - 1.0).abs() < 1e-14);
@@ -158,14 +233,27 @@ fn attention_rows_sum_to_one() {
 #[test]
 fn concatenation_is_reproduced() {
     let w = ch::walkthrough().unwrap();
-    assert_status(&Worked::matrix("t", "d", "C", ch::PRINTED_CONCAT, 8, &w.concat), Status::Match);
+    assert_status(
+        &Worked::matrix("t", llm_workbook::sources::D3, "C", ch::PRINTED_CONCAT, 8, &w.concat),
+        Status::Match,
+    );
     assert_eq!(w.concat.shape(), (3, 8));
 }
 
 #[test]
 fn multihead_output_is_concat_times_w_o() {
     let w = ch::walkthrough().unwrap();
-    assert_status(&Worked::matrix("t", "d", "M", ch::PRINTED_MULTIHEAD, 8, &w.multihead), Status::Match);
+    assert_status(
+        &Worked::matrix(
+            "t",
+            llm_workbook::sources::D3,
+            "M",
+            ch::PRINTED_MULTIHEAD,
+            8,
+            &w.multihead,
+        ),
+        Status::Match,
+    );
     // What the main text prints after "the final multi-head attention output will be" is the
     // concatenation again: the wrong shape.
     assert_eq!(p(ch::PRINTED_CONCAT).shape(), (3, 8));
@@ -176,7 +264,10 @@ fn multihead_output_is_concat_times_w_o() {
 fn w_o_filled_with_0_5_is_not_what_was_used() {
     let w = ch::walkthrough().unwrap();
     let half = matmul(&w.concat, &DMatrix::from_element(8, 4, 0.5)).unwrap();
-    assert_status(&Worked::matrix("t", "d", "M", ch::PRINTED_MULTIHEAD, 8, &half), Status::Mismatch);
+    assert_status(
+        &Worked::matrix("t", llm_workbook::sources::D3, "M", ch::PRINTED_MULTIHEAD, 8, &half),
+        Status::Mismatch,
+    );
     // Every column equal, half the row sum.
     for r in 0..3 {
         assert!((0..4).all(|c| (half[(r, c)] - w.concat.row(r).sum() / 2.0).abs() < 1e-12));
@@ -199,24 +290,46 @@ fn ln_sample_variance(x: &DMatrix<f64>, eps: f64) -> DMatrix<f64> {
 #[test]
 fn layer_norm_printed_follows_std_plus_eps() {
     let w = ch::walkthrough().unwrap();
-    assert_status(&Worked::matrix("t", "d", "LN", ch::PRINTED_LN1, 8, &w.ln1), Status::Match);
+    assert_status(
+        &Worked::matrix("t", llm_workbook::sources::D3, "LN", ch::PRINTED_LN1, 8, &w.ln1),
+        Status::Match,
+    );
     // The formula beside it (ε inside the square root) misses in the seventh decimal …
-    assert_status(&Worked::matrix("t", "d", "LN", ch::PRINTED_LN1, 8, &w.ln1_stated), Status::Mismatch);
+    assert_status(
+        &Worked::matrix("t", llm_workbook::sources::D3, "LN", ch::PRINTED_LN1, 8, &w.ln1_stated),
+        Status::Mismatch,
+    );
     assert_eq!(format!("{:.8}", w.ln1_stated[(0, 0)]), "-1.03927194");
     // … as do ε = 0, ε = 1e-5 and the sample variance.
     let m = p(ch::PRINTED_MULTIHEAD);
     for eps in [1e-5, 1e-12] {
         let ln = LayerNorm::new(4, eps).unwrap();
         let y = ch::layer_norm_forward(&ln, &m).unwrap().0;
-        assert_status(&Worked::matrix("t", "d", "LN", ch::PRINTED_LN1, 8, &y), Status::Mismatch);
+        assert_status(
+            &Worked::matrix("t", llm_workbook::sources::D3, "LN", ch::PRINTED_LN1, 8, &y),
+            Status::Mismatch,
+        );
     }
-    assert_status(&Worked::matrix("t", "d", "LN", ch::PRINTED_LN1, 8, &ln_sample_variance(&m, 1e-6)), Status::Mismatch);
+    assert_status(
+        &Worked::matrix(
+            "t",
+            llm_workbook::sources::D3,
+            "LN",
+            ch::PRINTED_LN1,
+            8,
+            &ln_sample_variance(&m, 1e-6),
+        ),
+        Status::Mismatch,
+    );
 }
 
 #[test]
 fn ffn_is_reproduced() {
     let w = ch::walkthrough().unwrap();
-    assert_status(&Worked::matrix("t", "d", "FFN", ch::PRINTED_FFN, 8, &w.ffn), Status::Match);
+    assert_status(
+        &Worked::matrix("t", llm_workbook::sources::D3, "FFN", ch::PRINTED_FFN, 8, &w.ffn),
+        Status::Match,
+    );
     // The hidden layer 4 → 6 → 4, and every hidden unit is positive here, so ReLU changes nothing.
     let (_, cache) = ch::ffn_forward(&ch::doc_ffn().unwrap(), &p(ch::PRINTED_LN1)).unwrap();
     assert_eq!(cache.z1.shape(), (3, 6));
@@ -228,18 +341,32 @@ fn ffn_first_entry_from_one_row_and_one_column_is_1_70355949() {
     // The supplement's second cell: row 1 of LN through W₁, b₁, ReLU, then column 1 of W₂ and b₂[1].
     let ln = p(ch::PRINTED_LN1);
     let f = ch::doc_ffn().unwrap();
-    let z1: Vec<f64> = (0..6).map(|h| (0..4).map(|j| ln[(0, j)] * f.w1[(j, h)]).sum::<f64>() + f.b1[(0, h)]).collect();
-    let z2 = z1.iter().enumerate().map(|(h, z)| z.max(0.0) * f.w2[(h, 0)]).sum::<f64>() + f.b2[(0, 0)];
+    let z1: Vec<f64> = (0..6)
+        .map(|h| (0..4).map(|j| ln[(0, j)] * f.w1[(j, h)]).sum::<f64>() + f.b1[(0, h)])
+        .collect();
+    let z2 =
+        z1.iter().enumerate().map(|(h, z)| z.max(0.0) * f.w2[(h, 0)]).sum::<f64>() + f.b2[(0, 0)];
     assert_eq!(format!("{z2:.8}"), "1.70355949");
 }
 
 #[test]
 fn final_layer_norm_is_reproduced() {
     let w = ch::walkthrough().unwrap();
-    assert_status(&Worked::matrix("t", "d", "LN2", ch::PRINTED_LN2, 8, &w.ln2), Status::Match);
+    assert_status(
+        &Worked::matrix("t", llm_workbook::sources::D3, "LN2", ch::PRINTED_LN2, 8, &w.ln2),
+        Status::Match,
+    );
     // This one follows the stated formula: σ + ε misses it.
-    let other = ch::layer_norm_forward(&ch::doc_layer_norm(Epsilon::AddedToStd).unwrap(), &p(ch::PRINTED_FFN)).unwrap().0;
-    assert_status(&Worked::matrix("t", "d", "LN2", ch::PRINTED_LN2, 8, &other), Status::Mismatch);
+    let other = ch::layer_norm_forward(
+        &ch::doc_layer_norm(Epsilon::AddedToStd).unwrap(),
+        &p(ch::PRINTED_FFN),
+    )
+    .unwrap()
+    .0;
+    assert_status(
+        &Worked::matrix("t", llm_workbook::sources::D3, "LN2", ch::PRINTED_LN2, 8, &other),
+        Status::Mismatch,
+    );
 }
 
 #[test]
@@ -247,7 +374,8 @@ fn ffn_rows_are_arithmetic_not_scalar_multiples() {
     let ffn = p(ch::PRINTED_FFN);
     assert!(ch::rows_are_arithmetic(&ffn, 2e-8));
     assert!(ch::rows_are_arithmetic(&ch::walkthrough().unwrap().ffn, 1e-12));
-    let ratios: Vec<String> = (0..3).map(|c| format!("{:.2}", ffn[(0, c + 1)] / ffn[(0, c)])).collect();
+    let ratios: Vec<String> =
+        (0..3).map(|c| format!("{:.2}", ffn[(0, c + 1)] / ffn[(0, c)])).collect();
     assert_eq!(ratios, ["2.69", "1.63", "1.39"]);
     // Rows are not multiples of one another either.
     assert!((ffn[(1, 0)] / ffn[(0, 0)] - ffn[(1, 3)] / ffn[(0, 3)]).abs() > 1e-4);
@@ -264,8 +392,12 @@ fn ffn_rows_are_arithmetic_not_scalar_multiples() {
 fn walkthrough_omits_the_residual_connections() {
     let w = ch::walkthrough().unwrap();
     let ln = ch::doc_layer_norm(Epsilon::InsideSqrt).unwrap();
-    let with_residual = ch::layer_norm_forward(&ln, &(&w.x_pe + p(ch::PRINTED_MULTIHEAD))).unwrap().0;
-    assert_status(&Worked::matrix("t", "d", "LN", ch::PRINTED_LN1, 8, &with_residual), Status::Mismatch);
+    let with_residual =
+        ch::layer_norm_forward(&ln, &(&w.x_pe + p(ch::PRINTED_MULTIHEAD))).unwrap().0;
+    assert_status(
+        &Worked::matrix("t", llm_workbook::sources::D3, "LN", ch::PRINTED_LN1, 8, &with_residual),
+        Status::Mismatch,
+    );
     assert_eq!(format!("{:.8}", with_residual[(0, 0)]), "-1.66120976");
     // The standard chain starts from the standard PE, so its first LayerNorm differs again.
     let s = ch::standard_chain().unwrap();
@@ -279,10 +411,17 @@ fn chain_from_scratch_agrees_with_the_printed_steps() {
     let w = ch::walkthrough().unwrap();
     let concat = ch::concat_heads(&[w.attention.clone(), p(ch::HEAD_2)]).unwrap();
     let m = matmul(&concat, &p(ch::W_O)).unwrap();
-    let ln1 = ch::layer_norm_forward(&ch::doc_layer_norm(Epsilon::AddedToStd).unwrap(), &m).unwrap().0;
+    let ln1 =
+        ch::layer_norm_forward(&ch::doc_layer_norm(Epsilon::AddedToStd).unwrap(), &m).unwrap().0;
     let ffn = ch::ffn_forward(&ch::doc_ffn().unwrap(), &ln1).unwrap().0;
-    let ln2 = ch::layer_norm_forward(&ch::doc_layer_norm(Epsilon::InsideSqrt).unwrap(), &ffn).unwrap().0;
-    for (ours, printed) in [(&m, ch::PRINTED_MULTIHEAD), (&ln1, ch::PRINTED_LN1), (&ffn, ch::PRINTED_FFN), (&ln2, ch::PRINTED_LN2)] {
+    let ln2 =
+        ch::layer_norm_forward(&ch::doc_layer_norm(Epsilon::InsideSqrt).unwrap(), &ffn).unwrap().0;
+    for (ours, printed) in [
+        (&m, ch::PRINTED_MULTIHEAD),
+        (&ln1, ch::PRINTED_LN1),
+        (&ffn, ch::PRINTED_FFN),
+        (&ln2, ch::PRINTED_LN2),
+    ] {
         assert!((ours - p(printed)).abs().max() < 1e-7, "{printed}");
     }
 }
@@ -307,13 +446,21 @@ fn snapshot_attention() {
 #[test]
 fn snapshot_weights_causal() {
     let w = ch::walkthrough().unwrap();
-    common::snap_matrix!("weights_causal", ch::attention_forward(&w.q, &w.k, &w.v, &AttnSpec::causal(3)).unwrap().weights, 8);
+    common::snap_matrix!(
+        "weights_causal",
+        ch::attention_forward(&w.q, &w.k, &w.v, &AttnSpec::causal(3)).unwrap().weights,
+        8
+    );
 }
 
 #[test]
 fn snapshot_attention_causal() {
     let w = ch::walkthrough().unwrap();
-    common::snap_matrix!("attention_causal", ch::attention_forward(&w.q, &w.k, &w.v, &AttnSpec::causal(3)).unwrap().out, 8);
+    common::snap_matrix!(
+        "attention_causal",
+        ch::attention_forward(&w.q, &w.k, &w.v, &AttnSpec::causal(3)).unwrap().out,
+        8
+    );
 }
 
 #[test]
@@ -424,7 +571,8 @@ fn one_head_value_map_is_redundant() {
     // Document 002: for one head, A V W_O = A E (W_V W_O); only the product W_V W_O matters.
     let mut rng = Rng::new(11);
     let e = rand(&mut rng, 5, 6);
-    let (w_q, w_k, w_v, w_o) = (rand(&mut rng, 6, 3), rand(&mut rng, 6, 3), rand(&mut rng, 6, 3), rand(&mut rng, 3, 6));
+    let (w_q, w_k, w_v, w_o) =
+        (rand(&mut rng, 6, 3), rand(&mut rng, 6, 3), rand(&mut rng, 6, 3), rand(&mut rng, 3, 6));
     let mha = MultiHead::new(1, w_q.clone(), w_k.clone(), w_v.clone(), w_o.clone()).unwrap();
     let (out, cache) = ch::mha_forward(&mha, &e, &e, &AttnSpec::causal(5)).unwrap();
     let a = &cache.weights[0];
@@ -528,7 +676,11 @@ fn causal_mask_never_leaks_a_later_token() {
             }
             let (y2, _) = ch::block_forward(&blk, &x2, &spec).unwrap();
             for r in 0..changed {
-                assert_eq!(y.row(r), y2.row(r), "{order:?}: row {r} moved when token {changed} changed");
+                assert_eq!(
+                    y.row(r),
+                    y2.row(r),
+                    "{order:?}: row {r} moved when token {changed} changed"
+                );
             }
             assert_ne!(y.row(changed), y2.row(changed));
             // The other sequence of the batch is untouched too.
@@ -604,7 +756,8 @@ fn layer_norm_rows_have_mean_0_and_variance_1() {
 fn batch_is_the_same_as_one_sequence_at_a_time() {
     let mut rng = Rng::new(51);
     let (b, tq, tk) = (3, 2, 4);
-    let (q, k, v) = (rand(&mut rng, b * tq, 5), rand(&mut rng, b * tk, 5), rand(&mut rng, b * tk, 3));
+    let (q, k, v) =
+        (rand(&mut rng, b * tq, 5), rand(&mut rng, b * tk, 5), rand(&mut rng, b * tk, 3));
     let spec = AttnSpec::cross(tq, tk);
     let all = ch::attention_forward(&q, &k, &v, &spec).unwrap();
     for s in 0..b {
@@ -673,7 +826,13 @@ fn explicit_causal_mask_equals_the_causal_flag() {
     let mut rng = Rng::new(55);
     let x = rand(&mut rng, 8, 4);
     let a = ch::attention_forward(&x, &x, &x, &AttnSpec::causal(4)).unwrap();
-    let b = ch::attention_forward(&x, &x, &x, &AttnSpec::bidirectional(4).with_mask(ch::causal_mask(4, 4).unwrap())).unwrap();
+    let b = ch::attention_forward(
+        &x,
+        &x,
+        &x,
+        &AttnSpec::bidirectional(4).with_mask(ch::causal_mask(4, 4).unwrap()),
+    )
+    .unwrap();
     assert_eq!(a, b);
 }
 
@@ -698,9 +857,25 @@ fn f32_block_agrees_with_f64() {
             w_o: c(&mh.w_o),
             b_o: c(&mh.b_o),
         },
-        ln1: LayerNorm { gamma: c(&blk.ln1.gamma), beta: c(&blk.ln1.beta), eps: blk.ln1.eps, placement: blk.ln1.placement },
-        ffn: Ffn { w1: c(&blk.ffn.w1), b1: c(&blk.ffn.b1), w2: c(&blk.ffn.w2), b2: c(&blk.ffn.b2), act: blk.ffn.act },
-        ln2: LayerNorm { gamma: c(&blk.ln2.gamma), beta: c(&blk.ln2.beta), eps: blk.ln2.eps, placement: blk.ln2.placement },
+        ln1: LayerNorm {
+            gamma: c(&blk.ln1.gamma),
+            beta: c(&blk.ln1.beta),
+            eps: blk.ln1.eps,
+            placement: blk.ln1.placement,
+        },
+        ffn: Ffn {
+            w1: c(&blk.ffn.w1),
+            b1: c(&blk.ffn.b1),
+            w2: c(&blk.ffn.w2),
+            b2: c(&blk.ffn.b2),
+            act: blk.ffn.act,
+        },
+        ln2: LayerNorm {
+            gamma: c(&blk.ln2.gamma),
+            beta: c(&blk.ln2.beta),
+            eps: blk.ln2.eps,
+            placement: blk.ln2.placement,
+        },
         order: blk.order,
     };
     let (y32, _) = ch::block_forward(&blk32, &c(&x), &AttnSpec::causal(3)).unwrap();
@@ -712,7 +887,8 @@ fn f32_block_agrees_with_f64() {
 fn two_head_example_heads_look_back_and_at_themselves() {
     let heads = ch::two_head_example().unwrap().weights;
     for i in 0..6 {
-        let argmax = |m: &DMatrix<f64>| (0..6).max_by(|&a, &b| m[(i, a)].total_cmp(&m[(i, b)])).unwrap();
+        let argmax =
+            |m: &DMatrix<f64>| (0..6).max_by(|&a, &b| m[(i, a)].total_cmp(&m[(i, b)])).unwrap();
         assert_eq!(argmax(&heads[0]), i.saturating_sub(1), "head 0, query {i}");
         assert_eq!(argmax(&heads[1]), i, "head 1, query {i}");
         assert!(heads[0][(i, i.saturating_sub(1))] > 0.5);
@@ -733,7 +909,11 @@ fn attention_backward_passes_gradient_checks() {
         (AttnSpec { q_len: 2, kv_len: 4, causal: true, mask: None, scale: None }, 2, 4),
     ];
     for (spec, b, tk) in cases {
-        let (q, k, v) = (rand(&mut rng, b * spec.q_len, 4), rand(&mut rng, b * tk, 4), rand(&mut rng, b * tk, 3));
+        let (q, k, v) = (
+            rand(&mut rng, b * spec.q_len, 4),
+            rand(&mut rng, b * tk, 4),
+            rand(&mut rng, b * tk, 3),
+        );
         let r = rand(&mut rng, b * spec.q_len, 3);
         let a = ch::attention_forward(&q, &k, &v, &spec).unwrap();
         let g = ch::attention_backward(&q, &k, &v, &a.weights, &r, &spec).unwrap();
@@ -797,9 +977,14 @@ fn mha_backward_passes_gradient_checks() {
             ("w_o", mha.w_o.clone()),
             ("b_o", mha.b_o.clone()),
         ];
-        let grads = [g.d_x_q, g.d_x_kv, g.d_w_q, g.d_b_q, g.d_w_k, g.d_b_k, g.d_w_v, g.d_b_v, g.d_w_o, g.d_b_o];
-        check(WIDE, &inputs, &grads, |t| weighted_sum(&ch::mha_forward(&mha_from(t, heads), &t[0], &t[1], &spec).unwrap().0, &r))
-            .assert_passed();
+        let grads = [
+            g.d_x_q, g.d_x_kv, g.d_w_q, g.d_b_q, g.d_w_k, g.d_b_k, g.d_w_v, g.d_b_v, g.d_w_o,
+            g.d_b_o,
+        ];
+        check(WIDE, &inputs, &grads, |t| {
+            weighted_sum(&ch::mha_forward(&mha_from(t, heads), &t[0], &t[1], &spec).unwrap().0, &r)
+        })
+        .assert_passed();
     }
 }
 
@@ -843,13 +1028,21 @@ fn layer_norm_backward_passes_gradient_checks() {
         let gamma = DMatrix::from_element(1, 5, 1.0) + rng.normal_matrix(1, 5, 0.3);
         let beta = rng.normal_matrix(1, 5, 0.3);
         let r = rand(&mut rng, 4, 5);
-        let make = |g: &DMatrix<f64>, b: &DMatrix<f64>| LayerNorm { gamma: g.clone(), beta: b.clone(), eps: 1e-3, placement };
+        let make = |g: &DMatrix<f64>, b: &DMatrix<f64>| LayerNorm {
+            gamma: g.clone(),
+            beta: b.clone(),
+            eps: 1e-3,
+            placement,
+        };
         let ln = make(&gamma, &beta);
         let (_, cache) = ch::layer_norm_forward(&ln, &x).unwrap();
         let g = ch::layer_norm_backward(&ln, &cache, &r).unwrap();
-        check(Config::default(), &[("x", x), ("gamma", gamma), ("beta", beta)], &[g.d_x, g.d_gamma, g.d_beta], |t| {
-            weighted_sum(&ch::layer_norm_forward(&make(&t[1], &t[2]), &t[0]).unwrap().0, &r)
-        })
+        check(
+            Config::default(),
+            &[("x", x), ("gamma", gamma), ("beta", beta)],
+            &[g.d_x, g.d_gamma, g.d_beta],
+            |t| weighted_sum(&ch::layer_norm_forward(&make(&t[1], &t[2]), &t[0]).unwrap().0, &r),
+        )
         .assert_passed();
     }
 }
@@ -865,10 +1058,22 @@ fn ffn_backward_passes_gradient_checks() {
         let r = rand(&mut rng, 5, 4);
         let (_, cache) = ch::ffn_forward(&f, &x).unwrap();
         let g = ch::ffn_backward(&f, &cache, &r).unwrap();
-        let make = |t: &[DMatrix<f64>]| Ffn { w1: t[1].clone(), b1: t[2].clone(), w2: t[3].clone(), b2: t[4].clone(), act };
+        let make = |t: &[DMatrix<f64>]| Ffn {
+            w1: t[1].clone(),
+            b1: t[2].clone(),
+            w2: t[3].clone(),
+            b2: t[4].clone(),
+            act,
+        };
         check(
             Config::default(),
-            &[("x", x), ("w1", f.w1.clone()), ("b1", f.b1.clone()), ("w2", f.w2.clone()), ("b2", f.b2.clone())],
+            &[
+                ("x", x),
+                ("w1", f.w1.clone()),
+                ("b1", f.b1.clone()),
+                ("w2", f.w2.clone()),
+                ("b2", f.b2.clone()),
+            ],
             &[g.d_x, g.d_w1, g.d_b1, g.d_w2, g.d_b2],
             |t| weighted_sum(&ch::ffn_forward(&make(t), &t[0]).unwrap().0, &r),
         )
@@ -904,7 +1109,8 @@ fn block_from(t: &[DMatrix<f64>], like: &Block<f64>) -> Block<f64> {
     (a.w_q, a.b_q, a.w_k, a.b_k) = (t[0].clone(), t[1].clone(), t[2].clone(), t[3].clone());
     (a.w_v, a.b_v, a.w_o, a.b_o) = (t[4].clone(), t[5].clone(), t[6].clone(), t[7].clone());
     (b.ln1.gamma, b.ln1.beta) = (t[8].clone(), t[9].clone());
-    (b.ffn.w1, b.ffn.b1, b.ffn.w2, b.ffn.b2) = (t[10].clone(), t[11].clone(), t[12].clone(), t[13].clone());
+    (b.ffn.w1, b.ffn.b1, b.ffn.w2, b.ffn.b2) =
+        (t[10].clone(), t[11].clone(), t[12].clone(), t[13].clone());
     (b.ln2.gamma, b.ln2.beta) = (t[14].clone(), t[15].clone());
     b
 }
@@ -943,8 +1149,12 @@ fn block_backward_passes_gradient_checks() {
             g.ln2.d_gamma.clone(),
             g.ln2.d_beta.clone(),
         ];
-        let report =
-            check(WIDE, &inputs, &grads, |t| weighted_sum(&ch::block_forward(&block_from(&t[1..], &blk), &t[0], &spec).unwrap().0, &r));
+        let report = check(WIDE, &inputs, &grads, |t| {
+            weighted_sum(
+                &ch::block_forward(&block_from(&t[1..], &blk), &t[0], &spec).unwrap().0,
+                &r,
+            )
+        });
         assert_eq!(report.tensors.len(), 17);
         report.assert_passed();
     }
@@ -957,11 +1167,15 @@ fn heads_must_divide_d_model() {
     let mut rng = Rng::new(91);
     let w = rand(&mut rng, 6, 6);
     match MultiHead::new(4, w.clone(), w.clone(), w.clone(), w.clone()) {
-        Err(e @ Error::InvalidValue { .. }) => assert!(e.to_string().contains("not divisible by 4 heads"), "{e}"),
+        Err(e @ Error::InvalidValue { .. }) => {
+            assert!(e.to_string().contains("not divisible by 4 heads"), "{e}")
+        }
         other => panic!("{other:?}"),
     }
     assert!(MultiHead::new(0, w.clone(), w.clone(), w.clone(), w.clone()).is_err());
-    assert!(Block::<f64>::random(6, 4, 8, Activation::Relu, NormOrder::Pre, 0.1, &mut rng).is_err());
+    assert!(
+        Block::<f64>::random(6, 4, 8, Activation::Relu, NormOrder::Pre, 0.1, &mut rng).is_err()
+    );
     assert!(ch::split_heads(&w, 4).is_err());
 }
 
@@ -981,15 +1195,51 @@ fn mismatched_q_k_v_shapes_are_errors() {
     assert!(e.to_string().contains("6 rows"), "{e}");
     // MHA: inputs of the wrong width, W_K and W_V reading different widths, W_O of the wrong height.
     let mha = MultiHead::random(2, 4, 4, 2, 4, 0.5, &mut rng).unwrap();
-    assert!(matches!(ch::mha_forward(&mha, &rand(&mut rng, 3, 5), &k, &spec), Err(Error::Shape { .. })));
-    assert!(MultiHead::new(1, rand(&mut rng, 4, 4), rand(&mut rng, 4, 4), rand(&mut rng, 5, 4), rand(&mut rng, 4, 4)).is_err());
-    assert!(MultiHead::new(1, rand(&mut rng, 4, 4), rand(&mut rng, 4, 4), rand(&mut rng, 4, 4), rand(&mut rng, 3, 4)).is_err());
-    assert!(MultiHead::new(1, rand(&mut rng, 4, 4), rand(&mut rng, 4, 3), rand(&mut rng, 4, 4), rand(&mut rng, 4, 4)).is_err());
+    assert!(matches!(
+        ch::mha_forward(&mha, &rand(&mut rng, 3, 5), &k, &spec),
+        Err(Error::Shape { .. })
+    ));
+    assert!(
+        MultiHead::new(
+            1,
+            rand(&mut rng, 4, 4),
+            rand(&mut rng, 4, 4),
+            rand(&mut rng, 5, 4),
+            rand(&mut rng, 4, 4)
+        )
+        .is_err()
+    );
+    assert!(
+        MultiHead::new(
+            1,
+            rand(&mut rng, 4, 4),
+            rand(&mut rng, 4, 4),
+            rand(&mut rng, 4, 4),
+            rand(&mut rng, 3, 4)
+        )
+        .is_err()
+    );
+    assert!(
+        MultiHead::new(
+            1,
+            rand(&mut rng, 4, 4),
+            rand(&mut rng, 4, 3),
+            rand(&mut rng, 4, 4),
+            rand(&mut rng, 4, 4)
+        )
+        .is_err()
+    );
     // Backward with the wrong upstream gradient.
     let a = ch::attention_forward(&q, &k, &v, &spec).unwrap();
-    assert!(matches!(ch::attention_backward(&q, &k, &v, &a.weights, &rand(&mut rng, 3, 3), &spec), Err(Error::Shape { .. })));
+    assert!(matches!(
+        ch::attention_backward(&q, &k, &v, &a.weights, &rand(&mut rng, 3, 3), &spec),
+        Err(Error::Shape { .. })
+    ));
     let (_, cache) = ch::mha_forward(&mha, &q, &q, &spec).unwrap();
-    assert!(matches!(ch::mha_backward(&mha, &cache, &rand(&mut rng, 2, 4)), Err(Error::Shape { .. })));
+    assert!(matches!(
+        ch::mha_backward(&mha, &cache, &rand(&mut rng, 2, 4)),
+        Err(Error::Shape { .. })
+    ));
     // A cross-attention spec given to a block.
     let blk = random_block(NormOrder::Pre, 93);
     assert!(ch::block_forward(&blk, &rand(&mut rng, 6, 8), &AttnSpec::cross(3, 2)).is_err());
@@ -1003,7 +1253,9 @@ fn a_mask_of_the_wrong_shape_is_an_error() {
     for bad in [DMatrix::zeros(3, 2), DMatrix::zeros(2, 3), DMatrix::zeros(9, 3)] {
         let spec = AttnSpec::bidirectional(3).with_mask(bad.clone());
         match ch::attention_forward(&x, &x, &x, &spec) {
-            Err(e @ Error::Shape { .. }) => assert!(e.to_string().contains(&format!("{}×{}", bad.nrows(), bad.ncols())), "{e}"),
+            Err(e @ Error::Shape { .. }) => {
+                assert!(e.to_string().contains(&format!("{}×{}", bad.nrows(), bad.ncols())), "{e}")
+            }
             other => panic!("{other:?}"),
         }
     }
@@ -1014,7 +1266,9 @@ fn a_mask_of_the_wrong_shape_is_an_error() {
         Err(Error::InvalidValue { arg: "mask", .. })
     ));
     let plus_inf = DMatrix::from_element(3, 3, f64::INFINITY);
-    assert!(ch::attention_forward(&x, &x, &x, &AttnSpec::bidirectional(3).with_mask(plus_inf)).is_err());
+    assert!(
+        ch::attention_forward(&x, &x, &x, &AttnSpec::bidirectional(3).with_mask(plus_inf)).is_err()
+    );
     assert!(ch::padding_mask::<f64>(&[3, 5], 3, 4).is_err());
     assert!(ch::padding_mask::<f64>(&[0], 3, 4).is_err());
     assert!(ch::padding_mask::<f64>(&[], 3, 4).is_err());
@@ -1029,7 +1283,9 @@ fn a_fully_masked_row_is_an_error_not_nan() {
     let mut m = DMatrix::zeros(3, 3);
     m.row_mut(1).fill(f64::NEG_INFINITY);
     match ch::attention_forward(&x, &x, &x, &AttnSpec::bidirectional(3).with_mask(m)) {
-        Err(Error::InvalidValue { arg: "mask", reason, .. }) => assert!(reason.contains("row 1"), "{reason}"),
+        Err(Error::InvalidValue { arg: "mask", reason, .. }) => {
+            assert!(reason.contains("row 1"), "{reason}")
+        }
         other => panic!("{other:?}"),
     }
     // Causal plus a padding mask that hides the first key leaves query 0 with nothing to see.
@@ -1037,7 +1293,10 @@ fn a_fully_masked_row_is_an_error_not_nan() {
     assert!(ch::attention_forward(&x, &x, &x, &AttnSpec::causal(3).with_mask(pad)).is_ok());
     let mut first_hidden = DMatrix::zeros(3, 3);
     first_hidden.column_mut(0).fill(f64::NEG_INFINITY);
-    assert!(matches!(ch::attention_forward(&x, &x, &x, &AttnSpec::causal(3).with_mask(first_hidden)), Err(Error::InvalidValue { .. })));
+    assert!(matches!(
+        ch::attention_forward(&x, &x, &x, &AttnSpec::causal(3).with_mask(first_hidden)),
+        Err(Error::InvalidValue { .. })
+    ));
 }
 
 #[test]
@@ -1063,13 +1322,31 @@ fn non_finite_input_and_bad_specs_are_errors() {
     let mut rng = Rng::new(96);
     let mut x = rand(&mut rng, 3, 4);
     x[(2, 1)] = f64::NAN;
-    assert!(matches!(ch::attention_forward(&x, &x, &x, &AttnSpec::bidirectional(3)), Err(Error::NonFinite { arg: "q", .. })));
-    assert!(matches!(ch::layer_norm_forward(&LayerNorm::new(4, 1e-6).unwrap(), &x), Err(Error::NonFinite { .. })));
+    assert!(matches!(
+        ch::attention_forward(&x, &x, &x, &AttnSpec::bidirectional(3)),
+        Err(Error::NonFinite { arg: "q", .. })
+    ));
+    assert!(matches!(
+        ch::layer_norm_forward(&LayerNorm::new(4, 1e-6).unwrap(), &x),
+        Err(Error::NonFinite { .. })
+    ));
     let y = rand(&mut rng, 3, 4);
-    for bad in [AttnSpec::bidirectional(0), AttnSpec::bidirectional(3).with_scale(0.0), AttnSpec::bidirectional(3).with_scale(f64::NAN)] {
+    for bad in [
+        AttnSpec::bidirectional(0),
+        AttnSpec::bidirectional(3).with_scale(0.0),
+        AttnSpec::bidirectional(3).with_scale(f64::NAN),
+    ] {
         assert!(matches!(ch::attention_forward(&y, &y, &y, &bad), Err(Error::InvalidValue { .. })));
     }
-    assert!(ch::attention_forward(&y, &y, &y, &AttnSpec { q_len: 3, kv_len: 2, causal: true, mask: None, scale: None }).is_err());
+    assert!(
+        ch::attention_forward(
+            &y,
+            &y,
+            &y,
+            &AttnSpec { q_len: 3, kv_len: 2, causal: true, mask: None, scale: None }
+        )
+        .is_err()
+    );
     assert!(ch::concat_heads::<f64>(&[]).is_err());
     assert!(ch::concat_heads(&[DMatrix::<f64>::zeros(2, 2), DMatrix::zeros(3, 2)]).is_err());
 }
@@ -1078,14 +1355,43 @@ fn non_finite_input_and_bad_specs_are_errors() {
 fn printed_matrices_are_compared_entry_by_entry() {
     let ours = DMatrix::from_row_slice(2, 2, &[1.59995001, 2.29995, 0.123456789, -0.5]);
     // Each entry at its printed precision, trailing zeros dropped as numpy does.
-    assert_status(&Worked::matrix("t", "d", "m", "1.59995001 2.29995; 0.12345679 -0.5", 8, &ours), Status::Match);
+    assert_status(
+        &Worked::matrix(
+            "t",
+            llm_workbook::sources::D3,
+            "m",
+            "1.59995001 2.29995; 0.12345679 -0.5",
+            8,
+            &ours,
+        ),
+        Status::Match,
+    );
     // A tie printed the other way is one unit in the last digit: rounding, not a match.
-    assert_status(&Worked::matrix("t", "d", "m", "1.6 2.3; 0.1235 -0.5", 4, &ours), Status::Rounding);
+    assert_status(
+        &Worked::matrix("t", llm_workbook::sources::D3, "m", "1.6 2.3; 0.1235 -0.5", 4, &ours),
+        Status::Rounding,
+    );
     // Two units off, a wrong shape, or text that is not a matrix: mismatch.
-    assert_status(&Worked::matrix("t", "d", "m", "1.6002 2.3; 0.1235 -0.5", 4, &ours), Status::Mismatch);
-    assert_status(&Worked::matrix("t", "d", "m", "1.6 2.3 0; 0.1235 -0.5 0", 4, &ours), Status::Mismatch);
-    assert_status(&Worked::matrix("t", "d", "m", "1.6 x; 0.1 0.2", 4, &ours), Status::Mismatch);
-    assert_eq!(llm_workbook::report::matrix_like("0.99995 1", 4, &DMatrix::from_row_slice(1, 2, &[0.9999500004, 1.0])), "0.99995 1.0000");
+    assert_status(
+        &Worked::matrix("t", llm_workbook::sources::D3, "m", "1.6002 2.3; 0.1235 -0.5", 4, &ours),
+        Status::Mismatch,
+    );
+    assert_status(
+        &Worked::matrix("t", llm_workbook::sources::D3, "m", "1.6 2.3 0; 0.1235 -0.5 0", 4, &ours),
+        Status::Mismatch,
+    );
+    assert_status(
+        &Worked::matrix("t", llm_workbook::sources::D3, "m", "1.6 x; 0.1 0.2", 4, &ours),
+        Status::Mismatch,
+    );
+    assert_eq!(
+        llm_workbook::report::matrix_like(
+            "0.99995 1",
+            4,
+            &DMatrix::from_row_slice(1, 2, &[0.9999500004, 1.0])
+        ),
+        "0.99995 1.0000"
+    );
     assert!(llm_workbook::report::parse_printed("1 2; 3").is_none());
 }
 
@@ -1162,7 +1468,9 @@ mod properties {
         (1usize..5, 2usize..12).prop_flat_map(|(n, c)| {
             prop::collection::vec(-10.0..10.0f64, n * c)
                 .prop_map(move |v| DMatrix::from_row_slice(n, c, &v))
-                .prop_filter("every row spread out", |m| m.row_iter().all(|r| moments(r.iter().copied()).1 >= 1e-2))
+                .prop_filter("every row spread out", |m| {
+                    m.row_iter().all(|r| moments(r.iter().copied()).1 >= 1e-2)
+                })
         })
     }
 
@@ -1255,7 +1563,11 @@ mod properties {
 
 /// The row-by-row statement of LayerNorm and its backward, as the formulas read: the reference the
 /// column-by-column implementation must reproduce bit for bit.
-fn layer_norm_by_rows(ln: &LayerNorm<f64>, x: &DMatrix<f64>, d_y: &DMatrix<f64>) -> (DMatrix<f64>, DMatrix<f64>) {
+fn layer_norm_by_rows(
+    ln: &LayerNorm<f64>,
+    x: &DMatrix<f64>,
+    d_y: &DMatrix<f64>,
+) -> (DMatrix<f64>, DMatrix<f64>) {
     let (n, cols) = x.shape();
     let c = cols as f64;
     let mut y = DMatrix::zeros(n, cols);
@@ -1306,7 +1618,11 @@ fn layer_norm_column_by_column_equals_the_row_by_row_formula_bit_for_bit() {
 #[test]
 fn layer_norm_backward_refuses_a_cache_of_other_rows() {
     let ln = LayerNorm::<f64>::new(3, 1e-5).unwrap();
-    let (_, mut cache) = ch::layer_norm_forward(&ln, &DMatrix::from_row_slice(2, 3, &[1.0, 2.0, 4.0, 0.0, 1.0, -1.0])).unwrap();
+    let (_, mut cache) = ch::layer_norm_forward(
+        &ln,
+        &DMatrix::from_row_slice(2, 3, &[1.0, 2.0, 4.0, 0.0, 1.0, -1.0]),
+    )
+    .unwrap();
     cache.denom.pop();
     let e = ch::layer_norm_backward(&ln, &cache, &DMatrix::zeros(2, 3)).unwrap_err();
     assert!(e.to_string().contains("one s and one σ per row"), "{e}");

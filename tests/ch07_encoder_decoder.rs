@@ -8,7 +8,9 @@ mod common;
 
 use approx::assert_abs_diff_eq;
 use llm_workbook::Error;
-use llm_workbook::ch06_attention::{AttnSpec, MultiHead, block_backward, mha_backward, mha_forward};
+use llm_workbook::ch06_attention::{
+    AttnSpec, MultiHead, block_backward, mha_backward, mha_forward,
+};
 use llm_workbook::ch07_encoder_decoder::*;
 use llm_workbook::gradcheck::{self, Config};
 use llm_workbook::optim::{Adam, AdamConfig};
@@ -49,7 +51,10 @@ fn numpy_seed_42_rand_starts_0_37454012_0_95071431() {
     // np.random.seed(42); np.random.rand(4) → the first row of the decoder cell's W_q.
     let mut g = NumpyMt19937::new(42);
     let got: Vec<f64> = (0..4).map(|_| g.next_f64()).collect();
-    assert_eq!(got, [0.3745401188473625, 0.9507143064099162, 0.7319939418114051, 0.5986584841970366]);
+    assert_eq!(
+        got,
+        [0.3745401188473625, 0.9507143064099162, 0.7319939418114051, 0.5986584841970366]
+    );
 }
 
 #[test]
@@ -58,7 +63,10 @@ fn decoder_cell_weights_are_four_numpy_draws_in_order() {
     // numpy: W_q[3] = [0.83244264 0.21233911 0.18182497 0.18340451]; W_o[0] = [0.54671028 0.18485446 0.96958463 0.77513282].
     assert_eq!(numpy_row(&w_q, 3), "0.83244264 0.21233911 0.18182497 0.18340451");
     assert_eq!(numpy_row(&w_o, 0), "0.54671028 0.18485446 0.96958463 0.77513282");
-    let text = llm_workbook::snapshot::matrices_text(&[("W_q", &w_q), ("W_k", &w_k), ("W_v", &w_v), ("W_o", &w_o)], 8);
+    let text = llm_workbook::snapshot::matrices_text(
+        &[("W_q", &w_q), ("W_k", &w_k), ("W_v", &w_v), ("W_o", &w_o)],
+        8,
+    );
     common::snap_text!("decoder_cell_weights", text);
 }
 
@@ -130,7 +138,9 @@ fn decoder_output_is_attention_times_w_o() {
     let y = table(&Y_PLUS_PE);
     let (q, k, v) = (&y * &w_q, &y * &w_k, &y * &w_v);
     let s = &q * k.transpose();
-    let a = DMatrix::from_fn(3, 3, |i, j| s[(i, j)].exp() / (0..3).map(|c| s[(i, c)].exp()).sum::<f64>());
+    let a = DMatrix::from_fn(3, 3, |i, j| {
+        s[(i, j)].exp() / (0..3).map(|c| s[(i, c)].exp()).sum::<f64>()
+    });
     let av = &a * &v;
     assert_eq!(numpy_row(&av, 0), "0.71925419 1.65933026 1.94938668 1.81203693");
     assert_rows(&(&av * &w_o), &OUT);
@@ -191,7 +201,9 @@ fn cross_cell_output_is_minus_1_7888543() {
 
 #[test]
 fn cross_cell_transposes_the_weights() {
-    let written = cross_cell(CrossReading { orientation: Orientation::AsWritten, ..CrossReading::CELL }).unwrap();
+    let written =
+        cross_cell(CrossReading { orientation: Orientation::AsWritten, ..CrossReading::CELL })
+            .unwrap();
     assert_rows(&written.output, &["0. -0.89442715 0. 0.89442715"; 3]);
     let cell = cross_cell(CrossReading::CELL).unwrap();
     assert!((&written.output - &cell.output).abs().max() > 1.0);
@@ -200,10 +212,15 @@ fn cross_cell_transposes_the_weights() {
 #[test]
 fn cross_cell_divides_by_sqrt_3_not_sqrt_4() {
     let cell = cross_cell(CrossReading::CELL).unwrap();
-    let text = cross_cell(CrossReading { divisor: TEXT_SCORE_DIVISOR, ..CrossReading::CELL }).unwrap();
+    let text =
+        cross_cell(CrossReading { divisor: TEXT_SCORE_DIVISOR, ..CrossReading::CELL }).unwrap();
     assert_eq!(numpy_row(&cell.scores, 0), "0.36329404 0.36329403 0.36329405");
     assert_eq!(numpy_row(&text.scores, 0), "0.31462187 0.31462186 0.31462187");
-    assert_abs_diff_eq!(&cell.scores * CELL_SCORE_DIVISOR, &text.scores * TEXT_SCORE_DIVISOR, epsilon = 1e-12);
+    assert_abs_diff_eq!(
+        &cell.scores * CELL_SCORE_DIVISOR,
+        &text.scores * TEXT_SCORE_DIVISOR,
+        epsilon = 1e-12
+    );
     // Yet the printed weights and output agree at 8 decimals: every score row is (almost) constant.
     assert_eq!(rows_of(&text.weights), rows_of(&cell.weights));
     assert_eq!(rows_of(&text.output), rows_of(&cell.output));
@@ -257,7 +274,11 @@ fn adam_two_steps_by_hand() {
     adam.step(&mut [&mut theta], &[&DMatrix::from_element(1, 1, -1.0)]).unwrap();
     let m_hat: f64 = -0.055 / 0.19;
     let v_hat: f64 = 0.00124975 / 0.001999;
-    assert_abs_diff_eq!(theta[(0, 0)], 0.900000002 - 0.1 * m_hat / (v_hat.sqrt() + 1e-8), epsilon = 1e-15);
+    assert_abs_diff_eq!(
+        theta[(0, 0)],
+        0.900000002 - 0.1 * m_hat / (v_hat.sqrt() + 1e-8),
+        epsilon = 1e-15
+    );
     assert_abs_diff_eq!(theta[(0, 0)], 0.9366103542, epsilon = 1e-10);
     assert_eq!(adam.moments.steps(), 2);
 }
@@ -342,10 +363,23 @@ fn cross_attention_backward_passes_gradcheck_into_the_encoder_output() {
     let r = probe(6, 4, 5);
     let (_, cache) = cross_attention_forward(&y, &yb, &e, &eb, &w).unwrap();
     let g = cross_attention_backward(&w, &cache, &r).unwrap();
-    let loss = |t: &[DMatrix<f64>]| dot(&cross_attention_forward(&t[0], &yb, &t[1], &eb, &mha_with(&w, &t[2..])).unwrap().0, &r);
+    let loss = |t: &[DMatrix<f64>]| {
+        dot(&cross_attention_forward(&t[0], &yb, &t[1], &eb, &mha_with(&w, &t[2..])).unwrap().0, &r)
+    };
     let mut inputs = vec![("decoder y", y), ("encoder output", e)];
     inputs.extend(mha_named(&w));
-    let analytic = [g.d_x_q, g.d_x_kv.clone(), g.d_w_q, g.d_b_q, g.d_w_k, g.d_b_k.clone(), g.d_w_v, g.d_b_v, g.d_w_o, g.d_b_o];
+    let analytic = [
+        g.d_x_q,
+        g.d_x_kv.clone(),
+        g.d_w_q,
+        g.d_b_q,
+        g.d_w_k,
+        g.d_b_k.clone(),
+        g.d_w_v,
+        g.d_b_v,
+        g.d_w_o,
+        g.d_b_o,
+    ];
     gradcheck::check(config(), &inputs, &analytic, loss).assert_passed();
     // b_K cannot change any weight: its gradient is zero (up to rounding).
     assert!(g.d_b_k.iter().all(|v| v.abs() < 1e-12), "{}", g.d_b_k);
@@ -359,14 +393,29 @@ fn causal_self_attention_with_padding_passes_gradcheck() {
     let (x, xb, _, _, w) = attention_case();
     let r = probe(6, 4, 6);
     let spec = attention_spec::<f64>(&xb, &xb, true).unwrap();
-    assert!(spec.causal && spec.mask.is_some(), "sequence 2 is padded, so its padded keys are masked too");
+    assert!(
+        spec.causal && spec.mask.is_some(),
+        "sequence 2 is padded, so its padded keys are masked too"
+    );
     let (_, cache) = mha_forward(&w, &x, &x, &spec).unwrap();
     let g = mha_backward(&w, &cache, &r).unwrap();
-    let loss = |t: &[DMatrix<f64>]| dot(&mha_forward(&mha_with(&w, &t[1..]), &t[0], &t[0], &spec).unwrap().0, &r);
+    let loss = |t: &[DMatrix<f64>]| {
+        dot(&mha_forward(&mha_with(&w, &t[1..]), &t[0], &t[0], &spec).unwrap().0, &r)
+    };
     let mut inputs = vec![("x", x)];
     inputs.extend(mha_named(&w));
     // x feeds queries, keys and values: its gradient is the sum of both input gradients.
-    let analytic = [&g.d_x_q + &g.d_x_kv, g.d_w_q, g.d_b_q, g.d_w_k, g.d_b_k, g.d_w_v, g.d_b_v, g.d_w_o, g.d_b_o];
+    let analytic = [
+        &g.d_x_q + &g.d_x_kv,
+        g.d_w_q,
+        g.d_b_q,
+        g.d_w_k,
+        g.d_b_k,
+        g.d_w_v,
+        g.d_b_v,
+        g.d_w_o,
+        g.d_b_o,
+    ];
     gradcheck::check(config(), &inputs, &analytic, loss).assert_passed();
 }
 
@@ -396,7 +445,8 @@ fn decoder_block_backward_passes_gradcheck_for_every_input_and_weight() {
     inputs.extend(named(&weights, "decoder weight "));
     let mut analytic = vec![dy, de];
     analytic.extend(gb.tensors().into_iter().cloned());
-    let refs: Vec<(&str, DMatrix<f64>)> = inputs.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+    let refs: Vec<(&str, DMatrix<f64>)> =
+        inputs.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
     let loss = |t: &[DMatrix<f64>]| {
         let mut b = block.clone();
         for (slot, v) in b.tensors_mut().into_iter().zip(&t[2..]) {
@@ -424,11 +474,20 @@ fn encoder_block_backward_passes_gradcheck_for_every_input_and_weight() {
     inputs.extend(named(&weights, "encoder weight "));
     let a = &g.attn;
     let mut analytic = vec![g.d_x.clone()];
-    analytic.extend([&a.d_w_q, &a.d_b_q, &a.d_w_k, &a.d_b_k, &a.d_w_v, &a.d_b_v, &a.d_w_o, &a.d_b_o].map(|m| m.clone()));
+    analytic.extend(
+        [&a.d_w_q, &a.d_b_q, &a.d_w_k, &a.d_b_k, &a.d_w_v, &a.d_b_v, &a.d_w_o, &a.d_b_o]
+            .map(|m| m.clone()),
+    );
     analytic.extend([g.ln1.d_gamma.clone(), g.ln1.d_beta.clone()]);
-    analytic.extend([g.ffn.d_w1.clone(), g.ffn.d_b1.clone(), g.ffn.d_w2.clone(), g.ffn.d_b2.clone()]);
+    analytic.extend([
+        g.ffn.d_w1.clone(),
+        g.ffn.d_b1.clone(),
+        g.ffn.d_w2.clone(),
+        g.ffn.d_b2.clone(),
+    ]);
     analytic.extend([g.ln2.d_gamma.clone(), g.ln2.d_beta.clone()]);
-    let refs: Vec<(&str, DMatrix<f64>)> = inputs.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+    let refs: Vec<(&str, DMatrix<f64>)> =
+        inputs.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
     let loss = |t: &[DMatrix<f64>]| {
         let mut b = block.clone();
         for (slot, v) in block_tensors_mut(&mut b).into_iter().zip(&t[1..]) {
@@ -445,8 +504,10 @@ fn padded_cross_entropy_passes_gradcheck_and_skips_padding() {
     let labels = [Some(2), None, Some(0), Some(4)];
     let (_, d) = padded_cross_entropy(&z, &labels).unwrap();
     assert!(d.row(1).iter().all(|&v| v == 0.0));
-    gradcheck::check(Config::default(), &[("logits", z.clone())], &[d], |t| padded_cross_entropy(&t[0], &labels).unwrap().0)
-        .assert_passed();
+    gradcheck::check(Config::default(), &[("logits", z.clone())], &[d], |t| {
+        padded_cross_entropy(&t[0], &labels).unwrap().0
+    })
+    .assert_passed();
     // Uniform logits over 5 classes cost ln 5.
     let (l, _) = padded_cross_entropy(&DMatrix::<f64>::zeros(1, 5), &[Some(3)]).unwrap();
     assert!(matches!(padded_cross_entropy(&z, &[None; 4]), Err(Error::Empty { .. })));
@@ -454,7 +515,15 @@ fn padded_cross_entropy_passes_gradcheck_and_skips_padding() {
 }
 
 fn tiny() -> EncoderDecoder<f64> {
-    let config = ModelConfig { vocab: 6, width: 4, heads: 2, hidden: 6, encoder_layers: 1, decoder_layers: 1, max_len: 5 };
+    let config = ModelConfig {
+        vocab: 6,
+        width: 4,
+        heads: 2,
+        hidden: 6,
+        encoder_layers: 1,
+        decoder_layers: 1,
+        max_len: 5,
+    };
     let mut m = EncoderDecoder::<f64>::new(config, 3).unwrap();
     randomise_norms(m.tensors_mut(), &mut Rng::new(4));
     m
@@ -470,9 +539,17 @@ fn whole_model_gradients_pass_gradcheck_with_padding_and_teacher_forcing() {
     let g = model.loss_and_gradients(&source, &target_in, &labels).unwrap();
     let tensors: Vec<DMatrix<f64>> = model.tensors().into_iter().cloned().collect();
     let inputs = named(&tensors, "tensor ");
-    let refs: Vec<(&str, DMatrix<f64>)> = inputs.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+    let refs: Vec<(&str, DMatrix<f64>)> =
+        inputs.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
     let analytic: Vec<DMatrix<f64>> = g.grads.tensors().into_iter().cloned().collect();
-    let loss = |t: &[DMatrix<f64>]| model.with_tensors(t).unwrap().loss_and_gradients(&source, &target_in, &labels).unwrap().loss;
+    let loss = |t: &[DMatrix<f64>]| {
+        model
+            .with_tensors(t)
+            .unwrap()
+            .loss_and_gradients(&source, &target_in, &labels)
+            .unwrap()
+            .loss
+    };
     let report = gradcheck::check(config(), &refs, &analytic, loss);
     assert_eq!(report.tensors.len(), model.tensors().len());
     report.assert_passed();
@@ -536,13 +613,19 @@ fn held_out_set_is_large_distinct_and_never_trained_on() {
     let held = task.held_out(1000, CHAPTER_CONFIG.held_out_seed).unwrap();
     let set: HashSet<Vec<usize>> = held.iter().cloned().collect();
     assert_eq!(set.len(), 1000);
-    assert!(held.iter().all(|s| (task.min_len..=task.max_len).contains(&s.len()) && s.iter().all(|&d| d < DIGITS)));
+    assert!(
+        held.iter()
+            .all(|s| (task.min_len..=task.max_len).contains(&s.len())
+                && s.iter().all(|&d| d < DIGITS))
+    );
     // With a tiny task most samples hit the excluded set; the sampler must still never return one.
     let small = ReversalTask { min_len: 2, max_len: 2 };
     let excluded: HashSet<Vec<usize>> = small.held_out(40, 1).unwrap().into_iter().collect();
     let mut rng = Rng::new(2);
     for _ in 0..200 {
-        assert!(small.training_batch(&mut rng, 16, &excluded).iter().all(|s| !excluded.contains(s)));
+        assert!(
+            small.training_batch(&mut rng, 16, &excluded).iter().all(|s| !excluded.contains(s))
+        );
     }
     assert!(matches!(small.held_out(60, 1), Err(Error::InvalidValue { .. })));
 }
@@ -559,7 +642,11 @@ fn trained_model_reverses_99_percent_of_held_out_sequences() {
     let trained = chapter_model().unwrap();
     assert_eq!(trained.held_out.len(), 1000);
     let outputs = trained.held_out_outputs().unwrap();
-    let right = outputs.iter().zip(&trained.held_out).filter(|(o, s)| **o == ReversalTask::target(s)).count();
+    let right = outputs
+        .iter()
+        .zip(&trained.held_out)
+        .filter(|(o, s)| **o == ReversalTask::target(s))
+        .count();
     println!("held-out exact match: {right}/1000");
     assert!(right >= 990, "only {right} of 1000 held-out sources reversed exactly");
     assert_eq!(trained.exact_match().unwrap(), right as f64 / 1000.0);
@@ -582,7 +669,11 @@ fn cross_attention_of_the_trained_model_reads_the_source_backwards() {
     let example = heatmap_example(trained);
     let map = trained.cross_attention_map(&example).unwrap();
     let n = example.len();
-    assert_eq!(map.shape(), (n + 1, n), "rows: <start> and the n output digits; columns: the source");
+    assert_eq!(
+        map.shape(),
+        (n + 1, n),
+        "rows: <start> and the n output digits; columns: the source"
+    );
     for r in 0..map.nrows() {
         assert_abs_diff_eq!(map.row(r).sum(), 1.0, epsilon = 1e-5);
     }
@@ -591,14 +682,20 @@ fn cross_attention_of_the_trained_model_reads_the_source_backwards() {
     for i in 0..n {
         let centre: f64 = (0..n).map(|j| j as f64 * map[(i, j)]).sum();
         let mirror = (n - 1 - i) as f64;
-        assert!((centre - mirror).abs() < 1.0, "row {i} centres on {centre:.2}, not near {mirror}:\n{map:.3}");
+        assert!(
+            (centre - mirror).abs() < 1.0,
+            "row {i} centres on {centre:.2}, not near {mirror}:\n{map:.3}"
+        );
     }
 }
 
 #[test]
 fn greedy_decoding_stops_at_the_end_token() {
     let trained = chapter_model().unwrap();
-    let out = trained.model.greedy_decode(&[vec![1, 2, 3], vec![9, 8, 7, 6, 5, 4, 3, 2]], START, END).unwrap();
+    let out = trained
+        .model
+        .greedy_decode(&[vec![1, 2, 3], vec![9, 8, 7, 6, 5, 4, 3, 2]], START, END)
+        .unwrap();
     assert_eq!(out, [vec![3, 2, 1], vec![2, 3, 4, 5, 6, 7, 8, 9]]);
 }
 
@@ -629,7 +726,10 @@ fn empty_sources_and_targets_are_errors() {
 fn token_ids_outside_the_vocabulary_are_errors() {
     let model = tiny();
     let err = model.forward(&[vec![1, 6]], &[vec![5]]).unwrap_err();
-    assert!(matches!(err, Error::InvalidValue { .. }) && err.to_string().contains("token id 6"), "{err}");
+    assert!(
+        matches!(err, Error::InvalidValue { .. }) && err.to_string().contains("token id 6"),
+        "{err}"
+    );
     assert!(model.forward(&[vec![1]], &[vec![99]]).is_err());
     assert!(model.greedy_decode(&[vec![1]], 6, 4).is_err());
     let err = model.loss_and_gradients(&[vec![1]], &[vec![5]], &[vec![7]]).unwrap_err();
@@ -640,7 +740,10 @@ fn token_ids_outside_the_vocabulary_are_errors() {
 fn a_target_longer_than_the_maximum_is_an_error() {
     let model = tiny(); // max_len 5
     let err = model.forward(&[vec![1]], &[vec![5, 1, 1, 1, 1, 1]]).unwrap_err();
-    assert!(err.to_string().contains("6 positions") && err.to_string().contains("maximum 5"), "{err}");
+    assert!(
+        err.to_string().contains("6 positions") && err.to_string().contains("maximum 5"),
+        "{err}"
+    );
     let mut config = CHAPTER_CONFIG;
     config.task.max_len = config.model.max_len;
     assert!(matches!(train(&config), Err(Error::InvalidValue { .. })));
@@ -659,17 +762,41 @@ fn a_target_longer_than_the_maximum_is_an_error() {
 #[test]
 fn bad_shapes_heads_and_masks_are_errors() {
     let (y, yb, e, eb, w) = attention_case();
-    assert!(matches!(cross_attention_forward(&y, &Batch::full(1, 6).unwrap(), &e, &eb, &w), Err(Error::Shape { .. })));
-    assert!(matches!(cross_attention_forward(&y, &Batch::full(3, 2).unwrap(), &e, &eb, &w), Err(Error::Shape { .. })));
-    assert!(matches!(attention_spec::<f64>(&yb, &Batch::full(3, 2).unwrap(), false), Err(Error::Shape { .. })));
-    assert!(Batch::new(3, vec![0]).is_err() && Batch::new(3, vec![4]).is_err() && Batch::new(3, vec![]).is_err());
+    assert!(matches!(
+        cross_attention_forward(&y, &Batch::full(1, 6).unwrap(), &e, &eb, &w),
+        Err(Error::Shape { .. })
+    ));
+    assert!(matches!(
+        cross_attention_forward(&y, &Batch::full(3, 2).unwrap(), &e, &eb, &w),
+        Err(Error::Shape { .. })
+    ));
+    assert!(matches!(
+        attention_spec::<f64>(&yb, &Batch::full(3, 2).unwrap(), false),
+        Err(Error::Shape { .. })
+    ));
+    assert!(
+        Batch::new(3, vec![0]).is_err()
+            && Batch::new(3, vec![4]).is_err()
+            && Batch::new(3, vec![]).is_err()
+    );
     let nan = DMatrix::from_element(6, 4, f64::NAN);
-    assert!(matches!(cross_attention_forward(&nan, &yb, &e, &eb, &w), Err(Error::NonFinite { .. })));
+    assert!(matches!(
+        cross_attention_forward(&nan, &yb, &e, &eb, &w),
+        Err(Error::NonFinite { .. })
+    ));
     let all_masked = masked_softmax_rows("test", &DMatrix::<f64>::zeros(2, 2), |_, _| false);
     assert!(matches!(all_masked, Err(Error::InvalidValue { .. })));
     assert!(DecoderBlock::<f64>::random(6, 4, 6, &mut Rng::new(0)).is_err());
     assert!(encoder_block::<f64>(6, 0, 6, &mut Rng::new(0)).is_err());
-    let bad = ModelConfig { vocab: 6, width: 6, heads: 4, hidden: 6, encoder_layers: 1, decoder_layers: 1, max_len: 5 };
+    let bad = ModelConfig {
+        vocab: 6,
+        width: 6,
+        heads: 4,
+        hidden: 6,
+        encoder_layers: 1,
+        decoder_layers: 1,
+        max_len: 5,
+    };
     assert!(EncoderDecoder::<f64>::new(bad, 0).is_err());
 }
 
@@ -679,9 +806,19 @@ fn bad_shapes_heads_and_masks_are_errors() {
 fn figures_hold_the_plotted_data_and_draw() {
     let figs = figures().unwrap();
     let stems: Vec<&str> = figs.iter().map(|(s, _)| s.as_str()).collect();
-    assert_eq!(stems, ["ch07_decoder_cell_weights", "ch07_decoder_text_weights", "ch07_cross_attention", "ch07_loss"]);
+    assert_eq!(
+        stems,
+        [
+            "ch07_decoder_cell_weights",
+            "ch07_decoder_text_weights",
+            "ch07_cross_attention",
+            "ch07_loss"
+        ]
+    );
     match &figs[0].1 {
-        llm_workbook::plot::Figure::Heatmap(h) => assert_eq!(format!("{:.8}", h.values[0][1]), "0.56641068"),
+        llm_workbook::plot::Figure::Heatmap(h) => {
+            assert_eq!(format!("{:.8}", h.values[0][1]), "0.56641068")
+        }
         _ => panic!("the decoder weights are a heatmap"),
     }
     match &figs[2].1 {
@@ -692,13 +829,17 @@ fn figures_hold_the_plotted_data_and_draw() {
         _ => panic!("the cross-attention is a heatmap"),
     }
     match &figs[3].1 {
-        llm_workbook::plot::Figure::Line(c) => assert_eq!(c.series[0].points.len(), CHAPTER_CONFIG.steps),
+        llm_workbook::plot::Figure::Line(c) => {
+            assert_eq!(c.series[0].points.len(), CHAPTER_CONFIG.steps)
+        }
         _ => panic!("the loss is a line chart"),
     }
     let dir = common::temp_dir("ch07");
     for (stem, f) in &figs {
         let files = f.save(&dir, stem).unwrap();
-        assert!(files.iter().all(|p| std::fs::metadata(p).map(|m| m.len() > 1000).unwrap_or(false)));
+        assert!(
+            files.iter().all(|p| std::fs::metadata(p).map(|m| m.len() > 1000).unwrap_or(false))
+        );
     }
 }
 
@@ -732,9 +873,18 @@ mod hardening {
         for (bad, needle) in [
             (TrainConfig { steps: 0, ..small() }, "must all be positive"),
             (TrainConfig { batch_size: 0, ..small() }, "must all be positive"),
-            (TrainConfig { task: ReversalTask { min_len: 0, max_len: 4 }, ..small() }, "1 ≤ min ≤ max"),
-            (TrainConfig { task: ReversalTask { min_len: 5, max_len: 4 }, ..small() }, "1 ≤ min ≤ max"),
-            (TrainConfig { task: ReversalTask { min_len: 3, max_len: 20 }, ..small() }, "decoder positions"),
+            (
+                TrainConfig { task: ReversalTask { min_len: 0, max_len: 4 }, ..small() },
+                "1 ≤ min ≤ max",
+            ),
+            (
+                TrainConfig { task: ReversalTask { min_len: 5, max_len: 4 }, ..small() },
+                "1 ≤ min ≤ max",
+            ),
+            (
+                TrainConfig { task: ReversalTask { min_len: 3, max_len: 20 }, ..small() },
+                "decoder positions",
+            ),
             (TrainConfig { model: ModelConfig { vocab: 3, ..small().model }, ..small() }, "tokens"),
             (TrainConfig { learning_rate: -1.0, ..small() }, "learning rate"),
             (TrainConfig { learning_rate: f64::NAN, ..small() }, "learning rate"),

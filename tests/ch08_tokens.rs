@@ -19,7 +19,8 @@ use std::sync::OnceLock;
 /// read from Cargo.lock, the crate's sources from cargo's registry (`$CARGO_HOME`, by default
 /// `~/.cargo`). Nothing is downloaded at run time.
 fn gpt2_assets() -> PathBuf {
-    let lock = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.lock")).expect("Cargo.lock");
+    let lock = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.lock"))
+        .expect("Cargo.lock");
     let version = lock
         .split("[[package]]")
         .find(|p| p.contains("name = \"tiktoken-rs\""))
@@ -42,14 +43,17 @@ fn gpt2_assets() -> PathBuf {
             }
         }
     }
-    panic!("tiktoken-rs {version} sources not found under {homes:?}/registry/src (run `cargo fetch`)");
+    panic!(
+        "tiktoken-rs {version} sources not found under {homes:?}/registry/src (run `cargo fetch`)"
+    );
 }
 
 fn gpt2() -> &'static Gpt2Tokenizer {
     static T: OnceLock<Gpt2Tokenizer> = OnceLock::new();
     T.get_or_init(|| {
         let dir = gpt2_assets();
-        Gpt2Tokenizer::from_files(dir.join("encoder.json"), dir.join("vocab.bpe")).expect("GPT-2 files load")
+        Gpt2Tokenizer::from_files(dir.join("encoder.json"), dir.join("vocab.bpe"))
+            .expect("GPT-2 files load")
     })
 }
 
@@ -115,8 +119,9 @@ fn varied_strings() -> Vec<String> {
     let mut out: Vec<String> = fixed.iter().map(|s| s.to_string()).collect();
     // Random strings from a pool of pieces that stress the split rules.
     let pieces = [
-        " ", "  ", "\n", "\t", "'s", "'ll", "'", "a", "Z", "ab", "the", " the", "123", "٣", "½", "é", "e\u{301}", "😀", "中", "!", "?!",
-        ".", ",", "\u{a0}", "\u{2003}", "-", "_", "Ж", "ß", "\r\n", "  x", "9", " 9", "$", "€", "ǅ", "ʰ",
+        " ", "  ", "\n", "\t", "'s", "'ll", "'", "a", "Z", "ab", "the", " the", "123", "٣", "½",
+        "é", "e\u{301}", "😀", "中", "!", "?!", ".", ",", "\u{a0}", "\u{2003}", "-", "_", "Ж", "ß",
+        "\r\n", "  x", "9", " 9", "$", "€", "ǅ", "ʰ",
     ];
     let mut rng = Rng::new(8);
     for _ in 0..250 {
@@ -162,7 +167,13 @@ fn gpt2_ids_match_tiktoken_on_varied_strings() {
             mismatches.push(format!("{s:?}: ours {ours:?} theirs {theirs:?}"));
         }
     }
-    assert!(mismatches.is_empty(), "{} of {} differ:\n{}", mismatches.len(), strings.len(), mismatches.join("\n"));
+    assert!(
+        mismatches.is_empty(),
+        "{} of {} differ:\n{}",
+        mismatches.len(),
+        strings.len(),
+        mismatches.join("\n")
+    );
 }
 
 #[test]
@@ -303,14 +314,23 @@ fn split_follows_gpt2s_pattern() {
 #[test]
 fn unicode_tables_equal_regex_syntax_classes() {
     use regex_syntax::hir::{Class, HirKind};
-    for (pattern, table) in [(r"\p{L}", unicode::LETTERS), (r"\p{N}", unicode::NUMBERS), (r"\s", unicode::WHITESPACE)] {
+    for (pattern, table) in
+        [(r"\p{L}", unicode::LETTERS), (r"\p{N}", unicode::NUMBERS), (r"\s", unicode::WHITESPACE)]
+    {
         let hir = regex_syntax::parse(pattern).unwrap();
-        let HirKind::Class(Class::Unicode(class)) = hir.kind() else { panic!("{pattern} is not a Unicode class") };
-        let theirs: Vec<(u32, u32)> = class.ranges().iter().map(|r| (r.start() as u32, r.end() as u32)).collect();
+        let HirKind::Class(Class::Unicode(class)) = hir.kind() else {
+            panic!("{pattern} is not a Unicode class")
+        };
+        let theirs: Vec<(u32, u32)> =
+            class.ranges().iter().map(|r| (r.start() as u32, r.end() as u32)).collect();
         assert_eq!(table, theirs.as_slice(), "{pattern}");
     }
     // The standard library agrees on whitespace and numbers, but not on letters.
-    assert!((0..=0x10FFFFu32).filter_map(char::from_u32).all(|c| unicode::is_space(c) == c.is_whitespace()));
+    assert!(
+        (0..=0x10FFFFu32)
+            .filter_map(char::from_u32)
+            .all(|c| unicode::is_space(c) == c.is_whitespace())
+    );
     assert!(!unicode::is_letter('\u{903}') && '\u{903}'.is_alphabetic()); // a Devanagari vowel sign (Mc)
     assert!(unicode::is_number('Ⅻ') && !unicode::is_letter('Ⅻ') && 'Ⅻ'.is_alphabetic());
 }
@@ -318,7 +338,11 @@ fn unicode_tables_equal_regex_syntax_classes() {
 // ───────────────────────────── malformed GPT-2 files ─────────────────────────────
 
 fn small_gpt2_files() -> (String, String) {
-    let t = bpe::train("the cat and the hat sat at the mat", BpeConfig { vocab_size: 260, pre_tokenizer: PreTokenizer::Gpt2 }).unwrap();
+    let t = bpe::train(
+        "the cat and the hat sat at the mat",
+        BpeConfig { vocab_size: 260, pre_tokenizer: PreTokenizer::Gpt2 },
+    )
+    .unwrap();
     gpt2::to_gpt2_files(&t.bpe).unwrap()
 }
 
@@ -333,7 +357,11 @@ fn parse_error(r: llm_workbook::Result<Gpt2Tokenizer>) -> (String, Option<usize>
 #[test]
 fn our_bpe_saved_in_gpt2_format_loads_back_and_encodes_the_same() {
     let text = corpus::default_corpus();
-    let t = bpe::train(&text[..40_000], BpeConfig { vocab_size: 400, pre_tokenizer: PreTokenizer::Gpt2 }).unwrap();
+    let t = bpe::train(
+        &text[..40_000],
+        BpeConfig { vocab_size: 400, pre_tokenizer: PreTokenizer::Gpt2 },
+    )
+    .unwrap();
     let (vocab, merges) = gpt2::to_gpt2_files(&t.bpe).unwrap();
     let loaded = Gpt2Tokenizer::from_texts("vocab.json", &vocab, "merges.txt", &merges).unwrap();
     assert_eq!(loaded.vocab_size(), 400);
@@ -345,14 +373,16 @@ fn our_bpe_saved_in_gpt2_format_loads_back_and_encodes_the_same() {
     let dir = common::temp_dir("ch08-gpt2-files");
     std::fs::write(dir.join("vocab.json"), &vocab).unwrap();
     std::fs::write(dir.join("merges.txt"), &merges).unwrap();
-    let from_disk = Gpt2Tokenizer::from_files(dir.join("vocab.json"), dir.join("merges.txt")).unwrap();
+    let from_disk =
+        Gpt2Tokenizer::from_files(dir.join("vocab.json"), dir.join("merges.txt")).unwrap();
     assert_eq!(from_disk.encode(sample).unwrap(), t.bpe.encode(sample).unwrap());
 }
 
 #[test]
 fn malformed_vocab_json_errors_name_the_file_and_line() {
     let (vocab, merges) = small_gpt2_files();
-    let load = |v: &str| parse_error(Gpt2Tokenizer::from_texts("vocab.json", v, "merges.txt", &merges));
+    let load =
+        |v: &str| parse_error(Gpt2Tokenizer::from_texts("vocab.json", v, "merges.txt", &merges));
     // Truncated in the middle of a key on line 3.
     let cut = vocab.match_indices('\n').nth(2).unwrap().0 + 8;
     let (file, line, reason) = load(&vocab[..cut]);
@@ -374,7 +404,8 @@ fn malformed_vocab_json_errors_name_the_file_and_line() {
     let (_, line, _) = load("{\n\n  \"a\": -1\n}");
     assert_eq!(line, Some(3));
     // The same key twice, on line 4.
-    let bad = vocab.replacen("\n", "\n    \"!\": 999,\n", 1).replacen("\"!\": 999,", "\"!\": 0,", 1);
+    let bad =
+        vocab.replacen("\n", "\n    \"!\": 999,\n", 1).replacen("\"!\": 999,", "\"!\": 0,", 1);
     let (_, line, reason) = load(&bad);
     assert!(reason.contains("twice") || reason.contains("two tokens"), "{reason}");
     assert!(line.is_some());
@@ -398,8 +429,11 @@ fn malformed_vocab_json_errors_name_the_file_and_line() {
 
 #[test]
 fn json_reader_decodes_escapes_and_surrogate_pairs() {
-    let entries =
-        gpt2::parse_string_to_int_json("x.json", "{\"\\u0120the\": 1, \"\\\"q\\\"\": 2, \"\\ud83d\\ude00\": 3, \"a\\/b\": 4}").unwrap();
+    let entries = gpt2::parse_string_to_int_json(
+        "x.json",
+        "{\"\\u0120the\": 1, \"\\\"q\\\"\": 2, \"\\ud83d\\ude00\": 3, \"a\\/b\": 4}",
+    )
+    .unwrap();
     let keys: Vec<&str> = entries.iter().map(|(k, _, _)| k.as_str()).collect();
     assert_eq!(keys, ["Ġthe", "\"q\"", "😀", "a/b"]);
     assert_eq!(entries.iter().map(|e| e.1).collect::<Vec<_>>(), [1, 2, 3, 4]);
@@ -409,7 +443,8 @@ fn json_reader_decodes_escapes_and_surrogate_pairs() {
 #[test]
 fn malformed_merges_txt_errors_name_the_file_and_line() {
     let (vocab, merges) = small_gpt2_files();
-    let load = |m: &str| parse_error(Gpt2Tokenizer::from_texts("vocab.json", &vocab, "merges.txt", m));
+    let load =
+        |m: &str| parse_error(Gpt2Tokenizer::from_texts("vocab.json", &vocab, "merges.txt", m));
     assert!(Gpt2Tokenizer::from_texts("vocab.json", &vocab, "merges.txt", &merges).is_ok());
     let lines: Vec<&str> = merges.lines().collect();
     // A line truncated to one token (line 3).
@@ -454,7 +489,15 @@ fn default_corpus_is_at_least_200_kb_of_varied_text() {
     assert!(text.len() >= 200_000, "{} bytes", text.len());
     assert!(text.is_ascii());
     // Every kind of piece is there.
-    for marker in ["Once upon a time", "Moral: ", "\nQ: ", "\nA: ", "people live there", "the day after", "Together they had"] {
+    for marker in [
+        "Once upon a time",
+        "Moral: ",
+        "\nQ: ",
+        "\nA: ",
+        "people live there",
+        "the day after",
+        "Together they had",
+    ] {
         assert!(text.contains(marker), "{marker:?}");
     }
     let words: std::collections::HashSet<&str> = ngram::words(text).into_iter().collect();
@@ -469,7 +512,10 @@ fn grammar_regenerates_the_committed_corpus_byte_for_byte() {
         "data/corpus.txt differs from the grammar's output; if the grammar changed on purpose, rewrite it with \
          `cargo run --release --example ch08_corpus -- data/corpus.txt` (every number of the chapter will change)"
     );
-    assert_ne!(corpus::generate(corpus::CORPUS_SEED + 1, 5_000), generated[..generated.len().min(5_000)].to_string());
+    assert_ne!(
+        corpus::generate(corpus::CORPUS_SEED + 1, 5_000),
+        generated[..generated.len().min(5_000)].to_string()
+    );
 }
 
 #[test]
@@ -479,7 +525,10 @@ fn corpus_stories_keep_their_pronouns_and_names() {
     let mut checked = 0;
     for story in text.split("\n\n").filter(|p| p.contains(" named ") && p.contains("When ")) {
         let body = story.lines().nth(1).unwrap_or("");
-        let Some(hero) = body.split(" named ").nth(1).or_else(|| body.split(" called ").nth(1)) else { continue };
+        let Some(hero) = body.split(" named ").nth(1).or_else(|| body.split(" called ").nth(1))
+        else {
+            continue;
+        };
         let hero: String = hero.chars().take_while(|c| c.is_alphabetic()).collect();
         let second = story.lines().nth(2).unwrap_or("");
         if !body.contains("there lived") || hero.is_empty() {
@@ -537,7 +586,10 @@ fn empty_or_missing_corpus_file_is_refused() {
     let path = dir.join("empty.txt");
     std::fs::write(&path, b"").unwrap();
     let err = corpus::load(&path).unwrap_err();
-    assert!(matches!(&err, Error::Parse { line: None, .. }) && err.to_string().contains("empty"), "{err}");
+    assert!(
+        matches!(&err, Error::Parse { line: None, .. }) && err.to_string().contains("empty"),
+        "{err}"
+    );
     let err = corpus::load(dir.join("absent.txt")).unwrap_err();
     assert!(matches!(&err, Error::Io { path, .. } if path.ends_with("absent.txt")), "{err}");
 }
@@ -623,7 +675,9 @@ fn textbook_aaabdaaabac_ends_as_x_d_x_a_c_after_three_merges() {
     assert_eq!(t.tokens, [x, u32::from(b'd'), x, u32::from(b'a'), u32::from(b'c')]);
     assert_eq!(t.bpe.encode("aaabdaaabac").unwrap(), t.tokens);
     // No pair occurs twice any more: a fourth merge is refused.
-    let err = bpe::train("aaabdaaabac", BpeConfig { vocab_size: 260, pre_tokenizer: PreTokenizer::None }).unwrap_err();
+    let err =
+        bpe::train("aaabdaaabac", BpeConfig { vocab_size: 260, pre_tokenizer: PreTokenizer::None })
+            .unwrap_err();
     assert!(err.to_string().contains("at most 259 tokens (3 merges"), "{err}");
 }
 
@@ -649,10 +703,12 @@ fn ties_go_to_the_pair_that_occurs_first() {
 
 /// The definition, followed literally: recount every pair before each merge.
 fn naive_merges(pieces: &[&str], merges: usize) -> Vec<((TokenId, TokenId), usize)> {
-    let mut seqs: Vec<Vec<TokenId>> = pieces.iter().map(|p| p.bytes().map(TokenId::from).collect()).collect();
+    let mut seqs: Vec<Vec<TokenId>> =
+        pieces.iter().map(|p| p.bytes().map(TokenId::from).collect()).collect();
     let mut out = vec![];
     for k in 0..merges {
-        let mut counts: std::collections::HashMap<(TokenId, TokenId), (usize, usize)> = Default::default();
+        let mut counts: std::collections::HashMap<(TokenId, TokenId), (usize, usize)> =
+            Default::default();
         let mut position = 0;
         for s in &seqs {
             for w in s.windows(2) {
@@ -661,7 +717,11 @@ fn naive_merges(pieces: &[&str], merges: usize) -> Vec<((TokenId, TokenId), usiz
             }
             position += 1;
         }
-        let Some((&pair, &(count, _))) = counts.iter().max_by_key(|&(_, &(c, first))| (c, std::cmp::Reverse(first))) else { break };
+        let Some((&pair, &(count, _))) =
+            counts.iter().max_by_key(|&(_, &(c, first))| (c, std::cmp::Reverse(first)))
+        else {
+            break;
+        };
         if count < 2 {
             break;
         }
@@ -688,8 +748,9 @@ fn naive_merges(pieces: &[&str], merges: usize) -> Vec<((TokenId, TokenId), usiz
 #[test]
 fn incremental_counting_agrees_with_recounting_from_scratch() {
     let mut rng = Rng::new(3);
-    let mut texts: Vec<String> =
-        (0..40).map(|_| (0..rng.below(300) + 2).map(|_| ['a', 'b', 'c', ' ', 'a'][rng.below(5)]).collect()).collect();
+    let mut texts: Vec<String> = (0..40)
+        .map(|_| (0..rng.below(300) + 2).map(|_| ['a', 'b', 'c', ' ', 'a'][rng.below(5)]).collect())
+        .collect();
     texts.push(corpus::default_corpus()[..6_000].to_string());
     texts.push("ééé ü ü ü 😀😀😀".to_string());
     for text in &texts {
@@ -721,7 +782,11 @@ fn gpt2_pre_tokenization_keeps_merges_inside_pieces() {
     for m in t.bpe.merges() {
         let piece = t.bpe.token_bytes(m.id).unwrap();
         let piece = String::from_utf8(piece).unwrap();
-        assert_eq!(gpt2::split(&piece), [piece.as_str()], "merge {piece:?} crosses a piece boundary");
+        assert_eq!(
+            gpt2::split(&piece),
+            [piece.as_str()],
+            "merge {piece:?} crosses a piece boundary"
+        );
     }
     // Without it, merges do cross word boundaries (e.g. "e " or "d t").
     let free = train(text, 500, PreTokenizer::None);
@@ -742,7 +807,8 @@ fn bpe_decode_inverts_encode_on_random_unicode() {
     let text = corpus::default_corpus();
     let mut multi = text[..20_000].to_string();
     multi.push_str(&"éàü 中文 😀 ".repeat(50));
-    let tokenizers = [train(&multi, 420, PreTokenizer::None).bpe, train(&multi, 420, PreTokenizer::Gpt2).bpe];
+    let tokenizers =
+        [train(&multi, 420, PreTokenizer::None).bpe, train(&multi, 420, PreTokenizer::Gpt2).bpe];
     let mut rng = Rng::new(2024);
     let mut strings: Vec<String> = (0..400).map(|_| random_unicode(&mut rng, 30)).collect();
     strings.push(String::new());
@@ -759,11 +825,22 @@ fn bpe_decode_inverts_encode_on_random_unicode() {
 
 #[test]
 fn bpe_refuses_bad_vocabulary_sizes_and_empty_text() {
-    let err = bpe::train("some text", BpeConfig { vocab_size: 255, pre_tokenizer: PreTokenizer::None }).unwrap_err();
-    assert!(matches!(err, Error::InvalidValue { arg: "vocab_size", .. }) && err.to_string().contains("256"), "{err}");
-    let err = bpe::train("abcabc", BpeConfig { vocab_size: 300, pre_tokenizer: PreTokenizer::None }).unwrap_err();
+    let err =
+        bpe::train("some text", BpeConfig { vocab_size: 255, pre_tokenizer: PreTokenizer::None })
+            .unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidValue { arg: "vocab_size", .. })
+            && err.to_string().contains("256"),
+        "{err}"
+    );
+    let err =
+        bpe::train("abcabc", BpeConfig { vocab_size: 300, pre_tokenizer: PreTokenizer::None })
+            .unwrap_err();
     assert!(err.to_string().contains("at most 258 tokens (2 merges"), "{err}");
-    assert!(matches!(bpe::train("", BpeConfig { vocab_size: 256, pre_tokenizer: PreTokenizer::None }), Err(Error::Empty { .. })));
+    assert!(matches!(
+        bpe::train("", BpeConfig { vocab_size: 256, pre_tokenizer: PreTokenizer::None }),
+        Err(Error::Empty { .. })
+    ));
     assert_eq!(train("x", 256, PreTokenizer::None).tokens, [u32::from(b'x')]);
     let err = train("ab ab", 257, PreTokenizer::None).bpe.decode(&[257]).unwrap_err();
     assert!(err.to_string().contains("ids[0] = 257"), "{err}");
@@ -849,7 +926,12 @@ fn add_k_and_backoff_sum_to_one_over_the_vocabulary() {
         tok.encode("x").unwrap(),
     ];
     for ctx in &contexts {
-        for e in [Estimator::AddK(1.0), Estimator::AddK(0.01), Estimator::Backoff(0.75), Estimator::Backoff(0.1)] {
+        for e in [
+            Estimator::AddK(1.0),
+            Estimator::AddK(0.01),
+            Estimator::Backoff(0.75),
+            Estimator::Backoff(0.1),
+        ] {
             let total: f64 = (0..v as TokenId).map(|x| m.probability(ctx, x, e).unwrap()).sum();
             assert!((total - 1.0).abs() < 1e-12, "{e:?} {ctx:?}: {total}");
         }
@@ -923,8 +1005,15 @@ fn character_backoff_keeps_improving_past_n_5_0_5922_0_5322_0_4809() {
     // The prose's reason for holding chapter 9 to a better bar than the 5-gram: on this
     // grammar-made corpus, longer character contexts keep helping up to n = 10 and then stop.
     let (tok, train, validation) = llm_workbook::ch08_tokens::char_data().unwrap();
-    let rows =
-        ngram::baseline(&train, &validation, tok.vocab_size(), 11, llm_workbook::ch08_tokens::ADD_K, ngram::DEFAULT_DISCOUNT).unwrap();
+    let rows = ngram::baseline(
+        &train,
+        &validation,
+        tok.vocab_size(),
+        11,
+        llm_workbook::ch08_tokens::ADD_K,
+        ngram::DEFAULT_DISCOUNT,
+    )
+    .unwrap();
     let backoff = |n: usize| rows[n - 1].backoff;
     for (n, printed) in [(6, 0.5922), (7, 0.5322), (10, 0.4809)] {
         assert!((backoff(n) - printed).abs() < 5e-5, "n = {n}: {:.4}", backoff(n));
@@ -945,7 +1034,8 @@ fn the_unigram_cross_entropy_is_the_entropy_of_the_character_frequencies() {
     }
     let k = 1e-9;
     let total: f64 = p.iter().sum::<f64>() + k * v as f64;
-    let direct: f64 = validation.iter().map(|&t| -((p[t as usize] + k) / total).ln()).sum::<f64>() / validation.len() as f64;
+    let direct: f64 = validation.iter().map(|&t| -((p[t as usize] + k) / total).ln()).sum::<f64>()
+        / validation.len() as f64;
     let m = NGramModel::fit(&train, 1, v).unwrap();
     assert!((m.cross_entropy(&validation, Estimator::AddK(k)).unwrap() - direct).abs() < 1e-9);
 }
@@ -972,9 +1062,14 @@ fn samples_only_use_transitions_seen_in_training() {
 fn shannon_series_from_the_corpus() {
     let samples = llm_workbook::ch08_tokens::shannon_samples().unwrap();
     assert_eq!(samples.len(), 6);
-    assert_eq!(samples, llm_workbook::ch08_tokens::shannon_samples().unwrap(), "seeded, so repeatable");
+    assert_eq!(
+        samples,
+        llm_workbook::ch08_tokens::shannon_samples().unwrap(),
+        "seeded, so repeatable"
+    );
     // Higher orders produce more real words.
-    let real: std::collections::HashSet<&str> = ngram::words(corpus::default_corpus()).into_iter().collect();
+    let real: std::collections::HashSet<&str> =
+        ngram::words(corpus::default_corpus()).into_iter().collect();
     let share = |s: &str| {
         let w = ngram::words(s);
         w.iter().filter(|w| real.contains(*w)).count() as f64 / w.len().max(1) as f64
@@ -988,7 +1083,10 @@ fn shannon_series_from_the_corpus() {
 
 #[test]
 fn words_keep_apostrophes_and_split_punctuation() {
-    assert_eq!(ngram::words("Mira's cat, \"Pip\", purred."), ["Mira's", "cat", ",", "\"", "Pip", "\"", ",", "purred", "."]);
+    assert_eq!(
+        ngram::words("Mira's cat, \"Pip\", purred."),
+        ["Mira's", "cat", ",", "\"", "Pip", "\"", ",", "purred", "."]
+    );
     let v = WordVocab::from_text("b a. a").unwrap();
     assert_eq!(v.len(), 3);
     assert_eq!(v.render(&v.encode("a b. a").unwrap()), "a b. a");
@@ -1006,7 +1104,10 @@ fn figures_plot_the_baseline_against_n() {
     assert_eq!(figs[0].0, "ch08_ngram_loss");
     let rows = llm_workbook::ch08_tokens::char_baseline().unwrap();
     assert_eq!(chart.series.len(), 3);
-    assert_eq!(chart.series[1].points, rows.iter().map(|r| (r.n as f64, r.backoff)).collect::<Vec<_>>());
+    assert_eq!(
+        chart.series[1].points,
+        rows.iter().map(|r| (r.n as f64, r.backoff)).collect::<Vec<_>>()
+    );
     let dir = common::temp_dir("ch08-plots");
     let (stem, fig) = &figs[0];
     let files = fig.save(&dir, stem).unwrap();
@@ -1016,7 +1117,9 @@ fn figures_plot_the_baseline_against_n() {
 #[test]
 fn walk_prints_the_samples_and_the_table() {
     let text = common::walk_text(&llm_workbook::ch08_tokens::CHAPTER);
-    for needle in ["third-order characters", "second-order words", "[aaab][d][aaab][a][c]", "backoff (train)"] {
+    for needle in
+        ["third-order characters", "second-order words", "[aaab][d][aaab][a][c]", "backoff (train)"]
+    {
         assert!(text.contains(needle), "{needle}");
     }
 }
@@ -1099,7 +1202,9 @@ mod fuzz_corpus_replay {
     fn the_replay_notices_a_panic() {
         // A replay that could not fail would prove nothing: a target that panics on every input
         // must make it fail, and so must a missing corpus.
-        let r = std::panic::catch_unwind(|| replay_fuzz_corpus("bpe_roundtrip", 1, |_| panic!("planted")));
+        let r = std::panic::catch_unwind(|| {
+            replay_fuzz_corpus("bpe_roundtrip", 1, |_| panic!("planted"))
+        });
         assert!(r.is_err());
         let r = std::panic::catch_unwind(|| replay_fuzz_corpus("no_such_target", 1, |_| {}));
         assert!(r.is_err());
@@ -1114,15 +1219,24 @@ mod fuzz_corpus_replay {
         let write = fuzz_seed_writer();
         let (v, m) = super::small_gpt2_files();
         write("gpt2_files", "small", &h::join_with_prefix(v.as_bytes(), m.as_bytes()));
-        let (v, m) = llm_workbook::ch08_tokens::gpt2::to_gpt2_files(&h::fuzz_tokenizers().0).unwrap();
+        let (v, m) =
+            llm_workbook::ch08_tokens::gpt2::to_gpt2_files(&h::fuzz_tokenizers().0).unwrap();
         write("gpt2_files", "fuzz_tokenizer", &h::join_with_prefix(v.as_bytes(), m.as_bytes()));
         let no_version = m.lines().skip(1).collect::<Vec<_>>().join("\r\n");
-        write("gpt2_files", "crlf_no_version", &h::join_with_prefix(v.as_bytes(), no_version.as_bytes()));
+        write(
+            "gpt2_files",
+            "crlf_no_version",
+            &h::join_with_prefix(v.as_bytes(), no_version.as_bytes()),
+        );
         let text = llm_workbook::ch08_tokens::corpus::default_corpus();
         for (k, line) in text.lines().filter(|l| !l.is_empty()).step_by(40).take(6).enumerate() {
             write("bpe_roundtrip", &format!("corpus_{k}"), line.as_bytes());
         }
-        write("bpe_roundtrip", "unicode", "naïve café — 東京 😀 it's 12,5 l\u{a0}\t\n\n  x".as_bytes());
+        write(
+            "bpe_roundtrip",
+            "unicode",
+            "naïve café — 東京 😀 it's 12,5 l\u{a0}\t\n\n  x".as_bytes(),
+        );
         write("bpe_roundtrip", "invalid_utf8", b"ab\xff\xfe cd \xe2\x82");
     }
 }

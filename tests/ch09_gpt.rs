@@ -176,7 +176,11 @@ fn i_love_ai_h0_is_u_plus_wp() {
     let h0 = walkthrough::h0();
     for r in 0..3 {
         for c in 0..2 {
-            assert_eq!(format!("{:.2}", h0[(r, c)]), format!("{:.2}", walkthrough::PRINTED_H0[r][c]), "h0[{r}][{c}]");
+            assert_eq!(
+                format!("{:.2}", h0[(r, c)]),
+                format!("{:.2}", walkthrough::PRINTED_H0[r][c]),
+                "h0[{r}][{c}]"
+            );
         }
     }
     common::snap_matrix!("i_love_ai_h0", h0, 2);
@@ -205,7 +209,10 @@ fn i_love_ai_h2_love_follows_from_h1_times_w() {
     let from_printed = walkthrough::h2_of(&walkthrough::printed_h1_love()).unwrap();
     assert_abs_diff_eq!(from_printed[(0, 0)], 0.155 * 0.2 + 0.458 * 0.4, epsilon = 1e-15);
     assert_abs_diff_eq!(from_printed[(0, 1)], 0.155 * 0.3 + 0.458 * 0.5, epsilon = 1e-15);
-    assert_eq!(format!("{:.4}, {:.4}", from_printed[(0, 0)], from_printed[(0, 1)]), "0.2142, 0.2755");
+    assert_eq!(
+        format!("{:.4}, {:.4}", from_printed[(0, 0)], from_printed[(0, 1)]),
+        "0.2142, 0.2755"
+    );
     let ours = walkthrough::h2_of(&walkthrough::h1_love().unwrap()).unwrap();
     assert_eq!(format!("{:.4}, {:.4}", ours[(0, 0)], ours[(0, 1)]), "0.2858, 0.3845");
     // Neither reading of W (rows or columns) gives the printed [0.1753, 0.309].
@@ -221,11 +228,19 @@ fn masked_mix_refuses_weight_on_a_later_token() {
     let h0 = walkthrough::h0();
     let e = walkthrough::masked_mix(&[0.1, 0.8, 0.1], &h0, 1).unwrap_err();
     assert!(e.to_string().contains("may not attend to the later token 2"), "{e}");
-    assert!(walkthrough::masked_mix(&[0.5, 0.6, 0.0], &h0, 1).unwrap_err().to_string().contains("sum to 1"));
+    assert!(
+        walkthrough::masked_mix(&[0.5, 0.6, 0.0], &h0, 1)
+            .unwrap_err()
+            .to_string()
+            .contains("sum to 1")
+    );
     assert!(matches!(walkthrough::masked_mix(&[1.0, 0.0], &h0, 1), Err(Error::Shape { .. })));
     assert!(walkthrough::masked_mix(&[1.0, 0.0, 0.0], &h0, 3).is_err());
     // The first token can only attend to itself.
-    assert_eq!(walkthrough::masked_mix(&[1.0, 0.0, 0.0], &h0, 0).unwrap(), h0.rows(0, 1).clone_owned());
+    assert_eq!(
+        walkthrough::masked_mix(&[1.0, 0.0, 0.0], &h0, 0).unwrap(),
+        h0.rows(0, 1).clone_owned()
+    );
 }
 
 // ───────────── learning-rate schedule and clipping ─────────────
@@ -238,7 +253,11 @@ fn warmup_ramps_linearly_then_cosine_decays_to_the_floor() {
     assert_abs_diff_eq!(s.at(9), 1e-3, epsilon = 1e-18);
     assert_abs_diff_eq!(s.at(10), 1e-3, epsilon = 1e-18); // cos 0 = 1
     assert_abs_diff_eq!(s.at(60), 5.5e-4, epsilon = 1e-15); // halfway: the mean of max and min
-    assert_abs_diff_eq!(s.at(35), 1e-4 + 0.45e-3 * (1.0 + (std::f64::consts::PI / 4.0).cos()), epsilon = 1e-15);
+    assert_abs_diff_eq!(
+        s.at(35),
+        1e-4 + 0.45e-3 * (1.0 + (std::f64::consts::PI / 4.0).cos()),
+        epsilon = 1e-15
+    );
     assert_eq!(s.at(110), 1e-4);
     assert_eq!(s.at(10_000), 1e-4);
     // Monotone after the warm-up.
@@ -294,7 +313,10 @@ fn a_sort_example_is_the_string_then_its_sorted_copy_scored_on_the_sorted_half()
     let t = SortTask::standard(1).unwrap();
     let (inputs, targets) = t.example(&[3, 1, 4, 1, 0, 2]);
     assert_eq!(inputs, vec![3, 1, 4, 1, 0, 2, 0, 1, 1, 2, 3]);
-    assert_eq!(targets, vec![None, None, None, None, None, Some(0), Some(1), Some(1), Some(2), Some(3), Some(4)]);
+    assert_eq!(
+        targets,
+        vec![None, None, None, None, None, Some(0), Some(1), Some(1), Some(2), Some(3), Some(4)]
+    );
     let mut rng = Rng::new(3);
     let b = t.batch(4, &mut rng);
     assert_eq!((b.batch, b.seq_len, b.inputs.len(), b.scored()), (4, 11, 44, 24));
@@ -327,7 +349,8 @@ fn windows_predict_the_next_token_and_covering_windows_score_each_token_once() {
         }
     }
     let cover = data::covering_windows(&tokens, 5, 2);
-    let mut scored: Vec<u32> = cover.iter().flat_map(|b| b.targets.iter().map(|t| t.unwrap())).collect();
+    let mut scored: Vec<u32> =
+        cover.iter().flat_map(|b| b.targets.iter().map(|t| t.unwrap())).collect();
     scored.sort();
     assert_eq!(scored, (1..23).collect::<Vec<u32>>());
     assert_eq!(cover.iter().map(|b| b.batch).collect::<Vec<_>>(), vec![2, 2, 1]);
@@ -353,14 +376,23 @@ fn a_file_written_by_the_reference_implementation_is_read_exactly() {
     assert_eq!(g[(0, 1)], 0.2_f32 as f64);
     let e = f.matrix::<f32>("steps", 1, 1).unwrap_err().to_string();
     assert!(e.contains("dtype I64") && e.contains("only F32 and F64"), "{e}");
-    assert!(f.matrix::<f32>("h.0.mlp.c_fc.weight", 4, 3).unwrap_err().to_string().contains("shape [3, 4] but [4, 3] was expected"));
+    assert!(
+        f.matrix::<f32>("h.0.mlp.c_fc.weight", 4, 3)
+            .unwrap_err()
+            .to_string()
+            .contains("shape [3, 4] but [4, 3] was expected")
+    );
     assert!(f.matrix::<f32>("wte.weight", 4, 3).unwrap_err().to_string().contains("missing"));
 }
 
 fn small_file() -> Vec<u8> {
     let a = DMatrix::from_row_slice(2, 3, &[1.0_f32, -2.0, 3.5, 0.25, 1e-30, -0.0]);
     let b = DMatrix::from_row_slice(1, 2, &[std::f64::consts::PI, -1e300]);
-    st::serialize(&[TensorOut::matrix("a", &a, vec![2, 3]), TensorOut::matrix("b", &b, vec![2])], &[("step".into(), "3".into())]).unwrap()
+    st::serialize(
+        &[TensorOut::matrix("a", &a, vec![2, 3]), TensorOut::matrix("b", &b, vec![2])],
+        &[("step".into(), "3".into())],
+    )
+    .unwrap()
 }
 
 #[test]
@@ -419,11 +451,16 @@ fn a_header_that_lies_is_refused() {
     assert!(parse_err(with_header(&t("[0,4]"), &data)).contains("needs 8 bytes"));
     // Two tensors on the same bytes; a hole; bytes after the last tensor.
     let two = |a: &str, b: &str| {
-        format!(r#"{{"x":{{"dtype":"F32","shape":[1],"data_offsets":{a}}},"y":{{"dtype":"F32","shape":[1],"data_offsets":{b}}}}}"#)
+        format!(
+            r#"{{"x":{{"dtype":"F32","shape":[1],"data_offsets":{a}}},"y":{{"dtype":"F32","shape":[1],"data_offsets":{b}}}}}"#
+        )
     };
     assert!(parse_err(with_header(&two("[0,4]", "[0,4]"), &data)).contains("overlaps"));
     assert!(parse_err(with_header(&two("[0,4]", "[8,12]"), &[0u8; 12])).contains("hole"));
-    assert!(parse_err(with_header(&two("[0,4]", "[4,8]"), &[0u8; 12])).contains("not described by the header"));
+    assert!(
+        parse_err(with_header(&two("[0,4]", "[4,8]"), &[0u8; 12]))
+            .contains("not described by the header")
+    );
     // A header length larger than the file, or absurdly large.
     let mut lying = with_header(&t("[0,8]"), &data);
     lying[..8].copy_from_slice(&1000u64.to_le_bytes());
@@ -445,17 +482,29 @@ fn malformed_headers_are_refused() {
         ("{\"x\":{\"dtype\":\"F31\",\"shape\":[1],\"data_offsets\":[0,4]}}", "unknown dtype"),
         ("{\"x\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", "shape entry"),
         ("{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0]}}", "two non-negative"),
-        ("{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"extra\":1}}", "unknown field"),
+        (
+            "{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"extra\":1}}",
+            "unknown field",
+        ),
         ("{\"x\":{\"shape\":[1],\"data_offsets\":[0,4]}}", "no dtype"),
-        ("{\"__metadata__\":{\"a\":1},\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", "not a string"),
+        (
+            "{\"__metadata__\":{\"a\":1},\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+            "not a string",
+        ),
         ("{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}", "JSON at byte"),
-        ("{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},\"x\":{}}", "appears twice"),
+        (
+            "{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},\"x\":{}}",
+            "appears twice",
+        ),
     ] {
         let e = parse_err(with_header(header, &data));
         assert!(e.contains(needle), "{header}: {e}");
     }
     // Not a file at all.
-    assert!(matches!(SafeTensors::read(std::path::Path::new("/nonexistent/x.safetensors")), Err(Error::Io { .. })));
+    assert!(matches!(
+        SafeTensors::read(std::path::Path::new("/nonexistent/x.safetensors")),
+        Err(Error::Io { .. })
+    ));
 }
 
 // ───────────── AdamW ─────────────
@@ -488,7 +537,11 @@ fn adamw_one_step_by_hand_decays_weights_but_not_biases() {
     opt.step(&mut [&mut w, &mut b], &[&zero, &gb], &[true, false]).unwrap();
     let m_hat = 0.045 / (1.0 - 0.9_f64.powi(2));
     let v_hat = 0.000_249_75 / (1.0 - 0.999_f64.powi(2));
-    assert_abs_diff_eq!(w[(0, 0)], w1[(0, 0)] * 0.999 - 0.1 * m_hat / (v_hat.sqrt() + 1e-8), epsilon = 1e-14);
+    assert_abs_diff_eq!(
+        w[(0, 0)],
+        w1[(0, 0)] * 0.999 - 0.1 * m_hat / (v_hat.sqrt() + 1e-8),
+        epsilon = 1e-14
+    );
 }
 
 #[test]
@@ -522,7 +575,10 @@ fn adamw_refuses_bad_input_and_changes_nothing() {
     opt.step(&mut [&mut p], &[&DMatrix::from_row_slice(1, 2, &[1.0, 1.0])], &[true]).unwrap();
     let after_one = p.clone();
     let mut q = DMatrix::zeros(3, 3);
-    assert!(opt.step(&mut [&mut q], &[&DMatrix::zeros(3, 3)], &[true]).is_err(), "moments were sized for 1×2");
+    assert!(
+        opt.step(&mut [&mut q], &[&DMatrix::zeros(3, 3)], &[true]).is_err(),
+        "moments were sized for 1×2"
+    );
     assert_eq!(p, after_one);
     // Moments survive a round trip through their parts.
     let m = opt.moments.first().to_vec();
@@ -531,7 +587,14 @@ fn adamw_refuses_bad_input_and_changes_nothing() {
     assert_eq!(restored.first(), opt.moments.first());
     assert!(AdamMoments::<f64>::from_parts(vec![DMatrix::zeros(1, 1)], vec![], 1).is_err());
     assert!(AdamMoments::<f64>::from_parts(vec![], vec![], 3).is_err());
-    assert!(AdamMoments::<f64>::from_parts(vec![DMatrix::zeros(1, 1)], vec![DMatrix::from_element(1, 1, -1.0)], 1).is_err());
+    assert!(
+        AdamMoments::<f64>::from_parts(
+            vec![DMatrix::zeros(1, 1)],
+            vec![DMatrix::from_element(1, 1, -1.0)],
+            1
+        )
+        .is_err()
+    );
 }
 
 // ───────────── choosing the next token ─────────────
@@ -554,7 +617,9 @@ mod choosing {
     fn temperature_towards_zero_becomes_greedy() {
         let z = [0.5_f32, 2.0, 1.9, -3.0];
         let mut rng = Rng::new(1);
-        assert!((0..1_000).all(|_| choose(&z, &Decoding::temperature(1e-3), &mut rng).unwrap() == 1));
+        assert!(
+            (0..1_000).all(|_| choose(&z, &Decoding::temperature(1e-3), &mut rng).unwrap() == 1)
+        );
         let d = distribution(&z, &Decoding::temperature(1e-3)).unwrap();
         assert!(d[0].0 == 1 && d[0].1 > 1.0 - 1e-15, "{d:?}");
         // A large temperature flattens the distribution towards uniform.
@@ -581,7 +646,11 @@ mod choosing {
         for i in 0..5 {
             let p = exp[i] / total;
             let sd = (p * (1.0 - p) / n as f64).sqrt();
-            assert!((counts[i] as f64 / n as f64 - p).abs() < 5.0 * sd, "token {i}: {} vs {p}", counts[i]);
+            assert!(
+                (counts[i] as f64 / n as f64 - p).abs() < 5.0 * sd,
+                "token {i}: {} vs {p}",
+                counts[i]
+            );
         }
     }
 
@@ -615,7 +684,9 @@ mod choosing {
         assert_eq!(nucleus(0.9), vec![0, 1, 2]);
         assert_eq!(nucleus(1.0), vec![0, 1, 2, 3]);
         assert_eq!(nucleus(1e-9), vec![0]);
-        let d = distribution(&z, &Decoding::Sample { temperature: 1.0, top_k: None, top_p: Some(0.9) }).unwrap();
+        let d =
+            distribution(&z, &Decoding::Sample { temperature: 1.0, top_k: None, top_p: Some(0.9) })
+                .unwrap();
         assert_abs_diff_eq!(d[1].1, 0.3 / 0.95, epsilon = 1e-15);
     }
 
@@ -643,10 +714,19 @@ mod choosing {
             (Decoding::Sample { temperature: 1.0, top_k: None, top_p: Some(f64::NAN) }, "top_p"),
         ] {
             let e = choose(&LOGITS, &dec, &mut rng).unwrap_err();
-            assert!(matches!(e, Error::InvalidValue { .. }) && e.to_string().contains(needle), "{e}");
+            assert!(
+                matches!(e, Error::InvalidValue { .. }) && e.to_string().contains(needle),
+                "{e}"
+            );
         }
-        assert!(matches!(choose::<f64>(&[], &Decoding::Greedy, &mut rng), Err(Error::Empty { .. })));
-        assert!(matches!(choose(&[1.0, f64::NAN], &Decoding::temperature(1.0), &mut rng), Err(Error::NonFinite { .. })));
+        assert!(matches!(
+            choose::<f64>(&[], &Decoding::Greedy, &mut rng),
+            Err(Error::Empty { .. })
+        ));
+        assert!(matches!(
+            choose(&[1.0, f64::NAN], &Decoding::temperature(1.0), &mut rng),
+            Err(Error::NonFinite { .. })
+        ));
     }
 }
 
@@ -666,7 +746,18 @@ mod model {
     pub fn tiny_batch() -> Batch {
         Batch {
             inputs: vec![1, 4, 6, 0, 2, 3, 3, 5, 1, 0],
-            targets: vec![Some(4), None, Some(0), Some(2), Some(5), None, Some(5), Some(1), Some(0), Some(6)],
+            targets: vec![
+                Some(4),
+                None,
+                Some(0),
+                Some(2),
+                Some(5),
+                None,
+                Some(5),
+                Some(1),
+                Some(0),
+                Some(6),
+            ],
             batch: 2,
             seq_len: 5,
         }
@@ -674,7 +765,13 @@ mod model {
 
     /// `windows` random windows of `seq_len` tokens from a corpus of `len` tokens drawn uniformly
     /// from a vocabulary of `vocab`, the corpus and the windows both from `rng`.
-    pub fn random_batch(vocab: usize, len: usize, seq_len: usize, windows: usize, rng: &mut Rng) -> Batch {
+    pub fn random_batch(
+        vocab: usize,
+        len: usize,
+        seq_len: usize,
+        windows: usize,
+        rng: &mut Rng,
+    ) -> Batch {
         let tokens: Vec<u32> = (0..len).map(|_| rng.below(vocab) as u32).collect();
         data::random_windows(&tokens, seq_len, windows, rng).unwrap()
     }
@@ -707,8 +804,10 @@ mod model {
         let model = perturbed(config, 5);
         let batch = tiny_batch();
         let analytic = model.loss_and_grads(&batch).unwrap();
-        let named: Vec<(String, DMatrix<f64>)> = model.tensors().into_iter().map(|(n, m)| (n, m.clone())).collect();
-        let inputs: Vec<(&str, DMatrix<f64>)> = named.iter().map(|(n, m)| (n.as_str(), m.clone())).collect();
+        let named: Vec<(String, DMatrix<f64>)> =
+            model.tensors().into_iter().map(|(n, m)| (n, m.clone())).collect();
+        let inputs: Vec<(&str, DMatrix<f64>)> =
+            named.iter().map(|(n, m)| (n.as_str(), m.clone())).collect();
         assert_eq!(inputs.len(), analytic.grads.len());
         let report = gradcheck::check(deep_check(), &inputs, &analytic.grads, |t| {
             let mut m = model.clone();
@@ -719,9 +818,12 @@ mod model {
         assert!(report.tensors.iter().all(|w| w.analytic != 0.0 || w.numeric == 0.0));
         // The input embeddings x₀.
         let x0 = model.embed(&batch.inputs, batch.seq_len).unwrap();
-        let report = gradcheck::check(deep_check(), &[("x0", x0)], std::slice::from_ref(&analytic.d_x0), |t| {
-            model.loss_and_grads_from_embeddings(&t[0], &batch).unwrap().loss
-        });
+        let report = gradcheck::check(
+            deep_check(),
+            &[("x0", x0)],
+            std::slice::from_ref(&analytic.d_x0),
+            |t| model.loss_and_grads_from_embeddings(&t[0], &batch).unwrap().loss,
+        );
         report.assert_passed();
     }
 
@@ -739,7 +841,8 @@ mod model {
     fn the_tied_embedding_gradient_is_the_sum_of_its_two_uses() {
         let tied = perturbed(tiny(true, Positions::Learned), 9);
         let mut untied = Gpt::<f64>::new(tiny(false, Positions::Learned), 0).unwrap();
-        let mut values: Vec<DMatrix<f64>> = tied.tensors().into_iter().map(|(_, m)| m.clone()).collect();
+        let mut values: Vec<DMatrix<f64>> =
+            tied.tensors().into_iter().map(|(_, m)| m.clone()).collect();
         values.push(tied.wte.clone()); // lm_head = wte, as separate matrices
         untied.set_tensors(&values).unwrap();
         let batch = tiny_batch();
@@ -859,14 +962,19 @@ mod generation {
         let fast = attend_one("test", q.as_slice(), &keys, &values, n, heads).unwrap();
         let spec = AttnSpec { q_len: 1, kv_len: n, causal: true, mask: None, scale: None };
         for h in 0..heads {
-            let cols = |m: &DMatrix<f64>| m.rows(0, m.nrows().min(n)).columns(h * d_k, d_k).into_owned();
-            let head = attention_forward(&cols(&q), &cols(&keys), &cols(&values), &spec).unwrap().out;
+            let cols =
+                |m: &DMatrix<f64>| m.rows(0, m.nrows().min(n)).columns(h * d_k, d_k).into_owned();
+            let head =
+                attention_forward(&cols(&q), &cols(&keys), &cols(&values), &spec).unwrap().out;
             for c in 0..d_k {
                 assert_abs_diff_eq!(fast[h * d_k + c], head[(0, c)], epsilon = 1e-12);
             }
         }
         for (n, heads) in [(0, 3), (n_ctx + 1, 3), (n, 0), (n, 4)] {
-            assert!(attend_one("test", q.as_slice(), &keys, &values, n, heads).is_err(), "n {n}, heads {heads}");
+            assert!(
+                attend_one("test", q.as_slice(), &keys, &values, n, heads).is_err(),
+                "n {n}, heads {heads}"
+            );
         }
     }
 
@@ -897,7 +1005,10 @@ mod generation {
     #[test]
     fn generation_with_and_without_the_cache_is_the_same_past_the_context() {
         let m = model_f64(3);
-        for decoding in [Decoding::Greedy, Decoding::Sample { temperature: 0.9, top_k: Some(5), top_p: Some(0.95) }] {
+        for decoding in [
+            Decoding::Greedy,
+            Decoding::Sample { temperature: 0.9, top_k: Some(5), top_p: Some(0.95) },
+        ] {
             let with = generate(&m, &[4, 1], 10, &decoding, &mut Rng::new(5), true).unwrap();
             let without = generate(&m, &[4, 1], 10, &decoding, &mut Rng::new(5), false).unwrap();
             assert_eq!(with.tokens, without.tokens);
@@ -917,7 +1028,8 @@ mod generation {
         assert_eq!(g.cropped, 3);
         assert_eq!(&g.tokens[..6], &prompt[3..]);
         assert_eq!(g.prompt_len, 6);
-        let same = generate(&m, &prompt[3..], 3, &Decoding::Greedy, &mut Rng::new(0), true).unwrap();
+        let same =
+            generate(&m, &prompt[3..], 3, &Decoding::Greedy, &mut Rng::new(0), true).unwrap();
         assert_eq!(g.new_tokens(), same.new_tokens());
     }
 
@@ -925,15 +1037,44 @@ mod generation {
     fn bad_generation_requests_are_refused() {
         let m = model_f64(5);
         let mut rng = Rng::new(0);
-        assert!(matches!(generate(&m, &[], 3, &Decoding::Greedy, &mut rng, true), Err(Error::Empty { .. })));
+        assert!(matches!(
+            generate(&m, &[], 3, &Decoding::Greedy, &mut rng, true),
+            Err(Error::Empty { .. })
+        ));
         let e = generate(&m, &[1, 7], 3, &Decoding::Greedy, &mut rng, true).unwrap_err();
-        assert!(e.to_string().contains("token id 7 at index 1 is not below the vocabulary size 7"), "{e}");
+        assert!(
+            e.to_string().contains("token id 7 at index 1 is not below the vocabulary size 7"),
+            "{e}"
+        );
         assert!(generate(&m, &[1], 3, &Decoding::temperature(0.0), &mut rng, true).is_err());
-        assert!(generate(&m, &[1], 3, &Decoding::Sample { temperature: 1.0, top_k: Some(0), top_p: None }, &mut rng, false).is_err());
-        assert!(generate(&m, &[1], 3, &Decoding::Sample { temperature: 1.0, top_k: None, top_p: Some(1.01) }, &mut rng, false).is_err());
+        assert!(
+            generate(
+                &m,
+                &[1],
+                3,
+                &Decoding::Sample { temperature: 1.0, top_k: Some(0), top_p: None },
+                &mut rng,
+                false
+            )
+            .is_err()
+        );
+        assert!(
+            generate(
+                &m,
+                &[1],
+                3,
+                &Decoding::Sample { temperature: 1.0, top_k: None, top_p: Some(1.01) },
+                &mut rng,
+                false
+            )
+            .is_err()
+        );
         assert!(m.step(&mut m.new_kv_cache(), 9).is_err());
         assert!(m.logits(&[1, 2, 3, 4, 5, 6, 1], 7).is_err(), "longer than the context");
-        assert_eq!(generate(&m, &[1], 0, &Decoding::Greedy, &mut rng, true).unwrap().tokens, vec![1]);
+        assert_eq!(
+            generate(&m, &[1], 0, &Decoding::Greedy, &mut rng, true).unwrap().tokens,
+            vec![1]
+        );
     }
 }
 
@@ -978,7 +1119,8 @@ mod training {
         };
         let (a, b) = (run(), run());
         assert_eq!(a.model, b.model);
-        let bits = |t: &Trainer<f32>| t.history.iter().map(|r| r.loss.to_bits()).collect::<Vec<_>>();
+        let bits =
+            |t: &Trainer<f32>| t.history.iter().map(|r| r.loss.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&a), bits(&b));
         let mut c = Trainer::new(Gpt::<f32>::new(config, 3).unwrap(), &tc, 5).unwrap();
         c.run(&Data::Sort(&task), &tc, 5, |_| {}).unwrap();
@@ -1010,13 +1152,19 @@ mod checkpoints {
     #[test]
     fn a_saved_model_loads_back_with_bitwise_equal_logits() {
         let batch = tiny_batch();
-        for config in [tiny(true, Positions::Learned), tiny(false, Positions::Learned), tiny(true, Positions::Sinusoidal)] {
-            let dir = common::temp_dir(&format!("ch09_ckpt_{}_{:?}", config.tied, config.positions));
+        for config in [
+            tiny(true, Positions::Learned),
+            tiny(false, Positions::Learned),
+            tiny(true, Positions::Sinusoidal),
+        ] {
+            let dir =
+                common::temp_dir(&format!("ch09_ckpt_{}_{:?}", config.tied, config.positions));
             let m32 = random_model::<f32>(config, 3);
             ck::save_model(&m32, &dir, &[]).unwrap();
             let back: Gpt<f32> = ck::load_model(&dir).unwrap();
             assert_eq!(back, m32);
-            let (a, b) = (m32.logits(&batch.inputs, 5).unwrap(), back.logits(&batch.inputs, 5).unwrap());
+            let (a, b) =
+                (m32.logits(&batch.inputs, 5).unwrap(), back.logits(&batch.inputs, 5).unwrap());
             assert!(a.iter().zip(b.iter()).all(|(x, y)| x.to_bits() == y.to_bits()));
             let m64 = random_model::<f64>(config, 4);
             ck::save_model(&m64, &dir, &[]).unwrap();
@@ -1047,7 +1195,9 @@ mod checkpoints {
         let fused: DMatrix<f32> = f.matrix("h.0.attn.c_attn.weight", 8, 24).unwrap();
         assert_eq!(fused.columns(8, 8), m.blocks[0].attn.w_k.columns(0, 8));
         let cfg = json::parse(&std::fs::read(dir.join(CONFIG_FILE)).unwrap(), "c").unwrap();
-        for (k, v) in [("n_embd", 8), ("n_head", 2), ("n_layer", 2), ("vocab_size", 7), ("n_positions", 6)] {
+        for (k, v) in
+            [("n_embd", 8), ("n_head", 2), ("n_layer", 2), ("vocab_size", 7), ("n_positions", 6)]
+        {
             assert_eq!(cfg.get(k).and_then(Json::as_u64), Some(v), "{k}");
         }
         assert_eq!(cfg.get("activation_function").and_then(Json::as_str), Some("gelu_new"));
@@ -1056,7 +1206,11 @@ mod checkpoints {
             "bos_token_id": 50256, "embd_pdrop": 0.1, "eos_token_id": 50256, "initializer_range": 0.02,
             "layer_norm_epsilon": 1e-05, "model_type": "gpt2", "n_ctx": 1024, "n_embd": 768, "n_head": 12,
             "n_layer": 12, "n_positions": 1024, "resid_pdrop": 0.1, "vocab_size": 50257}"#;
-        let c = ck::config_from_json(&json::parse(hf.as_bytes(), "config.json").unwrap(), "config.json").unwrap();
+        let c = ck::config_from_json(
+            &json::parse(hf.as_bytes(), "config.json").unwrap(),
+            "config.json",
+        )
+        .unwrap();
         assert_eq!(c, Config::gpt2_124m());
     }
 
@@ -1072,13 +1226,15 @@ mod checkpoints {
         tensors.push(TensorOut::matrix("transformer.h.0.attn.bias", &mask, vec![1, 1, 6, 6]));
         tensors.push(TensorOut::matrix("transformer.h.1.attn.bias", &mask, vec![1, 1, 6, 6]));
         tensors.push(TensorOut::matrix("lm_head.weight", &m.wte, vec![7, 8]));
-        let f = SafeTensors::parse(st::serialize(&tensors, &[]).unwrap(), "hf.safetensors").unwrap();
+        let f =
+            SafeTensors::parse(st::serialize(&tensors, &[]).unwrap(), "hf.safetensors").unwrap();
         let back: Gpt<f32> = ck::model_from_safetensors(m.config, &f).unwrap();
         assert_eq!(back, m);
     }
 
     fn err_of(config: Config, tensors: Vec<TensorOut>) -> String {
-        let f = SafeTensors::parse(st::serialize(&tensors, &[]).unwrap(), "bad.safetensors").unwrap();
+        let f =
+            SafeTensors::parse(st::serialize(&tensors, &[]).unwrap(), "bad.safetensors").unwrap();
         match ck::model_from_safetensors::<f32>(config, &f) {
             Err(e @ Error::Parse { .. }) => e.to_string(),
             Err(e) => panic!("expected a parse error, got {e}"),
@@ -1091,21 +1247,41 @@ mod checkpoints {
         let config = tiny(true, Positions::Learned);
         let m = random_model::<f32>(config, 7);
         let good = ck::gpt2_tensors(&m);
-        let without = |name: &str| good.iter().filter(|t| t.name != name).cloned().collect::<Vec<_>>();
-        assert!(err_of(config, without("h.1.mlp.c_fc.bias")).contains("tensor h.1.mlp.c_fc.bias is missing"));
+        let without =
+            |name: &str| good.iter().filter(|t| t.name != name).cloned().collect::<Vec<_>>();
+        assert!(
+            err_of(config, without("h.1.mlp.c_fc.bias"))
+                .contains("tensor h.1.mlp.c_fc.bias is missing")
+        );
         let mut extra = good.clone();
         extra.push(TensorOut::f64s("h.0.attn.extra", &[1.0]));
         assert!(err_of(config, extra).contains("tensor h.0.attn.extra is not part of a GPT-2"));
         let mut wrong_shape = without("h.0.attn.c_proj.weight");
-        wrong_shape.push(TensorOut::matrix("h.0.attn.c_proj.weight", &DMatrix::<f32>::zeros(8, 9), vec![8, 9]));
+        wrong_shape.push(TensorOut::matrix(
+            "h.0.attn.c_proj.weight",
+            &DMatrix::<f32>::zeros(8, 9),
+            vec![8, 9],
+        ));
         let e = err_of(config, wrong_shape);
-        assert!(e.contains("h.0.attn.c_proj.weight has shape [8, 9] but [8, 8] was expected"), "{e}");
+        assert!(
+            e.contains("h.0.attn.c_proj.weight has shape [8, 9] but [8, 8] was expected"),
+            "{e}"
+        );
         let mut wrong_dtype = without("ln_f.weight");
-        wrong_dtype.push(TensorOut { name: "ln_f.weight".into(), shape: vec![8], dtype: "I32", data: vec![0; 32] });
+        wrong_dtype.push(TensorOut {
+            name: "ln_f.weight".into(),
+            shape: vec![8],
+            dtype: "I32",
+            data: vec![0; 32],
+        });
         assert!(err_of(config, wrong_dtype).contains("dtype I32"));
         // The config contradicts the tensors: it claims width 16.
         let e = err_of(Config::new(7, 6, 2, 2, 16), good.clone());
-        assert!(e.contains("wte.weight has shape [7, 8] but [7, 16] was expected") && e.contains("n_embd = 16"), "{e}");
+        assert!(
+            e.contains("wte.weight has shape [7, 8] but [7, 16] was expected")
+                && e.contains("n_embd = 16"),
+            "{e}"
+        );
         // A learned-position file read with a sinusoidal config: wpe is unexpected.
         let e = err_of(tiny(true, Positions::Sinusoidal), good.clone());
         assert!(e.contains("wpe.weight is not part") && e.contains("sinusoidal"), "{e}");
@@ -1143,7 +1319,10 @@ mod checkpoints {
         }
         std::fs::write(dir.join(CONFIG_FILE), &cfg).unwrap();
         assert_eq!(ck::load_model::<f32>(&dir).unwrap(), m);
-        assert!(matches!(ck::load_model::<f32>(Path::new("/nonexistent/ckpt")), Err(Error::Io { .. })));
+        assert!(matches!(
+            ck::load_model::<f32>(Path::new("/nonexistent/ckpt")),
+            Err(Error::Io { .. })
+        ));
     }
 
     #[test]
@@ -1159,7 +1338,10 @@ mod checkpoints {
         let other = random_model::<f32>(tiny(true, Positions::Learned), 10);
         assert!(matches!(ck::save_model(&other, &dir, &[]), Err(Error::Io { .. })));
         // No temporary file is left behind, and every file is either old or new, never half.
-        let names: Vec<String> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        let names: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
         assert!(names.iter().all(|n| !n.contains(".tmp")), "{names:?}");
         let now = std::fs::read(dir.join(MODEL_FILE)).unwrap();
         assert!(now == before || SafeTensors::parse(now, "m").is_ok());
@@ -1180,8 +1362,12 @@ mod checkpoints {
         let mut resumed = ck::load_trainer(&dir, &fresh()).unwrap();
         assert_eq!(resumed.step, 4);
         resumed.run(&data, &tc, 8, |_| {}).unwrap();
-        let bits =
-            |t: &Trainer<f32>| t.history.iter().map(|r| (r.loss.to_bits(), r.lr.to_bits(), r.grad_norm.to_bits())).collect::<Vec<_>>();
+        let bits = |t: &Trainer<f32>| {
+            t.history
+                .iter()
+                .map(|r| (r.loss.to_bits(), r.lr.to_bits(), r.grad_norm.to_bits()))
+                .collect::<Vec<_>>()
+        };
         assert_eq!(bits(&resumed), bits(&straight));
         assert_eq!(resumed.model, straight.model);
         assert_eq!(resumed.rng, straight.rng);
@@ -1202,7 +1388,10 @@ fn the_prose_carries_the_worked_and_errata_tables() {
 
 #[test]
 fn the_linear_plus_quadratic_fit_recovers_known_costs() {
-    let points: Vec<(usize, f64)> = [16, 32, 64, 128, 256].iter().map(|&n| (n, 0.003 * n as f64 + 2e-5 * (n * n) as f64)).collect();
+    let points: Vec<(usize, f64)> = [16, 32, 64, 128, 256]
+        .iter()
+        .map(|&n| (n, 0.003 * n as f64 + 2e-5 * (n * n) as f64))
+        .collect();
     let (a, b) = gpt::fit_linear_quadratic(&points);
     assert_abs_diff_eq!(a, 0.003, epsilon = 1e-12);
     assert_abs_diff_eq!(b, 2e-5, epsilon = 1e-15);
@@ -1215,37 +1404,82 @@ mod command_line {
     use std::process::Command;
 
     fn cli(args: &[&str]) -> std::process::Output {
-        Command::new(env!("CARGO_BIN_EXE_llm-workbook")).args(args).output().expect("the binary runs")
+        Command::new(env!("CARGO_BIN_EXE_llm-workbook"))
+            .args(args)
+            .output()
+            .expect("the binary runs")
     }
 
     #[test]
     fn train_resume_and_sample_work_on_a_text_file() {
         let dir = super::common::temp_dir("ch09_cli");
         let text = dir.join("my.txt");
-        std::fs::write(&text, "the cat sat on the mat. the dog sat on the log. ".repeat(40)).unwrap();
+        std::fs::write(&text, "the cat sat on the mat. the dog sat on the log. ".repeat(40))
+            .unwrap();
         let out = dir.join("ck");
         let (t, o) = (text.to_str().unwrap(), out.to_str().unwrap());
-        let small = ["--layers", "1", "--heads", "2", "--width", "16", "--context", "16", "--batch", "4"];
-        let mut args = vec!["gpt", "train", "--data", t, "--steps", "4", "--save-every", "2", "--out", o];
+        let small =
+            ["--layers", "1", "--heads", "2", "--width", "16", "--context", "16", "--batch", "4"];
+        let mut args =
+            vec!["gpt", "train", "--data", t, "--steps", "4", "--save-every", "2", "--out", o];
         args.extend(small);
         let r = cli(&args);
         assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
         let stdout = String::from_utf8_lossy(&r.stdout);
         assert!(stdout.contains("validation loss") && stdout.contains("sample"), "{stdout}");
-        for f in
-            ["config.json", "model.safetensors", "training_state.safetensors", "tokenizer_chars.txt", "train.json", "loss.png", "loss.svg"]
-        {
+        for f in [
+            "config.json",
+            "model.safetensors",
+            "training_state.safetensors",
+            "tokenizer_chars.txt",
+            "train.json",
+            "loss.png",
+            "loss.svg",
+        ] {
             assert!(out.join(f).exists(), "{f} missing");
         }
         let r = cli(&["gpt", "resume", "--checkpoint", o, "--steps", "6"]);
         assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
         assert!(String::from_utf8_lossy(&r.stdout).contains("step 6"));
-        let r = cli(&["gpt", "sample", "--checkpoint", o, "--prompt", "the ", "--tokens", "12", "--top-k", "3", "--seed", "4"]);
+        let r = cli(&[
+            "gpt",
+            "sample",
+            "--checkpoint",
+            o,
+            "--prompt",
+            "the ",
+            "--tokens",
+            "12",
+            "--top-k",
+            "3",
+            "--seed",
+            "4",
+        ]);
         assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
         let sampled = String::from_utf8_lossy(&r.stdout).into_owned();
-        assert!(sampled.starts_with("the ") && sampled.trim_end().chars().count() >= 4 + 10, "{sampled:?}");
-        let again = cli(&["gpt", "sample", "--checkpoint", o, "--prompt", "the ", "--tokens", "12", "--top-k", "3", "--seed", "4"]);
-        assert_eq!(String::from_utf8_lossy(&again.stdout), sampled, "the same seed gives the same text");
+        assert!(
+            sampled.starts_with("the ") && sampled.trim_end().chars().count() >= 4 + 10,
+            "{sampled:?}"
+        );
+        let again = cli(&[
+            "gpt",
+            "sample",
+            "--checkpoint",
+            o,
+            "--prompt",
+            "the ",
+            "--tokens",
+            "12",
+            "--top-k",
+            "3",
+            "--seed",
+            "4",
+        ]);
+        assert_eq!(
+            String::from_utf8_lossy(&again.stdout),
+            sampled,
+            "the same seed gives the same text"
+        );
     }
 
     #[test]
@@ -1267,12 +1501,20 @@ mod command_line {
         let bad_utf8 = dir.join("bad.txt");
         std::fs::write(&bad_utf8, [b'a', 0xff, b'b']).unwrap();
         for (file, needle) in [(&empty, "empty"), (&bad_utf8, "UTF-8")] {
-            let r = cli(&["gpt", "train", "--data", file.to_str().unwrap(), "--out", dir.join("o").to_str().unwrap()]);
+            let r = cli(&[
+                "gpt",
+                "train",
+                "--data",
+                file.to_str().unwrap(),
+                "--out",
+                dir.join("o").to_str().unwrap(),
+            ]);
             assert_eq!(r.status.code(), Some(1));
             let err = String::from_utf8_lossy(&r.stderr);
             assert!(err.contains(needle) && err.trim_end().lines().count() == 1, "{err}");
         }
-        let r = cli(&["gpt", "sample", "--checkpoint", dir.to_str().unwrap(), "--temperature", "0"]);
+        let r =
+            cli(&["gpt", "sample", "--checkpoint", dir.to_str().unwrap(), "--temperature", "0"]);
         assert_eq!(r.status.code(), Some(1));
         let r = cli(&["gpt", "train", "--help"]);
         assert!(r.status.success() && String::from_utf8_lossy(&r.stdout).contains("--tokenizer"));
@@ -1286,8 +1528,8 @@ mod nalgebra_backend {
     use super::*;
     use llm_workbook::ch09_gpt::model::Gpt;
     use llm_workbook::matmul::{
-        Backend, Op, active_backend, gemm, last_product, matmul, matmul_nt, matmul_tn, naive, nalgebra_products, parse_backend_setting,
-        with_backend,
+        Backend, Op, active_backend, gemm, last_product, matmul, matmul_nt, matmul_tn, naive,
+        nalgebra_products, parse_backend_setting, with_backend,
     };
 
     /// |nalgebra − f64-accumulated triple loop| ≤ this · k for entries of N(0, 1) operands in f64.
@@ -1308,7 +1550,12 @@ mod nalgebra_backend {
                 assert_eq!(active_backend(), Backend::Nalgebra);
                 let mut c = DMatrix::from_element(m, n, f64::NAN);
                 gemm(1.0, &a, Op::N, &b, Op::N, 0.0, &mut c).unwrap(); // β = 0: NaN in C is ignored
-                (matmul(&a, &b).unwrap(), matmul_tn(&a_t, &b).unwrap(), matmul_nt(&a, &b_t).unwrap(), c)
+                (
+                    matmul(&a, &b).unwrap(),
+                    matmul_tn(&a_t, &b).unwrap(),
+                    matmul_nt(&a, &b_t).unwrap(),
+                    c,
+                )
             });
             assert_eq!(active_backend(), Backend::Ours, "the choice is restored");
             // Evidence that nalgebra, not our kernels, computed them: its counter moved and our
@@ -1317,11 +1564,15 @@ mod nalgebra_backend {
             assert_eq!(last_product(), Some(ours_stats));
             for got in [&nn, &tn, &nt, &c, &ours] {
                 for (x, y) in got.iter().zip(reference.iter()) {
-                    assert!((x - y).abs() <= F64_BOUND_PER_TERM * k as f64, "{m}×{k}×{n}: {x} vs {y}");
+                    assert!(
+                        (x - y).abs() <= F64_BOUND_PER_TERM * k as f64,
+                        "{m}×{k}×{n}: {x} vs {y}"
+                    );
                 }
             }
             // β ≠ 0 accumulates: C ← 2·AB − C.
-            with_backend(Backend::Nalgebra, || gemm(2.0, &a, Op::N, &b, Op::N, -1.0, &mut c)).unwrap();
+            with_backend(Backend::Nalgebra, || gemm(2.0, &a, Op::N, &b, Op::N, -1.0, &mut c))
+                .unwrap();
             for (x, y) in c.iter().zip(reference.iter()) {
                 assert!((x - y).abs() <= 3.0 * F64_BOUND_PER_TERM * k as f64);
             }
@@ -1416,12 +1667,18 @@ mod hardening {
         }
         assert!(g.d_x0.iter().all(|&v| v == 0.0));
         // The finite differences agree: the loss is flat to first order in every parameter.
-        let inputs: Vec<(&str, DMatrix<f64>)> = named.iter().map(|(n, m)| (n.as_str(), (*m).clone())).collect();
-        let report = gradcheck::check(gradcheck::Config { step: 1e-4, tolerance: 1e-5, floor: 1e-6 }, &inputs, &g.grads, |t| {
-            let mut m = model.clone();
-            m.set_tensors(t).unwrap();
-            m.loss(&batch).unwrap()
-        });
+        let inputs: Vec<(&str, DMatrix<f64>)> =
+            named.iter().map(|(n, m)| (n.as_str(), (*m).clone())).collect();
+        let report = gradcheck::check(
+            gradcheck::Config { step: 1e-4, tolerance: 1e-5, floor: 1e-6 },
+            &inputs,
+            &g.grads,
+            |t| {
+                let mut m = model.clone();
+                m.set_tensors(t).unwrap();
+                m.loss(&batch).unwrap()
+            },
+        );
         report.assert_passed();
     }
 
@@ -1442,7 +1699,10 @@ mod hardening {
             let out = String::from_utf8_lossy(&o.stdout);
             assert!(o.status.success() && out.contains("Usage:"), "{args:?}: {out}{}", stderr(&o));
         }
-        assert!(String::from_utf8_lossy(&cli(&["--version"], &[]).stdout).contains(env!("CARGO_PKG_VERSION")));
+        assert!(
+            String::from_utf8_lossy(&cli(&["--version"], &[]).stdout)
+                .contains(env!("CARGO_PKG_VERSION"))
+        );
     }
 
     #[test]
@@ -1465,13 +1725,33 @@ mod hardening {
             assert_one_line_error(&cli(&args, &[]), 2, &["--help"], &format!("{args:?}"));
         }
         // Parsed, then refused by the workbook: status 1, the error names what was wrong.
-        assert_one_line_error(&cli(&["chapter", "99"], &[]), 1, &["no chapter 99", "1, 2, 3"], "chapter 99");
+        assert_one_line_error(
+            &cli(&["chapter", "99"], &[]),
+            1,
+            &["no chapter 99", "1, 2, 3"],
+            "chapter 99",
+        );
         let dir = common::temp_dir("ch09_cli_hardening");
         let missing = dir.join("missing");
         let m = missing.to_str().unwrap();
-        assert_one_line_error(&cli(&["gpt", "sample", "--checkpoint", m], &[]), 1, &["missing"], "sample from nothing");
-        assert_one_line_error(&cli(&["gpt", "resume", "--checkpoint", m, "--steps", "5"], &[]), 1, &["train.json"], "resume nothing");
-        assert_one_line_error(&cli(&["gpt", "train", "--data", m], &[]), 1, &["missing"], "no such data file");
+        assert_one_line_error(
+            &cli(&["gpt", "sample", "--checkpoint", m], &[]),
+            1,
+            &["missing"],
+            "sample from nothing",
+        );
+        assert_one_line_error(
+            &cli(&["gpt", "resume", "--checkpoint", m, "--steps", "5"], &[]),
+            1,
+            &["train.json"],
+            "resume nothing",
+        );
+        assert_one_line_error(
+            &cli(&["gpt", "train", "--data", m], &[]),
+            1,
+            &["missing"],
+            "no such data file",
+        );
     }
 
     #[test]
@@ -1511,7 +1791,10 @@ mod hardening {
         });
         let dir = common::temp_dir("ch09_plot_atomic");
         let entries = |d: &Path| {
-            let mut v: Vec<String> = std::fs::read_dir(d).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+            let mut v: Vec<String> = std::fs::read_dir(d)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
             v.sort();
             v
         };
@@ -1544,7 +1827,8 @@ mod hardening {
         const { assert!(12 * 128 * 128 >= llm_workbook::optim::PARALLEL_MIN_PARAMETERS) };
         let dir = common::temp_dir("ch09_threads");
         let text = dir.join("t.txt");
-        std::fs::write(&text, "the cat sat on the mat and the dog sat on the log. ".repeat(120)).unwrap();
+        std::fs::write(&text, "the cat sat on the mat and the dog sat on the log. ".repeat(120))
+            .unwrap();
         let run = |threads: &str| {
             let out = dir.join(format!("t{threads}"));
             let args = [
@@ -1571,7 +1855,8 @@ mod hardening {
             ];
             let o = cli(&args, &[("LLM_WORKBOOK_THREADS", threads)]);
             assert!(o.status.success(), "{threads} threads: {}", stderr(&o));
-            ["model.safetensors", "training_state.safetensors"].map(|f| std::fs::read(out.join(f)).unwrap())
+            ["model.safetensors", "training_state.safetensors"]
+                .map(|f| std::fs::read(out.join(f)).unwrap())
         };
         let (one, two) = (run("1"), run("2"));
         assert!(one[0] == two[0], "the weights differ between 1 and 2 threads");
@@ -1584,7 +1869,9 @@ mod hardening {
 mod corpus {
     use super::*;
     use llm_workbook::ch08_tokens::{MAX_N, Tokenizer, corpus};
-    use llm_workbook::ch09_gpt::{CorpusSetup, best_baseline, corpus_baseline_rows, corpus_tokens, train_corpus};
+    use llm_workbook::ch09_gpt::{
+        CorpusSetup, best_baseline, corpus_baseline_rows, corpus_tokens, train_corpus,
+    };
 
     /// The main job's corpus model (`ch09_gpt::corpus_setup`) trained for three quarters of its
     /// steps, the schedule squeezed to fit: 1,200 steps of 8 windows, 614,400 tokens. Measured
@@ -1592,7 +1879,12 @@ mod corpus {
     /// token with two seed pairs), 800 steps above it (1.0624).
     fn test_setup(vocab_size: usize, model_seed: u64, data_seed: u64) -> CorpusSetup {
         let steps = gpt::CORPUS_STEPS * 3 / 4;
-        CorpusSetup { eval_every: steps / 4, model_seed, data_seed, ..gpt::corpus_setup(vocab_size, steps).unwrap() }
+        CorpusSetup {
+            eval_every: steps / 4,
+            model_seed,
+            data_seed,
+            ..gpt::corpus_setup(vocab_size, steps).unwrap()
+        }
     }
 
     #[test]
@@ -1611,12 +1903,18 @@ mod corpus {
         const { assert!(gpt::CORPUS_BASELINE_MAX_N > MAX_N) };
         let (label, baseline) = best_baseline(&rows).unwrap();
         // Taking n past chapter 8's 5 can only lower the loss to beat, never raise it.
-        let best_to_max_n = rows[..MAX_N].iter().map(|r| r.add_k.min(r.backoff)).fold(f64::INFINITY, f64::min);
+        let best_to_max_n =
+            rows[..MAX_N].iter().map(|r| r.add_k.min(r.backoff)).fold(f64::INFINITY, f64::min);
         assert!(baseline <= best_to_max_n, "{baseline} against {best_to_max_n}");
-        let run = train_corpus(&tokens, &test_setup(tokens.tokenizer.vocab_size(), 1, 2), |_| {}).unwrap();
+        let run = train_corpus(&tokens, &test_setup(tokens.tokenizer.vocab_size(), 1, 2), |_| {})
+            .unwrap();
         let (first, last) = (run.validation[0].1, run.final_validation());
         // A quarter of the way in the model is still above the baseline: the margin is learned.
-        assert!(first > baseline, "validation after {} steps is already {first:.4}", run.validation[0].0);
+        assert!(
+            first > baseline,
+            "validation after {} steps is already {first:.4}",
+            run.validation[0].0
+        );
         assert!(
             last < baseline - TEST_MARGIN,
             "validation {last:.4} nats per token is not below the best n-gram ({label}) {baseline:.4} by {TEST_MARGIN}"
@@ -1655,7 +1953,8 @@ mod fuzz_corpus_replay {
         let (model, state) = fuzz_checkpoint();
         let m = llm_workbook::ch09_gpt::safetensors::SafeTensors::parse(model, "m").unwrap();
         let s = llm_workbook::ch09_gpt::safetensors::SafeTensors::parse(state, "s").unwrap();
-        let t = ck::trainer_from_safetensors(h::fuzz_config(), &m, &s, &h::fuzz_fresh_trainer()).unwrap();
+        let t = ck::trainer_from_safetensors(h::fuzz_config(), &m, &s, &h::fuzz_fresh_trainer())
+            .unwrap();
         assert_eq!(t.step, 2);
         assert_eq!(t.history.len(), 2);
     }
@@ -1663,12 +1962,16 @@ mod fuzz_corpus_replay {
     /// A [`h::fuzz_config`] trainer after 2 steps, saved: (model file, training-state file).
     fn fuzz_checkpoint() -> (Vec<u8>, Vec<u8>) {
         let mut trainer = h::fuzz_fresh_trainer();
-        let tokens: Vec<llm_workbook::ch09_gpt::data::Token> = (0..64u32).map(|i| ((i * 7) % 16) as _).collect();
+        let tokens: Vec<llm_workbook::ch09_gpt::data::Token> =
+            (0..64u32).map(|i| ((i * 7) % 16) as _).collect();
         let data = Data::Stream { tokens: &tokens, seq_len: 8 };
         trainer.run(&data, &h::fuzz_train_config(), 2, |_| {}).unwrap();
         let dir = super::common::temp_dir("ch09-fuzz-seed");
         ck::save_trainer(&trainer, &dir).unwrap();
-        (std::fs::read(dir.join(ck::MODEL_FILE)).unwrap(), std::fs::read(dir.join(ck::STATE_FILE)).unwrap())
+        (
+            std::fs::read(dir.join(ck::MODEL_FILE)).unwrap(),
+            std::fs::read(dir.join(ck::STATE_FILE)).unwrap(),
+        )
     }
 
     /// Writes the seed inputs of the two targets into `$FUZZ_SEEDS_OUT/<target>/` (never into
@@ -1683,11 +1986,13 @@ mod fuzz_corpus_replay {
         write("safetensors", "model_only", &h::join_with_prefix(&model, &[]));
         let reference = std::fs::read(super::fixture("ch09_reference.safetensors")).unwrap();
         write("safetensors", "python_reference", &h::join_with_prefix(&reference, &[]));
-        let header = |f: &[u8]| f[8..8 + u64::from_le_bytes(f[..8].try_into().unwrap()) as usize].to_vec();
+        let header =
+            |f: &[u8]| f[8..8 + u64::from_le_bytes(f[..8].try_into().unwrap()) as usize].to_vec();
         write("json", "model_header", &header(&model));
         write("json", "state_header", &header(&state));
         write("json", "reference_header", &header(&reference));
-        let config = llm_workbook::ch09_gpt::checkpoint::config_to_json(&h::fuzz_config()).to_pretty();
+        let config =
+            llm_workbook::ch09_gpt::checkpoint::config_to_json(&h::fuzz_config()).to_pretty();
         write("json", "config", config.as_bytes());
         write("json", "escapes", br#"{"s":"a\"b\\c\/d\b\f\n\r\t\u00e9\ud83d\ude00","n":[-0.5e+3,0,1E-2,true,false,null],"o":{}}"#);
     }
@@ -1710,7 +2015,20 @@ mod fused_step {
     fn odd_batch() -> Batch {
         Batch {
             inputs: vec![1, 4, 6, 0, 2, 3, 3, 5, 1, 0, 6, 6],
-            targets: vec![Some(4), Some(6), None, Some(2), Some(3), Some(3), Some(5), None, Some(0), Some(6), Some(6), Some(1)],
+            targets: vec![
+                Some(4),
+                Some(6),
+                None,
+                Some(2),
+                Some(3),
+                Some(3),
+                Some(5),
+                None,
+                Some(0),
+                Some(6),
+                Some(6),
+                Some(1),
+            ],
             batch: 3,
             seq_len: 4,
         }
@@ -1750,12 +2068,19 @@ mod fused_step {
     #[case::three_sequences(tiny(true, Positions::Learned), odd_batch())]
     #[case::one_sequence(tiny(false, Positions::Learned), Batch { batch: 1, inputs: tiny_batch().inputs[..5].to_vec(), targets: tiny_batch().targets[..5].to_vec(), seq_len: 5 })]
     #[case::three_causal_blocks(long_context(), long_batch())]
-    fn the_fused_step_gives_the_reference_loss_and_gradients_in_f64(#[case] config: Config, #[case] batch: Batch) {
+    fn the_fused_step_gives_the_reference_loss_and_gradients_in_f64(
+        #[case] config: Config,
+        #[case] batch: Batch,
+    ) {
         let model = perturbed(config, 5);
         let reference = model.loss_and_grads(&batch).unwrap();
         let mut fused = FusedStep::new();
         let (loss, grads) = fused.loss_and_grads(&model, &batch).unwrap();
-        assert!((loss - reference.loss).abs() < 1e-12 * reference.loss, "loss {loss} vs {}", reference.loss);
+        assert!(
+            (loss - reference.loss).abs() < 1e-12 * reference.loss,
+            "loss {loss} vs {}",
+            reference.loss
+        );
         let (at, worst) = worst_relative(grads, &reference.grads, 1e-6);
         let name = &model.tensors()[at].0;
         assert!(worst < 1e-10, "{name}: relative difference {worst:e}");
@@ -1775,9 +2100,12 @@ mod fused_step {
         ] {
             let model = perturbed(config, 7);
             let mut fused = FusedStep::new();
-            let analytic: Vec<DMatrix<f64>> = fused.loss_and_grads(&model, &batch).unwrap().1.to_vec();
-            let named: Vec<(String, DMatrix<f64>)> = model.tensors().into_iter().map(|(n, m)| (n, m.clone())).collect();
-            let inputs: Vec<(&str, DMatrix<f64>)> = named.iter().map(|(n, m)| (n.as_str(), m.clone())).collect();
+            let analytic: Vec<DMatrix<f64>> =
+                fused.loss_and_grads(&model, &batch).unwrap().1.to_vec();
+            let named: Vec<(String, DMatrix<f64>)> =
+                model.tensors().into_iter().map(|(n, m)| (n, m.clone())).collect();
+            let inputs: Vec<(&str, DMatrix<f64>)> =
+                named.iter().map(|(n, m)| (n.as_str(), m.clone())).collect();
             let report = gradcheck::check(check, &inputs, &analytic, |t| {
                 let mut m = model.clone();
                 m.set_tensors(t).unwrap();
@@ -1807,7 +2135,12 @@ mod fused_step {
         let model = perturbed(tiny(true, Positions::Learned), 11).cast::<f32>();
         let batch = odd_batch();
         let run = |threads: usize| {
-            with_threads(threads, || FusedStep::new().loss_and_grads(&model, &batch).map(|(l, g)| (l, g.to_vec())).unwrap())
+            with_threads(threads, || {
+                FusedStep::new()
+                    .loss_and_grads(&model, &batch)
+                    .map(|(l, g)| (l, g.to_vec()))
+                    .unwrap()
+            })
         };
         let (one, two) = (run(1), run(2));
         assert_eq!(one.0.to_bits(), two.0.to_bits());
@@ -1859,7 +2192,11 @@ mod fused_step {
             assert_eq!(fused.len(), reference.len());
             let scale = reference.iter().fold(0.0f64, |m, v| m.max(v.abs()));
             let worst = fused.iter().zip(&reference).fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
-            assert!(worst < 1e-12 * scale, "T = {}: {worst:e} against logits up to {scale}", tokens.len());
+            assert!(
+                worst < 1e-12 * scale,
+                "T = {}: {worst:e} against logits up to {scale}",
+                tokens.len()
+            );
             // Gpt::last_logits, which generation without the cache calls, takes the fused path.
             assert_eq!(model.last_logits(&tokens).unwrap(), fused);
             // Prefill (what the cached path runs first, and again each time the window slides):
@@ -1867,8 +2204,14 @@ mod fused_step {
             let (kv, z) = FusedStep::new().prefill(&model, &tokens).unwrap();
             let (kv_ref, z_ref) = model.reference_prefill(&tokens).unwrap();
             assert_eq!(kv.len, kv_ref.len);
-            for (a, b) in kv.keys.iter().chain(&kv.values).zip(kv_ref.keys.iter().chain(&kv_ref.values)) {
-                assert!((a - b).abs().max() <= 1e-12 * b.abs().max().max(1e-300), "T = {}", tokens.len());
+            for (a, b) in
+                kv.keys.iter().chain(&kv.values).zip(kv_ref.keys.iter().chain(&kv_ref.values))
+            {
+                assert!(
+                    (a - b).abs().max() <= 1e-12 * b.abs().max().max(1e-300),
+                    "T = {}",
+                    tokens.len()
+                );
             }
             assert_eq!(z, fused);
             assert!(z_ref.iter().zip(&z).all(|(a, b)| (a - b).abs() < 1e-12 * scale));

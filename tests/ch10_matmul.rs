@@ -18,8 +18,8 @@ mod common;
 use llm_workbook::Error;
 use llm_workbook::float::Float;
 use llm_workbook::matmul::{
-    self, Blocking, Kernel, Op, Settings, available_kernels, default_blocking, gemm, gemm_with, kernel_calls, last_product, matmul,
-    matmul_nt, matmul_tn, tile_shape, with_kernel,
+    self, Blocking, Kernel, Op, Settings, available_kernels, default_blocking, gemm, gemm_with,
+    kernel_calls, last_product, matmul, matmul_nt, matmul_tn, tile_shape, with_kernel,
 };
 use llm_workbook::rng::Rng;
 use nalgebra::DMatrix;
@@ -67,7 +67,8 @@ impl Case {
 }
 
 const OPS: [(Op, Op); 4] = [(Op::N, Op::N), (Op::T, Op::N), (Op::N, Op::T), (Op::T, Op::T)];
-const ALPHA_BETA: [(f64, f64); 6] = [(1.0, 0.0), (-1.0, 1.0), (0.5, -0.5), (2.5, 0.0), (1.0, 2.0), (-0.75, 1.0)];
+const ALPHA_BETA: [(f64, f64); 6] =
+    [(1.0, 0.0), (-1.0, 1.0), (0.5, -0.5), (2.5, 0.0), (1.0, 2.0), (-0.75, 1.0)];
 
 /// The operands of a case: A stored so that op(A) is m×k, B so that op(B) is k×n, and C⁰ (all NaN
 /// when β = 0, to prove it is never read).
@@ -82,7 +83,11 @@ fn operands<T: Float>(case: &Case, rng: &mut Rng) -> Operands<T> {
     let (br, bc) = if case.tb == Op::N { (case.k, case.n) } else { (case.n, case.k) };
     let a = rng.normal_matrix::<T>(ar, ac, 1.0);
     let b = rng.normal_matrix::<T>(br, bc, 1.0);
-    let c0 = if case.beta == 0.0 { DMatrix::from_element(case.m, case.n, T::nan()) } else { rng.normal_matrix::<T>(case.m, case.n, 1.0) };
+    let c0 = if case.beta == 0.0 {
+        DMatrix::from_element(case.m, case.n, T::nan())
+    } else {
+        rng.normal_matrix::<T>(case.m, case.n, 1.0)
+    };
     Operands { a, b, c0 }
 }
 
@@ -113,7 +118,12 @@ fn reference<T: Float>(case: &Case, x: &Operands<T>) -> (DMatrix<f64>, DMatrix<f
 
 /// Checks every entry of `c` against the reference within the bound; names the first entry that
 /// is outside it.
-fn within_bound<T: Float>(case: &Case, c: &DMatrix<T>, value: &DMatrix<f64>, size: &DMatrix<f64>) -> Result<(), String> {
+fn within_bound<T: Float>(
+    case: &Case,
+    c: &DMatrix<T>,
+    value: &DMatrix<f64>,
+    size: &DMatrix<f64>,
+) -> Result<(), String> {
     let rounds = case.k + 2;
     let (u, u64_) = (unit_roundoff::<T>(), unit_roundoff::<f64>());
     // Ours, plus the f64 reference's own error, plus its error in computing `size` itself.
@@ -138,11 +148,24 @@ fn within_bound<T: Float>(case: &Case, c: &DMatrix<T>, value: &DMatrix<f64>, siz
 }
 
 /// Runs one case with `settings` and checks it; returns the product's statistics.
-fn run_case<T: Float>(settings: Settings, case: Case, rng: &mut Rng) -> Result<matmul::ProductStats, String> {
+fn run_case<T: Float>(
+    settings: Settings,
+    case: Case,
+    rng: &mut Rng,
+) -> Result<matmul::ProductStats, String> {
     let x = operands::<T>(&case, rng);
     let mut c = x.c0.clone();
-    let stats =
-        gemm_with(settings, T::of(case.alpha), &x.a, case.ta, &x.b, case.tb, T::of(case.beta), &mut c).map_err(|e| e.to_string())?;
+    let stats = gemm_with(
+        settings,
+        T::of(case.alpha),
+        &x.a,
+        case.ta,
+        &x.b,
+        case.tb,
+        T::of(case.beta),
+        &mut c,
+    )
+    .map_err(|e| e.to_string())?;
     if let Some(k) = settings.kernel
         && stats.kernel != k
     {
@@ -194,7 +217,10 @@ fn the_error_bound_rejects_a_product_missing_one_term() {
         let (value, size) = reference(&case, &x);
         within_bound(&case, &c, &value, &size).expect("the correct product is inside the bound");
         c[(4, 3)] -= x.a[(4, 17)] * x.b[(17, 3)];
-        assert!(within_bound(&case, &c, &value, &size).is_err(), "{kernel}: a missing term went unnoticed");
+        assert!(
+            within_bound(&case, &c, &value, &size).is_err(),
+            "{kernel}: a missing term went unnoticed"
+        );
     }
 }
 
@@ -204,7 +230,11 @@ fn the_error_bound_grows_with_k_and_the_magnitudes() {
     let u = unit_roundoff::<f32>();
     assert_eq!(u, 2f64.powi(-24));
     let case = Case::new(1, 1, 100);
-    let ones = Operands { a: DMatrix::<f32>::from_element(1, 100, 1.0), b: DMatrix::from_element(100, 1, 1.0), c0: DMatrix::zeros(1, 1) };
+    let ones = Operands {
+        a: DMatrix::<f32>::from_element(1, 100, 1.0),
+        b: DMatrix::from_element(100, 1, 1.0),
+        c0: DMatrix::zeros(1, 1),
+    };
     let (value, size) = reference(&case, &ones);
     assert_eq!((value[(0, 0)], size[(0, 0)]), (100.0, 100.0));
     // 100 + 1.2e-3 is outside the bound (≈ 6.1e-4 here), 100 + 4e-4 inside.
@@ -310,8 +340,21 @@ fn every_kernel_matches_the_triple_loop_with_tiny_blocks_that_force_every_loop_t
         let (alpha, beta) = ALPHA_BETA[i % ALPHA_BETA.len()];
         cases.push(Case::new(m, n, k).ops(ta, tb).scaled(alpha, beta));
     }
-    for blocking in [Blocking { mc: 1, kc: 1, nc: 1 }, Blocking { mc: 17, kc: 5, nc: 13 }, Blocking { mc: 40, kc: 9, nc: 7 }] {
-        check_all(&cases, |k| Settings { kernel: Some(k), blocking: Some(blocking), threads: Some(1), ..Settings::default() }, 5);
+    for blocking in [
+        Blocking { mc: 1, kc: 1, nc: 1 },
+        Blocking { mc: 17, kc: 5, nc: 13 },
+        Blocking { mc: 40, kc: 9, nc: 7 },
+    ] {
+        check_all(
+            &cases,
+            |k| Settings {
+                kernel: Some(k),
+                blocking: Some(blocking),
+                threads: Some(1),
+                ..Settings::default()
+            },
+            5,
+        );
     }
 }
 
@@ -358,14 +401,17 @@ fn two_threads_split_large_products_and_match_the_triple_loop() {
             Case::new(97, 401, 400).ops(Op::N, Op::T),
         ] {
             assert!(2.0 * (case.m * case.n * case.k) as f64 >= matmul::PARALLEL_MIN_FLOPS);
-            let stats = run_case::<f32>(two, case, &mut rng).unwrap_or_else(|e| panic!("{kernel}: {e}"));
+            let stats =
+                run_case::<f32>(two, case, &mut rng).unwrap_or_else(|e| panic!("{kernel}: {e}"));
             assert_eq!(stats.threads, 2, "{kernel} {case:?}");
-            let stats = run_case::<f64>(two, case, &mut rng).unwrap_or_else(|e| panic!("{kernel}: {e}"));
+            let stats =
+                run_case::<f64>(two, case, &mut rng).unwrap_or_else(|e| panic!("{kernel}: {e}"));
             assert_eq!(stats.threads, 2, "{kernel} {case:?}");
         }
         // Three threads: the sharing out is general.
         let three = Settings { threads: Some(3), min_parallel_flops: Some(0.0), ..two };
-        let stats = run_case::<f64>(three, Case::new(120, 100, 200), &mut rng).unwrap_or_else(|e| panic!("{kernel}: {e}"));
+        let stats = run_case::<f64>(three, Case::new(120, 100, 200), &mut rng)
+            .unwrap_or_else(|e| panic!("{kernel}: {e}"));
         assert_eq!(stats.threads, 3);
     }
 }
@@ -382,9 +428,22 @@ fn small_products_stay_on_one_thread_even_when_two_are_allowed() {
     // thread, and one row or column more makes a second piece.
     let (mr, nr) = tile_shape::<f64>(matmul::active_kernel()).expect("active");
     let no_threshold = Settings { min_parallel_flops: Some(0.0), ..two };
-    assert_eq!(run_case::<f64>(no_threshold, Case::new(mr, nr, 300), &mut rng).expect("one tile").threads, 1);
-    assert_eq!(run_case::<f64>(no_threshold, Case::new(mr + 1, nr, 300), &mut rng).expect("two rows of tiles").threads, 2);
-    assert_eq!(run_case::<f64>(no_threshold, Case::new(mr, nr + 1, 300), &mut rng).expect("two columns of tiles").threads, 2);
+    assert_eq!(
+        run_case::<f64>(no_threshold, Case::new(mr, nr, 300), &mut rng).expect("one tile").threads,
+        1
+    );
+    assert_eq!(
+        run_case::<f64>(no_threshold, Case::new(mr + 1, nr, 300), &mut rng)
+            .expect("two rows of tiles")
+            .threads,
+        2
+    );
+    assert_eq!(
+        run_case::<f64>(no_threshold, Case::new(mr, nr + 1, 300), &mut rng)
+            .expect("two columns of tiles")
+            .threads,
+        2
+    );
 }
 
 // ───────────────────────────── the forced kernel really ran ─────────────────────────────
@@ -407,7 +466,10 @@ fn the_forced_kernel_reports_its_own_tile_count() {
         assert_eq!((stats.mr, stats.nr), (mr, nr));
         let expected = (m.div_ceil(mr) * n.div_ceil(nr) * k.div_ceil(kc)) as u64;
         assert_eq!(stats.tiles, expected, "{kernel}");
-        assert!(kernel_calls(kernel) >= before + expected, "{kernel}: the process-wide counter did not grow");
+        assert!(
+            kernel_calls(kernel) >= before + expected,
+            "{kernel}: the process-wide counter did not grow"
+        );
         assert_eq!(c.shape(), (m, n));
     }
 }
@@ -430,8 +492,10 @@ fn simd_kernels_fuse_multiply_and_add_and_the_scalar_kernel_does_not() {
     let (fused64, unfused64) = (2f64.powi(-26) + 2f64.powi(-54), 2f64.powi(-26));
     for kernel in available_kernels() {
         let want = if kernel == Kernel::Scalar { (unfused, unfused64) } else { (fused, fused64) };
-        let got32 = with_kernel(kernel, || matmul(&a, &b)).expect("available").expect("shapes")[(0, 0)];
-        let got64 = with_kernel(kernel, || matmul(&a64, &b64)).expect("available").expect("shapes")[(0, 0)];
+        let got32 =
+            with_kernel(kernel, || matmul(&a, &b)).expect("available").expect("shapes")[(0, 0)];
+        let got64 =
+            with_kernel(kernel, || matmul(&a64, &b64)).expect("available").expect("shapes")[(0, 0)];
         assert_eq!((got32, got64), want, "{kernel}");
     }
 }
@@ -440,15 +504,22 @@ fn simd_kernels_fuse_multiply_and_add_and_the_scalar_kernel_does_not() {
 fn with_kernel_restores_the_previous_choice_and_refuses_what_the_cpu_lacks() {
     let before = matmul::active_kernel();
     let inner = with_kernel(Kernel::Scalar, || {
-        let nested = with_kernel(matmul::best_kernel(), matmul::active_kernel).expect("best is available");
+        let nested =
+            with_kernel(matmul::best_kernel(), matmul::active_kernel).expect("best is available");
         (matmul::active_kernel(), nested)
     })
     .expect("scalar is always available");
     assert_eq!(inner, (Kernel::Scalar, matmul::best_kernel()));
     assert_eq!(matmul::active_kernel(), before);
     for kernel in Kernel::ALL.into_iter().filter(|k| !k.is_available()) {
-        assert!(matches!(with_kernel(kernel, || ()), Err(Error::InvalidValue { arg: "kernel", .. })));
-        assert!(matches!(matmul::set_kernel(Some(kernel)), Err(Error::InvalidValue { arg: "kernel", .. })));
+        assert!(matches!(
+            with_kernel(kernel, || ()),
+            Err(Error::InvalidValue { arg: "kernel", .. })
+        ));
+        assert!(matches!(
+            matmul::set_kernel(Some(kernel)),
+            Err(Error::InvalidValue { arg: "kernel", .. })
+        ));
         let e = gemm_with(
             forced(kernel),
             1.0,
@@ -466,7 +537,8 @@ fn with_kernel_restores_the_previous_choice_and_refuses_what_the_cpu_lacks() {
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn detection_finds_what_the_cpu_reports() {
-    let avx2 = std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma");
+    let avx2 =
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma");
     let avx512 = std::arch::is_x86_feature_detected!("avx512f");
     let mut expected = vec![Kernel::Scalar];
     if avx2 {
@@ -491,10 +563,16 @@ fn kernel_names_parse_and_bad_names_are_refused() {
     assert!(matches!(Kernel::from_name("sse9"), Err(Error::InvalidValue { .. })));
     assert_eq!(matmul::parse_kernel_setting(None).expect("unset"), None);
     assert_eq!(matmul::parse_kernel_setting(Some("auto")).expect("auto"), None);
-    assert_eq!(matmul::parse_kernel_setting(Some(" scalar ")).expect("scalar"), Some(Kernel::Scalar));
+    assert_eq!(
+        matmul::parse_kernel_setting(Some(" scalar ")).expect("scalar"),
+        Some(Kernel::Scalar)
+    );
     assert!(matmul::parse_kernel_setting(Some("fast")).is_err());
     for kernel in Kernel::ALL.into_iter().filter(|k| !k.is_available()) {
-        assert!(matmul::parse_kernel_setting(Some(kernel.name())).is_err(), "{kernel} is not available here");
+        assert!(
+            matmul::parse_kernel_setting(Some(kernel.name())).is_err(),
+            "{kernel} is not available here"
+        );
     }
 }
 
@@ -508,10 +586,11 @@ fn env_probe_child() {
     let ran = last_product().expect("a product ran").kernel;
     // Set to an available kernel: that one; unset, `auto` or unusable: the best one (with a
     // warning on stderr for an unusable value).
-    let expected = match matmul::parse_kernel_setting(std::env::var(matmul::KERNEL_ENV).ok().as_deref()) {
-        Ok(Some(k)) => k,
-        Ok(None) | Err(_) => matmul::best_kernel(),
-    };
+    let expected =
+        match matmul::parse_kernel_setting(std::env::var(matmul::KERNEL_ENV).ok().as_deref()) {
+            Ok(Some(k)) => k,
+            Ok(None) | Err(_) => matmul::best_kernel(),
+        };
     assert_eq!(ran, expected);
     println!("ENV_PROBE_KERNEL={ran}");
 }
@@ -526,8 +605,15 @@ fn the_environment_variable_forces_the_kernel_in_a_fresh_process() {
             .output()
             .expect("the test binary runs");
         let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "{kernel}: child failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-        assert!(stdout.contains(&format!("ENV_PROBE_KERNEL={kernel}")), "{kernel}: child printed\n{stdout}");
+        assert!(
+            out.status.success(),
+            "{kernel}: child failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            stdout.contains(&format!("ENV_PROBE_KERNEL={kernel}")),
+            "{kernel}: child printed\n{stdout}"
+        );
     }
     // A name the CPU cannot run (or no kernel at all) falls back to the best one, with a warning.
     let out = std::process::Command::new(&exe)
@@ -538,7 +624,10 @@ fn the_environment_variable_forces_the_kernel_in_a_fresh_process() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "child failed:\n{stdout}");
     assert!(stdout.contains(&format!("ENV_PROBE_KERNEL={}", matmul::best_kernel())), "{stdout}");
-    assert!(String::from_utf8_lossy(&out.stderr).contains(matmul::KERNEL_ENV), "the fallback is announced on stderr");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(matmul::KERNEL_ENV),
+        "the fallback is announced on stderr"
+    );
 }
 
 // ───────────────────────────── the public API, IEEE values and bad input ─────────────────────────────
@@ -551,7 +640,8 @@ fn matmul_tn_and_nt_match_the_triple_loop_on_the_transposed_operands() {
     let z = rng.normal_matrix::<f64>(14, 9, 1.0);
     let tn = matmul_tn(&x, &y).expect("xᵀy");
     let case = Case::new(9, 14, 23).ops(Op::T, Op::N);
-    let (value, size) = reference(&case, &Operands { a: x.clone(), b: y.clone(), c0: DMatrix::zeros(9, 14) });
+    let (value, size) =
+        reference(&case, &Operands { a: x.clone(), b: y.clone(), c0: DMatrix::zeros(9, 14) });
     within_bound(&case, &tn, &value, &size).expect("xᵀy");
     let nt = matmul_nt(&x, &z).expect("x zᵀ");
     let case = Case::new(23, 14, 9).ops(Op::N, Op::T);
@@ -564,8 +654,11 @@ fn matmul_tn_and_nt_match_the_triple_loop_on_the_transposed_operands() {
 fn beta_zero_overwrites_nan_and_infinity_in_c() {
     let a = DMatrix::<f32>::from_row_slice(2, 2, &[1.0, 2.0, 3.0, 4.0]);
     for kernel in available_kernels() {
-        let mut c = DMatrix::from_row_slice(2, 2, &[f32::NAN, f32::INFINITY, f32::NEG_INFINITY, f32::NAN]);
-        with_kernel(kernel, || gemm(1.0, &a, Op::N, &a, Op::N, 0.0, &mut c)).expect("available").expect("shapes");
+        let mut c =
+            DMatrix::from_row_slice(2, 2, &[f32::NAN, f32::INFINITY, f32::NEG_INFINITY, f32::NAN]);
+        with_kernel(kernel, || gemm(1.0, &a, Op::N, &a, Op::N, 0.0, &mut c))
+            .expect("available")
+            .expect("shapes");
         assert_eq!(c, DMatrix::from_row_slice(2, 2, &[7.0, 10.0, 15.0, 22.0]), "{kernel}");
     }
 }
@@ -576,7 +669,9 @@ fn nonzero_beta_propagates_nan_in_c_as_ieee_says() {
     for kernel in available_kernels() {
         let mut c = DMatrix::from_element(3, 3, 1.0);
         c[(1, 2)] = f64::NAN;
-        with_kernel(kernel, || gemm(1.0, &a, Op::N, &a, Op::N, 1.0, &mut c)).expect("available").expect("shapes");
+        with_kernel(kernel, || gemm(1.0, &a, Op::N, &a, Op::N, 1.0, &mut c))
+            .expect("available")
+            .expect("shapes");
         assert!(c[(1, 2)].is_nan(), "{kernel}");
         assert_eq!(c.iter().filter(|v| v.is_nan()).count(), 1, "{kernel}");
         assert_eq!(c[(0, 0)], 2.0);
@@ -618,7 +713,8 @@ fn alpha_zero_scales_c_by_beta_without_reading_a_or_b() {
     let b = DMatrix::<f64>::from_element(3, 5, f64::INFINITY);
     for kernel in available_kernels() {
         let mut c = DMatrix::from_element(4, 5, 2.0);
-        let stats = gemm_with(forced(kernel), 0.0, &a, Op::N, &b, Op::N, -1.5, &mut c).expect("valid");
+        let stats =
+            gemm_with(forced(kernel), 0.0, &a, Op::N, &b, Op::N, -1.5, &mut c).expect("valid");
         assert_eq!(c, DMatrix::from_element(4, 5, -3.0));
         assert_eq!(stats.tiles, 0);
         let mut c = DMatrix::from_element(4, 5, f64::NAN);
@@ -631,18 +727,44 @@ fn alpha_zero_scales_c_by_beta_without_reading_a_or_b() {
 fn zero_sized_products_are_empty_or_zero_or_beta_times_c() {
     for kernel in available_kernels() {
         // m = 0 or n = 0: an empty result.
-        let empty_rows = with_kernel(kernel, || matmul(&DMatrix::<f32>::zeros(0, 4), &DMatrix::zeros(4, 3))).expect("available");
+        let empty_rows =
+            with_kernel(kernel, || matmul(&DMatrix::<f32>::zeros(0, 4), &DMatrix::zeros(4, 3)))
+                .expect("available");
         assert_eq!(empty_rows.expect("valid").shape(), (0, 3));
-        let empty_cols = with_kernel(kernel, || matmul_tn(&DMatrix::<f64>::zeros(4, 2), &DMatrix::zeros(4, 0))).expect("available");
+        let empty_cols =
+            with_kernel(kernel, || matmul_tn(&DMatrix::<f64>::zeros(4, 2), &DMatrix::zeros(4, 0)))
+                .expect("available");
         assert_eq!(empty_cols.expect("valid").shape(), (2, 0));
         // k = 0: the empty sum is 0, so C ← β·C (zeros when β = 0, whatever C held).
-        let zero = with_kernel(kernel, || matmul_nt(&DMatrix::<f64>::zeros(3, 0), &DMatrix::zeros(2, 0))).expect("available");
+        let zero =
+            with_kernel(kernel, || matmul_nt(&DMatrix::<f64>::zeros(3, 0), &DMatrix::zeros(2, 0)))
+                .expect("available");
         assert_eq!(zero.expect("valid"), DMatrix::zeros(3, 2));
         let mut c = DMatrix::from_element(3, 2, f32::NAN);
-        gemm_with(forced(kernel), 1.0, &DMatrix::zeros(3, 0), Op::N, &DMatrix::zeros(0, 2), Op::N, 0.0, &mut c).expect("valid");
+        gemm_with(
+            forced(kernel),
+            1.0,
+            &DMatrix::zeros(3, 0),
+            Op::N,
+            &DMatrix::zeros(0, 2),
+            Op::N,
+            0.0,
+            &mut c,
+        )
+        .expect("valid");
         assert_eq!(c, DMatrix::zeros(3, 2));
         let mut c = DMatrix::from_element(3, 2, 4.0f32);
-        gemm_with(forced(kernel), 1.0, &DMatrix::zeros(0, 3), Op::T, &DMatrix::zeros(0, 2), Op::N, 0.5, &mut c).expect("valid");
+        gemm_with(
+            forced(kernel),
+            1.0,
+            &DMatrix::zeros(0, 3),
+            Op::T,
+            &DMatrix::zeros(0, 2),
+            Op::N,
+            0.5,
+            &mut c,
+        )
+        .expect("valid");
         assert_eq!(c, DMatrix::from_element(3, 2, 2.0));
     }
 }
@@ -658,8 +780,12 @@ fn mismatched_inner_dimensions_are_a_shape_error_naming_both_operands() {
     assert!(matches!(matmul_nt(&a, &b), Err(Error::Shape { op: "matmul_nt", .. })));
     let mut c = DMatrix::<f32>::zeros(3, 2);
     let e = gemm(1.0, &a, Op::N, &b, Op::N, 0.0, &mut c).expect_err("4 ≠ 5");
-    assert!(matches!(&e, Error::Shape { op: "gemm", arg: "inner dimensions of op(A) and op(B)", .. }), "{e:?}");
-    let e = gemm_with(Settings::default(), 1.0, &a, Op::T, &b, Op::N, 0.0, &mut c).expect_err("3 ≠ 5");
+    assert!(
+        matches!(&e, Error::Shape { op: "gemm", arg: "inner dimensions of op(A) and op(B)", .. }),
+        "{e:?}"
+    );
+    let e =
+        gemm_with(Settings::default(), 1.0, &a, Op::T, &b, Op::N, 0.0, &mut c).expect_err("3 ≠ 5");
     assert!(matches!(&e, Error::Shape { op: "gemm_with", .. }), "{e:?}");
 }
 
@@ -679,10 +805,20 @@ fn zero_threads_and_zero_block_sizes_are_refused() {
     let a = DMatrix::<f32>::zeros(2, 2);
     let mut c = DMatrix::<f32>::zeros(2, 2);
     let zero_threads = Settings { threads: Some(0), ..Settings::default() };
-    assert!(matches!(gemm_with(zero_threads, 1.0, &a, Op::N, &a, Op::N, 0.0, &mut c), Err(Error::InvalidValue { arg: "threads", .. })));
-    for blocking in [Blocking { mc: 0, kc: 1, nc: 1 }, Blocking { mc: 1, kc: 0, nc: 1 }, Blocking { mc: 1, kc: 1, nc: 0 }] {
+    assert!(matches!(
+        gemm_with(zero_threads, 1.0, &a, Op::N, &a, Op::N, 0.0, &mut c),
+        Err(Error::InvalidValue { arg: "threads", .. })
+    ));
+    for blocking in [
+        Blocking { mc: 0, kc: 1, nc: 1 },
+        Blocking { mc: 1, kc: 0, nc: 1 },
+        Blocking { mc: 1, kc: 1, nc: 0 },
+    ] {
         let s = Settings { blocking: Some(blocking), ..Settings::default() };
-        assert!(matches!(gemm_with(s, 1.0, &a, Op::N, &a, Op::N, 0.0, &mut c), Err(Error::InvalidValue { arg: "blocking", .. })));
+        assert!(matches!(
+            gemm_with(s, 1.0, &a, Op::N, &a, Op::N, 0.0, &mut c),
+            Err(Error::InvalidValue { arg: "blocking", .. })
+        ));
     }
 }
 
@@ -709,15 +845,32 @@ fn two_threads_forced_below_the_threshold_still_match_the_triple_loop_on_odd_sha
     // into pieces (of rows when it is higher than wide, counted in tiles, else of columns), so the
     // split itself is checked on ragged shapes of both kinds, with edge tiles in both threads.
     let mut cases = Vec::new();
-    for (i, &(m, n, k)) in [(37, 13, 5), (17, 25, 9), (33, 14, 40), (50, 49, 3), (64, 100, 1), (7, 30, 6)].iter().enumerate() {
+    for (i, &(m, n, k)) in
+        [(37, 13, 5), (17, 25, 9), (33, 14, 40), (50, 49, 3), (64, 100, 1), (7, 30, 6)]
+            .iter()
+            .enumerate()
+    {
         let (ta, tb) = OPS[i % OPS.len()];
         let (alpha, beta) = ALPHA_BETA[i % ALPHA_BETA.len()];
         cases.push(Case::new(m, n, k).ops(ta, tb).scaled(alpha, beta));
     }
-    check_all(&cases, |k| Settings { kernel: Some(k), threads: Some(2), min_parallel_flops: Some(0.0), ..Settings::default() }, 13);
+    check_all(
+        &cases,
+        |k| Settings {
+            kernel: Some(k),
+            threads: Some(2),
+            min_parallel_flops: Some(0.0),
+            ..Settings::default()
+        },
+        13,
+    );
     let mut rng = Rng::new(14);
-    let forced_two = Settings { threads: Some(2), min_parallel_flops: Some(0.0), ..Settings::default() };
-    assert_eq!(run_case::<f32>(forced_two, Case::new(40, 9, 4), &mut rng).expect("split").threads, 2);
+    let forced_two =
+        Settings { threads: Some(2), min_parallel_flops: Some(0.0), ..Settings::default() };
+    assert_eq!(
+        run_case::<f32>(forced_two, Case::new(40, 9, 4), &mut rng).expect("split").threads,
+        2
+    );
 }
 
 // ───────────────────────────── the chapter's derived numbers ─────────────────────────────
@@ -768,7 +921,10 @@ fn the_avx2_f32_tile_uses_12_of_16_registers_for_accumulators() {
 #[test]
 fn packed_blocks_fit_their_caches() {
     let fp = ch10::footprint(16, 6, matmul::AVX2_F32_BLOCKING, 4);
-    assert_eq!((fp.b_sliver, fp.a_sliver, fp.a_block, fp.b_panel), (9216, 24576, 147_456, 1_585_152));
+    assert_eq!(
+        (fp.b_sliver, fp.a_sliver, fp.a_block, fp.b_panel),
+        (9216, 24576, 147_456, 1_585_152)
+    );
     // Each tuned kernel's blocks against the caches they target: Zen 3 for the AVX2 and portable
     // constants, Zen 4 (32 KiB L1d, 1 MiB L2), where they were swept, for the AVX-512 ones.
     let zen3 = (ch10::L1D_BYTES, ch10::L2_BYTES, ch10::L3_BYTES);
@@ -794,16 +950,24 @@ fn packed_blocks_fit_their_caches() {
 fn naive_and_blocked_arithmetic_intensity() {
     let n = 1024;
     let naive = ch10::intensity(ch10::flops(n, n, n), ch10::naive_traffic_bytes(n, n, n, 4));
-    let blocked = ch10::intensity(ch10::flops(n, n, n), ch10::blocked_traffic_bytes(n, n, n, 4, matmul::AVX2_F32_BLOCKING));
+    let blocked = ch10::intensity(
+        ch10::flops(n, n, n),
+        ch10::blocked_traffic_bytes(n, n, n, 4, matmul::AVX2_F32_BLOCKING),
+    );
     assert!((naive - 0.25).abs() < 1e-3, "{naive}");
     // A once, B once, C three times read and written (⌈1024/384⌉ rank-KC updates): 8·n² floats.
     assert_eq!(matmul::AVX2_F32_BLOCKING.kc, 384);
-    assert_eq!(ch10::blocked_traffic_bytes(n, n, n, 4, matmul::AVX2_F32_BLOCKING), 8 * 1024 * 1024 * 4);
+    assert_eq!(
+        ch10::blocked_traffic_bytes(n, n, n, 4, matmul::AVX2_F32_BLOCKING),
+        8 * 1024 * 1024 * 4
+    );
     assert_eq!(blocked, 64.0);
     assert!(blocked > 200.0 * naive);
     // Deeper KC means fewer passes over C: intensity grows with KC.
-    let shallow =
-        ch10::intensity(ch10::flops(n, n, n), ch10::blocked_traffic_bytes(n, n, n, 4, Blocking { kc: 32, ..matmul::AVX2_F32_BLOCKING }));
+    let shallow = ch10::intensity(
+        ch10::flops(n, n, n),
+        ch10::blocked_traffic_bytes(n, n, n, 4, Blocking { kc: 32, ..matmul::AVX2_F32_BLOCKING }),
+    );
     assert!(shallow < blocked / 4.0);
 }
 
@@ -835,7 +999,11 @@ fn tile_use_of_a_one_row_product() {
 
 #[test]
 fn packing_pads_with_zeros() {
-    let a = DMatrix::<f64>::from_row_slice(5, 3, &[1.0, 2.0, 0.0, 0.0, 1.0, 3.0, 2.0, 0.0, 1.0, 1.0, 1.0, 1.0, 3.0, 2.0, 1.0]);
+    let a = DMatrix::<f64>::from_row_slice(
+        5,
+        3,
+        &[1.0, 2.0, 0.0, 0.0, 1.0, 3.0, 2.0, 0.0, 1.0, 1.0, 1.0, 1.0, 3.0, 2.0, 1.0],
+    );
     let packed = matmul::pack_a_block(&a, Op::N, 0..5, 0..3, 4).expect("valid");
     // Sliver 0: rows 0..4, column after column; sliver 1: row 4 and three zero rows.
     #[rustfmt::skip]
@@ -844,7 +1012,8 @@ fn packing_pads_with_zeros() {
         3.0, 0.0, 0.0, 0.0,   2.0, 0.0, 0.0, 0.0,   1.0, 0.0, 0.0, 0.0,
     ];
     assert_eq!(packed, expected);
-    let pad_zeros = packed.iter().filter(|&&v| v == 0.0).count() - a.iter().filter(|&&v| v == 0.0).count();
+    let pad_zeros =
+        packed.iter().filter(|&&v| v == 0.0).count() - a.iter().filter(|&&v| v == 0.0).count();
     assert_eq!(pad_zeros, 9);
     // The transpose is handled by packing: Aᵀ stored and read with op = T packs identically.
     let at = a.transpose();
@@ -856,9 +1025,18 @@ fn packing_pads_with_zeros() {
     assert_eq!(nn.len(), 2 * 4 * 2);
     // Sliver 0, row p = 1 of op(B): columns 0..4 of row 1 of Aᵀ, i.e. A[0..4, 1].
     assert_eq!(&nn[..4], &[2.0, 1.0, 0.0, 1.0]);
-    assert!(matches!(matmul::pack_a_block(&a, Op::N, 0..6, 0..3, 4), Err(Error::InvalidValue { arg: "rows", .. })));
-    assert!(matches!(matmul::pack_b_panel(&b, Op::N, 0..4, 0..5, 4), Err(Error::InvalidValue { arg: "depth", .. })));
-    assert!(matches!(matmul::pack_a_block(&a, Op::N, 0..5, 0..3, 0), Err(Error::InvalidValue { arg: "mr", .. })));
+    assert!(matches!(
+        matmul::pack_a_block(&a, Op::N, 0..6, 0..3, 4),
+        Err(Error::InvalidValue { arg: "rows", .. })
+    ));
+    assert!(matches!(
+        matmul::pack_b_panel(&b, Op::N, 0..4, 0..5, 4),
+        Err(Error::InvalidValue { arg: "depth", .. })
+    ));
+    assert!(matches!(
+        matmul::pack_a_block(&a, Op::N, 0..5, 0..3, 0),
+        Err(Error::InvalidValue { arg: "mr", .. })
+    ));
 }
 
 #[test]
@@ -874,8 +1052,14 @@ fn the_scalar_tile_is_the_sum_of_outer_products_of_the_slivers() {
             assert_eq!(tile[(i, j)], want);
         }
     }
-    assert!(matches!(matmul::scalar_tile(kc, &a[1..], &b), Err(Error::Shape { arg: "a_sliver", .. })));
-    assert!(matches!(matmul::scalar_tile(kc, &a, &b[1..]), Err(Error::Shape { arg: "b_sliver", .. })));
+    assert!(matches!(
+        matmul::scalar_tile(kc, &a[1..], &b),
+        Err(Error::Shape { arg: "a_sliver", .. })
+    ));
+    assert!(matches!(
+        matmul::scalar_tile(kc, &a, &b[1..]),
+        Err(Error::Shape { arg: "b_sliver", .. })
+    ));
 }
 
 #[test]
@@ -906,7 +1090,9 @@ fn the_figures_show_what_the_prose_says() {
     let dir = common::temp_dir("ch10-figures");
     for (stem, fig) in &figs {
         let files = fig.save(&dir, stem).expect("drawn");
-        assert!(files.iter().all(|f| std::fs::metadata(f).map(|m| m.len() > 1000).unwrap_or(false)));
+        assert!(
+            files.iter().all(|f| std::fs::metadata(f).map(|m| m.len() > 1000).unwrap_or(false))
+        );
     }
 }
 
@@ -930,8 +1116,11 @@ mod properties {
     /// come up), either transpose of each operand (row and column strides swapped), and α, β from
     /// a set with zero, negative and fractional values.
     fn case() -> impl Strategy<Value = Case> {
-        (1usize..40, 1usize..40, 1usize..40, op(), op(), 0usize..ALPHA_BETA.len())
-            .prop_map(|(m, n, k, ta, tb, s)| Case::new(m, n, k).ops(ta, tb).scaled(ALPHA_BETA[s].0, ALPHA_BETA[s].1))
+        (1usize..40, 1usize..40, 1usize..40, op(), op(), 0usize..ALPHA_BETA.len()).prop_map(
+            |(m, n, k, ta, tb, s)| {
+                Case::new(m, n, k).ops(ta, tb).scaled(ALPHA_BETA[s].0, ALPHA_BETA[s].1)
+            },
+        )
     }
 
     proptest! {
@@ -994,7 +1183,10 @@ mod properties {
         assert!(available_kernels().contains(&Kernel::Scalar));
         #[cfg(target_arch = "x86_64")]
         if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
-            assert!(available_kernels().contains(&Kernel::Avx2), "this CPU has AVX2 + FMA, so the SIMD path is compared");
+            assert!(
+                available_kernels().contains(&Kernel::Avx2),
+                "this CPU has AVX2 + FMA, so the SIMD path is compared"
+            );
         }
     }
 }
@@ -1003,11 +1195,19 @@ mod properties {
 
 mod views {
     use super::*;
-    use llm_workbook::matmul::{Backend, MatMut, MatRef, gemm_view, product_choices, with_backend, with_threads};
+    use llm_workbook::matmul::{
+        Backend, MatMut, MatRef, gemm_view, product_choices, with_backend, with_threads,
+    };
 
     /// `inner` placed at rows r0…, columns c0… of a larger zero-padded matrix with `ld` rows; the
     /// view's slice starts at its first entry.
-    fn embedded<T: Float>(inner: &DMatrix<T>, r0: usize, c0: usize, ld: usize, rng: &mut Rng) -> (Vec<T>, usize) {
+    fn embedded<T: Float>(
+        inner: &DMatrix<T>,
+        r0: usize,
+        c0: usize,
+        ld: usize,
+        rng: &mut Rng,
+    ) -> (Vec<T>, usize) {
         let cols = c0 + inner.ncols() + 2;
         let mut big = rng.normal_matrix::<T>(ld, cols, 1.0); // surrounding values that must not leak in
         big.view_mut((r0, c0), inner.shape()).copy_from(inner);
@@ -1019,19 +1219,24 @@ mod views {
         let (pad_a, pad_b) = (1 + case.m % 3, 2 + case.n % 4);
         let (a_store, a_at) = embedded(&x.a, pad_a, 1, x.a.nrows() + pad_a + 3, rng);
         let (b_store, b_at) = embedded(&x.b, pad_b, 2, x.b.nrows() + pad_b + 1, rng);
-        let a = MatRef::new(&a_store[a_at..], x.a.nrows(), x.a.ncols(), x.a.nrows() + pad_a + 3).map_err(|e| e.to_string())?;
-        let b = MatRef::new(&b_store[b_at..], x.b.nrows(), x.b.ncols(), x.b.nrows() + pad_b + 1).map_err(|e| e.to_string())?;
+        let a = MatRef::new(&a_store[a_at..], x.a.nrows(), x.a.ncols(), x.a.nrows() + pad_a + 3)
+            .map_err(|e| e.to_string())?;
+        let b = MatRef::new(&b_store[b_at..], x.b.nrows(), x.b.ncols(), x.b.nrows() + pad_b + 1)
+            .map_err(|e| e.to_string())?;
         // C too lives inside a larger matrix, whose other entries must come out untouched.
         let ldc = case.m + 3;
         let mut big_c = rng.normal_matrix::<T>(ldc, case.n + 1, 1.0);
         big_c.view_mut((2, 1), (case.m, case.n)).copy_from(&x.c0);
         let before = big_c.clone();
-        let view = MatMut::new(&mut big_c.as_mut_slice()[2 + ldc..], case.m, case.n, ldc).map_err(|e| e.to_string())?;
-        gemm_view(T::of(case.alpha), a, case.ta, b, case.tb, T::of(case.beta), view).map_err(|e| e.to_string())?;
+        let view = MatMut::new(&mut big_c.as_mut_slice()[2 + ldc..], case.m, case.n, ldc)
+            .map_err(|e| e.to_string())?;
+        gemm_view(T::of(case.alpha), a, case.ta, b, case.tb, T::of(case.beta), view)
+            .map_err(|e| e.to_string())?;
         for j in 0..case.n + 1 {
             for i in 0..ldc {
                 let inside = (2..2 + case.m).contains(&i) && (1..1 + case.n).contains(&j);
-                if !inside && big_c[(i, j)].as_f64().to_bits() != before[(i, j)].as_f64().to_bits() {
+                if !inside && big_c[(i, j)].as_f64().to_bits() != before[(i, j)].as_f64().to_bits()
+                {
                     return Err(format!("{case:?}: C's surroundings changed at ({i}, {j})"));
                 }
             }
@@ -1044,9 +1249,13 @@ mod views {
     #[test]
     fn views_inside_larger_matrices_match_the_triple_loop_with_every_kernel_and_both_backends() {
         let mut cases = Vec::new();
-        for (m, n, k) in [(1, 1, 1), (7, 5, 3), (33, 17, 9), (64, 64, 32), (64, 32, 64), (13, 40, 71)] {
+        for (m, n, k) in
+            [(1, 1, 1), (7, 5, 3), (33, 17, 9), (64, 64, 32), (64, 32, 64), (13, 40, 71)]
+        {
             for (ta, tb) in [(Op::N, Op::N), (Op::T, Op::N), (Op::N, Op::T), (Op::T, Op::T)] {
-                cases.push(Case::new(m, n, k).ops(ta, tb).scaled(0.5, if m % 2 == 0 { 0.0 } else { -1.5 }));
+                cases.push(
+                    Case::new(m, n, k).ops(ta, tb).scaled(0.5, if m % 2 == 0 { 0.0 } else { -1.5 }),
+                );
             }
         }
         let mut failures = Vec::new();
@@ -1056,7 +1265,9 @@ mod views {
                 with_backend(backend, || {
                     with_kernel(kernel, || {
                         for case in &cases {
-                            if let Err(e) = check_view_case::<f32>(*case, &mut rng).and_then(|()| check_view_case::<f64>(*case, &mut rng)) {
+                            if let Err(e) = check_view_case::<f32>(*case, &mut rng)
+                                .and_then(|()| check_view_case::<f64>(*case, &mut rng))
+                            {
                                 failures.push(format!("{} {kernel}: {e}", backend.name()));
                                 break;
                             }
@@ -1082,7 +1293,11 @@ mod views {
             for (m, n, k) in [(64, 24, 40), (33, 19, 7), (96, 64, 300)] {
                 for tb in [Op::N, Op::T] {
                     let a = rng.normal_matrix::<f32>(m, k, 1.0);
-                    let b = if tb == Op::N { rng.normal_matrix::<f32>(k, n, 1.0) } else { rng.normal_matrix::<f32>(n, k, 1.0) };
+                    let b = if tb == Op::N {
+                        rng.normal_matrix::<f32>(k, n, 1.0)
+                    } else {
+                        rng.normal_matrix::<f32>(n, k, 1.0)
+                    };
                     let near = MatRef::new(b.as_slice(), b.nrows(), b.ncols(), b.nrows()).unwrap();
                     let (store, at) = embedded(&b, 0, 0, far, &mut rng);
                     let packed = MatRef::new(&store[at..], b.nrows(), b.ncols(), far).unwrap();
@@ -1092,12 +1307,34 @@ mod views {
                     let mut c_far = DMatrix::<f32>::zeros(m, n);
                     let a_view = || MatRef::new(a.as_slice(), m, k, m).unwrap();
                     with_kernel(kernel, || {
-                        gemm_view(1.0, a_view(), Op::N, near, tb, 0.0, MatMut::new(c_near.as_mut_slice(), m, n, m).unwrap()).unwrap();
-                        gemm_view(1.0, a_view(), Op::N, packed, tb, 0.0, MatMut::new(c_far.as_mut_slice(), m, n, m).unwrap()).unwrap();
+                        gemm_view(
+                            1.0,
+                            a_view(),
+                            Op::N,
+                            near,
+                            tb,
+                            0.0,
+                            MatMut::new(c_near.as_mut_slice(), m, n, m).unwrap(),
+                        )
+                        .unwrap();
+                        gemm_view(
+                            1.0,
+                            a_view(),
+                            Op::N,
+                            packed,
+                            tb,
+                            0.0,
+                            MatMut::new(c_far.as_mut_slice(), m, n, m).unwrap(),
+                        )
+                        .unwrap();
                     })
                     .unwrap();
-                    let same = c_near.iter().zip(c_far.iter()).all(|(x, y)| x.to_bits() == y.to_bits());
-                    assert!(same, "{kernel}, {m}×{n}×{k}, op(B) {tb:?}: in place and packed differ");
+                    let same =
+                        c_near.iter().zip(c_far.iter()).all(|(x, y)| x.to_bits() == y.to_bits());
+                    assert!(
+                        same,
+                        "{kernel}, {m}×{n}×{k}, op(B) {tb:?}: in place and packed differ"
+                    );
                 }
             }
         }
@@ -1114,11 +1351,13 @@ mod views {
         let a = MatRef::new(&data, 4, 5, 4).unwrap();
         let b = MatRef::new(&data, 4, 5, 4).unwrap();
         let mut c = vec![0.0; 16];
-        let e = gemm_view(1.0, a, Op::N, b, Op::N, 0.0, MatMut::new(&mut c, 4, 4, 4).unwrap()).unwrap_err(); // 4×5 by 4×5
+        let e = gemm_view(1.0, a, Op::N, b, Op::N, 0.0, MatMut::new(&mut c, 4, 4, 4).unwrap())
+            .unwrap_err(); // 4×5 by 4×5
         assert!(e.to_string().contains("inner dimensions"), "{e}");
         gemm_view(1.0, a, Op::N, b, Op::T, 0.0, MatMut::new(&mut c, 4, 4, 4).unwrap()).unwrap(); // 4×5 by 5×4 fits a 4×4 C
         assert!(c.iter().all(|&v| v == 5.0));
-        let e = gemm_view(1.0, a, Op::N, b, Op::T, 0.0, MatMut::new(&mut c, 4, 3, 4).unwrap()).unwrap_err();
+        let e = gemm_view(1.0, a, Op::N, b, Op::T, 0.0, MatMut::new(&mut c, 4, 3, 4).unwrap())
+            .unwrap_err();
         assert!(e.to_string().contains("C") && e.to_string().contains("4×3"), "{e}");
         let mut short = vec![0.0; 15];
         let e = MatMut::new(&mut short, 4, 4, 4).unwrap_err();
@@ -1148,15 +1387,26 @@ mod views {
             with_backend(Backend::Nalgebra, || {
                 let choices = product_choices();
                 std::thread::spawn(move || {
-                    choices.run(|| (llm_workbook::matmul::default_threads(), llm_workbook::matmul::active_backend()))
+                    choices.run(|| {
+                        (
+                            llm_workbook::matmul::default_threads(),
+                            llm_workbook::matmul::active_backend(),
+                        )
+                    })
                 })
                 .join()
                 .unwrap()
             })
         });
         assert_eq!(carried, (1, Backend::Nalgebra));
-        let plain = with_threads(1, || std::thread::spawn(llm_workbook::matmul::default_threads).join().unwrap());
-        assert_eq!(plain, llm_workbook::matmul::default_threads(), "without carrying, a new thread has the process default");
+        let plain = with_threads(1, || {
+            std::thread::spawn(llm_workbook::matmul::default_threads).join().unwrap()
+        });
+        assert_eq!(
+            plain,
+            llm_workbook::matmul::default_threads(),
+            "without carrying, a new thread has the process default"
+        );
     }
 }
 
@@ -1197,7 +1447,10 @@ mod wide_map {
             with_kernel(kernel, || map_f32(&x, &mut y, |z, _| gelu_tanh_f32(z))).unwrap().unwrap();
             for (&got, &z) in y.iter().zip(&x) {
                 let want = gelu_tanh_f32(z);
-                assert!(got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()), "{kernel}: GELU({z}) = {got}, plain {want}");
+                assert!(
+                    got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                    "{kernel}: GELU({z}) = {got}, plain {want}"
+                );
             }
         }
     }

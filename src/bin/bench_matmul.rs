@@ -29,7 +29,10 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 #[derive(Parser)]
-#[command(name = "bench_matmul", about = "Chapter 10's matrix-product benchmark (see the chapter for how to read it).")]
+#[command(
+    name = "bench_matmul",
+    about = "Chapter 10's matrix-product benchmark (see the chapter for how to read it)."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -176,7 +179,8 @@ fn fma_peak<T: Element>(kernel: Kernel, threads: usize, samples: usize) -> f64 {
                 .map(|_| {
                     s.spawn(move || {
                         let c0 = thread_cpu_seconds();
-                        let flops = matmul::fma_probe::<T>(kernel, iterations).map_or(0, |r| black_box(r).0);
+                        let flops = matmul::fma_probe::<T>(kernel, iterations)
+                            .map_or(0, |r| black_box(r).0);
                         gflops(flops as f64, (thread_cpu_seconds() - c0).max(1e-9))
                     })
                 })
@@ -256,8 +260,16 @@ fn ours<'a, T: Element + Float>(
 /// nalgebra's own product into a preallocated C. For a transposed operand nalgebra has no
 /// strided view, so a user either copies the transpose or calls `tr_mul` (dot products); we time
 /// both and keep the faster (see `nalgebra_best`).
-fn nalgebra_ways<'a, T: Float>(a: &'a DMatrix<T>, ta: Op, b: &'a DMatrix<T>, tb: Op) -> Vec<Contender<'a>> {
-    let (m, n) = (if ta == Op::N { a.nrows() } else { a.ncols() }, if tb == Op::N { b.ncols() } else { b.nrows() });
+fn nalgebra_ways<'a, T: Float>(
+    a: &'a DMatrix<T>,
+    ta: Op,
+    b: &'a DMatrix<T>,
+    tb: Op,
+) -> Vec<Contender<'a>> {
+    let (m, n) = (
+        if ta == Op::N { a.nrows() } else { a.ncols() },
+        if tb == Op::N { b.ncols() } else { b.nrows() },
+    );
     let mut c1 = DMatrix::<T>::zeros(m, n);
     let mut ways = vec![contender("nalgebra (copy transposes, gemm)", move || {
         let at = if ta == Op::T { Some(a.transpose()) } else { None };
@@ -322,12 +334,23 @@ fn measure<T: Element + Float>(
     samples: usize,
     rng: &mut Rng,
 ) -> Row {
-    let a = if ta == Op::N { rng.normal_matrix::<T>(m, k, 1.0) } else { rng.normal_matrix::<T>(k, m, 1.0) };
-    let b = if tb == Op::N { rng.normal_matrix::<T>(k, n, 1.0) } else { rng.normal_matrix::<T>(n, k, 1.0) };
+    let a = if ta == Op::N {
+        rng.normal_matrix::<T>(m, k, 1.0)
+    } else {
+        rng.normal_matrix::<T>(k, m, 1.0)
+    };
+    let b = if tb == Op::N {
+        rng.normal_matrix::<T>(k, n, 1.0)
+    } else {
+        rng.normal_matrix::<T>(n, k, 1.0)
+    };
     let flops = 2.0 * (m * n * k) as f64;
-    let (mut c1, mut c2, mut c3) = (DMatrix::<T>::zeros(m, n), DMatrix::<T>::zeros(m, n), DMatrix::<T>::zeros(m, n));
-    let mut contenders =
-        vec![contender("ours, 1 thread", ours(&a, ta, &b, tb, &mut c1, 1)), contender("ours, 2 threads", ours(&a, ta, &b, tb, &mut c2, 2))];
+    let (mut c1, mut c2, mut c3) =
+        (DMatrix::<T>::zeros(m, n), DMatrix::<T>::zeros(m, n), DMatrix::<T>::zeros(m, n));
+    let mut contenders = vec![
+        contender("ours, 1 thread", ours(&a, ta, &b, tb, &mut c1, 1)),
+        contender("ours, 2 threads", ours(&a, ta, &b, tb, &mut c2, 2)),
+    ];
     let ways = nalgebra_ways(&a, ta, &b, tb);
     let n_ways = ways.len();
     contenders.extend(ways);
@@ -339,14 +362,27 @@ fn measure<T: Element + Float>(
     // The thread count the 2-thread product actually used.
     let threads2 = {
         let mut c = DMatrix::<T>::zeros(m, n);
-        gemm_with(Settings { threads: Some(2), ..Settings::default() }, T::one(), &a, ta, &b, tb, T::zero(), &mut c)
-            .map_or(0, |s| s.threads)
+        gemm_with(
+            Settings { threads: Some(2), ..Settings::default() },
+            T::one(),
+            &a,
+            ta,
+            &b,
+            tb,
+            T::zero(),
+            &mut c,
+        )
+        .map_or(0, |s| s.threads)
     };
     let nalgebra = secs[2..2 + n_ways].iter().map(|t| t.cpu).fold(f64::INFINITY, f64::min);
     let nalgebra_wall = secs[2..2 + n_ways].iter().map(|t| t.wall).fold(f64::INFINITY, f64::min);
     Row {
         label: label.to_string(),
-        shape: format!("{m}×{k} · {k}×{n}{}{}", if ta == Op::T { " (Aᵀ)" } else { "" }, if tb == Op::T { " (Bᵀ)" } else { "" }),
+        shape: format!(
+            "{m}×{k} · {k}×{n}{}{}",
+            if ta == Op::T { " (Aᵀ)" } else { "" },
+            if tb == Op::T { " (Bᵀ)" } else { "" }
+        ),
         ty: if size_of::<T>() == 4 { "f32" } else { "f64" },
         flops,
         naive: secs.get(2 + n_ways).map(|s| gflops(flops, s.cpu)),
@@ -374,7 +410,12 @@ struct Machine {
 fn cpu_name() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).map(|s| s.trim().to_string()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|s| s.trim().to_string())
+        })
         .unwrap_or_else(|| "unknown CPU".into())
 }
 
@@ -403,7 +444,11 @@ fn table(machine: &Machine, rows: &[Row], with_naive: bool) -> String {
     for r in rows {
         let share1 = 100.0 * r.ours1 / peak_of(machine, r.ty, 1);
         let share2 = 100.0 * r.ours2 / peak_of(machine, r.ty, 2);
-        let two = if r.threads2 >= 2 { format!("{:.1}", r.ours2) } else { format!("{:.1} (1 thread)", r.ours2) };
+        let two = if r.threads2 >= 2 {
+            format!("{:.1}", r.ours2)
+        } else {
+            format!("{:.1} (1 thread)", r.ours2)
+        };
         if with_naive {
             let naive = r.naive.map_or("—".to_string(), |g| format!("{g:.2}"));
             out.push_str(&format!(
@@ -436,8 +481,13 @@ fn table(machine: &Machine, rows: &[Row], with_naive: bool) -> String {
 fn replace_block(path: &PathBuf, tag: &str, body: &str) -> Result<(), String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let (begin, end) = (format!("<!-- {tag}:begin -->"), format!("<!-- {tag}:end -->"));
-    let start = text.find(&begin).ok_or_else(|| format!("{} has no {begin} marker", path.display()))? + begin.len();
-    let stop = text[start..].find(&end).ok_or_else(|| format!("{} has no {end} marker", path.display()))? + start;
+    let start =
+        text.find(&begin).ok_or_else(|| format!("{} has no {begin} marker", path.display()))?
+            + begin.len();
+    let stop = text[start..]
+        .find(&end)
+        .ok_or_else(|| format!("{} has no {end} marker", path.display()))?
+        + start;
     let new = format!("{}\n{}\n{}", &text[..start], body.trim(), &text[stop..]);
     std::fs::write(path, new).map_err(|e| format!("{}: {e}", path.display()))
 }
@@ -480,7 +530,10 @@ fn run_all(samples: usize, write: bool) -> Result<(), String> {
     ];
     let bandwidth = (read_bandwidth(1, 5), read_bandwidth(2, 5));
     let thread_start = thread_start_cost();
-    println!("FMA peak f32 {:.1} / {:.1} GFLOP/s (1 / 2 threads), f64 {:.1} / {:.1}", peak[0].0, peak[0].1, peak[1].0, peak[1].1);
+    println!(
+        "FMA peak f32 {:.1} / {:.1} GFLOP/s (1 / 2 threads), f64 {:.1} / {:.1}",
+        peak[0].0, peak[0].1, peak[1].0, peak[1].1
+    );
     println!("read bandwidth {:.1} / {:.1} GB/s (1 / 2 threads)", bandwidth.0, bandwidth.1);
     let mut rng = Rng::new(2026);
     let mut squares = Vec::new();
@@ -494,13 +547,22 @@ fn run_all(samples: usize, write: bool) -> Result<(), String> {
     let mut gpt = Vec::new();
     for f64_ in [false, true] {
         for (label, shape, ta, tb) in gpt_shapes() {
-            let row = with_type!(f64_, T => measure::<T>(label, shape, ta, tb, false, samples, &mut rng));
+            let row =
+                with_type!(f64_, T => measure::<T>(label, shape, ta, tb, false, samples, &mut rng));
             println!("{row:?}");
             gpt.push(row);
         }
     }
     let crossover = thread_crossover(samples, &mut rng);
-    let machine = Machine { cpu: cpu_name(), kernel, peak, bandwidth, thread_start, load_before, load_after: load_average() };
+    let machine = Machine {
+        cpu: cpu_name(),
+        kernel,
+        peak,
+        bandwidth,
+        thread_start,
+        load_before,
+        load_after: load_average(),
+    };
     let report = report(&machine, &squares, &gpt, &crossover);
     println!("\n{report}");
     if write {
@@ -508,7 +570,11 @@ fn run_all(samples: usize, write: bool) -> Result<(), String> {
         for (stem, fig) in figures(&machine, &squares) {
             fig.save(&image_dir(), &stem).map_err(|e| e.to_string())?;
         }
-        println!("wrote the tables into {} and the plots into {}", chapter_path().display(), image_dir().display());
+        println!(
+            "wrote the tables into {} and the plots into {}",
+            chapter_path().display(),
+            image_dir().display()
+        );
     }
     Ok(())
 }
@@ -526,9 +592,23 @@ fn thread_crossover(samples: usize, rng: &mut Rng) -> Vec<(usize, f64, f64, f64)
 
 /// One product on 1 thread against 2 threads forced (the threshold switched off), timed in turn
 /// by the wall clock: (flops, GFLOP/s on 1 thread, GFLOP/s on 2 threads).
-fn one_against_two<T: Element + Float>((m, k, n): (usize, usize, usize), ta: Op, tb: Op, samples: usize, rng: &mut Rng) -> (f64, f64, f64) {
-    let a = if ta == Op::N { rng.normal_matrix::<T>(m, k, 1.0) } else { rng.normal_matrix::<T>(k, m, 1.0) };
-    let b = if tb == Op::N { rng.normal_matrix::<T>(k, n, 1.0) } else { rng.normal_matrix::<T>(n, k, 1.0) };
+fn one_against_two<T: Element + Float>(
+    (m, k, n): (usize, usize, usize),
+    ta: Op,
+    tb: Op,
+    samples: usize,
+    rng: &mut Rng,
+) -> (f64, f64, f64) {
+    let a = if ta == Op::N {
+        rng.normal_matrix::<T>(m, k, 1.0)
+    } else {
+        rng.normal_matrix::<T>(k, m, 1.0)
+    };
+    let b = if tb == Op::N {
+        rng.normal_matrix::<T>(k, n, 1.0)
+    } else {
+        rng.normal_matrix::<T>(n, k, 1.0)
+    };
     let (mut c1, mut c2) = (DMatrix::<T>::zeros(m, n), DMatrix::<T>::zeros(m, n));
     let one = Settings { threads: Some(1), ..Settings::default() };
     let two = Settings { threads: Some(2), min_parallel_flops: Some(0.0), ..Settings::default() };
@@ -554,15 +634,27 @@ fn run_threads(samples: usize) {
     const GPT_PRODUCTS_FROM_FLOPS: f64 = 1e7;
     let load_before = load_average();
     let mut rng = Rng::new(2027);
-    let mut shapes: Vec<Shape> = [160, 192, 224, 240, 256, 288, 320].map(|n| ("square", (n, n, n), Op::N, Op::N)).to_vec();
-    shapes.extend([64, 96, 144, 160, 192, 256].map(|n| ("768 rows · 128×n", (768, 128, n), Op::N, Op::N)));
-    shapes.extend(gpt_shapes().into_iter().filter(|(_, (m, k, n), _, _)| 2.0 * (m * k * n) as f64 >= GPT_PRODUCTS_FROM_FLOPS));
+    let mut shapes: Vec<Shape> =
+        [160, 192, 224, 240, 256, 288, 320].map(|n| ("square", (n, n, n), Op::N, Op::N)).to_vec();
+    shapes.extend(
+        [64, 96, 144, 160, 192, 256].map(|n| ("768 rows · 128×n", (768, 128, n), Op::N, Op::N)),
+    );
+    shapes.extend(
+        gpt_shapes()
+            .into_iter()
+            .filter(|(_, (m, k, n), _, _)| 2.0 * (m * k * n) as f64 >= GPT_PRODUCTS_FROM_FLOPS),
+    );
     let mut rows = Vec::new();
     for f64_ in [false, true] {
         for &(label, shape, ta, tb) in &shapes {
-            let (flops, one, two) = with_type!(f64_, T => one_against_two::<T>(shape, ta, tb, samples, &mut rng));
+            let (flops, one, two) =
+                with_type!(f64_, T => one_against_two::<T>(shape, ta, tb, samples, &mut rng));
             let (m, k, n) = shape;
-            let ops = format!("{}{}", if ta == Op::T { " (Aᵀ)" } else { "" }, if tb == Op::T { " (Bᵀ)" } else { "" });
+            let ops = format!(
+                "{}{}",
+                if ta == Op::T { " (Aᵀ)" } else { "" },
+                if tb == Op::T { " (Bᵀ)" } else { "" }
+            );
             let ty = if f64_ { "f64" } else { "f32" };
             rows.push((
                 flops,
@@ -576,13 +668,20 @@ fn run_threads(samples: usize) {
         load_average(),
         matmul::PARALLEL_MIN_FLOPS
     );
-    println!("| product | shape | type | flops | 1 thread | 2 threads forced | 2 / 1 |\n|---|---|---|---|---|---|---|");
+    println!(
+        "| product | shape | type | flops | 1 thread | 2 threads forced | 2 / 1 |\n|---|---|---|---|---|---|---|"
+    );
     for (_, line) in rows {
         println!("{line}");
     }
 }
 
-fn report(machine: &Machine, squares: &[Row], gpt: &[Row], crossover: &[(usize, f64, f64, f64)]) -> String {
+fn report(
+    machine: &Machine,
+    squares: &[Row],
+    gpt: &[Row],
+    crossover: &[(usize, f64, f64, f64)],
+) -> String {
     let mut out = String::new();
     out.push_str(&format!(
         "Measured by `cargo run --release --bin bench_matmul` on {} ({} cores, kernel `{}`), median of the samples, \
@@ -598,8 +697,14 @@ same samples, so they still compare like with like.\n\n",
         machine.load_after
     ));
     out.push_str("| ceiling (fastest sample; FMA peak over each thread's CPU time) | f32 | f64 |\n|---|---|---|\n");
-    out.push_str(&format!("| FMA peak, 1 core | {:.1} GFLOP/s | {:.1} GFLOP/s |\n", machine.peak[0].0, machine.peak[1].0));
-    out.push_str(&format!("| FMA peak, 2 cores | {:.1} GFLOP/s | {:.1} GFLOP/s |\n", machine.peak[0].1, machine.peak[1].1));
+    out.push_str(&format!(
+        "| FMA peak, 1 core | {:.1} GFLOP/s | {:.1} GFLOP/s |\n",
+        machine.peak[0].0, machine.peak[1].0
+    ));
+    out.push_str(&format!(
+        "| FMA peak, 2 cores | {:.1} GFLOP/s | {:.1} GFLOP/s |\n",
+        machine.peak[0].1, machine.peak[1].1
+    ));
     out.push_str(&format!(
         "| memory read bandwidth, 1 / 2 threads | {:.1} / {:.1} GB/s | same |\n",
         machine.bandwidth.0, machine.bandwidth.1
@@ -615,7 +720,11 @@ same samples, so they still compare like with like.\n\n",
     out.push_str(&table(machine, gpt, false));
     out.push_str("\nWhere a second thread pays (f32 squares, 2 threads forced even below the threshold):\n\n| n | flops | 1 thread | 2 threads forced | 2 / 1 |\n|---|---|---|---|---|\n");
     for &(n, flops, one, two) in crossover {
-        out.push_str(&format!("| {n} | {:.1e} | {one:.1} | {two:.1} | {} |\n", flops, ratio(two, one)));
+        out.push_str(&format!(
+            "| {n} | {:.1e} | {one:.1} | {two:.1} | {} |\n",
+            flops,
+            ratio(two, one)
+        ));
     }
     out
 }
@@ -629,11 +738,20 @@ fn figures(machine: &Machine, squares: &[Row]) -> Vec<(String, Figure)> {
             Series::new("ours, 2 threads", rows.iter().map(|r| (x(r), r.ours2)).collect()),
             Series::new("ours, 1 thread", rows.iter().map(|r| (x(r), r.ours1)).collect()),
             Series::new("nalgebra", rows.iter().map(|r| (x(r), r.nalgebra)).collect()),
-            Series::new("naive loop", rows.iter().filter_map(|r| r.naive.map(|g| (x(r), g))).collect()),
+            Series::new(
+                "naive loop",
+                rows.iter().filter_map(|r| r.naive.map(|g| (x(r), g))).collect(),
+            ),
         ];
         let (lo, hi) = (6.0, 11.0);
-        series.push(Series::new("FMA peak, 1 core", vec![(lo, peak_of(machine, ty, 1)), (hi, peak_of(machine, ty, 1))]));
-        series.push(Series::new("FMA peak, 2 cores", vec![(lo, peak_of(machine, ty, 2)), (hi, peak_of(machine, ty, 2))]));
+        series.push(Series::new(
+            "FMA peak, 1 core",
+            vec![(lo, peak_of(machine, ty, 1)), (hi, peak_of(machine, ty, 1))],
+        ));
+        series.push(Series::new(
+            "FMA peak, 2 cores",
+            vec![(lo, peak_of(machine, ty, 2)), (hi, peak_of(machine, ty, 2))],
+        ));
         figs.push((
             format!("ch10_gflops_{ty}"),
             Figure::Line(LineChart {
@@ -647,7 +765,10 @@ fn figures(machine: &Machine, squares: &[Row]) -> Vec<(String, Figure)> {
     }
     // The roofline: attainable GFLOP/s = min(peak, bandwidth × flops per byte), log-log.
     let (peak, bw) = (peak_of(machine, "f32", 1), machine.bandwidth.0);
-    let roof: Vec<(f64, f64)> = (-40..=80).map(|i| i as f64 / 10.0).map(|l| (l, (peak.min(bw * 2f64.powf(l))).log2())).collect();
+    let roof: Vec<(f64, f64)> = (-40..=80)
+        .map(|i| i as f64 / 10.0)
+        .map(|l| (l, (peak.min(bw * 2f64.powf(l))).log2()))
+        .collect();
     let mut points_naive = Vec::new();
     let mut points_ours = Vec::new();
     let b = matmul::default_blocking::<f32>(machine.kernel).unwrap_or(matmul::SCALAR_BLOCKING);
@@ -655,7 +776,8 @@ fn figures(machine: &Machine, squares: &[Row]) -> Vec<(String, Figure)> {
         let n = (r.flops / 2.0).cbrt().round();
         // The naive loop re-reads both operands from memory for every multiply-add (no reuse):
         // 2 flops per 8 bytes. Ours moves A once per NC-panel, B once, C once per KC-block.
-        let traffic = 4.0 * (n * n * (n / b.nc as f64).ceil() + n * n + 2.0 * n * n * (n / b.kc as f64).ceil());
+        let traffic = 4.0
+            * (n * n * (n / b.nc as f64).ceil() + n * n + 2.0 * n * n * (n / b.kc as f64).ceil());
         if let Some(g) = r.naive {
             points_naive.push((0.25f64.log2(), g.log2()));
         }
@@ -682,7 +804,12 @@ fn figures(machine: &Machine, squares: &[Row]) -> Vec<(String, Figure)> {
 
 /// GFLOP/s (median) of each blocking in `variants` on an n×n×n product, all timed in turn sample
 /// by sample so that load from other programs falls on every variant alike.
-fn sweep_line<T: Element + Float>(n: usize, variants: &[Blocking], samples: usize, rng: &mut Rng) -> Vec<f64> {
+fn sweep_line<T: Element + Float>(
+    n: usize,
+    variants: &[Blocking],
+    samples: usize,
+    rng: &mut Rng,
+) -> Vec<f64> {
     let a = rng.normal_matrix::<T>(n, n, 1.0);
     let b = rng.normal_matrix::<T>(n, n, 1.0);
     let mut cs: Vec<DMatrix<T>> = variants.iter().map(|_| DMatrix::<T>::zeros(n, n)).collect();
@@ -709,7 +836,8 @@ fn run_sweep(samples: usize, write: bool) -> Result<(), String> {
     let mut figs = Vec::new();
     for f64_ in [false, true] {
         let ty = if f64_ { "f64" } else { "f32" };
-        let base = with_type!(f64_, T => matmul::default_blocking::<T>(kernel)).map_err(|e| e.to_string())?;
+        let base = with_type!(f64_, T => matmul::default_blocking::<T>(kernel))
+            .map_err(|e| e.to_string())?;
         let line = |variants: &[Blocking], n: usize, rng: &mut Rng| with_type!(f64_, T => sweep_line::<T>(n, variants, samples, rng));
         out.push_str(&format!(
             "**{ty}** (defaults MC = {}, KC = {}, NC = {}):\n\n| constant | value | n | GFLOP/s | of the line's best |\n|---|---|---|---|---|\n",
@@ -720,7 +848,12 @@ fn run_sweep(samples: usize, write: bool) -> Result<(), String> {
         let ncs = [252, 510, 1020, 2040, 4080];
         let mut series = Vec::new();
         for (name, values, n, make) in [
-            ("KC", &kcs[..], 1024, &(|v: usize| Blocking { kc: v, ..base }) as &dyn Fn(usize) -> Blocking),
+            (
+                "KC",
+                &kcs[..],
+                1024,
+                &(|v: usize| Blocking { kc: v, ..base }) as &dyn Fn(usize) -> Blocking,
+            ),
             ("MC", &mcs[..], 1024, &|v: usize| Blocking { mc: v, ..base }),
             ("NC", &ncs[..], 2048, &|v: usize| Blocking { nc: v, ..base }),
         ] {
@@ -729,7 +862,10 @@ fn run_sweep(samples: usize, write: bool) -> Result<(), String> {
             let best = g.iter().copied().fold(0.0, f64::max);
             for (&v, &x) in values.iter().zip(&g) {
                 println!("{ty} {name} {v}: {x:.1}");
-                out.push_str(&format!("| {name} | {v} | {n} | {x:.1} | {:.0} % |\n", 100.0 * x / best));
+                out.push_str(&format!(
+                    "| {name} | {v} | {n} | {x:.1} | {:.0} % |\n",
+                    100.0 * x / best
+                ));
             }
             series.push(Series::new(
                 format!("{ty}: {name} (others at default), n = {n}"),
@@ -767,12 +903,31 @@ at a time from the defaults, every value of a line timed in turn sample by sampl
     Ok(())
 }
 
-fn run_shape<T: Element + Float>(m: usize, k: usize, n: usize, ta: Op, tb: Op, threads: usize, samples: usize) {
+fn run_shape<T: Element + Float>(
+    m: usize,
+    k: usize,
+    n: usize,
+    ta: Op,
+    tb: Op,
+    threads: usize,
+    samples: usize,
+) {
     let mut rng = Rng::new(5);
-    let a = if ta == Op::N { rng.normal_matrix::<T>(m, k, 1.0) } else { rng.normal_matrix::<T>(k, m, 1.0) };
-    let b = if tb == Op::N { rng.normal_matrix::<T>(k, n, 1.0) } else { rng.normal_matrix::<T>(n, k, 1.0) };
+    let a = if ta == Op::N {
+        rng.normal_matrix::<T>(m, k, 1.0)
+    } else {
+        rng.normal_matrix::<T>(k, m, 1.0)
+    };
+    let b = if tb == Op::N {
+        rng.normal_matrix::<T>(k, n, 1.0)
+    } else {
+        rng.normal_matrix::<T>(n, k, 1.0)
+    };
     let mut c = DMatrix::<T>::zeros(m, n);
-    let mut cs = vec![contender(format!("ours, {threads} thread(s)"), ours(&a, ta, &b, tb, &mut c, threads))];
+    let mut cs = vec![contender(
+        format!("ours, {threads} thread(s)"),
+        ours(&a, ta, &b, tb, &mut c, threads),
+    )];
     cs.extend(nalgebra_ways(&a, ta, &b, tb));
     let secs = race(&mut cs, samples, 0.05);
     let flops = 2.0 * (m * n * k) as f64;

@@ -121,14 +121,19 @@ impl Trainer {
                 prev[i + 1] = i as u32;
             }
         }
-        let mut t = Trainer { tok, next, prev, occurrences: HashMap::new(), heap: BinaryHeap::new() };
+        let mut t =
+            Trainer { tok, next, prev, occurrences: HashMap::new(), heap: BinaryHeap::new() };
         for i in 0..n {
             if t.next[i] != NONE {
                 let pair = (t.tok[i], t.tok[t.next[i] as usize]);
                 t.occurrences.entry(pair).or_default().insert(i as u32);
             }
         }
-        let entries: Vec<_> = t.occurrences.iter().map(|(&p, s)| (s.len(), Reverse(*s.first().unwrap_or(&0)), p)).collect();
+        let entries: Vec<_> = t
+            .occurrences
+            .iter()
+            .map(|(&p, s)| (s.len(), Reverse(*s.first().unwrap_or(&0)), p))
+            .collect();
         t.heap.extend(entries);
         t
     }
@@ -172,7 +177,8 @@ impl Trainer {
     /// Replaces the occurrences of `pair` from left to right by `id`.
     fn merge(&mut self, pair: (TokenId, TokenId), id: TokenId) {
         let (a, b) = pair;
-        let positions: Vec<u32> = self.occurrences.get(&pair).map(|s| s.iter().copied().collect()).unwrap_or_default();
+        let positions: Vec<u32> =
+            self.occurrences.get(&pair).map(|s| s.iter().copied().collect()).unwrap_or_default();
         let mut touched = Vec::new();
         for i in positions {
             // An earlier replacement in this pass may have used this occurrence's left token
@@ -229,11 +235,18 @@ pub fn train(text: &str, config: BpeConfig) -> Result<Training> {
         return Err(invalid(
             OP,
             "vocab_size",
-            format!("a byte-level vocabulary holds at least the {BYTE_VOCAB} byte values; asked for {}", config.vocab_size),
+            format!(
+                "a byte-level vocabulary holds at least the {BYTE_VOCAB} byte values; asked for {}",
+                config.vocab_size
+            ),
         ));
     }
     if config.vocab_size > TokenId::MAX as usize {
-        return Err(invalid(OP, "vocab_size", format!("{} does not fit a 32-bit token id", config.vocab_size)));
+        return Err(invalid(
+            OP,
+            "vocab_size",
+            format!("{} does not fit a 32-bit token id", config.vocab_size),
+        ));
     }
     let mut trainer = Trainer::new(text, config.pre_tokenizer);
     let mut bpe = Bpe::bytes_only(config.pre_tokenizer);
@@ -350,7 +363,12 @@ pub fn encode_pieces<'t>(
 impl Bpe {
     /// The tokenizer with no merges: one token per byte.
     pub fn bytes_only(pre_tokenizer: PreTokenizer) -> Self {
-        Bpe { merges: vec![], vocab: (0..=255u8).map(|b| vec![b]).collect(), ranks: HashMap::new(), pre_tokenizer }
+        Bpe {
+            merges: vec![],
+            vocab: (0..=255u8).map(|b| vec![b]).collect(),
+            ranks: HashMap::new(),
+            pre_tokenizer,
+        }
     }
 
     /// A tokenizer from a merge list, e.g. one saved earlier. Each merge must name tokens that
@@ -363,11 +381,18 @@ impl Bpe {
                 return Err(invalid(
                     "Bpe::from_merges",
                     "pairs",
-                    format!("merge {k} = ({a}, {b}) names a token that no byte or earlier merge defines (ids so far: 0‥{})", known - 1),
+                    format!(
+                        "merge {k} = ({a}, {b}) names a token that no byte or earlier merge defines (ids so far: 0‥{})",
+                        known - 1
+                    ),
                 ));
             }
             if bpe.ranks.contains_key(&(a, b)) {
-                return Err(invalid("Bpe::from_merges", "pairs", format!("merge {k} = ({a}, {b}) repeats an earlier merge")));
+                return Err(invalid(
+                    "Bpe::from_merges",
+                    "pairs",
+                    format!("merge {k} = ({a}, {b}) repeats an earlier merge"),
+                ));
             }
             bpe.push_merge((a, b), 0);
         }
@@ -438,7 +463,13 @@ impl Tokenizer for Bpe {
     fn encode(&self, text: &str) -> Result<Vec<TokenId>> {
         let mut out = Vec::with_capacity(text.len() / 2);
         let cache_pieces = self.pre_tokenizer == PreTokenizer::Gpt2;
-        encode_pieces(self.pre_tokenizer.pieces(text), &BYTE_IDS_BY_VALUE, &self.ranks, cache_pieces, &mut out);
+        encode_pieces(
+            self.pre_tokenizer.pieces(text),
+            &BYTE_IDS_BY_VALUE,
+            &self.ranks,
+            cache_pieces,
+            &mut out,
+        );
         Ok(out)
     }
 
@@ -446,7 +477,14 @@ impl Tokenizer for Bpe {
         let mut out = Vec::new();
         for (i, &id) in ids.iter().enumerate() {
             let bytes = self.vocab.get(id as usize).ok_or_else(|| {
-                invalid("Bpe::decode", "ids", format!("ids[{i}] = {id} is not below the vocabulary size {}", self.vocab.len()))
+                invalid(
+                    "Bpe::decode",
+                    "ids",
+                    format!(
+                        "ids[{i}] = {id} is not below the vocabulary size {}",
+                        self.vocab.len()
+                    ),
+                )
             })?;
             out.extend_from_slice(bytes);
         }

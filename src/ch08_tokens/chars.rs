@@ -68,7 +68,14 @@ impl Tokenizer for CharTokenizer {
         let mut out = String::new();
         for (i, &id) in ids.iter().enumerate() {
             let c = self.chars.get(id as usize).ok_or_else(|| {
-                invalid("CharTokenizer::decode", "ids", format!("ids[{i}] = {id} is not below the vocabulary size {}", self.chars.len()))
+                invalid(
+                    "CharTokenizer::decode",
+                    "ids",
+                    format!(
+                        "ids[{i}] = {id} is not below the vocabulary size {}",
+                        self.chars.len()
+                    ),
+                )
             })?;
             out.push(*c);
         }

@@ -22,7 +22,8 @@ use crate::rng::Rng;
 use std::path::Path;
 
 /// The frozen default corpus, `data/corpus.txt`, as compiled into the crate.
-pub const DEFAULT_CORPUS: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/data/corpus.txt"));
+pub const DEFAULT_CORPUS: &str =
+    include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/data/corpus.txt"));
 
 /// The seed [`generate`] was called with to write `data/corpus.txt`.
 pub const CORPUS_SEED: u64 = 2025;
@@ -55,14 +56,19 @@ pub fn load(path: impl AsRef<Path>) -> Result<String> {
 #[deny(clippy::unwrap_used, clippy::expect_used)]
 pub fn from_bytes(name: &str, bytes: Vec<u8>) -> Result<String> {
     if bytes.is_empty() {
-        return Err(Error::Parse { file: name.to_string(), line: None, reason: "the corpus is empty".into() });
+        return Err(Error::Parse {
+            file: name.to_string(),
+            line: None,
+            reason: "the corpus is empty".into(),
+        });
     }
     String::from_utf8(bytes).map_err(|e| {
         let at = e.utf8_error().valid_up_to();
         let bytes = e.as_bytes();
         let line = 1 + bytes.iter().take(at).filter(|&&b| b == b'\n').count();
         // `valid_up_to` is the offset of a byte that exists (the one that broke the decoding).
-        let byte = bytes.get(at).map_or_else(|| "end of input".to_string(), |b| format!("0x{b:02X}"));
+        let byte =
+            bytes.get(at).map_or_else(|| "end of input".to_string(), |b| format!("0x{b:02X}"));
         Error::Parse {
             file: name.to_string(),
             line: Some(line),
@@ -102,25 +108,44 @@ pub fn split(text: &str) -> (&str, &str) {
 // ───────────────────────────── the grammar's word lists ─────────────────────────────
 
 const WOMEN: &[&str] = &[
-    "Mira", "Anna", "Lena", "Tessa", "Ida", "Rosa", "Nell", "Greta", "Hazel", "Iris", "Maya", "Clara", "Elsie", "Fiona", "Kira", "Lucy",
-    "Nora", "Opal", "Petra", "Ruth", "Sara", "Vera", "Wanda", "Zoe", "Alma", "Bea", "Dora", "Edith", "Freya", "Juno",
+    "Mira", "Anna", "Lena", "Tessa", "Ida", "Rosa", "Nell", "Greta", "Hazel", "Iris", "Maya",
+    "Clara", "Elsie", "Fiona", "Kira", "Lucy", "Nora", "Opal", "Petra", "Ruth", "Sara", "Vera",
+    "Wanda", "Zoe", "Alma", "Bea", "Dora", "Edith", "Freya", "Juno",
 ];
 const MEN: &[&str] = &[
-    "Tomas", "Bikram", "Oskar", "Felix", "Hugo", "Ivan", "Jonah", "Karl", "Leo", "Milo", "Nils", "Otto", "Pavel", "Quinn", "Rafi", "Sami",
-    "Theo", "Umar", "Viktor", "Wes", "Yusuf", "Abel", "Bram", "Cyril", "Dev", "Emil", "Finn", "Gus", "Hal", "Ivo",
+    "Tomas", "Bikram", "Oskar", "Felix", "Hugo", "Ivan", "Jonah", "Karl", "Leo", "Milo", "Nils",
+    "Otto", "Pavel", "Quinn", "Rafi", "Sami", "Theo", "Umar", "Viktor", "Wes", "Yusuf", "Abel",
+    "Bram", "Cyril", "Dev", "Emil", "Finn", "Gus", "Hal", "Ivo",
 ];
 
 const PLACE_START: &[&str] = &[
-    "Elm", "Ash", "Bram", "Cold", "Fern", "Gold", "Hollow", "Iron", "Lark", "Mill", "Oak", "Pine", "Raven", "Salt", "Stone", "Thorn",
-    "Willow", "Wren", "Amber", "Brook", "Copper", "Dun", "Moss", "Red",
+    "Elm", "Ash", "Bram", "Cold", "Fern", "Gold", "Hollow", "Iron", "Lark", "Mill", "Oak", "Pine",
+    "Raven", "Salt", "Stone", "Thorn", "Willow", "Wren", "Amber", "Brook", "Copper", "Dun", "Moss",
+    "Red",
 ];
-const PLACE_END: &[&str] = &["ford", "wick", "dale", "mere", "field", "haven", "stead", "bury", "gate", "moor", "ton", "holm"];
-const RIVERS: &[&str] = &["Tamsel", "Orrin", "Vell", "Lune", "Brisk", "Hadder", "Kell", "Sorrel", "Amble", "Nith", "Wend", "Coble"];
+const PLACE_END: &[&str] = &[
+    "ford", "wick", "dale", "mere", "field", "haven", "stead", "bury", "gate", "moor", "ton",
+    "holm",
+];
+const RIVERS: &[&str] = &[
+    "Tamsel", "Orrin", "Vell", "Lune", "Brisk", "Hadder", "Kell", "Sorrel", "Amble", "Nith",
+    "Wend", "Coble",
+];
 const REGIONS: &[&str] = &["north", "south", "east", "west"];
 const LANDSCAPES: &[&str] = &["valley", "hills", "marshes", "plain", "forest", "coast"];
 const SETTLEMENTS: &[&str] = &["village", "town", "hamlet", "market town", "harbour town"];
-const PLACE_ADJ: &[&str] = &["quiet", "busy", "small", "windy", "sleepy", "green", "old", "muddy", "cheerful", "foggy"];
-const BUILDINGS: &[&str] = &["stone bridge", "bell tower", "old mill", "town hall", "chapel", "lighthouse", "granary", "inn"];
+const PLACE_ADJ: &[&str] =
+    &["quiet", "busy", "small", "windy", "sleepy", "green", "old", "muddy", "cheerful", "foggy"];
+const BUILDINGS: &[&str] = &[
+    "stone bridge",
+    "bell tower",
+    "old mill",
+    "town hall",
+    "chapel",
+    "lighthouse",
+    "granary",
+    "inn",
+];
 
 /// A trade: its name, where it is done, what its worker did each day, and what it makes.
 struct Trade {
@@ -132,26 +157,146 @@ struct Trade {
 }
 
 const TRADES: &[Trade] = &[
-    Trade { name: "baker", plural: "bakers", workplace: "bakery", routine: "baked bread for the whole village", product: "bread" },
-    Trade { name: "smith", plural: "smiths", workplace: "forge", routine: "mended pots and shod horses", product: "horseshoes" },
-    Trade { name: "weaver", plural: "weavers", workplace: "loom house", routine: "wove blankets of soft wool", product: "blankets" },
-    Trade { name: "fisher", plural: "fishers", workplace: "harbour", routine: "cast nets into the cold water", product: "smoked fish" },
-    Trade { name: "potter", plural: "potters", workplace: "workshop", routine: "shaped bowls from red clay", product: "bowls" },
-    Trade { name: "shepherd", plural: "shepherds", workplace: "hillside hut", routine: "led the sheep up the hill", product: "wool" },
-    Trade { name: "miller", plural: "millers", workplace: "mill", routine: "ground wheat into flour", product: "flour" },
-    Trade { name: "carpenter", plural: "carpenters", workplace: "workshop", routine: "built chairs and tables", product: "chairs" },
-    Trade { name: "gardener", plural: "gardeners", workplace: "garden", routine: "grew beans and roses", product: "roses" },
-    Trade { name: "teacher", plural: "teachers", workplace: "school", routine: "taught the children to read", product: "lessons" },
-    Trade { name: "beekeeper", plural: "beekeepers", workplace: "orchard", routine: "looked after the hives", product: "honey" },
-    Trade { name: "clockmaker", plural: "clockmakers", workplace: "shop", routine: "repaired clocks of every size", product: "clocks" },
-    Trade { name: "painter", plural: "painters", workplace: "studio", routine: "painted pictures of the sky", product: "paintings" },
-    Trade { name: "cook", plural: "cooks", workplace: "kitchen", routine: "made soup for travellers", product: "soup" },
-    Trade { name: "farmer", plural: "farmers", workplace: "farm", routine: "planted wheat and barley", product: "barley" },
-    Trade { name: "tailor", plural: "tailors", workplace: "shop", routine: "sewed coats and scarves", product: "coats" },
-    Trade { name: "healer", plural: "healers", workplace: "cottage", routine: "made medicine from herbs", product: "medicine" },
-    Trade { name: "librarian", plural: "librarians", workplace: "library", routine: "looked after the old books", product: "maps" },
-    Trade { name: "candle maker", plural: "candle makers", workplace: "shop", routine: "dipped candles in warm wax", product: "candles" },
-    Trade { name: "boat builder", plural: "boat builders", workplace: "boatyard", routine: "built boats of oak", product: "boats" },
+    Trade {
+        name: "baker",
+        plural: "bakers",
+        workplace: "bakery",
+        routine: "baked bread for the whole village",
+        product: "bread",
+    },
+    Trade {
+        name: "smith",
+        plural: "smiths",
+        workplace: "forge",
+        routine: "mended pots and shod horses",
+        product: "horseshoes",
+    },
+    Trade {
+        name: "weaver",
+        plural: "weavers",
+        workplace: "loom house",
+        routine: "wove blankets of soft wool",
+        product: "blankets",
+    },
+    Trade {
+        name: "fisher",
+        plural: "fishers",
+        workplace: "harbour",
+        routine: "cast nets into the cold water",
+        product: "smoked fish",
+    },
+    Trade {
+        name: "potter",
+        plural: "potters",
+        workplace: "workshop",
+        routine: "shaped bowls from red clay",
+        product: "bowls",
+    },
+    Trade {
+        name: "shepherd",
+        plural: "shepherds",
+        workplace: "hillside hut",
+        routine: "led the sheep up the hill",
+        product: "wool",
+    },
+    Trade {
+        name: "miller",
+        plural: "millers",
+        workplace: "mill",
+        routine: "ground wheat into flour",
+        product: "flour",
+    },
+    Trade {
+        name: "carpenter",
+        plural: "carpenters",
+        workplace: "workshop",
+        routine: "built chairs and tables",
+        product: "chairs",
+    },
+    Trade {
+        name: "gardener",
+        plural: "gardeners",
+        workplace: "garden",
+        routine: "grew beans and roses",
+        product: "roses",
+    },
+    Trade {
+        name: "teacher",
+        plural: "teachers",
+        workplace: "school",
+        routine: "taught the children to read",
+        product: "lessons",
+    },
+    Trade {
+        name: "beekeeper",
+        plural: "beekeepers",
+        workplace: "orchard",
+        routine: "looked after the hives",
+        product: "honey",
+    },
+    Trade {
+        name: "clockmaker",
+        plural: "clockmakers",
+        workplace: "shop",
+        routine: "repaired clocks of every size",
+        product: "clocks",
+    },
+    Trade {
+        name: "painter",
+        plural: "painters",
+        workplace: "studio",
+        routine: "painted pictures of the sky",
+        product: "paintings",
+    },
+    Trade {
+        name: "cook",
+        plural: "cooks",
+        workplace: "kitchen",
+        routine: "made soup for travellers",
+        product: "soup",
+    },
+    Trade {
+        name: "farmer",
+        plural: "farmers",
+        workplace: "farm",
+        routine: "planted wheat and barley",
+        product: "barley",
+    },
+    Trade {
+        name: "tailor",
+        plural: "tailors",
+        workplace: "shop",
+        routine: "sewed coats and scarves",
+        product: "coats",
+    },
+    Trade {
+        name: "healer",
+        plural: "healers",
+        workplace: "cottage",
+        routine: "made medicine from herbs",
+        product: "medicine",
+    },
+    Trade {
+        name: "librarian",
+        plural: "librarians",
+        workplace: "library",
+        routine: "looked after the old books",
+        product: "maps",
+    },
+    Trade {
+        name: "candle maker",
+        plural: "candle makers",
+        workplace: "shop",
+        routine: "dipped candles in warm wax",
+        product: "candles",
+    },
+    Trade {
+        name: "boat builder",
+        plural: "boat builders",
+        workplace: "boatyard",
+        routine: "built boats of oak",
+        product: "boats",
+    },
 ];
 
 /// An animal: its name, the sound it made, and a habit.
@@ -179,16 +324,18 @@ const ANIMALS: &[Animal] = &[
 ];
 
 const PET_NAMES: &[&str] = &[
-    "Pip", "Biscuit", "Juniper", "Moss", "Pepper", "Sable", "Tuft", "Clover", "Ember", "Ginger", "Button", "Rook", "Whisk", "Puddle",
-    "Nutmeg", "Bramble", "Sprout", "Cinder",
+    "Pip", "Biscuit", "Juniper", "Moss", "Pepper", "Sable", "Tuft", "Clover", "Ember", "Ginger",
+    "Button", "Rook", "Whisk", "Puddle", "Nutmeg", "Bramble", "Sprout", "Cinder",
 ];
 
 const OBJECTS: &[&str] = &[
-    "key", "map", "lantern", "coin", "letter", "feather", "box", "ring", "book", "shell", "bell", "compass", "mirror", "flute", "seed",
-    "stone", "spoon", "button",
+    "key", "map", "lantern", "coin", "letter", "feather", "box", "ring", "book", "shell", "bell",
+    "compass", "mirror", "flute", "seed", "stone", "spoon", "button",
 ];
-const OBJECT_ADJ: &[&str] =
-    &["silver", "golden", "rusty", "tiny", "heavy", "wooden", "blue", "painted", "cracked", "shining", "ancient", "old", "green"];
+const OBJECT_ADJ: &[&str] = &[
+    "silver", "golden", "rusty", "tiny", "heavy", "wooden", "blue", "painted", "cracked",
+    "shining", "ancient", "old", "green",
+];
 const LANDMARKS: &[&str] = &[
     "old bridge",
     "village well",
@@ -201,9 +348,22 @@ const LANDMARKS: &[&str] = &[
     "chapel door",
     "duck pond",
 ];
-const DAYS: &[&str] = &["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"];
-const MONTHS: &[&str] =
-    &["January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December"];
+const DAYS: &[&str] =
+    &["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"];
+const MONTHS: &[&str] = &[
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+];
 const SEASONS: &[&str] = &["spring", "summer", "autumn", "winter"];
 const TIMES: &[&str] = &["morning", "afternoon", "evening", "night"];
 const WEATHER: &[&str] = &["rainy", "mild", "cold", "warm", "dry", "windy", "snowy", "foggy"];
@@ -226,7 +386,8 @@ const EXCLAIMS: &[&str] = &[
     "Who could have lost this",
     "Now that is a puzzle",
 ];
-const FRUITS: &[&str] = &["apples", "pears", "plums", "eggs", "carrots", "lemons", "walnuts", "cherries"];
+const FRUITS: &[&str] =
+    &["apples", "pears", "plums", "eggs", "carrots", "lemons", "walnuts", "cherries"];
 const MORALS: &[&str] = &[
     "Slow work done well lasts longer than quick work done badly.",
     "A friend who shares is richer than a king who hoards.",
@@ -239,7 +400,9 @@ const MORALS: &[&str] = &[
     "Help given freely comes back when it is needed.",
     "Boasting runs fast but it does not run far.",
 ];
-const FABLE_ADJ: &[&str] = &["proud", "kind", "clever", "lazy", "hungry", "young", "old", "careful", "boastful", "patient"];
+const FABLE_ADJ: &[&str] = &[
+    "proud", "kind", "clever", "lazy", "hungry", "young", "old", "careful", "boastful", "patient",
+];
 
 const ONES: &[&str] = &[
     "zero",
@@ -263,7 +426,8 @@ const ONES: &[&str] = &[
     "eighteen",
     "nineteen",
 ];
-const TENS: &[&str] = &["", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"];
+const TENS: &[&str] =
+    &["", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"];
 
 /// An English number word for 0 ≤ n ≤ 999 ("forty-two", "one hundred and seven").
 pub fn number_words(n: usize) -> String {
@@ -275,7 +439,11 @@ pub fn number_words(n: usize) -> String {
         }
         100..=999 => {
             let (h, rest) = (n / 100, n % 100);
-            if rest == 0 { format!("{} hundred", ONES[h]) } else { format!("{} hundred and {}", ONES[h], number_words(rest)) }
+            if rest == 0 {
+                format!("{} hundred", ONES[h])
+            } else {
+                format!("{} hundred and {}", ONES[h], number_words(rest))
+            }
         }
         _ => n.to_string(),
     }
@@ -283,7 +451,8 @@ pub fn number_words(n: usize) -> String {
 
 /// "a" or "an" before `word`, by its first letter.
 fn a(word: &str) -> String {
-    let article = if word.starts_with(['a', 'e', 'i', 'o', 'A', 'E', 'I', 'O']) { "an" } else { "a" };
+    let article =
+        if word.starts_with(['a', 'e', 'i', 'o', 'A', 'E', 'I', 'O']) { "an" } else { "a" };
     format!("{article} {word}")
 }
 
@@ -390,26 +559,54 @@ impl Gen {
                 self.pick(SETTLEMENTS),
                 a(trade.name)
             ),
-            1 => format!("Long ago, {} called {n} lived in {home}, close to the {river} river.", a(trade.name)),
-            2 => format!("In {home}, where the {river} river bends, there was {} named {n}.", a(trade.name)),
-            _ => format!("There was once {} {} named {n} who lived in {home}.", a(self.pick(FABLE_ADJ)), trade.name),
+            1 => format!(
+                "Long ago, {} called {n} lived in {home}, close to the {river} river.",
+                a(trade.name)
+            ),
+            2 => format!(
+                "In {home}, where the {river} river bends, there was {} named {n}.",
+                a(trade.name)
+            ),
+            _ => format!(
+                "There was once {} {} named {n} who lived in {home}.",
+                a(self.pick(FABLE_ADJ)),
+                trade.name
+            ),
         });
         s.push(match self.pick_index(2) {
-            0 => format!("{} had {} named {pet}, who {}.", capital(h.he), a(pet_kind.name), pet_kind.habit),
-            _ => format!("{n} lived with {} called {pet}. The {} {}.", a(pet_kind.name), pet_kind.name, pet_kind.habit),
+            0 => format!(
+                "{} had {} named {pet}, who {}.",
+                capital(h.he),
+                a(pet_kind.name),
+                pet_kind.habit
+            ),
+            _ => format!(
+                "{n} lived with {} called {pet}. The {} {}.",
+                a(pet_kind.name),
+                pet_kind.name,
+                pet_kind.habit
+            ),
         });
         let day = self.pick(DAYS);
         s.push(match self.pick_index(3) {
             0 => format!("Every {}, {n} {}.", self.pick(TIMES), trade.routine),
-            1 => format!("On {day}s {} {}, and {pet} waited by the door of the {}.", h.he, trade.routine, trade.workplace),
-            _ => format!("{n} worked hard: {} {}, and at night {} counted the stars.", h.he, trade.routine, h.he),
+            1 => format!(
+                "On {day}s {} {}, and {pet} waited by the door of the {}.",
+                h.he, trade.routine, trade.workplace
+            ),
+            _ => format!(
+                "{n} worked hard: {} {}, and at night {} counted the stars.",
+                h.he, trade.routine, h.he
+            ),
         });
         let when = format!("One {} in {}", self.pick(TIMES), self.pick(SEASONS));
         s.push(format!("{when}, {n} found {} {object} near the {landmark}.", a(object_adj)));
         let exclaim = self.pick(EXCLAIMS);
         s.push(match self.pick_index(2) {
             0 => format!("\"{exclaim},\" said {n}. \"Where could this {object} have come from?\""),
-            _ => format!("\"{exclaim}!\" {n} said to {pet}. \"Somebody must be missing this {object}.\""),
+            _ => format!(
+                "\"{exclaim}!\" {n} said to {pet}. \"Somebody must be missing this {object}.\""
+            ),
         });
         s.push(format!("{pet} {} and sniffed the {object}.", pet_kind.sound));
         let mut second = vec![];
@@ -434,16 +631,32 @@ impl Gen {
         });
         let feeling = self.pick(FEELINGS);
         let gift = self.pick(GIFTS);
-        second.push(format!("When {n} reached {away}, {} found {} and gave back the {object_adj} {object}.", h.he, owner.name));
+        second.push(format!(
+            "When {n} reached {away}, {} found {} and gave back the {object_adj} {object}.",
+            h.he, owner.name
+        ));
         second.push(format!(
             "{} was so {feeling} that {} gave {n} {gift} and asked about {home} and the {river} river.",
             owner.name, owner.he
         ));
         let ending = match self.pick_index(4) {
-            0 => format!("From that day on, {n} and {} were good friends, and {pet} was welcome in {away}.", owner.name),
-            1 => format!("Every {} after that, {n} visited {} in {away}.", self.pick(SEASONS), owner.name),
-            2 => format!("Back in {home}, {n} kept {gift} above the {} door and smiled whenever {} saw it.", trade.workplace, h.he),
-            _ => format!("And so {n} went home to {home}, and {pet} never left {} side again.", h.his),
+            0 => format!(
+                "From that day on, {n} and {} were good friends, and {pet} was welcome in {away}.",
+                owner.name
+            ),
+            1 => format!(
+                "Every {} after that, {n} visited {} in {away}.",
+                self.pick(SEASONS),
+                owner.name
+            ),
+            2 => format!(
+                "Back in {home}, {n} kept {gift} above the {} door and smiled whenever {} saw it.",
+                trade.workplace, h.he
+            ),
+            _ => format!(
+                "And so {n} went home to {home}, and {pet} never left {} side again.",
+                h.his
+            ),
         };
         second.push(ending);
         format!("{title}\n{}\n{}\n", s.join(" "), second.join(" "))
@@ -476,13 +689,33 @@ impl Gen {
                 self.pick(REGIONS)
             ),
             format!("About {} people live there.", super::with_commas(people)),
-            format!("Most of them work as {} or {}, and {place} is best known for its {}.", t1.plural, t2.plural, t1.product),
-            format!("The market is held every {}, and a fair comes each {}.", self.pick(DAYS), SEASONS[s1]),
-            format!("{place} lies {miles} miles {} of {other}; the road between them crosses the {river} at {third}.", self.pick(REGIONS)),
-            format!("The oldest building in {place} is the {}, built {} years ago.", self.pick(BUILDINGS), number_words(years)),
+            format!(
+                "Most of them work as {} or {}, and {place} is best known for its {}.",
+                t1.plural, t2.plural, t1.product
+            ),
+            format!(
+                "The market is held every {}, and a fair comes each {}.",
+                self.pick(DAYS),
+                SEASONS[s1]
+            ),
+            format!(
+                "{place} lies {miles} miles {} of {other}; the road between them crosses the {river} at {third}.",
+                self.pick(REGIONS)
+            ),
+            format!(
+                "The oldest building in {place} is the {}, built {} years ago.",
+                self.pick(BUILDINGS),
+                number_words(years)
+            ),
         ];
         if s1 != s2 {
-            s.push(format!("The weather is {} in {} and {} in {}.", self.pick(WEATHER), SEASONS[s1], self.pick(WEATHER), SEASONS[s2]));
+            s.push(format!(
+                "The weather is {} in {} and {} in {}.",
+                self.pick(WEATHER),
+                SEASONS[s1],
+                self.pick(WEATHER),
+                SEASONS[s2]
+            ));
         }
         format!("{place}\n{}\n", s.join(" "))
     }
@@ -528,11 +761,21 @@ impl Gen {
             s.push(match self.pick_index(6) {
                 0 => {
                     let d = self.pick_index(7);
-                    format!("{n} was born on a {}, so the day after {} birthday was a {}.", DAYS[d], p.his, DAYS[(d + 1) % 7])
+                    format!(
+                        "{n} was born on a {}, so the day after {} birthday was a {}.",
+                        DAYS[d],
+                        p.his,
+                        DAYS[(d + 1) % 7]
+                    )
                 }
                 1 => {
                     let d = self.pick_index(7);
-                    format!("If today is {}, then tomorrow is {} and yesterday was {}.", DAYS[d], DAYS[(d + 1) % 7], DAYS[(d + 6) % 7])
+                    format!(
+                        "If today is {}, then tomorrow is {} and yesterday was {}.",
+                        DAYS[d],
+                        DAYS[(d + 1) % 7],
+                        DAYS[(d + 6) % 7]
+                    )
                 }
                 2 => {
                     let m = self.pick_index(12);
@@ -594,19 +837,43 @@ impl Gen {
         let adj = self.pick(FABLE_ADJ);
         let landmark = self.pick(LANDMARKS);
         let season = self.pick(SEASONS);
-        let mut s = vec![format!("{} {x} lived near the {landmark}. It {}.", capital(&a(adj)), first.habit)];
+        let mut s = vec![format!(
+            "{} {x} lived near the {landmark}. It {}.",
+            capital(&a(adj)),
+            first.habit
+        )];
         if self.chance(0.5) {
-            s.push(format!("One {season} day the {x} met {} that was stuck in a hole and could not get out.", a(y)));
+            s.push(format!(
+                "One {season} day the {x} met {} that was stuck in a hole and could not get out.",
+                a(y)
+            ));
             s.push(format!("\"Please help me,\" said the {y}. The {x} thought for a moment, then pulled the {y} free."));
-            s.push(format!("Many days later a storm came, and the {x} lost its way near the {}.", self.pick(LANDMARKS)));
-            s.push(format!("The {y} heard it and {}, and showed the {x} the way home.", second.sound));
+            s.push(format!(
+                "Many days later a storm came, and the {x} lost its way near the {}.",
+                self.pick(LANDMARKS)
+            ));
+            s.push(format!(
+                "The {y} heard it and {}, and showed the {x} the way home.",
+                second.sound
+            ));
         } else {
-            s.push(format!("\"Nobody is quicker than me,\" said the {x} to {} one {season} morning.", a(y)));
+            s.push(format!(
+                "\"Nobody is quicker than me,\" said the {x} to {} one {season} morning.",
+                a(y)
+            ));
             s.push(format!("\"Then let us race to the {},\" said the {y}.", self.pick(LANDMARKS)));
             s.push(format!("The {x} ran ahead and then stopped to rest, sure that it had won."));
-            s.push(format!("The {y} kept going step by step and arrived first, while the {x} was still asleep."));
+            s.push(format!(
+                "The {y} kept going step by step and arrived first, while the {x} was still asleep."
+            ));
         }
-        format!("The {} and the {}\n{}\nMoral: {}\n", capital(x), capital(y), s.join(" "), self.pick(MORALS))
+        format!(
+            "The {} and the {}\n{}\nMoral: {}\n",
+            capital(x),
+            capital(y),
+            s.join(" "),
+            self.pick(MORALS)
+        )
     }
 }
 

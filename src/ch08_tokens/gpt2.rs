@@ -132,17 +132,27 @@ pub fn parse_string_to_int_json(file: &str, text: &str) -> Result<Vec<(String, u
     let entries = json::parse_object_entries(text.as_bytes(), file)?;
     let mut out = Vec::with_capacity(entries.len());
     for json::Entry { key, value, line } in entries {
-        let bad = |reason: String| Error::Parse { file: file.to_string(), line: Some(line), reason };
+        let bad =
+            |reason: String| Error::Parse { file: file.to_string(), line: Some(line), reason };
         let id = match &value {
             Json::Number(digits) if digits.bytes().any(|c| matches!(c, b'.' | b'e' | b'E')) => {
-                return Err(bad(format!("the id {digits} of {key:?}: token ids must be whole numbers")));
+                return Err(bad(format!(
+                    "the id {digits} of {key:?}: token ids must be whole numbers"
+                )));
             }
             Json::Number(digits) if digits.starts_with('-') => {
-                return Err(bad(format!("the id {digits} of {key:?} is negative; token ids are non-negative integers")));
+                return Err(bad(format!(
+                    "the id {digits} of {key:?} is negative; token ids are non-negative integers"
+                )));
             }
-            Json::Number(digits) => value.as_u64().ok_or_else(|| bad(format!("the id {digits} of {key:?} is too large")))?,
+            Json::Number(digits) => value
+                .as_u64()
+                .ok_or_else(|| bad(format!("the id {digits} of {key:?} is too large")))?,
             other => {
-                return Err(bad(format!("the value of {key:?} is {}, not a token id (a non-negative integer)", other.to_text())));
+                return Err(bad(format!(
+                    "the value of {key:?} is {}, not a token id (a non-negative integer)",
+                    other.to_text()
+                )));
             }
         };
         out.push((key, id, line));
@@ -172,7 +182,8 @@ impl Gpt2Tokenizer {
     pub fn from_files(vocab_json: impl AsRef<Path>, merges_txt: impl AsRef<Path>) -> Result<Self> {
         let read = |p: &Path| {
             let name = p.display().to_string();
-            let bytes = std::fs::read(p).map_err(|source| Error::Io { path: name.clone(), source })?;
+            let bytes =
+                std::fs::read(p).map_err(|source| Error::Io { path: name.clone(), source })?;
             let text = super::corpus::from_bytes(&name, bytes)?;
             Ok::<_, Error>((name, text))
         };
@@ -188,10 +199,19 @@ impl Gpt2Tokenizer {
     /// characters of [`byte_to_char`]; a token for each of the 256 bytes; every merge line two
     /// tokens separated by one space, both in the vocabulary and each either a byte or made by an
     /// earlier merge, their concatenation in the vocabulary too, and no merge twice.
-    pub fn from_texts(vocab_name: &str, vocab_text: &str, merges_name: &str, merges_text: &str) -> Result<Self> {
+    pub fn from_texts(
+        vocab_name: &str,
+        vocab_text: &str,
+        merges_name: &str,
+        merges_text: &str,
+    ) -> Result<Self> {
         let entries = parse_string_to_int_json(vocab_name, vocab_text)?;
         let to_byte = char_to_byte();
-        let perr = |file: &str, line: Option<usize>, reason: String| Error::Parse { file: file.to_string(), line, reason };
+        let perr = |file: &str, line: Option<usize>, reason: String| Error::Parse {
+            file: file.to_string(),
+            line,
+            reason,
+        };
         let mut ids: HashMap<String, TokenId> = HashMap::with_capacity(entries.len());
         let mut vocab: Vec<Option<Vec<u8>>> = vec![None; entries.len()];
         for (key, id, line) in &entries {
@@ -199,7 +219,11 @@ impl Gpt2Tokenizer {
                 return Err(perr(
                     vocab_name,
                     Some(*line),
-                    format!("id {id} of {key:?} is out of range: {} tokens need ids 0‥{}", entries.len(), entries.len() - 1),
+                    format!(
+                        "id {id} of {key:?} is out of range: {} tokens need ids 0‥{}",
+                        entries.len(),
+                        entries.len() - 1
+                    ),
                 ));
             }
             let bytes: Option<Vec<u8>> = key.chars().map(|c| to_byte.get(&c).copied()).collect();
@@ -219,7 +243,11 @@ impl Gpt2Tokenizer {
             }
             let slot = &mut vocab[*id as usize];
             if slot.is_some() {
-                return Err(perr(vocab_name, Some(*line), format!("id {id} is given to two tokens")));
+                return Err(perr(
+                    vocab_name,
+                    Some(*line),
+                    format!("id {id} is given to two tokens"),
+                ));
             }
             *slot = Some(bytes);
         }
@@ -254,14 +282,20 @@ impl Gpt2Tokenizer {
                 return Err(perr(
                     merges_name,
                     Some(line),
-                    format!("expected two tokens separated by one space, found {text:?} (truncated or malformed line)"),
+                    format!(
+                        "expected two tokens separated by one space, found {text:?} (truncated or malformed line)"
+                    ),
                 ));
             }
             let mut pair = [0 as TokenId; 2];
             for (k, part) in parts.iter().enumerate() {
-                let id = *ids
-                    .get(*part)
-                    .ok_or_else(|| perr(merges_name, Some(line), format!("the merge names {part:?}, which is not in {vocab_name}")))?;
+                let id = *ids.get(*part).ok_or_else(|| {
+                    perr(
+                        merges_name,
+                        Some(line),
+                        format!("the merge names {part:?}, which is not in {vocab_name}"),
+                    )
+                })?;
                 if !available[id as usize] {
                     return Err(perr(
                         merges_name,
@@ -282,13 +316,20 @@ impl Gpt2Tokenizer {
                 )
             })?;
             if ranks.insert((pair[0], pair[1]), (rank, merged)).is_some() {
-                return Err(perr(merges_name, Some(line), format!("the merge {text:?} appears twice")));
+                return Err(perr(
+                    merges_name,
+                    Some(line),
+                    format!("the merge {text:?} appears twice"),
+                ));
             }
             available[merged as usize] = true;
             rank += 1;
         }
-        let mut specials: Vec<(String, TokenId)> =
-            ids.iter().filter(|&(_, &id)| !available[id as usize]).map(|(s, &id)| (s.clone(), id)).collect();
+        let mut specials: Vec<(String, TokenId)> = ids
+            .iter()
+            .filter(|&(_, &id)| !available[id as usize])
+            .map(|(s, &id)| (s.clone(), id))
+            .collect();
         specials.sort_by_key(|&(_, id)| id);
         Ok(Gpt2Tokenizer { byte_ids, ranks, vocab, specials, merge_count: rank as usize })
     }
@@ -306,7 +347,11 @@ impl Gpt2Tokenizer {
 
     /// The token pieces of `text` as GPT-2 token strings (`Ġ` for a leading space).
     pub fn encode_to_strings(&self, text: &str) -> Result<Vec<String>> {
-        Ok(self.encode(text)?.iter().map(|&id| bytes_to_token_string(&self.vocab[id as usize])).collect())
+        Ok(self
+            .encode(text)?
+            .iter()
+            .map(|&id| bytes_to_token_string(&self.vocab[id as usize]))
+            .collect())
     }
 }
 
@@ -325,7 +370,14 @@ impl Tokenizer for Gpt2Tokenizer {
         let mut out = Vec::new();
         for (i, &id) in ids.iter().enumerate() {
             let bytes = self.vocab.get(id as usize).ok_or_else(|| {
-                invalid("Gpt2Tokenizer::decode", "ids", format!("ids[{i}] = {id} is not below the vocabulary size {}", self.vocab.len()))
+                invalid(
+                    "Gpt2Tokenizer::decode",
+                    "ids",
+                    format!(
+                        "ids[{i}] = {id} is not below the vocabulary size {}",
+                        self.vocab.len()
+                    ),
+                )
             })?;
             out.extend_from_slice(bytes);
         }
@@ -343,15 +395,18 @@ impl Tokenizer for Gpt2Tokenizer {
 /// (keys in id order, one per line; merges after a `#version: 0.2` line). Errors when two merges
 /// produced the same bytes, which `vocab.json` cannot express (one key per token string).
 pub fn to_gpt2_files(bpe: &Bpe) -> Result<(String, String)> {
-    let strings: Vec<String> =
-        (0..bpe.vocab_size() as TokenId).map(|id| bytes_to_token_string(&bpe.token_bytes(id).unwrap_or_default())).collect();
+    let strings: Vec<String> = (0..bpe.vocab_size() as TokenId)
+        .map(|id| bytes_to_token_string(&bpe.token_bytes(id).unwrap_or_default()))
+        .collect();
     let mut seen = HashMap::new();
     for (id, s) in strings.iter().enumerate() {
         if let Some(first) = seen.insert(s.as_str(), id) {
             return Err(invalid(
                 "to_gpt2_files",
                 "bpe",
-                format!("tokens {first} and {id} both stand for {s:?}; vocab.json holds one id per string"),
+                format!(
+                    "tokens {first} and {id} both stand for {s:?}; vocab.json holds one id per string"
+                ),
             ));
         }
     }
@@ -372,7 +427,8 @@ pub fn to_gpt2_files(bpe: &Bpe) -> Result<(String, String)> {
     vocab.push_str("}\n");
     let mut merges = String::from("#version: 0.2\n");
     for m in bpe.merges() {
-        merges.push_str(&format!("{} {}\n", strings[m.pair.0 as usize], strings[m.pair.1 as usize]));
+        merges
+            .push_str(&format!("{} {}\n", strings[m.pair.0 as usize], strings[m.pair.1 as usize]));
     }
     Ok((vocab, merges))
 }

@@ -20,6 +20,7 @@ pub mod ngram;
 pub mod unicode;
 
 use crate::error::{Result, invalid};
+use crate::sources::{D1, D2, D3};
 
 /// A token id: an index into a tokenizer's vocabulary (and, in chapter 9, a row of the embedding).
 pub type TokenId = u32;
@@ -44,7 +45,14 @@ pub trait Tokenizer {
     /// UTF-8 (a byte-level token sequence can stop inside a multi-byte character).
     fn decode(&self, ids: &[TokenId]) -> Result<String> {
         String::from_utf8(self.decode_bytes(ids)?).map_err(|e| {
-            invalid("Tokenizer::decode", "ids", format!("the tokens' bytes are not valid UTF-8 at byte {}", e.utf8_error().valid_up_to()))
+            invalid(
+                "Tokenizer::decode",
+                "ids",
+                format!(
+                    "the tokens' bytes are not valid UTF-8 at byte {}",
+                    e.utf8_error().valid_up_to()
+                ),
+            )
         })
     }
 
@@ -65,13 +73,6 @@ use bpe::{BpeConfig, PreTokenizer};
 use chars::CharTokenizer;
 use ngram::{BaselineRow, NGramModel, WordVocab};
 use std::path::{Path, PathBuf};
-
-/// The GPT-3 explainer (tokens, the vocabulary of 50,257, the embedding matrix).
-pub const DOC_GPT3: &str = "001_a269190d72ad5dbb.txt";
-/// The lecture slides (symbols, tokens, BPE, the empirical predictor, Shannon, the log loss).
-pub const DOC_LECTURE: &str = "002_91780c5e7d535c8d.txt";
-/// The walk-through (tokenizing a sentence).
-pub const DOC_WALKTHROUGH: &str = "003_c14ec70d95c4a8c1.txt";
 
 /// Characters in ASCII: codes 0‥127, seven bits.
 pub const ASCII_SIZE: usize = 128;
@@ -134,13 +135,19 @@ pub fn shannon_samples() -> Result<Vec<(String, String)>> {
     )];
     for (k, name) in [(1, "first"), (2, "second"), (3, "third")] {
         let m = NGramModel::fit(&ids, k, tok.vocab_size())?;
-        out.push((format!("{name}-order characters ({k}-gram)"), show(&m.sample(CHAR_SAMPLE_LENGTH, &mut rng))?));
+        out.push((
+            format!("{name}-order characters ({k}-gram)"),
+            show(&m.sample(CHAR_SAMPLE_LENGTH, &mut rng))?,
+        ));
     }
     let words = WordVocab::from_text(text)?;
     let word_ids = words.encode(train)?;
     for (k, name) in [(1, "first"), (2, "second")] {
         let m = NGramModel::fit(&word_ids, k, words.len())?;
-        out.push((format!("{name}-order words ({k}-gram)"), words.render(&m.sample(WORD_SAMPLE_LENGTH, &mut rng))));
+        out.push((
+            format!("{name}-order words ({k}-gram)"),
+            words.render(&m.sample(WORD_SAMPLE_LENGTH, &mut rng)),
+        ));
     }
     Ok(out)
 }
@@ -149,7 +156,7 @@ pub fn shannon_samples() -> Result<Vec<(String, String)>> {
 
 /// This chapter's rows of the errata register.
 pub const ERRATA: &[Erratum] = &[Erratum {
-    document: DOC_LECTURE,
+    document: D2,
     section: "Symbol Representation, consideration 1",
     printed: "characters as the smallest symbol set, \"e.g., 255 ASCII\"",
     correct: "ASCII has 128 characters (codes 0–127); a byte has 256 values (0–255), the base vocabulary of byte-level BPE",
@@ -161,52 +168,68 @@ pub const ERRATA: &[Erratum] = &[Erratum {
 pub fn worked() -> Result<Vec<Worked>> {
     let vocab = gpt2_vocab_size();
     let in_range = (50_000..=100_000).contains(&vocab);
-    let show_words = |s: &str| format!("[{}]", ngram::words(s).iter().map(|w| format!("'{w}'")).collect::<Vec<_>>().join(", "));
+    let show_words = |s: &str| {
+        format!(
+            "[{}]",
+            ngram::words(s).iter().map(|w| format!("'{w}'")).collect::<Vec<_>>().join(", ")
+        )
+    };
     Ok(vec![
         Worked::text(
             "gpt2_vocabulary_has_50_257_tokens",
-            DOC_GPT3,
+            D1,
             "GPT-3's vocabulary: 256 byte tokens + 50,000 merges + 1 end-of-text token",
             "50,257",
             with_commas(vocab),
         ),
         Worked::text(
             "gpt3_token_embedding_has_617_558_016_parameters",
-            DOC_GPT3,
+            D1,
             "embedding parameters, 50,257 tokens × 12,288 dimensions",
             "617,558,016",
             with_commas(vocab * GPT3_EMBEDDING_WIDTH),
         ),
         Worked::erratum(
             "ascii_has_128_characters_and_a_byte_256_values",
-            DOC_LECTURE,
+            D2,
             "size of the smallest character set, ASCII (and of a byte's values)",
             "255",
-            format!("{} (ASCII), {} (bytes)", (0..=255u8).filter(u8::is_ascii).count(), bpe::BYTE_VOCAB),
+            format!(
+                "{} (ASCII), {} (bytes)",
+                (0..=255u8).filter(u8::is_ascii).count(),
+                bpe::BYTE_VOCAB
+            ),
         ),
         Worked::text(
             "gpt2_vocabulary_lies_in_the_lectures_range",
-            DOC_LECTURE,
+            D2,
             "today's vocabulary sizes (GPT-2/3's 50,257 lies in it)",
             "50,000 to 100,000",
             if in_range { "50,000 to 100,000".to_string() } else { format!("{vocab} is outside") },
         ),
-        Worked::illustrative(DOC_LECTURE, "words across languages", "100K words across 1K languages"),
-        Worked::illustrative(DOC_LECTURE, "the lecture's subword example 'subwords'", "[sub][word][s]"),
-        Worked::illustrative(DOC_LECTURE, "Shannon's English letter frequencies, E and W", ".12, .02"),
+        Worked::illustrative(D2, "words across languages", "100K words across 1K languages"),
+        Worked::illustrative(D2, "the lecture's subword example 'subwords'", "[sub][word][s]"),
+        Worked::illustrative(D2, "Shannon's English letter frequencies, E and W", ".12, .02"),
         Worked::text(
             "you_are_welcome_is_three_words_and_three_gpt2_tokens",
-            DOC_WALKTHROUGH,
+            D3,
             "word tokens of \"You are welcome\"",
             "['You', 'are', 'welcome']",
             show_words("You are welcome"),
         ),
         Worked::text(
             "i_love_ai_is_three_words_and_three_gpt2_tokens",
-            DOC_WALKTHROUGH,
+            D3,
             "word tokens of \"I love AI\"",
             "[\"I\", \"love\", \"AI\"]",
-            format!("[{}]", ngram::words("I love AI").iter().map(|w| format!("\"{w}\"")).collect::<Vec<_>>().join(", ")),
+            format!(
+                "[{}]",
+                ngram::words("I love AI")
+                    .iter()
+                    .map(|w| format!("\"{w}\""))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
         ),
     ])
 }
@@ -237,24 +260,36 @@ pub fn walk(out: &mut Walk) -> Result<()> {
     ))?;
     let chars = CharTokenizer::from_text(text)?;
     out.step("2. Characters as tokens")?;
-    out.say(&format!("vocabulary: {} characters: {:?}", chars.vocab_size(), chars.chars().iter().collect::<String>()))?;
-    let e_share =
-        text.chars().filter(|c| c.eq_ignore_ascii_case(&'e')).count() as f64 / text.chars().filter(|c| c.is_alphabetic()).count() as f64;
-    let w_share =
-        text.chars().filter(|c| c.eq_ignore_ascii_case(&'w')).count() as f64 / text.chars().filter(|c| c.is_alphabetic()).count() as f64;
+    out.say(&format!(
+        "vocabulary: {} characters: {:?}",
+        chars.vocab_size(),
+        chars.chars().iter().collect::<String>()
+    ))?;
+    let e_share = text.chars().filter(|c| c.eq_ignore_ascii_case(&'e')).count() as f64
+        / text.chars().filter(|c| c.is_alphabetic()).count() as f64;
+    let w_share = text.chars().filter(|c| c.eq_ignore_ascii_case(&'w')).count() as f64
+        / text.chars().filter(|c| c.is_alphabetic()).count() as f64;
     out.say(&format!("share of letters that are e/E: {e_share:.3}; w/W: {w_share:.3} (Shannon's English: .12 and .02)"))?;
     let sentence = "Mira found a silver key.";
     out.say(&format!("{sentence:?} → {:?}", chars.encode(sentence)?))?;
 
     out.step("3. Byte-pair encoding, the textbook example")?;
-    let t = bpe::train("aaabdaaabac", BpeConfig { vocab_size: 259, pre_tokenizer: PreTokenizer::None })?;
+    let t = bpe::train(
+        "aaabdaaabac",
+        BpeConfig { vocab_size: 259, pre_tokenizer: PreTokenizer::None },
+    )?;
     for line in t.bpe.merges_text().lines() {
         out.say(line)?;
     }
     out.say(&format!("result: {}", fmt_tokens(&t.bpe, &t.tokens)))?;
 
-    out.step(&format!("4. BPE on the corpus, {CHAPTER_BPE_VOCAB} tokens, GPT-2's pre-tokenization"))?;
-    let trained = bpe::train(train, BpeConfig { vocab_size: CHAPTER_BPE_VOCAB, pre_tokenizer: PreTokenizer::Gpt2 })?;
+    out.step(&format!(
+        "4. BPE on the corpus, {CHAPTER_BPE_VOCAB} tokens, GPT-2's pre-tokenization"
+    ))?;
+    let trained = bpe::train(
+        train,
+        BpeConfig { vocab_size: CHAPTER_BPE_VOCAB, pre_tokenizer: PreTokenizer::Gpt2 },
+    )?;
     for line in trained.bpe.merges_text().lines().take(24) {
         out.say(line)?;
     }
@@ -267,7 +302,10 @@ pub fn walk(out: &mut Walk) -> Result<()> {
         train.len() as f64 / trained.tokens.len() as f64,
         validation.len() as f64 / val_ids.len() as f64
     ))?;
-    out.say(&format!("{sentence:?} → {}", fmt_tokens(&trained.bpe, &trained.bpe.encode(sentence)?)))?;
+    out.say(&format!(
+        "{sentence:?} → {}",
+        fmt_tokens(&trained.bpe, &trained.bpe.encode(sentence)?)
+    ))?;
 
     out.step("5. GPT-2's pre-tokenization split")?;
     for s in ["I'm sure they'll say it's 42, isn't it?", "two  spaces,   three,\n\nnew lines"] {
@@ -290,8 +328,15 @@ pub fn walk(out: &mut Walk) -> Result<()> {
         ))?;
     }
 
-    out.step(&format!("8. The baseline: validation cross-entropy, nats per character (|V| = {})", chars.vocab_size()))?;
-    out.say(&format!("uniform over the vocabulary: ln {} = {:.4}", chars.vocab_size(), (chars.vocab_size() as f64).ln()))?;
+    out.step(&format!(
+        "8. The baseline: validation cross-entropy, nats per character (|V| = {})",
+        chars.vocab_size()
+    ))?;
+    out.say(&format!(
+        "uniform over the vocabulary: ln {} = {:.4}",
+        chars.vocab_size(),
+        (chars.vocab_size() as f64).ln()
+    ))?;
     out.say(&format!(
         "{:>2}  {:>9}  {:>14}  {:>14}  {:>16}  {:>14}",
         "n",
@@ -318,15 +363,21 @@ pub fn walk(out: &mut Walk) -> Result<()> {
 /// The chapter's figures as data: (file stem, figure).
 pub fn figures() -> Result<Vec<(String, Figure)>> {
     let rows = char_baseline()?;
-    let series = |label: &str, f: fn(&BaselineRow) -> f64| Series::new(label, rows.iter().map(|r| (r.n as f64, f(r))).collect());
+    let series = |label: &str, f: fn(&BaselineRow) -> f64| {
+        Series::new(label, rows.iter().map(|r| (r.n as f64, f(r))).collect())
+    };
     let loss = Figure::Line(LineChart {
         title: "Character n-gram models on the default corpus".into(),
         x_label: "n (the model sees n − 1 characters)".into(),
         y_label: "cross-entropy, nats per character".into(),
         series: vec![
             series(&format!("validation, add-k (k = {ADD_K})"), |r| r.add_k),
-            series(&format!("validation, backoff (d = {})", ngram::DEFAULT_DISCOUNT), |r| r.backoff),
-            series(&format!("training, backoff (d = {})", ngram::DEFAULT_DISCOUNT), |r| r.backoff_train),
+            series(&format!("validation, backoff (d = {})", ngram::DEFAULT_DISCOUNT), |r| {
+                r.backoff
+            }),
+            series(&format!("training, backoff (d = {})", ngram::DEFAULT_DISCOUNT), |r| {
+                r.backoff_train
+            }),
         ],
         markers: true,
     });

@@ -87,7 +87,11 @@ impl NGramModel {
             return Err(Error::Empty { op: OP, arg: "tokens" });
         }
         if let Some(i) = tokens.iter().position(|&t| t as usize >= vocab_size) {
-            return Err(invalid(OP, "tokens", format!("tokens[{i}] = {} is not below vocab_size = {vocab_size}", tokens[i])));
+            return Err(invalid(
+                OP,
+                "tokens",
+                format!("tokens[{i}] = {} is not below vocab_size = {vocab_size}", tokens[i]),
+            ));
         }
         let mut levels = Vec::with_capacity(n);
         for k in 0..n {
@@ -172,7 +176,12 @@ impl NGramModel {
     }
 
     /// P(next | context) under `estimator`; `None` only for an undefined maximum-likelihood estimate.
-    pub fn probability(&self, context: &[TokenId], next: TokenId, estimator: Estimator) -> Option<f64> {
+    pub fn probability(
+        &self,
+        context: &[TokenId],
+        next: TokenId,
+        estimator: Estimator,
+    ) -> Option<f64> {
         match estimator {
             Estimator::MaximumLikelihood => self.mle(context, next),
             Estimator::AddK(k) => Some(self.add_k(context, next, k)),
@@ -192,13 +201,22 @@ impl NGramModel {
             return Err(Error::Empty { op: OP, arg: "tokens" });
         }
         if let Some(i) = tokens.iter().position(|&t| t as usize >= self.vocab_size) {
-            return Err(invalid(OP, "tokens", format!("tokens[{i}] = {} is not below vocab_size = {}", tokens[i], self.vocab_size)));
+            return Err(invalid(
+                OP,
+                "tokens",
+                format!(
+                    "tokens[{i}] = {} is not below vocab_size = {}",
+                    tokens[i], self.vocab_size
+                ),
+            ));
         }
         match estimator {
             Estimator::AddK(k) if !(k > 0.0 && k.is_finite()) => {
                 return Err(invalid(OP, "k", format!("k must be finite and > 0, got {k}")));
             }
-            Estimator::Backoff(d) if !(d > 0.0 && d < 1.0) => return Err(invalid(OP, "d", format!("d must lie in (0, 1), got {d}"))),
+            Estimator::Backoff(d) if !(d > 0.0 && d < 1.0) => {
+                return Err(invalid(OP, "d", format!("d must lie in (0, 1), got {d}")));
+            }
             _ => {}
         }
         let mut sum = 0.0;
@@ -295,7 +313,14 @@ pub struct BaselineRow {
 /// The validation cross-entropy of n-gram models for n = 1 … `max_n`, trained on `train` and
 /// measured on `validation` (token ids below `vocab_size`), with add-k (k) and backoff (d).
 /// This is the baseline a neural model on the same tokens has to beat.
-pub fn baseline(train: &[TokenId], validation: &[TokenId], vocab_size: usize, max_n: usize, k: f64, d: f64) -> Result<Vec<BaselineRow>> {
+pub fn baseline(
+    train: &[TokenId],
+    validation: &[TokenId],
+    vocab_size: usize,
+    max_n: usize,
+    k: f64,
+    d: f64,
+) -> Result<Vec<BaselineRow>> {
     (1..=max_n)
         .map(|n| {
             let m = NGramModel::fit(train, n, vocab_size)?;
@@ -373,10 +398,13 @@ impl WordVocab {
         words(text)
             .into_iter()
             .map(|w| {
-                self.ids
-                    .get(w)
-                    .copied()
-                    .ok_or_else(|| invalid("WordVocab::encode", "text", format!("the word {w:?} is not in the vocabulary")))
+                self.ids.get(w).copied().ok_or_else(|| {
+                    invalid(
+                        "WordVocab::encode",
+                        "text",
+                        format!("the word {w:?} is not in the vocabulary"),
+                    )
+                })
             })
             .collect()
     }

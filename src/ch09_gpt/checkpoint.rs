@@ -91,14 +91,16 @@ pub fn config_from_json(j: &Json, file: &str) -> Result<Config> {
     let int = |key: &str| -> Result<Option<usize>> {
         match j.get(key) {
             None | Some(Json::Null) => Ok(None),
-            Some(v) => v
-                .as_u64()
-                .and_then(|x| usize::try_from(x).ok())
-                .map(Some)
-                .ok_or_else(|| parse_error(file, format!("{key} must be a non-negative integer"))),
+            Some(v) => {
+                v.as_u64().and_then(|x| usize::try_from(x).ok()).map(Some).ok_or_else(|| {
+                    parse_error(file, format!("{key} must be a non-negative integer"))
+                })
+            }
         }
     };
-    let need = |key: &str| -> Result<usize> { int(key)?.ok_or_else(|| parse_error(file, format!("{key} is missing"))) };
+    let need = |key: &str| -> Result<usize> {
+        int(key)?.ok_or_else(|| parse_error(file, format!("{key} is missing")))
+    };
     if !matches!(j, Json::Object(_)) {
         return Err(parse_error(file, "the configuration is not a JSON object"));
     }
@@ -109,7 +111,8 @@ pub fn config_from_json(j: &Json, file: &str) -> Result<Config> {
     let width = need("n_embd")?;
     let mut c = Config::new(need("vocab_size")?, context, need("n_layer")?, need("n_head")?, width);
     if let Some(e) = j.get("layer_norm_epsilon") {
-        c.layer_norm_epsilon = e.as_f64().ok_or_else(|| parse_error(file, "layer_norm_epsilon must be a number"))?;
+        c.layer_norm_epsilon =
+            e.as_f64().ok_or_else(|| parse_error(file, "layer_norm_epsilon must be a number"))?;
     } else {
         c.layer_norm_epsilon = GPT2_LAYER_NORM_EPSILON;
     }
@@ -123,7 +126,12 @@ pub fn config_from_json(j: &Json, file: &str) -> Result<Config> {
         c.positions = match p.as_str() {
             Some("learned") | Some("absolute") => Positions::Learned,
             Some("sinusoidal") => Positions::Sinusoidal,
-            _ => return Err(parse_error(file, "position_embedding_type must be \"learned\" or \"sinusoidal\"")),
+            _ => {
+                return Err(parse_error(
+                    file,
+                    "position_embedding_type must be \"learned\" or \"sinusoidal\"",
+                ));
+            }
         };
     }
     if let Some(a) = j.get("activation_function") {
@@ -141,9 +149,13 @@ pub fn config_from_json(j: &Json, file: &str) -> Result<Config> {
     if let Some(inner) = int("n_inner")?
         && inner != 4 * width
     {
-        return Err(parse_error(file, format!("n_inner = {inner}, but this model's MLP is 4 × n_embd = {}", 4 * width)));
+        return Err(parse_error(
+            file,
+            format!("n_inner = {inner}, but this model's MLP is 4 × n_embd = {}", 4 * width),
+        ));
     }
-    c.validate().map_err(|e| parse_error(file, format!("the configuration describes no model: {e}")))?;
+    c.validate()
+        .map_err(|e| parse_error(file, format!("the configuration describes no model: {e}")))?;
     Ok(c)
 }
 
@@ -166,7 +178,8 @@ pub fn gpt2_tensors<T: Float>(model: &Gpt<T>) -> Vec<TensorOut> {
         out.push(TensorOut::matrix("wpe.weight", &model.wpe, vec![c.context, d]));
     }
     let row = |name: String, m: &DMatrix<T>| TensorOut::matrix(name, m, vec![m.ncols()]);
-    let full = |name: String, m: &DMatrix<T>| TensorOut::matrix(name, m, vec![m.nrows(), m.ncols()]);
+    let full =
+        |name: String, m: &DMatrix<T>| TensorOut::matrix(name, m, vec![m.nrows(), m.ncols()]);
     for (l, b) in model.blocks.iter().enumerate() {
         let p = |s: &str| format!("h.{l}.{s}");
         let fuse = |q: &DMatrix<T>, k: &DMatrix<T>, v: &DMatrix<T>| {
@@ -201,7 +214,8 @@ pub fn gpt2_tensors<T: Float>(model: &Gpt<T>) -> Vec<TensorOut> {
 fn is_mask_buffer(name: &str) -> bool {
     let Some(rest) = name.strip_prefix("h.") else { return false };
     let mut parts = rest.splitn(2, '.');
-    let layer_ok = parts.next().is_some_and(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_digit()));
+    let layer_ok =
+        parts.next().is_some_and(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_digit()));
     layer_ok && matches!(parts.next(), Some("attn.bias") | Some("attn.masked_bias"))
 }
 
@@ -211,7 +225,9 @@ pub fn model_from_safetensors<T: Float>(config: Config, f: &SafeTensors) -> Resu
     let file = f.file.clone();
     // Hugging Face files saved from GPT2LMHeadModel prefix the body with "transformer.".
     let prefixed = f.tensors.iter().any(|t| t.name.starts_with("transformer."));
-    let name_of = |n: &str| if prefixed && n != "lm_head.weight" { format!("transformer.{n}") } else { n.to_string() };
+    let name_of = |n: &str| {
+        if prefixed && n != "lm_head.weight" { format!("transformer.{n}") } else { n.to_string() }
+    };
     let mut expected: Vec<String> = Vec::new();
     let mut get = |name: &str, rows: usize, cols: usize| -> Result<DMatrix<T>> {
         let full = name_of(name);
@@ -263,25 +279,40 @@ pub fn model_from_safetensors<T: Float>(config: Config, f: &SafeTensors) -> Resu
         // A tied model may still carry the shared matrix under its second name; it must be W_E.
         let head: DMatrix<T> = get("lm_head.weight", v, d)?;
         if head != model.wte {
-            return Err(parse_error(&file, "config.json says the unembedding is tied to wte, but lm_head.weight differs from wte.weight"));
+            return Err(parse_error(
+                &file,
+                "config.json says the unembedding is tied to wte, but lm_head.weight differs from wte.weight",
+            ));
         }
     }
     for t in &f.tensors {
         let bare = t.name.strip_prefix("transformer.").unwrap_or(&t.name);
         if !expected.contains(&t.name) && !is_mask_buffer(bare) {
-            let hint = if bare == "wpe.weight" { " (config.json says the positions are sinusoidal)" } else { "" };
-            return Err(parse_error(&file, format!("tensor {} is not part of a GPT-2 with this config{hint}", t.name)));
+            let hint = if bare == "wpe.weight" {
+                " (config.json says the positions are sinusoidal)"
+            } else {
+                ""
+            };
+            return Err(parse_error(
+                &file,
+                format!("tensor {} is not part of a GPT-2 with this config{hint}", t.name),
+            ));
         }
     }
     for (name, m) in model.tensors() {
-        crate::float::ensure_finite("load_model", "tensor", m).map_err(|_| parse_error(&file, format!("tensor {name} holds NaN or ±∞")))?;
+        crate::float::ensure_finite("load_model", "tensor", m)
+            .map_err(|_| parse_error(&file, format!("tensor {name} holds NaN or ±∞")))?;
     }
     Ok(model)
 }
 
 /// Saves `config.json` and `model.safetensors` into `dir` (created if needed), each atomically.
 /// `metadata` goes into the safetensors header (we record the step there).
-pub fn save_model<T: Float>(model: &Gpt<T>, dir: &Path, metadata: &[(String, String)]) -> Result<()> {
+pub fn save_model<T: Float>(
+    model: &Gpt<T>,
+    dir: &Path,
+    metadata: &[(String, String)],
+) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
     let mut meta = vec![("format".to_string(), "pt".to_string())];
     meta.extend(metadata.iter().cloned());
@@ -304,16 +335,28 @@ pub fn save_trainer<T: Float>(trainer: &Trainer<T>, dir: &Path) -> Result<()> {
     save_model(&trainer.model, dir, &[("step".into(), step.clone())])?;
     let names: Vec<String> = trainer.model.tensors().into_iter().map(|(n, _)| n).collect();
     let mut tensors = Vec::new();
-    for (which, moments) in [("m", trainer.optimizer.moments.first()), ("v", trainer.optimizer.moments.second())] {
+    for (which, moments) in
+        [("m", trainer.optimizer.moments.first()), ("v", trainer.optimizer.moments.second())]
+    {
         for (name, m) in names.iter().zip(moments) {
-            tensors.push(TensorOut::matrix(format!("adam.{which}.{name}"), m, vec![m.nrows(), m.ncols()]));
+            tensors.push(TensorOut::matrix(
+                format!("adam.{which}.{name}"),
+                m,
+                vec![m.nrows(), m.ncols()],
+            ));
         }
     }
     let h = &trainer.history;
     tensors.push(TensorOut::f64s("history.loss", &h.iter().map(|r| r.loss).collect::<Vec<_>>()));
     tensors.push(TensorOut::f64s("history.lr", &h.iter().map(|r| r.lr).collect::<Vec<_>>()));
-    tensors.push(TensorOut::f64s("history.grad_norm", &h.iter().map(|r| r.grad_norm).collect::<Vec<_>>()));
-    tensors.push(TensorOut::f64s("history.tokens", &h.iter().map(|r| r.tokens as f64).collect::<Vec<_>>()));
+    tensors.push(TensorOut::f64s(
+        "history.grad_norm",
+        &h.iter().map(|r| r.grad_norm).collect::<Vec<_>>(),
+    ));
+    tensors.push(TensorOut::f64s(
+        "history.tokens",
+        &h.iter().map(|r| r.tokens as f64).collect::<Vec<_>>(),
+    ));
     let rng = trainer.rng.state().iter().map(|s| s.to_string()).collect::<Vec<_>>().join(",");
     let meta = vec![
         ("format".to_string(), "llm-workbook training state 1".to_string()),
@@ -346,9 +389,13 @@ pub fn trainer_from_safetensors<T: Float>(
 ) -> Result<Trainer<T>> {
     let model = model_from_safetensors::<T>(config, model_file)?;
     let file = state.file.clone();
-    let meta = |key: &str| state.meta(key).ok_or_else(|| parse_error(&file, format!("metadata {key} is missing")));
+    let meta = |key: &str| {
+        state.meta(key).ok_or_else(|| parse_error(&file, format!("metadata {key} is missing")))
+    };
     let number = |key: &str| -> Result<u64> {
-        meta(key)?.parse::<u64>().map_err(|_| parse_error(&file, format!("metadata {key} is not a whole number")))
+        meta(key)?
+            .parse::<u64>()
+            .map_err(|_| parse_error(&file, format!("metadata {key} is not a whole number")))
     };
     let step = number("step")?;
     if model_file.meta("step") != Some(meta("step")?) {
@@ -366,8 +413,10 @@ pub fn trainer_from_safetensors<T: Float>(
         .map(|s| s.parse::<u64>())
         .collect::<std::result::Result<_, _>>()
         .map_err(|_| parse_error(&file, "rng_state is not four integers"))?;
-    let rng_state: [u64; 4] = parts.try_into().map_err(|_| parse_error(&file, "rng_state is not four integers"))?;
-    let shapes: Vec<(String, usize, usize)> = model.tensors().into_iter().map(|(n, m)| (n, m.nrows(), m.ncols())).collect();
+    let rng_state: [u64; 4] =
+        parts.try_into().map_err(|_| parse_error(&file, "rng_state is not four integers"))?;
+    let shapes: Vec<(String, usize, usize)> =
+        model.tensors().into_iter().map(|(n, m)| (n, m.nrows(), m.ncols())).collect();
     let mut first = Vec::new();
     let mut second = Vec::new();
     if adam_steps > 0 {
@@ -376,19 +425,43 @@ pub fn trainer_from_safetensors<T: Float>(
             second.push(state.matrix::<T>(&format!("adam.v.{name}"), *r, *c)?);
         }
     }
-    let moments = AdamMoments::from_parts(first, second, adam_steps).map_err(|e| parse_error(&file, e.to_string()))?;
+    let moments = AdamMoments::from_parts(first, second, adam_steps)
+        .map_err(|e| parse_error(&file, e.to_string()))?;
     let column = |key: &str| -> Result<Vec<f64>> {
         let n = state.info(key).map(|t| t.shape.iter().product()).unwrap_or(0);
         state.values_f64(key, &[n])
     };
-    let (loss, lr, norm, tokens) =
-        (column("history.loss")?, column("history.lr")?, column("history.grad_norm")?, column("history.tokens")?);
-    if [lr.len(), norm.len(), tokens.len()].iter().any(|&n| n != loss.len()) || loss.len() as u64 != step {
-        return Err(parse_error(&file, format!("the history holds {} records for step {step}", loss.len())));
+    let (loss, lr, norm, tokens) = (
+        column("history.loss")?,
+        column("history.lr")?,
+        column("history.grad_norm")?,
+        column("history.tokens")?,
+    );
+    if [lr.len(), norm.len(), tokens.len()].iter().any(|&n| n != loss.len())
+        || loss.len() as u64 != step
+    {
+        return Err(parse_error(
+            &file,
+            format!("the history holds {} records for step {step}", loss.len()),
+        ));
     }
-    let history =
-        (0..loss.len()).map(|i| StepRecord { step: i, loss: loss[i], lr: lr[i], grad_norm: norm[i], tokens: tokens[i] as usize }).collect();
+    let history = (0..loss.len())
+        .map(|i| StepRecord {
+            step: i,
+            loss: loss[i],
+            lr: lr[i],
+            grad_norm: norm[i],
+            tokens: tokens[i] as usize,
+        })
+        .collect();
     let mut optimizer = fresh.optimizer.clone();
     optimizer.moments = moments;
-    Ok(Trainer { model, optimizer, rng: Rng::from_state(rng_state), step: step as usize, history, workspace: Default::default() })
+    Ok(Trainer {
+        model,
+        optimizer,
+        rng: Rng::from_state(rng_state),
+        step: step as usize,
+        history,
+        workspace: Default::default(),
+    })
 }

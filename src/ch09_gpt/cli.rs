@@ -166,7 +166,11 @@ pub fn load_tokenizer(dir: &Path) -> Result<Box<dyn Tokenizer>> {
     if vocab.exists() && merges.exists() {
         return Ok(Box::new(Gpt2Tokenizer::from_files(&vocab, &merges)?));
     }
-    Err(invalid("load_tokenizer", "checkpoint", format!("{} holds neither {CHARS_FILE} nor vocab.json + merges.txt", dir.display())))
+    Err(invalid(
+        "load_tokenizer",
+        "checkpoint",
+        format!("{} holds neither {CHARS_FILE} nor vocab.json + merges.txt", dir.display()),
+    ))
 }
 
 /// A tokenizer and the files that hold it (file name, contents), not yet written.
@@ -182,7 +186,10 @@ fn build_tokenizer(kind: TokenizerKind, text: &str, bpe_vocab: usize) -> Result<
             Ok((Box::new(t), vec![(CHARS_FILE, line)]))
         }
         TokenizerKind::Bpe => {
-            let trained = bpe::train(text, BpeConfig { vocab_size: bpe_vocab, pre_tokenizer: PreTokenizer::Gpt2 })?;
+            let trained = bpe::train(
+                text,
+                BpeConfig { vocab_size: bpe_vocab, pre_tokenizer: PreTokenizer::Gpt2 },
+            )?;
             let (v, m) = to_gpt2_files(&trained.bpe)?;
             let tok = Gpt2Tokenizer::from_texts("vocab.json", &v, "merges.txt", &m)?;
             Ok((Box::new(tok), vec![("vocab.json", v), ("merges.txt", m)]))
@@ -223,10 +230,19 @@ fn read_run(dir: &Path) -> Result<Run> {
     let path = dir.join(RUN_FILE);
     let name = path.display().to_string();
     let j = json::parse(&std::fs::read(&path).map_err(io(&path))?, &name)?;
-    let bad = |k: &str| Error::Parse { file: name.clone(), line: None, reason: format!("{k} is missing or malformed") };
+    let bad = |k: &str| Error::Parse {
+        file: name.clone(),
+        line: None,
+        reason: format!("{k} is missing or malformed"),
+    };
     let f = |k: &str| j.get(k).and_then(Json::as_f64).ok_or_else(|| bad(k));
     let u = |k: &str| j.get(k).and_then(Json::as_u64).ok_or_else(|| bad(k));
-    let schedule = Schedule::new(f("max_lr")?, f("min_lr")?, u("warmup")? as usize, u("decay_steps")? as usize)?;
+    let schedule = Schedule::new(
+        f("max_lr")?,
+        f("min_lr")?,
+        u("warmup")? as usize,
+        u("decay_steps")? as usize,
+    )?;
     let clip = match j.get("clip") {
         Some(Json::Null) | None => None,
         Some(v) => Some(v.as_f64().ok_or_else(|| bad("clip"))?),
@@ -245,7 +261,11 @@ fn read_run(dir: &Path) -> Result<Run> {
 }
 
 fn read_text(data: &Path) -> Result<String> {
-    if data.as_os_str() == "<default corpus>" { Ok(corpus::default_corpus().to_string()) } else { corpus::load(data) }
+    if data.as_os_str() == "<default corpus>" {
+        Ok(corpus::default_corpus().to_string())
+    } else {
+        corpus::load(data)
+    }
 }
 
 // ───────────────────────────── train and resume ─────────────────────────────
@@ -260,7 +280,10 @@ fn train(a: TrainArgs) -> Result<()> {
     println!("{}: {} bytes", data.display(), text.len());
     // Everything is built and checked in memory first, so bad settings leave no folder behind.
     let (tok, tokenizer_files) = build_tokenizer(a.tokenizer, &text, a.bpe_vocab)?;
-    let config = Config { positions: Positions::Learned, ..Config::new(tok.vocab_size(), a.context, a.layers, a.heads, a.width) };
+    let config = Config {
+        positions: Positions::Learned,
+        ..Config::new(tok.vocab_size(), a.context, a.layers, a.heads, a.width)
+    };
     config.validate()?;
     let schedule = Schedule::new(a.lr, a.lr / 10.0, (a.steps / 20).max(1).min(a.steps), a.steps)?;
     let tc = TrainConfig::new(a.batch, schedule);
@@ -279,7 +302,10 @@ fn train(a: TrainArgs) -> Result<()> {
         config.parameter_count()
     );
     let trainer = Trainer::new(model, &tc, a.seed.wrapping_add(1))?;
-    super::safetensors::write_atomic(&a.out.join(RUN_FILE), run_json(&data, &tc, a.context, a.steps, a.seed).to_pretty().as_bytes())?;
+    super::safetensors::write_atomic(
+        &a.out.join(RUN_FILE),
+        run_json(&data, &tc, a.context, a.steps, a.seed).to_pretty().as_bytes(),
+    )?;
     continue_run(trainer, &tc, &text, tok.as_ref(), a.context, a.steps, a.save_every, &a.out)
 }
 
@@ -290,7 +316,11 @@ fn resume(a: ResumeArgs) -> Result<()> {
     let fresh = Trainer::new(load_model::<f32>(&a.checkpoint)?, &run.tc, run.seed)?;
     let trainer = load_trainer(&a.checkpoint, &fresh)?;
     if a.steps <= trainer.step {
-        return Err(invalid("gpt resume", "--steps", format!("the checkpoint is already at step {}; ask for more", trainer.step)));
+        return Err(invalid(
+            "gpt resume",
+            "--steps",
+            format!("the checkpoint is already at step {}; ask for more", trainer.step),
+        ));
     }
     println!("resuming {} at step {} of {}", a.checkpoint.display(), trainer.step, a.steps);
     // The schedule's decay stays where the run planned it; past it the floor rate holds.
@@ -312,7 +342,10 @@ fn continue_run(
     let split = TokenSplit::new(&tokens, 0.1, context)?;
     let data = Data::Stream { tokens: &split.train, seq_len: context };
     let bar = ProgressBar::new(steps as u64);
-    bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}").map_err(|e| invalid("progress", "template", e.to_string()))?);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
+            .map_err(|e| invalid("progress", "template", e.to_string()))?,
+    );
     bar.set_position(trainer.step as u64);
     let start = Instant::now();
     let (mut seen, mut running) = (0usize, f64::NAN);
@@ -320,7 +353,10 @@ fn continue_run(
         let r = trainer.step(&data, tc)?;
         seen += r.tokens;
         running = if running.is_nan() { r.loss } else { 0.95 * running + 0.05 * r.loss };
-        bar.set_message(format!("loss {running:.4} | {:.0} tokens/s", seen as f64 / start.elapsed().as_secs_f64().max(1e-9)));
+        bar.set_message(format!(
+            "loss {running:.4} | {:.0} tokens/s",
+            seen as f64 / start.elapsed().as_secs_f64().max(1e-9)
+        ));
         bar.inc(1);
         if save_every > 0 && trainer.step.is_multiple_of(save_every) && trainer.step < steps {
             save_trainer(&trainer, out)?;
@@ -329,7 +365,10 @@ fn continue_run(
     bar.finish();
     save_trainer(&trainer, out)?;
     let val = mean_loss(&trainer.model, &covering_windows(&split.validation, context, 32))?;
-    println!("step {}: training loss {running:.4}, validation loss {val:.4} nats per token", trainer.step);
+    println!(
+        "step {}: training loss {running:.4}, validation loss {val:.4} nats per token",
+        trainer.step
+    );
     let files = loss_figure(&trainer).save(out, "loss")?;
     println!(
         "checkpoint and loss plot in {} ({})",
@@ -337,14 +376,26 @@ fn continue_run(
         files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", ")
     );
     let prompt: Vec<Token> = split.validation[..context.min(16)].to_vec();
-    let g = generate(&trainer.model, &prompt, 200, &Decoding::temperature(0.8), &mut Rng::new(1), true)?;
-    println!("sample (T = 0.8) after {:?}:\n{}", tok.decode_lossy(&prompt)?, tok.decode_lossy(g.new_tokens())?);
+    let g = generate(
+        &trainer.model,
+        &prompt,
+        200,
+        &Decoding::temperature(0.8),
+        &mut Rng::new(1),
+        true,
+    )?;
+    println!(
+        "sample (T = 0.8) after {:?}:\n{}",
+        tok.decode_lossy(&prompt)?,
+        tok.decode_lossy(g.new_tokens())?
+    );
     Ok(())
 }
 
 /// The training loss per step and its running mean, as a figure.
 pub fn loss_figure(trainer: &Trainer<f32>) -> Figure {
-    let raw: Vec<(f64, f64)> = trainer.history.iter().map(|r| (r.step as f64 + 1.0, r.loss)).collect();
+    let raw: Vec<(f64, f64)> =
+        trainer.history.iter().map(|r| (r.step as f64 + 1.0, r.loss)).collect();
     let mut smooth = Vec::with_capacity(raw.len());
     let mut m = f64::NAN;
     for &(x, y) in &raw {
@@ -369,11 +420,18 @@ fn sample(a: SampleArgs) -> Result<()> {
         return Err(invalid(
             "gpt sample",
             "checkpoint",
-            format!("the tokenizer has {} tokens but the model only {}", tok.vocab_size(), model.config.vocab_size),
+            format!(
+                "the tokenizer has {} tokens but the model only {}",
+                tok.vocab_size(),
+                model.config.vocab_size
+            ),
         ));
     }
-    let decoding =
-        if a.greedy { Decoding::Greedy } else { Decoding::Sample { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p } };
+    let decoding = if a.greedy {
+        Decoding::Greedy
+    } else {
+        Decoding::Sample { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p }
+    };
     decoding.validate()?;
     let prompt = tok.encode(&a.prompt)?;
     let g = generate(&model, &prompt, a.tokens, &decoding, &mut Rng::new(a.seed), true)?;

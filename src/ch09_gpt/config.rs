@@ -51,7 +51,13 @@ pub const MLP_EXPANSION: usize = 4;
 
 impl Config {
     /// A configuration with GPT-2's choices (tied, learned positions, ε = 10⁻⁵).
-    pub fn new(vocab_size: usize, context: usize, layers: usize, heads: usize, width: usize) -> Config {
+    pub fn new(
+        vocab_size: usize,
+        context: usize,
+        layers: usize,
+        heads: usize,
+        width: usize,
+    ) -> Config {
         Config {
             vocab_size,
             context,
@@ -114,24 +120,39 @@ impl Config {
             return Err(invalid(
                 OP,
                 "heads",
-                format!("{} heads do not divide the width {} (the head width d/h must be a whole number)", self.heads, self.width),
+                format!(
+                    "{} heads do not divide the width {} (the head width d/h must be a whole number)",
+                    self.heads, self.width
+                ),
             ));
         }
         if self.positions == Positions::Sinusoidal && !self.width.is_multiple_of(2) {
             return Err(invalid(
                 OP,
                 "width",
-                format!("sinusoidal positions pair sines with cosines, so the width must be even, got {}", self.width),
+                format!(
+                    "sinusoidal positions pair sines with cosines, so the width must be even, got {}",
+                    self.width
+                ),
             ));
         }
         if !(self.layer_norm_epsilon.is_finite() && self.layer_norm_epsilon > 0.0) {
-            return Err(invalid(OP, "layer_norm_epsilon", format!("must be finite and > 0, got {}", self.layer_norm_epsilon)));
+            return Err(invalid(
+                OP,
+                "layer_norm_epsilon",
+                format!("must be finite and > 0, got {}", self.layer_norm_epsilon),
+            ));
         }
         // Every tensor must be addressable: the largest are V×d, n_ctx×d and d×4d.
-        let fits =
-            [self.vocab_size, self.context, self.width.saturating_mul(MLP_EXPANSION)].iter().all(|&r| r.checked_mul(self.width).is_some());
+        let fits = [self.vocab_size, self.context, self.width.saturating_mul(MLP_EXPANSION)]
+            .iter()
+            .all(|&r| r.checked_mul(self.width).is_some());
         if !fits {
-            return Err(invalid(OP, "width", "the tensors would have more entries than memory addresses"));
+            return Err(invalid(
+                OP,
+                "width",
+                "the tensors would have more entries than memory addresses",
+            ));
         }
         Ok(())
     }
@@ -215,8 +236,13 @@ impl MatrixAccounting {
     /// The accounting of a configuration.
     pub fn of(config: &Config) -> Result<MatrixAccounting> {
         config.validate()?;
-        let (v, d, dk, h, l) =
-            (config.vocab_size as u64, config.width as u64, config.head_width() as u64, config.heads as u64, config.layers as u64);
+        let (v, d, dk, h, l) = (
+            config.vocab_size as u64,
+            config.width as u64,
+            config.head_width() as u64,
+            config.heads as u64,
+            config.layers as u64,
+        );
         let embedding = v * d;
         let query_per_head = dk * d;
         let per_head = 4 * dk * d;

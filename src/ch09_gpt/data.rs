@@ -43,8 +43,17 @@ impl Batch {
             ));
         }
         check_ids(op, "inputs", &self.inputs, vocab_size)?;
-        if let Some((i, t)) = self.targets.iter().enumerate().find_map(|(i, t)| t.filter(|&t| t as usize >= vocab_size).map(|t| (i, t))) {
-            return Err(invalid(op, "targets", format!("token id {t} at index {i} is not below the vocabulary size {vocab_size}")));
+        if let Some((i, t)) = self
+            .targets
+            .iter()
+            .enumerate()
+            .find_map(|(i, t)| t.filter(|&t| t as usize >= vocab_size).map(|t| (i, t)))
+        {
+            return Err(invalid(
+                op,
+                "targets",
+                format!("token id {t} at index {i} is not below the vocabulary size {vocab_size}"),
+            ));
         }
         Ok(())
     }
@@ -56,9 +65,21 @@ impl Batch {
 }
 
 /// Fails unless every id is below `vocab_size`, naming the first that is not.
-pub fn check_ids(op: &'static str, arg: &'static str, ids: &[Token], vocab_size: usize) -> Result<()> {
+pub fn check_ids(
+    op: &'static str,
+    arg: &'static str,
+    ids: &[Token],
+    vocab_size: usize,
+) -> Result<()> {
     match ids.iter().position(|&t| t as usize >= vocab_size) {
-        Some(i) => Err(invalid(op, arg, format!("token id {} at index {i} is not below the vocabulary size {vocab_size}", ids[i]))),
+        Some(i) => Err(invalid(
+            op,
+            arg,
+            format!(
+                "token id {} at index {i} is not below the vocabulary size {vocab_size}",
+                ids[i]
+            ),
+        )),
         None => Ok(()),
     }
 }
@@ -91,12 +112,22 @@ impl SortTask {
     pub fn new(length: usize, digits: usize, held_out: usize, seed: u64) -> Result<SortTask> {
         const OP: &str = "SortTask::new";
         if length == 0 || digits == 0 {
-            return Err(invalid(OP, "length and digits", format!("must both be ≥ 1, got {length} and {digits}")));
+            return Err(invalid(
+                OP,
+                "length and digits",
+                format!("must both be ≥ 1, got {length} and {digits}"),
+            ));
         }
         let total = (digits as u64).checked_pow(length as u32).filter(|&t| t <= 10_000_000);
-        let total = total.ok_or_else(|| invalid(OP, "length", format!("{digits}^{length} strings is too many to enumerate")))? as usize;
+        let total = total.ok_or_else(|| {
+            invalid(OP, "length", format!("{digits}^{length} strings is too many to enumerate"))
+        })? as usize;
         if held_out >= total {
-            return Err(invalid(OP, "held_out", format!("{held_out} leaves nothing to train on out of {total} strings")));
+            return Err(invalid(
+                OP,
+                "held_out",
+                format!("{held_out} leaves nothing to train on out of {total} strings"),
+            ));
         }
         let mut all: Vec<Vec<Token>> = (0..total)
             .map(|mut k| {
@@ -131,13 +162,15 @@ impl SortTask {
         let full: Vec<Token> = x.iter().chain(sorted.iter()).copied().collect();
         let n = self.length;
         let inputs = full[..2 * n - 1].to_vec();
-        let targets = (0..2 * n - 1).map(|t| if t + 1 >= n { Some(full[t + 1]) } else { None }).collect();
+        let targets =
+            (0..2 * n - 1).map(|t| if t + 1 >= n { Some(full[t + 1]) } else { None }).collect();
         (inputs, targets)
     }
 
     /// A batch of `batch` training strings drawn uniformly with replacement.
     pub fn batch(&self, batch: usize, rng: &mut Rng) -> Batch {
-        let picks: Vec<&[Token]> = (0..batch).map(|_| self.train[rng.below(self.train.len())].as_slice()).collect();
+        let picks: Vec<&[Token]> =
+            (0..batch).map(|_| self.train[rng.below(self.train.len())].as_slice()).collect();
         self.batch_of(&picks)
     }
 
@@ -173,17 +206,30 @@ impl TokenSplit {
         if tokens.is_empty() {
             return Err(Error::Empty { op: OP, arg: "corpus (no tokens)" });
         }
-        if !(validation_fraction.is_finite() && validation_fraction > 0.0 && validation_fraction < 1.0) {
-            return Err(invalid(OP, "validation_fraction", format!("must lie in (0, 1), got {validation_fraction}")));
+        if !(validation_fraction.is_finite()
+            && validation_fraction > 0.0
+            && validation_fraction < 1.0)
+        {
+            return Err(invalid(
+                OP,
+                "validation_fraction",
+                format!("must lie in (0, 1), got {validation_fraction}"),
+            ));
         }
         let cut = tokens.len() - (tokens.len() as f64 * validation_fraction).round() as usize;
         let (train, validation) = tokens.split_at(cut);
-        for (arg, part) in [("corpus (its training part)", train), ("corpus (its validation part)", validation)] {
+        for (arg, part) in
+            [("corpus (its training part)", train), ("corpus (its validation part)", validation)]
+        {
             if part.len() < context + 1 {
                 return Err(invalid(
                     OP,
                     arg,
-                    format!("holds {} tokens, fewer than one window of context + 1 = {}", part.len(), context + 1),
+                    format!(
+                        "holds {} tokens, fewer than one window of context + 1 = {}",
+                        part.len(),
+                        context + 1
+                    ),
                 ));
             }
         }
@@ -193,9 +239,18 @@ impl TokenSplit {
 
 /// `batch` windows of `seq_len + 1` consecutive tokens starting at uniformly random places: the
 /// first `seq_len` are the input, the last `seq_len` the targets.
-pub fn random_windows(tokens: &[Token], seq_len: usize, batch: usize, rng: &mut Rng) -> Result<Batch> {
+pub fn random_windows(
+    tokens: &[Token],
+    seq_len: usize,
+    batch: usize,
+    rng: &mut Rng,
+) -> Result<Batch> {
     if tokens.len() < seq_len + 1 || seq_len == 0 {
-        return Err(invalid("random_windows", "tokens", format!("{} tokens cannot hold a window of {} + 1", tokens.len(), seq_len)));
+        return Err(invalid(
+            "random_windows",
+            "tokens",
+            format!("{} tokens cannot hold a window of {} + 1", tokens.len(), seq_len),
+        ));
     }
     let starts: Vec<usize> = (0..batch).map(|_| rng.below(tokens.len() - seq_len)).collect();
     Ok(windows_at(tokens, seq_len, &starts))

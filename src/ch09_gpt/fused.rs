@@ -37,7 +37,10 @@ use super::config::Positions;
 use super::data::Batch;
 use super::model::{Gpt, TENSORS_PER_BLOCK, scatter_embedding_gradient};
 use crate::ch03_mlp::{Activation, activation_backward_in_place, activation_forward_into};
-use crate::ch06_attention::{Epsilon, LayerNorm, LnCache, NormOrder, Store, layer_norm_backward_into, layer_norm_forward_into};
+use crate::ch06_attention::{
+    Epsilon, LayerNorm, LnCache, NormOrder, Store, layer_norm_backward_into,
+    layer_norm_forward_into,
+};
 use crate::error::{Error, Result, invalid};
 use crate::float::{Float, lane_sum};
 use crate::matmul::{MatMut, MatRef, Op, gemm, gemm_view, product_choices, with_threads};
@@ -57,7 +60,11 @@ pub const GRADIENT_SHARDS: usize = 2;
 pub fn supports<T: Float>(model: &Gpt<T>) -> bool {
     let c = &model.config;
     let d = c.width;
-    let ln_ok = |ln: &LayerNorm<T>| ln.placement == Epsilon::InsideSqrt && ln.gamma.shape() == (1, d) && ln.beta.shape() == (1, d);
+    let ln_ok = |ln: &LayerNorm<T>| {
+        ln.placement == Epsilon::InsideSqrt
+            && ln.gamma.shape() == (1, d)
+            && ln.beta.shape() == (1, d)
+    };
     let f = c.hidden();
     d > 0
         && c.heads > 0
@@ -222,7 +229,11 @@ impl<T: Float> FusedStep<T> {
     ///
     /// The same values as [`Gpt::loss_and_grads`] up to rounding. Errors as it does on a bad
     /// batch, and on a model [`supports`] does not cover.
-    pub fn loss_and_grads(&mut self, model: &Gpt<T>, batch: &Batch) -> Result<(f64, &mut [DMatrix<T>])> {
+    pub fn loss_and_grads(
+        &mut self,
+        model: &Gpt<T>,
+        batch: &Batch,
+    ) -> Result<(f64, &mut [DMatrix<T>])> {
         const OP: &str = "FusedStep::loss_and_grads";
         batch.check(OP, model.config.vocab_size)?;
         if !supports(model) {
@@ -233,7 +244,14 @@ impl<T: Float> FusedStep<T> {
             ));
         }
         if batch.seq_len > model.config.context {
-            return Err(invalid(OP, "batch", format!("T = {} is longer than the context n_ctx = {}", batch.seq_len, model.config.context)));
+            return Err(invalid(
+                OP,
+                "batch",
+                format!(
+                    "T = {} is longer than the context n_ctx = {}",
+                    batch.seq_len, model.config.context
+                ),
+            ));
         }
         let scored = batch.targets.iter().filter(|t| t.is_some()).count();
         if scored == 0 {
@@ -253,15 +271,20 @@ impl<T: Float> FusedStep<T> {
             // threads do not compete for the cores.
             let per_group = self.shards.len().div_ceil(threads);
             let run_group = |group: &mut [Shard<T>]| -> Vec<Result<()>> {
-                with_threads(1, || group.iter_mut().map(|s| s.run(model, w_qkv, batch, scale)).collect())
+                with_threads(1, || {
+                    group.iter_mut().map(|s| s.run(model, w_qkv, batch, scale)).collect()
+                })
             };
             std::thread::scope(|scope| {
                 let mut groups = self.shards.chunks_mut(per_group);
                 let here = groups.next().unwrap_or_default();
-                let handles: Vec<_> = groups.map(|g| scope.spawn(move || choices.run(|| run_group(g)))).collect();
+                let handles: Vec<_> =
+                    groups.map(|g| scope.spawn(move || choices.run(|| run_group(g)))).collect();
                 let mut out = run_group(here);
                 for h in handles {
-                    out.extend(h.join().unwrap_or_else(|_| vec![Err(invalid(OP, "shard", "a shard's thread panicked"))]));
+                    out.extend(h.join().unwrap_or_else(|_| {
+                        vec![Err(invalid(OP, "shard", "a shard's thread panicked"))]
+                    }));
                 }
                 out
             })
@@ -294,11 +317,17 @@ impl<T: Float> FusedStep<T> {
     /// [`Gpt::prefill`] by the fused forward pass: a key/value cache holding every block's keys
     /// and values for `tokens` (read out of each block's \[Q K V\] buffer, rows 0 … T − 1 of the
     /// K and V columns), and the logits of the last position. Errors as [`FusedStep::last_logits`].
-    pub fn prefill(&mut self, model: &Gpt<T>, tokens: &[u32]) -> Result<(super::model::KvCache<T>, Vec<T>)> {
+    pub fn prefill(
+        &mut self,
+        model: &Gpt<T>,
+        tokens: &[u32],
+    ) -> Result<(super::model::KvCache<T>, Vec<T>)> {
         let logits = self.forward_one("FusedStep::prefill", model, tokens)?;
         let (t, d) = (tokens.len(), model.config.width);
         let mut kv = model.new_kv_cache();
-        for ((keys, values), s) in kv.keys.iter_mut().zip(kv.values.iter_mut()).zip(&self.shards[0].blocks) {
+        for ((keys, values), s) in
+            kv.keys.iter_mut().zip(kv.values.iter_mut()).zip(&self.shards[0].blocks)
+        {
             keys.rows_mut(0, t).copy_from(&s.qkv.columns(d, d)); //                K = columns d … 2d − 1
             values.rows_mut(0, t).copy_from(&s.qkv.columns(2 * d, d)); //          V = columns 2d … 3d − 1
         }
@@ -313,10 +342,22 @@ impl<T: Float> FusedStep<T> {
         }
         super::data::check_ids(op, "tokens", tokens, model.config.vocab_size)?;
         if !supports(model) {
-            return Err(invalid(op, "model", "its shape is not the one the fused step covers (see fused::supports)"));
+            return Err(invalid(
+                op,
+                "model",
+                "its shape is not the one the fused step covers (see fused::supports)",
+            ));
         }
         if tokens.len() > model.config.context {
-            return Err(invalid(op, "tokens", format!("T = {} is longer than the context n_ctx = {}", tokens.len(), model.config.context)));
+            return Err(invalid(
+                op,
+                "tokens",
+                format!(
+                    "T = {} is longer than the context n_ctx = {}",
+                    tokens.len(),
+                    model.config.context
+                ),
+            ));
         }
         let t = tokens.len();
         let shape = Batch { inputs: Vec::new(), targets: Vec::new(), batch: 1, seq_len: t };
@@ -375,12 +416,17 @@ impl<T: Float> FusedStep<T> {
                     d_w_qkv: if backward { DMatrix::zeros(d, 3 * d) } else { DMatrix::zeros(0, 0) },
                     d_scores: vec![T::zero(); if backward { t * t } else { 0 }],
                     row_a: vec![T::zero(); t],
-                    grads: if backward { shapes.iter().map(|&(r, k)| DMatrix::zeros(r, k)).collect() } else { Vec::new() },
+                    grads: if backward {
+                        shapes.iter().map(|&(r, k)| DMatrix::zeros(r, k)).collect()
+                    } else {
+                        Vec::new()
+                    },
                     loss_sum: 0.0,
                 }
             })
             .collect();
-        self.w_qkv = (0..c.layers).map(|_| (DMatrix::zeros(d, 3 * d), DMatrix::zeros(1, 3 * d))).collect();
+        self.w_qkv =
+            (0..c.layers).map(|_| (DMatrix::zeros(d, 3 * d), DMatrix::zeros(1, 3 * d))).collect();
         self.sized_for = Some(key);
     }
 
@@ -389,7 +435,9 @@ impl<T: Float> FusedStep<T> {
     fn refresh_qkv_weights(&mut self, model: &Gpt<T>) {
         for ((w, b), blk) in self.w_qkv.iter_mut().zip(&model.blocks) {
             let a = &blk.attn;
-            for (part, (src_w, src_b)) in [(&a.w_q, &a.b_q), (&a.w_k, &a.b_k), (&a.w_v, &a.b_v)].into_iter().enumerate() {
+            for (part, (src_w, src_b)) in
+                [(&a.w_q, &a.b_q), (&a.w_k, &a.b_k), (&a.w_v, &a.b_v)].into_iter().enumerate()
+            {
                 let (nw, nb) = (src_w.len(), src_b.len());
                 w.as_mut_slice()[part * nw..(part + 1) * nw].copy_from_slice(src_w.as_slice());
                 b.as_mut_slice()[part * nb..(part + 1) * nb].copy_from_slice(src_b.as_slice());
@@ -401,7 +449,13 @@ impl<T: Float> FusedStep<T> {
 impl<T: Float> Shard<T> {
     /// Forward and backward over this shard's sequences; `scale` = 1/(scored positions of the
     /// whole batch), so the shards' gradients add up to the batch mean's.
-    fn run(&mut self, model: &Gpt<T>, w_qkv: &[(DMatrix<T>, DMatrix<T>)], batch: &Batch, scale: T) -> Result<()> {
+    fn run(
+        &mut self,
+        model: &Gpt<T>,
+        w_qkv: &[(DMatrix<T>, DMatrix<T>)],
+        batch: &Batch,
+        scale: T,
+    ) -> Result<()> {
         let t = batch.seq_len;
         let rows = self.first * t..(self.first + self.seqs) * t;
         let inputs = &batch.inputs[rows.clone()];
@@ -413,7 +467,13 @@ impl<T: Float> Shard<T> {
 
     // ───────────────────────────── forward ─────────────────────────────
 
-    fn forward(&mut self, model: &Gpt<T>, w_qkv: &[(DMatrix<T>, DMatrix<T>)], inputs: &[u32], t: usize) -> Result<()> {
+    fn forward(
+        &mut self,
+        model: &Gpt<T>,
+        w_qkv: &[(DMatrix<T>, DMatrix<T>)],
+        inputs: &[u32],
+        t: usize,
+    ) -> Result<()> {
         model.embed_into(inputs, t, &mut self.x); //                               x₀ = W_E[u] + W_P[t]
         let heads = model.config.heads;
         for ((blk, s), (w, b)) in model.blocks.iter().zip(self.blocks.iter_mut()).zip(w_qkv) {
@@ -432,7 +492,11 @@ impl<T: Float> Shard<T> {
         }
         layer_norm_forward_into(&model.ln_f, &self.x, &mut self.ln_f, &mut self.h_f); // h_f = LN_f(x_L)
         gemm(T::one(), &self.h_f, Op::N, model.unembedding(), Op::T, T::zero(), &mut self.logits)?; // z = h_f W_Uᵀ
-        crate::float::ensure_finite("FusedStep::loss_and_grads", "logits (a weight holds NaN or ∞)", &self.logits)
+        crate::float::ensure_finite(
+            "FusedStep::loss_and_grads",
+            "logits (a weight holds NaN or ∞)",
+            &self.logits,
+        )
     }
 
     /// L_s = Σ over scored rows of logsumexp(z_r) − z_r\[target\] (returned, in f64), and in place
@@ -449,8 +513,11 @@ impl<T: Float> Shard<T> {
             }
         }
         // −ln p(target) = ln Σ exp(z − max) − (z_target − max): taken before z is overwritten.
-        let shifted_targets: Vec<(usize, f64)> =
-            targets.iter().enumerate().filter_map(|(r, u)| u.map(|u| (r, (z[u as usize * n + r] - max[r]).as_f64()))).collect();
+        let shifted_targets: Vec<(usize, f64)> = targets
+            .iter()
+            .enumerate()
+            .filter_map(|(r, u)| u.map(|u| (r, (z[u as usize * n + r] - max[r]).as_f64())))
+            .collect();
         for column in z.chunks_exact_mut(n) {
             for ((e, s), &m) in column.iter_mut().zip(sum.iter_mut()).zip(max.iter()) {
                 *e = (*e - m).exp(); //                                        e = exp(z − max z)
@@ -458,7 +525,11 @@ impl<T: Float> Shard<T> {
             }
         }
         let loss = shifted_targets.iter().map(|&(r, zt)| sum[r].as_f64().ln() - zt).sum();
-        let factor: Vec<T> = targets.iter().zip(sum.iter()).map(|(t, &s)| if t.is_some() { scale / s } else { T::zero() }).collect();
+        let factor: Vec<T> = targets
+            .iter()
+            .zip(sum.iter())
+            .map(|(t, &s)| if t.is_some() { scale / s } else { T::zero() })
+            .collect();
         for column in z.chunks_exact_mut(n) {
             for (e, &k) in column.iter_mut().zip(&factor) {
                 *e *= k; //                                                       scale·softmax(z)
@@ -474,7 +545,13 @@ impl<T: Float> Shard<T> {
 
     // ───────────────────────────── backward ─────────────────────────────
 
-    fn backward(&mut self, model: &Gpt<T>, w_qkv: &[(DMatrix<T>, DMatrix<T>)], inputs: &[u32], t: usize) -> Result<()> {
+    fn backward(
+        &mut self,
+        model: &Gpt<T>,
+        w_qkv: &[(DMatrix<T>, DMatrix<T>)],
+        inputs: &[u32],
+        t: usize,
+    ) -> Result<()> {
         let slots = Slots::of(model);
         let heads = model.config.heads;
         let g = &mut self.grads;
@@ -485,14 +562,20 @@ impl<T: Float> Shard<T> {
         // h_f = LN_f(x_L) ⇒ ∂x_L = LN_f backward (x now holds ∂L/∂x)
         self.x.fill(T::zero());
         layer_norm_backward(&model.ln_f, &self.ln_f, &self.d_n, &mut self.x, g, slots.ln_f);
-        for (l, ((blk, s), (w, _))) in model.blocks.iter().zip(self.blocks.iter_mut()).zip(w_qkv).enumerate().rev() {
+        for (l, ((blk, s), (w, _))) in
+            model.blocks.iter().zip(self.blocks.iter_mut()).zip(w_qkv).enumerate().rev()
+        {
             let at = |i: usize| slots.block(l, i);
             // x' = h + a₁W₂ + b₂ ⇒ ∂h = ∂x' (kept in x), ∂W₂ = a₁ᵀ∂x', ∂b₂ = Σ ∂x', ∂a₁ = ∂x' W₂ᵀ
             gemm(T::one(), &s.a1, Op::T, &self.x, Op::N, T::zero(), &mut g[at(W_2)])?;
             column_sums(&self.x, &mut g[at(B_2)]);
             gemm(T::one(), &self.x, Op::N, &blk.ffn.w2, Op::T, T::zero(), &mut self.d_z1)?;
             // a₁ = GELU(z₁) ⇒ ∂z₁ = GELU′(z₁) ⊙ ∂a₁
-            activation_backward_in_place(Activation::GeluTanh, s.z1.as_slice(), self.d_z1.as_mut_slice());
+            activation_backward_in_place(
+                Activation::GeluTanh,
+                s.z1.as_slice(),
+                self.d_z1.as_mut_slice(),
+            );
             // z₁ = n₂W₁ + b₁ ⇒ ∂W₁ = n₂ᵀ∂z₁, ∂b₁ = Σ ∂z₁, ∂n₂ = ∂z₁W₁ᵀ
             gemm(T::one(), &s.n2, Op::T, &self.d_z1, Op::N, T::zero(), &mut g[at(W_1)])?;
             column_sums(&self.d_z1, &mut g[at(B_1)]);
@@ -504,13 +587,24 @@ impl<T: Float> Shard<T> {
             column_sums(&self.x, &mut g[at(B_O)]);
             gemm(T::one(), &self.x, Op::N, &blk.attn.w_o, Op::T, T::zero(), &mut self.d_att)?;
             // att = every head's softmax(s·QKᵀ + M)V ⇒ ∂[Q K V]
-            causal_attention_backward(&s.qkv, heads, t, &s.weights, &self.d_att, &mut self.d_qkv, &mut self.d_scores, &mut self.row_a)?;
+            causal_attention_backward(
+                &s.qkv,
+                heads,
+                t,
+                &s.weights,
+                &self.d_att,
+                &mut self.d_qkv,
+                &mut self.d_scores,
+                &mut self.row_a,
+            )?;
             // [Q K V] = n₁W_QKV + b_QKV ⇒ ∂W_QKV = n₁ᵀ∂QKV (split back into W_Q, W_K, W_V),
             // ∂b_QKV = Σ ∂QKV, ∂n₁ = ∂QKV W_QKVᵀ
             gemm(T::one(), &s.n1, Op::T, &self.d_qkv, Op::N, T::zero(), &mut self.d_w_qkv)?;
             let d = model.config.width;
             for (part, (wi, bi)) in [(W_Q, B_Q), (W_K, B_K), (W_V, B_V)].into_iter().enumerate() {
-                g[at(wi)].as_mut_slice().copy_from_slice(&self.d_w_qkv.as_slice()[part * d * d..(part + 1) * d * d]);
+                g[at(wi)]
+                    .as_mut_slice()
+                    .copy_from_slice(&self.d_w_qkv.as_slice()[part * d * d..(part + 1) * d * d]);
                 let n = self.d_qkv.nrows();
                 let cols = &self.d_qkv.as_slice()[part * d * n..(part + 1) * d * n];
                 for (out, column) in g[at(bi)].as_mut_slice().iter_mut().zip(cols.chunks_exact(n)) {
@@ -585,12 +679,24 @@ struct Heads {
 
 impl Heads {
     /// Rows r0 … r1 − 1 of the head, read where they are.
-    fn rows<'a, T>(&self, buf: &'a [T], col0: usize, s: usize, (r0, r1): (usize, usize)) -> Result<MatRef<'a, T>> {
+    fn rows<'a, T>(
+        &self,
+        buf: &'a [T],
+        col0: usize,
+        s: usize,
+        (r0, r1): (usize, usize),
+    ) -> Result<MatRef<'a, T>> {
         MatRef::new(&buf[col0 * self.n + s * self.t + r0..], r1 - r0, self.d_k, self.n)
     }
 
     /// Rows r0 … r1 − 1 of the head, to be written where they are.
-    fn rows_mut<'a, T>(&self, buf: &'a mut [T], col0: usize, s: usize, (r0, r1): (usize, usize)) -> Result<MatMut<'a, T>> {
+    fn rows_mut<'a, T>(
+        &self,
+        buf: &'a mut [T],
+        col0: usize,
+        s: usize,
+        (r0, r1): (usize, usize),
+    ) -> Result<MatMut<'a, T>> {
         MatMut::new(&mut buf[col0 * self.n + s * self.t + r0..], r1 - r0, self.d_k, self.n)
     }
 }
@@ -613,7 +719,13 @@ pub fn causal_blocks(t: usize) -> impl Iterator<Item = (usize, usize)> {
 /// ```
 ///
 /// The row statistics of the softmax are gathered column by column for all rows at once.
-fn causal_attention_forward<T: Float>(qkv: &DMatrix<T>, heads: usize, t: usize, weights: &mut [T], att: &mut DMatrix<T>) -> Result<()> {
+fn causal_attention_forward<T: Float>(
+    qkv: &DMatrix<T>,
+    heads: usize,
+    t: usize,
+    weights: &mut [T],
+    att: &mut DMatrix<T>,
+) -> Result<()> {
     let n = qkv.nrows();
     let d = att.ncols();
     let d_k = d / heads;
@@ -627,7 +739,15 @@ fn causal_attention_forward<T: Float>(qkv: &DMatrix<T>, heads: usize, t: usize, 
             let (q, k, v) = (h * d_k, d + h * d_k, 2 * d + h * d_k);
             for (r0, r1) in causal_blocks(t) {
                 let scores = MatMut::new(&mut a[r0..], r1 - r0, r1, t)?;
-                gemm_view(scale, at.rows(buf, q, s, (r0, r1))?, Op::N, at.rows(buf, k, s, (0, r1))?, Op::T, T::zero(), scores)?; // S = s·QKᵀ
+                gemm_view(
+                    scale,
+                    at.rows(buf, q, s, (r0, r1))?,
+                    Op::N,
+                    at.rows(buf, k, s, (0, r1))?,
+                    Op::T,
+                    T::zero(),
+                    scores,
+                )?; // S = s·QKᵀ
             }
             max.fill(T::neg_infinity());
             for (j, column) in a.chunks_exact(t).enumerate() {
@@ -652,7 +772,15 @@ fn causal_attention_forward<T: Float>(qkv: &DMatrix<T>, heads: usize, t: usize, 
             for (r0, r1) in causal_blocks(t) {
                 let weights = MatRef::new(&a[r0..], r1 - r0, r1, t)?;
                 let out = at.rows_mut(att.as_mut_slice(), h * d_k, s, (r0, r1))?;
-                gemm_view(T::one(), weights, Op::N, at.rows(buf, v, s, (0, r1))?, Op::N, T::zero(), out)?; // O = A V
+                gemm_view(
+                    T::one(),
+                    weights,
+                    Op::N,
+                    at.rows(buf, v, s, (0, r1))?,
+                    Op::N,
+                    T::zero(),
+                    out,
+                )?; // O = A V
             }
         }
     }
@@ -692,11 +820,27 @@ fn causal_attention_backward<T: Float>(
             for (c0, c1) in causal_blocks(t) {
                 let a_block = MatRef::new(&a[c0 + c0 * t..], t - c0, c1 - c0, t)?;
                 let d_v = at.rows_mut(d_qkv.as_mut_slice(), v, s, (c0, c1))?;
-                gemm_view(T::one(), a_block, Op::T, at.rows(d_o, o, s, (c0, t))?, Op::N, T::zero(), d_v)?; // O = AV ⇒ ∂V = Aᵀ∂O
+                gemm_view(
+                    T::one(),
+                    a_block,
+                    Op::T,
+                    at.rows(d_o, o, s, (c0, t))?,
+                    Op::N,
+                    T::zero(),
+                    d_v,
+                )?; // O = AV ⇒ ∂V = Aᵀ∂O
             }
             for (r0, r1) in causal_blocks(t) {
                 let d_a = MatMut::new(&mut d_scores[r0..], r1 - r0, r1, t)?;
-                gemm_view(T::one(), at.rows(d_o, o, s, (r0, r1))?, Op::N, at.rows(buf, v, s, (0, r1))?, Op::T, T::zero(), d_a)?; // ∂A = ∂O Vᵀ
+                gemm_view(
+                    T::one(),
+                    at.rows(d_o, o, s, (r0, r1))?,
+                    Op::N,
+                    at.rows(buf, v, s, (0, r1))?,
+                    Op::T,
+                    T::zero(),
+                    d_a,
+                )?; // ∂A = ∂O Vᵀ
             }
             // A = softmax(S) ⇒ ∂S = A ⊙ (∂A − rowsum(A ⊙ ∂A)), on j ≤ i; 0 above the diagonal.
             row.fill(T::zero());
@@ -719,7 +863,15 @@ fn causal_attention_backward<T: Float>(
             for (c0, c1) in causal_blocks(t) {
                 let d_s = MatRef::new(&d_scores[c0 + c0 * t..], t - c0, c1 - c0, t)?;
                 let d_k_block = at.rows_mut(d_qkv.as_mut_slice(), k, s, (c0, c1))?;
-                gemm_view(scale, d_s, Op::T, at.rows(buf, q, s, (c0, t))?, Op::N, T::zero(), d_k_block)?; // ∂K = s ∂Sᵀ Q
+                gemm_view(
+                    scale,
+                    d_s,
+                    Op::T,
+                    at.rows(buf, q, s, (c0, t))?,
+                    Op::N,
+                    T::zero(),
+                    d_k_block,
+                )?; // ∂K = s ∂Sᵀ Q
             }
         }
     }

@@ -30,18 +30,10 @@ use crate::errata::Erratum;
 use crate::error::Result;
 use crate::plot::{Figure, LineChart, Series};
 use crate::report::{Chapter, Walk, Worked};
+use crate::sources::{D0, D1, D3};
 use config::{Config, MatrixAccounting};
 use nalgebra::DMatrix;
 use std::path::{Path, PathBuf};
-
-/// Document 000: notes on backpropagation ending in GPT-3's matrices.
-pub const DOC_NOTES: &str = "000_ecafa82feab4bef6.txt";
-/// Document 001: the GPT-3 explainer and its parameter counts.
-pub const DOC_GPT3: &str = "001_a269190d72ad5dbb.txt";
-/// Document 002: the lecture slides (block in matrix form, readout, KV caching).
-pub const DOC_SLIDES: &str = "002_91780c5e7d535c8d.txt";
-/// Document 003: the math behind GPT models ("I love AI", training objective, time complexity).
-pub const DOC_MATH: &str = "003_c14ec70d95c4a8c1.txt";
 
 /// One billion, for counts printed in billions.
 const BILLION: f64 = 1e9;
@@ -58,7 +50,7 @@ pub fn gpt1_parameters() -> u64 {
 /// This chapter's rows of the errata register.
 pub const ERRATA: &[Erratum] = &[
     Erratum {
-        document: DOC_MATH,
+        document: D3,
         section: "GPT, Going Through an Example: Masked Self-Attention",
         printed: "h₁(\"love\") = 0.1 × h₀(\"I\") + 0.9 × h₀(\"love\") = [0.155, 0.458]",
         correct: "[0.545, 0.442]",
@@ -66,7 +58,7 @@ pub const ERRATA: &[Erratum] = &[
         test: "tests/ch09_gpt.rs::i_love_ai_h1_love_is_0_545_0_442",
     },
     Erratum {
-        document: DOC_MATH,
+        document: D3,
         section: "GPT, Going Through an Example: Feed Forward and Layer Norm",
         printed: "h₂(\"love\") = h₁(\"love\") × W = [0.1753, 0.309]",
         correct: "[0.2142, 0.2755] from the printed h₁; [0.2858, 0.3845] from the correct h₁ = [0.545, 0.442]",
@@ -74,7 +66,7 @@ pub const ERRATA: &[Erratum] = &[
         test: "tests/ch09_gpt.rs::i_love_ai_h2_love_follows_from_h1_times_w",
     },
     Erratum {
-        document: DOC_MATH,
+        document: D3,
         section: "GPT Time Complexity",
         printed: "GPT3 has 175 layers and d is often set to a value like 1024",
         correct: "GPT-3 175B has 96 layers and d = 12,288",
@@ -82,7 +74,7 @@ pub const ERRATA: &[Erratum] = &[
         test: "tests/ch09_gpt.rs::gpt3_has_96_layers_of_width_12288_not_175_of_1024",
     },
     Erratum {
-        document: DOC_MATH,
+        document: D3,
         section: "What's so different about GPT models? (quoting Troy Wang)",
         printed: "The original version of GPT comes with 150 million parameters",
         correct: "about 117 million (116,534,784)",
@@ -90,7 +82,7 @@ pub const ERRATA: &[Erratum] = &[
         test: "tests/ch09_gpt.rs::gpt1_holds_about_117_million_parameters_not_150",
     },
     Erratum {
-        document: DOC_NOTES,
+        document: D0,
         section: "Large Language Models: the sizes of W_k and W_q",
         printed: "In GPT-3, n-embed = 12,388",
         correct: "n-embed = 12,288",
@@ -98,7 +90,7 @@ pub const ERRATA: &[Erratum] = &[
         test: "tests/ch09_gpt.rs::gpt3_width_is_12288_from_heads_and_embedding_count",
     },
     Erratum {
-        document: DOC_NOTES,
+        document: D0,
         section: "Embedding (d-embed · d-vocab)",
         printed: "where n = 13,288",
         correct: "n = 12,288",
@@ -117,121 +109,133 @@ pub fn worked() -> Result<Vec<Worked>> {
     let mut rows = vec![
         Worked::number(
             "gpt3_embedding_holds_617558016_weights",
-            DOC_GPT3,
+            D1,
             "GPT-3 embedding 50,257 × 12,288",
             "617558016",
             gpt3.embedding as f64,
         ),
         Worked::number(
             "gpt3_embedding_holds_617558016_weights",
-            DOC_GPT3,
+            D1,
             "GPT-3 unembedding 50,257 × 12,288",
             "617558016",
             gpt3.unembedding as f64,
         ),
         Worked::number(
             "gpt3_embedding_holds_617558016_weights",
-            DOC_GPT3,
+            D1,
             "embedding + unembedding, billions (\"a little over a billion\")",
             "1",
             (gpt3.embedding + gpt3.unembedding) as f64 / BILLION,
         ),
         Worked::number(
             "gpt3_one_head_holds_6_3_million_weights",
-            DOC_GPT3,
+            D1,
             "one attention head (Q, K, value-down, value-up), millions",
             "6.3",
             gpt3.per_head as f64 / 1e6,
         ),
         Worked::number(
             "gpt3_one_attention_layer_holds_600_million_weights",
-            DOC_GPT3,
+            D1,
             "one multi-head attention layer, billions (printed as 600 million)",
             "0.6",
             gpt3.per_attention_layer as f64 / BILLION,
         ),
         Worked::number(
             "gpt3_attention_holds_58_billion_weights",
-            DOC_GPT3,
+            D1,
             "all 96 attention layers, billions",
             "58",
             gpt3.attention as f64 / BILLION,
         ),
         Worked::number(
             "gpt3_attention_holds_58_billion_weights",
-            DOC_GPT3,
+            D1,
             "attention's share of all weights (printed as 1/3)",
             "0.33",
             gpt3.attention as f64 / gpt3.total as f64,
         ),
         Worked::number(
             "gpt3_one_mlp_holds_1_2_billion_weights",
-            DOC_GPT3,
+            D1,
             "one MLP (up- and down-projection), billions",
             "1.2",
             gpt3.per_mlp as f64 / BILLION,
         ),
         Worked::number(
             "gpt3_one_mlp_holds_1_2_billion_weights",
-            DOC_GPT3,
+            D1,
             "the MLPs' share of all weights (printed as 2/3)",
             "0.67",
             gpt3.mlp as f64 / gpt3.total as f64,
         ),
         Worked::number(
             "gpt3_holds_175_billion_weights_in_27938_matrices",
-            DOC_GPT3,
+            D1,
             "all weights, billions",
             "175",
             gpt3.total as f64 / BILLION,
         ),
-        Worked::number("gpt3_holds_175_billion_weights_in_27938_matrices", DOC_GPT3, "weight matrices", "27938", gpt3.matrices as f64),
         Worked::number(
             "gpt3_holds_175_billion_weights_in_27938_matrices",
-            DOC_NOTES,
+            D1,
+            "weight matrices",
+            "27938",
+            gpt3.matrices as f64,
+        ),
+        Worked::number(
+            "gpt3_holds_175_billion_weights_in_27938_matrices",
+            D0,
             "all weights, billions (~175B)",
             "175",
             gpt3.total as f64 / BILLION,
         ),
-        Worked::number("gpt3_holds_175_billion_weights_in_27938_matrices", DOC_NOTES, "weight matrices", "27938", gpt3.matrices as f64),
+        Worked::number(
+            "gpt3_holds_175_billion_weights_in_27938_matrices",
+            D0,
+            "weight matrices",
+            "27938",
+            gpt3.matrices as f64,
+        ),
         Worked::erratum(
             "gpt3_width_is_12288_from_heads_and_embedding_count",
-            DOC_NOTES,
+            D0,
             "GPT-3 n-embed (96 heads × 128; 617,558,016 / 50,257)",
             "12388",
             (Config::gpt3_175b().heads * Config::gpt3_175b().head_width()).to_string(),
         ),
         Worked::erratum(
             "gpt3_width_is_12288_from_heads_and_embedding_count",
-            DOC_NOTES,
+            D0,
             "GPT-3 embedding length n",
             "13288",
             (gpt3.embedding / Config::gpt3_175b().vocab_size as u64).to_string(),
         ),
         Worked::number(
             "gpt3_holds_175_billion_weights_in_27938_matrices",
-            DOC_MATH,
+            D3,
             "GPT-3 weights, billions",
             "175",
             gpt3.total as f64 / BILLION,
         ),
         Worked::erratum(
             "gpt3_has_96_layers_of_width_12288_not_175_of_1024",
-            DOC_MATH,
+            D3,
             "GPT-3 layers l and width d",
             "175 layers, d = 1024",
             format!("{} layers, d = {}", Config::gpt3_175b().layers, Config::gpt3_175b().width),
         ),
         Worked::number(
             "gpt2_xl_holds_1_56_billion_parameters",
-            DOC_MATH,
+            D3,
             "GPT-2 (XL) parameters, billions",
             "1.5",
             Config::gpt2_xl().parameter_count() as f64 / BILLION,
         ),
         Worked::erratum(
             "gpt1_holds_about_117_million_parameters_not_150",
-            DOC_MATH,
+            D3,
             "GPT-1 parameters, millions",
             "150",
             format!("{:.1}", gpt1_parameters() as f64 / 1e6),
@@ -242,7 +246,7 @@ pub fn worked() -> Result<Vec<Worked>> {
         for c in 0..2 {
             rows.push(Worked::number(
                 "i_love_ai_h0_is_u_plus_wp",
-                DOC_MATH,
+                D3,
                 format!("h₀(\"{token}\")[{c}] = U + W_p"),
                 &format!("{:.2}", walkthrough::PRINTED_H0[r][c]),
                 h0[(r, c)],
@@ -252,7 +256,7 @@ pub fn worked() -> Result<Vec<Worked>> {
     let h1 = walkthrough::h1_love()?;
     rows.push(Worked::erratum(
         "i_love_ai_h1_love_is_0_545_0_442",
-        DOC_MATH,
+        D3,
         "h₁(\"love\") = 0.1·h₀(\"I\") + 0.9·h₀(\"love\")",
         "[0.155, 0.458]",
         pair(&h1, 3),
@@ -260,7 +264,7 @@ pub fn worked() -> Result<Vec<Worked>> {
     let h2_printed = walkthrough::h2_of(&walkthrough::printed_h1_love())?;
     rows.push(Worked::erratum(
         "i_love_ai_h2_love_follows_from_h1_times_w",
-        DOC_MATH,
+        D3,
         "h₂(\"love\") = h₁ × W, from the printed h₁",
         "[0.1753, 0.309]",
         pair(&h2_printed, 4),
@@ -275,7 +279,14 @@ pub fn walk(out: &mut Walk) -> Result<()> {
     out.step("1. GPT-3, counted the way document 001 counts it")?;
     let c = Config::gpt3_175b();
     let a = MatrixAccounting::of(&c)?;
-    out.say(&format!("V = {}, d = {}, {} layers of {} heads of width {}", c.vocab_size, c.width, c.layers, c.heads, c.head_width()))?;
+    out.say(&format!(
+        "V = {}, d = {}, {} layers of {} heads of width {}",
+        c.vocab_size,
+        c.width,
+        c.layers,
+        c.heads,
+        c.head_width()
+    ))?;
     for (name, v) in [
         ("embedding V·d", a.embedding),
         ("unembedding V·d", a.unembedding),
@@ -303,7 +314,10 @@ pub fn walk(out: &mut Walk) -> Result<()> {
     out.step("5. The feed-forward step h₂ = h₁ × W")?;
     out.matrix("W", &walkthrough::feed_forward_weight())?;
     out.matrix("h₂(\"love\") from our h₁", &walkthrough::h2_of(&h1)?)?;
-    out.matrix("h₂(\"love\") from the printed h₁", &walkthrough::h2_of(&walkthrough::printed_h1_love())?)?;
+    out.matrix(
+        "h₂(\"love\") from the printed h₁",
+        &walkthrough::h2_of(&walkthrough::printed_h1_love())?,
+    )?;
     out.step("6. Two models trained on the CPU (sorting digits; the default corpus)")?;
     print_results(results()?);
     Ok(())
@@ -317,7 +331,10 @@ pub fn walk(out: &mut Walk) -> Result<()> {
 pub fn sort_setup() -> Result<(data::SortTask, Config, train::TrainConfig)> {
     let task = data::SortTask::standard(SORT_SEED)?;
     let config = Config::new(data::SORT_DIGITS, task.seq_len(), 2, 2, 32);
-    let tc = train::TrainConfig { weight_decay: 0.0, ..train::TrainConfig::new(32, schedule::Schedule::new(3e-3, 3e-4, 20, SORT_STEPS)?) };
+    let tc = train::TrainConfig {
+        weight_decay: 0.0,
+        ..train::TrainConfig::new(32, schedule::Schedule::new(3e-3, 3e-4, 20, SORT_STEPS)?)
+    };
     Ok((task, config, tc))
 }
 /// The sorting task's split seed.
@@ -342,9 +359,14 @@ pub struct CorpusTokens {
 pub fn corpus_tokens() -> Result<CorpusTokens> {
     use crate::ch08_tokens::{CHAPTER_BPE_VOCAB, Tokenizer, bpe, corpus};
     let (train_text, validation_text) = corpus::split(corpus::default_corpus());
-    let config = bpe::BpeConfig { vocab_size: CHAPTER_BPE_VOCAB, pre_tokenizer: bpe::PreTokenizer::Gpt2 };
+    let config =
+        bpe::BpeConfig { vocab_size: CHAPTER_BPE_VOCAB, pre_tokenizer: bpe::PreTokenizer::Gpt2 };
     let tokenizer = bpe::train(train_text, config)?.bpe;
-    Ok(CorpusTokens { train: tokenizer.encode(train_text)?, validation: tokenizer.encode(validation_text)?, tokenizer })
+    Ok(CorpusTokens {
+        train: tokenizer.encode(train_text)?,
+        validation: tokenizer.encode(validation_text)?,
+        tokenizer,
+    })
 }
 
 /// The largest n of the n-gram baseline on the corpus tokens. Chapter 8's character table stops
@@ -356,16 +378,30 @@ pub const CORPUS_BASELINE_MAX_N: usize = 8;
 /// k = [`ADD_K`](crate::ch08_tokens::ADD_K) and backoff with d =
 /// [`DEFAULT_DISCOUNT`](crate::ch08_tokens::ngram::DEFAULT_DISCOUNT), fitted on the training part
 /// and measured on the validation part, in nats per token.
-pub fn corpus_baseline_rows(tokens: &CorpusTokens) -> Result<Vec<crate::ch08_tokens::ngram::BaselineRow>> {
+pub fn corpus_baseline_rows(
+    tokens: &CorpusTokens,
+) -> Result<Vec<crate::ch08_tokens::ngram::BaselineRow>> {
     use crate::ch08_tokens::{ADD_K, Tokenizer, ngram};
-    ngram::baseline(&tokens.train, &tokens.validation, tokens.tokenizer.vocab_size(), CORPUS_BASELINE_MAX_N, ADD_K, ngram::DEFAULT_DISCOUNT)
+    ngram::baseline(
+        &tokens.train,
+        &tokens.validation,
+        tokens.tokenizer.vocab_size(),
+        CORPUS_BASELINE_MAX_N,
+        ADD_K,
+        ngram::DEFAULT_DISCOUNT,
+    )
 }
 
 /// The lowest validation loss of a baseline table, over every n and both smoothings:
 /// (label such as "6-gram, backoff", nats per token).
 pub fn best_baseline(rows: &[crate::ch08_tokens::ngram::BaselineRow]) -> Result<(String, f64)> {
     rows.iter()
-        .flat_map(|r| [(format!("{}-gram, add-k", r.n), r.add_k), (format!("{}-gram, backoff", r.n), r.backoff)])
+        .flat_map(|r| {
+            [
+                (format!("{}-gram, add-k", r.n), r.add_k),
+                (format!("{}-gram, backoff", r.n), r.backoff),
+            ]
+        })
         .min_by(|a, b| a.1.total_cmp(&b.1))
         .ok_or(crate::error::Error::Empty { op: "best_baseline", arg: "rows" })
 }
@@ -393,9 +429,17 @@ pub struct CorpusSetup {
 /// gives the same run with its schedule squeezed or stretched to that length.
 pub fn corpus_setup(vocab_size: usize, steps: usize) -> Result<CorpusSetup> {
     let config = Config::new(vocab_size, CORPUS_CONTEXT, 3, 4, 96);
-    let schedule = schedule::Schedule::new(CORPUS_PEAK_RATE, CORPUS_PEAK_RATE / 10.0, steps / 20, steps)?;
+    let schedule =
+        schedule::Schedule::new(CORPUS_PEAK_RATE, CORPUS_PEAK_RATE / 10.0, steps / 20, steps)?;
     let train = train::TrainConfig::new(CORPUS_BATCH, schedule);
-    Ok(CorpusSetup { config, train, steps, eval_every: CORPUS_EVAL_EVERY, model_seed: 1, data_seed: 2 })
+    Ok(CorpusSetup {
+        config,
+        train,
+        steps,
+        eval_every: CORPUS_EVAL_EVERY,
+        model_seed: 1,
+        data_seed: 2,
+    })
 }
 /// The corpus model's context, in tokens.
 pub const CORPUS_CONTEXT: usize = 64;
@@ -439,9 +483,17 @@ impl CorpusRun {
 
 /// Trains `setup` on the training tokens, measuring the mean loss over every validation token
 /// (non-overlapping windows of the model's context) as it goes. `on_step` sees each step's record.
-pub fn train_corpus(tokens: &CorpusTokens, setup: &CorpusSetup, mut on_step: impl FnMut(&train::StepRecord)) -> Result<CorpusRun> {
+pub fn train_corpus(
+    tokens: &CorpusTokens,
+    setup: &CorpusSetup,
+    mut on_step: impl FnMut(&train::StepRecord),
+) -> Result<CorpusRun> {
     let context = setup.config.context;
-    let mut trainer = train::Trainer::new(model::Gpt::<f32>::new(setup.config, setup.model_seed)?, &setup.train, setup.data_seed)?;
+    let mut trainer = train::Trainer::new(
+        model::Gpt::<f32>::new(setup.config, setup.model_seed)?,
+        &setup.train,
+        setup.data_seed,
+    )?;
     let data = train::Data::Stream { tokens: &tokens.train, seq_len: context };
     let val_batches = data::covering_windows(&tokens.validation, context, 32);
     let (mut validation, mut tokens_seen, mut train_seconds) = (Vec::new(), 0usize, 0.0);
@@ -455,7 +507,13 @@ pub fn train_corpus(tokens: &CorpusTokens, setup: &CorpusSetup, mut on_step: imp
             validation.push((trainer.step, train::mean_loss(&trainer.model, &val_batches)?));
         }
     }
-    Ok(CorpusRun { model: trainer.model, history: trainer.history, validation, tokens_seen, train_seconds })
+    Ok(CorpusRun {
+        model: trainer.model,
+        history: trainer.history,
+        validation,
+        tokens_seen,
+        train_seconds,
+    })
 }
 
 /// What the main job trains and reports.
@@ -483,7 +541,9 @@ fn compute_results() -> Result<Results> {
     use crate::ch08_tokens::Tokenizer;
     let bar = |n: usize, what: &str| {
         let b = indicatif::ProgressBar::new(n as u64);
-        if let Ok(style) = indicatif::ProgressStyle::with_template("  {prefix} {bar:30} {pos}/{len} {msg}") {
+        if let Ok(style) =
+            indicatif::ProgressStyle::with_template("  {prefix} {bar:30} {pos}/{len} {msg}")
+        {
             b.set_style(style);
         }
         b.set_prefix(what.to_string());
@@ -502,7 +562,14 @@ fn compute_results() -> Result<Results> {
     let sort_accuracy = train::sort_accuracy(&trainer.model, &task.held_out)?;
     let mut sort_examples = Vec::new();
     for s in task.held_out.iter().take(4) {
-        let g = sample::generate(&trainer.model, s, s.len(), &sample::Decoding::Greedy, &mut crate::rng::Rng::new(0), true)?;
+        let g = sample::generate(
+            &trainer.model,
+            s,
+            s.len(),
+            &sample::Decoding::Greedy,
+            &mut crate::rng::Rng::new(0),
+            true,
+        )?;
         sort_examples.push((s.clone(), g.new_tokens().to_vec()));
     }
     let sort_history = trainer.history;
@@ -516,7 +583,11 @@ fn compute_results() -> Result<Results> {
     let corpus = train_corpus(&tokens, &setup, |r| {
         let t = *started.get_or_insert_with(std::time::Instant::now);
         seen += r.tokens;
-        pb.set_message(format!("loss {:.4} | {:.0} tokens/s", r.loss, seen as f64 / t.elapsed().as_secs_f64().max(1e-9)));
+        pb.set_message(format!(
+            "loss {:.4} | {:.0} tokens/s",
+            r.loss,
+            seen as f64 / t.elapsed().as_secs_f64().max(1e-9)
+        ));
         pb.inc(1);
     })?;
     pb.finish_and_clear();
@@ -529,8 +600,13 @@ fn compute_results() -> Result<Results> {
         &mut crate::rng::Rng::new(1),
         true,
     )?;
-    let corpus_sample = (tokens.tokenizer.decode_lossy(&prompt)?, tokens.tokenizer.decode_lossy(g.new_tokens())?);
-    let validation_chars = crate::ch08_tokens::corpus::split(crate::ch08_tokens::corpus::default_corpus()).1.chars().count();
+    let corpus_sample =
+        (tokens.tokenizer.decode_lossy(&prompt)?, tokens.tokenizer.decode_lossy(g.new_tokens())?);
+    let validation_chars =
+        crate::ch08_tokens::corpus::split(crate::ch08_tokens::corpus::default_corpus())
+            .1
+            .chars()
+            .count();
     let seconds = (sort_seconds, corpus.train_seconds);
     Ok(Results {
         sort_history,
@@ -551,16 +627,23 @@ pub const CORPUS_SAMPLE_TOKENS: usize = 100;
 
 /// Trains both models once per process (the walk and the plots share the result).
 pub fn results() -> Result<&'static Results> {
-    static CELL: std::sync::OnceLock<std::result::Result<Results, String>> = std::sync::OnceLock::new();
-    CELL.get_or_init(|| compute_results().map_err(|e| e.to_string())).as_ref().map_err(|e| crate::error::Error::InvalidValue {
-        op: "ch09_gpt::results",
-        arg: "training",
-        reason: e.clone(),
+    static CELL: std::sync::OnceLock<std::result::Result<Results, String>> =
+        std::sync::OnceLock::new();
+    CELL.get_or_init(|| compute_results().map_err(|e| e.to_string())).as_ref().map_err(|e| {
+        crate::error::Error::InvalidValue {
+            op: "ch09_gpt::results",
+            arg: "training",
+            reason: e.clone(),
+        }
     })
 }
 
 fn print_results(r: &Results) {
-    println!("   sorting: exact match on 1,000 held-out strings {:.1} % ({:.0} s of training)", 100.0 * r.sort_accuracy, r.seconds.0);
+    println!(
+        "   sorting: exact match on 1,000 held-out strings {:.1} % ({:.0} s of training)",
+        100.0 * r.sort_accuracy,
+        r.seconds.0
+    );
     for (s, out) in &r.sort_examples {
         println!("     {s:?} → {out:?}");
     }
@@ -609,7 +692,8 @@ pub fn forward_times(lengths: &[usize]) -> Result<Vec<(usize, f64)>> {
 /// MLP) and the quadratic part (the n×n attention scores) of the forward pass. A negative
 /// coefficient, which no cost can have, is set to 0 and the other refitted.
 pub fn fit_linear_quadratic(points: &[(usize, f64)]) -> (f64, f64) {
-    let pts: Vec<(f64, f64, f64)> = points.iter().filter(|p| p.1 > 0.0).map(|&(n, t)| (n as f64, t, 1.0 / (t * t))).collect();
+    let pts: Vec<(f64, f64, f64)> =
+        points.iter().filter(|p| p.1 > 0.0).map(|&(n, t)| (n as f64, t, 1.0 / (t * t))).collect();
     let (mut s11, mut s12, mut s22, mut y1, mut y2) = (0.0, 0.0, 0.0, 0.0, 0.0);
     for &(n, t, w) in &pts {
         s11 += w * n * n;
@@ -638,7 +722,9 @@ pub const COST_LENGTHS: [usize; 7] = [16, 32, 64, 128, 256, 512, 1024];
 /// The chapter's figures as data: (file stem, figure). Trains both models (see [`results`]).
 pub fn figures() -> Result<Vec<(String, Figure)>> {
     let r = results()?;
-    let steps = |h: &[train::StepRecord]| h.iter().map(|s| (s.step as f64 + 1.0, s.loss)).collect::<Vec<_>>();
+    let steps = |h: &[train::StepRecord]| {
+        h.iter().map(|s| (s.step as f64 + 1.0, s.loss)).collect::<Vec<_>>()
+    };
     let sort = Figure::Line(LineChart {
         title: "Sorting digits: training loss".into(),
         x_label: "step".into(),
@@ -654,8 +740,14 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
         y_label: "nats per token".into(),
         series: vec![
             Series::new("training batch loss", steps(&c.history)),
-            Series::new("validation loss", c.validation.iter().map(|&(s, v)| (s as f64, v)).collect()),
-            Series::new(format!("best n-gram ({})", r.baseline.0), vec![(1.0, r.baseline.1), (corpus_steps, r.baseline.1)]),
+            Series::new(
+                "validation loss",
+                c.validation.iter().map(|&(s, v)| (s as f64, v)).collect(),
+            ),
+            Series::new(
+                format!("best n-gram ({})", r.baseline.0),
+                vec![(1.0, r.baseline.1), (corpus_steps, r.baseline.1)],
+            ),
         ],
         markers: false,
     });
@@ -671,11 +763,18 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
                 format!("fit {a:.2e}·n + {b:.2e}·n²"),
                 times.iter().map(|&(n, _)| (n as f64, a * n as f64 + b * (n * n) as f64)).collect(),
             ),
-            Series::new("its n² part (attention scores)", times.iter().map(|&(n, _)| (n as f64, b * (n * n) as f64)).collect()),
+            Series::new(
+                "its n² part (attention scores)",
+                times.iter().map(|&(n, _)| (n as f64, b * (n * n) as f64)).collect(),
+            ),
         ],
         markers: true,
     });
-    Ok(vec![("ch09_sort_loss".into(), sort), ("ch09_corpus_loss".into(), corpus), ("ch09_attention_cost".into(), cost)])
+    Ok(vec![
+        ("ch09_sort_loss".into(), sort),
+        ("ch09_corpus_loss".into(), corpus),
+        ("ch09_attention_cost".into(), cost),
+    ])
 }
 
 fn plots(dir: &Path) -> Result<Vec<PathBuf>> {
@@ -684,5 +783,12 @@ fn plots(dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// This chapter's entry in the book.
-pub const CHAPTER: Chapter =
-    Chapter { number: 9, stem: "ch09_gpt", title: "A small GPT that learns on the CPU", worked, walk, plots, errata: ERRATA };
+pub const CHAPTER: Chapter = Chapter {
+    number: 9,
+    stem: "ch09_gpt",
+    title: "A small GPT that learns on the CPU",
+    worked,
+    walk,
+    plots,
+    errata: ERRATA,
+};

@@ -25,8 +25,8 @@ use super::config::{Config, Positions};
 use super::data::{Batch, Token, check_ids};
 use crate::ch03_mlp::{Activation, activation_forward};
 use crate::ch06_attention::{
-    AttnSpec, Block, BlockCache, BlockGrads, Ffn, LayerNorm, LnCache, MultiHead, NormOrder, block_backward, block_forward,
-    layer_norm_backward, layer_norm_forward,
+    AttnSpec, Block, BlockCache, BlockGrads, Ffn, LayerNorm, LnCache, MultiHead, NormOrder,
+    block_backward, block_forward, layer_norm_backward, layer_norm_forward,
 };
 use crate::error::{Error, Result, invalid, shape_error, shape_of};
 use crate::float::Float;
@@ -222,8 +222,19 @@ impl<T: Float> Gpt<T> {
             let ln2 = LayerNorm::new(d, config.layer_norm_epsilon)?;
             blocks.push(Block { attn, ln1, ffn, ln2, order: NormOrder::Pre });
         }
-        let lm_head = if config.tied { None } else { Some(rng.normal_matrix(config.vocab_size, d, INIT_STD)) };
-        Ok(Gpt { config, wte, wpe, blocks, ln_f: LayerNorm::new(d, config.layer_norm_epsilon)?, lm_head })
+        let lm_head = if config.tied {
+            None
+        } else {
+            Some(rng.normal_matrix(config.vocab_size, d, INIT_STD))
+        };
+        Ok(Gpt {
+            config,
+            wte,
+            wpe,
+            blocks,
+            ln_f: LayerNorm::new(d, config.layer_norm_epsilon)?,
+            lm_head,
+        })
     }
 
     /// The unembedding W_U (V×d): `lm_head` or, tied, `wte`.
@@ -240,7 +251,9 @@ impl<T: Float> Gpt<T> {
             out.push(("wpe.weight".to_string(), &self.wpe));
         }
         for (l, b) in self.blocks.iter().enumerate() {
-            out.extend(block_refs(b).into_iter().enumerate().map(|(i, m)| (block_tensor_name(l, i), m)));
+            out.extend(
+                block_refs(b).into_iter().enumerate().map(|(i, m)| (block_tensor_name(l, i), m)),
+            );
         }
         out.push(("ln_f.weight".to_string(), &self.ln_f.gamma));
         out.push(("ln_f.bias".to_string(), &self.ln_f.beta));
@@ -294,11 +307,20 @@ impl<T: Float> Gpt<T> {
     pub fn set_tensors(&mut self, values: &[DMatrix<T>]) -> Result<()> {
         let names: Vec<String> = self.tensors().into_iter().map(|(n, _)| n).collect();
         if values.len() != names.len() {
-            return Err(invalid("Gpt::set_tensors", "values", format!("{} tensors given, the model has {}", values.len(), names.len())));
+            return Err(invalid(
+                "Gpt::set_tensors",
+                "values",
+                format!("{} tensors given, the model has {}", values.len(), names.len()),
+            ));
         }
         for ((slot, v), name) in self.tensors_mut().into_iter().zip(values).zip(&names) {
             if slot.shape() != v.shape() {
-                return Err(shape_error("Gpt::set_tensors", "a tensor", format!("{name} {}", shape_of(slot)), shape_of(v)));
+                return Err(shape_error(
+                    "Gpt::set_tensors",
+                    "a tensor",
+                    format!("{name} {}", shape_of(slot)),
+                    shape_of(v),
+                ));
             }
             slot.copy_from(v);
         }
@@ -308,7 +330,12 @@ impl<T: Float> Gpt<T> {
     /// The model in another float type (f64 for checks, f32 for speed).
     pub fn cast<U: Float>(&self) -> Gpt<U> {
         let c = |m: &DMatrix<T>| crate::float::cast::<T, U>(m);
-        let ln = |l: &LayerNorm<T>| LayerNorm { gamma: c(&l.gamma), beta: c(&l.beta), eps: l.eps, placement: l.placement };
+        let ln = |l: &LayerNorm<T>| LayerNorm {
+            gamma: c(&l.gamma),
+            beta: c(&l.beta),
+            eps: l.eps,
+            placement: l.placement,
+        };
         Gpt {
             config: self.config,
             wte: c(&self.wte),
@@ -329,7 +356,13 @@ impl<T: Float> Gpt<T> {
                         b_o: c(&b.attn.b_o),
                     },
                     ln1: ln(&b.ln1),
-                    ffn: Ffn { w1: c(&b.ffn.w1), b1: c(&b.ffn.b1), w2: c(&b.ffn.w2), b2: c(&b.ffn.b2), act: b.ffn.act },
+                    ffn: Ffn {
+                        w1: c(&b.ffn.w1),
+                        b1: c(&b.ffn.b1),
+                        w2: c(&b.ffn.w2),
+                        b2: c(&b.ffn.b2),
+                        act: b.ffn.act,
+                    },
                     ln2: ln(&b.ln2),
                     order: b.order,
                 })
@@ -346,10 +379,19 @@ impl<T: Float> Gpt<T> {
             return Err(Error::Empty { op, arg: "inputs" });
         }
         if !inputs.len().is_multiple_of(seq_len) {
-            return Err(shape_error(op, "inputs and seq_len", format!("a multiple of T = {seq_len} tokens"), format!("{}", inputs.len())));
+            return Err(shape_error(
+                op,
+                "inputs and seq_len",
+                format!("a multiple of T = {seq_len} tokens"),
+                format!("{}", inputs.len()),
+            ));
         }
         if seq_len > self.config.context {
-            return Err(invalid(op, "seq_len", format!("T = {seq_len} is longer than the context n_ctx = {}", self.config.context)));
+            return Err(invalid(
+                op,
+                "seq_len",
+                format!("T = {seq_len} is longer than the context n_ctx = {}", self.config.context),
+            ));
         }
         check_ids(op, "inputs", inputs, self.config.vocab_size)?;
         Ok(inputs.len() / seq_len)
@@ -379,11 +421,24 @@ impl<T: Float> Gpt<T> {
     /// The blocks and the final LayerNorm on input embeddings x₀ ((B·T)×d): h_f and the cache.
     pub fn forward_embeddings(&self, x0: &DMatrix<T>, seq_len: usize) -> Result<Hidden<T>> {
         const OP: &str = "Gpt::forward_embeddings";
-        if x0.ncols() != self.config.width || seq_len == 0 || !x0.nrows().is_multiple_of(seq_len) || x0.nrows() == 0 {
-            return Err(shape_error(OP, "x0", format!("(B·{seq_len})×{}", self.config.width), shape_of(x0)));
+        if x0.ncols() != self.config.width
+            || seq_len == 0
+            || !x0.nrows().is_multiple_of(seq_len)
+            || x0.nrows() == 0
+        {
+            return Err(shape_error(
+                OP,
+                "x0",
+                format!("(B·{seq_len})×{}", self.config.width),
+                shape_of(x0),
+            ));
         }
         if seq_len > self.config.context {
-            return Err(invalid(OP, "seq_len", format!("T = {seq_len} is longer than the context n_ctx = {}", self.config.context)));
+            return Err(invalid(
+                OP,
+                "seq_len",
+                format!("T = {seq_len} is longer than the context n_ctx = {}", self.config.context),
+            ));
         }
         let spec = AttnSpec::causal(seq_len);
         let mut x = x0.clone();
@@ -437,14 +492,19 @@ impl<T: Float> Gpt<T> {
     /// As [`Gpt::loss_and_grads`], from given input embeddings x₀ (so their gradient can be
     /// checked by finite differences). The token ids of `batch.inputs` still decide which rows
     /// of W_E receive x₀'s gradient.
-    pub fn loss_and_grads_from_embeddings(&self, x0: &DMatrix<T>, batch: &Batch) -> Result<LossAndGrads<T>> {
+    pub fn loss_and_grads_from_embeddings(
+        &self,
+        x0: &DMatrix<T>,
+        batch: &Batch,
+    ) -> Result<LossAndGrads<T>> {
         const OP: &str = "Gpt::loss_and_grads";
         batch.check(OP, self.config.vocab_size)?;
         let (hidden, caches, ln_f_cache) = self.forward_embeddings(x0, batch.seq_len)?;
         let (rows, targets) = scored(batch)?;
         let h_s = gather_rows(&hidden, &rows);
         let z = self.logits_of(&h_s)?; //                                          z = h_s W_Uᵀ
-        let (loss, d_z) = crate::ch02_softmax::cross_entropy_from_logits_with_gradient(&z, &targets)?; // L = CE(z)
+        let (loss, d_z) =
+            crate::ch02_softmax::cross_entropy_from_logits_with_gradient(&z, &targets)?; // L = CE(z)
         let d_hs = matmul(&d_z, self.unembedding())?; //                           z = h_s W_Uᵀ ⇒ ∂h_s = ∂z W_U
         let d_wu = matmul_tn(&d_z, &h_s)?; //                                      z = h_s W_Uᵀ ⇒ ∂W_U = ∂zᵀ h_s
         let mut d_h = DMatrix::zeros(hidden.nrows(), hidden.ncols()); //          h_s = rows of h_f
@@ -462,7 +522,13 @@ impl<T: Float> Gpt<T> {
         let d = self.config.width;
         let mut d_wte = DMatrix::zeros(self.config.vocab_size, d);
         let mut d_wpe = DMatrix::zeros(self.config.context, d);
-        scatter_embedding_gradient(&d_x, &batch.inputs, batch.seq_len, &mut d_wte, Some(&mut d_wpe));
+        scatter_embedding_gradient(
+            &d_x,
+            &batch.inputs,
+            batch.seq_len,
+            &mut d_wte,
+            Some(&mut d_wpe),
+        );
         if self.lm_head.is_none() {
             d_wte += &d_wu; // tied: W_E is used twice, so its gradient is the sum of both uses
         }
@@ -511,7 +577,14 @@ impl<T: Float> Gpt<T> {
         const OP: &str = "Gpt::step";
         check_ids(OP, "token", &[token], self.config.vocab_size)?;
         if cache.len >= self.config.context {
-            return Err(invalid(OP, "cache", format!("holds {} tokens, the whole context; slide the window and rebuild it", cache.len)));
+            return Err(invalid(
+                OP,
+                "cache",
+                format!(
+                    "holds {} tokens, the whole context; slide the window and rebuild it",
+                    cache.len
+                ),
+            ));
         }
         let (d, n_ctx) = (self.config.width, self.config.context);
         if cache.keys.len() != self.blocks.len()
@@ -521,12 +594,16 @@ impl<T: Float> Gpt<T> {
             return Err(invalid(
                 OP,
                 "cache",
-                format!("was made for another model (expected {} blocks of {n_ctx}×{d} keys and values)", self.blocks.len()),
+                format!(
+                    "was made for another model (expected {} blocks of {n_ctx}×{d} keys and values)",
+                    self.blocks.len()
+                ),
             ));
         }
         let pos = cache.len;
         let n = pos + 1;
-        let mut x = DMatrix::from_fn(1, d, |_, c| self.wte[(token as usize, c)] + self.wpe[(pos, c)]);
+        let mut x =
+            DMatrix::from_fn(1, d, |_, c| self.wte[(token as usize, c)] + self.wpe[(pos, c)]);
         for (l, b) in self.blocks.iter().enumerate() {
             let (n1, _) = layer_norm_forward(&b.ln1, &x)?; //                         n₁ = LN₁(x)
             let q = row_affine(OP, n1.as_slice(), &b.attn.w_q, &b.attn.b_q)?; //       q = n₁W_Q + b_Q
@@ -547,7 +624,12 @@ impl<T: Float> Gpt<T> {
             let heads = attend_one(OP, &q, &cache.keys[l], &cache.values[l], n, b.attn.heads)?; // every head over positions 0 … pos
             let a = row_affine(OP, &heads, &b.attn.w_o, &b.attn.b_o)?; //               a = concat · W_O + b_O
             if a.len() != d {
-                return Err(shape_error(OP, "w_o (columns)", format!("{d}"), format!("{}", a.len())));
+                return Err(shape_error(
+                    OP,
+                    "w_o (columns)",
+                    format!("{d}"),
+                    format!("{}", a.len()),
+                ));
             }
             let h = x + DMatrix::from_vec(1, d, a); //                                   h = x + a
             let (n2, _) = layer_norm_forward(&b.ln2, &h)?; //                          n₂ = LN₂(h)
@@ -555,7 +637,12 @@ impl<T: Float> Gpt<T> {
             let a1 = activation_forward(b.ffn.act, &DMatrix::from_vec(1, z1.len(), z1)); // a₁ = GELU(z₁)
             let f = row_affine(OP, a1.as_slice(), &b.ffn.w2, &b.ffn.b2)?; //            f = a₁W₂ + b₂
             if f.len() != d {
-                return Err(shape_error(OP, "w2 (columns)", format!("{d}"), format!("{}", f.len())));
+                return Err(shape_error(
+                    OP,
+                    "w2 (columns)",
+                    format!("{d}"),
+                    format!("{}", f.len()),
+                ));
             }
             x = h + DMatrix::from_vec(1, d, f); //                                      x' = h + f
         }
@@ -592,7 +679,12 @@ pub(crate) fn scatter_embedding_gradient<T: Float>(
 /// y = x·W + b for one row x (length `in`), W in×out, b 1×out: y_j = b_j + x · W\[:, j\], each a
 /// dot product with one column of W (contiguous in column-major storage). Errors on shapes that
 /// do not chain.
-pub fn row_affine<T: Float>(op: &'static str, x: &[T], w: &DMatrix<T>, b: &DMatrix<T>) -> Result<Vec<T>> {
+pub fn row_affine<T: Float>(
+    op: &'static str,
+    x: &[T],
+    w: &DMatrix<T>,
+    b: &DMatrix<T>,
+) -> Result<Vec<T>> {
     if x.len() != w.nrows() {
         return Err(shape_error(
             op,
@@ -602,12 +694,21 @@ pub fn row_affine<T: Float>(op: &'static str, x: &[T], w: &DMatrix<T>, b: &DMatr
         ));
     }
     if b.nrows() != 1 || b.ncols() != w.ncols() {
-        return Err(shape_error(op, "b", format!("1×{} (one bias per output)", w.ncols()), shape_of(b)));
+        return Err(shape_error(
+            op,
+            "b",
+            format!("1×{} (one bias per output)", w.ncols()),
+            shape_of(b),
+        ));
     }
     if w.nrows() == 0 {
         return Ok(b.iter().copied().collect());
     }
-    Ok(w.as_slice().chunks_exact(w.nrows()).zip(b.iter()).map(|(column, &bias)| bias + dot(x, column)).collect())
+    Ok(w.as_slice()
+        .chunks_exact(w.nrows())
+        .zip(b.iter())
+        .map(|(column, &bias)| bias + dot(x, column))
+        .collect())
 }
 
 /// Lanes of independent partial sums in [`dot`]: enough for the compiler to keep a vector
@@ -634,7 +735,14 @@ pub fn dot<T: Float>(a: &[T], b: &[T]) -> T {
 /// o_h = Σ_p a_p V_h\[p\]. Returns the heads' outputs side by side. A column of the cache holds one
 /// channel of every position, contiguous, so scores are built channel by channel (s += q_c K[:, c])
 /// and outputs are dot products of a with a column of V.
-pub fn attend_one<T: Float>(op: &'static str, q: &[T], keys: &DMatrix<T>, values: &DMatrix<T>, n: usize, heads: usize) -> Result<Vec<T>> {
+pub fn attend_one<T: Float>(
+    op: &'static str,
+    q: &[T],
+    keys: &DMatrix<T>,
+    values: &DMatrix<T>,
+    n: usize,
+    heads: usize,
+) -> Result<Vec<T>> {
     let width = keys.ncols();
     if heads == 0 || q.len() != width || values.ncols() != width || !width.is_multiple_of(heads) {
         return Err(shape_error(
@@ -645,7 +753,11 @@ pub fn attend_one<T: Float>(op: &'static str, q: &[T], keys: &DMatrix<T>, values
         ));
     }
     if n == 0 || n > keys.nrows() || values.nrows() != keys.nrows() {
-        return Err(invalid(op, "n", format!("{n} positions; the cache holds {} rows", keys.nrows())));
+        return Err(invalid(
+            op,
+            "n",
+            format!("{n} positions; the cache holds {} rows", keys.nrows()),
+        ));
     }
     let d_k = width / heads;
     let scale = T::of(1.0 / (d_k as f64).sqrt());
@@ -654,7 +766,9 @@ pub fn attend_one<T: Float>(op: &'static str, q: &[T], keys: &DMatrix<T>, values
     for h in 0..heads {
         let mut s = vec![T::zero(); n];
         let head = h * d_k..(h + 1) * d_k;
-        for (&qc, key_column) in q[head.clone()].iter().zip(keys.as_slice().chunks_exact(rows).skip(head.start)) {
+        for (&qc, key_column) in
+            q[head.clone()].iter().zip(keys.as_slice().chunks_exact(rows).skip(head.start))
+        {
             for (sp, &kp) in s.iter_mut().zip(&key_column[..n]) {
                 *sp += qc * kp;
             }
@@ -668,7 +782,9 @@ pub fn attend_one<T: Float>(op: &'static str, q: &[T], keys: &DMatrix<T>, values
     for h in 0..heads {
         let a: Vec<T> = weights.row(h).iter().copied().collect();
         let head = h * d_k..(h + 1) * d_k;
-        for (o, value_column) in out[head.clone()].iter_mut().zip(values.as_slice().chunks_exact(rows).skip(head.start)) {
+        for (o, value_column) in
+            out[head.clone()].iter_mut().zip(values.as_slice().chunks_exact(rows).skip(head.start))
+        {
             *o = dot(&a, &value_column[..n]);
         }
     }

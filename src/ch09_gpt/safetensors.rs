@@ -90,24 +90,39 @@ impl SafeTensors {
     /// Reads and validates a file.
     pub fn read(path: &Path) -> Result<SafeTensors> {
         let name = path.display().to_string();
-        let bytes = std::fs::read(path).map_err(|source| Error::Io { path: name.clone(), source })?;
+        let bytes =
+            std::fs::read(path).map_err(|source| Error::Io { path: name.clone(), source })?;
         SafeTensors::parse(bytes, &name)
     }
 
     /// Validates the bytes of a file; `file` names it in errors.
     pub fn parse(mut bytes: Vec<u8>, file: &str) -> Result<SafeTensors> {
         if bytes.len() < 8 {
-            return Err(parse_error(file, format!("truncated: {} bytes, fewer than the 8 that give the header's length", bytes.len())));
+            return Err(parse_error(
+                file,
+                format!(
+                    "truncated: {} bytes, fewer than the 8 that give the header's length",
+                    bytes.len()
+                ),
+            ));
         }
         let mut len8 = [0u8; 8];
         len8.copy_from_slice(&bytes[..8]);
         let n = u64::from_le_bytes(len8);
         if n > MAX_HEADER {
-            return Err(parse_error(file, format!("the header claims {n} bytes, more than the {MAX_HEADER} allowed")));
+            return Err(parse_error(
+                file,
+                format!("the header claims {n} bytes, more than the {MAX_HEADER} allowed"),
+            ));
         }
         let available = (bytes.len() - 8) as u64;
         if n > available {
-            return Err(parse_error(file, format!("truncated: the header claims {n} bytes but only {available} follow the length")));
+            return Err(parse_error(
+                file,
+                format!(
+                    "truncated: the header claims {n} bytes but only {available} follow the length"
+                ),
+            ));
         }
         let n = n as usize;
         let header = &bytes[8..8 + n];
@@ -128,7 +143,10 @@ impl SafeTensors {
                 };
                 for (k, s) in pairs {
                     let Json::String(s) = s else {
-                        return Err(parse_error(file, format!("__metadata__ entry {k:?} is not a string")));
+                        return Err(parse_error(
+                            file,
+                            format!("__metadata__ entry {k:?} is not a string"),
+                        ));
                     };
                     metadata.push((k, s));
                 }
@@ -142,10 +160,17 @@ impl SafeTensors {
         let mut at = 0usize;
         for t in &order {
             if t.begin != at {
-                let what = if t.begin < at { "overlaps the tensor before it" } else { "leaves a hole before it" };
+                let what = if t.begin < at {
+                    "overlaps the tensor before it"
+                } else {
+                    "leaves a hole before it"
+                };
                 return Err(parse_error(
                     file,
-                    format!("tensor {}: data_offsets [{}, {}) {what} (expected it to start at {at})", t.name, t.begin, t.end),
+                    format!(
+                        "tensor {}: data_offsets [{}, {}) {what} (expected it to start at {at})",
+                        t.name, t.begin, t.end
+                    ),
                 ));
             }
             at = t.end;
@@ -180,24 +205,44 @@ impl SafeTensors {
     /// A tensor's elements as `f64`, row-major, converted from `F32` or `F64`; `expected` is the
     /// shape it must have. Errors name the tensor, the dtype and both shapes.
     pub fn values_f64(&self, name: &str, expected: &[usize]) -> Result<Vec<f64>> {
-        let t = self.info(name).ok_or_else(|| parse_error(&self.file, format!("tensor {name} is missing")))?;
+        let t = self
+            .info(name)
+            .ok_or_else(|| parse_error(&self.file, format!("tensor {name} is missing")))?;
         if t.shape != expected {
             return Err(parse_error(
                 &self.file,
-                format!("tensor {name} has shape {} but {} was expected", shape_text(&t.shape), shape_text(expected)),
+                format!(
+                    "tensor {name} has shape {} but {} was expected",
+                    shape_text(&t.shape),
+                    shape_text(expected)
+                ),
             ));
         }
         let raw = &self.buffer[t.begin..t.end];
         match t.dtype.as_str() {
-            "F32" => Ok(raw.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64).collect()),
-            "F64" => Ok(raw.chunks_exact(8).map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])).collect()),
-            other => Err(parse_error(&self.file, format!("tensor {name} has dtype {other}; only F32 and F64 can be loaded"))),
+            "F32" => Ok(raw
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
+                .collect()),
+            "F64" => Ok(raw
+                .chunks_exact(8)
+                .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+                .collect()),
+            other => Err(parse_error(
+                &self.file,
+                format!("tensor {name} has dtype {other}; only F32 and F64 can be loaded"),
+            )),
         }
     }
 
     /// A tensor as a rows×cols matrix of `T`. A 1×n row also accepts the 1-D shape `[n]`, which
     /// is how biases and LayerNorm parameters are stored.
-    pub fn matrix<T: Float>(&self, name: &str, rows: usize, cols: usize) -> Result<nalgebra::DMatrix<T>> {
+    pub fn matrix<T: Float>(
+        &self,
+        name: &str,
+        rows: usize,
+        cols: usize,
+    ) -> Result<nalgebra::DMatrix<T>> {
         let shape = match self.info(name) {
             Some(t) if rows == 1 && t.shape.len() == 1 => vec![cols],
             _ => vec![rows, cols],
@@ -212,18 +257,26 @@ fn tensor_info(file: &str, name: String, v: &Json, buffer_len: usize) -> Result<
     let Json::Object(fields) = v else {
         return Err(bad("its entry is not an object".into()));
     };
-    if let Some((k, _)) = fields.iter().find(|(k, _)| !matches!(k.as_str(), "dtype" | "shape" | "data_offsets")) {
+    if let Some((k, _)) =
+        fields.iter().find(|(k, _)| !matches!(k.as_str(), "dtype" | "shape" | "data_offsets"))
+    {
         return Err(bad(format!("unknown field {k:?}")));
     }
-    let dtype = v.get("dtype").and_then(Json::as_str).ok_or_else(|| bad("no dtype string".into()))?.to_string();
+    let dtype = v
+        .get("dtype")
+        .and_then(Json::as_str)
+        .ok_or_else(|| bad("no dtype string".into()))?
+        .to_string();
     let size = dtype_size(&dtype).ok_or_else(|| bad(format!("unknown dtype {dtype:?}")))?;
     let Some(Json::Array(dims)) = v.get("shape") else {
         return Err(bad("no shape array".into()));
     };
     let mut shape = Vec::with_capacity(dims.len());
     for d in dims {
-        let d =
-            d.as_u64().and_then(|d| usize::try_from(d).ok()).ok_or_else(|| bad("a shape entry is not a non-negative integer".into()))?;
+        let d = d
+            .as_u64()
+            .and_then(|d| usize::try_from(d).ok())
+            .ok_or_else(|| bad("a shape entry is not a non-negative integer".into()))?;
         shape.push(d);
     }
     let Some(Json::Array(offsets)) = v.get("data_offsets") else {
@@ -271,7 +324,11 @@ pub struct TensorOut {
 impl TensorOut {
     /// A matrix in the byte layout of `T` (`F32` for `f32`, `F64` for `f64`), with the shape
     /// given (e.g. `[n]` for a bias stored as a 1×n row).
-    pub fn matrix<T: Float>(name: impl Into<String>, m: &nalgebra::DMatrix<T>, shape: Vec<usize>) -> TensorOut {
+    pub fn matrix<T: Float>(
+        name: impl Into<String>,
+        m: &nalgebra::DMatrix<T>,
+        shape: Vec<usize>,
+    ) -> TensorOut {
         let single = std::mem::size_of::<T>() == 4;
         let mut data = Vec::with_capacity(m.len() * if single { 4 } else { 8 });
         for r in 0..m.nrows() {
@@ -303,8 +360,12 @@ impl TensorOut {
 pub fn serialize(tensors: &[TensorOut], metadata: &[(String, String)]) -> Result<Vec<u8>> {
     let mut fields = Vec::new();
     if !metadata.is_empty() {
-        fields
-            .push(("__metadata__".to_string(), Json::Object(metadata.iter().map(|(k, v)| (k.clone(), Json::String(v.clone()))).collect())));
+        fields.push((
+            "__metadata__".to_string(),
+            Json::Object(
+                metadata.iter().map(|(k, v)| (k.clone(), Json::String(v.clone()))).collect(),
+            ),
+        ));
     }
     let mut at = 0u64;
     for t in tensors {
@@ -314,18 +375,30 @@ pub fn serialize(tensors: &[TensorOut], metadata: &[(String, String)]) -> Result
             return Err(crate::error::invalid(
                 "safetensors::serialize",
                 "tensors",
-                format!("{} holds {} bytes for shape {}", t.name, t.data.len(), shape_text(&t.shape)),
+                format!(
+                    "{} holds {} bytes for shape {}",
+                    t.name,
+                    t.data.len(),
+                    shape_text(&t.shape)
+                ),
             ));
         }
         if fields.iter().any(|(k, _)| *k == t.name) {
-            return Err(crate::error::invalid("safetensors::serialize", "tensors", format!("the name {} appears twice", t.name)));
+            return Err(crate::error::invalid(
+                "safetensors::serialize",
+                "tensors",
+                format!("the name {} appears twice", t.name),
+            ));
         }
         let end = at + t.data.len() as u64;
         fields.push((
             t.name.clone(),
             Json::Object(vec![
                 ("dtype".into(), Json::String(t.dtype.into())),
-                ("shape".into(), Json::Array(t.shape.iter().map(|&d| Json::int(d as u64)).collect())),
+                (
+                    "shape".into(),
+                    Json::Array(t.shape.iter().map(|&d| Json::int(d as u64)).collect()),
+                ),
                 ("data_offsets".into(), Json::Array(vec![Json::int(at), Json::int(end)])),
             ]),
         ));
@@ -350,7 +423,8 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     use std::io::Write;
     let io = |source| Error::Io { path: path.display().to_string(), source };
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let file_name = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_else(|| "out".into());
+    let file_name =
+        path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_else(|| "out".into());
     let tmp = dir.join(format!(".{file_name}.tmp-{}", std::process::id()));
     let result = (|| {
         let mut f = std::fs::File::create(&tmp)?;

@@ -42,7 +42,9 @@ impl Decoding {
                 return Err(invalid(
                     OP,
                     "temperature",
-                    format!("must be finite and > 0 to sample (T → 0 is greedy decoding: ask for that instead), got {temperature}"),
+                    format!(
+                        "must be finite and > 0 to sample (T → 0 is greedy decoding: ask for that instead), got {temperature}"
+                    ),
                 ));
             }
             if top_k == Some(0) {
@@ -94,9 +96,11 @@ pub fn distribution<T: Float>(logits: &[T], decoding: &Decoding) -> Result<Vec<(
         order.truncate(k);
     }
     let max = logits[order[0]].as_f64();
-    let weights: Vec<f64> = order.iter().map(|&i| ((logits[i].as_f64() - max) / temperature).exp()).collect();
+    let weights: Vec<f64> =
+        order.iter().map(|&i| ((logits[i].as_f64() - max) / temperature).exp()).collect();
     let total: f64 = weights.iter().sum();
-    let mut dist: Vec<(usize, f64)> = order.into_iter().zip(weights.into_iter().map(|w| w / total)).collect();
+    let mut dist: Vec<(usize, f64)> =
+        order.into_iter().zip(weights.into_iter().map(|w| w / total)).collect();
     if let Some(p) = top_p {
         let mut cumulative = 0.0;
         let mut keep = dist.len();
@@ -227,7 +231,10 @@ pub fn generate<T: Float>(
     const OP: &str = "generate";
     decoding.validate()?;
     if prompt.is_empty() {
-        return Err(Error::Empty { op: OP, arg: "prompt (the model needs at least one token to continue)" });
+        return Err(Error::Empty {
+            op: OP,
+            arg: "prompt (the model needs at least one token to continue)",
+        });
     }
     check_ids(OP, "prompt", prompt, model.config.vocab_size)?;
     let n_ctx = model.config.context;

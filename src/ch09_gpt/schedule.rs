@@ -36,10 +36,18 @@ impl Schedule {
         const OP: &str = "Schedule::new";
         crate::optim::check_learning_rate(OP, max_lr)?;
         if !(min_lr.is_finite() && min_lr >= 0.0 && min_lr <= max_lr) {
-            return Err(invalid(OP, "min_lr", format!("must lie in [0, max_lr = {max_lr}], got {min_lr}")));
+            return Err(invalid(
+                OP,
+                "min_lr",
+                format!("must lie in [0, max_lr = {max_lr}], got {min_lr}"),
+            ));
         }
         if warmup > decay_steps {
-            return Err(invalid(OP, "warmup", format!("{warmup} warm-up steps exceed the {decay_steps} decay steps")));
+            return Err(invalid(
+                OP,
+                "warmup",
+                format!("{warmup} warm-up steps exceed the {decay_steps} decay steps"),
+            ));
         }
         Ok(Schedule { max_lr, min_lr, warmup, decay_steps })
     }
@@ -58,7 +66,8 @@ impl Schedule {
             return self.min_lr;
         }
         let progress = (step - self.warmup) as f64 / (self.decay_steps - self.warmup) as f64;
-        self.min_lr + 0.5 * (self.max_lr - self.min_lr) * (1.0 + (std::f64::consts::PI * progress).cos())
+        self.min_lr
+            + 0.5 * (self.max_lr - self.min_lr) * (1.0 + (std::f64::consts::PI * progress).cos())
     }
 }
 

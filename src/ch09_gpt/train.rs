@@ -39,11 +39,24 @@ pub struct TrainConfig {
 impl TrainConfig {
     /// nanoGPT's choices: β = (0.9, 0.95), ε = 10⁻⁸, λ = 0.1, clipping at 1.
     pub fn new(batch: usize, schedule: Schedule) -> TrainConfig {
-        TrainConfig { batch, schedule, weight_decay: 0.1, beta1: 0.9, beta2: 0.95, epsilon: 1e-8, clip: Some(1.0) }
+        TrainConfig {
+            batch,
+            schedule,
+            weight_decay: 0.1,
+            beta1: 0.9,
+            beta2: 0.95,
+            epsilon: 1e-8,
+            clip: Some(1.0),
+        }
     }
 
     fn adam(&self) -> AdamConfig {
-        AdamConfig { learning_rate: self.schedule.max_lr, beta1: self.beta1, beta2: self.beta2, epsilon: self.epsilon }
+        AdamConfig {
+            learning_rate: self.schedule.max_lr,
+            beta1: self.beta1,
+            beta2: self.beta2,
+            epsilon: self.epsilon,
+        }
     }
 }
 
@@ -111,7 +124,14 @@ impl<T: Float> Trainer<T> {
             return Err(invalid("Trainer::new", "batch", "must hold at least one sequence"));
         }
         let optimizer = AdamW::new(config.adam(), config.weight_decay)?;
-        Ok(Trainer { model, optimizer, rng: Rng::new(seed), step: 0, history: Vec::new(), workspace: FusedStep::new() })
+        Ok(Trainer {
+            model,
+            optimizer,
+            rng: Rng::new(seed),
+            step: 0,
+            history: Vec::new(),
+            workspace: FusedStep::new(),
+        })
     }
 
     /// One training step. The loss and gradients come from the fused step
@@ -120,12 +140,13 @@ impl<T: Float> Trainer<T> {
     pub fn step(&mut self, data: &Data, config: &TrainConfig) -> Result<StepRecord> {
         let batch = data.batch(config.batch, &mut self.rng)?;
         let mut reference;
-        let (loss, grads): (f64, &mut [nalgebra::DMatrix<T>]) = if super::fused::supports(&self.model) {
-            self.workspace.loss_and_grads(&self.model, &batch)?
-        } else {
-            reference = self.model.loss_and_grads(&batch)?;
-            (reference.loss, &mut reference.grads)
-        };
+        let (loss, grads): (f64, &mut [nalgebra::DMatrix<T>]) =
+            if super::fused::supports(&self.model) {
+                self.workspace.loss_and_grads(&self.model, &batch)?
+            } else {
+                reference = self.model.loss_and_grads(&batch)?;
+                (reference.loss, &mut reference.grads)
+            };
         let grad_norm = match config.clip {
             Some(c) => clip_global_norm(&mut grads.iter_mut().collect::<Vec<_>>(), c)?,
             None => super::schedule::global_norm(&grads.iter().collect::<Vec<_>>()),
@@ -136,14 +157,21 @@ impl<T: Float> Trainer<T> {
         let decay = self.model.decay_mask();
         let grads: Vec<&nalgebra::DMatrix<T>> = grads.iter().collect();
         self.optimizer.step(&mut self.model.tensors_mut(), &grads, &decay)?;
-        let record = StepRecord { step: self.step, loss, lr, grad_norm, tokens: batch.inputs.len() };
+        let record =
+            StepRecord { step: self.step, loss, lr, grad_norm, tokens: batch.inputs.len() };
         self.step += 1;
         self.history.push(record);
         Ok(record)
     }
 
     /// Steps until `until` steps have been taken, calling `on_step` after each.
-    pub fn run(&mut self, data: &Data, config: &TrainConfig, until: usize, mut on_step: impl FnMut(&StepRecord)) -> Result<()> {
+    pub fn run(
+        &mut self,
+        data: &Data,
+        config: &TrainConfig,
+        until: usize,
+        mut on_step: impl FnMut(&StepRecord),
+    ) -> Result<()> {
         while self.step < until {
             let r = self.step(data, config)?;
             on_step(&r);

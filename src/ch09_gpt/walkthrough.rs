@@ -60,16 +60,38 @@ pub fn h0() -> DMatrix<f64> {
 pub fn masked_mix(weights: &[f64], h: &DMatrix<f64>, position: usize) -> Result<DMatrix<f64>> {
     const OP: &str = "masked_mix";
     if weights.len() != h.nrows() {
-        return Err(shape_error(OP, "weights and h", format!("{} weights (one per row of h)", h.nrows()), format!("{}", weights.len())));
+        return Err(shape_error(
+            OP,
+            "weights and h",
+            format!("{} weights (one per row of h)", h.nrows()),
+            format!("{}", weights.len()),
+        ));
     }
     if position >= h.nrows() {
-        return Err(invalid(OP, "position", format!("{position} is past the last token {}", h.nrows().saturating_sub(1))));
+        return Err(invalid(
+            OP,
+            "position",
+            format!("{position} is past the last token {}", h.nrows().saturating_sub(1)),
+        ));
     }
     if let Some(j) = (position + 1..weights.len()).find(|&j| weights[j] != 0.0) {
-        return Err(invalid(OP, "weights", format!("token {position} may not attend to the later token {j} (weight {})", weights[j])));
+        return Err(invalid(
+            OP,
+            "weights",
+            format!(
+                "token {position} may not attend to the later token {j} (weight {})",
+                weights[j]
+            ),
+        ));
     }
-    if weights.iter().any(|w| !w.is_finite() || *w < 0.0) || (weights.iter().sum::<f64>() - 1.0).abs() > 1e-12 {
-        return Err(invalid(OP, "weights", format!("must be non-negative and sum to 1, got {weights:?}")));
+    if weights.iter().any(|w| !w.is_finite() || *w < 0.0)
+        || (weights.iter().sum::<f64>() - 1.0).abs() > 1e-12
+    {
+        return Err(invalid(
+            OP,
+            "weights",
+            format!("must be non-negative and sum to 1, got {weights:?}"),
+        ));
     }
     matmul(&DMatrix::from_row_slice(1, weights.len(), weights), h)
 }

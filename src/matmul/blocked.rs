@@ -72,7 +72,11 @@ impl<T: Element> Workspace<T> {
             }
         }
         let (oa, ob, ot) = (line_offset(&self.a), line_offset(&self.b), line_offset(&self.tile));
-        (&mut self.a[oa..oa + a_len], &mut self.b[ob..ob + b_len], &mut self.tile[ot..ot + MAX_TILE])
+        (
+            &mut self.a[oa..oa + a_len],
+            &mut self.b[ob..ob + b_len],
+            &mut self.tile[ot..ot + MAX_TILE],
+        )
     }
 }
 
@@ -110,12 +114,20 @@ pub(crate) fn gemm<T: Element>(
     (m, n, k): (usize, usize, usize),
 ) -> ProductStats {
     let mk = plan.kernel;
-    let mut stats = ProductStats { kernel: mk.kind, mr: mk.mr, nr: mk.nr, blocking: plan.blocking, threads: 1, tiles: 0 };
+    let mut stats = ProductStats {
+        kernel: mk.kind,
+        mr: mk.mr,
+        nr: mk.nr,
+        blocking: plan.blocking,
+        threads: 1,
+        tiles: 0,
+    };
     if m == 0 || n == 0 {
         return stats;
     }
     // Column j of C: the m values from j·ldc on (the rows between m and ldc belong to someone else).
-    let mut columns: Vec<&mut [T]> = c.chunks_mut(ldc.max(1)).take(n).map(|column| &mut column[..m]).collect();
+    let mut columns: Vec<&mut [T]> =
+        c.chunks_mut(ldc.max(1)).take(n).map(|column| &mut column[..m]).collect();
     if k == 0 || alpha == T::zero() {
         // Nothing to multiply (BLAS convention: α = 0 does not read A or B): C ← β·C.
         columns.iter_mut().for_each(|column| scale(column, beta));
@@ -136,7 +148,8 @@ pub(crate) fn gemm<T: Element>(
     let job = Job { plan, alpha, a, b, beta, k };
     stats.tiles = T::with_workspaces(threads, |workspaces| {
         if threads == 1 {
-            return job.run(&mut workspaces[0], Piece { i0: 0, rows: m, j0: 0, columns: &mut columns });
+            return job
+                .run(&mut workspaces[0], Piece { i0: 0, rows: m, j0: 0, columns: &mut columns });
         }
         // Each piece owns its part of C: a run of whole columns, or the same rows of every column.
         let mut parts: Vec<(usize, Vec<&mut [T]>)> = Vec::with_capacity(pieces);
@@ -157,8 +170,11 @@ pub(crate) fn gemm<T: Element>(
         let (job, queue) = (&job, &queue);
         let (main, helpers) = workspaces.split_first_mut().expect("at least one workspace");
         std::thread::scope(|s| {
-            let spawned: Vec<_> =
-                helpers.iter_mut().take(threads - 1).map(|ws| s.spawn(move || job.drain(queue, ws, by_rows, m))).collect();
+            let spawned: Vec<_> = helpers
+                .iter_mut()
+                .take(threads - 1)
+                .map(|ws| s.spawn(move || job.drain(queue, ws, by_rows, m)))
+                .collect();
             let mut tiles = job.drain(queue, main, by_rows, m);
             // The queue is empty; helpers may still be finishing a piece. Yield rather than block
             // while they do: a blocked thread's core may go to sleep, and waking it (in a virtual
@@ -216,7 +232,13 @@ struct Job<'s, T: 'static> {
 
 impl<T: Element> Job<'_, T> {
     /// Takes pieces from the queue until it is empty; returns the micro-kernel calls made.
-    fn drain(&self, queue: &PieceQueue<'_, T>, ws: &mut Workspace<T>, by_rows: bool, m: usize) -> u64 {
+    fn drain(
+        &self,
+        queue: &PieceQueue<'_, T>,
+        ws: &mut Workspace<T>,
+        by_rows: bool,
+        m: usize,
+    ) -> u64 {
         let mut tiles = 0;
         loop {
             // The lock is held only to take the next piece; a poisoned lock still holds a valid
@@ -224,7 +246,12 @@ impl<T: Element> Job<'_, T> {
             let next = queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner).next();
             let Some((start, mut columns)) = next else { return tiles };
             let piece = if by_rows {
-                Piece { i0: start, rows: columns.first().map_or(0, |c| c.len()), j0: 0, columns: &mut columns }
+                Piece {
+                    i0: start,
+                    rows: columns.first().map_or(0, |c| c.len()),
+                    j0: 0,
+                    columns: &mut columns,
+                }
             } else {
                 Piece { i0: 0, rows: m, j0: start, columns: &mut columns }
             };
@@ -263,7 +290,16 @@ impl<T: Element> Job<'_, T> {
                 // Packed B̃: the whole panel, or in place only its last, partial sliver.
                 let b_packed_from = if b_in_place { nc / nr * nr } else { 0 };
                 if b_packed_from < nc {
-                    pack_b(b_buf, self.b, pc, kc, piece.j0 + jc + b_packed_from, nc - b_packed_from, nr, simd);
+                    pack_b(
+                        b_buf,
+                        self.b,
+                        pc,
+                        kc,
+                        piece.j0 + jc + b_packed_from,
+                        nc - b_packed_from,
+                        nr,
+                        simd,
+                    );
                 }
                 // The first rank-kc update applies β; later ones add onto what it wrote.
                 let beta = if pc == 0 { self.beta } else { T::one() };
@@ -285,10 +321,18 @@ impl<T: Element> Job<'_, T> {
                                     prefetch(&b.data[pc + (piece.j0 + jc + j) * b.cs..][..kc]);
                                 }
                             }
-                            Sliver { data: &b.data[pc * b.rs + (piece.j0 + jc + jr) * b.cs..], step: b.rs, lane: b.cs }
+                            Sliver {
+                                data: &b.data[pc * b.rs + (piece.j0 + jc + jr) * b.cs..],
+                                step: b.rs,
+                                lane: b.cs,
+                            }
                         } else {
                             let q = (jr - b_packed_from) / nr;
-                            Sliver { data: &b_buf[q * nr * kc..(q + 1) * nr * kc], step: nr, lane: 1 }
+                            Sliver {
+                                data: &b_buf[q * nr * kc..(q + 1) * nr * kc],
+                                step: nr,
+                                lane: 1,
+                            }
                         };
                         let c_cols = &mut piece.columns[jc + jr..jc + jr + cols];
                         // loop 1: one MR×KC sliver of Ã, one micro-kernel call.
@@ -298,7 +342,18 @@ impl<T: Element> Job<'_, T> {
                             if rows == mr && cols == nr {
                                 tile(mk, kc, a_sliver, b_sliver, self.alpha, beta, c_cols, ic + ir);
                             } else {
-                                edge_tile(mk, kc, a_sliver, b_sliver, self.alpha, beta, scratch, c_cols, ic + ir, rows);
+                                edge_tile(
+                                    mk,
+                                    kc,
+                                    a_sliver,
+                                    b_sliver,
+                                    self.alpha,
+                                    beta,
+                                    scratch,
+                                    c_cols,
+                                    ic + ir,
+                                    rows,
+                                );
                             }
                             tiles += 1;
                         }
@@ -341,9 +396,20 @@ struct Sliver<'s, T> {
 /// One micro-kernel call on a full tile, with a packed A sliver: the packed kernel when the B
 /// sliver is packed too (its steps are then compile-time constants), else the in-place variant.
 #[allow(clippy::too_many_arguments)]
-fn tile<T: Element>(mk: MicroKernel<T>, kc: usize, a: &[T], b: Sliver<T>, alpha: T, beta: T, c: &mut [&mut [T]], row: usize) {
+fn tile<T: Element>(
+    mk: MicroKernel<T>,
+    kc: usize,
+    a: &[T],
+    b: Sliver<T>,
+    alpha: T,
+    beta: T,
+    c: &mut [&mut [T]],
+    row: usize,
+) {
     match mk.in_place {
-        Some(in_place) if b.step != mk.nr || b.lane != 1 => in_place(kc, a, b.data, b.step, b.lane, alpha, beta, c, row),
+        Some(in_place) if b.step != mk.nr || b.lane != 1 => {
+            in_place(kc, a, b.data, b.step, b.lane, alpha, beta, c, row)
+        }
         _ => (mk.run)(kc, a, b.data, alpha, beta, c, row),
     }
 }

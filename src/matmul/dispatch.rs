@@ -51,10 +51,13 @@ impl Kernel {
     /// Parses a name as [`Kernel::name`] prints it (case-insensitive).
     pub fn from_name(name: &str) -> Result<Kernel> {
         let lower = name.trim().to_ascii_lowercase();
-        Kernel::ALL
-            .into_iter()
-            .find(|k| k.name() == lower)
-            .ok_or_else(|| invalid("Kernel::from_name", "name", format!("expected one of scalar, avx2, avx512; got {name:?}")))
+        Kernel::ALL.into_iter().find(|k| k.name() == lower).ok_or_else(|| {
+            invalid(
+                "Kernel::from_name",
+                "name",
+                format!("expected one of scalar, avx2, avx512; got {name:?}"),
+            )
+        })
     }
 
     /// Whether this CPU can run the kernel (asked once per process and remembered by the standard
@@ -117,7 +120,9 @@ pub fn best_kernel() -> Kernel {
 /// names no kernel or one this CPU lacks. Read once per process.
 pub fn env_kernel() -> Result<Option<Kernel>> {
     static ENV: OnceLock<std::result::Result<Option<Kernel>, String>> = OnceLock::new();
-    let parsed = ENV.get_or_init(|| parse_kernel_setting(std::env::var(KERNEL_ENV).ok().as_deref()).map_err(|e| e.to_string()));
+    let parsed = ENV.get_or_init(|| {
+        parse_kernel_setting(std::env::var(KERNEL_ENV).ok().as_deref()).map_err(|e| e.to_string())
+    });
     parsed.clone().map_err(|reason| invalid("env_kernel", KERNEL_ENV, reason))
 }
 
@@ -134,7 +139,10 @@ pub fn parse_kernel_setting(value: Option<&str>) -> Result<Option<Kernel>> {
                 Err(invalid(
                     "parse_kernel_setting",
                     KERNEL_ENV,
-                    format!("{k} is not available on this CPU (available: {})", names(&available_kernels())),
+                    format!(
+                        "{k} is not available on this CPU (available: {})",
+                        names(&available_kernels())
+                    ),
                 ))
             }
         }
@@ -157,7 +165,14 @@ fn check_available(op: &'static str, k: Kernel) -> Result<()> {
     if k.is_available() {
         Ok(())
     } else {
-        Err(invalid(op, "kernel", format!("{k} is not available on this CPU (available: {})", names(&available_kernels()))))
+        Err(invalid(
+            op,
+            "kernel",
+            format!(
+                "{k} is not available on this CPU (available: {})",
+                names(&available_kernels())
+            ),
+        ))
     }
 }
 
@@ -202,7 +217,9 @@ pub fn active_kernel() -> Kernel {
         Ok(None) => best_kernel(),
         Err(e) => {
             static WARNED: OnceLock<()> = OnceLock::new();
-            WARNED.get_or_init(|| eprintln!("llm-workbook: ignoring {KERNEL_ENV}: {e}; using {}", best_kernel()));
+            WARNED.get_or_init(|| {
+                eprintln!("llm-workbook: ignoring {KERNEL_ENV}: {e}; using {}", best_kernel())
+            });
             best_kernel()
         }
     }
@@ -369,7 +386,11 @@ pub fn parse_backend_setting(value: Option<&str>) -> Result<Backend> {
         None | Some("") => Ok(Backend::Ours),
         Some(v) if v.eq_ignore_ascii_case("ours") => Ok(Backend::Ours),
         Some(v) if v.eq_ignore_ascii_case("nalgebra") => Ok(Backend::Nalgebra),
-        Some(v) => Err(invalid("parse_backend_setting", BACKEND_ENV, format!("expected ours or nalgebra; got {v:?}"))),
+        Some(v) => Err(invalid(
+            "parse_backend_setting",
+            BACKEND_ENV,
+            format!("expected ours or nalgebra; got {v:?}"),
+        )),
     }
 }
 

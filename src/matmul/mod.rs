@@ -35,11 +35,14 @@ use num_traits::{One, Zero};
 
 pub use blocked::{IN_PLACE_MAX_STEP, PARALLEL_MIN_FLOPS};
 pub use dispatch::{
-    BACKEND_ENV, Backend, Blocking, KERNEL_ENV, Kernel, ProductChoices, ProductStats, THREADS_ENV, active_backend, active_kernel,
-    available_kernels, best_kernel, default_threads, env_kernel, kernel_calls, last_product, nalgebra_products, parse_backend_setting,
-    parse_kernel_setting, product_choices, set_kernel, with_backend, with_kernel, with_threads,
+    BACKEND_ENV, Backend, Blocking, KERNEL_ENV, Kernel, ProductChoices, ProductStats, THREADS_ENV,
+    active_backend, active_kernel, available_kernels, best_kernel, default_threads, env_kernel,
+    kernel_calls, last_product, nalgebra_products, parse_backend_setting, parse_kernel_setting,
+    product_choices, set_kernel, with_backend, with_kernel, with_threads,
 };
-pub use kernels::{AVX2_F32_BLOCKING, AVX2_F64_BLOCKING, AVX512_F32_BLOCKING, AVX512_F64_BLOCKING, SCALAR_BLOCKING};
+pub use kernels::{
+    AVX2_F32_BLOCKING, AVX2_F64_BLOCKING, AVX512_F32_BLOCKING, AVX512_F64_BLOCKING, SCALAR_BLOCKING,
+};
 
 /// Whether an operand enters the product as stored (`N`) or transposed (`T`), without a copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,12 +65,30 @@ impl Op {
 /// The element types a product can be computed in: `f32` and `f64`.
 ///
 /// The trait is sealed; [`Element::gemm_unchecked`] is where a type picks its kernel.
-pub trait Element: nalgebra::Scalar + Copy + Zero + One + ClosedAddAssign + ClosedMulAssign + Send + Sync + sealed::Sealed {
+pub trait Element:
+    nalgebra::Scalar
+    + Copy
+    + Zero
+    + One
+    + ClosedAddAssign
+    + ClosedMulAssign
+    + Send
+    + Sync
+    + sealed::Sealed
+{
     /// C ← α·op(A)·op(B) + β·C, shapes already checked. β = 0 overwrites C (NaN in C is ignored).
     ///
     /// If the shapes do not agree this panics on a bounds check (never undefined behaviour);
     /// [`gemm`] checks them and returns an error instead.
-    fn gemm_unchecked(alpha: Self, a: &DMatrix<Self>, ta: Op, b: &DMatrix<Self>, tb: Op, beta: Self, c: &mut DMatrix<Self>);
+    fn gemm_unchecked(
+        alpha: Self,
+        a: &DMatrix<Self>,
+        ta: Op,
+        b: &DMatrix<Self>,
+        tb: Op,
+        beta: Self,
+        c: &mut DMatrix<Self>,
+    );
 }
 
 mod sealed {
@@ -178,7 +199,11 @@ pub fn fma_probe<T: Element>(kernel: Kernel, iterations: u64) -> Result<(u64, f6
 
 fn unavailable(op: &'static str, k: Kernel) -> crate::Error {
     let names: Vec<_> = available_kernels().iter().map(|k| k.name()).collect();
-    invalid(op, "kernel", format!("{k} is not available on this CPU (available: {})", names.join(", ")))
+    invalid(
+        op,
+        "kernel",
+        format!("{k} is not available on this CPU (available: {})", names.join(", ")),
+    )
 }
 
 /// op(A) (m×k) and op(B) (k2×n) chain only when k = k2: the error names both shapes.
@@ -194,12 +219,24 @@ fn check_inner(op: &'static str, (m, k): (usize, usize), (k2, n): (usize, usize)
     Ok(())
 }
 
-fn check_shapes<T>(op: &'static str, a: &DMatrix<T>, ta: Op, b: &DMatrix<T>, tb: Op, c: &DMatrix<T>) -> Result<()> {
+fn check_shapes<T>(
+    op: &'static str,
+    a: &DMatrix<T>,
+    ta: Op,
+    b: &DMatrix<T>,
+    tb: Op,
+    c: &DMatrix<T>,
+) -> Result<()> {
     let (m, k) = ta.shape(a);
     let (k2, n) = tb.shape(b);
     check_inner(op, (m, k), (k2, n))?;
     if c.nrows() != m || c.ncols() != n {
-        return Err(shape_error(op, "C", format!("{m}×{n}"), format!("{}×{}", c.nrows(), c.ncols())));
+        return Err(shape_error(
+            op,
+            "C",
+            format!("{m}×{n}"),
+            format!("{}×{}", c.nrows(), c.ncols()),
+        ));
     }
     Ok(())
 }
@@ -239,7 +276,11 @@ fn run_operands<T: Element>(
     let kernel = T::micro_kernel(kind).ok_or_else(|| unavailable("gemm_with", kind))?;
     let blocking = settings.blocking.unwrap_or(kernel.blocking);
     if blocking.mc == 0 || blocking.kc == 0 || blocking.nc == 0 {
-        return Err(invalid("gemm_with", "blocking", format!("every block size must be at least 1, got {blocking:?}")));
+        return Err(invalid(
+            "gemm_with",
+            "blocking",
+            format!("every block size must be at least 1, got {blocking:?}"),
+        ));
     }
     let threads = settings.threads.unwrap_or_else(default_threads);
     if threads == 0 {
@@ -259,7 +300,15 @@ fn run_operands<T: Element>(
 /// peer): `gemm` for op(A) = A, `gemm_tr` for op(A) = Aᵀ, and a transposed copy of B when op(B) =
 /// Bᵀ (what nalgebra's `a * b.transpose()` does too). β = 0 first zeroes C, so NaN in C is ignored
 /// as with our kernels.
-fn nalgebra_gemm<T: Element>(alpha: T, a: &DMatrix<T>, ta: Op, b: &DMatrix<T>, tb: Op, beta: T, c: &mut DMatrix<T>) {
+fn nalgebra_gemm<T: Element>(
+    alpha: T,
+    a: &DMatrix<T>,
+    ta: Op,
+    b: &DMatrix<T>,
+    tb: Op,
+    beta: T,
+    c: &mut DMatrix<T>,
+) {
     if beta == T::zero() {
         c.fill(T::zero());
     }
@@ -281,7 +330,15 @@ fn nalgebra_gemm<T: Element>(alpha: T, a: &DMatrix<T>, ta: Op, b: &DMatrix<T>, t
 macro_rules! impl_element {
     ($t:ty) => {
         impl Element for $t {
-            fn gemm_unchecked(alpha: $t, a: &DMatrix<$t>, ta: Op, b: &DMatrix<$t>, tb: Op, beta: $t, c: &mut DMatrix<$t>) {
+            fn gemm_unchecked(
+                alpha: $t,
+                a: &DMatrix<$t>,
+                ta: Op,
+                b: &DMatrix<$t>,
+                tb: Op,
+                beta: $t,
+                c: &mut DMatrix<$t>,
+            ) {
                 if active_backend() == Backend::Nalgebra {
                     nalgebra_gemm(alpha, a, ta, b, tb, beta, c);
                     return;
@@ -321,7 +378,15 @@ pub fn gemm_with<T: Element>(
 ///
 /// Shapes: op(A) is m×k, op(B) is k×n, C is m×n. With β = 0, C's old contents (even NaN) are
 /// ignored. Errors name the operands and their shapes.
-pub fn gemm<T: Element>(alpha: T, a: &DMatrix<T>, ta: Op, b: &DMatrix<T>, tb: Op, beta: T, c: &mut DMatrix<T>) -> Result<()> {
+pub fn gemm<T: Element>(
+    alpha: T,
+    a: &DMatrix<T>,
+    ta: Op,
+    b: &DMatrix<T>,
+    tb: Op,
+    beta: T,
+    c: &mut DMatrix<T>,
+) -> Result<()> {
     check_shapes("gemm", a, ta, b, tb, c)?;
     T::gemm_unchecked(alpha, a, ta, b, tb, beta, c);
     Ok(())
@@ -377,11 +442,20 @@ pub struct MatMut<'a, T> {
 /// The checks [`MatRef::new`] and [`MatMut::new`] share: ld ≥ rows and room for the last column.
 fn check_view(op: &'static str, len: usize, rows: usize, cols: usize, ld: usize) -> Result<()> {
     if ld < rows.max(1) {
-        return Err(invalid(op, "ld", format!("the leading dimension must be at least the rows ({rows}), got {ld}")));
+        return Err(invalid(
+            op,
+            "ld",
+            format!("the leading dimension must be at least the rows ({rows}), got {ld}"),
+        ));
     }
     let needed = if rows == 0 || cols == 0 { 0 } else { (cols - 1) * ld + rows };
     if len < needed {
-        return Err(shape_error(op, "data", format!("at least {needed} values for {rows}×{cols} with ld = {ld}"), format!("{len}")));
+        return Err(shape_error(
+            op,
+            "data",
+            format!("at least {needed} values for {rows}×{cols} with ld = {ld}"),
+            format!("{len}"),
+        ));
     }
     Ok(())
 }
@@ -399,7 +473,15 @@ impl<'a, T> MatMut<'a, T> {
 /// kernel, blocking, threads and backend) for operands and results that live inside larger
 /// matrices, such as one head of one sequence in chapter 9's attention. Errors name the operands
 /// and their shapes.
-pub fn gemm_view<T: Element>(alpha: T, a: MatRef<T>, ta: Op, b: MatRef<T>, tb: Op, beta: T, c: MatMut<T>) -> Result<()> {
+pub fn gemm_view<T: Element>(
+    alpha: T,
+    a: MatRef<T>,
+    ta: Op,
+    b: MatRef<T>,
+    tb: Op,
+    beta: T,
+    c: MatMut<T>,
+) -> Result<()> {
     const OP: &str = "gemm_view";
     let (m, k) = a.shape(ta);
     let (k2, n) = b.shape(tb);
@@ -442,7 +524,12 @@ pub fn gemm_view<T: Element>(alpha: T, a: MatRef<T>, ta: Op, b: MatRef<T>, tb: O
 /// results are bit-for-bit those of the plain loop. Errors when the lengths differ.
 pub fn map_f32(x: &[f32], y: &mut [f32], f: impl Fn(f32, f32) -> f32) -> Result<()> {
     if x.len() != y.len() {
-        return Err(shape_error("map_f32", "x and y", format!("{} values", x.len()), format!("{}", y.len())));
+        return Err(shape_error(
+            "map_f32",
+            "x and y",
+            format!("{} values", x.len()),
+            format!("{}", y.len()),
+        ));
     }
     match active_kernel() {
         #[cfg(target_arch = "x86_64")]
@@ -458,7 +545,13 @@ pub fn map_f32(x: &[f32], y: &mut [f32], f: impl Fn(f32, f32) -> f32) -> Result<
     Ok(())
 }
 
-fn product<T: Element>(op: &'static str, a: &DMatrix<T>, ta: Op, b: &DMatrix<T>, tb: Op) -> Result<DMatrix<T>> {
+fn product<T: Element>(
+    op: &'static str,
+    a: &DMatrix<T>,
+    ta: Op,
+    b: &DMatrix<T>,
+    tb: Op,
+) -> Result<DMatrix<T>> {
     let (m, k) = ta.shape(a);
     let (k2, n) = tb.shape(b);
     if k != k2 {
@@ -499,7 +592,12 @@ pub fn naive<T: Element + num_traits::ToPrimitive + num_traits::FromPrimitive>(
     let (m, k) = ta.shape(a);
     let (k2, n) = tb.shape(b);
     if k != k2 {
-        return Err(shape_error("naive", "a and b (inner dimensions)", format!("{k}"), format!("{k2}")));
+        return Err(shape_error(
+            "naive",
+            "a and b (inner dimensions)",
+            format!("{k}"),
+            format!("{k2}"),
+        ));
     }
     let at = |i: usize, p: usize| if ta == Op::N { a[(i, p)] } else { a[(p, i)] };
     let bt = |p: usize, j: usize| if tb == Op::N { b[(p, j)] } else { b[(j, p)] };
@@ -514,9 +612,18 @@ pub fn naive<T: Element + num_traits::ToPrimitive + num_traits::FromPrimitive>(
 
 // ───────────────────────────── looking inside (chapter 10's walk-through) ─────────────────────────────
 
-fn check_range(op: &'static str, arg: &'static str, r: &std::ops::Range<usize>, len: usize) -> Result<()> {
+fn check_range(
+    op: &'static str,
+    arg: &'static str,
+    r: &std::ops::Range<usize>,
+    len: usize,
+) -> Result<()> {
     if r.start > r.end || r.end > len {
-        return Err(invalid(op, arg, format!("range {}..{} must lie within 0..{len}", r.start, r.end)));
+        return Err(invalid(
+            op,
+            arg,
+            format!("range {}..{} must lie within 0..{len}", r.start, r.end),
+        ));
     }
     Ok(())
 }
@@ -568,7 +675,16 @@ fn packed_slivers<T: Element>(
     let (len, kc) = (outer.len(), depth.len());
     let mut out = vec![T::zero(); len.div_ceil(width) * width * kc];
     if kc > 0 {
-        pack::pack_a(&mut out, x, outer.start, len, depth.start, kc, width, active_kernel() != Kernel::Scalar);
+        pack::pack_a(
+            &mut out,
+            x,
+            outer.start,
+            len,
+            depth.start,
+            kc,
+            width,
+            active_kernel() != Kernel::Scalar,
+        );
     }
     Ok(out)
 }
@@ -578,10 +694,20 @@ fn packed_slivers<T: Element>(
 pub fn scalar_tile<T: Element>(kc: usize, a_sliver: &[T], b_sliver: &[T]) -> Result<DMatrix<T>> {
     let (mr, nr) = (scalar::MR, scalar::NR);
     if a_sliver.len() != kc * mr {
-        return Err(shape_error("scalar_tile", "a_sliver", format!("{} values (kc·MR)", kc * mr), format!("{}", a_sliver.len())));
+        return Err(shape_error(
+            "scalar_tile",
+            "a_sliver",
+            format!("{} values (kc·MR)", kc * mr),
+            format!("{}", a_sliver.len()),
+        ));
     }
     if b_sliver.len() != kc * nr {
-        return Err(shape_error("scalar_tile", "b_sliver", format!("{} values (kc·NR)", kc * nr), format!("{}", b_sliver.len())));
+        return Err(shape_error(
+            "scalar_tile",
+            "b_sliver",
+            format!("{} values (kc·NR)", kc * nr),
+            format!("{}", b_sliver.len()),
+        ));
     }
     let mut tile = DMatrix::zeros(mr, nr);
     let mut columns: Vec<&mut [T]> = tile.as_mut_slice().chunks_exact_mut(mr).collect();

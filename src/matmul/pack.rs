@@ -28,7 +28,11 @@ pub(crate) struct Operand<'a, T> {
 impl<'a, T> Operand<'a, T> {
     /// op(X) for a column-major matrix with `rows` rows stored in `data`: as stored, or transposed.
     pub fn new(data: &'a [T], rows: usize, transposed: bool) -> Self {
-        if transposed { Operand { data, rs: rows, cs: 1 } } else { Operand { data, rs: 1, cs: rows } }
+        if transposed {
+            Operand { data, rs: rows, cs: 1 }
+        } else {
+            Operand { data, rs: 1, cs: rows }
+        }
     }
 
     /// op(X)ᵀ: the same storage with the strides swapped.
@@ -40,7 +44,16 @@ impl<'a, T> Operand<'a, T> {
 /// Packs rows `i0..i0+mc`, columns `p0..p0+kc` of op(A) into `dst` as ⌈mc/mr⌉ slivers of kc×mr.
 /// `simd`: a row-major op(A) may be transposed with SIMD instructions ([`interleave`]).
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn pack_a<T: Element>(dst: &mut [T], a: Operand<T>, i0: usize, mc: usize, p0: usize, kc: usize, mr: usize, simd: bool) {
+pub(crate) fn pack_a<T: Element>(
+    dst: &mut [T],
+    a: Operand<T>,
+    i0: usize,
+    mc: usize,
+    p0: usize,
+    kc: usize,
+    mr: usize,
+    simd: bool,
+) {
     if a.rs == 1 {
         // Column-major op(A): column p of the block is one contiguous run of mc values, cut into
         // slivers of mr. Walking p outermost visits each column (and its memory page) once.
@@ -66,7 +79,16 @@ pub(crate) fn pack_a<T: Element>(dst: &mut [T], a: Operand<T>, i0: usize, mc: us
 /// B̃ is Ã of op(B)ᵀ: a sliver of kc rows of nr values of op(B) is a sliver of kc columns of nr
 /// values of its transpose, so this is [`pack_a`] on the operand with its strides swapped.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn pack_b<T: Element>(dst: &mut [T], b: Operand<T>, p0: usize, kc: usize, j0: usize, nc: usize, nr: usize, simd: bool) {
+pub(crate) fn pack_b<T: Element>(
+    dst: &mut [T],
+    b: Operand<T>,
+    p0: usize,
+    kc: usize,
+    j0: usize,
+    nc: usize,
+    nr: usize,
+    simd: bool,
+) {
     pack_a(dst, b.transposed(), j0, nc, p0, kc, nr, simd);
 }
 
@@ -85,7 +107,13 @@ pub(crate) fn prefetch<T>(s: &[T]) {
 
 /// For each p < kc, cuts the run `run(p)` (of `len` values) into pieces of `width` and writes
 /// piece q to row p of sliver q: `dst[q·kc·width + p·width ..][..width]`, zero-padding the last.
-fn split_runs<'a, T: Element>(dst: &mut [T], width: usize, kc: usize, len: usize, run: impl Fn(usize) -> &'a [T]) {
+fn split_runs<'a, T: Element>(
+    dst: &mut [T],
+    width: usize,
+    kc: usize,
+    len: usize,
+    run: impl Fn(usize) -> &'a [T],
+) {
     match width {
         4 => split_runs_const::<T, 4>(dst, kc, len, run),
         6 => split_runs_const::<T, 6>(dst, kc, len, run),
@@ -106,7 +134,12 @@ fn split_runs<'a, T: Element>(dst: &mut [T], width: usize, kc: usize, len: usize
 }
 
 /// [`split_runs`] with the width known at compile time, so each piece is a fixed-size copy.
-fn split_runs_const<'a, T: Element, const W: usize>(dst: &mut [T], kc: usize, len: usize, run: impl Fn(usize) -> &'a [T]) {
+fn split_runs_const<'a, T: Element, const W: usize>(
+    dst: &mut [T],
+    kc: usize,
+    len: usize,
+    run: impl Fn(usize) -> &'a [T],
+) {
     let stride = kc * W;
     for p in 0..kc {
         if p + RUNS_AHEAD < kc {
@@ -116,7 +149,8 @@ fn split_runs_const<'a, T: Element, const W: usize>(dst: &mut [T], kc: usize, le
         let tail = pieces.remainder();
         let full = len / W;
         for (q, piece) in pieces.enumerate() {
-            let d: &mut [T; W] = (&mut dst[q * stride + p * W..][..W]).try_into().expect("W elements");
+            let d: &mut [T; W] =
+                (&mut dst[q * stride + p * W..][..W]).try_into().expect("W elements");
             let s: &[T; W] = piece.try_into().expect("chunks_exact gives W elements");
             *d = *s;
         }
@@ -134,7 +168,14 @@ fn split_runs_const<'a, T: Element, const W: usize>(dst: &mut [T], kc: usize, le
 /// With `simd`, a full sliver of f32 is first transposed eight lines by eight values at a time in
 /// vector registers (`transpose_lines`, in the kernel module), which moves the same values; the
 /// plain copy below then does only what is left.
-fn interleave<'a, T: Element>(dst: &mut [T], width: usize, kc: usize, lines: usize, line: impl Fn(usize) -> &'a [T], simd: bool) {
+fn interleave<'a, T: Element>(
+    dst: &mut [T],
+    width: usize,
+    kc: usize,
+    lines: usize,
+    line: impl Fn(usize) -> &'a [T],
+    simd: bool,
+) {
     let dst = &mut dst[..kc * width];
     if lines == width {
         match width {
@@ -155,7 +196,12 @@ fn interleave<'a, T: Element>(dst: &mut [T], width: usize, kc: usize, lines: usi
     }
 }
 
-fn interleave_full<'a, T: Element, const W: usize>(dst: &mut [T], kc: usize, line: impl Fn(usize) -> &'a [T], simd: bool) {
+fn interleave_full<'a, T: Element, const W: usize>(
+    dst: &mut [T],
+    kc: usize,
+    line: impl Fn(usize) -> &'a [T],
+    simd: bool,
+) {
     // Eight steps of p at a time, all W lines together: each line gives eight consecutive values
     // (one bounds check), which go to the same position of eight consecutive rows of the sliver.
     // Only those eight rows and a short piece of every line are touched per step, so both stay in
@@ -166,7 +212,9 @@ fn interleave_full<'a, T: Element, const W: usize>(dst: &mut [T], kc: usize, lin
     let done = if simd { T::transpose_lines(&mut dst[..kc * W], &lines, kc) } else { 0 };
     let full = kc / STEPS * STEPS;
     let (dst_full, dst_tail) = dst[..kc * W].split_at_mut(full * W);
-    for (p0, rows) in (done..full).step_by(STEPS).zip(dst_full[done * W..].chunks_exact_mut(STEPS * W)) {
+    for (p0, rows) in
+        (done..full).step_by(STEPS).zip(dst_full[done * W..].chunks_exact_mut(STEPS * W))
+    {
         for (i, src) in lines.iter().enumerate() {
             let vals: &[T; STEPS] = src[p0..p0 + STEPS].try_into().expect("STEPS values");
             for (q, &v) in vals.iter().enumerate() {
@@ -196,7 +244,9 @@ mod tests {
                     // Line i holds the distinct values i·1000 + p (exact in f32), inside a longer
                     // buffer so a read past kc would show up as a wrong value, not only a panic.
                     let stride = kc + 5;
-                    let buf: Vec<T> = (0..width * stride).map(|x| T::from(((x / stride) * 1000 + x % stride) as u16)).collect();
+                    let buf: Vec<T> = (0..width * stride)
+                        .map(|x| T::from(((x / stride) * 1000 + x % stride) as u16))
+                        .collect();
                     let line = |i: usize| &buf[i * stride..];
                     let mut plain = vec![T::zero(); kc * width + 3];
                     let mut fast = plain.clone();
@@ -205,7 +255,11 @@ mod tests {
                     assert_eq!(plain, fast, "width {width}, kc {kc}");
                     for p in 0..kc {
                         for i in 0..width {
-                            assert_eq!(plain[p * width + i], buf[i * stride + p], "width {width}, kc {kc}, p {p}, line {i}");
+                            assert_eq!(
+                                plain[p * width + i],
+                                buf[i * stride + p],
+                                "width {width}, kc {kc}, p {p}, line {i}"
+                            );
                         }
                     }
                 }

@@ -21,7 +21,15 @@ pub const NR: usize = 4;
 /// One MR×NR tile: `c ← α·Ã·B̃ + β·c` over depth `kc` (see the module documentation).
 ///
 /// Panics (an internal bug, never reachable from the public API) if a slice is too short.
-pub fn kernel<T: Element>(kc: usize, a: &[T], b: &[T], alpha: T, beta: T, c: &mut [&mut [T]], row: usize) {
+pub fn kernel<T: Element>(
+    kc: usize,
+    a: &[T],
+    b: &[T],
+    alpha: T,
+    beta: T,
+    c: &mut [&mut [T]],
+    row: usize,
+) {
     let mut acc = [[T::zero(); MR]; NR];
     for (a_p, b_p) in a[..kc * MR].chunks_exact(MR).zip(b[..kc * NR].chunks_exact(NR)) {
         for (acc_j, &b_pj) in acc.iter_mut().zip(b_p) {

@@ -349,7 +349,12 @@ pub(super) const TRANSPOSE_MAX_LINES: usize = 32;
 pub(super) fn transpose_f32(dst: &mut [f32], lines: &[&[f32]], kc: usize) -> usize {
     let w = lines.len();
     let full = kc / 8 * 8;
-    if full == 0 || w == 0 || !w.is_multiple_of(8) || w > TRANSPOSE_MAX_LINES || !std::arch::is_x86_feature_detected!("avx") {
+    if full == 0
+        || w == 0
+        || !w.is_multiple_of(8)
+        || w > TRANSPOSE_MAX_LINES
+        || !std::arch::is_x86_feature_detected!("avx")
+    {
         return 0;
     }
     assert!(dst.len() >= full * w, "packed sliver too short for {full} rows of {w}");
@@ -375,7 +380,8 @@ unsafe fn transpose_f32_inner(dst: *mut f32, src: &[*const f32], full: usize) {
         for (g, group) in src.chunks_exact(8).enumerate() {
             // r[k] = line g·8 + k, values p0 … p0 + 7.
             // SAFETY (every load and store below): p0 + 8 ≤ full, g·8 + 8 ≤ w, by the loop bounds.
-            let r: [__m256; 8] = std::array::from_fn(|k| unsafe { _mm256_loadu_ps(group[k].add(p0)) });
+            let r: [__m256; 8] =
+                std::array::from_fn(|k| unsafe { _mm256_loadu_ps(group[k].add(p0)) });
             // Pairs, then quads, interleaved within each 128-bit half …
             let t0 = _mm256_unpacklo_ps(r[0], r[1]); // a0 b0 a1 b1 | a4 b4 a5 b5
             let t1 = _mm256_unpackhi_ps(r[0], r[1]); // a2 b2 a3 b3 | a6 b6 a7 b7

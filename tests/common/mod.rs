@@ -52,10 +52,18 @@ pub fn prose(stem: &str) -> String {
 /// the number of files replayed.
 pub fn replay_fuzz_corpus(target: &str, at_least: usize, run: fn(&[u8])) -> usize {
     let dir = repo_root().join("tests").join("fuzz").join("corpus").join(target);
-    let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e} (the committed fuzz corpus is missing)", dir.display()));
-    let mut files: Vec<std::path::PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_file()).collect();
+    let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| {
+        panic!("{}: {e} (the committed fuzz corpus is missing)", dir.display())
+    });
+    let mut files: Vec<std::path::PathBuf> =
+        entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_file()).collect();
     files.sort();
-    assert!(files.len() >= at_least, "{} holds {} files, fewer than the {at_least} committed", dir.display(), files.len());
+    assert!(
+        files.len() >= at_least,
+        "{} holds {} files, fewer than the {at_least} committed",
+        dir.display(),
+        files.len()
+    );
     let mut panics = Vec::new();
     for f in &files {
         let data = std::fs::read(f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
@@ -63,7 +71,12 @@ pub fn replay_fuzz_corpus(target: &str, at_least: usize, run: fn(&[u8])) -> usiz
             panics.push(f.display().to_string());
         }
     }
-    assert!(panics.is_empty(), "{} of {} corpus files panic: {panics:?}", panics.len(), files.len());
+    assert!(
+        panics.is_empty(),
+        "{} of {} corpus files panic: {panics:?}",
+        panics.len(),
+        files.len()
+    );
     files.len()
 }
 
@@ -71,10 +84,13 @@ pub fn replay_fuzz_corpus(target: &str, at_least: usize, run: fn(&[u8])) -> usiz
 /// bytes) that writes into `$FUZZ_SEEDS_OUT/<target>/<file name>`, never into the source tree by
 /// itself. Panics when `FUZZ_SEEDS_OUT` is not set.
 pub fn fuzz_seed_writer() -> impl Fn(&str, &str, &[u8]) {
-    let out = std::path::PathBuf::from(std::env::var("FUZZ_SEEDS_OUT").expect("set FUZZ_SEEDS_OUT"));
+    let out =
+        std::path::PathBuf::from(std::env::var("FUZZ_SEEDS_OUT").expect("set FUZZ_SEEDS_OUT"));
     move |target, name, bytes| {
-        std::fs::create_dir_all(out.join(target)).unwrap_or_else(|e| panic!("{}: {e}", out.join(target).display()));
-        std::fs::write(out.join(target).join(name), bytes).unwrap_or_else(|e| panic!("{}/{target}/{name}: {e}", out.display()));
+        std::fs::create_dir_all(out.join(target))
+            .unwrap_or_else(|e| panic!("{}: {e}", out.join(target).display()));
+        std::fs::write(out.join(target).join(name), bytes)
+            .unwrap_or_else(|e| panic!("{}/{target}/{name}: {e}", out.display()));
     }
 }
 
@@ -85,7 +101,8 @@ pub fn check_chapter_prose(chapter: &llm_workbook::report::Chapter) {
     use llm_workbook::report::{Status, prose_block, worked_markdown};
     let md = prose(chapter.stem);
     let errata = llm_workbook::errata::markdown_table(chapter.errata);
-    let in_prose = prose_block(&md, "errata").unwrap_or_else(|| panic!("{}.md has no errata block", chapter.stem));
+    let in_prose = prose_block(&md, "errata")
+        .unwrap_or_else(|| panic!("{}.md has no errata block", chapter.stem));
     assert_eq!(
         in_prose,
         errata.trim(),
@@ -104,7 +121,8 @@ pub fn check_chapter_prose(chapter: &llm_workbook::report::Chapter) {
         }
     }
     let table = worked_markdown(&rows);
-    let in_prose = prose_block(&md, "worked").unwrap_or_else(|| panic!("{}.md has no worked block", chapter.stem));
+    let in_prose = prose_block(&md, "worked")
+        .unwrap_or_else(|| panic!("{}.md has no worked block", chapter.stem));
     assert_eq!(
         in_prose,
         table.trim(),
@@ -131,7 +149,10 @@ pub fn walk_text(chapter: &llm_workbook::report::Chapter) -> String {
 
 /// Draws a chapter's plots into a fresh temporary folder and asserts that it wrote `expected`
 /// files, none of them nearly empty (a PNG or SVG under 1 kB has lost its content). Returns them.
-pub fn render_plots(chapter: &llm_workbook::report::Chapter, expected: usize) -> Vec<std::path::PathBuf> {
+pub fn render_plots(
+    chapter: &llm_workbook::report::Chapter,
+    expected: usize,
+) -> Vec<std::path::PathBuf> {
     let dir = temp_dir(&format!("{}-plots", chapter.stem));
     let files = (chapter.plots)(&dir).expect("the plots render");
     assert_eq!(files.len(), expected, "{} wrote {files:?}", chapter.stem);

@@ -34,7 +34,10 @@ pub fn fuzz_config() -> Config {
 
 /// The training settings of the fuzz trainer: batch 2, learning rate 10⁻³ constant over 4 steps.
 pub fn fuzz_train_config() -> TrainConfig {
-    TrainConfig::new(2, Schedule::new(1e-3, 1e-3, 1, 4).unwrap_or_else(|e| panic!("fuzz schedule: {e}")))
+    TrainConfig::new(
+        2,
+        Schedule::new(1e-3, 1e-3, 1, 4).unwrap_or_else(|e| panic!("fuzz schedule: {e}")),
+    )
 }
 
 /// A freshly initialised trainer for [`fuzz_config`] (seeds 0 and 1), the `fresh` argument of
@@ -67,12 +70,16 @@ pub fn join_with_prefix(first: &[u8], second: &[u8]) -> Vec<u8> {
 /// offset and metadata checks all run.
 pub fn safetensors(data: &[u8]) {
     let (model_bytes, state_bytes) = split_at_prefix(data);
-    let Ok(model_file) = SafeTensors::parse(model_bytes.to_vec(), "model.safetensors") else { return };
+    let Ok(model_file) = SafeTensors::parse(model_bytes.to_vec(), "model.safetensors") else {
+        return;
+    };
     let model = model_from_safetensors::<f32>(fuzz_config(), &model_file);
     if model.is_err() || state_bytes.is_empty() {
         return;
     }
-    let Ok(state) = SafeTensors::parse(state_bytes.to_vec(), "training_state.safetensors") else { return };
+    let Ok(state) = SafeTensors::parse(state_bytes.to_vec(), "training_state.safetensors") else {
+        return;
+    };
     let _ = trainer_from_safetensors(fuzz_config(), &model_file, &state, &fuzz_fresh_trainer());
 }
 
@@ -86,7 +93,11 @@ pub fn gpt2_files(data: &[u8]) {
     if let Ok(t) = Gpt2Tokenizer::from_texts("vocab.json", &vocab, "merges.txt", &merges) {
         let text = "the cat's 12 hats  !?\n";
         if let Ok(ids) = t.encode(text) {
-            assert_eq!(t.decode_bytes(&ids).ok().as_deref(), Some(text.as_bytes()), "a loaded tokenizer must round-trip");
+            assert_eq!(
+                t.decode_bytes(&ids).ok().as_deref(),
+                Some(text.as_bytes()),
+                "a loaded tokenizer must round-trip"
+            );
         }
     }
 }
@@ -97,12 +108,18 @@ pub fn gpt2_files(data: &[u8]) {
 pub fn fuzz_tokenizers() -> &'static (Bpe, Bpe, Gpt2Tokenizer) {
     static TOKENIZERS: OnceLock<(Bpe, Bpe, Gpt2Tokenizer)> = OnceLock::new();
     TOKENIZERS.get_or_init(|| {
-        let text = corpus::default_corpus().get(..4_000).unwrap_or_else(|| panic!("the default corpus is shorter than 4,000 bytes"));
-        let train =
-            |pre| bpe::train(text, BpeConfig { vocab_size: 320, pre_tokenizer: pre }).unwrap_or_else(|e| panic!("fuzz BPE: {e}")).bpe;
+        let text = corpus::default_corpus()
+            .get(..4_000)
+            .unwrap_or_else(|| panic!("the default corpus is shorter than 4,000 bytes"));
+        let train = |pre| {
+            bpe::train(text, BpeConfig { vocab_size: 320, pre_tokenizer: pre })
+                .unwrap_or_else(|e| panic!("fuzz BPE: {e}"))
+                .bpe
+        };
         let (gpt2_split, whole) = (train(PreTokenizer::Gpt2), train(PreTokenizer::None));
         let (v, m) = to_gpt2_files(&gpt2_split).unwrap_or_else(|e| panic!("fuzz GPT-2 files: {e}"));
-        let loaded = Gpt2Tokenizer::from_texts("vocab.json", &v, "merges.txt", &m).unwrap_or_else(|e| panic!("fuzz GPT-2 load: {e}"));
+        let loaded = Gpt2Tokenizer::from_texts("vocab.json", &v, "merges.txt", &m)
+            .unwrap_or_else(|e| panic!("fuzz GPT-2 load: {e}"));
         (gpt2_split, whole, loaded)
     })
 }
@@ -117,7 +134,8 @@ pub fn bpe_roundtrip(data: &[u8]) {
     let mut split_ids = None;
     for t in [gpt2_split as &dyn Tokenizer, whole, loaded] {
         let ids = t.encode(&text).unwrap_or_else(|e| panic!("encode failed: {e}"));
-        let back = t.decode_bytes(&ids).unwrap_or_else(|e| panic!("decode of encoded ids failed: {e}"));
+        let back =
+            t.decode_bytes(&ids).unwrap_or_else(|e| panic!("decode of encoded ids failed: {e}"));
         assert_eq!(back, text.as_bytes(), "decode(encode(text)) != text");
         if split_ids.is_none() {
             split_ids = Some(ids);
@@ -125,10 +143,15 @@ pub fn bpe_roundtrip(data: &[u8]) {
     }
     let loaded_ids = loaded.encode(&text).unwrap_or_default();
     assert_eq!(split_ids, Some(loaded_ids), "Bpe and Gpt2Tokenizer with the same merges disagree");
-    let raw: Vec<u32> = data.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    let raw: Vec<u32> =
+        data.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
     for t in [gpt2_split as &dyn Tokenizer, whole, loaded] {
         let decoded = t.decode_bytes(&raw);
-        assert_eq!(decoded.is_ok(), raw.iter().all(|&id| (id as usize) < t.vocab_size()), "decode must refuse exactly the bad ids");
+        assert_eq!(
+            decoded.is_ok(),
+            raw.iter().all(|&id| (id as usize) < t.vocab_size()),
+            "decode must refuse exactly the bad ids"
+        );
     }
 }
 
@@ -138,9 +161,11 @@ pub fn bpe_roundtrip(data: &[u8]) {
 pub fn json(data: &[u8]) {
     let _ = json::parse_object_entries(data, "fuzz.json");
     if let Ok(v) = json::parse(data, "fuzz.json") {
-        let again = json::parse(v.to_text().as_bytes(), "again.json").unwrap_or_else(|e| panic!("written JSON does not parse: {e}"));
+        let again = json::parse(v.to_text().as_bytes(), "again.json")
+            .unwrap_or_else(|e| panic!("written JSON does not parse: {e}"));
         assert_eq!(again, v, "compact round trip");
-        let pretty = json::parse(v.to_pretty().as_bytes(), "pretty.json").unwrap_or_else(|e| panic!("indented JSON does not parse: {e}"));
+        let pretty = json::parse(v.to_pretty().as_bytes(), "pretty.json")
+            .unwrap_or_else(|e| panic!("indented JSON does not parse: {e}"));
         assert_eq!(pretty, v, "indented round trip");
     }
 }
