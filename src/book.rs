@@ -122,7 +122,10 @@ mod newcomer {
 
     #[test]
     fn the_link_checker_sees_a_broken_link() {
-        let md = "see [a](no/such/file.md) and ![b](img/x.png), not `[c](d)` in code\n```\n[e](f)\n```\n";
+        let md = concat!(
+            "see [a](no/such/file.md) and ![b](img/x.png), not `[c](d)` in code\n",
+            "```\n[e](f)\n```\n"
+        );
         let found = links(md);
         assert_eq!(
             found.iter().map(|(_, t)| t.as_str()).collect::<Vec<_>>(),

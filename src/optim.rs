@@ -1,8 +1,8 @@
 //! Optimisers: how a gradient becomes a change of the parameters.
 //!
 //! Plain gradient descent (θ ← θ − α∇θ) and Adam (chapter 7) live here; AdamW joins them with
-//! chapter 9, reusing [`AdamMoments`]. Every optimiser takes the parameters and their gradients as parallel lists of matrices
-//! and checks that they pair up.
+//! chapter 9, reusing [`AdamMoments`]. Every optimiser takes the parameters and their gradients
+//! as parallel lists of matrices and checks that they pair up.
 
 use crate::error::{Error, Result, invalid, shape_error};
 use crate::float::Float;
@@ -230,7 +230,8 @@ impl<T: Float> MomentUpdate<T> {
             b2: T::of(config.beta2),
             lr: T::of(config.learning_rate),
             eps: T::of(config.epsilon),
-            // Bias corrections: the moments start at 0, so early averages are scaled up by 1/(1 − βᵗ).
+            // Bias corrections: the moments start at 0, so early averages are scaled up by
+            // 1/(1 − βᵗ).
             c1: T::of(1.0 - config.beta1.powf(t as f64)),
             c2: T::of(1.0 - config.beta2.powf(t as f64)),
         }

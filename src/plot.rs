@@ -8,6 +8,7 @@
 
 use crate::error::{Error, Result};
 use plotters::coord::Shift;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -205,23 +206,60 @@ fn bounds(points: impl Iterator<Item = (f64, f64)>) -> ((f64, f64), (f64, f64)) 
     (pad(x0, x1, 0.0), pad(y0, y1, 0.05))
 }
 
-fn draw_line<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &LineChart) -> DrawResult<DB> {
-    root.fill(&WHITE)?;
-    let ((x0, x1), (y0, y1)) = bounds(c.series.iter().flat_map(|s| s.points.iter().copied()));
-    let mut chart = ChartBuilder::on(root)
-        .caption(&c.title, (FONT, 22))
+/// A chart whose coordinates are the data's: the axes the line and scatter charts share.
+type XyChart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+/// What drawing on a backend can fail with.
+type DrawError<DB> = DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>;
+
+/// The frame every line and scatter chart starts from: title, margins, label areas and axis
+/// ranges; the caller draws its background (regions) before [`draw_mesh`] if it has one.
+fn xy_chart<'a, DB: DrawingBackend>(
+    root: &'a DrawingArea<DB, Shift>,
+    title: &str,
+    (x0, x1): (f64, f64),
+    (y0, y1): (f64, f64),
+) -> std::result::Result<XyChart<'a, DB>, DrawError<DB>> {
+    ChartBuilder::on(root)
+        .caption(title, (FONT, 22))
         .margin(14)
         .x_label_area_size(44)
         .y_label_area_size(64)
-        .build_cartesian_2d(x0..x1, y0..y1)?;
+        .build_cartesian_2d(x0..x1, y0..y1)
+}
+
+/// The axes, their descriptions and ticks, without the light grid.
+fn draw_mesh<DB: DrawingBackend>(
+    chart: &mut XyChart<'_, DB>,
+    x_label: &str,
+    y_label: &str,
+) -> std::result::Result<(), DrawError<DB>> {
     chart
         .configure_mesh()
-        .x_desc(&c.x_label)
-        .y_desc(&c.y_label)
+        .x_desc(x_label)
+        .y_desc(y_label)
         .label_style((FONT, 14))
         .axis_desc_style((FONT, 16))
         .light_line_style(WHITE.mix(0.0))
-        .draw()?;
+        .draw()
+}
+
+/// The legend box of the labelled series.
+fn draw_legend<'a, DB: DrawingBackend + 'a>(
+    chart: &mut XyChart<'a, DB>,
+) -> std::result::Result<(), DrawError<DB>> {
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font((FONT, 14))
+        .draw()
+}
+
+fn draw_line<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &LineChart) -> DrawResult<DB> {
+    root.fill(&WHITE)?;
+    let (x, y) = bounds(c.series.iter().flat_map(|s| s.points.iter().copied()));
+    let mut chart = xy_chart(root, &c.title, x, y)?;
+    draw_mesh(&mut chart, &c.x_label, &c.y_label)?;
     for (i, s) in c.series.iter().enumerate() {
         let col = color(i);
         chart
@@ -233,12 +271,7 @@ fn draw_line<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &LineChart) -
         }
     }
     if c.series.iter().any(|s| !s.label.is_empty()) {
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font((FONT, 14))
-            .draw()?;
+        draw_legend(&mut chart)?;
     }
     root.present()
 }
@@ -254,13 +287,8 @@ fn draw_scatter<DB: DrawingBackend>(
         all.push((r.x.0, r.y.0));
         all.push((r.x.1, r.y.1));
     }
-    let ((x0, x1), (y0, y1)) = bounds(all.into_iter());
-    let mut chart = ChartBuilder::on(root)
-        .caption(&c.title, (FONT, 22))
-        .margin(14)
-        .x_label_area_size(44)
-        .y_label_area_size(64)
-        .build_cartesian_2d(x0..x1, y0..y1)?;
+    let (x, y) = bounds(all.into_iter());
+    let mut chart = xy_chart(root, &c.title, x, y)?;
     if let Some(r) = &c.regions {
         let (dx, dy) = ((r.x.1 - r.x.0) / r.nx as f64, (r.y.1 - r.y.0) / r.ny as f64);
         chart.draw_series(r.class.iter().enumerate().map(|(i, &k)| {
@@ -269,14 +297,7 @@ fn draw_scatter<DB: DrawingBackend>(
             Rectangle::new([(ax, ay), (ax + dx, ay + dy)], color(k).mix(0.18).filled())
         }))?;
     }
-    chart
-        .configure_mesh()
-        .x_desc(&c.x_label)
-        .y_desc(&c.y_label)
-        .label_style((FONT, 14))
-        .axis_desc_style((FONT, 16))
-        .light_line_style(WHITE.mix(0.0))
-        .draw()?;
+    draw_mesh(&mut chart, &c.x_label, &c.y_label)?;
     for (i, s) in c.classes.iter().enumerate() {
         let col = color(i);
         chart
@@ -290,12 +311,7 @@ fn draw_scatter<DB: DrawingBackend>(
             .label(&s.label)
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.stroke_width(2)));
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font((FONT, 14))
-        .draw()?;
+    draw_legend(&mut chart)?;
     root.present()
 }
 

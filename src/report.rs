@@ -94,7 +94,8 @@ impl Worked {
     }
 
     /// A row whose printed value the errata register corrects; `ours` is the correct value.
-    /// Becomes [`Status::Mismatch`] if the printed text happens to equal ours (then it is no erratum).
+    /// Becomes [`Status::Mismatch`] if the printed text happens to equal ours (then it is no
+    /// erratum).
     pub fn erratum(
         test: &'static str,
         document: &'static Source,
@@ -304,7 +305,8 @@ pub fn parse_printed(printed: &str) -> Option<Vec<Vec<String>>> {
 
 /// `ours` written the way `printed` is: each entry with as many decimals as the printed entry
 /// shows, or `decimals` if that is more (numpy drops trailing zeros: `1.1957622` is 8-decimal
-/// output). Rows are separated by `; `. A shape that differs from the printed one is written in full.
+/// output). Rows are separated by `; `. A shape that differs from the printed one is written in
+/// full.
 pub fn matrix_like<T: Float>(printed: &str, decimals: usize, ours: &DMatrix<T>) -> String {
     let places = |r: usize, c: usize| -> usize {
         parse_printed(printed)

@@ -207,11 +207,13 @@ mod numpy_tests {
     use super::*;
 
     // Reference outputs printed by numpy 2.x: `np.random.seed(s)`, then
-    // `np.random.randint(0, 2**32, dtype=np.uint32)` (one raw 32-bit draw each) and `np.random.rand()`.
+    // `np.random.randint(0, 2**32, dtype=np.uint32)` (one raw 32-bit draw each) and
+    // `np.random.rand()`.
 
     #[test]
     fn integer_seeding_is_init_genrand_not_init_by_array() {
-        // `RandomState(42).get_state()[1][:2]` is [42, 3107752595]: state₁ = 1812433253·42 + 1 mod 2³².
+        // `RandomState(42).get_state()[1][:2]` is [42, 3107752595]:
+        // state₁ = 1812433253·42 + 1 mod 2³².
         let g = NumpyMt19937::new(42);
         assert_eq!(g.state[..2], [42, 3_107_752_595]);
         assert_eq!(g.index, MT_N);

@@ -125,7 +125,8 @@ pub(crate) fn gemm<T: Element>(
     if m == 0 || n == 0 {
         return stats;
     }
-    // Column j of C: the m values from j·ldc on (the rows between m and ldc belong to someone else).
+    // Column j of C: the m values from j·ldc on (the rows between m and ldc belong to someone
+    // else).
     let mut columns: Vec<&mut [T]> =
         c.chunks_mut(ldc.max(1)).take(n).map(|column| &mut column[..m]).collect();
     if k == 0 || alpha == T::zero() {
@@ -376,10 +377,10 @@ pub const IN_PLACE_MAX_STEP: usize = 1024;
 /// most [`IN_PLACE_MAX_STEP`] apart. Packing B̃ costs one copy of B per panel, and a sliver read in
 /// place is as compact for the kernel: NR runs of kc values (op(B) = B column-major) or kc runs of
 /// NR values (op(B) = Bᵀ), where the packed sliver is one run of kc·NR. On chapter 9's training
-/// step this took 2 to 4 % off the step (two sets of alternating runs). Reading A in place as well (it is column-major in A·B and
-/// A·Bᵀ) measured no better than packing it: a column of MR = 32 f32 that does not start on a
-/// cache line spans three lines instead of two, and the kernel re-reads the A sliver for every
-/// sliver of B.
+/// step this took 2 to 4 % off the step (two sets of alternating runs). Reading A in place as
+/// well (it is column-major in A·B and A·Bᵀ) measured no better than packing it: a column of
+/// MR = 32 f32 that does not start on a cache line spans three lines instead of two, and the
+/// kernel re-reads the A sliver for every sliver of B.
 fn in_place_b<T: Element>(mk: MicroKernel<T>, b: Operand<T>) -> bool {
     mk.in_place.is_some() && b.rs <= IN_PLACE_MAX_STEP
 }

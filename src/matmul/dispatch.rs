@@ -27,7 +27,8 @@ pub const THREADS_ENV: &str = "LLM_WORKBOOK_THREADS";
 /// A micro-kernel family: the instruction set the innermost register-tiled loop is written in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Kernel {
-    /// Portable Rust loops, no intrinsics: the fallback on every CPU and the readable specification.
+    /// Portable Rust loops, no intrinsics: the fallback on every CPU and the readable
+    /// specification.
     Scalar,
     /// 256-bit AVX2 vectors with fused multiply-add (x86-64 with the `avx2` and `fma` features).
     Avx2,
@@ -347,7 +348,7 @@ pub fn kernel_calls(kernel: Kernel) -> u64 {
     CALLS[kernel.index()].load(Ordering::Relaxed)
 }
 
-// ───────────────────────────── the backend: ours or nalgebra's own product ─────────────────────────────
+// ───────────────────────────── the backend: ours or nalgebra's own product ───────────────────────
 
 /// The environment variable that chooses the product backend for the whole process: `ours` (the
 /// default) or `nalgebra`.

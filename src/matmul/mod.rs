@@ -610,7 +610,7 @@ pub fn naive<T: Element + num_traits::ToPrimitive + num_traits::FromPrimitive>(
     }))
 }
 
-// ───────────────────────────── looking inside (chapter 10's walk-through) ─────────────────────────────
+// ───────────────────────────── looking inside (chapter 10's walk-through) ────────────────────────
 
 fn check_range(
     op: &'static str,

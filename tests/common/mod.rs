@@ -106,7 +106,8 @@ pub fn check_chapter_prose(chapter: &llm_workbook::report::Chapter) {
     assert_eq!(
         in_prose,
         errata.trim(),
-        "the errata table in chapters/{}.md differs from the register; paste this between the markers:\n{errata}",
+        "the errata table in chapters/{}.md differs from the register; \
+         paste this between the markers:\n{errata}",
         chapter.stem
     );
     let rows = (chapter.worked)().expect("worked examples compute");
@@ -126,7 +127,8 @@ pub fn check_chapter_prose(chapter: &llm_workbook::report::Chapter) {
     assert_eq!(
         in_prose,
         table.trim(),
-        "the worked-number table in chapters/{}.md is stale; paste this between the markers:\n{table}",
+        "the worked-number table in chapters/{}.md is stale; \
+         paste this between the markers:\n{table}",
         chapter.stem
     );
 }
