@@ -211,28 +211,136 @@ type XyChart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCo
 /// What drawing on a backend can fail with.
 type DrawError<DB> = DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>;
 
+/// Pixels of the legend's glyph column (the line or dot drawn before each label).
+const LEGEND_GLYPH: u32 = 30;
+/// Pixels between the plotting area and the legend, and around the legend's text.
+const LEGEND_GAP: u32 = 10;
+/// Approximate width of one character of the 14-pixel legend font (DejaVu Sans averages about
+/// 0.55 em), used to reserve room for the legend beside the plot.
+const LEGEND_CHAR_PX: f64 = 7.8;
+/// Right margin of a chart without a legend: room for half of the last x tick label.
+const RIGHT_MARGIN: u32 = 34;
+
+/// How wide the legend of these labels is, in pixels (0 when every label is empty).
+fn legend_width<'s>(labels: impl Iterator<Item = &'s str>) -> u32 {
+    let longest = labels.map(|l| l.chars().count()).max().unwrap_or(0);
+    if longest == 0 {
+        return 0;
+    }
+    LEGEND_GLYPH + 3 * LEGEND_GAP + (longest as f64 * LEGEND_CHAR_PX).ceil() as u32
+}
+
+/// A tick label: as few decimals as the axis span needs, trailing zeros dropped, and never
+/// `-0` (a value within rounding of zero prints as `0`).
+pub fn tick_label(value: f64, span: f64) -> String {
+    let decimals = if span > 0.0 && span.is_finite() {
+        (2.0 - span.log10().floor()).clamp(0.0, 10.0) as usize
+    } else {
+        2
+    };
+    let mut text = format!("{value:.decimals$}");
+    if text.contains('.') {
+        text = text.trim_end_matches('0').trim_end_matches('.').to_string();
+    }
+    if text == "-0" { "0".to_string() } else { text }
+}
+
+/// The parts of the polyline `points` that lie inside the rectangle `x` × `y`: each segment cut
+/// where it crosses an edge (Liang–Barsky), consecutive inside pieces joined. A line that leaves
+/// the chart is cut at its edge, never pinned to a corner.
+pub fn clip_polyline(points: &[(f64, f64)], x: (f64, f64), y: (f64, f64)) -> Vec<Vec<(f64, f64)>> {
+    let mut pieces: Vec<Vec<(f64, f64)>> = Vec::new();
+    let mut open = false;
+    for pair in points.windows(2) {
+        let Some((a, b)) = clip_segment(pair[0], pair[1], x, y) else {
+            open = false;
+            continue;
+        };
+        match pieces.last_mut() {
+            Some(piece) if open && piece.last() == Some(&a) => piece.push(b),
+            _ => pieces.push(vec![a, b]),
+        }
+        // The next segment continues this piece only if this one ended at its own end point.
+        open = b == pair[1];
+    }
+    if points.len() == 1 {
+        let (px, py) = points[0];
+        if (x.0..=x.1).contains(&px) && (y.0..=y.1).contains(&py) {
+            pieces.push(vec![points[0]]);
+        }
+    }
+    pieces
+}
+
+/// The part of the segment from `a` to `b` inside the rectangle, if any (Liang–Barsky: the
+/// segment is a + t·(b − a), t in [0, 1]; each edge bounds t from one side).
+fn clip_segment(
+    a: (f64, f64),
+    b: (f64, f64),
+    (x0, x1): (f64, f64),
+    (y0, y1): (f64, f64),
+) -> Option<((f64, f64), (f64, f64))> {
+    if ![a.0, a.1, b.0, b.1].iter().all(|v| v.is_finite()) {
+        return None;
+    }
+    let (dx, dy) = (b.0 - a.0, b.1 - a.1);
+    let (mut t0, mut t1) = (0.0_f64, 1.0_f64);
+    // Each pair is (p, q) with the inside being p·t ≤ q.
+    for (p, q) in [(-dx, a.0 - x0), (dx, x1 - a.0), (-dy, a.1 - y0), (dy, y1 - a.1)] {
+        if p == 0.0 {
+            if q < 0.0 {
+                return None;
+            }
+        } else if p < 0.0 {
+            t0 = t0.max(q / p);
+        } else {
+            t1 = t1.min(q / p);
+        }
+    }
+    if t0 > t1 {
+        return None;
+    }
+    let at = |t: f64| {
+        if t == 0.0 {
+            a
+        } else if t == 1.0 {
+            b
+        } else {
+            (a.0 + t * dx, a.1 + t * dy)
+        }
+    };
+    Some((at(t0), at(t1)))
+}
+
 /// The frame every line and scatter chart starts from: title, margins, label areas and axis
-/// ranges; the caller draws its background (regions) before [`draw_mesh`] if it has one.
+/// ranges, with `right` pixels kept free beside the plot for [`draw_legend`]; the caller draws its
+/// background (regions) before [`draw_mesh`] if it has one.
 fn xy_chart<'a, DB: DrawingBackend>(
     root: &'a DrawingArea<DB, Shift>,
     title: &str,
     (x0, x1): (f64, f64),
     (y0, y1): (f64, f64),
+    right: u32,
 ) -> std::result::Result<XyChart<'a, DB>, DrawError<DB>> {
     ChartBuilder::on(root)
         .caption(title, (FONT, 22))
         .margin(14)
+        .margin_right(right.max(RIGHT_MARGIN))
         .x_label_area_size(44)
         .y_label_area_size(64)
         .build_cartesian_2d(x0..x1, y0..y1)
 }
 
-/// The axes, their descriptions and ticks, without the light grid.
+/// The axes, their descriptions and ticks (see [`tick_label`]), without the light grid.
 fn draw_mesh<DB: DrawingBackend>(
     chart: &mut XyChart<'_, DB>,
     x_label: &str,
     y_label: &str,
 ) -> std::result::Result<(), DrawError<DB>> {
+    let (xr, yr) = (chart.x_range(), chart.y_range());
+    let (x_span, y_span) = (xr.end - xr.start, yr.end - yr.start);
+    let x_tick = move |v: &f64| tick_label(*v, x_span);
+    let y_tick = move |v: &f64| tick_label(*v, y_span);
     chart
         .configure_mesh()
         .x_desc(x_label)
@@ -240,40 +348,97 @@ fn draw_mesh<DB: DrawingBackend>(
         .label_style((FONT, 14))
         .axis_desc_style((FONT, 16))
         .light_line_style(WHITE.mix(0.0))
+        .x_label_formatter(&x_tick)
+        .y_label_formatter(&y_tick)
         .draw()
 }
 
-/// The legend box of the labelled series.
-fn draw_legend<'a, DB: DrawingBackend + 'a>(
-    chart: &mut XyChart<'a, DB>,
-) -> std::result::Result<(), DrawError<DB>> {
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font((FONT, 14))
-        .draw()
+/// What a legend entry shows before its label.
+#[derive(Clone, Copy)]
+enum Glyph {
+    /// A short stroke of the series' line.
+    Line(RGBColor),
+    /// A dot like the series' points.
+    Dot(RGBColor),
+}
+
+/// The legend box, drawn on `root` in the room [`xy_chart`] kept beside the plotting area
+/// `plot` (its pixel ranges), so it never covers the data. Entries with an empty label are
+/// skipped.
+fn draw_legend<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    (plot_x, plot_y): (std::ops::Range<i32>, std::ops::Range<i32>),
+    entries: &[(&str, Glyph)],
+) -> DrawResult<DB> {
+    const ROW: i32 = 20;
+    let entries: Vec<&(&str, Glyph)> = entries.iter().filter(|(l, _)| !l.is_empty()).collect();
+    // The room kept beside the plot, less a gap on either side of the box.
+    let width = legend_width(entries.iter().map(|(l, _)| *l)) as i32 - 2 * LEGEND_GAP as i32;
+    if entries.is_empty() || width <= 0 {
+        return Ok(());
+    }
+    let gap = LEGEND_GAP as i32;
+    let (x0, y0) = (plot_x.end + gap, plot_y.start);
+    let height = entries.len() as i32 * ROW + gap;
+    let corners = [(x0, y0), (x0 + width, y0 + height)];
+    root.draw(&Rectangle::new(corners, WHITE.filled()))?;
+    root.draw(&Rectangle::new(corners, BLACK))?;
+    let font = (FONT, 14).into_font().color(&BLACK).pos(plotters::style::text_anchor::Pos::new(
+        plotters::style::text_anchor::HPos::Left,
+        plotters::style::text_anchor::VPos::Center,
+    ));
+    for (i, (label, glyph)) in entries.into_iter().enumerate() {
+        let cy = y0 + gap / 2 + i as i32 * ROW + ROW / 2;
+        let gx = x0 + gap / 2;
+        match *glyph {
+            Glyph::Line(c) => {
+                root.draw(&PathElement::new(vec![(gx, cy), (gx + 20, cy)], c.stroke_width(2)))?
+            }
+            Glyph::Dot(c) => root.draw(&Circle::new((gx + 10, cy), 4, c.filled()))?,
+        }
+        root.draw(&Text::new(label.to_string(), (gx + LEGEND_GLYPH as i32, cy), font.clone()))?;
+    }
+    Ok(())
 }
 
 fn draw_line<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &LineChart) -> DrawResult<DB> {
     root.fill(&WHITE)?;
     let (x, y) = bounds(c.series.iter().flat_map(|s| s.points.iter().copied()));
-    let mut chart = xy_chart(root, &c.title, x, y)?;
+    let legend = legend_width(c.series.iter().map(|s| s.label.as_str()));
+    let mut chart = xy_chart(root, &c.title, x, y, legend)?;
     draw_mesh(&mut chart, &c.x_label, &c.y_label)?;
+    let mut entries = Vec::new();
     for (i, s) in c.series.iter().enumerate() {
         let col = color(i);
-        chart
-            .draw_series(LineSeries::new(s.points.iter().copied(), col.stroke_width(2)))?
-            .label(&s.label)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(2)));
+        let pieces = clip_polyline(&s.points, x, y);
+        chart.draw_series(pieces.into_iter().map(|p| PathElement::new(p, col.stroke_width(2))))?;
         if c.markers {
             chart.draw_series(s.points.iter().map(|&p| Circle::new(p, 3, col.filled())))?;
         }
+        entries.push((s.label.as_str(), Glyph::Line(col)));
     }
-    if c.series.iter().any(|s| !s.label.is_empty()) {
-        draw_legend(&mut chart)?;
-    }
+    draw_legend(root, chart.plotting_area().get_pixel_range(), &entries)?;
     root.present()
+}
+
+impl ScatterChart {
+    /// The x and y ranges of the drawn chart: every point and the regions' rectangle, y padded
+    /// by 5 %.
+    pub fn ranges(&self) -> ((f64, f64), (f64, f64)) {
+        let mut all: Vec<(f64, f64)> =
+            self.classes.iter().flat_map(|s| s.points.iter().copied()).collect();
+        if let Some(r) = &self.regions {
+            all.push((r.x.0, r.y.0));
+            all.push((r.x.1, r.y.1));
+        }
+        bounds(all.into_iter())
+    }
+
+    /// Each of [`ScatterChart::lines`] as it is drawn: clipped to [`ScatterChart::ranges`].
+    pub fn drawn_lines(&self) -> Vec<Vec<Vec<(f64, f64)>>> {
+        let (x, y) = self.ranges();
+        self.lines.iter().map(|s| clip_polyline(&s.points, x, y)).collect()
+    }
 }
 
 fn draw_scatter<DB: DrawingBackend>(
@@ -281,14 +446,9 @@ fn draw_scatter<DB: DrawingBackend>(
     c: &ScatterChart,
 ) -> DrawResult<DB> {
     root.fill(&WHITE)?;
-    let mut all: Vec<(f64, f64)> =
-        c.classes.iter().flat_map(|s| s.points.iter().copied()).collect();
-    if let Some(r) = &c.regions {
-        all.push((r.x.0, r.y.0));
-        all.push((r.x.1, r.y.1));
-    }
-    let (x, y) = bounds(all.into_iter());
-    let mut chart = xy_chart(root, &c.title, x, y)?;
+    let (x, y) = c.ranges();
+    let labels = c.classes.iter().chain(&c.lines).map(|s| s.label.as_str());
+    let mut chart = xy_chart(root, &c.title, x, y, legend_width(labels))?;
     if let Some(r) = &c.regions {
         let (dx, dy) = ((r.x.1 - r.x.0) / r.nx as f64, (r.y.1 - r.y.0) / r.ny as f64);
         chart.draw_series(r.class.iter().enumerate().map(|(i, &k)| {
@@ -298,21 +458,56 @@ fn draw_scatter<DB: DrawingBackend>(
         }))?;
     }
     draw_mesh(&mut chart, &c.x_label, &c.y_label)?;
+    let mut entries = Vec::new();
     for (i, s) in c.classes.iter().enumerate() {
         let col = color(i);
-        chart
-            .draw_series(s.points.iter().map(|&p| Circle::new(p, 4, col.filled())))?
-            .label(&s.label)
-            .legend(move |(x, y)| Circle::new((x + 10, y), 4, col.filled()));
+        chart.draw_series(s.points.iter().map(|&p| Circle::new(p, 4, col.filled())))?;
+        entries.push((s.label.as_str(), Glyph::Dot(col)));
     }
-    for s in &c.lines {
+    for (s, pieces) in c.lines.iter().zip(c.drawn_lines()) {
         chart
-            .draw_series(LineSeries::new(s.points.iter().copied(), BLACK.stroke_width(2)))?
-            .label(&s.label)
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.stroke_width(2)));
+            .draw_series(pieces.into_iter().map(|p| PathElement::new(p, BLACK.stroke_width(2))))?;
+        entries.push((s.label.as_str(), Glyph::Line(BLACK)));
     }
-    draw_legend(&mut chart)?;
+    draw_legend(root, chart.plotting_area().get_pixel_range(), &entries)?;
     root.present()
+}
+
+/// Pixels at the right of a heat map for its colour bar and the bar's tick labels.
+const COLOUR_BAR_WIDTH: u32 = 96;
+/// Pixels above and below the colour bar, so that it spans the heat map's rows (the caption
+/// and margin above, the x labels and margin below).
+const COLOUR_BAR_TOP: u32 = 48;
+const COLOUR_BAR_BOTTOM: u32 = 58;
+/// Colour steps drawn in the bar.
+const COLOUR_BAR_STEPS: usize = 64;
+
+/// The heat map's key: the viridis scale from `lo` (bottom) to `hi` (top) with ticks.
+fn draw_colour_bar<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    lo: f64,
+    hi: f64,
+) -> DrawResult<DB> {
+    let span = hi - lo;
+    let mut bar = ChartBuilder::on(area)
+        .margin_top(COLOUR_BAR_TOP)
+        .margin_bottom(COLOUR_BAR_BOTTOM)
+        .margin_left(8)
+        .set_label_area_size(LabelAreaPosition::Right, 60)
+        .build_cartesian_2d(0.0..1.0, lo..hi)?;
+    bar.configure_mesh()
+        .disable_mesh()
+        .disable_x_axis()
+        .y_labels(6)
+        .y_label_formatter(&|v| tick_label(*v, span))
+        .label_style((FONT, 12))
+        .draw()?;
+    bar.draw_series((0..COLOUR_BAR_STEPS).map(|i| {
+        let at = |k: usize| lo + span * k as f64 / COLOUR_BAR_STEPS as f64;
+        let t = (i as f64 + 0.5) / COLOUR_BAR_STEPS as f64;
+        Rectangle::new([(0.0, at(i)), (1.0, at(i + 1))], viridis(t).filled())
+    }))?;
+    Ok(())
 }
 
 fn draw_heatmap<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, h: &Heatmap) -> DrawResult<DB> {
@@ -325,7 +520,12 @@ fn draw_heatmap<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, h: &Heatmap) 
     let span = if hi > lo { hi - lo } else { 1.0 };
     let name =
         |names: &Vec<String>, i: usize| names.get(i).cloned().unwrap_or_else(|| i.to_string());
-    let mut chart = ChartBuilder::on(root)
+    let (width, _) = root.dim_in_pixel();
+    let (main, bar) = root.split_horizontally(width.saturating_sub(COLOUR_BAR_WIDTH));
+    if lo.is_finite() {
+        draw_colour_bar(&bar, lo, lo + span)?;
+    }
+    let mut chart = ChartBuilder::on(&main)
         .caption(format!("{}   (min {:.3}, max {:.3})", h.title, lo, hi), (FONT, 20))
         .margin(14)
         .x_label_area_size(44)
@@ -462,4 +662,70 @@ pub fn save_all(figures: &[(String, Figure)], dir: &Path) -> Result<Vec<PathBuf>
         out.extend(figure.save(dir, stem)?);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The line w·x + b = 0 for w = (1, 2), b = 1: x₂ = −(1 + x₁)/2, drawn across a wide x range.
+    fn boundary_points() -> Vec<(f64, f64)> {
+        [-20.0, 20.0].iter().map(|&x1: &f64| (x1, -(1.0 + x1) / 2.0)).collect()
+    }
+
+    fn on_the_line((x1, x2): (f64, f64)) -> bool {
+        (x1 + 2.0 * x2 + 1.0).abs() < 1e-9
+    }
+
+    fn on_an_edge((x, y): (f64, f64), (x0, x1): (f64, f64), (y0, y1): (f64, f64)) -> bool {
+        [x - x0, x - x1].iter().any(|d| d.abs() < 1e-9) && (y0..=y1).contains(&y)
+            || [y - y0, y - y1].iter().any(|d| d.abs() < 1e-9) && (x0..=x1).contains(&x)
+    }
+
+    /// What the drawing did before: each end point outside the chart pinned to the nearest point
+    /// of the rectangle (plotters clamps coordinates), which moves it off the line.
+    fn pinned(points: &[(f64, f64)], x: (f64, f64), y: (f64, f64)) -> Vec<(f64, f64)> {
+        points.iter().map(|&(px, py)| (px.clamp(x.0, x.1), py.clamp(y.0, y.1))).collect()
+    }
+
+    #[test]
+    fn a_clipped_line_ends_on_the_chart_edges_and_stays_on_its_line() {
+        let (x, y) = ((-6.0, 6.0), (-5.5, 5.5));
+        let pieces = clip_polyline(&boundary_points(), x, y);
+        assert_eq!(pieces.len(), 1);
+        let piece = &pieces[0];
+        assert_eq!(piece.len(), 2);
+        for &p in piece {
+            assert!(on_the_line(p), "{p:?} left the line");
+            assert!(on_an_edge(p, x, y), "{p:?} is not on the chart's edge");
+        }
+        // The planted mistake, the old pinned drawing, fails the same checks.
+        let old = pinned(&boundary_points(), x, y);
+        assert!(old.iter().any(|&p| !on_the_line(p)), "pinning kept {old:?} on the line");
+    }
+
+    #[test]
+    fn clipping_keeps_inside_points_and_splits_a_polyline_that_leaves_and_returns() {
+        let (x, y) = ((0.0, 10.0), (0.0, 10.0));
+        let inside = [(1.0, 1.0), (2.0, 3.0), (4.0, 2.0)];
+        assert_eq!(clip_polyline(&inside, x, y), vec![inside.to_vec()]);
+        let out_and_back = [(1.0, 5.0), (5.0, 20.0), (9.0, 5.0)];
+        let pieces = clip_polyline(&out_and_back, x, y);
+        assert_eq!(pieces.len(), 2, "{pieces:?}");
+        assert_eq!(pieces[0][1].1, 10.0);
+        assert_eq!(pieces[1][0].1, 10.0);
+        assert!(clip_polyline(&[(20.0, 20.0), (30.0, 40.0)], x, y).is_empty());
+        assert!(clip_polyline(&[(1.0, f64::NAN), (2.0, 2.0)], x, y).is_empty());
+    }
+
+    #[test]
+    fn tick_labels_never_read_minus_zero_and_drop_trailing_zeros() {
+        assert_eq!(tick_label(-0.0, 10.0), "0");
+        assert_eq!(tick_label(-1e-17, 2.0), "0");
+        assert_eq!(tick_label(5.0, 10.0), "5");
+        assert_eq!(tick_label(-2.5, 10.0), "-2.5");
+        assert_eq!(tick_label(1600.0, 1600.0), "1600");
+        assert_eq!(tick_label(0.125, 0.5), "0.125");
+        assert_eq!(tick_label(0.30000000000000004, 1.0), "0.3");
+    }
 }
