@@ -345,7 +345,8 @@ fn ffn_is_reproduced() {
 
 #[test]
 fn ffn_first_entry_from_one_row_and_one_column_is_1_70355949() {
-    // The supplement's second cell: row 1 of LN through W₁, b₁, ReLU, then column 1 of W₂ and b₂[1].
+    // The supplement's second cell: row 1 of LN through W₁, b₁, ReLU, then column 1 of W₂ and
+    // b₂[1].
     let ln = p(book::PRINTED_LN1);
     let f = book::doc_ffn().unwrap();
     let z1: Vec<f64> = (0..6)
@@ -596,7 +597,8 @@ fn one_head_value_map_is_redundant() {
 
 #[test]
 fn two_heads_are_a_sum_of_per_head_terms() {
-    // O = [A₁V₁, A₂V₂] W_O = A₁ E W_{v,1} W_{o,1} + A₂ E W_{v,2} W_{o,2}, each product of rank ≤ d/2.
+    // O = [A₁V₁, A₂V₂] W_O = A₁ E W_{v,1} W_{o,1} + A₂ E W_{v,2} W_{o,2}, each product of
+    // rank ≤ d/2.
     let mut rng = Rng::new(12);
     let d = 6;
     let e = rand(&mut rng, 4, d);
@@ -791,7 +793,8 @@ fn cross_attention_takes_keys_from_another_sequence_of_another_width() {
     let (out, cache) = ch::mha_forward(&mha, &x_q, &x_kv, &AttnSpec::cross(tq, tk)).unwrap();
     assert_eq!(out.shape(), (b * tq, 7));
     assert_eq!(cache.weights[0].shape(), (b * tq, tk));
-    // Changing the decoder side's query 0 leaves the other queries' outputs alone (no mixing among queries).
+    // Changing the decoder side's query 0 leaves the other queries' outputs alone (no mixing
+    // among queries).
     let mut x_q2 = x_q.clone();
     x_q2[(0, 0)] += 1.0;
     let (out2, _) = ch::mha_forward(&mha, &x_q2, &x_kv, &AttnSpec::cross(tq, tk)).unwrap();
@@ -1201,7 +1204,8 @@ fn mismatched_q_k_v_shapes_are_errors() {
     // Two query sequences but keys for one.
     let e = ch::attention_forward(&rand(&mut rng, 6, 4), &k, &v, &spec).unwrap_err();
     assert!(e.to_string().contains("6 rows"), "{e}");
-    // MHA: inputs of the wrong width, W_K and W_V reading different widths, W_O of the wrong height.
+    // MHA: inputs of the wrong width, W_K and W_V reading different widths, W_O of the wrong
+    // height.
     let mha = MultiHead::random(2, 4, 4, 2, 4, 0.5, &mut rng).unwrap();
     assert!(matches!(
         ch::mha_forward(&mha, &rand(&mut rng, 3, 5), &k, &spec),
@@ -1487,7 +1491,9 @@ mod properties {
 
         // y = (x − μ)/√(σ² + ε) has mean 0 and variance σ²/(σ² + ε) (1 as ε → 0).
         #[test]
-        fn layer_norm_rows_have_mean_zero_and_the_variance_the_formula_gives(x in spread_rows(), eps in 1e-9..1e-3f64) {
+        fn layer_norm_rows_have_mean_zero_and_the_variance_the_formula_gives(
+            x in spread_rows(), eps in 1e-9..1e-3f64
+        ) {
             let ln = LayerNorm::<f64>::new(x.ncols(), eps).unwrap();
             let (y, _) = ch::layer_norm_forward(&ln, &x).unwrap();
             for (xr, yr) in x.row_iter().zip(y.row_iter()) {
@@ -1504,7 +1510,9 @@ mod properties {
         // σ² ≥ 10⁻². Rounding c·x + d (|·| ≤ 1100) and its mean costs at most about
         // C · 1100 · 2⁻⁵³ / (c·σ) ≤ 12 · 1100 · 1.1·10⁻¹⁶ / 10⁻² ≈ 1.5·10⁻¹⁰ more.
         #[test]
-        fn layer_norm_ignores_scale_and_shift(x in spread_rows(), c in 0.1..100.0f64, d in -100.0..100.0f64) {
+        fn layer_norm_ignores_scale_and_shift(
+            x in spread_rows(), c in 0.1..100.0f64, d in -100.0..100.0f64
+        ) {
             let eps = 1e-12;
             let ln = LayerNorm::<f64>::new(x.ncols(), eps).unwrap();
             let (y, _) = ch::layer_norm_forward(&ln, &x).unwrap();
@@ -1515,10 +1523,15 @@ mod properties {
 
         #[test]
         fn attention_rows_are_distributions_and_causal_rows_see_no_later_key(
-            seed in any::<u64>(), batch in 1usize..3, t in 1usize..8, d in 1usize..6, causal in any::<bool>()
+            seed in any::<u64>(), batch in 1usize..3, t in 1usize..8, d in 1usize..6,
+            causal in any::<bool>()
         ) {
             let mut rng = Rng::new(seed);
-            let (q, k, v) = (rng.normal_matrix::<f64>(batch * t, d, 2.0), rng.normal_matrix(batch * t, d, 2.0), rng.normal_matrix(batch * t, 3, 1.0));
+            let (q, k, v) = (
+                rng.normal_matrix::<f64>(batch * t, d, 2.0),
+                rng.normal_matrix(batch * t, d, 2.0),
+                rng.normal_matrix(batch * t, 3, 1.0),
+            );
             let spec = if causal { AttnSpec::causal(t) } else { AttnSpec::bidirectional(t) };
             let a = ch::attention_forward(&q, &k, &v, &spec).unwrap();
             for r in 0..batch * t {
@@ -1526,14 +1539,19 @@ mod properties {
                 prop_assert!(row.iter().all(|&w| (0.0..=1.0).contains(&w)));
                 prop_assert!((row.sum() - 1.0).abs() < 1e-12, "row {r} sums to {}", row.sum());
                 if causal {
-                    prop_assert!(row.iter().skip(r % t + 1).all(|&w| w == 0.0), "row {r} looks ahead");
+                    prop_assert!(
+                        row.iter().skip(r % t + 1).all(|&w| w == 0.0),
+                        "row {r} looks ahead"
+                    );
                 }
             }
         }
 
         // Changing tokens from position p on never changes an output before p, to the bit.
         #[test]
-        fn causal_attention_never_leaks_later_tokens(seed in any::<u64>(), t in 2usize..9, d in 1usize..6, p_frac in 0.0..1.0f64) {
+        fn causal_attention_never_leaks_later_tokens(
+            seed in any::<u64>(), t in 2usize..9, d in 1usize..6, p_frac in 0.0..1.0f64
+        ) {
             let p = 1 + ((t - 1) as f64 * p_frac) as usize;
             let mut rng = Rng::new(seed);
             let x = rng.normal_matrix::<f64>(t, d, 1.0);
@@ -1553,11 +1571,21 @@ mod properties {
         // Without positions, attention cannot tell the order of its tokens: permuting them permutes
         // the output (up to the summation order over keys, a few ulps of values of size ~1).
         #[test]
-        fn bidirectional_attention_is_permutation_equivariant(seed in any::<u64>(), perm in Just((0usize..7).collect::<Vec<_>>()).prop_shuffle(), d in 1usize..6) {
+        fn bidirectional_attention_is_permutation_equivariant(
+            seed in any::<u64>(),
+            perm in Just((0usize..7).collect::<Vec<_>>()).prop_shuffle(),
+            d in 1usize..6
+        ) {
             let t = perm.len();
             let mut rng = Rng::new(seed);
-            let (q, k, v) = (rng.normal_matrix::<f64>(t, d, 1.0), rng.normal_matrix(t, d, 1.0), rng.normal_matrix(t, 4, 1.0));
-            let permute = |m: &DMatrix<f64>| DMatrix::from_fn(m.nrows(), m.ncols(), |r, c| m[(perm[r], c)]);
+            let (q, k, v) = (
+                rng.normal_matrix::<f64>(t, d, 1.0),
+                rng.normal_matrix(t, d, 1.0),
+                rng.normal_matrix(t, 4, 1.0),
+            );
+            let permute = |m: &DMatrix<f64>| {
+                DMatrix::from_fn(m.nrows(), m.ncols(), |r, c| m[(perm[r], c)])
+            };
             let spec = AttnSpec::bidirectional(t);
             let a = ch::attention_forward(&q, &k, &v, &spec).unwrap();
             let b = ch::attention_forward(&permute(&q), &permute(&k), &permute(&v), &spec).unwrap();
@@ -1567,7 +1595,7 @@ mod properties {
     }
 }
 
-// ───────────── LayerNorm walks memory column by column: the same numbers as row by row ─────────────
+// ────────── LayerNorm walks memory column by column: the same numbers as row by row ──────────
 
 /// The row-by-row statement of LayerNorm and its backward, as the formulas read: the reference the
 /// column-by-column implementation must reproduce bit for bit.

@@ -38,7 +38,8 @@ pub fn causal_mask<T: Float>(q_len: usize, kv_len: usize) -> Result<DMatrix<T>> 
             "causal_mask",
             "q_len, kv_len",
             format!(
-                "a causal mask needs at least as many keys as queries; got {q_len} queries, {kv_len} keys"
+                "a causal mask needs at least as many keys as queries; got {q_len} queries, \
+                    {kv_len} keys"
             ),
         ));
     }
@@ -317,7 +318,8 @@ pub fn attention_scores<T: Float>(
 pub struct Attention<T: Float> {
     /// O = A V, (B·T_q)×d_v.
     pub out: DMatrix<T>,
-    /// A = row-softmax(S), (B·T_q)×T_k: row r holds the weights of query r over its sequence's keys.
+    /// A = row-softmax(S), (B·T_q)×T_k: row r holds the weights of query r over its sequence's
+    /// keys.
     pub weights: DMatrix<T>,
 }
 
@@ -406,11 +408,14 @@ pub fn attention_backward<T: Float>(
         let v_b = v.rows(rk, spec.kv_len).into_owned();
         let a = weights.rows(rq, spec.q_len).into_owned();
         let d_o = d_out.rows(rq, spec.q_len).into_owned();
-        d_v.rows_mut(rk, spec.kv_len).copy_from(&matmul_tn(&a, &d_o)?); // O = AV ⇒ ∂V = Aᵀ ∂O
-        let d_a = matmul_nt(&d_o, &v_b)?; //                                O = AV ⇒ ∂A = ∂O Vᵀ
-        let d_s = softmax_rows_backward(&a, &d_a)?; //                      A = softmax(S) ⇒ ∂S = A ⊙ (∂A − rowsum(∂A ⊙ A))
-        d_q.rows_mut(rq, spec.q_len).copy_from(&(matmul(&d_s, &k_b)? * scale)); // S = sQKᵀ ⇒ ∂Q = s ∂S K
-        d_k.rows_mut(rk, spec.kv_len).copy_from(&(matmul_tn(&d_s, &q_b)? * scale)); //       ∂K = s ∂Sᵀ Q
+        // O = AV ⇒ ∂V = Aᵀ ∂O, ∂A = ∂O Vᵀ
+        d_v.rows_mut(rk, spec.kv_len).copy_from(&matmul_tn(&a, &d_o)?);
+        let d_a = matmul_nt(&d_o, &v_b)?;
+        // A = softmax(S) ⇒ ∂S = A ⊙ (∂A − rowsum(∂A ⊙ A))
+        let d_s = softmax_rows_backward(&a, &d_a)?;
+        // S = sQKᵀ + M ⇒ ∂Q = s ∂S K, ∂K = s ∂Sᵀ Q
+        d_q.rows_mut(rq, spec.q_len).copy_from(&(matmul(&d_s, &k_b)? * scale));
+        d_k.rows_mut(rk, spec.kv_len).copy_from(&(matmul_tn(&d_s, &q_b)? * scale));
     }
     Ok(AttentionGrads { d_q, d_k, d_v })
 }

@@ -22,8 +22,8 @@ use nalgebra::DMatrix;
 
 // ───────────────────────────── the residual connection ─────────────────────────────
 
-/// The residual connection x + f(x); shapes must agree. Its backward passes the incoming gradient
-/// unchanged to both x and f(x).
+/// The residual connection x + f(x), x and f(x) both N×C. Its backward passes the incoming
+/// gradient unchanged to both x and f(x).
 pub fn residual_add<T: Float>(x: &DMatrix<T>, fx: &DMatrix<T>) -> Result<DMatrix<T>> {
     same_shape("residual_add", "x and f(x)", x, fx)?;
     Ok(x + fx)
@@ -77,7 +77,8 @@ pub struct FfnCache<T: Float> {
     pub a1: DMatrix<T>,
 }
 
-/// The feed-forward net on every row of x, through chapter 3's dense layer and activation.
+/// The feed-forward net on every row of x (N×C, giving N×C_out), through chapter 3's dense layer
+/// and activation: z₁ = xW₁ + b₁, a₁ = f(z₁), y = a₁W₂ + b₂.
 pub fn ffn_forward<T: Float>(f: &Ffn<T>, x: &DMatrix<T>) -> Result<(DMatrix<T>, FfnCache<T>)> {
     ensure_finite("ffn_forward", "x", x)?;
     let z1 = dense_forward(x, &f.w1, &f.b1)?; //       z₁ = xW₁ + b₁
@@ -101,7 +102,13 @@ pub struct FfnGrads<T: Float> {
     pub d_b2: DMatrix<T>,
 }
 
-/// Backward of [`ffn_forward`] given ∂L/∂y.
+/// Backward of [`ffn_forward`] given ∂L/∂y (N×C_out), one dense backward per dense forward:
+///
+/// ```text
+/// y = a₁W₂ + b₂   ⇒ ∂W₂ = a₁ᵀ ∂y,   ∂b₂ = Σ_rows ∂y,   ∂a₁ = ∂y W₂ᵀ
+/// a₁ = f(z₁)      ⇒ ∂z₁ = f′(z₁) ⊙ ∂a₁
+/// z₁ = xW₁ + b₁   ⇒ ∂W₁ = xᵀ ∂z₁,   ∂b₁ = Σ_rows ∂z₁,   ∂x = ∂z₁ W₁ᵀ
+/// ```
 pub fn ffn_backward<T: Float>(
     f: &Ffn<T>,
     cache: &FfnCache<T>,
@@ -148,8 +155,8 @@ pub struct Block<T: Float> {
 }
 
 impl<T: Float> Block<T> {
-    /// A block of width `c` with `heads` heads and hidden width `hidden`, random N(0, std²) weights,
-    /// zero biases, γ = 1, β = 0, ε = 1e-6 inside the square root.
+    /// A block of width `c` with `heads` heads and hidden width `hidden`, random N(0, std²)
+    /// weights, zero biases, γ = 1, β = 0, ε = 1e-6 inside the square root.
     pub fn random(
         c: usize,
         heads: usize,
@@ -194,7 +201,8 @@ pub struct BlockCache<T: Float> {
 pub struct BlockGrads<T: Float> {
     /// ∂L/∂x.
     pub d_x: DMatrix<T>,
-    /// The attention's weight gradients (its d_x_q and d_x_kv are the parts of d_x that flowed through it).
+    /// The attention's weight gradients (its d_x_q and d_x_kv are the parts of d_x that flowed
+    /// through it).
     pub attn: MhaGrads<T>,
     /// LayerNorm 1's gradients.
     pub ln1: LnGrads<T>,
@@ -218,7 +226,9 @@ fn check_self_attention<T: Float>(op: &'static str, spec: &AttnSpec<T>) -> Resul
     Ok(())
 }
 
-/// One block on x ((B·T)×C) with self-attention as `spec` says (T, causal, masks).
+/// One block on x ((B·T)×C, giving (B·T)×C) with self-attention as `spec` says (T, causal,
+/// masks): h = x + MHA(LN₁(x)), y = h + FFN(LN₂(h)) (pre-LN) or h = LN₁(x + MHA(x)),
+/// y = LN₂(h + FFN(h)) (post-LN).
 pub fn block_forward<T: Float>(
     blk: &Block<T>,
     x: &DMatrix<T>,
@@ -245,7 +255,8 @@ pub fn block_forward<T: Float>(
     }
 }
 
-/// Backward of [`block_forward`] given ∂L/∂y.
+/// Backward of [`block_forward`] given ∂L/∂y ((B·T)×C). A residual x + f(x) sends ∂L/∂(x + f(x))
+/// to x directly and to f's input through f's backward; the two add.
 pub fn block_backward<T: Float>(
     blk: &Block<T>,
     cache: &BlockCache<T>,

@@ -45,75 +45,113 @@ pub const W_V: [[f64; 4]; 4] =
 pub const W_V_DISPLAYED: [[f64; 4]; 4] =
     [[0.0, 0.0, 1.0, 1.0], [1.0, 1.0, 0.0, 0.0], [0.0, 1.0, 0.0, 1.0], [1.0, 0.0, 1.0, 0.0]];
 /// The made-up output of head 2.
-pub const HEAD_2: &str = "1.5 0.8 1.2 2.0; 1.6 0.9 1.1 2.1; 1.4 0.7 1.3 1.9";
+pub const HEAD_2: &str = "1.5 0.8 1.2 2.0; \
+    1.6 0.9 1.1 2.1; \
+    1.4 0.7 1.3 1.9";
 /// The 8×4 W_O the document prints (and uses).
-pub const W_O: &str = "0.37738326 0.83274845 0.37280978 0.14584743; 0.28706851 0.29072609 0.69116998 0.20106682; \
-0.26764653 0.12058646 0.82634382 0.60818759; 0.44329703 0.4425581 0.89811744 0.24551412; \
-0.9186323 0.40029736 0.17636762 0.06896409; 0.41921272 0.0495383 0.77792527 0.4354529; \
-0.14791365 0.66822966 0.48313699 0.94127396; 0.11604641 0.51794357 0.62942357 0.76420883";
+pub const W_O: &str = "0.37738326 0.83274845 0.37280978 0.14584743; \
+    0.28706851 0.29072609 0.69116998 0.20106682; \
+    0.26764653 0.12058646 0.82634382 0.60818759; \
+    0.44329703 0.4425581 0.89811744 0.24551412; \
+    0.9186323 0.40029736 0.17636762 0.06896409; \
+    0.41921272 0.0495383 0.77792527 0.4354529; \
+    0.14791365 0.66822966 0.48313699 0.94127396; \
+    0.11604641 0.51794357 0.62942357 0.76420883";
 /// W₁ of the feed-forward example (4×6).
-pub const W_1: &str = "0.1 0.2 0.3 0.4 0.5 0.6; 0.7 0.8 0.9 1.0 1.1 1.2; 1.3 1.4 1.5 1.6 1.7 1.8; 1.9 2.0 2.1 2.2 2.3 2.4";
+pub const W_1: &str = "0.1 0.2 0.3 0.4 0.5 0.6; \
+    0.7 0.8 0.9 1.0 1.1 1.2; \
+    1.3 1.4 1.5 1.6 1.7 1.8; \
+    1.9 2.0 2.1 2.2 2.3 2.4";
 /// b₁.
 pub const B_1: &str = "0.01 0.02 0.03 0.04 0.05 0.06";
 /// W₂ (6×4).
-pub const W_2: &str = "0.1 0.7 1.3 1.9; 0.2 0.8 1.4 2.0; 0.3 0.9 1.5 2.1; 0.4 1.0 1.6 2.2; 0.5 1.1 1.7 2.3; 0.6 1.2 1.8 2.4";
+pub const W_2: &str = "0.1 0.7 1.3 1.9; \
+    0.2 0.8 1.4 2.0; \
+    0.3 0.9 1.5 2.1; \
+    0.4 1.0 1.6 2.2; \
+    0.5 1.1 1.7 2.3; \
+    0.6 1.2 1.8 2.4";
 /// b₂.
 pub const B_2: &str = "0.01 0.02 0.03 0.04";
 
 /// Printed: Q in the main text, "printed nicely out to four decimal places".
-pub const PRINTED_Q_MAIN: &str =
-    "1.5 1.1 2.6 0; 1.3415 1.6 2.3 0.6415; 2.4093 0.8998 1.7998 1.5093";
+pub const PRINTED_Q_MAIN: &str = "1.5 1.1 2.6 0; \
+    1.3415 1.6 2.3 0.6415; \
+    2.4093 0.8998 1.7998 1.5093";
 /// Printed: the first supplemental cell's Q (X + PE written with the symbolic exponents).
-pub const PRINTED_Q_CELL_SYMBOLIC: &str = "1.5 1.1 2.6 0.; 1.34147098 1.59995001 2.29995 0.64147099; 2.40929743 0.89980003 1.79980001 1.50929745";
+pub const PRINTED_Q_CELL_SYMBOLIC: &str = "1.5 1.1 2.6 0.; \
+    1.34147098 1.59995001 2.29995 0.64147099; \
+    2.40929743 0.89980003 1.79980001 1.50929745";
 /// Printed: Q of the cell computing all three from the printed X + PE.
-pub const PRINTED_Q: &str =
-    "1.5 1.1 2.6 0.; 1.3415 1.60005 2.29995 0.6416; 2.4093 0.9 1.7998 1.5095";
+pub const PRINTED_Q: &str = "1.5 1.1 2.6 0.; \
+    1.3415 1.60005 2.29995 0.6416; \
+    2.4093 0.9 1.7998 1.5095";
 /// Printed: K of that cell.
-pub const PRINTED_K: &str =
-    "1.1 1.5 0. 2.6; 1.60005 1.3415 0.6416 2.29995; 0.9 2.4093 1.5095 1.7998";
+pub const PRINTED_K: &str = "1.1 1.5 0. 2.6; \
+    1.60005 1.3415 0.6416 2.29995; \
+    0.9 2.4093 1.5095 1.7998";
 /// Printed: V of that cell.
-pub const PRINTED_V: &str =
-    "1.5 0. 1.1 2.6; 1.3415 0.6416 1.60005 2.29995; 2.4093 1.5095 0.9 1.7998";
+pub const PRINTED_V: &str = "1.5 0. 1.1 2.6; \
+    1.3415 0.6416 1.60005 2.29995; \
+    2.4093 1.5095 0.9 1.7998";
 /// Printed: V in the main text, beside the displayed W_V.
-pub const PRINTED_V_MAIN: &str =
-    "1.5 0 1.1 2.6; 1.3415 0.6416 1.6001 2.3; 2.4093 1.5095 0.9 1.7998";
+pub const PRINTED_V_MAIN: &str = "1.5 0 1.1 2.6; \
+    1.3415 0.6416 1.6001 2.3; \
+    2.4093 1.5095 0.9 1.7998";
 /// Printed: the matrix under the K heading of the main text (equal to Q).
 pub const PRINTED_UNDER_K_HEADING: &str = PRINTED_Q_MAIN;
 /// Printed: Q, K, V for Y (cell).
-pub const PRINTED_Q_Y: &str =
-    "1. 1. 2. 0.; 1.7415 1.70005 2.49995 0.9416; 2.7093 0.5 2.1998 1.0095";
+pub const PRINTED_Q_Y: &str = "1. 1. 2. 0.; \
+    1.7415 1.70005 2.49995 0.9416; \
+    2.7093 0.5 2.1998 1.0095";
 /// Printed: K for Y (cell).
-pub const PRINTED_K_Y: &str =
-    "1. 1. 0. 2.; 1.70005 1.7415 0.9416 2.49995; 0.5 2.7093 1.0095 2.1998";
+pub const PRINTED_K_Y: &str = "1. 1. 0. 2.; \
+    1.70005 1.7415 0.9416 2.49995; \
+    0.5 2.7093 1.0095 2.1998";
 /// Printed: V for Y (cell).
-pub const PRINTED_V_Y: &str =
-    "1. 0. 1. 2.; 1.7415 0.9416 1.70005 2.49995; 2.7093 1.0095 0.5 2.1998";
+pub const PRINTED_V_Y: &str = "1. 0. 1. 2.; \
+    1.7415 0.9416 1.70005 2.49995; \
+    2.7093 1.0095 0.5 2.1998";
 /// Printed: Q for Y, main text (4 decimals).
-pub const PRINTED_Q_Y_MAIN: &str = "1 1 2 0; 1.7415 1.7001 2.5 0.9416; 2.7093 0.5 2.1998 1.0095";
+pub const PRINTED_Q_Y_MAIN: &str = "1 1 2 0; \
+    1.7415 1.7001 2.5 0.9416; \
+    2.7093 0.5 2.1998 1.0095";
 /// Printed: K for Y, main text.
-pub const PRINTED_K_Y_MAIN: &str = "1 1 0 2; 1.7001 1.7415 0.9416 2.5; 0.5 2.7093 1.0095 2.1998";
+pub const PRINTED_K_Y_MAIN: &str = "1 1 0 2; \
+    1.7001 1.7415 0.9416 2.5; \
+    0.5 2.7093 1.0095 2.1998";
 /// Printed: V for Y, main text.
-pub const PRINTED_V_Y_MAIN: &str = "1 0 1 2; 1.7415 0.9416 1.7001 2.5; 2.7093 1.0095 0.5 2.1998";
+pub const PRINTED_V_Y_MAIN: &str = "1 0 1 2; \
+    1.7415 0.9416 1.7001 2.5; \
+    2.7093 1.0095 0.5 2.1998";
 /// Printed: softmax(QKᵀ/√d_k).
-pub const PRINTED_WEIGHTS: &str = "0.07057112 0.21671075 0.71271813; 0.08861574 0.2073653 0.70401897; 0.16858447 0.40724309 0.42417243";
+pub const PRINTED_WEIGHTS: &str = "0.07057112 0.21671075 0.71271813; \
+    0.08861574 0.2073653 0.70401897; \
+    0.16858447 0.40724309 0.42417243";
 /// Printed: Attention(Q, K, V).
-pub const PRINTED_ATTENTION: &str = "2.11372594 1.21488963 1.06582258 1.96465889; 2.10729705 1.1957622 1.06288922 1.97442407; \
-1.82115196 0.90157546 1.21880742 2.13838393";
+pub const PRINTED_ATTENTION: &str = "2.11372594 1.21488963 1.06582258 1.96465889; \
+    2.10729705 1.1957622 1.06288922 1.97442407; \
+    1.82115196 0.90157546 1.21880742 2.13838393";
 /// Printed: Concat(Attention₁, Attention₂).
 pub const PRINTED_CONCAT: &str = "2.11372594 1.21488963 1.06582258 1.96465889 1.5 0.8 1.2 2.0; \
-2.10729705 1.1957622 1.06288922 1.97442407 1.6 0.9 1.1 2.1; 1.82115196 0.90157546 1.21880742 2.13838393 1.4 0.7 1.3 1.9";
+    2.10729705 1.1957622 1.06288922 1.97442407 1.6 0.9 1.1 2.1; \
+    1.82115196 0.90157546 1.21880742 2.13838393 1.4 0.7 1.3 1.9";
 /// Printed: Concat · W_O (the multi-head cell's output, called M in the LayerNorm section).
-pub const PRINTED_MULTIHEAD: &str = "4.42554033 5.589241 6.99844643 4.79288192; 4.55176485 5.6122494 7.09923364 4.82144704; \
-4.21254506 5.31988824 6.84520426 4.79017392";
+pub const PRINTED_MULTIHEAD: &str = "4.42554033 5.589241 6.99844643 4.79288192; \
+    4.55176485 5.6122494 7.09923364 4.82144704; \
+    4.21254506 5.31988824 6.84520426 4.79017392";
 /// Printed: LN(M).
-pub const PRINTED_LN1: &str = "-1.03927142 0.13949668 1.56694829 -0.66717355; -0.97825977 0.09190721 1.59246789 -0.70611533; \
--1.10306273 0.02854757 1.58729045 -0.51277529";
+pub const PRINTED_LN1: &str = "-1.03927142 0.13949668 1.56694829 -0.66717355; \
+    -0.97825977 0.09190721 1.59246789 -0.70611533; \
+    -1.10306273 0.02854757 1.58729045 -0.51277529";
 /// Printed: FFN(LN(M)).
-pub const PRINTED_FFN: &str = "1.70355949 4.58680433 7.47004916 10.353294; 1.56070622 4.19905974 6.83741326 9.47576678; \
-2.19865128 5.93062489 9.66259851 13.39457212";
+pub const PRINTED_FFN: &str = "1.70355949 4.58680433 7.47004916 10.353294; \
+    1.56070622 4.19905974 6.83741326 9.47576678; \
+    2.19865128 5.93062489 9.66259851 13.39457212";
 /// Printed: the final LayerNorm.
-pub const PRINTED_LN2: &str = "-1.34164072 -0.44721357 0.44721357 1.34164072; -1.34164071 -0.44721357 0.44721357 1.34164071; \
--1.34164075 -0.44721358 0.44721358 1.34164075";
+pub const PRINTED_LN2: &str = "-1.34164072 -0.44721357 0.44721357 1.34164072; \
+    -1.34164071 -0.44721357 0.44721357 1.34164071; \
+    -1.34164075 -0.44721358 0.44721358 1.34164075";
 
 /// A constant 4×4 matrix.
 pub fn m4(rows: &[[f64; 4]; 4]) -> DMatrix<f64> {
@@ -276,15 +314,20 @@ pub const ERRATA: &[Erratum] = &[
         section: "Supplemental: Matrix Multiplication, first row of Q",
         printed: "Q[1,3] = (0.1×0) + (1.2×1) + (−0.1×0) + (1.4×1) = 0 + 1.2 + 0 + 0 = 1.2",
         correct: "Q[1,3] = 0 + 1.2 + 0 + 1.4 = 2.6",
-        why: "The last product 1.4 × 1 was written as 0 in the sum. The printed Q matrix has the right 2.6.",
+        why: "The last product 1.4 × 1 was written as 0 in the sum. The printed Q matrix has the \
+            right 2.6.",
         test: "tests/ch06_attention.rs::q_first_row_by_hand_is_1_5_1_1_2_6_0",
     },
     Erratum {
         document: D3,
         section: "A Concrete Example, Q (main text)",
         printed: "Q row 3 = (2.4093, 0.8998, 1.7998, 1.5093)",
-        correct: "from the printed X + PE: (2.4093, 0.9, 1.7998, 1.5095), as the supplement's Q, K, V cell prints",
-        why: "The main-text Q was computed from the symbolic X + PE written beside it, whose third column uses sin(pos/10000²) ≈ 0 instead of the printed 0.0001/0.0002; the K, V and attention that follow use the printed X + PE, so Q and V of the main text come from different inputs.",
+        correct: "from the printed X + PE: (2.4093, 0.9, 1.7998, 1.5095), as the supplement's Q, \
+            K, V cell prints",
+        why: "The main-text Q was computed from the symbolic X + PE written beside it, whose third \
+            column uses sin(pos/10000²) ≈ 0 instead of the printed 0.0001/0.0002; the K, V and \
+            attention that follow use the printed X + PE, so Q and V of the main text come from \
+            different inputs.",
         test: "tests/ch06_attention.rs::main_text_q_follows_the_symbolic_pe",
     },
     Erratum {
@@ -292,63 +335,88 @@ pub const ERRATA: &[Erratum] = &[
         section: "A Concrete Example, K (main text)",
         printed: "K = (X + PE) W_K, then W_Q displayed and Q = (1.5 1.1 2.6 0; …) printed",
         correct: "K = (1.1 1.5 0 2.6; 1.60005 1.3415 0.6416 2.29995; 0.9 2.4093 1.5095 1.7998)",
-        why: "The K paragraph repeats the Q paragraph: it shows W_Q and prints Q again. K with the W_K defined above is printed only in the supplement's cell, and the attention output uses that K.",
+        why: "The K paragraph repeats the Q paragraph: it shows W_Q and prints Q again. K with the \
+            W_K defined above is printed only in the supplement's cell, and the attention output \
+            uses that K.",
         test: "tests/ch06_attention.rs::k_heading_shows_q_again",
     },
     Erratum {
         document: D3,
         section: "A Concrete Example, V (main text)",
         printed: "W_V = (0 0 1 1; 1 1 0 0; 0 1 0 1; 1 0 1 0) beside V = (1.5 0 1.1 2.6; …)",
-        correct: "V = (X + PE)(1 1 0 0; 0 0 1 1; 0 1 1 0; 1 0 0 1), the W_V defined first; the displayed W_V gives (2.6 1.1 1.5 0; …)",
-        why: "The printed V follows the W_V defined at the start of the example, not the different matrix displayed beside it.",
+        correct: "V = (X + PE)(1 1 0 0; 0 0 1 1; 0 1 1 0; 1 0 0 1), the W_V defined first; the \
+            displayed W_V gives (2.6 1.1 1.5 0; …)",
+        why: "The printed V follows the W_V defined at the start of the example, not the different \
+            matrix displayed beside it.",
         test: "tests/ch06_attention.rs::v_follows_the_first_w_v_not_the_displayed_one",
     },
     Erratum {
         document: D3,
         section: "Attention Heads and Multi Attention Heads, Final Linear Projection",
         printed: "let's assume W_O is an 8x4 matrix filled with 0.5",
-        correct: "the printed product uses the random W_O printed next; with every entry 0.5 all four output columns would equal half the row sum (5.92954852, 6.02018627, 5.68995939)",
-        why: "The sentence was left from a draft; the numbers downstream (M, LN(M), the FFN) all follow the random W_O.",
+        correct: "the printed product uses the random W_O printed next; with every entry 0.5 all \
+            four output columns would equal half the row sum (5.92954852, 6.02018627, 5.68995939)",
+        why: "The sentence was left from a draft; the numbers downstream (M, LN(M), the FFN) all \
+            follow the random W_O.",
         test: "tests/ch06_attention.rs::w_o_filled_with_0_5_is_not_what_was_used",
     },
     Erratum {
         document: D3,
         section: "Attention Heads and Multi Attention Heads, the final multi-head output",
-        printed: "\"The final multi-head attention output will be:\" followed by the 3×8 Concat matrix",
+        printed: "\"The final multi-head attention output will be:\" followed by the 3×8 Concat \
+            matrix",
         correct: "Concat · W_O = (4.42554033 5.589241 6.99844643 4.79288192; …), 3×4",
-        why: "The concatenation is printed a second time in place of its product with W_O; the product appears only as the output of the supplement's multi-head cell (and as M in the LayerNorm section).",
+        why: "The concatenation is printed a second time in place of its product with W_O; the \
+            product appears only as the output of the supplement's multi-head cell (and as M in \
+            the LayerNorm section).",
         test: "tests/ch06_attention.rs::multihead_output_is_concat_times_w_o",
     },
     Erratum {
         document: D3,
         section: "Layer Normalization, LN(x_i) and the Calculate Layer Normalization cell",
-        printed: "LN row 1 = (−1.03927142, 0.13949668, 1.56694829, −0.66717355) beside (x − μ)/√(σ² + ε), ε = 1e−6",
+        printed: "LN row 1 = (−1.03927142, 0.13949668, 1.56694829, −0.66717355) beside \
+            (x − μ)/√(σ² + ε), ε = 1e−6",
         correct: "(x − μ)/√(σ² + ε): (−1.03927194, 0.13949675, 1.56694907, −0.66717388)",
-        why: "The printed numbers follow (x − μ)/(σ + ε), ε added to the standard deviation (as the document's decoder cell does), not the formula beside them nor the code of the cell (np.sqrt(variance + epsilon)). Both use the population variance (divide by C); the sample variance (divide by C − 1) would scale every entry by √(3/4), giving −0.90004 for the first.",
+        why: "The printed numbers follow (x − μ)/(σ + ε), ε added to the standard deviation (as \
+            the document's decoder cell does), not the formula beside them nor the code of the \
+            cell (np.sqrt(variance + epsilon)). Both use the population variance (divide by C); \
+            the sample variance (divide by C − 1) would scale every entry by √(3/4), giving \
+            −0.90004 for the first.",
         test: "tests/ch06_attention.rs::layer_norm_printed_follows_std_plus_eps",
     },
     Erratum {
         document: D3,
         section: "Feed Forward Neural Net, after the final LayerNorm",
         printed: "the columns are the same because the FNN values are scalar multiples (×3)",
-        correct: "each FFN row is an arithmetic progression (equal steps 2.88324484, 2.63835352, 3.73197362); the ratios between columns are 2.69, 1.63, 1.39",
-        why: "W₂'s columns differ by a constant column (0.6 per step) and b₂ by 0.01 per step, so every output row is a + c·j. LayerNorm maps any 4-term arithmetic progression to (−1.3416, −0.4472, 0.4472, 1.3416), which is why all rows agree.",
+        correct: "each FFN row is an arithmetic progression (equal steps 2.88324484, 2.63835352, \
+            3.73197362); the ratios between columns are 2.69, 1.63, 1.39",
+        why: "W₂'s columns differ by a constant column (0.6 per step) and b₂ by 0.01 per step, so \
+            every output row is a + c·j. LayerNorm maps any 4-term arithmetic progression to \
+            (−1.3416, −0.4472, 0.4472, 1.3416), which is why all rows agree.",
         test: "tests/ch06_attention.rs::ffn_rows_are_arithmetic_not_scalar_multiples",
     },
     Erratum {
         document: D3,
-        section: "Encoder Stack Processing (the order Self-Attention → Layer Norm → Feed-forward → Layer Norm)",
-        printed: "LN(MultiHead(X)) = (−1.03927142, 0.13949668, 1.56694829, −0.66717355; …), then LN(FFN(·))",
-        correct: "with the residual connections of the post-LN transformer: LN(X + PE + MultiHead) row 1 = (−1.66120976, 0.72490220, 0.84001300, 0.09629456)",
-        why: "The walk-through normalises each sub-layer's output alone; the transformer it describes adds the sub-layer's input first (Add & Norm). The printed numbers are reproduced as computed; `StandardChain` computes the block with residuals.",
+        section: "Encoder Stack Processing (the order Self-Attention → Layer Norm → Feed-forward → \
+            Layer Norm)",
+        printed: "LN(MultiHead(X)) = (−1.03927142, 0.13949668, 1.56694829, −0.66717355; …), then \
+            LN(FFN(·))",
+        correct: "with the residual connections of the post-LN transformer: LN(X + PE + MultiHead) \
+            row 1 = (−1.66120976, 0.72490220, 0.84001300, 0.09629456)",
+        why: "The walk-through normalises each sub-layer's output alone; the transformer it \
+            describes adds the sub-layer's input first (Add & Norm). The printed numbers are \
+            reproduced as computed; `StandardChain` computes the block with residuals.",
         test: "tests/ch06_attention.rs::walkthrough_omits_the_residual_connections",
     },
     Erratum {
         document: D3,
         section: "Attention Heads and Multi Attention Heads, after the projection",
-        printed: "the calculation is independent of input length: 1000 words or 500 run at the same speed",
-        correct: "each head forms an n×n weight matrix: 1,000,000 entries for 1000 tokens, 250,000 for 500; QKᵀ and A·V cost grows as n²·d",
-        why: "Attention compares every token with every token, so its work grows quadratically with the length (the document's own GPT section gives O(l·n²·d)).",
+        printed: "the calculation is independent of input length: 1000 words or 500 run at the \
+            same speed",
+        correct: "each head forms an n×n weight matrix: 1,000,000 entries for 1000 tokens, 250,000 \
+            for 500; QKᵀ and A·V cost grows as n²·d",
+        why: "Attention compares every token with every token, so its work grows quadratically \
+            with the length (the document's own GPT section gives O(l·n²·d)).",
         test: "tests/ch06_attention.rs::attention_weights_grow_quadratically_with_length",
     },
     Erratum {
@@ -356,7 +424,9 @@ pub const ERRATA: &[Erratum] = &[
         section: "Matrix Representation of One-Head Attention",
         printed: "A = row-softmax(Z ⊙ M), M_ij = 1 if i ≥ j and −∞ otherwise",
         correct: "A = row-softmax(Z + M), M_ij = 0 if i ≥ j and −∞ otherwise",
-        why: "Multiplying by −∞ sends a negative score to +∞ and a zero score to NaN, so the softmax of a masked row is NaN or puts all weight on a future token; the mask must be added.",
+        why: "Multiplying by −∞ sends a negative score to +∞ and a zero score to NaN, so the \
+            softmax of a masked row is NaN or puts all weight on a future token; the mask must be \
+            added.",
         test: "tests/ch06_attention.rs::multiplicative_mask_breaks_softmax",
     },
     Erratum {
@@ -364,15 +434,20 @@ pub const ERRATA: &[Erratum] = &[
         section: "Expressivity of Multi-Head Attention",
         printed: "W_o mixes together the results of A₁V₁ and A₂V₁",
         correct: "A₁V₁ and A₂V₂",
-        why: "Head 2 applies its own weights A₂ to its own values V₂ = E W_{v,2}, as the line above it writes.",
+        why: "Head 2 applies its own weights A₂ to its own values V₂ = E W_{v,2}, as the line \
+            above it writes.",
         test: "tests/ch06_attention.rs::two_heads_are_a_sum_of_per_head_terms",
     },
     Erratum {
         document: D2,
         section: "Matrix Representation of One-Head Attention",
         printed: "LayerNorm E ← LN(E); … Ê = E + AVW_o; LayerNorm Ê ← LN(Ê); … E ← Ê + Ẽ",
-        correct: "pre-LN keeps the residual stream unnormalised: Ê = E + A V W_o with A, V from LN(E); E ← Ê + FFN(LN(Ê))",
-        why: "Read literally, the assignments overwrite E and Ê with their normalised versions, so the residual adds the normalised input and every block renormalises the stream; in the pre-LN transformer (GPT-2) only the sub-layer's input is normalised. The two give different outputs.",
+        correct: "pre-LN keeps the residual stream unnormalised: Ê = E + A V W_o with A, V from \
+            LN(E); E ← Ê + FFN(LN(Ê))",
+        why: "Read literally, the assignments overwrite E and Ê with their normalised versions, so \
+            the residual adds the normalised input and every block renormalises the stream; in the \
+            pre-LN transformer (GPT-2) only the sub-layer's input is normalised. The two give \
+            different outputs.",
         test: "tests/ch06_attention.rs::literal_reading_of_002_normalises_the_residual_stream",
     },
     Erratum {
@@ -380,7 +455,8 @@ pub const ERRATA: &[Erratum] = &[
         section: "Attention, the value matrix",
         printed: "In GPT-3, n-embed = 12,388 and n-query-key = 128",
         correct: "n-embed = 12,288 (96 heads × 128)",
-        why: "A transposed digit: document 001 gives 12,288, which is 96 × 128 and makes the per-head count 4 × 12,288 × 128 = 6,291,456 ≈ 6.3 million.",
+        why: "A transposed digit: document 001 gives 12,288, which is 96 × 128 and makes the \
+            per-head count 4 × 12,288 × 128 = 6,291,456 ≈ 6.3 million.",
         test: "tests/ch06_attention.rs::gpt3_head_has_6_3_million_parameters",
     },
 ];

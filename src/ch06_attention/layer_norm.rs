@@ -21,7 +21,8 @@ use nalgebra::DMatrix;
 pub enum Epsilon {
     /// (x − μ)/√(σ² + ε): the formula of documents 002 and 003 and of PyTorch and GPT-2.
     InsideSqrt,
-    /// (x − μ)/(σ + ε): what document 003's first printed LayerNorm (and its decoder cell) computes.
+    /// (x − μ)/(σ + ε): what document 003's first printed LayerNorm (and its decoder cell)
+    /// computes.
     AddedToStd,
 }
 
@@ -198,7 +199,8 @@ pub struct LnGrads<T: Float> {
 ///
 /// ```text
 /// ε inside:  ∂L/∂x = (g − mean(g) − x̂ · mean(g ⊙ x̂)) / s
-/// σ + ε:     ∂L/∂x = (g − mean(g) − x̂ · (s/σ) · mean(g ⊙ x̂)) / s      ((x − μ)/σ taken as 0 when σ = 0)
+/// σ + ε:     ∂L/∂x = (g − mean(g) − x̂ · (s/σ) · mean(g ⊙ x̂)) / s
+///            ((x − μ)/σ taken as 0 when σ = 0)
 /// ∂L/∂γ = Σ_rows ∂L/∂y ⊙ x̂,   ∂L/∂β = Σ_rows ∂L/∂y
 /// ```
 pub fn layer_norm_backward<T: Float>(
@@ -286,7 +288,8 @@ pub fn layer_norm_backward_into<T: Float>(
     {
         let gamma = ln.gamma[(0, j)];
         for r in 0..n {
-            let d = (gamma * dy[r] - mean_g[r] - xh[r] * factor[r] * mean_gx[r]) / cache.denom[r]; // x̂ = (x − μ)/s
+            // x̂ = (x − μ)/s
+            let d = (gamma * dy[r] - mean_g[r] - xh[r] * factor[r] * mean_gx[r]) / cache.denom[r];
             match store {
                 Store::Overwrite => out[r] = d,
                 Store::Accumulate => out[r] += d,

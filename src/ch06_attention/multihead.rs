@@ -55,7 +55,8 @@ fn affine<T: Float>(
 
 // ───────────────────────────── multi-head attention ─────────────────────────────
 
-/// Splits the columns of m into `heads` equal blocks: head h gets columns h·w … (h+1)·w − 1.
+/// Splits the columns of m into `heads` equal blocks: m is N×(H·w), head h gets the N×w block of
+/// columns h·w … (h+1)·w − 1.
 pub fn split_heads<T: Float>(m: &DMatrix<T>, heads: usize) -> Result<Vec<DMatrix<T>>> {
     if heads == 0 || !m.ncols().is_multiple_of(heads) {
         return Err(invalid(
@@ -68,7 +69,8 @@ pub fn split_heads<T: Float>(m: &DMatrix<T>, heads: usize) -> Result<Vec<DMatrix
     Ok((0..heads).map(|h| m.columns(h * w, w).into_owned()).collect())
 }
 
-/// Concatenates per-head outputs side by side (the inverse of [`split_heads`]).
+/// Concatenates per-head outputs side by side (the inverse of [`split_heads`]): H matrices with N
+/// rows each give one N×(Σ widths) matrix.
 pub fn concat_heads<T: Float>(parts: &[DMatrix<T>]) -> Result<DMatrix<T>> {
     let first = parts.first().ok_or(Error::Empty { op: "concat_heads", arg: "parts" })?;
     if let Some(p) = parts.iter().find(|p| p.nrows() != first.nrows()) {
@@ -91,7 +93,8 @@ pub fn concat_heads<T: Float>(parts: &[DMatrix<T>]) -> Result<DMatrix<T>> {
 
 /// The weights of multi-head attention. Queries come from an input of width C_q, keys and values
 /// from one of width C_kv (the same input for self-attention):
-/// w_q C_q×(H·d_k), w_k C_kv×(H·d_k), w_v C_kv×(H·d_v), w_o (H·d_v)×C_out, each bias 1×(its columns).
+/// w_q C_q×(H·d_k), w_k C_kv×(H·d_k), w_v C_kv×(H·d_v), w_o (H·d_v)×C_out, each bias
+/// 1×(its columns).
 #[derive(Clone, Debug, PartialEq)]
 pub struct MultiHead<T: Float> {
     /// H, the number of heads.
@@ -326,7 +329,14 @@ pub struct MhaGrads<T: Float> {
     pub d_b_o: DMatrix<T>,
 }
 
-/// Backward of [`mha_forward`] given ∂L/∂out.
+/// Backward of [`mha_forward`] given ∂L/∂out ((B·T_q)×C_out). With C the concatenated heads:
+///
+/// ```text
+/// out = C W_O + b_O        ⇒ ∂W_O = Cᵀ ∂out,   ∂b_O = Σ_rows ∂out,   ∂C = ∂out W_Oᵀ
+/// C = Concat(head_h)       ⇒ ∂head_h = columns h·d_v … of ∂C, back through [`attention_backward`]
+/// Q = X_q W_Q + b_Q        ⇒ ∂X_q = ∂Q W_Qᵀ,   ∂W_Q = X_qᵀ ∂Q,   ∂b_Q = Σ_rows ∂Q
+/// K, V = X_kv W_{K,V} + b  ⇒ ∂X_kv = ∂K W_Kᵀ + ∂V W_Vᵀ,   ∂W_K = X_kvᵀ ∂K,   ∂W_V = X_kvᵀ ∂V
+/// ```
 pub fn mha_backward<T: Float>(
     p: &MultiHead<T>,
     cache: &MhaCache<T>,
@@ -351,7 +361,7 @@ pub fn mha_backward<T: Float>(
         split_heads(&cache.k, p.heads)?,
         split_heads(&cache.v, p.heads)?,
     );
-    let (mut dq, mut dk, mut dv) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut d_q_heads, mut d_k_heads, mut d_v_heads) = (Vec::new(), Vec::new(), Vec::new());
     for h in 0..p.heads {
         let g = attention_backward(
             &qs[h],
@@ -361,11 +371,13 @@ pub fn mha_backward<T: Float>(
             &d_heads[h],
             &cache.spec,
         )?;
-        dq.push(g.d_q);
-        dk.push(g.d_k);
-        dv.push(g.d_v);
+        d_q_heads.push(g.d_q);
+        d_k_heads.push(g.d_k);
+        d_v_heads.push(g.d_v);
     }
-    let (d_q, d_k, d_v) = (concat_heads(&dq)?, concat_heads(&dk)?, concat_heads(&dv)?);
+    let d_q = concat_heads(&d_q_heads)?; // Q = Concat(Q_h)
+    let d_k = concat_heads(&d_k_heads)?; // K = Concat(K_h)
+    let d_v = concat_heads(&d_v_heads)?; // V = Concat(V_h)
     // Q = X_q W_Q + b_Q, K = X_kv W_K + b_K, V = X_kv W_V + b_V.
     Ok(MhaGrads {
         d_x_q: matmul_nt(&d_q, &p.w_q)?,
