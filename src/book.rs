@@ -15,7 +15,7 @@ pub fn chapters() -> Vec<Chapter> {
         crate::ch03_mlp::CHAPTER,
         crate::ch04_xor::CHAPTER,
         crate::ch05_positions::CHAPTER,
-        crate::ch06_attention::CHAPTER,
+        crate::ch06_attention::book::CHAPTER,
         crate::ch07_encoder_decoder::CHAPTER,
         crate::ch08_tokens::CHAPTER,
         crate::ch09_gpt::CHAPTER,

@@ -7,7 +7,7 @@ use llm_workbook::Error;
 use llm_workbook::ch03_mlp::Activation;
 use llm_workbook::ch05_positions as ch05;
 use llm_workbook::ch06_attention::{
-    self as ch, AttnSpec, Block, Epsilon, Ffn, LayerNorm, MultiHead, NormOrder,
+    self as ch, AttnSpec, Block, Epsilon, Ffn, LayerNorm, MultiHead, NormOrder, book,
 };
 use llm_workbook::gradcheck::{Config, check};
 use llm_workbook::matmul::matmul;
@@ -32,7 +32,7 @@ fn assert_reproduced(w: &Worked) {
 }
 
 fn p(text: &str) -> DMatrix<f64> {
-    ch::printed(text).unwrap()
+    book::printed(text).unwrap()
 }
 
 fn rand(rng: &mut Rng, r: usize, c: usize) -> DMatrix<f64> {
@@ -47,33 +47,33 @@ fn weighted_sum(m: &DMatrix<f64>, r: &DMatrix<f64>) -> f64 {
 
 #[test]
 fn q_first_row_by_hand_is_1_5_1_1_2_6_0() {
-    let hand = ch::first_row_by_hand().unwrap();
+    let hand = book::first_row_by_hand().unwrap();
     assert_eq!(hand.map(|v| format!("{v:.4}")), ["1.5000", "1.1000", "2.6000", "0.0000"]);
     // The printed hand sum for Q[1,3] drops the last product 1.4 × 1: 0 + 1.2 + 0 + 0 = 1.2.
     let x = p(ch05::PRINTED_X_PLUS_PE);
-    let w = ch::m4(&ch::W_Q);
+    let w = book::m4(&book::W_Q);
     let products: Vec<f64> = (0..4).map(|j| x[(0, j)] * w[(j, 2)]).collect();
     assert_eq!(products, [0.0, 1.2, -0.0, 1.4]);
     assert!(
         (products[..3].iter().sum::<f64>() - 1.2).abs() < 1e-15,
         "the printed 1.2 is the sum without the last term"
     );
-    assert_eq!(format!("{:.1}", ch::walkthrough().unwrap().q[(0, 2)]), "2.6");
+    assert_eq!(format!("{:.1}", book::walkthrough().unwrap().q[(0, 2)]), "2.6");
 }
 
 #[test]
 fn main_text_q_follows_the_symbolic_pe() {
     let x_sym: DMatrix<f64> = ch05::matrix3x4(&ch05::X_EMBEDDINGS)
         + ch05::with_exponents(&[0.0, 1.0, 2.0], &ch05::DOC_SYMBOLIC_EXPONENTS).unwrap();
-    let q_sym = matmul(&x_sym, &ch::m4(&ch::W_Q)).unwrap();
+    let q_sym = matmul(&x_sym, &book::m4(&book::W_Q)).unwrap();
     assert_status(
-        &Worked::matrix("t", llm_workbook::sources::D3, "Q", ch::PRINTED_Q_MAIN, 4, &q_sym),
+        &Worked::matrix("t", llm_workbook::sources::D3, "Q", book::PRINTED_Q_MAIN, 4, &q_sym),
         Status::Match,
     );
     // From the printed X + PE (what K, V and the attention use) row 3 differs: 0.9 and 1.5095.
-    let q = ch::walkthrough().unwrap().q;
+    let q = book::walkthrough().unwrap().q;
     assert_status(
-        &Worked::matrix("t", llm_workbook::sources::D3, "Q", ch::PRINTED_Q_MAIN, 4, &q),
+        &Worked::matrix("t", llm_workbook::sources::D3, "Q", book::PRINTED_Q_MAIN, 4, &q),
         Status::Mismatch,
     );
     assert_eq!(format!("{:.4} {:.4}", q[(2, 1)], q[(2, 3)]), "0.9000 1.5095");
@@ -83,13 +83,13 @@ fn main_text_q_follows_the_symbolic_pe() {
 fn python_cell_q_uses_the_symbolic_pe() {
     let x_sym: DMatrix<f64> = ch05::matrix3x4(&ch05::X_EMBEDDINGS)
         + ch05::with_exponents(&[0.0, 1.0, 2.0], &ch05::DOC_SYMBOLIC_EXPONENTS).unwrap();
-    let q_sym = matmul(&x_sym, &ch::m4(&ch::W_Q)).unwrap();
+    let q_sym = matmul(&x_sym, &book::m4(&book::W_Q)).unwrap();
     assert_status(
         &Worked::matrix(
             "t",
             llm_workbook::sources::D3,
             "Q",
-            ch::PRINTED_Q_CELL_SYMBOLIC,
+            book::PRINTED_Q_CELL_SYMBOLIC,
             8,
             &q_sym,
         ),
@@ -101,33 +101,40 @@ fn python_cell_q_uses_the_symbolic_pe() {
 
 #[test]
 fn qkv_cell_is_reproduced() {
-    let w = ch::walkthrough().unwrap();
+    let w = book::walkthrough().unwrap();
     assert_status(
-        &Worked::matrix("t", llm_workbook::sources::D3, "Q", ch::PRINTED_Q, 5, &w.q),
+        &Worked::matrix("t", llm_workbook::sources::D3, "Q", book::PRINTED_Q, 5, &w.q),
         Status::Match,
     );
     assert_status(
-        &Worked::matrix("t", llm_workbook::sources::D3, "K", ch::PRINTED_K, 5, &w.k),
+        &Worked::matrix("t", llm_workbook::sources::D3, "K", book::PRINTED_K, 5, &w.k),
         Status::Match,
     );
     assert_status(
-        &Worked::matrix("t", llm_workbook::sources::D3, "V", ch::PRINTED_V, 5, &w.v),
+        &Worked::matrix("t", llm_workbook::sources::D3, "V", book::PRINTED_V, 5, &w.v),
         Status::Match,
     );
     // Exactly, not only at the printed precision: the inputs have at most five decimals.
-    assert!((&w.q - p(ch::PRINTED_Q)).abs().max() < 1e-12);
-    assert!((&w.k - p(ch::PRINTED_K)).abs().max() < 1e-12);
-    assert!((&w.v - p(ch::PRINTED_V)).abs().max() < 1e-12);
+    assert!((&w.q - p(book::PRINTED_Q)).abs().max() < 1e-12);
+    assert!((&w.k - p(book::PRINTED_K)).abs().max() < 1e-12);
+    assert!((&w.v - p(book::PRINTED_V)).abs().max() < 1e-12);
 }
 
 #[test]
 fn k_heading_shows_q_again() {
-    let w = ch::walkthrough().unwrap();
+    let w = book::walkthrough().unwrap();
     assert_status(
-        &Worked::matrix("t", llm_workbook::sources::D3, "K?", ch::PRINTED_UNDER_K_HEADING, 4, &w.k),
+        &Worked::matrix(
+            "t",
+            llm_workbook::sources::D3,
+            "K?",
+            book::PRINTED_UNDER_K_HEADING,
+            4,
+            &w.k,
+        ),
         Status::Mismatch,
     );
-    assert_eq!(ch::PRINTED_UNDER_K_HEADING, ch::PRINTED_Q_MAIN);
+    assert_eq!(book::PRINTED_UNDER_K_HEADING, book::PRINTED_Q_MAIN);
     assert_eq!(
         (0..4).map(|c| format!("{:.1}", w.k[(0, c)])).collect::<Vec<_>>(),
         ["1.1", "1.5", "0.0", "2.6"]
@@ -136,18 +143,18 @@ fn k_heading_shows_q_again() {
 
 #[test]
 fn v_follows_the_first_w_v_not_the_displayed_one() {
-    let w = ch::walkthrough().unwrap();
+    let w = book::walkthrough().unwrap();
     assert_reproduced(&Worked::matrix(
         "t",
         llm_workbook::sources::D3,
         "V",
-        ch::PRINTED_V_MAIN,
+        book::PRINTED_V_MAIN,
         4,
         &w.v,
     ));
-    let displayed = matmul(&w.x_pe, &ch::m4(&ch::W_V_DISPLAYED)).unwrap();
+    let displayed = matmul(&w.x_pe, &book::m4(&book::W_V_DISPLAYED)).unwrap();
     assert_status(
-        &Worked::matrix("t", llm_workbook::sources::D3, "V", ch::PRINTED_V_MAIN, 4, &displayed),
+        &Worked::matrix("t", llm_workbook::sources::D3, "V", book::PRINTED_V_MAIN, 4, &displayed),
         Status::Mismatch,
     );
     assert_eq!(
@@ -158,11 +165,11 @@ fn v_follows_the_first_w_v_not_the_displayed_one() {
 
 #[test]
 fn y_qkv_are_reproduced() {
-    let w = ch::walkthrough().unwrap();
+    let w = book::walkthrough().unwrap();
     for (m, cell, main) in [
-        (&w.qkv_y[0], ch::PRINTED_Q_Y, ch::PRINTED_Q_Y_MAIN),
-        (&w.qkv_y[1], ch::PRINTED_K_Y, ch::PRINTED_K_Y_MAIN),
-        (&w.qkv_y[2], ch::PRINTED_V_Y, ch::PRINTED_V_Y_MAIN),
+        (&w.qkv_y[0], book::PRINTED_Q_Y, book::PRINTED_Q_Y_MAIN),
+        (&w.qkv_y[1], book::PRINTED_K_Y, book::PRINTED_K_Y_MAIN),
+        (&w.qkv_y[2], book::PRINTED_V_Y, book::PRINTED_V_Y_MAIN),
     ] {
         assert_status(
             &Worked::matrix("t", llm_workbook::sources::D3, "cell", cell, 5, m),
@@ -176,7 +183,7 @@ fn y_qkv_are_reproduced() {
 
 #[test]
 fn scale_is_one_over_sqrt_d_k() {
-    let w = ch::walkthrough().unwrap();
+    let w = book::walkthrough().unwrap();
     let raw = w.q.clone() * w.k.transpose();
     assert!((w.scores.clone() - raw * 0.5).abs().max() < 1e-15);
     // A custom scale replaces 1/√d_k.
@@ -186,22 +193,22 @@ fn scale_is_one_over_sqrt_d_k() {
 
 #[test]
 fn attention_weights_are_reproduced() {
-    let w = ch::walkthrough().unwrap();
+    let w = book::walkthrough().unwrap();
     assert_status(
-        &Worked::matrix("t", llm_workbook::sources::D3, "A", ch::PRINTED_WEIGHTS, 8, &w.weights),
+        &Worked::matrix("t", llm_workbook::sources::D3, "A", book::PRINTED_WEIGHTS, 8, &w.weights),
         Status::Match,
     );
 }
 
 #[test]
 fn attention_output_is_reproduced() {
-    let w = ch::walkthrough().unwrap();
+    let w = book::walkthrough().unwrap();
     assert_status(
         &Worked::matrix(
             "t",
             llm_workbook::sources::D3,
             "AV",
-            ch::PRINTED_ATTENTION,
+            book::PRINTED_ATTENTION,
             8,
             &w.attention,
         ),
@@ -211,7 +218,7 @@ fn attention_output_is_reproduced() {
 
 #[test]
 fn attention_rows_sum_to_one() {
-    let w = ch::walkthrough().unwrap();
+    let w = book::walkthrough().unwrap();
     for r in 0..3 {
         assert!((w.weights.row(r).sum() - 1.0).abs() < 1e-15);
     }
@@ -232,9 +239,9 @@ fn attention_rows_sum_to_one() {
 
 #[test]
 fn concatenation_is_reproduced() {
-    let w = ch::walkthrough().unwrap();
+    let w = book::walkthrough().unwrap();
     assert_status(
-        &Worked::matrix("t", llm_workbook::sources::D3, "C", ch::PRINTED_CONCAT, 8, &w.concat),
+        &Worked::matrix("t", llm_workbook::sources::D3, "C", book::PRINTED_CONCAT, 8, &w.concat),
         Status::Match,
     );
     assert_eq!(w.concat.shape(), (3, 8));
@@ -242,13 +249,13 @@ fn concatenation_is_reproduced() {
 
 #[test]
 fn multihead_output_is_concat_times_w_o() {
-    let w = ch::walkthrough().unwrap();
+    let w = book::walkthrough().unwrap();
     assert_status(
         &Worked::matrix(
             "t",
             llm_workbook::sources::D3,
             "M",
-            ch::PRINTED_MULTIHEAD,
+            book::PRINTED_MULTIHEAD,
             8,
             &w.multihead,
         ),
@@ -256,16 +263,16 @@ fn multihead_output_is_concat_times_w_o() {
     );
     // What the main text prints after "the final multi-head attention output will be" is the
     // concatenation again: the wrong shape.
-    assert_eq!(p(ch::PRINTED_CONCAT).shape(), (3, 8));
+    assert_eq!(p(book::PRINTED_CONCAT).shape(), (3, 8));
     assert_eq!(w.multihead.shape(), (3, 4));
 }
 
 #[test]
 fn w_o_filled_with_0_5_is_not_what_was_used() {
-    let w = ch::walkthrough().unwrap();
+    let w = book::walkthrough().unwrap();
     let half = matmul(&w.concat, &DMatrix::from_element(8, 4, 0.5)).unwrap();
     assert_status(
-        &Worked::matrix("t", llm_workbook::sources::D3, "M", ch::PRINTED_MULTIHEAD, 8, &half),
+        &Worked::matrix("t", llm_workbook::sources::D3, "M", book::PRINTED_MULTIHEAD, 8, &half),
         Status::Mismatch,
     );
     // Every column equal, half the row sum.
@@ -289,24 +296,24 @@ fn ln_sample_variance(x: &DMatrix<f64>, eps: f64) -> DMatrix<f64> {
 
 #[test]
 fn layer_norm_printed_follows_std_plus_eps() {
-    let w = ch::walkthrough().unwrap();
+    let w = book::walkthrough().unwrap();
     assert_status(
-        &Worked::matrix("t", llm_workbook::sources::D3, "LN", ch::PRINTED_LN1, 8, &w.ln1),
+        &Worked::matrix("t", llm_workbook::sources::D3, "LN", book::PRINTED_LN1, 8, &w.ln1),
         Status::Match,
     );
     // The formula beside it (ε inside the square root) misses in the seventh decimal …
     assert_status(
-        &Worked::matrix("t", llm_workbook::sources::D3, "LN", ch::PRINTED_LN1, 8, &w.ln1_stated),
+        &Worked::matrix("t", llm_workbook::sources::D3, "LN", book::PRINTED_LN1, 8, &w.ln1_stated),
         Status::Mismatch,
     );
     assert_eq!(format!("{:.8}", w.ln1_stated[(0, 0)]), "-1.03927194");
     // … as do ε = 0, ε = 1e-5 and the sample variance.
-    let m = p(ch::PRINTED_MULTIHEAD);
+    let m = p(book::PRINTED_MULTIHEAD);
     for eps in [1e-5, 1e-12] {
         let ln = LayerNorm::new(4, eps).unwrap();
         let y = ch::layer_norm_forward(&ln, &m).unwrap().0;
         assert_status(
-            &Worked::matrix("t", llm_workbook::sources::D3, "LN", ch::PRINTED_LN1, 8, &y),
+            &Worked::matrix("t", llm_workbook::sources::D3, "LN", book::PRINTED_LN1, 8, &y),
             Status::Mismatch,
         );
     }
@@ -315,7 +322,7 @@ fn layer_norm_printed_follows_std_plus_eps() {
             "t",
             llm_workbook::sources::D3,
             "LN",
-            ch::PRINTED_LN1,
+            book::PRINTED_LN1,
             8,
             &ln_sample_variance(&m, 1e-6),
         ),
@@ -325,22 +332,23 @@ fn layer_norm_printed_follows_std_plus_eps() {
 
 #[test]
 fn ffn_is_reproduced() {
-    let w = ch::walkthrough().unwrap();
+    let w = book::walkthrough().unwrap();
     assert_status(
-        &Worked::matrix("t", llm_workbook::sources::D3, "FFN", ch::PRINTED_FFN, 8, &w.ffn),
+        &Worked::matrix("t", llm_workbook::sources::D3, "FFN", book::PRINTED_FFN, 8, &w.ffn),
         Status::Match,
     );
     // The hidden layer 4 → 6 → 4, and every hidden unit is positive here, so ReLU changes nothing.
-    let (_, cache) = ch::ffn_forward(&ch::doc_ffn().unwrap(), &p(ch::PRINTED_LN1)).unwrap();
+    let (_, cache) = ch::ffn_forward(&book::doc_ffn().unwrap(), &p(book::PRINTED_LN1)).unwrap();
     assert_eq!(cache.z1.shape(), (3, 6));
     assert!(cache.z1.iter().all(|&z| z > 0.0));
 }
 
 #[test]
 fn ffn_first_entry_from_one_row_and_one_column_is_1_70355949() {
-    // The supplement's second cell: row 1 of LN through W₁, b₁, ReLU, then column 1 of W₂ and b₂[1].
-    let ln = p(ch::PRINTED_LN1);
-    let f = ch::doc_ffn().unwrap();
+    // The supplement's second cell: row 1 of LN through W₁, b₁, ReLU, then column 1 of W₂ and
+    // b₂[1].
+    let ln = p(book::PRINTED_LN1);
+    let f = book::doc_ffn().unwrap();
     let z1: Vec<f64> = (0..6)
         .map(|h| (0..4).map(|j| ln[(0, j)] * f.w1[(j, h)]).sum::<f64>() + f.b1[(0, h)])
         .collect();
@@ -351,29 +359,29 @@ fn ffn_first_entry_from_one_row_and_one_column_is_1_70355949() {
 
 #[test]
 fn final_layer_norm_is_reproduced() {
-    let w = ch::walkthrough().unwrap();
+    let w = book::walkthrough().unwrap();
     assert_status(
-        &Worked::matrix("t", llm_workbook::sources::D3, "LN2", ch::PRINTED_LN2, 8, &w.ln2),
+        &Worked::matrix("t", llm_workbook::sources::D3, "LN2", book::PRINTED_LN2, 8, &w.ln2),
         Status::Match,
     );
     // This one follows the stated formula: σ + ε misses it.
     let other = ch::layer_norm_forward(
-        &ch::doc_layer_norm(Epsilon::AddedToStd).unwrap(),
-        &p(ch::PRINTED_FFN),
+        &book::doc_layer_norm(Epsilon::AddedToStd).unwrap(),
+        &p(book::PRINTED_FFN),
     )
     .unwrap()
     .0;
     assert_status(
-        &Worked::matrix("t", llm_workbook::sources::D3, "LN2", ch::PRINTED_LN2, 8, &other),
+        &Worked::matrix("t", llm_workbook::sources::D3, "LN2", book::PRINTED_LN2, 8, &other),
         Status::Mismatch,
     );
 }
 
 #[test]
 fn ffn_rows_are_arithmetic_not_scalar_multiples() {
-    let ffn = p(ch::PRINTED_FFN);
-    assert!(ch::rows_are_arithmetic(&ffn, 2e-8));
-    assert!(ch::rows_are_arithmetic(&ch::walkthrough().unwrap().ffn, 1e-12));
+    let ffn = p(book::PRINTED_FFN);
+    assert!(book::rows_are_arithmetic(&ffn, 2e-8));
+    assert!(book::rows_are_arithmetic(&book::walkthrough().unwrap().ffn, 1e-12));
     let ratios: Vec<String> =
         (0..3).map(|c| format!("{:.2}", ffn[(0, c + 1)] / ffn[(0, c)])).collect();
     assert_eq!(ratios, ["2.69", "1.63", "1.39"]);
@@ -385,22 +393,22 @@ fn ffn_rows_are_arithmetic_not_scalar_multiples() {
     let want = [-3.0, -1.0, 1.0, 3.0].map(|v: f64| v / 5f64.sqrt());
     assert!((0..4).all(|c| (y[(0, c)] - want[c]).abs() < 1e-10));
     // A non-arithmetic row is told apart.
-    assert!(!ch::rows_are_arithmetic(&DMatrix::from_row_slice(1, 4, &[1.0, 2.0, 4.0, 8.0]), 0.5));
+    assert!(!book::rows_are_arithmetic(&DMatrix::from_row_slice(1, 4, &[1.0, 2.0, 4.0, 8.0]), 0.5));
 }
 
 #[test]
 fn walkthrough_omits_the_residual_connections() {
-    let w = ch::walkthrough().unwrap();
-    let ln = ch::doc_layer_norm(Epsilon::InsideSqrt).unwrap();
+    let w = book::walkthrough().unwrap();
+    let ln = book::doc_layer_norm(Epsilon::InsideSqrt).unwrap();
     let with_residual =
-        ch::layer_norm_forward(&ln, &(&w.x_pe + p(ch::PRINTED_MULTIHEAD))).unwrap().0;
+        ch::layer_norm_forward(&ln, &(&w.x_pe + p(book::PRINTED_MULTIHEAD))).unwrap().0;
     assert_status(
-        &Worked::matrix("t", llm_workbook::sources::D3, "LN", ch::PRINTED_LN1, 8, &with_residual),
+        &Worked::matrix("t", llm_workbook::sources::D3, "LN", book::PRINTED_LN1, 8, &with_residual),
         Status::Mismatch,
     );
     assert_eq!(format!("{:.8}", with_residual[(0, 0)]), "-1.66120976");
     // The standard chain starts from the standard PE, so its first LayerNorm differs again.
-    let s = ch::standard_chain().unwrap();
+    let s = book::standard_chain().unwrap();
     assert!((s.h.clone() - with_residual).abs().max() > 1e-3);
 }
 
@@ -408,19 +416,20 @@ fn walkthrough_omits_the_residual_connections() {
 fn chain_from_scratch_agrees_with_the_printed_steps() {
     // The document feeds each step the previous step's printed (8-decimal) numbers. Computing the
     // whole chain without rounding lands within rounding of every printed matrix.
-    let w = ch::walkthrough().unwrap();
-    let concat = ch::concat_heads(&[w.attention.clone(), p(ch::HEAD_2)]).unwrap();
-    let m = matmul(&concat, &p(ch::W_O)).unwrap();
+    let w = book::walkthrough().unwrap();
+    let concat = ch::concat_heads(&[w.attention.clone(), p(book::HEAD_2)]).unwrap();
+    let m = matmul(&concat, &p(book::W_O)).unwrap();
     let ln1 =
-        ch::layer_norm_forward(&ch::doc_layer_norm(Epsilon::AddedToStd).unwrap(), &m).unwrap().0;
-    let ffn = ch::ffn_forward(&ch::doc_ffn().unwrap(), &ln1).unwrap().0;
-    let ln2 =
-        ch::layer_norm_forward(&ch::doc_layer_norm(Epsilon::InsideSqrt).unwrap(), &ffn).unwrap().0;
+        ch::layer_norm_forward(&book::doc_layer_norm(Epsilon::AddedToStd).unwrap(), &m).unwrap().0;
+    let ffn = ch::ffn_forward(&book::doc_ffn().unwrap(), &ln1).unwrap().0;
+    let ln2 = ch::layer_norm_forward(&book::doc_layer_norm(Epsilon::InsideSqrt).unwrap(), &ffn)
+        .unwrap()
+        .0;
     for (ours, printed) in [
-        (&m, ch::PRINTED_MULTIHEAD),
-        (&ln1, ch::PRINTED_LN1),
-        (&ffn, ch::PRINTED_FFN),
-        (&ln2, ch::PRINTED_LN2),
+        (&m, book::PRINTED_MULTIHEAD),
+        (&ln1, book::PRINTED_LN1),
+        (&ffn, book::PRINTED_FFN),
+        (&ln2, book::PRINTED_LN2),
     ] {
         assert!((ours - p(printed)).abs().max() < 1e-7, "{printed}");
     }
@@ -430,22 +439,22 @@ fn chain_from_scratch_agrees_with_the_printed_steps() {
 
 #[test]
 fn snapshot_scores() {
-    common::snap_matrix!("scores", ch::walkthrough().unwrap().scores, 8);
+    common::snap_matrix!("scores", book::walkthrough().unwrap().scores, 8);
 }
 
 #[test]
 fn snapshot_weights() {
-    common::snap_matrix!("weights", ch::walkthrough().unwrap().weights, 8);
+    common::snap_matrix!("weights", book::walkthrough().unwrap().weights, 8);
 }
 
 #[test]
 fn snapshot_attention() {
-    common::snap_matrix!("attention", ch::walkthrough().unwrap().attention, 8);
+    common::snap_matrix!("attention", book::walkthrough().unwrap().attention, 8);
 }
 
 #[test]
 fn snapshot_weights_causal() {
-    let w = ch::walkthrough().unwrap();
+    let w = book::walkthrough().unwrap();
     common::snap_matrix!(
         "weights_causal",
         ch::attention_forward(&w.q, &w.k, &w.v, &AttnSpec::causal(3)).unwrap().weights,
@@ -455,7 +464,7 @@ fn snapshot_weights_causal() {
 
 #[test]
 fn snapshot_attention_causal() {
-    let w = ch::walkthrough().unwrap();
+    let w = book::walkthrough().unwrap();
     common::snap_matrix!(
         "attention_causal",
         ch::attention_forward(&w.q, &w.k, &w.v, &AttnSpec::causal(3)).unwrap().out,
@@ -465,57 +474,57 @@ fn snapshot_attention_causal() {
 
 #[test]
 fn snapshot_multihead() {
-    common::snap_matrix!("multihead", ch::walkthrough().unwrap().multihead, 8);
+    common::snap_matrix!("multihead", book::walkthrough().unwrap().multihead, 8);
 }
 
 #[test]
 fn snapshot_ln1_std_plus_eps() {
-    common::snap_matrix!("ln1_std_plus_eps", ch::walkthrough().unwrap().ln1, 8);
+    common::snap_matrix!("ln1_std_plus_eps", book::walkthrough().unwrap().ln1, 8);
 }
 
 #[test]
 fn snapshot_ln1_stated_formula() {
-    common::snap_matrix!("ln1_stated_formula", ch::walkthrough().unwrap().ln1_stated, 8);
+    common::snap_matrix!("ln1_stated_formula", book::walkthrough().unwrap().ln1_stated, 8);
 }
 
 #[test]
 fn snapshot_ffn() {
-    common::snap_matrix!("ffn", ch::walkthrough().unwrap().ffn, 8);
+    common::snap_matrix!("ffn", book::walkthrough().unwrap().ffn, 8);
 }
 
 #[test]
 fn snapshot_ln2() {
-    common::snap_matrix!("ln2", ch::walkthrough().unwrap().ln2, 8);
+    common::snap_matrix!("ln2", book::walkthrough().unwrap().ln2, 8);
 }
 
 #[test]
 fn snapshot_standard_weights() {
-    common::snap_matrix!("standard_weights", ch::standard_chain().unwrap().weights, 8);
+    common::snap_matrix!("standard_weights", book::standard_chain().unwrap().weights, 8);
 }
 
 #[test]
 fn snapshot_standard_attention() {
-    common::snap_matrix!("standard_attention", ch::standard_chain().unwrap().attention, 8);
+    common::snap_matrix!("standard_attention", book::standard_chain().unwrap().attention, 8);
 }
 
 #[test]
 fn snapshot_standard_multihead() {
-    common::snap_matrix!("standard_multihead", ch::standard_chain().unwrap().multihead, 8);
+    common::snap_matrix!("standard_multihead", book::standard_chain().unwrap().multihead, 8);
 }
 
 #[test]
 fn snapshot_standard_h() {
-    common::snap_matrix!("standard_h", ch::standard_chain().unwrap().h, 8);
+    common::snap_matrix!("standard_h", book::standard_chain().unwrap().h, 8);
 }
 
 #[test]
 fn snapshot_standard_out() {
-    common::snap_matrix!("standard_out", ch::standard_chain().unwrap().out, 8);
+    common::snap_matrix!("standard_out", book::standard_chain().unwrap().out, 8);
 }
 
 #[test]
 fn snapshot_two_head_example() {
-    let heads = ch::two_head_example().unwrap().weights;
+    let heads = book::two_head_example().unwrap().weights;
     common::snap_matrix!("head0_previous_token", heads[0], 6);
     common::snap_matrix!("head1_same_token", heads[1], 6);
 }
@@ -537,21 +546,21 @@ fn attention_weights_grow_quadratically_with_length() {
 
 #[test]
 fn gpt3_head_has_6_3_million_parameters() {
-    let per_head = ch::head_parameter_count(ch::GPT3_D_MODEL, ch::GPT3_D_HEAD);
+    let per_head = ch::head_parameter_count(book::GPT3_D_MODEL, book::GPT3_D_HEAD);
     assert_eq!(per_head, 6_291_456);
     assert_eq!(format!("{:.1}", per_head as f64 / 1e6), "6.3");
-    assert_eq!(ch::GPT3_HEADS * ch::GPT3_D_HEAD, 12_288);
-    assert_eq!(ch::GPT3_HEADS * per_head, 603_979_776);
-    assert_eq!(ch::round_to_two_figures(603.979776), 600.0);
+    assert_eq!(book::GPT3_HEADS * book::GPT3_D_HEAD, 12_288);
+    assert_eq!(book::GPT3_HEADS * per_head, 603_979_776);
+    assert_eq!(book::round_to_two_figures(603.979776), 600.0);
     // The value map is low rank: down (d×128) then up (128×d) has as many parameters as W_Q + W_K.
-    assert_eq!(2 * ch::GPT3_D_MODEL * ch::GPT3_D_HEAD, per_head / 2);
+    assert_eq!(2 * book::GPT3_D_MODEL * book::GPT3_D_HEAD, per_head / 2);
     // With 12,388 the count would not be 6.3 million to one decimal with 96 × 128 heads.
-    assert_ne!(12_388, ch::GPT3_HEADS * ch::GPT3_D_HEAD);
+    assert_ne!(12_388, book::GPT3_HEADS * book::GPT3_D_HEAD);
 }
 
 #[test]
 fn multiplicative_mask_breaks_softmax() {
-    assert_eq!(ch::multiplicative_mask_row_text(), "NaN NaN NaN");
+    assert_eq!(book::multiplicative_mask_row_text(), "NaN NaN NaN");
     // A zero score is as bad: 0 · (−∞) is NaN.
     assert!((0.0f64 * f64::NEG_INFINITY).is_nan());
     // Z ⊙ M with a negative masked score: −2 · −∞ = +∞ and the softmax is NaN.
@@ -588,7 +597,8 @@ fn one_head_value_map_is_redundant() {
 
 #[test]
 fn two_heads_are_a_sum_of_per_head_terms() {
-    // O = [A₁V₁, A₂V₂] W_O = A₁ E W_{v,1} W_{o,1} + A₂ E W_{v,2} W_{o,2}, each product of rank ≤ d/2.
+    // O = [A₁V₁, A₂V₂] W_O = A₁ E W_{v,1} W_{o,1} + A₂ E W_{v,2} W_{o,2}, each product of
+    // rank ≤ d/2.
     let mut rng = Rng::new(12);
     let d = 6;
     let e = rand(&mut rng, 4, d);
@@ -783,7 +793,8 @@ fn cross_attention_takes_keys_from_another_sequence_of_another_width() {
     let (out, cache) = ch::mha_forward(&mha, &x_q, &x_kv, &AttnSpec::cross(tq, tk)).unwrap();
     assert_eq!(out.shape(), (b * tq, 7));
     assert_eq!(cache.weights[0].shape(), (b * tq, tk));
-    // Changing the decoder side's query 0 leaves the other queries' outputs alone (no mixing among queries).
+    // Changing the decoder side's query 0 leaves the other queries' outputs alone (no mixing
+    // among queries).
     let mut x_q2 = x_q.clone();
     x_q2[(0, 0)] += 1.0;
     let (out2, _) = ch::mha_forward(&mha, &x_q2, &x_kv, &AttnSpec::cross(tq, tk)).unwrap();
@@ -885,7 +896,7 @@ fn f32_block_agrees_with_f64() {
 
 #[test]
 fn two_head_example_heads_look_back_and_at_themselves() {
-    let heads = ch::two_head_example().unwrap().weights;
+    let heads = book::two_head_example().unwrap().weights;
     for i in 0..6 {
         let argmax =
             |m: &DMatrix<f64>| (0..6).max_by(|&a, &b| m[(i, a)].total_cmp(&m[(i, b)])).unwrap();
@@ -1193,7 +1204,8 @@ fn mismatched_q_k_v_shapes_are_errors() {
     // Two query sequences but keys for one.
     let e = ch::attention_forward(&rand(&mut rng, 6, 4), &k, &v, &spec).unwrap_err();
     assert!(e.to_string().contains("6 rows"), "{e}");
-    // MHA: inputs of the wrong width, W_K and W_V reading different widths, W_O of the wrong height.
+    // MHA: inputs of the wrong width, W_K and W_V reading different widths, W_O of the wrong
+    // height.
     let mha = MultiHead::random(2, 4, 4, 2, 4, 0.5, &mut rng).unwrap();
     assert!(matches!(
         ch::mha_forward(&mha, &rand(&mut rng, 3, 5), &k, &spec),
@@ -1399,14 +1411,14 @@ fn printed_matrices_are_compared_entry_by_entry() {
 
 #[test]
 fn worked_table_has_no_mismatch_and_prose_is_current() {
-    let rows = ch::worked().unwrap();
+    let rows = book::worked().unwrap();
     assert!(rows.iter().all(|r| r.status != Status::Mismatch), "{rows:#?}");
-    common::check_chapter_prose(&ch::CHAPTER);
+    common::check_chapter_prose(&book::CHAPTER);
 }
 
 #[test]
 fn figures_show_the_weights() {
-    let figs = ch::figures().unwrap();
+    let figs = book::figures().unwrap();
     let stems: Vec<&str> = figs.iter().map(|(s, _)| s.as_str()).collect();
     assert_eq!(stems, ["ch06_weights", "ch06_weights_causal", "ch06_head0", "ch06_head1"]);
     let Figure::Heatmap(h) = &figs[0].1 else { panic!() };
@@ -1423,12 +1435,12 @@ fn figures_show_the_weights() {
 
 #[test]
 fn plots_render() {
-    common::render_plots(&ch::CHAPTER, 8);
+    common::render_plots(&book::CHAPTER, 8);
 }
 
 #[test]
 fn walk_prints_every_step() {
-    let text = common::walk_text(&ch::CHAPTER);
+    let text = common::walk_text(&book::CHAPTER);
     for step in 1..=10 {
         assert!(text.contains(&format!("── {step}.")), "step {step}");
     }
@@ -1438,12 +1450,12 @@ fn walk_prints_every_step() {
 #[test]
 fn every_erratum_names_a_test_of_this_file() {
     let source = include_str!("ch06_attention.rs");
-    for e in ch::ERRATA {
+    for e in book::ERRATA {
         let (file, name) = e.test.split_once("::").expect("tests/<file>.rs::<name>");
         assert_eq!(file, "tests/ch06_attention.rs");
         assert!(source.contains(&format!("fn {name}()")), "{name} is not a test here");
     }
-    for w in ch::worked().unwrap().iter().filter(|w| !w.test.is_empty()) {
+    for w in book::worked().unwrap().iter().filter(|w| !w.test.is_empty()) {
         assert!(source.contains(&format!("fn {}()", w.test)), "{} is not a test here", w.test);
     }
 }
@@ -1479,7 +1491,9 @@ mod properties {
 
         // y = (x − μ)/√(σ² + ε) has mean 0 and variance σ²/(σ² + ε) (1 as ε → 0).
         #[test]
-        fn layer_norm_rows_have_mean_zero_and_the_variance_the_formula_gives(x in spread_rows(), eps in 1e-9..1e-3f64) {
+        fn layer_norm_rows_have_mean_zero_and_the_variance_the_formula_gives(
+            x in spread_rows(), eps in 1e-9..1e-3f64
+        ) {
             let ln = LayerNorm::<f64>::new(x.ncols(), eps).unwrap();
             let (y, _) = ch::layer_norm_forward(&ln, &x).unwrap();
             for (xr, yr) in x.row_iter().zip(y.row_iter()) {
@@ -1496,7 +1510,9 @@ mod properties {
         // σ² ≥ 10⁻². Rounding c·x + d (|·| ≤ 1100) and its mean costs at most about
         // C · 1100 · 2⁻⁵³ / (c·σ) ≤ 12 · 1100 · 1.1·10⁻¹⁶ / 10⁻² ≈ 1.5·10⁻¹⁰ more.
         #[test]
-        fn layer_norm_ignores_scale_and_shift(x in spread_rows(), c in 0.1..100.0f64, d in -100.0..100.0f64) {
+        fn layer_norm_ignores_scale_and_shift(
+            x in spread_rows(), c in 0.1..100.0f64, d in -100.0..100.0f64
+        ) {
             let eps = 1e-12;
             let ln = LayerNorm::<f64>::new(x.ncols(), eps).unwrap();
             let (y, _) = ch::layer_norm_forward(&ln, &x).unwrap();
@@ -1507,10 +1523,15 @@ mod properties {
 
         #[test]
         fn attention_rows_are_distributions_and_causal_rows_see_no_later_key(
-            seed in any::<u64>(), batch in 1usize..3, t in 1usize..8, d in 1usize..6, causal in any::<bool>()
+            seed in any::<u64>(), batch in 1usize..3, t in 1usize..8, d in 1usize..6,
+            causal in any::<bool>()
         ) {
             let mut rng = Rng::new(seed);
-            let (q, k, v) = (rng.normal_matrix::<f64>(batch * t, d, 2.0), rng.normal_matrix(batch * t, d, 2.0), rng.normal_matrix(batch * t, 3, 1.0));
+            let (q, k, v) = (
+                rng.normal_matrix::<f64>(batch * t, d, 2.0),
+                rng.normal_matrix(batch * t, d, 2.0),
+                rng.normal_matrix(batch * t, 3, 1.0),
+            );
             let spec = if causal { AttnSpec::causal(t) } else { AttnSpec::bidirectional(t) };
             let a = ch::attention_forward(&q, &k, &v, &spec).unwrap();
             for r in 0..batch * t {
@@ -1518,14 +1539,19 @@ mod properties {
                 prop_assert!(row.iter().all(|&w| (0.0..=1.0).contains(&w)));
                 prop_assert!((row.sum() - 1.0).abs() < 1e-12, "row {r} sums to {}", row.sum());
                 if causal {
-                    prop_assert!(row.iter().skip(r % t + 1).all(|&w| w == 0.0), "row {r} looks ahead");
+                    prop_assert!(
+                        row.iter().skip(r % t + 1).all(|&w| w == 0.0),
+                        "row {r} looks ahead"
+                    );
                 }
             }
         }
 
         // Changing tokens from position p on never changes an output before p, to the bit.
         #[test]
-        fn causal_attention_never_leaks_later_tokens(seed in any::<u64>(), t in 2usize..9, d in 1usize..6, p_frac in 0.0..1.0f64) {
+        fn causal_attention_never_leaks_later_tokens(
+            seed in any::<u64>(), t in 2usize..9, d in 1usize..6, p_frac in 0.0..1.0f64
+        ) {
             let p = 1 + ((t - 1) as f64 * p_frac) as usize;
             let mut rng = Rng::new(seed);
             let x = rng.normal_matrix::<f64>(t, d, 1.0);
@@ -1545,11 +1571,21 @@ mod properties {
         // Without positions, attention cannot tell the order of its tokens: permuting them permutes
         // the output (up to the summation order over keys, a few ulps of values of size ~1).
         #[test]
-        fn bidirectional_attention_is_permutation_equivariant(seed in any::<u64>(), perm in Just((0usize..7).collect::<Vec<_>>()).prop_shuffle(), d in 1usize..6) {
+        fn bidirectional_attention_is_permutation_equivariant(
+            seed in any::<u64>(),
+            perm in Just((0usize..7).collect::<Vec<_>>()).prop_shuffle(),
+            d in 1usize..6
+        ) {
             let t = perm.len();
             let mut rng = Rng::new(seed);
-            let (q, k, v) = (rng.normal_matrix::<f64>(t, d, 1.0), rng.normal_matrix(t, d, 1.0), rng.normal_matrix(t, 4, 1.0));
-            let permute = |m: &DMatrix<f64>| DMatrix::from_fn(m.nrows(), m.ncols(), |r, c| m[(perm[r], c)]);
+            let (q, k, v) = (
+                rng.normal_matrix::<f64>(t, d, 1.0),
+                rng.normal_matrix(t, d, 1.0),
+                rng.normal_matrix(t, 4, 1.0),
+            );
+            let permute = |m: &DMatrix<f64>| {
+                DMatrix::from_fn(m.nrows(), m.ncols(), |r, c| m[(perm[r], c)])
+            };
             let spec = AttnSpec::bidirectional(t);
             let a = ch::attention_forward(&q, &k, &v, &spec).unwrap();
             let b = ch::attention_forward(&permute(&q), &permute(&k), &permute(&v), &spec).unwrap();
@@ -1559,7 +1595,7 @@ mod properties {
     }
 }
 
-// ───────────── LayerNorm walks memory column by column: the same numbers as row by row ─────────────
+// ────────── LayerNorm walks memory column by column: the same numbers as row by row ──────────
 
 /// The row-by-row statement of LayerNorm and its backward, as the formulas read: the reference the
 /// column-by-column implementation must reproduce bit for bit.
