@@ -17,7 +17,7 @@ pub fn chapters() -> Vec<Chapter> {
         crate::ch05_positions::CHAPTER,
         crate::ch06_attention::CHAPTER,
         crate::ch07_encoder_decoder::book::CHAPTER,
-        crate::ch08_tokens::CHAPTER,
+        crate::ch08_tokens::book::CHAPTER,
         crate::ch09_gpt::CHAPTER,
         crate::ch10_matmul::CHAPTER,
     ]

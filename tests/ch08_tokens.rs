@@ -201,7 +201,7 @@ fn gpt2_vocabulary_has_50_257_tokens() {
 fn gpt3_token_embedding_has_617_558_016_parameters() {
     let v = llm_workbook::ch08_tokens::gpt2_vocab_size();
     assert_eq!(v * llm_workbook::ch08_tokens::GPT3_EMBEDDING_WIDTH, 617_558_016);
-    assert_eq!(llm_workbook::ch08_tokens::with_commas(v * 12_288), "617,558,016");
+    assert_eq!(llm_workbook::report::with_commas(v * 12_288), "617,558,016");
 }
 
 #[test]
@@ -1098,7 +1098,7 @@ fn words_keep_apostrophes_and_split_punctuation() {
 
 #[test]
 fn figures_plot_the_baseline_against_n() {
-    let figs = llm_workbook::ch08_tokens::figures().unwrap();
+    let figs = llm_workbook::ch08_tokens::book::figures().unwrap();
     assert_eq!(figs.len(), 1);
     let llm_workbook::plot::Figure::Line(chart) = &figs[0].1 else { panic!("a line chart") };
     assert_eq!(figs[0].0, "ch08_ngram_loss");
@@ -1116,7 +1116,7 @@ fn figures_plot_the_baseline_against_n() {
 
 #[test]
 fn walk_prints_the_samples_and_the_table() {
-    let text = common::walk_text(&llm_workbook::ch08_tokens::CHAPTER);
+    let text = common::walk_text(&llm_workbook::ch08_tokens::book::CHAPTER);
     for needle in
         ["third-order characters", "second-order words", "[aaab][d][aaab][a][c]", "backoff (train)"]
     {
@@ -1126,7 +1126,7 @@ fn walk_prints_the_samples_and_the_table() {
 
 #[test]
 fn chapter_prose_carries_the_tables() {
-    common::check_chapter_prose(&llm_workbook::ch08_tokens::CHAPTER);
+    common::check_chapter_prose(&llm_workbook::ch08_tokens::book::CHAPTER);
 }
 
 // ───────────── properties (proptest, issue 11) ─────────────

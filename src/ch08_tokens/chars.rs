@@ -65,21 +65,9 @@ impl Tokenizer for CharTokenizer {
     }
 
     fn decode_bytes(&self, ids: &[TokenId]) -> Result<Vec<u8>> {
-        let mut out = String::new();
-        for (i, &id) in ids.iter().enumerate() {
-            let c = self.chars.get(id as usize).ok_or_else(|| {
-                invalid(
-                    "CharTokenizer::decode",
-                    "ids",
-                    format!(
-                        "ids[{i}] = {id} is not below the vocabulary size {}",
-                        self.chars.len()
-                    ),
-                )
-            })?;
-            out.push(*c);
-        }
-        Ok(out.into_bytes())
+        super::decode_with("CharTokenizer::decode", &self.chars, ids, |c, out| {
+            out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes())
+        })
     }
 
     fn token_bytes(&self, id: TokenId) -> Option<Vec<u8>> {

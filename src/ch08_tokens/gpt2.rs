@@ -367,21 +367,9 @@ impl Tokenizer for Gpt2Tokenizer {
     }
 
     fn decode_bytes(&self, ids: &[TokenId]) -> Result<Vec<u8>> {
-        let mut out = Vec::new();
-        for (i, &id) in ids.iter().enumerate() {
-            let bytes = self.vocab.get(id as usize).ok_or_else(|| {
-                invalid(
-                    "Gpt2Tokenizer::decode",
-                    "ids",
-                    format!(
-                        "ids[{i}] = {id} is not below the vocabulary size {}",
-                        self.vocab.len()
-                    ),
-                )
-            })?;
-            out.extend_from_slice(bytes);
-        }
-        Ok(out)
+        super::decode_with("Gpt2Tokenizer::decode", &self.vocab, ids, |bytes, out| {
+            out.extend_from_slice(bytes)
+        })
     }
 
     fn token_bytes(&self, id: TokenId) -> Option<Vec<u8>> {
