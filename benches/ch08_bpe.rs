@@ -27,7 +27,8 @@ fn main() {
         let ids = trained.bpe.encode(&text).unwrap_or_default();
         let encode_s = start.elapsed().as_secs_f64();
         println!(
-            "{pre:?}: train to 1024 tokens {train_s:.2} s; encode {encode_s:.2} s; {} tokens ({:.2} bytes/token); same as training: {}",
+            "{pre:?}: train to 1024 tokens {train_s:.2} s; encode {encode_s:.2} s; {} tokens \
+                ({:.2} bytes/token); same as training: {}",
             ids.len(),
             text.len() as f64 / ids.len() as f64,
             ids == trained.tokens

@@ -64,7 +64,8 @@ fn numpy_seed_42_rand_starts_0_37454012_0_95071431() {
 #[test]
 fn decoder_cell_weights_are_four_numpy_draws_in_order() {
     let [w_q, w_k, w_v, w_o] = decoder_cell_weights();
-    // numpy: W_q[3] = [0.83244264 0.21233911 0.18182497 0.18340451]; W_o[0] = [0.54671028 0.18485446 0.96958463 0.77513282].
+    // numpy: W_q[3] = [0.83244264 0.21233911 0.18182497 0.18340451];
+    // W_o[0] = [0.54671028 0.18485446 0.96958463 0.77513282].
     assert_eq!(numpy_row(&w_q, 3), "0.83244264 0.21233911 0.18182497 0.18340451");
     assert_eq!(numpy_row(&w_o, 0), "0.54671028 0.18485446 0.96958463 0.77513282");
     let text = llm_workbook::snapshot::matrices_text(

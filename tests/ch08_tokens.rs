@@ -331,7 +331,8 @@ fn unicode_tables_equal_regex_syntax_classes() {
             .filter_map(char::from_u32)
             .all(|c| unicode::is_space(c) == c.is_whitespace())
     );
-    assert!(!unicode::is_letter('\u{903}') && '\u{903}'.is_alphabetic()); // a Devanagari vowel sign (Mc)
+    // U+0903 is a Devanagari vowel sign (Mc).
+    assert!(!unicode::is_letter('\u{903}') && '\u{903}'.is_alphabetic());
     assert!(unicode::is_number('Ⅻ') && !unicode::is_letter('Ⅻ') && 'Ⅻ'.is_alphabetic());
 }
 
@@ -509,8 +510,9 @@ fn grammar_regenerates_the_committed_corpus_byte_for_byte() {
     let generated = corpus::generate(corpus::CORPUS_SEED, corpus::TARGET_BYTES);
     assert!(
         generated == corpus::default_corpus(),
-        "data/corpus.txt differs from the grammar's output; if the grammar changed on purpose, rewrite it with \
-         `cargo run --release --example ch08_corpus -- data/corpus.txt` (every number of the chapter will change)"
+        "data/corpus.txt differs from the grammar's output; if the grammar changed on purpose, \
+            rewrite it with `cargo run --release --example ch08_corpus -- data/corpus.txt` (every \
+            number of the chapter will change)"
     );
     assert_ne!(
         corpus::generate(corpus::CORPUS_SEED + 1, 5_000),
@@ -992,7 +994,8 @@ fn baseline_for_n_1_to_5() {
         .iter()
         .map(|r| {
             format!(
-                "n = {}: contexts {:>5}, unseen {:.4}, add-k {:.4}, backoff {:.4}, backoff on training {:.4}\n",
+                "n = {}: contexts {:>5}, unseen {:.4}, add-k {:.4}, backoff {:.4}, backoff on \
+                    training {:.4}\n",
                 r.n, r.contexts, r.unseen_context_share, r.add_k, r.backoff, r.backoff_train
             )
         })

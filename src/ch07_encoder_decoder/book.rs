@@ -55,66 +55,100 @@ pub const PRINTED_CROSS_OUTPUT: &str = "-1.7888543 1.7888543 0. 0.";
 pub const ERRATA: &[Erratum] = &[
     Erratum {
         document: D3,
-        section: "Prepare and Embed Target Sequence for Decoder (Attention Masking) and the Decoder Attention Heads cell",
-        printed: "The text says the Python cell masks the future tokens; the cell's weights softmax(QKᵀ) have row 1 = 0.12451364 0.56641068 0.30907567",
-        correct: "The cell applies no mask. With the causal mask row 1 is 1 0 0 and the first output row is 1.48356448 1.24013147 1.84159274 1.80408131 instead of 2.82896639 2.49151229 3.27935978 3.36785616 (the last row, which may see every token, is unchanged)",
-        why: "The cell exponentiates the full 3×3 score matrix; nothing sets the scores above the diagonal to −∞, so <start> attends to 'de' and 'nada', the very tokens it is meant to predict.",
+        section: "Prepare and Embed Target Sequence for Decoder (Attention Masking) and the \
+            Decoder Attention Heads cell",
+        printed: "The text says the Python cell masks the future tokens; the cell's weights \
+            softmax(QKᵀ) have row 1 = 0.12451364 0.56641068 0.30907567",
+        correct: "The cell applies no mask. With the causal mask row 1 is 1 0 0 and the first \
+            output row is 1.48356448 1.24013147 1.84159274 1.80408131 instead of 2.82896639 \
+            2.49151229 3.27935978 3.36785616 (the last row, which may see every token, is \
+            unchanged)",
+        why: "The cell exponentiates the full 3×3 score matrix; nothing sets the scores above the \
+            diagonal to −∞, so <start> attends to 'de' and 'nada', the very tokens it is meant to \
+            predict.",
         test: "tests/ch07_encoder_decoder.rs::decoder_cell_applies_no_causal_mask",
     },
     Erratum {
         document: D3,
-        section: "Prepare and Embed Target Sequence for Decoder and the Decoder Attention Heads cell",
-        printed: "The text: the decoder's attention head follows the encoder's math, softmax(QKᵀ/√d_k)V; the cell computes exp(QKᵀ) with no division",
-        correct: "With ÷√d_k = ÷2 (unmasked, as in the cell) the weights' row 1 is 0.2123884 0.45298941 0.33462219 and the first output row 2.71375426 2.3908812 3.13827038 3.23460218",
-        why: "The cell omits the 1/√d_k of the formula it says it follows, so its scores are twice too large and its weights too peaked.",
+        section: "Prepare and Embed Target Sequence for Decoder and the Decoder Attention Heads \
+            cell",
+        printed: "The text: the decoder's attention head follows the encoder's math, \
+            softmax(QKᵀ/√d_k)V; the cell computes exp(QKᵀ) with no division",
+        correct: "With ÷√d_k = ÷2 (unmasked, as in the cell) the weights' row 1 is 0.2123884 \
+            0.45298941 0.33462219 and the first output row 2.71375426 2.3908812 3.13827038 \
+            3.23460218",
+        why: "The cell omits the 1/√d_k of the formula it says it follows, so its scores are twice \
+            too large and its weights too peaked.",
         test: "tests/ch07_encoder_decoder.rs::decoder_cell_does_not_scale_the_scores",
     },
     Erratum {
         document: D3,
         section: "Prepare and Embed Target Sequence for Decoder (Attention₂ for the decoder)",
         printed: "Attention₂(Q, K, V) = [[2.82896639 2.49151229 3.27935978 3.36785616] …]",
-        correct: "That matrix is softmax(QKᵀ)·V·W_o, one head already multiplied by the output matrix W_o; the attention output softmax(QKᵀ)·V is [[0.71925419 1.65933026 1.94938668 1.81203693] …]",
-        why: "The cell multiplies by W_o ('project the output back') before printing, and there is no second head: the label names neither.",
+        correct: "That matrix is softmax(QKᵀ)·V·W_o, one head already multiplied by the output \
+            matrix W_o; the attention output softmax(QKᵀ)·V is [[0.71925419 1.65933026 1.94938668 \
+            1.81203693] …]",
+        why: "The cell multiplies by W_o ('project the output back') before printing, and there is \
+            no second head: the label names neither.",
         test: "tests/ch07_encoder_decoder.rs::decoder_output_is_attention_times_w_o",
     },
     Erratum {
         document: D3,
         section: "Prepare and Embed Target Sequence for Decoder (LN(x_o) of the decoder)",
-        printed: "The text: the decoder's LayerNorm is the input's, (x − μ)/√(σ² + ε); printed LN row 1 = -0.46049196 -1.4140849 0.81224991 1.06232694",
+        printed: "The text: the decoder's LayerNorm is the input's, (x − μ)/√(σ² + ε); printed LN \
+            row 1 = -0.46049196 -1.4140849 0.81224991 1.06232694",
         correct: "(x − μ)/√(σ² + ε) as stated gives -0.46049142 -1.41408325 0.81224896 1.0623257",
-        why: "The decoder cell divides by std + ε, (x − μ)/(σ + ε), while the input's LayerNorm (and the printed formula) divides by √(σ² + ε); the two differ by about 1.6·10⁻⁶, visible at the printed 8 decimals.",
+        why: "The decoder cell divides by std + ε, (x − μ)/(σ + ε), while the input's LayerNorm \
+            (and the printed formula) divides by √(σ² + ε); the two differ by about 1.6·10⁻⁶, \
+            visible at the printed 8 decimals.",
         test: "tests/ch07_encoder_decoder.rs::decoder_layer_norm_divides_by_std_plus_eps",
     },
     Erratum {
         document: D3,
         section: "Prepare and Embed Target Sequence for Decoder (the decoder's LN(x_o) as a whole)",
-        printed: "LN(x_o) row 1 = -0.46049196 -1.4140849 0.81224991 1.06232694 (no mask, no ÷√d_k, ÷(σ + ε))",
-        correct: "With all three of the text's steps (causal mask, ÷√d_k, ÷√(σ² + ε)) row 1 is -0.44147247 -1.42943838 1.01157498 0.85933588; rows 2 and 3 change too",
-        why: "The three differences above combined: the encoder–decoder cell then reads a decoder output that is not the one the text derives.",
+        printed: "LN(x_o) row 1 = -0.46049196 -1.4140849 0.81224991 1.06232694 (no mask, no ÷√d_k, \
+            ÷(σ + ε))",
+        correct: "With all three of the text's steps (causal mask, ÷√d_k, ÷√(σ² + ε)) row 1 is \
+            -0.44147247 -1.42943838 1.01157498 0.85933588; rows 2 and 3 change too",
+        why: "The three differences above combined: the encoder–decoder cell then reads a decoder \
+            output that is not the one the text derives.",
         test: "tests/ch07_encoder_decoder.rs::decoder_cell_as_the_text_describes_it",
     },
     Erratum {
         document: D3,
-        section: "Decoder Stack Processing with Encoder Output (steps 1–2) and the Calculate Encoder-Decoder Output cell",
-        printed: "Q = LN(x_o) × W_Q, K = LN(x_e) × W_K, V = LN(x_e) × W_V; output rows -1.7888543 1.7888543 0. 0.",
-        correct: "As written (X·W) every output row is 0 -0.89442715 0 0.89442715; the printed rows come from X·Wᵀ",
-        why: "The cell computes `X.dot(W.T)`, transposing every weight matrix; the uniform attention weights hide nothing here, so the two readings give different outputs.",
+        section: "Decoder Stack Processing with Encoder Output (steps 1–2) and the Calculate \
+            Encoder-Decoder Output cell",
+        printed: "Q = LN(x_o) × W_Q, K = LN(x_e) × W_K, V = LN(x_e) × W_V; output rows -1.7888543 \
+            1.7888543 0. 0.",
+        correct: "As written (X·W) every output row is 0 -0.89442715 0 0.89442715; the printed \
+            rows come from X·Wᵀ",
+        why: "The cell computes `X.dot(W.T)`, transposing every weight matrix; the uniform \
+            attention weights hide nothing here, so the two readings give different outputs.",
         test: "tests/ch07_encoder_decoder.rs::cross_cell_transposes_the_weights",
     },
     Erratum {
         document: D3,
-        section: "Decoder Stack Processing with Encoder Output (step 3) and the Calculate Encoder-Decoder Output cell",
+        section: "Decoder Stack Processing with Encoder Output (step 3) and the Calculate \
+            Encoder-Decoder Output cell",
         printed: "Scores = Q × Kᵀ/√4 (d_k = 4 columns); the cell divides by np.sqrt(3)",
-        correct: "÷√4 = 2: row 1 of the scores is 0.31462187 0.31462186 0.31462187 instead of 0.36329404 0.36329403 0.36329405; the printed weights and output do not change at 8 decimals",
-        why: "The cell's divisor is √3 although d_k = 4. The printed numbers survive only because all three keys are (almost) the same vector, so every score row is constant and any divisor gives weights 1/3.",
+        correct: "÷√4 = 2: row 1 of the scores is 0.31462187 0.31462186 0.31462187 instead of \
+            0.36329404 0.36329403 0.36329405; the printed weights and output do not change at 8 \
+            decimals",
+        why: "The cell's divisor is √3 although d_k = 4. The printed numbers survive only because \
+            all three keys are (almost) the same vector, so every score row is constant and any \
+            divisor gives weights 1/3.",
         test: "tests/ch07_encoder_decoder.rs::cross_cell_divides_by_sqrt_3_not_sqrt_4",
     },
     Erratum {
         document: D3,
         section: "Decoder Stack Processing with Encoder Output (step 4, Apply Masking)",
         printed: "Step 4 masks the future words here as well, as in the decoder's self-attention",
-        correct: "Cross-attention has no causal mask: every target position may read every source position (the cell, rightly, masks nothing; only padding of the source is masked). A causal mask would give row 1 the weights 1 0 0",
-        why: "The source sentence is given in full before decoding starts and its positions are not 'the future' of any target position; the lengths may even differ, so 'j > i' has no meaning across the two sequences.",
+        correct: "Cross-attention has no causal mask: every target position may read every source \
+            position (the cell, rightly, masks nothing; only padding of the source is masked). A \
+            causal mask would give row 1 the weights 1 0 0",
+        why: "The source sentence is given in full before decoding starts and its positions are \
+            not 'the future' of any target position; the lengths may even differ, so 'j > i' has \
+            no meaning across the two sequences.",
         test: "tests/ch07_encoder_decoder.rs::cross_attention_has_no_causal_mask",
     },
 ];
@@ -219,9 +253,14 @@ pub fn worked() -> Result<Vec<Worked>> {
     rows.push(Worked::text(
         "cross_cell_divides_by_sqrt_3_not_sqrt_4",
         D3,
-        "encoder–decoder weights row 1 with the text's ÷√4 (equal to the printed ÷√3 row at 8 decimals)",
+        "encoder–decoder weights row 1 with the text's ÷√4 (equal to the printed ÷√3 row at 8 \
+            decimals)",
         PRINTED_CROSS_WEIGHTS,
-        row_text(&cross_cell(CrossReading { divisor: TEXT_SCORE_DIVISOR, ..CrossReading::CELL })?.weights, 0),
+        row_text(
+            &cross_cell(CrossReading { divisor: TEXT_SCORE_DIVISOR, ..CrossReading::CELL })?
+                .weights,
+            0,
+        ),
     ));
     rows.push(Worked::erratum(
         "cross_attention_has_no_causal_mask",
@@ -236,7 +275,8 @@ pub fn worked() -> Result<Vec<Worked>> {
         "trained_model_reverses_99_percent_of_held_out_sequences",
         THIS_CRATE,
         format!(
-            "held-out exact match of greedy decoding ({} sources of {}–{} digits, disjoint from training)",
+            "held-out exact match of greedy decoding ({} sources of {}–{} digits, disjoint from \
+                training)",
             trained.held_out.len(),
             trained.config.task.min_len,
             trained.config.task.max_len
@@ -252,7 +292,10 @@ pub fn worked() -> Result<Vec<Worked>> {
 /// The chapter in the order the document derives it.
 pub fn walk(out: &mut Walk) -> Result<()> {
     out.decimals = 8;
-    out.step("1. numpy's generator, reproduced: np.random.seed(42), then np.random.rand(4, 4) four times")?;
+    out.step(
+        "1. numpy's generator, reproduced: np.random.seed(42), then np.random.rand(4, 4) four \
+            times",
+    )?;
     let [w_q, w_k, w_v, w_o] = decoder_cell_weights();
     out.matrix("W_q", &w_q)?;
     out.matrix("W_k", &w_k)?;
@@ -293,7 +336,8 @@ pub fn walk(out: &mut Walk) -> Result<()> {
         trained.model.parameter_count()
     ))?;
     out.say(&format!(
-        "task: reverse {}–{} digits ({:.0} possible sources); {} Adam steps of {} sources, peak α = {}",
+        "task: reverse {}–{} digits ({:.0} possible sources); {} Adam steps of {} sources, peak α \
+            = {}",
         c.task.min_len,
         c.task.max_len,
         c.task.possible_sequences(),

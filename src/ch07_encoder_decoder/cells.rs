@@ -208,7 +208,8 @@ pub struct CrossReading {
     pub orientation: Orientation,
     /// What the scores are divided by.
     pub divisor: f64,
-    /// Mask "future" source positions, as the text's step 4 says (cross-attention has no such mask).
+    /// Mask "future" source positions, as the text's step 4 says (cross-attention has no such
+    /// mask).
     pub causal: bool,
 }
 

@@ -89,7 +89,8 @@ pub(super) fn block_grads_as_params<T: Float>(like: &Block<T>, g: BlockGrads<T>)
 
 /// An encoder layer: chapter 6's block in the post-LN order of document 003's figure,
 /// X₁ = LN₁(X + SelfAttention(X)), out = LN₂(X₁ + FFN(X₁)), with a ReLU feed-forward net.
-/// Attention weights N(0, 1/C), W₁ N(0, 2/C) (it feeds a ReLU), W₂ N(0, 1/F), biases 0, γ = 1, β = 0.
+/// Attention weights N(0, 1/C), W₁ N(0, 2/C) (it feeds a ReLU), W₂ N(0, 1/F), biases 0, γ = 1,
+/// β = 0.
 pub fn encoder_block<T: Float>(
     width: usize,
     heads: usize,
@@ -259,12 +260,14 @@ pub fn decoder_block_backward<T: Float>(
     let ffn = ffn_backward(&block.ffn, &cache.ffn, &norm3.d_x)?; //               s₃ = Y₂ + FFN(Y₂)
     let d_y2 = &norm3.d_x + &ffn.d_x;
     let norm2 = layer_norm_backward(&block.norm2, &cache.norm2, &d_y2)?; //      Y₂ = LN₂(s₂)
+    // s₂ = Y₁ + Cross(Y₁, E):
     let cross =
-        cross_attention_backward(&block.cross_attention, &cache.cross_attention, &norm2.d_x)?; // s₂ = Y₁ + Cross(Y₁, E)
+        cross_attention_backward(&block.cross_attention, &cache.cross_attention, &norm2.d_x)?;
     let d_y1 = &norm2.d_x + &cross.d_x_q;
     let d_e = cross.d_x_kv.clone();
     let norm1 = layer_norm_backward(&block.norm1, &cache.norm1, &d_y1)?; //      Y₁ = LN₁(s₁)
-    let selfa = mha_backward(&block.self_attention, &cache.self_attention, &norm1.d_x)?; // s₁ = Y + Attn(Y, Y)
+    // s₁ = Y + Attn(Y, Y):
+    let selfa = mha_backward(&block.self_attention, &cache.self_attention, &norm1.d_x)?;
     let d_y = &norm1.d_x + &selfa.d_x_q + &selfa.d_x_kv;
     let heads = block.self_attention.heads;
     let grads = DecoderBlock {

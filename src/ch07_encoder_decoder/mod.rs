@@ -25,7 +25,8 @@
 //! - [`book`]: the errata, the worked numbers, the walk-through, the figures, `CHAPTER`.
 //!
 //! Conventions: a batch of B sequences padded to a common length T is a (B·T)×C matrix, sequence
-//! b in rows b·T … b·T + T − 1, its real tokens first; a [`Batch`] says how long each one really is.
+//! b in rows b·T … b·T + T − 1, its real tokens first; a [`Batch`] says how long each one really
+//! is.
 
 pub mod book;
 pub mod cells;

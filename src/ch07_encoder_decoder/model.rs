@@ -111,8 +111,9 @@ impl ModelConfig {
 }
 
 /// A transformer encoder–decoder: token embeddings plus sinusoidal positions on both sides, a
-/// stack of encoder layers (chapter 6's [`Block`], post-LN), a stack of [`DecoderBlock`]s that cross-attend to the last encoder
-/// output, and an output projection to logits over the vocabulary, logits = Y W_out + b_out.
+/// stack of encoder layers (chapter 6's [`Block`], post-LN), a stack of [`DecoderBlock`]s that
+/// cross-attend to the last encoder output, and an output projection to logits over the
+/// vocabulary, logits = Y W_out + b_out.
 ///
 /// The same type holds gradients (same shapes), so optimisers pair tensors by position.
 #[derive(Clone, Debug, PartialEq)]

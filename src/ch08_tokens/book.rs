@@ -22,8 +22,11 @@ pub const ERRATA: &[Erratum] = &[Erratum {
     document: D2,
     section: "Symbol Representation, consideration 1",
     printed: "characters as the smallest symbol set, \"e.g., 255 ASCII\"",
-    correct: "ASCII has 128 characters (codes 0–127); a byte has 256 values (0–255), the base vocabulary of byte-level BPE",
-    why: "ASCII is a 7-bit code, so it defines 2⁷ = 128 characters; 255 is neither that count nor the number of byte values, 2⁸ = 256 (it is the largest byte value, an off-by-one from counting 0–255).",
+    correct: "ASCII has 128 characters (codes 0–127); a byte has 256 values (0–255), the base \
+        vocabulary of byte-level BPE",
+    why: "ASCII is a 7-bit code, so it defines 2⁷ = 128 characters; 255 is neither that count nor \
+        the number of byte values, 2⁸ = 256 (it is the largest byte value, an off-by-one from \
+        counting 0–255).",
     test: "tests/ch08_tokens.rs::ascii_has_128_characters_and_a_byte_256_values",
 }];
 
@@ -114,7 +117,8 @@ pub fn walk(out: &mut Walk) -> Result<()> {
     let (train, validation) = corpus::split(text);
     out.step("1. The frozen corpus")?;
     out.say(&format!(
-        "data/corpus.txt: {} bytes, {} characters, {} lines; training part {} bytes, validation part {} bytes",
+        "data/corpus.txt: {} bytes, {} characters, {} lines; training part {} bytes, validation \
+            part {} bytes",
         text.len(),
         text.chars().count(),
         text.lines().count(),
@@ -132,7 +136,10 @@ pub fn walk(out: &mut Walk) -> Result<()> {
         / text.chars().filter(|c| c.is_alphabetic()).count() as f64;
     let w_share = text.chars().filter(|c| c.eq_ignore_ascii_case(&'w')).count() as f64
         / text.chars().filter(|c| c.is_alphabetic()).count() as f64;
-    out.say(&format!("share of letters that are e/E: {e_share:.3}; w/W: {w_share:.3} (Shannon's English: .12 and .02)"))?;
+    out.say(&format!(
+        "share of letters that are e/E: {e_share:.3}; w/W: {w_share:.3} (Shannon's \
+            English: .12 and .02)"
+    ))?;
     let sentence = "Mira found a silver key.";
     out.say(&format!("{sentence:?} → {:?}", chars.encode(sentence)?))?;
 
@@ -187,7 +194,8 @@ pub fn walk(out: &mut Walk) -> Result<()> {
         let m = NGramModel::fit(&train_ids, n, chars.vocab_size())?;
         let (unseen, zero, all) = m.mle_failures(&val_ids);
         out.say(&format!(
-            "n = {n}: of {all} validation characters, {unseen} have an unseen context (no estimate) and {zero} a probability of 0"
+            "n = {n}: of {all} validation characters, {unseen} have an unseen context (no \
+                estimate) and {zero} a probability of 0"
         ))?;
     }
 

@@ -1,5 +1,5 @@
-//! Byte-level byte-pair encoding (BPE): training from a corpus, and encoding by applying the learned
-//! merges in the order they were learned.
+//! Byte-level byte-pair encoding (BPE): training from a corpus, and encoding by applying the
+//! learned merges in the order they were learned.
 //!
 //! **Training.** The text becomes its UTF-8 bytes, token ids 0‥255. Then, until the vocabulary
 //! has the size asked for: count every adjacent pair of tokens as it occurs from left to right,
@@ -256,7 +256,8 @@ pub fn train(text: &str, config: BpeConfig) -> Result<Training> {
                 OP,
                 "vocab_size",
                 format!(
-                    "the text can fill at most {} tokens ({} merges of pairs that occur at least twice); asked for {}",
+                    "the text can fill at most {} tokens ({} merges of pairs that occur at least \
+                        twice); asked for {}",
                     bpe.vocab_size(),
                     bpe.merges.len(),
                     config.vocab_size
@@ -382,7 +383,8 @@ impl Bpe {
                     "Bpe::from_merges",
                     "pairs",
                     format!(
-                        "merge {k} = ({a}, {b}) names a token that no byte or earlier merge defines (ids so far: 0‥{})",
+                        "merge {k} = ({a}, {b}) names a token that no byte or earlier merge \
+                            defines (ids so far: 0‥{})",
                         known - 1
                     ),
                 ));

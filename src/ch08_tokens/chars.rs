@@ -54,7 +54,8 @@ impl Tokenizer for CharTokenizer {
                         "CharTokenizer::encode",
                         "text",
                         format!(
-                            "character {c:?} (U+{:04X}) at character {i} is not in the vocabulary of {} characters built from the corpus",
+                            "character {c:?} (U+{:04X}) at character {i} is not in the vocabulary \
+                                of {} characters built from the corpus",
                             c as u32,
                             self.chars.len()
                         ),

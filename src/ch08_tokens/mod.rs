@@ -127,9 +127,9 @@ pub fn char_data() -> Result<(CharTokenizer, Vec<TokenId>, Vec<TokenId>)> {
     Ok((tok.clone(), tok.encode(train)?, tok.encode(validation)?))
 }
 
-/// The character baseline table of this chapter: character n-grams, n = 1 … [`MAX_N`], on the default
-/// corpus, add-k with k = [`ADD_K`] and backoff with d = [`ngram::DEFAULT_DISCOUNT`]. (Chapter 9 is held
-/// to the best n-gram on its own BPE tokens, `ch09_gpt::best_baseline`.)
+/// The character baseline table of this chapter: character n-grams, n = 1 … [`MAX_N`], on the
+/// default corpus, add-k with k = [`ADD_K`] and backoff with d = [`ngram::DEFAULT_DISCOUNT`].
+/// (Chapter 9 is held to the best n-gram on its own BPE tokens, `ch09_gpt::best_baseline`.)
 pub fn char_baseline() -> Result<Vec<BaselineRow>> {
     let (tok, train, validation) = char_data()?;
     ngram::baseline(&train, &validation, tok.vocab_size(), MAX_N, ADD_K, ngram::DEFAULT_DISCOUNT)

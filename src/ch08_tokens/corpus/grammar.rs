@@ -155,7 +155,8 @@ impl Gen {
             helper.name
         ));
         second.push(format!(
-            "The {} turned it over twice and said, \"This {object} belongs to {} of {away}. {} lost it on the road last {}.\"",
+            "The {} turned it over twice and said, \"This {object} belongs to {} of {away}. {} \
+                lost it on the road last {}.\"",
             helper.name,
             owner.name,
             capital(owner.he),
@@ -163,9 +164,19 @@ impl Gen {
         ));
         let days = 2 + self.pick_index(6);
         second.push(match self.pick_index(3) {
-            0 => format!("So {n} and {pet} set out for {away}. The road took {} days.", number_words(days)),
-            1 => format!("The next {day}, {n} packed some {} and walked to {away} with {pet}.", trade.product),
-            _ => format!("{n} left the {} in the care of a neighbour and went to {away}, with {pet} close behind.", trade.workplace),
+            0 => format!(
+                "So {n} and {pet} set out for {away}. The road took {} days.",
+                number_words(days)
+            ),
+            1 => format!(
+                "The next {day}, {n} packed some {} and walked to {away} with {pet}.",
+                trade.product
+            ),
+            _ => format!(
+                "{n} left the {} in the care of a neighbour and went to {away}, with \
+                    {pet} close behind.",
+                trade.workplace
+            ),
         });
         let feeling = self.pick(FEELINGS);
         let gift = self.pick(GIFTS);
@@ -174,7 +185,8 @@ impl Gen {
             h.he, owner.name
         ));
         second.push(format!(
-            "{} was so {feeling} that {} gave {n} {gift} and asked about {home} and the {river} river.",
+            "{} was so {feeling} that {} gave {n} {gift} and asked about {home} and the {river} \
+                river.",
             owner.name, owner.he
         ));
         let ending = match self.pick_index(4) {
@@ -237,7 +249,8 @@ impl Gen {
                 SEASONS[s1]
             ),
             format!(
-                "{place} lies {miles} miles {} of {other}; the road between them crosses the {river} at {third}.",
+                "{place} lies {miles} miles {} of {other}; the road between them crosses the \
+                    {river} at {third}.",
                 self.pick(REGIONS)
             ),
             format!(
@@ -385,7 +398,10 @@ impl Gen {
                 "One {season} day the {x} met {} that was stuck in a hole and could not get out.",
                 a(y)
             ));
-            s.push(format!("\"Please help me,\" said the {y}. The {x} thought for a moment, then pulled the {y} free."));
+            s.push(format!(
+                "\"Please help me,\" said the {y}. The {x} thought for a moment, then \
+                    pulled the {y} free."
+            ));
             s.push(format!(
                 "Many days later a storm came, and the {x} lost its way near the {}.",
                 self.pick(LANDMARKS)
