@@ -16,8 +16,8 @@ pub fn chapters() -> Vec<Chapter> {
         crate::ch04_xor::CHAPTER,
         crate::ch05_positions::CHAPTER,
         crate::ch06_attention::book::CHAPTER,
-        crate::ch07_encoder_decoder::CHAPTER,
-        crate::ch08_tokens::CHAPTER,
+        crate::ch07_encoder_decoder::book::CHAPTER,
+        crate::ch08_tokens::book::CHAPTER,
         crate::ch09_gpt::CHAPTER,
         crate::ch10_matmul::CHAPTER,
     ]

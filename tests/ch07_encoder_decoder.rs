@@ -11,6 +11,10 @@ use llm_workbook::Error;
 use llm_workbook::ch06_attention::{
     AttnSpec, MultiHead, block_backward, mha_backward, mha_forward,
 };
+use llm_workbook::ch07_encoder_decoder::book::{
+    CHAPTER, PRINTED_CROSS_OUTPUT, PRINTED_CROSS_WEIGHTS, PRINTED_DECODER_LAYER_NORM,
+    PRINTED_DECODER_OUTPUT, figures, heatmap_example, numpy_row,
+};
 use llm_workbook::ch07_encoder_decoder::*;
 use llm_workbook::gradcheck::{self, Config};
 use llm_workbook::optim::{Adam, AdamConfig};
@@ -60,7 +64,8 @@ fn numpy_seed_42_rand_starts_0_37454012_0_95071431() {
 #[test]
 fn decoder_cell_weights_are_four_numpy_draws_in_order() {
     let [w_q, w_k, w_v, w_o] = decoder_cell_weights();
-    // numpy: W_q[3] = [0.83244264 0.21233911 0.18182497 0.18340451]; W_o[0] = [0.54671028 0.18485446 0.96958463 0.77513282].
+    // numpy: W_q[3] = [0.83244264 0.21233911 0.18182497 0.18340451];
+    // W_o[0] = [0.54671028 0.18485446 0.96958463 0.77513282].
     assert_eq!(numpy_row(&w_q, 3), "0.83244264 0.21233911 0.18182497 0.18340451");
     assert_eq!(numpy_row(&w_o, 0), "0.54671028 0.18485446 0.96958463 0.77513282");
     let text = llm_workbook::snapshot::matrices_text(
@@ -72,21 +77,10 @@ fn decoder_cell_weights_are_four_numpy_draws_in_order() {
 
 // ───────────── the decoder cell ─────────────
 
-const OUT: [&str; 3] = [
-    "2.82896639 2.49151229 3.27935978 3.36785616",
-    "2.93697775 2.57919015 3.42996786 3.49210994",
-    "2.95810782 2.60399936 3.43836135 3.51718943",
-];
-const LN: [&str; 3] = [
-    "-0.46049196 -1.4140849 0.81224991 1.06232694",
-    "-0.46121408 -1.41736871 0.85625689 1.02232591",
-    "-0.46146504 -1.41536061 0.83223948 1.04458616",
-];
-
 #[test]
 fn decoder_cell_output_is_2_82896639() {
     let cell = decoder_cell(DecoderReading::CELL).unwrap();
-    assert_rows(&cell.output, &OUT);
+    assert_rows(&cell.output, &PRINTED_DECODER_OUTPUT);
     common::snap_matrix!("decoder_cell_output", cell.output, 8);
     common::snap_matrix!("decoder_cell_attention_weights", cell.weights, 8);
 }
@@ -94,7 +88,7 @@ fn decoder_cell_output_is_2_82896639() {
 #[test]
 fn decoder_cell_layer_norm_is_minus_0_46049196() {
     let cell = decoder_cell(DecoderReading::CELL).unwrap();
-    assert_rows(&cell.normalised, &LN);
+    assert_rows(&cell.normalised, &PRINTED_DECODER_LAYER_NORM);
     common::snap_matrix!("decoder_cell_layer_norm", cell.normalised, 8);
     // Rows have mean 0 and (population) standard deviation just under 1: σ/(σ + ε).
     for r in 0..3 {
@@ -116,8 +110,8 @@ fn decoder_cell_applies_no_causal_mask() {
     assert_eq!(numpy_row(&masked.weights, 0), "1. 0. 0.");
     assert_eq!(numpy_row(&masked.output, 0), "1.48356448 1.24013147 1.84159274 1.80408131");
     // The last token may see everything, so its row is the same with and without the mask.
-    assert_eq!(numpy_row(&masked.output, 2), OUT[2]);
-    assert_ne!(numpy_row(&masked.output, 1), OUT[1]);
+    assert_eq!(numpy_row(&masked.output, 2), PRINTED_DECODER_OUTPUT[2]);
+    assert_ne!(numpy_row(&masked.output, 1), PRINTED_DECODER_OUTPUT[1]);
 }
 
 #[test]
@@ -143,7 +137,7 @@ fn decoder_output_is_attention_times_w_o() {
     });
     let av = &a * &v;
     assert_eq!(numpy_row(&av, 0), "0.71925419 1.65933026 1.94938668 1.81203693");
-    assert_rows(&(&av * &w_o), &OUT);
+    assert_rows(&(&av * &w_o), &PRINTED_DECODER_OUTPUT);
 }
 
 #[test]
@@ -179,13 +173,10 @@ fn chapter_6_attention_reproduces_the_text_reading() {
 
 // ───────────── the encoder–decoder cell ─────────────
 
-const WEIGHTS: &str = "0.33333333 0.33333333 0.33333334";
-const CROSS_OUT: &str = "-1.7888543 1.7888543 0. 0.";
-
 #[test]
 fn cross_cell_weights_are_uniform() {
     let cell = cross_cell(CrossReading::CELL).unwrap();
-    assert_rows(&cell.weights, &[WEIGHTS; 3]);
+    assert_rows(&cell.weights, &[PRINTED_CROSS_WEIGHTS; 3]);
     common::snap_matrix!("cross_cell_scores", cell.scores, 8);
     common::snap_matrix!("cross_cell_weights", cell.weights, 10);
 }
@@ -193,7 +184,7 @@ fn cross_cell_weights_are_uniform() {
 #[test]
 fn cross_cell_output_is_minus_1_7888543() {
     let cell = cross_cell(CrossReading::CELL).unwrap();
-    assert_rows(&cell.output, &[CROSS_OUT; 3]);
+    assert_rows(&cell.output, &[PRINTED_CROSS_OUTPUT; 3]);
     common::snap_matrix!("cross_cell_output", cell.output, 8);
     // −1.7888543 = −(3 + 1)/√5: the first two entries of the encoder row, summed.
     assert_abs_diff_eq!(cell.output[(0, 0)], -4.0 / 5f64.sqrt(), epsilon = 1e-7);

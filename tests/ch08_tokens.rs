@@ -201,7 +201,7 @@ fn gpt2_vocabulary_has_50_257_tokens() {
 fn gpt3_token_embedding_has_617_558_016_parameters() {
     let v = llm_workbook::ch08_tokens::gpt2_vocab_size();
     assert_eq!(v * llm_workbook::ch08_tokens::GPT3_EMBEDDING_WIDTH, 617_558_016);
-    assert_eq!(llm_workbook::ch08_tokens::with_commas(v * 12_288), "617,558,016");
+    assert_eq!(llm_workbook::report::with_commas(v * 12_288), "617,558,016");
 }
 
 #[test]
@@ -331,7 +331,8 @@ fn unicode_tables_equal_regex_syntax_classes() {
             .filter_map(char::from_u32)
             .all(|c| unicode::is_space(c) == c.is_whitespace())
     );
-    assert!(!unicode::is_letter('\u{903}') && '\u{903}'.is_alphabetic()); // a Devanagari vowel sign (Mc)
+    // U+0903 is a Devanagari vowel sign (Mc).
+    assert!(!unicode::is_letter('\u{903}') && '\u{903}'.is_alphabetic());
     assert!(unicode::is_number('Ⅻ') && !unicode::is_letter('Ⅻ') && 'Ⅻ'.is_alphabetic());
 }
 
@@ -509,8 +510,9 @@ fn grammar_regenerates_the_committed_corpus_byte_for_byte() {
     let generated = corpus::generate(corpus::CORPUS_SEED, corpus::TARGET_BYTES);
     assert!(
         generated == corpus::default_corpus(),
-        "data/corpus.txt differs from the grammar's output; if the grammar changed on purpose, rewrite it with \
-         `cargo run --release --example ch08_corpus -- data/corpus.txt` (every number of the chapter will change)"
+        "data/corpus.txt differs from the grammar's output; if the grammar changed on purpose, \
+            rewrite it with `cargo run --release --example ch08_corpus -- data/corpus.txt` (every \
+            number of the chapter will change)"
     );
     assert_ne!(
         corpus::generate(corpus::CORPUS_SEED + 1, 5_000),
@@ -992,7 +994,8 @@ fn baseline_for_n_1_to_5() {
         .iter()
         .map(|r| {
             format!(
-                "n = {}: contexts {:>5}, unseen {:.4}, add-k {:.4}, backoff {:.4}, backoff on training {:.4}\n",
+                "n = {}: contexts {:>5}, unseen {:.4}, add-k {:.4}, backoff {:.4}, backoff on \
+                    training {:.4}\n",
                 r.n, r.contexts, r.unseen_context_share, r.add_k, r.backoff, r.backoff_train
             )
         })
@@ -1098,7 +1101,7 @@ fn words_keep_apostrophes_and_split_punctuation() {
 
 #[test]
 fn figures_plot_the_baseline_against_n() {
-    let figs = llm_workbook::ch08_tokens::figures().unwrap();
+    let figs = llm_workbook::ch08_tokens::book::figures().unwrap();
     assert_eq!(figs.len(), 1);
     let llm_workbook::plot::Figure::Line(chart) = &figs[0].1 else { panic!("a line chart") };
     assert_eq!(figs[0].0, "ch08_ngram_loss");
@@ -1116,7 +1119,7 @@ fn figures_plot_the_baseline_against_n() {
 
 #[test]
 fn walk_prints_the_samples_and_the_table() {
-    let text = common::walk_text(&llm_workbook::ch08_tokens::CHAPTER);
+    let text = common::walk_text(&llm_workbook::ch08_tokens::book::CHAPTER);
     for needle in
         ["third-order characters", "second-order words", "[aaab][d][aaab][a][c]", "backoff (train)"]
     {
@@ -1126,7 +1129,7 @@ fn walk_prints_the_samples_and_the_table() {
 
 #[test]
 fn chapter_prose_carries_the_tables() {
-    common::check_chapter_prose(&llm_workbook::ch08_tokens::CHAPTER);
+    common::check_chapter_prose(&llm_workbook::ch08_tokens::book::CHAPTER);
 }
 
 // ───────────── properties (proptest, issue 11) ─────────────

@@ -1,5 +1,5 @@
-//! Byte-level byte-pair encoding (BPE): training from a corpus, and encoding by applying the learned
-//! merges in the order they were learned.
+//! Byte-level byte-pair encoding (BPE): training from a corpus, and encoding by applying the
+//! learned merges in the order they were learned.
 //!
 //! **Training.** The text becomes its UTF-8 bytes, token ids 0‥255. Then, until the vocabulary
 //! has the size asked for: count every adjacent pair of tokens as it occurs from left to right,
@@ -256,7 +256,8 @@ pub fn train(text: &str, config: BpeConfig) -> Result<Training> {
                 OP,
                 "vocab_size",
                 format!(
-                    "the text can fill at most {} tokens ({} merges of pairs that occur at least twice); asked for {}",
+                    "the text can fill at most {} tokens ({} merges of pairs that occur at least \
+                        twice); asked for {}",
                     bpe.vocab_size(),
                     bpe.merges.len(),
                     config.vocab_size
@@ -382,7 +383,8 @@ impl Bpe {
                     "Bpe::from_merges",
                     "pairs",
                     format!(
-                        "merge {k} = ({a}, {b}) names a token that no byte or earlier merge defines (ids so far: 0‥{})",
+                        "merge {k} = ({a}, {b}) names a token that no byte or earlier merge \
+                            defines (ids so far: 0‥{})",
                         known - 1
                     ),
                 ));
@@ -474,21 +476,9 @@ impl Tokenizer for Bpe {
     }
 
     fn decode_bytes(&self, ids: &[TokenId]) -> Result<Vec<u8>> {
-        let mut out = Vec::new();
-        for (i, &id) in ids.iter().enumerate() {
-            let bytes = self.vocab.get(id as usize).ok_or_else(|| {
-                invalid(
-                    "Bpe::decode",
-                    "ids",
-                    format!(
-                        "ids[{i}] = {id} is not below the vocabulary size {}",
-                        self.vocab.len()
-                    ),
-                )
-            })?;
-            out.extend_from_slice(bytes);
-        }
-        Ok(out)
+        super::decode_with("Bpe::decode", &self.vocab, ids, |bytes, out| {
+            out.extend_from_slice(bytes)
+        })
     }
 
     fn token_bytes(&self, id: TokenId) -> Option<Vec<u8>> {

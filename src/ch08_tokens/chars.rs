@@ -54,7 +54,8 @@ impl Tokenizer for CharTokenizer {
                         "CharTokenizer::encode",
                         "text",
                         format!(
-                            "character {c:?} (U+{:04X}) at character {i} is not in the vocabulary of {} characters built from the corpus",
+                            "character {c:?} (U+{:04X}) at character {i} is not in the vocabulary \
+                                of {} characters built from the corpus",
                             c as u32,
                             self.chars.len()
                         ),
@@ -65,21 +66,9 @@ impl Tokenizer for CharTokenizer {
     }
 
     fn decode_bytes(&self, ids: &[TokenId]) -> Result<Vec<u8>> {
-        let mut out = String::new();
-        for (i, &id) in ids.iter().enumerate() {
-            let c = self.chars.get(id as usize).ok_or_else(|| {
-                invalid(
-                    "CharTokenizer::decode",
-                    "ids",
-                    format!(
-                        "ids[{i}] = {id} is not below the vocabulary size {}",
-                        self.chars.len()
-                    ),
-                )
-            })?;
-            out.push(*c);
-        }
-        Ok(out.into_bytes())
+        super::decode_with("CharTokenizer::decode", &self.chars, ids, |c, out| {
+            out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes())
+        })
     }
 
     fn token_bytes(&self, id: TokenId) -> Option<Vec<u8>> {

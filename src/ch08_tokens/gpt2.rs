@@ -233,7 +233,8 @@ impl Gpt2Tokenizer {
                     vocab_name,
                     Some(*line),
                     format!(
-                        "token {key:?} holds {bad:?} (U+{:04X}), which stands for no byte in GPT-2's byte-to-character map",
+                        "token {key:?} holds {bad:?} (U+{:04X}), which stands for no byte in \
+                            GPT-2's byte-to-character map",
                         bad as u32
                     ),
                 ));
@@ -260,7 +261,10 @@ impl Gpt2Tokenizer {
                 perr(
                     vocab_name,
                     None,
-                    format!("there is no token for byte 0x{b:02X} (written {s:?}); a byte-level vocabulary needs all 256"),
+                    format!(
+                        "there is no token for byte 0x{b:02X} (written {s:?}); a byte-level \
+                            vocabulary needs all 256"
+                    ),
                 )
             })?;
         }
@@ -283,7 +287,8 @@ impl Gpt2Tokenizer {
                     merges_name,
                     Some(line),
                     format!(
-                        "expected two tokens separated by one space, found {text:?} (truncated or malformed line)"
+                        "expected two tokens separated by one space, found {text:?} (truncated or \
+                            malformed line)"
                     ),
                 ));
             }
@@ -301,7 +306,8 @@ impl Gpt2Tokenizer {
                         merges_name,
                         Some(line),
                         format!(
-                            "the merge uses {part:?} before any earlier line makes it (merges must come in the order they were learned)"
+                            "the merge uses {part:?} before any earlier line makes it (merges must \
+                                come in the order they were learned)"
                         ),
                     ));
                 }
@@ -312,7 +318,10 @@ impl Gpt2Tokenizer {
                 perr(
                     merges_name,
                     Some(line),
-                    format!("the merge makes {joined:?}, which is not in {vocab_name} (the files do not belong together)"),
+                    format!(
+                        "the merge makes {joined:?}, which is not in {vocab_name} (the files \
+                            do not belong together)"
+                    ),
                 )
             })?;
             if ranks.insert((pair[0], pair[1]), (rank, merged)).is_some() {
@@ -339,8 +348,9 @@ impl Gpt2Tokenizer {
         self.merge_count
     }
 
-    /// Tokens that are neither a byte nor made by a merge, such as `<|endoftext|>`; [`Tokenizer::encode`]
-    /// never produces them (like GPT-2's own encoder, it treats their text as ordinary text).
+    /// Tokens that are neither a byte nor made by a merge, such as `<|endoftext|>`;
+    /// [`Tokenizer::encode`] never produces them (like GPT-2's own encoder, it treats their text as
+    /// ordinary text).
     pub fn special_tokens(&self) -> &[(String, TokenId)] {
         &self.specials
     }
@@ -367,21 +377,9 @@ impl Tokenizer for Gpt2Tokenizer {
     }
 
     fn decode_bytes(&self, ids: &[TokenId]) -> Result<Vec<u8>> {
-        let mut out = Vec::new();
-        for (i, &id) in ids.iter().enumerate() {
-            let bytes = self.vocab.get(id as usize).ok_or_else(|| {
-                invalid(
-                    "Gpt2Tokenizer::decode",
-                    "ids",
-                    format!(
-                        "ids[{i}] = {id} is not below the vocabulary size {}",
-                        self.vocab.len()
-                    ),
-                )
-            })?;
-            out.extend_from_slice(bytes);
-        }
-        Ok(out)
+        super::decode_with("Gpt2Tokenizer::decode", &self.vocab, ids, |bytes, out| {
+            out.extend_from_slice(bytes)
+        })
     }
 
     fn token_bytes(&self, id: TokenId) -> Option<Vec<u8>> {
@@ -405,7 +403,8 @@ pub fn to_gpt2_files(bpe: &Bpe) -> Result<(String, String)> {
                 "to_gpt2_files",
                 "bpe",
                 format!(
-                    "tokens {first} and {id} both stand for {s:?}; vocab.json holds one id per string"
+                    "tokens {first} and {id} both stand for {s:?}; vocab.json holds one id per \
+                        string"
                 ),
             ));
         }

@@ -175,7 +175,8 @@ impl NGramModel {
         p
     }
 
-    /// P(next | context) under `estimator`; `None` only for an undefined maximum-likelihood estimate.
+    /// P(next | context) under `estimator`; `None` only for an undefined maximum-likelihood
+    /// estimate.
     pub fn probability(
         &self,
         context: &[TokenId],
@@ -226,7 +227,10 @@ impl NGramModel {
                 invalid(
                     OP,
                     "tokens",
-                    format!("position {i}: the context {context:?} never occurred in training, so #(c, x)/#(c) has no value"),
+                    format!(
+                        "position {i}: the context {context:?} never occurred in training, so \
+                            #(c, x)/#(c) has no value"
+                    ),
                 )
             })?;
             if p <= 0.0 {
@@ -234,7 +238,8 @@ impl NGramModel {
                     OP,
                     "tokens",
                     format!(
-                        "position {i}: token {} never followed the context {context:?} in training: probability 0, infinite loss",
+                        "position {i}: token {} never followed the context {context:?} in \
+                            training: probability 0, infinite loss",
                         tokens[i]
                     ),
                 ));
