@@ -371,33 +371,12 @@ impl Worked {
     }
 }
 
-/// A whole number with commas between groups of three digits, as the documents print counts
-/// (49152 → "49,152", 617558016 → "617,558,016"). A leading minus sign is kept apart.
-pub fn with_commas(n: impl std::fmt::Display) -> String {
-    let s = n.to_string();
-    let (sign, digits) = s.strip_prefix('-').map_or(("", s.as_str()), |d| ("-", d));
-    let mut out = String::from(sign);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
+/// Counts as the documents print them; see [`crate::snapshot::with_commas`].
+pub use crate::snapshot::with_commas;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn with_commas_groups_digits_in_threes() {
-        assert_eq!(with_commas(0u8), "0");
-        assert_eq!(with_commas(999u32), "999");
-        assert_eq!(with_commas(49152u64), "49,152");
-        assert_eq!(with_commas(617_558_016usize), "617,558,016");
-        assert_eq!(with_commas(-1234i64), "-1,234");
-    }
 
     #[test]
     fn numbers_compare_at_the_printed_precision() {

@@ -238,7 +238,7 @@ impl Gen {
                 self.pick(LANDSCAPES),
                 self.pick(REGIONS)
             ),
-            format!("About {} people live there.", crate::report::with_commas(people)),
+            format!("About {} people live there.", crate::snapshot::with_commas(people)),
             format!(
                 "Most of them work as {} or {}, and {place} is best known for its {}.",
                 t1.plural, t2.plural, t1.product
