@@ -12,7 +12,7 @@ pub fn chapters() -> Vec<Chapter> {
     vec![
         crate::ch01_logistic::CHAPTER,
         crate::ch02_softmax::CHAPTER,
-        crate::ch03_mlp::CHAPTER,
+        crate::ch03_mlp::book::CHAPTER,
         crate::ch04_xor::CHAPTER,
         crate::ch05_positions::CHAPTER,
         crate::ch06_attention::CHAPTER,
