@@ -19,7 +19,7 @@ pub fn chapters() -> Vec<Chapter> {
         crate::ch07_encoder_decoder::CHAPTER,
         crate::ch08_tokens::CHAPTER,
         crate::ch09_gpt::CHAPTER,
-        crate::ch10_matmul::CHAPTER,
+        crate::ch10_matmul::book::CHAPTER,
     ]
 }
 
