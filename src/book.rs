@@ -12,14 +12,14 @@ pub fn chapters() -> Vec<Chapter> {
     vec![
         crate::ch01_logistic::CHAPTER,
         crate::ch02_softmax::CHAPTER,
-        crate::ch03_mlp::CHAPTER,
+        crate::ch03_mlp::book::CHAPTER,
         crate::ch04_xor::CHAPTER,
         crate::ch05_positions::CHAPTER,
         crate::ch06_attention::book::CHAPTER,
         crate::ch07_encoder_decoder::book::CHAPTER,
         crate::ch08_tokens::book::CHAPTER,
         crate::ch09_gpt::CHAPTER,
-        crate::ch10_matmul::CHAPTER,
+        crate::ch10_matmul::book::CHAPTER,
     ]
 }
 

@@ -3,8 +3,10 @@
 mod common;
 
 use llm_workbook::Error;
+use llm_workbook::ch03_mlp::book::{figures, histogram_steps, packing_figures};
 use llm_workbook::ch03_mlp::*;
 use llm_workbook::gradcheck::{Config, check};
+use llm_workbook::report::with_commas;
 use llm_workbook::rng::Rng;
 use nalgebra::DMatrix;
 
@@ -644,7 +646,8 @@ fn multi_neuron_sum_runs_over_the_neurons_of_layer_l() {
 
 #[test]
 fn bias_has_one_entry_per_output_neuron() {
-    // 3 inputs, 2 neurons: W (our orientation) 3×2, so b is 1×2; a bias with one entry per input is refused.
+    // 3 inputs, 2 neurons: W (our orientation) 3×2, so b is 1×2; a bias with one entry per input is
+    // refused.
     let x = DMatrix::from_row_slice(1, 3, &[1.0, 2.0, 3.0]);
     let w = DMatrix::from_row_slice(3, 2, &[1.0, 0.0, 0.0, 1.0, 1.0, 1.0]);
     let y = dense_forward(&x, &w, &DMatrix::from_row_slice(1, 2, &[0.5, -0.5])).unwrap();
@@ -934,7 +937,7 @@ fn packing_1000_vectors_in_100_dimensions_beats_the_random_start() {
 
 #[test]
 fn prose_carries_the_errata_and_worked_tables() {
-    common::check_chapter_prose(&llm_workbook::ch03_mlp::CHAPTER);
+    common::check_chapter_prose(&llm_workbook::ch03_mlp::book::CHAPTER);
 }
 
 #[test]

@@ -138,7 +138,8 @@ fn within_bound<T: Float>(
             let bound = relative * size[(i, j)] + absolute;
             if !got.is_finite() || (got - want).abs() > bound {
                 return Err(format!(
-                    "{case:?}: C[{i},{j}] = {got:e}, reference {want:e}, |error| {:e} > bound {bound:e}",
+                    "{case:?}: C[{i},{j}] = {got:e}, reference {want:e}, |error| {:e} > bound \
+                     {bound:e}",
                     (got - want).abs()
                 ));
             }
@@ -630,7 +631,7 @@ fn the_environment_variable_forces_the_kernel_in_a_fresh_process() {
     );
 }
 
-// ───────────────────────────── the public API, IEEE values and bad input ─────────────────────────────
+// ───────────────────────── the public API, IEEE values and bad input ─────────────────────────
 
 #[test]
 fn matmul_tn_and_nt_match_the_triple_loop_on_the_transposed_operands() {
@@ -937,7 +938,8 @@ fn packed_blocks_fit_their_caches() {
         (16, 8, matmul::AVX512_F64_BLOCKING, 8, zen4),
     ] {
         let fp = ch10::footprint(mr, nr, b, elem);
-        // The reused B̃ sliver takes at most half of L1, leaving the rest to the Ã sliver streaming by.
+        // The reused B̃ sliver takes at most half of L1, leaving the rest to the Ã sliver streaming
+        // by.
         assert!(fp.b_sliver <= l1 / 2, "{mr}×{nr}: B̃ sliver {fp:?}");
         assert!(fp.a_block <= l2 / 2, "{mr}×{nr}: Ã block {fp:?}");
         assert!(fp.b_panel <= l3 / 2, "{mr}×{nr}: B̃ panel {fp:?}");
@@ -1066,7 +1068,7 @@ fn the_scalar_tile_is_the_sum_of_outer_products_of_the_slivers() {
 fn the_walk_assembles_the_product_from_its_tiles() {
     let mut out = Vec::new();
     let mut walk = llm_workbook::report::Walk::new(&mut out);
-    ch10::walk(&mut walk).expect("the walk runs");
+    ch10::book::walk(&mut walk).expect("the walk runs");
     let text = String::from_utf8(out).expect("utf-8");
     assert!(text.contains("equal to the tiles assembled above, entry for entry"), "{text}");
     assert!(!text.contains("DIFFERS"));
@@ -1075,7 +1077,7 @@ fn the_walk_assembles_the_product_from_its_tiles() {
 
 #[test]
 fn the_figures_show_what_the_prose_says() {
-    let figs = ch10::figures().expect("figures");
+    let figs = ch10::book::figures().expect("figures");
     let names: Vec<&str> = figs.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names, ["ch10_intensity", "ch10_tile_use"]);
     let llm_workbook::plot::Figure::Line(intensity) = &figs[0].1 else { panic!("a line chart") };
@@ -1098,7 +1100,7 @@ fn the_figures_show_what_the_prose_says() {
 
 #[test]
 fn the_chapter_prose_carries_the_worked_table() {
-    common::check_chapter_prose(&ch10::CHAPTER);
+    common::check_chapter_prose(&ch10::book::CHAPTER);
 }
 
 // ───────────── properties (proptest, issue 11) ─────────────
@@ -1126,13 +1128,19 @@ mod properties {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(48))]
 
-        // Every kernel, f32 and f64, against the f64 triple loop within γ_{k+2}(u)·(|α|Σ|a||b| + |β||c⁰|).
+        // Every kernel, f32 and f64, against the f64 triple loop within
+        // γ_{k+2}(u)·(|α|Σ|a||b| + |β||c⁰|).
         #[test]
-        fn every_kernel_matches_the_naive_product_on_random_shapes_and_transposes(case in case(), seed in any::<u64>()) {
+        fn every_kernel_matches_the_naive_product_on_random_shapes_and_transposes(
+            case in case(),
+            seed in any::<u64>(),
+        ) {
             for kernel in available_kernels() {
                 let mut rng = Rng::new(seed);
-                run_case::<f32>(forced(kernel), case, &mut rng).map_err(|e| TestCaseError::fail(format!("{kernel} f32: {e}")))?;
-                run_case::<f64>(forced(kernel), case, &mut rng).map_err(|e| TestCaseError::fail(format!("{kernel} f64: {e}")))?;
+                run_case::<f32>(forced(kernel), case, &mut rng)
+                    .map_err(|e| TestCaseError::fail(format!("{kernel} f32: {e}")))?;
+                run_case::<f64>(forced(kernel), case, &mut rng)
+                    .map_err(|e| TestCaseError::fail(format!("{kernel} f64: {e}")))?;
             }
         }
 
@@ -1145,33 +1153,56 @@ mod properties {
                 let (alpha, beta) = (case.alpha as f32, case.beta as f32);
                 let mut one = x.c0.clone();
                 let mut two = x.c0.clone();
-                let base = Settings { kernel: Some(kernel), min_parallel_flops: Some(0.0), ..Settings::default() };
-                gemm_with(Settings { threads: Some(1), ..base }, alpha, &x.a, case.ta, &x.b, case.tb, beta, &mut one).unwrap();
-                let stats = gemm_with(Settings { threads: Some(2), ..base }, alpha, &x.a, case.ta, &x.b, case.tb, beta, &mut two).unwrap();
+                let base = Settings {
+                    kernel: Some(kernel),
+                    min_parallel_flops: Some(0.0),
+                    ..Settings::default()
+                };
+                let (one_thread, two_threads) =
+                    (Settings { threads: Some(1), ..base }, Settings { threads: Some(2), ..base });
+                gemm_with(one_thread, alpha, &x.a, case.ta, &x.b, case.tb, beta, &mut one)
+                    .unwrap();
+                let stats =
+                    gemm_with(two_threads, alpha, &x.a, case.ta, &x.b, case.tb, beta, &mut two)
+                        .unwrap();
                 let bits = |m: &DMatrix<f32>| m.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-                prop_assert_eq!(bits(&one), bits(&two), "{} with {} threads", kernel, stats.threads);
+                prop_assert_eq!(
+                    bits(&one),
+                    bits(&two),
+                    "{} with {} threads",
+                    kernel,
+                    stats.threads
+                );
             }
         }
 
         // Each SIMD kernel against the scalar kernel: both lie within γ_{k+2}(u)·size of the exact
         // product, so they lie within twice that of each other (size as in `reference`).
         #[test]
-        fn every_simd_kernel_agrees_with_the_scalar_kernel_within_twice_the_bound(case in case(), seed in any::<u64>()) {
+        fn every_simd_kernel_agrees_with_the_scalar_kernel_within_twice_the_bound(
+            case in case(),
+            seed in any::<u64>(),
+        ) {
             let x = operands::<f32>(&case, &mut Rng::new(seed));
             let (_, size) = reference(&case, &x);
             let (alpha, beta) = (case.alpha as f32, case.beta as f32);
             let mut scalar = x.c0.clone();
-            gemm_with(forced(Kernel::Scalar), alpha, &x.a, case.ta, &x.b, case.tb, beta, &mut scalar).unwrap();
+            let (ta, tb) = (case.ta, case.tb);
+            gemm_with(forced(Kernel::Scalar), alpha, &x.a, ta, &x.b, tb, beta, &mut scalar)
+                .unwrap();
             let relative = 2.0 * gamma(case.k + 2, unit_roundoff::<f32>());
             let absolute = 2.0 * (case.k + 2) as f64 * eta::<f32>();
             for kernel in available_kernels().into_iter().filter(|&k| k != Kernel::Scalar) {
                 let mut simd = x.c0.clone();
-                gemm_with(forced(kernel), alpha, &x.a, case.ta, &x.b, case.tb, beta, &mut simd).unwrap();
+                gemm_with(forced(kernel), alpha, &x.a, ta, &x.b, tb, beta, &mut simd).unwrap();
                 for j in 0..case.n {
                     for i in 0..case.m {
                         let diff = (simd[(i, j)] as f64 - scalar[(i, j)] as f64).abs();
                         let bound = relative * size[(i, j)] + absolute;
-                        prop_assert!(diff <= bound, "{kernel} vs scalar at ({i}, {j}): {diff:e} > {bound:e}");
+                        prop_assert!(
+                            diff <= bound,
+                            "{kernel} vs scalar at ({i}, {j}): {diff:e} > {bound:e}"
+                        );
                     }
                 }
             }
@@ -1191,7 +1222,7 @@ mod properties {
     }
 }
 
-// ───────────── views: products of blocks inside larger matrices (chapter 9's attention heads) ─────────────
+// ──────── views: products of blocks inside larger matrices (chapter 9's attention heads) ────────
 
 mod views {
     use super::*;
@@ -1209,7 +1240,8 @@ mod views {
         rng: &mut Rng,
     ) -> (Vec<T>, usize) {
         let cols = c0 + inner.ncols() + 2;
-        let mut big = rng.normal_matrix::<T>(ld, cols, 1.0); // surrounding values that must not leak in
+        // Surrounding values that must not leak in.
+        let mut big = rng.normal_matrix::<T>(ld, cols, 1.0);
         big.view_mut((r0, c0), inner.shape()).copy_from(inner);
         (big.as_slice().to_vec(), r0 + c0 * ld)
     }
@@ -1301,8 +1333,9 @@ mod views {
                     let near = MatRef::new(b.as_slice(), b.nrows(), b.ncols(), b.nrows()).unwrap();
                     let (store, at) = embedded(&b, 0, 0, far, &mut rng);
                     let packed = MatRef::new(&store[at..], b.nrows(), b.ncols(), far).unwrap();
-                    // op(B) = B steps k by 1 either way (read in place both times): it is op(B) = Bᵀ,
-                    // stepping k by the leading dimension, that the limit sends to packing.
+                    // op(B) = B steps k by 1 either way (read in place both times): it is
+                    // op(B) = Bᵀ, stepping k by the leading dimension, that the limit sends to
+                    // packing.
                     let mut c_near = DMatrix::<f32>::zeros(m, n);
                     let mut c_far = DMatrix::<f32>::zeros(m, n);
                     let a_view = || MatRef::new(a.as_slice(), m, k, m).unwrap();
@@ -1354,7 +1387,8 @@ mod views {
         let e = gemm_view(1.0, a, Op::N, b, Op::N, 0.0, MatMut::new(&mut c, 4, 4, 4).unwrap())
             .unwrap_err(); // 4×5 by 4×5
         assert!(e.to_string().contains("inner dimensions"), "{e}");
-        gemm_view(1.0, a, Op::N, b, Op::T, 0.0, MatMut::new(&mut c, 4, 4, 4).unwrap()).unwrap(); // 4×5 by 5×4 fits a 4×4 C
+        // 4×5 by 5×4 fits a 4×4 C.
+        gemm_view(1.0, a, Op::N, b, Op::T, 0.0, MatMut::new(&mut c, 4, 4, 4).unwrap()).unwrap();
         assert!(c.iter().all(|&v| v == 5.0));
         let e = gemm_view(1.0, a, Op::N, b, Op::T, 0.0, MatMut::new(&mut c, 4, 3, 4).unwrap())
             .unwrap_err();

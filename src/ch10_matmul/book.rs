@@ -1,128 +1,17 @@
-//! Chapter 10: a packed, blocked, SIMD matrix product.
-//!
-//! The product itself lives in [`crate::matmul`] (every chapter calls it); this module holds what
-//! the chapter computes *about* it: flop counts, the bytes each loop nest moves, the cache
-//! footprint of every packed block, the share of a register tile doing useful work, and a
-//! walk-through of one tiny packed product. The prose is
-//! [`chapters/ch10_matmul.md`](../../chapters/ch10_matmul.md); the tests are
-//! `tests/ch10_matmul.rs`; the speed measurements come from `src/bin/bench_matmul.rs`.
-//!
-//! Nothing here is measured: every number follows from the shapes, the blocking constants and
-//! the cache sizes below, so the worked table is exact and reproducible on any machine.
+//! What the book shows about chapter 10: the worked-number table (no errata: no source document),
+//! the walk-through of one tiny packed product, the measurement-free figures and the chapter's
+//! entry. The measured tables and figures come from the benchmark, `benches/ch10_matmul.rs`.
 
+use super::blocks::{accumulator_registers, fma_fingerprint_f32, footprint, tile_calls, tile_use};
+use super::traffic::{blocked_traffic_bytes, flops, intensity, naive_traffic_bytes};
 use crate::errata::Erratum;
-use crate::error::{Result, invalid};
+use crate::error::Result;
 use crate::matmul::{self, Blocking, Op, SCALAR_TILE};
 use crate::plot::{Figure, LineChart, Series};
 use crate::report::{Chapter, Walk, Worked};
 use crate::sources::THIS_CRATE;
 use nalgebra::DMatrix;
 use std::path::{Path, PathBuf};
-
-/// L1 data cache per core of the machine the constants were tuned on (AMD EPYC, Zen 3).
-pub const L1D_BYTES: usize = 32 << 10;
-/// L2 cache per core of that machine.
-pub const L2_BYTES: usize = 512 << 10;
-/// L3 cache shared by the cores of that machine.
-pub const L3_BYTES: usize = 32 << 20;
-
-/// L2 cache per core of the machine the AVX-512 constants were swept on (AMD EPYC, Zen 4: the
-/// same 32 KiB L1d and 32 MiB L3 as the Zen 3 machine, twice its L2).
-pub const ZEN4_L2_BYTES: usize = 1 << 20;
-
-/// Vector registers of AVX2 (ymm0–ymm15); AVX-512 has 32 (zmm0–zmm31).
-pub const AVX2_REGISTERS: usize = 16;
-
-// ───────────────────────────── counting work and traffic ─────────────────────────────
-
-/// Flops of C = A·B with A m×k and B k×n: one multiply and one add per (i, j, p), 2·m·n·k.
-pub fn flops(m: usize, n: usize, k: usize) -> u64 {
-    2 * (m as u64) * (n as u64) * (k as u64)
-}
-
-/// Bytes the naive triple loop moves if no operand is ever found in cache: every multiply-add
-/// reads aᵢₚ and bₚⱼ afresh, so 2·`elem` bytes per 2 flops, plus C written once.
-pub fn naive_traffic_bytes(m: usize, n: usize, k: usize, elem: usize) -> u64 {
-    (2 * m * n * k + m * n) as u64 * elem as u64
-}
-
-/// Bytes the blocked product moves between memory and the caches: A is read once per NC-panel
-/// of B (⌈n/NC⌉ times), B once, and C read and written once per rank-KC update (⌈k/KC⌉ times).
-/// Packing copies stay in cache and are not counted.
-pub fn blocked_traffic_bytes(m: usize, n: usize, k: usize, elem: usize, b: Blocking) -> u64 {
-    let a = m * k * n.div_ceil(b.nc.max(1));
-    let bb = k * n;
-    let c = 2 * m * n * k.div_ceil(b.kc.max(1));
-    (a + bb + c) as u64 * elem as u64
-}
-
-/// Arithmetic intensity: flops per byte moved.
-pub fn intensity(flops: u64, bytes: u64) -> f64 {
-    flops as f64 / bytes.max(1) as f64
-}
-
-/// What each packed block of the five loops occupies, in bytes, for a kernel with an `mr`×`nr`
-/// tile, blocking `b` and elements of `elem` bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Footprint {
-    /// One KC×NR sliver of B̃, reused by every micro-kernel call of loop 1: meant for L1.
-    pub b_sliver: usize,
-    /// One MR×KC sliver of Ã, streamed through L1 by one micro-kernel call.
-    pub a_sliver: usize,
-    /// The MC×KC block Ã, re-read for every NR columns: meant for L2.
-    pub a_block: usize,
-    /// The KC×NC panel B̃, re-read for every MC rows: meant for L3.
-    pub b_panel: usize,
-}
-
-/// The footprint of every packed block.
-pub fn footprint(mr: usize, nr: usize, b: Blocking, elem: usize) -> Footprint {
-    Footprint {
-        b_sliver: b.kc * nr * elem,
-        a_sliver: mr * b.kc * elem,
-        a_block: b.mc.next_multiple_of(mr) * b.kc * elem,
-        b_panel: b.kc * b.nc.next_multiple_of(nr) * elem,
-    }
-}
-
-/// The share of the register tiles' multiply-adds that land inside C for an m-row, n-column
-/// product: m·n / (⌈m/MR⌉·MR · ⌈n/NR⌉·NR). The rest is computed on zero padding and thrown away.
-pub fn tile_use(m: usize, n: usize, mr: usize, nr: usize) -> f64 {
-    if m == 0 || n == 0 {
-        return 1.0;
-    }
-    (m * n) as f64 / (m.next_multiple_of(mr) * n.next_multiple_of(nr)) as f64
-}
-
-/// Micro-kernel calls of a single-threaded product: ⌈m/MR⌉·⌈n/NR⌉ tiles, each once per rank-KC
-/// update, when MC and NC do not split a tile (they are multiples of MR and NR).
-pub fn tile_calls(m: usize, n: usize, k: usize, mr: usize, nr: usize, kc: usize) -> u64 {
-    (m.div_ceil(mr) * n.div_ceil(nr) * k.div_ceil(kc.max(1))) as u64
-}
-
-/// Accumulator registers of an MR×NR tile held in vectors of `lanes` lanes: MR/lanes · NR.
-pub fn accumulator_registers(mr: usize, nr: usize, lanes: usize) -> Result<usize> {
-    if lanes == 0 || !mr.is_multiple_of(lanes) {
-        return Err(invalid(
-            "accumulator_registers",
-            "mr",
-            format!("{mr} rows are not a whole number of {lanes}-lane vectors"),
-        ));
-    }
-    Ok(mr / lanes * nr)
-}
-
-/// (1 + x)·(1 + x) − 1 evaluated as −1·1 + x·x, once with the product rounded before the add and
-/// once fused (one rounding): for x = 2⁻¹² in f32 they differ in the last place. Returns
-/// (separate, fused) as f64.
-pub fn fma_fingerprint_f32(x: f32) -> (f64, f64) {
-    let y = 1.0 + x;
-    let separate = -1.0f32 + y * y;
-    let fused = y.mul_add(y, -1.0f32);
-    (separate as f64, fused as f64)
-}
-
-// ───────────────────────────── errata, worked numbers ─────────────────────────────
 
 /// No source document, so no errata.
 pub const ERRATA: &[Erratum] = &[];
@@ -267,7 +156,10 @@ pub fn walk(out: &mut Walk) -> Result<()> {
     out.matrix("A", &a)?;
     out.matrix("B", &b)?;
     out.say(&format!("C = A·B is {m}×{n}; {} flops (2·m·n·k).", flops(m, n, k)))?;
-    out.say(&format!("Register tile MR×NR = {mr}×{nr}, so C is covered by ⌈5/4⌉·⌈5/4⌉ = 4 tiles; KC = {kc}, so depth 3 is 2 + 1."))?;
+    out.say(&format!(
+        "Register tile MR×NR = {mr}×{nr}, so C is covered by ⌈5/4⌉·⌈5/4⌉ = 4 tiles; KC = {kc}, \
+         so depth 3 is 2 + 1."
+    ))?;
     let mut c = DMatrix::<f64>::zeros(m, n);
     for (update, pc) in (0..k).step_by(kc).enumerate() {
         let depth = pc..(pc + kc).min(k);
@@ -305,7 +197,13 @@ pub fn walk(out: &mut Walk) -> Result<()> {
         for (jq, b_s) in b_packed.chunks(d * nr).enumerate() {
             for (iq, a_s) in a_packed.chunks(d * mr).enumerate() {
                 let tile = matmul::scalar_tile(d, a_s, b_s)?;
-                out.matrix(&format!("tile ({iq}, {jq}) = Ã sliver {iq} · B̃ sliver {jq}  (Σₚ column p of Ã ⊗ row p of B̃)"), &tile)?;
+                out.matrix(
+                    &format!(
+                        "tile ({iq}, {jq}) = Ã sliver {iq} · B̃ sliver {jq}  (Σₚ column p of Ã \
+                         ⊗ row p of B̃)"
+                    ),
+                    &tile,
+                )?;
                 for j in 0..nr.min(n - jq * nr) {
                     for i in 0..mr.min(m - iq * mr) {
                         c[(iq * mr + i, jq * nr + j)] += tile[(i, j)];

@@ -1,22 +1,24 @@
 //! Chapter 10's benchmark: how fast is our matrix product, next to nalgebra's and the naive loop?
 //!
-//! `cargo run --release --bin bench_matmul` measures, in one run: the machine's FMA peak (a loop of
+//! `cargo bench --bench ch10_matmul` measures, in one run: the machine's FMA peak (a loop of
 //! independent fused multiply-adds) and memory bandwidth; median GFLOP/s (2·m·n·k / time) of ours
 //! on 1 and 2 threads, nalgebra's own product and the naive triple loop for square n = 64 … 2048
 //! and for the GPT's products, in f32 and f64; and where a second thread starts to pay. It prints
-//! the tables, writes them into `chapters/ch10_matmul.md` (between `<!-- bench:begin -->` and
-//! `<!-- bench:end -->`) and draws `chapters/img/ch10_gflops_*.png|svg` and `ch10_roofline`.
+//! the tables; with `-- --write` it also writes them into `chapters/ch10_matmul.md` (between
+//! `<!-- bench:begin -->` and `<!-- bench:end -->`) and draws
+//! `chapters/img/ch10_gflops_*.png|svg` and `ch10_roofline`.
 //!
-//! `-- sweep` measures the blocking sweep that chose KC, MC and NC (written between
-//! `<!-- sweep:begin/end -->`, drawn as `ch10_sweep`); `-- shape M K N` times one product;
-//! `-- threads` times 1 thread against 2 on the products near `PARALLEL_MIN_FLOPS` (prints only).
-//! `--no-write` prints without touching the chapter.
+//! `-- sweep` measures the blocking sweep that chose KC, MC and NC (with `--write`, written
+//! between `<!-- sweep:begin/end -->` and drawn as `ch10_sweep`); `-- shape M K N` times one
+//! product; `-- threads` times 1 thread against 2 on the products near `PARALLEL_MIN_FLOPS`
+//! (prints only). `-- --samples N` sets the samples per measurement; `-- --help` lists it all.
 //!
 //! Every implementation of a row is timed in turn, sample after sample, so a burst of load from
 //! other programs hits them alike; the reported figure is the median of the samples. A
 //! single-threaded contender is timed by the CPU time of its thread (on Linux), so the time the
-//! scheduler gives to other programs is not counted against it; a two-thread contender can only be
-//! timed by the wall clock, and its ratios are taken against wall-clock figures of the same samples.
+//! scheduler gives to other programs is not counted against it; a two-thread contender can only
+//! be timed by the wall clock, and its ratios are taken against wall-clock figures of the same
+//! samples.
 
 use clap::{Parser, Subcommand};
 use llm_workbook::float::Float;
@@ -30,15 +32,20 @@ use std::time::Instant;
 
 #[derive(Parser)]
 #[command(
-    name = "bench_matmul",
+    name = "ch10_matmul",
+    bin_name = "cargo bench --bench ch10_matmul --",
     about = "Chapter 10's matrix-product benchmark (see the chapter for how to read it)."
 )]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
-    /// Print only; leave the chapter and its images untouched.
+    /// Also write the tables into chapters/ch10_matmul.md and redraw the chapter's measured
+    /// figures in chapters/img/ (without it, the benchmark only prints).
     #[arg(long, global = true)]
-    no_write: bool,
+    write: bool,
+    /// Passed by `cargo bench` to every benchmark; ignored.
+    #[arg(long, global = true, hide = true)]
+    bench: bool,
     /// Samples per measurement (the median is reported).
     #[arg(long, global = true, default_value_t = 7)]
     samples: usize,
@@ -437,9 +444,13 @@ fn ratio(x: f64, y: f64) -> String {
 fn table(machine: &Machine, rows: &[Row], with_naive: bool) -> String {
     let mut out = String::new();
     out.push_str(if with_naive {
-        "| n | type | naive | nalgebra | ours 1T | ours 2T | ours 1T / nalgebra | ours 2T / nalgebra | 2T / 1T | ours 1T of peak | ours 2T of 2-core peak |\n|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "| n | type | naive | nalgebra | ours 1T | ours 2T | ours 1T / nalgebra \
+         | ours 2T / nalgebra | 2T / 1T | ours 1T of peak | ours 2T of 2-core peak |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|\n"
     } else {
-        "| product | shape | type | nalgebra | ours 1T | ours 2T | ours 1T / nalgebra | ours 2T / nalgebra | 2T / 1T | ours 1T of peak |\n|---|---|---|---|---|---|---|---|---|---|\n"
+        "| product | shape | type | nalgebra | ours 1T | ours 2T | ours 1T / nalgebra \
+         | ours 2T / nalgebra | 2T / 1T | ours 1T of peak |\n\
+         |---|---|---|---|---|---|---|---|---|---|\n"
     });
     for r in rows {
         let share1 = 100.0 * r.ours1 / peak_of(machine, r.ty, 1);
@@ -452,7 +463,8 @@ fn table(machine: &Machine, rows: &[Row], with_naive: bool) -> String {
         if with_naive {
             let naive = r.naive.map_or("—".to_string(), |g| format!("{g:.2}"));
             out.push_str(&format!(
-                "| {} | {} | {naive} | {:.1} | {:.1} | {two} | {} | {} | {} | {share1:.0} % | {share2:.0} % |\n",
+                "| {} | {} | {naive} | {:.1} | {:.1} | {two} | {} | {} | {} | {share1:.0} % | \
+                 {share2:.0} % |\n",
                 r.label,
                 r.ty,
                 r.nalgebra,
@@ -539,7 +551,16 @@ fn run_all(samples: usize, write: bool) -> Result<(), String> {
     let mut squares = Vec::new();
     for n in [64, 128, 256, 512, 1024, 2048] {
         for f64_ in [false, true] {
-            let row = with_type!(f64_, T => measure::<T>(&n.to_string(), (n, n, n), Op::N, Op::N, n <= 512, samples, &mut rng));
+            let with_naive = n <= 512; // the table's naive column stops at n = 512
+            let row = with_type!(f64_, T => measure::<T>(
+                &n.to_string(),
+                (n, n, n),
+                Op::N,
+                Op::N,
+                with_naive,
+                samples,
+                &mut rng
+            ));
             println!("{row:?}");
             squares.push(row);
         }
@@ -658,18 +679,24 @@ fn run_threads(samples: usize) {
             let ty = if f64_ { "f64" } else { "f32" };
             rows.push((
                 flops,
-                format!("| {label} | {m}×{k} · {k}×{n}{ops} | {ty} | {flops:.2e} | {one:.1} | {two:.1} | {} |", ratio(two, one)),
+                format!(
+                    "| {label} | {m}×{k} · {k}×{n}{ops} | {ty} | {flops:.2e} | {one:.1} \
+                     | {two:.1} | {} |",
+                    ratio(two, one)
+                ),
             ));
         }
     }
     rows.sort_by(|x, y| x.0.total_cmp(&y.0));
     println!(
-        "1 thread against 2 threads forced, GFLOP/s by the wall clock, median of {samples} samples (load average {load_before} before, {} after; threshold now {:.1e}):\n",
+        "1 thread against 2 threads forced, GFLOP/s by the wall clock, median of {samples} samples \
+         (load average {load_before} before, {} after; threshold now {:.1e}):\n",
         load_average(),
         matmul::PARALLEL_MIN_FLOPS
     );
     println!(
-        "| product | shape | type | flops | 1 thread | 2 threads forced | 2 / 1 |\n|---|---|---|---|---|---|---|"
+        "| product | shape | type | flops | 1 thread | 2 threads forced | 2 / 1 |\n\
+         |---|---|---|---|---|---|---|"
     );
     for (_, line) in rows {
         println!("{line}");
@@ -684,19 +711,24 @@ fn report(
 ) -> String {
     let mut out = String::new();
     out.push_str(&format!(
-        "Measured by `cargo run --release --bin bench_matmul` on {} ({} cores, kernel `{}`), median of the samples, \
-GFLOP/s = 2·m·n·k / time. The machine was shared with other jobs (load average {} before, {} after); every row \
-times its contenders in turn to share the noise fairly. Single-threaded figures (naive, nalgebra, ours 1T) are timed \
-by the CPU time of their thread, so time the scheduler gave to other programs does not count; ours 2T can only be \
-timed by the wall clock, and its two ratios (against nalgebra and against ours 1T) use wall-clock figures of the \
-same samples, so they still compare like with like.\n\n",
+        "Measured by `cargo bench --bench ch10_matmul -- --write` on {} ({} cores, kernel `{}`), \
+         median of the samples, GFLOP/s = 2·m·n·k / time. The machine was shared with other jobs \
+         (load average {} before, {} after); every row times its contenders in turn to share the \
+         noise fairly. Single-threaded figures (naive, nalgebra, ours 1T) are timed by the CPU \
+         time of their thread, so time the scheduler gave to other programs does not count; ours \
+         2T can only be timed by the wall clock, and its two ratios (against nalgebra and against \
+         ours 1T) use wall-clock figures of the same samples, so they still compare like with \
+         like.\n\n",
         machine.cpu,
         std::thread::available_parallelism().map_or(1, |n| n.get()),
         machine.kernel,
         machine.load_before,
         machine.load_after
     ));
-    out.push_str("| ceiling (fastest sample; FMA peak over each thread's CPU time) | f32 | f64 |\n|---|---|---|\n");
+    out.push_str(
+        "| ceiling (fastest sample; FMA peak over each thread's CPU time) | f32 | f64 |\n\
+         |---|---|---|\n",
+    );
     out.push_str(&format!(
         "| FMA peak, 1 core | {:.1} GFLOP/s | {:.1} GFLOP/s |\n",
         machine.peak[0].0, machine.peak[1].0
@@ -710,15 +742,27 @@ same samples, so they still compare like with like.\n\n",
         machine.bandwidth.0, machine.bandwidth.1
     ));
     out.push_str(&format!(
-        "| start and join one scoped thread, fastest / median of 200 | {:.0} / {:.0} µs | same |\n\n",
+        "| start and join one scoped thread, fastest / median of 200 | {:.0} / {:.0} µs \
+         | same |\n\n",
         machine.thread_start.0, machine.thread_start.1
     ));
     out.push_str("Square products (naive: the textbook triple loop, only up to n = 512):\n\n");
     out.push_str(&table(machine, squares, true));
-    out.push_str("\nThe GPT's products (nanoGPT's CPU configuration: T = 12·64 = 768 rows, d = 128, 4 heads of 32, vocabulary 65). ");
-    out.push_str("For a transposed operand nalgebra's figure is the faster of copying the transpose and its `tr_mul`/`gemm_tr`:\n\n");
+    out.push_str(
+        "\nThe GPT's products (nanoGPT's CPU configuration: T = 12·64 = 768 rows, d = 128, \
+         4 heads of 32, vocabulary 65). ",
+    );
+    out.push_str(
+        "For a transposed operand nalgebra's figure is the faster of copying the transpose and \
+         its `tr_mul`/`gemm_tr`:\n\n",
+    );
     out.push_str(&table(machine, gpt, false));
-    out.push_str("\nWhere a second thread pays (f32 squares, 2 threads forced even below the threshold):\n\n| n | flops | 1 thread | 2 threads forced | 2 / 1 |\n|---|---|---|---|---|\n");
+    out.push_str(
+        "\nWhere a second thread pays (f32 squares, 2 threads forced even below the \
+         threshold):\n\n\
+         | n | flops | 1 thread | 2 threads forced | 2 / 1 |\n\
+         |---|---|---|---|---|\n",
+    );
     for &(n, flops, one, two) in crossover {
         out.push_str(&format!(
             "| {n} | {:.1e} | {one:.1} | {two:.1} | {} |\n",
@@ -838,9 +882,15 @@ fn run_sweep(samples: usize, write: bool) -> Result<(), String> {
         let ty = if f64_ { "f64" } else { "f32" };
         let base = with_type!(f64_, T => matmul::default_blocking::<T>(kernel))
             .map_err(|e| e.to_string())?;
-        let line = |variants: &[Blocking], n: usize, rng: &mut Rng| with_type!(f64_, T => sweep_line::<T>(n, variants, samples, rng));
+        let line = |variants: &[Blocking], n: usize, rng: &mut Rng| {
+            with_type!(f64_, T =>
+                sweep_line::<T>(n, variants, samples, rng)
+            )
+        };
         out.push_str(&format!(
-            "**{ty}** (defaults MC = {}, KC = {}, NC = {}):\n\n| constant | value | n | GFLOP/s | of the line's best |\n|---|---|---|---|---|\n",
+            "**{ty}** (defaults MC = {}, KC = {}, NC = {}):\n\n\
+             | constant | value | n | GFLOP/s | of the line's best |\n\
+             |---|---|---|---|---|\n",
             base.mc, base.kc, base.nc
         ));
         let kcs = [32, 64, 128, 192, 256, 384, 512, 768];
@@ -885,9 +935,11 @@ fn run_sweep(samples: usize, write: bool) -> Result<(), String> {
         ));
     }
     let head = format!(
-        "Single-threaded GFLOP/s (median of {samples} samples) of kernel `{kernel}` on square products, varying one constant \
-at a time from the defaults, every value of a line timed in turn sample by sample by the CPU time of its thread; measured by \
-`cargo run --release --bin bench_matmul -- sweep` on {} while the machine was shared (load average {} before, {} after).\n\n",
+        "Single-threaded GFLOP/s (median of {samples} samples) of kernel `{kernel}` on square \
+         products, varying one constant at a time from the defaults, every value of a line timed \
+         in turn sample by sample by the CPU time of its thread; measured by `cargo bench --bench \
+         ch10_matmul -- sweep --write` on {} while the machine was shared (load average {} before, \
+         {} after).\n\n",
         cpu_name(),
         load_before,
         load_average()
@@ -945,8 +997,8 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let samples = cli.samples.max(1);
     let result = match cli.command.unwrap_or(Command::All) {
-        Command::All => run_all(samples, !cli.no_write),
-        Command::Sweep => run_sweep(samples, !cli.no_write),
+        Command::All => run_all(samples, cli.write),
+        Command::Sweep => run_sweep(samples, cli.write),
         Command::Threads => {
             run_threads(samples);
             Ok(())
