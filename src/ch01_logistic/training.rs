@@ -8,7 +8,11 @@ use crate::error::Result;
 use crate::rng::Rng;
 use nalgebra::{DMatrix, DVector};
 
-/// How to train.
+/// How to train by full-batch gradient descent: the step size α and the number of steps.
+///
+/// Chapter 2's softmax regression trains with the same two settings and uses this type
+/// (`crate::ch02_softmax::TrainConfig` is this one). Each `train` checks α with
+/// [`check_learning_rate`](crate::optim::check_learning_rate) before the first step.
 #[derive(Clone, Copy, Debug)]
 pub struct TrainConfig {
     /// The learning rate α (finite, > 0).

@@ -8,6 +8,9 @@ use crate::float::{Float, ensure_finite};
 use crate::rng::Rng;
 use nalgebra::{DMatrix, DVector};
 
+/// Training's two settings, α and the number of steps: chapter 1's type, used here as well.
+pub use crate::ch01_logistic::TrainConfig;
+
 fn check_regression<T: Float>(
     op: &'static str,
     w: &DMatrix<T>,
@@ -122,16 +125,8 @@ pub fn summed_weight_gradient(
     Ok(g)
 }
 
-/// How to train.
-#[derive(Clone, Copy, Debug)]
-pub struct TrainConfig {
-    /// The learning rate α (finite, > 0).
-    pub learning_rate: f64,
-    /// Full-batch steps.
-    pub steps: usize,
-}
-
-/// What training produced.
+/// What training produced: chapter 1's [`Trained`](crate::ch01_logistic::Trained) for K classes,
+/// with a weight matrix and a bias row where one neuron had a weight vector and a number.
 #[derive(Clone, Debug)]
 pub struct Trained {
     /// Learned weights, D×K.
