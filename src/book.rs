@@ -10,11 +10,11 @@ use crate::report::Chapter;
 #[rustfmt::skip]
 pub fn chapters() -> Vec<Chapter> {
     vec![
-        crate::ch01_logistic::CHAPTER,
-        crate::ch02_softmax::CHAPTER,
+        crate::ch01_logistic::book::CHAPTER,
+        crate::ch02_softmax::book::CHAPTER,
         crate::ch03_mlp::book::CHAPTER,
-        crate::ch04_xor::CHAPTER,
-        crate::ch05_positions::CHAPTER,
+        crate::ch04_xor::book::CHAPTER,
+        crate::ch05_positions::book::CHAPTER,
         crate::ch06_attention::book::CHAPTER,
         crate::ch07_encoder_decoder::book::CHAPTER,
         crate::ch08_tokens::book::CHAPTER,

@@ -5,6 +5,7 @@ mod common;
 
 use approx::assert_abs_diff_eq;
 use llm_workbook::Error;
+use llm_workbook::ch01_logistic::book::{CHAPTER, figures};
 use llm_workbook::ch01_logistic::*;
 use llm_workbook::gradcheck::{self, Config};
 use nalgebra::{DMatrix, DVector};
@@ -303,11 +304,27 @@ fn two_clouds_is_reproducible_from_its_seed() {
 // ───────────── bad input ─────────────
 
 #[rstest]
-#[case::w_and_x_lengths_differ(DVector::from_vec(vec![1.0, 2.0, 3.0]), DMatrix::from_row_slice(2, 2, &[1.0, 2.0, 3.0, 4.0]), "w and x")]
+#[case::w_and_x_lengths_differ(
+    DVector::from_vec(vec![1.0, 2.0, 3.0]),
+    DMatrix::from_row_slice(2, 2, &[1.0, 2.0, 3.0, 4.0]),
+    "w and x"
+)]
 #[case::empty_batch(DVector::from_vec(vec![1.0, 2.0]), DMatrix::zeros(0, 2), "empty")]
-#[case::nan_feature(DVector::from_vec(vec![1.0, 2.0]), DMatrix::from_row_slice(1, 2, &[f64::NAN, 1.0]), "non-finite")]
-#[case::infinite_feature(DVector::from_vec(vec![1.0, 2.0]), DMatrix::from_row_slice(1, 2, &[1.0, f64::INFINITY]), "non-finite")]
-#[case::nan_weight(DVector::from_vec(vec![f64::NAN, 2.0]), DMatrix::from_row_slice(1, 2, &[1.0, 1.0]), "non-finite")]
+#[case::nan_feature(
+    DVector::from_vec(vec![1.0, 2.0]),
+    DMatrix::from_row_slice(1, 2, &[f64::NAN, 1.0]),
+    "non-finite"
+)]
+#[case::infinite_feature(
+    DVector::from_vec(vec![1.0, 2.0]),
+    DMatrix::from_row_slice(1, 2, &[1.0, f64::INFINITY]),
+    "non-finite"
+)]
+#[case::nan_weight(
+    DVector::from_vec(vec![f64::NAN, 2.0]),
+    DMatrix::from_row_slice(1, 2, &[1.0, 1.0]),
+    "non-finite"
+)]
 fn bad_batches_are_clear_errors(
     #[case] w: DVector<f64>,
     #[case] x: DMatrix<f64>,

@@ -2,6 +2,9 @@
 mod common;
 
 use llm_workbook::Error;
+use llm_workbook::ch02_softmax::book::{
+    CHAPTER, ERRATA, FIGURE_TEMPERATURES, figures, printed_chain, worked,
+};
 use llm_workbook::ch02_softmax::*;
 use llm_workbook::gradcheck::{Config, check};
 use llm_workbook::report::Status;
@@ -1049,7 +1052,11 @@ mod properties {
         }
 
         #[test]
-        fn a_higher_temperature_never_sharpens(z in logits(), t in 0.05..20.0f64, factor in 1.01..10.0f64) {
+        fn a_higher_temperature_never_sharpens(
+            z in logits(),
+            t in 0.05..20.0f64,
+            factor in 1.01..10.0f64,
+        ) {
             let z = DVector::from_vec(z);
             let cold = softmax_with_temperature(&z, t).unwrap();
             let hot = softmax_with_temperature(&z, t * factor).unwrap();

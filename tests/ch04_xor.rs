@@ -3,6 +3,7 @@ mod common;
 
 use llm_workbook::Error;
 use llm_workbook::ch03_mlp::{Activation, Layer, Mlp, TrainConfig};
+use llm_workbook::ch04_xor::book::figures;
 use llm_workbook::ch04_xor::*;
 use nalgebra::DMatrix;
 
@@ -246,7 +247,7 @@ fn classify_and_accuracy_reject_bad_shapes_and_nan() {
 
 #[test]
 fn prose_carries_the_errata_and_worked_tables() {
-    common::check_chapter_prose(&llm_workbook::ch04_xor::CHAPTER);
+    common::check_chapter_prose(&llm_workbook::ch04_xor::book::CHAPTER);
 }
 
 #[test]

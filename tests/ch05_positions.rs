@@ -4,9 +4,10 @@
 mod common;
 
 use llm_workbook::Error;
+use llm_workbook::ch05_positions::book::{self, PRINTED_PE};
 use llm_workbook::ch05_positions::{
-    self as ch, D_MODEL, DOC_BREAKDOWN_EXPONENTS, DOC_SYMBOLIC_EXPONENTS, PRINTED_PE,
-    PRINTED_X_PLUS_PE, PRINTED_Y_PLUS_PE, Reading,
+    self as ch, D_MODEL, DOC_BREAKDOWN_EXPONENTS, DOC_SYMBOLIC_EXPONENTS, PRINTED_X_PLUS_PE,
+    PRINTED_Y_PLUS_PE, Reading,
 };
 use llm_workbook::matmul::matmul;
 use llm_workbook::plot::Figure;
@@ -151,7 +152,8 @@ fn standard_x_plus_pe_differs_from_the_printed_one() {
     assert_eq!(r2, ["1.4093", "-0.5161", "-0.3800", "1.2998"]);
 }
 
-// Snapshots, each compared with numpy (see chapters/ch05_positions.md, "How the numbers were checked").
+// Snapshots, each compared with numpy (see chapters/ch05_positions.md, "How the numbers were
+// checked").
 
 #[test]
 fn snapshot_pe_standard_3x4() {
@@ -362,15 +364,15 @@ fn bad_positions_and_batches_are_errors() {
 
 #[test]
 fn worked_table_has_no_mismatch_and_prose_is_current() {
-    let rows = ch::worked().unwrap();
+    let rows = book::worked().unwrap();
     assert!(rows.iter().all(|r| r.status != Status::Mismatch), "{rows:#?}");
     assert!(rows.iter().filter(|r| r.status == Status::Erratum).count() >= 3);
-    common::check_chapter_prose(&ch::CHAPTER);
+    common::check_chapter_prose(&book::CHAPTER);
 }
 
 #[test]
 fn figures_show_the_encoding() {
-    let figs = ch::figures().unwrap();
+    let figs = book::figures().unwrap();
     assert_eq!(figs.len(), 3);
     let Figure::Heatmap(h) = &figs[0].1 else { panic!("first figure is the heatmap") };
     assert_eq!((h.values.len(), h.values[0].len()), (64, 64));
@@ -389,12 +391,12 @@ fn figures_show_the_encoding() {
 
 #[test]
 fn plots_render() {
-    common::render_plots(&ch::CHAPTER, 6);
+    common::render_plots(&book::CHAPTER, 6);
 }
 
 #[test]
 fn walk_prints_every_step() {
-    let text = common::walk_text(&ch::CHAPTER);
+    let text = common::walk_text(&book::CHAPTER);
     for step in ["1.", "2.", "3.", "4.", "5.", "6."] {
         assert!(text.contains(&format!("── {step}")), "{step}");
     }
@@ -405,12 +407,12 @@ fn walk_prints_every_step() {
 #[test]
 fn every_erratum_names_a_test_of_this_file() {
     let source = include_str!("ch05_positions.rs");
-    for e in ch::ERRATA {
+    for e in book::ERRATA {
         let (file, name) = e.test.split_once("::").expect("tests/<file>.rs::<name>");
         assert_eq!(file, "tests/ch05_positions.rs");
         assert!(source.contains(&format!("fn {name}()")), "{name} is not a test here");
     }
-    for w in ch::worked().unwrap().iter().filter(|w| !w.test.is_empty()) {
+    for w in book::worked().unwrap().iter().filter(|w| !w.test.is_empty()) {
         assert!(source.contains(&format!("fn {}()", w.test)), "{} is not a test here", w.test);
     }
 }
