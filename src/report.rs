@@ -284,24 +284,8 @@ pub fn sync_prose(root: &Path, chapter: &Chapter) -> crate::Result<bool> {
 
 // ───────────────────────── printed matrices ─────────────────────────
 
-/// Parses a matrix as a document prints it: rows separated by `;`, entries by spaces or commas,
-/// e.g. `"1.5 1.1 2.6 0; 1.3415 1.6 2.3 0.6415"`. Returns each entry's text, row by row, or `None`
-/// when the rows have different lengths or an entry is not a number.
-pub fn parse_printed(printed: &str) -> Option<Vec<Vec<String>>> {
-    let rows: Vec<Vec<String>> = printed
-        .split(';')
-        .map(|r| {
-            r.split(|c: char| c.is_whitespace() || c == ',')
-                .filter(|s| !s.is_empty())
-                .map(str::to_string)
-                .collect()
-        })
-        .collect();
-    let ok = !rows.is_empty()
-        && rows.iter().all(|r| !r.is_empty() && r.len() == rows[0].len())
-        && rows.iter().flatten().all(|s| s.parse::<f64>().is_ok());
-    ok.then_some(rows)
-}
+/// Matrices as documents print them; see [`crate::snapshot::parse_printed`].
+pub use crate::snapshot::parse_printed;
 
 /// `ours` written the way `printed` is: each entry with as many decimals as the printed entry
 /// shows, or `decimals` if that is more (numpy drops trailing zeros: `1.1957622` is 8-decimal

@@ -8,7 +8,7 @@ use super::{
     matrix3x4, shift_operator, sinusoidal, sinusoidal_at, walkthrough_pe, with_exponents,
 };
 use crate::errata::Erratum;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::plot::{Figure, Heatmap, LineChart, Series};
 use crate::report::{Chapter, Walk, Worked};
 use crate::sources::D3;
@@ -17,19 +17,6 @@ use std::path::{Path, PathBuf};
 
 /// The position encoding document 003 prints for positions 0, 1, 2 (input and output alike).
 pub const PRINTED_PE: &str = "0 1 0 1; 0.8415 0.99995 0.0001 1; 0.9093 0.9998 0.0002 1";
-
-/// A printed matrix (see [`crate::report::parse_printed`]) as numbers; the constants of this
-/// module always parse, other text may not.
-pub fn printed_matrix(printed: &str) -> Result<DMatrix<f64>> {
-    let rows = crate::report::parse_printed(printed).ok_or_else(|| Error::Parse {
-        file: "printed matrix".into(),
-        line: None,
-        reason: format!("not a matrix: {printed}"),
-    })?;
-    let values: Vec<f64> =
-        rows.iter().flatten().map(|s| s.parse::<f64>().unwrap_or(f64::NAN)).collect();
-    Ok(DMatrix::from_row_slice(rows.len(), rows[0].len(), &values))
-}
 
 // ───────────────────────────── errata, worked numbers ─────────────────────────────
 

@@ -3,7 +3,7 @@
 //! from.
 
 use super::encoding::{Reading, exponents, with_exponents};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use nalgebra::DMatrix;
 
 /// The embeddings of "You are welcome": 'You', 'are', 'welcome', 4 dimensions each.
@@ -54,3 +54,16 @@ pub const PRINTED_X_PLUS_PE: &str =
 /// Y + PE as document 003 prints it.
 pub const PRINTED_Y_PLUS_PE: &str =
     "0.0 1.0 0.0 1.0; 0.6415 1.39995 0.3001 1.1; 1.4093 0.8998 -0.3998 1.3";
+
+/// A printed matrix (see [`crate::snapshot::parse_printed`]) as numbers; the constants of this
+/// module always parse, other text may not.
+pub fn printed_matrix(printed: &str) -> Result<DMatrix<f64>> {
+    let rows = crate::snapshot::parse_printed(printed).ok_or_else(|| Error::Parse {
+        file: "printed matrix".into(),
+        line: None,
+        reason: format!("not a matrix: {printed}"),
+    })?;
+    let values: Vec<f64> =
+        rows.iter().flatten().map(|s| s.parse::<f64>().unwrap_or(f64::NAN)).collect();
+    Ok(DMatrix::from_row_slice(rows.len(), rows[0].len(), &values))
+}

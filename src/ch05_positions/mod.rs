@@ -43,11 +43,6 @@ pub use encoding::{
 };
 pub use example::{
     D_MODEL, DOC_BREAKDOWN_EXPONENTS, DOC_SYMBOLIC_EXPONENTS, PRINTED_X_PLUS_PE, PRINTED_Y_PLUS_PE,
-    SEQ_LEN, X_EMBEDDINGS, Y_EMBEDDINGS, matrix3x4, walkthrough_pe,
+    SEQ_LEN, X_EMBEDDINGS, Y_EMBEDDINGS, matrix3x4, printed_matrix, walkthrough_pe,
 };
 pub use properties::{dot_at_offset, every_position_mixes, shift_operator};
-
-/// Document 003's printed matrices as numbers, for chapter 6 (which starts from the printed
-/// X + PE). It lives in [`book`] because it reads them with the book's parser
-/// (`report::parse_printed`).
-pub use book::printed_matrix;
