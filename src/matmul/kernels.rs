@@ -5,7 +5,7 @@
 //!
 //! The AVX2 constants were swept on an AMD EPYC Zen 3 (per core: 32 KiB L1d, 512 KiB L2; 32 MiB
 //! L3 shared), the AVX-512 ones on a Zen 4 (the same but 1 MiB L2), by
-//! `cargo run --release --bin bench_matmul -- sweep` (which sweeps the best kernel of the machine
+//! `cargo bench --bench ch10_matmul -- sweep` (which sweeps the best kernel of the machine
 //! it runs on); the chapter shows the sweep. The rules the sweeps confirmed:
 //!
 //! - **MR×NR** (registers): a tile whose MR/LANES·NR accumulator vectors fit in the 16 ymm (32
@@ -32,7 +32,8 @@ use super::scalar;
 pub type TileFn<T> = fn(usize, &[T], &[T], T, T, &mut [&mut [T]], usize);
 
 /// The variant of a SIMD micro-kernel that reads B where it is: `(kc, packed Ã sliver, B, B step,
-/// B lane, α, β, columns of C, row)`, element (p, j) of the B sliver being `b[p·b_step + j·b_lane]`,
+/// B lane, α, β, columns of C, row)`, element (p, j) of the B sliver being `b[p·b_step +
+/// j·b_lane]`,
 /// so B needs no packing whatever its layout.
 pub type InPlaceFn<T> = fn(usize, &[T], &[T], usize, usize, T, T, &mut [&mut [T]], usize);
 
@@ -110,10 +111,13 @@ fn scalar_kernel<T: Element>() -> MicroKernel<T> {
 macro_rules! kernel_table {
     (
         $t:ty, kernel = $kernel:ident, probe = $probe:ident,
-        avx2 = ($a2_mr:ident, $a2_nr:ident, $a2_run:ident, $a2_in_place:ident, $a2_blocking:ident, $a2_probe:ident),
-        avx512 = ($a5_mr:ident, $a5_nr:ident, $a5_run:ident, $a5_in_place:ident, $a5_blocking:ident, $a5_probe:ident) $(,)?
+        avx2 = ($a2_mr:ident, $a2_nr:ident, $a2_run:ident, $a2_in_place:ident, $a2_blocking:ident,
+            $a2_probe:ident),
+        avx512 = ($a5_mr:ident, $a5_nr:ident, $a5_run:ident, $a5_in_place:ident,
+            $a5_blocking:ident, $a5_probe:ident) $(,)?
     ) => {
-        #[doc = concat!("The ", stringify!($t), " micro-kernel of family `kind`, if this CPU can run it.")]
+        #[doc = concat!("The ", stringify!($t),
+                    " micro-kernel of family `kind`, if this CPU can run it.")]
         pub fn $kernel(kind: Kernel) -> Option<MicroKernel<$t>> {
             if !kind.is_available() {
                 return None;
@@ -123,21 +127,46 @@ macro_rules! kernel_table {
                 #[cfg(target_arch = "x86_64")]
                 Kernel::Avx2 => {
                     use super::simd::{$a2_in_place, $a2_mr, $a2_nr, $a2_run};
-                    const { assert!($a2_nr <= MAX_NR && $a2_mr * $a2_nr <= MAX_TILE, "edge tiles need room in the scratch tile") };
-                    Some(MicroKernel { kind, mr: $a2_mr, nr: $a2_nr, blocking: $a2_blocking, run: $a2_run, in_place: Some($a2_in_place) })
+                    const {
+                        assert!(
+                            $a2_nr <= MAX_NR && $a2_mr * $a2_nr <= MAX_TILE,
+                            "edge tiles need room in the scratch tile"
+                        )
+                    };
+                    Some(MicroKernel {
+                        kind,
+                        mr: $a2_mr,
+                        nr: $a2_nr,
+                        blocking: $a2_blocking,
+                        run: $a2_run,
+                        in_place: Some($a2_in_place),
+                    })
                 }
                 #[cfg(target_arch = "x86_64")]
                 Kernel::Avx512 => {
                     use super::simd::{$a5_in_place, $a5_mr, $a5_nr, $a5_run};
-                    const { assert!($a5_nr <= MAX_NR && $a5_mr * $a5_nr <= MAX_TILE, "edge tiles need room in the scratch tile") };
-                    Some(MicroKernel { kind, mr: $a5_mr, nr: $a5_nr, blocking: $a5_blocking, run: $a5_run, in_place: Some($a5_in_place) })
+                    const {
+                        assert!(
+                            $a5_nr <= MAX_NR && $a5_mr * $a5_nr <= MAX_TILE,
+                            "edge tiles need room in the scratch tile"
+                        )
+                    };
+                    Some(MicroKernel {
+                        kind,
+                        mr: $a5_mr,
+                        nr: $a5_nr,
+                        blocking: $a5_blocking,
+                        run: $a5_run,
+                        in_place: Some($a5_in_place),
+                    })
                 }
                 #[cfg(not(target_arch = "x86_64"))]
                 _ => None,
             }
         }
 
-        #[doc = concat!("Runs the multiply-add throughput loop of family `kind` in ", stringify!($t), ": (flops, checksum).")]
+        #[doc = concat!("Runs the multiply-add throughput loop of family `kind` in ",
+                    stringify!($t), ": (flops, checksum).")]
         pub fn $probe(kind: Kernel, iterations: u64) -> Option<(u64, f64)> {
             match kind {
                 Kernel::Scalar => Some(scalar_probe::<$t>(iterations)),
@@ -154,14 +183,18 @@ macro_rules! kernel_table {
 
 kernel_table! {
     f32, kernel = f32_kernel, probe = f32_probe,
-    avx2 = (AVX2_F32_MR, AVX2_F32_NR, avx2_f32, avx2_f32_in_place, AVX2_F32_BLOCKING, probe_avx2_f32),
-    avx512 = (AVX512_F32_MR, AVX512_F32_NR, avx512_f32, avx512_f32_in_place, AVX512_F32_BLOCKING, probe_avx512_f32),
+    avx2 = (AVX2_F32_MR, AVX2_F32_NR, avx2_f32, avx2_f32_in_place, AVX2_F32_BLOCKING,
+        probe_avx2_f32),
+    avx512 = (AVX512_F32_MR, AVX512_F32_NR, avx512_f32, avx512_f32_in_place, AVX512_F32_BLOCKING,
+        probe_avx512_f32),
 }
 
 kernel_table! {
     f64, kernel = f64_kernel, probe = f64_probe,
-    avx2 = (AVX2_F64_MR, AVX2_F64_NR, avx2_f64, avx2_f64_in_place, AVX2_F64_BLOCKING, probe_avx2_f64),
-    avx512 = (AVX512_F64_MR, AVX512_F64_NR, avx512_f64, avx512_f64_in_place, AVX512_F64_BLOCKING, probe_avx512_f64),
+    avx2 = (AVX2_F64_MR, AVX2_F64_NR, avx2_f64, avx2_f64_in_place, AVX2_F64_BLOCKING,
+        probe_avx2_f64),
+    avx512 = (AVX512_F64_MR, AVX512_F64_NR, avx512_f64, avx512_f64_in_place, AVX512_F64_BLOCKING,
+        probe_avx512_f64),
 }
 
 /// The portable throughput probe: 12 independent multiply-then-add chains (not fused).

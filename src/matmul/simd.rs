@@ -49,22 +49,26 @@ const PREFETCH_AHEAD: usize = 16;
 macro_rules! simd_kernel {
     (
         $(#[$doc:meta])*
-        name = $name:ident, in_place = $in_place:ident, inner = $inner:ident, elem = $t:ty, vector = $v:ty,
+        name = $name:ident, in_place = $in_place:ident, inner = $inner:ident, elem = $t:ty,
+            vector = $v:ty,
         lanes = $lanes:expr, mr = $mr:expr, nr = $nr:expr,
         features = $features:literal, detect = [$($detect:tt),+],
         zero = $zero:ident, load = $load:ident, store = $store:ident, splat = $splat:ident,
         fma = $fma:ident, mul = $mul:ident $(,)?
     ) => {
         $(#[$doc])*
-        pub(super) fn $name(kc: usize, a: &[$t], b: &[$t], alpha: $t, beta: $t, c: &mut [&mut [$t]], row: usize) {
+        pub(super) fn $name(kc: usize, a: &[$t], b: &[$t], alpha: $t, beta: $t,
+            c: &mut [&mut [$t]], row: usize) {
             const MR: usize = $mr;
             const _: () = assert!(MR % $lanes == 0, "MR must be a whole number of vectors");
-            assert!($(std::arch::is_x86_feature_detected!($detect))&&+, "{} needs CPU features {:?}", stringify!($name), [$($detect),+]);
+            assert!($(std::arch::is_x86_feature_detected!($detect))&&+,
+                "{} needs CPU features {:?}", stringify!($name), [$($detect),+]);
             assert!(a.len() >= kc * MR, "packed A sliver too short");
             assert!(b.len() >= kc * $nr, "packed B sliver too short");
             assert!(c.len() >= $nr, "fewer than NR columns of C");
             // Slicing checks that each of the NR columns holds MR elements from `row` on.
-            let c_columns: [*mut $t; $nr] = std::array::from_fn(|j| c[j][row..row + MR].as_mut_ptr());
+            let c_columns: [*mut $t; $nr] =
+                std::array::from_fn(|j| c[j][row..row + MR].as_mut_ptr());
             // SAFETY: the CPU features the inner function is compiled for were detected just above,
             // and the asserts and slicing above establish exactly the bounds `$inner` requires:
             // kc·MR values of `a`, kc·NR values of `b` (packed: steps MR and NR, lane 1), MR
@@ -89,16 +93,20 @@ macro_rules! simd_kernel {
             row: usize,
         ) {
             const MR: usize = $mr;
-            assert!($(std::arch::is_x86_feature_detected!($detect))&&+, "{} needs CPU features {:?}", stringify!($in_place), [$($detect),+]);
+            assert!($(std::arch::is_x86_feature_detected!($detect))&&+,
+                "{} needs CPU features {:?}", stringify!($in_place), [$($detect),+]);
             if kc > 0 {
                 assert!(a.len() >= kc * MR, "packed A sliver too short");
-                assert!(b.len() > (kc - 1) * b_step + ($nr - 1) * b_lane, "B sliver too short for its step and lane");
+                assert!(b.len() > (kc - 1) * b_step + ($nr - 1) * b_lane,
+                    "B sliver too short for its step and lane");
             }
             assert!(c.len() >= $nr, "fewer than NR columns of C");
-            let c_columns: [*mut $t; $nr] = std::array::from_fn(|j| c[j][row..row + MR].as_mut_ptr());
+            let c_columns: [*mut $t; $nr] =
+                std::array::from_fn(|j| c[j][row..row + MR].as_mut_ptr());
             // SAFETY: as in the packed kernel; the B assert bounds the highest index read,
             // (kc − 1)·b_step + (NR − 1)·b_lane, and every other index read of B is smaller.
-            unsafe { $inner::<true>(kc, a.as_ptr(), b.as_ptr(), b_step, b_lane, alpha, beta, c_columns) }
+            unsafe { $inner::<true>(kc, a.as_ptr(), b.as_ptr(), b_step, b_lane, alpha, beta,
+                c_columns) }
         }
 
         /// # Safety
@@ -203,33 +211,41 @@ pub const AVX512_F64_NR: usize = 8;
 
 simd_kernel! {
     /// AVX2+FMA, f32: a 16×6 tile in 12 of the 16 ymm registers.
-    name = avx2_f32, in_place = avx2_f32_in_place, inner = avx2_f32_inner, elem = f32, vector = __m256,
+    name = avx2_f32, in_place = avx2_f32_in_place, inner = avx2_f32_inner, elem = f32,
+        vector = __m256,
     lanes = 8, mr = AVX2_F32_MR, nr = AVX2_F32_NR, features = "avx2,fma", detect = ["avx2", "fma"],
-    zero = _mm256_setzero_ps, load = _mm256_loadu_ps, store = _mm256_storeu_ps, splat = _mm256_set1_ps,
+    zero = _mm256_setzero_ps, load = _mm256_loadu_ps, store = _mm256_storeu_ps,
+        splat = _mm256_set1_ps,
     fma = _mm256_fmadd_ps, mul = _mm256_mul_ps,
 }
 
 simd_kernel! {
     /// AVX2+FMA, f64: an 8×6 tile in 12 of the 16 ymm registers.
-    name = avx2_f64, in_place = avx2_f64_in_place, inner = avx2_f64_inner, elem = f64, vector = __m256d,
+    name = avx2_f64, in_place = avx2_f64_in_place, inner = avx2_f64_inner, elem = f64,
+        vector = __m256d,
     lanes = 4, mr = AVX2_F64_MR, nr = AVX2_F64_NR, features = "avx2,fma", detect = ["avx2", "fma"],
-    zero = _mm256_setzero_pd, load = _mm256_loadu_pd, store = _mm256_storeu_pd, splat = _mm256_set1_pd,
+    zero = _mm256_setzero_pd, load = _mm256_loadu_pd, store = _mm256_storeu_pd,
+        splat = _mm256_set1_pd,
     fma = _mm256_fmadd_pd, mul = _mm256_mul_pd,
 }
 
 simd_kernel! {
     /// AVX-512F, f32: a 32×8 tile in 16 of the 32 zmm registers.
-    name = avx512_f32, in_place = avx512_f32_in_place, inner = avx512_f32_inner, elem = f32, vector = __m512,
+    name = avx512_f32, in_place = avx512_f32_in_place, inner = avx512_f32_inner, elem = f32,
+        vector = __m512,
     lanes = 16, mr = AVX512_F32_MR, nr = AVX512_F32_NR, features = "avx512f", detect = ["avx512f"],
-    zero = _mm512_setzero_ps, load = _mm512_loadu_ps, store = _mm512_storeu_ps, splat = _mm512_set1_ps,
+    zero = _mm512_setzero_ps, load = _mm512_loadu_ps, store = _mm512_storeu_ps,
+        splat = _mm512_set1_ps,
     fma = _mm512_fmadd_ps, mul = _mm512_mul_ps,
 }
 
 simd_kernel! {
     /// AVX-512F, f64: a 16×8 tile in 16 of the 32 zmm registers.
-    name = avx512_f64, in_place = avx512_f64_in_place, inner = avx512_f64_inner, elem = f64, vector = __m512d,
+    name = avx512_f64, in_place = avx512_f64_in_place, inner = avx512_f64_inner, elem = f64,
+        vector = __m512d,
     lanes = 8, mr = AVX512_F64_MR, nr = AVX512_F64_NR, features = "avx512f", detect = ["avx512f"],
-    zero = _mm512_setzero_pd, load = _mm512_loadu_pd, store = _mm512_storeu_pd, splat = _mm512_set1_pd,
+    zero = _mm512_setzero_pd, load = _mm512_loadu_pd, store = _mm512_storeu_pd,
+        splat = _mm512_set1_pd,
     fma = _mm512_fmadd_pd, mul = _mm512_mul_pd,
 }
 
@@ -238,8 +254,10 @@ simd_kernel! {
 pub(super) const PROBE_CHAINS: usize = 12;
 
 macro_rules! fma_probe {
-    ($(#[$doc:meta])* name = $name:ident, inner = $inner:ident, elem = $t:ty, vector = $v:ty, lanes = $lanes:expr,
-     features = $features:literal, detect = [$($detect:tt),+], splat = $splat:ident, fma = $fma:ident, add = $add:ident,
+    ($(#[$doc:meta])* name = $name:ident, inner = $inner:ident, elem = $t:ty, vector = $v:ty,
+        lanes = $lanes:expr,
+     features = $features:literal, detect = [$($detect:tt),+], splat = $splat:ident,
+         fma = $fma:ident, add = $add:ident,
      first = $first:ident $(,)?) => {
         $(#[$doc])*
         /// Returns the flops done and a checksum (so the loop cannot be optimised away), or `None`
@@ -256,7 +274,8 @@ macro_rules! fma_probe {
 
         #[target_feature(enable = $features)]
         fn $inner(iterations: u64) -> $t {
-            // black_box hides the values from the optimiser, which could otherwise shorten the loop.
+            // black_box hides the values from the optimiser, which could otherwise shorten the
+            // loop.
             let x = $splat(std::hint::black_box(0.999_99));
             let y = $splat(std::hint::black_box(1.0e-4));
             let mut acc: [$v; PROBE_CHAINS] = [$splat(std::hint::black_box(1.0)); PROBE_CHAINS];
@@ -277,35 +296,43 @@ macro_rules! fma_probe {
 fma_probe! {
     /// FMA throughput with 256-bit f32 vectors.
     name = probe_avx2_f32, inner = probe_avx2_f32_inner, elem = f32, vector = __m256, lanes = 8,
-    features = "avx2,fma", detect = ["avx2", "fma"], splat = _mm256_set1_ps, fma = _mm256_fmadd_ps, add = _mm256_add_ps,
+    features = "avx2,fma", detect = ["avx2", "fma"], splat = _mm256_set1_ps, fma = _mm256_fmadd_ps,
+        add = _mm256_add_ps,
     first = _mm256_cvtss_f32,
 }
 fma_probe! {
     /// FMA throughput with 256-bit f64 vectors.
     name = probe_avx2_f64, inner = probe_avx2_f64_inner, elem = f64, vector = __m256d, lanes = 4,
-    features = "avx2,fma", detect = ["avx2", "fma"], splat = _mm256_set1_pd, fma = _mm256_fmadd_pd, add = _mm256_add_pd,
+    features = "avx2,fma", detect = ["avx2", "fma"], splat = _mm256_set1_pd, fma = _mm256_fmadd_pd,
+        add = _mm256_add_pd,
     first = _mm256_cvtsd_f64,
 }
 fma_probe! {
     /// FMA throughput with 512-bit f32 vectors.
-    name = probe_avx512_f32, inner = probe_avx512_f32_inner, elem = f32, vector = __m512, lanes = 16,
-    features = "avx512f", detect = ["avx512f"], splat = _mm512_set1_ps, fma = _mm512_fmadd_ps, add = _mm512_add_ps,
+    name = probe_avx512_f32, inner = probe_avx512_f32_inner, elem = f32, vector = __m512,
+        lanes = 16,
+    features = "avx512f", detect = ["avx512f"], splat = _mm512_set1_ps, fma = _mm512_fmadd_ps,
+        add = _mm512_add_ps,
     first = _mm512_cvtss_f32,
 }
 fma_probe! {
     /// FMA throughput with 512-bit f64 vectors.
-    name = probe_avx512_f64, inner = probe_avx512_f64_inner, elem = f64, vector = __m512d, lanes = 8,
-    features = "avx512f", detect = ["avx512f"], splat = _mm512_set1_pd, fma = _mm512_fmadd_pd, add = _mm512_add_pd,
+    name = probe_avx512_f64, inner = probe_avx512_f64_inner, elem = f64, vector = __m512d,
+        lanes = 8,
+    features = "avx512f", detect = ["avx512f"], splat = _mm512_set1_pd, fma = _mm512_fmadd_pd,
+        add = _mm512_add_pd,
     first = _mm512_cvtsd_f64,
 }
 
 // ───────────────────────────── elementwise loops ─────────────────────────────
 
 macro_rules! wide_map {
-    ($(#[$doc:meta])* name = $name:ident, inner = $inner:ident, features = $features:literal, detect = [$($detect:tt),+] $(,)?) => {
+    ($(#[$doc:meta])* name = $name:ident, inner = $inner:ident, features = $features:literal,
+        detect = [$($detect:tt),+] $(,)?) => {
         $(#[$doc])*
         pub(super) fn $name<F: Fn(f32, f32) -> f32>(x: &[f32], y: &mut [f32], f: F) {
-            assert!($(std::arch::is_x86_feature_detected!($detect))&&+, "{} needs CPU features {:?}", stringify!($name), [$($detect),+]);
+            assert!($(std::arch::is_x86_feature_detected!($detect))&&+,
+                "{} needs CPU features {:?}", stringify!($name), [$($detect),+]);
             // SAFETY: the CPU features the inner function is compiled for were detected just above;
             // it only iterates over the two slices it is given (no pointer arithmetic).
             unsafe { $inner(x, y, f) }
@@ -327,12 +354,14 @@ macro_rules! wide_map {
 
 wide_map! {
     /// yᵢ ← f(xᵢ, yᵢ) compiled for AVX2 and FMA (safe: checks the CPU first).
-    name = map_f32_avx2, inner = map_f32_avx2_inner, features = "avx2,fma", detect = ["avx2", "fma"],
+    name = map_f32_avx2, inner = map_f32_avx2_inner, features = "avx2,fma", detect = ["avx2",
+        "fma"],
 }
 
 wide_map! {
     /// yᵢ ← f(xᵢ, yᵢ) compiled for AVX-512F (safe: checks the CPU first).
-    name = map_f32_avx512, inner = map_f32_avx512_inner, features = "avx512f,avx2,fma", detect = ["avx512f", "avx2", "fma"],
+    name = map_f32_avx512, inner = map_f32_avx512_inner, features = "avx512f,avx2,fma",
+        detect = ["avx512f", "avx2", "fma"],
 }
 
 // ───────────────────────────── packing: transposes in 8×8 blocks ─────────────────────────────
