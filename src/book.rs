@@ -18,7 +18,7 @@ pub fn chapters() -> Vec<Chapter> {
         crate::ch06_attention::CHAPTER,
         crate::ch07_encoder_decoder::CHAPTER,
         crate::ch08_tokens::CHAPTER,
-        crate::ch09_gpt::CHAPTER,
+        crate::ch09_gpt::book::CHAPTER,
         crate::ch10_matmul::CHAPTER,
     ]
 }

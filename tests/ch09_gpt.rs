@@ -9,7 +9,7 @@ use llm_workbook::ch09_gpt::config::{Config, MatrixAccounting, Positions};
 use llm_workbook::ch09_gpt::data::{self, SortTask, TokenSplit};
 use llm_workbook::ch09_gpt::safetensors::{self as st, SafeTensors, TensorOut};
 use llm_workbook::ch09_gpt::schedule::{Schedule, clip_global_norm, global_norm};
-use llm_workbook::ch09_gpt::{self as gpt, walkthrough};
+use llm_workbook::ch09_gpt::{self as gpt, book, walkthrough};
 use llm_workbook::rng::Rng;
 use nalgebra::DMatrix;
 
@@ -178,7 +178,7 @@ fn i_love_ai_h0_is_u_plus_wp() {
         for c in 0..2 {
             assert_eq!(
                 format!("{:.2}", h0[(r, c)]),
-                format!("{:.2}", walkthrough::PRINTED_H0[r][c]),
+                format!("{:.2}", book::PRINTED_H0[r][c]),
                 "h0[{r}][{c}]"
             );
         }
@@ -194,7 +194,7 @@ fn i_love_ai_h1_love_is_0_545_0_442() {
     assert_eq!(format!("{:.3}, {:.3}", h1[(0, 0)], h1[(0, 1)]), "0.545, 0.442");
     // The printed [0.155, 0.458] is no mix (1 − λ)·h₀("I") + λ·h₀("love") at all: the first
     // entry needs λ = 1/30, which puts the second entry at 0.893, not 0.458.
-    let printed = walkthrough::PRINTED_H1_LOVE;
+    let printed = book::PRINTED_H1_LOVE;
     let lambda = (printed[0] - 0.14) / (0.59 - 0.14);
     assert_abs_diff_eq!(lambda, 1.0 / 30.0, epsilon = 1e-12);
     assert!((0.91 + lambda * (0.39 - 0.91) - printed[1]).abs() > 0.4);
@@ -206,7 +206,7 @@ fn i_love_ai_h1_love_is_0_545_0_442() {
 
 #[test]
 fn i_love_ai_h2_love_follows_from_h1_times_w() {
-    let from_printed = walkthrough::h2_of(&walkthrough::printed_h1_love()).unwrap();
+    let from_printed = walkthrough::h2_of(&book::printed_h1_love()).unwrap();
     assert_abs_diff_eq!(from_printed[(0, 0)], 0.155 * 0.2 + 0.458 * 0.4, epsilon = 1e-15);
     assert_abs_diff_eq!(from_printed[(0, 1)], 0.155 * 0.3 + 0.458 * 0.5, epsilon = 1e-15);
     assert_eq!(
@@ -217,7 +217,7 @@ fn i_love_ai_h2_love_follows_from_h1_times_w() {
     assert_eq!(format!("{:.4}, {:.4}", ours[(0, 0)], ours[(0, 1)]), "0.2858, 0.3845");
     // Neither reading of W (rows or columns) gives the printed [0.1753, 0.309].
     let wt = walkthrough::feed_forward_weight().transpose();
-    let by_columns = walkthrough::printed_h1_love() * wt;
+    let by_columns = book::printed_h1_love() * wt;
     for h2 in [&from_printed, &ours, &by_columns] {
         assert!((h2[(0, 0)] - 0.1753).abs() > 0.005 || (h2[(0, 1)] - 0.309).abs() > 0.005);
     }
@@ -1383,7 +1383,7 @@ mod checkpoints {
 
 #[test]
 fn the_prose_carries_the_worked_and_errata_tables() {
-    common::check_chapter_prose(&llm_workbook::ch09_gpt::CHAPTER);
+    common::check_chapter_prose(&llm_workbook::ch09_gpt::book::CHAPTER);
 }
 
 #[test]
@@ -1392,10 +1392,10 @@ fn the_linear_plus_quadratic_fit_recovers_known_costs() {
         .iter()
         .map(|&n| (n, 0.003 * n as f64 + 2e-5 * (n * n) as f64))
         .collect();
-    let (a, b) = gpt::fit_linear_quadratic(&points);
+    let (a, b) = gpt::book::fit_linear_quadratic(&points);
     assert_abs_diff_eq!(a, 0.003, epsilon = 1e-12);
     assert_abs_diff_eq!(b, 2e-5, epsilon = 1e-15);
-    assert_eq!(gpt::fit_linear_quadratic(&[]), (0.0, 0.0));
+    assert_eq!(gpt::book::fit_linear_quadratic(&[]), (0.0, 0.0));
 }
 
 // ───────────── the command line, end to end on a user's text file ─────────────

@@ -202,6 +202,13 @@ impl Config {
     }
 }
 
+/// GPT-1's parameters: our count for its configuration less the final LayerNorm, which GPT-1
+/// (a post-LN model) does not have.
+pub fn gpt1_parameters() -> u64 {
+    let c = Config::gpt1();
+    c.parameter_count() - 2 * c.width as u64
+}
+
 /// Document 001's way of counting GPT-3: only the weight matrices, each attention head with its
 /// own query, key and (low-rank, factored) value matrices, and no biases or LayerNorm parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
