@@ -51,15 +51,21 @@ pub const ERRATA: &[Erratum] = &[
         section: "GPT, Going Through an Example: Masked Self-Attention",
         printed: "h₁(\"love\") = 0.1 × h₀(\"I\") + 0.9 × h₀(\"love\") = [0.155, 0.458]",
         correct: "[0.545, 0.442]",
-        why: "With the document's own h₀(\"I\") = [0.14, 0.91] and h₀(\"love\") = [0.59, 0.39]: 0.1·0.14 + 0.9·0.59 = 0.545 and 0.1·0.91 + 0.9·0.39 = 0.442. The printed pair does not follow from any weighting of the h₀ rows shown.",
+        why: "With the document's own h₀(\"I\") = [0.14, 0.91] and h₀(\"love\") = [0.59, 0.39]: \
+            0.1·0.14 + 0.9·0.59 = 0.545 and 0.1·0.91 + 0.9·0.39 = 0.442. The printed pair does not \
+            follow from any weighting of the h₀ rows shown.",
         test: "tests/ch09_gpt.rs::i_love_ai_h1_love_is_0_545_0_442",
     },
     Erratum {
         document: D3,
         section: "GPT, Going Through an Example: Feed Forward and Layer Norm",
         printed: "h₂(\"love\") = h₁(\"love\") × W = [0.1753, 0.309]",
-        correct: "[0.2142, 0.2755] from the printed h₁; [0.2858, 0.3845] from the correct h₁ = [0.545, 0.442]",
-        why: "W = [0.2, 0.3, 0.4, 0.5] read as rows (0.2, 0.3), (0.4, 0.5): [0.155, 0.458] × W = [0.155·0.2 + 0.458·0.4, 0.155·0.3 + 0.458·0.5] = [0.2142, 0.2755]. Reading W by columns gives [0.1684, 0.291]; neither reading, nor the correct h₁, gives the printed pair.",
+        correct: "[0.2142, 0.2755] from the printed h₁; [0.2858, 0.3845] from the correct h₁ = \
+            [0.545, 0.442]",
+        why: "W = [0.2, 0.3, 0.4, 0.5] read as rows (0.2, 0.3), (0.4, 0.5): [0.155, 0.458] × W = \
+            [0.155·0.2 + 0.458·0.4, 0.155·0.3 + 0.458·0.5] = [0.2142, 0.2755]. Reading W by \
+            columns gives [0.1684, 0.291]; neither reading, nor the correct h₁, gives the printed \
+            pair.",
         test: "tests/ch09_gpt.rs::i_love_ai_h2_love_follows_from_h1_times_w",
     },
     Erratum {
@@ -67,7 +73,9 @@ pub const ERRATA: &[Erratum] = &[
         section: "GPT Time Complexity",
         printed: "GPT3 has 175 layers and d is often set to a value like 1024",
         correct: "GPT-3 175B has 96 layers and d = 12,288",
-        why: "175 is GPT-3's parameter count in billions, not its depth; with 96 layers of 96 heads of width 128 (d = 96·128 = 12,288), the count comes to 175 billion (document 001), while 175 layers of width 1,024 would hold about 2.2 billion.",
+        why: "175 is GPT-3's parameter count in billions, not its depth; with 96 layers of 96 \
+            heads of width 128 (d = 96·128 = 12,288), the count comes to 175 billion (document \
+            001), while 175 layers of width 1,024 would hold about 2.2 billion.",
         test: "tests/ch09_gpt.rs::gpt3_has_96_layers_of_width_12288_not_175_of_1024",
     },
     Erratum {
@@ -75,7 +83,9 @@ pub const ERRATA: &[Erratum] = &[
         section: "What's so different about GPT models? (quoting Troy Wang)",
         printed: "The original version of GPT comes with 150 million parameters",
         correct: "about 117 million (116,534,784)",
-        why: "GPT-1's published configuration (12 layers, d = 768, 12 heads, 4d MLP, vocabulary 40,478, context 512, post-LayerNorm so no final LayerNorm) holds 31,087,104 + 393,216 + 12·7,087,872 = 116,534,784 parameters.",
+        why: "GPT-1's published configuration (12 layers, d = 768, 12 heads, 4d MLP, vocabulary \
+            40,478, context 512, post-LayerNorm so no final LayerNorm) holds 31,087,104 + 393,216 \
+            + 12·7,087,872 = 116,534,784 parameters.",
         test: "tests/ch09_gpt.rs::gpt1_holds_about_117_million_parameters_not_150",
     },
     Erratum {
@@ -83,7 +93,8 @@ pub const ERRATA: &[Erratum] = &[
         section: "Large Language Models: the sizes of W_k and W_q",
         printed: "In GPT-3, n-embed = 12,388",
         correct: "n-embed = 12,288",
-        why: "GPT-3's width is 96 heads × 128 = 12,288, which document 001 gives and its embedding count confirms: 617,558,016 / 50,257 = 12,288.",
+        why: "GPT-3's width is 96 heads × 128 = 12,288, which document 001 gives and its embedding \
+            count confirms: 617,558,016 / 50,257 = 12,288.",
         test: "tests/ch09_gpt.rs::gpt3_width_is_12288_from_heads_and_embedding_count",
     },
     Erratum {
@@ -91,7 +102,8 @@ pub const ERRATA: &[Erratum] = &[
         section: "Embedding (d-embed · d-vocab)",
         printed: "where n = 13,288",
         correct: "n = 12,288",
-        why: "The embedding vectors of GPT-3 have d-embed = 12,288 entries (96 · 128; 617,558,016 / 50,257).",
+        why: "The embedding vectors of GPT-3 have d-embed = 12,288 entries (96 · 128; 617,558,016 \
+            / 50,257).",
         test: "tests/ch09_gpt.rs::gpt3_width_is_12288_from_heads_and_embedding_count",
     },
 ];
@@ -457,7 +469,8 @@ fn print_results(r: &Results) {
     let c = &r.corpus;
     let (last, base) = (c.final_validation(), r.baseline.1);
     println!(
-        "   corpus (chapter 8's BPE, {:.2} characters per token): validation {last:.4} nats per token after {} steps, against the best n-gram {base:.4} ({}); margin {:.4}",
+        "   corpus (chapter 8's BPE, {:.2} characters per token): validation {last:.4} nats per \
+            token after {} steps, against the best n-gram {base:.4} ({}); margin {:.4}",
         r.chars_per_token,
         c.history.len(),
         r.baseline.0,
@@ -465,7 +478,8 @@ fn print_results(r: &Results) {
     );
     let crossed = c.crossing(base).map_or("never".to_string(), |s| format!("after {s} steps"));
     println!(
-        "   corpus: below the baseline {crossed}; {} tokens in {:.0} s of training ({:.0} tokens/s); {:.4} nats per character",
+        "   corpus: below the baseline {crossed}; {} tokens in {:.0} s of training ({:.0} \
+            tokens/s); {:.4} nats per character",
         crate::report::with_commas(c.tokens_seen as u64),
         r.seconds.1,
         c.tokens_seen as f64 / r.seconds.1.max(1e-9),

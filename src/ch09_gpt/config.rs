@@ -121,7 +121,8 @@ impl Config {
                 OP,
                 "heads",
                 format!(
-                    "{} heads do not divide the width {} (the head width d/h must be a whole number)",
+                    "{} heads do not divide the width {} (the head width d/h must be a \
+                        whole number)",
                     self.heads, self.width
                 ),
             ));
@@ -131,7 +132,8 @@ impl Config {
                 OP,
                 "width",
                 format!(
-                    "sinusoidal positions pair sines with cosines, so the width must be even, got {}",
+                    "sinusoidal positions pair sines with cosines, so the width must be even, \
+                        got {}",
                     self.width
                 ),
             ));

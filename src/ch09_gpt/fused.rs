@@ -8,8 +8,8 @@
 //! (pre-LN blocks, causal self-attention, GELU, ε inside the square root) in a way that keeps the
 //! CPU busy with arithmetic:
 //!
-//! - **No matrix allocated per step.** Every activation the backward pass needs and every gradient lives
-//!   in a [`FusedStep`] kept by the trainer and reused from step to step.
+//! - **No matrix allocated per step.** Every activation the backward pass needs and every
+//!   gradient lives in a [`FusedStep`] kept by the trainer and reused from step to step.
 //! - **One product for Q, K and V.** The three projections read the same input, so they are one
 //!   product with W_QKV = \[W_Q W_K W_V\] (d×3d), and their backward is one product too:
 //!   ∂n₁ = ∂QKV·W_QKVᵀ, ∂W_QKV = n₁ᵀ∂QKV.
@@ -225,7 +225,8 @@ impl<T: Float> FusedStep<T> {
             return Err(invalid(
                 OP,
                 "model",
-                "its shape is not the one the fused step covers (see fused::supports); use Gpt::loss_and_grads",
+                "its shape is not the one the fused step covers (see fused::supports); use \
+                    Gpt::loss_and_grads",
             ));
         }
         if batch.seq_len > model.config.context {
@@ -313,8 +314,8 @@ impl<T: Float> FusedStep<T> {
         for ((keys, values), s) in
             kv.keys.iter_mut().zip(kv.values.iter_mut()).zip(&self.shards[0].blocks)
         {
-            keys.rows_mut(0, t).copy_from(&s.qkv.columns(d, d)); //                K = columns d … 2d − 1
-            values.rows_mut(0, t).copy_from(&s.qkv.columns(2 * d, d)); //          V = columns 2d … 3d − 1
+            keys.rows_mut(0, t).copy_from(&s.qkv.columns(d, d)); //       K = columns d … 2d − 1
+            values.rows_mut(0, t).copy_from(&s.qkv.columns(2 * d, d)); // V = columns 2d … 3d − 1
         }
         kv.len = t;
         Ok((kv, logits))

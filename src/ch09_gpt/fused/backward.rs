@@ -28,7 +28,8 @@ const W_1: usize = 12;
 const B_1: usize = 13;
 const W_2: usize = 14;
 const B_2: usize = 15;
-// Each LayerNorm's β sits right after its γ (so does ln_f's), which `layer_norm_backward` relies on.
+// Each LayerNorm's β sits right after its γ (so does ln_f's), which `layer_norm_backward` relies
+// on.
 const _: () = assert!(LN1_BETA == LN1_GAMMA + 1 && LN2_BETA == LN2_GAMMA + 1);
 
 impl<T: Float> Shard<T> {
@@ -147,9 +148,11 @@ fn layer_norm_backward<T: Float>(
 /// i ≥ c0 see):
 ///
 /// ```text
-/// O = A V        ⇒ ∂V[c0..c1] = A[c0.., c0..c1]ᵀ ∂O[c0..],   ∂A[r0..r1, ..r1] = ∂O[r0..r1] V[..r1]ᵀ
+/// O = A V        ⇒ ∂V[c0..c1] = A[c0.., c0..c1]ᵀ ∂O[c0..],
+///                  ∂A[r0..r1, ..r1] = ∂O[r0..r1] V[..r1]ᵀ
 /// A = softmax(S) ⇒ ∂S = A ⊙ (∂A − rowsum(A ⊙ ∂A))        (0 where masked, since A = 0 there)
-/// S = s·QKᵀ      ⇒ ∂Q[r0..r1] = s ∂S[r0..r1, ..r1] K[..r1],   ∂K[c0..c1] = s ∂S[c0.., c0..c1]ᵀ Q[c0..]
+/// S = s·QKᵀ      ⇒ ∂Q[r0..r1] = s ∂S[r0..r1, ..r1] K[..r1],
+///                  ∂K[c0..c1] = s ∂S[c0.., c0..c1]ᵀ Q[c0..]
 /// ```
 #[allow(clippy::too_many_arguments)]
 fn causal_attention_backward<T: Float>(
@@ -212,7 +215,8 @@ fn causal_attention_backward<T: Float>(
             for (r0, r1) in causal_blocks(t) {
                 let d_s = MatRef::new(&d_scores[r0..], r1 - r0, r1, t)?;
                 let d_q = at.rows_mut(d_qkv.as_mut_slice(), q, s, (r0, r1))?;
-                gemm_view(scale, d_s, Op::N, at.rows(buf, k, s, (0, r1))?, Op::N, T::zero(), d_q)?; // S = sQKᵀ ⇒ ∂Q = s ∂S K
+                // S = sQKᵀ ⇒ ∂Q = s ∂S K
+                gemm_view(scale, d_s, Op::N, at.rows(buf, k, s, (0, r1))?, Op::N, T::zero(), d_q)?;
             }
             for (c0, c1) in causal_blocks(t) {
                 let d_s = MatRef::new(&d_scores[c0 + c0 * t..], t - c0, c1 - c0, t)?;

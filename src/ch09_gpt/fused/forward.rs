@@ -21,24 +21,29 @@ impl<T: Float> Shard<T> {
         inputs: &[u32],
         t: usize,
     ) -> Result<()> {
-        model.embed_into(inputs, t, &mut self.x); //                               x₀ = W_E[u] + W_P[t]
+        model.embed_into(inputs, t, &mut self.x); //                            x₀ = W_E[u] + W_P[t]
         let heads = model.config.heads;
         for ((blk, s), (w, b)) in model.blocks.iter().zip(self.blocks.iter_mut()).zip(w_qkv) {
-            layer_norm_forward_into(&blk.ln1, &self.x, &mut s.ln1, &mut s.n1); //      n₁ = LN₁(x)
-            gemm(T::one(), &s.n1, Op::N, w, Op::N, T::zero(), &mut s.qkv)?; //   [Q K V] = n₁W_QKV
-            add_row(&mut s.qkv, b); //                                            … + b_QKV
+            layer_norm_forward_into(&blk.ln1, &self.x, &mut s.ln1, &mut s.n1); //       n₁ = LN₁(x)
+            gemm(T::one(), &s.n1, Op::N, w, Op::N, T::zero(), &mut s.qkv)?; //     [Q K V] = n₁W_QKV
+            add_row(&mut s.qkv, b); //                                                  … + b_QKV
             causal_attention_forward(&s.qkv, heads, t, &mut s.weights, &mut s.att)?; // every head
-            gemm(T::one(), &s.att, Op::N, &blk.attn.w_o, Op::N, T::one(), &mut self.x)?; // h = x + att·W_O
-            add_row(&mut self.x, &blk.attn.b_o); //                               … + b_O
-            layer_norm_forward_into(&blk.ln2, &self.x, &mut s.ln2, &mut s.n2); //      n₂ = LN₂(h)
+            // h = x + att·W_O
+            gemm(T::one(), &s.att, Op::N, &blk.attn.w_o, Op::N, T::one(), &mut self.x)?;
+            add_row(&mut self.x, &blk.attn.b_o); //                                     … + b_O
+            layer_norm_forward_into(&blk.ln2, &self.x, &mut s.ln2, &mut s.n2); //       n₂ = LN₂(h)
             gemm(T::one(), &s.n2, Op::N, &blk.ffn.w1, Op::N, T::zero(), &mut s.z1)?; // z₁ = n₂W₁
-            add_row(&mut s.z1, &blk.ffn.b1); //                                   … + b₁
-            activation_forward_into(Activation::GeluTanh, s.z1.as_slice(), s.a1.as_mut_slice()); // a₁ = GELU(z₁)
-            gemm(T::one(), &s.a1, Op::N, &blk.ffn.w2, Op::N, T::one(), &mut self.x)?; // x' = h + a₁W₂
-            add_row(&mut self.x, &blk.ffn.b2); //                                 … + b₂
+            add_row(&mut s.z1, &blk.ffn.b1); //                                         … + b₁
+            // a₁ = GELU(z₁)
+            activation_forward_into(Activation::GeluTanh, s.z1.as_slice(), s.a1.as_mut_slice());
+            // x' = h + a₁W₂
+            gemm(T::one(), &s.a1, Op::N, &blk.ffn.w2, Op::N, T::one(), &mut self.x)?;
+            add_row(&mut self.x, &blk.ffn.b2); //                                       … + b₂
         }
-        layer_norm_forward_into(&model.ln_f, &self.x, &mut self.ln_f, &mut self.h_f); // h_f = LN_f(x_L)
-        gemm(T::one(), &self.h_f, Op::N, model.unembedding(), Op::T, T::zero(), &mut self.logits)?; // z = h_f W_Uᵀ
+        // h_f = LN_f(x_L)
+        layer_norm_forward_into(&model.ln_f, &self.x, &mut self.ln_f, &mut self.h_f);
+        // z = h_f W_Uᵀ
+        gemm(T::one(), &self.h_f, Op::N, model.unembedding(), Op::T, T::zero(), &mut self.logits)?;
         crate::float::ensure_finite(
             "FusedStep::loss_and_grads",
             "logits (a weight holds NaN or ∞)",
@@ -106,7 +111,8 @@ fn add_row<T: Float>(m: &mut DMatrix<T>, b: &DMatrix<T>) {
 ///
 /// ```text
 /// S[r0..r1, ..r1] = (1/√d_k) Q[r0..r1] K[..r1]ᵀ        one product per block
-/// A[i, j] = exp(S[i, j] − max_{j′ ≤ i} S[i, j′]) / Σ_{j′ ≤ i} exp(…)   for j ≤ i, and 0 for j > i (the mask)
+/// A[i, j] = exp(S[i, j] − max_{j′ ≤ i} S[i, j′]) / Σ_{j′ ≤ i} exp(…)   for j ≤ i,
+///           0 for j > i (the mask)
 /// O[r0..r1] = A[r0..r1, ..r1] V[..r1]                  one product per block
 /// ```
 ///
@@ -149,16 +155,16 @@ fn causal_attention_forward<T: Float>(
             }
             sum.fill(T::zero());
             for (j, column) in a.chunks_exact_mut(t).enumerate() {
-                column[..j].fill(T::zero()); //                                   M: j > i masked, weight 0
+                column[..j].fill(T::zero()); // M: j > i masked, weight 0
                 for ((e, total), &m) in column[j..].iter_mut().zip(&mut sum[j..]).zip(&max[j..]) {
-                    *e = (*e - m).exp(); //                                       exp(S − max)
+                    *e = (*e - m).exp(); //     exp(S − max)
                     *total += *e;
                 }
             }
             sum.iter_mut().for_each(|v| *v = T::one() / *v);
             for (j, column) in a.chunks_exact_mut(t).enumerate() {
                 for (e, &inv) in column[j..].iter_mut().zip(&sum[j..]) {
-                    *e *= inv; //                                                 A = softmax(S)
+                    *e *= inv; //               A = softmax(S)
                 }
             }
             for (r0, r1) in causal_blocks(t) {

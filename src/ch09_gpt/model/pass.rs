@@ -175,18 +175,19 @@ impl<T: Float> Gpt<T> {
         let (hidden, caches, ln_f_cache) = self.forward_embeddings(x0, batch.seq_len)?;
         let (rows, targets) = scored(batch)?;
         let h_s = gather_rows(&hidden, &rows);
-        let z = self.logits_of(&h_s)?; //                                          z = h_s W_Uᵀ
+        let z = self.logits_of(&h_s)?; //                      z = h_s W_Uᵀ
+        // L = CE(z)
         let (loss, d_z) =
-            crate::ch02_softmax::cross_entropy_from_logits_with_gradient(&z, &targets)?; // L = CE(z)
-        let d_hs = matmul(&d_z, self.unembedding())?; //                           z = h_s W_Uᵀ ⇒ ∂h_s = ∂z W_U
-        let d_wu = matmul_tn(&d_z, &h_s)?; //                                      z = h_s W_Uᵀ ⇒ ∂W_U = ∂zᵀ h_s
-        let mut d_h = DMatrix::zeros(hidden.nrows(), hidden.ncols()); //          h_s = rows of h_f
+            crate::ch02_softmax::cross_entropy_from_logits_with_gradient(&z, &targets)?;
+        let d_hs = matmul(&d_z, self.unembedding())?; //       z = h_s W_Uᵀ ⇒ ∂h_s = ∂z W_U
+        let d_wu = matmul_tn(&d_z, &h_s)?; //                  z = h_s W_Uᵀ ⇒ ∂W_U = ∂zᵀ h_s
+        let mut d_h = DMatrix::zeros(hidden.nrows(), hidden.ncols()); // h_s = rows of h_f
         scatter_rows(&mut d_h, &d_hs, &rows);
-        let ln_f = layer_norm_backward(&self.ln_f, &ln_f_cache, &d_h)?; //         h_f = LN_f(x_L)
+        let ln_f = layer_norm_backward(&self.ln_f, &ln_f_cache, &d_h)?; // h_f = LN_f(x_L)
         let mut d_x = ln_f.d_x;
         let mut block_grads = Vec::with_capacity(self.blocks.len());
         for (b, cache) in self.blocks.iter().zip(&caches).rev() {
-            let mut g = block_backward(b, cache, &d_x)?; //                        x_{l+1} = block_l(x_l)
+            let mut g = block_backward(b, cache, &d_x)?; //    x_{l+1} = block_l(x_l)
             d_x = std::mem::replace(&mut g.d_x, DMatrix::zeros(0, 0));
             block_grads.push(g);
         }

@@ -39,7 +39,8 @@ impl<T: Float> Gpt<T> {
     /// cache; the query attends over every cached position (all earlier, so no mask is needed);
     /// the rest of the block acts on the one row. The result equals the last row of the full
     /// forward pass over the cached tokens (a test checks it to 10⁻⁹ in f64). Errors when the
-    /// cache is full (the caller slides the window, see [`generate`](crate::ch09_gpt::sample::generate)).
+    /// cache is full (the caller slides the window, see
+    /// [`generate`](crate::ch09_gpt::sample::generate)).
     ///
     /// One row at a time, every product is a row times a matrix, and the work is reading each
     /// weight once (O(parameters + T·d) per token). So this path does not go through the blocked
@@ -69,7 +70,8 @@ impl<T: Float> Gpt<T> {
                 OP,
                 "cache",
                 format!(
-                    "was made for another model (expected {} blocks of {n_ctx}×{d} keys and values)",
+                    "was made for another model (expected {} blocks of {n_ctx}×{d} keys and \
+                        values)",
                     self.blocks.len()
                 ),
             ));
@@ -79,10 +81,10 @@ impl<T: Float> Gpt<T> {
         let mut x =
             DMatrix::from_fn(1, d, |_, c| self.wte[(token as usize, c)] + self.wpe[(pos, c)]);
         for (l, b) in self.blocks.iter().enumerate() {
-            let (n1, _) = layer_norm_forward(&b.ln1, &x)?; //                         n₁ = LN₁(x)
-            let q = row_affine(OP, n1.as_slice(), &b.attn.w_q, &b.attn.b_q)?; //       q = n₁W_Q + b_Q
-            let k = row_affine(OP, n1.as_slice(), &b.attn.w_k, &b.attn.b_k)?; //       k = n₁W_K + b_K
-            let v = row_affine(OP, n1.as_slice(), &b.attn.w_v, &b.attn.b_v)?; //       v = n₁W_V + b_V
+            let (n1, _) = layer_norm_forward(&b.ln1, &x)?; //                    n₁ = LN₁(x)
+            let q = row_affine(OP, n1.as_slice(), &b.attn.w_q, &b.attn.b_q)?; // q = n₁W_Q + b_Q
+            let k = row_affine(OP, n1.as_slice(), &b.attn.w_k, &b.attn.b_k)?; // k = n₁W_K + b_K
+            let v = row_affine(OP, n1.as_slice(), &b.attn.w_v, &b.attn.b_v)?; // v = n₁W_V + b_V
             if k.len() != d || v.len() != d {
                 return Err(shape_error(
                     OP,
@@ -95,8 +97,9 @@ impl<T: Float> Gpt<T> {
                 cache.keys[l][(pos, c)] = k[c];
                 cache.values[l][(pos, c)] = v[c];
             }
-            let heads = attend_one(OP, &q, &cache.keys[l], &cache.values[l], n, b.attn.heads)?; // every head over positions 0 … pos
-            let a = row_affine(OP, &heads, &b.attn.w_o, &b.attn.b_o)?; //               a = concat · W_O + b_O
+            // every head over positions 0 … pos
+            let heads = attend_one(OP, &q, &cache.keys[l], &cache.values[l], n, b.attn.heads)?;
+            let a = row_affine(OP, &heads, &b.attn.w_o, &b.attn.b_o)?; //     a = concat · W_O + b_O
             if a.len() != d {
                 return Err(shape_error(
                     OP,
@@ -105,11 +108,12 @@ impl<T: Float> Gpt<T> {
                     format!("{}", a.len()),
                 ));
             }
-            let h = x + DMatrix::from_vec(1, d, a); //                                   h = x + a
-            let (n2, _) = layer_norm_forward(&b.ln2, &h)?; //                          n₂ = LN₂(h)
-            let z1 = row_affine(OP, n2.as_slice(), &b.ffn.w1, &b.ffn.b1)?; //           z₁ = n₂W₁ + b₁
-            let a1 = activation_forward(b.ffn.act, &DMatrix::from_vec(1, z1.len(), z1)); // a₁ = GELU(z₁)
-            let f = row_affine(OP, a1.as_slice(), &b.ffn.w2, &b.ffn.b2)?; //            f = a₁W₂ + b₂
+            let h = x + DMatrix::from_vec(1, d, a); //                           h = x + a
+            let (n2, _) = layer_norm_forward(&b.ln2, &h)?; //                    n₂ = LN₂(h)
+            let z1 = row_affine(OP, n2.as_slice(), &b.ffn.w1, &b.ffn.b1)?; //    z₁ = n₂W₁ + b₁
+            // a₁ = GELU(z₁)
+            let a1 = activation_forward(b.ffn.act, &DMatrix::from_vec(1, z1.len(), z1));
+            let f = row_affine(OP, a1.as_slice(), &b.ffn.w2, &b.ffn.b2)?; //     f = a₁W₂ + b₂
             if f.len() != d {
                 return Err(shape_error(
                     OP,
@@ -118,7 +122,7 @@ impl<T: Float> Gpt<T> {
                     format!("{}", f.len()),
                 ));
             }
-            x = h + DMatrix::from_vec(1, d, f); //                                      x' = h + f
+            x = h + DMatrix::from_vec(1, d, f); //                               x' = h + f
         }
         cache.len = n;
         let (h, _) = layer_norm_forward(&self.ln_f, &x)?;
