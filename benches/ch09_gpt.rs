@@ -285,7 +285,8 @@ fn main() {
         "gpt_train_step: 4 layers, 4 heads, width 128, context 64, batch 12, vocabulary 65, f32"
     );
     println!(
-        "| threads | step | products by | tokens/s | ms/step | products replayed | share | fused ours ÷ this row | load (1, 5, 15 min) |"
+        "| threads | step | products by | tokens/s | ms/step | products replayed | share | fused \
+            ours ÷ this row | load (1, 5, 15 min) |"
     );
     println!("|---|---|---|---|---|---|---|---|---|");
     for threads in [1, 2] {
@@ -314,7 +315,8 @@ fn main() {
                         ("—".to_string(), "—".to_string())
                     };
                     println!(
-                        "| {threads} | {step_kind} | {} | {tps:.0} | {:.1} | {replayed} | {share} | {ratio} | {} |",
+                        "| {threads} | {step_kind} | {} | {tps:.0} | {:.1} | {replayed} | {share} \
+                            | {ratio} | {} |",
                         backend.name(),
                         step * 1e3,
                         load()
@@ -331,10 +333,12 @@ fn main() {
         }
     }
     println!(
-        "(With 2 threads the fused step runs its two batch shards side by side, each product on one thread, whatever the"
+        "(With 2 threads the fused step runs its two batch shards side by side, each product on \
+            one thread, whatever the"
     );
     println!(
-        " backend; the reference step runs one product at a time, ours splitting large ones over the threads.)"
+        " backend; the reference step runs one product at a time, ours splitting large ones over \
+            the threads.)"
     );
     println!();
     println!(

@@ -18,7 +18,7 @@ pub fn chapters() -> Vec<Chapter> {
         crate::ch06_attention::book::CHAPTER,
         crate::ch07_encoder_decoder::book::CHAPTER,
         crate::ch08_tokens::book::CHAPTER,
-        crate::ch09_gpt::CHAPTER,
+        crate::ch09_gpt::book::CHAPTER,
         crate::ch10_matmul::book::CHAPTER,
     ]
 }

@@ -4,6 +4,8 @@
 
 #![forbid(unsafe_code)]
 
+mod cli;
+
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use llm_workbook::book;
@@ -40,10 +42,11 @@ enum Command {
     Errata,
     /// List the chapters.
     List,
-    /// Chapter 9's GPT on your own text: `gpt train`, `gpt resume`, `gpt sample` (each with --help).
+    /// Chapter 9's GPT on your own text: `gpt train`, `gpt resume`, `gpt sample` (each with
+    /// --help).
     Gpt {
         #[command(subcommand)]
-        command: llm_workbook::ch09_gpt::cli::GptCommand,
+        command: cli::gpt::GptCommand,
     },
 }
 
@@ -129,6 +132,8 @@ fn run_chapter(ch: Chapter) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
+    // Chapter 9's walk-through trains two models; they show their progress on these bars.
+    llm_workbook::ch09_gpt::book::show_progress_with(cli::Bar::book);
     // Bad flags and values get one line and exit status 2; --help and --version print as usual.
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -162,9 +167,7 @@ fn main() -> ExitCode {
             }
             Ok(())
         }
-        Some(Command::Gpt { command }) => {
-            llm_workbook::ch09_gpt::cli::run(command).map_err(|e| e.to_string())
-        }
+        Some(Command::Gpt { command }) => cli::gpt::run(command).map_err(|e| e.to_string()),
         Some(Command::List) => {
             for ch in book::chapters() {
                 println!("{:>2}  {:<22} {}", ch.number, ch.stem, ch.title);

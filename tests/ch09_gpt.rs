@@ -9,7 +9,7 @@ use llm_workbook::ch09_gpt::config::{Config, MatrixAccounting, Positions};
 use llm_workbook::ch09_gpt::data::{self, SortTask, TokenSplit};
 use llm_workbook::ch09_gpt::safetensors::{self as st, SafeTensors, TensorOut};
 use llm_workbook::ch09_gpt::schedule::{Schedule, clip_global_norm, global_norm};
-use llm_workbook::ch09_gpt::{self as gpt, walkthrough};
+use llm_workbook::ch09_gpt::{self as gpt, book, walkthrough};
 use llm_workbook::rng::Rng;
 use nalgebra::DMatrix;
 
@@ -81,7 +81,8 @@ fn gpt3_holds_175_billion_weights_in_27938_matrices() {
     assert_eq!(a.total, 617_558_016 * 2 + 57_982_058_496 + 115_964_116_992);
     assert_eq!(a.total, 175_181_291_520);
     assert_eq!(format!("{:.0}", a.total as f64 / 1e9), "175");
-    // 96 layers × (96 query + 96 key + 96 value + 1 output + 1 up + 1 down) + embedding + unembedding.
+    // 96 layers × (96 query + 96 key + 96 value + 1 output + 1 up + 1 down) + embedding +
+    // unembedding.
     assert_eq!(a.matrices, 96 * (3 * 96 + 3) + 2);
     assert_eq!(a.matrices, 27_938);
     // Counting every tensor as GPT-2 stores it (biases, LayerNorms, learned positions, tied
@@ -178,7 +179,7 @@ fn i_love_ai_h0_is_u_plus_wp() {
         for c in 0..2 {
             assert_eq!(
                 format!("{:.2}", h0[(r, c)]),
-                format!("{:.2}", walkthrough::PRINTED_H0[r][c]),
+                format!("{:.2}", book::PRINTED_H0[r][c]),
                 "h0[{r}][{c}]"
             );
         }
@@ -194,7 +195,7 @@ fn i_love_ai_h1_love_is_0_545_0_442() {
     assert_eq!(format!("{:.3}, {:.3}", h1[(0, 0)], h1[(0, 1)]), "0.545, 0.442");
     // The printed [0.155, 0.458] is no mix (1 − λ)·h₀("I") + λ·h₀("love") at all: the first
     // entry needs λ = 1/30, which puts the second entry at 0.893, not 0.458.
-    let printed = walkthrough::PRINTED_H1_LOVE;
+    let printed = book::PRINTED_H1_LOVE;
     let lambda = (printed[0] - 0.14) / (0.59 - 0.14);
     assert_abs_diff_eq!(lambda, 1.0 / 30.0, epsilon = 1e-12);
     assert!((0.91 + lambda * (0.39 - 0.91) - printed[1]).abs() > 0.4);
@@ -206,7 +207,7 @@ fn i_love_ai_h1_love_is_0_545_0_442() {
 
 #[test]
 fn i_love_ai_h2_love_follows_from_h1_times_w() {
-    let from_printed = walkthrough::h2_of(&walkthrough::printed_h1_love()).unwrap();
+    let from_printed = walkthrough::h2_of(&book::printed_h1_love()).unwrap();
     assert_abs_diff_eq!(from_printed[(0, 0)], 0.155 * 0.2 + 0.458 * 0.4, epsilon = 1e-15);
     assert_abs_diff_eq!(from_printed[(0, 1)], 0.155 * 0.3 + 0.458 * 0.5, epsilon = 1e-15);
     assert_eq!(
@@ -217,7 +218,7 @@ fn i_love_ai_h2_love_follows_from_h1_times_w() {
     assert_eq!(format!("{:.4}, {:.4}", ours[(0, 0)], ours[(0, 1)]), "0.2858, 0.3845");
     // Neither reading of W (rows or columns) gives the printed [0.1753, 0.309].
     let wt = walkthrough::feed_forward_weight().transpose();
-    let by_columns = walkthrough::printed_h1_love() * wt;
+    let by_columns = book::printed_h1_love() * wt;
     for h2 in [&from_printed, &ours, &by_columns] {
         assert!((h2[(0, 0)] - 0.1753).abs() > 0.005 || (h2[(0, 1)] - 0.309).abs() > 0.005);
     }
@@ -452,7 +453,8 @@ fn a_header_that_lies_is_refused() {
     // Two tensors on the same bytes; a hole; bytes after the last tensor.
     let two = |a: &str, b: &str| {
         format!(
-            r#"{{"x":{{"dtype":"F32","shape":[1],"data_offsets":{a}}},"y":{{"dtype":"F32","shape":[1],"data_offsets":{b}}}}}"#
+            "{{\"x\":{{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":{a}}},\
+             \"y\":{{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":{b}}}}}"
         )
     };
     assert!(parse_err(with_header(&two("[0,4]", "[0,4]"), &data)).contains("overlaps"));
@@ -488,7 +490,8 @@ fn malformed_headers_are_refused() {
         ),
         ("{\"x\":{\"shape\":[1],\"data_offsets\":[0,4]}}", "no dtype"),
         (
-            "{\"__metadata__\":{\"a\":1},\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+            "{\"__metadata__\":{\"a\":1},\
+             \"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
             "not a string",
         ),
         ("{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}", "JSON at byte"),
@@ -520,7 +523,8 @@ fn adamw_one_step_by_hand_decays_weights_but_not_biases() {
     let gb = DMatrix::from_row_slice(1, 1, &[-0.2]);
     opt.step(&mut [&mut w, &mut b], &[&gw, &gb], &[true, false]).unwrap();
     // Step 1: m = 0.1g, v = 0.001g², so m̂ = g and v̂ = g²: the Adam step is α·g/(|g| + ε).
-    // Weights: θ(1 − αλ) − α·g/(|g| + ε) = 1·0.999 − 0.1·0.5/0.50000001 and −2·0.999 − 0.1·0.1/0.10000001.
+    // Weights: θ(1 − αλ) − α·g/(|g| + ε) = 1·0.999 − 0.1·0.5/0.50000001 and
+    // −2·0.999 − 0.1·0.1/0.10000001.
     assert_abs_diff_eq!(w[(0, 0)], 0.999 - 0.1 * 0.5 / (0.5 + 1e-8), epsilon = 1e-15);
     assert_abs_diff_eq!(w[(0, 0)], 0.899_000_002, epsilon = 1e-12);
     assert_abs_diff_eq!(w[(0, 1)], -1.998 - 0.1 * 0.1 / (0.1 + 1e-8), epsilon = 1e-15);
@@ -1183,7 +1187,8 @@ mod checkpoints {
         assert_eq!(shape("wte.weight"), vec![7, 8]);
         assert_eq!(shape("wpe.weight"), vec![6, 8]);
         assert_eq!(shape("h.1.ln_1.weight"), vec![8]);
-        assert_eq!(shape("h.1.attn.c_attn.weight"), vec![8, 24]); // in × out, Q | K | V side by side
+        // in × out, Q | K | V side by side
+        assert_eq!(shape("h.1.attn.c_attn.weight"), vec![8, 24]);
         assert_eq!(shape("h.1.attn.c_attn.bias"), vec![24]);
         assert_eq!(shape("h.0.attn.c_proj.weight"), vec![8, 8]);
         assert_eq!(shape("h.0.mlp.c_fc.weight"), vec![8, 32]);
@@ -1202,10 +1207,11 @@ mod checkpoints {
         }
         assert_eq!(cfg.get("activation_function").and_then(Json::as_str), Some("gelu_new"));
         // GPT-2 124M's own config.json (the keys Hugging Face ships) reads as GPT-2 124M.
-        let hf = r#"{"activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"], "attn_pdrop": 0.1,
-            "bos_token_id": 50256, "embd_pdrop": 0.1, "eos_token_id": 50256, "initializer_range": 0.02,
-            "layer_norm_epsilon": 1e-05, "model_type": "gpt2", "n_ctx": 1024, "n_embd": 768, "n_head": 12,
-            "n_layer": 12, "n_positions": 1024, "resid_pdrop": 0.1, "vocab_size": 50257}"#;
+        let hf = r#"{"activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"],
+            "attn_pdrop": 0.1, "bos_token_id": 50256, "embd_pdrop": 0.1, "eos_token_id": 50256,
+            "initializer_range": 0.02, "layer_norm_epsilon": 1e-05, "model_type": "gpt2",
+            "n_ctx": 1024, "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024,
+            "resid_pdrop": 0.1, "vocab_size": 50257}"#;
         let c = ck::config_from_json(
             &json::parse(hf.as_bytes(), "config.json").unwrap(),
             "config.json",
@@ -1383,7 +1389,7 @@ mod checkpoints {
 
 #[test]
 fn the_prose_carries_the_worked_and_errata_tables() {
-    common::check_chapter_prose(&llm_workbook::ch09_gpt::CHAPTER);
+    common::check_chapter_prose(&llm_workbook::ch09_gpt::book::CHAPTER);
 }
 
 #[test]
@@ -1392,10 +1398,10 @@ fn the_linear_plus_quadratic_fit_recovers_known_costs() {
         .iter()
         .map(|&n| (n, 0.003 * n as f64 + 2e-5 * (n * n) as f64))
         .collect();
-    let (a, b) = gpt::fit_linear_quadratic(&points);
+    let (a, b) = gpt::book::fit_linear_quadratic(&points);
     assert_abs_diff_eq!(a, 0.003, epsilon = 1e-12);
     assert_abs_diff_eq!(b, 2e-5, epsilon = 1e-15);
-    assert_eq!(gpt::fit_linear_quadratic(&[]), (0.0, 0.0));
+    assert_eq!(gpt::book::fit_linear_quadratic(&[]), (0.0, 0.0));
 }
 
 // ───────────── the command line, end to end on a user's text file ─────────────
@@ -1606,7 +1612,7 @@ mod nalgebra_backend {
     }
 }
 
-// ───────────── hardening: zero weights, the command line, atomic plots, threads (issue 11) ─────────────
+// ───────── hardening: zero weights, the command line, atomic plots, threads (issue 11) ─────────
 
 mod hardening {
     use super::*;
@@ -1917,7 +1923,8 @@ mod corpus {
         );
         assert!(
             last < baseline - TEST_MARGIN,
-            "validation {last:.4} nats per token is not below the best n-gram ({label}) {baseline:.4} by {TEST_MARGIN}"
+            "validation {last:.4} nats per token is not below the best n-gram ({label}) \
+             {baseline:.4} by {TEST_MARGIN}"
         );
     }
     /// The margin demanded, in nats per token. Measured with this setup: 0.179 below the best
@@ -1994,7 +2001,11 @@ mod fuzz_corpus_replay {
         let config =
             llm_workbook::ch09_gpt::checkpoint::config_to_json(&h::fuzz_config()).to_pretty();
         write("json", "config", config.as_bytes());
-        write("json", "escapes", br#"{"s":"a\"b\\c\/d\b\f\n\r\t\u00e9\ud83d\ude00","n":[-0.5e+3,0,1E-2,true,false,null],"o":{}}"#);
+        let escapes: [&[u8]; 2] = [
+            br#"{"s":"a\"b\\c\/d\b\f\n\r\t\u00e9\ud83d\ude00","#,
+            br#""n":[-0.5e+3,0,1E-2,true,false,null],"o":{}}"#,
+        ];
+        write("json", "escapes", &escapes.concat());
     }
 }
 
@@ -2034,6 +2045,17 @@ mod fused_step {
         }
     }
 
+    /// One sequence: the first five tokens of [`tiny_batch`].
+    fn one_sequence() -> Batch {
+        let b = tiny_batch();
+        Batch {
+            batch: 1,
+            inputs: b.inputs[..5].to_vec(),
+            targets: b.targets[..5].to_vec(),
+            seq_len: 5,
+        }
+    }
+
     /// A context of 72 positions, so sequences of 70 tokens cross two boundaries of
     /// `fused::CAUSAL_BLOCK` (32 query rows): the blocks 0–31, 32–63 and 64–69.
     fn long_context() -> Config {
@@ -2066,7 +2088,7 @@ mod fused_step {
     #[case::tied_learned(tiny(true, Positions::Learned), tiny_batch())]
     #[case::untied_sinusoidal(tiny(false, Positions::Sinusoidal), tiny_batch())]
     #[case::three_sequences(tiny(true, Positions::Learned), odd_batch())]
-    #[case::one_sequence(tiny(false, Positions::Learned), Batch { batch: 1, inputs: tiny_batch().inputs[..5].to_vec(), targets: tiny_batch().targets[..5].to_vec(), seq_len: 5 })]
+    #[case::one_sequence(tiny(false, Positions::Learned), one_sequence())]
     #[case::three_causal_blocks(long_context(), long_batch())]
     fn the_fused_step_gives_the_reference_loss_and_gradients_in_f64(
         #[case] config: Config,
@@ -2242,24 +2264,41 @@ mod fused_step {
             #[test]
             fn the_fused_step_matches_the_reference_on_arbitrary_shapes(
                 layers in 1usize..3, heads in 1usize..4, d_k in 1usize..6, vocab in 2usize..10,
-                batch in 1usize..4, t in 1usize..41, tied in any::<bool>(), sinusoidal in any::<bool>(), seed in 0u64..1000,
+                batch in 1usize..4, t in 1usize..41, tied in any::<bool>(),
+                sinusoidal in any::<bool>(), seed in 0u64..1000,
             ) {
                 let width = heads * d_k;
-                let positions = if sinusoidal && width % 2 == 0 { Positions::Sinusoidal } else { Positions::Learned };
-                let config = Config { tied, positions, ..Config::new(vocab, t, layers, heads, width) };
+                let positions = if sinusoidal && width % 2 == 0 {
+                    Positions::Sinusoidal
+                } else {
+                    Positions::Learned
+                };
+                let config =
+                    Config { tied, positions, ..Config::new(vocab, t, layers, heads, width) };
                 let model = perturbed(config, seed);
                 let mut rng = Rng::new(seed + 1);
                 let inputs: Vec<u32> = (0..batch * t).map(|_| rng.below(vocab) as u32).collect();
-                let mut targets: Vec<Option<u32>> =
-                    (0..batch * t).map(|_| (rng.below(4) != 0).then(|| rng.below(vocab) as u32)).collect();
+                let mut targets: Vec<Option<u32>> = (0..batch * t)
+                    .map(|_| (rng.below(4) != 0).then(|| rng.below(vocab) as u32))
+                    .collect();
                 targets[0] = Some(0);
                 let b = Batch { inputs, targets, batch, seq_len: t };
                 let reference = model.loss_and_grads(&b).unwrap();
                 let mut fused = FusedStep::new();
                 let (loss, grads) = fused.loss_and_grads(&model, &b).unwrap();
-                prop_assert!((loss - reference.loss).abs() < 1e-12 * reference.loss.max(1.0), "loss {} vs {}", loss, reference.loss);
+                prop_assert!(
+                    (loss - reference.loss).abs() < 1e-12 * reference.loss.max(1.0),
+                    "loss {} vs {}",
+                    loss,
+                    reference.loss
+                );
                 let (at, worst) = worst_relative(grads, &reference.grads, 1e-6);
-                prop_assert!(worst < 1e-9, "{}: relative difference {:e}", model.tensors()[at].0, worst);
+                prop_assert!(
+                    worst < 1e-9,
+                    "{}: relative difference {:e}",
+                    model.tensors()[at].0,
+                    worst
+                );
             }
         }
     }
@@ -2274,7 +2313,8 @@ mod fused_step {
         let mut b = tiny_batch();
         b.targets.iter_mut().for_each(|t| *t = None);
         assert!(matches!(fused.loss_and_grads(&model, &b).unwrap_err(), Error::Empty { .. }));
-        let long = Batch { inputs: vec![1; 7], targets: vec![Some(1); 7], batch: 1, seq_len: 7 }; // context 6
+        // context 6
+        let long = Batch { inputs: vec![1; 7], targets: vec![Some(1); 7], batch: 1, seq_len: 7 };
         assert!(fused.loss_and_grads(&model, &long).unwrap_err().to_string().contains("context"));
         // A NaN weight is an error, not a NaN loss.
         let mut nan = model.clone();

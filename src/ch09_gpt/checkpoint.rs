@@ -140,7 +140,8 @@ pub fn config_from_json(j: &Json, file: &str) -> Result<Config> {
             return Err(parse_error(
                 file,
                 format!(
-                    "activation_function {a:?} is not GELU's tanh form (gelu_new); this model only implements that one",
+                    "activation_function {a:?} is not GELU's tanh form (gelu_new); this model only \
+                        implements that one",
                     a = a.to_text()
                 ),
             ));
@@ -281,7 +282,8 @@ pub fn model_from_safetensors<T: Float>(config: Config, f: &SafeTensors) -> Resu
         if head != model.wte {
             return Err(parse_error(
                 &file,
-                "config.json says the unembedding is tied to wte, but lm_head.weight differs from wte.weight",
+                "config.json says the unembedding is tied to wte, but lm_head.weight differs from \
+                    wte.weight",
             ));
         }
     }
@@ -402,7 +404,8 @@ pub fn trainer_from_safetensors<T: Float>(
         return Err(parse_error(
             &file,
             format!(
-                "the training state is for step {step} but {MODEL_FILE} is for step {} (an interrupted save?)",
+                "the training state is for step {step} but {MODEL_FILE} is for step {} (an \
+                    interrupted save?)",
                 model_file.meta("step").unwrap_or("unknown")
             ),
         ));

@@ -121,7 +121,8 @@ impl Config {
                 OP,
                 "heads",
                 format!(
-                    "{} heads do not divide the width {} (the head width d/h must be a whole number)",
+                    "{} heads do not divide the width {} (the head width d/h must be a \
+                        whole number)",
                     self.heads, self.width
                 ),
             ));
@@ -131,7 +132,8 @@ impl Config {
                 OP,
                 "width",
                 format!(
-                    "sinusoidal positions pair sines with cosines, so the width must be even, got {}",
+                    "sinusoidal positions pair sines with cosines, so the width must be even, \
+                        got {}",
                     self.width
                 ),
             ));
@@ -200,6 +202,13 @@ impl Config {
         let d = self.width as u64;
         12 * d * d + 13 * d
     }
+}
+
+/// GPT-1's parameters: our count for its configuration less the final LayerNorm, which GPT-1
+/// (a post-LN model) does not have.
+pub fn gpt1_parameters() -> u64 {
+    let c = Config::gpt1();
+    c.parameter_count() - 2 * c.width as u64
 }
 
 /// Document 001's way of counting GPT-3: only the weight matrices, each attention head with its

@@ -8,8 +8,8 @@
 //! (pre-LN blocks, causal self-attention, GELU, ε inside the square root) in a way that keeps the
 //! CPU busy with arithmetic:
 //!
-//! - **No matrix allocated per step.** Every activation the backward pass needs and every gradient lives
-//!   in a [`FusedStep`] kept by the trainer and reused from step to step.
+//! - **No matrix allocated per step.** Every activation the backward pass needs and every
+//!   gradient lives in a [`FusedStep`] kept by the trainer and reused from step to step.
 //! - **One product for Q, K and V.** The three projections read the same input, so they are one
 //!   product with W_QKV = \[W_Q W_K W_V\] (d×3d), and their backward is one product too:
 //!   ∂n₁ = ∂QKV·W_QKVᵀ, ∂W_QKV = n₁ᵀ∂QKV.
@@ -32,18 +32,23 @@
 //! Tests check it against the reference in f64 (equal to 10⁻¹⁰ relative) and in f32, by finite
 //! differences of its own, and that a model whose shape it does not cover is refused
 //! ([`supports`]) so the trainer falls back to the reference.
+//!
+//! The step in three files: this one holds the workspace ([`FusedStep`]: every buffer, sized
+//! once), the shards and the views of one head of one sequence; `forward.rs` the forward pass
+//! with the loss and its gradient at the logits; `backward.rs` the backward pass, each line
+//! naming the forward line it differentiates.
+
+mod backward;
+mod forward;
 
 use super::config::Positions;
 use super::data::Batch;
-use super::model::{Gpt, TENSORS_PER_BLOCK, scatter_embedding_gradient};
-use crate::ch03_mlp::{Activation, activation_backward_in_place, activation_forward_into};
-use crate::ch06_attention::{
-    Epsilon, LayerNorm, LnCache, NormOrder, Store, layer_norm_backward_into,
-    layer_norm_forward_into,
-};
+use super::model::{Gpt, TENSORS_PER_BLOCK};
+use crate::ch03_mlp::Activation;
+use crate::ch06_attention::{Epsilon, LayerNorm, LnCache, NormOrder};
 use crate::error::{Error, Result, invalid};
-use crate::float::{Float, lane_sum};
-use crate::matmul::{MatMut, MatRef, Op, gemm, gemm_view, product_choices, with_threads};
+use crate::float::Float;
+use crate::matmul::{MatMut, MatRef, product_choices, with_threads};
 use nalgebra::DMatrix;
 
 /// Into how many parts the batch is cut (at most; a batch of one sequence is one part). Each part
@@ -197,26 +202,6 @@ impl Slots {
     }
 }
 
-// Indices of a block's tensors (see `block_tensor_name`).
-const LN1_GAMMA: usize = 0;
-const LN1_BETA: usize = 1;
-const W_Q: usize = 2;
-const B_Q: usize = 3;
-const W_K: usize = 4;
-const B_K: usize = 5;
-const W_V: usize = 6;
-const B_V: usize = 7;
-const W_O: usize = 8;
-const B_O: usize = 9;
-const LN2_GAMMA: usize = 10;
-const LN2_BETA: usize = 11;
-const W_1: usize = 12;
-const B_1: usize = 13;
-const W_2: usize = 14;
-const B_2: usize = 15;
-// Each LayerNorm's β sits right after its γ (so does ln_f's), which `layer_norm_backward` relies on.
-const _: () = assert!(LN1_BETA == LN1_GAMMA + 1 && LN2_BETA == LN2_GAMMA + 1);
-
 impl<T: Float> FusedStep<T> {
     /// An empty workspace; the first step sizes it.
     pub fn new() -> Self {
@@ -240,7 +225,8 @@ impl<T: Float> FusedStep<T> {
             return Err(invalid(
                 OP,
                 "model",
-                "its shape is not the one the fused step covers (see fused::supports); use Gpt::loss_and_grads",
+                "its shape is not the one the fused step covers (see fused::supports); use \
+                    Gpt::loss_and_grads",
             ));
         }
         if batch.seq_len > model.config.context {
@@ -328,8 +314,8 @@ impl<T: Float> FusedStep<T> {
         for ((keys, values), s) in
             kv.keys.iter_mut().zip(kv.values.iter_mut()).zip(&self.shards[0].blocks)
         {
-            keys.rows_mut(0, t).copy_from(&s.qkv.columns(d, d)); //                K = columns d … 2d − 1
-            values.rows_mut(0, t).copy_from(&s.qkv.columns(2 * d, d)); //          V = columns 2d … 3d − 1
+            keys.rows_mut(0, t).copy_from(&s.qkv.columns(d, d)); //       K = columns d … 2d − 1
+            values.rows_mut(0, t).copy_from(&s.qkv.columns(2 * d, d)); // V = columns 2d … 3d − 1
         }
         kv.len = t;
         Ok((kv, logits))
@@ -464,202 +450,6 @@ impl<T: Float> Shard<T> {
         self.loss_sum = self.loss_and_logit_gradient(targets, scale);
         self.backward(model, w_qkv, inputs, t)
     }
-
-    // ───────────────────────────── forward ─────────────────────────────
-
-    fn forward(
-        &mut self,
-        model: &Gpt<T>,
-        w_qkv: &[(DMatrix<T>, DMatrix<T>)],
-        inputs: &[u32],
-        t: usize,
-    ) -> Result<()> {
-        model.embed_into(inputs, t, &mut self.x); //                               x₀ = W_E[u] + W_P[t]
-        let heads = model.config.heads;
-        for ((blk, s), (w, b)) in model.blocks.iter().zip(self.blocks.iter_mut()).zip(w_qkv) {
-            layer_norm_forward_into(&blk.ln1, &self.x, &mut s.ln1, &mut s.n1); //      n₁ = LN₁(x)
-            gemm(T::one(), &s.n1, Op::N, w, Op::N, T::zero(), &mut s.qkv)?; //   [Q K V] = n₁W_QKV
-            add_row(&mut s.qkv, b); //                                            … + b_QKV
-            causal_attention_forward(&s.qkv, heads, t, &mut s.weights, &mut s.att)?; // every head
-            gemm(T::one(), &s.att, Op::N, &blk.attn.w_o, Op::N, T::one(), &mut self.x)?; // h = x + att·W_O
-            add_row(&mut self.x, &blk.attn.b_o); //                               … + b_O
-            layer_norm_forward_into(&blk.ln2, &self.x, &mut s.ln2, &mut s.n2); //      n₂ = LN₂(h)
-            gemm(T::one(), &s.n2, Op::N, &blk.ffn.w1, Op::N, T::zero(), &mut s.z1)?; // z₁ = n₂W₁
-            add_row(&mut s.z1, &blk.ffn.b1); //                                   … + b₁
-            activation_forward_into(Activation::GeluTanh, s.z1.as_slice(), s.a1.as_mut_slice()); // a₁ = GELU(z₁)
-            gemm(T::one(), &s.a1, Op::N, &blk.ffn.w2, Op::N, T::one(), &mut self.x)?; // x' = h + a₁W₂
-            add_row(&mut self.x, &blk.ffn.b2); //                                 … + b₂
-        }
-        layer_norm_forward_into(&model.ln_f, &self.x, &mut self.ln_f, &mut self.h_f); // h_f = LN_f(x_L)
-        gemm(T::one(), &self.h_f, Op::N, model.unembedding(), Op::T, T::zero(), &mut self.logits)?; // z = h_f W_Uᵀ
-        crate::float::ensure_finite(
-            "FusedStep::loss_and_grads",
-            "logits (a weight holds NaN or ∞)",
-            &self.logits,
-        )
-    }
-
-    /// L_s = Σ over scored rows of logsumexp(z_r) − z_r\[target\] (returned, in f64), and in place
-    /// of the logits ∂L/∂z = scale·(softmax(z_r) − onehot(target)) on scored rows, 0 elsewhere
-    /// (chapter 2's gradient of cross-entropy from logits).
-    fn loss_and_logit_gradient(&mut self, targets: &[Option<u32>], scale: T) -> f64 {
-        let n = self.logits.nrows();
-        let z = self.logits.as_mut_slice();
-        // Row maxima and sums, column by column for every row at once (see the module notes).
-        let (max, sum) = (&mut vec![T::neg_infinity(); n], &mut vec![T::zero(); n]);
-        for column in z.chunks_exact(n) {
-            for (m, &v) in max.iter_mut().zip(column) {
-                *m = m.max(v);
-            }
-        }
-        // −ln p(target) = ln Σ exp(z − max) − (z_target − max): taken before z is overwritten.
-        let shifted_targets: Vec<(usize, f64)> = targets
-            .iter()
-            .enumerate()
-            .filter_map(|(r, u)| u.map(|u| (r, (z[u as usize * n + r] - max[r]).as_f64())))
-            .collect();
-        for column in z.chunks_exact_mut(n) {
-            for ((e, s), &m) in column.iter_mut().zip(sum.iter_mut()).zip(max.iter()) {
-                *e = (*e - m).exp(); //                                        e = exp(z − max z)
-                *s += *e;
-            }
-        }
-        let loss = shifted_targets.iter().map(|&(r, zt)| sum[r].as_f64().ln() - zt).sum();
-        let factor: Vec<T> = targets
-            .iter()
-            .zip(sum.iter())
-            .map(|(t, &s)| if t.is_some() { scale / s } else { T::zero() })
-            .collect();
-        for column in z.chunks_exact_mut(n) {
-            for (e, &k) in column.iter_mut().zip(&factor) {
-                *e *= k; //                                                       scale·softmax(z)
-            }
-        }
-        for (r, target) in targets.iter().enumerate() {
-            if let Some(u) = target {
-                z[*u as usize * n + r] -= scale; //                               − scale·onehot
-            }
-        }
-        loss
-    }
-
-    // ───────────────────────────── backward ─────────────────────────────
-
-    fn backward(
-        &mut self,
-        model: &Gpt<T>,
-        w_qkv: &[(DMatrix<T>, DMatrix<T>)],
-        inputs: &[u32],
-        t: usize,
-    ) -> Result<()> {
-        let slots = Slots::of(model);
-        let heads = model.config.heads;
-        let g = &mut self.grads;
-        let u_slot = slots.lm_head.unwrap_or(0); // tied: W_U's gradient goes to W_E's slot first
-        // z = h_f W_Uᵀ ⇒ ∂h_f = ∂z W_U, ∂W_U = ∂zᵀ h_f
-        gemm(T::one(), &self.logits, Op::N, model.unembedding(), Op::N, T::zero(), &mut self.d_n)?;
-        gemm(T::one(), &self.logits, Op::T, &self.h_f, Op::N, T::zero(), &mut g[u_slot])?;
-        // h_f = LN_f(x_L) ⇒ ∂x_L = LN_f backward (x now holds ∂L/∂x)
-        self.x.fill(T::zero());
-        layer_norm_backward(&model.ln_f, &self.ln_f, &self.d_n, &mut self.x, g, slots.ln_f);
-        for (l, ((blk, s), (w, _))) in
-            model.blocks.iter().zip(self.blocks.iter_mut()).zip(w_qkv).enumerate().rev()
-        {
-            let at = |i: usize| slots.block(l, i);
-            // x' = h + a₁W₂ + b₂ ⇒ ∂h = ∂x' (kept in x), ∂W₂ = a₁ᵀ∂x', ∂b₂ = Σ ∂x', ∂a₁ = ∂x' W₂ᵀ
-            gemm(T::one(), &s.a1, Op::T, &self.x, Op::N, T::zero(), &mut g[at(W_2)])?;
-            column_sums(&self.x, &mut g[at(B_2)]);
-            gemm(T::one(), &self.x, Op::N, &blk.ffn.w2, Op::T, T::zero(), &mut self.d_z1)?;
-            // a₁ = GELU(z₁) ⇒ ∂z₁ = GELU′(z₁) ⊙ ∂a₁
-            activation_backward_in_place(
-                Activation::GeluTanh,
-                s.z1.as_slice(),
-                self.d_z1.as_mut_slice(),
-            );
-            // z₁ = n₂W₁ + b₁ ⇒ ∂W₁ = n₂ᵀ∂z₁, ∂b₁ = Σ ∂z₁, ∂n₂ = ∂z₁W₁ᵀ
-            gemm(T::one(), &s.n2, Op::T, &self.d_z1, Op::N, T::zero(), &mut g[at(W_1)])?;
-            column_sums(&self.d_z1, &mut g[at(B_1)]);
-            gemm(T::one(), &self.d_z1, Op::N, &blk.ffn.w1, Op::T, T::zero(), &mut self.d_n)?;
-            // n₂ = LN₂(h) ⇒ ∂h += LN₂ backward(∂n₂)
-            layer_norm_backward(&blk.ln2, &s.ln2, &self.d_n, &mut self.x, g, at(LN2_GAMMA));
-            // h = x + att·W_O + b_O ⇒ ∂x = ∂h (kept), ∂W_O = attᵀ∂h, ∂b_O = Σ ∂h, ∂att = ∂h W_Oᵀ
-            gemm(T::one(), &s.att, Op::T, &self.x, Op::N, T::zero(), &mut g[at(W_O)])?;
-            column_sums(&self.x, &mut g[at(B_O)]);
-            gemm(T::one(), &self.x, Op::N, &blk.attn.w_o, Op::T, T::zero(), &mut self.d_att)?;
-            // att = every head's softmax(s·QKᵀ + M)V ⇒ ∂[Q K V]
-            causal_attention_backward(
-                &s.qkv,
-                heads,
-                t,
-                &s.weights,
-                &self.d_att,
-                &mut self.d_qkv,
-                &mut self.d_scores,
-                &mut self.row_a,
-            )?;
-            // [Q K V] = n₁W_QKV + b_QKV ⇒ ∂W_QKV = n₁ᵀ∂QKV (split back into W_Q, W_K, W_V),
-            // ∂b_QKV = Σ ∂QKV, ∂n₁ = ∂QKV W_QKVᵀ
-            gemm(T::one(), &s.n1, Op::T, &self.d_qkv, Op::N, T::zero(), &mut self.d_w_qkv)?;
-            let d = model.config.width;
-            for (part, (wi, bi)) in [(W_Q, B_Q), (W_K, B_K), (W_V, B_V)].into_iter().enumerate() {
-                g[at(wi)]
-                    .as_mut_slice()
-                    .copy_from_slice(&self.d_w_qkv.as_slice()[part * d * d..(part + 1) * d * d]);
-                let n = self.d_qkv.nrows();
-                let cols = &self.d_qkv.as_slice()[part * d * n..(part + 1) * d * n];
-                for (out, column) in g[at(bi)].as_mut_slice().iter_mut().zip(cols.chunks_exact(n)) {
-                    *out = lane_sum(column);
-                }
-            }
-            gemm(T::one(), &self.d_qkv, Op::N, w, Op::T, T::zero(), &mut self.d_n)?;
-            // n₁ = LN₁(x) ⇒ ∂x += LN₁ backward(∂n₁)
-            layer_norm_backward(&blk.ln1, &s.ln1, &self.d_n, &mut self.x, g, at(LN1_GAMMA));
-        }
-        // x₀ = W_E[u] + W_P[t] ⇒ ∂W_E[u] += ∂x₀ (row by row), ∂W_P[t] = Σ_b ∂x₀[b, t]
-        if model.lm_head.is_some() {
-            g[0].fill(T::zero()); // untied: W_E's only use is the lookup (tied, W_U's part is in)
-        }
-        let (first, rest) = g.split_at_mut(1);
-        let d_wpe = slots.wpe.map(|p| {
-            let w = &mut rest[p - 1];
-            w.fill(T::zero());
-            w
-        });
-        scatter_embedding_gradient(&self.x, inputs, t, &mut first[0], d_wpe);
-        Ok(())
-    }
-}
-
-// ───────────────────────────── the pieces ─────────────────────────────
-
-/// m\[r, :\] += b for every row r (b is 1×C).
-fn add_row<T: Float>(m: &mut DMatrix<T>, b: &DMatrix<T>) {
-    let n = m.nrows();
-    for (column, &bias) in m.as_mut_slice().chunks_exact_mut(n).zip(b.iter()) {
-        column.iter_mut().for_each(|v| *v += bias);
-    }
-}
-
-/// out\[0, c\] = Σ_r m\[r, c\] (out is 1×C): a bias's gradient. Summed in lanes ([`lane_sum`]).
-fn column_sums<T: Float>(m: &DMatrix<T>, out: &mut DMatrix<T>) {
-    let n = m.nrows();
-    for (o, column) in out.as_mut_slice().iter_mut().zip(m.as_slice().chunks_exact(n)) {
-        *o = lane_sum(column);
-    }
-}
-
-/// Backward of chapter 6's LayerNorm given ∂L/∂y: adds ∂L/∂x into `d_x` and writes ∂L/∂γ and
-/// ∂L/∂β into `grads[gamma]` and `grads[gamma + 1]` (β follows γ in every block and in ln_f).
-fn layer_norm_backward<T: Float>(
-    ln: &LayerNorm<T>,
-    cache: &LnCache<T>,
-    d_y: &DMatrix<T>,
-    d_x: &mut DMatrix<T>,
-    grads: &mut [DMatrix<T>],
-    gamma: usize,
-) {
-    let (d_gamma, rest) = grads[gamma..].split_at_mut(1);
-    layer_norm_backward_into(ln, cache, d_y, Store::Accumulate, d_x, &mut d_gamma[0], &mut rest[0]);
 }
 
 /// Query rows per block when causal attention skips the entries above the diagonal: the height
@@ -705,175 +495,4 @@ impl Heads {
 /// benchmark replays the same blocks.
 pub fn causal_blocks(t: usize) -> impl Iterator<Item = (usize, usize)> {
     (0..t).step_by(CAUSAL_BLOCK).map(move |r0| (r0, (r0 + CAUSAL_BLOCK).min(t)))
-}
-
-/// Causal self-attention of every head of every sequence, read straight from \[Q K V\] (N×3d) as
-/// views and written straight into the concatenated output `att` (N×d). For sequence s and head
-/// h, with A stored column-major (A\[i + jT\]), block by block of query rows r0 … r1 − 1, which
-/// see only the keys 0 … r1 − 1:
-///
-/// ```text
-/// S[r0..r1, ..r1] = (1/√d_k) Q[r0..r1] K[..r1]ᵀ        one product per block
-/// A[i, j] = exp(S[i, j] − max_{j′ ≤ i} S[i, j′]) / Σ_{j′ ≤ i} exp(…)   for j ≤ i, and 0 for j > i (the mask)
-/// O[r0..r1] = A[r0..r1, ..r1] V[..r1]                  one product per block
-/// ```
-///
-/// The row statistics of the softmax are gathered column by column for all rows at once.
-fn causal_attention_forward<T: Float>(
-    qkv: &DMatrix<T>,
-    heads: usize,
-    t: usize,
-    weights: &mut [T],
-    att: &mut DMatrix<T>,
-) -> Result<()> {
-    let n = qkv.nrows();
-    let d = att.ncols();
-    let d_k = d / heads;
-    let scale = T::of(1.0 / (d_k as f64).sqrt());
-    let at = Heads { n, t, d_k };
-    let buf = qkv.as_slice();
-    let mut max = vec![T::zero(); t];
-    let mut sum = vec![T::zero(); t];
-    for (s, per_seq) in weights.chunks_exact_mut(heads * t * t).enumerate() {
-        for (h, a) in per_seq.chunks_exact_mut(t * t).enumerate() {
-            let (q, k, v) = (h * d_k, d + h * d_k, 2 * d + h * d_k);
-            for (r0, r1) in causal_blocks(t) {
-                let scores = MatMut::new(&mut a[r0..], r1 - r0, r1, t)?;
-                gemm_view(
-                    scale,
-                    at.rows(buf, q, s, (r0, r1))?,
-                    Op::N,
-                    at.rows(buf, k, s, (0, r1))?,
-                    Op::T,
-                    T::zero(),
-                    scores,
-                )?; // S = s·QKᵀ
-            }
-            max.fill(T::neg_infinity());
-            for (j, column) in a.chunks_exact(t).enumerate() {
-                for (m, &v) in max[j..].iter_mut().zip(&column[j..]) {
-                    *m = m.max(v);
-                }
-            }
-            sum.fill(T::zero());
-            for (j, column) in a.chunks_exact_mut(t).enumerate() {
-                column[..j].fill(T::zero()); //                                   M: j > i masked, weight 0
-                for ((e, total), &m) in column[j..].iter_mut().zip(&mut sum[j..]).zip(&max[j..]) {
-                    *e = (*e - m).exp(); //                                       exp(S − max)
-                    *total += *e;
-                }
-            }
-            sum.iter_mut().for_each(|v| *v = T::one() / *v);
-            for (j, column) in a.chunks_exact_mut(t).enumerate() {
-                for (e, &inv) in column[j..].iter_mut().zip(&sum[j..]) {
-                    *e *= inv; //                                                 A = softmax(S)
-                }
-            }
-            for (r0, r1) in causal_blocks(t) {
-                let weights = MatRef::new(&a[r0..], r1 - r0, r1, t)?;
-                let out = at.rows_mut(att.as_mut_slice(), h * d_k, s, (r0, r1))?;
-                gemm_view(
-                    T::one(),
-                    weights,
-                    Op::N,
-                    at.rows(buf, v, s, (0, r1))?,
-                    Op::N,
-                    T::zero(),
-                    out,
-                )?; // O = A V
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Backward of [`causal_attention_forward`] given ∂L/∂O (`d_att`, N×d): writes ∂L/∂\[Q K V\]
-/// into `d_qkv` (N×3d). Per sequence and head, each line differentiating the forward line named,
-/// by blocks of rows r0 … r1 − 1 (queries) or of columns c0 … c1 − 1 (keys, which only the queries
-/// i ≥ c0 see):
-///
-/// ```text
-/// O = A V        ⇒ ∂V[c0..c1] = A[c0.., c0..c1]ᵀ ∂O[c0..],   ∂A[r0..r1, ..r1] = ∂O[r0..r1] V[..r1]ᵀ
-/// A = softmax(S) ⇒ ∂S = A ⊙ (∂A − rowsum(A ⊙ ∂A))        (0 where masked, since A = 0 there)
-/// S = s·QKᵀ      ⇒ ∂Q[r0..r1] = s ∂S[r0..r1, ..r1] K[..r1],   ∂K[c0..c1] = s ∂S[c0.., c0..c1]ᵀ Q[c0..]
-/// ```
-#[allow(clippy::too_many_arguments)]
-fn causal_attention_backward<T: Float>(
-    qkv: &DMatrix<T>,
-    heads: usize,
-    t: usize,
-    weights: &[T],
-    d_att: &DMatrix<T>,
-    d_qkv: &mut DMatrix<T>,
-    d_scores: &mut [T],
-    row: &mut [T],
-) -> Result<()> {
-    let n = qkv.nrows();
-    let d = d_att.ncols();
-    let d_k = d / heads;
-    let scale = T::of(1.0 / (d_k as f64).sqrt());
-    let at = Heads { n, t, d_k };
-    let (buf, d_o) = (qkv.as_slice(), d_att.as_slice());
-    for (s, per_seq) in weights.chunks_exact(heads * t * t).enumerate() {
-        for (h, a) in per_seq.chunks_exact(t * t).enumerate() {
-            let (q, k, v, o) = (h * d_k, d + h * d_k, 2 * d + h * d_k, h * d_k);
-            for (c0, c1) in causal_blocks(t) {
-                let a_block = MatRef::new(&a[c0 + c0 * t..], t - c0, c1 - c0, t)?;
-                let d_v = at.rows_mut(d_qkv.as_mut_slice(), v, s, (c0, c1))?;
-                gemm_view(
-                    T::one(),
-                    a_block,
-                    Op::T,
-                    at.rows(d_o, o, s, (c0, t))?,
-                    Op::N,
-                    T::zero(),
-                    d_v,
-                )?; // O = AV ⇒ ∂V = Aᵀ∂O
-            }
-            for (r0, r1) in causal_blocks(t) {
-                let d_a = MatMut::new(&mut d_scores[r0..], r1 - r0, r1, t)?;
-                gemm_view(
-                    T::one(),
-                    at.rows(d_o, o, s, (r0, r1))?,
-                    Op::N,
-                    at.rows(buf, v, s, (0, r1))?,
-                    Op::T,
-                    T::zero(),
-                    d_a,
-                )?; // ∂A = ∂O Vᵀ
-            }
-            // A = softmax(S) ⇒ ∂S = A ⊙ (∂A − rowsum(A ⊙ ∂A)), on j ≤ i; 0 above the diagonal.
-            row.fill(T::zero());
-            for (j, (da, aa)) in d_scores.chunks_exact(t).zip(a.chunks_exact(t)).enumerate() {
-                for ((r, &x), &y) in row[j..].iter_mut().zip(&aa[j..]).zip(&da[j..]) {
-                    *r += x * y;
-                }
-            }
-            for (j, (da, aa)) in d_scores.chunks_exact_mut(t).zip(a.chunks_exact(t)).enumerate() {
-                da[..j].fill(T::zero());
-                for ((ds, &x), &r) in da[j..].iter_mut().zip(&aa[j..]).zip(&row[j..]) {
-                    *ds = x * (*ds - r);
-                }
-            }
-            for (r0, r1) in causal_blocks(t) {
-                let d_s = MatRef::new(&d_scores[r0..], r1 - r0, r1, t)?;
-                let d_q = at.rows_mut(d_qkv.as_mut_slice(), q, s, (r0, r1))?;
-                gemm_view(scale, d_s, Op::N, at.rows(buf, k, s, (0, r1))?, Op::N, T::zero(), d_q)?; // S = sQKᵀ ⇒ ∂Q = s ∂S K
-            }
-            for (c0, c1) in causal_blocks(t) {
-                let d_s = MatRef::new(&d_scores[c0 + c0 * t..], t - c0, c1 - c0, t)?;
-                let d_k_block = at.rows_mut(d_qkv.as_mut_slice(), k, s, (c0, c1))?;
-                gemm_view(
-                    scale,
-                    d_s,
-                    Op::T,
-                    at.rows(buf, q, s, (c0, t))?,
-                    Op::N,
-                    T::zero(),
-                    d_k_block,
-                )?; // ∂K = s ∂Sᵀ Q
-            }
-        }
-    }
-    Ok(())
 }

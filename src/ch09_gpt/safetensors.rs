@@ -179,7 +179,8 @@ impl SafeTensors {
             return Err(parse_error(
                 file,
                 format!(
-                    "the tensors cover {at} bytes of the data but the file holds {buffer_len} (truncated, or bytes not described by the header)"
+                    "the tensors cover {at} bytes of the data but the file holds {buffer_len} \
+                        (truncated, or bytes not described by the header)"
                 ),
             ));
         }
@@ -292,7 +293,8 @@ fn tensor_info(file: &str, name: String, v: &Json, buffer_len: usize) -> Result<
     }
     if end > buffer_len as u64 {
         return Err(bad(format!(
-            "data_offsets end at byte {end} but the data holds only {buffer_len} bytes (truncated file or lying header)"
+            "data_offsets end at byte {end} but the data holds only {buffer_len} bytes (truncated \
+                file or lying header)"
         )));
     }
     let numel = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));

@@ -43,7 +43,8 @@ impl Decoding {
                     OP,
                     "temperature",
                     format!(
-                        "must be finite and > 0 to sample (T → 0 is greedy decoding: ask for that instead), got {temperature}"
+                        "must be finite and > 0 to sample (T → 0 is greedy decoding: ask for that \
+                            instead), got {temperature}"
                     ),
                 ));
             }

@@ -180,6 +180,20 @@ impl<T: Float> Trainer<T> {
     }
 }
 
+/// How a training run shows its progress. The library prints nothing: whoever runs the training
+/// implements this (the binary draws a progress bar); `()` shows nothing.
+pub trait Progress {
+    /// A step was taken: `steps` taken so far, the loss to show (the batch's, or a running mean),
+    /// and the tokens per second so far where the run measures them.
+    fn step(&mut self, steps: usize, loss: f64, tokens_per_s: Option<f64>);
+    /// The run's steps are over.
+    fn finish(&mut self) {}
+}
+
+impl Progress for () {
+    fn step(&mut self, _steps: usize, _loss: f64, _tokens_per_s: Option<f64>) {}
+}
+
 /// The mean loss over a list of batches, weighted by their scored positions (so it is the mean
 /// over every scored token), in nats per token.
 pub fn mean_loss<T: Float>(model: &Gpt<T>, batches: &[Batch]) -> Result<f64> {

@@ -4,7 +4,8 @@
 //! attention mix for "love" with weights 0.1 on "I", 0.9 on itself and 0 on the future token
 //! "AI"; and a feed-forward step h₂ = h₁ × W with a 2×2 matrix W. The document prints the
 //! position table and W as flat lists; we read them row by row (position p is row p, W's first
-//! row is (0.2, 0.3)), the reading under which its h₀ comes out exactly.
+//! row is (0.2, 0.3)), the reading under which its h₀ comes out exactly. What the document prints
+//! for h₀, h₁ and h₂ is in `book.rs`, beside the worked numbers that compare against it.
 
 use crate::error::{Result, invalid, shape_error};
 use crate::matmul::matmul;
@@ -24,15 +25,6 @@ pub const LOVE_WEIGHTS: [f64; 3] = [0.1, 0.9, 0.0];
 
 /// The feed-forward matrix W as printed, read as two rows of two.
 pub const FEED_FORWARD_FLAT: [f64; 4] = [0.2, 0.3, 0.4, 0.5];
-
-/// h₀ as printed, one row per token.
-pub const PRINTED_H0: [[f64; 2]; 3] = [[0.14, 0.91], [0.59, 0.39], [0.79, 0.60]];
-
-/// h₁("love") as printed.
-pub const PRINTED_H1_LOVE: [f64; 2] = [0.155, 0.458];
-
-/// h₂("love") as printed.
-pub const PRINTED_H2_LOVE: [f64; 2] = [0.1753, 0.309];
 
 /// U as a 3×2 matrix.
 pub fn embeddings() -> DMatrix<f64> {
@@ -104,9 +96,4 @@ pub fn h1_love() -> Result<DMatrix<f64>> {
 /// h₂ = h₁ × W for a 1×2 row h₁.
 pub fn h2_of(h1: &DMatrix<f64>) -> Result<DMatrix<f64>> {
     matmul(h1, &feed_forward_weight())
-}
-
-/// The printed h₁("love") as a 1×2 row.
-pub fn printed_h1_love() -> DMatrix<f64> {
-    DMatrix::from_row_slice(1, 2, &PRINTED_H1_LOVE)
 }

@@ -1,0 +1,637 @@
+//! Chapter 9 in the book: the errata, the worked numbers, the walk-through and the figures.
+//!
+//! Nothing here is part of the lesson (`mod.rs` and its topic files): this file recomputes what
+//! the documents print and shows it. [`worked`] checks document 001's GPT-3 accounting, GPT-2's
+//! and GPT-1's sizes and document 003's "I love AI" example against what they print; [`ERRATA`]
+//! lists the mistakes found; [`walk`] derives the counts and the example step by step and trains
+//! the chapter's two models ([`results`]); [`figures`] draws their loss curves and the attention
+//! cost. [`loss_figure`] is the one figure the library's own runs draw (see its note).
+
+use super::config::{Config, MatrixAccounting, gpt1_parameters};
+use super::experiments::{
+    CORPUS_STEPS, CorpusRun, SORT_STEPS, best_baseline, corpus_baseline_rows, corpus_setup,
+    corpus_tokens, sort_setup, train_corpus,
+};
+use super::train::{Progress, Trainer};
+use super::{data, model, sample, train, walkthrough};
+use crate::errata::Erratum;
+use crate::error::Result;
+use crate::plot::{Figure, LineChart, Series};
+use crate::report::{Chapter, Walk, Worked};
+use crate::sources::{D0, D1, D3};
+use nalgebra::DMatrix;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// One billion, for counts printed in billions.
+const BILLION: f64 = 1e9;
+
+// ───────────────────────────── what the documents print ─────────────────────────────
+
+/// h₀ of document 003's "I love AI" example as printed, one row per token.
+pub const PRINTED_H0: [[f64; 2]; 3] = [[0.14, 0.91], [0.59, 0.39], [0.79, 0.60]];
+
+/// h₁("love") as printed.
+pub const PRINTED_H1_LOVE: [f64; 2] = [0.155, 0.458];
+
+/// h₂("love") as printed.
+pub const PRINTED_H2_LOVE: [f64; 2] = [0.1753, 0.309];
+
+/// The printed h₁("love") as a 1×2 row.
+pub fn printed_h1_love() -> DMatrix<f64> {
+    DMatrix::from_row_slice(1, 2, &PRINTED_H1_LOVE)
+}
+
+// ───────────────────────────── errata, worked numbers ─────────────────────────────
+
+/// This chapter's rows of the errata register.
+pub const ERRATA: &[Erratum] = &[
+    Erratum {
+        document: D3,
+        section: "GPT, Going Through an Example: Masked Self-Attention",
+        printed: "h₁(\"love\") = 0.1 × h₀(\"I\") + 0.9 × h₀(\"love\") = [0.155, 0.458]",
+        correct: "[0.545, 0.442]",
+        why: "With the document's own h₀(\"I\") = [0.14, 0.91] and h₀(\"love\") = [0.59, 0.39]: \
+            0.1·0.14 + 0.9·0.59 = 0.545 and 0.1·0.91 + 0.9·0.39 = 0.442. The printed pair does not \
+            follow from any weighting of the h₀ rows shown.",
+        test: "tests/ch09_gpt.rs::i_love_ai_h1_love_is_0_545_0_442",
+    },
+    Erratum {
+        document: D3,
+        section: "GPT, Going Through an Example: Feed Forward and Layer Norm",
+        printed: "h₂(\"love\") = h₁(\"love\") × W = [0.1753, 0.309]",
+        correct: "[0.2142, 0.2755] from the printed h₁; [0.2858, 0.3845] from the correct h₁ = \
+            [0.545, 0.442]",
+        why: "W = [0.2, 0.3, 0.4, 0.5] read as rows (0.2, 0.3), (0.4, 0.5): [0.155, 0.458] × W = \
+            [0.155·0.2 + 0.458·0.4, 0.155·0.3 + 0.458·0.5] = [0.2142, 0.2755]. Reading W by \
+            columns gives [0.1684, 0.291]; neither reading, nor the correct h₁, gives the printed \
+            pair.",
+        test: "tests/ch09_gpt.rs::i_love_ai_h2_love_follows_from_h1_times_w",
+    },
+    Erratum {
+        document: D3,
+        section: "GPT Time Complexity",
+        printed: "GPT3 has 175 layers and d is often set to a value like 1024",
+        correct: "GPT-3 175B has 96 layers and d = 12,288",
+        why: "175 is GPT-3's parameter count in billions, not its depth; with 96 layers of 96 \
+            heads of width 128 (d = 96·128 = 12,288), the count comes to 175 billion (document \
+            001), while 175 layers of width 1,024 would hold about 2.2 billion.",
+        test: "tests/ch09_gpt.rs::gpt3_has_96_layers_of_width_12288_not_175_of_1024",
+    },
+    Erratum {
+        document: D3,
+        section: "What's so different about GPT models? (quoting Troy Wang)",
+        printed: "The original version of GPT comes with 150 million parameters",
+        correct: "about 117 million (116,534,784)",
+        why: "GPT-1's published configuration (12 layers, d = 768, 12 heads, 4d MLP, vocabulary \
+            40,478, context 512, post-LayerNorm so no final LayerNorm) holds 31,087,104 + 393,216 \
+            + 12·7,087,872 = 116,534,784 parameters.",
+        test: "tests/ch09_gpt.rs::gpt1_holds_about_117_million_parameters_not_150",
+    },
+    Erratum {
+        document: D0,
+        section: "Large Language Models: the sizes of W_k and W_q",
+        printed: "In GPT-3, n-embed = 12,388",
+        correct: "n-embed = 12,288",
+        why: "GPT-3's width is 96 heads × 128 = 12,288, which document 001 gives and its embedding \
+            count confirms: 617,558,016 / 50,257 = 12,288.",
+        test: "tests/ch09_gpt.rs::gpt3_width_is_12288_from_heads_and_embedding_count",
+    },
+    Erratum {
+        document: D0,
+        section: "Embedding (d-embed · d-vocab)",
+        printed: "where n = 13,288",
+        correct: "n = 12,288",
+        why: "The embedding vectors of GPT-3 have d-embed = 12,288 entries (96 · 128; 617,558,016 \
+            / 50,257).",
+        test: "tests/ch09_gpt.rs::gpt3_width_is_12288_from_heads_and_embedding_count",
+    },
+];
+
+fn pair(m: &DMatrix<f64>, decimals: usize) -> String {
+    format!("[{:.*}, {:.*}]", decimals, m[(0, 0)], decimals, m[(0, 1)])
+}
+
+/// The chapter's worked numbers, recomputed.
+pub fn worked() -> Result<Vec<Worked>> {
+    let gpt3 = MatrixAccounting::of(&Config::gpt3_175b())?;
+    let mut rows = vec![
+        Worked::number(
+            "gpt3_embedding_holds_617558016_weights",
+            D1,
+            "GPT-3 embedding 50,257 × 12,288",
+            "617558016",
+            gpt3.embedding as f64,
+        ),
+        Worked::number(
+            "gpt3_embedding_holds_617558016_weights",
+            D1,
+            "GPT-3 unembedding 50,257 × 12,288",
+            "617558016",
+            gpt3.unembedding as f64,
+        ),
+        Worked::number(
+            "gpt3_embedding_holds_617558016_weights",
+            D1,
+            "embedding + unembedding, billions (\"a little over a billion\")",
+            "1",
+            (gpt3.embedding + gpt3.unembedding) as f64 / BILLION,
+        ),
+        Worked::number(
+            "gpt3_one_head_holds_6_3_million_weights",
+            D1,
+            "one attention head (Q, K, value-down, value-up), millions",
+            "6.3",
+            gpt3.per_head as f64 / 1e6,
+        ),
+        Worked::number(
+            "gpt3_one_attention_layer_holds_600_million_weights",
+            D1,
+            "one multi-head attention layer, billions (printed as 600 million)",
+            "0.6",
+            gpt3.per_attention_layer as f64 / BILLION,
+        ),
+        Worked::number(
+            "gpt3_attention_holds_58_billion_weights",
+            D1,
+            "all 96 attention layers, billions",
+            "58",
+            gpt3.attention as f64 / BILLION,
+        ),
+        Worked::number(
+            "gpt3_attention_holds_58_billion_weights",
+            D1,
+            "attention's share of all weights (printed as 1/3)",
+            "0.33",
+            gpt3.attention as f64 / gpt3.total as f64,
+        ),
+        Worked::number(
+            "gpt3_one_mlp_holds_1_2_billion_weights",
+            D1,
+            "one MLP (up- and down-projection), billions",
+            "1.2",
+            gpt3.per_mlp as f64 / BILLION,
+        ),
+        Worked::number(
+            "gpt3_one_mlp_holds_1_2_billion_weights",
+            D1,
+            "the MLPs' share of all weights (printed as 2/3)",
+            "0.67",
+            gpt3.mlp as f64 / gpt3.total as f64,
+        ),
+        Worked::number(
+            "gpt3_holds_175_billion_weights_in_27938_matrices",
+            D1,
+            "all weights, billions",
+            "175",
+            gpt3.total as f64 / BILLION,
+        ),
+        Worked::number(
+            "gpt3_holds_175_billion_weights_in_27938_matrices",
+            D1,
+            "weight matrices",
+            "27938",
+            gpt3.matrices as f64,
+        ),
+        Worked::number(
+            "gpt3_holds_175_billion_weights_in_27938_matrices",
+            D0,
+            "all weights, billions (~175B)",
+            "175",
+            gpt3.total as f64 / BILLION,
+        ),
+        Worked::number(
+            "gpt3_holds_175_billion_weights_in_27938_matrices",
+            D0,
+            "weight matrices",
+            "27938",
+            gpt3.matrices as f64,
+        ),
+        Worked::erratum(
+            "gpt3_width_is_12288_from_heads_and_embedding_count",
+            D0,
+            "GPT-3 n-embed (96 heads × 128; 617,558,016 / 50,257)",
+            "12388",
+            (Config::gpt3_175b().heads * Config::gpt3_175b().head_width()).to_string(),
+        ),
+        Worked::erratum(
+            "gpt3_width_is_12288_from_heads_and_embedding_count",
+            D0,
+            "GPT-3 embedding length n",
+            "13288",
+            (gpt3.embedding / Config::gpt3_175b().vocab_size as u64).to_string(),
+        ),
+        Worked::number(
+            "gpt3_holds_175_billion_weights_in_27938_matrices",
+            D3,
+            "GPT-3 weights, billions",
+            "175",
+            gpt3.total as f64 / BILLION,
+        ),
+        Worked::erratum(
+            "gpt3_has_96_layers_of_width_12288_not_175_of_1024",
+            D3,
+            "GPT-3 layers l and width d",
+            "175 layers, d = 1024",
+            format!("{} layers, d = {}", Config::gpt3_175b().layers, Config::gpt3_175b().width),
+        ),
+        Worked::number(
+            "gpt2_xl_holds_1_56_billion_parameters",
+            D3,
+            "GPT-2 (XL) parameters, billions",
+            "1.5",
+            Config::gpt2_xl().parameter_count() as f64 / BILLION,
+        ),
+        Worked::erratum(
+            "gpt1_holds_about_117_million_parameters_not_150",
+            D3,
+            "GPT-1 parameters, millions",
+            "150",
+            format!("{:.1}", gpt1_parameters() as f64 / 1e6),
+        ),
+    ];
+    let h0 = walkthrough::h0();
+    for (r, token) in walkthrough::TOKENS.iter().enumerate() {
+        for c in 0..2 {
+            rows.push(Worked::number(
+                "i_love_ai_h0_is_u_plus_wp",
+                D3,
+                format!("h₀(\"{token}\")[{c}] = U + W_p"),
+                &format!("{:.2}", PRINTED_H0[r][c]),
+                h0[(r, c)],
+            ));
+        }
+    }
+    let h1 = walkthrough::h1_love()?;
+    rows.push(Worked::erratum(
+        "i_love_ai_h1_love_is_0_545_0_442",
+        D3,
+        "h₁(\"love\") = 0.1·h₀(\"I\") + 0.9·h₀(\"love\")",
+        "[0.155, 0.458]",
+        pair(&h1, 3),
+    ));
+    let h2_printed = walkthrough::h2_of(&printed_h1_love())?;
+    rows.push(Worked::erratum(
+        "i_love_ai_h2_love_follows_from_h1_times_w",
+        D3,
+        "h₂(\"love\") = h₁ × W, from the printed h₁",
+        "[0.1753, 0.309]",
+        pair(&h2_printed, 4),
+    ));
+    Ok(rows)
+}
+
+// ───────────────────────────── walk-through and plots ─────────────────────────────
+
+/// The chapter in the order the documents derive it.
+pub fn walk(out: &mut Walk) -> Result<()> {
+    out.step("1. GPT-3, counted the way document 001 counts it")?;
+    let c = Config::gpt3_175b();
+    let a = MatrixAccounting::of(&c)?;
+    out.say(&format!(
+        "V = {}, d = {}, {} layers of {} heads of width {}",
+        c.vocab_size,
+        c.width,
+        c.layers,
+        c.heads,
+        c.head_width()
+    ))?;
+    for (name, v) in [
+        ("embedding V·d", a.embedding),
+        ("unembedding V·d", a.unembedding),
+        ("one head 4·d·d_k", a.per_head),
+        ("one attention layer", a.per_attention_layer),
+        ("all attention", a.attention),
+        ("one MLP 2·4d·d", a.per_mlp),
+        ("all MLPs", a.mlp),
+        ("total", a.total),
+        ("matrices", a.matrices),
+    ] {
+        out.say(&format!("{name:<22} {v:>18}"))?;
+    }
+    out.step("2. GPT-2 124M, every tensor counted")?;
+    let g = Config::gpt2_124m();
+    out.say(&format!("per block 12d² + 13d = {}", g.block_parameters()))?;
+    out.say(&format!("total (tied unembedding) = {}", g.parameter_count()))?;
+    out.step("3. \"I love AI\": h₀ = U + W_p")?;
+    out.matrix("U", &walkthrough::embeddings())?;
+    out.matrix("W_p", &walkthrough::position_table())?;
+    out.matrix("h₀", &walkthrough::h0())?;
+    out.step("4. The masked mix for \"love\": weights (0.1, 0.9, 0)")?;
+    let h1 = walkthrough::h1_love()?;
+    out.matrix("h₁(\"love\")", &h1)?;
+    out.step("5. The feed-forward step h₂ = h₁ × W")?;
+    out.matrix("W", &walkthrough::feed_forward_weight())?;
+    out.matrix("h₂(\"love\") from our h₁", &walkthrough::h2_of(&h1)?)?;
+    out.matrix("h₂(\"love\") from the printed h₁", &walkthrough::h2_of(&printed_h1_love())?)?;
+    out.step("6. Two models trained on the CPU (sorting digits; the default corpus)")?;
+    print_results(results()?);
+    Ok(())
+}
+
+// ───────────────────────────── the two trained models, reported ─────────────────────────────
+
+/// Makes the progress display of one of the book's two training runs, from its name (`"sort  "`,
+/// `"corpus"`) and its number of steps.
+pub type ShowProgress = fn(&str, usize) -> Box<dyn Progress>;
+
+static SHOW_PROGRESS: OnceLock<ShowProgress> = OnceLock::new();
+
+/// Has the book's two training runs ([`results`]) show their progress with `show`: the binary
+/// installs its progress bars here; without it (tests, other programs) the runs show nothing. The
+/// first call decides.
+pub fn show_progress_with(show: ShowProgress) {
+    let _ = SHOW_PROGRESS.set(show);
+}
+
+fn progress(what: &str, steps: usize) -> Box<dyn Progress> {
+    match SHOW_PROGRESS.get() {
+        Some(show) => show(what, steps),
+        None => Box::new(()),
+    }
+}
+
+/// What the main job trains and reports.
+#[derive(Clone, Debug)]
+pub struct Results {
+    /// The sorting run's per-step records.
+    pub sort_history: Vec<train::StepRecord>,
+    /// Exact-match accuracy on the 1,000 held-out strings.
+    pub sort_accuracy: f64,
+    /// A few held-out strings and what the model wrote after them.
+    pub sort_examples: Vec<(Vec<data::Token>, Vec<data::Token>)>,
+    /// The corpus run.
+    pub corpus: CorpusRun,
+    /// Validation characters per validation token (how much text one BPE token stands for).
+    pub chars_per_token: f64,
+    /// The best smoothed n-gram baseline on the same tokens and split: (label, nats per token).
+    pub baseline: (String, f64),
+    /// A sample continuation of a validation prompt: (prompt, continuation).
+    pub corpus_sample: (String, String),
+    /// Wall-clock seconds of the sorting run (all of it) and of the corpus run's training steps.
+    pub seconds: (f64, f64),
+}
+
+fn compute_results() -> Result<Results> {
+    use crate::ch08_tokens::Tokenizer;
+    // The sorting task.
+    let t0 = std::time::Instant::now();
+    let (task, config, tc) = sort_setup()?;
+    let mut trainer = train::Trainer::new(model::Gpt::<f32>::new(config, 1)?, &tc, 2)?;
+    let mut pb = progress("sort  ", SORT_STEPS);
+    trainer.run(&train::Data::Sort(&task), &tc, SORT_STEPS, |r| {
+        pb.step(r.step + 1, r.loss, None);
+    })?;
+    pb.finish();
+    let sort_accuracy = train::sort_accuracy(&trainer.model, &task.held_out)?;
+    let mut sort_examples = Vec::new();
+    for s in task.held_out.iter().take(4) {
+        let g = sample::generate(
+            &trainer.model,
+            s,
+            s.len(),
+            &sample::Decoding::Greedy,
+            &mut crate::rng::Rng::new(0),
+            true,
+        )?;
+        sort_examples.push((s.clone(), g.new_tokens().to_vec()));
+    }
+    let sort_history = trainer.history;
+    let sort_seconds = t0.elapsed().as_secs_f64();
+    // The corpus.
+    let tokens = corpus_tokens()?;
+    let baseline = best_baseline(&corpus_baseline_rows(&tokens)?)?;
+    let setup = corpus_setup(tokens.tokenizer.vocab_size(), CORPUS_STEPS)?;
+    let mut pb = progress("corpus", setup.steps);
+    let (mut seen, mut started) = (0usize, None);
+    let corpus = train_corpus(&tokens, &setup, |r| {
+        let t = *started.get_or_insert_with(std::time::Instant::now);
+        seen += r.tokens;
+        pb.step(r.step + 1, r.loss, Some(seen as f64 / t.elapsed().as_secs_f64().max(1e-9)));
+    })?;
+    pb.finish();
+    let prompt: Vec<data::Token> = tokens.validation[..CORPUS_PROMPT_TOKENS].to_vec();
+    let g = sample::generate(
+        &corpus.model,
+        &prompt,
+        CORPUS_SAMPLE_TOKENS,
+        &sample::Decoding::temperature(0.8),
+        &mut crate::rng::Rng::new(1),
+        true,
+    )?;
+    let corpus_sample =
+        (tokens.tokenizer.decode_lossy(&prompt)?, tokens.tokenizer.decode_lossy(g.new_tokens())?);
+    let validation_chars =
+        crate::ch08_tokens::corpus::split(crate::ch08_tokens::corpus::default_corpus())
+            .1
+            .chars()
+            .count();
+    let seconds = (sort_seconds, corpus.train_seconds);
+    Ok(Results {
+        sort_history,
+        sort_accuracy,
+        sort_examples,
+        chars_per_token: validation_chars as f64 / tokens.validation.len() as f64,
+        corpus,
+        baseline,
+        corpus_sample,
+        seconds,
+    })
+}
+
+/// Tokens of validation text the corpus sample starts from.
+pub const CORPUS_PROMPT_TOKENS: usize = 20;
+/// Tokens the corpus sample adds.
+pub const CORPUS_SAMPLE_TOKENS: usize = 100;
+
+/// Trains both models once per process (the walk and the plots share the result).
+pub fn results() -> Result<&'static Results> {
+    static CELL: std::sync::OnceLock<std::result::Result<Results, String>> =
+        std::sync::OnceLock::new();
+    CELL.get_or_init(|| compute_results().map_err(|e| e.to_string())).as_ref().map_err(|e| {
+        crate::error::Error::InvalidValue {
+            op: "ch09_gpt::results",
+            arg: "training",
+            reason: e.clone(),
+        }
+    })
+}
+
+fn print_results(r: &Results) {
+    println!(
+        "   sorting: exact match on 1,000 held-out strings {:.1} % ({:.0} s of training)",
+        100.0 * r.sort_accuracy,
+        r.seconds.0
+    );
+    for (s, out) in &r.sort_examples {
+        println!("     {s:?} → {out:?}");
+    }
+    let c = &r.corpus;
+    let (last, base) = (c.final_validation(), r.baseline.1);
+    println!(
+        "   corpus (chapter 8's BPE, {:.2} characters per token): validation {last:.4} nats per \
+            token after {} steps, against the best n-gram {base:.4} ({}); margin {:.4}",
+        r.chars_per_token,
+        c.history.len(),
+        r.baseline.0,
+        base - last
+    );
+    let crossed = c.crossing(base).map_or("never".to_string(), |s| format!("after {s} steps"));
+    println!(
+        "   corpus: below the baseline {crossed}; {} tokens in {:.0} s of training ({:.0} \
+            tokens/s); {:.4} nats per character",
+        crate::report::with_commas(c.tokens_seen as u64),
+        r.seconds.1,
+        c.tokens_seen as f64 / r.seconds.1.max(1e-9),
+        last / r.chars_per_token
+    );
+    println!("   sample after {:?}:\n{}", r.corpus_sample.0, r.corpus_sample.1);
+}
+
+/// Measured forward time of a fixed model (2 layers, width 64, 4 heads, batch 1) against the
+/// sequence length n, in milliseconds: (n, time). Each point is the fastest of a few runs.
+pub fn forward_times(lengths: &[usize]) -> Result<Vec<(usize, f64)>> {
+    let max = lengths.iter().copied().max().unwrap_or(1);
+    let m = model::Gpt::<f32>::new(Config::new(64, max, 2, 4, 64), 1)?;
+    let mut rng = crate::rng::Rng::new(3);
+    let mut out = Vec::new();
+    for &n in lengths {
+        let ids: Vec<data::Token> = (0..n).map(|_| rng.below(64) as data::Token).collect();
+        let mut best = f64::INFINITY;
+        for _ in 0..3 {
+            let t = std::time::Instant::now();
+            std::hint::black_box(m.forward(&ids, n)?);
+            best = best.min(t.elapsed().as_secs_f64() * 1e3);
+        }
+        out.push((n, best));
+    }
+    Ok(out)
+}
+
+/// Least-squares fit t ≈ a·n + b·n² (no constant) in relative terms (each point weighted by
+/// 1/t², so the short sequences count as much as the long ones): the linear part (projections,
+/// MLP) and the quadratic part (the n×n attention scores) of the forward pass. A negative
+/// coefficient, which no cost can have, is set to 0 and the other refitted.
+pub fn fit_linear_quadratic(points: &[(usize, f64)]) -> (f64, f64) {
+    let pts: Vec<(f64, f64, f64)> =
+        points.iter().filter(|p| p.1 > 0.0).map(|&(n, t)| (n as f64, t, 1.0 / (t * t))).collect();
+    let (mut s11, mut s12, mut s22, mut y1, mut y2) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    for &(n, t, w) in &pts {
+        s11 += w * n * n;
+        s12 += w * n * n * n;
+        s22 += w * n * n * n * n;
+        y1 += w * n * t;
+        y2 += w * n * n * t;
+    }
+    let det = s11 * s22 - s12 * s12;
+    if pts.is_empty() || det.abs() < 1e-300 {
+        return (0.0, 0.0);
+    }
+    let (a, b) = ((y1 * s22 - y2 * s12) / det, (s11 * y2 - s12 * y1) / det);
+    if a < 0.0 {
+        (0.0, y2 / s22)
+    } else if b < 0.0 {
+        (y1 / s11, 0.0)
+    } else {
+        (a, b)
+    }
+}
+
+/// The sequence lengths of the attention-cost plot.
+pub const COST_LENGTHS: [usize; 7] = [16, 32, 64, 128, 256, 512, 1024];
+
+/// The chapter's figures as data: (file stem, figure). Trains both models (see [`results`]).
+pub fn figures() -> Result<Vec<(String, Figure)>> {
+    let r = results()?;
+    let steps = |h: &[train::StepRecord]| {
+        h.iter().map(|s| (s.step as f64 + 1.0, s.loss)).collect::<Vec<_>>()
+    };
+    let sort = Figure::Line(LineChart {
+        title: "Sorting digits: training loss".into(),
+        x_label: "step".into(),
+        y_label: "nats per scored token".into(),
+        series: vec![Series::new("batch loss", steps(&r.sort_history))],
+        markers: false,
+    });
+    let c = &r.corpus;
+    let corpus_steps = c.history.len().max(1) as f64;
+    let corpus = Figure::Line(LineChart {
+        title: "Default corpus, chapter 8's BPE: loss against the n-gram baseline".into(),
+        x_label: "step".into(),
+        y_label: "nats per token".into(),
+        series: vec![
+            Series::new("training batch loss", steps(&c.history)),
+            Series::new(
+                "validation loss",
+                c.validation.iter().map(|&(s, v)| (s as f64, v)).collect(),
+            ),
+            Series::new(
+                format!("best n-gram ({})", r.baseline.0),
+                vec![(1.0, r.baseline.1), (corpus_steps, r.baseline.1)],
+            ),
+        ],
+        markers: false,
+    });
+    let times = forward_times(&COST_LENGTHS)?;
+    let (a, b) = fit_linear_quadratic(&times);
+    let cost = Figure::Line(LineChart {
+        title: "Forward pass time against sequence length (2 layers, d = 64)".into(),
+        x_label: "sequence length n".into(),
+        y_label: "milliseconds".into(),
+        series: vec![
+            Series::new("measured", times.iter().map(|&(n, t)| (n as f64, t)).collect()),
+            Series::new(
+                format!("fit {a:.2e}·n + {b:.2e}·n²"),
+                times.iter().map(|&(n, _)| (n as f64, a * n as f64 + b * (n * n) as f64)).collect(),
+            ),
+            Series::new(
+                "its n² part (attention scores)",
+                times.iter().map(|&(n, _)| (n as f64, b * (n * n) as f64)).collect(),
+            ),
+        ],
+        markers: true,
+    });
+    Ok(vec![
+        ("ch09_sort_loss".into(), sort),
+        ("ch09_corpus_loss".into(), corpus),
+        ("ch09_attention_cost".into(), cost),
+    ])
+}
+
+fn plots(dir: &Path) -> Result<Vec<PathBuf>> {
+    print_results(results()?);
+    crate::plot::save_all(&figures()?, dir)
+}
+
+/// The training loss per step and its running mean, as a figure. Not one of the book's figures:
+/// it is the plot a run on the learner's own text draws into its checkpoint folder
+/// ([`save_loss_plot`](super::run::save_loss_plot), part of the run and so of the library). It
+/// lives here because only `book.rs` draws figures.
+pub fn loss_figure(trainer: &Trainer<f32>) -> Figure {
+    let raw: Vec<(f64, f64)> =
+        trainer.history.iter().map(|r| (r.step as f64 + 1.0, r.loss)).collect();
+    let mut smooth = Vec::with_capacity(raw.len());
+    let mut m = f64::NAN;
+    for &(x, y) in &raw {
+        m = if m.is_nan() { y } else { 0.95 * m + 0.05 * y };
+        smooth.push((x, m));
+    }
+    Figure::Line(LineChart {
+        title: "Training loss".into(),
+        x_label: "step".into(),
+        y_label: "nats per token".into(),
+        series: vec![Series::new("batch loss", raw), Series::new("running mean (0.95)", smooth)],
+        markers: false,
+    })
+}
+
+/// This chapter's entry in the book.
+pub const CHAPTER: Chapter = Chapter {
+    number: 9,
+    stem: "ch09_gpt",
+    title: "A small GPT that learns on the CPU",
+    worked,
+    walk,
+    plots,
+    errata: ERRATA,
+};

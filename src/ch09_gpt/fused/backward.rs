@@ -1,0 +1,237 @@
+//! The fused backward pass of one shard, from ∂L/∂z (left in place of the logits by the forward
+//! pass) back to the embeddings, each line naming the forward line it differentiates; the
+//! gradients go straight into the shard's tensors, in [`Gpt::tensors`] order.
+
+use super::{Heads, Shard, Slots, causal_blocks};
+use crate::ch03_mlp::{Activation, activation_backward_in_place};
+use crate::ch06_attention::{LayerNorm, LnCache, Store, layer_norm_backward_into};
+use crate::ch09_gpt::model::{Gpt, scatter_embedding_gradient};
+use crate::error::Result;
+use crate::float::{Float, lane_sum};
+use crate::matmul::{MatMut, MatRef, Op, gemm, gemm_view};
+use nalgebra::DMatrix;
+
+// Indices of a block's tensors (see `block_tensor_name`).
+const LN1_GAMMA: usize = 0;
+const LN1_BETA: usize = 1;
+const W_Q: usize = 2;
+const B_Q: usize = 3;
+const W_K: usize = 4;
+const B_K: usize = 5;
+const W_V: usize = 6;
+const B_V: usize = 7;
+const W_O: usize = 8;
+const B_O: usize = 9;
+const LN2_GAMMA: usize = 10;
+const LN2_BETA: usize = 11;
+const W_1: usize = 12;
+const B_1: usize = 13;
+const W_2: usize = 14;
+const B_2: usize = 15;
+// Each LayerNorm's β sits right after its γ (so does ln_f's), which `layer_norm_backward` relies
+// on.
+const _: () = assert!(LN1_BETA == LN1_GAMMA + 1 && LN2_BETA == LN2_GAMMA + 1);
+
+impl<T: Float> Shard<T> {
+    // ───────────────────────────── backward ─────────────────────────────
+
+    pub(super) fn backward(
+        &mut self,
+        model: &Gpt<T>,
+        w_qkv: &[(DMatrix<T>, DMatrix<T>)],
+        inputs: &[u32],
+        t: usize,
+    ) -> Result<()> {
+        let slots = Slots::of(model);
+        let heads = model.config.heads;
+        let g = &mut self.grads;
+        let u_slot = slots.lm_head.unwrap_or(0); // tied: W_U's gradient goes to W_E's slot first
+        // z = h_f W_Uᵀ ⇒ ∂h_f = ∂z W_U, ∂W_U = ∂zᵀ h_f
+        gemm(T::one(), &self.logits, Op::N, model.unembedding(), Op::N, T::zero(), &mut self.d_n)?;
+        gemm(T::one(), &self.logits, Op::T, &self.h_f, Op::N, T::zero(), &mut g[u_slot])?;
+        // h_f = LN_f(x_L) ⇒ ∂x_L = LN_f backward (x now holds ∂L/∂x)
+        self.x.fill(T::zero());
+        layer_norm_backward(&model.ln_f, &self.ln_f, &self.d_n, &mut self.x, g, slots.ln_f);
+        for (l, ((blk, s), (w, _))) in
+            model.blocks.iter().zip(self.blocks.iter_mut()).zip(w_qkv).enumerate().rev()
+        {
+            let at = |i: usize| slots.block(l, i);
+            // x' = h + a₁W₂ + b₂ ⇒ ∂h = ∂x' (kept in x), ∂W₂ = a₁ᵀ∂x', ∂b₂ = Σ ∂x', ∂a₁ = ∂x' W₂ᵀ
+            gemm(T::one(), &s.a1, Op::T, &self.x, Op::N, T::zero(), &mut g[at(W_2)])?;
+            column_sums(&self.x, &mut g[at(B_2)]);
+            gemm(T::one(), &self.x, Op::N, &blk.ffn.w2, Op::T, T::zero(), &mut self.d_z1)?;
+            // a₁ = GELU(z₁) ⇒ ∂z₁ = GELU′(z₁) ⊙ ∂a₁
+            activation_backward_in_place(
+                Activation::GeluTanh,
+                s.z1.as_slice(),
+                self.d_z1.as_mut_slice(),
+            );
+            // z₁ = n₂W₁ + b₁ ⇒ ∂W₁ = n₂ᵀ∂z₁, ∂b₁ = Σ ∂z₁, ∂n₂ = ∂z₁W₁ᵀ
+            gemm(T::one(), &s.n2, Op::T, &self.d_z1, Op::N, T::zero(), &mut g[at(W_1)])?;
+            column_sums(&self.d_z1, &mut g[at(B_1)]);
+            gemm(T::one(), &self.d_z1, Op::N, &blk.ffn.w1, Op::T, T::zero(), &mut self.d_n)?;
+            // n₂ = LN₂(h) ⇒ ∂h += LN₂ backward(∂n₂)
+            layer_norm_backward(&blk.ln2, &s.ln2, &self.d_n, &mut self.x, g, at(LN2_GAMMA));
+            // h = x + att·W_O + b_O ⇒ ∂x = ∂h (kept), ∂W_O = attᵀ∂h, ∂b_O = Σ ∂h, ∂att = ∂h W_Oᵀ
+            gemm(T::one(), &s.att, Op::T, &self.x, Op::N, T::zero(), &mut g[at(W_O)])?;
+            column_sums(&self.x, &mut g[at(B_O)]);
+            gemm(T::one(), &self.x, Op::N, &blk.attn.w_o, Op::T, T::zero(), &mut self.d_att)?;
+            // att = every head's softmax(s·QKᵀ + M)V ⇒ ∂[Q K V]
+            causal_attention_backward(
+                &s.qkv,
+                heads,
+                t,
+                &s.weights,
+                &self.d_att,
+                &mut self.d_qkv,
+                &mut self.d_scores,
+                &mut self.row_a,
+            )?;
+            // [Q K V] = n₁W_QKV + b_QKV ⇒ ∂W_QKV = n₁ᵀ∂QKV (split back into W_Q, W_K, W_V),
+            // ∂b_QKV = Σ ∂QKV, ∂n₁ = ∂QKV W_QKVᵀ
+            gemm(T::one(), &s.n1, Op::T, &self.d_qkv, Op::N, T::zero(), &mut self.d_w_qkv)?;
+            let d = model.config.width;
+            for (part, (wi, bi)) in [(W_Q, B_Q), (W_K, B_K), (W_V, B_V)].into_iter().enumerate() {
+                g[at(wi)]
+                    .as_mut_slice()
+                    .copy_from_slice(&self.d_w_qkv.as_slice()[part * d * d..(part + 1) * d * d]);
+                let n = self.d_qkv.nrows();
+                let cols = &self.d_qkv.as_slice()[part * d * n..(part + 1) * d * n];
+                for (out, column) in g[at(bi)].as_mut_slice().iter_mut().zip(cols.chunks_exact(n)) {
+                    *out = lane_sum(column);
+                }
+            }
+            gemm(T::one(), &self.d_qkv, Op::N, w, Op::T, T::zero(), &mut self.d_n)?;
+            // n₁ = LN₁(x) ⇒ ∂x += LN₁ backward(∂n₁)
+            layer_norm_backward(&blk.ln1, &s.ln1, &self.d_n, &mut self.x, g, at(LN1_GAMMA));
+        }
+        // x₀ = W_E[u] + W_P[t] ⇒ ∂W_E[u] += ∂x₀ (row by row), ∂W_P[t] = Σ_b ∂x₀[b, t]
+        if model.lm_head.is_some() {
+            g[0].fill(T::zero()); // untied: W_E's only use is the lookup (tied, W_U's part is in)
+        }
+        let (first, rest) = g.split_at_mut(1);
+        let d_wpe = slots.wpe.map(|p| {
+            let w = &mut rest[p - 1];
+            w.fill(T::zero());
+            w
+        });
+        scatter_embedding_gradient(&self.x, inputs, t, &mut first[0], d_wpe);
+        Ok(())
+    }
+}
+
+/// out\[0, c\] = Σ_r m\[r, c\] (out is 1×C): a bias's gradient. Summed in lanes ([`lane_sum`]).
+fn column_sums<T: Float>(m: &DMatrix<T>, out: &mut DMatrix<T>) {
+    let n = m.nrows();
+    for (o, column) in out.as_mut_slice().iter_mut().zip(m.as_slice().chunks_exact(n)) {
+        *o = lane_sum(column);
+    }
+}
+
+/// Backward of chapter 6's LayerNorm given ∂L/∂y: adds ∂L/∂x into `d_x` and writes ∂L/∂γ and
+/// ∂L/∂β into `grads[gamma]` and `grads[gamma + 1]` (β follows γ in every block and in ln_f).
+fn layer_norm_backward<T: Float>(
+    ln: &LayerNorm<T>,
+    cache: &LnCache<T>,
+    d_y: &DMatrix<T>,
+    d_x: &mut DMatrix<T>,
+    grads: &mut [DMatrix<T>],
+    gamma: usize,
+) {
+    let (d_gamma, rest) = grads[gamma..].split_at_mut(1);
+    layer_norm_backward_into(ln, cache, d_y, Store::Accumulate, d_x, &mut d_gamma[0], &mut rest[0]);
+}
+
+/// Backward of [`causal_attention_forward`] given ∂L/∂O (`d_att`, N×d): writes ∂L/∂\[Q K V\]
+/// into `d_qkv` (N×3d). Per sequence and head, each line differentiating the forward line named,
+/// by blocks of rows r0 … r1 − 1 (queries) or of columns c0 … c1 − 1 (keys, which only the queries
+/// i ≥ c0 see):
+///
+/// ```text
+/// O = A V        ⇒ ∂V[c0..c1] = A[c0.., c0..c1]ᵀ ∂O[c0..],
+///                  ∂A[r0..r1, ..r1] = ∂O[r0..r1] V[..r1]ᵀ
+/// A = softmax(S) ⇒ ∂S = A ⊙ (∂A − rowsum(A ⊙ ∂A))        (0 where masked, since A = 0 there)
+/// S = s·QKᵀ      ⇒ ∂Q[r0..r1] = s ∂S[r0..r1, ..r1] K[..r1],
+///                  ∂K[c0..c1] = s ∂S[c0.., c0..c1]ᵀ Q[c0..]
+/// ```
+#[allow(clippy::too_many_arguments)]
+fn causal_attention_backward<T: Float>(
+    qkv: &DMatrix<T>,
+    heads: usize,
+    t: usize,
+    weights: &[T],
+    d_att: &DMatrix<T>,
+    d_qkv: &mut DMatrix<T>,
+    d_scores: &mut [T],
+    row: &mut [T],
+) -> Result<()> {
+    let n = qkv.nrows();
+    let d = d_att.ncols();
+    let d_k = d / heads;
+    let scale = T::of(1.0 / (d_k as f64).sqrt());
+    let at = Heads { n, t, d_k };
+    let (buf, d_o) = (qkv.as_slice(), d_att.as_slice());
+    for (s, per_seq) in weights.chunks_exact(heads * t * t).enumerate() {
+        for (h, a) in per_seq.chunks_exact(t * t).enumerate() {
+            let (q, k, v, o) = (h * d_k, d + h * d_k, 2 * d + h * d_k, h * d_k);
+            for (c0, c1) in causal_blocks(t) {
+                let a_block = MatRef::new(&a[c0 + c0 * t..], t - c0, c1 - c0, t)?;
+                let d_v = at.rows_mut(d_qkv.as_mut_slice(), v, s, (c0, c1))?;
+                gemm_view(
+                    T::one(),
+                    a_block,
+                    Op::T,
+                    at.rows(d_o, o, s, (c0, t))?,
+                    Op::N,
+                    T::zero(),
+                    d_v,
+                )?; // O = AV ⇒ ∂V = Aᵀ∂O
+            }
+            for (r0, r1) in causal_blocks(t) {
+                let d_a = MatMut::new(&mut d_scores[r0..], r1 - r0, r1, t)?;
+                gemm_view(
+                    T::one(),
+                    at.rows(d_o, o, s, (r0, r1))?,
+                    Op::N,
+                    at.rows(buf, v, s, (0, r1))?,
+                    Op::T,
+                    T::zero(),
+                    d_a,
+                )?; // ∂A = ∂O Vᵀ
+            }
+            // A = softmax(S) ⇒ ∂S = A ⊙ (∂A − rowsum(A ⊙ ∂A)), on j ≤ i; 0 above the diagonal.
+            row.fill(T::zero());
+            for (j, (da, aa)) in d_scores.chunks_exact(t).zip(a.chunks_exact(t)).enumerate() {
+                for ((r, &x), &y) in row[j..].iter_mut().zip(&aa[j..]).zip(&da[j..]) {
+                    *r += x * y;
+                }
+            }
+            for (j, (da, aa)) in d_scores.chunks_exact_mut(t).zip(a.chunks_exact(t)).enumerate() {
+                da[..j].fill(T::zero());
+                for ((ds, &x), &r) in da[j..].iter_mut().zip(&aa[j..]).zip(&row[j..]) {
+                    *ds = x * (*ds - r);
+                }
+            }
+            for (r0, r1) in causal_blocks(t) {
+                let d_s = MatRef::new(&d_scores[r0..], r1 - r0, r1, t)?;
+                let d_q = at.rows_mut(d_qkv.as_mut_slice(), q, s, (r0, r1))?;
+                // S = sQKᵀ ⇒ ∂Q = s ∂S K
+                gemm_view(scale, d_s, Op::N, at.rows(buf, k, s, (0, r1))?, Op::N, T::zero(), d_q)?;
+            }
+            for (c0, c1) in causal_blocks(t) {
+                let d_s = MatRef::new(&d_scores[c0 + c0 * t..], t - c0, c1 - c0, t)?;
+                let d_k_block = at.rows_mut(d_qkv.as_mut_slice(), k, s, (c0, c1))?;
+                gemm_view(
+                    scale,
+                    d_s,
+                    Op::T,
+                    at.rows(buf, q, s, (c0, t))?,
+                    Op::N,
+                    T::zero(),
+                    d_k_block,
+                )?; // ∂K = s ∂Sᵀ Q
+            }
+        }
+    }
+    Ok(())
+}
