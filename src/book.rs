@@ -342,3 +342,243 @@ mod newcomer {
         );
     }
 }
+
+/// The shape of the code, checked on the repository's own files: a chapter's lesson files hold
+/// the lesson (no book machinery, at most [`LESSON_MAX_LINES`] lines each), the core uses no
+/// chapter, and no line of code is wider than [`MAX_LINE_CHARS`] characters.
+#[cfg(test)]
+mod shape {
+    use std::path::{Path, PathBuf};
+
+    /// The most lines a lesson file may have: a student reads one topic file in one sitting.
+    const LESSON_MAX_LINES: usize = 600;
+    /// The widest line of Rust code, in characters (rustfmt's default `max_width`).
+    const MAX_LINE_CHARS: usize = 100;
+    /// The core modules of book machinery; outside them only a chapter's `book.rs` may use them.
+    const BOOK_MODULES: [&str; 4] = ["plot", "report", "errata", "book"];
+
+    fn root() -> &'static Path {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+    }
+
+    /// Every `.rs` file below `dir`, sorted.
+    fn rust_files(dir: &Path) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&d) else { continue };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    stack.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    out.push(path);
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// The code of a line without its `//` comment (string contents stay: a path in a string is
+    /// no import).
+    fn code_part(line: &str) -> &str {
+        line.split("//").next().unwrap_or_default()
+    }
+
+    /// Which crate modules a file's code names through `crate::` paths, including grouped imports
+    /// such as `use crate::{plot, report::Walk}`; with the line number of each.
+    fn crate_modules_used(code: &str) -> Vec<(usize, String)> {
+        let mut out = Vec::new();
+        let mut group: Option<usize> = None;
+        for (i, line) in code.lines().enumerate() {
+            let c = code_part(line);
+            if let Some(depth) = group.as_mut() {
+                // Inside `use crate::{ … }` spanning lines: each top-level name is a module.
+                for part in c.split(',') {
+                    let name = part.trim().trim_start_matches('{').trim();
+                    if *depth == 1 && !name.is_empty() && !name.starts_with('}') {
+                        let module: String = name
+                            .chars()
+                            .take_while(|ch| ch.is_alphanumeric() || *ch == '_')
+                            .collect();
+                        out.push((i + 1, module));
+                    }
+                }
+                *depth += c.matches('{').count();
+                *depth -= c.matches('}').count().min(*depth);
+                if *depth == 0 {
+                    group = None;
+                }
+                continue;
+            }
+            let mut rest = c;
+            while let Some(at) = rest.find("crate::") {
+                let after = &rest[at + "crate::".len()..];
+                if let Some(inner) = after.strip_prefix('{') {
+                    let depth = 1 + inner.matches('{').count() - inner.matches('}').count().min(1);
+                    for part in inner.split(',') {
+                        let module: String = part
+                            .trim()
+                            .chars()
+                            .take_while(|ch| ch.is_alphanumeric() || *ch == '_')
+                            .collect();
+                        if !module.is_empty() {
+                            out.push((i + 1, module));
+                        }
+                    }
+                    if !inner.contains('}') {
+                        group = Some(depth);
+                    }
+                    break;
+                }
+                let module: String =
+                    after.chars().take_while(|ch| ch.is_alphanumeric() || *ch == '_').collect();
+                out.push((i + 1, module));
+                rest = after;
+            }
+        }
+        out
+    }
+
+    /// The import rule for one file: a lesson file (under `src/chNN_*/`, not `book.rs`) uses no
+    /// book module; a core file (`src/*.rs`, `src/matmul/`) uses no chapter and, unless it is a
+    /// book module itself, no book module. Returns one line per breach.
+    fn import_breaches(relative: &Path, code: &str) -> Vec<String> {
+        let parts: Vec<String> =
+            relative.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+        let file = parts.last().cloned().unwrap_or_default();
+        let in_chapter = parts.len() > 2 && parts[1].starts_with("ch") && parts[1].len() > 4;
+        let stem = file.trim_end_matches(".rs");
+        let is_book_file = (in_chapter && file == "book.rs")
+            || (parts.len() == 2 && BOOK_MODULES.contains(&stem))
+            || matches!(stem, "lib" | "main");
+        let mut out = Vec::new();
+        for (line, module) in crate_modules_used(code) {
+            let chapter =
+                module.starts_with("ch") && module[2..].starts_with(|c: char| c.is_ascii_digit());
+            if BOOK_MODULES.contains(&module.as_str()) && !is_book_file {
+                out.push(format!("{}:{line}: uses crate::{module}", relative.display()));
+            } else if chapter && !in_chapter && !is_book_file {
+                out.push(format!("{}:{line}: the core uses chapter {module}", relative.display()));
+            }
+        }
+        if in_chapter && file != "book.rs" {
+            for (i, l) in code.lines().enumerate() {
+                let c = code_part(l);
+                if c.contains("super::book") || c.contains("self::book::") {
+                    out.push(format!(
+                        "{}:{}: a lesson reaches into book.rs",
+                        relative.display(),
+                        i + 1
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn lessons_use_no_book_machinery_and_the_core_uses_no_chapter() {
+        let src = root().join("src");
+        let mut breaches = Vec::new();
+        let mut lessons = 0;
+        for path in rust_files(&src) {
+            let relative = path.strip_prefix(root()).unwrap_or(&path);
+            if relative.starts_with("src/bin") {
+                continue;
+            }
+            let code = std::fs::read_to_string(&path).unwrap_or_default();
+            breaches.extend(import_breaches(relative, &code));
+            lessons += usize::from(relative.components().count() > 2);
+        }
+        assert!(lessons > 20, "only {lessons} files found in chapter folders");
+        assert!(breaches.is_empty(), "the import rule is broken:\n{}", breaches.join("\n"));
+    }
+
+    #[test]
+    fn the_import_rule_catches_a_lesson_that_plots_and_a_core_that_reads_a_chapter() {
+        let lesson = Path::new("src/ch06_attention/attention.rs");
+        let planted = "use crate::error::Result;\nuse crate::plot::Figure;\n\
+                       use crate::{float::Float, report::Walk};\n\
+                       use crate::{\n    errata::Erratum,\n    rng::Rng,\n};\n\
+                       fn f() { crate::report::with_commas(1); }\n// crate::plot in a comment\n";
+        let found = import_breaches(lesson, planted);
+        assert_eq!(found.len(), 4, "{found:?}");
+        assert!(found[0].contains(":2: uses crate::plot"), "{found:?}");
+        assert!(found[1].contains(":3: uses crate::report"), "{found:?}");
+        assert!(found[2].contains(":5: uses crate::errata"), "{found:?}");
+        assert!(found[3].contains(":8: uses crate::report"), "{found:?}");
+        // The same lines are allowed in the chapter's book.rs and in the core's book modules.
+        assert!(import_breaches(Path::new("src/ch06_attention/book.rs"), planted).is_empty());
+        assert!(import_breaches(Path::new("src/report.rs"), planted).is_empty());
+        // The core may not use a chapter, nor may a core module that is not a book module plot.
+        let core = "use crate::ch06_attention::attention_forward;\nuse crate::plot::Figure;\n";
+        let found = import_breaches(Path::new("src/optim.rs"), core);
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(found[0].contains("the core uses chapter ch06_attention"), "{found:?}");
+        let reach = "use super::book::CHAPTER;\n";
+        assert_eq!(import_breaches(lesson, reach).len(), 1);
+    }
+
+    /// Files of the chapter folders, book.rs excepted, longer than the limit.
+    fn long_lessons(files: &[(PathBuf, usize)]) -> Vec<String> {
+        files
+            .iter()
+            .filter(|(p, _)| p.file_name().is_some_and(|f| f != "book.rs"))
+            .filter(|(_, n)| *n > LESSON_MAX_LINES)
+            .map(|(p, n)| format!("{}: {n} lines", p.display()))
+            .collect()
+    }
+
+    #[test]
+    fn every_chapter_is_a_folder_and_no_lesson_file_is_over_600_lines() {
+        let mut files = Vec::new();
+        for ch in super::chapters() {
+            let dir = root().join("src").join(ch.stem);
+            assert!(dir.join("mod.rs").is_file(), "src/{}/mod.rs is missing", ch.stem);
+            assert!(dir.join("book.rs").is_file(), "src/{}/book.rs is missing", ch.stem);
+            assert!(!root().join("src").join(format!("{}.rs", ch.stem)).exists());
+            for path in rust_files(&dir) {
+                let n = std::fs::read_to_string(&path).unwrap_or_default().lines().count();
+                files.push((path.strip_prefix(root()).unwrap_or(&path).to_path_buf(), n));
+            }
+        }
+        let long = long_lessons(&files);
+        assert!(
+            long.is_empty(),
+            "lesson files over {LESSON_MAX_LINES} lines:\n{}",
+            long.join("\n")
+        );
+        let planted =
+            [(PathBuf::from("src/ch03_mlp/mlp.rs"), 601), ("src/ch03_mlp/book.rs".into(), 900)];
+        assert_eq!(long_lessons(&planted), ["src/ch03_mlp/mlp.rs: 601 lines"]);
+    }
+
+    /// Lines of `code` wider than the limit, counted in characters (not bytes: `σ` is one).
+    fn wide_lines(name: &str, code: &str) -> Vec<String> {
+        code.lines()
+            .enumerate()
+            .filter(|(_, l)| l.chars().count() > MAX_LINE_CHARS)
+            .map(|(i, l)| format!("{name}:{}: {} characters", i + 1, l.chars().count()))
+            .collect()
+    }
+
+    #[test]
+    fn no_line_of_code_is_wider_than_100_characters() {
+        let mut wide = Vec::new();
+        let mut files = 0;
+        for dir in ["src", "tests", "benches", "examples"] {
+            for path in rust_files(&root().join(dir)) {
+                let code = std::fs::read_to_string(&path).unwrap_or_default();
+                let name = path.strip_prefix(root()).unwrap_or(&path).display().to_string();
+                wide.extend(wide_lines(&name, &code));
+                files += 1;
+            }
+        }
+        assert!(files > 50, "only {files} Rust files found");
+        assert!(wide.is_empty(), "lines over {MAX_LINE_CHARS} characters:\n{}", wide.join("\n"));
+        let planted = format!("fn f() {{}}\n// {}\n{}\n", "σ".repeat(97), "x".repeat(101));
+        assert_eq!(wide_lines("t.rs", &planted), ["t.rs:3: 101 characters"]);
+    }
+}

@@ -603,10 +603,14 @@ fn plots(dir: &Path) -> Result<Vec<PathBuf>> {
     crate::plot::save_all(&figures()?, dir)
 }
 
-/// The training loss per step and its running mean, as a figure. Not one of the book's figures:
-/// it is the plot a run on the learner's own text draws into its checkpoint folder
-/// ([`save_loss_plot`](super::run::save_loss_plot), part of the run and so of the library). It
-/// lives here because only `book.rs` draws figures.
+/// Draws the training loss per step and its running mean into a run's checkpoint folder, as
+/// [`LOSS_PLOT`](super::run::LOSS_PLOT)`.png` and `.svg`; returns the files written. Not one of
+/// the book's figures, but a figure all the same: only `book.rs` draws.
+pub fn save_loss_plot(trainer: &Trainer<f32>, out: &Path) -> Result<Vec<PathBuf>> {
+    loss_figure(trainer).save(out, super::run::LOSS_PLOT)
+}
+
+/// The figure [`save_loss_plot`] draws: the loss of every step and its running mean.
 pub fn loss_figure(trainer: &Trainer<f32>) -> Figure {
     let raw: Vec<(f64, f64)> =
         trainer.history.iter().map(|r| (r.step as f64 + 1.0, r.loss)).collect();

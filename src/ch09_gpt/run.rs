@@ -293,13 +293,6 @@ pub fn continue_run(
     Ok(Finished { running_loss: running, validation_loss: val })
 }
 
-/// Draws the training loss per step and its running mean into the folder, as
-/// [`LOSS_PLOT`]`.png` and `.svg`; returns the files written. (The figure's data is
-/// [`loss_figure`](super::book::loss_figure), in `book.rs` with the chapter's other figures.)
-pub fn save_loss_plot(trainer: &Trainer<f32>, out: &Path) -> Result<Vec<PathBuf>> {
-    super::book::loss_figure(trainer).save(out, LOSS_PLOT)
-}
-
 /// The run's closing sample: the first validation tokens as the prompt (see
 /// [`SAMPLE_PROMPT_TOKENS`]) and what the model writes after them. Returns (prompt, generation).
 pub fn closing_sample(

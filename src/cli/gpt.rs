@@ -220,7 +220,7 @@ fn continue_run(
         "step {}: training loss {:.4}, validation loss {:.4} nats per token",
         trainer.step, end.running_loss, end.validation_loss
     );
-    let files = run::save_loss_plot(&trainer, out)?;
+    let files = llm_workbook::ch09_gpt::book::save_loss_plot(&trainer, out)?;
     println!(
         "checkpoint and loss plot in {} ({})",
         out.display(),

@@ -117,7 +117,7 @@ macro_rules! kernel_table {
             $a5_blocking:ident, $a5_probe:ident) $(,)?
     ) => {
         #[doc = concat!("The ", stringify!($t),
-                    " micro-kernel of family `kind`, if this CPU can run it.")]
+                                    " micro-kernel of family `kind`, if this CPU can run it.")]
         pub fn $kernel(kind: Kernel) -> Option<MicroKernel<$t>> {
             if !kind.is_available() {
                 return None;
@@ -166,7 +166,7 @@ macro_rules! kernel_table {
         }
 
         #[doc = concat!("Runs the multiply-add throughput loop of family `kind` in ",
-                    stringify!($t), ": (flops, checksum).")]
+                                    stringify!($t), ": (flops, checksum).")]
         pub fn $probe(kind: Kernel, iterations: u64) -> Option<(u64, f64)> {
             match kind {
                 Kernel::Scalar => Some(scalar_probe::<$t>(iterations)),
