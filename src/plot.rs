@@ -147,6 +147,25 @@ pub enum Figure {
     Scatter(ScatterChart),
     /// See [`Heatmap`].
     Heatmap(Heatmap),
+    /// See [`BarChart`].
+    Bars(BarChart),
+}
+
+/// Grouped bars over named categories: for each category, one bar per series, side by side.
+/// For data whose x axis is a set of names (classes, tokens), where a line between categories
+/// would suggest values in between.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BarChart {
+    /// The caption.
+    pub title: String,
+    /// The x-axis description.
+    pub x_label: String,
+    /// The y-axis description.
+    pub y_label: String,
+    /// The categories along x, in order.
+    pub categories: Vec<String>,
+    /// One series per colour: its legend entry and one value per category.
+    pub series: Vec<(String, Vec<f64>)>,
 }
 
 type DrawResult<DB> =
@@ -331,19 +350,43 @@ fn xy_chart<'a, DB: DrawingBackend>(
         .build_cartesian_2d(x0..x1, y0..y1)
 }
 
-/// The axes, their descriptions and ticks (see [`tick_label`]), without the light grid.
+/// The most distinct whole-number x values for which the x axis gets one tick per value.
+const MAX_WHOLE_TICKS: usize = 20;
+
+/// How many x ticks an axis over these x values needs if every value is a whole number and there
+/// are few of them (n = 1 … 5, a layer count): one tick per whole number, never a fractional
+/// tick between two values that cannot occur. `None` for continuous data.
+pub fn whole_number_ticks(xs: impl Iterator<Item = f64>) -> Option<usize> {
+    let mut lo = f64::INFINITY;
+    let mut hi = f64::NEG_INFINITY;
+    for x in xs {
+        if !x.is_finite() || x.fract() != 0.0 {
+            return None;
+        }
+        lo = lo.min(x);
+        hi = hi.max(x);
+    }
+    let count = hi - lo + 1.0;
+    (lo.is_finite() && count >= 2.0 && count <= MAX_WHOLE_TICKS as f64).then_some(count as usize)
+}
+
+/// The axes, their descriptions and ticks (see [`tick_label`]), without the light grid; with
+/// `x_ticks`, exactly that many x ticks (one per whole number, see [`whole_number_ticks`]).
 fn draw_mesh<DB: DrawingBackend>(
     chart: &mut XyChart<'_, DB>,
     x_label: &str,
     y_label: &str,
+    x_ticks: Option<usize>,
 ) -> std::result::Result<(), DrawError<DB>> {
     let (xr, yr) = (chart.x_range(), chart.y_range());
     let (x_span, y_span) = (xr.end - xr.start, yr.end - yr.start);
     let x_tick = move |v: &f64| tick_label(*v, x_span);
     let y_tick = move |v: &f64| tick_label(*v, y_span);
-    chart
-        .configure_mesh()
-        .x_desc(x_label)
+    let mut mesh = chart.configure_mesh();
+    if let Some(n) = x_ticks {
+        mesh.x_labels(n);
+    }
+    mesh.x_desc(x_label)
         .y_desc(y_label)
         .label_style((FONT, 14))
         .axis_desc_style((FONT, 16))
@@ -406,7 +449,8 @@ fn draw_line<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &LineChart) -
     let (x, y) = bounds(c.series.iter().flat_map(|s| s.points.iter().copied()));
     let legend = legend_width(c.series.iter().map(|s| s.label.as_str()));
     let mut chart = xy_chart(root, &c.title, x, y, legend)?;
-    draw_mesh(&mut chart, &c.x_label, &c.y_label)?;
+    let whole = whole_number_ticks(c.series.iter().flat_map(|s| s.points.iter().map(|p| p.0)));
+    draw_mesh(&mut chart, &c.x_label, &c.y_label, whole)?;
     let mut entries = Vec::new();
     for (i, s) in c.series.iter().enumerate() {
         let col = color(i);
@@ -457,7 +501,7 @@ fn draw_scatter<DB: DrawingBackend>(
             Rectangle::new([(ax, ay), (ax + dx, ay + dy)], color(k).mix(0.18).filled())
         }))?;
     }
-    draw_mesh(&mut chart, &c.x_label, &c.y_label)?;
+    draw_mesh(&mut chart, &c.x_label, &c.y_label, None)?;
     let mut entries = Vec::new();
     for (i, s) in c.classes.iter().enumerate() {
         let col = color(i);
@@ -508,6 +552,53 @@ fn draw_colour_bar<DB: DrawingBackend>(
         Rectangle::new([(0.0, at(i)), (1.0, at(i + 1))], viridis(t).filled())
     }))?;
     Ok(())
+}
+
+/// Share of a category's slot the group of bars fills (the rest separates the groups).
+const BAR_GROUP_WIDTH: f64 = 0.8;
+
+fn draw_bars<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &BarChart) -> DrawResult<DB> {
+    root.fill(&WHITE)?;
+    let n = c.categories.len().max(1);
+    let values = c.series.iter().flat_map(|(_, v)| v.iter().copied());
+    let (_, (y0, y1)) = bounds(values.chain([0.0]).map(|v| (0.0, v)));
+    let legend = legend_width(c.series.iter().map(|(l, _)| l.as_str()));
+    // Category k occupies [k − 0.5, k + 0.5]; its ticks sit at the whole numbers.
+    let mut chart = xy_chart(root, &c.title, (-0.5, n as f64 - 0.5), (y0.min(0.0), y1), legend)?;
+    let categories = c.categories.clone();
+    let y_span = y1 - y0.min(0.0);
+    chart
+        .configure_mesh()
+        .x_desc(&c.x_label)
+        .y_desc(&c.y_label)
+        .label_style((FONT, 14))
+        .axis_desc_style((FONT, 16))
+        .light_line_style(WHITE.mix(0.0))
+        .disable_x_mesh()
+        .x_labels(n)
+        .x_label_formatter(&|v| {
+            let k = v.round();
+            if (v - k).abs() < 1e-9 && k >= 0.0 {
+                categories.get(k as usize).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .y_label_formatter(&|v| tick_label(*v, y_span))
+        .draw()?;
+    let bars = c.series.len().max(1) as f64;
+    let width = BAR_GROUP_WIDTH / bars;
+    let mut entries = Vec::new();
+    for (i, (label, v)) in c.series.iter().enumerate() {
+        let col = color(i);
+        chart.draw_series(v.iter().enumerate().map(|(k, &value)| {
+            let left = k as f64 - BAR_GROUP_WIDTH / 2.0 + i as f64 * width;
+            Rectangle::new([(left, 0.0), (left + width, value)], col.filled())
+        }))?;
+        entries.push((label.as_str(), Glyph::Dot(col)));
+    }
+    draw_legend(root, chart.plotting_area().get_pixel_range(), &entries)?;
+    root.present()
 }
 
 fn draw_heatmap<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, h: &Heatmap) -> DrawResult<DB> {
@@ -593,6 +684,7 @@ impl Figure {
             Figure::Line(c) => draw_line(root, c),
             Figure::Scatter(c) => draw_scatter(root, c),
             Figure::Heatmap(h) => draw_heatmap(root, h),
+            Figure::Bars(b) => draw_bars(root, b),
         }
     }
 
@@ -727,5 +819,13 @@ mod tests {
         assert_eq!(tick_label(1600.0, 1600.0), "1600");
         assert_eq!(tick_label(0.125, 0.5), "0.125");
         assert_eq!(tick_label(0.30000000000000004, 1.0), "0.3");
+    }
+
+    #[test]
+    fn whole_number_x_values_get_one_tick_each_and_continuous_ones_none() {
+        assert_eq!(whole_number_ticks([1.0, 2.0, 3.0, 5.0].into_iter()), Some(5));
+        assert_eq!(whole_number_ticks([1.0, 2.5].into_iter()), None);
+        assert_eq!(whole_number_ticks((0..300).map(f64::from)), None);
+        assert_eq!(whole_number_ticks([4.0].into_iter()), None);
     }
 }

@@ -496,3 +496,56 @@ mod hardening {
         assert_ne!(bits(&a), bits(&c), "another data seed gives other numbers");
     }
 }
+
+/// Where the boundary plot draws its line: each end of the drawn segment (as
+/// [`llm_workbook::plot::ScatterChart::drawn_lines`] computes it for the drawing) lies on
+/// wᵀx + b = 0 within a pixel and on the chart's edge.
+mod drawn_boundary {
+    use super::*;
+    use llm_workbook::plot::{Figure, ScatterChart};
+
+    /// Data units per pixel along x: the chart's x span over the plot's width (under 900 px).
+    fn pixel(chart: &ScatterChart) -> f64 {
+        let (x, _) = chart.ranges();
+        (x.1 - x.0) / 600.0
+    }
+
+    /// The reasons `ends` do not lie on the line and on the edges; empty when they do.
+    fn faults(chart: &ScatterChart, w: &DVector<f64>, b: f64, ends: &[(f64, f64)]) -> Vec<String> {
+        let ((x0, x1), (y0, y1)) = chart.ranges();
+        let mut out = Vec::new();
+        for &(px, py) in ends {
+            let off_line = (w[0] * px + w[1] * py + b).abs() / w.norm();
+            if off_line > pixel(chart) {
+                out.push(format!("({px:.3}, {py:.3}) is {off_line:.3} off wᵀx + b = 0"));
+            }
+            let edge = |v: f64, lo: f64, hi: f64| (v - lo).abs() < 1e-9 || (v - hi).abs() < 1e-9;
+            if !(edge(px, x0, x1) || edge(py, y0, y1)) {
+                out.push(format!("({px:.3}, {py:.3}) is not on the chart's edge"));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn the_boundary_is_drawn_on_its_line_from_edge_to_edge() {
+        let (_, _, trained) = chapter_model().unwrap();
+        let figs = figures().unwrap();
+        let Figure::Scatter(chart) = &figs[3].1 else { panic!("boundary plot is a scatter chart") };
+        let drawn = chart.drawn_lines();
+        assert_eq!(drawn.len(), 1, "one boundary line");
+        assert_eq!(drawn[0].len(), 1, "one unbroken segment");
+        let segment = &drawn[0][0];
+        let ends = [segment[0], segment[segment.len() - 1]];
+        let found = faults(chart, &trained.w, trained.b, &ends);
+        assert!(found.is_empty(), "{}", found.join("\n"));
+        // The planted mistake, the old drawing: each end pinned to the chart's rectangle.
+        let ((x0, x1), (y0, y1)) = chart.ranges();
+        let given = &chart.lines[0].points;
+        let pinned: Vec<(f64, f64)> = [given[0], given[given.len() - 1]]
+            .iter()
+            .map(|&(px, py)| (px.clamp(x0, x1), py.clamp(y0, y1)))
+            .collect();
+        assert!(!faults(chart, &trained.w, trained.b, &pinned).is_empty(), "pinning went unseen");
+    }
+}

@@ -996,13 +996,14 @@ fn figures_show_what_the_chapter_computes() {
     let figs = figures().unwrap();
     let stems: Vec<&str> = figs.iter().map(|(s, _)| s.as_str()).collect();
     assert_eq!(stems, ["ch02_temperature", "ch02_replay", "ch02_regions", "ch02_loss"]);
-    let Figure::Line(temp) = &figs[0].1 else { panic!("temperature figure is a line chart") };
+    let Figure::Bars(temp) = &figs[0].1 else { panic!("temperature figure is a bar chart") };
     assert_eq!(temp.series.len(), FIGURE_TEMPERATURES.len());
-    for s in &temp.series {
-        assert!((s.points.iter().map(|p| p.1).sum::<f64>() - 1.0).abs() < 1e-12);
+    assert_eq!(temp.categories, ["1 (z = 2.0)", "2 (z = 1.0)", "3 (z = 0.2)"]);
+    for (_, p) in &temp.series {
+        assert!((p.iter().sum::<f64>() - 1.0).abs() < 1e-12);
     }
-    // Colder curves put more on class 1.
-    assert!(temp.series.windows(2).all(|w| w[0].points[0].1 > w[1].points[0].1));
+    // Colder temperatures put more on class 1.
+    assert!(temp.series.windows(2).all(|w| w[0].1[0] > w[1].1[0]));
     let Figure::Line(rep) = &figs[1].1 else { panic!("replay figure is a line chart") };
     assert_eq!(rep.series.len(), 4);
     assert_eq!(rep.series[0].points.len(), SCRIPT_ITERATIONS + 1);

@@ -13,7 +13,7 @@ use super::{
 };
 use crate::errata::Erratum;
 use crate::error::{Result, invalid};
-use crate::plot::{Figure, LineChart, Regions, ScatterChart, Series};
+use crate::plot::{BarChart, Figure, LineChart, Regions, ScatterChart, Series};
 use crate::report::{Chapter, Walk, Worked};
 use crate::snapshot::fixed;
 use crate::sources::{D0, D1, D2, D3, THIS_CRATE};
@@ -496,17 +496,15 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
     let mut temperature_series = Vec::new();
     for t in FIGURE_TEMPERATURES {
         let p = softmax_with_temperature(&z, t)?;
-        temperature_series.push(Series::new(
-            format!("T = {t}"),
-            p.iter().enumerate().map(|(i, &v)| ((i + 1) as f64, v)).collect(),
-        ));
+        temperature_series.push((format!("T = {t}"), p.iter().copied().collect()));
     }
-    let temperature = Figure::Line(LineChart {
+    // The classes are names, not points on a line: bars, one group per class.
+    let temperature = Figure::Bars(BarChart {
         title: "softmax((2.0, 1.0, 0.2)/T) at five temperatures".into(),
-        x_label: "class (1 = logit 2.0, 2 = logit 1.0, 3 = logit 0.2)".into(),
+        x_label: "class (its logit)".into(),
         y_label: "probability".into(),
+        categories: z.iter().enumerate().map(|(i, v)| format!("{} (z = {v:.1})", i + 1)).collect(),
         series: temperature_series,
-        markers: true,
     });
 
     let replay = document_replay()?;
