@@ -236,7 +236,7 @@ const LEGEND_GLYPH: u32 = 30;
 const LEGEND_GAP: u32 = 10;
 /// Approximate width of one character of the 14-pixel legend font (DejaVu Sans averages about
 /// 0.55 em), used to reserve room for the legend beside the plot.
-const LEGEND_CHAR_PX: f64 = 7.8;
+const LEGEND_CHAR_PX: f64 = 7.0;
 /// Right margin of a chart without a legend: room for half of the last x tick label.
 const RIGHT_MARGIN: u32 = 34;
 
