@@ -121,3 +121,57 @@ pub fn shape_error(
 pub fn invalid(op: &'static str, arg: &'static str, reason: impl Into<String>) -> Error {
     Error::InvalidValue { op, arg, reason: reason.into() }
 }
+
+/// `message` without the ` at line L column C` that serde_json appends to its errors (the line
+/// goes into [`Error::Parse`]'s own field instead).
+pub fn without_position(message: &str) -> &str {
+    let Some(at) = message.rfind(" at line ") else { return message };
+    let tail = &message[at + " at line ".len()..];
+    let mut words = tail.split(' ');
+    let well_formed = matches!(
+        (words.next(), words.next(), words.next(), words.next()),
+        (Some(l), Some("column"), Some(c), None)
+            if l.bytes().all(|b| b.is_ascii_digit()) && c.bytes().all(|b| b.is_ascii_digit())
+    );
+    if well_formed { &message[..at] } else { message }
+}
+
+/// A serde_json error as a [`Error::Parse`] naming `file`, the line where serde_json gives one,
+/// and what was wrong; input that ends too early says "truncated".
+pub fn json_error(file: &str, e: &serde_json::Error) -> Error {
+    let text = e.to_string();
+    let what = without_position(&text);
+    let hint = if e.is_eof() { " (the input ends here: truncated?)" } else { "" };
+    Error::Parse {
+        file: file.to_string(),
+        line: (e.line() > 0).then_some(e.line()),
+        reason: format!("JSON: {what}{hint}"),
+    }
+}
+
+/// Reads `bytes` as one JSON object into `T` (with serde), naming the field at fault: a
+/// [`Error::Parse`] naming `file`, the field's path (e.g. `n_head`), what was wrong and the line.
+/// Anything but an object is refused first, so a struct is never filled from an array.
+pub fn from_json_object<T: serde::de::DeserializeOwned>(bytes: &[u8], file: &str) -> Result<T> {
+    let first = bytes.iter().find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
+    if first != Some(&b'{') {
+        let line = 1 + bytes.iter().take_while(|&&b| b != b'{').filter(|&&b| b == b'\n').count();
+        return Err(Error::Parse {
+            file: file.to_string(),
+            line: Some(line.min(1 + bytes.iter().filter(|&&b| b == b'\n').count())),
+            reason: "JSON: expected one JSON object, starting with '{'".into(),
+        });
+    }
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        match json_error(file, e.inner()) {
+            Error::Parse { file, line, reason } if path != "." && !path.is_empty() => {
+                Error::Parse { file, line, reason: format!("{path}: {reason}") }
+            }
+            other => other,
+        }
+    })?;
+    de.end().map_err(|e| json_error(file, &e))?;
+    Ok(value)
+}

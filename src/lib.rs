@@ -5,11 +5,11 @@
 //! test file (`tests/chNN_stem.rs`) and its snapshots (`snapshots/chNN_stem__*.snap`).
 //!
 //! The shared core every chapter builds on:
-//! - [`error`]: the one error type;
+//! - [`error`]: the one error type (and serde_json's errors turned into it, naming file, field
+//!   and line);
 //! - [`float`]: the float trait chapters are generic over (f64 for worked examples, f32 for speed);
 //! - [`matmul`]: the one entry point for matrix products;
 //! - [`gradcheck`]: finite-difference gradient checks;
-//! - [`json`]: the one JSON reader and writer (safetensors headers, `config.json`, `vocab.json`);
 //! - [`rng`]: a seeded generator written here;
 //! - [`optim`]: the optimisers;
 //! - [`plot`]: figures as data, drawn to PNG and SVG with an embedded font;
@@ -50,7 +50,6 @@ pub mod errata;
 pub mod error;
 pub mod float;
 pub mod gradcheck;
-pub mod json;
 pub mod matmul;
 pub mod optim;
 pub mod plot;

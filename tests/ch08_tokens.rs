@@ -424,7 +424,10 @@ fn malformed_vocab_json_errors_name_the_file_and_line() {
     // Bad escapes.
     let (_, _, reason) = load("{\"\\q\": 0}");
     assert!(reason.contains("escape"), "{reason}");
+    // A lead surrogate with no trail (serde_json: "unexpected end of hex escape"), a lone trail.
     let (_, _, reason) = load("{\"\\ud800\": 0}");
+    assert!(reason.contains("escape"), "{reason}");
+    let (_, _, reason) = load("{\"\\udc00\": 0}");
     assert!(reason.contains("surrogate"), "{reason}");
 }
 

@@ -23,10 +23,14 @@
 use super::bpe::{BYTE_VOCAB, Bpe, encode_pieces};
 use super::unicode::{is_letter, is_number, is_space};
 use super::{TokenId, Tokenizer};
+use crate::error::json_error;
 use crate::error::{Error, Result, invalid};
-use crate::json::{self, Json};
+use serde::Serializer;
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::path::Path;
+use std::rc::Rc;
 
 // ───────────────────────────── bytes as printable characters ─────────────────────────────
 
@@ -125,39 +129,123 @@ pub fn split(text: &str) -> Vec<&str> {
 
 // ───────────────────────────── vocab.json: a flat JSON object ─────────────────────────────
 
-/// Reads a JSON object whose values are all non-negative integers, as `vocab.json` is, with the
-/// crate's JSON reader ([`crate::json`]). Returns the (key, value, line) triples in file order.
-/// Errors name `file` and the line.
+/// Reads a JSON object whose values are all non-negative integers, as `vocab.json` is, with
+/// serde_json. Returns the (key, value, line) triples in file order. Errors name `file` and the
+/// line; a key given twice is refused (serde_json alone would keep the last one).
 pub fn parse_string_to_int_json(file: &str, text: &str) -> Result<Vec<(String, u64, usize)>> {
-    let entries = json::parse_object_entries(text.as_bytes(), file)?;
-    let mut out = Vec::with_capacity(entries.len());
-    for json::Entry { key, value, line } in entries {
-        let bad =
-            |reason: String| Error::Parse { file: file.to_string(), line: Some(line), reason };
-        let id = match &value {
-            Json::Number(digits) if digits.bytes().any(|c| matches!(c, b'.' | b'e' | b'E')) => {
-                return Err(bad(format!(
-                    "the id {digits} of {key:?}: token ids must be whole numbers"
-                )));
-            }
-            Json::Number(digits) if digits.starts_with('-') => {
-                return Err(bad(format!(
-                    "the id {digits} of {key:?} is negative; token ids are non-negative integers"
-                )));
-            }
-            Json::Number(digits) => value
-                .as_u64()
-                .ok_or_else(|| bad(format!("the id {digits} of {key:?} is too large")))?,
-            other => {
-                return Err(bad(format!(
-                    "the value of {key:?} is {}, not a token id (a non-negative integer)",
-                    other.to_text()
-                )));
-            }
-        };
-        out.push((key, id, line));
+    // serde_json reads through `io::Read` one byte at a time, so counting the newlines handed
+    // over tells the line of each key as it is read.
+    let newlines = Rc::new(Cell::new(0));
+    let reader = LineCounter { rest: text.as_bytes(), newlines: Rc::clone(&newlines) };
+    let mut de = serde_json::Deserializer::from_reader(reader);
+    let bad_id = Rc::new(Cell::new(None));
+    let visitor = VocabVisitor { newlines, bad_id: Rc::clone(&bad_id) };
+    let entries = de.deserialize_map(visitor).and_then(|entries| de.end().map(|()| entries));
+    // A bad id is reported at its key's line: serde_json's own position is past the number and
+    // the character it peeked at, which may be on the next line.
+    if let Some((line, reason)) = bad_id.take() {
+        return Err(Error::Parse { file: file.to_string(), line: Some(line), reason });
     }
-    Ok(out)
+    entries.map_err(|e| json_error(file, &e))
+}
+
+/// The bytes of a text, handed to serde_json while counting the newlines among them.
+struct LineCounter<'a> {
+    rest: &'a [u8],
+    newlines: Rc<Cell<usize>>,
+}
+
+impl std::io::Read for LineCounter<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = buf.len().min(self.rest.len());
+        let (now, later) = self.rest.split_at(n);
+        buf[..n].copy_from_slice(now);
+        self.newlines.set(self.newlines.get() + now.iter().filter(|&&b| b == b'\n').count());
+        self.rest = later;
+        Ok(n)
+    }
+}
+
+/// `vocab.json`'s object: each key with its id and the line the key is on, no key twice.
+struct VocabVisitor {
+    newlines: Rc<Cell<usize>>,
+    /// The first id that is a number but not a token id: its key's line and what is wrong.
+    bad_id: Rc<Cell<Option<(usize, String)>>>,
+}
+
+impl<'de> Visitor<'de> for VocabVisitor {
+    type Value = Vec<(String, u64, usize)>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("one JSON object, starting with '{'")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> std::result::Result<Self::Value, A::Error> {
+        let mut out = Vec::with_capacity(map.size_hint().unwrap_or(0));
+        let mut seen = std::collections::HashSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            // The key has just been read to its closing quote: this is its line.
+            let line = 1 + self.newlines.get();
+            if !seen.insert(key.clone()) {
+                return Err(de::Error::custom(format!("token {key:?} appears twice")));
+            }
+            match map.next_value_seed(IdSeed { key: &key })? {
+                Ok(id) => out.push((key, id, line)),
+                Err(reason) => {
+                    self.bad_id.set(Some((line, reason.clone())));
+                    return Err(de::Error::custom(reason));
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A token id: a JSON integer from 0 to 2⁶⁴ − 1. Another number is `Ok(Err(what is wrong))`, so
+/// the caller can name the key's line; a value of another kind is an error naming the key.
+struct IdSeed<'k> {
+    key: &'k str,
+}
+
+/// What [`IdSeed`] reads: an id, or why the number is none.
+type IdRead = std::result::Result<u64, String>;
+
+impl<'de> DeserializeSeed<'de> for IdSeed<'_> {
+    type Value = IdRead;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<IdRead, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for IdSeed<'_> {
+    type Value = IdRead;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "a token id (a non-negative integer) as the value of {:?}", self.key)
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> std::result::Result<IdRead, E> {
+        Ok(Ok(v))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> std::result::Result<IdRead, E> {
+        Ok(u64::try_from(v).map_err(|_| {
+            format!("the id {v} of {:?} is negative; token ids are non-negative integers", self.key)
+        }))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> std::result::Result<IdRead, E> {
+        // serde_json reads an integer past u64 as a float.
+        Ok(Err(if v.fract() == 0.0 && v >= 18_446_744_073_709_551_616.0 {
+            format!("the id {v} of {:?} is too large", self.key)
+        } else {
+            format!("the id {v} of {:?}: token ids must be whole numbers", self.key)
+        }))
+    }
 }
 
 // ───────────────────────────── the tokenizer ─────────────────────────────
@@ -409,21 +497,17 @@ pub fn to_gpt2_files(bpe: &Bpe) -> Result<(String, String)> {
             ));
         }
     }
-    let mut vocab = String::from("{\n");
-    for (id, s) in strings.iter().enumerate() {
-        let escaped: String = s
-            .chars()
-            .map(|c| match c {
-                '"' => "\\\"".to_string(),
-                '\\' => "\\\\".to_string(),
-                c if (c as u32) < 0x20 => format!("\\u{:04x}", c as u32),
-                c => c.to_string(),
-            })
-            .collect();
-        let comma = if id + 1 < strings.len() { "," } else { "" };
-        vocab.push_str(&format!("    \"{escaped}\": {id}{comma}\n"));
-    }
-    vocab.push_str("}\n");
+    // One key per line, indented by four spaces, keys in id order.
+    let mut bytes = Vec::new();
+    let mut ser = serde_json::Serializer::with_formatter(
+        &mut bytes,
+        serde_json::ser::PrettyFormatter::with_indent(b"    "),
+    );
+    ser.collect_map(strings.iter().enumerate().map(|(id, s)| (s, id)))
+        .map_err(|e| invalid("to_gpt2_files", "bpe", e.to_string()))?;
+    let mut vocab =
+        String::from_utf8(bytes).map_err(|e| invalid("to_gpt2_files", "bpe", e.to_string()))?;
+    vocab.push('\n');
     let mut merges = String::from("#version: 0.2\n");
     for m in bpe.merges() {
         merges

@@ -29,12 +29,13 @@ use super::config::{Config, GPT2_LAYER_NORM_EPSILON, Positions};
 use super::model::Gpt;
 use super::safetensors::{SafeTensors, TensorOut, serialize, write_atomic};
 use super::train::{StepRecord, Trainer};
+use crate::error::from_json_object;
 use crate::error::{Error, Result};
 use crate::float::Float;
-use crate::json::{self, Json};
 use crate::optim::AdamMoments;
 use crate::rng::Rng;
 use nalgebra::DMatrix;
+use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 /// The weights' file name.
@@ -56,98 +57,118 @@ fn io_error(path: &Path, source: std::io::Error) -> Error {
 
 // ───────────────────────────── config.json ─────────────────────────────
 
-/// The configuration as GPT-2's `config.json` writes it (plus `position_embedding_type`, which
-/// GPT-2 does not have and other readers ignore).
-pub fn config_to_json(c: &Config) -> Json {
-    let n = |x: usize| Json::int(x as u64);
-    Json::Object(vec![
-        ("model_type".into(), Json::String("gpt2".into())),
-        ("architectures".into(), Json::Array(vec![Json::String("GPT2LMHeadModel".into())])),
-        ("vocab_size".into(), n(c.vocab_size)),
-        ("n_positions".into(), n(c.context)),
-        ("n_ctx".into(), n(c.context)),
-        ("n_embd".into(), n(c.width)),
-        ("n_layer".into(), n(c.layers)),
-        ("n_head".into(), n(c.heads)),
-        ("n_inner".into(), Json::Null),
-        ("activation_function".into(), Json::String(GELU_TANH_NAMES[0].into())),
-        ("layer_norm_epsilon".into(), Json::number(c.layer_norm_epsilon)),
-        ("tie_word_embeddings".into(), Json::Bool(c.tied)),
-        (
-            "position_embedding_type".into(),
-            Json::String(match c.positions {
-                Positions::Learned => "learned".into(),
-                Positions::Sinusoidal => "sinusoidal".into(),
-            }),
-        ),
-    ])
+/// `config.json` as we write it: GPT-2's keys in GPT-2's order (plus `position_embedding_type`,
+/// which GPT-2 does not have and other readers ignore).
+#[derive(Serialize)]
+struct ConfigOut {
+    model_type: &'static str,
+    architectures: [&'static str; 1],
+    vocab_size: usize,
+    n_positions: usize,
+    n_ctx: usize,
+    n_embd: usize,
+    n_layer: usize,
+    n_head: usize,
+    n_inner: Option<usize>,
+    activation_function: &'static str,
+    layer_norm_epsilon: f64,
+    tie_word_embeddings: bool,
+    position_embedding_type: &'static str,
 }
 
-/// Reads a configuration from GPT-2's `config.json` keys. Required: `vocab_size`, `n_embd`,
-/// `n_layer`, `n_head`, and `n_positions` (or `n_ctx`). Optional: `layer_norm_epsilon` (10⁻⁵),
-/// `tie_word_embeddings` (true), `position_embedding_type` (learned), `activation_function`
-/// (must be GELU's tanh form), `n_inner` (null or 4·n_embd).
-pub fn config_from_json(j: &Json, file: &str) -> Result<Config> {
-    let int = |key: &str| -> Result<Option<usize>> {
-        match j.get(key) {
-            None | Some(Json::Null) => Ok(None),
-            Some(v) => {
-                v.as_u64().and_then(|x| usize::try_from(x).ok()).map(Some).ok_or_else(|| {
-                    parse_error(file, format!("{key} must be a non-negative integer"))
-                })
-            }
-        }
+/// The keys of `config.json` we read; the many others GPT-2's files hold (dropout rates, token
+/// ids, …) are ignored. A key given twice is refused by serde; `null` counts as absent.
+#[derive(Deserialize)]
+struct ConfigIn {
+    vocab_size: Option<usize>,
+    n_positions: Option<usize>,
+    n_ctx: Option<usize>,
+    n_embd: Option<usize>,
+    n_layer: Option<usize>,
+    n_head: Option<usize>,
+    n_inner: Option<usize>,
+    activation_function: Option<String>,
+    layer_norm_epsilon: Option<f64>,
+    tie_word_embeddings: Option<bool>,
+    position_embedding_type: Option<String>,
+}
+
+/// The configuration as GPT-2's `config.json` writes it (indented JSON text).
+pub fn config_to_json(c: &Config) -> String {
+    let out = ConfigOut {
+        model_type: "gpt2",
+        architectures: ["GPT2LMHeadModel"],
+        vocab_size: c.vocab_size,
+        n_positions: c.context,
+        n_ctx: c.context,
+        n_embd: c.width,
+        n_layer: c.layers,
+        n_head: c.heads,
+        n_inner: None,
+        activation_function: GELU_TANH_NAMES[0],
+        layer_norm_epsilon: c.layer_norm_epsilon,
+        tie_word_embeddings: c.tied,
+        position_embedding_type: match c.positions {
+            Positions::Learned => "learned",
+            Positions::Sinusoidal => "sinusoidal",
+        },
     };
-    let need = |key: &str| -> Result<usize> {
-        int(key)?.ok_or_else(|| parse_error(file, format!("{key} is missing")))
+    // Plain fields of plain types: serialising them cannot fail.
+    let mut text = serde_json::to_string_pretty(&out).unwrap_or_default();
+    text.push('\n');
+    text
+}
+
+/// Reads a configuration from the text of a `config.json` with GPT-2's keys; `file` names it in
+/// errors. Required: `vocab_size`, `n_embd`, `n_layer`, `n_head`, and `n_positions` (or
+/// `n_ctx`). Optional: `layer_norm_epsilon` (10⁻⁵), `tie_word_embeddings` (true),
+/// `position_embedding_type` (learned), `activation_function` (must be GELU's tanh form),
+/// `n_inner` (null or 4·n_embd). Every other key is ignored.
+pub fn config_from_json(bytes: &[u8], file: &str) -> Result<Config> {
+    let j: ConfigIn = from_json_object(bytes, file)?;
+    let need = |key: &str, v: Option<usize>| -> Result<usize> {
+        v.ok_or_else(|| parse_error(file, format!("{key} is missing")))
     };
-    if !matches!(j, Json::Object(_)) {
-        return Err(parse_error(file, "the configuration is not a JSON object"));
-    }
-    let context = match int("n_positions")? {
+    let context = match j.n_positions {
         Some(n) => n,
-        None => need("n_ctx")?,
+        None => need("n_ctx", j.n_ctx)?,
     };
-    let width = need("n_embd")?;
-    let mut c = Config::new(need("vocab_size")?, context, need("n_layer")?, need("n_head")?, width);
-    if let Some(e) = j.get("layer_norm_epsilon") {
-        c.layer_norm_epsilon =
-            e.as_f64().ok_or_else(|| parse_error(file, "layer_norm_epsilon must be a number"))?;
-    } else {
-        c.layer_norm_epsilon = GPT2_LAYER_NORM_EPSILON;
+    let width = need("n_embd", j.n_embd)?;
+    let mut c = Config::new(
+        need("vocab_size", j.vocab_size)?,
+        context,
+        need("n_layer", j.n_layer)?,
+        need("n_head", j.n_head)?,
+        width,
+    );
+    c.layer_norm_epsilon = j.layer_norm_epsilon.unwrap_or(GPT2_LAYER_NORM_EPSILON);
+    if let Some(t) = j.tie_word_embeddings {
+        c.tied = t;
     }
-    if let Some(t) = j.get("tie_word_embeddings") {
-        c.tied = match t {
-            Json::Bool(b) => *b,
-            _ => return Err(parse_error(file, "tie_word_embeddings must be true or false")),
-        };
-    }
-    if let Some(p) = j.get("position_embedding_type") {
+    if let Some(p) = j.position_embedding_type {
         c.positions = match p.as_str() {
-            Some("learned") | Some("absolute") => Positions::Learned,
-            Some("sinusoidal") => Positions::Sinusoidal,
+            "learned" | "absolute" => Positions::Learned,
+            "sinusoidal" => Positions::Sinusoidal,
             _ => {
                 return Err(parse_error(
                     file,
-                    "position_embedding_type must be \"learned\" or \"sinusoidal\"",
+                    format!("position_embedding_type {p:?} must be \"learned\" or \"sinusoidal\""),
                 ));
             }
         };
     }
-    if let Some(a) = j.get("activation_function") {
-        let name = a.as_str().unwrap_or("");
-        if !GELU_TANH_NAMES.contains(&name) {
-            return Err(parse_error(
-                file,
-                format!(
-                    "activation_function {a:?} is not GELU's tanh form (gelu_new); this model only \
-                        implements that one",
-                    a = a.to_text()
-                ),
-            ));
-        }
+    if let Some(a) = j.activation_function
+        && !GELU_TANH_NAMES.contains(&a.as_str())
+    {
+        return Err(parse_error(
+            file,
+            format!(
+                "activation_function {a:?} is not GELU's tanh form (gelu_new); this model only \
+                    implements that one"
+            ),
+        ));
     }
-    if let Some(inner) = int("n_inner")?
+    if let Some(inner) = j.n_inner
         && inner != 4 * width
     {
         return Err(parse_error(
@@ -164,8 +185,7 @@ pub fn config_from_json(j: &Json, file: &str) -> Result<Config> {
 pub fn read_config(dir: &Path) -> Result<Config> {
     let path = dir.join(CONFIG_FILE);
     let bytes = std::fs::read(&path).map_err(|e| io_error(&path, e))?;
-    let name = path.display().to_string();
-    config_from_json(&json::parse(&bytes, &name)?, &name)
+    config_from_json(&bytes, &path.display().to_string())
 }
 
 // ───────────────────────────── the weights ─────────────────────────────
@@ -319,7 +339,7 @@ pub fn save_model<T: Float>(
     let mut meta = vec![("format".to_string(), "pt".to_string())];
     meta.extend(metadata.iter().cloned());
     write_atomic(&dir.join(MODEL_FILE), &serialize(&gpt2_tensors(model), &meta)?)?;
-    write_atomic(&dir.join(CONFIG_FILE), config_to_json(&model.config).to_pretty().as_bytes())
+    write_atomic(&dir.join(CONFIG_FILE), config_to_json(&model.config).as_bytes())
 }
 
 /// Loads `config.json` and `model.safetensors` from `dir`.

@@ -27,7 +27,8 @@
 //! - [`train`]: the trainer (one step: batch, loss and gradients, clipping, AdamW);
 //! - [`experiments`]: the two models the chapter trains (sorting digits, the default corpus);
 //! - [`sample`]: greedy, temperature, top-k and top-p decoding, and generation;
-//! - [`safetensors`] and [`checkpoint`]: GPT-2's file format, by hand;
+//! - [`safetensors`] and [`checkpoint`]: GPT-2's file format (the container by hand, its JSON
+//!   header and `config.json` with serde);
 //! - [`run`]: a run on the learner's own text, kept in a checkpoint folder.
 //!
 //! [`book`] holds what the book shows about the chapter: errata, worked numbers, walk-through,
@@ -39,7 +40,6 @@ pub mod config;
 pub mod data;
 pub mod experiments;
 pub mod fused;
-pub mod json;
 pub mod model;
 pub mod run;
 pub mod safetensors;

@@ -20,9 +20,9 @@ use crate::ch08_tokens::bpe::{self, BpeConfig, PreTokenizer};
 use crate::ch08_tokens::chars::CharTokenizer;
 use crate::ch08_tokens::gpt2::{Gpt2Tokenizer, to_gpt2_files};
 use crate::ch08_tokens::{Tokenizer, corpus};
-use crate::error::{Error, Result, invalid};
-use crate::json::{self, Json};
+use crate::error::{Error, Result, from_json_object, invalid};
 use crate::rng::Rng;
+use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -124,26 +124,66 @@ pub fn train_config(batch: usize, lr: f64, steps: usize) -> Result<TrainConfig> 
     Ok(TrainConfig::new(batch, schedule))
 }
 
-/// A run's settings as `train.json` holds them: the text's path, the context, the optimiser's
-/// settings and schedule, the planned steps and the seed.
-pub fn run_json(data: &Path, tc: &TrainConfig, context: usize, steps: usize, seed: u64) -> Json {
+/// `train.json`, field by field: the text's path, the context, the optimiser's settings and
+/// schedule, the planned steps and the seed. Read back strictly: a missing, mistyped or unknown
+/// field is an error naming it (only `clip` may be absent or `null`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunFile {
+    /// The text's path ([`DEFAULT_CORPUS`] for chapter 8's default corpus).
+    pub data: String,
+    /// The context length in tokens.
+    pub context: usize,
+    /// Sequences per batch.
+    pub batch: usize,
+    /// The planned number of steps.
+    pub steps: usize,
+    /// The run's seed.
+    pub seed: u64,
+    /// The schedule's peak learning rate.
+    pub max_lr: f64,
+    /// The schedule's final learning rate.
+    pub min_lr: f64,
+    /// Warm-up steps.
+    pub warmup: usize,
+    /// The step at which the cosine decay ends.
+    pub decay_steps: usize,
+    /// AdamW's weight decay.
+    pub weight_decay: f64,
+    /// AdamW's β₁.
+    pub beta1: f64,
+    /// AdamW's β₂.
+    pub beta2: f64,
+    /// AdamW's ε.
+    pub epsilon: f64,
+    /// The gradient-norm clip, if any.
+    #[serde(default)]
+    pub clip: Option<f64>,
+}
+
+/// A run's settings as the text of `train.json` (indented JSON).
+pub fn run_json(data: &Path, tc: &TrainConfig, context: usize, steps: usize, seed: u64) -> String {
     let s = &tc.schedule;
-    Json::Object(vec![
-        ("data".into(), Json::String(data.display().to_string())),
-        ("context".into(), Json::int(context as u64)),
-        ("batch".into(), Json::int(tc.batch as u64)),
-        ("steps".into(), Json::int(steps as u64)),
-        ("seed".into(), Json::int(seed)),
-        ("max_lr".into(), Json::number(s.max_lr)),
-        ("min_lr".into(), Json::number(s.min_lr)),
-        ("warmup".into(), Json::int(s.warmup as u64)),
-        ("decay_steps".into(), Json::int(s.decay_steps as u64)),
-        ("weight_decay".into(), Json::number(tc.weight_decay)),
-        ("beta1".into(), Json::number(tc.beta1)),
-        ("beta2".into(), Json::number(tc.beta2)),
-        ("epsilon".into(), Json::number(tc.epsilon)),
-        ("clip".into(), tc.clip.map_or(Json::Null, Json::number)),
-    ])
+    let file = RunFile {
+        data: data.display().to_string(),
+        context,
+        batch: tc.batch,
+        steps,
+        seed,
+        max_lr: s.max_lr,
+        min_lr: s.min_lr,
+        warmup: s.warmup,
+        decay_steps: s.decay_steps,
+        weight_decay: tc.weight_decay,
+        beta1: tc.beta1,
+        beta2: tc.beta2,
+        epsilon: tc.epsilon,
+        clip: tc.clip,
+    };
+    // Plain fields of plain types: serialising them cannot fail.
+    let mut text = serde_json::to_string_pretty(&file).unwrap_or_default();
+    text.push('\n');
+    text
 }
 
 /// Writes [`run_json`] into the folder as [`RUN_FILE`].
@@ -155,10 +195,7 @@ pub fn save_run_settings(
     steps: usize,
     seed: u64,
 ) -> Result<()> {
-    write_atomic(
-        &out.join(RUN_FILE),
-        run_json(data, tc, context, steps, seed).to_pretty().as_bytes(),
-    )
+    write_atomic(&out.join(RUN_FILE), run_json(data, tc, context, steps, seed).as_bytes())
 }
 
 /// What [`read_run`] reads back from `train.json`.
@@ -174,39 +211,27 @@ pub struct RunSettings {
     pub seed: u64,
 }
 
-/// A folder's `train.json`, read back; an error names the file and the missing or malformed key.
+/// Reads the text of a `train.json` (`file` names it in errors): an error names the file, the
+/// missing, mistyped or unknown field, and the line.
+pub fn run_from_json(bytes: &[u8], file: &str) -> Result<RunSettings> {
+    let j: RunFile = from_json_object(bytes, file)?;
+    let schedule = Schedule::new(j.max_lr, j.min_lr, j.warmup, j.decay_steps)?;
+    let tc = TrainConfig {
+        batch: j.batch,
+        schedule,
+        weight_decay: j.weight_decay,
+        beta1: j.beta1,
+        beta2: j.beta2,
+        epsilon: j.epsilon,
+        clip: j.clip,
+    };
+    Ok(RunSettings { data: PathBuf::from(j.data), tc, context: j.context, seed: j.seed })
+}
+
+/// A folder's `train.json`, read back with [`run_from_json`].
 pub fn read_run(dir: &Path) -> Result<RunSettings> {
     let path = dir.join(RUN_FILE);
-    let name = path.display().to_string();
-    let j = json::parse(&std::fs::read(&path).map_err(io(&path))?, &name)?;
-    let bad = |k: &str| Error::Parse {
-        file: name.clone(),
-        line: None,
-        reason: format!("{k} is missing or malformed"),
-    };
-    let f = |k: &str| j.get(k).and_then(Json::as_f64).ok_or_else(|| bad(k));
-    let u = |k: &str| j.get(k).and_then(Json::as_u64).ok_or_else(|| bad(k));
-    let schedule = Schedule::new(
-        f("max_lr")?,
-        f("min_lr")?,
-        u("warmup")? as usize,
-        u("decay_steps")? as usize,
-    )?;
-    let clip = match j.get("clip") {
-        Some(Json::Null) | None => None,
-        Some(v) => Some(v.as_f64().ok_or_else(|| bad("clip"))?),
-    };
-    let tc = TrainConfig {
-        batch: u("batch")? as usize,
-        schedule,
-        weight_decay: f("weight_decay")?,
-        beta1: f("beta1")?,
-        beta2: f("beta2")?,
-        epsilon: f("epsilon")?,
-        clip,
-    };
-    let data = PathBuf::from(j.get("data").and_then(Json::as_str).ok_or_else(|| bad("data"))?);
-    Ok(RunSettings { data, tc, context: u("context")? as usize, seed: u("seed")? })
+    run_from_json(&std::fs::read(&path).map_err(io(&path))?, &path.display().to_string())
 }
 
 /// The text at `data` ([`DEFAULT_CORPUS`]: chapter 8's default corpus): UTF-8 and not empty.

@@ -6,14 +6,17 @@
 //! strings; then the byte buffer, every tensor row-major (C order) and little-endian.
 //!
 //! Why by hand rather than the `safetensors` crate: the format is one length, one JSON object
-//! and raw bytes, which makes a good lesson in itself; our loader must turn every defect into
-//! this crate's [`Error`] naming the file and the tensor; and the crate would bring serde and
-//! serde_json into a dependency tree that has no other use for them. Our reader is at least as
-//! strict as the reference implementation: the header must fit in the file, every tensor's byte
-//! range must match its dtype and shape, and the ranges must tile the buffer exactly (no holes,
-//! no overlaps, nothing after the last tensor), which is what keeps a file from hiding data or
-//! pointing two tensors at the same bytes. A file written by the reference implementation (Python
-//! `safetensors`) is read bit for bit by a test.
+//! and raw bytes, which makes a good lesson in itself, and our loader must turn every defect into
+//! this crate's [`Error`] naming the file and the tensor. The JSON itself is read and written by
+//! `serde_json`, through visitors of ours that refuse a key given twice (serde_json alone keeps
+//! the last one). Our reader is at least as strict as the reference implementation: the header
+//! must fit in the file, every tensor's byte range must match its dtype and shape, and the ranges
+//! must tile the buffer exactly (no holes, no overlaps, nothing after the last tensor), which is
+//! what keeps a file from hiding data or pointing two tensors at the same bytes. A file written by
+//! the reference implementation (Python `safetensors`) is read bit for bit by a test, and the
+//! Rust `safetensors` crate is the tests' oracle (`mod official_safetensors` in
+//! `tests/ch09_gpt.rs`): each reads the other's files bit for bit, and every damaged file ours
+//! refuses it refuses too, except the cases listed there where ours is stricter.
 
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
@@ -21,7 +24,11 @@ use crate::error::{Error, Result};
 use crate::float::Float;
 use std::path::Path;
 
-use crate::json::{self, Json};
+use crate::error::{json_error, without_position};
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
+use serde::ser::{SerializeMap, Serializer};
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
 
 /// The largest header accepted (the reference implementation's limit, 100 MB).
 pub const MAX_HEADER: u64 = 100_000_000;
@@ -129,30 +136,13 @@ impl SafeTensors {
         if header.first() != Some(&b'{') {
             return Err(parse_error(file, "the header does not start with '{'"));
         }
-        let head = json::parse(header, &format!("{file} (header)"))?;
-        let Json::Object(fields) = head else {
-            return Err(parse_error(file, "the header is not a JSON object"));
-        };
+        let header_name = format!("{file} (header)");
+        let Header { metadata, entries } =
+            serde_json::from_slice(header).map_err(|e| json_error(&header_name, &e))?;
         let buffer_len = bytes.len() - 8 - n;
-        let mut metadata = Vec::new();
-        let mut tensors = Vec::new();
-        for (name, v) in fields {
-            if name == "__metadata__" {
-                let Json::Object(pairs) = v else {
-                    return Err(parse_error(file, "__metadata__ is not an object of strings"));
-                };
-                for (k, s) in pairs {
-                    let Json::String(s) = s else {
-                        return Err(parse_error(
-                            file,
-                            format!("__metadata__ entry {k:?} is not a string"),
-                        ));
-                    };
-                    metadata.push((k, s));
-                }
-                continue;
-            }
-            tensors.push(tensor_info(file, name, &v, buffer_len)?);
+        let mut tensors = Vec::with_capacity(entries.len());
+        for (name, entry) in entries {
+            tensors.push(tensor_info(file, name, entry, buffer_len)?);
         }
         // The byte ranges must tile the buffer: sorted by start, each begins where the last ended.
         let mut order: Vec<&TensorInfo> = tensors.iter().collect();
@@ -253,38 +243,166 @@ impl SafeTensors {
     }
 }
 
-fn tensor_info(file: &str, name: String, v: &Json, buffer_len: usize) -> Result<TensorInfo> {
-    let bad = |what: String| parse_error(file, format!("tensor {name}: {what}"));
-    let Json::Object(fields) = v else {
-        return Err(bad("its entry is not an object".into()));
-    };
-    if let Some((k, _)) =
-        fields.iter().find(|(k, _)| !matches!(k.as_str(), "dtype" | "shape" | "data_offsets"))
-    {
-        return Err(bad(format!("unknown field {k:?}")));
+/// The header as serde reads it: the `__metadata__` strings and the tensors' entries, both in
+/// file order. Read by [`HeaderVisitor`], which refuses a key given twice (serde_json alone would
+/// keep the last one, letting a file say two things about one tensor).
+struct Header {
+    metadata: Vec<(String, String)>,
+    entries: Vec<(String, RawEntry)>,
+}
+
+/// One tensor's entry as written, before its numbers are checked against the buffer.
+struct RawEntry {
+    dtype: String,
+    shape: Vec<u64>,
+    data_offsets: Vec<u64>,
+}
+
+/// Reads one tensor's entry: exactly the keys `dtype` (a string), `shape` and `data_offsets`
+/// (arrays of non-negative integers), each once. Errors name the tensor.
+struct EntrySeed<'a> {
+    name: &'a str,
+}
+
+impl<'de> DeserializeSeed<'de> for EntrySeed<'_> {
+    type Value = RawEntry;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<RawEntry, D::Error> {
+        d.deserialize_map(self)
     }
-    let dtype = v
-        .get("dtype")
-        .and_then(Json::as_str)
-        .ok_or_else(|| bad("no dtype string".into()))?
-        .to_string();
+}
+
+impl<'de> Visitor<'de> for EntrySeed<'_> {
+    type Value = RawEntry;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "tensor {}'s entry to be an object of dtype, shape and data_offsets", self.name)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> std::result::Result<RawEntry, A::Error> {
+        let name = self.name;
+        let bad = |what: &str| de::Error::custom(format!("tensor {name}: {what}"));
+        let (mut dtype, mut shape, mut data_offsets) = (None, None, None);
+        visit_unique_keys(map, |map, key| {
+            match key.as_str() {
+                "dtype" => {
+                    dtype = Some(map.next_value::<String>().map_err(|_| bad("no dtype string"))?)
+                }
+                "shape" => {
+                    let v = map.next_value::<Vec<u64>>();
+                    shape = Some(v.map_err(|_| {
+                        bad("a shape entry is not a non-negative integer (or shape is no array)")
+                    })?)
+                }
+                "data_offsets" => {
+                    let v = map.next_value::<Vec<u64>>();
+                    data_offsets = Some(v.map_err(|_| {
+                        bad("data_offsets must be two non-negative integers [begin, end]")
+                    })?)
+                }
+                other => return Err(bad(&format!("unknown field {other:?}"))),
+            }
+            Ok(())
+        })?;
+        Ok(RawEntry {
+            dtype: dtype.ok_or_else(|| bad("no dtype string"))?,
+            shape: shape.ok_or_else(|| bad("no shape array"))?,
+            data_offsets: data_offsets.ok_or_else(|| bad("no data_offsets array"))?,
+        })
+    }
+}
+
+/// Reads a JSON object whose keys must all differ, handing each value to `value` in file order.
+/// A repeated key is an error naming it (serde_json attaches the line).
+fn visit_unique_keys<'de, A: MapAccess<'de>>(
+    mut map: A,
+    mut value: impl FnMut(&mut A, String) -> std::result::Result<(), A::Error>,
+) -> std::result::Result<(), A::Error> {
+    let mut seen = HashSet::new();
+    while let Some(key) = map.next_key::<String>()? {
+        if !seen.insert(key.clone()) {
+            return Err(de::Error::custom(format!("the key {key:?} appears twice")));
+        }
+        value(&mut map, key)?;
+    }
+    Ok(())
+}
+
+struct HeaderVisitor;
+
+impl<'de> Visitor<'de> for HeaderVisitor {
+    type Value = Header;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON object of tensor entries")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> std::result::Result<Header, A::Error> {
+        let mut header = Header { metadata: Vec::new(), entries: Vec::new() };
+        visit_unique_keys(map, |map, key| {
+            if key == "__metadata__" {
+                header.metadata = map.next_value_seed(MetadataSeed)?;
+            } else {
+                let entry = map.next_value_seed(EntrySeed { name: &key })?;
+                header.entries.push((key, entry));
+            }
+            Ok(())
+        })?;
+        Ok(header)
+    }
+}
+
+impl<'de> Deserialize<'de> for Header {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Header, D::Error> {
+        d.deserialize_map(HeaderVisitor)
+    }
+}
+
+/// `__metadata__`: an object of strings, no key twice.
+struct MetadataSeed;
+
+impl<'de> DeserializeSeed<'de> for MetadataSeed {
+    type Value = Vec<(String, String)>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for MetadataSeed {
+    type Value = Vec<(String, String)>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("__metadata__ as an object of strings")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> std::result::Result<Self::Value, A::Error> {
+        let mut out = Vec::new();
+        visit_unique_keys(map, |map, key| {
+            let v = map.next_value::<String>().map_err(|e| {
+                de::Error::custom(format!(
+                    "__metadata__ entry {key:?} is not a string: {}",
+                    without_position(&e.to_string())
+                ))
+            })?;
+            out.push((key, v));
+            Ok(())
+        })?;
+        Ok(out)
+    }
+}
+
+fn tensor_info(file: &str, name: String, v: RawEntry, buffer_len: usize) -> Result<TensorInfo> {
+    let bad = |what: String| parse_error(file, format!("tensor {name}: {what}"));
+    let RawEntry { dtype, shape: dims, data_offsets: offs } = v;
     let size = dtype_size(&dtype).ok_or_else(|| bad(format!("unknown dtype {dtype:?}")))?;
-    let Some(Json::Array(dims)) = v.get("shape") else {
-        return Err(bad("no shape array".into()));
-    };
     let mut shape = Vec::with_capacity(dims.len());
     for d in dims {
-        let d = d
-            .as_u64()
-            .and_then(|d| usize::try_from(d).ok())
-            .ok_or_else(|| bad("a shape entry is not a non-negative integer".into()))?;
+        let d = usize::try_from(d)
+            .map_err(|_| bad("a shape entry is larger than this machine can address".into()))?;
         shape.push(d);
     }
-    let Some(Json::Array(offsets)) = v.get("data_offsets") else {
-        return Err(bad("no data_offsets array".into()));
-    };
-    let offs: Vec<u64> = offsets.iter().filter_map(Json::as_u64).collect();
-    if offsets.len() != 2 || offs.len() != 2 {
+    if offs.len() != 2 {
         return Err(bad("data_offsets must be two non-negative integers [begin, end]".into()));
     }
     let (begin, end) = (offs[0], offs[1]);
@@ -360,19 +478,17 @@ impl TensorOut {
 /// The bytes of a safetensors file holding `tensors` (in this order) and `metadata`. The header
 /// is padded with spaces to a multiple of 8 bytes so the data starts aligned.
 pub fn serialize(tensors: &[TensorOut], metadata: &[(String, String)]) -> Result<Vec<u8>> {
-    let mut fields = Vec::new();
-    if !metadata.is_empty() {
-        fields.push((
-            "__metadata__".to_string(),
-            Json::Object(
-                metadata.iter().map(|(k, v)| (k.clone(), Json::String(v.clone()))).collect(),
-            ),
-        ));
-    }
-    let mut at = 0u64;
+    let mut names = HashSet::new();
     for t in tensors {
         let numel: usize = t.shape.iter().product();
         let size = dtype_size(t.dtype).unwrap_or(0);
+        if t.name == "__metadata__" {
+            return Err(crate::error::invalid(
+                "safetensors::serialize",
+                "tensors",
+                "a tensor cannot be named __metadata__ (the header's key for the metadata)",
+            ));
+        }
         if numel * size != t.data.len() {
             return Err(crate::error::invalid(
                 "safetensors::serialize",
@@ -385,38 +501,75 @@ pub fn serialize(tensors: &[TensorOut], metadata: &[(String, String)]) -> Result
                 ),
             ));
         }
-        if fields.iter().any(|(k, _)| *k == t.name) {
+        if !names.insert(t.name.as_str()) {
             return Err(crate::error::invalid(
                 "safetensors::serialize",
                 "tensors",
                 format!("the name {} appears twice", t.name),
             ));
         }
-        let end = at + t.data.len() as u64;
-        fields.push((
-            t.name.clone(),
-            Json::Object(vec![
-                ("dtype".into(), Json::String(t.dtype.into())),
-                (
-                    "shape".into(),
-                    Json::Array(t.shape.iter().map(|&d| Json::int(d as u64)).collect()),
-                ),
-                ("data_offsets".into(), Json::Array(vec![Json::int(at), Json::int(end)])),
-            ]),
-        ));
-        at = end;
     }
-    let mut header = Json::Object(fields).to_text().into_bytes();
+    let mut keys = HashSet::new();
+    if let Some((k, _)) = metadata.iter().find(|(k, _)| !keys.insert(k.as_str())) {
+        return Err(crate::error::invalid(
+            "safetensors::serialize",
+            "metadata",
+            format!("the key {k} appears twice"),
+        ));
+    }
+    let mut header = serde_json::to_vec(&HeaderOut { tensors, metadata })
+        .map_err(|e| crate::error::invalid("safetensors::serialize", "tensors", e.to_string()))?;
     while !header.len().is_multiple_of(8) {
         header.push(b' ');
     }
-    let mut out = Vec::with_capacity(8 + header.len() + at as usize);
+    let data_len: usize = tensors.iter().map(|t| t.data.len()).sum();
+    let mut out = Vec::with_capacity(8 + header.len() + data_len);
     out.extend_from_slice(&(header.len() as u64).to_le_bytes());
     out.extend_from_slice(&header);
     for t in tensors {
         out.extend_from_slice(&t.data);
     }
     Ok(out)
+}
+
+/// The header as written: `__metadata__` first (when there is any), then each tensor in order
+/// with the byte range it gets in the buffer.
+struct HeaderOut<'a> {
+    tensors: &'a [TensorOut],
+    metadata: &'a [(String, String)],
+}
+
+#[derive(Serialize)]
+struct EntryOut<'a> {
+    dtype: &'a str,
+    shape: &'a [usize],
+    data_offsets: [u64; 2],
+}
+
+struct MetadataOut<'a>(&'a [(String, String)]);
+
+impl Serialize for MetadataOut<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(k, v)| (k, v)))
+    }
+}
+
+impl Serialize for HeaderOut<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        let extra = usize::from(!self.metadata.is_empty());
+        let mut map = s.serialize_map(Some(self.tensors.len() + extra))?;
+        if !self.metadata.is_empty() {
+            map.serialize_entry("__metadata__", &MetadataOut(self.metadata))?;
+        }
+        let mut at = 0u64;
+        for t in self.tensors {
+            let end = at + t.data.len() as u64;
+            let entry = EntryOut { dtype: t.dtype, shape: &t.shape, data_offsets: [at, end] };
+            map.serialize_entry(&t.name, &entry)?;
+            at = end;
+        }
+        map.end()
+    }
 }
 
 /// Writes `bytes` to `path` atomically: into a temporary file in the same folder, flushed to

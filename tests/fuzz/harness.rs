@@ -20,11 +20,10 @@ use llm_workbook::ch09_gpt::model::Gpt;
 use llm_workbook::ch09_gpt::safetensors::SafeTensors;
 use llm_workbook::ch09_gpt::schedule::Schedule;
 use llm_workbook::ch09_gpt::train::{TrainConfig, Trainer};
-use llm_workbook::json;
 use std::sync::OnceLock;
 
-/// The names of the four targets, which are also the corpus folders under `tests/fuzz/corpus/`.
-pub const TARGETS: [&str; 4] = ["safetensors", "gpt2_files", "bpe_roundtrip", "json"];
+/// The names of the three targets, which are also the corpus folders under `tests/fuzz/corpus/`.
+pub const TARGETS: [&str; 3] = ["safetensors", "gpt2_files", "bpe_roundtrip"];
 
 /// The small model every safetensors input is loaded into: vocabulary 16, context 8, 1 block,
 /// 2 heads, width 8 (GPT-2's defaults otherwise: tied, learned positions).
@@ -152,20 +151,5 @@ pub fn bpe_roundtrip(data: &[u8]) {
             raw.iter().all(|&id| (id as usize) < t.vocab_size()),
             "decode must refuse exactly the bad ids"
         );
-    }
-}
-
-/// Target `json`: the input parsed by the crate's JSON reader, both as any value and as an object
-/// with key lines; a value that parses must survive writing and reading back (compact and
-/// indented) unchanged.
-pub fn json(data: &[u8]) {
-    let _ = json::parse_object_entries(data, "fuzz.json");
-    if let Ok(v) = json::parse(data, "fuzz.json") {
-        let again = json::parse(v.to_text().as_bytes(), "again.json")
-            .unwrap_or_else(|e| panic!("written JSON does not parse: {e}"));
-        assert_eq!(again, v, "compact round trip");
-        let pretty = json::parse(v.to_pretty().as_bytes(), "pretty.json")
-            .unwrap_or_else(|e| panic!("indented JSON does not parse: {e}"));
-        assert_eq!(pretty, v, "indented round trip");
     }
 }
