@@ -74,7 +74,8 @@ pub const ERRATA: &[Erratum] = &[
         printed: "GPT3 has 175 layers and d is often set to a value like 1024",
         correct: "GPT-3 175B has 96 layers and d = 12,288",
         why: "175 is GPT-3's parameter count in billions, not its depth; with 96 layers of 96 \
-            heads of width 128 (d = 96·128 = 12,288), the count comes to 175 billion (D1), while 175 layers of width 1,024 would hold about 2.2 billion.",
+            heads of width 128 (d = 96·128 = 12,288), the count comes to 175 billion (D1), \
+            while 175 layers of width 1,024 would hold about 2.2 billion.",
         test: "tests/ch09_gpt.rs::gpt3_has_96_layers_of_width_12288_not_175_of_1024",
     },
     Erratum {
