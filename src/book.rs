@@ -58,6 +58,7 @@ mod newcomer {
                 .iter()
                 .map(|c| root().join("chapters").join(format!("{}.md", c.stem))),
         );
+        pages.extend(["sources.md", "benchmarks.md"].map(|p| root().join("chapters").join(p)));
         pages
     }
 
@@ -580,5 +581,222 @@ mod shape {
         assert!(wide.is_empty(), "lines over {MAX_LINE_CHARS} characters:\n{}", wide.join("\n"));
         let planted = format!("fn f() {{}}\n// {}\n{}\n", "σ".repeat(97), "x".repeat(101));
         assert_eq!(wide_lines("t.rs", &planted), ["t.rs:3: 101 characters"]);
+    }
+}
+
+/// The pages beside the chapters: the sources page drawn from [`crate::sources::SOURCES`], the
+/// notation every page writes its math in, and the links that tie them together.
+#[cfg(test)]
+mod pages {
+    use crate::sources::SOURCES;
+    use std::path::{Path, PathBuf};
+
+    fn root() -> &'static Path {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+    }
+
+    fn read(path: &Path) -> String {
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    fn chapter_pages() -> Vec<PathBuf> {
+        super::chapters()
+            .iter()
+            .map(|c| root().join("chapters").join(format!("{}.md", c.stem)))
+            .collect()
+    }
+
+    /// The sources table as the page must carry it, from the code's table.
+    fn sources_table() -> String {
+        let mut out = String::from(
+            "| id | title (as the document gives it) | author | kind |\n|---|---|---|---|\n",
+        );
+        for s in SOURCES {
+            out.push_str(&format!("| {} | {} | {} | {} |\n", s.id, s.title, s.author, s.kind));
+        }
+        out
+    }
+
+    /// What is wrong with a sources page: its table disagrees with `SOURCES`, or a document has
+    /// no `## Dn` section.
+    fn sources_page_faults(page: &str) -> Vec<String> {
+        let mut faults = Vec::new();
+        match crate::report::prose_block(page, "sources") {
+            None => faults.push("no <!-- sources:begin/end --> block".to_string()),
+            Some(table) if table != sources_table().trim() => faults.push(format!(
+                "the table differs from src/sources.rs; it should read:\n{}",
+                sources_table()
+            )),
+            Some(_) => {}
+        }
+        for s in SOURCES {
+            if !page.lines().any(|l| l == format!("## {}", s.id)) {
+                faults.push(format!("no \"## {}\" section", s.id));
+            }
+        }
+        faults
+    }
+
+    #[test]
+    fn the_sources_page_carries_the_code_s_table_of_documents() {
+        let page = read(&root().join("chapters").join("sources.md"));
+        let faults = sources_page_faults(&page);
+        assert!(faults.is_empty(), "chapters/sources.md: {}", faults.join("\n"));
+        // A planted mistake: one title changed, one section missing.
+        let planted = page
+            .replace("| D3 | The Math Behind GPT Models", "| D3 | The Maths Behind GPT Models")
+            .replace("## D4\n", "## D four\n");
+        assert_eq!(sources_page_faults(&planted).len(), 2, "{planted}");
+    }
+
+    /// The first line (1-based) linking the sources page, if any.
+    fn first_sources_link(page: &str) -> Option<usize> {
+        page.lines()
+            .position(|l| l.contains("](sources.md") || l.contains("](chapters/sources.md"))
+            .map(|i| i + 1)
+    }
+
+    #[test]
+    fn the_readme_and_every_chapter_page_link_the_sources_page_near_the_top() {
+        let mut missing = Vec::new();
+        for page in chapter_pages() {
+            match first_sources_link(&read(&page)) {
+                Some(line) if line <= 20 => {}
+                found => missing.push(format!("{}: first link at {found:?}", page.display())),
+            }
+        }
+        let readme = read(&root().join("README.md"));
+        if first_sources_link(&readme).is_none() {
+            missing.push("README.md links no chapters/sources.md".to_string());
+        }
+        assert!(missing.is_empty(), "{}", missing.join("\n"));
+        assert_eq!(first_sources_link("# t\n\nno link\n"), None);
+        assert_eq!(first_sources_link("# t\nSources: [D3](sources.md#d3)\n"), Some(2));
+    }
+
+    #[test]
+    fn every_link_into_the_sources_page_names_a_document_it_has() {
+        let sources = read(&root().join("chapters").join("sources.md"));
+        let mut pages = chapter_pages();
+        pages.push(root().join("chapters").join("benchmarks.md"));
+        let mut broken = Vec::new();
+        for page in pages {
+            for (i, line) in read(&page).lines().enumerate() {
+                for part in line.split("](sources.md#").skip(1) {
+                    let anchor = part.split(')').next().unwrap_or_default();
+                    if !sources.lines().any(|l| l.to_lowercase() == format!("## {anchor}")) {
+                        broken.push(format!("{}:{}: #{anchor}", page.display(), i + 1));
+                    }
+                }
+            }
+        }
+        assert!(broken.is_empty(), "anchors the sources page lacks:\n{}", broken.join("\n"));
+    }
+
+    #[test]
+    fn no_page_names_a_document_by_its_file_number() {
+        let mut pages = chapter_pages();
+        pages.push(root().join("README.md"));
+        pages.push(root().join("chapters").join("benchmarks.md"));
+        let mut found = Vec::new();
+        for page in pages {
+            for (i, line) in read(&page).lines().enumerate() {
+                if file_number_citation(line) {
+                    found.push(format!("{}:{}: {line}", page.display(), i + 1));
+                }
+            }
+        }
+        assert!(found.is_empty(), "say D0…D4 instead:\n{}", found.join("\n"));
+        assert!(file_number_citation("as document 003 prints"));
+        assert!(file_number_citation("see 001_a269190d72ad5dbb.txt"));
+        assert!(!file_number_citation("as D3 prints, 0.003"));
+        assert!(!file_number_citation("`softmax_of_1000_1001_1002_equals`"));
+    }
+
+    /// Whether a line cites a document as "document 00n", "documents 000 and …" or by file name.
+    fn file_number_citation(line: &str) -> bool {
+        let lower = line.to_lowercase();
+        let bytes = lower.as_bytes();
+        // A seed file name: 00n_ followed by 16 hexadecimal digits, not inside a longer word.
+        let file_name = (0..bytes.len().saturating_sub(19)).any(|i| {
+            (i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_'))
+                && bytes[i..i + 2] == *b"00"
+                && (b'0'..=b'4').contains(&bytes[i + 2])
+                && bytes[i + 3] == b'_'
+                && bytes[i + 4..i + 20].iter().all(u8::is_ascii_hexdigit)
+        });
+        file_name
+            || ["document 00", "documents 00", "document 0", "documents 0"]
+                .iter()
+                .any(|p| lower.contains(p))
+    }
+
+    /// Constructs GitHub's math renderer is known to mangle (markdown eats the backslash first).
+    const BAD_MATH: [&str; 5] = ["\\{", "\\}", "\\,", "\\;", "\\!"];
+
+    /// Every line of a page, outside fenced code blocks and inline code spans, that holds a
+    /// construct of [`BAD_MATH`] or an odd number of single `$`, as `page:line: reason`; and an
+    /// unclosed `$$` block.
+    fn notation_faults(name: &str, page: &str) -> Vec<String> {
+        let mut faults = Vec::new();
+        let (mut fenced, mut display) = (false, 0usize);
+        for (i, line) in page.lines().enumerate() {
+            if line.trim_start().starts_with("```") {
+                fenced = !fenced;
+                continue;
+            }
+            if fenced {
+                continue;
+            }
+            // Drop inline code spans and escaped dollars.
+            let text: String = line
+                .split('`')
+                .enumerate()
+                .filter(|(k, _)| k % 2 == 0)
+                .map(|(_, s)| s)
+                .collect::<Vec<_>>()
+                .join(" ")
+                .replace("\\$", "");
+            for bad in BAD_MATH {
+                if text.contains(bad) {
+                    faults.push(format!("{name}:{}: {bad}", i + 1));
+                }
+            }
+            display += text.matches("$$").count();
+            let single = text.replace("$$", "").matches('$').count();
+            if single % 2 == 1 {
+                faults.push(format!("{name}:{}: unbalanced $", i + 1));
+            }
+        }
+        if display % 2 == 1 {
+            faults.push(format!("{name}: a $$ block is not closed"));
+        }
+        faults
+    }
+
+    #[test]
+    fn every_page_writes_math_github_renders() {
+        let mut pages = chapter_pages();
+        pages.push(root().join("chapters").join("sources.md"));
+        pages.push(root().join("chapters").join("benchmarks.md"));
+        let mut faults = Vec::new();
+        for page in &pages {
+            let name = page.strip_prefix(root()).unwrap_or(page).display().to_string();
+            faults.extend(notation_faults(&name, &read(page)));
+        }
+        assert!(faults.is_empty(), "math GitHub mangles:\n{}", faults.join("\n"));
+        // Planted: inline \{ and \,, a lone $, an unclosed $$; code is exempt.
+        let planted = "ok $a$ and `\\{` and\n```\n\\, $\n```\n$y \\in \\{0, 1\\}$\n\
+                       $a\\,b$ and $5\n$$\nx\n";
+        assert_eq!(
+            notation_faults("p.md", planted),
+            [
+                "p.md:5: \\{",
+                "p.md:5: \\}",
+                "p.md:6: \\,",
+                "p.md:6: unbalanced $",
+                "p.md: a $$ block is not closed"
+            ]
+        );
     }
 }

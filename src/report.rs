@@ -172,6 +172,24 @@ pub fn worked_markdown(rows: &[Worked]) -> String {
     out
 }
 
+/// Worked tables longer than this many rows fold into a `<details>` block on the page.
+pub const FOLD_ROWS: usize = 20;
+
+/// The worked-number table as the chapter page carries it: [`worked_markdown`], folded into
+/// `<details><summary>All N worked numbers</summary>` … `</details>` when it has more than
+/// [`FOLD_ROWS`] rows (blank lines around the table so GitHub renders it inside).
+pub fn worked_block(rows: &[Worked]) -> String {
+    let table = worked_markdown(rows);
+    if rows.len() <= FOLD_ROWS {
+        return table;
+    }
+    format!(
+        "<details><summary>All {} worked numbers</summary>\n\n{}\n</details>\n",
+        rows.len(),
+        table
+    )
+}
+
 /// The text between `<!-- {tag}:begin -->` and `<!-- {tag}:end -->` in a chapter's prose,
 /// trimmed; `None` when the markers are missing.
 pub fn prose_block<'a>(markdown: &'a str, tag: &str) -> Option<&'a str> {
@@ -271,7 +289,7 @@ pub fn sync_prose(root: &Path, chapter: &Chapter) -> crate::Result<bool> {
         reason: format!("no <!-- {tag}:begin --> … <!-- {tag}:end --> markers"),
     };
     let new =
-        replace_block(&old, "worked", &worked_markdown(&rows)).ok_or_else(|| missing("worked"))?;
+        replace_block(&old, "worked", &worked_block(&rows)).ok_or_else(|| missing("worked"))?;
     let new = replace_block(&new, "errata", &crate::errata::markdown_table(chapter.errata))
         .ok_or_else(|| missing("errata"))?;
     if new != old {
@@ -394,6 +412,20 @@ mod tests {
             Worked::erratum("t", crate::sources::D0, "q", "1.5", "2.0").status,
             Status::Erratum
         );
+    }
+
+    #[test]
+    fn long_tables_fold_and_short_ones_do_not() {
+        let row = Worked::number("t", crate::sources::D0, "x", "0.5", 0.5);
+        let short = vec![row.clone(); FOLD_ROWS];
+        assert_eq!(worked_block(&short), worked_markdown(&short));
+        let long = vec![row; FOLD_ROWS + 1];
+        let folded = worked_block(&long);
+        let summary =
+            format!("<details><summary>All {} worked numbers</summary>\n\n", FOLD_ROWS + 1);
+        assert!(folded.starts_with(&summary), "{folded}");
+        assert!(folded.contains(&worked_markdown(&long)));
+        assert!(folded.ends_with("|\n\n</details>\n"), "{folded}");
     }
 
     #[test]

@@ -45,7 +45,7 @@ fn mat() -> DVector<f64> {
     one_hot(4, 0).unwrap()
 }
 
-// ───────────────────────── document 000 ─────────────────────────
+// ───────────────────────── D0 ─────────────────────────
 
 #[test]
 fn softmax_of_1_2_8_is_0_001_0_002_0_997() {
@@ -234,7 +234,7 @@ fn summed_weight_gradient_is_n_times_the_mean_gradient() {
     let b = rng.normal_matrix::<f64>(1, 3, 0.3);
     let n = x.nrows() as f64;
     let summed = summed_weight_gradient(&w, &b, &x, &t).unwrap();
-    assert_eq!(summed.shape(), (3, 2), "one row per class, as document 000 writes it");
+    assert_eq!(summed.shape(), (3, 2), "one row per class, as D0 writes it");
     let (_, d_w, _) = regression_loss_and_gradient(&w, &b, &x, &t).unwrap();
     assert!((&summed - d_w.transpose() * n).amax() < 1e-12);
     // Σᵢ(ŷᵢ − yᵢ)xᵢᵀ is the gradient of the summed loss N·L with respect to the K×D weights Wᵀ.
@@ -245,7 +245,7 @@ fn summed_weight_gradient_is_n_times_the_mean_gradient() {
     .assert_passed();
 }
 
-// ───────────────────────── document 003 ─────────────────────────
+// ───────────────────────── D3 ─────────────────────────
 
 #[test]
 fn softmax_of_2_1_0_2_is_0_65_0_24_0_11() {
@@ -289,6 +289,22 @@ fn gradient_at_0_1_0_1_0_1_0_7_is_minus_0_9_0_1_0_1_0_7() {
     let back = cross_entropy_from_logits_backward(&row(&logits_of(&p).unwrap()), &[0]).unwrap();
     assert!((back - row(&g)).amax() < 1e-15);
     assert!(g.sum().abs() < 1e-15, "the gradient of a softmax loss sums to zero");
+}
+
+#[test]
+fn one_step_changes_the_logits_by_0_09_minus_0_01_minus_0_01_minus_0_07() {
+    // D3's update Zᵢ ← Zᵢ − 0.1·∂L/∂Zᵢ at P = (0.1, 0.1, 0.1, 0.7), y = mat: the amounts it adds
+    // (0.1 + 0.09, 0.1 − 0.01, 0.7 − 0.07) are the changes of the logits.
+    let p = v(&[0.1, 0.1, 0.1, 0.7]);
+    let z = logits_of(&p).unwrap();
+    let change = logit_step(&z, 0, 0.1).unwrap() - &z;
+    for (ours, printed) in change.iter().zip(["0.09", "-0.01", "-0.01", "-0.07"]) {
+        assert_printed(*ours, printed);
+    }
+    // The changes are −α(P − y) and sum to zero, whatever the logits' common shift.
+    let g = d_cross_entropy_d_logits(&mat(), &p).unwrap();
+    assert!((&change + &g * 0.1).amax() < 1e-15);
+    assert!(change.sum().abs() < 1e-15);
 }
 
 #[test]

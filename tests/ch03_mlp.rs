@@ -587,6 +587,53 @@ fn gradient_has_one_weight_and_one_bias_for_each_layer_1_to_l() {
 }
 
 #[test]
+fn a_step_against_the_gradient_lowers_the_cost() {
+    use llm_workbook::ch03_mlp::book::descent_step_costs;
+    // D0's rule: −∇C points downhill, so a small step along it lowers C.
+    let (before, after) = descent_step_costs(0.1);
+    assert!(after < before, "C₀ {before} → {after}");
+    // A step along +∇C raises it: the sign is what matters.
+    let (_, uphill) = descent_step_costs(-0.1);
+    assert!(uphill > before, "C₀ {before} → {uphill}");
+    // Weight by weight: moving one weight alone in the sign of its −∂C₀/∂w lowers C₀.
+    let (chain, x, y) = chapter_chain();
+    let g = chain.gradients(x, y);
+    for l in 0..chain.depth() {
+        let mut moved = chain.clone();
+        moved.w[l] -= 1e-3 * g.d_w[l].signum();
+        assert!(moved.cost(x, y) < chain.cost(x, y), "w{}", l + 1);
+    }
+}
+
+#[test]
+fn minus_gradient_entry_before_the_last_belongs_to_w_n_minus_1() {
+    use llm_workbook::ch03_mlp::book::{printed_gradient_label, weight_label_from_end};
+    assert_eq!(printed_gradient_label("-0.37").as_deref(), Some("w_{n−1}"));
+    assert_eq!(printed_gradient_label("0.16").as_deref(), Some("w_n"));
+    assert_eq!(printed_gradient_label("0.31").as_deref(), Some("w_0"));
+    assert_eq!(printed_gradient_label("0.03").as_deref(), Some("w_1"));
+    assert_eq!(weight_label_from_end(2), "w_{n−2}");
+    // (w₀ … w_n) has n + 1 entries: index n + 1 is past the end, for any n.
+    for n in 1..6 {
+        let w: Vec<usize> = (0..=n).collect();
+        assert!(w.get(n + 1).is_none() && w.get(n - 1).is_some());
+    }
+}
+
+#[test]
+fn a_digit_classifier_has_ten_outputs_for_0_to_9() {
+    use llm_workbook::ch03_mlp::book::DIGITS;
+    let digits: Vec<u32> = (0..=9).collect();
+    assert_eq!(digits.len(), DIGITS);
+    assert_eq!((0..=10).count(), DIGITS + 1, "0-10 names eleven classes");
+    // A classifier from 784 pixels to one output per digit predicts DIGITS columns.
+    let net = Mlp::<f64>::random(&[784, 16, DIGITS], Activation::Relu, None, 0.0, &mut Rng::new(1))
+        .unwrap();
+    let out = net.predict(&DMatrix::zeros(2, 784)).unwrap();
+    assert_eq!(out.shape(), (2, 10));
+}
+
+#[test]
 fn cost_over_examples_averages_the_per_example_gradients() {
     let (chain, _, _) = chapter_chain();
     let (xs, ys) = ([0.6, -1.0, 2.0], [0.2, 0.9, 0.5]);

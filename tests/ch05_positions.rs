@@ -1,4 +1,4 @@
-//! Chapter 5: sinusoidal position encodings, document 003's printed matrices, and the properties
+//! Chapter 5: sinusoidal position encodings, D3's printed matrices, and the properties
 //! that make the encoding useful.
 
 mod common;

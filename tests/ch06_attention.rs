@@ -1,5 +1,5 @@
 //! Chapter 6: attention, multi-head attention, LayerNorm, the feed-forward net and the block:
-//! document 003's walk-through, gradient checks of every backward, invariants, bad input.
+//! D3's walk-through, gradient checks of every backward, invariants, bad input.
 
 mod common;
 
@@ -43,7 +43,7 @@ fn weighted_sum(m: &DMatrix<f64>, r: &DMatrix<f64>) -> f64 {
     m.component_mul(r).sum()
 }
 
-// ───────────────────────── document 003: Q, K, V ─────────────────────────
+// ───────────────────────── D3: Q, K, V ─────────────────────────
 
 #[test]
 fn q_first_row_by_hand_is_1_5_1_1_2_6_0() {
@@ -179,7 +179,7 @@ fn y_qkv_are_reproduced() {
     }
 }
 
-// ───────────────────────── document 003: attention ─────────────────────────
+// ───────────────────────── D3: attention ─────────────────────────
 
 #[test]
 fn scale_is_one_over_sqrt_d_k() {
@@ -282,7 +282,37 @@ fn w_o_filled_with_0_5_is_not_what_was_used() {
     assert_eq!(format!("{:.8}", half[(0, 0)]), "5.92954852");
 }
 
-// ───────────────────────── document 003: LayerNorm and the FFN ─────────────────────────
+#[test]
+fn w_o_filled_with_0_5_misses_every_printed_row() {
+    let w = book::walkthrough().unwrap();
+    let half = matmul(&w.concat, &DMatrix::from_element(8, 4, 0.5)).unwrap();
+    let printed = p(book::PRINTED_MULTIHEAD);
+    // With W_O all 0.5 each row is four copies of half its Concat row's sum, at 8 decimals …
+    let want = ["5.92954852", "6.02018627", "5.68995938"];
+    for (r, want) in want.iter().enumerate() {
+        for c in 0..4 {
+            assert_eq!(format!("{:.8}", half[(r, c)]), *want, "row {}, column {}", r + 1, c + 1);
+        }
+        // … and no entry of the printed row is within a unit of the 8th decimal of it.
+        for c in 0..4 {
+            assert!((printed[(r, c)] - half[(r, c)]).abs() > 0.1, "row {}", r + 1);
+        }
+    }
+    // The printed rows are Concat times the random W_O printed next.
+    assert!((&w.multihead - &printed).amax() < 1e-7);
+}
+
+#[test]
+fn ffn_inner_width_is_4d_in_the_transformer_and_6_in_the_example() {
+    let w = book::walkthrough().unwrap();
+    let d = w.x_pe.ncols();
+    assert_eq!((d, 4 * d), (4, 16));
+    let ffn = book::doc_ffn().unwrap();
+    assert_eq!(ffn.w1.shape(), (4, 6));
+    assert_eq!(ffn.w2.shape(), (6, 4));
+}
+
+// ───────────────────────── D3: LayerNorm and the FFN ─────────────────────────
 
 /// LayerNorm with a sample (N − 1) variance, for the comparison only.
 fn ln_sample_variance(x: &DMatrix<f64>, eps: f64) -> DMatrix<f64> {
@@ -577,7 +607,7 @@ fn multiplicative_mask_breaks_softmax() {
 
 #[test]
 fn one_head_value_map_is_redundant() {
-    // Document 002: for one head, A V W_O = A E (W_V W_O); only the product W_V W_O matters.
+    // D2: for one head, A V W_O = A E (W_V W_O); only the product W_V W_O matters.
     let mut rng = Rng::new(11);
     let e = rand(&mut rng, 5, 6);
     let (w_q, w_k, w_v, w_o) =
@@ -638,7 +668,7 @@ fn literal_reading_of_002_normalises_the_residual_stream() {
 
 #[test]
 fn random_dot_products_have_spread_sqrt_d() {
-    // Document 002: √d is the typical size of q·k for entries with mean 0 and variance 1.
+    // D2: √d is the typical size of q·k for entries with mean 0 and variance 1.
     let mut rng = Rng::new(17);
     let d = 64;
     let n = 4000;

@@ -17,7 +17,7 @@ fn fixture(name: &str) -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("fixtures").join(name)
 }
 
-// ───────────── GPT-3 counted as document 001 counts it ─────────────
+// ───────────── GPT-3 counted as D1 counts it ─────────────
 
 fn gpt3() -> MatrixAccounting {
     MatrixAccounting::of(&Config::gpt3_175b()).unwrap()
@@ -29,7 +29,7 @@ fn gpt3_embedding_holds_617558016_weights() {
     assert_eq!(a.embedding, 50_257 * 12_288);
     assert_eq!(a.embedding, 617_558_016);
     assert_eq!(a.unembedding, 617_558_016);
-    // Embedding plus unembedding: "a little over a billion", as document 001 puts it.
+    // Embedding plus unembedding: "a little over a billion", as D1 puts it.
     assert_eq!(a.embedding + a.unembedding, 1_235_116_032);
 }
 
@@ -170,7 +170,7 @@ fn a_config_that_describes_no_model_is_refused() {
     assert!(MatrixAccounting::of(&Config { heads: 5, ..good }).is_err());
 }
 
-// ───────────── document 003: "I love AI" ─────────────
+// ───────────── D3: "I love AI" ─────────────
 
 #[test]
 fn i_love_ai_h0_is_u_plus_wp() {
@@ -997,7 +997,7 @@ mod generation {
 
     #[test]
     fn earlier_positions_do_not_see_later_tokens() {
-        // Document 002: the distribution at position l depends only on tokens up to l, the fact
+        // D2: the distribution at position l depends only on tokens up to l, the fact
         // that makes a key/value cache possible.
         let m = model_f64(2);
         let a = m.logits(&[1, 2, 3, 4, 5], 5).unwrap();

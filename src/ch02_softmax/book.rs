@@ -96,12 +96,12 @@ fn vec_of(xs: &[f64]) -> DVector<f64> {
     DVector::from_column_slice(xs)
 }
 
-/// The example of document 003: y = mat, the good and the bad prediction.
+/// The example of D3: y = mat, the good and the bad prediction.
 fn mat_example() -> Result<(DVector<f64>, DVector<f64>, DVector<f64>)> {
     Ok((one_hot(4, 0)?, vec_of(&[0.7, 0.1, 0.1, 0.1]), vec_of(&[0.1, 0.1, 0.1, 0.7])))
 }
 
-/// The text's chain Σₖ(ŷₖ − yₖ)·∂ŷₖ/∂zⱼ, as document 000 prints it, for the erratum row.
+/// The text's chain Σₖ(ŷₖ − yₖ)·∂ŷₖ/∂zⱼ, as D0 prints it, for the erratum row.
 pub fn printed_chain(y: &DVector<f64>, y_hat: &DVector<f64>) -> Result<DVector<f64>> {
     let jacobian = softmax_jacobian(y_hat)?;
     check_same_length("printed_chain", "y and y_hat", y, y_hat)?;
@@ -116,7 +116,7 @@ fn tuple_text(v: &DVector<f64>, decimals: usize) -> String {
 pub fn worked() -> Result<Vec<Worked>> {
     let mut rows = Vec::new();
 
-    // Document 000: softmax((1, 2, 8)), the base remark, temperature.
+    // D0: softmax((1, 2, 8)), the base remark, temperature.
     let p = softmax(&vec_of(&[1.0, 2.0, 8.0]))?;
     for (i, printed) in ["0.001", "0.002", "0.997"].into_iter().enumerate() {
         rows.push(Worked::number(
@@ -162,7 +162,7 @@ pub fn worked() -> Result<Vec<Worked>> {
         softer_text,
     ));
 
-    // Document 001: the temperature limits.
+    // D1: the temperature limits.
     let cold = softmax_with_temperature(&z, 1e-3)?;
     rows.push(Worked::text(
         "temperature_to_zero_tends_to_argmax",
@@ -194,7 +194,7 @@ pub fn worked() -> Result<Vec<Worked>> {
         "2",
     ));
 
-    // Document 002: stability and the log-loss.
+    // D2: stability and the log-loss.
     let big = softmax(&vec_of(&[1000.0, 1001.0, 1002.0]))?;
     let small = softmax(&vec_of(&[0.0, 1.0, 2.0]))?;
     rows.push(Worked::text(
@@ -221,7 +221,7 @@ pub fn worked() -> Result<Vec<Worked>> {
         if (summed - neg_log_joint).abs() < 1e-12 { "log-loss = −log P(x)" } else { "differs" },
     ));
 
-    // Document 003: the supplemental softmax example.
+    // D3: the supplemental softmax example.
     let p = softmax(&z)?;
     for (i, (name, printed)) in
         [("A", "0.65"), ("B", "0.24"), ("C", "0.11")].into_iter().enumerate()
@@ -235,7 +235,7 @@ pub fn worked() -> Result<Vec<Worked>> {
         ));
     }
 
-    // Document 003: the cross-entropy example and its gradient.
+    // D3: the cross-entropy example and its gradient.
     rows.push(Worked::number(
         "cross_entropy_of_mat_at_0_7_is_0_357",
         D3,
@@ -258,6 +258,17 @@ pub fn worked() -> Result<Vec<Worked>> {
             format!("∂L/∂Z_{} = P − y", WORDS[i]),
             printed,
             g[i],
+        ));
+    }
+    let z = logits_of(&bad)?;
+    let change = logit_step(&z, 0, 0.1)? - &z;
+    for (i, printed) in ["0.09", "-0.01", "-0.01", "-0.07"].into_iter().enumerate() {
+        rows.push(Worked::number(
+            "one_step_changes_the_logits_by_0_09_minus_0_01_minus_0_01_minus_0_07",
+            D3,
+            format!("change of Z_{} in one step, −0.1·∂L/∂Z = −0.1·(P − y)", WORDS[i]),
+            printed,
+            change[i],
         ));
     }
     let mixed = mix_towards_target(&bad, &y, 0.1)?;
@@ -288,7 +299,7 @@ pub fn worked() -> Result<Vec<Worked>> {
         fixed(mixed.sum(), 2),
     ));
 
-    // Document 003: the 2000-iteration script, replayed.
+    // D3: the 2000-iteration script, replayed.
     let replay = document_replay()?;
     rows.push(Worked::erratum(
         "script_starts_from_logits_not_from_the_texts_probabilities",
@@ -346,7 +357,7 @@ pub fn worked() -> Result<Vec<Worked>> {
         }
     }
 
-    // Document 000: the multiclass gradient.
+    // D0: the multiclass gradient.
     let y_hat = &good;
     rows.push(Worked::erratum(
         "d_loss_d_probabilities_is_minus_y_over_y_hat",

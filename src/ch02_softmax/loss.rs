@@ -91,7 +91,7 @@ pub fn cross_entropy<T: Float>(y: &DVector<T>, y_hat: &DVector<T>) -> Result<T> 
 }
 
 /// ∂L/∂ŷᵢ = −yᵢ/ŷᵢ, the derivative of [`cross_entropy`] with respect to the probabilities
-/// (document 000 prints yᵢ − ŷᵢ here; see the errata). Errors where ŷᵢ = 0 < yᵢ (infinite slope).
+/// (D0 prints yᵢ − ŷᵢ here; see the errata). Errors where ŷᵢ = 0 < yᵢ (infinite slope).
 pub fn d_cross_entropy_d_probabilities<T: Float>(
     y: &DVector<T>,
     y_hat: &DVector<T>,
@@ -138,7 +138,7 @@ pub fn d_logits_by_chain_rule<T: Float>(y: &DVector<T>, y_hat: &DVector<T>) -> R
 }
 
 /// (1 − α)·ŷ + α·y = ŷ − α(ŷ − y): the gradient step applied to the *probabilities*, which is what
-/// document 003 computes by hand. It is not a gradient-descent step (that moves the logits; see
+/// D3 computes by hand. It is not a gradient-descent step (that moves the logits; see
 /// [`logit_step`]); it mixes ŷ towards y and, since Σ(ŷ − y) = 0, keeps the sum at exactly 1.
 pub fn mix_towards_target<T: Float>(
     y_hat: &DVector<T>,

@@ -13,7 +13,7 @@
 //!   J = diag(ŷ) − ŷŷᵀ, log-softmax, log-sum-exp, temperature, entropy;
 //! - [`loss`]: the cross-entropy from probabilities, ∂L/∂ŷ = −y/ŷ, ∂L/∂z = Jᵀ(−y/ŷ) = ŷ − y,
 //!   and from logits by log-sum-exp, with one gradient step on the logits;
-//! - [`script`]: document 003's 2000-step script, replayed;
+//! - [`script`]: D3's 2000-step script, replayed;
 //! - [`regression`]: Z = XW + 1bᵀ forward and backward, and its training.
 //!
 //! [`book`] holds what the book shows of the chapter (errata, worked numbers, walk-through,

@@ -42,7 +42,7 @@ fn check_regression<T: Float>(
 }
 
 /// Z = XW + 1bᵀ: one row of K class logits per sample. Shapes: x N×D, w D×K, b 1×K, Z N×K.
-/// (Document 000 writes the weights as K×D, one row per class: our W is its transpose.)
+/// (D0 writes the weights as K×D, one row per class: our W is its transpose.)
 pub fn regression_logits<T: Float>(
     w: &DMatrix<T>,
     b: &DMatrix<T>,
@@ -103,7 +103,7 @@ pub fn regression_loss_and_gradient<T: Float>(
     Ok((loss, d_w, d_b))
 }
 
-/// Document 000's form of the weight gradient, written as it is printed: the gradient of the
+/// D0's form of the weight gradient, written as it is printed: the gradient of the
 /// *summed* loss, Σᵢ (ŷᵢ − yᵢ)xᵢᵀ, one row per class (K×D), accumulated sample by sample. It is
 /// N·(∂L/∂W)ᵀ of [`regression_loss_and_gradient`].
 pub fn summed_weight_gradient(

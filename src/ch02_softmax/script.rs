@@ -1,4 +1,4 @@
-//! Document 003's 2000-step script, replayed: gradient descent on the four logits of one example.
+//! D3's 2000-step script, replayed: gradient descent on the four logits of one example.
 
 use super::loss::logit_step;
 use super::probabilities::softmax;

@@ -3,8 +3,8 @@
 
 use super::activations::{Activation, activation_forward};
 use super::chain::{
-    chapter_chain, d_c0_d_a_last, d_c0_d_a_prev, d_c0_d_a_prev_sum, d_c0_d_b_last, d_c0_d_w_last,
-    multi_neuron_matrix_form,
+    Chain, chapter_chain, d_c0_d_a_last, d_c0_d_a_prev, d_c0_d_a_prev_sum, d_c0_d_b_last,
+    d_c0_d_w_last, multi_neuron_matrix_form,
 };
 use super::dense::{dense_backward, dense_forward};
 use super::fact::{
@@ -80,13 +80,68 @@ pub const ERRATA: &[Erratum] = &[
         printed: "if Ē·(last name Jordan) = Ē·(first name Michael), the vector encodes both first \
                   name Michael and last name Jordan",
         correct: "the vector encodes both when both dot products are ≈ 1, i.e. Ē·(M + J) ≈ 2 \
-                  (document 004: 2 for the full name, 1 or less otherwise)",
+                  (D4: 2 for the full name, 1 or less otherwise)",
         why: "Equal dot products are not a conjunction: a vector that encodes neither name (both \
               products 0) or only half of each satisfies the equality. The AND is made by the bias \
               −1 and the ReLU acting on the sum.",
         test: "tests/ch03_mlp.rs::equal_dot_products_do_not_mean_both_names",
     },
+    Erratum {
+        document: D0,
+        section: "NN gradient descent, the example of −∇C(w̄)",
+        printed: "−∇C(w̄) = (0.31, 0.03, ⋮, −0.37, 0.16) for w̄ = (w₀, w₁, ⋮, w_n); \
+                  \"w_{n+1} should decrease\"",
+        correct: "the −0.37 entry, second from the end, belongs to w_{n−1}: \
+                  w_{n−1} should decrease",
+        why: "w̄ = (w₀ … w_n) has n + 1 entries and ends in w_n, so no w_{n+1} exists; the \
+              negative entry is the one before the last (0.16, which belongs to w_n). A negative \
+              entry of −∇C means that weight should decrease, as the text says.",
+        test: "tests/ch03_mlp.rs::minus_gradient_entry_before_the_last_belongs_to_w_n_minus_1",
+    },
+    Erratum {
+        document: D0,
+        section: "Neural Networks, the layers of a digit classifier",
+        printed: "the last layer is the activation of digits 0-10",
+        correct: "digits 0–9: ten output neurons, one per digit",
+        why: "There are ten decimal digits, 0 to 9; 0 to 10 would be eleven classes, and 10 is \
+              written with two digits. The classifier's output layer has ten neurons.",
+        test: "tests/ch03_mlp.rs::a_digit_classifier_has_ten_outputs_for_0_to_9",
+    },
 ];
+
+/// D0's illustrative −∇C(w̄) for w̄ = (w₀, w₁, ⋮, w_n), entry by entry as printed.
+pub const PRINTED_MINUS_GRADIENT: [&str; 5] = ["0.31", "0.03", "⋮", "-0.37", "0.16"];
+
+/// The decimal digits a digit classifier tells apart, 0 to 9.
+pub const DIGITS: usize = 10;
+
+/// The name of the weight `k` places before the last of w̄ = (w₀, …, w_n): `w_n` for k = 0,
+/// `w_{n−k}` otherwise.
+pub fn weight_label_from_end(k: usize) -> String {
+    if k == 0 { "w_n".to_string() } else { format!("w_{{n−{k}}}") }
+}
+
+/// The label of the printed −∇C entry `entry`, counted from the end of
+/// [`PRINTED_MINUS_GRADIENT`] (the entries after the `⋮` are the last ones of w̄).
+pub fn printed_gradient_label(entry: &str) -> Option<String> {
+    let at = PRINTED_MINUS_GRADIENT.iter().position(|e| *e == entry)?;
+    let dots = PRINTED_MINUS_GRADIENT.iter().position(|e| *e == "⋮")?;
+    if at < dots {
+        return Some(format!("w_{at}"));
+    }
+    Some(weight_label_from_end(PRINTED_MINUS_GRADIENT.len() - 1 - at))
+}
+
+/// C₀ of the chapter's chain before and after one step w ← w − α∇C₀ on every weight and bias.
+pub fn descent_step_costs(alpha: f64) -> (f64, f64) {
+    let (chain, x0, y) = chapter_chain();
+    let g = chain.gradients(x0, y);
+    let stepped = Chain {
+        w: chain.w.iter().zip(&g.d_w).map(|(w, d)| w - alpha * d).collect(),
+        b: chain.b.iter().zip(&g.d_b).map(|(b, d)| b - alpha * d).collect(),
+    };
+    (chain.cost(x0, y), stepped.cost(x0, y))
+}
 
 /// The chapter's worked numbers, recomputed.
 pub fn worked() -> Result<Vec<Worked>> {
@@ -153,6 +208,38 @@ pub fn worked() -> Result<Vec<Worked>> {
                 "∂C/∂w⁽¹⁾, ∂C/∂b⁽¹⁾ ({} entries for L = {l})",
                 chain.gradients(x0, y).d_w.len() + chain.gradients(x0, y).d_b.len()
             ),
+        ),
+        Worked::illustrative(
+            D0,
+            "−∇C(w̄) in n dimensions, entry by entry (no network or data given)",
+            "0.31, 0.03, …, −0.37, 0.16",
+        ),
+        {
+            let (before, after) = descent_step_costs(0.1);
+            Worked::text(
+                "a_step_against_the_gradient_lowers_the_cost",
+                D0,
+                format!(
+                    "the sign rule: C₀ of the chapter's chain after w ← w − 0.1∇C₀ \
+                     ({before:.4} → {after:.4})"
+                ),
+                "C decreases",
+                if after < before { "C decreases" } else { "C does not decrease" },
+            )
+        },
+        Worked::erratum(
+            "minus_gradient_entry_before_the_last_belongs_to_w_n_minus_1",
+            D0,
+            "the weight of −∇C's entry −0.37 (second from the end) in (w₀, w₁, …, w_n)",
+            "w_{n+1}",
+            printed_gradient_label("-0.37").unwrap_or_default(),
+        ),
+        Worked::erratum(
+            "a_digit_classifier_has_ten_outputs_for_0_to_9",
+            D0,
+            "the digits of a digit classifier's output layer",
+            "0-10",
+            format!("0–{} ({DIGITS} output neurons)", DIGITS - 1),
         ),
         Worked::erratum(
             "multi_neuron_sum_runs_over_the_neurons_of_layer_l",

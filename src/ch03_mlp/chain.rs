@@ -1,4 +1,4 @@
-//! Backpropagation by the chain rule, as document 000 derives it: a chain of one-neuron sigmoid
+//! Backpropagation by the chain rule, as D0 derives it: a chain of one-neuron sigmoid
 //! layers, the three factors of ∂C₀/∂w⁽ᴸ⁾, the error carried one layer back, and the sum over
 //! the neurons of a wider layer against the matrix form the MLP uses.
 

@@ -15,7 +15,7 @@ use crate::sources::D3;
 use nalgebra::DMatrix;
 use std::path::{Path, PathBuf};
 
-/// The position encoding document 003 prints for positions 0, 1, 2 (input and output alike).
+/// The position encoding D3 prints for positions 0, 1, 2 (input and output alike).
 pub const PRINTED_PE: &str = "0 1 0 1; 0.8415 0.99995 0.0001 1; 0.9093 0.9998 0.0002 1";
 
 // ───────────────────────────── errata, worked numbers ─────────────────────────────

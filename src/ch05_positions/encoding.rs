@@ -42,7 +42,7 @@ pub enum Reading {
     /// The formula as stated: e_j = 2⌊j/2⌋/d, so a sine and the cosine next to it share a
     /// frequency.
     Standard,
-    /// What document 003's numbers follow: e_j = 2j/d, the column index j put where the pair index
+    /// What D3's numbers follow: e_j = 2j/d, the column index j put where the pair index
     /// i belongs, so every column gets its own frequency.
     ColumnIndex,
 }

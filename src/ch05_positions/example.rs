@@ -1,4 +1,4 @@
-//! Document 003's worked example: the embeddings of "You are welcome" and "`<start>` de nada",
+//! D3's worked example: the embeddings of "You are welcome" and "`<start>` de nada",
 //! the exponents the document writes, and the X + PE and Y + PE it prints, which chapter 6 starts
 //! from.
 
@@ -27,11 +27,11 @@ pub fn matrix3x4(rows: &[[f64; 4]; 3]) -> DMatrix<f64> {
 
 // ───────────────────────── the exponents the document writes ─────────────────────────
 
-/// The exponents written inside document 003's symbolic matrix PE_input for d = 4:
+/// The exponents written inside D3's symbolic matrix PE_input for d = 4:
 /// sin(pos/10000⁰), cos(pos/10000^0.5), sin(pos/10000²), cos(pos/10000^2.5).
 pub const DOC_SYMBOLIC_EXPONENTS: [f64; 4] = [0.0, 0.5, 2.0, 2.5];
 
-/// The exponents of document 003's term-by-term breakdown at pos = 0, where the cosine of pair i
+/// The exponents of D3's term-by-term breakdown at pos = 0, where the cosine of pair i
 /// is written with 2(i + 1)/d: 0, 0.5, 0.5, 1.
 pub const DOC_BREAKDOWN_EXPONENTS: [f64; 4] = [0.0, 0.5, 0.5, 1.0];
 
@@ -47,11 +47,11 @@ pub fn walkthrough_pe(reading: Reading) -> Result<DMatrix<f64>> {
 
 // ───────────────────────── the sums the document prints ─────────────────────────
 
-/// X + PE as document 003 prints it. Chapter 6 starts from exactly these numbers.
+/// X + PE as D3 prints it. Chapter 6 starts from exactly these numbers.
 pub const PRINTED_X_PLUS_PE: &str =
     "0.1 1.2 -0.1 1.4; 0.5415 1.49995 0.1001 0.8; 1.3093 0.6998 0.2002 1.1";
 
-/// Y + PE as document 003 prints it.
+/// Y + PE as D3 prints it.
 pub const PRINTED_Y_PLUS_PE: &str =
     "0.0 1.0 0.0 1.0; 0.6415 1.39995 0.3001 1.1; 1.4093 0.8998 -0.3998 1.3";
 

@@ -15,7 +15,7 @@
 //! PE(pos) ([`shift_operator`]) and the dot product of two encodings a function of their offset
 //! alone ([`dot_at_offset`]).
 //!
-//! Document 003 prints encodings for d = 4 that follow a different exponent from the one it
+//! D3 prints encodings for d = 4 that follow a different exponent from the one it
 //! states; [`Reading`] names both, and [`with_exponents`] evaluates any exponent list so every
 //! printed variant can be reproduced. The prose is `chapters/ch05_positions.md`; the tests are
 //! `tests/ch05_positions.rs`.
@@ -24,7 +24,7 @@
 //! - [`encoding`]: ωᵢ, the exponents of a reading, PE, and X + PE for a batch;
 //! - [`properties`]: the shift operator S_k with PE(pos + k) = PE(pos)·S_k, and
 //!   PE(p)·PE(p + k) = Σᵢ cos(k ωᵢ);
-//! - [`example`]: document 003's embeddings, the exponents it writes, and its printed X + PE and
+//! - [`example`]: D3's embeddings, the exponents it writes, and its printed X + PE and
 //!   Y + PE, which chapter 6 starts from.
 //!
 //! [`book`] holds what the book shows of the chapter (the printed PE, errata, worked numbers,

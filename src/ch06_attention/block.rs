@@ -2,9 +2,9 @@
 //! attention, LayerNorm and the feed-forward net together, in pre-LN or post-LN order.
 //!
 //! ```text
-//! FFN(x) = f(xW₁ + b₁)W₂ + b₂                        f = ReLU (document 003) or GELU (GPT-2)
-//! pre-LN:  h = x + MHA(LN₁(x)),   y = h + FFN(LN₂(h))      document 002, GPT-2
-//! post-LN: h = LN₁(x + MHA(x)),   y = LN₂(h + FFN(h))      document 003, the original transformer
+//! FFN(x) = f(xW₁ + b₁)W₂ + b₂                        f = ReLU (D3) or GELU (GPT-2)
+//! pre-LN:  h = x + MHA(LN₁(x)),   y = h + FFN(LN₂(h))      D2, GPT-2
+//! post-LN: h = LN₁(x + MHA(x)),   y = LN₂(h + FFN(h))      D3, the original transformer
 //! ```
 
 use super::attention::AttnSpec;
@@ -32,7 +32,7 @@ pub fn residual_add<T: Float>(x: &DMatrix<T>, fx: &DMatrix<T>) -> Result<DMatrix
 // ───────────────────────────── the feed-forward net ─────────────────────────────
 
 /// FFN(x) = f(xW₁ + b₁)W₂ + b₂, applied to every row alone: w1 C×F, b1 1×F, w2 F×C_out, b2 1×C_out.
-/// Document 003 uses f = ReLU, i.e. max(0, xW₁ + b₁)W₂ + b₂; GPT-2 uses GELU (tanh form).
+/// D3 uses f = ReLU, i.e. max(0, xW₁ + b₁)W₂ + b₂; GPT-2 uses GELU (tanh form).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Ffn<T: Float> {
     /// W₁.
@@ -131,10 +131,10 @@ pub fn ffn_backward<T: Float>(
 /// Where the LayerNorms sit relative to the residual connections.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NormOrder {
-    /// h = x + MHA(LN₁(x)), y = h + FFN(LN₂(h)): document 002, GPT-2. The residual stream itself is
+    /// h = x + MHA(LN₁(x)), y = h + FFN(LN₂(h)): D2, GPT-2. The residual stream itself is
     /// never normalised inside the block.
     Pre,
-    /// h = LN₁(x + MHA(x)), y = LN₂(h + FFN(h)): the original transformer and document 003's order.
+    /// h = LN₁(x + MHA(x)), y = LN₂(h + FFN(h)): the original transformer and D3's order.
     Post,
 }
 

@@ -1,4 +1,4 @@
-//! Chapter 6 in the book: document 003's "You are welcome" walk-through recomputed from its
+//! Chapter 6 in the book: D3's "You are welcome" walk-through recomputed from its
 //! printed inputs, the same chain done the standard way, the worked-number table ([`worked`]),
 //! the errata ([`ERRATA`]), the walk-through ([`walk`]), the figures ([`figures`]) and the
 //! chapter's entry ([`CHAPTER`]). The prose is `chapters/ch06_attention.md`.
@@ -19,7 +19,7 @@ use crate::sources::{D0, D1, D2, D3, THIS_CRATE};
 use nalgebra::DMatrix;
 use std::path::{Path, PathBuf};
 
-// ───────────────────────────── document 001's GPT-3 ─────────────────────────────
+// ───────────────────────────── D1's GPT-3 ─────────────────────────────
 
 /// GPT-3's embedding width.
 pub const GPT3_D_MODEL: usize = 12_288;
@@ -30,7 +30,7 @@ pub const GPT3_HEADS: usize = 96;
 /// GPT-3's layers.
 pub const GPT3_LAYERS: usize = 96;
 
-// ───────────────────────── document 003's walk-through ─────────────────────────
+// ───────────────────────── D3's walk-through ─────────────────────────
 
 /// The walk-through's W_Q.
 pub const W_Q: [[f64; 4]; 4] =
@@ -163,7 +163,7 @@ pub fn printed(text: &str) -> Result<DMatrix<f64>> {
     ch05::printed_matrix(text)
 }
 
-/// Every matrix of document 003's encoder walk-through, each computed the way the document's
+/// Every matrix of D3's encoder walk-through, each computed the way the document's
 /// printed numbers were: from the printed inputs of its step.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Walkthrough {
@@ -355,10 +355,10 @@ pub const ERRATA: &[Erratum] = &[
         section: "Attention Heads and Multi Attention Heads, Final Linear Projection",
         printed: "let's assume W_O is an 8x4 matrix filled with 0.5",
         correct: "the printed product uses the random W_O printed next; with every entry 0.5 all \
-            four output columns would equal half the row sum (5.92954852, 6.02018627, 5.68995939)",
+            four output columns would equal half the row sum (5.92954852, 6.02018627, 5.68995938)",
         why: "The sentence was left from a draft; the numbers downstream (M, LN(M), the FFN) all \
             follow the random W_O.",
-        test: "tests/ch06_attention.rs::w_o_filled_with_0_5_is_not_what_was_used",
+        test: "tests/ch06_attention.rs::w_o_filled_with_0_5_misses_every_printed_row",
     },
     Erratum {
         document: D3,
@@ -455,7 +455,7 @@ pub const ERRATA: &[Erratum] = &[
         section: "Attention, the value matrix",
         printed: "In GPT-3, n-embed = 12,388 and n-query-key = 128",
         correct: "n-embed = 12,288 (96 heads × 128)",
-        why: "A transposed digit: document 001 gives 12,288, which is 96 × 128 and makes the \
+        why: "A transposed digit: D1 gives 12,288, which is 96 × 128 and makes the \
             per-head count 4 × 12,288 × 128 = 6,291,456 ≈ 6.3 million.",
         test: "tests/ch06_attention.rs::gpt3_head_has_6_3_million_parameters",
     },
@@ -625,11 +625,25 @@ pub fn worked() -> Result<Vec<Worked>> {
             format!("3×4: {}; …", row(&w.multihead, 0, 8)),
         ),
         Worked::erratum(
-            "w_o_filled_with_0_5_is_not_what_was_used",
+            "w_o_filled_with_0_5_misses_every_printed_row",
             d,
             "Concat · W_O with W_O all 0.5, row 1",
             "4.42554033 5.589241 6.99844643 4.79288192",
             row(&half, 0, 8),
+        ),
+        Worked::erratum(
+            "w_o_filled_with_0_5_misses_every_printed_row",
+            d,
+            "Concat · W_O with W_O all 0.5, row 2",
+            "4.55176485 5.6122494 7.09923364 4.82144704",
+            row(&half, 1, 8),
+        ),
+        Worked::erratum(
+            "w_o_filled_with_0_5_misses_every_printed_row",
+            d,
+            "Concat · W_O with W_O all 0.5, row 3",
+            "4.21254506 5.31988824 6.84520426 4.79017392",
+            row(&half, 2, 8),
         ),
         Worked::matrix(
             "layer_norm_printed_follows_std_plus_eps",
@@ -645,6 +659,20 @@ pub fn worked() -> Result<Vec<Worked>> {
             "LN(M), the stated (x − μ)/√(σ² + ε)",
             PRINTED_LN1,
             matrix_like(PRINTED_LN1, 8, &w.ln1_stated),
+        ),
+        Worked::number(
+            "ffn_inner_width_is_4d_in_the_transformer_and_6_in_the_example",
+            d,
+            "inner width of the Transformer's FFN, 4 × d for the example's d = 4",
+            "16",
+            (4 * w.x_pe.ncols()) as f64,
+        ),
+        Worked::number(
+            "ffn_inner_width_is_4d_in_the_transformer_and_6_in_the_example",
+            d,
+            "inner width of the example's FFN (columns of W₁, \"6 just for demonstration\")",
+            "6",
+            doc_ffn()?.w1.ncols() as f64,
         ),
         Worked::matrix(
             "ffn_is_reproduced",
@@ -726,7 +754,7 @@ pub fn worked() -> Result<Vec<Worked>> {
     ])
 }
 
-/// Softmax of one row under document 002's multiplicative mask, as text: Z row (0.5, 1, −2) for
+/// Softmax of one row under D2's multiplicative mask, as text: Z row (0.5, 1, −2) for
 /// query 2 of 3, mask (1, 1, −∞) multiplied in. The masked score is negative, so Z ⊙ M puts +∞
 /// there and every weight of the row becomes NaN.
 pub fn multiplicative_mask_row_text() -> String {

@@ -19,9 +19,9 @@ use nalgebra::DMatrix;
 /// Where the stability constant ε enters LayerNorm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Epsilon {
-    /// (x − μ)/√(σ² + ε): the formula of documents 002 and 003 and of PyTorch and GPT-2.
+    /// (x − μ)/√(σ² + ε): the formula of D2 and D3 and of PyTorch and GPT-2.
     InsideSqrt,
-    /// (x − μ)/(σ + ε): what document 003's first printed LayerNorm (and its decoder cell)
+    /// (x − μ)/(σ + ε): what D3's first printed LayerNorm (and its decoder cell)
     /// computes.
     AddedToStd,
 }
@@ -40,7 +40,7 @@ pub struct LayerNorm<T: Float> {
     pub placement: Epsilon,
 }
 
-/// The ε document 003 uses, and a common default.
+/// The ε D3 uses, and a common default.
 pub const LAYER_NORM_EPS: f64 = 1e-6;
 
 impl<T: Float> LayerNorm<T> {

@@ -13,8 +13,8 @@
 //! columns), attends in each head, concatenates the outputs and applies W_O. LayerNorm
 //! ([`layer_norm`]) standardises every row and rescales it with γ and β. The feed-forward net is
 //! max(0, xW₁ + b₁)W₂ + b₂ (chapter 3's dense layer and activation). A block ([`block`]) puts them
-//! together with residual connections, in the pre-LN order of document 002 (x + Attn(LN(x)),
-//! then · + FFN(LN(·))) or the post-LN order of document 003 and the original transformer
+//! together with residual connections, in the pre-LN order of D2 (x + Attn(LN(x)),
+//! then · + FFN(LN(·))) or the post-LN order of D3 and the original transformer
 //! (LN(x + Attn(x)), then LN(· + FFN(·))).
 //!
 //! Every function takes a batch of B sequences stacked as a (B·T)×C matrix and the sequence
@@ -22,7 +22,7 @@
 //! different lengths (cross-attention). Every forward has a backward, gradient-checked in
 //! `tests/ch06_attention.rs`. All products go through [`crate::matmul`].
 //!
-//! [`book`] reproduces document 003's "You are welcome" walk-through ([`book::walkthrough`]) and
+//! [`book`] reproduces D3's "You are welcome" walk-through ([`book::walkthrough`]) and
 //! its supplemental Python cells, with the worked numbers, errata and figures; the prose is
 //! `chapters/ch06_attention.md`.
 

@@ -395,7 +395,7 @@ pub fn mha_backward<T: Float>(
 
 // ───────────────────────────── sizes ─────────────────────────────
 
-/// Parameters of one attention head with a low-rank value map, as documents 000 and 001 count
+/// Parameters of one attention head with a low-rank value map, as D0 and D1 count
 /// them: W_Q and W_K (d_model×d_head each), value-down (d_model×d_head) and value-up
 /// (d_head×d_model), no biases: 4·d_model·d_head.
 pub fn head_parameter_count(d_model: usize, d_head: usize) -> usize {

@@ -28,7 +28,7 @@ pub fn numpy_row(m: &DMatrix<f64>, r: usize) -> String {
 }
 // ───────────────────────────── the printed outputs ─────────────────────────────
 
-/// The decoder cell's printed output A·V·W_o (document 003's "Attention₂"), row by row as numpy
+/// The decoder cell's printed output A·V·W_o (D3's "Attention₂"), row by row as numpy
 /// prints it. The worked table and the tests compare against these.
 pub const PRINTED_DECODER_OUTPUT: [&str; 3] = [
     "2.82896639 2.49151229 3.27935978 3.36785616",

@@ -1,4 +1,4 @@
-//! Document 003's worked cells, recomputed: the decoder's self-attention cell (weights drawn
+//! D3's worked cells, recomputed: the decoder's self-attention cell (weights drawn
 //! from numpy's generator, seed 42) and the encoder–decoder attention cell (its uniform weights),
 //! each under the reading the cell computes and the one the text describes.
 //!

@@ -87,7 +87,7 @@ pub(super) fn block_grads_as_params<T: Float>(like: &Block<T>, g: BlockGrads<T>)
     }
 }
 
-/// An encoder layer: chapter 6's block in the post-LN order of document 003's figure,
+/// An encoder layer: chapter 6's block in the post-LN order of D3's figure,
 /// X₁ = LN₁(X + SelfAttention(X)), out = LN₂(X₁ + FFN(X₁)), with a ReLU feed-forward net.
 /// Attention weights N(0, 1/C), W₁ N(0, 2/C) (it feeds a ReLU), W₂ N(0, 1/F), biases 0, γ = 1,
 /// β = 0.

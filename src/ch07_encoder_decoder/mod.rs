@@ -13,7 +13,7 @@
 //! tests are `tests/ch07_encoder_decoder.rs`.
 //!
 //! Layout, in the order of the forward pass:
-//! - [`cells`]: the worked cells of document 003 (decoder self-attention drawn from numpy's
+//! - [`cells`]: the worked cells of D3 (decoder self-attention drawn from numpy's
 //!   generator, the encoder–decoder attention with its uniform weights);
 //! - [`cross_attention`]: padded batches and their masks, cross-attention forward and backward,
 //!   built on chapter 6's multi-head attention;

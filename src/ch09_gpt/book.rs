@@ -1,8 +1,8 @@
 //! Chapter 9 in the book: the errata, the worked numbers, the walk-through and the figures.
 //!
 //! Nothing here is part of the lesson (`mod.rs` and its topic files): this file recomputes what
-//! the documents print and shows it. [`worked`] checks document 001's GPT-3 accounting, GPT-2's
-//! and GPT-1's sizes and document 003's "I love AI" example against what they print; [`ERRATA`]
+//! the documents print and shows it. [`worked`] checks D1's GPT-3 accounting, GPT-2's
+//! and GPT-1's sizes and D3's "I love AI" example against what they print; [`ERRATA`]
 //! lists the mistakes found; [`walk`] derives the counts and the example step by step and trains
 //! the chapter's two models ([`results`]); [`figures`] draws their loss curves and the attention
 //! cost. [`loss_figure`] is the one figure the library's own runs draw (see its note).
@@ -28,7 +28,7 @@ const BILLION: f64 = 1e9;
 
 // ───────────────────────────── what the documents print ─────────────────────────────
 
-/// h₀ of document 003's "I love AI" example as printed, one row per token.
+/// h₀ of D3's "I love AI" example as printed, one row per token.
 pub const PRINTED_H0: [[f64; 2]; 3] = [[0.14, 0.91], [0.59, 0.39], [0.79, 0.60]];
 
 /// h₁("love") as printed.
@@ -74,8 +74,8 @@ pub const ERRATA: &[Erratum] = &[
         printed: "GPT3 has 175 layers and d is often set to a value like 1024",
         correct: "GPT-3 175B has 96 layers and d = 12,288",
         why: "175 is GPT-3's parameter count in billions, not its depth; with 96 layers of 96 \
-            heads of width 128 (d = 96·128 = 12,288), the count comes to 175 billion (document \
-            001), while 175 layers of width 1,024 would hold about 2.2 billion.",
+            heads of width 128 (d = 96·128 = 12,288), the count comes to 175 billion (D1), \
+            while 175 layers of width 1,024 would hold about 2.2 billion.",
         test: "tests/ch09_gpt.rs::gpt3_has_96_layers_of_width_12288_not_175_of_1024",
     },
     Erratum {
@@ -93,7 +93,7 @@ pub const ERRATA: &[Erratum] = &[
         section: "Large Language Models: the sizes of W_k and W_q",
         printed: "In GPT-3, n-embed = 12,388",
         correct: "n-embed = 12,288",
-        why: "GPT-3's width is 96 heads × 128 = 12,288, which document 001 gives and its embedding \
+        why: "GPT-3's width is 96 heads × 128 = 12,288, which D1 gives and its embedding \
             count confirms: 617,558,016 / 50,257 = 12,288.",
         test: "tests/ch09_gpt.rs::gpt3_width_is_12288_from_heads_and_embedding_count",
     },
@@ -285,7 +285,7 @@ pub fn worked() -> Result<Vec<Worked>> {
 
 /// The chapter in the order the documents derive it.
 pub fn walk(out: &mut Walk) -> Result<()> {
-    out.step("1. GPT-3, counted the way document 001 counts it")?;
+    out.step("1. GPT-3, counted the way D1 counts it")?;
     let c = Config::gpt3_175b();
     let a = MatrixAccounting::of(&c)?;
     out.say(&format!(

@@ -3,7 +3,7 @@
 //!
 //! Two ways of counting live here. [`Config::parameter_count`] counts every tensor our model (and
 //! Hugging Face's GPT-2) holds, biases and LayerNorm gains included: for GPT-2 124M it gives
-//! exactly 124,439,808. [`MatrixAccounting`] counts the way document 001 does for GPT-3: only the
+//! exactly 124,439,808. [`MatrixAccounting`] counts the way D1 does for GPT-3: only the
 //! eight kinds of weight matrix (embedding, query, key, value-down, value-up, up-projection,
 //! down-projection, unembedding), one query/key/value matrix per head, giving 27,938 matrices and
 //! 175,181,291,520 weights.
@@ -80,7 +80,7 @@ impl Config {
         Config::new(50_257, 1_024, 48, 25, 1_600)
     }
 
-    /// GPT-3 175B as documents 000 and 001 describe it: V = 50,257, n_ctx = 2,048, 96 layers,
+    /// GPT-3 175B as D0 and D1 describe it: V = 50,257, n_ctx = 2,048, 96 layers,
     /// 96 heads of width 128, d = 12,288.
     pub fn gpt3_175b() -> Config {
         Config::new(50_257, 2_048, 96, 96, 12_288)
@@ -211,7 +211,7 @@ pub fn gpt1_parameters() -> u64 {
     c.parameter_count() - 2 * c.width as u64
 }
 
-/// Document 001's way of counting GPT-3: only the weight matrices, each attention head with its
+/// D1's way of counting GPT-3: only the weight matrices, each attention head with its
 /// own query, key and (low-rank, factored) value matrices, and no biases or LayerNorm parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MatrixAccounting {

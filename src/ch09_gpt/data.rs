@@ -5,7 +5,7 @@
 //! by the same digits sorted; the model sees the first 11 tokens and is scored only on the 6
 //! sorted ones (the unsorted half cannot be predicted). A token stream (a tokenized corpus) gives
 //! random windows of `context + 1` tokens, the first `context` as input and the last `context` as
-//! targets, the training objective of document 003: maximise Σᵢ log P(uᵢ | uᵢ₋ₖ … uᵢ₋₁).
+//! targets, the training objective of D3: maximise Σᵢ log P(uᵢ | uᵢ₋ₖ … uᵢ₋₁).
 
 use crate::error::{Error, Result, invalid};
 use crate::rng::Rng;

@@ -9,7 +9,7 @@
 //! x₀ = W_E[u] + W_P[t]                             N×d   token row plus position row
 //! h = x + MHA(LN₁(x)),  x' = h + MLP(LN₂(h))       N×d   each of the l blocks (chapter 6)
 //! z = LN_f(x_L) W_Uᵀ                               S×V   W_U = W_E when tied
-//! L = −(1/S) Σ_s ln softmax(z_s)[u_{s+1}]                document 003's L₁, as a mean
+//! L = −(1/S) Σ_s ln softmax(z_s)[u_{s+1}]                D3's L₁, as a mean
 //! ```
 //!
 //! trained by AdamW on a warm-up-then-cosine learning rate with the gradient's norm clipped, and
@@ -18,8 +18,8 @@
 //!
 //! The parts, in the order of the lesson:
 //! - [`config`]: the hyper-parameters, their validation, and parameter accounting (GPT-2 124M
-//!   exactly, GPT-3 the way document 001 counts it);
-//! - [`walkthrough`]: document 003's "I love AI" example recomputed;
+//!   exactly, GPT-3 the way D1 counts it);
+//! - [`walkthrough`]: D3's "I love AI" example recomputed;
 //! - [`model`]: the GPT, its forward and backward pass, and one token at a time with the cache;
 //! - [`fused`]: the same training step made fast (no per-step allocation, fused Q, K, V);
 //! - [`data`]: the sorting task and token-stream windows;

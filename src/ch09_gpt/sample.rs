@@ -1,7 +1,7 @@
 //! Choosing the next token from the logits: greedy, temperature, top-k, top-p.
 //!
 //! With logits z over the vocabulary, sampling at temperature T draws token i with probability
-//! softmax(z/T)ᵢ (document 001: a larger T flattens the distribution towards the unlikely
+//! softmax(z/T)ᵢ (D1: a larger T flattens the distribution towards the unlikely
 //! tokens; as T → 0 all the mass goes to the largest logit, so T → 0 is greedy decoding, which is
 //! offered as its own mode because T = 0 itself would divide by zero). Top-k keeps only the k
 //! largest logits before the softmax; top-p (nucleus sampling) keeps the smallest set of most

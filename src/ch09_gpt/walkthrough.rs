@@ -1,4 +1,4 @@
-//! Document 003's "I love AI" example, recomputed from its stated inputs.
+//! D3's "I love AI" example, recomputed from its stated inputs.
 //!
 //! Three tokens with 2-dimensional embeddings U, a position table W_p, h₀ = U + W_p; a masked
 //! attention mix for "love" with weights 0.1 on "I", 0.9 on itself and 0 on the future token

@@ -98,7 +98,7 @@ pub fn fuzz_seed_writer() -> impl Fn(&str, &str, &[u8]) {
 /// code produces (between `<!-- errata:begin/end -->` and `<!-- worked:begin/end -->`), and that
 /// no worked row is an unexplained mismatch.
 pub fn check_chapter_prose(chapter: &llm_workbook::report::Chapter) {
-    use llm_workbook::report::{Status, prose_block, worked_markdown};
+    use llm_workbook::report::{Status, prose_block, worked_block};
     let md = prose(chapter.stem);
     let errata = llm_workbook::errata::markdown_table(chapter.errata);
     let in_prose = prose_block(&md, "errata")
@@ -121,7 +121,7 @@ pub fn check_chapter_prose(chapter: &llm_workbook::report::Chapter) {
             );
         }
     }
-    let table = worked_markdown(&rows);
+    let table = worked_block(&rows);
     let in_prose = prose_block(&md, "worked")
         .unwrap_or_else(|| panic!("{}.md has no worked block", chapter.stem));
     assert_eq!(
