@@ -15,6 +15,7 @@
 //! Prints tables with the machine and the load (`/proc/loadavg`) they ran under.
 //! `benches/ch09_gpt_pytorch.py` measures the same two things with PyTorch, for comparison.
 
+use llm_workbook::backend::{BACKEND_ENV, Backend, active_backend, nalgebra_products};
 use llm_workbook::ch09_gpt::config::Config;
 use llm_workbook::ch09_gpt::data::random_windows;
 use llm_workbook::ch09_gpt::fused::{GRADIENT_SHARDS, causal_blocks};
@@ -23,14 +24,12 @@ use llm_workbook::ch09_gpt::sample::{Decoding, generate};
 use llm_workbook::ch09_gpt::schedule::Schedule;
 use llm_workbook::ch09_gpt::schedule::clip_global_norm;
 use llm_workbook::ch09_gpt::train::{Data, TrainConfig, Trainer};
-use llm_workbook::backend::{BACKEND_ENV, Backend, active_backend, nalgebra_products};
 use llm_workbook::matmul::{matmul, matmul_nt, matmul_tn, product_choices};
-use llm_workbook::threads::{THREADS_ENV, default_threads, with_threads};
 use llm_workbook::rng::Rng;
+use llm_workbook::threads::{THREADS_ENV, default_threads, with_threads};
 use nalgebra::DMatrix;
 use std::hint::black_box;
 use std::time::Instant;
-
 
 fn cpu_name() -> String {
     std::fs::read_to_string("/proc/cpuinfo")

@@ -60,4 +60,3 @@ fn process_threads() -> usize {
         }
     })
 }
-

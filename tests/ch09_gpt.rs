@@ -1532,10 +1532,10 @@ mod command_line {
 mod nalgebra_backend {
     use super::model::{tiny, tiny_batch};
     use super::*;
-    use llm_workbook::ch09_gpt::model::Gpt;
     use llm_workbook::backend::{
         Backend, active_backend, nalgebra_products, parse_backend_setting, with_backend,
     };
+    use llm_workbook::ch09_gpt::model::Gpt;
     use llm_workbook::matmul::{Op, gemm, last_product, matmul, matmul_nt, matmul_tn, naive};
 
     /// |nalgebra − f64-accumulated triple loop| ≤ this · k for entries of N(0, 1) operands in f64.

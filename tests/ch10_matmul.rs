@@ -826,7 +826,8 @@ fn zero_threads_and_zero_block_sizes_are_refused() {
 #[test]
 fn the_peak_probe_counts_its_flops() {
     for kernel in available_kernels() {
-        let (flops, checksum) = llm_workbook::peak::fma_probe::<f32>(kernel, 1000).expect("available");
+        let (flops, checksum) =
+            llm_workbook::peak::fma_probe::<f32>(kernel, 1000).expect("available");
         let lanes = match kernel {
             Kernel::Scalar => 1,
             Kernel::Avx2 => 8,

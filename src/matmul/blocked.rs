@@ -36,7 +36,6 @@ use std::sync::Mutex;
 /// thread already pays from about 1.9·10⁷; one threshold in flops leaves that unused.
 pub const PARALLEL_MIN_FLOPS: f64 = 3.0e7;
 
-
 /// Packing buffers of one thread, kept between products so they are allocated once.
 pub struct Workspace<T> {
     a: Vec<T>,

@@ -677,3 +677,80 @@ pub fn scalar_tile<T: Element>(kc: usize, a_sliver: &[T], b_sliver: &[T]) -> Res
 
 /// Rows and columns of the portable kernel's register tile.
 pub const SCALAR_TILE: (usize, usize) = (scalar::MR, scalar::NR);
+
+#[cfg(test)]
+mod layering {
+    //! The files of this module import each other without a cycle: each sibling (`blocked`,
+    //! `kernels` …) may use those below it, never one that uses it back.
+
+    use std::path::Path;
+
+    /// The siblings `code` names through `super::name`.
+    fn siblings_used<'s>(code: &str, siblings: &[&'s str]) -> Vec<&'s str> {
+        let code: String = code
+            .lines()
+            .map(|l| l.split("//").next().unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n");
+        siblings.iter().copied().filter(|s| code.contains(&format!("super::{s}"))).collect()
+    }
+
+    /// A cycle in the graph `uses` (file, siblings it uses), as the files along it, if any.
+    fn cycle(uses: &[(&str, Vec<&str>)]) -> Option<Vec<String>> {
+        fn visit(
+            node: &str,
+            uses: &[(&str, Vec<&str>)],
+            path: &mut Vec<String>,
+        ) -> Option<Vec<String>> {
+            if let Some(at) = path.iter().position(|p| p == node) {
+                let mut found = path[at..].to_vec();
+                found.push(node.to_string());
+                return Some(found);
+            }
+            path.push(node.to_string());
+            let next = uses.iter().find(|(n, _)| *n == node).map(|(_, u)| u.clone());
+            for n in next.unwrap_or_default() {
+                if let Some(found) = visit(n, uses, path) {
+                    return Some(found);
+                }
+            }
+            path.pop();
+            None
+        }
+        uses.iter().find_map(|(n, _)| visit(n, uses, &mut Vec::new()))
+    }
+
+    const SIBLINGS: [&str; 6] = ["blocked", "dispatch", "kernels", "pack", "scalar", "simd"];
+
+    #[test]
+    fn the_files_of_matmul_import_each_other_without_a_cycle() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src").join("matmul");
+        let codes: Vec<(&str, String)> = SIBLINGS
+            .iter()
+            .map(|s| {
+                let path = dir.join(format!("{s}.rs"));
+                (*s, std::fs::read_to_string(&path).expect("a file of src/matmul"))
+            })
+            .collect();
+        let uses: Vec<(&str, Vec<&str>)> =
+            codes.iter().map(|(s, code)| (*s, siblings_used(code, &SIBLINGS))).collect();
+        assert!(uses.iter().any(|(_, u)| !u.is_empty()), "the files do use each other");
+        assert_eq!(cycle(&uses), None);
+    }
+
+    #[test]
+    fn the_cycle_check_sees_blocked_and_kernels_importing_each_other() {
+        // The layout before the split: `blocked` took the kernel type from `kernels`, which took
+        // the scratch tile's size from `blocked`.
+        let blocked = "use super::kernels::MicroKernel;\n// super::simd in a comment\n";
+        let kernels = "use super::blocked::{MAX_NR, MAX_TILE};\nuse super::dispatch::Kernel;\n";
+        let uses = [
+            ("blocked", siblings_used(blocked, &SIBLINGS)),
+            ("kernels", siblings_used(kernels, &SIBLINGS)),
+            ("dispatch", vec![]),
+        ];
+        assert_eq!(uses[0].1, ["kernels"], "comments are not code");
+        assert_eq!(cycle(&uses).expect("a cycle"), ["blocked", "kernels", "blocked"]);
+        assert_eq!(cycle(&uses[1..]), None);
+    }
+}

@@ -359,36 +359,23 @@ unsafe fn tile_body<
     }
     // SAFETY (every `I::` call below): the CPU supports `I`, this function's contract.
     let mut acc: [[I::V; MV]; NR] = [[unsafe { I::zero() }; MV]; NR];
-    // One step of the rank-1 update: acc += Ã[p, :] ⊗ B̃[p, :].
-    let step = |p: usize, acc: &mut [[I::V; MV]; NR]| {
-        let mut a_p: [I::V; MV] = [unsafe { I::zero() }; MV];
-        for (r, a_pr) in a_p.iter_mut().enumerate() {
-            // SAFETY: p < kc and r·LANES + LANES ≤ MR, so the LANES values read lie inside the
-            // kc·MR values of `a` checked above.
-            *a_pr = unsafe { I::load(a.add(p * MR + r * I::LANES)) };
-        }
-        for (j, acc_j) in acc.iter_mut().enumerate() {
-            // SAFETY: p < kc and j < NR, so the index is at most the highest one checked above.
-            let b_pj = unsafe { I::splat(*b.add(p * b_step + j * b_lane)) };
-            for (acc_jr, &a_pr) in acc_j.iter_mut().zip(&a_p) {
-                *acc_jr = unsafe { I::fma(a_pr, b_pj, *acc_jr) };
-            }
-        }
-    };
+    // The rank-1 steps acc += Ã[p, :] ⊗ B̃[p, :], four at a time. A function, not a closure: a
+    // closure would be compiled without the wrapper's features and call the intrinsics.
+    // SAFETY (each step): p < kc, and `a` and `b` hold every index checked above.
+    let steps = (b_step, b_lane);
     let mut p = 0;
     while p + 4 <= kc {
         // A prefetch never faults; wrapping_add keeps the address arithmetic defined even past
         // the end of the sliver.
         // SAFETY: SSE is part of every x86-64 CPU.
         unsafe { _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add((p + PREFETCH_AHEAD) * MR).cast()) };
-        step(p, &mut acc);
-        step(p + 1, &mut acc);
-        step(p + 2, &mut acc);
-        step(p + 3, &mut acc);
+        for q in p..p + 4 {
+            unsafe { rank1_step::<I, MR, NR, MV>(q, a, b, steps, &mut acc) };
+        }
         p += 4;
     }
     while p < kc {
-        step(p, &mut acc);
+        unsafe { rank1_step::<I, MR, NR, MV>(p, a, b, steps, &mut acc) };
         p += 1;
     }
     let alpha_v = unsafe { I::splat(alpha) };
@@ -407,6 +394,36 @@ unsafe fn tile_body<
             };
             // SAFETY: as above, c_jr points at LANES writable elements.
             unsafe { I::store(c_jr, value) };
+        }
+    }
+}
+
+/// acc += Ã[p, :] ⊗ B̃[p, :], one step of [`tile_body`]'s loop.
+///
+/// # Safety
+///
+/// The CPU must support `I`; `a` must be valid for reading MR values from p·MR on, `b` for reading
+/// `p·b_step + j·b_lane` for every j < NR.
+#[inline(always)]
+unsafe fn rank1_step<I: Vector, const MR: usize, const NR: usize, const MV: usize>(
+    p: usize,
+    a: *const I::E,
+    b: *const I::E,
+    (b_step, b_lane): (usize, usize),
+    acc: &mut [[I::V; MV]; NR],
+) {
+    // SAFETY (every `I::` call): the CPU supports `I`, this function's contract.
+    let mut a_p: [I::V; MV] = [unsafe { I::zero() }; MV];
+    for (r, a_pr) in a_p.iter_mut().enumerate() {
+        // SAFETY: r·LANES + LANES ≤ MR, so the LANES values read lie inside the MR values from
+        // p·MR on that the caller guarantees.
+        *a_pr = unsafe { I::load(a.add(p * MR + r * I::LANES)) };
+    }
+    for (j, acc_j) in acc.iter_mut().enumerate() {
+        // SAFETY: j < NR: an index the caller guarantees readable.
+        let b_pj = unsafe { I::splat(*b.add(p * b_step + j * b_lane)) };
+        for (acc_jr, &a_pr) in acc_j.iter_mut().zip(&a_p) {
+            *acc_jr = unsafe { I::fma(a_pr, b_pj, *acc_jr) };
         }
     }
 }
