@@ -32,7 +32,8 @@ pub enum Kernel {
     Scalar,
     /// 256-bit AVX2 vectors with fused multiply-add (x86-64 with the `avx2` and `fma` features).
     Avx2,
-    /// 512-bit AVX-512F vectors with fused multiply-add (x86-64 with the `avx512f` feature).
+    /// 512-bit AVX-512F vectors with fused multiply-add (x86-64 with the `avx512f` feature, and
+    /// `avx2` and `fma`, which every AVX-512 CPU has).
     Avx512,
 }
 

@@ -17,8 +17,13 @@
 //! - large products are cut into pieces of C shared between two threads ([`default_threads`],
 //!   [`PARALLEL_MIN_FLOPS`]).
 //!
-//! `unsafe` code exists only in the SIMD kernel module, behind safe functions that check the CPU
-//! and every slice bound before touching a pointer.
+//! `unsafe` code exists only in the SIMD kernel module: a SIMD kernel can only be built from a
+//! token that the CPU detection alone can make, and every call checks every slice bound before
+//! touching a pointer.
+//!
+//! What is not the product lives beside this module: the thread count in [`crate::threads`], the
+//! nalgebra backend switch in [`crate::backend`], the element-wise map in [`crate::simd_map`] and
+//! the FMA throughput probe in [`crate::peak`].
 
 mod blocked;
 mod dispatch;
