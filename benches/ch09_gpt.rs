@@ -4,7 +4,7 @@
 //!    batch 12, vocabulary 65, f32): forward + backward + clip + AdamW, in tokens per second, on 1
 //!    and 2 threads (each in a child process, since the crate reads `LLM_WORKBOOK_THREADS` once).
 //!    Two in-run peers: the very same fused step with every product computed by nalgebra's own
-//!    `gemm` (`LLM_WORKBOOK_BACKEND=nalgebra`, see `llm_workbook::matmul::Backend`), and the
+//!    `gemm` (`LLM_WORKBOOK_BACKEND=nalgebra`, see `llm_workbook::backend::Backend`), and the
 //!    reference step the trainer took before the fused one (`Gpt::loss_and_grads`, chapter 6's
 //!    functions). The share of the fused step spent in products is estimated by replaying exactly
 //!    the products one step performs (same shapes, same order, same threads, through the crate's
@@ -15,6 +15,7 @@
 //! Prints tables with the machine and the load (`/proc/loadavg`) they ran under.
 //! `benches/ch09_gpt_pytorch.py` measures the same two things with PyTorch, for comparison.
 
+use llm_workbook::backend::{BACKEND_ENV, Backend, active_backend, nalgebra_products};
 use llm_workbook::ch09_gpt::config::Config;
 use llm_workbook::ch09_gpt::data::random_windows;
 use llm_workbook::ch09_gpt::fused::{GRADIENT_SHARDS, causal_blocks};
@@ -23,17 +24,12 @@ use llm_workbook::ch09_gpt::sample::{Decoding, generate};
 use llm_workbook::ch09_gpt::schedule::Schedule;
 use llm_workbook::ch09_gpt::schedule::clip_global_norm;
 use llm_workbook::ch09_gpt::train::{Data, TrainConfig, Trainer};
-use llm_workbook::matmul::{
-    Backend, active_backend, default_threads, matmul, matmul_nt, matmul_tn, nalgebra_products,
-    product_choices, with_threads,
-};
+use llm_workbook::matmul::{matmul, matmul_nt, matmul_tn, product_choices};
 use llm_workbook::rng::Rng;
+use llm_workbook::threads::{THREADS_ENV, default_threads, with_threads};
 use nalgebra::DMatrix;
 use std::hint::black_box;
 use std::time::Instant;
-
-const THREADS_ENV: &str = "LLM_WORKBOOK_THREADS";
-const BACKEND_ENV: &str = "LLM_WORKBOOK_BACKEND";
 
 fn cpu_name() -> String {
     std::fs::read_to_string("/proc/cpuinfo")

@@ -186,7 +186,7 @@ fn fma_peak<T: Element>(kernel: Kernel, threads: usize, samples: usize) -> f64 {
                 .map(|_| {
                     s.spawn(move || {
                         let c0 = thread_cpu_seconds();
-                        let flops = matmul::fma_probe::<T>(kernel, iterations)
+                        let flops = llm_workbook::peak::fma_probe::<T>(kernel, iterations)
                             .map_or(0, |r| black_box(r).0);
                         gflops(flops as f64, (thread_cpu_seconds() - c0).max(1e-9))
                     })

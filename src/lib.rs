@@ -8,7 +8,11 @@
 //! - [`error`]: the one error type (and serde_json's errors turned into it, naming file, field
 //!   and line);
 //! - [`float`]: the float trait chapters are generic over (f64 for worked examples, f32 for speed);
-//! - [`matmul`]: the one entry point for matrix products;
+//! - [`matmul`]: the one entry point for matrix products (kernels, packing, blocking, dispatch);
+//! - [`threads`]: how many threads a large product may use;
+//! - [`backend`]: who computes the products (ours, or nalgebra's as the benchmarks' peer);
+//! - [`simd_map`]: an element-wise loop in the widest registers the CPU has (GELU);
+//! - [`peak`]: the FMA throughput probe that measures the machine's peak;
 //! - [`gradcheck`]: finite-difference gradient checks;
 //! - [`rng`]: a seeded generator written here;
 //! - [`optim`]: the optimisers;
@@ -46,17 +50,21 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod backend;
 pub mod errata;
 pub mod error;
 pub mod float;
 pub mod gradcheck;
 pub mod matmul;
 pub mod optim;
+pub mod peak;
 pub mod plot;
 pub mod report;
 pub mod rng;
+pub mod simd_map;
 pub mod snapshot;
 pub mod sources;
+pub mod threads;
 
 pub mod book;
 

@@ -184,7 +184,7 @@ impl<T: Float> AdamMoments<T> {
             .collect();
         // Every entry is updated on its own, so the tensors can be shared out between threads
         // without changing a bit: two contiguous groups of about equal size.
-        let threads = crate::matmul::default_threads().min(2);
+        let threads = crate::threads::default_threads().min(2);
         let total: usize = work.iter().map(|w| w.0.len()).sum();
         let mut seen = 0;
         let split = work.iter().position(|w| {

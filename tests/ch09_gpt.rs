@@ -1868,11 +1868,11 @@ mod command_line {
 mod nalgebra_backend {
     use super::model::{tiny, tiny_batch};
     use super::*;
-    use llm_workbook::ch09_gpt::model::Gpt;
-    use llm_workbook::matmul::{
-        Backend, Op, active_backend, gemm, last_product, matmul, matmul_nt, matmul_tn, naive,
-        nalgebra_products, parse_backend_setting, with_backend,
+    use llm_workbook::backend::{
+        Backend, active_backend, nalgebra_products, parse_backend_setting, with_backend,
     };
+    use llm_workbook::ch09_gpt::model::Gpt;
+    use llm_workbook::matmul::{Op, gemm, last_product, matmul, matmul_nt, matmul_tn, naive};
 
     /// |nalgebra − f64-accumulated triple loop| ≤ this · k for entries of N(0, 1) operands in f64.
     const F64_BOUND_PER_TERM: f64 = 1e-14;
@@ -2338,7 +2338,7 @@ mod fused_step {
     use llm_workbook::ch09_gpt::model::Gpt;
     use llm_workbook::ch09_gpt::train::{Data, TrainConfig, Trainer};
     use llm_workbook::gradcheck;
-    use llm_workbook::matmul::with_threads;
+    use llm_workbook::threads::with_threads;
 
     /// Three sequences of four tokens (two shards of unequal size), some positions unscored.
     fn odd_batch() -> Batch {

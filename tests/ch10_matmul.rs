@@ -826,7 +826,8 @@ fn zero_threads_and_zero_block_sizes_are_refused() {
 #[test]
 fn the_peak_probe_counts_its_flops() {
     for kernel in available_kernels() {
-        let (flops, checksum) = matmul::fma_probe::<f32>(kernel, 1000).expect("available");
+        let (flops, checksum) =
+            llm_workbook::peak::fma_probe::<f32>(kernel, 1000).expect("available");
         let lanes = match kernel {
             Kernel::Scalar => 1,
             Kernel::Avx2 => 8,
@@ -836,7 +837,7 @@ fn the_peak_probe_counts_its_flops() {
         assert!(checksum.is_finite() && checksum > 0.0);
     }
     for kernel in Kernel::ALL.into_iter().filter(|k| !k.is_available()) {
-        assert!(matmul::fma_probe::<f64>(kernel, 10).is_err());
+        assert!(llm_workbook::peak::fma_probe::<f64>(kernel, 10).is_err());
     }
 }
 
@@ -1226,9 +1227,9 @@ mod properties {
 
 mod views {
     use super::*;
-    use llm_workbook::matmul::{
-        Backend, MatMut, MatRef, gemm_view, product_choices, with_backend, with_threads,
-    };
+    use llm_workbook::backend::{Backend, with_backend};
+    use llm_workbook::matmul::{MatMut, MatRef, gemm_view, product_choices};
+    use llm_workbook::threads::with_threads;
 
     /// `inner` placed at rows r0…, columns c0… of a larger zero-padded matrix with `ld` rows; the
     /// view's slice starts at its first entry.
@@ -1423,8 +1424,8 @@ mod views {
                 std::thread::spawn(move || {
                     choices.run(|| {
                         (
-                            llm_workbook::matmul::default_threads(),
-                            llm_workbook::matmul::active_backend(),
+                            llm_workbook::threads::default_threads(),
+                            llm_workbook::backend::active_backend(),
                         )
                     })
                 })
@@ -1434,11 +1435,11 @@ mod views {
         });
         assert_eq!(carried, (1, Backend::Nalgebra));
         let plain = with_threads(1, || {
-            std::thread::spawn(llm_workbook::matmul::default_threads).join().unwrap()
+            std::thread::spawn(llm_workbook::threads::default_threads).join().unwrap()
         });
         assert_eq!(
             plain,
-            llm_workbook::matmul::default_threads(),
+            llm_workbook::threads::default_threads(),
             "without carrying, a new thread has the process default"
         );
     }
@@ -1449,7 +1450,7 @@ mod views {
 mod wide_map {
     use super::*;
     use llm_workbook::ch03_mlp::{gelu_tanh_derivative_f32, gelu_tanh_f32};
-    use llm_workbook::matmul::map_f32;
+    use llm_workbook::simd_map::map_f32;
 
     type Binary = fn(f32, f32) -> f32;
 

@@ -4,7 +4,7 @@
 
 use crate::error::{Result, shape_error, shape_of};
 use crate::float::Float;
-use crate::matmul::map_f32;
+use crate::simd_map::map_f32;
 use nalgebra::DMatrix;
 
 // ───────────────────────────── the error function ─────────────────────────────

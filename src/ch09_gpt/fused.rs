@@ -48,7 +48,8 @@ use crate::ch03_mlp::Activation;
 use crate::ch06_attention::{Epsilon, LayerNorm, LnCache, NormOrder};
 use crate::error::{Error, Result, invalid};
 use crate::float::Float;
-use crate::matmul::{MatMut, MatRef, product_choices, with_threads};
+use crate::matmul::{MatMut, MatRef, product_choices};
+use crate::threads::with_threads;
 use nalgebra::DMatrix;
 
 /// Into how many parts the batch is cut (at most; a batch of one sequence is one part). Each part
@@ -248,7 +249,7 @@ impl<T: Float> FusedStep<T> {
         let scale = T::of(1.0 / scored as f64);
         let w_qkv = &self.w_qkv;
         let choices = product_choices();
-        let threads = crate::matmul::default_threads().min(self.shards.len());
+        let threads = crate::threads::default_threads().min(self.shards.len());
         let results: Vec<Result<()>> = if threads <= 1 {
             self.shards.iter_mut().map(|s| s.run(model, w_qkv, batch, scale)).collect()
         } else {

@@ -18,7 +18,7 @@
 
 use super::Element;
 use super::dispatch::{Blocking, Kernel, ProductStats};
-use super::kernels::MicroKernel;
+use super::kernels::{MAX_NR, MAX_TILE, MicroKernel};
 use super::pack::{Operand, pack_a, pack_b, prefetch};
 use std::sync::Mutex;
 
@@ -35,12 +35,6 @@ use std::sync::Mutex;
 /// (2.5·10⁷) run at 0.68× of one thread. In f64 the same flops take twice as long and a second
 /// thread already pays from about 1.9·10⁷; one threshold in flops leaves that unused.
 pub const PARALLEL_MIN_FLOPS: f64 = 3.0e7;
-
-/// The largest register tile of any kernel (AVX-512 f32, 32×8): the size of the scratch tile
-/// edge tiles are computed into.
-pub const MAX_TILE: usize = 32 * 8;
-/// The most columns of any kernel's tile (the 6 of AVX2, the 8 of AVX-512, the portable 4).
-pub const MAX_NR: usize = 8;
 
 /// Packing buffers of one thread, kept between products so they are allocated once.
 pub struct Workspace<T> {
@@ -383,7 +377,7 @@ pub const IN_PLACE_MAX_STEP: usize = 1024;
 /// MR = 32 f32 that does not start on a cache line spans three lines instead of two, and the
 /// kernel re-reads the A sliver for every sliver of B.
 fn in_place_b<T: Element>(mk: MicroKernel<T>, b: Operand<T>) -> bool {
-    mk.in_place.is_some() && b.rs <= IN_PLACE_MAX_STEP
+    mk.reads_b_in_place() && b.rs <= IN_PLACE_MAX_STEP
 }
 
 /// A B sliver as the micro-kernel reads it: element (p, j) is `data[p·step + j·lane]`. A packed
@@ -408,12 +402,7 @@ fn tile<T: Element>(
     c: &mut [&mut [T]],
     row: usize,
 ) {
-    match mk.in_place {
-        Some(in_place) if b.step != mk.nr || b.lane != 1 => {
-            in_place(kc, a, b.data, b.step, b.lane, alpha, beta, c, row)
-        }
-        _ => (mk.run)(kc, a, b.data, alpha, beta, c, row),
-    }
+    mk.run(kc, a, b.data, (b.step, b.lane), alpha, beta, c, row)
 }
 
 /// An edge tile (fewer than MR rows or NR columns left in C): the full tile is computed into

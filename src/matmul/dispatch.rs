@@ -14,15 +14,15 @@
 //! current thread) and adds its micro-kernel calls to a process-wide counter per kernel
 //! ([`kernel_calls`]), so a test can show that a forced kernel really ran.
 
+use crate::backend::{self, Backend};
 use crate::error::{Result, invalid};
+use crate::threads;
 use std::cell::Cell;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
 /// The environment variable that forces a kernel for the whole process.
 pub const KERNEL_ENV: &str = "LLM_WORKBOOK_KERNEL";
-/// The environment variable that sets how many threads a large product may use.
-pub const THREADS_ENV: &str = "LLM_WORKBOOK_THREADS";
 
 /// A micro-kernel family: the instruction set the innermost register-tiled loop is written in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -32,7 +32,8 @@ pub enum Kernel {
     Scalar,
     /// 256-bit AVX2 vectors with fused multiply-add (x86-64 with the `avx2` and `fma` features).
     Avx2,
-    /// 512-bit AVX-512F vectors with fused multiply-add (x86-64 with the `avx512f` feature).
+    /// 512-bit AVX-512F vectors with fused multiply-add (x86-64 with the `avx512f` feature, and
+    /// `avx2` and `fma`, which every AVX-512 CPU has).
     Avx512,
 }
 
@@ -88,7 +89,7 @@ impl std::fmt::Display for Kernel {
 
 #[cfg(target_arch = "x86_64")]
 fn has_avx2_fma() -> bool {
-    std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    super::simd::Avx2::detect().is_some()
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -98,7 +99,7 @@ fn has_avx2_fma() -> bool {
 
 #[cfg(target_arch = "x86_64")]
 fn has_avx512f() -> bool {
-    std::arch::is_x86_feature_detected!("avx512f")
+    super::simd::Avx512::detect().is_some()
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -226,32 +227,6 @@ pub fn active_kernel() -> Kernel {
     }
 }
 
-thread_local! {
-    static THREAD_THREADS: Cell<Option<usize>> = const { Cell::new(None) };
-}
-
-/// How many threads a large product may use: the [`with_threads`] choice of this thread if there
-/// is one, else `LLM_WORKBOOK_THREADS` if set to a positive integer, otherwise the number of cores
-/// (at most 2 unless the variable asks for more).
-pub fn default_threads() -> usize {
-    THREAD_THREADS.with(Cell::get).unwrap_or_else(process_threads)
-}
-
-/// Runs `f` with products started on this thread limited to `threads` threads (at least 1), then
-/// restores the previous choice. Work that is already split over threads (chapter 9's batch
-/// shards) runs each part's products on one thread this way, so two levels of threads never
-/// compete for the same cores.
-pub fn with_threads<R>(threads: usize, f: impl FnOnce() -> R) -> R {
-    struct Restore(Option<usize>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            THREAD_THREADS.with(|c| c.set(self.0));
-        }
-    }
-    let _restore = Restore(THREAD_THREADS.with(|c| c.replace(Some(threads.max(1)))));
-    f()
-}
-
 /// The product choices of the current thread (kernel, backend, threads), to be carried into a
 /// thread it starts with [`ProductChoices::run`]: thread-local choices do not cross threads by
 /// themselves.
@@ -266,8 +241,8 @@ pub struct ProductChoices {
 pub fn product_choices() -> ProductChoices {
     ProductChoices {
         kernel: THREAD_KERNEL.with(Cell::get),
-        backend: THREAD_BACKEND.with(Cell::get),
-        threads: THREAD_THREADS.with(Cell::get),
+        backend: backend::thread_choice(),
+        threads: threads::thread_choice(),
     }
 }
 
@@ -278,28 +253,16 @@ impl ProductChoices {
         impl Drop for Restore {
             fn drop(&mut self) {
                 THREAD_KERNEL.with(|c| c.set(self.0.kernel));
-                THREAD_BACKEND.with(|c| c.set(self.0.backend));
-                THREAD_THREADS.with(|c| c.set(self.0.threads));
+                backend::set_thread_choice(self.0.backend);
+                threads::set_thread_choice(self.0.threads);
             }
         }
         let _restore = Restore(product_choices());
         THREAD_KERNEL.with(|c| c.set(self.kernel));
-        THREAD_BACKEND.with(|c| c.set(self.backend));
-        THREAD_THREADS.with(|c| c.set(self.threads));
+        backend::set_thread_choice(self.backend);
+        threads::set_thread_choice(self.threads);
         f()
     }
-}
-
-/// The process-wide thread count: `LLM_WORKBOOK_THREADS` or the cores (at most 2), read once.
-fn process_threads() -> usize {
-    static THREADS: OnceLock<usize> = OnceLock::new();
-    *THREADS.get_or_init(|| {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        match std::env::var(THREADS_ENV).ok().and_then(|v| v.trim().parse::<usize>().ok()) {
-            Some(t) if t >= 1 => t,
-            _ => cores.min(2),
-        }
-    })
 }
 
 /// The cache blocking of the five loops around the micro-kernel (see the chapter for the sweep
@@ -346,95 +309,4 @@ pub fn last_product() -> Option<ProductStats> {
 /// Micro-kernel calls made so far by `kernel`, summed over the whole process.
 pub fn kernel_calls(kernel: Kernel) -> u64 {
     CALLS[kernel.index()].load(Ordering::Relaxed)
-}
-
-// ───────────────────────────── the backend: ours or nalgebra's own product ───────────────────────
-
-/// The environment variable that chooses the product backend for the whole process: `ours` (the
-/// default) or `nalgebra`.
-pub const BACKEND_ENV: &str = "LLM_WORKBOOK_BACKEND";
-
-/// Who computes the products that go through [`crate::matmul::gemm`] and its wrappers.
-///
-/// [`Backend::Nalgebra`] exists so a benchmark can run the very same code with every product done
-/// by nalgebra's own `gemm` (the in-run peer of chapter 9's benchmark). It ignores the kernel,
-/// blocking and thread settings (nalgebra's product runs on one thread) and records no
-/// [`ProductStats`]; [`nalgebra_products`] counts its products instead.
-/// [`crate::matmul::gemm_with`] always runs our kernels.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Backend {
-    /// The crate's blocked product and micro-kernels.
-    Ours,
-    /// nalgebra's `gemm`/`gemm_tr` (through the `matrixmultiply` crate).
-    Nalgebra,
-}
-
-impl Backend {
-    /// The name used by `LLM_WORKBOOK_BACKEND` and in reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            Backend::Ours => "ours",
-            Backend::Nalgebra => "nalgebra",
-        }
-    }
-}
-
-/// Interprets a value of `LLM_WORKBOOK_BACKEND` (`None` when unset): unset, empty or `ours` is
-/// [`Backend::Ours`], `nalgebra` is [`Backend::Nalgebra`] (case-insensitive); anything else is an
-/// error naming the variable.
-pub fn parse_backend_setting(value: Option<&str>) -> Result<Backend> {
-    match value.map(str::trim) {
-        None | Some("") => Ok(Backend::Ours),
-        Some(v) if v.eq_ignore_ascii_case("ours") => Ok(Backend::Ours),
-        Some(v) if v.eq_ignore_ascii_case("nalgebra") => Ok(Backend::Nalgebra),
-        Some(v) => Err(invalid(
-            "parse_backend_setting",
-            BACKEND_ENV,
-            format!("expected ours or nalgebra; got {v:?}"),
-        )),
-    }
-}
-
-thread_local! {
-    static THREAD_BACKEND: Cell<Option<Backend>> = const { Cell::new(None) };
-}
-
-/// Runs `f` with `backend` computing the products started on this thread, then restores the
-/// previous choice (tests use it, so tests running in parallel cannot disturb each other).
-pub fn with_backend<R>(backend: Backend, f: impl FnOnce() -> R) -> R {
-    struct Restore(Option<Backend>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            THREAD_BACKEND.with(|c| c.set(self.0));
-        }
-    }
-    let _restore = Restore(THREAD_BACKEND.with(|c| c.replace(Some(backend))));
-    f()
-}
-
-/// The backend a product started now on this thread would use: the [`with_backend`] choice, else
-/// `LLM_WORKBOOK_BACKEND` (read once; an unusable value is reported once on stderr and ignored).
-pub fn active_backend() -> Backend {
-    if let Some(b) = THREAD_BACKEND.with(Cell::get) {
-        return b;
-    }
-    static ENV: OnceLock<Backend> = OnceLock::new();
-    *ENV.get_or_init(|| match parse_backend_setting(std::env::var(BACKEND_ENV).ok().as_deref()) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("llm-workbook: ignoring {BACKEND_ENV}: {e}; using ours");
-            Backend::Ours
-        }
-    })
-}
-
-static NALGEBRA_PRODUCTS: AtomicU64 = AtomicU64::new(0);
-
-pub(super) fn record_nalgebra_product() {
-    NALGEBRA_PRODUCTS.fetch_add(1, Ordering::Relaxed);
-}
-
-/// Products computed by [`Backend::Nalgebra`] so far, summed over the whole process.
-pub fn nalgebra_products() -> u64 {
-    NALGEBRA_PRODUCTS.load(Ordering::Relaxed)
 }

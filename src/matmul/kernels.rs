@@ -23,23 +23,29 @@
 //!   2 MiB).
 
 use super::Element;
-#[cfg(target_arch = "x86_64")]
-use super::blocked::{MAX_NR, MAX_TILE};
 use super::dispatch::{Blocking, Kernel};
 use super::scalar;
+#[cfg(target_arch = "x86_64")]
+use super::simd::{self, Avx2, Avx512, SimdKernel};
 
-/// The signature every micro-kernel has: `(kc, Ã sliver, B̃ sliver, α, β, columns of C, row)`.
-pub type TileFn<T> = fn(usize, &[T], &[T], T, T, &mut [&mut [T]], usize);
+/// The largest register tile of any kernel (AVX-512 f32, 32×8): the size of the scratch tile
+/// edge tiles are computed into.
+pub const MAX_TILE: usize = 32 * 8;
+/// The most columns of any kernel's tile (the 6 of AVX2, the 8 of AVX-512, the portable 4).
+pub const MAX_NR: usize = 8;
 
-/// The variant of a SIMD micro-kernel that reads B where it is: `(kc, packed Ã sliver, B, B step,
-/// B lane, α, β, columns of C, row)`, element (p, j) of the B sliver being `b[p·b_step +
-/// j·b_lane]`,
-/// so B needs no packing whatever its layout.
-pub type InPlaceFn<T> = fn(usize, &[T], &[T], usize, usize, T, T, &mut [&mut [T]], usize);
+/// The code of a micro-kernel: the portable one, or a SIMD one (which only a CPU-feature token
+/// can build, so holding it proves the CPU runs it).
+#[derive(Clone, Copy)]
+enum Code<T: 'static> {
+    Scalar,
+    #[cfg(target_arch = "x86_64")]
+    Simd(SimdKernel<T>),
+}
 
-/// One micro-kernel: `run(kc, Ã sliver, B̃ sliver, α, β, columns, row)` computes
-/// C ← α·Ã·B̃ + β·C on the `mr`×`nr` tile made of rows `row..row+mr` of the first `nr` column
-/// slices (β = 0: C not read). `run` is a safe function that checks its slices and the CPU itself.
+/// One micro-kernel: [`MicroKernel::run`] computes C ← α·Ã·B̃ + β·C on the `mr`×`nr` tile made
+/// of rows `row..row+mr` of the first `nr` column slices (β = 0: C not read).
+#[derive(Clone, Copy)]
 pub struct MicroKernel<T: 'static> {
     /// The family, reported in [`super::ProductStats`].
     pub kind: Kernel,
@@ -49,19 +55,43 @@ pub struct MicroKernel<T: 'static> {
     pub nr: usize,
     /// The cache blocking chosen for this kernel.
     pub blocking: Blocking,
-    /// The tile update.
-    pub run: TileFn<T>,
-    /// The tile update with B read in place (the SIMD kernels; the portable kernel, the
-    /// specification, always works on packed slivers).
-    pub in_place: Option<InPlaceFn<T>>,
+    code: Code<T>,
 }
 
-impl<T> Clone for MicroKernel<T> {
-    fn clone(&self) -> Self {
-        *self
+impl<T: Element> MicroKernel<T> {
+    /// Whether the kernel can read a B sliver where it is, any step and lane (the SIMD kernels;
+    /// the portable kernel, the specification, always works on packed slivers).
+    pub fn reads_b_in_place(&self) -> bool {
+        !matches!(self.code, Code::Scalar)
+    }
+
+    /// One tile update with a packed Ã sliver; element (p, j) of the B sliver is
+    /// `b[p·b_step + j·b_lane]` ((NR, 1) when packed, the only layout the portable kernel
+    /// takes). Panics (an internal bug, never reachable from the public API) if a slice is too
+    /// short, or if the portable kernel is given a sliver that is not packed.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub fn run(
+        &self,
+        kc: usize,
+        a: &[T],
+        b: &[T],
+        b_step_lane: (usize, usize),
+        alpha: T,
+        beta: T,
+        c: &mut [&mut [T]],
+        row: usize,
+    ) {
+        match self.code {
+            Code::Scalar => {
+                assert_eq!(b_step_lane, (self.nr, 1), "the portable kernel reads packed slivers");
+                scalar::kernel(kc, a, b, alpha, beta, c, row)
+            }
+            #[cfg(target_arch = "x86_64")]
+            Code::Simd(k) => k.run(kc, a, b, b_step_lane, alpha, beta, c, row),
+        }
     }
 }
-impl<T> Copy for MicroKernel<T> {}
 
 /// Portable kernel, both types: 4×4 tiles, sized by the same cache rules but not swept: it is the
 /// specification and the fallback, not the fast path.
@@ -100,113 +130,75 @@ fn scalar_kernel<T: Element>() -> MicroKernel<T> {
         mr: scalar::MR,
         nr: scalar::NR,
         blocking: SCALAR_BLOCKING,
-        run: scalar::kernel::<T>,
-        in_place: None,
+        code: Code::Scalar,
     }
 }
 
-/// Writes the lookup of one element type: `$kernel(kind)`, its micro-kernel of family `kind` if
-/// this CPU can run it, and `$probe(kind, iterations)`, its multiply-add throughput loop. The two
-/// types differ only in the names filled in here.
-macro_rules! kernel_table {
-    (
-        $t:ty, kernel = $kernel:ident, probe = $probe:ident,
-        avx2 = ($a2_mr:ident, $a2_nr:ident, $a2_run:ident, $a2_in_place:ident, $a2_blocking:ident,
-            $a2_probe:ident),
-        avx512 = ($a5_mr:ident, $a5_nr:ident, $a5_run:ident, $a5_in_place:ident,
-            $a5_blocking:ident, $a5_probe:ident) $(,)?
-    ) => {
-        #[doc = concat!("The ", stringify!($t),
-                                    " micro-kernel of family `kind`, if this CPU can run it.")]
-        pub fn $kernel(kind: Kernel) -> Option<MicroKernel<$t>> {
-            if !kind.is_available() {
-                return None;
-            }
-            match kind {
-                Kernel::Scalar => Some(scalar_kernel()),
-                #[cfg(target_arch = "x86_64")]
-                Kernel::Avx2 => {
-                    use super::simd::{$a2_in_place, $a2_mr, $a2_nr, $a2_run};
-                    const {
-                        assert!(
-                            $a2_nr <= MAX_NR && $a2_mr * $a2_nr <= MAX_TILE,
-                            "edge tiles need room in the scratch tile"
-                        )
-                    };
-                    Some(MicroKernel {
-                        kind,
-                        mr: $a2_mr,
-                        nr: $a2_nr,
-                        blocking: $a2_blocking,
-                        run: $a2_run,
-                        in_place: Some($a2_in_place),
-                    })
-                }
-                #[cfg(target_arch = "x86_64")]
-                Kernel::Avx512 => {
-                    use super::simd::{$a5_in_place, $a5_mr, $a5_nr, $a5_run};
-                    const {
-                        assert!(
-                            $a5_nr <= MAX_NR && $a5_mr * $a5_nr <= MAX_TILE,
-                            "edge tiles need room in the scratch tile"
-                        )
-                    };
-                    Some(MicroKernel {
-                        kind,
-                        mr: $a5_mr,
-                        nr: $a5_nr,
-                        blocking: $a5_blocking,
-                        run: $a5_run,
-                        in_place: Some($a5_in_place),
-                    })
-                }
-                #[cfg(not(target_arch = "x86_64"))]
-                _ => None,
-            }
-        }
-
-        #[doc = concat!("Runs the multiply-add throughput loop of family `kind` in ",
-                                    stringify!($t), ": (flops, checksum).")]
-        pub fn $probe(kind: Kernel, iterations: u64) -> Option<(u64, f64)> {
-            match kind {
-                Kernel::Scalar => Some(scalar_probe::<$t>(iterations)),
-                #[cfg(target_arch = "x86_64")]
-                Kernel::Avx2 => super::simd::$a2_probe(iterations),
-                #[cfg(target_arch = "x86_64")]
-                Kernel::Avx512 => super::simd::$a5_probe(iterations),
-                #[cfg(not(target_arch = "x86_64"))]
-                _ => None,
-            }
-        }
-    };
-}
-
-kernel_table! {
-    f32, kernel = f32_kernel, probe = f32_probe,
-    avx2 = (AVX2_F32_MR, AVX2_F32_NR, avx2_f32, avx2_f32_in_place, AVX2_F32_BLOCKING,
-        probe_avx2_f32),
-    avx512 = (AVX512_F32_MR, AVX512_F32_NR, avx512_f32, avx512_f32_in_place, AVX512_F32_BLOCKING,
-        probe_avx512_f32),
-}
-
-kernel_table! {
-    f64, kernel = f64_kernel, probe = f64_probe,
-    avx2 = (AVX2_F64_MR, AVX2_F64_NR, avx2_f64, avx2_f64_in_place, AVX2_F64_BLOCKING,
-        probe_avx2_f64),
-    avx512 = (AVX512_F64_MR, AVX512_F64_NR, avx512_f64, avx512_f64_in_place, AVX512_F64_BLOCKING,
-        probe_avx512_f64),
-}
-
-/// The portable throughput probe: 12 independent multiply-then-add chains (not fused).
-fn scalar_probe<T: Element + num_traits::Float>(iterations: u64) -> (u64, f64) {
-    let x = std::hint::black_box(T::from(0.999_99).unwrap_or_else(T::one));
-    let y = std::hint::black_box(T::from(1.0e-4).unwrap_or_else(T::zero));
-    let mut acc = [std::hint::black_box(T::one()); 12];
-    for _ in 0..iterations {
-        for a in acc.iter_mut() {
-            *a = *a * x + y;
-        }
+// Edge tiles need room in the scratch tile: every SIMD tile fits in MAX_NR columns and MAX_TILE
+// values (checked when compiling).
+#[cfg(target_arch = "x86_64")]
+const _: () = {
+    use simd::*;
+    let tiles = [
+        (AVX2_F32_MR, AVX2_F32_NR),
+        (AVX2_F64_MR, AVX2_F64_NR),
+        (AVX512_F32_MR, AVX512_F32_NR),
+        (AVX512_F64_MR, AVX512_F64_NR),
+    ];
+    let mut i = 0;
+    while i < tiles.len() {
+        let (mr, nr) = tiles[i];
+        assert!(nr <= MAX_NR && mr * nr <= MAX_TILE, "edge tiles need room in the scratch tile");
+        i += 1;
     }
-    let sum = acc.iter().fold(T::zero(), |s, &a| s + a);
-    (iterations * 12 * 2, sum.to_f64().unwrap_or(f64::NAN))
+};
+
+/// A SIMD micro-kernel's entry in the table.
+#[cfg(target_arch = "x86_64")]
+fn simd_kernel<T>(
+    kind: Kernel,
+    (mr, nr): (usize, usize),
+    blocking: Blocking,
+    code: SimdKernel<T>,
+) -> MicroKernel<T> {
+    MicroKernel { kind, mr, nr, blocking, code: Code::Simd(code) }
+}
+
+/// The f32 micro-kernel of family `kind`, if this CPU can run it (the SIMD ones are built from
+/// the token the CPU detection returns).
+pub fn f32_kernel(kind: Kernel) -> Option<MicroKernel<f32>> {
+    match kind {
+        Kernel::Scalar => Some(scalar_kernel()),
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx2 => Avx2::detect().map(|t| {
+            let tile = (simd::AVX2_F32_MR, simd::AVX2_F32_NR);
+            simd_kernel(kind, tile, AVX2_F32_BLOCKING, t.f32_kernel())
+        }),
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx512 => Avx512::detect().map(|t| {
+            let tile = (simd::AVX512_F32_MR, simd::AVX512_F32_NR);
+            simd_kernel(kind, tile, AVX512_F32_BLOCKING, t.f32_kernel())
+        }),
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => None,
+    }
+}
+
+/// The f64 micro-kernel of family `kind`, if this CPU can run it.
+pub fn f64_kernel(kind: Kernel) -> Option<MicroKernel<f64>> {
+    match kind {
+        Kernel::Scalar => Some(scalar_kernel()),
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx2 => Avx2::detect().map(|t| {
+            let tile = (simd::AVX2_F64_MR, simd::AVX2_F64_NR);
+            simd_kernel(kind, tile, AVX2_F64_BLOCKING, t.f64_kernel())
+        }),
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx512 => Avx512::detect().map(|t| {
+            let tile = (simd::AVX512_F64_MR, simd::AVX512_F64_NR);
+            simd_kernel(kind, tile, AVX512_F64_BLOCKING, t.f64_kernel())
+        }),
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => None,
+    }
 }

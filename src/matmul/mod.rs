@@ -17,8 +17,13 @@
 //! - large products are cut into pieces of C shared between two threads ([`default_threads`],
 //!   [`PARALLEL_MIN_FLOPS`]).
 //!
-//! `unsafe` code exists only in the SIMD kernel module, behind safe functions that check the CPU
-//! and every slice bound before touching a pointer.
+//! `unsafe` code exists only in the SIMD kernel module: a SIMD kernel can only be built from a
+//! token that the CPU detection alone can make, and every call checks every slice bound before
+//! touching a pointer.
+//!
+//! What is not the product lives beside this module: the thread count in [`crate::threads`], the
+//! nalgebra backend switch in [`crate::backend`], the element-wise map in [`crate::simd_map`] and
+//! the FMA throughput probe in [`crate::peak`].
 
 mod blocked;
 mod dispatch;
@@ -29,16 +34,22 @@ mod scalar;
 #[allow(unsafe_code)]
 mod simd;
 
+/// The CPU-feature tokens and the SIMD bodies of the FMA probe and the element-wise map, for
+/// [`crate::peak`] and [`crate::simd_map`] (their public API and policy live there).
+#[cfg(target_arch = "x86_64")]
+pub(crate) use simd::{Avx2, Avx512};
+
+use crate::backend::{Backend, active_backend, record_nalgebra_product};
 use crate::error::{Result, invalid, shape_error};
+use crate::threads::default_threads;
 use nalgebra::{ClosedAddAssign, ClosedMulAssign, DMatrix};
 use num_traits::{One, Zero};
 
 pub use blocked::{IN_PLACE_MAX_STEP, PARALLEL_MIN_FLOPS};
 pub use dispatch::{
-    BACKEND_ENV, Backend, Blocking, KERNEL_ENV, Kernel, ProductChoices, ProductStats, THREADS_ENV,
-    active_backend, active_kernel, available_kernels, best_kernel, default_threads, env_kernel,
-    kernel_calls, last_product, nalgebra_products, parse_backend_setting, parse_kernel_setting,
-    product_choices, set_kernel, with_backend, with_kernel, with_threads,
+    Blocking, KERNEL_ENV, Kernel, ProductChoices, ProductStats, active_kernel, available_kernels,
+    best_kernel, env_kernel, kernel_calls, last_product, parse_kernel_setting, product_choices,
+    set_kernel, with_kernel,
 };
 pub use kernels::{
     AVX2_F32_BLOCKING, AVX2_F64_BLOCKING, AVX512_F32_BLOCKING, AVX512_F64_BLOCKING, SCALAR_BLOCKING,
@@ -103,8 +114,6 @@ mod sealed {
         fn micro_kernel(kind: Kernel) -> Option<MicroKernel<Self>>;
         /// Runs `f` with at least `count` packing workspaces of the current thread.
         fn with_workspaces<R>(count: usize, f: impl FnOnce(&mut [Workspace<Self>]) -> R) -> R;
-        /// The multiply-add throughput loop of family `kind`: (flops, checksum).
-        fn fma_probe(kind: Kernel, iterations: u64) -> Option<(u64, f64)>;
         /// Writes `dst[p·W + i] = lines[i][p]` (W = `lines.len()`) with SIMD transposes for p below
         /// some multiple of 8, and returns how many p that is; 0 (the default) leaves every p to
         /// the caller's plain copy.
@@ -142,9 +151,6 @@ mod sealed {
         fn with_workspaces<R>(count: usize, f: impl FnOnce(&mut [Workspace<f32>]) -> R) -> R {
             with_cache(&F32_WORKSPACES, count, f)
         }
-        fn fma_probe(kind: Kernel, iterations: u64) -> Option<(u64, f64)> {
-            super::kernels::f32_probe(kind, iterations)
-        }
         #[cfg(target_arch = "x86_64")]
         fn transpose_lines(dst: &mut [f32], lines: &[&[f32]], kc: usize) -> usize {
             super::simd::transpose_f32(dst, lines, kc)
@@ -156,9 +162,6 @@ mod sealed {
         }
         fn with_workspaces<R>(count: usize, f: impl FnOnce(&mut [Workspace<f64>]) -> R) -> R {
             with_cache(&F64_WORKSPACES, count, f)
-        }
-        fn fma_probe(kind: Kernel, iterations: u64) -> Option<(u64, f64)> {
-            super::kernels::f64_probe(kind, iterations)
         }
     }
 }
@@ -189,15 +192,7 @@ pub fn default_blocking<T: Element>(kernel: Kernel) -> Result<Blocking> {
     Ok(T::micro_kernel(kernel).ok_or_else(|| unavailable("default_blocking", kernel))?.blocking)
 }
 
-/// Runs `iterations` rounds of the multiply-add throughput loop of `kernel` in type `T` (12
-/// independent chains of full-width fused multiply-adds; separate multiply and add for the
-/// portable kernel) and returns (flops done, a checksum). Timed by the benchmark, it measures the
-/// machine's peak, the ceiling every product is compared with. An error if the CPU lacks it.
-pub fn fma_probe<T: Element>(kernel: Kernel, iterations: u64) -> Result<(u64, f64)> {
-    T::fma_probe(kernel, iterations).ok_or_else(|| unavailable("fma_probe", kernel))
-}
-
-fn unavailable(op: &'static str, k: Kernel) -> crate::Error {
+pub(crate) fn unavailable(op: &'static str, k: Kernel) -> crate::Error {
     let names: Vec<_> = available_kernels().iter().map(|k| k.name()).collect();
     invalid(
         op,
@@ -324,7 +319,7 @@ fn nalgebra_gemm<T: Element>(
         Op::N => c.gemm(alpha, a, b, beta),
         Op::T => c.gemm_tr(alpha, a, b, beta),
     }
-    dispatch::record_nalgebra_product();
+    record_nalgebra_product();
 }
 
 macro_rules! impl_element {
@@ -507,42 +502,12 @@ pub fn gemm_view<T: Element>(
             Op::N => cv.gemm(alpha, &av, &bv, beta),
             Op::T => cv.gemm_tr(alpha, &av, &bv, beta),
         }
-        dispatch::record_nalgebra_product();
+        record_nalgebra_product();
         return Ok(());
     }
     let a_op = pack::Operand::new(a.data, a.ld, ta == Op::T);
     let b_op = pack::Operand::new(b.data, b.ld, tb == Op::T);
     run_operands(Settings::default(), alpha, a_op, b_op, beta, c.data, c.ld, (m, n, k)).map(|_| ())
-}
-
-/// yᵢ ← f(xᵢ, yᵢ) for every i, in f32, compiled for the registers of the active kernel
-/// ([`active_kernel`]: AVX-512, AVX2 or the portable baseline). The crate is compiled for the
-/// baseline x86-64 (SSE2, four f32 lanes), so a loop like GELU's rational function runs four lanes
-/// at a time there; here the very same loop runs with the wider registers the CPU has, chosen at
-/// run time as the micro-kernels are. Each element is computed by the same operations whatever
-/// the registers (no reordering, no fused multiply-add the scalar code does not have), so the
-/// results are bit-for-bit those of the plain loop. Errors when the lengths differ.
-pub fn map_f32(x: &[f32], y: &mut [f32], f: impl Fn(f32, f32) -> f32) -> Result<()> {
-    if x.len() != y.len() {
-        return Err(shape_error(
-            "map_f32",
-            "x and y",
-            format!("{} values", x.len()),
-            format!("{}", y.len()),
-        ));
-    }
-    match active_kernel() {
-        #[cfg(target_arch = "x86_64")]
-        Kernel::Avx512 => simd::map_f32_avx512(x, y, f),
-        #[cfg(target_arch = "x86_64")]
-        Kernel::Avx2 => simd::map_f32_avx2(x, y, f),
-        _ => {
-            for (y_i, &x_i) in y.iter_mut().zip(x) {
-                *y_i = f(x_i, *y_i);
-            }
-        }
-    }
-    Ok(())
 }
 
 fn product<T: Element>(
@@ -717,3 +682,80 @@ pub fn scalar_tile<T: Element>(kc: usize, a_sliver: &[T], b_sliver: &[T]) -> Res
 
 /// Rows and columns of the portable kernel's register tile.
 pub const SCALAR_TILE: (usize, usize) = (scalar::MR, scalar::NR);
+
+#[cfg(test)]
+mod layering {
+    //! The files of this module import each other without a cycle: each sibling (`blocked`,
+    //! `kernels` …) may use those below it, never one that uses it back.
+
+    use std::path::Path;
+
+    /// The siblings `code` names through `super::name`.
+    fn siblings_used<'s>(code: &str, siblings: &[&'s str]) -> Vec<&'s str> {
+        let code: String = code
+            .lines()
+            .map(|l| l.split("//").next().unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n");
+        siblings.iter().copied().filter(|s| code.contains(&format!("super::{s}"))).collect()
+    }
+
+    /// A cycle in the graph `uses` (file, siblings it uses), as the files along it, if any.
+    fn cycle(uses: &[(&str, Vec<&str>)]) -> Option<Vec<String>> {
+        fn visit(
+            node: &str,
+            uses: &[(&str, Vec<&str>)],
+            path: &mut Vec<String>,
+        ) -> Option<Vec<String>> {
+            if let Some(at) = path.iter().position(|p| p == node) {
+                let mut found = path[at..].to_vec();
+                found.push(node.to_string());
+                return Some(found);
+            }
+            path.push(node.to_string());
+            let next = uses.iter().find(|(n, _)| *n == node).map(|(_, u)| u.clone());
+            for n in next.unwrap_or_default() {
+                if let Some(found) = visit(n, uses, path) {
+                    return Some(found);
+                }
+            }
+            path.pop();
+            None
+        }
+        uses.iter().find_map(|(n, _)| visit(n, uses, &mut Vec::new()))
+    }
+
+    const SIBLINGS: [&str; 6] = ["blocked", "dispatch", "kernels", "pack", "scalar", "simd"];
+
+    #[test]
+    fn the_files_of_matmul_import_each_other_without_a_cycle() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src").join("matmul");
+        let codes: Vec<(&str, String)> = SIBLINGS
+            .iter()
+            .map(|s| {
+                let path = dir.join(format!("{s}.rs"));
+                (*s, std::fs::read_to_string(&path).expect("a file of src/matmul"))
+            })
+            .collect();
+        let uses: Vec<(&str, Vec<&str>)> =
+            codes.iter().map(|(s, code)| (*s, siblings_used(code, &SIBLINGS))).collect();
+        assert!(uses.iter().any(|(_, u)| !u.is_empty()), "the files do use each other");
+        assert_eq!(cycle(&uses), None);
+    }
+
+    #[test]
+    fn the_cycle_check_sees_blocked_and_kernels_importing_each_other() {
+        // The layout before the split: `blocked` took the kernel type from `kernels`, which took
+        // the scratch tile's size from `blocked`.
+        let blocked = "use super::kernels::MicroKernel;\n// super::simd in a comment\n";
+        let kernels = "use super::blocked::{MAX_NR, MAX_TILE};\nuse super::dispatch::Kernel;\n";
+        let uses = [
+            ("blocked", siblings_used(blocked, &SIBLINGS)),
+            ("kernels", siblings_used(kernels, &SIBLINGS)),
+            ("dispatch", vec![]),
+        ];
+        assert_eq!(uses[0].1, ["kernels"], "comments are not code");
+        assert_eq!(cycle(&uses).expect("a cycle"), ["blocked", "kernels", "blocked"]);
+        assert_eq!(cycle(&uses[1..]), None);
+    }
+}

@@ -1,24 +1,29 @@
-//! The SIMD micro-kernels (x86-64 only): AVX2+FMA and AVX-512F, for f32 and f64; with them the
-//! other loops that need wider registers than the baseline build has (the FMA probe, `map_f32`'s
-//! elementwise loops, and packing's 8×8 transposes).
+//! The SIMD code (x86-64 only): the AVX2+FMA and AVX-512F micro-kernels for f32 and f64, and the
+//! other loops that need wider registers than the baseline build has (the FMA throughput probe,
+//! the element-wise map of [`crate::simd_map`], packing's 8×8 transposes).
 //!
-//! This is the only module of the crate allowed to use `unsafe`. Each kernel is a safe function
-//! that checks, before anything else,
+//! This is the only module of the crate allowed to use `unsafe`. The safety argument has two
+//! halves, and each has one place where it is made:
 //!
-//! 1. that the CPU has the instruction set (the standard library's cached feature detection), and
-//! 2. that every slice is long enough for the tile it stands for: `a.len() ≥ kc·MR`,
-//!    `b.len() ≥ kc·NR` (for the in-place entry, which reads B through a step and a lane, the
-//!    highest index it reads, `(kc − 1)·step + (NR − 1)·lane`), and NR columns of C each holding
-//!    MR elements from row `row` on,
+//! 1. **The CPU has the instructions.** A token, [`Avx2`] or [`Avx512`], is a value whose only
+//!    constructor (`detect`) asks the CPU (the standard library's cached feature detection) and
+//!    returns `None` when the instruction set is missing; its field is private to this module, so
+//!    no other code can make one. Every safe function that runs `#[target_feature]` code takes a
+//!    token, or is a method of a [`SimdKernel`], which only a token can build. Holding one is the
+//!    proof, so nothing re-checks the CPU on every micro-kernel call.
+//! 2. **Every pointer stays inside its slice.** The micro-kernel checks, on every call, that `a`
+//!    holds kc·MR values, `b` every index it reads (kc·NR packed; with a step and a lane, the
+//!    highest index `(kc − 1)·step + (NR − 1)·lane`, computed without overflow), and that each of
+//!    NR columns of C holds MR values from `row` on; only then does it read through raw pointers.
 //!
-//! and only then calls the `#[target_feature]` function that does the work through raw pointers.
-//! Those two checks are the whole safety argument: (1) makes executing the instructions defined
-//! behaviour, (2) keeps every load and store inside the borrowed slices.
-//!
-//! All four kernels are one text, [`simd_kernel!`], instantiated with different vector types, so
-//! the AVX-512 code is the very loop the AVX2 tests exercise, with wider registers. The loop is
-//! the scalar specification ([`super::scalar`]) with the MR rows of a column of the tile held in
-//! `MV` vectors of `LANES` lanes:
+//! The four micro-kernels are one generic body, [`tile_body`], written against a trait for a
+//! vector instruction set ([`Vector`]: the vector type, its lanes, and zero, load, store, splat,
+//! fused multiply-add, multiply and add as `#[inline(always)]` functions), and four thin
+//! `#[target_feature]` wrappers, one per instruction set and element type, that call it. The body
+//! and the trait's functions are inlined into each wrapper, so they are compiled with the
+//! wrapper's instructions: the AVX-512 code is the very loop the AVX2 tests exercise, with wider
+//! registers. The loop is the scalar specification ([`super::scalar`]) with the MR rows of a
+//! column of the tile held in MV = MR/LANES vectors:
 //!
 //! ```text
 //! for p in 0..kc:
@@ -29,6 +34,36 @@
 //! ```
 
 use std::arch::x86_64::*;
+
+// ───────────────────────────── the tokens: proof of what the CPU runs ─────────────────────────
+
+/// Proof that this CPU runs AVX2 and FMA: [`Avx2::detect`] is the only way to make one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Avx2(());
+
+impl Avx2 {
+    /// A token if the CPU has AVX2 and FMA (asked once per process, then cached by the standard
+    /// library), else `None`.
+    pub(crate) fn detect() -> Option<Avx2> {
+        let found = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+        found.then_some(Avx2(()))
+    }
+}
+
+/// Proof that this CPU runs AVX-512F, and with it AVX2 and FMA (every AVX-512 CPU has them; the
+/// element-wise map uses all three): [`Avx512::detect`] is the only way to make one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Avx512(());
+
+impl Avx512 {
+    /// A token if the CPU has AVX-512F, AVX2 and FMA, else `None`.
+    pub(crate) fn detect() -> Option<Avx512> {
+        let found = is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma");
+        found.then_some(Avx512(()))
+    }
+}
 
 /// Asks the cache for every 64-byte line of `s` (packing uses it to fetch the next column run
 /// of a block while copying the current one). A hint only: it changes no value.
@@ -41,156 +76,207 @@ pub(super) fn prefetch_lines<T>(s: &[T]) {
     }
 }
 
-/// How many rank-1 steps ahead the micro-kernel prefetches its Ã sliver (16 steps of the f32 AVX2
-/// tile are 1 KiB; on this machine the prefetch was worth about 5 % against none, and 8, 16 and 32
-/// steps were indistinguishable).
-const PREFETCH_AHEAD: usize = 16;
+// ───────────────────────────── one vector instruction set ─────────────────────────────
 
-macro_rules! simd_kernel {
-    (
-        $(#[$doc:meta])*
-        name = $name:ident, in_place = $in_place:ident, inner = $inner:ident, elem = $t:ty,
-            vector = $v:ty,
-        lanes = $lanes:expr, mr = $mr:expr, nr = $nr:expr,
-        features = $features:literal, detect = [$($detect:tt),+],
-        zero = $zero:ident, load = $load:ident, store = $store:ident, splat = $splat:ident,
-        fma = $fma:ident, mul = $mul:ident $(,)?
-    ) => {
-        $(#[$doc])*
-        pub(super) fn $name(kc: usize, a: &[$t], b: &[$t], alpha: $t, beta: $t,
-            c: &mut [&mut [$t]], row: usize) {
-            const MR: usize = $mr;
-            const _: () = assert!(MR % $lanes == 0, "MR must be a whole number of vectors");
-            assert!($(std::arch::is_x86_feature_detected!($detect))&&+,
-                "{} needs CPU features {:?}", stringify!($name), [$($detect),+]);
-            assert!(a.len() >= kc * MR, "packed A sliver too short");
-            assert!(b.len() >= kc * $nr, "packed B sliver too short");
-            assert!(c.len() >= $nr, "fewer than NR columns of C");
-            // Slicing checks that each of the NR columns holds MR elements from `row` on.
-            let c_columns: [*mut $t; $nr] =
-                std::array::from_fn(|j| c[j][row..row + MR].as_mut_ptr());
-            // SAFETY: the CPU features the inner function is compiled for were detected just above,
-            // and the asserts and slicing above establish exactly the bounds `$inner` requires:
-            // kc·MR values of `a`, kc·NR values of `b` (packed: steps MR and NR, lane 1), MR
-            // writable values behind each column pointer (distinct `&mut` slices, so no two
-            // pointers alias).
-            unsafe { $inner::<false>(kc, a.as_ptr(), b.as_ptr(), $nr, 1, alpha, beta, c_columns) }
-        }
-
-        /// The same tile update with a packed A sliver and the B sliver read where it is instead
-        /// of packed: element (p, j) of B is `b[p·b_step + j·b_lane]`, any layout. Safe: checks
-        /// the CPU and that the last element of each sliver lies inside its slice.
-        #[allow(clippy::too_many_arguments)]
-        pub(super) fn $in_place(
-            kc: usize,
-            a: &[$t],
-            b: &[$t],
-            b_step: usize,
-            b_lane: usize,
-            alpha: $t,
-            beta: $t,
-            c: &mut [&mut [$t]],
-            row: usize,
-        ) {
-            const MR: usize = $mr;
-            assert!($(std::arch::is_x86_feature_detected!($detect))&&+,
-                "{} needs CPU features {:?}", stringify!($in_place), [$($detect),+]);
-            if kc > 0 {
-                assert!(a.len() >= kc * MR, "packed A sliver too short");
-                assert!(b.len() > (kc - 1) * b_step + ($nr - 1) * b_lane,
-                    "B sliver too short for its step and lane");
-            }
-            assert!(c.len() >= $nr, "fewer than NR columns of C");
-            let c_columns: [*mut $t; $nr] =
-                std::array::from_fn(|j| c[j][row..row + MR].as_mut_ptr());
-            // SAFETY: as in the packed kernel; the B assert bounds the highest index read,
-            // (kc − 1)·b_step + (NR − 1)·b_lane, and every other index read of B is smaller.
-            unsafe { $inner::<true>(kc, a.as_ptr(), b.as_ptr(), b_step, b_lane, alpha, beta,
-                c_columns) }
-        }
-
-        /// # Safety
-        ///
-        /// The CPU must support the enabled features; `a` must be valid for kc·MR reads, `b` for
-        /// reads at every `p·b_step + j·b_lane` (p < kc, j < NR), and each of the NR pointers in
-        /// `c` for reads and writes of MR consecutive elements, none overlapping another. With
-        /// `IN_PLACE` false B's step and lane are the packed ones (NR, 1) whatever is passed, so
-        /// the compiler sees them as constants.
-        #[allow(clippy::too_many_arguments)]
-        #[target_feature(enable = $features)]
-        unsafe fn $inner<const IN_PLACE: bool>(
-            kc: usize,
-            a: *const $t,
-            b: *const $t,
-            b_step: usize,
-            b_lane: usize,
-            alpha: $t,
-            beta: $t,
-            c: [*mut $t; $nr],
-        ) {
-            const MR: usize = $mr;
-            const MV: usize = MR / $lanes;
-            let (b_step, b_lane) = if IN_PLACE { (b_step, b_lane) } else { ($nr, 1) };
-            // Ask for the C tile now, so its cache lines arrive while the kc loop runs instead of
-            // stalling the write-back at the end (C's columns are a whole leading dimension apart).
-            for c_j in c {
-                for edge in [0, MR - 1] {
-                    _mm_prefetch::<_MM_HINT_T0>(c_j.wrapping_add(edge).cast::<i8>());
-                }
-            }
-            let mut acc: [[$v; MV]; $nr] = [[$zero(); MV]; $nr];
-            // One step of the rank-1 update: acc += Ã[p, :] ⊗ B̃[p, :].
-            let step = |p: usize, acc: &mut [[$v; MV]; $nr]| {
-                let mut a_p: [$v; MV] = [$zero(); MV];
-                for (r, a_pr) in a_p.iter_mut().enumerate() {
-                    // SAFETY: p < kc and r·LANES + LANES ≤ MR, so the LANES values read lie inside
-                    // the kc·MR values the caller guarantees readable.
-                    *a_pr = unsafe { $load(a.add(p * MR + r * $lanes)) };
-                }
-                for (j, acc_j) in acc.iter_mut().enumerate() {
-                    // SAFETY: p < kc and j < NR: an index the caller guarantees readable.
-                    let b_pj = $splat(unsafe { *b.add(p * b_step + j * b_lane) });
-                    for (acc_jr, &a_pr) in acc_j.iter_mut().zip(&a_p) {
-                        *acc_jr = $fma(a_pr, b_pj, *acc_jr);
-                    }
-                }
-            };
-            let mut p = 0;
-            while p + 4 <= kc {
-                // A prefetch never faults; wrapping_add keeps the address arithmetic defined even
-                // past the end of the sliver.
-                _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add((p + PREFETCH_AHEAD) * MR).cast::<i8>());
-                step(p, &mut acc);
-                step(p + 1, &mut acc);
-                step(p + 2, &mut acc);
-                step(p + 3, &mut acc);
-                p += 4;
-            }
-            while p < kc {
-                step(p, &mut acc);
-                p += 1;
-            }
-            let alpha_v = $splat(alpha);
-            let beta_v = $splat(beta);
-            for (c_j, acc_j) in c.into_iter().zip(&acc) {
-                for (r, &acc_jr) in acc_j.iter().enumerate() {
-                    // SAFETY: r·LANES + LANES ≤ MR: these LANES elements are among the MR the
-                    // caller guarantees readable and writable behind c_j.
-                    let c_jr = unsafe { c_j.add(r * $lanes) };
-                    let value = if beta == 0.0 {
-                        // β = 0 overwrites: C is not read, so NaN or garbage in it cannot leak in.
-                        $mul(alpha_v, acc_jr)
-                    } else {
-                        // SAFETY: as above, c_jr points at LANES readable elements.
-                        $fma(alpha_v, acc_jr, $mul(beta_v, unsafe { $load(c_jr) }))
-                    };
-                    // SAFETY: as above, c_jr points at LANES writable elements.
-                    unsafe { $store(c_jr, value) };
-                }
-            }
-        }
-    };
+/// One vector instruction set for one element type: what the micro-kernel and the probe are
+/// written in.
+///
+/// # Safety
+///
+/// Every function requires that the CPU supports the instruction set (the caller holds its
+/// token, or is a `#[target_feature]` function that a token holder called). `load` and `store`
+/// also require `p` to be valid for reading (writing) `LANES` consecutive elements; no alignment
+/// is required.
+trait Vector {
+    /// The element type.
+    type E: Copy + PartialEq;
+    /// The vector register type.
+    type V: Copy;
+    /// Elements per vector.
+    const LANES: usize;
+    /// The element 0 (β = 0 means "do not read C").
+    const ZERO: Self::E;
+    unsafe fn zero() -> Self::V;
+    unsafe fn load(p: *const Self::E) -> Self::V;
+    unsafe fn store(p: *mut Self::E, v: Self::V);
+    unsafe fn splat(x: Self::E) -> Self::V;
+    /// a·b + c, rounded once.
+    unsafe fn fma(a: Self::V, b: Self::V, c: Self::V) -> Self::V;
+    unsafe fn mul(a: Self::V, b: Self::V) -> Self::V;
+    unsafe fn add(a: Self::V, b: Self::V) -> Self::V;
+    /// Lane 0.
+    unsafe fn first(v: Self::V) -> Self::E;
 }
+
+/// 256-bit AVX2+FMA vectors of f32.
+struct Avx2F32;
+/// 256-bit AVX2+FMA vectors of f64.
+struct Avx2F64;
+/// 512-bit AVX-512F vectors of f32.
+struct Avx512F32;
+/// 512-bit AVX-512F vectors of f64.
+struct Avx512F64;
+
+// SAFETY (each function of the four implementations): a call of one intrinsic, under the
+// contract of [`Vector`]: the CPU supports it, and `load`/`store` pointers are valid for LANES
+// elements.
+impl Vector for Avx2F32 {
+    type E = f32;
+    type V = __m256;
+    const LANES: usize = 8;
+    const ZERO: f32 = 0.0;
+    #[inline(always)]
+    unsafe fn zero() -> __m256 {
+        unsafe { _mm256_setzero_ps() }
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> __m256 {
+        unsafe { _mm256_loadu_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: __m256) {
+        unsafe { _mm256_storeu_ps(p, v) }
+    }
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> __m256 {
+        unsafe { _mm256_set1_ps(x) }
+    }
+    #[inline(always)]
+    unsafe fn fma(a: __m256, b: __m256, c: __m256) -> __m256 {
+        unsafe { _mm256_fmadd_ps(a, b, c) }
+    }
+    #[inline(always)]
+    unsafe fn mul(a: __m256, b: __m256) -> __m256 {
+        unsafe { _mm256_mul_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn add(a: __m256, b: __m256) -> __m256 {
+        unsafe { _mm256_add_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn first(v: __m256) -> f32 {
+        unsafe { _mm256_cvtss_f32(v) }
+    }
+}
+
+impl Vector for Avx2F64 {
+    type E = f64;
+    type V = __m256d;
+    const LANES: usize = 4;
+    const ZERO: f64 = 0.0;
+    #[inline(always)]
+    unsafe fn zero() -> __m256d {
+        unsafe { _mm256_setzero_pd() }
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f64) -> __m256d {
+        unsafe { _mm256_loadu_pd(p) }
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f64, v: __m256d) {
+        unsafe { _mm256_storeu_pd(p, v) }
+    }
+    #[inline(always)]
+    unsafe fn splat(x: f64) -> __m256d {
+        unsafe { _mm256_set1_pd(x) }
+    }
+    #[inline(always)]
+    unsafe fn fma(a: __m256d, b: __m256d, c: __m256d) -> __m256d {
+        unsafe { _mm256_fmadd_pd(a, b, c) }
+    }
+    #[inline(always)]
+    unsafe fn mul(a: __m256d, b: __m256d) -> __m256d {
+        unsafe { _mm256_mul_pd(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn add(a: __m256d, b: __m256d) -> __m256d {
+        unsafe { _mm256_add_pd(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn first(v: __m256d) -> f64 {
+        unsafe { _mm256_cvtsd_f64(v) }
+    }
+}
+
+impl Vector for Avx512F32 {
+    type E = f32;
+    type V = __m512;
+    const LANES: usize = 16;
+    const ZERO: f32 = 0.0;
+    #[inline(always)]
+    unsafe fn zero() -> __m512 {
+        unsafe { _mm512_setzero_ps() }
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> __m512 {
+        unsafe { _mm512_loadu_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: __m512) {
+        unsafe { _mm512_storeu_ps(p, v) }
+    }
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> __m512 {
+        unsafe { _mm512_set1_ps(x) }
+    }
+    #[inline(always)]
+    unsafe fn fma(a: __m512, b: __m512, c: __m512) -> __m512 {
+        unsafe { _mm512_fmadd_ps(a, b, c) }
+    }
+    #[inline(always)]
+    unsafe fn mul(a: __m512, b: __m512) -> __m512 {
+        unsafe { _mm512_mul_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn add(a: __m512, b: __m512) -> __m512 {
+        unsafe { _mm512_add_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn first(v: __m512) -> f32 {
+        unsafe { _mm512_cvtss_f32(v) }
+    }
+}
+
+impl Vector for Avx512F64 {
+    type E = f64;
+    type V = __m512d;
+    const LANES: usize = 8;
+    const ZERO: f64 = 0.0;
+    #[inline(always)]
+    unsafe fn zero() -> __m512d {
+        unsafe { _mm512_setzero_pd() }
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f64) -> __m512d {
+        unsafe { _mm512_loadu_pd(p) }
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f64, v: __m512d) {
+        unsafe { _mm512_storeu_pd(p, v) }
+    }
+    #[inline(always)]
+    unsafe fn splat(x: f64) -> __m512d {
+        unsafe { _mm512_set1_pd(x) }
+    }
+    #[inline(always)]
+    unsafe fn fma(a: __m512d, b: __m512d, c: __m512d) -> __m512d {
+        unsafe { _mm512_fmadd_pd(a, b, c) }
+    }
+    #[inline(always)]
+    unsafe fn mul(a: __m512d, b: __m512d) -> __m512d {
+        unsafe { _mm512_mul_pd(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn add(a: __m512d, b: __m512d) -> __m512d {
+        unsafe { _mm512_add_pd(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn first(v: __m512d) -> f64 {
+        unsafe { _mm512_cvtsd_f64(v) }
+    }
+}
+
+// ───────────────────────────── the micro-kernel ─────────────────────────────
 
 /// Rows of the AVX2 f32 tile (two 8-lane vectors).
 pub const AVX2_F32_MR: usize = 16;
@@ -209,159 +295,380 @@ pub const AVX512_F64_MR: usize = 16;
 /// Columns of the AVX-512 f64 tile.
 pub const AVX512_F64_NR: usize = 8;
 
-simd_kernel! {
+/// How many rank-1 steps ahead the micro-kernel prefetches its Ã sliver (16 steps of the f32 AVX2
+/// tile are 1 KiB; on this machine the prefetch was worth about 5 % against none, and 8, 16 and 32
+/// steps were indistinguishable).
+const PREFETCH_AHEAD: usize = 16;
+
+/// The one micro-kernel body: C ← α·Ã·B̃ + β·C on the MR×NR tile made of rows `row..row + MR`
+/// of the first NR slices of `c` (β = 0: C is not read). Ã is a packed sliver (kc·MR values,
+/// step MR); element (p, j) of B̃ is `b[p·b_step + j·b_lane]`. With `IN_PLACE` false the B sliver
+/// is packed (step NR, lane 1) whatever is passed, so the compiler sees constants.
+///
+/// Panics, before touching a pointer, if a slice is too short for what it stands for.
+///
+/// # Safety
+///
+/// The CPU must support `I`'s instruction set. This function is `#[inline(always)]` so that it
+/// is compiled inside the `#[target_feature]` wrapper that calls it, with its instructions.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn tile_body<
+    I: Vector,
+    const MR: usize,
+    const NR: usize,
+    const MV: usize,
+    const IN_PLACE: bool,
+>(
+    kc: usize,
+    a: &[I::E],
+    b: &[I::E],
+    b_step: usize,
+    b_lane: usize,
+    alpha: I::E,
+    beta: I::E,
+    c: &mut [&mut [I::E]],
+    row: usize,
+) {
+    const { assert!(MV * I::LANES == MR, "MR must be a whole number of vectors") };
+    let (b_step, b_lane) = if IN_PLACE { (b_step, b_lane) } else { (NR, 1) };
+    // The bounds, in arithmetic that cannot wrap: the highest index read of A and of B.
+    let a_needed = kc.checked_mul(MR);
+    let b_needed = match kc {
+        0 => Some(0),
+        _ => (kc - 1)
+            .checked_mul(b_step)
+            .zip((NR - 1).checked_mul(b_lane))
+            .and_then(|(x, y)| x.checked_add(y))
+            .and_then(|last| last.checked_add(1)),
+    };
+    assert!(a_needed.is_some_and(|n| a.len() >= n), "packed A sliver too short");
+    assert!(b_needed.is_some_and(|n| b.len() >= n), "B sliver too short for its step and lane");
+    assert!(c.len() >= NR, "fewer than NR columns of C");
+    // Slicing checks that each of the NR columns holds MR elements from `row` on; the columns are
+    // distinct `&mut` slices, so no two pointers alias.
+    let c: [*mut I::E; NR] = std::array::from_fn(|j| c[j][row..row + MR].as_mut_ptr());
+    let (a, b) = (a.as_ptr(), b.as_ptr());
+    // Ask for the C tile now, so its cache lines arrive while the kc loop runs instead of
+    // stalling the write-back at the end (C's columns are a whole leading dimension apart).
+    for c_j in c {
+        for edge in [0, MR - 1] {
+            // SAFETY: SSE is part of every x86-64 CPU; a prefetch never faults.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(c_j.wrapping_add(edge).cast::<i8>()) };
+        }
+    }
+    // SAFETY (every `I::` call below): the CPU supports `I`, this function's contract.
+    let mut acc: [[I::V; MV]; NR] = [[unsafe { I::zero() }; MV]; NR];
+    // The rank-1 steps acc += Ã[p, :] ⊗ B̃[p, :], four at a time. A function, not a closure: a
+    // closure would be compiled without the wrapper's features and call the intrinsics.
+    // SAFETY (each step): p < kc, and `a` and `b` hold every index checked above.
+    let steps = (b_step, b_lane);
+    let mut p = 0;
+    while p + 4 <= kc {
+        // A prefetch never faults; wrapping_add keeps the address arithmetic defined even past
+        // the end of the sliver.
+        // SAFETY: SSE is part of every x86-64 CPU.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add((p + PREFETCH_AHEAD) * MR).cast()) };
+        for q in p..p + 4 {
+            unsafe { rank1_step::<I, MR, NR, MV>(q, a, b, steps, &mut acc) };
+        }
+        p += 4;
+    }
+    while p < kc {
+        unsafe { rank1_step::<I, MR, NR, MV>(p, a, b, steps, &mut acc) };
+        p += 1;
+    }
+    let alpha_v = unsafe { I::splat(alpha) };
+    let beta_v = unsafe { I::splat(beta) };
+    for (c_j, acc_j) in c.into_iter().zip(&acc) {
+        for (r, &acc_jr) in acc_j.iter().enumerate() {
+            // SAFETY: r·LANES + LANES ≤ MR: these LANES elements are among the MR checked
+            // readable and writable behind c_j.
+            let c_jr = unsafe { c_j.add(r * I::LANES) };
+            let value = if beta == I::ZERO {
+                // β = 0 overwrites: C is not read, so NaN or garbage in it cannot leak in.
+                unsafe { I::mul(alpha_v, acc_jr) }
+            } else {
+                // SAFETY: as above, c_jr points at LANES readable elements.
+                unsafe { I::fma(alpha_v, acc_jr, I::mul(beta_v, I::load(c_jr))) }
+            };
+            // SAFETY: as above, c_jr points at LANES writable elements.
+            unsafe { I::store(c_jr, value) };
+        }
+    }
+}
+
+/// acc += Ã[p, :] ⊗ B̃[p, :], one step of [`tile_body`]'s loop.
+///
+/// # Safety
+///
+/// The CPU must support `I`; `a` must be valid for reading MR values from p·MR on, `b` for reading
+/// `p·b_step + j·b_lane` for every j < NR.
+#[inline(always)]
+unsafe fn rank1_step<I: Vector, const MR: usize, const NR: usize, const MV: usize>(
+    p: usize,
+    a: *const I::E,
+    b: *const I::E,
+    (b_step, b_lane): (usize, usize),
+    acc: &mut [[I::V; MV]; NR],
+) {
+    // SAFETY (every `I::` call): the CPU supports `I`, this function's contract.
+    let mut a_p: [I::V; MV] = [unsafe { I::zero() }; MV];
+    for (r, a_pr) in a_p.iter_mut().enumerate() {
+        // SAFETY: r·LANES + LANES ≤ MR, so the LANES values read lie inside the MR values from
+        // p·MR on that the caller guarantees.
+        *a_pr = unsafe { I::load(a.add(p * MR + r * I::LANES)) };
+    }
+    for (j, acc_j) in acc.iter_mut().enumerate() {
+        // SAFETY: j < NR: an index the caller guarantees readable.
+        let b_pj = unsafe { I::splat(*b.add(p * b_step + j * b_lane)) };
+        for (acc_jr, &a_pr) in acc_j.iter_mut().zip(&a_p) {
+            *acc_jr = unsafe { I::fma(a_pr, b_pj, *acc_jr) };
+        }
+    }
+}
+
+/// The signature of the four wrappers: `(kc, Ã sliver, B, B step, B lane, α, β, columns of C,
+/// row)`. Their one requirement is the CPU's; they check every bound themselves.
+type TileFn<T> = unsafe fn(usize, &[T], &[T], usize, usize, T, T, &mut [&mut [T]], usize);
+
+/// Writes one `#[target_feature]` wrapper around [`tile_body`]: only the name, the features and
+/// the instruction set differ (a declaration, not a body: the body is written once, above).
+macro_rules! tile_wrapper {
+    ($(#[$doc:meta])* $name:ident, $features:literal, $isa:ty, $t:ty, $mr:expr, $nr:expr) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        ///
+        /// The CPU must support the enabled features (the caller holds the token).
+        #[allow(clippy::too_many_arguments)]
+        #[target_feature(enable = $features)]
+        unsafe fn $name<const IN_PLACE: bool>(
+            kc: usize,
+            a: &[$t],
+            b: &[$t],
+            b_step: usize,
+            b_lane: usize,
+            alpha: $t,
+            beta: $t,
+            c: &mut [&mut [$t]],
+            row: usize,
+        ) {
+            const MV: usize = $mr / <$isa as Vector>::LANES;
+            // SAFETY: this function's features are those of `$isa`, and its contract passes the
+            // CPU requirement on; `tile_body` checks every bound itself.
+            unsafe {
+                tile_body::<$isa, { $mr }, { $nr }, MV, IN_PLACE>(
+                    kc, a, b, b_step, b_lane, alpha, beta, c, row,
+                )
+            }
+        }
+    };
+}
+
+tile_wrapper!(
     /// AVX2+FMA, f32: a 16×6 tile in 12 of the 16 ymm registers.
-    name = avx2_f32, in_place = avx2_f32_in_place, inner = avx2_f32_inner, elem = f32,
-        vector = __m256,
-    lanes = 8, mr = AVX2_F32_MR, nr = AVX2_F32_NR, features = "avx2,fma", detect = ["avx2", "fma"],
-    zero = _mm256_setzero_ps, load = _mm256_loadu_ps, store = _mm256_storeu_ps,
-        splat = _mm256_set1_ps,
-    fma = _mm256_fmadd_ps, mul = _mm256_mul_ps,
-}
-
-simd_kernel! {
+    avx2_f32, "avx2,fma", Avx2F32, f32, AVX2_F32_MR, AVX2_F32_NR
+);
+tile_wrapper!(
     /// AVX2+FMA, f64: an 8×6 tile in 12 of the 16 ymm registers.
-    name = avx2_f64, in_place = avx2_f64_in_place, inner = avx2_f64_inner, elem = f64,
-        vector = __m256d,
-    lanes = 4, mr = AVX2_F64_MR, nr = AVX2_F64_NR, features = "avx2,fma", detect = ["avx2", "fma"],
-    zero = _mm256_setzero_pd, load = _mm256_loadu_pd, store = _mm256_storeu_pd,
-        splat = _mm256_set1_pd,
-    fma = _mm256_fmadd_pd, mul = _mm256_mul_pd,
-}
-
-simd_kernel! {
+    avx2_f64, "avx2,fma", Avx2F64, f64, AVX2_F64_MR, AVX2_F64_NR
+);
+tile_wrapper!(
     /// AVX-512F, f32: a 32×8 tile in 16 of the 32 zmm registers.
-    name = avx512_f32, in_place = avx512_f32_in_place, inner = avx512_f32_inner, elem = f32,
-        vector = __m512,
-    lanes = 16, mr = AVX512_F32_MR, nr = AVX512_F32_NR, features = "avx512f", detect = ["avx512f"],
-    zero = _mm512_setzero_ps, load = _mm512_loadu_ps, store = _mm512_storeu_ps,
-        splat = _mm512_set1_ps,
-    fma = _mm512_fmadd_ps, mul = _mm512_mul_ps,
+    avx512_f32, "avx512f", Avx512F32, f32, AVX512_F32_MR, AVX512_F32_NR
+);
+tile_wrapper!(
+    /// AVX-512F, f64: a 16×8 tile in 16 of the 32 zmm registers.
+    avx512_f64, "avx512f", Avx512F64, f64, AVX512_F64_MR, AVX512_F64_NR
+);
+
+/// A SIMD micro-kernel for element type `T`: the packed and the in-place variant of one wrapper,
+/// with the tile's column count. Its fields are private to this module and its only constructors
+/// take a token, so a `SimdKernel` exists only on a CPU that runs its instructions.
+#[derive(Clone, Copy)]
+pub(super) struct SimdKernel<T: 'static> {
+    packed: TileFn<T>,
+    in_place: TileFn<T>,
+    nr: usize,
 }
 
-simd_kernel! {
-    /// AVX-512F, f64: a 16×8 tile in 16 of the 32 zmm registers.
-    name = avx512_f64, in_place = avx512_f64_in_place, inner = avx512_f64_inner, elem = f64,
-        vector = __m512d,
-    lanes = 8, mr = AVX512_F64_MR, nr = AVX512_F64_NR, features = "avx512f", detect = ["avx512f"],
-    zero = _mm512_setzero_pd, load = _mm512_loadu_pd, store = _mm512_storeu_pd,
-        splat = _mm512_set1_pd,
-    fma = _mm512_fmadd_pd, mul = _mm512_mul_pd,
+impl Avx2 {
+    /// The AVX2 f32 micro-kernel (16×6).
+    pub(super) fn f32_kernel(self) -> SimdKernel<f32> {
+        SimdKernel { packed: avx2_f32::<false>, in_place: avx2_f32::<true>, nr: AVX2_F32_NR }
+    }
+    /// The AVX2 f64 micro-kernel (8×6).
+    pub(super) fn f64_kernel(self) -> SimdKernel<f64> {
+        SimdKernel { packed: avx2_f64::<false>, in_place: avx2_f64::<true>, nr: AVX2_F64_NR }
+    }
 }
+
+impl Avx512 {
+    /// The AVX-512 f32 micro-kernel (32×8).
+    pub(super) fn f32_kernel(self) -> SimdKernel<f32> {
+        SimdKernel { packed: avx512_f32::<false>, in_place: avx512_f32::<true>, nr: AVX512_F32_NR }
+    }
+    /// The AVX-512 f64 micro-kernel (16×8).
+    pub(super) fn f64_kernel(self) -> SimdKernel<f64> {
+        SimdKernel { packed: avx512_f64::<false>, in_place: avx512_f64::<true>, nr: AVX512_F64_NR }
+    }
+}
+
+impl<T> SimdKernel<T> {
+    /// C ← α·Ã·B̃ + β·C on the MR×NR tile at rows `row..row + MR` of the first NR slices of `c`,
+    /// element (p, j) of the B sliver being `b[p·b_step + j·b_lane]`: the packed variant (steps
+    /// as compile-time constants) when the sliver is packed (step NR, lane 1), else the in-place
+    /// one. Panics (before touching memory) if a slice is too short for what it stands for.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub(super) fn run(
+        self,
+        kc: usize,
+        a: &[T],
+        b: &[T],
+        (b_step, b_lane): (usize, usize),
+        alpha: T,
+        beta: T,
+        c: &mut [&mut [T]],
+        row: usize,
+    ) {
+        let f = if b_step == self.nr && b_lane == 1 { self.packed } else { self.in_place };
+        // SAFETY: `self` was built by a constructor that took a token, which exists only when the
+        // CPU supports the wrapper's features; the wrapper checks every bound itself.
+        unsafe { f(kc, a, b, b_step, b_lane, alpha, beta, c, row) }
+    }
+}
+
+// ───────────────────────────── the FMA throughput probe ─────────────────────────────
 
 /// Independent multiply-add chains in the FMA-throughput probe: more than latency × pipes
 /// (4 cycles × 2 FMA units on the cores here) so the units never wait for a result.
-pub(super) const PROBE_CHAINS: usize = 12;
+pub(crate) const PROBE_CHAINS: usize = 12;
 
-macro_rules! fma_probe {
-    ($(#[$doc:meta])* name = $name:ident, inner = $inner:ident, elem = $t:ty, vector = $v:ty,
-        lanes = $lanes:expr,
-     features = $features:literal, detect = [$($detect:tt),+], splat = $splat:ident,
-         fma = $fma:ident, add = $add:ident,
-     first = $first:ident $(,)?) => {
-        $(#[$doc])*
-        /// Returns the flops done and a checksum (so the loop cannot be optimised away), or `None`
-        /// if the CPU lacks the instruction set.
-        pub(super) fn $name(iterations: u64) -> Option<(u64, f64)> {
-            if !($(std::arch::is_x86_feature_detected!($detect))&&+) {
-                return None;
-            }
-            // SAFETY: the features `$inner` is compiled for were detected just above; it touches
-            // no memory through pointers.
-            let checksum = unsafe { $inner(iterations) };
-            Some((iterations * (PROBE_CHAINS * $lanes * 2) as u64, checksum as f64))
+/// The probe's loop: `PROBE_CHAINS` independent chains a ← a·x + y of full-width fused
+/// multiply-adds, `iterations` times, then the lanes-0 of their sum (a checksum, so the loop
+/// cannot be optimised away).
+///
+/// # Safety
+///
+/// The CPU must support `I`'s instruction set; inlined into a `#[target_feature]` wrapper.
+#[inline(always)]
+unsafe fn probe_body<I: Vector>(iterations: u64, x: I::E, y: I::E, one: I::E) -> I::E {
+    // black_box hides the values from the optimiser, which could otherwise shorten the loop.
+    let (x, y, one) = std::hint::black_box((x, y, one));
+    // SAFETY (every `I::` call): the CPU supports `I`, this function's contract.
+    let (x, y) = unsafe { (I::splat(x), I::splat(y)) };
+    let mut acc: [I::V; PROBE_CHAINS] = [unsafe { I::splat(one) }; PROBE_CHAINS];
+    for _ in 0..iterations {
+        for a in acc.iter_mut() {
+            *a = unsafe { I::fma(*a, x, y) };
         }
-
-        #[target_feature(enable = $features)]
-        fn $inner(iterations: u64) -> $t {
-            // black_box hides the values from the optimiser, which could otherwise shorten the
-            // loop.
-            let x = $splat(std::hint::black_box(0.999_99));
-            let y = $splat(std::hint::black_box(1.0e-4));
-            let mut acc: [$v; PROBE_CHAINS] = [$splat(std::hint::black_box(1.0)); PROBE_CHAINS];
-            for _ in 0..iterations {
-                for a in acc.iter_mut() {
-                    *a = $fma(*a, x, y);
-                }
-            }
-            let mut sum = acc[0];
-            for a in &acc[1..] {
-                sum = $add(sum, *a);
-            }
-            $first(sum)
-        }
-    };
+    }
+    let mut sum = acc[0];
+    for a in &acc[1..] {
+        sum = unsafe { I::add(sum, *a) };
+    }
+    unsafe { I::first(sum) }
 }
 
-fma_probe! {
-    /// FMA throughput with 256-bit f32 vectors.
-    name = probe_avx2_f32, inner = probe_avx2_f32_inner, elem = f32, vector = __m256, lanes = 8,
-    features = "avx2,fma", detect = ["avx2", "fma"], splat = _mm256_set1_ps, fma = _mm256_fmadd_ps,
-        add = _mm256_add_ps,
-    first = _mm256_cvtss_f32,
-}
-fma_probe! {
-    /// FMA throughput with 256-bit f64 vectors.
-    name = probe_avx2_f64, inner = probe_avx2_f64_inner, elem = f64, vector = __m256d, lanes = 4,
-    features = "avx2,fma", detect = ["avx2", "fma"], splat = _mm256_set1_pd, fma = _mm256_fmadd_pd,
-        add = _mm256_add_pd,
-    first = _mm256_cvtsd_f64,
-}
-fma_probe! {
-    /// FMA throughput with 512-bit f32 vectors.
-    name = probe_avx512_f32, inner = probe_avx512_f32_inner, elem = f32, vector = __m512,
-        lanes = 16,
-    features = "avx512f", detect = ["avx512f"], splat = _mm512_set1_ps, fma = _mm512_fmadd_ps,
-        add = _mm512_add_ps,
-    first = _mm512_cvtss_f32,
-}
-fma_probe! {
-    /// FMA throughput with 512-bit f64 vectors.
-    name = probe_avx512_f64, inner = probe_avx512_f64_inner, elem = f64, vector = __m512d,
-        lanes = 8,
-    features = "avx512f", detect = ["avx512f"], splat = _mm512_set1_pd, fma = _mm512_fmadd_pd,
-        add = _mm512_add_pd,
-    first = _mm512_cvtsd_f64,
-}
-
-// ───────────────────────────── elementwise loops ─────────────────────────────
-
-macro_rules! wide_map {
-    ($(#[$doc:meta])* name = $name:ident, inner = $inner:ident, features = $features:literal,
-        detect = [$($detect:tt),+] $(,)?) => {
-        $(#[$doc])*
-        pub(super) fn $name<F: Fn(f32, f32) -> f32>(x: &[f32], y: &mut [f32], f: F) {
-            assert!($(std::arch::is_x86_feature_detected!($detect))&&+,
-                "{} needs CPU features {:?}", stringify!($name), [$($detect),+]);
-            // SAFETY: the CPU features the inner function is compiled for were detected just above;
-            // it only iterates over the two slices it is given (no pointer arithmetic).
-            unsafe { $inner(x, y, f) }
-        }
-
+/// Writes one `#[target_feature]` wrapper around [`probe_body`].
+macro_rules! probe_wrapper {
+    ($name:ident, $features:literal, $isa:ty, $t:ty) => {
         /// # Safety
         ///
-        /// The CPU must support the enabled features.
+        /// The CPU must support the enabled features (the caller holds the token).
         #[target_feature(enable = $features)]
-        unsafe fn $inner<F: Fn(f32, f32) -> f32>(x: &[f32], y: &mut [f32], f: F) {
-            // The loop of the scalar path, compiled here with the wider registers: `f` is inlined
-            // into it, so the compiler vectorises the whole body with these instructions.
-            for (y_i, &x_i) in y.iter_mut().zip(x) {
-                *y_i = f(x_i, *y_i);
-            }
+        unsafe fn $name(iterations: u64) -> $t {
+            // SAFETY: this function's features are those of `$isa`.
+            unsafe { probe_body::<$isa>(iterations, 0.999_99, 1.0e-4, 1.0) }
         }
     };
 }
 
-wide_map! {
-    /// yᵢ ← f(xᵢ, yᵢ) compiled for AVX2 and FMA (safe: checks the CPU first).
-    name = map_f32_avx2, inner = map_f32_avx2_inner, features = "avx2,fma", detect = ["avx2",
-        "fma"],
+probe_wrapper!(probe_avx2_f32, "avx2,fma", Avx2F32, f32);
+probe_wrapper!(probe_avx2_f64, "avx2,fma", Avx2F64, f64);
+probe_wrapper!(probe_avx512_f32, "avx512f", Avx512F32, f32);
+probe_wrapper!(probe_avx512_f64, "avx512f", Avx512F64, f64);
+
+/// Flops of `iterations` rounds of the probe with `lanes`-wide vectors (2 per multiply-add).
+fn probe_flops(iterations: u64, lanes: usize) -> u64 {
+    iterations * (PROBE_CHAINS * lanes * 2) as u64
 }
 
-wide_map! {
-    /// yᵢ ← f(xᵢ, yᵢ) compiled for AVX-512F (safe: checks the CPU first).
-    name = map_f32_avx512, inner = map_f32_avx512_inner, features = "avx512f,avx2,fma",
-        detect = ["avx512f", "avx2", "fma"],
+impl Avx2 {
+    /// The FMA probe with 256-bit f32 vectors: (flops done, checksum).
+    pub(crate) fn probe_f32(self, iterations: u64) -> (u64, f64) {
+        // SAFETY: the token proves AVX2 and FMA; the probe touches no memory through pointers.
+        let checksum = unsafe { probe_avx2_f32(iterations) };
+        (probe_flops(iterations, Avx2F32::LANES), f64::from(checksum))
+    }
+    /// The FMA probe with 256-bit f64 vectors: (flops done, checksum).
+    pub(crate) fn probe_f64(self, iterations: u64) -> (u64, f64) {
+        // SAFETY: as for `probe_f32`.
+        let checksum = unsafe { probe_avx2_f64(iterations) };
+        (probe_flops(iterations, Avx2F64::LANES), checksum)
+    }
+}
+
+impl Avx512 {
+    /// The FMA probe with 512-bit f32 vectors: (flops done, checksum).
+    pub(crate) fn probe_f32(self, iterations: u64) -> (u64, f64) {
+        // SAFETY: the token proves AVX-512F; the probe touches no memory through pointers.
+        let checksum = unsafe { probe_avx512_f32(iterations) };
+        (probe_flops(iterations, Avx512F32::LANES), f64::from(checksum))
+    }
+    /// The FMA probe with 512-bit f64 vectors: (flops done, checksum).
+    pub(crate) fn probe_f64(self, iterations: u64) -> (u64, f64) {
+        // SAFETY: as for `probe_f32`.
+        let checksum = unsafe { probe_avx512_f64(iterations) };
+        (probe_flops(iterations, Avx512F64::LANES), checksum)
+    }
+}
+
+// ───────────────────────────── the element-wise map ─────────────────────────────
+
+/// yᵢ ← f(xᵢ, yᵢ): the loop of the portable path, inlined (with `f`) into a `#[target_feature]`
+/// wrapper, so the compiler vectorises the whole body with the wrapper's registers. No
+/// intrinsics and no pointers: the same operations per element as the plain loop.
+#[inline(always)]
+fn map_body<F: Fn(f32, f32) -> f32>(x: &[f32], y: &mut [f32], f: F) {
+    for (y_i, &x_i) in y.iter_mut().zip(x) {
+        *y_i = f(x_i, *y_i);
+    }
+}
+
+/// # Safety
+///
+/// The CPU must support AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn map_avx2<F: Fn(f32, f32) -> f32>(x: &[f32], y: &mut [f32], f: F) {
+    map_body(x, y, f)
+}
+
+/// # Safety
+///
+/// The CPU must support AVX-512F, AVX2 and FMA.
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn map_avx512<F: Fn(f32, f32) -> f32>(x: &[f32], y: &mut [f32], f: F) {
+    map_body(x, y, f)
+}
+
+impl Avx2 {
+    /// yᵢ ← f(xᵢ, yᵢ) over the common length, compiled for AVX2 and FMA.
+    pub(crate) fn map_f32<F: Fn(f32, f32) -> f32>(self, x: &[f32], y: &mut [f32], f: F) {
+        // SAFETY: the token proves AVX2 and FMA; the loop only iterates over the two slices.
+        unsafe { map_avx2(x, y, f) }
+    }
+}
+
+impl Avx512 {
+    /// yᵢ ← f(xᵢ, yᵢ) over the common length, compiled for AVX-512F.
+    pub(crate) fn map_f32<F: Fn(f32, f32) -> f32>(self, x: &[f32], y: &mut [f32], f: F) {
+        // SAFETY: the token proves AVX-512F, AVX2 and FMA; the loop only iterates over the two
+        // slices.
+        unsafe { map_avx512(x, y, f) }
+    }
 }
 
 // ───────────────────────────── packing: transposes in 8×8 blocks ─────────────────────────────

@@ -1,0 +1,52 @@
+//! An element-wise loop compiled for the widest registers the CPU has: [`map_f32`], which
+//! chapter 3's GELU (and chapter 9's training step through it) runs in.
+//!
+//! The crate is compiled for the baseline x86-64 (SSE2, four f32 lanes). [`map_f32`] runs the
+//! same plain loop compiled for AVX2 or AVX-512 instead, chosen at run time as the micro-kernels
+//! are ([`crate::matmul::active_kernel`]); the compiled loops live with the other SIMD code in
+//! `src/matmul/simd.rs` (the only module allowed `unsafe`), behind safe functions that take a
+//! CPU-feature token.
+
+use crate::error::{Result, shape_error};
+#[cfg(target_arch = "x86_64")]
+use crate::matmul::{Kernel, active_kernel};
+
+/// yᵢ ← f(xᵢ, yᵢ) for every i, in f32, compiled for the registers of the active kernel
+/// ([`active_kernel`]: AVX-512, AVX2 or the portable baseline). The crate is compiled for the
+/// baseline x86-64 (SSE2, four f32 lanes), so a loop like GELU's rational function runs four lanes
+/// at a time there; here the very same loop runs with the wider registers the CPU has, chosen at
+/// run time as the micro-kernels are. Each element is computed by the same operations whatever
+/// the registers (no reordering, no fused multiply-add the scalar code does not have), so the
+/// results are bit-for-bit those of the plain loop. Errors when the lengths differ.
+pub fn map_f32(x: &[f32], y: &mut [f32], f: impl Fn(f32, f32) -> f32) -> Result<()> {
+    if x.len() != y.len() {
+        return Err(shape_error(
+            "map_f32",
+            "x and y",
+            format!("{} values", x.len()),
+            format!("{}", y.len()),
+        ));
+    }
+    // The active kernel is available (every way of choosing it checks), so its token is there;
+    // were it not, the portable loop gives the same bits.
+    #[cfg(target_arch = "x86_64")]
+    match active_kernel() {
+        Kernel::Avx512 => {
+            if let Some(t) = crate::matmul::Avx512::detect() {
+                t.map_f32(x, y, f);
+                return Ok(());
+            }
+        }
+        Kernel::Avx2 => {
+            if let Some(t) = crate::matmul::Avx2::detect() {
+                t.map_f32(x, y, f);
+                return Ok(());
+            }
+        }
+        Kernel::Scalar => {}
+    }
+    for (y_i, &x_i) in y.iter_mut().zip(x) {
+        *y_i = f(x_i, *y_i);
+    }
+    Ok(())
+}
