@@ -1592,8 +1592,8 @@ mod official_safetensors {
         };
         let mut non_utf8 = good.clone();
         non_utf8[10] = 0xff; // inside the name "a"
-        let same_bytes = "the official crate's serde map keeps the last entry of a key silently, so \
-            the file says two things about one name; ours refuses the ambiguity";
+        let same_bytes = "the official crate's serde map keeps the last entry of a key \
+            silently, so the file says two things about one name; ours refuses the ambiguity";
         vec![
             ("fewer than 8 bytes", good[..5].to_vec(), None),
             ("header length past the end", with_len(header_len + 100), None),
@@ -2312,8 +2312,8 @@ mod fuzz_corpus_replay {
         )
     }
 
-    /// Writes the seed inputs of the safetensors target into `$FUZZ_SEEDS_OUT/<target>/` (never into
-    /// the source tree by itself). Run by hand when the formats change:
+    /// Writes the seed inputs of the safetensors target into `$FUZZ_SEEDS_OUT/<target>/` (never
+    /// into the source tree by itself). Run by hand when the formats change:
     /// `FUZZ_SEEDS_OUT=/tmp/seeds cargo test --test ch09_gpt -- --ignored write_fuzz_seeds`.
     #[test]
     #[ignore = "writes seed files; run by hand"]
