@@ -1,0 +1,325 @@
+//! Proof that every judge bites, whatever features are on: the main crate's own function passes
+//! each judge, and at least one planted mistake per exercise (a missing transpose, a missing 1/N,
+//! a mask off by one, the wrong softmax axis …) fails it with a message that names the mistake.
+//! `cargo test -p llm-workbook-exercises --test planted`.
+
+use llm_workbook::Result;
+use llm_workbook_exercises::judge::{self, NOT_STARTED, Verdict};
+use nalgebra::{DMatrix, DVector};
+
+/// The judge passed the right answer.
+#[track_caller]
+fn passes(v: Verdict) {
+    if let Err(m) = v {
+        panic!("the judge failed the main crate's own solution:\n{m}");
+    }
+}
+
+/// The judge failed a planted mistake with a message that contains `names` and ends with a hint
+/// pointing to a chapter section.
+#[track_caller]
+fn catches(v: Verdict, names: &str) {
+    let m = match v {
+        Ok(()) => panic!("the judge passed a planted mistake (expected it to say {names:?})"),
+        Err(m) => m,
+    };
+    assert!(m.contains(names), "the message does not name the mistake ({names:?}):\n{m}");
+    let last = m.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("hint:") && last.contains("chapters/ch") && last.contains(".md#"),
+        "the message does not end with a hint to a chapter section:\n{m}"
+    );
+}
+
+#[test]
+fn a_blank_is_reported_as_not_started_not_a_crash() {
+    let m = judge::ch02::softmax_rows_forward(|_| todo!()).unwrap_err();
+    assert!(m.starts_with(NOT_STARTED), "{m}");
+    assert!(m.contains("chapters/ch02_softmax.md#"), "{m}");
+    let m = judge::ch02::softmax_rows_forward(|_| panic!("index out of bounds")).unwrap_err();
+    assert!(m.contains("panicked: index out of bounds"), "{m}");
+}
+
+// ───────────────────────────── chapter 1 ─────────────────────────────
+
+mod ch01 {
+    use super::*;
+    use judge::ch01 as j;
+    use llm_workbook::ch01_logistic as book;
+
+    #[test]
+    fn solutions_pass() {
+        passes(j::sigmoid(book::sigmoid));
+        passes(j::logits_forward(book::logits_forward));
+        passes(j::bce_from_logit(book::bce_from_logit));
+        passes(j::sample_gradient(book::sample_gradient));
+        passes(j::logits_backward(|x, w, d| {
+            book::logits_backward(x, w, d).map(|g| (g.d_x, g.d_w, g.d_b))
+        }));
+    }
+
+    #[test]
+    fn sigmoid_with_the_wrong_sign_or_unstable_tail() {
+        catches(j::sigmoid(|z: f64| 1.0 / (1.0 + z.exp())), "the exponent is −z");
+        catches(j::sigmoid(|z: f64| z.exp() / (1.0 + z.exp())), "σ(1000) should be 1");
+    }
+
+    #[test]
+    fn logits_without_the_bias() {
+        catches(j::logits_forward(|w, _, x| book::logits_forward(w, 0.0, x)), "forget the bias");
+    }
+
+    #[test]
+    fn bce_through_the_probability() {
+        catches(j::bce_from_logit(|y, z| book::bce(y, book::sigmoid(z))), "σ(z) rounds to 0 or 1");
+    }
+
+    #[test]
+    fn gradient_with_y_minus_y_hat() {
+        catches(
+            j::sample_gradient(|w, b, x, y| Ok(-book::sample_gradient(w, b, x, y)?)),
+            "the gradient is (ŷ − y)·x",
+        );
+    }
+
+    #[test]
+    fn logits_backward_with_a_mean_bias_or_a_transposed_d_x() {
+        catches(
+            j::logits_backward(|x, w, d| {
+                let g = book::logits_backward(x, w, d)?;
+                Ok((g.d_x, g.d_w, g.d_b / d.len() as f64))
+            }),
+            "not the mean",
+        );
+        catches(
+            j::logits_backward(|x, w, d| {
+                let g = book::logits_backward(x, w, d)?;
+                Ok((g.d_x.transpose(), g.d_w, g.d_b))
+            }),
+            "transpose",
+        );
+    }
+}
+
+// ───────────────────────────── chapter 2 ─────────────────────────────
+
+mod ch02 {
+    use super::*;
+    use judge::ch02 as j;
+    use llm_workbook::ch02_softmax as book;
+
+    #[test]
+    fn solutions_pass() {
+        passes(j::softmax_rows_forward(book::softmax_rows_forward));
+        passes(j::cross_entropy_from_logits(book::cross_entropy_from_logits));
+        passes(j::cross_entropy_from_logits_backward(book::cross_entropy_from_logits_backward));
+        passes(j::softmax_rows_backward(book::softmax_rows_backward));
+    }
+
+    #[test]
+    fn softmax_along_the_wrong_axis() {
+        let by_columns = |z: &DMatrix<f64>| -> Result<DMatrix<f64>> {
+            Ok(book::softmax_rows_forward(&z.transpose())?.transpose())
+        };
+        catches(j::softmax_rows_forward(by_columns), "your columns sum to 1");
+    }
+
+    #[test]
+    fn softmax_without_the_max_shift() {
+        let naive = |z: &DMatrix<f64>| -> Result<DMatrix<f64>> {
+            let e = z.map(f64::exp);
+            Ok(DMatrix::from_fn(z.nrows(), z.ncols(), |r, c| e[(r, c)] / e.row(r).sum()))
+        };
+        catches(j::softmax_rows_forward(naive), "subtract each row's maximum");
+    }
+
+    #[test]
+    fn cross_entropy_summed_not_averaged() {
+        catches(
+            j::cross_entropy_from_logits(|z, t| {
+                Ok(book::cross_entropy_from_logits(z, t)? * t.len() as f64)
+            }),
+            "divide by N",
+        );
+    }
+
+    #[test]
+    fn cross_entropy_gradient_without_1_over_n() {
+        catches(
+            j::cross_entropy_from_logits_backward(|z, t| {
+                Ok(book::cross_entropy_from_logits_backward(z, t)? * t.len() as f64)
+            }),
+            "a missing 1/N",
+        );
+    }
+
+    #[test]
+    fn softmax_backward_without_the_off_diagonal() {
+        catches(
+            j::softmax_rows_backward(|y, d| Ok(y.component_mul(d))),
+            "the diagonal of the Jacobian only",
+        );
+    }
+}
+
+// ───────────────────────────── chapter 3 ─────────────────────────────
+
+mod ch03 {
+    use super::*;
+    use judge::ch03 as j;
+    use llm_workbook::ch03_mlp::{self as book, Activation};
+
+    fn grads(x: &DMatrix<f64>, w: &DMatrix<f64>, d: &DMatrix<f64>) -> book::DenseGrads<f64> {
+        book::dense_backward(x, w, d).expect("valid shapes")
+    }
+
+    #[test]
+    fn solutions_pass() {
+        passes(j::dense_forward(book::dense_forward));
+        passes(j::dense_backward(|x, w, d| {
+            let g = grads(x, w, d);
+            Ok((g.d_x, g.d_w, g.d_b))
+        }));
+        passes(j::relu_backward(|z, d| book::activation_backward(Activation::Relu, z, d)));
+        passes(j::gelu_backward(|z, d| book::activation_backward(Activation::GeluErf, z, d)));
+        passes(j::mse_backward(book::mse_backward));
+    }
+
+    #[test]
+    fn dense_forward_without_the_bias() {
+        catches(j::dense_forward(|x, w, _| Ok(x * w)), "without the bias");
+    }
+
+    #[test]
+    fn dense_backward_with_the_transpose_on_the_wrong_side() {
+        catches(
+            j::dense_backward(|x, w, d| {
+                let g = grads(x, w, d);
+                Ok((g.d_x, d.transpose() * x, g.d_b))
+            }),
+            "check the transpose",
+        );
+    }
+
+    #[test]
+    fn dense_backward_with_a_mean_bias() {
+        catches(
+            j::dense_backward(|x, w, d| {
+                let g = grads(x, w, d);
+                Ok((g.d_x, g.d_w, g.d_b / d.nrows() as f64))
+            }),
+            "not their mean",
+        );
+    }
+
+    #[test]
+    fn relu_backward_testing_the_gradient_not_z() {
+        catches(
+            j::relu_backward(|_, d| Ok(d.map(|v| if v > 0.0 { v } else { 0.0 }))),
+            "test z, not ∂C/∂a",
+        );
+    }
+
+    #[test]
+    fn gelu_backward_with_only_phi() {
+        catches(
+            j::gelu_backward(|z, d| {
+                Ok(z.zip_map(d, |z, d| book::normal_cdf(z) * d))
+            }),
+            "product rule",
+        );
+    }
+
+    #[test]
+    fn mse_backward_without_1_over_n() {
+        catches(j::mse_backward(|a, y| Ok((a - y) * 2.0)), "a missing 1/N");
+    }
+}
+
+// ───────────────────────────── chapter 4 ─────────────────────────────
+
+mod ch04 {
+    use super::*;
+    use judge::ch04 as j;
+    use llm_workbook::ch04_xor::{self as book, RELU_NET, SIGMOID_NET};
+
+    #[test]
+    fn solutions_pass() {
+        passes(j::xor_sigmoid_net(|| SIGMOID_NET));
+        passes(j::xor_relu_net(|| RELU_NET));
+        passes(j::least_squares_fit(book::least_squares_fit));
+    }
+
+    #[test]
+    fn sigmoid_net_with_weights_too_small_to_saturate() {
+        let small = book::PrintedNet {
+            w_rows: [[2.0, 2.0], [-2.0, -2.0]],
+            c: [-1.0, 3.0],
+            w_out: [2.0, 2.0],
+            b_out: -3.0,
+            ..SIGMOID_NET
+        };
+        catches(j::xor_sigmoid_net(|| small), "larger weights saturate");
+    }
+
+    #[test]
+    fn relu_net_that_computes_or() {
+        let or = book::PrintedNet { w_rows: [[1.0, 1.0], [-1.0, 1.0]], ..RELU_NET };
+        catches(j::xor_relu_net(|| or), "input (1, 1): XOR is 0");
+        catches(j::xor_relu_net(|| SIGMOID_NET), "asks for activation Relu");
+    }
+
+    #[test]
+    fn least_squares_without_the_column_of_ones() {
+        let through_origin = |x: &DMatrix<f64>, y: &DMatrix<f64>| {
+            let w = (x.transpose() * x).try_inverse().unwrap_or_default() * x.transpose() * y;
+            Ok(book::LinearFit { predictions: x * &w, w, b: 0.0 })
+        };
+        catches(j::least_squares_fit(through_origin), "column of ones");
+    }
+}
+
+// ───────────────────────────── chapter 5 ─────────────────────────────
+
+mod ch05 {
+    use super::*;
+    use judge::ch05 as j;
+    use llm_workbook::ch05_positions as book;
+
+    #[test]
+    fn solutions_pass() {
+        passes(j::frequency(book::frequency));
+        passes(j::sinusoidal(book::sinusoidal));
+        passes(j::add_positions(book::add_positions));
+    }
+
+    #[test]
+    fn frequency_with_i_over_d() {
+        catches(
+            j::frequency(|i, d| 1.0 / 10_000f64.powf(i as f64 / d as f64)),
+            "pair i's exponent is 2i/d",
+        );
+    }
+
+    #[test]
+    fn sinusoidal_with_sin_and_cos_swapped() {
+        let swapped = |n: usize, d: usize| -> Result<DMatrix<f64>> {
+            let pe = book::sinusoidal::<f64>(n, d)?;
+            Ok(DMatrix::from_fn(n, d, |r, c| pe[(r, c ^ 1)]))
+        };
+        catches(j::sinusoidal(swapped), "sin and cos are swapped");
+    }
+
+    #[test]
+    fn positions_that_do_not_restart_per_sequence() {
+        let running = |x: &DMatrix<f64>, _: usize| -> Result<DMatrix<f64>> {
+            Ok(x + book::sinusoidal::<f64>(x.nrows(), x.ncols())?)
+        };
+        catches(j::add_positions(running), "starts again at position 0");
+    }
+}
+
+#[allow(dead_code)]
+fn vector(m: &DMatrix<f64>) -> DVector<f64> {
+    DVector::from_column_slice(m.as_slice())
+}
