@@ -319,6 +319,113 @@ mod ch05 {
     }
 }
 
+// ───────────────────────────── chapter 6 ─────────────────────────────
+
+mod ch06 {
+    use super::*;
+    use judge::ch06 as j;
+    use llm_workbook::ch06_attention as book;
+    use llm_workbook_exercises::ch06_attention::solution as s;
+
+    #[test]
+    fn solutions_pass() {
+        passes(j::causal_mask(book::causal_mask));
+        passes(j::attention_forward(s::attention_forward));
+        passes(j::attention_backward(s::attention_backward));
+        passes(j::layer_norm_forward(s::layer_norm_forward));
+        passes(j::layer_norm_backward(s::layer_norm_backward));
+        passes(j::split_heads(book::split_heads));
+        passes(j::concat_heads(book::concat_heads));
+    }
+
+    #[test]
+    fn causal_mask_off_by_one_and_leaking() {
+        let strict = |tq: usize, tk: usize| -> Result<DMatrix<f64>> {
+            let m = book::causal_mask::<f64>(tq, tk)?;
+            Ok(DMatrix::from_fn(tq, tk, |i, j| if j == i + tk - tq { f64::NEG_INFINITY } else { m[(i, j)] }))
+        };
+        catches(j::causal_mask(strict), "the mask is off by one");
+        let square = |tq: usize, tk: usize| -> Result<DMatrix<f64>> {
+            book::causal_mask::<f64>(tq, tq).map(|m| m.resize(tq, tk, f64::NEG_INFINITY))
+        };
+        catches(j::causal_mask(square), "must see key");
+        let upper = |tq: usize, tk: usize| -> Result<DMatrix<f64>> {
+            Ok(book::causal_mask::<f64>(tq, tk)?.map(|v| if v == 0.0 { f64::NEG_INFINITY } else { 0.0 }))
+        };
+        catches(j::causal_mask(upper), "must");
+    }
+
+    #[test]
+    fn attention_without_the_scale_or_with_the_mask_ignored() {
+        let unscaled = |q: &DMatrix<f64>, k: &DMatrix<f64>, v: &DMatrix<f64>, causal: bool| {
+            let spec = book::AttnSpec { causal, ..book::AttnSpec::cross(q.nrows(), k.nrows()) };
+            let a = book::attention_forward(q, k, v, &spec.with_scale(1.0))?;
+            Ok((a.out, a.weights))
+        };
+        catches(j::attention_forward(unscaled), "divide by √d_k");
+        let leaky = |q: &DMatrix<f64>, k: &DMatrix<f64>, v: &DMatrix<f64>, _: bool| {
+            s::attention_forward(q, k, v, false)
+        };
+        catches(j::attention_forward(leaky), "a causal leak");
+    }
+
+    #[test]
+    fn attention_backward_without_the_scale_in_d_q() {
+        catches(
+            j::attention_backward(|q, k, v, a, d, causal| {
+                let (d_q, d_k, d_v) = s::attention_backward(q, k, v, a, d, causal)?;
+                Ok((d_q * 3f64.sqrt(), d_k, d_v))
+            }),
+            "a missing 1/√d_k",
+        );
+    }
+
+    #[test]
+    fn layer_norm_with_the_sample_variance() {
+        let sample = |x: &DMatrix<f64>, g: &DMatrix<f64>, b: &DMatrix<f64>, eps: f64| {
+            let c = x.ncols() as f64;
+            let y = DMatrix::from_fn(x.nrows(), x.ncols(), |r, col| {
+                let mean = x.row(r).mean();
+                let var = x.row(r).iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (c - 1.0);
+                (x[(r, col)] - mean) / (var + eps).sqrt() * g[(0, col)] + b[(0, col)]
+            });
+            Ok(y)
+        };
+        catches(j::layer_norm_forward(sample), "population variance");
+    }
+
+    #[test]
+    fn layer_norm_backward_without_the_mean_terms() {
+        catches(
+            j::layer_norm_backward(|x, g, d, eps| {
+                let (_, d_g, d_b) = s::layer_norm_backward(x, g, d, eps)?;
+                let d_x = DMatrix::from_fn(x.nrows(), x.ncols(), |r, c| {
+                    let mean = x.row(r).mean();
+                    let var = x.row(r).iter().map(|v| (v - mean).powi(2)).sum::<f64>()
+                        / x.ncols() as f64;
+                    g[(0, c)] * d[(r, c)] / (var + eps).sqrt()
+                });
+                Ok((d_x, d_g, d_b))
+            }),
+            "∂L/∂x has three terms",
+        );
+    }
+
+    #[test]
+    fn heads_split_by_stride_and_merged_by_rows() {
+        let strided = |m: &DMatrix<f64>, h: usize| -> Result<Vec<DMatrix<f64>>> {
+            let w = m.ncols() / h;
+            Ok((0..h).map(|i| DMatrix::from_fn(m.nrows(), w, |r, c| m[(r, c * h + i)])).collect())
+        };
+        catches(j::split_heads(strided), "contiguous block");
+        let by_rows = |parts: &[DMatrix<f64>]| -> Result<DMatrix<f64>> {
+            Ok(book::concat_heads(&parts.iter().map(|p| p.transpose()).collect::<Vec<_>>())?
+                .transpose())
+        };
+        catches(j::concat_heads(by_rows), "side by side");
+    }
+}
+
 #[allow(dead_code)]
 fn vector(m: &DMatrix<f64>) -> DVector<f64> {
     DVector::from_column_slice(m.as_slice())
