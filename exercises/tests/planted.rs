@@ -426,6 +426,62 @@ mod ch06 {
     }
 }
 
+// ───────────────────────────── chapter 7 ─────────────────────────────
+
+mod ch07 {
+    use super::*;
+    use judge::ch07 as j;
+    use llm_workbook::ch06_attention::{self as ch06, MultiHead};
+    use llm_workbook::ch07_encoder_decoder::{self as book, Batch};
+    use llm_workbook_exercises::ch07_encoder_decoder::solution as s;
+
+    #[test]
+    fn solutions_pass() {
+        passes(j::padding_mask(ch06::padding_mask));
+        passes(j::cross_attention_forward(|y, yb, e, eb, w| {
+            Ok(book::cross_attention_forward(y, yb, e, eb, w)?.0)
+        }));
+        passes(j::cross_attention_backward(s::cross_attention_backward));
+    }
+
+    #[test]
+    fn padding_mask_off_by_one() {
+        let shifted = |l: &[usize], tq: usize, tk: usize| -> Result<DMatrix<f64>> {
+            let m = ch06::padding_mask::<f64>(l, tq, tk)?;
+            Ok(DMatrix::from_fn(m.nrows(), tk, |r, j| if j + 1 == l[r / tq] { f64::NEG_INFINITY } else { m[(r, j)] }))
+        };
+        catches(j::padding_mask(shifted), "the mask is off by one");
+    }
+
+    #[test]
+    fn cross_attention_that_attends_to_itself_or_ignores_padding() {
+        let itself = |y: &DMatrix<f64>, yb: &Batch, _: &DMatrix<f64>, _: &Batch, w: &MultiHead<f64>| {
+            Ok(book::cross_attention_forward(y, yb, y, yb, w)?.0)
+        };
+        catches(j::cross_attention_forward(itself), "keys and values from the encoder");
+        let unmasked = |y: &DMatrix<f64>, yb: &Batch, e: &DMatrix<f64>, eb: &Batch, w: &MultiHead<f64>| {
+            let full = Batch { len: eb.len, lengths: vec![eb.len; eb.lengths.len()] };
+            Ok(book::cross_attention_forward(y, yb, e, &full, w)?.0)
+        };
+        catches(j::cross_attention_forward(unmasked), "a padding leak");
+    }
+
+    #[test]
+    fn cross_attention_backward_with_only_the_value_path_into_e() {
+        catches(
+            j::cross_attention_backward(|y, yb, e, eb, w, d| {
+                // ∂L/∂E through V only: zero W_K's contribution by differentiating with K fixed.
+                let mut g = s::cross_attention_backward(y, yb, e, eb, w, d)?;
+                let no_k = MultiHead { w_k: w.w_k.map(|_| 0.0), ..w.clone() };
+                let through_v = s::cross_attention_backward(y, yb, e, eb, &no_k, d)?;
+                g.d_x_kv = through_v.d_x_kv;
+                Ok(g)
+            }),
+            "the sum of the two paths",
+        );
+    }
+}
+
 #[allow(dead_code)]
 fn vector(m: &DMatrix<f64>) -> DVector<f64> {
     DVector::from_column_slice(m.as_slice())
