@@ -15,4 +15,9 @@ macro_rules! exercise {
     )*};
 }
 
-exercise!(softmax_rows_forward, cross_entropy_from_logits, cross_entropy_from_logits_backward, softmax_rows_backward);
+exercise!(
+    softmax_rows_forward,
+    cross_entropy_from_logits,
+    cross_entropy_from_logits_backward,
+    softmax_rows_backward
+);

@@ -15,4 +15,12 @@ macro_rules! exercise {
     )*};
 }
 
-exercise!(causal_mask, attention_forward, attention_backward, layer_norm_forward, layer_norm_backward, split_heads, concat_heads);
+exercise!(
+    causal_mask,
+    attention_forward,
+    attention_backward,
+    layer_norm_forward,
+    layer_norm_backward,
+    split_heads,
+    concat_heads
+);

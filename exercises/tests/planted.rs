@@ -5,7 +5,7 @@
 
 use llm_workbook::Result;
 use llm_workbook_exercises::judge::{self, NOT_STARTED, Verdict};
-use nalgebra::{DMatrix, DVector};
+use nalgebra::DMatrix;
 
 /// The judge passed the right answer.
 #[track_caller]
@@ -223,9 +223,7 @@ mod ch03 {
     #[test]
     fn gelu_backward_with_only_phi() {
         catches(
-            j::gelu_backward(|z, d| {
-                Ok(z.zip_map(d, |z, d| book::normal_cdf(z) * d))
-            }),
+            j::gelu_backward(|z, d| Ok(z.zip_map(d, |z, d| book::normal_cdf(z) * d))),
             "product rule",
         );
     }
@@ -342,7 +340,9 @@ mod ch06 {
     fn causal_mask_off_by_one_and_leaking() {
         let strict = |tq: usize, tk: usize| -> Result<DMatrix<f64>> {
             let m = book::causal_mask::<f64>(tq, tk)?;
-            Ok(DMatrix::from_fn(tq, tk, |i, j| if j == i + tk - tq { f64::NEG_INFINITY } else { m[(i, j)] }))
+            Ok(DMatrix::from_fn(tq, tk, |i, j| {
+                if j == i + tk - tq { f64::NEG_INFINITY } else { m[(i, j)] }
+            }))
         };
         catches(j::causal_mask(strict), "the mask is off by one");
         let square = |tq: usize, tk: usize| -> Result<DMatrix<f64>> {
@@ -350,7 +350,8 @@ mod ch06 {
         };
         catches(j::causal_mask(square), "must see key");
         let upper = |tq: usize, tk: usize| -> Result<DMatrix<f64>> {
-            Ok(book::causal_mask::<f64>(tq, tk)?.map(|v| if v == 0.0 { f64::NEG_INFINITY } else { 0.0 }))
+            Ok(book::causal_mask::<f64>(tq, tk)?
+                .map(|v| if v == 0.0 { f64::NEG_INFINITY } else { 0.0 }))
         };
         catches(j::causal_mask(upper), "must");
     }
@@ -401,8 +402,8 @@ mod ch06 {
                 let (_, d_g, d_b) = s::layer_norm_backward(x, g, d, eps)?;
                 let d_x = DMatrix::from_fn(x.nrows(), x.ncols(), |r, c| {
                     let mean = x.row(r).mean();
-                    let var = x.row(r).iter().map(|v| (v - mean).powi(2)).sum::<f64>()
-                        / x.ncols() as f64;
+                    let var =
+                        x.row(r).iter().map(|v| (v - mean).powi(2)).sum::<f64>() / x.ncols() as f64;
                     g[(0, c)] * d[(r, c)] / (var + eps).sqrt()
                 });
                 Ok((d_x, d_g, d_b))
@@ -448,21 +449,25 @@ mod ch07 {
     fn padding_mask_off_by_one() {
         let shifted = |l: &[usize], tq: usize, tk: usize| -> Result<DMatrix<f64>> {
             let m = ch06::padding_mask::<f64>(l, tq, tk)?;
-            Ok(DMatrix::from_fn(m.nrows(), tk, |r, j| if j + 1 == l[r / tq] { f64::NEG_INFINITY } else { m[(r, j)] }))
+            Ok(DMatrix::from_fn(m.nrows(), tk, |r, j| {
+                if j + 1 == l[r / tq] { f64::NEG_INFINITY } else { m[(r, j)] }
+            }))
         };
         catches(j::padding_mask(shifted), "the mask is off by one");
     }
 
     #[test]
     fn cross_attention_that_attends_to_itself_or_ignores_padding() {
-        let itself = |y: &DMatrix<f64>, yb: &Batch, _: &DMatrix<f64>, _: &Batch, w: &MultiHead<f64>| {
-            Ok(book::cross_attention_forward(y, yb, y, yb, w)?.0)
-        };
+        let itself =
+            |y: &DMatrix<f64>, yb: &Batch, _: &DMatrix<f64>, _: &Batch, w: &MultiHead<f64>| {
+                Ok(book::cross_attention_forward(y, yb, y, yb, w)?.0)
+            };
         catches(j::cross_attention_forward(itself), "keys and values from the encoder");
-        let unmasked = |y: &DMatrix<f64>, yb: &Batch, e: &DMatrix<f64>, eb: &Batch, w: &MultiHead<f64>| {
-            let full = Batch { len: eb.len, lengths: vec![eb.len; eb.lengths.len()] };
-            Ok(book::cross_attention_forward(y, yb, e, &full, w)?.0)
-        };
+        let unmasked =
+            |y: &DMatrix<f64>, yb: &Batch, e: &DMatrix<f64>, eb: &Batch, w: &MultiHead<f64>| {
+                let full = Batch { len: eb.len, lengths: vec![eb.len; eb.lengths.len()] };
+                Ok(book::cross_attention_forward(y, yb, e, &full, w)?.0)
+            };
         catches(j::cross_attention_forward(unmasked), "a padding leak");
     }
 
@@ -482,7 +487,194 @@ mod ch07 {
     }
 }
 
-#[allow(dead_code)]
-fn vector(m: &DMatrix<f64>) -> DVector<f64> {
-    DVector::from_column_slice(m.as_slice())
+// ───────────────────────────── chapter 8 ─────────────────────────────
+
+mod ch08 {
+    use super::*;
+    use judge::ch08 as j;
+    use llm_workbook::ch08_tokens::{TokenId, bpe};
+    use llm_workbook_exercises::ch08_tokens::solution as s;
+    use std::collections::HashMap;
+
+    type Ranks = HashMap<(TokenId, TokenId), (u32, TokenId)>;
+
+    #[test]
+    fn solutions_pass() {
+        passes(j::apply_merges(bpe::apply_merges));
+        passes(j::bigram_counts(s::bigram_counts));
+        passes(j::add_k_probability(s::add_k_probability));
+    }
+
+    #[test]
+    fn merges_in_one_left_to_right_pass_ignoring_rank() {
+        let one_pass = |ids: &mut Vec<TokenId>, ranks: &Ranks| {
+            let mut out = Vec::new();
+            let mut i = 0;
+            while i < ids.len() {
+                match ids.get(i + 1).and_then(|&n| ranks.get(&(ids[i], n))) {
+                    Some(&(_, merged)) => {
+                        out.push(merged);
+                        i += 2;
+                    }
+                    None => {
+                        out.push(ids[i]);
+                        i += 1;
+                    }
+                }
+            }
+            *ids = out;
+        };
+        catches(j::apply_merges(one_pass), "merged tokens can merge again");
+    }
+
+    #[test]
+    fn merges_that_overlap() {
+        let overlapping = |ids: &mut Vec<TokenId>, ranks: &Ranks| {
+            let merged: Vec<TokenId> =
+                ids.windows(2).filter_map(|w| ranks.get(&(w[0], w[1])).map(|&(_, m)| m)).collect();
+            if !merged.is_empty() {
+                *ids = merged;
+            }
+        };
+        catches(j::apply_merges(overlapping), "no overlap");
+    }
+
+    #[test]
+    fn bigram_counts_with_the_wrap_around_pair() {
+        let wrapped = |t: &[TokenId], v: usize| -> Result<DMatrix<f64>> {
+            let mut c = s::bigram_counts(t, v)?;
+            if let (Some(&l), Some(&f)) = (t.last(), t.first()) {
+                c[(l as usize, f as usize)] += 1.0;
+            }
+            Ok(c)
+        };
+        catches(j::bigram_counts(wrapped), "C (rows: a, columns: the token after a)");
+    }
+
+    #[test]
+    fn add_k_with_k_not_k_times_v() {
+        catches(
+            j::add_k_probability(|t, v, c, x, k| {
+                let p = s::add_k_probability(t, v, c, x, 0.0)?;
+                let counts = s::bigram_counts(t, v)?;
+                let total = counts.row(c as usize).sum();
+                Ok(if total == 0.0 { p } else { (p * total + k) / (total + k) })
+            }),
+            "the denominator needs + k|V|",
+        );
+    }
+}
+
+// ───────────────────────────── chapter 9 ─────────────────────────────
+
+mod ch09 {
+    use super::*;
+    use judge::ch09 as j;
+    use llm_workbook::ch09_gpt::sample::{Decoding, distribution};
+    use llm_workbook::optim::AdamConfig;
+    use llm_workbook_exercises::ch09_gpt::solution as s;
+
+    fn top_k(z: &[f64], k: usize, t: f64) -> Result<Vec<(usize, f64)>> {
+        distribution(z, &Decoding::Sample { temperature: t, top_k: Some(k), top_p: None })
+    }
+
+    #[test]
+    fn solutions_pass() {
+        passes(j::temperature_distribution(|z, t| distribution(z, &Decoding::temperature(t))));
+        passes(j::top_k_distribution(top_k));
+        passes(j::adamw_step(s::adamw_step));
+    }
+
+    #[test]
+    fn temperature_multiplied_not_divided() {
+        catches(
+            j::temperature_distribution(|z, t| {
+                let scaled: Vec<f64> = z.iter().map(|v| v * t).collect();
+                distribution(&scaled, &Decoding::temperature(1.0))
+            }),
+            "divide the logits by T",
+        );
+    }
+
+    #[test]
+    fn top_k_without_renormalising() {
+        catches(
+            j::top_k_distribution(|z, k, t| {
+                let mut all = distribution(z, &Decoding::temperature(t))?;
+                all.truncate(k);
+                Ok(all)
+            }),
+            "softmax over those alone",
+        );
+    }
+
+    #[test]
+    fn adam_without_bias_correction() {
+        let uncorrected = |theta: &mut DMatrix<f64>,
+                           g: &DMatrix<f64>,
+                           m: &mut DMatrix<f64>,
+                           v: &mut DMatrix<f64>,
+                           _: u64,
+                           c: &AdamConfig,
+                           wd: f64| {
+            *theta *= 1.0 - c.learning_rate * wd;
+            *m = &*m * c.beta1 + g * (1.0 - c.beta1);
+            *v = &*v * c.beta2 + g.map(|x| x * x) * (1.0 - c.beta2);
+            *theta -= m.zip_map(v, |m, v| c.learning_rate * m / (v.sqrt() + c.epsilon));
+            Ok(())
+        };
+        catches(j::adamw_step(uncorrected), "bias correction");
+    }
+
+    #[test]
+    fn adam_with_l2_decay_in_the_gradient() {
+        let l2 = |theta: &mut DMatrix<f64>,
+                  g: &DMatrix<f64>,
+                  m: &mut DMatrix<f64>,
+                  v: &mut DMatrix<f64>,
+                  steps: u64,
+                  c: &AdamConfig,
+                  wd: f64| {
+            let g = g + &*theta * wd;
+            s::adamw_step(theta, &g, m, v, steps, c, 0.0)
+        };
+        catches(j::adamw_step(l2), "decay is decoupled");
+    }
+}
+
+// ───────────────────────────── chapter 10 ─────────────────────────────
+
+mod ch10 {
+    use super::*;
+    use judge::ch10 as j;
+    use llm_workbook_exercises::ch10_matmul::{MR, NR, solution as s};
+
+    #[test]
+    fn solution_passes() {
+        passes(j::micro_kernel(s::micro_kernel));
+    }
+
+    #[test]
+    fn kernel_reading_a_row_by_row() {
+        catches(
+            j::micro_kernel(|kc, a, b, alpha, beta, c| {
+                let a = DMatrix::from_row_slice(MR, kc, &a[..MR * kc]);
+                let b = DMatrix::from_row_slice(kc, NR, &b[..kc * NR]);
+                *c = if beta == 0.0 { &a * &b * alpha } else { &a * &b * alpha + &*c * beta };
+            }),
+            "you read Ã row by row",
+        );
+    }
+
+    #[test]
+    fn kernel_that_reads_c_when_beta_is_zero() {
+        catches(
+            j::micro_kernel(|kc, a, b, alpha, beta, c| {
+                let a = DMatrix::from_column_slice(MR, kc, &a[..MR * kc]);
+                let b = DMatrix::from_row_slice(kc, NR, &b[..kc * NR]);
+                *c = &a * &b * alpha + &*c * beta;
+            }),
+            "do not read it when β = 0",
+        );
+    }
 }

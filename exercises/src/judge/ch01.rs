@@ -25,7 +25,11 @@ pub fn sigmoid(f: impl Fn(f64) -> f64) -> Verdict {
     }
     let at2 = s(2.0)?;
     if format!("{at2:.6}") != "0.880797" {
-        let why = if format!("{at2:.6}") == "0.119203" { " = σ(−2): the exponent is −z" } else { "" };
+        let why = if format!("{at2:.6}") == "0.119203" {
+            " = σ(−2): the exponent is −z"
+        } else {
+            ""
+        };
         return Err(MODEL.fail(format!("σ(2) should print as 0.880797; yours is {at2:.6}{why}")));
     }
     for z in [-1000.0, 1000.0] {
@@ -42,13 +46,16 @@ pub fn sigmoid(f: impl Fn(f64) -> f64) -> Verdict {
         let z = -20.0 + i as f64;
         let (v, neg) = (s(z)?, s(-z)?);
         if !close(v, book::sigmoid(z), 1e-12) {
-            return Err(MODEL.fail(format!(
-                "σ({z}): yours {v:.12}, expected {:.12}",
-                book::sigmoid(z)
-            )));
+            return Err(
+                MODEL.fail(format!("σ({z}): yours {v:.12}, expected {:.12}", book::sigmoid(z)))
+            );
         }
         if !close(v + neg, 1.0, 1e-12) {
-            return Err(MODEL.fail(format!("σ({z}) + σ({}) should be 1; yours is {}", -z, v + neg)));
+            return Err(MODEL.fail(format!(
+                "σ({z}) + σ({}) should be 1; yours is {}",
+                -z,
+                v + neg
+            )));
         }
     }
     Ok(())
@@ -122,7 +129,8 @@ pub fn sample_gradient(
         let w = random(seed, 4, 1);
         let x = random(seed + 20, 4, 1);
         let b = -0.3;
-        let (wv, xv) = (DVector::from_column_slice(w.as_slice()), DVector::from_column_slice(x.as_slice()));
+        let (wv, xv) =
+            (DVector::from_column_slice(w.as_slice()), DVector::from_column_slice(x.as_slice()));
         let g = attempt_ok(GRADIENT, "sample_gradient", || f(&wv, b, &xv, y))?;
         let xs = x.clone();
         gradient_check(
@@ -142,7 +150,8 @@ pub fn logits_backward(
     f: impl Fn(&DMatrix<f64>, &DVector<f64>, &DVector<f64>) -> Result<(DMatrix<f64>, DVector<f64>, f64)>,
 ) -> Verdict {
     let (x, w, g) = (random(8, 5, 3), random(9, 3, 1), random(10, 5, 1));
-    let (wv, gv) = (DVector::from_column_slice(w.as_slice()), DVector::from_column_slice(g.as_slice()));
+    let (wv, gv) =
+        (DVector::from_column_slice(w.as_slice()), DVector::from_column_slice(g.as_slice()));
     let (d_x, d_w, d_b) = attempt_ok(GRADIENT, "logits_backward", || f(&x, &wv, &gv))?;
     let loss = |t: &[DMatrix<f64>]| {
         let z = &t[0] * &t[1];

@@ -20,7 +20,8 @@ pub fn softmax_rows_forward(f: impl Fn(&DMatrix<f64>) -> Result<DMatrix<f64>>) -
         for r in 0..yours.nrows() {
             let s = yours.row(r).sum();
             if (s - 1.0).abs() > 1e-9 {
-                let by_columns = (0..yours.ncols()).all(|c| (yours.column(c).sum() - 1.0).abs() < 1e-9);
+                let by_columns =
+                    (0..yours.ncols()).all(|c| (yours.column(c).sum() - 1.0).abs() < 1e-9);
                 let hint = if by_columns {
                     " — your columns sum to 1: softmax runs along each row (over the K classes)"
                 } else {
@@ -43,11 +44,7 @@ pub fn softmax_rows_forward(f: impl Fn(&DMatrix<f64>) -> Result<DMatrix<f64>>) -
         Ok(())
     };
     printed(&[1.0, 2.0, 8.0], 4, &["0.0009", "0.0025", "0.9966"])?;
-    printed(
-        &[0.1, 0.1, 0.1, 0.7],
-        8,
-        &["0.20737772", "0.20737772", "0.20737772", "0.37786684"],
-    )?;
+    printed(&[0.1, 0.1, 0.1, 0.7], 8, &["0.20737772", "0.20737772", "0.20737772", "0.37786684"])?;
     let big = run(&DMatrix::from_row_slice(1, 3, &[1000.0, 1001.0, 1002.0]))?;
     if big.iter().any(|v| !v.is_finite()) {
         return Err(STABLE.fail_hint(
@@ -63,9 +60,8 @@ pub fn softmax_rows_forward(f: impl Fn(&DMatrix<f64>) -> Result<DMatrix<f64>>) -
 
 /// ln 3 for uniform logits over 3 classes; the main crate's loss on random logits.
 pub fn cross_entropy_from_logits(f: impl Fn(&DMatrix<f64>, &[usize]) -> Result<f64>) -> Verdict {
-    let uniform = attempt_ok(CROSS, "cross_entropy_from_logits", || {
-        f(&DMatrix::zeros(2, 3), &[0, 2])
-    })?;
+    let uniform =
+        attempt_ok(CROSS, "cross_entropy_from_logits", || f(&DMatrix::zeros(2, 3), &[0, 2]))?;
     if (uniform - 3f64.ln()).abs() > 1e-12 {
         let why = if (uniform - 2.0 * 3f64.ln()).abs() < 1e-12 {
             " — N = 2 times too large: L is the mean over the N rows, divide by N"

@@ -86,7 +86,8 @@ pub fn relu_backward(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<
             kink.get((0, 0))
         )));
     }
-    match attempt(ACTIVATIONS, "relu_backward", || f(&DMatrix::zeros(2, 2), &DMatrix::zeros(2, 3)))? {
+    match attempt(ACTIVATIONS, "relu_backward", || f(&DMatrix::zeros(2, 2), &DMatrix::zeros(2, 3)))?
+    {
         Err(_) => Ok(()),
         Ok(_) => Err(ACTIVATIONS.fail("z is 2×2 and d_a 2×3: return an Err naming them")),
     }
@@ -94,9 +95,8 @@ pub fn relu_backward(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<
 
 /// The gradient check of Σ G ⊙ GELU(z) at random z (GELU with the exact erf).
 pub fn gelu_backward(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>) -> Verdict {
-    activation_judge(ACTIVATIONS, "gelu_backward", book::Activation::GeluErf, &f).map_err(|m| {
-        note(m, "d/dz [z Φ(z)] has two terms by the product rule: Φ(z) + z φ(z)")
-    })
+    activation_judge(ACTIVATIONS, "gelu_backward", book::Activation::GeluErf, &f)
+        .map_err(|m| note(m, "d/dz [z Φ(z)] has two terms by the product rule: Φ(z) + z φ(z)"))
 }
 
 /// The gradient check of C = mse(a, y) in a, for 4 rows and 2 columns.

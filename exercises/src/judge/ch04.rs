@@ -15,7 +15,13 @@ fn outputs(net: &PrintedNet) -> std::result::Result<DMatrix<f64>, String> {
     net.mlp().and_then(|m| m.predict(&x)).map_err(|e| e.to_string())
 }
 
-fn xor_net(sec: Section, name: &str, act: Activation, f: impl Fn() -> PrintedNet, within: f64) -> Verdict {
+fn xor_net(
+    sec: Section,
+    name: &str,
+    act: Activation,
+    f: impl Fn() -> PrintedNet,
+    within: f64,
+) -> Verdict {
     let net = attempt(sec, name, f)?;
     if net.activation != act {
         return Err(sec.fail(format!(
@@ -65,7 +71,14 @@ pub fn least_squares_fit(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<Line
     if fit.b == 0.0 {
         return Err(LINE.fail("your b is 0: is the column of ones missing from A = [x 1]?"));
     }
-    compare(LINE, "predictions on XOR", &fit.predictions, &DMatrix::from_element(4, 1, 0.5), 1e-9, &[])?;
+    compare(
+        LINE,
+        "predictions on XOR",
+        &fit.predictions,
+        &DMatrix::from_element(4, 1, 0.5),
+        1e-9,
+        &[],
+    )?;
     let (x, y) = (random(40, 8, 3), random(41, 8, 1));
     let fit = attempt_ok(LINE, "least_squares_fit", || f(&x, &y))?;
     let want = book::least_squares_fit(&x, &y).map_err(|e| e.to_string())?;

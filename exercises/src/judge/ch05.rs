@@ -19,7 +19,9 @@ pub fn frequency(f: impl Fn(usize, usize) -> f64) -> Verdict {
             } else {
                 ""
             };
-            return Err(FORMULA.fail(format!("ω_{i} for d = {d}: yours {v}, expected {want}{hint}")));
+            return Err(
+                FORMULA.fail(format!("ω_{i} for d = {d}: yours {v}, expected {want}{hint}"))
+            );
         }
     }
     Ok(())
@@ -31,7 +33,9 @@ pub fn frequency(f: impl Fn(usize, usize) -> f64) -> Verdict {
 pub fn sinusoidal(f: impl Fn(usize, usize) -> Result<DMatrix<f64>>) -> Verdict {
     let pe = attempt_ok(FORMULA, "sinusoidal", || f(3, 4))?;
     if pe.shape() != (3, 4) {
-        return Err(FORMULA.fail(format!("sinusoidal(3, 4) should be 3×4; yours is {:?}", pe.shape())));
+        return Err(
+            FORMULA.fail(format!("sinusoidal(3, 4) should be 3×4; yours is {:?}", pe.shape()))
+        );
     }
     let row = |r: usize, d: usize| -> Vec<String> {
         (0..4).map(|c| format!("{:.d$}", pe[(r, c)])).collect()
@@ -57,7 +61,9 @@ pub fn sinusoidal(f: impl Fn(usize, usize) -> Result<DMatrix<f64>>) -> Verdict {
     compare(FORMULA, "PE", &big, &want, 1e-12, &[])?;
     match attempt(FORMULA, "sinusoidal", || f(4, 5))? {
         Err(_) => Ok(()),
-        Ok(_) => Err(FORMULA.fail("d = 5 is odd: the columns come in (sin, cos) pairs; return an Err")),
+        Ok(_) => {
+            Err(FORMULA.fail("d = 5 is odd: the columns come in (sin, cos) pairs; return an Err"))
+        }
     }
 }
 
@@ -77,6 +83,8 @@ pub fn add_positions(f: impl Fn(&DMatrix<f64>, usize) -> Result<DMatrix<f64>>) -
     compare(WHY, "X + PE", &yours, &want, 1e-12, &[])?;
     match attempt(WHY, "add_positions", || f(&random(51, 5, 4), 3))? {
         Err(_) => Ok(()),
-        Ok(_) => Err(WHY.fail("5 rows are not a whole number of sequences of length 3: return an Err")),
+        Ok(_) => {
+            Err(WHY.fail("5 rows are not a whole number of sequences of length 3: return an Err"))
+        }
     }
 }

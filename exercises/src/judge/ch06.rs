@@ -8,7 +8,8 @@ use llm_workbook::Result;
 use llm_workbook::ch06_attention as book;
 use nalgebra::DMatrix;
 
-const SDPA: Section = Section { chapter: "ch06_attention", anchor: "1-scaled-dot-product-attention" };
+const SDPA: Section =
+    Section { chapter: "ch06_attention", anchor: "1-scaled-dot-product-attention" };
 const BACKWARD: Section = Section { chapter: "ch06_attention", anchor: "backward" };
 const HEADS: Section = Section { chapter: "ch06_attention", anchor: "2-multi-head-attention" };
 const NORM: Section = Section { chapter: "ch06_attention", anchor: "3-layernorm" };
@@ -61,9 +62,16 @@ pub fn causal_mask(f: impl Fn(usize, usize) -> Result<DMatrix<f64>>) -> Verdict 
 /// The main crate's O and A on random Q, K, V (bidirectional, causal and with T_q < T_k); rows of
 /// A sum to 1; no causal leak (changing a future value row changes no earlier output).
 pub fn attention_forward(
-    f: impl Fn(&DMatrix<f64>, &DMatrix<f64>, &DMatrix<f64>, bool) -> Result<(DMatrix<f64>, DMatrix<f64>)>,
+    f: impl Fn(
+        &DMatrix<f64>,
+        &DMatrix<f64>,
+        &DMatrix<f64>,
+        bool,
+    ) -> Result<(DMatrix<f64>, DMatrix<f64>)>,
 ) -> Verdict {
-    for (seed, tq, tk, causal) in [(60, 4, 4, false), (61, 4, 4, true), (62, 2, 5, false), (63, 3, 5, true)] {
+    for (seed, tq, tk, causal) in
+        [(60, 4, 4, false), (61, 4, 4, true), (62, 2, 5, false), (63, 3, 5, true)]
+    {
         let (q, k, v) = (random(seed, tq, 3), random(seed + 10, tk, 3), random(seed + 20, tk, 2));
         let (o, a) = attempt_ok(SDPA, "attention_forward", || f(&q, &k, &v, causal))?;
         let what = if causal { "causal" } else { "bidirectional" };
@@ -76,7 +84,8 @@ pub fn attention_forward(
                 )));
             }
         }
-        let (want_o, want_a) = solution::attention_forward(&q, &k, &v, causal).map_err(|e| e.to_string())?;
+        let (want_o, want_a) =
+            solution::attention_forward(&q, &k, &v, causal).map_err(|e| e.to_string())?;
         let unscaled = book::attention_forward(
             &q,
             &k,
@@ -164,7 +173,9 @@ pub fn layer_norm_forward(
         for r in 0..5 {
             let mean = y.row(r).mean();
             if mean.abs() > 1e-9 {
-                return Err(NORM.fail(format!("with γ = 1, β = 0 row {r} should have mean 0; yours has {mean:.4}")));
+                return Err(NORM.fail(format!(
+                    "with γ = 1, β = 0 row {r} should have mean 0; yours has {mean:.4}"
+                )));
             }
         }
     }
@@ -183,8 +194,10 @@ pub fn layer_norm_backward(
         f64,
     ) -> Result<(DMatrix<f64>, DMatrix<f64>, DMatrix<f64>)>,
 ) -> Verdict {
-    let (x, gamma, beta, g) = (random(83, 4, 5), random(84, 1, 5), random(85, 1, 5), random(86, 4, 5));
-    let (d_x, d_gamma, d_beta) = attempt_ok(NORM, "layer_norm_backward", || f(&x, &gamma, &g, 1e-5))?;
+    let (x, gamma, beta, g) =
+        (random(83, 4, 5), random(84, 1, 5), random(85, 1, 5), random(86, 4, 5));
+    let (d_x, d_gamma, d_beta) =
+        attempt_ok(NORM, "layer_norm_backward", || f(&x, &gamma, &g, 1e-5))?;
     gradient_check(
         NORM,
         &[("X", x.clone()), ("γ", gamma.clone()), ("β", beta.clone())],

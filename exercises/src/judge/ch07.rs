@@ -1,6 +1,8 @@
 //! Judges of chapter 7's exercises.
 
-use super::{Section, Verdict, attempt, attempt_ok, compare, gradient_check, note, random, weighted_sum};
+use super::{
+    Section, Verdict, attempt, attempt_ok, compare, gradient_check, note, random, weighted_sum,
+};
 use llm_workbook::Result;
 use llm_workbook::ch06_attention::{MhaGrads, MultiHead};
 use llm_workbook::ch07_encoder_decoder::{self as book, Batch};
@@ -51,7 +53,8 @@ pub fn padding_mask(f: impl Fn(&[usize], usize, usize) -> Result<DMatrix<f64>>) 
 }
 
 fn setup() -> (DMatrix<f64>, Batch, DMatrix<f64>, Batch, MultiHead<f64>) {
-    let (y_batch, e_batch) = (Batch { len: 3, lengths: vec![3, 2] }, Batch { len: 4, lengths: vec![4, 2] });
+    let (y_batch, e_batch) =
+        (Batch { len: 3, lengths: vec![3, 2] }, Batch { len: 4, lengths: vec![4, 2] });
     let (y, e) = (random(100, 6, 4), random(101, 8, 4));
     let mut w = MultiHead {
         heads: 2,
@@ -75,7 +78,8 @@ pub fn cross_attention_forward(
 ) -> Verdict {
     let (y, yb, e, eb, w) = setup();
     let out = attempt_ok(CROSS, "cross_attention_forward", || f(&y, &yb, &e, &eb, &w))?;
-    let (want, _) = book::cross_attention_forward(&y, &yb, &e, &eb, &w).map_err(|x| x.to_string())?;
+    let (want, _) =
+        book::cross_attention_forward(&y, &yb, &e, &eb, &w).map_err(|x| x.to_string())?;
     if out.shape() == want.shape() {
         let mut padded = e.clone();
         padded.row_mut(7).add_scalar_mut(3.0); // sequence 1's last encoder row is padding
@@ -95,8 +99,9 @@ pub fn cross_attention_forward(
             ));
         }
     }
-    compare(CROSS, "cross-attention output", &out, &want, 1e-9, &[])
-        .map_err(|m| note(m, "queries come from the decoder (y), keys and values from the encoder (e)"))
+    compare(CROSS, "cross-attention output", &out, &want, 1e-9, &[]).map_err(|m| {
+        note(m, "queries come from the decoder (y), keys and values from the encoder (e)")
+    })
 }
 
 /// The gradient check of L = Σ G ⊙ out in Y, E and all eight weights and biases.
@@ -125,7 +130,8 @@ pub fn cross_attention_backward(
         ("W_O", w.w_o.clone()),
         ("b_O", w.b_o.clone()),
     ];
-    let analytic = [d.d_x_q, d.d_x_kv, d.d_w_q, d.d_b_q, d.d_w_k, d.d_b_k, d.d_w_v, d.d_b_v, d.d_w_o, d.d_b_o];
+    let analytic =
+        [d.d_x_q, d.d_x_kv, d.d_w_q, d.d_b_q, d.d_w_k, d.d_b_k, d.d_w_v, d.d_b_v, d.d_w_o, d.d_b_o];
     gradient_check(
         BACKWARD,
         &inputs,

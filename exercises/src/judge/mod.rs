@@ -105,9 +105,8 @@ pub fn attempt_ok<R, E: Display>(
     exercise: &str,
     f: impl FnOnce() -> Result<R, E>,
 ) -> Result<R, String> {
-    attempt(sec, exercise, f)?.map_err(|e| {
-        sec.fail(format!("your `{exercise}` returned an error on valid input: {e}"))
-    })
+    attempt(sec, exercise, f)?
+        .map_err(|e| sec.fail(format!("your `{exercise}` returned an error on valid input: {e}")))
 }
 
 /// Adds `note` to a failure message `m`, before its closing hint (unless `m` is "not started").
@@ -283,11 +282,8 @@ pub fn gradient_check(
     if report.passed() {
         return Ok(());
     }
-    let worst = report
-        .tensors
-        .iter()
-        .position(|w| !(w.error <= config.tolerance))
-        .unwrap_or_default();
+    let worst =
+        report.tensors.iter().position(|w| !(w.error <= config.tolerance)).unwrap_or_default();
     let w = &report.tensors[worst];
     let mut msg = format!(
         "∂L/∂{}[{},{}]: yours {:.6}, finite differences {:.6}",
