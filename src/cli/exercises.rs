@@ -96,7 +96,8 @@ fn parse(text: &str, chapters: &[(String, Vec<String>)]) -> Result<Vec<Row>, Str
             if let Some((name, verdict)) = rest.split_once(" ... ") {
                 results.insert((current.clone(), name.to_string()), verdict.starts_with("ok"));
             }
-        } else if let Some(name) = t.strip_prefix("---- ").and_then(|r| r.strip_suffix(" stdout ----"))
+        } else if let Some(name) =
+            t.strip_prefix("---- ").and_then(|r| r.strip_suffix(" stdout ----"))
         {
             let mut message = Vec::new();
             let mut started = false;
@@ -109,7 +110,9 @@ fn parse(text: &str, chapters: &[(String, Vec<String>)]) -> Result<Vec<Row>, Str
                     started = next.starts_with("thread ");
                     continue;
                 }
-                if next.is_empty() || next.starts_with("note: ") || next.starts_with("stack backtrace")
+                if next.is_empty()
+                    || next.starts_with("note: ")
+                    || next.starts_with("stack backtrace")
                 {
                     break;
                 }
@@ -119,11 +122,8 @@ fn parse(text: &str, chapters: &[(String, Vec<String>)]) -> Result<Vec<Row>, Str
         }
     }
     if results.is_empty() {
-        let errors: Vec<&str> = text
-            .lines()
-            .skip_while(|l| !l.starts_with("error"))
-            .take(40)
-            .collect();
+        let errors: Vec<&str> =
+            text.lines().skip_while(|l| !l.starts_with("error")).take(40).collect();
         let shown = if errors.is_empty() { text.to_string() } else { errors.join("\n") };
         return Err(format!(
             "the exercises do not compile; fix this first:\n\n{}",
@@ -139,9 +139,11 @@ fn parse(text: &str, chapters: &[(String, Vec<String>)]) -> Result<Vec<Row>, Str
                 Some(true) => State::Passed,
                 _ if message.starts_with("not started") => State::NotStarted(message),
                 Some(false) => State::Failed(message),
-                None => State::Failed("the judge did not run (see `cargo test -p \
+                None => State::Failed(
+                    "the judge did not run (see `cargo test -p \
                                        llm-workbook-exercises`)"
-                    .to_string()),
+                        .to_string(),
+                ),
             };
             rows.push(Row { chapter: stem.clone(), name: name.clone(), state });
         }
