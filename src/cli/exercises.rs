@@ -171,7 +171,9 @@ fn print_table(rows: &[Row]) {
         rows.len(),
         rows.len() - done - failing
     );
-    match rows.iter().find(|r| r.state != State::Passed) {
+    // A failing answer first (you were working on it), else the first not started.
+    let failing = rows.iter().find(|r| matches!(r.state, State::Failed(_)));
+    match failing.or_else(|| rows.iter().find(|r| r.state != State::Passed)) {
         None => println!("Every exercise passes its judge. Well done."),
         Some(r) => {
             println!(

@@ -38,7 +38,7 @@ pub fn sigmoid(f: impl Fn(f64) -> f64) -> Verdict {
         if v != want {
             return Err(MODEL.fail_hint(
                 format!("σ({z}) should be {want}; yours is {v}"),
-                "e^{1000} overflows to ∞: for z < 0 compute e^{z}/(1 + e^{z}) instead",
+                "e^{±1000} overflows to ∞: use 1/(1 + e^{−z}) for z ≥ 0 and e^{z}/(1 + e^{z}) for z < 0",
             ));
         }
     }

@@ -282,8 +282,11 @@ pub fn gradient_check(
     if report.passed() {
         return Ok(());
     }
-    let worst =
-        report.tensors.iter().position(|w| w.error.is_nan() || w.error > config.tolerance).unwrap_or_default();
+    let worst = report
+        .tensors
+        .iter()
+        .position(|w| w.error.is_nan() || w.error > config.tolerance)
+        .unwrap_or_default();
     let w = &report.tensors[worst];
     let mut msg = format!(
         "∂L/∂{}[{},{}]: yours {:.6}, finite differences {:.6}",
