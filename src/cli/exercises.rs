@@ -176,10 +176,8 @@ fn print_table(rows: &[Row]) {
     match failing.or_else(|| rows.iter().find(|r| r.state != State::Passed)) {
         None => println!("Every exercise passes its judge. Well done."),
         Some(r) => {
-            println!(
-                "\nNext: {} in exercises/src/{}.rs (cargo test -p llm-workbook-exercises --test {})",
-                r.name, r.chapter, r.chapter
-            );
+            let command = format!("cargo test -p llm-workbook-exercises --test {}", r.chapter);
+            println!("\nNext: {} in exercises/src/{}.rs ({command})", r.name, r.chapter);
             if let State::Failed(m) | State::NotStarted(m) = &r.state {
                 for line in m.lines() {
                     println!("  {line}");
