@@ -48,6 +48,13 @@ enum Command {
         #[command(subcommand)]
         command: cli::gpt::GptCommand,
     },
+    /// Your progress through the exercises (exercises/): chapter, exercise, ✓ / ✗ / not started,
+    /// and the next one to do with its judge's message.
+    Exercises {
+        /// Judge again whenever a file under exercises/src is saved.
+        #[arg(long)]
+        watch: bool,
+    },
 }
 
 fn print_table(rows: &[Worked]) {
@@ -168,6 +175,7 @@ fn main() -> ExitCode {
             Ok(())
         }
         Some(Command::Gpt { command }) => cli::gpt::run(command).map_err(|e| e.to_string()),
+        Some(Command::Exercises { watch }) => cli::exercises::run(watch),
         Some(Command::List) => {
             for ch in book::chapters() {
                 println!("{:>2}  {:<22} {}", ch.number, ch.stem, ch.title);

@@ -1,7 +1,9 @@
-//! The binary's own modules: the `gpt` command's flags and printing ([`gpt`]), and the progress
+//! The binary's own modules: the `gpt` command's flags and printing ([`gpt`]), the exercises'
+//! progress table ([`exercises`]), and the progress
 //! bars that the library's training runs report to ([`Bar`]). The library prints nothing and
 //! knows neither clap nor indicatif.
 
+pub mod exercises;
 pub mod gpt;
 
 use indicatif::{ProgressBar, ProgressStyle};

@@ -1,0 +1,78 @@
+//! Chapter 7: the encoder–decoder — [chapters/ch07_encoder_decoder.md](../../chapters/ch07_encoder_decoder.md).
+//!
+//! Replace each `todo!()` with your answer, then run
+//! `cargo test -p llm-workbook-exercises --test ch07_encoder_decoder`. Chapter 6's functions
+//! (`llm_workbook::ch06_attention`) are yours to use.
+
+use llm_workbook::Result;
+use llm_workbook::ch06_attention::{MhaGrads, MultiHead};
+use llm_workbook::ch07_encoder_decoder::Batch;
+use nalgebra::DMatrix;
+
+/// **The padding mask of a batch**: sequence b has `kv_lengths[b]` real keys followed by
+/// padding. Return the additive (B·T_q)×T_k matrix with −∞ in the padded key columns of sequence
+/// b's rows (rows b·T_q … (b+1)·T_q − 1) and 0 elsewhere. Error on no sequences, a zero length
+/// or a length above T_k.
+///
+/// Chapter: [Batches and padding](../../chapters/ch07_encoder_decoder.md#batches-and-padding).
+pub fn padding_mask(kv_lengths: &[usize], q_len: usize, kv_len: usize) -> Result<DMatrix<f64>> {
+    #[cfg(feature = "solutions")]
+    return llm_workbook::ch06_attention::padding_mask(kv_lengths, q_len, kv_len);
+    todo!()
+}
+
+/// **Cross-attention, forward**: queries from the decoder rows y ((B·T_t)×C), keys and values
+/// from the encoder output e ((B·T_s)×C): Q = Y W_Q + b_Q, K = E W_K + b_K, V = E W_V + b_V;
+/// per sequence and head A = softmax(QKᵀ/√d_k + padding mask of e), O = A V; heads concatenated,
+/// · W_O + b_O. No causal mask. Returns (B·T_t)×C.
+///
+/// Chapter: [1. Two stacks, three kinds of attention](../../chapters/ch07_encoder_decoder.md#1-two-stacks-three-kinds-of-attention).
+pub fn cross_attention_forward(
+    y: &DMatrix<f64>,
+    y_batch: &Batch,
+    e: &DMatrix<f64>,
+    e_batch: &Batch,
+    w: &MultiHead<f64>,
+) -> Result<DMatrix<f64>> {
+    #[cfg(feature = "solutions")]
+    return llm_workbook::ch07_encoder_decoder::cross_attention_forward(y, y_batch, e, e_batch, w)
+        .map(|(out, _)| out);
+    todo!()
+}
+
+/// **Cross-attention, backward**: for the forward above and ∂L/∂out, every gradient in an
+/// `MhaGrads`: ∂L/∂Y (`d_x_q`, through the queries only), ∂L/∂E (`d_x_kv`, through the keys and
+/// the values: the two paths add), and each W and b.
+///
+/// Chapter: [3. Backward through cross-attention](../../chapters/ch07_encoder_decoder.md#3-backward-through-cross-attention).
+pub fn cross_attention_backward(
+    y: &DMatrix<f64>,
+    y_batch: &Batch,
+    e: &DMatrix<f64>,
+    e_batch: &Batch,
+    w: &MultiHead<f64>,
+    d_out: &DMatrix<f64>,
+) -> Result<MhaGrads<f64>> {
+    #[cfg(feature = "solutions")]
+    return solution::cross_attention_backward(y, y_batch, e, e_batch, w, d_out);
+    todo!()
+}
+
+/// The main crate's functions in this chapter's signatures.
+pub mod solution {
+    use super::*;
+    use llm_workbook::ch07_encoder_decoder as book;
+
+    /// [`super::cross_attention_backward`] by the main crate's forward and backward.
+    pub fn cross_attention_backward(
+        y: &DMatrix<f64>,
+        y_batch: &Batch,
+        e: &DMatrix<f64>,
+        e_batch: &Batch,
+        w: &MultiHead<f64>,
+        d_out: &DMatrix<f64>,
+    ) -> Result<MhaGrads<f64>> {
+        let (_, cache) = book::cross_attention_forward(y, y_batch, e, e_batch, w)?;
+        book::cross_attention_backward(w, &cache, d_out)
+    }
+}

@@ -1,0 +1,167 @@
+//! Judges of chapter 1's exercises.
+
+use super::{Section, Verdict, attempt, attempt_ok, close, compare, gradient_check, random};
+use llm_workbook::Result;
+use llm_workbook::ch01_logistic as book;
+use nalgebra::{DMatrix, DVector};
+
+const MODEL: Section = Section { chapter: "ch01_logistic", anchor: "1-the-model" };
+const LOSS: Section =
+    Section { chapter: "ch01_logistic", anchor: "2-the-loss-binary-cross-entropy" };
+const GRADIENT: Section =
+    Section { chapter: "ch01_logistic", anchor: "3-the-gradient-one-factor-at-a-time" };
+
+fn column(m: &DVector<f64>) -> DMatrix<f64> {
+    DMatrix::from_column_slice(m.len(), 1, m.as_slice())
+}
+
+/// σ(0) = 0.5, σ(2) = 0.880797 (to the printed 6 decimals), σ(−z) = 1 − σ(z), finite and exact
+/// at ±1000, and the main crate's σ at 41 points in [−20, 20].
+pub fn sigmoid(f: impl Fn(f64) -> f64) -> Verdict {
+    let s = |z: f64| attempt(MODEL, "sigmoid", || f(z));
+    let at0 = s(0.0)?;
+    if at0 != 0.5 {
+        return Err(MODEL.fail(format!("σ(0) should be 0.5 (e^0 = 1, 1/(1 + 1)); yours is {at0}")));
+    }
+    let at2 = s(2.0)?;
+    if format!("{at2:.6}") != "0.880797" {
+        let why = if format!("{at2:.6}") == "0.119203" {
+            " = σ(−2): the exponent is −z"
+        } else {
+            ""
+        };
+        return Err(MODEL.fail(format!("σ(2) should print as 0.880797; yours is {at2:.6}{why}")));
+    }
+    for z in [-1000.0, 1000.0] {
+        let v = s(z)?;
+        let want = if z > 0.0 { 1.0 } else { 0.0 };
+        if v != want {
+            return Err(MODEL.fail_hint(
+                format!("σ({z}) should be {want}; yours is {v}"),
+                "e^{±1000} overflows to ∞: use 1/(1 + e^{−z}) for z ≥ 0 and e^{z}/(1 + e^{z}) for z < 0",
+            ));
+        }
+    }
+    for i in 0..=40 {
+        let z = -20.0 + i as f64;
+        let (v, neg) = (s(z)?, s(-z)?);
+        if !close(v, book::sigmoid(z), 1e-12) {
+            return Err(
+                MODEL.fail(format!("σ({z}): yours {v:.12}, expected {:.12}", book::sigmoid(z)))
+            );
+        }
+        if !close(v + neg, 1.0, 1e-12) {
+            return Err(MODEL.fail(format!(
+                "σ({z}) + σ({}) should be 1; yours is {}",
+                -z,
+                v + neg
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Against the main crate on random batches (including a 1×D and an N×1 batch), and an error on
+/// a shape mismatch.
+pub fn logits_forward(
+    f: impl Fn(&DVector<f64>, f64, &DMatrix<f64>) -> Result<DVector<f64>>,
+) -> Verdict {
+    for (seed, n, d) in [(1, 5, 3), (2, 1, 4), (3, 6, 1)] {
+        let x = random(seed, n, d);
+        let w = DVector::from_column_slice(random(seed + 10, d, 1).as_slice());
+        let b = 0.75;
+        let yours = attempt_ok(MODEL, "logits_forward", || f(&w, b, &x))?;
+        let want = book::logits_forward(&w, b, &x).map_err(|e| e.to_string())?;
+        compare(MODEL, "z", &column(&yours), &column(&want), 1e-10, &[])
+            .map_err(|m| format!("with x {n}×{d}: {m}"))
+            .map_err(|m| {
+                let nob = book::logits_forward(&w, 0.0, &x).map(|z| column(&z));
+                if nob.is_ok_and(|z| compare(MODEL, "", &column(&yours), &z, 1e-10, &[]).is_ok()) {
+                    MODEL.fail("every logit is short by b = 0.75: did you forget the bias?")
+                } else {
+                    m
+                }
+            })?;
+    }
+    let (x, w) = (random(4, 3, 2), DVector::from_element(3, 1.0));
+    match attempt(MODEL, "logits_forward", || f(&w, 0.0, &x))? {
+        Err(_) => Ok(()),
+        Ok(_) => Err(MODEL.fail(
+            "w has length 3 but x has 2 columns: yours returned Ok; return an Err naming the \
+             shapes (llm_workbook::Error::Shape)",
+        )),
+    }
+}
+
+/// Equal to −[y ln σ(z) + (1 − y) ln(1 − σ(z))] where that is finite, and finite (exactly |z|)
+/// where σ(z) rounds to 0 or 1.
+pub fn bce_from_logit(f: impl Fn(f64, f64) -> f64) -> Verdict {
+    let l = |y: f64, z: f64| attempt(LOSS, "bce_from_logit", || f(y, z));
+    for y in [0.0, 1.0] {
+        for i in 0..=40 {
+            let z = -10.0 + 0.5 * i as f64;
+            let (v, want) = (l(y, z)?, book::bce(y, book::sigmoid(z)));
+            if !close(v, want, 1e-9) {
+                return Err(LOSS.fail(format!(
+                    "ℓ(y = {y}, z = {z}): yours {v:.9}, −[y ln σ(z) + (1 − y) ln(1 − σ(z))] = \
+                     {want:.9}"
+                )));
+            }
+        }
+    }
+    for (y, z, want) in [(0.0, 1000.0, 1000.0), (1.0, -1000.0, 1000.0), (1.0, 1000.0, 0.0)] {
+        let v = l(y, z)?;
+        if !close(v, want, 1e-12) {
+            return Err(LOSS.fail_hint(
+                format!("ℓ(y = {y}, z = {z}) should be {want}; yours is {v}"),
+                "σ(z) rounds to 0 or 1 out there: use max(z, 0) − y z + ln(1 + e^{−|z|})",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The gradient check of ℓ(w) = BCE(y, σ(wᵀx + b)) in w, for labels 0 and 1 and random w, x.
+pub fn sample_gradient(
+    f: impl Fn(&DVector<f64>, f64, &DVector<f64>, f64) -> Result<DVector<f64>>,
+) -> Verdict {
+    for (seed, y) in [(5, 1.0), (6, 0.0), (7, 1.0)] {
+        let w = random(seed, 4, 1);
+        let x = random(seed + 20, 4, 1);
+        let b = -0.3;
+        let (wv, xv) =
+            (DVector::from_column_slice(w.as_slice()), DVector::from_column_slice(x.as_slice()));
+        let g = attempt_ok(GRADIENT, "sample_gradient", || f(&wv, b, &xv, y))?;
+        let xs = x.clone();
+        gradient_check(
+            GRADIENT,
+            &[("w", w)],
+            &[column(&g)],
+            |t| book::bce_from_logit(y, t[0].dot(&xs) + b),
+            &[(-1.0, "(y − ŷ)·x is the negative: the gradient is (ŷ − y)·x")],
+        )
+        .map_err(|m| format!("label y = {y}: {m}"))?;
+    }
+    Ok(())
+}
+
+/// The gradient check of L = Σ g ⊙ z(X, w, b) in X, w and b, with random g.
+pub fn logits_backward(
+    f: impl Fn(&DMatrix<f64>, &DVector<f64>, &DVector<f64>) -> Result<(DMatrix<f64>, DVector<f64>, f64)>,
+) -> Verdict {
+    let (x, w, g) = (random(8, 5, 3), random(9, 3, 1), random(10, 5, 1));
+    let (wv, gv) =
+        (DVector::from_column_slice(w.as_slice()), DVector::from_column_slice(g.as_slice()));
+    let (d_x, d_w, d_b) = attempt_ok(GRADIENT, "logits_backward", || f(&x, &wv, &gv))?;
+    let loss = |t: &[DMatrix<f64>]| {
+        let z = &t[0] * &t[1];
+        z.iter().map(|v| v + t[2][(0, 0)]).zip(g.iter()).map(|(z, g)| z * g).sum::<f64>()
+    };
+    gradient_check(
+        GRADIENT,
+        &[("X", x.clone()), ("w", w.clone()), ("b", DMatrix::from_element(1, 1, 0.5))],
+        &[d_x, column(&d_w), DMatrix::from_element(1, 1, d_b)],
+        loss,
+        &[(0.2, "∂L/∂b is the sum Σᵢ ∂L/∂zᵢ, not the mean")],
+    )
+}

@@ -1,0 +1,160 @@
+//! Judges of chapter 2's exercises.
+
+use super::{Section, Verdict, attempt, attempt_ok, compare, gradient_check, random};
+use llm_workbook::Result;
+use llm_workbook::ch02_softmax as book;
+use nalgebra::DMatrix;
+
+const STABLE: Section = Section { chapter: "ch02_softmax", anchor: "2-stable-by-construction" };
+const CROSS: Section = Section { chapter: "ch02_softmax", anchor: "4-cross-entropy" };
+const GRADIENT: Section = Section { chapter: "ch02_softmax", anchor: "5-the-gradient-ŷ--y" };
+
+/// softmax((1, 2, 8)) = (0.0009, 0.0025, 0.9966) at the document's 4 decimals, the script's start
+/// (0.1, 0.1, 0.1, 0.7) → 0.20737772 ×3, 0.37786684 at 8; rows sum to 1; no overflow at 1000;
+/// the main crate's softmax on a random 4×5 Z.
+pub fn softmax_rows_forward(f: impl Fn(&DMatrix<f64>) -> Result<DMatrix<f64>>) -> Verdict {
+    let run = |z: &DMatrix<f64>| attempt_ok(STABLE, "softmax_rows_forward", || f(z));
+    let z = random(11, 4, 5);
+    let yours = run(&z)?;
+    if yours.shape() == z.shape() {
+        for r in 0..yours.nrows() {
+            let s = yours.row(r).sum();
+            if (s - 1.0).abs() > 1e-9 {
+                let by_columns =
+                    (0..yours.ncols()).all(|c| (yours.column(c).sum() - 1.0).abs() < 1e-9);
+                let hint = if by_columns {
+                    " — your columns sum to 1: softmax runs along each row (over the K classes)"
+                } else {
+                    ""
+                };
+                return Err(STABLE.fail(format!("row {r} of your softmax sums to {s:.4}{hint}")));
+            }
+        }
+    }
+    let want = book::softmax_rows_forward(&z).map_err(|e| e.to_string())?;
+    compare(STABLE, "softmax(Z)", &yours, &want, 1e-10, &[])?;
+    let printed = |z: &[f64], digits: usize, want: &[&str]| -> Verdict {
+        let y = run(&DMatrix::from_row_slice(1, z.len(), z))?;
+        let got: Vec<String> = y.iter().map(|v| format!("{v:.digits$}")).collect();
+        if got != want {
+            return Err(STABLE.fail(format!(
+                "softmax({z:?}) should print as {want:?} at {digits} decimals; yours is {got:?}"
+            )));
+        }
+        Ok(())
+    };
+    printed(&[1.0, 2.0, 8.0], 4, &["0.0009", "0.0025", "0.9966"])?;
+    printed(&[0.1, 0.1, 0.1, 0.7], 8, &["0.20737772", "0.20737772", "0.20737772", "0.37786684"])?;
+    let big = run(&DMatrix::from_row_slice(1, 3, &[1000.0, 1001.0, 1002.0]))?;
+    if big.iter().any(|v| !v.is_finite()) {
+        return Err(STABLE.fail_hint(
+            format!("softmax((1000, 1001, 1002)) gave {:?}: e^1000 overflows", big.as_slice()),
+            "subtract each row's maximum before exponentiating",
+        ));
+    }
+    match attempt(STABLE, "softmax_rows_forward", || f(&DMatrix::zeros(0, 3)))? {
+        Err(_) => Ok(()),
+        Ok(_) => Err(STABLE.fail("an empty Z (0×3) should be an Err naming z, not Ok")),
+    }
+}
+
+/// ln 3 for uniform logits over 3 classes; the main crate's loss on random logits.
+pub fn cross_entropy_from_logits(f: impl Fn(&DMatrix<f64>, &[usize]) -> Result<f64>) -> Verdict {
+    let uniform =
+        attempt_ok(CROSS, "cross_entropy_from_logits", || f(&DMatrix::zeros(2, 3), &[0, 2]))?;
+    if (uniform - 3f64.ln()).abs() > 1e-12 {
+        let why = if (uniform - 2.0 * 3f64.ln()).abs() < 1e-12 {
+            " — N = 2 times too large: L is the mean over the N rows, divide by N"
+        } else {
+            ""
+        };
+        return Err(CROSS.fail(format!(
+            "all logits equal over 3 classes: every ŷ is 1/3 and L = ln 3 = {:.6}; yours is \
+             {uniform:.6}{why}",
+            3f64.ln()
+        )));
+    }
+    let (z, t) = (random(12, 5, 4) * 3.0, [0, 3, 1, 1, 2]);
+    let yours = attempt_ok(CROSS, "cross_entropy_from_logits", || f(&z, &t))?;
+    let want = book::cross_entropy_from_logits(&z, &t).map_err(|e| e.to_string())?;
+    if (yours - want).abs() > 1e-10 {
+        let n = t.len() as f64;
+        let why = if (yours - want * n).abs() < 1e-9 {
+            " — yours is N = 5 times too large: L is the mean over the N rows, divide by N"
+        } else {
+            ""
+        };
+        return Err(CROSS.fail(format!("L: yours {yours:.8}, expected {want:.8}{why}")));
+    }
+    let huge = DMatrix::from_row_slice(1, 2, &[1000.0, -1000.0]);
+    let far = attempt_ok(CROSS, "cross_entropy_from_logits", || f(&huge, &[1]))?;
+    if (far - 2000.0).abs() > 1e-9 {
+        return Err(CROSS.fail_hint(
+            format!("L for logits (1000, −1000), target 1, should be 2000; yours is {far}"),
+            "use ln Σ e^{z_c} − z_t with the maximum subtracted (log-sum-exp), never ln ŷ",
+        ));
+    }
+    Ok(())
+}
+
+/// The document's ŷ − y = (−0.9, 0.1, 0.1, 0.7) for ŷ = (0.1, 0.1, 0.1, 0.7), class 0 (here as
+/// logits ln ŷ); the gradient check of the mean cross-entropy on random logits.
+pub fn cross_entropy_from_logits_backward(
+    f: impl Fn(&DMatrix<f64>, &[usize]) -> Result<DMatrix<f64>>,
+) -> Verdict {
+    let run = |z: &DMatrix<f64>, t: &[usize]| {
+        attempt_ok(GRADIENT, "cross_entropy_from_logits_backward", || f(z, t))
+    };
+    let doc = DMatrix::from_row_slice(1, 4, &[0.1_f64, 0.1, 0.1, 0.7]).map(f64::ln);
+    let g = run(&doc, &[0])?;
+    let want = DMatrix::from_row_slice(1, 4, &[-0.9, 0.1, 0.1, 0.7]);
+    compare(GRADIENT, "ŷ − y", &g, &want, 1e-9, &[(-1.0, "it is ŷ − y, not y − ŷ")])?;
+    let (z, t) = (random(13, 4, 3), [2, 0, 1, 2]);
+    let g = run(&z, &t)?;
+    gradient_check(
+        GRADIENT,
+        &[("Z", z.clone())],
+        &[g],
+        |m| book::cross_entropy_from_logits(&m[0], &t).unwrap_or(f64::NAN),
+        &[
+            (4.0, "a missing 1/N: L is the mean over the N = 4 rows"),
+            (-1.0, "it is (P − Y)/N, not (Y − P)/N"),
+        ],
+    )
+}
+
+/// The gradient check of L = Σ G ⊙ softmax(Z) in Z, through your backward at Y = softmax(Z).
+pub fn softmax_rows_backward(
+    f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>,
+) -> Verdict {
+    for (seed, n, k) in [(14, 3, 4), (15, 1, 5)] {
+        let (z, g) = (random(seed, n, k), random(seed + 1, n, k));
+        let y = book::softmax_rows_forward(&z).map_err(|e| e.to_string())?;
+        let d_z = attempt_ok(GRADIENT, "softmax_rows_backward", || f(&y, &g))?;
+        gradient_check(
+            GRADIENT,
+            &[("Z", z)],
+            &[d_z],
+            |m| {
+                book::softmax_rows_forward(&m[0])
+                    .map(|p| super::weighted_sum(&g, &p))
+                    .unwrap_or(f64::NAN)
+            },
+            &[],
+        )
+        .map_err(|m| {
+            let plain = y.component_mul(&g);
+            let d_z = f(&y, &g).unwrap_or_default();
+            if d_z.shape() == plain.shape() && (d_z - plain).abs().max() < 1e-12 {
+                GRADIENT.fail_hint(
+                    "yours is Y ⊙ ∂L/∂Y: the diagonal of the Jacobian only",
+                    "subtract rowsum(∂L/∂Y ⊙ Y) from ∂L/∂Y before multiplying by Y (the −y_i y_j \
+                     terms)",
+                )
+            } else {
+                m
+            }
+        })?;
+    }
+    Ok(())
+}

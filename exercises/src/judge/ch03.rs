@@ -1,0 +1,119 @@
+//! Judges of chapter 3's exercises.
+
+use super::{
+    Section, Verdict, attempt, attempt_ok, compare, gradient_check, note, random, weighted_sum,
+};
+use llm_workbook::Result;
+use llm_workbook::ch03_mlp as book;
+use nalgebra::DMatrix;
+
+const LAYER: Section = Section { chapter: "ch03_mlp", anchor: "1-a-layer" };
+const ACTIVATIONS: Section = Section { chapter: "ch03_mlp", anchor: "activations" };
+const COST: Section = Section { chapter: "ch03_mlp", anchor: "2-the-cost-and-gradient-descent" };
+const MANY: Section = Section { chapter: "ch03_mlp", anchor: "4-many-neurons-per-layer" };
+
+/// The main crate's layer on random x, W, b (the bias on every row); an error when widths differ.
+pub fn dense_forward(
+    f: impl Fn(&DMatrix<f64>, &DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>,
+) -> Verdict {
+    let (x, w, b) = (random(20, 4, 3), random(21, 3, 2), random(22, 1, 2));
+    let yours = attempt_ok(LAYER, "dense_forward", || f(&x, &w, &b))?;
+    let want = book::dense_forward(&x, &w, &b).map_err(|e| e.to_string())?;
+    let no_bias = &x * &w;
+    if yours.shape() == want.shape() && (&yours - &no_bias).abs().max() < 1e-12 {
+        return Err(LAYER.fail("your y is xW without the bias: add b (1×out) to every row"));
+    }
+    compare(LAYER, "y = xW + b", &yours, &want, 1e-10, &[])?;
+    match attempt(LAYER, "dense_forward", || f(&x, &random(23, 2, 2), &b))? {
+        Err(_) => Ok(()),
+        Ok(_) => Err(LAYER.fail("x is 4×3 and W 2×2: the widths do not chain; return an Err")),
+    }
+}
+
+/// The gradient check of C = Σ G ⊙ (xW + b) in x, W and b, on a non-square W (so a misplaced
+/// transpose shows in the shapes).
+pub fn dense_backward(
+    f: impl Fn(
+        &DMatrix<f64>,
+        &DMatrix<f64>,
+        &DMatrix<f64>,
+    ) -> Result<(DMatrix<f64>, DMatrix<f64>, DMatrix<f64>)>,
+) -> Verdict {
+    let (x, w, b, g) = (random(24, 5, 3), random(25, 3, 2), random(26, 1, 2), random(27, 5, 2));
+    let (d_x, d_w, d_b) = attempt_ok(MANY, "dense_backward", || f(&x, &w, &g))?;
+    gradient_check(
+        MANY,
+        &[("x", x.clone()), ("W", w.clone()), ("b", b.clone())],
+        &[d_x, d_w, d_b],
+        |t| {
+            book::dense_forward(&t[0], &t[1], &t[2])
+                .map(|y| weighted_sum(&g, &y))
+                .unwrap_or(f64::NAN)
+        },
+        &[(0.2, "∂C/∂b is the column sums of ∂C/∂y, not their mean")],
+    )
+}
+
+fn activation_judge(
+    sec: Section,
+    name: &str,
+    act: book::Activation,
+    f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>,
+) -> Verdict {
+    let (z, g) = (random(28, 4, 3) * 2.0, random(29, 4, 3));
+    let d_z = attempt_ok(sec, name, || f(&z, &g))?;
+    gradient_check(
+        sec,
+        &[("z", z.clone())],
+        &[d_z],
+        |t| weighted_sum(&g, &book::activation_forward(act, &t[0])),
+        &[],
+    )
+}
+
+/// The gradient check of Σ G ⊙ ReLU(z) at random z; 0 at the kink z = 0 (the chapter's
+/// convention); an error when shapes differ.
+pub fn relu_backward(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>) -> Verdict {
+    activation_judge(ACTIVATIONS, "relu_backward", book::Activation::Relu, &f).map_err(|m| {
+        note(m, "ReLU passes ∂C/∂a where z > 0 and blocks it where z ≤ 0: test z, not ∂C/∂a")
+    })?;
+    let kink = attempt_ok(ACTIVATIONS, "relu_backward", || {
+        f(&DMatrix::zeros(1, 1), &DMatrix::from_element(1, 1, 1.0))
+    })?;
+    if kink.get((0, 0)) != Some(&0.0) {
+        return Err(ACTIVATIONS.fail(format!(
+            "at the kink z = 0 the chapter takes f′(0) = 0; yours passes {:?}",
+            kink.get((0, 0))
+        )));
+    }
+    match attempt(ACTIVATIONS, "relu_backward", || f(&DMatrix::zeros(2, 2), &DMatrix::zeros(2, 3)))?
+    {
+        Err(_) => Ok(()),
+        Ok(_) => Err(ACTIVATIONS.fail("z is 2×2 and d_a 2×3: return an Err naming them")),
+    }
+}
+
+/// The gradient check of Σ G ⊙ GELU(z) at random z (GELU with the exact erf).
+pub fn gelu_backward(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>) -> Verdict {
+    activation_judge(ACTIVATIONS, "gelu_backward", book::Activation::GeluErf, &f)
+        .map_err(|m| note(m, "d/dz [z Φ(z)] has two terms by the product rule: Φ(z) + z φ(z)"))
+}
+
+/// The gradient check of C = mse(a, y) in a, for 4 rows and 2 columns.
+pub fn mse_backward(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>) -> Verdict {
+    let (a, y) = (random(30, 4, 2), random(31, 4, 2));
+    let d_a = attempt_ok(COST, "mse_backward", || f(&a, &y))?;
+    gradient_check(
+        COST,
+        &[("a", a.clone())],
+        &[d_a],
+        |t| book::mse(&t[0], &y).unwrap_or(f64::NAN),
+        &[
+            (4.0, "a missing 1/N: C is the mean over the N = 4 rows"),
+            (0.5, "a missing 2: d/da (a − y)² = 2(a − y)"),
+            (2.0, "a missing 2 and 1/N"),
+            (0.25, "an extra 1/N"),
+            (-1.0, "it is 2(a − y)/N, not 2(y − a)/N"),
+        ],
+    )
+}

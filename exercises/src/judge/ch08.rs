@@ -1,0 +1,123 @@
+//! Judges of chapter 8's exercises.
+
+use super::{Section, Verdict, attempt, attempt_ok, close, compare};
+use crate::ch08_tokens::solution;
+use llm_workbook::Result;
+use llm_workbook::ch08_tokens::TokenId;
+use llm_workbook::ch08_tokens::bpe;
+use llm_workbook::rng::Rng;
+use nalgebra::DMatrix;
+use std::collections::HashMap;
+
+const BPE: Section = Section { chapter: "ch08_tokens", anchor: "3-byte-pair-encoding" };
+const NGRAM: Section =
+    Section { chapter: "ch08_tokens", anchor: "5-the-empirical-next-token-predictor" };
+
+type Ranks = HashMap<(TokenId, TokenId), (u32, TokenId)>;
+
+fn tokens(seed: u64, n: usize, vocab: usize) -> Vec<TokenId> {
+    let mut rng = Rng::new(seed);
+    (0..n).map(|_| rng.below(vocab) as TokenId).collect()
+}
+
+/// "a a a" with (a, a) → X gives "X a"; ranks apply in order (a b → X then X c → Y, and a lower
+/// rank first); the main crate's merges on random ids.
+pub fn apply_merges(f: impl Fn(&mut Vec<TokenId>, &Ranks)) -> Verdict {
+    let run = |ids: &[TokenId], ranks: &Ranks| {
+        let mut v = ids.to_vec();
+        attempt(BPE, "apply_merges", || f(&mut v, ranks)).map(|()| v)
+    };
+    let (a, b, c, x, y) = (0, 1, 2, 10, 11);
+    let one = HashMap::from([((a, a), (0, x))]);
+    let got = run(&[a, a, a], &one)?;
+    if got != [x, a] {
+        return Err(BPE.fail(format!(
+            "(a, a) → X on [a, a, a] should give [X, a] (left to right, no overlap); yours gives \
+             {got:?} (a = 0, X = 10)"
+        )));
+    }
+    let chain = HashMap::from([((a, b), (0, x)), ((x, c), (1, y))]);
+    let got = run(&[a, b, c, a, b], &chain)?;
+    if got != [y, x] {
+        return Err(BPE.fail(format!(
+            "with (a, b) → X (rank 0) and (X, c) → Y (rank 1), [a, b, c, a, b] should give [Y, X]; \
+             yours gives {got:?} (a, b, c = 0, 1, 2; X, Y = 10, 11): merged tokens can merge again"
+        )));
+    }
+    let order = HashMap::from([((b, c), (0, x)), ((a, b), (1, y))]);
+    let got = run(&[a, b, c], &order)?;
+    if got != [a, x] {
+        return Err(BPE.fail(format!(
+            "with (b, c) of rank 0 and (a, b) of rank 1, [a, b, c] should give [a, X]; yours gives \
+             {got:?}: the lowest rank merges first, wherever it stands"
+        )));
+    }
+    let ranks: Ranks = (0..6u32).map(|r| ((r % 4, (r + 1) % 4), (r, 20 + r))).collect();
+    let ids = tokens(120, 40, 4);
+    let got = run(&ids, &ranks)?;
+    let mut want = ids.clone();
+    bpe::apply_merges(&mut want, &ranks);
+    if got != want {
+        return Err(BPE.fail(format!("on random ids: yours {got:?}, expected {want:?}")));
+    }
+    Ok(())
+}
+
+/// The counts of a small sequence by hand, their total N − 1, and the main crate's on random text.
+pub fn bigram_counts(f: impl Fn(&[TokenId], usize) -> Result<DMatrix<f64>>) -> Verdict {
+    let c = attempt_ok(NGRAM, "bigram_counts", || f(&[0, 1, 0, 1, 1], 2))?;
+    let want = DMatrix::from_row_slice(2, 2, &[0.0, 2.0, 1.0, 1.0]);
+    compare(NGRAM, "C (rows: a, columns: the token after a)", &c, &want, 0.0, &[])?;
+    let ids = tokens(121, 200, 6);
+    let c = attempt_ok(NGRAM, "bigram_counts", || f(&ids, 6))?;
+    if c.shape() == (6, 6) && c.sum() != 199.0 {
+        return Err(NGRAM.fail(format!(
+            "200 tokens have 199 adjacent pairs; your counts add up to {}",
+            c.sum()
+        )));
+    }
+    let want = solution::bigram_counts(&ids, 6).map_err(|e| e.to_string())?;
+    compare(NGRAM, "C", &c, &want, 0.0, &[])?;
+    match attempt(NGRAM, "bigram_counts", || f(&[0, 7], 3))? {
+        Err(_) => Ok(()),
+        Ok(_) => Err(NGRAM.fail("token 7 with |V| = 3 should be an Err")),
+    }
+}
+
+/// (#(c, x) + k)/(#(c) + k|V|) by hand, 1/|V| for an unseen context, the main crate's values.
+pub fn add_k_probability(
+    f: impl Fn(&[TokenId], usize, TokenId, TokenId, f64) -> Result<f64>,
+) -> Verdict {
+    let seq = [0, 1, 0, 1, 1, 2];
+    let p = attempt_ok(NGRAM, "add_k_probability", || f(&seq, 4, 0, 1, 1.0))?;
+    // #(0, 1) = 2, #(0, ·) = 2: (2 + 1)/(2 + 4)
+    if !close(p, 0.5, 1e-12) {
+        let why = if close(p, 1.0, 1e-12) {
+            " — the denominator needs + k|V|: k is added once for every token of the vocabulary"
+        } else {
+            ""
+        };
+        return Err(NGRAM.fail(format!(
+            "P(1 | 0) with k = 1, |V| = 4 on [0, 1, 0, 1, 1, 2]: #(0, 1) = 2, #(0) = 2, so \
+             (2 + 1)/(2 + 4) = 0.5; yours is {p:.6}{why}"
+        )));
+    }
+    let unseen = attempt_ok(NGRAM, "add_k_probability", || f(&seq, 4, 3, 0, 1.0))?;
+    if !close(unseen, 0.25, 1e-12) {
+        return Err(NGRAM.fail(format!(
+            "token 3 is never followed by anything: P(· | 3) is the uniform 1/|V| = 0.25; yours \
+             is {unseen}"
+        )));
+    }
+    let ids = tokens(122, 300, 5);
+    for (c, x, k) in [(0, 1, 0.5), (2, 2, 1.0), (4, 0, 0.1)] {
+        let p = attempt_ok(NGRAM, "add_k_probability", || f(&ids, 5, c, x, k))?;
+        let want = solution::add_k_probability(&ids, 5, c, x, k).map_err(|e| e.to_string())?;
+        if !close(p, want, 1e-12) {
+            return Err(
+                NGRAM.fail(format!("P({x} | {c}) with k = {k}: yours {p:.6}, expected {want:.6}"))
+            );
+        }
+    }
+    Ok(())
+}

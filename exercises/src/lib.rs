@@ -1,0 +1,33 @@
+//! # The exercises of llm-workbook
+//!
+//! One file per chapter (`src/chNN_stem.rs`); each exercise is a function with the signature of
+//! the main crate's own, a doc comment saying what to compute (the shapes, the formula in the
+//! chapter's symbols, the section that teaches it) and the body `todo!()`. Replace the `todo!()`
+//! with your answer and let the judge grade it:
+//!
+//! - `cargo test -p llm-workbook-exercises --test ch01_logistic` judges one chapter;
+//! - `cargo run --release -- exercises` (at the repository root) prints a progress table, and
+//!   `-- exercises --watch` re-judges whenever you save a file here.
+//!
+//! The judges ([`judge`]) grade with what the chapters have: the documents' worked numbers, the
+//! finite-difference gradient checker, the invariants and the reference implementation on random
+//! inputs. The feature `solutions` answers every exercise with the main crate's function (that is
+//! how CI proves each judge passes a right answer; `tests/planted.rs` proves each one fails a
+//! planted mistake). Nothing written here can break the main crate's `cargo test`.
+
+// With `solutions`, each body returns before its `todo!()`; without, the arguments are unused.
+#![cfg_attr(feature = "solutions", allow(unreachable_code))]
+#![cfg_attr(not(feature = "solutions"), allow(unused_variables))]
+
+pub mod judge;
+
+pub mod ch01_logistic;
+pub mod ch02_softmax;
+pub mod ch03_mlp;
+pub mod ch04_xor;
+pub mod ch05_positions;
+pub mod ch06_attention;
+pub mod ch07_encoder_decoder;
+pub mod ch08_tokens;
+pub mod ch09_gpt;
+pub mod ch10_matmul;

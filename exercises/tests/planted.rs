@@ -1,0 +1,680 @@
+//! Proof that every judge bites, whatever features are on: the main crate's own function passes
+//! each judge, and at least one planted mistake per exercise (a missing transpose, a missing 1/N,
+//! a mask off by one, the wrong softmax axis …) fails it with a message that names the mistake.
+//! `cargo test -p llm-workbook-exercises --test planted`.
+
+use llm_workbook::Result;
+use llm_workbook_exercises::judge::{self, NOT_STARTED, Verdict};
+use nalgebra::DMatrix;
+
+/// The judge passed the right answer.
+#[track_caller]
+fn passes(v: Verdict) {
+    if let Err(m) = v {
+        panic!("the judge failed the main crate's own solution:\n{m}");
+    }
+}
+
+/// The judge failed a planted mistake with a message that contains `names` and ends with a hint
+/// pointing to a chapter section.
+#[track_caller]
+fn catches(v: Verdict, names: &str) {
+    let m = match v {
+        Ok(()) => panic!("the judge passed a planted mistake (expected it to say {names:?})"),
+        Err(m) => m,
+    };
+    assert!(m.contains(names), "the message does not name the mistake ({names:?}):\n{m}");
+    let last = m.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("hint:") && last.contains("chapters/ch") && last.contains(".md#"),
+        "the message does not end with a hint to a chapter section:\n{m}"
+    );
+}
+
+#[test]
+fn a_blank_is_reported_as_not_started_not_a_crash() {
+    let m = judge::ch02::softmax_rows_forward(|_| todo!()).unwrap_err();
+    assert!(m.starts_with(NOT_STARTED), "{m}");
+    assert!(m.contains("chapters/ch02_softmax.md#"), "{m}");
+    let m = judge::ch02::softmax_rows_forward(|_| panic!("index out of bounds")).unwrap_err();
+    assert!(m.contains("panicked: index out of bounds"), "{m}");
+}
+
+// ───────────────────────────── chapter 1 ─────────────────────────────
+
+mod ch01 {
+    use super::*;
+    use judge::ch01 as j;
+    use llm_workbook::ch01_logistic as book;
+
+    #[test]
+    fn solutions_pass() {
+        passes(j::sigmoid(book::sigmoid));
+        passes(j::logits_forward(book::logits_forward));
+        passes(j::bce_from_logit(book::bce_from_logit));
+        passes(j::sample_gradient(book::sample_gradient));
+        passes(j::logits_backward(|x, w, d| {
+            book::logits_backward(x, w, d).map(|g| (g.d_x, g.d_w, g.d_b))
+        }));
+    }
+
+    #[test]
+    fn sigmoid_with_the_wrong_sign_or_unstable_tail() {
+        catches(j::sigmoid(|z: f64| 1.0 / (1.0 + z.exp())), "the exponent is −z");
+        catches(j::sigmoid(|z: f64| z.exp() / (1.0 + z.exp())), "σ(1000) should be 1");
+    }
+
+    #[test]
+    fn logits_without_the_bias() {
+        catches(j::logits_forward(|w, _, x| book::logits_forward(w, 0.0, x)), "forget the bias");
+    }
+
+    #[test]
+    fn bce_through_the_probability() {
+        catches(j::bce_from_logit(|y, z| book::bce(y, book::sigmoid(z))), "σ(z) rounds to 0 or 1");
+    }
+
+    #[test]
+    fn gradient_with_y_minus_y_hat() {
+        catches(
+            j::sample_gradient(|w, b, x, y| Ok(-book::sample_gradient(w, b, x, y)?)),
+            "the gradient is (ŷ − y)·x",
+        );
+    }
+
+    #[test]
+    fn logits_backward_with_a_mean_bias_or_a_transposed_d_x() {
+        catches(
+            j::logits_backward(|x, w, d| {
+                let g = book::logits_backward(x, w, d)?;
+                Ok((g.d_x, g.d_w, g.d_b / d.len() as f64))
+            }),
+            "not the mean",
+        );
+        catches(
+            j::logits_backward(|x, w, d| {
+                let g = book::logits_backward(x, w, d)?;
+                Ok((g.d_x.transpose(), g.d_w, g.d_b))
+            }),
+            "transpose",
+        );
+    }
+}
+
+// ───────────────────────────── chapter 2 ─────────────────────────────
+
+mod ch02 {
+    use super::*;
+    use judge::ch02 as j;
+    use llm_workbook::ch02_softmax as book;
+
+    #[test]
+    fn solutions_pass() {
+        passes(j::softmax_rows_forward(book::softmax_rows_forward));
+        passes(j::cross_entropy_from_logits(book::cross_entropy_from_logits));
+        passes(j::cross_entropy_from_logits_backward(book::cross_entropy_from_logits_backward));
+        passes(j::softmax_rows_backward(book::softmax_rows_backward));
+    }
+
+    #[test]
+    fn softmax_along_the_wrong_axis() {
+        let by_columns = |z: &DMatrix<f64>| -> Result<DMatrix<f64>> {
+            Ok(book::softmax_rows_forward(&z.transpose())?.transpose())
+        };
+        catches(j::softmax_rows_forward(by_columns), "your columns sum to 1");
+    }
+
+    #[test]
+    fn softmax_without_the_max_shift() {
+        let naive = |z: &DMatrix<f64>| -> Result<DMatrix<f64>> {
+            let e = z.map(f64::exp);
+            Ok(DMatrix::from_fn(z.nrows(), z.ncols(), |r, c| e[(r, c)] / e.row(r).sum()))
+        };
+        catches(j::softmax_rows_forward(naive), "subtract each row's maximum");
+    }
+
+    #[test]
+    fn cross_entropy_summed_not_averaged() {
+        catches(
+            j::cross_entropy_from_logits(|z, t| {
+                Ok(book::cross_entropy_from_logits(z, t)? * t.len() as f64)
+            }),
+            "divide by N",
+        );
+    }
+
+    #[test]
+    fn cross_entropy_gradient_without_1_over_n() {
+        catches(
+            j::cross_entropy_from_logits_backward(|z, t| {
+                Ok(book::cross_entropy_from_logits_backward(z, t)? * t.len() as f64)
+            }),
+            "a missing 1/N",
+        );
+    }
+
+    #[test]
+    fn softmax_backward_without_the_off_diagonal() {
+        catches(
+            j::softmax_rows_backward(|y, d| Ok(y.component_mul(d))),
+            "the diagonal of the Jacobian only",
+        );
+    }
+}
+
+// ───────────────────────────── chapter 3 ─────────────────────────────
+
+mod ch03 {
+    use super::*;
+    use judge::ch03 as j;
+    use llm_workbook::ch03_mlp::{self as book, Activation};
+
+    fn grads(x: &DMatrix<f64>, w: &DMatrix<f64>, d: &DMatrix<f64>) -> book::DenseGrads<f64> {
+        book::dense_backward(x, w, d).expect("valid shapes")
+    }
+
+    #[test]
+    fn solutions_pass() {
+        passes(j::dense_forward(book::dense_forward));
+        passes(j::dense_backward(|x, w, d| {
+            let g = grads(x, w, d);
+            Ok((g.d_x, g.d_w, g.d_b))
+        }));
+        passes(j::relu_backward(|z, d| book::activation_backward(Activation::Relu, z, d)));
+        passes(j::gelu_backward(|z, d| book::activation_backward(Activation::GeluErf, z, d)));
+        passes(j::mse_backward(book::mse_backward));
+    }
+
+    #[test]
+    fn dense_forward_without_the_bias() {
+        catches(j::dense_forward(|x, w, _| Ok(x * w)), "without the bias");
+    }
+
+    #[test]
+    fn dense_backward_with_the_transpose_on_the_wrong_side() {
+        catches(
+            j::dense_backward(|x, w, d| {
+                let g = grads(x, w, d);
+                Ok((g.d_x, d.transpose() * x, g.d_b))
+            }),
+            "check the transpose",
+        );
+    }
+
+    #[test]
+    fn dense_backward_with_a_mean_bias() {
+        catches(
+            j::dense_backward(|x, w, d| {
+                let g = grads(x, w, d);
+                Ok((g.d_x, g.d_w, g.d_b / d.nrows() as f64))
+            }),
+            "not their mean",
+        );
+    }
+
+    #[test]
+    fn relu_backward_testing_the_gradient_not_z() {
+        catches(
+            j::relu_backward(|_, d| Ok(d.map(|v| if v > 0.0 { v } else { 0.0 }))),
+            "test z, not ∂C/∂a",
+        );
+    }
+
+    #[test]
+    fn gelu_backward_with_only_phi() {
+        catches(
+            j::gelu_backward(|z, d| Ok(z.zip_map(d, |z, d| book::normal_cdf(z) * d))),
+            "product rule",
+        );
+    }
+
+    #[test]
+    fn mse_backward_without_1_over_n() {
+        catches(j::mse_backward(|a, y| Ok((a - y) * 2.0)), "a missing 1/N");
+    }
+}
+
+// ───────────────────────────── chapter 4 ─────────────────────────────
+
+mod ch04 {
+    use super::*;
+    use judge::ch04 as j;
+    use llm_workbook::ch04_xor::{self as book, RELU_NET, SIGMOID_NET};
+
+    #[test]
+    fn solutions_pass() {
+        passes(j::xor_sigmoid_net(|| SIGMOID_NET));
+        passes(j::xor_relu_net(|| RELU_NET));
+        passes(j::least_squares_fit(book::least_squares_fit));
+    }
+
+    #[test]
+    fn sigmoid_net_with_weights_too_small_to_saturate() {
+        let small = book::PrintedNet {
+            w_rows: [[2.0, 2.0], [-2.0, -2.0]],
+            c: [-1.0, 3.0],
+            w_out: [2.0, 2.0],
+            b_out: -3.0,
+            ..SIGMOID_NET
+        };
+        catches(j::xor_sigmoid_net(|| small), "larger weights saturate");
+    }
+
+    #[test]
+    fn relu_net_that_computes_or() {
+        let or = book::PrintedNet { w_rows: [[1.0, 1.0], [-1.0, 1.0]], ..RELU_NET };
+        catches(j::xor_relu_net(|| or), "input (1, 1): XOR is 0");
+        catches(j::xor_relu_net(|| SIGMOID_NET), "asks for activation Relu");
+    }
+
+    #[test]
+    fn least_squares_without_the_column_of_ones() {
+        let through_origin = |x: &DMatrix<f64>, y: &DMatrix<f64>| {
+            let w = (x.transpose() * x).try_inverse().unwrap_or_default() * x.transpose() * y;
+            Ok(book::LinearFit { predictions: x * &w, w, b: 0.0 })
+        };
+        catches(j::least_squares_fit(through_origin), "column of ones");
+    }
+}
+
+// ───────────────────────────── chapter 5 ─────────────────────────────
+
+mod ch05 {
+    use super::*;
+    use judge::ch05 as j;
+    use llm_workbook::ch05_positions as book;
+
+    #[test]
+    fn solutions_pass() {
+        passes(j::frequency(book::frequency));
+        passes(j::sinusoidal(book::sinusoidal));
+        passes(j::add_positions(book::add_positions));
+    }
+
+    #[test]
+    fn frequency_with_i_over_d() {
+        catches(
+            j::frequency(|i, d| 1.0 / 10_000f64.powf(i as f64 / d as f64)),
+            "pair i's exponent is 2i/d",
+        );
+    }
+
+    #[test]
+    fn sinusoidal_with_sin_and_cos_swapped() {
+        let swapped = |n: usize, d: usize| -> Result<DMatrix<f64>> {
+            let pe = book::sinusoidal::<f64>(n, d)?;
+            Ok(DMatrix::from_fn(n, d, |r, c| pe[(r, c ^ 1)]))
+        };
+        catches(j::sinusoidal(swapped), "sin and cos are swapped");
+    }
+
+    #[test]
+    fn positions_that_do_not_restart_per_sequence() {
+        let running = |x: &DMatrix<f64>, _: usize| -> Result<DMatrix<f64>> {
+            Ok(x + book::sinusoidal::<f64>(x.nrows(), x.ncols())?)
+        };
+        catches(j::add_positions(running), "starts again at position 0");
+    }
+}
+
+// ───────────────────────────── chapter 6 ─────────────────────────────
+
+mod ch06 {
+    use super::*;
+    use judge::ch06 as j;
+    use llm_workbook::ch06_attention as book;
+    use llm_workbook_exercises::ch06_attention::solution as s;
+
+    #[test]
+    fn solutions_pass() {
+        passes(j::causal_mask(book::causal_mask));
+        passes(j::attention_forward(s::attention_forward));
+        passes(j::attention_backward(s::attention_backward));
+        passes(j::layer_norm_forward(s::layer_norm_forward));
+        passes(j::layer_norm_backward(s::layer_norm_backward));
+        passes(j::split_heads(book::split_heads));
+        passes(j::concat_heads(book::concat_heads));
+    }
+
+    #[test]
+    fn causal_mask_off_by_one_and_leaking() {
+        let strict = |tq: usize, tk: usize| -> Result<DMatrix<f64>> {
+            let m = book::causal_mask::<f64>(tq, tk)?;
+            Ok(DMatrix::from_fn(tq, tk, |i, j| {
+                if j == i + tk - tq { f64::NEG_INFINITY } else { m[(i, j)] }
+            }))
+        };
+        catches(j::causal_mask(strict), "the mask is off by one");
+        let square = |tq: usize, tk: usize| -> Result<DMatrix<f64>> {
+            book::causal_mask::<f64>(tq, tq).map(|m| m.resize(tq, tk, f64::NEG_INFINITY))
+        };
+        catches(j::causal_mask(square), "must see key");
+        let upper = |tq: usize, tk: usize| -> Result<DMatrix<f64>> {
+            Ok(book::causal_mask::<f64>(tq, tk)?
+                .map(|v| if v == 0.0 { f64::NEG_INFINITY } else { 0.0 }))
+        };
+        catches(j::causal_mask(upper), "must");
+    }
+
+    #[test]
+    fn attention_without_the_scale_or_with_the_mask_ignored() {
+        let unscaled = |q: &DMatrix<f64>, k: &DMatrix<f64>, v: &DMatrix<f64>, causal: bool| {
+            let spec = book::AttnSpec { causal, ..book::AttnSpec::cross(q.nrows(), k.nrows()) };
+            let a = book::attention_forward(q, k, v, &spec.with_scale(1.0))?;
+            Ok((a.out, a.weights))
+        };
+        catches(j::attention_forward(unscaled), "divide by √d_k");
+        let leaky = |q: &DMatrix<f64>, k: &DMatrix<f64>, v: &DMatrix<f64>, _: bool| {
+            s::attention_forward(q, k, v, false)
+        };
+        catches(j::attention_forward(leaky), "a causal leak");
+    }
+
+    #[test]
+    fn attention_backward_without_the_scale_in_d_q() {
+        catches(
+            j::attention_backward(|q, k, v, a, d, causal| {
+                let (d_q, d_k, d_v) = s::attention_backward(q, k, v, a, d, causal)?;
+                Ok((d_q * 3f64.sqrt(), d_k, d_v))
+            }),
+            "a missing 1/√d_k",
+        );
+    }
+
+    #[test]
+    fn layer_norm_with_the_sample_variance() {
+        let sample = |x: &DMatrix<f64>, g: &DMatrix<f64>, b: &DMatrix<f64>, eps: f64| {
+            let c = x.ncols() as f64;
+            let y = DMatrix::from_fn(x.nrows(), x.ncols(), |r, col| {
+                let mean = x.row(r).mean();
+                let var = x.row(r).iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (c - 1.0);
+                (x[(r, col)] - mean) / (var + eps).sqrt() * g[(0, col)] + b[(0, col)]
+            });
+            Ok(y)
+        };
+        catches(j::layer_norm_forward(sample), "population variance");
+    }
+
+    #[test]
+    fn layer_norm_backward_without_the_mean_terms() {
+        catches(
+            j::layer_norm_backward(|x, g, d, eps| {
+                let (_, d_g, d_b) = s::layer_norm_backward(x, g, d, eps)?;
+                let d_x = DMatrix::from_fn(x.nrows(), x.ncols(), |r, c| {
+                    let mean = x.row(r).mean();
+                    let var =
+                        x.row(r).iter().map(|v| (v - mean).powi(2)).sum::<f64>() / x.ncols() as f64;
+                    g[(0, c)] * d[(r, c)] / (var + eps).sqrt()
+                });
+                Ok((d_x, d_g, d_b))
+            }),
+            "∂L/∂x has three terms",
+        );
+    }
+
+    #[test]
+    fn heads_split_by_stride_and_merged_by_rows() {
+        let strided = |m: &DMatrix<f64>, h: usize| -> Result<Vec<DMatrix<f64>>> {
+            let w = m.ncols() / h;
+            Ok((0..h).map(|i| DMatrix::from_fn(m.nrows(), w, |r, c| m[(r, c * h + i)])).collect())
+        };
+        catches(j::split_heads(strided), "contiguous block");
+        let by_rows = |parts: &[DMatrix<f64>]| -> Result<DMatrix<f64>> {
+            Ok(book::concat_heads(&parts.iter().map(|p| p.transpose()).collect::<Vec<_>>())?
+                .transpose())
+        };
+        catches(j::concat_heads(by_rows), "side by side");
+    }
+}
+
+// ───────────────────────────── chapter 7 ─────────────────────────────
+
+mod ch07 {
+    use super::*;
+    use judge::ch07 as j;
+    use llm_workbook::ch06_attention::{self as ch06, MultiHead};
+    use llm_workbook::ch07_encoder_decoder::{self as book, Batch};
+    use llm_workbook_exercises::ch07_encoder_decoder::solution as s;
+
+    #[test]
+    fn solutions_pass() {
+        passes(j::padding_mask(ch06::padding_mask));
+        passes(j::cross_attention_forward(|y, yb, e, eb, w| {
+            Ok(book::cross_attention_forward(y, yb, e, eb, w)?.0)
+        }));
+        passes(j::cross_attention_backward(s::cross_attention_backward));
+    }
+
+    #[test]
+    fn padding_mask_off_by_one() {
+        let shifted = |l: &[usize], tq: usize, tk: usize| -> Result<DMatrix<f64>> {
+            let m = ch06::padding_mask::<f64>(l, tq, tk)?;
+            Ok(DMatrix::from_fn(m.nrows(), tk, |r, j| {
+                if j + 1 == l[r / tq] { f64::NEG_INFINITY } else { m[(r, j)] }
+            }))
+        };
+        catches(j::padding_mask(shifted), "the mask is off by one");
+    }
+
+    #[test]
+    fn cross_attention_that_attends_to_itself_or_ignores_padding() {
+        let itself =
+            |y: &DMatrix<f64>, yb: &Batch, _: &DMatrix<f64>, _: &Batch, w: &MultiHead<f64>| {
+                Ok(book::cross_attention_forward(y, yb, y, yb, w)?.0)
+            };
+        catches(j::cross_attention_forward(itself), "keys and values from the encoder");
+        let unmasked =
+            |y: &DMatrix<f64>, yb: &Batch, e: &DMatrix<f64>, eb: &Batch, w: &MultiHead<f64>| {
+                let full = Batch { len: eb.len, lengths: vec![eb.len; eb.lengths.len()] };
+                Ok(book::cross_attention_forward(y, yb, e, &full, w)?.0)
+            };
+        catches(j::cross_attention_forward(unmasked), "a padding leak");
+    }
+
+    #[test]
+    fn cross_attention_backward_with_only_the_value_path_into_e() {
+        catches(
+            j::cross_attention_backward(|y, yb, e, eb, w, d| {
+                // ∂L/∂E through V only: zero W_K's contribution by differentiating with K fixed.
+                let mut g = s::cross_attention_backward(y, yb, e, eb, w, d)?;
+                let no_k = MultiHead { w_k: w.w_k.map(|_| 0.0), ..w.clone() };
+                let through_v = s::cross_attention_backward(y, yb, e, eb, &no_k, d)?;
+                g.d_x_kv = through_v.d_x_kv;
+                Ok(g)
+            }),
+            "the sum of the two paths",
+        );
+    }
+}
+
+// ───────────────────────────── chapter 8 ─────────────────────────────
+
+mod ch08 {
+    use super::*;
+    use judge::ch08 as j;
+    use llm_workbook::ch08_tokens::{TokenId, bpe};
+    use llm_workbook_exercises::ch08_tokens::solution as s;
+    use std::collections::HashMap;
+
+    type Ranks = HashMap<(TokenId, TokenId), (u32, TokenId)>;
+
+    #[test]
+    fn solutions_pass() {
+        passes(j::apply_merges(bpe::apply_merges));
+        passes(j::bigram_counts(s::bigram_counts));
+        passes(j::add_k_probability(s::add_k_probability));
+    }
+
+    #[test]
+    fn merges_in_one_left_to_right_pass_ignoring_rank() {
+        let one_pass = |ids: &mut Vec<TokenId>, ranks: &Ranks| {
+            let mut out = Vec::new();
+            let mut i = 0;
+            while i < ids.len() {
+                match ids.get(i + 1).and_then(|&n| ranks.get(&(ids[i], n))) {
+                    Some(&(_, merged)) => {
+                        out.push(merged);
+                        i += 2;
+                    }
+                    None => {
+                        out.push(ids[i]);
+                        i += 1;
+                    }
+                }
+            }
+            *ids = out;
+        };
+        catches(j::apply_merges(one_pass), "merged tokens can merge again");
+    }
+
+    #[test]
+    fn merges_that_overlap() {
+        let overlapping = |ids: &mut Vec<TokenId>, ranks: &Ranks| {
+            let merged: Vec<TokenId> =
+                ids.windows(2).filter_map(|w| ranks.get(&(w[0], w[1])).map(|&(_, m)| m)).collect();
+            if !merged.is_empty() {
+                *ids = merged;
+            }
+        };
+        catches(j::apply_merges(overlapping), "no overlap");
+    }
+
+    #[test]
+    fn bigram_counts_with_the_wrap_around_pair() {
+        let wrapped = |t: &[TokenId], v: usize| -> Result<DMatrix<f64>> {
+            let mut c = s::bigram_counts(t, v)?;
+            if let (Some(&l), Some(&f)) = (t.last(), t.first()) {
+                c[(l as usize, f as usize)] += 1.0;
+            }
+            Ok(c)
+        };
+        catches(j::bigram_counts(wrapped), "C (rows: a, columns: the token after a)");
+    }
+
+    #[test]
+    fn add_k_with_k_not_k_times_v() {
+        catches(
+            j::add_k_probability(|t, v, c, x, k| {
+                let p = s::add_k_probability(t, v, c, x, 0.0)?;
+                let counts = s::bigram_counts(t, v)?;
+                let total = counts.row(c as usize).sum();
+                Ok(if total == 0.0 { p } else { (p * total + k) / (total + k) })
+            }),
+            "the denominator needs + k|V|",
+        );
+    }
+}
+
+// ───────────────────────────── chapter 9 ─────────────────────────────
+
+mod ch09 {
+    use super::*;
+    use judge::ch09 as j;
+    use llm_workbook::ch09_gpt::sample::{Decoding, distribution};
+    use llm_workbook::optim::AdamConfig;
+    use llm_workbook_exercises::ch09_gpt::solution as s;
+
+    fn top_k(z: &[f64], k: usize, t: f64) -> Result<Vec<(usize, f64)>> {
+        distribution(z, &Decoding::Sample { temperature: t, top_k: Some(k), top_p: None })
+    }
+
+    #[test]
+    fn solutions_pass() {
+        passes(j::temperature_distribution(|z, t| distribution(z, &Decoding::temperature(t))));
+        passes(j::top_k_distribution(top_k));
+        passes(j::adamw_step(s::adamw_step));
+    }
+
+    #[test]
+    fn temperature_multiplied_not_divided() {
+        catches(
+            j::temperature_distribution(|z, t| {
+                let scaled: Vec<f64> = z.iter().map(|v| v * t).collect();
+                distribution(&scaled, &Decoding::temperature(1.0))
+            }),
+            "divide the logits by T",
+        );
+    }
+
+    #[test]
+    fn top_k_without_renormalising() {
+        catches(
+            j::top_k_distribution(|z, k, t| {
+                let mut all = distribution(z, &Decoding::temperature(t))?;
+                all.truncate(k);
+                Ok(all)
+            }),
+            "softmax over those alone",
+        );
+    }
+
+    #[test]
+    fn adam_without_bias_correction() {
+        let uncorrected = |theta: &mut DMatrix<f64>,
+                           g: &DMatrix<f64>,
+                           m: &mut DMatrix<f64>,
+                           v: &mut DMatrix<f64>,
+                           _: u64,
+                           c: &AdamConfig,
+                           wd: f64| {
+            *theta *= 1.0 - c.learning_rate * wd;
+            *m = &*m * c.beta1 + g * (1.0 - c.beta1);
+            *v = &*v * c.beta2 + g.map(|x| x * x) * (1.0 - c.beta2);
+            *theta -= m.zip_map(v, |m, v| c.learning_rate * m / (v.sqrt() + c.epsilon));
+            Ok(())
+        };
+        catches(j::adamw_step(uncorrected), "bias correction");
+    }
+
+    #[test]
+    fn adam_with_l2_decay_in_the_gradient() {
+        let l2 = |theta: &mut DMatrix<f64>,
+                  g: &DMatrix<f64>,
+                  m: &mut DMatrix<f64>,
+                  v: &mut DMatrix<f64>,
+                  steps: u64,
+                  c: &AdamConfig,
+                  wd: f64| {
+            let g = g + &*theta * wd;
+            s::adamw_step(theta, &g, m, v, steps, c, 0.0)
+        };
+        catches(j::adamw_step(l2), "decay is decoupled");
+    }
+}
+
+// ───────────────────────────── chapter 10 ─────────────────────────────
+
+mod ch10 {
+    use super::*;
+    use judge::ch10 as j;
+    use llm_workbook_exercises::ch10_matmul::{MR, NR, solution as s};
+
+    #[test]
+    fn solution_passes() {
+        passes(j::micro_kernel(s::micro_kernel));
+    }
+
+    #[test]
+    fn kernel_reading_a_row_by_row() {
+        catches(
+            j::micro_kernel(|kc, a, b, alpha, beta, c| {
+                let a = DMatrix::from_row_slice(MR, kc, &a[..MR * kc]);
+                let b = DMatrix::from_row_slice(kc, NR, &b[..kc * NR]);
+                *c = if beta == 0.0 { &a * &b * alpha } else { &a * &b * alpha + &*c * beta };
+            }),
+            "you read Ã row by row",
+        );
+    }
+
+    #[test]
+    fn kernel_that_reads_c_when_beta_is_zero() {
+        catches(
+            j::micro_kernel(|kc, a, b, alpha, beta, c| {
+                let a = DMatrix::from_column_slice(MR, kc, &a[..MR * kc]);
+                let b = DMatrix::from_row_slice(kc, NR, &b[..kc * NR]);
+                *c = &a * &b * alpha + &*c * beta;
+            }),
+            "do not read it when β = 0",
+        );
+    }
+}
