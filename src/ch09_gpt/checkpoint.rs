@@ -308,18 +308,33 @@ pub fn model_from_safetensors<T: Float>(config: Config, f: &SafeTensors) -> Resu
     Ok(model)
 }
 
+/// The files of a model (name, contents): `model.safetensors` with `metadata` in its header (we
+/// record the step there) and `config.json`, not yet written.
+pub fn model_files<T: Float>(
+    model: &Gpt<T>,
+    metadata: &[(String, String)],
+) -> Result<Vec<(String, Vec<u8>)>> {
+    let mut meta = vec![("format".to_string(), "pt".to_string())];
+    meta.extend(metadata.iter().cloned());
+    Ok(vec![
+        (MODEL_FILE.to_string(), serialize(&gpt2_tensors(model), &meta)?),
+        (CONFIG_FILE.to_string(), config_to_json(&model.config).to_pretty().into_bytes()),
+    ])
+}
+
 /// Saves `config.json` and `model.safetensors` into `dir` (created if needed), each atomically.
-/// `metadata` goes into the safetensors header (we record the step there).
+/// `metadata` goes into the safetensors header (we record the step there). A run's folder is
+/// saved as one unit instead ([`super::folder`]); this writes a plain folder.
 pub fn save_model<T: Float>(
     model: &Gpt<T>,
     dir: &Path,
     metadata: &[(String, String)],
 ) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
-    let mut meta = vec![("format".to_string(), "pt".to_string())];
-    meta.extend(metadata.iter().cloned());
-    write_atomic(&dir.join(MODEL_FILE), &serialize(&gpt2_tensors(model), &meta)?)?;
-    write_atomic(&dir.join(CONFIG_FILE), config_to_json(&model.config).to_pretty().as_bytes())
+    for (name, bytes) in model_files(model, metadata)? {
+        write_atomic(&dir.join(name), &bytes)?;
+    }
+    Ok(())
 }
 
 /// Loads `config.json` and `model.safetensors` from `dir`.
@@ -331,10 +346,22 @@ pub fn load_model<T: Float>(dir: &Path) -> Result<Gpt<T>> {
 
 // ───────────────────────────── the training state ─────────────────────────────
 
-/// Saves a trainer: the model (with its step in the metadata), then the training state.
+/// Saves a trainer into a plain folder: the model (with its step in the metadata), then the
+/// training state, each atomically (a run's folder is saved as one unit instead, see
+/// [`trainer_files`] and [`super::folder`]).
 pub fn save_trainer<T: Float>(trainer: &Trainer<T>, dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
+    for (name, bytes) in trainer_files(trainer)? {
+        write_atomic(&dir.join(name), &bytes)?;
+    }
+    Ok(())
+}
+
+/// The files of a trainer (name, contents): `model.safetensors` and `config.json` (see
+/// [`model_files`], the step in the metadata), then `training_state.safetensors`.
+pub fn trainer_files<T: Float>(trainer: &Trainer<T>) -> Result<Vec<(String, Vec<u8>)>> {
     let step = trainer.step.to_string();
-    save_model(&trainer.model, dir, &[("step".into(), step.clone())])?;
+    let mut files = model_files(&trainer.model, &[("step".into(), step.clone())])?;
     let names: Vec<String> = trainer.model.tensors().into_iter().map(|(n, _)| n).collect();
     let mut tensors = Vec::new();
     for (which, moments) in
@@ -368,7 +395,8 @@ pub fn save_trainer<T: Float>(trainer: &Trainer<T>, dir: &Path) -> Result<()> {
         ("weight_decay".to_string(), format!("{:?}", trainer.optimizer.weight_decay)),
         ("adam_config".to_string(), format!("{:?}", trainer.optimizer.config)),
     ];
-    write_atomic(&dir.join(STATE_FILE), &serialize(&tensors, &meta)?)
+    files.push((STATE_FILE.to_string(), serialize(&tensors, &meta)?));
+    Ok(files)
 }
 
 /// Loads a trainer saved by [`save_trainer`]: model, moments, generator, step and history.

@@ -28,6 +28,7 @@
 //! - [`experiments`]: the two models the chapter trains (sorting digits, the default corpus);
 //! - [`sample`]: greedy, temperature, top-k and top-p decoding, and generation;
 //! - [`safetensors`] and [`checkpoint`]: GPT-2's file format, by hand;
+//! - [`folder`]: a checkpoint folder saved as one unit (generations and a pointer);
 //! - [`run`]: a run on the learner's own text, kept in a checkpoint folder.
 //!
 //! [`book`] holds what the book shows about the chapter: errata, worked numbers, walk-through,
@@ -38,6 +39,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod data;
 pub mod experiments;
+pub mod folder;
 pub mod fused;
 pub mod json;
 pub mod model;
