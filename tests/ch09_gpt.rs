@@ -2479,7 +2479,8 @@ mod checkpoint_unit {
                 run::save_run(&mut Disk, &s.out, &saved, &s.files).unwrap();
                 continue;
             }
-            let open = run::open_run(&s.out).unwrap_or_else(|e| panic!("cut at {n}: {e}"));
+            let open =
+                run::open_run(&s.out, u64::MAX).unwrap_or_else(|e| panic!("cut at {n}: {e}"));
             assert!(same(&open.trainer, &saved), "cut at {n}: the checkpoint changed");
             if i % 50 == 0 {
                 // It resumes to the same bits as the run that never stopped.
@@ -2503,7 +2504,7 @@ mod checkpoint_unit {
         assert_eq!(left.len(), 2, "{left:?}");
         assert!(left.contains(&"CURRENT".to_string()));
         assert!(generation.ends_with(&left[1]), "{left:?}");
-        assert!(same(&run::open_run(&s.out).unwrap().trainer, &later));
+        assert!(same(&run::open_run(&s.out, u64::MAX).unwrap().trainer, &later));
         drop(s.dir);
     }
 
@@ -2514,7 +2515,9 @@ mod checkpoint_unit {
         let tmp = s.out.join(".gen-000001.tmp-4242");
         std::fs::create_dir_all(&tmp).unwrap();
         std::fs::write(tmp.join("model.safetensors"), b"half").unwrap();
-        for e in [run::open_run(&s.out).err(), run::load_for_sampling(&s.out).err()] {
+        for e in
+            [run::open_run(&s.out, u64::MAX).err(), run::load_for_sampling(&s.out, u64::MAX).err()]
+        {
             let e = e.expect("refused").to_string();
             assert!(e.contains("no complete checkpoint"), "{e}");
         }
@@ -2529,18 +2532,21 @@ mod checkpoint_unit {
         for f in names(&gen_dir) {
             std::fs::copy(gen_dir.join(&f), flat.join(&f)).unwrap();
         }
-        let open = run::open_run(&flat).unwrap();
+        let open = run::open_run(&flat, u64::MAX).unwrap();
         assert!(open.resolved.flat && same(&open.trainer, &s.trainer));
         // A pointer that names nothing is refused, naming the pointer.
         std::fs::write(s.out.join("CURRENT"), "gen-000099\n").unwrap();
-        let e = run::open_run(&s.out).err().expect("refused").to_string();
+        let e = run::open_run(&s.out, u64::MAX).err().expect("refused").to_string();
         assert!(e.contains("CURRENT") && e.contains("gen-000099"), "{e}");
     }
 
     // ───── at the level a user meets them: the built binary ─────
 
+    /// The binary, with a memory budget of 4 GB whatever the machine has.
     fn cli(args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_llm-workbook")).args(args).output().expect("runs")
+        let mut c = Command::new(env!("CARGO_BIN_EXE_llm-workbook"));
+        c.args(args).env("LLM_WORKBOOK_MEMORY_BUDGET", "4000000000");
+        c.output().expect("runs")
     }
 
     fn one_line_error(o: &Output, needles: &[&str], what: &str) {
@@ -2607,7 +2613,7 @@ mod checkpoint_unit {
         for (data, flags, needle) in [
             (&text, vec![], "--force"),
             (&one, vec!["--force"], "fewer than one window"),
-            (&text, vec!["--force", "--context", "1000000"], "context"),
+            (&text, vec!["--force", "--context", "1000000"], "1000000 tokens"),
             (&text, vec!["--force", "--lr", "1e300"], "diverged"),
         ] {
             let o = train(data, &base, &flags);
@@ -2690,5 +2696,105 @@ mod checkpoint_unit {
             folder::resolve(&flat).is_ok_and(|r| !r.flat),
             "the resumed run saves a generation"
         );
+    }
+
+    // ───── sizes bounded before anything is allocated ─────
+
+    const BUDGET: (&str, &str) = ("LLM_WORKBOOK_MEMORY_BUDGET", "4000000000");
+
+    fn cli_budget(args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_llm-workbook"))
+            .args(args)
+            .env(BUDGET.0, BUDGET.1)
+            .output()
+            .expect("runs")
+    }
+
+    /// `file` in `dir` with the line of `key` set to `value`.
+    fn set_key(dir: &Path, file: &str, key: &str, value: &str) {
+        let text = std::fs::read_to_string(dir.join(file)).unwrap();
+        let needle = format!("\"{key}\":");
+        assert!(text.contains(&needle), "{file} has no {key}");
+        let edited: Vec<String> = text
+            .lines()
+            .map(|l| {
+                if l.trim_start().starts_with(&needle) {
+                    format!("  {needle} {value},")
+                } else {
+                    l.to_string()
+                }
+            })
+            .collect();
+        std::fs::write(dir.join(file), edited.join("\n")).unwrap();
+    }
+
+    #[test]
+    fn the_parameter_estimate_is_exact_and_never_overflows() {
+        use llm_workbook::ch09_gpt::budget;
+        assert_eq!(budget::parameters(&Config::gpt2_124m()), 124_439_808);
+        let mut c = Config::new(7, 5, 2, 2, 8);
+        c.tied = false;
+        assert_eq!(budget::parameters(&c), c.parameter_count() as u128);
+        let huge = Config::new(usize::MAX, usize::MAX, usize::MAX, 1, usize::MAX);
+        assert!(budget::estimate_bytes(&huge, usize::MAX, usize::MAX) > u128::from(u64::MAX));
+        let e = budget::check(&c, 4, 5, 1000, "--memory-budget").unwrap_err().to_string();
+        assert!(e.contains("--memory-budget") && e.contains("1000 bytes"), "{e}");
+        assert!(budget::check(&c, 4, 5, 1 << 30, "--memory-budget").is_ok());
+    }
+
+    #[test]
+    fn every_size_of_the_issue_is_refused_in_one_line_without_a_panic_or_an_abort() {
+        let dir = common::temp_dir("ch09_sizes");
+        let text = dir.join("t.txt");
+        std::fs::write(&text, "the cat sat on the mat. the dog sat on the log. ".repeat(20))
+            .unwrap();
+        let t = text.to_str().unwrap();
+        for (flag, value) in [
+            ("--layers", "1000000000000000000"),
+            ("--layers", "1000000000"),
+            ("--width", "100000"),
+            ("--context", "1000000000"),
+            ("--batch", "1000000000"),
+            ("--memory-budget", "1000"),
+        ] {
+            let out = dir.join(format!("o{flag}{value}"));
+            let o = out.to_str().unwrap();
+            let mut args = vec!["gpt", "train", "--data", t, "--out", o, "--steps", "2"];
+            args.extend(["--heads", "2", flag, value]);
+            one_line_error(&cli_budget(&args), &["--memory-budget", "bytes"], value);
+            assert!(!out.exists(), "{flag} {value} left a folder");
+        }
+        let ck = dir.join("ck");
+        let o = train(&text, &ck, &[]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let here = folder::resolve(&ck).unwrap().path;
+        let c = ck.to_str().unwrap();
+        let config = std::fs::read(here.join("config.json")).unwrap();
+        let settings = std::fs::read(here.join("train.json")).unwrap();
+        let sample = ["gpt", "sample", "--checkpoint", c, "--prompt", "the"];
+        let resume = ["gpt", "resume", "--checkpoint", c, "--steps", "9"];
+        for (file, key, value, needle) in [
+            ("config.json", "n_layer", "1000000000000000000", "blocks"),
+            ("config.json", "vocab_size", "1000000000", "wte.weight"),
+            ("config.json", "n_positions", "1000000000", "wpe.weight"),
+            ("train.json", "batch", "1000000000000", "--memory-budget"),
+            ("train.json", "context", "1000000000", "n_positions"),
+        ] {
+            set_key(&here, file, key, value);
+            let what = format!("{file} {key} = {value}");
+            if file == "config.json" {
+                one_line_error(&cli_budget(&sample), &[needle], &what);
+            }
+            one_line_error(&cli_budget(&resume), &[needle], &what);
+            std::fs::write(here.join("config.json"), &config).unwrap();
+            std::fs::write(here.join("train.json"), &settings).unwrap();
+        }
+        let o = Command::new(env!("CARGO_BIN_EXE_llm-workbook"))
+            .args(sample)
+            .env(BUDGET.0, "lots")
+            .output()
+            .unwrap();
+        one_line_error(&o, &["LLM_WORKBOOK_MEMORY_BUDGET", "lots"], "a budget that is no number");
+        assert!(cli_budget(&sample).status.success(), "the restored files load");
     }
 }

@@ -220,9 +220,58 @@ fn is_mask_buffer(name: &str) -> bool {
     layer_ok && matches!(parts.next(), Some("attn.bias") | Some("attn.masked_bias"))
 }
 
-/// Builds a model of `config` from a parsed safetensors file with GPT-2's names.
+/// Compares the sizes of `config` with the shapes in the file's header before anything is
+/// built: the layer count with the blocks the file holds, `wte` (and `wpe` with learned
+/// positions) and the last block's MLP with the config's vocabulary, context and width. Once
+/// they agree, every size of the config is bounded by the tensors actually in the file.
+pub fn check_header_against_config(config: &Config, f: &SafeTensors) -> Result<()> {
+    let prefixed = f.tensors.iter().any(|t| t.name.starts_with("transformer."));
+    let bare = |n: &str| if prefixed { format!("transformer.{n}") } else { n.to_string() };
+    let mut layers: Vec<usize> = f
+        .tensors
+        .iter()
+        .filter_map(|t| {
+            let rest = t.name.strip_prefix("transformer.").unwrap_or(&t.name).strip_prefix("h.")?;
+            rest.split('.').next()?.parse::<usize>().ok()
+        })
+        .collect();
+    layers.sort_unstable();
+    layers.dedup();
+    let sizes = format!(
+        "config.json: n_embd = {}, n_layer = {}, vocab_size = {}, n_positions = {}",
+        config.width, config.layers, config.vocab_size, config.context
+    );
+    if layers.len() != config.layers || layers.last().is_some_and(|&l| l + 1 != layers.len()) {
+        return Err(parse_error(
+            &f.file,
+            format!("the file holds {} blocks but {sizes}", layers.len()),
+        ));
+    }
+    let (d, last) = (config.width, config.layers - 1);
+    let mut want = vec![
+        ("wte.weight".to_string(), vec![config.vocab_size, d]),
+        (format!("h.{last}.mlp.c_fc.weight"), vec![d, d.saturating_mul(4)]),
+    ];
+    if config.positions == Positions::Learned {
+        want.push(("wpe.weight".to_string(), vec![config.context, d]));
+    }
+    for (name, shape) in want {
+        let reason = match f.info(&bare(&name)).map(|t| t.shape.clone()) {
+            Some(found) if found == shape => continue,
+            Some(found) => format!("{name} has shape {found:?} but {shape:?} was expected"),
+            None => format!("tensor {name} is missing"),
+        };
+        return Err(parse_error(&f.file, format!("{reason} ({sizes})")));
+    }
+    Ok(())
+}
+
+/// Builds a model of `config` from a parsed safetensors file with GPT-2's names. The config's
+/// sizes are compared with the file's header first ([`check_header_against_config`]), so a
+/// config that asks for more than the file holds is refused before anything is allocated.
 pub fn model_from_safetensors<T: Float>(config: Config, f: &SafeTensors) -> Result<Gpt<T>> {
     config.validate()?;
+    check_header_against_config(&config, f)?;
     let file = f.file.clone();
     // Hugging Face files saved from GPT2LMHeadModel prefix the body with "transformer.".
     let prefixed = f.tensors.iter().any(|t| t.name.starts_with("transformer."));
@@ -335,6 +384,20 @@ pub fn save_model<T: Float>(
         write_atomic(&dir.join(name), &bytes)?;
     }
     Ok(())
+}
+
+/// Loads `config.json` and `model.safetensors` from `dir` like [`load_model`], but first
+/// compares the config with the file's header ([`check_header_against_config`]) and then lets
+/// `check` refuse the config (a memory budget), before anything is built.
+pub fn load_model_checked<T: Float>(
+    dir: &Path,
+    check: impl FnOnce(&Config) -> Result<()>,
+) -> Result<Gpt<T>> {
+    let config = read_config(dir)?;
+    let f = SafeTensors::read(&dir.join(MODEL_FILE))?;
+    check_header_against_config(&config, &f)?;
+    check(&config)?;
+    model_from_safetensors(config, &f)
 }
 
 /// Loads `config.json` and `model.safetensors` from `dir`.

@@ -11,7 +11,7 @@
 //! [`VALIDATION_FRACTION`] of the text's tokens is held out: the run reports the mean loss
 //! L = −(1/S) Σ ln p(u_s | u_<s) over every held-out token once its steps are done.
 
-use super::checkpoint::{load_model, load_trainer, trainer_files};
+use super::checkpoint::{load_trainer, trainer_files};
 use super::data::{Token, TokenSplit, covering_windows};
 use super::folder::{self, Resolved, Sink};
 use super::model::Gpt;
@@ -324,16 +324,34 @@ pub struct OpenRun {
 }
 
 /// Reads a run's folder back: settings, text, tokenizer (checked against the fingerprint
-/// `train.json` records), model and training state, all from one generation.
-pub fn open_run(dir: &Path) -> Result<OpenRun> {
+/// `train.json` records), model and training state, all from one generation. The sizes of
+/// `config.json` and `train.json` are checked against the memory `budget` in bytes (see
+/// [`budget`](super::budget)) and the tensors' shapes before anything is built.
+pub fn open_run(dir: &Path, budget: u64) -> Result<OpenRun> {
     let resolved = folder::resolve(dir)?;
     let here = resolved.path.as_path();
     let settings = read_run(here)?;
+    let config = super::checkpoint::read_config(here)?;
+    if settings.context > config.context {
+        return Err(invalid(
+            "gpt resume",
+            "train.json",
+            format!(
+                "its context {} is longer than the model's n_positions {}",
+                settings.context, config.context
+            ),
+        ));
+    }
+
     let text = read_text(&settings.data)?;
     let mut run_files = read_tokenizer_files(here)?;
     check_tokenizer(here, &run_files)?;
     let tokenizer = tokenizer_from_files(here, &run_files)?;
-    let fresh = Trainer::new(load_model::<f32>(here)?, &settings.tc, settings.seed)?;
+    let (batch, context) = (settings.tc.batch, settings.context);
+    let model = super::checkpoint::load_model_checked::<f32>(here, |c| {
+        super::budget::check(c, batch, context, budget, "--memory-budget")
+    })?;
+    let fresh = Trainer::new(model, &settings.tc, settings.seed)?;
     let trainer = load_trainer(here, &fresh)?;
     let run_path = here.join(RUN_FILE);
     let mut run = std::fs::read(&run_path).map_err(io(&run_path))?;
@@ -459,14 +477,21 @@ pub fn closing_sample(
 
 /// The tokenizer and model of a checkpoint folder (ours, or GPT-2's with its `vocab.json` and
 /// `merges.txt`), refused if the tokenizer is not the one the run recorded or has ids the model
-/// has no row for. Also returns where the files were found.
-pub fn load_for_sampling(dir: &Path) -> Result<(Box<dyn Tokenizer>, Gpt<f32>, Resolved)> {
+/// has no row for, or if the model would not fit the memory `budget` in bytes. Also returns where
+/// the files were found.
+pub fn load_for_sampling(
+    dir: &Path,
+    budget: u64,
+) -> Result<(Box<dyn Tokenizer>, Gpt<f32>, Resolved)> {
     let resolved = folder::resolve(dir)?;
     let here = resolved.path.as_path();
+
     let files = read_tokenizer_files(here)?;
     check_tokenizer(here, &files)?;
     let tok = tokenizer_from_files(here, &files)?;
-    let model = load_model::<f32>(here)?;
+    let model = super::checkpoint::load_model_checked::<f32>(here, |c| {
+        super::budget::check(c, 1, c.context, budget, "--memory-budget")
+    })?;
     if tok.vocab_size() > model.config.vocab_size {
         return Err(invalid(
             "gpt sample",

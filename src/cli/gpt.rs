@@ -16,6 +16,7 @@
 use super::Bar;
 use clap::{Args, Subcommand, ValueEnum};
 use llm_workbook::ch08_tokens::Tokenizer;
+use llm_workbook::ch09_gpt::budget;
 use llm_workbook::ch09_gpt::config::{Config, Positions};
 use llm_workbook::ch09_gpt::data::TokenSplit;
 use llm_workbook::ch09_gpt::folder::{self, Resolved};
@@ -102,6 +103,10 @@ pub struct TrainArgs {
     /// first checkpoint is saved).
     #[arg(long)]
     pub force: bool,
+    /// The memory this run may use, in bytes (default: the variable
+    /// LLM_WORKBOOK_MEMORY_BUDGET, else the available memory); a larger model is refused.
+    #[arg(long)]
+    pub memory_budget: Option<u64>,
 }
 
 /// `gpt resume`.
@@ -113,6 +118,10 @@ pub struct ResumeArgs {
     /// The step count to continue to (more than the folder holds).
     #[arg(long)]
     pub steps: usize,
+    /// The memory this run may use, in bytes (default: the variable
+    /// LLM_WORKBOOK_MEMORY_BUDGET, else the available memory); a larger model is refused.
+    #[arg(long)]
+    pub memory_budget: Option<u64>,
 }
 
 /// `gpt sample`.
@@ -143,6 +152,10 @@ pub struct SampleArgs {
     /// The seed of the draws.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// The memory this run may use, in bytes (default: the variable
+    /// LLM_WORKBOOK_MEMORY_BUDGET, else the available memory); a larger model is refused.
+    #[arg(long)]
+    pub memory_budget: Option<u64>,
 }
 
 /// Runs a `gpt` command; the error is one line for the terminal.
@@ -182,6 +195,13 @@ fn train(a: TrainArgs) -> Result<()> {
         ..Config::new(tok.vocab_size(), a.context, a.layers, a.heads, a.width)
     };
     config.validate()?;
+    budget::check(
+        &config,
+        a.batch,
+        a.context,
+        budget::budget(a.memory_budget)?,
+        "--memory-budget",
+    )?;
     let tc = run::train_config(a.batch, a.lr, a.steps)?;
     let split = run::split_text(tok.as_ref(), &text, a.context)?;
     let model = Gpt::<f32>::new(config, a.seed)?;
@@ -213,7 +233,7 @@ fn note_flat(dir: &Path, resolved: &Resolved) {
 }
 
 fn resume(a: ResumeArgs) -> Result<()> {
-    let open = run::open_run(&a.checkpoint)?;
+    let open = run::open_run(&a.checkpoint, budget::budget(a.memory_budget)?)?;
     note_flat(&a.checkpoint, &open.resolved);
     let (settings, trainer) = (open.settings, open.trainer);
     if a.steps <= trainer.step {
@@ -281,7 +301,8 @@ fn continue_run(
 // ───────────────────────────── sample ─────────────────────────────
 
 fn sample(a: SampleArgs) -> Result<()> {
-    let (tok, model, resolved) = run::load_for_sampling(&a.checkpoint)?;
+    let (tok, model, resolved) =
+        run::load_for_sampling(&a.checkpoint, budget::budget(a.memory_budget)?)?;
     note_flat(&a.checkpoint, &resolved);
     let decoding = if a.greedy {
         Decoding::Greedy
