@@ -14,9 +14,13 @@
 //!   every tensor, and in its metadata the step, Adam's step count, the generator's state, the
 //!   weight decay, and the history of the run (as tensors).
 //!
-//! Every file is written atomically (temporary file, then rename). The model and the training
-//! state both record the step they belong to, so a folder whose two files come from different
-//! steps (a crash between the two renames) is refused on resume instead of silently mixing them.
+//! These functions read and write a plain folder, each file atomically (temporary file, then
+//! rename). A training run saves all its files together as one generation of its folder
+//! ([`super::folder`]: numbered generation folders and a pointer switched by one rename), so an
+//! interrupted save never mixes two steps; the model and the training state still both record
+//! the step they belong to, and a plain folder whose two files disagree is refused on resume.
+//! Before any model is built, the config's sizes are compared with the shapes in the file's
+//! header ([`check_header_against_config`]).
 //!
 //! Loading accepts what Hugging Face's own files contain: an optional `transformer.` prefix, and
 //! the causal-mask buffers `h.N.attn.bias` / `h.N.attn.masked_bias`, which are not parameters and
