@@ -7,7 +7,7 @@
 //! byte-level BPE as GPT-2's `vocab.json` and `merges.txt`), the run's settings ([`RUN_FILE`], so
 //! that a run can be continued exactly where it stopped, with the tokenizer's fingerprint) and
 //! the loss plot. Every save writes all of them as one generation of the folder
-//! ([`folder`](super::folder)): an interrupted save never mixes two. The last
+//! ([`folder`]): an interrupted save never mixes two. The last
 //! [`VALIDATION_FRACTION`] of the text's tokens is held out: the run reports the mean loss
 //! L = −(1/S) Σ ln p(u_s | u_<s) over every held-out token once its steps are done.
 
@@ -326,7 +326,7 @@ pub struct OpenRun {
 /// Reads a run's folder back: settings, text, tokenizer (checked against the fingerprint
 /// `train.json` records), model and training state, all from one generation. The sizes of
 /// `config.json` and `train.json` are checked against the memory `budget` in bytes (see
-/// [`budget`](super::budget)) and the tensors' shapes before anything is built.
+/// [`super::budget`]) and the tensors' shapes before anything is built.
 pub fn open_run(dir: &Path, budget: u64) -> Result<OpenRun> {
     let resolved = folder::resolve(dir)?;
     let here = resolved.path.as_path();
