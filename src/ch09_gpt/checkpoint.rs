@@ -14,9 +14,13 @@
 //!   every tensor, and in its metadata the step, Adam's step count, the generator's state, the
 //!   weight decay, and the history of the run (as tensors).
 //!
-//! Every file is written atomically (temporary file, then rename). The model and the training
-//! state both record the step they belong to, so a folder whose two files come from different
-//! steps (a crash between the two renames) is refused on resume instead of silently mixing them.
+//! These functions read and write a plain folder, each file atomically (temporary file, then
+//! rename). A training run saves all its files together as one generation of its folder
+//! ([`super::folder`]: numbered generation folders and a pointer switched by one rename), so an
+//! interrupted save never mixes two steps; the model and the training state still both record
+//! the step they belong to, and a plain folder whose two files disagree is refused on resume.
+//! Before any model is built, the config's sizes are compared with the shapes in the file's
+//! header ([`check_header_against_config`]).
 //!
 //! Loading accepts what Hugging Face's own files contain: an optional `transformer.` prefix, and
 //! the causal-mask buffers `h.N.attn.bias` / `h.N.attn.masked_bias`, which are not parameters and
@@ -240,9 +244,58 @@ fn is_mask_buffer(name: &str) -> bool {
     layer_ok && matches!(parts.next(), Some("attn.bias") | Some("attn.masked_bias"))
 }
 
-/// Builds a model of `config` from a parsed safetensors file with GPT-2's names.
+/// Compares the sizes of `config` with the shapes in the file's header before anything is
+/// built: the layer count with the blocks the file holds, `wte` (and `wpe` with learned
+/// positions) and the last block's MLP with the config's vocabulary, context and width. Once
+/// they agree, every size of the config is bounded by the tensors actually in the file.
+pub fn check_header_against_config(config: &Config, f: &SafeTensors) -> Result<()> {
+    let prefixed = f.tensors.iter().any(|t| t.name.starts_with("transformer."));
+    let bare = |n: &str| if prefixed { format!("transformer.{n}") } else { n.to_string() };
+    let mut layers: Vec<usize> = f
+        .tensors
+        .iter()
+        .filter_map(|t| {
+            let rest = t.name.strip_prefix("transformer.").unwrap_or(&t.name).strip_prefix("h.")?;
+            rest.split('.').next()?.parse::<usize>().ok()
+        })
+        .collect();
+    layers.sort_unstable();
+    layers.dedup();
+    let sizes = format!(
+        "config.json: n_embd = {}, n_layer = {}, vocab_size = {}, n_positions = {}",
+        config.width, config.layers, config.vocab_size, config.context
+    );
+    if layers.len() != config.layers || layers.last().is_some_and(|&l| l + 1 != layers.len()) {
+        return Err(parse_error(
+            &f.file,
+            format!("the file holds {} blocks but {sizes}", layers.len()),
+        ));
+    }
+    let (d, last) = (config.width, config.layers - 1);
+    let mut want = vec![
+        ("wte.weight".to_string(), vec![config.vocab_size, d]),
+        (format!("h.{last}.mlp.c_fc.weight"), vec![d, d.saturating_mul(4)]),
+    ];
+    if config.positions == Positions::Learned {
+        want.push(("wpe.weight".to_string(), vec![config.context, d]));
+    }
+    for (name, shape) in want {
+        let reason = match f.info(&bare(&name)).map(|t| t.shape.clone()) {
+            Some(found) if found == shape => continue,
+            Some(found) => format!("{name} has shape {found:?} but {shape:?} was expected"),
+            None => format!("tensor {name} is missing"),
+        };
+        return Err(parse_error(&f.file, format!("{reason} ({sizes})")));
+    }
+    Ok(())
+}
+
+/// Builds a model of `config` from a parsed safetensors file with GPT-2's names. The config's
+/// sizes are compared with the file's header first ([`check_header_against_config`]), so a
+/// config that asks for more than the file holds is refused before anything is allocated.
 pub fn model_from_safetensors<T: Float>(config: Config, f: &SafeTensors) -> Result<Gpt<T>> {
     config.validate()?;
+    check_header_against_config(&config, f)?;
     let file = f.file.clone();
     // Hugging Face files saved from GPT2LMHeadModel prefix the body with "transformer.".
     let prefixed = f.tensors.iter().any(|t| t.name.starts_with("transformer."));
@@ -328,18 +381,47 @@ pub fn model_from_safetensors<T: Float>(config: Config, f: &SafeTensors) -> Resu
     Ok(model)
 }
 
+/// The files of a model (name, contents): `model.safetensors` with `metadata` in its header (we
+/// record the step there) and `config.json`, not yet written.
+pub fn model_files<T: Float>(
+    model: &Gpt<T>,
+    metadata: &[(String, String)],
+) -> Result<Vec<(String, Vec<u8>)>> {
+    let mut meta = vec![("format".to_string(), "pt".to_string())];
+    meta.extend(metadata.iter().cloned());
+    Ok(vec![
+        (MODEL_FILE.to_string(), serialize(&gpt2_tensors(model), &meta)?),
+        (CONFIG_FILE.to_string(), config_to_json(&model.config).into_bytes()),
+    ])
+}
+
 /// Saves `config.json` and `model.safetensors` into `dir` (created if needed), each atomically.
-/// `metadata` goes into the safetensors header (we record the step there).
+/// `metadata` goes into the safetensors header (we record the step there). A run's folder is
+/// saved as one unit instead ([`super::folder`]); this writes a plain folder.
 pub fn save_model<T: Float>(
     model: &Gpt<T>,
     dir: &Path,
     metadata: &[(String, String)],
 ) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
-    let mut meta = vec![("format".to_string(), "pt".to_string())];
-    meta.extend(metadata.iter().cloned());
-    write_atomic(&dir.join(MODEL_FILE), &serialize(&gpt2_tensors(model), &meta)?)?;
-    write_atomic(&dir.join(CONFIG_FILE), config_to_json(&model.config).as_bytes())
+    for (name, bytes) in model_files(model, metadata)? {
+        write_atomic(&dir.join(name), &bytes)?;
+    }
+    Ok(())
+}
+
+/// Loads `config.json` and `model.safetensors` from `dir` like [`load_model`], but first
+/// compares the config with the file's header ([`check_header_against_config`]) and then lets
+/// `check` refuse the config (a memory budget), before anything is built.
+pub fn load_model_checked<T: Float>(
+    dir: &Path,
+    check: impl FnOnce(&Config) -> Result<()>,
+) -> Result<Gpt<T>> {
+    let config = read_config(dir)?;
+    let f = SafeTensors::read(&dir.join(MODEL_FILE))?;
+    check_header_against_config(&config, &f)?;
+    check(&config)?;
+    model_from_safetensors(config, &f)
 }
 
 /// Loads `config.json` and `model.safetensors` from `dir`.
@@ -351,10 +433,22 @@ pub fn load_model<T: Float>(dir: &Path) -> Result<Gpt<T>> {
 
 // ───────────────────────────── the training state ─────────────────────────────
 
-/// Saves a trainer: the model (with its step in the metadata), then the training state.
+/// Saves a trainer into a plain folder: the model (with its step in the metadata), then the
+/// training state, each atomically (a run's folder is saved as one unit instead, see
+/// [`trainer_files`] and [`super::folder`]).
 pub fn save_trainer<T: Float>(trainer: &Trainer<T>, dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
+    for (name, bytes) in trainer_files(trainer)? {
+        write_atomic(&dir.join(name), &bytes)?;
+    }
+    Ok(())
+}
+
+/// The files of a trainer (name, contents): `model.safetensors` and `config.json` (see
+/// [`model_files`], the step in the metadata), then `training_state.safetensors`.
+pub fn trainer_files<T: Float>(trainer: &Trainer<T>) -> Result<Vec<(String, Vec<u8>)>> {
     let step = trainer.step.to_string();
-    save_model(&trainer.model, dir, &[("step".into(), step.clone())])?;
+    let mut files = model_files(&trainer.model, &[("step".into(), step.clone())])?;
     let names: Vec<String> = trainer.model.tensors().into_iter().map(|(n, _)| n).collect();
     let mut tensors = Vec::new();
     for (which, moments) in
@@ -388,7 +482,8 @@ pub fn save_trainer<T: Float>(trainer: &Trainer<T>, dir: &Path) -> Result<()> {
         ("weight_decay".to_string(), format!("{:?}", trainer.optimizer.weight_decay)),
         ("adam_config".to_string(), format!("{:?}", trainer.optimizer.config)),
     ];
-    write_atomic(&dir.join(STATE_FILE), &serialize(&tensors, &meta)?)
+    files.push((STATE_FILE.to_string(), serialize(&tensors, &meta)?));
+    Ok(files)
 }
 
 /// Loads a trainer saved by [`save_trainer`]: model, moments, generator, step and history.

@@ -16,7 +16,10 @@
 use super::Bar;
 use clap::{Args, Subcommand, ValueEnum};
 use llm_workbook::ch08_tokens::Tokenizer;
+use llm_workbook::ch09_gpt::budget;
 use llm_workbook::ch09_gpt::config::{Config, Positions};
+use llm_workbook::ch09_gpt::data::TokenSplit;
+use llm_workbook::ch09_gpt::folder::{self, Resolved};
 use llm_workbook::ch09_gpt::model::Gpt;
 use llm_workbook::ch09_gpt::run::{self, DEFAULT_CORPUS};
 use llm_workbook::ch09_gpt::sample::{Decoding, generate};
@@ -96,6 +99,14 @@ pub struct TrainArgs {
     /// Save a checkpoint every this many steps (0: only at the end).
     #[arg(long, default_value_t = 500)]
     pub save_every: usize,
+    /// Train into a folder that already holds a checkpoint (it is replaced once the new run's
+    /// first checkpoint is saved).
+    #[arg(long)]
+    pub force: bool,
+    /// The memory this run may use, in bytes (default: the variable
+    /// LLM_WORKBOOK_MEMORY_BUDGET, else the available memory); a larger model is refused.
+    #[arg(long)]
+    pub memory_budget: Option<u64>,
 }
 
 /// `gpt resume`.
@@ -107,6 +118,10 @@ pub struct ResumeArgs {
     /// The step count to continue to (more than the folder holds).
     #[arg(long)]
     pub steps: usize,
+    /// The memory this run may use, in bytes (default: the variable
+    /// LLM_WORKBOOK_MEMORY_BUDGET, else the available memory); a larger model is refused.
+    #[arg(long)]
+    pub memory_budget: Option<u64>,
 }
 
 /// `gpt sample`.
@@ -137,6 +152,10 @@ pub struct SampleArgs {
     /// The seed of the draws.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// The memory this run may use, in bytes (default: the variable
+    /// LLM_WORKBOOK_MEMORY_BUDGET, else the available memory); a larger model is refused.
+    #[arg(long)]
+    pub memory_budget: Option<u64>,
 }
 
 /// Runs a `gpt` command; the error is one line for the terminal.
@@ -155,19 +174,37 @@ fn train(a: TrainArgs) -> Result<()> {
         let arg = if a.steps == 0 { "--steps" } else { "--batch" };
         return Err(invalid("gpt train", arg, "must be at least 1, got 0"));
     }
+    if !a.force && folder::holds_checkpoint(&a.out) {
+        return Err(invalid(
+            "gpt train",
+            "--out",
+            format!(
+                "{} already holds a checkpoint; give --force to replace it, or another --out",
+                a.out.display()
+            ),
+        ));
+    }
     let data = a.data.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_CORPUS));
     let text = run::read_text(&data)?;
     println!("{}: {} bytes", data.display(), text.len());
-    // Everything is built and checked in memory first, so bad settings leave no folder behind.
+    // Everything is built and checked in memory first; nothing is written before the first
+    // save, so bad settings, short data or a diverging first step leave the folder as it was.
     let (tok, tokenizer_files) = run::build_tokenizer(a.tokenizer.into(), &text, a.bpe_vocab)?;
     let config = Config {
         positions: Positions::Learned,
         ..Config::new(tok.vocab_size(), a.context, a.layers, a.heads, a.width)
     };
     config.validate()?;
+    budget::check(
+        &config,
+        a.batch,
+        a.context,
+        budget::budget(a.memory_budget)?,
+        "--memory-budget",
+    )?;
     let tc = run::train_config(a.batch, a.lr, a.steps)?;
+    let split = run::split_text(tok.as_ref(), &text, a.context)?;
     let model = Gpt::<f32>::new(config, a.seed)?;
-    run::save_tokenizer_files(&a.out, &tokenizer_files)?;
     println!(
         "model: {} layers, {} heads, width {}, context {}, vocabulary {}: {} parameters",
         a.layers,
@@ -178,12 +215,26 @@ fn train(a: TrainArgs) -> Result<()> {
         config.parameter_count()
     );
     let trainer = Trainer::new(model, &tc, a.seed.wrapping_add(1))?;
-    run::save_run_settings(&a.out, &data, &tc, a.context, a.steps, a.seed)?;
-    continue_run(trainer, &tc, &text, tok.as_ref(), a.context, a.steps, a.save_every, &a.out)
+    let files = run::run_files(&tokenizer_files, &data, &tc, a.context, a.steps, a.seed);
+    let tok = tok.as_ref();
+    continue_run(trainer, &tc, &split, tok, a.context, a.steps, a.save_every, &a.out, &files)
+}
+
+/// The one-line note for a folder read without a pointer.
+fn note_flat(dir: &Path, resolved: &Resolved) {
+    if resolved.flat {
+        eprintln!(
+            "note: {} has no {} pointer; reading its files directly (a checkpoint written before \
+             generation folders, or Hugging Face's)",
+            dir.display(),
+            folder::POINTER_FILE
+        );
+    }
 }
 
 fn resume(a: ResumeArgs) -> Result<()> {
-    let open = run::open_run(&a.checkpoint)?;
+    let open = run::open_run(&a.checkpoint, budget::budget(a.memory_budget)?)?;
+    note_flat(&a.checkpoint, &open.resolved);
     let (settings, trainer) = (open.settings, open.trainer);
     if a.steps <= trainer.step {
         return Err(invalid(
@@ -196,7 +247,9 @@ fn resume(a: ResumeArgs) -> Result<()> {
     // The schedule's decay stays where the run planned it; past it the floor rate holds.
     let (tc, context) = (settings.tc, settings.context);
     let tok = open.tokenizer.as_ref();
-    continue_run(trainer, &tc, &open.text, tok, context, a.steps, 0, &a.checkpoint)
+    let split = run::split_text(tok, &open.text, context)?;
+    let files = &open.run_files;
+    continue_run(trainer, &tc, &split, tok, context, a.steps, 0, &a.checkpoint, files)
 }
 
 /// Trains to `steps` with a progress bar, then prints the losses, the plot's files and a sample.
@@ -204,26 +257,35 @@ fn resume(a: ResumeArgs) -> Result<()> {
 fn continue_run(
     mut trainer: Trainer<f32>,
     tc: &TrainConfig,
-    text: &str,
+    split: &TokenSplit,
     tok: &dyn Tokenizer,
     context: usize,
     steps: usize,
     save_every: usize,
     out: &Path,
+    run_files: &[(String, Vec<u8>)],
 ) -> Result<()> {
-    let split = run::split_text(tok, text, context)?;
     let mut bar = Bar::run(trainer.step, steps)
         .map_err(|e| invalid("progress", "template", e.to_string()))?;
-    let end =
-        run::continue_run(&mut trainer, tc, &split, context, steps, save_every, out, &mut bar)?;
+    let end = run::continue_run(
+        &mut trainer,
+        tc,
+        split,
+        context,
+        steps,
+        save_every,
+        out,
+        run_files,
+        &mut bar,
+    )?;
     println!(
         "step {}: training loss {:.4}, validation loss {:.4} nats per token",
         trainer.step, end.running_loss, end.validation_loss
     );
-    let files = llm_workbook::ch09_gpt::book::save_loss_plot(&trainer, out)?;
+    let files = llm_workbook::ch09_gpt::book::save_loss_plot(&trainer, &end.generation)?;
     println!(
         "checkpoint and loss plot in {} ({})",
-        out.display(),
+        end.generation.display(),
         files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", ")
     );
     let (prompt, g) = run::closing_sample(&trainer.model, &split.validation, context)?;
@@ -239,7 +301,9 @@ fn continue_run(
 // ───────────────────────────── sample ─────────────────────────────
 
 fn sample(a: SampleArgs) -> Result<()> {
-    let (tok, model) = run::load_for_sampling(&a.checkpoint)?;
+    let (tok, model, resolved) =
+        run::load_for_sampling(&a.checkpoint, budget::budget(a.memory_budget)?)?;
+    note_flat(&a.checkpoint, &resolved);
     let decoding = if a.greedy {
         Decoding::Greedy
     } else {

@@ -1,0 +1,118 @@
+//! Sizes bounded before anything is allocated: what a model of a configuration costs in memory,
+//! and the budget it must fit.
+//!
+//! A run holds four copies of every parameter in `f32` (the weights, their gradients, and
+//! AdamW's two moments: 16 bytes a parameter) and, for a batch of B sequences of T tokens, the
+//! activations of the forward pass kept for the backward one. Per block and row of width d these
+//! are the LayerNorm inputs and outputs, Q, K, V, the attention output and projection, and the
+//! MLP's 4d-wide pre- and post-activation: about 20·d numbers, plus the h×T attention weights of
+//! each head; then the logits and their gradient, 2·V per row. So
+//!
+//! ```text
+//! bytes ≈ 16·P + 4·B·T·(l·(20·d + 2·h·T) + 2·V)        P = the parameter count
+//! ```
+//!
+//! computed in 128-bit integers, so no size of the issue's list (10¹⁸ layers included) can
+//! overflow. It is an estimate of the order of magnitude, not an exact count: its job is to
+//! refuse, with a clear message, a run that could not fit, before a single tensor exists.
+//!
+//! The budget is, in order: the command's `--memory-budget BYTES`, the variable
+//! [`BUDGET_VARIABLE`], the `MemAvailable` line of `/proc/meminfo` (Linux), or
+//! [`DEFAULT_BUDGET`].
+
+use super::config::{Config, MLP_EXPANSION, Positions};
+use crate::error::{Result, invalid};
+
+/// The variable that sets the memory budget in bytes (the flag `--memory-budget` wins over it).
+pub const BUDGET_VARIABLE: &str = "LLM_WORKBOOK_MEMORY_BUDGET";
+
+/// The budget when neither flag, variable nor `/proc/meminfo` gives one: 8 GiB.
+pub const DEFAULT_BUDGET: u64 = 8 << 30;
+
+/// Products and sums that stop at `u128::MAX` instead of overflowing.
+fn mul(factors: &[u128]) -> u128 {
+    factors.iter().fold(1u128, |p, &f| p.saturating_mul(f))
+}
+
+fn sum(terms: &[u128]) -> u128 {
+    terms.iter().fold(0u128, |s, &t| s.saturating_add(t))
+}
+
+/// The parameter count of `c`, in 128-bit integers (saturating: never overflows).
+pub fn parameters(c: &Config) -> u128 {
+    let (v, t, l, d) = (c.vocab_size as u128, c.context as u128, c.layers as u128, c.width as u128);
+    let hidden = mul(&[MLP_EXPANSION as u128, d]);
+    let block = sum(&[
+        mul(&[4, d]),
+        mul(&[3, d, d]),
+        mul(&[3, d]),
+        mul(&[d, d]),
+        d,
+        mul(&[2, d, hidden]),
+        hidden,
+        d,
+    ]);
+    let positions = if c.positions == Positions::Learned { mul(&[t, d]) } else { 0 };
+    let head = if c.tied { 0 } else { mul(&[v, d]) };
+    sum(&[mul(&[v, d]), positions, mul(&[l, block]), mul(&[2, d]), head])
+}
+
+/// The estimated bytes of a run of `c` on batches of `batch` sequences of `tokens` tokens (see
+/// the module's formula), saturating at `u128::MAX`.
+pub fn estimate_bytes(c: &Config, batch: usize, tokens: usize) -> u128 {
+    let (b, t) = (batch as u128, tokens as u128);
+    let (l, d, h, v) = (c.layers as u128, c.width as u128, c.heads as u128, c.vocab_size as u128);
+    let sinusoid =
+        if c.positions == Positions::Sinusoidal { mul(&[c.context as u128, d]) } else { 0 };
+    let per_block = sum(&[mul(&[20, d]), mul(&[2, h, t])]);
+    let per_row = sum(&[mul(&[l, per_block]), mul(&[2, v])]);
+    sum(&[mul(&[16, parameters(c)]), mul(&[4, sinusoid]), mul(&[4, b, t, per_row])])
+}
+
+/// The memory budget: `flag` if given, else [`BUDGET_VARIABLE`], else `MemAvailable` from
+/// `/proc/meminfo`, else [`DEFAULT_BUDGET`]. A variable that is not a whole number is an error
+/// naming it.
+pub fn budget(flag: Option<u64>) -> Result<u64> {
+    if let Some(b) = flag {
+        return Ok(b);
+    }
+    if let Ok(text) = std::env::var(BUDGET_VARIABLE) {
+        return text.trim().parse::<u64>().map_err(|_| {
+            invalid("memory budget", BUDGET_VARIABLE, format!("{text:?} is not a number of bytes"))
+        });
+    }
+    Ok(available_memory().unwrap_or(DEFAULT_BUDGET))
+}
+
+/// `MemAvailable` of `/proc/meminfo` in bytes, where there is one.
+pub fn available_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+/// Refuses a run of `c` on `batch` × `tokens` whose estimate exceeds `budget`, naming the flag
+/// `flag` (the setting a user would change) and the bytes the run would need.
+pub fn check(
+    c: &Config,
+    batch: usize,
+    tokens: usize,
+    budget: u64,
+    flag: &'static str,
+) -> Result<()> {
+    let need = estimate_bytes(c, batch, tokens);
+    if need > u128::from(budget) {
+        return Err(invalid(
+            "memory budget",
+            flag,
+            format!(
+                "this model needs about {need} bytes of memory (weights, gradients, AdamW's \
+                 moments and activations for {batch} × {tokens} tokens), more than the budget of \
+                 {budget} bytes; give --memory-budget BYTES (or set {BUDGET_VARIABLE}) to allow \
+                 more"
+            ),
+        ));
+    }
+    Ok(())
+}
