@@ -252,9 +252,6 @@ pub fn run_json(data: &Path, tc: &TrainConfig, context: usize, steps: usize, see
     run_text(&run_file(data, tc, context, steps, seed))
 }
 
-/// The name under which `train.json` records the tokenizer's fingerprint.
-pub const TOKENIZER_HASH_KEY: &str = "tokenizer_fnv1a64";
-
 /// The run with the fingerprint of the tokenizer's files recorded: the one place where the
 /// field this layout added to `train.json` is written.
 pub fn run_json_with_tokenizer(run: RunFile, tokenizer_files: &[(String, Vec<u8>)]) -> RunFile {
