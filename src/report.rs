@@ -206,9 +206,20 @@ impl<'a> Walk<'a> {
         self.put(&format!("\n── {title}"))
     }
 
-    /// A line of explanation.
+    /// A line of explanation; one wider than [`TERMINAL_WIDTH`] columns is wrapped (keeping its
+    /// indent), one that fits is printed as it is (aligned columns stay aligned).
     pub fn say(&mut self, text: &str) -> crate::Result<()> {
-        self.put(&format!("   {text}"))
+        for line in text.split('\n') {
+            if 3 + line.chars().count() <= TERMINAL_WIDTH {
+                self.put(&format!("   {line}"))?;
+                continue;
+            }
+            let indent = 3 + line.chars().take_while(|c| *c == ' ').count();
+            for part in wrap(line, TERMINAL_WIDTH.saturating_sub(indent).max(20)) {
+                self.put(&format!("{:indent$}{part}", ""))?;
+            }
+        }
+        Ok(())
     }
 
     /// A named scalar.
