@@ -39,7 +39,8 @@ enum Command {
     /// value) in the order the document derives them, then redraw its plots.
     Chapter {
         /// The chapter: its number (6), its name (attention) or its stem (ch06_attention).
-        chapter: String,
+        #[arg(value_parser = cli::find_chapter)]
+        chapter: Chapter,
     },
     /// Print the errata register: every mistake found in the source documents, with the test
     /// that pins the correct value.
@@ -166,7 +167,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         None => run_all(),
-        Some(Command::Chapter { chapter }) => cli::find_chapter(&chapter).and_then(run_chapter),
+        Some(Command::Chapter { chapter }) => run_chapter(chapter),
         Some(Command::Errata { markdown }) => {
             errata(markdown);
             Ok(())

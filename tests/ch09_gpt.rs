@@ -1553,7 +1553,7 @@ mod command_line {
     }
 
     /// `errata` fits 100 columns, `--markdown` gives the tables; a chapter that does not exist is
-    /// one line naming the chapters (and nothing runs); a closed pipe is a quiet exit with status
+    /// one line naming the chapters, from the parser (and nothing runs); a closed pipe is a quiet exit with status
     /// 0. None of these writes into the repository.
     #[test]
     fn the_terminal_output_fits_and_a_closed_pipe_is_quiet() {
@@ -1567,7 +1567,7 @@ mod command_line {
         let r = cli(&["errata", "--markdown"]);
         assert!(String::from_utf8_lossy(&r.stdout).contains("| document | section | printed |"));
         let r = cli(&["chapter", "attn"]);
-        assert_eq!(r.status.code(), Some(1));
+        assert_eq!(r.status.code(), Some(2));
         let err = String::from_utf8_lossy(&r.stderr);
         assert!(err.contains("no chapter") && err.contains("6 attention"), "{err}");
         assert_eq!(err.trim_end().lines().count(), 1, "{err}");
@@ -1789,13 +1789,14 @@ mod hardening {
         ] {
             assert_one_line_error(&cli(&args, &[]), 2, &["--help"], &format!("{args:?}"));
         }
-        // Parsed, then refused by the workbook: status 1, the error names what was wrong.
+        // A chapter that does not exist: refused by the parser, naming the chapters there are.
         assert_one_line_error(
             &cli(&["chapter", "99"], &[]),
-            1,
-            &["no chapter 99", "1, 2, 3"],
+            2,
+            &["no chapter \"99\"", "1 logistic, 2 softmax", "10 matmul", "--help"],
             "chapter 99",
         );
+        // Parsed, then refused by the workbook: status 1, the error names what was wrong.
         let dir = common::temp_dir("ch09_cli_hardening");
         let missing = dir.join("missing");
         let m = missing.to_str().unwrap();
