@@ -1553,8 +1553,8 @@ mod command_line {
     }
 
     /// `errata` fits 100 columns, `--markdown` gives the tables; a chapter that does not exist is
-    /// one line naming the chapters, from the parser (and nothing runs); a closed pipe is a quiet exit with status
-    /// 0. None of these writes into the repository.
+    /// one line naming the chapters, from the parser (and nothing runs); a closed pipe is a quiet
+    /// exit with status 0. None of these writes into the repository.
     #[test]
     fn the_terminal_output_fits_and_a_closed_pipe_is_quiet() {
         let r = cli(&["errata"]);
