@@ -13,6 +13,11 @@
 //!    context of 256, with and without the key/value cache.
 //!
 //! Prints tables with the machine and the load (`/proc/loadavg`) they ran under.
+//!
+//! With `-- --attention-cost` it does only this: times chapter 9's forward pass at the lengths of
+//! its attention-cost figure (`llm_workbook::ch09_gpt::book::forward_times`), rewrites the
+//! committed measurements `data/ch09_attention_cost.csv` and redraws the figure from them. The
+//! main job draws that figure from the committed file and never times anything.
 //! `benches/ch09_gpt_pytorch.py` measures the same two things with PyTorch, for comparison.
 
 use llm_workbook::backend::{BACKEND_ENV, Backend, active_backend, nalgebra_products};
@@ -148,6 +153,57 @@ fn reference_step(trainer: &mut Trainer<f32>, data: &Data, tc: &TrainConfig) {
     black_box(out.loss);
 }
 
+/// Today's date (UTC) as YYYY-MM-DD, from the system clock.
+fn today() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
+    let z = (secs / 86_400) as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}")
+}
+
+/// Measures the attention-cost figure's forward times, rewrites the committed file and redraws
+/// the figure from it.
+fn attention_cost() -> Result<(), String> {
+    use llm_workbook::ch09_gpt::book::{
+        ATTENTION_COST_FILE, COST_LENGTHS, attention_cost_figure, cost_table_text, forward_times,
+        parse_cost_table,
+    };
+    let times = forward_times(&COST_LENGTHS).map_err(|e| e.to_string())?;
+    let header = format!(
+        "Chapter 9's attention-cost figure (chapters/img/ch09_attention_cost.png) is drawn from\n\
+         these measurements; the main job times nothing, so rerunning it changes no file.\n\
+         Measured by `cargo bench --bench ch09_gpt -- --attention-cost` (which rewrites this\n\
+         file and the figure) on {}, {} UTC, load {}:\n\
+         the forward pass of a 2-layer, width-64, 4-head GPT at batch 1, fastest of 3 runs.",
+        cpu_name(),
+        today(),
+        load()
+    );
+    let text = cost_table_text(&header, &times);
+    // The figure is drawn from the numbers as written, as the main job will draw it.
+    let times = parse_cost_table(&text).map_err(|e| e.to_string())?;
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(ATTENTION_COST_FILE);
+    let tmp = path.with_extension("csv.tmp");
+    std::fs::write(&tmp, &text).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, &path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let files = attention_cost_figure(&times)
+        .save(&llm_workbook::plot::image_dir(), "ch09_attention_cost")
+        .map_err(|e| e.to_string())?;
+    print!("{text}");
+    println!("wrote {} and {} files", path.display(), files.len());
+    Ok(())
+}
+
 fn load() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
@@ -265,6 +321,13 @@ fn main() {
     if args.iter().any(|a| a == "--child-generate") {
         let (cached, uncached) = generation();
         println!("{cached} {uncached}");
+        return;
+    }
+    if args.iter().any(|a| a == "--attention-cost") {
+        if let Err(e) = attention_cost() {
+            eprintln!("error: {e}");
+            std::process::exit(1);
+        }
         return;
     }
     if args.iter().any(|a| a == "--list") {

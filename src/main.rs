@@ -1,19 +1,23 @@
 //! The main job: `cargo run --release` regenerates every chapter's plots and prints every
 //! chapter's worked-number table; `-- chapter N` walks one chapter; `-- errata` prints the
-//! errata register. `--help` explains it all.
+//! errata register. `--help` explains it all. Output fits 100 columns; a closed pipe
+//! (`… | head`) ends the program quietly.
 
 #![forbid(unsafe_code)]
 
 mod cli;
 
 use clap::{Parser, Subcommand};
-use indicatif::{ProgressBar, ProgressStyle};
+use cli::say;
 use llm_workbook::book;
-use llm_workbook::errata::markdown_table;
+use llm_workbook::errata::{markdown_table, terminal_text};
 use llm_workbook::plot::image_dir;
-use llm_workbook::report::{Chapter, Status, Walk, Worked, sync_prose};
+use llm_workbook::report::{
+    Chapter, Status, TERMINAL_WIDTH, Walk, Worked, sync_prose, worked_terminal, wrap,
+};
 use std::path::Path;
 use std::process::ExitCode;
+use std::time::Instant;
 
 #[derive(Parser)]
 #[command(
@@ -21,8 +25,8 @@ use std::process::ExitCode;
     version,
     about = "The mathematics of neural networks, from one sigmoid neuron to a small GPT.",
     long_about = "With no command: regenerate every chapter's plots into chapters/img/ and print, \
-chapter by chapter, the table of its worked examples (the document's value, ours, and whether they \
-match, differ by rounding, or the document is wrong: an erratum)."
+chapter by chapter, the table of its worked examples (the quantity, the document, the value it \
+printed, ours, and whether they match, differ by rounding, or the document is wrong: an erratum)."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -34,12 +38,17 @@ enum Command {
     /// Walk one chapter: print each intermediate quantity of its worked examples (name, shape,
     /// value) in the order the document derives them, then redraw its plots.
     Chapter {
-        /// The chapter number (1 to 10).
-        number: u32,
+        /// The chapter: its number (6), its name (attention) or its stem (ch06_attention).
+        #[arg(value_parser = cli::find_chapter)]
+        chapter: Chapter,
     },
     /// Print the errata register: every mistake found in the source documents, with the test
     /// that pins the correct value.
-    Errata,
+    Errata {
+        /// Print each chapter's errata as the Markdown table its page carries.
+        #[arg(long)]
+        markdown: bool,
+    },
     /// List the chapters.
     List,
     /// Chapter 9's GPT on your own text: `gpt train`, `gpt resume`, `gpt sample` (each with
@@ -58,60 +67,54 @@ enum Command {
 }
 
 fn print_table(rows: &[Worked]) {
-    let w = |f: fn(&Worked) -> &str, min: usize| {
-        rows.iter().map(|r| f(r).chars().count()).max().unwrap_or(0).clamp(min, 60)
-    };
-    let (wq, wp, wo) = (w(|r| &r.quantity, 8), w(|r| &r.printed, 8), w(|r| &r.ours, 4));
-    println!("  {:<wq$}  {:<wp$}  {:<wo$}  status", "quantity", "document", "ours");
-    for r in rows {
-        let cut = |s: &str, n: usize| {
-            if s.chars().count() > n {
-                format!("{}…", s.chars().take(n - 1).collect::<String>())
-            } else {
-                s.to_string()
-            }
-        };
-        println!(
-            "  {:<wq$}  {:<wp$}  {:<wo$}  {}",
-            cut(&r.quantity, wq),
-            cut(&r.printed, wp),
-            cut(&r.ours, wo),
-            r.status.word()
-        );
+    cli::put(format_args!("{}", worked_terminal(rows, TERMINAL_WIDTH)));
+}
+
+/// The repository root, where `chapters/` lives.
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `path` relative to the repository root when it is inside it, for shorter lines.
+fn short(path: &Path) -> String {
+    path.strip_prefix(root()).unwrap_or(path).display().to_string()
+}
+
+fn chapter_heading(ch: &Chapter) {
+    let heading = format!("== Chapter {}: {}", ch.number, ch.title);
+    for line in wrap(&heading, TERMINAL_WIDTH) {
+        say!("{line}");
     }
 }
 
 fn run_all() -> Result<(), String> {
     let chapters = book::chapters();
-    let bar = ProgressBar::new(chapters.len() as u64);
-    bar.set_style(
-        ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}").map_err(|e| e.to_string())?,
-    );
     let dir = image_dir();
     let mut mismatches = 0;
-    for ch in &chapters {
-        bar.set_message(format!("chapter {}: {}", ch.number, ch.title));
+    let started = Instant::now();
+    for (i, ch) in chapters.iter().enumerate() {
+        if i > 0 {
+            say!();
+        }
+        chapter_heading(ch);
+        let t = Instant::now();
         let files = (ch.plots)(&dir).map_err(|e| format!("chapter {}: {e}", ch.number))?;
         let rows = (ch.worked)().map_err(|e| format!("chapter {}: {e}", ch.number))?;
-        sync_prose(Path::new(env!("CARGO_MANIFEST_DIR")), ch)
-            .map_err(|e| format!("chapter {}: {e}", ch.number))?;
-        bar.suspend(|| {
-            println!(
-                "\n== Chapter {}: {} ({} plots written to {})",
-                ch.number,
-                ch.title,
-                files.len(),
-                dir.display()
-            );
-            print_table(&rows);
-        });
+        sync_prose(root(), ch).map_err(|e| format!("chapter {}: {e}", ch.number))?;
+        say!(
+            "chapter {}: {} plots into {}, worked numbers and the page's tables … {:.1} s",
+            ch.number,
+            files.len(),
+            short(&dir),
+            t.elapsed().as_secs_f64()
+        );
+        print_table(&rows);
         mismatches += rows.iter().filter(|r| r.status == Status::Mismatch).count();
-        bar.inc(1);
     }
-    bar.finish_with_message("done");
-    println!(
-        "\n{} chapters, {} errata in the register (see `-- errata`).",
+    say!(
+        "\n{} chapters in {:.1} s, {} errata in the register (see `-- errata`).",
         chapters.len(),
+        started.elapsed().as_secs_f64(),
         book::errata_register().len()
     );
     if mismatches > 0 {
@@ -121,21 +124,36 @@ fn run_all() -> Result<(), String> {
 }
 
 fn run_chapter(ch: Chapter) -> Result<(), String> {
-    println!("Chapter {}: {}", ch.number, ch.title);
-    let mut stdout = std::io::stdout();
+    chapter_heading(&ch);
+    let mut stdout = cli::Stdout;
     let mut walk = Walk::new(&mut stdout);
     (ch.walk)(&mut walk).map_err(|e| e.to_string())?;
-    println!("\n── Worked numbers");
+    say!("\n── Worked numbers");
     print_table(&(ch.worked)().map_err(|e| e.to_string())?);
     let files = (ch.plots)(&image_dir()).map_err(|e| e.to_string())?;
-    if sync_prose(Path::new(env!("CARGO_MANIFEST_DIR")), &ch).map_err(|e| e.to_string())? {
-        println!("\n(updated the tables in chapters/{}.md)", ch.stem);
+    if sync_prose(root(), &ch).map_err(|e| e.to_string())? {
+        say!("\n(updated the tables in chapters/{}.md)", ch.stem);
     }
-    println!("\n── Plots");
+    say!("\n── Plots");
     for f in files {
-        println!("   {}", f.display());
+        say!("   {}", short(&f));
     }
     Ok(())
+}
+
+fn errata(markdown: bool) {
+    for (i, ch) in book::chapters().iter().filter(|c| !c.errata.is_empty()).enumerate() {
+        if i > 0 {
+            say!();
+        }
+        chapter_heading(ch);
+        say!();
+        if markdown {
+            cli::put(format_args!("{}", markdown_table(ch.errata)));
+        } else {
+            cli::put(format_args!("{}", terminal_text(ch.errata, TERMINAL_WIDTH)));
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -156,29 +174,16 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         None => run_all(),
-        Some(Command::Chapter { number }) => match book::chapter(number) {
-            Some(ch) => run_chapter(ch),
-            None => Err(format!(
-                "there is no chapter {number}; the chapters are {}",
-                book::chapters()
-                    .iter()
-                    .map(|c| c.number.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )),
-        },
-        Some(Command::Errata) => {
-            for ch in book::chapters().iter().filter(|c| !c.errata.is_empty()) {
-                println!("\n== Chapter {}: {}\n", ch.number, ch.title);
-                print!("{}", markdown_table(ch.errata));
-            }
+        Some(Command::Chapter { chapter }) => run_chapter(chapter),
+        Some(Command::Errata { markdown }) => {
+            errata(markdown);
             Ok(())
         }
         Some(Command::Gpt { command }) => cli::gpt::run(command).map_err(|e| e.to_string()),
         Some(Command::Exercises { watch }) => cli::exercises::run(watch),
         Some(Command::List) => {
             for ch in book::chapters() {
-                println!("{:>2}  {:<22} {}", ch.number, ch.stem, ch.title);
+                say!("{:>2}  {:<22} {}", ch.number, ch.stem, ch.title);
             }
             Ok(())
         }

@@ -224,9 +224,20 @@ impl<'a> Walk<'a> {
         self.put(&format!("\n── {title}"))
     }
 
-    /// A line of explanation.
+    /// A line of explanation; one wider than [`TERMINAL_WIDTH`] columns is wrapped (keeping its
+    /// indent), one that fits is printed as it is (aligned columns stay aligned).
     pub fn say(&mut self, text: &str) -> crate::Result<()> {
-        self.put(&format!("   {text}"))
+        for line in text.split('\n') {
+            if 3 + line.chars().count() <= TERMINAL_WIDTH {
+                self.put(&format!("   {line}"))?;
+                continue;
+            }
+            let indent = 3 + line.chars().take_while(|c| *c == ' ').count();
+            for part in wrap(line, TERMINAL_WIDTH.saturating_sub(indent).max(20)) {
+                self.put(&format!("{:indent$}{part}", ""))?;
+            }
+        }
+        Ok(())
     }
 
     /// A named scalar.
@@ -376,6 +387,102 @@ impl Worked {
 /// Counts as the documents print them; see [`crate::snapshot::with_commas`].
 pub use crate::snapshot::with_commas;
 
+// ───────────────────────── the terminal ─────────────────────────
+
+/// The widest line, in characters, that the terminal formatters ([`worked_terminal`],
+/// [`crate::errata::terminal_text`]) write when given it as their width.
+pub const TERMINAL_WIDTH: usize = 100;
+
+/// `text` broken into lines of at most `width` characters (at least 1): at spaces where it can,
+/// inside a word longer than a line where it must; a newline in `text` always breaks. Runs of
+/// spaces collapse to one. Empty text gives one empty line.
+pub fn wrap(text: &str, width: usize) -> Vec<String> {
+    let width = width.max(1);
+    let mut lines = Vec::new();
+    for paragraph in text.split('\n') {
+        let mut line = String::new();
+        let mut len = 0;
+        for word in paragraph.split_whitespace() {
+            let mut word: Vec<char> = word.chars().collect();
+            if len > 0 && len + 1 + word.len() <= width {
+                line.push(' ');
+                line.extend(&word);
+                len += 1 + word.len();
+                continue;
+            }
+            if len > 0 {
+                lines.push(std::mem::take(&mut line));
+            }
+            while word.len() > width {
+                lines.push(word.drain(..width).collect());
+            }
+            len = word.len();
+            line = word.into_iter().collect();
+        }
+        lines.push(line);
+    }
+    lines
+}
+
+/// The rows as a table for a terminal no wider than `width` characters: the quantity, the
+/// source document's short id, the value the document printed, ours, and the status. Columns
+/// that do not fit are narrowed (the widest first) and their cells wrapped onto more lines.
+pub fn worked_terminal(rows: &[Worked], width: usize) -> String {
+    const INDENT: &str = "  ";
+    const GAP: &str = "  ";
+    let heads = ["quantity", "doc", "printed", "ours", "status"];
+    let cells: Vec<[String; 5]> = rows
+        .iter()
+        .map(|r| {
+            let status = r.status.word().to_string();
+            let id = r.document.id.to_string();
+            [r.quantity.clone(), id, r.printed.clone(), r.ours.clone(), status]
+        })
+        .collect();
+    let natural = |i: usize| {
+        cells.iter().map(|c| c[i].chars().count()).chain([heads[i].len()]).max().unwrap_or(0)
+    };
+    let mut w: Vec<usize> = (0..5).map(natural).collect();
+    // The document and status columns keep their width; the three others share what is left.
+    let fixed = INDENT.len() + 4 * GAP.len() + w[1] + w[4];
+    let room = width.saturating_sub(fixed);
+    let wrapped = [0, 2, 3];
+    while wrapped.iter().map(|&i| w[i]).sum::<usize>() > room {
+        let widest = wrapped.iter().copied().max_by_key(|&i| (w[i], i)).unwrap_or(0);
+        if w[widest] <= heads[widest].len() {
+            break; // too narrow to honour: the columns keep their headings' widths
+        }
+        w[widest] -= 1;
+    }
+    let mut out = String::new();
+    let mut put = |cols: [&str; 5]| {
+        let mut line = String::from(INDENT);
+        for (i, c) in cols.iter().enumerate() {
+            if i > 0 {
+                line.push_str(GAP);
+            }
+            line.push_str(c);
+            if i < 4 {
+                line.extend(std::iter::repeat_n(' ', w[i].saturating_sub(c.chars().count())));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    };
+    put(heads);
+    for row in &cells {
+        let parts: Vec<Vec<String>> = (0..5)
+            .map(|i| if wrapped.contains(&i) { wrap(&row[i], w[i]) } else { vec![row[i].clone()] })
+            .collect();
+        let height = parts.iter().map(Vec::len).max().unwrap_or(1);
+        for k in 0..height {
+            let at = |i: usize| parts[i].get(k).map_or("", String::as_str);
+            put([at(0), at(1), at(2), at(3), at(4)]);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -426,6 +533,65 @@ mod tests {
         assert!(folded.starts_with(&summary), "{folded}");
         assert!(folded.contains(&worked_markdown(&long)));
         assert!(folded.ends_with("|\n\n</details>\n"), "{folded}");
+    }
+
+    #[test]
+    fn wrap_breaks_at_spaces_and_inside_words_too_long_for_a_line() {
+        assert_eq!(wrap("a bb ccc", 4), ["a bb", "ccc"]);
+        assert_eq!(wrap("abcdefghij x", 4), ["abcd", "efgh", "ij x"]);
+        assert_eq!(wrap("one\ntwo", 80), ["one", "two"]);
+        assert_eq!(wrap("", 10), [""]);
+        for line in wrap(&"σ′(z) = σ(z)(1 − σ(z)) ".repeat(20), 17) {
+            assert!(line.chars().count() <= 17, "{line:?}");
+        }
+    }
+
+    /// A planted row far wider than the terminal: the table must wrap it, keep every line within
+    /// the width, and lose no word of it.
+    #[test]
+    fn an_over_long_row_is_wrapped_within_the_width() {
+        let long = "the attention weights of every head at every position ".repeat(6);
+        let matrix = (0..40).map(|i| format!("0.{i:04}")).collect::<Vec<_>>().join(" ");
+        let rows = vec![
+            Worked::text("t", crate::sources::D3, long.trim(), &matrix, matrix.clone()),
+            Worked::illustrative(crate::sources::D1, "a short one", "12,288"),
+        ];
+        let natural = rows[0].quantity.len() + 2 * matrix.len();
+        assert!(natural > 3 * TERMINAL_WIDTH, "the planted row is not over-long");
+        let text = worked_terminal(&rows, TERMINAL_WIDTH);
+        let widest = text.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+        assert!(widest <= TERMINAL_WIDTH, "a line of {widest} characters:\n{text}");
+        assert!(text.lines().count() > 4, "nothing was wrapped:\n{text}");
+        let words = |s: &str| s.split_whitespace().map(str::to_string).collect::<Vec<_>>();
+        let all = words(&text);
+        for w in words(&long).iter().chain(&words(&matrix)) {
+            assert!(all.contains(w), "{w} was lost");
+        }
+        assert!(text.starts_with("  quantity"), "{text}");
+        assert!(text.contains("D3") && text.contains("D1") && text.contains("illustrative"));
+        // The old formatter's way, cutting cells at 60 characters, keeps lines over 100 wide:
+        // the check above is what catches it.
+        let cut = |s: &str| s.chars().take(60).collect::<String>();
+        let old = format!("  {}  {}  {}  match", cut(&long), cut(&matrix), cut(&matrix));
+        assert!(old.chars().count() > TERMINAL_WIDTH);
+    }
+
+    /// Every chapter's worked-number table as the terminal shows it fits the width (the main job
+    /// and `-- chapter N` print exactly this; nothing here runs them).
+    #[test]
+    fn every_chapters_worked_table_fits_the_terminal() {
+        for ch in crate::book::chapters() {
+            let rows = (ch.worked)().unwrap();
+            let text = worked_terminal(&rows, TERMINAL_WIDTH);
+            for line in text.lines() {
+                let n = line.chars().count();
+                assert!(n <= TERMINAL_WIDTH, "chapter {}: {n} characters: {line}", ch.number);
+            }
+            for r in &rows {
+                assert!(text.contains(r.status.word()) && text.contains(r.document.id));
+            }
+            assert!(text.lines().count() > rows.len(), "chapter {}: no table", ch.number);
+        }
     }
 
     #[test]

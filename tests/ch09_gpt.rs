@@ -1740,6 +1740,32 @@ fn the_linear_plus_quadratic_fit_recovers_known_costs() {
     assert_eq!(gpt::book::fit_linear_quadratic(&[]), (0.0, 0.0));
 }
 
+/// The attention-cost figure is drawn from committed measurements (the main job times nothing):
+/// they parse, at the figure's lengths, and a malformed file is refused with its line.
+#[test]
+fn the_attention_cost_figure_is_drawn_from_committed_measurements() {
+    let times = gpt::book::committed_forward_times().unwrap();
+    let lengths: Vec<usize> = times.iter().map(|p| p.0).collect();
+    assert_eq!(lengths, gpt::book::COST_LENGTHS);
+    let text = gpt::book::cost_table_text("measured\nsomewhere", &times);
+    assert!(text.starts_with("# measured\n# somewhere\n"));
+    let again = gpt::book::parse_cost_table(&text).unwrap();
+    for (a, b) in again.iter().zip(&times) {
+        assert_eq!(a.0, b.0);
+        assert!((a.1 - b.1).abs() <= 5e-5, "{a:?} {b:?}");
+    }
+    for (bad, line) in [
+        ("# x\n16, 1.0\n16, 2.0\n", 3),
+        ("16, 1.0\n32; 2.0\n", 2),
+        ("16, 1.0\n32, -2\n", 2),
+        ("16, NaN\n32, 2\n", 1),
+        ("16, 1.0\n", 1),
+    ] {
+        let e = gpt::book::parse_cost_table(bad).unwrap_err().to_string();
+        assert!(e.contains(&format!("ch09_attention_cost.csv:{line}:")), "{bad:?}: {e}");
+    }
+}
+
 // ───────────── the command line, end to end on a user's text file ─────────────
 
 mod command_line {
@@ -1865,6 +1891,39 @@ mod command_line {
         assert_eq!(r.status.code(), Some(1));
         let r = cli(&["gpt", "train", "--help"]);
         assert!(r.status.success() && String::from_utf8_lossy(&r.stdout).contains("--tokenizer"));
+    }
+
+    /// `errata` fits 100 columns, `--markdown` gives the tables; a chapter that does not exist is
+    /// one line naming the chapters, from the parser (and nothing runs); a closed pipe is a quiet
+    /// exit with status 0. None of these writes into the repository.
+    #[test]
+    fn the_terminal_output_fits_and_a_closed_pipe_is_quiet() {
+        let r = cli(&["errata"]);
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        let text = String::from_utf8_lossy(&r.stdout);
+        assert!(text.contains("== Chapter 2") && text.contains("  pinned by  tests/"));
+        for line in text.lines() {
+            assert!(line.chars().count() <= 100, "{line}");
+        }
+        let r = cli(&["errata", "--markdown"]);
+        assert!(String::from_utf8_lossy(&r.stdout).contains("| document | section | printed |"));
+        let r = cli(&["chapter", "attn"]);
+        assert_eq!(r.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert!(err.contains("no chapter") && err.contains("6 attention"), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        for _ in 0..3 {
+            let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_llm-workbook"))
+                .args(["errata", "--markdown"])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            drop(child.stdout.take()); // the reader goes away before reading anything
+            let out = child.wait_with_output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success() && err.is_empty(), "{:?}: {err}", out.status);
+        }
     }
 }
 
@@ -2071,13 +2130,14 @@ mod hardening {
         ] {
             assert_one_line_error(&cli(&args, &[]), 2, &["--help"], &format!("{args:?}"));
         }
-        // Parsed, then refused by the workbook: status 1, the error names what was wrong.
+        // A chapter that does not exist: refused by the parser, naming the chapters there are.
         assert_one_line_error(
             &cli(&["chapter", "99"], &[]),
-            1,
-            &["no chapter 99", "1, 2, 3"],
+            2,
+            &["no chapter \"99\"", "1 logistic, 2 softmax", "10 matmul", "--help"],
             "chapter 99",
         );
+        // Parsed, then refused by the workbook: status 1, the error names what was wrong.
         let dir = common::temp_dir("ch09_cli_hardening");
         let missing = dir.join("missing");
         let m = missing.to_str().unwrap();

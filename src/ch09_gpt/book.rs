@@ -403,11 +403,21 @@ fn compute_results() -> Result<Results> {
     let baseline = best_baseline(&corpus_baseline_rows(&tokens)?)?;
     let setup = corpus_setup(tokens.tokenizer.vocab_size(), CORPUS_STEPS)?;
     let mut pb = progress("corpus", setup.steps);
-    let (mut seen, mut started) = (0usize, None);
+    // The speed is measured from the end of the first step (before it there is no elapsed
+    // time to divide by): the tokens of the later steps over the time they took.
+    let (mut seen, mut started) = (0usize, None::<std::time::Instant>);
     let corpus = train_corpus(&tokens, &setup, |r| {
-        let t = *started.get_or_insert_with(std::time::Instant::now);
-        seen += r.tokens;
-        pb.step(r.step + 1, r.loss, Some(seen as f64 / t.elapsed().as_secs_f64().max(1e-9)));
+        let rate = match started {
+            None => {
+                started = Some(std::time::Instant::now());
+                None
+            }
+            Some(t) => {
+                seen += r.tokens;
+                Some(seen as f64 / t.elapsed().as_secs_f64().max(1e-9))
+            }
+        };
+        pb.step(r.step + 1, r.loss, rate);
     })?;
     pb.finish();
     let prompt: Vec<data::Token> = tokens.validation[..CORPUS_PROMPT_TOKENS].to_vec();
@@ -457,35 +467,49 @@ pub fn results() -> Result<&'static Results> {
     })
 }
 
+/// Prints the two runs' results to standard output, every line within
+/// [`TERMINAL_WIDTH`](crate::report::TERMINAL_WIDTH) columns. A closed pipe is not an error
+/// here: the binary's next write ends the program quietly.
 fn print_results(r: &Results) {
-    println!(
-        "   sorting: exact match on 1,000 held-out strings {:.1} % ({:.0} s of training)",
+    use std::io::Write;
+    let mut text = vec![format!(
+        "sorting: exact match on 1,000 held-out strings {:.1} % ({:.0} s of training)",
         100.0 * r.sort_accuracy,
         r.seconds.0
-    );
+    )];
     for (s, out) in &r.sort_examples {
-        println!("     {s:?} → {out:?}");
+        text.push(format!("  {s:?} → {out:?}"));
     }
     let c = &r.corpus;
     let (last, base) = (c.final_validation(), r.baseline.1);
-    println!(
-        "   corpus (chapter 8's BPE, {:.2} characters per token): validation {last:.4} nats per \
+    text.push(format!(
+        "corpus (chapter 8's BPE, {:.2} characters per token): validation {last:.4} nats per \
             token after {} steps, against the best n-gram {base:.4} ({}); margin {:.4}",
         r.chars_per_token,
         c.history.len(),
         r.baseline.0,
         base - last
-    );
+    ));
     let crossed = c.crossing(base).map_or("never".to_string(), |s| format!("after {s} steps"));
-    println!(
-        "   corpus: below the baseline {crossed}; {} tokens in {:.0} s of training ({:.0} \
+    text.push(format!(
+        "corpus: below the baseline {crossed}; {} tokens in {:.0} s of training ({:.0} \
             tokens/s); {:.4} nats per character",
         crate::report::with_commas(c.tokens_seen as u64),
         r.seconds.1,
         c.tokens_seen as f64 / r.seconds.1.max(1e-9),
         last / r.chars_per_token
-    );
-    println!("   sample after {:?}:\n{}", r.corpus_sample.0, r.corpus_sample.1);
+    ));
+    text.push(format!("sample after {:?}:", r.corpus_sample.0));
+    let width = crate::report::TERMINAL_WIDTH - 3;
+    let mut out = std::io::stdout().lock();
+    for paragraph in text {
+        for line in crate::report::wrap(&paragraph, width) {
+            let _ = writeln!(out, "   {line}");
+        }
+    }
+    for line in r.corpus_sample.1.lines().flat_map(|l| crate::report::wrap(l, width - 2)) {
+        let _ = writeln!(out, "     {line}");
+    }
 }
 
 /// Measured forward time of a fixed model (2 layers, width 64, 4 heads, batch 1) against the
@@ -540,7 +564,85 @@ pub fn fit_linear_quadratic(points: &[(usize, f64)]) -> (f64, f64) {
 /// The sequence lengths of the attention-cost plot.
 pub const COST_LENGTHS: [usize; 7] = [16, 32, 64, 128, 256, 512, 1024];
 
-/// The chapter's figures as data: (file stem, figure). Trains both models (see [`results`]).
+/// Where the attention-cost measurements live, relative to the repository root.
+pub const ATTENTION_COST_FILE: &str = "data/ch09_attention_cost.csv";
+
+/// The committed measurements of [`forward_times`] at [`COST_LENGTHS`] (see the file's header
+/// for the machine and the date). The figure is drawn from them, not from timings the main job
+/// takes, so that running the main job twice changes no file; only
+/// `cargo bench --bench ch09_gpt -- --attention-cost` measures again and rewrites them.
+const ATTENTION_COST: &str = include_str!("../../data/ch09_attention_cost.csv");
+
+/// The `n, milliseconds` rows of a measurements file like [`ATTENTION_COST_FILE`] (`#` starts a
+/// comment line); each n a positive whole number, each time finite and positive, n increasing.
+pub fn parse_cost_table(text: &str) -> Result<Vec<(usize, f64)>> {
+    let bad = |line: usize, reason: String| crate::Error::Parse {
+        file: ATTENTION_COST_FILE.into(),
+        line: Some(line),
+        reason,
+    };
+    let mut out: Vec<(usize, f64)> = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (n, t) =
+            line.split_once(',').ok_or_else(|| bad(i + 1, format!("{line:?} is not `n, ms`")))?;
+        let n: usize = n.trim().parse().map_err(|_| bad(i + 1, format!("n = {n:?}")))?;
+        let t: f64 = t.trim().parse().map_err(|_| bad(i + 1, format!("time {t:?}")))?;
+        if n == 0 || !(t.is_finite() && t > 0.0) || out.last().is_some_and(|p| p.0 >= n) {
+            return Err(bad(i + 1, format!("n = {n}, {t} ms: want increasing n > 0, time > 0")));
+        }
+        out.push((n, t));
+    }
+    if out.len() < 2 {
+        return Err(bad(text.lines().count(), "fewer than two measurements".into()));
+    }
+    Ok(out)
+}
+
+/// The measurements the attention-cost figure is drawn from: [`ATTENTION_COST_FILE`] as it was
+/// when the crate was compiled.
+pub fn committed_forward_times() -> Result<Vec<(usize, f64)>> {
+    parse_cost_table(ATTENTION_COST)
+}
+
+/// `points` as the text of [`ATTENTION_COST_FILE`], under `header` (each line commented).
+pub fn cost_table_text(header: &str, points: &[(usize, f64)]) -> String {
+    let mut out: String = header.lines().map(|l| format!("# {l}\n")).collect();
+    out.push_str("# n, milliseconds\n");
+    for (n, t) in points {
+        out.push_str(&format!("{n}, {t:.4}\n"));
+    }
+    out
+}
+
+/// The attention-cost figure of measured forward times: the points, the fit
+/// t ≈ a·n + b·n² ([`fit_linear_quadratic`]) and its n² part.
+pub fn attention_cost_figure(times: &[(usize, f64)]) -> Figure {
+    let (a, b) = fit_linear_quadratic(times);
+    Figure::Line(LineChart {
+        title: "Forward pass time against sequence length (2 layers, d = 64)".into(),
+        x_label: "sequence length n".into(),
+        y_label: "milliseconds".into(),
+        series: vec![
+            Series::new("measured", times.iter().map(|&(n, t)| (n as f64, t)).collect()),
+            Series::new(
+                format!("fit {a:.2e}·n + {b:.2e}·n²"),
+                times.iter().map(|&(n, _)| (n as f64, a * n as f64 + b * (n * n) as f64)).collect(),
+            ),
+            Series::new(
+                "its n² part (attention scores)",
+                times.iter().map(|&(n, _)| (n as f64, b * (n * n) as f64)).collect(),
+            ),
+        ],
+        markers: true,
+    })
+}
+
+/// The chapter's figures as data: (file stem, figure). Trains both models (see [`results`]); the
+/// attention cost comes from the committed measurements ([`committed_forward_times`]).
 pub fn figures() -> Result<Vec<(String, Figure)>> {
     let r = results()?;
     let steps = |h: &[train::StepRecord]| {
@@ -572,25 +674,7 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
         ],
         markers: false,
     });
-    let times = forward_times(&COST_LENGTHS)?;
-    let (a, b) = fit_linear_quadratic(&times);
-    let cost = Figure::Line(LineChart {
-        title: "Forward pass time against sequence length (2 layers, d = 64)".into(),
-        x_label: "sequence length n".into(),
-        y_label: "milliseconds".into(),
-        series: vec![
-            Series::new("measured", times.iter().map(|&(n, t)| (n as f64, t)).collect()),
-            Series::new(
-                format!("fit {a:.2e}·n + {b:.2e}·n²"),
-                times.iter().map(|&(n, _)| (n as f64, a * n as f64 + b * (n * n) as f64)).collect(),
-            ),
-            Series::new(
-                "its n² part (attention scores)",
-                times.iter().map(|&(n, _)| (n as f64, b * (n * n) as f64)).collect(),
-            ),
-        ],
-        markers: true,
-    });
+    let cost = attention_cost_figure(&committed_forward_times()?);
     Ok(vec![
         ("ch09_sort_loss".into(), sort),
         ("ch09_corpus_loss".into(), corpus),

@@ -13,7 +13,7 @@
 
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
-use super::Bar;
+use super::{Bar, say};
 use clap::{Args, Subcommand, ValueEnum};
 use llm_workbook::ch08_tokens::Tokenizer;
 use llm_workbook::ch09_gpt::budget;
@@ -93,7 +93,7 @@ pub struct TrainArgs {
     /// The seed of the initial weights and of the batches.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// The checkpoint folder.
+    /// The checkpoint folder (the default, under the current folder, is ignored by git).
     #[arg(long, default_value = "checkpoints/gpt")]
     pub out: PathBuf,
     /// Save a checkpoint every this many steps (0: only at the end).
@@ -186,7 +186,7 @@ fn train(a: TrainArgs) -> Result<()> {
     }
     let data = a.data.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_CORPUS));
     let text = run::read_text(&data)?;
-    println!("{}: {} bytes", data.display(), text.len());
+    say!("{}: {} bytes", data.display(), text.len());
     // Everything is built and checked in memory first; nothing is written before the first
     // save, so bad settings, short data or a diverging first step leave the folder as it was.
     let (tok, tokenizer_files) = run::build_tokenizer(a.tokenizer.into(), &text, a.bpe_vocab)?;
@@ -205,7 +205,7 @@ fn train(a: TrainArgs) -> Result<()> {
     let tc = run::train_config(a.batch, a.lr, a.steps)?;
     let split = run::split_text(tok.as_ref(), &text, a.context)?;
     let model = Gpt::<f32>::new(config, a.seed)?;
-    println!(
+    say!(
         "model: {} layers, {} heads, width {}, context {}, vocabulary {}: {} parameters",
         a.layers,
         a.heads,
@@ -243,7 +243,7 @@ fn resume(a: ResumeArgs) -> Result<()> {
             format!("the checkpoint is already at step {}; ask for more", trainer.step),
         ));
     }
-    println!("resuming {} at step {} of {}", a.checkpoint.display(), trainer.step, a.steps);
+    say!("resuming {} at step {} of {}", a.checkpoint.display(), trainer.step, a.steps);
     // The schedule's decay stays where the run planned it; past it the floor rate holds.
     let (tc, context) = (settings.tc, settings.context);
     let tok = open.tokenizer.as_ref();
@@ -278,18 +278,20 @@ fn continue_run(
         run_files,
         &mut bar,
     )?;
-    println!(
+    say!(
         "step {}: training loss {:.4}, validation loss {:.4} nats per token",
-        trainer.step, end.running_loss, end.validation_loss
+        trainer.step,
+        end.running_loss,
+        end.validation_loss
     );
     let files = llm_workbook::ch09_gpt::book::save_loss_plot(&trainer, &end.generation)?;
-    println!(
+    say!(
         "checkpoint and loss plot in {} ({})",
         end.generation.display(),
         files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", ")
     );
     let (prompt, g) = run::closing_sample(&trainer.model, &split.validation, context)?;
-    println!(
+    say!(
         "sample (T = {}) after {:?}:\n{}",
         run::SAMPLE_TEMPERATURE,
         tok.decode_lossy(&prompt)?,
@@ -321,6 +323,6 @@ fn sample(a: SampleArgs) -> Result<()> {
             g.cropped
         );
     }
-    println!("{}{}", a.prompt, tok.decode_lossy(g.new_tokens())?);
+    say!("{}{}", a.prompt, tok.decode_lossy(g.new_tokens())?);
     Ok(())
 }

@@ -1,13 +1,89 @@
 //! The binary's own modules: the `gpt` command's flags and printing ([`gpt`]), the exercises'
-//! progress table ([`exercises`]), and the progress
-//! bars that the library's training runs report to ([`Bar`]). The library prints nothing and
-//! knows neither clap nor indicatif.
+//! progress table ([`exercises`]), the progress bars that the library's training runs report to
+//! ([`Bar`]), standard output that a closed pipe ends quietly ([`Stdout`], [`say!`]), and the
+//! chapter a `chapter` argument names ([`find_chapter`]). The library knows neither clap nor
+//! indicatif.
 
 pub mod exercises;
 pub mod gpt;
 
 use indicatif::{ProgressBar, ProgressStyle};
+use llm_workbook::book;
 use llm_workbook::ch09_gpt::train::Progress;
+use llm_workbook::report::Chapter;
+use std::io::{ErrorKind, IsTerminal, Write};
+use std::time::Instant;
+
+/// Standard output for the binary: a reader who closes the pipe (`… | head`) has seen what they
+/// wanted, so a write that finds the pipe closed ends the program at once with status 0 instead
+/// of an error.
+pub struct Stdout;
+
+impl Stdout {
+    fn quiet<T>(r: std::io::Result<T>) -> std::io::Result<T> {
+        match r {
+            Err(e) if e.kind() == ErrorKind::BrokenPipe => std::process::exit(0),
+            r => r,
+        }
+    }
+}
+
+impl Write for Stdout {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        Stdout::quiet(std::io::stdout().write(buf))
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Stdout::quiet(std::io::stdout().flush())
+    }
+}
+
+/// Writes formatted text to [`Stdout`]; any other failure to write is one line on stderr and
+/// status 1.
+pub fn put(args: std::fmt::Arguments) {
+    let mut out = Stdout;
+    if let Err(e) = out.write_fmt(args).and_then(|()| out.flush()) {
+        eprintln!("error: writing to standard output: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// `println!` through [`put`]: a closed pipe ends the program quietly.
+macro_rules! say {
+    () => { $crate::cli::put(format_args!("\n")) };
+    ($($t:tt)*) => { $crate::cli::put(format_args!("{}\n", format_args!($($t)*))) };
+}
+pub(crate) use say;
+
+/// Whether standard output is a terminal: progress bars there, a line per phase elsewhere.
+pub fn to_terminal() -> bool {
+    std::io::stdout().is_terminal()
+}
+
+/// The chapter `arg` names: its number (`6`), its stem (`ch06_attention`) or the stem without
+/// its number (`attention`); otherwise an error that lists the chapters.
+pub fn find_chapter(arg: &str) -> Result<Chapter, String> {
+    let arg = arg.trim();
+    let chapters = book::chapters();
+    let found = chapters.iter().find(|c| match arg.parse::<u32>() {
+        Ok(n) => c.number == n,
+        Err(_) => {
+            let short = c.stem.split_once('_').map_or(c.stem, |(_, rest)| rest);
+            arg.eq_ignore_ascii_case(c.stem) || arg.eq_ignore_ascii_case(short)
+        }
+    });
+    match found {
+        Some(c) => Ok(*c),
+        None => Err(format!(
+            "there is no chapter {arg:?}; give a number or a name: {}",
+            chapters
+                .iter()
+                .map(|c| format!("{} {}", c.number, c.stem.split_once('_').map_or("", |p| p.1)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+}
 
 /// A training run's progress bar: the steps taken against the total, the loss (and the tokens
 /// per second) beside it.
@@ -15,44 +91,101 @@ pub struct Bar {
     bar: ProgressBar,
     /// Cleared when the steps are done (the walk-through's runs) or left on screen (`gpt train`).
     clear: bool,
+    /// Without a terminal: the run's name, when it started, its length, and the last step
+    /// reported, for a line per tenth of the run (`gpt`) or one at the end (the book's runs).
+    lines: Option<Lines>,
+}
+
+struct Lines {
+    what: String,
+    start: Instant,
+    steps: usize,
+    every_tenth: bool,
+    at: usize,
+    last: String,
 }
 
 impl Bar {
     /// The bar of `gpt train` and `gpt resume`: `steps` long, at step `at` already, left on the
     /// screen when done.
     pub fn run(at: usize, steps: usize) -> Result<Bar, indicatif::style::TemplateError> {
+        if !to_terminal() {
+            let what = "training".to_string();
+            let (start, last) = (Instant::now(), String::new());
+            let lines = Lines { what, start, steps, every_tenth: true, at, last };
+            return Ok(Bar { bar: ProgressBar::hidden(), clear: false, lines: Some(lines) });
+        }
         let bar = ProgressBar::new(steps as u64);
         bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")?);
         bar.set_position(at as u64);
-        Ok(Bar { bar, clear: false })
+        Ok(Bar { bar, clear: false, lines: None })
     }
 
     /// The bar of one of chapter 9's two walk-through runs, named `what`, cleared when done
     /// (installed with `ch09_gpt::book::show_progress_with`).
     pub fn book(what: &str, steps: usize) -> Box<dyn Progress> {
+        if !to_terminal() {
+            let what = format!("chapter 9: training the {} model", what.trim());
+            let (start, last) = (Instant::now(), String::new());
+            let lines = Lines { what, start, steps, every_tenth: false, at: 0, last };
+            return Box::new(Bar { bar: ProgressBar::hidden(), clear: true, lines: Some(lines) });
+        }
         let bar = ProgressBar::new(steps as u64);
         if let Ok(style) = ProgressStyle::with_template("  {prefix} {bar:30} {pos}/{len} {msg}") {
             bar.set_style(style);
         }
         bar.set_prefix(what.to_string());
-        Box::new(Bar { bar, clear: true })
+        Box::new(Bar { bar, clear: true, lines: None })
     }
 }
 
 impl Progress for Bar {
     fn step(&mut self, steps: usize, loss: f64, tokens_per_s: Option<f64>) {
-        self.bar.set_message(match tokens_per_s {
+        let message = match tokens_per_s {
             Some(rate) => format!("loss {loss:.4} | {rate:.0} tokens/s"),
             None => format!("loss {loss:.4}"),
-        });
+        };
+        if let Some(l) = &mut self.lines {
+            let tenth = l.steps.div_ceil(10).max(1);
+            if l.every_tenth && steps / tenth > l.at / tenth && steps < l.steps {
+                let s = l.start.elapsed().as_secs_f64();
+                say!("{}: step {steps}/{}, {message} … {s:.1} s", l.what, l.steps);
+            }
+            (l.at, l.last) = (steps, message);
+            return;
+        }
+        self.bar.set_message(message);
         self.bar.set_position(steps as u64);
     }
 
     fn finish(&mut self) {
-        if self.clear {
+        if let Some(l) = &self.lines {
+            let s = l.start.elapsed().as_secs_f64();
+            say!("{}: step {}/{}, {} … {s:.1} s", l.what, l.at, l.steps, l.last);
+        } else if self.clear {
             self.bar.finish_and_clear();
         } else {
             self.bar.finish();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chapter_is_named_by_its_number_its_stem_or_its_name() {
+        for arg in ["6", "attention", "ch06_attention", " Attention "] {
+            assert_eq!(find_chapter(arg).map(|c| c.number), Ok(6), "{arg}");
+        }
+        assert_eq!(find_chapter("encoder_decoder").map(|c| c.number), Ok(7));
+        assert_eq!(find_chapter("10").map(|c| c.stem), Ok("ch10_matmul"));
+        for bad in ["0", "11", "attn", "ch06", "", "-1"] {
+            let e = find_chapter(bad).map(|c| c.number).unwrap_err();
+            assert!(e.starts_with("there is no chapter"), "{e}");
+            assert!(e.contains("6 attention") && e.contains("10 matmul"), "{e}");
+            assert!(!e.contains('\n'), "{e}");
         }
     }
 }
