@@ -539,18 +539,20 @@ fn draw_colour_bar<DB: DrawingBackend>(
         .margin_left(8)
         .set_label_area_size(LabelAreaPosition::Right, 60)
         .build_cartesian_2d(0.0..1.0, lo..hi)?;
-    bar.configure_mesh()
-        .disable_mesh()
-        .disable_x_axis()
-        .y_labels(6)
-        .y_label_formatter(&|v| tick_label(*v, span))
-        .label_style((FONT, 12))
-        .draw()?;
+    // The colours first, then the axis, so no colour covers a tick label.
     bar.draw_series((0..COLOUR_BAR_STEPS).map(|i| {
         let at = |k: usize| lo + span * k as f64 / COLOUR_BAR_STEPS as f64;
         let t = (i as f64 + 0.5) / COLOUR_BAR_STEPS as f64;
         Rectangle::new([(0.0, at(i)), (1.0, at(i + 1))], viridis(t).filled())
     }))?;
+    bar.configure_mesh()
+        .disable_mesh()
+        .disable_x_axis()
+        .y_labels(6)
+        // plotters clips the first characters of right-hand labels at the bar's edge: pad them.
+        .y_label_formatter(&|v| format!("   {}", tick_label(*v, span)))
+        .label_style((FONT, 12))
+        .draw()?;
     Ok(())
 }
 
