@@ -1814,7 +1814,7 @@ mod command_line {
         let r = cli(&["gpt", "resume", "--checkpoint", o, "--steps", "6"]);
         assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
         assert!(String::from_utf8_lossy(&r.stdout).contains("step 6"));
-        let r = cli(&[
+        let sample_args = [
             "gpt",
             "sample",
             "--checkpoint",
@@ -1827,27 +1827,15 @@ mod command_line {
             "3",
             "--seed",
             "4",
-        ]);
+        ];
+        let r = cli(&sample_args);
         assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
         let sampled = String::from_utf8_lossy(&r.stdout).into_owned();
         assert!(
             sampled.starts_with("the ") && sampled.trim_end().chars().count() >= 4 + 10,
             "{sampled:?}"
         );
-        let again = cli(&[
-            "gpt",
-            "sample",
-            "--checkpoint",
-            o,
-            "--prompt",
-            "the ",
-            "--tokens",
-            "12",
-            "--top-k",
-            "3",
-            "--seed",
-            "4",
-        ]);
+        let again = cli(&sample_args);
         assert_eq!(
             String::from_utf8_lossy(&again.stdout),
             sampled,
