@@ -26,8 +26,21 @@ pub struct Erratum {
     pub test: &'static str,
 }
 
+/// `s` as one Markdown table cell: `|` escaped, on one line, and a `<` that would open an HTML
+/// tag (`<start>`: GitHub drops it, mdBook warns) written as `&lt;`.
 fn cell(s: &str) -> String {
-    s.replace('|', "\\|").replace('\n', " ")
+    let s = s.replace('|', "\\|").replace('\n', " ");
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        let tag = chars.peek().is_some_and(|n| n.is_ascii_alphabetic() || matches!(n, '/' | '!'));
+        if c == '<' && tag {
+            out.push_str("&lt;");
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// The rows as a GitHub Markdown table.
@@ -126,6 +139,9 @@ mod tests {
         for w in LONG.why.split_whitespace() {
             assert!(words.contains(&w), "{w} was lost");
         }
+        // A tag-like `<start>` is escaped in the table, a comparison is not.
+        let tagged = Erratum { why: "so <start> attends, and a < b, 1<2", ..LONG };
+        assert!(markdown_table(&[tagged]).contains("so &lt;start> attends, and a < b, 1<2 |"));
         // The Markdown table, the old terminal output, has a line per erratum far over the width.
         let md = markdown_table(&[LONG]);
         assert!(md.lines().any(|l| l.chars().count() > crate::report::TERMINAL_WIDTH));

@@ -14,6 +14,7 @@ use llm_workbook::errata::{markdown_table, terminal_text};
 use llm_workbook::plot::image_dir;
 use llm_workbook::report::{
     Chapter, Status, TERMINAL_WIDTH, Walk, Worked, sync_prose, worked_terminal, wrap,
+    write_if_changed,
 };
 use std::path::Path;
 use std::process::ExitCode;
@@ -110,6 +111,10 @@ fn run_all() -> Result<(), String> {
         );
         print_table(&rows);
         mismatches += rows.iter().filter(|r| r.status == Status::Mismatch).count();
+    }
+    let errata_page = root().join("chapters").join("errata.md");
+    if write_if_changed(&errata_page, &book::errata_page()).map_err(|e| e.to_string())? {
+        say!("\n(updated {}, the book's errata page)", short(&errata_page));
     }
     say!(
         "\n{} chapters in {:.1} s, {} errata in the register (see `-- errata`).",

@@ -303,12 +303,25 @@ pub fn sync_prose(root: &Path, chapter: &Chapter) -> crate::Result<bool> {
         replace_block(&old, "worked", &worked_block(&rows)).ok_or_else(|| missing("worked"))?;
     let new = replace_block(&new, "errata", &crate::errata::markdown_table(chapter.errata))
         .ok_or_else(|| missing("errata"))?;
-    if new != old {
-        let tmp = path.with_extension("md.tmp");
-        std::fs::write(&tmp, &new).map_err(io)?;
-        std::fs::rename(&tmp, &path).map_err(io)?;
+    write_if_changed(&path, &new)
+}
+
+/// Writes `content` to `path` unless the file already holds exactly that, through a temporary
+/// file beside it and a rename, so a reader never sees half a page. Returns whether it wrote.
+pub fn write_if_changed(path: &Path, content: &str) -> crate::Result<bool> {
+    let io = |source| crate::Error::Io { path: path.display().to_string(), source };
+    match std::fs::read_to_string(path) {
+        Ok(old) if old == content => return Ok(false),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io(e)),
     }
-    Ok(new != old)
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    std::fs::write(&tmp, content).map_err(io)?;
+    std::fs::rename(&tmp, path).map_err(io)?;
+    Ok(true)
 }
 
 // ───────────────────────── printed matrices ─────────────────────────
