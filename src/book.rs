@@ -721,6 +721,40 @@ mod pages {
         assert_ne!(stale, expected);
     }
 
+    /// The pages `chapters/SUMMARY.md` lists, in order.
+    fn summary_pages(summary: &str) -> Vec<String> {
+        summary
+            .lines()
+            .filter_map(|l| l.split("](").nth(1)?.split(')').next())
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// The book's table of contents lists every chapter in the code's order, and every page in
+    /// chapters/ once.
+    #[test]
+    fn the_book_lists_every_chapter_in_order_and_every_page() {
+        let listed = summary_pages(&read(&root().join("chapters").join("SUMMARY.md")));
+        let chapters: Vec<String> =
+            super::chapters().iter().map(|c| format!("{}.md", c.stem)).collect();
+        let in_summary: Vec<&String> = listed.iter().filter(|p| chapters.contains(p)).collect();
+        assert_eq!(in_summary, chapters.iter().collect::<Vec<_>>(), "chapters out of order");
+        let mut on_disk: Vec<String> = std::fs::read_dir(root().join("chapters"))
+            .expect("chapters/")
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.ends_with(".md") && n != "SUMMARY.md")
+            .collect();
+        on_disk.sort();
+        let mut sorted = listed.clone();
+        sorted.sort();
+        assert_eq!(sorted, on_disk, "SUMMARY.md and the pages in chapters/ differ");
+        // Planted: two chapters swapped, one page missing.
+        let swapped = "- [a](ch02_softmax.md)\n- [b](ch01_logistic.md)\n[c](errata.md)\n";
+        let pages = summary_pages(swapped);
+        assert_eq!(pages, ["ch02_softmax.md", "ch01_logistic.md", "errata.md"]);
+        assert_ne!(pages[..2], chapters[..2]);
+    }
+
     /// The first line (1-based) linking the sources page, if any.
     fn first_sources_link(page: &str) -> Option<usize> {
         page.lines()
