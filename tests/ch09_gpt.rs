@@ -2765,7 +2765,7 @@ mod checkpoint_unit {
             Config { positions: Positions::Learned, ..Config::new(tok.vocab_size(), 8, 1, 2, 8) };
         let tc = run::train_config(2, 3e-3, 10).unwrap();
         let trainer = Trainer::new(Gpt::<f32>::new(config, 3).unwrap(), &tc, 4).unwrap();
-        let files = run::run_files(&tok_files, &data, &tc, 8, 10, 3);
+        let files = run::run_files(&tok_files, &data, &text, &tc, 8, 10, 3);
         let tokens = tok.encode(&text).unwrap();
         Setup { out: dir.join("ck"), dir, files, tokens, trainer, tc }
     }
@@ -3062,6 +3062,102 @@ mod checkpoint_unit {
             folder::resolve(&flat).is_ok_and(|r| !r.flat),
             "the resumed run saves a generation"
         );
+    }
+
+    // ───── resume that follows the data ─────
+
+    /// The binary run in `cwd` with `env` set (and the 4 GB budget).
+    fn cli_in(cwd: &Path, env: &[(&str, &str)], args: &[&str]) -> Output {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_llm-workbook"));
+        c.args(args).current_dir(cwd).env("LLM_WORKBOOK_MEMORY_BUDGET", "4000000000");
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.output().expect("runs")
+    }
+
+    fn run_json(ck: &Path) -> serde_json::Value {
+        let here = folder::resolve(ck).unwrap().path;
+        serde_json::from_slice(&std::fs::read(here.join(run::RUN_FILE)).unwrap()).unwrap()
+    }
+
+    fn edit_run_json(
+        ck: &Path,
+        edit: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>),
+    ) {
+        let here = folder::resolve(ck).unwrap().path;
+        let mut v = run_json(ck);
+        edit(v.as_object_mut().unwrap());
+        std::fs::write(here.join(run::RUN_FILE), serde_json::to_string_pretty(&v).unwrap())
+            .unwrap();
+    }
+
+    fn ok(o: &Output) -> String {
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(o.status.success(), "{err}");
+        err
+    }
+
+    #[test]
+    fn resume_follows_the_data_by_its_fingerprint_from_any_folder_and_notes_another_kernel() {
+        let dir = std::fs::canonicalize(common::temp_dir("ch09_follow_data")).unwrap();
+        let text = "the cat sat on the mat. the dog sat on the log. ".repeat(20);
+        std::fs::write(dir.join("t.txt"), &text).unwrap();
+        let elsewhere = dir.join("elsewhere");
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        let ck = dir.join("ck");
+        let c = ck.to_str().unwrap();
+        // Trained from `dir` with a relative path, on the scalar kernel with one thread.
+        let mut args = vec!["gpt", "train", "--data", "t.txt", "--out", c, "--steps", "3"];
+        args.extend(TINY);
+        args.extend(["--context", "16"]);
+        let scalar = [("LLM_WORKBOOK_KERNEL", "scalar"), ("LLM_WORKBOOK_THREADS", "1")];
+        ok(&cli_in(&dir, &scalar, &args));
+        let j = run_json(&ck);
+        assert_eq!(j["data"], dir.join("t.txt").display().to_string(), "an absolute path");
+        assert_eq!(j["data_fnv1a64"], run::data_hash(&text));
+        assert_eq!((j["kernel"].as_str(), j["threads"].as_u64()), (Some("scalar"), Some(1)));
+        // Resumed from another folder on the same kernel: no note.
+        let resume = |steps: &str, extra: &[&str], env: &[(&str, &str)]| {
+            let mut a = vec!["gpt", "resume", "--checkpoint", c, "--steps", steps];
+            a.extend(extra);
+            cli_in(&elsewhere, env, &a)
+        };
+        let err = ok(&resume("4", &[], &scalar));
+        assert!(!err.contains("note:"), "{err}");
+        // The text moved: refused in one line naming --data, then followed with --data.
+        std::fs::rename(dir.join("t.txt"), dir.join("moved.txt")).unwrap();
+        one_line_error(&resume("5", &[], &scalar), &["--data", "t.txt"], "moved text");
+        std::fs::write(dir.join("other.txt"), text.replace("cat", "cow")).unwrap();
+        let other = dir.join("other.txt");
+        one_line_error(
+            &resume("5", &["--data", other.to_str().unwrap()], &scalar),
+            &["--data", "not the text this run was trained on"],
+            "another text",
+        );
+        let moved = dir.join("moved.txt");
+        ok(&resume("5", &["--data", moved.to_str().unwrap()], &scalar));
+        assert_eq!(run_json(&ck)["data"], moved.display().to_string(), "the new path is kept");
+        ok(&resume("6", &[], &scalar));
+        // Another kernel than the recorded one: one note, once.
+        edit_run_json(&ck, |m| {
+            m.insert("kernel".into(), "avx512".into());
+        });
+        let err = ok(&resume("7", &[], &scalar));
+        let notes: Vec<&str> = err.lines().filter(|l| l.starts_with("note:")).collect();
+        assert_eq!(notes.len(), 1, "{err}");
+        assert!(notes[0].contains("avx512") && notes[0].contains("bits will differ"), "{err}");
+        // A train.json written before these fields: still resumes, and gains them.
+        edit_run_json(&ck, |m| {
+            for k in ["data_fnv1a64", "kernel", "threads"] {
+                m.remove(k);
+            }
+        });
+        let err = ok(&resume("8", &[], &scalar));
+        assert!(!err.contains("note:"), "{err}");
+        let j = run_json(&ck);
+        assert_eq!(j["data_fnv1a64"], run::data_hash(&text));
+        assert_eq!(j["kernel"], "scalar");
     }
 
     // ───── sizes bounded before anything is allocated ─────

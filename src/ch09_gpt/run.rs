@@ -23,6 +23,7 @@ use crate::ch08_tokens::chars::CharTokenizer;
 use crate::ch08_tokens::gpt2::{Gpt2Tokenizer, to_gpt2_files};
 use crate::ch08_tokens::{Tokenizer, corpus};
 use crate::error::{Error, Result, from_json_object, invalid};
+use crate::matmul::KERNEL_ENV;
 use crate::rng::Rng;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -215,6 +216,18 @@ pub struct RunFile {
     /// runs saved before fingerprints were recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokenizer_fnv1a64: Option<String>,
+    /// The FNV-1a 64 fingerprint of the text's bytes ([`data_hash`]), which `gpt resume`
+    /// checks the text against (absent in runs saved before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_fnv1a64: Option<String>,
+    /// The matrix-product kernel the run's steps used (`scalar`, `avx2`, `avx512`): another
+    /// kernel rounds differently, so a run resumed on it continues with other bits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<String>,
+    /// The threads a large product could use (the bits do not depend on it; recorded to say
+    /// how the run was made).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads: Option<usize>,
 }
 
 /// A run's settings as `train.json` holds them (no tokenizer fingerprint yet).
@@ -236,7 +249,31 @@ pub fn run_file(data: &Path, tc: &TrainConfig, context: usize, steps: usize, see
         epsilon: tc.epsilon,
         clip: tc.clip,
         tokenizer_fnv1a64: None,
+        data_fnv1a64: None,
+        kernel: None,
+        threads: None,
     }
+}
+
+/// The fingerprint of a run's text: FNV-1a 64 of its UTF-8 bytes, as 16 hex digits.
+pub fn data_hash(text: &str) -> String {
+    format!("{:016x}", folder::fnv1a64(text.as_bytes()))
+}
+
+/// `data` as an absolute path (through symbolic links where it exists), so a run can be resumed
+/// from any folder; [`DEFAULT_CORPUS`] stays as it is.
+pub fn absolute_data_path(data: &Path) -> PathBuf {
+    if data.as_os_str() == DEFAULT_CORPUS {
+        return data.to_path_buf();
+    }
+    std::fs::canonicalize(data)
+        .or_else(|_| std::path::absolute(data))
+        .unwrap_or_else(|_| data.to_path_buf())
+}
+
+/// The kernel and thread count products use now, in this process: what a run records.
+pub fn machine() -> (String, usize) {
+    (crate::matmul::active_kernel().name().to_string(), crate::threads::default_threads())
 }
 
 /// The text of a `train.json` (indented JSON, a final newline).
@@ -271,10 +308,13 @@ pub fn read_tokenizer_hash(dir: &Path) -> Result<Option<String>> {
 }
 
 /// What every save of a new run writes besides the trainer's files: the tokenizer's files and
-/// `train.json` (with the tokenizer's fingerprint).
+/// `train.json` (with the tokenizer's fingerprint, the text's absolute path and fingerprint, and
+/// the kernel and threads of this process, see [`machine`]).
+#[allow(clippy::too_many_arguments)]
 pub fn run_files(
     tokenizer_files: &[(&'static str, String)],
     data: &Path,
+    text: &str,
     tc: &TrainConfig,
     context: usize,
     steps: usize,
@@ -282,7 +322,14 @@ pub fn run_files(
 ) -> Vec<(String, Vec<u8>)> {
     let mut files: Vec<(String, Vec<u8>)> =
         tokenizer_files.iter().map(|(n, c)| (n.to_string(), c.as_bytes().to_vec())).collect();
-    let run = run_json_with_tokenizer(run_file(data, tc, context, steps, seed), &files);
+    let (kernel, threads) = machine();
+    let run = RunFile {
+        data_fnv1a64: Some(data_hash(text)),
+        kernel: Some(kernel),
+        threads: Some(threads),
+        ..run_file(&absolute_data_path(data), tc, context, steps, seed)
+    };
+    let run = run_json_with_tokenizer(run, &files);
     files.push((RUN_FILE.to_string(), run_text(&run).into_bytes()));
     files
 }
@@ -298,6 +345,10 @@ pub struct RunSettings {
     pub context: usize,
     /// The seed of the run (the batches were seeded by it).
     pub seed: u64,
+    /// The text's fingerprint ([`data_hash`]), where the run recorded it.
+    pub data_hash: Option<String>,
+    /// The kernel the run's steps used, where the run recorded it.
+    pub kernel: Option<String>,
 }
 
 /// Reads the text of a `train.json` (`file` names it in errors): an error names the file, the
@@ -314,7 +365,14 @@ pub fn run_from_json(bytes: &[u8], file: &str) -> Result<RunSettings> {
         epsilon: j.epsilon,
         clip: j.clip,
     };
-    Ok(RunSettings { data: PathBuf::from(j.data), tc, context: j.context, seed: j.seed })
+    Ok(RunSettings {
+        data: PathBuf::from(j.data),
+        tc,
+        context: j.context,
+        seed: j.seed,
+        data_hash: j.data_fnv1a64,
+        kernel: j.kernel,
+    })
 }
 
 /// A folder's `train.json`, read back with [`run_from_json`].
@@ -347,15 +405,27 @@ pub struct OpenRun {
     /// The trainer at the step the folder was saved at: the same state, bit for bit.
     pub trainer: Trainer<f32>,
     /// What every later save writes again besides the trainer: the tokenizer's files and
-    /// `train.json`, as they were read.
+    /// `train.json` (with what it lacked filled in: the fingerprints, the kernel and threads,
+    /// and the text's new path when `--data` moved it).
     pub run_files: Vec<(String, Vec<u8>)>,
+    /// A one-line note for the terminal when this process multiplies with another kernel than
+    /// the one the run recorded (the continued run's bits then differ from an uninterrupted
+    /// run's).
+    pub kernel_note: Option<String>,
+}
+
+/// [`open_run_with`] reading the text from where `train.json` says it is.
+pub fn open_run(dir: &Path, budget: u64) -> Result<OpenRun> {
+    open_run_with(dir, budget, None)
 }
 
 /// Reads a run's folder back: settings, text, tokenizer (checked against the fingerprint
-/// `train.json` records), model and training state, all from one generation. The sizes of
-/// `config.json` and `train.json` are checked against the memory `budget` in bytes (see
-/// [`super::budget`]) and the tensors' shapes before anything is built.
-pub fn open_run(dir: &Path, budget: u64) -> Result<OpenRun> {
+/// `train.json` records), model and training state, all from one generation. The text is read
+/// from `data` when given (`gpt resume --data`), else from the path `train.json` records; either
+/// way it must have the fingerprint the run recorded. The sizes of `config.json` and
+/// `train.json` are checked against the memory `budget` in bytes (see [`super::budget`]) and the
+/// tensors' shapes before anything is built.
+pub fn open_run_with(dir: &Path, budget: u64, data: Option<&Path>) -> Result<OpenRun> {
     let resolved = folder::resolve(dir)?;
     let here = resolved.path.as_path();
     let settings = read_run(here)?;
@@ -371,7 +441,7 @@ pub fn open_run(dir: &Path, budget: u64) -> Result<OpenRun> {
         ));
     }
 
-    let text = read_text(&settings.data)?;
+    let text = read_run_text(&settings, data)?;
     let mut run_files = read_tokenizer_files(here)?;
     check_tokenizer(here, &run_files)?;
     let tokenizer = tokenizer_from_files(here, &run_files)?;
@@ -383,13 +453,65 @@ pub fn open_run(dir: &Path, budget: u64) -> Result<OpenRun> {
     let trainer = load_trainer(here, &fresh)?;
     let run_path = here.join(RUN_FILE);
     let mut run = std::fs::read(&run_path).map_err(io(&run_path))?;
-    if read_tokenizer_hash(here)?.is_none() {
-        // A run of the older layout: from its next save on, the fingerprint is recorded.
-        let file: RunFile = from_json_object(&run, &run_path.display().to_string())?;
-        run = run_text(&run_json_with_tokenizer(file, &run_files)).into_bytes();
+    let file: RunFile = from_json_object(&run, &run_path.display().to_string())?;
+    let (kernel, threads) = machine();
+    let kernel_note = settings.kernel.as_ref().filter(|&k| *k != kernel).map(|k| {
+        format!(
+            "note: this run's steps so far used the {k} kernel and this process uses {kernel}; \
+             the two round differently, so the resumed run's bits will differ from an \
+             uninterrupted run's ({KERNEL_ENV}={k} forces the recorded one where the CPU has it)"
+        )
+    });
+    // A run of an older layout, or a text that moved: from its next save on, train.json
+    // records what it lacked (the first kernel recorded stays).
+    let mut updated = run_json_with_tokenizer(file.clone(), &run_files);
+    if file.tokenizer_fnv1a64.is_some() {
+        updated.tokenizer_fnv1a64 = file.tokenizer_fnv1a64.clone();
+    }
+    updated.data_fnv1a64 = Some(data_hash(&text));
+    if let Some(d) = data {
+        updated.data = absolute_data_path(d).display().to_string();
+    }
+    updated.kernel = Some(file.kernel.clone().unwrap_or(kernel));
+    updated.threads = Some(file.threads.unwrap_or(threads));
+    if updated != file {
+        run = run_text(&updated).into_bytes();
     }
     run_files.push((RUN_FILE.to_string(), run));
-    Ok(OpenRun { resolved, settings, text, tokenizer, trainer, run_files })
+    Ok(OpenRun { resolved, settings, text, tokenizer, trainer, run_files, kernel_note })
+}
+
+/// The text of a run being resumed: from `data` if given, else from the recorded path (relative
+/// paths of older runs are read from the current folder). Refused, naming `--data`, when it
+/// cannot be read or its fingerprint is not the one the run recorded.
+pub fn read_run_text(settings: &RunSettings, data: Option<&Path>) -> Result<String> {
+    let path = data.unwrap_or(&settings.data);
+    let text = read_text(path).map_err(|e| {
+        let what = if data.is_some() { "the text" } else { "the run's text" };
+        invalid(
+            "gpt resume",
+            "--data",
+            format!(
+                "{what} {} cannot be read ({e}); give --data PATH to point at it",
+                path.display()
+            ),
+        )
+    })?;
+    if let Some(want) = &settings.data_hash {
+        let found = data_hash(&text);
+        if &found != want {
+            return Err(invalid(
+                "gpt resume",
+                "--data",
+                format!(
+                    "{} (fingerprint {found}) is not the text this run was trained on \
+                     ({RUN_FILE} records {want}); give --data the run's own text",
+                    path.display()
+                ),
+            ));
+        }
+    }
+    Ok(text)
 }
 
 /// Saves a trainer with the run's other files (`run_files`: tokenizer, `train.json`) as the

@@ -118,6 +118,10 @@ pub struct ResumeArgs {
     /// The step count to continue to (more than the folder holds).
     #[arg(long)]
     pub steps: usize,
+    /// The run's text, when it is no longer where train.json says (it must be the same bytes:
+    /// its fingerprint is checked).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
     /// The memory this run may use, in bytes (default: the variable
     /// LLM_WORKBOOK_MEMORY_BUDGET, else the available memory); a larger model is refused.
     #[arg(long)]
@@ -215,7 +219,7 @@ fn train(a: TrainArgs) -> Result<()> {
         config.parameter_count()
     );
     let trainer = Trainer::new(model, &tc, a.seed.wrapping_add(1))?;
-    let files = run::run_files(&tokenizer_files, &data, &tc, a.context, a.steps, a.seed);
+    let files = run::run_files(&tokenizer_files, &data, &text, &tc, a.context, a.steps, a.seed);
     let tok = tok.as_ref();
     continue_run(trainer, &tc, &split, tok, a.context, a.steps, a.save_every, &a.out, &files)
 }
@@ -233,8 +237,12 @@ fn note_flat(dir: &Path, resolved: &Resolved) {
 }
 
 fn resume(a: ResumeArgs) -> Result<()> {
-    let open = run::open_run(&a.checkpoint, budget::budget(a.memory_budget)?)?;
+    let budget = budget::budget(a.memory_budget)?;
+    let open = run::open_run_with(&a.checkpoint, budget, a.data.as_deref())?;
     note_flat(&a.checkpoint, &open.resolved);
+    if let Some(note) = &open.kernel_note {
+        eprintln!("{note}");
+    }
     let (settings, trainer) = (open.settings, open.trainer);
     if a.steps <= trainer.step {
         return Err(invalid(
