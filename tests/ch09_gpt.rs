@@ -3160,6 +3160,74 @@ mod checkpoint_unit {
         assert_eq!(j["kernel"], "scalar");
     }
 
+    // ───── checks on the rest: config.json and merges.txt ─────
+
+    #[test]
+    fn a_changed_head_count_a_wild_epsilon_and_a_cut_merges_file_are_refused_in_one_line() {
+        let dir = common::temp_dir("ch09_rest");
+        let text = dir.join("t.txt");
+        std::fs::write(&text, "the cat sat on the mat. the dog sat on the log. ".repeat(20))
+            .unwrap();
+        let ck = dir.join("ck");
+        let o = train(&text, &ck, &["--tokenizer", "bpe", "--bpe-vocab", "270"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let here = folder::resolve(&ck).unwrap().path;
+        let c = ck.to_str().unwrap();
+        let sample = ["gpt", "sample", "--checkpoint", c, "--prompt", "the", "--tokens", "3"];
+        let resume = ["gpt", "resume", "--checkpoint", c, "--steps", "9"];
+        let config = std::fs::read(here.join("config.json")).unwrap();
+        for (key, value, needles) in [
+            // 4 divides the width 16 too: only the head count the model file records tells.
+            ("n_head", "4", &["n_head", "2", "4"][..]),
+            ("n_head", "3", &["3 heads do not divide the width 16"][..]),
+            ("layer_norm_epsilon", "1e300", &["layer_norm_epsilon", "1e300"][..]),
+            ("layer_norm_epsilon", "0.5", &["layer_norm_epsilon", "1e-2"][..]),
+            ("layer_norm_epsilon", "1e-13", &["layer_norm_epsilon", "1e-12"][..]),
+            ("layer_norm_epsilon", "0", &["layer_norm_epsilon"][..]),
+        ] {
+            set_key(&here, "config.json", key, value);
+            for args in [&sample[..], &resume[..]] {
+                one_line_error(&cli(args), needles, &format!("{key} = {value}: {args:?}"));
+            }
+            std::fs::write(here.join("config.json"), &config).unwrap();
+        }
+        assert!(cli(&sample).status.success(), "the restored config loads");
+        // Hugging Face's layout (no train.json, so no fingerprint): merges.txt itself is checked.
+        let hf = dir.join("hf");
+        std::fs::create_dir_all(&hf).unwrap();
+        for f in ["config.json", "model.safetensors", "vocab.json", "merges.txt"] {
+            std::fs::copy(here.join(f), hf.join(f)).unwrap();
+        }
+        let h = hf.to_str().unwrap();
+        let hf_sample = ["gpt", "sample", "--checkpoint", h, "--prompt", "the", "--tokens", "3"];
+        assert!(cli(&hf_sample).status.success(), "the copied folder loads");
+        let merges = std::fs::read_to_string(here.join("merges.txt")).unwrap();
+        let lines: Vec<&str> = merges.lines().collect();
+        assert_eq!(lines.len(), 1 + 270 - 256, "{merges}");
+        let cut = format!("{}\n", lines[..lines.len() - 1].join("\n"));
+        let no_version = format!("{}\n", lines[1..].join("\n"));
+        for (bad, needle) in [
+            ("".to_string(), "#version"),
+            (no_version, "#version"),
+            (format!("{}\n", lines[0]), "no merge"),
+            (cut, "cut short"),
+        ] {
+            std::fs::write(hf.join("merges.txt"), &bad).unwrap();
+            one_line_error(&cli(&hf_sample), &["merges.txt", needle], &format!("{bad:?}"));
+        }
+    }
+
+    #[test]
+    fn a_bpe_vocabulary_beyond_the_budget_is_refused_before_bpe_training() {
+        let dir = common::temp_dir("ch09_bpe_budget");
+        let text = dir.join("t.txt");
+        std::fs::write(&text, "the cat sat on the mat. ".repeat(20)).unwrap();
+        let out = dir.join("out");
+        let o = train(&text, &out, &["--tokenizer", "bpe", "--bpe-vocab", "1000000000000"]);
+        one_line_error(&o, &["--bpe-vocab", "--memory-budget", "bytes"], "bpe vocabulary");
+        assert!(!out.exists());
+    }
+
     // ───── sizes bounded before anything is allocated ─────
 
     const BUDGET: (&str, &str) = ("LLM_WORKBOOK_MEMORY_BUDGET", "4000000000");

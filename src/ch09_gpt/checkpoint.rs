@@ -48,6 +48,13 @@ pub const MODEL_FILE: &str = "model.safetensors";
 pub const CONFIG_FILE: &str = "config.json";
 /// The training state's file name.
 pub const STATE_FILE: &str = "training_state.safetensors";
+/// The LayerNorm ε a `config.json` may give, inclusive: BERT's 10⁻¹² (the smallest in common
+/// use; below it ε vanishes next to any variance an `f32` can hold) to 10⁻² (beyond it ε is no
+/// longer a guard against division by zero but changes what the layer computes). GPT-2 uses 10⁻⁵.
+pub const LAYER_NORM_EPSILON_RANGE: (f64, f64) = (1e-12, 1e-2);
+/// The key of `model.safetensors`' metadata where our files record the head count, which the
+/// tensors' shapes cannot tell (see [`check_header_against_config`]).
+pub const HEADS_METADATA: &str = "n_head";
 /// The activation GPT-2's config names for GELU in its tanh form.
 pub const GELU_TANH_NAMES: [&str; 2] = ["gelu_new", "gelu_pytorch_tanh"];
 
@@ -182,7 +189,23 @@ pub fn config_from_json(bytes: &[u8], file: &str) -> Result<Config> {
     }
     c.validate()
         .map_err(|e| parse_error(file, format!("the configuration describes no model: {e}")))?;
+    check_epsilon(c.layer_norm_epsilon, file)?;
     Ok(c)
+}
+
+/// Refuses a `layer_norm_epsilon` outside [`LAYER_NORM_EPSILON_RANGE`]; `file` names the file.
+pub fn check_epsilon(epsilon: f64, file: &str) -> Result<()> {
+    let (low, high) = LAYER_NORM_EPSILON_RANGE;
+    if !(low..=high).contains(&epsilon) {
+        return Err(parse_error(
+            file,
+            format!(
+                "layer_norm_epsilon = {epsilon:e} lies outside {low:e} ..= {high:e} (GPT-2 uses \
+                 1e-5)"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Reads `config.json` from a folder.
@@ -247,7 +270,10 @@ fn is_mask_buffer(name: &str) -> bool {
 /// Compares the sizes of `config` with the shapes in the file's header before anything is
 /// built: the layer count with the blocks the file holds, `wte` (and `wpe` with learned
 /// positions) and the last block's MLP with the config's vocabulary, context and width. Once
-/// they agree, every size of the config is bounded by the tensors actually in the file.
+/// they agree, every size of the config is bounded by the tensors actually in the file. The head
+/// count cannot be read from the shapes (the fused d×3d attention matrix is the same for any
+/// divisor of d), so our files record it in the header's metadata ([`HEADS_METADATA`]) and it is
+/// compared here; Hugging Face's files lack it, and only the divisibility check applies.
 pub fn check_header_against_config(config: &Config, f: &SafeTensors) -> Result<()> {
     let prefixed = f.tensors.iter().any(|t| t.name.starts_with("transformer."));
     let bare = |n: &str| if prefixed { format!("transformer.{n}") } else { n.to_string() };
@@ -265,6 +291,18 @@ pub fn check_header_against_config(config: &Config, f: &SafeTensors) -> Result<(
         "config.json: n_embd = {}, n_layer = {}, vocab_size = {}, n_positions = {}",
         config.width, config.layers, config.vocab_size, config.context
     );
+    if let Some(h) = f.meta(HEADS_METADATA)
+        && h.parse::<usize>().ok() != Some(config.heads)
+    {
+        return Err(parse_error(
+            &f.file,
+            format!(
+                "the model was saved with {HEADS_METADATA} = {h:?} heads but config.json says \
+                 n_head = {}",
+                config.heads
+            ),
+        ));
+    }
     if layers.len() != config.layers || layers.last().is_some_and(|&l| l + 1 != layers.len()) {
         return Err(parse_error(
             &f.file,
@@ -387,7 +425,10 @@ pub fn model_files<T: Float>(
     model: &Gpt<T>,
     metadata: &[(String, String)],
 ) -> Result<Vec<(String, Vec<u8>)>> {
-    let mut meta = vec![("format".to_string(), "pt".to_string())];
+    let mut meta = vec![
+        ("format".to_string(), "pt".to_string()),
+        (HEADS_METADATA.to_string(), model.config.heads.to_string()),
+    ];
     meta.extend(metadata.iter().cloned());
     Ok(vec![
         (MODEL_FILE.to_string(), serialize(&gpt2_tensors(model), &meta)?),

@@ -106,12 +106,48 @@ pub fn tokenizer_from_files(dir: &Path, files: &[(String, Vec<u8>)]) -> Result<B
         return Ok(Box::new(CharTokenizer::from_text(&text(CHARS_FILE)?)?));
     }
     let (v, m) = (dir.join("vocab.json"), dir.join("merges.txt"));
-    Ok(Box::new(Gpt2Tokenizer::from_texts(
-        &v.display().to_string(),
-        &text("vocab.json")?,
-        &m.display().to_string(),
-        &text("merges.txt")?,
-    )?))
+    let (v, m) = (v.display().to_string(), m.display().to_string());
+    let merges = text("merges.txt")?;
+    let tok = Gpt2Tokenizer::from_texts(&v, &text("vocab.json")?, &m, &merges)?;
+    check_merges(&tok, &merges, &m)?;
+    Ok(Box::new(tok))
+}
+
+/// The first line of a `merges.txt` as GPT-2 and our BPE write it.
+pub const MERGES_VERSION: &str = "#version";
+
+/// A checkpoint's `merges.txt` (`file` in errors) beside the tokenizer read from it: it must
+/// start with its [`MERGES_VERSION`] line, hold at least one merge, and account for every token
+/// of `vocab.json`, which is the 256 bytes, one token per merge, and special tokens written
+/// `<|…|>` (GPT-2's `<|endoftext|>`). A file cut short at a line boundary leaves tokens that no
+/// merge makes, and is refused here.
+pub fn check_merges(tok: &Gpt2Tokenizer, merges: &str, file: &str) -> Result<()> {
+    let fail = |reason: String| Err(Error::Parse { file: file.to_string(), line: None, reason });
+    if !merges.starts_with(MERGES_VERSION) {
+        return fail(format!(
+            "the first line is not its {MERGES_VERSION} line (an empty or cut file?)"
+        ));
+    }
+    let n = tok.merge_count();
+    if n == 0 {
+        return fail("holds no merge".into());
+    }
+    let stray: Vec<&str> = tok
+        .special_tokens()
+        .iter()
+        .map(|(s, _)| s.as_str())
+        .filter(|s| !(s.starts_with("<|") && s.ends_with("|>")))
+        .collect();
+    if let Some(first) = stray.first() {
+        return fail(format!(
+            "holds {n} merges, but vocab.json has {} tokens: {} of them ({first:?} first) are \
+             neither a byte, nor made by a merge, nor a special <|…|> token (merges.txt cut \
+             short, or files that do not belong together?)",
+            tok.vocab_size(),
+            stray.len()
+        ));
+    }
+    Ok(())
 }
 
 /// Whichever tokenizer a checkpoint folder holds (see [`read_tokenizer_files`]).

@@ -193,19 +193,23 @@ fn train(a: TrainArgs) -> Result<()> {
     say!("{}: {} bytes", data.display(), text.len());
     // Everything is built and checked in memory first; nothing is written before the first
     // save, so bad settings, short data or a diverging first step leave the folder as it was.
+    let budget = budget::budget(a.memory_budget)?;
+    if a.tokenizer == TokenizerKind::Bpe {
+        // The vocabulary asked for is the model's at most: the model must fit before the
+        // (slow) BPE training starts.
+        let most = Config {
+            positions: Positions::Learned,
+            ..Config::new(a.bpe_vocab, a.context, a.layers, a.heads, a.width)
+        };
+        budget::check(&most, a.batch, a.context, budget, "--bpe-vocab")?;
+    }
     let (tok, tokenizer_files) = run::build_tokenizer(a.tokenizer.into(), &text, a.bpe_vocab)?;
     let config = Config {
         positions: Positions::Learned,
         ..Config::new(tok.vocab_size(), a.context, a.layers, a.heads, a.width)
     };
     config.validate()?;
-    budget::check(
-        &config,
-        a.batch,
-        a.context,
-        budget::budget(a.memory_budget)?,
-        "--memory-budget",
-    )?;
+    budget::check(&config, a.batch, a.context, budget, "--memory-budget")?;
     let tc = run::train_config(a.batch, a.lr, a.steps)?;
     let split = run::split_text(tok.as_ref(), &text, a.context)?;
     let model = Gpt::<f32>::new(config, a.seed)?;
