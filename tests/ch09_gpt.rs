@@ -335,8 +335,8 @@ fn an_empty_or_short_corpus_is_refused() {
     assert!(e.to_string().contains("fewer than one window"), "{e}");
     assert!(TokenSplit::new(&short, 1.5, 2).is_err());
     let ok = TokenSplit::new(&(0..100).collect::<Vec<u32>>(), 0.1, 8).unwrap();
-    assert_eq!((ok.train.len(), ok.validation.len()), (90, 10));
-    assert_eq!(ok.validation[0], 90);
+    assert_eq!((ok.train().len(), ok.validation().len()), (90, 10));
+    assert_eq!(ok.validation()[0], 90);
     assert!(data::random_windows(&short, 20, 2, &mut Rng::new(0)).is_err());
 }
 
@@ -356,6 +356,141 @@ fn windows_predict_the_next_token_and_covering_windows_score_each_token_once() {
     assert_eq!(scored, (1..23).collect::<Vec<u32>>());
     assert_eq!(cover.iter().map(|b| b.batch).collect::<Vec<_>>(), vec![2, 2, 1]);
     assert_eq!(cover.last().unwrap().seq_len, 2);
+}
+
+// ───────────── evaluation that scales (issue 21) ─────────────
+
+/// Every heap byte a thread allocates is counted, while that thread asks for it
+/// ([`scaling::peak_during`]): the memory claims below are measured, not estimated.
+struct Counting;
+
+thread_local! {
+    static COUNTING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static LIVE: std::cell::Cell<isize> = const { std::cell::Cell::new(0) };
+    static PEAK: std::cell::Cell<isize> = const { std::cell::Cell::new(0) };
+}
+
+fn count(delta: isize) {
+    let _ = COUNTING.try_with(|on| {
+        if on.get() {
+            let live = LIVE.with(|l| {
+                l.set(l.get() + delta);
+                l.get()
+            });
+            PEAK.with(|p| p.set(p.get().max(live)));
+        }
+    });
+}
+
+// SAFETY: every call is passed on to the system allocator unchanged; only sizes are counted.
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        count(layout.size() as isize);
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        count(-(layout.size() as isize));
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new: usize) -> *mut u8 {
+        count(new as isize - layout.size() as isize);
+        unsafe { std::alloc::System.realloc(ptr, layout, new) }
+    }
+}
+
+#[global_allocator]
+static COUNTING_ALLOCATOR: Counting = Counting;
+
+mod scaling {
+    use super::*;
+    use llm_workbook::ch09_gpt::model::Gpt;
+    use llm_workbook::ch09_gpt::run::{self, Evaluation, TokenizerKind};
+    use llm_workbook::ch09_gpt::train::mean_loss;
+
+    /// Runs `f` and returns its result with the most heap bytes this thread held at once
+    /// during it, beyond what it held before.
+    pub fn peak_during<R>(f: impl FnOnce() -> R) -> (R, usize) {
+        LIVE.with(|l| l.set(0));
+        PEAK.with(|p| p.set(0));
+        COUNTING.with(|c| c.set(true));
+        let r = f();
+        COUNTING.with(|c| c.set(false));
+        (r, PEAK.with(|p| p.get()).max(0) as usize)
+    }
+
+    /// About 2 MB of text in 31 characters.
+    fn big_text() -> String {
+        let mut rng = Rng::new(7);
+        let words = ["the ", "cat ", "sat ", "on ", "a ", "mat. ", "dog ", "log, ", "quick "];
+        let mut s = String::with_capacity(2_100_000);
+        while s.len() < 2_000_000 {
+            s.push_str(words[rng.below(words.len())]);
+        }
+        s
+    }
+
+    #[test]
+    fn a_sample_holds_at_most_the_limit_distinct_in_order_and_the_same_for_a_seed() {
+        let all = data::covering_starts(1001, 10);
+        assert_eq!(all.len(), 100);
+        let a = data::sample_windows(all.clone(), 30, 5);
+        assert_eq!(a.len(), 30);
+        assert!(a.windows(2).all(|w| w[0] < w[1]), "sorted and distinct");
+        assert!(a.iter().all(|w| all.contains(w)));
+        assert_eq!(a, data::sample_windows(all.clone(), 30, 5), "seeded");
+        assert_ne!(a, data::sample_windows(all.clone(), 30, 6));
+        assert_eq!(data::sample_windows(all.clone(), 100, 5), all, "all when no more");
+        assert_eq!(data::covering_starts(1004, 10).last(), Some(&(1000, 3)));
+        assert_eq!(run::covering_windows_count(1004, 10), 101);
+        assert_eq!(run::covering_windows_count(1001, 10), 100);
+    }
+
+    #[test]
+    fn exact_validation_is_the_covering_windows_mean_and_a_sample_estimates_it() {
+        let tokens: Vec<u32> = (0..5_000u32).map(|i| (i * 7 + i / 13) % 11).collect();
+        let model = Gpt::<f32>::new(Config::new(11, 16, 1, 2, 16), 3).unwrap();
+        let reference = mean_loss(&model, &data::covering_windows(&tokens, 16, 32)).unwrap();
+        let exact = run::validation_loss(&model, &tokens, 16, Evaluation::Exact, &mut ()).unwrap();
+        assert_eq!(exact.loss, reference, "the same batches, the same bits");
+        assert_eq!((exact.windows, exact.of, exact.tokens), (313, 313, 4_999));
+        let all =
+            run::validation_loss(&model, &tokens, 16, Evaluation::Sample(1000), &mut ()).unwrap();
+        assert_eq!(all.loss, reference, "a sample as large as the split is the split");
+        let some =
+            run::validation_loss(&model, &tokens, 16, Evaluation::Sample(64), &mut ()).unwrap();
+        assert_eq!((some.windows, some.of, some.tokens), (64, 313, 64 * 16));
+        // An untrained model is nearly uniform over 11 tokens: the estimate is close.
+        assert!((some.loss - reference).abs() < 0.05, "{} against {reference}", some.loss);
+    }
+
+    #[test]
+    fn a_tokenized_corpus_and_its_evaluation_stay_within_six_times_the_text() {
+        let text = big_text();
+        let (tok, _) = run::build_tokenizer(TokenizerKind::Char, &text, 0).unwrap();
+        let (split, peak) = peak_during(|| run::split_text(tok.as_ref(), &text, 64).unwrap());
+        // The text is held beside its ids: 1 byte and 4 bytes a character, 5× in all.
+        let held = text.len() + peak;
+        assert!(held <= 6 * text.len(), "{held} bytes for {} of text", text.len());
+        assert!(split.heap_bytes() <= 4 * text.len(), "{}", split.heap_bytes());
+        // Scoring every held-out token copies one batch of ids at a time, not the split's
+        // (12 bytes a token as inputs and targets: 2.4 MB for these 200,000): the memory of an
+        // exact evaluation does not grow with the tokens it scores.
+        let model = Gpt::<f32>::new(Config::new(tok.vocab_size(), 64, 1, 2, 16), 3).unwrap();
+        let exact = |tokens: &[u32]| {
+            peak_during(|| {
+                run::validation_loss(&model, tokens, 64, Evaluation::Exact, &mut ()).unwrap()
+            })
+        };
+        let validation = split.validation();
+        let ((whole, whole_peak), (_, quarter_peak)) =
+            (exact(validation), exact(&validation[..validation.len() / 4]));
+        assert_eq!(whole.tokens, validation.len() - 1);
+        assert!(
+            whole_peak <= quarter_peak + (256 << 10),
+            "{whole_peak} bytes at once for {} tokens, {quarter_peak} for a quarter of them",
+            validation.len()
+        );
+    }
 }
 
 // ───────────── safetensors ─────────────
@@ -3158,6 +3293,29 @@ mod checkpoint_unit {
         let j = run_json(&ck);
         assert_eq!(j["data_fnv1a64"], run::data_hash(&text));
         assert_eq!(j["kernel"], "scalar");
+    }
+
+    #[test]
+    fn validation_is_a_seeded_sample_by_default_and_exact_with_progress_on_request() {
+        let dir = common::temp_dir("ch09_validation_cli");
+        let text = dir.join("t.txt");
+        // 50,016 characters: 5,002 held out, 313 windows of 16.
+        std::fs::write(&text, "the cat sat on the mat. the dog sat on the log. ".repeat(1042))
+            .unwrap();
+        let stdout = |o: &Output| {
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            String::from_utf8_lossy(&o.stdout).into_owned()
+        };
+        let out = stdout(&train(&text, &dir.join("a"), &[]));
+        assert!(out.contains("(on 256 of the 313 held-out windows of 16 tokens"), "{out}");
+        assert!(!out.contains("validation: window"), "{out}");
+        let out = stdout(&train(&text, &dir.join("b"), &["--exact-validation"]));
+        assert!(out.contains("(on all 5001 held-out tokens)"), "{out}");
+        assert!(out.contains("validation: window 313/313"), "progress: {out}");
+        let b = dir.join("b");
+        let b = b.to_str().unwrap();
+        let resume = ["gpt", "resume", "--checkpoint", b, "--steps", "4", "--exact-validation"];
+        assert!(stdout(&cli(&resume)).contains("on all 5001 held-out tokens"));
     }
 
     // ───── checks on the rest: config.json and merges.txt ─────

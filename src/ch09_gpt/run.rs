@@ -9,15 +9,17 @@
 //! the loss plot. Every save writes all of them as one generation of the folder
 //! ([`folder`]): an interrupted save never mixes two. The last
 //! [`VALIDATION_FRACTION`] of the text's tokens is held out: the run reports the mean loss
-//! L = −(1/S) Σ ln p(u_s | u_<s) over every held-out token once its steps are done.
+//! L = −(1/S) Σ ln p(u_s | u_<s) over held-out tokens once its steps are done, on a seeded
+//! sample of at most [`VALIDATION_WINDOWS`] windows by default, or over all of them on request
+//! ([`Evaluation`]).
 
 use super::checkpoint::{load_trainer, trainer_files};
-use super::data::{Token, TokenSplit, covering_windows};
+use super::data::{Token, TokenSplit, covering_starts, sample_windows, windows_at};
 use super::folder::{self, Resolved, Sink};
 use super::model::Gpt;
 use super::sample::{Decoding, Generated, generate};
 use super::schedule::Schedule;
-use super::train::{Data, Progress, TrainConfig, Trainer, mean_loss};
+use super::train::{Data, Progress, TrainConfig, Trainer};
 use crate::ch08_tokens::bpe::{self, BpeConfig, PreTokenizer};
 use crate::ch08_tokens::chars::CharTokenizer;
 use crate::ch08_tokens::gpt2::{Gpt2Tokenizer, to_gpt2_files};
@@ -580,10 +582,86 @@ fn diverged(step: usize, what: &str) -> Error {
     )
 }
 
-/// The text as tokens, its last [`VALIDATION_FRACTION`] held out (see [`TokenSplit::new`]).
+/// The text as tokens, its last [`VALIDATION_FRACTION`] held out (see
+/// [`TokenSplit::from_tokens`]): the ids are held once, the two parts are slices of them.
 pub fn split_text(tok: &dyn Tokenizer, text: &str, context: usize) -> Result<TokenSplit> {
-    let tokens = tok.encode(text)?;
-    TokenSplit::new(&tokens, VALIDATION_FRACTION, context)
+    TokenSplit::from_tokens(tok.encode(text)?, VALIDATION_FRACTION, context)
+}
+
+// ───────────────────────────── validation ─────────────────────────────
+
+/// By default the validation loss is measured on at most this many windows of the held-out
+/// tokens (all of them when there are fewer)…
+pub const VALIDATION_WINDOWS: usize = 256;
+/// … drawn without replacement by a generator with this seed, so every evaluation of a run
+/// scores the same windows.
+pub const VALIDATION_SEED: u64 = 2021;
+/// Windows per forward pass of the evaluation.
+pub const VALIDATION_BATCH: usize = 32;
+
+/// How many windows [`super::data::covering_starts`] cuts `len` tokens into.
+pub fn covering_windows_count(len: usize, context: usize) -> usize {
+    if len < 2 || context == 0 { 0 } else { (len - 1).div_ceil(context) }
+}
+
+/// How the validation loss is measured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Evaluation {
+    /// On at most this many non-overlapping windows, drawn with [`VALIDATION_SEED`]: an
+    /// estimate whose cost does not grow with the text.
+    Sample(usize),
+    /// On every window covering the held-out tokens: each token after the first is a target
+    /// exactly once (`gpt train --exact-validation`).
+    Exact,
+}
+
+/// A measured validation loss.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Validation {
+    /// The mean loss over the scored tokens, in nats per token.
+    pub loss: f64,
+    /// The windows scored…
+    pub windows: usize,
+    /// … of the windows covering the held-out tokens.
+    pub of: usize,
+    /// The tokens scored.
+    pub tokens: usize,
+}
+
+/// The mean loss L = −(1/S) Σ ln p(u_s | u_<s) of `model` over the windows `how` chooses from
+/// `tokens` (windows of `context` tokens, see [`super::data::covering_starts`]), computed
+/// [`VALIDATION_BATCH`] windows at a time: only one batch of ids is ever copied. `progress` sees
+/// (windows done, running mean) after each batch.
+pub fn validation_loss(
+    model: &Gpt<f32>,
+    tokens: &[Token],
+    context: usize,
+    how: Evaluation,
+    progress: &mut dyn Progress,
+) -> Result<Validation> {
+    let all = covering_starts(tokens.len(), context);
+    let of = all.len();
+    let chosen = match how {
+        Evaluation::Exact => all,
+        Evaluation::Sample(limit) => sample_windows(all, limit.max(1), VALIDATION_SEED),
+    };
+    let (mut total, mut scored, mut done) = (0.0, 0usize, 0usize);
+    for group in chosen.chunk_by(|a, b| a.1 == b.1) {
+        for chunk in group.chunks(VALIDATION_BATCH) {
+            let starts: Vec<usize> = chunk.iter().map(|w| w.0).collect();
+            let batch = windows_at(tokens, chunk[0].1, &starts);
+            let n = batch.scored();
+            total += model.loss(&batch)? * n as f64;
+            scored += n;
+            done += chunk.len();
+            progress.step(done, total / scored.max(1) as f64, None);
+        }
+    }
+    progress.finish();
+    if scored == 0 {
+        return Err(Error::Empty { op: "validation_loss", arg: "tokens" });
+    }
+    Ok(Validation { loss: total / scored as f64, windows: chosen.len(), of, tokens: scored })
 }
 
 /// Where a run's steps ended.
@@ -592,15 +670,13 @@ pub struct Finished {
     /// The training loss's running mean (0.95·m + 0.05·loss per step, from the first step of
     /// this call).
     pub running_loss: f64,
-    /// The mean loss over every validation token, in nats per token.
-    pub validation_loss: f64,
     /// The generation folder the last save wrote.
     pub generation: PathBuf,
 }
 
 /// Trains on random windows of `split.train` until `steps` steps have been taken, saving the
 /// checkpoint (with `run_files`, see [`save_run`]) into `out` every `save_every` steps (0: never)
-/// and after the last step, then measures the validation loss. A step whose loss is not finite
+/// and after the last step (measure the validation loss with [`validation_loss`]). A step whose loss is not finite
 /// stops the run with an error before anything of it is saved. `progress` sees every step with
 /// the running loss and the tokens per second so far. The schedule's decay stays where the run
 /// planned it; past it the floor rate holds.
@@ -616,7 +692,7 @@ pub fn continue_run(
     run_files: &[(String, Vec<u8>)],
     progress: &mut dyn Progress,
 ) -> Result<Finished> {
-    let data = Data::Stream { tokens: &split.train, seq_len: context };
+    let data = Data::Stream { tokens: split.train(), seq_len: context };
     let start = Instant::now();
     let (mut seen, mut running) = (0usize, f64::NAN);
     let mut disk = folder::Disk;
@@ -635,8 +711,7 @@ pub fn continue_run(
     }
     progress.finish();
     let generation = save_run(&mut disk, out, trainer, run_files)?;
-    let val = mean_loss(&trainer.model, &covering_windows(&split.validation, context, 32))?;
-    Ok(Finished { running_loss: running, validation_loss: val, generation })
+    Ok(Finished { running_loss: running, generation })
 }
 
 /// The run's closing sample: the first validation tokens as the prompt (see

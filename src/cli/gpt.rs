@@ -107,6 +107,10 @@ pub struct TrainArgs {
     /// LLM_WORKBOOK_MEMORY_BUDGET, else the available memory); a larger model is refused.
     #[arg(long)]
     pub memory_budget: Option<u64>,
+    /// Measure the final validation loss over every held-out token, not on a seeded sample of
+    /// at most 256 windows (slow on a large text; a progress bar shows it).
+    #[arg(long)]
+    pub exact_validation: bool,
 }
 
 /// `gpt resume`.
@@ -126,6 +130,10 @@ pub struct ResumeArgs {
     /// LLM_WORKBOOK_MEMORY_BUDGET, else the available memory); a larger model is refused.
     #[arg(long)]
     pub memory_budget: Option<u64>,
+    /// Measure the final validation loss over every held-out token, not on a seeded sample of
+    /// at most 256 windows.
+    #[arg(long)]
+    pub exact_validation: bool,
 }
 
 /// `gpt sample`.
@@ -225,7 +233,14 @@ fn train(a: TrainArgs) -> Result<()> {
     let trainer = Trainer::new(model, &tc, a.seed.wrapping_add(1))?;
     let files = run::run_files(&tokenizer_files, &data, &text, &tc, a.context, a.steps, a.seed);
     let tok = tok.as_ref();
-    continue_run(trainer, &tc, &split, tok, a.context, a.steps, a.save_every, &a.out, &files)
+    let eval = evaluation(a.exact_validation);
+    let (context, steps, every) = (a.context, a.steps, a.save_every);
+    continue_run(trainer, &tc, &split, tok, context, steps, every, &a.out, &files, eval)
+}
+
+/// The validation `--exact-validation` asks for.
+fn evaluation(exact: bool) -> run::Evaluation {
+    if exact { run::Evaluation::Exact } else { run::Evaluation::Sample(run::VALIDATION_WINDOWS) }
 }
 
 /// The one-line note for a folder read without a pointer.
@@ -261,7 +276,8 @@ fn resume(a: ResumeArgs) -> Result<()> {
     let tok = open.tokenizer.as_ref();
     let split = run::split_text(tok, &open.text, context)?;
     let files = &open.run_files;
-    continue_run(trainer, &tc, &split, tok, context, a.steps, 0, &a.checkpoint, files)
+    let eval = evaluation(a.exact_validation);
+    continue_run(trainer, &tc, &split, tok, context, a.steps, 0, &a.checkpoint, files, eval)
 }
 
 /// Trains to `steps` with a progress bar, then prints the losses, the plot's files and a sample.
@@ -276,6 +292,7 @@ fn continue_run(
     save_every: usize,
     out: &Path,
     run_files: &[(String, Vec<u8>)],
+    eval: run::Evaluation,
 ) -> Result<()> {
     let mut bar = Bar::run(trainer.step, steps)
         .map_err(|e| invalid("progress", "template", e.to_string()))?;
@@ -290,11 +307,31 @@ fn continue_run(
         run_files,
         &mut bar,
     )?;
+    let validation = split.validation();
+    let windows = run::covering_windows_count(validation.len(), context);
+    let v = if eval == run::Evaluation::Exact && windows > run::VALIDATION_WINDOWS {
+        let mut bar =
+            Bar::evaluation(windows).map_err(|e| invalid("progress", "template", e.to_string()))?;
+        run::validation_loss(&trainer.model, validation, context, eval, &mut bar)?
+    } else {
+        run::validation_loss(&trainer.model, validation, context, eval, &mut ())?
+    };
+    let how = if v.windows < v.of {
+        format!(
+            "on {} of the {} held-out windows of {context} tokens, drawn with seed {}; \
+             --exact-validation scores all",
+            v.windows,
+            v.of,
+            run::VALIDATION_SEED
+        )
+    } else {
+        format!("on all {} held-out tokens", v.tokens)
+    };
     say!(
-        "step {}: training loss {:.4}, validation loss {:.4} nats per token",
+        "step {}: training loss {:.4}, validation loss {:.4} nats per token ({how})",
         trainer.step,
         end.running_loss,
-        end.validation_loss
+        v.loss
     );
     let files = llm_workbook::ch09_gpt::book::save_loss_plot(&trainer, &end.generation)?;
     say!(
@@ -302,7 +339,7 @@ fn continue_run(
         end.generation.display(),
         files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", ")
     );
-    let (prompt, g) = run::closing_sample(&trainer.model, &split.validation, context)?;
+    let (prompt, g) = run::closing_sample(&trainer.model, validation, context)?;
     say!(
         "sample (T = {}) after {:?}:\n{}",
         run::SAMPLE_TEMPERATURE,
