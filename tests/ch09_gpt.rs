@@ -3041,6 +3041,55 @@ mod checkpoint_unit {
         assert!(e.contains("CURRENT") && e.contains("gen-000099"), "{e}");
     }
 
+    #[test]
+    fn the_loss_plot_is_drawn_inside_the_save_and_its_leftovers_go_with_the_next_save() {
+        use llm_workbook::ch09_gpt::book::save_loss_plot;
+        for (name, temporary) in [
+            (".gen-000002.tmp-41", true),
+            (".loss.tmp-41.png", true),
+            (".CURRENT.tmp-7", true),
+            ("loss.png", false),
+            (".loss.tmp-.png", false),
+            (".x.tmp-4a", false),
+        ] {
+            assert_eq!(folder::is_temporary(name), temporary, "{name}");
+        }
+        let mut s = setup("ch09_plot_unit");
+        steps(&mut s, 2);
+        let trainer = s.trainer.clone();
+        let mut plot = |tmp: &Path| save_loss_plot(&trainer, tmp).map(|_| ());
+        let first = run::save_run_with(&mut Disk, &s.out, &s.trainer, &s.files, &mut plot).unwrap();
+        assert!(first.join("loss.png").is_file() && first.join("loss.svg").is_file());
+        let temporaries = |dir: &Path| -> Vec<String> {
+            snapshot(dir).into_iter().map(|f| f.0).filter(|n| n.contains(".tmp-")).collect()
+        };
+        assert!(temporaries(&s.out).is_empty(), "{:?}", temporaries(&s.out));
+        // Killed while drawing: the plot's temporary is inside the unfinished generation, and the
+        // last complete one stays current.
+        let mut killed = |tmp: &Path| -> llm_workbook::Result<()> {
+            std::fs::write(tmp.join(".loss.tmp-4242.png"), b"\x89PNG half").unwrap();
+            Err(llm_workbook::Error::Empty { op: "plot", arg: "killed" })
+        };
+        assert!(run::save_run_with(&mut Disk, &s.out, &s.trainer, &s.files, &mut killed).is_err());
+        assert_eq!(folder::resolve(&s.out).unwrap().path, first);
+        let left = temporaries(&s.out);
+        assert!(left.iter().any(|n| n.ends_with("/.loss.tmp-4242.png")), "{left:?}");
+        assert!(left.iter().all(|n| n.starts_with(".gen-000002.tmp-")), "{left:?}");
+        assert!(!first.join(".loss.tmp-4242.png").exists(), "never beside the current files");
+        // The next save removes it.
+        let next = run::save_run_with(&mut Disk, &s.out, &s.trainer, &s.files, &mut plot).unwrap();
+        assert!(temporaries(&s.out).is_empty(), "{:?}", temporaries(&s.out));
+        assert_eq!(names(&s.out).len(), 2, "{:?}", names(&s.out));
+        assert!(next.join("loss.svg").is_file());
+        // The binary: the plot is in the generation, and nothing else is left.
+        let ck = s.dir.join("cli");
+        let o = train(&s.dir.join("t.txt"), &ck, &[]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let here = folder::resolve(&ck).unwrap().path;
+        assert!(here.join("loss.png").is_file() && here.join("loss.svg").is_file());
+        assert!(temporaries(&ck).is_empty() && names(&ck).len() == 2, "{:?}", names(&ck));
+    }
+
     // ───── at the level a user meets them: the built binary ─────
 
     /// The binary, with a memory budget of 4 GB whatever the machine has.

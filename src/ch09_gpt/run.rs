@@ -561,6 +561,18 @@ pub fn save_run(
     trainer: &Trainer<f32>,
     run_files: &[(String, Vec<u8>)],
 ) -> Result<PathBuf> {
+    save_run_with(sink, out, trainer, run_files, &mut |_| Ok(()))
+}
+
+/// [`save_run`], with `finish` writing more files (the loss plot) into the generation before it
+/// is committed (see [`folder::save_generation_with`]).
+pub fn save_run_with(
+    sink: &mut dyn Sink,
+    out: &Path,
+    trainer: &Trainer<f32>,
+    run_files: &[(String, Vec<u8>)],
+    finish: &mut dyn FnMut(&Path) -> Result<()>,
+) -> Result<PathBuf> {
     for (name, m) in trainer.model.tensors() {
         if m.iter().any(|x| !x.is_finite()) {
             return Err(diverged(trainer.step, &format!("tensor {name} holds NaN or ±∞")));
@@ -568,7 +580,7 @@ pub fn save_run(
     }
     let mut files = trainer_files(trainer)?;
     files.extend(run_files.iter().cloned());
-    folder::save_generation(sink, out, &files)
+    folder::save_generation_with(sink, out, &files, finish)
 }
 
 fn diverged(step: usize, what: &str) -> Error {
@@ -676,7 +688,9 @@ pub struct Finished {
 
 /// Trains on random windows of `split.train` until `steps` steps have been taken, saving the
 /// checkpoint (with `run_files`, see [`save_run`]) into `out` every `save_every` steps (0: never)
-/// and after the last step (measure the validation loss with [`validation_loss`]). A step whose loss is not finite
+/// and after the last step, whose save `last_save` may add files to (the loss plot: it is
+/// called with the trainer and the generation's temporary folder before the save is committed).
+/// Measure the validation loss with [`validation_loss`]. A step whose loss is not finite
 /// stops the run with an error before anything of it is saved. `progress` sees every step with
 /// the running loss and the tokens per second so far. The schedule's decay stays where the run
 /// planned it; past it the floor rate holds.
@@ -691,6 +705,7 @@ pub fn continue_run(
     out: &Path,
     run_files: &[(String, Vec<u8>)],
     progress: &mut dyn Progress,
+    last_save: &mut dyn FnMut(&Trainer<f32>, &Path) -> Result<()>,
 ) -> Result<Finished> {
     let data = Data::Stream { tokens: split.train(), seq_len: context };
     let start = Instant::now();
@@ -710,7 +725,9 @@ pub fn continue_run(
         }
     }
     progress.finish();
-    let generation = save_run(&mut disk, out, trainer, run_files)?;
+    let trained: &Trainer<f32> = trainer;
+    let mut finish = |tmp: &Path| last_save(trained, tmp);
+    let generation = save_run_with(&mut disk, out, trained, run_files, &mut finish)?;
     Ok(Finished { running_loss: running, generation })
 }
 

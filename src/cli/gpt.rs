@@ -306,6 +306,7 @@ fn continue_run(
         out,
         run_files,
         &mut bar,
+        &mut |t, dir| llm_workbook::ch09_gpt::book::save_loss_plot(t, dir).map(|_| ()),
     )?;
     let validation = split.validation();
     let windows = run::covering_windows_count(validation.len(), context);
@@ -333,12 +334,9 @@ fn continue_run(
         end.running_loss,
         v.loss
     );
-    let files = llm_workbook::ch09_gpt::book::save_loss_plot(&trainer, &end.generation)?;
-    say!(
-        "checkpoint and loss plot in {} ({})",
-        end.generation.display(),
-        files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", ")
-    );
+    let plot = ["png", "svg"]
+        .map(|ext| end.generation.join(format!("{}.{ext}", run::LOSS_PLOT)).display().to_string());
+    say!("checkpoint and loss plot in {} ({})", end.generation.display(), plot.join(", "));
     let (prompt, g) = run::closing_sample(&trainer.model, validation, context)?;
     say!(
         "sample (T = {}) after {:?}:\n{}",
