@@ -2475,6 +2475,101 @@ mod fuzz_corpus_replay {
     }
 
     #[test]
+    fn checkpoint_folder_corpus_replays_to_a_model_or_a_one_line_error() {
+        let n = replay_fuzz_corpus("checkpoint_folder", 30, h::checkpoint_folder);
+        assert!(n <= 60, "{n} files: keep the committed corpus small");
+    }
+
+    /// The structured inputs the checkpoint target starts from reach the loader's deep checks:
+    /// a well-formed folder loads, and each planted fault is refused, in one line, by the check
+    /// meant for it.
+    #[test]
+    fn checkpoint_folder_seeds_reach_every_check() {
+        let seeds = checkpoint_seeds();
+        assert!(seeds.len() >= 30);
+        for (seed, needle) in seeds {
+            match (h::checkpoint_folder_outcome(&seed), needle) {
+                (Ok(_), "") => {}
+                (Err(e), n) if !n.is_empty() && e.contains(n) && !e.contains('\n') => {}
+                (got, n) => panic!("seed {seed:?}: {got:?}, expected {:?}", n),
+            }
+        }
+    }
+
+    /// (input, a needle of the error it must give, or "" for a folder that loads): the
+    /// hand-written seeds of the checkpoint target (flags, the config's sizes and the tensors'
+    /// as indices into `h::FUZZ_SIZES`, the epsilon's index, edits).
+    fn checkpoint_seeds() -> Vec<(Vec<u8>, &'static str)> {
+        // Indices into h::FUZZ_SIZES: 1 = 1, 3 = 3, 4 = 4, 7 = 8, 8 = 16, 9 = 264, 11 = 10⁹,
+        // 13 = 10¹⁸, 15 = usize::MAX, 0 = 0.
+        let small = [8u8, 7, 1, 3, 7];
+        let heads_2 = [8u8, 7, 1, 2, 7];
+        let mut out = Vec::new();
+        let mut push = |flags: u8, config: [u8; 5], header: [u8; 5], eps: u8, needle| {
+            let mut v = vec![flags];
+            v.extend(config);
+            v.extend(header);
+            v.push(eps);
+            v.extend([0, 0]);
+            out.push((v, needle));
+        };
+        let (bpe, header) = ([9, 7, 1, 2, 7], 16);
+        push(0, heads_2, heads_2, 0, "");
+        push(4, heads_2, heads_2, 0, "");
+        push(1, heads_2, heads_2, 0, "");
+        push(2, heads_2, heads_2, 0, "");
+        push(8 | 4, bpe, bpe, 0, "");
+        push(4 | 32, heads_2, heads_2, 0, "not the one this model was trained with");
+        push(8 | 64, heads_2, heads_2, 0, "two tokenizers");
+        push(8, heads_2, heads_2, 0, "the tokenizer has 264 tokens but the model only 16");
+        push(0, small, small, 0, "3 heads do not divide the width 8");
+        for (i, needle) in [
+            "wte.weight has shape [4, 8]",
+            "wpe.weight has shape [4, 8]",
+            "the file holds 4 blocks",
+            "saved with n_head = \"4\"",
+            "wte.weight has shape [16, 4]",
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut other = heads_2;
+            other[i] = 4;
+            push(header, heads_2, other, 0, needle);
+        }
+        for (slot, size, lying, checked) in [
+            (0, 11, "data_offsets end", "[1000000000, 8] was expected"),
+            (1, 11, "data_offsets end", "[1000000000, 8] was expected"),
+            (2, 13, "data_offsets end", "the file holds 1 blocks"),
+            (4, 15, "do not divide the width", "do not divide the width"),
+            (3, 0, "must be at least 1, got 0", "must be at least 1, got 0"),
+        ] {
+            let mut config = heads_2;
+            config[slot] = size;
+            push(0, config, config, 0, lying);
+            push(header, config, heads_2, 0, checked);
+        }
+        for (eps, needle) in [
+            (1, ""),
+            (2, ""),
+            (3, "lies outside 1e-12 ..= 1e-2"),
+            (4, "lies outside 1e-12 ..= 1e-2"),
+            (5, "must be finite and > 0"),
+            (6, "must be finite and > 0"),
+            (7, "lies outside 1e-12 ..= 1e-2"),
+        ] {
+            push(0, heads_2, heads_2, eps, needle);
+        }
+        push(128, heads_2, heads_2, 0, "holds neither");
+        let mut edited = vec![0u8];
+        edited.extend(heads_2);
+        edited.extend(heads_2);
+        edited.extend([0, 3, 8, 0, 0xff, 100, 0, 7, 200, 1, 0x41, 0]);
+        out.push((edited, "the header does not start with"));
+        out
+    }
+
+    #[test]
     fn a_saved_fuzz_trainer_loads_through_the_fuzz_target_path() {
         // The seed the safetensors target starts from is a real checkpoint of its config.
         let (model, state) = fuzz_checkpoint();
@@ -2513,6 +2608,10 @@ mod fuzz_corpus_replay {
         write("safetensors", "model_only", &h::join_with_prefix(&model, &[]));
         let reference = std::fs::read(super::fixture("ch09_reference.safetensors")).unwrap();
         write("safetensors", "python_reference", &h::join_with_prefix(&reference, &[]));
+        for (seed, _) in checkpoint_seeds() {
+            let name = format!("{:016x}", llm_workbook::ch09_gpt::folder::fnv1a64(&seed));
+            write("checkpoint_folder", &name, &seed);
+        }
     }
 }
 

@@ -13,10 +13,11 @@
 //! sample of at most [`VALIDATION_WINDOWS`] windows by default, or over all of them on request
 //! ([`Evaluation`]).
 
-use super::checkpoint::{load_trainer, trainer_files};
+use super::checkpoint::{CONFIG_FILE, MODEL_FILE, load_trainer, trainer_files};
 use super::data::{Token, TokenSplit, covering_starts, sample_windows, windows_at};
 use super::folder::{self, Resolved, Sink};
 use super::model::Gpt;
+use super::safetensors::SafeTensors;
 use super::sample::{Decoding, Generated, generate};
 use super::schedule::Schedule;
 use super::train::{Data, Progress, TrainConfig, Trainer};
@@ -71,8 +72,19 @@ pub fn read_tokenizer_files(dir: &Path) -> Result<Vec<(String, Vec<u8>)>> {
         let path = dir.join(name);
         Ok((name.to_string(), std::fs::read(&path).map_err(io(&path))?))
     };
-    let chars = dir.join(CHARS_FILE).exists();
-    let bpe = dir.join("vocab.json").exists() && dir.join("merges.txt").exists();
+    let exists = |name: &str| dir.join(name).exists();
+    select_tokenizer_files(dir, exists, read)
+}
+
+/// Which tokenizer files a folder (`dir`, in messages) holds, given which `exists` and how to
+/// `read` one: [`CHARS_FILE`], or `vocab.json` and `merges.txt`, never both.
+fn select_tokenizer_files(
+    dir: &Path,
+    exists: impl Fn(&str) -> bool,
+    read: impl Fn(&str) -> Result<(String, Vec<u8>)>,
+) -> Result<Vec<(String, Vec<u8>)>> {
+    let chars = exists(CHARS_FILE);
+    let bpe = exists("vocab.json") && exists("merges.txt");
     match (chars, bpe) {
         (true, true) => Err(invalid(
             "load_tokenizer",
@@ -160,7 +172,16 @@ pub fn load_tokenizer(dir: &Path) -> Result<Box<dyn Tokenizer>> {
 /// Refuses a tokenizer whose fingerprint ([`folder::files_hash`]) is not the one `train.json`
 /// recorded for the model (a checkpoint written before fingerprints were recorded passes).
 pub fn check_tokenizer(dir: &Path, files: &[(String, Vec<u8>)]) -> Result<()> {
-    let Some(recorded) = read_tokenizer_hash(dir)? else { return Ok(()) };
+    check_tokenizer_against(dir, read_tokenizer_hash(dir)?, files)
+}
+
+/// The work of [`check_tokenizer`] with the fingerprint `recorded` already read.
+fn check_tokenizer_against(
+    dir: &Path,
+    recorded: Option<String>,
+    files: &[(String, Vec<u8>)],
+) -> Result<()> {
+    let Some(recorded) = recorded else { return Ok(()) };
     let found = folder::files_hash(files);
     if found != recorded {
         let names = files.iter().map(|f| f.0.as_str()).collect::<Vec<_>>().join(" + ");
@@ -762,13 +783,65 @@ pub fn load_for_sampling(
 ) -> Result<(Box<dyn Tokenizer>, Gpt<f32>, Resolved)> {
     let resolved = folder::resolve(dir)?;
     let here = resolved.path.as_path();
+    let mut files = Vec::new();
+    for name in CHECKPOINT_FILES {
+        let path = here.join(name);
+        match std::fs::read(&path) {
+            Ok(bytes) => files.push((name.to_string(), bytes)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io(&path)(e)),
+        }
+    }
+    let (tok, model) = checkpoint_from_files(here, files, budget)?;
+    Ok((tok, model, resolved))
+}
 
-    let files = read_tokenizer_files(here)?;
-    check_tokenizer(here, &files)?;
-    let tok = tokenizer_from_files(here, &files)?;
-    let model = super::checkpoint::load_model_checked::<f32>(here, |c| {
-        super::budget::check(c, 1, c.context, budget, "--memory-budget")
-    })?;
+/// The files of a checkpoint folder that [`checkpoint_from_files`] reads.
+pub const CHECKPOINT_FILES: [&str; 6] =
+    [CHARS_FILE, "vocab.json", "merges.txt", RUN_FILE, CONFIG_FILE, MODEL_FILE];
+
+/// The work of [`load_for_sampling`] on a folder's files already read (name, contents; `dir`
+/// names them in errors): the tokenizer (one, checked against the fingerprint `train.json`
+/// records, if there is one), `config.json` (its sizes compared with `model.safetensors`'
+/// header, then with the memory `budget` in bytes, before anything is built), the model, and
+/// the tokenizer's ids against the model's rows. The one entry point of loading a folder, which
+/// the fuzz target `checkpoint_folder` drives with made-up folders.
+pub fn checkpoint_from_files(
+    dir: &Path,
+    mut files: Vec<(String, Vec<u8>)>,
+    budget: u64,
+) -> Result<(Box<dyn Tokenizer>, Gpt<f32>)> {
+    let missing = |name: &str| {
+        let path = dir.join(name);
+        io(&path)(std::io::Error::from(std::io::ErrorKind::NotFound))
+    };
+    let find = |files: &[(String, Vec<u8>)], name: &str| files.iter().position(|f| f.0 == name);
+    let tok_files = select_tokenizer_files(
+        dir,
+        |name| find(&files, name).is_some(),
+        |name| {
+            let i = find(&files, name).ok_or_else(|| missing(name))?;
+            Ok(files[i].clone())
+        },
+    )?;
+    let recorded = match find(&files, RUN_FILE) {
+        Some(i) => {
+            let name = dir.join(RUN_FILE).display().to_string();
+            from_json_object::<RunFile>(&files[i].1, &name)?.tokenizer_fnv1a64
+        }
+        None => None,
+    };
+    check_tokenizer_against(dir, recorded, &tok_files)?;
+    let tok = tokenizer_from_files(dir, &tok_files)?;
+    let config_at = find(&files, CONFIG_FILE).ok_or_else(|| missing(CONFIG_FILE))?;
+    let config_name = dir.join(CONFIG_FILE).display().to_string();
+    let config = super::checkpoint::config_from_json(&files[config_at].1, &config_name)?;
+    let model_at = find(&files, MODEL_FILE).ok_or_else(|| missing(MODEL_FILE))?;
+    let model_bytes = std::mem::take(&mut files[model_at].1);
+    let f = SafeTensors::parse(model_bytes, &dir.join(MODEL_FILE).display().to_string())?;
+    super::checkpoint::check_header_against_config(&config, &f)?;
+    super::budget::check(&config, 1, config.context, budget, "--memory-budget")?;
+    let model = super::checkpoint::model_from_safetensors::<f32>(config, &f)?;
     if tok.vocab_size() > model.config.vocab_size {
         return Err(invalid(
             "gpt sample",
@@ -780,5 +853,5 @@ pub fn load_for_sampling(
             ),
         ));
     }
-    Ok((tok, model, resolved))
+    Ok((tok, model))
 }
