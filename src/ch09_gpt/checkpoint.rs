@@ -48,12 +48,7 @@ pub const MODEL_FILE: &str = "model.safetensors";
 pub const CONFIG_FILE: &str = "config.json";
 /// The training state's file name.
 pub const STATE_FILE: &str = "training_state.safetensors";
-/// The LayerNorm ε a `config.json` may give, inclusive: BERT's 10⁻¹² (the smallest in common
-/// use; below it ε vanishes next to any variance an `f32` can hold) to 10⁻² (beyond it ε is no
-/// longer a guard against division by zero but changes what the layer computes). GPT-2 uses 10⁻⁵.
-pub const LAYER_NORM_EPSILON_RANGE: (f64, f64) = (1e-12, 1e-2);
-/// The key of `model.safetensors`' metadata where our files record the head count, which the
-/// tensors' shapes cannot tell (see [`check_header_against_config`]).
+/// The metadata key of our `model.safetensors` that records the head count (no shape shows it).
 pub const HEADS_METADATA: &str = "n_head";
 /// The activation GPT-2's config names for GELU in its tanh form.
 pub const GELU_TANH_NAMES: [&str; 2] = ["gelu_new", "gelu_pytorch_tanh"];
@@ -189,23 +184,9 @@ pub fn config_from_json(bytes: &[u8], file: &str) -> Result<Config> {
     }
     c.validate()
         .map_err(|e| parse_error(file, format!("the configuration describes no model: {e}")))?;
-    check_epsilon(c.layer_norm_epsilon, file)?;
+    super::config::check_epsilon(c.layer_norm_epsilon)
+        .map_err(|reason| parse_error(file, reason))?;
     Ok(c)
-}
-
-/// Refuses a `layer_norm_epsilon` outside [`LAYER_NORM_EPSILON_RANGE`]; `file` names the file.
-pub fn check_epsilon(epsilon: f64, file: &str) -> Result<()> {
-    let (low, high) = LAYER_NORM_EPSILON_RANGE;
-    if !(low..=high).contains(&epsilon) {
-        return Err(parse_error(
-            file,
-            format!(
-                "layer_norm_epsilon = {epsilon:e} lies outside {low:e} ..= {high:e} (GPT-2 uses \
-                 1e-5)"
-            ),
-        ));
-    }
-    Ok(())
 }
 
 /// Reads `config.json` from a folder.
@@ -271,9 +252,7 @@ fn is_mask_buffer(name: &str) -> bool {
 /// built: the layer count with the blocks the file holds, `wte` (and `wpe` with learned
 /// positions) and the last block's MLP with the config's vocabulary, context and width. Once
 /// they agree, every size of the config is bounded by the tensors actually in the file. The head
-/// count cannot be read from the shapes (the fused d×3d attention matrix is the same for any
-/// divisor of d), so our files record it in the header's metadata ([`HEADS_METADATA`]) and it is
-/// compared here; Hugging Face's files lack it, and only the divisibility check applies.
+/// count, which no shape shows, is compared with [`HEADS_METADATA`] where the file records it.
 pub fn check_header_against_config(config: &Config, f: &SafeTensors) -> Result<()> {
     let prefixed = f.tensors.iter().any(|t| t.name.starts_with("transformer."));
     let bare = |n: &str| if prefixed { format!("transformer.{n}") } else { n.to_string() };
@@ -291,18 +270,8 @@ pub fn check_header_against_config(config: &Config, f: &SafeTensors) -> Result<(
         "config.json: n_embd = {}, n_layer = {}, vocab_size = {}, n_positions = {}",
         config.width, config.layers, config.vocab_size, config.context
     );
-    if let Some(h) = f.meta(HEADS_METADATA)
-        && h.parse::<usize>().ok() != Some(config.heads)
-    {
-        return Err(parse_error(
-            &f.file,
-            format!(
-                "the model was saved with {HEADS_METADATA} = {h:?} heads but config.json says \
-                 n_head = {}",
-                config.heads
-            ),
-        ));
-    }
+    super::config::check_heads(config, f.meta(HEADS_METADATA))
+        .map_err(|reason| parse_error(&f.file, reason))?;
     if layers.len() != config.layers || layers.last().is_some_and(|&l| l + 1 != layers.len()) {
         return Err(parse_error(
             &f.file,

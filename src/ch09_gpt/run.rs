@@ -13,17 +13,13 @@
 //! sample of at most [`VALIDATION_WINDOWS`] windows by default, or over all of them on request
 //! ([`Evaluation`]).
 
-use super::checkpoint::{CONFIG_FILE, MODEL_FILE, load_trainer, trainer_files};
-use super::data::{Token, TokenSplit, covering_starts, sample_windows, windows_at};
+use super::checkpoint::{load_trainer, trainer_files};
+use super::data::{Token, TokenSplit};
 use super::folder::{self, Resolved, Sink};
 use super::model::Gpt;
-use super::safetensors::SafeTensors;
 use super::sample::{Decoding, Generated, generate};
 use super::schedule::Schedule;
 use super::train::{Data, Progress, TrainConfig, Trainer};
-use crate::ch08_tokens::bpe::{self, BpeConfig, PreTokenizer};
-use crate::ch08_tokens::chars::CharTokenizer;
-use crate::ch08_tokens::gpt2::{Gpt2Tokenizer, to_gpt2_files};
 use crate::ch08_tokens::{Tokenizer, corpus};
 use crate::error::{Error, Result, from_json_object, invalid};
 use crate::matmul::KERNEL_ENV;
@@ -50,180 +46,13 @@ pub const SAMPLE_TOKENS: usize = 200;
 /// … drawn at this temperature, with the generator seeded by 1.
 pub const SAMPLE_TEMPERATURE: f64 = 0.8;
 
-fn io(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
+// The tokenizer's files and loading a folder for sampling, and the validation loss, live in
+// files of their own; their items are this module's too.
+pub use super::run_files::*;
+pub use super::validation::*;
+
+pub(super) fn io(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
     move |source| Error::Io { path: path.display().to_string(), source }
-}
-
-// ───────────────────────────── tokenizers in a folder ─────────────────────────────
-
-/// How text becomes tokens.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TokenizerKind {
-    /// One token per character of the text.
-    Char,
-    /// Byte-level BPE trained on the text.
-    Bpe,
-}
-
-/// The tokenizer's files in a checkpoint's folder (name, contents): [`CHARS_FILE`], or
-/// `vocab.json` and `merges.txt`. A folder with both is refused: one of them is stale.
-pub fn read_tokenizer_files(dir: &Path) -> Result<Vec<(String, Vec<u8>)>> {
-    let read = |name: &str| -> Result<(String, Vec<u8>)> {
-        let path = dir.join(name);
-        Ok((name.to_string(), std::fs::read(&path).map_err(io(&path))?))
-    };
-    let exists = |name: &str| dir.join(name).exists();
-    select_tokenizer_files(dir, exists, read)
-}
-
-/// Which tokenizer files a folder (`dir`, in messages) holds, given which `exists` and how to
-/// `read` one: [`CHARS_FILE`], or `vocab.json` and `merges.txt`, never both.
-fn select_tokenizer_files(
-    dir: &Path,
-    exists: impl Fn(&str) -> bool,
-    read: impl Fn(&str) -> Result<(String, Vec<u8>)>,
-) -> Result<Vec<(String, Vec<u8>)>> {
-    let chars = exists(CHARS_FILE);
-    let bpe = exists("vocab.json") && exists("merges.txt");
-    match (chars, bpe) {
-        (true, true) => Err(invalid(
-            "load_tokenizer",
-            "checkpoint",
-            format!(
-                "{} holds two tokenizers ({CHARS_FILE} and vocab.json + merges.txt); one is \
-                 stale, and the model belongs to only one",
-                dir.display()
-            ),
-        )),
-        (true, false) => Ok(vec![read(CHARS_FILE)?]),
-        (false, true) => Ok(vec![read("vocab.json")?, read("merges.txt")?]),
-        (false, false) => Err(invalid(
-            "load_tokenizer",
-            "checkpoint",
-            format!("{} holds neither {CHARS_FILE} nor vocab.json + merges.txt", dir.display()),
-        )),
-    }
-}
-
-/// The tokenizer its files (from [`read_tokenizer_files`] or [`build_tokenizer`]) describe;
-/// `dir` names them in errors.
-pub fn tokenizer_from_files(dir: &Path, files: &[(String, Vec<u8>)]) -> Result<Box<dyn Tokenizer>> {
-    let text = |name: &str| -> Result<String> {
-        let bytes = files.iter().find(|f| f.0 == name).map(|f| f.1.clone()).unwrap_or_default();
-        String::from_utf8(bytes).map_err(|_| Error::Parse {
-            file: dir.join(name).display().to_string(),
-            line: None,
-            reason: "is not UTF-8".into(),
-        })
-    };
-    if files.iter().any(|f| f.0 == CHARS_FILE) {
-        return Ok(Box::new(CharTokenizer::from_text(&text(CHARS_FILE)?)?));
-    }
-    let (v, m) = (dir.join("vocab.json"), dir.join("merges.txt"));
-    let (v, m) = (v.display().to_string(), m.display().to_string());
-    let merges = text("merges.txt")?;
-    let tok = Gpt2Tokenizer::from_texts(&v, &text("vocab.json")?, &m, &merges)?;
-    check_merges(&tok, &merges, &m)?;
-    Ok(Box::new(tok))
-}
-
-/// The first line of a `merges.txt` as GPT-2 and our BPE write it.
-pub const MERGES_VERSION: &str = "#version";
-
-/// A checkpoint's `merges.txt` (`file` in errors) beside the tokenizer read from it: it must
-/// start with its [`MERGES_VERSION`] line, hold at least one merge, and account for every token
-/// of `vocab.json`, which is the 256 bytes, one token per merge, and special tokens written
-/// `<|…|>` (GPT-2's `<|endoftext|>`). A file cut short at a line boundary leaves tokens that no
-/// merge makes, and is refused here.
-pub fn check_merges(tok: &Gpt2Tokenizer, merges: &str, file: &str) -> Result<()> {
-    let fail = |reason: String| Err(Error::Parse { file: file.to_string(), line: None, reason });
-    if !merges.starts_with(MERGES_VERSION) {
-        return fail(format!(
-            "the first line is not its {MERGES_VERSION} line (an empty or cut file?)"
-        ));
-    }
-    let n = tok.merge_count();
-    if n == 0 {
-        return fail("holds no merge".into());
-    }
-    let stray: Vec<&str> = tok
-        .special_tokens()
-        .iter()
-        .map(|(s, _)| s.as_str())
-        .filter(|s| !(s.starts_with("<|") && s.ends_with("|>")))
-        .collect();
-    if let Some(first) = stray.first() {
-        return fail(format!(
-            "holds {n} merges, but vocab.json has {} tokens: {} of them ({first:?} first) are \
-             neither a byte, nor made by a merge, nor a special <|…|> token (merges.txt cut \
-             short, or files that do not belong together?)",
-            tok.vocab_size(),
-            stray.len()
-        ));
-    }
-    Ok(())
-}
-
-/// Whichever tokenizer a checkpoint folder holds (see [`read_tokenizer_files`]).
-pub fn load_tokenizer(dir: &Path) -> Result<Box<dyn Tokenizer>> {
-    tokenizer_from_files(dir, &read_tokenizer_files(dir)?)
-}
-
-/// Refuses a tokenizer whose fingerprint ([`folder::files_hash`]) is not the one `train.json`
-/// recorded for the model (a checkpoint written before fingerprints were recorded passes).
-pub fn check_tokenizer(dir: &Path, files: &[(String, Vec<u8>)]) -> Result<()> {
-    check_tokenizer_against(dir, read_tokenizer_hash(dir)?, files)
-}
-
-/// The work of [`check_tokenizer`] with the fingerprint `recorded` already read.
-fn check_tokenizer_against(
-    dir: &Path,
-    recorded: Option<String>,
-    files: &[(String, Vec<u8>)],
-) -> Result<()> {
-    let Some(recorded) = recorded else { return Ok(()) };
-    let found = folder::files_hash(files);
-    if found != recorded {
-        let names = files.iter().map(|f| f.0.as_str()).collect::<Vec<_>>().join(" + ");
-        return Err(invalid(
-            "load_tokenizer",
-            "checkpoint",
-            format!(
-                "the tokenizer in {} ({names}, fingerprint {found}) is not the one this model was \
-                 trained with ({RUN_FILE} records {recorded})",
-                dir.display()
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// A tokenizer and the files that hold it (file name, contents), not yet written.
-pub type BuiltTokenizer = (Box<dyn Tokenizer>, Vec<(&'static str, String)>);
-
-/// The tokenizer `kind` builds from `text` (a BPE of `bpe_vocab` tokens: 256 bytes plus merges),
-/// and its files: `gpt train` writes them only once every setting has been checked.
-pub fn build_tokenizer(
-    kind: TokenizerKind,
-    text: &str,
-    bpe_vocab: usize,
-) -> Result<BuiltTokenizer> {
-    match kind {
-        TokenizerKind::Char => {
-            let t = CharTokenizer::from_text(text)?;
-            let line = t.chars().iter().collect::<String>();
-            Ok((Box::new(t), vec![(CHARS_FILE, line)]))
-        }
-        TokenizerKind::Bpe => {
-            let trained = bpe::train(
-                text,
-                BpeConfig { vocab_size: bpe_vocab, pre_tokenizer: PreTokenizer::Gpt2 },
-            )?;
-            let (v, m) = to_gpt2_files(&trained.bpe)?;
-            let tok = Gpt2Tokenizer::from_texts("vocab.json", &v, "merges.txt", &m)?;
-            Ok((Box::new(tok), vec![("vocab.json", v), ("merges.txt", m)]))
-        }
-    }
 }
 
 // ───────────────────────────── the run's settings ─────────────────────────────
@@ -621,82 +450,6 @@ pub fn split_text(tok: &dyn Tokenizer, text: &str, context: usize) -> Result<Tok
     TokenSplit::from_tokens(tok.encode(text)?, VALIDATION_FRACTION, context)
 }
 
-// ───────────────────────────── validation ─────────────────────────────
-
-/// By default the validation loss is measured on at most this many windows of the held-out
-/// tokens (all of them when there are fewer)…
-pub const VALIDATION_WINDOWS: usize = 256;
-/// … drawn without replacement by a generator with this seed, so every evaluation of a run
-/// scores the same windows.
-pub const VALIDATION_SEED: u64 = 2021;
-/// Windows per forward pass of the evaluation.
-pub const VALIDATION_BATCH: usize = 32;
-
-/// How many windows [`super::data::covering_starts`] cuts `len` tokens into.
-pub fn covering_windows_count(len: usize, context: usize) -> usize {
-    if len < 2 || context == 0 { 0 } else { (len - 1).div_ceil(context) }
-}
-
-/// How the validation loss is measured.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Evaluation {
-    /// On at most this many non-overlapping windows, drawn with [`VALIDATION_SEED`]: an
-    /// estimate whose cost does not grow with the text.
-    Sample(usize),
-    /// On every window covering the held-out tokens: each token after the first is a target
-    /// exactly once (`gpt train --exact-validation`).
-    Exact,
-}
-
-/// A measured validation loss.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Validation {
-    /// The mean loss over the scored tokens, in nats per token.
-    pub loss: f64,
-    /// The windows scored…
-    pub windows: usize,
-    /// … of the windows covering the held-out tokens.
-    pub of: usize,
-    /// The tokens scored.
-    pub tokens: usize,
-}
-
-/// The mean loss L = −(1/S) Σ ln p(u_s | u_<s) of `model` over the windows `how` chooses from
-/// `tokens` (windows of `context` tokens, see [`super::data::covering_starts`]), computed
-/// [`VALIDATION_BATCH`] windows at a time: only one batch of ids is ever copied. `progress` sees
-/// (windows done, running mean) after each batch.
-pub fn validation_loss(
-    model: &Gpt<f32>,
-    tokens: &[Token],
-    context: usize,
-    how: Evaluation,
-    progress: &mut dyn Progress,
-) -> Result<Validation> {
-    let all = covering_starts(tokens.len(), context);
-    let of = all.len();
-    let chosen = match how {
-        Evaluation::Exact => all,
-        Evaluation::Sample(limit) => sample_windows(all, limit.max(1), VALIDATION_SEED),
-    };
-    let (mut total, mut scored, mut done) = (0.0, 0usize, 0usize);
-    for group in chosen.chunk_by(|a, b| a.1 == b.1) {
-        for chunk in group.chunks(VALIDATION_BATCH) {
-            let starts: Vec<usize> = chunk.iter().map(|w| w.0).collect();
-            let batch = windows_at(tokens, chunk[0].1, &starts);
-            let n = batch.scored();
-            total += model.loss(&batch)? * n as f64;
-            scored += n;
-            done += chunk.len();
-            progress.step(done, total / scored.max(1) as f64, None);
-        }
-    }
-    progress.finish();
-    if scored == 0 {
-        return Err(Error::Empty { op: "validation_loss", arg: "tokens" });
-    }
-    Ok(Validation { loss: total / scored as f64, windows: chosen.len(), of, tokens: scored })
-}
-
 /// Where a run's steps ended.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Finished {
@@ -769,89 +522,4 @@ pub fn closing_sample(
         true,
     )?;
     Ok((prompt, g))
-}
-
-// ───────────────────────────── sample ─────────────────────────────
-
-/// The tokenizer and model of a checkpoint folder (ours, or GPT-2's with its `vocab.json` and
-/// `merges.txt`), refused if the tokenizer is not the one the run recorded or has ids the model
-/// has no row for, or if the model would not fit the memory `budget` in bytes. Also returns where
-/// the files were found.
-pub fn load_for_sampling(
-    dir: &Path,
-    budget: u64,
-) -> Result<(Box<dyn Tokenizer>, Gpt<f32>, Resolved)> {
-    let resolved = folder::resolve(dir)?;
-    let here = resolved.path.as_path();
-    let mut files = Vec::new();
-    for name in CHECKPOINT_FILES {
-        let path = here.join(name);
-        match std::fs::read(&path) {
-            Ok(bytes) => files.push((name.to_string(), bytes)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io(&path)(e)),
-        }
-    }
-    let (tok, model) = checkpoint_from_files(here, files, budget)?;
-    Ok((tok, model, resolved))
-}
-
-/// The files of a checkpoint folder that [`checkpoint_from_files`] reads.
-pub const CHECKPOINT_FILES: [&str; 6] =
-    [CHARS_FILE, "vocab.json", "merges.txt", RUN_FILE, CONFIG_FILE, MODEL_FILE];
-
-/// The work of [`load_for_sampling`] on a folder's files already read (name, contents; `dir`
-/// names them in errors): the tokenizer (one, checked against the fingerprint `train.json`
-/// records, if there is one), `config.json` (its sizes compared with `model.safetensors`'
-/// header, then with the memory `budget` in bytes, before anything is built), the model, and
-/// the tokenizer's ids against the model's rows. The one entry point of loading a folder, which
-/// the fuzz target `checkpoint_folder` drives with made-up folders.
-pub fn checkpoint_from_files(
-    dir: &Path,
-    mut files: Vec<(String, Vec<u8>)>,
-    budget: u64,
-) -> Result<(Box<dyn Tokenizer>, Gpt<f32>)> {
-    let missing = |name: &str| {
-        let path = dir.join(name);
-        io(&path)(std::io::Error::from(std::io::ErrorKind::NotFound))
-    };
-    let find = |files: &[(String, Vec<u8>)], name: &str| files.iter().position(|f| f.0 == name);
-    let tok_files = select_tokenizer_files(
-        dir,
-        |name| find(&files, name).is_some(),
-        |name| {
-            let i = find(&files, name).ok_or_else(|| missing(name))?;
-            Ok(files[i].clone())
-        },
-    )?;
-    let recorded = match find(&files, RUN_FILE) {
-        Some(i) => {
-            let name = dir.join(RUN_FILE).display().to_string();
-            from_json_object::<RunFile>(&files[i].1, &name)?.tokenizer_fnv1a64
-        }
-        None => None,
-    };
-    check_tokenizer_against(dir, recorded, &tok_files)?;
-    let tok = tokenizer_from_files(dir, &tok_files)?;
-    let config_at = find(&files, CONFIG_FILE).ok_or_else(|| missing(CONFIG_FILE))?;
-    let config_name = dir.join(CONFIG_FILE).display().to_string();
-    let config = super::checkpoint::config_from_json(&files[config_at].1, &config_name)?;
-    let model_at = find(&files, MODEL_FILE).ok_or_else(|| missing(MODEL_FILE))?;
-    let model_bytes = std::mem::take(&mut files[model_at].1);
-    let f = SafeTensors::parse(model_bytes, &dir.join(MODEL_FILE).display().to_string())?;
-    super::checkpoint::check_header_against_config(&config, &f)?;
-    super::budget::check(&config, 1, config.context, budget, "--memory-budget")?;
-    let model = super::checkpoint::model_from_safetensors::<f32>(config, &f)?;
-    if tok.vocab_size() > model.config.vocab_size {
-        return Err(invalid(
-            "gpt sample",
-            "checkpoint",
-            format!(
-                "the tokenizer has {} tokens but the model only {}",
-                tok.vocab_size(),
-                model.config.vocab_size
-            ),
-        ));
-    }
-    Ok((tok, model))
 }
