@@ -46,23 +46,24 @@ impl Tokenizer for CharTokenizer {
     }
 
     fn encode(&self, text: &str) -> Result<Vec<TokenId>> {
-        text.chars()
-            .enumerate()
-            .map(|(i, c)| {
-                self.id(c).ok_or_else(|| {
-                    invalid(
-                        "CharTokenizer::encode",
-                        "text",
-                        format!(
-                            "character {c:?} (U+{:04X}) at character {i} is not in the vocabulary \
-                                of {} characters built from the corpus",
-                            c as u32,
-                            self.chars.len()
-                        ),
-                    )
-                })
-            })
-            .collect()
+        // Exactly one id per character, allocated once: a long text's ids are 4 bytes a
+        // character, never a doubled buffer.
+        let mut out = Vec::with_capacity(text.chars().count());
+        for (i, c) in text.chars().enumerate() {
+            out.push(self.id(c).ok_or_else(|| {
+                invalid(
+                    "CharTokenizer::encode",
+                    "text",
+                    format!(
+                        "character {c:?} (U+{:04X}) at character {i} is not in the vocabulary of \
+                         {} characters built from the corpus",
+                        c as u32,
+                        self.chars.len()
+                    ),
+                )
+            })?);
+        }
+        Ok(out)
     }
 
     fn decode_bytes(&self, ids: &[TokenId]) -> Result<Vec<u8>> {

@@ -48,6 +48,8 @@ pub const MODEL_FILE: &str = "model.safetensors";
 pub const CONFIG_FILE: &str = "config.json";
 /// The training state's file name.
 pub const STATE_FILE: &str = "training_state.safetensors";
+/// The metadata key of our `model.safetensors` that records the head count (no shape shows it).
+pub const HEADS_METADATA: &str = "n_head";
 /// The activation GPT-2's config names for GELU in its tanh form.
 pub const GELU_TANH_NAMES: [&str; 2] = ["gelu_new", "gelu_pytorch_tanh"];
 
@@ -182,6 +184,8 @@ pub fn config_from_json(bytes: &[u8], file: &str) -> Result<Config> {
     }
     c.validate()
         .map_err(|e| parse_error(file, format!("the configuration describes no model: {e}")))?;
+    super::config::check_epsilon(c.layer_norm_epsilon)
+        .map_err(|reason| parse_error(file, reason))?;
     Ok(c)
 }
 
@@ -247,7 +251,8 @@ fn is_mask_buffer(name: &str) -> bool {
 /// Compares the sizes of `config` with the shapes in the file's header before anything is
 /// built: the layer count with the blocks the file holds, `wte` (and `wpe` with learned
 /// positions) and the last block's MLP with the config's vocabulary, context and width. Once
-/// they agree, every size of the config is bounded by the tensors actually in the file.
+/// they agree, every size of the config is bounded by the tensors actually in the file. The head
+/// count, which no shape shows, is compared with [`HEADS_METADATA`] where the file records it.
 pub fn check_header_against_config(config: &Config, f: &SafeTensors) -> Result<()> {
     let prefixed = f.tensors.iter().any(|t| t.name.starts_with("transformer."));
     let bare = |n: &str| if prefixed { format!("transformer.{n}") } else { n.to_string() };
@@ -265,6 +270,8 @@ pub fn check_header_against_config(config: &Config, f: &SafeTensors) -> Result<(
         "config.json: n_embd = {}, n_layer = {}, vocab_size = {}, n_positions = {}",
         config.width, config.layers, config.vocab_size, config.context
     );
+    super::config::check_heads(config, f.meta(HEADS_METADATA))
+        .map_err(|reason| parse_error(&f.file, reason))?;
     if layers.len() != config.layers || layers.last().is_some_and(|&l| l + 1 != layers.len()) {
         return Err(parse_error(
             &f.file,
@@ -387,7 +394,10 @@ pub fn model_files<T: Float>(
     model: &Gpt<T>,
     metadata: &[(String, String)],
 ) -> Result<Vec<(String, Vec<u8>)>> {
-    let mut meta = vec![("format".to_string(), "pt".to_string())];
+    let mut meta = vec![
+        ("format".to_string(), "pt".to_string()),
+        (HEADS_METADATA.to_string(), model.config.heads.to_string()),
+    ];
     meta.extend(metadata.iter().cloned());
     Ok(vec![
         (MODEL_FILE.to_string(), serialize(&gpt2_tensors(model), &meta)?),

@@ -46,6 +46,34 @@ pub struct Config {
 /// GPT-2's LayerNorm ε.
 pub const GPT2_LAYER_NORM_EPSILON: f64 = 1e-5;
 
+/// The LayerNorm ε a `config.json` may give, inclusive: BERT's 10⁻¹² (the smallest in common
+/// use; below it ε vanishes next to any variance an `f32` can hold) to 10⁻² (beyond it ε is no
+/// longer a guard against division by zero but changes what the layer computes). GPT-2 uses 10⁻⁵.
+pub const LAYER_NORM_EPSILON_RANGE: (f64, f64) = (1e-12, 1e-2);
+
+/// Refuses a `layer_norm_epsilon` outside [`LAYER_NORM_EPSILON_RANGE`], with the reason.
+pub fn check_epsilon(epsilon: f64) -> std::result::Result<(), String> {
+    let (low, high) = LAYER_NORM_EPSILON_RANGE;
+    if (low..=high).contains(&epsilon) {
+        return Ok(());
+    }
+    Err(format!(
+        "layer_norm_epsilon = {epsilon:e} lies outside {low:e} ..= {high:e} (GPT-2 uses 1e-5)"
+    ))
+}
+
+/// Refuses a head count unlike the one a weights file `recorded` (our files record it; the
+/// shapes cannot show it: the fused d×3d attention matrix is the same for every divisor of d).
+pub fn check_heads(config: &Config, recorded: Option<&str>) -> std::result::Result<(), String> {
+    match recorded {
+        Some(h) if h.parse::<usize>().ok() != Some(config.heads) => Err(format!(
+            "the model was saved with n_head = {h:?} heads but config.json says n_head = {}",
+            config.heads
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// The MLP widens the stream by this factor.
 pub const MLP_EXPANSION: usize = 4;
 

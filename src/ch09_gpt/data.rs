@@ -190,18 +190,28 @@ impl SortTask {
 // ───────────────────────────── a token stream ─────────────────────────────
 
 /// A tokenized corpus cut into a training part and a validation part (the last
-/// `validation_fraction` of the tokens, so the two never share a window).
+/// `validation_fraction` of the tokens, so the two never share a window). It holds the ids once,
+/// and the two parts are slices of them ([`TokenSplit::train`], [`TokenSplit::validation`]): a
+/// corpus of N characters costs 4·N bytes of ids with the character tokenizer, besides its text.
 #[derive(Clone, Debug)]
 pub struct TokenSplit {
-    /// The first part.
-    pub train: Vec<Token>,
-    /// The last part.
-    pub validation: Vec<Token>,
+    tokens: Vec<Token>,
+    cut: usize,
 }
 
 impl TokenSplit {
-    /// Splits `tokens`; both parts must hold at least `context + 1` tokens so that a window fits.
+    /// Splits a copy of `tokens`; see [`TokenSplit::from_tokens`].
     pub fn new(tokens: &[Token], validation_fraction: f64, context: usize) -> Result<TokenSplit> {
+        TokenSplit::from_tokens(tokens.to_vec(), validation_fraction, context)
+    }
+
+    /// Splits `tokens`, which it keeps (no copy); both parts must hold at least `context + 1`
+    /// tokens so that a window fits.
+    pub fn from_tokens(
+        tokens: Vec<Token>,
+        validation_fraction: f64,
+        context: usize,
+    ) -> Result<TokenSplit> {
         const OP: &str = "TokenSplit::new";
         if tokens.is_empty() {
             return Err(Error::Empty { op: OP, arg: "corpus (no tokens)" });
@@ -221,19 +231,34 @@ impl TokenSplit {
         for (arg, part) in
             [("corpus (its training part)", train), ("corpus (its validation part)", validation)]
         {
-            if part.len() < context + 1 {
+            if part.len() < context.saturating_add(1) {
                 return Err(invalid(
                     OP,
                     arg,
                     format!(
                         "holds {} tokens, fewer than one window of context + 1 = {}",
                         part.len(),
-                        context + 1
+                        context.saturating_add(1)
                     ),
                 ));
             }
         }
-        Ok(TokenSplit { train: train.to_vec(), validation: validation.to_vec() })
+        Ok(TokenSplit { tokens, cut })
+    }
+
+    /// The first part.
+    pub fn train(&self) -> &[Token] {
+        &self.tokens[..self.cut]
+    }
+
+    /// The last part.
+    pub fn validation(&self) -> &[Token] {
+        &self.tokens[self.cut..]
+    }
+
+    /// The bytes of ids it holds on the heap (its allocation, which may exceed the ids).
+    pub fn heap_bytes(&self) -> usize {
+        self.tokens.capacity() * std::mem::size_of::<Token>()
     }
 }
 
@@ -269,21 +294,55 @@ pub fn windows_at(tokens: &[Token], seq_len: usize, starts: &[usize]) -> Batch {
 
 /// Consecutive non-overlapping windows covering the stream, grouped `batch` windows at a time:
 /// every token after the first is a target exactly once. The last window may be shorter than
-/// `seq_len` (then it forms its own batch). This is how validation loss is measured: over every
-/// token, deterministically.
+/// `seq_len` (then it forms its own batch). This is how validation loss is measured exactly:
+/// over every token, deterministically (see [`covering_starts`] for the windows alone).
 pub fn covering_windows(tokens: &[Token], seq_len: usize, batch: usize) -> Vec<Batch> {
+    if batch == 0 {
+        return Vec::new();
+    }
+    let starts = covering_starts(tokens.len(), seq_len);
     let mut out = Vec::new();
-    if tokens.len() < 2 || seq_len == 0 || batch == 0 {
-        return out;
-    }
-    let full = (tokens.len() - 1) / seq_len;
-    let starts: Vec<usize> = (0..full).map(|k| k * seq_len).collect();
-    for chunk in starts.chunks(batch) {
-        out.push(windows_at(tokens, seq_len, chunk));
-    }
-    let rest = (tokens.len() - 1) % seq_len;
-    if rest > 0 {
-        out.push(windows_at(tokens, rest, &[full * seq_len]));
+    for group in starts.chunk_by(|a, b| a.1 == b.1) {
+        for chunk in group.chunks(batch) {
+            let firsts: Vec<usize> = chunk.iter().map(|w| w.0).collect();
+            out.push(windows_at(tokens, chunk[0].1, &firsts));
+        }
     }
     out
+}
+
+/// The windows of [`covering_windows`] as (start, length) pairs, for a stream of `len` tokens:
+/// ⌊(len − 1)/`seq_len`⌋ full windows, then the shorter rest if any. No ids are copied.
+pub fn covering_starts(len: usize, seq_len: usize) -> Vec<(usize, usize)> {
+    if len < 2 || seq_len == 0 {
+        return Vec::new();
+    }
+    let full = (len - 1) / seq_len;
+    let mut out: Vec<(usize, usize)> = (0..full).map(|k| (k * seq_len, seq_len)).collect();
+    let rest = (len - 1) % seq_len;
+    if rest > 0 {
+        out.push((full * seq_len, rest));
+    }
+    out
+}
+
+/// At most `limit` of `windows`, drawn without replacement by a generator seeded with `seed`
+/// (a partial Fisher–Yates shuffle), in the order of the stream; all of them when there are no
+/// more than `limit`.
+pub fn sample_windows(
+    mut windows: Vec<(usize, usize)>,
+    limit: usize,
+    seed: u64,
+) -> Vec<(usize, usize)> {
+    if windows.len() <= limit {
+        return windows;
+    }
+    let mut rng = Rng::new(seed);
+    for i in 0..limit {
+        let j = i + rng.below(windows.len() - i);
+        windows.swap(i, j);
+    }
+    windows.truncate(limit);
+    windows.sort_unstable();
+    windows
 }

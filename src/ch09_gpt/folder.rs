@@ -15,7 +15,9 @@
 //! generation present), then writes the pointer to `DIR/.CURRENT.tmp-PID` and renames it onto
 //! `CURRENT`. That last rename is the commit: before it every reader sees the previous
 //! generation, after it the new one, and there is no moment in between. Only then are older
-//! generations and leftover temporaries (`.*.tmp-PID`, from a killed save) removed. An
+//! generations and leftover temporaries (`.*.tmp-PID`, from a killed save) removed. What is
+//! drawn from the saved state (the loss plot) is written into the temporary folder before the
+//! commit too ([`save_generation_with`]), so it belongs to the same save. An
 //! interrupted save, at any byte, therefore leaves the previous checkpoint as it was; a run
 //! killed before its first save leaves a folder with no `CURRENT`, which [`resolve`] refuses
 //! with a message saying so, and which `gpt train` reuses without `--force`.
@@ -86,12 +88,14 @@ pub fn generation_number(name: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
-/// Whether `name` is a temporary left by a save (`.NAME.tmp-PID`).
+/// Whether `name` is a temporary left by a save (`.NAME.tmp-PID`, or a plot's
+/// `.STEM.tmp-PID.EXT`).
 pub fn is_temporary(name: &str) -> bool {
     name.starts_with('.')
-        && name
-            .rsplit_once(".tmp-")
-            .is_some_and(|(_, pid)| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
+        && name.rsplit_once(".tmp-").is_some_and(|(_, rest)| {
+            let pid = rest.split_once('.').map_or(rest, |(pid, _)| pid);
+            !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit())
+        })
 }
 
 fn entries(dir: &Path) -> Vec<String> {
@@ -163,9 +167,17 @@ pub fn resolve(dir: &Path) -> Result<Resolved> {
     }
 }
 
-/// Removes what earlier saves left behind in `dir`: temporaries (`.*.tmp-PID`) and every
-/// generation folder but `keep`. Best effort: what cannot be removed stays for the next save.
+/// Removes what earlier saves left behind in `dir`: temporaries (`.*.tmp-PID`, inside the
+/// generation `keep` too) and every generation folder but `keep`. Best effort: what cannot be
+/// removed stays for the next save.
 pub fn clean(dir: &Path, keep: Option<&str>) {
+    if let Some(k) = keep {
+        for name in entries(&dir.join(k)) {
+            if is_temporary(&name) {
+                let _ = std::fs::remove_file(dir.join(k).join(&name));
+            }
+        }
+    }
     for name in entries(dir) {
         let path = dir.join(&name);
         let old_generation = generation_number(&name).is_some() && Some(name.as_str()) != keep;
@@ -187,6 +199,19 @@ pub fn save_generation(
     dir: &Path,
     files: &[(String, Vec<u8>)],
 ) -> Result<PathBuf> {
+    save_generation_with(sink, dir, files, &mut |_| Ok(()))
+}
+
+/// [`save_generation`], with `finish` called on the temporary folder once every file is in it
+/// and before the generation is committed: what it writes there (the loss plot) belongs to the
+/// same save, and a failure or a kill inside it leaves the previous generation current and its
+/// own temporaries inside the temporary folder, which the next save removes.
+pub fn save_generation_with(
+    sink: &mut dyn Sink,
+    dir: &Path,
+    files: &[(String, Vec<u8>)],
+    finish: &mut dyn FnMut(&Path) -> Result<()>,
+) -> Result<PathBuf> {
     sink.create_dir(dir).map_err(io(dir))?;
     let current = std::fs::read_to_string(dir.join(POINTER_FILE)).ok();
     let current = current.as_deref().map(str::trim);
@@ -207,6 +232,7 @@ pub fn save_generation(
         let path = tmp.join(file);
         sink.write_file(&path, bytes).map_err(io(&path))?;
     }
+    finish(&tmp)?;
     let generation = dir.join(&name);
     sink.rename(&tmp, &generation).map_err(io(&generation))?;
     let pointer_tmp = dir.join(format!(".{POINTER_FILE}.tmp-{pid}"));

@@ -46,10 +46,12 @@ pub mod folder;
 pub mod fused;
 pub mod model;
 pub mod run;
+pub mod run_files;
 pub mod safetensors;
 pub mod sample;
 pub mod schedule;
 pub mod train;
+pub mod validation;
 pub mod walkthrough;
 
 pub use config::gpt1_parameters;

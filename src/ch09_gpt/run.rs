@@ -9,20 +9,20 @@
 //! the loss plot. Every save writes all of them as one generation of the folder
 //! ([`folder`]): an interrupted save never mixes two. The last
 //! [`VALIDATION_FRACTION`] of the text's tokens is held out: the run reports the mean loss
-//! L = −(1/S) Σ ln p(u_s | u_<s) over every held-out token once its steps are done.
+//! L = −(1/S) Σ ln p(u_s | u_<s) over held-out tokens once its steps are done, on a seeded
+//! sample of at most [`VALIDATION_WINDOWS`] windows by default, or over all of them on request
+//! ([`Evaluation`]).
 
 use super::checkpoint::{load_trainer, trainer_files};
-use super::data::{Token, TokenSplit, covering_windows};
+use super::data::{Token, TokenSplit};
 use super::folder::{self, Resolved, Sink};
 use super::model::Gpt;
 use super::sample::{Decoding, Generated, generate};
 use super::schedule::Schedule;
-use super::train::{Data, Progress, TrainConfig, Trainer, mean_loss};
-use crate::ch08_tokens::bpe::{self, BpeConfig, PreTokenizer};
-use crate::ch08_tokens::chars::CharTokenizer;
-use crate::ch08_tokens::gpt2::{Gpt2Tokenizer, to_gpt2_files};
+use super::train::{Data, Progress, TrainConfig, Trainer};
 use crate::ch08_tokens::{Tokenizer, corpus};
 use crate::error::{Error, Result, from_json_object, invalid};
+use crate::matmul::KERNEL_ENV;
 use crate::rng::Rng;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -46,124 +46,13 @@ pub const SAMPLE_TOKENS: usize = 200;
 /// … drawn at this temperature, with the generator seeded by 1.
 pub const SAMPLE_TEMPERATURE: f64 = 0.8;
 
-fn io(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
+// The tokenizer's files and loading a folder for sampling, and the validation loss, live in
+// files of their own; their items are this module's too.
+pub use super::run_files::*;
+pub use super::validation::*;
+
+pub(super) fn io(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
     move |source| Error::Io { path: path.display().to_string(), source }
-}
-
-// ───────────────────────────── tokenizers in a folder ─────────────────────────────
-
-/// How text becomes tokens.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TokenizerKind {
-    /// One token per character of the text.
-    Char,
-    /// Byte-level BPE trained on the text.
-    Bpe,
-}
-
-/// The tokenizer's files in a checkpoint's folder (name, contents): [`CHARS_FILE`], or
-/// `vocab.json` and `merges.txt`. A folder with both is refused: one of them is stale.
-pub fn read_tokenizer_files(dir: &Path) -> Result<Vec<(String, Vec<u8>)>> {
-    let read = |name: &str| -> Result<(String, Vec<u8>)> {
-        let path = dir.join(name);
-        Ok((name.to_string(), std::fs::read(&path).map_err(io(&path))?))
-    };
-    let chars = dir.join(CHARS_FILE).exists();
-    let bpe = dir.join("vocab.json").exists() && dir.join("merges.txt").exists();
-    match (chars, bpe) {
-        (true, true) => Err(invalid(
-            "load_tokenizer",
-            "checkpoint",
-            format!(
-                "{} holds two tokenizers ({CHARS_FILE} and vocab.json + merges.txt); one is \
-                 stale, and the model belongs to only one",
-                dir.display()
-            ),
-        )),
-        (true, false) => Ok(vec![read(CHARS_FILE)?]),
-        (false, true) => Ok(vec![read("vocab.json")?, read("merges.txt")?]),
-        (false, false) => Err(invalid(
-            "load_tokenizer",
-            "checkpoint",
-            format!("{} holds neither {CHARS_FILE} nor vocab.json + merges.txt", dir.display()),
-        )),
-    }
-}
-
-/// The tokenizer its files (from [`read_tokenizer_files`] or [`build_tokenizer`]) describe;
-/// `dir` names them in errors.
-pub fn tokenizer_from_files(dir: &Path, files: &[(String, Vec<u8>)]) -> Result<Box<dyn Tokenizer>> {
-    let text = |name: &str| -> Result<String> {
-        let bytes = files.iter().find(|f| f.0 == name).map(|f| f.1.clone()).unwrap_or_default();
-        String::from_utf8(bytes).map_err(|_| Error::Parse {
-            file: dir.join(name).display().to_string(),
-            line: None,
-            reason: "is not UTF-8".into(),
-        })
-    };
-    if files.iter().any(|f| f.0 == CHARS_FILE) {
-        return Ok(Box::new(CharTokenizer::from_text(&text(CHARS_FILE)?)?));
-    }
-    let (v, m) = (dir.join("vocab.json"), dir.join("merges.txt"));
-    Ok(Box::new(Gpt2Tokenizer::from_texts(
-        &v.display().to_string(),
-        &text("vocab.json")?,
-        &m.display().to_string(),
-        &text("merges.txt")?,
-    )?))
-}
-
-/// Whichever tokenizer a checkpoint folder holds (see [`read_tokenizer_files`]).
-pub fn load_tokenizer(dir: &Path) -> Result<Box<dyn Tokenizer>> {
-    tokenizer_from_files(dir, &read_tokenizer_files(dir)?)
-}
-
-/// Refuses a tokenizer whose fingerprint ([`folder::files_hash`]) is not the one `train.json`
-/// recorded for the model (a checkpoint written before fingerprints were recorded passes).
-pub fn check_tokenizer(dir: &Path, files: &[(String, Vec<u8>)]) -> Result<()> {
-    let Some(recorded) = read_tokenizer_hash(dir)? else { return Ok(()) };
-    let found = folder::files_hash(files);
-    if found != recorded {
-        let names = files.iter().map(|f| f.0.as_str()).collect::<Vec<_>>().join(" + ");
-        return Err(invalid(
-            "load_tokenizer",
-            "checkpoint",
-            format!(
-                "the tokenizer in {} ({names}, fingerprint {found}) is not the one this model was \
-                 trained with ({RUN_FILE} records {recorded})",
-                dir.display()
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// A tokenizer and the files that hold it (file name, contents), not yet written.
-pub type BuiltTokenizer = (Box<dyn Tokenizer>, Vec<(&'static str, String)>);
-
-/// The tokenizer `kind` builds from `text` (a BPE of `bpe_vocab` tokens: 256 bytes plus merges),
-/// and its files: `gpt train` writes them only once every setting has been checked.
-pub fn build_tokenizer(
-    kind: TokenizerKind,
-    text: &str,
-    bpe_vocab: usize,
-) -> Result<BuiltTokenizer> {
-    match kind {
-        TokenizerKind::Char => {
-            let t = CharTokenizer::from_text(text)?;
-            let line = t.chars().iter().collect::<String>();
-            Ok((Box::new(t), vec![(CHARS_FILE, line)]))
-        }
-        TokenizerKind::Bpe => {
-            let trained = bpe::train(
-                text,
-                BpeConfig { vocab_size: bpe_vocab, pre_tokenizer: PreTokenizer::Gpt2 },
-            )?;
-            let (v, m) = to_gpt2_files(&trained.bpe)?;
-            let tok = Gpt2Tokenizer::from_texts("vocab.json", &v, "merges.txt", &m)?;
-            Ok((Box::new(tok), vec![("vocab.json", v), ("merges.txt", m)]))
-        }
-    }
 }
 
 // ───────────────────────────── the run's settings ─────────────────────────────
@@ -215,6 +104,18 @@ pub struct RunFile {
     /// runs saved before fingerprints were recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokenizer_fnv1a64: Option<String>,
+    /// The FNV-1a 64 fingerprint of the text's bytes ([`data_hash`]), which `gpt resume`
+    /// checks the text against (absent in runs saved before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_fnv1a64: Option<String>,
+    /// The matrix-product kernel the run's steps used (`scalar`, `avx2`, `avx512`): another
+    /// kernel rounds differently, so a run resumed on it continues with other bits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<String>,
+    /// The threads a large product could use (the bits do not depend on it; recorded to say
+    /// how the run was made).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads: Option<usize>,
 }
 
 /// A run's settings as `train.json` holds them (no tokenizer fingerprint yet).
@@ -236,7 +137,31 @@ pub fn run_file(data: &Path, tc: &TrainConfig, context: usize, steps: usize, see
         epsilon: tc.epsilon,
         clip: tc.clip,
         tokenizer_fnv1a64: None,
+        data_fnv1a64: None,
+        kernel: None,
+        threads: None,
     }
+}
+
+/// The fingerprint of a run's text: FNV-1a 64 of its UTF-8 bytes, as 16 hex digits.
+pub fn data_hash(text: &str) -> String {
+    format!("{:016x}", folder::fnv1a64(text.as_bytes()))
+}
+
+/// `data` as an absolute path (through symbolic links where it exists), so a run can be resumed
+/// from any folder; [`DEFAULT_CORPUS`] stays as it is.
+pub fn absolute_data_path(data: &Path) -> PathBuf {
+    if data.as_os_str() == DEFAULT_CORPUS {
+        return data.to_path_buf();
+    }
+    std::fs::canonicalize(data)
+        .or_else(|_| std::path::absolute(data))
+        .unwrap_or_else(|_| data.to_path_buf())
+}
+
+/// The kernel and thread count products use now, in this process: what a run records.
+pub fn machine() -> (String, usize) {
+    (crate::matmul::active_kernel().name().to_string(), crate::threads::default_threads())
 }
 
 /// The text of a `train.json` (indented JSON, a final newline).
@@ -271,10 +196,13 @@ pub fn read_tokenizer_hash(dir: &Path) -> Result<Option<String>> {
 }
 
 /// What every save of a new run writes besides the trainer's files: the tokenizer's files and
-/// `train.json` (with the tokenizer's fingerprint).
+/// `train.json` (with the tokenizer's fingerprint, the text's absolute path and fingerprint, and
+/// the kernel and threads of this process, see [`machine`]).
+#[allow(clippy::too_many_arguments)]
 pub fn run_files(
     tokenizer_files: &[(&'static str, String)],
     data: &Path,
+    text: &str,
     tc: &TrainConfig,
     context: usize,
     steps: usize,
@@ -282,7 +210,14 @@ pub fn run_files(
 ) -> Vec<(String, Vec<u8>)> {
     let mut files: Vec<(String, Vec<u8>)> =
         tokenizer_files.iter().map(|(n, c)| (n.to_string(), c.as_bytes().to_vec())).collect();
-    let run = run_json_with_tokenizer(run_file(data, tc, context, steps, seed), &files);
+    let (kernel, threads) = machine();
+    let run = RunFile {
+        data_fnv1a64: Some(data_hash(text)),
+        kernel: Some(kernel),
+        threads: Some(threads),
+        ..run_file(&absolute_data_path(data), tc, context, steps, seed)
+    };
+    let run = run_json_with_tokenizer(run, &files);
     files.push((RUN_FILE.to_string(), run_text(&run).into_bytes()));
     files
 }
@@ -298,6 +233,10 @@ pub struct RunSettings {
     pub context: usize,
     /// The seed of the run (the batches were seeded by it).
     pub seed: u64,
+    /// The text's fingerprint ([`data_hash`]), where the run recorded it.
+    pub data_hash: Option<String>,
+    /// The kernel the run's steps used, where the run recorded it.
+    pub kernel: Option<String>,
 }
 
 /// Reads the text of a `train.json` (`file` names it in errors): an error names the file, the
@@ -314,7 +253,14 @@ pub fn run_from_json(bytes: &[u8], file: &str) -> Result<RunSettings> {
         epsilon: j.epsilon,
         clip: j.clip,
     };
-    Ok(RunSettings { data: PathBuf::from(j.data), tc, context: j.context, seed: j.seed })
+    Ok(RunSettings {
+        data: PathBuf::from(j.data),
+        tc,
+        context: j.context,
+        seed: j.seed,
+        data_hash: j.data_fnv1a64,
+        kernel: j.kernel,
+    })
 }
 
 /// A folder's `train.json`, read back with [`run_from_json`].
@@ -347,15 +293,27 @@ pub struct OpenRun {
     /// The trainer at the step the folder was saved at: the same state, bit for bit.
     pub trainer: Trainer<f32>,
     /// What every later save writes again besides the trainer: the tokenizer's files and
-    /// `train.json`, as they were read.
+    /// `train.json` (with what it lacked filled in: the fingerprints, the kernel and threads,
+    /// and the text's new path when `--data` moved it).
     pub run_files: Vec<(String, Vec<u8>)>,
+    /// A one-line note for the terminal when this process multiplies with another kernel than
+    /// the one the run recorded (the continued run's bits then differ from an uninterrupted
+    /// run's).
+    pub kernel_note: Option<String>,
+}
+
+/// [`open_run_with`] reading the text from where `train.json` says it is.
+pub fn open_run(dir: &Path, budget: u64) -> Result<OpenRun> {
+    open_run_with(dir, budget, None)
 }
 
 /// Reads a run's folder back: settings, text, tokenizer (checked against the fingerprint
-/// `train.json` records), model and training state, all from one generation. The sizes of
-/// `config.json` and `train.json` are checked against the memory `budget` in bytes (see
-/// [`super::budget`]) and the tensors' shapes before anything is built.
-pub fn open_run(dir: &Path, budget: u64) -> Result<OpenRun> {
+/// `train.json` records), model and training state, all from one generation. The text is read
+/// from `data` when given (`gpt resume --data`), else from the path `train.json` records; either
+/// way it must have the fingerprint the run recorded. The sizes of `config.json` and
+/// `train.json` are checked against the memory `budget` in bytes (see [`super::budget`]) and the
+/// tensors' shapes before anything is built.
+pub fn open_run_with(dir: &Path, budget: u64, data: Option<&Path>) -> Result<OpenRun> {
     let resolved = folder::resolve(dir)?;
     let here = resolved.path.as_path();
     let settings = read_run(here)?;
@@ -371,7 +329,7 @@ pub fn open_run(dir: &Path, budget: u64) -> Result<OpenRun> {
         ));
     }
 
-    let text = read_text(&settings.data)?;
+    let text = read_run_text(&settings, data)?;
     let mut run_files = read_tokenizer_files(here)?;
     check_tokenizer(here, &run_files)?;
     let tokenizer = tokenizer_from_files(here, &run_files)?;
@@ -383,13 +341,65 @@ pub fn open_run(dir: &Path, budget: u64) -> Result<OpenRun> {
     let trainer = load_trainer(here, &fresh)?;
     let run_path = here.join(RUN_FILE);
     let mut run = std::fs::read(&run_path).map_err(io(&run_path))?;
-    if read_tokenizer_hash(here)?.is_none() {
-        // A run of the older layout: from its next save on, the fingerprint is recorded.
-        let file: RunFile = from_json_object(&run, &run_path.display().to_string())?;
-        run = run_text(&run_json_with_tokenizer(file, &run_files)).into_bytes();
+    let file: RunFile = from_json_object(&run, &run_path.display().to_string())?;
+    let (kernel, threads) = machine();
+    let kernel_note = settings.kernel.as_ref().filter(|&k| *k != kernel).map(|k| {
+        format!(
+            "note: this run's steps so far used the {k} kernel and this process uses {kernel}; \
+             the two round differently, so the resumed run's bits will differ from an \
+             uninterrupted run's ({KERNEL_ENV}={k} forces the recorded one where the CPU has it)"
+        )
+    });
+    // A run of an older layout, or a text that moved: from its next save on, train.json
+    // records what it lacked (the first kernel recorded stays).
+    let mut updated = run_json_with_tokenizer(file.clone(), &run_files);
+    if file.tokenizer_fnv1a64.is_some() {
+        updated.tokenizer_fnv1a64 = file.tokenizer_fnv1a64.clone();
+    }
+    updated.data_fnv1a64 = Some(data_hash(&text));
+    if let Some(d) = data {
+        updated.data = absolute_data_path(d).display().to_string();
+    }
+    updated.kernel = Some(file.kernel.clone().unwrap_or(kernel));
+    updated.threads = Some(file.threads.unwrap_or(threads));
+    if updated != file {
+        run = run_text(&updated).into_bytes();
     }
     run_files.push((RUN_FILE.to_string(), run));
-    Ok(OpenRun { resolved, settings, text, tokenizer, trainer, run_files })
+    Ok(OpenRun { resolved, settings, text, tokenizer, trainer, run_files, kernel_note })
+}
+
+/// The text of a run being resumed: from `data` if given, else from the recorded path (relative
+/// paths of older runs are read from the current folder). Refused, naming `--data`, when it
+/// cannot be read or its fingerprint is not the one the run recorded.
+pub fn read_run_text(settings: &RunSettings, data: Option<&Path>) -> Result<String> {
+    let path = data.unwrap_or(&settings.data);
+    let text = read_text(path).map_err(|e| {
+        let what = if data.is_some() { "the text" } else { "the run's text" };
+        invalid(
+            "gpt resume",
+            "--data",
+            format!(
+                "{what} {} cannot be read ({e}); give --data PATH to point at it",
+                path.display()
+            ),
+        )
+    })?;
+    if let Some(want) = &settings.data_hash {
+        let found = data_hash(&text);
+        if &found != want {
+            return Err(invalid(
+                "gpt resume",
+                "--data",
+                format!(
+                    "{} (fingerprint {found}) is not the text this run was trained on \
+                     ({RUN_FILE} records {want}); give --data the run's own text",
+                    path.display()
+                ),
+            ));
+        }
+    }
+    Ok(text)
 }
 
 /// Saves a trainer with the run's other files (`run_files`: tokenizer, `train.json`) as the
@@ -401,6 +411,18 @@ pub fn save_run(
     trainer: &Trainer<f32>,
     run_files: &[(String, Vec<u8>)],
 ) -> Result<PathBuf> {
+    save_run_with(sink, out, trainer, run_files, &mut |_| Ok(()))
+}
+
+/// [`save_run`], with `finish` writing more files (the loss plot) into the generation before it
+/// is committed (see [`folder::save_generation_with`]).
+pub fn save_run_with(
+    sink: &mut dyn Sink,
+    out: &Path,
+    trainer: &Trainer<f32>,
+    run_files: &[(String, Vec<u8>)],
+    finish: &mut dyn FnMut(&Path) -> Result<()>,
+) -> Result<PathBuf> {
     for (name, m) in trainer.model.tensors() {
         if m.iter().any(|x| !x.is_finite()) {
             return Err(diverged(trainer.step, &format!("tensor {name} holds NaN or ±∞")));
@@ -408,7 +430,7 @@ pub fn save_run(
     }
     let mut files = trainer_files(trainer)?;
     files.extend(run_files.iter().cloned());
-    folder::save_generation(sink, out, &files)
+    folder::save_generation_with(sink, out, &files, finish)
 }
 
 fn diverged(step: usize, what: &str) -> Error {
@@ -422,10 +444,10 @@ fn diverged(step: usize, what: &str) -> Error {
     )
 }
 
-/// The text as tokens, its last [`VALIDATION_FRACTION`] held out (see [`TokenSplit::new`]).
+/// The text as tokens, its last [`VALIDATION_FRACTION`] held out (see
+/// [`TokenSplit::from_tokens`]): the ids are held once, the two parts are slices of them.
 pub fn split_text(tok: &dyn Tokenizer, text: &str, context: usize) -> Result<TokenSplit> {
-    let tokens = tok.encode(text)?;
-    TokenSplit::new(&tokens, VALIDATION_FRACTION, context)
+    TokenSplit::from_tokens(tok.encode(text)?, VALIDATION_FRACTION, context)
 }
 
 /// Where a run's steps ended.
@@ -434,15 +456,15 @@ pub struct Finished {
     /// The training loss's running mean (0.95·m + 0.05·loss per step, from the first step of
     /// this call).
     pub running_loss: f64,
-    /// The mean loss over every validation token, in nats per token.
-    pub validation_loss: f64,
     /// The generation folder the last save wrote.
     pub generation: PathBuf,
 }
 
 /// Trains on random windows of `split.train` until `steps` steps have been taken, saving the
 /// checkpoint (with `run_files`, see [`save_run`]) into `out` every `save_every` steps (0: never)
-/// and after the last step, then measures the validation loss. A step whose loss is not finite
+/// and after the last step, whose save `last_save` may add files to (the loss plot: it is
+/// called with the trainer and the generation's temporary folder before the save is committed).
+/// Measure the validation loss with [`validation_loss`]. A step whose loss is not finite
 /// stops the run with an error before anything of it is saved. `progress` sees every step with
 /// the running loss and the tokens per second so far. The schedule's decay stays where the run
 /// planned it; past it the floor rate holds.
@@ -457,8 +479,9 @@ pub fn continue_run(
     out: &Path,
     run_files: &[(String, Vec<u8>)],
     progress: &mut dyn Progress,
+    last_save: &mut dyn FnMut(&Trainer<f32>, &Path) -> Result<()>,
 ) -> Result<Finished> {
-    let data = Data::Stream { tokens: &split.train, seq_len: context };
+    let data = Data::Stream { tokens: split.train(), seq_len: context };
     let start = Instant::now();
     let (mut seen, mut running) = (0usize, f64::NAN);
     let mut disk = folder::Disk;
@@ -476,9 +499,10 @@ pub fn continue_run(
         }
     }
     progress.finish();
-    let generation = save_run(&mut disk, out, trainer, run_files)?;
-    let val = mean_loss(&trainer.model, &covering_windows(&split.validation, context, 32))?;
-    Ok(Finished { running_loss: running, validation_loss: val, generation })
+    let trained: &Trainer<f32> = trainer;
+    let mut finish = |tmp: &Path| last_save(trained, tmp);
+    let generation = save_run_with(&mut disk, out, trained, run_files, &mut finish)?;
+    Ok(Finished { running_loss: running, generation })
 }
 
 /// The run's closing sample: the first validation tokens as the prompt (see
@@ -498,37 +522,4 @@ pub fn closing_sample(
         true,
     )?;
     Ok((prompt, g))
-}
-
-// ───────────────────────────── sample ─────────────────────────────
-
-/// The tokenizer and model of a checkpoint folder (ours, or GPT-2's with its `vocab.json` and
-/// `merges.txt`), refused if the tokenizer is not the one the run recorded or has ids the model
-/// has no row for, or if the model would not fit the memory `budget` in bytes. Also returns where
-/// the files were found.
-pub fn load_for_sampling(
-    dir: &Path,
-    budget: u64,
-) -> Result<(Box<dyn Tokenizer>, Gpt<f32>, Resolved)> {
-    let resolved = folder::resolve(dir)?;
-    let here = resolved.path.as_path();
-
-    let files = read_tokenizer_files(here)?;
-    check_tokenizer(here, &files)?;
-    let tok = tokenizer_from_files(here, &files)?;
-    let model = super::checkpoint::load_model_checked::<f32>(here, |c| {
-        super::budget::check(c, 1, c.context, budget, "--memory-budget")
-    })?;
-    if tok.vocab_size() > model.config.vocab_size {
-        return Err(invalid(
-            "gpt sample",
-            "checkpoint",
-            format!(
-                "the tokenizer has {} tokens but the model only {}",
-                tok.vocab_size(),
-                model.config.vocab_size
-            ),
-        ));
-    }
-    Ok((tok, model, resolved))
 }

@@ -107,6 +107,10 @@ pub struct TrainArgs {
     /// LLM_WORKBOOK_MEMORY_BUDGET, else the available memory); a larger model is refused.
     #[arg(long)]
     pub memory_budget: Option<u64>,
+    /// Measure the final validation loss over every held-out token, not on a seeded sample of
+    /// at most 256 windows (slow on a large text; a progress bar shows it).
+    #[arg(long)]
+    pub exact_validation: bool,
 }
 
 /// `gpt resume`.
@@ -118,10 +122,18 @@ pub struct ResumeArgs {
     /// The step count to continue to (more than the folder holds).
     #[arg(long)]
     pub steps: usize,
+    /// The run's text, when it is no longer where train.json says (it must be the same bytes:
+    /// its fingerprint is checked).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
     /// The memory this run may use, in bytes (default: the variable
     /// LLM_WORKBOOK_MEMORY_BUDGET, else the available memory); a larger model is refused.
     #[arg(long)]
     pub memory_budget: Option<u64>,
+    /// Measure the final validation loss over every held-out token, not on a seeded sample of
+    /// at most 256 windows.
+    #[arg(long)]
+    pub exact_validation: bool,
 }
 
 /// `gpt sample`.
@@ -189,19 +201,23 @@ fn train(a: TrainArgs) -> Result<()> {
     say!("{}: {} bytes", data.display(), text.len());
     // Everything is built and checked in memory first; nothing is written before the first
     // save, so bad settings, short data or a diverging first step leave the folder as it was.
+    let budget = budget::budget(a.memory_budget)?;
+    if a.tokenizer == TokenizerKind::Bpe {
+        // The vocabulary asked for is the model's at most: the model must fit before the
+        // (slow) BPE training starts.
+        let most = Config {
+            positions: Positions::Learned,
+            ..Config::new(a.bpe_vocab, a.context, a.layers, a.heads, a.width)
+        };
+        budget::check(&most, a.batch, a.context, budget, "--bpe-vocab")?;
+    }
     let (tok, tokenizer_files) = run::build_tokenizer(a.tokenizer.into(), &text, a.bpe_vocab)?;
     let config = Config {
         positions: Positions::Learned,
         ..Config::new(tok.vocab_size(), a.context, a.layers, a.heads, a.width)
     };
     config.validate()?;
-    budget::check(
-        &config,
-        a.batch,
-        a.context,
-        budget::budget(a.memory_budget)?,
-        "--memory-budget",
-    )?;
+    budget::check(&config, a.batch, a.context, budget, "--memory-budget")?;
     let tc = run::train_config(a.batch, a.lr, a.steps)?;
     let split = run::split_text(tok.as_ref(), &text, a.context)?;
     let model = Gpt::<f32>::new(config, a.seed)?;
@@ -215,9 +231,16 @@ fn train(a: TrainArgs) -> Result<()> {
         config.parameter_count()
     );
     let trainer = Trainer::new(model, &tc, a.seed.wrapping_add(1))?;
-    let files = run::run_files(&tokenizer_files, &data, &tc, a.context, a.steps, a.seed);
+    let files = run::run_files(&tokenizer_files, &data, &text, &tc, a.context, a.steps, a.seed);
     let tok = tok.as_ref();
-    continue_run(trainer, &tc, &split, tok, a.context, a.steps, a.save_every, &a.out, &files)
+    let eval = evaluation(a.exact_validation);
+    let (context, steps, every) = (a.context, a.steps, a.save_every);
+    continue_run(trainer, &tc, &split, tok, context, steps, every, &a.out, &files, eval)
+}
+
+/// The validation `--exact-validation` asks for.
+fn evaluation(exact: bool) -> run::Evaluation {
+    if exact { run::Evaluation::Exact } else { run::Evaluation::Sample(run::VALIDATION_WINDOWS) }
 }
 
 /// The one-line note for a folder read without a pointer.
@@ -233,8 +256,12 @@ fn note_flat(dir: &Path, resolved: &Resolved) {
 }
 
 fn resume(a: ResumeArgs) -> Result<()> {
-    let open = run::open_run(&a.checkpoint, budget::budget(a.memory_budget)?)?;
+    let budget = budget::budget(a.memory_budget)?;
+    let open = run::open_run_with(&a.checkpoint, budget, a.data.as_deref())?;
     note_flat(&a.checkpoint, &open.resolved);
+    if let Some(note) = &open.kernel_note {
+        eprintln!("{note}");
+    }
     let (settings, trainer) = (open.settings, open.trainer);
     if a.steps <= trainer.step {
         return Err(invalid(
@@ -249,7 +276,8 @@ fn resume(a: ResumeArgs) -> Result<()> {
     let tok = open.tokenizer.as_ref();
     let split = run::split_text(tok, &open.text, context)?;
     let files = &open.run_files;
-    continue_run(trainer, &tc, &split, tok, context, a.steps, 0, &a.checkpoint, files)
+    let eval = evaluation(a.exact_validation);
+    continue_run(trainer, &tc, &split, tok, context, a.steps, 0, &a.checkpoint, files, eval)
 }
 
 /// Trains to `steps` with a progress bar, then prints the losses, the plot's files and a sample.
@@ -264,6 +292,7 @@ fn continue_run(
     save_every: usize,
     out: &Path,
     run_files: &[(String, Vec<u8>)],
+    eval: run::Evaluation,
 ) -> Result<()> {
     let mut bar = Bar::run(trainer.step, steps)
         .map_err(|e| invalid("progress", "template", e.to_string()))?;
@@ -277,20 +306,38 @@ fn continue_run(
         out,
         run_files,
         &mut bar,
+        &mut |t, dir| llm_workbook::ch09_gpt::book::save_loss_plot(t, dir).map(|_| ()),
     )?;
+    let validation = split.validation();
+    let windows = run::covering_windows_count(validation.len(), context);
+    let v = if eval == run::Evaluation::Exact && windows > run::VALIDATION_WINDOWS {
+        let mut bar =
+            Bar::evaluation(windows).map_err(|e| invalid("progress", "template", e.to_string()))?;
+        run::validation_loss(&trainer.model, validation, context, eval, &mut bar)?
+    } else {
+        run::validation_loss(&trainer.model, validation, context, eval, &mut ())?
+    };
+    let how = if v.windows < v.of {
+        format!(
+            "on {} of the {} held-out windows of {context} tokens, drawn with seed {}; \
+             --exact-validation scores all",
+            v.windows,
+            v.of,
+            run::VALIDATION_SEED
+        )
+    } else {
+        format!("on all {} held-out tokens", v.tokens)
+    };
     say!(
-        "step {}: training loss {:.4}, validation loss {:.4} nats per token",
+        "step {}: training loss {:.4}, validation loss {:.4} nats per token ({how})",
         trainer.step,
         end.running_loss,
-        end.validation_loss
+        v.loss
     );
-    let files = llm_workbook::ch09_gpt::book::save_loss_plot(&trainer, &end.generation)?;
-    say!(
-        "checkpoint and loss plot in {} ({})",
-        end.generation.display(),
-        files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", ")
-    );
-    let (prompt, g) = run::closing_sample(&trainer.model, &split.validation, context)?;
+    let plot = ["png", "svg"]
+        .map(|ext| end.generation.join(format!("{}.{ext}", run::LOSS_PLOT)).display().to_string());
+    say!("checkpoint and loss plot in {} ({})", end.generation.display(), plot.join(", "));
+    let (prompt, g) = run::closing_sample(&trainer.model, validation, context)?;
     say!(
         "sample (T = {}) after {:?}:\n{}",
         run::SAMPLE_TEMPERATURE,

@@ -101,6 +101,8 @@ struct Lines {
     start: Instant,
     steps: usize,
     every_tenth: bool,
+    /// What is counted: "step", or "window" for an evaluation.
+    unit: &'static str,
     at: usize,
     last: String,
 }
@@ -112,7 +114,7 @@ impl Bar {
         if !to_terminal() {
             let what = "training".to_string();
             let (start, last) = (Instant::now(), String::new());
-            let lines = Lines { what, start, steps, every_tenth: true, at, last };
+            let lines = Lines { what, start, steps, every_tenth: true, at, last, unit: "step" };
             return Ok(Bar { bar: ProgressBar::hidden(), clear: false, lines: Some(lines) });
         }
         let bar = ProgressBar::new(steps as u64);
@@ -121,13 +123,28 @@ impl Bar {
         Ok(Bar { bar, clear: false, lines: None })
     }
 
+    /// The bar of an exact validation over `windows` windows, cleared when done (without a
+    /// terminal: a line per tenth).
+    pub fn evaluation(windows: usize) -> Result<Bar, indicatif::style::TemplateError> {
+        if !to_terminal() {
+            let what = "validation".to_string();
+            let (start, last) = (Instant::now(), String::new());
+            let (steps, every_tenth, at, unit) = (windows, true, 0, "window");
+            let lines = Lines { what, start, steps, every_tenth, at, last, unit };
+            return Ok(Bar { bar: ProgressBar::hidden(), clear: true, lines: Some(lines) });
+        }
+        let bar = ProgressBar::new(windows as u64);
+        bar.set_style(ProgressStyle::with_template("validation {bar:30} {pos}/{len} {msg}")?);
+        Ok(Bar { bar, clear: true, lines: None })
+    }
+
     /// The bar of one of chapter 9's two walk-through runs, named `what`, cleared when done
     /// (installed with `ch09_gpt::book::show_progress_with`).
     pub fn book(what: &str, steps: usize) -> Box<dyn Progress> {
         if !to_terminal() {
             let what = format!("chapter 9: training the {} model", what.trim());
             let (start, last) = (Instant::now(), String::new());
-            let lines = Lines { what, start, steps, every_tenth: false, at: 0, last };
+            let lines = Lines { what, start, steps, every_tenth: false, at: 0, last, unit: "step" };
             return Box::new(Bar { bar: ProgressBar::hidden(), clear: true, lines: Some(lines) });
         }
         let bar = ProgressBar::new(steps as u64);
@@ -149,7 +166,7 @@ impl Progress for Bar {
             let tenth = l.steps.div_ceil(10).max(1);
             if l.every_tenth && steps / tenth > l.at / tenth && steps < l.steps {
                 let s = l.start.elapsed().as_secs_f64();
-                say!("{}: step {steps}/{}, {message} … {s:.1} s", l.what, l.steps);
+                say!("{}: {} {steps}/{}, {message} … {s:.1} s", l.what, l.unit, l.steps);
             }
             (l.at, l.last) = (steps, message);
             return;
@@ -161,7 +178,7 @@ impl Progress for Bar {
     fn finish(&mut self) {
         if let Some(l) = &self.lines {
             let s = l.start.elapsed().as_secs_f64();
-            say!("{}: step {}/{}, {} … {s:.1} s", l.what, l.at, l.steps, l.last);
+            say!("{}: {} {}/{}, {} … {s:.1} s", l.what, l.unit, l.at, l.steps, l.last);
         } else if self.clear {
             self.bar.finish_and_clear();
         } else {

@@ -22,8 +22,8 @@ use llm_workbook::ch09_gpt::schedule::Schedule;
 use llm_workbook::ch09_gpt::train::{TrainConfig, Trainer};
 use std::sync::OnceLock;
 
-/// The names of the three targets, which are also the corpus folders under `tests/fuzz/corpus/`.
-pub const TARGETS: [&str; 3] = ["safetensors", "gpt2_files", "bpe_roundtrip"];
+/// The names of the targets, which are also the corpus folders under `tests/fuzz/corpus/`.
+pub const TARGETS: [&str; 4] = ["safetensors", "gpt2_files", "bpe_roundtrip", "checkpoint_folder"];
 
 /// The small model every safetensors input is loaded into: vocabulary 16, context 8, 1 block,
 /// 2 heads, width 8 (GPT-2's defaults otherwise: tied, learned positions).
@@ -151,5 +151,191 @@ pub fn bpe_roundtrip(data: &[u8]) {
             raw.iter().all(|&id| (id as usize) < t.vocab_size()),
             "decode must refuse exactly the bad ids"
         );
+    }
+}
+
+// ───────────────────────────── a checkpoint folder, built from its structure ─────────────────────
+
+/// The memory budget the `checkpoint_folder` target loads under: 64 MiB, so no input may make
+/// the loader allocate more than a small model.
+pub const FUZZ_BUDGET: u64 = 64 << 20;
+
+/// The sizes a fuzzed `config.json` or tensor header takes (one input byte picks one): small
+/// sizes a model is built from, the BPE tokenizer's vocabulary, and the sizes of issue 21.
+pub const FUZZ_SIZES: [usize; 16] = [
+    0,
+    1,
+    2,
+    3,
+    4,
+    5,
+    7,
+    8,
+    16,
+    264,
+    65_537,
+    1_000_000_000,
+    1 << 32,
+    1_000_000_000_000_000_000,
+    usize::MAX / 2,
+    usize::MAX,
+];
+
+/// The `layer_norm_epsilon` values a fuzzed `config.json` holds, as JSON text (one input byte
+/// picks one): GPT-2's, the ends of the accepted range and just beyond, and nonsense.
+pub const FUZZ_EPSILONS: [&str; 8] = ["1e-5", "1e-12", "1e-2", "1e-13", "0.5", "0", "-1", "1e300"];
+
+/// Reads an input from the front; zeros once it is used up.
+struct Input<'a>(&'a [u8]);
+
+impl Input<'_> {
+    fn byte(&mut self) -> u8 {
+        let Some((&b, rest)) = self.0.split_first() else { return 0 };
+        self.0 = rest;
+        b
+    }
+
+    fn size(&mut self) -> usize {
+        FUZZ_SIZES[usize::from(self.byte()) % FUZZ_SIZES.len()]
+    }
+
+    fn sizes(&mut self) -> [usize; 5] {
+        [self.size(), self.size(), self.size(), self.size(), self.size()]
+    }
+
+    /// Up to 8 edits (offset, byte) applied to `bytes`.
+    fn edit(&mut self, bytes: &mut [u8]) {
+        for _ in 0..self.byte() % 9 {
+            let at = usize::from(u16::from_le_bytes([self.byte(), self.byte()]));
+            let value = self.byte();
+            if !bytes.is_empty() {
+                let n = bytes.len();
+                bytes[at % n] = value;
+            }
+        }
+    }
+}
+
+/// The BPE tokenizer's files the target's BPE folders hold: 264 tokens (256 bytes, 8 merges)
+/// trained on the start of the default corpus, built once per process.
+pub fn fuzz_bpe_files() -> &'static (String, String) {
+    static FILES: OnceLock<(String, String)> = OnceLock::new();
+    FILES.get_or_init(|| {
+        let text = corpus::default_corpus().get(..2_000).unwrap_or("the cat sat on the mat");
+        let bpe =
+            bpe::train(text, BpeConfig { vocab_size: 264, pre_tokenizer: PreTokenizer::Gpt2 })
+                .unwrap_or_else(|e| panic!("fuzz BPE: {e}"))
+                .bpe;
+        to_gpt2_files(&bpe).unwrap_or_else(|e| panic!("fuzz GPT-2 files: {e}"))
+    })
+}
+
+/// A `config.json` with GPT-2's keys for sizes [vocab, context, layers, heads, width].
+fn config_text(s: [usize; 5], epsilon: &str, tied: bool, sinusoidal: bool) -> String {
+    let positions = if sinusoidal { "sinusoidal" } else { "learned" };
+    format!(
+        "{{\"vocab_size\": {}, \"n_positions\": {}, \"n_layer\": {}, \"n_head\": {}, \
+         \"n_embd\": {}, \"layer_norm_epsilon\": {epsilon}, \"tie_word_embeddings\": {tied}, \
+         \"position_embedding_type\": \"{positions}\", \"activation_function\": \"gelu_new\"}}",
+        s[0], s[1], s[2], s[3], s[4]
+    )
+}
+
+/// A `model.safetensors` for sizes `s`: a real model's file when the model is small, else a
+/// header that describes the tensors of those sizes (at most 3 blocks of them) over 64 bytes.
+fn model_bytes(s: [usize; 5], tied: bool, sinusoidal: bool) -> Vec<u8> {
+    use llm_workbook::ch09_gpt::config::Positions;
+    let positions = if sinusoidal { Positions::Sinusoidal } else { Positions::Learned };
+    let config = Config { tied, positions, ..Config::new(s[0], s[1], s[2], s[3], s[4]) };
+    let small = s.iter().all(|&x| x <= 264) && s[2] <= 4 && config.validate().is_ok();
+    if small && let Ok(model) = Gpt::<f32>::new(config, 1) {
+        let meta = [("step".to_string(), "1".to_string())];
+        if let Ok(files) = llm_workbook::ch09_gpt::checkpoint::model_files(&model, &meta) {
+            return files.into_iter().next().map(|f| f.1).unwrap_or_default();
+        }
+    }
+    // A config that describes no model has no tensor list: its embedding alone.
+    let few = Config { layers: config.layers.min(3), ..config };
+    let shapes = if few.validate().is_ok() {
+        few.tensor_shapes()
+    } else {
+        vec![("wte.weight".to_string(), s[0], s[4])]
+    };
+    let mut header = String::from("{");
+    let mut at = 0usize;
+    for (name, r, c) in shapes {
+        let end = at.saturating_add(r.saturating_mul(c).saturating_mul(4));
+        header.push_str(&format!(
+            "\"{name}\":{{\"dtype\":\"F32\",\"shape\":[{r},{c}],\"data_offsets\":[{at},{end}]}},"
+        ));
+        at = end;
+    }
+    header.push_str("\"__metadata__\":{\"step\":\"1\"}}");
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(header.as_bytes());
+    out.extend_from_slice(&[0u8; 64]);
+    out
+}
+
+/// Target `checkpoint_folder`: the input describes a checkpoint folder by its structure, which
+/// is built and loaded through `run::checkpoint_from_files`, the loader `gpt sample` uses. A
+/// flags byte (tied, sinusoidal, a `train.json` with the tokenizer's fingerprint or a wrong
+/// one, a BPE or a character tokenizer or both, tensors of other sizes than the config, a file
+/// left out), the config's five sizes, the tensors' five sizes, the epsilon, then byte edits to
+/// the model file and to the config's text. The load must give a model or a one-line error,
+/// and never panic, abort or allocate past [`FUZZ_BUDGET`].
+pub fn checkpoint_folder(data: &[u8]) {
+    if let Err(line) = checkpoint_folder_outcome(data) {
+        assert!(!line.contains('\n'), "an error is one line: {line}");
+    }
+}
+
+/// What [`checkpoint_folder`] loads: the model's vocabulary size, or the error's line.
+pub fn checkpoint_folder_outcome(data: &[u8]) -> Result<usize, String> {
+    use llm_workbook::ch09_gpt::run::{self, CHARS_FILE, RUN_FILE};
+    let mut input = Input(data);
+    let flags = input.byte();
+    let (tied, sinusoidal) = (flags & 1 == 0, flags & 2 != 0);
+    let config_sizes = input.sizes();
+    let header_sizes = input.sizes();
+    let header_sizes = if flags & 16 != 0 { header_sizes } else { config_sizes };
+    let epsilon = FUZZ_EPSILONS[usize::from(input.byte()) % FUZZ_EPSILONS.len()];
+    let mut model = model_bytes(header_sizes, tied, sinusoidal);
+    input.edit(&mut model);
+    let mut config = config_text(config_sizes, epsilon, tied, sinusoidal).into_bytes();
+    input.edit(&mut config);
+    let mut files: Vec<(String, Vec<u8>)> = Vec::new();
+    if flags & 8 == 0 || flags & 64 != 0 {
+        let chars: String =
+            "abcdefghijklmnopqrstuvwxyz .,;:!?".chars().take(config_sizes[0].min(33)).collect();
+        files.push((CHARS_FILE.to_string(), chars.into_bytes()));
+    }
+    if flags & 8 != 0 {
+        let (v, m) = fuzz_bpe_files();
+        files.push(("vocab.json".to_string(), v.clone().into_bytes()));
+        files.push(("merges.txt".to_string(), m.clone().into_bytes()));
+    }
+    if flags & 4 != 0 {
+        let path = std::path::Path::new("t.txt");
+        let settings = run::run_file(path, &fuzz_train_config(), 8, 4, 1);
+        let mut settings = run::run_json_with_tokenizer(settings, &files);
+        if flags & 32 != 0 {
+            settings.tokenizer_fnv1a64 = Some("0123456789abcdef".into());
+        }
+        files.push((RUN_FILE.to_string(), run::run_text(&settings).into_bytes()));
+    }
+    files.push(("config.json".to_string(), config));
+    files.push(("model.safetensors".to_string(), model));
+    if flags & 128 != 0 {
+        let which = usize::from(input.byte()) % files.len();
+        files.remove(which);
+    }
+    let dir = std::path::Path::new("fuzz-checkpoint");
+    match run::checkpoint_from_files(dir, files, FUZZ_BUDGET) {
+        Ok((tok, model)) => {
+            assert!(tok.vocab_size() <= model.config.vocab_size, "a loaded tokenizer fits");
+            Ok(model.config.vocab_size)
+        }
+        Err(e) => Err(e.to_string()),
     }
 }

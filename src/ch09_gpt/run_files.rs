@@ -1,0 +1,273 @@
+//! The files of a run's folder besides the trainer's: the tokenizer ([`CHARS_FILE`], or GPT-2's
+//! `vocab.json` and `merges.txt`), checked against the fingerprint `train.json` records, and
+//! loading a folder for sampling from its files ([`checkpoint_from_files`]). Part of
+//! [`super::run`], which re-exports every item.
+
+use super::checkpoint::{CONFIG_FILE, MODEL_FILE};
+use super::folder::{self, Resolved};
+use super::model::Gpt;
+use super::run::{CHARS_FILE, RUN_FILE, RunFile, io, read_tokenizer_hash};
+use super::safetensors::SafeTensors;
+use crate::ch08_tokens::Tokenizer;
+use crate::ch08_tokens::bpe::{self, BpeConfig, PreTokenizer};
+use crate::ch08_tokens::chars::CharTokenizer;
+use crate::ch08_tokens::gpt2::{Gpt2Tokenizer, to_gpt2_files};
+use crate::error::{Error, Result, from_json_object, invalid};
+use std::path::Path;
+
+// ───────────────────────────── tokenizers in a folder ─────────────────────────────
+
+/// How text becomes tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenizerKind {
+    /// One token per character of the text.
+    Char,
+    /// Byte-level BPE trained on the text.
+    Bpe,
+}
+
+/// The tokenizer's files in a checkpoint's folder (name, contents): [`CHARS_FILE`], or
+/// `vocab.json` and `merges.txt`. A folder with both is refused: one of them is stale.
+pub fn read_tokenizer_files(dir: &Path) -> Result<Vec<(String, Vec<u8>)>> {
+    let read = |name: &str| -> Result<(String, Vec<u8>)> {
+        let path = dir.join(name);
+        Ok((name.to_string(), std::fs::read(&path).map_err(io(&path))?))
+    };
+    let exists = |name: &str| dir.join(name).exists();
+    select_tokenizer_files(dir, exists, read)
+}
+
+/// Which tokenizer files a folder (`dir`, in messages) holds, given which `exists` and how to
+/// `read` one: [`CHARS_FILE`], or `vocab.json` and `merges.txt`, never both.
+fn select_tokenizer_files(
+    dir: &Path,
+    exists: impl Fn(&str) -> bool,
+    read: impl Fn(&str) -> Result<(String, Vec<u8>)>,
+) -> Result<Vec<(String, Vec<u8>)>> {
+    let chars = exists(CHARS_FILE);
+    let bpe = exists("vocab.json") && exists("merges.txt");
+    match (chars, bpe) {
+        (true, true) => Err(invalid(
+            "load_tokenizer",
+            "checkpoint",
+            format!(
+                "{} holds two tokenizers ({CHARS_FILE} and vocab.json + merges.txt); one is \
+                 stale, and the model belongs to only one",
+                dir.display()
+            ),
+        )),
+        (true, false) => Ok(vec![read(CHARS_FILE)?]),
+        (false, true) => Ok(vec![read("vocab.json")?, read("merges.txt")?]),
+        (false, false) => Err(invalid(
+            "load_tokenizer",
+            "checkpoint",
+            format!("{} holds neither {CHARS_FILE} nor vocab.json + merges.txt", dir.display()),
+        )),
+    }
+}
+
+/// The tokenizer its files (from [`read_tokenizer_files`] or [`build_tokenizer`]) describe;
+/// `dir` names them in errors.
+pub fn tokenizer_from_files(dir: &Path, files: &[(String, Vec<u8>)]) -> Result<Box<dyn Tokenizer>> {
+    let text = |name: &str| -> Result<String> {
+        let bytes = files.iter().find(|f| f.0 == name).map(|f| f.1.clone()).unwrap_or_default();
+        String::from_utf8(bytes).map_err(|_| Error::Parse {
+            file: dir.join(name).display().to_string(),
+            line: None,
+            reason: "is not UTF-8".into(),
+        })
+    };
+    if files.iter().any(|f| f.0 == CHARS_FILE) {
+        return Ok(Box::new(CharTokenizer::from_text(&text(CHARS_FILE)?)?));
+    }
+    let (v, m) = (dir.join("vocab.json"), dir.join("merges.txt"));
+    let (v, m) = (v.display().to_string(), m.display().to_string());
+    let merges = text("merges.txt")?;
+    let tok = Gpt2Tokenizer::from_texts(&v, &text("vocab.json")?, &m, &merges)?;
+    check_merges(&tok, &merges, &m)?;
+    Ok(Box::new(tok))
+}
+
+/// The first line of a `merges.txt` as GPT-2 and our BPE write it.
+pub const MERGES_VERSION: &str = "#version";
+
+/// A checkpoint's `merges.txt` (`file` in errors) beside the tokenizer read from it: it must
+/// start with its [`MERGES_VERSION`] line, hold at least one merge, and account for every token
+/// of `vocab.json`, which is the 256 bytes, one token per merge, and special tokens written
+/// `<|…|>` (GPT-2's `<|endoftext|>`). A file cut short at a line boundary leaves tokens that no
+/// merge makes, and is refused here.
+pub fn check_merges(tok: &Gpt2Tokenizer, merges: &str, file: &str) -> Result<()> {
+    let fail = |reason: String| Err(Error::Parse { file: file.to_string(), line: None, reason });
+    if !merges.starts_with(MERGES_VERSION) {
+        return fail(format!(
+            "the first line is not its {MERGES_VERSION} line (an empty or cut file?)"
+        ));
+    }
+    let n = tok.merge_count();
+    if n == 0 {
+        return fail("holds no merge".into());
+    }
+    let stray: Vec<&str> = tok
+        .special_tokens()
+        .iter()
+        .map(|(s, _)| s.as_str())
+        .filter(|s| !(s.starts_with("<|") && s.ends_with("|>")))
+        .collect();
+    if let Some(first) = stray.first() {
+        return fail(format!(
+            "holds {n} merges, but vocab.json has {} tokens: {} of them ({first:?} first) are \
+             neither a byte, nor made by a merge, nor a special <|…|> token (merges.txt cut \
+             short, or files that do not belong together?)",
+            tok.vocab_size(),
+            stray.len()
+        ));
+    }
+    Ok(())
+}
+
+/// Whichever tokenizer a checkpoint folder holds (see [`read_tokenizer_files`]).
+pub fn load_tokenizer(dir: &Path) -> Result<Box<dyn Tokenizer>> {
+    tokenizer_from_files(dir, &read_tokenizer_files(dir)?)
+}
+
+/// Refuses a tokenizer whose fingerprint ([`folder::files_hash`]) is not the one `train.json`
+/// recorded for the model (a checkpoint written before fingerprints were recorded passes).
+pub fn check_tokenizer(dir: &Path, files: &[(String, Vec<u8>)]) -> Result<()> {
+    check_tokenizer_against(dir, read_tokenizer_hash(dir)?, files)
+}
+
+/// The work of [`check_tokenizer`] with the fingerprint `recorded` already read.
+fn check_tokenizer_against(
+    dir: &Path,
+    recorded: Option<String>,
+    files: &[(String, Vec<u8>)],
+) -> Result<()> {
+    let Some(recorded) = recorded else { return Ok(()) };
+    let found = folder::files_hash(files);
+    if found != recorded {
+        let names = files.iter().map(|f| f.0.as_str()).collect::<Vec<_>>().join(" + ");
+        return Err(invalid(
+            "load_tokenizer",
+            "checkpoint",
+            format!(
+                "the tokenizer in {} ({names}, fingerprint {found}) is not the one this model was \
+                 trained with ({RUN_FILE} records {recorded})",
+                dir.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A tokenizer and the files that hold it (file name, contents), not yet written.
+pub type BuiltTokenizer = (Box<dyn Tokenizer>, Vec<(&'static str, String)>);
+
+/// The tokenizer `kind` builds from `text` (a BPE of `bpe_vocab` tokens: 256 bytes plus merges),
+/// and its files: `gpt train` writes them only once every setting has been checked.
+pub fn build_tokenizer(
+    kind: TokenizerKind,
+    text: &str,
+    bpe_vocab: usize,
+) -> Result<BuiltTokenizer> {
+    match kind {
+        TokenizerKind::Char => {
+            let t = CharTokenizer::from_text(text)?;
+            let line = t.chars().iter().collect::<String>();
+            Ok((Box::new(t), vec![(CHARS_FILE, line)]))
+        }
+        TokenizerKind::Bpe => {
+            let trained = bpe::train(
+                text,
+                BpeConfig { vocab_size: bpe_vocab, pre_tokenizer: PreTokenizer::Gpt2 },
+            )?;
+            let (v, m) = to_gpt2_files(&trained.bpe)?;
+            let tok = Gpt2Tokenizer::from_texts("vocab.json", &v, "merges.txt", &m)?;
+            Ok((Box::new(tok), vec![("vocab.json", v), ("merges.txt", m)]))
+        }
+    }
+}
+
+// ───────────────────────────── sample ─────────────────────────────
+
+/// The tokenizer and model of a checkpoint folder (ours, or GPT-2's with its `vocab.json` and
+/// `merges.txt`), refused if the tokenizer is not the one the run recorded or has ids the model
+/// has no row for, or if the model would not fit the memory `budget` in bytes. Also returns where
+/// the files were found.
+pub fn load_for_sampling(
+    dir: &Path,
+    budget: u64,
+) -> Result<(Box<dyn Tokenizer>, Gpt<f32>, Resolved)> {
+    let resolved = folder::resolve(dir)?;
+    let here = resolved.path.as_path();
+    let mut files = Vec::new();
+    for name in CHECKPOINT_FILES {
+        let path = here.join(name);
+        match std::fs::read(&path) {
+            Ok(bytes) => files.push((name.to_string(), bytes)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io(&path)(e)),
+        }
+    }
+    let (tok, model) = checkpoint_from_files(here, files, budget)?;
+    Ok((tok, model, resolved))
+}
+
+/// The files of a checkpoint folder that [`checkpoint_from_files`] reads.
+pub const CHECKPOINT_FILES: [&str; 6] =
+    [CHARS_FILE, "vocab.json", "merges.txt", RUN_FILE, CONFIG_FILE, MODEL_FILE];
+
+/// The work of [`load_for_sampling`] on a folder's files already read (name, contents; `dir`
+/// names them in errors): the tokenizer (one, checked against the fingerprint `train.json`
+/// records, if there is one), `config.json` (its sizes compared with `model.safetensors`'
+/// header, then with the memory `budget` in bytes, before anything is built), the model, and
+/// the tokenizer's ids against the model's rows. The one entry point of loading a folder, which
+/// the fuzz target `checkpoint_folder` drives with made-up folders.
+pub fn checkpoint_from_files(
+    dir: &Path,
+    mut files: Vec<(String, Vec<u8>)>,
+    budget: u64,
+) -> Result<(Box<dyn Tokenizer>, Gpt<f32>)> {
+    let missing = |name: &str| {
+        let path = dir.join(name);
+        io(&path)(std::io::Error::from(std::io::ErrorKind::NotFound))
+    };
+    let find = |files: &[(String, Vec<u8>)], name: &str| files.iter().position(|f| f.0 == name);
+    let tok_files = select_tokenizer_files(
+        dir,
+        |name| find(&files, name).is_some(),
+        |name| {
+            let i = find(&files, name).ok_or_else(|| missing(name))?;
+            Ok(files[i].clone())
+        },
+    )?;
+    let recorded = match find(&files, RUN_FILE) {
+        Some(i) => {
+            let name = dir.join(RUN_FILE).display().to_string();
+            from_json_object::<RunFile>(&files[i].1, &name)?.tokenizer_fnv1a64
+        }
+        None => None,
+    };
+    check_tokenizer_against(dir, recorded, &tok_files)?;
+    let tok = tokenizer_from_files(dir, &tok_files)?;
+    let config_at = find(&files, CONFIG_FILE).ok_or_else(|| missing(CONFIG_FILE))?;
+    let config_name = dir.join(CONFIG_FILE).display().to_string();
+    let config = super::checkpoint::config_from_json(&files[config_at].1, &config_name)?;
+    let model_at = find(&files, MODEL_FILE).ok_or_else(|| missing(MODEL_FILE))?;
+    let model_bytes = std::mem::take(&mut files[model_at].1);
+    let f = SafeTensors::parse(model_bytes, &dir.join(MODEL_FILE).display().to_string())?;
+    super::checkpoint::check_header_against_config(&config, &f)?;
+    super::budget::check(&config, 1, config.context, budget, "--memory-budget")?;
+    let model = super::checkpoint::model_from_safetensors::<f32>(config, &f)?;
+    if tok.vocab_size() > model.config.vocab_size {
+        return Err(invalid(
+            "gpt sample",
+            "checkpoint",
+            format!(
+                "the tokenizer has {} tokens but the model only {}",
+                tok.vocab_size(),
+                model.config.vocab_size
+            ),
+        ));
+    }
+    Ok((tok, model))
+}
