@@ -801,3 +801,26 @@ mod pages {
         );
     }
 }
+
+#[cfg(test)]
+mod walks {
+    use crate::report::{TERMINAL_WIDTH, Walk};
+
+    /// Columns a line takes on a terminal: combining marks (the tilde of B̃) take none.
+    fn columns(line: &str) -> usize {
+        line.chars().filter(|c| !('\u{0300}'..='\u{036f}').contains(c)).count()
+    }
+
+    /// Chapter 6's walk-through prints the widest matrix of the book (the 3×8 concatenation of
+    /// the heads at 8 decimals, 101 columns in one row); every line of it fits the terminal.
+    #[test]
+    fn chapter_6_s_walk_fits_the_terminal() {
+        let mut buf = Vec::new();
+        (crate::ch06_attention::book::CHAPTER.walk)(&mut Walk::new(&mut buf)).unwrap();
+        let text = String::from_utf8(buf).unwrap();
+        let wide: Vec<&str> = text.lines().filter(|l| columns(l) > TERMINAL_WIDTH).collect();
+        assert!(wide.is_empty(), "lines over {TERMINAL_WIDTH} columns:\n{}", wide.join("\n"));
+        assert!(text.contains("columns 1–"), "the concatenation no longer needs wrapping");
+        assert_eq!(columns("B̃ sliver"), 8);
+    }
+}
