@@ -750,7 +750,7 @@ mod pages {
 
     /// The chapters whose prose has been converted to `$…$` throughout; the Unicode rule of
     /// [`notation_faults`] holds on these (the others are still being converted).
-    const ONE_NOTATION: [&str; 7] = ["ch01_logistic", "ch02_softmax", "ch03_mlp", "ch04_xor", "ch06_attention", "ch05_positions", "ch09_gpt"];
+    const ONE_NOTATION: [&str; 8] = ["ch01_logistic", "ch02_softmax", "ch03_mlp", "ch04_xor", "ch06_attention", "ch07_encoder_decoder", "ch05_positions", "ch09_gpt"];
 
     /// The `$…$` and `$$…$$` spans of a line (already without code spans), and the text outside
     /// them. An unmatched `$` leaves the rest of the line outside.
