@@ -749,8 +749,19 @@ mod pages {
     ];
 
     /// The chapters whose prose has been converted to `$…$` throughout; the Unicode rule of
-    /// [`notation_faults`] holds on these (the others are still being converted).
-    const ONE_NOTATION: [&str; 8] = ["ch01_logistic", "ch02_softmax", "ch03_mlp", "ch04_xor", "ch06_attention", "ch07_encoder_decoder", "ch05_positions", "ch09_gpt"];
+    /// [`notation_faults`] holds on these. Chapter 10 is not yet listed: its benchmark results
+    /// (section 9) and exercise table still write products such as Hᵀ·dY in Unicode.
+    const ONE_NOTATION: [&str; 9] = [
+        "ch01_logistic",
+        "ch02_softmax",
+        "ch03_mlp",
+        "ch04_xor",
+        "ch05_positions",
+        "ch06_attention",
+        "ch07_encoder_decoder",
+        "ch08_tokens",
+        "ch09_gpt",
+    ];
 
     /// The `$…$` and `$$…$$` spans of a line (already without code spans), and the text outside
     /// them. An unmatched `$` leaves the rest of the line outside.
