@@ -260,7 +260,7 @@ impl<'a> Walk<'a> {
 /// Indent of a matrix row under its name in a walk-through.
 const MATRIX_INDENT: usize = 5;
 
-/// The rows of `m` as a walk-through prints them, `[a, b, …]` indented by [`MATRIX_INDENT`],
+/// The rows of `m` as a walk-through prints them, `[a, b, …]` indented by five spaces,
 /// every entry right-aligned to the widest; when a row is wider than `width`, the columns are
 /// split into blocks that fit, each block headed by the columns it holds (1-based).
 pub fn matrix_lines<T: Float>(m: &DMatrix<T>, decimals: usize, width: usize) -> Vec<String> {
