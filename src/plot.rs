@@ -653,8 +653,16 @@ fn draw_heatmap<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, h: &Heatmap) 
             (0..cols.max(1) - 1).into_segmented(),
             (0..rows.max(1) - 1).into_segmented(),
         )?;
-    let step_x = (cols / 16).max(1);
-    let step_y = (rows / 16).max(1);
+    // Every row and column gets a tick; every `step`-th is named, counted from the first, with
+    // a step from a round series so that no more than 16 names crowd an axis (0, 4, 8, … for
+    // 64 positions rather than wherever plotters' own ticks happen to fall).
+    let step = |n: usize| {
+        [1, 2, 4, 5, 8, 10, 16, 20, 25, 50, 100]
+            .into_iter()
+            .find(|s| n.div_ceil(*s) <= 16)
+            .unwrap_or(n.div_ceil(16))
+    };
+    let (step_x, step_y) = (step(cols), step(rows));
     chart
         .configure_mesh()
         .disable_mesh()
@@ -662,8 +670,8 @@ fn draw_heatmap<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, h: &Heatmap) 
         .y_desc(&h.y_label)
         .label_style((FONT, 13))
         .axis_desc_style((FONT, 16))
-        .x_labels(cols.min(17))
-        .y_labels(rows.min(17))
+        .x_labels(cols)
+        .y_labels(rows)
         .x_label_formatter(&|v| match v {
             SegmentValue::CenterOf(i) if i.is_multiple_of(step_x) => name(&h.col_names, *i),
             _ => String::new(),
