@@ -236,7 +236,19 @@ const LEGEND_GLYPH: u32 = 30;
 const LEGEND_GAP: u32 = 10;
 /// Approximate width of one character of the 14-pixel legend font (DejaVu Sans averages about
 /// 0.55 em), used to reserve room for the legend beside the plot.
-const LEGEND_CHAR_PX: f64 = 7.0;
+const LEGEND_CHAR_PX: f64 = 7.5;
+/// Pixel size of a caption of `text` across `width` pixels: `largest`, or smaller so that the
+/// whole caption fits (DejaVu Sans averages about half an em a character), never under 12.
+pub fn caption_size(text: &str, width: u32, largest: u32) -> u32 {
+    let room = 0.97 * width as f64 / (0.5 * text.chars().count().max(1) as f64);
+    (room.floor() as u32).clamp(12, largest)
+}
+
+/// Series with more points than this are drawn one pixel wide: the bitmap backend joins the
+/// segments of a wider line with mitres, which shoot far past the data at the sharp turns of
+/// a noisy training curve.
+const THIN_LINE_POINTS: usize = 500;
+
 /// Right margin of a chart without a legend: room for half of the last x tick label.
 const RIGHT_MARGIN: u32 = 34;
 
@@ -342,7 +354,7 @@ fn xy_chart<'a, DB: DrawingBackend>(
     right: u32,
 ) -> std::result::Result<XyChart<'a, DB>, DrawError<DB>> {
     ChartBuilder::on(root)
-        .caption(title, (FONT, 22))
+        .caption(title, (FONT, caption_size(title, root.dim_in_pixel().0, 22)))
         .margin(14)
         .margin_right(right.max(RIGHT_MARGIN))
         .x_label_area_size(44)
@@ -455,7 +467,10 @@ fn draw_line<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &LineChart) -
     for (i, s) in c.series.iter().enumerate() {
         let col = color(i);
         let pieces = clip_polyline(&s.points, x, y);
-        chart.draw_series(pieces.into_iter().map(|p| PathElement::new(p, col.stroke_width(2))))?;
+        let stroke = if s.points.len() > THIN_LINE_POINTS { 1 } else { 2 };
+        chart.draw_series(
+            pieces.into_iter().map(|p| PathElement::new(p, col.stroke_width(stroke))),
+        )?;
         if c.markers {
             chart.draw_series(s.points.iter().map(|&p| Circle::new(p, 3, col.filled())))?;
         }
@@ -466,16 +481,24 @@ fn draw_line<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &LineChart) -
 }
 
 impl ScatterChart {
-    /// The x and y ranges of the drawn chart: every point and the regions' rectangle, y padded
-    /// by 5 %.
+    /// The x and y ranges of the drawn chart. Over regions, the regions' rectangle exactly (so
+    /// the shading fills the chart), widened to every point if one lies outside it; without
+    /// regions, every point with 5 % to spare on each side (no dot is cut at the frame).
     pub fn ranges(&self) -> ((f64, f64), (f64, f64)) {
-        let mut all: Vec<(f64, f64)> =
-            self.classes.iter().flat_map(|s| s.points.iter().copied()).collect();
-        if let Some(r) = &self.regions {
-            all.push((r.x.0, r.y.0));
-            all.push((r.x.1, r.y.1));
+        let points = || self.classes.iter().flat_map(|s| s.points.iter().copied());
+        let Some(r) = &self.regions else {
+            let ((x0, x1), y) = bounds(points());
+            let p = 0.05 * (x1 - x0);
+            return ((x0 - p, x1 + p), y);
+        };
+        let inside = |(px, py): (f64, f64)| {
+            !(px.is_finite() && py.is_finite())
+                || ((r.x.0..=r.x.1).contains(&px) && (r.y.0..=r.y.1).contains(&py))
+        };
+        if points().all(inside) {
+            return (r.x, r.y);
         }
-        bounds(all.into_iter())
+        bounds(points().chain([(r.x.0, r.y.0), (r.x.1, r.y.1)]))
     }
 
     /// Each of [`ScatterChart::lines`] as it is drawn: clipped to [`ScatterChart::ranges`].
@@ -618,8 +641,9 @@ fn draw_heatmap<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, h: &Heatmap) 
     if lo.is_finite() {
         draw_colour_bar(&bar, lo, lo + span)?;
     }
+    let caption = format!("{}   (min {:.3}, max {:.3})", h.title, lo, hi);
     let mut chart = ChartBuilder::on(&main)
-        .caption(format!("{}   (min {:.3}, max {:.3})", h.title, lo, hi), (FONT, 20))
+        .caption(&caption, (FONT, caption_size(&caption, main.dim_in_pixel().0, 20)))
         .margin(14)
         .x_label_area_size(44)
         .y_label_area_size(80)
@@ -629,8 +653,16 @@ fn draw_heatmap<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, h: &Heatmap) 
             (0..cols.max(1) - 1).into_segmented(),
             (0..rows.max(1) - 1).into_segmented(),
         )?;
-    let step_x = (cols / 16).max(1);
-    let step_y = (rows / 16).max(1);
+    // Every row and column gets a tick; every `step`-th is named, counted from the first, with
+    // a step from a round series so that no more than 16 names crowd an axis (0, 4, 8, … for
+    // 64 positions rather than wherever plotters' own ticks happen to fall).
+    let step = |n: usize| {
+        [1, 2, 4, 5, 8, 10, 16, 20, 25, 50, 100]
+            .into_iter()
+            .find(|s| n.div_ceil(*s) <= 16)
+            .unwrap_or(n.div_ceil(16))
+    };
+    let (step_x, step_y) = (step(cols), step(rows));
     chart
         .configure_mesh()
         .disable_mesh()
@@ -638,8 +670,8 @@ fn draw_heatmap<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, h: &Heatmap) 
         .y_desc(&h.y_label)
         .label_style((FONT, 13))
         .axis_desc_style((FONT, 16))
-        .x_labels(cols.min(17))
-        .y_labels(rows.min(17))
+        .x_labels(cols)
+        .y_labels(rows)
         .x_label_formatter(&|v| match v {
             SegmentValue::CenterOf(i) if i.is_multiple_of(step_x) => name(&h.col_names, *i),
             _ => String::new(),

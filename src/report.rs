@@ -9,7 +9,7 @@
 
 use crate::errata::Erratum;
 use crate::float::Float;
-use crate::snapshot::{fixed, matrix_text};
+use crate::snapshot::fixed;
 use crate::sources::Source;
 use nalgebra::DMatrix;
 use std::io::Write;
@@ -246,15 +246,45 @@ impl<'a> Walk<'a> {
         self.put(&format!("   {name} = {}", fixed(x, d)))
     }
 
-    /// A named matrix with its shape.
+    /// A named matrix with its shape. Rows that would not fit [`TERMINAL_WIDTH`] columns are
+    /// printed in blocks of columns (each headed "columns a–b of n"), as numpy wraps a wide array.
     pub fn matrix<T: Float>(&mut self, name: &str, m: &DMatrix<T>) -> crate::Result<()> {
-        let text = matrix_text(m, self.decimals);
         self.put(&format!("   {name}  ({}×{})", m.nrows(), m.ncols()))?;
-        for line in text.lines().skip(1) {
-            self.put(&format!("     {line}"))?;
+        for line in matrix_lines(m, self.decimals, TERMINAL_WIDTH) {
+            self.put(&line)?;
         }
         Ok(())
     }
+}
+
+/// Indent of a matrix row under its name in a walk-through.
+const MATRIX_INDENT: usize = 5;
+
+/// The rows of `m` as a walk-through prints them, `[a, b, …]` indented by five spaces,
+/// every entry right-aligned to the widest; when a row is wider than `width`, the columns are
+/// split into blocks that fit, each block headed by the columns it holds (1-based).
+pub fn matrix_lines<T: Float>(m: &DMatrix<T>, decimals: usize, width: usize) -> Vec<String> {
+    let cells: Vec<Vec<String>> = (0..m.nrows())
+        .map(|r| (0..m.ncols()).map(|c| fixed(m[(r, c)], decimals)).collect())
+        .collect();
+    let cell = cells.iter().flatten().map(|s| s.chars().count()).max().unwrap_or(0);
+    // A row of k entries takes indent + "[" + k cells + (k − 1) ", " + "]".
+    let fits = |k: usize| MATRIX_INDENT + 2 + k * cell + k.saturating_sub(1) * 2 <= width;
+    let per_block = (1..=m.ncols().max(1)).take_while(|&k| fits(k)).last().unwrap_or(1);
+    let row_text = |row: &[String]| {
+        let padded: Vec<String> = row.iter().map(|s| format!("{s:>cell$}")).collect();
+        format!("{:MATRIX_INDENT$}[{}]", "", padded.join(", "))
+    };
+    if per_block >= m.ncols() {
+        return cells.iter().map(|row| row_text(row)).collect();
+    }
+    let mut out = Vec::new();
+    for start in (0..m.ncols()).step_by(per_block) {
+        let stop = (start + per_block).min(m.ncols());
+        out.push(format!("{:MATRIX_INDENT$}columns {}–{} of {}", "", start + 1, stop, m.ncols()));
+        out.extend(cells.iter().map(|row| row_text(&row[start..stop])));
+    }
+    out
 }
 
 /// A chapter as the main job sees it. Each chapter module exposes one `CHAPTER` constant;
@@ -587,6 +617,43 @@ mod tests {
         let cut = |s: &str| s.chars().take(60).collect::<String>();
         let old = format!("  {}  {}  {}  match", cut(&long), cut(&matrix), cut(&matrix));
         assert!(old.chars().count() > TERMINAL_WIDTH);
+    }
+
+    /// The widest matrix a walk-through prints is chapter 6's 3×8 concatenation of heads at 8
+    /// decimals (101 columns unwrapped); it and a far wider planted one are split into column
+    /// blocks within the width, losing no entry; a narrow one stays one block.
+    #[test]
+    fn a_wide_matrix_is_printed_in_column_blocks_within_the_width() {
+        let concat = DMatrix::from_fn(3, 8, |r, c| 2.11372594 - 0.1 * (r * 8 + c) as f64);
+        let planted = DMatrix::from_fn(2, 40, |r, c| -(r as f64) * 100.0 - c as f64 / 7.0);
+        for (m, decimals) in [(&concat, 8), (&planted, 4)] {
+            let lines = matrix_lines(m, decimals, TERMINAL_WIDTH);
+            let widest = lines.iter().map(|l| l.chars().count()).max().unwrap_or(0);
+            assert!(widest <= TERMINAL_WIDTH, "{widest} columns:\n{}", lines.join("\n"));
+            let text = lines.join("\n");
+            for x in m.iter() {
+                assert!(text.contains(&fixed(*x, decimals)), "{x} lost:\n{text}");
+            }
+            assert!(text.contains("columns 1–"), "{text}");
+        }
+        // Unwrapped, the concatenation is one column too wide: the check above has teeth.
+        let one_block = (0..3)
+            .map(|r| (0..8).map(|c| fixed(concat[(r, c)], 8)).collect::<Vec<_>>().join(", "))
+            .map(|row| format!("{:MATRIX_INDENT$}[{row}]", ""));
+        assert!(one_block.map(|l| l.chars().count()).max() > Some(TERMINAL_WIDTH));
+        let small = DMatrix::from_row_slice(2, 2, &[1.0, -0.5, 0.25, 2.0]);
+        assert_eq!(
+            matrix_lines(&small, 2, TERMINAL_WIDTH),
+            ["     [ 1.00, -0.50]", "     [ 0.25,  2.00]"]
+        );
+        let mut buf = Vec::new();
+        let mut walk = Walk::new(&mut buf);
+        walk.decimals = 2;
+        walk.matrix("A", &small).unwrap();
+        assert_eq!(
+            String::from_utf8(buf).unwrap(),
+            "   A  (2×2)\n     [ 1.00, -0.50]\n     [ 0.25,  2.00]\n"
+        );
     }
 
     /// Every chapter's worked-number table as the terminal shows it fits the width (the main job

@@ -555,6 +555,16 @@ pub fn histogram_steps(values: &[f64], lo: f64, hi: f64, width: f64) -> Vec<(f64
     pts
 }
 
+/// An activation's legend entry: the erf GELU is drawn first and the tanh approximation lies
+/// on top of it, within a pixel everywhere, so its entry says where it is.
+/// `mark` follows the name (a prime for the derivative).
+fn legend_name(a: Activation, mark: &str) -> String {
+    match a {
+        Activation::GeluErf => format!("{}{mark}, under the tanh curve", a.name()),
+        _ => format!("{}{mark}", a.name()),
+    }
+}
+
 /// The chapter's light figures as data (activations, the sin fits and loss, the angle
 /// histograms); the packing figures come from [`packing_figures`].
 pub fn figures() -> Result<Vec<(String, Figure)>> {
@@ -566,7 +576,7 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
         y_label: "f(z)".into(),
         series: Activation::ALL
             .iter()
-            .map(|&a| Series::new(a.name(), curve(&|z| a.apply(z))))
+            .map(|&a| Series::new(legend_name(a, ""), curve(&|z| a.apply(z))))
             .collect(),
         markers: false,
     });
@@ -576,7 +586,7 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
         y_label: "f′(z)".into(),
         series: Activation::ALL
             .iter()
-            .map(|&a| Series::new(format!("{}′", a.name()), curve(&|z| a.derivative(z))))
+            .map(|&a| Series::new(legend_name(a, "′"), curve(&|z| a.derivative(z))))
             .collect(),
         markers: false,
     });
