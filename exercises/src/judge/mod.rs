@@ -311,3 +311,23 @@ pub fn weighted_sum(g: &DMatrix<f64>, m: &DMatrix<f64>) -> f64 {
     }
     g.component_mul(m).sum()
 }
+
+/// The tensor a [`gradient_check`] failure names ("∂L/∂W_Q[0,1]: …" gives `W_Q`), if any.
+pub fn failed_tensor(message: &str) -> Option<&str> {
+    let rest = message.split_once("∂L/∂")?.1;
+    let end = rest.find(['[', ' ']).unwrap_or(rest.len());
+    Some(&rest[..end])
+}
+
+/// A [`gradient_check`] over named tensors whose names are built at run time.
+pub fn gradient_check_named(
+    sec: Section,
+    inputs: &[(String, DMatrix<f64>)],
+    analytic: &[DMatrix<f64>],
+    loss: impl FnMut(&[DMatrix<f64>]) -> f64,
+    factors: &[(f64, &str)],
+) -> Verdict {
+    let named: Vec<(&str, DMatrix<f64>)> =
+        inputs.iter().map(|(n, m)| (n.as_str(), m.clone())).collect();
+    gradient_check(sec, &named, analytic, loss, factors)
+}
