@@ -266,7 +266,10 @@ mod ch03 {
 
     #[test]
     fn mlp_backward_with_f_prime_at_the_output_or_gradients_last_layer_first() {
-        catches(j::mlp_backward(|m, t, d| backprop(m, t, d, true, true)), "f′ at the layer's pre-activation z");
+        catches(
+            j::mlp_backward(|m, t, d| backprop(m, t, d, true, true)),
+            "f′ at the layer's pre-activation z",
+        );
         catches(j::mlp_backward(|m, t, d| backprop(m, t, d, false, false)), "last layer first");
         passes(j::mlp_backward(|m, t, d| backprop(m, t, d, false, true)));
     }
@@ -759,6 +762,75 @@ mod ch09 {
         passes(j::temperature_distribution(|z, t| distribution(z, &Decoding::temperature(t))));
         passes(j::top_k_distribution(top_k));
         passes(j::adamw_step(s::adamw_step));
+        passes(j::lm_head_backward(s::lm_head_backward));
+        passes(j::kv_cache_step(s::kv_cache_step));
+    }
+
+    #[test]
+    fn lm_head_backward_transposed_unscaled_or_summed() {
+        catches(
+            j::lm_head_backward(|h, w, t| {
+                let (l, d_h, d_w) = s::lm_head_backward(h, w, t)?;
+                Ok((l, d_h, d_w.transpose()))
+            }),
+            "transpose",
+        );
+        catches(
+            j::lm_head_backward(|h, w, t| {
+                let (l, d_h, d_w) = s::lm_head_backward(h, w, t)?;
+                let rows = h.nrows() as f64;
+                Ok((l, d_h * rows, d_w * rows))
+            }),
+            "a missing 1/S",
+        );
+        catches(
+            j::lm_head_backward(|h, w, t| {
+                let (l, d_h, d_w) = s::lm_head_backward(h, w, t)?;
+                Ok((l * h.nrows() as f64, d_h, d_w))
+            }),
+            "their mean",
+        );
+    }
+
+    /// One head's step over the first `n(len)` rows of the cache, after writing row len when
+    /// `append`.
+    fn cache_step(
+        keys: &mut DMatrix<f64>,
+        values: &mut DMatrix<f64>,
+        len: usize,
+        (q, k, v): (&[f64], &[f64], &[f64]),
+        append: bool,
+        n: impl Fn(usize) -> usize,
+    ) -> Result<Vec<f64>> {
+        if len >= keys.nrows() {
+            return Err(llm_workbook::error::invalid("step", "len", "the cache is full"));
+        }
+        if append {
+            keys.row_mut(len).copy_from_slice(k);
+            values.row_mut(len).copy_from_slice(v);
+        }
+        let n = n(len).max(1);
+        llm_workbook::ch09_gpt::model::attend_one("step", q, keys, values, n, 1)
+    }
+
+    #[test]
+    fn kv_cache_step_that_leaks_is_off_by_one_or_never_appends() {
+        let leaky =
+            |k: &mut DMatrix<f64>, v: &mut DMatrix<f64>, l, q: &[f64], kn: &[f64], vn: &[f64]| {
+                let rows = k.nrows();
+                cache_step(k, v, l, (q, kn, vn), true, |_| rows)
+            };
+        catches(j::kv_cache_step(leaky), "a causal leak");
+        let before_itself =
+            |k: &mut DMatrix<f64>, v: &mut DMatrix<f64>, l, q: &[f64], kn: &[f64], vn: &[f64]| {
+                cache_step(k, v, l, (q, kn, vn), true, |len| len)
+            };
+        catches(j::kv_cache_step(before_itself), "off by one");
+        let read_only =
+            |k: &mut DMatrix<f64>, v: &mut DMatrix<f64>, l, q: &[f64], kn: &[f64], vn: &[f64]| {
+                cache_step(k, v, l, (q, kn, vn), false, |len| len + 1)
+            };
+        catches(j::kv_cache_step(read_only), "append at row len");
     }
 
     #[test]
@@ -825,9 +897,58 @@ mod ch10 {
     use judge::ch10 as j;
     use llm_workbook_exercises::ch10_matmul::{MR, NR, solution as s};
 
+    use llm_workbook::matmul::{Op, pack_a_block, pack_b_panel};
+    use std::ops::Range;
+
     #[test]
     fn solution_passes() {
         passes(j::micro_kernel(s::micro_kernel));
+        passes(j::pack_a_block(pack_a_block::<f64>));
+        passes(j::pack_b_panel(pack_b_panel::<f64>));
+    }
+
+    /// Each sliver of `packed` (slivers of kc·w values) written line by line instead.
+    fn line_by_line(packed: Vec<f64>, kc: usize, w: usize) -> Vec<f64> {
+        (0..packed.len())
+            .map(|n| {
+                let (q, r) = (n / (kc * w), n % (kc * w));
+                // entry r of sliver q holds line r / kc, depth step r % kc
+                packed[q * kc * w + (r % kc) * w + r / kc]
+            })
+            .collect()
+    }
+
+    #[test]
+    fn packing_line_by_line_ignoring_op_or_the_offsets() {
+        let by_lines = |a: &DMatrix<f64>, t, r: Range<usize>, d: Range<usize>, w| {
+            let kc = d.len();
+            pack_a_block(a, t, r, d, w).map(|p| line_by_line(p, kc, w))
+        };
+        catches(j::pack_a_block(by_lines), "line by line");
+        // op ignored: the ranges read as rows and columns of A as stored.
+        let as_stored = |a: &DMatrix<f64>, _: Op, r: Range<usize>, d: Range<usize>, w| {
+            pack_a_block(a, Op::N, r, d, w)
+        };
+        catches(j::pack_a_block(as_stored), "read op(A)");
+        let from_origin = |b: &DMatrix<f64>, t, d: Range<usize>, c: Range<usize>, w| {
+            pack_b_panel(b, t, 0..d.len(), 0..c.len(), w)
+        };
+        catches(j::pack_b_panel(from_origin), "the block starts at the ranges' starts");
+    }
+
+    #[test]
+    fn packing_that_pads_with_ones() {
+        let ones = |b: &DMatrix<f64>, t, d: Range<usize>, c: Range<usize>, w: usize| {
+            let (kc, nc) = (d.len(), c.len());
+            let mut p = pack_b_panel(b, t, d, c, w)?;
+            for (n, v) in p.iter_mut().enumerate() {
+                if (n / (kc * w)) * w + n % w >= nc {
+                    *v = 1.0;
+                }
+            }
+            Ok(p)
+        };
+        catches(j::pack_b_panel(ones), "padding");
     }
 
     #[test]

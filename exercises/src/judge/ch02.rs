@@ -177,7 +177,9 @@ pub fn log_softmax_rows_backward(
             &[("Z", z)],
             &[d_z.clone()],
             |m| {
-                book::log_softmax_rows(&m[0]).map(|l| super::weighted_sum(&g, &l)).unwrap_or(f64::NAN)
+                book::log_softmax_rows(&m[0])
+                    .map(|l| super::weighted_sum(&g, &l))
+                    .unwrap_or(f64::NAN)
             },
             &[],
         )
@@ -190,7 +192,8 @@ pub fn log_softmax_rows_backward(
                 )
             } else {
                 let y = log_y.map(f64::exp);
-                let by_columns = DMatrix::from_fn(n, k, |r, c| g[(r, c)] - y[(r, c)] * g.column(c).sum());
+                let by_columns =
+                    DMatrix::from_fn(n, k, |r, c| g[(r, c)] - y[(r, c)] * g.column(c).sum());
                 if d_z.shape() == g.shape() && (&d_z - by_columns).abs().max() < 1e-12 {
                     STABLE.fail(
                         "yours subtracts Y ⊙ the column sums of ∂L/∂(ln Y): the log-sum-exp is \
@@ -218,7 +221,14 @@ pub fn log_softmax_rows_backward(
         let onehot = if c == 2 * r { 1.0 } else { 0.0 };
         (log_y[(r, c)].exp() - onehot) / 2.0
     });
-    compare(STABLE, "∂L/∂Z for ∂L/∂(ln Y) = −onehot/N (cross-entropy's (P − Y)/N)", &d_z, &want, 1e-9, &[])
+    compare(
+        STABLE,
+        "∂L/∂Z for ∂L/∂(ln Y) = −onehot/N (cross-entropy's (P − Y)/N)",
+        &d_z,
+        &want,
+        1e-9,
+        &[],
+    )
 }
 
 /// The gradient check of L = Σ G ⊙ (XW + 1bᵀ) in X, W and b, W non-square (a misplaced transpose
@@ -231,8 +241,7 @@ pub fn regression_logits_backward(
     ) -> Result<(DMatrix<f64>, DMatrix<f64>, DMatrix<f64>)>,
 ) -> Verdict {
     let (x, w, b, g) = (random(18, 5, 2), random(19, 2, 3), random(20, 1, 3), random(21, 5, 3));
-    let (d_x, d_w, d_b) =
-        attempt_ok(REGRESSION, "regression_logits_backward", || f(&w, &x, &g))?;
+    let (d_x, d_w, d_b) = attempt_ok(REGRESSION, "regression_logits_backward", || f(&w, &x, &g))?;
     gradient_check(
         REGRESSION,
         &[("X", x.clone()), ("W", w.clone()), ("b", b.clone())],

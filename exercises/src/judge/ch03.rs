@@ -140,8 +140,8 @@ pub fn mlp_backward(
     ];
     for (seed, sizes, hidden, output) in nets {
         let mut rng = llm_workbook::rng::Rng::new(seed);
-        let mlp = book::Mlp::random(&sizes, hidden, output, 0.5, &mut rng)
-            .map_err(|e| e.to_string())?;
+        let mlp =
+            book::Mlp::random(&sizes, hidden, output, 0.5, &mut rng).map_err(|e| e.to_string())?;
         check_mlp(&f, &mlp, seed)?;
     }
     Ok(())
@@ -165,7 +165,9 @@ fn check_mlp(f: MlpBackward, mlp: &book::Mlp<f64>, seed: u64) -> Verdict {
     let forwards = grads.iter().zip(mlp.layers()).all(|(g, l)| g.d_w.shape() == l.w.shape());
     if backwards && !forwards {
         return Err(MANY.fail_hint(
-            format!("{net}: your gradients are last layer first, the order backpropagation finds them"),
+            format!(
+                "{net}: your gradients are last layer first, the order backpropagation finds them"
+            ),
             "return them first layer first (reverse the list at the end)",
         ));
     }

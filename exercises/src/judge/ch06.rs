@@ -376,11 +376,7 @@ fn ffn_from(act: llm_workbook::ch03_mlp::Activation, t: &[DMatrix<f64>]) -> book
 /// The gradient check of L = Σ G ⊙ FFN(x) in W₂, b₂, W₁, b₁ and x (the order the backward pass
 /// reaches them), with ReLU (D3) and GELU (GPT-2).
 pub fn ffn_backward(
-    f: impl Fn(
-        &book::Ffn<f64>,
-        &book::FfnCache<f64>,
-        &DMatrix<f64>,
-    ) -> Result<book::FfnGrads<f64>>,
+    f: impl Fn(&book::Ffn<f64>, &book::FfnCache<f64>, &DMatrix<f64>) -> Result<book::FfnGrads<f64>>,
 ) -> Verdict {
     use llm_workbook::ch03_mlp::Activation;
     for (seed, act) in [(140, Activation::Relu), (141, Activation::GeluTanh)] {
@@ -476,9 +472,7 @@ fn block_hint(order: book::NormOrder, tensor: &str) -> &'static str {
             "∂L/∂h is LN₂'s ∂x (the residual's direct path) plus FFN's ∂x: LN₁'s backward takes \
              their sum"
         }
-        _ if pre => {
-            "∂L/∂x is ∂L/∂h (the residual's direct path) plus LN₁'s ∂x: the two paths add"
-        }
+        _ if pre => "∂L/∂x is ∂L/∂h (the residual's direct path) plus LN₁'s ∂x: the two paths add",
         _ => {
             "∂L/∂x is LN₁'s ∂x (the residual's direct path) plus d_x_q + d_x_kv (self-attention \
              reads x twice)"
