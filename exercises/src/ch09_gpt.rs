@@ -62,7 +62,7 @@ pub fn adamw_step(
 
 /// **The unembedding and the loss, backward**: for the final hidden rows h (S×d, the scored
 /// positions) and the unembedding W_U (V×d), the logits are z = h W_Uᵀ (S×V) and the loss is the
-/// mean next-token log-loss L = −(1/S) Σ_s ln softmax(z_s)[t_s]. Return (L, ∂L/∂h, ∂L/∂W_U):
+/// mean next-token log-loss L = −(1/S) Σ_s ln softmax(z_s)\[t_s\]. Return (L, ∂L/∂h, ∂L/∂W_U):
 /// ∂L/∂z = (softmax(z) − onehot(t))/S (chapter 2), ∂L/∂h = ∂L/∂z W_U (S×d),
 /// ∂L/∂W_U = (∂L/∂z)ᵀ h (V×d). Error on no rows, a width mismatch or a target ≥ V.
 ///
@@ -82,7 +82,7 @@ pub fn lm_head_backward(
 /// from len on are not in use (they may hold anything: stale rows of an earlier sequence). For a
 /// new token at position len with query q, key k and value v (each of length d): write k and v
 /// into row len of the cache, then return the new token's attention output (length d)
-/// o = Σ_{p ≤ len} a_p V[p] with a = softmax over p ≤ len of s_p = q · K[p] / √d. No mask is
+/// o = Σ_{p ≤ len} a_p V\[p\] with a = softmax over p ≤ len of s_p = q · K\[p\] / √d. No mask is
 /// needed: every cached position is in the past, and rows past len must not be read. Error when
 /// len ≥ n_ctx (the cache is full) or a length is not d.
 ///

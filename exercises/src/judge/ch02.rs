@@ -175,7 +175,7 @@ pub fn log_softmax_rows_backward(
         gradient_check(
             STABLE,
             &[("Z", z)],
-            &[d_z.clone()],
+            std::slice::from_ref(&d_z),
             |m| {
                 book::log_softmax_rows(&m[0])
                     .map(|l| super::weighted_sum(&g, &l))

@@ -231,14 +231,14 @@ fn pack_judge(side: Side, f: Pack, reference: Pack) -> Verdict {
     Ok(())
 }
 
-/// [`pack_judge`] for Ã, against `llm_workbook::matmul::pack_a_block`.
+/// `pack_judge` for Ã, against `llm_workbook::matmul::pack_a_block`.
 pub fn pack_a_block(
     f: impl Fn(&DMatrix<f64>, Op, Range<usize>, Range<usize>, usize) -> llm_workbook::Result<Vec<f64>>,
 ) -> Verdict {
     pack_judge(A_SIDE, &f, &llm_workbook::matmul::pack_a_block::<f64>)
 }
 
-/// [`pack_judge`] for B̃, against `llm_workbook::matmul::pack_b_panel`.
+/// `pack_judge` for B̃, against `llm_workbook::matmul::pack_b_panel`.
 pub fn pack_b_panel(
     f: impl Fn(&DMatrix<f64>, Op, Range<usize>, Range<usize>, usize) -> llm_workbook::Result<Vec<f64>>,
 ) -> Verdict {
