@@ -1,6 +1,6 @@
 //! Chapter 10: a fast matrix product — [chapters/ch10_matmul.md](../../chapters/ch10_matmul.md).
 //!
-//! Replace the `todo!()` with your answer, then run
+//! Replace each `todo!()` with your answer, then run
 //! `cargo test -p llm-workbook-exercises --test ch10_matmul`.
 
 use llm_workbook::Result;
