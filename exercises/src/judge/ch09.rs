@@ -305,7 +305,17 @@ pub fn kv_cache_step(
         }
     }
     let (qt, kt, vt) = (row(&q, 0), row(&k, 0), row(&v, 0));
-    match attempt(CACHE, name, || f(&mut keys, &mut values, n_ctx, &qt, &kt, &vt))? {
+    let full =
+        attempt(CACHE, name, || f(&mut keys, &mut values, n_ctx, &qt, &kt, &vt)).map_err(|m| {
+            super::note(
+                m,
+                &format!(
+                    "that was len = {n_ctx} with a {n_ctx}-row cache: the cache is full, so \
+                     return an Err before writing row len"
+                ),
+            )
+        })?;
+    match full {
         Err(_) => Ok(()),
         Ok(_) => Err(CACHE.fail(format!(
             "len = {n_ctx} with a {n_ctx}-row cache: the cache is full, return an Err"
