@@ -251,7 +251,7 @@ mod tests {
                     test kv_cache_step ... FAILED\n\
                     failures:\n\n\
                     ---- kv_cache_step stdout ----\n\n\
-                    thread 'kv_cache_step' (1) panicked at nalgebra/src/base/matrix_view.rs:310:9:\n\
+                    thread 'kv_cache_step' (1) panicked at nalgebra/src/base/view.rs:310:9:\n\
                     Matrix slicing out of bounds.\n\n\
                     thread 'kv_cache_step' (1) panicked at exercises/tests/ch09_gpt.rs:18:1:\n\
                     your `kv_cache_step` panicked: Matrix slicing out of bounds.\n  \
