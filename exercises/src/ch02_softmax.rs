@@ -55,3 +55,31 @@ pub fn softmax_rows_backward(y: &DMatrix<f64>, d_y: &DMatrix<f64>) -> Result<DMa
     return llm_workbook::ch02_softmax::softmax_rows_backward(y, d_y);
     todo!()
 }
+
+/// **Log-softmax backward**: from the forward output ln Y (ln Y_rc = Z_rc − ln Σ_c′ e^{Z_rc′}, the
+/// log-sum-exp form) and ∂L/∂(ln Y), return ∂L/∂Z = ∂L/∂(ln Y) − Y ⊙ rowsum(∂L/∂(ln Y)), with
+/// Y = e^{ln Y}: every entry of a row of ln Y depends on every logit of that row through the
+/// shared log-sum-exp. Shapes: log_y and d N×K, the result N×K. ln Y may hold −∞ (a masked
+/// entry, whose Y is 0).
+///
+/// Chapter: [2. Stable by construction](../../chapters/ch02_softmax.md#2-stable-by-construction).
+pub fn log_softmax_rows_backward(log_y: &DMatrix<f64>, d: &DMatrix<f64>) -> Result<DMatrix<f64>> {
+    #[cfg(feature = "solutions")]
+    return llm_workbook::ch02_softmax::log_softmax_rows_backward(log_y, d);
+    todo!()
+}
+
+/// **Softmax regression, backward through the logits**: the forward is Z = XW + 1bᵀ (x N×D,
+/// w D×K, b 1×K, Z N×K). From ∂L/∂Z (N×K) return (∂L/∂X, ∂L/∂W, ∂L/∂b) =
+/// (∂L/∂Z · Wᵀ, Xᵀ · ∂L/∂Z, the column sums of ∂L/∂Z), shaped N×D, D×K and 1×K.
+///
+/// Chapter: [8. Softmax regression](../../chapters/ch02_softmax.md#8-softmax-regression).
+pub fn regression_logits_backward(
+    w: &DMatrix<f64>,
+    x: &DMatrix<f64>,
+    d_z: &DMatrix<f64>,
+) -> Result<(DMatrix<f64>, DMatrix<f64>, DMatrix<f64>)> {
+    #[cfg(feature = "solutions")]
+    return llm_workbook::ch02_softmax::regression_logits_backward(w, x, d_z);
+    todo!()
+}

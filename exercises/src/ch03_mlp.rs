@@ -4,6 +4,7 @@
 //! `cargo test -p llm-workbook-exercises --test ch03_mlp`.
 
 use llm_workbook::Result;
+use llm_workbook::ch03_mlp::{LayerGrads, Mlp, Trace};
 use nalgebra::DMatrix;
 
 /// **A dense layer**: y = xW + b. Shapes: x N×in (one sample per row), w in×out, b 1×out (added
@@ -67,5 +68,25 @@ pub fn gelu_backward(z: &DMatrix<f64>, d_a: &DMatrix<f64>) -> Result<DMatrix<f64
 pub fn mse_backward(a: &DMatrix<f64>, y: &DMatrix<f64>) -> Result<DMatrix<f64>> {
     #[cfg(feature = "solutions")]
     return llm_workbook::ch03_mlp::mse_backward(a, y);
+    todo!()
+}
+
+/// **Backpropagation through a whole MLP**: from the forward pass's `trace` (each layer's input
+/// a⁽ˡ⁻¹⁾ in `trace.inputs[l]` and pre-activation z⁽ˡ⁾ in `trace.pre[l]`) and ∂C/∂a⁽ᴸ⁾ (N×out),
+/// return every layer's (∂C/∂W⁽ˡ⁾, ∂C/∂b⁽ˡ⁾), first layer first, and ∂C/∂x (N×in). Walk the layers
+/// from the last to the first: ∂C/∂z⁽ˡ⁾ = f′(z⁽ˡ⁾) ⊙ ∂C/∂a⁽ˡ⁾ (or ∂C/∂a⁽ˡ⁾ itself when
+/// `layer.activation` is `None`), then the dense layer's backward gives ∂C/∂W⁽ˡ⁾ = a⁽ˡ⁻¹⁾ᵀ ∂C/∂z⁽ˡ⁾,
+/// ∂C/∂b⁽ˡ⁾ = the column sums of ∂C/∂z⁽ˡ⁾ and ∂C/∂a⁽ˡ⁻¹⁾ = ∂C/∂z⁽ˡ⁾ W⁽ˡ⁾ᵀ, the next step's input.
+/// `mlp.layers()` gives the layers; `llm_workbook::ch03_mlp`'s `activation_backward` and
+/// `dense_backward` (or your answers above) are yours to use.
+///
+/// Chapter: [4. Many neurons per layer](../../chapters/ch03_mlp.md#4-many-neurons-per-layer).
+pub fn mlp_backward(
+    mlp: &Mlp<f64>,
+    trace: &Trace<f64>,
+    d_out: &DMatrix<f64>,
+) -> Result<(Vec<LayerGrads<f64>>, DMatrix<f64>)> {
+    #[cfg(feature = "solutions")]
+    return mlp.backward(trace, d_out);
     todo!()
 }

@@ -5,6 +5,9 @@
 //! answer, then run `cargo test -p llm-workbook-exercises --test ch06_attention`.
 
 use llm_workbook::Result;
+use llm_workbook::ch06_attention::{
+    Block, BlockCache, BlockGrads, Ffn, FfnCache, FfnGrads, MhaCache, MhaGrads, MultiHead,
+};
 use nalgebra::DMatrix;
 
 /// **The causal mask**: an additive T_q×T_k matrix, 0 where query i may see key j and −∞
@@ -103,6 +106,65 @@ pub fn split_heads(m: &DMatrix<f64>, heads: usize) -> Result<Vec<DMatrix<f64>>> 
 pub fn concat_heads(parts: &[DMatrix<f64>]) -> Result<DMatrix<f64>> {
     #[cfg(feature = "solutions")]
     return llm_workbook::ch06_attention::concat_heads(parts);
+    todo!()
+}
+
+/// **Multi-head attention, backward**: the forward (`llm_workbook::ch06_attention::mha_forward`)
+/// is Q = X_q W_Q + b_Q, K = X_kv W_K + b_K, V = X_kv W_V + b_V, head h = attention of columns
+/// h·d_k … (h+1)·d_k − 1 of Q, K and V (weights in `cache.weights[h]`, lengths and masks in
+/// `cache.spec`), C = Concat(heads), out = C W_O + b_O. From ∂L/∂out ((B·T_q)×C_out) return
+/// every gradient as an `MhaGrads`:
+/// ∂W_O = Cᵀ ∂out, ∂b_O = Σ_rows ∂out, ∂C = ∂out W_Oᵀ; head h's attention backward on its
+/// columns of ∂C gives ∂Q_h, ∂K_h, ∂V_h, side by side again ∂Q, ∂K, ∂V; then
+/// ∂X_q = ∂Q W_Qᵀ, ∂X_kv = ∂K W_Kᵀ + ∂V W_Vᵀ, ∂W_Q = X_qᵀ ∂Q, ∂W_K = X_kvᵀ ∂K,
+/// ∂W_V = X_kvᵀ ∂V, each ∂b the column sums of its ∂Q, ∂K or ∂V. Chapter 6's
+/// `attention_backward`, `split_heads` and `concat_heads` are yours to use.
+///
+/// Chapter: [2. Multi-head attention](../../chapters/ch06_attention.md#2-multi-head-attention).
+pub fn mha_backward(
+    p: &MultiHead<f64>,
+    cache: &MhaCache<f64>,
+    d_out: &DMatrix<f64>,
+) -> Result<MhaGrads<f64>> {
+    #[cfg(feature = "solutions")]
+    return llm_workbook::ch06_attention::mha_backward(p, cache, d_out);
+    todo!()
+}
+
+/// **The feed-forward net, backward**: the forward is z₁ = xW₁ + b₁, a₁ = f(z₁), y = a₁W₂ + b₂
+/// (x N×C, W₁ C×F, W₂ F×C_out; `cache` holds x, z₁ and a₁; f is `ffn.act`). From ∂L/∂y
+/// (N×C_out) return an `FfnGrads`, one dense backward per dense forward, last first:
+/// ∂W₂ = a₁ᵀ ∂y, ∂b₂ = Σ_rows ∂y, ∂a₁ = ∂y W₂ᵀ; ∂z₁ = f′(z₁) ⊙ ∂a₁; ∂W₁ = xᵀ ∂z₁,
+/// ∂b₁ = Σ_rows ∂z₁, ∂x = ∂z₁ W₁ᵀ. Chapter 3's `dense_backward` and `activation_backward` are
+/// yours to use.
+///
+/// Chapter: [4. The feed-forward net](../../chapters/ch06_attention.md#4-the-feed-forward-net).
+pub fn ffn_backward(
+    ffn: &Ffn<f64>,
+    cache: &FfnCache<f64>,
+    d_y: &DMatrix<f64>,
+) -> Result<FfnGrads<f64>> {
+    #[cfg(feature = "solutions")]
+    return llm_workbook::ch06_attention::ffn_backward(ffn, cache, d_y);
+    todo!()
+}
+
+/// **The block, backward**: the forward (`llm_workbook::ch06_attention::block_forward`) is, by
+/// `blk.order`, pre-LN: n₁ = LN₁(x), h = x + MHA(n₁, n₁), y = h + FFN(LN₂(h)); or post-LN:
+/// h = LN₁(x + MHA(x, x)), y = LN₂(h + FFN(h)). From ∂L/∂y ((B·T)×C) return a `BlockGrads`: ∂L/∂x
+/// and the gradients of MHA, LN₁, the FFN and LN₂, through chapter 6's `mha_backward`,
+/// `layer_norm_backward` and `ffn_backward` with the caches in `cache`. Two rules: a residual
+/// x + f(x) sends its gradient to x directly *and* through f (the two add); self-attention
+/// reads one input as queries and as keys/values, so that input's gradient is d_x_q + d_x_kv.
+///
+/// Chapter: [5. The block: residuals, pre-LN and post-LN](../../chapters/ch06_attention.md#5-the-block-residuals-pre-ln-and-post-ln).
+pub fn block_backward(
+    blk: &Block<f64>,
+    cache: &BlockCache<f64>,
+    d_y: &DMatrix<f64>,
+) -> Result<BlockGrads<f64>> {
+    #[cfg(feature = "solutions")]
+    return llm_workbook::ch06_attention::block_backward(blk, cache, d_y);
     todo!()
 }
 

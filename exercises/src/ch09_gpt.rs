@@ -60,10 +60,94 @@ pub fn adamw_step(
     todo!()
 }
 
+/// **The unembedding and the loss, backward**: for the final hidden rows h (S×d, the scored
+/// positions) and the unembedding W_U (V×d), the logits are z = h W_Uᵀ (S×V) and the loss is the
+/// mean next-token log-loss L = −(1/S) Σ_s ln softmax(z_s)\[t_s\]. Return (L, ∂L/∂h, ∂L/∂W_U):
+/// ∂L/∂z = (softmax(z) − onehot(t))/S (chapter 2), ∂L/∂h = ∂L/∂z W_U (S×d),
+/// ∂L/∂W_U = (∂L/∂z)ᵀ h (V×d). Error on no rows, a width mismatch or a target ≥ V.
+///
+/// Chapter: [3. The backward pass](../../chapters/ch09_gpt.md#3-the-backward-pass).
+pub fn lm_head_backward(
+    h: &DMatrix<f64>,
+    w_u: &DMatrix<f64>,
+    targets: &[usize],
+) -> Result<(f64, DMatrix<f64>, DMatrix<f64>)> {
+    #[cfg(feature = "solutions")]
+    return solution::lm_head_backward(h, w_u, targets);
+    todo!()
+}
+
+/// **One key/value-cache step of one attention head**: `keys` and `values` are the cache
+/// (n_ctx×d each), whose rows 0 … len − 1 hold the keys and values of the tokens fed so far; rows
+/// from len on are not in use (they may hold anything: stale rows of an earlier sequence). For a
+/// new token at position len with query q, key k and value v (each of length d): write k and v
+/// into row len of the cache, then return the new token's attention output (length d)
+/// o = Σ_{p ≤ len} a_p V\[p\] with a = softmax over p ≤ len of s_p = q · K\[p\] / √d. No mask is
+/// needed: every cached position is in the past, and rows past len must not be read. Error when
+/// len ≥ n_ctx (the cache is full) or a length is not d.
+///
+/// Chapter: [5. Sampling](../../chapters/ch09_gpt.md#5-sampling) (the key/value cache).
+pub fn kv_cache_step(
+    keys: &mut DMatrix<f64>,
+    values: &mut DMatrix<f64>,
+    len: usize,
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+) -> Result<Vec<f64>> {
+    #[cfg(feature = "solutions")]
+    return solution::kv_cache_step(keys, values, len, q, k, v);
+    todo!()
+}
+
 /// The main crate's functions in this chapter's signatures.
 pub mod solution {
     use super::*;
     use llm_workbook::optim::{AdamMoments, AdamW};
+
+    /// [`super::lm_head_backward`] by the crate's product and chapter 2's loss and gradient, as
+    /// `Gpt::loss_and_grads` composes them.
+    pub fn lm_head_backward(
+        h: &DMatrix<f64>,
+        w_u: &DMatrix<f64>,
+        targets: &[usize],
+    ) -> Result<(f64, DMatrix<f64>, DMatrix<f64>)> {
+        use llm_workbook::matmul::{matmul, matmul_nt, matmul_tn};
+        let z = matmul_nt(h, w_u)?; //                                     z = h W_Uᵀ
+        let (loss, d_z) =
+            llm_workbook::ch02_softmax::cross_entropy_from_logits_with_gradient(&z, targets)?;
+        Ok((loss, matmul(&d_z, w_u)?, matmul_tn(&d_z, h)?))
+    }
+
+    /// [`super::kv_cache_step`] by writing the row and the crate's `attend_one` (one head).
+    pub fn kv_cache_step(
+        keys: &mut DMatrix<f64>,
+        values: &mut DMatrix<f64>,
+        len: usize,
+        q: &[f64],
+        k: &[f64],
+        v: &[f64],
+    ) -> Result<Vec<f64>> {
+        const OP: &str = "kv_cache_step";
+        let d = keys.ncols();
+        if len >= keys.nrows() || values.shape() != keys.shape() {
+            return Err(llm_workbook::Error::InvalidValue {
+                op: OP,
+                arg: "len",
+                reason: format!("{len} tokens cached; the cache holds {} rows", keys.nrows()),
+            });
+        }
+        if k.len() != d || v.len() != d || q.len() != d {
+            return Err(llm_workbook::Error::InvalidValue {
+                op: OP,
+                arg: "q, k, v",
+                reason: format!("each must have the cache's width {d}"),
+            });
+        }
+        keys.row_mut(len).copy_from_slice(k);
+        values.row_mut(len).copy_from_slice(v);
+        llm_workbook::ch09_gpt::model::attend_one(OP, q, keys, values, len + 1, 1)
+    }
 
     /// [`super::adamw_step`] by `llm_workbook::optim::AdamW`.
     pub fn adamw_step(

@@ -19,5 +19,7 @@ exercise!(
     softmax_rows_forward,
     cross_entropy_from_logits,
     cross_entropy_from_logits_backward,
-    softmax_rows_backward
+    softmax_rows_backward,
+    log_softmax_rows_backward,
+    regression_logits_backward
 );

@@ -15,4 +15,4 @@ macro_rules! exercise {
     )*};
 }
 
-exercise!(dense_forward, dense_backward, relu_backward, gelu_backward, mse_backward);
+exercise!(dense_forward, dense_backward, relu_backward, gelu_backward, mse_backward, mlp_backward);

@@ -22,5 +22,8 @@ exercise!(
     layer_norm_forward,
     layer_norm_backward,
     split_heads,
-    concat_heads
+    concat_heads,
+    mha_backward,
+    ffn_backward,
+    block_backward
 );

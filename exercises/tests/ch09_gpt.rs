@@ -15,4 +15,10 @@ macro_rules! exercise {
     )*};
 }
 
-exercise!(temperature_distribution, top_k_distribution, adamw_step);
+exercise!(
+    lm_head_backward,
+    adamw_step,
+    temperature_distribution,
+    top_k_distribution,
+    kv_cache_step
+);

@@ -15,4 +15,4 @@ macro_rules! exercise {
     )*};
 }
 
-exercise!(micro_kernel);
+exercise!(pack_a_block, pack_b_panel, micro_kernel);

@@ -114,6 +114,49 @@ mod ch02 {
         passes(j::cross_entropy_from_logits(book::cross_entropy_from_logits));
         passes(j::cross_entropy_from_logits_backward(book::cross_entropy_from_logits_backward));
         passes(j::softmax_rows_backward(book::softmax_rows_backward));
+        passes(j::log_softmax_rows_backward(book::log_softmax_rows_backward));
+        passes(j::regression_logits_backward(book::regression_logits_backward));
+    }
+
+    #[test]
+    fn log_softmax_backward_without_the_row_sum_or_along_the_columns() {
+        catches(j::log_softmax_rows_backward(|_, d| Ok(d.clone())), "through the log-sum-exp");
+        let by_columns = |l: &DMatrix<f64>, d: &DMatrix<f64>| -> Result<DMatrix<f64>> {
+            Ok(DMatrix::from_fn(l.nrows(), l.ncols(), |r, c| {
+                d[(r, c)] - l[(r, c)].exp() * d.column(c).sum()
+            }))
+        };
+        catches(j::log_softmax_rows_backward(by_columns), "the sum runs along the row");
+    }
+
+    #[test]
+    fn log_softmax_backward_that_takes_e_of_a_masked_entry_times_zero() {
+        // Y recovered as e^{ln Y − max ln Y} · … is fine; multiplying ln Y by the gradient is not.
+        let times_log = |l: &DMatrix<f64>, d: &DMatrix<f64>| -> Result<DMatrix<f64>> {
+            let sums: Vec<f64> = (0..l.nrows()).map(|r| d.row(r).sum()).collect();
+            Ok(DMatrix::from_fn(l.nrows(), l.ncols(), |r, c| {
+                d[(r, c)] - l[(r, c)].exp() * sums[r] + 0.0 * l[(r, c)]
+            }))
+        };
+        catches(j::log_softmax_rows_backward(times_log), "masked logit");
+    }
+
+    #[test]
+    fn regression_backward_with_a_mean_bias_or_a_transposed_weight_gradient() {
+        catches(
+            j::regression_logits_backward(|w, x, d| {
+                let (d_x, d_w, d_b) = book::regression_logits_backward(w, x, d)?;
+                Ok((d_x, d_w, d_b / d.nrows() as f64))
+            }),
+            "not their mean",
+        );
+        catches(
+            j::regression_logits_backward(|w, x, d| {
+                let (d_x, _, d_b) = book::regression_logits_backward(w, x, d)?;
+                Ok((d_x, d.transpose() * x, d_b))
+            }),
+            "transpose",
+        );
     }
 
     #[test]
@@ -183,6 +226,52 @@ mod ch03 {
         passes(j::relu_backward(|z, d| book::activation_backward(Activation::Relu, z, d)));
         passes(j::gelu_backward(|z, d| book::activation_backward(Activation::GeluErf, z, d)));
         passes(j::mse_backward(book::mse_backward));
+        passes(j::mlp_backward(|m, t, d| m.backward(t, d)));
+    }
+
+    /// Backpropagation with `f′` taken at the wrong place: at the activation a = f(z) when
+    /// `at_output`, and the gradients left last layer first when `reversed` is false.
+    fn backprop(
+        mlp: &book::Mlp<f64>,
+        trace: &book::Trace<f64>,
+        d_out: &DMatrix<f64>,
+        at_output: bool,
+        reverse: bool,
+    ) -> Result<(Vec<book::LayerGrads<f64>>, DMatrix<f64>)> {
+        let mut grads = Vec::new();
+        let mut d_a = d_out.clone();
+        for (l, layer) in mlp.layers().iter().enumerate().rev() {
+            let at = match (at_output, trace.inputs.get(l + 1)) {
+                (false, _) => &trace.pre[l],
+                (true, Some(a)) => a,
+                (true, None) => &trace.output,
+            };
+            let d_z = match layer.activation {
+                Some(act) => book::activation_backward(act, at, &d_a)?,
+                None => d_a,
+            };
+            let g = grads_of(&trace.inputs[l], &layer.w, &d_z);
+            grads.push(book::LayerGrads { d_w: g.d_w, d_b: g.d_b });
+            d_a = g.d_x;
+        }
+        if reverse {
+            grads.reverse();
+        }
+        Ok((grads, d_a))
+    }
+
+    fn grads_of(x: &DMatrix<f64>, w: &DMatrix<f64>, d: &DMatrix<f64>) -> book::DenseGrads<f64> {
+        grads(x, w, d)
+    }
+
+    #[test]
+    fn mlp_backward_with_f_prime_at_the_output_or_gradients_last_layer_first() {
+        catches(
+            j::mlp_backward(|m, t, d| backprop(m, t, d, true, true)),
+            "f′ at the layer's pre-activation z",
+        );
+        catches(j::mlp_backward(|m, t, d| backprop(m, t, d, false, false)), "last layer first");
+        passes(j::mlp_backward(|m, t, d| backprop(m, t, d, false, true)));
     }
 
     #[test]
@@ -334,6 +423,96 @@ mod ch06 {
         passes(j::layer_norm_backward(s::layer_norm_backward));
         passes(j::split_heads(book::split_heads));
         passes(j::concat_heads(book::concat_heads));
+        passes(j::mha_backward(book::mha_backward));
+        passes(j::ffn_backward(book::ffn_backward));
+        passes(j::block_backward(book::block_backward));
+    }
+
+    #[test]
+    fn mha_backward_with_only_the_value_path_into_x_kv_or_a_transposed_w_o() {
+        catches(
+            j::mha_backward(|p, c, d| {
+                let mut g = book::mha_backward(p, c, d)?;
+                let no_k = book::MultiHead { w_k: p.w_k.map(|_| 0.0), ..p.clone() };
+                g.d_x_kv = book::mha_backward(&no_k, c, d)?.d_x_kv;
+                Ok(g)
+            }),
+            "the sum of the two paths",
+        );
+        catches(
+            j::mha_backward(|p, c, d| {
+                let g = book::mha_backward(p, c, d)?;
+                Ok(book::MhaGrads { d_w_o: d.transpose() * &c.concat, ..g })
+            }),
+            "transpose",
+        );
+    }
+
+    #[test]
+    fn ffn_backward_with_f_prime_at_the_activation() {
+        use llm_workbook::ch03_mlp::{activation_backward, dense_backward};
+        catches(
+            j::ffn_backward(|f, c, d| {
+                let second = dense_backward(&c.a1, &f.w2, d)?;
+                let d_z1 = activation_backward(f.act, &c.a1, &second.d_x)?;
+                let first = dense_backward(&c.x, &f.w1, &d_z1)?;
+                Ok(book::FfnGrads {
+                    d_x: first.d_x,
+                    d_w1: first.d_w,
+                    d_b1: first.d_b,
+                    d_w2: second.d_w,
+                    d_b2: second.d_b,
+                })
+            }),
+            "not at a₁",
+        );
+        catches(
+            j::ffn_backward(|f, c, d| {
+                let g = book::ffn_backward(f, c, d)?;
+                Ok(book::FfnGrads { d_w2: d.transpose() * &c.a1, ..g })
+            }),
+            "transpose",
+        );
+    }
+
+    #[test]
+    fn block_backward_without_the_residual_path_or_the_key_value_input() {
+        use book::{NormOrder, ffn_backward, layer_norm_backward, mha_backward};
+        // Pre-LN with ∂L/∂h = LN₂'s ∂x only: the residual's direct path is lost.
+        let no_skip = |b: &book::Block<f64>, c: &book::BlockCache<f64>, d: &DMatrix<f64>| {
+            if b.order == NormOrder::Post {
+                return book::block_backward(b, c, d);
+            }
+            let ffn = ffn_backward(&b.ffn, &c.ffn, d)?;
+            let ln2 = layer_norm_backward(&b.ln2, &c.ln2, &ffn.d_x)?;
+            let d_h = ln2.d_x.clone();
+            let attn = mha_backward(&b.attn, &c.attn, &d_h)?;
+            let ln1 = layer_norm_backward(&b.ln1, &c.ln1, &(&attn.d_x_q + &attn.d_x_kv))?;
+            Ok(book::BlockGrads { d_x: d_h + &ln1.d_x, attn, ln1, ffn, ln2 })
+        };
+        catches(j::block_backward(no_skip), "the residual's direct path");
+        // Pre-LN with LN₁'s backward fed by d_x_q only.
+        let queries_only = |b: &book::Block<f64>, c: &book::BlockCache<f64>, d: &DMatrix<f64>| {
+            if b.order == NormOrder::Post {
+                return book::block_backward(b, c, d);
+            }
+            let ffn = ffn_backward(&b.ffn, &c.ffn, d)?;
+            let ln2 = layer_norm_backward(&b.ln2, &c.ln2, &ffn.d_x)?;
+            let d_h = d + &ln2.d_x;
+            let attn = mha_backward(&b.attn, &c.attn, &d_h)?;
+            let ln1 = layer_norm_backward(&b.ln1, &c.ln1, &attn.d_x_q)?;
+            Ok(book::BlockGrads { d_x: d_h + &ln1.d_x, attn, ln1, ffn, ln2 })
+        };
+        catches(j::block_backward(queries_only), "d_x_q + d_x_kv");
+        // Post-LN with ∂L/∂x from the attention only.
+        let post_no_skip = |b: &book::Block<f64>, c: &book::BlockCache<f64>, d: &DMatrix<f64>| {
+            let mut g = book::block_backward(b, c, d)?;
+            if b.order == NormOrder::Post {
+                g.d_x = &g.attn.d_x_q + &g.attn.d_x_kv;
+            }
+            Ok(g)
+        };
+        catches(j::block_backward(post_no_skip), "Post-LN block");
     }
 
     #[test]
@@ -583,6 +762,75 @@ mod ch09 {
         passes(j::temperature_distribution(|z, t| distribution(z, &Decoding::temperature(t))));
         passes(j::top_k_distribution(top_k));
         passes(j::adamw_step(s::adamw_step));
+        passes(j::lm_head_backward(s::lm_head_backward));
+        passes(j::kv_cache_step(s::kv_cache_step));
+    }
+
+    #[test]
+    fn lm_head_backward_transposed_unscaled_or_summed() {
+        catches(
+            j::lm_head_backward(|h, w, t| {
+                let (l, d_h, d_w) = s::lm_head_backward(h, w, t)?;
+                Ok((l, d_h, d_w.transpose()))
+            }),
+            "transpose",
+        );
+        catches(
+            j::lm_head_backward(|h, w, t| {
+                let (l, d_h, d_w) = s::lm_head_backward(h, w, t)?;
+                let rows = h.nrows() as f64;
+                Ok((l, d_h * rows, d_w * rows))
+            }),
+            "a missing 1/S",
+        );
+        catches(
+            j::lm_head_backward(|h, w, t| {
+                let (l, d_h, d_w) = s::lm_head_backward(h, w, t)?;
+                Ok((l * h.nrows() as f64, d_h, d_w))
+            }),
+            "their mean",
+        );
+    }
+
+    /// One head's step over the first `n(len)` rows of the cache, after writing row len when
+    /// `append`.
+    fn cache_step(
+        keys: &mut DMatrix<f64>,
+        values: &mut DMatrix<f64>,
+        len: usize,
+        (q, k, v): (&[f64], &[f64], &[f64]),
+        append: bool,
+        n: impl Fn(usize) -> usize,
+    ) -> Result<Vec<f64>> {
+        if len >= keys.nrows() {
+            return Err(llm_workbook::error::invalid("step", "len", "the cache is full"));
+        }
+        if append {
+            keys.row_mut(len).copy_from_slice(k);
+            values.row_mut(len).copy_from_slice(v);
+        }
+        let n = n(len).max(1);
+        llm_workbook::ch09_gpt::model::attend_one("step", q, keys, values, n, 1)
+    }
+
+    #[test]
+    fn kv_cache_step_that_leaks_is_off_by_one_or_never_appends() {
+        let leaky =
+            |k: &mut DMatrix<f64>, v: &mut DMatrix<f64>, l, q: &[f64], kn: &[f64], vn: &[f64]| {
+                let rows = k.nrows();
+                cache_step(k, v, l, (q, kn, vn), true, |_| rows)
+            };
+        catches(j::kv_cache_step(leaky), "a causal leak");
+        let before_itself =
+            |k: &mut DMatrix<f64>, v: &mut DMatrix<f64>, l, q: &[f64], kn: &[f64], vn: &[f64]| {
+                cache_step(k, v, l, (q, kn, vn), true, |len| len)
+            };
+        catches(j::kv_cache_step(before_itself), "off by one");
+        let read_only =
+            |k: &mut DMatrix<f64>, v: &mut DMatrix<f64>, l, q: &[f64], kn: &[f64], vn: &[f64]| {
+                cache_step(k, v, l, (q, kn, vn), false, |len| len + 1)
+            };
+        catches(j::kv_cache_step(read_only), "append at row len");
     }
 
     #[test]
@@ -649,9 +897,58 @@ mod ch10 {
     use judge::ch10 as j;
     use llm_workbook_exercises::ch10_matmul::{MR, NR, solution as s};
 
+    use llm_workbook::matmul::{Op, pack_a_block, pack_b_panel};
+    use std::ops::Range;
+
     #[test]
     fn solution_passes() {
         passes(j::micro_kernel(s::micro_kernel));
+        passes(j::pack_a_block(pack_a_block::<f64>));
+        passes(j::pack_b_panel(pack_b_panel::<f64>));
+    }
+
+    /// Each sliver of `packed` (slivers of kc·w values) written line by line instead.
+    fn line_by_line(packed: Vec<f64>, kc: usize, w: usize) -> Vec<f64> {
+        (0..packed.len())
+            .map(|n| {
+                let (q, r) = (n / (kc * w), n % (kc * w));
+                // entry r of sliver q holds line r / kc, depth step r % kc
+                packed[q * kc * w + (r % kc) * w + r / kc]
+            })
+            .collect()
+    }
+
+    #[test]
+    fn packing_line_by_line_ignoring_op_or_the_offsets() {
+        let by_lines = |a: &DMatrix<f64>, t, r: Range<usize>, d: Range<usize>, w| {
+            let kc = d.len();
+            pack_a_block(a, t, r, d, w).map(|p| line_by_line(p, kc, w))
+        };
+        catches(j::pack_a_block(by_lines), "line by line");
+        // op ignored: the ranges read as rows and columns of A as stored.
+        let as_stored = |a: &DMatrix<f64>, _: Op, r: Range<usize>, d: Range<usize>, w| {
+            pack_a_block(a, Op::N, r, d, w)
+        };
+        catches(j::pack_a_block(as_stored), "read op(A)");
+        let from_origin = |b: &DMatrix<f64>, t, d: Range<usize>, c: Range<usize>, w| {
+            pack_b_panel(b, t, 0..d.len(), 0..c.len(), w)
+        };
+        catches(j::pack_b_panel(from_origin), "the block starts at the ranges' starts");
+    }
+
+    #[test]
+    fn packing_that_pads_with_ones() {
+        let ones = |b: &DMatrix<f64>, t, d: Range<usize>, c: Range<usize>, w: usize| {
+            let (kc, nc) = (d.len(), c.len());
+            let mut p = pack_b_panel(b, t, d, c, w)?;
+            for (n, v) in p.iter_mut().enumerate() {
+                if (n / (kc * w)) * w + n % w >= nc {
+                    *v = 1.0;
+                }
+            }
+            Ok(p)
+        };
+        catches(j::pack_b_panel(ones), "padding");
     }
 
     #[test]

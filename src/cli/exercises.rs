@@ -99,24 +99,26 @@ fn parse(text: &str, chapters: &[(String, Vec<String>)]) -> Result<Vec<Row>, Str
         } else if let Some(name) =
             t.strip_prefix("---- ").and_then(|r| r.strip_suffix(" stdout ----"))
         {
+            // The judge's message is the last panic of the test: an answer that panics inside
+            // the judge prints its own panic first.
             let mut message = Vec::new();
-            let mut started = false;
+            let mut collecting = false;
             while let Some(next) = lines.peek() {
                 if next.starts_with("---- ") || next.starts_with("failures:") {
                     break;
                 }
                 let next = lines.next().unwrap_or_default();
-                if !started {
-                    started = next.starts_with("thread ");
-                    continue;
-                }
-                if next.is_empty()
+                if next.starts_with("thread ") {
+                    message.clear();
+                    collecting = true;
+                } else if next.is_empty()
                     || next.starts_with("note: ")
                     || next.starts_with("stack backtrace")
                 {
-                    break;
+                    collecting = false;
+                } else if collecting {
+                    message.push(next);
                 }
-                message.push(next);
             }
             messages.insert((current.clone(), name.to_string()), message.join("\n"));
         }
@@ -235,6 +237,36 @@ pub fn run(watch: bool) -> Result<(), String> {
             println!("\n──────── a file changed: judging again ────────\n");
             judge_once(&dir)?;
             println!("\nWatching {} (Ctrl-C to stop).", src.display());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_message_shown_is_the_judges_not_an_earlier_panic_inside_the_answer() {
+        let text = "     Running tests/ch09_gpt.rs (target/debug/deps/ch09_gpt-0)\n\
+                    test kv_cache_step ... FAILED\n\
+                    failures:\n\n\
+                    ---- kv_cache_step stdout ----\n\n\
+                    thread 'kv_cache_step' (1) panicked at nalgebra/src/base/view.rs:310:9:\n\
+                    Matrix slicing out of bounds.\n\n\
+                    thread 'kv_cache_step' (1) panicked at exercises/tests/ch09_gpt.rs:18:1:\n\
+                    your `kv_cache_step` panicked: Matrix slicing out of bounds.\n  \
+                    hint: read chapters/ch09_gpt.md#5-sampling\n\
+                    note: run with `RUST_BACKTRACE=1`\n\n\
+                    failures:\n    kv_cache_step\n";
+        let chapters = vec![("ch09_gpt".to_string(), vec!["kv_cache_step".to_string()])];
+        let rows = parse(text, &chapters).expect("parses");
+        match &rows[0].state {
+            State::Failed(m) => assert_eq!(
+                m,
+                "your `kv_cache_step` panicked: Matrix slicing out of bounds.\n  hint: read \
+                 chapters/ch09_gpt.md#5-sampling"
+            ),
+            other => panic!("expected a failure, got {other:?}"),
         }
     }
 }

@@ -158,3 +158,99 @@ pub fn softmax_rows_backward(
     }
     Ok(())
 }
+
+const REGRESSION: Section = Section { chapter: "ch02_softmax", anchor: "8-softmax-regression" };
+
+/// The gradient check of L = Σ G ⊙ log_softmax(Z) in Z (two random batches); a row with a masked
+/// (−∞) logit gives a finite gradient, 0 at the masked entry when its ∂L/∂(ln Y) is 0; with
+/// ∂L/∂(ln Y) = −onehot/N the answer is cross-entropy's (P − Y)/N.
+pub fn log_softmax_rows_backward(
+    f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>,
+) -> Verdict {
+    let name = "log_softmax_rows_backward";
+    for (seed, n, k) in [(16, 3, 4), (17, 2, 5)] {
+        let (z, g) = (random(seed, n, k) * 2.0, random(seed + 1, n, k));
+        let log_y = book::log_softmax_rows(&z).map_err(|e| e.to_string())?;
+        let d_z = attempt_ok(STABLE, name, || f(&log_y, &g))?;
+        gradient_check(
+            STABLE,
+            &[("Z", z)],
+            std::slice::from_ref(&d_z),
+            |m| {
+                book::log_softmax_rows(&m[0])
+                    .map(|l| super::weighted_sum(&g, &l))
+                    .unwrap_or(f64::NAN)
+            },
+            &[],
+        )
+        .map_err(|m| {
+            if d_z.shape() == g.shape() && (&d_z - &g).abs().max() < 1e-12 {
+                STABLE.fail_hint(
+                    "yours returns ∂L/∂(ln Y) unchanged: every ln Y_rc depends on every logit of \
+                     row r through the log-sum-exp",
+                    "subtract Y ⊙ rowsum(∂L/∂(ln Y)), with Y = e^{ln Y}",
+                )
+            } else {
+                let y = log_y.map(f64::exp);
+                let by_columns =
+                    DMatrix::from_fn(n, k, |r, c| g[(r, c)] - y[(r, c)] * g.column(c).sum());
+                if d_z.shape() == g.shape() && (&d_z - by_columns).abs().max() < 1e-12 {
+                    STABLE.fail(
+                        "yours subtracts Y ⊙ the column sums of ∂L/∂(ln Y): the log-sum-exp is \
+                         over each row, so the sum runs along the row",
+                    )
+                } else {
+                    m
+                }
+            }
+        })?;
+    }
+    // A masked logit: ln Y = −∞ there, Y = 0.
+    let z = DMatrix::from_row_slice(2, 3, &[0.5, f64::NEG_INFINITY, -1.0, 2.0, 0.0, 1.0]);
+    let log_y = book::log_softmax_rows(&z).map_err(|e| e.to_string())?;
+    let d = DMatrix::from_row_slice(2, 3, &[-0.5, 0.0, 0.0, 0.0, 0.0, -0.5]);
+    let d_z = attempt_ok(STABLE, name, || f(&log_y, &d))?;
+    if d_z.iter().any(|v| !v.is_finite()) {
+        return Err(STABLE.fail(
+            "row 0 has a masked logit (ln Y = −∞): your ∂L/∂Z holds NaN or ∞; use Y = e^{ln Y} = 0 \
+             there, never ln Y itself",
+        ));
+    }
+    // −onehot/N through log-softmax is the mean cross-entropy: (P − Y)/N.
+    let want = DMatrix::from_fn(2, 3, |r, c| {
+        let onehot = if c == 2 * r { 1.0 } else { 0.0 };
+        (log_y[(r, c)].exp() - onehot) / 2.0
+    });
+    compare(
+        STABLE,
+        "∂L/∂Z for ∂L/∂(ln Y) = −onehot/N (cross-entropy's (P − Y)/N)",
+        &d_z,
+        &want,
+        1e-9,
+        &[],
+    )
+}
+
+/// The gradient check of L = Σ G ⊙ (XW + 1bᵀ) in X, W and b, W non-square (a misplaced transpose
+/// shows in the shapes).
+pub fn regression_logits_backward(
+    f: impl Fn(
+        &DMatrix<f64>,
+        &DMatrix<f64>,
+        &DMatrix<f64>,
+    ) -> Result<(DMatrix<f64>, DMatrix<f64>, DMatrix<f64>)>,
+) -> Verdict {
+    let (x, w, b, g) = (random(18, 5, 2), random(19, 2, 3), random(20, 1, 3), random(21, 5, 3));
+    let (d_x, d_w, d_b) = attempt_ok(REGRESSION, "regression_logits_backward", || f(&w, &x, &g))?;
+    gradient_check(
+        REGRESSION,
+        &[("X", x.clone()), ("W", w.clone()), ("b", b.clone())],
+        &[d_x, d_w, d_b],
+        |t| {
+            book::regression_logits(&t[1], &t[2], &t[0])
+                .map(|z| super::weighted_sum(&g, &z))
+                .unwrap_or(f64::NAN)
+        },
+        &[(0.2, "∂L/∂b is the column sums of ∂L/∂Z, not their mean (the 1/N is already in ∂L/∂Z)")],
+    )
+}

@@ -117,3 +117,98 @@ pub fn mse_backward(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f
         ],
     )
 }
+
+type MlpBackward<'a> = &'a dyn Fn(
+    &book::Mlp<f64>,
+    &book::Trace<f64>,
+    &DMatrix<f64>,
+) -> Result<(Vec<book::LayerGrads<f64>>, DMatrix<f64>)>;
+
+/// The gradient check of C = Σ G ⊙ MLP(x) in x and every layer's W and b, on two networks:
+/// widths 3 → 4 → 5 → 2 (sigmoid hidden layers, a linear output) and 2 → 3 → 1 (GELU, a sigmoid
+/// output). The gradients come first layer first, one per layer, shaped like the layer.
+pub fn mlp_backward(
+    f: impl Fn(
+        &book::Mlp<f64>,
+        &book::Trace<f64>,
+        &DMatrix<f64>,
+    ) -> Result<(Vec<book::LayerGrads<f64>>, DMatrix<f64>)>,
+) -> Verdict {
+    let nets = [
+        (30, vec![3, 4, 5, 2], book::Activation::Sigmoid, None),
+        (31, vec![2, 3, 1], book::Activation::GeluErf, Some(book::Activation::Sigmoid)),
+    ];
+    for (seed, sizes, hidden, output) in nets {
+        let mut rng = llm_workbook::rng::Rng::new(seed);
+        let mlp =
+            book::Mlp::random(&sizes, hidden, output, 0.5, &mut rng).map_err(|e| e.to_string())?;
+        check_mlp(&f, &mlp, seed)?;
+    }
+    Ok(())
+}
+
+fn check_mlp(f: MlpBackward, mlp: &book::Mlp<f64>, seed: u64) -> Verdict {
+    let sizes = mlp.sizes();
+    let depth = mlp.layers().len();
+    let x = random(seed + 10, 4, sizes[0]);
+    let g = random(seed + 20, 4, sizes[depth]);
+    let trace = mlp.forward(&x).map_err(|e| e.to_string())?;
+    let (grads, d_x) = attempt_ok(MANY, "mlp_backward", || f(mlp, &trace, &g))?;
+    let net = format!("the {sizes:?} network");
+    if grads.len() != depth {
+        return Err(MANY.fail(format!(
+            "{net} has {depth} layers; yours returned {} gradients (one (∂C/∂W, ∂C/∂b) per layer)",
+            grads.len()
+        )));
+    }
+    let backwards = grads.iter().rev().zip(mlp.layers()).all(|(g, l)| g.d_w.shape() == l.w.shape());
+    let forwards = grads.iter().zip(mlp.layers()).all(|(g, l)| g.d_w.shape() == l.w.shape());
+    if backwards && !forwards {
+        return Err(MANY.fail_hint(
+            format!(
+                "{net}: your gradients are last layer first, the order backpropagation finds them"
+            ),
+            "return them first layer first (reverse the list at the end)",
+        ));
+    }
+    let mut inputs = vec![("x".to_string(), x.clone())];
+    let mut analytic = vec![d_x];
+    for (l, (layer, grad)) in mlp.layers().iter().zip(grads).enumerate() {
+        inputs.push((format!("W⁽{}⁾", l + 1), layer.w.clone()));
+        inputs.push((format!("b⁽{}⁾", l + 1), layer.b.clone()));
+        analytic.push(grad.d_w);
+        analytic.push(grad.d_b);
+    }
+    let named: Vec<(&str, DMatrix<f64>)> =
+        inputs.iter().map(|(n, m)| (n.as_str(), m.clone())).collect();
+    let activations: Vec<_> = mlp.layers().iter().map(|l| l.activation).collect();
+    gradient_check(
+        MANY,
+        &named,
+        &analytic,
+        |t| {
+            let layers = activations
+                .iter()
+                .enumerate()
+                .map(|(l, &activation)| book::Layer {
+                    w: t[1 + 2 * l].clone(),
+                    b: t[2 + 2 * l].clone(),
+                    activation,
+                })
+                .collect();
+            book::Mlp::from_layers(layers)
+                .and_then(|m| m.predict(&t[0]))
+                .map(|y| weighted_sum(&g, &y))
+                .unwrap_or(f64::NAN)
+        },
+        &[],
+    )
+    .map_err(|m| {
+        note(
+            note(m, &format!("in {net}")),
+            "each layer, last to first: the activation's backward first (∂C/∂z = f′(z) ⊙ ∂C/∂a, \
+             f′ at the layer's pre-activation z), then the dense layer's; its ∂C/∂x is the \
+             previous layer's ∂C/∂a",
+        )
+    })
+}

@@ -255,3 +255,273 @@ pub fn concat_heads(f: impl Fn(&[DMatrix<f64>]) -> Result<DMatrix<f64>>) -> Verd
         Ok(_) => Err(HEADS.fail("no parts to concatenate: return an Err")),
     }
 }
+
+const FFN: Section = Section { chapter: "ch06_attention", anchor: "4-the-feed-forward-net" };
+const BLOCK: Section =
+    Section { chapter: "ch06_attention", anchor: "5-the-block-residuals-pre-ln-and-post-ln" };
+
+/// Multi-head attention's tensors in the order its backward pass reaches them.
+const MHA_NAMES: [&str; 8] = ["W_O", "b_O", "W_V", "b_V", "W_K", "b_K", "W_Q", "b_Q"];
+
+fn mha_tensors(p: &book::MultiHead<f64>) -> [DMatrix<f64>; 8] {
+    [
+        p.w_o.clone(),
+        p.b_o.clone(),
+        p.w_v.clone(),
+        p.b_v.clone(),
+        p.w_k.clone(),
+        p.b_k.clone(),
+        p.w_q.clone(),
+        p.b_q.clone(),
+    ]
+}
+
+fn mha_grads(g: book::MhaGrads<f64>) -> [DMatrix<f64>; 8] {
+    [g.d_w_o, g.d_b_o, g.d_w_v, g.d_b_v, g.d_w_k, g.d_b_k, g.d_w_q, g.d_b_q]
+}
+
+fn mha_from(heads: usize, t: &[DMatrix<f64>]) -> book::MultiHead<f64> {
+    book::MultiHead {
+        heads,
+        w_o: t[0].clone(),
+        b_o: t[1].clone(),
+        w_v: t[2].clone(),
+        b_v: t[3].clone(),
+        w_k: t[4].clone(),
+        b_k: t[5].clone(),
+        w_q: t[6].clone(),
+        b_q: t[7].clone(),
+    }
+}
+
+/// Random multi-head weights with random (non-zero) biases.
+fn random_mha(
+    seed: u64,
+    heads: usize,
+    (c_q, c_kv, d_head, c_out): (usize, usize, usize, usize),
+) -> Result<book::MultiHead<f64>> {
+    let mut rng = llm_workbook::rng::Rng::new(seed);
+    let mut p = book::MultiHead::random(heads, c_q, c_kv, d_head, c_out, 0.7, &mut rng)?;
+    for (i, b) in [&mut p.b_q, &mut p.b_k, &mut p.b_v, &mut p.b_o].into_iter().enumerate() {
+        *b = random(seed + 1 + i as u64, 1, b.ncols()) * 0.3;
+    }
+    Ok(p)
+}
+
+/// The gradient check of L = Σ G ⊙ MHA(X_q, X_kv) in both inputs and all eight weights and
+/// biases: cross-attention (3 queries over 5 keys, widths 4 and 3, 2 heads, C_out = 5) and causal
+/// self-attention shaped inputs (4 tokens, 2 heads), X_q ≠ X_kv so each input's path is checked.
+pub fn mha_backward(
+    f: impl Fn(
+        &book::MultiHead<f64>,
+        &book::MhaCache<f64>,
+        &DMatrix<f64>,
+    ) -> Result<book::MhaGrads<f64>>,
+) -> Verdict {
+    let cases = [
+        ("cross-attention", 120, (3, 5), (4, 3, 2, 5), book::AttnSpec::cross(3, 5)),
+        ("causal", 130, (4, 4), (4, 4, 2, 4), book::AttnSpec::causal(4)),
+    ];
+    for (what, seed, (tq, tk), dims, spec) in cases {
+        let p = random_mha(seed, 2, dims).map_err(|e| e.to_string())?;
+        let (x_q, x_kv) = (random(seed + 10, tq, dims.0), random(seed + 11, tk, dims.1));
+        let g = random(seed + 12, tq, dims.3);
+        let (_, cache) = book::mha_forward(&p, &x_q, &x_kv, &spec).map_err(|e| e.to_string())?;
+        let grads = attempt_ok(HEADS, "mha_backward", || f(&p, &cache, &g))?;
+        let (d_x_q, d_x_kv) = (grads.d_x_q.clone(), grads.d_x_kv.clone());
+        let mut inputs: Vec<(String, DMatrix<f64>)> =
+            MHA_NAMES.iter().map(|n| n.to_string()).zip(mha_tensors(&p)).collect();
+        inputs.push(("X_q".into(), x_q.clone()));
+        inputs.push(("X_kv".into(), x_kv.clone()));
+        let mut analytic = mha_grads(grads).to_vec();
+        analytic.extend([d_x_q, d_x_kv]);
+        super::gradient_check_named(
+            HEADS,
+            &inputs,
+            &analytic,
+            |t| {
+                book::mha_forward(&mha_from(2, &t[..8]), &t[8], &t[9], &spec)
+                    .map(|(o, _)| weighted_sum(&g, &o))
+                    .unwrap_or(f64::NAN)
+            },
+            &[],
+        )
+        .map_err(|m| {
+            let why = match super::failed_tensor(&m) {
+                Some("W_O" | "b_O") => "out = C W_O + b_O: ∂W_O = Cᵀ ∂out (C is cache.concat)",
+                Some("X_kv") => {
+                    "X_kv feeds both K and V: ∂X_kv = ∂K W_Kᵀ + ∂V W_Vᵀ, the sum of the two paths"
+                }
+                Some("X_q") => "∂X_q = ∂Q W_Qᵀ",
+                _ => {
+                    "W_O and b_O are right, so look after them: split ∂C = ∂out W_Oᵀ into the \
+                     heads' columns, run each head's attention backward, put ∂Q_h, ∂K_h, ∂V_h \
+                     side by side, then ∂W = Xᵀ ∂(Q, K or V) and ∂b = their column sums"
+                }
+            };
+            format!("{what}: {}", note(m, why))
+        })?;
+    }
+    Ok(())
+}
+
+fn ffn_tensors(f: &book::Ffn<f64>) -> [DMatrix<f64>; 4] {
+    [f.w2.clone(), f.b2.clone(), f.w1.clone(), f.b1.clone()]
+}
+
+fn ffn_from(act: llm_workbook::ch03_mlp::Activation, t: &[DMatrix<f64>]) -> book::Ffn<f64> {
+    book::Ffn { w2: t[0].clone(), b2: t[1].clone(), w1: t[2].clone(), b1: t[3].clone(), act }
+}
+
+/// The gradient check of L = Σ G ⊙ FFN(x) in W₂, b₂, W₁, b₁ and x (the order the backward pass
+/// reaches them), with ReLU (D3) and GELU (GPT-2).
+pub fn ffn_backward(
+    f: impl Fn(&book::Ffn<f64>, &book::FfnCache<f64>, &DMatrix<f64>) -> Result<book::FfnGrads<f64>>,
+) -> Verdict {
+    use llm_workbook::ch03_mlp::Activation;
+    for (seed, act) in [(140, Activation::Relu), (141, Activation::GeluTanh)] {
+        let mut rng = llm_workbook::rng::Rng::new(seed);
+        let mut ffn = book::Ffn::random(3, 5, act, 0.8, &mut rng);
+        ffn.b1 = random(seed + 1, 1, 5) * 0.3;
+        ffn.b2 = random(seed + 2, 1, 3) * 0.3;
+        let (x, g) = (random(seed + 3, 4, 3), random(seed + 4, 4, 3));
+        let (_, cache) = book::ffn_forward(&ffn, &x).map_err(|e| e.to_string())?;
+        let d = attempt_ok(FFN, "ffn_backward", || f(&ffn, &cache, &g))?;
+        let names = ["W₂", "b₂", "W₁", "b₁", "x"];
+        let mut inputs: Vec<(String, DMatrix<f64>)> =
+            names.iter().map(|n| n.to_string()).zip(ffn_tensors(&ffn)).collect();
+        inputs.push(("x".into(), x.clone()));
+        super::gradient_check_named(
+            FFN,
+            &inputs,
+            &[d.d_w2, d.d_b2, d.d_w1, d.d_b1, d.d_x],
+            |t| {
+                book::ffn_forward(&ffn_from(act, &t[..4]), &t[4])
+                    .map(|(y, _)| weighted_sum(&g, &y))
+                    .unwrap_or(f64::NAN)
+            },
+            &[(0.25, "∂b is the column sums of the incoming gradient, not their mean")],
+        )
+        .map_err(|m| {
+            let m = note(m, &format!("with f = {act:?}"));
+            match super::failed_tensor(&m) {
+                Some("W₁" | "b₁" | "x") => note(
+                    m,
+                    "W₂ and b₂ are right, so the slip is after them: ∂a₁ = ∂y W₂ᵀ, then \
+                     ∂z₁ = f′(z₁) ⊙ ∂a₁ with f′ at z₁ (cache.z1), not at a₁, then z₁'s dense \
+                     backward",
+                ),
+                _ => m,
+            }
+        })?;
+    }
+    Ok(())
+}
+
+/// The names and values of a block's sixteen tensors, FFN first (the order a pre-LN block's
+/// backward pass reaches them).
+fn block_tensors(b: &book::Block<f64>) -> Vec<(String, DMatrix<f64>)> {
+    let mut out: Vec<(String, DMatrix<f64>)> = ["FFN.W₂", "FFN.b₂", "FFN.W₁", "FFN.b₁"]
+        .iter()
+        .map(|n| n.to_string())
+        .zip(ffn_tensors(&b.ffn))
+        .collect();
+    out.push(("LN₂.γ".into(), b.ln2.gamma.clone()));
+    out.push(("LN₂.β".into(), b.ln2.beta.clone()));
+    out.extend(MHA_NAMES.iter().map(|n| format!("MHA.{n}")).zip(mha_tensors(&b.attn)));
+    out.push(("LN₁.γ".into(), b.ln1.gamma.clone()));
+    out.push(("LN₁.β".into(), b.ln1.beta.clone()));
+    out
+}
+
+fn block_from(template: &book::Block<f64>, t: &[DMatrix<f64>]) -> book::Block<f64> {
+    let mut b = template.clone();
+    b.ffn = ffn_from(b.ffn.act, &t[..4]);
+    b.ln2.gamma = t[4].clone();
+    b.ln2.beta = t[5].clone();
+    b.attn = mha_from(b.attn.heads, &t[6..14]);
+    b.ln1.gamma = t[14].clone();
+    b.ln1.beta = t[15].clone();
+    b
+}
+
+fn block_grads(g: book::BlockGrads<f64>) -> Vec<DMatrix<f64>> {
+    let mut out = vec![g.ffn.d_w2, g.ffn.d_b2, g.ffn.d_w1, g.ffn.d_b1, g.ln2.d_gamma, g.ln2.d_beta];
+    out.extend(mha_grads(g.attn));
+    out.extend([g.ln1.d_gamma, g.ln1.d_beta, g.d_x]);
+    out
+}
+
+/// What to look at when a block's gradient check fails at `tensor`.
+fn block_hint(order: book::NormOrder, tensor: &str) -> &'static str {
+    let pre = order == book::NormOrder::Pre;
+    match tensor.split('.').next().unwrap_or_default() {
+        "FFN" | "LN₂" if pre => "y = h + FFN(LN₂(h)): FFN's backward takes ∂L/∂y, then LN₂'s",
+        "LN₂" => "y = LN₂(h + f): LN₂'s backward takes ∂L/∂y first",
+        "FFN" => "f = FFN(h) and y = LN₂(h + f): FFN's backward takes LN₂'s ∂x",
+        "MHA" if pre => {
+            "∂L/∂h is ∂L/∂y (the residual's direct path) plus LN₂'s backward of FFN's ∂x: \
+             the two paths add, and MHA's backward takes ∂L/∂h"
+        }
+        "MHA" => "h = LN₁(x + MHA(x, x)): MHA's backward takes LN₁'s ∂x",
+        "LN₁" if pre => {
+            "self-attention reads n₁ = LN₁(x) as queries and as keys/values: LN₁'s backward takes \
+             d_x_q + d_x_kv"
+        }
+        "LN₁" => {
+            "∂L/∂h is LN₂'s ∂x (the residual's direct path) plus FFN's ∂x: LN₁'s backward takes \
+             their sum"
+        }
+        _ if pre => "∂L/∂x is ∂L/∂h (the residual's direct path) plus LN₁'s ∂x: the two paths add",
+        _ => {
+            "∂L/∂x is LN₁'s ∂x (the residual's direct path) plus d_x_q + d_x_kv (self-attention \
+             reads x twice)"
+        }
+    }
+}
+
+/// The gradient check of L = Σ G ⊙ block(x) in x and all sixteen tensors, pre-LN and post-LN,
+/// causal self-attention over 2 sequences of 3 tokens, width 4, 2 heads, GELU.
+pub fn block_backward(
+    f: impl Fn(
+        &book::Block<f64>,
+        &book::BlockCache<f64>,
+        &DMatrix<f64>,
+    ) -> Result<book::BlockGrads<f64>>,
+) -> Verdict {
+    use llm_workbook::ch03_mlp::Activation;
+    let spec = book::AttnSpec::causal(3);
+    for (seed, order) in [(150, book::NormOrder::Pre), (160, book::NormOrder::Post)] {
+        let mut rng = llm_workbook::rng::Rng::new(seed);
+        let mut blk = book::Block::random(4, 2, 6, Activation::GeluTanh, order, 0.6, &mut rng)
+            .map_err(|e| e.to_string())?;
+        blk.attn = random_mha(seed + 1, 2, (4, 4, 2, 4)).map_err(|e| e.to_string())?;
+        blk.ln1.gamma = random(seed + 10, 1, 4).add_scalar(1.0);
+        blk.ln1.beta = random(seed + 11, 1, 4) * 0.3;
+        blk.ln2.gamma = random(seed + 12, 1, 4).add_scalar(1.0);
+        blk.ln2.beta = random(seed + 13, 1, 4) * 0.3;
+        blk.ffn.b1 = random(seed + 14, 1, 6) * 0.3;
+        blk.ffn.b2 = random(seed + 15, 1, 4) * 0.3;
+        let (x, g) = (random(seed + 20, 6, 4), random(seed + 21, 6, 4));
+        let (_, cache) = book::block_forward(&blk, &x, &spec).map_err(|e| e.to_string())?;
+        let grads = attempt_ok(BLOCK, "block_backward", || f(&blk, &cache, &g))?;
+        let mut inputs = block_tensors(&blk);
+        inputs.push(("x".into(), x.clone()));
+        super::gradient_check_named(
+            BLOCK,
+            &inputs,
+            &block_grads(grads),
+            |t| {
+                book::block_forward(&block_from(&blk, &t[..16]), &t[16], &spec)
+                    .map(|(y, _)| weighted_sum(&g, &y))
+                    .unwrap_or(f64::NAN)
+            },
+            &[],
+        )
+        .map_err(|m| {
+            let hint = block_hint(order, super::failed_tensor(&m).unwrap_or_default());
+            format!("{order:?}-LN block: {}", note(m, hint))
+        })?;
+    }
+    Ok(())
+}

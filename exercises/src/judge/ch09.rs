@@ -137,3 +137,188 @@ pub fn adamw_step(
     }
     Ok(())
 }
+
+const BACKWARD: Section = Section { chapter: "ch09_gpt", anchor: "3-the-backward-pass" };
+
+/// W_U = 0 scores ln V (the chapter's "a model that knows nothing"); the loss is chapter 2's mean
+/// cross-entropy of z = h W_Uᵀ; the gradient check in h and W_U (S = 4, d = 3, V = 5, so a
+/// misplaced transpose shows in the shapes); an error for a target ≥ V.
+pub fn lm_head_backward(
+    f: impl Fn(&DMatrix<f64>, &DMatrix<f64>, &[usize]) -> Result<(f64, DMatrix<f64>, DMatrix<f64>)>,
+) -> Verdict {
+    let name = "lm_head_backward";
+    let (h, targets) = (random(170, 4, 3), [4, 0, 2, 2]);
+    let (loss, _, _) = attempt_ok(BACKWARD, name, || f(&h, &DMatrix::zeros(5, 3), &targets))?;
+    if format!("{loss:.4}") != format!("{:.4}", 5f64.ln()) {
+        let why = if close(loss, 4.0 * 5f64.ln(), 1e-9) {
+            ": that is the sum over the S = 4 rows; L is their mean"
+        } else {
+            ""
+        };
+        return Err(BACKWARD.fail(format!(
+            "with W_U = 0 every logit is 0 and the model predicts the uniform distribution: L \
+             should be ln V = ln 5 = {:.4}; yours is {loss:.4}{why}",
+            5f64.ln()
+        )));
+    }
+    let w_u = random(171, 5, 3);
+    let (loss, d_h, d_w) = attempt_ok(BACKWARD, name, || f(&h, &w_u, &targets))?;
+    let ce = |h: &DMatrix<f64>, w: &DMatrix<f64>| {
+        llm_workbook::ch02_softmax::cross_entropy_from_logits(&(h * w.transpose()), &targets)
+            .unwrap_or(f64::NAN)
+    };
+    let want = ce(&h, &w_u);
+    if !close(loss, want, 1e-9) {
+        let why = if close(loss, want * 4.0, 1e-9) {
+            ": that is the sum over the S = 4 rows; L is their mean"
+        } else {
+            ""
+        };
+        return Err(BACKWARD.fail(format!(
+            "L = mean cross-entropy of z = h W_Uᵀ should be {want:.6}; yours is {loss:.6}{why}"
+        )));
+    }
+    super::gradient_check(
+        BACKWARD,
+        &[("h", h.clone()), ("W_U", w_u.clone())],
+        &[d_h, d_w],
+        |t| ce(&t[0], &t[1]),
+        &[(4.0, "a missing 1/S: ∂L/∂z = (softmax(z) − onehot)/S, L is the mean over S = 4 rows")],
+    )
+    .map_err(|m| match super::failed_tensor(&m) {
+        Some("W_U") => super::note(m, "z = h W_Uᵀ, so ∂L/∂W_U = (∂L/∂z)ᵀ h, V×d like W_U"),
+        _ => super::note(m, "z = h W_Uᵀ, so ∂L/∂h = ∂L/∂z W_U, S×d like h"),
+    })?;
+    match attempt(BACKWARD, name, || f(&h, &w_u, &[4, 0, 5, 2]))? {
+        Err(_) => Ok(()),
+        Ok(_) => Err(BACKWARD.fail("target 5 with V = 5 tokens (ids 0 … 4): return an Err")),
+    }
+}
+
+const CACHE: Section = Section { chapter: "ch09_gpt", anchor: "5-sampling" };
+
+/// Softmax over p < n of q·K[p]/√d (times `scale_by`), then Σ a_p V[p]: one head's attention of q
+/// over the first n rows (the judge's own arithmetic, for naming a wrong answer's slip).
+fn attend(
+    q: &[f64],
+    keys: &DMatrix<f64>,
+    values: &DMatrix<f64>,
+    n: usize,
+    scaled: bool,
+) -> Vec<f64> {
+    let d = keys.ncols();
+    let scale = if scaled { 1.0 / (d as f64).sqrt() } else { 1.0 };
+    let s: Vec<f64> =
+        (0..n).map(|p| (0..d).map(|c| q[c] * keys[(p, c)]).sum::<f64>() * scale).collect();
+    let max = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let e: Vec<f64> = s.iter().map(|v| (v - max).exp()).collect();
+    let total: f64 = e.iter().sum();
+    (0..d).map(|c| (0..n).map(|p| e[p] / total * values[(p, c)]).sum()).collect()
+}
+
+fn same_row(a: &[f64], b: &[f64]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| close(*x, *y, 1e-9))
+}
+
+/// Five tokens fed one at a time into a 6-row cache whose unused rows hold stale values: after
+/// each step, row len holds the new k and v, no earlier row changed, and the output equals the
+/// last row of chapter 6's causal attention over the whole sequence so far; changing the rows
+/// past len changes nothing (no future position is read); a full cache is an error.
+pub fn kv_cache_step(
+    f: impl Fn(&mut DMatrix<f64>, &mut DMatrix<f64>, usize, &[f64], &[f64], &[f64]) -> Result<Vec<f64>>,
+) -> Verdict {
+    let name = "kv_cache_step";
+    let (n_ctx, d, steps) = (6, 3, 5);
+    let (q, k, v) = (random(180, steps, d), random(181, steps, d), random(182, steps, d));
+    let row = |m: &DMatrix<f64>, r: usize| -> Vec<f64> { m.row(r).iter().copied().collect() };
+    // Stale rows of an earlier sequence: a step that reads them is using the future.
+    let (mut keys, mut values) = (random(183, n_ctx, d) * 2.0, random(184, n_ctx, d) * 2.0);
+    for t in 0..steps {
+        let (before_k, before_v) = (keys.clone(), values.clone());
+        let (qt, kt, vt) = (row(&q, t), row(&k, t), row(&v, t));
+        let out = attempt_ok(CACHE, name, || f(&mut keys, &mut values, t, &qt, &kt, &vt))?;
+        if keys.shape() != (n_ctx, d) || values.shape() != (n_ctx, d) {
+            return Err(CACHE.fail(format!(
+                "step {t}: the cache must stay {n_ctx}×{d} (n_ctx rows, written in place); yours \
+                 is now {}×{}",
+                keys.nrows(),
+                keys.ncols()
+            )));
+        }
+        if row(&keys, t) != kt || row(&values, t) != vt {
+            return Err(CACHE.fail(format!(
+                "step {t} (len = {t}): row {t} of the keys and values should now hold the new \
+                 token's k and v: append at row len"
+            )));
+        }
+        for r in (0..n_ctx).filter(|&r| r != t) {
+            if row(&keys, r) != row(&before_k, r) || row(&values, r) != row(&before_v, r) {
+                return Err(CACHE.fail(format!(
+                    "step {t}: your step changed row {r} of the cache; only row len = {t} is \
+                     written (earlier keys and values never change)"
+                )));
+            }
+        }
+        // Chapter 6's causal attention over the whole sequence so far: its last row.
+        let n = t + 1;
+        let (full, _) = crate::ch06_attention::solution::attention_forward(
+            &q.rows(0, n).into_owned(),
+            &k.rows(0, n).into_owned(),
+            &v.rows(0, n).into_owned(),
+            true,
+        )
+        .map_err(|e| e.to_string())?;
+        let want = row(&full, t);
+        if !same_row(&out, &want) {
+            let why = if same_row(&out, &attend(&qt, &keys, &values, n_ctx, true)) {
+                format!(
+                    " — a causal leak: yours attends over all {n_ctx} rows of the cache; rows \
+                     past len = {t} are positions not yet fed (the future)"
+                )
+            } else if t > 0 && same_row(&out, &attend(&qt, &keys, &values, t, true)) {
+                " — the mask is off by one: the new token attends to itself too (rows 0 … len, \
+                 len included)"
+                    .to_string()
+            } else if same_row(&out, &attend(&qt, &keys, &values, n, false)) {
+                " — your scores are q·K[p]: divide by √d".to_string()
+            } else {
+                String::new()
+            };
+            return Err(CACHE.fail(format!(
+                "step {t}: your output {out:.4?} should be the last row of causal attention over \
+                 tokens 0 … {t}, {want:.4?}{why}"
+            )));
+        }
+        // Rows past len changed: the output must not move.
+        let (mut k2, mut v2) = (before_k.clone(), before_v.clone());
+        for r in n..n_ctx {
+            k2.row_mut(r).add_scalar_mut(3.0);
+            v2.row_mut(r).add_scalar_mut(-3.0);
+        }
+        let again = attempt_ok(CACHE, name, || f(&mut k2, &mut v2, t, &qt, &kt, &vt))?;
+        if !same_row(&again, &out) {
+            return Err(CACHE.fail(format!(
+                "step {t}: changing the unused rows {n} … {} changed your output: a causal leak \
+                 (rows past len are the future)",
+                n_ctx - 1
+            )));
+        }
+    }
+    let (qt, kt, vt) = (row(&q, 0), row(&k, 0), row(&v, 0));
+    let full =
+        attempt(CACHE, name, || f(&mut keys, &mut values, n_ctx, &qt, &kt, &vt)).map_err(|m| {
+            super::note(
+                m,
+                &format!(
+                    "that was len = {n_ctx} with a {n_ctx}-row cache: the cache is full, so \
+                     return an Err before writing row len"
+                ),
+            )
+        })?;
+    match full {
+        Err(_) => Ok(()),
+        Ok(_) => Err(CACHE.fail(format!(
+            "len = {n_ctx} with a {n_ctx}-row cache: the cache is full, return an Err"
+        ))),
+    }
+}

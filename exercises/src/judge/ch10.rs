@@ -1,8 +1,10 @@
 //! Judges of chapter 10's exercises.
 
-use super::{Section, Verdict, attempt, compare, random};
+use super::{Section, Verdict, attempt, compare, note, random};
 use crate::ch10_matmul::{MR, NR, solution};
+use llm_workbook::matmul::Op;
 use nalgebra::DMatrix;
+use std::ops::Range;
 
 const KERNEL: Section =
     Section { chapter: "ch10_matmul", anchor: "5-the-micro-kernel-and-its-register-tile" };
@@ -47,4 +49,198 @@ pub fn micro_kernel(f: impl Fn(usize, &[f64], &[f64], f64, f64, &mut DMatrix<f64
         }
     }
     Ok(())
+}
+
+const PACKING: Section = Section { chapter: "ch10_matmul", anchor: "4-packing" };
+
+type Pack<'a> = &'a dyn Fn(
+    &DMatrix<f64>,
+    Op,
+    Range<usize>,
+    Range<usize>,
+    usize,
+) -> llm_workbook::Result<Vec<f64>>;
+
+/// Which operand a packing judge grades: A (slivers of rows) or B (slivers of columns).
+#[derive(Clone, Copy)]
+struct Side {
+    name: &'static str,
+    x: &'static str,
+    width: &'static str,
+    /// What the slivers cut: "rows" of op(A), "columns" of op(B).
+    cut: &'static str,
+}
+
+const A_SIDE: Side = Side { name: "pack_a_block", x: "A", width: "mr", cut: "rows" };
+const B_SIDE: Side = Side { name: "pack_b_panel", x: "B", width: "nr", cut: "columns" };
+
+/// One packing case: `outer` is the range the slivers cut (rows of op(A), columns of op(B)) and
+/// `depth` the other; the arguments go to `f` in the order of its signature.
+#[allow(clippy::too_many_arguments)]
+fn pack_case(
+    side: Side,
+    f: Pack,
+    reference: Pack,
+    m: &DMatrix<f64>,
+    op: Op,
+    outer: Range<usize>,
+    depth: Range<usize>,
+    width: usize,
+) -> Verdict {
+    let call = |g: Pack, o: Op, outer: Range<usize>, depth: Range<usize>| {
+        if side.cut == "rows" { g(m, o, outer, depth, width) } else { g(m, o, depth, outer, width) }
+    };
+    let want = call(reference, op, outer.clone(), depth.clone()).map_err(|e| e.to_string())?;
+    let (len, kc) = (outer.len(), depth.len());
+    let yours = match attempt(PACKING, side.name, || call(f, op, outer.clone(), depth.clone()))? {
+        Ok(v) => v,
+        Err(e) if op == Op::T => {
+            return Err(PACKING.fail(format!(
+                "your {} returned an error for a valid block of op({x}) = {x}ᵀ ({} rows × {} \
+                 columns of the stored {x}): {e} — the ranges are rows and columns of op({x}): \
+                 read op({x}), element (i, j) of {x}ᵀ is {x}[j, i]",
+                side.name,
+                m.ncols(),
+                m.nrows(),
+                x = side.x
+            )));
+        }
+        Err(e) => {
+            return Err(
+                PACKING.fail(format!("your {} returned an error on a valid block: {e}", side.name))
+            );
+        }
+    };
+    let case = format!(
+        "op({x}) = {x}{t} ({} stored), {cut} {outer:?}, depth {depth:?}, {w} = {width}",
+        if op == Op::T { "a transposed" } else { "as" },
+        x = side.x,
+        t = if op == Op::T { "ᵀ" } else { "" },
+        cut = side.cut,
+        w = side.width,
+    );
+    if yours.len() != want.len() {
+        return Err(PACKING.fail(format!(
+            "{case}: the packed form should hold ⌈{len}/{width}⌉·{width}·{kc} = {} values (whole \
+             slivers, the last zero-padded); yours has {}",
+            want.len(),
+            yours.len()
+        )));
+    }
+    let same = |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(x, y)| x == y);
+    if same(&yours, &want) {
+        return Ok(());
+    }
+    // A common slip, if one explains it.
+    let by_rows: Vec<f64> = (0..want.len())
+        .map(|n| {
+            let (q, r) = (n / (kc * width), n % (kc * width));
+            want[q * kc * width + (r % kc) * width + r / kc]
+        })
+        .collect();
+    let why = if same(&yours, &by_rows) {
+        format!(
+            " — you wrote each sliver line by line: a sliver is {kc} groups of {width} values, \
+             one group per step p of the depth (p outer, the {width} {} inner)",
+            side.cut
+        )
+    } else if call(reference, if op == Op::T { Op::N } else { Op::T }, outer.clone(), depth.clone())
+        .is_ok_and(|other| same(&yours, &other))
+    {
+        format!(" — you packed the other one of {x} and {x}ᵀ: read op({x})", x = side.x)
+    } else if call(reference, op, 0..len, 0..kc).is_ok_and(|origin| same(&yours, &origin)) {
+        " — you started at row 0 and column 0: the block starts at the ranges' starts".to_string()
+    } else {
+        String::new()
+    };
+    let n = (0..want.len()).find(|&n| yours[n] != want[n]).unwrap_or_default();
+    let (q, p, i) = (n / (kc * width), (n / width) % kc, n % width);
+    let what = if q * width + i >= len {
+        format!(
+            "0 (padding: line {} is past the block's last {})",
+            q * width + i,
+            &side.cut[..side.cut.len() - 1]
+        )
+    } else {
+        format!("{}", want[n])
+    };
+    Err(PACKING.fail(format!(
+        "{case}: entry {n} (sliver {q}, depth step {p}, line {i}): yours {}, expected {what}{why}",
+        yours[n]
+    )))
+}
+
+/// The chapter's 5×3 example with MR = 4 (two slivers, 9 of the 24 values padding), as stored
+/// and through a transposed matrix; random blocks that start inside the matrix, with edges and
+/// padding, both ops, widths 3, 4 and 8; errors for a range outside op(X) and a width of 0.
+fn pack_judge(side: Side, f: Pack, reference: Pack) -> Verdict {
+    let printed = DMatrix::from_row_slice(
+        5,
+        3,
+        &[1.0, 2.0, 0.0, 0.0, 1.0, 3.0, 2.0, 0.0, 1.0, 1.0, 1.0, 1.0, 3.0, 2.0, 1.0],
+    );
+    let expected = [
+        1.0, 0.0, 2.0, 1.0, 2.0, 1.0, 0.0, 1.0, 0.0, 3.0, 1.0, 1.0, 3.0, 0.0, 0.0, 0.0, 2.0, 0.0,
+        0.0, 0.0, 1.0, 0.0, 0.0, 0.0,
+    ];
+    // For B the example is op(B) = printedᵀ (3×5), cut along its 5 columns.
+    let (stored, transposed) = if side.cut == "rows" {
+        (printed.clone(), printed.transpose())
+    } else {
+        (printed.transpose(), printed.clone())
+    };
+    for (m, op) in [(&stored, Op::N), (&transposed, Op::T)] {
+        pack_case(side, f, reference, m, op, 0..5, 0..3, 4).map_err(|msg| {
+            note(msg, "the chapter prints this example's two slivers value by value")
+        })?;
+        let want = if side.cut == "rows" {
+            reference(m, op, 0..5, 0..3, 4)
+        } else {
+            reference(m, op, 0..3, 0..5, 4)
+        };
+        if want.ok().as_deref() != Some(&expected[..]) {
+            return Err(PACKING.fail("the crate's packing disagrees with the chapter's example"));
+        }
+    }
+    let m = random(190, 7, 6);
+    let cases = [
+        (Op::N, 1..7, 2..5, 4),
+        (Op::T, 1..6, 1..7, 3),
+        (Op::N, 2..4, 0..6, 8),
+        (Op::T, 0..6, 3..4, 4),
+    ];
+    for (op, outer, depth, width) in cases {
+        // The operand's shape as the ranges see it: rows of op(X) for A, columns for B.
+        let mm = if side.cut == "rows" { m.clone() } else { m.transpose() };
+        pack_case(side, f, reference, &mm, op, outer, depth, width)?;
+    }
+    let bad = [(0..8, 0..3, 4, "a range past the end of op"), (0..3, 0..3, 0, "a width of 0")];
+    for (outer, depth, width, what) in bad {
+        let mm = if side.cut == "rows" { m.clone() } else { m.transpose() };
+        let r = attempt(PACKING, side.name, || {
+            if side.cut == "rows" {
+                f(&mm, Op::N, outer.clone(), depth.clone(), width)
+            } else {
+                f(&mm, Op::N, depth.clone(), outer.clone(), width)
+            }
+        })?;
+        if r.is_ok() {
+            return Err(PACKING.fail(format!("{}: {what}({}) should be an Err", side.name, side.x)));
+        }
+    }
+    Ok(())
+}
+
+/// `pack_judge` for Ã, against `llm_workbook::matmul::pack_a_block`.
+pub fn pack_a_block(
+    f: impl Fn(&DMatrix<f64>, Op, Range<usize>, Range<usize>, usize) -> llm_workbook::Result<Vec<f64>>,
+) -> Verdict {
+    pack_judge(A_SIDE, &f, &llm_workbook::matmul::pack_a_block::<f64>)
+}
+
+/// `pack_judge` for B̃, against `llm_workbook::matmul::pack_b_panel`.
+pub fn pack_b_panel(
+    f: impl Fn(&DMatrix<f64>, Op, Range<usize>, Range<usize>, usize) -> llm_workbook::Result<Vec<f64>>,
+) -> Verdict {
+    pack_judge(B_SIDE, &f, &llm_workbook::matmul::pack_b_panel::<f64>)
 }

@@ -253,7 +253,7 @@ pub fn numeric_gradient(
 
 /// The gradient check: `analytic[i]` (yours) against finite differences of `loss` over every
 /// entry of `inputs[i]`, by [`llm_workbook::gradcheck::check`]. A failure names the worst entry as
-/// "∂L/∂W[r,c]: yours …, finite differences …" and a [`diagnose`]d slip if one explains it.
+/// "∂L/∂W\[r,c\]: yours …, finite differences …" and a [`diagnose`]d slip if one explains it.
 pub fn gradient_check(
     sec: Section,
     inputs: &[(&str, DMatrix<f64>)],
@@ -310,4 +310,24 @@ pub fn weighted_sum(g: &DMatrix<f64>, m: &DMatrix<f64>) -> f64 {
         return f64::NAN;
     }
     g.component_mul(m).sum()
+}
+
+/// The tensor a [`gradient_check`] failure names ("∂L/∂W_Q\[0,1\]: …" gives `W_Q`), if any.
+pub fn failed_tensor(message: &str) -> Option<&str> {
+    let rest = message.split_once("∂L/∂")?.1;
+    let end = rest.find(['[', ' ']).unwrap_or(rest.len());
+    Some(&rest[..end])
+}
+
+/// A [`gradient_check`] over named tensors whose names are built at run time.
+pub fn gradient_check_named(
+    sec: Section,
+    inputs: &[(String, DMatrix<f64>)],
+    analytic: &[DMatrix<f64>],
+    loss: impl FnMut(&[DMatrix<f64>]) -> f64,
+    factors: &[(f64, &str)],
+) -> Verdict {
+    let named: Vec<(&str, DMatrix<f64>)> =
+        inputs.iter().map(|(n, m)| (n.as_str(), m.clone())).collect();
+    gradient_check(sec, &named, analytic, loss, factors)
 }
