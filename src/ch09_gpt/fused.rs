@@ -67,9 +67,12 @@ pub fn supports<T: Float>(model: &Gpt<T>) -> bool {
     let d = c.width;
     let ln_ok = |ln: &LayerNorm<T>| ln.placement == Epsilon::InsideSqrt;
     // Every parameter shaped as the table says, and the position table n_ctx×d even when fixed.
-    let shaped = model.shape().order().into_iter().zip(model.tensors()).all(|((s, _), (_, m))| {
-        m.shape() == (s.rows.of(c), s.cols.of(c))
-    });
+    let shaped = model
+        .shape()
+        .order()
+        .into_iter()
+        .zip(model.tensors())
+        .all(|((s, _), (_, m))| m.shape() == (s.rows.of(c), s.cols.of(c)));
     d > 0
         && c.heads > 0
         && d.is_multiple_of(c.heads)

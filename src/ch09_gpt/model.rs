@@ -29,14 +29,15 @@
 mod params;
 mod pass;
 mod step;
+mod table;
 
-pub use params::{
-    Dim, Gpt2, Gpt2Tensor, Init, PARAMETERS, Param, Part, Presence, Shape, Slots, Spec,
-    TENSORS_PER_BLOCK, block_tensor_name, full_name, gpt2_layout, spec_of,
-};
 pub(crate) use pass::scatter_embedding_gradient;
 pub use pass::{Cache, Hidden, LossAndGrads};
 pub use step::{DOT_LANES, KvCache, attend_one, dot, row_affine};
+pub use table::{
+    Dim, Gpt2, Gpt2Tensor, Init, PARAMETERS, Param, Part, Presence, Shape, Slots, Spec,
+    TENSORS_PER_BLOCK, block_tensor_name, full_name, gpt2_layout, spec_of,
+};
 
 use super::config::{Config, Positions};
 use crate::ch03_mlp::Activation;

@@ -17,7 +17,7 @@ use super::folder::{self, Resolved, Sink};
 use super::model::Gpt;
 use super::sample::{Decoding, Generated, generate};
 use super::schedule::Schedule;
-use super::train::{Data, Progress, TrainConfig, Trainer, mean_loss};
+use super::train::{Data, Progress, StepPath, TrainConfig, Trainer, mean_loss};
 use crate::ch08_tokens::bpe::{self, BpeConfig, PreTokenizer};
 use crate::ch08_tokens::chars::CharTokenizer;
 use crate::ch08_tokens::gpt2::{Gpt2Tokenizer, to_gpt2_files};
@@ -215,6 +215,10 @@ pub struct RunFile {
     /// runs saved before fingerprints were recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokenizer_fnv1a64: Option<String>,
+    /// Which training step computed the gradients ([`StepPath::name`]: `fused` or
+    /// `reference`); absent in runs saved before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_path: Option<String>,
 }
 
 /// A run's settings as `train.json` holds them (no tokenizer fingerprint yet).
@@ -236,6 +240,7 @@ pub fn run_file(data: &Path, tc: &TrainConfig, context: usize, steps: usize, see
         epsilon: tc.epsilon,
         clip: tc.clip,
         tokenizer_fnv1a64: None,
+        step_path: None,
     }
 }
 
@@ -271,7 +276,8 @@ pub fn read_tokenizer_hash(dir: &Path) -> Result<Option<String>> {
 }
 
 /// What every save of a new run writes besides the trainer's files: the tokenizer's files and
-/// `train.json` (with the tokenizer's fingerprint).
+/// `train.json` (with the tokenizer's fingerprint and the training step's path).
+#[allow(clippy::too_many_arguments)]
 pub fn run_files(
     tokenizer_files: &[(&'static str, String)],
     data: &Path,
@@ -279,10 +285,12 @@ pub fn run_files(
     context: usize,
     steps: usize,
     seed: u64,
+    path: StepPath,
 ) -> Vec<(String, Vec<u8>)> {
     let mut files: Vec<(String, Vec<u8>)> =
         tokenizer_files.iter().map(|(n, c)| (n.to_string(), c.as_bytes().to_vec())).collect();
     let run = run_json_with_tokenizer(run_file(data, tc, context, steps, seed), &files);
+    let run = RunFile { step_path: Some(path.name().to_string()), ..run };
     files.push((RUN_FILE.to_string(), run_text(&run).into_bytes()));
     files
 }

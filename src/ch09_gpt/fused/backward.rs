@@ -51,7 +51,14 @@ impl<T: Float> Shard<T> {
             column_sums(&self.d_z1, &mut g[at(Param::B1)]);
             gemm(T::one(), &self.d_z1, Op::N, &blk.ffn.w1, Op::T, T::zero(), &mut self.d_n)?;
             // n₂ = LN₂(h) ⇒ ∂h += LN₂ backward(∂n₂)
-            layer_norm_backward(&blk.ln2, &s.ln2, &self.d_n, &mut self.x, g, (at(Param::Ln2Gamma), at(Param::Ln2Beta)))?;
+            layer_norm_backward(
+                &blk.ln2,
+                &s.ln2,
+                &self.d_n,
+                &mut self.x,
+                g,
+                (at(Param::Ln2Gamma), at(Param::Ln2Beta)),
+            )?;
             // h = x + att·W_O + b_O ⇒ ∂x = ∂h (kept), ∂W_O = attᵀ∂h, ∂b_O = Σ ∂h, ∂att = ∂h W_Oᵀ
             gemm(T::one(), &s.att, Op::T, &self.x, Op::N, T::zero(), &mut g[at(Param::WO)])?;
             column_sums(&self.x, &mut g[at(Param::BO)]);
@@ -71,7 +78,11 @@ impl<T: Float> Shard<T> {
             // ∂b_QKV = Σ ∂QKV, ∂n₁ = ∂QKV W_QKVᵀ
             gemm(T::one(), &s.n1, Op::T, &self.d_qkv, Op::N, T::zero(), &mut self.d_w_qkv)?;
             let d = model.config.width;
-            for (part, (wi, bi)) in [(Param::WQ, Param::BQ), (Param::WK, Param::BK), (Param::WV, Param::BV)].into_iter().enumerate() {
+            for (part, (wi, bi)) in
+                [(Param::WQ, Param::BQ), (Param::WK, Param::BK), (Param::WV, Param::BV)]
+                    .into_iter()
+                    .enumerate()
+            {
                 g[at(wi)]
                     .as_mut_slice()
                     .copy_from_slice(&self.d_w_qkv.as_slice()[part * d * d..(part + 1) * d * d]);
@@ -83,7 +94,14 @@ impl<T: Float> Shard<T> {
             }
             gemm(T::one(), &self.d_qkv, Op::N, w, Op::T, T::zero(), &mut self.d_n)?;
             // n₁ = LN₁(x) ⇒ ∂x += LN₁ backward(∂n₁)
-            layer_norm_backward(&blk.ln1, &s.ln1, &self.d_n, &mut self.x, g, (at(Param::Ln1Gamma), at(Param::Ln1Beta)))?;
+            layer_norm_backward(
+                &blk.ln1,
+                &s.ln1,
+                &self.d_n,
+                &mut self.x,
+                g,
+                (at(Param::Ln1Gamma), at(Param::Ln1Beta)),
+            )?;
         }
         // x₀ = W_E[u] + W_P[t] ⇒ ∂W_E[u] += ∂x₀ (row by row), ∂W_P[t] = Σ_b ∂x₀[b, t]
         let wte = slots.at(Param::Wte, 0);
@@ -92,9 +110,9 @@ impl<T: Float> Shard<T> {
         }
         let (d_wte, d_wpe) = match slots.get(Param::Wpe, 0) {
             Some(p) => {
-                let [e, w] = g.get_disjoint_mut([wte, p]).map_err(|_| {
-                    invalid("FusedStep", "model", "W_E and W_P in one slot")
-                })?;
+                let [e, w] = g
+                    .get_disjoint_mut([wte, p])
+                    .map_err(|_| invalid("FusedStep", "model", "W_E and W_P in one slot"))?;
                 w.fill(T::zero());
                 (e, Some(w))
             }

@@ -3,7 +3,8 @@
 //! [`model`](super)).
 
 use super::Gpt;
-use super::params::{Param, take_block_grad};
+use super::params::take_block_grad;
+use super::table::Param;
 use crate::ch06_attention::{
     AttnSpec, BlockCache, LnCache, block_backward, block_forward, layer_norm_backward,
     layer_norm_forward,
