@@ -40,6 +40,8 @@
 
 mod backward;
 mod forward;
+#[cfg(test)]
+mod tests;
 
 use super::data::Batch;
 use super::model::Gpt;

@@ -123,8 +123,10 @@ impl<T: Float> Shard<T> {
     }
 }
 
-/// out\[0, c\] = Σ_r m\[r, c\] (out is 1×C): a bias's gradient. Summed in lanes ([`lane_sum`]).
-fn column_sums<T: Float>(m: &DMatrix<T>, out: &mut DMatrix<T>) {
+/// out\[0, c\] = Σ_r m\[r, c\] (out is 1×C): a bias's gradient. Summed in lanes ([`lane_sum`]):
+/// chapter 6's one chain of additions per column cost about 6 % of the step (chapter 9 §9, "Sums
+/// over rows in lanes"). A test holds it to the plain sum, equal to rounding.
+pub(super) fn column_sums<T: Float>(m: &DMatrix<T>, out: &mut DMatrix<T>) {
     let n = m.nrows();
     for (o, column) in out.as_mut_slice().iter_mut().zip(m.as_slice().chunks_exact(n)) {
         *o = lane_sum(column);
@@ -161,7 +163,7 @@ fn layer_norm_backward<T: Float>(
 ///                  ∂K[c0..c1] = s ∂S[c0.., c0..c1]ᵀ Q[c0..]
 /// ```
 #[allow(clippy::too_many_arguments)]
-fn causal_attention_backward<T: Float>(
+pub(super) fn causal_attention_backward<T: Float>(
     qkv: &DMatrix<T>,
     heads: usize,
     t: usize,
