@@ -161,8 +161,8 @@ impl Config {
 
     /// Every tensor our GPT holds, as (Hugging Face GPT-2 name, rows, columns), in the order of
     /// the checkpoint (derived from the parameter table,
-    /// [`PARAMETERS`](super::model::PARAMETERS)). Linear weights are stored in×out (GPT-2's `Conv1D` layout), biases and
-    /// LayerNorm parameters as 1×n rows.
+    /// [`PARAMETERS`](super::model::PARAMETERS)). Linear weights are stored in×out (GPT-2's
+    /// `Conv1D` layout), biases and LayerNorm parameters as 1×n rows.
     pub fn tensor_shapes(&self) -> Vec<(String, usize, usize)> {
         use super::model::{Shape, gpt2_layout};
         gpt2_layout(self, Shape::of_config(self))

@@ -24,7 +24,8 @@ impl<T: Float> Shard<T> {
         let slots = Slots::of(model.shape());
         let heads = model.config.heads;
         let g = &mut self.grads;
-        let u_slot = slots.get(Param::LmHead, 0).unwrap_or(slots.at(Param::Wte, 0)); // tied: W_U's gradient goes to W_E's slot first
+        // tied: W_U's gradient goes to W_E's slot first
+        let u_slot = slots.get(Param::LmHead, 0).unwrap_or(slots.at(Param::Wte, 0));
         // z = h_f W_Uᵀ ⇒ ∂h_f = ∂z W_U, ∂W_U = ∂zᵀ h_f
         gemm(T::one(), &self.logits, Op::N, model.unembedding(), Op::N, T::zero(), &mut self.d_n)?;
         gemm(T::one(), &self.logits, Op::T, &self.h_f, Op::N, T::zero(), &mut g[u_slot])?;
