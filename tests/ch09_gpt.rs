@@ -2993,7 +2993,11 @@ mod checkpoint_unit {
             Config { positions: Positions::Learned, ..Config::new(tok.vocab_size(), 8, 1, 2, 8) };
         let tc = run::train_config(2, 3e-3, 10).unwrap();
         let trainer = Trainer::new(Gpt::<f32>::new(config, 3).unwrap(), &tc, 4).unwrap();
-        let files = run::run_files(&tok_files, &data, &text, &tc, 8, 10, 3);
+        let path = trainer.path();
+        assert_eq!(path, llm_workbook::ch09_gpt::train::StepPath::Fused);
+        let files = run::run_files(&tok_files, &data, &text, &tc, 8, 10, 3, path);
+        let json = &files.last().unwrap().1;
+        assert!(String::from_utf8_lossy(json).contains("\"step_path\": \"fused\""));
         let tokens = tok.encode(&text).unwrap();
         Setup { out: dir.join("ck"), dir, files, tokens, trainer, tc }
     }

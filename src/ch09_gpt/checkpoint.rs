@@ -30,7 +30,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 use super::config::{Config, GPT2_LAYER_NORM_EPSILON, Positions};
-use super::model::Gpt;
+use super::model::{Gpt, Shape, gpt2_layout};
 use super::safetensors::{SafeTensors, TensorOut, serialize, write_atomic};
 use super::train::{StepRecord, Trainer};
 use crate::error::from_json_object;
@@ -198,45 +198,25 @@ pub fn read_config(dir: &Path) -> Result<Config> {
 
 // ───────────────────────────── the weights ─────────────────────────────
 
-/// The model's tensors under GPT-2's names and layouts, ready to serialise.
+/// The model's tensors under GPT-2's names and layouts, ready to serialise: one per row of
+/// [`gpt2_layout`] (the parameter table's GPT-2 names), the fused ones (`c_attn`) with their
+/// parts side by side in their columns.
 pub fn gpt2_tensors<T: Float>(model: &Gpt<T>) -> Vec<TensorOut> {
-    let c = &model.config;
-    let d = c.width;
-    let mut out = vec![TensorOut::matrix("wte.weight", &model.wte, vec![c.vocab_size, d])];
-    if c.positions == Positions::Learned {
-        out.push(TensorOut::matrix("wpe.weight", &model.wpe, vec![c.context, d]));
-    }
-    let row = |name: String, m: &DMatrix<T>| TensorOut::matrix(name, m, vec![m.ncols()]);
-    let full =
-        |name: String, m: &DMatrix<T>| TensorOut::matrix(name, m, vec![m.nrows(), m.ncols()]);
-    for (l, b) in model.blocks.iter().enumerate() {
-        let p = |s: &str| format!("h.{l}.{s}");
-        let fuse = |q: &DMatrix<T>, k: &DMatrix<T>, v: &DMatrix<T>| {
-            let mut m = DMatrix::zeros(q.nrows(), 3 * q.ncols());
-            m.columns_mut(0, q.ncols()).copy_from(q);
-            m.columns_mut(q.ncols(), k.ncols()).copy_from(k);
-            m.columns_mut(2 * q.ncols(), v.ncols()).copy_from(v);
-            m
-        };
-        out.push(row(p("ln_1.weight"), &b.ln1.gamma));
-        out.push(row(p("ln_1.bias"), &b.ln1.beta));
-        out.push(full(p("attn.c_attn.weight"), &fuse(&b.attn.w_q, &b.attn.w_k, &b.attn.w_v)));
-        out.push(row(p("attn.c_attn.bias"), &fuse(&b.attn.b_q, &b.attn.b_k, &b.attn.b_v)));
-        out.push(full(p("attn.c_proj.weight"), &b.attn.w_o));
-        out.push(row(p("attn.c_proj.bias"), &b.attn.b_o));
-        out.push(row(p("ln_2.weight"), &b.ln2.gamma));
-        out.push(row(p("ln_2.bias"), &b.ln2.beta));
-        out.push(full(p("mlp.c_fc.weight"), &b.ffn.w1));
-        out.push(row(p("mlp.c_fc.bias"), &b.ffn.b1));
-        out.push(full(p("mlp.c_proj.weight"), &b.ffn.w2));
-        out.push(row(p("mlp.c_proj.bias"), &b.ffn.b2));
-    }
-    out.push(row("ln_f.weight".into(), &model.ln_f.gamma));
-    out.push(row("ln_f.bias".into(), &model.ln_f.beta));
-    if let Some(h) = &model.lm_head {
-        out.push(full("lm_head.weight".into(), h));
-    }
-    out
+    gpt2_layout(&model.config, model.shape())
+        .into_iter()
+        .map(|t| {
+            let mut m = DMatrix::zeros(t.rows, t.cols);
+            let mut col = 0;
+            for (p, l) in &t.parts {
+                if let Some(part) = model.tensor(*p, *l) {
+                    m.columns_mut(col, part.ncols()).copy_from(part);
+                    col += part.ncols();
+                }
+            }
+            let shape = if t.one_d { vec![t.cols] } else { vec![t.rows, t.cols] };
+            TensorOut::matrix(t.name, &m, shape)
+        })
+        .collect()
 }
 
 /// Whether `name` is one of the causal-mask buffers GPT-2's files carry (not a parameter).
@@ -278,14 +258,16 @@ pub fn check_header_against_config(config: &Config, f: &SafeTensors) -> Result<(
             format!("the file holds {} blocks but {sizes}", layers.len()),
         ));
     }
-    let (d, last) = (config.width, config.layers - 1);
-    let mut want = vec![
-        ("wte.weight".to_string(), vec![config.vocab_size, d]),
-        (format!("h.{last}.mlp.c_fc.weight"), vec![d, d.saturating_mul(4)]),
-    ];
-    if config.positions == Positions::Learned {
-        want.push(("wpe.weight".to_string(), vec![config.context, d]));
-    }
+    // The shapes that bound the config's sizes, from the parameter table: the embeddings
+    // (vocabulary, context, width) and the last block's MLP (width, layers).
+    let last = format!("h.{}.mlp.c_fc.weight", config.layers - 1);
+    let bounding = ["wte.weight", last.as_str(), "wpe.weight"];
+    let layout = gpt2_layout(config, Shape::of_config(config));
+    let want: Vec<(String, Vec<usize>)> = bounding
+        .iter()
+        .filter_map(|n| layout.iter().find(|t| t.name == *n))
+        .map(|t| (t.name.clone(), vec![t.rows, t.cols]))
+        .collect();
     for (name, shape) in want {
         let reason = match f.info(&bare(&name)).map(|t| t.shape.clone()) {
             Some(found) if found == shape => continue,
@@ -326,37 +308,19 @@ pub fn model_from_safetensors<T: Float>(config: Config, f: &SafeTensors) -> Resu
     };
     let mut model = Gpt::<T>::new(config, 0)?;
     let (d, v) = (config.width, config.vocab_size);
-    model.wte = get("wte.weight", v, d)?;
-    if config.positions == Positions::Learned {
-        model.wpe = get("wpe.weight", config.context, d)?;
+    // Every tensor of the parameter table, under its GPT-2 name; a fused one split by columns.
+    for t in gpt2_layout(&config, model.shape()) {
+        let m = get(&t.name, t.rows, t.cols)?;
+        let mut col = 0;
+        for (p, l) in &t.parts {
+            if let Some(part) = model.tensor_mut(*p, *l) {
+                let cols = part.ncols();
+                part.copy_from(&m.columns(col, cols));
+                col += cols;
+            }
+        }
     }
-    for l in 0..config.layers {
-        let p = |s: &str| format!("h.{l}.{s}");
-        let b = &mut model.blocks[l];
-        b.ln1.gamma = get(&p("ln_1.weight"), 1, d)?;
-        b.ln1.beta = get(&p("ln_1.bias"), 1, d)?;
-        let w = get(&p("attn.c_attn.weight"), d, 3 * d)?;
-        let bias = get(&p("attn.c_attn.bias"), 1, 3 * d)?;
-        b.attn.w_q = w.columns(0, d).into_owned();
-        b.attn.w_k = w.columns(d, d).into_owned();
-        b.attn.w_v = w.columns(2 * d, d).into_owned();
-        b.attn.b_q = bias.columns(0, d).into_owned();
-        b.attn.b_k = bias.columns(d, d).into_owned();
-        b.attn.b_v = bias.columns(2 * d, d).into_owned();
-        b.attn.w_o = get(&p("attn.c_proj.weight"), d, d)?;
-        b.attn.b_o = get(&p("attn.c_proj.bias"), 1, d)?;
-        b.ln2.gamma = get(&p("ln_2.weight"), 1, d)?;
-        b.ln2.beta = get(&p("ln_2.bias"), 1, d)?;
-        b.ffn.w1 = get(&p("mlp.c_fc.weight"), d, 4 * d)?;
-        b.ffn.b1 = get(&p("mlp.c_fc.bias"), 1, 4 * d)?;
-        b.ffn.w2 = get(&p("mlp.c_proj.weight"), 4 * d, d)?;
-        b.ffn.b2 = get(&p("mlp.c_proj.bias"), 1, d)?;
-    }
-    model.ln_f.gamma = get("ln_f.weight", 1, d)?;
-    model.ln_f.beta = get("ln_f.bias", 1, d)?;
-    if !config.tied {
-        model.lm_head = Some(get("lm_head.weight", v, d)?);
-    } else if f.info("lm_head.weight").is_some() {
+    if config.tied && f.info("lm_head.weight").is_some() {
         // A tied model may still carry the shared matrix under its second name; it must be W_E.
         let head: DMatrix<T> = get("lm_head.weight", v, d)?;
         if head != model.wte {

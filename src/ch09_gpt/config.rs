@@ -188,35 +188,15 @@ impl Config {
     }
 
     /// Every tensor our GPT holds, as (Hugging Face GPT-2 name, rows, columns), in the order of
-    /// the checkpoint. Linear weights are stored in×out (GPT-2's `Conv1D` layout), biases and
-    /// LayerNorm parameters as 1×n rows.
+    /// the checkpoint (derived from the parameter table,
+    /// [`PARAMETERS`](super::model::PARAMETERS)). Linear weights are stored in×out (GPT-2's
+    /// `Conv1D` layout), biases and LayerNorm parameters as 1×n rows.
     pub fn tensor_shapes(&self) -> Vec<(String, usize, usize)> {
-        let (d, v, n) = (self.width, self.vocab_size, self.context);
-        let mut out = vec![("wte.weight".to_string(), v, d)];
-        if self.positions == Positions::Learned {
-            out.push(("wpe.weight".to_string(), n, d));
-        }
-        for l in 0..self.layers {
-            let p = |s: &str| format!("h.{l}.{s}");
-            out.push((p("ln_1.weight"), 1, d));
-            out.push((p("ln_1.bias"), 1, d));
-            out.push((p("attn.c_attn.weight"), d, 3 * d));
-            out.push((p("attn.c_attn.bias"), 1, 3 * d));
-            out.push((p("attn.c_proj.weight"), d, d));
-            out.push((p("attn.c_proj.bias"), 1, d));
-            out.push((p("ln_2.weight"), 1, d));
-            out.push((p("ln_2.bias"), 1, d));
-            out.push((p("mlp.c_fc.weight"), d, self.hidden()));
-            out.push((p("mlp.c_fc.bias"), 1, self.hidden()));
-            out.push((p("mlp.c_proj.weight"), self.hidden(), d));
-            out.push((p("mlp.c_proj.bias"), 1, d));
-        }
-        out.push(("ln_f.weight".to_string(), 1, d));
-        out.push(("ln_f.bias".to_string(), 1, d));
-        if !self.tied {
-            out.push(("lm_head.weight".to_string(), v, d));
-        }
-        out
+        use super::model::{Shape, gpt2_layout};
+        gpt2_layout(self, Shape::of_config(self))
+            .into_iter()
+            .map(|t| (t.name, t.rows, t.cols))
+            .collect()
     }
 
     /// The number of parameters: the sum of [`Config::tensor_shapes`]. Per block that is

@@ -40,10 +40,11 @@
 
 mod backward;
 mod forward;
+#[cfg(test)]
+mod tests;
 
-use super::config::Positions;
 use super::data::Batch;
-use super::model::{Gpt, TENSORS_PER_BLOCK};
+use super::model::Gpt;
 use crate::ch03_mlp::Activation;
 use crate::ch06_attention::{Epsilon, LayerNorm, LnCache, NormOrder};
 use crate::error::{Error, Result, invalid};
@@ -66,32 +67,27 @@ pub const GRADIENT_SHARDS: usize = 2;
 pub fn supports<T: Float>(model: &Gpt<T>) -> bool {
     let c = &model.config;
     let d = c.width;
-    let ln_ok = |ln: &LayerNorm<T>| {
-        ln.placement == Epsilon::InsideSqrt
-            && ln.gamma.shape() == (1, d)
-            && ln.beta.shape() == (1, d)
-    };
-    let f = c.hidden();
+    let ln_ok = |ln: &LayerNorm<T>| ln.placement == Epsilon::InsideSqrt;
+    // Every parameter shaped as the table says, and the position table n_ctx×d even when fixed.
+    let shaped = model
+        .shape()
+        .order()
+        .into_iter()
+        .zip(model.tensors())
+        .all(|((s, _), (_, m))| m.shape() == (s.rows.of(c), s.cols.of(c)));
     d > 0
         && c.heads > 0
         && d.is_multiple_of(c.heads)
-        && model.wte.shape() == (c.vocab_size, d)
-        && model.wpe.shape() == (c.context, d)
-        && model.lm_head.as_ref().is_none_or(|h| h.shape() == (c.vocab_size, d))
-        && ln_ok(&model.ln_f)
         && model.blocks.len() == c.layers
+        && shaped
+        && model.wpe.shape() == (c.context, d)
+        && ln_ok(&model.ln_f)
         && model.blocks.iter().all(|b| {
-            let a = &b.attn;
             b.order == NormOrder::Pre
                 && b.ffn.act == Activation::GeluTanh
                 && ln_ok(&b.ln1)
                 && ln_ok(&b.ln2)
-                && a.heads == c.heads
-                && [&a.w_q, &a.w_k, &a.w_v, &a.w_o].iter().all(|w| w.shape() == (d, d))
-                && [&a.b_q, &a.b_k, &a.b_v, &a.b_o, &b.ffn.b2].iter().all(|v| v.shape() == (1, d))
-                && b.ffn.w1.shape() == (d, f)
-                && b.ffn.b1.shape() == (1, f)
-                && b.ffn.w2.shape() == (f, d)
+                && b.attn.heads == c.heads
         })
 }
 
@@ -176,30 +172,6 @@ impl<T: Float> std::fmt::Debug for FusedStep<T> {
             .field("shards", &self.shards.len())
             .field("sized_for (B, T, config, untied, with backward)", &self.sized_for)
             .finish()
-    }
-}
-
-/// The positions of a model's tensors in [`Gpt::tensors`] order.
-#[derive(Clone, Copy, Debug)]
-struct Slots {
-    wpe: Option<usize>,
-    first_block: usize,
-    ln_f: usize,
-    lm_head: Option<usize>,
-}
-
-impl Slots {
-    fn of<T: Float>(model: &Gpt<T>) -> Slots {
-        let wpe = (model.config.positions == Positions::Learned).then_some(1);
-        let first_block = 1 + usize::from(wpe.is_some());
-        let ln_f = first_block + TENSORS_PER_BLOCK * model.blocks.len();
-        let lm_head = model.lm_head.as_ref().map(|_| ln_f + 2);
-        Slots { wpe, first_block, ln_f, lm_head }
-    }
-
-    /// Tensor `i` of block `l` (i as in [`super::model::block_tensor_name`]).
-    fn block(&self, l: usize, i: usize) -> usize {
-        self.first_block + TENSORS_PER_BLOCK * l + i
     }
 }
 

@@ -29,11 +29,15 @@
 mod params;
 mod pass;
 mod step;
+mod table;
 
-pub use params::{TENSORS_PER_BLOCK, block_tensor_name};
 pub(crate) use pass::scatter_embedding_gradient;
 pub use pass::{Cache, Hidden, LossAndGrads};
 pub use step::{DOT_LANES, KvCache, attend_one, dot, row_affine};
+pub use table::{
+    Dim, Gpt2, Gpt2Tensor, Init, PARAMETERS, Param, Part, Presence, Shape, Slots, Spec,
+    TENSORS_PER_BLOCK, block_tensor_name, full_name, gpt2_layout, spec_of,
+};
 
 use super::config::{Config, Positions};
 use crate::ch03_mlp::Activation;
@@ -65,7 +69,8 @@ pub struct Gpt<T: Float> {
 }
 
 impl<T: Float> Gpt<T> {
-    /// A freshly initialised model, as GPT-2 initialises: every weight matrix N(0, 0.02²), the
+    /// A freshly initialised model, as GPT-2 initialises, tensor by tensor in the order and by
+    /// the rule of the parameter table ([`PARAMETERS`]): every weight matrix N(0, 0.02²), the
     /// two residual projections (attention and MLP `c_proj`) N(0, (0.02/√(2l))²) so the residual
     /// stream's variance does not grow with depth, biases 0, LayerNorm γ = 1, β = 0.
     pub fn new(config: Config, seed: u64) -> Result<Gpt<T>> {
@@ -73,49 +78,41 @@ impl<T: Float> Gpt<T> {
         let mut rng = Rng::new(seed);
         let d = config.width;
         let proj_std = INIT_STD / (2.0 * config.layers as f64).sqrt();
-        let wte = rng.normal_matrix(config.vocab_size, d, INIT_STD);
-        let wpe = match config.positions {
-            Positions::Learned => rng.normal_matrix(config.context, d, INIT_STD),
-            Positions::Sinusoidal => crate::ch05_positions::sinusoidal(config.context, d)?,
-        };
+        let e = || DMatrix::zeros(0, 0);
+        let ln = || LayerNorm::new(d, config.layer_norm_epsilon);
         let mut blocks = Vec::with_capacity(config.layers);
         for _ in 0..config.layers {
-            let z = |n: usize| DMatrix::zeros(1, n);
             let attn = MultiHead {
                 heads: config.heads,
-                w_q: rng.normal_matrix(d, d, INIT_STD),
-                b_q: z(d),
-                w_k: rng.normal_matrix(d, d, INIT_STD),
-                b_k: z(d),
-                w_v: rng.normal_matrix(d, d, INIT_STD),
-                b_v: z(d),
-                w_o: rng.normal_matrix(d, d, proj_std),
-                b_o: z(d),
+                w_q: e(),
+                b_q: e(),
+                w_k: e(),
+                b_k: e(),
+                w_v: e(),
+                b_v: e(),
+                w_o: e(),
+                b_o: e(),
             };
-            let ffn = Ffn {
-                w1: rng.normal_matrix(d, config.hidden(), INIT_STD),
-                b1: z(config.hidden()),
-                w2: rng.normal_matrix(config.hidden(), d, proj_std),
-                b2: z(d),
-                act: Activation::GeluTanh,
-            };
-            let ln1 = LayerNorm::new(d, config.layer_norm_epsilon)?;
-            let ln2 = LayerNorm::new(d, config.layer_norm_epsilon)?;
-            blocks.push(Block { attn, ln1, ffn, ln2, order: NormOrder::Pre });
+            let ffn = Ffn { w1: e(), b1: e(), w2: e(), b2: e(), act: Activation::GeluTanh };
+            blocks.push(Block { attn, ln1: ln()?, ffn, ln2: ln()?, order: NormOrder::Pre });
         }
-        let lm_head = if config.tied {
-            None
-        } else {
-            Some(rng.normal_matrix(config.vocab_size, d, INIT_STD))
+        let wpe = match config.positions {
+            Positions::Learned => e(), // a parameter: drawn below, in the table's order
+            Positions::Sinusoidal => crate::ch05_positions::sinusoidal(config.context, d)?,
         };
-        Ok(Gpt {
-            config,
-            wte,
-            wpe,
-            blocks,
-            ln_f: LayerNorm::new(d, config.layer_norm_epsilon)?,
-            lm_head,
-        })
+        let lm_head = (!config.tied).then(e);
+        let mut model = Gpt { config, wte: e(), wpe, blocks, ln_f: ln()?, lm_head };
+        let order = model.shape().order();
+        for ((s, _), slot) in order.into_iter().zip(model.tensors_mut()) {
+            let (r, c) = (s.rows.of(&config), s.cols.of(&config));
+            *slot = match s.init {
+                Init::Normal => rng.normal_matrix(r, c, INIT_STD),
+                Init::Residual => rng.normal_matrix(r, c, proj_std),
+                Init::Zeros => DMatrix::zeros(r, c),
+                Init::Ones => DMatrix::from_element(r, c, T::one()),
+            };
+        }
+        Ok(model)
     }
 
     /// The unembedding W_U (V×d): `lm_head` or, tied, `wte`.

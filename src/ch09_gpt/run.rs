@@ -19,7 +19,7 @@ use super::folder::{self, Resolved, Sink};
 use super::model::Gpt;
 use super::sample::{Decoding, Generated, generate};
 use super::schedule::Schedule;
-use super::train::{Data, Progress, TrainConfig, Trainer};
+use super::train::{Data, Progress, StepPath, TrainConfig, Trainer};
 use crate::ch08_tokens::{Tokenizer, corpus};
 use crate::error::{Error, Result, from_json_object, invalid};
 use crate::matmul::KERNEL_ENV;
@@ -116,6 +116,10 @@ pub struct RunFile {
     /// how the run was made).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threads: Option<usize>,
+    /// Which training step computed the gradients ([`StepPath::name`]: `fused` or
+    /// `reference`); absent in runs saved before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_path: Option<String>,
 }
 
 /// A run's settings as `train.json` holds them (no tokenizer fingerprint yet).
@@ -140,6 +144,7 @@ pub fn run_file(data: &Path, tc: &TrainConfig, context: usize, steps: usize, see
         data_fnv1a64: None,
         kernel: None,
         threads: None,
+        step_path: None,
     }
 }
 
@@ -197,7 +202,7 @@ pub fn read_tokenizer_hash(dir: &Path) -> Result<Option<String>> {
 
 /// What every save of a new run writes besides the trainer's files: the tokenizer's files and
 /// `train.json` (with the tokenizer's fingerprint, the text's absolute path and fingerprint, and
-/// the kernel and threads of this process, see [`machine`]).
+/// the kernel and threads of this process, see [`machine`]), and the training step's path.
 #[allow(clippy::too_many_arguments)]
 pub fn run_files(
     tokenizer_files: &[(&'static str, String)],
@@ -207,6 +212,7 @@ pub fn run_files(
     context: usize,
     steps: usize,
     seed: u64,
+    path: StepPath,
 ) -> Vec<(String, Vec<u8>)> {
     let mut files: Vec<(String, Vec<u8>)> =
         tokenizer_files.iter().map(|(n, c)| (n.to_string(), c.as_bytes().to_vec())).collect();
@@ -215,6 +221,7 @@ pub fn run_files(
         data_fnv1a64: Some(data_hash(text)),
         kernel: Some(kernel),
         threads: Some(threads),
+        step_path: Some(path.name().to_string()),
         ..run_file(&absolute_data_path(data), tc, context, steps, seed)
     };
     let run = run_json_with_tokenizer(run, &files);

@@ -99,6 +99,31 @@ pub struct StepRecord {
     pub tokens: usize,
 }
 
+/// Which computation gives a training step its loss and gradients.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepPath {
+    /// The fast path, [`super::fused::FusedStep`]: the one used whenever it covers the model.
+    Fused,
+    /// The reference, [`Gpt::loss_and_grads`] (chapter 6's functions): for a model the fused
+    /// step does not cover ([`super::fused::supports`]).
+    Reference,
+}
+
+impl StepPath {
+    /// The path for `model`.
+    pub fn of<T: Float>(model: &Gpt<T>) -> StepPath {
+        if super::fused::supports(model) { StepPath::Fused } else { StepPath::Reference }
+    }
+
+    /// Its name, as `train.json` records it: `fused` or `reference`.
+    pub fn name(self) -> &'static str {
+        match self {
+            StepPath::Fused => "fused",
+            StepPath::Reference => "reference",
+        }
+    }
+}
+
 /// A model being trained and everything its next step depends on.
 #[derive(Clone, Debug)]
 pub struct Trainer<T: Float> {
@@ -134,19 +159,23 @@ impl<T: Float> Trainer<T> {
         })
     }
 
+    /// Which computation [`Trainer::step`] uses for this model.
+    pub fn path(&self) -> StepPath {
+        StepPath::of(&self.model)
+    }
+
     /// One training step. The loss and gradients come from the fused step
     /// ([`super::fused::FusedStep`]) when it covers the model, else from the reference
     /// [`Gpt::loss_and_grads`]; both compute the same mathematics (a test compares them).
     pub fn step(&mut self, data: &Data, config: &TrainConfig) -> Result<StepRecord> {
         let batch = data.batch(config.batch, &mut self.rng)?;
         let mut reference;
-        let (loss, grads): (f64, &mut [nalgebra::DMatrix<T>]) =
-            if super::fused::supports(&self.model) {
-                self.workspace.loss_and_grads(&self.model, &batch)?
-            } else {
-                reference = self.model.loss_and_grads(&batch)?;
-                (reference.loss, &mut reference.grads)
-            };
+        let (loss, grads): (f64, &mut [nalgebra::DMatrix<T>]) = if self.path() == StepPath::Fused {
+            self.workspace.loss_and_grads(&self.model, &batch)?
+        } else {
+            reference = self.model.loss_and_grads(&batch)?;
+            (reference.loss, &mut reference.grads)
+        };
         let grad_norm = match config.clip {
             Some(c) => clip_global_norm(&mut grads.iter_mut().collect::<Vec<_>>(), c)?,
             None => super::schedule::global_norm(&grads.iter().collect::<Vec<_>>()),

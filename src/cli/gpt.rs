@@ -23,7 +23,7 @@ use llm_workbook::ch09_gpt::folder::{self, Resolved};
 use llm_workbook::ch09_gpt::model::Gpt;
 use llm_workbook::ch09_gpt::run::{self, DEFAULT_CORPUS};
 use llm_workbook::ch09_gpt::sample::{Decoding, generate};
-use llm_workbook::ch09_gpt::train::{TrainConfig, Trainer};
+use llm_workbook::ch09_gpt::train::{StepPath, TrainConfig, Trainer};
 use llm_workbook::error::{Result, invalid};
 use llm_workbook::rng::Rng;
 use std::path::{Path, PathBuf};
@@ -231,7 +231,9 @@ fn train(a: TrainArgs) -> Result<()> {
         config.parameter_count()
     );
     let trainer = Trainer::new(model, &tc, a.seed.wrapping_add(1))?;
-    let files = run::run_files(&tokenizer_files, &data, &text, &tc, a.context, a.steps, a.seed);
+    let path = trainer.path();
+    let files =
+        run::run_files(&tokenizer_files, &data, &text, &tc, a.context, a.steps, a.seed, path);
     let tok = tok.as_ref();
     let eval = evaluation(a.exact_validation);
     let (context, steps, every) = (a.context, a.steps, a.save_every);
@@ -294,6 +296,14 @@ fn continue_run(
     run_files: &[(String, Vec<u8>)],
     eval: run::Evaluation,
 ) -> Result<()> {
+    say!(
+        "training step: the {} path ({})",
+        trainer.path().name(),
+        match trainer.path() {
+            StepPath::Fused => "fused::FusedStep",
+            StepPath::Reference => "Gpt::loss_and_grads; the fused step does not cover this model",
+        }
+    );
     let mut bar = Bar::run(trainer.step, steps)
         .map_err(|e| invalid("progress", "template", e.to_string()))?;
     let end = run::continue_run(

@@ -2,35 +2,14 @@
 //! pass) back to the embeddings, each line naming the forward line it differentiates; the
 //! gradients go straight into the shard's tensors, in [`Gpt::tensors`] order.
 
-use super::{Heads, Shard, Slots, causal_blocks};
+use super::{Heads, Shard, causal_blocks};
 use crate::ch03_mlp::{Activation, activation_backward_in_place};
 use crate::ch06_attention::{LayerNorm, LnCache, Store, layer_norm_backward_into};
-use crate::ch09_gpt::model::{Gpt, scatter_embedding_gradient};
-use crate::error::Result;
+use crate::ch09_gpt::model::{Gpt, Param, Slots, scatter_embedding_gradient};
+use crate::error::{Result, invalid};
 use crate::float::{Float, lane_sum};
 use crate::matmul::{MatMut, MatRef, Op, gemm, gemm_view};
 use nalgebra::DMatrix;
-
-// Indices of a block's tensors (see `block_tensor_name`).
-const LN1_GAMMA: usize = 0;
-const LN1_BETA: usize = 1;
-const W_Q: usize = 2;
-const B_Q: usize = 3;
-const W_K: usize = 4;
-const B_K: usize = 5;
-const W_V: usize = 6;
-const B_V: usize = 7;
-const W_O: usize = 8;
-const B_O: usize = 9;
-const LN2_GAMMA: usize = 10;
-const LN2_BETA: usize = 11;
-const W_1: usize = 12;
-const B_1: usize = 13;
-const W_2: usize = 14;
-const B_2: usize = 15;
-// Each LayerNorm's β sits right after its γ (so does ln_f's), which `layer_norm_backward` relies
-// on.
-const _: () = assert!(LN1_BETA == LN1_GAMMA + 1 && LN2_BETA == LN2_GAMMA + 1);
 
 impl<T: Float> Shard<T> {
     // ───────────────────────────── backward ─────────────────────────────
@@ -42,23 +21,25 @@ impl<T: Float> Shard<T> {
         inputs: &[u32],
         t: usize,
     ) -> Result<()> {
-        let slots = Slots::of(model);
+        let slots = Slots::of(model.shape());
         let heads = model.config.heads;
         let g = &mut self.grads;
-        let u_slot = slots.lm_head.unwrap_or(0); // tied: W_U's gradient goes to W_E's slot first
+        // tied: W_U's gradient goes to W_E's slot first
+        let u_slot = slots.get(Param::LmHead, 0).unwrap_or(slots.at(Param::Wte, 0));
         // z = h_f W_Uᵀ ⇒ ∂h_f = ∂z W_U, ∂W_U = ∂zᵀ h_f
         gemm(T::one(), &self.logits, Op::N, model.unembedding(), Op::N, T::zero(), &mut self.d_n)?;
         gemm(T::one(), &self.logits, Op::T, &self.h_f, Op::N, T::zero(), &mut g[u_slot])?;
         // h_f = LN_f(x_L) ⇒ ∂x_L = LN_f backward (x now holds ∂L/∂x)
         self.x.fill(T::zero());
-        layer_norm_backward(&model.ln_f, &self.ln_f, &self.d_n, &mut self.x, g, slots.ln_f);
+        let ln_f = (slots.at(Param::LnFGamma, 0), slots.at(Param::LnFBeta, 0));
+        layer_norm_backward(&model.ln_f, &self.ln_f, &self.d_n, &mut self.x, g, ln_f)?;
         for (l, ((blk, s), (w, _))) in
             model.blocks.iter().zip(self.blocks.iter_mut()).zip(w_qkv).enumerate().rev()
         {
-            let at = |i: usize| slots.block(l, i);
+            let at = |p: Param| slots.at(p, l);
             // x' = h + a₁W₂ + b₂ ⇒ ∂h = ∂x' (kept in x), ∂W₂ = a₁ᵀ∂x', ∂b₂ = Σ ∂x', ∂a₁ = ∂x' W₂ᵀ
-            gemm(T::one(), &s.a1, Op::T, &self.x, Op::N, T::zero(), &mut g[at(W_2)])?;
-            column_sums(&self.x, &mut g[at(B_2)]);
+            gemm(T::one(), &s.a1, Op::T, &self.x, Op::N, T::zero(), &mut g[at(Param::W2)])?;
+            column_sums(&self.x, &mut g[at(Param::B2)]);
             gemm(T::one(), &self.x, Op::N, &blk.ffn.w2, Op::T, T::zero(), &mut self.d_z1)?;
             // a₁ = GELU(z₁) ⇒ ∂z₁ = GELU′(z₁) ⊙ ∂a₁
             activation_backward_in_place(
@@ -67,14 +48,21 @@ impl<T: Float> Shard<T> {
                 self.d_z1.as_mut_slice(),
             );
             // z₁ = n₂W₁ + b₁ ⇒ ∂W₁ = n₂ᵀ∂z₁, ∂b₁ = Σ ∂z₁, ∂n₂ = ∂z₁W₁ᵀ
-            gemm(T::one(), &s.n2, Op::T, &self.d_z1, Op::N, T::zero(), &mut g[at(W_1)])?;
-            column_sums(&self.d_z1, &mut g[at(B_1)]);
+            gemm(T::one(), &s.n2, Op::T, &self.d_z1, Op::N, T::zero(), &mut g[at(Param::W1)])?;
+            column_sums(&self.d_z1, &mut g[at(Param::B1)]);
             gemm(T::one(), &self.d_z1, Op::N, &blk.ffn.w1, Op::T, T::zero(), &mut self.d_n)?;
             // n₂ = LN₂(h) ⇒ ∂h += LN₂ backward(∂n₂)
-            layer_norm_backward(&blk.ln2, &s.ln2, &self.d_n, &mut self.x, g, at(LN2_GAMMA));
+            layer_norm_backward(
+                &blk.ln2,
+                &s.ln2,
+                &self.d_n,
+                &mut self.x,
+                g,
+                (at(Param::Ln2Gamma), at(Param::Ln2Beta)),
+            )?;
             // h = x + att·W_O + b_O ⇒ ∂x = ∂h (kept), ∂W_O = attᵀ∂h, ∂b_O = Σ ∂h, ∂att = ∂h W_Oᵀ
-            gemm(T::one(), &s.att, Op::T, &self.x, Op::N, T::zero(), &mut g[at(W_O)])?;
-            column_sums(&self.x, &mut g[at(B_O)]);
+            gemm(T::one(), &s.att, Op::T, &self.x, Op::N, T::zero(), &mut g[at(Param::WO)])?;
+            column_sums(&self.x, &mut g[at(Param::BO)]);
             gemm(T::one(), &self.x, Op::N, &blk.attn.w_o, Op::T, T::zero(), &mut self.d_att)?;
             // att = every head's softmax(s·QKᵀ + M)V ⇒ ∂[Q K V]
             causal_attention_backward(
@@ -91,7 +79,11 @@ impl<T: Float> Shard<T> {
             // ∂b_QKV = Σ ∂QKV, ∂n₁ = ∂QKV W_QKVᵀ
             gemm(T::one(), &s.n1, Op::T, &self.d_qkv, Op::N, T::zero(), &mut self.d_w_qkv)?;
             let d = model.config.width;
-            for (part, (wi, bi)) in [(W_Q, B_Q), (W_K, B_K), (W_V, B_V)].into_iter().enumerate() {
+            for (part, (wi, bi)) in
+                [(Param::WQ, Param::BQ), (Param::WK, Param::BK), (Param::WV, Param::BV)]
+                    .into_iter()
+                    .enumerate()
+            {
                 g[at(wi)]
                     .as_mut_slice()
                     .copy_from_slice(&self.d_w_qkv.as_slice()[part * d * d..(part + 1) * d * d]);
@@ -103,25 +95,39 @@ impl<T: Float> Shard<T> {
             }
             gemm(T::one(), &self.d_qkv, Op::N, w, Op::T, T::zero(), &mut self.d_n)?;
             // n₁ = LN₁(x) ⇒ ∂x += LN₁ backward(∂n₁)
-            layer_norm_backward(&blk.ln1, &s.ln1, &self.d_n, &mut self.x, g, at(LN1_GAMMA));
+            layer_norm_backward(
+                &blk.ln1,
+                &s.ln1,
+                &self.d_n,
+                &mut self.x,
+                g,
+                (at(Param::Ln1Gamma), at(Param::Ln1Beta)),
+            )?;
         }
         // x₀ = W_E[u] + W_P[t] ⇒ ∂W_E[u] += ∂x₀ (row by row), ∂W_P[t] = Σ_b ∂x₀[b, t]
+        let wte = slots.at(Param::Wte, 0);
         if model.lm_head.is_some() {
-            g[0].fill(T::zero()); // untied: W_E's only use is the lookup (tied, W_U's part is in)
+            g[wte].fill(T::zero()); // untied: W_E's only use is the lookup (tied, W_U's part is in)
         }
-        let (first, rest) = g.split_at_mut(1);
-        let d_wpe = slots.wpe.map(|p| {
-            let w = &mut rest[p - 1];
-            w.fill(T::zero());
-            w
-        });
-        scatter_embedding_gradient(&self.x, inputs, t, &mut first[0], d_wpe);
+        let (d_wte, d_wpe) = match slots.get(Param::Wpe, 0) {
+            Some(p) => {
+                let [e, w] = g
+                    .get_disjoint_mut([wte, p])
+                    .map_err(|_| invalid("FusedStep", "model", "W_E and W_P in one slot"))?;
+                w.fill(T::zero());
+                (e, Some(w))
+            }
+            None => (&mut g[wte], None),
+        };
+        scatter_embedding_gradient(&self.x, inputs, t, d_wte, d_wpe);
         Ok(())
     }
 }
 
-/// out\[0, c\] = Σ_r m\[r, c\] (out is 1×C): a bias's gradient. Summed in lanes ([`lane_sum`]).
-fn column_sums<T: Float>(m: &DMatrix<T>, out: &mut DMatrix<T>) {
+/// out\[0, c\] = Σ_r m\[r, c\] (out is 1×C): a bias's gradient. Summed in lanes ([`lane_sum`]):
+/// chapter 6's one chain of additions per column cost about 6 % of the step (chapter 9 §9, "Sums
+/// over rows in lanes"). A test holds it to the plain sum, equal to rounding.
+pub(super) fn column_sums<T: Float>(m: &DMatrix<T>, out: &mut DMatrix<T>) {
     let n = m.nrows();
     for (o, column) in out.as_mut_slice().iter_mut().zip(m.as_slice().chunks_exact(n)) {
         *o = lane_sum(column);
@@ -129,17 +135,20 @@ fn column_sums<T: Float>(m: &DMatrix<T>, out: &mut DMatrix<T>) {
 }
 
 /// Backward of chapter 6's LayerNorm given ∂L/∂y: adds ∂L/∂x into `d_x` and writes ∂L/∂γ and
-/// ∂L/∂β into `grads[gamma]` and `grads[gamma + 1]` (β follows γ in every block and in ln_f).
+/// ∂L/∂β into `grads[gamma]` and `grads[beta]`.
 fn layer_norm_backward<T: Float>(
     ln: &LayerNorm<T>,
     cache: &LnCache<T>,
     d_y: &DMatrix<T>,
     d_x: &mut DMatrix<T>,
     grads: &mut [DMatrix<T>],
-    gamma: usize,
-) {
-    let (d_gamma, rest) = grads[gamma..].split_at_mut(1);
-    layer_norm_backward_into(ln, cache, d_y, Store::Accumulate, d_x, &mut d_gamma[0], &mut rest[0]);
+    (gamma, beta): (usize, usize),
+) -> Result<()> {
+    let [d_gamma, d_beta] = grads
+        .get_disjoint_mut([gamma, beta])
+        .map_err(|_| invalid("FusedStep", "model", "a LayerNorm's γ and β in one slot"))?;
+    layer_norm_backward_into(ln, cache, d_y, Store::Accumulate, d_x, d_gamma, d_beta);
+    Ok(())
 }
 
 /// Backward of [`causal_attention_forward`] given ∂L/∂O (`d_att`, N×d): writes ∂L/∂\[Q K V\]
@@ -155,7 +164,7 @@ fn layer_norm_backward<T: Float>(
 ///                  ∂K[c0..c1] = s ∂S[c0.., c0..c1]ᵀ Q[c0..]
 /// ```
 #[allow(clippy::too_many_arguments)]
-fn causal_attention_backward<T: Float>(
+pub(super) fn causal_attention_backward<T: Float>(
     qkv: &DMatrix<T>,
     heads: usize,
     t: usize,

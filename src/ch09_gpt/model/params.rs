@@ -1,167 +1,178 @@
-//! The model's parameters: every tensor by name, in one fixed order (the order of the gradients,
-//! of AdamW's moments and of the checkpoint), which of them weight decay acts on, and the model in
-//! another float type.
+//! The model's parameters: one table ([`PARAMETERS`]) says, for every tensor, its name, its shape
+//! as a function of the config, its name and layout in GPT-2's files, whether AdamW decays it and
+//! how [`Gpt::new`] initialises it. Everything else is derived from the table: the order of the
+//! tensors (of the gradients, of AdamW's moments and of the checkpoint), the decay mask, the
+//! shapes a config expects ([`Config::tensor_shapes`]), the checkpoint's tensors
+//! ([`gpt2_layout`]) and the fused step's offsets into its list of gradients ([`Slots`]).
 
 use super::Gpt;
+use super::table::{PARAMETERS, Param, Shape, full_name, spec_of};
 use crate::ch06_attention::{Block, BlockGrads, Ffn, LayerNorm, MultiHead};
 use crate::ch09_gpt::config::Positions;
 use crate::error::{Result, invalid, shape_error, shape_of};
 use crate::float::Float;
 use nalgebra::DMatrix;
 
-/// Tensors per block, in [`Gpt::tensors`] order.
-pub const TENSORS_PER_BLOCK: usize = 16;
+// ─────────────── the table's rows as the struct's fields (the only place that maps them) ───────
 
-/// The name of tensor `i` of block `l` (our names: GPT-2's, except that the fused `c_attn` is
-/// held as three matrices q, k, v).
-pub fn block_tensor_name(l: usize, i: usize) -> String {
-    const NAMES: [&str; TENSORS_PER_BLOCK] = [
-        "ln_1.weight",
-        "ln_1.bias",
-        "attn.q.weight",
-        "attn.q.bias",
-        "attn.k.weight",
-        "attn.k.bias",
-        "attn.v.weight",
-        "attn.v.bias",
-        "attn.c_proj.weight",
-        "attn.c_proj.bias",
-        "ln_2.weight",
-        "ln_2.bias",
-        "mlp.c_fc.weight",
-        "mlp.c_fc.bias",
-        "mlp.c_proj.weight",
-        "mlp.c_proj.bias",
-    ];
-    format!("h.{l}.{}", NAMES[i])
+/// Every field of the model that the table names, as (row, block index, matrix); `$r` is `&` or
+/// `&mut`. The order here does not matter: [`Shape::order`] puts them in the table's.
+macro_rules! fields {
+    ($model:expr, $($r:tt)+) => {{
+        let m = $model;
+        let mut out = vec![(Param::Wte, None, $($r)+ m.wte), (Param::Wpe, None, $($r)+ m.wpe)];
+        for (l, b) in ($($r)+ m.blocks).iter_mut_or_iter().enumerate() {
+            let (a, f) = ($($r)+ b.attn, $($r)+ b.ffn);
+            let l = Some(l);
+            out.extend([
+                (Param::Ln1Gamma, l, $($r)+ b.ln1.gamma),
+                (Param::Ln1Beta, l, $($r)+ b.ln1.beta),
+                (Param::WQ, l, $($r)+ a.w_q),
+                (Param::BQ, l, $($r)+ a.b_q),
+                (Param::WK, l, $($r)+ a.w_k),
+                (Param::BK, l, $($r)+ a.b_k),
+                (Param::WV, l, $($r)+ a.w_v),
+                (Param::BV, l, $($r)+ a.b_v),
+                (Param::WO, l, $($r)+ a.w_o),
+                (Param::BO, l, $($r)+ a.b_o),
+                (Param::Ln2Gamma, l, $($r)+ b.ln2.gamma),
+                (Param::Ln2Beta, l, $($r)+ b.ln2.beta),
+                (Param::W1, l, $($r)+ f.w1),
+                (Param::B1, l, $($r)+ f.b1),
+                (Param::W2, l, $($r)+ f.w2),
+                (Param::B2, l, $($r)+ f.b2),
+            ]);
+        }
+        out.push((Param::LnFGamma, None, $($r)+ m.ln_f.gamma));
+        out.push((Param::LnFBeta, None, $($r)+ m.ln_f.beta));
+        if let Some(h) = ($($r)+ m.lm_head).iter_mut_or_iter().next() {
+            out.push((Param::LmHead, None, h));
+        }
+        out
+    }};
 }
 
-/// Whether tensor `i` of a block is a weight matrix (decayed by AdamW) rather than a bias or a
-/// LayerNorm parameter.
-fn block_tensor_decays(i: usize) -> bool {
-    matches!(i, 2 | 4 | 6 | 8 | 12 | 14)
+/// `iter()` or `iter_mut()`, whichever the borrow allows, so one macro serves both.
+trait IterEither {
+    type Iter;
+    fn iter_mut_or_iter(self) -> Self::Iter;
 }
 
-fn block_refs<T: Float>(b: &Block<T>) -> [&DMatrix<T>; TENSORS_PER_BLOCK] {
-    let (a, f) = (&b.attn, &b.ffn);
-    [
-        &b.ln1.gamma,
-        &b.ln1.beta,
-        &a.w_q,
-        &a.b_q,
-        &a.w_k,
-        &a.b_k,
-        &a.w_v,
-        &a.b_v,
-        &a.w_o,
-        &a.b_o,
-        &b.ln2.gamma,
-        &b.ln2.beta,
-        &f.w1,
-        &f.b1,
-        &f.w2,
-        &f.b2,
-    ]
+impl<'a, X> IterEither for &'a Vec<X> {
+    type Iter = std::slice::Iter<'a, X>;
+    fn iter_mut_or_iter(self) -> Self::Iter {
+        self.iter()
+    }
 }
 
-fn block_muts<T: Float>(b: &mut Block<T>) -> [&mut DMatrix<T>; TENSORS_PER_BLOCK] {
-    let (a, f) = (&mut b.attn, &mut b.ffn);
-    [
-        &mut b.ln1.gamma,
-        &mut b.ln1.beta,
-        &mut a.w_q,
-        &mut a.b_q,
-        &mut a.w_k,
-        &mut a.b_k,
-        &mut a.w_v,
-        &mut a.b_v,
-        &mut a.w_o,
-        &mut a.b_o,
-        &mut b.ln2.gamma,
-        &mut b.ln2.beta,
-        &mut f.w1,
-        &mut f.b1,
-        &mut f.w2,
-        &mut f.b2,
-    ]
+impl<'a, X> IterEither for &'a mut Vec<X> {
+    type Iter = std::slice::IterMut<'a, X>;
+    fn iter_mut_or_iter(self) -> Self::Iter {
+        self.iter_mut()
+    }
 }
 
-pub(super) fn block_grads_owned<T: Float>(g: BlockGrads<T>) -> [DMatrix<T>; TENSORS_PER_BLOCK] {
-    let (a, f) = (g.attn, g.ffn);
-    [
-        g.ln1.d_gamma,
-        g.ln1.d_beta,
-        a.d_w_q,
-        a.d_b_q,
-        a.d_w_k,
-        a.d_b_k,
-        a.d_w_v,
-        a.d_b_v,
-        a.d_w_o,
-        a.d_b_o,
-        g.ln2.d_gamma,
-        g.ln2.d_beta,
-        f.d_w1,
-        f.d_b1,
-        f.d_w2,
-        f.d_b2,
-    ]
+impl<'a, X> IterEither for &'a Option<X> {
+    type Iter = std::option::Iter<'a, X>;
+    fn iter_mut_or_iter(self) -> Self::Iter {
+        self.iter()
+    }
+}
+
+impl<'a, X> IterEither for &'a mut Option<X> {
+    type Iter = std::option::IterMut<'a, X>;
+    fn iter_mut_or_iter(self) -> Self::Iter {
+        self.iter_mut()
+    }
+}
+
+/// Puts (row, block, item) in the table's order for `shape`, leaving out what it lacks.
+fn in_order<X>(shape: Shape, items: Vec<(Param, Option<usize>, X)>) -> Vec<X> {
+    let row = |p: Param| PARAMETERS.iter().position(|r| r.param == p).unwrap_or(0);
+    let mut keyed: Vec<Option<(Param, Option<usize>, X)>> = items.into_iter().map(Some).collect();
+    let mut out = Vec::with_capacity(keyed.len());
+    let index = |p: Param, l: Option<usize>| (row(p), l);
+    let mut by_key: std::collections::HashMap<(usize, Option<usize>), usize> = keyed
+        .iter()
+        .enumerate()
+        .filter_map(|(i, k)| k.as_ref().map(|(p, l, _)| (index(*p, *l), i)))
+        .collect();
+    for (s, l) in shape.order() {
+        if let Some(i) = by_key.remove(&index(s.param, l))
+            && let Some((_, _, x)) = keyed[i].take()
+        {
+            out.push(x);
+        }
+    }
+    out
+}
+
+/// Takes the gradient of block tensor `p` out of chapter 6's block gradients.
+pub(super) fn take_block_grad<T: Float>(g: &mut BlockGrads<T>, p: Param) -> Option<DMatrix<T>> {
+    let (a, f) = (&mut g.attn, &mut g.ffn);
+    let m = match p {
+        Param::Ln1Gamma => &mut g.ln1.d_gamma,
+        Param::Ln1Beta => &mut g.ln1.d_beta,
+        Param::WQ => &mut a.d_w_q,
+        Param::BQ => &mut a.d_b_q,
+        Param::WK => &mut a.d_w_k,
+        Param::BK => &mut a.d_b_k,
+        Param::WV => &mut a.d_w_v,
+        Param::BV => &mut a.d_b_v,
+        Param::WO => &mut a.d_w_o,
+        Param::BO => &mut a.d_b_o,
+        Param::Ln2Gamma => &mut g.ln2.d_gamma,
+        Param::Ln2Beta => &mut g.ln2.d_beta,
+        Param::W1 => &mut f.d_w1,
+        Param::B1 => &mut f.d_b1,
+        Param::W2 => &mut f.d_w2,
+        Param::B2 => &mut f.d_b2,
+        Param::Wte | Param::Wpe | Param::LnFGamma | Param::LnFBeta | Param::LmHead => return None,
+    };
+    Some(std::mem::replace(m, DMatrix::zeros(0, 0)))
 }
 
 impl<T: Float> Gpt<T> {
-    /// Every parameter tensor with its name, in a fixed order: `wte`, `wpe` (if learned), each
-    /// block's 16 tensors ([`block_tensor_name`]), `ln_f.weight`, `ln_f.bias`, `lm_head.weight`
-    /// (if untied).
+    /// Which optional tensors this model has.
+    pub fn shape(&self) -> Shape {
+        Shape {
+            layers: self.blocks.len(),
+            learned_positions: self.config.positions == Positions::Learned,
+            untied: self.lm_head.is_some(),
+        }
+    }
+
+    /// Tensor `p` (of block `layer` for a block tensor), if the model has that field.
+    pub fn tensor(&self, p: Param, layer: Option<usize>) -> Option<&DMatrix<T>> {
+        fields!(self, &).into_iter().find(|(q, l, _)| (*q, *l) == (p, layer)).map(|f| f.2)
+    }
+
+    /// Tensor `p`, mutable.
+    pub fn tensor_mut(&mut self, p: Param, layer: Option<usize>) -> Option<&mut DMatrix<T>> {
+        fields!(self, &mut).into_iter().find(|(q, l, _)| (*q, *l) == (p, layer)).map(|f| f.2)
+    }
+
+    /// Every parameter tensor with its name, in the table's order ([`PARAMETERS`]): `wte`, `wpe`
+    /// (if learned), each block's 16 tensors ([`block_tensor_name`]), `ln_f.weight`,
+    /// `ln_f.bias`, `lm_head.weight` (if untied).
     pub fn tensors(&self) -> Vec<(String, &DMatrix<T>)> {
-        let mut out = vec![("wte.weight".to_string(), &self.wte)];
-        if self.config.positions == Positions::Learned {
-            out.push(("wpe.weight".to_string(), &self.wpe));
-        }
-        for (l, b) in self.blocks.iter().enumerate() {
-            out.extend(
-                block_refs(b).into_iter().enumerate().map(|(i, m)| (block_tensor_name(l, i), m)),
-            );
-        }
-        out.push(("ln_f.weight".to_string(), &self.ln_f.gamma));
-        out.push(("ln_f.bias".to_string(), &self.ln_f.beta));
-        if let Some(h) = &self.lm_head {
-            out.push(("lm_head.weight".to_string(), h));
-        }
-        out
+        let shape = self.shape();
+        let named = fields!(self, &)
+            .into_iter()
+            .map(|(p, l, m)| (p, l, (full_name(spec_of(p).name, l), m)))
+            .collect();
+        in_order(shape, named)
     }
 
     /// The same tensors, mutable, in the same order.
     pub fn tensors_mut(&mut self) -> Vec<&mut DMatrix<T>> {
-        let mut out = vec![&mut self.wte];
-        if self.config.positions == Positions::Learned {
-            out.push(&mut self.wpe);
-        }
-        for b in self.blocks.iter_mut() {
-            out.extend(block_muts(b));
-        }
-        out.push(&mut self.ln_f.gamma);
-        out.push(&mut self.ln_f.beta);
-        if let Some(h) = self.lm_head.as_mut() {
-            out.push(h);
-        }
-        out
+        let shape = self.shape();
+        in_order(shape, fields!(self, &mut))
     }
 
-    /// Which tensors AdamW decays: the embeddings and the weight matrices, not the biases and
-    /// LayerNorm parameters.
+    /// Which tensors AdamW decays, in [`Gpt::tensors`] order (the table's `decays`).
     pub fn decay_mask(&self) -> Vec<bool> {
-        let mut out = vec![true];
-        if self.config.positions == Positions::Learned {
-            out.push(true);
-        }
-        for _ in &self.blocks {
-            out.extend((0..TENSORS_PER_BLOCK).map(block_tensor_decays));
-        }
-        out.extend([false, false]);
-        if self.lm_head.is_some() {
-            out.push(true);
-        }
-        out
+        self.shape().order().into_iter().map(|(s, _)| s.decays).collect()
     }
 
     /// The number of parameters (equals
@@ -195,7 +206,8 @@ impl<T: Float> Gpt<T> {
         Ok(())
     }
 
-    /// The model in another float type (f64 for checks, f32 for speed).
+    /// The model in another float type (f64 for checks, f32 for speed): every matrix of the
+    /// model (the parameters, and a fixed position table) converted, the rest as it is.
     pub fn cast<U: Float>(&self) -> Gpt<U> {
         let c = |m: &DMatrix<T>| crate::float::cast::<T, U>(m);
         let ln = |l: &LayerNorm<T>| LayerNorm {
@@ -204,39 +216,139 @@ impl<T: Float> Gpt<T> {
             eps: l.eps,
             placement: l.placement,
         };
-        Gpt {
+        let mut out = Gpt {
             config: self.config,
             wte: c(&self.wte),
             wpe: c(&self.wpe),
             blocks: self
                 .blocks
                 .iter()
-                .map(|b| Block {
-                    attn: MultiHead {
-                        heads: b.attn.heads,
-                        w_q: c(&b.attn.w_q),
-                        b_q: c(&b.attn.b_q),
-                        w_k: c(&b.attn.w_k),
-                        b_k: c(&b.attn.b_k),
-                        w_v: c(&b.attn.w_v),
-                        b_v: c(&b.attn.b_v),
-                        w_o: c(&b.attn.w_o),
-                        b_o: c(&b.attn.b_o),
-                    },
-                    ln1: ln(&b.ln1),
-                    ffn: Ffn {
-                        w1: c(&b.ffn.w1),
-                        b1: c(&b.ffn.b1),
-                        w2: c(&b.ffn.w2),
-                        b2: c(&b.ffn.b2),
-                        act: b.ffn.act,
-                    },
-                    ln2: ln(&b.ln2),
-                    order: b.order,
+                .map(|b| {
+                    let e = || DMatrix::zeros(0, 0);
+                    Block {
+                        attn: MultiHead {
+                            heads: b.attn.heads,
+                            w_q: e(),
+                            b_q: e(),
+                            w_k: e(),
+                            b_k: e(),
+                            w_v: e(),
+                            b_v: e(),
+                            w_o: e(),
+                            b_o: e(),
+                        },
+                        ln1: ln(&b.ln1),
+                        ffn: Ffn { w1: e(), b1: e(), w2: e(), b2: e(), act: b.ffn.act },
+                        ln2: ln(&b.ln2),
+                        order: b.order,
+                    }
                 })
                 .collect(),
             ln_f: ln(&self.ln_f),
             lm_head: self.lm_head.as_ref().map(c),
+        };
+        // The blocks' matrices, by the table (wte, wpe, ln_f and lm_head are converted above).
+        let all = self.shape();
+        let sources = in_order(all, fields!(self, &));
+        for (dst, src) in in_order(all, fields!(&mut out, &mut)).into_iter().zip(sources) {
+            *dst = c(src);
         }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::table::{Slots, gpt2_layout};
+    use super::*;
+    use crate::ch09_gpt::config::Config;
+
+    fn configs() -> Vec<Config> {
+        let base = Config::new(11, 6, 2, 2, 4);
+        let untied = Config { tied: false, ..base };
+        let sinusoidal = Config { positions: Positions::Sinusoidal, ..base };
+        vec![base, untied, sinusoidal, Config { tied: false, ..sinusoidal }]
+    }
+
+    /// The struct's fields by our names, written out here independently of the table and of
+    /// `fields!`, so a row mapped to the wrong field (or a field left out) is caught.
+    fn by_hand(m: &Gpt<f64>) -> Vec<(String, &DMatrix<f64>)> {
+        let mut out = vec![("wte.weight".to_string(), &m.wte)];
+        if m.config.positions == Positions::Learned {
+            out.push(("wpe.weight".into(), &m.wpe));
+        }
+        for (l, b) in m.blocks.iter().enumerate() {
+            let (a, f) = (&b.attn, &b.ffn);
+            let named = [
+                ("ln_1.weight", &b.ln1.gamma),
+                ("ln_1.bias", &b.ln1.beta),
+                ("attn.q.weight", &a.w_q),
+                ("attn.q.bias", &a.b_q),
+                ("attn.k.weight", &a.w_k),
+                ("attn.k.bias", &a.b_k),
+                ("attn.v.weight", &a.w_v),
+                ("attn.v.bias", &a.b_v),
+                ("attn.c_proj.weight", &a.w_o),
+                ("attn.c_proj.bias", &a.b_o),
+                ("ln_2.weight", &b.ln2.gamma),
+                ("ln_2.bias", &b.ln2.beta),
+                ("mlp.c_fc.weight", &f.w1),
+                ("mlp.c_fc.bias", &f.b1),
+                ("mlp.c_proj.weight", &f.w2),
+                ("mlp.c_proj.bias", &f.b2),
+            ];
+            out.extend(named.map(|(n, m)| (format!("h.{l}.{n}"), m)));
+        }
+        out.push(("ln_f.weight".into(), &m.ln_f.gamma));
+        out.push(("ln_f.bias".into(), &m.ln_f.beta));
+        if let Some(h) = &m.lm_head {
+            out.push(("lm_head.weight".into(), h));
+        }
+        out
+    }
+
+    #[test]
+    fn the_table_names_every_field_of_the_struct_once_with_its_shape() {
+        for c in configs() {
+            let mut m = Gpt::<f64>::new(c, 1).unwrap();
+            // A distinct value in every tensor, written through the table's order …
+            for (k, t) in m.tensors_mut().into_iter().enumerate() {
+                t.fill(k as f64);
+            }
+            let order = m.shape().order();
+            let listed = m.tensors();
+            let hand = by_hand(&m);
+            assert_eq!(listed.len(), hand.len(), "{c:?}");
+            assert_eq!(order.len(), hand.len());
+            // … is found in the field of that name, and the order is GPT-2's.
+            for (k, (((name, t), (hand_name, field)), (s, _))) in
+                listed.iter().zip(&hand).zip(&order).enumerate()
+            {
+                assert_eq!(name, hand_name);
+                assert!(field.iter().all(|&x| x == k as f64), "{name} is not its own field");
+                assert_eq!(t.shape(), (s.rows.of(&c), s.cols.of(&c)), "{name}");
+                assert_eq!(m.tensor(s.param, order[k].1).map(|t| t[(0, 0)]), Some(k as f64));
+            }
+            assert_eq!(m.decay_mask(), order.iter().map(|(s, _)| s.decays).collect::<Vec<_>>());
+        }
+    }
+
+    #[test]
+    fn the_gpt2_layout_fuses_q_k_v_in_that_order_and_the_slots_follow_the_order() {
+        let c = Config { tied: false, ..Config::new(11, 6, 2, 2, 4) };
+        let m = Gpt::<f64>::new(c, 2).unwrap();
+        let layout = gpt2_layout(&c, m.shape());
+        let fused = layout.iter().find(|t| t.name == "h.1.attn.c_attn.weight").unwrap();
+        assert_eq!((fused.rows, fused.cols), (4, 12));
+        assert_eq!(
+            fused.parts,
+            vec![(Param::WQ, Some(1)), (Param::WK, Some(1)), (Param::WV, Some(1))]
+        );
+        let slots = Slots::of(m.shape());
+        let names: Vec<String> = m.tensors().into_iter().map(|(n, _)| n).collect();
+        for (s, l) in m.shape().order() {
+            assert_eq!(names[slots.at(s.param, l.unwrap_or(0))], full_name(s.name, l));
+        }
+        assert_eq!(c.tensor_shapes().len(), layout.len());
     }
 }

@@ -3,12 +3,12 @@
 //! [`model`](super)).
 
 use super::Gpt;
-use super::params::block_grads_owned;
+use super::params::take_block_grad;
+use super::table::Param;
 use crate::ch06_attention::{
     AttnSpec, BlockCache, LnCache, block_backward, block_forward, layer_norm_backward,
     layer_norm_forward,
 };
-use crate::ch09_gpt::config::Positions;
 use crate::ch09_gpt::data::{Batch, Token, check_ids};
 use crate::error::{Error, Result, invalid, shape_error, shape_of};
 use crate::float::Float;
@@ -206,17 +206,21 @@ impl<T: Float> Gpt<T> {
         if self.lm_head.is_none() {
             d_wte += &d_wu; // tied: W_E is used twice, so its gradient is the sum of both uses
         }
-        let mut grads = vec![d_wte];
-        if self.config.positions == Positions::Learned {
-            grads.push(d_wpe);
-        }
-        for g in block_grads {
-            grads.extend(block_grads_owned(g));
-        }
-        grads.push(ln_f.d_gamma);
-        grads.push(ln_f.d_beta);
-        if self.lm_head.is_some() {
-            grads.push(d_wu);
+        // In the table's order: each gradient where its tensor sits in Gpt::tensors.
+        let (mut d_wte, mut d_wpe, mut d_wu) = (Some(d_wte), Some(d_wpe), Some(d_wu));
+        let (mut d_gamma, mut d_beta) = (Some(ln_f.d_gamma), Some(ln_f.d_beta));
+        let mut grads = Vec::new();
+        for (s, l) in self.shape().order() {
+            let g = match (s.param, l) {
+                (Param::Wte, _) => d_wte.take(),
+                (Param::Wpe, _) => d_wpe.take(),
+                (Param::LnFGamma, _) => d_gamma.take(),
+                (Param::LnFBeta, _) => d_beta.take(),
+                (Param::LmHead, _) => d_wu.take(),
+                (p, Some(l)) => take_block_grad(&mut block_grads[l], p),
+                (_, None) => None,
+            };
+            grads.push(g.ok_or_else(|| invalid(OP, "model", "a tensor without a gradient"))?);
         }
         Ok(LossAndGrads { loss: loss.as_f64(), grads, d_x0: d_x })
     }

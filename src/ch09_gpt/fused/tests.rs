@@ -1,0 +1,98 @@
+//! The fused step's own versions of chapter functions, held to the chapter's: causal attention
+//! over blocks (chapter 6's `attention_forward` / `attention_backward` with the causal mask),
+//! cross-entropy by columns (chapter 2's), and the bias helpers.
+
+use super::backward::{causal_attention_backward, column_sums};
+use super::forward::{add_row, causal_attention_forward, cross_entropy_by_columns};
+use crate::ch02_softmax::cross_entropy_from_logits_with_gradient;
+use crate::ch06_attention::{AttnSpec, attention_backward, attention_forward};
+use crate::rng::Rng;
+use nalgebra::DMatrix;
+
+const TOL: f64 = 1e-12;
+
+fn close(a: &DMatrix<f64>, b: &DMatrix<f64>, what: &str) {
+    assert_eq!(a.shape(), b.shape(), "{what}");
+    let err = (a - b).abs().max();
+    assert!(err < TOL, "{what}: off by {err:e}");
+}
+
+#[test]
+fn causal_attention_by_blocks_equals_chapter_6s_attention_with_the_causal_mask() {
+    // T = 40 crosses a CAUSAL_BLOCK (32) boundary; two sequences of two heads of width 3.
+    let (seqs, t, heads, d_k) = (2, 40, 2, 3);
+    let (n, d) = (seqs * t, heads * d_k);
+    let mut rng = Rng::new(7);
+    let qkv: DMatrix<f64> = rng.normal_matrix(n, 3 * d, 1.0);
+    let d_att: DMatrix<f64> = rng.normal_matrix(n, d, 1.0);
+    let mut weights = vec![0.0; seqs * heads * t * t];
+    let mut att = DMatrix::zeros(n, d);
+    causal_attention_forward(&qkv, heads, t, &mut weights, &mut att).unwrap();
+    let mut d_qkv = DMatrix::zeros(n, 3 * d);
+    let (mut d_scores, mut row) = (vec![0.0; t * t], vec![0.0; t]);
+    causal_attention_backward(
+        &qkv,
+        heads,
+        t,
+        &weights,
+        &d_att,
+        &mut d_qkv,
+        &mut d_scores,
+        &mut row,
+    )
+    .unwrap();
+    let spec = AttnSpec::causal(t);
+    for s in 0..seqs {
+        for h in 0..heads {
+            let part = |m: &DMatrix<f64>, col: usize| m.view((s * t, col), (t, d_k)).into_owned();
+            let (q, k, v) =
+                (part(&qkv, h * d_k), part(&qkv, d + h * d_k), part(&qkv, 2 * d + h * d_k));
+            let a = attention_forward(&q, &k, &v, &spec).unwrap();
+            close(&part(&att, h * d_k), &a.out, "O");
+            let ours = &weights[(s * heads + h) * t * t..][..t * t];
+            close(&DMatrix::from_column_slice(t, t, ours), &a.weights, "A");
+            let g =
+                attention_backward(&q, &k, &v, &a.weights, &part(&d_att, h * d_k), &spec).unwrap();
+            close(&part(&d_qkv, h * d_k), &g.d_q, "∂Q");
+            close(&part(&d_qkv, d + h * d_k), &g.d_k, "∂K");
+            close(&part(&d_qkv, 2 * d + h * d_k), &g.d_v, "∂V");
+        }
+    }
+}
+
+#[test]
+fn cross_entropy_by_columns_equals_chapter_2s_on_the_scored_rows() {
+    let (n, v) = (7, 5);
+    let mut rng = Rng::new(3);
+    let z: DMatrix<f64> = rng.normal_matrix(n, v, 2.0);
+    let targets = [Some(1), None, Some(4), Some(0), None, Some(2), Some(4)];
+    let scored: Vec<usize> = (0..n).filter(|&r| targets[r].is_some()).collect();
+    let labels: Vec<usize> = scored.iter().map(|&r| targets[r].unwrap_or(0) as usize).collect();
+    let z_s = DMatrix::from_fn(scored.len(), v, |i, c| z[(scored[i], c)]);
+    let (loss, d_z) = cross_entropy_from_logits_with_gradient(&z_s, &labels).unwrap();
+    let mut ours = z.clone();
+    let scale = 1.0 / scored.len() as f64;
+    let sum = cross_entropy_by_columns(&mut ours, &targets, scale);
+    assert!((sum * scale - loss).abs() < TOL, "{} vs {loss}", sum * scale);
+    for r in 0..n {
+        let want = match scored.iter().position(|&x| x == r) {
+            Some(i) => DMatrix::from_fn(1, v, |_, c| d_z[(i, c)]),
+            None => DMatrix::zeros(1, v), // an unscored row has no gradient
+        };
+        close(&DMatrix::from_fn(1, v, |_, c| ours[(r, c)]), &want, "∂z");
+    }
+}
+
+#[test]
+fn the_bias_helpers_broadcast_and_sum_as_the_chapters_do() {
+    let mut rng = Rng::new(5);
+    let m: DMatrix<f64> = rng.normal_matrix(37, 4, 1.0);
+    let b: DMatrix<f64> = rng.normal_matrix(1, 4, 1.0);
+    let mut added = m.clone();
+    add_row(&mut added, &b);
+    close(&added, &DMatrix::from_fn(37, 4, |r, c| m[(r, c)] + b[(0, c)]), "x + b");
+    let mut sums = DMatrix::zeros(1, 4);
+    column_sums(&m, &mut sums);
+    let plain = DMatrix::from_fn(1, 4, |_, c| m.column(c).sum());
+    close(&sums, &plain, "Σ rows"); // equal to rounding: summed in lanes here
+}
