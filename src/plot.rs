@@ -149,6 +149,19 @@ pub enum Figure {
     Heatmap(Heatmap),
     /// See [`BarChart`].
     Bars(BarChart),
+    /// A [`LineChart`] on logarithmic axes: see [`LogAxes`]. Every drawn value on a log axis must
+    /// be positive (others are left out).
+    LogLine(LineChart, LogAxes),
+}
+
+/// Which axes of a [`Figure::LogLine`] are logarithmic (decades marked by their real values,
+/// not by their logarithms); the data are given in real values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogAxes {
+    /// x logarithmic, y linear (a size that doubles along x, a rate along y).
+    X,
+    /// Both axes logarithmic (a roofline).
+    Both,
 }
 
 /// Grouped bars over named categories: for each category, one bar per series, side by side.
@@ -465,6 +478,74 @@ fn draw_line<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &LineChart) -
     root.present()
 }
 
+/// A line chart on log axes ([`Figure::LogLine`]): the range of each log axis is widened to
+/// whole powers of two around the data, and its ticks are labelled with real values.
+fn draw_log_line<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    c: &LineChart,
+    axes: LogAxes,
+) -> DrawResult<DB> {
+    root.fill(&WHITE)?;
+    let log_y = axes == LogAxes::Both;
+    let keep = |&(x, y): &(f64, f64)| x > 0.0 && (!log_y || y > 0.0);
+    let points = || c.series.iter().flat_map(|s| s.points.iter().copied().filter(keep));
+    let ((x0, x1), (y0, y1)) = bounds(points());
+    let pow2 = |lo: f64, hi: f64| {
+        let (lo, hi) = (lo.max(f64::MIN_POSITIVE), hi.max(f64::MIN_POSITIVE));
+        (lo.log2().floor().exp2(), hi.log2().ceil().exp2().max(2.0 * lo))
+    };
+    let (x0, x1) = pow2(x0, x1);
+    let legend = legend_width(c.series.iter().map(|s| s.label.as_str()));
+    let builder = |root| {
+        let mut b = ChartBuilder::on(root);
+        b.caption(&c.title, (FONT, 22))
+            .margin(14)
+            .margin_right(legend.max(RIGHT_MARGIN))
+            .x_label_area_size(44)
+            .y_label_area_size(64);
+        b
+    };
+    let x_tick = |v: &f64| tick_label(*v, v.abs());
+    let y_tick = |v: &f64| tick_label(*v, if log_y { v.abs() } else { y1 - y0 });
+    let mut entries = Vec::new();
+    macro_rules! draw_on {
+        ($chart:expr) => {{
+            let mut chart = $chart;
+            chart
+                .configure_mesh()
+                .x_desc(c.x_label.as_str())
+                .y_desc(c.y_label.as_str())
+                .label_style((FONT, 14))
+                .axis_desc_style((FONT, 16))
+                .light_line_style(WHITE.mix(0.0))
+                .x_label_formatter(&x_tick)
+                .y_label_formatter(&y_tick)
+                .draw()?;
+            for (i, s) in c.series.iter().enumerate() {
+                let col = color(i);
+                let pts: Vec<(f64, f64)> = s.points.iter().copied().filter(keep).collect();
+                chart.draw_series(std::iter::once(PathElement::new(
+                    pts.clone(),
+                    col.stroke_width(2),
+                )))?;
+                if c.markers {
+                    chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, col.filled())))?;
+                }
+                entries.push((s.label.as_str(), Glyph::Line(col)));
+            }
+            chart.plotting_area().get_pixel_range()
+        }};
+    }
+    let area = if log_y {
+        let (y0, y1) = pow2(y0, y1);
+        draw_on!(builder(root).build_cartesian_2d((x0..x1).log_scale(), (y0..y1).log_scale())?)
+    } else {
+        draw_on!(builder(root).build_cartesian_2d((x0..x1).log_scale(), y0.min(0.0)..y1)?)
+    };
+    draw_legend(root, area, &entries)?;
+    root.present()
+}
+
 impl ScatterChart {
     /// The x and y ranges of the drawn chart: every point and the regions' rectangle, y padded
     /// by 5 %.
@@ -687,6 +768,7 @@ impl Figure {
             Figure::Scatter(c) => draw_scatter(root, c),
             Figure::Heatmap(h) => draw_heatmap(root, h),
             Figure::Bars(b) => draw_bars(root, b),
+            Figure::LogLine(c, axes) => draw_log_line(root, c, *axes),
         }
     }
 

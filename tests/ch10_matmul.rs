@@ -1505,7 +1505,7 @@ mod wide_map {
     }
 }
 
-// ─────────── the optimisers on any thread count (the policy of `llm_workbook::threads`) ───────────
+// ─────────── the optimisers on any thread count (`llm_workbook::threads`) ───────────
 
 mod optimiser_threads {
     use super::*;
