@@ -478,8 +478,9 @@ fn draw_line<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &LineChart) -
     root.present()
 }
 
-/// A line chart on log axes ([`Figure::LogLine`]): the range of each log axis is widened to
-/// whole powers of two around the data, and its ticks are labelled with real values.
+/// A line chart on log axes ([`Figure::LogLine`]): a log axis is drawn in base-2 logarithms
+/// over whole powers of two, one tick per power, each labelled with its real value (64, 128, …),
+/// not with its logarithm. (plotters' own log scale loops forever on some ranges below 1.)
 fn draw_log_line<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     c: &LineChart,
@@ -488,61 +489,45 @@ fn draw_log_line<DB: DrawingBackend>(
     root.fill(&WHITE)?;
     let log_y = axes == LogAxes::Both;
     let keep = |&(x, y): &(f64, f64)| x > 0.0 && (!log_y || y > 0.0);
-    let points = || c.series.iter().flat_map(|s| s.points.iter().copied().filter(keep));
-    let ((x0, x1), (y0, y1)) = bounds(points());
-    let pow2 = |lo: f64, hi: f64| {
-        let (lo, hi) = (lo.max(f64::MIN_POSITIVE), hi.max(f64::MIN_POSITIVE));
-        (lo.log2().floor().exp2(), hi.log2().ceil().exp2().max(2.0 * lo))
-    };
-    let (x0, x1) = pow2(x0, x1);
+    let to_plot = |(x, y): (f64, f64)| (x.log2(), if log_y { y.log2() } else { y });
+    let series: Vec<Vec<(f64, f64)>> = c
+        .series
+        .iter()
+        .map(|s| s.points.iter().copied().filter(keep).map(to_plot).collect())
+        .collect();
+    let ((x0, x1), (y0, y1)) = bounds(series.iter().flatten().copied());
+    let whole = |lo: f64, hi: f64| (lo.floor(), hi.ceil().max(lo.floor() + 1.0));
+    let (x0, x1) = whole(x0, x1);
+    let (y0, y1) = if log_y { whole(y0, y1) } else { (y0.min(0.0), y1) };
     let legend = legend_width(c.series.iter().map(|s| s.label.as_str()));
-    let builder = |root| {
-        let mut b = ChartBuilder::on(root);
-        b.caption(&c.title, (FONT, 22))
-            .margin(14)
-            .margin_right(legend.max(RIGHT_MARGIN))
-            .x_label_area_size(44)
-            .y_label_area_size(64);
-        b
-    };
-    let x_tick = |v: &f64| tick_label(*v, v.abs());
-    let y_tick = |v: &f64| tick_label(*v, if log_y { v.abs() } else { y1 - y0 });
-    let mut entries = Vec::new();
-    macro_rules! draw_on {
-        ($chart:expr) => {{
-            let mut chart = $chart;
-            chart
-                .configure_mesh()
-                .x_desc(c.x_label.as_str())
-                .y_desc(c.y_label.as_str())
-                .label_style((FONT, 14))
-                .axis_desc_style((FONT, 16))
-                .light_line_style(WHITE.mix(0.0))
-                .x_label_formatter(&x_tick)
-                .y_label_formatter(&y_tick)
-                .draw()?;
-            for (i, s) in c.series.iter().enumerate() {
-                let col = color(i);
-                let pts: Vec<(f64, f64)> = s.points.iter().copied().filter(keep).collect();
-                chart.draw_series(std::iter::once(PathElement::new(
-                    pts.clone(),
-                    col.stroke_width(2),
-                )))?;
-                if c.markers {
-                    chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, col.filled())))?;
-                }
-                entries.push((s.label.as_str(), Glyph::Line(col)));
-            }
-            chart.plotting_area().get_pixel_range()
-        }};
+    let mut chart = xy_chart(root, &c.title, (x0, x1), (y0, y1), legend)?;
+    let power = |v: f64| tick_label(v.exp2(), v.exp2());
+    let x_tick = move |v: &f64| power(*v);
+    let y_tick = move |v: &f64| if log_y { power(*v) } else { tick_label(*v, y1 - y0) };
+    let mut mesh = chart.configure_mesh();
+    mesh.x_labels((x1 - x0) as usize + 1);
+    if log_y {
+        mesh.y_labels((y1 - y0) as usize + 1);
     }
-    let area = if log_y {
-        let (y0, y1) = pow2(y0, y1);
-        draw_on!(builder(root).build_cartesian_2d((x0..x1).log_scale(), (y0..y1).log_scale())?)
-    } else {
-        draw_on!(builder(root).build_cartesian_2d((x0..x1).log_scale(), y0.min(0.0)..y1)?)
-    };
-    draw_legend(root, area, &entries)?;
+    mesh.x_desc(c.x_label.as_str())
+        .y_desc(c.y_label.as_str())
+        .label_style((FONT, 14))
+        .axis_desc_style((FONT, 16))
+        .light_line_style(WHITE.mix(0.0))
+        .x_label_formatter(&x_tick)
+        .y_label_formatter(&y_tick)
+        .draw()?;
+    let mut entries = Vec::new();
+    for (i, (s, pts)) in c.series.iter().zip(&series).enumerate() {
+        let col = color(i);
+        let pieces = clip_polyline(pts, (x0, x1), (y0, y1));
+        chart.draw_series(pieces.into_iter().map(|p| PathElement::new(p, col.stroke_width(2))))?;
+        if c.markers {
+            chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, col.filled())))?;
+        }
+        entries.push((s.label.as_str(), Glyph::Line(col)));
+    }
+    draw_legend(root, chart.plotting_area().get_pixel_range(), &entries)?;
     root.present()
 }
 
