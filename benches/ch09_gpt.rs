@@ -19,6 +19,13 @@
 //! committed measurements `data/ch09_attention_cost.csv` and redraws the figure from them. The
 //! main job draws that figure from the committed file and never times anything.
 //! `benches/ch09_gpt_pytorch.py` measures the same two things with PyTorch, for comparison.
+//!
+//! With `-- --threads 1,2,4,8,16` (and `--rounds N`, default 2) it does only the thread
+//! benchmark: the fused training step of the default model (3 layers, width 96) and of the
+//! 6-layer, width-384, context-256 model on each thread count, each in a child process with
+//! `LLM_WORKBOOK_THREADS` set, and prints tokens/s, speed-up and efficiency against the first
+//! count; `--write` also rewrites its section of `chapters/benchmarks.md`. The built binary runs
+//! alone (`cargo bench --bench ch09_gpt --no-run` prints its path).
 
 use llm_workbook::backend::{BACKEND_ENV, Backend, active_backend, nalgebra_products};
 use llm_workbook::ch09_gpt::config::Config;
@@ -204,6 +211,20 @@ fn attention_cost() -> Result<(), String> {
     Ok(())
 }
 
+/// Replaces what lies between `<!-- tag:begin -->` and `<!-- tag:end -->` in `path`, whole or not
+/// at all.
+fn replace_block(path: &std::path::Path, tag: &str, body: &str) -> Result<(), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let (begin, end) = (format!("<!-- {tag}:begin -->"), format!("<!-- {tag}:end -->"));
+    let start =
+        text.find(&begin).ok_or(format!("{} has no {begin}", path.display()))? + begin.len();
+    let stop = text[start..].find(&end).ok_or(format!("{} has no {end}", path.display()))? + start;
+    let new = format!("{}\n{}\n{}", &text[..start], body.trim(), &text[stop..]);
+    let tmp = path.with_extension("md.tmp");
+    std::fs::write(&tmp, new).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
 fn load() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
@@ -303,8 +324,139 @@ fn child(flag: &str, threads: usize, backend: Backend) -> Result<Vec<f64>, Strin
     Ok(v)
 }
 
+/// Tokens per second of the fused training step of a model given as "layers,heads,width,context"
+/// at `batch` sequences (best of 3 runs of 5 steps, after 2 warm-up steps), on the threads this
+/// process was given (`LLM_WORKBOOK_THREADS`).
+fn train_tokens_per_second(model: &str, batch: usize) -> Result<f64, String> {
+    let v: Vec<usize> = model.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+    let [layers, heads, width, context] = v[..] else {
+        return Err(format!("model {model:?}: expected layers,heads,width,context"));
+    };
+    let config = Config::new(65, context, layers, heads, width);
+    let mut rng = Rng::new(1);
+    let tokens: Vec<u32> = (0..50_000).map(|_| rng.below(65) as u32).collect();
+    let tc = TrainConfig::new(batch, Schedule::new(1e-3, 1e-4, 10, 1000).unwrap());
+    let mut trainer = Trainer::new(Gpt::<f32>::new(config, 1).map_err(|e| e.to_string())?, &tc, 2)
+        .map_err(|e| e.to_string())?;
+    let data = Data::Stream { tokens: &tokens, seq_len: context };
+    for _ in 0..2 {
+        black_box(trainer.step(&data, &tc).map_err(|e| e.to_string())?);
+    }
+    let steps = 5;
+    let step = best_of(3, || {
+        let s = Instant::now();
+        for _ in 0..steps {
+            black_box(trainer.step(&data, &tc).unwrap());
+        }
+        s.elapsed().as_secs_f64() / steps as f64
+    });
+    Ok((batch * context) as f64 / step)
+}
+
+/// The models of the thread benchmark: (name, "layers,heads,width,context", batch).
+const SCALING_MODELS: [(&str, &str, usize); 2] = [
+    ("default model: 3 layers, 4 heads, width 96, context 64, batch 16", "3,4,96,64", 16),
+    ("6 layers, 6 heads, width 384, context 256, batch 16", "6,6,384,256", 16),
+];
+
+/// `--threads 1,2,4,8,16`: the training step of each model on each thread count, each run in a
+/// child process with `LLM_WORKBOOK_THREADS` set, the counts taken in turn for `rounds` rounds
+/// (best per count); prints a Markdown table of tokens/s, speed-up and efficiency against the
+/// first count. Runs from the built binary alone (no cargo, no network).
+fn thread_scaling(list: &str, rounds: usize) -> Result<String, String> {
+    let counts: Vec<usize> = list
+        .split(',')
+        .map(|t| t.trim().parse::<usize>().ok().filter(|&t| t >= 1))
+        .collect::<Option<_>>()
+        .ok_or_else(|| format!("--threads: expected a list like 1,2,4,8,16, got {list:?}"))?;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let load_before = load();
+    let mut out = String::new();
+    for (name, model, batch) in SCALING_MODELS {
+        let mut best = vec![0.0f64; counts.len()];
+        for _ in 0..rounds {
+            for (i, &t) in counts.iter().enumerate() {
+                let o = std::process::Command::new(&exe)
+                    .args(["--child-train-tps", model, &batch.to_string()])
+                    .env(THREADS_ENV, t.to_string())
+                    .output()
+                    .map_err(|e| e.to_string())?;
+                let text = String::from_utf8_lossy(&o.stdout);
+                let tps: f64 = text.trim().parse().map_err(|_| {
+                    format!("{t} threads: {}", String::from_utf8_lossy(&o.stderr).trim())
+                })?;
+                best[i] = best[i].max(tps);
+            }
+        }
+        out.push_str(&format!(
+            "\n{name} (fused training step, best of {rounds} rounds):\n\n\
+             | threads | tokens/s | speed-up | efficiency |\n|---|---|---|---|\n"
+        ));
+        for (&t, &tps) in counts.iter().zip(&best) {
+            let speed_up = tps / best[0];
+            out.push_str(&format!(
+                "| {t} | {tps:.0} | {speed_up:.2}× | {:.0} % |\n",
+                100.0 * speed_up * counts[0] as f64 / t as f64
+            ));
+        }
+    }
+    Ok(format!(
+        "`cargo bench --bench ch09_gpt -- --threads {list}` on {} ({} logical CPUs), {} UTC, \
+         load average {load_before} before and {} after; the counts run in turn, each in its own \
+         process with `LLM_WORKBOOK_THREADS` set.\n{out}",
+        cpu_name(),
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        today(),
+        load()
+    ))
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--child-train-tps") {
+        let (model, batch) = (args.get(i + 1), args.get(i + 2).and_then(|b| b.parse().ok()));
+        match (model, batch) {
+            (Some(m), Some(b)) => match train_tokens_per_second(m, b) {
+                Ok(tps) => println!("{tps}"),
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    std::process::exit(1);
+                }
+            },
+            _ => {
+                eprintln!("error: --child-train-tps needs a model and a batch");
+                std::process::exit(1);
+            }
+        }
+        return;
+    }
+    if let Some(i) = args.iter().position(|a| a == "--threads") {
+        let rounds = args
+            .iter()
+            .position(|a| a == "--rounds")
+            .and_then(|j| args.get(j + 1)?.parse().ok())
+            .unwrap_or(2);
+        let list = args.get(i + 1).map_or("1,2,4,8,16", String::as_str);
+        match thread_scaling(list, rounds) {
+            Ok(table) => {
+                println!("{table}");
+                if args.iter().any(|a| a == "--write") {
+                    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                        .join("chapters/benchmarks.md");
+                    if let Err(e) = replace_block(&path, "ch09-threads", &table) {
+                        eprintln!("error: {e}");
+                        std::process::exit(1);
+                    }
+                    println!("wrote {}", path.display());
+                }
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                std::process::exit(1);
+            }
+        }
+        return;
+    }
     if let Some(kind) = args.iter().find(|a| a.starts_with("--child-train-step")) {
         let before = nalgebra_products();
         let (tps, step, products) = train_step(kind == "--child-train-step-reference");

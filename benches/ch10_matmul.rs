@@ -1,29 +1,40 @@
-//! Chapter 10's benchmark: how fast is our matrix product, next to nalgebra's and the naive loop?
+//! Chapter 10's benchmark: how fast is our matrix product, next to faer's, nalgebra's and the
+//! naive loop? It needs the `peers` feature (faer is an optional dependency, never built by
+//! `cargo test`): `cargo bench --features peers --bench ch10_matmul`.
 //!
-//! `cargo bench --bench ch10_matmul` measures, in one run: the machine's FMA peak (a loop of
-//! independent fused multiply-adds) and memory bandwidth; median GFLOP/s (2·m·n·k / time) of ours
-//! on 1 and 2 threads, nalgebra's own product and the naive triple loop for square n = 64 … 2048
-//! and for the GPT's products, in f32 and f64; and where a second thread starts to pay. It prints
-//! the tables; with `-- --write` it also writes them into `chapters/ch10_matmul.md` (between
-//! `<!-- bench:begin -->` and `<!-- bench:end -->`) and draws
-//! `chapters/img/ch10_gflops_*.png|svg` and `ch10_roofline`.
+//! The default run measures, in one process: the machine's FMA peak (a loop of independent fused
+//! multiply-adds) and memory bandwidth; median GFLOP/s (2·m·n·k / time) of ours on 1 and 2
+//! threads, faer's (`Par::Seq`), nalgebra's own product and the naive triple loop for square
+//! n = 64 … 2048 and for the GPT step's products, in f32 and f64; and where a second thread
+//! starts to pay. It prints the tables; with `-- --write` it saves the measurements to
+//! `data/ch10_products.csv` and `data/ch10_crossover.csv`, then redraws from them: the chapter's
+//! table (`<!-- bench:begin/end -->` in `chapters/ch10_matmul.md`), the appendix's sections
+//! (`<!-- ch10-products:… -->`, `<!-- ch10-threads:… -->` in `chapters/benchmarks.md`) and the
+//! figures `chapters/img/ch10_gflops_*`, `ch10_roofline`, `ch10_threads`. `-- --redraw` does only
+//! the redrawing, from the committed CSVs, measuring nothing (measure on one host, redraw on
+//! another).
 //!
-//! `-- sweep` measures the blocking sweep that chose KC, MC and NC (with `--write`, written
-//! between `<!-- sweep:begin/end -->` and drawn as `ch10_sweep`); `-- shape M K N` times one
-//! product; `-- threads` times 1 thread against 2 on the products near `PARALLEL_MIN_FLOPS`
-//! (prints only). `-- --samples N` sets the samples per measurement; `-- --help` lists it all.
+//! `-- --threads 1,2,4,8,16` times the 2048³ product (`--n` to change it) on each thread count, in
+//! f32 and f64, and prints GFLOP/s, speed-up and efficiency against the first count (with
+//! `--write`: `data/ch10_threads.csv`, then the redraw). `-- gpt` times only the GPT's products
+//! and two squares (prints only). `-- sweep` measures the blocking sweep that chose KC, MC and NC
+//! (with `--write`, written between `<!-- sweep:begin/end -->` and drawn as `ch10_sweep`);
+//! `-- shape M K N` times one product; `-- threads` times 1 thread against 2 on the products near
+//! `PARALLEL_MIN_FLOPS` (prints only). `-- --samples N` sets the samples per measurement;
+//! `-- --help` lists it all. The built binary runs on its own (no cargo, no network): `cargo bench
+//! --features peers --bench ch10_matmul --no-run` prints its path.
 //!
 //! Every implementation of a row is timed in turn, sample after sample, so a burst of load from
 //! other programs hits them alike; the reported figure is the median of the samples. A
 //! single-threaded contender is timed by the CPU time of its thread (on Linux), so the time the
-//! scheduler gives to other programs is not counted against it; a two-thread contender can only
+//! scheduler gives to other programs is not counted against it; a multi-thread contender can only
 //! be timed by the wall clock, and its ratios are taken against wall-clock figures of the same
 //! samples.
 
 use clap::{Parser, Subcommand};
 use llm_workbook::float::Float;
 use llm_workbook::matmul::{self, Blocking, Element, Kernel, Op, Settings, gemm_with};
-use llm_workbook::plot::{Figure, LineChart, Series, image_dir};
+use llm_workbook::plot::{Figure, LineChart, LogAxes, Series, image_dir};
 use llm_workbook::rng::Rng;
 use nalgebra::DMatrix;
 use std::hint::black_box;
@@ -39,10 +50,20 @@ use std::time::Instant;
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
-    /// Also write the tables into chapters/ch10_matmul.md and redraw the chapter's measured
-    /// figures in chapters/img/ (without it, the benchmark only prints).
+    /// Also save the measurements under data/ and redraw the chapter's table, the appendix's
+    /// sections and the figures from them (without it, the benchmark only prints).
     #[arg(long, global = true)]
     write: bool,
+    /// Measure nothing: redraw the tables and figures from the committed data/ch10_*.csv.
+    #[arg(long, global = true)]
+    redraw: bool,
+    /// Thread scaling instead of the full run: the n×n×n product on each of these thread counts
+    /// (a comma-separated list, e.g. 1,2,4,8,16).
+    #[arg(long, global = true)]
+    threads: Option<String>,
+    /// The size n of the thread-scaling product.
+    #[arg(long, global = true, default_value_t = 2048)]
+    n: usize,
     /// Passed by `cargo bench` to every benchmark; ignored.
     #[arg(long, global = true, hide = true)]
     bench: bool,
@@ -55,6 +76,8 @@ struct Cli {
 enum Command {
     /// The full benchmark (the default).
     All,
+    /// Only the GPT step's products and two squares (prints only).
+    Gpt,
     /// The blocking sweep over KC, MC and NC.
     Sweep,
     /// Where a second thread pays: 1 thread against 2 forced near the threshold (prints only).
@@ -75,7 +98,7 @@ enum Command {
         f64: bool,
         /// Threads for ours.
         #[arg(long, default_value_t = 1)]
-        threads: usize,
+        ours_threads: usize,
     },
 }
 
@@ -309,30 +332,99 @@ fn naive<T: Float>(a: &DMatrix<T>, b: &DMatrix<T>, c: &mut DMatrix<T>) {
     }
 }
 
+/// faer's product ([`faer::linalg::matmul::matmul`], `Par::Seq`: one thread) on the same
+/// column-major storage, a transposed operand as a transposed view (no copy), C replaced.
+trait FaerPeer: Element + Float {
+    fn faer_gemm(a: &DMatrix<Self>, ta: Op, b: &DMatrix<Self>, tb: Op, c: &mut DMatrix<Self>);
+}
+
+macro_rules! faer_peer {
+    ($t:ty) => {
+        impl FaerPeer for $t {
+            fn faer_gemm(a: &DMatrix<$t>, ta: Op, b: &DMatrix<$t>, tb: Op, c: &mut DMatrix<$t>) {
+                fn view(x: &DMatrix<$t>, t: Op) -> faer::MatRef<'_, $t> {
+                    let v =
+                        faer::MatRef::from_column_major_slice(x.as_slice(), x.nrows(), x.ncols());
+                    if t == Op::T { v.transpose() } else { v }
+                }
+                let (m, n) = c.shape();
+                let dst = faer::MatMut::from_column_major_slice_mut(c.as_mut_slice(), m, n);
+                faer::linalg::matmul::matmul(
+                    dst,
+                    faer::Accum::Replace,
+                    view(a, ta),
+                    view(b, tb),
+                    1.0,
+                    faer::Par::Seq,
+                );
+            }
+        }
+    };
+}
+faer_peer!(f32);
+faer_peer!(f64);
+
+fn faer_contender<'a, T: FaerPeer>(
+    a: &'a DMatrix<T>,
+    ta: Op,
+    b: &'a DMatrix<T>,
+    tb: Op,
+    c: &'a mut DMatrix<T>,
+) -> Contender<'a> {
+    contender("faer (Par::Seq)", move || {
+        T::faer_gemm(a, ta, b, tb, c);
+        black_box(&c);
+    })
+}
+
 // ───────────────────────────── one row of the tables ─────────────────────────────
 
+/// One product's measurements, GFLOP/s (medians). Single-threaded contenders by the CPU time of
+/// their thread, with the wall-clock figure of the same samples beside where a two-thread figure
+/// is compared with them.
 #[derive(Clone, Debug)]
 struct Row {
+    /// "square" or "gpt".
+    group: String,
     label: String,
     shape: String,
-    ty: &'static str,
+    ty: String,
     flops: f64,
     naive: Option<f64>,
-    /// nalgebra by the CPU time of its thread (compared with `ours1`).
     nalgebra: f64,
-    /// nalgebra by the wall clock of the same samples (compared with `ours2`).
     nalgebra_wall: f64,
-    /// Ours on one thread by the CPU time of its thread.
+    faer: f64,
     ours1: f64,
-    /// Ours on one thread by the wall clock (compared with `ours2` in the 2T / 1T column).
     ours1_wall: f64,
     /// Ours on two threads by the wall clock.
     ours2: f64,
+    /// The threads the two-thread product actually used.
     threads2: usize,
 }
 
+/// The operands of op(A)·op(B) with op(A) m×k and op(B) k×n, stored as the ops need them.
+fn operands<T: Element + Float>(
+    (m, k, n): (usize, usize, usize),
+    ta: Op,
+    tb: Op,
+    rng: &mut Rng,
+) -> (DMatrix<T>, DMatrix<T>) {
+    let a = if ta == Op::N { rng.normal_matrix(m, k, 1.0) } else { rng.normal_matrix(k, m, 1.0) };
+    let b = if tb == Op::N { rng.normal_matrix(k, n, 1.0) } else { rng.normal_matrix(n, k, 1.0) };
+    (a, b)
+}
+
+fn shape_text((m, k, n): (usize, usize, usize), ta: Op, tb: Op) -> String {
+    format!(
+        "{m}×{k} · {k}×{n}{}{}",
+        if ta == Op::T { " (Aᵀ)" } else { "" },
+        if tb == Op::T { " (Bᵀ)" } else { "" }
+    )
+}
+
 #[allow(clippy::too_many_arguments)]
-fn measure<T: Element + Float>(
+fn measure<T: FaerPeer>(
+    group: &str,
     label: &str,
     (m, k, n): (usize, usize, usize),
     ta: Op,
@@ -341,23 +433,17 @@ fn measure<T: Element + Float>(
     samples: usize,
     rng: &mut Rng,
 ) -> Row {
-    let a = if ta == Op::N {
-        rng.normal_matrix::<T>(m, k, 1.0)
-    } else {
-        rng.normal_matrix::<T>(k, m, 1.0)
-    };
-    let b = if tb == Op::N {
-        rng.normal_matrix::<T>(k, n, 1.0)
-    } else {
-        rng.normal_matrix::<T>(n, k, 1.0)
-    };
+    let (a, b) = operands::<T>((m, k, n), ta, tb, rng);
     let flops = 2.0 * (m * n * k) as f64;
-    let (mut c1, mut c2, mut c3) =
-        (DMatrix::<T>::zeros(m, n), DMatrix::<T>::zeros(m, n), DMatrix::<T>::zeros(m, n));
+    let zeros = || DMatrix::<T>::zeros(m, n);
+    let (mut c1, mut c2, mut c3, mut c4) = (zeros(), zeros(), zeros(), zeros());
+    // Ours and faer side by side, then the rest: every sample times all of them in turn.
     let mut contenders = vec![
         contender("ours, 1 thread", ours(&a, ta, &b, tb, &mut c1, 1)),
+        faer_contender(&a, ta, &b, tb, &mut c4),
         contender("ours, 2 threads", ours(&a, ta, &b, tb, &mut c2, 2)),
     ];
+    const NALGEBRA: usize = 3;
     let ways = nalgebra_ways(&a, ta, &b, tb);
     let n_ways = ways.len();
     contenders.extend(ways);
@@ -366,48 +452,54 @@ fn measure<T: Element + Float>(
     }
     let secs = race(&mut contenders, samples, if flops > 5e9 { 0.0 } else { 0.02 });
     drop(contenders);
-    // The thread count the 2-thread product actually used.
-    let threads2 = {
-        let mut c = DMatrix::<T>::zeros(m, n);
-        gemm_with(
-            Settings { threads: Some(2), ..Settings::default() },
-            T::one(),
-            &a,
-            ta,
-            &b,
-            tb,
-            T::zero(),
-            &mut c,
-        )
-        .map_or(0, |s| s.threads)
-    };
-    let nalgebra = secs[2..2 + n_ways].iter().map(|t| t.cpu).fold(f64::INFINITY, f64::min);
-    let nalgebra_wall = secs[2..2 + n_ways].iter().map(|t| t.wall).fold(f64::INFINITY, f64::min);
+    // faer computed the same product: a peer that got it wrong would be no peer.
+    let scale = c1.iter().fold(T::one(), |s, x| s.max(x.abs()));
+    let worst = c1.iter().zip(c4.iter()).fold(T::zero(), |w, (x, y)| w.max((*x - *y).abs()));
+    assert!(
+        worst <= scale * T::epsilon() * T::of(4.0 * k as f64),
+        "faer and ours differ by {worst:?} on {label}"
+    );
+    let threads2 = gemm_with(
+        Settings { threads: Some(2), ..Settings::default() },
+        T::one(),
+        &a,
+        ta,
+        &b,
+        tb,
+        T::zero(),
+        &mut zeros(),
+    )
+    .map_or(0, |s| s.threads);
+    let ways = &secs[NALGEBRA..NALGEBRA + n_ways];
+    let nalgebra = ways.iter().map(|t| t.cpu).fold(f64::INFINITY, f64::min);
+    let nalgebra_wall = ways.iter().map(|t| t.wall).fold(f64::INFINITY, f64::min);
     Row {
+        group: group.to_string(),
         label: label.to_string(),
-        shape: format!(
-            "{m}×{k} · {k}×{n}{}{}",
-            if ta == Op::T { " (Aᵀ)" } else { "" },
-            if tb == Op::T { " (Bᵀ)" } else { "" }
-        ),
-        ty: if size_of::<T>() == 4 { "f32" } else { "f64" },
+        shape: shape_text((m, k, n), ta, tb),
+        ty: if size_of::<T>() == 4 { "f32" } else { "f64" }.to_string(),
         flops,
-        naive: secs.get(2 + n_ways).map(|s| gflops(flops, s.cpu)),
+        naive: secs.get(NALGEBRA + n_ways).map(|s| gflops(flops, s.cpu)),
         nalgebra: gflops(flops, nalgebra),
         nalgebra_wall: gflops(flops, nalgebra_wall),
+        faer: gflops(flops, secs[1].cpu),
         ours1: gflops(flops, secs[0].cpu),
         ours1_wall: gflops(flops, secs[0].wall),
-        ours2: gflops(flops, secs[1].wall),
+        ours2: gflops(flops, secs[2].wall),
         threads2,
     }
 }
 
-// ───────────────────────────── the report ─────────────────────────────
+// ───────────────────────────── the machine ─────────────────────────────
 
+/// What the product is measured against, and when and where.
 struct Machine {
     cpu: String,
-    kernel: Kernel,
-    peak: [(f64, f64); 2], // (1 thread, 2 threads) for f32, f64
+    cores: usize,
+    kernel: String,
+    date: String,
+    /// FMA peak (1 core, 2 cores) for f32, f64.
+    peak: [(f64, f64); 2],
     bandwidth: (f64, f64),
     thread_start: (f64, f64),
     load_before: String,
@@ -432,6 +524,29 @@ fn load_average() -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Now (UTC) as YYYY-MM-DD HH:MM, from the system clock.
+fn now_utc() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
+    let z = (secs / 86_400) as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (h, m) = ((secs % 86_400) / 3_600, (secs % 3_600) / 60);
+    format!("{year:04}-{month:02}-{day:02} {h:02}:{m:02}")
+}
+
 fn peak_of(machine: &Machine, ty: &str, threads: usize) -> f64 {
     let p = if ty == "f32" { machine.peak[0] } else { machine.peak[1] };
     if threads >= 2 { p.1 } else { p.0 }
@@ -441,51 +556,282 @@ fn ratio(x: f64, y: f64) -> String {
     format!("{:.2}×", x / y)
 }
 
-fn table(machine: &Machine, rows: &[Row], with_naive: bool) -> String {
+// ───────────────────────────── the committed measurements (CSV) ─────────────────────────────
+
+/// The measurements `--write` saves and `--redraw` draws from, under data/.
+const PRODUCTS_CSV: &str = "data/ch10_products.csv";
+const CROSSOVER_CSV: &str = "data/ch10_crossover.csv";
+const THREADS_CSV: &str = "data/ch10_threads.csv";
+
+fn root_path(rel: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+/// A CSV file as written here: `# key: value` lines (the machine, the date, the load), a header,
+/// rows. Fields holding a comma are quoted (no field holds a quote).
+struct Csv {
+    meta: Vec<(String, String)>,
+    header: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Csv {
+    fn new(meta: Vec<(&str, String)>, header: &[&str]) -> Csv {
+        Csv {
+            meta: meta.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+            header: header.iter().map(|h| h.to_string()).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    fn text(&self) -> String {
+        let field = |f: &String| if f.contains(',') { format!("\"{f}\"") } else { f.clone() };
+        let mut out = String::new();
+        for (k, v) in &self.meta {
+            out.push_str(&format!("# {k}: {v}\n"));
+        }
+        for line in std::iter::once(&self.header).chain(&self.rows) {
+            out.push_str(&line.iter().map(field).collect::<Vec<_>>().join(","));
+            out.push('\n');
+        }
+        out
+    }
+
+    /// Writes the file whole or not at all (a temporary file renamed into place).
+    fn save(&self, rel: &str) -> Result<(), String> {
+        let path = root_path(rel);
+        let tmp = path.with_extension("csv.tmp");
+        std::fs::write(&tmp, self.text()).map_err(|e| format!("{}: {e}", tmp.display()))?;
+        std::fs::rename(&tmp, &path).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    fn load(rel: &str) -> Result<Csv, String> {
+        let path = root_path(rel);
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut csv = Csv { meta: Vec::new(), header: Vec::new(), rows: Vec::new() };
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            if let Some(kv) = line.strip_prefix("# ") {
+                let (k, v) = kv.split_once(": ").unwrap_or((kv, ""));
+                csv.meta.push((k.to_string(), v.to_string()));
+                continue;
+            }
+            let mut fields = Vec::new();
+            let mut rest = line;
+            while !rest.is_empty() || fields.len() < csv.header.len().max(1) {
+                if let Some(q) = rest.strip_prefix('"') {
+                    let end = q.find('"').ok_or_else(|| format!("{rel}: unclosed quote"))?;
+                    fields.push(q[..end].to_string());
+                    rest = q[end + 1..].strip_prefix(',').unwrap_or("");
+                } else {
+                    let (f, r) = rest.split_once(',').unwrap_or((rest, ""));
+                    fields.push(f.to_string());
+                    rest = r;
+                }
+                if rest.is_empty() {
+                    break;
+                }
+            }
+            if csv.header.is_empty() {
+                csv.header = fields;
+            } else if fields.len() != csv.header.len() {
+                return Err(format!(
+                    "{rel}: a row has {} fields, the header {}: {line}",
+                    fields.len(),
+                    csv.header.len()
+                ));
+            } else {
+                csv.rows.push(fields);
+            }
+        }
+        Ok(csv)
+    }
+
+    fn meta(&self, key: &str) -> Result<String, String> {
+        self.meta
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+            .ok_or_else(|| format!("no `# {key}:` line"))
+    }
+
+    fn meta_f64(&self, key: &str) -> Result<f64, String> {
+        self.meta(key)?.parse().map_err(|e| format!("`# {key}:` is not a number: {e}"))
+    }
+
+    /// The fields of row `i` by column name.
+    fn get<'c>(&'c self, row: &'c [String], col: &str) -> Result<&'c str, String> {
+        let j = self.header.iter().position(|h| h == col).ok_or(format!("no column {col}"))?;
+        Ok(row[j].as_str())
+    }
+
+    fn num(&self, row: &[String], col: &str) -> Result<f64, String> {
+        let v = self.get(row, col)?;
+        v.parse().map_err(|e| format!("column {col}: {v:?} is not a number: {e}"))
+    }
+}
+
+const MACHINE_KEYS: [&str; 14] = [
+    "cpu",
+    "cores",
+    "kernel",
+    "date (UTC)",
+    "load before",
+    "load after",
+    "FMA peak f32, 1 core",
+    "FMA peak f32, 2 cores",
+    "FMA peak f64, 1 core",
+    "FMA peak f64, 2 cores",
+    "read bandwidth, 1 thread",
+    "read bandwidth, 2 threads",
+    "thread start, fastest",
+    "thread start, median",
+];
+
+fn machine_meta(m: &Machine) -> Vec<(&'static str, String)> {
+    let values = [
+        m.cpu.clone(),
+        m.cores.to_string(),
+        m.kernel.clone(),
+        m.date.clone(),
+        m.load_before.clone(),
+        m.load_after.clone(),
+        format!("{:.2}", m.peak[0].0),
+        format!("{:.2}", m.peak[0].1),
+        format!("{:.2}", m.peak[1].0),
+        format!("{:.2}", m.peak[1].1),
+        format!("{:.2}", m.bandwidth.0),
+        format!("{:.2}", m.bandwidth.1),
+        format!("{:.1}", m.thread_start.0),
+        format!("{:.1}", m.thread_start.1),
+    ];
+    MACHINE_KEYS.into_iter().zip(values).collect()
+}
+
+fn machine_from(csv: &Csv) -> Result<Machine, String> {
+    let f = |k: &str| csv.meta_f64(k);
+    Ok(Machine {
+        cpu: csv.meta("cpu")?,
+        cores: csv.meta("cores")?.parse().map_err(|_| "`# cores:` is not a number")?,
+        kernel: csv.meta("kernel")?,
+        date: csv.meta("date (UTC)")?,
+        load_before: csv.meta("load before")?,
+        load_after: csv.meta("load after")?,
+        peak: [
+            (f(MACHINE_KEYS[6])?, f(MACHINE_KEYS[7])?),
+            (f(MACHINE_KEYS[8])?, f(MACHINE_KEYS[9])?),
+        ],
+        bandwidth: (f(MACHINE_KEYS[10])?, f(MACHINE_KEYS[11])?),
+        thread_start: (f(MACHINE_KEYS[12])?, f(MACHINE_KEYS[13])?),
+    })
+}
+
+const ROW_COLUMNS: [&str; 14] = [
+    "group",
+    "label",
+    "shape",
+    "type",
+    "flops",
+    "naive",
+    "nalgebra",
+    "nalgebra_wall",
+    "faer",
+    "ours_1t",
+    "ours_1t_wall",
+    "ours_2t_wall",
+    "threads_2t",
+    "samples",
+];
+
+fn products_csv(machine: &Machine, rows: &[Row], samples: usize) -> Csv {
+    let mut csv = Csv::new(machine_meta(machine), &ROW_COLUMNS);
+    let g = |x: f64| format!("{x:.3}");
+    for r in rows {
+        csv.rows.push(vec![
+            r.group.clone(),
+            r.label.clone(),
+            r.shape.clone(),
+            r.ty.clone(),
+            format!("{:.0}", r.flops),
+            r.naive.map_or(String::new(), g),
+            g(r.nalgebra),
+            g(r.nalgebra_wall),
+            g(r.faer),
+            g(r.ours1),
+            g(r.ours1_wall),
+            g(r.ours2),
+            r.threads2.to_string(),
+            samples.to_string(),
+        ]);
+    }
+    csv
+}
+
+fn rows_from(csv: &Csv) -> Result<Vec<Row>, String> {
+    csv.rows
+        .iter()
+        .map(|r| {
+            let naive = csv.get(r, "naive")?;
+            Ok(Row {
+                group: csv.get(r, "group")?.to_string(),
+                label: csv.get(r, "label")?.to_string(),
+                shape: csv.get(r, "shape")?.to_string(),
+                ty: csv.get(r, "type")?.to_string(),
+                flops: csv.num(r, "flops")?,
+                naive: if naive.is_empty() { None } else { Some(csv.num(r, "naive")?) },
+                nalgebra: csv.num(r, "nalgebra")?,
+                nalgebra_wall: csv.num(r, "nalgebra_wall")?,
+                faer: csv.num(r, "faer")?,
+                ours1: csv.num(r, "ours_1t")?,
+                ours1_wall: csv.num(r, "ours_1t_wall")?,
+                ours2: csv.num(r, "ours_2t_wall")?,
+                threads2: csv.num(r, "threads_2t")? as usize,
+            })
+        })
+        .collect()
+}
+
+// ───────────────────────────── the tables ─────────────────────────────
+
+fn table(machine: &Machine, rows: &[Row], squares: bool) -> String {
     let mut out = String::new();
-    out.push_str(if with_naive {
-        "| n | type | naive | nalgebra | ours 1T | ours 2T | ours 1T / nalgebra \
-         | ours 2T / nalgebra | 2T / 1T | ours 1T of peak | ours 2T of 2-core peak |\n\
+    out.push_str(if squares {
+        "| n | type | naive | nalgebra | faer | ours 1T | ours 2T | ours ÷ faer \
+         | ours ÷ nalgebra | 2T ÷ 1T | of peak: ours / faer / nalgebra |\n\
          |---|---|---|---|---|---|---|---|---|---|---|\n"
     } else {
-        "| product | shape | type | nalgebra | ours 1T | ours 2T | ours 1T / nalgebra \
-         | ours 2T / nalgebra | 2T / 1T | ours 1T of peak |\n\
-         |---|---|---|---|---|---|---|---|---|---|\n"
+        "| product | shape | type | nalgebra | faer | ours 1T | ours 2T | ours ÷ faer \
+         | ours ÷ nalgebra | 2T ÷ 1T | of peak: ours / faer / nalgebra |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|\n"
     });
     for r in rows {
-        let share1 = 100.0 * r.ours1 / peak_of(machine, r.ty, 1);
-        let share2 = 100.0 * r.ours2 / peak_of(machine, r.ty, 2);
+        let peak = peak_of(machine, &r.ty, 1);
+        let shares = format!(
+            "{:.0} / {:.0} / {:.0} %",
+            100.0 * r.ours1 / peak,
+            100.0 * r.faer / peak,
+            100.0 * r.nalgebra / peak
+        );
         let two = if r.threads2 >= 2 {
             format!("{:.1}", r.ours2)
         } else {
             format!("{:.1} (1 thread)", r.ours2)
         };
-        if with_naive {
+        let first = if squares {
             let naive = r.naive.map_or("—".to_string(), |g| format!("{g:.2}"));
-            out.push_str(&format!(
-                "| {} | {} | {naive} | {:.1} | {:.1} | {two} | {} | {} | {} | {share1:.0} % | \
-                 {share2:.0} % |\n",
-                r.label,
-                r.ty,
-                r.nalgebra,
-                r.ours1,
-                ratio(r.ours1, r.nalgebra),
-                ratio(r.ours2, r.nalgebra_wall),
-                ratio(r.ours2, r.ours1_wall)
-            ));
+            format!("| {} | {} | {naive} |", r.label, r.ty)
         } else {
-            out.push_str(&format!(
-                "| {} | {} | {} | {:.1} | {:.1} | {two} | {} | {} | {} | {share1:.0} % |\n",
-                r.label,
-                r.shape,
-                r.ty,
-                r.nalgebra,
-                r.ours1,
-                ratio(r.ours1, r.nalgebra),
-                ratio(r.ours2, r.nalgebra_wall),
-                ratio(r.ours2, r.ours1_wall)
-            ));
-        }
+            format!("| {} | {} | {} |", r.label, r.shape, r.ty)
+        };
+        out.push_str(&format!(
+            "{first} {:.1} | {:.1} | {:.1} | {two} | {} | {} | {} | {shares} |\n",
+            r.nalgebra,
+            r.faer,
+            r.ours1,
+            ratio(r.ours1, r.faer),
+            ratio(r.ours1, r.nalgebra),
+            ratio(r.ours2, r.ours1_wall)
+        ));
     }
     out
 }
@@ -501,28 +847,43 @@ fn replace_block(path: &PathBuf, tag: &str, body: &str) -> Result<(), String> {
         .ok_or_else(|| format!("{} has no {end} marker", path.display()))?
         + start;
     let new = format!("{}\n{}\n{}", &text[..start], body.trim(), &text[stop..]);
-    std::fs::write(path, new).map_err(|e| format!("{}: {e}", path.display()))
+    let tmp = path.with_extension("md.tmp");
+    std::fs::write(&tmp, new).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 fn chapter_path() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/chapters/ch10_matmul.md"))
+    root_path("chapters/ch10_matmul.md")
 }
 
-/// The GPT's products: nanoGPT's CPU configuration (width d = 128, 4 heads of 32, context 64,
-/// batch 12 so T = 768 rows, vocabulary 65), forward and backward.
+fn appendix_path() -> PathBuf {
+    root_path("chapters/benchmarks.md")
+}
+
 /// A named product: label, (m, k, n), op(A), op(B).
 type Shape = (&'static str, (usize, usize, usize), Op, Op);
 
+/// The GPT step's products: nanoGPT's CPU configuration (width d = 128, 4 heads of 32, context
+/// 64, batch 12 so T = 768 rows, vocabulary 65), forward and backward, with attention in the
+/// fused step's causal blocks of 32 query rows (chapter 9, `fused::CAUSAL_BLOCK`).
 fn gpt_shapes() -> Vec<Shape> {
-    let (t, d, v, ctx, hs) = (768, 128, 65, 64, 32);
+    let (t, d, v, ctx, hs, blk) = (768, 128, 65, 64, 32, 32);
     vec![
         ("QKV projection X·W", (t, d, 3 * d), Op::N, Op::N),
         ("attention output X·W", (t, d, d), Op::N, Op::N),
         ("MLP up X·W₁", (t, d, 4 * d), Op::N, Op::N),
         ("MLP down H·W₂", (t, 4 * d, d), Op::N, Op::N),
-        ("unembedding X·Wᵤ", (t, d, v), Op::N, Op::N),
-        ("scores Q·Kᵀ (one head)", (ctx, hs, ctx), Op::N, Op::T),
-        ("A·V (one head)", (ctx, ctx, hs), Op::N, Op::N),
+        ("vocabulary X·Wᵤ", (t, d, v), Op::N, Op::N),
+        ("logits X·Eᵀ (tied)", (t, d, v), Op::N, Op::T),
+        ("grad X, logits: dZ·E", (t, v, d), Op::N, Op::N),
+        ("grad E, logits: dZᵀ·X", (v, t, d), Op::T, Op::N),
+        ("scores Q·Kᵀ, one head", (ctx, hs, ctx), Op::N, Op::T),
+        ("A·V, one head", (ctx, ctx, hs), Op::N, Op::N),
+        ("block scores Q·Kᵀ", (blk, hs, ctx), Op::N, Op::T),
+        ("block A·V", (blk, ctx, hs), Op::N, Op::N),
+        ("block grad V: Aᵀ·dO", (blk, ctx, hs), Op::T, Op::N),
+        ("attention block 32×32·32×64", (32, 32, 64), Op::N, Op::N),
+        ("attention block 64×64·64×32", (64, 64, 32), Op::N, Op::N),
         ("grad W, QKV: Xᵀ·dY", (d, t, 3 * d), Op::T, Op::N),
         ("grad X, QKV: dY·Wᵀ", (t, 3 * d, d), Op::N, Op::T),
         ("grad W, MLP down: Hᵀ·dY", (4 * d, t, d), Op::T, Op::N),
@@ -530,10 +891,9 @@ fn gpt_shapes() -> Vec<Shape> {
     ]
 }
 
-fn run_all(samples: usize, write: bool) -> Result<(), String> {
+fn measure_machine(samples: usize) -> Machine {
     let kernel = matmul::best_kernel();
     let load_before = load_average();
-    println!("CPU: {} · kernels: {:?} · using {kernel}", cpu_name(), matmul::available_kernels());
     // Ceilings take the fastest of many short samples, so a quiet moment is likely among them.
     let tries = (3 * samples).max(21);
     let peak = [
@@ -547,55 +907,70 @@ fn run_all(samples: usize, write: bool) -> Result<(), String> {
         peak[0].0, peak[0].1, peak[1].0, peak[1].1
     );
     println!("read bandwidth {:.1} / {:.1} GB/s (1 / 2 threads)", bandwidth.0, bandwidth.1);
-    let mut rng = Rng::new(2026);
-    let mut squares = Vec::new();
-    for n in [64, 128, 256, 512, 1024, 2048] {
-        for f64_ in [false, true] {
-            let with_naive = n <= 512; // the table's naive column stops at n = 512
-            let row = with_type!(f64_, T => measure::<T>(
-                &n.to_string(),
-                (n, n, n),
-                Op::N,
-                Op::N,
-                with_naive,
-                samples,
-                &mut rng
-            ));
-            println!("{row:?}");
-            squares.push(row);
-        }
-    }
-    let mut gpt = Vec::new();
-    for f64_ in [false, true] {
-        for (label, shape, ta, tb) in gpt_shapes() {
-            let row =
-                with_type!(f64_, T => measure::<T>(label, shape, ta, tb, false, samples, &mut rng));
-            println!("{row:?}");
-            gpt.push(row);
-        }
-    }
-    let crossover = thread_crossover(samples, &mut rng);
-    let machine = Machine {
+    Machine {
         cpu: cpu_name(),
-        kernel,
+        cores: cores(),
+        kernel: kernel.to_string(),
+        date: now_utc(),
         peak,
         bandwidth,
         thread_start,
         load_before,
-        load_after: load_average(),
-    };
-    let report = report(&machine, &squares, &gpt, &crossover);
-    println!("\n{report}");
-    if write {
-        replace_block(&chapter_path(), "bench", &report)?;
-        for (stem, fig) in figures(&machine, &squares) {
-            fig.save(&image_dir(), &stem).map_err(|e| e.to_string())?;
+        load_after: String::new(),
+    }
+}
+
+fn run_all(samples: usize, write: bool, only_gpt: bool) -> Result<(), String> {
+    println!(
+        "CPU: {} · kernels: {:?} · using {}",
+        cpu_name(),
+        matmul::available_kernels(),
+        matmul::best_kernel()
+    );
+    let mut machine = measure_machine(samples);
+    let mut rng = Rng::new(2026);
+    let mut rows = Vec::new();
+    let sizes: &[usize] = if only_gpt { &[256, 2048] } else { &[64, 128, 256, 512, 1024, 2048] };
+    for &n in sizes {
+        for f64_ in [false, true] {
+            let with_naive = n <= 512; // the table's naive column stops at n = 512
+            let label = n.to_string();
+            let row = with_type!(f64_, T => measure::<T>(
+                "square", &label, (n, n, n), Op::N, Op::N, with_naive, samples, &mut rng
+            ));
+            println!("{row:?}");
+            rows.push(row);
         }
-        println!(
-            "wrote the tables into {} and the plots into {}",
-            chapter_path().display(),
-            image_dir().display()
-        );
+    }
+    for f64_ in [false, true] {
+        for (label, shape, ta, tb) in gpt_shapes() {
+            let row = with_type!(f64_, T =>
+                measure::<T>("gpt", label, shape, ta, tb, false, samples, &mut rng));
+            println!("{row:?}");
+            rows.push(row);
+        }
+    }
+    let crossover = if only_gpt { Vec::new() } else { thread_crossover(samples, &mut rng) };
+    machine.load_after = load_average();
+    let products = products_csv(&machine, &rows, samples);
+    let mut cross = Csv::new(machine_meta(&machine), &["n", "flops", "one_thread", "two_threads"]);
+    for &(n, flops, one, two) in &crossover {
+        cross.rows.push(vec![
+            n.to_string(),
+            format!("{flops:.0}"),
+            format!("{one:.3}"),
+            format!("{two:.3}"),
+        ]);
+    }
+    println!("\n{}", report(&machine, &rows, &cross)?);
+    if write {
+        if only_gpt {
+            return Err("--gpt-only measures a subset: it prints, it does not --write".into());
+        }
+        products.save(PRODUCTS_CSV)?;
+        cross.save(CROSSOVER_CSV)?;
+        println!("wrote {PRODUCTS_CSV} and {CROSSOVER_CSV}");
+        redraw()?;
     }
     Ok(())
 }
@@ -703,25 +1078,23 @@ fn run_threads(samples: usize) {
     }
 }
 
-fn report(
-    machine: &Machine,
-    squares: &[Row],
-    gpt: &[Row],
-    crossover: &[(usize, f64, f64, f64)],
-) -> String {
+/// The appendix's full report: the machine, the ceilings, every product, the crossover.
+fn report(machine: &Machine, rows: &[Row], crossover: &Csv) -> Result<String, String> {
     let mut out = String::new();
     out.push_str(&format!(
-        "Measured by `cargo bench --bench ch10_matmul -- --write` on {} ({} cores, kernel `{}`), \
-         median of the samples, GFLOP/s = 2·m·n·k / time. The machine was shared with other jobs \
-         (load average {} before, {} after); every row times its contenders in turn to share the \
-         noise fairly. Single-threaded figures (naive, nalgebra, ours 1T) are timed by the CPU \
-         time of their thread, so time the scheduler gave to other programs does not count; ours \
-         2T can only be timed by the wall clock, and its two ratios (against nalgebra and against \
-         ours 1T) use wall-clock figures of the same samples, so they still compare like with \
-         like.\n\n",
+        "Measured by `cargo bench --features peers --bench ch10_matmul -- --write` on {} \
+         ({} logical CPUs, kernel `{}`) at {} UTC, load average {} before and {} after; median \
+         of the samples, GFLOP/s = 2·m·n·k / time. Every row times its contenders in turn, \
+         sample after sample (ours and faer side by side), so a burst of load falls on all of \
+         them. Single-threaded figures (naive, nalgebra, faer, ours 1T) are timed by the CPU time \
+         of their thread, so time the scheduler gave to other programs does not count; ours 2T \
+         only by the wall clock, and its ratio against ours 1T uses the wall-clock figure of the \
+         same samples. faer runs with `Par::Seq` (one thread); nalgebra's figure for a \
+         transposed operand is the faster of copying the transpose and its `gemm_tr`.\n\n",
         machine.cpu,
-        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        machine.cores,
         machine.kernel,
+        machine.date,
         machine.load_before,
         machine.load_after
     ));
@@ -746,102 +1119,331 @@ fn report(
          | same |\n\n",
         machine.thread_start.0, machine.thread_start.1
     ));
+    let squares: Vec<Row> = rows.iter().filter(|r| r.group == "square").cloned().collect();
+    let gpt: Vec<Row> = rows.iter().filter(|r| r.group == "gpt").cloned().collect();
     out.push_str("Square products (naive: the textbook triple loop, only up to n = 512):\n\n");
-    out.push_str(&table(machine, squares, true));
+    out.push_str(&table(machine, &squares, true));
     out.push_str(
-        "\nThe GPT's products (nanoGPT's CPU configuration: T = 12·64 = 768 rows, d = 128, \
-         4 heads of 32, vocabulary 65). ",
+        "\nThe GPT step's products (nanoGPT's CPU configuration: T = 12·64 = 768 rows, d = 128, \
+         4 heads of 32, vocabulary 65; attention in blocks of 32 query rows):\n\n",
     );
-    out.push_str(
-        "For a transposed operand nalgebra's figure is the faster of copying the transpose and \
-         its `tr_mul`/`gemm_tr`:\n\n",
+    out.push_str(&table(machine, &gpt, false));
+    if !crossover.rows.is_empty() {
+        out.push_str(
+            "\nWhere a second thread pays (f32 squares, 2 threads forced even below the \
+             threshold):\n\n\
+             | n | flops | 1 thread | 2 threads forced | 2 / 1 |\n\
+             |---|---|---|---|---|\n",
+        );
+        for r in &crossover.rows {
+            let (one, two) = (crossover.num(r, "one_thread")?, crossover.num(r, "two_threads")?);
+            out.push_str(&format!(
+                "| {} | {:.1e} | {one:.1} | {two:.1} | {} |\n",
+                crossover.get(r, "n")?,
+                crossover.num(r, "flops")?,
+                ratio(two, one)
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// The chapter's table: what teaches (ours, faer and nalgebra against the peak, single-threaded,
+/// on the squares and the GPT's skinniest products); the full log is in the appendix.
+fn chapter_table(machine: &Machine, rows: &[Row]) -> String {
+    let mut out = format!(
+        "Single thread, GFLOP/s (median) and share of the measured FMA peak of one core \
+         ({:.0} GFLOP/s f32, {:.0} f64), on {} at {} UTC; the full tables, the two-thread \
+         figures and the load are in the \
+         [benchmarks appendix](benchmarks.md#chapter-10-the-product).\n\n\
+         | product | type | nalgebra | faer | ours | ours ÷ faer \
+         | of peak: ours / faer / nalgebra |\n\
+         |---|---|---|---|---|---|---|\n",
+        machine.peak[0].0, machine.peak[1].0, machine.cpu, machine.date
     );
-    out.push_str(&table(machine, gpt, false));
-    out.push_str(
-        "\nWhere a second thread pays (f32 squares, 2 threads forced even below the \
-         threshold):\n\n\
-         | n | flops | 1 thread | 2 threads forced | 2 / 1 |\n\
-         |---|---|---|---|---|\n",
-    );
-    for &(n, flops, one, two) in crossover {
+    let teach = |r: &&Row| {
+        r.group == "square" && ["256", "1024", "2048"].contains(&r.label.as_str())
+            || r.group == "gpt"
+                && (r.label.starts_with("QKV")
+                    || r.label.starts_with("vocabulary")
+                    || r.label.starts_with("block"))
+    };
+    for r in rows.iter().filter(teach) {
+        let peak = peak_of(machine, &r.ty, 1);
+        let name = if r.group == "square" {
+            format!("{0}×{0} · {0}×{0}", r.label)
+        } else {
+            format!("{}: {}", r.label, r.shape)
+        };
         out.push_str(&format!(
-            "| {n} | {:.1e} | {one:.1} | {two:.1} | {} |\n",
-            flops,
-            ratio(two, one)
+            "| {name} | {} | {:.1} | {:.1} | {:.1} | {} | {:.0} / {:.0} / {:.0} % |\n",
+            r.ty,
+            r.nalgebra,
+            r.faer,
+            r.ours1,
+            ratio(r.ours1, r.faer),
+            100.0 * r.ours1 / peak,
+            100.0 * r.faer / peak,
+            100.0 * r.nalgebra / peak
         ));
     }
     out
 }
 
-fn figures(machine: &Machine, squares: &[Row]) -> Vec<(String, Figure)> {
+/// `--redraw`: the chapter's table, the appendix's sections and the figures, from the committed
+/// CSVs under data/, measuring nothing. A missing thread-scaling file leaves its section alone.
+fn redraw() -> Result<(), String> {
+    let products = Csv::load(PRODUCTS_CSV)?;
+    let machine = machine_from(&products).map_err(|e| format!("{PRODUCTS_CSV}: {e}"))?;
+    let rows = rows_from(&products).map_err(|e| format!("{PRODUCTS_CSV}: {e}"))?;
+    let crossover = Csv::load(CROSSOVER_CSV)?;
+    replace_block(&chapter_path(), "bench", &chapter_table(&machine, &rows))?;
+    replace_block(&appendix_path(), "ch10-products", &report(&machine, &rows, &crossover)?)?;
+    let mut figs = figures(&machine, &rows);
+    if root_path(THREADS_CSV).is_file() {
+        let threads = Csv::load(THREADS_CSV)?;
+        replace_block(&appendix_path(), "ch10-threads", &scaling_table(&threads)?)?;
+        figs.push(scaling_figure(&threads)?);
+    }
+    for (stem, fig) in &figs {
+        fig.save(&image_dir(), stem).map_err(|e| e.to_string())?;
+    }
+    println!(
+        "redrew the tables in {} and {}, and {} figures in {}",
+        chapter_path().display(),
+        appendix_path().display(),
+        figs.len(),
+        image_dir().display()
+    );
+    Ok(())
+}
+
+fn figures(machine: &Machine, rows: &[Row]) -> Vec<(String, Figure)> {
+    let squares: Vec<&Row> = rows.iter().filter(|r| r.group == "square").collect();
+    let n_of = |r: &Row| (r.flops / 2.0).cbrt().round();
     let mut figs = Vec::new();
     for ty in ["f32", "f64"] {
-        let rows: Vec<&Row> = squares.iter().filter(|r| r.ty == ty).collect();
-        let x = |r: &Row| (r.flops / 2.0).cbrt().round().log2();
-        let mut series = vec![
-            Series::new("ours, 2 threads", rows.iter().map(|r| (x(r), r.ours2)).collect()),
-            Series::new("ours, 1 thread", rows.iter().map(|r| (x(r), r.ours1)).collect()),
-            Series::new("nalgebra", rows.iter().map(|r| (x(r), r.nalgebra)).collect()),
-            Series::new(
-                "naive loop",
-                rows.iter().filter_map(|r| r.naive.map(|g| (x(r), g))).collect(),
-            ),
+        let rows: Vec<&&Row> = squares.iter().filter(|r| r.ty == ty).collect();
+        let line = |label: &str, f: &dyn Fn(&Row) -> Option<f64>| {
+            Series::new(label, rows.iter().filter_map(|r| f(r).map(|g| (n_of(r), g))).collect())
+        };
+        let (lo, hi) = (64.0, 2048.0);
+        let flat = |label: &str, y: f64| Series::new(label, vec![(lo, y), (hi, y)]);
+        let series = vec![
+            line("ours, 2 threads", &|r| Some(r.ours2)),
+            line("ours, 1 thread", &|r| Some(r.ours1)),
+            line("faer, 1 thread", &|r| Some(r.faer)),
+            line("nalgebra, 1 thread", &|r| Some(r.nalgebra)),
+            line("naive loop", &|r| r.naive),
+            flat("FMA peak, 1 core", peak_of(machine, ty, 1)),
+            flat("FMA peak, 2 cores", peak_of(machine, ty, 2)),
         ];
-        let (lo, hi) = (6.0, 11.0);
-        series.push(Series::new(
-            "FMA peak, 1 core",
-            vec![(lo, peak_of(machine, ty, 1)), (hi, peak_of(machine, ty, 1))],
-        ));
-        series.push(Series::new(
-            "FMA peak, 2 cores",
-            vec![(lo, peak_of(machine, ty, 2)), (hi, peak_of(machine, ty, 2))],
-        ));
         figs.push((
             format!("ch10_gflops_{ty}"),
-            Figure::Line(LineChart {
-                title: format!("Square {ty} products: GFLOP/s against n"),
-                x_label: "log₂ n  (n = 64 … 2048)".into(),
-                y_label: "GFLOP/s (median)".into(),
-                series,
-                markers: true,
-            }),
+            Figure::LogLine(
+                LineChart {
+                    title: format!("Square {ty} products: GFLOP/s against n"),
+                    x_label: "n (log scale)".into(),
+                    y_label: "GFLOP/s (median)".into(),
+                    series,
+                    markers: true,
+                },
+                LogAxes::X,
+            ),
         ));
     }
     // The roofline: attainable GFLOP/s = min(peak, bandwidth × flops per byte), log-log.
     let (peak, bw) = (peak_of(machine, "f32", 1), machine.bandwidth.0);
     let roof: Vec<(f64, f64)> = (-40..=80)
-        .map(|i| i as f64 / 10.0)
-        .map(|l| (l, (peak.min(bw * 2f64.powf(l))).log2()))
+        .map(|i| (i as f64 / 10.0).exp2())
+        .map(|intensity| (intensity, peak.min(bw * intensity)))
         .collect();
     let mut points_naive = Vec::new();
     let mut points_ours = Vec::new();
-    let b = matmul::default_blocking::<f32>(machine.kernel).unwrap_or(matmul::SCALAR_BLOCKING);
+    let kernel = Kernel::from_name(&machine.kernel).unwrap_or(Kernel::Scalar);
+    let b = matmul::default_blocking::<f32>(kernel).unwrap_or(matmul::SCALAR_BLOCKING);
     for r in squares.iter().filter(|r| r.ty == "f32") {
-        let n = (r.flops / 2.0).cbrt().round();
+        let n = n_of(r);
         // The naive loop re-reads both operands from memory for every multiply-add (no reuse):
         // 2 flops per 8 bytes. Ours moves A once per NC-panel, B once, C once per KC-block.
         let traffic = 4.0
             * (n * n * (n / b.nc as f64).ceil() + n * n + 2.0 * n * n * (n / b.kc as f64).ceil());
         if let Some(g) = r.naive {
-            points_naive.push((0.25f64.log2(), g.log2()));
+            points_naive.push((0.25, g));
         }
-        points_ours.push(((r.flops / traffic).log2(), r.ours1.log2()));
+        points_ours.push((r.flops / traffic, r.ours1));
     }
     figs.push((
         "ch10_roofline".into(),
-        Figure::Line(LineChart {
-            title: format!("Roofline, one core, f32: peak {peak:.0} GFLOP/s, memory {bw:.0} GB/s"),
-            x_label: "log₂ arithmetic intensity (flops per byte from memory)".into(),
-            y_label: "log₂ GFLOP/s".into(),
-            series: vec![
-                Series::new("roof: min(peak, bandwidth × intensity)", roof),
-                Series::new("naive loop, n = 64 … 512", points_naive),
-                Series::new("ours, n = 64 … 2048", points_ours),
-            ],
-            markers: true,
-        }),
+        Figure::LogLine(
+            LineChart {
+                title: format!(
+                    "Roofline, one core, f32: peak {peak:.0} GFLOP/s, memory {bw:.0} GB/s"
+                ),
+                x_label: "arithmetic intensity, flops per byte from memory (log scale)".into(),
+                y_label: "GFLOP/s (log scale)".into(),
+                series: vec![
+                    Series::new("roof: min(peak, bandwidth × intensity)", roof),
+                    Series::new("naive loop, n = 64 … 512", points_naive),
+                    Series::new("ours, n = 64 … 2048", points_ours),
+                ],
+                markers: true,
+            },
+            LogAxes::Both,
+        ),
     ));
     figs
+}
+
+// ───────────────────────────── thread scaling ─────────────────────────────
+
+/// Parses `--threads 1,2,4,8,16`.
+fn thread_list(text: &str) -> Result<Vec<usize>, String> {
+    let list: Vec<usize> =
+        text.split(',').map(|t| t.trim().parse::<usize>()).collect::<Result<_, _>>().map_err(
+            |e| format!("--threads: expected a list like 1,2,4,8,16, got {text:?} ({e})"),
+        )?;
+    if list.is_empty() || list.contains(&0) {
+        return Err(format!("--threads: every count must be at least 1, got {text:?}"));
+    }
+    Ok(list)
+}
+
+/// `--threads 1,2,4,8,16`: the n×n×n product (n = 2048 by default) on each thread count, in f32
+/// and f64, the counts timed in turn round after round by the wall clock (medians).
+fn run_scaling(list: &[usize], n: usize, samples: usize, write: bool) -> Result<(), String> {
+    let load_before = load_average();
+    let date = now_utc();
+    let mut rng = Rng::new(2048);
+    let mut csv_rows = Vec::new();
+    for f64_ in [false, true] {
+        let ty = if f64_ { "f64" } else { "f32" };
+        let (secs, used) = with_type!(f64_, T => {
+            let (a, b) = operands::<T>((n, n, n), Op::N, Op::N, &mut rng);
+            let mut cs: Vec<DMatrix<T>> = list.iter().map(|_| DMatrix::zeros(n, n)).collect();
+            let used: Vec<usize> = list
+                .iter()
+                .zip(cs.iter_mut())
+                .map(|(&t, c)| {
+                    let s = Settings { threads: Some(t), ..Settings::default() };
+                    gemm_with(s, 1.0, &a, Op::N, &b, Op::N, 0.0, c).map_or(0, |s| s.threads)
+                })
+                .collect();
+            let mut contenders: Vec<Contender> = list
+                .iter()
+                .zip(cs.iter_mut())
+                .map(|(&t, c)| {
+                    contender(format!("{t} threads"), ours(&a, Op::N, &b, Op::N, c, t))
+                })
+                .collect();
+            (race(&mut contenders, samples, 0.0), used)
+        });
+        let flops = 2.0 * (n as f64).powi(3);
+        for ((&t, s), u) in list.iter().zip(&secs).zip(used) {
+            csv_rows.push(vec![
+                ty.to_string(),
+                n.to_string(),
+                t.to_string(),
+                u.to_string(),
+                format!("{:.3}", gflops(flops, s.wall)),
+                samples.to_string(),
+            ]);
+        }
+    }
+    let meta = vec![
+        ("cpu", cpu_name()),
+        ("cores", cores().to_string()),
+        ("kernel", matmul::best_kernel().to_string()),
+        ("date (UTC)", date),
+        ("load before", load_before),
+        ("load after", load_average()),
+    ];
+    let mut csv =
+        Csv::new(meta, &["type", "n", "threads", "threads_used", "gflops_wall", "samples"]);
+    csv.rows = csv_rows;
+    println!("{}", scaling_table(&csv)?);
+    if write {
+        csv.save(THREADS_CSV)?;
+        println!("wrote {THREADS_CSV}");
+        redraw()?;
+    }
+    Ok(())
+}
+
+/// The thread-scaling table from its CSV: GFLOP/s, speed-up and efficiency against the first
+/// thread count (1 in the usual list).
+fn scaling_table(csv: &Csv) -> Result<String, String> {
+    let mut out = format!(
+        "`cargo bench --features peers --bench ch10_matmul -- --threads {} --write` on {} ({} \
+         logical CPUs, kernel `{}`) at {} UTC, load average {} before and {} after: the n×n×n \
+         product by the wall clock, median of the samples, the thread counts timed in turn. \
+         Efficiency = speed-up ÷ threads.\n\n\
+         | type | n | threads | used | GFLOP/s | speed-up | efficiency |\n\
+         |---|---|---|---|---|---|---|\n",
+        {
+            let mut ts: Vec<&str> = Vec::new();
+            for r in &csv.rows {
+                let t = csv.get(r, "threads")?;
+                if !ts.contains(&t) {
+                    ts.push(t);
+                }
+            }
+            ts.join(",")
+        },
+        csv.meta("cpu")?,
+        csv.meta("cores")?,
+        csv.meta("kernel")?,
+        csv.meta("date (UTC)")?,
+        csv.meta("load before")?,
+        csv.meta("load after")?
+    );
+    let mut base: Option<(String, f64, f64)> = None;
+    for r in &csv.rows {
+        let (ty, t, g) = (csv.get(r, "type")?, csv.num(r, "threads")?, csv.num(r, "gflops_wall")?);
+        if base.as_ref().is_none_or(|b| b.0 != ty) {
+            base = Some((ty.to_string(), t, g));
+        }
+        let (_, t0, g0) = base.clone().unwrap_or_default();
+        let speed_up = g / g0;
+        out.push_str(&format!(
+            "| {ty} | {} | {t} | {} | {g:.1} | {speed_up:.2}× | {:.0} % |\n",
+            csv.get(r, "n")?,
+            csv.get(r, "threads_used")?,
+            100.0 * speed_up / (t / t0)
+        ));
+    }
+    Ok(out)
+}
+
+fn scaling_figure(csv: &Csv) -> Result<(String, Figure), String> {
+    let mut series: Vec<Series> = Vec::new();
+    for ty in ["f32", "f64"] {
+        let mut pts = Vec::new();
+        for r in csv.rows.iter().filter(|r| r[0] == ty) {
+            pts.push((csv.num(r, "threads")?, csv.num(r, "gflops_wall")?));
+        }
+        if let Some(&(t0, g0)) = pts.first() {
+            let linear = pts.iter().map(|&(t, _)| (t, g0 * t / t0)).collect();
+            series.push(Series::new(format!("{ty}, measured"), pts));
+            series.push(Series::new(format!("{ty}, linear from the first"), linear));
+        }
+    }
+    Ok((
+        "ch10_threads".into(),
+        Figure::LogLine(
+            LineChart {
+                title: format!(
+                    "The n = {} product on more threads",
+                    csv.rows.first().map_or("?", |r| r[1].as_str())
+                ),
+                x_label: "threads (log scale)".into(),
+                y_label: "GFLOP/s (log scale)".into(),
+                series,
+                markers: true,
+            },
+            LogAxes::Both,
+        ),
+    ))
 }
 
 // ───────────────────────────── the sweep ─────────────────────────────
@@ -955,7 +1557,7 @@ fn run_sweep(samples: usize, write: bool) -> Result<(), String> {
     Ok(())
 }
 
-fn run_shape<T: Element + Float>(
+fn run_shape<T: FaerPeer>(
     m: usize,
     k: usize,
     n: usize,
@@ -975,11 +1577,11 @@ fn run_shape<T: Element + Float>(
     } else {
         rng.normal_matrix::<T>(n, k, 1.0)
     };
-    let mut c = DMatrix::<T>::zeros(m, n);
-    let mut cs = vec![contender(
-        format!("ours, {threads} thread(s)"),
-        ours(&a, ta, &b, tb, &mut c, threads),
-    )];
+    let (mut c, mut c2) = (DMatrix::<T>::zeros(m, n), DMatrix::<T>::zeros(m, n));
+    let mut cs = vec![
+        contender(format!("ours, {threads} thread(s)"), ours(&a, ta, &b, tb, &mut c, threads)),
+        faer_contender(&a, ta, &b, tb, &mut c2),
+    ];
     cs.extend(nalgebra_ways(&a, ta, &b, tb));
     let secs = race(&mut cs, samples, 0.05);
     let flops = 2.0 * (m * n * k) as f64;
@@ -996,17 +1598,24 @@ fn run_shape<T: Element + Float>(
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let samples = cli.samples.max(1);
-    let result = match cli.command.unwrap_or(Command::All) {
-        Command::All => run_all(samples, cli.write),
-        Command::Sweep => run_sweep(samples, cli.write),
-        Command::Threads => {
-            run_threads(samples);
-            Ok(())
-        }
-        Command::Shape { m, k, n, ta, tb, f64, threads } => {
-            let (ta, tb) = (if ta { Op::T } else { Op::N }, if tb { Op::T } else { Op::N });
-            with_type!(f64, T => run_shape::<T>(m, k, n, ta, tb, threads, samples));
-            Ok(())
+    let result = if cli.redraw {
+        redraw()
+    } else if let Some(list) = &cli.threads {
+        thread_list(list).and_then(|l| run_scaling(&l, cli.n, samples, cli.write))
+    } else {
+        match cli.command.unwrap_or(Command::All) {
+            Command::All => run_all(samples, cli.write, false),
+            Command::Gpt => run_all(samples, false, true),
+            Command::Sweep => run_sweep(samples, cli.write),
+            Command::Threads => {
+                run_threads(samples);
+                Ok(())
+            }
+            Command::Shape { m, k, n, ta, tb, f64, ours_threads: threads } => {
+                let (ta, tb) = (if ta { Op::T } else { Op::N }, if tb { Op::T } else { Op::N });
+                with_type!(f64, T => run_shape::<T>(m, k, n, ta, tb, threads, samples));
+                Ok(())
+            }
         }
     };
     match result {

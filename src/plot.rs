@@ -149,6 +149,19 @@ pub enum Figure {
     Heatmap(Heatmap),
     /// See [`BarChart`].
     Bars(BarChart),
+    /// A [`LineChart`] on logarithmic axes: see [`LogAxes`]. Every drawn value on a log axis must
+    /// be positive (others are left out).
+    LogLine(LineChart, LogAxes),
+}
+
+/// Which axes of a [`Figure::LogLine`] are logarithmic (decades marked by their real values,
+/// not by their logarithms); the data are given in real values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogAxes {
+    /// x logarithmic, y linear (a size that doubles along x, a rate along y).
+    X,
+    /// Both axes logarithmic (a roofline).
+    Both,
 }
 
 /// Grouped bars over named categories: for each category, one bar per series, side by side.
@@ -480,6 +493,59 @@ fn draw_line<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &LineChart) -
     root.present()
 }
 
+/// A line chart on log axes ([`Figure::LogLine`]): a log axis is drawn in base-2 logarithms
+/// over whole powers of two, one tick per power, each labelled with its real value (64, 128, …),
+/// not with its logarithm. (plotters' own log scale loops forever on some ranges below 1.)
+fn draw_log_line<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    c: &LineChart,
+    axes: LogAxes,
+) -> DrawResult<DB> {
+    root.fill(&WHITE)?;
+    let log_y = axes == LogAxes::Both;
+    let keep = |&(x, y): &(f64, f64)| x > 0.0 && (!log_y || y > 0.0);
+    let to_plot = |(x, y): (f64, f64)| (x.log2(), if log_y { y.log2() } else { y });
+    let series: Vec<Vec<(f64, f64)>> = c
+        .series
+        .iter()
+        .map(|s| s.points.iter().copied().filter(keep).map(to_plot).collect())
+        .collect();
+    let ((x0, x1), (y0, y1)) = bounds(series.iter().flatten().copied());
+    let whole = |lo: f64, hi: f64| (lo.floor(), hi.ceil().max(lo.floor() + 1.0));
+    let (x0, x1) = whole(x0, x1);
+    let (y0, y1) = if log_y { whole(y0, y1) } else { (y0.min(0.0), y1) };
+    let legend = legend_width(c.series.iter().map(|s| s.label.as_str()));
+    let mut chart = xy_chart(root, &c.title, (x0, x1), (y0, y1), legend)?;
+    let power = |v: f64| tick_label(v.exp2(), v.exp2());
+    let x_tick = move |v: &f64| power(*v);
+    let y_tick = move |v: &f64| if log_y { power(*v) } else { tick_label(*v, y1 - y0) };
+    let mut mesh = chart.configure_mesh();
+    mesh.x_labels((x1 - x0) as usize + 1);
+    if log_y {
+        mesh.y_labels((y1 - y0) as usize + 1);
+    }
+    mesh.x_desc(c.x_label.as_str())
+        .y_desc(c.y_label.as_str())
+        .label_style((FONT, 14))
+        .axis_desc_style((FONT, 16))
+        .light_line_style(WHITE.mix(0.0))
+        .x_label_formatter(&x_tick)
+        .y_label_formatter(&y_tick)
+        .draw()?;
+    let mut entries = Vec::new();
+    for (i, (s, pts)) in c.series.iter().zip(&series).enumerate() {
+        let col = color(i);
+        let pieces = clip_polyline(pts, (x0, x1), (y0, y1));
+        chart.draw_series(pieces.into_iter().map(|p| PathElement::new(p, col.stroke_width(2))))?;
+        if c.markers {
+            chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, col.filled())))?;
+        }
+        entries.push((s.label.as_str(), Glyph::Line(col)));
+    }
+    draw_legend(root, chart.plotting_area().get_pixel_range(), &entries)?;
+    root.present()
+}
+
 impl ScatterChart {
     /// The x and y ranges of the drawn chart. Over regions, the regions' rectangle exactly (so
     /// the shading fills the chart), widened to every point if one lies outside it; without
@@ -719,6 +785,7 @@ impl Figure {
             Figure::Scatter(c) => draw_scatter(root, c),
             Figure::Heatmap(h) => draw_heatmap(root, h),
             Figure::Bars(b) => draw_bars(root, b),
+            Figure::LogLine(c, axes) => draw_log_line(root, c, *axes),
         }
     }
 

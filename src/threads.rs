@@ -2,7 +2,8 @@
 //!
 //! One place decides it, in this order: a [`with_threads`] choice of the current thread (scoped,
 //! so tests and chapter 9's batch shards cannot disturb each other), the environment variable
-//! `LLM_WORKBOOK_THREADS` (read once), else the cores, at most 2. [`crate::matmul`] asks
+//! `LLM_WORKBOOK_THREADS` (read once), else every core the machine offers
+//! ([`std::thread::available_parallelism`]). [`crate::matmul`] asks
 //! [`default_threads`] when a product is large enough to split; the optimisers and chapter 9's
 //! shards ask it too. [`crate::matmul::product_choices`] carries the choice into a new thread.
 
@@ -17,8 +18,9 @@ thread_local! {
 }
 
 /// How many threads a large product may use: the [`with_threads`] choice of this thread if there
-/// is one, else `LLM_WORKBOOK_THREADS` if set to a positive integer, otherwise the number of cores
-/// (at most 2 unless the variable asks for more).
+/// is one, else `LLM_WORKBOOK_THREADS` if set to a positive integer, otherwise the cores the
+/// machine offers this process ([`std::thread::available_parallelism`], which follows CPU affinity
+/// and cgroup quotas on Linux).
 pub fn default_threads() -> usize {
     THREAD_THREADS.with(Cell::get).unwrap_or_else(process_threads)
 }
@@ -49,14 +51,14 @@ pub(crate) fn set_thread_choice(threads: Option<usize>) {
     THREAD_THREADS.with(|c| c.set(threads));
 }
 
-/// The process-wide thread count: `LLM_WORKBOOK_THREADS` or the cores (at most 2), read once.
+/// The process-wide thread count: `LLM_WORKBOOK_THREADS` or the cores, read once.
 fn process_threads() -> usize {
     static THREADS: OnceLock<usize> = OnceLock::new();
     *THREADS.get_or_init(|| {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         match std::env::var(THREADS_ENV).ok().and_then(|v| v.trim().parse::<usize>().ok()) {
             Some(t) if t >= 1 => t,
-            _ => cores.min(2),
+            _ => cores,
         }
     })
 }

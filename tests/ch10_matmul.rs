@@ -1145,35 +1145,41 @@ mod properties {
             }
         }
 
-        // Two threads share out blocks of rows of C; each entry is still summed over k in the same
-        // order by the same kernel, so one and two threads agree to the bit.
+        // Threads share out blocks of rows (or columns) of C; each entry is still summed over k in
+        // the same order by the same kernel, so any thread count gives the bits of one thread.
         #[test]
-        fn one_and_two_threads_give_the_same_bits(case in case(), seed in any::<u64>()) {
+        fn one_to_eight_threads_give_the_same_bits(case in case(), seed in any::<u64>()) {
             for kernel in available_kernels() {
                 let x = operands::<f32>(&case, &mut Rng::new(seed));
                 let (alpha, beta) = (case.alpha as f32, case.beta as f32);
-                let mut one = x.c0.clone();
-                let mut two = x.c0.clone();
                 let base = Settings {
                     kernel: Some(kernel),
                     min_parallel_flops: Some(0.0),
                     ..Settings::default()
                 };
-                let (one_thread, two_threads) =
-                    (Settings { threads: Some(1), ..base }, Settings { threads: Some(2), ..base });
-                gemm_with(one_thread, alpha, &x.a, case.ta, &x.b, case.tb, beta, &mut one)
-                    .unwrap();
-                let stats =
-                    gemm_with(two_threads, alpha, &x.a, case.ta, &x.b, case.tb, beta, &mut two)
-                        .unwrap();
                 let bits = |m: &DMatrix<f32>| m.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-                prop_assert_eq!(
-                    bits(&one),
-                    bits(&two),
-                    "{} with {} threads",
-                    kernel,
-                    stats.threads
-                );
+                let mut one = x.c0.clone();
+                gemm_with(
+                    Settings { threads: Some(1), ..base },
+                    alpha, &x.a, case.ta, &x.b, case.tb, beta, &mut one,
+                )
+                .unwrap();
+                for threads in [2, 3, 4, 5, 8] {
+                    let mut many = x.c0.clone();
+                    let stats = gemm_with(
+                        Settings { threads: Some(threads), ..base },
+                        alpha, &x.a, case.ta, &x.b, case.tb, beta, &mut many,
+                    )
+                    .unwrap();
+                    prop_assert_eq!(
+                        bits(&one),
+                        bits(&many),
+                        "{} asked for {} threads, used {}",
+                        kernel,
+                        threads,
+                        stats.threads
+                    );
+                }
             }
         }
 
@@ -1496,5 +1502,45 @@ mod wide_map {
         let e = map_f32(&[1.0; 4], &mut y, |x, _| x).unwrap_err();
         assert!(e.to_string().contains("x and y"), "{e}");
         assert_eq!(y, [0.0; 3]);
+    }
+}
+
+// ─────────── the optimisers on any thread count (`llm_workbook::threads`) ───────────
+
+mod optimiser_threads {
+    use super::*;
+    use llm_workbook::optim::{AdamConfig, AdamW, PARAMETERS_PER_THREAD};
+    use llm_workbook::threads::with_threads;
+
+    /// Three AdamW steps on tensors of awkward sizes (4.1·10⁵ parameters, so 8 runs of at least
+    /// `PARAMETERS_PER_THREAD`, cutting tensors between runs) with `threads` threads;
+    /// returns the bits of the parameters and of both moments.
+    fn adamw_bits(threads: usize) -> Vec<u32> {
+        let shapes = [(257, 300), (1, 7), (600, 500), (33, 65), (1000, 31)];
+        let mut rng = Rng::new(23);
+        let mut params: Vec<DMatrix<f32>> =
+            shapes.iter().map(|&(r, c)| rng.normal_matrix(r, c, 0.1)).collect();
+        let total: usize = params.iter().map(|p| p.len()).sum();
+        assert!(total >= 8 * PARAMETERS_PER_THREAD, "{total} parameters");
+        let config = AdamConfig { learning_rate: 1e-3, ..AdamConfig::default() };
+        let mut opt = AdamW::new(config, 0.1).unwrap();
+        let decay = [true, false, true, false, true];
+        for _ in 0..3 {
+            let grads: Vec<DMatrix<f32>> =
+                shapes.iter().map(|&(r, c)| rng.normal_matrix(r, c, 1.0)).collect();
+            let grads: Vec<&DMatrix<f32>> = grads.iter().collect();
+            let mut refs: Vec<&mut DMatrix<f32>> = params.iter_mut().collect();
+            with_threads(threads, || opt.step(&mut refs, &grads, &decay)).unwrap();
+        }
+        let moments = opt.moments.first().iter().chain(opt.moments.second());
+        params.iter().chain(moments).flat_map(|m| m.iter().map(|v| v.to_bits())).collect()
+    }
+
+    #[test]
+    fn adamw_gives_the_same_bits_on_one_to_eight_threads() {
+        let one = adamw_bits(1);
+        for threads in [2, 3, 4, 5, 8] {
+            assert!(adamw_bits(threads) == one, "AdamW with {threads} threads differs from 1");
+        }
     }
 }

@@ -13,7 +13,7 @@
 //! measurement-free figures. The prose is
 //! [`chapters/ch10_matmul.md`](../../chapters/ch10_matmul.md); the tests are
 //! `tests/ch10_matmul.rs`; the speed measurements come from the benchmark
-//! `benches/ch10_matmul.rs` (`cargo bench --bench ch10_matmul`).
+//! `benches/ch10_matmul.rs` (`cargo bench --features peers --bench ch10_matmul`).
 //!
 //! Nothing here is measured: every number follows from the shapes, the blocking constants and
 //! the cache sizes, so the worked table is exact and reproducible on any machine.

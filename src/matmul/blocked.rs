@@ -27,13 +27,13 @@ use std::sync::Mutex;
 /// benchmark measures it), once per product, and each thread packs the operand along the uncut
 /// side again, so a second thread can only pay for products that take several times that on one
 /// thread: 3·10⁷ flops is about 300 µs at 100 GFLOP/s (a 247³ product). The value comes from
-/// `cargo bench --bench ch10_matmul -- threads` (1 thread against 2 forced; chapter 10, section 7):
-/// in f32 every
-/// product measured up to 2.5·10⁷ flops gained at most 1.14× from a second thread at its best,
-/// every one from 2.8·10⁷ up at least 1.23×, so a clear gain starts between the two and 3·10⁷
-/// is the round value above it. The former 2·10⁷ let the GPT's 768×128·128×128 output projection
-/// (2.5·10⁷) run at 0.68× of one thread. In f64 the same flops take twice as long and a second
-/// thread already pays from about 1.9·10⁷; one threshold in flops leaves that unused.
+/// `cargo bench --features peers --bench ch10_matmul -- threads` (1 thread against 2 forced;
+/// chapter 10, section 7): in f32 every product measured up to 2.5·10⁷ flops gained at most 1.14×
+/// from a second thread at its best, every one from 2.8·10⁷ up at least 1.23×, so a clear gain
+/// starts between the two and 3·10⁷ is the round value above it. The former 2·10⁷ let the GPT's
+/// 768×128·128×128 output projection (2.5·10⁷) run at 0.68× of one thread. In f64 the same flops
+/// take twice as long and a second thread already pays from about 1.9·10⁷; one threshold in flops
+/// leaves that unused.
 pub const PARALLEL_MIN_FLOPS: f64 = 3.0e7;
 
 /// Packing buffers of one thread, kept between products so they are allocated once.

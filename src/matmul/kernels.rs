@@ -5,8 +5,8 @@
 //!
 //! The AVX2 constants were swept on an AMD EPYC Zen 3 (per core: 32 KiB L1d, 512 KiB L2; 32 MiB
 //! L3 shared), the AVX-512 ones on a Zen 4 (the same but 1 MiB L2), by
-//! `cargo bench --bench ch10_matmul -- sweep` (which sweeps the best kernel of the machine
-//! it runs on); the chapter shows the sweep. The rules the sweeps confirmed:
+//! `cargo bench --features peers --bench ch10_matmul -- sweep` (which sweeps the best kernel of
+//! the machine it runs on); the chapter shows the sweep. The rules the sweeps confirmed:
 //!
 //! - **MR×NR** (registers): a tile whose MR/LANES·NR accumulator vectors fit in the 16 ymm (32
 //!   zmm) registers beside the MR/LANES vectors of Ã and one broadcast of B̃, with enough

@@ -14,7 +14,7 @@
 //!   specification, [`Kernel::Scalar`]) and AVX2+FMA and AVX-512F ones, chosen once at run time
 //!   from what the CPU supports and forceable with [`with_kernel`], [`set_kernel`] or the
 //!   environment variable `LLM_WORKBOOK_KERNEL`;
-//! - large products are cut into pieces of C shared between two threads ([`default_threads`],
+//! - large products are cut into pieces of C shared between threads ([`default_threads`],
 //!   [`PARALLEL_MIN_FLOPS`]).
 //!
 //! `unsafe` code exists only in the SIMD kernel module: a SIMD kernel can only be built from a
