@@ -27,6 +27,8 @@
 //! count; `--write` also rewrites its section of `chapters/benchmarks.md`. The built binary runs
 //! alone (`cargo bench --bench ch09_gpt --no-run` prints its path).
 
+#[path = "common/clock.rs"]
+mod clock;
 use llm_workbook::backend::{BACKEND_ENV, Backend, active_backend, nalgebra_products};
 use llm_workbook::ch09_gpt::config::Config;
 use llm_workbook::ch09_gpt::data::random_windows;
@@ -162,20 +164,7 @@ fn reference_step(trainer: &mut Trainer<f32>, data: &Data, tc: &TrainConfig) {
 
 /// Today's date (UTC) as YYYY-MM-DD, from the system clock.
 fn today() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
-    let z = (secs / 86_400) as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}")
+    clock::utc_now()[..10].to_string()
 }
 
 /// Measures the attention-cost figure's forward times, rewrites the committed file and redraws

@@ -31,6 +31,8 @@
 //! be timed by the wall clock, and its ratios are taken against wall-clock figures of the same
 //! samples.
 
+#[path = "common/clock.rs"]
+mod clock;
 use clap::{Parser, Subcommand};
 use llm_workbook::float::Float;
 use llm_workbook::matmul::{self, Blocking, Element, Kernel, Op, Settings, gemm_with};
@@ -528,25 +530,6 @@ fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// Now (UTC) as YYYY-MM-DD HH:MM, from the system clock.
-fn now_utc() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
-    let z = (secs / 86_400) as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    let (h, m) = ((secs % 86_400) / 3_600, (secs % 3_600) / 60);
-    format!("{year:04}-{month:02}-{day:02} {h:02}:{m:02}")
-}
-
 fn peak_of(machine: &Machine, ty: &str, threads: usize) -> f64 {
     let p = if ty == "f32" { machine.peak[0] } else { machine.peak[1] };
     if threads >= 2 { p.1 } else { p.0 }
@@ -911,7 +894,7 @@ fn measure_machine(samples: usize) -> Machine {
         cpu: cpu_name(),
         cores: cores(),
         kernel: kernel.to_string(),
-        date: now_utc(),
+        date: clock::utc_now(),
         peak,
         bandwidth,
         thread_start,
@@ -1313,7 +1296,7 @@ fn thread_list(text: &str) -> Result<Vec<usize>, String> {
 /// and f64, the counts timed in turn round after round by the wall clock (medians).
 fn run_scaling(list: &[usize], n: usize, samples: usize, write: bool) -> Result<(), String> {
     let load_before = load_average();
-    let date = now_utc();
+    let date = clock::utc_now();
     let mut rng = Rng::new(2048);
     let mut csv_rows = Vec::new();
     for f64_ in [false, true] {

@@ -1,0 +1,22 @@
+//! The date and time the benchmarks stamp on what they write, shared by the chapter 9 and
+//! chapter 10 benches (`#[path]` modules: the standard library has no calendar, and a crate for
+//! one function is not worth a dependency).
+
+/// Now in UTC as `YYYY-MM-DD HH:MM`.
+pub fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
+    let z = (secs / 86_400) as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (h, m) = ((secs % 86_400) / 3_600, (secs % 3_600) / 60);
+    format!("{year:04}-{month:02}-{day:02} {h:02}:{m:02}")
+}
