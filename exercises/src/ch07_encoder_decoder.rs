@@ -6,7 +6,7 @@
 
 use llm_workbook::Result;
 use llm_workbook::ch06_attention::{MhaGrads, MultiHead};
-use llm_workbook::ch07_encoder_decoder::Batch;
+use llm_workbook::ch07_encoder_decoder::{Batch, DecoderBlock, DecoderBlockCache};
 use nalgebra::DMatrix;
 
 /// **The padding mask of a batch**: sequence b has `kv_lengths[b]` real keys followed by
@@ -55,6 +55,29 @@ pub fn cross_attention_backward(
 ) -> Result<MhaGrads<f64>> {
     #[cfg(feature = "solutions")]
     return solution::cross_attention_backward(y, y_batch, e, e_batch, w, d_out);
+    todo!()
+}
+
+/// **The decoder block, backward**: the forward (`llm_workbook::ch07_encoder_decoder::
+/// decoder_block_forward`, post-LN) is Y₁ = LN₁(y + Attn(y, y)) (causal self-attention),
+/// Y₂ = LN₂(Y₁ + Cross(Y₁, E)) (queries from Y₁, keys and values from the encoder output E),
+/// out = LN₃(Y₂ + FFN(Y₂)); y is (B·T_t)×C, E is (B·T_s)×C. From ∂L/∂out ((B·T_t)×C) return
+/// (∂L/∂y, ∂L/∂E, the weights' gradients laid out as a `DecoderBlock`: each field holds the
+/// gradient of the same field, e.g. `norm1.gamma` holds ∂L/∂γ₁), through chapter 6's
+/// `layer_norm_backward`, `ffn_backward`, `mha_backward` and this chapter's
+/// `cross_attention_backward`, with the caches in `cache`. The paths: each residual sends its
+/// gradient both directly and through its sub-layer (the two add); ∂L/∂E comes only from the
+/// cross-attention's keys and values (`d_x_kv`); the self-attention reads y as queries and as
+/// keys/values, so y's gradient through it is d_x_q + d_x_kv.
+///
+/// Chapter: [3. Backward through cross-attention](../../chapters/ch07_encoder_decoder.md#3-backward-through-cross-attention).
+pub fn decoder_block_backward(
+    cache: &DecoderBlockCache<f64>,
+    block: &DecoderBlock<f64>,
+    d_out: &DMatrix<f64>,
+) -> Result<(DMatrix<f64>, DMatrix<f64>, DecoderBlock<f64>)> {
+    #[cfg(feature = "solutions")]
+    return llm_workbook::ch07_encoder_decoder::decoder_block_backward(cache, block, d_out);
     todo!()
 }
 

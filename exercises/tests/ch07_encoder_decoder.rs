@@ -15,4 +15,4 @@ macro_rules! exercise {
     )*};
 }
 
-exercise!(padding_mask, cross_attention_forward, cross_attention_backward);
+exercise!(padding_mask, cross_attention_forward, cross_attention_backward, decoder_block_backward);

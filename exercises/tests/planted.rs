@@ -622,6 +622,7 @@ mod ch07 {
             Ok(book::cross_attention_forward(y, yb, e, eb, w)?.0)
         }));
         passes(j::cross_attention_backward(s::cross_attention_backward));
+        passes(j::decoder_block_backward(book::decoder_block_backward));
     }
 
     #[test]
@@ -663,6 +664,60 @@ mod ch07 {
             }),
             "the sum of the two paths",
         );
+    }
+
+    #[test]
+    fn decoder_block_backward_without_d_e_or_a_residual_path() {
+        use ch06::{ffn_backward, layer_norm_backward, mha_backward};
+        use llm_workbook::ch07_encoder_decoder::{DecoderBlock, DecoderBlockCache};
+        // ∂L/∂E forgotten: left at zero instead of the cross-attention's d_x_kv.
+        let no_d_e = |c: &DecoderBlockCache<f64>, b: &DecoderBlock<f64>, d: &DMatrix<f64>| {
+            let (d_y, d_e, g) = book::decoder_block_backward(c, b, d)?;
+            Ok((d_y, d_e.map(|_| 0.0), g))
+        };
+        catches(j::decoder_block_backward(no_d_e), "only from the cross-attention's keys");
+        // The first residual's direct path dropped: ∂L/∂y from the self-attention only.
+        let no_skip = |c: &DecoderBlockCache<f64>, b: &DecoderBlock<f64>, d: &DMatrix<f64>| {
+            let (_, d_e, g) = book::decoder_block_backward(c, b, d)?;
+            let n3 = layer_norm_backward(&b.norm3, &c.norm3, d)?;
+            let f = ffn_backward(&b.ffn, &c.ffn, &n3.d_x)?;
+            let n2 = layer_norm_backward(&b.norm2, &c.norm2, &(&n3.d_x + &f.d_x))?;
+            let x =
+                book::cross_attention_backward(&b.cross_attention, &c.cross_attention, &n2.d_x)?;
+            let n1 = layer_norm_backward(&b.norm1, &c.norm1, &(&n2.d_x + &x.d_x_q))?;
+            let s = mha_backward(&b.self_attention, &c.self_attention, &n1.d_x)?;
+            Ok((&s.d_x_q + &s.d_x_kv, d_e, g))
+        };
+        catches(j::decoder_block_backward(no_skip), "the residual's direct path");
+        // The second residual dropped: ∂L/∂Y₁ from the cross-attention's d_x_q only, so every
+        // tensor before it (LN₁, the self-attention, y) is wrong.
+        let no_skip2 = |c: &DecoderBlockCache<f64>, b: &DecoderBlock<f64>, d: &DMatrix<f64>| {
+            let (_, d_e, mut g) = book::decoder_block_backward(c, b, d)?;
+            let n3 = layer_norm_backward(&b.norm3, &c.norm3, d)?;
+            let f = ffn_backward(&b.ffn, &c.ffn, &n3.d_x)?;
+            let n2 = layer_norm_backward(&b.norm2, &c.norm2, &(&n3.d_x + &f.d_x))?;
+            let x =
+                book::cross_attention_backward(&b.cross_attention, &c.cross_attention, &n2.d_x)?;
+            let n1 = layer_norm_backward(&b.norm1, &c.norm1, &x.d_x_q)?;
+            g.norm1.gamma = n1.d_gamma.clone();
+            g.norm1.beta = n1.d_beta.clone();
+            let s = mha_backward(&b.self_attention, &c.self_attention, &n1.d_x)?;
+            Ok((&n1.d_x + &s.d_x_q + &s.d_x_kv, d_e, g))
+        };
+        catches(j::decoder_block_backward(no_skip2), "the cross-attention's d_x_q");
+        // The self-attention's input fed by d_x_q only (its keys/values path lost).
+        let queries_only = |c: &DecoderBlockCache<f64>, b: &DecoderBlock<f64>, d: &DMatrix<f64>| {
+            let (d_y, d_e, g) = book::decoder_block_backward(c, b, d)?;
+            let n3 = layer_norm_backward(&b.norm3, &c.norm3, d)?;
+            let f = ffn_backward(&b.ffn, &c.ffn, &n3.d_x)?;
+            let n2 = layer_norm_backward(&b.norm2, &c.norm2, &(&n3.d_x + &f.d_x))?;
+            let x =
+                book::cross_attention_backward(&b.cross_attention, &c.cross_attention, &n2.d_x)?;
+            let n1 = layer_norm_backward(&b.norm1, &c.norm1, &(&n2.d_x + &x.d_x_q))?;
+            let s = mha_backward(&b.self_attention, &c.self_attention, &n1.d_x)?;
+            Ok((d_y - &s.d_x_kv, d_e, g))
+        };
+        catches(j::decoder_block_backward(queries_only), "d_x_q + d_x_kv");
     }
 }
 

@@ -218,14 +218,19 @@ impl<T: Float> DecoderBlock<T> {
 /// What the decoder block's backward pass needs.
 #[derive(Clone, Debug)]
 pub struct DecoderBlockCache<T: Float> {
-    self_attention: MhaCache<T>,
-    norm1: LnCache<T>,
+    /// The masked self-attention's cache (queries and keys/values both from y).
+    pub self_attention: MhaCache<T>,
+    /// LN₁'s cache: Y₁ = LN₁(y + Attn(y, y)).
+    pub norm1: LnCache<T>,
     /// The cross-attention's cache; its `weights` (one (B·T_t)×T_s matrix per head) are the
     /// cross-attention maps.
     pub cross_attention: MhaCache<T>,
-    norm2: LnCache<T>,
-    ffn: FfnCache<T>,
-    norm3: LnCache<T>,
+    /// LN₂'s cache: Y₂ = LN₂(Y₁ + Cross(Y₁, E)).
+    pub norm2: LnCache<T>,
+    /// The feed-forward network's cache, applied to Y₂.
+    pub ffn: FfnCache<T>,
+    /// LN₃'s cache: out = LN₃(Y₂ + FFN(Y₂)).
+    pub norm3: LnCache<T>,
 }
 
 /// Forward pass of a [`DecoderBlock`]: y (B·T_t)×C the decoder stream, e (B·T_s)×C the encoder

@@ -261,9 +261,9 @@ const BLOCK: Section =
     Section { chapter: "ch06_attention", anchor: "5-the-block-residuals-pre-ln-and-post-ln" };
 
 /// Multi-head attention's tensors in the order its backward pass reaches them.
-const MHA_NAMES: [&str; 8] = ["W_O", "b_O", "W_V", "b_V", "W_K", "b_K", "W_Q", "b_Q"];
+pub(crate) const MHA_NAMES: [&str; 8] = ["W_O", "b_O", "W_V", "b_V", "W_K", "b_K", "W_Q", "b_Q"];
 
-fn mha_tensors(p: &book::MultiHead<f64>) -> [DMatrix<f64>; 8] {
+pub(crate) fn mha_tensors(p: &book::MultiHead<f64>) -> [DMatrix<f64>; 8] {
     [
         p.w_o.clone(),
         p.b_o.clone(),
@@ -280,7 +280,7 @@ fn mha_grads(g: book::MhaGrads<f64>) -> [DMatrix<f64>; 8] {
     [g.d_w_o, g.d_b_o, g.d_w_v, g.d_b_v, g.d_w_k, g.d_b_k, g.d_w_q, g.d_b_q]
 }
 
-fn mha_from(heads: usize, t: &[DMatrix<f64>]) -> book::MultiHead<f64> {
+pub(crate) fn mha_from(heads: usize, t: &[DMatrix<f64>]) -> book::MultiHead<f64> {
     book::MultiHead {
         heads,
         w_o: t[0].clone(),
@@ -295,7 +295,7 @@ fn mha_from(heads: usize, t: &[DMatrix<f64>]) -> book::MultiHead<f64> {
 }
 
 /// Random multi-head weights with random (non-zero) biases.
-fn random_mha(
+pub(crate) fn random_mha(
     seed: u64,
     heads: usize,
     (c_q, c_kv, d_head, c_out): (usize, usize, usize, usize),
@@ -365,11 +365,14 @@ pub fn mha_backward(
     Ok(())
 }
 
-fn ffn_tensors(f: &book::Ffn<f64>) -> [DMatrix<f64>; 4] {
+pub(crate) fn ffn_tensors(f: &book::Ffn<f64>) -> [DMatrix<f64>; 4] {
     [f.w2.clone(), f.b2.clone(), f.w1.clone(), f.b1.clone()]
 }
 
-fn ffn_from(act: llm_workbook::ch03_mlp::Activation, t: &[DMatrix<f64>]) -> book::Ffn<f64> {
+pub(crate) fn ffn_from(
+    act: llm_workbook::ch03_mlp::Activation,
+    t: &[DMatrix<f64>],
+) -> book::Ffn<f64> {
     book::Ffn { w2: t[0].clone(), b2: t[1].clone(), w1: t[2].clone(), b1: t[3].clone(), act }
 }
 

@@ -5,7 +5,7 @@ use super::{
 };
 use llm_workbook::Result;
 use llm_workbook::ch06_attention::{MhaGrads, MultiHead};
-use llm_workbook::ch07_encoder_decoder::{self as book, Batch};
+use llm_workbook::ch07_encoder_decoder::{self as book, Batch, DecoderBlock, DecoderBlockCache};
 use nalgebra::DMatrix;
 
 const PADDING: Section = Section { chapter: "ch07_encoder_decoder", anchor: "batches-and-padding" };
@@ -160,5 +160,115 @@ pub fn cross_attention_backward(
         } else {
             m
         }
+    })
+}
+
+/// A decoder block's 26 tensors, named, in the order its backward pass reaches them.
+fn decoder_tensors(b: &DecoderBlock<f64>) -> Vec<(String, DMatrix<f64>)> {
+    use super::ch06::{MHA_NAMES, ffn_tensors, mha_tensors};
+    let mut out: Vec<(String, DMatrix<f64>)> =
+        vec![("LN₃.γ".into(), b.norm3.gamma.clone()), ("LN₃.β".into(), b.norm3.beta.clone())];
+    let ffn = ["FFN.W₂", "FFN.b₂", "FFN.W₁", "FFN.b₁"].iter().map(|n| n.to_string());
+    out.extend(ffn.zip(ffn_tensors(&b.ffn)));
+    out.push(("LN₂.γ".into(), b.norm2.gamma.clone()));
+    out.push(("LN₂.β".into(), b.norm2.beta.clone()));
+    let cross = MHA_NAMES.iter().map(|n| format!("Cross.{n}"));
+    out.extend(cross.zip(mha_tensors(&b.cross_attention)));
+    out.push(("LN₁.γ".into(), b.norm1.gamma.clone()));
+    out.push(("LN₁.β".into(), b.norm1.beta.clone()));
+    let selfa = MHA_NAMES.iter().map(|n| format!("Self.{n}"));
+    out.extend(selfa.zip(mha_tensors(&b.self_attention)));
+    out
+}
+
+/// The inverse of [`decoder_tensors`] (the activation and head counts from `template`).
+fn decoder_from(template: &DecoderBlock<f64>, t: &[DMatrix<f64>]) -> DecoderBlock<f64> {
+    use super::ch06::{ffn_from, mha_from};
+    let mut b = template.clone();
+    b.norm3.gamma = t[0].clone();
+    b.norm3.beta = t[1].clone();
+    b.ffn = ffn_from(b.ffn.act, &t[2..6]);
+    b.norm2.gamma = t[6].clone();
+    b.norm2.beta = t[7].clone();
+    b.cross_attention = mha_from(b.cross_attention.heads, &t[8..16]);
+    b.norm1.gamma = t[16].clone();
+    b.norm1.beta = t[17].clone();
+    b.self_attention = mha_from(b.self_attention.heads, &t[18..26]);
+    b
+}
+
+fn decoder_hint(tensor: &str) -> &'static str {
+    match tensor.split('.').next().unwrap_or_default() {
+        "LN₃" | "FFN" => {
+            "out = LN₃(Y₂ + FFN(Y₂)): LN₃'s backward takes ∂L/∂out, FFN's takes LN₃'s ∂x"
+        }
+        "LN₂" => {
+            "∂L/∂Y₂ is LN₃'s ∂x (the residual's direct path) plus FFN's ∂x: the two paths add"
+        }
+        "Cross" => "Y₂ = LN₂(Y₁ + Cross(Y₁, E)): the cross-attention's backward takes LN₂'s ∂x",
+        "LN₁" => {
+            "∂L/∂Y₁ is LN₂'s ∂x (the residual's direct path) plus the cross-attention's d_x_q"
+        }
+        "Self" => "Y₁ = LN₁(y + Attn(y, y)): the self-attention's backward takes LN₁'s ∂x",
+        "E" => {
+            "∂L/∂E comes only from the cross-attention's keys and values: it is its d_x_kv, \
+             nothing else"
+        }
+        _ => {
+            "∂L/∂y is LN₁'s ∂x (the residual's direct path) plus the self-attention's \
+             d_x_q + d_x_kv (y is its queries and its keys/values)"
+        }
+    }
+}
+
+/// The gradient check of L = Σ G ⊙ decoder_block(y, E) in y, E and all 26 tensors of the block:
+/// 2 sequences (decoder lengths 3 and 2 of T_t = 3, encoder lengths 4 and 2 of T_s = 4), width
+/// 4, 2 heads, hidden width 6, with random γ, β and biases.
+pub fn decoder_block_backward(
+    f: impl Fn(
+        &DecoderBlockCache<f64>,
+        &DecoderBlock<f64>,
+        &DMatrix<f64>,
+    ) -> Result<(DMatrix<f64>, DMatrix<f64>, DecoderBlock<f64>)>,
+) -> Verdict {
+    let (y, yb, e, eb, _) = setup();
+    let mut rng = llm_workbook::rng::Rng::new(170);
+    let mut block = DecoderBlock::random(4, 2, 6, &mut rng).map_err(|x| x.to_string())?;
+    block.self_attention =
+        super::ch06::random_mha(171, 2, (4, 4, 2, 4)).map_err(|x| x.to_string())?;
+    block.cross_attention =
+        super::ch06::random_mha(181, 2, (4, 4, 2, 4)).map_err(|x| x.to_string())?;
+    for (i, n) in [&mut block.norm1, &mut block.norm2, &mut block.norm3].into_iter().enumerate() {
+        n.gamma = random(190 + 2 * i as u64, 1, 4).add_scalar(1.0);
+        n.beta = random(191 + 2 * i as u64, 1, 4) * 0.3;
+    }
+    block.ffn.b1 = random(200, 1, 6) * 0.3;
+    block.ffn.b2 = random(201, 1, 4) * 0.3;
+    let g = random(202, 6, 4);
+    let (_, cache) =
+        book::decoder_block_forward(&y, &yb, &e, &eb, &block).map_err(|x| x.to_string())?;
+    let (d_y, d_e, grads) =
+        attempt_ok(BACKWARD, "decoder_block_backward", || f(&cache, &block, &g))?;
+    let mut inputs = decoder_tensors(&block);
+    inputs.push(("y".into(), y.clone()));
+    inputs.push(("E".into(), e.clone()));
+    let mut analytic: Vec<DMatrix<f64>> =
+        decoder_tensors(&grads).into_iter().map(|(_, t)| t).collect();
+    analytic.push(d_y);
+    analytic.push(d_e);
+    super::gradient_check_named(
+        BACKWARD,
+        &inputs,
+        &analytic,
+        |t| {
+            book::decoder_block_forward(&t[26], &yb, &t[27], &eb, &decoder_from(&block, &t[..26]))
+                .map(|(out, _)| weighted_sum(&g, &out))
+                .unwrap_or(f64::NAN)
+        },
+        &[],
+    )
+    .map_err(|m| {
+        let hint = decoder_hint(super::failed_tensor(&m).unwrap_or_default());
+        note(m, hint)
     })
 }
