@@ -2342,12 +2342,12 @@ mod hardening {
     }
 
     #[test]
-    fn training_gives_the_same_bits_with_one_and_two_matmul_threads() {
-        // With two threads the fused step runs its two batch shards (12 sequences each) side by
-        // side, and AdamW shares the tensors out between two threads once the model has at least
-        // PARALLEL_MIN_PARAMETERS (one block of width 128 alone has 12·128² ≈ 2·10⁵). The shards
-        // are cut by the batch, not by the threads, and every AdamW entry is updated on its own,
-        // so the bits cannot change: the test asks for equality.
+    fn training_gives_the_same_bits_on_one_to_eight_threads() {
+        // With two threads or more the fused step runs its two batch shards (12 sequences each)
+        // side by side, and AdamW shares the tensors out between the threads once the model has
+        // at least PARALLEL_MIN_PARAMETERS (one block of width 128 alone has 12·128² ≈ 2·10⁵).
+        // The shards are cut by the batch, not by the threads, and every AdamW entry is updated
+        // on its own, so the bits cannot change: the test asks for equality on 1 to 8 threads.
         const { assert!(12 * 128 * 128 >= llm_workbook::optim::PARALLEL_MIN_PARAMETERS) };
         let dir = common::temp_dir("ch09_threads");
         let text = dir.join("t.txt");
@@ -2383,9 +2383,15 @@ mod hardening {
             ["model.safetensors", "training_state.safetensors"]
                 .map(|f| std::fs::read(here.join(f)).unwrap())
         };
-        let (one, two) = (run("1"), run("2"));
-        assert!(one[0] == two[0], "the weights differ between 1 and 2 threads");
-        assert!(one[1] == two[1], "the optimiser state differs between 1 and 2 threads");
+        let one = run("1");
+        for threads in ["2", "3", "4", "5", "8"] {
+            let other = run(threads);
+            assert!(one[0] == other[0], "the weights differ between 1 and {threads} threads");
+            assert!(
+                one[1] == other[1],
+                "the optimiser state differs between 1 and {threads} threads"
+            );
+        }
     }
 }
 
@@ -2753,7 +2759,7 @@ mod fused_step {
     }
 
     #[test]
-    fn one_thread_and_two_give_the_same_bits_and_a_reused_workspace_changes_nothing() {
+    fn one_to_eight_threads_give_the_same_bits_and_a_reused_workspace_changes_nothing() {
         let model = perturbed(tiny(true, Positions::Learned), 11).cast::<f32>();
         let batch = odd_batch();
         let run = |threads: usize| {
@@ -2764,9 +2770,12 @@ mod fused_step {
                     .unwrap()
             })
         };
-        let (one, two) = (run(1), run(2));
-        assert_eq!(one.0.to_bits(), two.0.to_bits());
-        assert!(one.1 == two.1, "gradients differ between one thread and two");
+        let one = run(1);
+        for threads in [2, 3, 4, 5, 8] {
+            let other = run(threads);
+            assert_eq!(one.0.to_bits(), other.0.to_bits(), "the loss on {threads} threads");
+            assert!(one.1 == other.1, "gradients differ between one thread and {threads}");
+        }
         // A workspace sized for another batch shape, then reused, gives the same bits again.
         let mut reused = FusedStep::new();
         reused.loss_and_grads(&model, &tiny_batch()).unwrap();

@@ -153,8 +153,9 @@ impl<T: Float> Gpt<T> {
     }
 
     /// Every parameter tensor with its name, in the table's order ([`PARAMETERS`]): `wte`, `wpe`
-    /// (if learned), each block's 16 tensors ([`block_tensor_name`]), `ln_f.weight`,
-    /// `ln_f.bias`, `lm_head.weight` (if untied).
+    /// (if learned), each block's 16 tensors
+    /// ([`block_tensor_name`](super::table::block_tensor_name)), `ln_f.weight`, `ln_f.bias`,
+    /// `lm_head.weight` (if untied).
     pub fn tensors(&self) -> Vec<(String, &DMatrix<T>)> {
         let shape = self.shape();
         let named = fields!(self, &)

@@ -56,7 +56,7 @@ pub enum Presence {
     Untied,
 }
 
-/// How [`Gpt::new`] initialises a tensor (GPT-2's scheme).
+/// How [`Gpt::new`](crate::ch09_gpt::model::Gpt::new) initialises a tensor (GPT-2's scheme).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Init {
     /// N(0, σ²) with σ = [`INIT_STD`](super::INIT_STD).
@@ -156,7 +156,7 @@ pub struct Spec {
     /// Whether AdamW's weight decay acts on it: the embeddings and weight matrices, not the
     /// biases and LayerNorm parameters.
     pub decays: bool,
-    /// How [`Gpt::new`] initialises it.
+    /// How [`Gpt::new`](crate::ch09_gpt::model::Gpt::new) initialises it.
     pub init: Init,
 }
 
