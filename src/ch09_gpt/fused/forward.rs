@@ -226,6 +226,20 @@ pub(crate) fn causal_block_forward<T: Float>(
     }
     let scale = T::of(1.0 / (q.cols as f64).sqrt());
     product(how, scale, q, k, Op::T, T::zero(), a.reborrow())?; //                S = s·QKᵀ
+    if m == 1 && lda == 1 {
+        // One query row stored contiguously (the cached step): the same operations as the
+        // columns below, on one slice.
+        let row = &mut a.data[..r1];
+        let mx = row.iter().fold(T::neg_infinity(), |mx, &s| mx.max(s));
+        let mut total = T::zero();
+        for e in row.iter_mut() {
+            *e = (*e - mx).exp(); //     exp(S − max)
+            total += *e;
+        }
+        let inv = T::one() / total;
+        row.iter_mut().for_each(|e| *e *= inv); //  A = softmax(S)
+        return product(how, T::one(), a.as_ref(), v, Op::N, T::zero(), out); // O = A V
+    }
     let (max, sum) = stats[..2 * m].split_at_mut(m);
     max.fill(T::neg_infinity());
     // Column j holds the scores of key j; rows i < j (local rows below j − r0) are masked.
@@ -305,7 +319,7 @@ impl<'a, T> StridedMut<'a, T> {
 }
 
 /// C ← α·A·op(B) + β·C by `how`.
-fn product<T: Float>(
+pub(super) fn product<T: Float>(
     how: Products,
     alpha: T,
     a: Strided<T>,
@@ -326,12 +340,15 @@ fn product<T: Float>(
 /// - op(B) = B (k×n, column-major): c_j = α (a · B\[:, j\]) + β c_j, a [`dot`] with each column,
 ///   which column-major storage keeps contiguous.
 /// - op(B) = Bᵀ (B n×k, for QKᵀ and h W_Uᵀ): c = α Σ_p a_p B\[:, p\], column by column (needs
-///   β = 0 and c contiguous).
+///   β = 0).
 ///
-/// Every weight is read once, where it is. The blocked product ([`gemm_view`]) would first copy
-/// B into packed panels and compute whole register tiles of 32 rows of which one is used; for the
-/// chapter's generation benchmark (6 layers, width 384, context 256, f32, 256 tokens) the cached
-/// step through it ran MEASURED. A test holds this to the blocked product.
+/// Every weight is read once, where it is. The blocked product ([`gemm_view`]) first copies B
+/// into packed panels and computes whole register tiles (32 rows with AVX-512 f32) of which one
+/// is used. Measured with the chapter's generation benchmark (`cargo bench --bench ch09_gpt
+/// --features peers`, child `--child-generate`: 6 layers, width 384, context 256, f32, cached
+/// tokens/s on one thread of a 2-core AVX-512 Xeon, two alternating rounds): every product of
+/// the step by this function 534 and 532; its attention through [`gemm_view`] instead 470 and
+/// 464; every product through it 186 and 185. A test holds this function to the blocked product.
 pub(crate) fn row_product<T: Float>(
     alpha: T,
     a: Strided<T>,
@@ -368,18 +385,33 @@ pub(crate) fn row_product<T: Float>(
             }
         }
         Op::T => {
-            if beta != T::zero() || c.ld != 1 {
-                return Err(invalid(OP, "c", "with op(B) = Bᵀ, β must be 0 and c contiguous"));
+            if beta != T::zero() {
+                return Err(invalid(OP, "beta", "with op(B) = Bᵀ, β must be 0"));
             }
-            let out = &mut c.data[..n];
-            out.fill(T::zero());
+            // c += a_p B[:, p] for p = 0 … k − 1, then c *= α: contiguous, or every ld-th entry.
+            let ld = c.ld;
+            let mut out: Vec<&mut T> = Vec::new();
+            if ld == 1 {
+                let out = &mut c.data[..n];
+                out.fill(T::zero());
+                for p in 0..k {
+                    let (xp, column) = (x(p), &b.data[p * b.ld..][..n]);
+                    for (o, &w) in out.iter_mut().zip(column) {
+                        *o += xp * w;
+                    }
+                }
+                out.iter_mut().for_each(|o| *o *= alpha);
+                return Ok(());
+            }
+            out.extend(c.data.iter_mut().step_by(ld).take(n));
+            out.iter_mut().for_each(|o| **o = T::zero());
             for p in 0..k {
                 let (xp, column) = (x(p), &b.data[p * b.ld..][..n]);
                 for (o, &w) in out.iter_mut().zip(column) {
-                    *o += xp * w;
+                    **o += xp * w;
                 }
             }
-            out.iter_mut().for_each(|o| *o *= alpha);
+            out.iter_mut().for_each(|o| **o *= alpha);
         }
     }
     Ok(())

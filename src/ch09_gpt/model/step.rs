@@ -117,8 +117,8 @@ impl<T: Float> Gpt<T> {
     /// The fused training step's forward pass ([`FusedStep`](crate::ch09_gpt::fused::FusedStep))
     /// for one row: each block writes the new token's \[Q K V\] row = n₁\[W_Q W_K W_V\] + b_QKV
     /// into row `pos` of its cache; its attention is the training step's causal block
-    /// ([`causal_block_forward`](crate::ch09_gpt::fused)) for the one query row pos against the
-    /// keys 0 … pos; LayerNorm and GELU are chapter 6's and 3's in-place functions, and the
+    /// (`fused::causal_block_forward`) for the one query row pos against the keys 0 … pos (what
+    /// [`attend_one`] runs); LayerNorm and GELU are chapter 6's and 3's in-place functions, and the
     /// residuals accumulate in place. The result equals the last row of the full forward pass over
     /// the cached tokens (a test checks it to 10⁻⁹ in f64). Errors when the cache is full (the
     /// caller slides the window, see [`generate`](crate::ch09_gpt::sample::generate)), on a cache
@@ -155,12 +155,22 @@ impl<T: Float> Gpt<T> {
             ));
         }
         let c = &self.config;
-        let shaped = self
-            .shape()
-            .order()
-            .into_iter()
-            .zip(self.tensors())
-            .all(|((s, _), (_, m))| m.shape() == (s.rows.of(c), s.cols.of(c)));
+        // What the step indexes or copies must have the table's shape (every weight's shape is
+        // checked by the product that reads it). Not `fused::supports`: that builds every
+        // tensor's name, a cost per token.
+        let row_of = |m: &DMatrix<T>, cols: usize| m.shape() == (1, cols);
+        let ln_ok =
+            |ln: &crate::ch06_attention::LayerNorm<T>| row_of(&ln.gamma, d) && row_of(&ln.beta, d);
+        let shaped = self.wte.shape() == (c.vocab_size, d)
+            && self.unembedding().ncols() == d
+            && ln_ok(&self.ln_f)
+            && self.blocks.iter().all(|b| {
+                let a = &b.attn;
+                ln_ok(&b.ln1)
+                    && ln_ok(&b.ln2)
+                    && [&a.b_q, &a.b_k, &a.b_v, &a.b_o, &b.ffn.b2].iter().all(|m| row_of(m, d))
+                    && row_of(&b.ffn.b1, c.hidden())
+            });
         if !shaped
             || self.wpe.shape() != (n_ctx, d)
             || heads == 0
