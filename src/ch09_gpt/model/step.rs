@@ -230,7 +230,7 @@ impl<T: Float> Gpt<T> {
             onto(&mut r.x, &r.att, &a.w_o)?; //                                    h = x + att·W_O
             add_row(&mut r.x, &a.b_o); //                                                … + b_O
             layer_norm_forward_into(&b.ln2, &r.x, &mut r.ln, &mut r.n); //            n₂ = LN₂(h)
-            r.z1.copy_from(&b.ffn.b1);
+            r.z1.as_mut_slice().copy_from_slice(b.ffn.b1.as_slice());
             onto(&mut r.z1, &r.n, &b.ffn.w1)?; //                                  z₁ = b₁ + n₂W₁
             activation_forward_into(b.ffn.act, r.z1.as_slice(), r.a1.as_mut_slice()); // a₁ = σ(z₁)
             onto(&mut r.x, &r.a1, &b.ffn.w2)?; //                                  x' = h + a₁W₂
