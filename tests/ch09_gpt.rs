@@ -1115,7 +1115,7 @@ mod generation {
     fn the_cached_step_refuses_a_cache_of_another_shape_and_a_nan_weight() {
         let m = model_f64(1);
         let mut cache = m.new_kv_cache();
-        cache.keys[0] = DMatrix::zeros(3, 3);
+        cache.qkv[0] = DMatrix::zeros(3, 3);
         let e = m.step(&mut cache, 1).unwrap_err();
         assert!(e.to_string().contains("another model"), "{e}");
         let mut broken = m.clone();
@@ -2835,9 +2835,7 @@ mod fused_step {
             let (kv, z) = FusedStep::new().prefill(&model, &tokens).unwrap();
             let (kv_ref, z_ref) = model.reference_prefill(&tokens).unwrap();
             assert_eq!(kv.len, kv_ref.len);
-            for (a, b) in
-                kv.keys.iter().chain(&kv.values).zip(kv_ref.keys.iter().chain(&kv_ref.values))
-            {
+            for (a, b) in kv.qkv.iter().zip(&kv_ref.qkv) {
                 assert!(
                     (a - b).abs().max() <= 1e-12 * b.abs().max().max(1e-300),
                     "T = {}",

@@ -43,6 +43,10 @@ mod forward;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use forward::{
+    Products, Strided, StridedMut, add_row, causal_block_forward, row_product,
+};
+
 use super::data::Batch;
 use super::model::Gpt;
 use crate::ch03_mlp::Activation;
@@ -273,22 +277,19 @@ impl<T: Float> FusedStep<T> {
         self.forward_one("FusedStep::last_logits", model, tokens)
     }
 
-    /// [`Gpt::prefill`] by the fused forward pass: a key/value cache holding every block's keys
-    /// and values for `tokens` (read out of each block's \[Q K V\] buffer, rows 0 … T − 1 of the
-    /// K and V columns), and the logits of the last position. Errors as [`FusedStep::last_logits`].
+    /// [`Gpt::prefill`] by the fused forward pass: a key/value cache holding every block's
+    /// \[Q K V\] rows for `tokens` (rows 0 … T − 1 of each block's buffer, in the same layout),
+    /// and the logits of the last position. Errors as [`FusedStep::last_logits`].
     pub fn prefill(
         &mut self,
         model: &Gpt<T>,
         tokens: &[u32],
     ) -> Result<(super::model::KvCache<T>, Vec<T>)> {
         let logits = self.forward_one("FusedStep::prefill", model, tokens)?;
-        let (t, d) = (tokens.len(), model.config.width);
+        let t = tokens.len();
         let mut kv = model.new_kv_cache();
-        for ((keys, values), s) in
-            kv.keys.iter_mut().zip(kv.values.iter_mut()).zip(&self.shards[0].blocks)
-        {
-            keys.rows_mut(0, t).copy_from(&s.qkv.columns(d, d)); //       K = columns d … 2d − 1
-            values.rows_mut(0, t).copy_from(&s.qkv.columns(2 * d, d)); // V = columns 2d … 3d − 1
+        for (cached, s) in kv.qkv.iter_mut().zip(&self.shards[0].blocks) {
+            cached.rows_mut(0, t).copy_from(&s.qkv);
         }
         kv.len = t;
         Ok((kv, logits))

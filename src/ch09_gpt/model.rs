@@ -82,19 +82,14 @@ impl<T: Float> Gpt<T> {
         let ln = || LayerNorm::new(d, config.layer_norm_epsilon);
         let mut blocks = Vec::with_capacity(config.layers);
         for _ in 0..config.layers {
-            let attn = MultiHead {
-                heads: config.heads,
-                w_q: e(),
-                b_q: e(),
-                w_k: e(),
-                b_k: e(),
-                w_v: e(),
-                b_v: e(),
-                w_o: e(),
-                b_o: e(),
-            };
-            let ffn = Ffn { w1: e(), b1: e(), w2: e(), b2: e(), act: Activation::GeluTanh };
-            blocks.push(Block { attn, ln1: ln()?, ffn, ln2: ln()?, order: NormOrder::Pre });
+            let (ln1, ln2) = (ln()?, ln()?);
+            blocks.push(unfilled_block(
+                config.heads,
+                Activation::GeluTanh,
+                ln1,
+                ln2,
+                NormOrder::Pre,
+            ));
         }
         let wpe = match config.positions {
             Positions::Learned => e(), // a parameter: drawn below, in the table's order
@@ -119,4 +114,29 @@ impl<T: Float> Gpt<T> {
     pub fn unembedding(&self) -> &DMatrix<T> {
         self.lm_head.as_ref().unwrap_or(&self.wte)
     }
+}
+
+/// A block whose weight matrices and biases are all 0×0, for the parameter table to fill
+/// ([`Gpt::new`] draws them, [`Gpt::cast`] converts them).
+fn unfilled_block<T: Float>(
+    heads: usize,
+    act: Activation,
+    ln1: LayerNorm<T>,
+    ln2: LayerNorm<T>,
+    order: NormOrder,
+) -> Block<T> {
+    let e = || DMatrix::zeros(0, 0);
+    let attn = MultiHead {
+        heads,
+        w_q: e(),
+        b_q: e(),
+        w_k: e(),
+        b_k: e(),
+        w_v: e(),
+        b_v: e(),
+        w_o: e(),
+        b_o: e(),
+    };
+    let ffn = Ffn { w1: e(), b1: e(), w2: e(), b2: e(), act };
+    Block { attn, ln1, ffn, ln2, order }
 }

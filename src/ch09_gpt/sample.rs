@@ -182,9 +182,11 @@ impl<T: Float> Gpt<T> {
     pub fn reference_prefill(&self, tokens: &[Token]) -> Result<(KvCache<T>, Vec<T>)> {
         let cache = self.forward(tokens, tokens.len())?;
         let mut kv = self.new_kv_cache();
-        for (l, bc) in cache.blocks.iter().enumerate() {
-            kv.keys[l].rows_mut(0, tokens.len()).copy_from(&bc.attn.k);
-            kv.values[l].rows_mut(0, tokens.len()).copy_from(&bc.attn.v);
+        let (t, d) = (tokens.len(), self.config.width);
+        for (qkv, bc) in kv.qkv.iter_mut().zip(&cache.blocks) {
+            for (part, m) in [&bc.attn.q, &bc.attn.k, &bc.attn.v].into_iter().enumerate() {
+                qkv.view_mut((0, part * d), (t, d)).copy_from(m);
+            }
         }
         kv.len = tokens.len();
         let last = cache.hidden.rows(tokens.len() - 1, 1).into_owned();
@@ -244,7 +246,10 @@ pub fn generate<T: Float>(
     let prompt_len = tokens.len();
     let mut rebuilds = 0;
     let mut cache: Option<KvCache<T>> = None;
-    let mut logits = if use_cache {
+    // The cached step covers pre-LN blocks (every model built by `Gpt::new` or loaded); a model
+    // assembled by hand with post-LN blocks runs the full forward pass at every step instead.
+    let pre_ln = model.blocks.iter().all(|b| b.order == crate::ch06_attention::NormOrder::Pre);
+    let mut logits = if use_cache && pre_ln {
         let (kv, z) = model.prefill(&tokens)?;
         cache = Some(kv);
         z

@@ -2,11 +2,12 @@
 //! product and causal attention read from views, the final LayerNorm and the logits; then the
 //! loss and, in place of the logits, its gradient.
 
-use super::{Heads, Shard, causal_blocks};
+use super::{Shard, causal_blocks};
 use crate::ch03_mlp::{Activation, activation_forward_into};
 use crate::ch06_attention::layer_norm_forward_into;
 use crate::ch09_gpt::model::Gpt;
-use crate::error::Result;
+use crate::ch09_gpt::model::dot;
+use crate::error::{Result, invalid, shape_error};
 use crate::float::Float;
 use crate::matmul::{MatMut, MatRef, Op, gemm, gemm_view};
 use nalgebra::DMatrix;
@@ -118,7 +119,7 @@ pub(super) fn cross_entropy_by_columns<T: Float>(
 
 /// m\[r, :\] += b for every row r (b is 1×C): chapter 6's `add_row` in place, so the step
 /// allocates nothing (the reference allocates a new matrix per bias). A test holds the two equal.
-pub(super) fn add_row<T: Float>(m: &mut DMatrix<T>, b: &DMatrix<T>) {
+pub(crate) fn add_row<T: Float>(m: &mut DMatrix<T>, b: &DMatrix<T>) {
     let n = m.nrows();
     for (column, &bias) in m.as_mut_slice().chunks_exact_mut(n).zip(b.iter()) {
         column.iter_mut().for_each(|v| *v += bias);
@@ -128,7 +129,7 @@ pub(super) fn add_row<T: Float>(m: &mut DMatrix<T>, b: &DMatrix<T>) {
 /// Causal self-attention of every head of every sequence, read straight from \[Q K V\] (N×3d) as
 /// views and written straight into the concatenated output `att` (N×d). For sequence s and head
 /// h, with A stored column-major (A\[i + jT\]), block by block of query rows r0 … r1 − 1, which
-/// see only the keys 0 … r1 − 1:
+/// see only the keys 0 … r1 − 1 ([`causal_block_forward`], the code the cached step runs too):
 ///
 /// ```text
 /// S[r0..r1, ..r1] = (1/√d_k) Q[r0..r1] K[..r1]ᵀ        one product per block
@@ -136,8 +137,6 @@ pub(super) fn add_row<T: Float>(m: &mut DMatrix<T>, b: &DMatrix<T>) {
 ///           0 for j > i (the mask)
 /// O[r0..r1] = A[r0..r1, ..r1] V[..r1]                  one product per block
 /// ```
-///
-/// The row statistics of the softmax are gathered column by column for all rows at once.
 ///
 /// Chapter 6's [`attention_forward`](crate::ch06_attention::attention_forward) with the causal
 /// mask is the specification; it copies each head out of the projections and computes all T²
@@ -154,59 +153,265 @@ pub(super) fn causal_attention_forward<T: Float>(
     let n = qkv.nrows();
     let d = att.ncols();
     let d_k = d / heads;
-    let scale = T::of(1.0 / (d_k as f64).sqrt());
-    let at = Heads { n, t, d_k };
     let buf = qkv.as_slice();
-    let mut max = vec![T::zero(); t];
-    let mut sum = vec![T::zero(); t];
+    let out = att.as_mut_slice();
+    let mut stats = vec![T::zero(); 2 * t];
     for (s, per_seq) in weights.chunks_exact_mut(heads * t * t).enumerate() {
         for (h, a) in per_seq.chunks_exact_mut(t * t).enumerate() {
+            // Rows i0 … i1 − 1 of this sequence in the d_k columns from col0, where they are.
+            let rows = |col0: usize, (i0, i1): (usize, usize)| Strided {
+                data: &buf[col0 * n + s * t + i0..],
+                rows: i1 - i0,
+                cols: d_k,
+                ld: n,
+            };
             let (q, k, v) = (h * d_k, d + h * d_k, 2 * d + h * d_k);
             for (r0, r1) in causal_blocks(t) {
-                let scores = MatMut::new(&mut a[r0..], r1 - r0, r1, t)?;
-                gemm_view(
-                    scale,
-                    at.rows(buf, q, s, (r0, r1))?,
-                    Op::N,
-                    at.rows(buf, k, s, (0, r1))?,
-                    Op::T,
-                    T::zero(),
-                    scores,
-                )?; // S = s·QKᵀ
-            }
-            max.fill(T::neg_infinity());
-            for (j, column) in a.chunks_exact(t).enumerate() {
-                for (m, &v) in max[j..].iter_mut().zip(&column[j..]) {
-                    *m = m.max(v);
+                causal_block_forward(
+                    (rows(q, (r0, r1)), rows(k, (0, r1)), rows(v, (0, r1))),
+                    r0,
+                    StridedMut { data: &mut a[r0..], rows: r1 - r0, cols: r1, ld: t },
+                    StridedMut {
+                        data: &mut out[h * d_k * n + s * t + r0..],
+                        rows: r1 - r0,
+                        cols: d_k,
+                        ld: n,
+                    },
+                    &mut stats,
+                    Products::Blocked,
+                )?;
+                // The keys this block never sees are masked too: weight 0.
+                for column in a.chunks_exact_mut(t).skip(r1) {
+                    column[r0..r1].fill(T::zero());
                 }
             }
-            sum.fill(T::zero());
-            for (j, column) in a.chunks_exact_mut(t).enumerate() {
-                column[..j].fill(T::zero()); // M: j > i masked, weight 0
-                for ((e, total), &m) in column[j..].iter_mut().zip(&mut sum[j..]).zip(&max[j..]) {
-                    *e = (*e - m).exp(); //     exp(S − max)
-                    *total += *e;
+        }
+    }
+    Ok(())
+}
+
+/// One head of causal attention for the query rows r0 … r1 − 1 of one sequence against its keys
+/// 0 … r1 − 1: the block the training step runs ([`causal_attention_forward`], up to
+/// [`CAUSAL_BLOCK`](super::CAUSAL_BLOCK) rows) and the cached step runs with one row (r1 = r0 + 1,
+/// the new token at position r0 = pos, over every cached key).
+///
+/// `q` is (r1 − r0)×d_k, `k` and `v` are r1×d_k; the weights `a` ((r1 − r0)×r1) and the output
+/// `out` ((r1 − r0)×d_k) are written where they are; `stats` is scratch of at least 2(r1 − r0).
+///
+/// ```text
+/// S = (1/√d_k) Q Kᵀ                                        one product
+/// A[i, j] = exp(S[i, j] − max_{j′ ≤ i} S[i, j′]) / Σ_{j′ ≤ i} exp(…)  for j ≤ i, 0 for j > i
+/// O = A V                                                  one product
+/// ```
+///
+/// The row statistics of the softmax are gathered column by column for all rows at once. The two
+/// products go through the blocked product ([`Products::Blocked`]) or, for one row,
+/// [`row_product`] ([`Products::OneRow`], see there for what was measured).
+pub(crate) fn causal_block_forward<T: Float>(
+    (q, k, v): (Strided<T>, Strided<T>, Strided<T>),
+    r0: usize,
+    mut a: StridedMut<T>,
+    out: StridedMut<T>,
+    stats: &mut [T],
+    how: Products,
+) -> Result<()> {
+    let (m, r1, lda) = (a.rows, a.cols, a.ld);
+    if stats.len() < 2 * m || r1 != r0 + m || q.rows != m || k.rows != r1 || v.rows != r1 {
+        return Err(shape_error(
+            "causal_block_forward",
+            "q, k, v and the weights",
+            format!("rows {r0} … {} against keys 0 … {}", r0 + m, r0 + m),
+            format!("q {}×{}, k {}×{}, weights {m}×{r1}", q.rows, q.cols, k.rows, k.cols),
+        ));
+    }
+    let scale = T::of(1.0 / (q.cols as f64).sqrt());
+    product(how, scale, q, k, Op::T, T::zero(), a.reborrow())?; //                S = s·QKᵀ
+    if m == 1 && lda == 1 {
+        // One query row stored contiguously (the cached step): the same operations as the
+        // columns below, on one slice.
+        let row = &mut a.data[..r1];
+        let mx = row.iter().fold(T::neg_infinity(), |mx, &s| mx.max(s));
+        let mut total = T::zero();
+        for e in row.iter_mut() {
+            *e = (*e - mx).exp(); //     exp(S − max)
+            total += *e;
+        }
+        let inv = T::one() / total;
+        row.iter_mut().for_each(|e| *e *= inv); //  A = softmax(S)
+        return product(how, T::one(), a.as_ref(), v, Op::N, T::zero(), out); // O = A V
+    }
+    let (max, sum) = stats[..2 * m].split_at_mut(m);
+    max.fill(T::neg_infinity());
+    // Column j holds the scores of key j; rows i < j (local rows below j − r0) are masked.
+    for (j, column) in a.data.chunks_mut(lda).take(r1).enumerate() {
+        let first = j.saturating_sub(r0);
+        for (mx, &s) in max[first..].iter_mut().zip(&column[first..m]) {
+            *mx = mx.max(s);
+        }
+    }
+    sum.fill(T::zero());
+    for (j, column) in a.data.chunks_mut(lda).take(r1).enumerate() {
+        let first = j.saturating_sub(r0);
+        column[..first].fill(T::zero()); // M: j > i masked, weight 0
+        for ((e, total), &mx) in
+            column[first..m].iter_mut().zip(&mut sum[first..]).zip(&max[first..])
+        {
+            *e = (*e - mx).exp(); //     exp(S − max)
+            *total += *e;
+        }
+    }
+    sum.iter_mut().for_each(|s| *s = T::one() / *s);
+    for (j, column) in a.data.chunks_mut(lda).take(r1).enumerate() {
+        let first = j.saturating_sub(r0);
+        for (e, &inv) in column[first..m].iter_mut().zip(&sum[first..]) {
+            *e *= inv; //               A = softmax(S)
+        }
+    }
+    product(how, T::one(), a.as_ref(), v, Op::N, T::zero(), out) //               O = A V
+}
+
+/// How [`causal_block_forward`] computes its two products.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Products {
+    /// Through the blocked product [`gemm_view`] (the training step's blocks of query rows).
+    Blocked,
+    /// By [`row_product`], for a block of one query row (the cached step).
+    OneRow,
+}
+
+/// A column-major matrix inside a slice: element (i, j) is `data[i + j·ld]` (what a [`MatRef`]
+/// holds, kept open so that [`row_product`] can read it too).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Strided<'a, T> {
+    pub(crate) data: &'a [T],
+    pub(crate) rows: usize,
+    pub(crate) cols: usize,
+    pub(crate) ld: usize,
+}
+
+/// The writable [`Strided`].
+#[derive(Debug)]
+pub(crate) struct StridedMut<'a, T> {
+    pub(crate) data: &'a mut [T],
+    pub(crate) rows: usize,
+    pub(crate) cols: usize,
+    pub(crate) ld: usize,
+}
+
+impl<'a, T> Strided<'a, T> {
+    fn mat(self) -> Result<MatRef<'a, T>> {
+        MatRef::new(self.data, self.rows, self.cols, self.ld)
+    }
+}
+
+impl<'a, T> StridedMut<'a, T> {
+    fn reborrow(&mut self) -> StridedMut<'_, T> {
+        StridedMut { data: self.data, rows: self.rows, cols: self.cols, ld: self.ld }
+    }
+
+    fn as_ref(&self) -> Strided<'_, T> {
+        Strided { data: self.data, rows: self.rows, cols: self.cols, ld: self.ld }
+    }
+
+    fn mat(self) -> Result<MatMut<'a, T>> {
+        MatMut::new(self.data, self.rows, self.cols, self.ld)
+    }
+}
+
+/// C ← α·A·op(B) + β·C by `how`.
+pub(super) fn product<T: Float>(
+    how: Products,
+    alpha: T,
+    a: Strided<T>,
+    b: Strided<T>,
+    tb: Op,
+    beta: T,
+    c: StridedMut<T>,
+) -> Result<()> {
+    match how {
+        Products::Blocked => gemm_view(alpha, a.mat()?, Op::N, b.mat()?, tb, beta, c.mat()?),
+        Products::OneRow => row_product(alpha, a, b, tb, beta, c),
+    }
+}
+
+/// c ← α·a·op(B) + β·c for one row a (1×k) and c (1×n): the product the cached step runs, one
+/// token at a time (every weight product, and its attention over the cache).
+///
+/// - op(B) = B (k×n, column-major): c_j = α (a · B\[:, j\]) + β c_j, a [`dot`] with each column,
+///   which column-major storage keeps contiguous.
+/// - op(B) = Bᵀ (B n×k, for QKᵀ and h W_Uᵀ): c = α Σ_p a_p B\[:, p\], column by column (needs
+///   β = 0).
+///
+/// Every weight is read once, where it is. The blocked product ([`gemm_view`]) first copies B
+/// into packed panels and computes whole register tiles (32 rows with AVX-512 f32) of which one
+/// is used. Measured with the chapter's generation benchmark (`cargo bench --bench ch09_gpt
+/// --features peers`, child `--child-generate`: 6 layers, width 384, context 256, f32, cached
+/// tokens/s on one thread of a 2-core AVX-512 Xeon, two alternating rounds): every product of
+/// the step by this function 534 and 532; its attention through [`gemm_view`] instead 470 and
+/// 464; every product through it 186 and 185. A test holds this function to the blocked product.
+pub(crate) fn row_product<T: Float>(
+    alpha: T,
+    a: Strided<T>,
+    b: Strided<T>,
+    tb: Op,
+    beta: T,
+    c: StridedMut<T>,
+) -> Result<()> {
+    const OP: &str = "row_product";
+    let k = a.cols;
+    let (bk, n) = match tb {
+        Op::N => (b.rows, b.cols),
+        Op::T => (b.cols, b.rows),
+    };
+    if a.rows != 1 || c.rows != 1 || bk != k || c.cols != n {
+        return Err(shape_error(
+            OP,
+            "a, op(b) and c (a row times a matrix)",
+            format!("1×{k} · {k}×n = 1×n"),
+            format!("a {}×{k}, op(b) {bk}×{n}, c {}×{}", a.rows, c.rows, c.cols),
+        ));
+    }
+    let x = |p: usize| a.data[p * a.ld];
+    match tb {
+        Op::N => {
+            for (j, out) in c.data.iter_mut().step_by(c.ld).take(n).enumerate() {
+                let column = &b.data[j * b.ld..][..k];
+                let s = if a.ld == 1 {
+                    dot(&a.data[..k], column)
+                } else {
+                    column.iter().enumerate().map(|(p, &w)| x(p) * w).sum()
+                };
+                *out = if beta == T::zero() { alpha * s } else { alpha * s + beta * *out };
+            }
+        }
+        Op::T => {
+            if beta != T::zero() {
+                return Err(invalid(OP, "beta", "with op(B) = Bᵀ, β must be 0"));
+            }
+            // c += a_p B[:, p] for p = 0 … k − 1, then c *= α: contiguous, or every ld-th entry.
+            let ld = c.ld;
+            let mut out: Vec<&mut T> = Vec::new();
+            if ld == 1 {
+                let out = &mut c.data[..n];
+                out.fill(T::zero());
+                for p in 0..k {
+                    let (xp, column) = (x(p), &b.data[p * b.ld..][..n]);
+                    for (o, &w) in out.iter_mut().zip(column) {
+                        *o += xp * w;
+                    }
+                }
+                out.iter_mut().for_each(|o| *o *= alpha);
+                return Ok(());
+            }
+            out.extend(c.data.iter_mut().step_by(ld).take(n));
+            out.iter_mut().for_each(|o| **o = T::zero());
+            for p in 0..k {
+                let (xp, column) = (x(p), &b.data[p * b.ld..][..n]);
+                for (o, &w) in out.iter_mut().zip(column) {
+                    **o += xp * w;
                 }
             }
-            sum.iter_mut().for_each(|v| *v = T::one() / *v);
-            for (j, column) in a.chunks_exact_mut(t).enumerate() {
-                for (e, &inv) in column[j..].iter_mut().zip(&sum[j..]) {
-                    *e *= inv; //               A = softmax(S)
-                }
-            }
-            for (r0, r1) in causal_blocks(t) {
-                let weights = MatRef::new(&a[r0..], r1 - r0, r1, t)?;
-                let out = at.rows_mut(att.as_mut_slice(), h * d_k, s, (r0, r1))?;
-                gemm_view(
-                    T::one(),
-                    weights,
-                    Op::N,
-                    at.rows(buf, v, s, (0, r1))?,
-                    Op::N,
-                    T::zero(),
-                    out,
-                )?; // O = A V
-            }
+            out.iter_mut().for_each(|o| **o *= alpha);
         }
     }
     Ok(())

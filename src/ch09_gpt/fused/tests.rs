@@ -96,3 +96,87 @@ fn the_bias_helpers_broadcast_and_sum_as_the_chapters_do() {
     let plain = DMatrix::from_fn(1, 4, |_, c| m.column(c).sum());
     close(&sums, &plain, "Σ rows"); // equal to rounding: summed in lanes here
 }
+
+#[test]
+fn the_one_row_product_equals_the_blocked_product() {
+    use super::forward::{Products, Strided, StridedMut, product};
+    use crate::matmul::Op;
+    // 37 inputs: two full runs of the dot product's 16 lanes and a remainder of 5; every operand
+    // inside a longer buffer (leading dimensions past the rows), as the cache's views are.
+    let (k, n) = (37, 21);
+    let mut rng = Rng::new(9);
+    let x: DMatrix<f64> = rng.normal_matrix(3, k, 1.0);
+    for (tb, (rows, cols)) in [(Op::N, (k, n)), (Op::T, (n, k))] {
+        let b: DMatrix<f64> = rng.normal_matrix(rows + 4, cols, 1.0);
+        let start: DMatrix<f64> = rng.normal_matrix(2, n, 1.0);
+        // β = 1 adds onto c (a residual); Bᵀ is only ever used with β = 0 (scores, logits).
+        let betas: &[f64] = if tb == Op::N { &[0.0, 1.0] } else { &[0.0] };
+        for &beta in betas {
+            let mut out = [start.clone(), start.clone()];
+            for (how, c) in [Products::Blocked, Products::OneRow].into_iter().zip(&mut out) {
+                let a = Strided { data: &x.as_slice()[1..], rows: 1, cols: k, ld: 3 };
+                let b = Strided { data: b.as_slice(), rows, cols, ld: rows + 4 };
+                let c = StridedMut { data: &mut c.as_mut_slice()[1..], rows: 1, cols: n, ld: 2 };
+                product(how, 0.5, a, b, tb, beta, c).unwrap();
+            }
+            close(&out[1], &out[0], &format!("{tb:?}, β = {beta}"));
+            // Row 0 of c is not part of the product and stays as it was.
+            close(&out[1].rows(0, 1).into_owned(), &start.rows(0, 1).into_owned(), "row 0");
+        }
+    }
+}
+
+#[test]
+fn one_query_row_is_its_row_of_the_training_steps_causal_attention() {
+    use super::forward::{Products, Strided, StridedMut, causal_block_forward};
+    // The cached step's block (pos, pos + 1) on one sequence of T = 40 (across a CAUSAL_BLOCK
+    // boundary) gives row pos of the blocked attention, its weights too; the weights stored
+    // contiguously (the cached step's layout) or with a leading dimension (the general path) are
+    // the same bits.
+    let (t, heads, d_k) = (40, 2, 3);
+    let d = heads * d_k;
+    let mut rng = Rng::new(8);
+    let qkv: DMatrix<f64> = rng.normal_matrix(t, 3 * d, 1.0);
+    let mut weights = vec![0.0; heads * t * t];
+    let mut att = DMatrix::zeros(t, d);
+    causal_attention_forward(&qkv, heads, t, &mut weights, &mut att).unwrap();
+    let buf = qkv.as_slice();
+    let rows = |col0: usize, (i0, i1): (usize, usize)| Strided {
+        data: &buf[col0 * t + i0..],
+        rows: i1 - i0,
+        cols: d_k,
+        ld: t,
+    };
+    for pos in [0, 1, 31, 32, 39] {
+        for h in 0..heads {
+            let mut runs = Vec::new();
+            for ld in [1, 2] {
+                let (mut a, mut out, mut stats) = (vec![0.0; 2 * t], vec![0.0; d_k], [0.0; 2]);
+                causal_block_forward(
+                    (
+                        rows(h * d_k, (pos, pos + 1)),
+                        rows(d + h * d_k, (0, pos + 1)),
+                        rows(2 * d + h * d_k, (0, pos + 1)),
+                    ),
+                    pos,
+                    StridedMut { data: &mut a, rows: 1, cols: pos + 1, ld },
+                    StridedMut { data: &mut out, rows: 1, cols: d_k, ld: 1 },
+                    &mut stats,
+                    Products::OneRow,
+                )
+                .unwrap();
+                let a: Vec<f64> = a.iter().step_by(ld).take(pos + 1).copied().collect();
+                runs.push((a, out));
+            }
+            // The softmax of one contiguous row is the general one, bit for bit.
+            assert_eq!(runs[0].0, runs[1].0, "pos {pos}, head {h}: the two layouts differ");
+            let (a, out) = &runs[0];
+            let want_a: Vec<f64> = (0..=pos).map(|j| weights[h * t * t + pos + j * t]).collect();
+            let want_out: Vec<f64> = (0..d_k).map(|c| att[(pos, h * d_k + c)]).collect();
+            let row = |v: &[f64]| DMatrix::from_row_slice(1, v.len(), v);
+            close(&row(&runs[1].1), &row(out), &format!("O in both layouts, pos {pos}"));
+            close(&row(a), &row(&want_a), &format!("A, pos {pos}, head {h}"));
+            close(&row(out), &row(&want_out), &format!("O, pos {pos}, head {h}"));
+        }
+    }
+}

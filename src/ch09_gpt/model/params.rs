@@ -7,7 +7,7 @@
 
 use super::Gpt;
 use super::table::{PARAMETERS, Param, Shape, full_name, spec_of};
-use crate::ch06_attention::{Block, BlockGrads, Ffn, LayerNorm, MultiHead};
+use crate::ch06_attention::{BlockGrads, LayerNorm};
 use crate::ch09_gpt::config::Positions;
 use crate::error::{Result, invalid, shape_error, shape_of};
 use crate::float::Float;
@@ -225,24 +225,7 @@ impl<T: Float> Gpt<T> {
                 .blocks
                 .iter()
                 .map(|b| {
-                    let e = || DMatrix::zeros(0, 0);
-                    Block {
-                        attn: MultiHead {
-                            heads: b.attn.heads,
-                            w_q: e(),
-                            b_q: e(),
-                            w_k: e(),
-                            b_k: e(),
-                            w_v: e(),
-                            b_v: e(),
-                            w_o: e(),
-                            b_o: e(),
-                        },
-                        ln1: ln(&b.ln1),
-                        ffn: Ffn { w1: e(), b1: e(), w2: e(), b2: e(), act: b.ffn.act },
-                        ln2: ln(&b.ln2),
-                        order: b.order,
-                    }
+                    super::unfilled_block(b.attn.heads, b.ffn.act, ln(&b.ln1), ln(&b.ln2), b.order)
                 })
                 .collect(),
             ln_f: ln(&self.ln_f),

@@ -1,23 +1,102 @@
 //! Generation one token at a time: the key/value cache, and the step that feeds one token through
-//! every block as a row, reading each weight once.
+//! every block as a row, built from the fused step's pieces (`fused::forward`).
 
 use super::Gpt;
-use crate::ch03_mlp::activation_forward;
-use crate::ch06_attention::layer_norm_forward;
+use crate::ch03_mlp::activation_forward_into;
+use crate::ch06_attention::{LnCache, NormOrder, layer_norm_forward_into};
 use crate::ch09_gpt::data::{Token, check_ids};
+use crate::ch09_gpt::fused::{
+    Products, Strided, StridedMut, add_row, causal_block_forward, row_product,
+};
 use crate::error::{Result, invalid, shape_error, shape_of};
 use crate::float::Float;
+use crate::matmul::Op;
 use nalgebra::DMatrix;
 
-/// The keys and values of every block for the tokens fed so far (rows 0 … len − 1 in use).
+/// Every block's \[Q K V\] rows for the tokens fed so far (rows 0 … len − 1 in use), in the fused
+/// training step's layout, with the rows the step works in.
 #[derive(Clone, Debug)]
 pub struct KvCache<T: Float> {
-    /// One n_ctx×d matrix of keys per block.
-    pub keys: Vec<DMatrix<T>>,
-    /// One n_ctx×d matrix of values per block.
-    pub values: Vec<DMatrix<T>>,
+    /// One n_ctx×3d matrix per block: row p holds position p's query, key and value side by side
+    /// (columns 0 … d − 1, d … 2d − 1, 2d … 3d − 1), as the fused step's \[Q K V\] buffer holds a
+    /// sequence. Later steps read the keys and values; the queries are kept so that the step's
+    /// attention reads the cache exactly as the training step reads its buffer.
+    pub qkv: Vec<DMatrix<T>>,
     /// Tokens cached.
     pub len: usize,
+    /// The step's working rows, sized once with the cache.
+    rows: StepRows<T>,
+}
+
+impl<T: Float> KvCache<T> {
+    /// The cached keys of block `l` (len×d), or `None` past the last block.
+    pub fn keys(&self, l: usize) -> Option<DMatrix<T>> {
+        self.part(l, 1)
+    }
+
+    /// The cached values of block `l` (len×d), or `None` past the last block.
+    pub fn values(&self, l: usize) -> Option<DMatrix<T>> {
+        self.part(l, 2)
+    }
+
+    fn part(&self, l: usize, part: usize) -> Option<DMatrix<T>> {
+        let m = self.qkv.get(l)?;
+        let d = m.ncols() / 3;
+        Some(m.view((0, part * d), (self.len.min(m.nrows()), d)).into_owned())
+    }
+}
+
+/// The rows one step works in (one token: every activation is a 1×C row).
+#[derive(Clone, Debug)]
+struct StepRows<T: Float> {
+    /// The residual stream x, then h, then x′ (1×d).
+    x: DMatrix<T>,
+    /// n₁ or n₂ or h_f, a LayerNorm's output (1×d), and its saved values.
+    n: DMatrix<T>,
+    ln: LnCache<T>,
+    /// The heads' outputs side by side (1×d).
+    att: DMatrix<T>,
+    /// z₁ and a₁ = GELU(z₁) (1×4d).
+    z1: DMatrix<T>,
+    a1: DMatrix<T>,
+    /// One head's attention weights over the cached positions (n_ctx), and softmax scratch.
+    weights: Vec<T>,
+    stats: Vec<T>,
+}
+
+impl<T: Float> StepRows<T> {
+    fn new(d: usize, hidden: usize, n_ctx: usize) -> Self {
+        StepRows {
+            x: DMatrix::zeros(1, d),
+            n: DMatrix::zeros(1, d),
+            ln: LnCache {
+                x_hat: DMatrix::zeros(1, d),
+                denom: vec![T::zero()],
+                sigma: vec![T::zero()],
+            },
+            att: DMatrix::zeros(1, d),
+            z1: DMatrix::zeros(1, hidden),
+            a1: DMatrix::zeros(1, hidden),
+            weights: vec![T::zero(); n_ctx],
+            stats: vec![T::zero(); 2],
+        }
+    }
+}
+
+/// A 1×C matrix as a [`Strided`] row.
+fn row<T>(m: &DMatrix<T>) -> Strided<'_, T> {
+    Strided { data: m.as_slice(), rows: 1, cols: m.len(), ld: 1 }
+}
+
+/// A 1×C matrix as a writable row.
+fn row_mut<T>(m: &mut DMatrix<T>) -> StridedMut<'_, T> {
+    let cols = m.len();
+    StridedMut { data: m.as_mut_slice(), rows: 1, cols, ld: 1 }
+}
+
+/// A weight matrix, where it is.
+fn whole<T>(m: &DMatrix<T>) -> Strided<'_, T> {
+    Strided { data: m.as_slice(), rows: m.nrows(), cols: m.ncols(), ld: m.nrows().max(1) }
 }
 
 impl<T: Float> Gpt<T> {
@@ -25,29 +104,29 @@ impl<T: Float> Gpt<T> {
 
     /// An empty key/value cache for [`Gpt::step`].
     pub fn new_kv_cache(&self) -> KvCache<T> {
-        let d = self.config.width;
+        let c = &self.config;
         KvCache {
-            keys: vec![DMatrix::zeros(self.config.context, d); self.blocks.len()],
-            values: vec![DMatrix::zeros(self.config.context, d); self.blocks.len()],
+            qkv: vec![DMatrix::zeros(c.context, 3 * c.width); self.blocks.len()],
             len: 0,
+            rows: StepRows::new(c.width, c.hidden(), c.context),
         }
     }
 
     /// Feeds one token at the next position of the cache and returns its logits (length V).
     ///
-    /// Each block computes the new token's query, key and value; the key and value join the
-    /// cache; the query attends over every cached position (all earlier, so no mask is needed);
-    /// the rest of the block acts on the one row. The result equals the last row of the full
-    /// forward pass over the cached tokens (a test checks it to 10⁻⁹ in f64). Errors when the
-    /// cache is full (the caller slides the window, see
-    /// [`generate`](crate::ch09_gpt::sample::generate)).
+    /// The fused training step's forward pass ([`FusedStep`](crate::ch09_gpt::fused::FusedStep))
+    /// for one row: each block writes the new token's \[Q K V\] row = n₁\[W_Q W_K W_V\] + b_QKV
+    /// into row `pos` of its cache; its attention is the training step's causal block
+    /// (`fused::causal_block_forward`) for the one query row pos against the keys 0 … pos (what
+    /// [`attend_one`] runs); LayerNorm and GELU are chapter 6's and 3's in-place functions, and the
+    /// residuals accumulate in place. The result equals the last row of the full forward pass over
+    /// the cached tokens (a test checks it to 10⁻⁹ in f64). Errors when the cache is full (the
+    /// caller slides the window, see [`generate`](crate::ch09_gpt::sample::generate)), on a cache
+    /// made for another model, and on a model whose blocks are not pre-LN.
     ///
     /// One row at a time, every product is a row times a matrix, and the work is reading each
-    /// weight once (O(parameters + T·d) per token). So this path does not go through the blocked
-    /// product, which would first copy each weight matrix into packed panels: [`row_affine`]
-    /// takes each output as a dot product with a column of the weight, which column-major
-    /// storage keeps contiguous, and [`attend_one`] reads the cached keys and values the same
-    /// way. LayerNorm, GELU and the softmax are chapter 6's, 3's and 2's own functions.
+    /// weight once (O(parameters + T·d) per token), so the products are `fused::row_product`
+    /// rather than the blocked product (see there for what was measured).
     pub fn step(&self, cache: &mut KvCache<T>, token: Token) -> Result<Vec<T>> {
         const OP: &str = "Gpt::step";
         check_ids(OP, "token", &[token], self.config.vocab_size)?;
@@ -61,80 +140,121 @@ impl<T: Float> Gpt<T> {
                 ),
             ));
         }
-        let (d, n_ctx) = (self.config.width, self.config.context);
-        if cache.keys.len() != self.blocks.len()
-            || cache.values.len() != self.blocks.len()
-            || cache.keys.iter().chain(&cache.values).any(|m| m.shape() != (n_ctx, d))
+        let (d, n_ctx, heads) = (self.config.width, self.config.context, self.config.heads);
+        if cache.qkv.len() != self.blocks.len()
+            || cache.qkv.iter().any(|m| m.shape() != (n_ctx, 3 * d))
         {
             return Err(invalid(
                 OP,
                 "cache",
                 format!(
-                    "was made for another model (expected {} blocks of {n_ctx}×{d} keys and \
-                        values)",
-                    self.blocks.len()
+                    "was made for another model (expected {} blocks of {n_ctx}×{} [Q K V] rows)",
+                    self.blocks.len(),
+                    3 * d
                 ),
             ));
         }
-        let pos = cache.len;
-        let n = pos + 1;
-        let mut x =
-            DMatrix::from_fn(1, d, |_, c| self.wte[(token as usize, c)] + self.wpe[(pos, c)]);
-        for (l, b) in self.blocks.iter().enumerate() {
-            let (n1, _) = layer_norm_forward(&b.ln1, &x)?; //                    n₁ = LN₁(x)
-            let q = row_affine(OP, n1.as_slice(), &b.attn.w_q, &b.attn.b_q)?; // q = n₁W_Q + b_Q
-            let k = row_affine(OP, n1.as_slice(), &b.attn.w_k, &b.attn.b_k)?; // k = n₁W_K + b_K
-            let v = row_affine(OP, n1.as_slice(), &b.attn.w_v, &b.attn.b_v)?; // v = n₁W_V + b_V
-            if k.len() != d || v.len() != d {
-                return Err(shape_error(
-                    OP,
-                    "w_k and w_v (columns: the cache's width)",
-                    format!("{d}"),
-                    format!("{} and {}", k.len(), v.len()),
-                ));
-            }
-            for c in 0..d {
-                cache.keys[l][(pos, c)] = k[c];
-                cache.values[l][(pos, c)] = v[c];
-            }
-            // every head over positions 0 … pos
-            let heads = attend_one(OP, &q, &cache.keys[l], &cache.values[l], n, b.attn.heads)?;
-            let a = row_affine(OP, &heads, &b.attn.w_o, &b.attn.b_o)?; //     a = concat · W_O + b_O
-            if a.len() != d {
-                return Err(shape_error(
-                    OP,
-                    "w_o (columns)",
-                    format!("{d}"),
-                    format!("{}", a.len()),
-                ));
-            }
-            let h = x + DMatrix::from_vec(1, d, a); //                           h = x + a
-            let (n2, _) = layer_norm_forward(&b.ln2, &h)?; //                    n₂ = LN₂(h)
-            let z1 = row_affine(OP, n2.as_slice(), &b.ffn.w1, &b.ffn.b1)?; //    z₁ = n₂W₁ + b₁
-            // a₁ = GELU(z₁)
-            let a1 = activation_forward(b.ffn.act, &DMatrix::from_vec(1, z1.len(), z1));
-            let f = row_affine(OP, a1.as_slice(), &b.ffn.w2, &b.ffn.b2)?; //     f = a₁W₂ + b₂
-            if f.len() != d {
-                return Err(shape_error(
-                    OP,
-                    "w2 (columns)",
-                    format!("{d}"),
-                    format!("{}", f.len()),
-                ));
-            }
-            x = h + DMatrix::from_vec(1, d, f); //                               x' = h + f
+        let c = &self.config;
+        // What the step indexes or copies must have the table's shape (every weight's shape is
+        // checked by the product that reads it). Not `fused::supports`: that builds every
+        // tensor's name, a cost per token.
+        let row_of = |m: &DMatrix<T>, cols: usize| m.shape() == (1, cols);
+        let ln_ok =
+            |ln: &crate::ch06_attention::LayerNorm<T>| row_of(&ln.gamma, d) && row_of(&ln.beta, d);
+        let shaped = self.wte.shape() == (c.vocab_size, d)
+            && self.unembedding().ncols() == d
+            && ln_ok(&self.ln_f)
+            && self.blocks.iter().all(|b| {
+                let a = &b.attn;
+                ln_ok(&b.ln1)
+                    && ln_ok(&b.ln2)
+                    && [&a.b_q, &a.b_k, &a.b_v, &a.b_o, &b.ffn.b2].iter().all(|m| row_of(m, d))
+                    && row_of(&b.ffn.b1, c.hidden())
+            });
+        if !shaped
+            || self.wpe.shape() != (n_ctx, d)
+            || heads == 0
+            || !d.is_multiple_of(heads)
+            || self.blocks.iter().any(|b| b.order != NormOrder::Pre || b.attn.heads != heads)
+        {
+            return Err(invalid(
+                OP,
+                "model",
+                "the cached step covers pre-LN blocks shaped as the parameter table says \
+                    (generate without the cache)",
+            ));
         }
-        cache.len = n;
-        let (h, _) = layer_norm_forward(&self.ln_f, &x)?;
-        let logits: Vec<T> = self.logits_of(&h)?.iter().copied().collect();
+        if cache.rows.z1.ncols() != c.hidden() || cache.rows.x.ncols() != d {
+            cache.rows = StepRows::new(d, c.hidden(), n_ctx);
+        }
+        let (pos, d_k) = (cache.len, d / heads);
+        let r = &mut cache.rows;
+        for (c, x) in r.x.iter_mut().enumerate() {
+            *x = self.wte[(token as usize, c)] + self.wpe[(pos, c)]; //     x₀ = W_E[u] + W_P[pos]
+        }
+        for (b, qkv) in self.blocks.iter().zip(cache.qkv.iter_mut()) {
+            layer_norm_forward_into(&b.ln1, &r.x, &mut r.ln, &mut r.n); //            n₁ = LN₁(x)
+            let a = &b.attn;
+            for (part, (w, bias)) in
+                [(&a.w_q, &a.b_q), (&a.w_k, &a.b_k), (&a.w_v, &a.b_v)].into_iter().enumerate()
+            {
+                // Row pos of [Q K V] = n₁W_QKV + b_QKV, written into the cache: one column block
+                // of W_QKV = [W_Q W_K W_V] at a time (each output is a dot product with one
+                // column, so the concatenation need not be formed).
+                let out = &mut qkv.as_mut_slice()[part * d * n_ctx + pos..];
+                for (o, &bias) in out.iter_mut().step_by(n_ctx).zip(bias.iter()) {
+                    *o = bias;
+                }
+                let out = StridedMut { data: out, rows: 1, cols: d, ld: n_ctx };
+                row_product(T::one(), row(&r.n), whole(w), Op::N, T::one(), out)?;
+            }
+            // Every head: the causal block of the one query row pos against the keys 0 … pos.
+            let buf = qkv.as_slice();
+            let rows = |col0: usize, (i0, i1): (usize, usize)| Strided {
+                data: &buf[col0 * n_ctx + i0..],
+                rows: i1 - i0,
+                cols: d_k,
+                ld: n_ctx,
+            };
+            for (h, out) in r.att.as_mut_slice().chunks_exact_mut(d_k).enumerate() {
+                let (q, k, v) = (h * d_k, d + h * d_k, 2 * d + h * d_k);
+                causal_block_forward(
+                    (rows(q, (pos, pos + 1)), rows(k, (0, pos + 1)), rows(v, (0, pos + 1))),
+                    pos,
+                    StridedMut { data: &mut r.weights, rows: 1, cols: pos + 1, ld: 1 },
+                    StridedMut { data: out, rows: 1, cols: d_k, ld: 1 },
+                    &mut r.stats,
+                    Products::OneRow,
+                )?;
+            }
+            onto(&mut r.x, &r.att, &a.w_o)?; //                                    h = x + att·W_O
+            add_row(&mut r.x, &a.b_o); //                                                … + b_O
+            layer_norm_forward_into(&b.ln2, &r.x, &mut r.ln, &mut r.n); //            n₂ = LN₂(h)
+            r.z1.as_mut_slice().copy_from_slice(b.ffn.b1.as_slice());
+            onto(&mut r.z1, &r.n, &b.ffn.w1)?; //                                  z₁ = b₁ + n₂W₁
+            activation_forward_into(b.ffn.act, r.z1.as_slice(), r.a1.as_mut_slice()); // a₁ = σ(z₁)
+            onto(&mut r.x, &r.a1, &b.ffn.w2)?; //                                  x' = h + a₁W₂
+            add_row(&mut r.x, &b.ffn.b2); //                                             … + b₂
+        }
+        cache.len = pos + 1;
+        layer_norm_forward_into(&self.ln_f, &r.x, &mut r.ln, &mut r.n); //          h_f = LN_f(x_L)
+        let w_u = self.unembedding();
+        let mut z = DMatrix::zeros(1, w_u.nrows()); //                              z = h_f W_Uᵀ
+        row_product(T::one(), row(&r.n), whole(w_u), Op::T, T::zero(), row_mut(&mut z))?;
+        let logits: Vec<T> = z.iter().copied().collect();
         crate::float::ensure_finite_slice(OP, "logits (a weight holds NaN or ∞)", &logits)?;
         Ok(logits)
     }
 }
 
+/// y ← y + x·W for rows x and y (1×C matrices): [`row_product`] with β = 1.
+fn onto<T: Float>(y: &mut DMatrix<T>, x: &DMatrix<T>, w: &DMatrix<T>) -> Result<()> {
+    row_product(T::one(), row(x), whole(w), Op::N, T::one(), row_mut(y))
+}
+
 /// y = x·W + b for one row x (length `in`), W in×out, b 1×out: y_j = b_j + x · W\[:, j\], each a
-/// dot product with one column of W (contiguous in column-major storage). Errors on shapes that
-/// do not chain.
+/// dot product with one column of W (contiguous in column-major storage): the cached step's
+/// weight product (`fused::row_product`) with the bias. Errors on shapes that do not chain.
 pub fn row_affine<T: Float>(
     op: &'static str,
     x: &[T],
@@ -157,14 +277,10 @@ pub fn row_affine<T: Float>(
             shape_of(b),
         ));
     }
-    if w.nrows() == 0 {
-        return Ok(b.iter().copied().collect());
-    }
-    Ok(w.as_slice()
-        .chunks_exact(w.nrows())
-        .zip(b.iter())
-        .map(|(column, &bias)| bias + dot(x, column))
-        .collect())
+    let mut y = b.clone();
+    let x = Strided { data: x, rows: 1, cols: w.nrows(), ld: 1 };
+    row_product(T::one(), x, whole(w), Op::N, T::one(), row_mut(&mut y))?;
+    Ok(y.iter().copied().collect())
 }
 
 /// Lanes of independent partial sums in [`dot`]: enough for the compiler to keep a vector
@@ -187,15 +303,15 @@ pub fn dot<T: Float>(a: &[T], b: &[T]) -> T {
 
 /// Causal attention of one new query row q (all heads side by side, length H·d_k) over the first
 /// `n` rows of the cached keys and values (n_ctx×(H·d_k) each, column-major): for each head h,
-/// s_p = q_h · K_h\[p\] / √d_k for p < n, a = softmax(s) (chapter 2, one row per head), and
-/// o_h = Σ_p a_p V_h\[p\]. Returns the heads' outputs side by side. A column of the cache holds one
-/// channel of every position, contiguous, so scores are built channel by channel (s += q_c K[:, c])
-/// and outputs are dot products of a with a column of V.
-pub fn attend_one<T: Float>(
+/// a = softmax(q_h K_h\[..n\]ᵀ/√d_k) and o_h = a V_h\[..n\]. Returns the heads' outputs side by
+/// side. This is the cached step's attention: the fused step's causal block
+/// (`fused::causal_block_forward`) of the one query row n − 1 against the keys 0 … n − 1, read
+/// from separate key and value matrices.
+pub fn attend_one<'a, T: Float>(
     op: &'static str,
     q: &[T],
-    keys: &DMatrix<T>,
-    values: &DMatrix<T>,
+    keys: &'a DMatrix<T>,
+    values: &'a DMatrix<T>,
     n: usize,
     heads: usize,
 ) -> Result<Vec<T>> {
@@ -215,34 +331,25 @@ pub fn attend_one<T: Float>(
             format!("{n} positions; the cache holds {} rows", keys.nrows()),
         ));
     }
-    let d_k = width / heads;
-    let scale = T::of(1.0 / (d_k as f64).sqrt());
-    let rows = keys.nrows();
-    let mut scores = DMatrix::zeros(heads, n);
-    for h in 0..heads {
-        let mut s = vec![T::zero(); n];
-        let head = h * d_k..(h + 1) * d_k;
-        for (&qc, key_column) in
-            q[head.clone()].iter().zip(keys.as_slice().chunks_exact(rows).skip(head.start))
-        {
-            for (sp, &kp) in s.iter_mut().zip(&key_column[..n]) {
-                *sp += qc * kp;
-            }
-        }
-        for (p, sp) in s.into_iter().enumerate() {
-            scores[(h, p)] = sp * scale;
-        }
-    }
-    let weights = crate::ch02_softmax::softmax_rows_forward(&scores)?; // one distribution per head
+    let (d_k, rows) = (width / heads, keys.nrows());
+    let (mut weights, mut stats) = (vec![T::zero(); n], vec![T::zero(); 2]);
     let mut out = vec![T::zero(); width];
     for h in 0..heads {
-        let a: Vec<T> = weights.row(h).iter().copied().collect();
-        let head = h * d_k..(h + 1) * d_k;
-        for (o, value_column) in
-            out[head.clone()].iter_mut().zip(values.as_slice().chunks_exact(rows).skip(head.start))
-        {
-            *o = dot(&a, &value_column[..n]);
-        }
+        let view = |m: &'a DMatrix<T>| Strided {
+            data: &m.as_slice()[h * d_k * rows..],
+            rows: n,
+            cols: d_k,
+            ld: rows,
+        };
+        let q_h = Strided { data: &q[h * d_k..], rows: 1, cols: d_k, ld: 1 };
+        causal_block_forward(
+            (q_h, view(keys), view(values)),
+            n - 1,
+            StridedMut { data: &mut weights, rows: 1, cols: n, ld: 1 },
+            StridedMut { data: &mut out[h * d_k..], rows: 1, cols: d_k, ld: 1 },
+            &mut stats,
+            Products::OneRow,
+        )?;
     }
     Ok(out)
 }
