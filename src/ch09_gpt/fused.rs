@@ -199,7 +199,8 @@ struct Shard<T: Float> {
 /// The reusable state of the fused step: the fused QKV weights and one shard (its own buffers
 /// and gradients) per part of the batch. Buffers are sized on the first step and resized only
 /// when the batch or model shape changes. Memory: every activation the backward pass needs, plus
-/// one full set of gradients per shard (for GPT-2 124M in f32, about 0.5 GB each).
+/// one full set of gradients per shard (for GPT-2 124M in f32, about 0.5 GB each), which
+/// [`gradient_shards`] keeps within the activations' own memory.
 #[derive(Clone, Default)]
 pub struct FusedStep<T: Float> {
     /// W_QKV = \[W_Q W_K W_V\] (d×3d) and b_QKV (1×3d) of every block, refreshed each step.
