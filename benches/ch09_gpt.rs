@@ -143,10 +143,10 @@ fn replay(shards: &[Vec<Operation>]) -> f64 {
         let queue = std::sync::Mutex::new(shards.iter());
         let work = || {
             with_threads(inner, || {
-                while let Some(ops) = {
+                loop {
+                    // The guard is dropped before the shard runs, so the threads do not wait.
                     let next = queue.lock().unwrap().next();
-                    next
-                } {
+                    let Some(ops) = next else { break };
                     run(ops);
                 }
             })
