@@ -58,11 +58,13 @@ use nalgebra::DMatrix;
 
 /// The fewest rows (tokens) a shard is given when the batch is cut. Each shard repeats work that
 /// grows with the model, not with its rows: it packs every weight matrix for its forward and
-/// backward products, writes a full gradient and adds it into the batch's, about 4 memory
-/// operations per parameter against 6·rows multiply-adds per parameter of useful work. Measured
-/// on nanoGPT's CPU configuration on one thread (`--child-train-tps` of
-/// `benches/ch09_gpt.rs`, alternating runs): shards of 64 rows cost ≈ 15 % of the step, 128
-/// rows ≈ 6 %, 192 and 384 rows nothing measurable.
+/// backward products, writes a full gradient and adds it into the batch's, a few memory
+/// operations per parameter against 6·rows flops per parameter of useful work. Measured on one
+/// thread with `--child-train-tps` of `benches/ch09_gpt.rs` (alternating runs, medians, on a
+/// loaded 2-core machine, so only a few percent are resolved): nanoGPT's CPU configuration
+/// (768 rows) lost ≈ 15 % in shards of 64 rows, ≈ 6 % in shards of 128, ≈ 1 % in shards of 192
+/// against 384; the width-96 model at batch 16 (1,024 rows) ≈ 4 % in shards of 256 against 512.
+/// 256 keeps nanoGPT's batch and this chapter's corpus batch in the two shards they had.
 pub const MIN_SHARD_ROWS: usize = 256;
 
 /// Into how many shards the fused step cuts a batch of `batch` sequences of `seq_len` tokens for
