@@ -466,9 +466,11 @@ fn run_shards<T: Float>(
 /// handing out pieces costs nothing next to adding them.
 const REDUCE_PIECE: usize = 1 << 13;
 
-/// Fewest values (gradient elements × shards beyond the first) before the sum over shards is
-/// shared between threads; below it, starting the threads costs more than the additions.
-const PARALLEL_REDUCE_MIN: usize = 1 << 18;
+/// Fewest additions (gradient elements × shards beyond the first) before the sum over shards is
+/// shared between threads: about 1 ms of work on one thread. Below it, waking threads for the
+/// sum saves a fraction of a millisecond and risks more: on a busy machine a thread can wait a
+/// scheduler slice to start. (nanoGPT's two shards, 0.8·10⁶ additions, stay on one thread.)
+const PARALLEL_REDUCE_MIN: usize = 1 << 22;
 
 /// The batch's loss sum and gradient, left in the first shard: every element is the first
 /// shard's, plus the second's, plus the third's … always in shard order, so the bits do not
@@ -477,28 +479,42 @@ fn add_in_shard_order<T: Float>(shards: &mut [Shard<T>], threads: usize) -> f64 
     let (first, rest) = shards.split_at_mut(1);
     let first = &mut first[0];
     let loss_sum = rest.iter().fold(first.loss_sum, |sum, s| sum + s.loss_sum);
+    let rest: Vec<&[DMatrix<T>]> = rest.iter().map(|s| s.grads.as_slice()).collect();
+    add_in_order(&mut first.grads, &rest, threads, PARALLEL_REDUCE_MIN);
+    loss_sum
+}
+
+/// `acc` += `rest[0]` += `rest[1]` … tensor by tensor, element by element, in that order, on up
+/// to `threads` threads once there are `parallel_min` additions or more; the threads share
+/// pieces of [`REDUCE_PIECE`] elements, and each element's sum is taken in the same order
+/// whichever thread takes it.
+fn add_in_order<T: Float>(
+    acc: &mut [DMatrix<T>],
+    rest: &[&[DMatrix<T>]],
+    threads: usize,
+    parallel_min: usize,
+) {
     if rest.is_empty() {
-        return loss_sum;
+        return;
     }
-    let rest = &*rest;
     let mut pieces: Vec<(usize, usize, &mut [T])> = Vec::new();
-    for (k, g) in first.grads.iter_mut().enumerate() {
-        for (p, acc) in g.as_mut_slice().chunks_mut(REDUCE_PIECE).enumerate() {
-            pieces.push((k, p * REDUCE_PIECE, acc));
+    for (k, g) in acc.iter_mut().enumerate() {
+        for (p, piece) in g.as_mut_slice().chunks_mut(REDUCE_PIECE).enumerate() {
+            pieces.push((k, p * REDUCE_PIECE, piece));
         }
     }
-    let add = |(k, at, acc): (usize, usize, &mut [T])| {
-        for s in rest {
-            for (a, &b) in acc.iter_mut().zip(&s.grads[k].as_slice()[at..]) {
+    let add = |(k, at, piece): (usize, usize, &mut [T])| {
+        for grads in rest {
+            for (a, &b) in piece.iter_mut().zip(&grads[k].as_slice()[at..]) {
                 *a += b;
             }
         }
     };
-    let values = pieces.iter().map(|p| p.2.len()).sum::<usize>() * rest.len();
-    let workers = if values < PARALLEL_REDUCE_MIN { 1 } else { threads.clamp(1, pieces.len()) };
+    let additions = pieces.iter().map(|p| p.2.len()).sum::<usize>() * rest.len();
+    let workers = if additions < parallel_min { 1 } else { threads.clamp(1, pieces.len()) };
     if workers == 1 {
         pieces.into_iter().for_each(add);
-        return loss_sum;
+        return;
     }
     let queue = std::sync::Mutex::new(pieces.into_iter());
     let work = || {
@@ -514,7 +530,6 @@ fn add_in_shard_order<T: Float>(shards: &mut [Shard<T>], threads: usize) -> f64 
         }
         work();
     });
-    loss_sum
 }
 
 impl<T: Float> Shard<T> {

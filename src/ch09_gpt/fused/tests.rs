@@ -130,3 +130,34 @@ fn the_shard_count_follows_the_batch_and_the_model_and_is_a_power_of_two() {
     }
     assert_eq!(gradient_shards(&nano, 0, 64), 1);
 }
+
+#[test]
+fn the_sum_over_shards_has_the_same_bits_on_any_thread_count_and_is_taken_in_shard_order() {
+    use super::{REDUCE_PIECE, add_in_order};
+    // Five shards' gradients: tensors of several pieces, of one piece and of a few elements.
+    let shapes = [(100, 97), (1, 64), (3, 5), (2 * REDUCE_PIECE / 7 + 1, 7)];
+    let mut rng = Rng::new(9);
+    let shards: Vec<Vec<DMatrix<f32>>> = (0..5)
+        .map(|_| shapes.iter().map(|&(r, c)| rng.normal_matrix::<f32>(r, c, 1.0)).collect())
+        .collect();
+    // Element by element, the first shard's value plus the second's, plus the third's …
+    let expected: Vec<DMatrix<f32>> = (0..shapes.len())
+        .map(|k| {
+            let mut m = shards[0][k].clone();
+            for (i, x) in m.iter_mut().enumerate() {
+                for s in &shards[1..] {
+                    *x += s[k][i];
+                }
+            }
+            m
+        })
+        .collect();
+    let rest: Vec<&[DMatrix<f32>]> = shards[1..].iter().map(Vec::as_slice).collect();
+    for threads in [1, 2, 3, 4, 5, 8] {
+        for parallel_min in [0, usize::MAX] {
+            let mut acc = shards[0].clone();
+            add_in_order(&mut acc, &rest, threads, parallel_min);
+            assert!(acc == expected, "{threads} threads, parallel from {parallel_min}");
+        }
+    }
+}
