@@ -32,7 +32,7 @@ mod clock;
 use llm_workbook::backend::{BACKEND_ENV, Backend, active_backend, nalgebra_products};
 use llm_workbook::ch09_gpt::config::Config;
 use llm_workbook::ch09_gpt::data::random_windows;
-use llm_workbook::ch09_gpt::fused::{GRADIENT_SHARDS, causal_blocks};
+use llm_workbook::ch09_gpt::fused::{causal_blocks, gradient_shards};
 use llm_workbook::ch09_gpt::model::Gpt;
 use llm_workbook::ch09_gpt::sample::{Decoding, generate};
 use llm_workbook::ch09_gpt::schedule::Schedule;
@@ -120,8 +120,8 @@ fn operands(p: &Product, rng: &mut Rng) -> (DMatrix<f32>, DMatrix<f32>) {
 }
 
 /// Seconds to run every product of every shard once, through the crate's entry point (with
-/// whichever backend this process runs), the shards side by side on their own threads as the
-/// fused step runs them.
+/// whichever backend this process runs), the shards shared between the threads from a queue and
+/// each shard's products on the threads left over, as the fused step runs them.
 fn replay(shards: &[Vec<Operation>]) -> f64 {
     let run = |ops: &[Operation]| {
         for (p, a, b) in ops {
@@ -133,16 +133,30 @@ fn replay(shards: &[Vec<Operation>]) -> f64 {
             black_box(c);
         }
     };
+    let threads = default_threads();
+    let workers = threads.clamp(1, shards.len().max(1));
+    let inner = (threads / workers).max(1);
     let t = Instant::now();
-    if default_threads() < 2 || shards.len() < 2 {
-        shards.iter().for_each(|ops| run(ops));
+    if workers == 1 {
+        with_threads(inner, || shards.iter().for_each(|ops| run(ops)));
     } else {
+        let queue = std::sync::Mutex::new(shards.iter());
+        let work = || {
+            with_threads(inner, || {
+                loop {
+                    // The guard is dropped before the shard runs, so the threads do not wait.
+                    let next = queue.lock().unwrap().next();
+                    let Some(ops) = next else { break };
+                    run(ops);
+                }
+            })
+        };
         let choices = product_choices();
         std::thread::scope(|s| {
-            for ops in &shards[1..] {
-                s.spawn(move || choices.run(|| with_threads(1, || run(ops))));
+            for _ in 1..workers {
+                s.spawn(|| choices.run(work));
             }
-            with_threads(1, || run(&shards[0]));
+            work();
         });
     }
     t.elapsed().as_secs_f64()
@@ -258,7 +272,7 @@ fn train_step(reference: bool) -> (f64, f64, f64) {
     }
     let _ = random_windows(&tokens, t, batch, &mut rng);
     // The shards as the fused step cuts the batch.
-    let parts = batch.min(GRADIENT_SHARDS);
+    let parts = gradient_shards(&config, batch, t);
     let shards: Vec<Vec<_>> = (0..parts)
         .map(|q| {
             let seqs = batch / parts + usize::from(q < batch % parts);
@@ -533,8 +547,9 @@ fn main() {
         }
     }
     println!(
-        "(With 2 threads the fused step runs its two batch shards side by side, each product on \
-            one thread, whatever the"
+        "(The fused step cuts the batch into {} shards and shares them between the threads, each \
+            product on one thread, whatever the",
+        gradient_shards(&Config::new(65, 64, 4, 4, 128), 12, 64)
     );
     println!(
         " backend; the reference step runs one product at a time, ours splitting large ones over \

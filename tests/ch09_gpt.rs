@@ -2343,11 +2343,15 @@ mod hardening {
 
     #[test]
     fn training_gives_the_same_bits_on_one_to_eight_threads() {
-        // With two threads or more the fused step runs its two batch shards (12 sequences each)
-        // side by side, and AdamW shares the tensors out between the threads once the model has
+        // The fused step cuts the batch (24 sequences of 64 tokens) into four shards and shares
+        // them between the threads (3 threads take them unevenly, 8 leave threads over for the
+        // products), and AdamW shares the tensors out between the threads once the model has
         // at least PARALLEL_MIN_PARAMETERS (one block of width 128 alone has 12·128² ≈ 2·10⁵).
         // The shards are cut by the batch, not by the threads, and every AdamW entry is updated
         // on its own, so the bits cannot change: the test asks for equality on 1 to 8 threads.
+        // (The count is 4 at any vocabulary this text could give; 65 stands for it.)
+        let config = Config::new(65, 64, 1, 2, 128);
+        assert_eq!(llm_workbook::ch09_gpt::fused::gradient_shards(&config, 24, 64), 4);
         const { assert!(12 * 128 * 128 >= llm_workbook::optim::PARALLEL_MIN_PARAMETERS) };
         let dir = common::temp_dir("ch09_threads");
         let text = dir.join("t.txt");
@@ -2622,13 +2626,22 @@ mod fused_step {
     use super::*;
     use llm_workbook::ch06_attention::{Epsilon, NormOrder};
     use llm_workbook::ch09_gpt::data::Batch;
-    use llm_workbook::ch09_gpt::fused::{FusedStep, supports};
+    use llm_workbook::ch09_gpt::fused::{FusedStep, gradient_shards, supports};
     use llm_workbook::ch09_gpt::model::Gpt;
     use llm_workbook::ch09_gpt::train::{Data, TrainConfig, Trainer};
     use llm_workbook::gradcheck;
     use llm_workbook::threads::with_threads;
 
-    /// Three sequences of four tokens (two shards of unequal size), some positions unscored.
+    /// 181 sequences of six tokens (1,086 rows: four shards of 46, 45, 45 and 45 sequences, see
+    /// `fused::gradient_shards`), every seventh position unscored.
+    fn many_sequences() -> Batch {
+        let inputs: Vec<u32> = (0..181 * 6).map(|i| (i * 5 % 7) as u32).collect();
+        let targets =
+            (0..181 * 6).map(|i| (i % 7 != 3).then_some(((i * 3 + 1) % 7) as u32)).collect();
+        Batch { inputs, targets, batch: 181, seq_len: 6 }
+    }
+
+    /// Three sequences of four tokens, some positions unscored.
     fn odd_batch() -> Batch {
         Batch {
             inputs: vec![1, 4, 6, 0, 2, 3, 3, 5, 1, 0, 6, 6],
@@ -2696,6 +2709,7 @@ mod fused_step {
     #[case::three_sequences(tiny(true, Positions::Learned), odd_batch())]
     #[case::one_sequence(tiny(false, Positions::Learned), one_sequence())]
     #[case::three_causal_blocks(long_context(), long_batch())]
+    #[case::four_shards(tiny(true, Positions::Learned), many_sequences())]
     fn the_fused_step_gives_the_reference_loss_and_gradients_in_f64(
         #[case] config: Config,
         #[case] batch: Batch,
@@ -2760,8 +2774,11 @@ mod fused_step {
 
     #[test]
     fn one_to_eight_threads_give_the_same_bits_and_a_reused_workspace_changes_nothing() {
+        // Four shards (see many_sequences): 3 threads take them unevenly, 5 and 8 leave threads
+        // over for the products. A shard count that followed the threads would change the bits.
         let model = perturbed(tiny(true, Positions::Learned), 11).cast::<f32>();
-        let batch = odd_batch();
+        let batch = many_sequences();
+        assert_eq!(gradient_shards(&model.config, batch.batch, batch.seq_len), 4);
         let run = |threads: usize| {
             with_threads(threads, || {
                 FusedStep::new()
@@ -2784,7 +2801,7 @@ mod fused_step {
         assert!(again.1 == one.1.as_slice());
         // Its Debug form says what it is sized for rather than printing every buffer.
         let shown = format!("{reused:?}");
-        assert!(shown.contains("shards: 2") && shown.len() < 600, "{shown}");
+        assert!(shown.contains("shards: 4") && shown.len() < 600, "{shown}");
     }
 
     #[test]

@@ -20,10 +20,13 @@
 //!   softmax touches only the entries j ≤ i.
 //! - **Residuals accumulate in place.** h = x + a·W_O + b_O is one product with β = 1 onto x;
 //!   every "∂x gets ∂h directly and through the branch" is an addition into the same buffer.
-//! - **The batch in shards.** The B sequences are cut into [`GRADIENT_SHARDS`] parts; each part
-//!   runs forward and backward on its own (on its own thread when there are threads to spare) and
-//!   the parts' gradients are added in a fixed order. The shards are fixed by the batch, not by
-//!   the thread count, so one thread and two give the same bits.
+//! - **The batch in shards, the shards over every thread.** The B sequences are cut into
+//!   [`gradient_shards`] parts (a power of two, each of at least [`MIN_SHARD_ROWS`] rows). Each
+//!   part runs forward and backward on its own; the threads take the parts one after another
+//!   from a shared queue (each part's products on the threads left over, if there are more
+//!   threads than parts), and the parts' gradients and losses are added in part order, element
+//!   by element. The parts are fixed by the batch and the model, never by the thread count, and
+//!   which thread ran a part changes nothing, so every thread count gives the same bits.
 //!
 //! The column-major layout of the reference is kept (row r of an N×C matrix is token r), so every
 //! per-row statistic (LayerNorm's μ and σ, softmax's maximum and sum) is accumulated column by
@@ -57,11 +60,54 @@ use crate::matmul::{MatMut, MatRef, product_choices};
 use crate::threads::with_threads;
 use nalgebra::DMatrix;
 
-/// Into how many parts the batch is cut (at most; a batch of one sequence is one part). Each part
-/// can run on its own thread; two suits the two-core machines this crate is measured on. The
-/// gradient depends on this number only through rounding (the sums over the batch are grouped
-/// differently), and not at all on the number of threads.
-pub const GRADIENT_SHARDS: usize = 2;
+/// The fewest rows (tokens) a shard is given when the batch is cut. Each shard repeats work that
+/// grows with the model, not with its rows: it packs every weight matrix for its forward and
+/// backward products, writes a full gradient and adds it into the batch's, a few memory
+/// operations per parameter against 6·rows flops per parameter of useful work. Measured on one
+/// thread with `--child-train-tps` of `benches/ch09_gpt.rs` (alternating runs, medians, on a
+/// loaded 2-core machine, so only a few percent are resolved): nanoGPT's CPU configuration
+/// (768 rows) lost ≈ 15 % in shards of 64 rows, ≈ 6 % in shards of 128, ≈ 1 % in shards of 192
+/// against 384; the width-96 model at batch 16 (1,024 rows) ≈ 4 % in shards of 256 against 512.
+/// 256 keeps nanoGPT's batch and this chapter's corpus batch in the two shards they had.
+pub const MIN_SHARD_ROWS: usize = 256;
+
+/// Into how many shards the fused step cuts a batch of `batch` sequences of `seq_len` tokens for
+/// a model shaped by `config`: the largest power of two that gives every shard at least
+/// [`MIN_SHARD_ROWS`] rows, at most one shard per sequence, and keeps the shards' own gradient
+/// copies (one full set of parameters each, [`Config::parameter_count`]) within the memory of
+/// the values the forward pass saves for the whole batch (so the step needs at most about twice
+/// its activations); at least one. A power of two, so that 2, 4, 8 or 16 threads share the
+/// shards evenly.
+///
+/// nanoGPT's CPU configuration (4 layers, width 128, context 64, batch 12: 768 rows) and this
+/// chapter's corpus model (batch 8 of 64 tokens) get 2 shards, the 6-layer, width-384,
+/// context-256 model of the thread benchmark at batch 16 gets 16 (one per sequence), GPT-2 124M
+/// at 12 sequences of 64 tokens 1 (two copies of its 124·10⁶ parameters would outweigh the
+/// 161·10⁶ saved values): its products then use every thread.
+///
+/// The count depends on the batch and the model only, never on the threads: the gradient is a
+/// sum over shards added in shard order, so it depends on this number through rounding alone
+/// (the sums over the batch are grouped differently), and on the thread count not at all.
+///
+/// [`Config::parameter_count`]: super::config::Config::parameter_count
+pub fn gradient_shards(config: &super::config::Config, batch: usize, seq_len: usize) -> usize {
+    let saved = batch.saturating_mul(saved_values_per_sequence(config, seq_len));
+    let parameters = usize::try_from(config.parameter_count()).unwrap_or(usize::MAX).max(1);
+    let most = (batch.saturating_mul(seq_len) / MIN_SHARD_ROWS).min(batch).min(saved / parameters);
+    if most <= 1 { 1 } else { 1 << most.ilog2() }
+}
+
+/// The values one sequence of T tokens keeps in a shard's buffers (see [`BlockSaved`] and
+/// `Shard`): per block the LayerNorm caches, n₁, \[Q K V\], the heads' outputs, n₂ (8d per row,
+/// LayerNorms' two statistics not counted), z₁ and a₁ (2·4d per row) and the attention weights
+/// (h·T²); after the blocks the final LayerNorm, h_f, the residual stream and the logits
+/// (3d + V per row).
+fn saved_values_per_sequence(c: &super::config::Config, t: usize) -> usize {
+    let (d, f) = (c.width, c.hidden());
+    let rows = |per_row: usize| t.saturating_mul(per_row);
+    let per_block = rows((8 * d).saturating_add(2 * f)).saturating_add(c.heads * rows(t));
+    c.layers.saturating_mul(per_block).saturating_add(rows((3 * d).saturating_add(c.vocab_size)))
+}
 
 /// Whether [`FusedStep`] covers `model`: every block pre-LN with GELU (tanh form), every
 /// LayerNorm with ε inside the square root, and the weights shaped as [`Gpt::new`] shapes them
@@ -159,7 +205,8 @@ struct Shard<T: Float> {
 /// The reusable state of the fused step: the fused QKV weights and one shard (its own buffers
 /// and gradients) per part of the batch. Buffers are sized on the first step and resized only
 /// when the batch or model shape changes. Memory: every activation the backward pass needs, plus
-/// one full set of gradients per shard (for GPT-2 124M in f32, about 0.5 GB each).
+/// one full set of gradients per shard (for GPT-2 124M in f32, about 0.5 GB each), which
+/// [`gradient_shards`] keeps within the activations' own memory.
 #[derive(Clone, Default)]
 pub struct FusedStep<T: Float> {
     /// W_QKV = \[W_Q W_K W_V\] (d×3d) and b_QKV (1×3d) of every block, refreshed each step.
@@ -224,47 +271,13 @@ impl<T: Float> FusedStep<T> {
         self.refresh_qkv_weights(model);
         let scale = T::of(1.0 / scored as f64);
         let w_qkv = &self.w_qkv;
-        let choices = product_choices();
-        let threads = crate::threads::default_threads().min(self.shards.len());
-        let results: Vec<Result<()>> = if threads <= 1 {
-            self.shards.iter_mut().map(|s| s.run(model, w_qkv, batch, scale)).collect()
-        } else {
-            // The shards in `threads` groups: the first group runs here, each other on a thread of
-            // its own. Each shard's products run on its own thread only, so the two levels of
-            // threads do not compete for the cores.
-            let per_group = self.shards.len().div_ceil(threads);
-            let run_group = |group: &mut [Shard<T>]| -> Vec<Result<()>> {
-                with_threads(1, || {
-                    group.iter_mut().map(|s| s.run(model, w_qkv, batch, scale)).collect()
-                })
-            };
-            std::thread::scope(|scope| {
-                let mut groups = self.shards.chunks_mut(per_group);
-                let here = groups.next().unwrap_or_default();
-                let handles: Vec<_> =
-                    groups.map(|g| scope.spawn(move || choices.run(|| run_group(g)))).collect();
-                let mut out = run_group(here);
-                for h in handles {
-                    out.extend(h.join().unwrap_or_else(|_| {
-                        vec![Err(invalid(OP, "shard", "a shard's thread panicked"))]
-                    }));
-                }
-                out
-            })
-        };
-        for r in results {
-            r?;
+        let threads = crate::threads::default_threads();
+        for r in run_shards(&mut self.shards, threads, |s| s.run(model, w_qkv, batch, scale)) {
+            r.unwrap_or_else(|| Err(invalid(OP, "shard", "a shard's thread panicked")))?;
         }
-        // The batch's gradient is the sum of the shards' gradients, added in shard order.
-        let (first, rest) = self.shards.split_at_mut(1);
-        let mut loss_sum = first[0].loss_sum;
-        for s in rest.iter() {
-            loss_sum += s.loss_sum;
-            for (g, gs) in first[0].grads.iter_mut().zip(&s.grads) {
-                *g += gs;
-            }
-        }
-        Ok((loss_sum / scored as f64, &mut first[0].grads))
+        let loss_sum = add_in_shard_order(&mut self.shards, threads);
+        let first = &mut self.shards[0];
+        Ok((loss_sum / scored as f64, &mut first.grads))
     }
 
     /// The logits of the last position of one sequence (`tokens`, at most n_ctx of them), by the
@@ -338,7 +351,7 @@ impl<T: Float> FusedStep<T> {
         }
         let c = &model.config;
         let (d, f, v, t, h) = (c.width, c.hidden(), c.vocab_size, batch.seq_len, c.heads);
-        let parts = batch.batch.min(GRADIENT_SHARDS);
+        let parts = gradient_shards(c, batch.batch, t);
         let shapes: Vec<(usize, usize)> = model.tensors().iter().map(|(_, m)| m.shape()).collect();
         self.shards = (0..parts)
             .map(|p| {
@@ -404,6 +417,120 @@ impl<T: Float> FusedStep<T> {
             }
         }
     }
+}
+
+/// Runs `job` on every shard, on at most `threads` threads: the threads take the shards one at a
+/// time from a shared queue (a thread that finishes early takes the next), and each shard's
+/// products get the threads left over, `threads / workers` of them (chapter 10's
+/// [`with_threads`]), so the two levels never ask for more threads than there are. Every shard
+/// writes only its own buffers, so which thread ran it changes nothing. Each shard's result in
+/// shard order; `None` for a shard whose thread panicked before finishing it.
+fn run_shards<T: Float>(
+    shards: &mut [Shard<T>],
+    threads: usize,
+    job: impl Fn(&mut Shard<T>) -> Result<()> + Sync,
+) -> Vec<Option<Result<()>>> {
+    let count = shards.len();
+    let workers = threads.clamp(1, count.max(1));
+    let inner = (threads / workers).max(1);
+    if workers == 1 {
+        // One shard or one thread: the shards in turn here, their products on every thread.
+        return shards.iter_mut().map(|s| Some(with_threads(inner, || job(s)))).collect();
+    }
+    let queue = std::sync::Mutex::new(shards.iter_mut().enumerate());
+    let work = || {
+        with_threads(inner, || {
+            let mut done = Vec::new();
+            loop {
+                let next = queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner).next();
+                let Some((i, shard)) = next else { break done };
+                done.push((i, job(shard)));
+            }
+        })
+    };
+    let choices = product_choices();
+    let mut results: Vec<Option<Result<()>>> = (0..count).map(|_| None).collect();
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (1..workers).map(|_| scope.spawn(|| choices.run(work))).collect();
+        let mine = work();
+        for (i, r) in
+            mine.into_iter().chain(handles.into_iter().flat_map(|h| h.join().unwrap_or_default()))
+        {
+            results[i] = Some(r);
+        }
+    });
+    results
+}
+
+/// Elements of a gradient tensor added as one piece of work in [`add_in_shard_order`]: small
+/// enough that the sum (one element of every shard) stays in the L1 cache, large enough that
+/// handing out pieces costs nothing next to adding them.
+const REDUCE_PIECE: usize = 1 << 13;
+
+/// Fewest additions (gradient elements × shards beyond the first) before the sum over shards is
+/// shared between threads: about 1 ms of work on one thread. Below it, waking threads for the
+/// sum saves a fraction of a millisecond and risks more: on a busy machine a thread can wait a
+/// scheduler slice to start. (nanoGPT's two shards, 0.8·10⁶ additions, stay on one thread.)
+const PARALLEL_REDUCE_MIN: usize = 1 << 22;
+
+/// The batch's loss sum and gradient, left in the first shard: every element is the first
+/// shard's, plus the second's, plus the third's … always in shard order, so the bits do not
+/// depend on how the pieces of the tensors are shared between `threads` threads.
+fn add_in_shard_order<T: Float>(shards: &mut [Shard<T>], threads: usize) -> f64 {
+    let (first, rest) = shards.split_at_mut(1);
+    let first = &mut first[0];
+    let loss_sum = rest.iter().fold(first.loss_sum, |sum, s| sum + s.loss_sum);
+    let rest: Vec<&[DMatrix<T>]> = rest.iter().map(|s| s.grads.as_slice()).collect();
+    add_in_order(&mut first.grads, &rest, threads, PARALLEL_REDUCE_MIN);
+    loss_sum
+}
+
+/// `acc` += `rest[0]` += `rest[1]` … tensor by tensor, element by element, in that order, on up
+/// to `threads` threads once there are `parallel_min` additions or more; the threads share
+/// pieces of [`REDUCE_PIECE`] elements, and each element's sum is taken in the same order
+/// whichever thread takes it.
+fn add_in_order<T: Float>(
+    acc: &mut [DMatrix<T>],
+    rest: &[&[DMatrix<T>]],
+    threads: usize,
+    parallel_min: usize,
+) {
+    if rest.is_empty() {
+        return;
+    }
+    let mut pieces: Vec<(usize, usize, &mut [T])> = Vec::new();
+    for (k, g) in acc.iter_mut().enumerate() {
+        for (p, piece) in g.as_mut_slice().chunks_mut(REDUCE_PIECE).enumerate() {
+            pieces.push((k, p * REDUCE_PIECE, piece));
+        }
+    }
+    let add = |(k, at, piece): (usize, usize, &mut [T])| {
+        for grads in rest {
+            for (a, &b) in piece.iter_mut().zip(&grads[k].as_slice()[at..]) {
+                *a += b;
+            }
+        }
+    };
+    let additions = pieces.iter().map(|p| p.2.len()).sum::<usize>() * rest.len();
+    let workers = if additions < parallel_min { 1 } else { threads.clamp(1, pieces.len()) };
+    if workers == 1 {
+        pieces.into_iter().for_each(add);
+        return;
+    }
+    let queue = std::sync::Mutex::new(pieces.into_iter());
+    let work = || {
+        loop {
+            let next = queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner).next();
+            let Some(piece) = next else { break };
+            add(piece);
+        }
+    };
+    std::thread::scope(|scope| {
+        for _ in 1..workers {
+            scope.spawn(work);
+        }
+        work();
+    });
 }
 
 impl<T: Float> Shard<T> {

@@ -180,3 +180,68 @@ fn one_query_row_is_its_row_of_the_training_steps_causal_attention() {
         }
     }
 }
+
+#[test]
+fn the_shard_count_follows_the_batch_and_the_model_and_is_a_power_of_two() {
+    use super::{MIN_SHARD_ROWS, gradient_shards, saved_values_per_sequence};
+    use crate::ch09_gpt::config::Config;
+    let nano = Config::new(65, 64, 4, 4, 128);
+    // The figures the documentation of gradient_shards quotes.
+    assert_eq!(gradient_shards(&nano, 12, 64), 2, "768 rows: 3 of 256, rounded down to 2");
+    assert_eq!(gradient_shards(&Config::new(65, 64, 3, 4, 96), 8, 64), 2, "the corpus model");
+    let wide = Config::new(65, 256, 6, 6, 384);
+    assert_eq!(gradient_shards(&wide, 16, 256), 16, "one shard per sequence");
+    let gpt2 = Config::gpt2_124m();
+    let saved = 12 * saved_values_per_sequence(&gpt2, 64);
+    assert!((160e6..162e6).contains(&(saved as f64)), "{saved}");
+    assert_eq!(gradient_shards(&gpt2, 12, 64), 1, "the gradient copies would outweigh the rest");
+    // Never more shards than sequences, never fewer rows than MIN_SHARD_ROWS in a shard (unless
+    // there is one), never gradient copies beyond the saved values, a power of two, at least one.
+    for batch in 1..=40 {
+        for t in [1, 5, 64, 100, 256] {
+            let s = gradient_shards(&nano, batch, t);
+            assert!(s.is_power_of_two() && s <= batch, "B = {batch}, T = {t}: {s}");
+            assert!(s == 1 || batch * t / s >= MIN_SHARD_ROWS, "B = {batch}, T = {t}: {s}");
+            let (saved, parameters) =
+                (batch * saved_values_per_sequence(&nano, t), nano.parameter_count() as usize);
+            assert!(s == 1 || s * parameters <= saved, "B = {batch}, T = {t}: {s}");
+            // The largest such count: twice as many would break one of the three bounds.
+            assert!(
+                2 * s > batch || batch * t / (2 * s) < MIN_SHARD_ROWS || 2 * s * parameters > saved,
+                "B = {batch}, T = {t}: {s} could be doubled"
+            );
+        }
+    }
+    assert_eq!(gradient_shards(&nano, 0, 64), 1);
+}
+
+#[test]
+fn the_sum_over_shards_has_the_same_bits_on_any_thread_count_and_is_taken_in_shard_order() {
+    use super::{REDUCE_PIECE, add_in_order};
+    // Five shards' gradients: tensors of several pieces, of one piece and of a few elements.
+    let shapes = [(100, 97), (1, 64), (3, 5), (2 * REDUCE_PIECE / 7 + 1, 7)];
+    let mut rng = Rng::new(9);
+    let shards: Vec<Vec<DMatrix<f32>>> = (0..5)
+        .map(|_| shapes.iter().map(|&(r, c)| rng.normal_matrix::<f32>(r, c, 1.0)).collect())
+        .collect();
+    // Element by element, the first shard's value plus the second's, plus the third's …
+    let expected: Vec<DMatrix<f32>> = (0..shapes.len())
+        .map(|k| {
+            let mut m = shards[0][k].clone();
+            for (i, x) in m.iter_mut().enumerate() {
+                for s in &shards[1..] {
+                    *x += s[k][i];
+                }
+            }
+            m
+        })
+        .collect();
+    let rest: Vec<&[DMatrix<f32>]> = shards[1..].iter().map(Vec::as_slice).collect();
+    for threads in [1, 2, 3, 4, 5, 8] {
+        for parallel_min in [0, usize::MAX] {
+            let mut acc = shards[0].clone();
+            add_in_order(&mut acc, &rest, threads, parallel_min);
+            assert!(acc == expected, "{threads} threads, parallel from {parallel_min}");
+        }
+    }
+}
