@@ -10,7 +10,8 @@
 //! ```
 //!
 //! A SIMD kernel skips packing B̃ when B's rows are close enough (`in_place_b`): it reads each
-//! sliver of op(B) where it lies, and only a partial last sliver is packed.
+//! sliver of op(B) where it lies, a partial last sliver included (its narrower tiles read only the
+//! columns that exist).
 //!
 //! With several threads, C is cut into pieces along its longer side and each thread runs these
 //! loops on the pieces it takes (see [`gemm`]). Everything here is safe code; the only `unsafe`
@@ -283,8 +284,9 @@ impl<T: Element> Job<'_, T> {
             // loop 4: one rank-KC update of the panel.
             for pc in (0..k).step_by(kc_max) {
                 let kc = kc_max.min(k - pc);
-                // Packed B̃: the whole panel, or in place only its last, partial sliver.
-                let b_packed_from = if b_in_place { nc / nr * nr } else { 0 };
+                // Packed B̃: the whole panel, or nothing when it is read in place (a partial last
+                // sliver too: the narrower tiles read only the columns that exist).
+                let b_packed_from = if b_in_place { nc } else { 0 };
                 if b_packed_from < nc {
                     pack_b(
                         b_buf,
@@ -335,8 +337,9 @@ impl<T: Element> Job<'_, T> {
                         for ir in (0..mc).step_by(mr) {
                             let rows = mr.min(mc - ir);
                             let a_sliver = &a_buf[ir * kc..(ir + mr) * kc];
-                            if rows == mr && cols == nr {
-                                tile(mk, kc, a_sliver, b_sliver, self.alpha, beta, c_cols, ic + ir);
+                            if rows == mr && (cols == nr || !mk.narrow_widths().is_empty()) {
+                                let (alpha, row) = (self.alpha, ic + ir);
+                                full_rows(mk, kc, a_sliver, b_sliver, alpha, beta, c_cols, row);
                             } else {
                                 edge_tile(
                                     mk,
@@ -377,7 +380,7 @@ pub const IN_PLACE_MAX_STEP: usize = 1024;
 /// MR = 32 f32 that does not start on a cache line spans three lines instead of two, and the
 /// kernel re-reads the A sliver for every sliver of B.
 fn in_place_b<T: Element>(mk: MicroKernel<T>, b: Operand<T>) -> bool {
-    mk.reads_b_in_place() && b.rs <= IN_PLACE_MAX_STEP
+    mk.reads_b_in_place() && !mk.narrow_widths().is_empty() && b.rs <= IN_PLACE_MAX_STEP
 }
 
 /// A B sliver as the micro-kernel reads it: element (p, j) is `data[p·step + j·lane]`. A packed
@@ -402,11 +405,43 @@ fn tile<T: Element>(
     c: &mut [&mut [T]],
     row: usize,
 ) {
-    mk.run(kc, a, b.data, (b.step, b.lane), alpha, beta, c, row)
+    mk.run(kc, mk.nr, a, b.data, (b.step, b.lane), alpha, beta, c, row)
 }
 
-/// An edge tile (fewer than MR rows or NR columns left in C): the full tile is computed into
-/// `scratch` and only its part inside C is kept, so the micro-kernel never needs a slow path.
+/// A tile of MR full rows and the columns of `c` (NR, or fewer at the last columns of C): one
+/// micro-kernel call, or for fewer columns one call of each narrower width in the binary digits of
+/// the count (a SIMD kernel's 4, 2 and 1), straight into C. Only the columns that exist are
+/// computed: the 65 columns of the GPT's vocabulary are 8 tiles of 8 and one of 1, where a full
+/// tile through the scratch tile computed 72.
+#[allow(clippy::too_many_arguments)]
+fn full_rows<T: Element>(
+    mk: MicroKernel<T>,
+    kc: usize,
+    a: &[T],
+    b: Sliver<T>,
+    alpha: T,
+    beta: T,
+    c: &mut [&mut [T]],
+    row: usize,
+) {
+    let cols = c.len();
+    if cols == mk.nr {
+        return tile(mk, kc, a, b, alpha, beta, c, row);
+    }
+    let mut j = 0;
+    for &width in mk.narrow_widths() {
+        while cols - j >= width {
+            let b_j = &b.data[j * b.lane..];
+            mk.run(kc, width, a, b_j, (b.step, b.lane), alpha, beta, &mut c[j..j + width], row);
+            j += width;
+        }
+    }
+    assert_eq!(j, cols, "the narrow widths end with 1, so they cover every remainder");
+}
+
+/// An edge tile with fewer than MR rows left in C (or, for the portable kernel, fewer than NR
+/// columns): the tile is computed into `scratch` and only its part inside C is kept, so the
+/// micro-kernel never needs a slow path.
 #[allow(clippy::too_many_arguments)]
 fn edge_tile<T: Element>(
     mk: MicroKernel<T>,
@@ -422,7 +457,10 @@ fn edge_tile<T: Element>(
 ) {
     let mut pieces = scratch.chunks_exact_mut(mk.mr);
     let mut full: [&mut [T]; MAX_NR] = std::array::from_fn(|_| pieces.next().unwrap_or_default());
-    tile(mk, kc, a_sliver, b_sliver, T::one(), T::zero(), &mut full[..mk.nr], 0);
+    // Only C's columns when the kernel has narrower tiles (a B sliver read in place has no more);
+    // the portable kernel computes the whole tile from its packed, zero-padded sliver.
+    let width = if mk.narrow_widths().is_empty() { mk.nr } else { c_cols.len() };
+    full_rows(mk, kc, a_sliver, b_sliver, T::one(), T::zero(), &mut full[..width], 0);
     for (c_col, t_col) in c_cols.iter_mut().zip(&full) {
         for (c_ij, &t) in c_col[row..row + rows].iter_mut().zip(t_col.iter()) {
             *c_ij = if beta == T::zero() { alpha * t } else { alpha * t + beta * *c_ij };
