@@ -304,17 +304,26 @@ impl<T: Element> Job<'_, T> {
                 // loop 3: an MC×KC block of op(A), packed into Ã.
                 for ic in (0..m).step_by(mc_max) {
                     let mc = mc_max.min(m - ic);
-                    pack_a(a_buf, self.a, piece.i0 + ic, mc, pc, kc, mr, simd);
+                    // Ã: the whole block packed, or only its partial last sliver when the full
+                    // slivers are read where they are (`in_place_a`).
+                    let a_in_place = in_place_a(mk, self.a, nc, kc);
+                    let a_packed_from = if a_in_place { mc / mr * mr } else { 0 };
+                    if a_packed_from < mc {
+                        let (i, rows) = (piece.i0 + ic + a_packed_from, mc - a_packed_from);
+                        pack_a(a_buf, self.a, i, rows, pc, kc, mr, simd);
+                    }
                     // loop 2: one KC×NR sliver of B̃, against every sliver of Ã.
                     for jr in (0..nc).step_by(nr) {
                         let cols = nr.min(nc - jr);
                         let b_sliver = if jr < b_packed_from {
                             let b = self.b;
-                            if b.rs == 1 && jr + 2 * nr <= b_packed_from {
+                            if b.rs == 1 && mc <= mr && jr + 2 * nr <= b_packed_from {
                                 // The next sliver's NR column runs, asked for while this one is
                                 // used (packing used to fetch them this way): a product of one
                                 // sliver of A, such as a cached generation step, streams B from
-                                // memory once, faster with the fetch started early.
+                                // memory once, faster with the fetch started early. With more
+                                // slivers of A the sliver is reused from L1 and the requests
+                                // only cost issue slots (3 % of a 64³ product).
                                 for j in jr + nr..jr + 2 * nr {
                                     prefetch(&b.data[pc + (piece.j0 + jc + j) * b.cs..][..kc]);
                                 }
@@ -336,7 +345,13 @@ impl<T: Element> Job<'_, T> {
                         // loop 1: one MR×KC sliver of Ã, one micro-kernel call.
                         for ir in (0..mc).step_by(mr) {
                             let rows = mr.min(mc - ir);
-                            let a_sliver = &a_buf[ir * kc..(ir + mr) * kc];
+                            let a_sliver = if ir < a_packed_from {
+                                let a = self.a;
+                                (&a.data[piece.i0 + ic + ir + pc * a.cs..], a.cs)
+                            } else {
+                                let q = ir - a_packed_from;
+                                (&a_buf[q * kc..(q + mr) * kc], mr)
+                            };
                             if rows == mr && (cols == nr || !mk.narrow_widths().is_empty()) {
                                 let (alpha, row) = (self.alpha, ic + ir);
                                 full_rows(mk, kc, a_sliver, b_sliver, alpha, beta, c_cols, row);
@@ -383,6 +398,30 @@ fn in_place_b<T: Element>(mk: MicroKernel<T>, b: Operand<T>) -> bool {
     mk.reads_b_in_place() && !mk.narrow_widths().is_empty() && b.rs <= IN_PLACE_MAX_STEP
 }
 
+/// The most slivers of B̃ in a panel for which full slivers of a column-major op(A) are read where
+/// they are instead of packed into Ã. Packing copies each value of the block once and pays for
+/// itself by the NC/NR times the kernel reads it again: many for a wide panel, few for the skinny
+/// products of attention (an attention block of 32 columns: 4 slivers), where the copy was a
+/// sixth of the product's time.
+pub const A_IN_PLACE_MAX_SLIVERS: usize = 16;
+
+/// The most bytes the kc columns of one A sliver may span to be read in place: 16 pages of 4 KiB.
+/// Each step of the kernel reads MR values a leading dimension apart; a sliver spread over more
+/// pages than the first-level TLB keeps at hand measured slower in place than packed (the GPT's
+/// 768×128 activations: 96 pages per sliver, 4 % slower), a compact one (64³: 4 pages) 13 % faster.
+pub const A_IN_PLACE_MAX_SPAN: usize = 64 * 1024;
+
+/// Whether the kernel reads full slivers of op(A) where they are: a SIMD kernel, op(A)
+/// column-major, a panel of `nc` columns narrow enough ([`A_IN_PLACE_MAX_SLIVERS`]) and a sliver
+/// of depth `kc` compact enough ([`A_IN_PLACE_MAX_SPAN`]).
+fn in_place_a<T: Element>(mk: MicroKernel<T>, a: Operand<T>, nc: usize, kc: usize) -> bool {
+    let span = (kc.saturating_sub(1) * a.cs + mk.mr) * size_of::<T>();
+    mk.reads_b_in_place()
+        && a.rs == 1
+        && nc.div_ceil(mk.nr) <= A_IN_PLACE_MAX_SLIVERS
+        && span <= A_IN_PLACE_MAX_SPAN
+}
+
 /// A B sliver as the micro-kernel reads it: element (p, j) is `data[p·step + j·lane]`. A packed
 /// sliver has step NR and lane 1.
 #[derive(Clone, Copy)]
@@ -392,13 +431,13 @@ struct Sliver<'s, T> {
     lane: usize,
 }
 
-/// One micro-kernel call on a full tile, with a packed A sliver: the packed kernel when the B
+/// One micro-kernel call on a full tile (an A sliver and its step: MR when packed): the packed kernel when the B
 /// sliver is packed too (its steps are then compile-time constants), else the in-place variant.
 #[allow(clippy::too_many_arguments)]
 fn tile<T: Element>(
     mk: MicroKernel<T>,
     kc: usize,
-    a: &[T],
+    a: (&[T], usize),
     b: Sliver<T>,
     alpha: T,
     beta: T,
@@ -417,7 +456,7 @@ fn tile<T: Element>(
 fn full_rows<T: Element>(
     mk: MicroKernel<T>,
     kc: usize,
-    a: &[T],
+    a: (&[T], usize),
     b: Sliver<T>,
     alpha: T,
     beta: T,
@@ -446,7 +485,7 @@ fn full_rows<T: Element>(
 fn edge_tile<T: Element>(
     mk: MicroKernel<T>,
     kc: usize,
-    a_sliver: &[T],
+    a_sliver: (&[T], usize),
     b_sliver: Sliver<T>,
     alpha: T,
     beta: T,

@@ -77,18 +77,19 @@ impl<T: Element> MicroKernel<T> {
     }
 
     /// One tile update of MR rows and `cols` columns (NR, or one of
-    /// [`MicroKernel::narrow_widths`]) with a packed Ã sliver; element (p, j) of the B sliver is
+    /// [`MicroKernel::narrow_widths`]); element (i, p) of the Ã sliver is `a[p·a_step + i]` (step
+    /// MR when packed, the only layout the portable kernel takes), element (p, j) of the B sliver is
     /// `b[p·b_step + j·b_lane]` ((NR, 1) when packed, the only layout the portable kernel
     /// takes). Panics (an internal bug, never reachable from the public API) if a slice is too
     /// short, if the width is not one of the kernel's, or if the portable kernel is given a sliver
     /// that is not packed.
     #[allow(clippy::too_many_arguments)]
-    #[inline]
+    #[inline(always)]
     pub fn run(
         &self,
         kc: usize,
         cols: usize,
-        a: &[T],
+        (a, a_step): (&[T], usize),
         b: &[T],
         b_step_lane: (usize, usize),
         alpha: T,
@@ -100,10 +101,11 @@ impl<T: Element> MicroKernel<T> {
             Code::Scalar => {
                 assert_eq!(b_step_lane, (self.nr, 1), "the portable kernel reads packed slivers");
                 assert_eq!(cols, self.nr, "the portable kernel computes whole tiles");
+                assert_eq!(a_step, self.mr, "the portable kernel reads packed A slivers");
                 scalar::kernel(kc, a, b, alpha, beta, c, row)
             }
             #[cfg(target_arch = "x86_64")]
-            Code::Simd(k) => k.run(kc, cols, a, b, b_step_lane, alpha, beta, c, row),
+            Code::Simd(k) => k.run(kc, cols, (a, a_step), b, b_step_lane, alpha, beta, c, row),
         }
     }
 }

@@ -302,8 +302,10 @@ const PREFETCH_AHEAD: usize = 16;
 
 /// The one micro-kernel body: C ← α·Ã·B̃ + β·C on the MR×NC tile made of rows `row..row + MR`
 /// of the first NC slices of `c` (β = 0: C is not read). NC is the tile's NR columns, or fewer
-/// for the last columns of C (4, 2 or 1 at a time: an edge of C costs only its own columns). Ã is a packed sliver (kc·MR values,
-/// step MR); element (p, j) of B̃ is `b[p·b_step + j·b_lane]`. `B` says which of the two is known
+/// for the last columns of C (4, 2 or 1 at a time: an edge of C costs only its own columns).
+/// Element (i, p) of Ã is `a[p·a_step + i]`: a packed sliver (step MR) or, for a small product,
+/// MR rows of a column-major op(A) read where they are (step: its leading dimension). Element
+/// (p, j) of B̃ is `b[p·b_step + j·b_lane]`. `B` says which of the two is known
 /// when compiling ([`B_PACKED`]: both, the sliver is packed with step NR and lane 1 whatever is
 /// passed; [`B_ROWS`]: lane 1; [`B_COLS`]: step 1), so the loop addresses B with as few
 /// registers as the layout allows.
@@ -326,6 +328,7 @@ unsafe fn tile_body<
 >(
     kc: usize,
     a: &[I::E],
+    a_step: usize,
     b: &[I::E],
     b_step: usize,
     b_lane: usize,
@@ -342,7 +345,10 @@ unsafe fn tile_body<
         _ => (1, b_lane),
     };
     // The bounds, in arithmetic that cannot wrap: the highest index read of A and of B.
-    let a_needed = kc.checked_mul(MR);
+    let a_needed = match kc {
+        0 => Some(0),
+        _ => (kc - 1).checked_mul(a_step).and_then(|last| last.checked_add(MR)),
+    };
     let b_needed = match kc {
         0 => Some(0),
         _ => (kc - 1)
@@ -351,7 +357,7 @@ unsafe fn tile_body<
             .and_then(|(x, y)| x.checked_add(y))
             .and_then(|last| last.checked_add(1)),
     };
-    assert!(a_needed.is_some_and(|n| a.len() >= n), "packed A sliver too short");
+    assert!(a_needed.is_some_and(|n| a.len() >= n), "A sliver too short for its step");
     assert!(b_needed.is_some_and(|n| b.len() >= n), "B sliver too short for its step and lane");
     assert!(c.len() >= NC, "fewer than NC columns of C");
     // Slicing checks that each of the NC columns holds MR elements from `row` on; the columns are
@@ -381,16 +387,18 @@ unsafe fn tile_body<
         // A prefetch never faults; wrapping_add keeps the address arithmetic defined even past
         // the end of the sliver.
         // SAFETY: SSE is part of every x86-64 CPU.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add((p + PREFETCH_AHEAD) * MR).cast()) };
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add((p + PREFETCH_AHEAD) * a_step).cast())
+        };
         for q in p..p + 4 {
             let b_q = b_cols.map(|col| col.wrapping_add(q * b_step));
-            unsafe { rank1_step::<I, MR, NC, MV>(a.add(q * MR), &b_q, &mut acc) };
+            unsafe { rank1_step::<I, MR, NC, MV>(a.add(q * a_step), &b_q, &mut acc) };
         }
         p += 4;
     }
     while p < kc {
         let b_p = b_cols.map(|col| col.wrapping_add(p * b_step));
-        unsafe { rank1_step::<I, MR, NC, MV>(a.add(p * MR), &b_p, &mut acc) };
+        unsafe { rank1_step::<I, MR, NC, MV>(a.add(p * a_step), &b_p, &mut acc) };
         p += 1;
     }
     let alpha_v = unsafe { I::splat(alpha) };
@@ -413,7 +421,7 @@ unsafe fn tile_body<
     }
 }
 
-/// acc += Ã[p, :] ⊗ B̃[p, :], one step of [`tile_body`]'s loop: `a_p` points at Ã[p, 0] (MR
+/// acc += Ã[:, p] ⊗ B̃[p, :], one step of [`tile_body`]'s loop: `a_p` points at Ã[0, p] (MR
 /// values), `b_p[j]` at B̃[p, j].
 ///
 /// # Safety
@@ -451,9 +459,9 @@ const B_ROWS: u8 = 1;
 /// Step 1, any lane: columns of op(B) read in place (op(B) = B, column-major).
 const B_COLS: u8 = 2;
 
-/// The signature of the four wrappers: `(kc, Ã sliver, B, B step, B lane, α, β, columns of C,
-/// row)`. Their one requirement is the CPU's; they check every bound themselves.
-type TileFn<T> = unsafe fn(usize, &[T], &[T], usize, usize, T, T, &mut [&mut [T]], usize);
+/// The signature of the wrappers: `(kc, Ã sliver, its step, B, B step, B lane, α, β, columns of
+/// C, row)`. Their one requirement is the CPU's; they check every bound themselves.
+type TileFn<T> = unsafe fn(usize, &[T], usize, &[T], usize, usize, T, T, &mut [&mut [T]], usize);
 
 /// Writes one `#[target_feature]` wrapper around [`tile_body`]: only the name, the features and
 /// the instruction set differ (a declaration, not a body: the body is written once, above).
@@ -469,6 +477,7 @@ macro_rules! tile_wrapper {
         unsafe fn $name<const B: u8, const NC: usize>(
             kc: usize,
             a: &[$t],
+            a_step: usize,
             b: &[$t],
             b_step: usize,
             b_lane: usize,
@@ -482,7 +491,7 @@ macro_rules! tile_wrapper {
             // CPU requirement on; `tile_body` checks every bound itself.
             unsafe {
                 tile_body::<$isa, { $mr }, { $nr }, NC, MV, B>(
-                    kc, a, b, b_step, b_lane, alpha, beta, c, row,
+                    kc, a, a_step, b, b_step, b_lane, alpha, beta, c, row,
                 )
             }
         }
@@ -512,10 +521,13 @@ tile_wrapper!(
 #[derive(Clone, Copy)]
 pub(super) struct SimdKernel<T: 'static> {
     /// The wrapper compiled for each width (NR, then [`NARROW`]) and each way of addressing B
-    /// ([`B_PACKED`], [`B_ROWS`], [`B_COLS`]).
-    by_layout: [[TileFn<T>; 3]; 4],
+    /// ([`B_PACKED`], [`B_ROWS`], [`B_COLS`]): a static table, so the kernel is two words to copy.
+    by_layout: &'static Variants<T>,
     nr: usize,
 }
+
+/// One wrapper's variants, by width and layout of B.
+type Variants<T> = [[TileFn<T>; 3]; 4];
 
 /// The narrower tiles every SIMD kernel also has, for the last columns of C: a remainder of r <
 /// NR columns is covered by the binary digits of r, each in one call.
@@ -533,25 +545,30 @@ macro_rules! by_layout {
     }};
 }
 
+static AVX2_F32: Variants<f32> = by_layout!(avx2_f32, AVX2_F32_NR);
+static AVX2_F64: Variants<f64> = by_layout!(avx2_f64, AVX2_F64_NR);
+static AVX512_F32: Variants<f32> = by_layout!(avx512_f32, AVX512_F32_NR);
+static AVX512_F64: Variants<f64> = by_layout!(avx512_f64, AVX512_F64_NR);
+
 impl Avx2 {
     /// The AVX2 f32 micro-kernel (16×6).
     pub(super) fn f32_kernel(self) -> SimdKernel<f32> {
-        SimdKernel { by_layout: by_layout!(avx2_f32, AVX2_F32_NR), nr: AVX2_F32_NR }
+        SimdKernel { by_layout: &AVX2_F32, nr: AVX2_F32_NR }
     }
     /// The AVX2 f64 micro-kernel (8×6).
     pub(super) fn f64_kernel(self) -> SimdKernel<f64> {
-        SimdKernel { by_layout: by_layout!(avx2_f64, AVX2_F64_NR), nr: AVX2_F64_NR }
+        SimdKernel { by_layout: &AVX2_F64, nr: AVX2_F64_NR }
     }
 }
 
 impl Avx512 {
     /// The AVX-512 f32 micro-kernel (32×8).
     pub(super) fn f32_kernel(self) -> SimdKernel<f32> {
-        SimdKernel { by_layout: by_layout!(avx512_f32, AVX512_F32_NR), nr: AVX512_F32_NR }
+        SimdKernel { by_layout: &AVX512_F32, nr: AVX512_F32_NR }
     }
     /// The AVX-512 f64 micro-kernel (16×8).
     pub(super) fn f64_kernel(self) -> SimdKernel<f64> {
-        SimdKernel { by_layout: by_layout!(avx512_f64, AVX512_F64_NR), nr: AVX512_F64_NR }
+        SimdKernel { by_layout: &AVX512_F64, nr: AVX512_F64_NR }
     }
 }
 
@@ -563,12 +580,12 @@ impl<T> SimdKernel<T> {
     /// if a slice is too short for what it stands for, or if neither step nor lane is 1 (an
     /// internal bug: every operand has one stride 1).
     #[allow(clippy::too_many_arguments)]
-    #[inline]
+    #[inline(always)]
     pub(super) fn run(
         self,
         kc: usize,
         cols: usize,
-        a: &[T],
+        (a, a_step): (&[T], usize),
         b: &[T],
         (b_step, b_lane): (usize, usize),
         alpha: T,
@@ -592,7 +609,7 @@ impl<T> SimdKernel<T> {
         let f = self.by_layout[width][usize::from(layout)];
         // SAFETY: `self` was built by a constructor that took a token, which exists only when the
         // CPU supports the wrapper's features; the wrapper checks every bound itself.
-        unsafe { f(kc, a, b, b_step, b_lane, alpha, beta, c, row) }
+        unsafe { f(kc, a, a_step, b, b_step, b_lane, alpha, beta, c, row) }
     }
 }
 
