@@ -451,8 +451,8 @@ unsafe fn rank1_step<I: Vector, const MR: usize, const NR: usize, const MV: usiz
 }
 
 /// How [`tile_body`] addresses its B sliver (see there): packed, in place by rows of op(B) (lane
-/// 1) or in place by columns (step 1). An operand always has one stride 1, so no other layout
-/// reaches a kernel.
+/// of 1) or in place by columns (step of 1). An operand always has one stride 1, so no other
+/// layout reaches a kernel.
 const B_PACKED: u8 = 0;
 /// Lane 1, any step: rows of op(B) read in place (op(B) = Bᵀ of a column-major B).
 const B_ROWS: u8 = 1;
