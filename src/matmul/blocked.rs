@@ -443,8 +443,8 @@ struct Sliver<'s, T> {
     lane: usize,
 }
 
-/// One micro-kernel call on a full tile (an A sliver and its step: MR when packed): the packed kernel when the B
-/// sliver is packed too (its steps are then compile-time constants), else the in-place variant.
+/// One micro-kernel call on a full tile, with an A sliver and its step (MR when packed); the
+/// kernel picks the variant compiled for the B sliver's layout.
 #[allow(clippy::too_many_arguments)]
 fn tile<T: Element>(
     mk: MicroKernel<T>,

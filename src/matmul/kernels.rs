@@ -77,12 +77,12 @@ impl<T: Element> MicroKernel<T> {
     }
 
     /// One tile update of MR rows and `cols` columns (NR, or one of
-    /// [`MicroKernel::narrow_widths`]); element (i, p) of the Ã sliver is `a[p·a_step + i]` (step
-    /// MR when packed, the only layout the portable kernel takes), element (p, j) of the B sliver is
-    /// `b[p·b_step + j·b_lane]` ((NR, 1) when packed, the only layout the portable kernel
-    /// takes). Panics (an internal bug, never reachable from the public API) if a slice is too
-    /// short, if the width is not one of the kernel's, or if the portable kernel is given a sliver
-    /// that is not packed.
+    /// [`MicroKernel::narrow_widths`]); element (i, p) of the Ã sliver is `a[p·a_step + i]`
+    /// (step MR when packed, the only layout the portable kernel takes), element (p, j) of the B
+    /// sliver is `b[p·b_step + j·b_lane]` ((NR, 1) when packed, the only layout the portable
+    /// kernel takes). Panics (an internal bug, never reachable from the public API) if a slice is
+    /// too short, if the width is not one of the kernel's, or if the portable kernel is given a
+    /// sliver that is not packed.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub fn run(

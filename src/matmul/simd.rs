@@ -516,8 +516,8 @@ tile_wrapper!(
 );
 
 /// A SIMD micro-kernel for element type `T`: one wrapper compiled for each layout of B and each
-/// width of tile, with the tile's column count. Its fields are private to this module and its only constructors
-/// take a token, so a `SimdKernel` exists only on a CPU that runs its instructions.
+/// width of tile, with the tile's column count. Its fields are private to this module and its only
+/// constructors take a token, so a `SimdKernel` exists only on a CPU that runs its instructions.
 #[derive(Clone, Copy)]
 pub(super) struct SimdKernel<T: 'static> {
     /// The wrapper compiled for each width (NR, then [`NARROW`]) and each way of addressing B
@@ -576,9 +576,9 @@ impl<T> SimdKernel<T> {
     /// C ← α·Ã·B̃ + β·C on the MR×`cols` tile at rows `row..row + MR` of the first `cols` slices
     /// of `c` (`cols`: NR or one of [`NARROW`]), element (p, j) of the B sliver being
     /// `b[p·b_step + j·b_lane]` (a packed sliver keeps step NR): the variant compiled for
-    /// that width and layout (packed: step NR and lane 1; lane 1; step 1). Panics (before touching memory)
-    /// if a slice is too short for what it stands for, or if neither step nor lane is 1 (an
-    /// internal bug: every operand has one stride 1).
+    /// that width and layout (packed: step NR and lane 1; lane 1; step 1). Panics (before
+    /// touching memory) if a slice is too short for what it stands for, or if neither step nor
+    /// lane is 1 (an internal bug: every operand has one stride 1).
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub(super) fn run(
