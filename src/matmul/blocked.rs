@@ -400,38 +400,29 @@ fn in_place_b<T: Element>(mk: MicroKernel<T>, b: Operand<T>) -> bool {
 
 /// The most slivers of B̃ in a panel for which full slivers of a column-major op(A) are read where
 /// they are instead of packed into Ã, when a sliver's kc columns span at most
-/// [`A_IN_PLACE_NEAR_SPAN`] bytes. Packing copies each value of the block once and pays for itself
+/// [`A_IN_PLACE_MAX_SPAN`] bytes. Packing copies each value of the block once and pays for itself
 /// by the NC/NR times the kernel reads it again: many for a wide panel, few for small and skinny
 /// products (64³: 8 slivers; an attention block of 32 columns: 4), where the copy was a sixth of
 /// the product's time.
 pub const A_IN_PLACE_MAX_SLIVERS: usize = 16;
 
-/// A sliver whose kc columns span at most this many bytes (16 pages of 4 KiB) is read in place
-/// for panels of up to [`A_IN_PLACE_MAX_SLIVERS`] slivers.
-pub const A_IN_PLACE_NEAR_SPAN: usize = 64 * 1024;
-
-/// A sliver spread wider (up to [`A_IN_PLACE_FAR_SPAN`]) is read in place only for panels of at
-/// most this many slivers. Each step of the kernel reads MR values a leading dimension apart; with
-/// the GPT's 768-row activations (a 3 KiB step) in place measured 10 % faster than packed at 32
-/// columns (4 slivers) and 5 to 10 % slower at 65 and 128 (9 and 16 slivers): the strided block
-/// is re-read from caches that hold it less well than the packed copy.
-pub const A_IN_PLACE_FAR_SLIVERS: usize = 4;
-
-/// The widest span of a sliver read in place at all.
-pub const A_IN_PLACE_FAR_SPAN: usize = 256 * 1024;
+/// The widest span (16 pages of 4 KiB) of a sliver of A read in place. Each step of the kernel
+/// reads MR values a leading dimension apart. With the GPT's 768-row activations (a 3 KiB step)
+/// in place measured 10 % faster than packed in a lone 768×32·32×32 product but 5 to 10 % slower
+/// at 65 and 128 columns, and reading the attention blocks of chapter 9's training step in place
+/// (views into 768-row buffers) made the step about 3 % slower in CPU time: the strided block is
+/// re-read from caches that hold it less well than the packed copy.
+pub const A_IN_PLACE_MAX_SPAN: usize = 64 * 1024;
 
 /// Whether the kernel reads full slivers of op(A) where they are: a SIMD kernel, op(A)
-/// column-major, and a panel of `nc` columns narrow enough for how far apart the kc columns of a
-/// sliver lie (see [`A_IN_PLACE_MAX_SLIVERS`] and [`A_IN_PLACE_FAR_SLIVERS`]).
+/// column-major, a panel of `nc` columns narrow enough ([`A_IN_PLACE_MAX_SLIVERS`]) and a sliver
+/// of depth `kc` compact enough ([`A_IN_PLACE_MAX_SPAN`]).
 fn in_place_a<T: Element>(mk: MicroKernel<T>, a: Operand<T>, nc: usize, kc: usize) -> bool {
     let span = (kc.saturating_sub(1) * a.cs + mk.mr) * size_of::<T>();
-    let slivers = nc.div_ceil(mk.nr);
-    let narrow_enough = if span <= A_IN_PLACE_NEAR_SPAN {
-        slivers <= A_IN_PLACE_MAX_SLIVERS
-    } else {
-        span <= A_IN_PLACE_FAR_SPAN && slivers <= A_IN_PLACE_FAR_SLIVERS
-    };
-    mk.reads_b_in_place() && a.rs == 1 && narrow_enough
+    mk.reads_b_in_place()
+        && a.rs == 1
+        && nc.div_ceil(mk.nr) <= A_IN_PLACE_MAX_SLIVERS
+        && span <= A_IN_PLACE_MAX_SPAN
 }
 
 /// A B sliver as the micro-kernel reads it: element (p, j) is `data[p·step + j·lane]`. A packed

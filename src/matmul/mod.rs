@@ -46,8 +46,7 @@ use nalgebra::{ClosedAddAssign, ClosedMulAssign, DMatrix};
 use num_traits::{One, Zero};
 
 pub use blocked::{
-    A_IN_PLACE_FAR_SLIVERS, A_IN_PLACE_FAR_SPAN, A_IN_PLACE_MAX_SLIVERS, A_IN_PLACE_NEAR_SPAN,
-    IN_PLACE_MAX_STEP, PARALLEL_MIN_FLOPS,
+    A_IN_PLACE_MAX_SLIVERS, A_IN_PLACE_MAX_SPAN, IN_PLACE_MAX_STEP, PARALLEL_MIN_FLOPS,
 };
 pub use dispatch::{
     Blocking, KERNEL_ENV, Kernel, ProductChoices, ProductStats, active_kernel, available_kernels,
