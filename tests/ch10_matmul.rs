@@ -281,6 +281,47 @@ fn every_kernel_matches_the_triple_loop_at_each_transpose_and_scaling_on_odd_sha
     check_all(&cases, forced, 2);
 }
 
+/// Full rows with every remainder of columns r = 1 … NR − 1 after whole tiles, for `kernel` in
+/// type T: the SIMD kernels cover a remainder with narrower tiles (4, 2, 1 columns) straight into
+/// C, reading op(B) in place by columns (op(B) = B) or by rows (Bᵀ), or packed (Bᵀ with more rows
+/// than `IN_PLACE_MAX_STEP`); partial rows on top go through the scratch tile.
+fn column_remainder_cases<T: Float>(kernel: Kernel) -> Vec<Case> {
+    let (mr, nr) = tile_shape::<T>(kernel).expect("available");
+    let packed_n = (matmul::IN_PLACE_MAX_STEP + 1).next_multiple_of(nr);
+    let mut cases = Vec::new();
+    for r in 1..nr {
+        for (i, (ta, tb)) in OPS.into_iter().enumerate() {
+            let (alpha, beta) = ALPHA_BETA[(r + i) % ALPHA_BETA.len()];
+            for k in [1, 5, 37] {
+                cases.push(Case::new(2 * mr, 2 * nr + r, k).ops(ta, tb).scaled(alpha, beta));
+            }
+            cases.push(Case::new(mr + 3, nr + r, 9).ops(ta, tb).scaled(alpha, beta));
+        }
+        cases.push(Case::new(mr, packed_n + r, 6).ops(Op::N, Op::T).scaled(1.5, -0.5));
+        cases.push(Case::new(mr - 1, packed_n + r, 6).ops(Op::T, Op::T).scaled(1.0, 0.0));
+    }
+    cases
+}
+
+#[test]
+fn every_kernel_matches_the_triple_loop_on_every_remainder_of_columns() {
+    let mut failures = Vec::new();
+    for kernel in available_kernels() {
+        let mut rng = Rng::new(5);
+        for case in column_remainder_cases::<f32>(kernel) {
+            if let Err(e) = run_case::<f32>(forced(kernel), case, &mut rng) {
+                failures.push(format!("{kernel} f32: {e}"));
+            }
+        }
+        for case in column_remainder_cases::<f64>(kernel) {
+            if let Err(e) = run_case::<f64>(forced(kernel), case, &mut rng) {
+                failures.push(format!("{kernel} f64: {e}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 /// Shapes just below, at and just above each blocking constant of `kernel` in type T.
 fn boundary_cases<T: Float>(kernel: Kernel) -> Vec<Case> {
     let (mr, nr) = tile_shape::<T>(kernel).expect("available");

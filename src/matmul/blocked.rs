@@ -10,7 +10,8 @@
 //! ```
 //!
 //! A SIMD kernel skips packing B̃ when B's rows are close enough (`in_place_b`): it reads each
-//! sliver of op(B) where it lies, and only a partial last sliver is packed.
+//! sliver of op(B) where it lies, a partial last sliver included (its narrower tiles read only the
+//! columns that exist).
 //!
 //! With several threads, C is cut into pieces along its longer side and each thread runs these
 //! loops on the pieces it takes (see [`gemm`]). Everything here is safe code; the only `unsafe`
@@ -283,8 +284,9 @@ impl<T: Element> Job<'_, T> {
             // loop 4: one rank-KC update of the panel.
             for pc in (0..k).step_by(kc_max) {
                 let kc = kc_max.min(k - pc);
-                // Packed B̃: the whole panel, or in place only its last, partial sliver.
-                let b_packed_from = if b_in_place { nc / nr * nr } else { 0 };
+                // Packed B̃: the whole panel, or nothing when it is read in place (a partial last
+                // sliver too: the narrower tiles read only the columns that exist).
+                let b_packed_from = if b_in_place { nc } else { 0 };
                 if b_packed_from < nc {
                     pack_b(
                         b_buf,
@@ -302,17 +304,26 @@ impl<T: Element> Job<'_, T> {
                 // loop 3: an MC×KC block of op(A), packed into Ã.
                 for ic in (0..m).step_by(mc_max) {
                     let mc = mc_max.min(m - ic);
-                    pack_a(a_buf, self.a, piece.i0 + ic, mc, pc, kc, mr, simd);
+                    // Ã: the whole block packed, or only its partial last sliver when the full
+                    // slivers are read where they are (`in_place_a`).
+                    let a_in_place = in_place_a(mk, self.a, nc, kc);
+                    let a_packed_from = if a_in_place { mc / mr * mr } else { 0 };
+                    if a_packed_from < mc {
+                        let (i, rows) = (piece.i0 + ic + a_packed_from, mc - a_packed_from);
+                        pack_a(a_buf, self.a, i, rows, pc, kc, mr, simd);
+                    }
                     // loop 2: one KC×NR sliver of B̃, against every sliver of Ã.
                     for jr in (0..nc).step_by(nr) {
                         let cols = nr.min(nc - jr);
                         let b_sliver = if jr < b_packed_from {
                             let b = self.b;
-                            if b.rs == 1 && jr + 2 * nr <= b_packed_from {
+                            if b.rs == 1 && mc <= mr && jr + 2 * nr <= b_packed_from {
                                 // The next sliver's NR column runs, asked for while this one is
                                 // used (packing used to fetch them this way): a product of one
                                 // sliver of A, such as a cached generation step, streams B from
-                                // memory once, faster with the fetch started early.
+                                // memory once, faster with the fetch started early. With more
+                                // slivers of A the sliver is reused from L1 and the requests
+                                // only cost issue slots (3 % of a 64³ product).
                                 for j in jr + nr..jr + 2 * nr {
                                     prefetch(&b.data[pc + (piece.j0 + jc + j) * b.cs..][..kc]);
                                 }
@@ -334,9 +345,16 @@ impl<T: Element> Job<'_, T> {
                         // loop 1: one MR×KC sliver of Ã, one micro-kernel call.
                         for ir in (0..mc).step_by(mr) {
                             let rows = mr.min(mc - ir);
-                            let a_sliver = &a_buf[ir * kc..(ir + mr) * kc];
-                            if rows == mr && cols == nr {
-                                tile(mk, kc, a_sliver, b_sliver, self.alpha, beta, c_cols, ic + ir);
+                            let a_sliver = if ir < a_packed_from {
+                                let a = self.a;
+                                (&a.data[piece.i0 + ic + ir + pc * a.cs..], a.cs)
+                            } else {
+                                let q = ir - a_packed_from;
+                                (&a_buf[q * kc..(q + mr) * kc], mr)
+                            };
+                            if rows == mr && (cols == nr || !mk.narrow_widths().is_empty()) {
+                                let (alpha, row) = (self.alpha, ic + ir);
+                                full_rows(mk, kc, a_sliver, b_sliver, alpha, beta, c_cols, row);
                             } else {
                                 edge_tile(
                                     mk,
@@ -377,7 +395,34 @@ pub const IN_PLACE_MAX_STEP: usize = 1024;
 /// MR = 32 f32 that does not start on a cache line spans three lines instead of two, and the
 /// kernel re-reads the A sliver for every sliver of B.
 fn in_place_b<T: Element>(mk: MicroKernel<T>, b: Operand<T>) -> bool {
-    mk.reads_b_in_place() && b.rs <= IN_PLACE_MAX_STEP
+    mk.reads_b_in_place() && !mk.narrow_widths().is_empty() && b.rs <= IN_PLACE_MAX_STEP
+}
+
+/// The most slivers of B̃ in a panel for which full slivers of a column-major op(A) are read where
+/// they are instead of packed into Ã, when a sliver's kc columns span at most
+/// [`A_IN_PLACE_MAX_SPAN`] bytes. Packing copies each value of the block once and pays for itself
+/// by the NC/NR times the kernel reads it again: many for a wide panel, few for small and skinny
+/// products (64³: 8 slivers; an attention block of 32 columns: 4), where the copy was a sixth of
+/// the product's time.
+pub const A_IN_PLACE_MAX_SLIVERS: usize = 16;
+
+/// The widest span (16 pages of 4 KiB) of a sliver of A read in place. Each step of the kernel
+/// reads MR values a leading dimension apart. With the GPT's 768-row activations (a 3 KiB step)
+/// in place measured 10 % faster than packed in a lone 768×32·32×32 product but 5 to 10 % slower
+/// at 65 and 128 columns, and reading the attention blocks of chapter 9's training step in place
+/// (views into 768-row buffers) made the step about 3 % slower in CPU time: the strided block is
+/// re-read from caches that hold it less well than the packed copy.
+pub const A_IN_PLACE_MAX_SPAN: usize = 64 * 1024;
+
+/// Whether the kernel reads full slivers of op(A) where they are: a SIMD kernel, op(A)
+/// column-major, a panel of `nc` columns narrow enough ([`A_IN_PLACE_MAX_SLIVERS`]) and a sliver
+/// of depth `kc` compact enough ([`A_IN_PLACE_MAX_SPAN`]).
+fn in_place_a<T: Element>(mk: MicroKernel<T>, a: Operand<T>, nc: usize, kc: usize) -> bool {
+    let span = (kc.saturating_sub(1) * a.cs + mk.mr) * size_of::<T>();
+    mk.reads_b_in_place()
+        && a.rs == 1
+        && nc.div_ceil(mk.nr) <= A_IN_PLACE_MAX_SLIVERS
+        && span <= A_IN_PLACE_MAX_SPAN
 }
 
 /// A B sliver as the micro-kernel reads it: element (p, j) is `data[p·step + j·lane]`. A packed
@@ -389,29 +434,61 @@ struct Sliver<'s, T> {
     lane: usize,
 }
 
-/// One micro-kernel call on a full tile, with a packed A sliver: the packed kernel when the B
-/// sliver is packed too (its steps are then compile-time constants), else the in-place variant.
+/// One micro-kernel call on a full tile, with an A sliver and its step (MR when packed); the
+/// kernel picks the variant compiled for the B sliver's layout.
 #[allow(clippy::too_many_arguments)]
 fn tile<T: Element>(
     mk: MicroKernel<T>,
     kc: usize,
-    a: &[T],
+    a: (&[T], usize),
     b: Sliver<T>,
     alpha: T,
     beta: T,
     c: &mut [&mut [T]],
     row: usize,
 ) {
-    mk.run(kc, a, b.data, (b.step, b.lane), alpha, beta, c, row)
+    mk.run(kc, mk.nr, a, b.data, (b.step, b.lane), alpha, beta, c, row)
 }
 
-/// An edge tile (fewer than MR rows or NR columns left in C): the full tile is computed into
-/// `scratch` and only its part inside C is kept, so the micro-kernel never needs a slow path.
+/// A tile of MR full rows and the columns of `c` (NR, or fewer at the last columns of C): one
+/// micro-kernel call, or for fewer columns one call of each narrower width in the binary digits of
+/// the count (a SIMD kernel's 4, 2 and 1), straight into C. Only the columns that exist are
+/// computed: the 65 columns of the GPT's vocabulary are 8 tiles of 8 and one of 1, where a full
+/// tile through the scratch tile computed 72.
+#[allow(clippy::too_many_arguments)]
+fn full_rows<T: Element>(
+    mk: MicroKernel<T>,
+    kc: usize,
+    a: (&[T], usize),
+    b: Sliver<T>,
+    alpha: T,
+    beta: T,
+    c: &mut [&mut [T]],
+    row: usize,
+) {
+    let cols = c.len();
+    if cols == mk.nr {
+        return tile(mk, kc, a, b, alpha, beta, c, row);
+    }
+    let mut j = 0;
+    for &width in mk.narrow_widths() {
+        while cols - j >= width {
+            let b_j = &b.data[j * b.lane..];
+            mk.run(kc, width, a, b_j, (b.step, b.lane), alpha, beta, &mut c[j..j + width], row);
+            j += width;
+        }
+    }
+    assert_eq!(j, cols, "the narrow widths end with 1, so they cover every remainder");
+}
+
+/// An edge tile with fewer than MR rows left in C (or, for the portable kernel, fewer than NR
+/// columns): the tile is computed into `scratch` and only its part inside C is kept, so the
+/// micro-kernel never needs a slow path.
 #[allow(clippy::too_many_arguments)]
 fn edge_tile<T: Element>(
     mk: MicroKernel<T>,
     kc: usize,
-    a_sliver: &[T],
+    a_sliver: (&[T], usize),
     b_sliver: Sliver<T>,
     alpha: T,
     beta: T,
@@ -422,7 +499,10 @@ fn edge_tile<T: Element>(
 ) {
     let mut pieces = scratch.chunks_exact_mut(mk.mr);
     let mut full: [&mut [T]; MAX_NR] = std::array::from_fn(|_| pieces.next().unwrap_or_default());
-    tile(mk, kc, a_sliver, b_sliver, T::one(), T::zero(), &mut full[..mk.nr], 0);
+    // Only C's columns when the kernel has narrower tiles (a B sliver read in place has no more);
+    // the portable kernel computes the whole tile from its packed, zero-padded sliver.
+    let width = if mk.narrow_widths().is_empty() { mk.nr } else { c_cols.len() };
+    full_rows(mk, kc, a_sliver, b_sliver, T::one(), T::zero(), &mut full[..width], 0);
     for (c_col, t_col) in c_cols.iter_mut().zip(&full) {
         for (c_ij, &t) in c_col[row..row + rows].iter_mut().zip(t_col.iter()) {
             *c_ij = if beta == T::zero() { alpha * t } else { alpha * t + beta * *c_ij };

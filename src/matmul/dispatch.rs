@@ -290,7 +290,9 @@ pub struct ProductStats {
     pub blocking: Blocking,
     /// Threads that computed tiles (1 for small products).
     pub threads: usize,
-    /// Micro-kernel calls made (0 when m, n or k is 0 or α = 0: nothing to multiply).
+    /// Register tiles computed, one per MR×NR tile position and rank-KC update, however many
+    /// narrower micro-kernel calls cover an edge tile (0 when m, n or k is 0 or α = 0: nothing to
+    /// multiply).
     pub tiles: u64,
 }
 

@@ -65,16 +65,31 @@ impl<T: Element> MicroKernel<T> {
         !matches!(self.code, Code::Scalar)
     }
 
-    /// One tile update with a packed Ã sliver; element (p, j) of the B sliver is
-    /// `b[p·b_step + j·b_lane]` ((NR, 1) when packed, the only layout the portable kernel
-    /// takes). Panics (an internal bug, never reachable from the public API) if a slice is too
-    /// short, or if the portable kernel is given a sliver that is not packed.
+    /// The narrower widths the kernel also computes directly into C, widest first (the SIMD
+    /// kernels: 4, 2 and 1 columns; none for the portable one, whose edge tiles go through a
+    /// scratch tile).
+    pub fn narrow_widths(&self) -> &'static [usize] {
+        match self.code {
+            Code::Scalar => &[],
+            #[cfg(target_arch = "x86_64")]
+            Code::Simd(_) => &simd::NARROW,
+        }
+    }
+
+    /// One tile update of MR rows and `cols` columns (NR, or one of
+    /// [`MicroKernel::narrow_widths`]); element (i, p) of the Ã sliver is `a[p·a_step + i]`
+    /// (step MR when packed, the only layout the portable kernel takes), element (p, j) of the B
+    /// sliver is `b[p·b_step + j·b_lane]` ((NR, 1) when packed, the only layout the portable
+    /// kernel takes). Panics (an internal bug, never reachable from the public API) if a slice is
+    /// too short, if the width is not one of the kernel's, or if the portable kernel is given a
+    /// sliver that is not packed.
     #[allow(clippy::too_many_arguments)]
-    #[inline]
+    #[inline(always)]
     pub fn run(
         &self,
         kc: usize,
-        a: &[T],
+        cols: usize,
+        (a, a_step): (&[T], usize),
         b: &[T],
         b_step_lane: (usize, usize),
         alpha: T,
@@ -85,10 +100,12 @@ impl<T: Element> MicroKernel<T> {
         match self.code {
             Code::Scalar => {
                 assert_eq!(b_step_lane, (self.nr, 1), "the portable kernel reads packed slivers");
+                assert_eq!(cols, self.nr, "the portable kernel computes whole tiles");
+                assert_eq!(a_step, self.mr, "the portable kernel reads packed A slivers");
                 scalar::kernel(kc, a, b, alpha, beta, c, row)
             }
             #[cfg(target_arch = "x86_64")]
-            Code::Simd(k) => k.run(kc, a, b, b_step_lane, alpha, beta, c, row),
+            Code::Simd(k) => k.run(kc, cols, (a, a_step), b, b_step_lane, alpha, beta, c, row),
         }
     }
 }

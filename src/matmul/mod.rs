@@ -45,7 +45,9 @@ use crate::threads::default_threads;
 use nalgebra::{ClosedAddAssign, ClosedMulAssign, DMatrix};
 use num_traits::{One, Zero};
 
-pub use blocked::{IN_PLACE_MAX_STEP, PARALLEL_MIN_FLOPS};
+pub use blocked::{
+    A_IN_PLACE_MAX_SLIVERS, A_IN_PLACE_MAX_SPAN, IN_PLACE_MAX_STEP, PARALLEL_MIN_FLOPS,
+};
 pub use dispatch::{
     Blocking, KERNEL_ENV, Kernel, ProductChoices, ProductStats, active_kernel, available_kernels,
     best_kernel, env_kernel, kernel_calls, last_product, parse_kernel_setting, product_choices,

@@ -300,10 +300,15 @@ pub const AVX512_F64_NR: usize = 8;
 /// steps were indistinguishable).
 const PREFETCH_AHEAD: usize = 16;
 
-/// The one micro-kernel body: C ← α·Ã·B̃ + β·C on the MR×NR tile made of rows `row..row + MR`
-/// of the first NR slices of `c` (β = 0: C is not read). Ã is a packed sliver (kc·MR values,
-/// step MR); element (p, j) of B̃ is `b[p·b_step + j·b_lane]`. With `IN_PLACE` false the B sliver
-/// is packed (step NR, lane 1) whatever is passed, so the compiler sees constants.
+/// The one micro-kernel body: C ← α·Ã·B̃ + β·C on the MR×NC tile made of rows `row..row + MR`
+/// of the first NC slices of `c` (β = 0: C is not read). NC is the tile's NR columns, or fewer
+/// for the last columns of C (4, 2 or 1 at a time: an edge of C costs only its own columns).
+/// Element (i, p) of Ã is `a[p·a_step + i]`: a packed sliver (step MR) or, for a small product,
+/// MR rows of a column-major op(A) read where they are (step: its leading dimension). Element
+/// (p, j) of B̃ is `b[p·b_step + j·b_lane]`. `B` says which of the two is known
+/// when compiling ([`B_PACKED`]: both, the sliver is packed with step NR and lane 1 whatever is
+/// passed; [`B_ROWS`]: lane 1; [`B_COLS`]: step 1), so the loop addresses B with as few
+/// registers as the layout allows.
 ///
 /// Panics, before touching a pointer, if a slice is too short for what it stands for.
 ///
@@ -317,11 +322,13 @@ unsafe fn tile_body<
     I: Vector,
     const MR: usize,
     const NR: usize,
+    const NC: usize,
     const MV: usize,
-    const IN_PLACE: bool,
+    const B: u8,
 >(
     kc: usize,
     a: &[I::E],
+    a_step: usize,
     b: &[I::E],
     b_step: usize,
     b_lane: usize,
@@ -331,23 +338,31 @@ unsafe fn tile_body<
     row: usize,
 ) {
     const { assert!(MV * I::LANES == MR, "MR must be a whole number of vectors") };
-    let (b_step, b_lane) = if IN_PLACE { (b_step, b_lane) } else { (NR, 1) };
+    const { assert!(NC >= 1 && NC <= NR, "1 to NR columns") };
+    let (b_step, b_lane) = match B {
+        B_PACKED => (NR, 1),
+        B_ROWS => (b_step, 1),
+        _ => (1, b_lane),
+    };
     // The bounds, in arithmetic that cannot wrap: the highest index read of A and of B.
-    let a_needed = kc.checked_mul(MR);
+    let a_needed = match kc {
+        0 => Some(0),
+        _ => (kc - 1).checked_mul(a_step).and_then(|last| last.checked_add(MR)),
+    };
     let b_needed = match kc {
         0 => Some(0),
         _ => (kc - 1)
             .checked_mul(b_step)
-            .zip((NR - 1).checked_mul(b_lane))
+            .zip((NC - 1).checked_mul(b_lane))
             .and_then(|(x, y)| x.checked_add(y))
             .and_then(|last| last.checked_add(1)),
     };
-    assert!(a_needed.is_some_and(|n| a.len() >= n), "packed A sliver too short");
+    assert!(a_needed.is_some_and(|n| a.len() >= n), "A sliver too short for its step");
     assert!(b_needed.is_some_and(|n| b.len() >= n), "B sliver too short for its step and lane");
-    assert!(c.len() >= NR, "fewer than NR columns of C");
-    // Slicing checks that each of the NR columns holds MR elements from `row` on; the columns are
+    assert!(c.len() >= NC, "fewer than NC columns of C");
+    // Slicing checks that each of the NC columns holds MR elements from `row` on; the columns are
     // distinct `&mut` slices, so no two pointers alias.
-    let c: [*mut I::E; NR] = std::array::from_fn(|j| c[j][row..row + MR].as_mut_ptr());
+    let c: [*mut I::E; NC] = std::array::from_fn(|j| c[j][row..row + MR].as_mut_ptr());
     let (a, b) = (a.as_ptr(), b.as_ptr());
     // Ask for the C tile now, so its cache lines arrive while the kc loop runs instead of
     // stalling the write-back at the end (C's columns are a whole leading dimension apart).
@@ -358,24 +373,32 @@ unsafe fn tile_body<
         }
     }
     // SAFETY (every `I::` call below): the CPU supports `I`, this function's contract.
-    let mut acc: [[I::V; MV]; NR] = [[unsafe { I::zero() }; MV]; NR];
+    let mut acc: [[I::V; MV]; NC] = [[unsafe { I::zero() }; MV]; NC];
     // The rank-1 steps acc += Ã[p, :] ⊗ B̃[p, :], four at a time. A function, not a closure: a
     // closure would be compiled without the wrapper's features and call the intrinsics.
+    // Where column j of the sliver starts; step p of it is `p·b_step` further on. With lane 1 (a
+    // packed sliver, or rows of op(B) in place) these are constant offsets of one pointer; with
+    // step 1 (columns of op(B) in place) NC pointers indexed by p, which stay in registers
+    // (the general product p·step + j·lane spilled its offsets to the stack).
+    let b_cols: [*const I::E; NC] = std::array::from_fn(|j| b.wrapping_add(j * b_lane));
     // SAFETY (each step): p < kc, and `a` and `b` hold every index checked above.
-    let steps = (b_step, b_lane);
     let mut p = 0;
     while p + 4 <= kc {
         // A prefetch never faults; wrapping_add keeps the address arithmetic defined even past
         // the end of the sliver.
         // SAFETY: SSE is part of every x86-64 CPU.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add((p + PREFETCH_AHEAD) * MR).cast()) };
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add((p + PREFETCH_AHEAD) * a_step).cast())
+        };
         for q in p..p + 4 {
-            unsafe { rank1_step::<I, MR, NR, MV>(q, a, b, steps, &mut acc) };
+            let b_q = b_cols.map(|col| col.wrapping_add(q * b_step));
+            unsafe { rank1_step::<I, MR, NC, MV>(a.add(q * a_step), &b_q, &mut acc) };
         }
         p += 4;
     }
     while p < kc {
-        unsafe { rank1_step::<I, MR, NR, MV>(p, a, b, steps, &mut acc) };
+        let b_p = b_cols.map(|col| col.wrapping_add(p * b_step));
+        unsafe { rank1_step::<I, MR, NC, MV>(a.add(p * a_step), &b_p, &mut acc) };
         p += 1;
     }
     let alpha_v = unsafe { I::splat(alpha) };
@@ -398,39 +421,47 @@ unsafe fn tile_body<
     }
 }
 
-/// acc += Ã[p, :] ⊗ B̃[p, :], one step of [`tile_body`]'s loop.
+/// acc += Ã[:, p] ⊗ B̃[p, :], one step of [`tile_body`]'s loop: `a_p` points at Ã[0, p] (MR
+/// values), `b_p[j]` at B̃[p, j].
 ///
 /// # Safety
 ///
-/// The CPU must support `I`; `a` must be valid for reading MR values from p·MR on, `b` for reading
-/// `p·b_step + j·b_lane` for every j < NR.
+/// The CPU must support `I`; `a_p` must be valid for reading MR values, each `b_p[j]` for reading
+/// one.
 #[inline(always)]
 unsafe fn rank1_step<I: Vector, const MR: usize, const NR: usize, const MV: usize>(
-    p: usize,
-    a: *const I::E,
-    b: *const I::E,
-    (b_step, b_lane): (usize, usize),
+    a_p: *const I::E,
+    b_p: &[*const I::E; NR],
     acc: &mut [[I::V; MV]; NR],
 ) {
     // SAFETY (every `I::` call): the CPU supports `I`, this function's contract.
-    let mut a_p: [I::V; MV] = [unsafe { I::zero() }; MV];
-    for (r, a_pr) in a_p.iter_mut().enumerate() {
-        // SAFETY: r·LANES + LANES ≤ MR, so the LANES values read lie inside the MR values from
-        // p·MR on that the caller guarantees.
-        *a_pr = unsafe { I::load(a.add(p * MR + r * I::LANES)) };
+    let mut a_v: [I::V; MV] = [unsafe { I::zero() }; MV];
+    for (r, a_pr) in a_v.iter_mut().enumerate() {
+        // SAFETY: r·LANES + LANES ≤ MR, so the LANES values read lie inside the MR values behind
+        // `a_p` that the caller guarantees.
+        *a_pr = unsafe { I::load(a_p.add(r * I::LANES)) };
     }
-    for (j, acc_j) in acc.iter_mut().enumerate() {
-        // SAFETY: j < NR: an index the caller guarantees readable.
-        let b_pj = unsafe { I::splat(*b.add(p * b_step + j * b_lane)) };
-        for (acc_jr, &a_pr) in acc_j.iter_mut().zip(&a_p) {
+    for (&b_pj, acc_j) in b_p.iter().zip(acc.iter_mut()) {
+        // SAFETY: a pointer the caller guarantees readable.
+        let b_pj = unsafe { I::splat(*b_pj) };
+        for (acc_jr, &a_pr) in acc_j.iter_mut().zip(&a_v) {
             *acc_jr = unsafe { I::fma(a_pr, b_pj, *acc_jr) };
         }
     }
 }
 
-/// The signature of the four wrappers: `(kc, Ã sliver, B, B step, B lane, α, β, columns of C,
-/// row)`. Their one requirement is the CPU's; they check every bound themselves.
-type TileFn<T> = unsafe fn(usize, &[T], &[T], usize, usize, T, T, &mut [&mut [T]], usize);
+/// How [`tile_body`] addresses its B sliver (see there): packed, in place by rows of op(B) (lane
+/// of 1) or in place by columns (step of 1). An operand always has one stride 1, so no other
+/// layout reaches a kernel.
+const B_PACKED: u8 = 0;
+/// Lane 1, any step: rows of op(B) read in place (op(B) = Bᵀ of a column-major B).
+const B_ROWS: u8 = 1;
+/// Step 1, any lane: columns of op(B) read in place (op(B) = B, column-major).
+const B_COLS: u8 = 2;
+
+/// The signature of the wrappers: `(kc, Ã sliver, its step, B, B step, B lane, α, β, columns of
+/// C, row)`. Their one requirement is the CPU's; they check every bound themselves.
+type TileFn<T> = unsafe fn(usize, &[T], usize, &[T], usize, usize, T, T, &mut [&mut [T]], usize);
 
 /// Writes one `#[target_feature]` wrapper around [`tile_body`]: only the name, the features and
 /// the instruction set differ (a declaration, not a body: the body is written once, above).
@@ -443,9 +474,10 @@ macro_rules! tile_wrapper {
         /// The CPU must support the enabled features (the caller holds the token).
         #[allow(clippy::too_many_arguments)]
         #[target_feature(enable = $features)]
-        unsafe fn $name<const IN_PLACE: bool>(
+        unsafe fn $name<const B: u8, const NC: usize>(
             kc: usize,
             a: &[$t],
+            a_step: usize,
             b: &[$t],
             b_step: usize,
             b_lane: usize,
@@ -458,8 +490,8 @@ macro_rules! tile_wrapper {
             // SAFETY: this function's features are those of `$isa`, and its contract passes the
             // CPU requirement on; `tile_body` checks every bound itself.
             unsafe {
-                tile_body::<$isa, { $mr }, { $nr }, MV, IN_PLACE>(
-                    kc, a, b, b_step, b_lane, alpha, beta, c, row,
+                tile_body::<$isa, { $mr }, { $nr }, NC, MV, B>(
+                    kc, a, a_step, b, b_step, b_lane, alpha, beta, c, row,
                 )
             }
         }
@@ -483,49 +515,77 @@ tile_wrapper!(
     avx512_f64, "avx512f", Avx512F64, f64, AVX512_F64_MR, AVX512_F64_NR
 );
 
-/// A SIMD micro-kernel for element type `T`: the packed and the in-place variant of one wrapper,
-/// with the tile's column count. Its fields are private to this module and its only constructors
-/// take a token, so a `SimdKernel` exists only on a CPU that runs its instructions.
+/// A SIMD micro-kernel for element type `T`: one wrapper compiled for each layout of B and each
+/// width of tile, with the tile's column count. Its fields are private to this module and its only
+/// constructors take a token, so a `SimdKernel` exists only on a CPU that runs its instructions.
 #[derive(Clone, Copy)]
 pub(super) struct SimdKernel<T: 'static> {
-    packed: TileFn<T>,
-    in_place: TileFn<T>,
+    /// The wrapper compiled for each width (NR, then [`NARROW`]) and each way of addressing B
+    /// ([`B_PACKED`], [`B_ROWS`], [`B_COLS`]): a static table, so the kernel is two words to copy.
+    by_layout: &'static Variants<T>,
     nr: usize,
 }
+
+/// One wrapper's variants, by width and layout of B.
+type Variants<T> = [[TileFn<T>; 3]; 4];
+
+/// The narrower tiles every SIMD kernel also has, for the last columns of C: a remainder of r <
+/// NR columns is covered by the binary digits of r, each in one call.
+pub(super) const NARROW: [usize; 3] = [4, 2, 1];
+
+/// One wrapper for every width and layout, in the order of [`SimdKernel::by_layout`].
+macro_rules! by_layout {
+    ($name:ident, $nr:expr) => {{
+        macro_rules! layouts {
+            ($w:expr) => {
+                [$name::<B_PACKED, { $w }>, $name::<B_ROWS, { $w }>, $name::<B_COLS, { $w }>]
+            };
+        }
+        [layouts!($nr), layouts!(NARROW[0]), layouts!(NARROW[1]), layouts!(NARROW[2])]
+    }};
+}
+
+static AVX2_F32: Variants<f32> = by_layout!(avx2_f32, AVX2_F32_NR);
+static AVX2_F64: Variants<f64> = by_layout!(avx2_f64, AVX2_F64_NR);
+static AVX512_F32: Variants<f32> = by_layout!(avx512_f32, AVX512_F32_NR);
+static AVX512_F64: Variants<f64> = by_layout!(avx512_f64, AVX512_F64_NR);
 
 impl Avx2 {
     /// The AVX2 f32 micro-kernel (16×6).
     pub(super) fn f32_kernel(self) -> SimdKernel<f32> {
-        SimdKernel { packed: avx2_f32::<false>, in_place: avx2_f32::<true>, nr: AVX2_F32_NR }
+        SimdKernel { by_layout: &AVX2_F32, nr: AVX2_F32_NR }
     }
     /// The AVX2 f64 micro-kernel (8×6).
     pub(super) fn f64_kernel(self) -> SimdKernel<f64> {
-        SimdKernel { packed: avx2_f64::<false>, in_place: avx2_f64::<true>, nr: AVX2_F64_NR }
+        SimdKernel { by_layout: &AVX2_F64, nr: AVX2_F64_NR }
     }
 }
 
 impl Avx512 {
     /// The AVX-512 f32 micro-kernel (32×8).
     pub(super) fn f32_kernel(self) -> SimdKernel<f32> {
-        SimdKernel { packed: avx512_f32::<false>, in_place: avx512_f32::<true>, nr: AVX512_F32_NR }
+        SimdKernel { by_layout: &AVX512_F32, nr: AVX512_F32_NR }
     }
     /// The AVX-512 f64 micro-kernel (16×8).
     pub(super) fn f64_kernel(self) -> SimdKernel<f64> {
-        SimdKernel { packed: avx512_f64::<false>, in_place: avx512_f64::<true>, nr: AVX512_F64_NR }
+        SimdKernel { by_layout: &AVX512_F64, nr: AVX512_F64_NR }
     }
 }
 
 impl<T> SimdKernel<T> {
-    /// C ← α·Ã·B̃ + β·C on the MR×NR tile at rows `row..row + MR` of the first NR slices of `c`,
-    /// element (p, j) of the B sliver being `b[p·b_step + j·b_lane]`: the packed variant (steps
-    /// as compile-time constants) when the sliver is packed (step NR, lane 1), else the in-place
-    /// one. Panics (before touching memory) if a slice is too short for what it stands for.
+    /// C ← α·Ã·B̃ + β·C on the MR×`cols` tile at rows `row..row + MR` of the first `cols` slices
+    /// of `c` (`cols`: NR or one of [`NARROW`]), element (p, j) of the B sliver being
+    /// `b[p·b_step + j·b_lane]` (a packed sliver keeps step NR): the variant compiled for
+    /// that width and layout (packed: step NR and lane 1; lane 1; step 1). Panics (before
+    /// touching memory) if a slice is too short for what it stands for, or if neither step nor
+    /// lane is 1 (an internal bug: every operand has one stride 1).
     #[allow(clippy::too_many_arguments)]
-    #[inline]
+    #[inline(always)]
     pub(super) fn run(
         self,
         kc: usize,
-        a: &[T],
+        cols: usize,
+        (a, a_step): (&[T], usize),
         b: &[T],
         (b_step, b_lane): (usize, usize),
         alpha: T,
@@ -533,10 +593,23 @@ impl<T> SimdKernel<T> {
         c: &mut [&mut [T]],
         row: usize,
     ) {
-        let f = if b_step == self.nr && b_lane == 1 { self.packed } else { self.in_place };
+        let layout = match (b_step, b_lane) {
+            (s, 1) if s == self.nr => B_PACKED,
+            (_, 1) => B_ROWS,
+            (1, _) => B_COLS,
+            _ => panic!("a B sliver read in place has step or lane 1, got {b_step}, {b_lane}"),
+        };
+        let width = match cols {
+            c if c == self.nr => 0,
+            4 => 1,
+            2 => 2,
+            1 => 3,
+            _ => panic!("a SIMD tile is {} columns wide or 4, 2, 1, not {cols}", self.nr),
+        };
+        let f = self.by_layout[width][usize::from(layout)];
         // SAFETY: `self` was built by a constructor that took a token, which exists only when the
         // CPU supports the wrapper's features; the wrapper checks every bound itself.
-        unsafe { f(kc, a, b, b_step, b_lane, alpha, beta, c, row) }
+        unsafe { f(kc, a, a_step, b, b_step, b_lane, alpha, beta, c, row) }
     }
 }
 
