@@ -18,7 +18,7 @@ use super::superposition::{
 };
 use crate::errata::Erratum;
 use crate::error::{Error, Result};
-use crate::plot::{Figure, LineChart, Series};
+use crate::plot::{Figure, LineChart, LogAxes, Series};
 use crate::report::{Chapter, Walk, Worked, with_commas};
 use crate::rng::Rng;
 use crate::snapshot::fixed;
@@ -651,22 +651,22 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
         series,
         markers: false,
     });
-    let frac = Figure::Line(LineChart {
-        title: "Share of random pairs within 89°–91°".into(),
-        x_label: "log₁₀ d".into(),
-        y_label: "fraction".into(),
-        series: vec![
-            Series::new(
-                "measured",
-                samples.iter().map(|s| ((s.d as f64).log10(), s.near_orthogonal)).collect(),
-            ),
-            Series::new(
-                "exact",
-                samples.iter().map(|s| ((s.d as f64).log10(), s.expected)).collect(),
-            ),
-        ],
-        markers: true,
-    });
+    let frac = Figure::LogLine(
+        LineChart {
+            title: "Share of random pairs within 89°–91°".into(),
+            x_label: "d (log scale)".into(),
+            y_label: "fraction".into(),
+            series: vec![
+                Series::new(
+                    "measured",
+                    samples.iter().map(|s| (s.d as f64, s.near_orthogonal)).collect(),
+                ),
+                Series::new("exact", samples.iter().map(|s| (s.d as f64, s.expected)).collect()),
+            ],
+            markers: true,
+        },
+        LogAxes::X,
+    );
     Ok(vec![
         ("ch03_activations".into(), values),
         ("ch03_activation_derivatives".into(), slopes),
