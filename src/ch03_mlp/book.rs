@@ -606,28 +606,29 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
         ],
         markers: true,
     });
-    let loss = Figure::Line(LineChart {
-        title: format!(
-            "Training the sin(x) MLP: mini-batch GD, α = {}, batch {}",
-            SIN_TRAIN.learning_rate, SIN_TRAIN.batch_size
-        ),
-        x_label: "epoch".into(),
-        y_label: "log₁₀ MSE".into(),
-        series: vec![
-            Series::new(
-                "MLP",
-                fits.costs.iter().enumerate().map(|(i, c)| (i as f64, c.log10())).collect(),
+    // The MSE falls over decades: a log y axis marked 0.01, 0.1 … (not an axis of log₁₀ MSE).
+    let loss = Figure::LogLine(
+        LineChart {
+            title: format!(
+                "Training the sin(x) MLP: mini-batch GD, α = {}, batch {}",
+                SIN_TRAIN.learning_rate, SIN_TRAIN.batch_size
             ),
-            Series::new(
-                "least-squares line",
-                vec![
-                    (0.0, fits.line_mse.log10()),
-                    (fits.costs.len() as f64 - 1.0, fits.line_mse.log10()),
-                ],
-            ),
-        ],
-        markers: false,
-    });
+            x_label: "epoch".into(),
+            y_label: "MSE (log scale)".into(),
+            series: vec![
+                Series::new(
+                    "MLP",
+                    fits.costs.iter().enumerate().map(|(i, &c)| (i as f64, c)).collect(),
+                ),
+                Series::new(
+                    "least-squares line",
+                    vec![(0.0, fits.line_mse), (fits.costs.len() as f64 - 1.0, fits.line_mse)],
+                ),
+            ],
+            markers: false,
+        },
+        LogAxes::YDecades,
+    );
     let samples = angle_samples(&ANGLE_DIMS, ANGLE_VECTORS, ANGLE_SEED)?;
     let top = samples
         .iter()
