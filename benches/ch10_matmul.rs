@@ -1266,7 +1266,7 @@ fn figures(machine: &Machine, rows: &[Row]) -> Vec<(String, Figure)> {
                 x_label: "arithmetic intensity, flops per byte from memory (log scale)".into(),
                 y_label: "GFLOP/s (log scale)".into(),
                 series: vec![
-                    Series::new("roof: min(peak, bandwidth × intensity)", roof),
+                    Series::unmarked("roof: min(peak, bandwidth × intensity)", roof),
                     Series::new("naive loop, n = 64 … 512", points_naive),
                     Series::new("ours, n = 64 … 2048", points_ours),
                 ],

@@ -849,15 +849,25 @@ mod pages {
     /// Unicode that writes a formula: a page writes these inside `$…$` (as `\partial`, `\sum`,
     /// `^\top`, `_1`, …) or inside code, never in its prose. Worked matrices and program output
     /// stay in code blocks, where Unicode is what the program prints.
-    const FORMULA_CHARS: [char; 22] = [
+    const FORMULA_CHARS: [char; 26] = [
         '∂', '∑', 'Σ', '∇', '√', '⊙', 'ᵀ', '₀', '₁', '₂', '₃', '₄', '₅', '₆', '₇', '₈', '₉', 'ᵢ',
-        'ⱼ', 'ₖ', '⁻', '²',
+        'ⱼ', 'ₖ', '⁻', '²', '∞', '≤', '≥', '≠',
     ];
 
-    /// The chapters whose prose has been converted to `$…$` throughout; the Unicode rule of
-    /// [`notation_faults`] holds on these. Chapter 10 is not yet listed: its benchmark results
-    /// (section 9) and exercise table still write products such as Hᵀ·dY in Unicode.
-    const ONE_NOTATION: [&str; 9] = [
+    /// Plain-text math in prose that Markdown shows as typed: a power or an index with a
+    /// bracket (`e^(−x)`, `x_(i)`) or a caret between letters (`e^x`).
+    fn plain_math(prose: &str) -> bool {
+        let chars: Vec<char> = prose.chars().collect();
+        chars.windows(3).any(|w| {
+            (w[1] == '^' || w[1] == '_') && w[0].is_alphanumeric() && (w[2] == '(' || w[2] == '{')
+                || w[1] == '^' && w[0].is_alphanumeric() && w[2].is_alphanumeric()
+        })
+    }
+
+    /// The chapters whose prose is in `$…$` throughout: all ten; the Unicode rule of
+    /// [`notation_faults`] holds on these (the appendix pages quote measured products and are
+    /// held only to the rules GitHub's renderer needs).
+    const ONE_NOTATION: [&str; 10] = [
         "ch01_logistic",
         "ch02_softmax",
         "ch03_mlp",
@@ -867,6 +877,7 @@ mod pages {
         "ch07_encoder_decoder",
         "ch08_tokens",
         "ch09_gpt",
+        "ch10_matmul",
     ];
 
     /// The `$…$` and `$$…$$` spans of a line (already without code spans), and the text outside
@@ -931,8 +942,9 @@ mod pages {
     /// formula's outside (`$a$b`, `x$a$`, `$a$$b$`) or a space just inside one (`$ a$`),
     /// underscores that pair up as emphasis ([`underscores_pair`]), or — when `unicode` — a
     /// character of [`FORMULA_CHARS`] or `σ(` in prose outside `$…$`; as `page:line: reason`;
-    /// and an unclosed `$$` block. Generated blocks (`<!-- worked -->`, `<!-- errata -->`) are
-    /// what the terminal prints too, so the Unicode rule skips them.
+    /// and an unclosed `$$` block. Generated blocks other than the worked tables (the errata, the
+    /// benchmarks' tables) are what the terminal prints too, so the Unicode rule skips them; the
+    /// worked tables are held to it (their cells go through [`crate::tex::markdown_cell`]).
     fn notation_faults(name: &str, page: &str, unicode: bool) -> Vec<String> {
         let mut faults = Vec::new();
         let (mut fenced, mut display, mut generated) = (false, 0usize, false);
@@ -944,7 +956,9 @@ mod pages {
             if fenced {
                 continue;
             }
-            if line.contains(":begin -->") {
+            // The errata register's block and the benchmarks' tables are what the terminal prints
+            // too; the worked tables write their formulas as $…$.
+            if line.contains(":begin -->") && !line.contains("worked:begin -->") {
                 generated = true;
             }
             if line.contains(":end -->") {
@@ -977,6 +991,8 @@ mod pages {
                 faults.push(at("two formulas glued: $a$$b$"));
             }
             let delimiters = trimmed.matches("$$").count() - glued;
+            // A line inside a $$ … $$ block (or opening or closing one) is math, not prose.
+            let in_display = display % 2 == 1 || delimiters > 0;
             display += delimiters;
             let single = trimmed.matches('$').count() - 2 * delimiters;
             if single % 2 == 1 {
@@ -1005,9 +1021,10 @@ mod pages {
                 faults
                     .push(at("underscores that Markdown pairs as emphasis (write `}_` as `} _`)"));
             }
-            if unicode && !generated {
-                let formula =
-                    prose.chars().any(|c| FORMULA_CHARS.contains(&c)) || prose.contains("σ(");
+            if unicode && !generated && !in_display {
+                let formula = prose.chars().any(|c| FORMULA_CHARS.contains(&c))
+                    || prose.contains("σ(")
+                    || plain_math(&prose);
                 if formula {
                     faults.push(at("a formula in Unicode outside $…$"));
                 }
@@ -1061,7 +1078,7 @@ mod pages {
         );
         // Planted: a formula in Unicode prose; inside $…$, code, or a generated table it is fine.
         let planted = "so ∂L/∂z = ŷ − y\nσ(z) is\nso $\\partial L$ and `∂L`\n```\nWᵀx\n```\n\
-                       <!-- worked:begin -->\n| Σᵢ xᵢ |\n<!-- worked:end -->\nx₁ and x₂\n";
+                       <!-- errata:begin -->\n| Σᵢ xᵢ |\n<!-- errata:end -->\nx₁ and x₂\n";
         assert_eq!(
             notation_faults("p.md", planted, true),
             [
@@ -1071,6 +1088,19 @@ mod pages {
             ]
         );
         assert!(notation_faults("p.md", planted, false).is_empty());
+        // Planted: plain-text powers, indices and comparisons; a $$ block's lines are math.
+        let planted = "gets e^(−x) here\nand e^c too\nthe x_(i) term\nat T ≤ 0\n\
+                       $$\ne^{z_i} \\le 1\n$$\nso $e^{-x}$ and x_i and 2^10 bytes\n";
+        assert_eq!(
+            notation_faults("p.md", planted, true),
+            [
+                "p.md:1: a formula in Unicode outside $…$",
+                "p.md:2: a formula in Unicode outside $…$",
+                "p.md:3: a formula in Unicode outside $…$",
+                "p.md:4: a formula in Unicode outside $…$",
+                "p.md:8: a formula in Unicode outside $…$",
+            ]
+        );
     }
 }
 

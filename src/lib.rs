@@ -64,6 +64,7 @@ pub mod rng;
 pub mod simd_map;
 pub mod snapshot;
 pub mod sources;
+pub mod tex;
 pub mod threads;
 
 pub mod book;

@@ -42,12 +42,20 @@ pub struct Series {
     pub label: String,
     /// (x, y) points in order.
     pub points: Vec<(f64, f64)>,
+    /// A curve computed from a formula (a roof, a bound), drawn as a plain line even where the
+    /// chart marks its measured points with dots.
+    pub unmarked: bool,
 }
 
 impl Series {
     /// A series from a label and points.
     pub fn new(label: impl Into<String>, points: Vec<(f64, f64)>) -> Self {
-        Series { label: label.into(), points }
+        Series { label: label.into(), points, unmarked: false }
+    }
+
+    /// A curve from a formula: never marked with dots (see [`Series::unmarked`]).
+    pub fn unmarked(label: impl Into<String>, points: Vec<(f64, f64)>) -> Self {
+        Series { unmarked: true, ..Series::new(label, points) }
     }
 }
 
@@ -154,15 +162,64 @@ pub enum Figure {
     LogLine(LineChart, LogAxes),
 }
 
-/// Which axes of a [`Figure::LogLine`] are logarithmic (decades marked by their real values,
-/// not by their logarithms); the data are given in real values.
+/// Which axes of a [`Figure::LogLine`] are logarithmic, marked by their real values, not by
+/// their logarithms; the data are given in real values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogAxes {
-    /// x logarithmic, y linear (a size that doubles along x, a rate along y).
+    /// x logarithmic in powers of two, y linear (a size that doubles along x, a rate along y).
     X,
-    /// Both axes logarithmic (a roofline).
+    /// x linear, y logarithmic in powers of ten (a loss falling over decades, ticks 0.01, 0.1,
+    /// 1 …).
+    YDecades,
+    /// Both axes logarithmic in powers of two (a roofline).
     Both,
 }
+
+impl LogAxes {
+    /// The base of the x axis's logarithm, or `None` for a linear x axis.
+    fn x_base(self) -> Option<f64> {
+        match self {
+            LogAxes::X | LogAxes::Both => Some(2.0),
+            LogAxes::YDecades => None,
+        }
+    }
+
+    /// The base of the y axis's logarithm, or `None` for a linear y axis.
+    fn y_base(self) -> Option<f64> {
+        match self {
+            LogAxes::X => None,
+            LogAxes::YDecades => Some(10.0),
+            LogAxes::Both => Some(2.0),
+        }
+    }
+}
+
+/// The label of the tick at `base`^`power` on a log axis: powers of two as whole numbers (64)
+/// or fractions (1/16, narrower than 0.0625), powers of ten as decimals from 0.0001 to 100000
+/// and as 10⁻⁵, 10⁶ … beyond; nothing between whole powers.
+pub fn log_tick_label(base: f64, power: f64) -> String {
+    if power.fract() != 0.0 || !power.is_finite() {
+        return String::new();
+    }
+    let p = power as i32;
+    if base == 2.0 {
+        return if p >= 0 {
+            format!("{}", 1u64 << p.min(62))
+        } else {
+            format!("1/{}", 1u64 << (-p).min(62))
+        };
+    }
+    if (-4..=5).contains(&p) {
+        return tick_label(10f64.powi(p), 10f64.powi(p));
+    }
+    const SUPERSCRIPT: [char; 10] = ['⁰', '¹', '²', '³', '⁴', '⁵', '⁶', '⁷', '⁸', '⁹'];
+    let digits: String =
+        p.unsigned_abs().to_string().bytes().map(|b| SUPERSCRIPT[(b - b'0') as usize]).collect();
+    format!("10{}{digits}", if p < 0 { "⁻" } else { "" })
+}
+
+/// The most ticks a log axis labels: with more whole powers than this, every second one.
+const MAX_LOG_TICKS: usize = 14;
 
 /// Grouped bars over named categories: for each category, one bar per series, side by side.
 /// For data whose x axis is a set of names (classes, tokens), where a line between categories
@@ -366,10 +423,13 @@ fn xy_chart<'a, DB: DrawingBackend>(
     (y0, y1): (f64, f64),
     right: u32,
 ) -> std::result::Result<XyChart<'a, DB>, DrawError<DB>> {
+    let right = right.max(RIGHT_MARGIN);
+    // The caption is centred over the chart left of the legend: it must fit that width.
+    let room = root.dim_in_pixel().0.saturating_sub(right);
     ChartBuilder::on(root)
-        .caption(title, (FONT, caption_size(title, root.dim_in_pixel().0, 22)))
+        .caption(title, (FONT, caption_size(title, room, 22)))
         .margin(14)
-        .margin_right(right.max(RIGHT_MARGIN))
+        .margin_right(right)
         .x_label_area_size(44)
         .y_label_area_size(64)
         .build_cartesian_2d(x0..x1, y0..y1)
@@ -484,7 +544,7 @@ fn draw_line<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &LineChart) -
         chart.draw_series(
             pieces.into_iter().map(|p| PathElement::new(p, col.stroke_width(stroke))),
         )?;
-        if c.markers {
+        if c.markers && !s.unmarked {
             chart.draw_series(s.points.iter().map(|&p| Circle::new(p, 3, col.filled())))?;
         }
         entries.push((s.label.as_str(), Glyph::Line(col)));
@@ -493,8 +553,9 @@ fn draw_line<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &LineChart) -
     root.present()
 }
 
-/// A line chart on log axes ([`Figure::LogLine`]): a log axis is drawn in base-2 logarithms
-/// over whole powers of two, one tick per power, each labelled with its real value (64, 128, …),
+/// A line chart on log axes ([`Figure::LogLine`]): a log axis is drawn in logarithms (base 2
+/// or 10, see [`LogAxes`]) over whole powers, one tick per power (every second one when there
+/// are more than [`MAX_LOG_TICKS`]), each labelled with its real value ([`log_tick_label`]),
 /// not with its logarithm. (plotters' own log scale loops forever on some ranges below 1.)
 fn draw_log_line<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
@@ -502,9 +563,15 @@ fn draw_log_line<DB: DrawingBackend>(
     axes: LogAxes,
 ) -> DrawResult<DB> {
     root.fill(&WHITE)?;
-    let log_y = axes == LogAxes::Both;
-    let keep = |&(x, y): &(f64, f64)| x > 0.0 && (!log_y || y > 0.0);
-    let to_plot = |(x, y): (f64, f64)| (x.log2(), if log_y { y.log2() } else { y });
+    let (x_base, y_base) = (axes.x_base(), axes.y_base());
+    let positive = |v: f64, base: Option<f64>| base.is_none() || v > 0.0;
+    let keep = |&(x, y): &(f64, f64)| positive(x, x_base) && positive(y, y_base);
+    let log = |v: f64, base: Option<f64>| match base {
+        Some(2.0) => v.log2(),
+        Some(b) => v.log10() / b.log10(),
+        None => v,
+    };
+    let to_plot = |(x, y): (f64, f64)| (log(x, x_base), log(y, y_base));
     let series: Vec<Vec<(f64, f64)>> = c
         .series
         .iter()
@@ -512,17 +579,28 @@ fn draw_log_line<DB: DrawingBackend>(
         .collect();
     let ((x0, x1), (y0, y1)) = bounds(series.iter().flatten().copied());
     let whole = |lo: f64, hi: f64| (lo.floor(), hi.ceil().max(lo.floor() + 1.0));
-    let (x0, x1) = whole(x0, x1);
-    let (y0, y1) = if log_y { whole(y0, y1) } else { (y0.min(0.0), y1) };
+    let (x0, x1) = if x_base.is_some() { whole(x0, x1) } else { (x0, x1) };
+    let (y0, y1) = if y_base.is_some() { whole(y0, y1) } else { (y0.min(0.0), y1) };
     let legend = legend_width(c.series.iter().map(|s| s.label.as_str()));
     let mut chart = xy_chart(root, &c.title, (x0, x1), (y0, y1), legend)?;
-    let power = |v: f64| tick_label(v.exp2(), v.exp2());
-    let x_tick = move |v: &f64| power(*v);
-    let y_tick = move |v: &f64| if log_y { power(*v) } else { tick_label(*v, y1 - y0) };
+    let ticks = |lo: f64, hi: f64| {
+        let powers = (hi - lo) as usize + 1;
+        if powers > MAX_LOG_TICKS { powers.div_ceil(2) } else { powers }
+    };
+    let x_tick = move |v: &f64| match x_base {
+        Some(b) => log_tick_label(b, *v),
+        None => tick_label(*v, x1 - x0),
+    };
+    let y_tick = move |v: &f64| match y_base {
+        Some(b) => log_tick_label(b, *v),
+        None => tick_label(*v, y1 - y0),
+    };
     let mut mesh = chart.configure_mesh();
-    mesh.x_labels((x1 - x0) as usize + 1);
-    if log_y {
-        mesh.y_labels((y1 - y0) as usize + 1);
+    if x_base.is_some() {
+        mesh.x_labels(ticks(x0, x1));
+    }
+    if y_base.is_some() {
+        mesh.y_labels(ticks(y0, y1));
     }
     mesh.x_desc(c.x_label.as_str())
         .y_desc(c.y_label.as_str())
@@ -536,8 +614,11 @@ fn draw_log_line<DB: DrawingBackend>(
     for (i, (s, pts)) in c.series.iter().zip(&series).enumerate() {
         let col = color(i);
         let pieces = clip_polyline(pts, (x0, x1), (y0, y1));
-        chart.draw_series(pieces.into_iter().map(|p| PathElement::new(p, col.stroke_width(2))))?;
-        if c.markers {
+        let stroke = if pts.len() > THIN_LINE_POINTS { 1 } else { 2 };
+        chart.draw_series(
+            pieces.into_iter().map(|p| PathElement::new(p, col.stroke_width(stroke))),
+        )?;
+        if c.markers && !s.unmarked {
             chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, col.filled())))?;
         }
         entries.push((s.label.as_str(), Glyph::Line(col)));
@@ -920,6 +1001,18 @@ mod tests {
         assert_eq!(tick_label(1600.0, 1600.0), "1600");
         assert_eq!(tick_label(0.125, 0.5), "0.125");
         assert_eq!(tick_label(0.30000000000000004, 1.0), "0.3");
+    }
+
+    #[test]
+    fn log_ticks_read_as_real_values() {
+        assert_eq!(log_tick_label(2.0, 6.0), "64");
+        assert_eq!(log_tick_label(2.0, 0.0), "1");
+        assert_eq!(log_tick_label(2.0, -4.0), "1/16");
+        assert_eq!(log_tick_label(2.0, 0.5), "");
+        assert_eq!(log_tick_label(10.0, -2.0), "0.01");
+        assert_eq!(log_tick_label(10.0, 3.0), "1000");
+        assert_eq!(log_tick_label(10.0, -6.0), "10⁻⁶");
+        assert_eq!(log_tick_label(10.0, 12.0), "10¹²");
     }
 
     #[test]

@@ -161,10 +161,10 @@ pub fn worked_markdown(rows: &[Worked]) -> String {
         let test = if w.test.is_empty() { String::new() } else { format!("`{}`", w.test) };
         out.push_str(&format!(
             "| {} | {} | {} | {} | {} | {} |\n",
-            w.quantity.replace('|', "\\|"),
+            crate::tex::markdown_cell(&w.quantity).replace('|', "\\|"),
             w.document,
-            w.printed.replace('|', "\\|"),
-            w.ours.replace('|', "\\|"),
+            crate::tex::markdown_cell(&w.printed).replace('|', "\\|"),
+            crate::tex::markdown_cell(&w.ours).replace('|', "\\|"),
             w.status.word(),
             test
         ));

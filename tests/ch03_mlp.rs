@@ -989,7 +989,7 @@ fn prose_carries_the_errata_and_worked_tables() {
 
 #[test]
 fn figures_hold_finite_data_and_can_be_drawn() {
-    use llm_workbook::plot::Figure;
+    use llm_workbook::plot::{Figure, LogAxes};
     let figs = figures().unwrap();
     let stems: Vec<&str> = figs.iter().map(|(s, _)| s.as_str()).collect();
     assert_eq!(
@@ -1004,7 +1004,9 @@ fn figures_hold_finite_data_and_can_be_drawn() {
         ]
     );
     for (stem, f) in &figs {
-        let Figure::Line(c) = f else { panic!("{stem}: expected a line chart") };
+        let (Figure::Line(c) | Figure::LogLine(c, _)) = f else {
+            panic!("{stem}: expected a line chart")
+        };
         assert!(!c.series.is_empty());
         assert!(
             c.series.iter().all(|s| !s.points.is_empty()
@@ -1016,6 +1018,12 @@ fn figures_hold_finite_data_and_can_be_drawn() {
     assert_eq!(acts.series.len(), 4);
     let Figure::Line(hist) = &figs[4].1 else { unreachable!() };
     assert_eq!(hist.series.len(), ANGLE_DIMS.len() + 1);
+    // The share spans d = 2 … 12,288: a real logarithmic x axis, the data in real d (not log₁₀ d).
+    let Figure::LogLine(share, LogAxes::X) = &figs[5].1 else {
+        panic!("ch03_near_orthogonal_share: expected a line chart on a log x axis")
+    };
+    let xs: Vec<f64> = share.series[0].points.iter().map(|p| p.0).collect();
+    assert_eq!(xs, ANGLE_DIMS.map(|d| d as f64), "the real d, 2 … 12,288");
     let small = pack_unit_vectors(60, 6, 5, 1).unwrap();
     let pf = packing_figures(&small).unwrap();
     assert_eq!(pf.len(), 2);

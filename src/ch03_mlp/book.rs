@@ -18,7 +18,7 @@ use super::superposition::{
 };
 use crate::errata::Erratum;
 use crate::error::{Error, Result};
-use crate::plot::{Figure, LineChart, Series};
+use crate::plot::{Figure, LineChart, LogAxes, Series};
 use crate::report::{Chapter, Walk, Worked, with_commas};
 use crate::rng::Rng;
 use crate::snapshot::fixed;
@@ -606,28 +606,29 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
         ],
         markers: true,
     });
-    let loss = Figure::Line(LineChart {
-        title: format!(
-            "Training the sin(x) MLP: mini-batch GD, α = {}, batch {}",
-            SIN_TRAIN.learning_rate, SIN_TRAIN.batch_size
-        ),
-        x_label: "epoch".into(),
-        y_label: "log₁₀ MSE".into(),
-        series: vec![
-            Series::new(
-                "MLP",
-                fits.costs.iter().enumerate().map(|(i, c)| (i as f64, c.log10())).collect(),
+    // The MSE falls over decades: a log y axis marked 0.01, 0.1 … (not an axis of log₁₀ MSE).
+    let loss = Figure::LogLine(
+        LineChart {
+            title: format!(
+                "Training the sin(x) MLP: mini-batch GD, α = {}, batch {}",
+                SIN_TRAIN.learning_rate, SIN_TRAIN.batch_size
             ),
-            Series::new(
-                "least-squares line",
-                vec![
-                    (0.0, fits.line_mse.log10()),
-                    (fits.costs.len() as f64 - 1.0, fits.line_mse.log10()),
-                ],
-            ),
-        ],
-        markers: false,
-    });
+            x_label: "epoch".into(),
+            y_label: "MSE (log scale)".into(),
+            series: vec![
+                Series::new(
+                    "MLP",
+                    fits.costs.iter().enumerate().map(|(i, &c)| (i as f64, c)).collect(),
+                ),
+                Series::new(
+                    "least-squares line",
+                    vec![(0.0, fits.line_mse), (fits.costs.len() as f64 - 1.0, fits.line_mse)],
+                ),
+            ],
+            markers: false,
+        },
+        LogAxes::YDecades,
+    );
     let samples = angle_samples(&ANGLE_DIMS, ANGLE_VECTORS, ANGLE_SEED)?;
     let top = samples
         .iter()
@@ -651,22 +652,22 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
         series,
         markers: false,
     });
-    let frac = Figure::Line(LineChart {
-        title: "Share of random pairs within 89°–91°".into(),
-        x_label: "log₁₀ d".into(),
-        y_label: "fraction".into(),
-        series: vec![
-            Series::new(
-                "measured",
-                samples.iter().map(|s| ((s.d as f64).log10(), s.near_orthogonal)).collect(),
-            ),
-            Series::new(
-                "exact",
-                samples.iter().map(|s| ((s.d as f64).log10(), s.expected)).collect(),
-            ),
-        ],
-        markers: true,
-    });
+    let frac = Figure::LogLine(
+        LineChart {
+            title: "Share of random pairs within 89°–91°".into(),
+            x_label: "d (log scale)".into(),
+            y_label: "fraction".into(),
+            series: vec![
+                Series::new(
+                    "measured",
+                    samples.iter().map(|s| (s.d as f64, s.near_orthogonal)).collect(),
+                ),
+                Series::new("exact", samples.iter().map(|s| (s.d as f64, s.expected)).collect()),
+            ],
+            markers: true,
+        },
+        LogAxes::X,
+    );
     Ok(vec![
         ("ch03_activations".into(), values),
         ("ch03_activation_derivatives".into(), slopes),

@@ -7,7 +7,7 @@ use super::traffic::{blocked_traffic_bytes, flops, intensity, naive_traffic_byte
 use crate::errata::Erratum;
 use crate::error::Result;
 use crate::matmul::{self, Blocking, Op, SCALAR_TILE};
-use crate::plot::{Figure, LineChart, Series};
+use crate::plot::{Figure, LineChart, LogAxes, Series};
 use crate::report::{Chapter, Walk, Worked};
 use crate::sources::THIS_CRATE;
 use nalgebra::DMatrix;
@@ -245,35 +245,36 @@ pub fn walk(out: &mut Walk) -> Result<()> {
 /// GFLOP/s against n, the roofline and the blocking sweep, are drawn by the benchmark.)
 pub fn figures() -> Result<Vec<(String, Figure)>> {
     let ns: Vec<usize> = (4..=12).map(|e| 1usize << e).collect();
-    let x = |n: usize| (n as f64).log2();
     let blocked = |b: Blocking| {
         ns.iter()
-            .map(|&n| {
-                (x(n), intensity(flops(n, n, n), blocked_traffic_bytes(n, n, n, 4, b)).log2())
-            })
+            .map(|&n| (n as f64, intensity(flops(n, n, n), blocked_traffic_bytes(n, n, n, 4, b))))
             .collect()
     };
-    let intensity_fig = Figure::Line(LineChart {
-        title: "Flops per byte from memory, square f32 products".into(),
-        x_label: "log₂ n".into(),
-        y_label: "log₂ (flops / byte)".into(),
-        series: vec![
-            Series::new(
-                "naive loop, nothing reused from cache",
-                ns.iter()
-                    .map(|&n| {
-                        (x(n), intensity(flops(n, n, n), naive_traffic_bytes(n, n, n, 4)).log2())
-                    })
-                    .collect(),
-            ),
-            Series::new("blocked, AVX2 f32 constants", blocked(matmul::AVX2_F32_BLOCKING)),
-            Series::new(
-                "blocked, KC = 32 (too shallow)",
-                blocked(Blocking { kc: 32, ..matmul::AVX2_F32_BLOCKING }),
-            ),
-        ],
-        markers: true,
-    });
+    // n doubles and the intensity spans 1/4 … 2⁷: both axes in powers of two.
+    let intensity_fig = Figure::LogLine(
+        LineChart {
+            title: "Flops per byte from memory, square f32 products".into(),
+            x_label: "n (log scale)".into(),
+            y_label: "flops / byte (log scale)".into(),
+            series: vec![
+                Series::new(
+                    "naive loop, nothing reused from cache",
+                    ns.iter()
+                        .map(|&n| {
+                            (n as f64, intensity(flops(n, n, n), naive_traffic_bytes(n, n, n, 4)))
+                        })
+                        .collect(),
+                ),
+                Series::new("blocked, AVX2 f32 constants", blocked(matmul::AVX2_F32_BLOCKING)),
+                Series::new(
+                    "blocked, KC = 32 (too shallow)",
+                    blocked(Blocking { kc: 32, ..matmul::AVX2_F32_BLOCKING }),
+                ),
+            ],
+            markers: true,
+        },
+        LogAxes::Both,
+    );
     let ms: Vec<usize> = (1..=96).collect();
     let use_fig = Figure::Line(LineChart {
         title: "Useful share of the register tiles, m×768 products".into(),

@@ -1,0 +1,427 @@
+//! Unicode formulas as the pages write them: `$…$` TeX in the subset GitHub renders.
+//!
+//! The worked-number and errata tables are written once, in Unicode, because the terminal shows
+//! them (`σ(w·x + b)`, `Ē·(M + J) − 1`, `1/√d_k`). The chapter pages carry the same rows in the
+//! notation of the rest of the book, so [`markdown_cell`] finds the formulas in a cell (runs of
+//! words that hold a mathematical symbol, an index or an operator, with the numbers and single
+//! letters between them) and writes each run as one `$…$` span; the words around them stay text.
+
+/// Greek letters and symbols with the TeX command that writes them.
+const SYMBOLS: [(char, &str); 45] = [
+    ('α', "\\alpha"),
+    ('β', "\\beta"),
+    ('γ', "\\gamma"),
+    ('δ', "\\delta"),
+    ('ε', "\\epsilon"),
+    ('η', "\\eta"),
+    ('θ', "\\theta"),
+    ('λ', "\\lambda"),
+    ('μ', "\\mu"),
+    ('ν', "\\nu"),
+    ('π', "\\pi"),
+    ('ρ', "\\rho"),
+    ('σ', "\\sigma"),
+    ('τ', "\\tau"),
+    ('φ', "\\phi"),
+    ('ω', "\\omega"),
+    ('Δ', "\\Delta"),
+    ('Σ', "\\Sigma"),
+    ('∑', "\\sum"),
+    ('∂', "\\partial"),
+    ('∇', "\\nabla"),
+    ('⊙', "\\odot"),
+    ('·', "\\cdot"),
+    ('×', "\\times"),
+    ('−', "-"),
+    ('≤', "\\le"),
+    ('≥', "\\ge"),
+    ('≠', "\\ne"),
+    ('≈', "\\approx"),
+    ('∞', "\\infty"),
+    ('→', "\\to"),
+    ('∈', "\\in"),
+    ('ᵀ', "^\\top"),
+    ('ŷ', "\\hat y"),
+    ('Ē', "\\bar E"),
+    ('ē', "\\bar e"),
+    ('≡', "\\equiv"),
+    ('∝', "\\propto"),
+    ('⌈', "\\lceil"),
+    ('⌉', "\\rceil"),
+    ('÷', "\\div"),
+    ('↦', "\\mapsto"),
+    ('←', "\\leftarrow"),
+    ('Ã', "\\tilde A"),
+    ('…', "\\dots"),
+];
+
+/// Subscript and superscript digits and signs, with the plain character each stands for.
+const SUBSCRIPTS: [(char, char); 14] = [
+    ('₀', '0'),
+    ('₁', '1'),
+    ('₂', '2'),
+    ('₃', '3'),
+    ('₄', '4'),
+    ('₅', '5'),
+    ('₆', '6'),
+    ('₇', '7'),
+    ('₈', '8'),
+    ('₉', '9'),
+    ('ᵢ', 'i'),
+    ('ⱼ', 'j'),
+    ('ₖ', 'k'),
+    ('ₙ', 'n'),
+];
+const SUPERSCRIPTS: [(char, char); 15] = [
+    ('⁰', '0'),
+    ('¹', '1'),
+    ('²', '2'),
+    ('³', '3'),
+    ('⁴', '4'),
+    ('⁵', '5'),
+    ('⁶', '6'),
+    ('⁷', '7'),
+    ('⁸', '8'),
+    ('⁹', '9'),
+    ('⁻', '-'),
+    ('ⁿ', 'n'),
+    ('⁽', '('),
+    ('⁾', ')'),
+    ('ᴸ', 'L'),
+];
+
+/// Function names written upright (`\ln x`, `\mathrm{softmax}(z)`).
+const OPERATORS: [&str; 6] = ["ln", "log", "exp", "max", "min", "sin"];
+
+fn sub(c: char) -> Option<char> {
+    SUBSCRIPTS.iter().find(|(u, _)| *u == c).map(|(_, p)| *p)
+}
+fn sup(c: char) -> Option<char> {
+    SUPERSCRIPTS.iter().find(|(u, _)| *u == c).map(|(_, p)| *p)
+}
+fn symbol(c: char) -> Option<&'static str> {
+    SYMBOLS.iter().find(|(u, _)| *u == c).map(|(_, t)| *t)
+}
+
+/// Whether a word (without its trailing punctuation) is part of a formula on its own: it holds a
+/// symbol, an index or power, an `=`/`+`/`/` operator, or a combining accent.
+fn mathy(word: &str) -> bool {
+    word.chars().any(|c| {
+        symbol(c).is_some()
+            || sub(c).is_some()
+            || sup(c).is_some()
+            || c == '√'
+            || ('\u{300}'..='\u{36f}').contains(&c)
+            || (c == '_' || c == '^') && word.len() > 1
+    }) || matches!(word, "=" | "+" | "/" | "<" | ">")
+}
+
+/// Whether a word may sit inside a formula next to formula words: a number, a single letter,
+/// a bracket, a function name (`max(0,`) or a short name in capitals (`LN`, `FFN`).
+fn bridge(word: &str) -> bool {
+    let bare = word.trim_matches(|c: char| "(),[]:;".contains(c));
+    let call = bare
+        .split_once('(')
+        .is_some_and(|(name, _)| !name.is_empty() && name.chars().all(|c| c.is_ascii_alphabetic()));
+    bare.is_empty()
+        || bare.parse::<f64>().is_ok()
+        || bare.chars().all(|c| c.is_ascii_digit() || c == ',' || c == '.')
+        || (bare.chars().count() == 1 && bare.chars().all(char::is_alphabetic) && bare != "a")
+        || OPERATORS.iter().any(|op| bare == *op || bare.starts_with(&format!("{op}(")))
+        || (2..=4).contains(&bare.len()) && bare.chars().all(|c| c.is_ascii_uppercase())
+        || call && !bare.contains("((")
+}
+
+/// A cell of a generated table with each formula in it written as `$…$` TeX; text without
+/// formulas is returned unchanged, and so is a cell holding `|`, `$` or code.
+pub fn markdown_cell(text: &str) -> String {
+    if text.contains('|') || text.contains('$') || text.contains('`') {
+        return text.to_string();
+    }
+    let words: Vec<&str> = text.split(' ').collect();
+    let is_math: Vec<bool> = words.iter().map(|w| mathy(strip(w).0)).collect();
+    // Runs: from a formula word to the last formula word reachable through bridging words.
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    let mut free = 0; // words before this index are already inside an emitted formula
+    while i < words.len() {
+        if !is_math[i] {
+            out.push(words[i].to_string());
+            i += 1;
+            continue;
+        }
+        // Widen to the left over bridging words already emitted (a single letter before `=`).
+        let mut start = i;
+        while start > free && bridge(words[start - 1]) && !words[start - 1].is_empty() {
+            start -= 1;
+            out.pop();
+        }
+        let mut end = i;
+        let mut j = i + 1;
+        while j < words.len() {
+            if is_math[j] {
+                end = j;
+            } else if !bridge(words[j]) {
+                break;
+            }
+            j += 1;
+        }
+        // Bridges after the last formula word join only when they close a bracket it opened or
+        // are operands of a trailing operator (`= 0.5`).
+        while end + 1 < words.len()
+            && bridge(words[end + 1])
+            && (ends_with_operator(words[end]) || open_brackets(&words[start..=end]) > 0)
+        {
+            end += 1;
+        }
+        // A word inside the run that opens a bracket the run never closes ends the run before
+        // it (`T = 0.001 (T = 0 itself …`); a bracket opened in the first word and closed after
+        // the run takes the words up to its close into the formula (`σ(weighted sum − 10)`).
+        if let Some(k) = (start + 1..=end)
+            .find(|&k| words[k].starts_with('(') && open_brackets(&words[k..=end]) > 0)
+        {
+            end = k - 1;
+        }
+        while open_brackets(&words[start..=end]) > 0
+            && !words[start].starts_with('(')
+            && end + 1 < words.len()
+        {
+            end += 1;
+        }
+        let run = words[start..=end].join(" ");
+        let (body, tail) = strip(&run);
+        let (lead, body) = split_lead(body);
+        // Closing brackets the formula did not open stay outside it: `(first W_V)`.
+        let mut body = body;
+        let mut closes = String::new();
+        while body.ends_with(')') && body.matches(')').count() > body.matches('(').count() {
+            body = &body[..body.len() - 1];
+            closes.push(')');
+        }
+        out.push(format!("{lead}${}${closes}{tail}", to_tex(body)));
+        i = end + 1;
+        free = i;
+    }
+    out.join(" ")
+}
+
+/// A word without its trailing `,`, `;`, `:` or `.` (a sentence's punctuation, not math), and
+/// that punctuation.
+fn strip(word: &str) -> (&str, &str) {
+    let body = word.trim_end_matches([',', ';', ':']);
+    let body = body.strip_suffix("'s").unwrap_or(body);
+    let body = if body.ends_with('.') && !body.ends_with("..") && body.len() > 1 {
+        let inner = &body[..body.len() - 1];
+        if inner.chars().last().is_some_and(|c| c.is_ascii_digit()) { body } else { inner }
+    } else {
+        body
+    };
+    (body, &word[body.len()..])
+}
+
+/// An opening bracket that does not belong to the formula (the run starts with `(` but never
+/// closes it): kept outside the `$…$`.
+fn split_lead(body: &str) -> (&str, &str) {
+    let opens = body.matches('(').count();
+    let closes = body.matches(')').count();
+    if body.starts_with('(') && opens > closes { ("(", &body[1..]) } else { ("", body) }
+}
+
+fn ends_with_operator(word: &str) -> bool {
+    matches!(strip(word).0, "=" | "+" | "−" | "·" | "×" | "/" | "≈" | "≤" | "≥")
+}
+
+fn open_brackets(words: &[&str]) -> i32 {
+    let text = words.join(" ");
+    text.matches('(').count() as i32 - text.matches(')').count() as i32
+}
+
+/// One formula from Unicode to TeX, without space at its ends. No `_` is written after a space,
+/// `}` or `)`: GitHub's Markdown could open an emphasis there and close it at a later `y_{k}`,
+/// so accents take a bare letter (`\hat y_k`) and a sum its index directly (`\sum_{k}`).
+pub fn to_tex(formula: &str) -> String {
+    let tex = tex_of(formula).replace("  ", " ");
+    tex.trim().to_string()
+}
+
+fn tex_of(formula: &str) -> String {
+    let chars: Vec<char> = formula.chars().collect();
+    let mut out = String::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if c == '√' {
+            // √x, √d_k, √(…): the root over the next bracket or identifier.
+            let (arg, next) = radicand(&chars, i + 1);
+            out.push_str(&format!("\\sqrt{{{}}}", tex_of(&arg)));
+            i = next;
+            continue;
+        }
+        if sub(c).is_some() {
+            let mut digits = String::new();
+            while i < chars.len() && sub(chars[i]).is_some() {
+                digits.push(sub(chars[i]).unwrap_or('0'));
+                i += 1;
+            }
+            out.push_str(&format!("_{{{digits}}}"));
+            continue;
+        }
+        if sup(c).is_some() {
+            let mut digits = String::new();
+            while i < chars.len() && sup(chars[i]).is_some() {
+                digits.push(sup(chars[i]).unwrap_or('0'));
+                i += 1;
+            }
+            out.push_str(&format!("^{{{digits}}}"));
+            continue;
+        }
+        if ('\u{300}'..='\u{36f}').contains(&c) {
+            i += 1; // an accent on the previous letter, handled there
+            continue;
+        }
+        if let Some(&next) = chars.get(i + 1)
+            && c.is_alphabetic()
+            && ('\u{300}'..='\u{36f}').contains(&next)
+        {
+            let accent = match next {
+                '\u{302}' => "\\hat",
+                '\u{304}' => "\\bar",
+                '\u{303}' => "\\tilde",
+                _ => "\\dot",
+            };
+            out.push_str(&format!("{accent} {c}"));
+            i += 2;
+            continue;
+        }
+        if c == '_' {
+            // An index of two or more letters is a name: P_mat, x_query.
+            let name: String = chars[i + 1..].iter().take_while(|c| c.is_alphanumeric()).collect();
+            if name.chars().count() > 1 && name.chars().all(char::is_alphabetic) {
+                out.push_str(&format!("_{{\\text{{{name}}}}}"));
+                i += 1 + name.chars().count();
+                continue;
+            }
+        }
+        if c.is_ascii_alphabetic() {
+            let word: String = chars[i..].iter().take_while(|c| c.is_ascii_alphabetic()).collect();
+            let n = word.len();
+            let before_ok = i == 0 || !chars[i - 1].is_ascii_alphanumeric();
+            if before_ok && OPERATORS.contains(&word.as_str()) {
+                out.push_str(&format!("\\{word} "));
+                i += n;
+                continue;
+            }
+            if before_ok && n > 1 && chars.get(i + n) != Some(&'_') {
+                if word.chars().all(|c| c.is_ascii_lowercase()) {
+                    // Words of text inside a formula, spaces kept: \text{weighted sum}.
+                    let mut k = i + n;
+                    let mut words = word.clone();
+                    loop {
+                        let next: String = chars[(k + 1).min(chars.len())..]
+                            .iter()
+                            .take_while(|c| c.is_ascii_lowercase())
+                            .collect();
+                        let after = chars.get(k + 1 + next.len());
+                        if chars.get(k) == Some(&' ')
+                            && next.len() > 1
+                            && !OPERATORS.contains(&next.as_str())
+                            && !after.is_some_and(|c| c.is_alphanumeric() || *c == '_')
+                        {
+                            words.push(' ');
+                            words.push_str(&next);
+                            k += 1 + next.len();
+                        } else {
+                            break;
+                        }
+                    }
+                    out.push_str(&format!("\\text{{{words}}}"));
+                    i = k;
+                } else {
+                    out.push_str(&format!("\\mathrm{{{word}}}"));
+                    i += n;
+                }
+                continue;
+            }
+        }
+        if c == ',' && chars.get(i + 1).is_some_and(char::is_ascii_digit) && i > 0 {
+            out.push_str("{,}"); // 50,257: a thousands separator, no space after it
+            i += 1;
+            continue;
+        }
+        let summed = chars.get(i + 1).is_some_and(|&n| sub(n).is_some() || n.is_alphabetic());
+        if c == 'Σ' && summed {
+            let letter = chars.get(i + 1).is_some_and(|c| c.is_alphabetic() && sub(*c).is_none());
+            out.push_str(if letter { "\\sum " } else { "\\sum" });
+            i += 1;
+            continue;
+        }
+        match symbol(c) {
+            Some(t) => {
+                out.push_str(t);
+                let next = chars.get(i + 1).copied();
+                if t.starts_with('\\')
+                    && t[1..].chars().all(char::is_alphabetic)
+                    && next.is_some_and(char::is_alphanumeric)
+                {
+                    out.push(' ');
+                }
+            }
+            None if c == '%' => out.push_str("\\ \\text{percent}"),
+            None => out.push(c),
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The argument of a root starting at `at`: a bracketed group (without its brackets) or an
+/// identifier with its index; and where the text goes on after it.
+fn radicand(chars: &[char], at: usize) -> (String, usize) {
+    if chars.get(at) == Some(&'(') {
+        let mut depth = 0;
+        for (k, &c) in chars.iter().enumerate().skip(at) {
+            depth += i32::from(c == '(') - i32::from(c == ')');
+            if depth == 0 {
+                return (chars[at + 1..k].iter().collect(), k + 1);
+            }
+        }
+    }
+    let mut k = at;
+    while k < chars.len()
+        && (chars[k].is_alphanumeric()
+            || chars[k] == '_'
+            || chars[k] == '.'
+            || sub(chars[k]).is_some())
+    {
+        k += 1;
+    }
+    (chars[at..k].iter().collect(), k)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formulas_become_tex_and_words_stay_text() {
+        assert_eq!(markdown_cell("1/√d_k for d_k = 4"), "$1/\\sqrt{d_k}$ for $d_k = 4$");
+        assert_eq!(markdown_cell("GPT-1 parameters, millions"), "GPT-1 parameters, millions");
+        assert_eq!(
+            markdown_cell("FFN = max(0, LN·W₁ + b₁)W₂ + b₂"),
+            "$\\mathrm{FFN} = \\max (0, \\mathrm{LN}\\cdot W_{1} + b_{1})W_{2} + b_{2}$"
+        );
+        assert_eq!(
+            markdown_cell("Concat · W_O with W_O all 0.5, row 1"),
+            "Concat $\\cdot W_O$ with $W_O$ all 0.5, row 1"
+        );
+        assert_eq!(
+            markdown_cell("GPT-3 embedding 50,257 × 12,288"),
+            "GPT-3 embedding $50{,}257 \\times 12{,}288$"
+        );
+        assert_eq!(markdown_cell("a share of ŷ"), "a share of $\\hat y$");
+        assert_eq!(
+            markdown_cell("Σₖ ŷₖ against −log of"),
+            "$\\sum_{k} \\hat y_{k}$ against $-\\log$ of"
+        );
+    }
+}
