@@ -257,22 +257,14 @@ fn tex_of(formula: &str) -> String {
             i = next;
             continue;
         }
-        if sub(c).is_some() {
-            let mut digits = String::new();
-            while i < chars.len() && sub(chars[i]).is_some() {
-                digits.push(sub(chars[i]).unwrap_or('0'));
-                i += 1;
-            }
-            out.push_str(&format!("_{{{digits}}}"));
-            continue;
-        }
-        if sup(c).is_some() {
-            let mut digits = String::new();
-            while i < chars.len() && sup(chars[i]).is_some() {
-                digits.push(sup(chars[i]).unwrap_or('0'));
-                i += 1;
-            }
-            out.push_str(&format!("^{{{digits}}}"));
+        // A run of subscript (or superscript) characters: one index (or power) in braces.
+        if let Some((mark, plain)) = [('_', sub as fn(char) -> Option<char>), ('^', sup)]
+            .into_iter()
+            .find(|(_, plain)| plain(c).is_some())
+        {
+            let digits: String = chars[i..].iter().map_while(|&ch| plain(ch)).collect();
+            i += digits.chars().count();
+            out.push_str(&format!("{mark}{{{digits}}}"));
             continue;
         }
         if ('\u{300}'..='\u{36f}').contains(&c) {
