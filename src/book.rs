@@ -942,9 +942,9 @@ mod pages {
     /// formula's outside (`$a$b`, `x$a$`, `$a$$b$`) or a space just inside one (`$ a$`),
     /// underscores that pair up as emphasis ([`underscores_pair`]), or — when `unicode` — a
     /// character of [`FORMULA_CHARS`] or `σ(` in prose outside `$…$`; as `page:line: reason`;
-    /// and an unclosed `$$` block. Generated blocks other than the worked tables (the errata, the
-    /// benchmarks' tables) are what the terminal prints too, so the Unicode rule skips them; the
-    /// worked tables are held to it (their cells go through [`crate::tex::markdown_cell`]).
+    /// and an unclosed `$$` block. The benchmarks' generated tables are what the terminal prints
+    /// too, so the Unicode rule skips them; the worked and errata tables are held to it (their
+    /// cells go through [`crate::tex::markdown_cell`]).
     fn notation_faults(name: &str, page: &str, unicode: bool) -> Vec<String> {
         let mut faults = Vec::new();
         let (mut fenced, mut display, mut generated) = (false, 0usize, false);
@@ -956,9 +956,12 @@ mod pages {
             if fenced {
                 continue;
             }
-            // The errata register's block and the benchmarks' tables are what the terminal prints
-            // too; the worked tables write their formulas as $…$.
-            if line.contains(":begin -->") && !line.contains("worked:begin -->") {
+            // The benchmarks' tables are what the terminal prints too; the worked and errata
+            // tables write their formulas as $…$.
+            if line.contains(":begin -->")
+                && !line.contains("worked:begin -->")
+                && !line.contains("errata:begin -->")
+            {
                 generated = true;
             }
             if line.contains(":end -->") {
@@ -1078,7 +1081,7 @@ mod pages {
         );
         // Planted: a formula in Unicode prose; inside $…$, code, or a generated table it is fine.
         let planted = "so ∂L/∂z = ŷ − y\nσ(z) is\nso $\\partial L$ and `∂L`\n```\nWᵀx\n```\n\
-                       <!-- errata:begin -->\n| Σᵢ xᵢ |\n<!-- errata:end -->\nx₁ and x₂\n";
+                       <!-- products:begin -->\n| Σᵢ xᵢ |\n<!-- products:end -->\nx₁ and x₂\n";
         assert_eq!(
             notation_faults("p.md", planted, true),
             [

@@ -43,7 +43,8 @@ fn cell(s: &str) -> String {
     out
 }
 
-/// The rows as a GitHub Markdown table.
+/// The rows as a GitHub Markdown table, formulas as `$…$` ([`crate::tex::markdown_cell`]; the
+/// terminal keeps the Unicode).
 pub fn markdown_table(rows: &[Erratum]) -> String {
     let mut out = String::from(
         "| document | section | printed | correct | why | pinned by |\n|---|---|---|---|---|---|\n",
@@ -52,10 +53,10 @@ pub fn markdown_table(rows: &[Erratum]) -> String {
         out.push_str(&format!(
             "| {} | {} | {} | {} | {} | `{}` |\n",
             e.document.id,
-            cell(e.section),
-            cell(e.printed),
-            cell(e.correct),
-            cell(e.why),
+            cell(&crate::tex::markdown_cell(e.section)),
+            cell(&crate::tex::markdown_cell(e.printed)),
+            cell(&crate::tex::markdown_cell(e.correct)),
+            cell(&crate::tex::markdown_cell(e.why)),
             cell(e.test)
         ));
     }
@@ -139,9 +140,10 @@ mod tests {
         for w in LONG.why.split_whitespace() {
             assert!(words.contains(&w), "{w} was lost");
         }
-        // A tag-like `<start>` is escaped in the table, a comparison is not.
+        // A tag-like `<start>` is escaped in the table, a comparison is not (it becomes math).
         let tagged = Erratum { why: "so <start> attends, and a < b, 1<2", ..LONG };
-        assert!(markdown_table(&[tagged]).contains("so &lt;start> attends, and a < b, 1<2 |"));
+        let table = markdown_table(&[tagged]);
+        assert!(table.contains("so &lt;start> attends, and $a < b$, 1<2 |"), "{table}");
         // The Markdown table, the old terminal output, has a line per erratum far over the width.
         let md = markdown_table(&[LONG]);
         assert!(md.lines().any(|l| l.chars().count() > crate::report::TERMINAL_WIDTH));

@@ -7,7 +7,7 @@
 //! letters between them) and writes each run as one `$…$` span; the words around them stay text.
 
 /// Greek letters and symbols with the TeX command that writes them.
-const SYMBOLS: [(char, &str); 45] = [
+const SYMBOLS: [(char, &str); 48] = [
     ('α', "\\alpha"),
     ('β', "\\beta"),
     ('γ', "\\gamma"),
@@ -53,6 +53,9 @@ const SYMBOLS: [(char, &str); 45] = [
     ('←', "\\leftarrow"),
     ('Ã', "\\tilde A"),
     ('…', "\\dots"),
+    ('ℒ', "\\mathcal{L}"),
+    ('Π', "\\prod"),
+    ('′', "'"),
 ];
 
 /// Subscript and superscript digits and signs, with the plain character each stands for.
@@ -152,7 +155,9 @@ pub fn markdown_cell(text: &str) -> String {
         }
         // Widen to the left over bridging words already emitted (a single letter before `=`).
         let mut start = i;
-        while start > free && bridge(words[start - 1]) && !words[start - 1].is_empty() {
+        // `a` is an article, except as the left operand of a bare operator (`a < b`).
+        let operand = |w: &str| bridge(w) || w == "a" && matches!(words[i], "<" | ">" | "=" | "+");
+        while start > free && operand(words[start - 1]) && !words[start - 1].is_empty() {
             start -= 1;
             out.pop();
         }
@@ -228,12 +233,13 @@ fn split_lead(body: &str) -> (&str, &str) {
 }
 
 fn ends_with_operator(word: &str) -> bool {
-    matches!(strip(word).0, "=" | "+" | "−" | "·" | "×" | "/" | "≈" | "≤" | "≥")
+    matches!(strip(word).0, "=" | "+" | "−" | "·" | "×" | "/" | "≈" | "≤" | "≥" | "<" | ">")
 }
 
 fn open_brackets(words: &[&str]) -> i32 {
     let text = words.join(" ");
-    text.matches('(').count() as i32 - text.matches(')').count() as i32
+    let count = |c: char| text.matches(c).count() as i32;
+    count('(') + count('[') - count(')') - count(']')
 }
 
 /// One formula from Unicode to TeX, without space at its ends. No `_` is written after a space,
@@ -329,8 +335,13 @@ fn tex_of(formula: &str) -> String {
                     out.push_str(&format!("\\text{{{words}}}"));
                     i = k;
                 } else {
-                    out.push_str(&format!("\\mathrm{{{word}}}"));
-                    i += n;
+                    // An index right after the name goes inside the braces
+                    // (`\mathrm{Attention_{2}}`): a `_` after `}` could open an emphasis.
+                    let digits: String = chars[i + n..].iter().map_while(|&ch| sub(ch)).collect();
+                    let index =
+                        if digits.is_empty() { String::new() } else { format!("_{{{digits}}}") };
+                    out.push_str(&format!("\\mathrm{{{word}{index}}}"));
+                    i += n + digits.chars().count();
                 }
                 continue;
             }
@@ -353,7 +364,7 @@ fn tex_of(formula: &str) -> String {
                 let next = chars.get(i + 1).copied();
                 if t.starts_with('\\')
                     && t[1..].chars().all(char::is_alphabetic)
-                    && next.is_some_and(char::is_alphanumeric)
+                    && next.is_some_and(|n| n.is_alphanumeric() && sub(n).is_none())
                 {
                     out.push(' ');
                 }
@@ -411,6 +422,10 @@ mod tests {
             "GPT-3 embedding $50{,}257 \\times 12{,}288$"
         );
         assert_eq!(markdown_cell("a share of ŷ"), "a share of $\\hat y$");
+        assert_eq!(
+            markdown_cell("Attention₂ and Πᵢ ŷᵢ"),
+            "$\\mathrm{Attention_{2}}$ and $\\prod_{i} \\hat y_{i}$"
+        );
         assert_eq!(
             markdown_cell("Σₖ ŷₖ against −log of"),
             "$\\sum_{k} \\hat y_{k}$ against $-\\log$ of"
