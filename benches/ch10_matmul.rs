@@ -1158,6 +1158,8 @@ fn chapter_table(machine: &Machine, rows: &[Row]) -> String {
         } else {
             format!("{}: {}", r.label, r.shape)
         };
+        // The chapter writes its formulas as $…$ (the appendix keeps the terminal's Unicode).
+        let name = llm_workbook::tex::markdown_cell(&name);
         out.push_str(&format!(
             "| {name} | {} | {:.1} | {:.1} | {:.1} | {} | {:.0} / {:.0} / {:.0} % |\n",
             r.ty,

@@ -942,12 +942,12 @@ mod pages {
     /// formula's outside (`$a$b`, `x$a$`, `$a$$b$`) or a space just inside one (`$ a$`),
     /// underscores that pair up as emphasis ([`underscores_pair`]), or — when `unicode` — a
     /// character of [`FORMULA_CHARS`] or `σ(` in prose outside `$…$`; as `page:line: reason`;
-    /// and an unclosed `$$` block. The benchmarks' generated tables are what the terminal prints
-    /// too, so the Unicode rule skips them; the worked and errata tables are held to it (their
-    /// cells go through [`crate::tex::markdown_cell`]).
+    /// and an unclosed `$$` block. Generated tables are held to it too: the worked, errata and
+    /// benchmark tables write their cells through [`crate::tex::markdown_cell`] (the terminal
+    /// keeps the Unicode).
     fn notation_faults(name: &str, page: &str, unicode: bool) -> Vec<String> {
         let mut faults = Vec::new();
-        let (mut fenced, mut display, mut generated) = (false, 0usize, false);
+        let (mut fenced, mut display) = (false, 0usize);
         for (i, line) in page.lines().enumerate() {
             if line.trim_start().starts_with("```") {
                 fenced = !fenced;
@@ -955,17 +955,6 @@ mod pages {
             }
             if fenced {
                 continue;
-            }
-            // The benchmarks' tables are what the terminal prints too; the worked and errata
-            // tables write their formulas as $…$.
-            if line.contains(":begin -->")
-                && !line.contains("worked:begin -->")
-                && !line.contains("errata:begin -->")
-            {
-                generated = true;
-            }
-            if line.contains(":end -->") {
-                generated = false;
             }
             // Drop inline code spans and escaped dollars.
             let text: String = line
@@ -1024,7 +1013,7 @@ mod pages {
                 faults
                     .push(at("underscores that Markdown pairs as emphasis (write `}_` as `} _`)"));
             }
-            if unicode && !generated && !in_display {
+            if unicode && !in_display {
                 let formula = prose.chars().any(|c| FORMULA_CHARS.contains(&c))
                     || prose.contains("σ(")
                     || plain_math(&prose);
@@ -1079,7 +1068,8 @@ mod pages {
                 "p.md:6: \\%",
             ]
         );
-        // Planted: a formula in Unicode prose; inside $…$, code, or a generated table it is fine.
+        // Planted: a formula in Unicode prose, a generated table's too; inside $…$ or code it is
+        // fine.
         let planted = "so ∂L/∂z = ŷ − y\nσ(z) is\nso $\\partial L$ and `∂L`\n```\nWᵀx\n```\n\
                        <!-- products:begin -->\n| Σᵢ xᵢ |\n<!-- products:end -->\nx₁ and x₂\n";
         assert_eq!(
@@ -1087,6 +1077,7 @@ mod pages {
             [
                 "p.md:1: a formula in Unicode outside $…$",
                 "p.md:2: a formula in Unicode outside $…$",
+                "p.md:8: a formula in Unicode outside $…$",
                 "p.md:10: a formula in Unicode outside $…$",
             ]
         );

@@ -59,7 +59,7 @@ const SYMBOLS: [(char, &str); 48] = [
 ];
 
 /// Subscript and superscript digits and signs, with the plain character each stands for.
-const SUBSCRIPTS: [(char, char); 14] = [
+const SUBSCRIPTS: [(char, char); 18] = [
     ('₀', '0'),
     ('₁', '1'),
     ('₂', '2'),
@@ -74,6 +74,10 @@ const SUBSCRIPTS: [(char, char); 14] = [
     ('ⱼ', 'j'),
     ('ₖ', 'k'),
     ('ₙ', 'n'),
+    ('ᵤ', 'u'),
+    ('ₒ', 'o'),
+    ('ₓ', 'x'),
+    ('ᵥ', 'v'),
 ];
 const SUPERSCRIPTS: [(char, char); 15] = [
     ('⁰', '0'),
@@ -161,9 +165,11 @@ pub fn markdown_cell(text: &str) -> String {
             start -= 1;
             out.pop();
         }
+        // A word ending in `:` ends the formula (`X·W: 768×128` is a name, then a shape).
+        let colon = |k: usize| words[k].ends_with(':');
         let mut end = i;
         let mut j = i + 1;
-        while j < words.len() {
+        while j < words.len() && !colon(j - 1) {
             if is_math[j] {
                 end = j;
             } else if !bridge(words[j]) {
@@ -174,6 +180,7 @@ pub fn markdown_cell(text: &str) -> String {
         // Bridges after the last formula word join only when they close a bracket it opened or
         // are operands of a trailing operator (`= 0.5`).
         while end + 1 < words.len()
+            && !colon(end)
             && bridge(words[end + 1])
             && (ends_with_operator(words[end]) || open_brackets(&words[start..=end]) > 0)
         {
