@@ -126,7 +126,7 @@ fn mathy(word: &str) -> bool {
 /// Whether a word may sit inside a formula next to formula words: a number, a single letter,
 /// a bracket, a function name (`max(0,`) or a short name in capitals (`LN`, `FFN`).
 fn bridge(word: &str) -> bool {
-    let bare = word.trim_matches(|c: char| "(),[]:;".contains(c));
+    let bare = word.trim_matches(|c: char| "(),[]{}:;".contains(c));
     let call = bare
         .split_once('(')
         .is_some_and(|(name, _)| !name.is_empty() && name.chars().all(|c| c.is_ascii_alphabetic()));
@@ -246,7 +246,7 @@ fn ends_with_operator(word: &str) -> bool {
 fn open_brackets(words: &[&str]) -> i32 {
     let text = words.join(" ");
     let count = |c: char| text.matches(c).count() as i32;
-    count('(') + count('[') - count(')') - count(']')
+    count('(') + count('[') + count('{') - count(')') - count(']') - count('}')
 }
 
 /// One formula from Unicode to TeX, without space at its ends. No `_` is written after a space,
@@ -369,8 +369,9 @@ fn tex_of(formula: &str) -> String {
             Some(t) => {
                 out.push_str(t);
                 let next = chars.get(i + 1).copied();
-                if t.starts_with('\\')
-                    && t[1..].chars().all(char::is_alphabetic)
+                // A command's name must not run into the next letter: `w^\top x`, not `\topx`.
+                if t.ends_with(|c: char| c.is_ascii_alphabetic())
+                    && t.contains('\\')
                     && next.is_some_and(|n| n.is_alphanumeric() && sub(n).is_none())
                 {
                     out.push(' ');
@@ -429,6 +430,8 @@ mod tests {
             "GPT-3 embedding $50{,}257 \\times 12{,}288$"
         );
         assert_eq!(markdown_cell("a share of ŷ"), "a share of $\\hat y$");
+        assert_eq!(markdown_cell("z = wᵀx + b"), "$z = w^\\top x + b$");
+        assert_eq!(markdown_cell("Σ_{j=0}^{n_L − 1} terms"), "$\\Sigma_{j=0}^{n_L - 1}$ terms");
         assert_eq!(
             markdown_cell("Attention₂ and Πᵢ ŷᵢ"),
             "$\\mathrm{Attention_{2}}$ and $\\prod_{i} \\hat y_{i}$"
