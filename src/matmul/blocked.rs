@@ -434,22 +434,6 @@ struct Sliver<'s, T> {
     lane: usize,
 }
 
-/// One micro-kernel call on a full tile, with an A sliver and its step (MR when packed); the
-/// kernel picks the variant compiled for the B sliver's layout.
-#[allow(clippy::too_many_arguments)]
-fn tile<T: Element>(
-    mk: MicroKernel<T>,
-    kc: usize,
-    a: (&[T], usize),
-    b: Sliver<T>,
-    alpha: T,
-    beta: T,
-    c: &mut [&mut [T]],
-    row: usize,
-) {
-    mk.run(kc, mk.nr, a, b.data, (b.step, b.lane), alpha, beta, c, row)
-}
-
 /// A tile of MR full rows and the columns of `c` (NR, or fewer at the last columns of C): one
 /// micro-kernel call, or for fewer columns one call of each narrower width in the binary digits of
 /// the count (a SIMD kernel's 4, 2 and 1), straight into C. Only the columns that exist are
@@ -468,7 +452,8 @@ fn full_rows<T: Element>(
 ) {
     let cols = c.len();
     if cols == mk.nr {
-        return tile(mk, kc, a, b, alpha, beta, c, row);
+        // A full tile: one call; the kernel picks the variant compiled for B's layout.
+        return mk.run(kc, mk.nr, a, b.data, (b.step, b.lane), alpha, beta, c, row);
     }
     let mut j = 0;
     for &width in mk.narrow_widths() {
