@@ -172,10 +172,7 @@ impl<T: Float> Gpt<T> {
     /// forward pass ([`super::fused::FusedStep::prefill`]) when it covers the model, else by the
     /// reference one.
     pub fn prefill(&self, tokens: &[Token]) -> Result<(KvCache<T>, Vec<T>)> {
-        if super::fused::supports(self) {
-            return super::fused::FusedStep::new().prefill(self, tokens);
-        }
-        self.reference_prefill(tokens)
+        super::fused::Windows::new(self).prefill(tokens)
     }
 
     /// [`Gpt::prefill`] by the reference forward pass (chapter 6's functions).
@@ -197,10 +194,7 @@ impl<T: Float> Gpt<T> {
     /// fused forward pass ([`super::fused::FusedStep::last_logits`]) when it covers the model, else
     /// the reference one. A test holds the two to 10⁻¹² in f64.
     pub fn last_logits(&self, tokens: &[Token]) -> Result<Vec<T>> {
-        if super::fused::supports(self) {
-            return super::fused::FusedStep::new().last_logits(self, tokens);
-        }
-        self.reference_last_logits(tokens)
+        super::fused::Windows::new(self).last_logits(tokens)
     }
 
     /// [`Gpt::last_logits`] by the reference forward pass (chapter 6's functions).
@@ -249,12 +243,14 @@ pub fn generate<T: Float>(
     // The cached step covers pre-LN blocks (every model built by `Gpt::new` or loaded); a model
     // assembled by hand with post-LN blocks runs the full forward pass at every step instead.
     let pre_ln = model.blocks.iter().all(|b| b.order == crate::ch06_attention::NormOrder::Pre);
+    // The full forward pass over a window, one workspace for every window.
+    let mut pass = super::fused::Windows::new(model);
     let mut logits = if use_cache && pre_ln {
-        let (kv, z) = model.prefill(&tokens)?;
+        let (kv, z) = pass.prefill(&tokens)?;
         cache = Some(kv);
         z
     } else {
-        model.last_logits(&tokens)?
+        pass.last_logits(&tokens)?
     };
     for produced in 0..max_new {
         let next = choose(&logits, decoding, rng)? as Token;
@@ -266,12 +262,12 @@ pub fn generate<T: Float>(
         logits = match cache.as_mut() {
             Some(kv) if kv.len < n_ctx => model.step(kv, next)?,
             Some(kv) => {
-                let (fresh, z) = model.prefill(window)?;
+                let (fresh, z) = pass.prefill(window)?;
                 *kv = fresh;
                 rebuilds += 1;
                 z
             }
-            None => model.last_logits(window)?,
+            None => pass.last_logits(window)?,
         };
     }
     Ok(Generated { tokens, prompt_len, cropped, rebuilds })

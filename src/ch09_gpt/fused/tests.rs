@@ -245,3 +245,36 @@ fn the_sum_over_shards_has_the_same_bits_on_any_thread_count_and_is_taken_in_sha
         }
     }
 }
+
+#[test]
+fn a_reused_workspace_gives_a_fresh_ones_bits_whatever_it_was_sized_for_before() {
+    use super::{FusedStep, Windows};
+    use crate::ch09_gpt::{config::Config, data::windows_at, model::Gpt};
+    // Generation without the cache runs one `Windows` over windows that grow, then (in this
+    // test) shrink and grow again; the buffers keep their allocations and the fused W_QKV. Every
+    // answer must be what a fresh workspace gives, bit for bit, prefill's cache included.
+    let model = Gpt::<f64>::new(Config::new(11, 40, 2, 2, 8), 3).unwrap();
+    let tokens: Vec<u32> = (0..40).map(|i| (i * 7 % 11) as u32).collect();
+    let mut pass = Windows::new(&model);
+    for n in [1, 2, 3, 33, 40, 5, 34, 1] {
+        let fresh = FusedStep::new().last_logits(&model, &tokens[..n]).unwrap();
+        assert_eq!(pass.last_logits(&tokens[..n]).unwrap(), fresh, "window of {n}");
+        let (kv, z) = pass.prefill(&tokens[..n]).unwrap();
+        let (kv_fresh, z_fresh) = FusedStep::new().prefill(&model, &tokens[..n]).unwrap();
+        assert_eq!((kv.len, &kv.qkv, z), (kv_fresh.len, &kv_fresh.qkv, z_fresh), "prefill {n}");
+    }
+    // A training step on a workspace last sized for another batch, or for a forward pass only.
+    let mut step = FusedStep::new();
+    for (starts, forward_first) in [(vec![0, 3, 9, 1], false), (vec![2], true), (vec![5, 0], true)]
+    {
+        if forward_first {
+            step.last_logits(&model, &tokens[..7]).unwrap();
+        }
+        let batch = windows_at(&tokens, 6, &starts);
+        let (loss, grads) = step.loss_and_grads(&model, &batch).unwrap();
+        let grads = grads.to_vec();
+        let mut fresh = FusedStep::new();
+        let (fresh_loss, fresh_grads) = fresh.loss_and_grads(&model, &batch).unwrap();
+        assert_eq!((loss, grads.as_slice()), (fresh_loss, &*fresh_grads), "batch {starts:?}");
+    }
+}
