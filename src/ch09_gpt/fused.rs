@@ -46,6 +46,7 @@ mod forward;
 #[cfg(test)]
 mod tests;
 
+use forward::Outputs;
 pub(crate) use forward::{
     Products, Strided, StridedMut, add_row, causal_block_forward, row_product,
 };
@@ -146,10 +147,13 @@ fn ln_cache<T: Float>(n: usize, c: usize) -> LnCache<T> {
     LnCache { x_hat: DMatrix::zeros(n, c), denom: vec![T::zero(); n], sigma: vec![T::zero(); n] }
 }
 
-/// `m` as a rows×cols matrix of zeros, keeping its allocation when that is large enough.
+/// `m` reshaped to rows×cols, keeping its allocation when that is large enough. The values it
+/// held stay where they were in memory (new elements are zero): every pass writes a buffer
+/// before it reads it, as it must when the workspace is reused at the same shape, and a test
+/// holds a reused workspace to a fresh one's bits. Zeroing the buffers at every new window was
+/// 4 % of generation without the cache.
 fn fit<T: Float>(m: &mut DMatrix<T>, rows: usize, cols: usize) {
     if m.shape() == (rows, cols) {
-        m.fill(T::zero());
         return;
     }
     let mut data: Vec<T> = std::mem::replace(m, DMatrix::zeros(0, 0)).data.into();
@@ -157,9 +161,8 @@ fn fit<T: Float>(m: &mut DMatrix<T>, rows: usize, cols: usize) {
     *m = DMatrix::from_vec(rows, cols, data);
 }
 
-/// `v` as `len` zeros, keeping its allocation when that is large enough.
+/// `v` resized to `len` (see [`fit`]).
 fn fit_vec<T: Float>(v: &mut Vec<T>, len: usize) {
-    v.clear();
     v.resize(len, T::zero());
 }
 
@@ -189,6 +192,42 @@ struct BlockSaved<T: Float> {
     z1: DMatrix<T>,
     /// a₁ = GELU(z₁), N×4d.
     a1: DMatrix<T>,
+}
+
+/// The buffers of a forward pass that produces the last row only ([`Outputs::LastRow`]): the last
+/// block's attention output and everything after it, one row each.
+#[derive(Clone, Debug)]
+struct LastRow<T: Float> {
+    /// The heads' outputs, then the residual stream, 1×d.
+    att: DMatrix<T>,
+    x: DMatrix<T>,
+    ln2: LnCache<T>,
+    /// n₂, z₁ and a₁ of the row.
+    n2: DMatrix<T>,
+    z1: DMatrix<T>,
+    a1: DMatrix<T>,
+    ln_f: LnCache<T>,
+    /// h_f and the logits of the row, 1×d and 1×V.
+    h_f: DMatrix<T>,
+    logits: DMatrix<T>,
+}
+
+impl<T: Float> LastRow<T> {
+    /// Sized for width d, hidden width f and vocabulary V.
+    fn new(d: usize, f: usize, v: usize) -> Self {
+        let z = |cols: usize| DMatrix::zeros(1, cols);
+        LastRow {
+            att: z(d),
+            x: z(d),
+            ln2: ln_cache(1, d),
+            n2: z(d),
+            z1: z(f),
+            a1: z(f),
+            ln_f: ln_cache(1, d),
+            h_f: z(d),
+            logits: z(v),
+        }
+    }
 }
 
 /// One shard: some whole sequences of the batch, with every buffer its passes use and its own
@@ -222,6 +261,8 @@ struct Shard<T: Float> {
     row_a: Vec<T>,
     /// This shard's gradients, in [`Gpt::tensors`] order.
     grads: Vec<DMatrix<T>>,
+    /// The last row's buffers when only it is computed ([`Outputs::LastRow`]).
+    last: LastRow<T>,
     /// Σ over this shard's scored rows of −ln p(target).
     loss_sum: f64,
 }
@@ -262,12 +303,13 @@ impl<T: Float> Shard<T> {
             d_scores: Vec::new(),
             row_a: Vec::new(),
             grads: Vec::new(),
+            last: LastRow::new(0, 0, 0),
             loss_sum: 0.0,
         }
     }
 
     /// Every buffer for the sequences `first` … `first + seqs − 1` of T tokens (N = seqs·T rows)
-    /// of a model shaped by `c`, zeroed ([`fit`] each); with `backward` also the backward pass's
+    /// of a model shaped by `c` ([`fit`] each); with `backward` also the backward pass's
     /// scratch and a gradient of each shape in `shapes` ([`Gpt::tensors`] order), else none.
     fn resize(
         &mut self,
@@ -309,6 +351,9 @@ impl<T: Float> Shard<T> {
         fit(&mut self.d_w_qkv, wr, wc);
         fit_vec(&mut self.d_scores, if backward { t * t } else { 0 });
         fit_vec(&mut self.row_a, t);
+        if (self.last.x.ncols(), self.last.z1.ncols(), self.last.logits.ncols()) != (d, f, v) {
+            self.last = LastRow::new(d, f, v);
+        }
         self.grads.truncate(shapes.len());
         self.grads.resize_with(shapes.len(), || DMatrix::zeros(0, 0));
         for (g, &(r, k)) in self.grads.iter_mut().zip(shapes) {
@@ -466,15 +511,16 @@ impl<T: Float> FusedStep<T> {
             self.refresh_qkv_weights(model);
         }
         let shard = &mut self.shards[0];
-        shard.forward(model, &self.w_qkv, tokens, t)?;
-        Ok(shard.logits.row(t - 1).iter().copied().collect())
+        shard.forward(model, &self.w_qkv, tokens, t, Outputs::LastRow)?;
+        Ok(shard.last.logits.iter().copied().collect())
     }
 
     /// Sizes every buffer for this batch and model, unless they already are. A buffer keeps its
-    /// allocation when it is large enough (a new shape is zeroed in place, [`fit`]): generation
-    /// without the cache runs the forward pass over a window one token longer at every step, and
-    /// fresh allocations for each had the kernel map and zero ≈ 20 MB of pages per token (twice
-    /// the page faults, ≈ 15 % of the time, in `--child-generate` of `benches/ch09_gpt.rs`).
+    /// allocation when it is large enough ([`fit`]): generation without the cache runs the
+    /// forward pass over a window one token longer at every step, and fresh buffers for each had
+    /// the kernel map and zero ≈ 20 MB of pages per token (1.26·10⁶ page faults against 3·10⁴ in
+    /// `--child-generate` of `benches/ch09_gpt.rs`; 24.5 tokens/s against 32.7 without the cache,
+    /// one thread, alternating runs).
     /// `backward`: also the gradients and the backward pass's scratch (a forward pass alone, as
     /// [`FusedStep::last_logits`] runs, needs neither).
     fn size(&mut self, model: &Gpt<T>, batch: &Batch, backward: bool) {
@@ -696,7 +742,7 @@ impl<T: Float> Shard<T> {
         let rows = self.first * t..(self.first + self.seqs) * t;
         let inputs = &batch.inputs[rows.clone()];
         let targets = &batch.targets[rows];
-        self.forward(model, w_qkv, inputs, t)?;
+        self.forward(model, w_qkv, inputs, t, Outputs::Every)?;
         self.loss_sum = self.loss_and_logit_gradient(targets, scale);
         self.backward(model, w_qkv, inputs, t)
     }

@@ -4,7 +4,7 @@
 
 use super::{Shard, causal_blocks};
 use crate::ch03_mlp::{Activation, activation_forward_into};
-use crate::ch06_attention::layer_norm_forward_into;
+use crate::ch06_attention::{Block, LnCache, layer_norm_forward_into};
 use crate::ch09_gpt::model::Gpt;
 use crate::ch09_gpt::model::dot;
 use crate::error::{Result, invalid, shape_error};
@@ -15,41 +15,43 @@ use nalgebra::DMatrix;
 impl<T: Float> Shard<T> {
     // ───────────────────────────── forward ─────────────────────────────
 
+    /// The forward pass of this shard's sequences (`inputs`, T tokens each) through every block
+    /// into the logits. With `Outputs::LastRow` (one sequence, no backward pass: what generation
+    /// reads) the last block's attention and everything after it run for the last row only,
+    /// into `self.last`: every block's \[Q K V\] still covers every row (attention and the
+    /// key/value cache read them), but no later value depends on the last block's output at
+    /// another row. A test holds the two to the same bits.
     pub(super) fn forward(
         &mut self,
         model: &Gpt<T>,
         w_qkv: &[(DMatrix<T>, DMatrix<T>)],
         inputs: &[u32],
         t: usize,
+        outputs: Outputs,
     ) -> Result<()> {
         model.embed_into(inputs, t, &mut self.x); //                            x₀ = W_E[u] + W_P[t]
         let heads = model.config.heads;
-        for ((blk, s), (w, b)) in model.blocks.iter().zip(self.blocks.iter_mut()).zip(w_qkv) {
+        let layers = model.blocks.len();
+        for (l, ((blk, s), (w, b))) in
+            model.blocks.iter().zip(self.blocks.iter_mut()).zip(w_qkv).enumerate()
+        {
             layer_norm_forward_into(&blk.ln1, &self.x, &mut s.ln1, &mut s.n1); //       n₁ = LN₁(x)
             gemm(T::one(), &s.n1, Op::N, w, Op::N, T::zero(), &mut s.qkv)?; //     [Q K V] = n₁W_QKV
             add_row(&mut s.qkv, b); //                                                  … + b_QKV
+            if outputs == Outputs::LastRow && l + 1 == layers {
+                // The last row only: its attention over every key, then the rest of the block.
+                let r = &mut self.last;
+                last_row_attention(&s.qkv, heads, &mut s.weights, &mut r.att)?;
+                r.x.copy_from(&self.x.row(t - 1));
+                after_attention(
+                    blk, &mut r.x, &r.att, &mut r.ln2, &mut r.n2, &mut r.z1, &mut r.a1,
+                )?;
+                return logits_of(model, &r.x, &mut r.ln_f, &mut r.h_f, &mut r.logits);
+            }
             causal_attention_forward(&s.qkv, heads, t, &mut s.weights, &mut s.att)?; // every head
-            // h = x + att·W_O
-            gemm(T::one(), &s.att, Op::N, &blk.attn.w_o, Op::N, T::one(), &mut self.x)?;
-            add_row(&mut self.x, &blk.attn.b_o); //                                     … + b_O
-            layer_norm_forward_into(&blk.ln2, &self.x, &mut s.ln2, &mut s.n2); //       n₂ = LN₂(h)
-            gemm(T::one(), &s.n2, Op::N, &blk.ffn.w1, Op::N, T::zero(), &mut s.z1)?; // z₁ = n₂W₁
-            add_row(&mut s.z1, &blk.ffn.b1); //                                         … + b₁
-            // a₁ = GELU(z₁)
-            activation_forward_into(Activation::GeluTanh, s.z1.as_slice(), s.a1.as_mut_slice());
-            // x' = h + a₁W₂
-            gemm(T::one(), &s.a1, Op::N, &blk.ffn.w2, Op::N, T::one(), &mut self.x)?;
-            add_row(&mut self.x, &blk.ffn.b2); //                                       … + b₂
+            after_attention(blk, &mut self.x, &s.att, &mut s.ln2, &mut s.n2, &mut s.z1, &mut s.a1)?;
         }
-        // h_f = LN_f(x_L)
-        layer_norm_forward_into(&model.ln_f, &self.x, &mut self.ln_f, &mut self.h_f);
-        // z = h_f W_Uᵀ
-        gemm(T::one(), &self.h_f, Op::N, model.unembedding(), Op::T, T::zero(), &mut self.logits)?;
-        crate::float::ensure_finite(
-            "FusedStep::loss_and_grads",
-            "logits (a weight holds NaN or ∞)",
-            &self.logits,
-        )
+        logits_of(model, &self.x, &mut self.ln_f, &mut self.h_f, &mut self.logits)
     }
 
     /// The loss of this shard's scored rows, and ∂L/∂z in place of its logits
@@ -57,6 +59,90 @@ impl<T: Float> Shard<T> {
     pub(super) fn loss_and_logit_gradient(&mut self, targets: &[Option<u32>], scale: T) -> f64 {
         cross_entropy_by_columns(&mut self.logits, targets, scale)
     }
+}
+
+/// Which rows of the logits a forward pass must produce.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Outputs {
+    /// Every row (the training step: every position is scored).
+    Every,
+    /// The last row of the one sequence only (generation), into the shard's `last` buffers.
+    LastRow,
+}
+
+/// The rest of a block after its attention, on the rows of x and `att` (the heads' outputs):
+/// h = x + att·W_O + b_O, then x' = h + GELU(LN₂(h)W₁ + b₁)W₂ + b₂, in place in x, keeping n₂,
+/// z₁ and a₁ for the backward pass.
+fn after_attention<T: Float>(
+    blk: &Block<T>,
+    x: &mut DMatrix<T>,
+    att: &DMatrix<T>,
+    ln2: &mut LnCache<T>,
+    n2: &mut DMatrix<T>,
+    z1: &mut DMatrix<T>,
+    a1: &mut DMatrix<T>,
+) -> Result<()> {
+    gemm(T::one(), att, Op::N, &blk.attn.w_o, Op::N, T::one(), x)?; //             h = x + att·W_O
+    add_row(x, &blk.attn.b_o); //                                                         … + b_O
+    layer_norm_forward_into(&blk.ln2, x, ln2, n2); //                                  n₂ = LN₂(h)
+    gemm(T::one(), n2, Op::N, &blk.ffn.w1, Op::N, T::zero(), z1)?; //                  z₁ = n₂W₁
+    add_row(z1, &blk.ffn.b1); //                                                          … + b₁
+    activation_forward_into(Activation::GeluTanh, z1.as_slice(), a1.as_mut_slice()); // a₁ = GELU(z₁)
+    gemm(T::one(), a1, Op::N, &blk.ffn.w2, Op::N, T::one(), x)?; //                x' = h + a₁W₂
+    add_row(x, &blk.ffn.b2); //                                                           … + b₂
+    Ok(())
+}
+
+/// h_f = LN_f(x_L) and the logits z = h_f W_Uᵀ of the rows of x; an error when a logit is NaN or
+/// ∞.
+fn logits_of<T: Float>(
+    model: &Gpt<T>,
+    x: &DMatrix<T>,
+    ln_f: &mut LnCache<T>,
+    h_f: &mut DMatrix<T>,
+    logits: &mut DMatrix<T>,
+) -> Result<()> {
+    layer_norm_forward_into(&model.ln_f, x, ln_f, h_f); //                           h_f = LN_f(x_L)
+    gemm(T::one(), h_f, Op::N, model.unembedding(), Op::T, T::zero(), logits)?; //   z = h_f W_Uᵀ
+    crate::float::ensure_finite(
+        "FusedStep::loss_and_grads",
+        "logits (a weight holds NaN or ∞)",
+        logits,
+    )
+}
+
+/// The last row's attention of one sequence of T = N rows, every head: the causal block of the
+/// one query row T − 1 against the keys 0 … T − 1 ([`causal_block_forward`] through the blocked
+/// product, as the training step's blocks), its weights in `weights` (length ≥ T) and the heads'
+/// outputs side by side in `att` (1×d).
+fn last_row_attention<T: Float>(
+    qkv: &DMatrix<T>,
+    heads: usize,
+    weights: &mut [T],
+    att: &mut DMatrix<T>,
+) -> Result<()> {
+    let (t, d) = (qkv.nrows(), att.ncols());
+    let d_k = d / heads;
+    let buf = qkv.as_slice();
+    let rows = |col0: usize, (i0, i1): (usize, usize)| Strided {
+        data: &buf[col0 * t + i0..],
+        rows: i1 - i0,
+        cols: d_k,
+        ld: t,
+    };
+    let mut stats = [T::zero(); 2];
+    for (h, out) in att.as_mut_slice().chunks_exact_mut(d_k).enumerate() {
+        let (q, k, v) = (h * d_k, d + h * d_k, 2 * d + h * d_k);
+        causal_block_forward(
+            (rows(q, (t - 1, t)), rows(k, (0, t)), rows(v, (0, t))),
+            t - 1,
+            StridedMut { data: &mut weights[..t], rows: 1, cols: t, ld: 1 },
+            StridedMut { data: out, rows: 1, cols: d_k, ld: 1 },
+            &mut stats,
+            Products::Blocked,
+        )?;
+    }
+    Ok(())
 }
 
 /// L_s = Σ over scored rows of logsumexp(z_r) − z_r\[target\] (returned, in f64), and in place of

@@ -263,18 +263,51 @@ fn a_reused_workspace_gives_a_fresh_ones_bits_whatever_it_was_sized_for_before()
         let (kv_fresh, z_fresh) = FusedStep::new().prefill(&model, &tokens[..n]).unwrap();
         assert_eq!((kv.len, &kv.qkv, z), (kv_fresh.len, &kv_fresh.qkv, z_fresh), "prefill {n}");
     }
-    // A training step on a workspace last sized for another batch, or for a forward pass only.
+    // A training step on a workspace last sized for another batch (more or fewer sequences,
+    // longer or shorter), or for a forward pass only.
     let mut step = FusedStep::new();
-    for (starts, forward_first) in [(vec![0, 3, 9, 1], false), (vec![2], true), (vec![5, 0], true)]
-    {
+    for (starts, seq_len, forward_first) in [
+        (vec![0, 3, 9, 1], 6, false),
+        (vec![2], 9, true),
+        (vec![5, 0, 7], 4, false),
+        (vec![1], 6, true),
+    ] {
         if forward_first {
             step.last_logits(&model, &tokens[..7]).unwrap();
         }
-        let batch = windows_at(&tokens, 6, &starts);
+        let batch = windows_at(&tokens, seq_len, &starts);
         let (loss, grads) = step.loss_and_grads(&model, &batch).unwrap();
         let grads = grads.to_vec();
         let mut fresh = FusedStep::new();
         let (fresh_loss, fresh_grads) = fresh.loss_and_grads(&model, &batch).unwrap();
         assert_eq!((loss, grads.as_slice()), (fresh_loss, &*fresh_grads), "batch {starts:?}");
     }
+}
+
+#[test]
+fn the_last_row_alone_is_the_full_passs_last_row_bit_for_bit() {
+    use super::{FusedStep, Outputs};
+    use crate::ch09_gpt::{config::Config, data::Batch, model::Gpt};
+    use crate::float::Float;
+    // Generation computes the last block's attention and everything after it for the last row
+    // only (`Outputs::LastRow`); the logits must be the full pass's last row, bit for bit, in f64
+    // and in f32 (whose products take the SIMD kernel: a one-row product is an edge tile there).
+    fn check<T: Float>(config: Config) {
+        let model = Gpt::<T>::new(config, 4).unwrap();
+        let tokens: Vec<u32> =
+            (0..config.context).map(|i| (i * 5 % config.vocab_size) as u32).collect();
+        for t in [1, 2, 31, 33, config.context] {
+            let mut step = FusedStep::new();
+            let last = step.last_logits(&model, &tokens[..t]).unwrap();
+            let shape = Batch { inputs: Vec::new(), targets: Vec::new(), batch: 1, seq_len: t };
+            step.size(&model, &shape, false);
+            step.refresh_qkv_weights(&model);
+            let FusedStep { w_qkv, shards, .. } = &mut step;
+            shards[0].forward(&model, w_qkv, &tokens[..t], t, Outputs::Every).unwrap();
+            let full: Vec<T> = shards[0].logits.row(t - 1).iter().copied().collect();
+            assert_eq!(last, full, "T = {t} of {config:?}");
+        }
+    }
+    check::<f64>(Config::new(11, 40, 2, 2, 8));
+    check::<f32>(Config::new(65, 70, 2, 4, 64));
 }
