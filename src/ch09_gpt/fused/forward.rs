@@ -87,7 +87,8 @@ fn after_attention<T: Float>(
     layer_norm_forward_into(&blk.ln2, x, ln2, n2); //                                  n₂ = LN₂(h)
     gemm(T::one(), n2, Op::N, &blk.ffn.w1, Op::N, T::zero(), z1)?; //                  z₁ = n₂W₁
     add_row(z1, &blk.ffn.b1); //                                                          … + b₁
-    activation_forward_into(Activation::GeluTanh, z1.as_slice(), a1.as_mut_slice()); // a₁ = GELU(z₁)
+    // a₁ = GELU(z₁)
+    activation_forward_into(Activation::GeluTanh, z1.as_slice(), a1.as_mut_slice());
     gemm(T::one(), a1, Op::N, &blk.ffn.w2, Op::N, T::one(), x)?; //                x' = h + a₁W₂
     add_row(x, &blk.ffn.b2); //                                                           … + b₂
     Ok(())
