@@ -165,6 +165,10 @@ mod sealed {
         fn with_workspaces<R>(count: usize, f: impl FnOnce(&mut [Workspace<f64>]) -> R) -> R {
             with_cache(&F64_WORKSPACES, count, f)
         }
+        #[cfg(target_arch = "x86_64")]
+        fn transpose_lines(dst: &mut [f64], lines: &[&[f64]], kc: usize) -> usize {
+            super::simd::transpose_f64(dst, lines, kc)
+        }
     }
 }
 

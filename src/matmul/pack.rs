@@ -235,7 +235,7 @@ mod tests {
 
     /// The SIMD transpose moves the same values to the same places as the plain copy, for every
     /// sliver width the kernels use and depths with and without a remainder of 8, in f32 (where
-    /// it runs) and f64 (where the plain copy does everything).
+    /// it runs with 8×8 blocks) and f64 (4×4 blocks, for widths that are a multiple of 4).
     #[test]
     fn the_simd_transpose_packs_exactly_like_the_plain_copy() {
         fn check<T: Element + From<u16>>() {

@@ -1,6 +1,6 @@
 //! The SIMD code (x86-64 only): the AVX2+FMA and AVX-512F micro-kernels for f32 and f64, and the
 //! other loops that need wider registers than the baseline build has (the FMA throughput probe,
-//! the element-wise map of [`crate::simd_map`], packing's 8×8 transposes).
+//! the element-wise map of [`crate::simd_map`], packing's 8×8 (f32) and 4×4 (f64) transposes).
 //!
 //! This is the only module of the crate allowed to use `unsafe`. The safety argument has two
 //! halves, and each has one place where it is made:
@@ -744,7 +744,7 @@ impl Avx512 {
     }
 }
 
-// ───────────────────────────── packing: transposes in 8×8 blocks ─────────────────────────────
+// ──────────────────── packing: transposes in 8×8 (f32) and 4×4 (f64) blocks ────────────────────
 
 /// The widest sliver [`transpose_f32`] takes: the 32 rows of the AVX-512 f32 tile.
 pub(super) const TRANSPOSE_MAX_LINES: usize = 32;
@@ -821,6 +821,66 @@ unsafe fn transpose_f32_inner(dst: *mut f32, src: &[*const f32], full: usize) {
             ];
             for (q, column) in c.into_iter().enumerate() {
                 unsafe { _mm256_storeu_ps(dst.add((p0 + q) * w + g * 8), column) };
+            }
+        }
+    }
+}
+
+/// [`transpose_f32`] for f64: `dst[p·W + i] = lines[i][p]` for every line i < W and every p below
+/// `kc` rounded down to a multiple of 8, four lines by four values at a time with AVX 4×4
+/// register transposes. Returns how many p it wrote; 0, writing nothing, when the CPU lacks AVX
+/// or W is not a multiple of 4 up to [`TRANSPOSE_MAX_LINES`] (the AVX2 f64 tile's 6 columns are
+/// left to the plain copy). Panics (never reads or writes out of bounds) if a line is shorter
+/// than that many p or `dst` shorter than that many rows of W.
+pub(super) fn transpose_f64(dst: &mut [f64], lines: &[&[f64]], kc: usize) -> usize {
+    let w = lines.len();
+    let full = kc / 8 * 8;
+    if full == 0
+        || w == 0
+        || !w.is_multiple_of(4)
+        || w > TRANSPOSE_MAX_LINES
+        || !std::arch::is_x86_feature_detected!("avx")
+    {
+        return 0;
+    }
+    assert!(dst.len() >= full * w, "packed sliver too short for {full} rows of {w}");
+    let mut src = [std::ptr::null::<f64>(); TRANSPOSE_MAX_LINES];
+    for (s, line) in src.iter_mut().zip(lines) {
+        assert!(line.len() >= full, "a line is shorter than {full} values");
+        *s = line.as_ptr();
+    }
+    // SAFETY: AVX was detected just above; each of the w pointers is valid for `full` reads (the
+    // asserts), and `dst` for full·w writes, which is every index the inner loop touches.
+    unsafe { transpose_f64_inner(dst.as_mut_ptr(), &src[..w], full) };
+    full
+}
+
+/// # Safety
+///
+/// The CPU must support AVX; every pointer in `src` must be valid for `full` reads, `dst` for
+/// `full · src.len()` writes; `full` and `src.len()` are multiples of 4.
+#[target_feature(enable = "avx")]
+unsafe fn transpose_f64_inner(dst: *mut f64, src: &[*const f64], full: usize) {
+    let w = src.len();
+    for p0 in (0..full).step_by(4) {
+        for (g, group) in src.chunks_exact(4).enumerate() {
+            // r[k] = line g·4 + k, values p0 … p0 + 3.
+            // SAFETY (every load and store below): p0 + 4 ≤ full, g·4 + 4 ≤ w, by the loop bounds.
+            let r: [__m256d; 4] =
+                std::array::from_fn(|k| unsafe { _mm256_loadu_pd(group[k].add(p0)) });
+            let t0 = _mm256_unpacklo_pd(r[0], r[1]); // a0 b0 | a2 b2
+            let t1 = _mm256_unpackhi_pd(r[0], r[1]); // a1 b1 | a3 b3
+            let t2 = _mm256_unpacklo_pd(r[2], r[3]); // c0 d0 | c2 d2
+            let t3 = _mm256_unpackhi_pd(r[2], r[3]); // c1 d1 | c3 d3
+            // … then the halves exchanged: column c of the block, values of lines a … d.
+            let c = [
+                _mm256_permute2f128_pd::<0x20>(t0, t2),
+                _mm256_permute2f128_pd::<0x20>(t1, t3),
+                _mm256_permute2f128_pd::<0x31>(t0, t2),
+                _mm256_permute2f128_pd::<0x31>(t1, t3),
+            ];
+            for (q, column) in c.into_iter().enumerate() {
+                unsafe { _mm256_storeu_pd(dst.add((p0 + q) * w + g * 4), column) };
             }
         }
     }
