@@ -51,7 +51,7 @@ pub(crate) use workspace::Windows;
 
 use forward::Outputs;
 pub(crate) use forward::{
-    Products, Strided, StridedMut, add_row, causal_block_forward, row_product,
+    Products, Strided, StridedMut, add_row, causal_block_forward, one_row_attention, row_product,
 };
 
 use super::data::Batch;

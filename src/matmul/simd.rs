@@ -756,25 +756,38 @@ pub(super) const TRANSPOSE_MAX_LINES: usize = 32;
 /// multiple of 8 up to [`TRANSPOSE_MAX_LINES`]. Panics (never reads or writes out of bounds) if
 /// a line is shorter than that many p or `dst` shorter than that many rows of W.
 pub(super) fn transpose_f32(dst: &mut [f32], lines: &[&[f32]], kc: usize) -> usize {
+    transpose_checked(dst, lines, kc, 8, transpose_f32_inner)
+}
+
+/// The checks and pointers [`transpose_f32`] and [`transpose_f64`] share: `inner` transposes
+/// blocks of `group` lines once the CPU, the width and every slice's length are checked.
+fn transpose_checked<T: Copy>(
+    dst: &mut [T],
+    lines: &[&[T]],
+    kc: usize,
+    group: usize,
+    inner: unsafe fn(*mut T, &[*const T], usize),
+) -> usize {
     let w = lines.len();
     let full = kc / 8 * 8;
     if full == 0
         || w == 0
-        || !w.is_multiple_of(8)
+        || !w.is_multiple_of(group)
         || w > TRANSPOSE_MAX_LINES
         || !std::arch::is_x86_feature_detected!("avx")
     {
         return 0;
     }
     assert!(dst.len() >= full * w, "packed sliver too short for {full} rows of {w}");
-    let mut src = [std::ptr::null::<f32>(); TRANSPOSE_MAX_LINES];
+    let mut src = [std::ptr::null::<T>(); TRANSPOSE_MAX_LINES];
     for (s, line) in src.iter_mut().zip(lines) {
         assert!(line.len() >= full, "a line is shorter than {full} values");
         *s = line.as_ptr();
     }
     // SAFETY: AVX was detected just above; each of the w pointers is valid for `full` reads (the
-    // asserts), and `dst` for full·w writes, which is every index the inner loop touches.
-    unsafe { transpose_f32_inner(dst.as_mut_ptr(), &src[..w], full) };
+    // asserts), and `dst` for full·w writes, which is every index `inner` touches; `full` is a
+    // multiple of 8 and w of `group`, as `inner` requires.
+    unsafe { inner(dst.as_mut_ptr(), &src[..w], full) };
     full
 }
 
@@ -833,26 +846,7 @@ unsafe fn transpose_f32_inner(dst: *mut f32, src: &[*const f32], full: usize) {
 /// left to the plain copy). Panics (never reads or writes out of bounds) if a line is shorter
 /// than that many p or `dst` shorter than that many rows of W.
 pub(super) fn transpose_f64(dst: &mut [f64], lines: &[&[f64]], kc: usize) -> usize {
-    let w = lines.len();
-    let full = kc / 8 * 8;
-    if full == 0
-        || w == 0
-        || !w.is_multiple_of(4)
-        || w > TRANSPOSE_MAX_LINES
-        || !std::arch::is_x86_feature_detected!("avx")
-    {
-        return 0;
-    }
-    assert!(dst.len() >= full * w, "packed sliver too short for {full} rows of {w}");
-    let mut src = [std::ptr::null::<f64>(); TRANSPOSE_MAX_LINES];
-    for (s, line) in src.iter_mut().zip(lines) {
-        assert!(line.len() >= full, "a line is shorter than {full} values");
-        *s = line.as_ptr();
-    }
-    // SAFETY: AVX was detected just above; each of the w pointers is valid for `full` reads (the
-    // asserts), and `dst` for full·w writes, which is every index the inner loop touches.
-    unsafe { transpose_f64_inner(dst.as_mut_ptr(), &src[..w], full) };
-    full
+    transpose_checked(dst, lines, kc, 4, transpose_f64_inner)
 }
 
 /// # Safety

@@ -41,7 +41,18 @@ impl<T: Float> Shard<T> {
             if outputs == Outputs::LastRow && l + 1 == layers {
                 // The last row only: its attention over every key, then the rest of the block.
                 let r = &mut self.last;
-                last_row_attention(&s.qkv, heads, &mut s.weights, &mut r.att)?;
+                let (qkv, att) = (s.qkv.as_slice(), r.att.as_mut_slice());
+                let stats = &mut [T::zero(); 2];
+                one_row_attention(
+                    qkv,
+                    t,
+                    t - 1,
+                    heads,
+                    &mut s.weights,
+                    stats,
+                    att,
+                    Products::Blocked,
+                )?;
                 r.x.copy_from(&self.x.row(t - 1));
                 after_attention(
                     blk, &mut r.x, &r.att, &mut r.ln2, &mut r.n2, &mut r.z1, &mut r.a1,
@@ -112,35 +123,41 @@ fn logits_of<T: Float>(
     )
 }
 
-/// The last row's attention of one sequence of T = N rows, every head: the causal block of the
-/// one query row T − 1 against the keys 0 … T − 1 ([`causal_block_forward`] through the blocked
-/// product, as the training step's blocks), its weights in `weights` (length ≥ T) and the heads'
-/// outputs side by side in `att` (1×d).
-fn last_row_attention<T: Float>(
-    qkv: &DMatrix<T>,
+/// Causal attention of the one query row `pos` against the keys 0 … pos, every head: the
+/// causal block ([`causal_block_forward`]) of one row, read from `qkv`, the \[Q K V\] rows of one
+/// sequence (3d columns, column-major with leading dimension `ld` > pos). Writes the heads'
+/// outputs side by side into `att` (length d = H·d_k, H = `heads` dividing d); `weights` (length
+/// at least pos + 1) and `stats` (at least 2) are scratch. The cached step runs it on its cache
+/// with [`Products::OneRow`]; generation's last row with [`Products::Blocked`], the training
+/// step's products, so that the row is the full pass's to the bit.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn one_row_attention<T: Float>(
+    qkv: &[T],
+    ld: usize,
+    pos: usize,
     heads: usize,
     weights: &mut [T],
-    att: &mut DMatrix<T>,
+    stats: &mut [T],
+    att: &mut [T],
+    how: Products,
 ) -> Result<()> {
-    let (t, d) = (qkv.nrows(), att.ncols());
+    let d = att.len();
     let d_k = d / heads;
-    let buf = qkv.as_slice();
     let rows = |col0: usize, (i0, i1): (usize, usize)| Strided {
-        data: &buf[col0 * t + i0..],
+        data: &qkv[col0 * ld + i0..],
         rows: i1 - i0,
         cols: d_k,
-        ld: t,
+        ld,
     };
-    let mut stats = [T::zero(); 2];
-    for (h, out) in att.as_mut_slice().chunks_exact_mut(d_k).enumerate() {
+    for (h, out) in att.chunks_exact_mut(d_k).enumerate() {
         let (q, k, v) = (h * d_k, d + h * d_k, 2 * d + h * d_k);
         causal_block_forward(
-            (rows(q, (t - 1, t)), rows(k, (0, t)), rows(v, (0, t))),
-            t - 1,
-            StridedMut { data: &mut weights[..t], rows: 1, cols: t, ld: 1 },
+            (rows(q, (pos, pos + 1)), rows(k, (0, pos + 1)), rows(v, (0, pos + 1))),
+            pos,
+            StridedMut { data: &mut weights[..pos + 1], rows: 1, cols: pos + 1, ld: 1 },
             StridedMut { data: out, rows: 1, cols: d_k, ld: 1 },
-            &mut stats,
-            Products::Blocked,
+            stats,
+            how,
         )?;
     }
     Ok(())

@@ -6,7 +6,7 @@ use crate::ch03_mlp::activation_forward_into;
 use crate::ch06_attention::{LnCache, NormOrder, layer_norm_forward_into};
 use crate::ch09_gpt::data::{Token, check_ids};
 use crate::ch09_gpt::fused::{
-    Products, Strided, StridedMut, add_row, causal_block_forward, row_product,
+    Products, Strided, StridedMut, add_row, causal_block_forward, one_row_attention, row_product,
 };
 use crate::error::{Result, invalid, shape_error, shape_of};
 use crate::float::Float;
@@ -117,12 +117,13 @@ impl<T: Float> Gpt<T> {
     /// The fused training step's forward pass ([`FusedStep`](crate::ch09_gpt::fused::FusedStep))
     /// for one row: each block writes the new token's \[Q K V\] row = n₁\[W_Q W_K W_V\] + b_QKV
     /// into row `pos` of its cache; its attention is the training step's causal block
-    /// (`fused::causal_block_forward`) for the one query row pos against the keys 0 … pos (what
-    /// [`attend_one`] runs); LayerNorm and GELU are chapter 6's and 3's in-place functions, and the
-    /// residuals accumulate in place. The result equals the last row of the full forward pass over
-    /// the cached tokens (a test checks it to 10⁻⁹ in f64). Errors when the cache is full (the
-    /// caller slides the window, see [`generate`](crate::ch09_gpt::sample::generate)), on a cache
-    /// made for another model, and on a model whose blocks are not pre-LN.
+    /// (`fused::causal_block_forward`) for the one query row pos against the keys 0 … pos
+    /// (`fused::one_row_attention`, which generation's last row runs too); LayerNorm and GELU
+    /// are chapter 6's and 3's in-place functions, and the residuals accumulate in place. The
+    /// result equals the last row of the full forward pass over the cached tokens (a test checks
+    /// it to 10⁻⁹ in f64). Errors when the cache is full (the caller slides the window, see
+    /// [`generate`](crate::ch09_gpt::sample::generate)), on a cache made for another model, and
+    /// on a model whose blocks are not pre-LN.
     ///
     /// One row at a time, every product is a row times a matrix, and the work is reading each
     /// weight once (O(parameters + T·d) per token), so the products are `fused::row_product`
@@ -187,7 +188,7 @@ impl<T: Float> Gpt<T> {
         if cache.rows.z1.ncols() != c.hidden() || cache.rows.x.ncols() != d {
             cache.rows = StepRows::new(d, c.hidden(), n_ctx);
         }
-        let (pos, d_k) = (cache.len, d / heads);
+        let pos = cache.len;
         let r = &mut cache.rows;
         for (c, x) in r.x.iter_mut().enumerate() {
             *x = self.wte[(token as usize, c)] + self.wpe[(pos, c)]; //     x₀ = W_E[u] + W_P[pos]
@@ -209,24 +210,9 @@ impl<T: Float> Gpt<T> {
                 row_product(T::one(), row(&r.n), whole(w), Op::N, T::one(), out)?;
             }
             // Every head: the causal block of the one query row pos against the keys 0 … pos.
-            let buf = qkv.as_slice();
-            let rows = |col0: usize, (i0, i1): (usize, usize)| Strided {
-                data: &buf[col0 * n_ctx + i0..],
-                rows: i1 - i0,
-                cols: d_k,
-                ld: n_ctx,
-            };
-            for (h, out) in r.att.as_mut_slice().chunks_exact_mut(d_k).enumerate() {
-                let (q, k, v) = (h * d_k, d + h * d_k, 2 * d + h * d_k);
-                causal_block_forward(
-                    (rows(q, (pos, pos + 1)), rows(k, (0, pos + 1)), rows(v, (0, pos + 1))),
-                    pos,
-                    StridedMut { data: &mut r.weights, rows: 1, cols: pos + 1, ld: 1 },
-                    StridedMut { data: out, rows: 1, cols: d_k, ld: 1 },
-                    &mut r.stats,
-                    Products::OneRow,
-                )?;
-            }
+            let att = r.att.as_mut_slice();
+            let (weights, stats, how) = (&mut r.weights, &mut r.stats, Products::OneRow);
+            one_row_attention(qkv.as_slice(), n_ctx, pos, heads, weights, stats, att, how)?;
             onto(&mut r.x, &r.att, &a.w_o)?; //                                    h = x + att·W_O
             add_row(&mut r.x, &a.b_o); //                                                … + b_O
             layer_norm_forward_into(&b.ln2, &r.x, &mut r.ln, &mut r.n); //            n₂ = LN₂(h)
