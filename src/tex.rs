@@ -415,30 +415,25 @@ mod tests {
 
     #[test]
     fn formulas_become_tex_and_words_stay_text() {
-        assert_eq!(markdown_cell("1/√d_k for d_k = 4"), "$1/\\sqrt{d_k}$ for $d_k = 4$");
-        assert_eq!(markdown_cell("GPT-1 parameters, millions"), "GPT-1 parameters, millions");
-        assert_eq!(
-            markdown_cell("FFN = max(0, LN·W₁ + b₁)W₂ + b₂"),
-            "$\\mathrm{FFN} = \\max (0, \\mathrm{LN}\\cdot W_{1} + b_{1})W_{2} + b_{2}$"
-        );
-        assert_eq!(
-            markdown_cell("Concat · W_O with W_O all 0.5, row 1"),
-            "Concat $\\cdot W_O$ with $W_O$ all 0.5, row 1"
-        );
-        assert_eq!(
-            markdown_cell("GPT-3 embedding 50,257 × 12,288"),
-            "GPT-3 embedding $50{,}257 \\times 12{,}288$"
-        );
-        assert_eq!(markdown_cell("a share of ŷ"), "a share of $\\hat y$");
-        assert_eq!(markdown_cell("z = wᵀx + b"), "$z = w^\\top x + b$");
-        assert_eq!(markdown_cell("Σ_{j=0}^{n_L − 1} terms"), "$\\Sigma_{j=0}^{n_L - 1}$ terms");
-        assert_eq!(
-            markdown_cell("Attention₂ and Πᵢ ŷᵢ"),
-            "$\\mathrm{Attention_{2}}$ and $\\prod_{i} \\hat y_{i}$"
-        );
-        assert_eq!(
-            markdown_cell("Σₖ ŷₖ against −log of"),
-            "$\\sum_{k} \\hat y_{k}$ against $-\\log$ of"
-        );
+        for (cell, tex) in [
+            ("1/√d_k for d_k = 4", "$1/\\sqrt{d_k}$ for $d_k = 4$"),
+            ("GPT-1 parameters, millions", "GPT-1 parameters, millions"),
+            (
+                "FFN = max(0, LN·W₁ + b₁)W₂ + b₂",
+                "$\\mathrm{FFN} = \\max (0, \\mathrm{LN}\\cdot W_{1} + b_{1})W_{2} + b_{2}$",
+            ),
+            (
+                "Concat · W_O with W_O all 0.5, row 1",
+                "Concat $\\cdot W_O$ with $W_O$ all 0.5, row 1",
+            ),
+            ("GPT-3 embedding 50,257 × 12,288", "GPT-3 embedding $50{,}257 \\times 12{,}288$"),
+            ("a share of ŷ", "a share of $\\hat y$"),
+            ("z = wᵀx + b", "$z = w^\\top x + b$"),
+            ("Σ_{j=0}^{n_L − 1} terms", "$\\Sigma_{j=0}^{n_L - 1}$ terms"),
+            ("Attention₂ and Πᵢ ŷᵢ", "$\\mathrm{Attention_{2}}$ and $\\prod_{i} \\hat y_{i}$"),
+            ("Σₖ ŷₖ against −log of", "$\\sum_{k} \\hat y_{k}$ against $-\\log$ of"),
+        ] {
+            assert_eq!(markdown_cell(cell), tex, "{cell}");
+        }
     }
 }

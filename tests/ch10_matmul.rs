@@ -303,22 +303,34 @@ fn column_remainder_cases<T: Float>(kernel: Kernel) -> Vec<Case> {
     cases
 }
 
-#[test]
-fn every_kernel_matches_the_triple_loop_on_every_remainder_of_columns() {
+/// Runs, on every available kernel, the f32 cases then the f64 cases the two functions build for
+/// it (operands drawn from one generator per kernel, seeded `seed`); one line per failure.
+fn failures_on_every_kernel(
+    seed: u64,
+    f32_cases: fn(Kernel) -> Vec<Case>,
+    f64_cases: fn(Kernel) -> Vec<Case>,
+) -> Vec<String> {
     let mut failures = Vec::new();
     for kernel in available_kernels() {
-        let mut rng = Rng::new(5);
-        for case in column_remainder_cases::<f32>(kernel) {
+        let mut rng = Rng::new(seed);
+        for case in f32_cases(kernel) {
             if let Err(e) = run_case::<f32>(forced(kernel), case, &mut rng) {
                 failures.push(format!("{kernel} f32: {e}"));
             }
         }
-        for case in column_remainder_cases::<f64>(kernel) {
+        for case in f64_cases(kernel) {
             if let Err(e) = run_case::<f64>(forced(kernel), case, &mut rng) {
                 failures.push(format!("{kernel} f64: {e}"));
             }
         }
     }
+    failures
+}
+
+#[test]
+fn every_kernel_matches_the_triple_loop_on_every_remainder_of_columns() {
+    let failures =
+        failures_on_every_kernel(5, column_remainder_cases::<f32>, column_remainder_cases::<f64>);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
@@ -353,20 +365,7 @@ fn boundary_cases<T: Float>(kernel: Kernel) -> Vec<Case> {
 
 #[test]
 fn every_kernel_matches_the_triple_loop_around_its_blocking_constants() {
-    let mut failures = Vec::new();
-    for kernel in available_kernels() {
-        let mut rng = Rng::new(3);
-        for case in boundary_cases::<f32>(kernel) {
-            if let Err(e) = run_case::<f32>(forced(kernel), case, &mut rng) {
-                failures.push(format!("{kernel} f32: {e}"));
-            }
-        }
-        for case in boundary_cases::<f64>(kernel) {
-            if let Err(e) = run_case::<f64>(forced(kernel), case, &mut rng) {
-                failures.push(format!("{kernel} f64: {e}"));
-            }
-        }
-    }
+    let failures = failures_on_every_kernel(3, boundary_cases::<f32>, boundary_cases::<f64>);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 

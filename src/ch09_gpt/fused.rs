@@ -332,20 +332,21 @@ impl<T: Float> FusedStep<T> {
     }
 
     /// The forward pass over one sequence, keeping every block's buffers; the last row's logits.
-    /// `fuse_qkv`: fuse W_QKV from the model first (false only where it is known to be fused from
-    /// these very weights, [`Windows`]).
+    /// `new_model`: check that the fused pass covers the model ([`supports`]) and fuse its W_QKV
+    /// (false only where both were done for these very weights: [`Windows`], at every token
+    /// after its first).
     fn forward_one(
         &mut self,
         op: &'static str,
         model: &Gpt<T>,
         tokens: &[u32],
-        fuse_qkv: bool,
+        new_model: bool,
     ) -> Result<Vec<T>> {
         if tokens.is_empty() {
             return Err(Error::Empty { op, arg: "tokens" });
         }
         super::data::check_ids(op, "tokens", tokens, model.config.vocab_size)?;
-        if !supports(model) {
+        if new_model && !supports(model) {
             return Err(invalid(
                 op,
                 "model",
@@ -366,7 +367,7 @@ impl<T: Float> FusedStep<T> {
         let t = tokens.len();
         let shape = Batch { inputs: Vec::new(), targets: Vec::new(), batch: 1, seq_len: t };
         self.size(model, &shape, false);
-        if fuse_qkv {
+        if new_model {
             self.refresh_qkv_weights(model);
         }
         let shard = &mut self.shards[0];

@@ -210,7 +210,7 @@ pub(crate) struct Windows<'m, T: Float> {
     model: &'m Gpt<T>,
     /// The fused workspace, `None` for a model the fused pass does not cover.
     step: Option<FusedStep<T>>,
-    /// Whether `step`'s W_QKV holds this model's weights.
+    /// Whether `step` has checked this model and holds its fused W_QKV.
     fused: bool,
 }
 
