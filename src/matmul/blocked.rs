@@ -13,9 +13,9 @@
 //! sliver of op(B) where it lies, a partial last sliver included (its narrower tiles read only the
 //! columns that exist).
 //!
-//! With several threads, C is cut into pieces along its longer side and each thread runs these
-//! loops on the pieces it takes (see [`gemm`]). Everything here is safe code; the only `unsafe`
-//! lives behind the micro-kernel's safe signature.
+//! With several threads, C is cut into blocks of rows and columns and each thread runs these
+//! loops on the blocks it takes (see [`gemm`] and [`grid`]). Everything here is safe code; the
+//! only `unsafe` lives behind the micro-kernel's safe signature.
 
 use super::Element;
 use super::dispatch::{Blocking, Kernel, ProductStats};
@@ -25,8 +25,8 @@ use std::sync::Mutex;
 
 /// Products with fewer flops (2·m·n·k) than this run on one thread. Starting and joining a
 /// scoped thread costs about 30 µs at best and 50–80 µs typically on the machines here (the
-/// benchmark measures it), once per product, and each thread packs the operand along the uncut
-/// side again, so a second thread can only pay for products that take several times that on one
+/// benchmark measures it), once per product, and each thread packs its own part of the
+/// operands, so a second thread can only pay for products that take several times that on one
 /// thread: 3·10⁷ flops is about 300 µs at 100 GFLOP/s (a 247³ product). The value comes from
 /// `cargo bench --features peers --bench ch10_matmul -- threads` (1 thread against 2 forced;
 /// chapter 10, section 7): in f32 every product measured up to 2.5·10⁷ flops gained at most 1.14×
@@ -89,15 +89,14 @@ pub(crate) struct Plan<T: 'static> {
 /// dimension `ldc` ≥ m (column j is `c[j·ldc .. j·ldc + m]`; shapes checked by the caller). Returns
 /// what was done.
 ///
-/// With more than one thread, C is cut along its longer side into pieces (whole register tiles,
-/// two per thread when there are enough tiles), and every thread, the caller included, takes the
-/// next piece from a shared queue and runs the five loops on it alone: a piece of rows needs only
-/// its rows of op(A) and all of op(B), a piece of columns all of op(A) and its columns of op(B).
-/// Each thread packs what its piece needs into its own buffers, so threads share nothing they
-/// write, never wait for each other inside a product, and are started once per product. Cutting
-/// the longer side means the operand packed again by every piece is the smaller one. No piece is
-/// assigned in advance, so if the machine is busy and a helper thread starts late, the caller
-/// simply does more of the pieces instead of waiting.
+/// With more than one thread, C is cut into pieces (whole register tiles, two per thread when
+/// there are enough tiles along the longer side), blocks of rows and of columns in the proportion
+/// [`grid`] finds reads the least, and every thread, the caller included, takes the next piece
+/// from a shared queue and runs the five loops on it alone: a piece needs only its rows of op(A)
+/// and its columns of op(B). Each thread packs what its piece needs into its own buffers, so
+/// threads share nothing they write, never wait for each other inside a product, and are started
+/// once per product. No piece is assigned in advance, so if the machine is busy and a helper
+/// thread starts late, the caller simply does more of the pieces instead of waiting.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm<T: Element>(
     plan: Plan<T>,
@@ -133,14 +132,15 @@ pub(crate) fn gemm<T: Element>(
     let (mr, nr) = (mk.mr, mk.nr);
     let flops = 2.0 * m as f64 * n as f64 * k as f64;
     let wanted = if flops < plan.min_parallel_flops { 1 } else { plan.threads.max(1) };
-    // Cut the longer side (counted in register tiles) into pieces of whole tiles: two per thread
-    // when there are enough tiles, so a late thread can be covered for.
-    let by_rows = m.div_ceil(mr) > n.div_ceil(nr);
-    let (len, unit) = if by_rows { (m, mr) } else { (n, nr) };
-    let tiles_along = len.div_ceil(unit);
-    let threads = wanted.min(tiles_along);
-    let pieces = if threads > 1 { (2 * threads).min(tiles_along) } else { 1 };
-    let piece_len = len.div_ceil(pieces).next_multiple_of(unit);
+    // At most one thread per register tile along the longer side (as many as a cut of that side
+    // alone could keep busy), and two pieces per thread when there are enough tiles, so a late
+    // thread can be covered for.
+    let (tiles_m, tiles_n) = (m.div_ceil(mr), n.div_ceil(nr));
+    let threads = wanted.min(tiles_m.max(tiles_n));
+    let pieces = if threads > 1 { (2 * threads).min(tiles_m.max(tiles_n)) } else { 1 };
+    let (cuts_m, cuts_n) = grid(pieces, (m, tiles_m), (n, tiles_n));
+    let (piece_rows, piece_cols) =
+        (m.div_ceil(cuts_m).next_multiple_of(mr), n.div_ceil(cuts_n).next_multiple_of(nr));
     stats.threads = threads;
     let job = Job { plan, alpha, a, b, beta, k };
     stats.tiles = T::with_workspaces(threads, |workspaces| {
@@ -148,19 +148,16 @@ pub(crate) fn gemm<T: Element>(
             return job
                 .run(&mut workspaces[0], Piece { i0: 0, rows: m, j0: 0, columns: &mut columns });
         }
-        // Each piece owns its part of C: a run of whole columns, or the same rows of every column.
-        let mut parts: Vec<(usize, Vec<&mut [T]>)> = Vec::with_capacity(pieces);
-        if by_rows {
-            parts.extend((0..m).step_by(piece_len).map(|i0| (i0, Vec::with_capacity(n))));
-            for column in columns {
-                for (part, rows) in parts.iter_mut().zip(column.chunks_mut(piece_len)) {
-                    part.1.push(rows);
+        // Each piece owns its block of C: the same rows of a run of whole columns.
+        let mut parts: Vec<(usize, usize, Vec<&mut [T]>)> = Vec::with_capacity(pieces);
+        let mut rest = columns.into_iter();
+        for j0 in (0..n).step_by(piece_cols) {
+            let first = parts.len();
+            parts.extend((0..m).step_by(piece_rows).map(|i0| (i0, j0, Vec::new())));
+            for column in rest.by_ref().take(piece_cols) {
+                for (part, rows) in parts[first..].iter_mut().zip(column.chunks_mut(piece_rows)) {
+                    part.2.push(rows);
                 }
-            }
-        } else {
-            let mut rest = columns.into_iter();
-            for j0 in (0..n).step_by(piece_len) {
-                parts.push((j0, rest.by_ref().take(piece_len).collect()));
             }
         }
         let queue = Mutex::new(parts.into_iter());
@@ -170,9 +167,9 @@ pub(crate) fn gemm<T: Element>(
             let spawned: Vec<_> = helpers
                 .iter_mut()
                 .take(threads - 1)
-                .map(|ws| s.spawn(move || job.drain(queue, ws, by_rows, m)))
+                .map(|ws| s.spawn(move || job.drain(queue, ws)))
                 .collect();
-            let mut tiles = job.drain(queue, main, by_rows, m);
+            let mut tiles = job.drain(queue, main);
             // The queue is empty; helpers may still be finishing a piece. Yield rather than block
             // while they do: a blocked thread's core may go to sleep, and waking it (in a virtual
             // machine especially) can take milliseconds.
@@ -187,6 +184,29 @@ pub(crate) fn gemm<T: Element>(
         })
     });
     stats
+}
+
+/// How many blocks of rows and of columns C is cut into for `pieces` pieces, given (m, tiles
+/// along m) and (n, tiles along n): of the ways to write `pieces` as rows × columns with no more
+/// cuts along a side than it has tiles, the one that reads the least of the operands. A piece of
+/// r rows and c columns reads r·k values of op(A) and c·k of op(B), so the pieces together read
+/// op(A) once per block of columns and op(B) once per block of rows: (column blocks)·m +
+/// (row blocks)·n, times k. Near-square blocks minimise it. Cutting only the longer side (the
+/// former rule) made every one of 32 pieces of a 2048³ product on 16 threads pack the whole of
+/// op(A), 32 times what one thread packs; 8 × 4 blocks read it 4 times and op(B) 8 times. On a
+/// tie, more blocks of rows: re-reading op(B) (often in place) is cheaper than packing op(A)
+/// again.
+fn grid(
+    pieces: usize,
+    (m, tiles_m): (usize, usize),
+    (n, tiles_n): (usize, usize),
+) -> (usize, usize) {
+    // `pieces` is at most the tiles along the longer side, so cutting that side alone always fits.
+    let rows = (1..=pieces)
+        .filter(|&r| pieces.is_multiple_of(r) && r <= tiles_m && pieces / r <= tiles_n)
+        .min_by_key(|&r| ((pieces / r) * m + r * n, std::cmp::Reverse(r)))
+        .unwrap_or(if tiles_m >= tiles_n { pieces } else { 1 });
+    (rows, pieces / rows)
 }
 
 /// The size of each of the ⌈len/limit⌉ equal pieces that cover `len`, rounded up to a multiple of
@@ -214,8 +234,8 @@ struct Piece<'p, 'c, T> {
     columns: &'p mut [&'c mut [T]],
 }
 
-/// The pieces of C not yet taken: (first row or column, the piece's column slices).
-type PieceQueue<'c, T> = Mutex<std::vec::IntoIter<(usize, Vec<&'c mut [T]>)>>;
+/// The pieces of C not yet taken: (first row, first column, the piece's column slices).
+type PieceQueue<'c, T> = Mutex<std::vec::IntoIter<(usize, usize, Vec<&'c mut [T]>)>>;
 
 /// What every piece of one product shares, read-only.
 struct Job<'s, T: 'static> {
@@ -229,30 +249,15 @@ struct Job<'s, T: 'static> {
 
 impl<T: Element> Job<'_, T> {
     /// Takes pieces from the queue until it is empty; returns the micro-kernel calls made.
-    fn drain(
-        &self,
-        queue: &PieceQueue<'_, T>,
-        ws: &mut Workspace<T>,
-        by_rows: bool,
-        m: usize,
-    ) -> u64 {
+    fn drain(&self, queue: &PieceQueue<'_, T>, ws: &mut Workspace<T>) -> u64 {
         let mut tiles = 0;
         loop {
             // The lock is held only to take the next piece; a poisoned lock still holds a valid
             // iterator.
             let next = queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner).next();
-            let Some((start, mut columns)) = next else { return tiles };
-            let piece = if by_rows {
-                Piece {
-                    i0: start,
-                    rows: columns.first().map_or(0, |c| c.len()),
-                    j0: 0,
-                    columns: &mut columns,
-                }
-            } else {
-                Piece { i0: 0, rows: m, j0: start, columns: &mut columns }
-            };
-            tiles += self.run(ws, piece);
+            let Some((i0, j0, mut columns)) = next else { return tiles };
+            let rows = columns.first().map_or(0, |c| c.len());
+            tiles += self.run(ws, Piece { i0, rows, j0, columns: &mut columns });
         }
     }
 
@@ -492,5 +497,25 @@ fn edge_tile<T: Element>(
         for (c_ij, &t) in c_col[row..row + rows].iter_mut().zip(t_col.iter()) {
             *c_ij = if beta == T::zero() { alpha * t } else { alpha * t + beta * *c_ij };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::grid;
+
+    /// The cut that reads the least: the 2048³ product's 32 pieces on 16 threads (64 × 256 tiles
+    /// of 32×8) as 8 × 4 blocks, not 32 blocks of columns that each pack all of op(A); a tie
+    /// between rows and a square goes to rows; a side with too few tiles is not cut past them.
+    #[test]
+    fn the_grid_cuts_c_into_the_blocks_that_read_the_least() {
+        assert_eq!(grid(32, (2048, 64), (2048, 256)), (8, 4));
+        // 768×384 in 4 pieces: 2·768 + 2·384 = 4·384 + 768 = 2304 < 4·768 + 384; rows win the tie.
+        assert_eq!(grid(4, (768, 24), (384, 48)), (4, 1));
+        // The vocabulary's 65 columns are 9 tiles: 16 pieces of a 768-row product.
+        assert_eq!(grid(16, (768, 24), (65, 9)), (16, 1));
+        // One tile of rows: every piece is a block of columns, whatever the cost says.
+        assert_eq!(grid(6, (32, 1), (4000, 500)), (1, 6));
+        assert_eq!(grid(1, (5, 1), (5, 1)), (1, 1));
     }
 }
