@@ -37,6 +37,17 @@ use std::sync::Mutex;
 /// leaves that unused.
 pub const PARALLEL_MIN_FLOPS: f64 = 3.0e7;
 
+/// The fewest flops in a piece of a product cut into more than two pieces per thread (up to
+/// four). With the pieces taken from a queue, a thread that runs slower than the others (a core
+/// shared in a virtual machine, say) delays the product by at most about one piece, so more and
+/// smaller pieces even out uneven cores, and each costs a repacking of its part of op(A). On the
+/// 16-core virtual machine of 2026-11-27, whose cores ran one 2048³ product each at 63 to 120
+/// GFLOP/s when all were busy, four pieces per thread (64 of 2.7·10⁸ flops on 16 threads) took
+/// that product from a median 1,073 to 1,313 GFLOP/s in f32 and from 531 to 660 in f64 (four
+/// alternating rounds); on two cores, eight pieces of 2.9·10⁷ flops made uncached generation
+/// (products of up to 2.3·10⁸ flops) 3 % slower than four. 10⁸ is a round value between the two.
+pub const PIECE_MIN_FLOPS: f64 = 1.0e8;
+
 /// Packing buffers of one thread, kept between products so they are allocated once.
 pub struct Workspace<T> {
     a: Vec<T>,
@@ -133,11 +144,11 @@ pub(crate) fn gemm<T: Element>(
     let flops = 2.0 * m as f64 * n as f64 * k as f64;
     let wanted = if flops < plan.min_parallel_flops { 1 } else { plan.threads.max(1) };
     // At most one thread per register tile along the longer side (as many as a cut of that side
-    // alone could keep busy), and two pieces per thread when there are enough tiles, so a late
-    // thread can be covered for.
+    // alone could keep busy), and two to four pieces per thread when there are enough tiles, so a
+    // late or slow thread can be covered for (see `PIECE_MIN_FLOPS`).
     let (tiles_m, tiles_n) = (m.div_ceil(mr), n.div_ceil(nr));
     let threads = wanted.min(tiles_m.max(tiles_n));
-    let pieces = if threads > 1 { (2 * threads).min(tiles_m.max(tiles_n)) } else { 1 };
+    let pieces = piece_count(flops, threads, tiles_m.max(tiles_n));
     let (cuts_m, cuts_n) = grid(pieces, (m, tiles_m), (n, tiles_n));
     let (piece_rows, piece_cols) =
         (m.div_ceil(cuts_m).next_multiple_of(mr), n.div_ceil(cuts_n).next_multiple_of(nr));
@@ -184,6 +195,17 @@ pub(crate) fn gemm<T: Element>(
         })
     });
     stats
+}
+
+/// How many pieces a product of `flops` is cut into for `threads` threads, with `tiles` register
+/// tiles along the longer side of C: one for one thread; else two per thread, or up to four while
+/// each keeps [`PIECE_MIN_FLOPS`], and never more than the tiles.
+fn piece_count(flops: f64, threads: usize, tiles: usize) -> usize {
+    if threads <= 1 {
+        return 1;
+    }
+    let by_size = (flops / PIECE_MIN_FLOPS) as usize;
+    by_size.clamp(2 * threads, 4 * threads).min(tiles)
 }
 
 /// How many blocks of rows and of columns C is cut into for `pieces` pieces, given (m, tiles
@@ -502,7 +524,20 @@ fn edge_tile<T: Element>(
 
 #[cfg(test)]
 mod tests {
-    use super::grid;
+    use super::{grid, piece_count};
+
+    /// Four pieces per thread for the 2048³ product (1.7·10¹⁰ flops) on 16 threads, two for a
+    /// window of generation (2.3·10⁸ flops) on two, three per thread where only that many keep
+    /// 10⁸ flops each, never more than the tiles, one on one thread.
+    #[test]
+    fn pieces_are_two_to_four_per_thread_and_large_enough() {
+        let cube = 2.0 * 2048f64.powi(3);
+        assert_eq!(piece_count(cube, 16, 256), 64);
+        assert_eq!(piece_count(cube, 16, 40), 40);
+        assert_eq!(piece_count(2.3e8, 2, 48), 4);
+        assert_eq!(piece_count(6.0e8, 2, 48), 6);
+        assert_eq!(piece_count(cube, 1, 256), 1);
+    }
 
     /// The cut that reads the least: the 2048³ product's 32 pieces on 16 threads (64 × 256 tiles
     /// of 32×8) as 8 × 4 blocks, not 32 blocks of columns that each pack all of op(A); a tie

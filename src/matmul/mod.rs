@@ -47,6 +47,7 @@ use num_traits::{One, Zero};
 
 pub use blocked::{
     A_IN_PLACE_MAX_SLIVERS, A_IN_PLACE_MAX_SPAN, IN_PLACE_MAX_STEP, PARALLEL_MIN_FLOPS,
+    PIECE_MIN_FLOPS,
 };
 pub use dispatch::{
     Blocking, KERNEL_ENV, Kernel, ProductChoices, ProductStats, active_kernel, available_kernels,
