@@ -8,11 +8,11 @@
 //! n = 64 … 2048 and for the GPT step's products, in f32 and f64; and where a second thread
 //! starts to pay. It prints the tables; with `-- --write` it saves the measurements to
 //! `data/ch10_products.csv` and `data/ch10_crossover.csv`, then redraws from them: the chapter's
-//! table (`<!-- bench:begin/end -->` in `chapters/ch10_matmul.md`), the appendix's sections
-//! (`<!-- ch10-products:… -->`, `<!-- ch10-threads:… -->` in `chapters/benchmarks.md`) and the
-//! figures `chapters/img/ch10_gflops_*`, `ch10_roofline`, `ch10_threads`. `-- --redraw` does only
-//! the redrawing, from the committed CSVs, measuring nothing (measure on one host, redraw on
-//! another).
+//! tables (`<!-- bench:… -->`, `<!-- threads:… -->` in `chapters/ch10_matmul.md`), the appendix's
+//! sections (`<!-- ch10-products:… -->`, `<!-- ch10-threads:… -->` in `chapters/benchmarks.md`)
+//! and the figures `chapters/img/ch10_gflops_*`, `ch10_roofline`, `ch10_threads`. `-- --redraw`
+//! does only the redrawing, from the committed CSVs, measuring nothing (measure on one host,
+//! redraw on another).
 //!
 //! `-- --threads 1,2,4,8,16` times the 2048³ product (`--n` to change it) on each thread count, in
 //! f32 and f64, and prints GFLOP/s, speed-up and efficiency against the first count (with
@@ -1187,7 +1187,9 @@ fn redraw() -> Result<(), String> {
     let mut figs = figures(&machine, &rows);
     if root_path(THREADS_CSV).is_file() {
         let threads = Csv::load(THREADS_CSV)?;
-        replace_block(&appendix_path(), "ch10-threads", &scaling_table(&threads)?)?;
+        let table = scaling_table(&threads)?;
+        replace_block(&chapter_path(), "threads", &table)?;
+        replace_block(&appendix_path(), "ch10-threads", &table)?;
         figs.push(scaling_figure(&threads)?);
     }
     for (stem, fig) in &figs {
