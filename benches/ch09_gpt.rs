@@ -391,8 +391,9 @@ fn thread_scaling(list: &str, rounds: usize) -> Result<String, String> {
                 best[i] = best[i].max(tps);
             }
         }
+        let plural = if rounds == 1 { "" } else { "s" };
         out.push_str(&format!(
-            "\n{name} (fused training step, best of {rounds} rounds):\n\n\
+            "\n{name} (fused training step, best of {rounds} round{plural}):\n\n\
              | threads | tokens/s | speed-up | efficiency |\n|---|---|---|---|\n"
         ));
         for (&t, &tps) in counts.iter().zip(&best) {

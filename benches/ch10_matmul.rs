@@ -1361,7 +1361,7 @@ fn run_scaling(list: &[usize], n: usize, samples: usize, write: bool) -> Result<
 /// thread count (1 in the usual list).
 fn scaling_table(csv: &Csv) -> Result<String, String> {
     let mut out = format!(
-        "`cargo bench --features peers --bench ch10_matmul -- --threads {} --write` on {} ({} \
+        "`cargo bench --features peers --bench ch10_matmul -- --threads {}` on {} ({} \
          logical CPUs, kernel `{}`) at {} UTC, load average {} before and {} after: the n×n×n \
          product by the wall clock, median of the samples, the thread counts timed in turn. \
          Efficiency = speed-up ÷ threads.\n\n\
