@@ -1045,6 +1045,32 @@ mod generation {
     }
 
     #[test]
+    fn the_cached_step_gives_the_same_bits_on_one_to_eight_threads() {
+        use llm_workbook::ch09_gpt::fused::ROW_TEAM_WEIGHTS_PER_THREAD;
+        use llm_workbook::threads::with_threads;
+        // Width 256, 8 layers: 6.3 million block weights, enough for 3 threads to share each row
+        // product; 2 threads share them too, and 8 are cut back to 3.
+        let config = Config::new(65, 8, 8, 4, 256);
+        const { assert!(8 * 12 * 256 * 256 >= 3 * ROW_TEAM_WEIGHTS_PER_THREAD) };
+        let m = Gpt::<f32>::new(config, 4).unwrap();
+        let tokens = [3u32, 0, 6, 6, 2, 5, 64, 1];
+        let run = |threads: usize| -> Vec<u32> {
+            with_threads(threads, || {
+                let mut cache = m.new_kv_cache();
+                let mut bits = Vec::new();
+                for &t in &tokens {
+                    bits.extend(m.step(&mut cache, t).unwrap().iter().map(|v| v.to_bits()));
+                }
+                bits
+            })
+        };
+        let one = run(1);
+        for threads in [2, 3, 8] {
+            assert!(one == run(threads), "cached logits differ between one thread and {threads}");
+        }
+    }
+
+    #[test]
     fn cached_and_uncached_logits_agree_to_1e_9_at_every_step() {
         let m = model_f64(1);
         let tokens = [3u32, 0, 6, 6, 2, 5];

@@ -43,10 +43,13 @@
 
 mod backward;
 mod forward;
+mod row_team;
 #[cfg(test)]
 mod tests;
 mod workspace;
 
+pub use row_team::ROW_TEAM_WEIGHTS_PER_THREAD;
+pub(crate) use row_team::{RowTeam, with_row_team};
 pub(crate) use workspace::Windows;
 
 use forward::Outputs;

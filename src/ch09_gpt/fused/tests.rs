@@ -311,3 +311,39 @@ fn the_last_row_alone_is_the_full_passs_last_row_bit_for_bit() {
     check::<f64>(Config::new(11, 40, 2, 2, 8));
     check::<f32>(Config::new(65, 70, 2, 4, 64));
 }
+
+#[test]
+fn the_row_team_gives_row_products_bits_on_any_number_of_threads() {
+    use super::forward::{Strided, StridedMut, row_product};
+    use super::row_team::with_row_team;
+    use crate::matmul::Op;
+    // 37 inputs (two runs of the dot's 16 lanes and 5 more) and 23 columns: 2 … 5 threads share
+    // them in runs of 12, 8, 6 and 5; the output strided (ld 3) as the cache's [Q K V] rows are,
+    // the row contiguous as the step's rows are. 24 threads: more than there are columns.
+    let (k, n) = (37, 23);
+    let mut rng = Rng::new(10);
+    let x: DMatrix<f32> = rng.normal_matrix(1, k, 1.0);
+    let b: DMatrix<f32> = rng.normal_matrix(k + 2, n, 1.0);
+    let start: DMatrix<f32> = rng.normal_matrix(3, n, 1.0);
+    let bits = |m: &DMatrix<f32>| m.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    let a = Strided { data: x.as_slice(), rows: 1, cols: k, ld: 1 };
+    let w = Strided { data: b.as_slice(), rows: k, cols: n, ld: k + 2 };
+    for beta in [0.0, 1.0, 0.5] {
+        let mut one = start.clone();
+        let c = StridedMut { data: &mut one.as_mut_slice()[1..], rows: 1, cols: n, ld: 3 };
+        row_product(0.75, a, w, Op::N, beta, c).unwrap();
+        for threads in [1, 2, 3, 4, 5, 24] {
+            let mut many = start.clone();
+            with_row_team(threads, |team| {
+                for _ in 0..2 {
+                    // Twice on one team, from the same start: the helpers wait for a second.
+                    many = start.clone();
+                    let c =
+                        StridedMut { data: &mut many.as_mut_slice()[1..], rows: 1, cols: n, ld: 3 };
+                    team.product(0.75, a, w, beta, c).unwrap();
+                }
+            });
+            assert_eq!(bits(&one), bits(&many), "{threads} threads, β = {beta}");
+        }
+    }
+}

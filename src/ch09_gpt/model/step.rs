@@ -6,7 +6,8 @@ use crate::ch03_mlp::activation_forward_into;
 use crate::ch06_attention::{LnCache, NormOrder, layer_norm_forward_into};
 use crate::ch09_gpt::data::{Token, check_ids};
 use crate::ch09_gpt::fused::{
-    Products, Strided, StridedMut, add_row, causal_block_forward, one_row_attention, row_product,
+    Products, ROW_TEAM_WEIGHTS_PER_THREAD, RowTeam, Strided, StridedMut, add_row,
+    causal_block_forward, one_row_attention, row_product, with_row_team,
 };
 use crate::error::{Result, invalid, shape_error, shape_of};
 use crate::float::Float;
@@ -127,7 +128,9 @@ impl<T: Float> Gpt<T> {
     ///
     /// One row at a time, every product is a row times a matrix, and the work is reading each
     /// weight once (O(parameters + T·d) per token), so the products are `fused::row_product`
-    /// rather than the blocked product (see there for what was measured).
+    /// rather than the blocked product (see there for what was measured). A model with enough
+    /// weights shares each product's columns between threads (`fused::RowTeam`, one thread per
+    /// [`ROW_TEAM_WEIGHTS_PER_THREAD`] block weights, the same bits on any number).
     pub fn step(&self, cache: &mut KvCache<T>, token: Token) -> Result<Vec<T>> {
         const OP: &str = "Gpt::step";
         check_ids(OP, "token", &[token], self.config.vocab_size)?;
@@ -193,35 +196,18 @@ impl<T: Float> Gpt<T> {
         for (c, x) in r.x.iter_mut().enumerate() {
             *x = self.wte[(token as usize, c)] + self.wpe[(pos, c)]; //     x₀ = W_E[u] + W_P[pos]
         }
-        for (b, qkv) in self.blocks.iter().zip(cache.qkv.iter_mut()) {
-            layer_norm_forward_into(&b.ln1, &r.x, &mut r.ln, &mut r.n); //            n₁ = LN₁(x)
-            let a = &b.attn;
-            for (part, (w, bias)) in
-                [(&a.w_q, &a.b_q), (&a.w_k, &a.b_k), (&a.w_v, &a.b_v)].into_iter().enumerate()
-            {
-                // Row pos of [Q K V] = n₁W_QKV + b_QKV, written into the cache: one column block
-                // of W_QKV = [W_Q W_K W_V] at a time (each output is a dot product with one
-                // column, so the concatenation need not be formed).
-                let out = &mut qkv.as_mut_slice()[part * d * n_ctx + pos..];
-                for (o, &bias) in out.iter_mut().step_by(n_ctx).zip(bias.iter()) {
-                    *o = bias;
-                }
-                let out = StridedMut { data: out, rows: 1, cols: d, ld: n_ctx };
-                row_product(T::one(), row(&r.n), whole(w), Op::N, T::one(), out)?;
+        // The row products on the threads the model's size can use (`fused::RowTeam`: the same
+        // bits on any number). A block reads W_Q, W_K, W_V, W_O (4d²) and W₁, W₂ (8d²).
+        let block_weights = self.blocks.len() * 12 * d * d;
+        let threads = crate::threads::default_threads()
+            .min(block_weights / ROW_TEAM_WEIGHTS_PER_THREAD)
+            .max(1);
+        with_row_team(threads, |team| -> Result<()> {
+            for (b, qkv) in self.blocks.iter().zip(cache.qkv.iter_mut()) {
+                self.block_step(b, qkv, r, pos, team)?;
             }
-            // Every head: the causal block of the one query row pos against the keys 0 … pos.
-            let att = r.att.as_mut_slice();
-            let (weights, stats, how) = (&mut r.weights, &mut r.stats, Products::OneRow);
-            one_row_attention(qkv.as_slice(), n_ctx, pos, heads, weights, stats, att, how)?;
-            onto(&mut r.x, &r.att, &a.w_o)?; //                                    h = x + att·W_O
-            add_row(&mut r.x, &a.b_o); //                                                … + b_O
-            layer_norm_forward_into(&b.ln2, &r.x, &mut r.ln, &mut r.n); //            n₂ = LN₂(h)
-            r.z1.as_mut_slice().copy_from_slice(b.ffn.b1.as_slice());
-            onto(&mut r.z1, &r.n, &b.ffn.w1)?; //                                  z₁ = b₁ + n₂W₁
-            activation_forward_into(b.ffn.act, r.z1.as_slice(), r.a1.as_mut_slice()); // a₁ = σ(z₁)
-            onto(&mut r.x, &r.a1, &b.ffn.w2)?; //                                  x' = h + a₁W₂
-            add_row(&mut r.x, &b.ffn.b2); //                                             … + b₂
-        }
+            Ok(())
+        })?;
         cache.len = pos + 1;
         layer_norm_forward_into(&self.ln_f, &r.x, &mut r.ln, &mut r.n); //          h_f = LN_f(x_L)
         let w_u = self.unembedding();
@@ -233,9 +219,57 @@ impl<T: Float> Gpt<T> {
     }
 }
 
-/// y ← y + x·W for rows x and y (1×C matrices): [`row_product`] with β = 1.
-fn onto<T: Float>(y: &mut DMatrix<T>, x: &DMatrix<T>, w: &DMatrix<T>) -> Result<()> {
-    row_product(T::one(), row(x), whole(w), Op::N, T::one(), row_mut(y))
+impl<T: Float> Gpt<T> {
+    /// One block of [`Gpt::step`] for the row of position `pos` (in `r.x`), its \[Q K V\] row
+    /// written into the block's cache `qkv`, its products on `team`'s threads.
+    fn block_step<'w>(
+        &self,
+        b: &'w super::Block<T>,
+        qkv: &mut DMatrix<T>,
+        r: &mut StepRows<T>,
+        pos: usize,
+        team: &mut RowTeam<'w, T>,
+    ) -> Result<()> {
+        let (d, n_ctx, heads) = (self.config.width, self.config.context, self.config.heads);
+        layer_norm_forward_into(&b.ln1, &r.x, &mut r.ln, &mut r.n); //                n₁ = LN₁(x)
+        let a = &b.attn;
+        for (part, (w, bias)) in
+            [(&a.w_q, &a.b_q), (&a.w_k, &a.b_k), (&a.w_v, &a.b_v)].into_iter().enumerate()
+        {
+            // Row pos of [Q K V] = n₁W_QKV + b_QKV, written into the cache: one column block of
+            // W_QKV = [W_Q W_K W_V] at a time (each output is a dot product with one column, so
+            // the concatenation need not be formed).
+            let out = &mut qkv.as_mut_slice()[part * d * n_ctx + pos..];
+            for (o, &bias) in out.iter_mut().step_by(n_ctx).zip(bias.iter()) {
+                *o = bias;
+            }
+            let out = StridedMut { data: out, rows: 1, cols: d, ld: n_ctx };
+            team.product(T::one(), row(&r.n), whole(w), T::one(), out)?;
+        }
+        // Every head: the causal block of the one query row pos against the keys 0 … pos.
+        let att = r.att.as_mut_slice();
+        let (weights, stats, how) = (&mut r.weights, &mut r.stats, Products::OneRow);
+        one_row_attention(qkv.as_slice(), n_ctx, pos, heads, weights, stats, att, how)?;
+        onto(team, &mut r.x, &r.att, &a.w_o)?; //                              h = x + att·W_O
+        add_row(&mut r.x, &a.b_o); //                                                    … + b_O
+        layer_norm_forward_into(&b.ln2, &r.x, &mut r.ln, &mut r.n); //                n₂ = LN₂(h)
+        r.z1.as_mut_slice().copy_from_slice(b.ffn.b1.as_slice());
+        onto(team, &mut r.z1, &r.n, &b.ffn.w1)?; //                            z₁ = b₁ + n₂W₁
+        activation_forward_into(b.ffn.act, r.z1.as_slice(), r.a1.as_mut_slice()); //  a₁ = σ(z₁)
+        onto(team, &mut r.x, &r.a1, &b.ffn.w2)?; //                            x' = h + a₁W₂
+        add_row(&mut r.x, &b.ffn.b2); //                                                 … + b₂
+        Ok(())
+    }
+}
+
+/// y ← y + x·W for rows x and y (1×C matrices): [`row_product`] with β = 1, on `team`'s threads.
+fn onto<'w, T: Float>(
+    team: &mut RowTeam<'w, T>,
+    y: &mut DMatrix<T>,
+    x: &DMatrix<T>,
+    w: &'w DMatrix<T>,
+) -> Result<()> {
+    team.product(T::one(), row(x), whole(w), T::one(), row_mut(y))
 }
 
 /// y = x·W + b for one row x (length `in`), W in×out, b 1×out: y_j = b_j + x · W\[:, j\], each a
