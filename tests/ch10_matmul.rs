@@ -458,6 +458,36 @@ fn two_threads_split_large_products_and_match_the_triple_loop() {
 }
 
 #[test]
+fn large_products_cut_into_blocks_of_up_to_four_pieces_a_thread_give_one_threads_bits() {
+    // Above 8·10⁸ flops two threads cut C into more than four pieces (`PIECE_MIN_FLOPS`), and
+    // from 2·10⁹ three threads into twelve, in blocks of rows and of columns whose edges fall
+    // inside register tiles (sides that are no multiple of any kernel's MR or NR). Each entry of
+    // C is still summed over k in the same order, so the bits are one thread's.
+    let mut rng = Rng::new(12);
+    let bits = |m: &DMatrix<f32>| m.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    for (case, threads) in [
+        (Case::new(1003, 997, 509).scaled(0.5, 1.0), [2, 5]),
+        (Case::new(1503, 1201, 571).ops(Op::T, Op::N), [3, 8]),
+    ] {
+        assert!(2.0 * (case.m * case.n * case.k) as f64 > 8.0 * matmul::PIECE_MIN_FLOPS);
+        let x = operands::<f32>(&case, &mut rng);
+        let (alpha, beta) = (case.alpha as f32, case.beta as f32);
+        let run = |t: usize| {
+            let mut c = x.c0.clone();
+            let s = Settings { threads: Some(t), ..Settings::default() };
+            let stats =
+                gemm_with(s, alpha, &x.a, case.ta, &x.b, case.tb, beta, &mut c).expect("product");
+            assert_eq!(stats.threads, t);
+            c
+        };
+        let one = bits(&run(1));
+        for t in threads {
+            assert!(one == bits(&run(t)), "{case:?} on {t} threads");
+        }
+    }
+}
+
+#[test]
 fn small_products_stay_on_one_thread_even_when_two_are_allowed() {
     let mut rng = Rng::new(9);
     let two = Settings { threads: Some(2), ..Settings::default() };
