@@ -147,8 +147,9 @@ pub(crate) fn gemm<T: Element>(
     // alone could keep busy), and two to four pieces per thread when there are enough tiles, so a
     // late or slow thread can be covered for (see `PIECE_MIN_FLOPS`).
     let (tiles_m, tiles_n) = (m.div_ceil(mr), n.div_ceil(nr));
-    let threads = wanted.min(tiles_m.max(tiles_n));
-    let pieces = piece_count(flops, threads, tiles_m.max(tiles_n));
+    let tiles_along = tiles_m.max(tiles_n);
+    let threads = wanted.min(tiles_along);
+    let pieces = piece_count(flops, threads, tiles_along);
     let (cuts_m, cuts_n) = grid(pieces, (m, tiles_m), (n, tiles_n));
     let (piece_rows, piece_cols) =
         (m.div_ceil(cuts_m).next_multiple_of(mr), n.div_ceil(cuts_n).next_multiple_of(nr));

@@ -217,9 +217,7 @@ impl<T: Float> Gpt<T> {
         crate::float::ensure_finite_slice(OP, "logits (a weight holds NaN or ∞)", &logits)?;
         Ok(logits)
     }
-}
 
-impl<T: Float> Gpt<T> {
     /// One block of [`Gpt::step`] for the row of position `pos` (in `r.x`), its \[Q K V\] row
     /// written into the block's cache `qkv`, its products on `team`'s threads.
     fn block_step<'w>(
