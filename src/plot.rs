@@ -902,6 +902,12 @@ impl Figure {
     ) -> Result<()> {
         let plot_err =
             |p: &Path, e: String| Error::Plot { path: p.display().to_string(), reason: e };
+        // A file that cannot be written is said in one line naming it, before the backends
+        // (whose errors print as nested debug dumps) meet it.
+        for (tmp, fin) in [(tmp_png, png), (tmp_svg, svg)] {
+            std::fs::File::create(tmp)
+                .map_err(|source| Error::Io { path: fin.display().to_string(), source })?;
+        }
         {
             let root = BitMapBackend::new(tmp_png, SIZE).into_drawing_area();
             self.draw(&root).map_err(|e| plot_err(png, format!("{e:?}")))?;

@@ -403,21 +403,9 @@ fn compute_results() -> Result<Results> {
     let baseline = best_baseline(&corpus_baseline_rows(&tokens)?)?;
     let setup = corpus_setup(tokens.tokenizer.vocab_size(), CORPUS_STEPS)?;
     let mut pb = progress("corpus", setup.steps);
-    // The speed is measured from the end of the first step (before it there is no elapsed
-    // time to divide by): the tokens of the later steps over the time they took.
-    let (mut seen, mut started) = (0usize, None::<std::time::Instant>);
-    let corpus = train_corpus(&tokens, &setup, |r| {
-        let rate = match started {
-            None => {
-                started = Some(std::time::Instant::now());
-                None
-            }
-            Some(t) => {
-                seen += r.tokens;
-                Some(seen as f64 / t.elapsed().as_secs_f64().max(1e-9))
-            }
-        };
-        pb.step(r.step + 1, r.loss, rate);
+    // The speed is the one the summary prints (train::Throughput): tokens over the steps' time.
+    let corpus = train_corpus(&tokens, &setup, |r, speed| {
+        pb.step(r.step + 1, r.loss, speed.per_second());
     })?;
     pb.finish();
     let prompt: Vec<data::Token> = tokens.validation[..CORPUS_PROMPT_TOKENS].to_vec();
@@ -694,16 +682,14 @@ pub fn save_loss_plot(trainer: &Trainer<f32>, out: &Path) -> Result<Vec<PathBuf>
     loss_figure(trainer).save(out, super::run::LOSS_PLOT)
 }
 
-/// The figure [`save_loss_plot`] draws: the loss of every step and its running mean.
+/// The figure [`save_loss_plot`] draws: the loss of every step and its running mean
+/// ([`RunningMean`](super::train::RunningMean), bias-corrected, so it starts at the first loss
+/// and follows a fast fall instead of lagging above it).
 pub fn loss_figure(trainer: &Trainer<f32>) -> Figure {
     let raw: Vec<(f64, f64)> =
         trainer.history.iter().map(|r| (r.step as f64 + 1.0, r.loss)).collect();
-    let mut smooth = Vec::with_capacity(raw.len());
-    let mut m = f64::NAN;
-    for &(x, y) in &raw {
-        m = if m.is_nan() { y } else { 0.95 * m + 0.05 * y };
-        smooth.push((x, m));
-    }
+    let mut mean = super::train::RunningMean::default();
+    let smooth: Vec<(f64, f64)> = raw.iter().map(|&(x, y)| (x, mean.add(y))).collect();
     Figure::Line(LineChart {
         title: "Training loss".into(),
         x_label: "step".into(),

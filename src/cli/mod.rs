@@ -94,6 +94,56 @@ pub struct Bar {
     /// Without a terminal: the run's name, when it started, its length, and the last step
     /// reported, for a line per tenth of the run (`gpt`) or one at the end (the book's runs).
     lines: Option<Lines>,
+    /// `gpt train` and `resume`: the estimate of the whole run's time, said once after its
+    /// first steps.
+    estimate: Option<Estimate>,
+}
+
+/// The steps after the first whose time gives the estimate of the run's length (the first step
+/// is not counted: it allocates what later steps reuse).
+const ESTIMATE_AFTER_STEPS: usize = 10;
+
+struct Estimate {
+    /// The step count and the time when the first step ended.
+    first: Option<(usize, Instant)>,
+    steps: usize,
+    said: bool,
+}
+
+impl Estimate {
+    /// The line to print once `at` steps are done, if this is the moment: the time a step took
+    /// over the [`ESTIMATE_AFTER_STEPS`] steps after the first, and what the rest will take.
+    fn line(&mut self, at: usize) -> Option<String> {
+        let Some((from, start)) = self.first else {
+            self.first = Some((at, Instant::now()));
+            return None;
+        };
+        if self.said || at < from + ESTIMATE_AFTER_STEPS || at >= self.steps {
+            return None;
+        }
+        self.said = true;
+        let per_step = start.elapsed().as_secs_f64() / (at - from) as f64;
+        let left = per_step * (self.steps - at) as f64;
+        Some(format!(
+            "estimate: {:.3} s a step, so the {} steps to go take about {} (saves not counted)",
+            per_step,
+            self.steps - at,
+            duration_words(left)
+        ))
+    }
+}
+
+/// A duration for a person: seconds under two minutes, minutes under two hours, else hours and
+/// minutes.
+fn duration_words(seconds: f64) -> String {
+    let s = seconds.max(0.0).round() as u64;
+    if s < 120 {
+        format!("{s} s")
+    } else if s < 7200 {
+        format!("{} min", (s + 30) / 60)
+    } else {
+        format!("{} h {} min", s / 3600, (s % 3600) / 60)
+    }
 }
 
 struct Lines {
@@ -111,16 +161,18 @@ impl Bar {
     /// The bar of `gpt train` and `gpt resume`: `steps` long, at step `at` already, left on the
     /// screen when done.
     pub fn run(at: usize, steps: usize) -> Result<Bar, indicatif::style::TemplateError> {
+        let estimate = Estimate { first: None, steps, said: false };
         if !to_terminal() {
             let what = "training".to_string();
             let (start, last) = (Instant::now(), String::new());
             let lines = Lines { what, start, steps, every_tenth: true, at, last, unit: "step" };
-            return Ok(Bar { bar: ProgressBar::hidden(), clear: false, lines: Some(lines) });
+            let (bar, clear, lines) = (ProgressBar::hidden(), false, Some(lines));
+            return Ok(Bar { bar, clear, lines, estimate: Some(estimate) });
         }
         let bar = ProgressBar::new(steps as u64);
         bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")?);
         bar.set_position(at as u64);
-        Ok(Bar { bar, clear: false, lines: None })
+        Ok(Bar { bar, clear: false, lines: None, estimate: Some(estimate) })
     }
 
     /// The bar of an exact validation over `windows` windows, cleared when done (without a
@@ -131,11 +183,16 @@ impl Bar {
             let (start, last) = (Instant::now(), String::new());
             let (steps, every_tenth, at, unit) = (windows, true, 0, "window");
             let lines = Lines { what, start, steps, every_tenth, at, last, unit };
-            return Ok(Bar { bar: ProgressBar::hidden(), clear: true, lines: Some(lines) });
+            return Ok(Bar {
+                bar: ProgressBar::hidden(),
+                clear: true,
+                lines: Some(lines),
+                estimate: None,
+            });
         }
         let bar = ProgressBar::new(windows as u64);
         bar.set_style(ProgressStyle::with_template("validation {bar:30} {pos}/{len} {msg}")?);
-        Ok(Bar { bar, clear: true, lines: None })
+        Ok(Bar { bar, clear: true, lines: None, estimate: None })
     }
 
     /// The bar of one of chapter 9's two walk-through runs, named `what`, cleared when done
@@ -145,14 +202,15 @@ impl Bar {
             let what = format!("chapter 9: training the {} model", what.trim());
             let (start, last) = (Instant::now(), String::new());
             let lines = Lines { what, start, steps, every_tenth: false, at: 0, last, unit: "step" };
-            return Box::new(Bar { bar: ProgressBar::hidden(), clear: true, lines: Some(lines) });
+            let (bar, lines) = (ProgressBar::hidden(), Some(lines));
+            return Box::new(Bar { bar, clear: true, lines, estimate: None });
         }
         let bar = ProgressBar::new(steps as u64);
         if let Ok(style) = ProgressStyle::with_template("  {prefix} {bar:30} {pos}/{len} {msg}") {
             bar.set_style(style);
         }
         bar.set_prefix(what.to_string());
-        Box::new(Bar { bar, clear: true, lines: None })
+        Box::new(Bar { bar, clear: true, lines: None, estimate: None })
     }
 }
 
@@ -162,6 +220,13 @@ impl Progress for Bar {
             Some(rate) => format!("loss {loss:.4} | {rate:.0} tokens/s"),
             None => format!("loss {loss:.4}"),
         };
+        if let Some(line) = self.estimate.as_mut().and_then(|e| e.line(steps)) {
+            if self.lines.is_some() {
+                say!("{line}");
+            } else {
+                self.bar.println(line);
+            }
+        }
         if let Some(l) = &mut self.lines {
             let tenth = l.steps.div_ceil(10).max(1);
             if l.every_tenth && steps / tenth > l.at / tenth && steps < l.steps {
