@@ -3946,12 +3946,24 @@ mod checkpoint_unit {
         assert!(wait_for(20, || ck.join("CURRENT").exists()), "the writer saved once");
         let start = std::time::Instant::now();
         let (mut reads, mut moves, mut last) = (0, 0, PathBuf::new());
+        let mut rng = Rng::new(33);
         while start.elapsed().as_secs() < SECONDS {
             let (_, _, resolved) = run::load_for_sampling(&ck, u64::MAX)
                 .unwrap_or_else(|e| panic!("read {reads} failed during the saves: {e}"));
             moves += usize::from(resolved.path != last);
             last = resolved.path;
             reads += 1;
+            // A reader that stalls for up to 40 ms between reading the pointer and the files
+            // (a slow disk, a busy machine), while saves go on.
+            let (mut stalled, stall) = (false, rng.below(40) as u64);
+            let model = folder::read_consistent(&ck, |r| {
+                if !stalled {
+                    stalled = true;
+                    std::thread::sleep(std::time::Duration::from_millis(stall));
+                }
+                llm_workbook::ch09_gpt::checkpoint::load_model::<f32>(&r.path)
+            });
+            model.unwrap_or_else(|e| panic!("a reader stalled {stall} ms failed: {e}"));
         }
         // The binary too, a few times.
         for _ in 0..3 {
