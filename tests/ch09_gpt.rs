@@ -4066,46 +4066,69 @@ mod checkpoint_unit {
 
     // ───── messages ─────
 
-    #[test]
-    fn divergence_an_absent_newline_and_huge_or_contradictory_settings_get_one_clear_line() {
-        let dir = common::temp_dir("ch09_messages");
+    /// A checkpoint of [`train`] on a text without a newline, in its own folder.
+    fn trained(name: &str) -> (PathBuf, PathBuf) {
+        let dir = common::temp_dir(name);
         let text = cat_text(&dir);
+        let ck = dir.join("ck");
+        let o = train(&text, &ck, &[]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        (text, ck)
+    }
+
+    #[test]
+    fn divergence_is_said_as_divergence_whatever_step_meets_it() {
+        let (text, ck) = trained("ch09_diverged");
         for lr in ["1000", "1e30"] {
-            let out = dir.join(format!("lr{lr}"));
+            let out = ck.with_file_name(format!("lr{lr}"));
             let o = train(&text, &out, &["--lr", lr, "--steps", "20"]);
             one_line_error(&o, &["diverged at step", "try a smaller learning rate"], lr);
         }
-        let ck = dir.join("ck");
-        let c = ck.to_str().unwrap();
-        let o = train(&text, &ck, &[]);
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let here = folder::resolve(&ck).unwrap().path;
-        let settings = std::fs::read(here.join("train.json")).unwrap();
         // The run's schedule has decayed to its floor by step 3: both rates set.
         set_key(&here, "train.json", "max_lr", "1e30");
         set_key(&here, "train.json", "min_lr", "1e30");
-        let o = cli(&["gpt", "resume", "--checkpoint", c, "--steps", "30"]);
+        let o = cli(&["gpt", "resume", "--checkpoint", ck.to_str().unwrap(), "--steps", "30"]);
         one_line_error(&o, &["diverged at step", "max_lr in train.json"], "max_lr");
-        std::fs::write(here.join("train.json"), settings).unwrap();
-        // This text has no newline, the default prompt: sampling starts from its first token.
-        let o = cli(&["gpt", "sample", "--checkpoint", c, "--tokens", "5"]);
+    }
+
+    #[test]
+    fn sample_without_a_prompt_on_a_vocabulary_without_a_newline_starts_from_its_first_token() {
+        let (_, ck) = trained("ch09_no_newline");
+        let o = cli(&["gpt", "sample", "--checkpoint", ck.to_str().unwrap(), "--tokens", "5"]);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains("no newline") && err.contains("--prompt"), "{err}");
-        // A context of 2^64 − 1 is named as the context.
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    }
+
+    #[test]
+    fn a_context_of_2_to_the_64_minus_1_is_named_as_the_context() {
+        let dir = common::temp_dir("ch09_huge_context");
+        let text = cat_text(&dir);
         let max = u64::MAX.to_string();
         let o = train(&text, &dir.join("wide"), &["--context", &max]);
-        one_line_error(&o, &["context", &max], "context 2^64 - 1");
-        // --top-k 0 is refused with --greedy as without it.
+        one_line_error(&o, &["invalid context", &max], "context 2^64 - 1");
+    }
+
+    #[test]
+    fn top_k_0_is_refused_with_greedy_as_without_it() {
+        let (_, ck) = trained("ch09_top_k");
         for extra in [&[][..], &["--greedy"][..]] {
-            let mut args = vec!["gpt", "sample", "--checkpoint", c, "--top-k", "0"];
+            let mut args = vec!["gpt", "sample", "--checkpoint", ck.to_str().unwrap(), "--top-k"];
+            args.push("0");
             args.extend(extra);
             one_line_error(&cli(&args), &["top_k", "at least 1"], &format!("{extra:?}"));
         }
-        // A thread count that is no count is warned about, as a bad kernel name is.
+    }
+
+    #[test]
+    fn a_thread_count_that_is_no_count_is_warned_about_like_a_bad_kernel_name() {
+        let (_, ck) = trained("ch09_threads_env");
         for bad in ["0", "abc", "-1"] {
             let o = super::binary()
-                .args(["gpt", "sample", "--checkpoint", c, "--prompt", "the", "--tokens", "3"])
+                .args(["gpt", "sample", "--checkpoint", ck.to_str().unwrap(), "--prompt", "the"])
+                .args(["--tokens", "3"])
                 .env("LLM_WORKBOOK_THREADS", bad)
                 .env("LLM_WORKBOOK_MEMORY_BUDGET", "4000000000")
                 .output()
