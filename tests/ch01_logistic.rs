@@ -397,7 +397,7 @@ fn prose_carries_the_register_and_the_worked_table() {
     common::check_chapter_prose(&CHAPTER);
 }
 
-// ───────────── hardening: infinities, NaN, ŷ at 0 and 1, determinism (issue 11) ─────────────
+// ───────────── hardening: infinities, NaN, ŷ at 0 and 1, determinism ─────────────
 
 mod hardening {
     use super::*;

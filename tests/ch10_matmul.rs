@@ -1179,7 +1179,7 @@ fn the_chapter_prose_carries_the_worked_table() {
     common::check_chapter_prose(&ch10::book::CHAPTER);
 }
 
-// ───────────── properties (proptest, issue 11) ─────────────
+// ───────────── properties (proptest) ─────────────
 
 mod properties {
     use super::*;

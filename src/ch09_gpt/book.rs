@@ -14,7 +14,7 @@ use super::experiments::{
 };
 use super::train::{Progress, Trainer};
 use super::{data, model, sample, train, walkthrough};
-use crate::errata::Erratum;
+use crate::errata::{Erratum, Kind};
 use crate::error::Result;
 use crate::plot::{Figure, LineChart, Series};
 use crate::report::{Chapter, Walk, Worked};
@@ -54,7 +54,8 @@ pub const ERRATA: &[Erratum] = &[
         why: "With the document's own h₀(\"I\") = [0.14, 0.91] and h₀(\"love\") = [0.59, 0.39]: \
             0.1·0.14 + 0.9·0.59 = 0.545 and 0.1·0.91 + 0.9·0.39 = 0.442. The printed pair does not \
             follow from any weighting of the h₀ rows shown.",
-        test: "tests/ch09_gpt.rs::i_love_ai_h1_love_is_0_545_0_442",
+        kind: Kind::Erratum,
+        tests: &["tests/ch09_gpt.rs::i_love_ai_h1_love_is_0_545_0_442"],
     },
     Erratum {
         document: D3,
@@ -66,7 +67,8 @@ pub const ERRATA: &[Erratum] = &[
             [0.155·0.2 + 0.458·0.4, 0.155·0.3 + 0.458·0.5] = [0.2142, 0.2755]. Reading W by \
             columns gives [0.1684, 0.291]; neither reading, nor the correct h₁, gives the printed \
             pair.",
-        test: "tests/ch09_gpt.rs::i_love_ai_h2_love_follows_from_h1_times_w",
+        kind: Kind::Erratum,
+        tests: &["tests/ch09_gpt.rs::i_love_ai_h2_love_follows_from_h1_times_w"],
     },
     Erratum {
         document: D3,
@@ -76,7 +78,8 @@ pub const ERRATA: &[Erratum] = &[
         why: "175 is GPT-3's parameter count in billions, not its depth; with 96 layers of 96 \
             heads of width 128 (d = 96·128 = 12,288), the count comes to 175 billion (D1), \
             while 175 layers of width 1,024 would hold about 2.2 billion.",
-        test: "tests/ch09_gpt.rs::gpt3_has_96_layers_of_width_12288_not_175_of_1024",
+        kind: Kind::Erratum,
+        tests: &["tests/ch09_gpt.rs::gpt3_has_96_layers_of_width_12288_not_175_of_1024"],
     },
     Erratum {
         document: D3,
@@ -86,16 +89,22 @@ pub const ERRATA: &[Erratum] = &[
         why: "GPT-1's published configuration (12 layers, d = 768, 12 heads, 4d MLP, vocabulary \
             40,478, context 512, post-LayerNorm so no final LayerNorm) holds 31,087,104 + 393,216 \
             + 12·7,087,872 = 116,534,784 parameters.",
-        test: "tests/ch09_gpt.rs::gpt1_holds_about_117_million_parameters_not_150",
+        kind: Kind::Erratum,
+        tests: &["tests/ch09_gpt.rs::gpt1_holds_about_117_million_parameters_not_150"],
     },
     Erratum {
         document: D0,
-        section: "Large Language Models: the sizes of W_k and W_q",
-        printed: "In GPT-3, n-embed = 12,388",
+        section: "Attention: the sizes of W_k and W_q",
+        printed: "In GPT-3, n-embed = 12,388 and n-query-key = 128",
         correct: "n-embed = 12,288",
-        why: "GPT-3's width is 96 heads × 128 = 12,288, which D1 gives and its embedding \
-            count confirms: 617,558,016 / 50,257 = 12,288.",
-        test: "tests/ch09_gpt.rs::gpt3_width_is_12288_from_heads_and_embedding_count",
+        why: "A transposed digit: GPT-3's width is 96 heads × 128 = 12,288, which D1 gives and \
+            its embedding count confirms (617,558,016 / 50,257 = 12,288), and which makes the \
+            per-head count of chapter 6, 4 × 12,288 × 128 = 6,291,456 ≈ 6.3 million.",
+        kind: Kind::Erratum,
+        tests: &[
+            "tests/ch09_gpt.rs::gpt3_width_is_12288_from_heads_and_embedding_count",
+            "tests/ch06_attention.rs::gpt3_head_has_6_3_million_parameters",
+        ],
     },
     Erratum {
         document: D0,
@@ -104,7 +113,8 @@ pub const ERRATA: &[Erratum] = &[
         correct: "n = 12,288",
         why: "The embedding vectors of GPT-3 have d-embed = 12,288 entries (96 · 128; 617,558,016 \
             / 50,257).",
-        test: "tests/ch09_gpt.rs::gpt3_width_is_12288_from_heads_and_embedding_count",
+        kind: Kind::Erratum,
+        tests: &["tests/ch09_gpt.rs::gpt3_width_is_12288_from_heads_and_embedding_count"],
     },
 ];
 

@@ -12,7 +12,7 @@
 //! bytes ≈ 16·P + 4·B·T·(l·(20·d + 2·h·T) + 2·V)        P = the parameter count
 //! ```
 //!
-//! computed in 128-bit integers, so no size of the issue's list (10¹⁸ layers included) can
+//! computed in 128-bit integers, so no absurd size (10¹⁸ layers included) can
 //! overflow. It is an estimate of the order of magnitude, not an exact count: its job is to
 //! refuse, with a clear message, a run that could not fit, before a single tensor exists.
 //!

@@ -61,7 +61,8 @@ pub fn to_terminal() -> bool {
 }
 
 /// The chapter `arg` names: its number (`6`), its stem (`ch06_attention`) or the stem without
-/// its number (`attention`); otherwise an error that lists the chapters.
+/// its number (`attention`); otherwise a short error that says what to give instead (the parser
+/// writes it after the value and the argument's name, on one line of at most 100 columns).
 pub fn find_chapter(arg: &str) -> Result<Chapter, String> {
     let arg = arg.trim();
     let chapters = book::chapters();
@@ -75,14 +76,55 @@ pub fn find_chapter(arg: &str) -> Result<Chapter, String> {
     match found {
         Some(c) => Ok(*c),
         None => Err(format!(
-            "there is no chapter {arg:?}; give a number or a name: {}",
-            chapters
-                .iter()
-                .map(|c| format!("{} {}", c.number, c.stem.split_once('_').map_or("", |p| p.1)))
-                .collect::<Vec<_>>()
-                .join(", ")
+            "give 1 to {} or a name from `list`",
+            chapters.last().map_or(0, |c| c.number)
         )),
     }
+}
+
+/// A parser's error as one line for the terminal: a missing argument is named (`error: missing
+/// --checkpoint <CHECKPOINT>`), a refused value is given with its argument and the reason
+/// (`error: invalid <CHAPTER> '99': give 1 to 10 or a name from `list``); any other error is its
+/// first paragraph joined into one line (the usage and tips after it are left to `--help`).
+pub fn parser_error(e: &clap::Error) -> String {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let context = |kind| match e.get(kind) {
+        Some(ContextValue::String(s)) => Some(s.clone()),
+        Some(ContextValue::Strings(v)) => Some(v.join(" ")),
+        _ => None,
+    };
+    match e.kind() {
+        ErrorKind::MissingRequiredArgument => {
+            if let Some(args) = context(ContextKind::InvalidArg) {
+                return format!("error: missing {args}");
+            }
+        }
+        ErrorKind::ValueValidation => {
+            let reason = std::error::Error::source(e).map(ToString::to_string);
+            if let (Some(arg), Some(value), Some(reason)) =
+                (context(ContextKind::InvalidArg), context(ContextKind::InvalidValue), reason)
+            {
+                return format!("error: invalid {arg} '{}': {reason}", shortened(&value, 24));
+            }
+        }
+        _ => {}
+    }
+    one_line(&e.to_string())
+}
+
+/// `text` cut to at most `most` characters, an ellipsis marking the cut.
+fn shortened(text: &str, most: usize) -> String {
+    if text.chars().count() <= most {
+        return text.to_string();
+    }
+    format!("{}…", text.chars().take(most.saturating_sub(1)).collect::<String>())
+}
+
+/// The first paragraph of a parser's message, its lines joined with single spaces.
+fn one_line(error: &str) -> String {
+    let first = error.trim_start().split("\n\n").next().unwrap_or("");
+    let line = first.split_whitespace().collect::<Vec<_>>().join(" ");
+    if line.is_empty() { "error: invalid arguments".to_string() } else { line }
 }
 
 /// A training run's progress bar: the steps taken against the total, the loss (and the tokens
@@ -265,8 +307,7 @@ mod tests {
         assert_eq!(find_chapter("10").map(|c| c.stem), Ok("ch10_matmul"));
         for bad in ["0", "11", "attn", "ch06", "", "-1"] {
             let e = find_chapter(bad).map(|c| c.number).unwrap_err();
-            assert!(e.starts_with("there is no chapter"), "{e}");
-            assert!(e.contains("6 attention") && e.contains("10 matmul"), "{e}");
+            assert_eq!(e, "give 1 to 10 or a name from `list`");
             assert!(!e.contains('\n'), "{e}");
         }
     }
