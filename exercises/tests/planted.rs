@@ -1030,3 +1030,243 @@ mod ch10 {
         );
     }
 }
+
+// ─────────────── the probes: scale, batch, ties and order, promised errors ───────────────
+
+/// Answers a student might write, each with one slip the probes exist for, and answers written
+/// differently from the main crate that are still right (they prove the tolerances are fair).
+mod probes {
+    use super::*;
+    use judge::{ch01, ch02, ch06, ch08, ch09};
+    use llm_workbook::ch08_tokens::TokenId;
+    use std::collections::HashMap;
+
+    /// Where a student's softmax takes the maximum it subtracts.
+    #[derive(Clone, Copy)]
+    enum Max {
+        PerRow,
+        WholeMatrix,
+        Dropped,
+    }
+
+    /// softmax of every row, written out with loops.
+    fn softmax(z: &DMatrix<f64>, max: Max) -> DMatrix<f64> {
+        let whole = z.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let mut p = z.clone();
+        for r in 0..z.nrows() {
+            let m = match max {
+                Max::PerRow => z.row(r).iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                Max::WholeMatrix => whole,
+                Max::Dropped => 0.0,
+            };
+            let total: f64 = z.row(r).iter().map(|v| (v - m).exp()).sum();
+            for c in 0..z.ncols() {
+                p[(r, c)] = (z[(r, c)] - m).exp() / total;
+            }
+        }
+        p
+    }
+
+    /// softmax as e^{z − lse(z)}, the log-sum-exp written the other way round: a right answer.
+    fn softmax_by_log_sum_exp(z: &DMatrix<f64>) -> DMatrix<f64> {
+        let mut p = z.clone();
+        for r in 0..z.nrows() {
+            let m = z.row(r).iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let lse = m + z.row(r).iter().map(|v| (v - m).exp()).sum::<f64>().ln();
+            for c in 0..z.ncols() {
+                p[(r, c)] = (z[(r, c)] - lse).exp();
+            }
+        }
+        p
+    }
+
+    /// softmax(QKᵀ/√d_k + mask) V with the given softmax.
+    fn attention(
+        q: &DMatrix<f64>,
+        k: &DMatrix<f64>,
+        v: &DMatrix<f64>,
+        causal: bool,
+        softmax: impl Fn(&DMatrix<f64>) -> DMatrix<f64>,
+    ) -> Result<(DMatrix<f64>, DMatrix<f64>)> {
+        let (tq, tk) = (q.nrows(), k.nrows());
+        let mut s = q * k.transpose() / (q.ncols() as f64).sqrt();
+        for i in 0..tq {
+            for j in 0..tk {
+                if causal && j + tq > i + tk {
+                    s[(i, j)] = f64::NEG_INFINITY;
+                }
+            }
+        }
+        let a = softmax(&s);
+        Ok((&a * v, a))
+    }
+
+    #[test]
+    fn sigma_left_tail_as_one_minus_the_right_tail() {
+        let one_minus = |z: f64| {
+            let right = |z: f64| 1.0 / (1.0 + (-z).exp());
+            if z >= 0.0 { right(z) } else { 1.0 - right(-z) }
+        };
+        catches(ch01::sigmoid(one_minus), "1 − σ(−z)");
+        // 1/(1 + e^{−z}) everywhere is right down to z = −709 (e^{709} is finite).
+        passes(ch01::sigmoid(|z: f64| 1.0 / (1.0 + (-z).exp())));
+    }
+
+    #[test]
+    fn softmax_with_one_max_for_the_whole_matrix() {
+        catches(
+            ch02::softmax_rows_forward(|z| Ok(softmax(z, Max::WholeMatrix))),
+            "one max for the whole matrix",
+        );
+        passes(ch02::softmax_rows_forward(|z| {
+            if z.is_empty() {
+                return Err(llm_workbook::error::invalid("softmax", "z", "empty"));
+            }
+            Ok(softmax(z, Max::PerRow))
+        }));
+        passes(ch02::softmax_rows_forward(|z| {
+            if z.is_empty() {
+                return Err(llm_workbook::error::invalid("softmax", "z", "empty"));
+            }
+            Ok(softmax_by_log_sum_exp(z))
+        }));
+    }
+
+    #[test]
+    fn cross_entropy_without_the_shift_in_the_log_sum_exp() {
+        let naive = |z: &DMatrix<f64>, t: &[usize]| -> Result<f64> {
+            let n = z.nrows() as f64;
+            Ok((0..z.nrows())
+                .map(|r| z.row(r).iter().map(|v| v.exp()).sum::<f64>().ln() - z[(r, t[r])])
+                .sum::<f64>()
+                / n)
+        };
+        catches(ch02::cross_entropy_from_logits(naive), "the max shift dropped");
+    }
+
+    #[test]
+    fn attention_without_the_shift_or_with_one_max_for_all_rows() {
+        let dropped = |q: &DMatrix<f64>, k: &DMatrix<f64>, v: &DMatrix<f64>, causal: bool| {
+            attention(q, k, v, causal, |s| softmax(s, Max::Dropped))
+        };
+        catches(ch06::attention_forward(dropped), "the max shift dropped");
+        let whole = |q: &DMatrix<f64>, k: &DMatrix<f64>, v: &DMatrix<f64>, causal: bool| {
+            attention(q, k, v, causal, |s| softmax(s, Max::WholeMatrix))
+        };
+        catches(ch06::attention_forward(whole), "one max for the whole matrix");
+        let by_lse = |q: &DMatrix<f64>, k: &DMatrix<f64>, v: &DMatrix<f64>, causal: bool| {
+            attention(q, k, v, causal, softmax_by_log_sum_exp)
+        };
+        passes(ch06::attention_forward(by_lse));
+    }
+
+    #[test]
+    fn a_shape_panic_is_reported_once_with_what_the_judge_passed() {
+        // Q K instead of Q Kᵀ: nalgebra panics on the product's shapes.
+        let untransposed = |q: &DMatrix<f64>, k: &DMatrix<f64>, v: &DMatrix<f64>, _: bool| {
+            let a = softmax(&(q * k), Max::PerRow);
+            Ok((&a * v, a))
+        };
+        let m = ch06::attention_forward(untransposed).unwrap_err();
+        assert!(m.contains("panicked") && m.contains("the judge passed Q 4×3, K 4×3"), "{m}");
+        assert!(m.contains("shapes do not fit"), "{m}");
+        assert_eq!(m.matches("panicked").count(), 1, "{m}");
+        assert!(!m.contains("backtrace"), "{m}");
+    }
+
+    #[test]
+    fn kv_cache_step_without_the_shift() {
+        let step = |keys: &mut DMatrix<f64>,
+                    values: &mut DMatrix<f64>,
+                    len: usize,
+                    q: &[f64],
+                    k: &[f64],
+                    v: &[f64]|
+         -> Result<Vec<f64>> {
+            if len >= keys.nrows() {
+                return Err(llm_workbook::error::invalid("step", "len", "the cache is full"));
+            }
+            keys.row_mut(len).copy_from_slice(k);
+            values.row_mut(len).copy_from_slice(v);
+            let d = q.len();
+            let s = DMatrix::from_fn(1, len + 1, |_, p| {
+                (0..d).map(|c| q[c] * keys[(p, c)]).sum::<f64>() / (d as f64).sqrt()
+            });
+            let a = softmax(&s, Max::Dropped);
+            Ok((0..d).map(|c| (0..=len).map(|p| a[(0, p)] * values[(p, c)]).sum()).collect())
+        };
+        catches(ch09::kv_cache_step(step), "the max shift dropped");
+    }
+
+    #[test]
+    fn lm_head_loss_without_the_shift() {
+        let naive = |h: &DMatrix<f64>, w_u: &DMatrix<f64>, t: &[usize]| {
+            if h.ncols() != w_u.ncols() || h.nrows() == 0 || t.iter().any(|&t| t >= w_u.nrows()) {
+                return Err(llm_workbook::error::invalid("lm head", "h", "bad input"));
+            }
+            let z = h * w_u.transpose();
+            let mut p = softmax(&z, Max::Dropped);
+            let s = h.nrows() as f64;
+            let loss = (0..h.nrows()).map(|r| -p[(r, t[r])].ln()).sum::<f64>() / s;
+            for (r, &t) in t.iter().enumerate() {
+                p[(r, t)] -= 1.0;
+            }
+            let d_z = p / s;
+            Ok((loss, &d_z * w_u, d_z.transpose() * h))
+        };
+        catches(ch09::lm_head_backward(naive), "the max shift dropped");
+    }
+
+    #[test]
+    fn top_k_keeping_the_higher_token_id_on_a_tie() {
+        let higher_first = |z: &[f64], k: usize, t: f64| -> Result<Vec<(usize, f64)>> {
+            if k == 0 || t <= 0.0 || z.is_empty() {
+                return Err(llm_workbook::error::invalid("top_k", "k", "k = 0"));
+            }
+            let mut ids: Vec<usize> = (0..z.len()).collect();
+            ids.sort_by(|&a, &b| z[b].total_cmp(&z[a]).then(b.cmp(&a)));
+            ids.truncate(k);
+            let m = z[ids[0]];
+            let total: f64 = ids.iter().map(|&i| ((z[i] - m) / t).exp()).sum();
+            Ok(ids.iter().map(|&i| (i, ((z[i] - m) / t).exp() / total)).collect())
+        };
+        catches(ch09::top_k_distribution(higher_first), "a tie broken the wrong way");
+    }
+
+    #[test]
+    fn temperature_with_an_error_for_zero_only() {
+        let zero_only = |z: &[f64], t: f64| {
+            if t == 0.0 {
+                return Err(llm_workbook::error::invalid("temperature", "T", "T = 0"));
+            }
+            let spec = llm_workbook::ch09_gpt::sample::Decoding::temperature(t.abs());
+            llm_workbook::ch09_gpt::sample::distribution(z, &spec)
+        };
+        catches(ch09::temperature_distribution(zero_only), "T = −1");
+    }
+
+    #[test]
+    fn merges_applied_in_the_order_of_their_new_ids() {
+        type Ranks = HashMap<(TokenId, TokenId), (u32, TokenId)>;
+        let by_id = |ids: &mut Vec<TokenId>, ranks: &Ranks| loop {
+            let best = ids
+                .windows(2)
+                .filter_map(|w| ranks.get(&(w[0], w[1])).map(|&(_, new)| (new, (w[0], w[1]))))
+                .min();
+            let Some((new, (a, b))) = best else { return };
+            let mut out = Vec::with_capacity(ids.len());
+            let mut i = 0;
+            while i < ids.len() {
+                if i + 1 < ids.len() && (ids[i], ids[i + 1]) == (a, b) {
+                    out.push(new);
+                    i += 2;
+                } else {
+                    out.push(ids[i]);
+                    i += 1;
+                }
+            }
+            *ids = out;
+        };
+        catches(ch08::apply_merges(by_id), "in the order of their new ids");
+    }
+}

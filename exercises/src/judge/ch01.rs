@@ -15,8 +15,13 @@ fn column(m: &DVector<f64>) -> DMatrix<f64> {
     DMatrix::from_column_slice(m.len(), 1, m.as_slice())
 }
 
+/// The left tail where σ(z) is tiny but not 0: σ(−37) ≈ 8.5·10⁻¹⁷ is where 1 − σ(−z) first
+/// rounds to 0, and σ(−700) ≈ 10⁻³⁰⁴ is near the smallest normal f64.
+const FAR_LEFT_TAIL: [f64; 6] = [-30.0, -37.0, -40.0, -100.0, -500.0, -700.0];
+
 /// σ(0) = 0.5, σ(2) = 0.880797 (to the printed 6 decimals), σ(−z) = 1 − σ(z), finite and exact
-/// at ±1000, and the main crate's σ at 41 points in [−20, 20].
+/// at ±1000, the main crate's σ relatively at 41 points in [−20, 20] and in the far left tail
+/// (down to z = −700).
 pub fn sigmoid(f: impl Fn(f64) -> f64) -> Verdict {
     let s = |z: f64| attempt(MODEL, "sigmoid", || f(z));
     let at0 = s(0.0)?;
@@ -42,13 +47,34 @@ pub fn sigmoid(f: impl Fn(f64) -> f64) -> Verdict {
             ));
         }
     }
+    // The far tails, compared relatively: σ(−37) ≈ 8.5·10⁻¹⁷ is not 0.
+    super::probe(super::Probe::Scale);
+    super::probe(super::Probe::Named);
+    for z in FAR_LEFT_TAIL {
+        let (v, want) = (s(z)?, book::sigmoid(z));
+        if (v - want).abs() > 1e-12 * want.abs() {
+            let one_minus = 1.0 - book::sigmoid(-z);
+            let why = if super::same_value(v, one_minus, 1e-12) {
+                " — that is 1 − σ(−z), which rounds to 0 once σ(−z) rounds to 1 (z below −37): \
+                 compute e^{z}/(1 + e^{z}) for z < 0"
+            } else {
+                ""
+            };
+            return Err(MODEL.fail(format!(
+                "σ({z}) compared relatively (it is tiny, not 0): {}{why}",
+                super::yours_expected(v, want)
+            )));
+        }
+    }
     for i in 0..=40 {
         let z = -20.0 + i as f64;
         let (v, neg) = (s(z)?, s(-z)?);
-        if !close(v, book::sigmoid(z), 1e-12) {
-            return Err(
-                MODEL.fail(format!("σ({z}): yours {v:.12}, expected {:.12}", book::sigmoid(z)))
-            );
+        let want = book::sigmoid(z);
+        if (v - want).abs() > 1e-12 * want {
+            return Err(MODEL.fail(format!(
+                "σ({z}) compared relatively: {}",
+                super::yours_expected(v, want)
+            )));
         }
         if !close(v + neg, 1.0, 1e-12) {
             return Err(MODEL.fail(format!(
@@ -84,13 +110,12 @@ pub fn logits_forward(
             })?;
     }
     let (x, w) = (random(4, 3, 2), DVector::from_element(3, 1.0));
-    match attempt(MODEL, "logits_forward", || f(&w, 0.0, &x))? {
-        Err(_) => Ok(()),
-        Ok(_) => Err(MODEL.fail(
-            "w has length 3 but x has 2 columns: yours returned Ok; return an Err naming the \
-             shapes (llm_workbook::Error::Shape)",
-        )),
-    }
+    super::expect_err(
+        MODEL,
+        "logits_forward",
+        "w of length 3 with x of 2 columns (llm_workbook::Error::Shape names the shapes)",
+        || f(&w, 0.0, &x),
+    )
 }
 
 /// Equal to −[y ln σ(z) + (1 − y) ln(1 − σ(z))] where that is finite, and finite (exactly |z|)
@@ -109,6 +134,7 @@ pub fn bce_from_logit(f: impl Fn(f64, f64) -> f64) -> Verdict {
             }
         }
     }
+    super::probe(super::Probe::Scale);
     for (y, z, want) in [(0.0, 1000.0, 1000.0), (1.0, -1000.0, 1000.0), (1.0, 1000.0, 0.0)] {
         let v = l(y, z)?;
         if !close(v, want, 1e-12) {

@@ -1,9 +1,14 @@
 //! Judges of chapter 2's exercises.
 
-use super::{Section, Verdict, attempt, attempt_ok, compare, gradient_check, random};
+use super::{Section, Verdict, attempt_ok, compare, gradient_check, random};
 use llm_workbook::Result;
 use llm_workbook::ch02_softmax as book;
 use nalgebra::DMatrix;
+
+/// |a − b| ≤ tol·|b|.
+fn close_rel(a: f64, b: f64, tol: f64) -> bool {
+    (a - b).abs() <= tol * b.abs()
+}
 
 const STABLE: Section = Section { chapter: "ch02_softmax", anchor: "2-stable-by-construction" };
 const CROSS: Section = Section { chapter: "ch02_softmax", anchor: "4-cross-entropy" };
@@ -52,11 +57,19 @@ pub fn softmax_rows_forward(f: impl Fn(&DMatrix<f64>) -> Result<DMatrix<f64>>) -
             "subtract each row's maximum before exponentiating",
         ));
     }
-    match attempt(STABLE, "softmax_rows_forward", || f(&DMatrix::zeros(0, 3)))? {
-        Err(_) => Ok(()),
-        Ok(_) => Err(STABLE.fail("an empty Z (0×3) should be an Err naming z, not Ok")),
+    let apart = super::rows_apart(&random(22, 4, 5));
+    let yours = run(&apart)?;
+    if let Some(mistake) = super::shift_mistake(&yours, &apart, |p| p.clone()) {
+        return Err(STABLE.fail(format!("rows thousands apart (maxima {ROW_OFFSETS:?}): {mistake}")));
     }
+    let want = book::softmax_rows_forward(&apart).map_err(|e| e.to_string())?;
+    super::compare_relative(STABLE, "softmax(Z), rows thousands apart", &yours, &want, 1e-9)?;
+    super::expect_err(STABLE, "softmax_rows_forward", "an empty Z (0×3)", || {
+        f(&DMatrix::zeros(0, 3))
+    })
 }
+
+use super::ROW_OFFSETS;
 
 /// ln 3 for uniform logits over 3 classes; the main crate's loss on random logits.
 pub fn cross_entropy_from_logits(f: impl Fn(&DMatrix<f64>, &[usize]) -> Result<f64>) -> Verdict {
@@ -84,7 +97,18 @@ pub fn cross_entropy_from_logits(f: impl Fn(&DMatrix<f64>, &[usize]) -> Result<f
         } else {
             ""
         };
-        return Err(CROSS.fail(format!("L: yours {yours:.8}, expected {want:.8}{why}")));
+        return Err(CROSS.fail(format!("L: {}{why}", super::yours_expected(yours, want))));
+    }
+    let apart = super::rows_apart(&random(23, 4, 3));
+    let t = [2, 0, 1, 1];
+    let yours = attempt_ok(CROSS, "cross_entropy_from_logits", || f(&apart, &t))?;
+    let want = book::cross_entropy_from_logits(&apart, &t).map_err(|e| e.to_string())?;
+    if !close_rel(yours, want, 1e-9) {
+        let why = if yours.is_finite() { String::new() } else { format!(" — {}", super::NO_SHIFT) };
+        return Err(CROSS.fail(format!(
+            "L for rows thousands apart (row maxima near {ROW_OFFSETS:?}): {}{why}",
+            super::yours_expected(yours, want)
+        )));
     }
     let huge = DMatrix::from_row_slice(1, 2, &[1000.0, -1000.0]);
     let far = attempt_ok(CROSS, "cross_entropy_from_logits", || f(&huge, &[1]))?;

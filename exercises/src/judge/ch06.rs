@@ -69,10 +69,12 @@ pub fn attention_forward(
         bool,
     ) -> Result<(DMatrix<f64>, DMatrix<f64>)>,
 ) -> Verdict {
+    super::probe(super::Probe::Batch);
     for (seed, tq, tk, causal) in
         [(60, 4, 4, false), (61, 4, 4, true), (62, 2, 5, false), (63, 3, 5, true)]
     {
         let (q, k, v) = (random(seed, tq, 3), random(seed + 10, tk, 3), random(seed + 20, tk, 2));
+        super::passing(&[("Q", &q), ("K", &k), ("V", &v)]);
         let (o, a) = attempt_ok(SDPA, "attention_forward", || f(&q, &k, &v, causal))?;
         let what = if causal { "causal" } else { "bidirectional" };
         for r in 0..a.nrows() {
@@ -110,7 +112,40 @@ pub fn attention_forward(
         compare(SDPA, &format!("{what} A"), &a, &want_a, 1e-9, &[])?;
         compare(SDPA, &format!("{what} O"), &o, &want_o, 1e-9, &[])?;
     }
+    for causal in [false, true] {
+        let what = if causal { "causal" } else { "bidirectional" };
+        let q = super::rows_scaled(&random(64, 4, 3), &SCORE_SCALES);
+        let (k, v) = (random(65, 5, 3), random(66, 5, 2));
+        let (o, a) = attempt_ok(SDPA, "attention_forward", || f(&q, &k, &v, causal))?;
+        let scores = masked_scores(&q, &k, causal);
+        let mistake = super::shift_mistake(&a, &scores, |p| p.clone())
+            .or_else(|| super::shift_mistake(&o, &scores, |p| p * &v));
+        if let Some(mistake) = mistake {
+            return Err(SDPA.fail(format!(
+                "{what}, Q's rows scaled by {SCORE_SCALES:?} (scores from a few units to \
+                 thousands): {mistake}"
+            )));
+        }
+        let (want_o, want_a) =
+            solution::attention_forward(&q, &k, &v, causal).map_err(|e| e.to_string())?;
+        let large = format!("{what} with large scores");
+        compare(SDPA, &format!("{large}: A"), &a, &want_a, 1e-9, &[])?;
+        compare(SDPA, &format!("{large}: O"), &o, &want_o, 1e-9, &[])?;
+    }
     Ok(())
+}
+
+/// The factors by which the scale probes multiply Q's rows: scores of a few units, of ±40 and
+/// in the thousands of both signs, in one matrix.
+const SCORE_SCALES: [f64; 4] = [1.0, 2000.0, -1500.0, 40.0];
+
+/// QKᵀ/√d_k with the causal mask (−∞ where key j is after query i's position i + T_k − T_q).
+fn masked_scores(q: &DMatrix<f64>, k: &DMatrix<f64>, causal: bool) -> DMatrix<f64> {
+    let (tq, tk) = (q.nrows(), k.nrows());
+    let s = q * k.transpose() / (q.ncols() as f64).sqrt();
+    DMatrix::from_fn(tq, tk, |i, j| {
+        if causal && j > i + tk - tq { f64::NEG_INFINITY } else { s[(i, j)] }
+    })
 }
 
 /// The gradient check of L = Σ G ⊙ O(Q, K, V) in Q, K and V, bidirectional and causal.

@@ -32,7 +32,10 @@ fn same(sec: Section, what: &str, yours: &Dist, want: &Dist) -> Verdict {
             )));
         }
         if !close(*p, *wp, 1e-9) {
-            return Err(sec.fail(format!("{what}: P(token {t}): yours {p:.6}, expected {wp:.6}")));
+            return Err(sec.fail(format!(
+                "{what}: P(token {t}): {}",
+                super::yours_expected(*p, *wp)
+            )));
         }
     }
     Ok(())
@@ -60,10 +63,39 @@ pub fn temperature_distribution(f: impl Fn(&[f64], f64) -> Result<Dist>) -> Verd
     if yours.iter().any(|(_, p)| !p.is_finite()) {
         return Err(SAMPLING.fail("logits (1000, 1001) gave NaN: subtract the maximum before exp"));
     }
-    match attempt(SAMPLING, "temperature_distribution", || f(&LOGITS, 0.0))? {
-        Err(_) => Ok(()),
-        Ok(_) => Err(SAMPLING.fail("T = 0 should be an Err (greedy decoding is the argmax)")),
+    let name = "temperature_distribution";
+    super::expect_err(SAMPLING, name, "T = 0 (greedy decoding is the argmax)", || f(&LOGITS, 0.0))?;
+    super::expect_err(SAMPLING, name, "T = −1 (T ≤ 0)", || f(&LOGITS, -1.0))?;
+    super::expect_err(SAMPLING, name, "no logits", || f(&[], 1.0))
+}
+
+/// Logits of ±900 with ties at the top and at the k-th place: no shift overflows, and equal
+/// logits keep the lower token id.
+const LARGE_TIED: [f64; 6] = [899.0, 900.0, -900.0, 900.0, 0.0, 899.0];
+
+/// Top-k's tokens: the same set as `want`'s (else a tie broken the wrong way, when as many were
+/// kept) in the same order.
+fn kept_as_wanted(what: &str, yours: &Dist, want: &Dist) -> Verdict {
+    super::probe(super::Probe::Order);
+    super::probe(super::Probe::Named);
+    let kept: Vec<usize> = yours.iter().map(|(t, _)| *t).collect();
+    let order: Vec<usize> = want.iter().map(|(t, _)| *t).collect();
+    let (mut kept_set, mut want_set) = (kept.clone(), order.clone());
+    kept_set.sort_unstable();
+    want_set.sort_unstable();
+    if kept_set != want_set && kept.len() == order.len() {
+        return Err(SAMPLING.fail(format!(
+            "{what}: yours keeps tokens {kept_set:?}, the k largest are {want_set:?} — a tie \
+             broken the wrong way: among equal logits the lower token id is kept"
+        )));
     }
+    if kept_set == want_set && kept != order {
+        return Err(SAMPLING.fail(format!(
+            "{what}: yours lists the tokens as {kept:?}, expected {order:?} — most likely \
+             first, and equal probabilities in the order of their token ids"
+        )));
+    }
+    Ok(())
 }
 
 /// k = 1 is the argmax with probability 1; k = 3 keeps tokens 1, 3, 4 and renormalises; k = 0 is
@@ -73,14 +105,33 @@ pub fn top_k_distribution(f: impl Fn(&[f64], usize, f64) -> Result<Dist>) -> Ver
         let yours = attempt_ok(SAMPLING, "top_k_distribution", || f(&LOGITS, k, t))?;
         let spec = Decoding::Sample { temperature: t, top_k: Some(k), top_p: None };
         let want = distribution(&LOGITS, &spec).map_err(|e| e.to_string())?;
-        same(SAMPLING, &format!("k = {k}, T = {t}"), &yours, &want).map_err(|m| {
-            super::note(m, "keep the k largest logits, then softmax over those alone")
-        })?;
+        let what = format!("logits {LOGITS:?}, k = {k}, T = {t}");
+        kept_as_wanted(&what, &yours, &want)?;
+        let total: f64 = yours.iter().map(|(_, p)| p).sum();
+        if !close(total, 1.0, 1e-9) {
+            return Err(SAMPLING.fail(format!(
+                "{what}: your probabilities sum to {total:.4}, not 1 — not renormalised: keep the \
+                 k largest logits, then softmax over those alone"
+            )));
+        }
+        same(SAMPLING, &what, &yours, &want)?;
     }
-    match attempt(SAMPLING, "top_k_distribution", || f(&LOGITS, 0, 1.0))? {
-        Err(_) => Ok(()),
-        Ok(_) => Err(SAMPLING.fail("k = 0 keeps nothing: return an Err")),
+    super::probe(super::Probe::Scale);
+    super::probe(super::Probe::Order);
+    for k in [1, 2, 3, 4] {
+        let yours = attempt_ok(SAMPLING, "top_k_distribution", || f(&LARGE_TIED, k, 1.0))?;
+        let what = format!("logits {LARGE_TIED:?}, k = {k}");
+        if yours.iter().any(|(_, p)| !p.is_finite()) {
+            return Err(SAMPLING.fail(format!("{what}: yours has NaN or ∞ — {}", super::NO_SHIFT)));
+        }
+        let spec = Decoding::Sample { temperature: 1.0, top_k: Some(k), top_p: None };
+        let want = distribution(&LARGE_TIED, &spec).map_err(|e| e.to_string())?;
+        kept_as_wanted(&what, &yours, &want)?;
+        same(SAMPLING, &what, &yours, &want)?;
     }
+    super::expect_err(SAMPLING, "top_k_distribution", "k = 0 (it keeps nothing)", || {
+        f(&LOGITS, 0, 1.0)
+    })
 }
 
 /// The first step moves every entry by α (bias correction makes m̂/√v̂ = ±1); three steps with
@@ -189,10 +240,33 @@ pub fn lm_head_backward(
         Some("W_U") => super::note(m, "z = h W_Uᵀ, so ∂L/∂W_U = (∂L/∂z)ᵀ h, V×d like W_U"),
         _ => super::note(m, "z = h W_Uᵀ, so ∂L/∂h = ∂L/∂z W_U, S×d like h"),
     })?;
-    match attempt(BACKWARD, name, || f(&h, &w_u, &[4, 0, 5, 2]))? {
-        Err(_) => Ok(()),
-        Ok(_) => Err(BACKWARD.fail("target 5 with V = 5 tokens (ids 0 … 4): return an Err")),
+    // Logits of ±900 and more: rows of h on very different scales.
+    let big_h = super::rows_scaled(&h, &[1.0, 500.0, -400.0, 60.0]);
+    let (loss, d_h, d_w) = attempt_ok(BACKWARD, name, || f(&big_h, &w_u, &targets))?;
+    let (want, want_h, want_w) =
+        solution::lm_head_backward(&big_h, &w_u, &targets).map_err(|e| e.to_string())?;
+    let what = "h's rows scaled by (1, 500, −400, 60), logits up to about ±900";
+    if !loss.is_finite() || d_h.iter().chain(d_w.iter()).any(|v| !v.is_finite()) {
+        return Err(BACKWARD.fail(format!(
+            "{what}: yours has NaN or ∞ (L = {loss}) — {}",
+            super::NO_SHIFT
+        )));
     }
+    if (loss - want).abs() > 1e-9 * want.abs().max(1.0) {
+        return Err(BACKWARD.fail(format!("{what}: L {}", super::yours_expected(loss, want))));
+    }
+    compare(BACKWARD, &format!("{what}: ∂L/∂h"), &d_h, &want_h, 1e-9, &[])?;
+    compare(BACKWARD, &format!("{what}: ∂L/∂W_U"), &d_w, &want_w, 1e-9, &[])?;
+    let bad = [4, 0, 5, 2];
+    super::expect_err(BACKWARD, name, "target 5 with V = 5 tokens (ids 0 … 4)", || {
+        f(&h, &w_u, &bad)
+    })?;
+    super::expect_err(BACKWARD, name, "no rows (h 0×3, no targets)", || {
+        f(&DMatrix::zeros(0, 3), &w_u, &[])
+    })?;
+    super::expect_err(BACKWARD, name, "h 4×3 with W_U 5×2 (a width mismatch)", || {
+        f(&h, &random(172, 5, 2), &targets)
+    })
 }
 
 const CACHE: Section = Section { chapter: "ch09_gpt", anchor: "5-sampling" };
@@ -304,7 +378,37 @@ pub fn kv_cache_step(
             )));
         }
     }
+    // Large scores: the query's entries in the hundreds give q·k/√d beyond ±709.
+    let big_q = &q * 800.0;
+    let (mut keys2, mut values2) = (DMatrix::zeros(n_ctx, d), DMatrix::zeros(n_ctx, d));
+    super::probe(super::Probe::Scale);
+    for t in 0..steps {
+        let (qt, kt, vt) = (row(&big_q, t), row(&k, t), row(&v, t));
+        let out = attempt_ok(CACHE, name, || f(&mut keys2, &mut values2, t, &qt, &kt, &vt))?;
+        let n = t + 1;
+        let (full, _) = crate::ch06_attention::solution::attention_forward(
+            &big_q.rows(0, n).into_owned(),
+            &k.rows(0, n).into_owned(),
+            &v.rows(0, n).into_owned(),
+            true,
+        )
+        .map_err(|e| e.to_string())?;
+        let want = row(&full, t);
+        if out.iter().any(|v| !v.is_finite()) {
+            return Err(CACHE.fail(format!(
+                "step {t} with q 800 times larger (scores in the hundreds and thousands): your \
+                 output is {out:?} — {}",
+                super::NO_SHIFT
+            )));
+        }
+        if !same_row(&out, &want) {
+            return Err(CACHE.fail(format!(
+                "step {t} with q 800 times larger: your output {out:?} should be {want:?}"
+            )));
+        }
+    }
     let (qt, kt, vt) = (row(&q, 0), row(&k, 0), row(&v, 0));
+    super::probe(super::Probe::Errors);
     let full =
         attempt(CACHE, name, || f(&mut keys, &mut values, n_ctx, &qt, &kt, &vt)).map_err(|m| {
             super::note(

@@ -21,9 +21,72 @@ pub mod ch10;
 
 use llm_workbook::gradcheck::{self, Config};
 use nalgebra::DMatrix;
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeSet;
 use std::fmt::Display;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Once;
+
+/// The kinds of probe a judge runs beyond the worked numbers and the gradient check; the table
+/// of `chapters/exercises.md` lists them per exercise and a test holds it to what the judges run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Probe {
+    /// Large inputs (scores ≥ 40, logits ±900, rows thousands apart, far tails compared
+    /// relatively): a dropped max shift, one max for the whole matrix, 1 − σ(−z).
+    Scale,
+    /// Several sequences of unequal content, non-square shapes, T_q ≠ T_k: an ignored batch loop
+    /// or a transposed factor.
+    Batch,
+    /// Ties and order: equal scores or counts, merges whose new ids are not in rank order.
+    Order,
+    /// Every error the exercise's doc comment promises (d = 0, T ≤ 0, empty or mismatched input).
+    Errors,
+    /// Known classic mistakes computed on the judge's input and named when the answer matches.
+    Named,
+}
+
+impl Probe {
+    /// Every kind, in the order of the page's columns.
+    pub const ALL: [Probe; 5] = [Probe::Scale, Probe::Batch, Probe::Order, Probe::Errors, Probe::Named];
+
+    /// The column's heading on `chapters/exercises.md`.
+    pub fn heading(self) -> &'static str {
+        match self {
+            Probe::Scale => "scale",
+            Probe::Batch => "batch/shape",
+            Probe::Order => "ties/order",
+            Probe::Errors => "errors",
+            Probe::Named => "named mistakes",
+        }
+    }
+}
+
+thread_local! {
+    static PROBED: RefCell<BTreeSet<Probe>> = const { RefCell::new(BTreeSet::new()) };
+    static IN_ATTEMPT: Cell<bool> = const { Cell::new(false) };
+    static PANIC_AT: RefCell<Option<String>> = const { RefCell::new(None) };
+    static PASSED: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+/// Records that the running judge uses a probe of `kind` (see [`probes_run`]).
+pub fn probe(kind: Probe) {
+    PROBED.with(|p| p.borrow_mut().insert(kind));
+}
+
+/// Runs `judge` and returns its verdict with the kinds of probe it ran.
+pub fn probes_run(judge: impl FnOnce() -> Verdict) -> (Verdict, BTreeSet<Probe>) {
+    PROBED.with(|p| p.borrow_mut().clear());
+    let verdict = judge();
+    (verdict, PROBED.with(|p| std::mem::take(&mut *p.borrow_mut())))
+}
+
+/// Tells the next [`attempt`] what the judge passes, as names and shapes ("Q 4×3, K 5×3"), so a
+/// panic inside the answer is reported with the inputs that caused it.
+pub fn passing(inputs: &[(&str, &DMatrix<f64>)]) {
+    let text: Vec<String> =
+        inputs.iter().map(|(n, m)| format!("{n} {}×{}", m.nrows(), m.ncols())).collect();
+    PASSED.with(|p| *p.borrow_mut() = text.join(", "));
+}
 
 /// A judge's verdict: `Ok(())` when the answer is right, otherwise the message for the reader.
 pub type Verdict = Result<(), String>;
@@ -55,17 +118,33 @@ impl Section {
 /// The message `todo!()` panics with.
 const TODO_MESSAGE: &str = "not yet implemented";
 
-fn quiet_todo_panics() {
+/// Installs (once) a panic hook that is silent inside [`attempt`]: it only notes where the answer
+/// panicked, and the judge's message reports the panic once. Elsewhere the default hook prints.
+fn quiet_answer_panics() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         let default = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            let text = payload_text(info.payload());
-            if !text.starts_with(TODO_MESSAGE) {
+            if IN_ATTEMPT.with(Cell::get) {
+                let at = info.location().map(|l| format!("{}:{}", l.file(), l.line()));
+                PANIC_AT.with(|p| *p.borrow_mut() = at);
+            } else {
                 default(info);
             }
         }));
     });
+}
+
+/// What a panic's text means for a student, when it is one of nalgebra's shape checks.
+fn panic_meaning(text: &str) -> Option<&'static str> {
+    let t = text.to_lowercase();
+    if t.contains("dimension") || t.contains("mismatch") || t.contains("shape") {
+        Some("two matrices whose shapes do not fit were combined: compare each factor's shape with the doc comment (a missing or extra transpose?)")
+    } else if t.contains("out of bounds") {
+        Some("an index ran past a matrix or slice: check the loop bounds against the shapes")
+    } else {
+        None
+    }
 }
 
 fn payload_text(payload: &(dyn std::any::Any + Send)) -> String {
@@ -81,8 +160,12 @@ fn payload_text(payload: &(dyn std::any::Any + Send)) -> String {
 /// Calls the candidate `exercise` (named for messages), catching a panic: `todo!()` becomes
 /// "not started", any other panic a failure that quotes it.
 pub fn attempt<R>(sec: Section, exercise: &str, f: impl FnOnce() -> R) -> Result<R, String> {
-    quiet_todo_panics();
-    match catch_unwind(AssertUnwindSafe(f)) {
+    quiet_answer_panics();
+    let passed = PASSED.with(|p| std::mem::take(&mut *p.borrow_mut()));
+    let outer = IN_ATTEMPT.with(|a| a.replace(true));
+    let result = catch_unwind(AssertUnwindSafe(f));
+    IN_ATTEMPT.with(|a| a.set(outer));
+    match result {
         Ok(r) => Ok(r),
         Err(payload) => {
             let text = payload_text(payload.as_ref());
@@ -93,7 +176,19 @@ pub fn attempt<R>(sec: Section, exercise: &str, f: impl FnOnce() -> R) -> Result
                     sec.chapter, sec.anchor
                 ))
             } else {
-                Err(sec.fail(format!("your `{exercise}` panicked: {text}")))
+                let first = text.lines().next().unwrap_or_default();
+                let at = PANIC_AT.with(|p| p.borrow_mut().take());
+                let mut msg = format!("your `{exercise}` panicked: {first}");
+                if let Some(at) = at {
+                    msg = format!("{msg}\n  at {at}");
+                }
+                if !passed.is_empty() {
+                    msg = format!("{msg}\n  the judge passed {passed}");
+                }
+                match panic_meaning(first) {
+                    Some(meaning) => Err(sec.fail_hint(msg, meaning)),
+                    None => Err(sec.fail(msg)),
+                }
             }
         }
     }
@@ -118,6 +213,66 @@ pub fn note(m: String, note: &str) -> String {
         Some(at) => format!("{}\n  {note}{}", &m[..at], &m[at..]),
         None => format!("{m}\n  {note}"),
     }
+}
+
+/// Whether `a` and `b` are the same number to `tol` ([`close`]), NaN matching NaN and ∞ matching ∞.
+pub fn same_value(a: f64, b: f64, tol: f64) -> bool {
+    a == b || (a.is_nan() && b.is_nan()) || close(a, b, tol)
+}
+
+/// Where a softmax takes the maximum it subtracts: the judge's own arithmetic for naming a
+/// dropped or misplaced shift.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shift {
+    /// Each row's own maximum (the right one).
+    Row,
+    /// One maximum for the whole matrix.
+    Whole,
+    /// No shift at all.
+    None,
+}
+
+/// The softmax of every row of `z` (−∞ entries give 0) with the maximum taken as `shift` says.
+pub fn softmax_rows_shifted(z: &DMatrix<f64>, shift: Shift) -> DMatrix<f64> {
+    let whole = z.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let mut out = z.clone();
+    for mut row in out.row_iter_mut() {
+        let m = match shift {
+            Shift::Row => row.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            Shift::Whole => whole,
+            Shift::None => 0.0,
+        };
+        row.apply(|v| *v = (*v - m).exp());
+        let total = row.sum();
+        row /= total;
+    }
+    out
+}
+
+/// The mistake named when a softmax's maximum shift is missing.
+pub const NO_SHIFT: &str = "the max shift dropped: e^{s} overflows to ∞ (or every term \
+                            underflows to 0) for large scores — subtract each row's maximum \
+                            before exponentiating";
+/// The mistake named when a softmax subtracts one maximum for the whole matrix.
+pub const WHOLE_MAX: &str = "one max for the whole matrix: a row far below it underflows to 0/0 \
+                             — subtract each row's own maximum";
+
+/// Names a misplaced softmax shift: whether `yours` (a matrix of softmax rows, or anything
+/// computed from them by `then`) matches the rows of `scores` with no shift or one shift for the
+/// whole matrix, while the right answer is finite.
+pub fn shift_mistake(
+    yours: &DMatrix<f64>,
+    scores: &DMatrix<f64>,
+    then: impl Fn(&DMatrix<f64>) -> DMatrix<f64>,
+) -> Option<&'static str> {
+    let mistakes = [
+        (NO_SHIFT, then(&softmax_rows_shifted(scores, Shift::None))),
+        (WHOLE_MAX, then(&softmax_rows_shifted(scores, Shift::Whole))),
+    ];
+    if yours.iter().all(|v| v.is_finite()) {
+        return None;
+    }
+    named(yours, &mistakes, 1e-9).map(|n| if n == NO_SHIFT { NO_SHIFT } else { WHOLE_MAX })
 }
 
 /// Whether `a` and `b` agree to `tol`, relatively where they are large.
@@ -189,8 +344,42 @@ pub fn diagnose(
     None
 }
 
+/// `x` to `digits` significant digits, in plain notation for moderate sizes.
+fn significant(x: f64, digits: usize) -> String {
+    if x == 0.0 || !x.is_finite() {
+        return format!("{x}");
+    }
+    let magnitude = x.abs().log10().floor();
+    if (-4.0..9.0).contains(&magnitude) {
+        let decimals = (digits as f64 - 1.0 - magnitude).max(0.0) as usize;
+        format!("{x:.decimals$}")
+    } else {
+        format!("{x:.prec$e}", prec = digits - 1)
+    }
+}
+
+/// `yours` and `want` printed with the fewest significant digits (at least 6) at which they
+/// differ, so a wrong value never prints the same as the right one.
+pub fn differing(yours: f64, want: f64) -> (String, String) {
+    let mut digits = 6;
+    loop {
+        let (a, b) = (significant(yours, digits), significant(want, digits));
+        if a != b || digits >= 17 {
+            return (a, b);
+        }
+        digits += 1;
+    }
+}
+
+/// "yours Y, expected W (difference D)", with [`differing`] digits.
+pub fn yours_expected(yours: f64, want: f64) -> String {
+    let (a, b) = differing(yours, want);
+    format!("yours {a}, expected {b} (difference {:.3e})", yours - want)
+}
+
 /// Compares `yours` (named `name`, e.g. `"softmax(Z)"`) with `want` entry by entry: the shape,
-/// then the worst entry, then a [`diagnose`]d slip if one explains it.
+/// then the first wrong entry (row by row), then a [`diagnose`]d slip if one explains it. An
+/// entry is wrong when |yours − want| > tol · max(1, |want|).
 pub fn compare(
     sec: Section,
     name: &str,
@@ -199,6 +388,33 @@ pub fn compare(
     tol: f64,
     factors: &[(f64, &str)],
 ) -> Verdict {
+    compare_with_floor(sec, name, yours, want, tol, 1.0, factors)
+}
+
+/// [`compare`] relatively everywhere: an entry is wrong when |yours − want| > tol · |want|, so
+/// tiny values (tails, small probabilities) must be right to `tol` of themselves.
+pub fn compare_relative(
+    sec: Section,
+    name: &str,
+    yours: &DMatrix<f64>,
+    want: &DMatrix<f64>,
+    tol: f64,
+) -> Verdict {
+    compare_with_floor(sec, name, yours, want, tol, f64::MIN_POSITIVE, &[])
+}
+
+fn compare_with_floor(
+    sec: Section,
+    name: &str,
+    yours: &DMatrix<f64>,
+    want: &DMatrix<f64>,
+    tol: f64,
+    floor: f64,
+    factors: &[(f64, &str)],
+) -> Verdict {
+    if !factors.is_empty() {
+        probe(Probe::Named);
+    }
     if yours.shape() != want.shape() {
         let mut msg = format!(
             "{name} should be {}×{} but yours is {}×{}",
@@ -212,23 +428,73 @@ pub fn compare(
         }
         return Err(sec.fail(msg));
     }
-    let mut worst: Option<(usize, usize, f64)> = None;
-    for c in 0..want.ncols() {
-        for r in 0..want.nrows() {
-            let (y, w) = (yours[(r, c)], want[(r, c)]);
-            let err = if y.is_finite() { (y - w).abs() / 1.0_f64.max(w.abs()) } else { f64::MAX };
-            if err > tol && worst.is_none_or(|(_, _, e)| err > e) {
-                worst = Some((r, c, err));
-            }
-        }
-    }
-    let Some((r, c, _)) = worst else { return Ok(()) };
-    let mut msg =
-        format!("{name}[{r},{c}]: yours {:.6}, expected {:.6}", yours[(r, c)], want[(r, c)]);
+    let wrong = |r: usize, c: usize| {
+        let (y, w) = (yours[(r, c)], want[(r, c)]);
+        !y.is_finite() && y != w || (y - w).abs() > tol * floor.max(w.abs())
+    };
+    let first =
+        (0..want.nrows()).flat_map(|r| (0..want.ncols()).map(move |c| (r, c))).find(|&(r, c)| {
+            wrong(r, c)
+        });
+    let Some((r, c)) = first else { return Ok(()) };
+    let mut msg = format!(
+        "{name}[{r},{c}] (the first wrong entry): {}",
+        yours_expected(yours[(r, c)], want[(r, c)])
+    );
     if let Some(d) = diagnose(yours, want, factors) {
         msg = format!("{msg} — {d}");
     }
     Err(sec.fail(msg))
+}
+
+/// The first of `mistakes` (a name in the chapter's words and that mistake's output on the
+/// judge's input) that `yours` matches to `tol`, if any.
+pub fn named<'a>(
+    yours: &DMatrix<f64>,
+    mistakes: &'a [(&'a str, DMatrix<f64>)],
+    tol: f64,
+) -> Option<&'a str> {
+    probe(Probe::Named);
+    mistakes
+        .iter()
+        .find(|(_, m)| {
+            m.shape() == yours.shape()
+                && m.iter().zip(yours.iter()).all(|(a, b)| same_value(*a, *b, tol))
+        })
+        .map(|(n, _)| *n)
+}
+
+/// A promised error: `call` on bad input (described by `what`) must return an `Err`.
+pub fn expect_err<R, E>(
+    sec: Section,
+    exercise: &str,
+    what: &str,
+    call: impl FnOnce() -> Result<R, E>,
+) -> Verdict {
+    probe(Probe::Errors);
+    match attempt(sec, exercise, call)
+        .map_err(|m| note(m, &format!("that was {what}: return an Err, do not panic")))?
+    {
+        Err(_) => Ok(()),
+        Ok(_) => Err(sec.fail(format!("{what}: yours returned Ok; the doc promises an Err"))),
+    }
+}
+
+/// The offsets [`rows_apart`] adds to rows 0, 1, 2, 3, … (cyclically): thousands apart, so no
+/// one maximum serves them all and e^{z} overflows without a shift.
+pub const ROW_OFFSETS: [f64; 4] = [0.0, 3000.0, -2500.0, 800.0];
+
+/// A copy of `m` with [`ROW_OFFSETS`] added to its rows (for the [`Probe::Scale`] probes).
+pub fn rows_apart(m: &DMatrix<f64>) -> DMatrix<f64> {
+    probe(Probe::Scale);
+    DMatrix::from_fn(m.nrows(), m.ncols(), |r, c| m[(r, c)] + ROW_OFFSETS[r % ROW_OFFSETS.len()])
+}
+
+/// A copy of `m` whose row r is multiplied by `scales[r % scales.len()]`: rows on very different
+/// scales (scores thousands apart, logits ±900), for the [`Probe::Scale`] probes.
+pub fn rows_scaled(m: &DMatrix<f64>, scales: &[f64]) -> DMatrix<f64> {
+    probe(Probe::Scale);
+    DMatrix::from_fn(m.nrows(), m.ncols(), |r, c| m[(r, c)] * scales[r % scales.len()])
 }
 
 /// The central differences of `loss` with respect to every entry of `inputs[which]`.
@@ -261,6 +527,9 @@ pub fn gradient_check(
     mut loss: impl FnMut(&[DMatrix<f64>]) -> f64,
     factors: &[(f64, &str)],
 ) -> Verdict {
+    if !factors.is_empty() {
+        probe(Probe::Named);
+    }
     let config = Config { tolerance: 1e-5, floor: 1e-3, ..Config::default() };
     for (i, ((name, m), a)) in inputs.iter().zip(analytic).enumerate() {
         if a.shape() != m.shape() {
@@ -288,9 +557,13 @@ pub fn gradient_check(
         .position(|w| w.error.is_nan() || w.error > config.tolerance)
         .unwrap_or_default();
     let w = &report.tensors[worst];
+    let (a, n) = differing(w.analytic, w.numeric);
     let mut msg = format!(
-        "∂L/∂{}[{},{}]: yours {:.6}, finite differences {:.6}",
-        w.tensor, w.at.0, w.at.1, w.analytic, w.numeric
+        "∂L/∂{}[{},{}]: yours {a}, finite differences {n} (difference {:.3e})",
+        w.tensor,
+        w.at.0,
+        w.at.1,
+        w.analytic - w.numeric
     );
     let numeric = numeric_gradient(inputs, worst, &mut loss);
     if let Some(d) = diagnose(&analytic[worst], &numeric, factors) {
