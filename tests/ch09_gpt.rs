@@ -1980,6 +1980,48 @@ fn the_attention_cost_figure_is_drawn_from_committed_measurements() {
     }
 }
 
+/// The chapter's claims about the attention cost are the committed measurements' own: the
+/// fitted range, the crossover a/b of the fit, its worst miss inside the range, how far the
+/// times outrun it beyond, and the table of nanoseconds per score entry, each phrase as
+/// `cost_findings` computes it from the file.
+#[test]
+fn the_attention_cost_text_states_what_the_measurements_give() {
+    let times = gpt::book::committed_forward_times().unwrap();
+    let meta = gpt::book::committed_cost_meta().unwrap();
+    let md = common::prose("ch09_gpt");
+    let section = &md[md.find("## 6. What attention costs").expect("section 6")..];
+    let section = &section[..section.find("\n## 7.").expect("section 7")];
+    let findings = gpt::book::cost_findings(&times, &meta);
+    assert!(findings.len() > 4, "{findings:?}");
+    for phrase in &findings {
+        assert!(section.contains(phrase.as_str()), "chapter 9 section 6 lacks {phrase:?}");
+    }
+    // Inside the fitted range the model holds; beyond it each score entry costs more.
+    let limit = gpt::book::fit_limit(&times, &meta);
+    let (a, b) = gpt::book::fit_up_to(&times, limit);
+    assert!(gpt::book::worst_miss(&times, (a, b), limit).0 < 1.25);
+    let cost = gpt::book::score_entry_ns(&times, a);
+    let at = |n: usize| cost.iter().find(|c| c.0 == n).unwrap().2;
+    assert!(at(2 * limit) > 1.2 * at(limit), "{cost:?}");
+}
+
+#[test]
+fn the_fit_limit_is_the_longest_length_whose_scores_fit_in_l2() {
+    let meta = gpt::book::CostMeta {
+        machine: "test".into(),
+        l2_bytes: 512 << 10,
+        l3_bytes: 32 << 20,
+        date: "today".into(),
+        load: "0".into(),
+    };
+    let points: Vec<(usize, f64)> = [64, 128, 256, 512, 1024].iter().map(|&n| (n, 1.0)).collect();
+    assert_eq!(gpt::book::fit_limit(&points, &meta), 256);
+    let big = gpt::book::CostMeta { l2_bytes: 2 << 20, ..meta };
+    assert_eq!(gpt::book::fit_limit(&points, &big), 512);
+    assert_eq!(gpt::book::crossover(0.01, 0.0), f64::INFINITY);
+    assert!((gpt::book::crossover(0.01, 0.0001) - 100.0).abs() < 1e-9);
+}
+
 // ───────────── the command line, end to end on a user's text file ─────────────
 
 mod command_line {

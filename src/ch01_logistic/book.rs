@@ -7,7 +7,7 @@ use super::{
 };
 use crate::errata::{Erratum, Kind};
 use crate::error::Result;
-use crate::plot::{Figure, LineChart, Regions, ScatterChart, Series};
+use crate::plot::{Figure, LineChart, LogAxes, Regions, ScatterChart, Series};
 use crate::report::{Chapter, Walk, Worked};
 use crate::sources::D0;
 use nalgebra::{DMatrix, DVector};
@@ -158,16 +158,22 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
         markers: false,
     });
     let (x, y, t) = chapter_model()?;
-    let loss_fig = Figure::Line(LineChart {
-        title: format!("Training loss, full-batch gradient descent, α = {LEARNING_RATE}"),
-        x_label: "step".into(),
-        y_label: "mean BCE".into(),
-        series: vec![Series::new(
-            "training loss",
-            t.losses.iter().enumerate().map(|(i, &l)| (i as f64, l)).collect(),
-        )],
-        markers: false,
-    });
+    // Most of the fall happens in the first ten steps and the tail is long: a log step axis
+    // gives both their room. Point s is the loss after s updates; the loss before the first
+    // (s = 0, which a log axis cannot place) is named in the legend.
+    let loss_fig = Figure::LogLine(
+        LineChart {
+            title: format!("Training loss, full-batch gradient descent, α = {LEARNING_RATE}"),
+            x_label: "step (log scale)".into(),
+            y_label: "mean BCE".into(),
+            series: vec![Series::new(
+                format!("training loss (before training {:.3})", t.losses[0]),
+                t.losses.iter().enumerate().skip(1).map(|(i, &l)| (i as f64, l)).collect(),
+            )],
+            markers: false,
+        },
+        LogAxes::X,
+    );
     let mut classes = vec![Series::new("class 0", vec![]), Series::new("class 1", vec![])];
     for r in 0..x.nrows() {
         classes[y[r] as usize].points.push((x[(r, 0)], x[(r, 1)]));
