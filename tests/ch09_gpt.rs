@@ -4090,6 +4090,7 @@ mod checkpoint_unit {
         set_key(&here, "train.json", "min_lr", "1e30");
         let o = cli(&["gpt", "resume", "--checkpoint", ck.to_str().unwrap(), "--steps", "30"]);
         one_line_error(&o, &["diverged at step", "max_lr in train.json"], "max_lr");
+        assert_eq!(folder::resolve(&ck).unwrap().path, here, "nothing of it was saved");
     }
 
     #[test]
@@ -4109,6 +4110,7 @@ mod checkpoint_unit {
         let max = u64::MAX.to_string();
         let o = train(&text, &dir.join("wide"), &["--context", &max]);
         one_line_error(&o, &["invalid context", &max], "context 2^64 - 1");
+        assert!(!String::from_utf8_lossy(&o.stderr).contains("width"), "not the width");
     }
 
     #[test]
@@ -4118,7 +4120,9 @@ mod checkpoint_unit {
             let mut args = vec!["gpt", "sample", "--checkpoint", ck.to_str().unwrap(), "--top-k"];
             args.push("0");
             args.extend(extra);
-            one_line_error(&cli(&args), &["top_k", "at least 1"], &format!("{extra:?}"));
+            let o = cli(&args);
+            one_line_error(&o, &["top_k", "at least 1"], &format!("{extra:?}"));
+            assert!(o.stdout.is_empty(), "nothing sampled");
         }
     }
 
