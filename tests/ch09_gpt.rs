@@ -4132,6 +4132,7 @@ mod checkpoint_unit {
         set_key(&here, "train.json", "min_lr", "1e30");
         let o = cli(&["gpt", "resume", "--checkpoint", ck.to_str().unwrap(), "--steps", "30"]);
         one_line_error(&o, &["diverged at step", "max_lr in train.json"], "max_lr");
+        assert_eq!(folder::resolve(&ck).unwrap().path, here, "nothing of it was saved");
     }
 
     #[test]
@@ -4151,6 +4152,7 @@ mod checkpoint_unit {
         let max = u64::MAX.to_string();
         let o = train(&text, &dir.join("wide"), &["--context", &max]);
         one_line_error(&o, &["invalid context", &max], "context 2^64 - 1");
+        assert!(!String::from_utf8_lossy(&o.stderr).contains("width"), "not the width");
     }
 
     #[test]
@@ -4160,7 +4162,9 @@ mod checkpoint_unit {
             let mut args = vec!["gpt", "sample", "--checkpoint", ck.to_str().unwrap(), "--top-k"];
             args.push("0");
             args.extend(extra);
-            one_line_error(&cli(&args), &["top_k", "at least 1"], &format!("{extra:?}"));
+            let o = cli(&args);
+            one_line_error(&o, &["top_k", "at least 1"], &format!("{extra:?}"));
+            assert!(o.stdout.is_empty(), "nothing sampled");
         }
     }
 
@@ -4186,10 +4190,13 @@ mod checkpoint_unit {
     fn gpt_train_estimates_its_time_and_keeps_its_lines_within_100_columns() {
         let dir = common::temp_dir("ch09_estimate");
         // No newline anywhere: the closing sample is one long paragraph.
+        // 10,200 characters: more than 256 held-out windows of 3 tokens, so the validation line
+        // says how they were drawn (its longest form).
         let text = dir.join("t.txt");
-        std::fs::write(&text, "the cat sat on the mat and the dog sat on the log ".repeat(40))
+        std::fs::write(&text, "the cat sat on the mat and the dog sat on the log ".repeat(200))
             .unwrap();
-        let o = train(&text, &dir.join("ck"), &["--steps", "30", "--save-every", "0"]);
+        let extra = ["--steps", "30", "--save-every", "0", "--context", "3"];
+        let o = train(&text, &dir.join("ck"), &extra);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let out = String::from_utf8_lossy(&o.stdout);
         let estimates: Vec<&str> = out.lines().filter(|l| l.starts_with("estimate:")).collect();
@@ -4200,6 +4207,7 @@ mod checkpoint_unit {
         for line in out.lines().filter(|l| !l.contains(&folder)) {
             assert!(line.chars().count() <= 100, "{} columns: {line}", line.chars().count());
         }
+        assert!(out.contains("--exact-validation"), "{out}");
         let sample = out.split_once("sample (T = ").expect("a sample").1;
         assert!(sample.lines().count() >= 3, "the sample is wrapped: {sample}");
     }

@@ -301,7 +301,8 @@ fn current_generation(dir: &Path) -> Option<String> {
 
 /// Saves `files` (name, contents) as the next generation of `dir` through `sink`, switches the
 /// pointer to it, then removes leftover temporaries and the generations older than the one the
-/// pointer named before (which stays until the next save). Returns the new generation's folder. If any write fails, the pointer still names the previous generation.
+/// pointer named before (which stays until the next save). Returns the new generation's folder.
+/// If any write fails, the pointer still names the previous generation.
 pub fn save_generation(
     sink: &mut dyn Sink,
     dir: &Path,
@@ -404,7 +405,8 @@ impl Lock {
                         command,
                         "folder",
                         format!(
-                            "{} is being written by {who} ({} is locked); wait for it to end, or                              choose another folder",
+                            "{} is being written by {who} ({} is locked); wait for it to end, or \
+                             choose another folder",
                             dir.display(),
                             path.display()
                         ),

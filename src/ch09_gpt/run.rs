@@ -506,8 +506,8 @@ pub struct Finished {
 /// Measure the validation loss with [`validation_loss`]. A step whose loss is not finite
 /// stops the run with an error before anything of it is saved (a step that meets weights made
 /// non-finite by the step before, too). `progress` sees every step with the running loss
-/// ([`RunningMean`]) and the tokens per second so far ([`Throughput`]). The schedule's decay stays where the run
-/// planned it; past it the floor rate holds.
+/// ([`RunningMean`]) and the tokens per second so far ([`Throughput`]). The schedule's decay
+/// stays where the run planned it; past it the floor rate holds.
 #[allow(clippy::too_many_arguments)]
 pub fn continue_run(
     trainer: &mut Trainer<f32>,

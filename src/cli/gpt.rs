@@ -385,23 +385,26 @@ fn continue_run(
     } else {
         format!("on all {} held-out tokens", v.tokens)
     };
-    say!(
+    say_wrapped(&format!(
         "step {}: training loss {:.4}, validation loss {:.4} nats per token ({how})",
-        trainer.step,
-        end.running_loss,
-        v.loss
-    );
+        trainer.step, end.running_loss, v.loss
+    ));
     let plot = ["png", "svg"].map(|ext| format!("{}.{ext}", run::LOSS_PLOT));
     say!("checkpoint and loss plot ({}) in {}", plot.join(", "), end.generation.display());
     let (prompt, g) = run::closing_sample(&trainer.model, validation, context)?;
     let heading =
         format!("sample (T = {}) after {:?}:", run::SAMPLE_TEMPERATURE, tok.decode_lossy(&prompt)?);
     // The terminal's width holds every line: the heading and the sample wrapped at spaces.
-    let text = tok.decode_lossy(g.new_tokens())?;
-    for line in wrap(&heading, TERMINAL_WIDTH).iter().chain(&wrap(&text, TERMINAL_WIDTH)) {
+    say_wrapped(&heading);
+    say_wrapped(&tok.decode_lossy(g.new_tokens())?);
+    Ok(())
+}
+
+/// Prints `text` on standard output wrapped at spaces to the terminal's 100 columns.
+fn say_wrapped(text: &str) {
+    for line in wrap(text, TERMINAL_WIDTH) {
         say!("{line}");
     }
-    Ok(())
 }
 
 // ───────────────────────────── sample ─────────────────────────────
