@@ -162,7 +162,7 @@ mod tests {
         assert!(!register.is_empty());
         let text = terminal_text(&register, crate::report::TERMINAL_WIDTH);
         for line in text.lines() {
-            let n = line.chars().count();
+            let n = crate::report::columns(line);
             assert!(n <= crate::report::TERMINAL_WIDTH, "{n} characters: {line}");
         }
         assert_eq!(text.matches("\n  pinned by  ").count(), register.len());
@@ -173,7 +173,7 @@ mod tests {
     #[test]
     fn an_erratum_is_a_block_wrapped_within_the_width() {
         let text = terminal_text(&[LONG, LONG], crate::report::TERMINAL_WIDTH);
-        let widest = text.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+        let widest = text.lines().map(crate::report::columns).max().unwrap_or(0);
         assert!(widest <= crate::report::TERMINAL_WIDTH, "{widest} characters:\n{text}");
         assert!(LONG.why.chars().count() > 2 * crate::report::TERMINAL_WIDTH);
         assert!(text.starts_with("D3, § 4, the feed-forward network\n  printed    W₁ = "));

@@ -587,7 +587,7 @@ mod tests {
             ("x = 1.5 2.5 …", "$x = 1.5\\ 2.5 \\dots$"),
             (
                 "(x − μ)/√(σ² + ε), f(1, 2) = 3",
-                "$(x - \\mu)/\\sqrt{\\sigma^{2} + \\epsilon}, f(1, 2) = 3$",
+                "$(x - \\mu)/\\sqrt{\\sigma ^{2} + \\epsilon}, f(1, 2) = 3$",
             ),
         ] {
             assert_eq!(markdown_cell(cell), tex, "{cell}");
