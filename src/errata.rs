@@ -99,8 +99,9 @@ pub fn markdown_table(rows: &[Erratum]) -> String {
 }
 
 /// The rows as text for a terminal no wider than `width` characters: one block per erratum, its
-/// document and section on the first line (and its kind, unless it is an erratum), then what is printed, what is correct, why, and the
-/// tests that pin it, each wrapped under its label; a blank line between blocks.
+/// document and section on the first line (and its kind, unless it is an erratum), then what is
+/// printed, what is correct, why, and the tests that pin it, each wrapped under its label; a
+/// blank line between blocks.
 pub fn terminal_text(rows: &[Erratum], width: usize) -> String {
     const LABEL: usize = 9; // "pinned by"
     const INDENT: usize = 2;
