@@ -99,8 +99,9 @@ pub fn markdown_table(rows: &[Erratum]) -> String {
 }
 
 /// The rows as text for a terminal no wider than `width` characters: one block per erratum, its
-/// document and section on the first line (and its kind, unless it is an erratum), then what is printed, what is correct, why, and the
-/// tests that pin it, each wrapped under its label; a blank line between blocks.
+/// document and section on the first line (and its kind, unless it is an erratum), then what is
+/// printed, what is correct, why, and the tests that pin it, each wrapped under its label; a
+/// blank line between blocks.
 pub fn terminal_text(rows: &[Erratum], width: usize) -> String {
     const LABEL: usize = 9; // "pinned by"
     const INDENT: usize = 2;
@@ -162,7 +163,7 @@ mod tests {
         assert!(!register.is_empty());
         let text = terminal_text(&register, crate::report::TERMINAL_WIDTH);
         for line in text.lines() {
-            let n = line.chars().count();
+            let n = crate::report::columns(line);
             assert!(n <= crate::report::TERMINAL_WIDTH, "{n} characters: {line}");
         }
         assert_eq!(text.matches("\n  pinned by  ").count(), register.len());
@@ -173,7 +174,7 @@ mod tests {
     #[test]
     fn an_erratum_is_a_block_wrapped_within_the_width() {
         let text = terminal_text(&[LONG, LONG], crate::report::TERMINAL_WIDTH);
-        let widest = text.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+        let widest = text.lines().map(crate::report::columns).max().unwrap_or(0);
         assert!(widest <= crate::report::TERMINAL_WIDTH, "{widest} characters:\n{text}");
         assert!(LONG.why.chars().count() > 2 * crate::report::TERMINAL_WIDTH);
         assert!(text.starts_with("D3, § 4, the feed-forward network\n  printed    W₁ = "));

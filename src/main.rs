@@ -113,7 +113,7 @@ fn run_all() -> Result<(), String> {
         let rows = (ch.worked)().map_err(|e| format!("chapter {}: {e}", ch.number))?;
         sync_prose(root(), ch).map_err(|e| format!("chapter {}: {e}", ch.number))?;
         say!(
-            "chapter {}: {} into {}, worked numbers and the page's tables … {:.1} s",
+            "chapter {}: {} into {}, worked numbers and tables … {:.1} s",
             ch.number,
             figures(&files),
             short(&dir),

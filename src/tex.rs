@@ -297,7 +297,8 @@ fn rows_of(rows: &[&str]) -> Option<String> {
             .collect();
         out.push(if tex == ["\\dots"] { "\\vdots".to_string() } else { tex.join(" & ") });
     }
-    wide.then(|| out.join(" \\\\ "))
+    // `\cr`, not `\\`: GitHub's Markdown eats one backslash of `\\` before the math.
+    wide.then(|| out.join(" \\cr "))
 }
 
 /// The matrix that the bracket at `at` opens, as TeX, and where the text goes on after it: a
@@ -569,16 +570,17 @@ mod tests {
         for (cell, tex) in [
             (
                 "W_V = (0 0 1 1; 1 1 0 0) beside V = (1.5 0 −1.1 2.6; …)",
-                "$W_V = \\begin{pmatrix}0 & 0 & 1 & 1 \\\\ 1 & 1 & 0 & 0\\end{pmatrix}$ beside \
-                 $V = \\begin{pmatrix}1.5 & 0 & -1.1 & 2.6 \\\\ \\vdots\\end{pmatrix}$",
+                "$W_V = \\begin{pmatrix}0 & 0 & 1 & 1 \\cr 1 & 1 & 0 & 0\\end{pmatrix}$ beside \
+                 $V = \\begin{pmatrix}1.5 & 0 & -1.1 & 2.6 \\cr \\vdots\\end{pmatrix}$",
             ),
             (
                 "Attention₂(Q, K, V) = [[2.8 2.4] …]",
-                "$\\mathrm{Attention_{2}}(Q, K, V) = \\begin{bmatrix}2.8 & 2.4 \\\\ \\vdots\\end{bmatrix}$",
+                "$\\mathrm{Attention_{2}}(Q, K, V) = \\begin{bmatrix}2.8 & 2.4 \\cr \\vdots\
+                 \\end{bmatrix}$",
             ),
             (
                 "3×4: 4.42 5.58 …; …",
-                "$3\\times 4$: $\\begin{pmatrix}4.42 & 5.58 & \\dots \\\\ \\vdots\\end{pmatrix}$",
+                "$3\\times 4$: $\\begin{pmatrix}4.42 & 5.58 & \\dots \\cr \\vdots\\end{pmatrix}$",
             ),
             (
                 "ε = 1e-6 and sin(2) = 2.0e-8",
@@ -587,7 +589,7 @@ mod tests {
             ("x = 1.5 2.5 …", "$x = 1.5\\ 2.5 \\dots$"),
             (
                 "(x − μ)/√(σ² + ε), f(1, 2) = 3",
-                "$(x - \\mu)/\\sqrt{\\sigma^{2} + \\epsilon}, f(1, 2) = 3$",
+                "$(x - \\mu)/\\sqrt{\\sigma ^{2} + \\epsilon}, f(1, 2) = 3$",
             ),
         ] {
             assert_eq!(markdown_cell(cell), tex, "{cell}");

@@ -92,7 +92,7 @@ fn a_chapter_that_does_not_exist_is_one_short_line() {
         assert_parser_error(&["chapter", bad], &needles);
     }
     let long = "a-chapter-name-far-longer-than-any-line-of-the-terminal-".repeat(3);
-    assert_parser_error(&["chapter", &long], &["invalid <CHAPTER> 'a-chapter-name-far-lon…'"]);
+    assert_parser_error(&["chapter", &long], &["invalid <CHAPTER> 'a-chapter-name-far-long…'"]);
     assert_parser_error(&["chapter", "6", "--bogus"], &["'--bogus'"]);
 }
 

@@ -30,8 +30,9 @@ pub const ERRATA: &[Erratum] = &[
         why: "The stated formula gives both columns of pair i the exponent 2i/d \
             (0, 0, 0.5, 0.5 for d = 4). The printed numbers follow 2j/d with the column index j \
             (0, 0.5, 1, 1.5): cos(1/100) = 0.99995 in column 1 and sin(1/10000) = 0.0001 in column \
-            2. With that reading every printed entry is reproduced, and so are the sums X + PE row 1 \
-            = (0.5415, 1.49995, 0.1001, 0.8) and Y + PE row 2 = (1.4093, 0.8998, −0.3998, 1.3) \
+            2. With that reading every printed entry is reproduced, and so are the sums X + PE \
+            row 1 = (0.5415, 1.49995, 0.1001, 0.8) and Y + PE row 2 = (1.4093, 0.8998, −0.3998, \
+            1.3) \
             printed under Adding Them Together (standard: (0.5415, 1.0403, 0.1100, 0.79995) and \
             (1.4093, −0.5161, −0.3800, 1.2998)); chapter 6 starts from the printed X + PE, as the \
             document's later numbers do.",
@@ -45,8 +46,8 @@ pub const ERRATA: &[Erratum] = &[
         document: D3,
         section: "1.5 Position Encoding, symbolic PE_input",
         printed: "column 2 = sin(pos/10000²) = 0.0001, 0.0002 (exponents 0, 0.5, 2, 2.5)",
-        correct: "sin(1/10000²) = 1.0·10⁻⁸, sin(2/10000²) = 2.0·10⁻⁸; standard: sin(pos/100) = 0.0100, \
-            0.0200",
+        correct: "sin(1/10000²) = 1.0·10⁻⁸, sin(2/10000²) = 2.0·10⁻⁸; standard: \
+            sin(pos/100) = 0.0100, 0.0200",
         why: "The symbolic matrix writes a third set of exponents (0, 0.5, 2, 2.5) whose column 2 \
             is a hundred-millionth, not the 0.0001 printed beside it; the first Python cell of the \
             supplement evaluates this symbolic form, which is why its Q row 1 reads 1.59995001 and \
