@@ -1361,7 +1361,7 @@ fn run_roofline(samples: usize, write: bool) -> Result<(), String> {
         std::fs::rename(&tmp, &path).map_err(|e| format!("{}: {e}", path.display()))?;
         let parsed = llm_workbook::ch10_matmul::roofline::parse_roofline(&text)
             .map_err(|e| e.to_string())?;
-        llm_workbook::ch10_matmul::roofline::roofline_figure(&parsed)
+        llm_workbook::ch10_matmul::book::roofline_figure(&parsed)
             .and_then(|f| f.save(&image_dir(), "ch10_roofline"))
             .map_err(|e| e.to_string())?;
         println!("wrote {} and the figure", path.display());
@@ -1376,7 +1376,7 @@ fn roofline_figure() -> Result<Figure, String> {
     let path = root_path(ROOFLINE_FILE);
     let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     let r = parse_roofline(&text).map_err(|e| e.to_string())?;
-    llm_workbook::ch10_matmul::roofline::roofline_figure(&r).map_err(|e| e.to_string())
+    llm_workbook::ch10_matmul::book::roofline_figure(&r).map_err(|e| e.to_string())
 }
 
 // ───────────────────────────── thread scaling ─────────────────────────────

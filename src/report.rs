@@ -717,7 +717,7 @@ mod tests {
             assert_eq!(columns(tilde), columns(plain), "\n{tilde}\n{plain}");
             let at = |line: &str| line.find("D3").map(|i| columns(&line[..i]));
             assert_eq!(at(tilde), at(plain), "\n{tilde}\n{plain}");
-            assert_eq!(line("GPT-3 embedding").matches("617,558,016").count(), 2, "{text}");
+            assert_eq!(line("GPT-3").matches("617,558,016").count(), 2, "{text}");
         }
         assert_eq!(columns("B̃"), 1);
         assert_eq!(grouped("617558016"), "617,558,016");

@@ -1161,7 +1161,7 @@ fn every_roofline_point_lies_under_its_roof() {
     assert!(above.is_empty(), "{}", above.join("\n"));
     // The figure names the machine, draws every roof and labels each group with its roof.
     let llm_workbook::plot::Figure::LogLine(chart, _) =
-        ch10::roofline::roofline_figure(&r).expect("figure")
+        ch10::book::roofline_figure(&r).expect("figure")
     else {
         panic!("a log-log line chart")
     };
