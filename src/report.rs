@@ -478,7 +478,7 @@ pub fn grouped(value: &str) -> String {
     }
     let mut out = String::from(&value[..value.len() - digits.len()]);
     for (i, d) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(d);
