@@ -368,6 +368,10 @@ pub struct Lock {
     created: Vec<PathBuf>,
 }
 
+/// How many times (10 ms apart) a refused writer reads the lock file for the holder's process
+/// id, which the holder writes just after it takes the lock.
+const HOLDER_ID_ATTEMPTS: usize = 20;
+
 impl Lock {
     /// Takes the lock of `dir` (created, with its parents, if missing) for `command` (named in
     /// the error): refused in one line naming the folder and the holder's process id when
@@ -393,8 +397,15 @@ impl Lock {
             match file.try_lock() {
                 Ok(()) => {}
                 Err(std::fs::TryLockError::WouldBlock) => {
+                    // The holder writes its id just after taking the lock: give it a moment.
                     let mut holder = String::new();
-                    let _ = std::io::Read::read_to_string(&mut file, &mut holder);
+                    for _ in 0..HOLDER_ID_ATTEMPTS {
+                        holder = std::fs::read_to_string(&path).unwrap_or_default();
+                        if !holder.trim().is_empty() {
+                            break;
+                        }
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                    }
                     let holder = holder.trim();
                     let who = if holder.is_empty() {
                         "another process".to_string()
