@@ -366,6 +366,14 @@ mod ch03 {
     fn mse_backward_without_1_over_n() {
         catches(j::mse_backward(|a, y| Ok((a - y) * 2.0)), "a missing 1/N");
     }
+
+    #[test]
+    fn mse_backward_over_every_entry_or_without_the_2() {
+        let over_all = |a: &DMatrix<f64>, y: &DMatrix<f64>| Ok((a - y) * (2.0 / a.len() as f64));
+        catches(j::mse_backward(over_all), "a division by N·K");
+        let no_two = |a: &DMatrix<f64>, y: &DMatrix<f64>| Ok((a - y) / a.nrows() as f64);
+        catches(j::mse_backward(no_two), "a missing 2:");
+    }
 }
 
 // ───────────────────────────── chapter 4 ─────────────────────────────

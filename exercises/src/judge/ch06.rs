@@ -255,7 +255,11 @@ pub fn layer_norm_backward(
     )
     .map_err(|m| {
         if m.contains("∂L/∂X") {
-            note(m, "x̂ depends on x through μ and σ as well: ∂L/∂x has three terms, g, −mean(g) and −x̂·mean(g ⊙ x̂)")
+            note(
+                m,
+                "x̂ depends on x through μ and σ as well: ∂L/∂x has three terms, g, −mean(g) \
+                 and −x̂·mean(g ⊙ x̂)",
+            )
         } else {
             m
         }

@@ -141,7 +141,8 @@ fn panic_meaning(text: &str) -> Option<&'static str> {
     let t = text.to_lowercase();
     if t.contains("dimension") || t.contains("mismatch") || t.contains("shape") {
         Some(
-            "two matrices whose shapes do not fit were combined: compare each factor's shape with the doc comment (a missing or extra transpose?)",
+            "two matrices whose shapes do not fit were combined: compare each factor's shape \
+             with the doc comment (a missing or extra transpose?)",
         )
     } else if t.contains("out of bounds") {
         Some("an index ran past a matrix or slice: check the loop bounds against the shapes")
