@@ -185,18 +185,41 @@ fn today() -> String {
 /// the figure from it.
 fn attention_cost() -> Result<(), String> {
     use llm_workbook::ch09_gpt::book::{
-        ATTENTION_COST_FILE, COST_LENGTHS, attention_cost_figure, cost_table_text, forward_times,
+        ATTENTION_COST_FILE, COST_LENGTHS, COST_REPEATS, DATE_KEY, L2_KEY, L3_KEY, LOAD_KEY,
+        MACHINE_KEY, attention_cost_figure, cost_table_meta, cost_table_text, forward_times,
         parse_cost_table,
     };
-    let times = forward_times(&COST_LENGTHS).map_err(|e| e.to_string())?;
+    let load_before = load();
+    let times = forward_times(&COST_LENGTHS, COST_REPEATS, &clock::thread_cpu_seconds)
+        .map_err(|e| e.to_string())?;
+    // sysfs writes a cache's size as `512K` or `32M`.
+    let cache = |index: u32| {
+        let dir = format!("/sys/devices/system/cpu/cpu0/cache/index{index}/size");
+        let text = std::fs::read_to_string(dir).unwrap_or_default();
+        let text = text.trim();
+        let (digits, unit) = match text.strip_suffix('K') {
+            Some(d) => (d, 1usize << 10),
+            None => text.strip_suffix('M').map_or((text, 1), |d| (d, 1 << 20)),
+        };
+        digits.parse::<usize>().map_or(0, |d| d * unit)
+    };
     let header = format!(
         "Chapter 9's attention-cost figure (chapters/img/ch09_attention_cost.png) is drawn from\n\
          these measurements; the main job times nothing, so rerunning it changes no file.\n\
          Measured by `cargo bench --bench ch09_gpt -- --attention-cost` (which rewrites this\n\
-         file and the figure) on {}, {} UTC, load {}:\n\
-         the forward pass of a 2-layer, width-64, 4-head GPT at batch 1, fastest of 3 runs.",
+         file and the figure): the forward pass of a 2-layer, width-64, 4-head GPT at batch 1\n\
+         on one thread, timed by the thread's CPU time (time the scheduler gives to other\n\
+         programs is not counted), fastest of {COST_REPEATS} runs.\n\
+         {MACHINE_KEY}: {}\n\
+         {L2_KEY}: {}\n\
+         {L3_KEY}: {}\n\
+         {DATE_KEY}: {}\n\
+         {LOAD_KEY}: {} before, {} after",
         cpu_name(),
+        cache(2),
+        cache(3),
         today(),
+        load_before,
         load()
     );
     let text = cost_table_text(&header, &times);
@@ -206,7 +229,8 @@ fn attention_cost() -> Result<(), String> {
     let tmp = path.with_extension("csv.tmp");
     std::fs::write(&tmp, &text).map_err(|e| format!("{}: {e}", tmp.display()))?;
     std::fs::rename(&tmp, &path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let files = attention_cost_figure(&times)
+    let meta = cost_table_meta(&text).map_err(|e| e.to_string())?;
+    let files = attention_cost_figure(&times, &meta)
         .save(&llm_workbook::plot::image_dir(), "ch09_attention_cost")
         .map_err(|e| e.to_string())?;
     print!("{text}");

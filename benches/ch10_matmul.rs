@@ -34,6 +34,7 @@
 #[path = "common/clock.rs"]
 mod clock;
 use clap::{Parser, Subcommand};
+use clock::thread_cpu_seconds;
 use llm_workbook::float::Float;
 use llm_workbook::matmul::{self, Blocking, Element, Kernel, Op, Settings, gemm_with};
 use llm_workbook::plot::{Figure, LineChart, LogAxes, Series, image_dir};
@@ -82,6 +83,9 @@ enum Command {
     Gpt,
     /// The blocking sweep over KC, MC and NC.
     Sweep,
+    /// The roofline: the FMA peak, the read bandwidth of L1, L2, L3 and memory on one core, and
+    /// the naive loop and ours on square f32 products (with --write: data/ch10_roofline.csv).
+    Roofline,
     /// Where a second thread pays: 1 thread against 2 forced near the threshold (prints only).
     Threads,
     /// One product, ours against nalgebra: M K N.
@@ -128,21 +132,6 @@ struct Contender<'a> {
 
 fn contender<'a>(name: impl Into<String>, run: impl FnMut() + 'a) -> Contender<'a> {
     Contender { name: name.into(), run: Box::new(run) }
-}
-
-/// Seconds of CPU time the calling thread has used (Linux); elsewhere the wall clock since the
-/// first call, so differences are still durations.
-fn thread_cpu_seconds() -> f64 {
-    #[cfg(target_os = "linux")]
-    {
-        let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
-        t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-        START.get_or_init(Instant::now).elapsed().as_secs_f64()
-    }
 }
 
 /// Median seconds per call of one contender by each clock.
@@ -545,6 +534,7 @@ fn ratio(x: f64, y: f64) -> String {
 const PRODUCTS_CSV: &str = "data/ch10_products.csv";
 const CROSSOVER_CSV: &str = "data/ch10_crossover.csv";
 const THREADS_CSV: &str = "data/ch10_threads.csv";
+const SWEEP_CSV: &str = "data/ch10_sweep.csv";
 
 fn root_path(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel)
@@ -1192,6 +1182,12 @@ fn redraw() -> Result<(), String> {
         replace_block(&appendix_path(), "ch10-threads", &table)?;
         figs.push(scaling_figure(&threads)?);
     }
+    figs.push(("ch10_roofline".into(), roofline_figure()?));
+    if root_path(SWEEP_CSV).is_file() {
+        let (table, sweep) = sweep_report(&Csv::load(SWEEP_CSV)?)?;
+        replace_block(&chapter_path(), "sweep", &table)?;
+        figs.extend(sweep);
+    }
     for (stem, fig) in &figs {
         fig.save(&image_dir(), stem).map_err(|e| e.to_string())?;
     }
@@ -1229,7 +1225,7 @@ fn figures(machine: &Machine, rows: &[Row]) -> Vec<(String, Figure)> {
             format!("ch10_gflops_{ty}"),
             Figure::LogLine(
                 LineChart {
-                    title: format!("Square {ty} products: GFLOP/s against n"),
+                    title: format!("Square {ty} products, GFLOP/s against n: {}", machine.cpu),
                     x_label: "n (log scale)".into(),
                     y_label: "GFLOP/s (median)".into(),
                     series,
@@ -1239,47 +1235,148 @@ fn figures(machine: &Machine, rows: &[Row]) -> Vec<(String, Figure)> {
             ),
         ));
     }
-    // The roofline: attainable GFLOP/s = min(peak, bandwidth × flops per byte), log-log.
-    let (peak, bw) = (peak_of(machine, "f32", 1), machine.bandwidth.0);
-    let roof: Vec<(f64, f64)> = (-40..=80)
-        .map(|i| (i as f64 / 10.0).exp2())
-        .map(|intensity| (intensity, peak.min(bw * intensity)))
-        .collect();
-    let mut points_naive = Vec::new();
-    let mut points_ours = Vec::new();
-    let kernel = Kernel::from_name(&machine.kernel).unwrap_or(Kernel::Scalar);
-    let b = matmul::default_blocking::<f32>(kernel).unwrap_or(matmul::SCALAR_BLOCKING);
-    for r in squares.iter().filter(|r| r.ty == "f32") {
-        let n = n_of(r);
-        // The naive loop re-reads both operands from memory for every multiply-add (no reuse):
-        // 2 flops per 8 bytes. Ours moves A once per NC-panel, B once, C once per KC-block.
-        let traffic = 4.0
-            * (n * n * (n / b.nc as f64).ceil() + n * n + 2.0 * n * n * (n / b.kc as f64).ceil());
-        if let Some(g) = r.naive {
-            points_naive.push((0.25, g));
-        }
-        points_ours.push((r.flops / traffic, r.ours1));
-    }
-    figs.push((
-        "ch10_roofline".into(),
-        Figure::LogLine(
-            LineChart {
-                title: format!(
-                    "Roofline, one core, f32: peak {peak:.0} GFLOP/s, memory {bw:.0} GB/s"
-                ),
-                x_label: "arithmetic intensity, flops per byte from memory (log scale)".into(),
-                y_label: "GFLOP/s (log scale)".into(),
-                series: vec![
-                    Series::unmarked("roof: min(peak, bandwidth × intensity)", roof),
-                    Series::new("naive loop, n = 64 … 512", points_naive),
-                    Series::new("ours, n = 64 … 2048", points_ours),
-                ],
-                markers: true,
-            },
-            LogAxes::Both,
-        ),
-    ));
     figs
+}
+
+// ───────────────────────────── the roofline ─────────────────────────────
+
+/// The size in bytes of cache `index` of CPU 0 (sysfs writes `32K`, `512K`, `32M`); 0 unknown.
+fn cache_bytes(index: u32) -> u64 {
+    let path = format!("/sys/devices/system/cpu/cpu0/cache/index{index}/size");
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let text = text.trim();
+    let (digits, unit) = match text.strip_suffix('K') {
+        Some(d) => (d, 1u64 << 10),
+        None => text.strip_suffix('M').map_or((text, 1), |d| (d, 1 << 20)),
+    };
+    digits.parse::<u64>().map_or(0, |d| d * unit)
+}
+
+/// Read bandwidth in GB/s from a buffer of `bytes` on one thread: the buffer summed over and
+/// over (64 independent sums, so the additions never wait on each other) for at least 20 ms a
+/// sample, timed by the thread's CPU time; the fastest of `samples`.
+fn read_rate(bytes: u64, samples: usize) -> f64 {
+    let len = (bytes as usize / 4).max(64);
+    let data: Vec<f32> = (0..len).map(|i| (i % 7) as f32).collect();
+    let pass = |data: &[f32]| {
+        let mut acc = [0f32; 64];
+        for c in data.chunks_exact(64) {
+            for (a, &x) in acc.iter_mut().zip(c) {
+                *a += x;
+            }
+        }
+        acc.iter().sum::<f32>()
+    };
+    black_box(pass(&data));
+    // Passes between two readings of the clock: reading it is a system call, as slow as a pass
+    // over a few KiB of L1, so it is read once per 64 MiB read.
+    let batch = ((64u64 << 20) / (len as u64 * 4)).max(1);
+    let mut best = 0.0f64;
+    for _ in 0..samples {
+        let (c0, mut passes) = (thread_cpu_seconds(), 0u64);
+        while thread_cpu_seconds() - c0 < 0.02 {
+            for _ in 0..batch {
+                black_box(pass(black_box(&data)));
+            }
+            passes += batch;
+        }
+        let secs = thread_cpu_seconds() - c0;
+        best = best.max((passes * len as u64 * 4) as f64 / secs / 1e9);
+    }
+    best
+}
+
+/// `roofline`: measures the roofs and the points of the roofline figure (see
+/// `llm_workbook::ch10_matmul::roofline`); with `--write` saves them and redraws the figure.
+fn run_roofline(samples: usize, write: bool) -> Result<(), String> {
+    use llm_workbook::ch10_matmul::roofline::{
+        Point, Roof, Roofline, points_above_roofs, roofline_text,
+    };
+    use llm_workbook::ch10_matmul::{blocked_traffic_bytes, flops, intensity, naive_traffic_bytes};
+    let load_before = load_average();
+    let kernel = matmul::best_kernel();
+    let peak = fma_peak::<f32>(kernel, 1, samples);
+    let mut roofs = Vec::new();
+    for (index, level) in [(0, "L1"), (2, "L2"), (3, "L3")] {
+        let bytes = cache_bytes(index);
+        if bytes > 0 {
+            // Half the level, so that the buffer stays in it alongside what else lives there.
+            let gbs = read_rate(bytes / 2, samples);
+            println!("{level} ({bytes} bytes): {gbs:.1} GB/s");
+            roofs.push(Roof { level: level.into(), bytes: Some(bytes), gbs });
+        }
+    }
+    let memory = read_rate(256 << 20, samples.min(3));
+    println!("memory (256 MiB): {memory:.1} GB/s; FMA peak {peak:.1} GFLOP/s");
+    roofs.push(Roof { level: "memory".into(), bytes: None, gbs: memory });
+    let blocking = matmul::default_blocking::<f32>(kernel).map_err(|e| e.to_string())?;
+    let mut rng = Rng::new(64);
+    let mut points = Vec::new();
+    for n in [64usize, 128, 256, 512, 1024, 2048] {
+        let (a, b) = operands::<f32>((n, n, n), Op::N, Op::N, &mut rng);
+        let (mut c1, mut c2) = (DMatrix::<f32>::zeros(n, n), DMatrix::<f32>::zeros(n, n));
+        let mut cs = vec![contender("ours", ours(&a, Op::N, &b, Op::N, &mut c1, 1))];
+        if n <= 512 {
+            let (a, b) = (&a, &b);
+            cs.push(contender("naive loop", move || naive(a, b, &mut c2)));
+        }
+        let secs = race(&mut cs, samples, 0.03);
+        let work = flops(n, n, n);
+        let set = 3 * (n * n * 4) as u64;
+        for (c, s) in cs.iter().zip(secs) {
+            let bytes = if c.name == "ours" {
+                blocked_traffic_bytes(n, n, n, 4, blocking)
+            } else {
+                naive_traffic_bytes(n, n, n, 4)
+            };
+            let g = gflops(work as f64, s.cpu);
+            println!("{} n = {n}: {g:.1} GFLOP/s", c.name);
+            points.push(Point {
+                contender: c.name.clone(),
+                n,
+                working_set: set,
+                intensity: intensity(work, bytes),
+                gflops: g,
+            });
+        }
+    }
+    let meta = vec![
+        ("cpu".to_string(), cpu_name()),
+        ("kernel".to_string(), kernel.to_string()),
+        ("date (UTC)".to_string(), clock::utc_now()),
+        ("load before".to_string(), load_before),
+        ("load after".to_string(), load_average()),
+    ];
+    let r = Roofline { meta, peak, roofs, points };
+    let above = points_above_roofs(&r).map_err(|e| e.to_string())?;
+    for line in &above {
+        println!("ABOVE ITS ROOF: {line}");
+    }
+    let text = roofline_text(&r);
+    print!("{text}");
+    if write {
+        let path = root_path(llm_workbook::ch10_matmul::roofline::ROOFLINE_FILE);
+        let tmp = path.with_extension("csv.tmp");
+        std::fs::write(&tmp, &text).map_err(|e| format!("{}: {e}", tmp.display()))?;
+        std::fs::rename(&tmp, &path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let parsed = llm_workbook::ch10_matmul::roofline::parse_roofline(&text)
+            .map_err(|e| e.to_string())?;
+        llm_workbook::ch10_matmul::book::roofline_figure(&parsed)
+            .and_then(|f| f.save(&image_dir(), "ch10_roofline"))
+            .map_err(|e| e.to_string())?;
+        println!("wrote {} and the figure", path.display());
+    }
+    Ok(())
+}
+
+/// The roofline figure from the committed measurements (the file as it is now, not as it was
+/// compiled: `--redraw` follows a fresh `roofline --write`).
+fn roofline_figure() -> Result<Figure, String> {
+    use llm_workbook::ch10_matmul::roofline::{ROOFLINE_FILE, parse_roofline};
+    let path = root_path(ROOFLINE_FILE);
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let r = parse_roofline(&text).map_err(|e| e.to_string())?;
+    llm_workbook::ch10_matmul::book::roofline_figure(&r).map_err(|e| e.to_string())
 }
 
 // ───────────────────────────── thread scaling ─────────────────────────────
@@ -1461,87 +1558,137 @@ fn sweep_line<T: Element + Float>(
     secs.into_iter().map(|s| gflops(2.0 * (n * n * n) as f64, s.cpu)).collect()
 }
 
+/// The sweep's values of KC, MC and NC, each varied alone from the defaults, and the square size
+/// each is timed on.
+const SWEEP_LINES: [(&str, &[usize], usize); 3] = [
+    ("KC", &[32, 64, 128, 192, 256, 384, 512, 768], 1024),
+    ("MC", &[24, 48, 72, 96, 144, 192, 288, 384, 576], 1024),
+    ("NC", &[252, 510, 1020, 2040, 4080], 2048),
+];
+
 fn run_sweep(samples: usize, write: bool) -> Result<(), String> {
     let kernel = matmul::best_kernel();
     let mut rng = Rng::new(99);
     let load_before = load_average();
-    let mut out = String::new();
-    let mut figs = Vec::new();
+    let mut rows = Vec::new();
     for f64_ in [false, true] {
         let ty = if f64_ { "f64" } else { "f32" };
         let base = with_type!(f64_, T => matmul::default_blocking::<T>(kernel))
             .map_err(|e| e.to_string())?;
-        let line = |variants: &[Blocking], n: usize, rng: &mut Rng| {
-            with_type!(f64_, T =>
-                sweep_line::<T>(n, variants, samples, rng)
-            )
-        };
+        for (name, values, n) in SWEEP_LINES {
+            let variants: Vec<Blocking> = values
+                .iter()
+                .map(|&v| match name {
+                    "KC" => Blocking { kc: v, ..base },
+                    "MC" => Blocking { mc: v, ..base },
+                    _ => Blocking { nc: v, ..base },
+                })
+                .collect();
+            let g = with_type!(f64_, T => sweep_line::<T>(n, &variants, samples, &mut rng));
+            for (&v, &x) in values.iter().zip(&g) {
+                println!("{ty} {name} {v}: {x:.1}");
+                rows.push(vec![
+                    ty.to_string(),
+                    base.mc.to_string(),
+                    base.kc.to_string(),
+                    base.nc.to_string(),
+                    name.to_string(),
+                    v.to_string(),
+                    n.to_string(),
+                    format!("{x:.1}"),
+                ]);
+            }
+        }
+    }
+    let meta = vec![
+        ("cpu", cpu_name()),
+        ("kernel", kernel.to_string()),
+        ("date (UTC)", clock::utc_now()),
+        ("load before", load_before),
+        ("load after", load_average()),
+        ("samples", samples.to_string()),
+    ];
+    let mut csv = Csv::new(meta, &SWEEP_COLUMNS);
+    csv.rows = rows;
+    let (table, figs) = sweep_report(&csv)?;
+    println!("\n{table}");
+    if write {
+        csv.save(SWEEP_CSV)?;
+        replace_block(&chapter_path(), "sweep", &table)?;
+        for (stem, fig) in figs {
+            fig.save(&image_dir(), &stem).map_err(|e| e.to_string())?;
+        }
+        println!("wrote {SWEEP_CSV}, the chapter's table and the figures");
+    }
+    Ok(())
+}
+
+/// The columns of [`SWEEP_CSV`]: the type, its default MC, KC, NC, the constant varied, its
+/// value, the size n of the square product and the median GFLOP/s.
+const SWEEP_COLUMNS: [&str; 8] = ["type", "mc", "kc", "nc", "constant", "value", "n", "gflops"];
+
+/// The chapter's sweep table and the two sweep figures (one per type, the machine named in the
+/// caption), from the sweep's CSV.
+fn sweep_report(csv: &Csv) -> Result<(String, Vec<(String, Figure)>), String> {
+    let (cpu, kernel) = (csv.meta("cpu")?, csv.meta("kernel")?);
+    let mut out = format!(
+        "Single-threaded GFLOP/s (median of {} samples) of kernel `{kernel}` on square \
+         products, varying one constant at a time from the defaults, every value of a line timed \
+         in turn sample by sample by the CPU time of its thread; measured by `cargo bench --bench \
+         ch10_matmul -- sweep --write` on {cpu} on {} UTC while the machine was shared (load \
+         average {} before, {} after); the measurements are in \
+         [`data/ch10_sweep.csv`](../data/ch10_sweep.csv).\n\n",
+        csv.meta("samples")?,
+        csv.meta("date (UTC)")?,
+        csv.meta("load before")?,
+        csv.meta("load after")?
+    );
+    let mut figs = Vec::new();
+    for ty in ["f32", "f64"] {
+        let rows: Vec<&Vec<String>> = csv.rows.iter().filter(|r| r[0] == ty).collect();
+        let Some(first) = rows.first() else { continue };
         out.push_str(&format!(
             "**{ty}** (defaults MC = {}, KC = {}, NC = {}):\n\n\
              | constant | value | n | GFLOP/s | of the line's best |\n\
              |---|---|---|---|---|\n",
-            base.mc, base.kc, base.nc
+            csv.get(first, "mc")?,
+            csv.get(first, "kc")?,
+            csv.get(first, "nc")?
         ));
-        let kcs = [32, 64, 128, 192, 256, 384, 512, 768];
-        let mcs = [24, 48, 72, 96, 144, 192, 288, 384, 576];
-        let ncs = [252, 510, 1020, 2040, 4080];
         let mut series = Vec::new();
-        for (name, values, n, make) in [
-            (
-                "KC",
-                &kcs[..],
-                1024,
-                &(|v: usize| Blocking { kc: v, ..base }) as &dyn Fn(usize) -> Blocking,
-            ),
-            ("MC", &mcs[..], 1024, &|v: usize| Blocking { mc: v, ..base }),
-            ("NC", &ncs[..], 2048, &|v: usize| Blocking { nc: v, ..base }),
-        ] {
-            let variants: Vec<Blocking> = values.iter().map(|&v| make(v)).collect();
-            let g = line(&variants, n, &mut rng);
-            let best = g.iter().copied().fold(0.0, f64::max);
-            for (&v, &x) in values.iter().zip(&g) {
-                println!("{ty} {name} {v}: {x:.1}");
+        for (name, _, _) in SWEEP_LINES {
+            let line: Vec<&&Vec<String>> = rows.iter().filter(|r| r[4] == name).collect();
+            let mut pts = Vec::new();
+            for r in &line {
+                pts.push((csv.num(r, "value")?, csv.num(r, "gflops")?));
+            }
+            let best = pts.iter().map(|p| p.1).fold(0.0, f64::max);
+            for (r, &(v, x)) in line.iter().zip(&pts) {
                 out.push_str(&format!(
-                    "| {name} | {v} | {n} | {x:.1} | {:.0} % |\n",
+                    "| {name} | {v} | {} | {x:.1} | {:.0} % |\n",
+                    csv.get(r, "n")?,
                     100.0 * x / best
                 ));
             }
-            series.push(Series::new(
-                format!("{ty}: {name} (others at default), n = {n}"),
-                values.iter().map(|&v| (v as f64).log2()).zip(g).collect(),
-            ));
+            let n = line.first().map_or("?", |r| r[6].as_str());
+            series.push(Series::new(format!("{name} (others at default), n = {n}"), pts));
         }
         out.push('\n');
         figs.push((
             format!("ch10_sweep_{ty}"),
-            Figure::Line(LineChart {
-                title: format!("Blocking sweep, {ty}, kernel {kernel}, one thread"),
-                x_label: "log₂ block size (KC: depth, MC: rows, NC: columns)".into(),
-                y_label: "GFLOP/s (median)".into(),
-                series,
-                markers: true,
-            }),
+            Figure::LogLine(
+                LineChart {
+                    title: format!("Blocking sweep, {ty}, one thread: {cpu}, kernel {kernel}"),
+                    x_label: "block size (KC: depth, MC: rows, NC: columns; log scale)".into(),
+                    y_label: "GFLOP/s (median)".into(),
+                    series,
+                    markers: true,
+                },
+                LogAxes::X,
+            ),
         ));
     }
-    let head = format!(
-        "Single-threaded GFLOP/s (median of {samples} samples) of kernel `{kernel}` on square \
-         products, varying one constant at a time from the defaults, every value of a line timed \
-         in turn sample by sample by the CPU time of its thread; measured by `cargo bench --bench \
-         ch10_matmul -- sweep --write` on {} while the machine was shared (load average {} before, \
-         {} after).\n\n",
-        cpu_name(),
-        load_before,
-        load_average()
-    );
-    let out = head + &out;
-    println!("\n{out}");
-    if write {
-        replace_block(&chapter_path(), "sweep", &out)?;
-        for (stem, fig) in figs {
-            fig.save(&image_dir(), &stem).map_err(|e| e.to_string())?;
-        }
-    }
-    Ok(())
+    Ok((out, figs))
 }
 
 fn run_shape<T: FaerPeer>(
@@ -1594,6 +1741,7 @@ fn main() -> std::process::ExitCode {
             Command::All => run_all(samples, cli.write, false),
             Command::Gpt => run_all(samples, false, true),
             Command::Sweep => run_sweep(samples, cli.write),
+            Command::Roofline => run_roofline(samples, cli.write),
             Command::Threads => {
                 run_threads(samples);
                 Ok(())

@@ -2,14 +2,40 @@
 //!
 //! Some numbers printed in the source documents are wrong, or follow from a formula other than the
 //! one printed beside them. Each such case is one [`Erratum`]: where it is, what is printed, what
-//! is correct, exactly why, and the test that pins the correct value. Each chapter owns a list of
+//! is correct, exactly why, and the tests that pin the correct value. Its [`Kind`] says whether
+//! the document is wrong ([`Kind::Erratum`], the only kind the register counts as errata) or only
+//! reads wrongly taken literally: a shorthand notation ([`Kind::Notation`]) or a simplification
+//! it states ([`Kind::Simplification`]). Each chapter owns a list of
 //! them; [`crate::book::errata_register`] gathers all of them, the main job prints them
 //! (`cargo run --release -- errata`), and each chapter's prose carries its own rows as the table
 //! [`markdown_table`] makes (a test compares the two). The terminal gets [`terminal_text`].
 
 use crate::sources::Source;
 
-/// One mistake in a source document.
+/// What a register row is: an error of the document, or a place where it is right but reads
+/// wrongly when taken literally.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// The document is wrong: a number, a formula or a claim that does not hold.
+    Erratum,
+    /// A shorthand or overloaded notation: the intended meaning is right, the letters are not.
+    Notation,
+    /// A step left out that the document says it leaves out.
+    Simplification,
+}
+
+impl Kind {
+    /// The word printed in the tables.
+    pub fn word(self) -> &'static str {
+        match self {
+            Kind::Erratum => "erratum",
+            Kind::Notation => "notation",
+            Kind::Simplification => "simplification",
+        }
+    }
+}
+
+/// One place where a source document is wrong, or reads wrongly taken literally ([`Kind`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Erratum {
     /// The source document, by its short id in [`crate::sources`].
@@ -22,8 +48,15 @@ pub struct Erratum {
     pub correct: &'static str,
     /// Exactly what went wrong.
     pub why: &'static str,
-    /// The test that pins the correct value: `tests/<chapter>.rs::<name>`.
-    pub test: &'static str,
+    /// An error of the document, or a notation or simplification.
+    pub kind: Kind,
+    /// The tests that pin the correct value, `tests/<chapter>.rs::<name>`, the first the main one.
+    pub tests: &'static [&'static str],
+}
+
+/// How many rows of `rows` are errors of the documents ([`Kind::Erratum`]).
+pub fn error_count<'a>(rows: impl IntoIterator<Item = &'a Erratum>) -> usize {
+    rows.into_iter().filter(|e| e.kind == Kind::Erratum).count()
 }
 
 /// `s` as one Markdown table cell: `|` escaped, on one line, and a `<` that would open an HTML
@@ -47,25 +80,28 @@ fn cell(s: &str) -> String {
 /// terminal keeps the Unicode).
 pub fn markdown_table(rows: &[Erratum]) -> String {
     let mut out = String::from(
-        "| document | section | printed | correct | why | pinned by |\n|---|---|---|---|---|---|\n",
+        "| document | kind | section | printed | correct | why | pinned by |\n\
+         |---|---|---|---|---|---|---|\n",
     );
     for e in rows {
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | `{}` |\n",
+            "| {} | {} | {} | {} | {} | {} | {} |\n",
             e.document.id,
+            e.kind.word(),
             cell(&crate::tex::markdown_cell(e.section)),
             cell(&crate::tex::markdown_cell(e.printed)),
             cell(&crate::tex::markdown_cell(e.correct)),
             cell(&crate::tex::markdown_cell(e.why)),
-            cell(e.test)
+            e.tests.iter().map(|t| format!("`{}`", cell(t))).collect::<Vec<_>>().join(", ")
         ));
     }
     out
 }
 
 /// The rows as text for a terminal no wider than `width` characters: one block per erratum, its
-/// document and section on the first line, then what is printed, what is correct, why, and the
-/// test that pins it, each wrapped under its label; a blank line between blocks.
+/// document and section on the first line (and its kind, unless it is an erratum), then what is
+/// printed, what is correct, why, and the tests that pin it, each wrapped under its label; a
+/// blank line between blocks.
 pub fn terminal_text(rows: &[Erratum], width: usize) -> String {
     const LABEL: usize = 9; // "pinned by"
     const INDENT: usize = 2;
@@ -74,13 +110,19 @@ pub fn terminal_text(rows: &[Erratum], width: usize) -> String {
         if k > 0 {
             out.push('\n');
         }
-        for line in crate::report::wrap(&format!("{}, {}", e.document.id, e.section), width) {
+        let kind = match e.kind {
+            Kind::Erratum => String::new(),
+            other => format!(" ({})", other.word()),
+        };
+        let heading = format!("{}, {}{kind}", e.document.id, e.section);
+        for line in crate::report::wrap(&heading, width) {
             out.push_str(&line);
             out.push('\n');
         }
         let room = width.saturating_sub(INDENT + LABEL + 2);
+        let tests = e.tests.join(", ");
         for (label, text) in
-            [("printed", e.printed), ("correct", e.correct), ("why", e.why), ("pinned by", e.test)]
+            [("printed", e.printed), ("correct", e.correct), ("why", e.why), ("pinned by", &tests)]
         {
             for (i, line) in crate::report::wrap(text, room).into_iter().enumerate() {
                 let label = if i == 0 { label } else { "" };
@@ -107,7 +149,10 @@ mod tests {
             uses six columns, which no rule it gives produces; the products that follow are \
             right for six columns, so only the stated width is wrong, and a reader who follows \
             the rule gets matrices of the wrong shape",
-        test: "tests/ch07_encoder_decoder.rs::a_planted_test_name_that_is_long_enough_to_matter",
+        kind: Kind::Erratum,
+        tests: &[
+            "tests/ch07_encoder_decoder.rs::a_planted_test_name_that_is_long_enough_to_matter",
+        ],
     };
 
     /// The whole register as `-- errata` prints it fits the width, and says every field.
@@ -118,7 +163,7 @@ mod tests {
         assert!(!register.is_empty());
         let text = terminal_text(&register, crate::report::TERMINAL_WIDTH);
         for line in text.lines() {
-            let n = line.chars().count();
+            let n = crate::report::columns(line);
             assert!(n <= crate::report::TERMINAL_WIDTH, "{n} characters: {line}");
         }
         assert_eq!(text.matches("\n  pinned by  ").count(), register.len());
@@ -129,7 +174,7 @@ mod tests {
     #[test]
     fn an_erratum_is_a_block_wrapped_within_the_width() {
         let text = terminal_text(&[LONG, LONG], crate::report::TERMINAL_WIDTH);
-        let widest = text.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+        let widest = text.lines().map(crate::report::columns).max().unwrap_or(0);
         assert!(widest <= crate::report::TERMINAL_WIDTH, "{widest} characters:\n{text}");
         assert!(LONG.why.chars().count() > 2 * crate::report::TERMINAL_WIDTH);
         assert!(text.starts_with("D3, § 4, the feed-forward network\n  printed    W₁ = "));

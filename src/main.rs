@@ -24,6 +24,7 @@ use std::time::Instant;
 #[command(
     name = "llm-workbook",
     version,
+    max_term_width = TERMINAL_WIDTH,
     about = "The mathematics of neural networks, from one sigmoid neuron to a small GPT.",
     long_about = "With no command: regenerate every chapter's plots into chapters/img/ and print, \
 chapter by chapter, the table of its worked examples (the quantity, the document, the value it \
@@ -88,6 +89,15 @@ fn chapter_heading(ch: &Chapter) {
     }
 }
 
+/// How many figures `files` are: each is drawn twice, as PNG and as SVG, under one name.
+fn figures(files: &[std::path::PathBuf]) -> String {
+    let names: std::collections::BTreeSet<_> = files.iter().map(|f| f.with_extension("")).collect();
+    match names.len() {
+        1 => "1 figure (PNG and SVG)".to_string(),
+        n => format!("{n} figures (PNG and SVG)"),
+    }
+}
+
 fn run_all() -> Result<(), String> {
     let chapters = book::chapters();
     let dir = image_dir();
@@ -103,9 +113,9 @@ fn run_all() -> Result<(), String> {
         let rows = (ch.worked)().map_err(|e| format!("chapter {}: {e}", ch.number))?;
         sync_prose(root(), ch).map_err(|e| format!("chapter {}: {e}", ch.number))?;
         say!(
-            "chapter {}: {} plots into {}, worked numbers and the page's tables … {:.1} s",
+            "chapter {}: {} into {}, worked numbers and tables … {:.1} s",
             ch.number,
-            files.len(),
+            figures(&files),
             short(&dir),
             t.elapsed().as_secs_f64()
         );
@@ -120,7 +130,7 @@ fn run_all() -> Result<(), String> {
         "\n{} chapters in {:.1} s, {} errata in the register (see `-- errata`).",
         chapters.len(),
         started.elapsed().as_secs_f64(),
-        book::errata_register().len()
+        llm_workbook::errata::error_count(book::errata_register().into_iter().map(|(_, e)| e))
     );
     if mismatches > 0 {
         return Err(format!("{mismatches} worked numbers do not match and are not explained"));
@@ -169,11 +179,7 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => e.exit(),
         Err(e) => {
-            let text = e.to_string();
-            eprintln!(
-                "{} (see --help)",
-                text.lines().next().unwrap_or("invalid arguments").trim_end()
-            );
+            eprintln!("{} (see --help)", cli::parser_error(&e));
             return ExitCode::from(2);
         }
     };

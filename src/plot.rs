@@ -696,12 +696,36 @@ const COLOUR_BAR_BOTTOM: u32 = 58;
 /// Colour steps drawn in the bar.
 const COLOUR_BAR_STEPS: usize = 64;
 
-/// The heat map's key: the viridis scale from `lo` (bottom) to `hi` (top) with ticks.
+/// How close (as a share of the span) an end of a colour bar must lie to a round value for the
+/// bar to end on that value instead: a sine's minimum of −0.99999 labels its end −1.
+const COLOUR_BAR_SNAP: f64 = 0.005;
+
+/// The range a colour bar over data from `lo` to `hi` spans: each end moved to the nearest round
+/// value (a multiple of a tenth of the span's power of ten) when that lies within
+/// [`COLOUR_BAR_SNAP`] of the span, so that the axis labels its ends (−1 and 1 for a sinusoid
+/// whose extremes are ±0.99999); ends far from a round value stay where the data end. The
+/// colours still map the data: a moved end moves the bar by at most half a percent.
+pub fn colour_bar_range(lo: f64, hi: f64) -> (f64, f64) {
+    let span = hi - lo;
+    if !(span > 0.0 && span.is_finite()) {
+        return (lo, hi);
+    }
+    let step = 10f64.powf(span.log10().floor() - 1.0);
+    let snap = |v: f64| {
+        let round = (v / step).round() * step;
+        if (round - v).abs() <= COLOUR_BAR_SNAP * span { round } else { v }
+    };
+    (snap(lo).min(lo), snap(hi).max(hi))
+}
+
+/// The heat map's key: the viridis scale from `lo` (bottom) to `hi` (top) with ticks, its ends
+/// moved to round values by [`colour_bar_range`] so that both are labelled.
 fn draw_colour_bar<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     lo: f64,
     hi: f64,
 ) -> DrawResult<DB> {
+    let (lo, hi) = colour_bar_range(lo, hi);
     let span = hi - lo;
     let mut bar = ChartBuilder::on(area)
         .margin_top(COLOUR_BAR_TOP)
@@ -902,6 +926,12 @@ impl Figure {
     ) -> Result<()> {
         let plot_err =
             |p: &Path, e: String| Error::Plot { path: p.display().to_string(), reason: e };
+        // A file that cannot be written is said in one line naming it, before the backends
+        // (whose errors print as nested debug dumps) meet it.
+        for (tmp, fin) in [(tmp_png, png), (tmp_svg, svg)] {
+            std::fs::File::create(tmp)
+                .map_err(|source| Error::Io { path: fin.display().to_string(), source })?;
+        }
         {
             let root = BitMapBackend::new(tmp_png, SIZE).into_drawing_area();
             self.draw(&root).map_err(|e| plot_err(png, format!("{e:?}")))?;

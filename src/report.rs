@@ -24,6 +24,9 @@ pub enum Status {
     Rounding,
     /// The document is wrong; the errata register holds the row.
     Erratum,
+    /// The document's notation, read literally, gives another value; the register's row (of
+    /// kind notation) says what it means.
+    Notation,
     /// The document gives no inputs for it; nothing to check.
     Illustrative,
     /// Differs and is not explained: a defect.
@@ -37,6 +40,7 @@ impl Status {
             Status::Match => "match",
             Status::Rounding => "rounding",
             Status::Erratum => "erratum",
+            Status::Notation => "notation",
             Status::Illustrative => "illustrative",
             Status::Mismatch => "MISMATCH",
         }
@@ -103,8 +107,31 @@ impl Worked {
         printed: &str,
         ours: impl Into<String>,
     ) -> Self {
+        Worked::explained(Status::Erratum, test, document, quantity, printed, ours)
+    }
+
+    /// A row whose printed value a notation of the document explains (the register's row of kind
+    /// notation); `ours` is the value the notation means. A mismatch if the two are equal.
+    pub fn notation(
+        test: &'static str,
+        document: &'static Source,
+        quantity: impl Into<String>,
+        printed: &str,
+        ours: impl Into<String>,
+    ) -> Self {
+        Worked::explained(Status::Notation, test, document, quantity, printed, ours)
+    }
+
+    fn explained(
+        status: Status,
+        test: &'static str,
+        document: &'static Source,
+        quantity: impl Into<String>,
+        printed: &str,
+        ours: impl Into<String>,
+    ) -> Self {
         let ours = ours.into();
-        let status = if ours == printed { Status::Mismatch } else { Status::Erratum };
+        let status = if ours == printed { Status::Mismatch } else { status };
         Worked {
             test,
             document,
@@ -163,8 +190,8 @@ pub fn worked_markdown(rows: &[Worked]) -> String {
             "| {} | {} | {} | {} | {} | {} |\n",
             crate::tex::markdown_cell(&w.quantity).replace('|', "\\|"),
             w.document,
-            crate::tex::markdown_cell(&w.printed).replace('|', "\\|"),
-            crate::tex::markdown_cell(&w.ours).replace('|', "\\|"),
+            crate::tex::markdown_cell(&grouped(&w.printed)).replace('|', "\\|"),
+            crate::tex::markdown_cell(&grouped(&w.ours)).replace('|', "\\|"),
             w.status.word(),
             test
         ));
@@ -436,9 +463,32 @@ pub use crate::snapshot::with_commas;
 /// [`crate::errata::terminal_text`]) write when given it as their width.
 pub const TERMINAL_WIDTH: usize = 100;
 
-/// `text` broken into lines of at most `width` characters (at least 1): at spaces where it can,
-/// inside a word longer than a line where it must; a newline in `text` always breaks. Runs of
-/// spaces collapse to one. Empty text gives one empty line.
+/// The columns `text` takes on a terminal: a combining accent (the tilde of `B̃`) takes none, a
+/// wide character two, every other character one.
+pub fn columns(text: &str) -> usize {
+    unicode_width::UnicodeWidthStr::width(text)
+}
+
+/// A whole number of five digits or more with thousands separators (`617558016` →
+/// `617,558,016`); any other text unchanged.
+pub fn grouped(value: &str) -> String {
+    let digits = value.strip_prefix('-').unwrap_or(value);
+    if digits.len() < 5 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return value.to_string();
+    }
+    let mut out = String::from(&value[..value.len() - digits.len()]);
+    for (i, d) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(d);
+    }
+    out
+}
+
+/// `text` broken into lines of at most `width` terminal [`columns`] (at least 1): at spaces where
+/// it can, inside a word longer than a line where it must; a newline in `text` always breaks.
+/// Runs of spaces collapse to one. Empty text gives one empty line.
 pub fn wrap(text: &str, width: usize) -> Vec<String> {
     let width = width.max(1);
     let mut lines = Vec::new();
@@ -446,21 +496,35 @@ pub fn wrap(text: &str, width: usize) -> Vec<String> {
         let mut line = String::new();
         let mut len = 0;
         for word in paragraph.split_whitespace() {
-            let mut word: Vec<char> = word.chars().collect();
-            if len > 0 && len + 1 + word.len() <= width {
+            let mut word = word.to_string();
+            let mut cols = columns(&word);
+            if len > 0 && len + 1 + cols <= width {
                 line.push(' ');
-                line.extend(&word);
-                len += 1 + word.len();
+                line.push_str(&word);
+                len += 1 + cols;
                 continue;
             }
             if len > 0 {
                 lines.push(std::mem::take(&mut line));
             }
-            while word.len() > width {
-                lines.push(word.drain(..width).collect());
+            while cols > width {
+                // The longest head of the word that fits, an accent kept with its letter.
+                let mut cut = 0;
+                for (i, c) in word.char_indices().skip(1) {
+                    if columns(&word[..i]) > width {
+                        break;
+                    }
+                    if unicode_width::UnicodeWidthChar::width(c) != Some(0) {
+                        cut = i;
+                    }
+                }
+                let cut = if cut == 0 { word.len() } else { cut };
+                let rest = word.split_off(cut);
+                lines.push(std::mem::replace(&mut word, rest));
+                cols = columns(&word);
             }
-            len = word.len();
-            line = word.into_iter().collect();
+            len = cols;
+            line = word;
         }
         lines.push(line);
     }
@@ -479,22 +543,33 @@ pub fn worked_terminal(rows: &[Worked], width: usize) -> String {
         .map(|r| {
             let status = r.status.word().to_string();
             let id = r.document.id.to_string();
-            [r.quantity.clone(), id, r.printed.clone(), r.ours.clone(), status]
+            [r.quantity.clone(), id, grouped(&r.printed), grouped(&r.ours), status]
         })
         .collect();
-    let natural = |i: usize| {
-        cells.iter().map(|c| c[i].chars().count()).chain([heads[i].len()]).max().unwrap_or(0)
+    let natural =
+        |i: usize| cells.iter().map(|c| columns(&c[i])).chain([heads[i].len()]).max().unwrap_or(0);
+    // A column is never narrower than its heading or its longest number: a number is not split.
+    let number = |w: &&str| {
+        let t = w.trim_matches(|c: char| matches!(c, '(' | ')' | '[' | ']' | ';' | ':'));
+        t.contains(|c: char| c.is_ascii_digit())
+            && t.chars().all(|c| c.is_ascii_digit() || matches!(c, '.' | ',' | '-' | '−'))
+    };
+    let least = |i: usize| {
+        let numbers = cells.iter().flat_map(|c| c[i].split_whitespace()).filter(number);
+        numbers.map(columns).chain([heads[i].len()]).max().unwrap_or(0)
     };
     let mut w: Vec<usize> = (0..5).map(natural).collect();
-    // The document and status columns keep their width; the three others share what is left.
+    // The document and status columns keep their width; the three others share what is left,
+    // the widest that can still give narrowed first.
     let fixed = INDENT.len() + 4 * GAP.len() + w[1] + w[4];
     let room = width.saturating_sub(fixed);
     let wrapped = [0, 2, 3];
     while wrapped.iter().map(|&i| w[i]).sum::<usize>() > room {
-        let widest = wrapped.iter().copied().max_by_key(|&i| (w[i], i)).unwrap_or(0);
-        if w[widest] <= heads[widest].len() {
-            break; // too narrow to honour: the columns keep their headings' widths
-        }
+        let Some(widest) =
+            wrapped.iter().copied().filter(|&i| w[i] > least(i)).max_by_key(|&i| (w[i], i))
+        else {
+            break; // too narrow to honour: the columns keep their headings' and numbers' widths
+        };
         w[widest] -= 1;
     }
     let mut out = String::new();
@@ -506,7 +581,7 @@ pub fn worked_terminal(rows: &[Worked], width: usize) -> String {
             }
             line.push_str(c);
             if i < 4 {
-                line.extend(std::iter::repeat_n(' ', w[i].saturating_sub(c.chars().count())));
+                line.extend(std::iter::repeat_n(' ', w[i].saturating_sub(columns(c))));
             }
         }
         out.push_str(line.trim_end());
@@ -619,6 +694,39 @@ mod tests {
         assert!(old.chars().count() > TERMINAL_WIDTH);
     }
 
+    /// A cell wraps between numbers, never inside one; `B̃` takes one column, so its row lines
+    /// up with the others; counts of five digits or more are grouped by thousands.
+    #[test]
+    fn cells_wrap_between_numbers_and_line_up_by_terminal_columns() {
+        let matrix = "4.42554033 5.58924100 6.99844643 4.79288192; 4.55176485 5.61224940 \
+            7.09923364 4.82144704; 4.21254506 5.31988824 6.84520426 4.79017392";
+        let rows = vec![
+            Worked::text("t", crate::sources::D3, "Concat · W_O, the 3×4 product", matrix, matrix),
+            Worked::text("t", crate::sources::D3, "B̃ = B − 1", "0.5", "0.5"),
+            Worked::text("t", crate::sources::D3, "B = B − 1", "0.5", "0.5"),
+            Worked::number("t", crate::sources::D1, "GPT-3 embedding", "617558016", 617558016.0),
+        ];
+        for width in [100, 60, 48] {
+            let text = worked_terminal(&rows, width);
+            let numbers: Vec<&str> = matrix.split_whitespace().chain(["0.5"]).collect();
+            for word in text.split_whitespace().filter(|w| w.contains('.')) {
+                assert!(numbers.contains(&word), "{word:?} is a piece of a number:\n{text}");
+            }
+            let line = |start: &str| text.lines().find(|l| l.contains(start)).unwrap();
+            let (tilde, plain) = (line("B̃ = B"), line("B = B"));
+            assert_eq!(columns(tilde), columns(plain), "\n{tilde}\n{plain}");
+            let at = |line: &str| line.find("D3").map(|i| columns(&line[..i]));
+            assert_eq!(at(tilde), at(plain), "\n{tilde}\n{plain}");
+            assert_eq!(line("GPT-3").matches("617,558,016").count(), 2, "{text}");
+        }
+        assert_eq!(columns("B̃"), 1);
+        assert_eq!(grouped("617558016"), "617,558,016");
+        assert_eq!(grouped("-12388"), "-12,388");
+        for same in ["1024", "0.5", "12,288", "27938x", ""] {
+            assert_eq!(grouped(same), same);
+        }
+    }
+
     /// The widest matrix a walk-through prints is chapter 6's 3×8 concatenation of heads at 8
     /// decimals (101 columns unwrapped); it and a far wider planted one are split into column
     /// blocks within the width, losing no entry; a narrow one stays one block.
@@ -664,7 +772,7 @@ mod tests {
             let rows = (ch.worked)().unwrap();
             let text = worked_terminal(&rows, TERMINAL_WIDTH);
             for line in text.lines() {
-                let n = line.chars().count();
+                let n = columns(line);
                 assert!(n <= TERMINAL_WIDTH, "chapter {}: {n} characters: {line}", ch.number);
             }
             for r in &rows {

@@ -252,9 +252,115 @@ fn open_brackets(words: &[&str]) -> i32 {
 /// One formula from Unicode to TeX, without space at its ends. No `_` is written after a space,
 /// `}` or `)`: GitHub's Markdown could open an emphasis there and close it at a later `y_{k}`,
 /// so accents take a bare letter (`\hat y_k`) and a sum its index directly (`\sum_{k}`).
+///
+/// Inside `$…$` a space separates nothing: `(0 0 1 1; 1 1 0 0)` would typeset as `(0011;1100)`.
+/// So a bracket of numbers written by rows (`;` between rows, or numpy's `[[…] […]]`) becomes a
+/// `pmatrix` (round brackets) or `bmatrix` (square), a formula that is nothing but such rows
+/// becomes a `pmatrix`, any other two numbers side by side keep a TeX space (`\ `) between them,
+/// and `1e-6` or `2.0e-8` becomes `10^{-6}` or `2.0 \cdot 10^{-8}`.
 pub fn to_tex(formula: &str) -> String {
-    let tex = tex_of(formula).replace("  ", " ");
+    let trimmed = formula.trim();
+    let tex = match rows_tex(trimmed) {
+        Some(rows) if trimmed.contains(';') => format!("\\begin{{pmatrix}}{rows}\\end{{pmatrix}}"),
+        _ => tex_of(formula).replace("  ", " "),
+    };
     tex.trim().to_string()
+}
+
+/// A number as the pages print it: digits with an optional `−`/`-` sign and decimals (`0.` too).
+fn is_number(token: &str) -> bool {
+    let t = token.strip_prefix(['-', '−']).unwrap_or(token);
+    t.starts_with(|c: char| c.is_ascii_digit())
+        && t.chars().all(|c| c.is_ascii_digit() || c == '.')
+        && t.matches('.').count() <= 1
+}
+
+/// Rows of numbers, `;` between rows and spaces between entries (`…` for entries or rows left
+/// out), as the body of a TeX matrix (`&` between entries, `\\` between rows); `None` unless
+/// every entry is a number or `…` and some row holds two numbers or more.
+fn rows_tex(text: &str) -> Option<String> {
+    rows_of(&text.split(';').collect::<Vec<_>>())
+}
+
+fn rows_of(rows: &[&str]) -> Option<String> {
+    let mut out = Vec::new();
+    let mut wide = false;
+    for row in rows {
+        let entries: Vec<&str> = row.split_whitespace().collect();
+        if entries.is_empty() || !entries.iter().all(|e| is_number(e) || *e == "…") {
+            return None;
+        }
+        wide |= entries.iter().filter(|e| is_number(e)).count() >= 2;
+        let tex: Vec<String> = entries
+            .iter()
+            .map(|e| if *e == "…" { "\\dots".into() } else { e.replace('−', "-") })
+            .collect();
+        out.push(if tex == ["\\dots"] { "\\vdots".to_string() } else { tex.join(" & ") });
+    }
+    // `\cr`, not `\\`: GitHub's Markdown eats one backslash of `\\` before the math.
+    wide.then(|| out.join(" \\cr "))
+}
+
+/// The matrix that the bracket at `at` opens, as TeX, and where the text goes on after it: a
+/// `(…)` or `[…]` of rows of numbers ([`rows_tex`]), or numpy's `[[1 2] [3 4]]` with `…` for
+/// rows left out. `None` when the bracket holds anything else.
+fn matrix_at(chars: &[char], at: usize) -> Option<(String, usize)> {
+    let (open, close, env) = match chars.get(at)? {
+        '(' => ('(', ')', "pmatrix"),
+        '[' => ('[', ']', "bmatrix"),
+        _ => return None,
+    };
+    let mut depth = 0;
+    let end = (at..chars.len()).find(|&k| {
+        depth += i32::from(chars[k] == open) - i32::from(chars[k] == close);
+        depth == 0
+    })?;
+    let inner: String = chars[at + 1..end].iter().collect();
+    let body = if open == '[' && inner.trim_start().starts_with('[') {
+        // numpy: each row in brackets of its own, `…` between them for rows left out.
+        let rows: Vec<String> = inner
+            .split(']')
+            .map(|r| r.trim().trim_start_matches('[').trim().to_string())
+            .filter(|r| !r.is_empty())
+            .collect();
+        rows_of(&rows.iter().map(String::as_str).collect::<Vec<_>>())?
+    } else {
+        rows_tex(&inner)?
+    };
+    Some((format!("\\begin{{{env}}}{body}\\end{{{env}}}"), end + 1))
+}
+
+/// The number in scientific notation starting at `at` (`1e-6`, `2.0e-8`) as TeX
+/// (`10^{-6}`, `2.0 \cdot 10^{-8}`), and where the text goes on after it.
+fn exponent_at(chars: &[char], at: usize) -> Option<(String, usize)> {
+    if at > 0 && (chars[at - 1].is_alphanumeric() || chars[at - 1] == '.') {
+        return None;
+    }
+    let mut k = at;
+    while k < chars.len() && (chars[k].is_ascii_digit() || chars[k] == '.') {
+        k += 1;
+    }
+    let mantissa: String = chars[at..k].iter().collect();
+    if !is_number(&mantissa) || !matches!(chars.get(k), Some('e' | 'E')) {
+        return None;
+    }
+    let mut e = k + 1;
+    if matches!(chars.get(e), Some('-' | '+' | '−')) {
+        e += 1;
+    }
+    let digits = chars[e..].iter().take_while(|c| c.is_ascii_digit()).count();
+    let after = chars.get(e + digits);
+    if digits == 0 || after.is_some_and(|c| c.is_alphanumeric()) {
+        return None;
+    }
+    let power: String = chars[k + 1..e + digits].iter().collect();
+    let power: i32 = power.replace('−', "-").parse().ok()?;
+    let tex = if mantissa == "1" {
+        format!("10^{{{power}}}")
+    } else {
+        format!("{mantissa} \\cdot 10^{{{power}}}")
+    };
+    Some((tex, e + digits))
 }
 
 fn tex_of(formula: &str) -> String {
@@ -263,6 +369,26 @@ fn tex_of(formula: &str) -> String {
     let mut i = 0;
     while i < chars.len() {
         let c = chars[i];
+        if let Some((tex, next)) = matrix_at(&chars, i).or_else(|| exponent_at(&chars, i)) {
+            out.push_str(&tex);
+            i = next;
+            continue;
+        }
+        // Two numbers side by side: a TeX space between them, or they would run together.
+        if c == ' '
+            && out.ends_with(|p: char| p.is_ascii_digit() || p == '.')
+            && chars[i + 1..]
+                .iter()
+                .take_while(|c| !c.is_whitespace())
+                .collect::<String>()
+                .trim_end_matches([',', ';', ')', ']'])
+                .parse::<f64>()
+                .is_ok()
+        {
+            out.push_str("\\ ");
+            i += 1;
+            continue;
+        }
         if c == '√' {
             // √x, √d_k, √(…): the root over the next bracket or identifier.
             let (arg, next) = radicand(&chars, i + 1);
@@ -432,6 +558,39 @@ mod tests {
             ("Σ_{j=0}^{n_L − 1} terms", "$\\Sigma_{j=0}^{n_L - 1}$ terms"),
             ("Attention₂ and Πᵢ ŷᵢ", "$\\mathrm{Attention_{2}}$ and $\\prod_{i} \\hat y_{i}$"),
             ("Σₖ ŷₖ against −log of", "$\\sum_{k} \\hat y_{k}$ against $-\\log$ of"),
+        ] {
+            assert_eq!(markdown_cell(cell), tex, "{cell}");
+        }
+    }
+
+    /// Numbers that a space alone separates would run together in typeset math (`(0 0 1 1)`
+    /// reads `(0011)`), and `1e-6` typesets as `1e − 6`: matrices, spaces and powers of ten.
+    #[test]
+    fn matrices_keep_their_entries_apart_and_exponents_are_powers_of_ten() {
+        for (cell, tex) in [
+            (
+                "W_V = (0 0 1 1; 1 1 0 0) beside V = (1.5 0 −1.1 2.6; …)",
+                "$W_V = \\begin{pmatrix}0 & 0 & 1 & 1 \\cr 1 & 1 & 0 & 0\\end{pmatrix}$ beside \
+                 $V = \\begin{pmatrix}1.5 & 0 & -1.1 & 2.6 \\cr \\vdots\\end{pmatrix}$",
+            ),
+            (
+                "Attention₂(Q, K, V) = [[2.8 2.4] …]",
+                "$\\mathrm{Attention_{2}}(Q, K, V) = \\begin{bmatrix}2.8 & 2.4 \\cr \\vdots\
+                 \\end{bmatrix}$",
+            ),
+            (
+                "3×4: 4.42 5.58 …; …",
+                "$3\\times 4$: $\\begin{pmatrix}4.42 & 5.58 & \\dots \\cr \\vdots\\end{pmatrix}$",
+            ),
+            (
+                "ε = 1e-6 and sin(2) = 2.0e-8",
+                "$\\epsilon = 10^{-6}$ and $\\sin (2) = 2.0 \\cdot 10^{-8}$",
+            ),
+            ("x = 1.5 2.5 …", "$x = 1.5\\ 2.5 \\dots$"),
+            (
+                "(x − μ)/√(σ² + ε), f(1, 2) = 3",
+                "$(x - \\mu)/\\sqrt{\\sigma ^{2} + \\epsilon}, f(1, 2) = 3$",
+            ),
         ] {
             assert_eq!(markdown_cell(cell), tex, "{cell}");
         }

@@ -51,14 +51,31 @@ pub(crate) fn set_thread_choice(threads: Option<usize>) {
     THREAD_THREADS.with(|c| c.set(threads));
 }
 
-/// The process-wide thread count: `LLM_WORKBOOK_THREADS` or the cores, read once.
+/// The thread count an `LLM_WORKBOOK_THREADS` setting asks for: `None` when unset (or empty),
+/// else a whole number ≥ 1; anything else is the reason it is ignored.
+pub fn parse_threads(setting: Option<&str>) -> Result<Option<usize>, String> {
+    let Some(text) = setting.map(str::trim).filter(|t| !t.is_empty()) else { return Ok(None) };
+    match text.parse::<usize>() {
+        Ok(t) if t >= 1 => Ok(Some(t)),
+        _ => Err(format!("{text:?} is not a whole number of threads ≥ 1")),
+    }
+}
+
+/// The process-wide thread count: `LLM_WORKBOOK_THREADS` or the cores, read once (a setting
+/// that is no count is warned about on standard error and ignored).
 fn process_threads() -> usize {
     static THREADS: OnceLock<usize> = OnceLock::new();
     *THREADS.get_or_init(|| {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        match std::env::var(THREADS_ENV).ok().and_then(|v| v.trim().parse::<usize>().ok()) {
-            Some(t) if t >= 1 => t,
-            _ => cores,
+        let setting = std::env::var(THREADS_ENV).ok();
+        match parse_threads(setting.as_deref()) {
+            Ok(Some(t)) => t,
+            Ok(None) => cores,
+            Err(reason) => {
+                // Warned like a bad LLM_WORKBOOK_KERNEL: the run goes on with the cores.
+                eprintln!("llm-workbook: ignoring {THREADS_ENV}: {reason}; using {cores} threads");
+                cores
+            }
         }
     })
 }

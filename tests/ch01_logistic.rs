@@ -380,8 +380,8 @@ fn figures_hold_the_plotted_series_and_draw() {
     }
     let peak = sig.series[1].points.iter().map(|p| p.1).fold(0.0, f64::max);
     assert_abs_diff_eq!(peak, 0.25, epsilon = 1e-12);
-    let Figure::Line(loss) = &figs[2].1 else { panic!("loss plot is a line chart") };
-    assert_eq!(loss.series[0].points.len(), STEPS + 1);
+    let Figure::LogLine(loss, _) = &figs[2].1 else { panic!("loss plot is a log-x line chart") };
+    assert_eq!(loss.series[0].points.len(), STEPS, "the loss after each update");
     let Figure::Scatter(sc) = &figs[3].1 else { panic!("boundary plot is a scatter chart") };
     assert_eq!(sc.classes.iter().map(|c| c.points.len()).sum::<usize>(), 2 * PER_CLASS);
     // Rendering works with the embedded font, into a temporary folder.
@@ -392,12 +392,51 @@ fn figures_hold_the_plotted_series_and_draw() {
     }
 }
 
+/// The loss falls by most of its fall within its first few updates and then creeps for the
+/// rest: on a linear step axis the whole fall would sit against the left edge. On the axis as
+/// drawn, the first 90 % of the fall must span more than a tenth of the axis's width.
+#[test]
+fn the_loss_curve_spreads_its_fall_across_the_axis() {
+    use llm_workbook::plot::{Figure, LogAxes};
+    // Where x lands across the drawn axis, 0 at the left edge and 1 at the right.
+    let across = |fig: &Figure, x: f64| -> f64 {
+        let (chart, log) = match fig {
+            Figure::Line(c) => (c, false),
+            Figure::LogLine(c, LogAxes::X) => (c, true),
+            other => panic!("the loss plot is a line chart, not {other:?}"),
+        };
+        let xs = chart.series[0].points.iter().map(|p| p.0);
+        let (lo, hi) = xs.fold((f64::INFINITY, 0.0f64), |(a, b), x| (a.min(x), b.max(x)));
+        if log {
+            // A log axis runs over whole powers of two (see `plot::LogAxes`).
+            let (l0, l1) = (lo.log2().floor(), hi.log2().ceil());
+            (x.log2() - l0) / (l1 - l0)
+        } else {
+            (x - lo) / (hi - lo)
+        }
+    };
+    let figs = figures().unwrap();
+    let (_, _, t) = chapter_model().unwrap();
+    let (first, last) = (t.losses[0], t.losses[STEPS]);
+    let most = first - 0.9 * (first - last);
+    let step = t.losses.iter().position(|&l| l <= most).unwrap();
+    assert!(step <= STEPS / 10, "the fall is fast: 90 % of it by update {step}");
+    // From the first drawn point (update 1) to that update, the fall gets room on the axis.
+    let room = across(&figs[2].1, step as f64) - across(&figs[2].1, 1.0);
+    assert!(room > 0.1, "90 % of the fall (by update {step}) fills {room:.3} of the axis");
+    // The planted mistake, the old drawing: the same curve on a linear step axis.
+    let Figure::LogLine(chart, _) = &figs[2].1 else { unreachable!("checked above") };
+    let linear = Figure::Line(chart.clone());
+    let squeezed = across(&linear, step as f64) - across(&linear, 1.0);
+    assert!(squeezed <= 0.1, "a linear axis squeezes the fall into {squeezed:.3}");
+}
+
 #[test]
 fn prose_carries_the_register_and_the_worked_table() {
     common::check_chapter_prose(&CHAPTER);
 }
 
-// ───────────── hardening: infinities, NaN, ŷ at 0 and 1, determinism (issue 11) ─────────────
+// ───────────── hardening: infinities, NaN, ŷ at 0 and 1, determinism ─────────────
 
 mod hardening {
     use super::*;

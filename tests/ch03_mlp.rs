@@ -1041,7 +1041,7 @@ fn histogram_steps_count_every_value_once() {
     assert_eq!(heights, [0.25, 0.5, 0.25]);
 }
 
-// ───────────── hardening: zero-initialised weights, determinism (issue 11) ─────────────
+// ───────────── hardening: zero-initialised weights, determinism ─────────────
 
 mod hardening {
     use super::*;

@@ -295,7 +295,7 @@ fn figures_show_points_regions_and_hidden_spaces() {
     assert!(written.iter().all(|p| p.metadata().map(|m| m.len() > 1000).unwrap_or(false)));
 }
 
-// ───────────── hardening: bad seeds' ranges, NaN targets, determinism (issue 11) ─────────────
+// ───────────── hardening: bad seeds' ranges, NaN targets, determinism ─────────────
 
 mod hardening {
     use super::*;

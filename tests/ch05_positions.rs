@@ -389,6 +389,22 @@ fn figures_show_the_encoding() {
     assert_eq!(peak, 32.0);
 }
 
+/// The heat map's colour bar is labelled at both ends: the encoding's extremes (±1 within
+/// 10^{-4}) put the bar's ends on −1 and 1, while ends far from a round value stay put.
+#[test]
+fn the_colour_bar_of_the_encoding_runs_from_minus_one_to_one() {
+    use llm_workbook::plot::colour_bar_range;
+    let figs = book::figures().unwrap();
+    let Figure::Heatmap(h) = &figs[0].1 else { panic!("first figure is the heatmap") };
+    let values = h.values.iter().flatten().copied();
+    let (lo, hi) =
+        values.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(v), b.max(v)));
+    assert!(lo > -1.0, "the data stop short of −1 ({lo}), so the bar must be moved to it");
+    assert_eq!(colour_bar_range(lo, hi), (-1.0, 1.0));
+    assert_eq!(colour_bar_range(0.13, 0.87), (0.13, 0.87));
+    assert_eq!(colour_bar_range(2.0, 2.0), (2.0, 2.0));
+}
+
 #[test]
 fn plots_render() {
     common::render_plots(&book::CHAPTER, 6);
@@ -407,8 +423,8 @@ fn walk_prints_every_step() {
 #[test]
 fn every_erratum_names_a_test_of_this_file() {
     let source = include_str!("ch05_positions.rs");
-    for e in book::ERRATA {
-        let (file, name) = e.test.split_once("::").expect("tests/<file>.rs::<name>");
+    for test in book::ERRATA.iter().flat_map(|e| e.tests) {
+        let (file, name) = test.split_once("::").expect("tests/<file>.rs::<name>");
         assert_eq!(file, "tests/ch05_positions.rs");
         assert!(source.contains(&format!("fn {name}()")), "{name} is not a test here");
     }

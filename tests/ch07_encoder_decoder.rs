@@ -839,7 +839,7 @@ fn prose_carries_the_register_and_the_worked_table() {
     common::check_chapter_prose(&CHAPTER);
 }
 
-// ───────────── hardening: training settings, determinism (issue 11) ─────────────
+// ───────────── hardening: training settings, determinism ─────────────
 
 mod hardening {
     use super::*;

@@ -1135,7 +1135,7 @@ fn chapter_prose_carries_the_tables() {
     common::check_chapter_prose(&llm_workbook::ch08_tokens::book::CHAPTER);
 }
 
-// ───────────── properties (proptest, issue 11) ─────────────
+// ───────────── properties (proptest) ─────────────
 
 mod properties {
     use super::*;

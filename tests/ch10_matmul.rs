@@ -1146,6 +1146,46 @@ fn the_walk_assembles_the_product_from_its_tiles() {
     assert_eq!(text.matches("tile (").count(), 8, "4 tiles × 2 rank-KC updates");
 }
 
+/// Every point of the committed roofline lies under the roof of the level holding its operands
+/// (a point above a roof means a wrong roof or a wrong traffic count); each roof is drawn
+/// straight, by its ends and its knee; and a planted point above its roof is caught.
+#[test]
+fn every_roofline_point_lies_under_its_roof() {
+    use ch10::roofline::{Point, attainable, committed_roofline, points_above_roofs, roof_line};
+    let r = committed_roofline().expect("data/ch10_roofline.csv parses");
+    assert!(r.roofs.len() >= 2, "a cache roof and the memory roof: {:?}", r.roofs);
+    assert!(r.roofs.last().is_some_and(|m| m.bytes.is_none()), "memory comes last");
+    assert!(r.points.iter().any(|p| p.contender == "naive loop"));
+    assert!(r.points.iter().any(|p| p.contender == "ours"));
+    let above = points_above_roofs(&r).expect("roofs");
+    assert!(above.is_empty(), "{}", above.join("\n"));
+    // The figure names the machine, draws every roof and labels each group with its roof.
+    let llm_workbook::plot::Figure::LogLine(chart, _) =
+        ch10::book::roofline_figure(&r).expect("figure")
+    else {
+        panic!("a log-log line chart")
+    };
+    assert!(chart.title.contains(ch10::roofline::meta(&r, "cpu").expect("cpu")));
+    for roof in &r.roofs {
+        assert!(chart.series.iter().any(|s| s.label.starts_with(&format!("{} roof", roof.level))));
+    }
+    // A roof is straight on log–log axes: its ends and its knee, no stairs between.
+    let line = roof_line(200.0, 50.0, (0.125, 64.0));
+    assert_eq!(line, vec![(0.125, 6.25), (4.0, 200.0), (64.0, 200.0)]);
+    assert_eq!(attainable(200.0, 50.0, 1.0), 50.0);
+    // The planted mistake: a point above the roof of its level is reported.
+    let mut planted = r.clone();
+    let roof = &r.roofs[0];
+    planted.points.push(Point {
+        contender: "planted".into(),
+        n: 1,
+        working_set: roof.bytes.unwrap_or(1),
+        intensity: 0.25,
+        gflops: 1.01 * attainable(r.peak, roof.gbs, 0.25),
+    });
+    assert_eq!(points_above_roofs(&planted).expect("roofs").len(), 1);
+}
+
 #[test]
 fn the_figures_show_what_the_prose_says() {
     let figs = ch10::book::figures().expect("figures");
@@ -1179,7 +1219,7 @@ fn the_chapter_prose_carries_the_worked_table() {
     common::check_chapter_prose(&ch10::book::CHAPTER);
 }
 
-// ───────────── properties (proptest, issue 11) ─────────────
+// ───────────── properties (proptest) ─────────────
 
 mod properties {
     use super::*;

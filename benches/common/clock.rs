@@ -20,3 +20,20 @@ pub fn utc_now() -> String {
     let (h, m) = ((secs % 86_400) / 3_600, (secs % 3_600) / 60);
     format!("{year:04}-{month:02}-{day:02} {h:02}:{m:02}")
 }
+
+/// Seconds of CPU time the calling thread has used (Linux), so that time the scheduler gives to
+/// other programs on a shared machine is not counted; elsewhere the wall clock since the first
+/// call, so differences are still durations.
+#[allow(dead_code)] // each bench that includes this module uses what it needs
+pub fn thread_cpu_seconds() -> f64 {
+    #[cfg(target_os = "linux")]
+    {
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+        t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        START.get_or_init(std::time::Instant::now).elapsed().as_secs_f64()
+    }
+}

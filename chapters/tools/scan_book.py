@@ -9,7 +9,11 @@ Fails (exit status 1, one line per fault) on:
   dollar sign; a formula mdbook-katex skipped shows up here);
 - a link to a page or file inside the book that does not exist, or to an anchor the page lacks;
 - an image, stylesheet, script or font (`url(…)` in the book's CSS) that is missing;
-- a book with no typeset math at all (mdbook-katex did not run).
+- a book with no typeset math at all (mdbook-katex did not run);
+- in the Markdown pages (default: the folder above this script, `chapters/`), a `$…$` holding two
+  numbers that only spaces separate (inside TeX a space separates nothing: `(0 0 1 1)` typesets
+  as `(0011)`; write a `pmatrix` or commas), or a number written `1e-6` (typeset as an italic
+  "1e − 6"; write `10^{-6}`).
 
 Python's standard library only. `scan_book.py --self-test` plants each fault in a small book and
 checks that each is reported.
@@ -121,11 +125,40 @@ def local_target(book, page_rel, base, url):
 
 
 DOLLARS = re.compile(r"\$\$|\$[^$\n]{1,200}?\$")
+# In the Markdown: code (fenced or inline) is no math; math is `$$…$$` or `$…$` on one line.
+FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+INLINE_CODE = re.compile(r"`[^`\n]*`")
+MATH = re.compile(r"\$\$(.+?)\$\$|\$([^$\n]+?)\$", re.S)
+# Two numbers with nothing but spaces between them (a minus sign may open the second).
+RUN_TOGETHER = re.compile(r"(?<![\w.\\])\d+(?:\.\d*)?[ \t\n]+[-−]?\d")
+# A number in a program's scientific notation: 1e-6, 2.0e-8, 3E5.
+E_NOTATION = re.compile(r"(?<![\w.\\])\d+(?:\.\d+)?[eE][-+−]?\d+(?!\w)")
+
+
+def markdown_faults(src):
+    """Faults of the typeset math in the Markdown pages of `src` (see the module's list)."""
+    faults = []
+    for name in sorted(os.listdir(src)):
+        if not name.endswith(".md"):
+            continue
+        with open(os.path.join(src, name), encoding="utf-8") as f:
+            text = f.read()
+        # Code is blanked, not removed, so that offsets still give the right line.
+        blank = lambda m: re.sub(r"[^\n]", " ", m.group(0))
+        text = INLINE_CODE.sub(blank, FENCE.sub(blank, text))
+        for m in MATH.finditer(text):
+            tex = m.group(1) if m.group(1) is not None else m.group(2)
+            line = text.count("\n", 0, m.start()) + 1
+            if RUN_TOGETHER.search(tex):
+                faults.append(f"{name}:{line}: numbers run together in ${tex.strip()[:100]}$")
+            if E_NOTATION.search(tex):
+                faults.append(f"{name}:{line}: an exponent written 1e-6 in ${tex.strip()[:100]}$")
+    return faults
 CSS_URL = re.compile(r"url\(\s*['\"]?([^'\")]+)['\"]?\s*\)")
 
 
-def scan(book):
-    faults = []
+def scan(book, src=None):
+    faults = markdown_faults(src) if src is not None else []
     pages = {}
     for dirpath, _, files in os.walk(book):
         for name in files:
@@ -194,8 +227,22 @@ def self_test():
             )
         with open(os.path.join(book, "k.css"), "w") as f:
             f.write("@font-face{src:url(fonts/K.woff2) format('woff2')}")
-        faults, _ = scan(book)
+        src = os.path.join(book, "src")
+        os.makedirs(src)
+        with open(os.path.join(src, "p.md"), "w") as f:
+            f.write(
+                "Fine: $\\begin{pmatrix}0 & 1 \\\\ 1 & 0\\end{pmatrix}$, $10^{-6}$, $3 - 1 = 2$,\n"
+                "$(1.5, 1.1)$, $x_{1} 2$, $1.5\\ 2.5$, `$1 2$` and $e^{-x}$.\n"
+                "| $W_V = (0 0 1 1; 1 1 0 0)$ | $Q = (1.5 1.1 -2.6)$ |\n"
+                "```text\n$1 2$ and 1e-6\n```\n"
+                "$\\epsilon = 1e-6$ and $\\sin(1) = 2.0e-8$\n"
+            )
+        faults, _ = scan(book, src)
         expected = [
+            "p.md:3: numbers run together in $W_V = (0 0 1 1; 1 1 0 0)$",
+            "p.md:3: numbers run together in $Q = (1.5 1.1 -2.6)$",
+            "p.md:7: an exponent written 1e-6 in $\\epsilon = 1e-6$",
+            "p.md:7: an exponent written 1e-6 in $\\sin(1) = 2.0e-8$",
             "a.html:2: katex-error",
             "a.html:3: TeX left as text: $x^2$",
             "a.html:3: a bare $",
@@ -217,9 +264,11 @@ def main():
         self_test()
         return
     book = sys.argv[1] if len(sys.argv) > 1 else "target/book"
+    here = os.path.dirname(os.path.abspath(__file__))
+    src = sys.argv[2] if len(sys.argv) > 2 else os.path.dirname(here)
     if not os.path.isfile(os.path.join(book, "index.html")):
         sys.exit(f"scan_book.py: {book} holds no built book (run `mdbook build chapters`)")
-    faults, stats = scan(book)
+    faults, stats = scan(book, src)
     for fault in faults:
         print(fault)
     print(

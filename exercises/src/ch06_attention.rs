@@ -174,66 +174,6 @@ pub fn block_backward(
     todo!()
 }
 
-/// The main crate's functions in this chapter's one-sequence signatures (used by the
-/// `solutions` feature and by the judges' own tests).
-pub mod solution {
-    use llm_workbook::Result;
-    use llm_workbook::ch06_attention as book;
-    use nalgebra::DMatrix;
-
-    fn spec(q: &DMatrix<f64>, k: &DMatrix<f64>, causal: bool) -> book::AttnSpec<f64> {
-        let spec = book::AttnSpec::cross(q.nrows(), k.nrows());
-        book::AttnSpec { causal, ..spec }
-    }
-
-    /// [`super::attention_forward`] by `llm_workbook::ch06_attention::attention_forward`.
-    pub fn attention_forward(
-        q: &DMatrix<f64>,
-        k: &DMatrix<f64>,
-        v: &DMatrix<f64>,
-        causal: bool,
-    ) -> Result<(DMatrix<f64>, DMatrix<f64>)> {
-        let a = book::attention_forward(q, k, v, &spec(q, k, causal))?;
-        Ok((a.out, a.weights))
-    }
-
-    /// [`super::attention_backward`] by `llm_workbook::ch06_attention::attention_backward`.
-    pub fn attention_backward(
-        q: &DMatrix<f64>,
-        k: &DMatrix<f64>,
-        v: &DMatrix<f64>,
-        weights: &DMatrix<f64>,
-        d_out: &DMatrix<f64>,
-        causal: bool,
-    ) -> Result<(DMatrix<f64>, DMatrix<f64>, DMatrix<f64>)> {
-        let g = book::attention_backward(q, k, v, weights, d_out, &spec(q, k, causal))?;
-        Ok((g.d_q, g.d_k, g.d_v))
-    }
-
-    fn norm(gamma: &DMatrix<f64>, beta: DMatrix<f64>, eps: f64) -> book::LayerNorm<f64> {
-        book::LayerNorm { gamma: gamma.clone(), beta, eps, placement: book::Epsilon::InsideSqrt }
-    }
-
-    /// [`super::layer_norm_forward`] by `llm_workbook::ch06_attention::layer_norm_forward`.
-    pub fn layer_norm_forward(
-        x: &DMatrix<f64>,
-        gamma: &DMatrix<f64>,
-        beta: &DMatrix<f64>,
-        eps: f64,
-    ) -> Result<DMatrix<f64>> {
-        Ok(book::layer_norm_forward(&norm(gamma, beta.clone(), eps), x)?.0)
-    }
-
-    /// [`super::layer_norm_backward`] by `llm_workbook::ch06_attention::layer_norm_backward`.
-    pub fn layer_norm_backward(
-        x: &DMatrix<f64>,
-        gamma: &DMatrix<f64>,
-        d_y: &DMatrix<f64>,
-        eps: f64,
-    ) -> Result<(DMatrix<f64>, DMatrix<f64>, DMatrix<f64>)> {
-        let ln = norm(gamma, DMatrix::zeros(gamma.nrows(), gamma.ncols()), eps);
-        let (_, cache) = book::layer_norm_forward(&ln, x)?;
-        let g = book::layer_norm_backward(&ln, &cache, d_y)?;
-        Ok((g.d_x, g.d_gamma, g.d_beta))
-    }
-}
+// The `solutions` feature's adapters (src/solutions.rs).
+#[cfg(feature = "solutions")]
+use llm_workbook_exercises::solutions::ch06_attention as solution;

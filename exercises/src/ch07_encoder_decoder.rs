@@ -89,21 +89,6 @@ pub fn decoder_block_backward(
     todo!()
 }
 
-/// The main crate's functions in this chapter's signatures.
-pub mod solution {
-    use super::*;
-    use llm_workbook::ch07_encoder_decoder as book;
-
-    /// [`super::cross_attention_backward`] by the main crate's forward and backward.
-    pub fn cross_attention_backward(
-        y: &DMatrix<f64>,
-        y_batch: &Batch,
-        e: &DMatrix<f64>,
-        e_batch: &Batch,
-        w: &MultiHead<f64>,
-        d_out: &DMatrix<f64>,
-    ) -> Result<MhaGrads<f64>> {
-        let (_, cache) = book::cross_attention_forward(y, y_batch, e, e_batch, w)?;
-        book::cross_attention_backward(w, &cache, d_out)
-    }
-}
+// The `solutions` feature's adapters (src/solutions.rs).
+#[cfg(feature = "solutions")]
+use llm_workbook_exercises::solutions::ch07_encoder_decoder as solution;

@@ -53,27 +53,6 @@ pub fn add_k_probability(
     todo!()
 }
 
-/// The main crate's functions in this chapter's signatures.
-pub mod solution {
-    use super::*;
-    use llm_workbook::ch08_tokens::ngram::NGramModel;
-
-    /// [`super::bigram_counts`] from the main crate's n-gram model.
-    pub fn bigram_counts(tokens: &[TokenId], vocab_size: usize) -> Result<DMatrix<f64>> {
-        let model = NGramModel::fit(tokens, 2, vocab_size)?;
-        Ok(DMatrix::from_fn(vocab_size, vocab_size, |a, b| {
-            model.followers(&[a as TokenId]).map_or(0.0, |f| f.count(b as TokenId) as f64)
-        }))
-    }
-
-    /// [`super::add_k_probability`] from the main crate's n-gram model.
-    pub fn add_k_probability(
-        tokens: &[TokenId],
-        vocab_size: usize,
-        context: TokenId,
-        next: TokenId,
-        k: f64,
-    ) -> Result<f64> {
-        Ok(NGramModel::fit(tokens, 2, vocab_size)?.add_k(&[context], next, k))
-    }
-}
+// The `solutions` feature's adapters (src/solutions.rs).
+#[cfg(feature = "solutions")]
+use llm_workbook_exercises::solutions::ch08_tokens as solution;

@@ -479,7 +479,7 @@ mod ch06 {
     use super::*;
     use judge::ch06 as j;
     use llm_workbook::ch06_attention as book;
-    use llm_workbook_exercises::ch06_attention::solution as s;
+    use llm_workbook_exercises::solutions::ch06_attention as s;
 
     /// Every judge of the chapter run on the main crate's answers, with the probes it ran.
     pub fn judged() -> Vec<Judged> {
@@ -687,7 +687,7 @@ mod ch07 {
     use judge::ch07 as j;
     use llm_workbook::ch06_attention::{self as ch06, MultiHead};
     use llm_workbook::ch07_encoder_decoder::{self as book, Batch};
-    use llm_workbook_exercises::ch07_encoder_decoder::solution as s;
+    use llm_workbook_exercises::solutions::ch07_encoder_decoder as s;
 
     /// Every judge of the chapter run on the main crate's answers, with the probes it ran.
     pub fn judged() -> Vec<Judged> {
@@ -808,7 +808,7 @@ mod ch08 {
     use super::*;
     use judge::ch08 as j;
     use llm_workbook::ch08_tokens::{TokenId, bpe};
-    use llm_workbook_exercises::ch08_tokens::solution as s;
+    use llm_workbook_exercises::solutions::ch08_tokens as s;
     use std::collections::HashMap;
 
     type Ranks = HashMap<(TokenId, TokenId), (u32, TokenId)>;
@@ -894,7 +894,7 @@ mod ch09 {
     use judge::ch09 as j;
     use llm_workbook::ch09_gpt::sample::{Decoding, distribution};
     use llm_workbook::optim::AdamConfig;
-    use llm_workbook_exercises::ch09_gpt::solution as s;
+    use llm_workbook_exercises::solutions::ch09_gpt as s;
 
     fn top_k(z: &[f64], k: usize, t: f64) -> Result<Vec<(usize, f64)>> {
         distribution(z, &Decoding::Sample { temperature: t, top_k: Some(k), top_p: None })
@@ -1045,7 +1045,7 @@ mod ch09 {
 mod ch10 {
     use super::*;
     use judge::ch10 as j;
-    use llm_workbook_exercises::ch10_matmul::{MR, NR, solution as s};
+    use llm_workbook_exercises::solutions::ch10_matmul::{self as s, MR, NR};
 
     use llm_workbook::matmul::{Op, pack_a_block, pack_b_panel};
     use std::ops::Range;

@@ -5,9 +5,9 @@ use super::{
     LEARNING_RATE, bce, bce_from_logit, chapter_model, classify, d_loss_d_yhat, d_yhat_d_z,
     sample_gradient, sigmoid, sigmoid_derivative, smoothness_bound,
 };
-use crate::errata::Erratum;
+use crate::errata::{Erratum, Kind};
 use crate::error::Result;
-use crate::plot::{Figure, LineChart, Regions, ScatterChart, Series};
+use crate::plot::{Figure, LineChart, LogAxes, Regions, ScatterChart, Series};
 use crate::report::{Chapter, Walk, Worked};
 use crate::sources::D0;
 use nalgebra::{DMatrix, DVector};
@@ -25,7 +25,8 @@ pub const ERRATA: &[Erratum] = &[
         why: "Putting −(y/ŷ − (1−y)/(1−ŷ)) over the common denominator ŷ(1−ŷ) gives \
             (ŷ − y)/(ŷ(1−ŷ)); the printed denominator has y where ŷ belongs \
             (it would divide by zero for every y = 0 sample).",
-        test: "tests/ch01_logistic.rs::factor_1_has_denominator_yhat_times_one_minus_yhat",
+        kind: Kind::Erratum,
+        tests: &["tests/ch01_logistic.rs::factor_1_has_denominator_yhat_times_one_minus_yhat"],
     },
     Erratum {
         document: D0,
@@ -34,7 +35,8 @@ pub const ERRATA: &[Erratum] = &[
         correct: "∂z/∂w = x̄, so ∂ℓ/∂w = x̄(ŷ − y), batch (1/N)Σ(ŷᵢ − yᵢ)x̄ᵢ",
         why: "z = wᵀx + b is linear in w with coefficient vector x; z itself is a scalar and \
             cannot be the gradient of a scalar with respect to the vector w.",
-        test: "tests/ch01_logistic.rs::factor_3_is_the_input_x_not_z",
+        kind: Kind::Erratum,
+        tests: &["tests/ch01_logistic.rs::factor_3_is_the_input_x_not_z"],
     },
     Erratum {
         document: D0,
@@ -43,7 +45,8 @@ pub const ERRATA: &[Erratum] = &[
         correct: "log L = Σ log(ŷᵢ^{yᵢ} (1 − ŷᵢ)^{1−yᵢ})",
         why: "The exponent yᵢ of ŷᵢ became a factor: for yᵢ = 0 the printed term is log 0 = −∞ \
             instead of log(1 − ŷᵢ). The next printed line is right again.",
-        test: "tests/ch01_logistic.rs::log_likelihood_is_minus_the_summed_loss",
+        kind: Kind::Erratum,
+        tests: &["tests/ch01_logistic.rs::log_likelihood_is_minus_the_summed_loss"],
     },
 ];
 
@@ -155,16 +158,22 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
         markers: false,
     });
     let (x, y, t) = chapter_model()?;
-    let loss_fig = Figure::Line(LineChart {
-        title: format!("Training loss, full-batch gradient descent, α = {LEARNING_RATE}"),
-        x_label: "step".into(),
-        y_label: "mean BCE".into(),
-        series: vec![Series::new(
-            "training loss",
-            t.losses.iter().enumerate().map(|(i, &l)| (i as f64, l)).collect(),
-        )],
-        markers: false,
-    });
+    // Most of the fall happens in the first ten steps and the tail is long: a log step axis
+    // gives both their room. Point s is the loss after s updates; the loss before the first
+    // (s = 0, which a log axis cannot place) is named in the legend.
+    let loss_fig = Figure::LogLine(
+        LineChart {
+            title: format!("Training loss, full-batch gradient descent, α = {LEARNING_RATE}"),
+            x_label: "step (log scale)".into(),
+            y_label: "mean BCE".into(),
+            series: vec![Series::new(
+                format!("training loss (before training {:.3})", t.losses[0]),
+                t.losses.iter().enumerate().skip(1).map(|(i, &l)| (i as f64, l)).collect(),
+            )],
+            markers: false,
+        },
+        LogAxes::X,
+    );
     let mut classes = vec![Series::new("class 0", vec![]), Series::new("class 1", vec![])];
     for r in 0..x.nrows() {
         classes[y[r] as usize].points.push((x[(r, 0)], x[(r, 1)]));

@@ -11,7 +11,7 @@ use super::{
     smoothness_bound, softmax, softmax_jacobian, softmax_with_base, softmax_with_temperature,
     summed_weight_gradient,
 };
-use crate::errata::Erratum;
+use crate::errata::{Erratum, Kind};
 use crate::error::{Result, invalid};
 use crate::plot::{BarChart, Figure, LineChart, Regions, ScatterChart, Series};
 use crate::report::{Chapter, Walk, Worked};
@@ -32,20 +32,15 @@ pub const ERRATA: &[Erratum] = &[
         why: "The slope of −y ln ŷ in ŷ is −y/ŷ. The printed y − ŷ is (minus) the slope with \
             respect to the logit z, which already contains the softmax Jacobian. \
             At y = (1, 0, 0, 0), ŷ = (0.7, 0.1, 0.1, 0.1) the printed form gives 0.3 for mat; \
-            the slope is −1/0.7 = −1.4286 (a finite difference agrees).",
-        test: "tests/ch02_softmax.rs::d_loss_d_probabilities_is_minus_y_over_y_hat",
-    },
-    Erratum {
-        document: D0,
-        section: "Deriving ∇ for multiclass classification, 2. Computing the gradient",
-        printed: "∂ℒ/∂w = Σᵢ Σₖ (ŷ_ik − y_ik) ∂ŷ_ik/∂w",
-        correct: "∂L/∂w = Σᵢ Σₖ (−y_ik/ŷ_ik) ∂ŷ_ik/∂w, which through ∂ŷ_ik/∂z_ij = \
-            ŷ_ik(δ_jk − ŷ_ij) becomes Σᵢ (ŷᵢ − yᵢ)xᵢᵀ",
-        why: "The chain rule multiplies ∂ŷ_ik/∂w by ∂L/∂ŷ_ik = −y_ik/ŷ_ik; a factor (ŷ_ik − y_ik) \
-            belongs to the squared error ½Σ(ŷ − y)². Through the Jacobian the printed sum gives \
-            −0.084 for the mat logit at ŷ = (0.7, 0.1, 0.1, 0.1), y = mat; the correct chain gives \
-            ŷ − y = −0.3. The final line Σ(ŷᵢ − yᵢ)xᵢ is right.",
-        test: "tests/ch02_softmax.rs::jacobian_chain_gives_y_hat_minus_y",
+            the slope is −1/0.7 = −1.4286 (a finite difference agrees). The next line carries the \
+            same slip into the chain rule, ∂ℒ/∂w = Σᵢ Σₖ (ŷ_ik − y_ik) ∂ŷ_ik/∂w: through the \
+            Jacobian ∂ŷ_ik/∂z_ij = ŷ_ik(δ_jk − ŷ_ij) it gives −0.084 for the mat logit where the \
+            correct factor −y_ik/ŷ_ik gives ŷ − y = −0.3; the final line Σ(ŷᵢ − yᵢ)xᵢ is right.",
+        kind: Kind::Erratum,
+        tests: &[
+            "tests/ch02_softmax.rs::d_loss_d_probabilities_is_minus_y_over_y_hat",
+            "tests/ch02_softmax.rs::jacobian_chain_gives_y_hat_minus_y",
+        ],
     },
     Erratum {
         document: D0,
@@ -54,8 +49,10 @@ pub const ERRATA: &[Erratum] = &[
         correct: "−log ℒ(w̄) = −Σᵢ Σₖ y_ik log(ŷ_ik)",
         why: "ℒ is the likelihood Πᵢ ŷ_{i,kᵢ} of step ①, a number in (0, 1]; the double sum of \
             step ② is its logarithm, so negating it gives −log ℒ, the summed cross-entropy in \
-            [0, ∞), not −ℒ.",
-        test: "tests/ch02_softmax.rs::negative_log_likelihood_is_the_summed_cross_entropy",
+            [0, ∞). The document uses ℒ for the log-likelihood from step ② on (its gradient \
+            ∇ℒ is the loss's), so −ℒ is shorthand for −log ℒ, not a wrong value.",
+        kind: Kind::Notation,
+        tests: &["tests/ch02_softmax.rs::negative_log_likelihood_is_the_summed_cross_entropy"],
     },
     Erratum {
         document: D3,
@@ -67,7 +64,8 @@ pub const ERRATA: &[Erratum] = &[
             from the probabilities. From logits ln(0.1, 0.1, 0.1, 0.7) \
             (any common shift gives the same answer) the true step multiplies each ŷᵢ by \
             e^{−α(ŷᵢ − yᵢ)} and renormalises.",
-        test: "tests/ch02_softmax.rs::one_logit_step_from_p_gives_0_114_0_103_0_103_0_680",
+        kind: Kind::Erratum,
+        tests: &["tests/ch02_softmax.rs::one_logit_step_from_p_gives_0_114_0_103_0_103_0_680"],
     },
     Erratum {
         document: D3,
@@ -77,7 +75,8 @@ pub const ERRATA: &[Erratum] = &[
         why: "Σᵢ(ŷᵢ − yᵢ) = 1 − 1 = 0, so ŷ − α(ŷ − y) = (1 − α)ŷ + αy sums to 1 for every α. \
             A softmax is needed after a step on the logits, which is the step gradient descent \
             actually takes.",
-        test: "tests/ch02_softmax.rs::probability_step_keeps_the_sum_at_one",
+        kind: Kind::Erratum,
+        tests: &["tests/ch02_softmax.rs::probability_step_keeps_the_sum_at_one"],
     },
     Erratum {
         document: D3,
@@ -88,7 +87,10 @@ pub const ERRATA: &[Erratum] = &[
         why: "The script's array of weights holds logits and goes through a softmax, \
             so the text's probabilities became its logits, and its learning rate is 0.01. \
             Its printed output is right for what it computes (replayed to 8 decimals).",
-        test: "tests/ch02_softmax.rs::script_starts_from_logits_not_from_the_texts_probabilities",
+        kind: Kind::Erratum,
+        tests: &[
+            "tests/ch02_softmax.rs::script_starts_from_logits_not_from_the_texts_probabilities",
+        ],
     },
 ];
 

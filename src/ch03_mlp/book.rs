@@ -16,7 +16,7 @@ use super::superposition::{
     PACK_STEPS, Packing, angle_samples, coherence, pack_unit_vectors, pairwise_cosines,
     random_unit_vectors, two_bases, welch_capacity,
 };
-use crate::errata::Erratum;
+use crate::errata::{Erratum, Kind};
 use crate::error::{Error, Result};
 use crate::plot::{Figure, LineChart, LogAxes, Series};
 use crate::report::{Chapter, Walk, Worked, with_commas};
@@ -41,7 +41,8 @@ pub const ERRATA: &[Erratum] = &[
               document writes 2(a⁽ᴸ⁾ − y) itself a few lines later in ∂C₀/∂a⁽ᴸ⁻¹⁾, so the z is a \
               misread 2. Read as z⁽ᴸ⁾ it gives a wrong value and even a wrong sign (see the worked \
               table).",
-        test: "tests/ch03_mlp.rs::d_cost_d_output_is_2_times_error_not_z_times_error",
+        kind: Kind::Erratum,
+        tests: &["tests/ch03_mlp.rs::d_cost_d_output_is_2_times_error_not_z_times_error"],
     },
     Erratum {
         document: D0,
@@ -51,7 +52,8 @@ pub const ERRATA: &[Erratum] = &[
         why: "Layer 0 is the input a⁽⁰⁾ and owns no weight: the first weight is w⁽¹⁾ in \
               z⁽¹⁾ = w⁽¹⁾a⁽⁰⁾ + b⁽¹⁾, and it pairs with b⁽¹⁾. A chain of L layers has 2L \
               parameters, w⁽¹⁾…w⁽ᴸ⁾ and b⁽¹⁾…b⁽ᴸ⁾.",
-        test: "tests/ch03_mlp.rs::gradient_has_one_weight_and_one_bias_for_each_layer_1_to_l",
+        kind: Kind::Erratum,
+        tests: &["tests/ch03_mlp.rs::gradient_has_one_weight_and_one_bias_for_each_layer_1_to_l"],
     },
     Erratum {
         document: D0,
@@ -61,7 +63,8 @@ pub const ERRATA: &[Erratum] = &[
         why: "j indexes zⱼ⁽ᴸ⁾ and aⱼ⁽ᴸ⁾, the neurons of layer L, numbered 0 … n_L − 1. The printed \
               upper limit n_{L−1} is the width of the previous layer (and one too many): with 3 \
               neurons feeding 2 it would sum over 4 output neurons, 2 of which do not exist.",
-        test: "tests/ch03_mlp.rs::multi_neuron_sum_runs_over_the_neurons_of_layer_l",
+        kind: Kind::Erratum,
+        tests: &["tests/ch03_mlp.rs::multi_neuron_sum_runs_over_the_neurons_of_layer_l"],
     },
     Erratum {
         document: D0,
@@ -71,8 +74,11 @@ pub const ERRATA: &[Erratum] = &[
                   one entry per row of W",
         why: "Wā⁽⁰⁾ has as many entries as W has rows, so the bias added to it must too; the \
               printed b̄ has as many entries as the input ā⁽⁰⁾ (n + 1), which only works when the \
-              layer keeps its width. The row index L also collides with the layer superscript (L).",
-        test: "tests/ch03_mlp.rs::bias_has_one_entry_per_output_neuron",
+              layer keeps its width. The row index L also collides with the layer superscript (L). \
+              The formula itself is right: only the letters for the sizes are, which makes this \
+              a notation slip, not a wrong result.",
+        kind: Kind::Notation,
+        tests: &["tests/ch03_mlp.rs::bias_has_one_entry_per_output_neuron"],
     },
     Erratum {
         document: D0,
@@ -84,7 +90,8 @@ pub const ERRATA: &[Erratum] = &[
         why: "Equal dot products are not a conjunction: a vector that encodes neither name (both \
               products 0) or only half of each satisfies the equality. The AND is made by the bias \
               −1 and the ReLU acting on the sum.",
-        test: "tests/ch03_mlp.rs::equal_dot_products_do_not_mean_both_names",
+        kind: Kind::Erratum,
+        tests: &["tests/ch03_mlp.rs::equal_dot_products_do_not_mean_both_names"],
     },
     Erratum {
         document: D0,
@@ -96,7 +103,8 @@ pub const ERRATA: &[Erratum] = &[
         why: "w̄ = (w₀ … w_n) has n + 1 entries and ends in w_n, so no w_{n+1} exists; the \
               negative entry is the one before the last (0.16, which belongs to w_n). A negative \
               entry of −∇C means that weight should decrease, as the text says.",
-        test: "tests/ch03_mlp.rs::minus_gradient_entry_before_the_last_belongs_to_w_n_minus_1",
+        kind: Kind::Erratum,
+        tests: &["tests/ch03_mlp.rs::minus_gradient_entry_before_the_last_belongs_to_w_n_minus_1"],
     },
     Erratum {
         document: D0,
@@ -105,7 +113,8 @@ pub const ERRATA: &[Erratum] = &[
         correct: "digits 0–9: ten output neurons, one per digit",
         why: "There are ten decimal digits, 0 to 9; 0 to 10 would be eleven classes, and 10 is \
               written with two digits. The classifier's output layer has ten neurons.",
-        test: "tests/ch03_mlp.rs::a_digit_classifier_has_ten_outputs_for_0_to_9",
+        kind: Kind::Erratum,
+        tests: &["tests/ch03_mlp.rs::a_digit_classifier_has_ten_outputs_for_0_to_9"],
     },
 ];
 
@@ -252,7 +261,7 @@ pub fn worked() -> Result<Vec<Worked>> {
                 w_rows.nrows()
             ),
         ),
-        Worked::erratum(
+        Worked::notation(
             "bias_has_one_entry_per_output_neuron",
             D0,
             "entries of b̄ for a layer of 2 neurons fed by 3 inputs",

@@ -7,7 +7,7 @@ use super::{
     Reading, SEQ_LEN, X_EMBEDDINGS, Y_EMBEDDINGS, dot_at_offset, every_position_mixes, frequency,
     matrix3x4, shift_operator, sinusoidal, sinusoidal_at, walkthrough_pe, with_exponents,
 };
-use crate::errata::Erratum;
+use crate::errata::{Erratum, Kind};
 use crate::error::Result;
 use crate::plot::{Figure, Heatmap, LineChart, Series};
 use crate::report::{Chapter, Walk, Worked};
@@ -30,20 +30,30 @@ pub const ERRATA: &[Erratum] = &[
         why: "The stated formula gives both columns of pair i the exponent 2i/d \
             (0, 0, 0.5, 0.5 for d = 4). The printed numbers follow 2j/d with the column index j \
             (0, 0.5, 1, 1.5): cos(1/100) = 0.99995 in column 1 and sin(1/10000) = 0.0001 in column \
-            2. With that reading every printed entry is reproduced.",
-        test: "tests/ch05_positions.rs::printed_pe_follows_the_column_index_exponent",
+            2. With that reading every printed entry is reproduced, and so are the sums X + PE \
+            row 1 = (0.5415, 1.49995, 0.1001, 0.8) and Y + PE row 2 = (1.4093, 0.8998, −0.3998, \
+            1.3) \
+            printed under Adding Them Together (standard: (0.5415, 1.0403, 0.1100, 0.79995) and \
+            (1.4093, −0.5161, −0.3800, 1.2998)); chapter 6 starts from the printed X + PE, as the \
+            document's later numbers do.",
+        kind: Kind::Erratum,
+        tests: &[
+            "tests/ch05_positions.rs::printed_pe_follows_the_column_index_exponent",
+            "tests/ch05_positions.rs::standard_x_plus_pe_differs_from_the_printed_one",
+        ],
     },
     Erratum {
         document: D3,
         section: "1.5 Position Encoding, symbolic PE_input",
         printed: "column 2 = sin(pos/10000²) = 0.0001, 0.0002 (exponents 0, 0.5, 2, 2.5)",
-        correct: "sin(1/10000²) = 1.0e−8, sin(2/10000²) = 2.0e−8; standard: sin(pos/100) = 0.0100, \
-            0.0200",
+        correct: "sin(1/10000²) = 1.0·10⁻⁸, sin(2/10000²) = 2.0·10⁻⁸; standard: \
+            sin(pos/100) = 0.0100, 0.0200",
         why: "The symbolic matrix writes a third set of exponents (0, 0.5, 2, 2.5) whose column 2 \
             is a hundred-millionth, not the 0.0001 printed beside it; the first Python cell of the \
             supplement evaluates this symbolic form, which is why its Q row 1 reads 1.59995001 and \
             0.64147099 where the printed X + PE gives 1.60005 and 0.6416 (chapter 6).",
-        test: "tests/ch05_positions.rs::symbolic_pe_contradicts_its_own_numbers",
+        kind: Kind::Erratum,
+        tests: &["tests/ch05_positions.rs::symbolic_pe_contradicts_its_own_numbers"],
     },
     Erratum {
         document: D3,
@@ -53,7 +63,8 @@ pub const ERRATA: &[Erratum] = &[
         why: "The cosine of pair i uses the same exponent 2i/d as its sine; 2(i+1)/d would give \
             each cosine the next pair's frequency. At pos = 0 every cosine is 1 whatever the \
             exponent, so the values 0, 1, 0, 1 are right, but the expression is not the formula.",
-        test: "tests/ch05_positions.rs::breakdown_at_position_0_is_0_1_0_1",
+        kind: Kind::Erratum,
+        tests: &["tests/ch05_positions.rs::breakdown_at_position_0_is_0_1_0_1"],
     },
     Erratum {
         document: D3,
@@ -62,20 +73,10 @@ pub const ERRATA: &[Erratum] = &[
         correct: "sin fills the even dimensions (columns 2i) and cos the odd dimensions (2i + 1), \
             at every position",
         why: "Every position gets both sines and cosines; the parity that chooses between them is \
-            that of the column index.",
-        test: "tests/ch05_positions.rs::every_position_mixes_sines_and_cosines",
-    },
-    Erratum {
-        document: D3,
-        section: "1.5 Position Encoding, Adding Them Together",
-        printed: "X + PE row 1 = (0.5415, 1.49995, 0.1001, 0.8); Y + PE row 2 = \
-            (1.4093, 0.8998, −0.3998, 1.3)",
-        correct: "standard: X + PE row 1 = (0.5415, 1.0403, 0.1100, 0.79995); Y + PE row 2 = \
-            (1.4093, −0.5161, −0.3800, 1.2998)",
-        why: "The sums are right for the printed PE, which follows the column-index exponent \
-            (first row of this table). Chapter 6 starts from the printed X + PE, \
-            as the document's later numbers do.",
-        test: "tests/ch05_positions.rs::standard_x_plus_pe_differs_from_the_printed_one",
+            that of the column index, which the bullet calls a position (the formula beside it, \
+            PE(pos, 2i) and PE(pos, 2i + 1), is right).",
+        kind: Kind::Notation,
+        tests: &["tests/ch05_positions.rs::every_position_mixes_sines_and_cosines"],
     },
 ];
 

@@ -10,7 +10,7 @@ use super::{
 };
 use crate::ch03_mlp::Activation;
 use crate::ch05_positions::{self as ch05, PRINTED_X_PLUS_PE, PRINTED_Y_PLUS_PE, Reading};
-use crate::errata::Erratum;
+use crate::errata::{Erratum, Kind};
 use crate::error::Result;
 use crate::matmul::matmul;
 use crate::plot::{Figure, Heatmap};
@@ -316,7 +316,8 @@ pub const ERRATA: &[Erratum] = &[
         correct: "Q[1,3] = 0 + 1.2 + 0 + 1.4 = 2.6",
         why: "The last product 1.4 × 1 was written as 0 in the sum. The printed Q matrix has the \
             right 2.6.",
-        test: "tests/ch06_attention.rs::q_first_row_by_hand_is_1_5_1_1_2_6_0",
+        kind: Kind::Erratum,
+        tests: &["tests/ch06_attention.rs::q_first_row_by_hand_is_1_5_1_1_2_6_0"],
     },
     Erratum {
         document: D3,
@@ -328,7 +329,8 @@ pub const ERRATA: &[Erratum] = &[
             column uses sin(pos/10000²) ≈ 0 instead of the printed 0.0001/0.0002; the K, V and \
             attention that follow use the printed X + PE, so Q and V of the main text come from \
             different inputs.",
-        test: "tests/ch06_attention.rs::main_text_q_follows_the_symbolic_pe",
+        kind: Kind::Erratum,
+        tests: &["tests/ch06_attention.rs::main_text_q_follows_the_symbolic_pe"],
     },
     Erratum {
         document: D3,
@@ -338,7 +340,8 @@ pub const ERRATA: &[Erratum] = &[
         why: "The K paragraph repeats the Q paragraph: it shows W_Q and prints Q again. K with the \
             W_K defined above is printed only in the supplement's cell, and the attention output \
             uses that K.",
-        test: "tests/ch06_attention.rs::k_heading_shows_q_again",
+        kind: Kind::Erratum,
+        tests: &["tests/ch06_attention.rs::k_heading_shows_q_again"],
     },
     Erratum {
         document: D3,
@@ -348,7 +351,8 @@ pub const ERRATA: &[Erratum] = &[
             displayed W_V gives (2.6 1.1 1.5 0; …)",
         why: "The printed V follows the W_V defined at the start of the example, not the different \
             matrix displayed beside it.",
-        test: "tests/ch06_attention.rs::v_follows_the_first_w_v_not_the_displayed_one",
+        kind: Kind::Erratum,
+        tests: &["tests/ch06_attention.rs::v_follows_the_first_w_v_not_the_displayed_one"],
     },
     Erratum {
         document: D3,
@@ -358,7 +362,8 @@ pub const ERRATA: &[Erratum] = &[
             four output columns would equal half the row sum (5.92954852, 6.02018627, 5.68995938)",
         why: "The sentence was left from a draft; the numbers downstream (M, LN(M), the FFN) all \
             follow the random W_O.",
-        test: "tests/ch06_attention.rs::w_o_filled_with_0_5_misses_every_printed_row",
+        kind: Kind::Erratum,
+        tests: &["tests/ch06_attention.rs::w_o_filled_with_0_5_misses_every_printed_row"],
     },
     Erratum {
         document: D3,
@@ -369,20 +374,22 @@ pub const ERRATA: &[Erratum] = &[
         why: "The concatenation is printed a second time in place of its product with W_O; the \
             product appears only as the output of the supplement's multi-head cell (and as M in \
             the LayerNorm section).",
-        test: "tests/ch06_attention.rs::multihead_output_is_concat_times_w_o",
+        kind: Kind::Erratum,
+        tests: &["tests/ch06_attention.rs::multihead_output_is_concat_times_w_o"],
     },
     Erratum {
         document: D3,
         section: "Layer Normalization, LN(x_i) and the Calculate Layer Normalization cell",
         printed: "LN row 1 = (−1.03927142, 0.13949668, 1.56694829, −0.66717355) beside \
-            (x − μ)/√(σ² + ε), ε = 1e−6",
+            (x − μ)/√(σ² + ε), ε = 10⁻⁶",
         correct: "(x − μ)/√(σ² + ε): (−1.03927194, 0.13949675, 1.56694907, −0.66717388)",
         why: "The printed numbers follow (x − μ)/(σ + ε), ε added to the standard deviation (as \
             the document's decoder cell does), not the formula beside them nor the code of the \
             cell (np.sqrt(variance + epsilon)). Both use the population variance (divide by C); \
             the sample variance (divide by C − 1) would scale every entry by √(3/4), giving \
             −0.90004 for the first.",
-        test: "tests/ch06_attention.rs::layer_norm_printed_follows_std_plus_eps",
+        kind: Kind::Erratum,
+        tests: &["tests/ch06_attention.rs::layer_norm_printed_follows_std_plus_eps"],
     },
     Erratum {
         document: D3,
@@ -393,7 +400,8 @@ pub const ERRATA: &[Erratum] = &[
         why: "W₂'s columns differ by a constant column (0.6 per step) and b₂ by 0.01 per step, so \
             every output row is a + c·j. LayerNorm maps any 4-term arithmetic progression to \
             (−1.3416, −0.4472, 0.4472, 1.3416), which is why all rows agree.",
-        test: "tests/ch06_attention.rs::ffn_rows_are_arithmetic_not_scalar_multiples",
+        kind: Kind::Erratum,
+        tests: &["tests/ch06_attention.rs::ffn_rows_are_arithmetic_not_scalar_multiples"],
     },
     Erratum {
         document: D3,
@@ -406,7 +414,8 @@ pub const ERRATA: &[Erratum] = &[
         why: "The walk-through normalises each sub-layer's output alone; the transformer it \
             describes adds the sub-layer's input first (Add & Norm). The printed numbers are \
             reproduced as computed; `StandardChain` computes the block with residuals.",
-        test: "tests/ch06_attention.rs::walkthrough_omits_the_residual_connections",
+        kind: Kind::Erratum,
+        tests: &["tests/ch06_attention.rs::walkthrough_omits_the_residual_connections"],
     },
     Erratum {
         document: D3,
@@ -417,7 +426,8 @@ pub const ERRATA: &[Erratum] = &[
             for 500; QKᵀ and A·V cost grows as n²·d",
         why: "Attention compares every token with every token, so its work grows quadratically \
             with the length (the document's own GPT section gives O(l·n²·d)).",
-        test: "tests/ch06_attention.rs::attention_weights_grow_quadratically_with_length",
+        kind: Kind::Erratum,
+        tests: &["tests/ch06_attention.rs::attention_weights_grow_quadratically_with_length"],
     },
     Erratum {
         document: D2,
@@ -427,7 +437,8 @@ pub const ERRATA: &[Erratum] = &[
         why: "Multiplying by −∞ sends a negative score to +∞ and a zero score to NaN, so the \
             softmax of a masked row is NaN or puts all weight on a future token; the mask must be \
             added.",
-        test: "tests/ch06_attention.rs::multiplicative_mask_breaks_softmax",
+        kind: Kind::Erratum,
+        tests: &["tests/ch06_attention.rs::multiplicative_mask_breaks_softmax"],
     },
     Erratum {
         document: D2,
@@ -436,7 +447,8 @@ pub const ERRATA: &[Erratum] = &[
         correct: "A₁V₁ and A₂V₂",
         why: "Head 2 applies its own weights A₂ to its own values V₂ = E W_{v,2}, as the line \
             above it writes.",
-        test: "tests/ch06_attention.rs::two_heads_are_a_sum_of_per_head_terms",
+        kind: Kind::Erratum,
+        tests: &["tests/ch06_attention.rs::two_heads_are_a_sum_of_per_head_terms"],
     },
     Erratum {
         document: D2,
@@ -447,17 +459,9 @@ pub const ERRATA: &[Erratum] = &[
         why: "Read literally, the assignments overwrite E and Ê with their normalised versions, so \
             the residual adds the normalised input and every block renormalises the stream; in the \
             pre-LN transformer (GPT-2) only the sub-layer's input is normalised. The two give \
-            different outputs.",
-        test: "tests/ch06_attention.rs::literal_reading_of_002_normalises_the_residual_stream",
-    },
-    Erratum {
-        document: D0,
-        section: "Attention, the value matrix",
-        printed: "In GPT-3, n-embed = 12,388 and n-query-key = 128",
-        correct: "n-embed = 12,288 (96 heads × 128)",
-        why: "A transposed digit: D1 gives 12,288, which is 96 × 128 and makes the \
-            per-head count 4 × 12,288 × 128 = 6,291,456 ≈ 6.3 million.",
-        test: "tests/ch06_attention.rs::gpt3_head_has_6_3_million_parameters",
+            different outputs; the arrows are shorthand for the pre-LN block the section means.",
+        kind: Kind::Notation,
+        tests: &["tests/ch06_attention.rs::literal_reading_of_d2_normalises_the_residual_stream"],
     },
 ];
 

@@ -3,7 +3,7 @@
 //! compare against.
 
 use super::*;
-use crate::errata::Erratum;
+use crate::errata::{Erratum, Kind};
 use crate::error::Result;
 use crate::plot::{Figure, Heatmap, LineChart, Series};
 use crate::report::{Chapter, Walk, Worked};
@@ -66,7 +66,8 @@ pub const ERRATA: &[Erratum] = &[
         why: "The cell exponentiates the full 3×3 score matrix; nothing sets the scores above the \
             diagonal to −∞, so <start> attends to 'de' and 'nada', the very tokens it is meant to \
             predict.",
-        test: "tests/ch07_encoder_decoder.rs::decoder_cell_applies_no_causal_mask",
+        kind: Kind::Erratum,
+        tests: &["tests/ch07_encoder_decoder.rs::decoder_cell_applies_no_causal_mask"],
     },
     Erratum {
         document: D3,
@@ -79,7 +80,8 @@ pub const ERRATA: &[Erratum] = &[
             3.23460218",
         why: "The cell omits the 1/√d_k of the formula it says it follows, so its scores are twice \
             too large and its weights too peaked.",
-        test: "tests/ch07_encoder_decoder.rs::decoder_cell_does_not_scale_the_scores",
+        kind: Kind::Erratum,
+        tests: &["tests/ch07_encoder_decoder.rs::decoder_cell_does_not_scale_the_scores"],
     },
     Erratum {
         document: D3,
@@ -90,29 +92,25 @@ pub const ERRATA: &[Erratum] = &[
             1.81203693] …]",
         why: "The cell multiplies by W_o ('project the output back') before printing, and there is \
             no second head: the label names neither.",
-        test: "tests/ch07_encoder_decoder.rs::decoder_output_is_attention_times_w_o",
+        kind: Kind::Erratum,
+        tests: &["tests/ch07_encoder_decoder.rs::decoder_output_is_attention_times_w_o"],
     },
     Erratum {
         document: D3,
         section: "Prepare and Embed Target Sequence for Decoder (LN(x_o) of the decoder)",
         printed: "The text: the decoder's LayerNorm is the input's, (x − μ)/√(σ² + ε); printed LN \
             row 1 = -0.46049196 -1.4140849 0.81224991 1.06232694",
-        correct: "(x − μ)/√(σ² + ε) as stated gives -0.46049142 -1.41408325 0.81224896 1.0623257",
+        correct: "(x − μ)/√(σ² + ε) as stated gives -0.46049142 -1.41408325 0.81224896 1.0623257; \
+            with the text's causal mask and ÷√d_k as well (the two rows above), row 1 is \
+            -0.44147247 -1.42943838 1.01157498 0.85933588, and rows 2 and 3 change too",
         why: "The decoder cell divides by std + ε, (x − μ)/(σ + ε), while the input's LayerNorm \
             (and the printed formula) divides by √(σ² + ε); the two differ by about 1.6·10⁻⁶, \
             visible at the printed 8 decimals.",
-        test: "tests/ch07_encoder_decoder.rs::decoder_layer_norm_divides_by_std_plus_eps",
-    },
-    Erratum {
-        document: D3,
-        section: "Prepare and Embed Target Sequence for Decoder (the decoder's LN(x_o) as a whole)",
-        printed: "LN(x_o) row 1 = -0.46049196 -1.4140849 0.81224991 1.06232694 (no mask, no ÷√d_k, \
-            ÷(σ + ε))",
-        correct: "With all three of the text's steps (causal mask, ÷√d_k, ÷√(σ² + ε)) row 1 is \
-            -0.44147247 -1.42943838 1.01157498 0.85933588; rows 2 and 3 change too",
-        why: "The three differences above combined: the encoder–decoder cell then reads a decoder \
-            output that is not the one the text derives.",
-        test: "tests/ch07_encoder_decoder.rs::decoder_cell_as_the_text_describes_it",
+        kind: Kind::Erratum,
+        tests: &[
+            "tests/ch07_encoder_decoder.rs::decoder_layer_norm_divides_by_std_plus_eps",
+            "tests/ch07_encoder_decoder.rs::decoder_cell_as_the_text_describes_it",
+        ],
     },
     Erratum {
         document: D3,
@@ -124,7 +122,8 @@ pub const ERRATA: &[Erratum] = &[
             rows come from X·Wᵀ",
         why: "The cell computes `X.dot(W.T)`, transposing every weight matrix; the uniform \
             attention weights hide nothing here, so the two readings give different outputs.",
-        test: "tests/ch07_encoder_decoder.rs::cross_cell_transposes_the_weights",
+        kind: Kind::Erratum,
+        tests: &["tests/ch07_encoder_decoder.rs::cross_cell_transposes_the_weights"],
     },
     Erratum {
         document: D3,
@@ -137,7 +136,8 @@ pub const ERRATA: &[Erratum] = &[
         why: "The cell's divisor is √3 although d_k = 4. The printed numbers survive only because \
             all three keys are (almost) the same vector, so every score row is constant and any \
             divisor gives weights 1/3.",
-        test: "tests/ch07_encoder_decoder.rs::cross_cell_divides_by_sqrt_3_not_sqrt_4",
+        kind: Kind::Erratum,
+        tests: &["tests/ch07_encoder_decoder.rs::cross_cell_divides_by_sqrt_3_not_sqrt_4"],
     },
     Erratum {
         document: D3,
@@ -149,7 +149,8 @@ pub const ERRATA: &[Erratum] = &[
         why: "The source sentence is given in full before decoding starts and its positions are \
             not 'the future' of any target position; the lengths may even differ, so 'j > i' has \
             no meaning across the two sequences.",
-        test: "tests/ch07_encoder_decoder.rs::cross_attention_has_no_causal_mask",
+        kind: Kind::Erratum,
+        tests: &["tests/ch07_encoder_decoder.rs::cross_attention_has_no_causal_mask"],
     },
 ];
 

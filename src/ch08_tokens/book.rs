@@ -8,7 +8,7 @@ use super::{
     ADD_K, CHAPTER_BPE_VOCAB, GPT3_EMBEDDING_WIDTH, MAX_N, TokenId, Tokenizer, char_baseline,
     char_data, corpus, gpt2, gpt2_vocab_size, shannon_samples,
 };
-use crate::errata::Erratum;
+use crate::errata::{Erratum, Kind};
 use crate::error::Result;
 use crate::plot::{Figure, LineChart, Series};
 use crate::report::{Chapter, Walk, Worked, with_commas};
@@ -27,7 +27,8 @@ pub const ERRATA: &[Erratum] = &[Erratum {
     why: "ASCII is a 7-bit code, so it defines 2⁷ = 128 characters; 255 is neither that count nor \
         the number of byte values, 2⁸ = 256 (it is the largest byte value, an off-by-one from \
         counting 0–255).",
-    test: "tests/ch08_tokens.rs::ascii_has_128_characters_and_a_byte_256_values",
+    kind: Kind::Erratum,
+    tests: &["tests/ch08_tokens.rs::ascii_has_128_characters_and_a_byte_256_values"],
 }];
 
 /// The chapter's worked numbers, recomputed.

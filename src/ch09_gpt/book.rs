@@ -14,9 +14,9 @@ use super::experiments::{
 };
 use super::train::{Progress, Trainer};
 use super::{data, model, sample, train, walkthrough};
-use crate::errata::Erratum;
+use crate::errata::{Erratum, Kind};
 use crate::error::Result;
-use crate::plot::{Figure, LineChart, Series};
+use crate::plot::{Figure, LineChart, LogAxes, Series};
 use crate::report::{Chapter, Walk, Worked};
 use crate::sources::{D0, D1, D3};
 use nalgebra::DMatrix;
@@ -54,7 +54,8 @@ pub const ERRATA: &[Erratum] = &[
         why: "With the document's own h₀(\"I\") = [0.14, 0.91] and h₀(\"love\") = [0.59, 0.39]: \
             0.1·0.14 + 0.9·0.59 = 0.545 and 0.1·0.91 + 0.9·0.39 = 0.442. The printed pair does not \
             follow from any weighting of the h₀ rows shown.",
-        test: "tests/ch09_gpt.rs::i_love_ai_h1_love_is_0_545_0_442",
+        kind: Kind::Erratum,
+        tests: &["tests/ch09_gpt.rs::i_love_ai_h1_love_is_0_545_0_442"],
     },
     Erratum {
         document: D3,
@@ -66,7 +67,8 @@ pub const ERRATA: &[Erratum] = &[
             [0.155·0.2 + 0.458·0.4, 0.155·0.3 + 0.458·0.5] = [0.2142, 0.2755]. Reading W by \
             columns gives [0.1684, 0.291]; neither reading, nor the correct h₁, gives the printed \
             pair.",
-        test: "tests/ch09_gpt.rs::i_love_ai_h2_love_follows_from_h1_times_w",
+        kind: Kind::Erratum,
+        tests: &["tests/ch09_gpt.rs::i_love_ai_h2_love_follows_from_h1_times_w"],
     },
     Erratum {
         document: D3,
@@ -76,7 +78,8 @@ pub const ERRATA: &[Erratum] = &[
         why: "175 is GPT-3's parameter count in billions, not its depth; with 96 layers of 96 \
             heads of width 128 (d = 96·128 = 12,288), the count comes to 175 billion (D1), \
             while 175 layers of width 1,024 would hold about 2.2 billion.",
-        test: "tests/ch09_gpt.rs::gpt3_has_96_layers_of_width_12288_not_175_of_1024",
+        kind: Kind::Erratum,
+        tests: &["tests/ch09_gpt.rs::gpt3_has_96_layers_of_width_12288_not_175_of_1024"],
     },
     Erratum {
         document: D3,
@@ -86,16 +89,22 @@ pub const ERRATA: &[Erratum] = &[
         why: "GPT-1's published configuration (12 layers, d = 768, 12 heads, 4d MLP, vocabulary \
             40,478, context 512, post-LayerNorm so no final LayerNorm) holds 31,087,104 + 393,216 \
             + 12·7,087,872 = 116,534,784 parameters.",
-        test: "tests/ch09_gpt.rs::gpt1_holds_about_117_million_parameters_not_150",
+        kind: Kind::Erratum,
+        tests: &["tests/ch09_gpt.rs::gpt1_holds_about_117_million_parameters_not_150"],
     },
     Erratum {
         document: D0,
-        section: "Large Language Models: the sizes of W_k and W_q",
-        printed: "In GPT-3, n-embed = 12,388",
+        section: "Attention: the sizes of W_k and W_q",
+        printed: "In GPT-3, n-embed = 12,388 and n-query-key = 128",
         correct: "n-embed = 12,288",
-        why: "GPT-3's width is 96 heads × 128 = 12,288, which D1 gives and its embedding \
-            count confirms: 617,558,016 / 50,257 = 12,288.",
-        test: "tests/ch09_gpt.rs::gpt3_width_is_12288_from_heads_and_embedding_count",
+        why: "A transposed digit: GPT-3's width is 96 heads × 128 = 12,288, which D1 gives and \
+            its embedding count confirms (617,558,016 / 50,257 = 12,288), and which makes the \
+            per-head count of chapter 6, 4 × 12,288 × 128 = 6,291,456 ≈ 6.3 million.",
+        kind: Kind::Erratum,
+        tests: &[
+            "tests/ch09_gpt.rs::gpt3_width_is_12288_from_heads_and_embedding_count",
+            "tests/ch06_attention.rs::gpt3_head_has_6_3_million_parameters",
+        ],
     },
     Erratum {
         document: D0,
@@ -104,7 +113,8 @@ pub const ERRATA: &[Erratum] = &[
         correct: "n = 12,288",
         why: "The embedding vectors of GPT-3 have d-embed = 12,288 entries (96 · 128; 617,558,016 \
             / 50,257).",
-        test: "tests/ch09_gpt.rs::gpt3_width_is_12288_from_heads_and_embedding_count",
+        kind: Kind::Erratum,
+        tests: &["tests/ch09_gpt.rs::gpt3_width_is_12288_from_heads_and_embedding_count"],
     },
 ];
 
@@ -403,21 +413,9 @@ fn compute_results() -> Result<Results> {
     let baseline = best_baseline(&corpus_baseline_rows(&tokens)?)?;
     let setup = corpus_setup(tokens.tokenizer.vocab_size(), CORPUS_STEPS)?;
     let mut pb = progress("corpus", setup.steps);
-    // The speed is measured from the end of the first step (before it there is no elapsed
-    // time to divide by): the tokens of the later steps over the time they took.
-    let (mut seen, mut started) = (0usize, None::<std::time::Instant>);
-    let corpus = train_corpus(&tokens, &setup, |r| {
-        let rate = match started {
-            None => {
-                started = Some(std::time::Instant::now());
-                None
-            }
-            Some(t) => {
-                seen += r.tokens;
-                Some(seen as f64 / t.elapsed().as_secs_f64().max(1e-9))
-            }
-        };
-        pb.step(r.step + 1, r.loss, rate);
+    // The speed is the one the summary prints (train::Throughput): tokens over the steps' time.
+    let corpus = train_corpus(&tokens, &setup, |r, speed| {
+        pb.step(r.step + 1, r.loss, speed.per_second());
     })?;
     pb.finish();
     let prompt: Vec<data::Token> = tokens.validation[..CORPUS_PROMPT_TOKENS].to_vec();
@@ -513,19 +511,29 @@ fn print_results(r: &Results) {
 }
 
 /// Measured forward time of a fixed model (2 layers, width 64, 4 heads, batch 1) against the
-/// sequence length n, in milliseconds: (n, time). Each point is the fastest of a few runs.
-pub fn forward_times(lengths: &[usize]) -> Result<Vec<(usize, f64)>> {
+/// sequence length n, in milliseconds: (n, time), each point the fastest of `repeats` runs on
+/// one thread. `clock` reads seconds: the benchmark passes the thread's CPU time, so that time
+/// the scheduler gives to other programs on a shared machine is not counted; a wall clock works
+/// too on a quiet one.
+pub fn forward_times(
+    lengths: &[usize],
+    repeats: usize,
+    clock: &dyn Fn() -> f64,
+) -> Result<Vec<(usize, f64)>> {
     let max = lengths.iter().copied().max().unwrap_or(1);
-    let m = model::Gpt::<f32>::new(Config::new(64, max, 2, 4, 64), 1)?;
+    let m = model::Gpt::<f32>::new(Config::new(64, max, COST_LAYERS, COST_HEADS, 64), 1)?;
     let mut rng = crate::rng::Rng::new(3);
     let mut out = Vec::new();
     for &n in lengths {
         let ids: Vec<data::Token> = (0..n).map(|_| rng.below(64) as data::Token).collect();
         let mut best = f64::INFINITY;
-        for _ in 0..3 {
-            let t = std::time::Instant::now();
-            std::hint::black_box(m.forward(&ids, n)?);
-            best = best.min(t.elapsed().as_secs_f64() * 1e3);
+        for _ in 0..repeats.max(1) {
+            let t = crate::threads::with_threads(1, || -> Result<f64> {
+                let t0 = clock();
+                std::hint::black_box(m.forward(&ids, n)?);
+                Ok(clock() - t0)
+            })?;
+            best = best.min(t * 1e3);
         }
         out.push((n, best));
     }
@@ -562,7 +570,10 @@ pub fn fit_linear_quadratic(points: &[(usize, f64)]) -> (f64, f64) {
 }
 
 /// The sequence lengths of the attention-cost plot.
-pub const COST_LENGTHS: [usize; 7] = [16, 32, 64, 128, 256, 512, 1024];
+pub const COST_LENGTHS: [usize; 9] = [16, 32, 64, 128, 256, 512, 1024, 2048, 4096];
+
+/// How many times the benchmark runs the forward pass at each length; the fastest run counts.
+pub const COST_REPEATS: usize = 5;
 
 /// Where the attention-cost measurements live, relative to the repository root.
 pub const ATTENTION_COST_FILE: &str = "data/ch09_attention_cost.csv";
@@ -618,27 +629,196 @@ pub fn cost_table_text(header: &str, points: &[(usize, f64)]) -> String {
     out
 }
 
-/// The attention-cost figure of measured forward times: the points, the fit
-/// t ≈ a·n + b·n² ([`fit_linear_quadratic`]) and its n² part.
-pub fn attention_cost_figure(times: &[(usize, f64)]) -> Figure {
-    let (a, b) = fit_linear_quadratic(times);
-    Figure::Line(LineChart {
-        title: "Forward pass time against sequence length (2 layers, d = 64)".into(),
-        x_label: "sequence length n".into(),
-        y_label: "milliseconds".into(),
-        series: vec![
-            Series::new("measured", times.iter().map(|&(n, t)| (n as f64, t)).collect()),
-            Series::new(
-                format!("fit {a:.2e}·n + {b:.2e}·n²"),
-                times.iter().map(|&(n, _)| (n as f64, a * n as f64 + b * (n * n) as f64)).collect(),
-            ),
-            Series::new(
-                "its n² part (attention scores)",
-                times.iter().map(|&(n, _)| (n as f64, b * (n * n) as f64)).collect(),
-            ),
-        ],
-        markers: true,
+/// The `# key: value` line of a measurements file naming the processor and its caches.
+pub const MACHINE_KEY: &str = "machine";
+/// The `# key: value` line of a measurements file with the bytes of one core's L2 cache.
+pub const L2_KEY: &str = "L2 bytes per core";
+/// The `# key: value` line of a measurements file with the bytes of the L3 cache.
+pub const L3_KEY: &str = "L3 bytes";
+/// The `# key: value` line of a measurements file with the date of the measurement.
+pub const DATE_KEY: &str = "date (UTC)";
+/// The `# key: value` line of a measurements file with the load average before and after.
+pub const LOAD_KEY: &str = "load average";
+
+/// Where and under what load a measurements file was taken: its `# machine:`, `# L2 bytes per
+/// core:`, `# L3 bytes:`, `# date (UTC):` and `# load average:` lines.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CostMeta {
+    /// The processor.
+    pub machine: String,
+    /// Bytes of one core's L2 cache.
+    pub l2_bytes: usize,
+    /// Bytes of the L3 cache.
+    pub l3_bytes: usize,
+    /// When, UTC.
+    pub date: String,
+    /// The load average (1, 5, 15 minutes) before and after.
+    pub load: String,
+}
+
+/// The [`CostMeta`] of a measurements file like [`ATTENTION_COST_FILE`]; a missing line is an
+/// error naming it.
+pub fn cost_table_meta(text: &str) -> Result<CostMeta> {
+    let find = |key: &str| {
+        let prefix = format!("# {key}: ");
+        text.lines().find_map(|l| l.strip_prefix(prefix.as_str())).map(str::to_string).ok_or_else(
+            || crate::Error::Parse {
+                file: ATTENTION_COST_FILE.into(),
+                line: None,
+                reason: format!("no `# {key}:` line"),
+            },
+        )
+    };
+    let bytes = |key: &str| -> Result<usize> {
+        let v = find(key)?;
+        v.trim().parse().map_err(|_| crate::Error::Parse {
+            file: ATTENTION_COST_FILE.into(),
+            line: None,
+            reason: format!("`# {key}: {v}` is not a whole number"),
+        })
+    };
+    Ok(CostMeta {
+        machine: find(MACHINE_KEY)?,
+        l2_bytes: bytes(L2_KEY)?,
+        l3_bytes: bytes(L3_KEY)?,
+        date: find(DATE_KEY)?,
+        load: find(LOAD_KEY)?,
     })
+}
+
+/// The where and when of the committed measurements ([`ATTENTION_COST_FILE`]).
+pub fn committed_cost_meta() -> Result<CostMeta> {
+    cost_table_meta(ATTENTION_COST)
+}
+
+/// Layers and heads of the model [`forward_times`] times: each layer computes one n×n score
+/// matrix per head.
+pub const COST_LAYERS: usize = 2;
+/// See [`COST_LAYERS`].
+pub const COST_HEADS: usize = 4;
+
+/// Bytes of one head's n×n score matrix in f32: 4·n².
+pub fn score_matrix_bytes(n: usize) -> usize {
+    4 * n * n
+}
+
+/// The longest measured length whose score matrix ([`score_matrix_bytes`]) fits in one core's
+/// L2 cache: the range over which t ≈ a·n + b·n² is fitted and holds. Beyond it each score
+/// entry costs more (see [`score_entry_ns`]) and the time outgrows the fit.
+pub fn fit_limit(points: &[(usize, f64)], meta: &CostMeta) -> usize {
+    let inside = points.iter().map(|p| p.0).filter(|&n| score_matrix_bytes(n) <= meta.l2_bytes);
+    inside.max().unwrap_or(0)
+}
+
+/// [`fit_linear_quadratic`] over the points with n ≤ `up_to` only.
+pub fn fit_up_to(points: &[(usize, f64)], up_to: usize) -> (f64, f64) {
+    let inside: Vec<(usize, f64)> = points.iter().copied().filter(|p| p.0 <= up_to).collect();
+    fit_linear_quadratic(&inside)
+}
+
+/// The length at which the quadratic part of t ≈ a·n + b·n² equals the linear part: n = a/b
+/// (infinite when b = 0).
+pub fn crossover(a: f64, b: f64) -> f64 {
+    if b > 0.0 { a / b } else { f64::INFINITY }
+}
+
+/// The fit's worst miss over the points with n ≤ `up_to`: the largest of measured/fitted and
+/// fitted/measured (1 when it meets every point), and the n where it happens.
+pub fn worst_miss(points: &[(usize, f64)], (a, b): (f64, f64), up_to: usize) -> (f64, usize) {
+    let mut worst = (1.0, 0);
+    for &(n, t) in points.iter().filter(|p| p.0 <= up_to) {
+        let fit = a * n as f64 + b * (n * n) as f64;
+        let miss = (t / fit).max(fit / t);
+        if miss > worst.0 {
+            worst = (miss, n);
+        }
+    }
+    worst
+}
+
+/// What one entry of one head's score matrix costs at each length: the measured time less the
+/// fit's linear part a·n, divided by the [`COST_LAYERS`]·[`COST_HEADS`]·n² entries, in
+/// nanoseconds: (n, bytes of one head's f32 score matrix 4·n², ns per entry). Constant where
+/// the n² model holds; rising where the score matrices leave a cache.
+pub fn score_entry_ns(points: &[(usize, f64)], a: f64) -> Vec<(usize, usize, f64)> {
+    points
+        .iter()
+        .map(|&(n, t)| {
+            let entries = (COST_LAYERS * COST_HEADS * n * n) as f64;
+            (n, score_matrix_bytes(n), (t - a * n as f64) * 1e6 / entries)
+        })
+        .collect()
+}
+
+/// What chapter 9's text says about the attention-cost measurements, computed from them: each
+/// phrase must appear in the chapter as written here (a test holds the text to the file).
+/// - the fitted range: `n ≤ L` with L = [`fit_limit`];
+/// - the crossover n = a/b of the fit over that range ([`crossover`]): `$n \approx C$`;
+/// - the fit's worst miss inside the range ([`worst_miss`]): `within a factor of F`;
+/// - beyond the range, the measured time over the fit's: `X to Y times the fit`;
+/// - for each length from 64 on, a table row `| n |` … `| ns per score entry | growth× |`
+///   ([`score_entry_ns`], and the time over the time at the length before).
+pub fn cost_findings(points: &[(usize, f64)], meta: &CostMeta) -> Vec<String> {
+    let limit = fit_limit(points, meta);
+    let (a, b) = fit_up_to(points, limit);
+    let (worst, _) = worst_miss(points, (a, b), limit);
+    let beyond: Vec<f64> = points
+        .iter()
+        .filter(|p| p.0 > limit)
+        .map(|&(n, t)| t / (a * n as f64 + b * (n * n) as f64))
+        .collect();
+    let (lo, hi) = beyond.iter().fold((f64::INFINITY, 0.0f64), |(l, h), &r| (l.min(r), h.max(r)));
+    let mut out = vec![
+        format!("$n \\le {limit}$"),
+        format!("$n \\approx {:.0}$", crossover(a, b)),
+        format!("within a factor of {worst:.2}"),
+    ];
+    if !beyond.is_empty() {
+        out.push(format!("{lo:.1} to {hi:.1} times the fit"));
+    }
+    // The table's rows from n = 64: ns per score entry and the growth from the length before.
+    let entries = score_entry_ns(points, a);
+    for (w, e) in points.windows(2).zip(entries.iter().skip(1)) {
+        if w[1].0 >= 64 {
+            out.push(format!("| {} |", w[1].0));
+            out.push(format!("| {:.1} | {:.2}× |", e.2, w[1].1 / w[0].1));
+        }
+    }
+    out
+}
+
+/// The attention-cost figure of measured forward times on log–log axes: the points, the fit
+/// t ≈ a·n + b·n² over the lengths whose score matrices fit in L2 ([`fit_limit`],
+/// [`fit_up_to`]) drawn across every length, and its n² part; the caption names the machine and
+/// the load from `meta`.
+pub fn attention_cost_figure(times: &[(usize, f64)], meta: &CostMeta) -> Figure {
+    let limit = fit_limit(times, meta);
+    let (a, b) = fit_up_to(times, limit);
+    let machine = meta.machine.as_str();
+    let load = meta.load.split_whitespace().next().unwrap_or("?");
+    Figure::LogLine(
+        LineChart {
+            title: format!("Forward pass, 2 layers, d = 64, one thread: {machine}, load {load}"),
+            x_label: "sequence length n (log scale)".into(),
+            y_label: "milliseconds of CPU time (log scale)".into(),
+            series: vec![
+                Series::new("measured", times.iter().map(|&(n, t)| (n as f64, t)).collect()),
+                Series::new(
+                    format!("fit over n ≤ {limit}: {a:.1e}·n + {b:.1e}·n²"),
+                    times
+                        .iter()
+                        .map(|&(n, _)| (n as f64, a * n as f64 + b * (n * n) as f64))
+                        .collect(),
+                ),
+                Series::new(
+                    "its n² part (attention scores)",
+                    times.iter().map(|&(n, _)| (n as f64, b * (n * n) as f64)).collect(),
+                ),
+            ],
+            markers: true,
+        },
+        LogAxes::Both,
+    )
 }
 
 /// The chapter's figures as data: (file stem, figure). Trains both models (see [`results`]); the
@@ -674,7 +854,7 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
         ],
         markers: false,
     });
-    let cost = attention_cost_figure(&committed_forward_times()?);
+    let cost = attention_cost_figure(&committed_forward_times()?, &committed_cost_meta()?);
     Ok(vec![
         ("ch09_sort_loss".into(), sort),
         ("ch09_corpus_loss".into(), corpus),
@@ -694,16 +874,14 @@ pub fn save_loss_plot(trainer: &Trainer<f32>, out: &Path) -> Result<Vec<PathBuf>
     loss_figure(trainer).save(out, super::run::LOSS_PLOT)
 }
 
-/// The figure [`save_loss_plot`] draws: the loss of every step and its running mean.
+/// The figure [`save_loss_plot`] draws: the loss of every step and its running mean
+/// ([`RunningMean`](super::train::RunningMean), bias-corrected, so it starts at the first loss
+/// and follows a fast fall instead of lagging above it).
 pub fn loss_figure(trainer: &Trainer<f32>) -> Figure {
     let raw: Vec<(f64, f64)> =
         trainer.history.iter().map(|r| (r.step as f64 + 1.0, r.loss)).collect();
-    let mut smooth = Vec::with_capacity(raw.len());
-    let mut m = f64::NAN;
-    for &(x, y) in &raw {
-        m = if m.is_nan() { y } else { 0.95 * m + 0.05 * y };
-        smooth.push((x, m));
-    }
+    let mut mean = super::train::RunningMean::default();
+    let smooth: Vec<(f64, f64)> = raw.iter().map(|&(x, y)| (x, mean.add(y))).collect();
     Figure::Line(LineChart {
         title: "Training loss".into(),
         x_label: "step".into(),

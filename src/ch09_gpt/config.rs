@@ -174,15 +174,23 @@ impl Config {
             ));
         }
         // Every tensor must be addressable: the largest are V×d, n_ctx×d and d×4d.
-        let fits = [self.vocab_size, self.context, self.width.saturating_mul(MLP_EXPANSION)]
-            .iter()
-            .all(|&r| r.checked_mul(self.width).is_some());
-        if !fits {
-            return Err(invalid(
-                OP,
-                "width",
-                "the tensors would have more entries than memory addresses",
-            ));
+        // The size named is the one that overflows (the width itself when the MLP's does).
+        for (arg, rows) in [
+            ("vocab_size", self.vocab_size),
+            ("context", self.context),
+            ("width", self.width.saturating_mul(MLP_EXPANSION)),
+        ] {
+            if rows.checked_mul(self.width).is_none() {
+                let value = if arg == "width" { self.width } else { rows };
+                return Err(invalid(
+                    OP,
+                    arg,
+                    format!(
+                        "{value} is too large: its tensor would have more entries than memory \
+                         addresses"
+                    ),
+                ));
+            }
         }
         Ok(())
     }

@@ -175,7 +175,7 @@ impl CorpusRun {
 pub fn train_corpus(
     tokens: &CorpusTokens,
     setup: &CorpusSetup,
-    mut on_step: impl FnMut(&train::StepRecord),
+    mut on_step: impl FnMut(&train::StepRecord, &train::Throughput),
 ) -> Result<CorpusRun> {
     let context = setup.config.context;
     let mut trainer = train::Trainer::new(
@@ -185,13 +185,12 @@ pub fn train_corpus(
     )?;
     let data = train::Data::Stream { tokens: &tokens.train, seq_len: context };
     let val_batches = data::covering_windows(&tokens.validation, context, 32);
-    let (mut validation, mut tokens_seen, mut train_seconds) = (Vec::new(), 0usize, 0.0);
+    let (mut validation, mut speed) = (Vec::new(), train::Throughput::default());
     while trainer.step < setup.steps {
         let t = std::time::Instant::now();
         let r = trainer.step(&data, &setup.train)?;
-        train_seconds += t.elapsed().as_secs_f64();
-        tokens_seen += r.tokens;
-        on_step(&r);
+        speed.add(r.tokens, t.elapsed().as_secs_f64());
+        on_step(&r, &speed);
         if trainer.step % setup.eval_every.max(1) == 0 || trainer.step == setup.steps {
             validation.push((trainer.step, train::mean_loss(&trainer.model, &val_batches)?));
         }
@@ -200,7 +199,7 @@ pub fn train_corpus(
         model: trainer.model,
         history: trainer.history,
         validation,
-        tokens_seen,
-        train_seconds,
+        tokens_seen: speed.tokens,
+        train_seconds: speed.seconds,
     })
 }

@@ -14,13 +14,28 @@
 //! (each file flushed to the disk), renames that folder to `gen-N` (N one more than any
 //! generation present), then writes the pointer to `DIR/.CURRENT.tmp-PID` and renames it onto
 //! `CURRENT`. That last rename is the commit: before it every reader sees the previous
-//! generation, after it the new one, and there is no moment in between. Only then are older
-//! generations and leftover temporaries (`.*.tmp-PID`, from a killed save) removed. What is
+//! generation, after it the new one. The generation the pointer named before the commit is kept
+//! until the next save, so a reader that read the pointer a moment before the switch still finds
+//! every file of the generation it named; and a loader that meets a generation removed under it
+//! reads the pointer again ([`read_consistent`]). So no reader ever sees a moment in between.
+//! Only after the commit are older generations and leftover temporaries removed. What is
 //! drawn from the saved state (the loss plot) is written into the temporary folder before the
 //! commit too ([`save_generation_with`]), so it belongs to the same save. An
 //! interrupted save, at any byte, therefore leaves the previous checkpoint as it was; a run
 //! killed before its first save leaves a folder with no `CURRENT`, which [`resolve`] refuses
-//! with a message saying so, and which `gpt train` reuses without `--force`.
+//! with a message saying so, and which `gpt train` reuses without `--force`. A complete
+//! generation whose pointer is missing (deleted by hand) is found again: the newest one holding
+//! a model is read, and the next save keeps it.
+//!
+//! A save removes only what it can prove is its own: names in the exact formats above
+//! ([`is_generation`]: `gen-` and at least six digits as `{:06}` writes them; [`is_temporary`])
+//! and the lock file. A user's `gen-7/`, `gen-2024/` or `.draft.tmp-1` are never touched
+//! ([`foreign_entries`] lists them, and `gpt train` refuses such a folder without `--force`).
+//!
+//! A folder has one writer at a time: the writer holds [`Lock`], an exclusive lock on the file
+//! [`LOCK_FILE`] in the folder (`flock(2)`, released by the kernel when the process ends, even by
+//! `kill -9`), with its process id written inside, for the whole run, from before its first
+//! look at the folder. A second writer is refused in one line naming the folder and that id.
 //!
 //! A folder without `CURRENT` but with a `config.json` is read as it is: a checkpoint written
 //! before generations existed, or Hugging Face's GPT-2 files ([`Resolved::flat`] says so, and the
@@ -37,6 +52,16 @@ use std::path::{Path, PathBuf};
 pub const POINTER_FILE: &str = "CURRENT";
 /// The generation folders' prefix (`gen-000001`, …).
 pub const GENERATION_PREFIX: &str = "gen-";
+/// The digits of a generation's number, at least (`{:06}`).
+pub const GENERATION_DIGITS: usize = 6;
+/// The lock file a writer holds ([`Lock`]); it holds the writer's process id.
+pub const LOCK_FILE: &str = "LOCK";
+/// The plots drawn into a generation before its commit leave temporaries `.STEM.tmp-PID.EXT`
+/// with these extensions.
+const PLOT_EXTENSIONS: [&str; 2] = ["png", "svg"];
+/// How many times a reader reads the pointer again when the generation it named went away
+/// under it (two saves while it read).
+pub const READ_ATTEMPTS: usize = 5;
 
 fn io(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
     move |source| Error::Io { path: path.display().to_string(), source }
@@ -79,23 +104,53 @@ impl Sink for Disk {
     }
 }
 
-/// The number of a generation folder's name (`gen-000042` → 42).
+/// The number of a generation folder's name as a save writes it (`gen-000042` → 42): `gen-` and
+/// at least [`GENERATION_DIGITS`] digits, exactly as `{:06}` prints the number (`gen-7`,
+/// `gen-2024` and `gen-0000042` are not ours).
 pub fn generation_number(name: &str) -> Option<u64> {
     let digits = name.strip_prefix(GENERATION_PREFIX)?;
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+    if digits.len() < GENERATION_DIGITS || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    digits.parse().ok()
+    let n: u64 = digits.parse().ok()?;
+    (format!("{n:06}") == digits).then_some(n)
 }
 
-/// Whether `name` is a temporary left by a save (`.NAME.tmp-PID`, or a plot's
-/// `.STEM.tmp-PID.EXT`).
+/// Whether `name` is a generation folder's name in the format a save writes.
+pub fn is_generation(name: &str) -> bool {
+    generation_number(name).is_some()
+}
+
+/// Whether `name` is a temporary a save writes: `.gen-N.tmp-PID` (a generation being written),
+/// `.CURRENT.tmp-PID` (the pointer), or a plot's `.loss.tmp-PID.png` / `.svg` (inside a
+/// generation). Nothing else with `.tmp-` in its name is ours (`.draft.tmp-1` is not).
 pub fn is_temporary(name: &str) -> bool {
-    name.starts_with('.')
-        && name.rsplit_once(".tmp-").is_some_and(|(_, rest)| {
-            let pid = rest.split_once('.').map_or(rest, |(pid, _)| pid);
-            !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit())
-        })
+    let Some(rest) = name.strip_prefix('.') else { return false };
+    let Some((stem, tail)) = rest.rsplit_once(".tmp-") else { return false };
+    let (pid, ext) = match tail.split_once('.') {
+        Some((pid, ext)) => (pid, Some(ext)),
+        None => (tail, None),
+    };
+    let pid_ok = !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit());
+    let ours = match ext {
+        None => is_generation(stem) || stem == POINTER_FILE,
+        Some(ext) => stem == super::run::LOSS_PLOT && PLOT_EXTENSIONS.contains(&ext),
+    };
+    pid_ok && ours
+}
+
+/// Whether a save wrote `name` at a folder's top: the pointer, the lock file, a generation or a
+/// temporary.
+pub fn is_ours(name: &str) -> bool {
+    name == POINTER_FILE || name == LOCK_FILE || is_generation(name) || is_temporary(name)
+}
+
+/// The entries of `dir` a save did not write (sorted): a user's own files, or a checkpoint of
+/// the older flat layout. Empty when `dir` does not exist.
+pub fn foreign_entries(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = entries(dir).into_iter().filter(|n| !is_ours(n)).collect();
+    v.sort();
+    v
 }
 
 fn entries(dir: &Path) -> Vec<String> {
@@ -108,10 +163,28 @@ fn entries(dir: &Path) -> Vec<String> {
     }
 }
 
-/// Whether `dir` holds a checkpoint a new run would replace: a pointer, or (the older layout) a
-/// `config.json` or `model.safetensors` at its top.
+/// Whether `dir` holds a checkpoint a new run would replace: a pointer, a complete generation
+/// (see [`newest_complete`]), or (the older layout) a `config.json` or `model.safetensors` at its
+/// top.
 pub fn holds_checkpoint(dir: &Path) -> bool {
     ["CURRENT", "config.json", "model.safetensors"].iter().any(|f| dir.join(f).exists())
+        || newest_complete(dir).is_some()
+}
+
+/// The files a generation holds when its save completed: every save writes them, and a
+/// generation folder is renamed into place only once all its files are written.
+const COMPLETE_FILES: [&str; 2] = ["config.json", "model.safetensors"];
+
+/// The newest generation of `dir` (by number, in the format a save writes) that holds a model:
+/// what a folder whose pointer is missing is read from.
+pub fn newest_complete(dir: &Path) -> Option<String> {
+    let mut gens: Vec<(u64, String)> =
+        entries(dir).into_iter().filter_map(|n| generation_number(&n).map(|g| (g, n))).collect();
+    gens.sort();
+    gens.into_iter()
+        .rev()
+        .map(|(_, n)| n)
+        .find(|n| COMPLETE_FILES.iter().all(|f| dir.join(n).join(f).is_file()))
 }
 
 /// A checkpoint folder's files, found.
@@ -122,11 +195,15 @@ pub struct Resolved {
     /// True for a folder without a pointer read as it is (written before generations existed,
     /// or Hugging Face's files).
     pub flat: bool,
+    /// True for a generation found without its pointer (the newest complete one, see
+    /// [`newest_complete`]).
+    pub recovered: bool,
 }
 
-/// Finds the complete checkpoint in `dir`: the generation its pointer names, or the folder itself
-/// when it has no pointer but a `config.json`. A folder with neither (a run killed before its
-/// first save) is refused with a message that says so.
+/// Finds the complete checkpoint in `dir`: the generation its pointer names; without a pointer,
+/// the newest complete generation ([`newest_complete`]), else the folder itself when it has a
+/// `config.json`. A folder with none of these (a run killed before its first save) is refused
+/// with a message that says so.
 pub fn resolve(dir: &Path) -> Result<Resolved> {
     let pointer = dir.join(POINTER_FILE);
     match std::fs::read_to_string(&pointer) {
@@ -144,14 +221,17 @@ pub fn resolve(dir: &Path) -> Result<Resolved> {
                     ),
                 ));
             }
-            Ok(Resolved { path, flat: false })
+            Ok(Resolved { path, flat: false, recovered: false })
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             if !dir.exists() {
                 return Err(io(dir)(e));
             }
+            if let Some(name) = newest_complete(dir) {
+                return Ok(Resolved { path: dir.join(name), flat: false, recovered: true });
+            }
             if dir.join("config.json").exists() {
-                return Ok(Resolved { path: dir.to_path_buf(), flat: true });
+                return Ok(Resolved { path: dir.to_path_buf(), flat: true, recovered: false });
             }
             Err(invalid(
                 "checkpoint",
@@ -167,11 +247,30 @@ pub fn resolve(dir: &Path) -> Result<Resolved> {
     }
 }
 
-/// Removes what earlier saves left behind in `dir`: temporaries (`.*.tmp-PID`, inside the
-/// generation `keep` too) and every generation folder but `keep`. Best effort: what cannot be
-/// removed stays for the next save.
-pub fn clean(dir: &Path, keep: Option<&str>) {
-    if let Some(k) = keep {
+/// Runs `load` on the checkpoint [`resolve`] finds in `dir`. When it fails and the pointer has
+/// moved meanwhile (a writer committed a new generation, and a later save removed the one that
+/// was read), the pointer is read again, up to [`READ_ATTEMPTS`] times: a reader never fails
+/// because a save happened while it read.
+pub fn read_consistent<T>(dir: &Path, mut load: impl FnMut(&Resolved) -> Result<T>) -> Result<T> {
+    let pointer = |dir: &Path| std::fs::read_to_string(dir.join(POINTER_FILE)).ok();
+    let mut attempt = 0;
+    loop {
+        let before = pointer(dir);
+        let result = resolve(dir).and_then(|r| load(&r));
+        attempt += 1;
+        match result {
+            Err(_) if attempt < READ_ATTEMPTS && pointer(dir) != before => continue,
+            other => return other,
+        }
+    }
+}
+
+/// Removes what earlier saves left behind in `dir`: temporaries ([`is_temporary`], inside the
+/// generations `keep` too) and every generation folder ([`is_generation`]) not in `keep`.
+/// Nothing else is touched. Best effort: what cannot be removed stays for the next save. Only a
+/// process holding the folder's [`Lock`] may call it (another writer's temporaries are its own).
+pub fn clean(dir: &Path, keep: &[&str]) {
+    for k in keep {
         for name in entries(&dir.join(k)) {
             if is_temporary(&name) {
                 let _ = std::fs::remove_file(dir.join(k).join(&name));
@@ -180,7 +279,7 @@ pub fn clean(dir: &Path, keep: Option<&str>) {
     }
     for name in entries(dir) {
         let path = dir.join(&name);
-        let old_generation = generation_number(&name).is_some() && Some(name.as_str()) != keep;
+        let old_generation = is_generation(&name) && !keep.contains(&name.as_str());
         if is_temporary(&name) || old_generation {
             if path.is_dir() {
                 let _ = std::fs::remove_dir_all(&path);
@@ -191,9 +290,19 @@ pub fn clean(dir: &Path, keep: Option<&str>) {
     }
 }
 
+/// The generation a folder's readers see now: the one its pointer names, else the newest
+/// complete one.
+fn current_generation(dir: &Path) -> Option<String> {
+    match std::fs::read_to_string(dir.join(POINTER_FILE)) {
+        Ok(text) => Some(text.trim().to_string()),
+        Err(_) => newest_complete(dir),
+    }
+}
+
 /// Saves `files` (name, contents) as the next generation of `dir` through `sink`, switches the
-/// pointer to it, then removes older generations and leftover temporaries. Returns the new
-/// generation's folder. If any write fails, the pointer still names the previous generation.
+/// pointer to it, then removes leftover temporaries and the generations older than the one the
+/// pointer named before (which stays until the next save). Returns the new generation's folder.
+/// If any write fails, the pointer still names the previous generation.
 pub fn save_generation(
     sink: &mut dyn Sink,
     dir: &Path,
@@ -213,10 +322,12 @@ pub fn save_generation_with(
     finish: &mut dyn FnMut(&Path) -> Result<()>,
 ) -> Result<PathBuf> {
     sink.create_dir(dir).map_err(io(dir))?;
-    let current = std::fs::read_to_string(dir.join(POINTER_FILE)).ok();
-    let current = current.as_deref().map(str::trim);
-    // Leftovers of a killed save go first (the generation the pointer names stays).
-    clean(dir, current);
+    let current = current_generation(dir);
+    let current = current.as_deref();
+    // Leftovers of a killed save go first; every generation stays until the commit (a reader
+    // may be reading the previous one).
+    let present: Vec<String> = entries(dir).into_iter().filter(|n| is_generation(n)).collect();
+    clean(dir, &present.iter().map(String::as_str).collect::<Vec<_>>());
     let next = entries(dir)
         .iter()
         .filter_map(|n| generation_number(n))
@@ -239,8 +350,111 @@ pub fn save_generation_with(
     sink.write_file(&pointer_tmp, format!("{name}\n").as_bytes()).map_err(io(&pointer_tmp))?;
     let pointer = dir.join(POINTER_FILE);
     sink.rename(&pointer_tmp, &pointer).map_err(io(&pointer))?;
-    clean(dir, Some(&name));
+    // The previous generation stays until the next save: a reader that read the pointer just
+    // before the switch has a whole save interval to read it.
+    let keep: Vec<&str> = [Some(name.as_str()), current].into_iter().flatten().collect();
+    clean(dir, &keep);
     Ok(generation)
+}
+
+/// A folder's one writer: an exclusive lock on `DIR/LOCK` (see the module's text), held until
+/// dropped or the process ends. Dropped, it removes the lock file, and the folders it created
+/// too while they are empty (a run refused before its first save).
+#[derive(Debug)]
+pub struct Lock {
+    file: std::fs::File,
+    dir: PathBuf,
+    /// The folders this lock created, `dir` first, then its missing parents.
+    created: Vec<PathBuf>,
+}
+
+impl Lock {
+    /// Takes the lock of `dir` (created, with its parents, if missing) for `command` (named in
+    /// the error): refused in one line naming the folder and the holder's process id when
+    /// another process holds it.
+    pub fn take(dir: &Path, command: &'static str) -> Result<Lock> {
+        let created: Vec<PathBuf> = dir
+            .ancestors()
+            .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
+            .map(Path::to_path_buf)
+            .collect();
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        let path = dir.join(LOCK_FILE);
+        // The file is opened again when a releasing writer removed it between our open and our
+        // lock (then we would hold a lock on a name no one else sees).
+        for _ in 0..READ_ATTEMPTS {
+            let mut file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                .map_err(io(&path))?;
+            match file.try_lock() {
+                Ok(()) => {}
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    let mut holder = String::new();
+                    let _ = std::io::Read::read_to_string(&mut file, &mut holder);
+                    let holder = holder.trim();
+                    let who = if holder.is_empty() {
+                        "another process".to_string()
+                    } else {
+                        format!("process {holder}")
+                    };
+                    return Err(invalid(
+                        command,
+                        "folder",
+                        format!(
+                            "{} is being written by {who} ({} is locked); wait for it to end, or \
+                             choose another folder",
+                            dir.display(),
+                            path.display()
+                        ),
+                    ));
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(io(&path)(e)),
+            }
+            if !same_file(&file, &path) {
+                continue;
+            }
+            file.set_len(0).map_err(io(&path))?;
+            file.write_all(format!("{}\n", std::process::id()).as_bytes()).map_err(io(&path))?;
+            return Ok(Lock { file, dir: dir.to_path_buf(), created });
+        }
+        Err(invalid(command, "folder", format!("{}: the lock file keeps changing", path.display())))
+    }
+}
+
+/// Whether the open `file` is the one at `path` now.
+#[cfg(unix)]
+fn same_file(file: &std::fs::File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata(), std::fs::metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+#[cfg(not(unix))]
+fn same_file(_: &std::fs::File, path: &Path) -> bool {
+    path.exists()
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        // The lock file goes with the writer (a killed one leaves it, and the next writer takes
+        // it over), and the folder too if this writer made it and saved nothing. The lock is
+        // still held while the file goes, so no other writer holds it; one that opened the file
+        // meanwhile finds its name gone after locking and opens it again ([`Lock::take`]).
+        let _ = std::fs::remove_file(self.dir.join(LOCK_FILE));
+        for d in &self.created {
+            // Only an empty folder goes: one holding a save or anything else stays.
+            if std::fs::remove_dir(d).is_err() {
+                break;
+            }
+        }
+        let _ = self.file.unlock();
+    }
 }
 
 /// FNV-1a, 64 bits, of `bytes`: the fingerprint a run records for its tokenizer.

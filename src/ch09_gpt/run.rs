@@ -13,13 +13,14 @@
 //! sample of at most [`VALIDATION_WINDOWS`] windows by default, or over all of them on request
 //! ([`Evaluation`]).
 
-use super::checkpoint::{load_trainer, trainer_files};
+use super::checkpoint::trainer_files;
 use super::data::{Token, TokenSplit};
 use super::folder::{self, Resolved, Sink};
 use super::model::Gpt;
+use super::safetensors::SafeTensors;
 use super::sample::{Decoding, Generated, generate};
 use super::schedule::Schedule;
-use super::train::{Data, Progress, StepPath, TrainConfig, Trainer};
+use super::train::{Data, Progress, RunningMean, StepPath, Throughput, TrainConfig, Trainer};
 use crate::ch08_tokens::{Tokenizer, corpus};
 use crate::error::{Error, Result, from_json_object, invalid};
 use crate::matmul::KERNEL_ENV;
@@ -285,6 +286,22 @@ pub fn read_text(data: &Path) -> Result<String> {
     }
 }
 
+/// [`read_text`] within the memory `budget` in bytes: a text whose memory (see
+/// [`super::budget::text_bytes`]; with `kind` a BPE, the BPE's training counted) exceeds it is
+/// refused before it is read, naming `--data`; a file that is not a regular file (a pipe,
+/// `/dev/zero`) is read with that cap.
+pub fn read_text_within(data: &Path, kind: TokenizerKind, budget: u64) -> Result<String> {
+    if data.as_os_str() == DEFAULT_CORPUS {
+        return read_text(data);
+    }
+    let per_byte = match kind {
+        TokenizerKind::Char => super::budget::TEXT_BYTES_PER_BYTE,
+        TokenizerKind::Bpe => super::budget::BPE_TEXT_BYTES_PER_BYTE,
+    };
+    let bytes = super::budget::read_file(data, per_byte, budget, "--data")?;
+    corpus::from_bytes(&data.display().to_string(), bytes)
+}
+
 // ───────────────────────────── train and resume ─────────────────────────────
 
 /// A run read back from its folder, ready to continue.
@@ -336,16 +353,26 @@ pub fn open_run_with(dir: &Path, budget: u64, data: Option<&Path>) -> Result<Ope
         ));
     }
 
-    let text = read_run_text(&settings, data)?;
+    let text = read_run_text(&settings, data, budget)?;
     let mut run_files = read_tokenizer_files(here)?;
     check_tokenizer(here, &run_files)?;
     let tokenizer = tokenizer_from_files(here, &run_files)?;
     let (batch, context) = (settings.tc.batch, settings.context);
-    let model = super::checkpoint::load_model_checked::<f32>(here, |c| {
-        super::budget::check(c, batch, context, budget, "--memory-budget")
-    })?;
+    // The two safetensors files are read once each, their sizes checked against the budget
+    // first; the model's and the text's memory checked before anything is built.
+    let read = |name: &str| -> Result<SafeTensors> {
+        let path = here.join(name);
+        let per_byte = super::budget::FILE_BYTES_PER_BYTE;
+        let bytes = super::budget::read_file(&path, per_byte, budget, "--memory-budget")?;
+        SafeTensors::parse(bytes, &path.display().to_string())
+    };
+    let model_file = read(super::checkpoint::MODEL_FILE)?;
+    super::checkpoint::check_header_against_config(&config, &model_file)?;
+    super::budget::check_with_text(&config, batch, context, text.len(), false, budget)?;
+    let model = super::checkpoint::model_from_safetensors::<f32>(config, &model_file)?;
     let fresh = Trainer::new(model, &settings.tc, settings.seed)?;
-    let trainer = load_trainer(here, &fresh)?;
+    let state = read(super::checkpoint::STATE_FILE)?;
+    let trainer = super::checkpoint::trainer_from_safetensors(config, &model_file, &state, &fresh)?;
     let run_path = here.join(RUN_FILE);
     let mut run = std::fs::read(&run_path).map_err(io(&run_path))?;
     let file: RunFile = from_json_object(&run, &run_path.display().to_string())?;
@@ -377,11 +404,15 @@ pub fn open_run_with(dir: &Path, budget: u64, data: Option<&Path>) -> Result<Ope
 }
 
 /// The text of a run being resumed: from `data` if given, else from the recorded path (relative
-/// paths of older runs are read from the current folder). Refused, naming `--data`, when it
+/// paths of older runs are read from the current folder), within the memory `budget` (see
+/// [`read_text_within`]; the tokenizer only encodes it). Refused, naming `--data`, when it
 /// cannot be read or its fingerprint is not the one the run recorded.
-pub fn read_run_text(settings: &RunSettings, data: Option<&Path>) -> Result<String> {
+pub fn read_run_text(settings: &RunSettings, data: Option<&Path>, budget: u64) -> Result<String> {
     let path = data.unwrap_or(&settings.data);
-    let text = read_text(path).map_err(|e| {
+    let text = read_text_within(path, TokenizerKind::Char, budget).map_err(|e| {
+        if matches!(&e, Error::InvalidValue { op: "memory budget", .. }) {
+            return e;
+        }
         let what = if data.is_some() { "the text" } else { "the run's text" };
         invalid(
             "gpt resume",
@@ -442,11 +473,11 @@ pub fn save_run_with(
 
 fn diverged(step: usize, what: &str) -> Error {
     invalid(
-        "gpt train",
-        "--lr",
+        "training",
+        "learning rate",
         format!(
             "training diverged at step {step} ({what}); nothing was saved from it: try a smaller \
-                 learning rate"
+             learning rate (--lr, or max_lr in {RUN_FILE})"
         ),
     )
 }
@@ -460,11 +491,12 @@ pub fn split_text(tok: &dyn Tokenizer, text: &str, context: usize) -> Result<Tok
 /// Where a run's steps ended.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Finished {
-    /// The training loss's running mean (0.95·m + 0.05·loss per step, from the first step of
-    /// this call).
+    /// The training loss's running mean ([`RunningMean`], over the steps of this call).
     pub running_loss: f64,
     /// The generation folder the last save wrote.
     pub generation: PathBuf,
+    /// The steps' speed ([`Throughput`]).
+    pub speed: Throughput,
 }
 
 /// Trains on random windows of `split.train` until `steps` steps have been taken, saving the
@@ -472,9 +504,10 @@ pub struct Finished {
 /// and after the last step, whose save `last_save` may add files to (the loss plot: it is
 /// called with the trainer and the generation's temporary folder before the save is committed).
 /// Measure the validation loss with [`validation_loss`]. A step whose loss is not finite
-/// stops the run with an error before anything of it is saved. `progress` sees every step with
-/// the running loss and the tokens per second so far. The schedule's decay stays where the run
-/// planned it; past it the floor rate holds.
+/// stops the run with an error before anything of it is saved (a step that meets weights made
+/// non-finite by the step before, too). `progress` sees every step with the running loss
+/// ([`RunningMean`]) and the tokens per second so far ([`Throughput`]). The schedule's decay
+/// stays where the run planned it; past it the floor rate holds.
 #[allow(clippy::too_many_arguments)]
 pub fn continue_run(
     trainer: &mut Trainer<f32>,
@@ -489,18 +522,22 @@ pub fn continue_run(
     last_save: &mut dyn FnMut(&Trainer<f32>, &Path) -> Result<()>,
 ) -> Result<Finished> {
     let data = Data::Stream { tokens: split.train(), seq_len: context };
-    let start = Instant::now();
-    let (mut seen, mut running) = (0usize, f64::NAN);
+    let (mut speed, mut running) = (Throughput::default(), RunningMean::default());
     let mut disk = folder::Disk;
     while trainer.step < steps {
-        let r = trainer.step(&data, tc)?;
+        let start = Instant::now();
+        // A step whose weights went non-finite in the previous update fails inside the forward
+        // pass: that is the run diverging too, and is said so.
+        let r = trainer.step(&data, tc).map_err(|e| match e {
+            Error::NonFinite { .. } => diverged(trainer.step + 1, &e.to_string()),
+            other => other,
+        })?;
+        speed.add(r.tokens, start.elapsed().as_secs_f64());
         if !r.loss.is_finite() || !r.grad_norm.is_finite() {
             return Err(diverged(r.step + 1, &format!("loss {}", r.loss)));
         }
-        seen += r.tokens;
-        running = if running.is_nan() { r.loss } else { 0.95 * running + 0.05 * r.loss };
-        let tokens_per_s = seen as f64 / start.elapsed().as_secs_f64().max(1e-9);
-        progress.step(trainer.step, running, Some(tokens_per_s));
+        let mean = running.add(r.loss);
+        progress.step(trainer.step, mean, speed.per_second());
         if save_every > 0 && trainer.step.is_multiple_of(save_every) && trainer.step < steps {
             save_run(&mut disk, out, trainer, run_files)?;
         }
@@ -509,7 +546,7 @@ pub fn continue_run(
     let trained: &Trainer<f32> = trainer;
     let mut finish = |tmp: &Path| last_save(trained, tmp);
     let generation = save_run_with(&mut disk, out, trained, run_files, &mut finish)?;
-    Ok(Finished { running_loss: running, generation })
+    Ok(Finished { running_loss: running.value(), generation, speed })
 }
 
 /// The run's closing sample: the first validation tokens as the prompt (see

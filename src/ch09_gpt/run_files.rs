@@ -197,19 +197,23 @@ pub fn load_for_sampling(
     dir: &Path,
     budget: u64,
 ) -> Result<(Box<dyn Tokenizer>, Gpt<f32>, Resolved)> {
-    let resolved = folder::resolve(dir)?;
-    let here = resolved.path.as_path();
-    let mut files = Vec::new();
-    for name in CHECKPOINT_FILES {
-        let path = here.join(name);
-        match std::fs::read(&path) {
-            Ok(bytes) => files.push((name.to_string(), bytes)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io(&path)(e)),
+    // A save may switch the folder's generation while its files are read: then they are read
+    // again from the new one.
+    folder::read_consistent(dir, |resolved| {
+        let here = resolved.path.as_path();
+        let mut files = Vec::new();
+        for name in CHECKPOINT_FILES {
+            let path = here.join(name);
+            let per_byte = super::budget::FILE_BYTES_PER_BYTE;
+            match super::budget::read_file(&path, per_byte, budget, "--memory-budget") {
+                Ok(bytes) => files.push((name.to_string(), bytes)),
+                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
         }
-    }
-    let (tok, model) = checkpoint_from_files(here, files, budget)?;
-    Ok((tok, model, resolved))
+        let (tok, model) = checkpoint_from_files(here, files, budget)?;
+        Ok((tok, model, resolved.clone()))
+    })
 }
 
 /// The files of a checkpoint folder that [`checkpoint_from_files`] reads.

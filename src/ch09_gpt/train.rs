@@ -209,6 +209,67 @@ impl<T: Float> Trainer<T> {
     }
 }
 
+/// The running mean of the training loss: an exponential moving average with weight
+/// [`RunningMean::DECAY`] on the past, bias-corrected as Adam corrects its moments. After t
+/// losses ℓ₁…ℓ_t it is
+///
+/// ```text
+/// m_t = Σ_s β^(t−s)·ℓ_s / Σ_s β^(t−s)       β = 0.95
+/// ```
+///
+/// a weighted mean of the losses so far (the first value is ℓ₁ itself, and early on every loss
+/// weighs about the same), never the first loss carried with weight β^t into later steps, which
+/// left a plain average started at ℓ₁ far above a loss that falls fast.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RunningMean {
+    /// Σ β^(t−s)·ℓ_s.
+    sum: f64,
+    /// Σ β^(t−s) = (1 − β^t)/(1 − β).
+    weight: f64,
+}
+
+impl RunningMean {
+    /// β, the weight of the past.
+    pub const DECAY: f64 = 0.95;
+
+    /// Adds a loss; returns the mean so far.
+    pub fn add(&mut self, loss: f64) -> f64 {
+        self.sum = Self::DECAY * self.sum + loss;
+        self.weight = Self::DECAY * self.weight + 1.0;
+        self.value()
+    }
+
+    /// The mean so far (NaN before any loss).
+    pub fn value(&self) -> f64 {
+        if self.weight == 0.0 { f64::NAN } else { self.sum / self.weight }
+    }
+}
+
+/// Training speed, defined once: the tokens of the training batches (B·T a step) divided by
+/// the wall-clock seconds of the training steps alone (forward, backward, clipping and AdamW;
+/// saves, plots and validation are not counted). The progress line and every summary print this
+/// one figure.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Throughput {
+    /// Tokens of the steps counted.
+    pub tokens: usize,
+    /// Their seconds.
+    pub seconds: f64,
+}
+
+impl Throughput {
+    /// Counts one step of `tokens` tokens that took `seconds`.
+    pub fn add(&mut self, tokens: usize, seconds: f64) {
+        self.tokens += tokens;
+        self.seconds += seconds;
+    }
+
+    /// Tokens per second (None before any time was measured).
+    pub fn per_second(&self) -> Option<f64> {
+        (self.seconds > 0.0).then(|| self.tokens as f64 / self.seconds)
+    }
+}
+
 /// How a training run shows its progress. The library prints nothing: whoever runs the training
 /// implements this (the binary draws a progress bar); `()` shows nothing.
 pub trait Progress {

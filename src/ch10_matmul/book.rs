@@ -3,6 +3,7 @@
 //! entry. The measured tables and figures come from the benchmark, `benches/ch10_matmul.rs`.
 
 use super::blocks::{accumulator_registers, fma_fingerprint_f32, footprint, tile_calls, tile_use};
+use super::roofline::{Roofline, meta, roof_line, roof_of};
 use super::traffic::{blocked_traffic_bytes, flops, intensity, naive_traffic_bytes};
 use crate::errata::Erratum;
 use crate::error::Result;
@@ -315,3 +316,54 @@ pub const CHAPTER: Chapter = Chapter {
     plots,
     errata: ERRATA,
 };
+
+/// A byte count as KiB or MiB, whichever reads as a whole number first.
+fn size_text(bytes: u64) -> String {
+    if bytes >= 1 << 20 { format!("{} MiB", bytes >> 20) } else { format!("{} KiB", bytes >> 10) }
+}
+
+/// The roofline figure on log–log axes: one straight roof per level (its ends and its knee,
+/// [`roof_line`](super::roofline::roof_line)), then each contender's points grouped by the roof
+/// they sit under, labelled with that roof; the caption names the machine.
+pub fn roofline_figure(r: &Roofline) -> Result<Figure> {
+    let xs = r.points.iter().map(|p| p.intensity);
+    let (lo, hi) = xs.fold((1.0f64 / 16.0, 64.0f64), |(l, h), x| (l.min(x / 2.0), h.max(x * 2.0)));
+    let mut series = Vec::new();
+    for roof in &r.roofs {
+        let held = roof.bytes.map_or(String::new(), |b| format!(" (≤ {})", size_text(b)));
+        series.push(Series::unmarked(
+            format!("{} roof, {:.0} GB/s{held}", roof.level, roof.gbs),
+            roof_line(r.peak, roof.gbs, (lo, hi)),
+        ));
+    }
+    let mut groups: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    for p in &r.points {
+        let roof = roof_of(&r.roofs, p.working_set)?;
+        let label = format!("{}, under {}", p.contender, roof.level);
+        match groups.iter_mut().find(|g| g.0 == label) {
+            Some(g) => g.1.push((p.intensity, p.gflops)),
+            None => groups.push((label, vec![(p.intensity, p.gflops)])),
+        }
+    }
+    for (label, pts) in groups {
+        let ns: Vec<String> = r
+            .points
+            .iter()
+            .filter(|p| pts.contains(&(p.intensity, p.gflops)))
+            .map(|p| p.n.to_string())
+            .collect();
+        series.push(Series::new(format!("{label}: n = {}", ns.join(", ")), pts));
+    }
+    let cpu = meta(r, "cpu")?;
+    let kernel = meta(r, "kernel")?;
+    Ok(Figure::LogLine(
+        LineChart {
+            title: format!("Roofline, one core, f32, {cpu} ({kernel}): peak {:.0} GFLOP/s", r.peak),
+            x_label: "arithmetic intensity, flops per byte (log scale)".into(),
+            y_label: "GFLOP/s (log scale)".into(),
+            series,
+            markers: true,
+        },
+        LogAxes::Both,
+    ))
+}

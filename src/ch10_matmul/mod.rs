@@ -7,7 +7,9 @@
 //! - [`blocks`]: the cache footprint of every packed block (B̃ sliver KC×NR for L1, Ã block MC×KC
 //!   for L2, B̃ panel KC×NC for L3), the share of a register tile doing useful work
 //!   (m·n / (⌈m/MR⌉·MR · ⌈n/NR⌉·NR)), the micro-kernel calls of a product, the accumulator
-//!   registers of a tile, and the rounding a fused multiply-add saves.
+//!   registers of a tile, and the rounding a fused multiply-add saves;
+//! - [`roofline`]: the roofline with a roof per level of the memory hierarchy, drawn from the
+//!   benchmark's committed measurements, each product under the roof of the level holding it.
 //!
 //! [`book`] holds the worked table, the walk-through of one tiny packed product and the
 //! measurement-free figures. The prose is
@@ -15,11 +17,12 @@
 //! `tests/ch10_matmul.rs`; the speed measurements come from the benchmark
 //! `benches/ch10_matmul.rs` (`cargo bench --features peers --bench ch10_matmul`).
 //!
-//! Nothing here is measured: every number follows from the shapes, the blocking constants and
+//! Nothing here measures: every number follows from the shapes, the blocking constants and
 //! the cache sizes, so the worked table is exact and reproducible on any machine.
 
 pub mod blocks;
 pub mod book;
+pub mod roofline;
 pub mod traffic;
 
 pub use blocks::{

@@ -1,37 +1,178 @@
 //! `exercises`: the reader's progress through the workbook's exercises (`exercises/`), judged by
-//! running that crate's tests (the binary cannot depend on the exercises crate: a reader's
-//! half-written answer must never break the main build). `--watch` re-judges whenever a file
-//! under `exercises/src` is saved, polling modification times once a second.
+//! that crate's judge targets (the binary cannot depend on the exercises crate: a reader's
+//! half-written answer must never break the main build).
+//!
+//! How one round of judging goes:
+//!
+//! 1. `cargo test --no-run --message-format=json` compiles every chapter's judge target
+//!    (`exercises/tests/chNN_stem.rs`, which includes that chapter's answers) and goes on past a
+//!    chapter that does not compile: that chapter's rows say "does not compile" and the table
+//!    quotes the compiler's first error; every other chapter is judged.
+//! 2. Each exercise runs as its own process (`binary --exact name`), as many at once as there are
+//!    cores, each with a time limit ([`TIME_LIMIT_SECONDS`]), so an answer that never returns,
+//!    aborts, overflows its stack or ends the program marks that exercise only.
+//! 3. Each judge appends its verdict to a file the runner names (the exercises crate's
+//!    `results` module documents the line: `name<TAB>state<TAB>message`, escaped); the runner
+//!    reads those lines, never the test harness's human output.
+//!
+//! Rows come in the order the functions appear in `exercises/src/chNN_stem.rs`, and every line
+//! printed fits in [`WIDTH`] columns. `--watch` re-judges whenever a file under `exercises/src`
+//! is saved, polling modification times once a second.
+//!
+//! Two environment variables serve the runner's own tests and slow machines:
+//! `LLM_WORKBOOK_EXERCISES_DIR` judges another copy of the exercises crate, and
+//! `LLM_WORKBOOK_EXERCISE_SECONDS` changes the time limit.
 
+use serde_json::Value;
 use std::collections::HashMap;
 use std::io::Read;
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::{Duration, SystemTime};
+use std::path::{Component, Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime};
+
+/// The widest line the runner prints, in terminal columns.
+pub const WIDTH: usize = 100;
+
+/// Seconds one exercise's judge may run before it is stopped and shown as timed out. The slowest
+/// judge (the gradient checks of chapter 9, unoptimised) takes a few seconds.
+pub const TIME_LIMIT_SECONDS: u64 = 30;
+
+/// The environment variable naming another exercises crate to judge (default: `exercises/` of
+/// this checkout).
+const DIR_VAR: &str = "LLM_WORKBOOK_EXERCISES_DIR";
+
+/// The environment variable that overrides [`TIME_LIMIT_SECONDS`].
+const SECONDS_VAR: &str = "LLM_WORKBOOK_EXERCISE_SECONDS";
+
+/// The environment variable through which the judges learn where to append their verdicts (the
+/// exercises crate's `results::RESULTS_FILE`).
+const RESULTS_VAR: &str = "LLM_WORKBOOK_EXERCISE_RESULTS";
+
+/// How often a running judge is checked for having finished.
+const POLL: Duration = Duration::from_millis(20);
 
 /// One exercise's state.
 #[derive(Clone, Debug, PartialEq)]
 enum State {
     Passed,
+    /// The judge's message.
     Failed(String),
+    /// The judge's message (the body is still `todo!()`).
     NotStarted(String),
+    /// The chapter's first compiler error, `file:line:column: message`.
+    DoesNotCompile(String),
+    /// Stopped after this many seconds without a verdict.
+    TimedOut(u64),
+    /// The process ended without a verdict: a short label for the table and what happened.
+    Ended {
+        label: String,
+        what: String,
+    },
+}
+
+impl State {
+    /// The status column of the table.
+    fn label(&self) -> String {
+        match self {
+            State::Passed => "✓".to_string(),
+            State::Failed(_) => "✗".to_string(),
+            State::NotStarted(_) => "not started".to_string(),
+            State::DoesNotCompile(_) => "does not compile".to_string(),
+            State::TimedOut(s) => format!("timed out after {s} s"),
+            State::Ended { label, .. } => label.clone(),
+        }
+    }
+
+    /// What to tell the reader about it, below the "Next:" line.
+    fn message(&self) -> String {
+        match self {
+            State::Passed => String::new(),
+            State::Failed(m) | State::NotStarted(m) => m.clone(),
+            State::DoesNotCompile(e) => format!("the chapter does not compile: {e}"),
+            State::TimedOut(s) => format!(
+                "your answer did not return within {s} s and was stopped: a loop that never ends? \
+                 (set {SECONDS_VAR} to allow more time)"
+            ),
+            State::Ended { what, .. } => what.clone(),
+        }
+    }
 }
 
 /// One exercise: its chapter's stem (`ch06_attention`), its name and its state.
+#[derive(Clone, Debug)]
 struct Row {
     chapter: String,
     name: String,
     state: State,
 }
 
-/// The exercises folder of this checkout.
-fn exercises_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("exercises")
+/// One chapter: its stem and its exercises in the order its answer file defines them.
+#[derive(Clone, Debug, PartialEq)]
+struct Chapter {
+    stem: String,
+    exercises: Vec<String>,
 }
 
-/// The chapters' judge targets (`exercises/tests/chNN_*.rs`) in order, each with its exercises in
-/// the order its `exercise!(…)` line lists them.
-fn chapters(dir: &Path) -> Result<Vec<(String, Vec<String>)>, String> {
+/// The exercises crate to judge.
+fn exercises_dir() -> PathBuf {
+    match std::env::var_os(DIR_VAR) {
+        Some(dir) => PathBuf::from(dir),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("exercises"),
+    }
+}
+
+/// The time limit of one exercise, from [`SECONDS_VAR`] or [`TIME_LIMIT_SECONDS`].
+fn time_limit() -> Result<u64, String> {
+    match std::env::var(SECONDS_VAR) {
+        Err(_) => Ok(TIME_LIMIT_SECONDS),
+        Ok(text) => match text.trim().parse::<u64>() {
+            Ok(s) if s > 0 => Ok(s),
+            _ => Err(format!("{SECONDS_VAR} must be a whole number of seconds ≥ 1, not {text:?}")),
+        },
+    }
+}
+
+/// The names an `exercise!(…)` list in a judge target holds, in its order.
+fn listed_exercises(target: &str) -> Vec<String> {
+    target
+        .split_once("\nexercise!(")
+        .and_then(|(_, rest)| rest.split_once(");"))
+        .map(|(list, _)| {
+            list.split(',').map(|n| n.trim().to_string()).filter(|n| !n.is_empty()).collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Where `fn name` is defined at the top level of an answer file (`pub fn name(` or `<`), if it is.
+fn position_of(answers: &str, name: &str) -> Option<usize> {
+    let mut at = 0;
+    for line in answers.lines() {
+        if let Some(rest) = line.strip_prefix("pub fn ").and_then(|r| r.strip_prefix(name))
+            && (rest.starts_with('(') || rest.starts_with('<'))
+        {
+            return Some(at);
+        }
+        at += line.len() + 1;
+    }
+    None
+}
+
+/// `names` sorted by where the answer file defines them; names it does not define keep their
+/// order, after the others.
+fn in_file_order(answers: &str, names: Vec<String>) -> Vec<String> {
+    let mut keyed: Vec<(usize, usize, String)> = names
+        .into_iter()
+        .enumerate()
+        .map(|(i, n)| (position_of(answers, &n).unwrap_or(usize::MAX), i, n))
+        .collect();
+    keyed.sort();
+    keyed.into_iter().map(|(_, _, n)| n).collect()
+}
+
+/// The chapters' judge targets (`tests/chNN_*.rs`) in order, each with its exercises in the order
+/// of its answer file (`src/chNN_*.rs`).
+fn chapters(dir: &Path) -> Result<Vec<Chapter>, String> {
     let tests = dir.join("tests");
     let entries = std::fs::read_dir(&tests).map_err(|e| format!("{}: {e}", tests.display()))?;
     let mut stems: Vec<String> = entries
@@ -44,159 +185,450 @@ fn chapters(dir: &Path) -> Result<Vec<(String, Vec<String>)>, String> {
     let mut out = Vec::new();
     for stem in stems {
         let path = tests.join(format!("{stem}.rs"));
-        let text =
+        let target =
             std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let names = text
-            .split_once("\nexercise!(")
-            .and_then(|(_, rest)| rest.split_once(");"))
-            .map(|(list, _)| {
-                list.split(',').map(|n| n.trim().to_string()).filter(|n| !n.is_empty()).collect()
-            })
-            .unwrap_or_default();
-        out.push((stem, names));
+        let answers =
+            std::fs::read_to_string(dir.join("src").join(format!("{stem}.rs"))).unwrap_or_default();
+        let exercises = in_file_order(&answers, listed_exercises(&target));
+        out.push(Chapter { stem, exercises });
     }
     Ok(out)
 }
 
-/// Runs the chapters' judge targets, stdout and stderr through one pipe so cargo's
-/// "Running tests/chNN_….rs" lines stay in order with the tests' results.
-fn run_judges(stems: &[String]) -> Result<String, String> {
+/// What compiling the judge targets gave: each chapter's test binary, or its first error.
+#[derive(Debug, Default)]
+struct Build {
+    binaries: HashMap<String, PathBuf>,
+    errors: HashMap<String, String>,
+}
+
+/// `path` with `.` and `..` removed without touching the file system.
+fn normalized(path: &Path) -> PathBuf {
+    let mut clean = PathBuf::new();
+    for part in path.components() {
+        match part {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                clean.pop();
+            }
+            other => clean.push(other),
+        }
+    }
+    clean
+}
+
+/// A compiler's file name (relative to the folder cargo ran it in: the exercises crate, or the
+/// workspace above it) shown from the exercises crate's parent: `exercises/src/ch06_attention.rs`.
+fn shown_path(path: &str, dir: &Path) -> String {
+    let found = dir.ancestors().map(|a| normalized(&a.join(path))).find(|p| p.is_file());
+    let full = found.unwrap_or_else(|| normalized(&dir.join(path)));
+    let base = dir.parent().unwrap_or(dir);
+    full.strip_prefix(base).unwrap_or(&full).display().to_string()
+}
+
+/// The first error of one `compiler-message` line of cargo's JSON output, as
+/// `file:line:column: message`, with the target it belongs to.
+fn first_error(msg: &Value, dir: &Path) -> Option<(String, String)> {
+    let target = msg["target"]["name"].as_str()?.to_string();
+    let message = &msg["message"];
+    if message["level"].as_str()? != "error" {
+        return None;
+    }
+    let text = message["message"].as_str()?;
+    let spans = message["spans"].as_array();
+    let primary = spans.and_then(|s| s.iter().find(|s| s["is_primary"].as_bool() == Some(true)));
+    let place = primary.map(|s| {
+        format!(
+            "{}:{}:{}: ",
+            shown_path(s["file_name"].as_str().unwrap_or("?"), dir),
+            s["line_start"],
+            s["column_start"]
+        )
+    });
+    Some((target, format!("{}{text}", place.unwrap_or_default())))
+}
+
+/// Reads cargo's JSON messages: test executables and each target's first error.
+fn read_build(json: &str, dir: &Path) -> Build {
+    let mut build = Build::default();
+    for line in json.lines() {
+        let Ok(msg) = serde_json::from_str::<Value>(line) else { continue };
+        match msg["reason"].as_str() {
+            Some("compiler-artifact") => {
+                let kinds = msg["target"]["kind"].as_array();
+                let is_test = kinds.is_some_and(|k| k.iter().any(|k| k == "test"));
+                if let (true, Some(name), Some(exe)) =
+                    (is_test, msg["target"]["name"].as_str(), msg["executable"].as_str())
+                {
+                    build.binaries.insert(name.to_string(), PathBuf::from(exe));
+                }
+            }
+            Some("compiler-message") => {
+                if let Some((target, error)) = first_error(&msg, dir) {
+                    build.errors.entry(target).or_insert(error);
+                }
+            }
+            _ => {}
+        }
+    }
+    build
+}
+
+/// Compiles the judge targets of `stems`; a target that fails does not stop the others: cargo
+/// stops starting new targets after an error, so the targets it left unbuilt are compiled again
+/// (one more round per chapter that does not compile, at most).
+fn compile(dir: &Path, stems: &[String]) -> Result<Build, String> {
+    let mut build = Build::default();
+    let mut left: Vec<String> = stems.to_vec();
+    while !left.is_empty() {
+        let round = compile_round(dir, &left)?;
+        let before = left.len();
+        build.binaries.extend(round.binaries);
+        build.errors.extend(round.errors);
+        left.retain(|s| !build.binaries.contains_key(s) && !build.errors.contains_key(s));
+        if left.len() == before {
+            break;
+        }
+    }
+    Ok(build)
+}
+
+/// One `cargo test --no-run` over the judge targets of `stems`.
+fn compile_round(dir: &Path, stems: &[String]) -> Result<Build, String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-    let mut cmd = Command::new(cargo);
-    cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(["test", "-p", "llm-workbook-exercises", "--no-fail-fast"])
-        .env("RUST_BACKTRACE", "0")
-        .env("CARGO_TERM_COLOR", "never");
+    let manifest = dir.join("Cargo.toml");
+    let mut cmd = Command::new(&cargo);
+    cmd.current_dir(dir)
+        .args(["test", "--no-run", "--no-fail-fast", "--message-format=json", "--manifest-path"])
+        .arg(&manifest)
+        .env("CARGO_TERM_COLOR", "never")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     for stem in stems {
         cmd.args(["--test", stem]);
     }
-    let (mut reader, writer) = std::io::pipe().map_err(|e| format!("cannot make a pipe: {e}"))?;
-    let writer2 = writer.try_clone().map_err(|e| format!("cannot make a pipe: {e}"))?;
-    cmd.stdout(writer).stderr(writer2);
-    let mut child = cmd.spawn().map_err(|e| format!("cannot run cargo: {e}"))?;
-    drop(cmd); // closes our copies of the pipe's write end
-    let mut text = String::new();
-    reader.read_to_string(&mut text).map_err(|e| format!("reading cargo's output: {e}"))?;
+    let mut child = cmd.spawn().map_err(|e| format!("cannot run {cargo}: {e}"))?;
+    // Read stderr on its own thread so that neither pipe can fill up and stall cargo.
+    let mut stderr = child.stderr.take().ok_or("cannot read cargo's messages")?;
+    let errors = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let mut json = String::new();
+    if let Some(mut out) = child.stdout.take() {
+        out.read_to_string(&mut json).map_err(|e| format!("reading cargo's output: {e}"))?;
+    }
     child.wait().map_err(|e| format!("waiting for cargo: {e}"))?;
-    Ok(text)
+    let stderr = errors.join().unwrap_or_default();
+    let build = read_build(&json, dir);
+    // The judges themselves (the library) not compiling stops every chapter: say so once.
+    let lib = build.errors.iter().find(|(target, _)| !stems.contains(target));
+    if let Some((target, error)) = lib {
+        return Err(format!("the exercises crate's `{target}` does not compile: {error}"));
+    }
+    if build.binaries.is_empty() && build.errors.is_empty() {
+        let tail: Vec<&str> = stderr.lines().rev().take(12).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        return Err(format!("cargo could not build the judges:\n{}", tail.join("\n")));
+    }
+    Ok(build)
 }
 
-/// The state of every exercise from cargo's output, or the compiler's errors when the exercises
-/// do not compile.
-fn parse(text: &str, chapters: &[(String, Vec<String>)]) -> Result<Vec<Row>, String> {
-    let mut results: HashMap<(String, String), bool> = HashMap::new();
-    let mut messages: HashMap<(String, String), String> = HashMap::new();
-    let mut current = String::new();
-    let mut lines = text.lines().peekable();
-    while let Some(line) = lines.next() {
-        let t = line.trim();
-        if let Some(rest) = t.strip_prefix("Running tests/") {
-            current = rest.split(".rs").next().unwrap_or_default().to_string();
-        } else if let Some(rest) = t.strip_prefix("test ") {
-            if let Some((name, verdict)) = rest.split_once(" ... ") {
-                results.insert((current.clone(), name.to_string()), verdict.starts_with("ok"));
-            }
-        } else if let Some(name) =
-            t.strip_prefix("---- ").and_then(|r| r.strip_suffix(" stdout ----"))
-        {
-            // The judge's message is the last panic of the test: an answer that panics inside
-            // the judge prints its own panic first.
-            let mut message = Vec::new();
-            let mut collecting = false;
-            while let Some(next) = lines.peek() {
-                if next.starts_with("---- ") || next.starts_with("failures:") {
-                    break;
-                }
-                let next = lines.next().unwrap_or_default();
-                if next.starts_with("thread ") {
-                    message.clear();
-                    collecting = true;
-                } else if next.is_empty()
-                    || next.starts_with("note: ")
-                    || next.starts_with("stack backtrace")
-                {
-                    collecting = false;
-                } else if collecting {
-                    message.push(next);
-                }
-            }
-            messages.insert((current.clone(), name.to_string()), message.join("\n"));
+/// Undoes the escaping of a message field (`\\`, `\t`, `\n`).
+fn unescape(field: &str) -> String {
+    let mut out = String::with_capacity(field.len());
+    let mut chars = field.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('n') => out.push('\n'),
+            Some('t') => out.push('\t'),
+            Some(other) => out.push(other),
+            None => out.push('\\'),
         }
     }
-    if results.is_empty() {
-        let errors: Vec<&str> =
-            text.lines().skip_while(|l| !l.starts_with("error")).take(40).collect();
-        let shown = if errors.is_empty() { text.to_string() } else { errors.join("\n") };
-        return Err(format!(
-            "the exercises do not compile; fix this first:\n\n{}",
-            shown.trim_end()
-        ));
+    out
+}
+
+/// The state recorded for exercise `name` in a results file's text, if its line is there.
+fn recorded(text: &str, name: &str) -> Option<State> {
+    for line in text.lines() {
+        let mut fields = line.splitn(3, '\t');
+        if fields.next() != Some(name) {
+            continue;
+        }
+        let state = fields.next().unwrap_or_default();
+        let message = unescape(fields.next().unwrap_or_default());
+        return Some(match state {
+            "passed" => State::Passed,
+            "not started" => State::NotStarted(message),
+            _ => State::Failed(message),
+        });
     }
+    None
+}
+
+/// A signal's name and what it means for an answer, in words a student understands.
+fn signal_words(signal: i32) -> (String, String) {
+    let (label, what) = match signal {
+        6 => ("aborted", "aborted the program (std::process::abort, or a panic inside a panic)"),
+        9 => ("killed", "was killed (SIGKILL: did it use up the memory?)"),
+        11 => ("crashed", "crashed with a segmentation fault (SIGSEGV)"),
+        4 => ("crashed", "crashed on an illegal instruction (SIGILL)"),
+        7 => ("crashed", "crashed with a bus error (SIGBUS)"),
+        8 => ("crashed", "crashed with an arithmetic fault (SIGFPE)"),
+        _ => return (format!("signal {signal}"), format!("was stopped by signal {signal}")),
+    };
+    (label.to_string(), what.to_string())
+}
+
+/// What an exercise's process ending without a verdict means: its exit status and the end of
+/// what it wrote to stderr.
+fn ended(status: ExitStatus, stderr: &str) -> State {
+    let (label, what) = if stderr.contains("has overflowed its stack") {
+        (
+            "stack overflow".to_string(),
+            "overflowed its stack (a recursion that never reaches its base case?)".to_string(),
+        )
+    } else if let Some(code) = status.code() {
+        (
+            format!("exited (code {code})"),
+            format!(
+                "ended the whole program with exit code {code} before the judge could finish \
+                 (std::process::exit inside the answer?)"
+            ),
+        )
+    } else {
+        signal_words(signal_of(status))
+    };
+    State::Ended { label, what: format!("your answer {what}; the judge gave no verdict") }
+}
+
+#[cfg(unix)]
+fn signal_of(status: ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status.signal().unwrap_or(0)
+}
+
+#[cfg(not(unix))]
+fn signal_of(_: ExitStatus) -> i32 {
+    0
+}
+
+/// Judges one exercise in its own process: `binary --exact name`, stopped after `limit`.
+/// `scratch` is a fresh folder for its results and stderr files.
+fn judge_one(binary: &Path, name: &str, dir: &Path, scratch: &Path, limit: u64) -> State {
+    let results = scratch.join(format!("{name}.results"));
+    let stderr_path = scratch.join(format!("{name}.stderr"));
+    let stderr = match std::fs::File::create(&stderr_path) {
+        Ok(f) => f,
+        Err(e) => return State::Failed(format!("cannot create {}: {e}", stderr_path.display())),
+    };
+    let spawned = Command::new(binary)
+        .args(["--exact", name, "--test-threads=1"])
+        .current_dir(dir)
+        .env(RESULTS_VAR, &results)
+        .env("RUST_BACKTRACE", "0")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn();
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => return State::Failed(format!("cannot run {}: {e}", binary.display())),
+    };
+    let deadline = Instant::now() + Duration::from_secs(limit);
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(POLL),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+        }
+    };
+    let text = std::fs::read_to_string(&results).unwrap_or_default();
+    if let Some(state) = recorded(&text, name) {
+        return state;
+    }
+    match status {
+        None => State::TimedOut(limit),
+        Some(status) => ended(status, &std::fs::read_to_string(&stderr_path).unwrap_or_default()),
+    }
+}
+
+/// A fresh scratch folder under the system's temporary folder.
+fn scratch_dir() -> Result<PathBuf, String> {
+    let nanos = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    let dir = std::env::temp_dir().join(format!(
+        "llm-workbook-exercises-{}-{}",
+        std::process::id(),
+        nanos.as_nanos()
+    ));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    Ok(dir)
+}
+
+/// Judges every exercise of `chapters` and returns the rows in the chapters' order.
+fn judge_all(dir: &Path, chapters: &[Chapter], limit: u64) -> Result<Vec<Row>, String> {
+    let stems: Vec<String> = chapters.iter().map(|c| c.stem.clone()).collect();
+    let build = compile(dir, &stems)?;
+    let scratch = scratch_dir()?;
     let mut rows = Vec::new();
-    for (stem, names) in chapters {
-        for name in names {
-            let key = (stem.clone(), name.clone());
-            let message = messages.get(&key).cloned().unwrap_or_default();
-            let state = match results.get(&key) {
-                Some(true) => State::Passed,
-                _ if message.starts_with("not started") => State::NotStarted(message),
-                Some(false) => State::Failed(message),
-                None => State::Failed(
-                    "the judge did not run (see `cargo test -p \
-                                       llm-workbook-exercises`)"
-                        .to_string(),
-                ),
+    let mut jobs = Vec::new(); // (row index, binary, chapter's scratch folder)
+    for ch in chapters {
+        let folder = scratch.join(&ch.stem);
+        std::fs::create_dir_all(&folder)
+            .map_err(|e| format!("cannot create {}: {e}", folder.display()))?;
+        for name in &ch.exercises {
+            let state = match (build.binaries.get(&ch.stem), build.errors.get(&ch.stem)) {
+                (Some(binary), _) => {
+                    jobs.push((rows.len(), binary.clone(), folder.clone()));
+                    State::Passed // replaced below
+                }
+                (None, Some(error)) => State::DoesNotCompile(error.clone()),
+                (None, None) => State::DoesNotCompile("cargo built no judge for it".to_string()),
             };
-            rows.push(Row { chapter: stem.clone(), name: name.clone(), state });
+            rows.push(Row { chapter: ch.stem.clone(), name: name.clone(), state });
         }
     }
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(jobs.len());
+    let queue = Mutex::new(jobs.into_iter());
+    let done = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(|| {
+                loop {
+                    let job = queue.lock().map(|mut q| q.next()).unwrap_or(None);
+                    let Some((index, binary, folder)) = job else { break };
+                    let name = &rows[index].name;
+                    let state = judge_one(&binary, name, dir, &folder, limit);
+                    if let Ok(mut d) = done.lock() {
+                        d.push((index, state));
+                    }
+                }
+            });
+        }
+    });
+    for (index, state) in done.into_inner().unwrap_or_default() {
+        rows[index].state = state;
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
     Ok(rows)
 }
 
-/// Prints the progress table, the counts and the next exercise with its judge's message.
-fn print_table(rows: &[Row]) {
-    let width = rows.iter().map(|r| r.name.chars().count()).max().unwrap_or(8).max(8);
-    println!("  {:<20}  {:<width$}  status", "chapter", "exercise");
+/// `text` broken at spaces into lines of at most `width` columns, every line after the first
+/// starting with `indent` (narrower than `width`); a word wider than a line is cut. Leading and
+/// repeated spaces are kept.
+fn wrap(text: &str, indent: &str, width: usize) -> Vec<String> {
+    let lead = indent.chars().count();
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    let mut cols = 0; // the columns `line` holds
+    let mut fresh = true; // `line` holds no word yet (nothing, or the indent)
+    for word in text.split(' ') {
+        let mut word: Vec<char> = word.chars().collect();
+        loop {
+            let need = word.len() + usize::from(!fresh);
+            if cols + need <= width {
+                if !fresh {
+                    line.push(' ');
+                }
+                line.extend(word.iter());
+                cols += need;
+                fresh = false;
+                break;
+            }
+            if fresh {
+                let room = width.saturating_sub(cols).max(1).min(word.len());
+                line.extend(word.drain(..room));
+            }
+            lines.push(std::mem::replace(&mut line, indent.to_string()));
+            cols = lead;
+            fresh = true;
+        }
+    }
+    lines.push(line);
+    lines
+}
+
+/// The progress table, the counts and the next exercise with its judge's message, every line at
+/// most [`WIDTH`] columns.
+fn table(rows: &[Row]) -> Vec<String> {
+    let mut out = Vec::new();
+    let chapter_w = rows.iter().map(|r| r.chapter.chars().count()).max().unwrap_or(7).max(7);
+    let name_w = rows.iter().map(|r| r.name.chars().count()).max().unwrap_or(8).max(8);
+    out.push(format!("  {:<chapter_w$}  {:<name_w$}  status", "chapter", "exercise"));
+    let mut previous = "";
     for r in rows {
-        let status = match r.state {
-            State::Passed => "✓",
-            State::Failed(_) => "✗",
-            State::NotStarted(_) => "not started",
-        };
-        println!("  {:<20}  {:<width$}  {status}", r.chapter, r.name);
+        let chapter = if r.chapter == previous { "" } else { &r.chapter };
+        previous = &r.chapter;
+        out.push(format!("  {chapter:<chapter_w$}  {:<name_w$}  {}", r.name, r.state.label()));
     }
     let count = |f: fn(&State) -> bool| rows.iter().filter(|r| f(&r.state)).count();
     let done = count(|s| *s == State::Passed);
-    let failing = count(|s| matches!(s, State::Failed(_)));
-    println!(
-        "\n{done} of {} done, {failing} failing, {} not started.",
-        rows.len(),
-        rows.len() - done - failing
-    );
-    // A failing answer first (you were working on it), else the first not started.
-    let failing = rows.iter().find(|r| matches!(r.state, State::Failed(_)));
-    match failing.or_else(|| rows.iter().find(|r| r.state != State::Passed)) {
-        None => println!("Every exercise passes its judge. Well done."),
+    let blank = count(|s| matches!(s, State::NotStarted(_)));
+    let broken = count(|s| matches!(s, State::DoesNotCompile(_)));
+    let failing = rows.len() - done - blank - broken;
+    let mut summary =
+        format!("{done} of {} done, {failing} failing, {blank} not started", rows.len());
+    if broken > 0 {
+        summary.push_str(&format!(", {broken} in a chapter that does not compile"));
+    }
+    out.push(String::new());
+    out.push(format!("{summary}."));
+    // Every chapter that does not compile, with its first error.
+    let mut seen = Vec::new();
+    for r in rows {
+        if let State::DoesNotCompile(e) = &r.state
+            && !seen.contains(&&r.chapter)
+        {
+            seen.push(&r.chapter);
+            out.extend(wrap(&format!("{} does not compile: {e}", r.chapter), "    ", WIDTH));
+        }
+    }
+    // Something you were working on first (in the files' order), else the first not started.
+    let working = rows.iter().find(|r| !matches!(r.state, State::Passed | State::NotStarted(_)));
+    match working.or_else(|| rows.iter().find(|r| r.state != State::Passed)) {
+        None => out.push("Every exercise passes its judge. Well done.".to_string()),
         Some(r) => {
-            let command = format!("cargo test -p llm-workbook-exercises --test {}", r.chapter);
-            println!("\nNext: {} in exercises/src/{}.rs ({command})", r.name, r.chapter);
-            if let State::Failed(m) | State::NotStarted(m) = &r.state {
-                for line in m.lines() {
-                    println!("  {line}");
-                }
+            out.push(String::new());
+            out.push(format!("Next: {} in exercises/src/{}.rs", r.name, r.chapter));
+            out.push(format!(
+                "  (judge its chapter alone: cargo test -p llm-workbook-exercises --test {})",
+                r.chapter
+            ));
+            for line in r.state.message().lines() {
+                let indent = " ".repeat(2 + line.chars().take_while(|c| *c == ' ').count());
+                out.extend(wrap(&format!("  {line}"), &indent, WIDTH));
             }
         }
     }
+    out
 }
 
 /// Judges every exercise once and prints the table.
-fn judge_once(dir: &Path) -> Result<(), String> {
+fn judge_once(dir: &Path, limit: u64) -> Result<(), String> {
     let chapters = chapters(dir)?;
-    let stems: Vec<String> = chapters.iter().map(|(s, _)| s.clone()).collect();
-    let text = run_judges(&stems)?;
-    match parse(&text, &chapters) {
-        Ok(rows) => print_table(&rows),
-        Err(e) => println!("{e}"),
+    println!("Compiling the judges (the first time takes a few minutes), then judging …");
+    match judge_all(dir, &chapters, limit) {
+        Ok(rows) => {
+            for line in table(&rows) {
+                println!("{line}");
+            }
+        }
+        Err(e) => {
+            for line in wrap(&e, "  ", WIDTH) {
+                println!("{line}");
+            }
+        }
     }
     Ok(())
 }
@@ -222,51 +654,22 @@ pub fn run(watch: bool) -> Result<(), String> {
     if !dir.join("Cargo.toml").is_file() {
         return Err(format!("no exercises crate at {}", dir.display()));
     }
-    judge_once(&dir)?;
+    let limit = time_limit()?;
+    judge_once(&dir, limit)?;
     if !watch {
         return Ok(());
     }
     let src = dir.join("src");
     let mut seen = latest_change(&src);
-    println!("\nWatching {} (save a file to re-judge; Ctrl-C to stop).", src.display());
+    println!("\nWatching exercises/src (save a file to judge again; Ctrl-C to stop).");
     loop {
         std::thread::sleep(Duration::from_secs(1));
         let now = latest_change(&src);
         if now != seen {
             seen = now;
             println!("\n──────── a file changed: judging again ────────\n");
-            judge_once(&dir)?;
-            println!("\nWatching {} (Ctrl-C to stop).", src.display());
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_message_shown_is_the_judges_not_an_earlier_panic_inside_the_answer() {
-        let text = "     Running tests/ch09_gpt.rs (target/debug/deps/ch09_gpt-0)\n\
-                    test kv_cache_step ... FAILED\n\
-                    failures:\n\n\
-                    ---- kv_cache_step stdout ----\n\n\
-                    thread 'kv_cache_step' (1) panicked at nalgebra/src/base/view.rs:310:9:\n\
-                    Matrix slicing out of bounds.\n\n\
-                    thread 'kv_cache_step' (1) panicked at exercises/tests/ch09_gpt.rs:18:1:\n\
-                    your `kv_cache_step` panicked: Matrix slicing out of bounds.\n  \
-                    hint: read chapters/ch09_gpt.md#5-sampling\n\
-                    note: run with `RUST_BACKTRACE=1`\n\n\
-                    failures:\n    kv_cache_step\n";
-        let chapters = vec![("ch09_gpt".to_string(), vec!["kv_cache_step".to_string()])];
-        let rows = parse(text, &chapters).expect("parses");
-        match &rows[0].state {
-            State::Failed(m) => assert_eq!(
-                m,
-                "your `kv_cache_step` panicked: Matrix slicing out of bounds.\n  hint: read \
-                 chapters/ch09_gpt.md#5-sampling"
-            ),
-            other => panic!("expected a failure, got {other:?}"),
+            judge_once(&dir, limit)?;
+            println!("\nWatching exercises/src (Ctrl-C to stop).");
         }
     }
 }

@@ -25,6 +25,7 @@ use llm_workbook::ch09_gpt::run::{self, DEFAULT_CORPUS};
 use llm_workbook::ch09_gpt::sample::{Decoding, generate};
 use llm_workbook::ch09_gpt::train::{StepPath, TrainConfig, Trainer};
 use llm_workbook::error::{Result, invalid};
+use llm_workbook::report::{TERMINAL_WIDTH, wrap};
 use llm_workbook::rng::Rng;
 use std::path::{Path, PathBuf};
 
@@ -130,6 +131,9 @@ pub struct ResumeArgs {
     /// LLM_WORKBOOK_MEMORY_BUDGET, else the available memory); a larger model is refused.
     #[arg(long)]
     pub memory_budget: Option<u64>,
+    /// Save a checkpoint every this many steps (0: only at the end), as gpt train does.
+    #[arg(long, default_value_t = 500)]
+    pub save_every: usize,
     /// Measure the final validation loss over every held-out token, not on a seeded sample of
     /// at most 256 windows.
     #[arg(long)]
@@ -143,19 +147,21 @@ pub struct SampleArgs {
     /// and merges.txt.
     #[arg(long)]
     pub checkpoint: PathBuf,
-    /// The text to continue.
-    #[arg(long, default_value = "\n")]
-    pub prompt: String,
+    /// The text to continue (default: a newline, or the vocabulary's first token when the text
+    /// had no newline).
+    #[arg(long)]
+    pub prompt: Option<String>,
     /// How many tokens to add.
     #[arg(long, default_value_t = 200)]
     pub tokens: usize,
     /// Sampling temperature T > 0 (ignored with --greedy).
     #[arg(long, default_value_t = 0.8)]
     pub temperature: f64,
-    /// Keep only the k most likely tokens (k ≥ 1).
+    /// Keep only the k most likely tokens (k ≥ 1; checked, then unused, with --greedy).
     #[arg(long)]
     pub top_k: Option<usize>,
-    /// Keep the most likely tokens up to total probability p ∈ (0, 1].
+    /// Keep the most likely tokens up to total probability p ∈ (0, 1] (checked, then unused, with
+    /// --greedy).
     #[arg(long)]
     pub top_p: Option<f64>,
     /// Always take the most likely token.
@@ -186,6 +192,8 @@ fn train(a: TrainArgs) -> Result<()> {
         let arg = if a.steps == 0 { "--steps" } else { "--batch" };
         return Err(invalid("gpt train", arg, "must be at least 1, got 0"));
     }
+    // One writer a folder, from before the first look at it until the process ends.
+    let _lock = folder::Lock::take(&a.out, "gpt train")?;
     if !a.force && folder::holds_checkpoint(&a.out) {
         return Err(invalid(
             "gpt train",
@@ -196,12 +204,26 @@ fn train(a: TrainArgs) -> Result<()> {
             ),
         ));
     }
-    let data = a.data.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_CORPUS));
-    let text = run::read_text(&data)?;
-    say!("{}: {} bytes", data.display(), text.len());
+    let foreign = folder::foreign_entries(&a.out);
+    if !a.force && !foreign.is_empty() {
+        return Err(invalid(
+            "gpt train",
+            "--out",
+            format!(
+                "{} holds files this program did not write ({}); give --force to train into it \
+                 anyway (they are kept), or another --out",
+                a.out.display(),
+                listed(&foreign)
+            ),
+        ));
+    }
     // Everything is built and checked in memory first; nothing is written before the first
     // save, so bad settings, short data or a diverging first step leave the folder as it was.
     let budget = budget::budget(a.memory_budget)?;
+    let data = a.data.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_CORPUS));
+    let kind = a.tokenizer.into();
+    let text = run::read_text_within(&data, kind, budget)?;
+    say!("{}: {} bytes", data.display(), text.len());
     if a.tokenizer == TokenizerKind::Bpe {
         // The vocabulary asked for is the model's at most: the model must fit before the
         // (slow) BPE training starts.
@@ -211,13 +233,14 @@ fn train(a: TrainArgs) -> Result<()> {
         };
         budget::check(&most, a.batch, a.context, budget, "--bpe-vocab")?;
     }
-    let (tok, tokenizer_files) = run::build_tokenizer(a.tokenizer.into(), &text, a.bpe_vocab)?;
+    let (tok, tokenizer_files) = run::build_tokenizer(kind, &text, a.bpe_vocab)?;
     let config = Config {
         positions: Positions::Learned,
         ..Config::new(tok.vocab_size(), a.context, a.layers, a.heads, a.width)
     };
     config.validate()?;
-    budget::check(&config, a.batch, a.context, budget, "--memory-budget")?;
+    let bpe = a.tokenizer == TokenizerKind::Bpe;
+    budget::check_with_text(&config, a.batch, a.context, text.len(), bpe, budget)?;
     let tc = run::train_config(a.batch, a.lr, a.steps)?;
     let split = run::split_text(tok.as_ref(), &text, a.context)?;
     let model = Gpt::<f32>::new(config, a.seed)?;
@@ -240,6 +263,16 @@ fn train(a: TrainArgs) -> Result<()> {
     continue_run(trainer, &tc, &split, tok, context, steps, every, &a.out, &files, eval)
 }
 
+/// The first few of `names`, for a one-line message.
+fn listed(names: &[String]) -> String {
+    const SHOWN: usize = 3;
+    let mut text = names.iter().take(SHOWN).cloned().collect::<Vec<_>>().join(", ");
+    if names.len() > SHOWN {
+        text.push_str(&format!(" and {} more", names.len() - SHOWN));
+    }
+    text
+}
+
 /// The validation `--exact-validation` asks for.
 fn evaluation(exact: bool) -> run::Evaluation {
     if exact { run::Evaluation::Exact } else { run::Evaluation::Sample(run::VALIDATION_WINDOWS) }
@@ -255,10 +288,23 @@ fn note_flat(dir: &Path, resolved: &Resolved) {
             folder::POINTER_FILE
         );
     }
+    if resolved.recovered {
+        eprintln!(
+            "note: {} has no {} pointer; reading its newest complete generation {}",
+            dir.display(),
+            folder::POINTER_FILE,
+            resolved.path.display()
+        );
+    }
 }
 
 fn resume(a: ResumeArgs) -> Result<()> {
     let budget = budget::budget(a.memory_budget)?;
+    // A folder that is not there is named as such (the lock would create it).
+    if !a.checkpoint.is_dir() {
+        folder::resolve(&a.checkpoint)?;
+    }
+    let _lock = folder::Lock::take(&a.checkpoint, "gpt resume")?;
     let open = run::open_run_with(&a.checkpoint, budget, a.data.as_deref())?;
     note_flat(&a.checkpoint, &open.resolved);
     if let Some(note) = &open.kernel_note {
@@ -279,7 +325,8 @@ fn resume(a: ResumeArgs) -> Result<()> {
     let split = run::split_text(tok, &open.text, context)?;
     let files = &open.run_files;
     let eval = evaluation(a.exact_validation);
-    continue_run(trainer, &tc, &split, tok, context, a.steps, 0, &a.checkpoint, files, eval)
+    let (steps, every) = (a.steps, a.save_every);
+    continue_run(trainer, &tc, &split, tok, context, steps, every, &a.checkpoint, files, eval)
 }
 
 /// Trains to `steps` with a progress bar, then prints the losses, the plot's files and a sample.
@@ -338,38 +385,58 @@ fn continue_run(
     } else {
         format!("on all {} held-out tokens", v.tokens)
     };
-    say!(
+    say_wrapped(&format!(
         "step {}: training loss {:.4}, validation loss {:.4} nats per token ({how})",
-        trainer.step,
-        end.running_loss,
-        v.loss
-    );
-    let plot = ["png", "svg"]
-        .map(|ext| end.generation.join(format!("{}.{ext}", run::LOSS_PLOT)).display().to_string());
-    say!("checkpoint and loss plot in {} ({})", end.generation.display(), plot.join(", "));
+        trainer.step, end.running_loss, v.loss
+    ));
+    let plot = ["png", "svg"].map(|ext| format!("{}.{ext}", run::LOSS_PLOT));
+    say!("checkpoint and loss plot ({}) in {}", plot.join(", "), end.generation.display());
     let (prompt, g) = run::closing_sample(&trainer.model, validation, context)?;
-    say!(
-        "sample (T = {}) after {:?}:\n{}",
-        run::SAMPLE_TEMPERATURE,
-        tok.decode_lossy(&prompt)?,
-        tok.decode_lossy(g.new_tokens())?
-    );
+    let heading =
+        format!("sample (T = {}) after {:?}:", run::SAMPLE_TEMPERATURE, tok.decode_lossy(&prompt)?);
+    // The terminal's width holds every line: the heading and the sample wrapped at spaces.
+    say_wrapped(&heading);
+    say_wrapped(&tok.decode_lossy(g.new_tokens())?);
     Ok(())
+}
+
+/// Prints `text` on standard output wrapped at spaces to the terminal's 100 columns.
+fn say_wrapped(text: &str) {
+    for line in wrap(text, TERMINAL_WIDTH) {
+        say!("{line}");
+    }
 }
 
 // ───────────────────────────── sample ─────────────────────────────
 
+/// The prompt `gpt sample` continues when none is given, if the vocabulary holds it.
+pub const DEFAULT_PROMPT: &str = "\n";
+
 fn sample(a: SampleArgs) -> Result<()> {
+    // One rule for --top-k and --top-p: checked with --greedy or without (greedy decoding has no
+    // temperature, so --temperature alone is unused there).
+    let temperature = if a.greedy { 1.0 } else { a.temperature };
+    let sampling = Decoding::Sample { temperature, top_k: a.top_k, top_p: a.top_p };
+    sampling.validate()?;
+    let decoding = if a.greedy { Decoding::Greedy } else { sampling };
     let (tok, model, resolved) =
         run::load_for_sampling(&a.checkpoint, budget::budget(a.memory_budget)?)?;
     note_flat(&a.checkpoint, &resolved);
-    let decoding = if a.greedy {
-        Decoding::Greedy
-    } else {
-        Decoding::Sample { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p }
+    let (text, prompt) = match &a.prompt {
+        Some(p) => (p.clone(), tok.encode(p)?),
+        None => match tok.encode(DEFAULT_PROMPT) {
+            Ok(ids) => (DEFAULT_PROMPT.to_string(), ids),
+            Err(_) => {
+                // A text without a newline gives a vocabulary without one: its first token.
+                let first = tok.decode_lossy(&[0])?;
+                eprintln!(
+                    "note: this model's vocabulary has no newline, the default prompt; starting \
+                     from its first token {first:?} (give --prompt TEXT to choose)"
+                );
+                (first, vec![0])
+            }
+        },
     };
-    decoding.validate()?;
-    let prompt = tok.encode(&a.prompt)?;
     let g = generate(&model, &prompt, a.tokens, &decoding, &mut Rng::new(a.seed), true)?;
     if g.cropped > 0 {
         eprintln!(
@@ -380,6 +447,6 @@ fn sample(a: SampleArgs) -> Result<()> {
             g.cropped
         );
     }
-    say!("{}{}", a.prompt, tok.decode_lossy(g.new_tokens())?);
+    say!("{}{}", text, tok.decode_lossy(g.new_tokens())?);
     Ok(())
 }

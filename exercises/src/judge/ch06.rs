@@ -3,7 +3,7 @@
 use super::{
     Section, Verdict, attempt, attempt_ok, compare, gradient_check, note, random, weighted_sum,
 };
-use crate::ch06_attention::solution;
+use crate::solutions::ch06_attention as solution;
 use llm_workbook::Result;
 use llm_workbook::ch06_attention as book;
 use nalgebra::DMatrix;

@@ -1,7 +1,7 @@
 //! Judges of chapter 8's exercises.
 
 use super::{Section, Verdict, attempt, attempt_ok, close, compare};
-use crate::ch08_tokens::solution;
+use crate::solutions::ch08_tokens as solution;
 use llm_workbook::Result;
 use llm_workbook::ch08_tokens::TokenId;
 use llm_workbook::ch08_tokens::bpe;

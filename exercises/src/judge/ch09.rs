@@ -1,7 +1,7 @@
 //! Judges of chapter 9's exercises.
 
 use super::{Section, Verdict, attempt, attempt_ok, close, compare, random};
-use crate::ch09_gpt::solution;
+use crate::solutions::ch09_gpt as solution;
 use llm_workbook::Result;
 use llm_workbook::ch09_gpt::sample::{Decoding, distribution};
 use llm_workbook::optim::AdamConfig;
@@ -339,7 +339,7 @@ pub fn kv_cache_step(
         }
         // Chapter 6's causal attention over the whole sequence so far: its last row.
         let n = t + 1;
-        let (full, _) = crate::ch06_attention::solution::attention_forward(
+        let (full, _) = crate::solutions::ch06_attention::attention_forward(
             &q.rows(0, n).into_owned(),
             &k.rows(0, n).into_owned(),
             &v.rows(0, n).into_owned(),

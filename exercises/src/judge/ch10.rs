@@ -1,7 +1,7 @@
 //! Judges of chapter 10's exercises.
 
 use super::{Section, Verdict, attempt, compare, note, random};
-use crate::ch10_matmul::{MR, NR, solution};
+use crate::solutions::ch10_matmul::{self as solution, MR, NR};
 use llm_workbook::matmul::Op;
 use nalgebra::DMatrix;
 use std::ops::Range;

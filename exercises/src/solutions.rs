@@ -1,0 +1,213 @@
+//! The main crate's functions in the exercises' own signatures, where the two differ: the
+//! `solutions` feature answers those exercises with them, and `tests/planted.rs` proves each judge
+//! passes them. One module per chapter that needs one.
+
+/// The main crate's functions in this chapter's one-sequence signatures (used by the
+/// `solutions` feature and by the judges' own tests).
+pub mod ch06_attention {
+    use llm_workbook::Result;
+    use llm_workbook::ch06_attention as book;
+    use nalgebra::DMatrix;
+
+    fn spec(q: &DMatrix<f64>, k: &DMatrix<f64>, causal: bool) -> book::AttnSpec<f64> {
+        let spec = book::AttnSpec::cross(q.nrows(), k.nrows());
+        book::AttnSpec { causal, ..spec }
+    }
+
+    /// The exercise `attention_forward` answered by the main crate's `attention_forward`.
+    pub fn attention_forward(
+        q: &DMatrix<f64>,
+        k: &DMatrix<f64>,
+        v: &DMatrix<f64>,
+        causal: bool,
+    ) -> Result<(DMatrix<f64>, DMatrix<f64>)> {
+        let a = book::attention_forward(q, k, v, &spec(q, k, causal))?;
+        Ok((a.out, a.weights))
+    }
+
+    /// The exercise `attention_backward` answered by the main crate's `attention_backward`.
+    pub fn attention_backward(
+        q: &DMatrix<f64>,
+        k: &DMatrix<f64>,
+        v: &DMatrix<f64>,
+        weights: &DMatrix<f64>,
+        d_out: &DMatrix<f64>,
+        causal: bool,
+    ) -> Result<(DMatrix<f64>, DMatrix<f64>, DMatrix<f64>)> {
+        let g = book::attention_backward(q, k, v, weights, d_out, &spec(q, k, causal))?;
+        Ok((g.d_q, g.d_k, g.d_v))
+    }
+
+    fn norm(gamma: &DMatrix<f64>, beta: DMatrix<f64>, eps: f64) -> book::LayerNorm<f64> {
+        book::LayerNorm { gamma: gamma.clone(), beta, eps, placement: book::Epsilon::InsideSqrt }
+    }
+
+    /// The exercise `layer_norm_forward` answered by the main crate's `layer_norm_forward`.
+    pub fn layer_norm_forward(
+        x: &DMatrix<f64>,
+        gamma: &DMatrix<f64>,
+        beta: &DMatrix<f64>,
+        eps: f64,
+    ) -> Result<DMatrix<f64>> {
+        Ok(book::layer_norm_forward(&norm(gamma, beta.clone(), eps), x)?.0)
+    }
+
+    /// The exercise `layer_norm_backward` answered by the main crate's `layer_norm_backward`.
+    pub fn layer_norm_backward(
+        x: &DMatrix<f64>,
+        gamma: &DMatrix<f64>,
+        d_y: &DMatrix<f64>,
+        eps: f64,
+    ) -> Result<(DMatrix<f64>, DMatrix<f64>, DMatrix<f64>)> {
+        let ln = norm(gamma, DMatrix::zeros(gamma.nrows(), gamma.ncols()), eps);
+        let (_, cache) = book::layer_norm_forward(&ln, x)?;
+        let g = book::layer_norm_backward(&ln, &cache, d_y)?;
+        Ok((g.d_x, g.d_gamma, g.d_beta))
+    }
+}
+
+/// The main crate's functions in this chapter's signatures.
+pub mod ch07_encoder_decoder {
+    use llm_workbook::Result;
+    use llm_workbook::ch06_attention::{MhaGrads, MultiHead};
+    use llm_workbook::ch07_encoder_decoder as book;
+    use llm_workbook::ch07_encoder_decoder::Batch;
+    use nalgebra::DMatrix;
+
+    /// The exercise `cross_attention_backward` by the main crate's forward and backward.
+    pub fn cross_attention_backward(
+        y: &DMatrix<f64>,
+        y_batch: &Batch,
+        e: &DMatrix<f64>,
+        e_batch: &Batch,
+        w: &MultiHead<f64>,
+        d_out: &DMatrix<f64>,
+    ) -> Result<MhaGrads<f64>> {
+        let (_, cache) = book::cross_attention_forward(y, y_batch, e, e_batch, w)?;
+        book::cross_attention_backward(w, &cache, d_out)
+    }
+}
+
+/// The main crate's functions in this chapter's signatures.
+pub mod ch08_tokens {
+    use llm_workbook::Result;
+    use llm_workbook::ch08_tokens::TokenId;
+    use llm_workbook::ch08_tokens::ngram::NGramModel;
+    use nalgebra::DMatrix;
+
+    /// The exercise `bigram_counts` from the main crate's n-gram model.
+    pub fn bigram_counts(tokens: &[TokenId], vocab_size: usize) -> Result<DMatrix<f64>> {
+        let model = NGramModel::fit(tokens, 2, vocab_size)?;
+        Ok(DMatrix::from_fn(vocab_size, vocab_size, |a, b| {
+            model.followers(&[a as TokenId]).map_or(0.0, |f| f.count(b as TokenId) as f64)
+        }))
+    }
+
+    /// The exercise `add_k_probability` from the main crate's n-gram model.
+    pub fn add_k_probability(
+        tokens: &[TokenId],
+        vocab_size: usize,
+        context: TokenId,
+        next: TokenId,
+        k: f64,
+    ) -> Result<f64> {
+        Ok(NGramModel::fit(tokens, 2, vocab_size)?.add_k(&[context], next, k))
+    }
+}
+
+/// The main crate's functions in this chapter's signatures.
+pub mod ch09_gpt {
+    use llm_workbook::Result;
+    use llm_workbook::optim::AdamConfig;
+    use llm_workbook::optim::{AdamMoments, AdamW};
+    use nalgebra::DMatrix;
+
+    /// The exercise `lm_head_backward` by the crate's product and chapter 2's loss and gradient, as
+    /// `Gpt::loss_and_grads` composes them.
+    pub fn lm_head_backward(
+        h: &DMatrix<f64>,
+        w_u: &DMatrix<f64>,
+        targets: &[usize],
+    ) -> Result<(f64, DMatrix<f64>, DMatrix<f64>)> {
+        use llm_workbook::matmul::{matmul, matmul_nt, matmul_tn};
+        let z = matmul_nt(h, w_u)?; //                                     z = h W_Uᵀ
+        let (loss, d_z) =
+            llm_workbook::ch02_softmax::cross_entropy_from_logits_with_gradient(&z, targets)?;
+        Ok((loss, matmul(&d_z, w_u)?, matmul_tn(&d_z, h)?))
+    }
+
+    /// The exercise `kv_cache_step` by writing the row and the crate's `attend_one` (one head).
+    pub fn kv_cache_step(
+        keys: &mut DMatrix<f64>,
+        values: &mut DMatrix<f64>,
+        len: usize,
+        q: &[f64],
+        k: &[f64],
+        v: &[f64],
+    ) -> Result<Vec<f64>> {
+        const OP: &str = "kv_cache_step";
+        let d = keys.ncols();
+        if len >= keys.nrows() || values.shape() != keys.shape() {
+            return Err(llm_workbook::Error::InvalidValue {
+                op: OP,
+                arg: "len",
+                reason: format!("{len} tokens cached; the cache holds {} rows", keys.nrows()),
+            });
+        }
+        if k.len() != d || v.len() != d || q.len() != d {
+            return Err(llm_workbook::Error::InvalidValue {
+                op: OP,
+                arg: "q, k, v",
+                reason: format!("each must have the cache's width {d}"),
+            });
+        }
+        keys.row_mut(len).copy_from_slice(k);
+        values.row_mut(len).copy_from_slice(v);
+        llm_workbook::ch09_gpt::model::attend_one(OP, q, keys, values, len + 1, 1)
+    }
+
+    /// The exercise `adamw_step` answered by the main crate's `AdamW`.
+    pub fn adamw_step(
+        theta: &mut DMatrix<f64>,
+        grad: &DMatrix<f64>,
+        m: &mut DMatrix<f64>,
+        v: &mut DMatrix<f64>,
+        steps: u64,
+        config: &AdamConfig,
+        weight_decay: f64,
+    ) -> Result<()> {
+        let mut opt = AdamW::new(*config, weight_decay)?;
+        if steps > 0 {
+            opt.moments = AdamMoments::from_parts(vec![m.clone()], vec![v.clone()], steps)?;
+        }
+        opt.step(&mut [theta], &[grad], &[true])?;
+        *m = opt.moments.first()[0].clone();
+        *v = opt.moments.second()[0].clone();
+        Ok(())
+    }
+}
+
+/// The main crate's product in this chapter's signature.
+pub mod ch10_matmul {
+    use nalgebra::DMatrix;
+
+    /// The rows of the register tile (the main crate's scalar tile).
+    pub const MR: usize = llm_workbook::matmul::SCALAR_TILE.0;
+    /// The columns of the register tile.
+    pub const NR: usize = llm_workbook::matmul::SCALAR_TILE.1;
+
+    /// The exercise `micro_kernel` by unpacking the slivers and `llm_workbook::matmul::matmul`.
+    pub fn micro_kernel(
+        kc: usize,
+        a: &[f64],
+        b: &[f64],
+        alpha: f64,
+        beta: f64,
+        c: &mut DMatrix<f64>,
+    ) {
+        let a = DMatrix::from_column_slice(MR, kc, &a[..kc * MR]);
+        let b = DMatrix::from_row_slice(kc, NR, &b[..kc * NR]);
+        let Ok(ab) = llm_workbook::matmul::matmul(&a, &b) else { return };
+        *c = if beta == 0.0 { ab * alpha } else { ab * alpha + &*c * beta };
+    }
+}

@@ -1,0 +1,229 @@
+//! The `exercises` progress table, tried on a small exercises crate written into a temporary
+//! folder (never the reader's `exercises/`): one chapter with a syntax error, and in another
+//! chapter an answer that loops forever, one that aborts, one that calls `std::process::exit`, one
+//! that overflows its stack, a wrong one, a right one and a blank. Its judges record their
+//! verdicts with the exercises crate's own `results` module and `exercise!` harness, so the table
+//! is read exactly as a reader's would be. The binary runs once; every test reads its output.
+//! `cargo test --test exercises_runner`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// The time limit the table is judged with, in seconds (the looping answer waits this long).
+const LIMIT_SECONDS: u64 = 2;
+
+/// The widest line the runner may print.
+const WIDTH: usize = 100;
+
+/// The probe crate's judges: each exercise must return 42.
+const JUDGES: &str = r#"
+pub type Verdict = Result<(), String>;
+pub const NOT_STARTED: &str = "not started";
+
+/// Every exercise's judge: the answer must return 42.
+pub fn forty_two(name: &str, answer: fn() -> u32) -> Verdict {
+    std::panic::set_hook(Box::new(|_| {}));
+    match std::panic::catch_unwind(answer) {
+        Ok(42) => Ok(()),
+        Ok(v) => Err(format!(
+            "`{name}` returned {v} but should return 42: {}\n  hint: read chapters/ch01.md#1",
+            "the answer is off by one, which a long explanation spells out word after word \
+             until the line is far wider than a terminal"
+        )),
+        Err(_) => Err(format!("{NOT_STARTED}: `{name}` still has `todo!()` as its body")),
+    }
+}
+
+macro_rules! judges {
+    ($chapter:ident: $($name:ident),*) => {
+        pub mod $chapter {
+            $(pub fn $name(answer: fn() -> u32) -> super::Verdict {
+                super::forty_two(stringify!($name), answer)
+            })*
+        }
+    };
+}
+judges!(ch01: right, wrong, looping, aborting, exiting, overflowing, blank);
+judges!(ch02: one, two);
+judges!(ch03: solo);
+"#;
+
+/// Chapter 1's answers, in the order the table must show them.
+const CH01: &str = r#"
+pub fn right() -> u32 { 42 }
+pub fn wrong() -> u32 { 41 }
+pub fn looping() -> u32 { loop { std::hint::black_box(0); } }
+pub fn aborting() -> u32 { std::process::abort() }
+pub fn exiting() -> u32 { std::process::exit(3) }
+pub fn overflowing() -> u32 { deeper(std::hint::black_box(1)) }
+fn deeper(n: u64) -> u32 { let pad = std::hint::black_box([n; 64]); deeper(pad[3] + 1) + 1 }
+pub fn blank() -> u32 { todo!() }
+"#;
+
+/// Chapter 2's answers, with a syntax error on line 3.
+const CH02: &str = "pub fn one() -> u32 { 42 }\n\npub fn two() -> u32 { 42 +* }\n";
+
+/// Chapter 3's answer, right: a chapter after the broken one is judged.
+const CH03: &str = "pub fn solo() -> u32 { 42 }\n";
+
+/// A judge target as the exercises crate writes them, listing `names` in the harness.
+fn target(stem: &str, chapter: &str, names: &str) -> String {
+    format!(
+        "use runner_probe::{{exercise, judge::{chapter} as judge}};\n\n\
+         #[path = \"../src/{stem}.rs\"]\nmod yours;\n\nexercise!({names});\n"
+    )
+}
+
+/// Writes the probe crate under `root/exercises` and returns its folder.
+fn write_probe(root: &Path) -> PathBuf {
+    let dir = root.join("exercises");
+    let results = Path::new(env!("CARGO_MANIFEST_DIR")).join("exercises/src/results.rs");
+    let files = [
+        (
+            "Cargo.toml",
+            "[package]\nname = \"runner-probe\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\n\
+             [lib]\ndoctest = false\n\n[workspace]\n"
+                .to_string(),
+        ),
+        (
+            "src/lib.rs",
+            format!(
+                "pub mod judge {{\n{JUDGES}\n}}\n#[path = {:?}]\npub mod results;\n",
+                results.display().to_string()
+            ),
+        ),
+        ("src/ch01_alpha.rs", CH01.to_string()),
+        ("src/ch02_beta.rs", CH02.to_string()),
+        ("src/ch03_gamma.rs", CH03.to_string()),
+        // The harness lists the exercises in another order than the answer file.
+        (
+            "tests/ch01_alpha.rs",
+            target(
+                "ch01_alpha",
+                "ch01",
+                "blank, wrong, right, exiting, looping, aborting, overflowing",
+            ),
+        ),
+        ("tests/ch02_beta.rs", target("ch02_beta", "ch02", "one, two")),
+        ("tests/ch03_gamma.rs", target("ch03_gamma", "ch03", "solo")),
+    ];
+    for (path, text) in files {
+        let path = dir.join(path);
+        std::fs::create_dir_all(path.parent().expect("a parent")).expect("creates the folder");
+        std::fs::write(&path, text).expect("writes the probe crate");
+    }
+    dir
+}
+
+/// The binary's output for the probe crate (judged once for all the tests).
+fn table() -> &'static str {
+    static OUTPUT: OnceLock<String> = OnceLock::new();
+    OUTPUT.get_or_init(|| {
+        let root = std::env::temp_dir().join(format!("llm-workbook-runner-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let dir = write_probe(&root);
+        let out = Command::new(env!("CARGO_BIN_EXE_llm-workbook"))
+            .arg("exercises")
+            .current_dir(&root)
+            .env("LLM_WORKBOOK_EXERCISES_DIR", &dir)
+            .env("LLM_WORKBOOK_EXERCISE_SECONDS", LIMIT_SECONDS.to_string())
+            .env("CARGO_TARGET_DIR", root.join("target"))
+            .output()
+            .expect("runs the binary");
+        let _ = std::fs::remove_dir_all(&root);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "exercises failed:\n{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    })
+}
+
+/// The status column of `exercise`'s row.
+fn status(exercise: &str) -> String {
+    let row = table()
+        .lines()
+        .find(|l| l.split_whitespace().any(|w| w == exercise) && !l.contains("Next:"))
+        .unwrap_or_else(|| panic!("no row for {exercise}:\n{}", table()));
+    let at = row.find(&format!(" {exercise} ")).expect("the name") + exercise.len() + 2;
+    row[at..].trim().to_string()
+}
+
+#[test]
+fn every_line_fits_in_100_columns() {
+    for line in table().lines() {
+        assert!(line.chars().count() <= WIDTH, "{} columns:\n{line}", line.chars().count());
+    }
+}
+
+#[test]
+fn rows_come_in_the_order_of_the_answer_files() {
+    let order = [
+        "right",
+        "wrong",
+        "looping",
+        "aborting",
+        "exiting",
+        "overflowing",
+        "blank",
+        "one",
+        "two",
+        "solo",
+    ];
+    let at = |name: &str| {
+        table()
+            .lines()
+            .position(|l| l.split_whitespace().any(|w| w == name))
+            .unwrap_or_else(|| panic!("no row for {name}:\n{}", table()))
+    };
+    for pair in order.windows(2) {
+        assert!(at(pair[0]) < at(pair[1]), "{} after {}:\n{}", pair[0], pair[1], table());
+    }
+}
+
+#[test]
+fn the_judges_verdicts_are_shown() {
+    assert_eq!(status("right"), "✓", "{}", table());
+    assert_eq!(status("wrong"), "✗", "{}", table());
+    assert_eq!(status("blank"), "not started", "{}", table());
+    assert_eq!(status("solo"), "✓", "{}", table());
+}
+
+#[test]
+fn an_answer_that_never_returns_times_out_alone() {
+    assert_eq!(status("looping"), format!("timed out after {LIMIT_SECONDS} s"), "{}", table());
+}
+
+#[test]
+fn an_abort_an_exit_and_a_stack_overflow_mark_their_exercise_only() {
+    assert_eq!(status("aborting"), "aborted", "{}", table());
+    assert_eq!(status("exiting"), "exited (code 3)", "{}", table());
+    assert_eq!(status("overflowing"), "stack overflow", "{}", table());
+}
+
+#[test]
+fn a_chapter_that_does_not_compile_is_named_with_its_first_error() {
+    assert_eq!(status("one"), "does not compile", "{}", table());
+    assert_eq!(status("two"), "does not compile", "{}", table());
+    let said = table().lines().any(|l| {
+        l.starts_with("ch02_beta does not compile: exercises/src/ch02_beta.rs:3:")
+            && l.contains("expected")
+    });
+    assert!(said, "no first error for ch02_beta:\n{}", table());
+}
+
+#[test]
+fn the_counts_and_the_next_exercise_are_the_first_problem_in_order() {
+    let text = table();
+    assert!(
+        text.contains(
+            "2 of 10 done, 5 failing, 1 not started, 2 in a chapter that does not compile."
+        ),
+        "{text}"
+    );
+    assert!(text.contains("Next: wrong in exercises/src/ch01_alpha.rs"), "{text}");
+    assert!(text.contains("  `wrong` returned 41 but should return 42"), "{text}");
+}
