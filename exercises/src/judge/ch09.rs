@@ -390,7 +390,7 @@ pub fn kv_cache_step(
         let (qt, kt, vt) = (row(&big_q, t), row(&k, t), row(&v, t));
         let out = attempt_ok(CACHE, name, || f(&mut keys2, &mut values2, t, &qt, &kt, &vt))?;
         let n = t + 1;
-        let (full, _) = crate::ch06_attention::solution::attention_forward(
+        let (full, _) = crate::solutions::ch06_attention::attention_forward(
             &big_q.rows(0, n).into_owned(),
             &k.rows(0, n).into_owned(),
             &v.rows(0, n).into_owned(),
