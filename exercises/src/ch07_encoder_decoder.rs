@@ -80,12 +80,12 @@ pub fn cross_attention_backward(
 ///
 /// Chapter: [3. Backward through cross-attention](../../chapters/ch07_encoder_decoder.md#3-backward-through-cross-attention).
 pub fn decoder_block_backward(
-    cache: &DecoderBlockCache<f64>,
     block: &DecoderBlock<f64>,
+    cache: &DecoderBlockCache<f64>,
     d_out: &DMatrix<f64>,
 ) -> Result<(DMatrix<f64>, DMatrix<f64>, DecoderBlock<f64>)> {
     #[cfg(feature = "solutions")]
-    return llm_workbook::ch07_encoder_decoder::decoder_block_backward(cache, block, d_out);
+    return llm_workbook::ch07_encoder_decoder::decoder_block_backward(block, cache, d_out);
     todo!()
 }
 

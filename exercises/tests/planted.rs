@@ -752,14 +752,14 @@ mod ch07 {
         use ch06::{ffn_backward, layer_norm_backward, mha_backward};
         use llm_workbook::ch07_encoder_decoder::{DecoderBlock, DecoderBlockCache};
         // ∂L/∂E forgotten: left at zero instead of the cross-attention's d_x_kv.
-        let no_d_e = |c: &DecoderBlockCache<f64>, b: &DecoderBlock<f64>, d: &DMatrix<f64>| {
-            let (d_y, d_e, g) = book::decoder_block_backward(c, b, d)?;
+        let no_d_e = |b: &DecoderBlock<f64>, c: &DecoderBlockCache<f64>, d: &DMatrix<f64>| {
+            let (d_y, d_e, g) = book::decoder_block_backward(b, c, d)?;
             Ok((d_y, d_e.map(|_| 0.0), g))
         };
         catches(j::decoder_block_backward(no_d_e), "only from the cross-attention's keys");
         // The first residual's direct path dropped: ∂L/∂y from the self-attention only.
-        let no_skip = |c: &DecoderBlockCache<f64>, b: &DecoderBlock<f64>, d: &DMatrix<f64>| {
-            let (_, d_e, g) = book::decoder_block_backward(c, b, d)?;
+        let no_skip = |b: &DecoderBlock<f64>, c: &DecoderBlockCache<f64>, d: &DMatrix<f64>| {
+            let (_, d_e, g) = book::decoder_block_backward(b, c, d)?;
             let n3 = layer_norm_backward(&b.norm3, &c.norm3, d)?;
             let f = ffn_backward(&b.ffn, &c.ffn, &n3.d_x)?;
             let n2 = layer_norm_backward(&b.norm2, &c.norm2, &(&n3.d_x + &f.d_x))?;
@@ -772,8 +772,8 @@ mod ch07 {
         catches(j::decoder_block_backward(no_skip), "the residual's direct path");
         // The second residual dropped: ∂L/∂Y₁ from the cross-attention's d_x_q only, so every
         // tensor before it (LN₁, the self-attention, y) is wrong.
-        let no_skip2 = |c: &DecoderBlockCache<f64>, b: &DecoderBlock<f64>, d: &DMatrix<f64>| {
-            let (_, d_e, mut g) = book::decoder_block_backward(c, b, d)?;
+        let no_skip2 = |b: &DecoderBlock<f64>, c: &DecoderBlockCache<f64>, d: &DMatrix<f64>| {
+            let (_, d_e, mut g) = book::decoder_block_backward(b, c, d)?;
             let n3 = layer_norm_backward(&b.norm3, &c.norm3, d)?;
             let f = ffn_backward(&b.ffn, &c.ffn, &n3.d_x)?;
             let n2 = layer_norm_backward(&b.norm2, &c.norm2, &(&n3.d_x + &f.d_x))?;
@@ -787,8 +787,8 @@ mod ch07 {
         };
         catches(j::decoder_block_backward(no_skip2), "the cross-attention's d_x_q");
         // The self-attention's input fed by d_x_q only (its keys/values path lost).
-        let queries_only = |c: &DecoderBlockCache<f64>, b: &DecoderBlock<f64>, d: &DMatrix<f64>| {
-            let (d_y, d_e, g) = book::decoder_block_backward(c, b, d)?;
+        let queries_only = |b: &DecoderBlock<f64>, c: &DecoderBlockCache<f64>, d: &DMatrix<f64>| {
+            let (d_y, d_e, g) = book::decoder_block_backward(b, c, d)?;
             let n3 = layer_norm_backward(&b.norm3, &c.norm3, d)?;
             let f = ffn_backward(&b.ffn, &c.ffn, &n3.d_x)?;
             let n2 = layer_norm_backward(&b.norm2, &c.norm2, &(&n3.d_x + &f.d_x))?;

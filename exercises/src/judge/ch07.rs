@@ -246,8 +246,8 @@ fn decoder_hint(tensor: &str) -> &'static str {
 /// 4, 2 heads, hidden width 6, with random γ, β and biases.
 pub fn decoder_block_backward(
     f: impl Fn(
-        &DecoderBlockCache<f64>,
         &DecoderBlock<f64>,
+        &DecoderBlockCache<f64>,
         &DMatrix<f64>,
     ) -> Result<(DMatrix<f64>, DMatrix<f64>, DecoderBlock<f64>)>,
 ) -> Verdict {
@@ -269,7 +269,7 @@ pub fn decoder_block_backward(
     let (_, cache) =
         book::decoder_block_forward(&y, &yb, &e, &eb, &block).map_err(|x| x.to_string())?;
     let (d_y, d_e, grads) =
-        attempt_ok(BACKWARD, "decoder_block_backward", || f(&cache, &block, &g))?;
+        attempt_ok(BACKWARD, "decoder_block_backward", || f(&block, &cache, &g))?;
     let mut inputs = decoder_tensors(&block);
     inputs.push(("y".into(), y.clone()));
     inputs.push(("E".into(), e.clone()));
