@@ -430,7 +430,7 @@ fn decoder_block_backward_passes_gradcheck_for_every_input_and_weight() {
     randomise_norms(block.tensors_mut(), &mut rng);
     let r = probe(6, 4, 9);
     let (_, cache) = decoder_block_forward(&y, &yb, &e, &eb, &block).unwrap();
-    let (dy, de, gb) = decoder_block_backward(&cache, &block, &r).unwrap();
+    let (dy, de, gb) = decoder_block_backward(&block, &cache, &r).unwrap();
     let weights: Vec<DMatrix<f64>> = block.tensors().into_iter().cloned().collect();
     let mut inputs = vec![("y".to_string(), y), ("encoder output".to_string(), e)];
     inputs.extend(named(&weights, "decoder weight "));

@@ -2,6 +2,12 @@
 //!
 //! Replace each `todo!()` with your answer, then run
 //! `cargo test -p llm-workbook-exercises --test ch05_positions`.
+//!
+//! Where a doc comment asks for an error, return one of `llm_workbook::Error`'s variants, whose
+//! message is one line naming the argument: `Err(llm_workbook::error::invalid("op", "arg",
+//! "why"))` for a bad value, `Err(llm_workbook::Error::Empty { op: "op", arg: "arg" })` for an
+//! empty input and `Err(llm_workbook::error::shape_error("op", "arg", expected, got))` for shapes
+//! that disagree (`llm_workbook::error::shape_of(&m)` writes a matrix's shape as `rows×cols`).
 
 use llm_workbook::Result;
 use nalgebra::DMatrix;

@@ -3,6 +3,12 @@
 //! Replace each `todo!()` with your answer, then run
 //! `cargo test -p llm-workbook-exercises --test ch07_encoder_decoder`. Chapter 6's functions
 //! (`llm_workbook::ch06_attention`) are yours to use.
+//!
+//! Where a doc comment asks for an error, return one of `llm_workbook::Error`'s variants, whose
+//! message is one line naming the argument: `Err(llm_workbook::error::invalid("op", "arg",
+//! "why"))` for a bad value, `Err(llm_workbook::Error::Empty { op: "op", arg: "arg" })` for an
+//! empty input and `Err(llm_workbook::error::shape_error("op", "arg", expected, got))` for shapes
+//! that disagree (`llm_workbook::error::shape_of(&m)` writes a matrix's shape as `rows×cols`).
 
 use llm_workbook::Result;
 use llm_workbook::ch06_attention::{MhaGrads, MultiHead};
@@ -68,16 +74,18 @@ pub fn cross_attention_backward(
 /// `cross_attention_backward`, with the caches in `cache`. The paths: each residual sends its
 /// gradient both directly and through its sub-layer (the two add); ∂L/∂E comes only from the
 /// cross-attention's keys and values (`d_x_kv`); the self-attention reads y as queries and as
-/// keys/values, so y's gradient through it is d_x_q + d_x_kv.
+/// keys/values, so y's gradient through it is d_x_q + d_x_kv. The fields that are not matrices
+/// hold `block`'s own values: the heads' count, the FFN's activation, each norm's ε and its
+/// placement (start from `block.clone()` and overwrite every matrix).
 ///
 /// Chapter: [3. Backward through cross-attention](../../chapters/ch07_encoder_decoder.md#3-backward-through-cross-attention).
 pub fn decoder_block_backward(
-    cache: &DecoderBlockCache<f64>,
     block: &DecoderBlock<f64>,
+    cache: &DecoderBlockCache<f64>,
     d_out: &DMatrix<f64>,
 ) -> Result<(DMatrix<f64>, DMatrix<f64>, DecoderBlock<f64>)> {
     #[cfg(feature = "solutions")]
-    return llm_workbook::ch07_encoder_decoder::decoder_block_backward(cache, block, d_out);
+    return llm_workbook::ch07_encoder_decoder::decoder_block_backward(block, cache, d_out);
     todo!()
 }
 

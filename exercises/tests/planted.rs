@@ -4,14 +4,38 @@
 //! `cargo test -p llm-workbook-exercises --test planted`.
 
 use llm_workbook::Result;
-use llm_workbook_exercises::judge::{self, NOT_STARTED, Verdict};
+use llm_workbook_exercises::judge::{self, NOT_STARTED, Probe, Verdict};
 use nalgebra::DMatrix;
+use std::collections::BTreeSet;
 
 /// The judge passed the right answer.
 #[track_caller]
 fn passes(v: Verdict) {
     if let Err(m) = v {
         panic!("the judge failed the main crate's own solution:\n{m}");
+    }
+}
+
+/// One judge's name, its verdict on the main crate's answer and the kinds of probe it ran.
+type Judged = (&'static str, Verdict, BTreeSet<Probe>);
+
+/// `judged![name(answer), …]`: runs `j::name(answer)` for each, recording the probes it runs.
+macro_rules! judged {
+    ($($name:ident($($answer:tt)*)),* $(,)?) => {
+        vec![$({
+            let (verdict, probes) = judge::probes_run(|| j::$name($($answer)*));
+            (stringify!($name), verdict, probes)
+        }),*]
+    };
+}
+
+/// Every judge passed the right answer.
+#[track_caller]
+fn all_pass(judged: Vec<Judged>) {
+    for (name, verdict, _) in judged {
+        if let Err(m) = verdict {
+            panic!("the judge of `{name}` failed the main crate's own solution:\n{m}");
+        }
     }
 }
 
@@ -47,15 +71,22 @@ mod ch01 {
     use judge::ch01 as j;
     use llm_workbook::ch01_logistic as book;
 
+    /// Every judge of the chapter run on the main crate's answers, with the probes it ran.
+    pub fn judged() -> Vec<Judged> {
+        judged![
+            sigmoid(book::sigmoid),
+            logits_forward(book::logits_forward),
+            bce_from_logit(book::bce_from_logit),
+            sample_gradient(book::sample_gradient),
+            logits_backward(|x, w, d| {
+                book::logits_backward(x, w, d).map(|g| (g.d_x, g.d_w, g.d_b))
+            }),
+        ]
+    }
+
     #[test]
     fn solutions_pass() {
-        passes(j::sigmoid(book::sigmoid));
-        passes(j::logits_forward(book::logits_forward));
-        passes(j::bce_from_logit(book::bce_from_logit));
-        passes(j::sample_gradient(book::sample_gradient));
-        passes(j::logits_backward(|x, w, d| {
-            book::logits_backward(x, w, d).map(|g| (g.d_x, g.d_w, g.d_b))
-        }));
+        all_pass(judged());
     }
 
     #[test]
@@ -108,14 +139,21 @@ mod ch02 {
     use judge::ch02 as j;
     use llm_workbook::ch02_softmax as book;
 
+    /// Every judge of the chapter run on the main crate's answers, with the probes it ran.
+    pub fn judged() -> Vec<Judged> {
+        judged![
+            softmax_rows_forward(book::softmax_rows_forward),
+            cross_entropy_from_logits(book::cross_entropy_from_logits),
+            cross_entropy_from_logits_backward(book::cross_entropy_from_logits_backward),
+            softmax_rows_backward(book::softmax_rows_backward),
+            log_softmax_rows_backward(book::log_softmax_rows_backward),
+            regression_logits_backward(book::regression_logits_backward),
+        ]
+    }
+
     #[test]
     fn solutions_pass() {
-        passes(j::softmax_rows_forward(book::softmax_rows_forward));
-        passes(j::cross_entropy_from_logits(book::cross_entropy_from_logits));
-        passes(j::cross_entropy_from_logits_backward(book::cross_entropy_from_logits_backward));
-        passes(j::softmax_rows_backward(book::softmax_rows_backward));
-        passes(j::log_softmax_rows_backward(book::log_softmax_rows_backward));
-        passes(j::regression_logits_backward(book::regression_logits_backward));
+        all_pass(judged());
     }
 
     #[test]
@@ -216,17 +254,24 @@ mod ch03 {
         book::dense_backward(x, w, d).expect("valid shapes")
     }
 
+    /// Every judge of the chapter run on the main crate's answers, with the probes it ran.
+    pub fn judged() -> Vec<Judged> {
+        judged![
+            dense_forward(book::dense_forward),
+            dense_backward(|x, w, d| {
+                let g = grads(x, w, d);
+                Ok((g.d_x, g.d_w, g.d_b))
+            }),
+            relu_backward(|z, d| book::activation_backward(Activation::Relu, z, d)),
+            gelu_backward(|z, d| book::activation_backward(Activation::GeluErf, z, d)),
+            mse_backward(book::mse_backward),
+            mlp_backward(|m, t, d| m.backward(t, d)),
+        ]
+    }
+
     #[test]
     fn solutions_pass() {
-        passes(j::dense_forward(book::dense_forward));
-        passes(j::dense_backward(|x, w, d| {
-            let g = grads(x, w, d);
-            Ok((g.d_x, g.d_w, g.d_b))
-        }));
-        passes(j::relu_backward(|z, d| book::activation_backward(Activation::Relu, z, d)));
-        passes(j::gelu_backward(|z, d| book::activation_backward(Activation::GeluErf, z, d)));
-        passes(j::mse_backward(book::mse_backward));
-        passes(j::mlp_backward(|m, t, d| m.backward(t, d)));
+        all_pass(judged());
     }
 
     /// Backpropagation with `f′` taken at the wrong place: at the activation a = f(z) when
@@ -321,6 +366,14 @@ mod ch03 {
     fn mse_backward_without_1_over_n() {
         catches(j::mse_backward(|a, y| Ok((a - y) * 2.0)), "a missing 1/N");
     }
+
+    #[test]
+    fn mse_backward_over_every_entry_or_without_the_2() {
+        let over_all = |a: &DMatrix<f64>, y: &DMatrix<f64>| Ok((a - y) * (2.0 / a.len() as f64));
+        catches(j::mse_backward(over_all), "a division by N·K");
+        let no_two = |a: &DMatrix<f64>, y: &DMatrix<f64>| Ok((a - y) / a.nrows() as f64);
+        catches(j::mse_backward(no_two), "a missing 2:");
+    }
 }
 
 // ───────────────────────────── chapter 4 ─────────────────────────────
@@ -330,11 +383,18 @@ mod ch04 {
     use judge::ch04 as j;
     use llm_workbook::ch04_xor::{self as book, RELU_NET, SIGMOID_NET};
 
+    /// Every judge of the chapter run on the main crate's answers, with the probes it ran.
+    pub fn judged() -> Vec<Judged> {
+        judged![
+            xor_sigmoid_net(|| SIGMOID_NET),
+            xor_relu_net(|| RELU_NET),
+            least_squares_fit(book::least_squares_fit),
+        ]
+    }
+
     #[test]
     fn solutions_pass() {
-        passes(j::xor_sigmoid_net(|| SIGMOID_NET));
-        passes(j::xor_relu_net(|| RELU_NET));
-        passes(j::least_squares_fit(book::least_squares_fit));
+        all_pass(judged());
     }
 
     #[test]
@@ -373,11 +433,18 @@ mod ch05 {
     use judge::ch05 as j;
     use llm_workbook::ch05_positions as book;
 
+    /// Every judge of the chapter run on the main crate's answers, with the probes it ran.
+    pub fn judged() -> Vec<Judged> {
+        judged![
+            frequency(book::frequency),
+            sinusoidal(book::sinusoidal),
+            add_positions(book::add_positions),
+        ]
+    }
+
     #[test]
     fn solutions_pass() {
-        passes(j::frequency(book::frequency));
-        passes(j::sinusoidal(book::sinusoidal));
-        passes(j::add_positions(book::add_positions));
+        all_pass(judged());
     }
 
     #[test]
@@ -414,18 +481,25 @@ mod ch06 {
     use llm_workbook::ch06_attention as book;
     use llm_workbook_exercises::solutions::ch06_attention as s;
 
+    /// Every judge of the chapter run on the main crate's answers, with the probes it ran.
+    pub fn judged() -> Vec<Judged> {
+        judged![
+            causal_mask(book::causal_mask),
+            attention_forward(s::attention_forward),
+            attention_backward(s::attention_backward),
+            layer_norm_forward(s::layer_norm_forward),
+            layer_norm_backward(s::layer_norm_backward),
+            split_heads(book::split_heads),
+            concat_heads(book::concat_heads),
+            mha_backward(book::mha_backward),
+            ffn_backward(book::ffn_backward),
+            block_backward(book::block_backward),
+        ]
+    }
+
     #[test]
     fn solutions_pass() {
-        passes(j::causal_mask(book::causal_mask));
-        passes(j::attention_forward(s::attention_forward));
-        passes(j::attention_backward(s::attention_backward));
-        passes(j::layer_norm_forward(s::layer_norm_forward));
-        passes(j::layer_norm_backward(s::layer_norm_backward));
-        passes(j::split_heads(book::split_heads));
-        passes(j::concat_heads(book::concat_heads));
-        passes(j::mha_backward(book::mha_backward));
-        passes(j::ffn_backward(book::ffn_backward));
-        passes(j::block_backward(book::block_backward));
+        all_pass(judged());
     }
 
     #[test]
@@ -615,14 +689,21 @@ mod ch07 {
     use llm_workbook::ch07_encoder_decoder::{self as book, Batch};
     use llm_workbook_exercises::solutions::ch07_encoder_decoder as s;
 
+    /// Every judge of the chapter run on the main crate's answers, with the probes it ran.
+    pub fn judged() -> Vec<Judged> {
+        judged![
+            padding_mask(ch06::padding_mask),
+            cross_attention_forward(|y, yb, e, eb, w| {
+                Ok(book::cross_attention_forward(y, yb, e, eb, w)?.0)
+            }),
+            cross_attention_backward(s::cross_attention_backward),
+            decoder_block_backward(book::decoder_block_backward),
+        ]
+    }
+
     #[test]
     fn solutions_pass() {
-        passes(j::padding_mask(ch06::padding_mask));
-        passes(j::cross_attention_forward(|y, yb, e, eb, w| {
-            Ok(book::cross_attention_forward(y, yb, e, eb, w)?.0)
-        }));
-        passes(j::cross_attention_backward(s::cross_attention_backward));
-        passes(j::decoder_block_backward(book::decoder_block_backward));
+        all_pass(judged());
     }
 
     #[test]
@@ -671,14 +752,14 @@ mod ch07 {
         use ch06::{ffn_backward, layer_norm_backward, mha_backward};
         use llm_workbook::ch07_encoder_decoder::{DecoderBlock, DecoderBlockCache};
         // ∂L/∂E forgotten: left at zero instead of the cross-attention's d_x_kv.
-        let no_d_e = |c: &DecoderBlockCache<f64>, b: &DecoderBlock<f64>, d: &DMatrix<f64>| {
-            let (d_y, d_e, g) = book::decoder_block_backward(c, b, d)?;
+        let no_d_e = |b: &DecoderBlock<f64>, c: &DecoderBlockCache<f64>, d: &DMatrix<f64>| {
+            let (d_y, d_e, g) = book::decoder_block_backward(b, c, d)?;
             Ok((d_y, d_e.map(|_| 0.0), g))
         };
         catches(j::decoder_block_backward(no_d_e), "only from the cross-attention's keys");
         // The first residual's direct path dropped: ∂L/∂y from the self-attention only.
-        let no_skip = |c: &DecoderBlockCache<f64>, b: &DecoderBlock<f64>, d: &DMatrix<f64>| {
-            let (_, d_e, g) = book::decoder_block_backward(c, b, d)?;
+        let no_skip = |b: &DecoderBlock<f64>, c: &DecoderBlockCache<f64>, d: &DMatrix<f64>| {
+            let (_, d_e, g) = book::decoder_block_backward(b, c, d)?;
             let n3 = layer_norm_backward(&b.norm3, &c.norm3, d)?;
             let f = ffn_backward(&b.ffn, &c.ffn, &n3.d_x)?;
             let n2 = layer_norm_backward(&b.norm2, &c.norm2, &(&n3.d_x + &f.d_x))?;
@@ -691,8 +772,8 @@ mod ch07 {
         catches(j::decoder_block_backward(no_skip), "the residual's direct path");
         // The second residual dropped: ∂L/∂Y₁ from the cross-attention's d_x_q only, so every
         // tensor before it (LN₁, the self-attention, y) is wrong.
-        let no_skip2 = |c: &DecoderBlockCache<f64>, b: &DecoderBlock<f64>, d: &DMatrix<f64>| {
-            let (_, d_e, mut g) = book::decoder_block_backward(c, b, d)?;
+        let no_skip2 = |b: &DecoderBlock<f64>, c: &DecoderBlockCache<f64>, d: &DMatrix<f64>| {
+            let (_, d_e, mut g) = book::decoder_block_backward(b, c, d)?;
             let n3 = layer_norm_backward(&b.norm3, &c.norm3, d)?;
             let f = ffn_backward(&b.ffn, &c.ffn, &n3.d_x)?;
             let n2 = layer_norm_backward(&b.norm2, &c.norm2, &(&n3.d_x + &f.d_x))?;
@@ -706,8 +787,8 @@ mod ch07 {
         };
         catches(j::decoder_block_backward(no_skip2), "the cross-attention's d_x_q");
         // The self-attention's input fed by d_x_q only (its keys/values path lost).
-        let queries_only = |c: &DecoderBlockCache<f64>, b: &DecoderBlock<f64>, d: &DMatrix<f64>| {
-            let (d_y, d_e, g) = book::decoder_block_backward(c, b, d)?;
+        let queries_only = |b: &DecoderBlock<f64>, c: &DecoderBlockCache<f64>, d: &DMatrix<f64>| {
+            let (d_y, d_e, g) = book::decoder_block_backward(b, c, d)?;
             let n3 = layer_norm_backward(&b.norm3, &c.norm3, d)?;
             let f = ffn_backward(&b.ffn, &c.ffn, &n3.d_x)?;
             let n2 = layer_norm_backward(&b.norm2, &c.norm2, &(&n3.d_x + &f.d_x))?;
@@ -732,11 +813,18 @@ mod ch08 {
 
     type Ranks = HashMap<(TokenId, TokenId), (u32, TokenId)>;
 
+    /// Every judge of the chapter run on the main crate's answers, with the probes it ran.
+    pub fn judged() -> Vec<Judged> {
+        judged![
+            apply_merges(bpe::apply_merges),
+            bigram_counts(s::bigram_counts),
+            add_k_probability(s::add_k_probability),
+        ]
+    }
+
     #[test]
     fn solutions_pass() {
-        passes(j::apply_merges(bpe::apply_merges));
-        passes(j::bigram_counts(s::bigram_counts));
-        passes(j::add_k_probability(s::add_k_probability));
+        all_pass(judged());
     }
 
     #[test]
@@ -812,13 +900,20 @@ mod ch09 {
         distribution(z, &Decoding::Sample { temperature: t, top_k: Some(k), top_p: None })
     }
 
+    /// Every judge of the chapter run on the main crate's answers, with the probes it ran.
+    pub fn judged() -> Vec<Judged> {
+        judged![
+            temperature_distribution(|z, t| distribution(z, &Decoding::temperature(t))),
+            top_k_distribution(top_k),
+            adamw_step(s::adamw_step),
+            lm_head_backward(s::lm_head_backward),
+            kv_cache_step(s::kv_cache_step),
+        ]
+    }
+
     #[test]
     fn solutions_pass() {
-        passes(j::temperature_distribution(|z, t| distribution(z, &Decoding::temperature(t))));
-        passes(j::top_k_distribution(top_k));
-        passes(j::adamw_step(s::adamw_step));
-        passes(j::lm_head_backward(s::lm_head_backward));
-        passes(j::kv_cache_step(s::kv_cache_step));
+        all_pass(judged());
     }
 
     #[test]
@@ -955,11 +1050,18 @@ mod ch10 {
     use llm_workbook::matmul::{Op, pack_a_block, pack_b_panel};
     use std::ops::Range;
 
+    /// Every judge of the chapter run on the main crate's answers, with the probes it ran.
+    pub fn judged() -> Vec<Judged> {
+        judged![
+            micro_kernel(s::micro_kernel),
+            pack_a_block(pack_a_block::<f64>),
+            pack_b_panel(pack_b_panel::<f64>),
+        ]
+    }
+
     #[test]
-    fn solution_passes() {
-        passes(j::micro_kernel(s::micro_kernel));
-        passes(j::pack_a_block(pack_a_block::<f64>));
-        passes(j::pack_b_panel(pack_b_panel::<f64>));
+    fn solutions_pass() {
+        all_pass(judged());
     }
 
     /// Each sliver of `packed` (slivers of kc·w values) written line by line instead.
@@ -1269,4 +1371,46 @@ mod probes {
         };
         catches(ch08::apply_merges(by_id), "in the order of their new ids");
     }
+}
+
+// ───────────────────── the probe table of chapters/exercises.md ─────────────────────
+
+/// The page's table of exercise × probe kind.
+const EXERCISES_PAGE: &str = include_str!("../../chapters/exercises.md");
+
+/// The page's table row of one exercise: "| `name` | ✓ | | … |", one column per [`Probe::ALL`].
+fn table_row(name: &str, probes: &BTreeSet<Probe>) -> String {
+    let marks: Vec<&str> =
+        Probe::ALL.iter().map(|p| if probes.contains(p) { "✓" } else { " " }).collect();
+    format!("| `{name}` | {} |", marks.join(" | "))
+}
+
+#[test]
+fn the_probe_table_on_the_page_is_what_the_judges_run() {
+    let chapters = [
+        ch01::judged(),
+        ch02::judged(),
+        ch03::judged(),
+        ch04::judged(),
+        ch05::judged(),
+        ch06::judged(),
+        ch07::judged(),
+        ch08::judged(),
+        ch09::judged(),
+        ch10::judged(),
+    ];
+    let want: Vec<String> =
+        chapters.into_iter().flatten().map(|(name, _, probes)| table_row(name, &probes)).collect();
+    let headings: Vec<&str> = Probe::ALL.iter().map(|p| p.heading()).collect();
+    let header = format!("| exercise | {} |", headings.join(" | "));
+    let on_page: Vec<&str> =
+        EXERCISES_PAGE.lines().filter(|l| l.starts_with("| `")).map(str::trim_end).collect();
+    assert!(EXERCISES_PAGE.contains(&header), "the page lacks the table's header:\n{header}");
+    assert_eq!(
+        on_page,
+        want,
+        "chapters/exercises.md's table differs from the probes the judges run; it should read:\n\
+         {header}\n{}",
+        want.join("\n")
+    );
 }

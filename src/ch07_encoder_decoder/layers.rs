@@ -257,8 +257,8 @@ pub fn decoder_block_forward<T: Float>(
 /// Backward of [`decoder_block_forward`]: (∂L/∂y, ∂L/∂e, the weights' gradients laid out as a
 /// [`DecoderBlock`]). ∂L/∂e is the gradient the cross-attention sends into the encoder output.
 pub fn decoder_block_backward<T: Float>(
-    cache: &DecoderBlockCache<T>,
     block: &DecoderBlock<T>,
+    cache: &DecoderBlockCache<T>,
     d_out: &DMatrix<T>,
 ) -> Result<(DMatrix<T>, DMatrix<T>, DecoderBlock<T>)> {
     let norm3 = layer_norm_backward(&block.norm3, &cache.norm3, d_out)?; //      out = LN₃(s₃)

@@ -417,7 +417,7 @@ impl<T: Float> EncoderDecoder<T> {
         let mut d_y = matmul_nt(d_logits, &self.w_out)?;
         let mut d_e = DMatrix::zeros(cache.source_batch.rows(), self.config.width);
         for (i, block) in self.decoder.iter().enumerate().rev() {
-            let (dy, de, gb) = decoder_block_backward(&cache.decoder[i], block, &d_y)?;
+            let (dy, de, gb) = decoder_block_backward(block, &cache.decoder[i], &d_y)?;
             d_y = dy;
             d_e += de; // every decoder layer reads the same encoder output
             g.decoder[i] = gb;

@@ -71,10 +71,8 @@ pub fn sigmoid(f: impl Fn(f64) -> f64) -> Verdict {
         let (v, neg) = (s(z)?, s(-z)?);
         let want = book::sigmoid(z);
         if (v - want).abs() > 1e-12 * want {
-            return Err(MODEL.fail(format!(
-                "σ({z}) compared relatively: {}",
-                super::yours_expected(v, want)
-            )));
+            return Err(MODEL
+                .fail(format!("σ({z}) compared relatively: {}", super::yours_expected(v, want))));
         }
         if !close(v + neg, 1.0, 1e-12) {
             return Err(MODEL.fail(format!(
@@ -121,6 +119,7 @@ pub fn logits_forward(
 /// Equal to −[y ln σ(z) + (1 − y) ln(1 − σ(z))] where that is finite, and finite (exactly |z|)
 /// where σ(z) rounds to 0 or 1.
 pub fn bce_from_logit(f: impl Fn(f64, f64) -> f64) -> Verdict {
+    super::probe(super::Probe::Named);
     let l = |y: f64, z: f64| attempt(LOSS, "bce_from_logit", || f(y, z));
     for y in [0.0, 1.0] {
         for i in 0..=40 {

@@ -18,6 +18,7 @@ const GRADIENT: Section = Section { chapter: "ch02_softmax", anchor: "5-the-grad
 /// (0.1, 0.1, 0.1, 0.7) → 0.20737772 ×3, 0.37786684 at 8; rows sum to 1; no overflow at 1000;
 /// the main crate's softmax on a random 4×5 Z.
 pub fn softmax_rows_forward(f: impl Fn(&DMatrix<f64>) -> Result<DMatrix<f64>>) -> Verdict {
+    super::probe(super::Probe::Named);
     let run = |z: &DMatrix<f64>| attempt_ok(STABLE, "softmax_rows_forward", || f(z));
     let z = random(11, 4, 5);
     let yours = run(&z)?;
@@ -60,7 +61,9 @@ pub fn softmax_rows_forward(f: impl Fn(&DMatrix<f64>) -> Result<DMatrix<f64>>) -
     let apart = super::rows_apart(&random(22, 4, 5));
     let yours = run(&apart)?;
     if let Some(mistake) = super::shift_mistake(&yours, &apart, |p| p.clone()) {
-        return Err(STABLE.fail(format!("rows thousands apart (maxima {ROW_OFFSETS:?}): {mistake}")));
+        return Err(
+            STABLE.fail(format!("rows thousands apart (maxima {ROW_OFFSETS:?}): {mistake}"))
+        );
     }
     let want = book::softmax_rows_forward(&apart).map_err(|e| e.to_string())?;
     super::compare_relative(STABLE, "softmax(Z), rows thousands apart", &yours, &want, 1e-9)?;
@@ -73,6 +76,7 @@ use super::ROW_OFFSETS;
 
 /// ln 3 for uniform logits over 3 classes; the main crate's loss on random logits.
 pub fn cross_entropy_from_logits(f: impl Fn(&DMatrix<f64>, &[usize]) -> Result<f64>) -> Verdict {
+    super::probe(super::Probe::Named);
     let uniform =
         attempt_ok(CROSS, "cross_entropy_from_logits", || f(&DMatrix::zeros(2, 3), &[0, 2]))?;
     if (uniform - 3f64.ln()).abs() > 1e-12 {
@@ -104,7 +108,8 @@ pub fn cross_entropy_from_logits(f: impl Fn(&DMatrix<f64>, &[usize]) -> Result<f
     let yours = attempt_ok(CROSS, "cross_entropy_from_logits", || f(&apart, &t))?;
     let want = book::cross_entropy_from_logits(&apart, &t).map_err(|e| e.to_string())?;
     if !close_rel(yours, want, 1e-9) {
-        let why = if yours.is_finite() { String::new() } else { format!(" — {}", super::NO_SHIFT) };
+        let why =
+            if yours.is_finite() { String::new() } else { format!(" — {}", super::NO_SHIFT) };
         return Err(CROSS.fail(format!(
             "L for rows thousands apart (row maxima near {ROW_OFFSETS:?}): {}{why}",
             super::yours_expected(yours, want)
@@ -151,6 +156,7 @@ pub fn cross_entropy_from_logits_backward(
 pub fn softmax_rows_backward(
     f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>,
 ) -> Verdict {
+    super::probe(super::Probe::Named);
     for (seed, n, k) in [(14, 3, 4), (15, 1, 5)] {
         let (z, g) = (random(seed, n, k), random(seed + 1, n, k));
         let y = book::softmax_rows_forward(&z).map_err(|e| e.to_string())?;
@@ -191,6 +197,7 @@ const REGRESSION: Section = Section { chapter: "ch02_softmax", anchor: "8-softma
 pub fn log_softmax_rows_backward(
     f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>,
 ) -> Verdict {
+    super::probe(super::Probe::Named);
     let name = "log_softmax_rows_backward";
     for (seed, n, k) in [(16, 3, 4), (17, 2, 5)] {
         let (z, g) = (random(seed, n, k) * 2.0, random(seed + 1, n, k));
@@ -264,6 +271,7 @@ pub fn regression_logits_backward(
         &DMatrix<f64>,
     ) -> Result<(DMatrix<f64>, DMatrix<f64>, DMatrix<f64>)>,
 ) -> Verdict {
+    super::probe(super::Probe::Batch);
     let (x, w, b, g) = (random(18, 5, 2), random(19, 2, 3), random(20, 1, 3), random(21, 5, 3));
     let (d_x, d_w, d_b) = attempt_ok(REGRESSION, "regression_logits_backward", || f(&w, &x, &g))?;
     gradient_check(

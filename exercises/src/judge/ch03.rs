@@ -24,6 +24,7 @@ pub fn dense_forward(
         return Err(LAYER.fail("your y is xW without the bias: add b (1×out) to every row"));
     }
     compare(LAYER, "y = xW + b", &yours, &want, 1e-10, &[])?;
+    super::probe(super::Probe::Errors);
     match attempt(LAYER, "dense_forward", || f(&x, &random(23, 2, 2), &b))? {
         Err(_) => Ok(()),
         Ok(_) => Err(LAYER.fail("x is 4×3 and W 2×2: the widths do not chain; return an Err")),
@@ -39,6 +40,7 @@ pub fn dense_backward(
         &DMatrix<f64>,
     ) -> Result<(DMatrix<f64>, DMatrix<f64>, DMatrix<f64>)>,
 ) -> Verdict {
+    super::probe(super::Probe::Batch);
     let (x, w, b, g) = (random(24, 5, 3), random(25, 3, 2), random(26, 1, 2), random(27, 5, 2));
     let (d_x, d_w, d_b) = attempt_ok(MANY, "dense_backward", || f(&x, &w, &g))?;
     gradient_check(
@@ -86,6 +88,7 @@ pub fn relu_backward(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<
             kink.get((0, 0))
         )));
     }
+    super::probe(super::Probe::Errors);
     match attempt(ACTIVATIONS, "relu_backward", || f(&DMatrix::zeros(2, 2), &DMatrix::zeros(2, 3)))?
     {
         Err(_) => Ok(()),
@@ -99,9 +102,10 @@ pub fn gelu_backward(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<
         .map_err(|m| note(m, "d/dz [z Φ(z)] has two terms by the product rule: Φ(z) + z φ(z)"))
 }
 
-/// The gradient check of C = mse(a, y) in a, for 4 rows and 2 columns.
+/// The gradient check of C = mse(a, y) in a, for N = 4 rows and K = 3 columns (so that a division
+/// by N·K = 12 is not mistaken for a missing 2).
 pub fn mse_backward(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>) -> Verdict {
-    let (a, y) = (random(30, 4, 2), random(31, 4, 2));
+    let (a, y) = (random(30, 4, 3), random(31, 4, 3));
     let d_a = attempt_ok(COST, "mse_backward", || f(&a, &y))?;
     gradient_check(
         COST,
@@ -113,6 +117,16 @@ pub fn mse_backward(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f
             (0.5, "a missing 2: d/da (a − y)² = 2(a − y)"),
             (2.0, "a missing 2 and 1/N"),
             (0.25, "an extra 1/N"),
+            (
+                1.0 / 3.0,
+                "a division by N·K = 12: C averages over the N = 4 rows only (each row's squares \
+                 are summed)",
+            ),
+            (
+                1.0 / 6.0,
+                "a missing 2 and a division by N·K: d/da (a − y)² = 2(a − y), and C averages over \
+                 the N rows only",
+            ),
             (-1.0, "it is 2(a − y)/N, not 2(y − a)/N"),
         ],
     )
@@ -134,6 +148,7 @@ pub fn mlp_backward(
         &DMatrix<f64>,
     ) -> Result<(Vec<book::LayerGrads<f64>>, DMatrix<f64>)>,
 ) -> Verdict {
+    super::probe(super::Probe::Named);
     let nets = [
         (30, vec![3, 4, 5, 2], book::Activation::Sigmoid, None),
         (31, vec![2, 3, 1], book::Activation::GeluErf, Some(book::Activation::Sigmoid)),

@@ -59,6 +59,7 @@ pub fn sinusoidal(f: impl Fn(usize, usize) -> Result<DMatrix<f64>>) -> Verdict {
     let big = attempt_ok(FORMULA, "sinusoidal", || f(50, 16))?;
     let want = book::sinusoidal::<f64>(50, 16).map_err(|e| e.to_string())?;
     compare(FORMULA, "PE", &big, &want, 1e-12, &[])?;
+    super::probe(super::Probe::Errors);
     match attempt(FORMULA, "sinusoidal", || f(4, 5))? {
         Err(_) => Ok(()),
         Ok(_) => {
@@ -69,6 +70,7 @@ pub fn sinusoidal(f: impl Fn(usize, usize) -> Result<DMatrix<f64>>) -> Verdict {
 
 /// Two sequences of length 3 stacked: row r gets PE(r mod 3); an error for 5 rows.
 pub fn add_positions(f: impl Fn(&DMatrix<f64>, usize) -> Result<DMatrix<f64>>) -> Verdict {
+    super::probe(super::Probe::Batch);
     let x = random(50, 6, 4);
     let yours = attempt_ok(WHY, "add_positions", || f(&x, 3))?;
     let want = book::add_positions(&x, 3).map_err(|e| e.to_string())?;
@@ -81,6 +83,7 @@ pub fn add_positions(f: impl Fn(&DMatrix<f64>, usize) -> Result<DMatrix<f64>>) -
         }
     }
     compare(WHY, "X + PE", &yours, &want, 1e-12, &[])?;
+    super::probe(super::Probe::Errors);
     match attempt(WHY, "add_positions", || f(&random(51, 5, 4), 3))? {
         Err(_) => Ok(()),
         Ok(_) => {

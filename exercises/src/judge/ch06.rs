@@ -17,6 +17,7 @@ const NORM: Section = Section { chapter: "ch06_attention", anchor: "3-layernorm"
 /// Every entry of the 4×4 and 2×5 masks (the diagonal visible, no future key visible), and errors
 /// for T_k < T_q and for 0.
 pub fn causal_mask(f: impl Fn(usize, usize) -> Result<DMatrix<f64>>) -> Verdict {
+    super::probe(super::Probe::Named);
     for (tq, tk) in [(4, 4), (2, 5), (1, 3)] {
         let m = attempt_ok(SDPA, "causal_mask", || f(tq, tk))?;
         if m.shape() != (tq, tk) {
@@ -51,7 +52,8 @@ pub fn causal_mask(f: impl Fn(usize, usize) -> Result<DMatrix<f64>>) -> Verdict 
             }
         }
     }
-    for (tq, tk) in [(3, 2), (0, 2)] {
+    super::probe(super::Probe::Errors);
+    for (tq, tk) in [(3, 2), (0, 2), (0, 0)] {
         if attempt(SDPA, "causal_mask", || f(tq, tk))?.is_ok() {
             return Err(SDPA.fail(format!("causal_mask({tq}, {tk}) should be an Err")));
         }
@@ -70,6 +72,7 @@ pub fn attention_forward(
     ) -> Result<(DMatrix<f64>, DMatrix<f64>)>,
 ) -> Verdict {
     super::probe(super::Probe::Batch);
+    super::probe(super::Probe::Named);
     for (seed, tq, tk, causal) in
         [(60, 4, 4, false), (61, 4, 4, true), (62, 2, 5, false), (63, 3, 5, true)]
     {
@@ -143,9 +146,13 @@ const SCORE_SCALES: [f64; 4] = [1.0, 2000.0, -1500.0, 40.0];
 fn masked_scores(q: &DMatrix<f64>, k: &DMatrix<f64>, causal: bool) -> DMatrix<f64> {
     let (tq, tk) = (q.nrows(), k.nrows());
     let s = q * k.transpose() / (q.ncols() as f64).sqrt();
-    DMatrix::from_fn(tq, tk, |i, j| {
-        if causal && j > i + tk - tq { f64::NEG_INFINITY } else { s[(i, j)] }
-    })
+    DMatrix::from_fn(
+        tq,
+        tk,
+        |i, j| {
+            if causal && j > i + tk - tq { f64::NEG_INFINITY } else { s[(i, j)] }
+        },
+    )
 }
 
 /// The gradient check of L = Σ G ⊙ O(Q, K, V) in Q, K and V, bidirectional and causal.
@@ -159,6 +166,7 @@ pub fn attention_backward(
         bool,
     ) -> Result<(DMatrix<f64>, DMatrix<f64>, DMatrix<f64>)>,
 ) -> Verdict {
+    super::probe(super::Probe::Batch);
     for (seed, tq, tk, causal) in [(70, 3, 4, false), (71, 4, 4, true)] {
         let (q, k, v) = (random(seed, tq, 3), random(seed + 10, tk, 3), random(seed + 20, tk, 2));
         let g = random(seed + 30, tq, 2);
@@ -186,6 +194,7 @@ pub fn attention_backward(
 pub fn layer_norm_forward(
     f: impl Fn(&DMatrix<f64>, &DMatrix<f64>, &DMatrix<f64>, f64) -> Result<DMatrix<f64>>,
 ) -> Verdict {
+    super::probe(super::Probe::Named);
     let (ones, zeros) = (DMatrix::from_element(1, 4, 1.0), DMatrix::zeros(1, 4));
     let x = DMatrix::from_row_slice(1, 4, &[1.0, 2.0, 3.0, 4.0]);
     let y = attempt_ok(NORM, "layer_norm_forward", || f(&x, &ones, &zeros, 1e-12))?;
@@ -246,7 +255,11 @@ pub fn layer_norm_backward(
     )
     .map_err(|m| {
         if m.contains("∂L/∂X") {
-            note(m, "x̂ depends on x through μ and σ as well: ∂L/∂x has three terms, g, −mean(g) and −x̂·mean(g ⊙ x̂)")
+            note(
+                m,
+                "x̂ depends on x through μ and σ as well: ∂L/∂x has three terms, g, −mean(g) \
+                 and −x̂·mean(g ⊙ x̂)",
+            )
         } else {
             m
         }
@@ -270,6 +283,7 @@ pub fn split_heads(f: impl Fn(&DMatrix<f64>, usize) -> Result<Vec<DMatrix<f64>>>
         }
         compare(HEADS, &format!("head {h}"), p, &want, 0.0, &[])?;
     }
+    super::probe(super::Probe::Errors);
     match attempt(HEADS, "split_heads", || f(&m, 4))? {
         Err(_) => Ok(()),
         Ok(_) => Err(HEADS.fail("6 columns do not split into 4 equal heads: return an Err")),
@@ -285,6 +299,7 @@ pub fn concat_heads(f: impl Fn(&[DMatrix<f64>]) -> Result<DMatrix<f64>>) -> Verd
         return Err(HEADS.fail("yours stacks the heads as rows: they go side by side, N×(H·w)"));
     }
     compare(HEADS, "concat", &m, &want, 0.0, &[])?;
+    super::probe(super::Probe::Errors);
     match attempt(HEADS, "concat_heads", || f(&[]))? {
         Err(_) => Ok(()),
         Ok(_) => Err(HEADS.fail("no parts to concatenate: return an Err")),
@@ -353,6 +368,7 @@ pub fn mha_backward(
         &DMatrix<f64>,
     ) -> Result<book::MhaGrads<f64>>,
 ) -> Verdict {
+    super::probe(super::Probe::Named);
     let cases = [
         ("cross-attention", 120, (3, 5), (4, 3, 2, 5), book::AttnSpec::cross(3, 5)),
         ("causal", 130, (4, 4), (4, 4, 2, 4), book::AttnSpec::causal(4)),
@@ -527,6 +543,7 @@ pub fn block_backward(
         &DMatrix<f64>,
     ) -> Result<book::BlockGrads<f64>>,
 ) -> Verdict {
+    super::probe(super::Probe::Batch);
     use llm_workbook::ch03_mlp::Activation;
     let spec = book::AttnSpec::causal(3);
     for (seed, order) in [(150, book::NormOrder::Pre), (160, book::NormOrder::Post)] {

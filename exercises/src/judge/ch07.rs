@@ -1,8 +1,6 @@
 //! Judges of chapter 7's exercises.
 
-use super::{
-    Section, Verdict, attempt, attempt_ok, compare, gradient_check, note, random, weighted_sum,
-};
+use super::{Section, Verdict, attempt_ok, compare, gradient_check, note, random, weighted_sum};
 use llm_workbook::Result;
 use llm_workbook::ch06_attention::{MhaGrads, MultiHead};
 use llm_workbook::ch07_encoder_decoder::{self as book, Batch, DecoderBlock, DecoderBlockCache};
@@ -16,6 +14,7 @@ const BACKWARD: Section =
 
 /// Every entry for lengths (3, 1, 2) with T_q = 2, T_k = 3; errors for a zero or too long length.
 pub fn padding_mask(f: impl Fn(&[usize], usize, usize) -> Result<DMatrix<f64>>) -> Verdict {
+    super::probe(super::Probe::Named);
     let lengths = [3, 1, 2];
     let m = attempt_ok(PADDING, "padding_mask", || f(&lengths, 2, 3))?;
     if m.shape() != (6, 3) {
@@ -44,10 +43,10 @@ pub fn padding_mask(f: impl Fn(&[usize], usize, usize) -> Result<DMatrix<f64>>) 
             }
         }
     }
-    for bad in [&[0usize, 2][..], &[4, 1][..]] {
-        if attempt(PADDING, "padding_mask", || f(bad, 2, 3))?.is_ok() {
-            return Err(PADDING.fail(format!("lengths {bad:?} with T_k = 3 should be an Err")));
-        }
+    super::probe(super::Probe::Batch);
+    for bad in [&[0usize, 2][..], &[4, 1][..], &[][..]] {
+        let what = format!("lengths {bad:?} with T_k = 3");
+        super::expect_err(PADDING, "padding_mask", &what, || f(bad, 2, 3))?;
     }
     Ok(())
 }
@@ -76,6 +75,7 @@ fn setup() -> (DMatrix<f64>, Batch, DMatrix<f64>, Batch, MultiHead<f64>) {
 pub fn cross_attention_forward(
     f: impl Fn(&DMatrix<f64>, &Batch, &DMatrix<f64>, &Batch, &MultiHead<f64>) -> Result<DMatrix<f64>>,
 ) -> Verdict {
+    super::probe(super::Probe::Batch);
     let (y, yb, e, eb, w) = setup();
     let out = attempt_ok(CROSS, "cross_attention_forward", || f(&y, &yb, &e, &eb, &w))?;
     let (want, _) =
@@ -99,9 +99,28 @@ pub fn cross_attention_forward(
             ));
         }
     }
-    compare(CROSS, "cross-attention output", &out, &want, 1e-9, &[]).map_err(|m| {
-        note(m, "queries come from the decoder (y), keys and values from the encoder (e)")
-    })
+    let from_y = book::cross_attention_forward(&y, &yb, &y, &yb, &w).map(|(o, _)| o);
+    let mistakes = [(
+        "keys and values from the decoder's own y: queries come from the decoder \
+                      (y), keys and values from the encoder (e)",
+        from_y.map_err(|x| x.to_string())?,
+    )];
+    if let Some(mistake) = super::named(&out, &mistakes, 1e-9) {
+        return Err(CROSS.fail(format!("yours attends over y itself — {mistake}")));
+    }
+    compare(CROSS, "cross-attention output", &out, &want, 1e-9, &[])?;
+    // Large scores: the decoder's rows scaled so that q·k/√d_k reaches the hundreds.
+    let big_y = super::rows_scaled(&y, &[1.0, 900.0, -700.0]);
+    let out = attempt_ok(CROSS, "cross_attention_forward", || f(&big_y, &yb, &e, &eb, &w))?;
+    let (want, _) =
+        book::cross_attention_forward(&big_y, &yb, &e, &eb, &w).map_err(|x| x.to_string())?;
+    if out.iter().any(|v| !v.is_finite()) {
+        return Err(CROSS.fail(format!(
+            "y's rows scaled by (1, 900, −700): your output has NaN or ∞ — {}",
+            super::NO_SHIFT
+        )));
+    }
+    compare(CROSS, "cross-attention output with large scores", &out, &want, 1e-9, &[])
 }
 
 /// The gradient check of L = Σ G ⊙ out in Y, E and all eight weights and biases.
@@ -115,6 +134,7 @@ pub fn cross_attention_backward(
         &DMatrix<f64>,
     ) -> Result<MhaGrads<f64>>,
 ) -> Verdict {
+    super::probe(super::Probe::Batch);
     let (y, yb, e, eb, w) = setup();
     let g = random(110, 6, 4);
     let d = attempt_ok(BACKWARD, "cross_attention_backward", || f(&y, &yb, &e, &eb, &w, &g))?;
@@ -226,11 +246,12 @@ fn decoder_hint(tensor: &str) -> &'static str {
 /// 4, 2 heads, hidden width 6, with random γ, β and biases.
 pub fn decoder_block_backward(
     f: impl Fn(
-        &DecoderBlockCache<f64>,
         &DecoderBlock<f64>,
+        &DecoderBlockCache<f64>,
         &DMatrix<f64>,
     ) -> Result<(DMatrix<f64>, DMatrix<f64>, DecoderBlock<f64>)>,
 ) -> Verdict {
+    super::probe(super::Probe::Batch);
     let (y, yb, e, eb, _) = setup();
     let mut rng = llm_workbook::rng::Rng::new(170);
     let mut block = DecoderBlock::random(4, 2, 6, &mut rng).map_err(|x| x.to_string())?;
@@ -248,7 +269,7 @@ pub fn decoder_block_backward(
     let (_, cache) =
         book::decoder_block_forward(&y, &yb, &e, &eb, &block).map_err(|x| x.to_string())?;
     let (d_y, d_e, grads) =
-        attempt_ok(BACKWARD, "decoder_block_backward", || f(&cache, &block, &g))?;
+        attempt_ok(BACKWARD, "decoder_block_backward", || f(&block, &cache, &g))?;
     let mut inputs = decoder_tensors(&block);
     inputs.push(("y".into(), y.clone()));
     inputs.push(("E".into(), e.clone()));

@@ -102,6 +102,7 @@ pub fn bigram_counts(f: impl Fn(&[TokenId], usize) -> Result<DMatrix<f64>>) -> V
 pub fn add_k_probability(
     f: impl Fn(&[TokenId], usize, TokenId, TokenId, f64) -> Result<f64>,
 ) -> Verdict {
+    super::probe(super::Probe::Named);
     let seq = [0, 1, 0, 1, 1, 2];
     let p = attempt_ok(NGRAM, "add_k_probability", || f(&seq, 4, 0, 1, 1.0))?;
     // #(0, 1) = 2, #(0, ·) = 2: (2 + 1)/(2 + 4)

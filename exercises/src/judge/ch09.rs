@@ -32,10 +32,9 @@ fn same(sec: Section, what: &str, yours: &Dist, want: &Dist) -> Verdict {
             )));
         }
         if !close(*p, *wp, 1e-9) {
-            return Err(sec.fail(format!(
-                "{what}: P(token {t}): {}",
-                super::yours_expected(*p, *wp)
-            )));
+            return Err(
+                sec.fail(format!("{what}: P(token {t}): {}", super::yours_expected(*p, *wp)))
+            );
         }
     }
     Ok(())
@@ -58,6 +57,8 @@ pub fn temperature_distribution(f: impl Fn(&[f64], f64) -> Result<Dist>) -> Verd
             }
         })?;
     }
+    super::probe(super::Probe::Scale);
+    super::probe(super::Probe::Named);
     let big = [1000.0, 1001.0];
     let yours = attempt_ok(SAMPLING, "temperature_distribution", || f(&big, 1.0))?;
     if yours.iter().any(|(_, p)| !p.is_finite()) {
@@ -147,6 +148,7 @@ pub fn adamw_step(
         f64,
     ) -> Result<()>,
 ) -> Verdict {
+    super::probe(super::Probe::Named);
     let config = AdamConfig { learning_rate: 0.01, ..AdamConfig::default() };
     let theta0 = random(130, 3, 2);
     let g = random(131, 3, 2);
@@ -197,6 +199,8 @@ const BACKWARD: Section = Section { chapter: "ch09_gpt", anchor: "3-the-backward
 pub fn lm_head_backward(
     f: impl Fn(&DMatrix<f64>, &DMatrix<f64>, &[usize]) -> Result<(f64, DMatrix<f64>, DMatrix<f64>)>,
 ) -> Verdict {
+    super::probe(super::Probe::Named);
+    super::probe(super::Probe::Batch);
     let name = "lm_head_backward";
     let (h, targets) = (random(170, 4, 3), [4, 0, 2, 2]);
     let (loss, _, _) = attempt_ok(BACKWARD, name, || f(&h, &DMatrix::zeros(5, 3), &targets))?;
@@ -247,10 +251,9 @@ pub fn lm_head_backward(
         solution::lm_head_backward(&big_h, &w_u, &targets).map_err(|e| e.to_string())?;
     let what = "h's rows scaled by (1, 500, −400, 60), logits up to about ±900";
     if !loss.is_finite() || d_h.iter().chain(d_w.iter()).any(|v| !v.is_finite()) {
-        return Err(BACKWARD.fail(format!(
-            "{what}: yours has NaN or ∞ (L = {loss}) — {}",
-            super::NO_SHIFT
-        )));
+        return Err(
+            BACKWARD.fail(format!("{what}: yours has NaN or ∞ (L = {loss}) — {}", super::NO_SHIFT))
+        );
     }
     if (loss - want).abs() > 1e-9 * want.abs().max(1.0) {
         return Err(BACKWARD.fail(format!("{what}: L {}", super::yours_expected(loss, want))));
@@ -301,6 +304,7 @@ fn same_row(a: &[f64], b: &[f64]) -> bool {
 pub fn kv_cache_step(
     f: impl Fn(&mut DMatrix<f64>, &mut DMatrix<f64>, usize, &[f64], &[f64], &[f64]) -> Result<Vec<f64>>,
 ) -> Verdict {
+    super::probe(super::Probe::Named);
     let name = "kv_cache_step";
     let (n_ctx, d, steps) = (6, 3, 5);
     let (q, k, v) = (random(180, steps, d), random(181, steps, d), random(182, steps, d));
@@ -419,6 +423,7 @@ pub fn kv_cache_step(
                 ),
             )
         })?;
+    super::probe(super::Probe::Errors);
     match full {
         Err(_) => Ok(()),
         Ok(_) => Err(CACHE.fail(format!(

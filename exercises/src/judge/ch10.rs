@@ -12,6 +12,7 @@ const KERNEL: Section =
 /// Random slivers of depth 1, 3 and 7 against the product of the unpacked matrices, with β = 0
 /// over a NaN-filled C, and with α = 2, β = 0.5 over a random C.
 pub fn micro_kernel(f: impl Fn(usize, &[f64], &[f64], f64, f64, &mut DMatrix<f64>)) -> Verdict {
+    super::probe(super::Probe::Named);
     for (seed, kc) in [(150, 1), (151, 3), (152, 7)] {
         let (a, b) = (random(seed, MR * kc, 1), random(seed + 10, kc * NR, 1));
         for (alpha, beta) in [(1.0, 0.0), (2.0, 0.5)] {
@@ -224,6 +225,7 @@ fn pack_judge(side: Side, f: Pack, reference: Pack) -> Verdict {
                 f(&mm, Op::N, depth.clone(), outer.clone(), width)
             }
         })?;
+        super::probe(super::Probe::Errors);
         if r.is_ok() {
             return Err(PACKING.fail(format!("{}: {what}({}) should be an Err", side.name, side.x)));
         }

@@ -47,7 +47,8 @@ pub enum Probe {
 
 impl Probe {
     /// Every kind, in the order of the page's columns.
-    pub const ALL: [Probe; 5] = [Probe::Scale, Probe::Batch, Probe::Order, Probe::Errors, Probe::Named];
+    pub const ALL: [Probe; 5] =
+        [Probe::Scale, Probe::Batch, Probe::Order, Probe::Errors, Probe::Named];
 
     /// The column's heading on `chapters/exercises.md`.
     pub fn heading(self) -> &'static str {
@@ -139,7 +140,10 @@ fn quiet_answer_panics() {
 fn panic_meaning(text: &str) -> Option<&'static str> {
     let t = text.to_lowercase();
     if t.contains("dimension") || t.contains("mismatch") || t.contains("shape") {
-        Some("two matrices whose shapes do not fit were combined: compare each factor's shape with the doc comment (a missing or extra transpose?)")
+        Some(
+            "two matrices whose shapes do not fit were combined: compare each factor's shape \
+             with the doc comment (a missing or extra transpose?)",
+        )
     } else if t.contains("out of bounds") {
         Some("an index ran past a matrix or slice: check the loop bounds against the shapes")
     } else {
@@ -432,10 +436,9 @@ fn compare_with_floor(
         let (y, w) = (yours[(r, c)], want[(r, c)]);
         !y.is_finite() && y != w || (y - w).abs() > tol * floor.max(w.abs())
     };
-    let first =
-        (0..want.nrows()).flat_map(|r| (0..want.ncols()).map(move |c| (r, c))).find(|&(r, c)| {
-            wrong(r, c)
-        });
+    let first = (0..want.nrows())
+        .flat_map(|r| (0..want.ncols()).map(move |c| (r, c)))
+        .find(|&(r, c)| wrong(r, c));
     let Some((r, c)) = first else { return Ok(()) };
     let mut msg = format!(
         "{name}[{r},{c}] (the first wrong entry): {}",
