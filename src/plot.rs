@@ -698,7 +698,7 @@ const COLOUR_BAR_STEPS: usize = 64;
 
 /// How close (as a share of the span) an end of a colour bar must lie to a round value for the
 /// bar to end on that value instead: a sine's minimum of −0.99999 labels its end −1.
-const COLOUR_BAR_SNAP: f64 = 0.005;
+pub const COLOUR_BAR_SNAP: f64 = 0.005;
 
 /// The range a colour bar over data from `lo` to `hi` spans: each end moved to the nearest round
 /// value (a multiple of a tenth of the span's power of ten) when that lies within

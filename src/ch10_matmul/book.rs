@@ -323,7 +323,7 @@ fn size_text(bytes: u64) -> String {
 }
 
 /// The roofline figure on log–log axes: one straight roof per level (its ends and its knee,
-/// [`roof_line`](super::roofline::roof_line)), then each contender's points grouped by the roof
+/// [`roof_line`]), then each contender's points grouped by the roof
 /// they sit under, labelled with that roof; the caption names the machine.
 pub fn roofline_figure(r: &Roofline) -> Result<Figure> {
     let xs = r.points.iter().map(|p| p.intensity);
