@@ -37,7 +37,7 @@ pub fn line(name: &str, verdict: &Verdict) -> String {
     format!("{name}\t{}\t{message}\n", state(verdict))
 }
 
-/// Appends [`line`] to the file named by [`RESULTS_FILE`], if it is set. One `write` call per
+/// Appends [`line()`] to the file named by [`RESULTS_FILE`], if it is set. One `write` call per
 /// line, so exercises judged at the same time do not interleave their lines.
 pub fn record(name: &str, verdict: &Verdict) {
     let Some(path) = std::env::var_os(RESULTS_FILE) else {
