@@ -508,12 +508,14 @@ mod shape {
 
     /// The import rule for one file: a lesson file (under `src/chNN_*/`, not `book.rs`) uses no
     /// book module; a core file (`src/*.rs`, `src/matmul/`) uses no chapter and, unless it is a
-    /// book module itself, no book module. Returns one line per breach.
+    /// book module itself, no book module; the workshop (`src/workshop/`) builds on the chapters
+    /// and uses no book module. Returns one line per breach.
     fn import_breaches(relative: &Path, code: &str) -> Vec<String> {
         let parts: Vec<String> =
             relative.iter().map(|p| p.to_string_lossy().into_owned()).collect();
         let file = parts.last().cloned().unwrap_or_default();
         let in_chapter = parts.len() > 2 && parts[1].starts_with("ch") && parts[1].len() > 4;
+        let in_workshop = parts.len() > 2 && parts[1] == "workshop";
         let stem = file.trim_end_matches(".rs");
         let is_book_file = (in_chapter && file == "book.rs")
             || (parts.len() == 2 && BOOK_MODULES.contains(&stem))
@@ -524,7 +526,7 @@ mod shape {
                 module.starts_with("ch") && module[2..].starts_with(|c: char| c.is_ascii_digit());
             if BOOK_MODULES.contains(&module.as_str()) && !is_book_file {
                 out.push(format!("{}:{line}: uses crate::{module}", relative.display()));
-            } else if chapter && !in_chapter && !is_book_file {
+            } else if chapter && !in_chapter && !in_workshop && !is_book_file {
                 out.push(format!("{}:{line}: the core uses chapter {module}", relative.display()));
             }
         }

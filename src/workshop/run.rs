@@ -2,10 +2,11 @@
 //! `llm-workbook gpt train | resume | sample` (whose flags, progress bar and printing live in the
 //! binary, `src/cli/gpt.rs`), as functions a test or another program can call.
 //!
-//! A run's checkpoint holds the model ([`checkpoint`](super::checkpoint): GPT-2's `config.json`
-//! and `model.safetensors`, and the training state), the tokenizer ([`CHARS_FILE`], or a
-//! byte-level BPE as GPT-2's `vocab.json` and `merges.txt`), the run's settings ([`RUN_FILE`], so
-//! that a run can be continued exactly where it stopped, with the tokenizer's fingerprint) and
+//! A run's checkpoint holds the model ([`checkpoint`](crate::ch09_gpt::checkpoint): GPT-2's
+//! `config.json` and `model.safetensors`, and the training state), the tokenizer
+//! ([`CHARS_FILE`], or a byte-level BPE as GPT-2's `vocab.json` and `merges.txt`), the run's
+//! settings ([`RUN_FILE`], so that a run can be continued exactly where it stopped, with the
+//! tokenizer's fingerprint) and
 //! the loss plot. Every save writes all of them as one generation of the folder
 //! ([`folder`]): an interrupted save never mixes two. The last
 //! [`VALIDATION_FRACTION`] of the text's tokens is held out: the run reports the mean loss
@@ -13,15 +14,17 @@
 //! sample of at most [`VALIDATION_WINDOWS`] windows by default, or over all of them on request
 //! ([`Evaluation`]).
 
-use super::checkpoint::trainer_files;
-use super::data::{Token, TokenSplit};
 use super::folder::{self, Resolved, Sink};
-use super::model::Gpt;
-use super::safetensors::SafeTensors;
-use super::sample::{Decoding, Generated, generate};
-use super::schedule::Schedule;
-use super::train::{Data, Progress, RunningMean, StepPath, Throughput, TrainConfig, Trainer};
 use crate::ch08_tokens::{Tokenizer, corpus};
+use crate::ch09_gpt::checkpoint::trainer_files;
+use crate::ch09_gpt::data::{Token, TokenSplit};
+use crate::ch09_gpt::model::Gpt;
+use crate::ch09_gpt::safetensors::SafeTensors;
+use crate::ch09_gpt::sample::{Decoding, Generated, generate};
+use crate::ch09_gpt::schedule::Schedule;
+use crate::ch09_gpt::train::{
+    Data, Progress, RunningMean, StepPath, Throughput, TrainConfig, Trainer,
+};
 use crate::error::{Error, Result, from_json_object, invalid};
 use crate::matmul::KERNEL_ENV;
 use crate::rng::Rng;
@@ -341,7 +344,7 @@ pub fn open_run_with(dir: &Path, budget: u64, data: Option<&Path>) -> Result<Ope
     let resolved = folder::resolve(dir)?;
     let here = resolved.path.as_path();
     let settings = read_run(here)?;
-    let config = super::checkpoint::read_config(here)?;
+    let config = crate::ch09_gpt::checkpoint::read_config(here)?;
     if settings.context > config.context {
         return Err(invalid(
             "gpt resume",
@@ -366,13 +369,14 @@ pub fn open_run_with(dir: &Path, budget: u64, data: Option<&Path>) -> Result<Ope
         let bytes = super::budget::read_file(&path, per_byte, budget, "--memory-budget")?;
         SafeTensors::parse(bytes, &path.display().to_string())
     };
-    let model_file = read(super::checkpoint::MODEL_FILE)?;
-    super::checkpoint::check_header_against_config(&config, &model_file)?;
+    let model_file = read(crate::ch09_gpt::checkpoint::MODEL_FILE)?;
+    crate::ch09_gpt::checkpoint::check_header_against_config(&config, &model_file)?;
     super::budget::check_with_text(&config, batch, context, text.len(), false, budget)?;
-    let model = super::checkpoint::model_from_safetensors::<f32>(config, &model_file)?;
+    let model = crate::ch09_gpt::checkpoint::model_from_safetensors::<f32>(config, &model_file)?;
     let fresh = Trainer::new(model, &settings.tc, settings.seed)?;
-    let state = read(super::checkpoint::STATE_FILE)?;
-    let trainer = super::checkpoint::trainer_from_safetensors(config, &model_file, &state, &fresh)?;
+    let state = read(crate::ch09_gpt::checkpoint::STATE_FILE)?;
+    let trainer =
+        crate::ch09_gpt::checkpoint::trainer_from_safetensors(config, &model_file, &state, &fresh)?;
     let run_path = here.join(RUN_FILE);
     let mut run = std::fs::read(&run_path).map_err(io(&run_path))?;
     let file: RunFile = from_json_object(&run, &run_path.display().to_string())?;

@@ -20,7 +20,7 @@
 //! [`BUDGET_VARIABLE`], the `MemAvailable` line of `/proc/meminfo` (Linux), or
 //! [`DEFAULT_BUDGET`].
 
-use super::config::{Config, MLP_EXPANSION, Positions};
+use crate::ch09_gpt::config::{Config, MLP_EXPANSION, Positions};
 use crate::error::{Result, invalid};
 
 /// The variable that sets the memory budget in bytes (the flag `--memory-budget` wins over it).
