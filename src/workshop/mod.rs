@@ -7,7 +7,8 @@
 //! sampling) and on chapter 8's tokenizers; the chapter's lesson never imports it (a test holds
 //! that), only the chapter's `book.rs` does, for the loss plot's file name.
 //!
-//! - [`run`]: a run's settings (`train.json`), training and resuming it, its closing sample;
+//! - [`run`]: training and resuming a run, its closing sample;
+//! - [`settings`]: a run's settings, `train.json`;
 //! - [`run_files`]: the tokenizer's files in a folder, and loading a folder for sampling;
 //! - [`validation`]: the validation loss, on a seeded sample of windows or on every token;
 //! - [`folder`]: a checkpoint folder saved as one unit (generations and a pointer);
@@ -17,4 +18,5 @@ pub mod budget;
 pub mod folder;
 pub mod run;
 pub mod run_files;
+pub mod settings;
 pub mod validation;

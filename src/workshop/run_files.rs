@@ -3,8 +3,9 @@
 //! loading a folder for sampling from its files ([`checkpoint_from_files`]). Part of
 //! [`super::run`], which re-exports every item.
 
+use super::folder::io;
 use super::folder::{self, Resolved};
-use super::run::{CHARS_FILE, RUN_FILE, RunFile, io, read_tokenizer_hash};
+use super::settings::{RUN_FILE, RunFile, read_tokenizer_hash};
 use crate::ch08_tokens::Tokenizer;
 use crate::ch08_tokens::bpe::{self, BpeConfig, PreTokenizer};
 use crate::ch08_tokens::chars::CharTokenizer;
@@ -16,6 +17,9 @@ use crate::error::{Error, Result, from_json_object, invalid};
 use std::path::Path;
 
 // ───────────────────────────── tokenizers in a folder ─────────────────────────────
+
+/// The character tokenizer's vocabulary, saved as one line of text.
+pub const CHARS_FILE: &str = "tokenizer_chars.txt";
 
 /// How text becomes tokens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
