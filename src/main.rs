@@ -10,11 +10,11 @@ mod cli;
 use clap::{Parser, Subcommand};
 use cli::say;
 use llm_workbook::book;
-use llm_workbook::errata::{markdown_table, terminal_text};
+use llm_workbook::errata::markdown_table;
 use llm_workbook::plot::image_dir;
 use llm_workbook::report::{
-    Chapter, Status, TERMINAL_WIDTH, Walk, Worked, sync_prose, worked_terminal, wrap,
-    write_if_changed,
+    Chapter, Status, TERMINAL_WIDTH, Walk, Worked, errata_terminal, sync_prose, worked_terminal,
+    wrap, write_if_changed,
 };
 use std::path::Path;
 use std::process::ExitCode;
@@ -166,7 +166,7 @@ fn errata(markdown: bool) {
         if markdown {
             cli::put(format_args!("{}", markdown_table(ch.errata)));
         } else {
-            cli::put(format_args!("{}", terminal_text(ch.errata, TERMINAL_WIDTH)));
+            cli::put(format_args!("{}", errata_terminal(ch.errata, TERMINAL_WIDTH)));
         }
     }
 }

@@ -7,7 +7,7 @@
 //! would determine it). [`Status::Mismatch`] is what no chapter may ship: a test asserts its
 //! absence.
 
-use crate::errata::Erratum;
+use crate::errata::{Erratum, Kind};
 use crate::float::Float;
 use crate::snapshot::fixed;
 use crate::sources::Source;
@@ -460,7 +460,7 @@ pub use crate::snapshot::with_commas;
 // ───────────────────────── the terminal ─────────────────────────
 
 /// The widest line, in characters, that the terminal formatters ([`worked_terminal`],
-/// [`crate::errata::terminal_text`]) write when given it as their width.
+/// [`errata_terminal`]) write when given it as their width.
 pub const TERMINAL_WIDTH: usize = 100;
 
 /// The columns `text` takes on a terminal: a combining accent (the tilde of `B̃`) takes none, a
@@ -601,9 +601,47 @@ pub fn worked_terminal(rows: &[Worked], width: usize) -> String {
     out
 }
 
+/// The rows as text for a terminal no wider than `width` characters: one block per erratum, its
+/// document and section on the first line (and its kind, unless it is an erratum), then what is
+/// printed, what is correct, why, and the tests that pin it, each wrapped under its label; a
+/// blank line between blocks.
+pub fn errata_terminal(rows: &[Erratum], width: usize) -> String {
+    const LABEL: usize = 9; // "pinned by"
+    const INDENT: usize = 2;
+    let mut out = String::new();
+    for (k, e) in rows.iter().enumerate() {
+        if k > 0 {
+            out.push('\n');
+        }
+        let kind = match e.kind {
+            Kind::Erratum => String::new(),
+            other => format!(" ({})", other.word()),
+        };
+        let heading = format!("{}, {}{kind}", e.document.id, e.section);
+        for line in wrap(&heading, width) {
+            out.push_str(&line);
+            out.push('\n');
+        }
+        let room = width.saturating_sub(INDENT + LABEL + 2);
+        let tests = e.tests.join(", ");
+        for (label, text) in
+            [("printed", e.printed), ("correct", e.correct), ("why", e.why), ("pinned by", &tests)]
+        {
+            for (i, line) in wrap(text, room).into_iter().enumerate() {
+                let label = if i == 0 { label } else { "" };
+                let row = format!("{:INDENT$}{label:<LABEL$}  {line}", "");
+                out.push_str(row.trim_end());
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::errata::markdown_table;
 
     #[test]
     fn numbers_compare_at_the_printed_precision() {
@@ -790,5 +828,62 @@ mod tests {
         assert_eq!(prose_block(&new, "x"), Some("new table"));
         assert!(new.starts_with("a\n") && new.ends_with("\nb"));
         assert_eq!(prose_block(md, "y"), None);
+    }
+
+    // ── the errata register in the terminal ──
+
+    const LONG: Erratum = Erratum {
+        document: crate::sources::D3,
+        section: "§ 4, the feed-forward network",
+        printed: "W₁ = [[0.1 0.2 0.3 0.4 0.5 0.6], [0.1 0.2 0.3 0.4 0.5 0.6], \
+            [0.1 0.2 0.3 0.4 0.5 0.6], [0.1 0.2 0.3 0.4 0.5 0.6]] with an inner width of six",
+        correct: "an inner width of 4 × d = 16 for d = 4",
+        why: "the text states the usual rule, four times the model width, and then its example \
+            uses six columns, which no rule it gives produces; the products that follow are \
+            right for six columns, so only the stated width is wrong, and a reader who follows \
+            the rule gets matrices of the wrong shape",
+        kind: Kind::Erratum,
+        tests: &[
+            "tests/ch07_encoder_decoder.rs::a_planted_test_name_that_is_long_enough_to_matter",
+        ],
+    };
+
+    /// The whole register as `-- errata` prints it fits the width, and says every field.
+    #[test]
+    fn the_whole_register_fits_the_terminal() {
+        let register: Vec<Erratum> =
+            crate::book::errata_register().into_iter().map(|(_, e)| *e).collect();
+        assert!(!register.is_empty());
+        let text = errata_terminal(&register, TERMINAL_WIDTH);
+        for line in text.lines() {
+            let n = columns(line);
+            assert!(n <= TERMINAL_WIDTH, "{n} characters: {line}");
+        }
+        assert_eq!(text.matches("\n  pinned by  ").count(), register.len());
+    }
+
+    /// A planted erratum far longer than a line: every line within the width, every word kept,
+    /// each field under its label.
+    #[test]
+    fn an_erratum_is_a_block_wrapped_within_the_width() {
+        let text = errata_terminal(&[LONG, LONG], TERMINAL_WIDTH);
+        let widest = text.lines().map(columns).max().unwrap_or(0);
+        assert!(widest <= TERMINAL_WIDTH, "{widest} characters:\n{text}");
+        assert!(LONG.why.chars().count() > 2 * TERMINAL_WIDTH);
+        assert!(text.starts_with("D3, § 4, the feed-forward network\n  printed    W₁ = "));
+        assert!(text.contains("\n  why        the text states"), "{text}");
+        assert!(text.contains("\n  pinned by  tests/ch07_encoder_decoder.rs::"), "{text}");
+        assert_eq!(text.matches("\n\nD3, ").count(), 1, "blocks are not separated:\n{text}");
+        let words: Vec<&str> = text.split_whitespace().collect();
+        for w in LONG.why.split_whitespace() {
+            assert!(words.contains(&w), "{w} was lost");
+        }
+        // A tag-like `<start>` is escaped in the table, a comparison is not (it becomes math).
+        let tagged = Erratum { why: "so <start> attends, and a < b, 1<2", ..LONG };
+        let table = markdown_table(&[tagged]);
+        assert!(table.contains("so &lt;start> attends, and $a < b$, 1<2 |"), "{table}");
+        // The Markdown table, the old terminal output, has a line per erratum far over the width.
+        let md = markdown_table(&[LONG]);
+        assert!(md.lines().any(|l| l.chars().count() > TERMINAL_WIDTH));
     }
 }

@@ -18,7 +18,7 @@
 
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
-use super::gpt2::split as gpt2_split;
+use super::pretokenize::split as gpt2_split;
 use super::{TokenId, Tokenizer};
 use crate::error::{Error, Result, invalid};
 use std::cmp::Reverse;
@@ -32,7 +32,7 @@ pub const BYTE_VOCAB: usize = 256;
 pub enum PreTokenizer {
     /// No cuts: merges may span spaces and punctuation (the textbook algorithm).
     None,
-    /// GPT-2's split (see [`super::gpt2::split`]): words with their leading space, numbers,
+    /// GPT-2's split (see [`super::pretokenize::split`]): words with their leading space, numbers,
     /// punctuation runs and whitespace runs are merged separately.
     Gpt2,
 }

@@ -4,8 +4,9 @@
 //! - [`corpus`]: the frozen default corpus `data/corpus.txt` (written by the grammar in that
 //!   module), loading a replacement, the training/validation split;
 //! - [`chars`]: one token per character; [`bpe`]: byte-level BPE trained from a corpus;
-//!   [`gpt2`]: GPT-2's `vocab.json` + `merges.txt`, its byte-to-character map and its
-//!   pre-tokenization split; all behind the [`Tokenizer`] trait;
+//!   [`gpt2`]: GPT-2's `vocab.json` + `merges.txt` and its byte-to-character map;
+//!   [`pretokenize`]: GPT-2's pre-tokenization split, which both BPEs use; all behind the
+//!   [`Tokenizer`] trait;
 //! - [`ngram`]: n-gram models from counts, P(x | c) = #(c, x)/#(c), add-k smoothing, backoff,
 //!   Shannon-style samples and the validation cross-entropy baseline;
 //! - [`book`]: the errata, the worked numbers, the walk-through, the figure, `CHAPTER`.
@@ -19,6 +20,7 @@ pub mod chars;
 pub mod corpus;
 pub mod gpt2;
 pub mod ngram;
+pub mod pretokenize;
 pub mod unicode;
 
 use crate::error::{Result, invalid};
