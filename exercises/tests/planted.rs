@@ -55,6 +55,12 @@ fn catches(v: Verdict, names: &str) {
     );
 }
 
+/// `m` with every row from `t` on zeroed: what an answer whose batch loop stops after the first
+/// sequence (of `t` rows) reads of an upstream gradient, or leaves in its output.
+fn first_sequence_only(m: &DMatrix<f64>, t: usize) -> DMatrix<f64> {
+    DMatrix::from_fn(m.nrows(), m.ncols(), |r, c| if r < t { m[(r, c)] } else { 0.0 })
+}
+
 #[test]
 fn a_blank_is_reported_as_not_started_not_a_crash() {
     let m = judge::ch02::softmax_rows_forward(|_| todo!()).unwrap_err();
@@ -448,6 +454,21 @@ mod ch05 {
     }
 
     #[test]
+    fn add_positions_to_the_first_sequence_only() {
+        // The loop over the positions runs over the first T rows only; the rest stay as copied.
+        let first_only = |x: &DMatrix<f64>, t: usize| -> Result<DMatrix<f64>> {
+            let pe = book::sinusoidal::<f64>(t, x.ncols())?;
+            let mut out = x.clone();
+            for r in 0..t.min(x.nrows()) {
+                let row = out.row(r) + pe.row(r);
+                out.row_mut(r).copy_from(&row);
+            }
+            Ok(out)
+        };
+        catches(j::add_positions(first_only), "the batch loop ignored");
+    }
+
+    #[test]
     fn frequency_with_i_over_d() {
         catches(
             j::frequency(|i, d| 1.0 / 10_000f64.powf(i as f64 / d as f64)),
@@ -500,6 +521,19 @@ mod ch06 {
     #[test]
     fn solutions_pass() {
         all_pass(judged());
+    }
+
+    #[test]
+    fn mha_and_block_backward_that_ignore_the_batch() {
+        // Only the first sequence's rows of ∂out are read (the loop over sequences stops at 1).
+        let first_only = |p: &book::MultiHead<f64>, c: &book::MhaCache<f64>, d: &DMatrix<f64>| {
+            book::mha_backward(p, c, &first_sequence_only(d, c.spec.q_len))
+        };
+        catches(j::mha_backward(first_only), "the batch loop ignored");
+        let block_first = |b: &book::Block<f64>, c: &book::BlockCache<f64>, d: &DMatrix<f64>| {
+            book::block_backward(b, c, &first_sequence_only(d, c.attn.spec.q_len))
+        };
+        catches(j::block_backward(block_first), "the batch loop ignored");
     }
 
     #[test]
@@ -705,6 +739,55 @@ mod ch07 {
     #[test]
     fn solutions_pass() {
         all_pass(judged());
+    }
+
+    #[test]
+    fn batched_chapter_7_answers_that_ignore_the_batch() {
+        // Every sequence's mask built from kv_lengths[0].
+        let first_length = |l: &[usize], tq: usize, tk: usize| {
+            ch06::padding_mask::<f64>(&vec![l.first().copied().unwrap_or(0); l.len()], tq, tk)
+        };
+        catches(j::padding_mask(first_length), "sequence 0's content used for every sequence");
+        // One sequence at a time, but its rows sliced from row 0 (the offset b·T forgotten).
+        let from_row_0 =
+            |y: &DMatrix<f64>, yb: &Batch, e: &DMatrix<f64>, eb: &Batch, w: &MultiHead<f64>| {
+                let mut out = DMatrix::zeros(y.nrows(), w.w_o.ncols());
+                for b in 0..yb.sequences() {
+                    let one =
+                        |batch: &Batch| Batch { len: batch.len, lengths: vec![batch.lengths[b]] };
+                    let (y_b, e_b) =
+                        (y.rows(0, yb.len).into_owned(), e.rows(0, eb.len).into_owned());
+                    let (o, _) = book::cross_attention_forward(&y_b, &one(yb), &e_b, &one(eb), w)?;
+                    out.rows_mut(b * yb.len, yb.len).copy_from(&o);
+                }
+                Ok(out)
+            };
+        catches(
+            j::cross_attention_forward(from_row_0),
+            "sequence 0's content used for every sequence",
+        );
+        // The loop over sequences stops after the first: the other rows stay zero.
+        let first_only =
+            |y: &DMatrix<f64>, yb: &Batch, e: &DMatrix<f64>, eb: &Batch, w: &MultiHead<f64>| {
+                let out = book::cross_attention_forward(y, yb, e, eb, w)?.0;
+                Ok(first_sequence_only(&out, yb.len))
+            };
+        catches(j::cross_attention_forward(first_only), "the batch loop ignored");
+        let backward_first = |y: &DMatrix<f64>,
+                              yb: &Batch,
+                              e: &DMatrix<f64>,
+                              eb: &Batch,
+                              w: &MultiHead<f64>,
+                              d: &DMatrix<f64>| {
+            s::cross_attention_backward(y, yb, e, eb, w, &first_sequence_only(d, yb.len))
+        };
+        catches(j::cross_attention_backward(backward_first), "the batch loop ignored");
+        use llm_workbook::ch07_encoder_decoder::{DecoderBlock, DecoderBlockCache};
+        let block_first = |b: &DecoderBlock<f64>, c: &DecoderBlockCache<f64>, d: &DMatrix<f64>| {
+            let t = c.self_attention.spec.q_len;
+            book::decoder_block_backward(b, c, &first_sequence_only(d, t))
+        };
+        catches(j::decoder_block_backward(block_first), "the batch loop ignored");
     }
 
     #[test]

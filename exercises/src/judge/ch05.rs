@@ -70,7 +70,7 @@ pub fn sinusoidal(f: impl Fn(usize, usize) -> Result<DMatrix<f64>>) -> Verdict {
 
 /// Two sequences of length 3 stacked: row r gets PE(r mod 3); an error for 5 rows.
 pub fn add_positions(f: impl Fn(&DMatrix<f64>, usize) -> Result<DMatrix<f64>>) -> Verdict {
-    super::probe(super::Probe::Batch);
+    super::batch_probe(super::BatchInput { sequences: 2, t_q: 3, t_k: 3, width: 4 });
     let x = random(50, 6, 4);
     let yours = attempt_ok(WHY, "add_positions", || f(&x, 3))?;
     let want = book::add_positions(&x, 3).map_err(|e| e.to_string())?;
@@ -81,6 +81,11 @@ pub fn add_positions(f: impl Fn(&DMatrix<f64>, usize) -> Result<DMatrix<f64>>) -
                 "row 3 got PE(3): each of the B sequences starts again at position 0 (r mod T)",
             ));
         }
+    }
+    let same = book::add_positions(&super::first_for_all(&x, 3), 3).map_err(|e| e.to_string())?;
+    let rows = super::BatchRows { t: 3, want: &want, first_for_all: &same, untouched: Some(&x) };
+    if let Some(slip) = super::batch_slip(&yours, rows, 1e-12) {
+        return Err(super::known_slip(WHY, slip));
     }
     compare(WHY, "X + PE", &yours, &want, 1e-12, &[])?;
     super::probe(super::Probe::Errors);

@@ -358,9 +358,13 @@ pub(crate) fn random_mha(
     Ok(p)
 }
 
+/// The sequences of the batch [`mha_backward`]'s judge passes.
+const MHA_SEQUENCES: usize = 2;
+
 /// The gradient check of L = Σ G ⊙ MHA(X_q, X_kv) in both inputs and all eight weights and
-/// biases: cross-attention (3 queries over 5 keys, widths 4 and 3, 2 heads, C_out = 5) and causal
-/// self-attention shaped inputs (4 tokens, 2 heads), X_q ≠ X_kv so each input's path is checked.
+/// biases, each on [`MHA_SEQUENCES`] sequences of unequal content: cross-attention (3 queries
+/// over 5 keys, widths 4 and 3, 2 heads, C_out = 5) and causal self-attention shaped inputs (4
+/// tokens, 2 heads), X_q ≠ X_kv so each input's path is checked; an ignored batch loop named.
 pub fn mha_backward(
     f: impl Fn(
         &book::MultiHead<f64>,
@@ -374,11 +378,36 @@ pub fn mha_backward(
         ("causal", 130, (4, 4), (4, 4, 2, 4), book::AttnSpec::causal(4)),
     ];
     for (what, seed, (tq, tk), dims, spec) in cases {
+        super::batch_probe(super::BatchInput {
+            sequences: MHA_SEQUENCES,
+            t_q: tq,
+            t_k: tk,
+            width: dims.0,
+        });
         let p = random_mha(seed, 2, dims).map_err(|e| e.to_string())?;
-        let (x_q, x_kv) = (random(seed + 10, tq, dims.0), random(seed + 11, tk, dims.1));
-        let g = random(seed + 12, tq, dims.3);
+        let (x_q, x_kv) = (
+            random(seed + 10, MHA_SEQUENCES * tq, dims.0),
+            random(seed + 11, MHA_SEQUENCES * tk, dims.1),
+        );
+        let g = random(seed + 12, MHA_SEQUENCES * tq, dims.3);
         let (_, cache) = book::mha_forward(&p, &x_q, &x_kv, &spec).map_err(|e| e.to_string())?;
         let grads = attempt_ok(HEADS, "mha_backward", || f(&p, &cache, &g))?;
+        let reference = |x_q: &DMatrix<f64>, x_kv: &DMatrix<f64>| {
+            let (_, cache) = book::mha_forward(&p, x_q, x_kv, &spec)?;
+            book::mha_backward(&p, &cache, &g)
+        };
+        let want = reference(&x_q, &x_kv).map_err(|e| e.to_string())?;
+        let (q0, kv0) = (super::first_for_all(&x_q, tq), super::first_for_all(&x_kv, tk));
+        let same = reference(&q0, &kv0).map_err(|e| e.to_string())?;
+        super::batch_slips(
+            HEADS,
+            &[
+                (&grads.d_x_q, &want.d_x_q, &same.d_x_q, tq),
+                (&grads.d_x_kv, &want.d_x_kv, &same.d_x_kv, tk),
+            ],
+            1e-9,
+        )
+        .map_err(|m| format!("{what}: {m}"))?;
         let (d_x_q, d_x_kv) = (grads.d_x_q.clone(), grads.d_x_kv.clone());
         let mut inputs: Vec<(String, DMatrix<f64>)> =
             MHA_NAMES.iter().map(|n| n.to_string()).zip(mha_tensors(&p)).collect();
@@ -543,8 +572,8 @@ pub fn block_backward(
         &DMatrix<f64>,
     ) -> Result<book::BlockGrads<f64>>,
 ) -> Verdict {
-    super::probe(super::Probe::Batch);
     use llm_workbook::ch03_mlp::Activation;
+    super::batch_probe(super::BatchInput { sequences: 2, t_q: 3, t_k: 3, width: 4 });
     let spec = book::AttnSpec::causal(3);
     for (seed, order) in [(150, book::NormOrder::Pre), (160, book::NormOrder::Post)] {
         let mut rng = llm_workbook::rng::Rng::new(seed);
@@ -560,6 +589,14 @@ pub fn block_backward(
         let (x, g) = (random(seed + 20, 6, 4), random(seed + 21, 6, 4));
         let (_, cache) = book::block_forward(&blk, &x, &spec).map_err(|e| e.to_string())?;
         let grads = attempt_ok(BLOCK, "block_backward", || f(&blk, &cache, &g))?;
+        let reference = |x: &DMatrix<f64>| {
+            let (_, cache) = book::block_forward(&blk, x, &spec)?;
+            book::block_backward(&blk, &cache, &g)
+        };
+        let want = reference(&x).map_err(|e| e.to_string())?;
+        let same = reference(&super::first_for_all(&x, 3)).map_err(|e| e.to_string())?;
+        super::batch_slips(BLOCK, &[(&grads.d_x, &want.d_x, &same.d_x, 3)], 1e-9)
+            .map_err(|m| format!("{order:?}-LN block: {m}"))?;
         let mut inputs = block_tensors(&blk);
         inputs.push(("x".into(), x.clone()));
         super::gradient_check_named(

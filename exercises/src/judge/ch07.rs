@@ -14,10 +14,11 @@ const CROSS: Section =
 const BACKWARD: Section =
     Section { chapter: "ch07_encoder_decoder", anchor: "3-backward-through-cross-attention" };
 
-/// Every entry for lengths (3, 1, 2) with T_q = 2, T_k = 3; errors for a zero or too long length.
+/// Every entry for lengths (2, 3, 1) with T_q = 2, T_k = 3 (sequence 0 padded, so that its mask
+/// for all is not the unmasked one); errors for a zero or too long length.
 pub fn padding_mask(f: impl Fn(&[usize], usize, usize) -> Result<DMatrix<f64>>) -> Verdict {
     super::probe(super::Probe::Named);
-    let lengths = [3, 1, 2];
+    let lengths = [2, 3, 1];
     let m = attempt_ok(PADDING, "padding_mask", || f(&lengths, 2, 3))?;
     if m.shape() != (6, 3) {
         return Err(PADDING.fail(format!(
@@ -26,6 +27,11 @@ pub fn padding_mask(f: impl Fn(&[usize], usize, usize) -> Result<DMatrix<f64>>) 
             m.ncols()
         )));
     }
+    super::batch_probe(super::BatchInput { sequences: 3, t_q: 2, t_k: 3, width: 3 });
+    let book_mask = |l: &[usize]| llm_workbook::ch06_attention::padding_mask::<f64>(l, 2, 3);
+    let want = book_mask(&lengths).map_err(|e| e.to_string())?;
+    let same = book_mask(&[lengths[0]; 3]).map_err(|e| e.to_string())?;
+    super::batch_slips(PADDING, &[(&m, &want, &same, 2)], 0.0)?;
     for r in 0..6 {
         let b = r / 2;
         for j in 0..3 {
@@ -45,13 +51,16 @@ pub fn padding_mask(f: impl Fn(&[usize], usize, usize) -> Result<DMatrix<f64>>) 
             }
         }
     }
-    super::probe(super::Probe::Batch);
     for bad in [&[0usize, 2][..], &[4, 1][..], &[][..]] {
         let what = format!("lengths {bad:?} with T_k = 3");
         super::expect_err(PADDING, "padding_mask", &what, || f(bad, 2, 3))?;
     }
     Ok(())
 }
+
+/// The layout of [`setup`]'s batch: 2 sequences, T_t = 3 decoder rows and T_s = 4 encoder rows
+/// each, width 4.
+const SETUP_BATCH: super::BatchInput = super::BatchInput { sequences: 2, t_q: 3, t_k: 4, width: 4 };
 
 fn setup() -> (DMatrix<f64>, Batch, DMatrix<f64>, Batch, MultiHead<f64>) {
     let (y_batch, e_batch) =
@@ -77,11 +86,15 @@ fn setup() -> (DMatrix<f64>, Batch, DMatrix<f64>, Batch, MultiHead<f64>) {
 pub fn cross_attention_forward(
     f: impl Fn(&DMatrix<f64>, &Batch, &DMatrix<f64>, &Batch, &MultiHead<f64>) -> Result<DMatrix<f64>>,
 ) -> Verdict {
-    super::probe(super::Probe::Batch);
     let (y, yb, e, eb, w) = setup();
+    super::batch_probe(SETUP_BATCH);
     let out = attempt_ok(CROSS, "cross_attention_forward", || f(&y, &yb, &e, &eb, &w))?;
     let (want, _) =
         book::cross_attention_forward(&y, &yb, &e, &eb, &w).map_err(|x| x.to_string())?;
+    let (y0, e0) = (super::first_for_all(&y, yb.len), super::first_for_all(&e, eb.len));
+    let (same, _) =
+        book::cross_attention_forward(&y0, &yb, &e0, &eb, &w).map_err(|x| x.to_string())?;
+    super::batch_slips(CROSS, &[(&out, &want, &same, yb.len)], 1e-9)?;
     if out.shape() == want.shape() {
         let mut padded = e.clone();
         padded.row_mut(7).add_scalar_mut(3.0); // sequence 1's last encoder row is padding
@@ -136,10 +149,24 @@ pub fn cross_attention_backward(
         &DMatrix<f64>,
     ) -> Result<MhaGrads<f64>>,
 ) -> Verdict {
-    super::probe(super::Probe::Batch);
     let (y, yb, e, eb, w) = setup();
+    super::batch_probe(SETUP_BATCH);
     let g = random(110, 6, 4);
     let d = attempt_ok(BACKWARD, "cross_attention_backward", || f(&y, &yb, &e, &eb, &w, &g))?;
+    let reference = |y: &DMatrix<f64>, e: &DMatrix<f64>| {
+        crate::solutions::ch07_encoder_decoder::cross_attention_backward(y, &yb, e, &eb, &w, &g)
+            .map_err(|x| x.to_string())
+    };
+    let want = reference(&y, &e)?;
+    let same = reference(&super::first_for_all(&y, yb.len), &super::first_for_all(&e, eb.len))?;
+    super::batch_slips(
+        BACKWARD,
+        &[
+            (&d.d_x_q, &want.d_x_q, &same.d_x_q, yb.len),
+            (&d.d_x_kv, &want.d_x_kv, &same.d_x_kv, eb.len),
+        ],
+        1e-9,
+    )?;
     let inputs = [
         ("Y", y.clone()),
         ("E", e.clone()),
@@ -253,8 +280,8 @@ pub fn decoder_block_backward(
         &DMatrix<f64>,
     ) -> Result<(DMatrix<f64>, DMatrix<f64>, DecoderBlock<f64>)>,
 ) -> Verdict {
-    super::probe(super::Probe::Batch);
     let (y, yb, e, eb, _) = setup();
+    super::batch_probe(SETUP_BATCH);
     let mut rng = llm_workbook::rng::Rng::new(170);
     let mut block = DecoderBlock::random(4, 2, 6, &mut rng).map_err(|x| x.to_string())?;
     block.self_attention =
@@ -272,6 +299,18 @@ pub fn decoder_block_backward(
         book::decoder_block_forward(&y, &yb, &e, &eb, &block).map_err(|x| x.to_string())?;
     let (d_y, d_e, grads) =
         attempt_ok(BACKWARD, "decoder_block_backward", || f(&block, &cache, &g))?;
+    let reference = |y: &DMatrix<f64>, e: &DMatrix<f64>| {
+        let (_, cache) = book::decoder_block_forward(y, &yb, e, &eb, &block)?;
+        book::decoder_block_backward(&block, &cache, &g)
+    };
+    let (want_y, want_e, _) = reference(&y, &e).map_err(|x| x.to_string())?;
+    let (y0, e0) = (super::first_for_all(&y, yb.len), super::first_for_all(&e, eb.len));
+    let (same_y, same_e, _) = reference(&y0, &e0).map_err(|x| x.to_string())?;
+    super::batch_slips(
+        BACKWARD,
+        &[(&d_y, &want_y, &same_y, yb.len), (&d_e, &want_e, &same_e, eb.len)],
+        1e-9,
+    )?;
     let mut inputs = decoder_tensors(&block);
     inputs.push(("y".into(), y.clone()));
     inputs.push(("E".into(), e.clone()));
@@ -392,8 +431,8 @@ const NO_CROSS_INTO_ENCODER: &str = "the encoder's gradients are all zero: the c
                                      ∂L/∂E (d_E of every decoder layer) never reaches the \
                                      encoder — sum it and run it back through the encoder layers";
 
-/// A batch whose sequences are all copies of `seqs[0]`.
-fn first_for_all(seqs: &[Vec<usize>]) -> Vec<Vec<usize>> {
+/// A batch whose sequences are all copies of `seqs[0]`, for [`super::BatchSlip::FirstForAll`].
+fn sequence_0_for_all(seqs: &[Vec<usize>]) -> Vec<Vec<usize>> {
     vec![seqs[0].clone(); seqs.len()]
 }
 
@@ -489,9 +528,9 @@ pub fn loss_and_gradients(
         (
             super::BatchSlip::FirstForAll.name(),
             model.loss_and_gradients(
-                &first_for_all(&source),
-                &first_for_all(&target_in),
-                &first_for_all(&labels),
+                &sequence_0_for_all(&source),
+                &sequence_0_for_all(&target_in),
+                &sequence_0_for_all(&labels),
             ),
         ),
         (NO_CROSS_INTO_ENCODER, Ok(no_encoder)),
@@ -500,7 +539,7 @@ pub fn loss_and_gradients(
     for (slip, grads) in slips {
         if same(&yours, &grads.map_err(|e| e.to_string())?) {
             let section = if slip == NO_CROSS_INTO_ENCODER { BACKWARD } else { LOSS };
-            return Err(section.fail(format!("yours matches a known slip — {slip}")));
+            return Err(super::known_slip(section, slip));
         }
     }
     if !(yours.loss.is_finite() && super::close(yours.loss, want.loss, 1e-9)) {

@@ -560,24 +560,76 @@ impl BatchSlip {
     }
 }
 
-/// The batch slip your outputs `yours` match (each output against the same output of the slip,
-/// to `tol` relatively), if any; records the [`Probe::Batch`] probe.
-pub fn batch_slip(
-    yours: &[&DMatrix<f64>],
-    slips: &[(BatchSlip, Vec<DMatrix<f64>>)],
-    tol: f64,
-) -> Option<&'static str> {
+/// A copy of `m` (B sequences of `t` rows each, stacked) whose every sequence holds sequence 0's
+/// rows: the input on which the judge computes what an answer that reads sequence 0's content for
+/// every sequence returns.
+pub fn first_for_all(m: &DMatrix<f64>, t: usize) -> DMatrix<f64> {
+    DMatrix::from_fn(m.nrows(), m.ncols(), |r, c| m[(r % t, c)])
+}
+
+/// What the judge knows of a batched output when it looks for a [`BatchSlip`].
+#[derive(Clone, Copy, Debug)]
+pub struct BatchRows<'a> {
+    /// T, the rows of one sequence.
+    pub t: usize,
+    /// The right output.
+    pub want: &'a DMatrix<f64>,
+    /// The right output on the input whose every sequence is sequence 0's ([`first_for_all`]).
+    pub first_for_all: &'a DMatrix<f64>,
+    /// What the other sequences' rows hold when the answer never writes them, besides zero (the
+    /// input itself, for an answer that starts from a copy of it).
+    pub untouched: Option<&'a DMatrix<f64>>,
+}
+
+/// The [`BatchSlip`] that explains `yours` (B sequences of `rows.t` rows each), if one does:
+/// [`BatchSlip::FirstOnly`] when sequence 0's rows are right and every other sequence's rows are
+/// zero (or untouched) though the right ones are not; [`BatchSlip::FirstForAll`] when yours is
+/// the right output of the input whose every sequence is sequence 0's, and the right output is
+/// not. Entries agree to `tol` relatively. Records the [`Probe::Batch`] probe.
+pub fn batch_slip(yours: &DMatrix<f64>, rows: BatchRows, tol: f64) -> Option<&'static str> {
     probe(Probe::Batch);
-    slips
-        .iter()
-        .find(|(_, outputs)| {
-            outputs.len() == yours.len()
-                && outputs.iter().zip(yours).all(|(m, y)| {
-                    m.shape() == y.shape()
-                        && m.iter().zip(y.iter()).all(|(a, b)| same_value(*b, *a, tol))
-                })
-        })
-        .map(|(slip, _)| slip.name())
+    let BatchRows { t, want, first_for_all, untouched } = rows;
+    if yours.shape() != want.shape() || want.nrows() < 2 * t {
+        return None;
+    }
+    let agree = |a: &DMatrix<f64>, b: &DMatrix<f64>, from: usize, n: usize| {
+        (from..from + n).all(|r| (0..a.ncols()).all(|c| same_value(a[(r, c)], b[(r, c)], tol)))
+    };
+    let rest = want.nrows() - t;
+    let zero = DMatrix::zeros(want.nrows(), want.ncols());
+    let blank = |m: &DMatrix<f64>| agree(yours, m, t, rest) && !agree(want, m, t, rest);
+    if agree(yours, want, 0, t) && (blank(&zero) || untouched.is_some_and(blank)) {
+        return Some(BatchSlip::FirstOnly.name());
+    }
+    let all = want.nrows();
+    if agree(yours, first_for_all, 0, all) && !agree(want, first_for_all, 0, all) {
+        return Some(BatchSlip::FirstForAll.name());
+    }
+    None
+}
+
+/// One batched output for [`batch_slips`]: (yours, the right one, the right one on sequence 0's
+/// content for all, T).
+pub type Batched<'a> = (&'a DMatrix<f64>, &'a DMatrix<f64>, &'a DMatrix<f64>, usize);
+
+/// [`batch_slip`] over several batched outputs: the failure naming the first slip found.
+pub fn batch_slips(
+    sec: Section,
+    outputs: &[Batched],
+    tol: f64,
+) -> Verdict {
+    for &(yours, want, first_for_all, t) in outputs {
+        let rows = BatchRows { t, want, first_for_all, untouched: None };
+        if let Some(slip) = batch_slip(yours, rows, tol) {
+            return Err(known_slip(sec, slip));
+        }
+    }
+    Ok(())
+}
+
+/// The failure for an answer that matches a known slip: `slip` in the chapter's words.
+pub fn known_slip(sec: Section, slip: &str) -> String {
+    sec.fail(format!("yours matches a known slip — {slip}"))
 }
 
 /// The central differences of `loss` with respect to every entry of `inputs[which]`.
