@@ -1575,6 +1575,47 @@ mod checkpoints {
         let e = ck::load_trainer(&dir, &fresh()).unwrap_err().to_string();
         assert!(e.contains(STATE_FILE) && e.contains("interrupted save"), "{e}");
     }
+
+    #[test]
+    fn a_training_state_with_the_q_k_v_moments_apart_still_resumes() {
+        let (task, config, tc) = sort_setup();
+        let data = Data::Sort(&task);
+        let fresh = || Trainer::new(Gpt::<f32>::new(config, 11).unwrap(), &tc, 12).unwrap();
+        let mut first = fresh();
+        first.run(&data, &tc, 3, |_| {}).unwrap();
+        let dir = common::temp_dir("ch09_resume_q_k_v");
+        ck::save_trainer(&first, &dir).unwrap();
+        // The state as a model holding W_Q, W_K and W_V as three tensors wrote it: every c_attn
+        // moment as three tensors attn.q, attn.k, attn.v, byte for byte otherwise.
+        let state = SafeTensors::read(&dir.join(STATE_FILE)).unwrap();
+        let mut apart = Vec::new();
+        for t in &state.tensors {
+            if t.shape.len() == 1 {
+                apart.push(TensorOut::f64s(&t.name, &state.values_f64(&t.name, &t.shape).unwrap()));
+                continue;
+            }
+            let (rows, cols) = (t.shape[0], t.shape[1]);
+            let m: DMatrix<f32> = state.matrix(&t.name, rows, cols).unwrap();
+            match t.name.split_once(".attn.c_attn.") {
+                Some((stem, kind)) => {
+                    for (k, map) in ["q", "k", "v"].into_iter().enumerate() {
+                        let part = m.columns(k * cols / 3, cols / 3).into_owned();
+                        let name = format!("{stem}.attn.{map}.{kind}");
+                        apart.push(TensorOut::matrix(name, &part, vec![rows, cols / 3]));
+                    }
+                }
+                None => apart.push(TensorOut::matrix(&t.name, &m, vec![rows, cols])),
+            }
+        }
+        assert!(apart.len() > state.tensors.len());
+        std::fs::write(dir.join(STATE_FILE), st::serialize(&apart, &state.metadata).unwrap())
+            .unwrap();
+        let resumed = ck::load_trainer(&dir, &fresh()).unwrap();
+        assert_eq!(resumed.step, 3);
+        assert_eq!(resumed.model, first.model);
+        assert_eq!(resumed.optimizer.moments.first(), first.optimizer.moments.first());
+        assert_eq!(resumed.optimizer.moments.second(), first.optimizer.moments.second());
+    }
 }
 
 // ───────────── train.json and config.json through serde ─────────────
