@@ -508,12 +508,14 @@ mod shape {
 
     /// The import rule for one file: a lesson file (under `src/chNN_*/`, not `book.rs`) uses no
     /// book module; a core file (`src/*.rs`, `src/matmul/`) uses no chapter and, unless it is a
-    /// book module itself, no book module. Returns one line per breach.
+    /// book module itself, no book module; the workshop (`src/workshop/`) builds on the chapters
+    /// and uses no book module, and no lesson uses the workshop. Returns one line per breach.
     fn import_breaches(relative: &Path, code: &str) -> Vec<String> {
         let parts: Vec<String> =
             relative.iter().map(|p| p.to_string_lossy().into_owned()).collect();
         let file = parts.last().cloned().unwrap_or_default();
         let in_chapter = parts.len() > 2 && parts[1].starts_with("ch") && parts[1].len() > 4;
+        let in_workshop = parts.len() > 2 && parts[1] == "workshop";
         let stem = file.trim_end_matches(".rs");
         let is_book_file = (in_chapter && file == "book.rs")
             || (parts.len() == 2 && BOOK_MODULES.contains(&stem))
@@ -524,7 +526,9 @@ mod shape {
                 module.starts_with("ch") && module[2..].starts_with(|c: char| c.is_ascii_digit());
             if BOOK_MODULES.contains(&module.as_str()) && !is_book_file {
                 out.push(format!("{}:{line}: uses crate::{module}", relative.display()));
-            } else if chapter && !in_chapter && !is_book_file {
+            } else if module == "workshop" && in_chapter && !is_book_file {
+                out.push(format!("{}:{line}: a lesson uses the workshop", relative.display()));
+            } else if chapter && !in_chapter && !in_workshop && !is_book_file {
                 out.push(format!("{}:{line}: the core uses chapter {module}", relative.display()));
             }
         }
@@ -584,6 +588,27 @@ mod shape {
         assert!(found[0].contains("the core uses chapter ch06_attention"), "{found:?}");
         let reach = "use super::book::CHAPTER;\n";
         assert_eq!(import_breaches(lesson, reach).len(), 1);
+    }
+
+    #[test]
+    fn the_import_rule_catches_a_lesson_that_uses_the_workshop() {
+        let planted = "use crate::ch09_gpt::model::Gpt;\nuse crate::workshop::budget;\n\
+                       use crate::{error::Result, workshop::run::RUN_FILE};\n\
+                       fn f() { crate::workshop::folder::fnv1a64(b\"\"); }\n";
+        let found = import_breaches(Path::new("src/ch09_gpt/train.rs"), planted);
+        assert_eq!(found.len(), 3, "{found:?}");
+        assert!(found[0].contains("train.rs:2: a lesson uses the workshop"), "{found:?}");
+        assert!(found[1].contains(":3: a lesson uses the workshop"), "{found:?}");
+        assert!(found[2].contains(":4: a lesson uses the workshop"), "{found:?}");
+        // A model file deeper in the chapter is a lesson too; the chapter's book.rs may use the
+        // workshop (the loss plot's file name), and the workshop may use the chapters.
+        assert_eq!(import_breaches(Path::new("src/ch09_gpt/model/step.rs"), planted).len(), 3);
+        assert!(import_breaches(Path::new("src/ch09_gpt/book.rs"), planted).is_empty());
+        let workshop = "use crate::ch09_gpt::model::Gpt;\nuse crate::ch08_tokens::Tokenizer;\n";
+        assert!(import_breaches(Path::new("src/workshop/run.rs"), workshop).is_empty());
+        // The workshop draws nothing: a plot there is a breach.
+        let plots = "use crate::plot::Figure;\n";
+        assert_eq!(import_breaches(Path::new("src/workshop/run.rs"), plots).len(), 1);
     }
 
     /// Files of the chapter folders, book.rs excepted, longer than the limit.

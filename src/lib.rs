@@ -21,7 +21,8 @@
 //! - [`sources`]: the five source documents by short id (`D0` to `D4`), title and author;
 //! - [`errata`] and [`report`]: the errata register's rows, worked-number tables, walk-throughs.
 //!
-//! [`book`] lists the chapters in order; the main job (`src/main.rs`) iterates it.
+//! [`book`] lists the chapters in order; the main job (`src/main.rs`) iterates it. [`workshop`]
+//! holds what `gpt train | resume | sample` need beyond chapter 9's lesson.
 //!
 //! A first taste: one neuron's probability and its loss, computed stably from the logit.
 //!
@@ -79,6 +80,8 @@ pub mod ch07_encoder_decoder;
 pub mod ch08_tokens;
 pub mod ch09_gpt;
 pub mod ch10_matmul;
+
+pub mod workshop;
 
 pub use error::{Error, Result};
 pub use float::Float;

@@ -389,8 +389,8 @@ fn windows_predict_the_next_token_and_covering_windows_score_each_token_once() {
 mod scaling {
     use super::*;
     use llm_workbook::ch09_gpt::model::Gpt;
-    use llm_workbook::ch09_gpt::run::{self, Evaluation, TokenizerKind};
     use llm_workbook::ch09_gpt::train::mean_loss;
+    use llm_workbook::workshop::run::{self, Evaluation, TokenizerKind};
     /// This process's resident memory now and at its peak since [`reset_peak`], in bytes
     /// (`VmRSS` and `VmHWM` of `/proc/self/status`).
     fn resident() -> (usize, usize) {
@@ -1622,7 +1622,7 @@ mod checkpoints {
 
 #[test]
 fn train_json_round_trips_and_refuses_unknown_missing_mistyped_or_repeated_fields() {
-    use llm_workbook::ch09_gpt::run::{run_from_json, run_json, train_config};
+    use llm_workbook::workshop::run::{run_from_json, run_json, train_config};
     let mut tc = train_config(4, 3e-3, 40).unwrap();
     tc.clip = Some(0.5);
     let path = std::path::Path::new("my text.txt");
@@ -2084,7 +2084,7 @@ mod command_line {
 
     /// The folder of a run's complete generation.
     pub fn current(out: &std::path::Path) -> std::path::PathBuf {
-        llm_workbook::ch09_gpt::folder::resolve(out).unwrap().path
+        llm_workbook::workshop::folder::resolve(out).unwrap().path
     }
 
     fn cli(args: &[&str]) -> std::process::Output {
@@ -2472,7 +2472,7 @@ mod hardening {
     fn the_binary_runs_beside_a_users_checkpoint_which_a_test_never_meets() {
         let tree = super::user_tree();
         let users = tree.join("checkpoints").join("gpt");
-        assert!(llm_workbook::ch09_gpt::folder::holds_checkpoint(&users));
+        assert!(llm_workbook::workshop::folder::holds_checkpoint(&users));
         let before = std::fs::read(users.join("CURRENT")).unwrap();
         let missing = common::temp_dir("ch09_tree_guard").join("missing.txt");
         let o = cli(&["gpt", "train", "--data", missing.to_str().unwrap()], &[]);
@@ -2825,7 +2825,7 @@ mod fuzz_corpus_replay {
         let reference = std::fs::read(super::fixture("ch09_reference.safetensors")).unwrap();
         write("safetensors", "python_reference", &h::join_with_prefix(&reference, &[]));
         for (seed, _) in checkpoint_seeds() {
-            let name = format!("{:016x}", llm_workbook::ch09_gpt::folder::fnv1a64(&seed));
+            let name = format!("{:016x}", llm_workbook::workshop::folder::fnv1a64(&seed));
             write("checkpoint_folder", &name, &seed);
         }
     }
@@ -3164,11 +3164,11 @@ mod fused_step {
 mod checkpoint_unit {
     use super::common;
     use llm_workbook::ch09_gpt::config::{Config, Positions};
-    use llm_workbook::ch09_gpt::folder::{self, Disk, Sink};
     use llm_workbook::ch09_gpt::model::Gpt;
-    use llm_workbook::ch09_gpt::run::{self, TokenizerKind};
     use llm_workbook::ch09_gpt::train::{Data, Trainer};
     use llm_workbook::rng::Rng;
+    use llm_workbook::workshop::folder::{self, Disk, Sink};
+    use llm_workbook::workshop::run::{self, TokenizerKind};
     use std::path::{Path, PathBuf};
     use std::process::{Command, Output};
 
@@ -3805,7 +3805,7 @@ mod checkpoint_unit {
 
     #[test]
     fn the_parameter_estimate_is_exact_and_never_overflows() {
-        use llm_workbook::ch09_gpt::budget;
+        use llm_workbook::workshop::budget;
         assert_eq!(budget::parameters(&Config::gpt2_124m()), 124_439_808);
         let mut c = Config::new(7, 5, 2, 2, 8);
         c.tied = false;

@@ -12,7 +12,9 @@
 
 use llm_workbook::Result;
 use llm_workbook::ch06_attention::{MhaGrads, MultiHead};
-use llm_workbook::ch07_encoder_decoder::{Batch, DecoderBlock, DecoderBlockCache};
+use llm_workbook::ch07_encoder_decoder::{
+    Batch, DecoderBlock, DecoderBlockCache, EncoderDecoder, Gradients,
+};
 use nalgebra::DMatrix;
 
 /// **The padding mask of a batch**: sequence b has `kv_lengths[b]` real keys followed by
@@ -86,6 +88,46 @@ pub fn decoder_block_backward(
 ) -> Result<(DMatrix<f64>, DMatrix<f64>, DecoderBlock<f64>)> {
     #[cfg(feature = "solutions")]
     return llm_workbook::ch07_encoder_decoder::decoder_block_backward(block, cache, d_out);
+    todo!()
+}
+
+/// **The whole encoder–decoder, loss and backward**: `model.loss_and_gradients(source,
+/// target_in, labels)` written by you. B sequences on each side: `source[b]` (T_s positions at
+/// most), the decoder input `target_in[b]` and its `labels[b]` (teacher forcing: the two have
+/// equal lengths; T_t, the longest, need not equal T_s). Forward, as `model.forward` runs it:
+/// X = E_src[token] + PE[position] on real rows, 0 on padding rows ((B·T_s)×C), through the
+/// encoder layers (`model.encode` does this part and returns the layers' caches); likewise
+/// Y = E_tgt[token] + PE[position] ((B·T_t)×C, `llm_workbook::ch05_positions::sinusoidal`)
+/// through each decoder layer (`decoder_block_forward`, every layer reading the same encoder
+/// output E); logits = Y W_out + b_out ((B·T_t)×V); the loss is the mean cross-entropy over the
+/// real target positions only (`padded_cross_entropy`, padding rows labelled `None`), so
+/// ∂L/∂logits = (softmax − one-hot)/N_real on real rows and 0 on padding rows.
+///
+/// Backward: ∂W_out = Yᵀ ∂logits, ∂b_out = Σ_rows ∂logits, ∂Y = ∂logits W_outᵀ; each decoder
+/// layer, last first, through `decoder_block_backward`, its ∂L/∂E added to a running sum (every
+/// layer cross-attends to E); the target embedding's row of token t gathers ∂Y's real rows that
+/// hold t; the summed ∂L/∂E then runs back through the encoder layers, last first
+/// (`llm_workbook::ch06_attention::block_backward`), and into the source embedding the same way.
+/// The positions are constants: no gradient.
+///
+/// Return a `Gradients`: `loss`, and `grads`, an `EncoderDecoder` whose every matrix holds the
+/// gradient of the same matrix of `model` (`grads.w_out` holds ∂L/∂W_out, and
+/// `grads.encoder[0].ln1.gamma` ∂L/∂γ of the first encoder layer's LN₁). Its fields that are
+/// not matrices hold `model`'s own: the `config`, each layer's head counts, activation, norm
+/// order, ε and its placement (start from `model.zeros_like()` and overwrite every matrix). Errors: no sequences,
+/// source and target batches of different sizes, `labels[b]` not as long as `target_in[b]`, an
+/// empty sequence or one longer than `model.config.max_len`, a token outside the vocabulary.
+///
+/// Chapter: [2. Output layer, loss, teacher forcing](../../chapters/ch07_encoder_decoder.md#2-output-layer-loss-teacher-forcing-greedy-decoding)
+/// and [3. Backward through cross-attention](../../chapters/ch07_encoder_decoder.md#3-backward-through-cross-attention).
+pub fn loss_and_gradients(
+    model: &EncoderDecoder<f64>,
+    source: &[Vec<usize>],
+    target_in: &[Vec<usize>],
+    labels: &[Vec<usize>],
+) -> Result<Gradients<f64>> {
+    #[cfg(feature = "solutions")]
+    return solution::loss_and_gradients(model, source, target_in, labels);
     todo!()
 }
 

@@ -86,6 +86,16 @@ pub mod ch07_encoder_decoder {
         let (_, cache) = book::cross_attention_forward(y, y_batch, e, e_batch, w)?;
         book::cross_attention_backward(w, &cache, d_out)
     }
+
+    /// The exercise `loss_and_gradients` by the main crate's method of the same name.
+    pub fn loss_and_gradients(
+        model: &book::EncoderDecoder<f64>,
+        source: &[Vec<usize>],
+        target_in: &[Vec<usize>],
+        labels: &[Vec<usize>],
+    ) -> Result<book::Gradients<f64>> {
+        model.loss_and_gradients(source, target_in, labels)
+    }
 }
 
 /// The main crate's functions in this chapter's signatures.

@@ -13,4 +13,10 @@ use llm_workbook_exercises::{exercise, judge::ch07 as judge};
 mod yours;
 
 // One test per exercise: the judge grades your function, and its message is the failure.
-exercise!(padding_mask, cross_attention_forward, cross_attention_backward, decoder_block_backward);
+exercise!(
+    padding_mask,
+    cross_attention_forward,
+    cross_attention_backward,
+    decoder_block_backward,
+    loss_and_gradients
+);

@@ -698,6 +698,7 @@ mod ch07 {
             }),
             cross_attention_backward(s::cross_attention_backward),
             decoder_block_backward(book::decoder_block_backward),
+            loss_and_gradients(s::loss_and_gradients),
         ]
     }
 
@@ -799,6 +800,176 @@ mod ch07 {
             Ok((d_y - &s.d_x_kv, d_e, g))
         };
         catches(j::decoder_block_backward(queries_only), "d_x_q + d_x_kv");
+    }
+
+    /// The slips a student may make writing the whole model's loss and backward.
+    #[derive(Clone, Copy, PartialEq, Eq)]
+    enum Slip {
+        /// None: the whole model written from the chapter's pieces, in another order than the
+        /// main crate's.
+        None,
+        /// The decoder layers' ∂L/∂E never summed and sent into the encoder.
+        NoCrossIntoEncoder,
+        /// ∂L/∂E overwritten by each decoder layer instead of summed over them.
+        DeOverwritten,
+        /// The padding rows labelled 0 and scored with the real ones.
+        PaddingScored,
+        /// The mean over all B·T_t rows instead of the real positions.
+        MeanOverAllRows,
+        /// Only sequence 0's labels entered into the loss (the batch loop stops at 1).
+        FirstSequenceOnly,
+        /// No check that each label sequence is as long as its decoder input.
+        NoLengthCheck,
+    }
+
+    /// Rows `E[token] + PE[position]` of a padded batch, zero on padding rows.
+    fn embed(table: &DMatrix<f64>, seqs: &[Vec<usize>], len: usize) -> Result<DMatrix<f64>> {
+        let pe = llm_workbook::ch05_positions::sinusoidal::<f64>(len, table.ncols())?;
+        let mut x = DMatrix::zeros(seqs.len() * len, table.ncols());
+        for (b, s) in seqs.iter().enumerate() {
+            for (p, &t) in s.iter().enumerate() {
+                x.row_mut(b * len + p).copy_from(&(table.row(t) + pe.row(p)));
+            }
+        }
+        Ok(x)
+    }
+
+    /// Row t of the table's gradient gathers the rows of `d_x` that hold token t.
+    fn embed_backward(seqs: &[Vec<usize>], len: usize, d_x: &DMatrix<f64>, d: &mut DMatrix<f64>) {
+        for (b, s) in seqs.iter().enumerate() {
+            for (p, &t) in s.iter().enumerate() {
+                let row = d.row(t) + d_x.row(b * len + p);
+                d.row_mut(t).copy_from(&row);
+            }
+        }
+    }
+
+    /// The whole encoder–decoder's loss and gradients as a student writes them from the public
+    /// pieces (`encode`, `decoder_block_forward`, `padded_cross_entropy`,
+    /// `decoder_block_backward`, `block_backward`), with `slip`.
+    fn by_a_student(
+        m: &book::EncoderDecoder<f64>,
+        source: &[Vec<usize>],
+        target_in: &[Vec<usize>],
+        labels: &[Vec<usize>],
+        slip: Slip,
+    ) -> Result<book::Gradients<f64>> {
+        use ch06::{Block, Ffn, LayerNorm, block_backward};
+        use llm_workbook::error::invalid;
+        const OP: &str = "loss_and_gradients";
+        let cfg = m.config;
+        if target_in.len() != source.len() || labels.len() != source.len() {
+            return Err(invalid(OP, "target_in", "one target sequence per source sequence"));
+        }
+        for (t, l) in target_in.iter().zip(labels) {
+            let outside = t.iter().chain(l).any(|&x| x >= cfg.vocab);
+            let unequal = t.len() != l.len() && slip != Slip::NoLengthCheck;
+            if unequal || t.is_empty() || t.len() > cfg.max_len || outside {
+                return Err(invalid(OP, "target_in", "a bad target or label sequence"));
+            }
+        }
+        let (e, eb, encoder_caches) = m.encode(source)?;
+        let t_t = target_in.iter().map(Vec::len).max().unwrap_or(0);
+        let tb = Batch::new(t_t, target_in.iter().map(Vec::len).collect())?;
+        let mut y = embed(&m.target_embedding, target_in, t_t)?;
+        let mut caches = Vec::new();
+        for block in &m.decoder {
+            let (out, cache) = book::decoder_block_forward(&y, &tb, &e, &eb, block)?;
+            caches.push(cache);
+            y = out;
+        }
+        let logits = &y * &m.w_out + DMatrix::from_fn(y.nrows(), cfg.vocab, |_, c| m.b_out[c]);
+        let sequences = if slip == Slip::FirstSequenceOnly { 1 } else { labels.len() };
+        let mut row_labels = vec![None; y.nrows()];
+        for (b, l) in labels.iter().enumerate().take(sequences) {
+            for (p, &t) in l.iter().enumerate() {
+                row_labels[b * t_t + p] = Some(t);
+            }
+        }
+        let real = row_labels.iter().flatten().count() as f64;
+        if slip == Slip::PaddingScored {
+            row_labels.iter_mut().for_each(|l| _ = l.get_or_insert(0));
+        }
+        let (mut loss, mut d_logits) = book::padded_cross_entropy(&logits, &row_labels)?;
+        if slip == Slip::MeanOverAllRows {
+            let share = real / y.nrows() as f64;
+            loss *= share;
+            d_logits *= share;
+        }
+        let mut g = m.zeros_like();
+        g.w_out = y.transpose() * &d_logits;
+        g.b_out = DMatrix::from_fn(1, cfg.vocab, |_, c| d_logits.column(c).sum());
+        let mut d_y = &d_logits * m.w_out.transpose();
+        let mut d_e = DMatrix::zeros(e.nrows(), e.ncols());
+        for i in (0..m.decoder.len()).rev() {
+            let (dy, de, grads) = book::decoder_block_backward(&m.decoder[i], &caches[i], &d_y)?;
+            match slip {
+                Slip::NoCrossIntoEncoder => {}
+                Slip::DeOverwritten => d_e = de,
+                _ => d_e += de,
+            }
+            d_y = dy;
+            g.decoder[i] = grads;
+        }
+        embed_backward(target_in, t_t, &d_y, &mut g.target_embedding);
+        for i in (0..m.encoder.len()).rev() {
+            let like = &m.encoder[i];
+            let gb = block_backward(like, &encoder_caches[i], &d_e)?;
+            let a = gb.attn;
+            g.encoder[i] = Block {
+                attn: MultiHead {
+                    heads: like.attn.heads,
+                    w_q: a.d_w_q,
+                    b_q: a.d_b_q,
+                    w_k: a.d_w_k,
+                    b_k: a.d_b_k,
+                    w_v: a.d_w_v,
+                    b_v: a.d_b_v,
+                    w_o: a.d_w_o,
+                    b_o: a.d_b_o,
+                },
+                ln1: LayerNorm { gamma: gb.ln1.d_gamma, beta: gb.ln1.d_beta, ..like.ln1.clone() },
+                ffn: Ffn {
+                    w1: gb.ffn.d_w1,
+                    b1: gb.ffn.d_b1,
+                    w2: gb.ffn.d_w2,
+                    b2: gb.ffn.d_b2,
+                    act: like.ffn.act,
+                },
+                ln2: LayerNorm { gamma: gb.ln2.d_gamma, beta: gb.ln2.d_beta, ..like.ln2.clone() },
+                order: like.order,
+            };
+            d_e = gb.d_x;
+        }
+        embed_backward(source, eb.len, &d_e, &mut g.source_embedding);
+        Ok(book::Gradients { loss, grads: g })
+    }
+
+    #[test]
+    fn the_whole_model_written_from_the_pieces_passes() {
+        passes(j::loss_and_gradients(|m, s, t, l| by_a_student(m, s, t, l, Slip::None)));
+    }
+
+    #[test]
+    fn the_whole_model_with_a_slip_in_its_loss_or_its_backward() {
+        let with = |slip| move |m: &_, s: &_, t: &_, l: &_| by_a_student(m, s, t, l, slip);
+        catches(j::loss_and_gradients(with(Slip::NoCrossIntoEncoder)), "never reaches the encoder");
+        catches(j::loss_and_gradients(with(Slip::DeOverwritten)), "the sum of every decoder layer");
+        catches(j::loss_and_gradients(with(Slip::PaddingScored)), "padding rows scored");
+        catches(j::loss_and_gradients(with(Slip::MeanOverAllRows)), "divide by N_real");
+        catches(j::loss_and_gradients(with(Slip::FirstSequenceOnly)), "the batch loop ignored");
+    }
+
+    #[test]
+    fn the_whole_model_with_a_field_that_is_not_a_matrix_or_no_error() {
+        let no_config = |m: &_, s: &_, t: &_, l: &_| {
+            let mut g = by_a_student(m, s, t, l, Slip::None)?;
+            g.grads.decoder[1].norm2.eps = 0.0; // zeroed along with the matrices
+            Ok(g)
+        };
+        catches(j::loss_and_gradients(no_config), "start from model.zeros_like()");
+        let no_check = |m: &_, s: &_, t: &_, l: &_| by_a_student(m, s, t, l, Slip::NoLengthCheck);
+        catches(j::loss_and_gradients(no_check), "the doc promises an Err");
     }
 }
 

@@ -16,7 +16,7 @@
 //!
 //! These functions read and write a plain folder, each file atomically (temporary file, then
 //! rename). A training run saves all its files together as one generation of its folder
-//! ([`super::folder`]: numbered generation folders and a pointer switched by one rename), so an
+//! ([`crate::workshop::folder`]: generation folders and a pointer switched by one rename), so an
 //! interrupted save never mixes two steps; the model and the training state still both record
 //! the step they belong to, and a plain folder whose two files disagree is refused on resume.
 //! Before any model is built, the config's sizes are compared with the shapes in the file's
@@ -359,7 +359,7 @@ pub fn model_files<T: Float>(
 
 /// Saves `config.json` and `model.safetensors` into `dir` (created if needed), each atomically.
 /// `metadata` goes into the safetensors header (we record the step there). A run's folder is
-/// saved as one unit instead ([`super::folder`]); this writes a plain folder.
+/// saved as one unit instead ([`crate::workshop::folder`]); this writes a plain folder.
 pub fn save_model<T: Float>(
     model: &Gpt<T>,
     dir: &Path,
@@ -397,7 +397,7 @@ pub fn load_model<T: Float>(dir: &Path) -> Result<Gpt<T>> {
 
 /// Saves a trainer into a plain folder: the model (with its step in the metadata), then the
 /// training state, each atomically (a run's folder is saved as one unit instead, see
-/// [`trainer_files`] and [`super::folder`]).
+/// [`trainer_files`] and [`crate::workshop::folder`]).
 pub fn save_trainer<T: Float>(trainer: &Trainer<T>, dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
     for (name, bytes) in trainer_files(trainer)? {

@@ -28,30 +28,25 @@
 //! - [`experiments`]: the two models the chapter trains (sorting digits, the default corpus);
 //! - [`sample`]: greedy, temperature, top-k and top-p decoding, and generation;
 //! - [`safetensors`] and [`checkpoint`]: GPT-2's file format (the container by hand, its JSON
-//!   header and `config.json` with serde);
-//! - [`folder`]: a checkpoint folder saved as one unit (generations and a pointer);
-//! - [`budget`]: what a model costs in memory, checked before anything is allocated;
-//! - [`run`]: a run on the learner's own text, kept in a checkpoint folder.
+//!   header and `config.json` with serde).
+//!
+//! A run on the learner's own text (`gpt train | resume | sample`: checkpoint folders, the memory
+//! budget, the validation loss) is not part of the lesson: it is [`crate::workshop`].
 //!
 //! [`book`] holds what the book shows about the chapter: errata, worked numbers, walk-through,
 //! figures.
 
 pub mod book;
-pub mod budget;
 pub mod checkpoint;
 pub mod config;
 pub mod data;
 pub mod experiments;
-pub mod folder;
 pub mod fused;
 pub mod model;
-pub mod run;
-pub mod run_files;
 pub mod safetensors;
 pub mod sample;
 pub mod schedule;
 pub mod train;
-pub mod validation;
 pub mod walkthrough;
 
 pub use config::gpt1_parameters;

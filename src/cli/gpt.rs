@@ -9,24 +9,24 @@
 //! Face's GPT-2 (with its `vocab.json` and `merges.txt` beside the weights).
 //!
 //! This module holds the flags and what is printed; the run itself is the library's
-//! `ch09_gpt::run`.
+//! `workshop::run`.
 
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 use super::{Bar, say};
 use clap::{Args, Subcommand, ValueEnum};
 use llm_workbook::ch08_tokens::Tokenizer;
-use llm_workbook::ch09_gpt::budget;
 use llm_workbook::ch09_gpt::config::{Config, Positions};
 use llm_workbook::ch09_gpt::data::TokenSplit;
-use llm_workbook::ch09_gpt::folder::{self, Resolved};
 use llm_workbook::ch09_gpt::model::Gpt;
-use llm_workbook::ch09_gpt::run::{self, DEFAULT_CORPUS};
 use llm_workbook::ch09_gpt::sample::{Decoding, generate};
 use llm_workbook::ch09_gpt::train::{StepPath, TrainConfig, Trainer};
 use llm_workbook::error::{Result, invalid};
 use llm_workbook::report::{TERMINAL_WIDTH, wrap};
 use llm_workbook::rng::Rng;
+use llm_workbook::workshop::budget;
+use llm_workbook::workshop::folder::{self, Resolved};
+use llm_workbook::workshop::run::{self, DEFAULT_CORPUS};
 use std::path::{Path, PathBuf};
 
 /// The three things the `gpt` command does.

@@ -292,7 +292,7 @@ pub fn checkpoint_folder(data: &[u8]) {
 
 /// What [`checkpoint_folder`] loads: the model's vocabulary size, or the error's line.
 pub fn checkpoint_folder_outcome(data: &[u8]) -> Result<usize, String> {
-    use llm_workbook::ch09_gpt::run::{self, CHARS_FILE, RUN_FILE};
+    use llm_workbook::workshop::run::{self, CHARS_FILE, RUN_FILE};
     let mut input = Input(data);
     let flags = input.byte();
     let (tied, sinusoidal) = (flags & 1 == 0, flags & 2 != 0);

@@ -3,7 +3,9 @@
 use super::{Section, Verdict, attempt_ok, compare, gradient_check, note, random, weighted_sum};
 use llm_workbook::Result;
 use llm_workbook::ch06_attention::{MhaGrads, MultiHead};
-use llm_workbook::ch07_encoder_decoder::{self as book, Batch, DecoderBlock, DecoderBlockCache};
+use llm_workbook::ch07_encoder_decoder::{
+    self as book, Batch, DecoderBlock, DecoderBlockCache, EncoderDecoder, Gradients, ModelConfig,
+};
 use nalgebra::DMatrix;
 
 const PADDING: Section = Section { chapter: "ch07_encoder_decoder", anchor: "batches-and-padding" };
@@ -291,5 +293,291 @@ pub fn decoder_block_backward(
     .map_err(|m| {
         let hint = decoder_hint(super::failed_tensor(&m).unwrap_or_default());
         note(m, hint)
+    })
+}
+
+const LOSS: Section = Section {
+    chapter: "ch07_encoder_decoder",
+    anchor: "2-output-layer-loss-teacher-forcing-greedy-decoding",
+};
+
+/// The shape of the model the whole-model judge grades on: two layers on each side (so ∂L/∂E
+/// must be summed over the decoder layers), width 4, 2 heads, vocabulary 7, at most 5 positions.
+const SMALL_MODEL: ModelConfig = ModelConfig {
+    vocab: 7,
+    width: 4,
+    heads: 2,
+    hidden: 6,
+    encoder_layers: 2,
+    decoder_layers: 2,
+    max_len: 5,
+};
+
+/// How far the judge moves every weight of the freshly built model (γ = 1, β = 0 and zero biases
+/// would hide a slip in their gradients): N(0, 0.3²) added to each entry.
+const WEIGHT_NUDGE: f64 = 0.3;
+
+/// The judge's small model: [`SMALL_MODEL`] with every tensor nudged by [`WEIGHT_NUDGE`].
+fn small_model() -> Result<EncoderDecoder<f64>> {
+    let model = EncoderDecoder::new(SMALL_MODEL, 210)?;
+    let nudged: Vec<DMatrix<f64>> = model
+        .tensors()
+        .iter()
+        .enumerate()
+        .map(|(i, t)| *t + random(211 + i as u64, t.nrows(), t.ncols()) * WEIGHT_NUDGE)
+        .collect();
+    model.with_tensors(&nudged)
+}
+
+/// The names of an encoder–decoder's tensors, in the order of [`EncoderDecoder::tensors`].
+fn model_tensor_names(m: &EncoderDecoder<f64>) -> Vec<String> {
+    const MHA: [&str; 8] = ["W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V", "W_O", "b_O"];
+    const FFN: [&str; 4] = ["W₁", "b₁", "W₂", "b₂"];
+    let mut names = vec!["source embedding".to_string(), "target embedding".to_string()];
+    for i in 0..m.encoder.len() {
+        let at = format!("encoder[{i}]");
+        names.extend(MHA.map(|n| format!("{at}.MHA.{n}")));
+        names.extend(["LN₁.γ", "LN₁.β"].map(|n| format!("{at}.{n}")));
+        names.extend(FFN.map(|n| format!("{at}.FFN.{n}")));
+        names.extend(["LN₂.γ", "LN₂.β"].map(|n| format!("{at}.{n}")));
+    }
+    for i in 0..m.decoder.len() {
+        let at = format!("decoder[{i}]");
+        names.extend(MHA.map(|n| format!("{at}.Self.{n}")));
+        names.extend(["LN₁.γ", "LN₁.β"].map(|n| format!("{at}.{n}")));
+        names.extend(MHA.map(|n| format!("{at}.Cross.{n}")));
+        names.extend(["LN₂.γ", "LN₂.β"].map(|n| format!("{at}.{n}")));
+        names.extend(FFN.map(|n| format!("{at}.FFN.{n}")));
+        names.extend(["LN₃.γ", "LN₃.β"].map(|n| format!("{at}.{n}")));
+    }
+    names.extend(["W_out".to_string(), "b_out".to_string()]);
+    names
+}
+
+/// What to look at when the whole model's first wrong gradient (in the backward pass's order) is
+/// `tensor`: everything the backward pass reached before it is right.
+fn model_hint(tensor: &str) -> &'static str {
+    match tensor.split(['[', '.']).next().unwrap_or_default() {
+        "W_out" | "b_out" => {
+            "logits = Y W_out + b_out: ∂W_out = Yᵀ ∂logits (Y the last decoder layer's output), \
+             ∂b_out = Σ_rows ∂logits, with ∂logits = (softmax − one-hot)/N_real on real rows"
+        }
+        "decoder" => {
+            "W_out is right, so look below it: ∂Y = ∂logits W_outᵀ enters the last decoder layer, \
+             and each layer's decoder_block_backward returns the ∂y the layer below it takes"
+        }
+        "target embedding" => {
+            "the decoder is right: row t of ∂E_tgt is the sum of the first decoder layer's ∂y \
+             over the real positions holding token t (padding rows give nothing)"
+        }
+        "encoder" => {
+            "the decoder is right, so look at ∂L/∂E: the sum of every decoder layer's d_E (each \
+             cross-attends to the same E), entering the last encoder layer's block_backward"
+        }
+        _ => {
+            "the encoder is right: row t of ∂E_src is the sum of the first encoder layer's ∂x over \
+             the real source positions holding token t"
+        }
+    }
+}
+
+/// The whole model's slips the judge computes on its own input (by the main crate's forward and
+/// backward on a changed loss) and names when yours matches one.
+const PADDING_SCORED: &str = "the padding rows scored as if they were tokens (label 0): only the \
+                              real target positions enter the loss, and padding rows get a zero \
+                              gradient";
+const MEAN_OVER_ALL_ROWS: &str = "the mean taken over all B·T_t rows, padding included: divide by \
+                                  N_real, the number of real target positions";
+const NO_CROSS_INTO_ENCODER: &str = "the encoder's gradients are all zero: the cross-attention's \
+                                     ∂L/∂E (d_E of every decoder layer) never reaches the \
+                                     encoder — sum it and run it back through the encoder layers";
+
+/// A batch whose sequences are all copies of `seqs[0]`.
+fn first_for_all(seqs: &[Vec<usize>]) -> Vec<Vec<usize>> {
+    vec![seqs[0].clone(); seqs.len()]
+}
+
+/// The loss and every tensor's gradient of the whole encoder–decoder against the main crate's on
+/// a small model ([`SMALL_MODEL`], every weight nudged) and a teacher-forced batch of 3 sequences
+/// of unequal content and lengths (source lengths 5, 2, 3; target lengths 3, 1, 2, so T_s = 5 ≠
+/// T_t = 3), compared relatively (to 10⁻⁶ of each entry, or of the model's largest gradient for
+/// entries a million times smaller); the slips of the loss (padding scored, the mean over all
+/// rows), of the batch (sequence 0 only or for all) and ∂L/∂E kept from the encoder, named; the
+/// promised errors.
+pub fn loss_and_gradients(
+    f: impl Fn(
+        &EncoderDecoder<f64>,
+        &[Vec<usize>],
+        &[Vec<usize>],
+        &[Vec<usize>],
+    ) -> Result<Gradients<f64>>,
+) -> Verdict {
+    const NAME: &str = "loss_and_gradients";
+    let model = small_model().map_err(|e| e.to_string())?;
+    let source = vec![vec![3, 1, 4, 1, 5], vec![2, 6], vec![5, 3, 5]];
+    let target_in = vec![vec![1, 5, 3], vec![1], vec![1, 2]];
+    let labels = vec![vec![5, 3, 2], vec![4], vec![2, 6]];
+    super::batch_probe(super::BatchInput { sequences: 3, t_q: 3, t_k: 5, width: 4 });
+    let yours = attempt_ok(BACKWARD, NAME, || f(&model, &source, &target_in, &labels))?;
+    let want = model.loss_and_gradients(&source, &target_in, &labels).map_err(|e| e.to_string())?;
+    let names = model_tensor_names(&model);
+    let (mine, theirs) = (yours.grads.tensors(), want.grads.tensors());
+    if mine.len() != theirs.len() {
+        return Err(BACKWARD.fail(format!(
+            "your grads hold {} tensors in {} encoder and {} decoder layers; the model has {} in \
+             {} and {}: start from model.zeros_like()",
+            mine.len(),
+            yours.grads.encoder.len(),
+            yours.grads.decoder.len(),
+            theirs.len(),
+            want.grads.encoder.len(),
+            want.grads.decoder.len()
+        )));
+    }
+    if let Some(i) = (0..mine.len()).find(|&i| mine[i].shape() != theirs[i].shape()) {
+        return Err(BACKWARD.fail(format!(
+            "∂L/∂{} should have its tensor's shape {}×{}; yours is {}×{}",
+            names[i],
+            theirs[i].nrows(),
+            theirs[i].ncols(),
+            mine[i].nrows(),
+            mine[i].ncols()
+        )));
+    }
+    let as_yours: Vec<DMatrix<f64>> = mine.iter().map(|t| (*t).clone()).collect();
+    if model.with_tensors(&as_yours).map_err(|e| e.to_string())? != yours.grads {
+        return Err(BACKWARD.fail(
+            "a field of your grads that is not a matrix differs from the model's (the config, a \
+             head count, an activation, a norm order, an ε or its placement): they hold the \
+             model's own values — start from model.zeros_like() and overwrite every matrix",
+        ));
+    }
+    // The largest gradient entry: entries a million times smaller are compared against it.
+    let scale = theirs.iter().map(|t| t.amax()).fold(0.0, f64::max);
+    let floor = scale * GRADIENT_FLOOR;
+    let same = |a: &Gradients<f64>, b: &Gradients<f64>| {
+        super::same_value(a.loss, b.loss, 1e-9)
+            && a.grads.tensors().iter().zip(b.grads.tensors()).all(|(x, y)| {
+                x.iter().zip(y.iter()).all(|(p, q)| (p - q).abs() <= 1e-9 * q.abs().max(floor))
+            })
+    };
+    // The slips, each computed by the main crate on the judge's input.
+    let (logits, cache) = model.forward(&source, &target_in).map_err(|e| e.to_string())?;
+    let rows = logits.nrows();
+    let t_t = rows / source.len();
+    let with_loss = |row_labels: &[Option<usize>], factor: f64| -> Result<Gradients<f64>> {
+        let (loss, d) = book::padded_cross_entropy(&logits, row_labels)?;
+        Ok(Gradients { loss: loss * factor, grads: model.backward(&cache, &(d * factor))? })
+    };
+    let real: Vec<Option<usize>> =
+        (0..rows).map(|r| labels[r / t_t].get(r % t_t).copied()).collect();
+    let n_real = real.iter().flatten().count();
+    let padded: Vec<Option<usize>> = real.iter().map(|l| Some(l.unwrap_or(0))).collect();
+    let first: Vec<Option<usize>> =
+        real.iter().enumerate().map(|(r, l)| if r < t_t { *l } else { None }).collect();
+    let mut no_encoder = want.clone();
+    no_encoder.grads.source_embedding.fill(0.0);
+    for layer in &mut no_encoder.grads.encoder {
+        for t in book::block_tensors_mut(layer) {
+            t.fill(0.0);
+        }
+    }
+    let slips = [
+        (PADDING_SCORED, with_loss(&padded, 1.0)),
+        (MEAN_OVER_ALL_ROWS, with_loss(&real, n_real as f64 / rows as f64)),
+        (super::BatchSlip::FirstOnly.name(), with_loss(&first, 1.0)),
+        (
+            super::BatchSlip::FirstForAll.name(),
+            model.loss_and_gradients(
+                &first_for_all(&source),
+                &first_for_all(&target_in),
+                &first_for_all(&labels),
+            ),
+        ),
+        (NO_CROSS_INTO_ENCODER, Ok(no_encoder)),
+    ];
+    super::probe(super::Probe::Named);
+    for (slip, grads) in slips {
+        if same(&yours, &grads.map_err(|e| e.to_string())?) {
+            let section = if slip == NO_CROSS_INTO_ENCODER { BACKWARD } else { LOSS };
+            return Err(section.fail(format!("yours matches a known slip — {slip}")));
+        }
+    }
+    if !(yours.loss.is_finite() && super::close(yours.loss, want.loss, 1e-9)) {
+        return Err(LOSS.fail(format!(
+            "the loss (mean cross-entropy over the {n_real} real target positions): {}",
+            super::yours_expected(yours.loss, want.loss)
+        )));
+    }
+    // The tensors in the order the backward pass reaches them: W_out and b_out, the decoder
+    // layers last first, the target embedding, the encoder layers last first, the source one.
+    let per_enc = book::block_tensors(&model.encoder[0]).len();
+    let per_dec = model.decoder[0].tensors().len();
+    let dec_start = 2 + model.encoder.len() * per_enc;
+    let mut order: Vec<usize> = vec![theirs.len() - 2, theirs.len() - 1];
+    for i in (0..model.decoder.len()).rev() {
+        order.extend((dec_start + i * per_dec)..(dec_start + (i + 1) * per_dec));
+    }
+    order.push(1);
+    for i in (0..model.encoder.len()).rev() {
+        order.extend((2 + i * per_enc)..(2 + (i + 1) * per_enc));
+    }
+    order.push(0);
+    for i in order {
+        super::compare_with_floor(
+            BACKWARD,
+            &format!("∂L/∂{}", names[i]),
+            mine[i],
+            theirs[i],
+            GRADIENT_TOLERANCE,
+            floor,
+            &[],
+        )
+        .map_err(|m| note(m, model_hint(&names[i])))?;
+    }
+    model_errors(&f, &model, (&source, &target_in, &labels))
+}
+
+/// The relative tolerance of the whole model's gradients: a correct answer that sums in another
+/// order differs by far less.
+const GRADIENT_TOLERANCE: f64 = 1e-6;
+/// Entries below this fraction of the model's largest gradient are compared against that
+/// fraction instead of themselves (b_K's gradient is rounding noise around 0).
+const GRADIENT_FLOOR: f64 = 1e-6;
+
+/// A teacher-forced batch: the source sequences, the decoder inputs and their labels.
+type TeacherForced<'a> = (&'a [Vec<usize>], &'a [Vec<usize>], &'a [Vec<usize>]);
+
+/// The errors `loss_and_gradients`'s doc promises.
+fn model_errors(
+    f: &impl Fn(
+        &EncoderDecoder<f64>,
+        &[Vec<usize>],
+        &[Vec<usize>],
+        &[Vec<usize>],
+    ) -> Result<Gradients<f64>>,
+    model: &EncoderDecoder<f64>,
+    (source, target_in, labels): TeacherForced,
+) -> Verdict {
+    let name = "loss_and_gradients";
+    super::expect_err(LOSS, name, "no sequences", || f(model, &[], &[], &[]))?;
+    let what = "3 source sequences and 2 target sequences";
+    super::expect_err(LOSS, name, what, || f(model, source, &target_in[..2], &labels[..2]))?;
+    let mut short = labels.to_vec();
+    short[0].pop();
+    let what = "labels[0] one shorter than target_in[0]";
+    super::expect_err(LOSS, name, what, || f(model, source, target_in, &short))?;
+    let mut outside = target_in.to_vec();
+    outside[1][0] = SMALL_MODEL.vocab;
+    let what = "a token id equal to the vocabulary's size in target_in";
+    super::expect_err(LOSS, name, what, || f(model, source, &outside, labels))?;
+    let mut long = source.to_vec();
+    long[0].push(2);
+    let what = "a source sequence one longer than max_len";
+    super::expect_err(LOSS, name, what, || f(model, &long, target_in, labels))?;
+    let mut empty = source.to_vec();
+    empty[1].clear();
+    super::expect_err(LOSS, name, "an empty source sequence", || {
+        f(model, &empty, target_in, labels)
     })
 }

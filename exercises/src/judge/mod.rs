@@ -322,6 +322,9 @@ pub fn diagnose(
     if want.iter().all(|v| v.abs() < 1e-12) {
         return None;
     }
+    if yours.iter().all(|v| *v == 0.0) {
+        return Some("yours is all zeros: nothing reaches it — a path is missing".to_string());
+    }
     // The same factor everywhere?
     let (mut num, mut den) = (0.0, 0.0);
     for (y, w) in yours.iter().zip(want.iter()) {
@@ -407,7 +410,10 @@ pub fn compare_relative(
     compare_with_floor(sec, name, yours, want, tol, f64::MIN_POSITIVE, &[])
 }
 
-fn compare_with_floor(
+/// [`compare`] with the floor of its relative test given: an entry is wrong when
+/// |yours − want| > tol · max(floor, |want|), so entries far below `floor` are compared against it
+/// (for gradients whose exact value is 0, computed as rounding noise).
+pub fn compare_with_floor(
     sec: Section,
     name: &str,
     yours: &DMatrix<f64>,
@@ -498,6 +504,80 @@ pub fn rows_apart(m: &DMatrix<f64>) -> DMatrix<f64> {
 pub fn rows_scaled(m: &DMatrix<f64>, scales: &[f64]) -> DMatrix<f64> {
     probe(Probe::Scale);
     DMatrix::from_fn(m.nrows(), m.ncols(), |r, c| m[(r, c)] * scales[r % scales.len()])
+}
+
+/// The layout of a [`Probe::Batch`] probe's input: what the judge feeds the exercise.
+#[derive(Clone, Copy, Debug)]
+pub struct BatchInput {
+    /// B, the sequences (at least 2, of unequal content).
+    pub sequences: usize,
+    /// T_q, the padded length of the query (or only) side.
+    pub t_q: usize,
+    /// T_k, the padded length of the key side (T_q again where the exercise has one side).
+    pub t_k: usize,
+    /// C, the width of a row.
+    pub width: usize,
+}
+
+/// Records a [`Probe::Batch`] probe after checking that the judge's own input is one: B ≥ 2
+/// sequences and no square matrix (B·T_q ≠ C, B·T_k ≠ C). Whether T_q ≠ T_k is the judge's to
+/// choose where the exercise allows it. A judge built against these rules stops with a panic
+/// that names the rule (a defect of the judge, never of the answer).
+pub fn batch_probe(input: BatchInput) {
+    let BatchInput { sequences, t_q, t_k, width } = input;
+    assert!(sequences >= 2, "a batch probe needs B ≥ 2 sequences, not {sequences}");
+    assert!(
+        sequences * t_q != width && sequences * t_k != width,
+        "a batch probe's matrices must not be square (B = {sequences}, T_q = {t_q}, \
+         T_k = {t_k}, C = {width})"
+    );
+    probe(Probe::Batch);
+}
+
+/// The slips a [`Probe::Batch`] probe names: the judge computes each one's output with the
+/// main crate on its own input and names the one your answer matches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BatchSlip {
+    /// Only sequence 0 computed: the loop over the batch stops after the first sequence.
+    FirstOnly,
+    /// Sequence 0's content used for every sequence of the batch.
+    FirstForAll,
+}
+
+impl BatchSlip {
+    /// The slip in words, for the message.
+    pub fn name(self) -> &'static str {
+        match self {
+            BatchSlip::FirstOnly => {
+                "the batch loop ignored: only sequence 0 counts in yours — loop over all B \
+                 sequences, sequence b in rows b·T … (b+1)·T − 1"
+            }
+            BatchSlip::FirstForAll => {
+                "sequence 0's content used for every sequence: sequence b reads its own rows, \
+                 b·T … (b+1)·T − 1"
+            }
+        }
+    }
+}
+
+/// The batch slip your outputs `yours` match (each output against the same output of the slip,
+/// to `tol` relatively), if any; records the [`Probe::Batch`] probe.
+pub fn batch_slip(
+    yours: &[&DMatrix<f64>],
+    slips: &[(BatchSlip, Vec<DMatrix<f64>>)],
+    tol: f64,
+) -> Option<&'static str> {
+    probe(Probe::Batch);
+    slips
+        .iter()
+        .find(|(_, outputs)| {
+            outputs.len() == yours.len()
+                && outputs.iter().zip(yours).all(|(m, y)| {
+                    m.shape() == y.shape()
+                        && m.iter().zip(y.iter()).all(|(a, b)| same_value(*b, *a, tol))
+                })
+        })
+        .map(|(slip, _)| slip.name())
 }
 
 /// The central differences of `loss` with respect to every entry of `inputs[which]`.

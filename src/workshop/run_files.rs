@@ -3,19 +3,23 @@
 //! loading a folder for sampling from its files ([`checkpoint_from_files`]). Part of
 //! [`super::run`], which re-exports every item.
 
-use super::checkpoint::{CONFIG_FILE, MODEL_FILE};
+use super::folder::io;
 use super::folder::{self, Resolved};
-use super::model::Gpt;
-use super::run::{CHARS_FILE, RUN_FILE, RunFile, io, read_tokenizer_hash};
-use super::safetensors::SafeTensors;
+use super::settings::{RUN_FILE, RunFile, read_tokenizer_hash};
 use crate::ch08_tokens::Tokenizer;
 use crate::ch08_tokens::bpe::{self, BpeConfig, PreTokenizer};
 use crate::ch08_tokens::chars::CharTokenizer;
 use crate::ch08_tokens::gpt2::{Gpt2Tokenizer, to_gpt2_files};
+use crate::ch09_gpt::checkpoint::{CONFIG_FILE, MODEL_FILE};
+use crate::ch09_gpt::model::Gpt;
+use crate::ch09_gpt::safetensors::SafeTensors;
 use crate::error::{Error, Result, from_json_object, invalid};
 use std::path::Path;
 
 // ───────────────────────────── tokenizers in a folder ─────────────────────────────
+
+/// The character tokenizer's vocabulary, saved as one line of text.
+pub const CHARS_FILE: &str = "tokenizer_chars.txt";
 
 /// How text becomes tokens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -255,13 +259,13 @@ pub fn checkpoint_from_files(
     let tok = tokenizer_from_files(dir, &tok_files)?;
     let config_at = find(&files, CONFIG_FILE).ok_or_else(|| missing(CONFIG_FILE))?;
     let config_name = dir.join(CONFIG_FILE).display().to_string();
-    let config = super::checkpoint::config_from_json(&files[config_at].1, &config_name)?;
+    let config = crate::ch09_gpt::checkpoint::config_from_json(&files[config_at].1, &config_name)?;
     let model_at = find(&files, MODEL_FILE).ok_or_else(|| missing(MODEL_FILE))?;
     let model_bytes = std::mem::take(&mut files[model_at].1);
     let f = SafeTensors::parse(model_bytes, &dir.join(MODEL_FILE).display().to_string())?;
-    super::checkpoint::check_header_against_config(&config, &f)?;
+    crate::ch09_gpt::checkpoint::check_header_against_config(&config, &f)?;
     super::budget::check(&config, 1, config.context, budget, "--memory-budget")?;
-    let model = super::checkpoint::model_from_safetensors::<f32>(config, &f)?;
+    let model = crate::ch09_gpt::checkpoint::model_from_safetensors::<f32>(config, &f)?;
     if tok.vocab_size() > model.config.vocab_size {
         return Err(invalid(
             "gpt sample",

@@ -20,8 +20,8 @@
 //! [`BUDGET_VARIABLE`], the `MemAvailable` line of `/proc/meminfo` (Linux), or
 //! [`DEFAULT_BUDGET`].
 
-use super::config::{Config, Positions};
-use super::model::parameters_saturating;
+use crate::ch09_gpt::config::{Config, Positions};
+use crate::ch09_gpt::model::parameters_saturating;
 use crate::error::{Result, invalid};
 
 /// The variable that sets the memory budget in bytes (the flag `--memory-budget` wins over it).

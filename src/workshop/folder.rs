@@ -63,7 +63,11 @@ const PLOT_EXTENSIONS: [&str; 2] = ["png", "svg"];
 /// under it (two saves while it read).
 pub const READ_ATTEMPTS: usize = 5;
 
-fn io(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
+/// The loss plot's file stem in a run's folder (`loss.png`, `loss.svg`).
+pub const LOSS_PLOT: &str = "loss";
+
+/// A failed file operation on `path`, as the crate's error naming it.
+pub(super) fn io(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
     move |source| Error::Io { path: path.display().to_string(), source }
 }
 
@@ -134,7 +138,7 @@ pub fn is_temporary(name: &str) -> bool {
     let pid_ok = !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit());
     let ours = match ext {
         None => is_generation(stem) || stem == POINTER_FILE,
-        Some(ext) => stem == super::run::LOSS_PLOT && PLOT_EXTENSIONS.contains(&ext),
+        Some(ext) => stem == LOSS_PLOT && PLOT_EXTENSIONS.contains(&ext),
     };
     pid_ok && ours
 }

@@ -1,9 +1,9 @@
 //! The validation loss of a run: on a seeded sample of windows by default, or over every
 //! held-out token ([`Evaluation`]). Part of [`super::run`], which re-exports every item.
 
-use super::data::{Token, covering_starts, sample_windows, windows_at};
-use super::model::Gpt;
-use super::train::Progress;
+use crate::ch09_gpt::data::{Token, covering_starts, sample_windows, windows_at};
+use crate::ch09_gpt::model::Gpt;
+use crate::ch09_gpt::train::Progress;
 use crate::error::{Error, Result};
 
 // ───────────────────────────── validation ─────────────────────────────
@@ -17,7 +17,7 @@ pub const VALIDATION_SEED: u64 = 2021;
 /// Windows per forward pass of the evaluation.
 pub const VALIDATION_BATCH: usize = 32;
 
-/// How many windows [`super::data::covering_starts`] cuts `len` tokens into.
+/// How many windows [`crate::ch09_gpt::data::covering_starts`] cuts `len` tokens into.
 pub fn covering_windows_count(len: usize, context: usize) -> usize {
     if len < 2 || context == 0 { 0 } else { (len - 1).div_ceil(context) }
 }
@@ -47,7 +47,7 @@ pub struct Validation {
 }
 
 /// The mean loss L = −(1/S) Σ ln p(u_s | u_<s) of `model` over the windows `how` chooses from
-/// `tokens` (windows of `context` tokens, see [`super::data::covering_starts`]), computed
+/// `tokens` (windows of `context` tokens, see [`crate::ch09_gpt::data::covering_starts`]), computed
 /// [`VALIDATION_BATCH`] windows at a time: only one batch of ids is ever copied. `progress` sees
 /// (windows done, running mean) after each batch.
 pub fn validation_loss(

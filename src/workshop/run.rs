@@ -2,10 +2,11 @@
 //! `llm-workbook gpt train | resume | sample` (whose flags, progress bar and printing live in the
 //! binary, `src/cli/gpt.rs`), as functions a test or another program can call.
 //!
-//! A run's checkpoint holds the model ([`checkpoint`](super::checkpoint): GPT-2's `config.json`
-//! and `model.safetensors`, and the training state), the tokenizer ([`CHARS_FILE`], or a
-//! byte-level BPE as GPT-2's `vocab.json` and `merges.txt`), the run's settings ([`RUN_FILE`], so
-//! that a run can be continued exactly where it stopped, with the tokenizer's fingerprint) and
+//! A run's checkpoint holds the model ([`checkpoint`](crate::ch09_gpt::checkpoint): GPT-2's
+//! `config.json` and `model.safetensors`, and the training state), the tokenizer
+//! ([`CHARS_FILE`], or a byte-level BPE as GPT-2's `vocab.json` and `merges.txt`), the run's
+//! settings ([`RUN_FILE`], so that a run can be continued exactly where it stopped, with the
+//! tokenizer's fingerprint) and
 //! the loss plot. Every save writes all of them as one generation of the folder
 //! ([`folder`]): an interrupted save never mixes two. The last
 //! [`VALIDATION_FRACTION`] of the text's tokens is held out: the run reports the mean loss
@@ -13,32 +14,24 @@
 //! sample of at most [`VALIDATION_WINDOWS`] windows by default, or over all of them on request
 //! ([`Evaluation`]).
 
-use super::checkpoint::trainer_files;
-use super::data::{Token, TokenSplit};
-use super::folder::{self, Resolved, Sink};
-use super::model::Gpt;
-use super::safetensors::SafeTensors;
-use super::sample::{Decoding, Generated, generate};
-use super::schedule::Schedule;
-use super::train::{Data, Progress, RunningMean, StepPath, Throughput, TrainConfig, Trainer};
+use super::folder::{self, Resolved, Sink, io};
 use crate::ch08_tokens::{Tokenizer, corpus};
+use crate::ch09_gpt::checkpoint::trainer_files;
+use crate::ch09_gpt::data::{Token, TokenSplit};
+use crate::ch09_gpt::model::Gpt;
+use crate::ch09_gpt::safetensors::SafeTensors;
+use crate::ch09_gpt::sample::{Decoding, Generated, generate};
+use crate::ch09_gpt::train::{
+    Data, Progress, RunningMean, StepPath, Throughput, TrainConfig, Trainer,
+};
 use crate::error::{Error, Result, from_json_object, invalid};
 use crate::matmul::KERNEL_ENV;
 use crate::rng::Rng;
-use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-/// The settings of a run, saved as `train.json` so `resume` can continue it.
-pub const RUN_FILE: &str = "train.json";
-/// The character tokenizer's vocabulary, saved as one line of text.
-pub const CHARS_FILE: &str = "tokenizer_chars.txt";
-/// The name a run records for its text when it learns chapter 8's default corpus.
-pub const DEFAULT_CORPUS: &str = "<default corpus>";
 /// The share of the text's tokens held out for validation (the last tenth).
 pub const VALIDATION_FRACTION: f64 = 0.1;
-/// The loss plot's file stem in the folder (`loss.png`, `loss.svg`).
-pub const LOSS_PLOT: &str = "loss";
 /// The closing sample continues the first this many validation tokens (fewer if the context is
 /// shorter)…
 pub const SAMPLE_PROMPT_TOKENS: usize = 16;
@@ -47,112 +40,15 @@ pub const SAMPLE_TOKENS: usize = 200;
 /// … drawn at this temperature, with the generator seeded by 1.
 pub const SAMPLE_TEMPERATURE: f64 = 0.8;
 
-// The tokenizer's files and loading a folder for sampling, and the validation loss, live in
-// files of their own; their items are this module's too.
+// The run's settings, the tokenizer's files and loading a folder for sampling, and the
+// validation loss live in files of their own; their items are this module's too, and so is the
+// loss plot's file stem.
+pub use super::folder::LOSS_PLOT;
 pub use super::run_files::*;
+pub use super::settings::*;
 pub use super::validation::*;
 
-pub(super) fn io(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
-    move |source| Error::Io { path: path.display().to_string(), source }
-}
-
-// ───────────────────────────── the run's settings ─────────────────────────────
-
-/// How `gpt train` trains: nanoGPT's AdamW settings ([`TrainConfig::new`]) on a schedule that
-/// warms up over the first 5 % of the steps (at least one) and decays by a cosine to `lr`/10 at
-/// the last step.
-pub fn train_config(batch: usize, lr: f64, steps: usize) -> Result<TrainConfig> {
-    let schedule = Schedule::new(lr, lr / 10.0, (steps / 20).max(1).min(steps), steps)?;
-    Ok(TrainConfig::new(batch, schedule))
-}
-
-/// `train.json`, field by field: the text's path, the context, the optimiser's settings and
-/// schedule, the planned steps and the seed. Read back strictly: a missing, mistyped or unknown
-/// field is an error naming it (only `clip` may be absent or `null`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RunFile {
-    /// The text's path ([`DEFAULT_CORPUS`] for chapter 8's default corpus).
-    pub data: String,
-    /// The context length in tokens.
-    pub context: usize,
-    /// Sequences per batch.
-    pub batch: usize,
-    /// The planned number of steps.
-    pub steps: usize,
-    /// The run's seed.
-    pub seed: u64,
-    /// The schedule's peak learning rate.
-    pub max_lr: f64,
-    /// The schedule's final learning rate.
-    pub min_lr: f64,
-    /// Warm-up steps.
-    pub warmup: usize,
-    /// The step at which the cosine decay ends.
-    pub decay_steps: usize,
-    /// AdamW's weight decay.
-    pub weight_decay: f64,
-    /// AdamW's β₁.
-    pub beta1: f64,
-    /// AdamW's β₂.
-    pub beta2: f64,
-    /// AdamW's ε.
-    pub epsilon: f64,
-    /// The gradient-norm clip, if any.
-    #[serde(default)]
-    pub clip: Option<f64>,
-    /// The FNV-1a 64 fingerprint of the tokenizer's files ([`folder::files_hash`]); absent in
-    /// runs saved before fingerprints were recorded.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tokenizer_fnv1a64: Option<String>,
-    /// The FNV-1a 64 fingerprint of the text's bytes ([`data_hash`]), which `gpt resume`
-    /// checks the text against (absent in runs saved before it was recorded).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub data_fnv1a64: Option<String>,
-    /// The matrix-product kernel the run's steps used (`scalar`, `avx2`, `avx512`): another
-    /// kernel rounds differently, so a run resumed on it continues with other bits.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kernel: Option<String>,
-    /// The threads a large product could use (the bits do not depend on it; recorded to say
-    /// how the run was made).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub threads: Option<usize>,
-    /// Which training step computed the gradients ([`StepPath::name`]: `fused` or
-    /// `reference`); absent in runs saved before it was recorded.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub step_path: Option<String>,
-}
-
-/// A run's settings as `train.json` holds them (no tokenizer fingerprint yet).
-pub fn run_file(data: &Path, tc: &TrainConfig, context: usize, steps: usize, seed: u64) -> RunFile {
-    let s = &tc.schedule;
-    RunFile {
-        data: data.display().to_string(),
-        context,
-        batch: tc.batch,
-        steps,
-        seed,
-        max_lr: s.max_lr,
-        min_lr: s.min_lr,
-        warmup: s.warmup,
-        decay_steps: s.decay_steps,
-        weight_decay: tc.weight_decay,
-        beta1: tc.beta1,
-        beta2: tc.beta2,
-        epsilon: tc.epsilon,
-        clip: tc.clip,
-        tokenizer_fnv1a64: None,
-        data_fnv1a64: None,
-        kernel: None,
-        threads: None,
-        step_path: None,
-    }
-}
-
-/// The fingerprint of a run's text: FNV-1a 64 of its UTF-8 bytes, as 16 hex digits.
-pub fn data_hash(text: &str) -> String {
-    format!("{:016x}", folder::fnv1a64(text.as_bytes()))
-}
+// ───────────────────────────── the run's files ─────────────────────────────
 
 /// `data` as an absolute path (through symbolic links where it exists), so a run can be resumed
 /// from any folder; [`DEFAULT_CORPUS`] stays as it is.
@@ -168,37 +64,6 @@ pub fn absolute_data_path(data: &Path) -> PathBuf {
 /// The kernel and thread count products use now, in this process: what a run records.
 pub fn machine() -> (String, usize) {
     (crate::matmul::active_kernel().name().to_string(), crate::threads::default_threads())
-}
-
-/// The text of a `train.json` (indented JSON, a final newline).
-pub fn run_text(file: &RunFile) -> String {
-    // Plain fields of plain types: serialising them cannot fail.
-    let mut text = serde_json::to_string_pretty(file).unwrap_or_default();
-    text.push('\n');
-    text
-}
-
-/// A run's settings as the text of `train.json` (indented JSON), without a tokenizer fingerprint.
-pub fn run_json(data: &Path, tc: &TrainConfig, context: usize, steps: usize, seed: u64) -> String {
-    run_text(&run_file(data, tc, context, steps, seed))
-}
-
-/// The run with the fingerprint of the tokenizer's files recorded: the one place where the
-/// field this layout added to `train.json` is written.
-pub fn run_json_with_tokenizer(run: RunFile, tokenizer_files: &[(String, Vec<u8>)]) -> RunFile {
-    RunFile { tokenizer_fnv1a64: Some(folder::files_hash(tokenizer_files)), ..run }
-}
-
-/// The fingerprint `train.json` in `dir` records for the tokenizer, if it records one (and if
-/// there is a `train.json`: Hugging Face's folders have none).
-pub fn read_tokenizer_hash(dir: &Path) -> Result<Option<String>> {
-    let path = dir.join(RUN_FILE);
-    if !path.exists() {
-        return Ok(None);
-    }
-    let bytes = std::fs::read(&path).map_err(io(&path))?;
-    let file: RunFile = from_json_object(&bytes, &path.display().to_string())?;
-    Ok(file.tokenizer_fnv1a64)
 }
 
 /// What every save of a new run writes besides the trainer's files: the tokenizer's files and
@@ -228,53 +93,6 @@ pub fn run_files(
     let run = run_json_with_tokenizer(run, &files);
     files.push((RUN_FILE.to_string(), run_text(&run).into_bytes()));
     files
-}
-
-/// What [`read_run`] reads back from `train.json`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct RunSettings {
-    /// The text's path ([`DEFAULT_CORPUS`] for chapter 8's default corpus).
-    pub data: PathBuf,
-    /// Batch, schedule, AdamW.
-    pub tc: TrainConfig,
-    /// The context length in tokens.
-    pub context: usize,
-    /// The seed of the run (the batches were seeded by it).
-    pub seed: u64,
-    /// The text's fingerprint ([`data_hash`]), where the run recorded it.
-    pub data_hash: Option<String>,
-    /// The kernel the run's steps used, where the run recorded it.
-    pub kernel: Option<String>,
-}
-
-/// Reads the text of a `train.json` (`file` names it in errors): an error names the file, the
-/// missing, mistyped or unknown field, and the line.
-pub fn run_from_json(bytes: &[u8], file: &str) -> Result<RunSettings> {
-    let j: RunFile = from_json_object(bytes, file)?;
-    let schedule = Schedule::new(j.max_lr, j.min_lr, j.warmup, j.decay_steps)?;
-    let tc = TrainConfig {
-        batch: j.batch,
-        schedule,
-        weight_decay: j.weight_decay,
-        beta1: j.beta1,
-        beta2: j.beta2,
-        epsilon: j.epsilon,
-        clip: j.clip,
-    };
-    Ok(RunSettings {
-        data: PathBuf::from(j.data),
-        tc,
-        context: j.context,
-        seed: j.seed,
-        data_hash: j.data_fnv1a64,
-        kernel: j.kernel,
-    })
-}
-
-/// A folder's `train.json`, read back with [`run_from_json`].
-pub fn read_run(dir: &Path) -> Result<RunSettings> {
-    let path = dir.join(RUN_FILE);
-    run_from_json(&std::fs::read(&path).map_err(io(&path))?, &path.display().to_string())
 }
 
 /// The text at `data` ([`DEFAULT_CORPUS`]: chapter 8's default corpus): UTF-8 and not empty.
@@ -341,7 +159,7 @@ pub fn open_run_with(dir: &Path, budget: u64, data: Option<&Path>) -> Result<Ope
     let resolved = folder::resolve(dir)?;
     let here = resolved.path.as_path();
     let settings = read_run(here)?;
-    let config = super::checkpoint::read_config(here)?;
+    let config = crate::ch09_gpt::checkpoint::read_config(here)?;
     if settings.context > config.context {
         return Err(invalid(
             "gpt resume",
@@ -366,13 +184,14 @@ pub fn open_run_with(dir: &Path, budget: u64, data: Option<&Path>) -> Result<Ope
         let bytes = super::budget::read_file(&path, per_byte, budget, "--memory-budget")?;
         SafeTensors::parse(bytes, &path.display().to_string())
     };
-    let model_file = read(super::checkpoint::MODEL_FILE)?;
-    super::checkpoint::check_header_against_config(&config, &model_file)?;
+    let model_file = read(crate::ch09_gpt::checkpoint::MODEL_FILE)?;
+    crate::ch09_gpt::checkpoint::check_header_against_config(&config, &model_file)?;
     super::budget::check_with_text(&config, batch, context, text.len(), false, budget)?;
-    let model = super::checkpoint::model_from_safetensors::<f32>(config, &model_file)?;
+    let model = crate::ch09_gpt::checkpoint::model_from_safetensors::<f32>(config, &model_file)?;
     let fresh = Trainer::new(model, &settings.tc, settings.seed)?;
-    let state = read(super::checkpoint::STATE_FILE)?;
-    let trainer = super::checkpoint::trainer_from_safetensors(config, &model_file, &state, &fresh)?;
+    let state = read(crate::ch09_gpt::checkpoint::STATE_FILE)?;
+    let trainer =
+        crate::ch09_gpt::checkpoint::trainer_from_safetensors(config, &model_file, &state, &fresh)?;
     let run_path = here.join(RUN_FILE);
     let mut run = std::fs::read(&run_path).map_err(io(&run_path))?;
     let file: RunFile = from_json_object(&run, &run_path.display().to_string())?;
