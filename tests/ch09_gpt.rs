@@ -7,6 +7,7 @@ use approx::assert_abs_diff_eq;
 use llm_workbook::Error;
 use llm_workbook::ch09_gpt::config::{Config, MatrixAccounting, Positions};
 use llm_workbook::ch09_gpt::data::{self, SortTask, TokenSplit};
+use llm_workbook::ch09_gpt::model::Param;
 use llm_workbook::ch09_gpt::safetensors::{self as st, SafeTensors, TensorOut};
 use llm_workbook::ch09_gpt::schedule::{Schedule, clip_global_norm, global_norm};
 use llm_workbook::ch09_gpt::{self as gpt, book, walkthrough};
@@ -938,8 +939,22 @@ mod model {
     pub fn perturbed(config: Config, seed: u64) -> Gpt<f64> {
         let mut m = Gpt::<f64>::new(config, seed).unwrap();
         let mut rng = Rng::new(seed + 100);
-        for t in m.tensors_mut() {
-            t.apply(|x| *x += 0.3 * rng.normal());
+        let maps: Vec<usize> = m.shape().order().iter().map(|(s, _)| s.maps).collect();
+        let mut tensors = m.tensors_mut();
+        let mut i = 0;
+        while i < tensors.len() {
+            // A run of tensors holding several maps side by side (W_QKV, then b_QKV) is pushed
+            // map by map, the run's k-th maps one after another: W_Q, b_Q, W_K, b_K, W_V, b_V,
+            // each drawn as a tensor of its own.
+            let run = (i..tensors.len()).take_while(|&j| maps[j] > 1 && maps[j] == maps[i]).count();
+            let run = run.max(1);
+            for k in 0..maps[i] {
+                for t in &mut tensors[i..i + run] {
+                    let w = t.ncols() / maps[i];
+                    t.columns_mut(k * w, w).apply(|x| *x += 0.3 * rng.normal());
+                }
+            }
+            i += run;
         }
         m
     }
@@ -1000,7 +1015,7 @@ mod model {
         let mut untied = Gpt::<f64>::new(tiny(false, Positions::Learned), 0).unwrap();
         let mut values: Vec<DMatrix<f64>> =
             tied.tensors().into_iter().map(|(_, m)| m.clone()).collect();
-        values.push(tied.wte.clone()); // lm_head = wte, as separate matrices
+        values.push(tied.wte().clone()); // lm_head = wte, as separate matrices
         untied.set_tensors(&values).unwrap();
         let batch = tiny_batch();
         let gt = tied.loss_and_grads(&batch).unwrap();
@@ -1169,7 +1184,7 @@ mod generation {
         let e = m.step(&mut cache, 1).unwrap_err();
         assert!(e.to_string().contains("another model"), "{e}");
         let mut broken = m.clone();
-        broken.blocks[0].ffn.w2[(0, 0)] = f64::NAN;
+        broken.params.get_mut(Param::W2, Some(0)).unwrap()[(0, 0)] = f64::NAN;
         let mut cache = broken.new_kv_cache();
         assert!(matches!(broken.step(&mut cache, 1), Err(Error::NonFinite { .. })));
     }
@@ -1376,7 +1391,7 @@ mod checkpoints {
         assert!(f.tensors.iter().all(|t| t.dtype == "F32"));
         // The fused matrix's columns d … 2d − 1 are W_K, row-major on disk.
         let fused: DMatrix<f32> = f.matrix("h.0.attn.c_attn.weight", 8, 24).unwrap();
-        assert_eq!(fused.columns(8, 8), m.blocks[0].attn.w_k.columns(0, 8));
+        assert_eq!(fused.columns(8, 8), m.params.q_k_v(Param::WQkv, 0).unwrap()[1].columns(0, 8));
         let cfg: serde_json::Value =
             serde_json::from_slice(&std::fs::read(dir.join(CONFIG_FILE)).unwrap()).unwrap();
         for (k, v) in
@@ -1406,7 +1421,7 @@ mod checkpoints {
         let mask = DMatrix::from_fn(6, 6, |i, j| if j <= i { 1.0_f32 } else { 0.0 });
         tensors.push(TensorOut::matrix("transformer.h.0.attn.bias", &mask, vec![1, 1, 6, 6]));
         tensors.push(TensorOut::matrix("transformer.h.1.attn.bias", &mask, vec![1, 1, 6, 6]));
-        tensors.push(TensorOut::matrix("lm_head.weight", &m.wte, vec![7, 8]));
+        tensors.push(TensorOut::matrix("lm_head.weight", m.wte(), vec![7, 8]));
         let f =
             SafeTensors::parse(st::serialize(&tensors, &[]).unwrap(), "hf.safetensors").unwrap();
         let back: Gpt<f32> = ck::model_from_safetensors(m.config, &f).unwrap();
@@ -1468,7 +1483,7 @@ mod checkpoints {
         assert!(e.contains("wpe.weight is not part") && e.contains("sinusoidal"), "{e}");
         // Tied config, but lm_head differs from wte.
         let mut lying = good.clone();
-        lying.push(TensorOut::matrix("lm_head.weight", &(m.wte.clone() * 2.0), vec![7, 8]));
+        lying.push(TensorOut::matrix("lm_head.weight", &(m.wte().clone() * 2.0), vec![7, 8]));
         assert!(err_of(config, lying).contains("lm_head.weight differs"));
         // NaN weights.
         let mut nan = without("ln_f.bias");
@@ -1559,6 +1574,47 @@ mod checkpoints {
         ck::save_model(&later.model, &dir, &[("step".into(), "5".into())]).unwrap();
         let e = ck::load_trainer(&dir, &fresh()).unwrap_err().to_string();
         assert!(e.contains(STATE_FILE) && e.contains("interrupted save"), "{e}");
+    }
+
+    #[test]
+    fn a_training_state_with_the_q_k_v_moments_apart_still_resumes() {
+        let (task, config, tc) = sort_setup();
+        let data = Data::Sort(&task);
+        let fresh = || Trainer::new(Gpt::<f32>::new(config, 11).unwrap(), &tc, 12).unwrap();
+        let mut first = fresh();
+        first.run(&data, &tc, 3, |_| {}).unwrap();
+        let dir = common::temp_dir("ch09_resume_q_k_v");
+        ck::save_trainer(&first, &dir).unwrap();
+        // The state as a model holding W_Q, W_K and W_V as three tensors wrote it: every c_attn
+        // moment as three tensors attn.q, attn.k, attn.v, byte for byte otherwise.
+        let state = SafeTensors::read(&dir.join(STATE_FILE)).unwrap();
+        let mut apart = Vec::new();
+        for t in &state.tensors {
+            if t.shape.len() == 1 {
+                apart.push(TensorOut::f64s(&t.name, &state.values_f64(&t.name, &t.shape).unwrap()));
+                continue;
+            }
+            let (rows, cols) = (t.shape[0], t.shape[1]);
+            let m: DMatrix<f32> = state.matrix(&t.name, rows, cols).unwrap();
+            match t.name.split_once(".attn.c_attn.") {
+                Some((stem, kind)) => {
+                    for (k, map) in ["q", "k", "v"].into_iter().enumerate() {
+                        let part = m.columns(k * cols / 3, cols / 3).into_owned();
+                        let name = format!("{stem}.attn.{map}.{kind}");
+                        apart.push(TensorOut::matrix(name, &part, vec![rows, cols / 3]));
+                    }
+                }
+                None => apart.push(TensorOut::matrix(&t.name, &m, vec![rows, cols])),
+            }
+        }
+        assert!(apart.len() > state.tensors.len());
+        std::fs::write(dir.join(STATE_FILE), st::serialize(&apart, &state.metadata).unwrap())
+            .unwrap();
+        let resumed = ck::load_trainer(&dir, &fresh()).unwrap();
+        assert_eq!(resumed.step, 3);
+        assert_eq!(resumed.model, first.model);
+        assert_eq!(resumed.optimizer.moments.first(), first.optimizer.moments.first());
+        assert_eq!(resumed.optimizer.moments.second(), first.optimizer.moments.second());
     }
 }
 
@@ -1654,8 +1710,8 @@ mod official_safetensors {
             if m.config.tied {
                 tensors.push(TensorOut::matrix(
                     "lm_head.weight",
-                    &m.wte,
-                    vec![m.wte.nrows(), m.wte.ncols()],
+                    m.wte(),
+                    vec![m.wte().nrows(), m.wte().ncols()],
                 ));
             }
         }
@@ -2967,9 +3023,9 @@ mod fused_step {
         let mut post = base.clone();
         post.blocks[1].order = NormOrder::Post;
         let mut eps = base.clone();
-        eps.blocks[0].ln2.placement = Epsilon::AddedToStd;
+        eps.blocks[0].ln2 = Epsilon::AddedToStd;
         let mut relu = base.clone();
-        relu.blocks[0].ffn.act = llm_workbook::ch03_mlp::Activation::Relu;
+        relu.blocks[0].act = llm_workbook::ch03_mlp::Activation::Relu;
         for (what, m) in [("post-LN", &post), ("σ + ε", &eps), ("ReLU", &relu)] {
             assert!(!supports(m), "{what}");
             let e = FusedStep::new().loss_and_grads(m, &tiny_batch()).unwrap_err();
@@ -3098,7 +3154,7 @@ mod fused_step {
         assert!(fused.loss_and_grads(&model, &long).unwrap_err().to_string().contains("context"));
         // A NaN weight is an error, not a NaN loss.
         let mut nan = model.clone();
-        nan.wte[(1, 0)] = f64::NAN;
+        nan.params.get_mut(Param::Wte, None).unwrap()[(1, 0)] = f64::NAN;
         assert!(fused.loss_and_grads(&nan, &tiny_batch()).is_err());
     }
 }

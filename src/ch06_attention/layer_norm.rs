@@ -40,6 +40,20 @@ pub struct LayerNorm<T: Float> {
     pub placement: Epsilon,
 }
 
+/// A LayerNorm's γ and β borrowed from wherever they are held, with ε and where it enters: what
+/// the in-place passes ([`layer_norm_forward_view`], [`layer_norm_backward_view`]) read.
+#[derive(Clone, Copy, Debug)]
+pub struct LnView<'a, T: Float> {
+    /// γ, 1×C.
+    pub gamma: &'a DMatrix<T>,
+    /// β, 1×C.
+    pub beta: &'a DMatrix<T>,
+    /// ε > 0.
+    pub eps: f64,
+    /// Where ε enters.
+    pub placement: Epsilon,
+}
+
 /// The ε D3 uses, and a common default.
 pub const LAYER_NORM_EPS: f64 = 1e-6;
 
@@ -54,6 +68,11 @@ impl<T: Float> LayerNorm<T> {
         };
         ln.validate("LayerNorm::new")?;
         Ok(ln)
+    }
+
+    /// γ, β, ε and its placement, borrowed.
+    pub fn view(&self) -> LnView<'_, T> {
+        LnView { gamma: &self.gamma, beta: &self.beta, eps: self.eps, placement: self.placement }
     }
 
     /// The same with ε placed as given.
@@ -138,6 +157,17 @@ pub fn layer_norm_forward<T: Float>(
 /// ([`layer_norm_forward`] checks them all and then calls this).
 pub fn layer_norm_forward_into<T: Float>(
     ln: &LayerNorm<T>,
+    x: &DMatrix<T>,
+    cache: &mut LnCache<T>,
+    y: &mut DMatrix<T>,
+) {
+    layer_norm_forward_view(ln.view(), x, cache, y);
+}
+
+/// [`layer_norm_forward_into`] for γ and β held elsewhere ([`LnView`]: chapter 9 keeps them in
+/// its parameter store).
+pub fn layer_norm_forward_view<T: Float>(
+    ln: LnView<'_, T>,
     x: &DMatrix<T>,
     cache: &mut LnCache<T>,
     y: &mut DMatrix<T>,
@@ -248,6 +278,19 @@ pub enum Store {
 /// product).
 pub fn layer_norm_backward_into<T: Float>(
     ln: &LayerNorm<T>,
+    cache: &LnCache<T>,
+    d_y: &DMatrix<T>,
+    store: Store,
+    d_x: &mut DMatrix<T>,
+    d_gamma: &mut DMatrix<T>,
+    d_beta: &mut DMatrix<T>,
+) {
+    layer_norm_backward_view(ln.view(), cache, d_y, store, d_x, d_gamma, d_beta);
+}
+
+/// [`layer_norm_backward_into`] for γ and β held elsewhere ([`LnView`]).
+pub fn layer_norm_backward_view<T: Float>(
+    ln: LnView<'_, T>,
     cache: &LnCache<T>,
     d_y: &DMatrix<T>,
     store: Store,

@@ -41,8 +41,9 @@ pub use block::{
     block_forward, ffn_backward, ffn_forward, residual_add,
 };
 pub use layer_norm::{
-    Epsilon, LAYER_NORM_EPS, LayerNorm, LnCache, LnGrads, Store, layer_norm_backward,
-    layer_norm_backward_into, layer_norm_forward, layer_norm_forward_into,
+    Epsilon, LAYER_NORM_EPS, LayerNorm, LnCache, LnGrads, LnView, Store, layer_norm_backward,
+    layer_norm_backward_into, layer_norm_backward_view, layer_norm_forward,
+    layer_norm_forward_into, layer_norm_forward_view,
 };
 pub use multihead::{
     MhaCache, MhaGrads, MultiHead, concat_heads, head_parameter_count, mha_backward, mha_forward,

@@ -30,7 +30,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 use super::config::{Config, GPT2_LAYER_NORM_EPSILON, Positions};
-use super::model::{Gpt, Shape, gpt2_layout};
+use super::model::{Gpt, Param, Shape, full_name, gpt2_layout, spec_of};
 use super::safetensors::{SafeTensors, TensorOut, serialize, write_atomic};
 use super::train::{StepRecord, Trainer};
 use crate::error::from_json_object;
@@ -198,23 +198,15 @@ pub fn read_config(dir: &Path) -> Result<Config> {
 
 // ───────────────────────────── the weights ─────────────────────────────
 
-/// The model's tensors under GPT-2's names and layouts, ready to serialise: one per row of
-/// [`gpt2_layout`] (the parameter table's GPT-2 names), the fused ones (`c_attn`) with their
-/// parts side by side in their columns.
+/// The model's tensors under GPT-2's names and layouts, ready to serialise: the store's tensors
+/// in its order ([`gpt2_layout`]: the model holds GPT-2's layout), a tensor of one row 1-D.
 pub fn gpt2_tensors<T: Float>(model: &Gpt<T>) -> Vec<TensorOut> {
     gpt2_layout(&model.config, model.shape())
         .into_iter()
-        .map(|t| {
-            let mut m = DMatrix::zeros(t.rows, t.cols);
-            let mut col = 0;
-            for (p, l) in &t.parts {
-                if let Some(part) = model.tensor(*p, *l) {
-                    m.columns_mut(col, part.ncols()).copy_from(part);
-                    col += part.ncols();
-                }
-            }
-            let shape = if t.one_d { vec![t.cols] } else { vec![t.rows, t.cols] };
-            TensorOut::matrix(t.name, &m, shape)
+        .zip(model.params.iter())
+        .map(|(t, m)| {
+            let shape = if t.one_d { vec![m.ncols()] } else { vec![m.nrows(), m.ncols()] };
+            TensorOut::matrix(t.name, m, shape)
         })
         .collect()
 }
@@ -260,8 +252,11 @@ pub fn check_header_against_config(config: &Config, f: &SafeTensors) -> Result<(
     }
     // The shapes that bound the config's sizes, from the parameter table: the embeddings
     // (vocabulary, context, width) and the last block's MLP (width, layers).
-    let last = format!("h.{}.mlp.c_fc.weight", config.layers - 1);
-    let bounding = ["wte.weight", last.as_str(), "wpe.weight"];
+    let bounding = [
+        full_name(spec_of(Param::Wte).name, None),
+        full_name(spec_of(Param::W1).name, Some(config.layers - 1)),
+        full_name(spec_of(Param::Wpe).name, None),
+    ];
     let layout = gpt2_layout(config, Shape::of_config(config));
     let want: Vec<(String, Vec<usize>)> = bounding
         .iter()
@@ -288,8 +283,9 @@ pub fn model_from_safetensors<T: Float>(config: Config, f: &SafeTensors) -> Resu
     let file = f.file.clone();
     // Hugging Face files saved from GPT2LMHeadModel prefix the body with "transformer.".
     let prefixed = f.tensors.iter().any(|t| t.name.starts_with("transformer."));
+    let head_name = spec_of(Param::LmHead).name;
     let name_of = |n: &str| {
-        if prefixed && n != "lm_head.weight" { format!("transformer.{n}") } else { n.to_string() }
+        if prefixed && n != head_name { format!("transformer.{n}") } else { n.to_string() }
     };
     let mut expected: Vec<String> = Vec::new();
     let mut get = |name: &str, rows: usize, cols: usize| -> Result<DMatrix<T>> {
@@ -308,22 +304,14 @@ pub fn model_from_safetensors<T: Float>(config: Config, f: &SafeTensors) -> Resu
     };
     let mut model = Gpt::<T>::new(config, 0)?;
     let (d, v) = (config.width, config.vocab_size);
-    // Every tensor of the parameter table, under its GPT-2 name; a fused one split by columns.
-    for t in gpt2_layout(&config, model.shape()) {
-        let m = get(&t.name, t.rows, t.cols)?;
-        let mut col = 0;
-        for (p, l) in &t.parts {
-            if let Some(part) = model.tensor_mut(*p, *l) {
-                let cols = part.ncols();
-                part.copy_from(&m.columns(col, cols));
-                col += cols;
-            }
-        }
+    // Every tensor of the parameter table, under its GPT-2 name, into the store in its order.
+    for (t, slot) in gpt2_layout(&config, model.shape()).into_iter().zip(model.params.iter_mut()) {
+        *slot = get(&t.name, t.rows, t.cols)?;
     }
-    if config.tied && f.info("lm_head.weight").is_some() {
+    if config.tied && f.info(head_name).is_some() {
         // A tied model may still carry the shared matrix under its second name; it must be W_E.
-        let head: DMatrix<T> = get("lm_head.weight", v, d)?;
-        if head != model.wte {
+        let head: DMatrix<T> = get(head_name, v, d)?;
+        if &head != model.wte() {
             return Err(parse_error(
                 &file,
                 "config.json says the unembedding is tied to wte, but lm_head.weight differs from \
@@ -334,7 +322,7 @@ pub fn model_from_safetensors<T: Float>(config: Config, f: &SafeTensors) -> Resu
     for t in &f.tensors {
         let bare = t.name.strip_prefix("transformer.").unwrap_or(&t.name);
         if !expected.contains(&t.name) && !is_mask_buffer(bare) {
-            let hint = if bare == "wpe.weight" {
+            let hint = if bare == spec_of(Param::Wpe).name {
                 " (config.json says the positions are sinusoidal)"
             } else {
                 ""
@@ -460,6 +448,40 @@ pub fn trainer_files<T: Float>(trainer: &Trainer<T>) -> Result<Vec<(String, Vec<
     Ok(files)
 }
 
+/// The moment `which` ("m" or "v") of tensor `name` (rows×cols) from a training state. States
+/// written while the model held W_Q, W_K and W_V as three tensors name their moments
+/// `h.{l}.attn.q.weight`, `….k.…`, `….v.…` (and the biases likewise): where `c_attn`'s moment is
+/// missing, those three are read and put side by side, as W_QKV holds the maps.
+fn moment<T: Float>(
+    state: &SafeTensors,
+    which: &str,
+    name: &str,
+    rows: usize,
+    cols: usize,
+) -> Result<DMatrix<T>> {
+    let key = format!("adam.{which}.{name}");
+    let fused = spec_of(Param::WQkv).name.rsplit_once('.').map_or("", |(stem, _)| stem);
+    let split = name.rsplit_once('.').and_then(|(stem, kind)| {
+        let block = stem.strip_suffix(fused)?; // "h.{l}."
+        Some((block.to_string(), kind.to_string()))
+    });
+    match split {
+        Some((block, kind)) if state.info(&key).is_none() && cols % 3 == 0 => {
+            let mut m = DMatrix::zeros(rows, cols);
+            for (k, map) in ["q", "k", "v"].into_iter().enumerate() {
+                let part = format!("adam.{which}.{block}attn.{map}.{kind}");
+                m.columns_mut(k * cols / 3, cols / 3).copy_from(&state.matrix::<T>(
+                    &part,
+                    rows,
+                    cols / 3,
+                )?);
+            }
+            Ok(m)
+        }
+        _ => state.matrix::<T>(&key, rows, cols),
+    }
+}
+
 /// Loads a trainer saved by [`save_trainer`]: model, moments, generator, step and history.
 /// `fresh` supplies the optimiser's hyper-parameters (a resumed run keeps its schedule).
 pub fn load_trainer<T: Float>(dir: &Path, fresh: &Trainer<T>) -> Result<Trainer<T>> {
@@ -513,8 +535,8 @@ pub fn trainer_from_safetensors<T: Float>(
     let mut second = Vec::new();
     if adam_steps > 0 {
         for (name, r, c) in &shapes {
-            first.push(state.matrix::<T>(&format!("adam.m.{name}"), *r, *c)?);
-            second.push(state.matrix::<T>(&format!("adam.v.{name}"), *r, *c)?);
+            first.push(moment(state, "m", name, *r, *c)?);
+            second.push(moment(state, "v", name, *r, *c)?);
         }
     }
     let moments = AdamMoments::from_parts(first, second, adam_steps)

@@ -194,30 +194,6 @@ impl Config {
         }
         Ok(())
     }
-
-    /// Every tensor our GPT holds, as (Hugging Face GPT-2 name, rows, columns), in the order of
-    /// the checkpoint (derived from the parameter table,
-    /// [`PARAMETERS`](super::model::PARAMETERS)). Linear weights are stored in×out (GPT-2's
-    /// `Conv1D` layout), biases and LayerNorm parameters as 1×n rows.
-    pub fn tensor_shapes(&self) -> Vec<(String, usize, usize)> {
-        use super::model::{Shape, gpt2_layout};
-        gpt2_layout(self, Shape::of_config(self))
-            .into_iter()
-            .map(|t| (t.name, t.rows, t.cols))
-            .collect()
-    }
-
-    /// The number of parameters: the sum of [`Config::tensor_shapes`]. Per block that is
-    /// 12d² + 13d (attention 4d² + 4d, MLP 8d² + 5d, two LayerNorms 4d).
-    pub fn parameter_count(&self) -> u64 {
-        self.tensor_shapes().iter().map(|(_, r, c)| (*r as u64) * (*c as u64)).sum()
-    }
-
-    /// The parameters of one block: 12d² + 13d.
-    pub fn block_parameters(&self) -> u64 {
-        let d = self.width as u64;
-        12 * d * d + 13 * d
-    }
 }
 
 /// GPT-1's parameters: our count for its configuration less the final LayerNorm, which GPT-1

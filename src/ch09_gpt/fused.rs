@@ -11,8 +11,8 @@
 //! - **No matrix allocated per step.** Every activation the backward pass needs and every
 //!   gradient lives in a [`FusedStep`] kept by the trainer and reused from step to step.
 //! - **One product for Q, K and V.** The three projections read the same input, so they are one
-//!   product with W_QKV = \[W_Q W_K W_V\] (d×3d), and their backward is one product too:
-//!   ∂n₁ = ∂QKV·W_QKVᵀ, ∂W_QKV = n₁ᵀ∂QKV.
+//!   product with W_QKV = \[W_Q W_K W_V\] (d×3d, held so in the parameter store), and their
+//!   backward is one product too: ∂n₁ = ∂QKV·W_QKVᵀ, ∂W_QKV = n₁ᵀ∂QKV.
 //! - **Attention without copies, causal half mostly skipped.** Each head of each sequence is a view
 //!   into the QKV buffer (a head is a block of columns, a sequence a block of rows, see [`MatRef`]
 //!   and [`MatMut`]), so its products read it and write their results where they are. Queries go
@@ -58,9 +58,8 @@ pub(crate) use forward::{
 };
 
 use super::data::Batch;
-use super::model::Gpt;
-use crate::ch03_mlp::Activation;
-use crate::ch06_attention::{Epsilon, LayerNorm, LnCache, NormOrder};
+use super::model::{BlockForm, Gpt, Grads};
+use crate::ch06_attention::{Epsilon, LnCache};
 use crate::error::{Error, Result, invalid};
 use crate::float::Float;
 use crate::matmul::{MatMut, MatRef, product_choices};
@@ -124,28 +123,22 @@ fn saved_values_per_sequence(c: &super::config::Config, t: usize) -> usize {
 pub fn supports<T: Float>(model: &Gpt<T>) -> bool {
     let c = &model.config;
     let d = c.width;
-    let ln_ok = |ln: &LayerNorm<T>| ln.placement == Epsilon::InsideSqrt;
     // Every parameter shaped as the table says, and the position table n_ctx×d even when fixed.
     let shaped = model
         .shape()
         .order()
         .into_iter()
-        .zip(model.tensors())
-        .all(|((s, _), (_, m))| m.shape() == (s.rows.of(c), s.cols.of(c)));
+        .zip(model.params.iter())
+        .all(|((s, _), m)| m.shape() == (s.rows.of(c), s.cols.of(c)));
     d > 0
         && c.heads > 0
         && d.is_multiple_of(c.heads)
         && model.blocks.len() == c.layers
+        && model.params.len() == model.shape().len()
         && shaped
-        && model.wpe.shape() == (c.context, d)
-        && ln_ok(&model.ln_f)
-        && model.blocks.iter().all(|b| {
-            b.order == NormOrder::Pre
-                && b.ffn.act == Activation::GeluTanh
-                && ln_ok(&b.ln1)
-                && ln_ok(&b.ln2)
-                && b.attn.heads == c.heads
-        })
+        && model.wpe().shape() == (c.context, d)
+        && model.ln_f == Epsilon::InsideSqrt
+        && model.blocks.iter().all(|b| *b == BlockForm::GPT2)
 }
 
 /// What one block's backward pass needs from its forward pass, for the rows of one shard.
@@ -210,29 +203,25 @@ struct Shard<T: Float> {
     d_qkv: DMatrix<T>,
     /// ∂L/∂a₁ then ∂L/∂z₁, N×4d.
     d_z1: DMatrix<T>,
-    /// ∂L/∂W_QKV before it is split into W_Q, W_K, W_V's gradients, d×3d.
-    d_w_qkv: DMatrix<T>,
     /// ∂L/∂A then ∂L/∂S of one head, T×T.
     d_scores: Vec<T>,
     /// Scratch of length T for Σ_j A ⊙ ∂A per row.
     row_a: Vec<T>,
     /// This shard's gradients, in [`Gpt::tensors`] order.
-    grads: Vec<DMatrix<T>>,
+    grads: Grads<T>,
     /// The last row's buffers when only it is computed ([`Outputs::LastRow`]).
     last: LastRow<T>,
     /// Σ over this shard's scored rows of −ln p(target).
     loss_sum: f64,
 }
 
-/// The reusable state of the fused step: the fused QKV weights and one shard (its own buffers
-/// and gradients) per part of the batch. Buffers are sized on the first step and resized only
+/// The reusable state of the fused step: one shard (its own buffers and gradients) per part of
+/// the batch. Buffers are sized on the first step and resized only
 /// when the batch or model shape changes. Memory: every activation the backward pass needs, plus
 /// one full set of gradients per shard (for GPT-2 124M in f32, about 0.5 GB each), which
 /// [`gradient_shards`] keeps within the activations' own memory.
 #[derive(Clone, Default)]
 pub struct FusedStep<T: Float> {
-    /// W_QKV = \[W_Q W_K W_V\] (d×3d) and b_QKV (1×3d) of every block, refreshed each step.
-    w_qkv: Vec<(DMatrix<T>, DMatrix<T>)>,
     shards: Vec<Shard<T>>,
     /// (B, T, the model's shape) the buffers were sized for.
     sized_for: Option<(usize, usize, super::config::Config, bool, bool)>,
@@ -251,7 +240,7 @@ impl<T: Float> std::fmt::Debug for FusedStep<T> {
 impl<T: Float> FusedStep<T> {
     /// An empty workspace; the first step sizes it.
     pub fn new() -> Self {
-        FusedStep { w_qkv: Vec::new(), shards: Vec::new(), sized_for: None }
+        FusedStep { shards: Vec::new(), sized_for: None }
     }
 
     /// The mean next-token loss of `batch` and ∂L/∂θ for every parameter tensor, in
@@ -290,16 +279,14 @@ impl<T: Float> FusedStep<T> {
             return Err(Error::Empty { op: "Gpt::loss", arg: "targets (no position is scored)" });
         }
         self.size(model, batch, true);
-        self.refresh_qkv_weights(model);
         let scale = T::of(1.0 / scored as f64);
-        let w_qkv = &self.w_qkv;
         let threads = crate::threads::default_threads();
-        for r in run_shards(&mut self.shards, threads, |s| s.run(model, w_qkv, batch, scale)) {
+        for r in run_shards(&mut self.shards, threads, |s| s.run(model, batch, scale)) {
             r.unwrap_or_else(|| Err(invalid(OP, "shard", "a shard's thread panicked")))?;
         }
         let loss_sum = add_in_shard_order(&mut self.shards, threads);
         let first = &mut self.shards[0];
-        Ok((loss_sum / scored as f64, &mut first.grads))
+        Ok((loss_sum / scored as f64, &mut first.grads[..]))
     }
 
     /// The logits of the last position of one sequence (`tokens`, at most n_ctx of them), by the
@@ -335,9 +322,8 @@ impl<T: Float> FusedStep<T> {
     }
 
     /// The forward pass over one sequence, keeping every block's buffers; the last row's logits.
-    /// `new_model`: check that the fused pass covers the model ([`supports`]) and fuse its W_QKV
-    /// (false only where both were done for these very weights: [`Windows`], at every token
-    /// after its first).
+    /// `new_model`: check that the fused pass covers the model ([`supports`]) (false only where
+    /// that was done for this very model: [`Windows`], at every token after its first).
     fn forward_one(
         &mut self,
         op: &'static str,
@@ -370,27 +356,9 @@ impl<T: Float> FusedStep<T> {
         let t = tokens.len();
         let shape = Batch { inputs: Vec::new(), targets: Vec::new(), batch: 1, seq_len: t };
         self.size(model, &shape, false);
-        if new_model {
-            self.refresh_qkv_weights(model);
-        }
         let shard = &mut self.shards[0];
-        shard.forward(model, &self.w_qkv, tokens, t, Outputs::LastRow)?;
+        shard.forward(model, tokens, t, Outputs::LastRow)?;
         Ok(shard.last.logits.iter().copied().collect())
-    }
-
-    /// W_QKV = \[W_Q W_K W_V\] and b_QKV = \[b_Q b_K b_V\]: in column-major storage each is three
-    /// contiguous copies.
-    fn refresh_qkv_weights(&mut self, model: &Gpt<T>) {
-        for ((w, b), blk) in self.w_qkv.iter_mut().zip(&model.blocks) {
-            let a = &blk.attn;
-            for (part, (src_w, src_b)) in
-                [(&a.w_q, &a.b_q), (&a.w_k, &a.b_k), (&a.w_v, &a.b_v)].into_iter().enumerate()
-            {
-                let (nw, nb) = (src_w.len(), src_b.len());
-                w.as_mut_slice()[part * nw..(part + 1) * nw].copy_from_slice(src_w.as_slice());
-                b.as_mut_slice()[part * nb..(part + 1) * nb].copy_from_slice(src_b.as_slice());
-            }
-        }
     }
 }
 
@@ -455,7 +423,7 @@ fn add_in_shard_order<T: Float>(shards: &mut [Shard<T>], threads: usize) -> f64 
     let (first, rest) = shards.split_at_mut(1);
     let first = &mut first[0];
     let loss_sum = rest.iter().fold(first.loss_sum, |sum, s| sum + s.loss_sum);
-    let rest: Vec<&[DMatrix<T>]> = rest.iter().map(|s| s.grads.as_slice()).collect();
+    let rest: Vec<&[DMatrix<T>]> = rest.iter().map(|s| &s.grads[..]).collect();
     add_in_order(&mut first.grads, &rest, threads, PARALLEL_REDUCE_MIN);
     loss_sum
 }
@@ -511,20 +479,14 @@ fn add_in_order<T: Float>(
 impl<T: Float> Shard<T> {
     /// Forward and backward over this shard's sequences; `scale` = 1/(scored positions of the
     /// whole batch), so the shards' gradients add up to the batch mean's.
-    fn run(
-        &mut self,
-        model: &Gpt<T>,
-        w_qkv: &[(DMatrix<T>, DMatrix<T>)],
-        batch: &Batch,
-        scale: T,
-    ) -> Result<()> {
+    fn run(&mut self, model: &Gpt<T>, batch: &Batch, scale: T) -> Result<()> {
         let t = batch.seq_len;
         let rows = self.first * t..(self.first + self.seqs) * t;
         let inputs = &batch.inputs[rows.clone()];
         let targets = &batch.targets[rows];
-        self.forward(model, w_qkv, inputs, t, Outputs::Every)?;
+        self.forward(model, inputs, t, Outputs::Every)?;
         self.loss_sum = self.loss_and_logit_gradient(targets, scale);
-        self.backward(model, w_qkv, inputs, t)
+        self.backward(model, inputs, t)
     }
 }
 

@@ -31,17 +31,20 @@ mod pass;
 mod step;
 mod table;
 
+pub use params::{Grads, Params};
 pub(crate) use pass::scatter_embedding_gradient;
 pub use pass::{Cache, Hidden, LossAndGrads};
 pub use step::{DOT_LANES, KvCache, attend_one, dot, row_affine};
 pub use table::{
-    Dim, Gpt2, Gpt2Tensor, Init, PARAMETERS, Param, Part, Presence, Shape, Slots, Spec,
-    TENSORS_PER_BLOCK, block_tensor_name, full_name, gpt2_layout, spec_of,
+    Dim, Gpt2Tensor, Init, PARAMETERS, Param, Part, Presence, Shape, Spec, TENSORS_PER_BLOCK,
+    block_tensor_name, full_name, gpt2_layout, parameters_saturating, spec_of,
 };
 
 use super::config::{Config, Positions};
 use crate::ch03_mlp::Activation;
-use crate::ch06_attention::{Block, Ffn, LayerNorm, MultiHead, NormOrder};
+use crate::ch06_attention::{
+    Block, BlockGrads, Epsilon, Ffn, LayerNorm, LnView, MultiHead, NormOrder,
+};
 use crate::error::Result;
 use crate::float::Float;
 use crate::rng::Rng;
@@ -50,93 +53,199 @@ use nalgebra::DMatrix;
 /// The standard deviation of GPT-2's initial weights.
 pub const INIT_STD: f64 = 0.02;
 
-/// A GPT-2-style model.
+/// What a block is besides its parameters: chapter 6's choices, which GPT-2 fixes ([`BlockForm::GPT2`])
+/// and a model assembled by hand may vary (the reference pass covers every form; the fast path
+/// and the cached step GPT-2's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockForm {
+    /// Where the LayerNorms sit (GPT-2: before each branch).
+    pub order: NormOrder,
+    /// The MLP's non-linearity (GPT-2: GELU, tanh form).
+    pub act: Activation,
+    /// Where ε enters LN₁ and LN₂ (GPT-2: inside the square root).
+    pub ln1: Epsilon,
+    /// LN₂'s.
+    pub ln2: Epsilon,
+}
+
+impl BlockForm {
+    /// GPT-2's block: pre-LN, GELU (tanh form), ε inside the square root.
+    pub const GPT2: BlockForm = BlockForm {
+        order: NormOrder::Pre,
+        act: Activation::GeluTanh,
+        ln1: Epsilon::InsideSqrt,
+        ln2: Epsilon::InsideSqrt,
+    };
+}
+
+/// A GPT-2-style model: its parameters in one store, in GPT-2's layout.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Gpt<T: Float> {
     /// The shape.
     pub config: Config,
-    /// The token embedding W_E, V×d (row v is token v's vector).
-    pub wte: DMatrix<T>,
-    /// The position table W_P, n_ctx×d: learned, or chapter 5's fixed sinusoids (then not a
-    /// parameter).
-    pub wpe: DMatrix<T>,
-    /// The blocks: chapter 6's pre-LN block with GELU (tanh form) and a 4d hidden layer.
-    pub blocks: Vec<Block<T>>,
-    /// The final LayerNorm.
-    pub ln_f: LayerNorm<T>,
-    /// The unembedding W_U (V×d) when untied; `None` means W_U = W_E.
-    pub lm_head: Option<DMatrix<T>>,
+    /// Every parameter tensor, in the table's order ([`PARAMETERS`]).
+    pub params: Params<T>,
+    /// Chapter 5's fixed sinusoids (n_ctx×d) when the positions are not learned (then not a
+    /// parameter); 0×0 when they are (W_P is in `params`).
+    pub fixed_positions: DMatrix<T>,
+    /// Each block's form.
+    pub blocks: Vec<BlockForm>,
+    /// Where ε enters the final LayerNorm.
+    pub ln_f: Epsilon,
 }
 
 impl<T: Float> Gpt<T> {
     /// A freshly initialised model, as GPT-2 initialises, tensor by tensor in the order and by
     /// the rule of the parameter table ([`PARAMETERS`]): every weight matrix N(0, 0.02²), the
     /// two residual projections (attention and MLP `c_proj`) N(0, (0.02/√(2l))²) so the residual
-    /// stream's variance does not grow with depth, biases 0, LayerNorm γ = 1, β = 0.
+    /// stream's variance does not grow with depth, biases 0, LayerNorm γ = 1, β = 0. W_QKV's
+    /// three maps are drawn one after another, each as a d×d matrix of its own.
     pub fn new(config: Config, seed: u64) -> Result<Gpt<T>> {
         config.validate()?;
         let mut rng = Rng::new(seed);
-        let d = config.width;
         let proj_std = INIT_STD / (2.0 * config.layers as f64).sqrt();
-        let e = || DMatrix::zeros(0, 0);
-        let ln = || LayerNorm::new(d, config.layer_norm_epsilon);
-        let mut blocks = Vec::with_capacity(config.layers);
-        for _ in 0..config.layers {
-            let (ln1, ln2) = (ln()?, ln()?);
-            blocks.push(unfilled_block(
-                config.heads,
-                Activation::GeluTanh,
-                ln1,
-                ln2,
-                NormOrder::Pre,
-            ));
-        }
-        let wpe = match config.positions {
-            Positions::Learned => e(), // a parameter: drawn below, in the table's order
-            Positions::Sinusoidal => crate::ch05_positions::sinusoidal(config.context, d)?,
+        let fixed_positions = match config.positions {
+            Positions::Learned => DMatrix::zeros(0, 0), // a parameter, drawn in the table's order
+            Positions::Sinusoidal => {
+                crate::ch05_positions::sinusoidal(config.context, config.width)?
+            }
         };
-        let lm_head = (!config.tied).then(e);
-        let mut model = Gpt { config, wte: e(), wpe, blocks, ln_f: ln()?, lm_head };
-        let order = model.shape().order();
-        for ((s, _), slot) in order.into_iter().zip(model.tensors_mut()) {
-            let (r, c) = (s.rows.of(&config), s.cols.of(&config));
-            *slot = match s.init {
-                Init::Normal => rng.normal_matrix(r, c, INIT_STD),
-                Init::Residual => rng.normal_matrix(r, c, proj_std),
-                Init::Zeros => DMatrix::zeros(r, c),
-                Init::Ones => DMatrix::from_element(r, c, T::one()),
-            };
-        }
-        Ok(model)
+        let params = Params::from_fn(&config, Shape::of_config(&config), |s, _, r, c| {
+            let mut m = DMatrix::zeros(r, c);
+            let cols = c / s.maps;
+            for k in 0..s.maps {
+                let map = match s.init {
+                    Init::Normal => rng.normal_matrix(r, cols, INIT_STD),
+                    Init::Residual => rng.normal_matrix(r, cols, proj_std),
+                    Init::Zeros => DMatrix::zeros(r, cols),
+                    Init::Ones => DMatrix::from_element(r, cols, T::one()),
+                };
+                m.columns_mut(k * cols, cols).copy_from(&map);
+            }
+            m
+        });
+        let blocks = vec![BlockForm::GPT2; config.layers];
+        Ok(Gpt { config, params, fixed_positions, blocks, ln_f: Epsilon::InsideSqrt })
+    }
+
+    /// The token embedding W_E (V×d, row v is token v's vector).
+    pub fn wte(&self) -> &DMatrix<T> {
+        self.params.of(Param::Wte, 0)
+    }
+
+    /// The position table W_P (n_ctx×d): learned, or chapter 5's fixed sinusoids.
+    pub fn wpe(&self) -> &DMatrix<T> {
+        self.params.get(Param::Wpe, None).unwrap_or(&self.fixed_positions)
+    }
+
+    /// W_U when it is a tensor of its own (untied), else `None`.
+    pub fn lm_head(&self) -> Option<&DMatrix<T>> {
+        self.params.get(Param::LmHead, None)
     }
 
     /// The unembedding W_U (V×d): `lm_head` or, tied, `wte`.
     pub fn unembedding(&self) -> &DMatrix<T> {
-        self.lm_head.as_ref().unwrap_or(&self.wte)
+        self.lm_head().unwrap_or(self.wte())
+    }
+
+    /// The LayerNorm of γ `gamma` and β `beta` (of block `layer`), ε placed as `placement`, read
+    /// where the store holds them.
+    pub fn ln(
+        &self,
+        (gamma, beta): (Param, Param),
+        layer: usize,
+        placement: Epsilon,
+    ) -> LnView<'_, T> {
+        LnView {
+            gamma: self.params.of(gamma, layer),
+            beta: self.params.of(beta, layer),
+            eps: self.config.layer_norm_epsilon,
+            placement,
+        }
+    }
+
+    /// LN₁ of block `l`.
+    pub fn ln1(&self, l: usize) -> LnView<'_, T> {
+        self.ln((Param::Ln1Gamma, Param::Ln1Beta), l, self.form(l).ln1)
+    }
+
+    /// LN₂ of block `l`.
+    pub fn ln2(&self, l: usize) -> LnView<'_, T> {
+        self.ln((Param::Ln2Gamma, Param::Ln2Beta), l, self.form(l).ln2)
+    }
+
+    /// The final LayerNorm.
+    pub fn ln_f(&self) -> LnView<'_, T> {
+        self.ln((Param::LnFGamma, Param::LnFBeta), 0, self.ln_f)
+    }
+
+    /// Block `l`'s form (GPT-2's past the last block).
+    pub fn form(&self, l: usize) -> BlockForm {
+        self.blocks.get(l).copied().unwrap_or(BlockForm::GPT2)
+    }
+
+    /// Block `l` as chapter 6's [`Block`], for chapter 6's functions: its tensors copied out of
+    /// the store (W_Q, W_K, W_V out of W_QKV's column blocks). The reference pass pays this copy,
+    /// 12d² + 13d values a block per pass: about the work of one product of a single row with
+    /// the block's weights, against the pass's 2·12d² per row; the fast path copies nothing.
+    pub fn block(&self, l: usize) -> Block<T> {
+        let p = |param: Param| self.params.of(param, l).clone();
+        let [w_q, w_k, w_v] = self
+            .params
+            .q_k_v(Param::WQkv, l)
+            .map(|m| m.map(|v| v.into_owned()))
+            .unwrap_or_else(|| std::array::from_fn(|_| DMatrix::zeros(0, 0)));
+        let [b_q, b_k, b_v] = self
+            .params
+            .q_k_v(Param::BQkv, l)
+            .map(|m| m.map(|v| v.into_owned()))
+            .unwrap_or_else(|| std::array::from_fn(|_| DMatrix::zeros(0, 0)));
+        let form = self.form(l);
+        let ln = layer_norm_of;
+        let heads = self.config.heads;
+        let attn =
+            MultiHead { heads, w_q, b_q, w_k, b_k, w_v, b_v, w_o: p(Param::WO), b_o: p(Param::BO) };
+        let ffn = Ffn {
+            w1: p(Param::W1),
+            b1: p(Param::B1),
+            w2: p(Param::W2),
+            b2: p(Param::B2),
+            act: form.act,
+        };
+        Block { attn, ln1: ln(self.ln1(l)), ffn, ln2: ln(self.ln2(l)), order: form.order }
     }
 }
 
-/// A block whose weight matrices and biases are all 0×0, for the parameter table to fill
-/// ([`Gpt::new`] draws them, [`Gpt::cast`] converts them).
-fn unfilled_block<T: Float>(
-    heads: usize,
-    act: Activation,
-    ln1: LayerNorm<T>,
-    ln2: LayerNorm<T>,
-    order: NormOrder,
-) -> Block<T> {
-    let e = || DMatrix::zeros(0, 0);
-    let attn = MultiHead {
-        heads,
-        w_q: e(),
-        b_q: e(),
-        w_k: e(),
-        b_k: e(),
-        w_v: e(),
-        b_v: e(),
-        w_o: e(),
-        b_o: e(),
-    };
-    let ffn = Ffn { w1: e(), b1: e(), w2: e(), b2: e(), act };
-    Block { attn, ln1, ffn, ln2, order }
+/// Chapter 6's LayerNorm holding copies of γ and β (for chapter 6's checked functions).
+pub(crate) fn layer_norm_of<T: Float>(v: LnView<'_, T>) -> LayerNorm<T> {
+    LayerNorm { gamma: v.gamma.clone(), beta: v.beta.clone(), eps: v.eps, placement: v.placement }
+}
+
+/// Writes chapter 6's gradients of block `l` into the gradients' store: the mirror of
+/// [`Gpt::block`] (∂W_Q, ∂W_K, ∂W_V into ∂W_QKV's column blocks).
+pub(crate) fn store_block_grads<T: Float>(grads: &mut Grads<T>, l: usize, g: BlockGrads<T>) {
+    let (a, f) = (g.attn, g.ffn);
+    for (param, parts) in
+        [(Param::WQkv, [a.d_w_q, a.d_w_k, a.d_w_v]), (Param::BQkv, [a.d_b_q, a.d_b_k, a.d_b_v])]
+    {
+        let m = grads.of_mut(param, l);
+        let d = m.ncols() / 3;
+        for (k, part) in parts.iter().enumerate() {
+            m.columns_mut(k * d, d).copy_from(part);
+        }
+    }
+    for (param, m) in [
+        (Param::Ln1Gamma, g.ln1.d_gamma),
+        (Param::Ln1Beta, g.ln1.d_beta),
+        (Param::WO, a.d_w_o),
+        (Param::BO, a.d_b_o),
+        (Param::Ln2Gamma, g.ln2.d_gamma),
+        (Param::Ln2Beta, g.ln2.d_beta),
+        (Param::W1, f.d_w1),
+        (Param::B1, f.d_b1),
+        (Param::W2, f.d_w2),
+        (Param::B2, f.d_b2),
+    ] {
+        *grads.of_mut(param, l) = m;
+    }
 }

@@ -20,7 +20,8 @@
 //! [`BUDGET_VARIABLE`], the `MemAvailable` line of `/proc/meminfo` (Linux), or
 //! [`DEFAULT_BUDGET`].
 
-use crate::ch09_gpt::config::{Config, MLP_EXPANSION, Positions};
+use crate::ch09_gpt::config::{Config, Positions};
+use crate::ch09_gpt::model::parameters_saturating;
 use crate::error::{Result, invalid};
 
 /// The variable that sets the memory budget in bytes (the flag `--memory-budget` wins over it).
@@ -38,23 +39,10 @@ fn sum(terms: &[u128]) -> u128 {
     terms.iter().fold(0u128, |s, &t| s.saturating_add(t))
 }
 
-/// The parameter count of `c`, in 128-bit integers (saturating: never overflows).
+/// The parameter count of `c`, in 128-bit integers (saturating: never overflows), by the
+/// parameter table ([`parameters_saturating`]).
 pub fn parameters(c: &Config) -> u128 {
-    let (v, t, l, d) = (c.vocab_size as u128, c.context as u128, c.layers as u128, c.width as u128);
-    let hidden = mul(&[MLP_EXPANSION as u128, d]);
-    let block = sum(&[
-        mul(&[4, d]),
-        mul(&[3, d, d]),
-        mul(&[3, d]),
-        mul(&[d, d]),
-        d,
-        mul(&[2, d, hidden]),
-        hidden,
-        d,
-    ]);
-    let positions = if c.positions == Positions::Learned { mul(&[t, d]) } else { 0 };
-    let head = if c.tied { 0 } else { mul(&[v, d]) };
-    sum(&[mul(&[v, d]), positions, mul(&[l, block]), mul(&[2, d]), head])
+    parameters_saturating(c)
 }
 
 /// The estimated bytes of a run of `c` on batches of `batch` sequences of `tokens` tokens (see

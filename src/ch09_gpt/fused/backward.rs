@@ -4,8 +4,8 @@
 
 use super::{Heads, Shard, causal_blocks};
 use crate::ch03_mlp::{Activation, activation_backward_in_place};
-use crate::ch06_attention::{LayerNorm, LnCache, Store, layer_norm_backward_into};
-use crate::ch09_gpt::model::{Gpt, Param, Slots, scatter_embedding_gradient};
+use crate::ch06_attention::{LnCache, LnView, Store, layer_norm_backward_view};
+use crate::ch09_gpt::model::{Gpt, Param, scatter_embedding_gradient};
 use crate::error::{Result, invalid};
 use crate::float::{Float, lane_sum};
 use crate::matmul::{MatMut, MatRef, Op, gemm, gemm_view};
@@ -14,33 +14,28 @@ use nalgebra::DMatrix;
 impl<T: Float> Shard<T> {
     // ───────────────────────────── backward ─────────────────────────────
 
-    pub(super) fn backward(
-        &mut self,
-        model: &Gpt<T>,
-        w_qkv: &[(DMatrix<T>, DMatrix<T>)],
-        inputs: &[u32],
-        t: usize,
-    ) -> Result<()> {
-        let slots = Slots::of(model.shape());
+    pub(super) fn backward(&mut self, model: &Gpt<T>, inputs: &[u32], t: usize) -> Result<()> {
         let heads = model.config.heads;
         let g = &mut self.grads;
+        let shape = g.shape();
+        let slot = |p: Param, l: usize| shape.index(p, l).unwrap_or(0);
         // tied: W_U's gradient goes to W_E's slot first
-        let u_slot = slots.get(Param::LmHead, 0).unwrap_or(slots.at(Param::Wte, 0));
+        let u_slot =
+            if model.lm_head().is_some() { slot(Param::LmHead, 0) } else { slot(Param::Wte, 0) };
         // z = h_f W_Uᵀ ⇒ ∂h_f = ∂z W_U, ∂W_U = ∂zᵀ h_f
         gemm(T::one(), &self.logits, Op::N, model.unembedding(), Op::N, T::zero(), &mut self.d_n)?;
         gemm(T::one(), &self.logits, Op::T, &self.h_f, Op::N, T::zero(), &mut g[u_slot])?;
         // h_f = LN_f(x_L) ⇒ ∂x_L = LN_f backward (x now holds ∂L/∂x)
         self.x.fill(T::zero());
-        let ln_f = (slots.at(Param::LnFGamma, 0), slots.at(Param::LnFBeta, 0));
-        layer_norm_backward(&model.ln_f, &self.ln_f, &self.d_n, &mut self.x, g, ln_f)?;
-        for (l, ((blk, s), (w, _))) in
-            model.blocks.iter().zip(self.blocks.iter_mut()).zip(w_qkv).enumerate().rev()
-        {
-            let at = |p: Param| slots.at(p, l);
+        let ln_f = (slot(Param::LnFGamma, 0), slot(Param::LnFBeta, 0));
+        layer_norm_backward(model.ln_f(), &self.ln_f, &self.d_n, &mut self.x, g, ln_f)?;
+        for (l, s) in self.blocks.iter_mut().enumerate().rev() {
+            let at = |p: Param| slot(p, l);
+            let w = |p: Param| model.params.of(p, l);
             // x' = h + a₁W₂ + b₂ ⇒ ∂h = ∂x' (kept in x), ∂W₂ = a₁ᵀ∂x', ∂b₂ = Σ ∂x', ∂a₁ = ∂x' W₂ᵀ
             gemm(T::one(), &s.a1, Op::T, &self.x, Op::N, T::zero(), &mut g[at(Param::W2)])?;
             column_sums(&self.x, &mut g[at(Param::B2)]);
-            gemm(T::one(), &self.x, Op::N, &blk.ffn.w2, Op::T, T::zero(), &mut self.d_z1)?;
+            gemm(T::one(), &self.x, Op::N, w(Param::W2), Op::T, T::zero(), &mut self.d_z1)?;
             // a₁ = GELU(z₁) ⇒ ∂z₁ = GELU′(z₁) ⊙ ∂a₁
             activation_backward_in_place(
                 Activation::GeluTanh,
@@ -50,10 +45,10 @@ impl<T: Float> Shard<T> {
             // z₁ = n₂W₁ + b₁ ⇒ ∂W₁ = n₂ᵀ∂z₁, ∂b₁ = Σ ∂z₁, ∂n₂ = ∂z₁W₁ᵀ
             gemm(T::one(), &s.n2, Op::T, &self.d_z1, Op::N, T::zero(), &mut g[at(Param::W1)])?;
             column_sums(&self.d_z1, &mut g[at(Param::B1)]);
-            gemm(T::one(), &self.d_z1, Op::N, &blk.ffn.w1, Op::T, T::zero(), &mut self.d_n)?;
+            gemm(T::one(), &self.d_z1, Op::N, w(Param::W1), Op::T, T::zero(), &mut self.d_n)?;
             // n₂ = LN₂(h) ⇒ ∂h += LN₂ backward(∂n₂)
             layer_norm_backward(
-                &blk.ln2,
+                model.ln2(l),
                 &s.ln2,
                 &self.d_n,
                 &mut self.x,
@@ -63,7 +58,7 @@ impl<T: Float> Shard<T> {
             // h = x + att·W_O + b_O ⇒ ∂x = ∂h (kept), ∂W_O = attᵀ∂h, ∂b_O = Σ ∂h, ∂att = ∂h W_Oᵀ
             gemm(T::one(), &s.att, Op::T, &self.x, Op::N, T::zero(), &mut g[at(Param::WO)])?;
             column_sums(&self.x, &mut g[at(Param::BO)]);
-            gemm(T::one(), &self.x, Op::N, &blk.attn.w_o, Op::T, T::zero(), &mut self.d_att)?;
+            gemm(T::one(), &self.x, Op::N, w(Param::WO), Op::T, T::zero(), &mut self.d_att)?;
             // att = every head's softmax(s·QKᵀ + M)V ⇒ ∂[Q K V]
             causal_attention_backward(
                 &s.qkv,
@@ -75,28 +70,13 @@ impl<T: Float> Shard<T> {
                 &mut self.d_scores,
                 &mut self.row_a,
             )?;
-            // [Q K V] = n₁W_QKV + b_QKV ⇒ ∂W_QKV = n₁ᵀ∂QKV (split back into W_Q, W_K, W_V),
-            // ∂b_QKV = Σ ∂QKV, ∂n₁ = ∂QKV W_QKVᵀ
-            gemm(T::one(), &s.n1, Op::T, &self.d_qkv, Op::N, T::zero(), &mut self.d_w_qkv)?;
-            let d = model.config.width;
-            for (part, (wi, bi)) in
-                [(Param::WQ, Param::BQ), (Param::WK, Param::BK), (Param::WV, Param::BV)]
-                    .into_iter()
-                    .enumerate()
-            {
-                g[at(wi)]
-                    .as_mut_slice()
-                    .copy_from_slice(&self.d_w_qkv.as_slice()[part * d * d..(part + 1) * d * d]);
-                let n = self.d_qkv.nrows();
-                let cols = &self.d_qkv.as_slice()[part * d * n..(part + 1) * d * n];
-                for (out, column) in g[at(bi)].as_mut_slice().iter_mut().zip(cols.chunks_exact(n)) {
-                    *out = lane_sum(column);
-                }
-            }
-            gemm(T::one(), &self.d_qkv, Op::N, w, Op::T, T::zero(), &mut self.d_n)?;
+            // [Q K V] = n₁W_QKV + b_QKV ⇒ ∂W_QKV = n₁ᵀ∂QKV, ∂b_QKV = Σ ∂QKV, ∂n₁ = ∂QKV W_QKVᵀ
+            gemm(T::one(), &s.n1, Op::T, &self.d_qkv, Op::N, T::zero(), &mut g[at(Param::WQkv)])?;
+            column_sums(&self.d_qkv, &mut g[at(Param::BQkv)]);
+            gemm(T::one(), &self.d_qkv, Op::N, w(Param::WQkv), Op::T, T::zero(), &mut self.d_n)?;
             // n₁ = LN₁(x) ⇒ ∂x += LN₁ backward(∂n₁)
             layer_norm_backward(
-                &blk.ln1,
+                model.ln1(l),
                 &s.ln1,
                 &self.d_n,
                 &mut self.x,
@@ -105,11 +85,11 @@ impl<T: Float> Shard<T> {
             )?;
         }
         // x₀ = W_E[u] + W_P[t] ⇒ ∂W_E[u] += ∂x₀ (row by row), ∂W_P[t] = Σ_b ∂x₀[b, t]
-        let wte = slots.at(Param::Wte, 0);
-        if model.lm_head.is_some() {
+        let wte = slot(Param::Wte, 0);
+        if model.lm_head().is_some() {
             g[wte].fill(T::zero()); // untied: W_E's only use is the lookup (tied, W_U's part is in)
         }
-        let (d_wte, d_wpe) = match slots.get(Param::Wpe, 0) {
+        let (d_wte, d_wpe) = match shape.index(Param::Wpe, 0) {
             Some(p) => {
                 let [e, w] = g
                     .get_disjoint_mut([wte, p])
@@ -137,7 +117,7 @@ pub(super) fn column_sums<T: Float>(m: &DMatrix<T>, out: &mut DMatrix<T>) {
 /// Backward of chapter 6's LayerNorm given ∂L/∂y: adds ∂L/∂x into `d_x` and writes ∂L/∂γ and
 /// ∂L/∂β into `grads[gamma]` and `grads[beta]`.
 fn layer_norm_backward<T: Float>(
-    ln: &LayerNorm<T>,
+    ln: LnView<'_, T>,
     cache: &LnCache<T>,
     d_y: &DMatrix<T>,
     d_x: &mut DMatrix<T>,
@@ -147,7 +127,7 @@ fn layer_norm_backward<T: Float>(
     let [d_gamma, d_beta] = grads
         .get_disjoint_mut([gamma, beta])
         .map_err(|_| invalid("FusedStep", "model", "a LayerNorm's γ and β in one slot"))?;
-    layer_norm_backward_into(ln, cache, d_y, Store::Accumulate, d_x, d_gamma, d_beta);
+    layer_norm_backward_view(ln, cache, d_y, Store::Accumulate, d_x, d_gamma, d_beta);
     Ok(())
 }
 

@@ -4,9 +4,8 @@
 
 use super::{Shard, causal_blocks};
 use crate::ch03_mlp::{Activation, activation_forward_into};
-use crate::ch06_attention::{Block, LnCache, layer_norm_forward_into};
-use crate::ch09_gpt::model::Gpt;
-use crate::ch09_gpt::model::dot;
+use crate::ch06_attention::{LnCache, layer_norm_forward_view};
+use crate::ch09_gpt::model::{Gpt, Param, dot};
 use crate::error::{Result, invalid, shape_error};
 use crate::float::Float;
 use crate::matmul::{MatMut, MatRef, Op, gemm, gemm_view};
@@ -24,7 +23,6 @@ impl<T: Float> Shard<T> {
     pub(super) fn forward(
         &mut self,
         model: &Gpt<T>,
-        w_qkv: &[(DMatrix<T>, DMatrix<T>)],
         inputs: &[u32],
         t: usize,
         outputs: Outputs,
@@ -32,12 +30,12 @@ impl<T: Float> Shard<T> {
         model.embed_into(inputs, t, &mut self.x); //                            x₀ = W_E[u] + W_P[t]
         let heads = model.config.heads;
         let layers = model.blocks.len();
-        for (l, ((blk, s), (w, b))) in
-            model.blocks.iter().zip(self.blocks.iter_mut()).zip(w_qkv).enumerate()
-        {
-            layer_norm_forward_into(&blk.ln1, &self.x, &mut s.ln1, &mut s.n1); //       n₁ = LN₁(x)
+        for (l, s) in self.blocks.iter_mut().enumerate() {
+            let p = |param: Param| model.params.of(param, l);
+            layer_norm_forward_view(model.ln1(l), &self.x, &mut s.ln1, &mut s.n1); //  n₁ = LN₁(x)
+            let w = p(Param::WQkv);
             gemm(T::one(), &s.n1, Op::N, w, Op::N, T::zero(), &mut s.qkv)?; //     [Q K V] = n₁W_QKV
-            add_row(&mut s.qkv, b); //                                                  … + b_QKV
+            add_row(&mut s.qkv, p(Param::BQkv)); //                                     … + b_QKV
             if outputs == Outputs::LastRow && l + 1 == layers {
                 // The last row only: its attention over every key, then the rest of the block.
                 let r = &mut self.last;
@@ -55,12 +53,13 @@ impl<T: Float> Shard<T> {
                 )?;
                 r.x.copy_from(&self.x.row(t - 1));
                 after_attention(
-                    blk, &mut r.x, &r.att, &mut r.ln2, &mut r.n2, &mut r.z1, &mut r.a1,
+                    model, l, &mut r.x, &r.att, &mut r.ln2, &mut r.n2, &mut r.z1, &mut r.a1,
                 )?;
                 return logits_of(model, &r.x, &mut r.ln_f, &mut r.h_f, &mut r.logits);
             }
             causal_attention_forward(&s.qkv, heads, t, &mut s.weights, &mut s.att)?; // every head
-            after_attention(blk, &mut self.x, &s.att, &mut s.ln2, &mut s.n2, &mut s.z1, &mut s.a1)?;
+            let (x, ln2) = (&mut self.x, &mut s.ln2);
+            after_attention(model, l, x, &s.att, ln2, &mut s.n2, &mut s.z1, &mut s.a1)?;
         }
         logits_of(model, &self.x, &mut self.ln_f, &mut self.h_f, &mut self.logits)
     }
@@ -84,8 +83,10 @@ pub(super) enum Outputs {
 /// The rest of a block after its attention, on the rows of x and `att` (the heads' outputs):
 /// h = x + att·W_O + b_O, then x' = h + GELU(LN₂(h)W₁ + b₁)W₂ + b₂, in place in x, keeping n₂,
 /// z₁ and a₁ for the backward pass.
+#[allow(clippy::too_many_arguments)]
 fn after_attention<T: Float>(
-    blk: &Block<T>,
+    model: &Gpt<T>,
+    l: usize,
     x: &mut DMatrix<T>,
     att: &DMatrix<T>,
     ln2: &mut LnCache<T>,
@@ -93,15 +94,16 @@ fn after_attention<T: Float>(
     z1: &mut DMatrix<T>,
     a1: &mut DMatrix<T>,
 ) -> Result<()> {
-    gemm(T::one(), att, Op::N, &blk.attn.w_o, Op::N, T::one(), x)?; //             h = x + att·W_O
-    add_row(x, &blk.attn.b_o); //                                                         … + b_O
-    layer_norm_forward_into(&blk.ln2, x, ln2, n2); //                                  n₂ = LN₂(h)
-    gemm(T::one(), n2, Op::N, &blk.ffn.w1, Op::N, T::zero(), z1)?; //                  z₁ = n₂W₁
-    add_row(z1, &blk.ffn.b1); //                                                          … + b₁
+    let p = |param: Param| model.params.of(param, l);
+    gemm(T::one(), att, Op::N, p(Param::WO), Op::N, T::one(), x)?; //               h = x + att·W_O
+    add_row(x, p(Param::BO)); //                                                          … + b_O
+    layer_norm_forward_view(model.ln2(l), x, ln2, n2); //                              n₂ = LN₂(h)
+    gemm(T::one(), n2, Op::N, p(Param::W1), Op::N, T::zero(), z1)?; //                 z₁ = n₂W₁
+    add_row(z1, p(Param::B1)); //                                                         … + b₁
     // a₁ = GELU(z₁)
     activation_forward_into(Activation::GeluTanh, z1.as_slice(), a1.as_mut_slice());
-    gemm(T::one(), a1, Op::N, &blk.ffn.w2, Op::N, T::one(), x)?; //                x' = h + a₁W₂
-    add_row(x, &blk.ffn.b2); //                                                           … + b₂
+    gemm(T::one(), a1, Op::N, p(Param::W2), Op::N, T::one(), x)?; //               x' = h + a₁W₂
+    add_row(x, p(Param::B2)); //                                                          … + b₂
     Ok(())
 }
 
@@ -114,7 +116,7 @@ fn logits_of<T: Float>(
     h_f: &mut DMatrix<T>,
     logits: &mut DMatrix<T>,
 ) -> Result<()> {
-    layer_norm_forward_into(&model.ln_f, x, ln_f, h_f); //                           h_f = LN_f(x_L)
+    layer_norm_forward_view(model.ln_f(), x, ln_f, h_f); //                          h_f = LN_f(x_L)
     gemm(T::one(), h_f, Op::N, model.unembedding(), Op::T, T::zero(), logits)?; //   z = h_f W_Uᵀ
     crate::float::ensure_finite(
         "FusedStep::loss_and_grads",

@@ -301,9 +301,8 @@ fn the_last_row_alone_is_the_full_passs_last_row_bit_for_bit() {
             let last = step.last_logits(&model, &tokens[..t]).unwrap();
             let shape = Batch { inputs: Vec::new(), targets: Vec::new(), batch: 1, seq_len: t };
             step.size(&model, &shape, false);
-            step.refresh_qkv_weights(&model);
-            let FusedStep { w_qkv, shards, .. } = &mut step;
-            shards[0].forward(&model, w_qkv, &tokens[..t], t, Outputs::Every).unwrap();
+            let FusedStep { shards, .. } = &mut step;
+            shards[0].forward(&model, &tokens[..t], t, Outputs::Every).unwrap();
             let full: Vec<T> = shards[0].logits.row(t - 1).iter().copied().collect();
             assert_eq!(last, full, "T = {t} of {config:?}");
         }

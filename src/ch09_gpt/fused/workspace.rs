@@ -7,7 +7,7 @@ use super::{BlockSaved, FusedStep, LastRow, Shard, gradient_shards, supports};
 use crate::ch06_attention::LnCache;
 use crate::ch09_gpt::config::Config;
 use crate::ch09_gpt::data::Batch;
-use crate::ch09_gpt::model::{Gpt, KvCache};
+use crate::ch09_gpt::model::{Gpt, Grads, KvCache, Shape};
 use crate::error::Result;
 use crate::float::Float;
 use nalgebra::DMatrix;
@@ -93,30 +93,21 @@ impl<T: Float> Shard<T> {
             d_att: e(),
             d_qkv: e(),
             d_z1: e(),
-            d_w_qkv: e(),
             d_scores: Vec::new(),
             row_a: Vec::new(),
-            grads: Vec::new(),
+            grads: Grads::empty(),
             last: LastRow::new(0, 0, 0),
             loss_sum: 0.0,
         }
     }
 
     /// Every buffer for the sequences `first` … `first + seqs − 1` of T tokens (N = seqs·T rows)
-    /// of a model shaped by `c` ([`fit`] each); with `backward` also the backward pass's
-    /// scratch and a gradient of each shape in `shapes` ([`Gpt::tensors`] order), else none.
-    fn resize(
-        &mut self,
-        first: usize,
-        seqs: usize,
-        t: usize,
-        c: &Config,
-        backward: bool,
-        shapes: &[(usize, usize)],
-    ) {
+    /// of a model shaped by `c` ([`fit`] each); with `backward` (the model's tensors) also the
+    /// backward pass's scratch and a gradient of every tensor, else none.
+    fn resize(&mut self, first: usize, seqs: usize, t: usize, c: &Config, backward: Option<Shape>) {
         let (d, f, v) = (c.width, c.hidden(), c.vocab_size);
         let n = seqs * t;
-        let nb = if backward { n } else { 0 }; // rows of the backward-only buffers
+        let nb = if backward.is_some() { n } else { 0 }; // rows of the backward-only buffers
         (self.first, self.seqs, self.loss_sum) = (first, seqs, 0.0);
         self.blocks.truncate(c.layers);
         self.blocks.resize_with(c.layers, || BlockSaved {
@@ -141,18 +132,15 @@ impl<T: Float> Shard<T> {
         fit(&mut self.d_att, nb, d);
         fit(&mut self.d_qkv, nb, 3 * d);
         fit(&mut self.d_z1, nb, f);
-        let (wr, wc) = if backward { (d, 3 * d) } else { (0, 0) };
-        fit(&mut self.d_w_qkv, wr, wc);
-        fit_vec(&mut self.d_scores, if backward { t * t } else { 0 });
+        fit_vec(&mut self.d_scores, if backward.is_some() { t * t } else { 0 });
         fit_vec(&mut self.row_a, t);
         if (self.last.x.ncols(), self.last.z1.ncols(), self.last.logits.ncols()) != (d, f, v) {
             self.last = LastRow::new(d, f, v);
         }
-        self.grads.truncate(shapes.len());
-        self.grads.resize_with(shapes.len(), || DMatrix::zeros(0, 0));
-        for (g, &(r, k)) in self.grads.iter_mut().zip(shapes) {
-            fit(g, r, k);
-        }
+        self.grads = match backward {
+            Some(shape) => Grads::zeros(c, shape),
+            None => Grads::empty(),
+        };
     }
 }
 
@@ -166,33 +154,21 @@ impl<T: Float> FusedStep<T> {
     /// `backward`: also the gradients and the backward pass's scratch (a forward pass alone, as
     /// [`FusedStep::last_logits`] runs, needs neither).
     pub(super) fn size(&mut self, model: &Gpt<T>, batch: &Batch, backward: bool) {
-        let key = (batch.batch, batch.seq_len, model.config, model.lm_head.is_some(), backward);
+        let key = (batch.batch, batch.seq_len, model.config, model.lm_head().is_some(), backward);
         if self.sized_for == Some(key) {
             return;
         }
         let c = &model.config;
-        let (d, t) = (c.width, batch.seq_len);
+        let t = batch.seq_len;
         let parts = gradient_shards(c, batch.batch, t);
-        let shapes: Vec<(usize, usize)> = if backward {
-            model.tensors().iter().map(|(_, m)| m.shape()).collect()
-        } else {
-            Vec::new()
-        };
+        let tensors = backward.then(|| model.shape());
         self.shards.truncate(parts);
         self.shards.resize_with(parts, Shard::empty);
         for (p, shard) in self.shards.iter_mut().enumerate() {
             // Sequences split as evenly as possible, the first parts taking the remainder.
             let first = p * (batch.batch / parts) + p.min(batch.batch % parts);
             let seqs = batch.batch / parts + usize::from(p < batch.batch % parts);
-            shard.resize(first, seqs, t, c, backward, &shapes);
-        }
-        self.w_qkv.truncate(c.layers);
-        self.w_qkv.resize_with(c.layers, || (DMatrix::zeros(0, 0), DMatrix::zeros(0, 0)));
-        for (w, b) in &mut self.w_qkv {
-            // Filled by `refresh_qkv_weights`, kept when the shape is (`Windows` fuses it once).
-            if w.shape() != (d, 3 * d) {
-                (*w, *b) = (DMatrix::zeros(d, 3 * d), DMatrix::zeros(1, 3 * d));
-            }
+            shard.resize(first, seqs, t, c, tensors);
         }
         self.sized_for = Some(key);
     }
@@ -200,8 +176,8 @@ impl<T: Float> FusedStep<T> {
 
 /// The full forward pass over the windows of one generation ([`generate`]): the fused one when
 /// it covers the model ([`supports`]), with one workspace whose buffers grow with the window and
-/// are kept, and W_QKV fused from the model once, not at every token (the model stays borrowed,
-/// so its weights cannot change in between); else the reference ([`Gpt::reference_last_logits`],
+/// are kept, the model checked once, not at every token (it stays borrowed, so it cannot change
+/// in between); else the reference ([`Gpt::reference_last_logits`],
 /// [`Gpt::reference_prefill`]). The same values as [`Gpt::last_logits`] and [`Gpt::prefill`]; a
 /// test holds them.
 ///
@@ -210,7 +186,7 @@ pub(crate) struct Windows<'m, T: Float> {
     model: &'m Gpt<T>,
     /// The fused workspace, `None` for a model the fused pass does not cover.
     step: Option<FusedStep<T>>,
-    /// Whether `step` has checked this model and holds its fused W_QKV.
+    /// Whether `step` has checked this model.
     fused: bool,
 }
 

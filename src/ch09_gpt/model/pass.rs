@@ -2,11 +2,10 @@
 //! each backward line naming the forward line it differentiates (the data flow is in the notes of
 //! [`model`](super)).
 
-use super::Gpt;
-use super::params::take_block_grad;
 use super::table::Param;
+use super::{Gpt, Grads, layer_norm_of, store_block_grads};
 use crate::ch06_attention::{
-    AttnSpec, BlockCache, LnCache, block_backward, block_forward, layer_norm_backward,
+    AttnSpec, Block, BlockCache, LnCache, block_backward, block_forward, layer_norm_backward,
     layer_norm_forward,
 };
 use crate::ch09_gpt::data::{Batch, Token, check_ids};
@@ -39,7 +38,7 @@ pub struct LossAndGrads<T: Float> {
     /// The mean next-token log-loss over the scored positions, in nats.
     pub loss: f64,
     /// ∂L/∂θ for every parameter tensor, in [`Gpt::tensors`] order.
-    pub grads: Vec<DMatrix<T>>,
+    pub grads: Grads<T>,
     /// ∂L/∂x₀, the gradient with respect to the input embeddings (N×d).
     pub d_x0: DMatrix<T>,
 }
@@ -82,7 +81,7 @@ impl<T: Float> Gpt<T> {
     pub(crate) fn embed_into(&self, inputs: &[Token], seq_len: usize, x: &mut DMatrix<T>) {
         let n = x.nrows();
         let (vocab, ctx) = (self.config.vocab_size, self.config.context);
-        let (wte, wpe) = (self.wte.as_slice(), self.wpe.as_slice());
+        let (wte, wpe) = (self.wte().as_slice(), self.wpe().as_slice());
         // Column by column, the order x is stored in: channel c of row r.
         for (c, column) in x.as_mut_slice().chunks_exact_mut(n).enumerate() {
             for (r, (out, &u)) in column.iter_mut().zip(inputs).enumerate() {
@@ -93,6 +92,21 @@ impl<T: Float> Gpt<T> {
 
     /// The blocks and the final LayerNorm on input embeddings x₀ ((B·T)×d): h_f and the cache.
     pub fn forward_embeddings(&self, x0: &DMatrix<T>, seq_len: usize) -> Result<Hidden<T>> {
+        self.forward_blocks(&self.chapter6_blocks(), x0, seq_len)
+    }
+
+    /// Every block as chapter 6's [`Block`] ([`Gpt::block`]: copies, made once a pass).
+    fn chapter6_blocks(&self) -> Vec<Block<T>> {
+        (0..self.blocks.len()).map(|l| self.block(l)).collect()
+    }
+
+    /// [`Gpt::forward_embeddings`] through `blocks`.
+    fn forward_blocks(
+        &self,
+        blocks: &[Block<T>],
+        x0: &DMatrix<T>,
+        seq_len: usize,
+    ) -> Result<Hidden<T>> {
         const OP: &str = "Gpt::forward_embeddings";
         if x0.ncols() != self.config.width
             || seq_len == 0
@@ -115,13 +129,13 @@ impl<T: Float> Gpt<T> {
         }
         let spec = AttnSpec::causal(seq_len);
         let mut x = x0.clone();
-        let mut caches = Vec::with_capacity(self.blocks.len());
-        for b in &self.blocks {
+        let mut caches = Vec::with_capacity(blocks.len());
+        for b in blocks {
             let (y, cache) = block_forward(b, &x, &spec)?; // x_{l+1} = block_l(x_l)
             x = y;
             caches.push(cache);
         }
-        let (h, ln_f) = layer_norm_forward(&self.ln_f, &x)?; // h_f = LN_f(x_L)
+        let (h, ln_f) = layer_norm_forward(&layer_norm_of(self.ln_f()), &x)?; // h_f = LN_f(x_L)
         Ok((h, caches, ln_f))
     }
 
@@ -172,7 +186,8 @@ impl<T: Float> Gpt<T> {
     ) -> Result<LossAndGrads<T>> {
         const OP: &str = "Gpt::loss_and_grads";
         batch.check(OP, self.config.vocab_size)?;
-        let (hidden, caches, ln_f_cache) = self.forward_embeddings(x0, batch.seq_len)?;
+        let blocks = self.chapter6_blocks();
+        let (hidden, caches, ln_f_cache) = self.forward_blocks(&blocks, x0, batch.seq_len)?;
         let (rows, targets) = scored(batch)?;
         let h_s = gather_rows(&hidden, &rows);
         let z = self.logits_of(&h_s)?; //                      z = h_s W_Uᵀ
@@ -183,45 +198,30 @@ impl<T: Float> Gpt<T> {
         let d_wu = matmul_tn(&d_z, &h_s)?; //                  z = h_s W_Uᵀ ⇒ ∂W_U = ∂zᵀ h_s
         let mut d_h = DMatrix::zeros(hidden.nrows(), hidden.ncols()); // h_s = rows of h_f
         scatter_rows(&mut d_h, &d_hs, &rows);
-        let ln_f = layer_norm_backward(&self.ln_f, &ln_f_cache, &d_h)?; // h_f = LN_f(x_L)
+        // h_f = LN_f(x_L)
+        let ln_f = layer_norm_backward(&layer_norm_of(self.ln_f()), &ln_f_cache, &d_h)?;
         let mut d_x = ln_f.d_x;
-        let mut block_grads = Vec::with_capacity(self.blocks.len());
-        for (b, cache) in self.blocks.iter().zip(&caches).rev() {
+        let mut grads = Grads::zeros(&self.config, self.shape());
+        for (l, (b, cache)) in blocks.iter().zip(&caches).enumerate().rev() {
             let mut g = block_backward(b, cache, &d_x)?; //    x_{l+1} = block_l(x_l)
             d_x = std::mem::replace(&mut g.d_x, DMatrix::zeros(0, 0));
-            block_grads.push(g);
+            store_block_grads(&mut grads, l, g);
         }
-        block_grads.reverse();
-        // x₀ = W_E[u] + W_P[t]: scatter ∂x₀ back to the rows that were looked up.
-        let d = self.config.width;
-        let mut d_wte = DMatrix::zeros(self.config.vocab_size, d);
-        let mut d_wpe = DMatrix::zeros(self.config.context, d);
-        scatter_embedding_gradient(
-            &d_x,
-            &batch.inputs,
-            batch.seq_len,
-            &mut d_wte,
-            Some(&mut d_wpe),
-        );
-        if self.lm_head.is_none() {
-            d_wte += &d_wu; // tied: W_E is used twice, so its gradient is the sum of both uses
+        // x₀ = W_E[u] + W_P[t]: scatter ∂x₀ back to the rows that were looked up (W_P's
+        // gradient is dropped when the positions are fixed).
+        let mut d_wpe = DMatrix::zeros(self.config.context, self.config.width);
+        let d_wte = grads.of_mut(Param::Wte, 0);
+        scatter_embedding_gradient(&d_x, &batch.inputs, batch.seq_len, d_wte, Some(&mut d_wpe));
+        if self.lm_head().is_none() {
+            *d_wte += &d_wu; // tied: W_E is used twice, so its gradient is the sum of both uses
         }
-        // In the table's order: each gradient where its tensor sits in Gpt::tensors.
-        let (mut d_wte, mut d_wpe, mut d_wu) = (Some(d_wte), Some(d_wpe), Some(d_wu));
-        let (mut d_gamma, mut d_beta) = (Some(ln_f.d_gamma), Some(ln_f.d_beta));
-        let mut grads = Vec::new();
-        for (s, l) in self.shape().order() {
-            let g = match (s.param, l) {
-                (Param::Wte, _) => d_wte.take(),
-                (Param::Wpe, _) => d_wpe.take(),
-                (Param::LnFGamma, _) => d_gamma.take(),
-                (Param::LnFBeta, _) => d_beta.take(),
-                (Param::LmHead, _) => d_wu.take(),
-                (p, Some(l)) => take_block_grad(&mut block_grads[l], p),
-                (_, None) => None,
-            };
-            grads.push(g.ok_or_else(|| invalid(OP, "model", "a tensor without a gradient"))?);
+        for (param, g) in [(Param::Wpe, d_wpe), (Param::LmHead, d_wu)] {
+            if let Some(slot) = grads.get_mut(param, None) {
+                *slot = g;
+            }
         }
+        *grads.of_mut(Param::LnFGamma, 0) = ln_f.d_gamma;
+        *grads.of_mut(Param::LnFBeta, 0) = ln_f.d_beta;
         Ok(LossAndGrads { loss: loss.as_f64(), grads, d_x0: d_x })
     }
 }

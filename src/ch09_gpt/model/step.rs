@@ -1,9 +1,9 @@
 //! Generation one token at a time: the key/value cache, and the step that feeds one token through
 //! every block as a row, built from the fused step's pieces (`fused::forward`).
 
-use super::Gpt;
+use super::{BlockForm, Gpt, Param};
 use crate::ch03_mlp::activation_forward_into;
-use crate::ch06_attention::{LnCache, NormOrder, layer_norm_forward_into};
+use crate::ch06_attention::{LnCache, layer_norm_forward_view};
 use crate::ch09_gpt::data::{Token, check_ids};
 use crate::ch09_gpt::fused::{
     Products, ROW_TEAM_WEIGHTS_PER_THREAD, RowTeam, Strided, StridedMut, add_row,
@@ -160,26 +160,22 @@ impl<T: Float> Gpt<T> {
         }
         let c = &self.config;
         // What the step indexes or copies must have the table's shape (every weight's shape is
-        // checked by the product that reads it). Not `fused::supports`: that builds every
-        // tensor's name, a cost per token.
-        let row_of = |m: &DMatrix<T>, cols: usize| m.shape() == (1, cols);
-        let ln_ok =
-            |ln: &crate::ch06_attention::LayerNorm<T>| row_of(&ln.gamma, d) && row_of(&ln.beta, d);
-        let shaped = self.wte.shape() == (c.vocab_size, d)
-            && self.unembedding().ncols() == d
-            && ln_ok(&self.ln_f)
-            && self.blocks.iter().all(|b| {
-                let a = &b.attn;
-                ln_ok(&b.ln1)
-                    && ln_ok(&b.ln2)
-                    && [&a.b_q, &a.b_k, &a.b_v, &a.b_o, &b.ffn.b2].iter().all(|m| row_of(m, d))
-                    && row_of(&b.ffn.b1, c.hidden())
-            });
+        // checked by the product that reads it): the rows of the table (biases, LayerNorms).
+        let shaped = self
+            .params
+            .shape()
+            .order()
+            .into_iter()
+            .zip(self.params.iter())
+            .all(|((s, _), m)| s.rows != super::Dim::One || m.shape() == (1, s.cols.of(c)))
+            && self.wte().shape() == (c.vocab_size, d)
+            && self.unembedding().ncols() == d;
         if !shaped
-            || self.wpe.shape() != (n_ctx, d)
+            || self.wpe().shape() != (n_ctx, d)
             || heads == 0
             || !d.is_multiple_of(heads)
-            || self.blocks.iter().any(|b| b.order != NormOrder::Pre || b.attn.heads != heads)
+            || self.blocks.len() != c.layers
+            || self.blocks.iter().any(|b| b.order != BlockForm::GPT2.order)
         {
             return Err(invalid(
                 OP,
@@ -194,7 +190,7 @@ impl<T: Float> Gpt<T> {
         let pos = cache.len;
         let r = &mut cache.rows;
         for (c, x) in r.x.iter_mut().enumerate() {
-            *x = self.wte[(token as usize, c)] + self.wpe[(pos, c)]; //     x₀ = W_E[u] + W_P[pos]
+            *x = self.wte()[(token as usize, c)] + self.wpe()[(pos, c)]; // x₀ = W_E[u] + W_P[pos]
         }
         // The row products on the threads the model's size can use (`fused::RowTeam`: the same
         // bits on any number). A block reads W_Q, W_K, W_V, W_O (4d²) and W₁, W₂ (8d²).
@@ -203,13 +199,13 @@ impl<T: Float> Gpt<T> {
             .min(block_weights / ROW_TEAM_WEIGHTS_PER_THREAD)
             .max(1);
         with_row_team(threads, |team| -> Result<()> {
-            for (b, qkv) in self.blocks.iter().zip(cache.qkv.iter_mut()) {
-                self.block_step(b, qkv, r, pos, team)?;
+            for (l, qkv) in cache.qkv.iter_mut().enumerate() {
+                self.block_step(l, qkv, r, pos, team)?;
             }
             Ok(())
         })?;
         cache.len = pos + 1;
-        layer_norm_forward_into(&self.ln_f, &r.x, &mut r.ln, &mut r.n); //          h_f = LN_f(x_L)
+        layer_norm_forward_view(self.ln_f(), &r.x, &mut r.ln, &mut r.n); //        h_f = LN_f(x_L)
         let w_u = self.unembedding();
         let mut z = DMatrix::zeros(1, w_u.nrows()); //                              z = h_f W_Uᵀ
         row_product(T::one(), row(&r.n), whole(w_u), Op::T, T::zero(), row_mut(&mut z))?;
@@ -218,44 +214,41 @@ impl<T: Float> Gpt<T> {
         Ok(logits)
     }
 
-    /// One block of [`Gpt::step`] for the row of position `pos` (in `r.x`), its \[Q K V\] row
-    /// written into the block's cache `qkv`, its products on `team`'s threads.
+    /// One block of [`Gpt::step`] (block `l`) for the row of position `pos` (in `r.x`), its
+    /// \[Q K V\] row written into the block's cache `qkv`, its products on `team`'s threads.
     fn block_step<'w>(
-        &self,
-        b: &'w super::Block<T>,
+        &'w self,
+        l: usize,
         qkv: &mut DMatrix<T>,
         r: &mut StepRows<T>,
         pos: usize,
         team: &mut RowTeam<'w, T>,
     ) -> Result<()> {
-        let (d, n_ctx, heads) = (self.config.width, self.config.context, self.config.heads);
-        layer_norm_forward_into(&b.ln1, &r.x, &mut r.ln, &mut r.n); //                n₁ = LN₁(x)
-        let a = &b.attn;
-        for (part, (w, bias)) in
-            [(&a.w_q, &a.b_q), (&a.w_k, &a.b_k), (&a.w_v, &a.b_v)].into_iter().enumerate()
-        {
-            // Row pos of [Q K V] = n₁W_QKV + b_QKV, written into the cache: one column block of
-            // W_QKV = [W_Q W_K W_V] at a time (each output is a dot product with one column, so
-            // the concatenation need not be formed).
-            let out = &mut qkv.as_mut_slice()[part * d * n_ctx + pos..];
-            for (o, &bias) in out.iter_mut().step_by(n_ctx).zip(bias.iter()) {
-                *o = bias;
-            }
-            let out = StridedMut { data: out, rows: 1, cols: d, ld: n_ctx };
-            team.product(T::one(), row(&r.n), whole(w), T::one(), out)?;
+        let (n_ctx, heads) = (self.config.context, self.config.heads);
+        let p = |param: Param| self.params.of(param, l);
+        layer_norm_forward_view(self.ln1(l), &r.x, &mut r.ln, &mut r.n); //           n₁ = LN₁(x)
+        // Row pos of [Q K V] = n₁W_QKV + b_QKV, written into the cache where it belongs: row
+        // pos of the n_ctx×3d buffer (one element every n_ctx).
+        let (w_qkv, b_qkv) = (p(Param::WQkv), p(Param::BQkv));
+        let out = &mut qkv.as_mut_slice()[pos..];
+        for (o, &bias) in out.iter_mut().step_by(n_ctx).zip(b_qkv.iter()) {
+            *o = bias;
         }
+        let out = StridedMut { data: out, rows: 1, cols: w_qkv.ncols(), ld: n_ctx };
+        team.product(T::one(), row(&r.n), whole(w_qkv), T::one(), out)?;
         // Every head: the causal block of the one query row pos against the keys 0 … pos.
         let att = r.att.as_mut_slice();
         let (weights, stats, how) = (&mut r.weights, &mut r.stats, Products::OneRow);
         one_row_attention(qkv.as_slice(), n_ctx, pos, heads, weights, stats, att, how)?;
-        onto(team, &mut r.x, &r.att, &a.w_o)?; //                              h = x + att·W_O
-        add_row(&mut r.x, &a.b_o); //                                                    … + b_O
-        layer_norm_forward_into(&b.ln2, &r.x, &mut r.ln, &mut r.n); //                n₂ = LN₂(h)
-        r.z1.as_mut_slice().copy_from_slice(b.ffn.b1.as_slice());
-        onto(team, &mut r.z1, &r.n, &b.ffn.w1)?; //                            z₁ = b₁ + n₂W₁
-        activation_forward_into(b.ffn.act, r.z1.as_slice(), r.a1.as_mut_slice()); //  a₁ = σ(z₁)
-        onto(team, &mut r.x, &r.a1, &b.ffn.w2)?; //                            x' = h + a₁W₂
-        add_row(&mut r.x, &b.ffn.b2); //                                                 … + b₂
+        onto(team, &mut r.x, &r.att, p(Param::WO))?; //                         h = x + att·W_O
+        add_row(&mut r.x, p(Param::BO)); //                                              … + b_O
+        layer_norm_forward_view(self.ln2(l), &r.x, &mut r.ln, &mut r.n); //           n₂ = LN₂(h)
+        r.z1.as_mut_slice().copy_from_slice(p(Param::B1).as_slice());
+        onto(team, &mut r.z1, &r.n, p(Param::W1))?; //                          z₁ = b₁ + n₂W₁
+        let act = self.form(l).act;
+        activation_forward_into(act, r.z1.as_slice(), r.a1.as_mut_slice()); //       a₁ = σ(z₁)
+        onto(team, &mut r.x, &r.a1, p(Param::W2))?; //                          x' = h + a₁W₂
+        add_row(&mut r.x, p(Param::B2)); //                                              … + b₂
         Ok(())
     }
 }

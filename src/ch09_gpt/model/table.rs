@@ -1,8 +1,13 @@
-//! The parameter table ([`PARAMETERS`]): for every tensor of the GPT its name, its shape as a
-//! function of the config, its name and layout in GPT-2's files, whether AdamW decays it and how
+//! The parameter table ([`PARAMETERS`]): for every tensor of the GPT its name in GPT-2's files,
+//! its shape as a function of the config, whether AdamW decays it and how
 //! [`Gpt::new`](super::Gpt::new) initialises it; and what is derived from it alone: the order of
-//! the tensors ([`Shape::order`]), the positions the fused step writes its gradients to
-//! ([`Slots`]) and GPT-2's tensors ([`gpt2_layout`]).
+//! the tensors ([`Shape::order`]), where each sits in that order ([`Shape::index`]), the
+//! checkpoint's tensors ([`gpt2_layout`]) and the parameter counts ([`Config::parameter_count`],
+//! [`parameters_saturating`]).
+//!
+//! The model holds its tensors in GPT-2's layout: the query, key and value maps of a block are
+//! one d×3d matrix `c_attn`, W_QKV = \[W_Q W_K W_V\], whose column blocks *are* W_Q, W_K and W_V
+//! (the lesson reads them as views, [`Params::q_k_v`](super::Params::q_k_v)).
 
 use crate::ch09_gpt::config::{Config, MLP_EXPANSION, Positions};
 
@@ -13,6 +18,8 @@ pub enum Dim {
     One,
     /// The width d.
     Width,
+    /// Three widths 3d (queries, keys and values side by side).
+    Width3,
     /// The MLP's hidden width 4d.
     Hidden,
     /// The vocabulary V.
@@ -27,6 +34,7 @@ impl Dim {
         match self {
             Dim::One => 1,
             Dim::Width => config.width,
+            Dim::Width3 => config.width.saturating_mul(3),
             Dim::Hidden => config.width.saturating_mul(MLP_EXPANSION),
             Dim::Vocab => config.vocab_size,
             Dim::Context => config.context,
@@ -70,24 +78,6 @@ pub enum Init {
     Ones,
 }
 
-/// How GPT-2's files store a tensor. Linear weights are in×out (GPT-2's `Conv1D`), the
-/// orientation of our y = xW + b, so none is transposed; a tensor of one row is stored 1-D.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Gpt2 {
-    /// As it is held, under this name.
-    Own(&'static str),
-    /// As columns `part`·n … (`part` + 1)·n − 1 of the fused tensor `name` (GPT-2 keeps W_Q, W_K
-    /// and W_V side by side in one d×3d matrix `c_attn`, their biases likewise).
-    Fused {
-        /// The fused tensor's name.
-        name: &'static str,
-        /// Which block of columns (0, 1, 2 for Q, K, V).
-        part: usize,
-        /// How many tensors are fused.
-        of: usize,
-    },
-}
-
 /// Which tensor of the model a row of the table describes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Param {
@@ -99,18 +89,10 @@ pub enum Param {
     Ln1Gamma,
     /// LN₁'s β.
     Ln1Beta,
-    /// W_Q.
-    WQ,
-    /// b_Q.
-    BQ,
-    /// W_K.
-    WK,
-    /// b_K.
-    BK,
-    /// W_V.
-    WV,
-    /// b_V.
-    BV,
+    /// W_QKV = \[W_Q W_K W_V\], d×3d: the query, key and value maps side by side.
+    WQkv,
+    /// b_QKV = \[b_Q b_K b_V\], 1×3d.
+    BQkv,
     /// W_O.
     WO,
     /// b_O.
@@ -140,8 +122,7 @@ pub enum Param {
 pub struct Spec {
     /// The tensor.
     pub param: Param,
-    /// Our name (in a block, after `h.{l}.`): GPT-2's, except that `c_attn` is held as three
-    /// matrices q, k, v.
+    /// Its name in GPT-2's files (in a block, after `h.{l}.`), and ours.
     pub name: &'static str,
     /// Before, in or after the blocks.
     pub part: Part,
@@ -151,13 +132,14 @@ pub struct Spec {
     pub cols: Dim,
     /// When it is a parameter.
     pub presence: Presence,
-    /// Its name and layout in GPT-2's files.
-    pub gpt2: Gpt2,
     /// Whether AdamW's weight decay acts on it: the embeddings and weight matrices, not the
     /// biases and LayerNorm parameters.
     pub decays: bool,
     /// How [`Gpt::new`](crate::ch09_gpt::model::Gpt::new) initialises it.
     pub init: Init,
+    /// How many maps sit side by side in its columns (3 for W_QKV and b_QKV, else 1): each is
+    /// initialised as a matrix of its own, rows×(cols/maps), one after another.
+    pub maps: usize,
 }
 
 const fn spec(
@@ -165,61 +147,47 @@ const fn spec(
     name: &'static str,
     part: Part,
     (rows, cols): (Dim, Dim),
-    gpt2: Gpt2,
     decays: bool,
     init: Init,
 ) -> Spec {
-    Spec { param, name, part, rows, cols, presence: Presence::Always, gpt2, decays, init }
+    Spec { param, name, part, rows, cols, presence: Presence::Always, decays, init, maps: 1 }
 }
 
 const fn only(presence: Presence, s: Spec) -> Spec {
     Spec { presence, ..s }
 }
 
-const fn qkv(part: usize) -> Gpt2 {
-    Gpt2::Fused { name: "attn.c_attn.weight", part, of: 3 }
+/// Q, K and V side by side: three maps in one tensor.
+const fn q_k_v(s: Spec) -> Spec {
+    Spec { maps: 3, ..s }
 }
 
-const fn qkv_bias(part: usize) -> Gpt2 {
-    Gpt2::Fused { name: "attn.c_attn.bias", part, of: 3 }
-}
-
-use Dim::{Context as Ctx, Hidden as Hid, One, Vocab as Voc, Width as Wd};
+use Dim::{Context as Ctx, Hidden as Hid, One, Vocab as Voc, Width as Wd, Width3 as Wd3};
 use Init::{Normal, Ones, Residual, Zeros};
 use Part::{Block as Blk, Embedding as Emb, Final as Fin};
 
-/// Every parameter tensor of the GPT, in the one order everything follows: the embeddings, each
-/// block's tensors (block 0, 1, …), the final LayerNorm and the unembedding.
+/// Every parameter tensor of the GPT, in the one order everything follows (GPT-2's): the
+/// embeddings, each block's tensors (block 0, 1, …), the final LayerNorm and the unembedding.
+/// Linear weights are in×out (GPT-2's `Conv1D`), the orientation of y = xW + b.
 #[rustfmt::skip]
-pub const PARAMETERS: [Spec; 21] = [
-    only(Presence::Always,
-         spec(Param::Wte, "wte.weight", Emb, (Voc, Wd), Gpt2::Own("wte.weight"), true, Normal)),
-    only(Presence::LearnedPositions,
-         spec(Param::Wpe, "wpe.weight", Emb, (Ctx, Wd), Gpt2::Own("wpe.weight"), true, Normal)),
-    spec(Param::Ln1Gamma, "ln_1.weight", Blk, (One, Wd), Gpt2::Own("ln_1.weight"), false, Ones),
-    spec(Param::Ln1Beta, "ln_1.bias", Blk, (One, Wd), Gpt2::Own("ln_1.bias"), false, Zeros),
-    spec(Param::WQ, "attn.q.weight", Blk, (Wd, Wd), qkv(0), true, Normal),
-    spec(Param::BQ, "attn.q.bias", Blk, (One, Wd), qkv_bias(0), false, Zeros),
-    spec(Param::WK, "attn.k.weight", Blk, (Wd, Wd), qkv(1), true, Normal),
-    spec(Param::BK, "attn.k.bias", Blk, (One, Wd), qkv_bias(1), false, Zeros),
-    spec(Param::WV, "attn.v.weight", Blk, (Wd, Wd), qkv(2), true, Normal),
-    spec(Param::BV, "attn.v.bias", Blk, (One, Wd), qkv_bias(2), false, Zeros),
-    spec(Param::WO, "attn.c_proj.weight", Blk, (Wd, Wd),
-         Gpt2::Own("attn.c_proj.weight"), true, Residual),
-    spec(Param::BO, "attn.c_proj.bias", Blk, (One, Wd),
-         Gpt2::Own("attn.c_proj.bias"), false, Zeros),
-    spec(Param::Ln2Gamma, "ln_2.weight", Blk, (One, Wd), Gpt2::Own("ln_2.weight"), false, Ones),
-    spec(Param::Ln2Beta, "ln_2.bias", Blk, (One, Wd), Gpt2::Own("ln_2.bias"), false, Zeros),
-    spec(Param::W1, "mlp.c_fc.weight", Blk, (Wd, Hid), Gpt2::Own("mlp.c_fc.weight"), true, Normal),
-    spec(Param::B1, "mlp.c_fc.bias", Blk, (One, Hid), Gpt2::Own("mlp.c_fc.bias"), false, Zeros),
-    spec(Param::W2, "mlp.c_proj.weight", Blk, (Hid, Wd),
-         Gpt2::Own("mlp.c_proj.weight"), true, Residual),
-    spec(Param::B2, "mlp.c_proj.bias", Blk, (One, Wd), Gpt2::Own("mlp.c_proj.bias"), false, Zeros),
-    spec(Param::LnFGamma, "ln_f.weight", Fin, (One, Wd), Gpt2::Own("ln_f.weight"), false, Ones),
-    spec(Param::LnFBeta, "ln_f.bias", Fin, (One, Wd), Gpt2::Own("ln_f.bias"), false, Zeros),
-    only(Presence::Untied,
-         spec(Param::LmHead, "lm_head.weight", Fin, (Voc, Wd),
-              Gpt2::Own("lm_head.weight"), true, Normal)),
+pub const PARAMETERS: [Spec; 17] = [
+    only(Presence::Always, spec(Param::Wte, "wte.weight", Emb, (Voc, Wd), true, Normal)),
+    only(Presence::LearnedPositions, spec(Param::Wpe, "wpe.weight", Emb, (Ctx, Wd), true, Normal)),
+    spec(Param::Ln1Gamma, "ln_1.weight", Blk, (One, Wd), false, Ones),
+    spec(Param::Ln1Beta, "ln_1.bias", Blk, (One, Wd), false, Zeros),
+    q_k_v(spec(Param::WQkv, "attn.c_attn.weight", Blk, (Wd, Wd3), true, Normal)),
+    q_k_v(spec(Param::BQkv, "attn.c_attn.bias", Blk, (One, Wd3), false, Zeros)),
+    spec(Param::WO, "attn.c_proj.weight", Blk, (Wd, Wd), true, Residual),
+    spec(Param::BO, "attn.c_proj.bias", Blk, (One, Wd), false, Zeros),
+    spec(Param::Ln2Gamma, "ln_2.weight", Blk, (One, Wd), false, Ones),
+    spec(Param::Ln2Beta, "ln_2.bias", Blk, (One, Wd), false, Zeros),
+    spec(Param::W1, "mlp.c_fc.weight", Blk, (Wd, Hid), true, Normal),
+    spec(Param::B1, "mlp.c_fc.bias", Blk, (One, Hid), false, Zeros),
+    spec(Param::W2, "mlp.c_proj.weight", Blk, (Hid, Wd), true, Residual),
+    spec(Param::B2, "mlp.c_proj.bias", Blk, (One, Wd), false, Zeros),
+    spec(Param::LnFGamma, "ln_f.weight", Fin, (One, Wd), false, Ones),
+    spec(Param::LnFBeta, "ln_f.bias", Fin, (One, Wd), false, Zeros),
+    only(Presence::Untied, spec(Param::LmHead, "lm_head.weight", Fin, (Voc, Wd), true, Normal)),
 ];
 
 /// Tensors per block (the table's rows in [`Part::Block`]).
@@ -263,7 +231,8 @@ impl Shape {
         }
     }
 
-    fn has(&self, s: &Spec) -> bool {
+    /// Whether a model of this shape has the tensor of row `s`.
+    pub fn has(&self, s: &Spec) -> bool {
         match s.presence {
             Presence::Always => true,
             Presence::LearnedPositions => self.learned_positions,
@@ -281,6 +250,39 @@ impl Shape {
         out.extend(of(Part::Final).map(|s| (s, None)));
         out
     }
+
+    /// How many tensors a model of this shape has.
+    pub fn len(&self) -> usize {
+        let present = |part: Part| PARAMETERS.iter().filter(move |s| s.part == part && self.has(s));
+        present(Part::Embedding).count()
+            + self.layers * TENSORS_PER_BLOCK
+            + present(Part::Final).count()
+    }
+
+    /// Whether the model has no tensors (never: W_E is always one).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Where `param` (of block `layer` for a block tensor) sits in [`Shape::order`]: the tensors
+    /// of the table before it that the model has, counted without listing them. `None` if the
+    /// model lacks it or `layer` is past the last block.
+    pub fn index(&self, param: Param, layer: usize) -> Option<usize> {
+        let row = PARAMETERS.iter().position(|r| r.param == param)?;
+        let s = &PARAMETERS[row];
+        if !self.has(s) || (s.part == Part::Block && layer >= self.layers) {
+            return None;
+        }
+        let before =
+            |part: Part| PARAMETERS[..row].iter().filter(|r| r.part == part && self.has(r)).count();
+        let embeddings =
+            PARAMETERS.iter().filter(|r| r.part == Part::Embedding && self.has(r)).count();
+        Some(match s.part {
+            Part::Embedding => before(Part::Embedding),
+            Part::Block => embeddings + layer * TENSORS_PER_BLOCK + before(Part::Block),
+            Part::Final => embeddings + self.layers * TENSORS_PER_BLOCK + before(Part::Final),
+        })
+    }
 }
 
 /// A tensor's full name: `h.{l}.` before a block tensor's.
@@ -297,44 +299,7 @@ pub fn block_tensor_name(l: usize, i: usize) -> String {
     full_name(name, Some(l))
 }
 
-/// The position of every tensor in the order of a model's tensors, for the fused step's flat
-/// list of gradients.
-#[derive(Clone, Debug)]
-pub struct Slots {
-    /// Position of each table row's tensor (block tensors: in block 0), `None` if absent.
-    at: [Option<usize>; PARAMETERS.len()],
-    /// Tensors per block.
-    stride: usize,
-}
-
-impl Slots {
-    /// The positions for a model of this shape.
-    pub fn of(shape: Shape) -> Slots {
-        let mut at = [None; PARAMETERS.len()];
-        for (i, (s, l)) in shape.order().into_iter().enumerate() {
-            let row = PARAMETERS.iter().position(|r| r.param == s.param).unwrap_or(0);
-            if l.is_none_or(|l| l == 0) {
-                at[row] = Some(i);
-            }
-        }
-        Slots { at, stride: TENSORS_PER_BLOCK }
-    }
-
-    /// Where `param` sits (in block `layer` for a block tensor); `None` if the model lacks it.
-    pub fn get(&self, param: Param, layer: usize) -> Option<usize> {
-        let row = PARAMETERS.iter().position(|r| r.param == param)?;
-        let base = self.at[row]?;
-        Some(if PARAMETERS[row].part == Part::Block { base + self.stride * layer } else { base })
-    }
-
-    /// As [`Slots::get`] for a tensor every model has (0 if it is absent).
-    pub fn at(&self, param: Param, layer: usize) -> usize {
-        self.get(param, layer).unwrap_or(0)
-    }
-}
-
-/// One tensor of GPT-2's file, derived from the table: its name, its shape, and which of our
-/// tensors it holds, side by side in its columns.
+/// One tensor of GPT-2's file, derived from the table: its name and its shape.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Gpt2Tensor {
     /// GPT-2's name (block tensors with `h.{l}.`).
@@ -343,42 +308,56 @@ pub struct Gpt2Tensor {
     pub rows: usize,
     /// Columns.
     pub cols: usize,
-    /// Whether the file stores it 1-D.
+    /// Whether the file stores it 1-D (a tensor of one row).
     pub one_d: bool,
-    /// Our tensors it holds, in column order, each with its block index.
-    pub parts: Vec<(Param, Option<usize>)>,
 }
 
-/// GPT-2's tensors for a model of `config`'s sizes and `shape`'s tensors, in file order.
+/// GPT-2's tensors for a model of `config`'s sizes and `shape`'s tensors, in file order: the
+/// model's own tensors, in the model's order (the model holds GPT-2's layout).
 pub fn gpt2_layout(config: &Config, shape: Shape) -> Vec<Gpt2Tensor> {
-    let mut out: Vec<Gpt2Tensor> = Vec::new();
-    for (s, l) in shape.order() {
-        let (rows, cols) = (s.rows.of(config), s.cols.of(config));
-        match s.gpt2 {
-            Gpt2::Own(name) => out.push(Gpt2Tensor {
-                name: full_name(name, l),
-                rows,
-                cols,
-                one_d: s.rows == Dim::One,
-                parts: vec![(s.param, l)],
-            }),
-            Gpt2::Fused { name, part, of } => {
-                let name = full_name(name, l);
-                // Parts 1, 2, … join the tensor part 0 started (the table lists a weight's
-                // parts interleaved with its bias's, so it is found by name).
-                match out.iter_mut().rev().find(|t| t.name == name).filter(|_| part > 0) {
-                    Some(t) => {
-                        t.cols += cols;
-                        t.parts.push((s.param, l));
-                    }
-                    None => {
-                        let mut parts = Vec::with_capacity(of);
-                        parts.push((s.param, l));
-                        out.push(Gpt2Tensor { name, rows, cols, one_d: s.rows == Dim::One, parts })
-                    }
-                }
-            }
-        }
+    shape
+        .order()
+        .into_iter()
+        .map(|(s, l)| Gpt2Tensor {
+            name: full_name(s.name, l),
+            rows: s.rows.of(config),
+            cols: s.cols.of(config),
+            one_d: s.rows == Dim::One,
+        })
+        .collect()
+}
+
+/// The parameter count of `c` by the table, in 128-bit integers that stop at `u128::MAX`
+/// instead of overflowing (the memory budget calls it before validating sizes).
+pub fn parameters_saturating(c: &Config) -> u128 {
+    let shape = Shape::of_config(c);
+    let size = |s: &Spec| (s.rows.of(c) as u128).saturating_mul(s.cols.of(c) as u128);
+    PARAMETERS.iter().filter(|s| shape.has(s)).fold(0u128, |total, s| {
+        let copies = if s.part == Part::Block { c.layers as u128 } else { 1 };
+        total.saturating_add(copies.saturating_mul(size(s)))
+    })
+}
+
+impl Config {
+    /// Every tensor our GPT holds, as (Hugging Face GPT-2 name, rows, columns), in the order of
+    /// the checkpoint (the parameter table's, [`PARAMETERS`]). Linear weights are stored in×out
+    /// (GPT-2's `Conv1D` layout), biases and LayerNorm parameters as 1×n rows.
+    pub fn tensor_shapes(&self) -> Vec<(String, usize, usize)> {
+        gpt2_layout(self, Shape::of_config(self))
+            .into_iter()
+            .map(|t| (t.name, t.rows, t.cols))
+            .collect()
     }
-    out
+
+    /// The number of parameters: the sum of [`Config::tensor_shapes`]. Per block that is
+    /// 12d² + 13d (attention 4d² + 4d, MLP 8d² + 5d, two LayerNorms 4d).
+    pub fn parameter_count(&self) -> u64 {
+        u64::try_from(parameters_saturating(self)).unwrap_or(u64::MAX)
+    }
+
+    /// The parameters of one block by the table: 12d² + 13d.
+    pub fn block_parameters(&self) -> u64 {
+        let size = |s: &Spec| (s.rows.of(self) as u64).saturating_mul(s.cols.of(self) as u64);
+        PARAMETERS.iter().filter(|s| s.part == Part::Block).map(size).sum()
+    }
 }
