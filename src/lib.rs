@@ -13,6 +13,9 @@
 //! - [`backend`]: who computes the products (ours, or nalgebra's as the benchmarks' peer);
 //! - [`simd_map`]: an element-wise loop in the widest registers the CPU has (GELU);
 //! - [`peak`]: the FMA throughput probe that measures the machine's peak;
+//! - `simd` (`src/simd.rs`, x86-64 only, not public): the one module allowed `unsafe` code, the
+//!   SIMD bodies of the micro-kernels, the probe and the map behind safe functions that take a
+//!   CPU-feature token only the CPU detection can make;
 //! - [`gradcheck`]: finite-difference gradient checks;
 //! - [`rng`]: a seeded generator written here;
 //! - [`optim`]: the optimisers;
@@ -63,6 +66,10 @@ pub mod plot;
 pub mod report;
 pub mod rng;
 pub mod simd_map;
+// The crate's one exception to `deny(unsafe_code)`; see the module's safety argument.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod simd;
 pub mod snapshot;
 pub mod sources;
 pub mod tex;

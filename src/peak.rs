@@ -4,7 +4,7 @@
 //! [`fma_probe`] runs 12 independent chains of full-width fused multiply-adds in the registers of
 //! one kernel family (separate multiply and add for the portable one); timed, its flops per second
 //! are the peak of one core. The SIMD loops live with the other SIMD code in
-//! `src/matmul/simd.rs`, behind safe functions that take a CPU-feature token.
+//! `src/simd.rs`, behind safe functions that take a CPU-feature token.
 
 use crate::error::Result;
 use crate::matmul::{Element, Kernel};
@@ -23,12 +23,12 @@ pub fn fma_probe<T: Element>(kernel: Kernel, iterations: u64) -> Result<(u64, f6
         Kernel::Scalar => Ok(scalar_probe::<f32>(iterations)),
         #[cfg(target_arch = "x86_64")]
         Kernel::Avx2 => {
-            let t = crate::matmul::Avx2::detect().ok_or_else(unavailable)?;
+            let t = crate::simd::Avx2::detect().ok_or_else(unavailable)?;
             Ok(if f64_ { t.probe_f64(iterations) } else { t.probe_f32(iterations) })
         }
         #[cfg(target_arch = "x86_64")]
         Kernel::Avx512 => {
-            let t = crate::matmul::Avx512::detect().ok_or_else(unavailable)?;
+            let t = crate::simd::Avx512::detect().ok_or_else(unavailable)?;
             Ok(if f64_ { t.probe_f64(iterations) } else { t.probe_f32(iterations) })
         }
         #[cfg(not(target_arch = "x86_64"))]

@@ -4,7 +4,7 @@
 //! The crate is compiled for the baseline x86-64 (SSE2, four f32 lanes). [`map_f32`] runs the
 //! same plain loop compiled for AVX2 or AVX-512 instead, chosen at run time as the micro-kernels
 //! are ([`crate::matmul::active_kernel`]); the compiled loops live with the other SIMD code in
-//! `src/matmul/simd.rs` (the only module allowed `unsafe`), behind safe functions that take a
+//! `src/simd.rs` (the only module allowed `unsafe`), behind safe functions that take a
 //! CPU-feature token.
 
 use crate::error::{Result, shape_error};
@@ -32,13 +32,13 @@ pub fn map_f32(x: &[f32], y: &mut [f32], f: impl Fn(f32, f32) -> f32) -> Result<
     #[cfg(target_arch = "x86_64")]
     match active_kernel() {
         Kernel::Avx512 => {
-            if let Some(t) = crate::matmul::Avx512::detect() {
+            if let Some(t) = crate::simd::Avx512::detect() {
                 t.map_f32(x, y, f);
                 return Ok(());
             }
         }
         Kernel::Avx2 => {
-            if let Some(t) = crate::matmul::Avx2::detect() {
+            if let Some(t) = crate::simd::Avx2::detect() {
                 t.map_f32(x, y, f);
                 return Ok(());
             }

@@ -89,7 +89,7 @@ impl std::fmt::Display for Kernel {
 
 #[cfg(target_arch = "x86_64")]
 fn has_avx2_fma() -> bool {
-    super::simd::Avx2::detect().is_some()
+    crate::simd::Avx2::detect().is_some()
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -99,7 +99,7 @@ fn has_avx2_fma() -> bool {
 
 #[cfg(target_arch = "x86_64")]
 fn has_avx512f() -> bool {
-    super::simd::Avx512::detect().is_some()
+    crate::simd::Avx512::detect().is_some()
 }
 
 #[cfg(not(target_arch = "x86_64"))]

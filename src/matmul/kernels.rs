@@ -26,7 +26,7 @@ use super::Element;
 use super::dispatch::{Blocking, Kernel};
 use super::scalar;
 #[cfg(target_arch = "x86_64")]
-use super::simd::{self, Avx2, Avx512, SimdKernel};
+use crate::simd::{self, Avx2, Avx512, SimdKernel};
 
 /// The largest register tile of any kernel (AVX-512 f32, 32×8): the size of the scratch tile
 /// edge tiles are computed into.

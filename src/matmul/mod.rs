@@ -17,9 +17,10 @@
 //! - large products are cut into pieces of C shared between threads ([`default_threads`],
 //!   [`PARALLEL_MIN_FLOPS`]).
 //!
-//! `unsafe` code exists only in the SIMD kernel module: a SIMD kernel can only be built from a
-//! token that the CPU detection alone can make, and every call checks every slice bound before
-//! touching a pointer.
+//! The SIMD micro-kernels' bodies are not here: they live in the crate's one module allowed
+//! `unsafe` code, `src/simd.rs`, with the CPU tokens, the FMA probe's loops and the element-wise
+//! map's. A SIMD kernel can only be built from a token that the CPU detection alone can make,
+//! and every call checks every slice bound before touching a pointer.
 //!
 //! What is not the product lives beside this module: the thread count in [`crate::threads`], the
 //! nalgebra backend switch in [`crate::backend`], the element-wise map in [`crate::simd_map`] and
@@ -30,14 +31,6 @@ mod dispatch;
 mod kernels;
 mod pack;
 mod scalar;
-#[cfg(target_arch = "x86_64")]
-#[allow(unsafe_code)]
-mod simd;
-
-/// The CPU-feature tokens and the SIMD bodies of the FMA probe and the element-wise map, for
-/// [`crate::peak`] and [`crate::simd_map`] (their public API and policy live there).
-#[cfg(target_arch = "x86_64")]
-pub(crate) use simd::{Avx2, Avx512};
 
 use crate::backend::{Backend, active_backend, record_nalgebra_product};
 use crate::error::{Result, invalid, shape_error};
@@ -156,7 +149,7 @@ mod sealed {
         }
         #[cfg(target_arch = "x86_64")]
         fn transpose_lines(dst: &mut [f32], lines: &[&[f32]], kc: usize) -> usize {
-            super::simd::transpose_f32(dst, lines, kc)
+            crate::simd::transpose_f32(dst, lines, kc)
         }
     }
     impl Sealed for f64 {
@@ -168,7 +161,7 @@ mod sealed {
         }
         #[cfg(target_arch = "x86_64")]
         fn transpose_lines(dst: &mut [f64], lines: &[&[f64]], kc: usize) -> usize {
-            super::simd::transpose_f64(dst, lines, kc)
+            crate::simd::transpose_f64(dst, lines, kc)
         }
     }
 }
@@ -732,7 +725,7 @@ mod layering {
         uses.iter().find_map(|(n, _)| visit(n, uses, &mut Vec::new()))
     }
 
-    const SIBLINGS: [&str; 6] = ["blocked", "dispatch", "kernels", "pack", "scalar", "simd"];
+    const SIBLINGS: [&str; 5] = ["blocked", "dispatch", "kernels", "pack", "scalar"];
 
     #[test]
     fn the_files_of_matmul_import_each_other_without_a_cycle() {

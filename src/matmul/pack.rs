@@ -100,7 +100,7 @@ const RUNS_AHEAD: usize = 4;
 /// Asks the cache for every line of `s` (a hint: no effect on results, and none off x86-64).
 pub(crate) fn prefetch<T>(s: &[T]) {
     #[cfg(target_arch = "x86_64")]
-    super::simd::prefetch_lines(s);
+    crate::simd::prefetch_lines(s);
     #[cfg(not(target_arch = "x86_64"))]
     let _ = s;
 }

@@ -22,7 +22,7 @@
 //! `#[target_feature]` wrappers, one per instruction set and element type, that call it. The body
 //! and the trait's functions are inlined into each wrapper, so they are compiled with the
 //! wrapper's instructions: the AVX-512 code is the very loop the AVX2 tests exercise, with wider
-//! registers. The loop is the scalar specification ([`super::scalar`]) with the MR rows of a
+//! registers. The loop is the scalar specification (`src/matmul/scalar.rs`) with the MR rows of a
 //! column of the tile held in MV = MR/LANES vectors:
 //!
 //! ```text
@@ -67,7 +67,7 @@ impl Avx512 {
 
 /// Asks the cache for every 64-byte line of `s` (packing uses it to fetch the next column run
 /// of a block while copying the current one). A hint only: it changes no value.
-pub(super) fn prefetch_lines<T>(s: &[T]) {
+pub(crate) fn prefetch_lines<T>(s: &[T]) {
     for line in s.chunks((64 / size_of::<T>().max(1)).max(1)) {
         // SAFETY: SSE, which provides the prefetch instruction, is part of every x86-64 CPU;
         // a prefetch reads nothing into the program and never faults, and the address is that of
@@ -519,7 +519,7 @@ tile_wrapper!(
 /// width of tile, with the tile's column count. Its fields are private to this module and its only
 /// constructors take a token, so a `SimdKernel` exists only on a CPU that runs its instructions.
 #[derive(Clone, Copy)]
-pub(super) struct SimdKernel<T: 'static> {
+pub(crate) struct SimdKernel<T: 'static> {
     /// The wrapper compiled for each width (NR, then [`NARROW`]) and each way of addressing B
     /// ([`B_PACKED`], [`B_ROWS`], [`B_COLS`]): a static table, so the kernel is two words to copy.
     by_layout: &'static Variants<T>,
@@ -531,7 +531,7 @@ type Variants<T> = [[TileFn<T>; 3]; 4];
 
 /// The narrower tiles every SIMD kernel also has, for the last columns of C: a remainder of r <
 /// NR columns is covered by the binary digits of r, each in one call.
-pub(super) const NARROW: [usize; 3] = [4, 2, 1];
+pub(crate) const NARROW: [usize; 3] = [4, 2, 1];
 
 /// One wrapper for every width and layout, in the order of [`SimdKernel::by_layout`].
 macro_rules! by_layout {
@@ -552,22 +552,22 @@ static AVX512_F64: Variants<f64> = by_layout!(avx512_f64, AVX512_F64_NR);
 
 impl Avx2 {
     /// The AVX2 f32 micro-kernel (16×6).
-    pub(super) fn f32_kernel(self) -> SimdKernel<f32> {
+    pub(crate) fn f32_kernel(self) -> SimdKernel<f32> {
         SimdKernel { by_layout: &AVX2_F32, nr: AVX2_F32_NR }
     }
     /// The AVX2 f64 micro-kernel (8×6).
-    pub(super) fn f64_kernel(self) -> SimdKernel<f64> {
+    pub(crate) fn f64_kernel(self) -> SimdKernel<f64> {
         SimdKernel { by_layout: &AVX2_F64, nr: AVX2_F64_NR }
     }
 }
 
 impl Avx512 {
     /// The AVX-512 f32 micro-kernel (32×8).
-    pub(super) fn f32_kernel(self) -> SimdKernel<f32> {
+    pub(crate) fn f32_kernel(self) -> SimdKernel<f32> {
         SimdKernel { by_layout: &AVX512_F32, nr: AVX512_F32_NR }
     }
     /// The AVX-512 f64 micro-kernel (16×8).
-    pub(super) fn f64_kernel(self) -> SimdKernel<f64> {
+    pub(crate) fn f64_kernel(self) -> SimdKernel<f64> {
         SimdKernel { by_layout: &AVX512_F64, nr: AVX512_F64_NR }
     }
 }
@@ -581,7 +581,7 @@ impl<T> SimdKernel<T> {
     /// lane is 1 (an internal bug: every operand has one stride 1).
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    pub(super) fn run(
+    pub(crate) fn run(
         self,
         kc: usize,
         cols: usize,
@@ -747,7 +747,7 @@ impl Avx512 {
 // ──────────────────── packing: transposes in 8×8 (f32) and 4×4 (f64) blocks ────────────────────
 
 /// The widest sliver [`transpose_f32`] takes: the 32 rows of the AVX-512 f32 tile.
-pub(super) const TRANSPOSE_MAX_LINES: usize = 32;
+pub(crate) const TRANSPOSE_MAX_LINES: usize = 32;
 
 /// Writes `dst[p·W + i] = lines[i][p]` for every line i < W = `lines.len()` and every p below
 /// `kc` rounded down to a multiple of 8, eight lines by eight values at a time with AVX 8×8
@@ -755,7 +755,7 @@ pub(super) const TRANSPOSE_MAX_LINES: usize = 32;
 /// caller copies the rest. Returns 0, writing nothing, when the CPU lacks AVX or W is not a
 /// multiple of 8 up to [`TRANSPOSE_MAX_LINES`]. Panics (never reads or writes out of bounds) if
 /// a line is shorter than that many p or `dst` shorter than that many rows of W.
-pub(super) fn transpose_f32(dst: &mut [f32], lines: &[&[f32]], kc: usize) -> usize {
+pub(crate) fn transpose_f32(dst: &mut [f32], lines: &[&[f32]], kc: usize) -> usize {
     transpose_checked(dst, lines, kc, 8, transpose_f32_inner)
 }
 
@@ -845,7 +845,7 @@ unsafe fn transpose_f32_inner(dst: *mut f32, src: &[*const f32], full: usize) {
 /// or W is not a multiple of 4 up to [`TRANSPOSE_MAX_LINES`] (the AVX2 f64 tile's 6 columns are
 /// left to the plain copy). Panics (never reads or writes out of bounds) if a line is shorter
 /// than that many p or `dst` shorter than that many rows of W.
-pub(super) fn transpose_f64(dst: &mut [f64], lines: &[&[f64]], kc: usize) -> usize {
+pub(crate) fn transpose_f64(dst: &mut [f64], lines: &[&[f64]], kc: usize) -> usize {
     transpose_checked(dst, lines, kc, 4, transpose_f64_inner)
 }
 
