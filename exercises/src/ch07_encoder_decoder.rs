@@ -114,9 +114,10 @@ pub fn decoder_block_backward(
 /// gradient of the same matrix of `model` (`grads.w_out` holds ∂L/∂W_out, and
 /// `grads.encoder[0].ln1.gamma` ∂L/∂γ of the first encoder layer's LN₁). Its fields that are
 /// not matrices hold `model`'s own: the `config`, each layer's head counts, activation, norm
-/// order, ε and its placement (start from `model.zeros_like()` and overwrite every matrix). Errors: no sequences,
-/// source and target batches of different sizes, `labels[b]` not as long as `target_in[b]`, an
-/// empty sequence or one longer than `model.config.max_len`, a token outside the vocabulary.
+/// order, ε and its placement (start from `model.zeros_like()` and overwrite every matrix).
+/// Errors: no sequences, source and target batches of different sizes, `labels[b]` not as long
+/// as `target_in[b]`, an empty sequence or one longer than `model.config.max_len`, a token
+/// outside the vocabulary.
 ///
 /// Chapter: [2. Output layer, loss, teacher forcing](../../chapters/ch07_encoder_decoder.md#2-output-layer-loss-teacher-forcing-greedy-decoding)
 /// and [3. Backward through cross-attention](../../chapters/ch07_encoder_decoder.md#3-backward-through-cross-attention).

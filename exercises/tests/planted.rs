@@ -1516,6 +1516,75 @@ mod probes {
         passes(ch06::attention_forward(by_lse));
     }
 
+    /// What an answer that adds a 2×3 to a 3×2 (a transpose on the wrong side) returns: nalgebra
+    /// panics, quoting both shapes.
+    fn mismatched<T>() -> T {
+        let sum = &DMatrix::<f64>::zeros(2, 3) + &DMatrix::<f64>::zeros(3, 2);
+        unreachable!("nalgebra added a 2×3 to a 3×2: {sum}")
+    }
+
+    /// The judge reported the panic once, with the shapes it passed (`passed`) and the two
+    /// shapes that met.
+    #[track_caller]
+    fn reports_shapes(v: Verdict, passed: &str) {
+        let m = v.expect_err("the judge passed an answer that panics");
+        let line = m.lines().find(|l| l.contains("the judge passed")).unwrap_or_default();
+        assert!(line.contains(passed), "{passed:?} not in:\n{m}");
+        assert!(m.contains("the shapes that met there: 2×3 and 3×2"), "{m}");
+        assert_eq!(m.matches("panicked").count(), 1, "{m}");
+        assert!(!m.contains("backtrace"), "{m}");
+    }
+
+    #[test]
+    fn a_shape_panic_names_the_shapes_in_every_judge_that_takes_matrices() {
+        use judge::{ch03, ch04, ch05, ch07, ch10};
+        reports_shapes(ch01::logits_forward(|_, _, _| mismatched()), "w of length 3, x 5×3");
+        reports_shapes(ch01::sample_gradient(|_, _, _, _| mismatched()), "w of length 4");
+        reports_shapes(ch01::logits_backward(|_, _, _| mismatched()), "x 5×3, w of length 3");
+        reports_shapes(ch02::softmax_rows_forward(|_| mismatched()), "z 4×5");
+        reports_shapes(ch02::cross_entropy_from_logits(|_, _| mismatched()), "logits 2×3");
+        let ce_backward = ch02::cross_entropy_from_logits_backward(|_, _| mismatched());
+        reports_shapes(ce_backward, "logits 1×4, targets of length 1");
+        reports_shapes(ch02::softmax_rows_backward(|_, _| mismatched()), "y ");
+        reports_shapes(ch02::log_softmax_rows_backward(|_, _| mismatched()), "log_y ");
+        let regression = ch02::regression_logits_backward(|_, _, _| mismatched());
+        reports_shapes(regression, "w 2×3, x 5×2, d_z 5×3");
+        reports_shapes(ch03::dense_forward(|_, _, _| mismatched()), "x 4×3, w 3×2, b 1×2");
+        reports_shapes(ch03::dense_backward(|_, _, _| mismatched()), "x 5×3, w 3×2, d_y 5×2");
+        reports_shapes(ch03::relu_backward(|_, _| mismatched()), "z 4×3, d_a 4×3");
+        reports_shapes(ch03::gelu_backward(|_, _| mismatched()), "z 4×3, d_a 4×3");
+        reports_shapes(ch03::mse_backward(|_, _| mismatched()), "a 4×3, y 4×3");
+        reports_shapes(ch03::mlp_backward(|_, _, _| mismatched()), "mlp (W ");
+        reports_shapes(ch04::least_squares_fit(|_, _| mismatched()), "x 4×2, y 4×1");
+        reports_shapes(ch05::add_positions(|_, _| mismatched()), "x 6×4");
+        reports_shapes(ch06::attention_forward(|_, _, _, _| mismatched()), "Q 4×3, K 4×3");
+        reports_shapes(ch06::attention_backward(|_, _, _, _, _, _| mismatched()), "Q 3×3, K 4×3");
+        reports_shapes(ch06::layer_norm_forward(|_, _, _, _| mismatched()), "x 1×4, γ 1×4");
+        reports_shapes(ch06::layer_norm_backward(|_, _, _, _| mismatched()), "x 4×5, γ 1×5");
+        reports_shapes(ch06::split_heads(|_, _| mismatched()), "m 3×6");
+        reports_shapes(ch06::mha_backward(|_, _, _| mismatched()), "cache (X_q 6×4, X_kv 10×3");
+        reports_shapes(ch06::ffn_backward(|_, _, _| mismatched()), "ffn (W₁ 3×5, W₂ 5×3)");
+        reports_shapes(ch06::block_backward(|_, _, _| mismatched()), "blk (MHA (2 heads");
+        let cross = ch07::cross_attention_forward(|_, _, _, _, _| mismatched());
+        reports_shapes(cross, "y 6×4, y_batch (B = 2, T = 3, lengths [3, 2]), e 8×4");
+        let cross = ch07::cross_attention_backward(|_, _, _, _, _, _| mismatched());
+        reports_shapes(cross, "y 6×4, y_batch (B = 2, T = 3, lengths [3, 2]), e 8×4");
+        let decoder = ch07::decoder_block_backward(|_, _, _| mismatched());
+        reports_shapes(decoder, "block (width 4, FFN (W₁ 4×6, W₂ 6×4)), cache (self-attention");
+        let whole = ch07::loss_and_gradients(|_, _, _, _| mismatched());
+        reports_shapes(whole, "model (V = 7, C = 4, 2 heads, 2 encoder and 2 decoder layers)");
+        reports_shapes(ch09::adamw_step(|_, _, _, _, _, _, _| mismatched()), "theta 3×2, grad 3×2");
+        reports_shapes(
+            ch09::lm_head_backward(|_, _, _| mismatched()),
+            "h 4×3, w_u 5×3, targets of length 4",
+        );
+        let step = ch09::kv_cache_step(|_, _, _, _, _, _| mismatched());
+        reports_shapes(step, "keys 6×3, values 6×3, q of length 3");
+        reports_shapes(ch10::micro_kernel(|_, _, _, _, _, _| mismatched()), "a of length");
+        reports_shapes(ch10::pack_a_block(|_, _, _, _, _| mismatched()), "A ");
+        reports_shapes(ch10::pack_b_panel(|_, _, _, _, _| mismatched()), "B ");
+    }
+
     #[test]
     fn a_shape_panic_is_reported_once_with_what_the_judge_passed() {
         // Q K instead of Q Kᵀ: nalgebra panics on the product's shapes.

@@ -1,6 +1,6 @@
 //! Judges of chapter 1's exercises.
 
-use super::{Section, Verdict, attempt, attempt_ok, close, compare, gradient_check, random};
+use super::{Section, Verdict, attempt, close, compare, gradient_check, random};
 use llm_workbook::Result;
 use llm_workbook::ch01_logistic as book;
 use nalgebra::{DMatrix, DVector};
@@ -94,7 +94,9 @@ pub fn logits_forward(
         let x = random(seed, n, d);
         let w = DVector::from_column_slice(random(seed + 10, d, 1).as_slice());
         let b = 0.75;
-        let yours = attempt_ok(MODEL, "logits_forward", || f(&w, b, &x))?;
+        let yours = super::attempt_ok_on(MODEL, "logits_forward", &[("w", &w), ("x", &x)], || {
+            f(&w, b, &x)
+        })?;
         let want = book::logits_forward(&w, b, &x).map_err(|e| e.to_string())?;
         compare(MODEL, "z", &column(&yours), &column(&want), 1e-10, &[])
             .map_err(|m| format!("with x {n}×{d}: {m}"))
@@ -156,7 +158,10 @@ pub fn sample_gradient(
         let b = -0.3;
         let (wv, xv) =
             (DVector::from_column_slice(w.as_slice()), DVector::from_column_slice(x.as_slice()));
-        let g = attempt_ok(GRADIENT, "sample_gradient", || f(&wv, b, &xv, y))?;
+        let g =
+            super::attempt_ok_on(GRADIENT, "sample_gradient", &[("w", &wv), ("x", &xv)], || {
+                f(&wv, b, &xv, y)
+            })?;
         let xs = x.clone();
         gradient_check(
             GRADIENT,
@@ -177,7 +182,12 @@ pub fn logits_backward(
     let (x, w, g) = (random(8, 5, 3), random(9, 3, 1), random(10, 5, 1));
     let (wv, gv) =
         (DVector::from_column_slice(w.as_slice()), DVector::from_column_slice(g.as_slice()));
-    let (d_x, d_w, d_b) = attempt_ok(GRADIENT, "logits_backward", || f(&x, &wv, &gv))?;
+    let (d_x, d_w, d_b) = super::attempt_ok_on(
+        GRADIENT,
+        "logits_backward",
+        &[("x", &x), ("w", &wv), ("d_z", &gv)],
+        || f(&x, &wv, &gv),
+    )?;
     let loss = |t: &[DMatrix<f64>]| {
         let z = &t[0] * &t[1];
         z.iter().map(|v| v + t[2][(0, 0)]).zip(g.iter()).map(|(z, g)| z * g).sum::<f64>()

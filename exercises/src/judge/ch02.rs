@@ -19,7 +19,9 @@ const GRADIENT: Section = Section { chapter: "ch02_softmax", anchor: "5-the-grad
 /// the main crate's softmax on a random 4×5 Z.
 pub fn softmax_rows_forward(f: impl Fn(&DMatrix<f64>) -> Result<DMatrix<f64>>) -> Verdict {
     super::probe(super::Probe::Named);
-    let run = |z: &DMatrix<f64>| attempt_ok(STABLE, "softmax_rows_forward", || f(z));
+    let run = |z: &DMatrix<f64>| {
+        super::attempt_ok_on(STABLE, "softmax_rows_forward", &[("z", z)], || f(z))
+    };
     let z = random(11, 4, 5);
     let yours = run(&z)?;
     if yours.shape() == z.shape() {
@@ -77,8 +79,10 @@ use super::ROW_OFFSETS;
 /// ln 3 for uniform logits over 3 classes; the main crate's loss on random logits.
 pub fn cross_entropy_from_logits(f: impl Fn(&DMatrix<f64>, &[usize]) -> Result<f64>) -> Verdict {
     super::probe(super::Probe::Named);
+    let (zeros, targets) = (DMatrix::zeros(2, 3), [0, 2]);
+    let passed: [(&str, &dyn super::Shaped); 2] = [("logits", &zeros), ("targets", &targets)];
     let uniform =
-        attempt_ok(CROSS, "cross_entropy_from_logits", || f(&DMatrix::zeros(2, 3), &[0, 2]))?;
+        super::attempt_ok_on(CROSS, "cross_entropy_from_logits", &passed, || f(&zeros, &targets))?;
     if (uniform - 3f64.ln()).abs() > 1e-12 {
         let why = if (uniform - 2.0 * 3f64.ln()).abs() < 1e-12 {
             " — N = 2 times too large: L is the mean over the N rows, divide by N"
@@ -92,7 +96,12 @@ pub fn cross_entropy_from_logits(f: impl Fn(&DMatrix<f64>, &[usize]) -> Result<f
         )));
     }
     let (z, t) = (random(12, 5, 4) * 3.0, [0, 3, 1, 1, 2]);
-    let yours = attempt_ok(CROSS, "cross_entropy_from_logits", || f(&z, &t))?;
+    let yours = super::attempt_ok_on(
+        CROSS,
+        "cross_entropy_from_logits",
+        &[("logits", &z), ("targets", &t)],
+        || f(&z, &t),
+    )?;
     let want = book::cross_entropy_from_logits(&z, &t).map_err(|e| e.to_string())?;
     if (yours - want).abs() > 1e-10 {
         let n = t.len() as f64;
@@ -105,7 +114,12 @@ pub fn cross_entropy_from_logits(f: impl Fn(&DMatrix<f64>, &[usize]) -> Result<f
     }
     let apart = super::rows_apart(&random(23, 4, 3));
     let t = [2, 0, 1, 1];
-    let yours = attempt_ok(CROSS, "cross_entropy_from_logits", || f(&apart, &t))?;
+    let yours = super::attempt_ok_on(
+        CROSS,
+        "cross_entropy_from_logits",
+        &[("logits", &apart), ("targets", &t)],
+        || f(&apart, &t),
+    )?;
     let want = book::cross_entropy_from_logits(&apart, &t).map_err(|e| e.to_string())?;
     if !close_rel(yours, want, 1e-9) {
         let why =
@@ -132,7 +146,12 @@ pub fn cross_entropy_from_logits_backward(
     f: impl Fn(&DMatrix<f64>, &[usize]) -> Result<DMatrix<f64>>,
 ) -> Verdict {
     let run = |z: &DMatrix<f64>, t: &[usize]| {
-        attempt_ok(GRADIENT, "cross_entropy_from_logits_backward", || f(z, t))
+        super::attempt_ok_on(
+            GRADIENT,
+            "cross_entropy_from_logits_backward",
+            &[("logits", z), ("targets", &t)],
+            || f(z, t),
+        )
     };
     let doc = DMatrix::from_row_slice(1, 4, &[0.1_f64, 0.1, 0.1, 0.7]).map(f64::ln);
     let g = run(&doc, &[0])?;
@@ -160,7 +179,12 @@ pub fn softmax_rows_backward(
     for (seed, n, k) in [(14, 3, 4), (15, 1, 5)] {
         let (z, g) = (random(seed, n, k), random(seed + 1, n, k));
         let y = book::softmax_rows_forward(&z).map_err(|e| e.to_string())?;
-        let d_z = attempt_ok(GRADIENT, "softmax_rows_backward", || f(&y, &g))?;
+        let d_z = super::attempt_ok_on(
+            GRADIENT,
+            "softmax_rows_backward",
+            &[("y", &y), ("d_y", &g)],
+            || f(&y, &g),
+        )?;
         gradient_check(
             GRADIENT,
             &[("Z", z)],
@@ -202,7 +226,8 @@ pub fn log_softmax_rows_backward(
     for (seed, n, k) in [(16, 3, 4), (17, 2, 5)] {
         let (z, g) = (random(seed, n, k) * 2.0, random(seed + 1, n, k));
         let log_y = book::log_softmax_rows(&z).map_err(|e| e.to_string())?;
-        let d_z = attempt_ok(STABLE, name, || f(&log_y, &g))?;
+        let d_z =
+            super::attempt_ok_on(STABLE, name, &[("log_y", &log_y), ("d", &g)], || f(&log_y, &g))?;
         gradient_check(
             STABLE,
             &[("Z", z)],
@@ -240,7 +265,8 @@ pub fn log_softmax_rows_backward(
     let z = DMatrix::from_row_slice(2, 3, &[0.5, f64::NEG_INFINITY, -1.0, 2.0, 0.0, 1.0]);
     let log_y = book::log_softmax_rows(&z).map_err(|e| e.to_string())?;
     let d = DMatrix::from_row_slice(2, 3, &[-0.5, 0.0, 0.0, 0.0, 0.0, -0.5]);
-    let d_z = attempt_ok(STABLE, name, || f(&log_y, &d))?;
+    let d_z =
+        super::attempt_ok_on(STABLE, name, &[("log_y", &log_y), ("d", &d)], || f(&log_y, &d))?;
     if d_z.iter().any(|v| !v.is_finite()) {
         return Err(STABLE.fail(
             "row 0 has a masked logit (ln Y = −∞): your ∂L/∂Z holds NaN or ∞; use Y = e^{ln Y} = 0 \
@@ -273,7 +299,12 @@ pub fn regression_logits_backward(
 ) -> Verdict {
     super::probe(super::Probe::Batch);
     let (x, w, b, g) = (random(18, 5, 2), random(19, 2, 3), random(20, 1, 3), random(21, 5, 3));
-    let (d_x, d_w, d_b) = attempt_ok(REGRESSION, "regression_logits_backward", || f(&w, &x, &g))?;
+    let (d_x, d_w, d_b) = super::attempt_ok_on(
+        REGRESSION,
+        "regression_logits_backward",
+        &[("w", &w), ("x", &x), ("d_z", &g)],
+        || f(&w, &x, &g),
+    )?;
     gradient_check(
         REGRESSION,
         &[("X", x.clone()), ("W", w.clone()), ("b", b.clone())],

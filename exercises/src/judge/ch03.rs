@@ -17,7 +17,10 @@ pub fn dense_forward(
     f: impl Fn(&DMatrix<f64>, &DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>,
 ) -> Verdict {
     let (x, w, b) = (random(20, 4, 3), random(21, 3, 2), random(22, 1, 2));
-    let yours = attempt_ok(LAYER, "dense_forward", || f(&x, &w, &b))?;
+    let yours =
+        super::attempt_ok_on(LAYER, "dense_forward", &[("x", &x), ("w", &w), ("b", &b)], || {
+            f(&x, &w, &b)
+        })?;
     let want = book::dense_forward(&x, &w, &b).map_err(|e| e.to_string())?;
     let no_bias = &x * &w;
     if yours.shape() == want.shape() && (&yours - &no_bias).abs().max() < 1e-12 {
@@ -42,7 +45,10 @@ pub fn dense_backward(
 ) -> Verdict {
     super::probe(super::Probe::Batch);
     let (x, w, b, g) = (random(24, 5, 3), random(25, 3, 2), random(26, 1, 2), random(27, 5, 2));
-    let (d_x, d_w, d_b) = attempt_ok(MANY, "dense_backward", || f(&x, &w, &g))?;
+    let (d_x, d_w, d_b) =
+        super::attempt_ok_on(MANY, "dense_backward", &[("x", &x), ("w", &w), ("d_y", &g)], || {
+            f(&x, &w, &g)
+        })?;
     gradient_check(
         MANY,
         &[("x", x.clone()), ("W", w.clone()), ("b", b.clone())],
@@ -63,7 +69,7 @@ fn activation_judge(
     f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>,
 ) -> Verdict {
     let (z, g) = (random(28, 4, 3) * 2.0, random(29, 4, 3));
-    let d_z = attempt_ok(sec, name, || f(&z, &g))?;
+    let d_z = super::attempt_ok_on(sec, name, &[("z", &z), ("d_a", &g)], || f(&z, &g))?;
     gradient_check(
         sec,
         &[("z", z.clone())],
@@ -106,7 +112,7 @@ pub fn gelu_backward(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<
 /// by N·K = 12 is not mistaken for a missing 2).
 pub fn mse_backward(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>) -> Verdict {
     let (a, y) = (random(30, 4, 3), random(31, 4, 3));
-    let d_a = attempt_ok(COST, "mse_backward", || f(&a, &y))?;
+    let d_a = super::attempt_ok_on(COST, "mse_backward", &[("a", &a), ("y", &y)], || f(&a, &y))?;
     gradient_check(
         COST,
         &[("a", a.clone())],
@@ -168,7 +174,12 @@ fn check_mlp(f: MlpBackward, mlp: &book::Mlp<f64>, seed: u64) -> Verdict {
     let x = random(seed + 10, 4, sizes[0]);
     let g = random(seed + 20, 4, sizes[depth]);
     let trace = mlp.forward(&x).map_err(|e| e.to_string())?;
-    let (grads, d_x) = attempt_ok(MANY, "mlp_backward", || f(mlp, &trace, &g))?;
+    let (grads, d_x) = super::attempt_ok_on(
+        MANY,
+        "mlp_backward",
+        &[("mlp", mlp), ("trace", &trace), ("d_out", &g)],
+        || f(mlp, &trace, &g),
+    )?;
     let net = format!("the {sizes:?} network");
     if grads.len() != depth {
         return Err(MANY.fail(format!(

@@ -1,6 +1,6 @@
 //! Judges of chapter 4's exercises.
 
-use super::{Section, Verdict, attempt, attempt_ok, compare, random};
+use super::{Section, Verdict, attempt, compare, random};
 use llm_workbook::Result;
 use llm_workbook::ch03_mlp::Activation;
 use llm_workbook::ch04_xor::{self as book, LinearFit, PrintedNet};
@@ -67,7 +67,8 @@ pub fn xor_relu_net(f: impl Fn() -> PrintedNet) -> Verdict {
 /// 0.5 for all four XOR points (the chapter's number); the main crate's fit on random data.
 pub fn least_squares_fit(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<LinearFit>) -> Verdict {
     let (x, y) = book::xor_data();
-    let fit = attempt_ok(LINE, "least_squares_fit", || f(&x, &y))?;
+    let fit =
+        super::attempt_ok_on(LINE, "least_squares_fit", &[("x", &x), ("y", &y)], || f(&x, &y))?;
     if fit.b == 0.0 {
         return Err(LINE.fail("your b is 0: is the column of ones missing from A = [x 1]?"));
     }
@@ -80,7 +81,8 @@ pub fn least_squares_fit(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<Line
         &[],
     )?;
     let (x, y) = (random(40, 8, 3), random(41, 8, 1));
-    let fit = attempt_ok(LINE, "least_squares_fit", || f(&x, &y))?;
+    let fit =
+        super::attempt_ok_on(LINE, "least_squares_fit", &[("x", &x), ("y", &y)], || f(&x, &y))?;
     let want = book::least_squares_fit(&x, &y).map_err(|e| e.to_string())?;
     compare(LINE, "w", &fit.w, &want.w, 1e-8, &[])?;
     if (fit.b - want.b).abs() > 1e-8 {

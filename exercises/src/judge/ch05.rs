@@ -72,7 +72,7 @@ pub fn sinusoidal(f: impl Fn(usize, usize) -> Result<DMatrix<f64>>) -> Verdict {
 pub fn add_positions(f: impl Fn(&DMatrix<f64>, usize) -> Result<DMatrix<f64>>) -> Verdict {
     super::batch_probe(super::BatchInput { sequences: 2, t_q: 3, t_k: 3, width: 4 });
     let x = random(50, 6, 4);
-    let yours = attempt_ok(WHY, "add_positions", || f(&x, 3))?;
+    let yours = super::attempt_ok_on(WHY, "add_positions", &[("x", &x)], || f(&x, 3))?;
     let want = book::add_positions(&x, 3).map_err(|e| e.to_string())?;
     if yours.shape() == want.shape() {
         let pe6 = book::sinusoidal::<f64>(6, 4).map_err(|e| e.to_string())?;

@@ -77,8 +77,9 @@ pub fn attention_forward(
         [(60, 4, 4, false), (61, 4, 4, true), (62, 2, 5, false), (63, 3, 5, true)]
     {
         let (q, k, v) = (random(seed, tq, 3), random(seed + 10, tk, 3), random(seed + 20, tk, 2));
-        super::passing(&[("Q", &q), ("K", &k), ("V", &v)]);
-        let (o, a) = attempt_ok(SDPA, "attention_forward", || f(&q, &k, &v, causal))?;
+        let passed: [(&str, &dyn super::Shaped); 3] = [("Q", &q), ("K", &k), ("V", &v)];
+        let (o, a) =
+            super::attempt_ok_on(SDPA, "attention_forward", &passed, || f(&q, &k, &v, causal))?;
         let what = if causal { "causal" } else { "bidirectional" };
         for r in 0..a.nrows() {
             let s = a.row(r).sum();
@@ -104,7 +105,12 @@ pub fn attention_forward(
         if causal {
             let mut later = v.clone();
             later.row_mut(tk - 1).add_scalar_mut(5.0);
-            let (o2, _) = attempt_ok(SDPA, "attention_forward", || f(&q, &k, &later, causal))?;
+            let (o2, _) = super::attempt_ok_on(
+                SDPA,
+                "attention_forward",
+                &[("Q", &q), ("K", &k), ("V", &later)],
+                || f(&q, &k, &later, causal),
+            )?;
             if o2.shape() == o.shape() && tq > 1 && (o2.row(0) - o.row(0)).abs().max() > 1e-12 {
                 return Err(SDPA.fail(format!(
                     "a causal leak: changing key {} 's value changed query 0's output",
@@ -119,7 +125,9 @@ pub fn attention_forward(
         let what = if causal { "causal" } else { "bidirectional" };
         let q = super::rows_scaled(&random(64, 4, 3), &SCORE_SCALES);
         let (k, v) = (random(65, 5, 3), random(66, 5, 2));
-        let (o, a) = attempt_ok(SDPA, "attention_forward", || f(&q, &k, &v, causal))?;
+        let passed: [(&str, &dyn super::Shaped); 3] = [("Q", &q), ("K", &k), ("V", &v)];
+        let (o, a) =
+            super::attempt_ok_on(SDPA, "attention_forward", &passed, || f(&q, &k, &v, causal))?;
         let scores = masked_scores(&q, &k, causal);
         let mistake = super::shift_mistake(&a, &scores, |p| p.clone())
             .or_else(|| super::shift_mistake(&o, &scores, |p| p * &v));
@@ -171,8 +179,12 @@ pub fn attention_backward(
         let (q, k, v) = (random(seed, tq, 3), random(seed + 10, tk, 3), random(seed + 20, tk, 2));
         let g = random(seed + 30, tq, 2);
         let (_, a) = solution::attention_forward(&q, &k, &v, causal).map_err(|e| e.to_string())?;
-        let (d_q, d_k, d_v) =
-            attempt_ok(BACKWARD, "attention_backward", || f(&q, &k, &v, &a, &g, causal))?;
+        let (d_q, d_k, d_v) = super::attempt_ok_on(
+            BACKWARD,
+            "attention_backward",
+            &[("Q", &q), ("K", &k), ("V", &v), ("weights", &a), ("d_out", &g)],
+            || f(&q, &k, &v, &a, &g, causal),
+        )?;
         gradient_check(
             BACKWARD,
             &[("Q", q.clone()), ("K", k.clone()), ("V", v.clone())],
@@ -197,7 +209,12 @@ pub fn layer_norm_forward(
     super::probe(super::Probe::Named);
     let (ones, zeros) = (DMatrix::from_element(1, 4, 1.0), DMatrix::zeros(1, 4));
     let x = DMatrix::from_row_slice(1, 4, &[1.0, 2.0, 3.0, 4.0]);
-    let y = attempt_ok(NORM, "layer_norm_forward", || f(&x, &ones, &zeros, 1e-12))?;
+    let y = super::attempt_ok_on(
+        NORM,
+        "layer_norm_forward",
+        &[("x", &x), ("γ", &ones), ("β", &zeros)],
+        || f(&x, &ones, &zeros, 1e-12),
+    )?;
     let printed: Vec<String> = y.iter().map(|v| format!("{v:.4}")).collect();
     if printed != ["-1.3416", "-0.4472", "0.4472", "1.3416"] {
         let why = if printed.first().is_some_and(|p| p == "-1.1619") {
@@ -212,7 +229,12 @@ pub fn layer_norm_forward(
     }
     let x = random(80, 5, 6) * 3.0;
     let (ones, zeros) = (DMatrix::from_element(1, 6, 1.0), DMatrix::zeros(1, 6));
-    let y = attempt_ok(NORM, "layer_norm_forward", || f(&x, &ones, &zeros, 1e-6))?;
+    let y = super::attempt_ok_on(
+        NORM,
+        "layer_norm_forward",
+        &[("x", &x), ("γ", &ones), ("β", &zeros)],
+        || f(&x, &ones, &zeros, 1e-6),
+    )?;
     if y.shape() == x.shape() {
         for r in 0..5 {
             let mean = y.row(r).mean();
@@ -224,7 +246,12 @@ pub fn layer_norm_forward(
         }
     }
     let (gamma, beta) = (random(81, 1, 6), random(82, 1, 6));
-    let y = attempt_ok(NORM, "layer_norm_forward", || f(&x, &gamma, &beta, 1e-6))?;
+    let y = super::attempt_ok_on(
+        NORM,
+        "layer_norm_forward",
+        &[("x", &x), ("γ", &gamma), ("β", &beta)],
+        || f(&x, &gamma, &beta, 1e-6),
+    )?;
     let want = solution::layer_norm_forward(&x, &gamma, &beta, 1e-6).map_err(|e| e.to_string())?;
     compare(NORM, "LayerNorm(X)", &y, &want, 1e-9, &[])
 }
@@ -240,8 +267,12 @@ pub fn layer_norm_backward(
 ) -> Verdict {
     let (x, gamma, beta, g) =
         (random(83, 4, 5), random(84, 1, 5), random(85, 1, 5), random(86, 4, 5));
-    let (d_x, d_gamma, d_beta) =
-        attempt_ok(NORM, "layer_norm_backward", || f(&x, &gamma, &g, 1e-5))?;
+    let (d_x, d_gamma, d_beta) = super::attempt_ok_on(
+        NORM,
+        "layer_norm_backward",
+        &[("x", &x), ("γ", &gamma), ("d_y", &g)],
+        || f(&x, &gamma, &g, 1e-5),
+    )?;
     gradient_check(
         NORM,
         &[("X", x.clone()), ("γ", gamma.clone()), ("β", beta.clone())],
@@ -269,7 +300,7 @@ pub fn layer_norm_backward(
 /// Three heads of width 2 from a 3×6 matrix: head h is columns 2h, 2h + 1; an error for 4 heads.
 pub fn split_heads(f: impl Fn(&DMatrix<f64>, usize) -> Result<Vec<DMatrix<f64>>>) -> Verdict {
     let m = DMatrix::from_fn(3, 6, |r, c| (10 * r + c) as f64);
-    let parts = attempt_ok(HEADS, "split_heads", || f(&m, 3))?;
+    let parts = super::attempt_ok_on(HEADS, "split_heads", &[("m", &m)], || f(&m, 3))?;
     if parts.len() != 3 {
         return Err(HEADS.fail(format!("3 heads asked for; yours returned {}", parts.len())));
     }
@@ -391,7 +422,12 @@ pub fn mha_backward(
         );
         let g = random(seed + 12, MHA_SEQUENCES * tq, dims.3);
         let (_, cache) = book::mha_forward(&p, &x_q, &x_kv, &spec).map_err(|e| e.to_string())?;
-        let grads = attempt_ok(HEADS, "mha_backward", || f(&p, &cache, &g))?;
+        let grads = super::attempt_ok_on(
+            HEADS,
+            "mha_backward",
+            &[("p", &p), ("cache", &cache), ("d_out", &g)],
+            || f(&p, &cache, &g),
+        )?;
         let reference = |x_q: &DMatrix<f64>, x_kv: &DMatrix<f64>| {
             let (_, cache) = book::mha_forward(&p, x_q, x_kv, &spec)?;
             book::mha_backward(&p, &cache, &g)
@@ -469,7 +505,12 @@ pub fn ffn_backward(
         ffn.b2 = random(seed + 2, 1, 3) * 0.3;
         let (x, g) = (random(seed + 3, 4, 3), random(seed + 4, 4, 3));
         let (_, cache) = book::ffn_forward(&ffn, &x).map_err(|e| e.to_string())?;
-        let d = attempt_ok(FFN, "ffn_backward", || f(&ffn, &cache, &g))?;
+        let d = super::attempt_ok_on(
+            FFN,
+            "ffn_backward",
+            &[("ffn", &ffn), ("cache", &cache), ("d_y", &g)],
+            || f(&ffn, &cache, &g),
+        )?;
         let names = ["W₂", "b₂", "W₁", "b₁", "x"];
         let mut inputs: Vec<(String, DMatrix<f64>)> =
             names.iter().map(|n| n.to_string()).zip(ffn_tensors(&ffn)).collect();
@@ -588,7 +629,12 @@ pub fn block_backward(
         blk.ffn.b2 = random(seed + 15, 1, 4) * 0.3;
         let (x, g) = (random(seed + 20, 6, 4), random(seed + 21, 6, 4));
         let (_, cache) = book::block_forward(&blk, &x, &spec).map_err(|e| e.to_string())?;
-        let grads = attempt_ok(BLOCK, "block_backward", || f(&blk, &cache, &g))?;
+        let grads = super::attempt_ok_on(
+            BLOCK,
+            "block_backward",
+            &[("blk", &blk), ("cache", &cache), ("d_y", &g)],
+            || f(&blk, &cache, &g),
+        )?;
         let reference = |x: &DMatrix<f64>| {
             let (_, cache) = book::block_forward(&blk, x, &spec)?;
             book::block_backward(&blk, &cache, &g)

@@ -62,6 +62,17 @@ pub fn padding_mask(f: impl Fn(&[usize], usize, usize) -> Result<DMatrix<f64>>) 
 /// each, width 4.
 const SETUP_BATCH: super::BatchInput = super::BatchInput { sequences: 2, t_q: 3, t_k: 4, width: 4 };
 
+/// What the cross-attention judges pass, named as the exercise names it.
+fn cross_passed<'a>(
+    y: &'a DMatrix<f64>,
+    yb: &'a Batch,
+    e: &'a DMatrix<f64>,
+    eb: &'a Batch,
+    w: &'a MultiHead<f64>,
+) -> [(&'static str, &'a dyn super::Shaped); 5] {
+    [("y", y), ("y_batch", yb), ("e", e), ("e_batch", eb), ("w", w)]
+}
+
 fn setup() -> (DMatrix<f64>, Batch, DMatrix<f64>, Batch, MultiHead<f64>) {
     let (y_batch, e_batch) =
         (Batch { len: 3, lengths: vec![3, 2] }, Batch { len: 4, lengths: vec![4, 2] });
@@ -88,7 +99,12 @@ pub fn cross_attention_forward(
 ) -> Verdict {
     let (y, yb, e, eb, w) = setup();
     super::batch_probe(SETUP_BATCH);
-    let out = attempt_ok(CROSS, "cross_attention_forward", || f(&y, &yb, &e, &eb, &w))?;
+    let out = super::attempt_ok_on(
+        CROSS,
+        "cross_attention_forward",
+        &cross_passed(&y, &yb, &e, &eb, &w),
+        || f(&y, &yb, &e, &eb, &w),
+    )?;
     let (want, _) =
         book::cross_attention_forward(&y, &yb, &e, &eb, &w).map_err(|x| x.to_string())?;
     let (y0, e0) = (super::first_for_all(&y, yb.len), super::first_for_all(&e, eb.len));
@@ -98,7 +114,12 @@ pub fn cross_attention_forward(
     if out.shape() == want.shape() {
         let mut padded = e.clone();
         padded.row_mut(7).add_scalar_mut(3.0); // sequence 1's last encoder row is padding
-        let again = attempt_ok(CROSS, "cross_attention_forward", || f(&y, &yb, &padded, &eb, &w))?;
+        let again = super::attempt_ok_on(
+            CROSS,
+            "cross_attention_forward",
+            &cross_passed(&y, &yb, &padded, &eb, &w),
+            || f(&y, &yb, &padded, &eb, &w),
+        )?;
         if (again.rows(3, 3) - out.rows(3, 3)).abs().max() > 1e-12 {
             return Err(CROSS.fail(
                 "a padding leak: changing sequence 1's padded encoder row changed its outputs — \
@@ -107,7 +128,12 @@ pub fn cross_attention_forward(
         }
         let mut other = e.clone();
         other.row_mut(0).add_scalar_mut(3.0);
-        let again = attempt_ok(CROSS, "cross_attention_forward", || f(&y, &yb, &other, &eb, &w))?;
+        let again = super::attempt_ok_on(
+            CROSS,
+            "cross_attention_forward",
+            &cross_passed(&y, &yb, &other, &eb, &w),
+            || f(&y, &yb, &other, &eb, &w),
+        )?;
         if (again.rows(3, 3) - out.rows(3, 3)).abs().max() > 1e-12 {
             return Err(CROSS.fail(
                 "sequence 1's queries see sequence 0's encoder rows: attend within each sequence",
@@ -126,7 +152,12 @@ pub fn cross_attention_forward(
     compare(CROSS, "cross-attention output", &out, &want, 1e-9, &[])?;
     // Large scores: the decoder's rows scaled so that q·k/√d_k reaches the hundreds.
     let big_y = super::rows_scaled(&y, &[1.0, 900.0, -700.0]);
-    let out = attempt_ok(CROSS, "cross_attention_forward", || f(&big_y, &yb, &e, &eb, &w))?;
+    let out = super::attempt_ok_on(
+        CROSS,
+        "cross_attention_forward",
+        &cross_passed(&big_y, &yb, &e, &eb, &w),
+        || f(&big_y, &yb, &e, &eb, &w),
+    )?;
     let (want, _) =
         book::cross_attention_forward(&big_y, &yb, &e, &eb, &w).map_err(|x| x.to_string())?;
     if out.iter().any(|v| !v.is_finite()) {
@@ -152,7 +183,12 @@ pub fn cross_attention_backward(
     let (y, yb, e, eb, w) = setup();
     super::batch_probe(SETUP_BATCH);
     let g = random(110, 6, 4);
-    let d = attempt_ok(BACKWARD, "cross_attention_backward", || f(&y, &yb, &e, &eb, &w, &g))?;
+    let d = super::attempt_ok_on(
+        BACKWARD,
+        "cross_attention_backward",
+        &[("y", &y), ("y_batch", &yb), ("e", &e), ("e_batch", &eb), ("w", &w), ("d_out", &g)],
+        || f(&y, &yb, &e, &eb, &w, &g),
+    )?;
     let reference = |y: &DMatrix<f64>, e: &DMatrix<f64>| {
         crate::solutions::ch07_encoder_decoder::cross_attention_backward(y, &yb, e, &eb, &w, &g)
             .map_err(|x| x.to_string())
@@ -297,8 +333,12 @@ pub fn decoder_block_backward(
     let g = random(202, 6, 4);
     let (_, cache) =
         book::decoder_block_forward(&y, &yb, &e, &eb, &block).map_err(|x| x.to_string())?;
-    let (d_y, d_e, grads) =
-        attempt_ok(BACKWARD, "decoder_block_backward", || f(&block, &cache, &g))?;
+    let (d_y, d_e, grads) = super::attempt_ok_on(
+        BACKWARD,
+        "decoder_block_backward",
+        &[("block", &block), ("cache", &cache), ("d_out", &g)],
+        || f(&block, &cache, &g),
+    )?;
     let reference = |y: &DMatrix<f64>, e: &DMatrix<f64>| {
         let (_, cache) = book::decoder_block_forward(y, &yb, e, &eb, &block)?;
         book::decoder_block_backward(&block, &cache, &g)
@@ -457,7 +497,9 @@ pub fn loss_and_gradients(
     let target_in = vec![vec![1, 5, 3], vec![1], vec![1, 2]];
     let labels = vec![vec![5, 3, 2], vec![4], vec![2, 6]];
     super::batch_probe(super::BatchInput { sequences: 3, t_q: 3, t_k: 5, width: 4 });
-    let yours = attempt_ok(BACKWARD, NAME, || f(&model, &source, &target_in, &labels))?;
+    let yours = super::attempt_ok_on(BACKWARD, NAME, &[("model", &model)], || {
+        f(&model, &source, &target_in, &labels)
+    })?;
     let want = model.loss_and_gradients(&source, &target_in, &labels).map_err(|e| e.to_string())?;
     let names = model_tensor_names(&model);
     let (mine, theirs) = (yours.grads.tensors(), want.grads.tensors());

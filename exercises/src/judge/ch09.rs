@@ -153,6 +153,7 @@ pub fn adamw_step(
     let theta0 = random(130, 3, 2);
     let g = random(131, 3, 2);
     let (mut theta, mut m, mut v) = (theta0.clone(), DMatrix::zeros(3, 2), DMatrix::zeros(3, 2));
+    super::passing(&[("theta", &theta), ("grad", &g), ("m", &m), ("v", &v)]);
     attempt_ok(TRAINING, "adamw_step", || f(&mut theta, &g, &mut m, &mut v, 0, &config, 0.0))?;
     let moved = &theta0 - &theta;
     let first = moved.zip_map(&g, |d, g| d * g.signum());
@@ -173,6 +174,7 @@ pub fn adamw_step(
     let (mut wt, mut wm, mut wv) = (theta0.clone(), DMatrix::zeros(3, 2), DMatrix::zeros(3, 2));
     for step in 0..3u64 {
         let g = random(140 + step, 3, 2);
+        super::passing(&[("theta", &theta), ("grad", &g), ("m", &m), ("v", &v)]);
         attempt_ok(TRAINING, "adamw_step", || {
             f(&mut theta, &g, &mut m, &mut v, step, &config, 0.5)
         })?;
@@ -203,7 +205,10 @@ pub fn lm_head_backward(
     super::probe(super::Probe::Batch);
     let name = "lm_head_backward";
     let (h, targets) = (random(170, 4, 3), [4, 0, 2, 2]);
-    let (loss, _, _) = attempt_ok(BACKWARD, name, || f(&h, &DMatrix::zeros(5, 3), &targets))?;
+    let zero = DMatrix::zeros(5, 3);
+    let passed: [(&str, &dyn super::Shaped); 3] =
+        [("h", &h), ("w_u", &zero), ("targets", &targets)];
+    let (loss, _, _) = super::attempt_ok_on(BACKWARD, name, &passed, || f(&h, &zero, &targets))?;
     if format!("{loss:.4}") != format!("{:.4}", 5f64.ln()) {
         let why = if close(loss, 4.0 * 5f64.ln(), 1e-9) {
             ": that is the sum over the S = 4 rows; L is their mean"
@@ -217,7 +222,12 @@ pub fn lm_head_backward(
         )));
     }
     let w_u = random(171, 5, 3);
-    let (loss, d_h, d_w) = attempt_ok(BACKWARD, name, || f(&h, &w_u, &targets))?;
+    let (loss, d_h, d_w) = super::attempt_ok_on(
+        BACKWARD,
+        name,
+        &[("h", &h), ("w_u", &w_u), ("targets", &targets)],
+        || f(&h, &w_u, &targets),
+    )?;
     let ce = |h: &DMatrix<f64>, w: &DMatrix<f64>| {
         llm_workbook::ch02_softmax::cross_entropy_from_logits(&(h * w.transpose()), &targets)
             .unwrap_or(f64::NAN)
@@ -246,7 +256,12 @@ pub fn lm_head_backward(
     })?;
     // Logits of ±900 and more: rows of h on very different scales.
     let big_h = super::rows_scaled(&h, &[1.0, 500.0, -400.0, 60.0]);
-    let (loss, d_h, d_w) = attempt_ok(BACKWARD, name, || f(&big_h, &w_u, &targets))?;
+    let (loss, d_h, d_w) = super::attempt_ok_on(
+        BACKWARD,
+        name,
+        &[("h", &big_h), ("w_u", &w_u), ("targets", &targets)],
+        || f(&big_h, &w_u, &targets),
+    )?;
     let (want, want_h, want_w) =
         solution::lm_head_backward(&big_h, &w_u, &targets).map_err(|e| e.to_string())?;
     let what = "h's rows scaled by (1, 500, −400, 60), logits up to about ±900";
@@ -297,6 +312,17 @@ fn same_row(a: &[f64], b: &[f64]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| close(*x, *y, 1e-9))
 }
 
+/// What the cache-step judge passes, named as the exercise names it.
+fn cache_passed<'a>(
+    keys: &'a DMatrix<f64>,
+    values: &'a DMatrix<f64>,
+    q: &'a Vec<f64>,
+    k: &'a Vec<f64>,
+    v: &'a Vec<f64>,
+) -> [(&'static str, &'a dyn super::Shaped); 5] {
+    [("keys", keys), ("values", values), ("q", q), ("k", k), ("v", v)]
+}
+
 /// Five tokens fed one at a time into a 6-row cache whose unused rows hold stale values: after
 /// each step, row len holds the new k and v, no earlier row changed, and the output equals the
 /// last row of chapter 6's causal attention over the whole sequence so far; changing the rows
@@ -314,6 +340,7 @@ pub fn kv_cache_step(
     for t in 0..steps {
         let (before_k, before_v) = (keys.clone(), values.clone());
         let (qt, kt, vt) = (row(&q, t), row(&k, t), row(&v, t));
+        super::passing(&cache_passed(&keys, &values, &qt, &kt, &vt));
         let out = attempt_ok(CACHE, name, || f(&mut keys, &mut values, t, &qt, &kt, &vt))?;
         if keys.shape() != (n_ctx, d) || values.shape() != (n_ctx, d) {
             return Err(CACHE.fail(format!(
@@ -373,6 +400,7 @@ pub fn kv_cache_step(
             k2.row_mut(r).add_scalar_mut(3.0);
             v2.row_mut(r).add_scalar_mut(-3.0);
         }
+        super::passing(&cache_passed(&k2, &v2, &qt, &kt, &vt));
         let again = attempt_ok(CACHE, name, || f(&mut k2, &mut v2, t, &qt, &kt, &vt))?;
         if !same_row(&again, &out) {
             return Err(CACHE.fail(format!(
@@ -388,6 +416,7 @@ pub fn kv_cache_step(
     super::probe(super::Probe::Scale);
     for t in 0..steps {
         let (qt, kt, vt) = (row(&big_q, t), row(&k, t), row(&v, t));
+        super::passing(&cache_passed(&keys2, &values2, &qt, &kt, &vt));
         let out = attempt_ok(CACHE, name, || f(&mut keys2, &mut values2, t, &qt, &kt, &vt))?;
         let n = t + 1;
         let (full, _) = crate::solutions::ch06_attention::attention_forward(

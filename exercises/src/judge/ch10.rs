@@ -22,6 +22,7 @@ pub fn micro_kernel(f: impl Fn(usize, &[f64], &[f64], f64, f64, &mut DMatrix<f64
                 random(seed + 20, MR, NR)
             };
             let mut c = start.clone();
+            super::passing(&[("a", &a.as_slice()), ("b", &b.as_slice()), ("c", &c)]);
             attempt(KERNEL, "micro_kernel", || {
                 f(kc, a.as_slice(), b.as_slice(), alpha, beta, &mut c)
             })?;
@@ -93,6 +94,7 @@ fn pack_case(
     };
     let want = call(reference, op, outer.clone(), depth.clone()).map_err(|e| e.to_string())?;
     let (len, kc) = (outer.len(), depth.len());
+    super::passing(&[(side.x, m)]);
     let yours = match attempt(PACKING, side.name, || call(f, op, outer.clone(), depth.clone()))? {
         Ok(v) => v,
         Err(e) if op == Op::T => {

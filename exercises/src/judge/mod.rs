@@ -81,12 +81,167 @@ pub fn probes_run(judge: impl FnOnce() -> Verdict) -> (Verdict, BTreeSet<Probe>)
     (verdict, PROBED.with(|p| std::mem::take(&mut *p.borrow_mut())))
 }
 
+/// What a judge passes an answer, described by its shape for a panic report ("Q 4×3").
+pub trait Shaped {
+    /// The shape in words: `rows×cols` for a matrix, the sizes that matter for anything else.
+    fn shape_text(&self) -> String;
+}
+
+impl Shaped for DMatrix<f64> {
+    fn shape_text(&self) -> String {
+        format!("{}×{}", self.nrows(), self.ncols())
+    }
+}
+
+impl Shaped for nalgebra::DVector<f64> {
+    fn shape_text(&self) -> String {
+        format!("of length {}", self.len())
+    }
+}
+
+impl<T> Shaped for &[T] {
+    fn shape_text(&self) -> String {
+        format!("of length {}", self.len())
+    }
+}
+
+impl<T> Shaped for Vec<T> {
+    fn shape_text(&self) -> String {
+        format!("of length {}", self.len())
+    }
+}
+
+impl<T, const N: usize> Shaped for [T; N] {
+    fn shape_text(&self) -> String {
+        format!("of length {N}")
+    }
+}
+
+impl Shaped for llm_workbook::ch07_encoder_decoder::Batch {
+    fn shape_text(&self) -> String {
+        format!("(B = {}, T = {}, lengths {:?})", self.sequences(), self.len, self.lengths)
+    }
+}
+
+impl Shaped for llm_workbook::ch06_attention::MultiHead<f64> {
+    fn shape_text(&self) -> String {
+        let (q, k, v, o) = (&self.w_q, &self.w_k, &self.w_v, &self.w_o);
+        format!(
+            "({} heads, W_Q {}, W_K {}, W_V {}, W_O {})",
+            self.heads,
+            q.shape_text(),
+            k.shape_text(),
+            v.shape_text(),
+            o.shape_text()
+        )
+    }
+}
+
+impl Shaped for llm_workbook::ch06_attention::MhaCache<f64> {
+    fn shape_text(&self) -> String {
+        let spec = &self.spec;
+        format!(
+            "(X_q {}, X_kv {}, T_q = {}, T_k = {})",
+            self.x_q.shape_text(),
+            self.x_kv.shape_text(),
+            spec.q_len,
+            spec.kv_len
+        )
+    }
+}
+
+impl Shaped for llm_workbook::ch06_attention::FfnCache<f64> {
+    fn shape_text(&self) -> String {
+        format!("(x {}, z₁ {})", self.x.shape_text(), self.z1.shape_text())
+    }
+}
+
+impl Shaped for llm_workbook::ch06_attention::Ffn<f64> {
+    fn shape_text(&self) -> String {
+        format!("(W₁ {}, W₂ {})", self.w1.shape_text(), self.w2.shape_text())
+    }
+}
+
+impl Shaped for llm_workbook::ch06_attention::BlockCache<f64> {
+    fn shape_text(&self) -> String {
+        format!("(its attention's {})", self.attn.shape_text())
+    }
+}
+
+impl Shaped for llm_workbook::ch06_attention::Block<f64> {
+    fn shape_text(&self) -> String {
+        format!("(MHA {}, FFN {})", self.attn.shape_text(), self.ffn.shape_text())
+    }
+}
+
+impl Shaped for llm_workbook::ch07_encoder_decoder::DecoderBlockCache<f64> {
+    fn shape_text(&self) -> String {
+        format!(
+            "(self-attention {}, cross-attention {})",
+            self.self_attention.shape_text(),
+            self.cross_attention.shape_text()
+        )
+    }
+}
+
+impl Shaped for llm_workbook::ch07_encoder_decoder::DecoderBlock<f64> {
+    fn shape_text(&self) -> String {
+        format!("(width {}, FFN {})", self.norm1.gamma.ncols(), self.ffn.shape_text())
+    }
+}
+
+impl Shaped for llm_workbook::ch07_encoder_decoder::EncoderDecoder<f64> {
+    fn shape_text(&self) -> String {
+        let c = self.config;
+        format!(
+            "(V = {}, C = {}, {} heads, {} encoder and {} decoder layers)",
+            c.vocab, c.width, c.heads, c.encoder_layers, c.decoder_layers
+        )
+    }
+}
+
+impl Shaped for llm_workbook::ch03_mlp::Trace<f64> {
+    fn shape_text(&self) -> String {
+        let inputs: Vec<String> = self.inputs.iter().map(Shaped::shape_text).collect();
+        format!("(layer inputs {})", inputs.join(", "))
+    }
+}
+
+impl Shaped for llm_workbook::ch03_mlp::Mlp<f64> {
+    fn shape_text(&self) -> String {
+        let w: Vec<String> = self.layers().iter().map(|l| l.w.shape_text()).collect();
+        format!("(W {})", w.join(", "))
+    }
+}
+
 /// Tells the next [`attempt`] what the judge passes, as names and shapes ("Q 4×3, K 5×3"), so a
 /// panic inside the answer is reported with the inputs that caused it.
-pub fn passing(inputs: &[(&str, &DMatrix<f64>)]) {
-    let text: Vec<String> =
-        inputs.iter().map(|(n, m)| format!("{n} {}×{}", m.nrows(), m.ncols())).collect();
+pub fn passing(inputs: &[(&str, &dyn Shaped)]) {
+    let text: Vec<String> = inputs.iter().map(|(n, m)| format!("{n} {}", m.shape_text())).collect();
     PASSED.with(|p| *p.borrow_mut() = text.join(", "));
+}
+
+/// [`attempt`] on the inputs `passed` (names and values): a panic is reported with their shapes.
+pub fn attempt_on<R>(
+    sec: Section,
+    exercise: &str,
+    passed: &[(&str, &dyn Shaped)],
+    f: impl FnOnce() -> R,
+) -> Result<R, String> {
+    passing(passed);
+    attempt(sec, exercise, f)
+}
+
+/// [`attempt_ok`] on the inputs `passed` (names and values): a panic is reported with their
+/// shapes.
+pub fn attempt_ok_on<R, E: Display>(
+    sec: Section,
+    exercise: &str,
+    passed: &[(&str, &dyn Shaped)],
+    f: impl FnOnce() -> Result<R, E>,
+) -> Result<R, String> {
+    passing(passed);
+    attempt_ok(sec, exercise, f)
 }
 
 /// A judge's verdict: `Ok(())` when the answer is right, otherwise the message for the reader.
@@ -127,13 +282,48 @@ fn quiet_answer_panics() {
         let default = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
             if IN_ATTEMPT.with(Cell::get) {
-                let at = info.location().map(|l| format!("{}:{}", l.file(), l.line()));
+                let at = info
+                    .location()
+                    .map(|l| format!("{}:{}", l.file(), l.line()))
+                    .filter(|at| is_answer_code(at))
+                    .or_else(answer_frame);
                 PANIC_AT.with(|p| *p.borrow_mut() = at);
             } else {
                 default(info);
             }
         }));
     });
+}
+
+/// Whether a source location (`file:line`) is in code a student wrote or planted, rather than in
+/// a library (nalgebra, the standard library) or the judges.
+fn is_answer_code(at: &str) -> bool {
+    let library = ["/.cargo/registry/", "/rustc/", "/library/", "judge/", "../src/"];
+    !library.iter().any(|l| at.contains(l)) && !at.starts_with("src/")
+}
+
+/// A backtrace's path (relative to the exercises' folder, where the judges run) as the reader
+/// finds it from the repository's root: `./tests/../src/ch06_attention.rs` becomes
+/// `exercises/src/ch06_attention.rs`.
+fn from_the_root(path: &str) -> String {
+    let path = path.trim_start_matches("./").replace("tests/../src/", "src/");
+    if path.starts_with("src/") || path.starts_with("tests/") {
+        format!("exercises/{path}")
+    } else {
+        path
+    }
+}
+
+/// The innermost frame of the panicking thread's backtrace in code a student wrote, as
+/// `file:line`: where a panic raised inside a library (nalgebra's shape checks) was called from.
+/// `None` when the build has no line tables.
+fn answer_frame() -> Option<String> {
+    let trace = std::backtrace::Backtrace::force_capture().to_string();
+    trace
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("at "))
+        .find(|at| is_answer_code(at))
+        .map(|at| from_the_root(at.rsplit_once(':').map_or(at, |(file_line, _column)| file_line)))
 }
 
 /// What a panic's text means for a student, when it is one of nalgebra's shape checks.
@@ -149,6 +339,18 @@ fn panic_meaning(text: &str) -> Option<&'static str> {
     } else {
         None
     }
+}
+
+/// The two shapes a nalgebra shape check quotes ("  left: (4, 3)" and " right: (2, 5)" give
+/// "4×3 and 2×5"), if it quotes them.
+fn shapes_that_met(text: &str) -> Option<String> {
+    let shape = |side: &str| {
+        let line = text.lines().find(|l| l.trim_start().starts_with(side))?;
+        let inner = line.split_once('(')?.1.split_once(')')?.0;
+        let (r, c) = inner.split_once(',')?;
+        Some(format!("{}×{}", r.trim(), c.trim()))
+    };
+    Some(format!("{} and {}", shape("left:")?, shape("right:")?))
 }
 
 fn payload_text(payload: &(dyn std::any::Any + Send)) -> String {
@@ -185,6 +387,9 @@ pub fn attempt<R>(sec: Section, exercise: &str, f: impl FnOnce() -> R) -> Result
                 let mut msg = format!("your `{exercise}` panicked: {first}");
                 if let Some(at) = at {
                     msg = format!("{msg}\n  at {at}");
+                }
+                if let Some(met) = shapes_that_met(&text) {
+                    msg = format!("{msg}\n  the shapes that met there: {met}");
                 }
                 if !passed.is_empty() {
                     msg = format!("{msg}\n  the judge passed {passed}");
@@ -613,11 +818,7 @@ pub fn batch_slip(yours: &DMatrix<f64>, rows: BatchRows, tol: f64) -> Option<&'s
 pub type Batched<'a> = (&'a DMatrix<f64>, &'a DMatrix<f64>, &'a DMatrix<f64>, usize);
 
 /// [`batch_slip`] over several batched outputs: the failure naming the first slip found.
-pub fn batch_slips(
-    sec: Section,
-    outputs: &[Batched],
-    tol: f64,
-) -> Verdict {
+pub fn batch_slips(sec: Section, outputs: &[Batched], tol: f64) -> Verdict {
     for &(yours, want, first_for_all, t) in outputs {
         let rows = BatchRows { t, want, first_for_all, untouched: None };
         if let Some(slip) = batch_slip(yours, rows, tol) {
