@@ -1133,10 +1133,48 @@ mod generation {
     }
 
     #[test]
+    fn the_fast_cached_step_is_the_lessons_reference_step_to_1e_12() {
+        for (m, tokens) in [
+            (model_f64(2), vec![3u32, 0, 6, 6, 2, 5]),
+            (
+                super::model::perturbed(
+                    Config { tied: false, ..tiny(true, Positions::Sinusoidal) },
+                    4,
+                ),
+                vec![1, 2, 3],
+            ),
+        ] {
+            let (mut fast, mut reference) = (m.new_kv_cache(), m.new_kv_cache());
+            for &u in &tokens {
+                let a = m.step(&mut fast, u).unwrap();
+                let b = m.reference_step(&mut reference, u).unwrap();
+                let scale = b.iter().fold(1.0f64, |s, v| s.max(v.abs()));
+                let worst = a.iter().zip(&b).fold(0.0f64, |w, (x, y)| w.max((x - y).abs()));
+                assert!(worst < 1e-12 * scale, "logits differ by {worst:e}");
+            }
+            assert_eq!(fast.len, reference.len);
+            for (x, y) in fast.qkv.iter().zip(&reference.qkv) {
+                assert!((x - y).abs().max() < 1e-12, "the caches differ");
+            }
+        }
+        // A full cache, a cache of another model and a token outside the vocabulary are refused.
+        let m = model_f64(2);
+        let mut full = m.new_kv_cache();
+        full.len = m.config.context;
+        assert!(m.reference_step(&mut full, 1).unwrap_err().to_string().contains("cache"));
+        let mut other = m.new_kv_cache();
+        other.qkv[1] = DMatrix::zeros(2, 2);
+        assert!(m.reference_step(&mut other, 1).unwrap_err().to_string().contains("cache"));
+        assert!(
+            m.reference_step(&mut m.new_kv_cache(), 7).unwrap_err().to_string().contains("token")
+        );
+    }
+
+    #[test]
     fn the_cached_steps_one_row_products_match_the_blocked_product_and_chapter_6() {
         use llm_workbook::ch03_mlp::dense_forward;
         use llm_workbook::ch06_attention::{AttnSpec, attention_forward};
-        use llm_workbook::ch09_gpt::model::{attend_one, row_affine};
+        use llm_workbook::ch09_gpt::fused::{attend_one, row_affine};
         let mut rng = Rng::new(11);
         // 37 inputs: two full runs of the dot product's 16 lanes and a remainder of 5.
         let (inputs, outputs) = (37, 21);

@@ -1214,7 +1214,7 @@ mod ch09 {
             values.row_mut(len).copy_from_slice(v);
         }
         let n = n(len).max(1);
-        llm_workbook::ch09_gpt::model::attend_one("step", q, keys, values, n, 1)
+        llm_workbook::ch09_gpt::fused::attend_one("step", q, keys, values, n, 1)
     }
 
     #[test]

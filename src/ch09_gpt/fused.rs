@@ -42,12 +42,14 @@
 //! naming the forward line it differentiates.
 
 mod backward;
+mod cached;
 mod forward;
 mod row_team;
 #[cfg(test)]
 mod tests;
 mod workspace;
 
+pub use cached::{DOT_LANES, attend_one, dot, row_affine};
 pub use row_team::ROW_TEAM_WEIGHTS_PER_THREAD;
 pub(crate) use row_team::{RowTeam, with_row_team};
 pub(crate) use workspace::Windows;

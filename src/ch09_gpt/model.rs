@@ -34,7 +34,7 @@ mod table;
 pub use params::{Grads, Params};
 pub(crate) use pass::scatter_embedding_gradient;
 pub use pass::{Cache, Hidden, LossAndGrads};
-pub use step::{DOT_LANES, KvCache, attend_one, dot, row_affine};
+pub use step::KvCache;
 pub use table::{
     Dim, Gpt2Tensor, Init, PARAMETERS, Param, Part, Presence, Shape, Spec, TENSORS_PER_BLOCK,
     block_tensor_name, full_name, gpt2_layout, parameters_saturating, spec_of,
@@ -247,5 +247,56 @@ pub(crate) fn store_block_grads<T: Float>(grads: &mut Grads<T>, l: usize, g: Blo
         (Param::B2, f.d_b2),
     ] {
         *grads.of_mut(param, l) = m;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The engine's names, and the `matmul` items beyond its public products: what the lesson
+    /// must not use (its products are `matmul`, `matmul_nt` and `matmul_tn`).
+    const ENGINE: [&str; 9] = [
+        "fused",
+        "RowTeam",
+        "row_team",
+        "row_product",
+        "Strided",
+        "threads",
+        "workshop",
+        "gemm",
+        "MatRef",
+    ];
+
+    /// Each line of `code` (comments left out) that names the engine, as "line: text".
+    fn engine_uses(code: &str) -> Vec<String> {
+        code.lines()
+            .enumerate()
+            .map(|(i, l)| (i + 1, l.split("//").next().unwrap_or("")))
+            .filter(|(_, l)| ENGINE.iter().any(|e| l.contains(e)))
+            .map(|(i, l)| format!("{i}: {}", l.trim()))
+            .collect()
+    }
+
+    #[test]
+    fn the_lesson_imports_nothing_from_the_engine() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/ch09_gpt");
+        let mut files = vec![dir.join("model.rs")];
+        for entry in std::fs::read_dir(dir.join("model")).unwrap() {
+            files.push(entry.unwrap().path());
+        }
+        assert!(files.len() >= 5, "{files:?}");
+        for f in files {
+            let text = std::fs::read_to_string(&f).unwrap();
+            // The code, not its tests (this module lists the engine's names).
+            let code = text.split("#[cfg(test)]").next().unwrap_or("");
+            let found = engine_uses(code);
+            assert!(found.is_empty(), "{} uses the engine:\n{}", f.display(), found.join("\n"));
+        }
+        // A planted import of each kind is seen; a comment naming the engine is not.
+        let planted = "use crate::ch09_gpt::fused::{Products, row_product};\n\
+                       // the engine (fused) is not read here\n\
+                       use crate::matmul::{MatRef, gemm};\nfn f() { crate::threads::default_threads(); }\n";
+        let found = engine_uses(planted);
+        assert_eq!(found.len(), 3, "{found:?}");
+        assert!(found[0].starts_with("1:") && found[1].starts_with("3:"), "{found:?}");
     }
 }

@@ -2,10 +2,11 @@
 //! product and causal attention read from views, the final LayerNorm and the logits; then the
 //! loss and, in place of the logits, its gradient.
 
+use super::cached::dot;
 use super::{Shard, causal_blocks};
 use crate::ch03_mlp::{Activation, activation_forward_into};
 use crate::ch06_attention::{LnCache, layer_norm_forward_view};
-use crate::ch09_gpt::model::{Gpt, Param, dot};
+use crate::ch09_gpt::model::{Gpt, Param};
 use crate::error::{Result, invalid, shape_error};
 use crate::float::Float;
 use crate::matmul::{MatMut, MatRef, Op, gemm, gemm_view};

@@ -13,8 +13,8 @@
 //! the caller combines them with α and β as [`row_product`] does, so any number of threads gives
 //! the same bits.
 
+use super::cached::dot;
 use super::forward::{Strided, StridedMut, row_product};
-use crate::ch09_gpt::model::dot;
 use crate::error::{Result, invalid};
 use crate::float::Float;
 use crate::matmul::Op;

@@ -1,32 +1,38 @@
-//! Generation one token at a time: the key/value cache, and the step that feeds one token through
-//! every block as a row, built from the fused step's pieces (`fused::forward`).
+//! Generation one token at a time, the lesson's way: the key/value cache, and the reference
+//! cached step written with chapter 6's functions. The fast step that generation runs
+//! ([`Gpt::step`], in the engine: `fused::cached`) computes the same numbers; a test holds the
+//! two together.
+//!
+//! For the new token u at position p, each block l reads the keys and values of positions
+//! 0 … p − 1 from the cache instead of recomputing them:
+//!
+//! ```text
+//! x = W_E[u] + W_P[p]                                   1×d
+//! n₁ = LN₁(x);  [q k v] = n₁ W_QKV + b_QKV              row p of the block's [Q K V] cache
+//! o_h = softmax(q_h K_h[0..p]ᵀ/√d_k) V_h[0..p]          every head h, over the cached rows
+//! h = x + o W_O + b_O;  x' = h + GELU(LN₂(h) W₁ + b₁) W₂ + b₂
+//! z = LN_f(x_L) W_Uᵀ                                    1×V, the logits
+//! ```
 
-use super::{BlockForm, Gpt, Param};
-use crate::ch03_mlp::activation_forward_into;
-use crate::ch06_attention::{LnCache, layer_norm_forward_view};
+use super::{Gpt, Param, layer_norm_of};
+use crate::ch03_mlp::activation_forward;
+use crate::ch06_attention::{AttnSpec, attention_forward, layer_norm_forward};
 use crate::ch09_gpt::data::{Token, check_ids};
-use crate::ch09_gpt::fused::{
-    Products, ROW_TEAM_WEIGHTS_PER_THREAD, RowTeam, Strided, StridedMut, add_row,
-    causal_block_forward, one_row_attention, row_product, with_row_team,
-};
-use crate::error::{Result, invalid, shape_error, shape_of};
+use crate::error::{Result, invalid};
 use crate::float::Float;
-use crate::matmul::Op;
+use crate::matmul::matmul;
 use nalgebra::DMatrix;
 
-/// Every block's \[Q K V\] rows for the tokens fed so far (rows 0 … len − 1 in use), in the fused
-/// training step's layout, with the rows the step works in.
-#[derive(Clone, Debug)]
+/// Every block's \[Q K V\] rows for the tokens fed so far (rows 0 … len − 1 in use).
+#[derive(Clone, Debug, PartialEq)]
 pub struct KvCache<T: Float> {
     /// One n_ctx×3d matrix per block: row p holds position p's query, key and value side by side
-    /// (columns 0 … d − 1, d … 2d − 1, 2d … 3d − 1), as the fused step's \[Q K V\] buffer holds a
-    /// sequence. Later steps read the keys and values; the queries are kept so that the step's
-    /// attention reads the cache exactly as the training step reads its buffer.
+    /// (columns 0 … d − 1, d … 2d − 1, 2d … 3d − 1), the layout of the training step's \[Q K V\]
+    /// rows. Later steps read the keys and values; the queries are kept so that the cache reads
+    /// as that buffer does.
     pub qkv: Vec<DMatrix<T>>,
     /// Tokens cached.
     pub len: usize,
-    /// The step's working rows, sized once with the cache.
-    rows: StepRows<T>,
 }
 
 impl<T: Float> KvCache<T> {
@@ -47,320 +53,53 @@ impl<T: Float> KvCache<T> {
     }
 }
 
-/// The rows one step works in (one token: every activation is a 1×C row).
-#[derive(Clone, Debug)]
-struct StepRows<T: Float> {
-    /// The residual stream x, then h, then x′ (1×d).
-    x: DMatrix<T>,
-    /// n₁ or n₂ or h_f, a LayerNorm's output (1×d), and its saved values.
-    n: DMatrix<T>,
-    ln: LnCache<T>,
-    /// The heads' outputs side by side (1×d).
-    att: DMatrix<T>,
-    /// z₁ and a₁ = GELU(z₁) (1×4d).
-    z1: DMatrix<T>,
-    a1: DMatrix<T>,
-    /// One head's attention weights over the cached positions (n_ctx), and softmax scratch.
-    weights: Vec<T>,
-    stats: Vec<T>,
-}
-
-impl<T: Float> StepRows<T> {
-    fn new(d: usize, hidden: usize, n_ctx: usize) -> Self {
-        StepRows {
-            x: DMatrix::zeros(1, d),
-            n: DMatrix::zeros(1, d),
-            ln: LnCache {
-                x_hat: DMatrix::zeros(1, d),
-                denom: vec![T::zero()],
-                sigma: vec![T::zero()],
-            },
-            att: DMatrix::zeros(1, d),
-            z1: DMatrix::zeros(1, hidden),
-            a1: DMatrix::zeros(1, hidden),
-            weights: vec![T::zero(); n_ctx],
-            stats: vec![T::zero(); 2],
-        }
-    }
-}
-
-/// A 1×C matrix as a [`Strided`] row.
-fn row<T>(m: &DMatrix<T>) -> Strided<'_, T> {
-    Strided { data: m.as_slice(), rows: 1, cols: m.len(), ld: 1 }
-}
-
-/// A 1×C matrix as a writable row.
-fn row_mut<T>(m: &mut DMatrix<T>) -> StridedMut<'_, T> {
-    let cols = m.len();
-    StridedMut { data: m.as_mut_slice(), rows: 1, cols, ld: 1 }
-}
-
-/// A weight matrix, where it is.
-fn whole<T>(m: &DMatrix<T>) -> Strided<'_, T> {
-    Strided { data: m.as_slice(), rows: m.nrows(), cols: m.ncols(), ld: m.nrows().max(1) }
-}
-
 impl<T: Float> Gpt<T> {
-    // ───────────────────────────── one token at a time, with a cache ─────────────────────────────
-
-    /// An empty key/value cache for [`Gpt::step`].
+    /// An empty key/value cache for [`Gpt::step`] and [`Gpt::reference_step`].
     pub fn new_kv_cache(&self) -> KvCache<T> {
         let c = &self.config;
-        KvCache {
-            qkv: vec![DMatrix::zeros(c.context, 3 * c.width); self.blocks.len()],
-            len: 0,
-            rows: StepRows::new(c.width, c.hidden(), c.context),
-        }
+        KvCache { qkv: vec![DMatrix::zeros(c.context, 3 * c.width); self.blocks.len()], len: 0 }
     }
 
-    /// Feeds one token at the next position of the cache and returns its logits (length V).
-    ///
-    /// The fused training step's forward pass ([`FusedStep`](crate::ch09_gpt::fused::FusedStep))
-    /// for one row: each block writes the new token's \[Q K V\] row = n₁\[W_Q W_K W_V\] + b_QKV
-    /// into row `pos` of its cache; its attention is the training step's causal block
-    /// (`fused::causal_block_forward`) for the one query row pos against the keys 0 … pos
-    /// (`fused::one_row_attention`, which generation's last row runs too); LayerNorm and GELU
-    /// are chapter 6's and 3's in-place functions, and the residuals accumulate in place. The
-    /// result equals the last row of the full forward pass over the cached tokens (a test checks
-    /// it to 10⁻⁹ in f64). Errors when the cache is full (the caller slides the window, see
-    /// [`generate`](crate::ch09_gpt::sample::generate)), on a cache made for another model, and
-    /// on a model whose blocks are not pre-LN.
-    ///
-    /// One row at a time, every product is a row times a matrix, and the work is reading each
-    /// weight once (O(parameters + T·d) per token), so the products are `fused::row_product`
-    /// rather than the blocked product (see there for what was measured). A model with enough
-    /// weights shares each product's columns between threads (`fused::RowTeam`, one thread per
-    /// [`ROW_TEAM_WEIGHTS_PER_THREAD`] block weights, the same bits on any number).
-    pub fn step(&self, cache: &mut KvCache<T>, token: Token) -> Result<Vec<T>> {
-        const OP: &str = "Gpt::step";
+    /// Feeds one token at the next position of the cache and returns its logits (length V), by
+    /// chapter 6's functions, one block after another as the module notes write it. Errors when
+    /// the cache is full or was made for another model.
+    pub fn reference_step(&self, cache: &mut KvCache<T>, token: Token) -> Result<Vec<T>> {
+        const OP: &str = "Gpt::reference_step";
         check_ids(OP, "token", &[token], self.config.vocab_size)?;
-        if cache.len >= self.config.context {
-            return Err(invalid(
-                OP,
-                "cache",
-                format!(
-                    "holds {} tokens, the whole context; slide the window and rebuild it",
-                    cache.len
-                ),
-            ));
+        let (d, heads, pos) = (self.config.width, self.config.heads, cache.len);
+        let fits = |m: &DMatrix<T>| m.shape() == (self.config.context, 3 * d);
+        if pos >= self.config.context || cache.qkv.len() != self.blocks.len() {
+            return Err(invalid(OP, "cache", "is full or was made for another model"));
         }
-        let (d, n_ctx, heads) = (self.config.width, self.config.context, self.config.heads);
-        if cache.qkv.len() != self.blocks.len()
-            || cache.qkv.iter().any(|m| m.shape() != (n_ctx, 3 * d))
-        {
-            return Err(invalid(
-                OP,
-                "cache",
-                format!(
-                    "was made for another model (expected {} blocks of {n_ctx}×{} [Q K V] rows)",
-                    self.blocks.len(),
-                    3 * d
-                ),
-            ));
-        }
-        let c = &self.config;
-        // What the step indexes or copies must have the table's shape (every weight's shape is
-        // checked by the product that reads it): the rows of the table (biases, LayerNorms).
-        let shaped = self
-            .params
-            .shape()
-            .order()
-            .into_iter()
-            .zip(self.params.iter())
-            .all(|((s, _), m)| s.rows != super::Dim::One || m.shape() == (1, s.cols.of(c)))
-            && self.wte().shape() == (c.vocab_size, d)
-            && self.unembedding().ncols() == d;
-        if !shaped
-            || self.wpe().shape() != (n_ctx, d)
-            || heads == 0
-            || !d.is_multiple_of(heads)
-            || self.blocks.len() != c.layers
-            || self.blocks.iter().any(|b| b.order != BlockForm::GPT2.order)
-        {
-            return Err(invalid(
-                OP,
-                "model",
-                "the cached step covers pre-LN blocks shaped as the parameter table says \
-                    (generate without the cache)",
-            ));
-        }
-        if cache.rows.z1.ncols() != c.hidden() || cache.rows.x.ncols() != d {
-            cache.rows = StepRows::new(d, c.hidden(), n_ctx);
-        }
-        let pos = cache.len;
-        let r = &mut cache.rows;
-        for (c, x) in r.x.iter_mut().enumerate() {
-            *x = self.wte()[(token as usize, c)] + self.wpe()[(pos, c)]; // x₀ = W_E[u] + W_P[pos]
-        }
-        // The row products on the threads the model's size can use (`fused::RowTeam`: the same
-        // bits on any number). A block reads W_Q, W_K, W_V, W_O (4d²) and W₁, W₂ (8d²).
-        let block_weights = self.blocks.len() * 12 * d * d;
-        let threads = crate::threads::default_threads()
-            .min(block_weights / ROW_TEAM_WEIGHTS_PER_THREAD)
-            .max(1);
-        with_row_team(threads, |team| -> Result<()> {
-            for (l, qkv) in cache.qkv.iter_mut().enumerate() {
-                self.block_step(l, qkv, r, pos, team)?;
+        let row = |m: &DMatrix<T>, r: usize| m.rows(r, 1).into_owned();
+        let mut x = row(self.wte(), token as usize) + row(self.wpe(), pos); // x = W_E[u] + W_P[p]
+        let spec = AttnSpec { q_len: 1, kv_len: pos + 1, causal: true, mask: None, scale: None };
+        for (l, qkv) in cache.qkv.iter_mut().enumerate() {
+            if !fits(qkv) {
+                return Err(invalid(OP, "cache", "was made for another model"));
             }
-            Ok(())
-        })?;
+            let p = |param: Param| self.params.of(param, l);
+            let (n1, _) = layer_norm_forward(&layer_norm_of(self.ln1(l)), &x)?; // n₁ = LN₁(x)
+            let new = matmul(&n1, p(Param::WQkv))? + p(Param::BQkv); //    [q k v] = n₁W_QKV + b
+            qkv.rows_mut(pos, 1).copy_from(&new);
+            let mut o = DMatrix::zeros(1, d);
+            let d_k = d / heads;
+            for h in 0..heads {
+                // Head h: its query against the keys and values of positions 0 … p.
+                let cols = |part: usize| qkv.view((0, part * d + h * d_k), (pos + 1, d_k));
+                let q_h = cols(0).rows(pos, 1).into_owned();
+                let a =
+                    attention_forward(&q_h, &cols(1).into_owned(), &cols(2).into_owned(), &spec)?;
+                o.columns_mut(h * d_k, d_k).copy_from(&a.out);
+            }
+            let h = x + matmul(&o, p(Param::WO))? + p(Param::BO); //     h = x + o W_O + b_O
+            let (n2, _) = layer_norm_forward(&layer_norm_of(self.ln2(l)), &h)?; // n₂ = LN₂(h)
+            let a1 =
+                activation_forward(self.form(l).act, &(matmul(&n2, p(Param::W1))? + p(Param::B1)));
+            x = h + matmul(&a1, p(Param::W2))? + p(Param::B2); //        x' = h + a₁W₂ + b₂
+        }
         cache.len = pos + 1;
-        layer_norm_forward_view(self.ln_f(), &r.x, &mut r.ln, &mut r.n); //        h_f = LN_f(x_L)
-        let w_u = self.unembedding();
-        let mut z = DMatrix::zeros(1, w_u.nrows()); //                              z = h_f W_Uᵀ
-        row_product(T::one(), row(&r.n), whole(w_u), Op::T, T::zero(), row_mut(&mut z))?;
-        let logits: Vec<T> = z.iter().copied().collect();
-        crate::float::ensure_finite_slice(OP, "logits (a weight holds NaN or ∞)", &logits)?;
-        Ok(logits)
+        let (h_f, _) = layer_norm_forward(&layer_norm_of(self.ln_f()), &x)?; //    h_f = LN_f(x_L)
+        Ok(self.logits_of(&h_f)?.iter().copied().collect()) //                     z = h_f W_Uᵀ
     }
-
-    /// One block of [`Gpt::step`] (block `l`) for the row of position `pos` (in `r.x`), its
-    /// \[Q K V\] row written into the block's cache `qkv`, its products on `team`'s threads.
-    fn block_step<'w>(
-        &'w self,
-        l: usize,
-        qkv: &mut DMatrix<T>,
-        r: &mut StepRows<T>,
-        pos: usize,
-        team: &mut RowTeam<'w, T>,
-    ) -> Result<()> {
-        let (n_ctx, heads) = (self.config.context, self.config.heads);
-        let p = |param: Param| self.params.of(param, l);
-        layer_norm_forward_view(self.ln1(l), &r.x, &mut r.ln, &mut r.n); //           n₁ = LN₁(x)
-        // Row pos of [Q K V] = n₁W_QKV + b_QKV, written into the cache where it belongs: row
-        // pos of the n_ctx×3d buffer (one element every n_ctx).
-        let (w_qkv, b_qkv) = (p(Param::WQkv), p(Param::BQkv));
-        let out = &mut qkv.as_mut_slice()[pos..];
-        for (o, &bias) in out.iter_mut().step_by(n_ctx).zip(b_qkv.iter()) {
-            *o = bias;
-        }
-        let out = StridedMut { data: out, rows: 1, cols: w_qkv.ncols(), ld: n_ctx };
-        team.product(T::one(), row(&r.n), whole(w_qkv), T::one(), out)?;
-        // Every head: the causal block of the one query row pos against the keys 0 … pos.
-        let att = r.att.as_mut_slice();
-        let (weights, stats, how) = (&mut r.weights, &mut r.stats, Products::OneRow);
-        one_row_attention(qkv.as_slice(), n_ctx, pos, heads, weights, stats, att, how)?;
-        onto(team, &mut r.x, &r.att, p(Param::WO))?; //                         h = x + att·W_O
-        add_row(&mut r.x, p(Param::BO)); //                                              … + b_O
-        layer_norm_forward_view(self.ln2(l), &r.x, &mut r.ln, &mut r.n); //           n₂ = LN₂(h)
-        r.z1.as_mut_slice().copy_from_slice(p(Param::B1).as_slice());
-        onto(team, &mut r.z1, &r.n, p(Param::W1))?; //                          z₁ = b₁ + n₂W₁
-        let act = self.form(l).act;
-        activation_forward_into(act, r.z1.as_slice(), r.a1.as_mut_slice()); //       a₁ = σ(z₁)
-        onto(team, &mut r.x, &r.a1, p(Param::W2))?; //                          x' = h + a₁W₂
-        add_row(&mut r.x, p(Param::B2)); //                                              … + b₂
-        Ok(())
-    }
-}
-
-/// y ← y + x·W for rows x and y (1×C matrices): [`row_product`] with β = 1, on `team`'s threads.
-fn onto<'w, T: Float>(
-    team: &mut RowTeam<'w, T>,
-    y: &mut DMatrix<T>,
-    x: &DMatrix<T>,
-    w: &'w DMatrix<T>,
-) -> Result<()> {
-    team.product(T::one(), row(x), whole(w), T::one(), row_mut(y))
-}
-
-/// y = x·W + b for one row x (length `in`), W in×out, b 1×out: y_j = b_j + x · W\[:, j\], each a
-/// dot product with one column of W (contiguous in column-major storage): the cached step's
-/// weight product (`fused::row_product`) with the bias. Errors on shapes that do not chain.
-pub fn row_affine<T: Float>(
-    op: &'static str,
-    x: &[T],
-    w: &DMatrix<T>,
-    b: &DMatrix<T>,
-) -> Result<Vec<T>> {
-    if x.len() != w.nrows() {
-        return Err(shape_error(
-            op,
-            "x and W (x's length must equal W's rows)",
-            format!("x of length {}", w.nrows()),
-            format!("{}, W {}", x.len(), shape_of(w)),
-        ));
-    }
-    if b.nrows() != 1 || b.ncols() != w.ncols() {
-        return Err(shape_error(
-            op,
-            "b",
-            format!("1×{} (one bias per output)", w.ncols()),
-            shape_of(b),
-        ));
-    }
-    let mut y = b.clone();
-    let x = Strided { data: x, rows: 1, cols: w.nrows(), ld: 1 };
-    row_product(T::one(), x, whole(w), Op::N, T::one(), row_mut(&mut y))?;
-    Ok(y.iter().copied().collect())
-}
-
-/// Lanes of independent partial sums in [`dot`]: enough for the compiler to keep a vector
-/// register's worth of multiply-adds in flight (the order of the additions is then fixed by this
-/// number, not by the hardware, so results are reproducible).
-pub const DOT_LANES: usize = 16;
-
-/// Σᵢ aᵢbᵢ over equal-length slices, summed in [`DOT_LANES`] interleaved partial sums.
-pub fn dot<T: Float>(a: &[T], b: &[T]) -> T {
-    let mut lanes = [T::zero(); DOT_LANES];
-    let (ca, cb) = (a.chunks_exact(DOT_LANES), b.chunks_exact(DOT_LANES));
-    let tail: T = ca.remainder().iter().zip(cb.remainder()).map(|(&x, &y)| x * y).sum();
-    for (x, y) in ca.zip(cb) {
-        for i in 0..DOT_LANES {
-            lanes[i] += x[i] * y[i];
-        }
-    }
-    lanes.iter().copied().sum::<T>() + tail
-}
-
-/// Causal attention of one new query row q (all heads side by side, length H·d_k) over the first
-/// `n` rows of the cached keys and values (n_ctx×(H·d_k) each, column-major): for each head h,
-/// a = softmax(q_h K_h\[..n\]ᵀ/√d_k) and o_h = a V_h\[..n\]. Returns the heads' outputs side by
-/// side. This is the cached step's attention: the fused step's causal block
-/// (`fused::causal_block_forward`) of the one query row n − 1 against the keys 0 … n − 1, read
-/// from separate key and value matrices.
-pub fn attend_one<'a, T: Float>(
-    op: &'static str,
-    q: &[T],
-    keys: &'a DMatrix<T>,
-    values: &'a DMatrix<T>,
-    n: usize,
-    heads: usize,
-) -> Result<Vec<T>> {
-    let width = keys.ncols();
-    if heads == 0 || q.len() != width || values.ncols() != width || !width.is_multiple_of(heads) {
-        return Err(shape_error(
-            op,
-            "q and the cache (width H·d_k)",
-            format!("{width}, divisible by {heads} heads"),
-            format!("q of length {}", q.len()),
-        ));
-    }
-    if n == 0 || n > keys.nrows() || values.nrows() != keys.nrows() {
-        return Err(invalid(
-            op,
-            "n",
-            format!("{n} positions; the cache holds {} rows", keys.nrows()),
-        ));
-    }
-    let (d_k, rows) = (width / heads, keys.nrows());
-    let (mut weights, mut stats) = (vec![T::zero(); n], vec![T::zero(); 2]);
-    let mut out = vec![T::zero(); width];
-    for h in 0..heads {
-        let view = |m: &'a DMatrix<T>| Strided {
-            data: &m.as_slice()[h * d_k * rows..],
-            rows: n,
-            cols: d_k,
-            ld: rows,
-        };
-        let q_h = Strided { data: &q[h * d_k..], rows: 1, cols: d_k, ld: 1 };
-        causal_block_forward(
-            (q_h, view(keys), view(values)),
-            n - 1,
-            StridedMut { data: &mut weights, rows: 1, cols: n, ld: 1 },
-            StridedMut { data: &mut out[h * d_k..], rows: 1, cols: d_k, ld: 1 },
-            &mut stats,
-            Products::OneRow,
-        )?;
-    }
-    Ok(out)
 }
