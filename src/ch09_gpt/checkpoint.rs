@@ -466,7 +466,7 @@ fn moment<T: Float>(
         Some((block.to_string(), kind.to_string()))
     });
     match split {
-        Some((block, kind)) if state.info(&key).is_none() && cols % 3 == 0 => {
+        Some((block, kind)) if state.info(&key).is_none() && cols.is_multiple_of(3) => {
             let mut m = DMatrix::zeros(rows, cols);
             for (k, map) in ["q", "k", "v"].into_iter().enumerate() {
                 let part = format!("adam.{which}.{block}attn.{map}.{kind}");
