@@ -58,7 +58,7 @@ pub const ERRATA: &[Erratum] = &[
         section: "Prepare and Embed Target Sequence for Decoder (Attention Masking) and the \
             Decoder Attention Heads cell",
         printed: "The text says the Python cell masks the future tokens; the cell's weights \
-            softmax(QKᵀ) have row 1 = 0.12451364 0.56641068 0.30907567",
+            softmax(QKᵀ) have as row 1: 0.12451364 0.56641068 0.30907567",
         correct: "The cell applies no mask. With the causal mask row 1 is 1 0 0 and the first \
             output row is 1.48356448 1.24013147 1.84159274 1.80408131 instead of 2.82896639 \
             2.49151229 3.27935978 3.36785616 (the last row, which may see every token, is \
@@ -98,8 +98,8 @@ pub const ERRATA: &[Erratum] = &[
     Erratum {
         document: D3,
         section: "Prepare and Embed Target Sequence for Decoder (LN(x_o) of the decoder)",
-        printed: "The text: the decoder's LayerNorm is the input's, (x − μ)/√(σ² + ε); printed LN \
-            row 1 = -0.46049196 -1.4140849 0.81224991 1.06232694",
+        printed: "The text: the decoder's LayerNorm is the input's, (x − μ)/√(σ² + ε); row 1 of the \
+            printed LN is -0.46049196 -1.4140849 0.81224991 1.06232694",
         correct: "(x − μ)/√(σ² + ε) as stated gives -0.46049142 -1.41408325 0.81224896 1.0623257; \
             with the text's causal mask and ÷√d_k as well (the two rows above), row 1 is \
             -0.44147247 -1.42943838 1.01157498 0.85933588, and rows 2 and 3 change too",
