@@ -95,9 +95,10 @@ fn setup() -> (DMatrix<f64>, Batch, DMatrix<f64>, Batch, MultiHead<f64>) {
 
 /// The main crate's output on two sequences (the second padded); no leak from the padding or
 /// from the other sequence.
-pub fn cross_attention_forward(
-    f: impl Fn(&DMatrix<f64>, &Batch, &DMatrix<f64>, &Batch, &MultiHead<f64>) -> Result<DMatrix<f64>>,
-) -> Verdict {
+pub fn cross_attention_forward<F>(f: F) -> Verdict
+where
+    F: Fn(&DMatrix<f64>, &Batch, &DMatrix<f64>, &Batch, &MultiHead<f64>) -> Result<DMatrix<f64>>,
+{
     super::not_applicable(&[super::Probe::Order, super::Probe::Errors]);
     let (y, yb, e, eb, w) = setup();
     super::batch_probe(SETUP_BATCH);
