@@ -95,9 +95,9 @@ pub fn decoder_block_backward(
 /// target_in, labels)` written by you. B sequences on each side: `source[b]` (T_s positions at
 /// most), the decoder input `target_in[b]` and its `labels[b]` (teacher forcing: the two have
 /// equal lengths; T_t, the longest, need not equal T_s). Forward, as `model.forward` runs it:
-/// X = E_src[token] + PE[position] on real rows, 0 on padding rows ((B·T_s)×C), through the
+/// X = E_src\[token\] + PE\[position\] on real rows, 0 on padding rows ((B·T_s)×C), through the
 /// encoder layers (`model.encode` does this part and returns the layers' caches); likewise
-/// Y = E_tgt[token] + PE[position] ((B·T_t)×C, `llm_workbook::ch05_positions::sinusoidal`)
+/// Y = E_tgt\[token\] + PE\[position\] ((B·T_t)×C, `llm_workbook::ch05_positions::sinusoidal`)
 /// through each decoder layer (`decoder_block_forward`, every layer reading the same encoder
 /// output E); logits = Y W_out + b_out ((B·T_t)×V); the loss is the mean cross-entropy over the
 /// real target positions only (`padded_cross_entropy`, padding rows labelled `None`), so

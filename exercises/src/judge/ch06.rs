@@ -404,7 +404,7 @@ pub(crate) fn random_mha(
 const MHA_SEQUENCES: usize = 2;
 
 /// The gradient check of L = Σ G ⊙ MHA(X_q, X_kv) in both inputs and all eight weights and
-/// biases, each on [`MHA_SEQUENCES`] sequences of unequal content: cross-attention (3 queries
+/// biases, each on `MHA_SEQUENCES` (2) sequences of unequal content: cross-attention (3 queries
 /// over 5 keys, widths 4 and 3, 2 heads, C_out = 5) and causal self-attention shaped inputs (4
 /// tokens, 2 heads), X_q ≠ X_kv so each input's path is checked; an ignored batch loop named.
 pub fn mha_backward(

@@ -95,9 +95,10 @@ fn setup() -> (DMatrix<f64>, Batch, DMatrix<f64>, Batch, MultiHead<f64>) {
 
 /// The main crate's output on two sequences (the second padded); no leak from the padding or
 /// from the other sequence.
-pub fn cross_attention_forward(
-    f: impl Fn(&DMatrix<f64>, &Batch, &DMatrix<f64>, &Batch, &MultiHead<f64>) -> Result<DMatrix<f64>>,
-) -> Verdict {
+pub fn cross_attention_forward<F>(f: F) -> Verdict
+where
+    F: Fn(&DMatrix<f64>, &Batch, &DMatrix<f64>, &Batch, &MultiHead<f64>) -> Result<DMatrix<f64>>,
+{
     super::not_applicable(&[super::Probe::Order, super::Probe::Errors]);
     let (y, yb, e, eb, w) = setup();
     super::batch_probe(SETUP_BATCH);
@@ -481,7 +482,7 @@ fn sequence_0_for_all(seqs: &[Vec<usize>]) -> Vec<Vec<usize>> {
 }
 
 /// The loss and every tensor's gradient of the whole encoder–decoder against the main crate's on
-/// a small model ([`SMALL_MODEL`], every weight nudged) and a teacher-forced batch of 3 sequences
+/// a small model (`SMALL_MODEL`, every weight nudged) and a teacher-forced batch of 3 sequences
 /// of unequal content and lengths (source lengths 5, 2, 3; target lengths 3, 1, 2, so T_s = 5 ≠
 /// T_t = 3), compared relatively (to 10⁻⁶ of each entry, or of the model's largest gradient for
 /// entries a million times smaller); the slips of the loss (padding scored, the mean over all
