@@ -21,10 +21,12 @@
 //! tied: ∂L/∂W_E = (embedding use) + (unembedding use)
 //! ```
 //!
-//! The lesson in three files: the parameters ([`Gpt::new`]'s initialisation, every tensor by
-//! name and in a fixed order), the forward and backward pass over whole sequences (`pass.rs`:
-//! [`Gpt::forward`], [`Gpt::loss_and_grads`]), and one token at a time with a key/value cache
-//! (`step.rs`: [`Gpt::step`]).
+//! The lesson in four files: the parameter table (`table.rs`, [`PARAMETERS`]), the store of the
+//! tensors in GPT-2's layout (`params.rs`, [`Params`]; [`Gpt::new`]'s initialisation), the forward
+//! and backward pass over whole sequences (`pass.rs`: [`Gpt::forward`], [`Gpt::loss_and_grads`])
+//! and one token at a time with a key/value cache (`step.rs`: [`Gpt::reference_step`]), all with
+//! chapter 6's functions. The fast paths ([`FusedStep`](super::fused::FusedStep), [`Gpt::step`])
+//! are the engine's, in [`fused`](super::fused); this module uses none of it.
 
 mod params;
 mod pass;
