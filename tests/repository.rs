@@ -827,6 +827,7 @@ mod shape {
 /// that tie them together.
 mod pages {
     use llm_workbook::sources::SOURCES;
+    use std::collections::BTreeSet;
     use std::path::{Path, PathBuf};
 
     fn root() -> &'static Path {
@@ -909,6 +910,111 @@ mod pages {
         let stale = page.replacen("\n| D", "\n| D9", 1);
         assert_ne!(stale, page);
         assert_ne!(stale, expected);
+    }
+
+    /// The public names of a module file: its items declared `pub` at the left margin and the
+    /// names its `pub use` lines re-export (the last segment of each path, or its `as` name).
+    fn public_names(code: &str) -> BTreeSet<String> {
+        const KINDS: [&str; 8] =
+            ["fn", "struct", "enum", "trait", "const", "static", "type", "mod"];
+        let mut names = BTreeSet::new();
+        let mut lines = code.lines();
+        while let Some(line) = lines.next() {
+            if let Some(rest) = line.strip_prefix("pub use ") {
+                let mut text = rest.to_string();
+                while !text.contains(';') {
+                    let Some(more) = lines.next() else { break };
+                    text.push_str(more);
+                }
+                let text = text.trim_end_matches(';');
+                let list = match text.split_once('{') {
+                    Some((_, inner)) => inner.trim_end_matches('}').to_string(),
+                    None => text.to_string(),
+                };
+                for item in list.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+                    let name = item.rsplit(" as ").next().unwrap_or(item);
+                    names.insert(name.rsplit("::").next().unwrap_or(name).to_string());
+                }
+            } else if let Some(rest) = line.strip_prefix("pub ") {
+                let mut words = rest.split_whitespace();
+                if words.next().is_some_and(|k| KINDS.contains(&k)) {
+                    let name: String = words
+                        .next()
+                        .unwrap_or_default()
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_')
+                        .collect();
+                    names.insert(name);
+                }
+            }
+        }
+        names
+    }
+
+    /// What is wrong with the page's list of a module's public names (the table between
+    /// `<!-- matmul-api:begin/end -->`, one row per name, its link the file that declares it):
+    /// a public name missing, a listed name that is not public, or a link to another file.
+    /// `files` reads a linked file (relative to the page).
+    fn api_list_faults(code: &str, page: &str, files: &dyn Fn(&str) -> String) -> Vec<String> {
+        let Some(block) = llm_workbook::report::prose_block(page, "matmul-api") else {
+            return vec!["no <!-- matmul-api:begin/end --> block".to_string()];
+        };
+        let public = public_names(code);
+        let mut listed = BTreeSet::new();
+        let mut faults = Vec::new();
+        for row in block.lines().filter(|l| l.starts_with("| [`")) {
+            let name = row[4..].split('`').next().unwrap_or_default().to_string();
+            let link = row.split("](").nth(1).and_then(|r| r.split(')').next()).unwrap_or("");
+            let declared = ["fn", "struct", "enum", "trait", "const", "type"].iter().any(|k| {
+                let file = files(link);
+                [format!("pub {k} {name}("), format!("pub {k} {name}<"), format!("pub {k} {name}:")]
+                    .iter()
+                    .chain([format!("pub {k} {name} ")].iter())
+                    .any(|d| file.contains(d.as_str()))
+            });
+            if !declared {
+                faults.push(format!("{name}: {link} does not declare it"));
+            }
+            listed.insert(name);
+        }
+        for name in public.difference(&listed) {
+            faults.push(format!("{name} is public in matmul but not listed"));
+        }
+        for name in listed.difference(&public) {
+            faults.push(format!("{name} is listed but not public in matmul"));
+        }
+        faults
+    }
+
+    #[test]
+    fn chapter_10_lists_every_public_name_of_matmul() {
+        let code = read(&root().join("src").join("matmul").join("mod.rs"));
+        let page = read(&root().join("chapters").join("ch10_matmul.md"));
+        let files = |link: &str| {
+            std::fs::read_to_string(root().join("chapters").join(link)).unwrap_or_default()
+        };
+        let faults = api_list_faults(&code, &page, &files);
+        assert!(faults.is_empty(), "chapters/ch10_matmul.md:\n{}", faults.join("\n"));
+        assert!(public_names(&code).len() > 30, "{:?}", public_names(&code));
+        // Planted: one more public item, one more re-export, one row linking the wrong file.
+        let planted = code.replacen("\nfn product<", "\npub fn product<", 1).replacen(
+            "pub use blocked::{",
+            "pub use blocked::{\n    A_IN_PLACE_MAX_SPAN,",
+            1,
+        );
+        let wrong = page.replacen(
+            "| [`best_kernel`](../src/matmul/dispatch.rs)",
+            "| [`best_kernel`](../src/matmul/blocked.rs)",
+            1,
+        );
+        assert_eq!(
+            api_list_faults(&planted, &wrong, &files),
+            [
+                "best_kernel: ../src/matmul/blocked.rs does not declare it",
+                "A_IN_PLACE_MAX_SPAN is public in matmul but not listed",
+                "product is public in matmul but not listed",
+            ]
+        );
     }
 
     /// The pages `chapters/SUMMARY.md` lists, in order.

@@ -6,7 +6,6 @@
 use llm_workbook::Result;
 use llm_workbook_exercises::judge::{self, NOT_STARTED, Probe, Verdict};
 use nalgebra::DMatrix;
-use std::collections::BTreeSet;
 
 /// The judge passed the right answer.
 #[track_caller]
@@ -16,8 +15,9 @@ fn passes(v: Verdict) {
     }
 }
 
-/// One judge's name, its verdict on the main crate's answer and the kinds of probe it ran.
-type Judged = (&'static str, Verdict, BTreeSet<Probe>);
+/// One judge's name, its verdict on the main crate's answer and the kinds of probe it ran and
+/// declared not applicable.
+type Judged = (&'static str, Verdict, judge::Probes);
 
 /// `judged![name(answer), …]`: runs `j::name(answer)` for each, recording the probes it runs.
 macro_rules! judged {
@@ -1701,12 +1701,39 @@ mod probes {
 /// The page's table of exercise × probe kind.
 const EXERCISES_PAGE: &str = include_str!("../../chapters/exercises.md");
 
-/// The page's table row of one exercise: "| `name` | ✓ | | … |", one column per [`Probe::ALL`].
-fn table_row(name: &str, probes: &BTreeSet<Probe>) -> String {
-    let marks: Vec<&str> =
-        Probe::ALL.iter().map(|p| if probes.contains(p) { "✓" } else { " " }).collect();
+/// The page's table row of one exercise: "| `name` | ✓ | — | … |", one column per [`Probe::ALL`]:
+/// ✓ where the judge probes that kind, — where it declares the kind not applicable, and a blank
+/// (which the test refuses) where it does neither.
+fn table_row(name: &str, probes: &judge::Probes) -> String {
+    let marks: Vec<&str> = Probe::ALL
+        .iter()
+        .map(|p| {
+            if probes.run.contains(p) {
+                "✓"
+            } else if probes.not_applicable.contains(p) {
+                "—"
+            } else {
+                " "
+            }
+        })
+        .collect();
     format!("| `{name}` | {} |", marks.join(" | "))
 }
+
+/// The kinds of probe that apply to an exercise but that its judge does not run yet: a blank on
+/// the page. Adding the probe fails the table's test until the entry is removed here.
+const NOT_YET_PROBED: &[(&str, Probe)] = &[
+    ("sample_gradient", Probe::Scale),
+    ("cross_entropy_from_logits_backward", Probe::Scale),
+    ("gelu_backward", Probe::Scale),
+    ("frequency", Probe::Named),
+    ("layer_norm_forward", Probe::Scale),
+    ("layer_norm_backward", Probe::Scale),
+    ("concat_heads", Probe::Batch),
+    ("cross_attention_backward", Probe::Scale),
+    ("loss_and_gradients", Probe::Scale),
+    ("temperature_distribution", Probe::Order),
+];
 
 #[test]
 fn the_probe_table_on_the_page_is_what_the_judges_run() {
@@ -1722,8 +1749,28 @@ fn the_probe_table_on_the_page_is_what_the_judges_run() {
         ch09::judged(),
         ch10::judged(),
     ];
+    let judged: Vec<Judged> = chapters.into_iter().flatten().collect();
+    let mut undecided = Vec::new();
+    for (name, _, probes) in &judged {
+        let both: Vec<&Probe> = probes.run.intersection(&probes.not_applicable).collect();
+        assert!(both.is_empty(), "`{name}` probes {both:?} and declares them not applicable");
+        let neither: Vec<&Probe> = Probe::ALL
+            .iter()
+            .filter(|p| !probes.run.contains(p) && !probes.not_applicable.contains(p))
+            .collect();
+        if !neither.is_empty() {
+            undecided.push(format!("{name}: {neither:?}"));
+        }
+    }
+    let not_yet: Vec<String> =
+        NOT_YET_PROBED.iter().map(|(name, kind)| format!("{name}: [{kind:?}]")).collect();
+    assert_eq!(
+        undecided, not_yet,
+        "the kinds that apply to an exercise but that its judge does not probe yet must be the \
+         ones NOT_YET_PROBED lists (the page shows them blank)"
+    );
     let want: Vec<String> =
-        chapters.into_iter().flatten().map(|(name, _, probes)| table_row(name, &probes)).collect();
+        judged.iter().map(|(name, _, probes)| table_row(name, probes)).collect();
     let headings: Vec<&str> = Probe::ALL.iter().map(|p| p.heading()).collect();
     let header = format!("| exercise | {} |", headings.join(" | "));
     let on_page: Vec<&str> =

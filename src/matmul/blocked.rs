@@ -432,7 +432,7 @@ fn in_place_b<T: Element>(mk: MicroKernel<T>, b: Operand<T>) -> bool {
 /// by the NC/NR times the kernel reads it again: many for a wide panel, few for small and skinny
 /// products (64³: 8 slivers; an attention block of 32 columns: 4), where the copy was a sixth of
 /// the product's time.
-pub const A_IN_PLACE_MAX_SLIVERS: usize = 16;
+const A_IN_PLACE_MAX_SLIVERS: usize = 16;
 
 /// The widest span (16 pages of 4 KiB) of a sliver of A read in place. Each step of the kernel
 /// reads MR values a leading dimension apart. With the GPT's 768-row activations (a 3 KiB step)
@@ -440,7 +440,7 @@ pub const A_IN_PLACE_MAX_SLIVERS: usize = 16;
 /// at 65 and 128 columns, and reading the attention blocks of chapter 9's training step in place
 /// (views into 768-row buffers) made the step about 3 % slower in CPU time: the strided block is
 /// re-read from caches that hold it less well than the packed copy.
-pub const A_IN_PLACE_MAX_SPAN: usize = 64 * 1024;
+const A_IN_PLACE_MAX_SPAN: usize = 64 * 1024;
 
 /// Whether the kernel reads full slivers of op(A) where they are: a SIMD kernel, op(A)
 /// column-major, a panel of `nc` columns narrow enough ([`A_IN_PLACE_MAX_SLIVERS`]) and a sliver

@@ -120,7 +120,7 @@ pub fn best_kernel() -> Kernel {
 
 /// What `LLM_WORKBOOK_KERNEL` asks for: `Ok(None)` when unset, empty or `auto`, an error when it
 /// names no kernel or one this CPU lacks. Read once per process.
-pub fn env_kernel() -> Result<Option<Kernel>> {
+fn env_kernel() -> Result<Option<Kernel>> {
     static ENV: OnceLock<std::result::Result<Option<Kernel>, String>> = OnceLock::new();
     let parsed = ENV.get_or_init(|| {
         parse_kernel_setting(std::env::var(KERNEL_ENV).ok().as_deref()).map_err(|e| e.to_string())

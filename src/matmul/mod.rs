@@ -32,20 +32,17 @@ mod kernels;
 mod pack;
 mod scalar;
 
-use crate::backend::{Backend, active_backend, record_nalgebra_product};
+use crate::backend::{Backend, product_backend, record_nalgebra_product};
 use crate::error::{Result, invalid, shape_error};
 use crate::threads::default_threads;
 use nalgebra::{ClosedAddAssign, ClosedMulAssign, DMatrix};
 use num_traits::{One, Zero};
 
-pub use blocked::{
-    A_IN_PLACE_MAX_SLIVERS, A_IN_PLACE_MAX_SPAN, IN_PLACE_MAX_STEP, PARALLEL_MIN_FLOPS,
-    PIECE_MIN_FLOPS,
-};
+pub use blocked::{IN_PLACE_MAX_STEP, PARALLEL_MIN_FLOPS, PIECE_MIN_FLOPS};
 pub use dispatch::{
     Blocking, KERNEL_ENV, Kernel, ProductChoices, ProductStats, active_kernel, available_kernels,
-    best_kernel, env_kernel, kernel_calls, last_product, parse_kernel_setting, product_choices,
-    set_kernel, with_kernel,
+    best_kernel, kernel_calls, last_product, parse_kernel_setting, product_choices, set_kernel,
+    with_kernel,
 };
 pub use kernels::{
     AVX2_F32_BLOCKING, AVX2_F64_BLOCKING, AVX512_F32_BLOCKING, AVX512_F64_BLOCKING, SCALAR_BLOCKING,
@@ -334,7 +331,7 @@ macro_rules! impl_element {
                 beta: $t,
                 c: &mut DMatrix<$t>,
             ) {
-                if active_backend() == Backend::Nalgebra {
+                if product_backend() == Backend::Nalgebra {
                     nalgebra_gemm(alpha, a, ta, b, tb, beta, c);
                     return;
                 }
@@ -484,7 +481,7 @@ pub fn gemm_view<T: Element>(
     if c.rows != m || c.cols != n {
         return Err(shape_error(OP, "C", format!("{m}×{n}"), format!("{}×{}", c.rows, c.cols)));
     }
-    if active_backend() == Backend::Nalgebra {
+    if product_backend() == Backend::Nalgebra {
         let (av, bv) = (a.nalgebra(), b.nalgebra());
         let b_t;
         let bv = match tb {

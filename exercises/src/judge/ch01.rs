@@ -23,6 +23,7 @@ const FAR_LEFT_TAIL: [f64; 6] = [-30.0, -37.0, -40.0, -100.0, -500.0, -700.0];
 /// at ±1000, the main crate's σ relatively at 41 points in [−20, 20] and in the far left tail
 /// (down to z = −700).
 pub fn sigmoid(f: impl Fn(f64) -> f64) -> Verdict {
+    super::not_applicable(&[super::Probe::Batch, super::Probe::Order, super::Probe::Errors]);
     let s = |z: f64| attempt(MODEL, "sigmoid", || f(z));
     let at0 = s(0.0)?;
     if at0 != 0.5 {
@@ -90,6 +91,8 @@ pub fn sigmoid(f: impl Fn(f64) -> f64) -> Verdict {
 pub fn logits_forward(
     f: impl Fn(&DVector<f64>, f64, &DMatrix<f64>) -> Result<DVector<f64>>,
 ) -> Verdict {
+    super::not_applicable(&[super::Probe::Scale, super::Probe::Order]);
+    super::probe(super::Probe::Batch);
     for (seed, n, d) in [(1, 5, 3), (2, 1, 4), (3, 6, 1)] {
         let x = random(seed, n, d);
         let w = DVector::from_column_slice(random(seed + 10, d, 1).as_slice());
@@ -121,6 +124,7 @@ pub fn logits_forward(
 /// Equal to −[y ln σ(z) + (1 − y) ln(1 − σ(z))] where that is finite, and finite (exactly |z|)
 /// where σ(z) rounds to 0 or 1.
 pub fn bce_from_logit(f: impl Fn(f64, f64) -> f64) -> Verdict {
+    super::not_applicable(&[super::Probe::Batch, super::Probe::Order, super::Probe::Errors]);
     super::probe(super::Probe::Named);
     let l = |y: f64, z: f64| attempt(LOSS, "bce_from_logit", || f(y, z));
     for y in [0.0, 1.0] {
@@ -152,6 +156,7 @@ pub fn bce_from_logit(f: impl Fn(f64, f64) -> f64) -> Verdict {
 pub fn sample_gradient(
     f: impl Fn(&DVector<f64>, f64, &DVector<f64>, f64) -> Result<DVector<f64>>,
 ) -> Verdict {
+    super::not_applicable(&[super::Probe::Batch, super::Probe::Order, super::Probe::Errors]);
     for (seed, y) in [(5, 1.0), (6, 0.0), (7, 1.0)] {
         let w = random(seed, 4, 1);
         let x = random(seed + 20, 4, 1);
@@ -179,6 +184,8 @@ pub fn sample_gradient(
 pub fn logits_backward(
     f: impl Fn(&DMatrix<f64>, &DVector<f64>, &DVector<f64>) -> Result<(DMatrix<f64>, DVector<f64>, f64)>,
 ) -> Verdict {
+    super::not_applicable(&[super::Probe::Scale, super::Probe::Order, super::Probe::Errors]);
+    super::probe(super::Probe::Batch);
     let (x, w, g) = (random(8, 5, 3), random(9, 3, 1), random(10, 5, 1));
     let (wv, gv) =
         (DVector::from_column_slice(w.as_slice()), DVector::from_column_slice(g.as_slice()));

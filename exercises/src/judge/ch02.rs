@@ -18,6 +18,8 @@ const GRADIENT: Section = Section { chapter: "ch02_softmax", anchor: "5-the-grad
 /// (0.1, 0.1, 0.1, 0.7) → 0.20737772 ×3, 0.37786684 at 8; rows sum to 1; no overflow at 1000;
 /// the main crate's softmax on a random 4×5 Z.
 pub fn softmax_rows_forward(f: impl Fn(&DMatrix<f64>) -> Result<DMatrix<f64>>) -> Verdict {
+    super::not_applicable(&[super::Probe::Order]);
+    super::probe(super::Probe::Batch);
     super::probe(super::Probe::Named);
     let run = |z: &DMatrix<f64>| {
         super::attempt_ok_on(STABLE, "softmax_rows_forward", &[("z", z)], || f(z))
@@ -78,6 +80,8 @@ use super::ROW_OFFSETS;
 
 /// ln 3 for uniform logits over 3 classes; the main crate's loss on random logits.
 pub fn cross_entropy_from_logits(f: impl Fn(&DMatrix<f64>, &[usize]) -> Result<f64>) -> Verdict {
+    super::not_applicable(&[super::Probe::Order, super::Probe::Errors]);
+    super::probe(super::Probe::Batch);
     super::probe(super::Probe::Named);
     let (zeros, targets) = (DMatrix::zeros(2, 3), [0, 2]);
     let passed: [(&str, &dyn super::Shaped); 2] = [("logits", &zeros), ("targets", &targets)];
@@ -145,6 +149,8 @@ pub fn cross_entropy_from_logits(f: impl Fn(&DMatrix<f64>, &[usize]) -> Result<f
 pub fn cross_entropy_from_logits_backward(
     f: impl Fn(&DMatrix<f64>, &[usize]) -> Result<DMatrix<f64>>,
 ) -> Verdict {
+    super::not_applicable(&[super::Probe::Order, super::Probe::Errors]);
+    super::probe(super::Probe::Batch);
     let run = |z: &DMatrix<f64>, t: &[usize]| {
         super::attempt_ok_on(
             GRADIENT,
@@ -175,6 +181,8 @@ pub fn cross_entropy_from_logits_backward(
 pub fn softmax_rows_backward(
     f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>,
 ) -> Verdict {
+    super::not_applicable(&[super::Probe::Scale, super::Probe::Order, super::Probe::Errors]);
+    super::probe(super::Probe::Batch);
     super::probe(super::Probe::Named);
     for (seed, n, k) in [(14, 3, 4), (15, 1, 5)] {
         let (z, g) = (random(seed, n, k), random(seed + 1, n, k));
@@ -221,6 +229,9 @@ const REGRESSION: Section = Section { chapter: "ch02_softmax", anchor: "8-softma
 pub fn log_softmax_rows_backward(
     f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>,
 ) -> Verdict {
+    super::not_applicable(&[super::Probe::Order, super::Probe::Errors]);
+    super::probe(super::Probe::Scale);
+    super::probe(super::Probe::Batch);
     super::probe(super::Probe::Named);
     let name = "log_softmax_rows_backward";
     for (seed, n, k) in [(16, 3, 4), (17, 2, 5)] {
@@ -297,6 +308,7 @@ pub fn regression_logits_backward(
         &DMatrix<f64>,
     ) -> Result<(DMatrix<f64>, DMatrix<f64>, DMatrix<f64>)>,
 ) -> Verdict {
+    super::not_applicable(&[super::Probe::Scale, super::Probe::Order, super::Probe::Errors]);
     super::probe(super::Probe::Batch);
     let (x, w, b, g) = (random(18, 5, 2), random(19, 2, 3), random(20, 1, 3), random(21, 5, 3));
     let (d_x, d_w, d_b) = super::attempt_ok_on(

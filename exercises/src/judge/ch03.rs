@@ -16,6 +16,8 @@ const MANY: Section = Section { chapter: "ch03_mlp", anchor: "4-many-neurons-per
 pub fn dense_forward(
     f: impl Fn(&DMatrix<f64>, &DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>,
 ) -> Verdict {
+    super::not_applicable(&[super::Probe::Scale, super::Probe::Order]);
+    super::probe(super::Probe::Batch);
     let (x, w, b) = (random(20, 4, 3), random(21, 3, 2), random(22, 1, 2));
     let yours =
         super::attempt_ok_on(LAYER, "dense_forward", &[("x", &x), ("w", &w), ("b", &b)], || {
@@ -43,6 +45,7 @@ pub fn dense_backward(
         &DMatrix<f64>,
     ) -> Result<(DMatrix<f64>, DMatrix<f64>, DMatrix<f64>)>,
 ) -> Verdict {
+    super::not_applicable(&[super::Probe::Scale, super::Probe::Order, super::Probe::Errors]);
     super::probe(super::Probe::Batch);
     let (x, w, b, g) = (random(24, 5, 3), random(25, 3, 2), random(26, 1, 2), random(27, 5, 2));
     let (d_x, d_w, d_b) =
@@ -82,6 +85,8 @@ fn activation_judge(
 /// The gradient check of Σ G ⊙ ReLU(z) at random z; 0 at the kink z = 0 (the chapter's
 /// convention); an error when shapes differ.
 pub fn relu_backward(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>) -> Verdict {
+    super::not_applicable(&[super::Probe::Scale, super::Probe::Order]);
+    super::probe(super::Probe::Batch);
     activation_judge(ACTIVATIONS, "relu_backward", book::Activation::Relu, &f).map_err(|m| {
         note(m, "ReLU passes ∂C/∂a where z > 0 and blocks it where z ≤ 0: test z, not ∂C/∂a")
     })?;
@@ -104,6 +109,8 @@ pub fn relu_backward(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<
 
 /// The gradient check of Σ G ⊙ GELU(z) at random z (GELU with the exact erf).
 pub fn gelu_backward(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>) -> Verdict {
+    super::not_applicable(&[super::Probe::Order, super::Probe::Errors]);
+    super::probe(super::Probe::Batch);
     activation_judge(ACTIVATIONS, "gelu_backward", book::Activation::GeluErf, &f)
         .map_err(|m| note(m, "d/dz [z Φ(z)] has two terms by the product rule: Φ(z) + z φ(z)"))
 }
@@ -111,6 +118,8 @@ pub fn gelu_backward(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<
 /// The gradient check of C = mse(a, y) in a, for N = 4 rows and K = 3 columns (so that a division
 /// by N·K = 12 is not mistaken for a missing 2).
 pub fn mse_backward(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>) -> Verdict {
+    super::not_applicable(&[super::Probe::Scale, super::Probe::Order, super::Probe::Errors]);
+    super::probe(super::Probe::Batch);
     let (a, y) = (random(30, 4, 3), random(31, 4, 3));
     let d_a = super::attempt_ok_on(COST, "mse_backward", &[("a", &a), ("y", &y)], || f(&a, &y))?;
     gradient_check(
@@ -154,6 +163,8 @@ pub fn mlp_backward(
         &DMatrix<f64>,
     ) -> Result<(Vec<book::LayerGrads<f64>>, DMatrix<f64>)>,
 ) -> Verdict {
+    super::not_applicable(&[super::Probe::Scale, super::Probe::Order, super::Probe::Errors]);
+    super::probe(super::Probe::Batch);
     super::probe(super::Probe::Named);
     let nets = [
         (30, vec![3, 4, 5, 2], book::Activation::Sigmoid, None),

@@ -56,16 +56,32 @@ fn xor_net(
 
 /// Your sigmoid network's four outputs are within 0.01 of XOR.
 pub fn xor_sigmoid_net(f: impl Fn() -> PrintedNet) -> Verdict {
+    super::not_applicable(&[
+        super::Probe::Scale,
+        super::Probe::Batch,
+        super::Probe::Order,
+        super::Probe::Errors,
+        super::Probe::Named,
+    ]);
     xor_net(SIGMOID, "xor_sigmoid_net", Activation::Sigmoid, f, 0.01)
 }
 
 /// Your ReLU network classifies all four XOR inputs right at the threshold 0.5.
 pub fn xor_relu_net(f: impl Fn() -> PrintedNet) -> Verdict {
+    super::not_applicable(&[
+        super::Probe::Scale,
+        super::Probe::Batch,
+        super::Probe::Order,
+        super::Probe::Errors,
+        super::Probe::Named,
+    ]);
     xor_net(RELU, "xor_relu_net", Activation::Relu, f, 0.0)
 }
 
 /// 0.5 for all four XOR points (the chapter's number); the main crate's fit on random data.
 pub fn least_squares_fit(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<LinearFit>) -> Verdict {
+    super::not_applicable(&[super::Probe::Scale, super::Probe::Order, super::Probe::Errors]);
+    super::probe(super::Probe::Batch);
     let (x, y) = book::xor_data();
     let fit =
         super::attempt_ok_on(LINE, "least_squares_fit", &[("x", &x), ("y", &y)], || f(&x, &y))?;

@@ -10,6 +10,12 @@ const WHY: Section = Section { chapter: "ch05_positions", anchor: "why-attention
 
 /// ω₀ = 1 for every d; ω₁ = 0.01 for d = 4; the main crate's ωᵢ for d = 8, 16, 512.
 pub fn frequency(f: impl Fn(usize, usize) -> f64) -> Verdict {
+    super::not_applicable(&[
+        super::Probe::Scale,
+        super::Probe::Batch,
+        super::Probe::Order,
+        super::Probe::Errors,
+    ]);
     for (i, d) in [(0, 4), (1, 4), (2, 8), (3, 8), (5, 16), (100, 512), (255, 512)] {
         let v = attempt(FORMULA, "frequency", || f(i, d))?;
         let want = book::frequency(i, d);
@@ -31,6 +37,8 @@ pub fn frequency(f: impl Fn(usize, usize) -> f64) -> Verdict {
 /// PE(2) = (0.9093, −0.4161, 0.0200, 0.9998) at the printed decimals; PE(0) = (0, 1, 0, 1, …);
 /// the main crate's PE for 50×16; an error for odd d.
 pub fn sinusoidal(f: impl Fn(usize, usize) -> Result<DMatrix<f64>>) -> Verdict {
+    super::not_applicable(&[super::Probe::Scale, super::Probe::Order]);
+    super::probe(super::Probe::Batch);
     let pe = attempt_ok(FORMULA, "sinusoidal", || f(3, 4))?;
     if pe.shape() != (3, 4) {
         return Err(
@@ -70,6 +78,7 @@ pub fn sinusoidal(f: impl Fn(usize, usize) -> Result<DMatrix<f64>>) -> Verdict {
 
 /// Two sequences of length 3 stacked: row r gets PE(r mod 3); an error for 5 rows.
 pub fn add_positions(f: impl Fn(&DMatrix<f64>, usize) -> Result<DMatrix<f64>>) -> Verdict {
+    super::not_applicable(&[super::Probe::Scale, super::Probe::Order]);
     super::batch_probe(super::BatchInput { sequences: 2, t_q: 3, t_k: 3, width: 4 });
     let x = random(50, 6, 4);
     let yours = super::attempt_ok_on(WHY, "add_positions", &[("x", &x)], || f(&x, 3))?;

@@ -17,6 +17,8 @@ const NORM: Section = Section { chapter: "ch06_attention", anchor: "3-layernorm"
 /// Every entry of the 4×4 and 2×5 masks (the diagonal visible, no future key visible), and errors
 /// for T_k < T_q and for 0.
 pub fn causal_mask(f: impl Fn(usize, usize) -> Result<DMatrix<f64>>) -> Verdict {
+    super::not_applicable(&[super::Probe::Scale, super::Probe::Order]);
+    super::probe(super::Probe::Batch);
     super::probe(super::Probe::Named);
     for (tq, tk) in [(4, 4), (2, 5), (1, 3)] {
         let m = attempt_ok(SDPA, "causal_mask", || f(tq, tk))?;
@@ -71,6 +73,7 @@ pub fn attention_forward(
         bool,
     ) -> Result<(DMatrix<f64>, DMatrix<f64>)>,
 ) -> Verdict {
+    super::not_applicable(&[super::Probe::Order, super::Probe::Errors]);
     super::probe(super::Probe::Batch);
     super::probe(super::Probe::Named);
     for (seed, tq, tk, causal) in
@@ -174,6 +177,7 @@ pub fn attention_backward(
         bool,
     ) -> Result<(DMatrix<f64>, DMatrix<f64>, DMatrix<f64>)>,
 ) -> Verdict {
+    super::not_applicable(&[super::Probe::Scale, super::Probe::Order, super::Probe::Errors]);
     super::probe(super::Probe::Batch);
     for (seed, tq, tk, causal) in [(70, 3, 4, false), (71, 4, 4, true)] {
         let (q, k, v) = (random(seed, tq, 3), random(seed + 10, tk, 3), random(seed + 20, tk, 2));
@@ -206,6 +210,8 @@ pub fn attention_backward(
 pub fn layer_norm_forward(
     f: impl Fn(&DMatrix<f64>, &DMatrix<f64>, &DMatrix<f64>, f64) -> Result<DMatrix<f64>>,
 ) -> Verdict {
+    super::not_applicable(&[super::Probe::Order, super::Probe::Errors]);
+    super::probe(super::Probe::Batch);
     super::probe(super::Probe::Named);
     let (ones, zeros) = (DMatrix::from_element(1, 4, 1.0), DMatrix::zeros(1, 4));
     let x = DMatrix::from_row_slice(1, 4, &[1.0, 2.0, 3.0, 4.0]);
@@ -265,6 +271,8 @@ pub fn layer_norm_backward(
         f64,
     ) -> Result<(DMatrix<f64>, DMatrix<f64>, DMatrix<f64>)>,
 ) -> Verdict {
+    super::not_applicable(&[super::Probe::Order, super::Probe::Errors]);
+    super::probe(super::Probe::Batch);
     let (x, gamma, beta, g) =
         (random(83, 4, 5), random(84, 1, 5), random(85, 1, 5), random(86, 4, 5));
     let (d_x, d_gamma, d_beta) = super::attempt_ok_on(
@@ -299,6 +307,8 @@ pub fn layer_norm_backward(
 
 /// Three heads of width 2 from a 3×6 matrix: head h is columns 2h, 2h + 1; an error for 4 heads.
 pub fn split_heads(f: impl Fn(&DMatrix<f64>, usize) -> Result<Vec<DMatrix<f64>>>) -> Verdict {
+    super::not_applicable(&[super::Probe::Scale, super::Probe::Order]);
+    super::probe(super::Probe::Batch);
     let m = DMatrix::from_fn(3, 6, |r, c| (10 * r + c) as f64);
     let parts = super::attempt_ok_on(HEADS, "split_heads", &[("m", &m)], || f(&m, 3))?;
     if parts.len() != 3 {
@@ -323,6 +333,7 @@ pub fn split_heads(f: impl Fn(&DMatrix<f64>, usize) -> Result<Vec<DMatrix<f64>>>
 
 /// Three 2×2 heads side by side give the 2×6 matrix; an error for no parts.
 pub fn concat_heads(f: impl Fn(&[DMatrix<f64>]) -> Result<DMatrix<f64>>) -> Verdict {
+    super::not_applicable(&[super::Probe::Scale, super::Probe::Order]);
     let parts: Vec<DMatrix<f64>> = (0..3).map(|h| random(90 + h, 2, 2)).collect();
     let m = attempt_ok(HEADS, "concat_heads", || f(&parts))?;
     let want = book::concat_heads(&parts).map_err(|e| e.to_string())?;
@@ -403,6 +414,7 @@ pub fn mha_backward(
         &DMatrix<f64>,
     ) -> Result<book::MhaGrads<f64>>,
 ) -> Verdict {
+    super::not_applicable(&[super::Probe::Scale, super::Probe::Order, super::Probe::Errors]);
     super::probe(super::Probe::Named);
     let cases = [
         ("cross-attention", 120, (3, 5), (4, 3, 2, 5), book::AttnSpec::cross(3, 5)),
@@ -497,6 +509,8 @@ pub(crate) fn ffn_from(
 pub fn ffn_backward(
     f: impl Fn(&book::Ffn<f64>, &book::FfnCache<f64>, &DMatrix<f64>) -> Result<book::FfnGrads<f64>>,
 ) -> Verdict {
+    super::not_applicable(&[super::Probe::Scale, super::Probe::Order, super::Probe::Errors]);
+    super::probe(super::Probe::Batch);
     use llm_workbook::ch03_mlp::Activation;
     for (seed, act) in [(140, Activation::Relu), (141, Activation::GeluTanh)] {
         let mut rng = llm_workbook::rng::Rng::new(seed);
@@ -613,6 +627,7 @@ pub fn block_backward(
         &DMatrix<f64>,
     ) -> Result<book::BlockGrads<f64>>,
 ) -> Verdict {
+    super::not_applicable(&[super::Probe::Scale, super::Probe::Order, super::Probe::Errors]);
     use llm_workbook::ch03_mlp::Activation;
     super::batch_probe(super::BatchInput { sequences: 2, t_q: 3, t_k: 3, width: 4 });
     let spec = book::AttnSpec::causal(3);

@@ -17,6 +17,7 @@ const BACKWARD: Section =
 /// Every entry for lengths (2, 3, 1) with T_q = 2, T_k = 3 (sequence 0 padded, so that its mask
 /// for all is not the unmasked one); errors for a zero or too long length.
 pub fn padding_mask(f: impl Fn(&[usize], usize, usize) -> Result<DMatrix<f64>>) -> Verdict {
+    super::not_applicable(&[super::Probe::Scale, super::Probe::Order]);
     super::probe(super::Probe::Named);
     let lengths = [2, 3, 1];
     let m = attempt_ok(PADDING, "padding_mask", || f(&lengths, 2, 3))?;
@@ -97,6 +98,7 @@ fn setup() -> (DMatrix<f64>, Batch, DMatrix<f64>, Batch, MultiHead<f64>) {
 pub fn cross_attention_forward(
     f: impl Fn(&DMatrix<f64>, &Batch, &DMatrix<f64>, &Batch, &MultiHead<f64>) -> Result<DMatrix<f64>>,
 ) -> Verdict {
+    super::not_applicable(&[super::Probe::Order, super::Probe::Errors]);
     let (y, yb, e, eb, w) = setup();
     super::batch_probe(SETUP_BATCH);
     let out = super::attempt_ok_on(
@@ -180,6 +182,7 @@ pub fn cross_attention_backward(
         &DMatrix<f64>,
     ) -> Result<MhaGrads<f64>>,
 ) -> Verdict {
+    super::not_applicable(&[super::Probe::Order, super::Probe::Errors]);
     let (y, yb, e, eb, w) = setup();
     super::batch_probe(SETUP_BATCH);
     let g = random(110, 6, 4);
@@ -316,6 +319,7 @@ pub fn decoder_block_backward(
         &DMatrix<f64>,
     ) -> Result<(DMatrix<f64>, DMatrix<f64>, DecoderBlock<f64>)>,
 ) -> Verdict {
+    super::not_applicable(&[super::Probe::Scale, super::Probe::Order, super::Probe::Errors]);
     let (y, yb, e, eb, _) = setup();
     super::batch_probe(SETUP_BATCH);
     let mut rng = llm_workbook::rng::Rng::new(170);
@@ -491,6 +495,7 @@ pub fn loss_and_gradients(
         &[Vec<usize>],
     ) -> Result<Gradients<f64>>,
 ) -> Verdict {
+    super::not_applicable(&[super::Probe::Order]);
     const NAME: &str = "loss_and_gradients";
     let model = small_model().map_err(|e| e.to_string())?;
     let source = vec![vec![3, 1, 4, 1, 5], vec![2, 6], vec![5, 3, 5]];

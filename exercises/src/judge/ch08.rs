@@ -23,6 +23,7 @@ fn tokens(seed: u64, n: usize, vocab: usize) -> Vec<TokenId> {
 /// "a a a" with (a, a) → X gives "X a"; ranks apply in order (a b → X then X c → Y, and a lower
 /// rank first); the main crate's merges on random ids.
 pub fn apply_merges(f: impl Fn(&mut Vec<TokenId>, &Ranks)) -> Verdict {
+    super::not_applicable(&[super::Probe::Scale, super::Probe::Batch, super::Probe::Errors]);
     let run = |ids: &[TokenId], ranks: &Ranks| {
         let mut v = ids.to_vec();
         attempt(BPE, "apply_merges", || f(&mut v, ranks)).map(|()| v)
@@ -82,6 +83,7 @@ pub fn apply_merges(f: impl Fn(&mut Vec<TokenId>, &Ranks)) -> Verdict {
 
 /// The counts of a small sequence by hand, their total N − 1, and the main crate's on random text.
 pub fn bigram_counts(f: impl Fn(&[TokenId], usize) -> Result<DMatrix<f64>>) -> Verdict {
+    super::not_applicable(&[super::Probe::Scale, super::Probe::Batch, super::Probe::Order]);
     let c = attempt_ok(NGRAM, "bigram_counts", || f(&[0, 1, 0, 1, 1], 2))?;
     let want = DMatrix::from_row_slice(2, 2, &[0.0, 2.0, 1.0, 1.0]);
     compare(NGRAM, "C (rows: a, columns: the token after a)", &c, &want, 0.0, &[])?;
@@ -102,6 +104,12 @@ pub fn bigram_counts(f: impl Fn(&[TokenId], usize) -> Result<DMatrix<f64>>) -> V
 pub fn add_k_probability(
     f: impl Fn(&[TokenId], usize, TokenId, TokenId, f64) -> Result<f64>,
 ) -> Verdict {
+    super::not_applicable(&[
+        super::Probe::Scale,
+        super::Probe::Batch,
+        super::Probe::Order,
+        super::Probe::Errors,
+    ]);
     super::probe(super::Probe::Named);
     let seq = [0, 1, 0, 1, 1, 2];
     let p = attempt_ok(NGRAM, "add_k_probability", || f(&seq, 4, 0, 1, 1.0))?;

@@ -45,6 +45,7 @@ const LOGITS: [f64; 6] = [1.0, 3.0, -0.5, 3.0, 2.0, 0.0];
 /// T = 1 is the softmax; T = 0.5 sharpens and T = 2 flattens (the main crate's values); logits
 /// of 1000 do not overflow; T = 0 is an error.
 pub fn temperature_distribution(f: impl Fn(&[f64], f64) -> Result<Dist>) -> Verdict {
+    super::not_applicable(&[super::Probe::Batch]);
     for t in [1.0, 0.5, 2.0] {
         let yours = attempt_ok(SAMPLING, "temperature_distribution", || f(&LOGITS, t))?;
         let want = distribution(&LOGITS, &Decoding::temperature(t)).map_err(|e| e.to_string())?;
@@ -102,6 +103,7 @@ fn kept_as_wanted(what: &str, yours: &Dist, want: &Dist) -> Verdict {
 /// k = 1 is the argmax with probability 1; k = 3 keeps tokens 1, 3, 4 and renormalises; k = 0 is
 /// an error.
 pub fn top_k_distribution(f: impl Fn(&[f64], usize, f64) -> Result<Dist>) -> Verdict {
+    super::not_applicable(&[super::Probe::Batch]);
     for (k, t) in [(1, 1.0), (3, 1.0), (3, 0.7), (6, 1.0)] {
         let yours = attempt_ok(SAMPLING, "top_k_distribution", || f(&LOGITS, k, t))?;
         let spec = Decoding::Sample { temperature: t, top_k: Some(k), top_p: None };
@@ -148,6 +150,8 @@ pub fn adamw_step(
         f64,
     ) -> Result<()>,
 ) -> Verdict {
+    super::not_applicable(&[super::Probe::Scale, super::Probe::Order, super::Probe::Errors]);
+    super::probe(super::Probe::Batch);
     super::probe(super::Probe::Named);
     let config = AdamConfig { learning_rate: 0.01, ..AdamConfig::default() };
     let theta0 = random(130, 3, 2);
@@ -201,6 +205,7 @@ const BACKWARD: Section = Section { chapter: "ch09_gpt", anchor: "3-the-backward
 pub fn lm_head_backward(
     f: impl Fn(&DMatrix<f64>, &DMatrix<f64>, &[usize]) -> Result<(f64, DMatrix<f64>, DMatrix<f64>)>,
 ) -> Verdict {
+    super::not_applicable(&[super::Probe::Order]);
     super::probe(super::Probe::Named);
     super::probe(super::Probe::Batch);
     let name = "lm_head_backward";
@@ -330,6 +335,8 @@ fn cache_passed<'a>(
 pub fn kv_cache_step(
     f: impl Fn(&mut DMatrix<f64>, &mut DMatrix<f64>, usize, &[f64], &[f64], &[f64]) -> Result<Vec<f64>>,
 ) -> Verdict {
+    super::not_applicable(&[super::Probe::Order]);
+    super::probe(super::Probe::Batch);
     super::probe(super::Probe::Named);
     let name = "kv_cache_step";
     let (n_ctx, d, steps) = (6, 3, 5);

@@ -12,6 +12,13 @@ const KERNEL: Section =
 /// Random slivers of depth 1, 3 and 7 against the product of the unpacked matrices, with β = 0
 /// over a NaN-filled C, and with α = 2, β = 0.5 over a random C.
 pub fn micro_kernel(f: impl Fn(usize, &[f64], &[f64], f64, f64, &mut DMatrix<f64>)) -> Verdict {
+    // The tile is MR×NR by design: no other shape to try.
+    super::not_applicable(&[
+        super::Probe::Scale,
+        super::Probe::Batch,
+        super::Probe::Order,
+        super::Probe::Errors,
+    ]);
     super::probe(super::Probe::Named);
     for (seed, kc) in [(150, 1), (151, 3), (152, 7)] {
         let (a, b) = (random(seed, MR * kc, 1), random(seed + 10, kc * NR, 1));
@@ -239,6 +246,9 @@ fn pack_judge(side: Side, f: Pack, reference: Pack) -> Verdict {
 pub fn pack_a_block(
     f: impl Fn(&DMatrix<f64>, Op, Range<usize>, Range<usize>, usize) -> llm_workbook::Result<Vec<f64>>,
 ) -> Verdict {
+    super::not_applicable(&[super::Probe::Scale, super::Probe::Order]);
+    super::probe(super::Probe::Batch);
+    super::probe(super::Probe::Named);
     pack_judge(A_SIDE, &f, &llm_workbook::matmul::pack_a_block::<f64>)
 }
 
@@ -246,5 +256,8 @@ pub fn pack_a_block(
 pub fn pack_b_panel(
     f: impl Fn(&DMatrix<f64>, Op, Range<usize>, Range<usize>, usize) -> llm_workbook::Result<Vec<f64>>,
 ) -> Verdict {
+    super::not_applicable(&[super::Probe::Scale, super::Probe::Order]);
+    super::probe(super::Probe::Batch);
+    super::probe(super::Probe::Named);
     pack_judge(B_SIDE, &f, &llm_workbook::matmul::pack_b_panel::<f64>)
 }

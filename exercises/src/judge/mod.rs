@@ -64,6 +64,7 @@ impl Probe {
 
 thread_local! {
     static PROBED: RefCell<BTreeSet<Probe>> = const { RefCell::new(BTreeSet::new()) };
+    static NOT_APPLICABLE: RefCell<BTreeSet<Probe>> = const { RefCell::new(BTreeSet::new()) };
     static IN_ATTEMPT: Cell<bool> = const { Cell::new(false) };
     static PANIC_AT: RefCell<Option<String>> = const { RefCell::new(None) };
     static PASSED: RefCell<String> = const { RefCell::new(String::new()) };
@@ -74,11 +75,45 @@ pub fn probe(kind: Probe) {
     PROBED.with(|p| p.borrow_mut().insert(kind));
 }
 
-/// Runs `judge` and returns its verdict with the kinds of probe it ran.
-pub fn probes_run(judge: impl FnOnce() -> Verdict) -> (Verdict, BTreeSet<Probe>) {
+/// Records that no mistake of these kinds can arise in the running judge's exercise (a scalar
+/// has no batch, a linear map no overflow, a doc comment that promises no error has none to
+/// probe): the page shows "—" there.
+pub fn not_applicable(kinds: &[Probe]) {
+    NOT_APPLICABLE.with(|p| p.borrow_mut().extend(kinds));
+}
+
+/// Records a [`Probe::Batch`] probe of shapes only (an exercise of one sequence or one batch of
+/// rows): the judge's own matrices must all be non-square, so that a transpose on the wrong
+/// side cannot pass (a judge built against this rule stops with a panic naming it).
+pub fn non_square(matrices: &[&DMatrix<f64>]) {
+    for m in matrices {
+        assert!(
+            m.nrows() != m.ncols(),
+            "a shape probe passed a square {}×{}",
+            m.nrows(),
+            m.ncols()
+        );
+    }
+    probe(Probe::Batch);
+}
+
+/// What a judge did with each kind of probe.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Probes {
+    /// The kinds it probed.
+    pub run: BTreeSet<Probe>,
+    /// The kinds it declared not applicable to its exercise.
+    pub not_applicable: BTreeSet<Probe>,
+}
+
+/// Runs `judge` and returns its verdict with the kinds of probe it ran and declared.
+pub fn probes_run(judge: impl FnOnce() -> Verdict) -> (Verdict, Probes) {
     PROBED.with(|p| p.borrow_mut().clear());
+    NOT_APPLICABLE.with(|p| p.borrow_mut().clear());
     let verdict = judge();
-    (verdict, PROBED.with(|p| std::mem::take(&mut *p.borrow_mut())))
+    let run = PROBED.with(|p| std::mem::take(&mut *p.borrow_mut()));
+    let not_applicable = NOT_APPLICABLE.with(|p| std::mem::take(&mut *p.borrow_mut()));
+    (verdict, Probes { run, not_applicable })
 }
 
 /// What a judge passes an answer, described by its shape for a panic report ("Q 4×3").
@@ -298,8 +333,10 @@ fn quiet_answer_panics() {
 /// Whether a source location (`file:line`) is in code a student wrote or planted, rather than in
 /// a library (nalgebra, the standard library) or the judges.
 fn is_answer_code(at: &str) -> bool {
-    let library = ["/.cargo/registry/", "/rustc/", "/library/", "judge/", "../src/"];
-    !library.iter().any(|l| at.contains(l)) && !at.starts_with("src/")
+    let file = at.split(':').next().unwrap_or_default();
+    let answers = file.contains("src/ch") || file.ends_with("tests/planted.rs");
+    let library = ["/.cargo/registry/", "/rustc/", "/library/", "judge/"];
+    answers && !library.iter().any(|l| file.contains(l)) && !file.starts_with("../src/")
 }
 
 /// A backtrace's path (relative to the exercises' folder, where the judges run) as the reader
@@ -627,9 +664,8 @@ pub fn compare_with_floor(
     floor: f64,
     factors: &[(f64, &str)],
 ) -> Verdict {
-    if !factors.is_empty() {
-        probe(Probe::Named);
-    }
+    // [`diagnose`] names the transpose, the sign, a path left at zero and a constant factor.
+    probe(Probe::Named);
     if yours.shape() != want.shape() {
         let mut msg = format!(
             "{name} should be {}×{} but yours is {}×{}",
@@ -863,9 +899,8 @@ pub fn gradient_check(
     mut loss: impl FnMut(&[DMatrix<f64>]) -> f64,
     factors: &[(f64, &str)],
 ) -> Verdict {
-    if !factors.is_empty() {
-        probe(Probe::Named);
-    }
+    // [`diagnose`] names the transpose, the sign, a path left at zero and a constant factor.
+    probe(Probe::Named);
     let config = Config { tolerance: 1e-5, floor: 1e-3, ..Config::default() };
     for (i, ((name, m), a)) in inputs.iter().zip(analytic).enumerate() {
         if a.shape() != m.shape() {
