@@ -55,7 +55,8 @@ use nalgebra::DMatrix;
 /// The standard deviation of GPT-2's initial weights.
 pub const INIT_STD: f64 = 0.02;
 
-/// What a block is besides its parameters: chapter 6's choices, which GPT-2 fixes ([`BlockForm::GPT2`])
+/// What a block is besides its parameters: chapter 6's choices, which GPT-2 fixes
+/// ([`BlockForm::GPT2`])
 /// and a model assembled by hand may vary (the reference pass covers every form; the fast path
 /// and the cached step GPT-2's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -296,7 +297,8 @@ mod tests {
         // A planted import of each kind is seen; a comment naming the engine is not.
         let planted = "use crate::ch09_gpt::fused::{Products, row_product};\n\
                        // the engine (fused) is not read here\n\
-                       use crate::matmul::{MatRef, gemm};\nfn f() { crate::threads::default_threads(); }\n";
+                       use crate::matmul::{MatRef, gemm};\n\
+                       fn f() { crate::threads::default_threads(); }\n";
         let found = engine_uses(planted);
         assert_eq!(found.len(), 3, "{found:?}");
         assert!(found[0].starts_with("1:") && found[1].starts_with("3:"), "{found:?}");
