@@ -21,10 +21,12 @@
 //! tied: ∂L/∂W_E = (embedding use) + (unembedding use)
 //! ```
 //!
-//! The lesson in three files: the parameters ([`Gpt::new`]'s initialisation, every tensor by
-//! name and in a fixed order), the forward and backward pass over whole sequences (`pass.rs`:
-//! [`Gpt::forward`], [`Gpt::loss_and_grads`]), and one token at a time with a key/value cache
-//! (`step.rs`: [`Gpt::step`]).
+//! The lesson in four files: the parameter table (`table.rs`, [`PARAMETERS`]), the store of the
+//! tensors in GPT-2's layout (`params.rs`, [`Params`]; [`Gpt::new`]'s initialisation), the forward
+//! and backward pass over whole sequences (`pass.rs`: [`Gpt::forward`], [`Gpt::loss_and_grads`])
+//! and one token at a time with a key/value cache (`step.rs`: [`Gpt::reference_step`]), all with
+//! chapter 6's functions. The fast paths ([`FusedStep`](super::fused::FusedStep), [`Gpt::step`])
+//! are the engine's, in [`fused`](super::fused); this module uses none of it.
 
 mod params;
 mod pass;
@@ -53,7 +55,8 @@ use nalgebra::DMatrix;
 /// The standard deviation of GPT-2's initial weights.
 pub const INIT_STD: f64 = 0.02;
 
-/// What a block is besides its parameters: chapter 6's choices, which GPT-2 fixes ([`BlockForm::GPT2`])
+/// What a block is besides its parameters: chapter 6's choices, which GPT-2 fixes
+/// ([`BlockForm::GPT2`])
 /// and a model assembled by hand may vary (the reference pass covers every form; the fast path
 /// and the cached step GPT-2's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -294,7 +297,8 @@ mod tests {
         // A planted import of each kind is seen; a comment naming the engine is not.
         let planted = "use crate::ch09_gpt::fused::{Products, row_product};\n\
                        // the engine (fused) is not read here\n\
-                       use crate::matmul::{MatRef, gemm};\nfn f() { crate::threads::default_threads(); }\n";
+                       use crate::matmul::{MatRef, gemm};\n\
+                       fn f() { crate::threads::default_threads(); }\n";
         let found = engine_uses(planted);
         assert_eq!(found.len(), 3, "{found:?}");
         assert!(found[0].starts_with("1:") && found[1].starts_with("3:"), "{found:?}");

@@ -147,8 +147,8 @@ impl<T: Float> Gpt<T> {
         self.params.get_mut(p, layer)
     }
 
-    /// Every parameter tensor with its name, in the table's order ([`PARAMETERS`]): `wte`, `wpe`
-    /// (if learned), each block's 12 tensors
+    /// Every parameter tensor with its name, in the table's order
+    /// ([`PARAMETERS`](super::PARAMETERS)): `wte`, `wpe` (if learned), each block's 12 tensors
     /// ([`block_tensor_name`](super::table::block_tensor_name)), `ln_f.weight`, `ln_f.bias`,
     /// `lm_head.weight` (if untied).
     pub fn tensors(&self) -> Vec<(String, &DMatrix<T>)> {
