@@ -98,8 +98,8 @@ pub const ERRATA: &[Erratum] = &[
     Erratum {
         document: D3,
         section: "Prepare and Embed Target Sequence for Decoder (LN(x_o) of the decoder)",
-        printed: "The text: the decoder's LayerNorm is the input's, (x − μ)/√(σ² + ε); row 1 of the \
-            printed LN is -0.46049196 -1.4140849 0.81224991 1.06232694",
+        printed: "The text: the decoder's LayerNorm is the input's, (x − μ)/√(σ² + ε); row 1 of \
+            the printed LN is -0.46049196 -1.4140849 0.81224991 1.06232694",
         correct: "(x − μ)/√(σ² + ε) as stated gives -0.46049142 -1.41408325 0.81224896 1.0623257; \
             with the text's causal mask and ÷√d_k as well (the two rows above), row 1 is \
             -0.44147247 -1.42943838 1.01157498 0.85933588, and rows 2 and 3 change too",
