@@ -711,6 +711,11 @@ mod ch06 {
                 .transpose())
         };
         catches(j::concat_heads(by_rows), "side by side");
+        let square_heads = |parts: &[DMatrix<f64>]| -> Result<DMatrix<f64>> {
+            let n = parts[0].nrows();
+            Ok(DMatrix::from_fn(n, parts.len() * n, |r, c| parts[c / n][(r, c % n)]))
+        };
+        catches(j::concat_heads(square_heads), "its column count");
     }
 }
 
@@ -1249,6 +1254,19 @@ mod ch09 {
     }
 
     #[test]
+    fn temperature_ties_listed_in_reverse() {
+        catches(
+            j::temperature_distribution(|z, t| {
+                let mut all = distribution(z, &Decoding::temperature(t))?;
+                all.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+                all.reverse();
+                Ok(all)
+            }),
+            "ties by token id",
+        );
+    }
+
+    #[test]
     fn top_k_without_renormalising() {
         catches(
             j::top_k_distribution(|z, k, t| {
@@ -1729,10 +1747,8 @@ const NOT_YET_PROBED: &[(&str, Probe)] = &[
     ("frequency", Probe::Named),
     ("layer_norm_forward", Probe::Scale),
     ("layer_norm_backward", Probe::Scale),
-    ("concat_heads", Probe::Batch),
     ("cross_attention_backward", Probe::Scale),
     ("loss_and_gradients", Probe::Scale),
-    ("temperature_distribution", Probe::Order),
 ];
 
 #[test]

@@ -331,14 +331,25 @@ pub fn split_heads(f: impl Fn(&DMatrix<f64>, usize) -> Result<Vec<DMatrix<f64>>>
     }
 }
 
-/// Three 2×2 heads side by side give the 2×6 matrix; an error for no parts.
+/// Three 2×3 heads (N = 2 rows, width w = 3, unequal contents) side by side give the 2×9
+/// matrix; an error for no parts.
 pub fn concat_heads(f: impl Fn(&[DMatrix<f64>]) -> Result<DMatrix<f64>>) -> Verdict {
     super::not_applicable(&[super::Probe::Scale, super::Probe::Order]);
-    let parts: Vec<DMatrix<f64>> = (0..3).map(|h| random(90 + h, 2, 2)).collect();
-    let m = attempt_ok(HEADS, "concat_heads", || f(&parts))?;
+    let (heads, n, w) = (3, 2, 3);
+    let parts: Vec<DMatrix<f64>> = (0..heads).map(|h| random(90 + h as u64, n, w)).collect();
+    super::non_square(&parts.iter().collect::<Vec<_>>());
+    let m = super::attempt_ok_on(HEADS, "concat_heads", &[("parts[0]", &parts[0])], || f(&parts))?;
     let want = book::concat_heads(&parts).map_err(|e| e.to_string())?;
-    if m.shape() == (6, 2) {
+    if m.shape() == (heads * n, w) {
         return Err(HEADS.fail("yours stacks the heads as rows: they go side by side, N×(H·w)"));
+    }
+    if m.shape() == (n, heads * n) {
+        return Err(HEADS.fail(format!(
+            "yours is {n}×{}, as if each head were N×N: a head's width w is its column count \
+             ({w} here), so the merged matrix is N×(H·w) = {n}×{}",
+            heads * n,
+            heads * w
+        )));
     }
     compare(HEADS, "concat", &m, &want, 0.0, &[])?;
     super::probe(super::Probe::Errors);
