@@ -683,6 +683,19 @@ mod ch06 {
     }
 
     #[test]
+    fn layer_norm_variance_as_mean_square_minus_square_mean() {
+        let one_pass = |x: &DMatrix<f64>, g: &DMatrix<f64>, b: &DMatrix<f64>, eps: f64| {
+            let y = DMatrix::from_fn(x.nrows(), x.ncols(), |r, col| {
+                let mean = x.row(r).mean();
+                let var = x.row(r).map(|v| v * v).mean() - mean * mean;
+                (x[(r, col)] - mean) / (var + eps).sqrt() * g[(0, col)] + b[(0, col)]
+            });
+            Ok(y)
+        };
+        catches(j::layer_norm_forward(one_pass), "the mean of (x − μ)²");
+    }
+
+    #[test]
     fn layer_norm_backward_without_the_mean_terms() {
         catches(
             j::layer_norm_backward(|x, g, d, eps| {
@@ -1745,7 +1758,6 @@ const NOT_YET_PROBED: &[(&str, Probe)] = &[
     ("cross_entropy_from_logits_backward", Probe::Scale),
     ("gelu_backward", Probe::Scale),
     ("frequency", Probe::Named),
-    ("layer_norm_forward", Probe::Scale),
     ("layer_norm_backward", Probe::Scale),
     ("cross_attention_backward", Probe::Scale),
     ("loss_and_gradients", Probe::Scale),

@@ -206,7 +206,8 @@ pub fn attention_backward(
 }
 
 /// The chapter's (1, 2, 3, 4) → (−1.3416, −0.4472, 0.4472, 1.3416); zero mean and unit variance
-/// per row with γ = 1, β = 0; the main crate's LayerNorm with random γ, β.
+/// per row with γ = 1, β = 0; the main crate's LayerNorm with random γ, β, and the same values
+/// for rows shifted by 10⁸.
 pub fn layer_norm_forward(
     f: impl Fn(&DMatrix<f64>, &DMatrix<f64>, &DMatrix<f64>, f64) -> Result<DMatrix<f64>>,
 ) -> Verdict {
@@ -259,7 +260,25 @@ pub fn layer_norm_forward(
         || f(&x, &gamma, &beta, 1e-6),
     )?;
     let want = solution::layer_norm_forward(&x, &gamma, &beta, 1e-6).map_err(|e| e.to_string())?;
-    compare(NORM, "LayerNorm(X)", &y, &want, 1e-9, &[])
+    compare(NORM, "LayerNorm(X)", &y, &want, 1e-9, &[])?;
+    // Scale: every row shifted by 10⁸. The mean absorbs the shift, so the answer is LayerNorm(X)
+    // again, to the 10⁻⁸ that rounding X + 10⁸ costs.
+    super::probe(super::Probe::Scale);
+    let shifted = x.map(|v| v + 1e8);
+    let y = super::attempt_ok_on(
+        NORM,
+        "layer_norm_forward",
+        &[("x", &shifted), ("γ", &gamma), ("β", &beta)],
+        || f(&shifted, &gamma, &beta, 1e-6),
+    )?;
+    compare(NORM, "LayerNorm(X + 10⁸)", &y, &want, 1e-5, &[]).map_err(|m| {
+        let first = m.lines().next().unwrap_or_default();
+        NORM.fail_hint(
+            format!("rows shifted by 10⁸ should normalise to the same values: {first}"),
+            "the shift cancels in x − μ, but not in E[x²] − μ²: at 10⁸ both terms are near 10¹⁶ \
+             and their difference is lost to rounding — take σ² as the mean of (x − μ)²",
+        )
+    })
 }
 
 /// The gradient check of L = Σ G ⊙ LayerNorm(X) in X, γ and β.
