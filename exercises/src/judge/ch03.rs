@@ -107,7 +107,8 @@ pub fn relu_backward(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<
     }
 }
 
-/// The gradient check of Σ G ⊙ GELU(z) at random z (GELU with the exact erf).
+/// The gradient check of Σ G ⊙ GELU(z) at random z (GELU with the exact erf), then Φ(z) + z φ(z)
+/// at |z| up to 30, compared relatively.
 pub fn gelu_backward(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>) -> Verdict {
     super::not_applicable(&[super::Probe::Order, super::Probe::Errors]);
     super::probe(super::Probe::Batch);
