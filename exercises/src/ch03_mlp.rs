@@ -81,8 +81,9 @@ pub fn mse_backward(a: &DMatrix<f64>, y: &DMatrix<f64>) -> Result<DMatrix<f64>> 
 /// a⁽ˡ⁻¹⁾ in `trace.inputs[l]` and pre-activation z⁽ˡ⁾ in `trace.pre[l]`) and ∂C/∂a⁽ᴸ⁾ (N×out),
 /// return every layer's (∂C/∂W⁽ˡ⁾, ∂C/∂b⁽ˡ⁾), first layer first, and ∂C/∂x (N×in). Walk the layers
 /// from the last to the first: ∂C/∂z⁽ˡ⁾ = f′(z⁽ˡ⁾) ⊙ ∂C/∂a⁽ˡ⁾ (or ∂C/∂a⁽ˡ⁾ itself when
-/// `layer.activation` is `None`), then the dense layer's backward gives ∂C/∂W⁽ˡ⁾ = a⁽ˡ⁻¹⁾ᵀ ∂C/∂z⁽ˡ⁾,
-/// ∂C/∂b⁽ˡ⁾ = the column sums of ∂C/∂z⁽ˡ⁾ and ∂C/∂a⁽ˡ⁻¹⁾ = ∂C/∂z⁽ˡ⁾ W⁽ˡ⁾ᵀ, the next step's input.
+/// `layer.activation` is `None`), then the dense layer's backward gives
+/// ∂C/∂W⁽ˡ⁾ = a⁽ˡ⁻¹⁾ᵀ ∂C/∂z⁽ˡ⁾, ∂C/∂b⁽ˡ⁾ = the column sums of ∂C/∂z⁽ˡ⁾ and
+/// ∂C/∂a⁽ˡ⁻¹⁾ = ∂C/∂z⁽ˡ⁾ W⁽ˡ⁾ᵀ, the next step's input.
 /// `mlp.layers()` gives the layers; `llm_workbook::ch03_mlp`'s `activation_backward` and
 /// `dense_backward` (or your answers above) are yours to use.
 ///

@@ -361,6 +361,17 @@ mod ch03 {
     }
 
     #[test]
+    fn gelu_backward_with_the_left_tail_as_one_minus() {
+        catches(
+            j::gelu_backward(|z, d| {
+                let phi = |z: f64| 1.0 - book::normal_cdf(-z);
+                Ok(z.zip_map(d, |z, d| (phi(z) + z * book::normal_pdf(z)) * d))
+            }),
+            "½ erfc(−z/√2)",
+        );
+    }
+
+    #[test]
     fn gelu_backward_with_only_phi() {
         catches(
             j::gelu_backward(|z, d| Ok(z.zip_map(d, |z, d| book::normal_cdf(z) * d))),
@@ -683,6 +694,19 @@ mod ch06 {
     }
 
     #[test]
+    fn layer_norm_variance_as_mean_square_minus_square_mean() {
+        let one_pass = |x: &DMatrix<f64>, g: &DMatrix<f64>, b: &DMatrix<f64>, eps: f64| {
+            let y = DMatrix::from_fn(x.nrows(), x.ncols(), |r, col| {
+                let mean = x.row(r).mean();
+                let var = x.row(r).map(|v| v * v).mean() - mean * mean;
+                (x[(r, col)] - mean) / (var + eps).sqrt() * g[(0, col)] + b[(0, col)]
+            });
+            Ok(y)
+        };
+        catches(j::layer_norm_forward(one_pass), "the mean of (x − μ)²");
+    }
+
+    #[test]
     fn layer_norm_backward_without_the_mean_terms() {
         catches(
             j::layer_norm_backward(|x, g, d, eps| {
@@ -711,6 +735,11 @@ mod ch06 {
                 .transpose())
         };
         catches(j::concat_heads(by_rows), "side by side");
+        let square_heads = |parts: &[DMatrix<f64>]| -> Result<DMatrix<f64>> {
+            let n = parts[0].nrows();
+            Ok(DMatrix::from_fn(n, parts.len() * n, |r, c| parts[c / n][(r, c % n)]))
+        };
+        catches(j::concat_heads(square_heads), "its column count");
     }
 }
 
@@ -1249,6 +1278,19 @@ mod ch09 {
     }
 
     #[test]
+    fn temperature_ties_listed_in_reverse() {
+        catches(
+            j::temperature_distribution(|z, t| {
+                let mut all = distribution(z, &Decoding::temperature(t))?;
+                all.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+                all.reverse();
+                Ok(all)
+            }),
+            "ties by token id",
+        );
+    }
+
+    #[test]
     fn top_k_without_renormalising() {
         catches(
             j::top_k_distribution(|z, k, t| {
@@ -1725,14 +1767,10 @@ fn table_row(name: &str, probes: &judge::Probes) -> String {
 const NOT_YET_PROBED: &[(&str, Probe)] = &[
     ("sample_gradient", Probe::Scale),
     ("cross_entropy_from_logits_backward", Probe::Scale),
-    ("gelu_backward", Probe::Scale),
     ("frequency", Probe::Named),
-    ("layer_norm_forward", Probe::Scale),
     ("layer_norm_backward", Probe::Scale),
-    ("concat_heads", Probe::Batch),
     ("cross_attention_backward", Probe::Scale),
     ("loss_and_gradients", Probe::Scale),
-    ("temperature_distribution", Probe::Order),
 ];
 
 #[test]

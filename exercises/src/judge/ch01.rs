@@ -44,7 +44,8 @@ pub fn sigmoid(f: impl Fn(f64) -> f64) -> Verdict {
         if v != want {
             return Err(MODEL.fail_hint(
                 format!("σ({z}) should be {want}; yours is {v}"),
-                "e^{±1000} overflows to ∞: use 1/(1 + e^{−z}) for z ≥ 0 and e^{z}/(1 + e^{z}) for z < 0",
+                "e^{±1000} overflows to ∞: use 1/(1 + e^{−z}) for z ≥ 0 \
+                 and e^{z}/(1 + e^{z}) for z < 0",
             ));
         }
     }
@@ -181,9 +182,10 @@ pub fn sample_gradient(
 }
 
 /// The gradient check of L = Σ g ⊙ z(X, w, b) in X, w and b, with random g.
-pub fn logits_backward(
-    f: impl Fn(&DMatrix<f64>, &DVector<f64>, &DVector<f64>) -> Result<(DMatrix<f64>, DVector<f64>, f64)>,
-) -> Verdict {
+pub fn logits_backward<F>(f: F) -> Verdict
+where
+    F: Fn(&DMatrix<f64>, &DVector<f64>, &DVector<f64>) -> Result<(DMatrix<f64>, DVector<f64>, f64)>,
+{
     super::not_applicable(&[super::Probe::Scale, super::Probe::Order, super::Probe::Errors]);
     super::probe(super::Probe::Batch);
     let (x, w, g) = (random(8, 5, 3), random(9, 3, 1), random(10, 5, 1));

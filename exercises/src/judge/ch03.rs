@@ -107,12 +107,29 @@ pub fn relu_backward(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<
     }
 }
 
-/// The gradient check of Σ G ⊙ GELU(z) at random z (GELU with the exact erf).
+/// The gradient check of Σ G ⊙ GELU(z) at random z (GELU with the exact erf), then Φ(z) + z φ(z)
+/// at |z| up to 30, compared relatively.
 pub fn gelu_backward(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>) -> Verdict {
     super::not_applicable(&[super::Probe::Order, super::Probe::Errors]);
     super::probe(super::Probe::Batch);
     activation_judge(ACTIVATIONS, "gelu_backward", book::Activation::GeluErf, &f)
-        .map_err(|m| note(m, "d/dz [z Φ(z)] has two terms by the product rule: Φ(z) + z φ(z)"))
+        .map_err(|m| note(m, "d/dz [z Φ(z)] has two terms by the product rule: Φ(z) + z φ(z)"))?;
+    // Scale: |z| up to 30, compared relatively, so the left tail's tiny values must be right.
+    super::probe(super::Probe::Scale);
+    let z = DMatrix::from_row_slice(2, 3, &[-30.0, -10.0, -5.0, 5.0, 10.0, 30.0]);
+    let g = DMatrix::from_element(2, 3, 1.0);
+    let d_z =
+        super::attempt_ok_on(ACTIVATIONS, "gelu_backward", &[("z", &z), ("d_a", &g)], || {
+            f(&z, &g)
+        })?;
+    let want = z.map(|z| book::normal_cdf(z) + z * book::normal_pdf(z));
+    super::compare_relative(ACTIVATIONS, "∂C/∂z at |z| up to 30", &d_z, &want, 1e-6).map_err(|m| {
+        note(
+            m,
+            "in the left tail Φ(z) is tiny: 1 − Φ(−z) or ½(1 + erf(z/√2)) rounds it to 0 — \
+             use Φ(z) = ½ erfc(−z/√2)",
+        )
+    })
 }
 
 /// The gradient check of C = mse(a, y) in a, for N = 4 rows and K = 3 columns (so that a division

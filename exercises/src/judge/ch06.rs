@@ -206,7 +206,8 @@ pub fn attention_backward(
 }
 
 /// The chapter's (1, 2, 3, 4) → (−1.3416, −0.4472, 0.4472, 1.3416); zero mean and unit variance
-/// per row with γ = 1, β = 0; the main crate's LayerNorm with random γ, β.
+/// per row with γ = 1, β = 0; the main crate's LayerNorm with random γ, β, and the same values
+/// for rows shifted by 10⁸.
 pub fn layer_norm_forward(
     f: impl Fn(&DMatrix<f64>, &DMatrix<f64>, &DMatrix<f64>, f64) -> Result<DMatrix<f64>>,
 ) -> Verdict {
@@ -259,7 +260,25 @@ pub fn layer_norm_forward(
         || f(&x, &gamma, &beta, 1e-6),
     )?;
     let want = solution::layer_norm_forward(&x, &gamma, &beta, 1e-6).map_err(|e| e.to_string())?;
-    compare(NORM, "LayerNorm(X)", &y, &want, 1e-9, &[])
+    compare(NORM, "LayerNorm(X)", &y, &want, 1e-9, &[])?;
+    // Scale: every row shifted by 10⁸. The mean absorbs the shift, so the answer is LayerNorm(X)
+    // again, to the 10⁻⁸ that rounding X + 10⁸ costs.
+    super::probe(super::Probe::Scale);
+    let shifted = x.map(|v| v + 1e8);
+    let y = super::attempt_ok_on(
+        NORM,
+        "layer_norm_forward",
+        &[("x", &shifted), ("γ", &gamma), ("β", &beta)],
+        || f(&shifted, &gamma, &beta, 1e-6),
+    )?;
+    compare(NORM, "LayerNorm(X + 10⁸)", &y, &want, 1e-5, &[]).map_err(|m| {
+        let first = m.lines().next().unwrap_or_default();
+        NORM.fail_hint(
+            format!("rows shifted by 10⁸ should normalise to the same values: {first}"),
+            "the shift cancels in x − μ, but not in E[x²] − μ²: at 10⁸ both terms are near 10¹⁶ \
+             and their difference is lost to rounding — take σ² as the mean of (x − μ)²",
+        )
+    })
 }
 
 /// The gradient check of L = Σ G ⊙ LayerNorm(X) in X, γ and β.
@@ -331,14 +350,25 @@ pub fn split_heads(f: impl Fn(&DMatrix<f64>, usize) -> Result<Vec<DMatrix<f64>>>
     }
 }
 
-/// Three 2×2 heads side by side give the 2×6 matrix; an error for no parts.
+/// Three 2×3 heads (N = 2 rows, width w = 3, unequal contents) side by side give the 2×9
+/// matrix; an error for no parts.
 pub fn concat_heads(f: impl Fn(&[DMatrix<f64>]) -> Result<DMatrix<f64>>) -> Verdict {
     super::not_applicable(&[super::Probe::Scale, super::Probe::Order]);
-    let parts: Vec<DMatrix<f64>> = (0..3).map(|h| random(90 + h, 2, 2)).collect();
-    let m = attempt_ok(HEADS, "concat_heads", || f(&parts))?;
+    let (heads, n, w) = (3, 2, 3);
+    let parts: Vec<DMatrix<f64>> = (0..heads).map(|h| random(90 + h as u64, n, w)).collect();
+    super::non_square(&parts.iter().collect::<Vec<_>>());
+    let m = super::attempt_ok_on(HEADS, "concat_heads", &[("parts[0]", &parts[0])], || f(&parts))?;
     let want = book::concat_heads(&parts).map_err(|e| e.to_string())?;
-    if m.shape() == (6, 2) {
+    if m.shape() == (heads * n, w) {
         return Err(HEADS.fail("yours stacks the heads as rows: they go side by side, N×(H·w)"));
+    }
+    if m.shape() == (n, heads * n) {
+        return Err(HEADS.fail(format!(
+            "yours is {n}×{}, as if each head were N×N: a head's width w is its column count \
+             ({w} here), so the merged matrix is N×(H·w) = {n}×{}",
+            heads * n,
+            heads * w
+        )));
     }
     compare(HEADS, "concat", &m, &want, 0.0, &[])?;
     super::probe(super::Probe::Errors);

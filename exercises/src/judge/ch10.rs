@@ -36,7 +36,10 @@ pub fn micro_kernel(f: impl Fn(usize, &[f64], &[f64], f64, f64, &mut DMatrix<f64
             let mut want = start.clone();
             solution::micro_kernel(kc, a.as_slice(), b.as_slice(), alpha, beta, &mut want);
             if beta == 0.0 && c.iter().any(|v| v.is_nan()) {
-                return Err(KERNEL.fail("with β = 0 your C holds NaN: C may be uninitialised, do not read it when β = 0"));
+                return Err(KERNEL.fail(
+                    "with β = 0 your C holds NaN: C may be uninitialised, \
+                     do not read it when β = 0",
+                ));
             }
             let mut row_major = start.clone();
             // Ã misread as A stored row by row (A[i, p] = Ã[i·kc + p]), repacked for the reference.
@@ -243,9 +246,10 @@ fn pack_judge(side: Side, f: Pack, reference: Pack) -> Verdict {
 }
 
 /// `pack_judge` for Ã, against `llm_workbook::matmul::pack_a_block`.
-pub fn pack_a_block(
-    f: impl Fn(&DMatrix<f64>, Op, Range<usize>, Range<usize>, usize) -> llm_workbook::Result<Vec<f64>>,
-) -> Verdict {
+pub fn pack_a_block<F>(f: F) -> Verdict
+where
+    F: Fn(&DMatrix<f64>, Op, Range<usize>, Range<usize>, usize) -> llm_workbook::Result<Vec<f64>>,
+{
     super::not_applicable(&[super::Probe::Scale, super::Probe::Order]);
     super::probe(super::Probe::Batch);
     super::probe(super::Probe::Named);
@@ -253,9 +257,10 @@ pub fn pack_a_block(
 }
 
 /// `pack_judge` for B̃, against `llm_workbook::matmul::pack_b_panel`.
-pub fn pack_b_panel(
-    f: impl Fn(&DMatrix<f64>, Op, Range<usize>, Range<usize>, usize) -> llm_workbook::Result<Vec<f64>>,
-) -> Verdict {
+pub fn pack_b_panel<F>(f: F) -> Verdict
+where
+    F: Fn(&DMatrix<f64>, Op, Range<usize>, Range<usize>, usize) -> llm_workbook::Result<Vec<f64>>,
+{
     super::not_applicable(&[super::Probe::Scale, super::Probe::Order]);
     super::probe(super::Probe::Batch);
     super::probe(super::Probe::Named);
