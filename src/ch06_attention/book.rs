@@ -347,8 +347,8 @@ pub const ERRATA: &[Erratum] = &[
         document: D3,
         section: "A Concrete Example, V (main text)",
         printed: "W_V = (0 0 1 1; 1 1 0 0; 0 1 0 1; 1 0 1 0) beside V = (1.5 0 1.1 2.6; …)",
-        correct: "V = (X + PE)(1 1 0 0; 0 0 1 1; 0 1 1 0; 1 0 0 1), the W_V defined first; the \
-            displayed W_V gives (2.6 1.1 1.5 0; …)",
+        correct: "V = (X + PE)(1, 1, 0, 0; 0, 0, 1, 1; 0, 1, 1, 0; 1, 0, 0, 1), the W_V defined \
+            first; the displayed W_V gives (2.6 1.1 1.5 0; …)",
         why: "The printed V follows the W_V defined at the start of the example, not the different \
             matrix displayed beside it.",
         kind: Kind::Erratum,

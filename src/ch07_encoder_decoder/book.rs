@@ -58,11 +58,11 @@ pub const ERRATA: &[Erratum] = &[
         section: "Prepare and Embed Target Sequence for Decoder (Attention Masking) and the \
             Decoder Attention Heads cell",
         printed: "The text says the Python cell masks the future tokens; the cell's weights \
-            softmax(QKᵀ) have as row 1: 0.12451364 0.56641068 0.30907567",
+            softmax(QKᵀ) have as row 1: 0.12451364, 0.56641068, 0.30907567",
         correct: "The cell applies no mask. With the causal mask row 1 is 1 0 0 and the first \
-            output row is 1.48356448 1.24013147 1.84159274 1.80408131 instead of 2.82896639 \
-            2.49151229 3.27935978 3.36785616 (the last row, which may see every token, is \
-            unchanged)",
+            output row is 1.48356448, 1.24013147, 1.84159274, 1.80408131 instead of \
+            2.82896639, 2.49151229, 3.27935978, 3.36785616 (the last row, which may see every \
+            token, is unchanged)",
         why: "The cell exponentiates the full 3×3 score matrix; nothing sets the scores above the \
             diagonal to −∞, so <start> attends to 'de' and 'nada', the very tokens it is meant to \
             predict.",
@@ -75,8 +75,8 @@ pub const ERRATA: &[Erratum] = &[
             cell",
         printed: "The text: the decoder's attention head follows the encoder's math, \
             softmax(QKᵀ/√d_k)V; the cell computes exp(QKᵀ) with no division",
-        correct: "With ÷√d_k = ÷2 (unmasked, as in the cell) the weights' row 1 is 0.2123884 \
-            0.45298941 0.33462219 and the first output row 2.71375426 2.3908812 3.13827038 \
+        correct: "With ÷√d_k = ÷2 (unmasked, as in the cell) the weights' row 1 is 0.2123884, \
+            0.45298941, 0.33462219 and the first output row 2.71375426, 2.3908812, 3.13827038, \
             3.23460218",
         why: "The cell omits the 1/√d_k of the formula it says it follows, so its scores are twice \
             too large and its weights too peaked.",
@@ -99,7 +99,7 @@ pub const ERRATA: &[Erratum] = &[
         document: D3,
         section: "Prepare and Embed Target Sequence for Decoder (LN(x_o) of the decoder)",
         printed: "The text: the decoder's LayerNorm is the input's, (x − μ)/√(σ² + ε); row 1 of \
-            the printed LN is -0.46049196 -1.4140849 0.81224991 1.06232694",
+            the printed LN is -0.46049196, -1.4140849, 0.81224991, 1.06232694",
         correct: "(x − μ)/√(σ² + ε) as stated gives -0.46049142 -1.41408325 0.81224896 1.0623257; \
             with the text's causal mask and ÷√d_k as well (the two rows above), row 1 is \
             -0.44147247 -1.42943838 1.01157498 0.85933588, and rows 2 and 3 change too",
