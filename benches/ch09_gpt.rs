@@ -32,7 +32,7 @@ mod clock;
 use llm_workbook::backend::{BACKEND_ENV, Backend, active_backend, nalgebra_products};
 use llm_workbook::ch09_gpt::config::Config;
 use llm_workbook::ch09_gpt::data::random_windows;
-use llm_workbook::ch09_gpt::fused::{causal_blocks, gradient_shards};
+use llm_workbook::ch09_gpt::fast::{causal_blocks, gradient_shards};
 use llm_workbook::ch09_gpt::model::Gpt;
 use llm_workbook::ch09_gpt::sample::{Decoding, generate};
 use llm_workbook::ch09_gpt::schedule::Schedule;

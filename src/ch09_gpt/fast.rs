@@ -262,7 +262,7 @@ impl<T: Float> FusedStep<T> {
             return Err(invalid(
                 OP,
                 "model",
-                "its shape is not the one the fused step covers (see fused::supports); use \
+                "its shape is not the one the fused step covers (see fast::supports); use \
                     Gpt::loss_and_grads",
             ));
         }
@@ -341,7 +341,7 @@ impl<T: Float> FusedStep<T> {
             return Err(invalid(
                 op,
                 "model",
-                "its shape is not the one the fused step covers (see fused::supports)",
+                "its shape is not the one the fused step covers (see fast::supports)",
             ));
         }
         if tokens.len() > model.config.context {

@@ -25,8 +25,8 @@
 //! tensors in GPT-2's layout (`params.rs`, [`Params`]; [`Gpt::new`]'s initialisation), the forward
 //! and backward pass over whole sequences (`pass.rs`: [`Gpt::forward`], [`Gpt::loss_and_grads`])
 //! and one token at a time with a key/value cache (`step.rs`: [`Gpt::reference_step`]), all with
-//! chapter 6's functions. The fast paths ([`FusedStep`](super::fused::FusedStep), [`Gpt::step`])
-//! are the engine's, in [`fused`](super::fused); this module uses none of it.
+//! chapter 6's functions. The fast paths ([`FusedStep`](super::fast::FusedStep), [`Gpt::step`])
+//! are the engine's, in [`fast`](super::fast); this module uses none of it.
 
 mod params;
 mod pass;
@@ -258,7 +258,7 @@ mod tests {
     /// The engine's names, and the `matmul` items beyond its public products: what the lesson
     /// must not use (its products are `matmul`, `matmul_nt` and `matmul_tn`).
     const ENGINE: [&str; 9] = [
-        "fused",
+        "fast::",
         "RowTeam",
         "row_team",
         "row_product",
@@ -295,8 +295,8 @@ mod tests {
             assert!(found.is_empty(), "{} uses the engine:\n{}", f.display(), found.join("\n"));
         }
         // A planted import of each kind is seen; a comment naming the engine is not.
-        let planted = "use crate::ch09_gpt::fused::{Products, row_product};\n\
-                       // the engine (fused) is not read here\n\
+        let planted = "use crate::ch09_gpt::fast::{Products, row_product};\n\
+                       // the engine (fast::Windows) is not read here\n\
                        use crate::matmul::{MatRef, gemm};\n\
                        fn f() { crate::threads::default_threads(); }\n";
         let found = engine_uses(planted);
