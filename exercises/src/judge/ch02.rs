@@ -145,7 +145,8 @@ pub fn cross_entropy_from_logits(f: impl Fn(&DMatrix<f64>, &[usize]) -> Result<f
 }
 
 /// The document's ŷ − y = (−0.9, 0.1, 0.1, 0.7) for ŷ = (0.1, 0.1, 0.1, 0.7), class 0 (here as
-/// logits ln ŷ); the gradient check of the mean cross-entropy on random logits.
+/// logits ln ŷ); the gradient check of the mean cross-entropy on random logits; (P − Y)/N on rows
+/// thousands apart and on logits of ±900 and more, naming a dropped or whole-matrix max shift.
 pub fn cross_entropy_from_logits_backward(
     f: impl Fn(&DMatrix<f64>, &[usize]) -> Result<DMatrix<f64>>,
 ) -> Verdict {
@@ -174,8 +175,37 @@ pub fn cross_entropy_from_logits_backward(
             (4.0, "a missing 1/N: L is the mean over the N = 4 rows"),
             (-1.0, "it is (P − Y)/N, not (Y − P)/N"),
         ],
-    )
+    )?;
+    // Scale: rows thousands apart, and logits of ±900 and more.
+    let t = [1, 0, 2, 1];
+    let probes = [
+        (format!("rows thousands apart (maxima near {ROW_OFFSETS:?})"), super::rows_apart(&z)),
+        (
+            format!("rows scaled by {LOGIT_SCALES:?}"),
+            super::rows_scaled(&random(24, 4, 3), &LOGIT_SCALES),
+        ),
+    ];
+    for (what, z) in probes {
+        let yours = run(&z, &t)?;
+        let want = book::cross_entropy_from_logits_backward(&z, &t).map_err(|e| e.to_string())?;
+        let n = t.len() as f64;
+        let onehot = DMatrix::from_fn(z.nrows(), z.ncols(), |r, c| f64::from(u8::from(t[r] == c)));
+        if let Some(mistake) = super::shift_mistake(&yours, &z, |p| (p - &onehot) / n) {
+            return Err(GRADIENT.fail(format!("∂L/∂Z for {what}: {mistake}")));
+        }
+        let name = format!("∂L/∂Z for {what}");
+        super::compare_with_floor(GRADIENT, &name, &yours, &want, 1e-9, SUBNORMAL, &[])?;
+    }
+    Ok(())
 }
+
+/// The factors [`cross_entropy_from_logits_backward`]'s scale probe multiplies rows by: logits
+/// of ±900 and more, rows thousands apart.
+const LOGIT_SCALES: [f64; 4] = [900.0, -900.0, 1.0, 2500.0];
+
+/// Entries below this are compared against it, not relatively: a subnormal number (below
+/// 2.2·10⁻³⁰⁸) has too few digits for two right formulas to agree on.
+const SUBNORMAL: f64 = 1e-290;
 
 /// The gradient check of L = Σ G ⊙ softmax(Z) in Z, through your backward at Y = softmax(Z).
 pub fn softmax_rows_backward(

@@ -510,15 +510,54 @@ pub fn shift_mistake(
     yours: &DMatrix<f64>,
     scores: &DMatrix<f64>,
     then: impl Fn(&DMatrix<f64>) -> DMatrix<f64>,
-) -> Option<&'static str> {
-    let mistakes = [
-        (NO_SHIFT, then(&softmax_rows_shifted(scores, Shift::None))),
-        (WHOLE_MAX, then(&softmax_rows_shifted(scores, Shift::Whole))),
-    ];
+) -> Option<String> {
     if yours.iter().all(|v| v.is_finite()) {
         return None;
     }
-    named(yours, &mistakes, 1e-9).map(|n| if n == NO_SHIFT { NO_SHIFT } else { WHOLE_MAX })
+    shift_slip(|shift| {
+        let mistake = [("", then(&softmax_rows_shifted(scores, shift)))];
+        named(yours, &mistake, 1e-9).is_some()
+    })
+}
+
+/// The misplaced softmax shift that explains an answer, given `matches(shift)`: whether yours is
+/// what a softmax with `shift` gives on the judge's input. [`NO_SHIFT`] or [`WHOLE_MAX`], or both
+/// (joined by "or") where both explain it, as when both leave every entry NaN. Records the
+/// [`Probe::Named`] probe.
+pub fn shift_slip(matches: impl Fn(Shift) -> bool) -> Option<String> {
+    probe(Probe::Named);
+    match (matches(Shift::None), matches(Shift::Whole)) {
+        (true, true) => Some(format!("{NO_SHIFT}; or {WHOLE_MAX}")),
+        (true, false) => Some(NO_SHIFT.to_string()),
+        (false, true) => Some(WHOLE_MAX.to_string()),
+        (false, false) => None,
+    }
+}
+
+/// The rows of `m` that hold a NaN or an infinity.
+pub fn non_finite_rows(m: &DMatrix<f64>) -> BTreeSet<usize> {
+    (0..m.nrows()).filter(|&r| m.row(r).iter().any(|v| !v.is_finite())).collect()
+}
+
+/// The entry at which `yours` is first NaN or ∞ (row by row) where `want` is finite, if any.
+pub fn first_overflow(yours: &DMatrix<f64>, want: &DMatrix<f64>) -> Option<(usize, usize)> {
+    if yours.shape() != want.shape() {
+        return None;
+    }
+    (0..want.nrows())
+        .flat_map(|r| (0..want.ncols()).map(move |c| (r, c)))
+        .find(|&(r, c)| !yours[(r, c)].is_finite() && want[(r, c)].is_finite())
+}
+
+/// The shift [`shifted_far`] adds to every entry: 10⁸, where E[x²] − μ² loses every digit of σ²
+/// (x² is near 10¹⁶, whose last place is worth 2) while x − μ is still exact to about 10⁻⁸.
+pub const FAR_SHIFT: f64 = 1e8;
+
+/// A copy of `m` with [`FAR_SHIFT`] added to every entry (a [`Probe::Scale`] probe of a function
+/// that subtracts each row's mean, so that its answer should not change).
+pub fn shifted_far(m: &DMatrix<f64>) -> DMatrix<f64> {
+    probe(Probe::Scale);
+    m.add_scalar(FAR_SHIFT)
 }
 
 /// Whether `a` and `b` agree to `tol`, relatively where they are large.
