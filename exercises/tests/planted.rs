@@ -48,6 +48,14 @@ fn catches(v: Verdict, names: &str) {
         Err(m) => m,
     };
     assert!(m.contains(names), "the message does not name the mistake ({names:?}):\n{m}");
+    let printed = judge::printed(&m);
+    let wide = printed.lines().find(|l| l.chars().count() > judge::WIDTH);
+    assert!(wide.is_none(), "the judge prints a line over {} columns: {wide:?}", judge::WIDTH);
+    assert_eq!(
+        printed.split_whitespace().collect::<Vec<_>>(),
+        m.split_whitespace().collect::<Vec<_>>(),
+        "the printed message lost or changed words"
+    );
     let last = m.lines().last().unwrap_or_default();
     assert!(
         last.contains("hint:") && last.contains("chapters/ch") && last.contains(".md#"),
@@ -1609,10 +1617,21 @@ mod probes {
         catches(v, names);
     }
 
+    /// The checks the cross-entropy exercises promise: logits not empty, one target per row,
+    /// each in 0..K.
+    fn targets_fit(z: &DMatrix<f64>, t: &[usize]) -> Result<()> {
+        use llm_workbook::error::invalid;
+        if z.is_empty() || t.len() != z.nrows() || t.iter().any(|&c| c >= z.ncols()) {
+            return Err(invalid("cross_entropy", "targets", "one class in 0..K per row of logits"));
+        }
+        Ok(())
+    }
+
     #[test]
     fn cross_entropy_backward_without_the_shift_or_with_one_max_for_all_rows() {
         let with = |max| {
             move |z: &DMatrix<f64>, t: &[usize]| {
+                targets_fit(z, t)?;
                 let mut p = softmax(z, max);
                 for (r, &c) in t.iter().enumerate() {
                     p[(r, c)] -= 1.0;
@@ -1628,6 +1647,29 @@ mod probes {
             whole,
             dropped,
         );
+    }
+
+    #[test]
+    fn cross_entropy_without_the_promised_errors() {
+        let unchecked = |z: &DMatrix<f64>, t: &[usize]| {
+            let mut p = softmax(z, Max::PerRow);
+            for (r, &c) in t.iter().enumerate() {
+                p[(r, c)] -= 1.0;
+            }
+            Ok(p / t.len() as f64)
+        };
+        catches(ch02::cross_entropy_from_logits_backward(unchecked), "empty logits (0×4)");
+        let no_count_check = |z: &DMatrix<f64>, t: &[usize]| {
+            if z.is_empty() {
+                return Err(llm_workbook::error::invalid("cross_entropy", "logits", "empty"));
+            }
+            let lse = |r: usize| {
+                let m = z.row(r).max();
+                m + z.row(r).map(|v| (v - m).exp()).sum().ln()
+            };
+            Ok((0..t.len()).map(|r| lse(r) - z[(r, t[r])]).sum::<f64>() / t.len() as f64)
+        };
+        catches(ch02::cross_entropy_from_logits(no_count_check), "2 targets for 3 rows");
     }
 
     /// Cross-attention's backward as a student writes it from the public pieces (the
@@ -1948,6 +1990,47 @@ mod probes {
         };
         catches(ch08::apply_merges(by_id), "in the order of their new ids");
     }
+}
+
+// ───────────────────── the exercise files' doc comments ─────────────────────
+
+/// Every chapter's exercise file: what each exercise asks is read in its doc comments.
+const EXERCISE_FILES: [(&str, &str); 10] = [
+    ("ch01_logistic.rs", include_str!("../src/ch01_logistic.rs")),
+    ("ch02_softmax.rs", include_str!("../src/ch02_softmax.rs")),
+    ("ch03_mlp.rs", include_str!("../src/ch03_mlp.rs")),
+    ("ch04_xor.rs", include_str!("../src/ch04_xor.rs")),
+    ("ch05_positions.rs", include_str!("../src/ch05_positions.rs")),
+    ("ch06_attention.rs", include_str!("../src/ch06_attention.rs")),
+    ("ch07_encoder_decoder.rs", include_str!("../src/ch07_encoder_decoder.rs")),
+    ("ch08_tokens.rs", include_str!("../src/ch08_tokens.rs")),
+    ("ch09_gpt.rs", include_str!("../src/ch09_gpt.rs")),
+    ("ch10_matmul.rs", include_str!("../src/ch10_matmul.rs")),
+];
+
+/// The doc comments (`///`, `//!`) of the exercise files fit in [`judge::WIDTH`] columns. Only
+/// the doc comments: the lines of an answer are the reader's own.
+#[test]
+fn the_exercise_files_doc_comments_fit_in_100_columns() {
+    let mut wide = Vec::new();
+    for (file, text) in EXERCISE_FILES {
+        for (i, line) in text.lines().enumerate() {
+            let doc = ["///", "//!"].iter().any(|d| line.trim_start().starts_with(d));
+            if doc && line.chars().count() > judge::WIDTH {
+                wide.push(format!(
+                    "exercises/src/{file}:{}: {} columns",
+                    i + 1,
+                    line.chars().count()
+                ));
+            }
+        }
+    }
+    assert!(
+        wide.is_empty(),
+        "doc comment lines over {} columns:\n{}",
+        judge::WIDTH,
+        wide.join("\n")
+    );
 }
 
 // ───────────────────── the probe table of chapters/exercises.md ─────────────────────

@@ -78,9 +78,19 @@ pub fn softmax_rows_forward(f: impl Fn(&DMatrix<f64>) -> Result<DMatrix<f64>>) -
 
 use super::ROW_OFFSETS;
 
+/// The errors the cross-entropy exercises promise: empty logits, 2 targets for 3 rows, a
+/// target equal to K.
+fn target_errors<R>(exercise: &str, f: &impl Fn(&DMatrix<f64>, &[usize]) -> Result<R>) -> Verdict {
+    let z = random(25, 3, 4);
+    super::expect_err(CROSS, exercise, "empty logits (0×4)", || f(&DMatrix::zeros(0, 4), &[]))?;
+    super::expect_err(CROSS, exercise, "2 targets for 3 rows of logits", || f(&z, &[0, 1]))?;
+    let what = "a target equal to K = 4 (the classes are 0..K)";
+    super::expect_err(CROSS, exercise, what, || f(&z, &[0, 4, 1]))
+}
+
 /// ln 3 for uniform logits over 3 classes; the main crate's loss on random logits.
 pub fn cross_entropy_from_logits(f: impl Fn(&DMatrix<f64>, &[usize]) -> Result<f64>) -> Verdict {
-    super::not_applicable(&[super::Probe::Order, super::Probe::Errors]);
+    super::not_applicable(&[super::Probe::Order]);
     super::probe(super::Probe::Batch);
     super::probe(super::Probe::Named);
     let (zeros, targets) = (DMatrix::zeros(2, 3), [0, 2]);
@@ -141,7 +151,7 @@ pub fn cross_entropy_from_logits(f: impl Fn(&DMatrix<f64>, &[usize]) -> Result<f
             "use ln Σ e^{z_c} − z_t with the maximum subtracted (log-sum-exp), never ln ŷ",
         ));
     }
-    Ok(())
+    target_errors("cross_entropy_from_logits", &f)
 }
 
 /// The document's ŷ − y = (−0.9, 0.1, 0.1, 0.7) for ŷ = (0.1, 0.1, 0.1, 0.7), class 0 (here as
@@ -150,7 +160,7 @@ pub fn cross_entropy_from_logits(f: impl Fn(&DMatrix<f64>, &[usize]) -> Result<f
 pub fn cross_entropy_from_logits_backward(
     f: impl Fn(&DMatrix<f64>, &[usize]) -> Result<DMatrix<f64>>,
 ) -> Verdict {
-    super::not_applicable(&[super::Probe::Order, super::Probe::Errors]);
+    super::not_applicable(&[super::Probe::Order]);
     super::probe(super::Probe::Batch);
     let run = |z: &DMatrix<f64>, t: &[usize]| {
         super::attempt_ok_on(
@@ -196,7 +206,7 @@ pub fn cross_entropy_from_logits_backward(
         let name = format!("∂L/∂Z for {what}");
         super::compare_with_floor(GRADIENT, &name, &yours, &want, 1e-9, SUBNORMAL, &[])?;
     }
-    Ok(())
+    target_errors("cross_entropy_from_logits_backward", &f)
 }
 
 /// The factors [`cross_entropy_from_logits_backward`]'s scale probe multiplies rows by: logits

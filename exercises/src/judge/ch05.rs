@@ -78,11 +78,7 @@ pub fn sinusoidal(f: impl Fn(usize, usize) -> Result<DMatrix<f64>>) -> Verdict {
     super::not_applicable(&[super::Probe::Scale, super::Probe::Order]);
     super::probe(super::Probe::Batch);
     let pe = attempt_ok(FORMULA, "sinusoidal", || f(3, 4))?;
-    if pe.shape() != (3, 4) {
-        return Err(
-            FORMULA.fail(format!("sinusoidal(3, 4) should be 3×4; yours is {:?}", pe.shape()))
-        );
-    }
+    super::expect_shape(FORMULA, "sinusoidal(3, 4)", &pe, (3, 4), "positions × columns")?;
     let row = |r: usize, d: usize| -> Vec<String> {
         (0..4).map(|c| format!("{:.d$}", pe[(r, c)])).collect()
     };

@@ -22,13 +22,8 @@ pub fn causal_mask(f: impl Fn(usize, usize) -> Result<DMatrix<f64>>) -> Verdict 
     super::probe(super::Probe::Named);
     for (tq, tk) in [(4, 4), (2, 5), (1, 3)] {
         let m = attempt_ok(SDPA, "causal_mask", || f(tq, tk))?;
-        if m.shape() != (tq, tk) {
-            return Err(SDPA.fail(format!(
-                "causal_mask({tq}, {tk}) should be {tq}×{tk} (queries × keys); yours is {}×{}",
-                m.nrows(),
-                m.ncols()
-            )));
-        }
+        let name = format!("causal_mask({tq}, {tk})");
+        super::expect_shape(SDPA, &name, &m, (tq, tk), "queries × keys")?;
         for i in 0..tq {
             for j in 0..tk {
                 let visible = j <= i + tk - tq;

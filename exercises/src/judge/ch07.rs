@@ -21,13 +21,8 @@ pub fn padding_mask(f: impl Fn(&[usize], usize, usize) -> Result<DMatrix<f64>>) 
     super::probe(super::Probe::Named);
     let lengths = [2, 3, 1];
     let m = attempt_ok(PADDING, "padding_mask", || f(&lengths, 2, 3))?;
-    if m.shape() != (6, 3) {
-        return Err(PADDING.fail(format!(
-            "3 sequences × T_q = 2 rows and T_k = 3 columns: 6×3; yours is {}×{}",
-            m.nrows(),
-            m.ncols()
-        )));
-    }
+    let meaning = "3 sequences × T_q = 2 rows, T_k = 3 columns";
+    super::expect_shape(PADDING, "padding_mask([2, 3, 1], 2, 3)", &m, (6, 3), meaning)?;
     super::batch_probe(super::BatchInput { sequences: 3, t_q: 2, t_k: 3, width: 3 });
     let book_mask = |l: &[usize]| llm_workbook::ch06_attention::padding_mask::<f64>(l, 2, 3);
     let want = book_mask(&lengths).map_err(|e| e.to_string())?;
@@ -593,15 +588,14 @@ pub fn loss_and_gradients(
             want.grads.decoder.len()
         )));
     }
-    if let Some(i) = (0..mine.len()).find(|&i| mine[i].shape() != theirs[i].shape()) {
-        return Err(BACKWARD.fail(format!(
-            "∂L/∂{} should have its tensor's shape {}×{}; yours is {}×{}",
-            names[i],
-            theirs[i].nrows(),
-            theirs[i].ncols(),
-            mine[i].nrows(),
-            mine[i].ncols()
-        )));
+    for ((name, yours), want) in names.iter().zip(&mine).zip(&theirs) {
+        super::expect_shape(
+            BACKWARD,
+            &format!("∂L/∂{name}"),
+            yours,
+            want.shape(),
+            "its tensor's shape",
+        )?;
     }
     let as_yours: Vec<DMatrix<f64>> = mine.iter().map(|t| (*t).clone()).collect();
     if model.with_tensors(&as_yours).map_err(|e| e.to_string())? != yours.grads {
@@ -723,12 +717,7 @@ const LOGIT_GAIN: f64 = 1000.0;
 /// [`LOGIT_GAIN`], against the main crate's, naming a dropped or whole-matrix max shift in the
 /// loss's softmax by the loss it gives.
 fn large_logits(
-    f: &impl Fn(
-        &EncoderDecoder<f64>,
-        &[Vec<usize>],
-        &[Vec<usize>],
-        &[Vec<usize>],
-    ) -> Result<Gradients<f64>>,
+    f: LossAndGradients,
     model: &EncoderDecoder<f64>,
     (source, target_in, labels): TeacherForced,
 ) -> Verdict {
@@ -788,17 +777,20 @@ const GRADIENT_TOLERANCE: f64 = 1e-6;
 /// fraction instead of themselves (b_K's gradient is rounding noise around 0).
 const GRADIENT_FLOOR: f64 = 1e-6;
 
+/// An answer to `loss_and_gradients`, as the judge's helpers take it.
+type LossAndGradients<'a> = &'a dyn Fn(
+    &EncoderDecoder<f64>,
+    &[Vec<usize>],
+    &[Vec<usize>],
+    &[Vec<usize>],
+) -> Result<Gradients<f64>>;
+
 /// A teacher-forced batch: the source sequences, the decoder inputs and their labels.
 type TeacherForced<'a> = (&'a [Vec<usize>], &'a [Vec<usize>], &'a [Vec<usize>]);
 
 /// The errors `loss_and_gradients`'s doc promises.
 fn model_errors(
-    f: &impl Fn(
-        &EncoderDecoder<f64>,
-        &[Vec<usize>],
-        &[Vec<usize>],
-        &[Vec<usize>],
-    ) -> Result<Gradients<f64>>,
+    f: LossAndGradients,
     model: &EncoderDecoder<f64>,
     (source, target_in, labels): TeacherForced,
 ) -> Verdict {

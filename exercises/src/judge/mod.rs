@@ -279,6 +279,26 @@ pub fn attempt_ok_on<R, E: Display>(
     attempt_ok(sec, exercise, f)
 }
 
+/// The widest line a judge target prints, in terminal columns.
+pub const WIDTH: usize = 100;
+
+/// `message` as a judge target prints it: each of its lines broken by the main crate's
+/// [`llm_workbook::report::wrap`] into lines of at most [`WIDTH`] columns, a continuation
+/// indented two columns past its own line's indent.
+pub fn printed(message: &str) -> String {
+    let mut out = Vec::new();
+    for line in message.lines() {
+        let body = line.trim_start_matches(' ');
+        let indent = &line[..line.len() - body.len()];
+        let parts = llm_workbook::report::wrap(body, WIDTH.saturating_sub(indent.len() + 2));
+        for (i, part) in parts.into_iter().enumerate() {
+            let more = if i == 0 { "" } else { "  " };
+            out.push(format!("{indent}{more}{part}"));
+        }
+    }
+    out.join("\n")
+}
+
 /// A judge's verdict: `Ok(())` when the answer is right, otherwise the message for the reader.
 pub type Verdict = Result<(), String>;
 
@@ -665,6 +685,33 @@ pub fn yours_expected(yours: f64, want: f64) -> String {
     format!("yours {a}, expected {b} (difference {:.3e})", yours - want)
 }
 
+/// The sentence for a matrix of the wrong shape: `name` (e.g. `"causal_mask(4, 4)"`) should be
+/// `rows×cols` — what that shape is (`meaning`, e.g. `"queries × keys"`, or `""`) — and yours is
+/// `m`'s. `None` when `m` has that shape.
+pub fn shape_mismatch(
+    name: &str,
+    m: &DMatrix<f64>,
+    (rows, cols): (usize, usize),
+    meaning: &str,
+) -> Option<String> {
+    if m.shape() == (rows, cols) {
+        return None;
+    }
+    let meaning = if meaning.is_empty() { String::new() } else { format!(" ({meaning})") };
+    Some(format!("{name} should be {rows}×{cols}{meaning}; yours is {}", m.shape_text()))
+}
+
+/// The shape check of a judge: the failure of [`shape_mismatch`] with the section's hint.
+pub fn expect_shape(
+    sec: Section,
+    name: &str,
+    m: &DMatrix<f64>,
+    shape: (usize, usize),
+    meaning: &str,
+) -> Verdict {
+    shape_mismatch(name, m, shape, meaning).map_or(Ok(()), |msg| Err(sec.fail(msg)))
+}
+
 /// Compares `yours` (named `name`, e.g. `"softmax(Z)"`) with `want` entry by entry: the shape,
 /// then the first wrong entry (row by row), then a [`diagnose`]d slip if one explains it. An
 /// entry is wrong when |yours − want| > tol · max(1, |want|).
@@ -705,14 +752,7 @@ pub fn compare_with_floor(
 ) -> Verdict {
     // [`diagnose`] names the transpose, the sign, a path left at zero and a constant factor.
     probe(Probe::Named);
-    if yours.shape() != want.shape() {
-        let mut msg = format!(
-            "{name} should be {}×{} but yours is {}×{}",
-            want.nrows(),
-            want.ncols(),
-            yours.nrows(),
-            yours.ncols()
-        );
+    if let Some(mut msg) = shape_mismatch(name, yours, want.shape(), "") {
         if let Some(d) = diagnose(yours, want, factors) {
             msg = format!("{msg}; {d}");
         }
@@ -942,15 +982,9 @@ pub fn gradient_check(
     probe(Probe::Named);
     let config = Config { tolerance: 1e-5, floor: 1e-3, ..Config::default() };
     for (i, ((name, m), a)) in inputs.iter().zip(analytic).enumerate() {
-        if a.shape() != m.shape() {
+        let meaning = format!("{name}'s shape");
+        if let Some(mut msg) = shape_mismatch(&format!("∂L/∂{name}"), a, m.shape(), &meaning) {
             let numeric = numeric_gradient(inputs, i, &mut loss);
-            let mut msg = format!(
-                "∂L/∂{name} should have {name}'s shape {}×{} but yours is {}×{}",
-                m.nrows(),
-                m.ncols(),
-                a.nrows(),
-                a.ncols()
-            );
             if let Some(d) = diagnose(a, &numeric, factors) {
                 msg = format!("{msg}; {d}");
             }
