@@ -315,11 +315,11 @@ fn bits_of(format: Format, x: f32) -> u64 {
 pub fn walk(out: &mut Walk) -> Result<()> {
     out.step("1. Four formats: 1 sign bit, E exponent bits, F fraction bits")?;
     out.say(
-        "format  E   F   bias   ε = 2^-F        largest        smallest normal  smallest sub.",
+        "format  E   F   bias   ε = 2^-F          largest     smallest normal  smallest sub.",
     )?;
     for f in FORMATS {
         out.say(&format!(
-            "{:<6} {:>2}  {:>2}  {:>5}   {:<14}  {:<13}  {:<15}  {:.3e}",
+            "{:<6} {:>2}  {:>2}  {:>5}   {:<16}  {:<10}  {:<15}  {:.3e}",
             f.name,
             f.exponent_bits,
             f.fraction_bits,
