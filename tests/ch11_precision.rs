@@ -274,9 +274,9 @@ fn the_smallest_f16_normal_and_subnormal() {
 fn one_third_in_each_format() {
     let third = 1.0f32 / 3.0;
     assert_eq!(f32_to_bf16(third), 0x3eab);
-    assert_eq!(round_to_bf16(third), 0.333_984_375);
+    assert_eq!(f64::from(round_to_bf16(third)), 0.333_984_375);
     assert_eq!(f32_to_f16(third), 0x3555);
-    assert_eq!(round_to_f16(third), 0.333_251_953_125);
+    assert_eq!(f64::from(round_to_f16(third)), 0.333_251_953_125);
 }
 
 #[test]

@@ -314,9 +314,7 @@ fn bits_of(format: Format, x: f32) -> u64 {
 /// The chapter's steps, printed: every number it derives, in order.
 pub fn walk(out: &mut Walk) -> Result<()> {
     out.step("1. Four formats: 1 sign bit, E exponent bits, F fraction bits")?;
-    out.say(
-        "format  E   F   bias   ε = 2^-F          largest     smallest normal  smallest sub.",
-    )?;
+    out.say("format  E   F   bias   ε = 2^-F          largest     smallest normal  smallest sub.")?;
     for f in FORMATS {
         out.say(&format!(
             "{:<6} {:>2}  {:>2}  {:>5}   {:<16}  {:<10}  {:<15}  {:.3e}",
