@@ -2,9 +2,9 @@
 //! numerical tricks work.
 //!
 //! In the order the chapter reasons:
-//! - [`format`](mod@format): f64, f32, bf16 and f16 — sign, exponent, fraction; ε, the largest and smallest
-//!   normal, the subnormals, the ulp; our own conversions f32 → bf16 and f32 ↔ f16 with round to
-//!   nearest, ties to even;
+//! - [`format`](mod@format): f64, f32, bf16 and f16 — sign, exponent, fraction; ε, the largest
+//!   and smallest normal, the subnormals, the ulp; our own conversions f32 → bf16 and f32 ↔ f16
+//!   with round to nearest, ties to even;
 //! - [`tricks`]: overflow of e^z and the max shift of softmax and log-sum-exp, cancellation in
 //!   1 − σ(z) and the loss from logits — the printed formulas, to compare with the stable forms
 //!   of chapters 1 and 2;
