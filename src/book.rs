@@ -20,6 +20,7 @@ pub fn chapters() -> Vec<Chapter> {
         crate::ch08_tokens::book::CHAPTER,
         crate::ch09_gpt::book::CHAPTER,
         crate::ch10_matmul::book::CHAPTER,
+        crate::ch11_precision::book::CHAPTER,
     ]
 }
 

@@ -87,6 +87,7 @@ pub mod ch07_encoder_decoder;
 pub mod ch08_tokens;
 pub mod ch09_gpt;
 pub mod ch10_matmul;
+pub mod ch11_precision;
 
 pub mod workshop;
 

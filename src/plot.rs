@@ -173,6 +173,8 @@ pub enum LogAxes {
     YDecades,
     /// Both axes logarithmic in powers of two (a roofline).
     Both,
+    /// Both axes logarithmic in powers of ten (an error against a step over many decades).
+    Decades,
 }
 
 impl LogAxes {
@@ -181,6 +183,7 @@ impl LogAxes {
         match self {
             LogAxes::X | LogAxes::Both => Some(2.0),
             LogAxes::YDecades => None,
+            LogAxes::Decades => Some(10.0),
         }
     }
 
@@ -188,7 +191,7 @@ impl LogAxes {
     fn y_base(self) -> Option<f64> {
         match self {
             LogAxes::X => None,
-            LogAxes::YDecades => Some(10.0),
+            LogAxes::YDecades | LogAxes::Decades => Some(10.0),
             LogAxes::Both => Some(2.0),
         }
     }

@@ -149,6 +149,21 @@ fn chain_product_is_yhat_minus_y_times_x_and_passes_gradcheck() {
     report.assert_passed();
 }
 
+#[test]
+fn chain_product_stays_finite_where_the_sigmoid_rounds_to_0_or_1() {
+    // At z = 40, σ(z) rounds to exactly 1 in f64 (e^{−40} ≈ 4.2e-18 is below half an ulp of 1),
+    // so ŷ(1 − ŷ) = 0 and the factors multiplied as written give (ŷ − y)/0 · 0 = NaN.
+    // z = −40 is checked as well: there ŷ ≈ 4.2e-18 is small but not 0.
+    let x = DVector::from_vec(vec![2.0, -1.0]);
+    for (w0, y) in [(20.0, 0.0), (20.0, 1.0), (-20.0, 1.0), (-20.0, 0.0)] {
+        let w = DVector::from_vec(vec![w0, 0.0]);
+        let g = sample_gradient(&w, 0.0, &x, y).unwrap();
+        let y_hat = sigmoid(2.0 * w0);
+        assert!(g.iter().all(|v: &f64| v.is_finite()), "z = {}: gradient {g:?}", 2.0 * w0);
+        assert_abs_diff_eq!(g, x.clone() * (y_hat - y), epsilon = 1e-15);
+    }
+}
+
 fn batch() -> (DMatrix<f64>, DVector<f64>, DVector<f64>, f64) {
     let x = DMatrix::from_row_slice(
         5,

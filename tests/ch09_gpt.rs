@@ -2472,7 +2472,7 @@ mod hardening {
         assert_one_line_error(
             &cli(&["chapter", "99"], &[]),
             2,
-            &["'99'", "<CHAPTER>", "give 1 to 10 or a name from `list`", "--help"],
+            &["'99'", "<CHAPTER>", "give 1 to 11 or a name from `list`", "--help"],
             "chapter 99",
         );
         // Parsed, then refused by the workbook: status 1, the error names what was wrong.

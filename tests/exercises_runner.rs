@@ -21,6 +21,12 @@ const JUDGES: &str = r#"
 pub type Verdict = Result<(), String>;
 pub const NOT_STARTED: &str = "not started";
 
+/// A message as the judge target prints it (the exercises crate wraps it; the runner reads the
+/// recorded verdict, not this).
+pub fn printed(message: &str) -> String {
+    message.to_string()
+}
+
 /// Every exercise's judge: the answer must return 42.
 pub fn forty_two(name: &str, answer: fn() -> u32) -> Verdict {
     std::panic::set_hook(Box::new(|_| {}));
@@ -202,6 +208,15 @@ fn an_abort_an_exit_and_a_stack_overflow_mark_their_exercise_only() {
     assert_eq!(status("aborting"), "aborted", "{}", table());
     assert_eq!(status("exiting"), "exited (code 3)", "{}", table());
     assert_eq!(status("overflowing"), "stack overflow", "{}", table());
+    // The same chapter's other exercises keep their own verdicts, whichever runs first.
+    let chapter_1 = ["right", "wrong", "looping", "aborting", "exiting", "overflowing", "blank"];
+    for stop in ["aborted", "exited (code 3)", "stack overflow"] {
+        let marked: Vec<&str> = chapter_1.into_iter().filter(|e| status(e) == stop).collect();
+        assert_eq!(marked.len(), 1, "{stop:?} marks {marked:?}:\n{}", table());
+    }
+    for (exercise, verdict) in [("right", "✓"), ("wrong", "✗"), ("blank", "not started")] {
+        assert_eq!(status(exercise), verdict, "{}", table());
+    }
 }
 
 #[test]

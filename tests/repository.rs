@@ -1202,10 +1202,10 @@ mod pages {
         })
     }
 
-    /// The chapters whose prose is in `$…$` throughout: all ten; the Unicode rule of
+    /// The chapters whose prose is in `$…$` throughout: all eleven; the Unicode rule of
     /// [`notation_faults`] holds on these (the appendix pages quote measured products and are
     /// held only to the rules GitHub's renderer needs).
-    const ONE_NOTATION: [&str; 10] = [
+    const ONE_NOTATION: [&str; 11] = [
         "ch01_logistic",
         "ch02_softmax",
         "ch03_mlp",
@@ -1216,6 +1216,7 @@ mod pages {
         "ch08_tokens",
         "ch09_gpt",
         "ch10_matmul",
+        "ch11_precision",
     ];
 
     /// The `$…$` and `$$…$$` spans of a line (already without code spans), and the text outside

@@ -51,12 +51,14 @@ pub fn bce_from_logit(y: f64, z: f64) -> f64 {
 /// **The gradient of one neuron's loss**: for one sample x (length D) with label y,
 /// ŷ = σ(wᵀx + b) and ℓ = BCE(y, ŷ), return ∂ℓ/∂w = (ŷ − y)·x (length D).
 ///
-/// The three factors ∂ℓ/∂ŷ · ∂ŷ/∂z · ∂z/∂w collapse to this.
+/// The three factors ∂ℓ/∂ŷ · ∂ŷ/∂z · ∂z/∂w collapse to this. Compute the collapsed form: it
+/// stays right in the tails (at z = −40 and y = 0 it is σ(−40)·x ≈ 4.2·10⁻¹⁸·x, not 0), where the
+/// factors multiplied as written give ∞·0 = NaN once ŷ rounds to 0 or 1.
 ///
 /// Chapter: [3. The gradient](../../chapters/ch01_logistic.md#3-the-gradient-one-factor-at-a-time).
 pub fn sample_gradient(w: &DVector<f64>, b: f64, x: &DVector<f64>, y: f64) -> Result<DVector<f64>> {
     #[cfg(feature = "solutions")]
-    return llm_workbook::ch01_logistic::sample_gradient(w, b, x, y);
+    return solution::sample_gradient(w, b, x, y);
     todo!()
 }
 
@@ -75,3 +77,7 @@ pub fn logits_backward(
     return llm_workbook::ch01_logistic::logits_backward(x, w, d_z).map(|g| (g.d_x, g.d_w, g.d_b));
     todo!()
 }
+
+// The `solutions` feature's adapters (src/solutions.rs).
+#[cfg(feature = "solutions")]
+use llm_workbook_exercises::solutions::ch01_logistic as solution;

@@ -1,4 +1,5 @@
-//! Chapter 2: softmax and cross-entropy — [chapters/ch02_softmax.md](../../chapters/ch02_softmax.md).
+//! Chapter 2: softmax and cross-entropy —
+//! [chapters/ch02_softmax.md](../../chapters/ch02_softmax.md).
 //!
 //! Replace each `todo!()` with your answer, then run
 //! `cargo test -p llm-workbook-exercises --test ch02_softmax`.
@@ -28,7 +29,8 @@ pub fn softmax_rows_forward(z: &DMatrix<f64>) -> Result<DMatrix<f64>> {
 /// **The mean cross-entropy from logits**: L = (1/N) Σ_r −ln softmax(z_r)_{t_r}, with
 /// −ln softmax(z)_t = ln Σ_c e^{z_c} − z_t evaluated by log-sum-exp (so it never takes ln 0).
 ///
-/// Shapes: logits N×K, targets N class indices in 0..K.
+/// Shapes: logits N×K, targets N class indices in 0..K. Return an error (not a panic) for empty
+/// logits, a number of targets other than N, or a target outside 0..K.
 ///
 /// Chapter: [4. Cross-entropy](../../chapters/ch02_softmax.md#4-cross-entropy).
 pub fn cross_entropy_from_logits(logits: &DMatrix<f64>, targets: &[usize]) -> Result<f64> {
@@ -39,7 +41,9 @@ pub fn cross_entropy_from_logits(logits: &DMatrix<f64>, targets: &[usize]) -> Re
 
 /// **The gradient of the mean cross-entropy in the logits**: ∂L/∂Z = (P − Y)/N, with P the
 /// softmax of each row of Z and Y the one-hot rows of the targets. Shapes: logits N×K, targets N
-/// class indices; the result N×K.
+/// class indices; the result N×K. Return an error (not a panic) for empty logits, a number of
+/// targets other than N, or a target outside 0..K. Take each row's softmax with that row's
+/// maximum subtracted: logits of ±900, or rows thousands apart, must not overflow.
 ///
 /// Chapter: [5. The gradient: ŷ − y](../../chapters/ch02_softmax.md#5-the-gradient-ŷ--y).
 pub fn cross_entropy_from_logits_backward(

@@ -70,7 +70,9 @@ pub fn gelu_backward(z: &DMatrix<f64>, d_a: &DMatrix<f64>) -> Result<DMatrix<f64
 /// **The squared-error cost's gradient**: C = (1/N) Σ_rows Σ_j (a_j − y_j)², so
 /// ∂C/∂a = 2(a − y)/N. Shapes: a and y both N×K.
 ///
-/// Chapter: [2. The cost and gradient descent](../../chapters/ch03_mlp.md#2-the-cost-and-gradient-descent).
+/// Chapter: [2. The cost and gradient descent][ch].
+///
+/// [ch]: ../../chapters/ch03_mlp.md#2-the-cost-and-gradient-descent
 pub fn mse_backward(a: &DMatrix<f64>, y: &DMatrix<f64>) -> Result<DMatrix<f64>> {
     #[cfg(feature = "solutions")]
     return llm_workbook::ch03_mlp::mse_backward(a, y);

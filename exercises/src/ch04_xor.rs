@@ -21,7 +21,9 @@ use nalgebra::DMatrix;
 /// Idea: one hidden neuron computes OR, the other NAND, the output their AND; large weights make
 /// the sigmoids saturate.
 ///
-/// Chapter: [The document's sigmoid network](../../chapters/ch04_xor.md#the-documents-sigmoid-network).
+/// Chapter: [The document's sigmoid network][ch].
+///
+/// [ch]: ../../chapters/ch04_xor.md#the-documents-sigmoid-network
 pub fn xor_sigmoid_net() -> PrintedNet {
     #[cfg(feature = "solutions")]
     return llm_workbook::ch04_xor::SIGMOID_NET;

@@ -1,4 +1,5 @@
-//! Chapter 5: sinusoidal positions — [chapters/ch05_positions.md](../../chapters/ch05_positions.md).
+//! Chapter 5: sinusoidal positions —
+//! [chapters/ch05_positions.md](../../chapters/ch05_positions.md).
 //!
 //! Replace each `todo!()` with your answer, then run
 //! `cargo test -p llm-workbook-exercises --test ch05_positions`.
@@ -36,7 +37,9 @@ pub fn sinusoidal(n_positions: usize, d_model: usize) -> Result<DMatrix<f64>> {
 /// **X + PE for a batch**: x is (B·T)×d, B sequences of length T = `seq_len` stacked; row r gets
 /// PE(r mod T) added. Return an error when the rows are not a multiple of T.
 ///
-/// Chapter: [Why attention needs positions](../../chapters/ch05_positions.md#why-attention-needs-positions).
+/// Chapter: [Why attention needs positions][ch].
+///
+/// [ch]: ../../chapters/ch05_positions.md#why-attention-needs-positions
 pub fn add_positions(x: &DMatrix<f64>, seq_len: usize) -> Result<DMatrix<f64>> {
     #[cfg(feature = "solutions")]
     return llm_workbook::ch05_positions::add_positions(x, seq_len);

@@ -22,7 +22,9 @@ use nalgebra::DMatrix;
 /// j ≤ i + T_k − T_q; for T_q = T_k that is the lower triangle, diagonal included. Return an
 /// error when T_q or T_k is 0 or T_k < T_q.
 ///
-/// Chapter: [1. Scaled dot-product attention](../../chapters/ch06_attention.md#1-scaled-dot-product-attention).
+/// Chapter: [1. Scaled dot-product attention][ch].
+///
+/// [ch]: ../../chapters/ch06_attention.md#1-scaled-dot-product-attention
 pub fn causal_mask(q_len: usize, kv_len: usize) -> Result<DMatrix<f64>> {
     #[cfg(feature = "solutions")]
     return llm_workbook::ch06_attention::causal_mask(q_len, kv_len);
@@ -33,7 +35,9 @@ pub fn causal_mask(q_len: usize, kv_len: usize) -> Result<DMatrix<f64>> {
 /// A = row-softmax(S), O = A V. Shapes: q T_q×d_k, k T_k×d_k, v T_k×d_v; return (O, A) with O
 /// T_q×d_v and A T_q×T_k (each row of A a distribution over the keys).
 ///
-/// Chapter: [1. Scaled dot-product attention](../../chapters/ch06_attention.md#1-scaled-dot-product-attention).
+/// Chapter: [1. Scaled dot-product attention][ch].
+///
+/// [ch]: ../../chapters/ch06_attention.md#1-scaled-dot-product-attention
 pub fn attention_forward(
     q: &DMatrix<f64>,
     k: &DMatrix<f64>,
@@ -82,6 +86,8 @@ pub fn layer_norm_forward(
 /// **LayerNorm, backward**: for y = γ ⊙ x̂ + β as in [`layer_norm_forward`] and ∂L/∂Y (N×C),
 /// return (∂L/∂X, ∂L/∂γ, ∂L/∂β). Per row, with g = γ ⊙ ∂L/∂y and s = √(σ² + ε):
 /// ∂L/∂x = (g − mean(g) − x̂ · mean(g ⊙ x̂)) / s; ∂L/∂γ = Σ_rows ∂L/∂y ⊙ x̂; ∂L/∂β = Σ_rows ∂L/∂y.
+/// Rows shifted by 10⁸ have the same gradients: take σ² as the mean of (x − μ)², never as
+/// E[x²] − μ², whose two terms near 10¹⁶ lose the difference to rounding.
 ///
 /// Chapter: [3. LayerNorm](../../chapters/ch06_attention.md#3-layernorm).
 pub fn layer_norm_backward(
@@ -163,7 +169,9 @@ pub fn ffn_backward(
 /// x + f(x) sends its gradient to x directly *and* through f (the two add); self-attention
 /// reads one input as queries and as keys/values, so that input's gradient is d_x_q + d_x_kv.
 ///
-/// Chapter: [5. The block: residuals, pre-LN and post-LN](../../chapters/ch06_attention.md#5-the-block-residuals-pre-ln-and-post-ln).
+/// Chapter: [5. The block: residuals, pre-LN and post-LN][ch].
+///
+/// [ch]: ../../chapters/ch06_attention.md#5-the-block-residuals-pre-ln-and-post-ln
 pub fn block_backward(
     blk: &Block<f64>,
     cache: &BlockCache<f64>,

@@ -1,4 +1,5 @@
-//! Chapter 7: the encoder–decoder — [chapters/ch07_encoder_decoder.md](../../chapters/ch07_encoder_decoder.md).
+//! Chapter 7: the encoder–decoder —
+//! [chapters/ch07_encoder_decoder.md](../../chapters/ch07_encoder_decoder.md).
 //!
 //! Replace each `todo!()` with your answer, then run
 //! `cargo test -p llm-workbook-exercises --test ch07_encoder_decoder`. Chapter 6's functions
@@ -34,7 +35,9 @@ pub fn padding_mask(kv_lengths: &[usize], q_len: usize, kv_len: usize) -> Result
 /// per sequence and head A = softmax(QKᵀ/√d_k + padding mask of e), O = A V; heads concatenated,
 /// · W_O + b_O. No causal mask. Returns (B·T_t)×C.
 ///
-/// Chapter: [1. Two stacks, three kinds of attention](../../chapters/ch07_encoder_decoder.md#1-two-stacks-three-kinds-of-attention).
+/// Chapter: [1. Two stacks, three kinds of attention][ch].
+///
+/// [ch]: ../../chapters/ch07_encoder_decoder.md#1-two-stacks-three-kinds-of-attention
 pub fn cross_attention_forward(
     y: &DMatrix<f64>,
     y_batch: &Batch,
@@ -50,9 +53,12 @@ pub fn cross_attention_forward(
 
 /// **Cross-attention, backward**: for the forward above and ∂L/∂out, every gradient in an
 /// `MhaGrads`: ∂L/∂Y (`d_x_q`, through the queries only), ∂L/∂E (`d_x_kv`, through the keys and
-/// the values: the two paths add), and each W and b.
+/// the values: the two paths add), and each W and b. Recompute A with each row's maximum
+/// subtracted before exponentiating: scores in the thousands must not overflow.
 ///
-/// Chapter: [3. Backward through cross-attention](../../chapters/ch07_encoder_decoder.md#3-backward-through-cross-attention).
+/// Chapter: [3. Backward through cross-attention][ch].
+///
+/// [ch]: ../../chapters/ch07_encoder_decoder.md#3-backward-through-cross-attention
 pub fn cross_attention_backward(
     y: &DMatrix<f64>,
     y_batch: &Batch,
@@ -80,7 +86,9 @@ pub fn cross_attention_backward(
 /// hold `block`'s own values: the heads' count, the FFN's activation, each norm's ε and its
 /// placement (start from `block.clone()` and overwrite every matrix).
 ///
-/// Chapter: [3. Backward through cross-attention](../../chapters/ch07_encoder_decoder.md#3-backward-through-cross-attention).
+/// Chapter: [3. Backward through cross-attention][ch].
+///
+/// [ch]: ../../chapters/ch07_encoder_decoder.md#3-backward-through-cross-attention
 pub fn decoder_block_backward(
     block: &DecoderBlock<f64>,
     cache: &DecoderBlockCache<f64>,
@@ -119,8 +127,11 @@ pub fn decoder_block_backward(
 /// as `target_in[b]`, an empty sequence or one longer than `model.config.max_len`, a token
 /// outside the vocabulary.
 ///
-/// Chapter: [2. Output layer, loss, teacher forcing](../../chapters/ch07_encoder_decoder.md#2-output-layer-loss-teacher-forcing-greedy-decoding)
-/// and [3. Backward through cross-attention](../../chapters/ch07_encoder_decoder.md#3-backward-through-cross-attention).
+/// Chapter: [2. Output layer, loss, teacher forcing][ch]
+/// and [3. Backward through cross-attention][ch2].
+///
+/// [ch]: ../../chapters/ch07_encoder_decoder.md#2-output-layer-loss-teacher-forcing-greedy-decoding
+/// [ch2]: ../../chapters/ch07_encoder_decoder.md#3-backward-through-cross-attention
 pub fn loss_and_gradients(
     model: &EncoderDecoder<f64>,
     source: &[Vec<usize>],

@@ -29,7 +29,9 @@ pub fn apply_merges(ids: &mut Vec<TokenId>, ranks: &HashMap<(TokenId, TokenId), 
 /// **Bigram counts**: the |V|×|V| matrix C with C[a, b] = #(a followed by b) in `tokens`, every
 /// adjacent pair counted once. Error when a token is not below `vocab_size`.
 ///
-/// Chapter: [5. The empirical next-token predictor](../../chapters/ch08_tokens.md#5-the-empirical-next-token-predictor).
+/// Chapter: [5. The empirical next-token predictor][ch].
+///
+/// [ch]: ../../chapters/ch08_tokens.md#5-the-empirical-next-token-predictor
 pub fn bigram_counts(tokens: &[TokenId], vocab_size: usize) -> Result<DMatrix<f64>> {
     #[cfg(feature = "solutions")]
     return solution::bigram_counts(tokens, vocab_size);
@@ -40,7 +42,9 @@ pub fn bigram_counts(tokens: &[TokenId], vocab_size: usize) -> Result<DMatrix<f6
 /// bigram model of `tokens`, where #(context) counts the times `context` is followed by any
 /// token; the uniform 1/|V| when `context` is never followed by anything.
 ///
-/// Chapter: [5. The empirical next-token predictor](../../chapters/ch08_tokens.md#5-the-empirical-next-token-predictor).
+/// Chapter: [5. The empirical next-token predictor][ch].
+///
+/// [ch]: ../../chapters/ch08_tokens.md#5-the-empirical-next-token-predictor
 pub fn add_k_probability(
     tokens: &[TokenId],
     vocab_size: usize,

@@ -13,6 +13,45 @@ use llm_workbook::Result;
 use llm_workbook::optim::AdamConfig;
 use nalgebra::DMatrix;
 
+/// **The unembedding and the loss, backward**: for the final hidden rows h (S×d, the scored
+/// positions) and the unembedding W_U (V×d), the logits are z = h W_Uᵀ (S×V) and the loss is the
+/// mean next-token log-loss L = −(1/S) Σ_s ln softmax(z_s)\[t_s\]. Return (L, ∂L/∂h, ∂L/∂W_U):
+/// ∂L/∂z = (softmax(z) − onehot(t))/S (chapter 2), ∂L/∂h = ∂L/∂z W_U (S×d),
+/// ∂L/∂W_U = (∂L/∂z)ᵀ h (V×d). Error on no rows, a width mismatch or a target ≥ V.
+///
+/// Chapter: [3. The backward pass](../../chapters/ch09_gpt.md#3-the-backward-pass).
+pub fn lm_head_backward(
+    h: &DMatrix<f64>,
+    w_u: &DMatrix<f64>,
+    targets: &[usize],
+) -> Result<(f64, DMatrix<f64>, DMatrix<f64>)> {
+    #[cfg(feature = "solutions")]
+    return solution::lm_head_backward(h, w_u, targets);
+    todo!()
+}
+
+/// **One AdamW step** on one parameter tensor θ with gradient g, from the moments m, v after
+/// `steps` steps (0: m and v are zero). With t = steps + 1:
+/// θ ← θ − αλθ (the decoupled decay, before the moment step), m ← β₁m + (1 − β₁)g,
+/// v ← β₂v + (1 − β₂)g², m̂ = m/(1 − β₁ᵗ), v̂ = v/(1 − β₂ᵗ), θ ← θ − α m̂/(√v̂ + ε).
+/// Update `theta`, `m` and `v` in place.
+///
+/// Chapter: [4. Training](../../chapters/ch09_gpt.md#4-training).
+#[allow(clippy::too_many_arguments)]
+pub fn adamw_step(
+    theta: &mut DMatrix<f64>,
+    grad: &DMatrix<f64>,
+    m: &mut DMatrix<f64>,
+    v: &mut DMatrix<f64>,
+    steps: u64,
+    config: &AdamConfig,
+    weight_decay: f64,
+) -> Result<()> {
+    #[cfg(feature = "solutions")]
+    return solution::adamw_step(theta, grad, m, v, steps, config, weight_decay);
+    todo!()
+}
+
 /// **Sampling at temperature T**: the distribution softmax(z / T) over the tokens, as
 /// (token, probability) pairs, most likely first (ties by token id). Subtract the maximum before
 /// exp. Error for T ≤ 0 or empty logits.
@@ -41,45 +80,6 @@ pub fn top_k_distribution(logits: &[f64], k: usize, temperature: f64) -> Result<
             top_p: None,
         },
     );
-    todo!()
-}
-
-/// **One AdamW step** on one parameter tensor θ with gradient g, from the moments m, v after
-/// `steps` steps (0: m and v are zero). With t = steps + 1:
-/// θ ← θ − αλθ (the decoupled decay, before the moment step), m ← β₁m + (1 − β₁)g,
-/// v ← β₂v + (1 − β₂)g², m̂ = m/(1 − β₁ᵗ), v̂ = v/(1 − β₂ᵗ), θ ← θ − α m̂/(√v̂ + ε).
-/// Update `theta`, `m` and `v` in place.
-///
-/// Chapter: [4. Training](../../chapters/ch09_gpt.md#4-training).
-#[allow(clippy::too_many_arguments)]
-pub fn adamw_step(
-    theta: &mut DMatrix<f64>,
-    grad: &DMatrix<f64>,
-    m: &mut DMatrix<f64>,
-    v: &mut DMatrix<f64>,
-    steps: u64,
-    config: &AdamConfig,
-    weight_decay: f64,
-) -> Result<()> {
-    #[cfg(feature = "solutions")]
-    return solution::adamw_step(theta, grad, m, v, steps, config, weight_decay);
-    todo!()
-}
-
-/// **The unembedding and the loss, backward**: for the final hidden rows h (S×d, the scored
-/// positions) and the unembedding W_U (V×d), the logits are z = h W_Uᵀ (S×V) and the loss is the
-/// mean next-token log-loss L = −(1/S) Σ_s ln softmax(z_s)\[t_s\]. Return (L, ∂L/∂h, ∂L/∂W_U):
-/// ∂L/∂z = (softmax(z) − onehot(t))/S (chapter 2), ∂L/∂h = ∂L/∂z W_U (S×d),
-/// ∂L/∂W_U = (∂L/∂z)ᵀ h (V×d). Error on no rows, a width mismatch or a target ≥ V.
-///
-/// Chapter: [3. The backward pass](../../chapters/ch09_gpt.md#3-the-backward-pass).
-pub fn lm_head_backward(
-    h: &DMatrix<f64>,
-    w_u: &DMatrix<f64>,
-    targets: &[usize],
-) -> Result<(f64, DMatrix<f64>, DMatrix<f64>)> {
-    #[cfg(feature = "solutions")]
-    return solution::lm_head_backward(h, w_u, targets);
     todo!()
 }
 

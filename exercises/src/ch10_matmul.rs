@@ -19,19 +19,6 @@ use std::ops::Range;
 #[allow(unused_imports)]
 pub use llm_workbook_exercises::solutions::ch10_matmul::{MR, NR};
 
-/// **The scalar micro-kernel**: one packed sliver of A (MR rows × kc, stored as kc columns of MR
-/// values: Ã[p·MR + i] is A[i, p]) times one packed sliver of B (kc × NR, stored as kc rows of
-/// NR values: B̃[p·NR + j] is B[p, j]) updates the MR×NR tile C:
-/// C[i, j] = α·Σ_{p<kc} Ã[p·MR + i]·B̃[p·NR + j] + β·C[i, j]. When β = 0, C is not read (it may
-/// hold NaN from an uninitialised buffer): C[i, j] = α·acc.
-///
-/// Chapter: [5. The micro-kernel and its register tile](../../chapters/ch10_matmul.md#5-the-micro-kernel-and-its-register-tile).
-pub fn micro_kernel(kc: usize, a: &[f64], b: &[f64], alpha: f64, beta: f64, c: &mut DMatrix<f64>) {
-    #[cfg(feature = "solutions")]
-    return solution::micro_kernel(kc, a, b, alpha, beta, c);
-    todo!()
-}
-
 /// **Packing the slivers of A**: copy rows `rows` (i0 … i0 + mc − 1) and columns `depth`
 /// (p0 … p0 + kc − 1) of op(A) (A itself for `Op::N`, Aᵀ for `Op::T`, without copying the
 /// transpose: element (i, j) of Aᵀ is A[j, i]) into the order the micro-kernel reads them:
@@ -69,6 +56,21 @@ pub fn pack_b_panel(
 ) -> Result<Vec<f64>> {
     #[cfg(feature = "solutions")]
     return llm_workbook::matmul::pack_b_panel(b, tb, depth, cols, nr);
+    todo!()
+}
+
+/// **The scalar micro-kernel**: one packed sliver of A (MR rows × kc, stored as kc columns of MR
+/// values: Ã[p·MR + i] is A[i, p]) times one packed sliver of B (kc × NR, stored as kc rows of
+/// NR values: B̃[p·NR + j] is B[p, j]) updates the MR×NR tile C:
+/// C[i, j] = α·Σ_{p<kc} Ã[p·MR + i]·B̃[p·NR + j] + β·C[i, j]. When β = 0, C is not read (it may
+/// hold NaN from an uninitialised buffer): C[i, j] = α·acc.
+///
+/// Chapter: [5. The micro-kernel and its register tile][ch].
+///
+/// [ch]: ../../chapters/ch10_matmul.md#5-the-micro-kernel-and-its-register-tile
+pub fn micro_kernel(kc: usize, a: &[f64], b: &[f64], alpha: f64, beta: f64, c: &mut DMatrix<f64>) {
+    #[cfg(feature = "solutions")]
+    return solution::micro_kernel(kc, a, b, alpha, beta, c);
     todo!()
 }
 

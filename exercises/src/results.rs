@@ -56,7 +56,8 @@ pub fn record(name: &str, verdict: &Verdict) {
 
 /// One `#[test]` per exercise, for a judge target that has the chapter's answers as `mod yours`
 /// and its judges as `judge`: each test records its verdict for the progress table
-/// ([`record`]) and fails with the judge's message.
+/// ([`record`]) and fails with the judge's message, its lines within 100 columns
+/// ([`printed`](crate::judge::printed)).
 #[macro_export]
 macro_rules! exercise {
     ($($name:ident),* $(,)?) => {$(
@@ -65,7 +66,7 @@ macro_rules! exercise {
             let verdict = judge::$name(yours::$name);
             $crate::results::record(stringify!($name), &verdict);
             if let Err(message) = verdict {
-                panic!("{message}");
+                panic!("{}", $crate::judge::printed(&message));
             }
         }
     )*};

@@ -24,12 +24,18 @@ pub fn d_z_d_w<T: Float>(x: &DVector<T>) -> DVector<T> {
     x.clone()
 }
 
-/// The product of the three factors for one sample: ∂ℓ/∂w = (ŷ − y)·x.
+/// The product of the three factors for one sample: ∂ℓ/∂w = ① · ② · ③ = (ŷ − y)·x, for w and x
+/// of length D.
+///
+/// ① · ② is computed as the simplified ŷ − y, not as the two factors multiplied: ŷ(1 − ŷ) cancels
+/// on paper, but in f64 σ(z) rounds to exactly 1 for z ≥ 37 (and 1 − ŷ to 0), so the product
+/// of the factors as written is 0/0 · 0 = NaN there (chapter 11 shows why).
 pub fn sample_gradient<T: Float>(w: &DVector<T>, b: T, x: &DVector<T>, y: T) -> Result<DVector<T>> {
     let xm = DMatrix::from_row_slice(1, x.len(), x.as_slice());
     let z = logits_forward(w, b, &xm)?[0];
     let y_hat = sigmoid(z);
-    let factor = d_loss_d_yhat(y, y_hat) * d_yhat_d_z(y_hat);
+    // ① · ② = (ŷ − y)/(ŷ(1 − ŷ)) · ŷ(1 − ŷ) = ŷ − y
+    let factor = y_hat - y;
     Ok(d_z_d_w(x) * factor)
 }
 

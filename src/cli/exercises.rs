@@ -524,39 +524,16 @@ fn judge_all(dir: &Path, chapters: &[Chapter], limit: u64) -> Result<Vec<Row>, S
     Ok(rows)
 }
 
-/// `text` broken at spaces into lines of at most `width` columns, every line after the first
-/// starting with `indent` (narrower than `width`); a word wider than a line is cut. Leading and
-/// repeated spaces are kept.
+/// `text` broken into lines of at most `width` terminal columns by the main crate's
+/// [`llm_workbook::report::wrap`], the first line keeping `text`'s leading spaces and every line
+/// after it starting with `indent` (narrower than `width`).
 fn wrap(text: &str, indent: &str, width: usize) -> Vec<String> {
-    let lead = indent.chars().count();
-    let mut lines = Vec::new();
-    let mut line = String::new();
-    let mut cols = 0; // the columns `line` holds
-    let mut fresh = true; // `line` holds no word yet (nothing, or the indent)
-    for word in text.split(' ') {
-        let mut word: Vec<char> = word.chars().collect();
-        loop {
-            let need = word.len() + usize::from(!fresh);
-            if cols + need <= width {
-                if !fresh {
-                    line.push(' ');
-                }
-                line.extend(word.iter());
-                cols += need;
-                fresh = false;
-                break;
-            }
-            if fresh {
-                let room = width.saturating_sub(cols).max(1).min(word.len());
-                line.extend(word.drain(..room));
-            }
-            lines.push(std::mem::replace(&mut line, indent.to_string()));
-            cols = lead;
-            fresh = true;
-        }
-    }
-    lines.push(line);
-    lines
+    let body = text.trim_start_matches(' ');
+    let lead = &text[..text.len() - body.len()];
+    let room = width.saturating_sub(lead.len().max(indent.chars().count()));
+    let lines = llm_workbook::report::wrap(body, room);
+    let starts = std::iter::once(lead).chain(std::iter::repeat(indent));
+    lines.into_iter().zip(starts).map(|(line, start)| format!("{start}{line}")).collect()
 }
 
 /// The progress table, the counts and the next exercise with its judge's message, every line at

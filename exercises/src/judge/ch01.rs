@@ -153,7 +153,15 @@ pub fn bce_from_logit(f: impl Fn(f64, f64) -> f64) -> Verdict {
     Ok(())
 }
 
-/// The gradient check of ℓ(w) = BCE(y, σ(wᵀx + b)) in w, for labels 0 and 1 and random w, x.
+/// The logits and labels of [`sample_gradient`]'s scale probe: ŷ in the far tails, where it
+/// rounds to 0 or 1. Left out: y = 1 with z > 0, where ŷ − y is itself the tail 1 − σ(z) and
+/// the formula (ŷ − y)·x rounds to 0 however ŷ is computed.
+const TAIL_POINTS: [(f64, f64); 6] =
+    [(-40.0, 0.0), (-40.0, 1.0), (40.0, 0.0), (-900.0, 0.0), (-900.0, 1.0), (900.0, 0.0)];
+
+/// The gradient check of ℓ(w) = BCE(y, σ(wᵀx + b)) in w, for labels 0 and 1 and random w, x;
+/// then (σ(z) − y)·x relatively at the logits of [`TAIL_POINTS`] (z = ±40, ±900), naming the
+/// three factors multiplied as written (∞·0 once ŷ rounds to 0 or 1) and ŷ as 1 − σ(−z).
 pub fn sample_gradient(
     f: impl Fn(&DVector<f64>, f64, &DVector<f64>, f64) -> Result<DVector<f64>>,
 ) -> Verdict {
@@ -178,8 +186,49 @@ pub fn sample_gradient(
         )
         .map_err(|m| format!("label y = {y}: {m}"))?;
     }
+    let (wv, xv) = (random(8, 4, 1), random(28, 4, 1));
+    let (wv, xv) =
+        (DVector::from_column_slice(wv.as_slice()), DVector::from_column_slice(xv.as_slice()));
+    for (z, y) in TAIL_POINTS {
+        let b = z - wv.dot(&xv);
+        let g =
+            super::attempt_ok_on(GRADIENT, "sample_gradient", &[("w", &wv), ("x", &xv)], || {
+                f(&wv, b, &xv, y)
+            })?;
+        let want = column(&(&xv * (book::sigmoid(z) - y)));
+        let literal = book::sample_gradient(&wv, b, &xv, y).map_err(|e| e.to_string())?;
+        let mistakes = [
+            (THREE_FACTORS, column(&literal)),
+            (ONE_MINUS, column(&(&xv * (1.0 - book::sigmoid(-z) - y)))),
+        ];
+        let what = format!("label y = {y}, z = wᵀx + b = {z}");
+        super::probe(super::Probe::Scale);
+        let yours = column(&g);
+        let name = format!("∂ℓ/∂w at {what}");
+        if let Err(m) = super::compare_relative(GRADIENT, &name, &yours, &want, 1e-9) {
+            // Matched relatively, as the tail is compared: 0 is not 4·10⁻¹⁸.
+            let same = |a: &DMatrix<f64>, b: &DMatrix<f64>| {
+                a.iter().zip(b.iter()).all(|(p, q)| {
+                    p == q || p.is_nan() && q.is_nan() || (p - q).abs() <= 1e-9 * q.abs()
+                })
+            };
+            return Err(match mistakes.iter().find(|(_, out)| same(&yours, out)) {
+                Some((mistake, _)) => super::known_slip(GRADIENT, &format!("{what}: {mistake}")),
+                None => m,
+            });
+        }
+    }
     Ok(())
 }
+
+/// The gradient's slip at large |z|: the chain of factors multiplied as written.
+const THREE_FACTORS: &str = "the three factors multiplied as written: once ŷ rounds to 0 or 1, \
+                             (ŷ − y)/(ŷ(1 − ŷ)) is ∞ and ŷ(1 − ŷ) is 0, so their product is NaN \
+                             — collapse them to (ŷ − y)·x";
+/// The gradient's slip in the left tail: ŷ = σ(z) as 1 − σ(−z).
+const ONE_MINUS: &str = "ŷ computed as 1 − σ(−z), which rounds to 0 once σ(−z) rounds to 1 \
+                         (z below −37), so the tail's (ŷ − y)·x is lost — compute \
+                         e^{z}/(1 + e^{z}) for z < 0";
 
 /// The gradient check of L = Σ g ⊙ z(X, w, b) in X, w and b, with random g.
 pub fn logits_backward<F>(f: F) -> Verdict

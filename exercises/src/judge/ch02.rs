@@ -78,9 +78,19 @@ pub fn softmax_rows_forward(f: impl Fn(&DMatrix<f64>) -> Result<DMatrix<f64>>) -
 
 use super::ROW_OFFSETS;
 
+/// The errors the cross-entropy exercises promise: empty logits, 2 targets for 3 rows, a
+/// target equal to K.
+fn target_errors<R>(exercise: &str, f: &impl Fn(&DMatrix<f64>, &[usize]) -> Result<R>) -> Verdict {
+    let z = random(25, 3, 4);
+    super::expect_err(CROSS, exercise, "empty logits (0×4)", || f(&DMatrix::zeros(0, 4), &[]))?;
+    super::expect_err(CROSS, exercise, "2 targets for 3 rows of logits", || f(&z, &[0, 1]))?;
+    let what = "a target equal to K = 4 (the classes are 0..K)";
+    super::expect_err(CROSS, exercise, what, || f(&z, &[0, 4, 1]))
+}
+
 /// ln 3 for uniform logits over 3 classes; the main crate's loss on random logits.
 pub fn cross_entropy_from_logits(f: impl Fn(&DMatrix<f64>, &[usize]) -> Result<f64>) -> Verdict {
-    super::not_applicable(&[super::Probe::Order, super::Probe::Errors]);
+    super::not_applicable(&[super::Probe::Order]);
     super::probe(super::Probe::Batch);
     super::probe(super::Probe::Named);
     let (zeros, targets) = (DMatrix::zeros(2, 3), [0, 2]);
@@ -141,15 +151,16 @@ pub fn cross_entropy_from_logits(f: impl Fn(&DMatrix<f64>, &[usize]) -> Result<f
             "use ln Σ e^{z_c} − z_t with the maximum subtracted (log-sum-exp), never ln ŷ",
         ));
     }
-    Ok(())
+    target_errors("cross_entropy_from_logits", &f)
 }
 
 /// The document's ŷ − y = (−0.9, 0.1, 0.1, 0.7) for ŷ = (0.1, 0.1, 0.1, 0.7), class 0 (here as
-/// logits ln ŷ); the gradient check of the mean cross-entropy on random logits.
+/// logits ln ŷ); the gradient check of the mean cross-entropy on random logits; (P − Y)/N on rows
+/// thousands apart and on logits of ±900 and more, naming a dropped or whole-matrix max shift.
 pub fn cross_entropy_from_logits_backward(
     f: impl Fn(&DMatrix<f64>, &[usize]) -> Result<DMatrix<f64>>,
 ) -> Verdict {
-    super::not_applicable(&[super::Probe::Order, super::Probe::Errors]);
+    super::not_applicable(&[super::Probe::Order]);
     super::probe(super::Probe::Batch);
     let run = |z: &DMatrix<f64>, t: &[usize]| {
         super::attempt_ok_on(
@@ -174,8 +185,37 @@ pub fn cross_entropy_from_logits_backward(
             (4.0, "a missing 1/N: L is the mean over the N = 4 rows"),
             (-1.0, "it is (P − Y)/N, not (Y − P)/N"),
         ],
-    )
+    )?;
+    // Scale: rows thousands apart, and logits of ±900 and more.
+    let t = [1, 0, 2, 1];
+    let probes = [
+        (format!("rows thousands apart (maxima near {ROW_OFFSETS:?})"), super::rows_apart(&z)),
+        (
+            format!("rows scaled by {LOGIT_SCALES:?}"),
+            super::rows_scaled(&random(24, 4, 3), &LOGIT_SCALES),
+        ),
+    ];
+    for (what, z) in probes {
+        let yours = run(&z, &t)?;
+        let want = book::cross_entropy_from_logits_backward(&z, &t).map_err(|e| e.to_string())?;
+        let n = t.len() as f64;
+        let onehot = DMatrix::from_fn(z.nrows(), z.ncols(), |r, c| f64::from(u8::from(t[r] == c)));
+        if let Some(mistake) = super::shift_mistake(&yours, &z, |p| (p - &onehot) / n) {
+            return Err(GRADIENT.fail(format!("∂L/∂Z for {what}: {mistake}")));
+        }
+        let name = format!("∂L/∂Z for {what}");
+        super::compare_with_floor(GRADIENT, &name, &yours, &want, 1e-9, SUBNORMAL, &[])?;
+    }
+    target_errors("cross_entropy_from_logits_backward", &f)
 }
+
+/// The factors [`cross_entropy_from_logits_backward`]'s scale probe multiplies rows by: logits
+/// of ±900 and more, rows thousands apart.
+const LOGIT_SCALES: [f64; 4] = [900.0, -900.0, 1.0, 2500.0];
+
+/// Entries below this are compared against it, not relatively: a subnormal number (below
+/// 2.2·10⁻³⁰⁸) has too few digits for two right formulas to agree on.
+const SUBNORMAL: f64 = 1e-290;
 
 /// The gradient check of L = Σ G ⊙ softmax(Z) in Z, through your backward at Y = softmax(Z).
 pub fn softmax_rows_backward(

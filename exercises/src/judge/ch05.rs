@@ -1,6 +1,6 @@
 //! Judges of chapter 5's exercises.
 
-use super::{Section, Verdict, attempt, attempt_ok, close, compare, random};
+use super::{Section, Verdict, attempt, attempt_ok, compare, random};
 use llm_workbook::Result;
 use llm_workbook::ch05_positions as book;
 use nalgebra::DMatrix;
@@ -8,7 +8,35 @@ use nalgebra::DMatrix;
 const FORMULA: Section = Section { chapter: "ch05_positions", anchor: "the-formula" };
 const WHY: Section = Section { chapter: "ch05_positions", anchor: "why-attention-needs-positions" };
 
-/// ω₀ = 1 for every d; ω₁ = 0.01 for d = 4; the main crate's ωᵢ for d = 8, 16, 512.
+/// The base of the encoding's geometric ladder of frequencies, ωᵢ = 1/BASE^(2i/d).
+const BASE: f64 = 10_000.0;
+
+/// The slips of ωᵢ = 1/10000^(2i/d), each as a function of (i, d), named as the message names
+/// them.
+type FrequencySlip = (&'static str, fn(usize, usize) -> f64);
+
+/// The classic slips of ωᵢ, tried in this order on every (i, d) the judge asks for.
+const FREQUENCY_SLIPS: [FrequencySlip; 5] = [
+    (
+        "2i/d computed in integers, so it rounds down to 0 and every ω is 1: convert i and d to \
+      f64 before dividing",
+        |i, d| BASE.powf(-((2 * i / d) as f64)),
+    ),
+    ("the exponent i/d, the column index's reading: pair i's exponent is 2i/d", |i, d| {
+        BASE.powf(-(i as f64) / d as f64)
+    }),
+    (
+        "10000^(2i/d) without the reciprocal: ω falls from 1 as i grows, it is 1/10000^(2i/d)",
+        |i, d| BASE.powf(2.0 * i as f64 / d as f64),
+    ),
+    ("the exponent 2i/d applied to e, not to 10000", |i, d| (-2.0 * i as f64 / d as f64).exp()),
+    ("a period, not an angular frequency: 2π/10000^(2i/d) has a 2π too many", |i, d| {
+        std::f64::consts::TAU * BASE.powf(-2.0 * i as f64 / d as f64)
+    }),
+];
+
+/// ω₀ = 1 for every d; ω₁ = 0.01 for d = 4; the main crate's ωᵢ for d = 8, 16, 512 (relatively:
+/// ω₂₅₅ for d = 512 is about 1.04·10⁻⁴); the slips of [`FREQUENCY_SLIPS`] named.
 pub fn frequency(f: impl Fn(usize, usize) -> f64) -> Verdict {
     super::not_applicable(&[
         super::Probe::Scale,
@@ -16,21 +44,31 @@ pub fn frequency(f: impl Fn(usize, usize) -> f64) -> Verdict {
         super::Probe::Order,
         super::Probe::Errors,
     ]);
-    for (i, d) in [(0, 4), (1, 4), (2, 8), (3, 8), (5, 16), (100, 512), (255, 512)] {
-        let v = attempt(FORMULA, "frequency", || f(i, d))?;
+    super::probe(super::Probe::Named);
+    let asked = [(0, 4), (1, 4), (2, 8), (3, 8), (5, 16), (100, 512), (255, 512)];
+    let mut yours = Vec::with_capacity(asked.len());
+    for (i, d) in asked {
+        yours.push(attempt(FORMULA, "frequency", || f(i, d))?);
+    }
+    let agrees = |slip: fn(usize, usize) -> f64| {
+        asked.iter().zip(&yours).all(|(&(i, d), &v)| close_relative(v, slip(i, d)))
+    };
+    for ((i, d), v) in asked.into_iter().zip(yours.iter().copied()) {
         let want = book::frequency(i, d);
-        if !close(v, want, 1e-12) {
-            let hint = if close(v, 1.0 / 10_000f64.powf(i as f64 / d as f64), 1e-12) {
-                " — that is 1/10000^(i/d): pair i's exponent is 2i/d"
-            } else {
-                ""
-            };
-            return Err(
-                FORMULA.fail(format!("ω_{i} for d = {d}: yours {v}, expected {want}{hint}"))
-            );
+        if !close_relative(v, want) {
+            let wrong = format!("ω_{i} for d = {d}: {}", super::yours_expected(v, want));
+            return Err(match FREQUENCY_SLIPS.iter().find(|(_, slip)| agrees(*slip)) {
+                Some((slip, _)) => super::known_slip(FORMULA, &format!("{wrong}; {slip}")),
+                None => FORMULA.fail(wrong),
+            });
         }
     }
     Ok(())
+}
+
+/// |a − b| ≤ 10⁻¹² |b|: ω is compared relatively (the last pairs' ω are near 10⁻⁴).
+fn close_relative(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-12 * b.abs()
 }
 
 /// The chapter's rows for d = 4: PE(1) = (0.84147, 0.54030, 0.01000, 0.99995),
@@ -40,11 +78,7 @@ pub fn sinusoidal(f: impl Fn(usize, usize) -> Result<DMatrix<f64>>) -> Verdict {
     super::not_applicable(&[super::Probe::Scale, super::Probe::Order]);
     super::probe(super::Probe::Batch);
     let pe = attempt_ok(FORMULA, "sinusoidal", || f(3, 4))?;
-    if pe.shape() != (3, 4) {
-        return Err(
-            FORMULA.fail(format!("sinusoidal(3, 4) should be 3×4; yours is {:?}", pe.shape()))
-        );
-    }
+    super::expect_shape(FORMULA, "sinusoidal(3, 4)", &pe, (3, 4), "positions × columns")?;
     let row = |r: usize, d: usize| -> Vec<String> {
         (0..4).map(|c| format!("{:.d$}", pe[(r, c)])).collect()
     };

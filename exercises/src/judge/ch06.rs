@@ -22,13 +22,8 @@ pub fn causal_mask(f: impl Fn(usize, usize) -> Result<DMatrix<f64>>) -> Verdict 
     super::probe(super::Probe::Named);
     for (tq, tk) in [(4, 4), (2, 5), (1, 3)] {
         let m = attempt_ok(SDPA, "causal_mask", || f(tq, tk))?;
-        if m.shape() != (tq, tk) {
-            return Err(SDPA.fail(format!(
-                "causal_mask({tq}, {tk}) should be {tq}×{tk} (queries × keys); yours is {}×{}",
-                m.nrows(),
-                m.ncols()
-            )));
-        }
+        let name = format!("causal_mask({tq}, {tk})");
+        super::expect_shape(SDPA, &name, &m, (tq, tk), "queries × keys")?;
         for i in 0..tq {
             for j in 0..tk {
                 let visible = j <= i + tk - tq;
@@ -263,22 +258,31 @@ pub fn layer_norm_forward(
     compare(NORM, "LayerNorm(X)", &y, &want, 1e-9, &[])?;
     // Scale: every row shifted by 10⁸. The mean absorbs the shift, so the answer is LayerNorm(X)
     // again, to the 10⁻⁸ that rounding X + 10⁸ costs.
-    super::probe(super::Probe::Scale);
-    let shifted = x.map(|v| v + 1e8);
+    let shifted = super::shifted_far(&x);
     let y = super::attempt_ok_on(
         NORM,
         "layer_norm_forward",
         &[("x", &shifted), ("γ", &gamma), ("β", &beta)],
         || f(&shifted, &gamma, &beta, 1e-6),
     )?;
-    compare(NORM, "LayerNorm(X + 10⁸)", &y, &want, 1e-5, &[]).map_err(|m| {
-        let first = m.lines().next().unwrap_or_default();
-        NORM.fail_hint(
-            format!("rows shifted by 10⁸ should normalise to the same values: {first}"),
-            "the shift cancels in x − μ, but not in E[x²] − μ²: at 10⁸ both terms are near 10¹⁶ \
-             and their difference is lost to rounding — take σ² as the mean of (x − μ)²",
-        )
-    })
+    compare(NORM, "LayerNorm(X + 10⁸)", &y, &want, SHIFTED_TOLERANCE, &[])
+        .map_err(|m| far_shift_failure("normalise to the same values", &m))
+}
+
+/// How close an answer on rows shifted by [`super::FAR_SHIFT`] must come to the unshifted one:
+/// rounding X + 10⁸ moves x − μ by about 10⁻⁸, and E[x²] − μ² misses σ² by about 1.
+const SHIFTED_TOLERANCE: f64 = 1e-5;
+
+/// The failure of a LayerNorm answer that is right on X and wrong on X + 10⁸ (`what` it should
+/// do there, `m` the comparison's message): the variance computed as E[x²] − μ².
+fn far_shift_failure(what: &str, m: &str) -> String {
+    let first = m.lines().next().unwrap_or_default();
+    NORM.fail_hint(
+        format!("rows shifted by 10⁸ should {what}: {first}"),
+        "yours is right on the same rows unshifted, so rounding is at fault: the shift cancels \
+         in x − μ, but not in E[x²] − μ² (both terms near 10¹⁶, their difference lost) — take σ² \
+         as the mean of (x − μ)²",
+    )
 }
 
 /// The gradient check of L = Σ G ⊙ LayerNorm(X) in X, γ and β.
@@ -321,7 +325,24 @@ pub fn layer_norm_backward(
         } else {
             m
         }
-    })
+    })?;
+    // Scale: the same rows shifted by 10⁸ have the same gradients (LayerNorm ignores a shift).
+    let shifted = super::shifted_far(&x);
+    let far = super::attempt_ok_on(
+        NORM,
+        "layer_norm_backward",
+        &[("x", &shifted), ("γ", &gamma), ("d_y", &g)],
+        || f(&shifted, &gamma, &g, 1e-5),
+    )?;
+    let want = solution::layer_norm_backward(&x, &gamma, &g, 1e-5).map_err(|e| e.to_string())?;
+    let names = ["∂L/∂X at X + 10⁸", "∂L/∂γ at X + 10⁸", "∂L/∂β at X + 10⁸"];
+    for ((name, yours), want) in
+        names.iter().zip([&far.0, &far.1, &far.2]).zip([&want.0, &want.1, &want.2])
+    {
+        compare(NORM, name, yours, want, SHIFTED_TOLERANCE, &[])
+            .map_err(|m| far_shift_failure("have the same gradients", &m))?;
+    }
+    Ok(())
 }
 
 /// Three heads of width 2 from a 3×6 matrix: head h is columns 2h, 2h + 1; an error for 4 heads.

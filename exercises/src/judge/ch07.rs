@@ -21,13 +21,8 @@ pub fn padding_mask(f: impl Fn(&[usize], usize, usize) -> Result<DMatrix<f64>>) 
     super::probe(super::Probe::Named);
     let lengths = [2, 3, 1];
     let m = attempt_ok(PADDING, "padding_mask", || f(&lengths, 2, 3))?;
-    if m.shape() != (6, 3) {
-        return Err(PADDING.fail(format!(
-            "3 sequences × T_q = 2 rows and T_k = 3 columns: 6×3; yours is {}×{}",
-            m.nrows(),
-            m.ncols()
-        )));
-    }
+    let meaning = "3 sequences × T_q = 2 rows, T_k = 3 columns";
+    super::expect_shape(PADDING, "padding_mask([2, 3, 1], 2, 3)", &m, (6, 3), meaning)?;
     super::batch_probe(super::BatchInput { sequences: 3, t_q: 2, t_k: 3, width: 3 });
     let book_mask = |l: &[usize]| llm_workbook::ch06_attention::padding_mask::<f64>(l, 2, 3);
     let want = book_mask(&lengths).map_err(|e| e.to_string())?;
@@ -154,7 +149,7 @@ where
     }
     compare(CROSS, "cross-attention output", &out, &want, 1e-9, &[])?;
     // Large scores: the decoder's rows scaled so that q·k/√d_k reaches the hundreds.
-    let big_y = super::rows_scaled(&y, &[1.0, 900.0, -700.0]);
+    let big_y = super::rows_scaled(&y, &QUERY_GAINS);
     let out = super::attempt_ok_on(
         CROSS,
         "cross_attention_forward",
@@ -165,14 +160,42 @@ where
         book::cross_attention_forward(&big_y, &yb, &e, &eb, &w).map_err(|x| x.to_string())?;
     if out.iter().any(|v| !v.is_finite()) {
         return Err(CROSS.fail(format!(
-            "y's rows scaled by (1, 900, −700): your output has NaN or ∞ — {}",
+            "y's rows scaled by {QUERY_GAINS:?}: your output has NaN or ∞ — {}",
             super::NO_SHIFT
         )));
     }
     compare(CROSS, "cross-attention output with large scores", &out, &want, 1e-9, &[])
 }
 
-/// The gradient check of L = Σ G ⊙ out in Y, E and all eight weights and biases.
+/// What the cross-attention judges multiply the decoder's rows by for their scale probes: row 0
+/// of each sequence keeps scores of a few units, rows 1 and 2 reach scores in the hundreds to
+/// thousands, of both signs.
+const QUERY_GAINS: [f64; 3] = [1.0, 900.0, -700.0];
+
+/// The rows of ∂L/∂Y that a softmax with `shift` leaves NaN or ∞ in cross-attention on `y`: the
+/// query rows whose weights, in some head, overflow (no shift) or come out 0/0 (a row far below
+/// one maximum for the whole matrix). Each row of ∂L/∂Y depends on its own weights only.
+fn overflowing_rows(
+    y: &DMatrix<f64>,
+    (yb, e, eb): (&Batch, &DMatrix<f64>, &Batch),
+    w: &MultiHead<f64>,
+    shift: super::Shift,
+) -> Result<std::collections::BTreeSet<usize>> {
+    use llm_workbook::ch06_attention::{attention_scores, split_heads};
+    let (_, cache) = book::cross_attention_forward(y, yb, e, eb, w)?;
+    let (qs, ks) = (split_heads(&cache.q, w.heads)?, split_heads(&cache.k, w.heads)?);
+    let mut rows = std::collections::BTreeSet::new();
+    for (q, k) in qs.iter().zip(&ks) {
+        let scores = attention_scores(q, k, &cache.spec)?;
+        rows.extend(super::non_finite_rows(&super::softmax_rows_shifted(&scores, shift)));
+    }
+    Ok(rows)
+}
+
+/// The gradient check of L = Σ G ⊙ out in Y, E and all eight weights and biases; then the ten
+/// gradients against the main crate's with y's rows scaled by [`QUERY_GAINS`] (scores in the
+/// hundreds to thousands), naming a dropped or whole-matrix max shift by the rows of ∂L/∂Y it
+/// leaves NaN.
 pub fn cross_attention_backward(
     f: impl Fn(
         &DMatrix<f64>,
@@ -249,7 +272,51 @@ pub fn cross_attention_backward(
         } else {
             m
         }
-    })
+    })?;
+    // Scale: scores in the hundreds to thousands.
+    let big_y = super::rows_scaled(&y, &QUERY_GAINS);
+    let d = super::attempt_ok_on(
+        BACKWARD,
+        "cross_attention_backward",
+        &[("y", &big_y), ("y_batch", &yb), ("e", &e), ("e_batch", &eb), ("w", &w), ("d_out", &g)],
+        || f(&big_y, &yb, &e, &eb, &w, &g),
+    )?;
+    let want = reference(&big_y, &e)?;
+    let what = format!("y's rows scaled by {QUERY_GAINS:?}");
+    if super::first_overflow(&d.d_x_q, &want.d_x_q).is_some() {
+        let yours = super::non_finite_rows(&d.d_x_q);
+        let rows = |shift| overflowing_rows(&big_y, (&yb, &e, &eb), &w, shift);
+        let (none, whole) = (rows(super::Shift::None), rows(super::Shift::Whole));
+        let (none, whole) = (none.map_err(|x| x.to_string())?, whole.map_err(|x| x.to_string())?);
+        let slip = super::shift_slip(|shift| {
+            yours == if shift == super::Shift::None { none.clone() } else { whole.clone() }
+        });
+        if let Some(slip) = slip {
+            return Err(BACKWARD.fail(format!(
+                "{what}: ∂L/∂Y is NaN or ∞ in rows {yours:?}, where the scores overflow — {slip}"
+            )));
+        }
+    }
+    let pairs = [
+        ("∂L/∂Y", &d.d_x_q, &want.d_x_q),
+        ("∂L/∂E", &d.d_x_kv, &want.d_x_kv),
+        ("∂L/∂W_Q", &d.d_w_q, &want.d_w_q),
+        ("∂L/∂b_Q", &d.d_b_q, &want.d_b_q),
+        ("∂L/∂W_K", &d.d_w_k, &want.d_w_k),
+        ("∂L/∂b_K", &d.d_b_k, &want.d_b_k),
+        ("∂L/∂W_V", &d.d_w_v, &want.d_w_v),
+        ("∂L/∂b_V", &d.d_b_v, &want.d_b_v),
+        ("∂L/∂W_O", &d.d_w_o, &want.d_w_o),
+        ("∂L/∂b_O", &d.d_b_o, &want.d_b_o),
+    ];
+    // Entries a million times below the largest gradient are compared against it (∂L/∂b_K is
+    // rounding noise around 0).
+    let floor = pairs.iter().map(|(_, _, want)| want.amax()).fold(0.0, f64::max) * GRADIENT_FLOOR;
+    for (name, yours, want) in pairs {
+        let name = format!("{name} with {what}");
+        super::compare_with_floor(BACKWARD, &name, yours, want, GRADIENT_TOLERANCE, floor, &[])?;
+    }
+    Ok(())
 }
 
 /// A decoder block's 26 tensors, named, in the order its backward pass reaches them.
@@ -521,15 +588,14 @@ pub fn loss_and_gradients(
             want.grads.decoder.len()
         )));
     }
-    if let Some(i) = (0..mine.len()).find(|&i| mine[i].shape() != theirs[i].shape()) {
-        return Err(BACKWARD.fail(format!(
-            "∂L/∂{} should have its tensor's shape {}×{}; yours is {}×{}",
-            names[i],
-            theirs[i].nrows(),
-            theirs[i].ncols(),
-            mine[i].nrows(),
-            mine[i].ncols()
-        )));
+    for ((name, yours), want) in names.iter().zip(&mine).zip(&theirs) {
+        super::expect_shape(
+            BACKWARD,
+            &format!("∂L/∂{name}"),
+            yours,
+            want.shape(),
+            "its tensor's shape",
+        )?;
     }
     let as_yours: Vec<DMatrix<f64>> = mine.iter().map(|t| (*t).clone()).collect();
     if model.with_tensors(&as_yours).map_err(|e| e.to_string())? != yours.grads {
@@ -590,14 +656,32 @@ pub fn loss_and_gradients(
             return Err(super::known_slip(section, slip));
         }
     }
+    compare_model(&model, &yours, &want, n_real, "")?;
+    large_logits(&f, &model, (&source, &target_in, &labels))?;
+    model_errors(&f, &model, (&source, &target_in, &labels))
+}
+
+/// The loss and then every gradient of `yours` against `want` for `model`, in the order the
+/// backward pass reaches them (W_out and b_out, the decoder layers last first, the target
+/// embedding, the encoder layers last first, the source one), each relatively to
+/// [`GRADIENT_TOLERANCE`] with the model's largest gradient times [`GRADIENT_FLOOR`] as floor;
+/// `what` says what the probe changed ("" for none).
+fn compare_model(
+    model: &EncoderDecoder<f64>,
+    yours: &Gradients<f64>,
+    want: &Gradients<f64>,
+    n_real: usize,
+    what: &str,
+) -> Verdict {
     if !(yours.loss.is_finite() && super::close(yours.loss, want.loss, 1e-9)) {
         return Err(LOSS.fail(format!(
-            "the loss (mean cross-entropy over the {n_real} real target positions): {}",
+            "the loss (mean cross-entropy over the {n_real} real target positions){what}: {}",
             super::yours_expected(yours.loss, want.loss)
         )));
     }
-    // The tensors in the order the backward pass reaches them: W_out and b_out, the decoder
-    // layers last first, the target embedding, the encoder layers last first, the source one.
+    let names = model_tensor_names(model);
+    let (mine, theirs) = (yours.grads.tensors(), want.grads.tensors());
+    let floor = theirs.iter().map(|t| t.amax()).fold(0.0, f64::max) * GRADIENT_FLOOR;
     let per_enc = book::block_tensors(&model.encoder[0]).len();
     let per_dec = model.decoder[0].tensors().len();
     let dec_start = 2 + model.encoder.len() * per_enc;
@@ -613,7 +697,7 @@ pub fn loss_and_gradients(
     for i in order {
         super::compare_with_floor(
             BACKWARD,
-            &format!("∂L/∂{}", names[i]),
+            &format!("∂L/∂{}{what}", names[i]),
             mine[i],
             theirs[i],
             GRADIENT_TOLERANCE,
@@ -622,7 +706,68 @@ pub fn loss_and_gradients(
         )
         .map_err(|m| note(m, model_hint(&names[i])))?;
     }
-    model_errors(&f, &model, (&source, &target_in, &labels))
+    Ok(())
+}
+
+/// What the scale probe multiplies W_out and b_out by: logits in the hundreds to thousands, rows
+/// far apart, where e^{z} overflows without the max shift.
+const LOGIT_GAIN: f64 = 1000.0;
+
+/// The scale probe of `loss_and_gradients`: the model with W_out and b_out multiplied by
+/// [`LOGIT_GAIN`], against the main crate's, naming a dropped or whole-matrix max shift in the
+/// loss's softmax by the loss it gives.
+fn large_logits(
+    f: LossAndGradients,
+    model: &EncoderDecoder<f64>,
+    (source, target_in, labels): TeacherForced,
+) -> Verdict {
+    super::probe(super::Probe::Scale);
+    let mut tensors: Vec<DMatrix<f64>> = model.tensors().iter().map(|t| (*t).clone()).collect();
+    let n = tensors.len();
+    for t in &mut tensors[n - 2..] {
+        *t *= LOGIT_GAIN;
+    }
+    let big = model.with_tensors(&tensors).map_err(|e| e.to_string())?;
+    let (logits, _) = big.forward(source, target_in).map_err(|e| e.to_string())?;
+    let top = logits.amax();
+    let what = format!(" with W_out and b_out × {LOGIT_GAIN} (logits up to {top:.0})");
+    let yours = super::attempt_on(BACKWARD, "loss_and_gradients", &[("model", &big)], || {
+        f(&big, source, target_in, labels)
+    })?;
+    let yours = match yours {
+        Ok(yours) => yours,
+        // The main crate's pieces refuse a NaN: on this valid input only an overflowed softmax
+        // makes one.
+        Err(e) if e.to_string().contains("non-finite") => {
+            return Err(LOSS.fail(format!(
+                "your pass{what} stopped on a NaN or ∞ ({e}); the right loss and gradients are \
+                 finite: {}; or {}",
+                super::NO_SHIFT,
+                super::WHOLE_MAX
+            )));
+        }
+        Err(e) => {
+            return Err(BACKWARD.fail(format!(
+                "your `loss_and_gradients` returned an error on valid input{what}: {e}"
+            )));
+        }
+    };
+    let want = big.loss_and_gradients(source, target_in, labels).map_err(|e| e.to_string())?;
+    let t_t = logits.nrows() / source.len();
+    let real: Vec<(usize, usize)> =
+        (0..logits.nrows()).filter_map(|r| labels[r / t_t].get(r % t_t).map(|&l| (r, l))).collect();
+    if !yours.loss.is_finite() {
+        // The loss a softmax with `shift` gives: the mean of −ln p over the real positions.
+        let loss_with = |shift| {
+            let p = super::softmax_rows_shifted(&logits, shift);
+            real.iter().map(|&(r, l)| -p[(r, l)].ln()).sum::<f64>() / real.len() as f64
+        };
+        let slip = super::shift_slip(|shift| super::same_value(yours.loss, loss_with(shift), 1e-9));
+        if let Some(slip) = slip {
+            return Err(LOSS.fail(format!("the loss{what} is {}: {slip}", yours.loss)));
+        }
+    }
+    compare_model(&big, &yours, &want, real.len(), &what)
 }
 
 /// The relative tolerance of the whole model's gradients: a correct answer that sums in another
@@ -632,17 +777,20 @@ const GRADIENT_TOLERANCE: f64 = 1e-6;
 /// fraction instead of themselves (b_K's gradient is rounding noise around 0).
 const GRADIENT_FLOOR: f64 = 1e-6;
 
+/// An answer to `loss_and_gradients`, as the judge's helpers take it.
+type LossAndGradients<'a> = &'a dyn Fn(
+    &EncoderDecoder<f64>,
+    &[Vec<usize>],
+    &[Vec<usize>],
+    &[Vec<usize>],
+) -> Result<Gradients<f64>>;
+
 /// A teacher-forced batch: the source sequences, the decoder inputs and their labels.
 type TeacherForced<'a> = (&'a [Vec<usize>], &'a [Vec<usize>], &'a [Vec<usize>]);
 
 /// The errors `loss_and_gradients`'s doc promises.
 fn model_errors(
-    f: &impl Fn(
-        &EncoderDecoder<f64>,
-        &[Vec<usize>],
-        &[Vec<usize>],
-        &[Vec<usize>],
-    ) -> Result<Gradients<f64>>,
+    f: LossAndGradients,
     model: &EncoderDecoder<f64>,
     (source, target_in, labels): TeacherForced,
 ) -> Verdict {

@@ -352,13 +352,9 @@ where
         let (qt, kt, vt) = (row(&q, t), row(&k, t), row(&v, t));
         super::passing(&cache_passed(&keys, &values, &qt, &kt, &vt));
         let out = attempt_ok(CACHE, name, || f(&mut keys, &mut values, t, &qt, &kt, &vt))?;
-        if keys.shape() != (n_ctx, d) || values.shape() != (n_ctx, d) {
-            return Err(CACHE.fail(format!(
-                "step {t}: the cache must stay {n_ctx}×{d} (n_ctx rows, written in place); yours \
-                 is now {}×{}",
-                keys.nrows(),
-                keys.ncols()
-            )));
+        for (name, m) in [("keys", &keys), ("values", &values)] {
+            let name = format!("after step {t}, the cache's {name}");
+            super::expect_shape(CACHE, &name, m, (n_ctx, d), "n_ctx rows, written in place")?;
         }
         if row(&keys, t) != kt || row(&values, t) != vt {
             return Err(CACHE.fail(format!(

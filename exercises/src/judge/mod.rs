@@ -18,6 +18,7 @@ pub mod ch07;
 pub mod ch08;
 pub mod ch09;
 pub mod ch10;
+pub mod ch11;
 
 use llm_workbook::gradcheck::{self, Config};
 use nalgebra::DMatrix;
@@ -279,6 +280,26 @@ pub fn attempt_ok_on<R, E: Display>(
     attempt_ok(sec, exercise, f)
 }
 
+/// The widest line a judge target prints, in terminal columns.
+pub const WIDTH: usize = 100;
+
+/// `message` as a judge target prints it: each of its lines broken by the main crate's
+/// [`llm_workbook::report::wrap`] into lines of at most [`WIDTH`] columns, a continuation
+/// indented two columns past its own line's indent.
+pub fn printed(message: &str) -> String {
+    let mut out = Vec::new();
+    for line in message.lines() {
+        let body = line.trim_start_matches(' ');
+        let indent = &line[..line.len() - body.len()];
+        let parts = llm_workbook::report::wrap(body, WIDTH.saturating_sub(indent.len() + 2));
+        for (i, part) in parts.into_iter().enumerate() {
+            let more = if i == 0 { "" } else { "  " };
+            out.push(format!("{indent}{more}{part}"));
+        }
+    }
+    out.join("\n")
+}
+
 /// A judge's verdict: `Ok(())` when the answer is right, otherwise the message for the reader.
 pub type Verdict = Result<(), String>;
 
@@ -510,15 +531,54 @@ pub fn shift_mistake(
     yours: &DMatrix<f64>,
     scores: &DMatrix<f64>,
     then: impl Fn(&DMatrix<f64>) -> DMatrix<f64>,
-) -> Option<&'static str> {
-    let mistakes = [
-        (NO_SHIFT, then(&softmax_rows_shifted(scores, Shift::None))),
-        (WHOLE_MAX, then(&softmax_rows_shifted(scores, Shift::Whole))),
-    ];
+) -> Option<String> {
     if yours.iter().all(|v| v.is_finite()) {
         return None;
     }
-    named(yours, &mistakes, 1e-9).map(|n| if n == NO_SHIFT { NO_SHIFT } else { WHOLE_MAX })
+    shift_slip(|shift| {
+        let mistake = [("", then(&softmax_rows_shifted(scores, shift)))];
+        named(yours, &mistake, 1e-9).is_some()
+    })
+}
+
+/// The misplaced softmax shift that explains an answer, given `matches(shift)`: whether yours is
+/// what a softmax with `shift` gives on the judge's input. [`NO_SHIFT`] or [`WHOLE_MAX`], or both
+/// (joined by "or") where both explain it, as when both leave every entry NaN. Records the
+/// [`Probe::Named`] probe.
+pub fn shift_slip(matches: impl Fn(Shift) -> bool) -> Option<String> {
+    probe(Probe::Named);
+    match (matches(Shift::None), matches(Shift::Whole)) {
+        (true, true) => Some(format!("{NO_SHIFT}; or {WHOLE_MAX}")),
+        (true, false) => Some(NO_SHIFT.to_string()),
+        (false, true) => Some(WHOLE_MAX.to_string()),
+        (false, false) => None,
+    }
+}
+
+/// The rows of `m` that hold a NaN or an infinity.
+pub fn non_finite_rows(m: &DMatrix<f64>) -> BTreeSet<usize> {
+    (0..m.nrows()).filter(|&r| m.row(r).iter().any(|v| !v.is_finite())).collect()
+}
+
+/// The entry at which `yours` is first NaN or ∞ (row by row) where `want` is finite, if any.
+pub fn first_overflow(yours: &DMatrix<f64>, want: &DMatrix<f64>) -> Option<(usize, usize)> {
+    if yours.shape() != want.shape() {
+        return None;
+    }
+    (0..want.nrows())
+        .flat_map(|r| (0..want.ncols()).map(move |c| (r, c)))
+        .find(|&(r, c)| !yours[(r, c)].is_finite() && want[(r, c)].is_finite())
+}
+
+/// The shift [`shifted_far`] adds to every entry: 10⁸, where E[x²] − μ² loses every digit of σ²
+/// (x² is near 10¹⁶, whose last place is worth 2) while x − μ is still exact to about 10⁻⁸.
+pub const FAR_SHIFT: f64 = 1e8;
+
+/// A copy of `m` with [`FAR_SHIFT`] added to every entry (a [`Probe::Scale`] probe of a function
+/// that subtracts each row's mean, so that its answer should not change).
+pub fn shifted_far(m: &DMatrix<f64>) -> DMatrix<f64> {
+    probe(Probe::Scale);
+    m.add_scalar(FAR_SHIFT)
 }
 
 /// Whether `a` and `b` agree to `tol`, relatively where they are large.
@@ -626,6 +686,33 @@ pub fn yours_expected(yours: f64, want: f64) -> String {
     format!("yours {a}, expected {b} (difference {:.3e})", yours - want)
 }
 
+/// The sentence for a matrix of the wrong shape: `name` (e.g. `"causal_mask(4, 4)"`) should be
+/// `rows×cols` — what that shape is (`meaning`, e.g. `"queries × keys"`, or `""`) — and yours is
+/// `m`'s. `None` when `m` has that shape.
+pub fn shape_mismatch(
+    name: &str,
+    m: &DMatrix<f64>,
+    (rows, cols): (usize, usize),
+    meaning: &str,
+) -> Option<String> {
+    if m.shape() == (rows, cols) {
+        return None;
+    }
+    let meaning = if meaning.is_empty() { String::new() } else { format!(" ({meaning})") };
+    Some(format!("{name} should be {rows}×{cols}{meaning}; yours is {}", m.shape_text()))
+}
+
+/// The shape check of a judge: the failure of [`shape_mismatch`] with the section's hint.
+pub fn expect_shape(
+    sec: Section,
+    name: &str,
+    m: &DMatrix<f64>,
+    shape: (usize, usize),
+    meaning: &str,
+) -> Verdict {
+    shape_mismatch(name, m, shape, meaning).map_or(Ok(()), |msg| Err(sec.fail(msg)))
+}
+
 /// Compares `yours` (named `name`, e.g. `"softmax(Z)"`) with `want` entry by entry: the shape,
 /// then the first wrong entry (row by row), then a [`diagnose`]d slip if one explains it. An
 /// entry is wrong when |yours − want| > tol · max(1, |want|).
@@ -666,14 +753,7 @@ pub fn compare_with_floor(
 ) -> Verdict {
     // [`diagnose`] names the transpose, the sign, a path left at zero and a constant factor.
     probe(Probe::Named);
-    if yours.shape() != want.shape() {
-        let mut msg = format!(
-            "{name} should be {}×{} but yours is {}×{}",
-            want.nrows(),
-            want.ncols(),
-            yours.nrows(),
-            yours.ncols()
-        );
+    if let Some(mut msg) = shape_mismatch(name, yours, want.shape(), "") {
         if let Some(d) = diagnose(yours, want, factors) {
             msg = format!("{msg}; {d}");
         }
@@ -903,15 +983,9 @@ pub fn gradient_check(
     probe(Probe::Named);
     let config = Config { tolerance: 1e-5, floor: 1e-3, ..Config::default() };
     for (i, ((name, m), a)) in inputs.iter().zip(analytic).enumerate() {
-        if a.shape() != m.shape() {
+        let meaning = format!("{name}'s shape");
+        if let Some(mut msg) = shape_mismatch(&format!("∂L/∂{name}"), a, m.shape(), &meaning) {
             let numeric = numeric_gradient(inputs, i, &mut loss);
-            let mut msg = format!(
-                "∂L/∂{name} should have {name}'s shape {}×{} but yours is {}×{}",
-                m.nrows(),
-                m.ncols(),
-                a.nrows(),
-                a.ncols()
-            );
             if let Some(d) = diagnose(a, &numeric, factors) {
                 msg = format!("{msg}; {d}");
             }

@@ -1,0 +1,501 @@
+//! What the book shows about chapter 11: the worked-number table (no source document, so no
+//! errata), the walk-through (the formats, one number in each, the rounding rules, the tricks,
+//! the sums and the steps) and the two measured figures, which are the same on every machine
+//! (IEEE arithmetic, fixed seeds).
+
+use super::format::{
+    BF16, F16, F32, F64, FORMATS, Format, bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16, pow2,
+};
+use super::steps::{Difference, best_step, checker_step, step_errors, sweep};
+use super::summation::{METHODS, kahan_sum, naive_sum, summation_errors};
+use super::tricks::{
+    bce_through_probability, log_sum_exp_unshifted, one_minus_sigmoid, overflow_threshold,
+    relative_error, softmax_unshifted,
+};
+use crate::ch01_logistic::{bce_from_logit, sigmoid};
+use crate::ch02_softmax::{log_sum_exp, softmax};
+use crate::errata::Erratum;
+use crate::error::Result;
+use crate::plot::{Figure, LineChart, LogAxes, Series};
+use crate::report::{Chapter, Walk, Worked};
+use crate::sources::THIS_CRATE;
+use nalgebra::DVector;
+use std::path::{Path, PathBuf};
+
+/// No source document, so no errata.
+pub const ERRATA: &[Erratum] = &[];
+
+/// The logits of the overflow example: e^{1000} is beyond every format.
+pub const BIG_LOGITS: [f64; 3] = [1000.0, 999.0, 998.0];
+
+/// The logit of the cancellation example: σ(40) rounds to 1 in f64.
+pub const BIG_LOGIT: f64 = 40.0;
+
+/// The summation example's length (2^{20} values) and seed; the figure's lengths are 2^4 … 2^22.
+pub const SUM_TERMS: usize = 1 << 20;
+/// The seed of every measured sum (trial t uses seed + t).
+pub const SUM_SEED: u64 = 11;
+/// Draws averaged (root mean square) per length in the figure and the table.
+pub const SUM_TRIALS: usize = 4;
+
+/// Adds `n` ones in f32 left to right and by Kahan's method, without storing them.
+pub fn sum_of_ones(n: usize) -> (f32, f32) {
+    let ones = || std::iter::repeat_n(1.0f32, n);
+    (naive_sum(ones()), kahan_sum(ones()))
+}
+
+/// A value as Rust's shortest round-trip scientific form (`2.220446049250313e-16`).
+fn sci(x: f64) -> String {
+    format!("{x:e}")
+}
+
+/// A number as the walk prints it: 0, plain decimals from 10⁻⁴ to 10⁶, else scientific.
+fn readable(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() || (1e-4..1e6).contains(&x.abs()) {
+        format!("{x}")
+    } else {
+        format!("{x:e}")
+    }
+}
+
+/// The measured relative error of a quotient at one step.
+fn error_at<T: crate::float::Float>(kind: Difference, h: f64) -> Result<f64> {
+    Ok(step_errors::<T>(kind, &[h])?[0].1)
+}
+
+/// The chapter's numbers, recomputed (the prose derives each).
+pub fn worked() -> Result<Vec<Worked>> {
+    let third = 1.0f32 / 3.0;
+    let one = |eighths_of_2_7: f32| 1.0 + eighths_of_2_7 * 2f32.powi(-8);
+    let z = DVector::from_row_slice(&BIG_LOGITS);
+    let (ones_naive, ones_kahan) = sum_of_ones(1 << 25);
+    let errors = summation_errors(SUM_TERMS, SUM_TRIALS, SUM_SEED)?;
+    let h = checker_step();
+    let central64 = step_errors::<f64>(Difference::Central, &sweep())?;
+    let mut rows = Vec::new();
+    for (format, printed) in FORMATS.iter().zip([
+        "2.220446049250313e-16",
+        "1.1920928955078125e-7",
+        "7.8125e-3",
+        "9.765625e-4",
+    ]) {
+        rows.push(Worked::text(
+            "machine_epsilon_of_each_format",
+            THIS_CRATE,
+            format!("machine epsilon 2^{{-F}} of {}", format.name),
+            printed,
+            sci(format.epsilon()),
+        ));
+    }
+    rows.extend([
+        Worked::number(
+            "the_largest_f16_is_65504",
+            THIS_CRATE,
+            "largest f16, (2 − 2⁻¹⁰)·2¹⁵",
+            "65504",
+            F16.max_normal(),
+        ),
+        Worked::text(
+            "the_largest_bf16_is_near_f32_s",
+            THIS_CRATE,
+            "largest bf16, (2 − 2⁻⁷)·2¹²⁷",
+            "3.3895313892515355e38",
+            sci(BF16.max_normal()),
+        ),
+        Worked::text(
+            "the_smallest_f16_normal_and_subnormal",
+            THIS_CRATE,
+            "smallest normal f16, 2⁻¹⁴",
+            "6.103515625e-5",
+            sci(F16.min_normal()),
+        ),
+        Worked::text(
+            "the_smallest_f16_normal_and_subnormal",
+            THIS_CRATE,
+            "smallest subnormal f16, 2⁻²⁴",
+            "5.960464477539063e-8",
+            sci(F16.min_subnormal()),
+        ),
+        Worked::number(
+            "one_third_in_each_format",
+            THIS_CRATE,
+            "1/3 rounded to bf16",
+            "0.333984375",
+            f64::from(bf16_to_f32(f32_to_bf16(third))),
+        ),
+        Worked::number(
+            "one_third_in_each_format",
+            THIS_CRATE,
+            "1/3 rounded to f16",
+            "0.333251953125",
+            f64::from(f16_to_f32(f32_to_f16(third))),
+        ),
+        Worked::number(
+            "ties_round_to_even",
+            THIS_CRATE,
+            "1 + 2⁻⁸ to bf16 (halfway; 1 is even)",
+            "1",
+            f64::from(bf16_to_f32(f32_to_bf16(one(1.0)))),
+        ),
+        Worked::number(
+            "ties_round_to_even",
+            THIS_CRATE,
+            "1 + 3·2⁻⁸ to bf16 (halfway; 1 + 2⁻⁶ is even)",
+            "1.015625",
+            f64::from(bf16_to_f32(f32_to_bf16(one(3.0)))),
+        ),
+        Worked::text(
+            "ties_round_to_even",
+            THIS_CRATE,
+            "65520 to f16 (halfway to 65536; rounds to even, past the largest)",
+            "inf",
+            f16_to_f32(f32_to_f16(65520.0)).to_string(),
+        ),
+        Worked::number(
+            "exp_overflows_past_the_log_of_the_largest_number",
+            THIS_CRATE,
+            "ln of the largest f64: e^z overflows above it",
+            "709.782712893384",
+            overflow_threshold(F64),
+        ),
+        Worked::number(
+            "exp_overflows_past_the_log_of_the_largest_number",
+            THIS_CRATE,
+            "ln of the largest f32",
+            "88.722839",
+            overflow_threshold(F32),
+        ),
+        Worked::number(
+            "exp_overflows_past_the_log_of_the_largest_number",
+            THIS_CRATE,
+            "ln of the largest f16",
+            "11.089866",
+            overflow_threshold(F16),
+        ),
+        Worked::text(
+            "the_max_shift_saves_softmax",
+            THIS_CRATE,
+            "softmax(1000, 999, 998) as printed, first entry",
+            "NaN",
+            softmax_unshifted(&BIG_LOGITS)?[0].to_string(),
+        ),
+        Worked::number(
+            "the_max_shift_saves_softmax",
+            THIS_CRATE,
+            "the same with the maximum subtracted (chapter 2)",
+            "0.665240955775",
+            softmax(&z)?[0],
+        ),
+        Worked::number(
+            "the_max_shift_saves_softmax",
+            THIS_CRATE,
+            "ln(e¹⁰⁰⁰ + e⁹⁹⁹ + e⁹⁹⁸) with the maximum subtracted",
+            "1000.407605964",
+            log_sum_exp(&z)?,
+        ),
+        Worked::text(
+            "the_max_shift_saves_softmax",
+            THIS_CRATE,
+            "the same as printed",
+            "inf",
+            log_sum_exp_unshifted(&BIG_LOGITS)?.to_string(),
+        ),
+        Worked::number(
+            "one_minus_sigmoid_cancels_for_large_z",
+            THIS_CRATE,
+            "1 − σ(40) as printed, f64",
+            "0",
+            one_minus_sigmoid(BIG_LOGIT),
+        ),
+        Worked::text(
+            "one_minus_sigmoid_cancels_for_large_z",
+            THIS_CRATE,
+            "σ(−40), its exact value",
+            "4.248354255291589e-18",
+            sci(sigmoid(-BIG_LOGIT)),
+        ),
+        Worked::text(
+            "one_minus_sigmoid_cancels_for_large_z",
+            THIS_CRATE,
+            "BCE of label 0 at z = 40 through σ(z)",
+            "inf",
+            bce_through_probability(0.0, BIG_LOGIT).to_string(),
+        ),
+        Worked::number(
+            "one_minus_sigmoid_cancels_for_large_z",
+            THIS_CRATE,
+            "the same from the logit (chapter 1)",
+            "40",
+            bce_from_logit(0.0, BIG_LOGIT),
+        ),
+        Worked::number(
+            "the_f32_sum_of_ones_stops_at_2_24",
+            THIS_CRATE,
+            "2²⁵ ones added left to right in f32",
+            "16777216",
+            f64::from(ones_naive),
+        ),
+        Worked::number(
+            "the_f32_sum_of_ones_stops_at_2_24",
+            THIS_CRATE,
+            "the same by Kahan's method",
+            "33554432",
+            f64::from(ones_kahan),
+        ),
+    ]);
+    for (method, printed) in METHODS.iter().zip(["1.5e-5", "1.2e-6", "4.5e-8", "3.7e-8"]) {
+        rows.push(Worked::text(
+            "summation_error_against_the_exact_sum",
+            THIS_CRATE,
+            format!("relative error, 2²⁰ values in f32, {}", method.name()),
+            printed,
+            format!("{:.1e}", errors[*method as usize]),
+        ));
+    }
+    rows.extend([
+        Worked::text(
+            "the_checker_s_step",
+            THIS_CRATE,
+            "ε^{1/3} of f64, the balanced central step",
+            "6.1e-6",
+            format!("{:.1e}", Difference::Central.balanced_step(F64.epsilon())?),
+        ),
+        Worked::text(
+            "the_checker_s_step",
+            THIS_CRATE,
+            "measured best central step, f64 (steps 10^{-k/4})",
+            "5.6e-6",
+            format!("{:.1e}", best_step(&central64)?.0),
+        ),
+        Worked::text(
+            "the_checker_s_step",
+            THIS_CRATE,
+            "central difference at h = 10⁻⁶, f64: relative error",
+            "5.1e-11",
+            format!("{:.1e}", error_at::<f64>(Difference::Central, h)?),
+        ),
+        Worked::text(
+            "the_checker_s_step",
+            THIS_CRATE,
+            "forward difference at h = 10⁻⁶, f64",
+            "7.8e-7",
+            format!("{:.1e}", error_at::<f64>(Difference::Forward, h)?),
+        ),
+        Worked::text(
+            "the_checker_s_step",
+            THIS_CRATE,
+            "central difference at h = 10⁻⁶, f32",
+            "7.1e-3",
+            format!("{:.1e}", error_at::<f32>(Difference::Central, h)?),
+        ),
+    ]);
+    Ok(rows)
+}
+
+// ───────────────────────────── the walk-through ─────────────────────────────
+
+/// The pattern as `sign exponent fraction` in binary.
+fn fields_text(format: Format, bits: u64) -> Result<String> {
+    let f = format.fields(bits)?;
+    let (e, w) = (format.exponent_bits as usize, format.fraction_bits as usize);
+    Ok(format!("{} {:0e$b} {:0w$b}", f.sign, f.exponent, f.fraction))
+}
+
+/// The pattern of `x` (an f32 or narrower value) in `format`.
+fn bits_of(format: Format, x: f32) -> u64 {
+    match format.name {
+        "f64" => f64::from(x).to_bits(),
+        "f32" => u64::from(x.to_bits()),
+        "bf16" => u64::from(f32_to_bf16(x)),
+        _ => u64::from(f32_to_f16(x)),
+    }
+}
+
+/// The chapter's steps, printed: every number it derives, in order.
+pub fn walk(out: &mut Walk) -> Result<()> {
+    out.step("1. Four formats: 1 sign bit, E exponent bits, F fraction bits")?;
+    out.say("format  E   F   bias   ε = 2^-F          largest     smallest normal  smallest sub.")?;
+    for f in FORMATS {
+        out.say(&format!(
+            "{:<6} {:>2}  {:>2}  {:>5}   {:<16}  {:<10}  {:<15}  {:.3e}",
+            f.name,
+            f.exponent_bits,
+            f.fraction_bits,
+            f.bias(),
+            format!("2^-{} ≈ {:.1e}", f.fraction_bits, f.epsilon()),
+            format!("{:.3e}", f.max_normal()),
+            format!("{:.3e}", f.min_normal()),
+            f.min_subnormal()
+        ))?;
+    }
+    out.step("2. One third in each format (sign, exponent, fraction; then the value it stores)")?;
+    let third = 1.0f64 / 3.0;
+    for f in FORMATS {
+        let bits = if f == F64 { third.to_bits() } else { bits_of(f, third as f32) };
+        out.say(&format!("{:<5} {}", f.name, fields_text(f, bits)?))?;
+        out.say(&format!("      = {:.30}", f.decode(bits)?))?;
+    }
+    out.say(&format!(
+        "f32's 1/3 is 0x{:08X}: bf16 keeps the top 16 bits 0x3EAA and drops 0xAAAB, more than \
+         half of 0x10000, so it rounds up to 0x{:04X}.",
+        (third as f32).to_bits(),
+        f32_to_bf16(third as f32)
+    ))?;
+    out.step("3. Round to nearest, ties to even")?;
+    for (x, what) in [
+        (1.0 + pow2(-8), "1 + 2^-8, halfway between bf16's 1 and 1 + 2^-7"),
+        (1.0 + 3.0 * pow2(-8), "1 + 3·2^-8, halfway between 1 + 2^-7 and 1 + 2^-6"),
+        (1.0 + 5.0 * pow2(-10), "1 + 5·2^-10, not a tie"),
+    ] {
+        let r = bf16_to_f32(f32_to_bf16(x as f32));
+        out.say(&format!("bf16({x}) = {r}   ({what})"))?;
+    }
+    for (x, what) in [
+        (65519.0, "below the tie: the largest f16"),
+        (65520.0, "the tie above 65504: even is 2^16, past the range, so ∞"),
+        (pow2(-25), "half the smallest subnormal: a tie, 0 is even"),
+        (3.0 * pow2(-26), "three quarters of it: rounds up to 2^-24"),
+    ] {
+        let r = f16_to_f32(f32_to_f16(x as f32));
+        out.say(&format!("f16({}) = {}   ({what})", readable(x), readable(f64::from(r))))?;
+    }
+    out.step("4. Overflow: e^z beyond ln(largest), and the maximum shift (chapter 2)")?;
+    for f in [F64, F32, F16] {
+        out.say(&format!("{:<4} e^z overflows for z > {:.6}", f.name, overflow_threshold(f)))?;
+    }
+    let z = DVector::from_row_slice(&BIG_LOGITS);
+    out.say(&format!("softmax(1000, 999, 998) as printed: {:?}", softmax_unshifted(&BIG_LOGITS)?))?;
+    out.say(&format!("with the maximum subtracted:        {:.12?}", softmax(&z)?.as_slice()))?;
+    out.say(&format!(
+        "ln Σ e^z as printed: {}; shifted: {:.9}",
+        log_sum_exp_unshifted(&BIG_LOGITS)?,
+        log_sum_exp(&z)?
+    ))?;
+    out.step("5. Cancellation: 1 − σ(z) against its exact value σ(−z) (chapter 1)")?;
+    out.say("  z   1 − σ(z) in f64    σ(−z)              relative error")?;
+    for z in [5.0, 10.0, 20.0, 30.0, 37.0, BIG_LOGIT] {
+        let (naive, exact) = (one_minus_sigmoid(z), sigmoid(-z));
+        out.say(&format!(
+            "{z:>3}   {:<17}  {:<17}  {:.2e}",
+            format!("{naive:.9e}"),
+            format!("{exact:.9e}"),
+            relative_error(naive, exact)
+        ))?;
+    }
+    out.say(&format!(
+        "BCE of label 0 at z = 40: through σ(z) {}, from the logit {}",
+        bce_through_probability(0.0, BIG_LOGIT),
+        bce_from_logit(0.0, BIG_LOGIT)
+    ))?;
+    out.step("6. Summation in f32 against the exact sum (values k/2^24, root mean square of 4)")?;
+    let (ones_naive, ones_kahan) = sum_of_ones(1 << 25);
+    out.say(&format!("2^25 ones: left to right {ones_naive}, Kahan {ones_kahan}"))?;
+    out.say(&format!(
+        "      n  {}",
+        METHODS.iter().map(|m| format!("{:>20}", m.name())).collect::<String>()
+    ))?;
+    for k in [10, 16, 20, 22] {
+        let e = summation_errors(1 << k, SUM_TRIALS, SUM_SEED)?;
+        out.say(&format!(
+            "{:>7}  {}",
+            1usize << k,
+            e.iter().map(|v| format!("{:>20}", format!("{v:.2e}"))).collect::<String>()
+        ))?;
+    }
+    out.step("7. The step of a finite difference: relative error of the derivative of sin at 1")?;
+    out.say("      h    forward f64   central f64   forward f32   central f32")?;
+    let decades: Vec<f64> = (1..=13).map(|k| 10f64.powi(-k)).collect();
+    let columns = [
+        step_errors::<f64>(Difference::Forward, &decades)?,
+        step_errors::<f64>(Difference::Central, &decades)?,
+        step_errors::<f32>(Difference::Forward, &decades)?,
+        step_errors::<f32>(Difference::Central, &decades)?,
+    ];
+    for (i, h) in decades.iter().enumerate() {
+        out.say(&format!(
+            "{h:>7.0e}{}",
+            columns.iter().map(|c| format!("{:>14.2e}", c[i].1)).collect::<String>()
+        ))?;
+    }
+    for (f, eps) in [("f64", F64.epsilon()), ("f32", F32.epsilon())] {
+        out.say(&format!(
+            "{f}: balanced steps ε^(1/2) = {:.1e} (forward), ε^(1/3) = {:.1e} (central)",
+            Difference::Forward.balanced_step(eps)?,
+            Difference::Central.balanced_step(eps)?
+        ))?;
+    }
+    out.say(&format!(
+        "the gradient checker: central differences in f64 with h = {:e}",
+        checker_step()
+    ))?;
+    Ok(())
+}
+
+// ───────────────────────────── figures ─────────────────────────────
+
+/// The lengths of the summation figure: 2^4 … 2^22.
+pub fn figure_lengths() -> Vec<usize> {
+    (4..=22).map(|k| 1usize << k).collect()
+}
+
+/// The two figures: the summation error against n for each method, and the difference
+/// quotients' error against h in f64 and f32, both on log–log axes in decades.
+pub fn figures() -> Result<Vec<(String, Figure)>> {
+    let lengths = figure_lengths();
+    let mut per_method: Vec<Vec<(f64, f64)>> = vec![Vec::new(); METHODS.len()];
+    for &n in &lengths {
+        let e = summation_errors(n, SUM_TRIALS, SUM_SEED)?;
+        for (points, err) in per_method.iter_mut().zip(e) {
+            points.push((n as f64, err));
+        }
+    }
+    let sums = Figure::LogLine(
+        LineChart {
+            title: "Relative error of an f32 sum of n values in [0, 1), against the exact sum"
+                .into(),
+            x_label: "n, values summed (log scale)".into(),
+            y_label: "relative error, root mean square of 4 draws (log scale)".into(),
+            series: METHODS
+                .iter()
+                .zip(per_method)
+                .map(|(m, points)| Series::new(m.name(), points))
+                .collect(),
+            markers: true,
+        },
+        LogAxes::Decades,
+    );
+    let steps = sweep();
+    let mut series = Vec::new();
+    for (kind, name) in [(Difference::Forward, "forward"), (Difference::Central, "central")] {
+        series.push(Series::new(format!("{name}, f64"), step_errors::<f64>(kind, &steps)?));
+    }
+    for (kind, name) in [(Difference::Forward, "forward"), (Difference::Central, "central")] {
+        series.push(Series::new(format!("{name}, f32"), step_errors::<f32>(kind, &steps)?));
+    }
+    let steps_fig = Figure::LogLine(
+        LineChart {
+            title: "Error of a difference quotient of sin at 1 against the step h".into(),
+            x_label: "h (log scale)".into(),
+            y_label: "relative error of the derivative (log scale)".into(),
+            series,
+            markers: true,
+        },
+        LogAxes::Decades,
+    );
+    Ok(vec![("ch11_summation".into(), sums), ("ch11_steps".into(), steps_fig)])
+}
+
+fn plots(dir: &Path) -> Result<Vec<PathBuf>> {
+    crate::plot::save_all(&figures()?, dir)
+}
+
+/// This chapter's entry in the book.
+pub const CHAPTER: Chapter = Chapter {
+    number: 11,
+    stem: "ch11_precision",
+    title: "Floating point: the formats, and why the tricks work",
+    worked,
+    walk,
+    plots,
+    errata: ERRATA,
+};

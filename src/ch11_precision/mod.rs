@@ -1,0 +1,37 @@
+//! Chapter 11: the numbers themselves — floating-point formats, and why the earlier chapters'
+//! numerical tricks work.
+//!
+//! In the order the chapter reasons:
+//! - [`format`](mod@format): f64, f32, bf16 and f16 — sign, exponent, fraction; ε, the largest
+//!   and smallest normal, the subnormals, the ulp; our own conversions f32 → bf16 and f32 ↔ f16
+//!   with round to nearest, ties to even;
+//! - [`tricks`]: overflow of e^z and the max shift of softmax and log-sum-exp, cancellation in
+//!   1 − σ(z) and the loss from logits — the printed formulas, to compare with the stable forms
+//!   of chapters 1 and 2;
+//! - [`summation`]: the error of a sum against n, left to right, in lanes, pairwise and Kahan's,
+//!   against an exact reference;
+//! - [`steps`]: the error of forward and central differences against the step h, which sets the
+//!   gradient checker's step.
+//!
+//! [`book`] holds the worked table, the walk-through and the figures. The prose is
+//! [`chapters/ch11_precision.md`](../../chapters/ch11_precision.md); the tests are
+//! `tests/ch11_precision.rs`.
+
+pub mod book;
+pub mod format;
+pub mod steps;
+pub mod summation;
+pub mod tricks;
+
+pub use format::{
+    BF16, F16, F32, F64, FORMATS, Fields, Format, bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16,
+    pow2, round_to_bf16, round_to_f16,
+};
+pub use steps::{Difference, best_step, checker_step, step_errors, sweep};
+pub use summation::{
+    METHODS, Method, grid_values, kahan_sum, naive_sum, pairwise_sum, summation_errors,
+};
+pub use tricks::{
+    bce_through_probability, log_sum_exp_unshifted, one_minus_sigmoid, overflow_threshold,
+    relative_error, softmax_unshifted,
+};

@@ -1,0 +1,489 @@
+//! Chapter 11: the floating-point formats and why the earlier chapters' tricks work.
+//!
+//! Our conversions are compared bit for bit with the `half` crate (a dev-dependency, the oracle)
+//! on every f16 pattern and on millions of f32 patterns chosen to hit every rounding case: ties,
+//! their neighbours, subnormals, overflow, ±∞ and NaN. The worked numbers of the page are pinned
+//! by the tests named in its table.
+
+mod common;
+
+use half::{bf16, f16};
+use llm_workbook::ch11_precision::book::{self as ch11_book, BIG_LOGIT, BIG_LOGITS, SUM_TERMS};
+use llm_workbook::ch11_precision::{
+    BF16, Difference, F16, F32, F64, FORMATS, bce_through_probability, best_step, bf16_to_f32,
+    checker_step, f16_to_f32, f32_to_bf16, f32_to_f16, grid_values, kahan_sum, naive_sum,
+    one_minus_sigmoid, overflow_threshold, pairwise_sum, pow2, round_to_bf16, round_to_f16,
+    softmax_unshifted, step_errors, summation_errors, sweep,
+};
+use llm_workbook::rng::Rng;
+
+// ───────────────────────────── the oracle, bit for bit ─────────────────────────────
+
+/// Every f16 pattern: the f32 we widen it to has the bits `half` gives (NaNs included).
+#[test]
+fn every_f16_pattern_widens_as_half_does() {
+    let mut wrong = Vec::new();
+    for b in 0..=u16::MAX {
+        let (ours, theirs) = (f16_to_f32(b), f16::from_bits(b).to_f32());
+        if ours.to_bits() != theirs.to_bits() {
+            wrong.push(format!(
+                "{b:#06x}: ours {:#010x}, half {:#010x}",
+                ours.to_bits(),
+                theirs.to_bits()
+            ));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} patterns differ, first: {:?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(5)]
+    );
+}
+
+/// Every f16 value survives the trip to f32 and back unchanged; every NaN comes back a quiet NaN
+/// of the same sign.
+#[test]
+fn every_f16_value_narrows_back_to_itself() {
+    for b in 0..=u16::MAX {
+        let back = f32_to_f16(f16_to_f32(b));
+        if f16::from_bits(b).is_nan() {
+            assert_eq!(back, b | 0x0200, "{b:#06x}: a NaN comes back quiet, sign and payload kept");
+        } else {
+            assert_eq!(back, b, "{b:#06x}");
+        }
+    }
+}
+
+/// The f32 patterns that decide a rounding to a format with F fraction bits: for every pattern
+/// `top` of the format's upper bits, the f32s whose dropped bits are 0, 1, just under half, half
+/// (a tie), just over half and all ones — both signs.
+fn rounding_cases(dropped_bits: u32) -> Vec<f32> {
+    let half = 1u32 << (dropped_bits - 1);
+    let lows = [0, 1, half - 1, half, half + 1, (half << 1) - 1];
+    let mut out = Vec::new();
+    for top in 0..(1u32 << (32 - dropped_bits)) {
+        for low in lows {
+            out.push(f32::from_bits(top << dropped_bits | low));
+        }
+    }
+    out
+}
+
+/// A sample of f32 patterns: every 4099th pattern (all signs, exponents and NaN payloads), and a
+/// million random ones.
+fn sampled_f32() -> Vec<f32> {
+    let mut rng = Rng::new(36);
+    let strided = (0..=u32::MAX).step_by(4099).map(f32::from_bits);
+    strided.chain((0..1_000_000).map(|_| f32::from_bits(rng.next_u64() as u32))).collect()
+}
+
+/// The f16 neighbourhood of every f16 value: the f32 midpoints between consecutive f16 values
+/// (exact ties), one f32 ulp on each side of them, and the values themselves, both signs; with
+/// the range's edges (65504, 65519.996, 65520, 2⁻²⁵, 3·2⁻²⁶ …) among them.
+fn f16_ties() -> Vec<f32> {
+    let mut out = Vec::new();
+    for b in 0..0x7c00u16 {
+        let lo = f64::from(f16_to_f32(b));
+        // Past 65504 the next value would be 2¹⁶, were there one: the tie 65520 rounds to ∞.
+        let hi = if b == 0x7bff { 65536.0 } else { f64::from(f16_to_f32(b + 1)) };
+        let mid = ((lo + hi) / 2.0) as f32;
+        for x in
+            [lo as f32, mid, f32::from_bits(mid.to_bits() - 1), f32::from_bits(mid.to_bits() + 1)]
+        {
+            out.extend([x, -x]);
+        }
+    }
+    out
+}
+
+fn differences(cases: &[f32], ours: fn(f32) -> u16, theirs: fn(f32) -> u16) -> Vec<String> {
+    cases
+        .iter()
+        .filter(|x| ours(**x) != theirs(**x))
+        .map(|x| format!("{:#010x}: ours {:#06x}, half {:#06x}", x.to_bits(), ours(*x), theirs(*x)))
+        .collect()
+}
+
+#[test]
+fn f32_to_f16_matches_half_bit_for_bit() {
+    let theirs = |x: f32| f16::from_f32(x).to_bits();
+    let mut cases = sampled_f32();
+    cases.extend(f16_ties());
+    cases.extend(rounding_cases(13).into_iter().step_by(7));
+    let wrong = differences(&cases, f32_to_f16, theirs);
+    assert!(
+        wrong.is_empty(),
+        "{} of {} differ, first: {:?}",
+        wrong.len(),
+        cases.len(),
+        &wrong[..wrong.len().min(5)]
+    );
+    assert!(cases.len() > 2_700_000, "{} cases", cases.len());
+}
+
+#[test]
+fn f32_to_bf16_matches_half_bit_for_bit() {
+    let theirs = |x: f32| bf16::from_f32(x).to_bits();
+    let mut cases = sampled_f32();
+    cases.extend(rounding_cases(16));
+    let wrong = differences(&cases, f32_to_bf16, theirs);
+    assert!(
+        wrong.is_empty(),
+        "{} of {} differ, first: {:?}",
+        wrong.len(),
+        cases.len(),
+        &wrong[..wrong.len().min(5)]
+    );
+    // Every bf16 widens as half widens it, too.
+    for b in 0..=u16::MAX {
+        assert_eq!(bf16_to_f32(b).to_bits(), bf16::from_bits(b).to_f32().to_bits(), "{b:#06x}");
+    }
+}
+
+/// NaN: the sign kept, the quiet bit set, the top of the payload kept; a signalling NaN comes
+/// out quiet. ±∞ stay ±∞; overflow gives ±∞, never NaN or the largest number.
+#[test]
+fn nan_stays_a_quiet_nan_with_its_sign_and_overflow_gives_infinity() {
+    let signalling = f32::from_bits(0x7f80_0001);
+    let negative_quiet = f32::from_bits(0xffc0_0000);
+    assert_eq!(f32_to_f16(signalling), 0x7e00);
+    assert_eq!(f32_to_f16(negative_quiet), 0xfe00);
+    assert_eq!(f32_to_bf16(signalling), 0x7fc0);
+    assert_eq!(f32_to_bf16(negative_quiet), 0xffc0);
+    assert_eq!(f32_to_bf16(f32::from_bits(0x7fa0_0000)), 0x7fe0, "payload 0x20 kept");
+    assert_eq!(f16_to_f32(0x7c01).to_bits(), 0x7fc0_2000);
+    assert_eq!(f32_to_f16(f32::INFINITY), 0x7c00);
+    assert_eq!(f32_to_f16(f32::NEG_INFINITY), 0xfc00);
+    assert_eq!(f32_to_bf16(f32::NEG_INFINITY), 0xff80);
+    assert_eq!(f32_to_f16(65519.0), 0x7bff, "65519 rounds down to 65504");
+    assert_eq!(f32_to_f16(65520.0), 0x7c00, "the tie above 65504 rounds to even: ∞");
+    assert_eq!(f32_to_f16(-1e6), 0xfc00);
+    assert_eq!(f32_to_bf16(f32::MAX), 0x7f80, "f32's largest rounds up past bf16's");
+    assert_eq!(f32_to_bf16(-0.0), 0x8000, "the sign of zero is kept");
+}
+
+/// Subnormals: f16's smallest is 2⁻²⁴; half of it is a tie that rounds to 0 (even), three
+/// quarters round up to it; bf16 rounds f32's subnormals to its own, 7 bits wide.
+#[test]
+fn subnormals_keep_their_value_and_their_sign() {
+    assert_eq!(f32_to_f16(2f32.powi(-24)), 0x0001);
+    assert_eq!(f32_to_f16(2f32.powi(-25)), 0x0000);
+    assert_eq!(f32_to_f16(-(2f32.powi(-25))), 0x8000);
+    assert_eq!(f32_to_f16(3.0 * 2f32.powi(-26)), 0x0001);
+    assert_eq!(f32_to_f16(3.0 * 2f32.powi(-25)), 0x0002, "1.5 quanta: a tie, 2 is even");
+    assert_eq!(f32_to_f16(1023.0 * 2f32.powi(-24)), 0x03ff, "the largest f16 subnormal");
+    assert_eq!(f32_to_f16(2047.5 * 2f32.powi(-25)), 0x0400, "rounds up into the normals");
+    // bf16's subnormals have 7 bits: its smallest is 2⁻¹³³, and f32's below half of it vanish.
+    let smallest = f32::from_bits(0x0001_0000);
+    assert_eq!((round_to_bf16(smallest), round_to_bf16(-smallest)), (smallest, -smallest));
+    assert_eq!(f64::from(smallest), BF16.min_subnormal());
+    assert_eq!(round_to_bf16(f32::from_bits(3)), 0.0, "3·2⁻¹⁴⁹ is far below half of 2⁻¹³³");
+    assert_eq!(round_to_bf16(f32::from_bits(0x8000)), 0.0, "2⁻¹³⁴, a tie: 0 is even");
+    assert_eq!(round_to_bf16(f32::from_bits(0x8001)), smallest);
+}
+
+// ───────────────────────────── the formats ─────────────────────────────
+
+#[test]
+fn the_format_constants_are_rust_s_own() {
+    assert_eq!(F64.epsilon(), f64::EPSILON);
+    assert_eq!(F64.max_normal(), f64::MAX);
+    assert_eq!(F64.min_normal(), f64::MIN_POSITIVE);
+    assert_eq!(F64.min_subnormal(), f64::from_bits(1));
+    assert_eq!(F32.epsilon(), f64::from(f32::EPSILON));
+    assert_eq!(F32.max_normal(), f64::from(f32::MAX));
+    assert_eq!(F32.min_normal(), f64::from(f32::MIN_POSITIVE));
+    assert_eq!(F32.min_subnormal(), f64::from(f32::from_bits(1)));
+    assert_eq!(F16.max_normal(), f64::from(f16::MAX.to_f32()));
+    assert_eq!(BF16.max_normal(), f64::from(bf16::MAX.to_f32()));
+    assert_eq!(F16.min_normal(), f64::from(f16::MIN_POSITIVE.to_f32()));
+    assert_eq!(BF16.epsilon(), f64::from(bf16::EPSILON.to_f32()));
+    assert_eq!(FORMATS.map(|f| f.bits()), [64, 32, 16, 16]);
+    assert_eq!(FORMATS.map(|f| f.bias()), [1023, 127, 127, 15]);
+    assert_eq!((pow2(-1074), pow2(-1075), pow2(1023)), (f64::from_bits(1), 0.0, 2f64.powi(1023)));
+}
+
+/// Decoding a pattern by the definition gives the value Rust's own `from_bits` gives, for f64
+/// and f32, on random patterns and on the special ones.
+#[test]
+fn decoding_by_the_definition_agrees_with_from_bits() {
+    let mut rng = Rng::new(11);
+    let specials = [0u64, 1, 0x7ff0_0000_0000_0000, 0x000f_ffff_ffff_ffff, 0x8010_0000_0000_0000];
+    for bits in specials.into_iter().chain((0..100_000).map(|_| rng.next_u64())) {
+        let (ours, rust) = (F64.decode(bits).expect("64 bits"), f64::from_bits(bits));
+        assert!(ours.to_bits() == rust.to_bits() || ours.is_nan() && rust.is_nan(), "{bits:#x}");
+        let b32 = bits as u32;
+        let (ours, rust) = (F32.decode(u64::from(b32)).expect("32 bits"), f32::from_bits(b32));
+        assert!(ours == f64::from(rust) || ours.is_nan() && rust.is_nan(), "{b32:#x}");
+    }
+    let f = F16.fields(0xbc00).expect("16 bits");
+    assert_eq!((f.sign, f.exponent, f.fraction), (1, 15, 0));
+}
+
+/// The ulp is the gap to the next number up: checked against the next f32 pattern.
+#[test]
+fn the_ulp_is_the_gap_to_the_next_number() {
+    let mut rng = Rng::new(12);
+    for _ in 0..100_000 {
+        let x = f32::from_bits(rng.next_u64() as u32 & 0x7f7f_fffe);
+        let next = f32::from_bits(x.to_bits() + 1);
+        let gap = f64::from(next) - f64::from(x);
+        assert_eq!(F32.ulp(f64::from(x)).expect("finite"), gap, "{x:e}");
+    }
+    assert_eq!(F16.ulp(1.0).expect("1"), pow2(-10));
+    assert_eq!(F16.ulp(65504.0).expect("largest"), 32.0);
+    assert_eq!(F16.ulp(0.0).expect("0"), pow2(-24));
+    assert_eq!(BF16.ulp(256.0).expect("256"), 2.0, "bf16 cannot count past 256 in steps of 1");
+}
+
+#[test]
+fn machine_epsilon_of_each_format() {
+    let eps = FORMATS.map(|f| f.epsilon());
+    assert_eq!(eps, [pow2(-52), pow2(-23), pow2(-7), pow2(-10)]);
+    // ε is the gap from 1 to the next number: 1 + ε is stored, 1 + ε/2 rounds back to 1 (a tie,
+    // 1 is even).
+    assert_eq!(round_to_bf16(1.0 + 2f32.powi(-7)), 1.0 + 2f32.powi(-7));
+    assert_eq!(round_to_bf16(1.0 + 2f32.powi(-8)), 1.0);
+    assert_eq!(round_to_f16(1.0 + 2f32.powi(-11)), 1.0);
+    assert_ne!(round_to_f16(1.0 + 2f32.powi(-10)), 1.0);
+}
+
+#[test]
+fn the_largest_f16_is_65504() {
+    assert_eq!(F16.max_normal(), 65504.0);
+    assert_eq!(f16_to_f32(0x7bff), 65504.0);
+    assert_eq!(F16.decode(0x7bff).expect("16 bits"), 65504.0);
+}
+
+#[test]
+fn the_largest_bf16_is_near_f32_s() {
+    assert_eq!(BF16.max_normal(), f64::from(bf16_to_f32(0x7f7f)));
+    assert!((BF16.max_normal() / F32.max_normal() - 1.0).abs() < 2.0 * BF16.epsilon());
+}
+
+#[test]
+fn the_smallest_f16_normal_and_subnormal() {
+    assert_eq!(F16.min_normal(), pow2(-14));
+    assert_eq!(f64::from(f16_to_f32(0x0400)), pow2(-14));
+    assert_eq!(F16.min_subnormal(), pow2(-24));
+    assert_eq!(f64::from(f16_to_f32(0x0001)), pow2(-24));
+}
+
+#[test]
+fn one_third_in_each_format() {
+    let third = 1.0f32 / 3.0;
+    assert_eq!(f32_to_bf16(third), 0x3eab);
+    assert_eq!(f64::from(round_to_bf16(third)), 0.333_984_375);
+    assert_eq!(f32_to_f16(third), 0x3555);
+    assert_eq!(f64::from(round_to_f16(third)), 0.333_251_953_125);
+}
+
+#[test]
+fn ties_round_to_even() {
+    assert_eq!(round_to_bf16(1.0 + 2f32.powi(-8)), 1.0, "halfway to 1 + 2⁻⁷: 1 is even");
+    assert_eq!(round_to_bf16(1.0 + 3.0 * 2f32.powi(-8)), 1.015_625, "halfway: 1 + 2⁻⁶ is even");
+    assert_eq!(round_to_bf16(1.0 + 3.0 * 2f32.powi(-8) - 2f32.powi(-23)), 1.0 + 2f32.powi(-7));
+    assert_eq!(round_to_f16(2049.0), 2048.0, "f16 counts by 2 above 2048; 2049 is a tie");
+    assert_eq!(round_to_f16(2051.0), 2052.0);
+    assert_eq!(round_to_f16(65520.0), f32::INFINITY);
+}
+
+// ───────────────────────────── the tricks ─────────────────────────────
+
+#[test]
+fn exp_overflows_past_the_log_of_the_largest_number() {
+    let t64 = overflow_threshold(F64);
+    assert!(t64.exp().is_finite() && (t64 + 1e-9).exp().is_infinite(), "{t64}");
+    let t32 = overflow_threshold(F32) as f32;
+    assert!((t32 - 1e-5).exp().is_finite() && (t32 + 1e-5).exp().is_infinite(), "{t32}");
+    let t16 = overflow_threshold(F16) as f32;
+    assert!(round_to_f16((t16 - 1e-3).exp()).is_finite(), "{t16}");
+    assert!(round_to_f16((t16 + 1e-3).exp()).is_infinite());
+    assert!(1000f64.exp().is_infinite());
+}
+
+#[test]
+fn the_max_shift_saves_softmax() {
+    use llm_workbook::ch02_softmax::{log_sum_exp, softmax};
+    let naive = softmax_unshifted(&BIG_LOGITS).expect("three logits");
+    assert!(naive.iter().all(|p| p.is_nan()), "∞/∞ is NaN: {naive:?}");
+    let z = nalgebra::DVector::from_row_slice(&BIG_LOGITS);
+    let p = softmax(&z).expect("finite");
+    // The shift leaves the value alone: softmax(z) = softmax(z − 1000), computed directly.
+    let small = softmax_unshifted(&[0.0, -1.0, -2.0]).expect("three");
+    for (a, b) in p.iter().zip(&small) {
+        assert!((a - b).abs() < 1e-15, "{a} {b}");
+    }
+    assert!((p[0] - 0.665_240_955_775).abs() < 1e-12);
+    let lse = log_sum_exp(&z).expect("finite");
+    assert!((lse - (1000.0 + (1.0 + (-1f64).exp() + (-2f64).exp()).ln())).abs() < 1e-12);
+    assert_eq!(
+        llm_workbook::ch11_precision::log_sum_exp_unshifted(&BIG_LOGITS).expect("3"),
+        f64::INFINITY
+    );
+}
+
+#[test]
+fn one_minus_sigmoid_cancels_for_large_z() {
+    use llm_workbook::ch01_logistic::{bce_from_logit, sigmoid};
+    assert_eq!(one_minus_sigmoid(BIG_LOGIT), 0.0);
+    assert!((sigmoid(-BIG_LOGIT) - (-BIG_LOGIT).exp()).abs() < 1e-33);
+    assert_eq!(bce_through_probability(0.0, BIG_LOGIT), f64::INFINITY);
+    assert_eq!(bce_from_logit(0.0, BIG_LOGIT), BIG_LOGIT);
+    // Before it reaches 0 it loses digits: at z = 20 about ε/e⁻²⁰ of it is wrong.
+    let (naive, exact) = (one_minus_sigmoid(20.0f64), sigmoid(-20.0f64));
+    let relative = ((naive - exact) / exact).abs();
+    assert!(relative > 1e-10 && relative < 1e-6, "{relative}");
+    // σ(z) = 1/(1 + e^{−z}) is 1 once 1 + e^{−z} rounds to 1, from z ≈ ln(2/ε): 36.7 in f64,
+    // 16.6 in f32.
+    let first_zero = |eps: f64, f: &dyn Fn(f64) -> f64| {
+        (0..1000).map(|i| f64::from(i) / 10.0).find(|&z| f(z) == 0.0).map(|z| (z, (2.0 / eps).ln()))
+    };
+    let (z64, predicted64) = first_zero(F64.epsilon(), &one_minus_sigmoid::<f64>).expect("zero");
+    let (z32, predicted32) =
+        first_zero(F32.epsilon(), &|z| f64::from(one_minus_sigmoid(z as f32))).expect("zero");
+    assert!((z64 - predicted64).abs() < 0.5 && (z32 - predicted32).abs() < 0.5, "{z64} {z32}");
+}
+
+// ───────────────────────────── summation ─────────────────────────────
+
+#[test]
+fn the_f32_sum_of_ones_stops_at_2_24() {
+    let (naive, kahan) = ch11_book::sum_of_ones(1 << 25);
+    assert_eq!(naive, 16_777_216.0);
+    assert_eq!(kahan, 33_554_432.0);
+    assert_eq!(16_777_216f32 + 1.0, 16_777_216.0);
+    let ones = vec![1.0f32; 1 << 25];
+    assert_eq!(pairwise_sum(&ones), 33_554_432.0);
+}
+
+/// At n = 2²⁰: the running sum's error is far above the others; pairwise stays under its bound
+/// ⌈log₂ n⌉·u, Kahan under 2u; and the running sum's error grows with n.
+#[test]
+fn summation_error_against_the_exact_sum() {
+    let u = F32.unit_roundoff();
+    let [naive, lanes, pairwise, kahan] =
+        summation_errors(SUM_TERMS, ch11_book::SUM_TRIALS, ch11_book::SUM_SEED).expect("sizes");
+    assert!(naive > 30.0 * pairwise && naive > lanes, "{naive} {lanes} {pairwise}");
+    assert!(pairwise < 20.0 * u, "{pairwise}");
+    assert!(kahan <= 2.0 * u, "{kahan}");
+    let small = summation_errors(1 << 10, 4, 1).expect("sizes")[0];
+    assert!(naive > 30.0 * small, "{small} at 2¹⁰, {naive} at 2²⁰");
+    // The reference is exact: the f64 sum of these values agrees with it to f64's rounding.
+    let (xs, exact) = grid_values(1000, 3).expect("1000");
+    let f64_sum: f64 = xs.iter().map(|&x| f64::from(x)).sum();
+    assert!(((f64_sum - exact) / exact).abs() < 1e-13);
+    assert_eq!(naive_sum(xs.iter().copied()), xs.iter().copied().fold(0.0, |s, x| s + x));
+    assert!(((f64::from(kahan_sum(xs.iter().copied())) - exact) / exact).abs() <= 2.0 * u);
+}
+
+// ───────────────────────────── the step of a difference ─────────────────────────────
+
+/// Each measured curve bottoms out within a decade of its balanced step ε^{1/(p+1)}; to the right
+/// of it the error falls as h (forward) and h² (central): a decade of h is one decade of error
+/// forward and two central.
+#[test]
+fn each_difference_is_best_near_its_balanced_step() {
+    let steps = sweep();
+    assert_eq!((steps[0], *steps.last().expect("steps")), (0.1, 1e-13));
+    for kind in [Difference::Forward, Difference::Central] {
+        for (eps, errors) in [
+            (F64.epsilon(), step_errors::<f64>(kind, &steps).expect("steps")),
+            (F32.epsilon(), step_errors::<f32>(kind, &steps).expect("steps")),
+        ] {
+            let (h, _) = best_step(&errors).expect("steps");
+            let balanced = kind.balanced_step(eps).expect("ε");
+            assert!(h > balanced / 10.0 && h < balanced * 10.0, "{kind:?} ε={eps:e}: best h {h:e}");
+        }
+        let e = step_errors::<f64>(kind, &[1e-2, 1e-3]).expect("steps");
+        let decades = (e[0].1 / e[1].1).log10();
+        assert!((decades - f64::from(kind.order())).abs() < 0.1, "{kind:?}: {decades}");
+    }
+}
+
+/// The checker's step 10⁻⁶ is within a decade of f64's balanced central step, and its error
+/// there is far under the checker's tolerance; in f32 the same step would fail it.
+#[test]
+fn the_checker_s_step() {
+    let config = llm_workbook::gradcheck::Config::default();
+    let h = checker_step();
+    assert_eq!(h, config.step);
+    let balanced = Difference::Central.balanced_step(F64.epsilon()).expect("ε");
+    assert!(h > balanced / 10.0 && h < balanced * 10.0, "{h:e} against {balanced:e}");
+    let central = step_errors::<f64>(Difference::Central, &[h]).expect("h")[0].1;
+    assert!(central < config.tolerance / 1000.0, "{central:e}");
+    let forward = step_errors::<f64>(Difference::Forward, &[h]).expect("h")[0].1;
+    assert!(forward > 100.0 * central, "{forward:e} {central:e}");
+    let in_f32 = step_errors::<f32>(Difference::Central, &[h]).expect("h")[0].1;
+    assert!(in_f32 > config.tolerance, "{in_f32:e}");
+}
+
+// ───────────────────────────── bad input ─────────────────────────────
+
+#[test]
+fn bad_sizes_steps_and_patterns_are_refused_naming_the_argument() {
+    let named = |e: llm_workbook::Error, arg: &str| {
+        let text = e.to_string();
+        assert!(text.contains(arg) && !text.contains('\n'), "{text}");
+    };
+    named(grid_values(0, 1).unwrap_err(), "n");
+    named(grid_values(usize::MAX, 1).unwrap_err(), "n");
+    named(summation_errors(8, 0, 1).unwrap_err(), "trials");
+    for bad in [0.0, -1e-6, f64::NAN, f64::INFINITY] {
+        named(step_errors::<f64>(Difference::Central, &[1e-3, bad]).unwrap_err(), "steps");
+    }
+    named(best_step(&[]).unwrap_err(), "errors");
+    for bad in [0.0, 1.0, -0.1, f64::NAN] {
+        named(Difference::Central.balanced_step(bad).unwrap_err(), "epsilon");
+    }
+    named(F16.fields(0x1_0000).unwrap_err(), "bits");
+    named(F16.decode(0x1_0000).unwrap_err(), "bits");
+    named(F16.ulp(70000.0).unwrap_err(), "x");
+    named(F64.ulp(f64::NAN).unwrap_err(), "x");
+    named(softmax_unshifted::<f64>(&[]).unwrap_err(), "z");
+    named(llm_workbook::ch11_precision::log_sum_exp_unshifted::<f32>(&[]).unwrap_err(), "z");
+}
+
+// ───────────────────────────── the book ─────────────────────────────
+
+#[test]
+fn the_figures_show_what_the_prose_says() {
+    use llm_workbook::plot::{Figure, LogAxes};
+    let figs = ch11_book::figures().expect("figures");
+    let names: Vec<&str> = figs.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["ch11_summation", "ch11_steps"]);
+    let Figure::LogLine(sums, LogAxes::Decades) = &figs[0].1 else { panic!("log–log") };
+    let labels: Vec<&str> = sums.series.iter().map(|s| s.label.as_str()).collect();
+    assert_eq!(labels, ["left to right", "16 lanes (lane_sum)", "pairwise", "Kahan"]);
+    let last = |i: usize| sums.series[i].points.last().expect("points").1;
+    // At 2²²: the running sum is the worst and Kahan the best, by orders of magnitude.
+    assert!(last(0) > 100.0 * last(2) && last(2) > last(3), "{:?}", sums.series);
+    assert_eq!(sums.series[0].points[0].0, 16.0);
+    let Figure::LogLine(steps, LogAxes::Decades) = &figs[1].1 else { panic!("log–log") };
+    assert_eq!(steps.series.len(), 4);
+    assert!(steps.series.iter().all(|s| s.points.len() == 49));
+    let dir = common::temp_dir("ch11-figures");
+    for (stem, fig) in &figs {
+        let files = fig.save(&dir, stem).expect("drawn");
+        assert!(
+            files.iter().all(|f| std::fs::metadata(f).map(|m| m.len() > 1000).unwrap_or(false))
+        );
+    }
+}
+
+#[test]
+fn the_walk_prints_every_step_within_the_terminal() {
+    let text = common::walk_text(&ch11_book::CHAPTER);
+    for step in ["1. Four formats", "3. Round to nearest", "7. The step"] {
+        assert!(text.contains(step), "no step {step}");
+    }
+    assert!(text.contains("0.333984375"), "bf16's 1/3");
+    let wide: Vec<&str> = text.lines().filter(|l| l.chars().count() > 100).collect();
+    assert!(wide.is_empty(), "{}", wide.join("\n"));
+}
+
+#[test]
+fn the_chapter_prose_carries_the_worked_table() {
+    common::check_chapter_prose(&ch11_book::CHAPTER);
+}
