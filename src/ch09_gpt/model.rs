@@ -193,9 +193,10 @@ impl<T: Float> Gpt<T> {
     /// this copy, 12d² + 13d values a block per pass: about the work of one product of a single
     /// row with the block's weights, against the pass's 2·12d² per row. Measured on `gpt
     /// train`'s default model (3 blocks, d = 96, a batch of 16 × 64, f32, one thread) by
-    /// `cargo bench --bench ch09_gpt -- --block-copy`: the three copies took 1.1 ms against
-    /// 454 ms for one reference forward and backward, 0.24 % of the pass (fastest of 20 each,
-    /// 2 cores at load average about 8). The fast path copies nothing.
+    /// `cargo bench --bench ch09_gpt -- --block-copy`: the three copies took 1.0 to 1.1 ms
+    /// against 95 to 454 ms for one reference forward and backward, 1.1 % of the pass at most
+    /// (fastest of 20 each, two runs, 2 cores at load average 4 to 8). The fast path copies
+    /// nothing.
     pub fn block(&self, l: usize) -> Block<T> {
         let empty = || DMatrix::zeros(0, 0);
         let form = self.form(l);
