@@ -189,7 +189,7 @@ impl<T: Float> Gpt<T> {
 
     /// Block `l` as chapter 6's [`Block`], for chapter 6's functions: the table's block rows
     /// walked, each tensor's maps copied out of the store into chapter 6's fields
-    /// ([`block_fields`]; W_Q, W_K, W_V out of W_QKV's column blocks). The reference pass pays
+    /// (`block_fields`; W_Q, W_K, W_V out of W_QKV's column blocks). The reference pass pays
     /// this copy, 12d² + 13d values a block per pass: about the work of one product of a single
     /// row with the block's weights, against the pass's 2·12d² per row. Measured on `gpt
     /// train`'s default model (3 blocks, d = 96, a batch of 16 × 64, f32, one thread) by
