@@ -393,7 +393,7 @@ fn each_difference_is_best_near_its_balanced_step() {
             (F32.epsilon(), step_errors::<f32>(kind, &steps).expect("steps")),
         ] {
             let (h, _) = best_step(&errors).expect("steps");
-            let balanced = kind.balanced_step(eps);
+            let balanced = kind.balanced_step(eps).expect("ε");
             assert!(h > balanced / 10.0 && h < balanced * 10.0, "{kind:?} ε={eps:e}: best h {h:e}");
         }
         let e = step_errors::<f64>(kind, &[1e-2, 1e-3]).expect("steps");
@@ -409,7 +409,7 @@ fn the_checker_s_step() {
     let config = llm_workbook::gradcheck::Config::default();
     let h = checker_step();
     assert_eq!(h, config.step);
-    let balanced = Difference::Central.balanced_step(F64.epsilon());
+    let balanced = Difference::Central.balanced_step(F64.epsilon()).expect("ε");
     assert!(h > balanced / 10.0 && h < balanced * 10.0, "{h:e} against {balanced:e}");
     let central = step_errors::<f64>(Difference::Central, &[h]).expect("h")[0].1;
     assert!(central < config.tolerance / 1000.0, "{central:e}");
@@ -434,6 +434,9 @@ fn bad_sizes_steps_and_patterns_are_refused_naming_the_argument() {
         named(step_errors::<f64>(Difference::Central, &[1e-3, bad]).unwrap_err(), "steps");
     }
     named(best_step(&[]).unwrap_err(), "errors");
+    for bad in [0.0, 1.0, -0.1, f64::NAN] {
+        named(Difference::Central.balanced_step(bad).unwrap_err(), "epsilon");
+    }
     named(F16.fields(0x1_0000).unwrap_err(), "bits");
     named(F16.decode(0x1_0000).unwrap_err(), "bits");
     named(F16.ulp(70000.0).unwrap_err(), "x");

@@ -55,3 +55,5 @@ pub mod ch08_tokens;
 pub mod ch09_gpt;
 #[cfg(doc)]
 pub mod ch10_matmul;
+#[cfg(doc)]
+pub mod ch11_precision;

@@ -221,3 +221,11 @@ pub mod ch10_matmul {
         *c = if beta == 0.0 { ab * alpha } else { ab * alpha + &*c * beta };
     }
 }
+
+/// The main crate's chapter-11 functions in this chapter's signatures.
+pub mod ch11_precision {
+    /// The exercise `kahan_sum`: the main crate's, over a slice.
+    pub fn kahan_sum(xs: &[f32]) -> f32 {
+        llm_workbook::ch11_precision::kahan_sum(xs.iter().copied())
+    }
+}

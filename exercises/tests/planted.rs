@@ -96,7 +96,7 @@ mod ch01 {
             sigmoid(book::sigmoid),
             logits_forward(book::logits_forward),
             bce_from_logit(book::bce_from_logit),
-            sample_gradient(book::sample_gradient),
+            sample_gradient(llm_workbook_exercises::solutions::ch01_logistic::sample_gradient),
             logits_backward(|x, w, d| {
                 book::logits_backward(x, w, d).map(|g| (g.d_x, g.d_w, g.d_b))
             }),
@@ -129,7 +129,8 @@ mod ch01 {
         // The chapter's three factors multiplied as written: ∞·0 once ŷ rounds to 0 or 1.
         let factors = |w: &nalgebra::DVector<f64>, b: f64, x: &nalgebra::DVector<f64>, y: f64| {
             let y_hat = book::sigmoid(w.dot(x) + b);
-            Ok(x * (book::d_loss_d_yhat(y, y_hat) * book::d_yhat_d_z(y_hat)))
+            let factor = book::d_loss_d_yhat(y, y_hat) * book::d_yhat_d_z(y_hat);
+            Ok(book::d_z_d_w(x) * factor)
         };
         catches(j::sample_gradient(factors), "the three factors multiplied");
         let one_minus = |w: &nalgebra::DVector<f64>, b: f64, x: &nalgebra::DVector<f64>, y: f64| {
@@ -1999,7 +2000,7 @@ mod probes {
 // ───────────────────── the exercise files' doc comments ─────────────────────
 
 /// Every chapter's exercise file: what each exercise asks is read in its doc comments.
-const EXERCISE_FILES: [(&str, &str); 10] = [
+const EXERCISE_FILES: [(&str, &str); 11] = [
     ("ch01_logistic.rs", include_str!("../src/ch01_logistic.rs")),
     ("ch02_softmax.rs", include_str!("../src/ch02_softmax.rs")),
     ("ch03_mlp.rs", include_str!("../src/ch03_mlp.rs")),
@@ -2010,6 +2011,7 @@ const EXERCISE_FILES: [(&str, &str); 10] = [
     ("ch08_tokens.rs", include_str!("../src/ch08_tokens.rs")),
     ("ch09_gpt.rs", include_str!("../src/ch09_gpt.rs")),
     ("ch10_matmul.rs", include_str!("../src/ch10_matmul.rs")),
+    ("ch11_precision.rs", include_str!("../src/ch11_precision.rs")),
 ];
 
 /// The doc comments (`///`, `//!`) of the exercise files fit in [`judge::WIDTH`] columns. Only
@@ -2035,6 +2037,86 @@ fn the_exercise_files_doc_comments_fit_in_100_columns() {
         judge::WIDTH,
         wide.join("\n")
     );
+}
+
+mod ch11 {
+    use super::*;
+    use judge::ch11 as j;
+    use llm_workbook::ch11_precision::{Difference, f16_to_f32, f32_to_bf16};
+    use llm_workbook_exercises::solutions::ch11_precision as s;
+
+    /// Every judge of the chapter run on the main crate's answers, with the probes it ran.
+    pub fn judged() -> Vec<Judged> {
+        judged![
+            f32_to_bf16(f32_to_bf16),
+            f16_to_f32(f16_to_f32),
+            balanced_step(|kind: Difference, eps| kind.balanced_step(eps)),
+            kahan_sum(s::kahan_sum),
+        ]
+    }
+
+    #[test]
+    fn solutions_pass() {
+        all_pass(judged());
+    }
+
+    #[test]
+    fn bf16_by_truncation_by_ties_away_from_zero_and_without_the_sign() {
+        catches(
+            j::f32_to_bf16(
+                |x| {
+                    if x.is_nan() { f32_to_bf16(x) } else { (x.to_bits() >> 16) as u16 }
+                },
+            ),
+            "truncating instead of rounding",
+        );
+        catches(
+            j::f32_to_bf16(|x| {
+                if x.is_nan() { f32_to_bf16(x) } else { ((x.to_bits() + 0x8000) >> 16) as u16 }
+            }),
+            "ties away from zero",
+        );
+        catches(j::f32_to_bf16(|x| f32_to_bf16(x.abs())), "the sign is lost");
+    }
+
+    #[test]
+    fn bf16_that_turns_nan_into_infinity() {
+        // Round to nearest even by adding a bias, with no test for NaN: the carry of a
+        // signalling NaN's payload reaches the exponent and leaves ∞.
+        let biased = |x: f32| {
+            let b = x.to_bits();
+            (b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16) as u16
+        };
+        catches(j::f32_to_bf16(biased), "a NaN turned into ∞");
+    }
+
+    #[test]
+    fn f16_without_subnormals_sign_or_nan() {
+        let flushed = |b: u16| if b & 0x7c00 == 0 { 0.0 } else { f16_to_f32(b) };
+        catches(j::f16_to_f32(flushed), "the subnormals lost");
+        catches(j::f16_to_f32(|b| f16_to_f32(b).abs()), "the sign is lost");
+        let no_nan =
+            |b: u16| if b & 0x7c00 == 0x7c00 { f16_to_f32(b & 0xfc00) } else { f16_to_f32(b) };
+        catches(j::f16_to_f32(no_nan), "a NaN turned into ∞");
+        let bias_16 = |b: u16| f16_to_f32(b) / 2.0;
+        catches(j::f16_to_f32(bias_16), "the bias of f16 is 15");
+    }
+
+    #[test]
+    fn the_forward_step_where_the_central_one_is_asked_and_no_error() {
+        let forward = |_: Difference, eps: f64| Difference::Forward.balanced_step(eps);
+        catches(j::balanced_step(forward), "a forward difference's step");
+        let unchecked = |kind: Difference, eps: f64| {
+            Ok(eps.abs().powf(if kind == Difference::Central { 1.0 / 3.0 } else { 0.5 }))
+        };
+        catches(j::balanced_step(unchecked), "should be an Err");
+    }
+
+    #[test]
+    fn kahan_without_its_compensation() {
+        let dropped = |xs: &[f32]| xs.iter().fold(0.0f32, |s, &x| s + x);
+        catches(j::kahan_sum(dropped), "the compensation dropped");
+    }
 }
 
 // ───────────────────── the probe table of chapters/exercises.md ─────────────────────
@@ -2078,6 +2160,7 @@ fn the_probe_table_on_the_page_is_what_the_judges_run() {
         ch08::judged(),
         ch09::judged(),
         ch10::judged(),
+        ch11::judged(),
     ];
     let judged: Vec<Judged> = chapters.into_iter().flatten().collect();
     let mut undecided = Vec::new();

@@ -258,7 +258,7 @@ pub fn worked() -> Result<Vec<Worked>> {
             THIS_CRATE,
             "ε^{1/3} of f64, the balanced central step",
             "6.1e-6",
-            format!("{:.1e}", Difference::Central.balanced_step(F64.epsilon())),
+            format!("{:.1e}", Difference::Central.balanced_step(F64.epsilon())?),
         ),
         Worked::text(
             "the_checker_s_step",
@@ -420,8 +420,8 @@ pub fn walk(out: &mut Walk) -> Result<()> {
     for (f, eps) in [("f64", F64.epsilon()), ("f32", F32.epsilon())] {
         out.say(&format!(
             "{f}: balanced steps ε^(1/2) = {:.1e} (forward), ε^(1/3) = {:.1e} (central)",
-            Difference::Forward.balanced_step(eps),
-            Difference::Central.balanced_step(eps)
+            Difference::Forward.balanced_step(eps)?,
+            Difference::Central.balanced_step(eps)?
         ))?;
     }
     out.say(&format!(

@@ -56,9 +56,17 @@ impl Difference {
 
     /// The step that balances truncation against rounding for a function whose value and
     /// derivatives are of order 1: ε^{1/(p+1)} for a truncation error of order p (ε^{1/2}
-    /// forward, ε^{1/3} central).
-    pub fn balanced_step(self, epsilon: f64) -> f64 {
-        epsilon.powf(1.0 / f64::from(self.order() + 1))
+    /// forward, ε^{1/3} central), with ε the machine epsilon of the type computed in. Errors
+    /// naming `epsilon` unless 0 < ε < 1.
+    pub fn balanced_step(self, epsilon: f64) -> Result<f64> {
+        if !(epsilon > 0.0 && epsilon < 1.0) {
+            return Err(invalid(
+                "balanced_step",
+                "epsilon",
+                format!("{epsilon} is not a machine epsilon, between 0 and 1"),
+            ));
+        }
+        Ok(epsilon.powf(1.0 / f64::from(self.order() + 1)))
     }
 }
 

@@ -18,6 +18,7 @@ pub mod ch07;
 pub mod ch08;
 pub mod ch09;
 pub mod ch10;
+pub mod ch11;
 
 use llm_workbook::gradcheck::{self, Config};
 use nalgebra::DMatrix;

@@ -1,0 +1,263 @@
+//! Judges of chapter 11's exercises: the conversions bit for bit against the main crate's on
+//! every case that decides a rounding (ties of both parities, overflow, subnormals, NaN, signed
+//! zero), the step against ε^{1/2} and ε^{1/3}, the compensated sum bit for bit.
+
+use super::{Probe, Section, Verdict, attempt, not_applicable, probe};
+use crate::solutions::ch11_precision as solution;
+use llm_workbook::ch11_precision::{self as ch11, Difference, F32, F64};
+use llm_workbook::rng::Rng;
+
+const FORMATS: Section = Section { chapter: "ch11_precision", anchor: "1-four-formats" };
+const ROUNDING: Section =
+    Section { chapter: "ch11_precision", anchor: "2-rounding-to-nearest-ties-to-even" };
+const SUMS: Section =
+    Section { chapter: "ch11_precision", anchor: "5-summation-error-grows-with-n" };
+const STEPS: Section =
+    Section { chapter: "ch11_precision", anchor: "6-the-step-of-a-gradient-check" };
+
+/// The f32 patterns a bf16 rounding must get right, with what each one tests.
+fn bf16_cases() -> Vec<(u32, &'static str)> {
+    let mut cases = vec![
+        (0x3f80_8000, "1 + 2⁻⁸, a tie: 1 is even"),
+        (0x3f81_8000, "1 + 3·2⁻⁸, a tie: 1 + 2⁻⁶ is even"),
+        (0x3f81_7fff, "just under a tie"),
+        (0x3eaa_aaab, "1/3"),
+        (0xbeaa_aaab, "−1/3"),
+        (0x0000_0000, "0"),
+        (0x8000_0000, "−0"),
+        (0x7f7f_ffff, "the largest f32, past the largest bf16"),
+        (0xff7f_ffff, "minus the largest f32"),
+        (0x7f7f_8000, "a tie above the largest bf16"),
+        (0x7f80_0000, "+∞"),
+        (0xff80_0000, "−∞"),
+        (0x0000_8000, "2⁻¹³⁴, a subnormal tie: 0 is even"),
+        (0x0001_8000, "3·2⁻¹³⁴, a subnormal tie"),
+        (0x8001_7fff, "a negative subnormal"),
+        (0x7f80_0001, "a signalling NaN"),
+        (0xffc0_0000, "a negative quiet NaN"),
+        (0x7fa0_1234, "a NaN with a payload"),
+    ];
+    let mut rng = Rng::new(1111);
+    cases.extend((0..20_000).map(|_| (rng.next_u64() as u32, "a random pattern")));
+    cases
+}
+
+fn is_nan32(bits: u32) -> bool {
+    bits & 0x7fff_ffff > 0x7f80_0000
+}
+
+/// A bf16 rounding that truncates: the top 16 bits.
+fn truncated(bits: u32) -> u16 {
+    (bits >> 16) as u16
+}
+
+/// A bf16 rounding whose ties go away from zero: add half, then truncate.
+fn ties_away(bits: u32) -> u16 {
+    if is_nan32(bits) {
+        (bits >> 16) as u16 | 0x40
+    } else {
+        (bits.wrapping_add(0x8000) >> 16) as u16
+    }
+}
+
+/// Rounding f32 → bf16 bit for bit against the main crate's `f32_to_bf16`, naming truncation,
+/// ties away from zero, a lost sign and a NaN turned into ∞.
+pub fn f32_to_bf16(f: impl Fn(f32) -> u16) -> Verdict {
+    not_applicable(&[Probe::Batch, Probe::Errors]);
+    probe(Probe::Scale);
+    probe(Probe::Order);
+    probe(Probe::Named);
+    let cases = bf16_cases();
+    let mut yours = Vec::with_capacity(cases.len());
+    for &(bits, _) in &cases {
+        yours.push(attempt(ROUNDING, "f32_to_bf16", || f(f32::from_bits(bits)))?);
+    }
+    let want: Vec<u16> = cases.iter().map(|&(b, _)| ch11::f32_to_bf16(f32::from_bits(b))).collect();
+    for ((&(bits, what), &y), &w) in cases.iter().zip(&yours).zip(&want) {
+        if is_nan32(bits) && y & 0x7fff == 0x7f80 {
+            return Err(ROUNDING.fail(format!(
+                "{what} ({bits:#010x}): yours {y:#06x} is ∞ — a NaN turned into ∞ (adding the \
+                 rounding bias carried into the exponent): test for NaN first, keep its top 16 \
+                 bits and set the quiet bit 0x0040"
+            )));
+        }
+        if is_nan32(bits) && y != w && y & 0x7fff == w & 0x7fff {
+            return Err(ROUNDING.fail(format!(
+                "{what} ({bits:#010x}): yours {y:#06x}, expected {w:#06x} — the sign is lost: \
+                 bf16 keeps f32's sign bit, a NaN's too"
+            )));
+        }
+        if is_nan32(bits) && y != w {
+            return Err(ROUNDING.fail(format!(
+                "{what} ({bits:#010x}): yours {y:#06x}, expected {w:#06x} — a NaN stays a NaN of \
+                 the same sign: its top 16 bits with the quiet bit 0x0040 set"
+            )));
+        }
+    }
+    for ((&(bits, what), &y), &w) in cases.iter().zip(&yours).zip(&want) {
+        if bits >> 31 == 1 && y >> 15 == 0 && w >> 15 == 1 {
+            return Err(ROUNDING.fail(format!(
+                "{what} ({bits:#010x}): yours {y:#06x} is positive — the sign is lost: bf16 keeps \
+                 f32's sign bit"
+            )));
+        }
+    }
+    let matches = |slip: fn(u32) -> u16| {
+        cases.iter().zip(&yours).all(|(&(b, _), &y)| is_nan32(b) || y == slip(b))
+    };
+    let first = cases.iter().zip(&yours).zip(&want).find(|((_, y), w)| y != w);
+    let Some(((&(bits, what), &y), &w)) = first else { return Ok(()) };
+    let why = if matches(truncated) {
+        " — truncating instead of rounding: the 16 bits dropped decide whether to round up"
+    } else if matches(ties_away) {
+        " — ties away from zero: on an exact tie (dropped bits 0x8000) round to the even \
+         pattern, the one whose last bit is 0"
+    } else {
+        ""
+    };
+    Err(ROUNDING.fail(format!("{what} ({bits:#010x}): yours {y:#06x}, expected {w:#06x}{why}")))
+}
+
+/// Decoding every f16 pattern against the main crate's `f16_to_f32` (a NaN must be a NaN of the
+/// pattern's sign), naming lost subnormals, a lost sign, a wrong bias and a NaN turned into ∞.
+pub fn f16_to_f32(f: impl Fn(u16) -> f32) -> Verdict {
+    not_applicable(&[Probe::Batch, Probe::Errors, Probe::Order]);
+    probe(Probe::Scale);
+    probe(Probe::Named);
+    let mut yours = Vec::with_capacity(1 << 16);
+    for bits in 0..=u16::MAX {
+        yours.push(attempt(FORMATS, "f16_to_f32", || f(bits))?);
+    }
+    let is_nan16 = |b: u16| b & 0x7fff > 0x7c00;
+    for (bits, &y) in (0..=u16::MAX).zip(&yours) {
+        if is_nan16(bits) && y.is_infinite() {
+            return Err(FORMATS.fail(format!(
+                "{bits:#06x} (e = 31, f ≠ 0): yours {y} — a NaN turned into ∞: with the exponent \
+                 all ones, a fraction that is not 0 means NaN"
+            )));
+        }
+        if is_nan16(bits) && y.is_nan() && y.is_sign_negative() != (bits >> 15 == 1) {
+            return Err(FORMATS.fail(format!(
+                "{bits:#06x} (e = 31, f ≠ 0): yours a NaN of the other sign — the sign is lost: \
+                 a NaN keeps the pattern's sign bit"
+            )));
+        }
+        if is_nan16(bits) && !y.is_nan() {
+            return Err(FORMATS.fail(format!(
+                "{bits:#06x} (e = 31, f ≠ 0): yours {y} — with the exponent all ones and a \
+                 fraction that is not 0, the pattern is a NaN"
+            )));
+        }
+    }
+    let negative_lost = (0x8001..0xfc00u16).any(|b| yours[usize::from(b)] > 0.0);
+    if negative_lost {
+        return Err(FORMATS.fail(
+            "a pattern with the sign bit set decodes positive in yours — the sign is lost: \
+             multiply by (−1)^s",
+        ));
+    }
+    if yours[0x3c00] != 1.0 {
+        return Err(FORMATS.fail(format!(
+            "0x3c00 (e = 15, f = 0): yours {}, expected 1 — the bias of f16 is 15: the value is \
+             2^(e − 15)·(1 + f/1024)",
+            yours[0x3c00]
+        )));
+    }
+    for bits in (0..=u16::MAX).filter(|b| !is_nan16(*b)) {
+        let (y, w) = (yours[usize::from(bits)], ch11::f16_to_f32(bits));
+        if y.to_bits() == w.to_bits() {
+            continue;
+        }
+        let why = if bits & 0x7c00 == 0 && bits & 0x3ff != 0 {
+            " — the subnormals lost: for e = 0 the value is 2⁻¹⁴·f/1024, with no hidden 1"
+        } else if bits & 0x7fff == 0x7c00 {
+            " — e = 31 with f = 0 is ±∞"
+        } else if bits & 0x7fff == 0 {
+            " — the sign of zero is kept: 0x8000 is −0"
+        } else {
+            ""
+        };
+        return Err(FORMATS.fail(format!("{bits:#06x}: yours {y:e}, expected {w:e}{why}")));
+    }
+    Ok(())
+}
+
+/// ε^{1/2} forward and ε^{1/3} central for f64's and f32's ε, naming the forward step where the
+/// central one is asked (and the reverse), and ε itself; errors for ε outside (0, 1).
+pub fn balanced_step(f: impl Fn(Difference, f64) -> llm_workbook::Result<f64>) -> Verdict {
+    not_applicable(&[Probe::Batch, Probe::Scale, Probe::Order]);
+    probe(Probe::Named);
+    for eps in [F64.epsilon(), F32.epsilon(), 0.25] {
+        for kind in [Difference::Central, Difference::Forward] {
+            let y = attempt(STEPS, "balanced_step", || f(kind, eps))?.map_err(|e| {
+                STEPS.fail(format!("your `balanced_step` returned an error for ε = {eps:e}: {e}"))
+            })?;
+            let w = kind.balanced_step(eps).map_err(|e| e.to_string())?;
+            if (y - w).abs() <= 1e-12 * w {
+                continue;
+            }
+            let close = |v: f64| (y - v).abs() <= 1e-12 * v;
+            let why = if kind == Difference::Central && close(eps.sqrt()) {
+                " — a forward difference's step ε^(1/2) where the central one is asked: the \
+                 central difference's truncation error is ∝ h², so balance h² against ε/h"
+            } else if kind == Difference::Forward && close(eps.cbrt()) {
+                " — the central difference's step ε^(1/3) for a forward difference: its \
+                 truncation error is ∝ h, so balance h against ε/h"
+            } else if close(eps) {
+                " — the step ε itself: the rounding error ε/h is then of order 1"
+            } else {
+                ""
+            };
+            return Err(STEPS.fail(format!(
+                "{} difference, ε = {eps:e}: yours {y:e}, expected {w:e}{why}",
+                kind.name()
+            )));
+        }
+    }
+    for bad in [0.0, 1.0, -1e-3, 2.0, f64::NAN] {
+        let r = attempt(STEPS, "balanced_step", || f(Difference::Central, bad))?;
+        probe(Probe::Errors);
+        if r.is_ok() {
+            return Err(STEPS.fail(format!(
+                "balanced_step(Central, {bad}) should be an Err naming epsilon: a machine \
+                 epsilon lies between 0 and 1"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Kahan's sum bit for bit against the main crate's: no values, 2²⁴ followed by ones (where the
+/// running sum stalls), and uniform values; naming the compensation dropped.
+pub fn kahan_sum(f: impl Fn(&[f32]) -> f32) -> Verdict {
+    not_applicable(&[Probe::Batch, Probe::Errors, Probe::Order]);
+    probe(Probe::Scale);
+    probe(Probe::Named);
+    let mut stall = vec![16_777_216.0f32];
+    stall.extend(std::iter::repeat_n(1.0f32, 4096));
+    let uniform = ch11::grid_values(10_000, 7).map_err(|e| e.to_string())?.0;
+    let mixed: Vec<f32> =
+        uniform.iter().enumerate().map(|(i, &x)| if i % 3 == 0 { x * 1e4 } else { -x }).collect();
+    let cases: [(&str, &[f32]); 4] = [
+        ("no values", &[]),
+        ("2²⁴ then 4096 ones", &stall),
+        ("10000 values in [0, 1)", &uniform),
+        ("10000 values of mixed sign and size", &mixed),
+    ];
+    for (what, xs) in cases {
+        let y = attempt(SUMS, "kahan_sum", || f(xs))?;
+        let w = solution::kahan_sum(xs);
+        if y.to_bits() == w.to_bits() {
+            continue;
+        }
+        let naive = ch11::naive_sum(xs.iter().copied());
+        let why = if y == naive {
+            " — the compensation dropped: that is the running sum's result; carry c, the \
+             error of each addition, into the next term"
+        } else {
+            " — follow the steps in f32 exactly: y = x − c, t = s + y, c = (t − s) − y, s = t"
+        };
+        return Err(SUMS.fail(format!("{what}: yours {y}, expected {w}{why}")));
+    }
+    Ok(())
+}
