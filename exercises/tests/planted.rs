@@ -96,7 +96,7 @@ mod ch01 {
             sigmoid(book::sigmoid),
             logits_forward(book::logits_forward),
             bce_from_logit(book::bce_from_logit),
-            sample_gradient(llm_workbook_exercises::solutions::ch01_logistic::sample_gradient),
+            sample_gradient(book::sample_gradient),
             logits_backward(|x, w, d| {
                 book::logits_backward(x, w, d).map(|g| (g.d_x, g.d_w, g.d_b))
             }),
