@@ -32,7 +32,7 @@ mod clock;
 use llm_workbook::backend::{BACKEND_ENV, Backend, active_backend, nalgebra_products};
 use llm_workbook::ch09_gpt::config::Config;
 use llm_workbook::ch09_gpt::data::random_windows;
-use llm_workbook::ch09_gpt::fused::{causal_blocks, gradient_shards};
+use llm_workbook::ch09_gpt::fast::{causal_blocks, gradient_shards};
 use llm_workbook::ch09_gpt::model::Gpt;
 use llm_workbook::ch09_gpt::sample::{Decoding, generate};
 use llm_workbook::ch09_gpt::schedule::Schedule;
@@ -40,7 +40,7 @@ use llm_workbook::ch09_gpt::schedule::clip_global_norm;
 use llm_workbook::ch09_gpt::train::{Data, TrainConfig, Trainer};
 use llm_workbook::matmul::{matmul, matmul_nt, matmul_tn, product_choices};
 use llm_workbook::rng::Rng;
-use llm_workbook::threads::{THREADS_ENV, default_threads, with_threads};
+use llm_workbook::threads::{THREADS_ENV, default_threads, share_pieces, with_threads};
 use nalgebra::DMatrix;
 use std::hint::black_box;
 use std::time::Instant;
@@ -136,29 +136,11 @@ fn replay(shards: &[Vec<Operation>]) -> f64 {
     let threads = default_threads();
     let workers = threads.clamp(1, shards.len().max(1));
     let inner = (threads / workers).max(1);
+    let choices = product_choices();
     let t = Instant::now();
-    if workers == 1 {
-        with_threads(inner, || shards.iter().for_each(|ops| run(ops)));
-    } else {
-        let queue = std::sync::Mutex::new(shards.iter());
-        let work = || {
-            with_threads(inner, || {
-                loop {
-                    // The guard is dropped before the shard runs, so the threads do not wait.
-                    let next = queue.lock().unwrap().next();
-                    let Some(ops) = next else { break };
-                    run(ops);
-                }
-            })
-        };
-        let choices = product_choices();
-        std::thread::scope(|s| {
-            for _ in 1..workers {
-                s.spawn(|| choices.run(work));
-            }
-            work();
-        });
-    }
+    share_pieces(&mut vec![(); workers], shards.iter().collect(), |(), ops| {
+        choices.run(|| with_threads(inner, || run(ops)))
+    });
     t.elapsed().as_secs_f64()
 }
 
@@ -260,6 +242,28 @@ fn load() -> String {
 
 fn best_of(k: usize, mut f: impl FnMut() -> f64) -> f64 {
     (0..k).map(|_| f()).fold(f64::INFINITY, f64::min)
+}
+
+/// What the reference pass's copy of each block into chapter 6's types ([`Gpt::block`]) costs on
+/// `gpt train`'s default model (3 blocks, 4 heads, width 96, context 64, a batch of 16, f32):
+/// (seconds for the copies of every block, seconds for one reference forward and backward,
+/// which makes them once), each the fastest of 20 on this thread.
+fn block_copy() -> (f64, f64) {
+    let config = Config::new(65, 64, 3, 4, 96);
+    let model = Gpt::<f32>::new(config, 1).unwrap();
+    let mut rng = Rng::new(1);
+    let tokens: Vec<u32> = (0..20_000).map(|_| rng.below(65) as u32).collect();
+    let batch = Data::Stream { tokens: &tokens, seq_len: 64 }.batch(16, &mut rng).unwrap();
+    let time = |f: &mut dyn FnMut()| {
+        best_of(20, || {
+            let s = Instant::now();
+            f();
+            s.elapsed().as_secs_f64()
+        })
+    };
+    let copies = time(&mut || (0..config.layers).for_each(|l| drop(black_box(model.block(l)))));
+    let pass = time(&mut || drop(black_box(model.loss_and_grads(&batch).unwrap())));
+    (copies, pass)
 }
 
 /// One configuration's step, measured in this process: (tokens/s, step s, products replayed s),
@@ -496,6 +500,16 @@ fn main() {
             "the backend that ran is not the one asked for"
         );
         println!("{tps} {step} {products}");
+        return;
+    }
+    if args.iter().any(|a| a == "--block-copy") {
+        let (copies, pass) = with_threads(1, block_copy);
+        println!(
+            "block copies {:.1} µs, reference pass {:.1} µs: {:.2} % of the pass",
+            copies * 1e6,
+            pass * 1e6,
+            100.0 * copies / pass
+        );
         return;
     }
     if args.iter().any(|a| a == "--child-generate") {

@@ -838,7 +838,7 @@ type Shape = (&'static str, (usize, usize, usize), Op, Op);
 
 /// The GPT step's products: nanoGPT's CPU configuration (width d = 128, 4 heads of 32, context
 /// 64, batch 12 so T = 768 rows, vocabulary 65), forward and backward, with attention in the
-/// fused step's causal blocks of 32 query rows (chapter 9, `fused::CAUSAL_BLOCK`).
+/// fused step's causal blocks of 32 query rows (chapter 9, `fast::CAUSAL_BLOCK`).
 fn gpt_shapes() -> Vec<Shape> {
     let (t, d, v, ctx, hs, blk) = (768, 128, 65, 64, 32, 32);
     vec![

@@ -198,14 +198,8 @@ impl<T: Float> AdamMoments<T> {
             return Ok(());
         }
         let groups = share_out(work, total.div_ceil(threads));
-        let update = &update;
-        std::thread::scope(|s| {
-            let mut groups = groups.into_iter();
-            let mine = groups.next();
-            for mut group in groups {
-                s.spawn(move || group.iter_mut().for_each(|w| update.apply(w)));
-            }
-            mine.into_iter().flatten().for_each(|mut w| update.apply(&mut w));
+        crate::threads::share_pieces(&mut vec![(); threads], groups, |(), mut group| {
+            group.iter_mut().for_each(|w| update.apply(w))
         });
         Ok(())
     }

@@ -6,9 +6,17 @@
 //! ([`std::thread::available_parallelism`]). [`crate::matmul`] asks
 //! [`default_threads`] when a product is large enough to split; the optimisers and chapter 9's
 //! shards ask it too. [`crate::matmul::product_choices`] carries the choice into a new thread.
+//!
+//! It is also the crate's one scheduler: every computation shared between threads goes through
+//! [`share_pieces`], a fork and join over pieces the caller cuts (a product's blocks of C, a
+//! one-row product's runs of columns, an optimiser's runs of parameters, the training step's
+//! shards and the pieces of their sum) on rayon's pool. No other module starts a thread for
+//! computing (a repository test holds it); the exercises' runner starts processes and reads their
+//! output on a thread, which is waiting, not computing shared out. Chapter 10 gives the
+//! measurements that chose rayon's pool over threads started for each use.
 
 use std::cell::Cell;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 /// The environment variable that sets how many threads a large product may use.
 pub const THREADS_ENV: &str = "LLM_WORKBOOK_THREADS";
@@ -78,4 +86,60 @@ fn process_threads() -> usize {
             }
         }
     })
+}
+
+/// Runs `work(state, piece)` on every piece, on as many threads as there are `states` (never
+/// more than pieces), each thread with its own state (a product's packing buffers, say): the
+/// caller with `states[0]`, and a task for each further state on [rayon]'s pool (one thread per
+/// core, started once per process and asleep between uses). Returns the pieces' results in piece
+/// order.
+///
+/// The threads take the pieces one at a time from a shared queue, so a thread that finishes early
+/// (or a core another program lent back) takes the next. Which thread ran a piece depends on
+/// timing, but the pieces are the caller's, fixed before any thread starts, and each writes only
+/// what it owns: the results do not depend on the thread count, bit for bit. A count above the
+/// cores gives the same pieces, run by at most the pool's threads and the caller at once. A
+/// panic in a piece is raised again here. With no state there is nothing to run on: an internal
+/// error, and a panic.
+///
+/// [rayon]: https://docs.rs/rayon
+pub fn share_pieces<S: Send, P: Send, R: Send>(
+    states: &mut [S],
+    pieces: Vec<P>,
+    work: impl Fn(&mut S, P) -> R + Sync,
+) -> Vec<R> {
+    let count = pieces.len();
+    let threads = states.len().min(count).max(1);
+    let Some((mine, helpers)) = states.split_first_mut() else {
+        assert!(count == 0, "share_pieces: {count} pieces and no state to run them with");
+        return Vec::new();
+    };
+    if threads == 1 {
+        return pieces.into_iter().map(|p| work(mine, p)).collect();
+    }
+    let queue = Mutex::new(pieces.into_iter().enumerate());
+    let done = Mutex::new(Vec::with_capacity(count));
+    // Takes pieces until the queue is empty. A lock is held only to take a piece or to hand in
+    // the results; a poisoned lock (a piece panicked) still holds valid data.
+    let drain = |state: &mut S| {
+        let mut mine = Vec::new();
+        loop {
+            let next = queue.lock().unwrap_or_else(PoisonError::into_inner).next();
+            let Some((i, piece)) = next else { break };
+            mine.push((i, work(state, piece)));
+        }
+        done.lock().unwrap_or_else(PoisonError::into_inner).extend(mine);
+    };
+    let drain = &drain;
+    rayon::in_place_scope(|scope| {
+        for state in &mut helpers[..threads - 1] {
+            scope.spawn(move |_| drain(state));
+        }
+        drain(mine);
+    });
+    let mut slots: Vec<Option<R>> = (0..count).map(|_| None).collect();
+    for (i, r) in done.into_inner().unwrap_or_else(PoisonError::into_inner) {
+        slots[i] = Some(r);
+    }
+    slots.into_iter().map(|r| r.expect("every piece was taken from the queue")).collect()
 }

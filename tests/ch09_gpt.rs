@@ -1085,7 +1085,7 @@ mod generation {
 
     #[test]
     fn the_cached_step_gives_the_same_bits_on_one_to_eight_threads() {
-        use llm_workbook::ch09_gpt::fused::ROW_TEAM_WEIGHTS_PER_THREAD;
+        use llm_workbook::ch09_gpt::fast::ROW_TEAM_WEIGHTS_PER_THREAD;
         use llm_workbook::threads::with_threads;
         // Width 256, 8 layers: 6.3 million block weights, enough for 3 threads to share each row
         // product; 2 threads share them too, and 8 are cut back to 3.
@@ -1174,7 +1174,7 @@ mod generation {
     fn the_cached_steps_one_row_products_match_the_blocked_product_and_chapter_6() {
         use llm_workbook::ch03_mlp::dense_forward;
         use llm_workbook::ch06_attention::{AttnSpec, attention_forward};
-        use llm_workbook::ch09_gpt::fused::{attend_one, row_affine};
+        use llm_workbook::ch09_gpt::fast::{attend_one, row_affine};
         let mut rng = Rng::new(11);
         // 37 inputs: two full runs of the dot product's 16 lanes and a remainder of 5.
         let (inputs, outputs) = (37, 21);
@@ -2248,7 +2248,7 @@ mod command_line {
         let r = cli(&["chapter", "attn"]);
         assert_eq!(r.status.code(), Some(2));
         let err = String::from_utf8_lossy(&r.stderr);
-        assert!(err.contains("'attn'") && err.contains("1 to 10"), "{err}");
+        assert!(err.contains("'attn'") && err.contains("1 to 11"), "{err}");
         assert_eq!(err.trim_end().lines().count(), 1, "{err}");
         for _ in 0..3 {
             let mut child = super::binary()
@@ -2600,7 +2600,7 @@ mod hardening {
         // on its own, so the bits cannot change: the test asks for equality on 1 to 8 threads.
         // (The count is 4 at any vocabulary this text could give; 65 stands for it.)
         let config = Config::new(65, 64, 1, 2, 128);
-        assert_eq!(llm_workbook::ch09_gpt::fused::gradient_shards(&config, 24, 64), 4);
+        assert_eq!(llm_workbook::ch09_gpt::fast::gradient_shards(&config, 24, 64), 4);
         const { assert!(12 * 128 * 128 >= llm_workbook::optim::PARALLEL_MIN_PARAMETERS) };
         let dir = common::temp_dir("ch09_threads");
         let text = dir.join("t.txt");
@@ -2876,14 +2876,14 @@ mod fused_step {
     use super::*;
     use llm_workbook::ch06_attention::{Epsilon, NormOrder};
     use llm_workbook::ch09_gpt::data::Batch;
-    use llm_workbook::ch09_gpt::fused::{FusedStep, gradient_shards, supports};
+    use llm_workbook::ch09_gpt::fast::{FusedStep, gradient_shards, supports};
     use llm_workbook::ch09_gpt::model::Gpt;
     use llm_workbook::ch09_gpt::train::{Data, TrainConfig, Trainer};
     use llm_workbook::gradcheck;
     use llm_workbook::threads::with_threads;
 
     /// 181 sequences of six tokens (1,086 rows: four shards of 46, 45, 45 and 45 sequences, see
-    /// `fused::gradient_shards`), every seventh position unscored.
+    /// `fast::gradient_shards`), every seventh position unscored.
     fn many_sequences() -> Batch {
         let inputs: Vec<u32> = (0..181 * 6).map(|i| (i * 5 % 7) as u32).collect();
         let targets =
@@ -2926,7 +2926,7 @@ mod fused_step {
     }
 
     /// A context of 72 positions, so sequences of 70 tokens cross two boundaries of
-    /// `fused::CAUSAL_BLOCK` (32 query rows): the blocks 0–31, 32–63 and 64–69.
+    /// `fast::CAUSAL_BLOCK` (32 query rows): the blocks 0–31, 32–63 and 64–69.
     fn long_context() -> Config {
         Config { tied: true, positions: Positions::Learned, ..Config::new(7, 72, 2, 2, 8) }
     }

@@ -820,6 +820,48 @@ mod shape {
         let planted = format!("fn f() {{}}\n// {}\n{}\n", "σ".repeat(97), "x".repeat(101));
         assert_eq!(wide_lines("t.rs", &planted), ["t.rs:3: 101 characters"]);
     }
+
+    /// The crate's one scheduler: the only module that starts threads to compute.
+    const SCHEDULER: &str = "src/threads.rs";
+    /// Modules that start threads for something other than computing: the exercises' runner
+    /// starts `cargo` processes and a thread to read each one's output, which is waiting on
+    /// processes, not computing shared out.
+    const NOT_COMPUTE_THREADS: [&str; 1] = ["src/cli/exercises.rs"];
+    /// How a thread is started: scoped, detached, built, or by a pool.
+    const THREAD_STARTS: [&str; 4] = ["thread::scope", "thread::spawn", "thread::Builder", "rayon"];
+
+    /// Each line of `code` (comments left out) that starts a thread, as "name:line: text".
+    fn thread_starts(name: &str, code: &str) -> Vec<String> {
+        code.lines()
+            .enumerate()
+            .filter(|(_, line)| THREAD_STARTS.iter().any(|s| code_part(line).contains(s)))
+            .map(|(i, line)| format!("{name}:{}: {}", i + 1, line.trim()))
+            .collect()
+    }
+
+    #[test]
+    fn only_the_scheduler_starts_threads_for_computing() {
+        let mut starts = Vec::new();
+        let files = rust_files(&root().join("src"));
+        assert!(files.len() > 50, "only {} Rust files found", files.len());
+        for path in files {
+            let name = path.strip_prefix(root()).unwrap_or(&path).display().to_string();
+            if name == SCHEDULER || NOT_COMPUTE_THREADS.contains(&name.as_str()) {
+                continue;
+            }
+            let code = std::fs::read_to_string(&path).unwrap_or_default();
+            starts.extend(thread_starts(&name, &code));
+        }
+        assert!(starts.is_empty(), "threads started outside {SCHEDULER}:\n{}", starts.join("\n"));
+        let scheduler = std::fs::read_to_string(root().join(SCHEDULER)).unwrap_or_default();
+        assert!(!thread_starts(SCHEDULER, &scheduler).is_empty(), "{SCHEDULER} starts no thread");
+        let planted = "fn f() {\n    // std::thread::scope in a comment\n    \
+                       std::thread::scope(|s| { s.spawn(|| 1); });\n}\n";
+        assert_eq!(
+            thread_starts("x.rs", planted),
+            ["x.rs:3: std::thread::scope(|s| { s.spawn(|| 1); });"]
+        );
+    }
 }
 
 /// The pages beside the chapters: the sources page drawn from

@@ -173,7 +173,7 @@ pub mod ch09_gpt {
         }
         keys.row_mut(len).copy_from_slice(k);
         values.row_mut(len).copy_from_slice(v);
-        llm_workbook::ch09_gpt::fused::attend_one(OP, q, keys, values, len + 1, 1)
+        llm_workbook::ch09_gpt::fast::attend_one(OP, q, keys, values, len + 1, 1)
     }
 
     /// The exercise `adamw_step` answered by the main crate's `AdamW`.

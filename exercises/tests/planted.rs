@@ -1355,7 +1355,7 @@ mod ch09 {
             values.row_mut(len).copy_from_slice(v);
         }
         let n = n(len).max(1);
-        llm_workbook::ch09_gpt::fused::attend_one("step", q, keys, values, n, 1)
+        llm_workbook::ch09_gpt::fast::attend_one("step", q, keys, values, n, 1)
     }
 
     #[test]

@@ -21,7 +21,7 @@
 //!   exactly, GPT-3 the way D1 counts it);
 //! - [`walkthrough`]: D3's "I love AI" example recomputed;
 //! - [`model`]: the GPT, its forward and backward pass, and one token at a time with the cache;
-//! - [`fused`]: the engine: the same training step made fast (no per-step allocation, one
+//! - [`fast`]: the engine: the same training step made fast (no per-step allocation, one
 //!   product for Q, K, V) and the fast cached step, each held to the lesson's reference;
 //! - [`data`]: the sorting task and token-stream windows;
 //! - [`schedule`]: warm-up plus cosine learning rate, gradient-norm clipping;
@@ -42,7 +42,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod data;
 pub mod experiments;
-pub mod fused;
+pub mod fast;
 pub mod model;
 pub mod safetensors;
 pub mod sample;

@@ -25,8 +25,8 @@
 //! tensors in GPT-2's layout (`params.rs`, [`Params`]; [`Gpt::new`]'s initialisation), the forward
 //! and backward pass over whole sequences (`pass.rs`: [`Gpt::forward`], [`Gpt::loss_and_grads`])
 //! and one token at a time with a key/value cache (`step.rs`: [`Gpt::reference_step`]), all with
-//! chapter 6's functions. The fast paths ([`FusedStep`](super::fused::FusedStep), [`Gpt::step`])
-//! are the engine's, in [`fused`](super::fused); this module uses none of it.
+//! chapter 6's functions. The fast paths ([`FusedStep`](super::fast::FusedStep), [`Gpt::step`])
+//! are the engine's, in [`fast`](super::fast); this module uses none of it.
 
 mod params;
 mod pass;
@@ -187,35 +187,41 @@ impl<T: Float> Gpt<T> {
         self.blocks.get(l).copied().unwrap_or(BlockForm::GPT2)
     }
 
-    /// Block `l` as chapter 6's [`Block`], for chapter 6's functions: its tensors copied out of
-    /// the store (W_Q, W_K, W_V out of W_QKV's column blocks). The reference pass pays this copy,
-    /// 12d² + 13d values a block per pass: about the work of one product of a single row with
-    /// the block's weights, against the pass's 2·12d² per row; the fast path copies nothing.
+    /// Block `l` as chapter 6's [`Block`], for chapter 6's functions: the table's block rows
+    /// walked, each tensor's maps copied out of the store into chapter 6's fields
+    /// (`block_fields`; W_Q, W_K, W_V out of W_QKV's column blocks). The reference pass pays
+    /// this copy, 12d² + 13d values a block per pass: about the work of one product of a single
+    /// row with the block's weights, against the pass's 2·12d² per row. Measured on `gpt
+    /// train`'s default model (3 blocks, d = 96, a batch of 16 × 64, f32, one thread) by
+    /// `cargo bench --bench ch09_gpt -- --block-copy`: the three copies took 1.0 to 1.1 ms
+    /// against 95 to 454 ms for one reference forward and backward, 1.1 % of the pass at most
+    /// (fastest of 20 each, two runs, 2 cores at load average 4 to 8). The fast path copies
+    /// nothing.
     pub fn block(&self, l: usize) -> Block<T> {
-        let p = |param: Param| self.params.of(param, l).clone();
-        let [w_q, w_k, w_v] = self
-            .params
-            .q_k_v(Param::WQkv, l)
-            .map(|m| m.map(|v| v.into_owned()))
-            .unwrap_or_else(|| std::array::from_fn(|_| DMatrix::zeros(0, 0)));
-        let [b_q, b_k, b_v] = self
-            .params
-            .q_k_v(Param::BQkv, l)
-            .map(|m| m.map(|v| v.into_owned()))
-            .unwrap_or_else(|| std::array::from_fn(|_| DMatrix::zeros(0, 0)));
+        let empty = || DMatrix::zeros(0, 0);
         let form = self.form(l);
-        let ln = layer_norm_of;
-        let heads = self.config.heads;
-        let attn =
-            MultiHead { heads, w_q, b_q, w_k, b_k, w_v, b_v, w_o: p(Param::WO), b_o: p(Param::BO) };
-        let ffn = Ffn {
-            w1: p(Param::W1),
-            b1: p(Param::B1),
-            w2: p(Param::W2),
-            b2: p(Param::B2),
-            act: form.act,
+        let (heads, [w_q, b_q, w_k, b_k, w_v, b_v, w_o, b_o]) =
+            (self.config.heads, std::array::from_fn(|_| empty()));
+        let attn = MultiHead { heads, w_q, b_q, w_k, b_k, w_v, b_v, w_o, b_o };
+        let ffn = Ffn { w1: empty(), b1: empty(), w2: empty(), b2: empty(), act: form.act };
+        let (ln1, ln2) = (self.ln1(l), self.ln2(l));
+        let ln = |v: LnView<'_, T>| LayerNorm {
+            gamma: empty(),
+            beta: empty(),
+            eps: v.eps,
+            placement: v.placement,
         };
-        Block { attn, ln1: ln(self.ln1(l)), ffn, ln2: ln(self.ln2(l)), order: form.order }
+        let mut block = Block { attn, ln1: ln(ln1), ffn, ln2: ln(ln2), order: form.order };
+        for spec in PARAMETERS.iter().filter(|s| s.part == Part::Block) {
+            let Some(stored) = self.params.get(spec.param, Some(l)) else { continue };
+            let width = stored.ncols() / spec.maps;
+            for (k, field) in
+                block_fields(BlockRefs::of_block(&mut block), spec.param).into_iter().enumerate()
+            {
+                *field = stored.columns(k * width, width).into_owned();
+            }
+        }
+        block
     }
 }
 
@@ -225,31 +231,82 @@ pub(crate) fn layer_norm_of<T: Float>(v: LnView<'_, T>) -> LayerNorm<T> {
 }
 
 /// Writes chapter 6's gradients of block `l` into the gradients' store: the mirror of
-/// [`Gpt::block`] (∂W_Q, ∂W_K, ∂W_V into ∂W_QKV's column blocks).
-pub(crate) fn store_block_grads<T: Float>(grads: &mut Grads<T>, l: usize, g: BlockGrads<T>) {
-    let (a, f) = (g.attn, g.ffn);
-    for (param, parts) in
-        [(Param::WQkv, [a.d_w_q, a.d_w_k, a.d_w_v]), (Param::BQkv, [a.d_b_q, a.d_b_k, a.d_b_v])]
-    {
-        let m = grads.of_mut(param, l);
-        let d = m.ncols() / 3;
-        for (k, part) in parts.iter().enumerate() {
-            m.columns_mut(k * d, d).copy_from(part);
+/// [`Gpt::block`], the table's block rows walked (∂W_Q, ∂W_K, ∂W_V into ∂W_QKV's column blocks).
+pub(crate) fn store_block_grads<T: Float>(grads: &mut Grads<T>, l: usize, mut g: BlockGrads<T>) {
+    for spec in PARAMETERS.iter().filter(|s| s.part == Part::Block) {
+        let Some(stored) = grads.get_mut(spec.param, Some(l)) else { continue };
+        let width = stored.ncols() / spec.maps;
+        for (k, field) in
+            block_fields(BlockRefs::of_grads(&mut g), spec.param).into_iter().enumerate()
+        {
+            stored.columns_mut(k * width, width).copy_from(field);
         }
     }
-    for (param, m) in [
-        (Param::Ln1Gamma, g.ln1.d_gamma),
-        (Param::Ln1Beta, g.ln1.d_beta),
-        (Param::WO, a.d_w_o),
-        (Param::BO, a.d_b_o),
-        (Param::Ln2Gamma, g.ln2.d_gamma),
-        (Param::Ln2Beta, g.ln2.d_beta),
-        (Param::W1, f.d_w1),
-        (Param::B1, f.d_b1),
-        (Param::W2, f.d_w2),
-        (Param::B2, f.d_b2),
-    ] {
-        *grads.of_mut(param, l) = m;
+}
+
+/// Chapter 6's tensors of one block, values or gradients, by what they are.
+struct BlockRefs<'b, T: Float> {
+    ln1: [&'b mut DMatrix<T>; 2],
+    qkv: [[&'b mut DMatrix<T>; 3]; 2],
+    out: [&'b mut DMatrix<T>; 2],
+    ln2: [&'b mut DMatrix<T>; 2],
+    ffn: [&'b mut DMatrix<T>; 4],
+}
+
+impl<'b, T: Float> BlockRefs<'b, T> {
+    /// A block's parameters.
+    fn of_block(b: &'b mut Block<T>) -> Self {
+        let (a, f) = (&mut b.attn, &mut b.ffn);
+        BlockRefs {
+            ln1: [&mut b.ln1.gamma, &mut b.ln1.beta],
+            qkv: [[&mut a.w_q, &mut a.w_k, &mut a.w_v], [&mut a.b_q, &mut a.b_k, &mut a.b_v]],
+            out: [&mut a.w_o, &mut a.b_o],
+            ln2: [&mut b.ln2.gamma, &mut b.ln2.beta],
+            ffn: [&mut f.w1, &mut f.b1, &mut f.w2, &mut f.b2],
+        }
+    }
+
+    /// A block's parameter gradients.
+    fn of_grads(g: &'b mut BlockGrads<T>) -> Self {
+        let (a, f) = (&mut g.attn, &mut g.ffn);
+        BlockRefs {
+            ln1: [&mut g.ln1.d_gamma, &mut g.ln1.d_beta],
+            qkv: [
+                [&mut a.d_w_q, &mut a.d_w_k, &mut a.d_w_v],
+                [&mut a.d_b_q, &mut a.d_b_k, &mut a.d_b_v],
+            ],
+            out: [&mut a.d_w_o, &mut a.d_b_o],
+            ln2: [&mut g.ln2.d_gamma, &mut g.ln2.d_beta],
+            ffn: [&mut f.d_w1, &mut f.d_b1, &mut f.d_w2, &mut f.d_b2],
+        }
+    }
+}
+
+/// The fields of chapter 6's block that hold the table's block row `param`, one per map, in the
+/// table's map order (W_Q, W_K, W_V for c_attn): where the table's rows meet chapter 6's names.
+/// None for a row outside a block.
+fn block_fields<T: Float>(refs: BlockRefs<'_, T>, param: Param) -> Vec<&mut DMatrix<T>> {
+    let BlockRefs {
+        ln1: [ln1_gamma, ln1_beta],
+        qkv: [w_qkv, b_qkv],
+        out: [w_o, b_o],
+        ln2: [ln2_gamma, ln2_beta],
+        ffn: [w1, b1, w2, b2],
+    } = refs;
+    match param {
+        Param::Ln1Gamma => vec![ln1_gamma],
+        Param::Ln1Beta => vec![ln1_beta],
+        Param::WQkv => w_qkv.into(),
+        Param::BQkv => b_qkv.into(),
+        Param::WO => vec![w_o],
+        Param::BO => vec![b_o],
+        Param::Ln2Gamma => vec![ln2_gamma],
+        Param::Ln2Beta => vec![ln2_beta],
+        Param::W1 => vec![w1],
+        Param::B1 => vec![b1],
+        Param::W2 => vec![w2],
+        Param::B2 => vec![b2],
+        Param::Wte | Param::Wpe | Param::LnFGamma | Param::LnFBeta | Param::LmHead => Vec::new(),
     }
 }
 
@@ -258,7 +315,7 @@ mod tests {
     /// The engine's names, and the `matmul` items beyond its public products: what the lesson
     /// must not use (its products are `matmul`, `matmul_nt` and `matmul_tn`).
     const ENGINE: [&str; 9] = [
-        "fused",
+        "fast::",
         "RowTeam",
         "row_team",
         "row_product",
@@ -295,8 +352,8 @@ mod tests {
             assert!(found.is_empty(), "{} uses the engine:\n{}", f.display(), found.join("\n"));
         }
         // A planted import of each kind is seen; a comment naming the engine is not.
-        let planted = "use crate::ch09_gpt::fused::{Products, row_product};\n\
-                       // the engine (fused) is not read here\n\
+        let planted = "use crate::ch09_gpt::fast::{Products, row_product};\n\
+                       // the engine (fast::Windows) is not read here\n\
                        use crate::matmul::{MatRef, gemm};\n\
                        fn f() { crate::threads::default_threads(); }\n";
         let found = engine_uses(planted);

@@ -169,10 +169,10 @@ impl Generated {
 impl<T: Float> Gpt<T> {
     /// Runs the full forward pass over `tokens` (at most n_ctx of them) and returns a cache
     /// holding every block's keys and values, and the logits of the last position: by the fused
-    /// forward pass ([`super::fused::FusedStep::prefill`]) when it covers the model, else by the
+    /// forward pass ([`super::fast::FusedStep::prefill`]) when it covers the model, else by the
     /// reference one.
     pub fn prefill(&self, tokens: &[Token]) -> Result<(KvCache<T>, Vec<T>)> {
-        super::fused::Windows::new(self).prefill(tokens)
+        super::fast::Windows::new(self).prefill(tokens)
     }
 
     /// [`Gpt::prefill`] by the reference forward pass (chapter 6's functions).
@@ -191,10 +191,10 @@ impl<T: Float> Gpt<T> {
     }
 
     /// The logits of the last position by the full forward pass over `tokens` (no cache): the
-    /// fused forward pass ([`super::fused::FusedStep::last_logits`]) when it covers the model, else
+    /// fused forward pass ([`super::fast::FusedStep::last_logits`]) when it covers the model, else
     /// the reference one. A test holds the two to 10⁻¹² in f64.
     pub fn last_logits(&self, tokens: &[Token]) -> Result<Vec<T>> {
-        super::fused::Windows::new(self).last_logits(tokens)
+        super::fast::Windows::new(self).last_logits(tokens)
     }
 
     /// [`Gpt::last_logits`] by the reference forward pass (chapter 6's functions).
@@ -244,7 +244,7 @@ pub fn generate<T: Float>(
     // assembled by hand with post-LN blocks runs the full forward pass at every step instead.
     let pre_ln = model.blocks.iter().all(|b| b.order == crate::ch06_attention::NormOrder::Pre);
     // The full forward pass over a window, one workspace for every window.
-    let mut pass = super::fused::Windows::new(model);
+    let mut pass = super::fast::Windows::new(model);
     let mut logits = if use_cache && pre_ln {
         let (kv, z) = pass.prefill(&tokens)?;
         cache = Some(kv);

@@ -8,7 +8,7 @@
 //! the same seed gives the same bits on the same machine.
 
 use super::data::{Batch, SortTask, Token, random_windows};
-use super::fused::FusedStep;
+use super::fast::FusedStep;
 use super::model::Gpt;
 use super::sample::{Decoding, generate};
 use super::schedule::{Schedule, clip_global_norm};
@@ -102,17 +102,17 @@ pub struct StepRecord {
 /// Which computation gives a training step its loss and gradients.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StepPath {
-    /// The fast path, [`super::fused::FusedStep`]: the one used whenever it covers the model.
+    /// The fast path, [`super::fast::FusedStep`]: the one used whenever it covers the model.
     Fused,
     /// The reference, [`Gpt::loss_and_grads`] (chapter 6's functions): for a model the fused
-    /// step does not cover ([`super::fused::supports`]).
+    /// step does not cover ([`super::fast::supports`]).
     Reference,
 }
 
 impl StepPath {
     /// The path for `model`.
     pub fn of<T: Float>(model: &Gpt<T>) -> StepPath {
-        if super::fused::supports(model) { StepPath::Fused } else { StepPath::Reference }
+        if super::fast::supports(model) { StepPath::Fused } else { StepPath::Reference }
     }
 
     /// Its name, as `train.json` records it: `fused` or `reference`.
@@ -165,7 +165,7 @@ impl<T: Float> Trainer<T> {
     }
 
     /// One training step. The loss and gradients come from the fused step
-    /// ([`super::fused::FusedStep`]) when it covers the model, else from the reference
+    /// ([`super::fast::FusedStep`]) when it covers the model, else from the reference
     /// [`Gpt::loss_and_grads`]; both compute the same mathematics (a test compares them).
     pub fn step(&mut self, data: &Data, config: &TrainConfig) -> Result<StepRecord> {
         let batch = data.batch(config.batch, &mut self.rng)?;

@@ -347,7 +347,7 @@ fn continue_run(
         "training step: the {} path ({})",
         trainer.path().name(),
         match trainer.path() {
-            StepPath::Fused => "fused::FusedStep",
+            StepPath::Fused => "fast::FusedStep",
             StepPath::Reference => "Gpt::loss_and_grads; the fused step does not cover this model",
         }
     );

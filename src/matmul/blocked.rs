@@ -21,7 +21,6 @@ use super::Element;
 use super::dispatch::{Blocking, Kernel, ProductStats};
 use super::kernels::{MAX_NR, MAX_TILE, MicroKernel};
 use super::pack::{Operand, pack_a, pack_b, prefetch};
-use std::sync::Mutex;
 
 /// Products with fewer flops (2·m·n·k) than this run on one thread. Starting and joining a
 /// scoped thread costs about 30 µs at best and 50–80 µs typically on the machines here (the
@@ -172,28 +171,17 @@ pub(crate) fn gemm<T: Element>(
                 }
             }
         }
-        let queue = Mutex::new(parts.into_iter());
-        let (job, queue) = (&job, &queue);
-        let (main, helpers) = workspaces.split_first_mut().expect("at least one workspace");
-        std::thread::scope(|s| {
-            let spawned: Vec<_> = helpers
-                .iter_mut()
-                .take(threads - 1)
-                .map(|ws| s.spawn(move || job.drain(queue, ws)))
-                .collect();
-            let mut tiles = job.drain(queue, main);
-            // The queue is empty; helpers may still be finishing a piece. Yield rather than block
-            // while they do: a blocked thread's core may go to sleep, and waking it (in a virtual
-            // machine especially) can take milliseconds.
-            while !spawned.iter().all(|h| h.is_finished()) {
-                std::thread::yield_now();
-            }
-            for h in spawned {
-                // A helper can only panic on an internal bug; re-raise it here.
-                tiles += h.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
-            }
-            tiles
-        })
+        // The crate's scheduler hands the pieces out; each thread packs into its own workspace.
+        crate::threads::share_pieces(
+            &mut workspaces[..threads],
+            parts,
+            |ws, (i0, j0, mut columns)| {
+                let rows = columns.first().map_or(0, |c| c.len());
+                job.run(ws, Piece { i0, rows, j0, columns: &mut columns })
+            },
+        )
+        .into_iter()
+        .sum()
     });
     stats
 }
@@ -257,9 +245,6 @@ struct Piece<'p, 'c, T> {
     columns: &'p mut [&'c mut [T]],
 }
 
-/// The pieces of C not yet taken: (first row, first column, the piece's column slices).
-type PieceQueue<'c, T> = Mutex<std::vec::IntoIter<(usize, usize, Vec<&'c mut [T]>)>>;
-
 /// What every piece of one product shares, read-only.
 struct Job<'s, T: 'static> {
     plan: Plan<T>,
@@ -271,19 +256,6 @@ struct Job<'s, T: 'static> {
 }
 
 impl<T: Element> Job<'_, T> {
-    /// Takes pieces from the queue until it is empty; returns the micro-kernel calls made.
-    fn drain(&self, queue: &PieceQueue<'_, T>, ws: &mut Workspace<T>) -> u64 {
-        let mut tiles = 0;
-        loop {
-            // The lock is held only to take the next piece; a poisoned lock still holds a valid
-            // iterator.
-            let next = queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner).next();
-            let Some((i0, j0, mut columns)) = next else { return tiles };
-            let rows = columns.first().map_or(0, |c| c.len());
-            tiles += self.run(ws, Piece { i0, rows, j0, columns: &mut columns });
-        }
-    }
-
     /// The five loops on one piece of C; returns the micro-kernel calls made.
     fn run(&self, ws: &mut Workspace<T>, piece: Piece<T>) -> u64 {
         let (mk, k) = (self.plan.kernel, self.k);

@@ -227,7 +227,7 @@ mod tests {
     }
 
     #[test]
-    fn the_table_names_every_tensor_of_the_store_once_with_its_shape() {
+    fn the_table_names_every_field_of_the_struct_once_with_its_shape() {
         for c in configs() {
             let mut m = Gpt::<f64>::new(c, 1).unwrap();
             // A distinct value in every tensor, written through the table's order …
@@ -250,7 +250,7 @@ mod tests {
     }
 
     #[test]
-    fn w_q_w_k_w_v_are_the_column_blocks_of_c_attn_in_that_order() {
+    fn the_gpt2_layout_fuses_q_k_v_in_that_order_and_the_slots_follow_the_order() {
         let c = Config { tied: false, ..Config::new(11, 6, 2, 2, 4) };
         let mut m = Gpt::<f64>::new(c, 2).unwrap();
         let w = m.params.get_mut(Param::WQkv, Some(1)).unwrap();

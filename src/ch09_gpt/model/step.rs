@@ -1,6 +1,6 @@
 //! Generation one token at a time, the lesson's way: the key/value cache, and the reference
 //! cached step written with chapter 6's functions. The fast step that generation runs
-//! ([`Gpt::step`], in the engine: `fused::cached`) computes the same numbers; a test holds the
+//! ([`Gpt::step`], in the engine: `fast::cached`) computes the same numbers; a test holds the
 //! two together.
 //!
 //! For the new token u at position p, each block l reads the keys and values of positions

@@ -1,5 +1,5 @@
 //! The fast cached step: one token through every block as a row, built from the fused step's
-//! pieces (`fused::forward`), its products shared between threads ([`RowTeam`]). The same
+//! pieces (`fast::forward`), its products shared between threads ([`RowTeam`]). The same
 //! numbers as the lesson's [`Gpt::reference_step`] (chapter 6's functions); a test holds them.
 
 use super::{
@@ -73,11 +73,11 @@ impl<T: Float> Gpt<T> {
 
     /// Feeds one token at the next position of the cache and returns its logits (length V).
     ///
-    /// The fused training step's forward pass ([`FusedStep`](crate::ch09_gpt::fused::FusedStep))
+    /// The fused training step's forward pass ([`FusedStep`](crate::ch09_gpt::fast::FusedStep))
     /// for one row: each block writes the new token's \[Q K V\] row = n₁\[W_Q W_K W_V\] + b_QKV
     /// into row `pos` of its cache; its attention is the training step's causal block
-    /// (`fused::causal_block_forward`) for the one query row pos against the keys 0 … pos
-    /// (`fused::one_row_attention`, which generation's last row runs too); LayerNorm and GELU
+    /// (`fast::causal_block_forward`) for the one query row pos against the keys 0 … pos
+    /// (`fast::one_row_attention`, which generation's last row runs too); LayerNorm and GELU
     /// are chapter 6's and 3's in-place functions, and the residuals accumulate in place. The
     /// result equals the last row of the full forward pass over the cached tokens (a test checks
     /// it to 10⁻⁹ in f64). Errors when the cache is full (the caller slides the window, see
@@ -85,9 +85,9 @@ impl<T: Float> Gpt<T> {
     /// on a model whose blocks are not pre-LN.
     ///
     /// One row at a time, every product is a row times a matrix, and the work is reading each
-    /// weight once (O(parameters + T·d) per token), so the products are `fused::row_product`
+    /// weight once (O(parameters + T·d) per token), so the products are `fast::row_product`
     /// rather than the blocked product (see there for what was measured). A model with enough
-    /// weights shares each product's columns between threads (`fused::RowTeam`, one thread per
+    /// weights shares each product's columns between threads (`fast::RowTeam`, one thread per
     /// [`ROW_TEAM_WEIGHTS_PER_THREAD`] block weights, the same bits on any number).
     pub fn step(&self, cache: &mut KvCache<T>, token: Token) -> Result<Vec<T>> {
         const OP: &str = "Gpt::step";
@@ -148,7 +148,7 @@ impl<T: Float> Gpt<T> {
         for (c, x) in r.x.iter_mut().enumerate() {
             *x = self.wte()[(token as usize, c)] + self.wpe()[(pos, c)]; // x₀ = W_E[u] + W_P[pos]
         }
-        // The row products on the threads the model's size can use (`fused::RowTeam`: the same
+        // The row products on the threads the model's size can use (`fast::RowTeam`: the same
         // bits on any number). A block reads W_Q, W_K, W_V, W_O (4d²) and W₁, W₂ (8d²).
         let block_weights = self.blocks.len() * 12 * d * d;
         let threads = crate::threads::default_threads()
@@ -221,7 +221,7 @@ fn onto<'w, T: Float>(
 
 /// y = x·W + b for one row x (length `in`), W in×out, b 1×out: y_j = b_j + x · W\[:, j\], each a
 /// dot product with one column of W (contiguous in column-major storage): the cached step's
-/// weight product (`fused::row_product`) with the bias. Errors on shapes that do not chain.
+/// weight product (`fast::row_product`) with the bias. Errors on shapes that do not chain.
 pub fn row_affine<T: Float>(
     op: &'static str,
     x: &[T],
@@ -272,7 +272,7 @@ pub fn dot<T: Float>(a: &[T], b: &[T]) -> T {
 /// `n` rows of the cached keys and values (n_ctx×(H·d_k) each, column-major): for each head h,
 /// a = softmax(q_h K_h\[..n\]ᵀ/√d_k) and o_h = a V_h\[..n\]. Returns the heads' outputs side by
 /// side. This is the cached step's attention: the fused step's causal block
-/// (`fused::causal_block_forward`) of the one query row n − 1 against the keys 0 … n − 1, read
+/// (`fast::causal_block_forward`) of the one query row n − 1 against the keys 0 … n − 1, read
 /// from separate key and value matrices.
 pub fn attend_one<'a, T: Float>(
     op: &'static str,

@@ -65,7 +65,7 @@ use crate::ch06_attention::{Epsilon, LnCache};
 use crate::error::{Error, Result, invalid};
 use crate::float::Float;
 use crate::matmul::{MatMut, MatRef, product_choices};
-use crate::threads::with_threads;
+use crate::threads::{share_pieces, with_threads};
 use nalgebra::DMatrix;
 
 /// The fewest rows (tokens) a shard is given when the batch is cut. Each shard repeats work that
@@ -262,7 +262,7 @@ impl<T: Float> FusedStep<T> {
             return Err(invalid(
                 OP,
                 "model",
-                "its shape is not the one the fused step covers (see fused::supports); use \
+                "its shape is not the one the fused step covers (see fast::supports); use \
                     Gpt::loss_and_grads",
             ));
         }
@@ -284,7 +284,7 @@ impl<T: Float> FusedStep<T> {
         let scale = T::of(1.0 / scored as f64);
         let threads = crate::threads::default_threads();
         for r in run_shards(&mut self.shards, threads, |s| s.run(model, batch, scale)) {
-            r.unwrap_or_else(|| Err(invalid(OP, "shard", "a shard's thread panicked")))?;
+            r?;
         }
         let loss_sum = add_in_shard_order(&mut self.shards, threads);
         let first = &mut self.shards[0];
@@ -341,7 +341,7 @@ impl<T: Float> FusedStep<T> {
             return Err(invalid(
                 op,
                 "model",
-                "its shape is not the one the fused step covers (see fused::supports)",
+                "its shape is not the one the fused step covers (see fast::supports)",
             ));
         }
         if tokens.len() > model.config.context {
@@ -364,47 +364,24 @@ impl<T: Float> FusedStep<T> {
     }
 }
 
-/// Runs `job` on every shard, on at most `threads` threads: the threads take the shards one at a
-/// time from a shared queue (a thread that finishes early takes the next), and each shard's
-/// products get the threads left over, `threads / workers` of them (chapter 10's
-/// [`with_threads`]), so the two levels never ask for more threads than there are. Every shard
-/// writes only its own buffers, so which thread ran it changes nothing. Each shard's result in
-/// shard order; `None` for a shard whose thread panicked before finishing it.
+/// Runs `job` on every shard, on at most `threads` threads (the crate's scheduler,
+/// [`share_pieces`]): the threads take the shards one at a time (a thread that finishes early
+/// takes the next), and each shard's products get the threads left over, `threads / workers` of
+/// them (chapter 10's [`with_threads`]), so the two levels never ask for more threads than there
+/// are. Every shard writes only its own buffers, so which thread ran it changes nothing. Each
+/// shard's result in shard order.
 fn run_shards<T: Float>(
     shards: &mut [Shard<T>],
     threads: usize,
     job: impl Fn(&mut Shard<T>) -> Result<()> + Sync,
-) -> Vec<Option<Result<()>>> {
-    let count = shards.len();
-    let workers = threads.clamp(1, count.max(1));
+) -> Vec<Result<()>> {
+    let workers = threads.clamp(1, shards.len().max(1));
     let inner = (threads / workers).max(1);
-    if workers == 1 {
-        // One shard or one thread: the shards in turn here, their products on every thread.
-        return shards.iter_mut().map(|s| Some(with_threads(inner, || job(s)))).collect();
-    }
-    let queue = std::sync::Mutex::new(shards.iter_mut().enumerate());
-    let work = || {
-        with_threads(inner, || {
-            let mut done = Vec::new();
-            loop {
-                let next = queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner).next();
-                let Some((i, shard)) = next else { break done };
-                done.push((i, job(shard)));
-            }
-        })
-    };
+    // The caller's product choices (kernel, backend) carried into the threads started.
     let choices = product_choices();
-    let mut results: Vec<Option<Result<()>>> = (0..count).map(|_| None).collect();
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = (1..workers).map(|_| scope.spawn(|| choices.run(work))).collect();
-        let mine = work();
-        for (i, r) in
-            mine.into_iter().chain(handles.into_iter().flat_map(|h| h.join().unwrap_or_default()))
-        {
-            results[i] = Some(r);
-        }
-    });
-    results
+    share_pieces(&mut vec![(); workers], shards.iter_mut().collect(), |(), shard| {
+        choices.run(|| with_threads(inner, || job(shard)))
+    })
 }
 
 /// Elements of a gradient tensor added as one piece of work in [`add_in_shard_order`]: small
@@ -458,24 +435,7 @@ fn add_in_order<T: Float>(
     };
     let additions = pieces.iter().map(|p| p.2.len()).sum::<usize>() * rest.len();
     let workers = if additions < parallel_min { 1 } else { threads.clamp(1, pieces.len()) };
-    if workers == 1 {
-        pieces.into_iter().for_each(add);
-        return;
-    }
-    let queue = std::sync::Mutex::new(pieces.into_iter());
-    let work = || {
-        loop {
-            let next = queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner).next();
-            let Some(piece) = next else { break };
-            add(piece);
-        }
-    };
-    std::thread::scope(|scope| {
-        for _ in 1..workers {
-            scope.spawn(work);
-        }
-        work();
-    });
+    share_pieces(&mut vec![(); workers], pieces, |(), piece| add(piece));
 }
 
 impl<T: Float> Shard<T> {
