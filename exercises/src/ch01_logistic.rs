@@ -58,7 +58,7 @@ pub fn bce_from_logit(y: f64, z: f64) -> f64 {
 /// Chapter: [3. The gradient](../../chapters/ch01_logistic.md#3-the-gradient-one-factor-at-a-time).
 pub fn sample_gradient(w: &DVector<f64>, b: f64, x: &DVector<f64>, y: f64) -> Result<DVector<f64>> {
     #[cfg(feature = "solutions")]
-    return solution::sample_gradient(w, b, x, y);
+    return llm_workbook::ch01_logistic::sample_gradient(w, b, x, y);
     todo!()
 }
 
@@ -77,7 +77,3 @@ pub fn logits_backward(
     return llm_workbook::ch01_logistic::logits_backward(x, w, d_z).map(|g| (g.d_x, g.d_w, g.d_b));
     todo!()
 }
-
-// The `solutions` feature's adapters (src/solutions.rs).
-#[cfg(feature = "solutions")]
-use llm_workbook_exercises::solutions::ch01_logistic as solution;

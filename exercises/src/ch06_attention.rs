@@ -87,7 +87,7 @@ pub fn layer_norm_forward(
 /// return (∂L/∂X, ∂L/∂γ, ∂L/∂β). Per row, with g = γ ⊙ ∂L/∂y and s = √(σ² + ε):
 /// ∂L/∂x = (g − mean(g) − x̂ · mean(g ⊙ x̂)) / s; ∂L/∂γ = Σ_rows ∂L/∂y ⊙ x̂; ∂L/∂β = Σ_rows ∂L/∂y.
 /// Rows shifted by 10⁸ have the same gradients: take σ² as the mean of (x − μ)², never as
-/// E[x²] − μ², whose two terms near 10¹⁶ lose the difference to rounding.
+/// E\[x²\] − μ², whose two terms near 10¹⁶ lose the difference to rounding.
 ///
 /// Chapter: [3. LayerNorm](../../chapters/ch06_attention.md#3-layernorm).
 pub fn layer_norm_backward(

@@ -18,7 +18,9 @@ use llm_workbook::ch11_precision::Difference;
 /// ±∞ (`0x7F80` with the sign). A NaN must stay a NaN of the same sign: keep its top 16 bits and
 /// set the quiet bit `0x0040`.
 ///
-/// Chapter: [2. Rounding to nearest, ties to even](../../chapters/ch11_precision.md#2-rounding-to-nearest-ties-to-even).
+/// Chapter: [2. Rounding to nearest, ties to even][section-2].
+///
+/// [section-2]: ../../chapters/ch11_precision.md#2-rounding-to-nearest-ties-to-even
 pub fn f32_to_bf16(x: f32) -> u16 {
     #[cfg(feature = "solutions")]
     return llm_workbook::ch11_precision::f32_to_bf16(x);
@@ -30,7 +32,9 @@ pub fn f32_to_bf16(x: f32) -> u16 {
 /// (−1)^s · 2^{e−15} · (1 + f/2^{10}) for 0 < e < 31; (−1)^s · 2^{−14} · f/2^{10} for e = 0 (zero
 /// and the subnormals); ±∞ for e = 31, f = 0; NaN of sign s for e = 31, f ≠ 0.
 ///
-/// Chapter: [1. Four formats](../../chapters/ch11_precision.md#1-four-formats).
+/// Chapter: [1. Four formats][section-1].
+///
+/// [section-1]: ../../chapters/ch11_precision.md#1-four-formats
 pub fn f16_to_f32(bits: u16) -> f32 {
     #[cfg(feature = "solutions")]
     return llm_workbook::ch11_precision::f16_to_f32(bits);
@@ -43,7 +47,9 @@ pub fn f16_to_f32(bits: u16) -> f32 {
 /// central, with ε the machine epsilon of the type computed in. Error naming `epsilon` unless
 /// 0 < ε < 1.
 ///
-/// Chapter: [6. The step of a gradient check](../../chapters/ch11_precision.md#6-the-step-of-a-gradient-check).
+/// Chapter: [6. The step of a gradient check][section-6].
+///
+/// [section-6]: ../../chapters/ch11_precision.md#6-the-step-of-a-gradient-check
 pub fn balanced_step(kind: Difference, epsilon: f64) -> Result<f64> {
     #[cfg(feature = "solutions")]
     return kind.balanced_step(epsilon);
@@ -53,7 +59,9 @@ pub fn balanced_step(kind: Difference, epsilon: f64) -> Result<f64> {
 /// **A compensated sum**: Σ xᵢ in f32 by Kahan's method, left to right: s = 0, c = 0, then for
 /// each x: y = x − c, t = s + y, c = (t − s) − y, s = t; the answer is s (0 for no values).
 ///
-/// Chapter: [5. Summation error grows with n](../../chapters/ch11_precision.md#5-summation-error-grows-with-n).
+/// Chapter: [5. Summation error grows with n][section-5].
+///
+/// [section-5]: ../../chapters/ch11_precision.md#5-summation-error-grows-with-n
 pub fn kahan_sum(xs: &[f32]) -> f32 {
     #[cfg(feature = "solutions")]
     return solution::kahan_sum(xs);

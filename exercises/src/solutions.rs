@@ -2,26 +2,6 @@
 //! `solutions` feature answers those exercises with them, and `tests/planted.rs` proves each judge
 //! passes them. One module per chapter that needs one.
 
-/// Chapter 1's per-sample gradient with its three factors collapsed.
-pub mod ch01_logistic {
-    use llm_workbook::Result;
-    use llm_workbook::ch01_logistic as book;
-    use nalgebra::{DMatrix, DVector};
-
-    /// The exercise `sample_gradient`: ∂ℓ/∂w = (σ(wᵀx + b) − y)·x, the three factors of the main
-    /// crate's `sample_gradient` collapsed, as the exercise asks (their product, computed as
-    /// written, is ∞·0 = NaN once ŷ rounds to 0 or 1, at |z| ≥ 37).
-    pub fn sample_gradient(
-        w: &DVector<f64>,
-        b: f64,
-        x: &DVector<f64>,
-        y: f64,
-    ) -> Result<DVector<f64>> {
-        let z = book::logits_forward(w, b, &DMatrix::from_row_slice(1, x.len(), x.as_slice()))?[0];
-        Ok(x * (book::sigmoid(z) - y))
-    }
-}
-
 /// The main crate's functions in this chapter's one-sequence signatures (used by the
 /// `solutions` feature and by the judges' own tests).
 pub mod ch06_attention {

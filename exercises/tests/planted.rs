@@ -96,7 +96,7 @@ mod ch01 {
             sigmoid(book::sigmoid),
             logits_forward(book::logits_forward),
             bce_from_logit(book::bce_from_logit),
-            sample_gradient(llm_workbook_exercises::solutions::ch01_logistic::sample_gradient),
+            sample_gradient(book::sample_gradient),
             logits_backward(|x, w, d| {
                 book::logits_backward(x, w, d).map(|g| (g.d_x, g.d_w, g.d_b))
             }),
@@ -127,7 +127,12 @@ mod ch01 {
     #[test]
     fn gradient_through_the_three_factors_or_with_the_left_tail_as_one_minus() {
         // The chapter's three factors multiplied as written: ∞·0 once ŷ rounds to 0 or 1.
-        catches(j::sample_gradient(book::sample_gradient), "the three factors multiplied");
+        let factors = |w: &nalgebra::DVector<f64>, b: f64, x: &nalgebra::DVector<f64>, y: f64| {
+            let y_hat = book::sigmoid(w.dot(x) + b);
+            let factor = book::d_loss_d_yhat(y, y_hat) * book::d_yhat_d_z(y_hat);
+            Ok(book::d_z_d_w(x) * factor)
+        };
+        catches(j::sample_gradient(factors), "the three factors multiplied");
         let one_minus = |w: &nalgebra::DVector<f64>, b: f64, x: &nalgebra::DVector<f64>, y: f64| {
             let z = w.dot(x) + b;
             let right = |z: f64| 1.0 / (1.0 + (-z).exp());

@@ -36,7 +36,7 @@ const FREQUENCY_SLIPS: [FrequencySlip; 5] = [
 ];
 
 /// ω₀ = 1 for every d; ω₁ = 0.01 for d = 4; the main crate's ωᵢ for d = 8, 16, 512 (relatively:
-/// ω₂₅₅ for d = 512 is about 1.04·10⁻⁴); the slips of [`FREQUENCY_SLIPS`] named.
+/// ω₂₅₅ for d = 512 is about 1.04·10⁻⁴); the slips of `FREQUENCY_SLIPS` named.
 pub fn frequency(f: impl Fn(usize, usize) -> f64) -> Verdict {
     super::not_applicable(&[
         super::Probe::Scale,

@@ -270,11 +270,11 @@ pub fn layer_norm_forward(
 }
 
 /// How close an answer on rows shifted by [`super::FAR_SHIFT`] must come to the unshifted one:
-/// rounding X + 10⁸ moves x − μ by about 10⁻⁸, and E[x²] − μ² misses σ² by about 1.
+/// rounding X + 10⁸ moves x − μ by about 10⁻⁸, and E\[x²\] − μ² misses σ² by about 1.
 const SHIFTED_TOLERANCE: f64 = 1e-5;
 
 /// The failure of a LayerNorm answer that is right on X and wrong on X + 10⁸ (`what` it should
-/// do there, `m` the comparison's message): the variance computed as E[x²] − μ².
+/// do there, `m` the comparison's message): the variance computed as E\[x²\] − μ².
 fn far_shift_failure(what: &str, m: &str) -> String {
     let first = m.lines().next().unwrap_or_default();
     NORM.fail_hint(

@@ -193,7 +193,7 @@ fn overflowing_rows(
 }
 
 /// The gradient check of L = Σ G ⊙ out in Y, E and all eight weights and biases; then the ten
-/// gradients against the main crate's with y's rows scaled by [`QUERY_GAINS`] (scores in the
+/// gradients against the main crate's with y's rows scaled by `QUERY_GAINS` (scores in the
 /// hundreds to thousands), naming a dropped or whole-matrix max shift by the rows of ∂L/∂Y it
 /// leaves NaN.
 pub fn cross_attention_backward(

@@ -570,7 +570,7 @@ pub fn first_overflow(yours: &DMatrix<f64>, want: &DMatrix<f64>) -> Option<(usiz
         .find(|&(r, c)| !yours[(r, c)].is_finite() && want[(r, c)].is_finite())
 }
 
-/// The shift [`shifted_far`] adds to every entry: 10⁸, where E[x²] − μ² loses every digit of σ²
+/// The shift [`shifted_far`] adds to every entry: 10⁸, where E\[x²\] − μ² loses every digit of σ²
 /// (x² is near 10¹⁶, whose last place is worth 2) while x − μ is still exact to about 10⁻⁸.
 pub const FAR_SHIFT: f64 = 1e8;
 
