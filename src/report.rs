@@ -318,7 +318,7 @@ pub fn matrix_lines<T: Float>(m: &DMatrix<T>, decimals: usize, width: usize) -> 
 /// [`crate::book::chapters`] lists them in order.
 #[derive(Clone, Copy)]
 pub struct Chapter {
-    /// 1 to 10.
+    /// 1 to 11.
     pub number: u32,
     /// The stem shared by its prose, source, test and snapshot files, e.g. `ch01_logistic`.
     pub stem: &'static str,
