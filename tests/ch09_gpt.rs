@@ -2248,7 +2248,7 @@ mod command_line {
         let r = cli(&["chapter", "attn"]);
         assert_eq!(r.status.code(), Some(2));
         let err = String::from_utf8_lossy(&r.stderr);
-        assert!(err.contains("'attn'") && err.contains("1 to 10"), "{err}");
+        assert!(err.contains("'attn'") && err.contains("1 to 11"), "{err}");
         assert_eq!(err.trim_end().lines().count(), 1, "{err}");
         for _ in 0..3 {
             let mut child = super::binary()

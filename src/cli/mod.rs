@@ -84,7 +84,7 @@ pub fn find_chapter(arg: &str) -> Result<Chapter, String> {
 
 /// A parser's error as one line for the terminal: a missing argument is named (`error: missing
 /// --checkpoint <CHECKPOINT>`), a refused value is given with its argument and the reason
-/// (`error: invalid <CHAPTER> '99': give 1 to 10 or a name from `list``); any other error is its
+/// (`error: invalid <CHAPTER> '99': give 1 to 11 or a name from `list``); any other error is its
 /// first paragraph joined into one line (the usage and tips after it are left to `--help`).
 pub fn parser_error(e: &clap::Error) -> String {
     use clap::error::{ContextKind, ContextValue, ErrorKind};
