@@ -160,7 +160,7 @@ const TAIL_POINTS: [(f64, f64); 6] =
     [(-40.0, 0.0), (-40.0, 1.0), (40.0, 0.0), (-900.0, 0.0), (-900.0, 1.0), (900.0, 0.0)];
 
 /// The gradient check of ℓ(w) = BCE(y, σ(wᵀx + b)) in w, for labels 0 and 1 and random w, x;
-/// then (σ(z) − y)·x relatively at the logits of [`TAIL_POINTS`] (z = ±40, ±900), naming the
+/// then (σ(z) − y)·x relatively at the logits of `TAIL_POINTS` (z = ±40, ±900), naming the
 /// three factors multiplied as written (∞·0 once ŷ rounds to 0 or 1) and ŷ as 1 − σ(−z).
 pub fn sample_gradient(
     f: impl Fn(&DVector<f64>, f64, &DVector<f64>, f64) -> Result<DVector<f64>>,
