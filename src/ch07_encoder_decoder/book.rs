@@ -59,7 +59,7 @@ pub const ERRATA: &[Erratum] = &[
             Decoder Attention Heads cell",
         printed: "The text says the Python cell masks the future tokens; the cell's weights \
             softmax(QKᵀ) have as row 1: 0.12451364, 0.56641068, 0.30907567",
-        correct: "The cell applies no mask. With the causal mask row 1 is 1 0 0 and the first \
+        correct: "The cell applies no mask. With the causal mask row 1 is 1, 0, 0 and the first \
             output row is 1.48356448, 1.24013147, 1.84159274, 1.80408131 instead of \
             2.82896639, 2.49151229, 3.27935978, 3.36785616 (the last row, which may see every \
             token, is unchanged)",
@@ -100,9 +100,9 @@ pub const ERRATA: &[Erratum] = &[
         section: "Prepare and Embed Target Sequence for Decoder (LN(x_o) of the decoder)",
         printed: "The text: the decoder's LayerNorm is the input's, (x − μ)/√(σ² + ε); row 1 of \
             the printed LN is -0.46049196, -1.4140849, 0.81224991, 1.06232694",
-        correct: "(x − μ)/√(σ² + ε) as stated gives -0.46049142 -1.41408325 0.81224896 1.0623257; \
-            with the text's causal mask and ÷√d_k as well (the two rows above), row 1 is \
-            -0.44147247 -1.42943838 1.01157498 0.85933588, and rows 2 and 3 change too",
+        correct: "(x − μ)/√(σ² + ε) as stated gives -0.46049142, -1.41408325, 0.81224896, \
+            1.0623257; with the text's causal mask and ÷√d_k as well (the two rows above), row 1 \
+            is -0.44147247, -1.42943838, 1.01157498, 0.85933588, and rows 2 and 3 change too",
         why: "The decoder cell divides by std + ε, (x − μ)/(σ + ε), while the input's LayerNorm \
             (and the printed formula) divides by √(σ² + ε); the two differ by about 1.6·10⁻⁶, \
             visible at the printed 8 decimals.",
