@@ -1059,6 +1059,59 @@ mod pages {
         );
     }
 
+    /// The code of a Rust file a user's program runs: comment lines left out, and nothing from
+    /// the first `#[cfg(test)]` on (a test module's uses are not uses).
+    fn shipped_code(text: &str) -> String {
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        code.lines().filter(|l| !l.trim_start().starts_with("//")).collect::<Vec<_>>().join("\n")
+    }
+
+    /// Whether `name` occurs in `code` as a whole identifier.
+    fn names(code: &str, name: &str) -> bool {
+        let ident = |c: char| c.is_alphanumeric() || c == '_';
+        code.match_indices(name).any(|(i, _)| {
+            let before = code[..i].chars().next_back();
+            let after = code[i + name.len()..].chars().next();
+            !before.is_some_and(ident) && !after.is_some_and(ident)
+        })
+    }
+
+    /// The public names of `matmul` that no code outside it uses (`others`: the shipped code of
+    /// every other file of `src/` and `benches/`).
+    fn unused_public_names(matmul: &str, others: &[String]) -> Vec<String> {
+        public_names(matmul)
+            .into_iter()
+            .filter(|name| !others.iter().any(|code| names(code, name)))
+            .collect()
+    }
+
+    #[test]
+    fn every_public_name_of_matmul_is_used_outside_it() {
+        let code = read(&root().join("src").join("matmul").join("mod.rs"));
+        let matmul_dir = root().join("src").join("matmul");
+        let mut stack = vec![root().join("src"), root().join("benches")];
+        let mut others = Vec::new();
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+                let path = entry.path();
+                if path.is_dir() && path != matmul_dir {
+                    stack.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs") && !path.ends_with("tests.rs")
+                {
+                    others.push(shipped_code(&read(&path)));
+                }
+            }
+        }
+        assert!(others.len() > 50, "{} files", others.len());
+        assert_eq!(unused_public_names(&code, &others), Vec::<String>::new());
+        // Planted: a public item nobody calls, and a use that sits only in a comment or a test.
+        let planted = code.replacen("\nfn product<", "\npub fn product<", 1);
+        assert_eq!(unused_public_names(&planted, &others), ["product"]);
+        let only_tested = "// product(…)\nfn f() {}\n#[cfg(test)]\nmod t { fn g() { product(); } }";
+        assert_eq!(shipped_code(only_tested), "fn f() {}");
+        assert!(!names("a_product_b(", "product") && names("x = product(", "product"));
+    }
+
     /// The pages `chapters/SUMMARY.md` lists, in order.
     fn summary_pages(summary: &str) -> Vec<String> {
         summary
