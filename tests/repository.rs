@@ -1059,11 +1059,24 @@ mod pages {
         );
     }
 
-    /// The code of a Rust file a user's program runs: comment lines left out, and nothing from
-    /// the first `#[cfg(test)]` on (a test module's uses are not uses).
+    /// The code of a Rust file a user's program runs: comment lines left out, a `#[cfg(test)]`
+    /// declaration of a test file (`mod tests;`) left out, and nothing from any other
+    /// `#[cfg(test)]` item on (a test module's uses are not uses; test modules come last).
     fn shipped_code(text: &str) -> String {
-        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
-        code.lines().filter(|l| !l.trim_start().starts_with("//")).collect::<Vec<_>>().join("\n")
+        let mut kept = Vec::new();
+        let mut lines = text.lines();
+        while let Some(line) = lines.next() {
+            if line.trim() == "#[cfg(test)]" {
+                match lines.next() {
+                    Some(item) if item.trim_end().ends_with(';') => continue,
+                    _ => break,
+                }
+            }
+            if !line.trim_start().starts_with("//") {
+                kept.push(line);
+            }
+        }
+        kept.join("\n")
     }
 
     /// Whether `name` occurs in `code` as a whole identifier.
@@ -1105,9 +1118,10 @@ mod pages {
         assert!(others.len() > 50, "{} files", others.len());
         assert_eq!(unused_public_names(&code, &others), Vec::<String>::new());
         // Planted: a public item nobody calls, and a use that sits only in a comment or a test.
-        let planted = code.replacen("\nfn product<", "\npub fn product<", 1);
-        assert_eq!(unused_public_names(&planted, &others), ["product"]);
-        let only_tested = "// product(…)\nfn f() {}\n#[cfg(test)]\nmod t { fn g() { product(); } }";
+        let planted = code.replacen("\nfn packed_slivers<", "\npub fn packed_slivers<", 1);
+        assert_eq!(unused_public_names(&planted, &others), ["packed_slivers"]);
+        let only_tested = "// product(…)\n#[cfg(test)]\nmod tests;\nfn f() {}\n#[cfg(test)]\n\
+                           mod t {\n    fn g() { product(); }\n}";
         assert_eq!(shipped_code(only_tested), "fn f() {}");
         assert!(!names("a_product_b(", "product") && names("x = product(", "product"));
     }

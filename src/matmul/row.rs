@@ -149,6 +149,18 @@ mod tests {
                 assert_eq!(out[1].row(0), start.row(0), "row 0");
             }
         }
+        // c contiguous (ld = 1), as the cached step's rows and logits are: both layouts of B.
+        for (tb, (rows, cols)) in [(Op::N, (k, n)), (Op::T, (n, k))] {
+            let b: DMatrix<f64> = rng.normal_matrix(rows, cols, 1.0);
+            let a = MatRef::new(&x.as_slice()[1..], 1, k, 3).unwrap();
+            let w = MatRef::new(b.as_slice(), rows, cols, rows).unwrap();
+            let (mut one, mut blocked) = (vec![0.0; n], vec![0.0; n]);
+            row_product(0.5, a, w, tb, 0.0, MatMut::new(&mut one, 1, n, 1).unwrap()).unwrap();
+            let c = MatMut::new(&mut blocked, 1, n, 1).unwrap();
+            gemm_view(0.5, a, Op::N, w, tb, 0.0, c).unwrap();
+            let err = one.iter().zip(&blocked).map(|(p, q)| (p - q).abs()).fold(0.0, f64::max);
+            assert!(err < 1e-12, "{tb:?}, c contiguous: off by {err:e}");
+        }
         // The contiguous row (16 lanes) and a strided one (left to right) agree to rounding.
         let b: DMatrix<f64> = rng.normal_matrix(k, n, 1.0);
         let mut out = [DMatrix::zeros(1, n), DMatrix::zeros(1, n)];
