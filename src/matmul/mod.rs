@@ -190,8 +190,9 @@ pub fn tile_shape<T: Element>(kernel: Kernel) -> Result<(usize, usize)> {
 }
 
 /// The cache blocking of `kernel` for element type `T` on this machine: the kernel's tuned KC,
-/// and MC and NC derived from the caches the machine reports ([`model_blocking`]), or the tuned
-/// ones where they cannot be read. An error if the CPU lacks the kernel.
+/// the MC that the caches the machine reports give ([`model_blocking`]), and the smaller of their
+/// NC and the tuned one; the tuned blocking where the caches cannot be read. An error if the CPU
+/// lacks the kernel.
 pub fn default_blocking<T: Element>(kernel: Kernel) -> Result<Blocking> {
     Ok(T::micro_kernel(kernel).ok_or_else(|| unavailable("default_blocking", kernel))?.blocking)
 }
