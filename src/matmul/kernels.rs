@@ -148,7 +148,7 @@ fn scalar_kernel<T: Element>() -> MicroKernel<T> {
         kind: Kernel::Scalar,
         mr: tile.0,
         nr: tile.1,
-        blocking: machine_blocking(SCALAR_BLOCKING, tile, size_of::<T>()),
+        blocking: machine_blocking(Kernel::Scalar, SCALAR_BLOCKING, tile, size_of::<T>()),
         code: Code::Scalar,
     }
 }
@@ -181,7 +181,7 @@ fn simd_kernel<T>(
     tuned: Blocking,
     code: SimdKernel<T>,
 ) -> MicroKernel<T> {
-    let blocking = machine_blocking(tuned, (mr, nr), size_of::<T>());
+    let blocking = machine_blocking(kind, tuned, (mr, nr), size_of::<T>());
     MicroKernel { kind, mr, nr, blocking, code: Code::Simd(code) }
 }
 
