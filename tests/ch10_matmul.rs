@@ -668,6 +668,37 @@ fn env_probe_child() {
 }
 
 #[test]
+fn the_program_refuses_a_kernel_setting_it_cannot_use_in_one_line() {
+    // The main program reads LLM_WORKBOOK_KERNEL once at start: a value naming no kernel, or one
+    // this CPU lacks, is one line naming the variable and exit status 2; a usable one runs.
+    let dir = std::env::temp_dir().join(format!("ch10_kernel_setting_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary folder");
+    let run = |value: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_llm-workbook"))
+            .arg("list")
+            .current_dir(&dir)
+            .env(matmul::KERNEL_ENV, value)
+            .output()
+            .expect("the program runs")
+    };
+    let mut bad = vec!["fast".to_string()];
+    bad.extend(Kernel::ALL.iter().filter(|k| !k.is_available()).map(|k| k.name().to_string()));
+    for value in &bad {
+        let o = run(value);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{value}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{value}: {err}");
+        assert!(err.contains(matmul::KERNEL_ENV) && err.contains(value.as_str()), "{err}");
+        assert!(o.stdout.is_empty(), "{value}: nothing else is done");
+    }
+    for value in ["scalar", "auto", ""] {
+        let o = run(value);
+        assert!(o.status.success(), "{value:?}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    std::fs::remove_dir_all(&dir).expect("the temporary folder is removed");
+}
+
+#[test]
 fn the_environment_variable_forces_the_kernel_in_a_fresh_process() {
     let exe = std::env::current_exe().expect("the test binary");
     for kernel in available_kernels() {
