@@ -354,7 +354,7 @@ pub fn show_progress_with(show: ShowProgress) {
     let _ = SHOW_PROGRESS.set(show);
 }
 
-pub(crate) fn progress(what: &str, steps: usize) -> Box<dyn Progress> {
+fn progress(what: &str, steps: usize) -> Box<dyn Progress> {
     match SHOW_PROGRESS.get() {
         Some(show) => show(what, steps),
         None => Box::new(()),

@@ -546,13 +546,7 @@ pub fn mixed_runs() -> Result<&'static [MixedRun]> {
         let tokens = crate::ch09_gpt::experiments::corpus_tokens().map_err(|e| e.to_string())?;
         run_precisions()
             .into_iter()
-            .map(|p| {
-                let mut pb = crate::ch09_gpt::book::progress(&p.label(), RUN_STEPS);
-                let run = train_mixed(&tokens, RUN_STEPS, p, |r| pb.step(r.step + 1, r.loss, None))
-                    .map_err(|e| e.to_string());
-                pb.finish();
-                run
-            })
+            .map(|p| train_mixed(&tokens, RUN_STEPS, p, |_| {}).map_err(|e| e.to_string()))
             .collect()
     });
     runs.as_deref().map_err(|e| crate::error::Error::InvalidValue {

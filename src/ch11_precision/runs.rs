@@ -23,7 +23,7 @@ pub const RUN_CONTEXT: usize = 32;
 /// Windows per batch: 8 windows of 32 tokens, 256 tokens a step.
 pub const RUN_BATCH: usize = 8;
 /// Training steps of each run.
-pub const RUN_STEPS: usize = 300;
+pub const RUN_STEPS: usize = 150;
 /// The static loss scale of the scaled f16 run, 2^{10}.
 pub const F16_LOSS_SCALE: f64 = 1024.0;
 /// Seeds of the model's initial weights and of the batches, the same for every run.
