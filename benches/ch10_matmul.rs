@@ -895,10 +895,11 @@ fn measure_machine(samples: usize) -> Machine {
 
 fn run_all(samples: usize, write: bool, only_gpt: bool) -> Result<(), String> {
     println!(
-        "CPU: {} · kernels: {:?} · using {}",
+        "CPU: {} · kernels: {:?} · using {} · op(B) read in place up to a step of {} values",
         cpu_name(),
         matmul::available_kernels(),
-        matmul::best_kernel()
+        matmul::best_kernel(),
+        matmul::IN_PLACE_MAX_STEP
     );
     let mut machine = measure_machine(samples);
     let mut rng = Rng::new(2026);
@@ -1038,9 +1039,11 @@ fn run_threads(samples: usize) {
     rows.sort_by(|x, y| x.0.total_cmp(&y.0));
     println!(
         "1 thread against 2 threads forced, GFLOP/s by the wall clock, median of {samples} samples \
-         (load average {load_before} before, {} after; threshold now {:.1e}):\n",
+         (load average {load_before} before, {} after; threshold now {:.1e}, pieces of at least \
+         {:.1e} beyond two a thread):\n",
         load_average(),
-        matmul::PARALLEL_MIN_FLOPS
+        matmul::PARALLEL_MIN_FLOPS,
+        matmul::PIECE_MIN_FLOPS
     );
     println!(
         "| product | shape | type | flops | 1 thread | 2 threads forced | 2 / 1 |\n\
@@ -1566,6 +1569,26 @@ const SWEEP_LINES: [(&str, &[usize], usize); 3] = [
     ("NC", &[252, 510, 1020, 2040, 4080], 2048),
 ];
 
+/// The tuned blocking of `kernel` (the constants the sweep varies), f64 or f32.
+fn tuned_blocking(kernel: Kernel, f64_: bool) -> Blocking {
+    match (kernel, f64_) {
+        (Kernel::Avx2, false) => matmul::AVX2_F32_BLOCKING,
+        (Kernel::Avx2, true) => matmul::AVX2_F64_BLOCKING,
+        (Kernel::Avx512, false) => matmul::AVX512_F32_BLOCKING,
+        (Kernel::Avx512, true) => matmul::AVX512_F64_BLOCKING,
+        (Kernel::Scalar, _) => matmul::SCALAR_BLOCKING,
+    }
+}
+
+/// One line: the model's KC, MC and NC on this machine beside the tuned constants.
+fn model_line(model: &matmul::ModelBlocking, tuned: Blocking) -> String {
+    format!(
+        "the analytical model on this machine's caches: KC {} (tuned {}, kept), MC {} (tuned {}), \
+         NC {} (tuned {})",
+        model.model_kc, tuned.kc, model.blocking.mc, tuned.mc, model.blocking.nc, tuned.nc
+    )
+}
+
 fn run_sweep(samples: usize, write: bool) -> Result<(), String> {
     let kernel = matmul::best_kernel();
     let mut rng = Rng::new(99);
@@ -1573,9 +1596,30 @@ fn run_sweep(samples: usize, write: bool) -> Result<(), String> {
     let mut rows = Vec::new();
     for f64_ in [false, true] {
         let ty = if f64_ { "f64" } else { "f32" };
-        let base = with_type!(f64_, T => matmul::default_blocking::<T>(kernel))
-            .map_err(|e| e.to_string())?;
+        // The sweep varies the kernel's tuned constants (the committed defaults), whatever this
+        // machine's caches; where the analytical model puts MC and NC here is printed beside it.
+        let base = tuned_blocking(kernel, f64_);
+        let tile =
+            with_type!(f64_, T => matmul::tile_shape::<T>(kernel)).map_err(|e| e.to_string())?;
+        let elem = if f64_ { 8 } else { 4 };
+        let model =
+            matmul::machine_caches().and_then(|c| matmul::model_blocking(&c, tile, elem, base.kc));
+        match &model {
+            Some(model) => println!("{ty}: {}", model_line(model, base)),
+            None => println!("{ty}: this machine's caches cannot be read; the model has no say"),
+        }
         for (name, values, n) in SWEEP_LINES {
+            // The model's MC and NC for this machine join their lines, where they fall.
+            let mut values = values.to_vec();
+            let modelled = match (name, &model) {
+                ("MC", Some(m)) => Some(m.blocking.mc),
+                ("NC", Some(m)) => Some(m.blocking.nc),
+                _ => None,
+            };
+            if let Some(v) = modelled.filter(|v| !values.contains(v)) {
+                values.push(v);
+                values.sort_unstable();
+            }
             let variants: Vec<Blocking> = values
                 .iter()
                 .map(|&v| match name {
@@ -1584,9 +1628,15 @@ fn run_sweep(samples: usize, write: bool) -> Result<(), String> {
                     _ => Blocking { nc: v, ..base },
                 })
                 .collect();
-            let g = with_type!(f64_, T => sweep_line::<T>(n, &variants, samples, &mut rng));
+            // The kernel the table is labelled with, whatever LLM_WORKBOOK_KERNEL says.
+            let g = matmul::with_kernel(
+                kernel,
+                || with_type!(f64_, T => sweep_line::<T>(n, &variants, samples, &mut rng)),
+            )
+            .map_err(|e| e.to_string())?;
             for (&v, &x) in values.iter().zip(&g) {
-                println!("{ty} {name} {v}: {x:.1}");
+                let mark = if Some(v) == modelled { " (the model's)" } else { "" };
+                println!("{ty} {name} {v}: {x:.1}{mark}");
                 rows.push(vec![
                     ty.to_string(),
                     base.mc.to_string(),

@@ -171,6 +171,17 @@ fn errata(markdown: bool) {
     }
 }
 
+/// Forces the kernel `LLM_WORKBOOK_KERNEL` names for every product of the process (unset, empty
+/// or `auto`: the best one the CPU runs); an error naming the variable otherwise.
+fn apply_kernel_setting() -> llm_workbook::Result<()> {
+    use llm_workbook::matmul::{KERNEL_ENV, parse_kernel_setting, set_kernel};
+    let value = std::env::var(KERNEL_ENV).ok();
+    parse_kernel_setting(value.as_deref()).and_then(|kernel| match kernel {
+        Some(k) => set_kernel(Some(k)),
+        None => Ok(()),
+    })
+}
+
 fn main() -> ExitCode {
     // Chapter 9's walk-through trains two models; they show their progress on these bars.
     llm_workbook::ch09_gpt::book::show_progress_with(cli::Bar::book);
@@ -183,6 +194,12 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // LLM_WORKBOOK_KERNEL is read once, here: a value naming no kernel this CPU runs is one line
+    // and exit status 2, not products quietly run with another kernel.
+    if let Err(e) = apply_kernel_setting() {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
     let result = match cli.command {
         None => run_all(),
         Some(Command::Chapter { chapter }) => run_chapter(chapter),

@@ -19,7 +19,7 @@ use llm_workbook::Error;
 use llm_workbook::float::Float;
 use llm_workbook::matmul::{
     self, Blocking, Kernel, Op, Settings, available_kernels, default_blocking, gemm, gemm_with,
-    kernel_calls, last_product, matmul, matmul_nt, matmul_tn, tile_shape, with_kernel,
+    last_product, matmul, matmul_nt, matmul_tn, tile_shape, with_kernel,
 };
 use llm_workbook::rng::Rng;
 use nalgebra::DMatrix;
@@ -458,6 +458,31 @@ fn two_threads_split_large_products_and_match_the_triple_loop() {
 }
 
 #[test]
+fn a_product_uses_no_more_threads_than_its_work_pays_for() {
+    // 2·335³ = 7.52·10⁷ flops: ⌊2·7.52·10⁷ / 3·10⁷⌋ = 5 threads at most, whatever is allowed
+    // (every thread at least half the two-thread threshold), with the bits of one thread.
+    let mut rng = Rng::new(13);
+    let case = Case::new(335, 335, 335);
+    let flops = 2.0 * 335f64.powi(3);
+    assert_eq!((2.0 * flops / matmul::PARALLEL_MIN_FLOPS).floor(), 5.0);
+    let x = operands::<f32>(&case, &mut rng);
+    let bits = |m: &DMatrix<f32>| m.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    let run = |t: usize| {
+        let mut c = x.c0.clone();
+        let s = Settings { threads: Some(t), ..Settings::default() };
+        let stats = gemm_with(s, 1.0, &x.a, Op::N, &x.b, Op::N, 0.0, &mut c).expect("product");
+        (stats.threads, bits(&c))
+    };
+    let (one, one_bits) = run(1);
+    assert_eq!(one, 1);
+    for (allowed, used) in [(2, 2), (5, 5), (8, 5), (16, 5)] {
+        let (threads, b) = run(allowed);
+        assert_eq!(threads, used, "{allowed} threads allowed");
+        assert!(b == one_bits, "{allowed} threads: other bits than one thread's");
+    }
+}
+
+#[test]
 fn large_products_cut_into_blocks_of_up_to_four_pieces_a_thread_give_one_threads_bits() {
     // Above 8·10⁸ flops two threads cut C into more than four pieces (`PIECE_MIN_FLOPS`), and
     // from 2·10⁹ three threads into twelve, in blocks of rows and of columns whose edges fall
@@ -518,32 +543,8 @@ fn small_products_stay_on_one_thread_even_when_two_are_allowed() {
 }
 
 // ───────────────────────────── the forced kernel really ran ─────────────────────────────
-
-#[test]
-fn the_forced_kernel_reports_its_own_tile_count() {
-    // Tile counts differ between kernels (their MR×NR differ), so the count identifies the
-    // kernel that computed the tiles.
-    let (m, n, k) = (37, 29, 300);
-    let mut rng = Rng::new(10);
-    let a = rng.normal_matrix::<f32>(m, k, 1.0);
-    let b = rng.normal_matrix::<f32>(k, n, 1.0);
-    for kernel in available_kernels() {
-        let (mr, nr) = tile_shape::<f32>(kernel).expect("available");
-        let kc = default_blocking::<f32>(kernel).expect("available").kc;
-        let before = kernel_calls(kernel);
-        let c = with_kernel(kernel, || matmul(&a, &b)).expect("available").expect("shapes agree");
-        let stats = last_product().expect("a product ran on this thread");
-        assert_eq!(stats.kernel, kernel);
-        assert_eq!((stats.mr, stats.nr), (mr, nr));
-        let expected = (m.div_ceil(mr) * n.div_ceil(nr) * k.div_ceil(kc)) as u64;
-        assert_eq!(stats.tiles, expected, "{kernel}");
-        assert!(
-            kernel_calls(kernel) >= before + expected,
-            "{kernel}: the process-wide counter did not grow"
-        );
-        assert_eq!(c.shape(), (m, n));
-    }
-}
+// (The tile count of a forced kernel against the process-wide counter is a test inside
+// `src/matmul/mod.rs`: the counter is the crate's own.)
 
 #[test]
 fn simd_kernels_fuse_multiply_and_add_and_the_scalar_kernel_does_not() {
@@ -988,6 +989,52 @@ fn the_avx2_f32_tile_uses_12_of_16_registers_for_accumulators() {
         assert_eq!(tile_shape::<f64>(Kernel::Avx512).expect("available"), (16, 8));
     }
     assert_eq!(tile_shape::<f32>(Kernel::Scalar).expect("always"), matmul::SCALAR_TILE);
+}
+
+#[test]
+fn the_analytical_model_blocks_for_the_written_out_caches() {
+    // Zen 3 as written out in the chapter: L1d 32 KiB 8-way (a way is 4096 B), L2 512 KiB 8-way
+    // (65,536 B a way), L3 32 MiB 16-way shared by 2 cores (1 MiB a way per core), lines of 64 B.
+    // AVX2 f32, 16×6, 4 B, tuned KC = 384:
+    //   KC: Ã gets ⌊7·16/22⌋ = 5 ways, 5·4096/(16·4) = 320;
+    //   MC: B̃'s sliver 384·6·4 = 9216 B takes 1 way, Ã 8 − 1 − 1 = 6 ways (one left free),
+    //       6·65536/(384·4) = 256;
+    //   NC: Ã 256·384·4 = 393,216 B takes 1 way, B̃ 16 − 1 − 1 = 14 ways,
+    //       ⌊14·1048576/1536⌋ = 9557, down to a multiple of 6: 9552.
+    // AVX2 f64, 8×6, 8 B, KC = 256: ⌊7·8/14⌋ = 4, 4·4096/64 = 256; sliver 12,288 B → 1 way,
+    //   6·65536/2048 = 192; Ã 393,216 B → 1 way, ⌊14·1048576/2048⌋ = 7168 → 7164.
+    // Portable f64, 4×4, KC = 256: ⌊7·4/8⌋ = 3, 3·4096/32 = 384; MC 192; NC 7168 (a multiple of 4).
+    // Zen 4 (L2 1 MiB, 131,072 B a way), AVX-512 f32, 32×8, KC = 256: ⌊7·32/40⌋ = 5,
+    //   5·4096/128 = 160; sliver 8192 B → 1 way, 6·131072/1024 = 768; Ã 786,432 B → 1 way,
+    //   14·1048576/1024 = 14336. AVX-512 f64, 16×8: ⌊7·16/24⌋ = 4, 4·4096/128 = 128;
+    //   6·131072/2048 = 384; Ã 786,432 B → 1 way, 14·1048576/2048 = 7168.
+    let model = |caches, kernel: Kernel, elem: usize, kc: usize| {
+        let tile = if elem == 4 { tile_shape::<f32>(kernel) } else { tile_shape::<f64>(kernel) };
+        let m: matmul::ModelBlocking =
+            matmul::model_blocking(&caches, tile.expect("every kernel has a tile"), elem, kc)
+                .expect("the description feeds the model");
+        assert_eq!(m.blocking.kc, kc, "KC stays the tuned one");
+        (m.model_kc, m.blocking.mc, m.blocking.nc)
+    };
+    let (zen3, zen4) = (ch10::ZEN3_CACHES, ch10::ZEN4_CACHES);
+    assert_eq!(model(zen3, Kernel::Avx2, 4, 384), (320, 256, 9552));
+    assert_eq!(model(zen3, Kernel::Avx2, 8, 256), (256, 192, 7164));
+    assert_eq!(model(zen3, Kernel::Scalar, 8, 256), (384, 192, 7168));
+    assert_eq!(model(zen4, Kernel::Avx512, 4, 256), (160, 768, 14336));
+    assert_eq!(model(zen4, Kernel::Avx512, 8, 256), (128, 384, 7168));
+    // The tiles are the kernels' own, on any machine.
+    assert_eq!(tile_shape::<f32>(Kernel::Avx512).expect("a fact of the code"), (32, 8));
+    // The blocking a product runs with here keeps the tuned KC whatever the caches say.
+    for kernel in available_kernels() {
+        assert_eq!(
+            default_blocking::<f32>(kernel).expect("available").kc,
+            match kernel {
+                Kernel::Scalar => matmul::SCALAR_BLOCKING.kc,
+                Kernel::Avx2 => matmul::AVX2_F32_BLOCKING.kc,
+                Kernel::Avx512 => matmul::AVX512_F32_BLOCKING.kc,
+            }
+        );
+    }
 }
 
 #[test]

@@ -1059,6 +1059,73 @@ mod pages {
         );
     }
 
+    /// The code of a Rust file a user's program runs: comment lines left out, a `#[cfg(test)]`
+    /// declaration of a test file (`mod tests;`) left out, and nothing from any other
+    /// `#[cfg(test)]` item on (a test module's uses are not uses; test modules come last).
+    fn shipped_code(text: &str) -> String {
+        let mut kept = Vec::new();
+        let mut lines = text.lines();
+        while let Some(line) = lines.next() {
+            if line.trim() == "#[cfg(test)]" {
+                match lines.next() {
+                    Some(item) if item.trim_end().ends_with(';') => continue,
+                    _ => break,
+                }
+            }
+            if !line.trim_start().starts_with("//") {
+                kept.push(line);
+            }
+        }
+        kept.join("\n")
+    }
+
+    /// Whether `name` occurs in `code` as a whole identifier.
+    fn names(code: &str, name: &str) -> bool {
+        let ident = |c: char| c.is_alphanumeric() || c == '_';
+        code.match_indices(name).any(|(i, _)| {
+            let before = code[..i].chars().next_back();
+            let after = code[i + name.len()..].chars().next();
+            !before.is_some_and(ident) && !after.is_some_and(ident)
+        })
+    }
+
+    /// The public names of `matmul` that no code outside it uses (`others`: the shipped code of
+    /// every other file of `src/` and `benches/`).
+    fn unused_public_names(matmul: &str, others: &[String]) -> Vec<String> {
+        public_names(matmul)
+            .into_iter()
+            .filter(|name| !others.iter().any(|code| names(code, name)))
+            .collect()
+    }
+
+    #[test]
+    fn every_public_name_of_matmul_is_used_outside_it() {
+        let code = read(&root().join("src").join("matmul").join("mod.rs"));
+        let matmul_dir = root().join("src").join("matmul");
+        let mut stack = vec![root().join("src"), root().join("benches")];
+        let mut others = Vec::new();
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+                let path = entry.path();
+                if path.is_dir() && path != matmul_dir {
+                    stack.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs") && !path.ends_with("tests.rs")
+                {
+                    others.push(shipped_code(&read(&path)));
+                }
+            }
+        }
+        assert!(others.len() > 50, "{} files", others.len());
+        assert_eq!(unused_public_names(&code, &others), Vec::<String>::new());
+        // Planted: a public item nobody calls, and a use that sits only in a comment or a test.
+        let planted = code.replacen("\nfn packed_slivers<", "\npub fn packed_slivers<", 1);
+        assert_eq!(unused_public_names(&planted, &others), ["packed_slivers"]);
+        let only_tested = "// product(…)\n#[cfg(test)]\nmod tests;\nfn f() {}\n#[cfg(test)]\n\
+                           mod t {\n    fn g() { product(); }\n}";
+        assert_eq!(shipped_code(only_tested), "fn f() {}");
+        assert!(!names("a_product_b(", "product") && names("x = product(", "product"));
+    }
+
     /// The pages `chapters/SUMMARY.md` lists, in order.
     fn summary_pages(summary: &str) -> Vec<String> {
         summary

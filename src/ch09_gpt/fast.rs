@@ -51,15 +51,13 @@ mod row_team;
 mod tests;
 mod workspace;
 
-pub use cached::{DOT_LANES, attend_one, dot, row_affine};
+pub use cached::{attend_one, row_affine};
 pub use row_team::ROW_TEAM_WEIGHTS_PER_THREAD;
 pub(crate) use row_team::{RowTeam, with_row_team};
 pub(crate) use workspace::Windows;
 
 use forward::Outputs;
-pub(crate) use forward::{
-    Products, Strided, StridedMut, add_row, causal_block_forward, one_row_attention, row_product,
-};
+pub(crate) use forward::{Products, add_row, causal_block_forward, one_row_attention};
 
 use super::data::Batch;
 use super::model::{BlockForm, Gpt, Grads};
@@ -67,7 +65,7 @@ use crate::ch06_attention::{Epsilon, LnCache};
 use crate::ch11_precision::mixed::{Precision, StepRounding};
 use crate::error::{Error, Result, invalid};
 use crate::float::Float;
-use crate::matmul::{MatMut, MatRef, product_choices};
+use crate::matmul::{MatMut, MatRef, ProductChoices, product_choices};
 use crate::threads::{share_pieces, with_threads};
 use nalgebra::DMatrix;
 
@@ -428,7 +426,7 @@ fn run_shards<T: Float>(
     let workers = threads.clamp(1, shards.len().max(1));
     let inner = (threads / workers).max(1);
     // The caller's product choices (kernel, backend) carried into the threads started.
-    let choices = product_choices();
+    let choices: ProductChoices = product_choices();
     share_pieces(&mut vec![(); workers], shards.iter_mut().collect(), |(), shard| {
         choices.run(|| with_threads(inner, || job(shard)))
     })

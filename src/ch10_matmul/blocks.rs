@@ -4,7 +4,7 @@
 //! kernels use.
 
 use crate::error::{Result, invalid};
-use crate::matmul::Blocking;
+use crate::matmul::{Blocking, CacheLevel, Caches};
 
 /// L1 data cache per core of the machine the constants were tuned on (AMD EPYC, Zen 3).
 pub const L1D_BYTES: usize = 32 << 10;
@@ -16,6 +16,30 @@ pub const L3_BYTES: usize = 32 << 20;
 /// L2 cache per core of the machine the AVX-512 constants were swept on (AMD EPYC, Zen 4: the
 /// same 32 KiB L1d and 32 MiB L3 as the Zen 3 machine, twice its L2).
 pub const ZEN4_L2_BYTES: usize = 1 << 20;
+
+/// Ways of each set of the L1d and of the L2 of those machines (8-way set associative).
+pub const L1D_L2_WAYS: usize = 8;
+/// Ways of each set of their L3.
+pub const L3_WAYS: usize = 16;
+/// Bytes per cache line on both.
+pub const LINE_BYTES: usize = 64;
+/// Cores the L3 is shared between, as the 2-core virtual machines report it.
+pub const L3_SHARING: usize = 2;
+
+/// The caches of the machine the AVX2 constants were tuned on, written out (what Linux reports
+/// under `/sys/devices/system/cpu/cpu0/cache` there): the description the chapter's model table
+/// is computed from, so the table reads the same on any machine.
+pub const ZEN3_CACHES: Caches = Caches {
+    l1d: CacheLevel { bytes: L1D_BYTES, ways: L1D_L2_WAYS, line: LINE_BYTES, sharing: 1 },
+    l2: CacheLevel { bytes: L2_BYTES, ways: L1D_L2_WAYS, line: LINE_BYTES, sharing: 1 },
+    l3: Some(CacheLevel { bytes: L3_BYTES, ways: L3_WAYS, line: LINE_BYTES, sharing: L3_SHARING }),
+};
+
+/// The same for the machine the AVX-512 constants were swept on: twice the L2.
+pub const ZEN4_CACHES: Caches = Caches {
+    l2: CacheLevel { bytes: ZEN4_L2_BYTES, ways: L1D_L2_WAYS, line: LINE_BYTES, sharing: 1 },
+    ..ZEN3_CACHES
+};
 
 /// Vector registers of AVX2 (ymm0–ymm15); AVX-512 has 32 (zmm0–zmm31).
 pub const AVX2_REGISTERS: usize = 16;

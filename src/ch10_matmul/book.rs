@@ -2,12 +2,15 @@
 //! the walk-through of one tiny packed product, the measurement-free figures and the chapter's
 //! entry. The measured tables and figures come from the benchmark, `benches/ch10_matmul.rs`.
 
-use super::blocks::{accumulator_registers, fma_fingerprint_f32, footprint, tile_calls, tile_use};
+use super::blocks::{
+    ZEN3_CACHES, ZEN4_CACHES, accumulator_registers, fma_fingerprint_f32, footprint, tile_calls,
+    tile_use,
+};
 use super::roofline::{Roofline, meta, roof_line, roof_of};
 use super::traffic::{blocked_traffic_bytes, flops, intensity, naive_traffic_bytes};
 use crate::errata::Erratum;
-use crate::error::Result;
-use crate::matmul::{self, Blocking, Op, SCALAR_TILE};
+use crate::error::{Result, invalid};
+use crate::matmul::{self, Blocking, Caches, Kernel, Op, SCALAR_TILE, model_blocking, tile_shape};
 use crate::plot::{Figure, LineChart, LogAxes, Series};
 use crate::report::{Chapter, Walk, Worked};
 use crate::sources::THIS_CRATE;
@@ -17,6 +20,48 @@ use std::path::{Path, PathBuf};
 /// No source document, so no errata.
 pub const ERRATA: &[Erratum] = &[];
 
+/// The analytical model's KC, MC and NC for every kernel's tuned constants on the caches of the
+/// machine they were tuned on (written out, so the rows read the same anywhere): three rows per
+/// kernel and element type, each beside the tuned value.
+fn model_rows() -> Result<Vec<Worked>> {
+    // The values worked out by hand in the test that pins them: KC, MC, NC.
+    type Row = (&'static str, Kernel, usize, Blocking, Caches, [&'static str; 3]);
+    let (z3, z4) = (ZEN3_CACHES, ZEN4_CACHES);
+    let kernels: [Row; 5] = [
+        ("AVX2 f32 on the Zen 3", Kernel::Avx2, 4, matmul::AVX2_F32_BLOCKING, z3, AVX2_F32),
+        ("AVX2 f64 on the Zen 3", Kernel::Avx2, 8, matmul::AVX2_F64_BLOCKING, z3, AVX2_F64),
+        ("the portable f64 on the Zen 3", Kernel::Scalar, 8, matmul::SCALAR_BLOCKING, z3, SCALAR),
+        ("AVX-512 f32 on the Zen 4", Kernel::Avx512, 4, matmul::AVX512_F32_BLOCKING, z4, Z4_F32),
+        ("AVX-512 f64 on the Zen 4", Kernel::Avx512, 8, matmul::AVX512_F64_BLOCKING, z4, Z4_F64),
+    ];
+    const AVX2_F32: [&str; 3] = ["320", "256", "9552"];
+    const AVX2_F64: [&str; 3] = ["256", "192", "7164"];
+    const SCALAR: [&str; 3] = ["384", "192", "7168"];
+    const Z4_F32: [&str; 3] = ["160", "768", "14336"];
+    const Z4_F64: [&str; 3] = ["128", "384", "7168"];
+    let mut rows = Vec::new();
+    for (label, kernel, elem, tuned, caches, printed) in kernels {
+        let (mr, nr) =
+            if elem == 4 { tile_shape::<f32>(kernel)? } else { tile_shape::<f64>(kernel)? };
+        let model = model_blocking(&caches, (mr, nr), elem, tuned.kc).ok_or_else(|| {
+            invalid("ch10 worked", "caches", format!("{label}: the model has no blocking"))
+        })?;
+        let b = model.blocking;
+        let values =
+            [("KC", model.model_kc, tuned.kc), ("MC", b.mc, tuned.mc), ("NC", b.nc, tuned.nc)];
+        for ((name, value, tuned_value), printed) in values.into_iter().zip(printed) {
+            rows.push(Worked::number(
+                "the_analytical_model_blocks_for_the_written_out_caches",
+                THIS_CRATE,
+                format!("model {name} for {label} (tuned {tuned_value})"),
+                printed,
+                value as f64,
+            ));
+        }
+    }
+    Ok(rows)
+}
+
 /// The chapter's derived numbers, recomputed (see the prose for each derivation).
 pub fn worked() -> Result<Vec<Worked>> {
     let (t, d) = (768, 128);
@@ -24,7 +69,7 @@ pub fn worked() -> Result<Vec<Worked>> {
     let fp = footprint(16, 6, avx2_f32, 4);
     let n = 1024;
     let (separate, fused) = fma_fingerprint_f32(2f32.powi(-12));
-    Ok(vec![
+    let mut rows = vec![
         Worked::number(
             "flops_of_the_qkv_projection_are_2_m_n_k",
             THIS_CRATE,
@@ -116,7 +161,9 @@ pub fn worked() -> Result<Vec<Worked>> {
             "0.000488340854644775390625",
             fused,
         ),
-    ])
+    ];
+    rows.extend(model_rows()?);
+    Ok(rows)
 }
 
 fn walk_operands() -> (DMatrix<f64>, DMatrix<f64>) {
@@ -234,7 +281,8 @@ pub fn walk(out: &mut Walk) -> Result<()> {
     })?;
     out.say(&format!(
         "kernel that ran: {}",
-        matmul::last_product().map_or("none".into(), |s| s.kernel.to_string())
+        matmul::last_product()
+            .map_or("none".into(), |s: matmul::ProductStats| s.kernel.to_string())
     ))?;
     Ok(())
 }

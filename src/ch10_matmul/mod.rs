@@ -26,7 +26,8 @@ pub mod roofline;
 pub mod traffic;
 
 pub use blocks::{
-    AVX2_REGISTERS, Footprint, L1D_BYTES, L2_BYTES, L3_BYTES, ZEN4_L2_BYTES, accumulator_registers,
+    AVX2_REGISTERS, Footprint, L1D_BYTES, L1D_L2_WAYS, L2_BYTES, L3_BYTES, L3_SHARING, L3_WAYS,
+    LINE_BYTES, ZEN3_CACHES, ZEN4_CACHES, ZEN4_L2_BYTES, accumulator_registers,
     fma_fingerprint_f32, footprint, tile_calls, tile_use,
 };
 pub use traffic::{blocked_traffic_bytes, flops, intensity, naive_traffic_bytes};

@@ -34,6 +34,12 @@ use super::pack::{Operand, pack_a, pack_b, prefetch};
 /// 768×128·128×128 output projection (2.5·10⁷) run at 0.68× of one thread. In f64 the same flops
 /// take twice as long and a second thread already pays from about 1.9·10⁷; one threshold in flops
 /// leaves that unused.
+///
+/// The same measurement bounds every further thread: at the threshold each of two threads has
+/// half of it, 1.5·10⁷ flops, the least work that pays for a thread's start and its packing. A
+/// product of f flops therefore uses at most ⌊2f / `PARALLEL_MIN_FLOPS`⌋ threads, so a product
+/// just past the threshold is not spread over 16 cores to wait for them (more threads than the
+/// work pays for is how a step gets slower with more cores).
 pub const PARALLEL_MIN_FLOPS: f64 = 3.0e7;
 
 /// The fewest flops in a piece of a product cut into more than two pieces per thread (up to
@@ -141,7 +147,15 @@ pub(crate) fn gemm<T: Element>(
     }
     let (mr, nr) = (mk.mr, mk.nr);
     let flops = 2.0 * m as f64 * n as f64 * k as f64;
-    let wanted = if flops < plan.min_parallel_flops { 1 } else { plan.threads.max(1) };
+    // Threads by the work: a second thread pays from `min_parallel_flops` on, when each of the
+    // two has half of it; every further thread is held to the same share, so a product of f
+    // flops uses at most ⌊2f / min_parallel_flops⌋ threads (see PARALLEL_MIN_FLOPS).
+    let by_work = (2.0 * flops / plan.min_parallel_flops).floor();
+    let wanted = if flops < plan.min_parallel_flops {
+        1
+    } else {
+        plan.threads.max(1).min(by_work as usize).max(1)
+    };
     // At most one thread per register tile along the longer side (as many as a cut of that side
     // alone could keep busy), and two to four pieces per thread when there are enough tiles, so a
     // late or slow thread can be covered for (see `PIECE_MIN_FLOPS`).

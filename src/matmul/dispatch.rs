@@ -12,7 +12,7 @@
 //!
 //! Every product records what it did in a [`ProductStats`] ([`last_product`] returns the one of the
 //! current thread) and adds its micro-kernel calls to a process-wide counter per kernel
-//! ([`kernel_calls`]), so a test can show that a forced kernel really ran.
+//! (`kernel_calls`), so a test can show that a forced kernel really ran.
 
 use crate::backend::{self, Backend};
 use crate::error::{Result, invalid};
@@ -134,7 +134,13 @@ pub fn parse_kernel_setting(value: Option<&str>) -> Result<Option<Kernel>> {
         None | Some("") => Ok(None),
         Some(v) if v.eq_ignore_ascii_case("auto") => Ok(None),
         Some(v) => {
-            let k = Kernel::from_name(v)?;
+            let k = Kernel::from_name(v).map_err(|_| {
+                invalid(
+                    "parse_kernel_setting",
+                    KERNEL_ENV,
+                    format!("expected scalar, avx2, avx512 or auto; got {v:?}"),
+                )
+            })?;
             if k.is_available() {
                 Ok(Some(k))
             } else {
@@ -308,7 +314,9 @@ pub fn last_product() -> Option<ProductStats> {
     LAST.with(Cell::get)
 }
 
-/// Micro-kernel calls made so far by `kernel`, summed over the whole process.
-pub fn kernel_calls(kernel: Kernel) -> u64 {
+/// Micro-kernel calls made so far by `kernel`, summed over the whole process (the evidence that a
+/// forced kernel ran).
+#[cfg(test)]
+pub(crate) fn kernel_calls(kernel: Kernel) -> u64 {
     CALLS[kernel.index()].load(Ordering::Relaxed)
 }

@@ -23,6 +23,7 @@
 //!   2 MiB).
 
 use super::Element;
+use super::caches::machine_blocking;
 use super::dispatch::{Blocking, Kernel};
 use super::scalar;
 #[cfg(target_arch = "x86_64")]
@@ -53,7 +54,7 @@ pub struct MicroKernel<T: 'static> {
     pub mr: usize,
     /// Tile columns.
     pub nr: usize,
-    /// The cache blocking chosen for this kernel.
+    /// The cache blocking of this kernel on this machine (KC tuned, MC and NC from the caches).
     pub blocking: Blocking,
     code: Code<T>,
 }
@@ -142,11 +143,12 @@ pub const AVX512_F32_BLOCKING: Blocking = Blocking { mc: 192, kc: 256, nc: 1032 
 pub const AVX512_F64_BLOCKING: Blocking = Blocking { mc: 96, kc: 256, nc: 1032 };
 
 fn scalar_kernel<T: Element>() -> MicroKernel<T> {
+    let tile = (scalar::MR, scalar::NR);
     MicroKernel {
         kind: Kernel::Scalar,
-        mr: scalar::MR,
-        nr: scalar::NR,
-        blocking: SCALAR_BLOCKING,
+        mr: tile.0,
+        nr: tile.1,
+        blocking: machine_blocking(Kernel::Scalar, SCALAR_BLOCKING, tile, size_of::<T>()),
         code: Code::Scalar,
     }
 }
@@ -170,15 +172,34 @@ const _: () = {
     }
 };
 
-/// A SIMD micro-kernel's entry in the table.
+/// A SIMD micro-kernel's entry in the table: its tuned KC, and MC and NC from this machine's
+/// caches where they can be read (else the tuned ones; see `caches`).
 #[cfg(target_arch = "x86_64")]
 fn simd_kernel<T>(
     kind: Kernel,
     (mr, nr): (usize, usize),
-    blocking: Blocking,
+    tuned: Blocking,
     code: SimdKernel<T>,
 ) -> MicroKernel<T> {
+    let blocking = machine_blocking(kind, tuned, (mr, nr), size_of::<T>());
     MicroKernel { kind, mr, nr, blocking, code: Code::Simd(code) }
+}
+
+/// The register tile (MR, NR) of family `kind` for elements of `elem` bytes (4 or 8), whether or
+/// not this CPU runs it; `None` for a SIMD family on another architecture or another size.
+pub fn tile_of(kind: Kernel, elem: usize) -> Option<(usize, usize)> {
+    match (kind, elem) {
+        (Kernel::Scalar, _) => Some((scalar::MR, scalar::NR)),
+        #[cfg(target_arch = "x86_64")]
+        (Kernel::Avx2, 4) => Some((simd::AVX2_F32_MR, simd::AVX2_F32_NR)),
+        #[cfg(target_arch = "x86_64")]
+        (Kernel::Avx2, 8) => Some((simd::AVX2_F64_MR, simd::AVX2_F64_NR)),
+        #[cfg(target_arch = "x86_64")]
+        (Kernel::Avx512, 4) => Some((simd::AVX512_F32_MR, simd::AVX512_F32_NR)),
+        #[cfg(target_arch = "x86_64")]
+        (Kernel::Avx512, 8) => Some((simd::AVX512_F64_MR, simd::AVX512_F64_NR)),
+        _ => None,
+    }
 }
 
 /// The f32 micro-kernel of family `kind`, if this CPU can run it (the SIMD ones are built from

@@ -27,9 +27,11 @@
 //! the FMA throughput probe in [`crate::peak`].
 
 mod blocked;
+mod caches;
 mod dispatch;
 mod kernels;
 mod pack;
+mod row;
 mod scalar;
 
 use crate::backend::{Backend, product_backend, record_nalgebra_product};
@@ -39,14 +41,15 @@ use nalgebra::{ClosedAddAssign, ClosedMulAssign, DMatrix};
 use num_traits::{One, Zero};
 
 pub use blocked::{IN_PLACE_MAX_STEP, PARALLEL_MIN_FLOPS, PIECE_MIN_FLOPS};
+pub use caches::{CacheLevel, Caches, ModelBlocking, machine_caches, model_blocking};
 pub use dispatch::{
     Blocking, KERNEL_ENV, Kernel, ProductChoices, ProductStats, active_kernel, available_kernels,
-    best_kernel, kernel_calls, last_product, parse_kernel_setting, product_choices, set_kernel,
-    with_kernel,
+    best_kernel, last_product, parse_kernel_setting, product_choices, set_kernel, with_kernel,
 };
 pub use kernels::{
     AVX2_F32_BLOCKING, AVX2_F64_BLOCKING, AVX512_F32_BLOCKING, AVX512_F64_BLOCKING, SCALAR_BLOCKING,
 };
+pub use row::row_product;
 
 /// Whether an operand enters the product as stored (`N`) or transposed (`T`), without a copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,6 +79,7 @@ pub trait Element:
     + One
     + ClosedAddAssign
     + ClosedMulAssign
+    + std::iter::Sum
     + Send
     + Sync
     + sealed::Sealed
@@ -178,13 +182,17 @@ pub struct Settings {
     pub min_parallel_flops: Option<f64>,
 }
 
-/// The register tile (MR, NR) of `kernel` for element type `T`; an error if the CPU lacks it.
+/// The register tile (MR, NR) of `kernel` for element type `T`, whether or not this CPU runs it
+/// (a fact of the kernel's code, so tables of every kernel read the same on any machine); an
+/// error only for a SIMD kernel on another architecture.
 pub fn tile_shape<T: Element>(kernel: Kernel) -> Result<(usize, usize)> {
-    let mk = T::micro_kernel(kernel).ok_or_else(|| unavailable("tile_shape", kernel))?;
-    Ok((mk.mr, mk.nr))
+    kernels::tile_of(kernel, size_of::<T>()).ok_or_else(|| unavailable("tile_shape", kernel))
 }
 
-/// The tuned cache blocking of `kernel` for element type `T`; an error if the CPU lacks it.
+/// The cache blocking of `kernel` for element type `T` on this machine: the kernel's tuned KC,
+/// the MC that the caches the machine reports give ([`model_blocking`]), and the smaller of their
+/// NC and the tuned one; the tuned blocking where the caches cannot be read. An error if the CPU
+/// lacks the kernel.
 pub fn default_blocking<T: Element>(kernel: Kernel) -> Result<Blocking> {
     Ok(T::micro_kernel(kernel).ok_or_else(|| unavailable("default_blocking", kernel))?.blocking)
 }
@@ -404,6 +412,26 @@ impl<'a, T> MatRef<'a, T> {
         Ok(MatRef { data, rows, cols, ld })
     }
 
+    /// Rows of the view.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Columns of the view.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// The leading dimension: the distance in the slice between (i, j) and (i, j + 1).
+    pub fn ld(&self) -> usize {
+        self.ld
+    }
+
+    /// The slice the view starts at: element (i, j) is `as_slice()[i + j·ld]`.
+    pub fn as_slice(&self) -> &'a [T] {
+        self.data
+    }
+
     /// The same view as nalgebra's.
     fn nalgebra(self) -> nalgebra::DMatrixView<'a, T, nalgebra::Dyn, nalgebra::Dyn>
     where
@@ -458,6 +486,36 @@ impl<'a, T> MatMut<'a, T> {
     pub fn new(data: &'a mut [T], rows: usize, cols: usize, ld: usize) -> Result<Self> {
         check_view("MatMut::new", data.len(), rows, cols, ld)?;
         Ok(MatMut { data, rows, cols, ld })
+    }
+
+    /// Rows of the view.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Columns of the view.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// The leading dimension: the distance in the slice between (i, j) and (i, j + 1).
+    pub fn ld(&self) -> usize {
+        self.ld
+    }
+
+    /// The slice the view starts at, to write in place: element (i, j) is at `i + j·ld`.
+    pub fn as_mut_slice(&mut self) -> &mut [T] {
+        self.data
+    }
+
+    /// The same view, borrowed again for one call (the view stays usable after it).
+    pub fn reborrow(&mut self) -> MatMut<'_, T> {
+        MatMut { data: self.data, rows: self.rows, cols: self.cols, ld: self.ld }
+    }
+
+    /// The same view, read-only.
+    pub fn as_ref(&self) -> MatRef<'_, T> {
+        MatRef { data: self.data, rows: self.rows, cols: self.cols, ld: self.ld }
     }
 }
 
@@ -681,6 +739,42 @@ pub fn scalar_tile<T: Element>(kc: usize, a_sliver: &[T], b_sliver: &[T]) -> Res
 pub const SCALAR_TILE: (usize, usize) = (scalar::MR, scalar::NR);
 
 #[cfg(test)]
+mod forced {
+    //! A forced kernel really runs: its tiles are counted in the crate's process-wide counter.
+
+    use super::*;
+    use crate::rng::Rng;
+    use dispatch::kernel_calls;
+
+    #[test]
+    fn the_forced_kernel_reports_its_own_tile_count() {
+        // Tile counts differ between kernels (their MR×NR differ), so the count identifies the
+        // kernel that computed the tiles.
+        let (m, n, k) = (37, 29, 300);
+        let mut rng = Rng::new(10);
+        let a = rng.normal_matrix::<f32>(m, k, 1.0);
+        let b = rng.normal_matrix::<f32>(k, n, 1.0);
+        for kernel in available_kernels() {
+            let (mr, nr) = tile_shape::<f32>(kernel).expect("available");
+            let kc = default_blocking::<f32>(kernel).expect("available").kc;
+            let before = kernel_calls(kernel);
+            let c =
+                with_kernel(kernel, || matmul(&a, &b)).expect("available").expect("shapes agree");
+            let stats = last_product().expect("a product ran on this thread");
+            assert_eq!(stats.kernel, kernel);
+            assert_eq!((stats.mr, stats.nr), (mr, nr));
+            let expected = (m.div_ceil(mr) * n.div_ceil(nr) * k.div_ceil(kc)) as u64;
+            assert_eq!(stats.tiles, expected, "{kernel}");
+            assert!(
+                kernel_calls(kernel) >= before + expected,
+                "{kernel}: the process-wide counter did not grow"
+            );
+            assert_eq!(c.shape(), (m, n));
+        }
+    }
+}
+
+#[cfg(test)]
 mod layering {
     //! The files of this module import each other without a cycle: each sibling (`blocked`,
     //! `kernels` …) may use those below it, never one that uses it back.
@@ -722,7 +816,8 @@ mod layering {
         uses.iter().find_map(|(n, _)| visit(n, uses, &mut Vec::new()))
     }
 
-    const SIBLINGS: [&str; 5] = ["blocked", "dispatch", "kernels", "pack", "scalar"];
+    const SIBLINGS: [&str; 7] =
+        ["blocked", "caches", "dispatch", "kernels", "pack", "row", "scalar"];
 
     #[test]
     fn the_files_of_matmul_import_each_other_without_a_cycle() {

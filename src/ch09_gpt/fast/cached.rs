@@ -3,8 +3,8 @@
 //! numbers as the lesson's [`Gpt::reference_step`] (chapter 6's functions); a test holds them.
 
 use super::{
-    Products, ROW_TEAM_WEIGHTS_PER_THREAD, RowTeam, Strided, StridedMut, add_row,
-    causal_block_forward, one_row_attention, row_product, with_row_team,
+    Products, ROW_TEAM_WEIGHTS_PER_THREAD, RowTeam, add_row, causal_block_forward,
+    one_row_attention, with_row_team,
 };
 use crate::ch03_mlp::activation_forward_into;
 use crate::ch06_attention::{LnCache, layer_norm_forward_view};
@@ -12,7 +12,7 @@ use crate::ch09_gpt::data::{Token, check_ids};
 use crate::ch09_gpt::model::{BlockForm, Dim, Gpt, KvCache, Param};
 use crate::error::{Result, invalid, shape_error, shape_of};
 use crate::float::Float;
-use crate::matmul::Op;
+use crate::matmul::{MatMut, MatRef, Op, row_product};
 use nalgebra::DMatrix;
 
 /// The rows one step works in (one token: every activation is a 1×C row).
@@ -52,20 +52,20 @@ impl<T: Float> StepRows<T> {
     }
 }
 
-/// A 1×C matrix as a [`Strided`] row.
-fn row<T>(m: &DMatrix<T>) -> Strided<'_, T> {
-    Strided { data: m.as_slice(), rows: 1, cols: m.len(), ld: 1 }
+/// A 1×C matrix (or a slice) as a one-row view, its entries contiguous.
+fn row<T>(m: &[T]) -> Result<MatRef<'_, T>> {
+    MatRef::new(m, 1, m.len(), 1)
 }
 
 /// A 1×C matrix as a writable row.
-fn row_mut<T>(m: &mut DMatrix<T>) -> StridedMut<'_, T> {
+fn row_mut<T>(m: &mut DMatrix<T>) -> Result<MatMut<'_, T>> {
     let cols = m.len();
-    StridedMut { data: m.as_mut_slice(), rows: 1, cols, ld: 1 }
+    MatMut::new(m.as_mut_slice(), 1, cols, 1)
 }
 
 /// A weight matrix, where it is.
-fn whole<T>(m: &DMatrix<T>) -> Strided<'_, T> {
-    Strided { data: m.as_slice(), rows: m.nrows(), cols: m.ncols(), ld: m.nrows().max(1) }
+fn whole<T>(m: &DMatrix<T>) -> Result<MatRef<'_, T>> {
+    MatRef::new(m.as_slice(), m.nrows(), m.ncols(), m.nrows().max(1))
 }
 
 impl<T: Float> Gpt<T> {
@@ -85,7 +85,7 @@ impl<T: Float> Gpt<T> {
     /// on a model whose blocks are not pre-LN.
     ///
     /// One row at a time, every product is a row times a matrix, and the work is reading each
-    /// weight once (O(parameters + T·d) per token), so the products are `fast::row_product`
+    /// weight once (O(parameters + T·d) per token), so the products are `matmul`'s [`row_product`]
     /// rather than the blocked product (see there for what was measured). A model with enough
     /// weights shares each product's columns between threads (`fast::RowTeam`, one thread per
     /// [`ROW_TEAM_WEIGHTS_PER_THREAD`] block weights, the same bits on any number).
@@ -164,7 +164,14 @@ impl<T: Float> Gpt<T> {
         layer_norm_forward_view(self.ln_f(), &r.x, &mut r.ln, &mut r.n); //        h_f = LN_f(x_L)
         let w_u = self.unembedding();
         let mut z = DMatrix::zeros(1, w_u.nrows()); //                              z = h_f W_Uᵀ
-        row_product(T::one(), row(&r.n), whole(w_u), Op::T, T::zero(), row_mut(&mut z))?;
+        row_product(
+            T::one(),
+            row(r.n.as_slice())?,
+            whole(w_u)?,
+            Op::T,
+            T::zero(),
+            row_mut(&mut z)?,
+        )?;
         let logits: Vec<T> = z.iter().copied().collect();
         crate::float::ensure_finite_slice(OP, "logits (a weight holds NaN or ∞)", &logits)?;
         Ok(logits)
@@ -190,8 +197,8 @@ impl<T: Float> Gpt<T> {
         for (o, &bias) in out.iter_mut().step_by(n_ctx).zip(b_qkv.iter()) {
             *o = bias;
         }
-        let out = StridedMut { data: out, rows: 1, cols: w_qkv.ncols(), ld: n_ctx };
-        team.product(T::one(), row(&r.n), whole(w_qkv), T::one(), out)?;
+        let out = MatMut::new(out, 1, w_qkv.ncols(), n_ctx)?;
+        team.product(T::one(), row(r.n.as_slice())?, whole(w_qkv)?, T::one(), out)?;
         // Every head: the causal block of the one query row pos against the keys 0 … pos.
         let att = r.att.as_mut_slice();
         let (weights, stats, how) = (&mut r.weights, &mut r.stats, Products::OneRow);
@@ -209,19 +216,20 @@ impl<T: Float> Gpt<T> {
     }
 }
 
-/// y ← y + x·W for rows x and y (1×C matrices): [`row_product`] with β = 1, on `team`'s threads.
+/// y ← y + x·W for rows x and y (1×C matrices): `matmul`'s [`row_product`] with β = 1, on
+/// `team`'s threads.
 fn onto<'w, T: Float>(
     team: &mut RowTeam<'w, T>,
     y: &mut DMatrix<T>,
     x: &DMatrix<T>,
     w: &'w DMatrix<T>,
 ) -> Result<()> {
-    team.product(T::one(), row(x), whole(w), T::one(), row_mut(y))
+    team.product(T::one(), row(x.as_slice())?, whole(w)?, T::one(), row_mut(y)?)
 }
 
 /// y = x·W + b for one row x (length `in`), W in×out, b 1×out: y_j = b_j + x · W\[:, j\], each a
 /// dot product with one column of W (contiguous in column-major storage): the cached step's
-/// weight product (`fast::row_product`) with the bias. Errors on shapes that do not chain.
+/// weight product (`matmul`'s [`row_product`]) with the bias. Errors on shapes that do not chain.
 pub fn row_affine<T: Float>(
     op: &'static str,
     x: &[T],
@@ -245,27 +253,8 @@ pub fn row_affine<T: Float>(
         ));
     }
     let mut y = b.clone();
-    let x = Strided { data: x, rows: 1, cols: w.nrows(), ld: 1 };
-    row_product(T::one(), x, whole(w), Op::N, T::one(), row_mut(&mut y))?;
+    row_product(T::one(), row(x)?, whole(w)?, Op::N, T::one(), row_mut(&mut y)?)?;
     Ok(y.iter().copied().collect())
-}
-
-/// Lanes of independent partial sums in [`dot`]: enough for the compiler to keep a vector
-/// register's worth of multiply-adds in flight (the order of the additions is then fixed by this
-/// number, not by the hardware, so results are reproducible).
-pub const DOT_LANES: usize = 16;
-
-/// Σᵢ aᵢbᵢ over equal-length slices, summed in [`DOT_LANES`] interleaved partial sums.
-pub fn dot<T: Float>(a: &[T], b: &[T]) -> T {
-    let mut lanes = [T::zero(); DOT_LANES];
-    let (ca, cb) = (a.chunks_exact(DOT_LANES), b.chunks_exact(DOT_LANES));
-    let tail: T = ca.remainder().iter().zip(cb.remainder()).map(|(&x, &y)| x * y).sum();
-    for (x, y) in ca.zip(cb) {
-        for i in 0..DOT_LANES {
-            lanes[i] += x[i] * y[i];
-        }
-    }
-    lanes.iter().copied().sum::<T>() + tail
 }
 
 /// Causal attention of one new query row q (all heads side by side, length H·d_k) over the first
@@ -302,18 +291,13 @@ pub fn attend_one<'a, T: Float>(
     let (mut weights, mut stats) = (vec![T::zero(); n], vec![T::zero(); 2]);
     let mut out = vec![T::zero(); width];
     for h in 0..heads {
-        let view = |m: &'a DMatrix<T>| Strided {
-            data: &m.as_slice()[h * d_k * rows..],
-            rows: n,
-            cols: d_k,
-            ld: rows,
-        };
-        let q_h = Strided { data: &q[h * d_k..], rows: 1, cols: d_k, ld: 1 };
+        let view = |m: &'a DMatrix<T>| MatRef::new(&m.as_slice()[h * d_k * rows..], n, d_k, rows);
+        let q_h = MatRef::new(&q[h * d_k..], 1, d_k, 1)?;
         causal_block_forward(
-            (q_h, view(keys), view(values)),
+            (q_h, view(keys)?, view(values)?),
             n - 1,
-            StridedMut { data: &mut weights, rows: 1, cols: n, ld: 1 },
-            StridedMut { data: &mut out[h * d_k..], rows: 1, cols: d_k, ld: 1 },
+            MatMut::new(&mut weights, 1, n, 1)?,
+            MatMut::new(&mut out[h * d_k..], 1, d_k, 1)?,
             &mut stats,
             Products::OneRow,
         )?;

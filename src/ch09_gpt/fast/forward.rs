@@ -2,15 +2,14 @@
 //! product and causal attention read from views, the final LayerNorm and the logits; then the
 //! loss and, in place of the logits, its gradient.
 
-use super::cached::dot;
 use super::precision::{gemm, round_buffer};
 use super::{Shard, causal_blocks};
 use crate::ch03_mlp::{Activation, activation_forward_into};
 use crate::ch06_attention::{LnCache, layer_norm_forward_view};
 use crate::ch09_gpt::model::{Gpt, Param};
-use crate::error::{Result, invalid, shape_error};
+use crate::error::{Result, shape_error};
 use crate::float::Float;
-use crate::matmul::{MatMut, MatRef, Op, gemm_view};
+use crate::matmul::{MatMut, MatRef, Op, gemm_view, row_product};
 use nalgebra::DMatrix;
 
 impl<T: Float> Shard<T> {
@@ -148,19 +147,16 @@ pub(crate) fn one_row_attention<T: Float>(
 ) -> Result<()> {
     let d = att.len();
     let d_k = d / heads;
-    let rows = |col0: usize, (i0, i1): (usize, usize)| Strided {
-        data: &qkv[col0 * ld + i0..],
-        rows: i1 - i0,
-        cols: d_k,
-        ld,
+    let rows = |col0: usize, (i0, i1): (usize, usize)| {
+        MatRef::new(&qkv[col0 * ld + i0..], i1 - i0, d_k, ld)
     };
     for (h, out) in att.chunks_exact_mut(d_k).enumerate() {
         let (q, k, v) = (h * d_k, d + h * d_k, 2 * d + h * d_k);
         causal_block_forward(
-            (rows(q, (pos, pos + 1)), rows(k, (0, pos + 1)), rows(v, (0, pos + 1))),
+            (rows(q, (pos, pos + 1))?, rows(k, (0, pos + 1))?, rows(v, (0, pos + 1))?),
             pos,
-            StridedMut { data: &mut weights[..pos + 1], rows: 1, cols: pos + 1, ld: 1 },
-            StridedMut { data: out, rows: 1, cols: d_k, ld: 1 },
+            MatMut::new(&mut weights[..pos + 1], 1, pos + 1, 1)?,
+            MatMut::new(out, 1, d_k, 1)?,
             stats,
             how,
         )?;
@@ -268,24 +264,16 @@ pub(super) fn causal_attention_forward<T: Float>(
     for (s, per_seq) in weights.chunks_exact_mut(heads * t * t).enumerate() {
         for (h, a) in per_seq.chunks_exact_mut(t * t).enumerate() {
             // Rows i0 … i1 − 1 of this sequence in the d_k columns from col0, where they are.
-            let rows = |col0: usize, (i0, i1): (usize, usize)| Strided {
-                data: &buf[col0 * n + s * t + i0..],
-                rows: i1 - i0,
-                cols: d_k,
-                ld: n,
+            let rows = |col0: usize, (i0, i1): (usize, usize)| {
+                MatRef::new(&buf[col0 * n + s * t + i0..], i1 - i0, d_k, n)
             };
             let (q, k, v) = (h * d_k, d + h * d_k, 2 * d + h * d_k);
             for (r0, r1) in causal_blocks(t) {
                 causal_block_forward(
-                    (rows(q, (r0, r1)), rows(k, (0, r1)), rows(v, (0, r1))),
+                    (rows(q, (r0, r1))?, rows(k, (0, r1))?, rows(v, (0, r1))?),
                     r0,
-                    StridedMut { data: &mut a[r0..], rows: r1 - r0, cols: r1, ld: t },
-                    StridedMut {
-                        data: &mut out[h * d_k * n + s * t + r0..],
-                        rows: r1 - r0,
-                        cols: d_k,
-                        ld: n,
-                    },
+                    MatMut::new(&mut a[r0..], r1 - r0, r1, t)?,
+                    MatMut::new(&mut out[h * d_k * n + s * t + r0..], r1 - r0, d_k, n)?,
                     &mut stats,
                     Products::Blocked,
                 )?;
@@ -315,30 +303,30 @@ pub(super) fn causal_attention_forward<T: Float>(
 ///
 /// The row statistics of the softmax are gathered column by column for all rows at once. The two
 /// products go through the blocked product ([`Products::Blocked`]) or, for one row,
-/// [`row_product`] ([`Products::OneRow`], see there for what was measured).
+/// `matmul`'s [`row_product`] ([`Products::OneRow`], see there for what was measured).
 pub(crate) fn causal_block_forward<T: Float>(
-    (q, k, v): (Strided<T>, Strided<T>, Strided<T>),
+    (q, k, v): (MatRef<T>, MatRef<T>, MatRef<T>),
     r0: usize,
-    mut a: StridedMut<T>,
-    out: StridedMut<T>,
+    mut a: MatMut<T>,
+    out: MatMut<T>,
     stats: &mut [T],
     how: Products,
 ) -> Result<()> {
-    let (m, r1, lda) = (a.rows, a.cols, a.ld);
-    if stats.len() < 2 * m || r1 != r0 + m || q.rows != m || k.rows != r1 || v.rows != r1 {
+    let (m, r1, lda) = (a.rows(), a.cols(), a.ld());
+    if stats.len() < 2 * m || r1 != r0 + m || q.rows() != m || k.rows() != r1 || v.rows() != r1 {
         return Err(shape_error(
             "causal_block_forward",
             "q, k, v and the weights",
             format!("rows {r0} … {} against keys 0 … {}", r0 + m, r0 + m),
-            format!("q {}×{}, k {}×{}, weights {m}×{r1}", q.rows, q.cols, k.rows, k.cols),
+            format!("q {}×{}, k {}×{}, weights {m}×{r1}", q.rows(), q.cols(), k.rows(), k.cols()),
         ));
     }
-    let scale = T::of(1.0 / (q.cols as f64).sqrt());
+    let scale = T::of(1.0 / (q.cols() as f64).sqrt());
     product(how, scale, q, k, Op::T, T::zero(), a.reborrow())?; //                S = s·QKᵀ
     if m == 1 && lda == 1 {
         // One query row stored contiguously (the cached step): the same operations as the
         // columns below, on one slice.
-        let row = &mut a.data[..r1];
+        let row = &mut a.as_mut_slice()[..r1];
         let mx = row.iter().fold(T::neg_infinity(), |mx, &s| mx.max(s));
         let mut total = T::zero();
         for e in row.iter_mut() {
@@ -353,14 +341,14 @@ pub(crate) fn causal_block_forward<T: Float>(
     let (max, sum) = stats[..2 * m].split_at_mut(m);
     max.fill(T::neg_infinity());
     // Column j holds the scores of key j; rows i < j (local rows below j − r0) are masked.
-    for (j, column) in a.data.chunks_mut(lda).take(r1).enumerate() {
+    for (j, column) in a.as_mut_slice().chunks_mut(lda).take(r1).enumerate() {
         let first = j.saturating_sub(r0);
         for (mx, &s) in max[first..].iter_mut().zip(&column[first..m]) {
             *mx = mx.max(s);
         }
     }
     sum.fill(T::zero());
-    for (j, column) in a.data.chunks_mut(lda).take(r1).enumerate() {
+    for (j, column) in a.as_mut_slice().chunks_mut(lda).take(r1).enumerate() {
         let first = j.saturating_sub(r0);
         column[..first].fill(T::zero()); // M: j > i masked, weight 0
         for ((e, total), &mx) in
@@ -371,13 +359,13 @@ pub(crate) fn causal_block_forward<T: Float>(
         }
     }
     sum.iter_mut().for_each(|s| *s = T::one() / *s);
-    for (j, column) in a.data.chunks_mut(lda).take(r1).enumerate() {
+    for (j, column) in a.as_mut_slice().chunks_mut(lda).take(r1).enumerate() {
         let first = j.saturating_sub(r0);
         for (e, &inv) in column[first..m].iter_mut().zip(&sum[first..]) {
             *e *= inv; //               A = softmax(S)
         }
     }
-    for column in a.data.chunks_mut(lda).take(r1) {
+    for column in a.as_mut_slice().chunks_mut(lda).take(r1) {
         round_buffer(&mut column[..m], false); // A as A V reads it (chapter 11)
     }
     product(how, T::one(), a.as_ref(), v, Op::N, T::zero(), out) //               O = A V
@@ -388,144 +376,22 @@ pub(crate) fn causal_block_forward<T: Float>(
 pub(crate) enum Products {
     /// Through the blocked product [`gemm_view`] (the training step's blocks of query rows).
     Blocked,
-    /// By [`row_product`], for a block of one query row (the cached step).
+    /// By `matmul`'s [`row_product`], for a block of one query row (the cached step).
     OneRow,
-}
-
-/// A column-major matrix inside a slice: element (i, j) is `data[i + j·ld]` (what a [`MatRef`]
-/// holds, kept open so that [`row_product`] can read it too).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Strided<'a, T> {
-    pub(crate) data: &'a [T],
-    pub(crate) rows: usize,
-    pub(crate) cols: usize,
-    pub(crate) ld: usize,
-}
-
-/// The writable [`Strided`].
-#[derive(Debug)]
-pub(crate) struct StridedMut<'a, T> {
-    pub(crate) data: &'a mut [T],
-    pub(crate) rows: usize,
-    pub(crate) cols: usize,
-    pub(crate) ld: usize,
-}
-
-impl<'a, T> Strided<'a, T> {
-    fn mat(self) -> Result<MatRef<'a, T>> {
-        MatRef::new(self.data, self.rows, self.cols, self.ld)
-    }
-}
-
-impl<'a, T> StridedMut<'a, T> {
-    fn reborrow(&mut self) -> StridedMut<'_, T> {
-        StridedMut { data: self.data, rows: self.rows, cols: self.cols, ld: self.ld }
-    }
-
-    fn as_ref(&self) -> Strided<'_, T> {
-        Strided { data: self.data, rows: self.rows, cols: self.cols, ld: self.ld }
-    }
-
-    fn mat(self) -> Result<MatMut<'a, T>> {
-        MatMut::new(self.data, self.rows, self.cols, self.ld)
-    }
 }
 
 /// C ← α·A·op(B) + β·C by `how`.
 pub(super) fn product<T: Float>(
     how: Products,
     alpha: T,
-    a: Strided<T>,
-    b: Strided<T>,
+    a: MatRef<T>,
+    b: MatRef<T>,
     tb: Op,
     beta: T,
-    c: StridedMut<T>,
+    c: MatMut<T>,
 ) -> Result<()> {
     match how {
-        Products::Blocked => gemm_view(alpha, a.mat()?, Op::N, b.mat()?, tb, beta, c.mat()?),
+        Products::Blocked => gemm_view(alpha, a, Op::N, b, tb, beta, c),
         Products::OneRow => row_product(alpha, a, b, tb, beta, c),
     }
-}
-
-/// c ← α·a·op(B) + β·c for one row a (1×k) and c (1×n): the product the cached step runs, one
-/// token at a time (every weight product, and its attention over the cache).
-///
-/// - op(B) = B (k×n, column-major): c_j = α (a · B\[:, j\]) + β c_j, a [`dot`] with each column,
-///   which column-major storage keeps contiguous.
-/// - op(B) = Bᵀ (B n×k, for QKᵀ and h W_Uᵀ): c = α Σ_p a_p B\[:, p\], column by column (needs
-///   β = 0).
-///
-/// Every weight is read once, where it is. The blocked product ([`gemm_view`]) first copies B
-/// into packed panels and computes whole register tiles (32 rows with AVX-512 f32) of which one
-/// is used. Measured with the chapter's generation benchmark (`cargo bench --bench ch09_gpt
-/// --features peers`, child `--child-generate`: 6 layers, width 384, context 256, f32, cached
-/// tokens/s on one thread of a 2-core AVX-512 Xeon, two alternating rounds): every product of
-/// the step by this function 534 and 532; its attention through [`gemm_view`] instead 470 and
-/// 464; every product through it 186 and 185. A test holds this function to the blocked product.
-pub(crate) fn row_product<T: Float>(
-    alpha: T,
-    a: Strided<T>,
-    b: Strided<T>,
-    tb: Op,
-    beta: T,
-    c: StridedMut<T>,
-) -> Result<()> {
-    const OP: &str = "row_product";
-    let k = a.cols;
-    let (bk, n) = match tb {
-        Op::N => (b.rows, b.cols),
-        Op::T => (b.cols, b.rows),
-    };
-    if a.rows != 1 || c.rows != 1 || bk != k || c.cols != n {
-        return Err(shape_error(
-            OP,
-            "a, op(b) and c (a row times a matrix)",
-            format!("1×{k} · {k}×n = 1×n"),
-            format!("a {}×{k}, op(b) {bk}×{n}, c {}×{}", a.rows, c.rows, c.cols),
-        ));
-    }
-    let x = |p: usize| a.data[p * a.ld];
-    match tb {
-        Op::N => {
-            for (j, out) in c.data.iter_mut().step_by(c.ld).take(n).enumerate() {
-                let column = &b.data[j * b.ld..][..k];
-                let s = if a.ld == 1 {
-                    dot(&a.data[..k], column)
-                } else {
-                    column.iter().enumerate().map(|(p, &w)| x(p) * w).sum()
-                };
-                *out = if beta == T::zero() { alpha * s } else { alpha * s + beta * *out };
-            }
-        }
-        Op::T => {
-            if beta != T::zero() {
-                return Err(invalid(OP, "beta", "with op(B) = Bᵀ, β must be 0"));
-            }
-            // c += a_p B[:, p] for p = 0 … k − 1, then c *= α: contiguous, or every ld-th entry.
-            let ld = c.ld;
-            let mut out: Vec<&mut T> = Vec::new();
-            if ld == 1 {
-                let out = &mut c.data[..n];
-                out.fill(T::zero());
-                for p in 0..k {
-                    let (xp, column) = (x(p), &b.data[p * b.ld..][..n]);
-                    for (o, &w) in out.iter_mut().zip(column) {
-                        *o += xp * w;
-                    }
-                }
-                out.iter_mut().for_each(|o| *o *= alpha);
-                return Ok(());
-            }
-            out.extend(c.data.iter_mut().step_by(ld).take(n));
-            out.iter_mut().for_each(|o| **o = T::zero());
-            for p in 0..k {
-                let (xp, column) = (x(p), &b.data[p * b.ld..][..n]);
-                for (o, &w) in out.iter_mut().zip(column) {
-                    **o += xp * w;
-                }
-            }
-            out.iter_mut().for_each(|o| **o *= alpha);
-        }
-    }
-    Ok(())
 }

@@ -8,15 +8,14 @@
 //! 6-layer, width-384 model about 80 µs), so a [`RowTeam`] hands each product's runs of columns
 //! to the crate's scheduler ([`share_pieces`]), whose pool threads are started once per process.
 //!
-//! Every output is the same [`dot`] of the row with one column, whichever thread computed it, and
-//! the caller combines them with α and β as [`row_product`] does, so any number of threads gives
-//! the same bits.
+//! Every output is the same dot product of the row with one column ([`row_product`] with α = 1
+//! and β = 0 on the thread's run of columns), whichever thread computed it, and the caller
+//! combines them with α and β as [`row_product`] does, so any number of threads gives the same
+//! bits.
 
-use super::cached::dot;
-use super::forward::{Strided, StridedMut, row_product};
 use crate::error::Result;
 use crate::float::Float;
-use crate::matmul::Op;
+use crate::matmul::{MatMut, MatRef, Op, row_product};
 use crate::threads::share_pieces;
 use std::marker::PhantomData;
 use std::ops::Range;
@@ -32,9 +31,15 @@ pub(crate) struct RowTeam<'w, T> {
     weights: PhantomData<&'w [T]>,
 }
 
-/// aᵀ·B[:, j] for each column j of `cols`: the same [`dot`] that [`row_product`] takes.
-fn column_dots<T: Float>(a: &[T], b: Strided<T>, cols: Range<usize>) -> Vec<T> {
-    cols.map(|j| dot(a, &b.data[j * b.ld..][..a.len()])).collect()
+/// a·B\[:, j\] for each column j of `cols`: [`row_product`] with α = 1 and β = 0 on those
+/// columns of B (k×n), so each sum is the one the whole product computes.
+fn column_dots<T: Float>(a: MatRef<T>, b: MatRef<T>, cols: Range<usize>) -> Result<Vec<T>> {
+    let (k, ld) = (b.rows(), b.ld());
+    let mut sums = vec![T::zero(); cols.len()];
+    let b_cols = MatRef::new(&b.as_slice()[cols.start * ld..], k, cols.len(), ld)?;
+    let c = MatMut::new(&mut sums, 1, cols.len(), 1)?;
+    row_product(T::one(), a, b_cols, Op::N, T::zero(), c)?;
+    Ok(sums)
 }
 
 /// Runs `f` with a team of `threads` threads for its row products.
@@ -52,25 +57,32 @@ impl<'w, T: Float> RowTeam<'w, T> {
     pub(crate) fn product(
         &mut self,
         alpha: T,
-        a: Strided<T>,
-        b: Strided<'w, T>,
+        a: MatRef<T>,
+        b: MatRef<'w, T>,
         beta: T,
-        c: StridedMut<T>,
+        mut c: MatMut<T>,
     ) -> Result<()> {
-        let (k, n) = (a.cols, b.cols);
+        let (k, n) = (a.cols(), b.cols());
         let parts = self.threads.min(n);
-        if parts <= 1 || a.rows != 1 || a.ld != 1 || b.rows != k || c.rows != 1 || c.cols != n {
+        if parts <= 1
+            || a.rows() != 1
+            || a.ld() != 1
+            || b.rows() != k
+            || c.rows() != 1
+            || c.cols() != n
+        {
             return row_product(alpha, a, b, Op::N, beta, c);
         }
-        let row = &a.data[..k];
         let per = n.div_ceil(parts);
         let runs: Vec<Range<usize>> = (0..parts)
             .map(|p| p * per..((p + 1) * per).min(n))
             .take_while(|cols| !cols.is_empty())
             .collect();
         let sums =
-            share_pieces(&mut vec![(); runs.len()], runs, |(), cols| column_dots(row, b, cols));
-        for (out, s) in c.data.iter_mut().step_by(c.ld).zip(sums.into_iter().flatten()) {
+            share_pieces(&mut vec![(); runs.len()], runs, |(), cols| column_dots(a, b, cols));
+        let sums = sums.into_iter().collect::<Result<Vec<_>>>()?;
+        let ld = c.ld();
+        for (out, s) in c.as_mut_slice().iter_mut().step_by(ld).zip(sums.into_iter().flatten()) {
             *out = if beta == T::zero() { alpha * s } else { alpha * s + beta * *out };
         }
         Ok(())

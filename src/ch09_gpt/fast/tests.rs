@@ -98,37 +98,9 @@ fn the_bias_helpers_broadcast_and_sum_as_the_chapters_do() {
 }
 
 #[test]
-fn the_one_row_product_equals_the_blocked_product() {
-    use super::forward::{Products, Strided, StridedMut, product};
-    use crate::matmul::Op;
-    // 37 inputs: two full runs of the dot product's 16 lanes and a remainder of 5; every operand
-    // inside a longer buffer (leading dimensions past the rows), as the cache's views are.
-    let (k, n) = (37, 21);
-    let mut rng = Rng::new(9);
-    let x: DMatrix<f64> = rng.normal_matrix(3, k, 1.0);
-    for (tb, (rows, cols)) in [(Op::N, (k, n)), (Op::T, (n, k))] {
-        let b: DMatrix<f64> = rng.normal_matrix(rows + 4, cols, 1.0);
-        let start: DMatrix<f64> = rng.normal_matrix(2, n, 1.0);
-        // β = 1 adds onto c (a residual); Bᵀ is only ever used with β = 0 (scores, logits).
-        let betas: &[f64] = if tb == Op::N { &[0.0, 1.0] } else { &[0.0] };
-        for &beta in betas {
-            let mut out = [start.clone(), start.clone()];
-            for (how, c) in [Products::Blocked, Products::OneRow].into_iter().zip(&mut out) {
-                let a = Strided { data: &x.as_slice()[1..], rows: 1, cols: k, ld: 3 };
-                let b = Strided { data: b.as_slice(), rows, cols, ld: rows + 4 };
-                let c = StridedMut { data: &mut c.as_mut_slice()[1..], rows: 1, cols: n, ld: 2 };
-                product(how, 0.5, a, b, tb, beta, c).unwrap();
-            }
-            close(&out[1], &out[0], &format!("{tb:?}, β = {beta}"));
-            // Row 0 of c is not part of the product and stays as it was.
-            close(&out[1].rows(0, 1).into_owned(), &start.rows(0, 1).into_owned(), "row 0");
-        }
-    }
-}
-
-#[test]
 fn one_query_row_is_its_row_of_the_training_steps_causal_attention() {
-    use super::forward::{Products, Strided, StridedMut, causal_block_forward};
+    use super::forward::{Products, causal_block_forward};
+    use crate::matmul::{MatMut, MatRef};
     // The cached step's block (pos, pos + 1) on one sequence of T = 40 (across a CAUSAL_BLOCK
     // boundary) gives row pos of the blocked attention, its weights too; the weights stored
     // contiguously (the cached step's layout) or with a leading dimension (the general path) are
@@ -141,11 +113,8 @@ fn one_query_row_is_its_row_of_the_training_steps_causal_attention() {
     let mut att = DMatrix::zeros(t, d);
     causal_attention_forward(&qkv, heads, t, &mut weights, &mut att).unwrap();
     let buf = qkv.as_slice();
-    let rows = |col0: usize, (i0, i1): (usize, usize)| Strided {
-        data: &buf[col0 * t + i0..],
-        rows: i1 - i0,
-        cols: d_k,
-        ld: t,
+    let rows = |col0: usize, (i0, i1): (usize, usize)| {
+        MatRef::new(&buf[col0 * t + i0..], i1 - i0, d_k, t).unwrap()
     };
     for pos in [0, 1, 31, 32, 39] {
         for h in 0..heads {
@@ -159,8 +128,8 @@ fn one_query_row_is_its_row_of_the_training_steps_causal_attention() {
                         rows(2 * d + h * d_k, (0, pos + 1)),
                     ),
                     pos,
-                    StridedMut { data: &mut a, rows: 1, cols: pos + 1, ld },
-                    StridedMut { data: &mut out, rows: 1, cols: d_k, ld: 1 },
+                    MatMut::new(&mut a, 1, pos + 1, ld).unwrap(),
+                    MatMut::new(&mut out, 1, d_k, 1).unwrap(),
                     &mut stats,
                     Products::OneRow,
                 )
@@ -313,9 +282,8 @@ fn the_last_row_alone_is_the_full_passs_last_row_bit_for_bit() {
 
 #[test]
 fn the_row_team_gives_row_products_bits_on_any_number_of_threads() {
-    use super::forward::{Strided, StridedMut, row_product};
     use super::row_team::with_row_team;
-    use crate::matmul::Op;
+    use crate::matmul::{MatMut, MatRef, Op, row_product};
     // 37 inputs (two runs of the dot's 16 lanes and 5 more) and 23 columns: 2 … 5 threads share
     // them in runs of 12, 8, 6 and 5; the output strided (ld 3) as the cache's [Q K V] rows are,
     // the row contiguous as the step's rows are. 24 threads: more than there are columns.
@@ -325,11 +293,11 @@ fn the_row_team_gives_row_products_bits_on_any_number_of_threads() {
     let b: DMatrix<f32> = rng.normal_matrix(k + 2, n, 1.0);
     let start: DMatrix<f32> = rng.normal_matrix(3, n, 1.0);
     let bits = |m: &DMatrix<f32>| m.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-    let a = Strided { data: x.as_slice(), rows: 1, cols: k, ld: 1 };
-    let w = Strided { data: b.as_slice(), rows: k, cols: n, ld: k + 2 };
+    let a = MatRef::new(x.as_slice(), 1, k, 1).unwrap();
+    let w = MatRef::new(b.as_slice(), k, n, k + 2).unwrap();
     for beta in [0.0, 1.0, 0.5] {
         let mut one = start.clone();
-        let c = StridedMut { data: &mut one.as_mut_slice()[1..], rows: 1, cols: n, ld: 3 };
+        let c = MatMut::new(&mut one.as_mut_slice()[1..], 1, n, 3).unwrap();
         row_product(0.75, a, w, Op::N, beta, c).unwrap();
         for threads in [1, 2, 3, 4, 5, 24] {
             let mut many = start.clone();
@@ -337,8 +305,7 @@ fn the_row_team_gives_row_products_bits_on_any_number_of_threads() {
                 for _ in 0..2 {
                     // Twice on one team, from the same start: the helpers wait for a second.
                     many = start.clone();
-                    let c =
-                        StridedMut { data: &mut many.as_mut_slice()[1..], rows: 1, cols: n, ld: 3 };
+                    let c = MatMut::new(&mut many.as_mut_slice()[1..], 1, n, 3).unwrap();
                     team.product(0.75, a, w, beta, c).unwrap();
                 }
             });

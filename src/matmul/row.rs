@@ -1,0 +1,195 @@
+//! The product of one row with a matrix, read where it is: what a model computes for one token.
+
+use super::{Element, MatMut, MatRef, Op};
+use crate::error::{Result, invalid, shape_error};
+
+/// Lanes of independent partial sums in [`dot`]: enough for the compiler to keep a vector
+/// register's worth of multiply-adds in flight (the order of the additions is then fixed by this
+/// number, not by the hardware, so results are reproducible).
+const DOT_LANES: usize = 16;
+
+/// Σᵢ aᵢbᵢ over the common length of the two slices, summed in [`DOT_LANES`] interleaved partial
+/// sums, then the lanes in order, then the remainder.
+fn dot<T: Element>(a: &[T], b: &[T]) -> T {
+    let len = a.len().min(b.len());
+    let (a, b) = (&a[..len], &b[..len]);
+    let mut lanes = [T::zero(); DOT_LANES];
+    let (ca, cb) = (a.chunks_exact(DOT_LANES), b.chunks_exact(DOT_LANES));
+    let tail: T = ca.remainder().iter().zip(cb.remainder()).map(|(&x, &y)| x * y).sum();
+    for (x, y) in ca.zip(cb) {
+        for i in 0..DOT_LANES {
+            lanes[i] += x[i] * y[i];
+        }
+    }
+    lanes.iter().copied().sum::<T>() + tail
+}
+
+/// c ← α·a·op(B) + β·c for one row a (a 1×k view) and c (a 1×n view): the product of one token
+/// with a weight matrix, or of one query with the cached keys.
+///
+/// - op(B) = B (k×n, column-major): c_j = α (a · B\[:, j\]) + β c_j, one dot product with each
+///   column, which column-major storage keeps contiguous (summed in 16 interleaved lanes when a
+///   is contiguous, left to right otherwise).
+/// - op(B) = Bᵀ (B n×k, for QKᵀ and h W_Uᵀ): c = α Σ_p a_p B\[:, p\], column by column (needs
+///   β = 0).
+///
+/// A row is a [`MatRef`] of one row whose leading dimension is the stride between its entries
+/// (1 when they are contiguous). Every weight is read once, where it is. The blocked product
+/// ([`gemm_view`](super::gemm_view)) first copies B into packed panels and computes whole
+/// register tiles (32 rows with AVX-512 f32) of which one row is used. Measured with chapter 9's
+/// generation benchmark (`cargo bench --bench ch09_gpt --features peers`, child
+/// `--child-generate`: 6 layers, width 384, context 256, f32, cached tokens/s on one thread of a
+/// 2-core AVX-512 Xeon, two alternating rounds): every product of the step by this function 534
+/// and 532; its attention through [`gemm_view`](super::gemm_view) instead 470 and 464; every
+/// product through it 186 and 185. A test holds this function to the blocked product.
+///
+/// Errors when a or c is not one row, when the shapes do not chain (1×k · k×n = 1×n), and on
+/// β ≠ 0 with op(B) = Bᵀ.
+pub fn row_product<T: Element>(
+    alpha: T,
+    a: MatRef<T>,
+    b: MatRef<T>,
+    tb: Op,
+    beta: T,
+    c: MatMut<T>,
+) -> Result<()> {
+    const OP: &str = "row_product";
+    let k = a.cols;
+    let (bk, n) = b.shape(tb);
+    if a.rows != 1 || c.rows != 1 || bk != k || c.cols != n {
+        return Err(shape_error(
+            OP,
+            "a, op(b) and c (a row times a matrix)",
+            format!("1×{k} · {k}×n = 1×n"),
+            format!("a {}×{k}, op(b) {bk}×{n}, c {}×{}", a.rows, c.rows, c.cols),
+        ));
+    }
+    if tb == Op::T && beta != T::zero() {
+        return Err(invalid(OP, "beta", "with op(B) = Bᵀ, β must be 0"));
+    }
+    if n == 0 {
+        return Ok(());
+    }
+    let x = |p: usize| a.data[p * a.ld];
+    match tb {
+        Op::N => {
+            for (j, out) in c.data.iter_mut().step_by(c.ld).take(n).enumerate() {
+                let column = &b.data[j * b.ld..][..k];
+                let s = if a.ld == 1 {
+                    dot(&a.data[..k], column)
+                } else {
+                    column.iter().enumerate().map(|(p, &w)| x(p) * w).sum()
+                };
+                *out = if beta == T::zero() { alpha * s } else { alpha * s + beta * *out };
+            }
+        }
+        Op::T => {
+            // c += a_p B[:, p] for p = 0 … k − 1, then c *= α: contiguous, or every ld-th entry.
+            if c.ld == 1 {
+                let out = &mut c.data[..n];
+                out.fill(T::zero());
+                for p in 0..k {
+                    let (xp, column) = (x(p), &b.data[p * b.ld..][..n]);
+                    for (o, &w) in out.iter_mut().zip(column) {
+                        *o += xp * w;
+                    }
+                }
+                out.iter_mut().for_each(|o| *o *= alpha);
+                return Ok(());
+            }
+            let mut out: Vec<&mut T> = c.data.iter_mut().step_by(c.ld).take(n).collect();
+            out.iter_mut().for_each(|o| **o = T::zero());
+            for p in 0..k {
+                let (xp, column) = (x(p), &b.data[p * b.ld..][..n]);
+                for (o, &w) in out.iter_mut().zip(column) {
+                    **o += xp * w;
+                }
+            }
+            out.iter_mut().for_each(|o| **o *= alpha);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::matmul::gemm_view;
+    use crate::rng::Rng;
+    use nalgebra::DMatrix;
+
+    #[test]
+    fn the_one_row_product_equals_the_blocked_product() {
+        // 37 inputs: two full runs of the dot product's 16 lanes and a remainder of 5; every
+        // operand inside a longer buffer (leading dimensions past the rows), as the cache's views
+        // are.
+        let (k, n) = (37, 21);
+        let mut rng = Rng::new(9);
+        let x: DMatrix<f64> = rng.normal_matrix(3, k, 1.0);
+        for (tb, (rows, cols)) in [(Op::N, (k, n)), (Op::T, (n, k))] {
+            let b: DMatrix<f64> = rng.normal_matrix(rows + 4, cols, 1.0);
+            let start: DMatrix<f64> = rng.normal_matrix(2, n, 1.0);
+            // β = 1 adds onto c (a residual); Bᵀ is only ever used with β = 0 (scores, logits).
+            let betas: &[f64] = if tb == Op::N { &[0.0, 1.0] } else { &[0.0] };
+            for &beta in betas {
+                let mut out = [start.clone(), start.clone()];
+                for (one_row, c) in [false, true].into_iter().zip(&mut out) {
+                    let a = MatRef::new(&x.as_slice()[1..], 1, k, 3).unwrap();
+                    let b = MatRef::new(b.as_slice(), rows, cols, rows + 4).unwrap();
+                    let c = MatMut::new(&mut c.as_mut_slice()[1..], 1, n, 2).unwrap();
+                    if one_row {
+                        row_product(0.5, a, b, tb, beta, c).unwrap();
+                    } else {
+                        gemm_view(0.5, a, Op::N, b, tb, beta, c).unwrap();
+                    }
+                }
+                let err = (&out[1] - &out[0]).abs().max();
+                assert!(err < 1e-12, "{tb:?}, β = {beta}: off by {err:e}");
+                // Row 0 of c is not part of the product and stays as it was.
+                assert_eq!(out[1].row(0), start.row(0), "row 0");
+            }
+        }
+        // c contiguous (ld = 1), as the cached step's rows and logits are: both layouts of B.
+        for (tb, (rows, cols)) in [(Op::N, (k, n)), (Op::T, (n, k))] {
+            let b: DMatrix<f64> = rng.normal_matrix(rows, cols, 1.0);
+            let a = MatRef::new(&x.as_slice()[1..], 1, k, 3).unwrap();
+            let w = MatRef::new(b.as_slice(), rows, cols, rows).unwrap();
+            let (mut one, mut blocked) = (vec![0.0; n], vec![0.0; n]);
+            row_product(0.5, a, w, tb, 0.0, MatMut::new(&mut one, 1, n, 1).unwrap()).unwrap();
+            let c = MatMut::new(&mut blocked, 1, n, 1).unwrap();
+            gemm_view(0.5, a, Op::N, w, tb, 0.0, c).unwrap();
+            let err = one.iter().zip(&blocked).map(|(p, q)| (p - q).abs()).fold(0.0, f64::max);
+            assert!(err < 1e-12, "{tb:?}, c contiguous: off by {err:e}");
+        }
+        // The contiguous row (16 lanes) and a strided one (left to right) agree to rounding.
+        let b: DMatrix<f64> = rng.normal_matrix(k, n, 1.0);
+        let mut out = [DMatrix::zeros(1, n), DMatrix::zeros(1, n)];
+        let contiguous: Vec<f64> = x.row(0).iter().copied().collect();
+        for ((row, ld), c) in [(x.as_slice(), 3), (&contiguous[..], 1)].into_iter().zip(&mut out) {
+            let a = MatRef::new(row, 1, k, ld).unwrap();
+            let w = MatRef::new(b.as_slice(), k, n, k).unwrap();
+            row_product(1.0, a, w, Op::N, 0.0, MatMut::new(c.as_mut_slice(), 1, n, 1).unwrap())
+                .unwrap();
+        }
+        assert!((&out[1] - &out[0]).abs().max() < 1e-12);
+    }
+
+    #[test]
+    fn a_row_product_that_does_not_chain_is_refused_with_the_shapes() {
+        let w = [1.0f32; 12];
+        let a = [1.0f32; 4];
+        let mut c = [0.0f32; 3];
+        let row = MatRef::new(&a[..3], 1, 3, 1).unwrap();
+        let b = MatRef::new(&w, 4, 3, 4).unwrap();
+        let e = row_product(1.0, row, b, Op::N, 0.0, MatMut::new(&mut c, 1, 3, 1).unwrap());
+        assert!(e.unwrap_err().to_string().contains("1×3 · 3×n"));
+        let a = MatRef::new(&a, 1, 4, 1).unwrap();
+        let e = row_product(1.0, a, b, Op::T, 1.0, MatMut::new(&mut c[..1], 1, 1, 1).unwrap());
+        assert!(e.is_err());
+        let b_t = MatRef::new(&w, 3, 4, 3).unwrap();
+        let e = row_product(1.0, a, b_t, Op::T, 1.0, MatMut::new(&mut c, 1, 3, 1).unwrap());
+        assert!(e.unwrap_err().to_string().contains("β must be 0"), "Bᵀ with β = 1");
+        row_product(2.0, a, b, Op::N, 0.0, MatMut::new(&mut c, 1, 3, 1).unwrap()).unwrap();
+        assert_eq!(c, [8.0; 3]);
+    }
+}
