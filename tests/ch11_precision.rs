@@ -475,7 +475,7 @@ fn the_figures_show_what_the_prose_says() {
 #[test]
 fn the_walk_prints_every_step_within_the_terminal() {
     let text = common::walk_text(&ch11_book::CHAPTER);
-    for step in ["1. Four formats", "3. Round to nearest", "7. The step"] {
+    for step in ["1. Four formats", "3. Round to nearest", "7. The step", "8. Mixed precision"] {
         assert!(text.contains(step), "no step {step}");
     }
     assert!(text.contains("0.333984375"), "bf16's 1/3");
@@ -486,4 +486,240 @@ fn the_walk_prints_every_step_within_the_terminal() {
 #[test]
 fn the_chapter_prose_carries_the_worked_table() {
     common::check_chapter_prose(&ch11_book::CHAPTER);
+}
+
+// ───────────────────────────── mixed precision ─────────────────────────────
+
+use llm_workbook::ch09_gpt::config::Config;
+use llm_workbook::ch09_gpt::fast::FusedStep;
+use llm_workbook::ch09_gpt::model::Gpt;
+use llm_workbook::ch11_precision::mixed::{self, MAX_LOSS_SCALE};
+use llm_workbook::ch11_precision::runs::{
+    self, F16_LOSS_SCALE, MixedRun, small_gradient_batch, small_gradient_step,
+};
+use llm_workbook::ch11_precision::{Precision, ProductInputs, Rounding};
+use llm_workbook::matmul::Op;
+use nalgebra::DMatrix;
+
+const BF16_INPUTS: Precision = Precision { inputs: ProductInputs::Bf16, loss_scale: 1.0 };
+const F16_INPUTS: Precision = Precision { inputs: ProductInputs::F16, loss_scale: 1.0 };
+const F16_SCALED: Precision = Precision { inputs: ProductInputs::F16, loss_scale: F16_LOSS_SCALE };
+
+/// The largest |x − y| of a tensor over the largest |y|, the worst tensor's.
+fn worst_relative(a: &[DMatrix<f64>], b: &[DMatrix<f64>]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| (x - y).abs().max() / y.abs().max().max(1e-30)).fold(0.0, f64::max)
+}
+
+/// The tiny model of the small-gradient example, and one step of it with `precision`.
+fn step_bits(model: &Gpt<f32>, precision: Precision) -> (u64, Vec<Vec<u32>>) {
+    let mut step = FusedStep::new();
+    step.set_precision(precision);
+    let (loss, grads) = step.loss_and_grads(model, &small_gradient_batch().unwrap()).unwrap();
+    (loss.to_bits(), grads.iter().map(|g| g.iter().map(|v| v.to_bits()).collect()).collect())
+}
+
+#[test]
+fn f32_products_leave_the_step_bit_for_bit() {
+    let model = Gpt::<f32>::new(Config::new(runs::SMALL_VOCAB, 32, 2, 4, 64), 3).unwrap();
+    let fresh = step_bits(&model, FusedStep::<f32>::new().precision());
+    let explicit = Precision::new(ProductInputs::F32, 1.0).unwrap();
+    assert!(step_bits(&model, explicit) == fresh, "explicit f32 changed the step's bits");
+    // A workspace that took a bf16 step and is set back to f32 gives the same bits again.
+    let mut step = FusedStep::new();
+    step.set_precision(BF16_INPUTS);
+    let batch = small_gradient_batch().unwrap();
+    let rounded = step.loss_and_grads(&model, &batch).unwrap().0;
+    step.set_precision(Precision::F32);
+    let again = step.loss_and_grads(&model, &batch).unwrap().0;
+    assert_eq!(again.to_bits(), fresh.0);
+    assert_ne!(rounded.to_bits(), fresh.0, "bf16 inputs must change the loss");
+    assert_eq!(step.rounding(), Default::default(), "f32 rounds nothing");
+}
+
+/// sign·[0.25, 4): every value in the normal range of both formats.
+fn normal_values(rows: usize, cols: usize, rng: &mut Rng) -> DMatrix<f32> {
+    DMatrix::from_fn(rows, cols, |_, _| {
+        let sign = if rng.below(2) == 0 { -1.0 } else { 1.0 };
+        sign * rng.uniform(0.25, 4.0) as f32
+    })
+}
+
+/// A value rounded by the `half` crate, the oracle.
+fn half_round(inputs: ProductInputs, x: f32) -> f64 {
+    f64::from(match inputs {
+        ProductInputs::F32 => x,
+        ProductInputs::Bf16 => half::bf16::from_f32(x).to_f32(),
+        ProductInputs::F16 => half::f16::from_f32(x).to_f32(),
+    })
+}
+
+#[test]
+fn a_rounded_product_is_within_its_bound() {
+    let mut rng = Rng::new(21);
+    for inputs in [ProductInputs::Bf16, ProductInputs::F16] {
+        let u = inputs.format().unit_roundoff();
+        for (m, k, n, ta, tb) in [
+            (5, 7, 3, Op::N, Op::N),
+            (33, 65, 17, Op::T, Op::N),
+            (1, 129, 9, Op::N, Op::T),
+            (40, 3, 31, Op::T, Op::T),
+        ] {
+            let a = match ta {
+                Op::N => normal_values(m, k, &mut rng),
+                Op::T => normal_values(k, m, &mut rng),
+            };
+            let b = match tb {
+                Op::N => normal_values(k, n, &mut rng),
+                Op::T => normal_values(n, k, &mut rng),
+            };
+            let mut c = DMatrix::zeros(m, n);
+            let tally = mixed::gemm(inputs, 1.0, &a, ta, &b, tb, 0.0, &mut c).unwrap();
+            assert_eq!(tally, (Rounding::default(), Rounding::default()));
+            let at = |x: &DMatrix<f32>, op: Op, i: usize, j: usize| match op {
+                Op::N => x[(i, j)],
+                Op::T => x[(j, i)],
+            };
+            let gamma = k as f64 * 2f64.powi(-24) / (1.0 - k as f64 * 2f64.powi(-24));
+            for i in 0..m {
+                for j in 0..n {
+                    let (mut exact, mut rounded, mut size, mut rounded_size) = (0.0, 0.0, 0.0, 0.0);
+                    for p in 0..k {
+                        let (x, y) = (at(&a, ta, i, p), at(&b, tb, p, j));
+                        let (rx, ry) = (half_round(inputs, x), half_round(inputs, y));
+                        exact += f64::from(x) * f64::from(y);
+                        rounded += rx * ry;
+                        size += f64::from(x).abs() * f64::from(y).abs();
+                        rounded_size += (rx * ry).abs();
+                    }
+                    let got = f64::from(c[(i, j)]);
+                    // The f32 product of the rounded inputs: only the accumulation's error.
+                    assert!(
+                        (got - rounded).abs() <= gamma * rounded_size,
+                        "{} {m}×{k}×{n} ({i}, {j}): {got} against {rounded}",
+                        inputs.name()
+                    );
+                    // Against the unrounded inputs: (2u + u²) Σ|a||b| more.
+                    let bound = (2.0 * u + u * u) * size + gamma * rounded_size;
+                    assert!((got - exact).abs() <= bound, "{got} against {exact}");
+                }
+            }
+        }
+    }
+    // What the tally counts: f16 flushes 10⁻⁸ to 0 and overflows 7·10⁴; 3·10⁻⁸ is just over
+    // half the smallest subnormal and rounds up to it; a zero is not an underflow.
+    let mut values = [1e-8f32, 7e4, 3e-8, 0.0, -1e-9];
+    let tally = mixed::round_entries(ProductInputs::F16, &mut values);
+    assert_eq!(tally, Rounding { underflows: 2, overflows: 1 });
+    assert_eq!(values[2], 2f32.powi(-24));
+    assert_eq!(values[4].to_bits(), (-0.0f32).to_bits(), "the sign of an underflow is kept");
+}
+
+/// One step of the small-gradient example with bf16 inputs against the f32 step. Each product
+/// moves by at most (2u + u²) Σ|a||b| (u = 2⁻⁸); a gradient is the end of a chain of such
+/// products, whose first-order errors add. Measured: the loss 7.0·10⁻⁵ apart, the worst
+/// tensor 8.6·10⁻³ = 2.2u of its largest entry; held to 4u. Rounding to 4 fraction bits
+/// instead of 7 (u = 2⁻⁵) fails it.
+#[test]
+fn one_bf16_step_stays_near_the_f32_step() {
+    let (loss32, grads32, _) = small_gradient_step(Precision::F32).unwrap();
+    let (loss16, grads16, r) = small_gradient_step(BF16_INPUTS).unwrap();
+    assert_eq!(r.gradients.underflows + r.others.underflows, 0, "bf16 has f32's range");
+    let u = ProductInputs::Bf16.format().unit_roundoff();
+    let worst = worst_relative(&grads16, &grads32);
+    assert!(worst <= 4.0 * u, "worst gradient tensor {worst:e} of its largest entry");
+    assert!(worst > u / 4.0, "{worst:e}: the backward products were not rounded");
+    assert_eq!(format!("{:.1e}", (loss16 - loss32).abs()), "7.0e-5");
+}
+
+/// The same step with f16 inputs: the gradient inputs that became 0, pinned, and the
+/// gradients against f32's. Scaling by 2¹⁰ moves every gradient input 10 binades up, out of
+/// the range that flushes to 0; unscaled afterwards, the gradients are f32's within 4u
+/// (u = 2⁻¹¹; measured 7.9·10⁻⁴ = 1.6u). Forgetting to unscale leaves them 1024 times too
+/// large.
+#[test]
+fn f16_gradients_underflow_without_loss_scaling() {
+    let (_, grads32, _) = small_gradient_step(Precision::F32).unwrap();
+    let (_, plain, r_plain) = small_gradient_step(F16_INPUTS).unwrap();
+    let (_, scaled, r_scaled) = small_gradient_step(F16_SCALED).unwrap();
+    assert_eq!(r_plain.gradients.underflows, 3120);
+    assert_eq!(r_scaled.gradients.underflows, 0);
+    assert_eq!(r_plain.gradients.overflows + r_scaled.gradients.overflows, 0);
+    assert_eq!(r_scaled.others.overflows, 0, "the scale leaves every input below 65504");
+    let u = ProductInputs::F16.format().unit_roundoff();
+    for (grads, what) in [(&plain, "unscaled"), (&scaled, "scaled")] {
+        let worst = worst_relative(grads, &grads32);
+        assert!(worst <= 4.0 * u, "{what}: {worst:e}");
+    }
+}
+
+/// The short runs of the margin test: f32 and bf16, trained once per test process.
+fn short_runs() -> &'static [MixedRun] {
+    static RUNS: std::sync::OnceLock<Vec<MixedRun>> = std::sync::OnceLock::new();
+    RUNS.get_or_init(|| {
+        let tokens = llm_workbook::ch09_gpt::experiments::corpus_tokens().unwrap();
+        [Precision::F32, BF16_INPUTS]
+            .into_iter()
+            .map(|p| runs::train_mixed(&tokens, SHORT_STEPS, p, |_| {}).unwrap())
+            .collect()
+    })
+}
+const SHORT_STEPS: usize = 60;
+
+/// The corpus model for 60 steps with f32 and with bf16 inputs, from the same seed and the
+/// same batches. Over the first 16 steps each batch's loss stays within 5·10⁻⁴ of f32's
+/// (measured: 2.2·10⁻⁴ at worst; rounding to 4 fraction bits instead of 7 exceeds it from
+/// step 2 on); after that the two runs drift apart as any two nearby runs do, and the final
+/// validation losses end 0.045 nats apart (5.0602 and 5.1055), held within 0.1.
+#[test]
+fn the_bf16_run_ends_within_its_margin_of_f32() {
+    let [f32_run, bf16_run] = short_runs() else { panic!("two runs") };
+    for (step, (a, b)) in f32_run.history.iter().zip(&bf16_run.history).take(16).enumerate() {
+        assert!((a.loss - b.loss).abs() <= 5e-4, "step {step}: {} against {}", b.loss, a.loss);
+    }
+    let margin = (bf16_run.validation - f32_run.validation).abs();
+    assert!(margin <= 0.1, "validation {} against {}", bf16_run.validation, f32_run.validation);
+    assert_eq!(format!("{:.4}", f32_run.validation), "5.0602");
+    assert_eq!(format!("{:.4}", bf16_run.validation), "5.1055");
+}
+
+#[test]
+fn the_mixed_figure_draws_one_curve_per_run() {
+    use llm_workbook::plot::Figure;
+    let fig = llm_workbook::ch11_precision::book::mixed_figure(short_runs());
+    let Figure::Line(chart) = &fig else { panic!("a line chart") };
+    let labels: Vec<&str> = chart.series.iter().map(|s| s.label.as_str()).collect();
+    assert_eq!(labels, ["f32", "bf16"]);
+    assert!(chart.series.iter().all(|s| s.points.len() == SHORT_STEPS));
+    let dir = common::temp_dir("ch11-mixed");
+    for f in fig.save(&dir, "mixed").unwrap() {
+        assert!(std::fs::metadata(&f).unwrap().len() > 1000, "{}", f.display());
+    }
+    assert_eq!(F16_SCALED.label(), "f16, S = 2^10");
+}
+
+#[test]
+fn bad_precisions_are_refused_naming_the_argument() {
+    for scale in [0.0, 0.5, 1000.0, 2.0 * MAX_LOSS_SCALE, f64::NAN, f64::INFINITY] {
+        let e = Precision::new(ProductInputs::F16, scale).unwrap_err().to_string();
+        assert!(e.contains("loss_scale"), "{e}");
+    }
+    let tokens = llm_workbook::ch09_gpt::experiments::CorpusTokens {
+        tokenizer: llm_workbook::ch08_tokens::bpe::Bpe::bytes_only(
+            llm_workbook::ch08_tokens::bpe::PreTokenizer::Gpt2,
+        ),
+        train: vec![1; 100],
+        validation: vec![1; 100],
+    };
+    let e = runs::train_mixed(&tokens, 0, BF16_INPUTS, |_| {}).unwrap_err().to_string();
+    assert!(e.contains("steps"), "{e}");
+    // A model the fused step does not cover (ε added to σ in the final LayerNorm) trains by the
+    // reference path, which has no rounding: asking for bf16 products is refused, f32 is not.
+    use llm_workbook::ch09_gpt::{schedule::Schedule, train};
+    let mut model = Gpt::<f32>::new(Config::new(runs::SMALL_VOCAB, 32, 2, 4, 64), 3).unwrap();
+    model.ln_f = llm_workbook::ch06_attention::Epsilon::AddedToStd;
+    let tc = train::TrainConfig::new(2, Schedule::new(1e-3, 1e-3, 0, 10).unwrap());
+    let mut trainer = train::Trainer::new(model, &tc, 1).unwrap();
+    let e = trainer.set_precision(BF16_INPUTS).unwrap_err().to_string();
+    assert!(e.contains("precision"), "{e}");
+    trainer.set_precision(Precision::F32).unwrap();
 }

@@ -39,11 +39,13 @@
 //! The step in three files: this one holds the workspace ([`FusedStep`]: every buffer, sized
 //! once), the shards and the views of one head of one sequence; `forward.rs` the forward pass
 //! with the loss and its gradient at the logits; `backward.rs` the backward pass, each line
-//! naming the forward line it differentiates.
+//! naming the forward line it differentiates; `precision.rs` the hook through which chapter 11
+//! rounds the products' inputs to bf16 or f16 ([`FusedStep::set_precision`]).
 
 mod backward;
 mod cached;
 mod forward;
+mod precision;
 mod row_team;
 #[cfg(test)]
 mod tests;
@@ -60,6 +62,7 @@ pub(crate) use forward::{Products, add_row, causal_block_forward, one_row_attent
 use super::data::Batch;
 use super::model::{BlockForm, Gpt, Grads};
 use crate::ch06_attention::{Epsilon, LnCache};
+use crate::ch11_precision::mixed::{Precision, StepRounding};
 use crate::error::{Error, Result, invalid};
 use crate::float::Float;
 use crate::matmul::{MatMut, MatRef, ProductChoices, product_choices};
@@ -225,6 +228,10 @@ pub struct FusedStep<T: Float> {
     shards: Vec<Shard<T>>,
     /// (B, T, the model's shape) the buffers were sized for.
     sized_for: Option<(usize, usize, super::config::Config, bool, bool)>,
+    /// How the products round their inputs, and the loss scale (chapter 11; f32 by default).
+    precision: Precision,
+    /// What the last step's roundings did.
+    rounding: StepRounding,
 }
 
 impl<T: Float> std::fmt::Debug for FusedStep<T> {
@@ -233,6 +240,7 @@ impl<T: Float> std::fmt::Debug for FusedStep<T> {
         f.debug_struct("FusedStep")
             .field("shards", &self.shards.len())
             .field("sized_for (B, T, config, untied, with backward)", &self.sized_for)
+            .field("precision", &self.precision)
             .finish()
     }
 }
@@ -240,7 +248,35 @@ impl<T: Float> std::fmt::Debug for FusedStep<T> {
 impl<T: Float> FusedStep<T> {
     /// An empty workspace; the first step sizes it.
     pub fn new() -> Self {
-        FusedStep { shards: Vec::new(), sized_for: None }
+        FusedStep {
+            shards: Vec::new(),
+            sized_for: None,
+            precision: Precision::F32,
+            rounding: StepRounding::default(),
+        }
+    }
+
+    /// Chapter 11's mixed precision: from the next step on, every product's two inputs are
+    /// rounded to `precision.inputs` (activations and weights in the forward pass, the incoming
+    /// gradient ∂Y and the saved activation or weight in the backward pass; see
+    /// [`crate::ch11_precision::mixed`]), the loss's gradient is multiplied by
+    /// `precision.loss_scale` = S, and the parameters' gradients are divided by S in f32 after
+    /// the sum over the batch. The master weights, the gradient sums and everything between the
+    /// products stay in the model's type. [`Precision::F32`] (the default) is chapter 9's step,
+    /// bit for bit.
+    pub fn set_precision(&mut self, precision: Precision) {
+        self.precision = precision;
+    }
+
+    /// The precision the steps use.
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    /// What the last step's roundings did (zero with f32 inputs): the underflows of the backward
+    /// pass's gradient inputs, and the over- and underflows of every other input.
+    pub fn rounding(&self) -> StepRounding {
+        self.rounding
     }
 
     /// The mean next-token loss of `batch` and ∂L/∂θ for every parameter tensor, in
@@ -279,13 +315,27 @@ impl<T: Float> FusedStep<T> {
             return Err(Error::Empty { op: "Gpt::loss", arg: "targets (no position is scored)" });
         }
         self.size(model, batch, true);
-        let scale = T::of(1.0 / scored as f64);
+        // With loss scaling (chapter 11) ∂L/∂z is S times the mean's; S = 1 gives 1/scored.
+        let Precision { inputs, loss_scale } = self.precision;
+        let scale = T::of(loss_scale / scored as f64);
         let threads = crate::threads::default_threads();
-        for r in run_shards(&mut self.shards, threads, |s| s.run(model, batch, scale)) {
+        let tally = std::sync::Mutex::new(StepRounding::default());
+        let results = run_shards(&mut self.shards, threads, |s| {
+            let (r, t) = precision::with_inputs(inputs, || s.run(model, batch, scale));
+            *tally.lock().unwrap_or_else(std::sync::PoisonError::into_inner) += t;
+            r
+        });
+        for r in results {
             r?;
         }
+        self.rounding = tally.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
         let loss_sum = add_in_shard_order(&mut self.shards, threads);
         let first = &mut self.shards[0];
+        if loss_scale != 1.0 {
+            // Unscaled in the model's type before clipping and AdamW: exact for a power of two.
+            let unscale = T::of(1.0 / loss_scale);
+            first.grads.iter_mut().for_each(|g| *g *= unscale);
+        }
         Ok((loss_sum / scored as f64, &mut first.grads[..]))
     }
 

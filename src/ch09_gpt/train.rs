@@ -12,6 +12,7 @@ use super::fast::FusedStep;
 use super::model::Gpt;
 use super::sample::{Decoding, generate};
 use super::schedule::{Schedule, clip_global_norm};
+use crate::ch11_precision::mixed::{Precision, StepRounding};
 use crate::error::{Result, invalid};
 use crate::float::Float;
 use crate::optim::{AdamConfig, AdamW};
@@ -157,6 +158,27 @@ impl<T: Float> Trainer<T> {
             history: Vec::new(),
             workspace: FusedStep::new(),
         })
+    }
+
+    /// Chapter 11's mixed precision for the following steps ([`FusedStep::set_precision`]):
+    /// the products' input format and the loss scale. Errors, naming `precision`, on a model the
+    /// fused step does not cover unless it is [`Precision::F32`] (the reference path has no
+    /// rounding).
+    pub fn set_precision(&mut self, precision: Precision) -> Result<()> {
+        if precision != Precision::F32 && self.path() != StepPath::Fused {
+            return Err(invalid(
+                "Trainer::set_precision",
+                "precision",
+                "rounded products need the fused step, which does not cover this model",
+            ));
+        }
+        self.workspace.set_precision(precision);
+        Ok(())
+    }
+
+    /// What the last step's roundings did (chapter 11; zero with f32 products).
+    pub fn rounding(&self) -> StepRounding {
+        self.workspace.rounding()
     }
 
     /// Which computation [`Trainer::step`] uses for this model.

@@ -6,6 +6,11 @@
 use super::format::{
     BF16, F16, F32, F64, FORMATS, Format, bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16, pow2,
 };
+use super::mixed::{Precision, ProductInputs};
+use super::runs::{
+    F16_LOSS_SCALE, MixedRun, RUN_BATCH, RUN_CONTEXT, RUN_STEPS, run_precisions,
+    small_gradient_step, train_mixed,
+};
 use super::steps::{Difference, best_step, checker_step, step_errors, sweep};
 use super::summation::{METHODS, kahan_sum, naive_sum, summation_errors};
 use super::tricks::{
@@ -289,6 +294,54 @@ pub fn worked() -> Result<Vec<Worked>> {
             format!("{:.1e}", error_at::<f32>(Difference::Central, h)?),
         ),
     ]);
+    rows.extend(mixed_rows()?);
+    Ok(rows)
+}
+
+/// The bf16 and f16 precisions of the small-gradient example: bf16, f16, f16 scaled by 2^{10}.
+fn example_precisions() -> [Precision; 3] {
+    [
+        Precision { inputs: ProductInputs::Bf16, loss_scale: 1.0 },
+        Precision { inputs: ProductInputs::F16, loss_scale: 1.0 },
+        Precision { inputs: ProductInputs::F16, loss_scale: F16_LOSS_SCALE },
+    ]
+}
+
+/// The worked numbers of mixed precision: each product's bound, and one step of the
+/// small-gradient example ([`small_gradient_step`]).
+fn mixed_rows() -> Result<Vec<Worked>> {
+    let mut rows = Vec::new();
+    for (inputs, printed) in [(ProductInputs::Bf16, "7.8e-3"), (ProductInputs::F16, "9.8e-4")] {
+        let u = inputs.format().unit_roundoff();
+        rows.push(Worked::text(
+            "a_rounded_product_is_within_its_bound",
+            THIS_CRATE,
+            format!("2u + u², a product's error bound per Σ|a||b|, {} inputs", inputs.name()),
+            printed,
+            format!("{:.1e}", 2.0 * u + u * u),
+        ));
+    }
+    let (loss32, _, _) = small_gradient_step(Precision::F32)?;
+    let [bf16, f16, scaled] = example_precisions().map(small_gradient_step);
+    let (loss16, _, _) = bf16?;
+    rows.push(Worked::text(
+        "one_bf16_step_stays_near_the_f32_step",
+        THIS_CRATE,
+        "one step, small-gradient example: |loss with bf16 inputs − f32 loss|",
+        "7.0e-5",
+        format!("{:.1e}", (loss16 - loss32).abs()),
+    ));
+    for (run, printed, what) in
+        [(f16?, "3120", "f16 inputs, unscaled"), (scaled?, "0", "f16 inputs, S = 2¹⁰")]
+    {
+        rows.push(Worked::number(
+            "f16_gradients_underflow_without_loss_scaling",
+            THIS_CRATE,
+            format!("the same step: gradient inputs rounded to 0, {what}"),
+            printed,
+            run.2.gradients.underflows as f64,
+        ));
+    }
     Ok(rows)
 }
 
@@ -428,7 +481,79 @@ pub fn walk(out: &mut Walk) -> Result<()> {
         "the gradient checker: central differences in f64 with h = {:e}",
         checker_step()
     ))?;
+    walk_mixed(out)
+}
+
+/// Step 8 of the walk: the product's bound, the small-gradient step, and the four runs.
+fn walk_mixed(out: &mut Walk) -> Result<()> {
+    out.step("8. Mixed precision: products of rounded inputs, accumulated in f32")?;
+    for inputs in [ProductInputs::Bf16, ProductInputs::F16] {
+        let u = inputs.format().unit_roundoff();
+        out.say(&format!(
+            "{:<4} u = 2^{}: |Σ â b̂ − Σ a b| ≤ (2u + u²) Σ |a||b| = {:.4e} · Σ |a||b|",
+            inputs.name(),
+            u.log2(),
+            2.0 * u + u * u
+        ))?;
+    }
+    out.say("one step of a tiny GPT (192 scored tokens): loss, and what the roundings lost")?;
+    out.say("  products         loss        gradient inputs → 0   other inputs → 0   → ±∞")?;
+    for p in std::iter::once(Precision::F32).chain(example_precisions()) {
+        let (loss, _, r) = small_gradient_step(p)?;
+        out.say(&format!(
+            "  {:<14} {loss:.7}  {:>20}  {:>17}  {:>4}",
+            p.label(),
+            r.gradients.underflows,
+            r.others.underflows,
+            r.gradients.overflows + r.others.overflows
+        ))?;
+    }
+    out.say("the four runs on the corpus follow with the figures (trained once, then drawn)")?;
     Ok(())
+}
+
+/// The four runs' results as the walk and the main job print them.
+fn run_lines(runs: &[MixedRun]) -> Vec<String> {
+    let f32_loss = runs.first().map_or(f64::NAN, |r| r.validation);
+    let mut lines = vec![
+        format!(
+            "the corpus model, {RUN_STEPS} steps of {RUN_BATCH} windows of {RUN_CONTEXT} tokens \
+             from one seed, portable kernel:"
+        ),
+        "  products        validation   − f32 (nats)   gradient inputs → 0 (per step)  → ±∞"
+            .to_string(),
+    ];
+    for r in runs {
+        lines.push(format!(
+            "  {:<14} {:>11.4}  {:>+13.4}  {:>14} ({:>7.1})  {:>5}",
+            r.precision.label(),
+            r.validation,
+            r.validation - f32_loss,
+            r.gradient_underflows(),
+            r.gradient_underflows() as f64 / r.rounding.len().max(1) as f64,
+            r.overflows()
+        ));
+    }
+    lines
+}
+
+/// The four corpus runs ([`run_precisions`], [`RUN_STEPS`] steps each), trained once per process
+/// (the walk and the figure share them).
+pub fn mixed_runs() -> Result<&'static [MixedRun]> {
+    static CELL: std::sync::OnceLock<std::result::Result<Vec<MixedRun>, String>> =
+        std::sync::OnceLock::new();
+    let runs = CELL.get_or_init(|| {
+        let tokens = crate::ch09_gpt::experiments::corpus_tokens().map_err(|e| e.to_string())?;
+        run_precisions()
+            .into_iter()
+            .map(|p| train_mixed(&tokens, RUN_STEPS, p, |_| {}).map_err(|e| e.to_string()))
+            .collect()
+    });
+    runs.as_deref().map_err(|e| crate::error::Error::InvalidValue {
+        op: "ch11_precision::mixed_runs",
+        arg: "training",
+        reason: e.clone(),
+    })
 }
 
 // ───────────────────────────── figures ─────────────────────────────
@@ -485,8 +610,40 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
     Ok(vec![("ch11_summation".into(), sums), ("ch11_steps".into(), steps_fig)])
 }
 
+/// The loss curves of the runs on one plot: the running mean of each step's batch loss
+/// ([`RunningMean`](crate::ch09_gpt::train::RunningMean)), one series per run, labelled by its
+/// precision.
+pub fn mixed_figure(runs: &[MixedRun]) -> Figure {
+    let series = runs
+        .iter()
+        .map(|r| {
+            let mut mean = crate::ch09_gpt::train::RunningMean::default();
+            let points =
+                r.history.iter().map(|s| (s.step as f64 + 1.0, mean.add(s.loss))).collect();
+            Series::new(r.precision.label(), points)
+        })
+        .collect();
+    Figure::Line(LineChart {
+        title: "The corpus model trained with its products' inputs in f32, bf16 and f16".into(),
+        x_label: "step".into(),
+        y_label: "training loss, running mean (nats per token)".into(),
+        series,
+        markers: false,
+    })
+}
+
 fn plots(dir: &Path) -> Result<Vec<PathBuf>> {
-    crate::plot::save_all(&figures()?, dir)
+    let runs = mixed_runs()?;
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        for line in run_lines(runs) {
+            let _ = writeln!(out, " {line}");
+        }
+    }
+    let mut figs = figures()?;
+    figs.push(("ch11_mixed_loss".into(), mixed_figure(runs)));
+    crate::plot::save_all(&figs, dir)
 }
 
 /// This chapter's entry in the book.

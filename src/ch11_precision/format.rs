@@ -175,6 +175,7 @@ fn exponent_of(x: f64) -> i32 {
 /// divide m by 2^{q − q₀} and round the quotient. A quotient that rounds up to 2^{F+1} carries
 /// into the exponent by itself, and one past the largest finite number becomes ∞. NaN stays NaN:
 /// sign kept, quiet bit set, the top F − 1 bits of its payload kept.
+#[inline]
 fn narrow(x: f32, to: Format) -> u32 {
     let bits = x.to_bits();
     let (f, bias) = (to.fraction_bits, to.bias());
@@ -188,6 +189,20 @@ fn narrow(x: f32, to: Format) -> u32 {
     }
     if exponent == 0 && fraction == 0 {
         return sign;
+    }
+    let rebias = 127 - bias;
+    if exponent != 0 && (1..to.special_exponent() as i32).contains(&(exponent as i32 - rebias)) {
+        // The common case, a normal x whose exponent the target has: the quantum is x's own
+        // exponent less F, so the quotient and remainder below are the pattern's top and low
+        // 23 − F bits. Adding just under half a quantum, plus the quotient's last bit, carries
+        // into the top bits exactly when the remainder is over half, or half with an odd
+        // quotient; a carry out of the fraction raises the exponent, and one past the largest
+        // exponent gives the pattern of ∞.
+        let shift = 23 - f;
+        let magnitude = bits & 0x7fff_ffff;
+        let rounded = magnitude + (1 << (shift - 1)) - 1 + ((magnitude >> shift) & 1);
+        let narrowed = (rounded >> shift) - ((rebias as u32) << f);
+        return sign | narrowed.min(infinity);
     }
     // |x| = m · 2^{q0}: f32's subnormals have no hidden bit and the exponent of e = 1.
     let (m, q0) = if exponent == 0 {
@@ -212,6 +227,7 @@ fn narrow(x: f32, to: Format) -> u32 {
 
 /// The f32 value of a pattern of the narrower format `from`, exactly (every bf16 and f16 value is
 /// an f32). A NaN keeps its sign and payload, with the quiet bit set.
+#[inline]
 fn widen(bits: u32, from: Format) -> f32 {
     let f = from.fraction_bits;
     let exponent = (bits >> f) & from.special_exponent();
@@ -220,13 +236,30 @@ fn widen(bits: u32, from: Format) -> f32 {
         let sign = (bits >> (from.bits() - 1)) << 31;
         return f32::from_bits(sign | 0x7f80_0000 | 0x40_0000 | fraction << (23 - f));
     }
-    // Not NaN: the exact value fits an f32, so narrowing the f64 loses nothing.
-    from.decode(u64::from(bits)).map_or(f32::NAN, |v| v as f32)
+    if exponent != 0 && exponent != from.special_exponent() {
+        // A normal number: the same sign and fraction (shifted to f32's 23 bits), the exponent
+        // re-biased from the format's bias to f32's 127.
+        let sign = (bits >> (from.bits() - 1)) << 31;
+        let e = exponent as i32 - from.bias() + 127;
+        return f32::from_bits(sign | (e as u32) << 23 | fraction << (23 - f));
+    }
+    let sign = if bits >> (from.bits() - 1) & 1 == 1 { -1.0 } else { 1.0 };
+    if exponent == from.special_exponent() {
+        return sign * f32::INFINITY;
+    }
+    // The table of the module's documentation, in f32: (significand·2^{−F})·2^{e − bias}, two
+    // exact products (the significand has at most F + 1 ≤ 11 bits, 2^{e − bias} is a normal f32
+    // for e ≥ 1, and the value itself is an f32).
+    let (significand, e) =
+        if exponent == 0 { (fraction, 1) } else { (fraction | 1 << f, exponent as i32) };
+    let pow2_f32 = |k: i32| f32::from_bits(((k + 127) as u32) << 23);
+    sign * (significand as f32 * pow2_f32(-(f as i32))) * pow2_f32(e - from.bias())
 }
 
 /// The bf16 pattern nearest the f32 `x` (ties to even); ±∞ past the largest bf16
 /// (≈ 3.39·10³⁸); NaN stays a NaN of the same sign, made quiet. bf16 keeps f32's exponent, so
 /// this is f32's top 16 bits, rounded by the 16 it drops.
+#[inline]
 pub fn f32_to_bf16(x: f32) -> u16 {
     narrow(x, BF16) as u16
 }
@@ -234,26 +267,31 @@ pub fn f32_to_bf16(x: f32) -> u16 {
 /// The f16 pattern nearest the f32 `x` (ties to even): ±∞ from 65520 on (the tie between 65504
 /// and where 65536 would be rounds to even, which is ∞), subnormals below 2^{−14}, ±0 below
 /// 2^{−25}; NaN stays a NaN of the same sign, made quiet, with the top 9 bits of its payload.
+#[inline]
 pub fn f32_to_f16(x: f32) -> u16 {
     narrow(x, F16) as u16
 }
 
 /// The f32 value of an f16 pattern, exactly.
+#[inline]
 pub fn f16_to_f32(bits: u16) -> f32 {
     widen(u32::from(bits), F16)
 }
 
 /// The f32 value of a bf16 pattern, exactly (the pattern followed by 16 zero bits).
+#[inline]
 pub fn bf16_to_f32(bits: u16) -> f32 {
     widen(u32::from(bits), BF16)
 }
 
 /// x rounded to the nearest bf16 and widened back: the f32 a bf16 store keeps of x.
+#[inline]
 pub fn round_to_bf16(x: f32) -> f32 {
     bf16_to_f32(f32_to_bf16(x))
 }
 
 /// x rounded to the nearest f16 and widened back: the f32 an f16 store keeps of x.
+#[inline]
 pub fn round_to_f16(x: f32) -> f32 {
     f16_to_f32(f32_to_f16(x))
 }

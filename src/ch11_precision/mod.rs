@@ -11,7 +11,9 @@
 //! - [`summation`]: the error of a sum against n, left to right, in lanes, pairwise and Kahan's,
 //!   against an exact reference;
 //! - [`steps`]: the error of forward and central differences against the step h, which sets the
-//!   gradient checker's step.
+//!   gradient checker's step;
+//! - [`mixed`]: training with the products' inputs rounded to bf16 or f16 and everything else
+//!   in f32, with loss scaling for f16 (chapter 9's fused step takes a [`Precision`]).
 //!
 //! [`book`] holds the worked table, the walk-through and the figures. The prose is
 //! [`chapters/ch11_precision.md`](../../chapters/ch11_precision.md); the tests are
@@ -19,6 +21,8 @@
 
 pub mod book;
 pub mod format;
+pub mod mixed;
+pub mod runs;
 pub mod steps;
 pub mod summation;
 pub mod tricks;
@@ -26,6 +30,9 @@ pub mod tricks;
 pub use format::{
     BF16, F16, F32, F64, FORMATS, Fields, Format, bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16,
     pow2, round_to_bf16, round_to_f16,
+};
+pub use mixed::{
+    MAX_LOSS_SCALE, Precision, ProductInputs, Rounding, StepRounding, round_entries, round_matrix,
 };
 pub use steps::{Difference, best_step, checker_step, step_errors, sweep};
 pub use summation::{

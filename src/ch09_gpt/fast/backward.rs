@@ -2,13 +2,14 @@
 //! pass) back to the embeddings, each line naming the forward line it differentiates; the
 //! gradients go straight into the shard's tensors, in [`Gpt::tensors`] order.
 
+use super::precision::{gemm, gradient_buffers, round_buffer};
 use super::{Heads, Shard, causal_blocks};
 use crate::ch03_mlp::{Activation, activation_backward_in_place};
 use crate::ch06_attention::{LnCache, LnView, Store, layer_norm_backward_view};
 use crate::ch09_gpt::model::{Gpt, Param, scatter_embedding_gradient};
 use crate::error::{Result, invalid};
 use crate::float::{Float, lane_sum};
-use crate::matmul::{MatMut, MatRef, Op, gemm, gemm_view};
+use crate::matmul::{MatMut, MatRef, Op, gemm_view};
 use nalgebra::DMatrix;
 
 impl<T: Float> Shard<T> {
@@ -16,6 +17,9 @@ impl<T: Float> Shard<T> {
 
     pub(super) fn backward(&mut self, model: &Gpt<T>, inputs: &[u32], t: usize) -> Result<()> {
         let heads = model.config.heads;
+        // The buffers whose values enter products as gradients ∂Y (chapter 11's tally).
+        let d_y = [&self.logits, &self.x, &self.d_z1, &self.d_qkv].map(|m| m.as_slice());
+        gradient_buffers(&d_y);
         let g = &mut self.grads;
         let shape = g.shape();
         let slot = |p: Param, l: usize| shape.index(p, l).unwrap_or(0);
@@ -59,6 +63,7 @@ impl<T: Float> Shard<T> {
             gemm(T::one(), &s.att, Op::T, &self.x, Op::N, T::zero(), &mut g[at(Param::WO)])?;
             column_sums(&self.x, &mut g[at(Param::BO)]);
             gemm(T::one(), &self.x, Op::N, w(Param::WO), Op::T, T::zero(), &mut self.d_att)?;
+            round_buffer(self.d_att.as_mut_slice(), true); // ∂O as attention's products read it
             // att = every head's softmax(s·QKᵀ + M)V ⇒ ∂[Q K V]
             causal_attention_backward(
                 &s.qkv,
@@ -201,6 +206,7 @@ pub(super) fn causal_attention_backward<T: Float>(
                     *ds = x * (*ds - r);
                 }
             }
+            round_buffer(d_scores, true); // ∂S as its two products read it (chapter 11)
             for (r0, r1) in causal_blocks(t) {
                 let d_s = MatRef::new(&d_scores[r0..], r1 - r0, r1, t)?;
                 let d_q = at.rows_mut(d_qkv.as_mut_slice(), q, s, (r0, r1))?;

@@ -2,13 +2,14 @@
 //! product and causal attention read from views, the final LayerNorm and the logits; then the
 //! loss and, in place of the logits, its gradient.
 
+use super::precision::{gemm, round_buffer};
 use super::{Shard, causal_blocks};
 use crate::ch03_mlp::{Activation, activation_forward_into};
 use crate::ch06_attention::{LnCache, layer_norm_forward_view};
 use crate::ch09_gpt::model::{Gpt, Param};
 use crate::error::{Result, shape_error};
 use crate::float::Float;
-use crate::matmul::{MatMut, MatRef, Op, gemm, gemm_view, row_product};
+use crate::matmul::{MatMut, MatRef, Op, gemm_view, row_product};
 use nalgebra::DMatrix;
 
 impl<T: Float> Shard<T> {
@@ -36,6 +37,7 @@ impl<T: Float> Shard<T> {
             let w = p(Param::WQkv);
             gemm(T::one(), &s.n1, Op::N, w, Op::N, T::zero(), &mut s.qkv)?; //     [Q K V] = n₁W_QKV
             add_row(&mut s.qkv, p(Param::BQkv)); //                                     … + b_QKV
+            round_buffer(s.qkv.as_mut_slice(), false); // Q, K, V as products read them (ch. 11)
             if outputs == Outputs::LastRow && l + 1 == layers {
                 // The last row only: its attention over every key, then the rest of the block.
                 let r = &mut self.last;
@@ -333,6 +335,7 @@ pub(crate) fn causal_block_forward<T: Float>(
         }
         let inv = T::one() / total;
         row.iter_mut().for_each(|e| *e *= inv); //  A = softmax(S)
+        round_buffer(row, false); //                A as A V reads it (chapter 11)
         return product(how, T::one(), a.as_ref(), v, Op::N, T::zero(), out); // O = A V
     }
     let (max, sum) = stats[..2 * m].split_at_mut(m);
@@ -361,6 +364,9 @@ pub(crate) fn causal_block_forward<T: Float>(
         for (e, &inv) in column[first..m].iter_mut().zip(&sum[first..]) {
             *e *= inv; //               A = softmax(S)
         }
+    }
+    for column in a.as_mut_slice().chunks_mut(lda).take(r1) {
+        round_buffer(&mut column[..m], false); // A as A V reads it (chapter 11)
     }
     product(how, T::one(), a.as_ref(), v, Op::N, T::zero(), out) //               O = A V
 }
