@@ -518,7 +518,11 @@ fn run_lines(runs: &[MixedRun]) -> Vec<String> {
     let mut lines = vec![
         format!(
             "the corpus model, {RUN_STEPS} steps of {RUN_BATCH} windows of {RUN_CONTEXT} tokens \
-             from one seed, portable kernel:"
+             from one seed, portable kernel"
+        ),
+        format!(
+            "({:.1} s of training steps in all):",
+            runs.iter().map(|r| r.train_seconds).sum::<f64>()
         ),
         "  products        validation   − f32 (nats)   gradient inputs → 0 (per step)  → ±∞"
             .to_string(),
