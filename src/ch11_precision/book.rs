@@ -316,7 +316,10 @@ fn mixed_rows() -> Result<Vec<Worked>> {
         rows.push(Worked::text(
             "a_rounded_product_is_within_its_bound",
             THIS_CRATE,
-            format!("2u + u², a product's error bound per Σ|a||b|, {} inputs", inputs.name()),
+            format!(
+                "bound on a product's error per unit of the sum of its terms' sizes, {} inputs",
+                inputs.name()
+            ),
             printed,
             format!("{:.1e}", 2.0 * u + u * u),
         ));
