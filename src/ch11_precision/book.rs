@@ -316,7 +316,10 @@ fn mixed_rows() -> Result<Vec<Worked>> {
         rows.push(Worked::text(
             "a_rounded_product_is_within_its_bound",
             THIS_CRATE,
-            format!("2u + u², a product's error bound per Σ|a||b|, {} inputs", inputs.name()),
+            format!(
+                "bound on a product's error per unit of the sum of its terms' sizes, {} inputs",
+                inputs.name()
+            ),
             printed,
             format!("{:.1e}", 2.0 * u + u * u),
         ));
@@ -518,7 +521,11 @@ fn run_lines(runs: &[MixedRun]) -> Vec<String> {
     let mut lines = vec![
         format!(
             "the corpus model, {RUN_STEPS} steps of {RUN_BATCH} windows of {RUN_CONTEXT} tokens \
-             from one seed, portable kernel:"
+             from one seed, portable kernel"
+        ),
+        format!(
+            "({:.1} s of training steps in all):",
+            runs.iter().map(|r| r.train_seconds).sum::<f64>()
         ),
         "  products        validation   − f32 (nats)   gradient inputs → 0 (per step)  → ±∞"
             .to_string(),

@@ -199,8 +199,7 @@ impl Precision {
     /// 1 to [`MAX_LOSS_SCALE`] (a power of two keeps scaling and unscaling exact).
     pub fn new(inputs: ProductInputs, loss_scale: f64) -> Result<Precision> {
         let power_of_two = loss_scale.is_finite()
-            && loss_scale >= 1.0
-            && loss_scale <= MAX_LOSS_SCALE
+            && (1.0..=MAX_LOSS_SCALE).contains(&loss_scale)
             && loss_scale.log2().fract() == 0.0;
         if !power_of_two {
             return Err(invalid(

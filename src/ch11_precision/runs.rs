@@ -114,8 +114,9 @@ pub fn train_mixed(
 /// The example of small gradients: one step of a tiny GPT (vocabulary 65, context 32, 2 layers,
 /// 4 heads, width 64, seed 3) on 6 windows of 32 tokens drawn uniformly (seed 4), 192 scored
 /// positions, so that ∂L/∂z = (softmax − onehot)/192 starts near 10⁻⁴ and the gradients flowing
-/// back are smaller still. Returns the loss, the gradients (in [`crate::ch09_gpt::model::Gpt::
-/// tensors`] order, as f64) and what the roundings did.
+/// back are smaller still. Returns the loss, the gradients (in
+/// [`Gpt::tensors`](crate::ch09_gpt::model::Gpt::tensors) order, as f64) and what the roundings
+/// did.
 pub fn small_gradient_step(
     precision: Precision,
 ) -> Result<(f64, Vec<nalgebra::DMatrix<f64>>, StepRounding)> {
