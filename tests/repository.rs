@@ -1126,6 +1126,41 @@ mod pages {
         assert!(!names("a_product_b(", "product") && names("x = product(", "product"));
     }
 
+    /// The names `code` imports from `crate::matmul` (in `use crate::matmul::{…};` or
+    /// `use crate::matmul::name;`) that are not public names of `matmul`.
+    fn private_matmul_imports(code: &str, public: &BTreeSet<String>) -> Vec<String> {
+        let mut found = Vec::new();
+        for part in code.split("use crate::matmul::").skip(1) {
+            let list = part.split(';').next().unwrap_or_default();
+            let list = list.trim().trim_start_matches('{').trim_end_matches('}');
+            for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+                let name = name.rsplit("::").next().unwrap_or(name);
+                if name != "self" && !public.contains(name) {
+                    found.push(name.to_string());
+                }
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn the_fast_path_takes_only_public_names_from_matmul() {
+        let public = public_names(&read(&root().join("src").join("matmul").join("mod.rs")));
+        let dir = root().join("src").join("ch09_gpt");
+        let mut files = vec![dir.join("fast.rs")];
+        for entry in std::fs::read_dir(dir.join("fast")).unwrap().flatten() {
+            files.push(entry.path());
+        }
+        assert!(files.len() >= 6, "{files:?}");
+        for f in &files {
+            let found = private_matmul_imports(&read(f), &public);
+            assert!(found.is_empty(), "{} imports {found:?} from matmul", f.display());
+        }
+        // Planted: a crate-private item of matmul imported beside public ones.
+        let planted = "use crate::matmul::{MatRef, Op, kernel_calls};\nuse crate::matmul::gemm;\n";
+        assert_eq!(private_matmul_imports(planted, &public), ["kernel_calls"]);
+    }
+
     /// The pages `chapters/SUMMARY.md` lists, in order.
     fn summary_pages(summary: &str) -> Vec<String> {
         summary
