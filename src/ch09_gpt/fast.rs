@@ -49,6 +49,7 @@ mod row_team;
 mod tests;
 mod workspace;
 
+pub(crate) use cached::StepWeights;
 pub use cached::{DOT_LANES, attend_one, dot, row_affine};
 pub use row_team::ROW_TEAM_WEIGHTS_PER_THREAD;
 pub(crate) use row_team::{RowTeam, with_row_team};
