@@ -474,7 +474,10 @@ fn the_figures_show_what_the_prose_says() {
 
 #[test]
 fn the_walk_prints_every_step_within_the_terminal() {
-    let text = common::walk_text(&ch11_book::CHAPTER);
+    // The walk up to the quantized weights (that section needs chapter 9's trained model; the
+    // test of the section walks it on a smaller one).
+    let formats = llm_workbook::report::Chapter { walk: ch11_book::walk, ..ch11_book::CHAPTER };
+    let text = common::walk_text(&formats);
     for step in ["1. Four formats", "3. Round to nearest", "7. The step"] {
         assert!(text.contains(step), "no step {step}");
     }
@@ -627,7 +630,8 @@ mod quant {
 
 mod quant_quality {
     use llm_workbook::ch08_tokens::Tokenizer;
-    use llm_workbook::ch09_gpt::data::covering_windows;
+    use llm_workbook::ch09_gpt::CorpusTokens;
+    use llm_workbook::ch09_gpt::data::{Batch, covering_windows};
     use llm_workbook::ch09_gpt::model::Gpt;
     use llm_workbook::ch09_gpt::{corpus_setup, corpus_tokens, train_corpus};
     use llm_workbook::ch11_precision::quant::{Storage, storage_losses};
@@ -639,15 +643,15 @@ mod quant_quality {
 
     /// The corpus model trained for [`STEPS`] steps, once per test process, with the validation
     /// windows it is scored on.
-    fn run() -> &'static (Gpt<f32>, Vec<llm_workbook::ch09_gpt::data::Batch>) {
-        static CELL: OnceLock<(Gpt<f32>, Vec<llm_workbook::ch09_gpt::data::Batch>)> =
-            OnceLock::new();
+    fn run() -> &'static (Gpt<f32>, Vec<Batch>, CorpusTokens) {
+        static CELL: OnceLock<(Gpt<f32>, Vec<Batch>, CorpusTokens)> = OnceLock::new();
         CELL.get_or_init(|| {
             let tokens = corpus_tokens().unwrap();
             let setup = corpus_setup(tokens.tokenizer.vocab_size(), STEPS).unwrap();
             let run = train_corpus(&tokens, &setup, |_, _| {}).unwrap();
             let context = setup.config.context;
-            (run.model, covering_windows(&tokens.validation, context, 32))
+            let batches = covering_windows(&tokens.validation, context, 32);
+            (run.model, batches, tokens)
         })
     }
 
@@ -655,11 +659,42 @@ mod quant_quality {
         &run().0
     }
 
+    #[test]
+    fn the_sections_walk_and_figures_show_every_storage_within_the_terminal() {
+        use llm_workbook::ch11_precision::book::{quant_figures_of, quant_results_of, quant_walk};
+        use llm_workbook::plot::Figure;
+        let (model, _, tokens) = run();
+        let r = quant_results_of(model, tokens).unwrap();
+        let mut buf = Vec::new();
+        quant_walk(&mut llm_workbook::report::Walk::new(&mut buf), &r).unwrap();
+        let text = String::from_utf8(buf).unwrap();
+        for name in ["f32 ", "bf16 ", "int8 ", "q4 "] {
+            assert_eq!(text.lines().filter(|l| l.trim_start().starts_with(name)).count(), 2);
+        }
+        let wide: Vec<&str> = text.lines().filter(|l| l.chars().count() > 100).collect();
+        assert!(wide.is_empty(), "{}", wide.join("\n"));
+        // The errors in steps lie within half a step; every storage has its sample.
+        for e in &r.errors_in_steps {
+            assert!(!e.is_empty() && e.iter().all(|x| x.abs() <= 0.5 + 1e-5));
+        }
+        assert_eq!(r.samples.1.len(), 4);
+        let figs = quant_figures_of(&r).unwrap();
+        let names: Vec<&str> = figs.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["ch11_quant_loss", "ch11_quant_weights", "ch11_quant_error"]);
+        let Figure::Bars(bars) = &figs[0].1 else { panic!("bars") };
+        assert_eq!(bars.series.len(), 2);
+        assert!(bars.series.iter().all(|(_, v)| v.len() == 4 && v[0] == 0.0));
+        let dir = crate::common::temp_dir("ch11-quant-figures");
+        for (stem, fig) in &figs {
+            assert!(!fig.save(&dir, stem).unwrap().is_empty());
+        }
+    }
+
     /// The page's goals: int8 weights within 0.01 nats per token of f32, 4-bit within 0.1, on
     /// the validation tokens, every block matrix quantized, and with the unembedding too.
     #[test]
     fn int8_and_four_bit_weights_cost_less_than_the_goals_in_validation_loss() {
-        let (model, batches) = run();
+        let (model, batches, _) = run();
         for head in [false, true] {
             let losses = storage_losses(model, batches, head).unwrap();
             let f32_loss = losses[0].1;
@@ -804,5 +839,157 @@ mod quant_step {
         assert_eq!(f, 4 * (2 * 12 * 48 * 48 + 37 * 48));
         let blocks = 2 * (144 * 2 + 48 * 2 + 192 * 2 + 48 * 6) + 37 * 2;
         assert_eq!((i, q), (blocks * 36, blocks * 20));
+    }
+}
+
+// ───────────────────────────── stored models on disk ─────────────────────────────
+
+mod quant_disk {
+    use llm_workbook::ch09_gpt::config::Config;
+    use llm_workbook::ch09_gpt::model::Gpt;
+    use llm_workbook::ch09_gpt::safetensors::SafeTensors;
+    use llm_workbook::ch11_precision::quant::{Storage, stored_model};
+    use llm_workbook::ch11_precision::quant_file::{
+        QUANTIZATION_KEY, model_from_stored, storage_of_config, stored_files,
+    };
+    use std::process::{Command, Output};
+
+    /// A model whose width (40) leaves a short last block in every column.
+    fn model() -> Gpt<f32> {
+        Gpt::<f32>::new(Config::new(23, 8, 2, 2, 40), 3).unwrap()
+    }
+
+    fn file(files: &[(String, Vec<u8>)], name: &str) -> Vec<u8> {
+        files.iter().find(|f| f.0 == name).unwrap().1.clone()
+    }
+
+    #[test]
+    fn stored_files_are_read_by_the_safetensors_crate_and_load_back_as_the_stored_model() {
+        let m = model();
+        for (storage, dtype) in
+            [(Storage::Bf16, "BF16"), (Storage::Int8, "I8"), (Storage::Q4, "U8")]
+        {
+            let files = stored_files(&m, storage).unwrap();
+            let bytes = file(&files, "model.safetensors");
+            // The official crate reads every tensor: the codes as I8 or U8, the scales as F32.
+            let oracle = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+            let codes = oracle.tensor("h.1.mlp.c_proj.weight").unwrap();
+            assert_eq!(format!("{:?}", codes.dtype()), dtype);
+            if storage == Storage::Bf16 {
+                assert_eq!(codes.shape(), [160, 40]);
+            } else {
+                // W₂ is 160×40: 40 columns of 5 blocks.
+                let per = if storage == Storage::Int8 { 32 } else { 16 };
+                assert_eq!(codes.shape(), [40, 5, per]);
+                let scales = oracle.tensor("h.1.mlp.c_proj.weight.scales").unwrap();
+                assert_eq!(
+                    (format!("{:?}", scales.dtype()), scales.shape()),
+                    ("F32".into(), &[40, 5][..])
+                );
+            }
+            let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+            let meta = meta.metadata().clone().unwrap();
+            assert_eq!(meta.get(QUANTIZATION_KEY).map(String::as_str), Some(storage.name()));
+            let config = file(&files, "config.json");
+            assert_eq!(storage_of_config(&config, "config.json").unwrap(), storage);
+            // Ours loads it back as the stored model, bit for bit.
+            let f = SafeTensors::parse(bytes, "model.safetensors").unwrap();
+            let loaded = model_from_stored(m.config, storage, &f).unwrap();
+            assert_eq!(loaded, stored_model(&m, storage, false).unwrap(), "{storage:?}");
+        }
+    }
+
+    /// Loads `bytes` as a file of `storage`, returning the one-line error.
+    fn refused(bytes: Vec<u8>, storage: Storage) -> String {
+        let e = SafeTensors::parse(bytes, "model.safetensors")
+            .and_then(|f| model_from_stored(model().config, storage, &f))
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains('\n'), "{e}");
+        e
+    }
+
+    #[test]
+    fn damaged_stored_files_are_refused_in_one_line() {
+        let m = model();
+        let files = stored_files(&m, Storage::Q4).unwrap();
+        let bytes = file(&files, "model.safetensors");
+        // Cut short.
+        let e = refused(bytes[..bytes.len() - 100].to_vec(), Storage::Q4);
+        assert!(e.contains("model.safetensors"), "{e}");
+        // config.json names another storage than the file.
+        let e = refused(bytes.clone(), Storage::Int8);
+        assert!(e.contains("q4") && e.contains("int8"), "{e}");
+        // A code byte of 0 holds the code −8, which the symmetric 4-bit storage never writes.
+        let f = SafeTensors::parse(bytes.clone(), "m").unwrap();
+        let at = f.info("h.0.attn.c_attn.weight").unwrap().begin;
+        let header = 8 + u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+        let mut bad = bytes.clone();
+        bad[header + at] = 0;
+        let e = refused(bad, Storage::Q4);
+        assert!(e.contains("h.0.attn.c_attn.weight") && e.contains("−8"), "{e}");
+        // A NaN scale.
+        let at = f.info("h.0.attn.c_proj.weight.scales").unwrap().begin;
+        let mut bad = bytes.clone();
+        bad[header + at..header + at + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+        let e = refused(bad, Storage::Q4);
+        assert!(e.contains("h.0.attn.c_proj.weight.scales"), "{e}");
+        // An unknown storage in config.json.
+        let e = storage_of_config(br#"{"quantization": "int3"}"#, "config.json").unwrap_err();
+        assert!(e.to_string().contains("int3"), "{e}");
+    }
+
+    fn cli(dir: &std::path::Path, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_llm-workbook"))
+            .current_dir(dir)
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    #[test]
+    fn gpt_quantize_writes_a_folder_gpt_sample_reads_and_gpt_resume_refuses() {
+        let dir = crate::common::temp_dir("ch11_quantize");
+        let text = dir.join("my.txt");
+        std::fs::write(&text, "the cat sat on the mat. the dog sat on the log. ".repeat(40))
+            .unwrap();
+        let (ck, q) = (dir.join("ck"), dir.join("q4"));
+        let (t, c, o) = (text.to_str().unwrap(), ck.to_str().unwrap(), q.to_str().unwrap());
+        let small = ["--layers", "1", "--heads", "2", "--width", "40", "--context", "16"];
+        let mut args =
+            vec!["gpt", "train", "--data", t, "--steps", "2", "--batch", "2", "--out", c];
+        args.extend(small);
+        let r = cli(&dir, &args);
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        let r = cli(&dir, &["gpt", "quantize", "--checkpoint", c, "--to", "q4", "--out", o]);
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        assert!(String::from_utf8_lossy(&r.stdout).contains("stored as q4"));
+        // Generations and a pointer, as gpt train writes them.
+        assert!(
+            q.join("CURRENT").exists(),
+            "{:?}",
+            std::fs::read_dir(&q).unwrap().collect::<Vec<_>>()
+        );
+        let r =
+            cli(&dir, &["gpt", "sample", "--checkpoint", o, "--prompt", "the ", "--tokens", "5"]);
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        assert!(String::from_utf8_lossy(&r.stdout).starts_with("the "));
+        let one_line = |r: &Output, want: &str| {
+            assert!(!r.status.success());
+            let e = String::from_utf8_lossy(&r.stderr);
+            assert!(e.trim().lines().count() == 1 && e.contains(want), "{e}");
+        };
+        one_line(
+            &cli(&dir, &["gpt", "resume", "--checkpoint", o, "--steps", "4"]),
+            "sampling only",
+        );
+        let again = ["gpt", "quantize", "--checkpoint", o, "--to", "int8", "--out", c];
+        one_line(&cli(&dir, &again), "already stored as q4");
+        let into_ck = ["gpt", "quantize", "--checkpoint", c, "--to", "int8", "--out", c];
+        one_line(&cli(&dir, &into_ck), "--out");
+        one_line(
+            &cli(&dir, &["gpt", "quantize", "--checkpoint", c, "--to", "int4", "--out", o]),
+            "--to",
+        );
     }
 }

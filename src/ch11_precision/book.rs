@@ -430,7 +430,6 @@ pub fn walk(out: &mut Walk) -> Result<()> {
         "the gradient checker: central differences in f64 with h = {:e}",
         checker_step()
     ))?;
-    quant_walk(out)?;
     Ok(())
 }
 
@@ -500,7 +499,7 @@ pub const CHAPTER: Chapter = Chapter {
     stem: "ch11_precision",
     title: "Floating point: the formats, and why the tricks work",
     worked,
-    walk,
+    walk: walk_with_quantization,
     plots,
     errata: ERRATA,
 };
@@ -545,11 +544,19 @@ pub fn quant_results() -> Result<&'static QuantResults> {
 }
 
 fn compute_quant_results() -> Result<QuantResults> {
+    let model = &crate::ch09_gpt::book::results()?.corpus.model;
+    quant_results_of(model, &crate::ch09_gpt::corpus_tokens()?)
+}
+
+/// The section's measurements on a corpus model and chapter 9's corpus tokens (its validation
+/// part, and its tokenizer for the samples). Errors on a model the tokens do not fit.
+pub fn quant_results_of(
+    model: &crate::ch09_gpt::model::Gpt<f32>,
+    tokens: &crate::ch09_gpt::CorpusTokens,
+) -> Result<QuantResults> {
     use crate::ch08_tokens::Tokenizer;
     use crate::ch09_gpt::{book::CORPUS_PROMPT_TOKENS, data, sample};
     let t0 = std::time::Instant::now();
-    let model = &crate::ch09_gpt::book::results()?.corpus.model;
-    let tokens = crate::ch09_gpt::corpus_tokens()?;
     let batches = data::covering_windows(&tokens.validation, model.config.context, 32);
     let losses = storage_losses(model, &batches, false)?;
     let losses_with_head = storage_losses(model, &batches, true)?;
@@ -599,10 +606,16 @@ fn compute_quant_results() -> Result<QuantResults> {
     })
 }
 
+/// The chapter's walk: [`walk`], then the quantization section ([`quant_walk`]) on chapter 9's
+/// trained corpus model.
+pub fn walk_with_quantization(out: &mut Walk) -> Result<()> {
+    walk(out)?;
+    quant_walk(out, quant_results()?)
+}
+
 /// The quantization section of the walk: bytes, losses and samples per storage.
-pub fn quant_walk(out: &mut Walk) -> Result<()> {
-    let r = quant_results()?;
-    out.step("7. Quantized weights: blocks of 32, one scale each (chapter 9's corpus model)")?;
+pub fn quant_walk(out: &mut Walk, r: &QuantResults) -> Result<()> {
+    out.step("Quantized weights: blocks of 32, one scale each (chapter 9's corpus model)")?;
     out.say("storage  bytes/weight  MB read/token  val. loss  change   with W_U too  change")?;
     let (base, base_head) = (r.losses[0].1, r.losses_with_head[0].1);
     for (((s, loss), (_, loss_head)), (_, bytes)) in
@@ -645,7 +658,11 @@ pub const HISTOGRAM_BINS: usize = 40;
 /// The section's figures: the loss each storage costs, the block weights' histogram and the
 /// rounding error's, in steps.
 pub fn quant_figures() -> Result<Vec<(String, Figure)>> {
-    let r = quant_results()?;
+    quant_figures_of(quant_results()?)
+}
+
+/// [`quant_figures`] of the measurements `r`.
+pub fn quant_figures_of(r: &QuantResults) -> Result<Vec<(String, Figure)>> {
     let change = |l: &[(Storage, f64)]| l.iter().map(|(_, v)| v - l[0].1).collect::<Vec<_>>();
     let loss = Figure::Bars(crate::plot::BarChart {
         title: "What the storage costs: change of validation loss from f32".into(),

@@ -13,7 +13,7 @@
 //! - [`steps`]: the error of forward and central differences against the step h, which sets the
 //!   gradient checker's step;
 //! - [`quant`]: weights in blocks of 32 with one scale, int8 and 4-bit, what that costs in loss;
-//!   [`quant_step`]: chapter 9's cached step reading those blocks.
+//!   [`quant_step`]: chapter 9's cached step reading those blocks; [`quant_file`]: on disk.
 //!
 //! [`book`] holds the worked table, the walk-through and the figures. The prose is
 //! [`chapters/ch11_precision.md`](../../chapters/ch11_precision.md); the tests are
@@ -22,6 +22,7 @@
 pub mod book;
 pub mod format;
 pub mod quant;
+pub mod quant_file;
 pub mod quant_step;
 pub mod steps;
 pub mod summation;

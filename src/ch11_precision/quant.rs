@@ -85,7 +85,7 @@ impl Storage {
         }
     }
 
-    /// Bytes per weight, scales included: 4, 2, 34/32 and 18/32.
+    /// Bytes per weight, scales included: 4, 2, 36/32 and 20/32 (an f32 scale per 32 weights).
     pub fn bytes_per_weight(self) -> f64 {
         const SCALE_BYTES: f64 = 4.0;
         match self {

@@ -2,7 +2,7 @@
 //! products read from int8 or 4-bit blocks ([`QuantMatrix`]), the activations in f32.
 //!
 //! One token reads every weight once, so the step's time is the time to stream the weights: 4
-//! bytes a weight in f32, 34/32 in int8 blocks, 18/32 in 4-bit blocks (codes and an f32 scale
+//! bytes a weight in f32, 36/32 in int8 blocks, 20/32 in 4-bit blocks (codes and an f32 scale
 //! per 32). Output j of y = xW is a sum over the blocks of column j:
 //!
 //! ```text
