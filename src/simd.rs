@@ -879,3 +879,91 @@ unsafe fn transpose_f64_inner(dst: *mut f64, src: &[*const f64], full: usize) {
         }
     }
 }
+
+// ──────────────────── block-quantized dot products: int8 and 4-bit codes ────────────────────
+
+/// Weights per quantized block (chapter 11's `quant::BLOCK`): one scale each.
+pub(crate) const QUANT_BLOCK: usize = 32;
+
+/// Lanes of the block dot's partial sums: one AVX2 register of f32.
+pub(crate) const QUANT_LANES: usize = 8;
+
+/// Σ_b s_b·(Σ_i q_{b,i}·x_{b,i}) for one column of blocks, with AVX2 and FMA, in the order of the
+/// scalar reference (`ch11_precision::quant_step::column_dot_reference`), so the bits agree: in
+/// each of 8 lanes l, the block's partial sum t_l = q_l·x_l, then t_l ← q_{8c+l}·x_{8c+l} + t_l
+/// fused for c = 1, 2, 3, then acc_l ← t_l·s_b + acc_l fused; at the end ((acc₀ + acc₁) +
+/// (acc₂ + acc₃)) + ((acc₄ + acc₅) + (acc₆ + acc₇)). `four_bit` selects the codes' storage: one
+/// signed byte each (32 bytes a block), or two per byte (16 bytes a block, q_i + 8 in the low
+/// four bits of byte i and q_{i+16} + 8 in the high four). Panics (before reading memory) unless
+/// `x` holds 32 values and `codes` a block's bytes for every scale.
+pub(crate) fn quant_column_dot(
+    _token: Avx2,
+    x: &[f32],
+    scales: &[f32],
+    codes: &[u8],
+    four_bit: bool,
+) -> f32 {
+    let per = if four_bit { QUANT_BLOCK / 2 } else { QUANT_BLOCK };
+    assert!(
+        x.len() == scales.len() * QUANT_BLOCK && codes.len() == scales.len() * per,
+        "a quantized column of {} blocks needs {} values and {} code bytes, got {} and {}",
+        scales.len(),
+        scales.len() * QUANT_BLOCK,
+        scales.len() * per,
+        x.len(),
+        codes.len()
+    );
+    // SAFETY: the token proves AVX2 and FMA; the lengths were checked above, and the body reads
+    // block b's 32 values of x from 32·b and its `per` code bytes from per·b only.
+    let lanes = unsafe { quant_column_avx2(x, scales, codes, four_bit) };
+    ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3]))
+        + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))
+}
+
+/// # Safety
+///
+/// The CPU must support AVX2 and FMA; `x` must hold 32·`scales.len()` values and `codes` 32 (or,
+/// `four_bit`, 16) bytes per scale.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn quant_column_avx2(
+    x: &[f32],
+    scales: &[f32],
+    codes: &[u8],
+    four_bit: bool,
+) -> [f32; QUANT_LANES] {
+    // SAFETY: the caller's contract (above): the features are present and every read below
+    // stays inside the slices.
+    unsafe {
+        let mut acc = _mm256_setzero_ps();
+        let low_nibbles = _mm_set1_epi8(0x0f);
+        let offset = _mm_set1_epi8(8);
+        for (b, &s) in scales.iter().enumerate() {
+            let xp = x.as_ptr().add(b * QUANT_BLOCK);
+            // The block's 32 codes as four vectors of 8 i32 lanes, weights 8c … 8c + 7.
+            let q: [__m256i; 4] = if four_bit {
+                let bytes = _mm_loadu_si128(codes.as_ptr().add(b * QUANT_BLOCK / 2).cast());
+                let lo = _mm_sub_epi8(_mm_and_si128(bytes, low_nibbles), offset);
+                let hi =
+                    _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16::<4>(bytes), low_nibbles), offset);
+                [
+                    _mm256_cvtepi8_epi32(lo),
+                    _mm256_cvtepi8_epi32(_mm_srli_si128::<8>(lo)),
+                    _mm256_cvtepi8_epi32(hi),
+                    _mm256_cvtepi8_epi32(_mm_srli_si128::<8>(hi)),
+                ]
+            } else {
+                let p = codes.as_ptr().add(b * QUANT_BLOCK);
+                [0, 1, 2, 3].map(|c| _mm256_cvtepi8_epi32(_mm_loadl_epi64(p.add(8 * c).cast())))
+            };
+            let qf = q.map(|v| _mm256_cvtepi32_ps(v));
+            let mut t = _mm256_mul_ps(qf[0], _mm256_loadu_ps(xp));
+            for (c, qc) in qf.iter().enumerate().skip(1) {
+                t = _mm256_fmadd_ps(*qc, _mm256_loadu_ps(xp.add(8 * c)), t);
+            }
+            acc = _mm256_fmadd_ps(t, _mm256_set1_ps(s), acc);
+        }
+        let mut out = [0.0f32; QUANT_LANES];
+        _mm256_storeu_ps(out.as_mut_ptr(), acc);
+        out
+    }
+}

@@ -474,7 +474,10 @@ fn the_figures_show_what_the_prose_says() {
 
 #[test]
 fn the_walk_prints_every_step_within_the_terminal() {
-    let text = common::walk_text(&ch11_book::CHAPTER);
+    // The walk up to the quantized weights (that section needs chapter 9's trained model; the
+    // test of the section walks it on a smaller one).
+    let formats = llm_workbook::report::Chapter { walk: ch11_book::walk, ..ch11_book::CHAPTER };
+    let text = common::walk_text(&formats);
     for step in ["1. Four formats", "3. Round to nearest", "7. The step", "8. Mixed precision"] {
         assert!(text.contains(step), "no step {step}");
     }
@@ -722,4 +725,507 @@ fn bad_precisions_are_refused_naming_the_argument() {
     let e = trainer.set_precision(BF16_INPUTS).unwrap_err().to_string();
     assert!(e.contains("precision"), "{e}");
     trainer.set_precision(Precision::F32).unwrap();
+}
+
+// ───────────────────────────── quantized weights ─────────────────────────────
+
+mod quant {
+    use llm_workbook::ch09_gpt::config::Config;
+    use llm_workbook::ch09_gpt::model::Gpt;
+    use llm_workbook::ch11_precision::quant::{
+        BLOCK, QuantMatrix, Storage, dequantize_block, quantize_block, stored_model,
+    };
+    use llm_workbook::rng::Rng;
+    use nalgebra::DMatrix;
+
+    /// The largest |w − ŵ| over a matrix divided by half its block's step s/2, computed in f64
+    /// (ŵ = s·q exactly, as f32 stores it): at most 1 when every weight is within half a step.
+    fn worst_error_in_half_steps(w: &DMatrix<f32>, storage: Storage) -> f64 {
+        let q = QuantMatrix::quantize(w, storage).unwrap();
+        let w_hat = q.dequantize();
+        let mut worst = 0.0f64;
+        for j in 0..w.ncols() {
+            for i in 0..w.nrows() {
+                let s = f64::from(q.scales[j * q.blocks() + i / BLOCK]);
+                let e = (f64::from(w[(i, j)]) - f64::from(w_hat[(i, j)])).abs();
+                if s == 0.0 {
+                    assert_eq!(e, 0.0, "a zero block must come back as zeros");
+                } else {
+                    worst = worst.max(e / (s / 2.0));
+                }
+            }
+        }
+        worst
+    }
+
+    /// Half a step, up to the rounding of s·q and of w/s in f32 (a few parts in 10⁷).
+    const HALF_STEP_SLACK: f64 = 1.0 + 1e-5;
+
+    #[test]
+    fn every_weight_is_within_half_a_step_of_its_dequantized_value_over_random_matrices() {
+        let mut rng = Rng::new(37);
+        // Columns of 1 … 100 weights: whole blocks, a short last block, a block shorter than 32.
+        for (rows, cols) in [(32, 3), (64, 5), (100, 4), (7, 2), (1, 1), (33, 6)] {
+            for scale in [1.0, 1e-3, 50.0] {
+                let w: DMatrix<f32> = rng.normal_matrix(rows, cols, scale);
+                for storage in [Storage::Int8, Storage::Q4] {
+                    let worst = worst_error_in_half_steps(&w, storage);
+                    assert!(worst <= HALF_STEP_SLACK, "{storage:?} {rows}×{cols}: {worst}");
+                    // The bound is reached: some weight is nearly half a step away.
+                    if rows * cols >= 2 * BLOCK {
+                        assert!(worst > 0.5, "{storage:?} {rows}×{cols}: {worst}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_weight_of_a_trained_model_is_within_half_a_step() {
+        let model = super::quant_quality::trained_model();
+        for (name, t) in model.tensors() {
+            if t.nrows() > 1 {
+                for storage in [Storage::Int8, Storage::Q4] {
+                    let worst = worst_error_in_half_steps(t, storage);
+                    assert!(worst <= HALF_STEP_SLACK, "{name} {storage:?}: {worst}");
+                }
+            }
+        }
+    }
+
+    /// A 4-bit block by hand: max|w| = 3.5, so s = 3.5/7 = 0.5 and w/s = 7, −2.5, 1.5, 0, −0.5, 4;
+    /// rounded to nearest with ties away from zero q = 7, −3, 2, 0, −1, 4 (ties to even would give
+    /// −2, 2 and 0); ŵ = s·q = 3.5, −1.5, 1, 0, −0.5, 2: the ties are exactly half a step (0.25)
+    /// away. The int8 block: s = 1.984375/127 = 1/64, w/s = 127, −64, 32.5, 0.5, −0.25, so q =
+    /// 127, −64, 33, 1, 0.
+    #[test]
+    fn worked_blocks_quantize_as_by_hand() {
+        let b = quantize_block(&[3.5, -1.25, 0.75, 0.0, -0.25, 2.0], Storage::Q4).unwrap();
+        assert_eq!(b.scale, 0.5);
+        assert_eq!(b.codes[..6], [7, -3, 2, 0, -1, 4]);
+        assert!(b.codes[6..].iter().all(|&q| q == 0));
+        assert_eq!(dequantize_block(&b)[..6], [3.5, -1.5, 1.0, 0.0, -0.5, 2.0]);
+        let w = [1.984375, -1.0, 0.5078125, 0.0078125, -0.00390625];
+        let b = quantize_block(&w, Storage::Int8).unwrap();
+        assert_eq!(b.scale, 1.0 / 64.0);
+        assert_eq!(b.codes[..5], [127, -64, 33, 1, 0]);
+    }
+
+    #[test]
+    fn a_block_of_zeros_has_scale_zero_and_comes_back_as_zeros() {
+        for storage in [Storage::Int8, Storage::Q4] {
+            let b = quantize_block(&[0.0; BLOCK], storage).unwrap();
+            assert_eq!((b.scale, b.codes), (0.0, [0; BLOCK]));
+            assert!(dequantize_block(&b).iter().all(|&x| x == 0.0));
+            let q = QuantMatrix::quantize(&DMatrix::zeros(40, 2), storage).unwrap();
+            assert!(q.dequantize().iter().all(|&x| x == 0.0));
+        }
+    }
+
+    #[test]
+    fn the_largest_magnitude_lands_on_the_largest_level_whatever_its_sign() {
+        // The negative weight has the largest magnitude: absmax, not max, sets the scale.
+        for (storage, l) in [(Storage::Int8, 127), (Storage::Q4, 7)] {
+            let b = quantize_block(&[-2.0, 1.0, 0.5], storage).unwrap();
+            assert_eq!(b.codes[0], -l, "{storage:?}");
+            assert_eq!(b.scale, 2.0 / l as f32);
+        }
+    }
+
+    #[test]
+    fn bad_blocks_are_refused_in_one_line() {
+        let e = quantize_block(&[0.0; 33], Storage::Int8).unwrap_err().to_string();
+        assert!(e.contains("33 weights") && !e.contains('\n'), "{e}");
+        let e = quantize_block(&[f32::NAN], Storage::Q4).unwrap_err().to_string();
+        assert!(e.contains("w") && !e.contains('\n'), "{e}");
+        assert!(quantize_block(&[1.0], Storage::Bf16).is_err());
+        let e = Storage::parse("int4").unwrap_err().to_string();
+        assert!(e.contains("q4"), "{e}");
+    }
+
+    #[test]
+    fn packing_four_bit_codes_keeps_every_code() {
+        let mut rng = Rng::new(5);
+        let w: DMatrix<f32> = rng.normal_matrix(64, 3, 1.0);
+        let q = QuantMatrix::quantize(&w, Storage::Q4).unwrap();
+        assert_eq!(q.codes.len(), 3 * 2 * 16);
+        for j in 0..3 {
+            for b in 0..2 {
+                let block = q.block(j, b);
+                let again = quantize_block(&w.as_slice()[j * 64 + b * 32..][..32], Storage::Q4);
+                assert_eq!(block, again.unwrap());
+            }
+        }
+        let m = Config::new(11, 8, 1, 2, 32);
+        let model = Gpt::<f32>::new(m, 1).unwrap();
+        assert_eq!(stored_model(&model, Storage::F32, true).unwrap(), model);
+    }
+}
+
+// ───────────────────────────── what quantization costs in loss ─────────────────────────────
+
+mod quant_quality {
+    use llm_workbook::ch08_tokens::Tokenizer;
+    use llm_workbook::ch09_gpt::CorpusTokens;
+    use llm_workbook::ch09_gpt::data::{Batch, covering_windows};
+    use llm_workbook::ch09_gpt::model::Gpt;
+    use llm_workbook::ch09_gpt::{corpus_setup, corpus_tokens, train_corpus};
+    use llm_workbook::ch11_precision::quant::{Storage, storage_losses};
+    use std::sync::OnceLock;
+
+    /// Training steps of the test's corpus model: chapter 9's corpus model (3 blocks, width 96,
+    /// chapter 8's BPE) for an eighth of the main job's steps, a few seconds here.
+    const STEPS: usize = 200;
+
+    /// The corpus model trained for [`STEPS`] steps, once per test process, with the validation
+    /// windows it is scored on.
+    fn run() -> &'static (Gpt<f32>, Vec<Batch>, CorpusTokens) {
+        static CELL: OnceLock<(Gpt<f32>, Vec<Batch>, CorpusTokens)> = OnceLock::new();
+        CELL.get_or_init(|| {
+            let tokens = corpus_tokens().unwrap();
+            let setup = corpus_setup(tokens.tokenizer.vocab_size(), STEPS).unwrap();
+            let run = train_corpus(&tokens, &setup, |_, _| {}).unwrap();
+            let context = setup.config.context;
+            let batches = covering_windows(&tokens.validation, context, 32);
+            (run.model, batches, tokens)
+        })
+    }
+
+    pub fn trained_model() -> &'static Gpt<f32> {
+        &run().0
+    }
+
+    #[test]
+    fn the_sections_walk_and_figures_show_every_storage_within_the_terminal() {
+        use llm_workbook::ch11_precision::book::{quant_figures_of, quant_results_of, quant_walk};
+        use llm_workbook::plot::Figure;
+        let (model, _, tokens) = run();
+        let r = quant_results_of(model, tokens).unwrap();
+        let mut buf = Vec::new();
+        quant_walk(&mut llm_workbook::report::Walk::new(&mut buf), &r).unwrap();
+        let text = String::from_utf8(buf).unwrap();
+        for name in ["f32 ", "bf16 ", "int8 ", "q4 "] {
+            assert_eq!(text.lines().filter(|l| l.trim_start().starts_with(name)).count(), 2);
+        }
+        let wide: Vec<&str> = text.lines().filter(|l| l.chars().count() > 100).collect();
+        assert!(wide.is_empty(), "{}", wide.join("\n"));
+        // The errors in steps lie within half a step; every storage has its sample.
+        for e in &r.errors_in_steps {
+            assert!(!e.is_empty() && e.iter().all(|x| x.abs() <= 0.5 + 1e-5));
+        }
+        assert_eq!(r.samples.1.len(), 4);
+        let figs = quant_figures_of(&r).unwrap();
+        let names: Vec<&str> = figs.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["ch11_quant_loss", "ch11_quant_weights", "ch11_quant_error"]);
+        let Figure::Bars(bars) = &figs[0].1 else { panic!("bars") };
+        assert_eq!(bars.series.len(), 2);
+        assert!(bars.series.iter().all(|(_, v)| v.len() == 4 && v[0] == 0.0));
+        let dir = crate::common::temp_dir("ch11-quant-figures");
+        for (stem, fig) in &figs {
+            assert!(!fig.save(&dir, stem).unwrap().is_empty());
+        }
+    }
+
+    /// The page's goals: int8 weights within 0.01 nats per token of f32, 4-bit within 0.1, on
+    /// the validation tokens, every block matrix quantized, and with the unembedding too.
+    #[test]
+    fn int8_and_four_bit_weights_cost_less_than_the_goals_in_validation_loss() {
+        let (model, batches, _) = run();
+        for head in [false, true] {
+            let losses = storage_losses(model, batches, head).unwrap();
+            let f32_loss = losses[0].1;
+            let cost = |s: Storage| losses.iter().find(|l| l.0 == s).unwrap().1 - f32_loss;
+            let (bf16, int8, q4) = (cost(Storage::Bf16), cost(Storage::Int8), cost(Storage::Q4));
+            eprintln!(
+                "head {head}: f32 {f32_loss:.4}, bf16 {bf16:+.5}, int8 {int8:+.5}, q4 {q4:+.5}"
+            );
+            assert!(int8.abs() < INT8_GOAL, "int8 costs {int8:.5} nats per token (head {head})");
+            assert!(q4.abs() < Q4_GOAL, "4-bit costs {q4:.5} nats per token (head {head})");
+            // Coarser levels cost more: 4-bit's loss moves further than int8's.
+            assert!(q4.abs() > int8.abs(), "{q4} against {int8}");
+        }
+    }
+    const INT8_GOAL: f64 = 0.01;
+    const Q4_GOAL: f64 = 0.1;
+}
+
+// ───────────────────────────── the cached step from quantized blocks ─────────────────────────────
+
+mod quant_step {
+    use llm_workbook::ch09_gpt::config::Config;
+    use llm_workbook::ch09_gpt::model::Gpt;
+    use llm_workbook::ch11_precision::quant::{QuantMatrix, Storage};
+    use llm_workbook::ch11_precision::quant_step::{
+        DotPath, QuantGpt, column_dot_reference, quant_row_product,
+    };
+    use llm_workbook::rng::Rng;
+    use nalgebra::DMatrix;
+
+    /// x·Ŵ in f64 from the dequantized matrix: the sum the kernels approximate.
+    fn exact(x: &[f32], w: &QuantMatrix) -> Vec<f64> {
+        let w_hat = w.dequantize();
+        (0..w.cols)
+            .map(|j| {
+                x.iter().enumerate().map(|(i, &v)| f64::from(v) * f64::from(w_hat[(i, j)])).sum()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_path_gives_the_references_bits_on_awkward_sizes_and_any_thread_count() {
+        let paths = DotPath::available();
+        eprintln!("paths on this CPU: {paths:?}");
+        let mut rng = Rng::new(11);
+        for k in [1, 7, 31, 32, 33, 64, 95, 100, 384] {
+            for n in [1, 3, 17] {
+                let w: DMatrix<f32> = rng.normal_matrix(k, n, 0.5);
+                let x: Vec<f32> = rng.normal_matrix::<f32>(1, k, 1.0).iter().copied().collect();
+                for storage in [Storage::Int8, Storage::Q4] {
+                    let q = QuantMatrix::quantize(&w, storage).unwrap();
+                    let reference = quant_row_product(DotPath::Reference, &x, &q, 1).unwrap();
+                    // The reference is the sum it claims: close to x·Ŵ computed in f64.
+                    for (r, e) in reference.iter().zip(exact(&x, &q)) {
+                        let size: f64 = x.iter().map(|v| f64::from(v.abs())).sum::<f64>();
+                        assert!((f64::from(*r) - e).abs() <= 1e-5 * size.max(1.0), "{r} {e}");
+                    }
+                    for &path in &paths {
+                        for threads in [1, 2, 3] {
+                            let y = quant_row_product(path, &x, &q, threads).unwrap();
+                            let bits =
+                                |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                            assert_eq!(bits(&y), bits(&reference), "{path:?} {storage:?} {k}×{n}");
+                        }
+                    }
+                }
+            }
+        }
+        // One column by the documented formula, by hand in f32: s·Σ q·x over one block.
+        let q =
+            QuantMatrix::quantize(&DMatrix::from_column_slice(2, 1, &[3.5, -1.25]), Storage::Q4)
+                .unwrap();
+        let dot = column_dot_reference(&[2.0; 32], &q.scales, &q.codes, Storage::Q4);
+        assert_eq!(dot, 0.5 * (7.0 * 2.0 - 3.0 * 2.0));
+        let e = quant_row_product(DotPath::Reference, &[1.0; 3], &q, 1).unwrap_err().to_string();
+        assert!(e.contains("x") && !e.contains('\n'), "{e}");
+    }
+
+    /// A model whose blocks are wide enough for two blocks of 32 along the width and whose
+    /// hidden width is 4·48 = 192 (six blocks), trained not at all: random weights exercise
+    /// every product.
+    fn model() -> Gpt<f32> {
+        Gpt::<f32>::new(Config::new(37, 16, 2, 3, 48), 7).unwrap()
+    }
+
+    #[test]
+    fn the_f32_storage_steps_with_chapter_9s_bits() {
+        let m = model();
+        let q = QuantGpt::new(&m, Storage::F32, true).unwrap();
+        let (mut a, mut b) = (m.new_kv_cache(), q.new_kv_cache());
+        for t in [3u32, 1, 4, 1, 5] {
+            let (x, y) = (m.step(&mut a, t).unwrap(), q.step(&mut b, t).unwrap());
+            assert_eq!(x, y);
+        }
+    }
+
+    #[test]
+    fn the_quantized_step_matches_the_stored_models_step_on_every_path() {
+        let m = model();
+        for storage in [Storage::Int8, Storage::Q4] {
+            for head in [false, true] {
+                let q = QuantGpt::new(&m, storage, head).unwrap();
+                let stored = q.model();
+                let mut reference = stored.new_kv_cache();
+                let mut caches: Vec<_> =
+                    DotPath::available().into_iter().map(|p| (p, q.new_kv_cache())).collect();
+                let mut last = Vec::new();
+                for t in [3u32, 1, 4, 1, 5, 9, 2, 6] {
+                    let want = stored.reference_step(&mut reference, t).unwrap();
+                    for (path, cache) in caches.iter_mut() {
+                        let q = q.clone().with_path(*path);
+                        let got = q.step(cache, t).unwrap();
+                        let worst =
+                            got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+                        assert!(worst < 1e-5, "{storage:?} head {head} {path:?}: {worst}");
+                        if *path == DotPath::Reference {
+                            last = got;
+                        } else {
+                            assert_eq!(got, last, "{path:?} differs from the reference path");
+                        }
+                    }
+                }
+                // The quantized model is not the f32 model: its logits moved.
+                let mut f32_cache = m.new_kv_cache();
+                let mut f32_last = Vec::new();
+                for t in [3u32, 1, 4, 1, 5, 9, 2, 6] {
+                    f32_last = m.step(&mut f32_cache, t).unwrap();
+                }
+                assert_ne!(f32_last, last);
+            }
+        }
+    }
+
+    #[test]
+    fn a_step_reads_fewer_bytes_in_blocks() {
+        let m = model();
+        let bytes = |s| QuantGpt::new(&m, s, true).unwrap().weight_bytes_per_token();
+        let (f, i, q) = (bytes(Storage::F32), bytes(Storage::Int8), bytes(Storage::Q4));
+        // 2 blocks of 12·48² weights and the 37×48 unembedding, 4 bytes each in f32. In blocks,
+        // a column of 48 is padded to 2 blocks, one of 192 (W₂'s) is 6: per block of 32 weights
+        // 32 code bytes and a 4-byte scale (int8), 16 and 4 (4-bit).
+        assert_eq!(f, 4 * (2 * 12 * 48 * 48 + 37 * 48));
+        let blocks = 2 * (144 * 2 + 48 * 2 + 192 * 2 + 48 * 6) + 37 * 2;
+        assert_eq!((i, q), (blocks * 36, blocks * 20));
+    }
+}
+
+// ───────────────────────────── stored models on disk ─────────────────────────────
+
+mod quant_disk {
+    use llm_workbook::ch09_gpt::config::Config;
+    use llm_workbook::ch09_gpt::model::Gpt;
+    use llm_workbook::ch09_gpt::safetensors::SafeTensors;
+    use llm_workbook::ch11_precision::quant::{Storage, stored_model};
+    use llm_workbook::ch11_precision::quant_file::{
+        QUANTIZATION_KEY, model_from_stored, storage_of_config, stored_files,
+    };
+    use std::process::{Command, Output};
+
+    /// A model whose width (40) leaves a short last block in every column.
+    fn model() -> Gpt<f32> {
+        Gpt::<f32>::new(Config::new(23, 8, 2, 2, 40), 3).unwrap()
+    }
+
+    fn file(files: &[(String, Vec<u8>)], name: &str) -> Vec<u8> {
+        files.iter().find(|f| f.0 == name).unwrap().1.clone()
+    }
+
+    #[test]
+    fn stored_files_are_read_by_the_safetensors_crate_and_load_back_as_the_stored_model() {
+        let m = model();
+        for (storage, dtype) in
+            [(Storage::Bf16, "BF16"), (Storage::Int8, "I8"), (Storage::Q4, "U8")]
+        {
+            let files = stored_files(&m, storage).unwrap();
+            let bytes = file(&files, "model.safetensors");
+            // The official crate reads every tensor: the codes as I8 or U8, the scales as F32.
+            let oracle = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+            let codes = oracle.tensor("h.1.mlp.c_proj.weight").unwrap();
+            assert_eq!(format!("{:?}", codes.dtype()), dtype);
+            if storage == Storage::Bf16 {
+                assert_eq!(codes.shape(), [160, 40]);
+            } else {
+                // W₂ is 160×40: 40 columns of 5 blocks.
+                let per = if storage == Storage::Int8 { 32 } else { 16 };
+                assert_eq!(codes.shape(), [40, 5, per]);
+                let scales = oracle.tensor("h.1.mlp.c_proj.weight.scales").unwrap();
+                assert_eq!(
+                    (format!("{:?}", scales.dtype()), scales.shape()),
+                    ("F32".into(), &[40, 5][..])
+                );
+            }
+            let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+            let meta = meta.metadata().clone().unwrap();
+            assert_eq!(meta.get(QUANTIZATION_KEY).map(String::as_str), Some(storage.name()));
+            let config = file(&files, "config.json");
+            assert_eq!(storage_of_config(&config, "config.json").unwrap(), storage);
+            // Ours loads it back as the stored model, bit for bit.
+            let f = SafeTensors::parse(bytes, "model.safetensors").unwrap();
+            let loaded = model_from_stored(m.config, storage, &f).unwrap();
+            assert_eq!(loaded, stored_model(&m, storage, false).unwrap(), "{storage:?}");
+        }
+    }
+
+    /// Loads `bytes` as a file of `storage`, returning the one-line error.
+    fn refused(bytes: Vec<u8>, storage: Storage) -> String {
+        let e = SafeTensors::parse(bytes, "model.safetensors")
+            .and_then(|f| model_from_stored(model().config, storage, &f))
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains('\n'), "{e}");
+        e
+    }
+
+    #[test]
+    fn damaged_stored_files_are_refused_in_one_line() {
+        let m = model();
+        let files = stored_files(&m, Storage::Q4).unwrap();
+        let bytes = file(&files, "model.safetensors");
+        // Cut short.
+        let e = refused(bytes[..bytes.len() - 100].to_vec(), Storage::Q4);
+        assert!(e.contains("model.safetensors"), "{e}");
+        // config.json names another storage than the file.
+        let e = refused(bytes.clone(), Storage::Int8);
+        assert!(e.contains("q4") && e.contains("int8"), "{e}");
+        // A code byte of 0 holds the code −8, which the symmetric 4-bit storage never writes.
+        let f = SafeTensors::parse(bytes.clone(), "m").unwrap();
+        let at = f.info("h.0.attn.c_attn.weight").unwrap().begin;
+        let header = 8 + u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+        let mut bad = bytes.clone();
+        bad[header + at] = 0;
+        let e = refused(bad, Storage::Q4);
+        assert!(e.contains("h.0.attn.c_attn.weight") && e.contains("−8"), "{e}");
+        // A NaN scale.
+        let at = f.info("h.0.attn.c_proj.weight.scales").unwrap().begin;
+        let mut bad = bytes.clone();
+        bad[header + at..header + at + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+        let e = refused(bad, Storage::Q4);
+        assert!(e.contains("h.0.attn.c_proj.weight.scales"), "{e}");
+        // An unknown storage in config.json.
+        let e = storage_of_config(br#"{"quantization": "int3"}"#, "config.json").unwrap_err();
+        assert!(e.to_string().contains("int3"), "{e}");
+    }
+
+    fn cli(dir: &std::path::Path, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_llm-workbook"))
+            .current_dir(dir)
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    #[test]
+    fn gpt_quantize_writes_a_folder_gpt_sample_reads_and_gpt_resume_refuses() {
+        let dir = crate::common::temp_dir("ch11_quantize");
+        let text = dir.join("my.txt");
+        std::fs::write(&text, "the cat sat on the mat. the dog sat on the log. ".repeat(40))
+            .unwrap();
+        let (ck, q) = (dir.join("ck"), dir.join("q4"));
+        let (t, c, o) = (text.to_str().unwrap(), ck.to_str().unwrap(), q.to_str().unwrap());
+        let small = ["--layers", "1", "--heads", "2", "--width", "40", "--context", "16"];
+        let mut args =
+            vec!["gpt", "train", "--data", t, "--steps", "2", "--batch", "2", "--out", c];
+        args.extend(small);
+        let r = cli(&dir, &args);
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        let r = cli(&dir, &["gpt", "quantize", "--checkpoint", c, "--to", "q4", "--out", o]);
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        assert!(String::from_utf8_lossy(&r.stdout).contains("stored as q4"));
+        // Generations and a pointer, as gpt train writes them.
+        assert!(
+            q.join("CURRENT").exists(),
+            "{:?}",
+            std::fs::read_dir(&q).unwrap().collect::<Vec<_>>()
+        );
+        let r =
+            cli(&dir, &["gpt", "sample", "--checkpoint", o, "--prompt", "the ", "--tokens", "5"]);
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        assert!(String::from_utf8_lossy(&r.stdout).starts_with("the "));
+        let one_line = |r: &Output, want: &str| {
+            assert!(!r.status.success());
+            let e = String::from_utf8_lossy(&r.stderr);
+            assert!(e.trim().lines().count() == 1 && e.contains(want), "{e}");
+        };
+        one_line(
+            &cli(&dir, &["gpt", "resume", "--checkpoint", o, "--steps", "4"]),
+            "sampling only",
+        );
+        let again = ["gpt", "quantize", "--checkpoint", o, "--to", "int8", "--out", c];
+        one_line(&cli(&dir, &again), "already stored as q4");
+        let into_ck = ["gpt", "quantize", "--checkpoint", c, "--to", "int8", "--out", c];
+        one_line(&cli(&dir, &into_ck), "--out");
+        one_line(
+            &cli(&dir, &["gpt", "quantize", "--checkpoint", c, "--to", "int4", "--out", o]),
+            "--to",
+        );
+    }
 }

@@ -51,6 +51,7 @@ mod row_team;
 mod tests;
 mod workspace;
 
+pub(crate) use cached::StepWeights;
 pub use cached::{attend_one, row_affine};
 pub use row_team::ROW_TEAM_WEIGHTS_PER_THREAD;
 pub(crate) use row_team::{RowTeam, with_row_team};

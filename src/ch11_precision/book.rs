@@ -11,6 +11,8 @@ use super::runs::{
     F16_LOSS_SCALE, MixedRun, RUN_BATCH, RUN_CONTEXT, RUN_STEPS, run_precisions,
     small_gradient_step, train_mixed,
 };
+use super::quant::{BLOCK, QuantMatrix, STORAGES, Storage, is_quantized, storage_losses};
+use super::quant_step::QuantGpt;
 use super::steps::{Difference, best_step, checker_step, step_errors, sweep};
 use super::summation::{METHODS, kahan_sum, naive_sum, summation_errors};
 use super::tricks::{
@@ -650,6 +652,7 @@ fn plots(dir: &Path) -> Result<Vec<PathBuf>> {
     }
     let mut figs = figures()?;
     figs.push(("ch11_mixed_loss".into(), mixed_figure(runs)));
+    figs.extend(quant_figures()?);
     crate::plot::save_all(&figs, dir)
 }
 
@@ -659,7 +662,204 @@ pub const CHAPTER: Chapter = Chapter {
     stem: "ch11_precision",
     title: "Floating point: the formats, and why the tricks work",
     worked,
-    walk,
+    walk: walk_with_quantization,
     plots,
     errata: ERRATA,
 };
+
+// ───────────────────────────── quantized weights: what they cost ─────────────────────────────
+
+/// Tokens the quantized samples add after chapter 9's prompt (its first 20 validation tokens).
+pub const QUANT_SAMPLE_TOKENS: usize = 40;
+
+/// What the quantization section measures on chapter 9's trained corpus model.
+#[derive(Clone, Debug)]
+pub struct QuantResults {
+    /// Validation nats per token for each storage, block matrices quantized:
+    /// (storage, loss).
+    pub losses: Vec<(Storage, f64)>,
+    /// The same with the unembedding (W_U = W_E, tied) quantized too.
+    pub losses_with_head: Vec<(Storage, f64)>,
+    /// The prompt and, per storage, the continuation (block matrices quantized).
+    pub samples: (String, Vec<(Storage, String)>),
+    /// The model's bytes of weights read per cached token, per storage (blocks quantized).
+    pub bytes_per_token: Vec<(Storage, usize)>,
+    /// Every block-matrix weight of the model.
+    pub weights: Vec<f32>,
+    /// (w − ŵ)/s for every block-matrix weight with s > 0: the error in steps, int8 then 4-bit.
+    pub errors_in_steps: [Vec<f64>; 2],
+    /// Wall-clock seconds of the section's measurements.
+    pub seconds: f64,
+}
+
+/// The section's measurements, once per process (the walk and the plots share them); chapter 9's
+/// corpus model from [`crate::ch09_gpt::book::results`], not trained again.
+pub fn quant_results() -> Result<&'static QuantResults> {
+    static CELL: std::sync::OnceLock<std::result::Result<QuantResults, String>> =
+        std::sync::OnceLock::new();
+    CELL.get_or_init(|| compute_quant_results().map_err(|e| e.to_string())).as_ref().map_err(|e| {
+        crate::error::Error::InvalidValue {
+            op: "ch11_precision::quant_results",
+            arg: "chapter 9's corpus model",
+            reason: e.clone(),
+        }
+    })
+}
+
+fn compute_quant_results() -> Result<QuantResults> {
+    let model = &crate::ch09_gpt::book::results()?.corpus.model;
+    quant_results_of(model, &crate::ch09_gpt::corpus_tokens()?)
+}
+
+/// The section's measurements on a corpus model and chapter 9's corpus tokens (its validation
+/// part, and its tokenizer for the samples). Errors on a model the tokens do not fit.
+pub fn quant_results_of(
+    model: &crate::ch09_gpt::model::Gpt<f32>,
+    tokens: &crate::ch09_gpt::CorpusTokens,
+) -> Result<QuantResults> {
+    use crate::ch08_tokens::Tokenizer;
+    use crate::ch09_gpt::{book::CORPUS_PROMPT_TOKENS, data, sample};
+    let t0 = std::time::Instant::now();
+    let batches = data::covering_windows(&tokens.validation, model.config.context, 32);
+    let losses = storage_losses(model, &batches, false)?;
+    let losses_with_head = storage_losses(model, &batches, true)?;
+    let prompt = tokens.validation[..CORPUS_PROMPT_TOKENS].to_vec();
+    let mut samples = Vec::new();
+    let mut bytes_per_token = Vec::new();
+    for s in STORAGES {
+        let stored = QuantGpt::new(model, s, false)?;
+        bytes_per_token.push((s, stored.weight_bytes_per_token()));
+        let g = sample::generate(
+            stored.model(),
+            &prompt,
+            QUANT_SAMPLE_TOKENS,
+            &sample::Decoding::temperature(0.8),
+            &mut crate::rng::Rng::new(1),
+            true,
+        )?;
+        samples.push((s, tokens.tokenizer.decode_lossy(g.new_tokens())?));
+    }
+    let mut weights = Vec::new();
+    let mut errors_in_steps = [Vec::new(), Vec::new()];
+    let order = model.shape().order();
+    for ((s, _), m) in order.into_iter().zip(model.params.iter()) {
+        if !is_quantized(s, false, model.config.tied) {
+            continue;
+        }
+        weights.extend(m.iter().copied());
+        for (errors, storage) in errors_in_steps.iter_mut().zip([Storage::Int8, Storage::Q4]) {
+            let q = QuantMatrix::quantize(m, storage)?;
+            let w_hat = q.dequantize();
+            for (k, (w, v)) in m.iter().zip(w_hat.iter()).enumerate() {
+                let scale = q.scales[(k / q.rows) * q.blocks() + (k % q.rows) / BLOCK];
+                if scale > 0.0 {
+                    errors.push((f64::from(*w) - f64::from(*v)) / f64::from(scale));
+                }
+            }
+        }
+    }
+    Ok(QuantResults {
+        losses,
+        losses_with_head,
+        samples: (tokens.tokenizer.decode_lossy(&prompt)?, samples),
+        bytes_per_token,
+        weights,
+        errors_in_steps,
+        seconds: t0.elapsed().as_secs_f64(),
+    })
+}
+
+/// The chapter's walk: [`walk`], then the quantization section ([`quant_walk`]) on chapter 9's
+/// trained corpus model.
+pub fn walk_with_quantization(out: &mut Walk) -> Result<()> {
+    walk(out)?;
+    quant_walk(out, quant_results()?)
+}
+
+/// The quantization section of the walk: bytes, losses and samples per storage.
+pub fn quant_walk(out: &mut Walk, r: &QuantResults) -> Result<()> {
+    out.step("Quantized weights: blocks of 32, one scale each (chapter 9's corpus model)")?;
+    out.say("storage  bytes/weight  MB read/token  val. loss  change   with W_U too  change")?;
+    let (base, base_head) = (r.losses[0].1, r.losses_with_head[0].1);
+    for (((s, loss), (_, loss_head)), (_, bytes)) in
+        r.losses.iter().zip(&r.losses_with_head).zip(&r.bytes_per_token)
+    {
+        out.say(&format!(
+            "{:<7}  {:>12.4}  {:>13.3}  {loss:>9.4}  {:>+7.4}  {loss_head:>12.4}  {:>+7.4}",
+            s.name(),
+            s.bytes_per_weight(),
+            *bytes as f64 / 1e6,
+            loss - base,
+            loss_head - base_head
+        ))?;
+    }
+    out.say(&format!("sample prompt: {:?}", r.samples.0))?;
+    for (s, text) in &r.samples.1 {
+        out.say(&format!("{:<5} {text:?}", s.name()))?;
+    }
+    out.say(&format!("(measured in {:.1} s)", r.seconds))?;
+    Ok(())
+}
+
+/// A histogram of `values` over `bins` equal bins from `lo` to `hi`: (bin centre, share of the
+/// values in the bin), values outside left out.
+pub fn histogram(values: &[f64], lo: f64, hi: f64, bins: usize) -> Vec<(f64, f64)> {
+    let width = (hi - lo) / bins.max(1) as f64;
+    let mut counts = vec![0usize; bins.max(1)];
+    for &v in values {
+        if v >= lo && v <= hi {
+            counts[(((v - lo) / width) as usize).min(bins.max(1) - 1)] += 1;
+        }
+    }
+    let n = values.len().max(1) as f64;
+    counts.iter().enumerate().map(|(i, &c)| (lo + (i as f64 + 0.5) * width, c as f64 / n)).collect()
+}
+
+/// Bins of the histograms.
+pub const HISTOGRAM_BINS: usize = 40;
+
+/// The section's figures: the loss each storage costs, the block weights' histogram and the
+/// rounding error's, in steps.
+pub fn quant_figures() -> Result<Vec<(String, Figure)>> {
+    quant_figures_of(quant_results()?)
+}
+
+/// [`quant_figures`] of the measurements `r`.
+pub fn quant_figures_of(r: &QuantResults) -> Result<Vec<(String, Figure)>> {
+    let change = |l: &[(Storage, f64)]| l.iter().map(|(_, v)| v - l[0].1).collect::<Vec<_>>();
+    let loss = Figure::Bars(crate::plot::BarChart {
+        title: "What the storage costs: change of validation loss from f32".into(),
+        x_label: "storage of the weights".into(),
+        y_label: "change in nats per token".into(),
+        categories: r.losses.iter().map(|(s, _)| s.name().to_string()).collect(),
+        series: vec![
+            ("block matrices".into(), change(&r.losses)),
+            ("block matrices and W_U".into(), change(&r.losses_with_head)),
+        ],
+    });
+    let w: Vec<f64> = r.weights.iter().map(|&x| f64::from(x)).collect();
+    let top = w.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+    let weights = Figure::Line(LineChart {
+        title: "The block matrices' weights".into(),
+        x_label: "weight".into(),
+        y_label: "share of the weights per bin".into(),
+        series: vec![Series::new("weights", histogram(&w, -top, top, HISTOGRAM_BINS))],
+        markers: false,
+    });
+    let errors = Figure::Line(LineChart {
+        title: "Rounding error w − ŵ in steps s: within half a step".into(),
+        x_label: "(w − ŵ)/s".into(),
+        y_label: "share of the weights per bin".into(),
+        series: ["int8", "4-bit"]
+            .into_iter()
+            .zip(&r.errors_in_steps)
+            .map(|(name, e)| Series::new(name, histogram(e, -0.5, 0.5, HISTOGRAM_BINS)))
+            .collect(),
+        markers: false,
+    });
+    Ok(vec![
+        ("ch11_quant_loss".into(), loss),
+        ("ch11_quant_weights".into(), weights),
+        ("ch11_quant_error".into(), errors),
+    ])
+}

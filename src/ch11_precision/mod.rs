@@ -14,6 +14,8 @@
 //!   gradient checker's step;
 //! - [`mixed`]: training with the products' inputs rounded to bf16 or f16 and everything else
 //!   in f32, with loss scaling for f16 (chapter 9's fused step takes a [`Precision`]).
+//! - [`quant`]: weights in blocks of 32 with one scale, int8 and 4-bit, what that costs in loss;
+//!   [`quant_step`]: chapter 9's cached step reading those blocks; [`quant_file`]: on disk.
 //!
 //! [`book`] holds the worked table, the walk-through and the figures. The prose is
 //! [`chapters/ch11_precision.md`](../../chapters/ch11_precision.md); the tests are
@@ -23,6 +25,9 @@ pub mod book;
 pub mod format;
 pub mod mixed;
 pub mod runs;
+pub mod quant;
+pub mod quant_file;
+pub mod quant_step;
 pub mod steps;
 pub mod summation;
 pub mod tricks;

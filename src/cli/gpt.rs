@@ -16,11 +16,14 @@
 use super::{Bar, say};
 use clap::{Args, Subcommand, ValueEnum};
 use llm_workbook::ch08_tokens::Tokenizer;
+use llm_workbook::ch09_gpt::checkpoint::CONFIG_FILE;
 use llm_workbook::ch09_gpt::config::{Config, Positions};
 use llm_workbook::ch09_gpt::data::TokenSplit;
 use llm_workbook::ch09_gpt::model::Gpt;
 use llm_workbook::ch09_gpt::sample::{Decoding, generate};
 use llm_workbook::ch09_gpt::train::{StepPath, TrainConfig, Trainer};
+use llm_workbook::ch11_precision::quant::Storage;
+use llm_workbook::ch11_precision::quant_file;
 use llm_workbook::error::{Result, invalid};
 use llm_workbook::report::{TERMINAL_WIDTH, wrap};
 use llm_workbook::rng::Rng;
@@ -38,6 +41,38 @@ pub enum GptCommand {
     Resume(ResumeArgs),
     /// Continue a prompt with a trained model (ours, or GPT-2's files from Hugging Face).
     Sample(SampleArgs),
+    /// Store a checkpoint's block matrices in bf16, int8 or 4-bit blocks, as a new checkpoint
+    /// folder for `gpt sample` (chapter 11).
+    Quantize(QuantizeArgs),
+}
+
+/// How `gpt quantize` stores the block matrices.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuantizeTo {
+    /// bf16: each weight rounded to the nearest bf16.
+    Bf16,
+    /// Blocks of 32 one-byte codes −127 … 127 and an f32 scale.
+    Int8,
+    /// Blocks of 32 four-bit codes −7 … 7 and an f32 scale.
+    Q4,
+}
+
+/// `gpt quantize`.
+#[derive(Args, Debug)]
+pub struct QuantizeArgs {
+    /// The checkpoint folder to read (f32, as `gpt train` writes it).
+    #[arg(long)]
+    pub checkpoint: PathBuf,
+    /// The storage of the block matrices.
+    #[arg(long, value_enum)]
+    pub to: QuantizeTo,
+    /// The new checkpoint folder (it must not hold a checkpoint yet).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// The memory this run may use, in bytes (default: the variable
+    /// LLM_WORKBOOK_MEMORY_BUDGET, else the available memory); a larger model is refused.
+    #[arg(long)]
+    pub memory_budget: Option<u64>,
 }
 
 /// How text becomes tokens.
@@ -182,6 +217,7 @@ pub fn run(command: GptCommand) -> Result<()> {
         GptCommand::Train(a) => train(a),
         GptCommand::Resume(a) => resume(a),
         GptCommand::Sample(a) => sample(a),
+        GptCommand::Quantize(a) => quantize(a),
     }
 }
 
@@ -305,6 +341,7 @@ fn resume(a: ResumeArgs) -> Result<()> {
         folder::resolve(&a.checkpoint)?;
     }
     let _lock = folder::Lock::take(&a.checkpoint, "gpt resume")?;
+    refuse_stored(&a.checkpoint)?;
     let open = run::open_run_with(&a.checkpoint, budget, a.data.as_deref())?;
     note_flat(&a.checkpoint, &open.resolved);
     if let Some(note) = &open.kernel_note {
@@ -448,5 +485,86 @@ fn sample(a: SampleArgs) -> Result<()> {
         );
     }
     say!("{}{}", text, tok.decode_lossy(g.new_tokens())?);
+    Ok(())
+}
+
+// ───────────────────────────── quantize ─────────────────────────────
+
+/// Refuses to resume a folder whose `config.json` names a storage (a `gpt quantize` output):
+/// its weights are not the trained ones and it has no training state.
+fn refuse_stored(dir: &Path) -> Result<()> {
+    let here = folder::resolve(dir)?.path;
+    let config = here.join(CONFIG_FILE);
+    let Ok(bytes) = std::fs::read(&config) else { return Ok(()) };
+    let storage = quant_file::storage_of_config(&bytes, &config.display().to_string())?;
+    if storage == Storage::F32 {
+        return Ok(());
+    }
+    Err(invalid(
+        "gpt resume",
+        "--checkpoint",
+        format!(
+            "{} holds a model stored as {} by gpt quantize, for sampling only; resume the f32 \
+             checkpoint it came from",
+            dir.display(),
+            storage.name()
+        ),
+    ))
+}
+
+/// The tokenizer's files `gpt sample` reads beside the model.
+const TOKENIZER_FILES: [&str; 3] = [run::CHARS_FILE, "vocab.json", "merges.txt"];
+
+fn quantize(a: QuantizeArgs) -> Result<()> {
+    let storage = match a.to {
+        QuantizeTo::Bf16 => Storage::Bf16,
+        QuantizeTo::Int8 => Storage::Int8,
+        QuantizeTo::Q4 => Storage::Q4,
+    };
+    let budget = budget::budget(a.memory_budget)?;
+    let source = folder::resolve(&a.checkpoint)?.path;
+    let config = source.join(CONFIG_FILE);
+    let bytes = std::fs::read(&config).map_err(|e| {
+        invalid("gpt quantize", "--checkpoint", format!("{}: {e}", config.display()))
+    })?;
+    let already = quant_file::storage_of_config(&bytes, &config.display().to_string())?;
+    if already != Storage::F32 {
+        return Err(invalid(
+            "gpt quantize",
+            "--checkpoint",
+            format!(
+                "{} is already stored as {}; quantize the f32 checkpoint",
+                a.checkpoint.display(),
+                already.name()
+            ),
+        ));
+    }
+    let (_, model, resolved) = run::load_for_sampling(&a.checkpoint, budget)?;
+    let mut files = quant_file::stored_files(&model, storage)?;
+    for name in TOKENIZER_FILES {
+        if let Ok(b) = std::fs::read(resolved.path.join(name)) {
+            files.push((name.to_string(), b));
+        }
+    }
+    // One writer a folder, as `gpt train`; the files saved as one generation.
+    let _lock = folder::Lock::take(&a.out, "gpt quantize")?;
+    if folder::holds_checkpoint(&a.out) || !folder::foreign_entries(&a.out).is_empty() {
+        return Err(invalid(
+            "gpt quantize",
+            "--out",
+            format!("{} is not empty; give a new folder", a.out.display()),
+        ));
+    }
+    let generation = folder::save_generation(&mut folder::Disk, &a.out, &files)?;
+    let f32_bytes = 4 * model.parameter_count();
+    let written: usize = files.iter().map(|f| f.1.len()).sum();
+    say!(
+        "{} stored as {} in {} ({} bytes, the f32 weights {} bytes)",
+        a.checkpoint.display(),
+        storage.name(),
+        generation.display(),
+        written,
+        f32_bytes
+    );
     Ok(())
 }

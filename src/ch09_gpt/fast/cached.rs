@@ -90,6 +90,17 @@ impl<T: Float> Gpt<T> {
     /// weights shares each product's columns between threads (`fast::RowTeam`, one thread per
     /// [`ROW_TEAM_WEIGHTS_PER_THREAD`] block weights, the same bits on any number).
     pub fn step(&self, cache: &mut KvCache<T>, token: Token) -> Result<Vec<T>> {
+        self.step_with(cache, token, self)
+    }
+
+    /// [`Gpt::step`] with its weight products by `weights` (the model's own tensors for
+    /// [`Gpt::step`]; chapter 11's quantized blocks), everything else from this model.
+    pub(crate) fn step_with<'w, W: StepWeights<'w, T>>(
+        &'w self,
+        cache: &mut KvCache<T>,
+        token: Token,
+        weights: &'w W,
+    ) -> Result<Vec<T>> {
         const OP: &str = "Gpt::step";
         check_ids(OP, "token", &[token], self.config.vocab_size)?;
         if cache.len >= self.config.context {
@@ -156,22 +167,14 @@ impl<T: Float> Gpt<T> {
             .max(1);
         with_row_team(threads, |team| -> Result<()> {
             for (l, qkv) in cache.qkv.iter_mut().enumerate() {
-                self.block_step(l, qkv, r, pos, team)?;
+                self.block_step(l, qkv, r, pos, (team, weights))?;
             }
             Ok(())
         })?;
         cache.len = pos + 1;
         layer_norm_forward_view(self.ln_f(), &r.x, &mut r.ln, &mut r.n); //        h_f = LN_f(x_L)
-        let w_u = self.unembedding();
-        let mut z = DMatrix::zeros(1, w_u.nrows()); //                              z = h_f W_Uᵀ
-        row_product(
-            T::one(),
-            row(r.n.as_slice())?,
-            whole(w_u)?,
-            Op::T,
-            T::zero(),
-            row_mut(&mut z)?,
-        )?;
+        let mut z = DMatrix::zeros(1, self.unembedding().nrows()); //               z = h_f W_Uᵀ
+        weights.unembed(row(r.n.as_slice())?, row_mut(&mut z)?)?;
         let logits: Vec<T> = z.iter().copied().collect();
         crate::float::ensure_finite_slice(OP, "logits (a weight holds NaN or ∞)", &logits)?;
         Ok(logits)
@@ -179,52 +182,80 @@ impl<T: Float> Gpt<T> {
 
     /// One block of [`Gpt::step`] (block `l`) for the row of position `pos` (in `r.x`), its
     /// \[Q K V\] row written into the block's cache `qkv`, its products on `team`'s threads.
-    fn block_step<'w>(
+    fn block_step<'w, W: StepWeights<'w, T>>(
         &'w self,
         l: usize,
         qkv: &mut DMatrix<T>,
         r: &mut StepRows<T>,
         pos: usize,
-        team: &mut RowTeam<'w, T>,
+        (team, store): (&mut RowTeam<'w, T>, &'w W),
     ) -> Result<()> {
         let (n_ctx, heads) = (self.config.context, self.config.heads);
         let p = |param: Param| self.params.of(param, l);
         layer_norm_forward_view(self.ln1(l), &r.x, &mut r.ln, &mut r.n); //           n₁ = LN₁(x)
         // Row pos of [Q K V] = n₁W_QKV + b_QKV, written into the cache where it belongs: row
         // pos of the n_ctx×3d buffer (one element every n_ctx).
-        let (w_qkv, b_qkv) = (p(Param::WQkv), p(Param::BQkv));
+        let b_qkv = p(Param::BQkv);
         let out = &mut qkv.as_mut_slice()[pos..];
         for (o, &bias) in out.iter_mut().step_by(n_ctx).zip(b_qkv.iter()) {
             *o = bias;
         }
-        let out = MatMut::new(out, 1, w_qkv.ncols(), n_ctx)?;
-        team.product(T::one(), row(r.n.as_slice())?, whole(w_qkv)?, T::one(), out)?;
+        let out = MatMut::new(out, 1, b_qkv.ncols(), n_ctx)?;
+        store.add_product(team, (Param::WQkv, l), row(r.n.as_slice())?, out)?;
         // Every head: the causal block of the one query row pos against the keys 0 … pos.
         let att = r.att.as_mut_slice();
         let (weights, stats, how) = (&mut r.weights, &mut r.stats, Products::OneRow);
         one_row_attention(qkv.as_slice(), n_ctx, pos, heads, weights, stats, att, how)?;
-        onto(team, &mut r.x, &r.att, p(Param::WO))?; //                         h = x + att·W_O
+        let att = row(r.att.as_slice())?;
+        store.add_product(team, (Param::WO, l), att, row_mut(&mut r.x)?)?; //   h = x + att·W_O
         add_row(&mut r.x, p(Param::BO)); //                                              … + b_O
         layer_norm_forward_view(self.ln2(l), &r.x, &mut r.ln, &mut r.n); //           n₂ = LN₂(h)
         r.z1.as_mut_slice().copy_from_slice(p(Param::B1).as_slice());
-        onto(team, &mut r.z1, &r.n, p(Param::W1))?; //                          z₁ = b₁ + n₂W₁
+        let n2 = row(r.n.as_slice())?;
+        store.add_product(team, (Param::W1, l), n2, row_mut(&mut r.z1)?)?; //   z₁ = b₁ + n₂W₁
         let act = self.form(l).act;
         activation_forward_into(act, r.z1.as_slice(), r.a1.as_mut_slice()); //       a₁ = σ(z₁)
-        onto(team, &mut r.x, &r.a1, p(Param::W2))?; //                          x' = h + a₁W₂
+        let a1 = row(r.a1.as_slice())?;
+        store.add_product(team, (Param::W2, l), a1, row_mut(&mut r.x)?)?; //    x' = h + a₁W₂
         add_row(&mut r.x, p(Param::B2)); //                                              … + b₂
         Ok(())
     }
 }
 
-/// y ← y + x·W for rows x and y (1×C matrices): `matmul`'s [`row_product`] with β = 1, on
-/// `team`'s threads.
-fn onto<'w, T: Float>(
-    team: &mut RowTeam<'w, T>,
-    y: &mut DMatrix<T>,
-    x: &DMatrix<T>,
-    w: &'w DMatrix<T>,
-) -> Result<()> {
-    team.product(T::one(), row(x.as_slice())?, whole(w)?, T::one(), row_mut(y)?)
+/// How the cached step multiplies a row by the model's weights: the blocks' matrices and the
+/// unembedding. The model's own tensors ([`Gpt`]'s implementation) are chapter 9's step; another
+/// storage of the same weights (chapter 11's int8 and 4-bit blocks) changes only these products.
+pub(crate) trait StepWeights<'w, T: Float> {
+    /// y ← y + x·W for the weight matrix `param` of block `layer` (x 1×d_in, y 1×d_out), on
+    /// `team`'s threads where the storage shares its columns.
+    fn add_product(
+        &'w self,
+        team: &mut RowTeam<'w, T>,
+        param_of_block: (Param, usize),
+        x: MatRef<T>,
+        y: MatMut<T>,
+    ) -> Result<()>;
+
+    /// z = h·W_Uᵀ, the logits (h 1×d, z 1×V).
+    fn unembed(&'w self, h: MatRef<T>, z: MatMut<T>) -> Result<()>;
+}
+
+impl<'w, T: Float> StepWeights<'w, T> for Gpt<T> {
+    /// [`row_product`] with β = 1 on `team`'s threads.
+    fn add_product(
+        &'w self,
+        team: &mut RowTeam<'w, T>,
+        (param, layer): (Param, usize),
+        x: MatRef<T>,
+        y: MatMut<T>,
+    ) -> Result<()> {
+        team.product(T::one(), x, whole(self.params.of(param, layer))?, T::one(), y)
+    }
+
+    /// [`row_product`] with op(W_U) = W_Uᵀ, on the caller's thread.
+    fn unembed(&'w self, h: MatRef<T>, z: MatMut<T>) -> Result<()> {
+        row_product(T::one(), h, whole(self.unembedding())?, Op::T, T::zero(), z)
+    }
 }
 
 /// y = x·W + b for one row x (length `in`), W in×out, b 1×out: y_j = b_j + x · W\[:, j\], each a

@@ -1,0 +1,207 @@
+//! A stored model on disk: chapter 9's checkpoint (`config.json`, `model.safetensors`) with the
+//! block matrices in bf16 or in blocks.
+//!
+//! The layout, for every weight matrix of the blocks W (d_in×d_out, GPT-2's name `N`, e.g.
+//! `h.0.mlp.c_fc.weight`); every other tensor is chapter 9's, F32:
+//!
+//! ```text
+//! bf16   N          BF16  [d_in, d_out]              row-major, as GPT-2 stores it in F32
+//! int8   N          I8    [d_out, blocks, 32]         column j's blocks, one code a byte
+//!        N.scales   F32   [d_out, blocks]             blocks = ⌈d_in/32⌉
+//! q4     N          U8    [d_out, blocks, 16]         two codes a byte (q + 8, low nibble first)
+//!        N.scales   F32   [d_out, blocks]
+//! ```
+//!
+//! The storage's name is in `config.json` (key [`QUANTIZATION_KEY`]) and in the safetensors
+//! metadata under the same key. A stored model is for generation only: its weights are not the
+//! trained ones, so it carries no training state and is not trained further.
+
+use super::format::{bf16_to_f32, f32_to_bf16};
+use super::quant::{BLOCK, QuantMatrix, Storage, is_quantized, unpack};
+use crate::ch09_gpt::checkpoint::{
+    CONFIG_FILE, HEADS_METADATA, MODEL_FILE, config_to_json, model_from_safetensors,
+};
+use crate::ch09_gpt::config::Config;
+use crate::ch09_gpt::model::{Gpt, Shape, full_name};
+use crate::ch09_gpt::safetensors::{SafeTensors, TensorOut, serialize};
+use crate::error::{Error, Result};
+use nalgebra::DMatrix;
+
+/// The key of `config.json` and of the safetensors metadata that names the storage.
+pub const QUANTIZATION_KEY: &str = "quantization";
+
+/// The suffix of a block matrix's scales tensor.
+pub const SCALES_SUFFIX: &str = ".scales";
+
+fn parse_error(file: &str, reason: impl Into<String>) -> Error {
+    Error::Parse { file: file.to_string(), line: None, reason: reason.into() }
+}
+
+/// The files of `model` stored as `storage` (name, contents), not yet written: `config.json`
+/// with [`QUANTIZATION_KEY`] and `model.safetensors` in the module's layout. Errors on a
+/// non-finite weight.
+pub fn stored_files(model: &Gpt<f32>, storage: Storage) -> Result<Vec<(String, Vec<u8>)>> {
+    let tied = model.config.tied;
+    let mut tensors = Vec::new();
+    for ((s, l), m) in model.shape().order().into_iter().zip(model.params.iter()) {
+        let name = full_name(s.name, l);
+        let one_d = m.nrows() == 1 && !is_quantized(s, false, tied);
+        if !is_quantized(s, false, tied) || storage == Storage::F32 {
+            let shape = if one_d { vec![m.ncols()] } else { vec![m.nrows(), m.ncols()] };
+            tensors.push(TensorOut::matrix(name, m, shape));
+            continue;
+        }
+        if storage == Storage::Bf16 {
+            let data = m.transpose().iter().flat_map(|&x| f32_to_bf16(x).to_le_bytes()).collect();
+            let shape = vec![m.nrows(), m.ncols()];
+            tensors.push(TensorOut { name, shape, dtype: "BF16", data });
+            continue;
+        }
+        let q = QuantMatrix::quantize(m, storage)?;
+        let (blocks, per) = (q.blocks(), storage.code_bytes_per_block());
+        let dtype = if storage == Storage::Int8 { "I8" } else { "U8" };
+        let scales = TensorOut {
+            name: format!("{name}{SCALES_SUFFIX}"),
+            shape: vec![q.cols, blocks],
+            dtype: "F32",
+            data: q.scales.iter().flat_map(|s| s.to_le_bytes()).collect(),
+        };
+        tensors.push(TensorOut { name, shape: vec![q.cols, blocks, per], dtype, data: q.codes });
+        tensors.push(scales);
+    }
+    let meta = vec![
+        ("format".to_string(), "pt".to_string()),
+        (HEADS_METADATA.to_string(), model.config.heads.to_string()),
+        (QUANTIZATION_KEY.to_string(), storage.name().to_string()),
+    ];
+    Ok(vec![
+        (MODEL_FILE.to_string(), serialize(&tensors, &meta)?),
+        (CONFIG_FILE.to_string(), config_json(&model.config, storage).into_bytes()),
+    ])
+}
+
+/// Chapter 9's `config.json` text with `"quantization": <storage>` added.
+pub fn config_json(config: &Config, storage: Storage) -> String {
+    let text = config_to_json(config);
+    let mut value: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+    if let Some(map) = value.as_object_mut() {
+        map.insert(QUANTIZATION_KEY.into(), storage.name().into());
+    }
+    let mut out = serde_json::to_string_pretty(&value).unwrap_or(text);
+    out.push('\n');
+    out
+}
+
+/// The storage a `config.json` names (f32 when it names none). Errors on an unknown name or on
+/// text that is not a JSON object; `file` names it.
+pub fn storage_of_config(bytes: &[u8], file: &str) -> Result<Storage> {
+    let value: serde_json::Value =
+        serde_json::from_slice(bytes).map_err(|e| parse_error(file, format!("not JSON: {e}")))?;
+    match value.get(QUANTIZATION_KEY) {
+        None => Ok(Storage::F32),
+        Some(serde_json::Value::String(name)) => Storage::parse(name)
+            .map_err(|_| parse_error(file, format!("unknown {QUANTIZATION_KEY} {name:?}"))),
+        Some(other) => Err(parse_error(file, format!("{QUANTIZATION_KEY} is {other}, not a name"))),
+    }
+}
+
+/// The model a stored file holds, as f32 values (ŵ for the block matrices), `named` the storage
+/// `config.json` names ([`storage_of_config`]), which the file's metadata must name too: chapter
+/// 9's loader for f32, else every tensor read in the module's layout, dtypes,
+/// shapes and byte counts checked, every value finite. The header is compared with `config`
+/// before anything is built. Errors in one line naming the tensor.
+pub fn model_from_stored(config: Config, named: Storage, f: &SafeTensors) -> Result<Gpt<f32>> {
+    let storage = match f.meta(QUANTIZATION_KEY) {
+        None => Storage::F32,
+        Some(name) => Storage::parse(name)
+            .map_err(|_| parse_error(&f.file, format!("unknown {QUANTIZATION_KEY} {name:?}")))?,
+    };
+    if storage != named {
+        let why = format!(
+            "the file holds {} weights but config.json names {}",
+            storage.name(),
+            named.name()
+        );
+        return Err(parse_error(&f.file, why));
+    }
+    if storage == Storage::F32 {
+        return model_from_safetensors(config, f);
+    }
+    config.validate()?;
+    let tied = config.tied;
+    let mut expected = Vec::new();
+    // Every tensor is read (its shape checked against the file's, so nothing larger than the
+    // file is allocated) before the model of `config` is built.
+    let mut values = Vec::new();
+    for (s, l) in Shape::of_config(&config).order() {
+        let name = full_name(s.name, l);
+        let (rows, cols) = (s.rows.of(&config), s.cols.of(&config));
+        expected.push(name.clone());
+        let m = if !is_quantized(s, false, tied) || storage == Storage::F32 {
+            f.matrix::<f32>(&name, rows, cols)?
+        } else if storage == Storage::Bf16 {
+            let raw = tensor(f, &name, "BF16", &[rows, cols], 2)?;
+            let v = raw.chunks_exact(2).map(|c| bf16_to_f32(u16::from_le_bytes([c[0], c[1]])));
+            DMatrix::from_row_iterator(rows, cols, v)
+        } else {
+            let blocks = rows.div_ceil(BLOCK);
+            let per = storage.code_bytes_per_block();
+            let dtype = if storage == Storage::Int8 { "I8" } else { "U8" };
+            let codes = tensor(f, &name, dtype, &[cols, blocks, per], 1)?.to_vec();
+            let scales_name = format!("{name}{SCALES_SUFFIX}");
+            expected.push(scales_name.clone());
+            let raw = tensor(f, &scales_name, "F32", &[cols, blocks], 4)?;
+            let scales: Vec<f32> =
+                raw.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+            if scales.iter().any(|s| !s.is_finite() || *s < 0.0) {
+                let why = format!("tensor {scales_name} holds a negative or non-finite scale");
+                return Err(parse_error(&f.file, why));
+            }
+            if storage == Storage::Q4 && codes.chunks(per).any(|b| unpack(b, storage).contains(&-8))
+            {
+                let why = format!("tensor {name} holds the 4-bit code −8, outside −7 … 7");
+                return Err(parse_error(&f.file, why));
+            }
+            let q = QuantMatrix { storage, rows, cols, scales, codes };
+            q.dequantize()
+        };
+        if m.iter().any(|x| !x.is_finite()) {
+            return Err(parse_error(&f.file, format!("tensor {name} holds NaN or ±∞")));
+        }
+        values.push(m);
+    }
+    if let Some(t) = f.tensors.iter().find(|t| !expected.contains(&t.name)) {
+        let why =
+            format!("tensor {} is not part of a {} GPT-2 with this config", t.name, storage.name());
+        return Err(parse_error(&f.file, why));
+    }
+    let mut model = Gpt::<f32>::new(config, 0)?;
+    model.set_tensors(&values)?;
+    Ok(model)
+}
+
+/// The raw bytes of tensor `name`, which must have `dtype`, `shape` and `size`-byte elements.
+fn tensor<'f>(
+    f: &'f SafeTensors,
+    name: &str,
+    dtype: &str,
+    shape: &[usize],
+    size: usize,
+) -> Result<&'f [u8]> {
+    let t =
+        f.info(name).ok_or_else(|| parse_error(&f.file, format!("tensor {name} is missing")))?;
+    if t.dtype != dtype || t.shape != shape {
+        return Err(parse_error(
+            &f.file,
+            format!(
+                "tensor {name} is {} {:?} but {dtype} {shape:?} was expected",
+                t.dtype, t.shape
+            ),
+        ));
+    }
+    let bytes = f.bytes(name).unwrap_or_default();
+    if bytes.len() != shape.iter().product::<usize>() * size {
+        return Err(parse_error(&f.file, format!("tensor {name} has {} bytes", bytes.len())));
+    }
+    Ok(bytes)
+}

@@ -1,0 +1,275 @@
+//! Generation from quantized weights: chapter 9's cached step ([`Gpt::step`]) with its weight
+//! products read from int8 or 4-bit blocks ([`QuantMatrix`]), the activations in f32.
+//!
+//! One token reads every weight once, so the step's time is the time to stream the weights: 4
+//! bytes a weight in f32, 36/32 in int8 blocks, 20/32 in 4-bit blocks (codes and an f32 scale
+//! per 32). Output j of y = xW is a sum over the blocks of column j:
+//!
+//! ```text
+//! y_j = Σ_b s_{b,j} · Σ_{i<32} q_{i,b,j} · x_{32b+i}
+//! ```
+//!
+//! each block's codes widened to f32 and multiplied by the activations with fused multiply-adds,
+//! the block's sum scaled once. [`column_dot_reference`] is that sum in plain Rust in a fixed
+//! order (8 lanes, as one AVX2 register holds); the AVX2 path in the SIMD module sums in the same
+//! order, so the two agree bit for bit (a test holds every path to the reference). A column is
+//! one thread's work whatever the thread count, so any count gives the same bits.
+//!
+//! The step itself is chapter 9's: [`QuantGpt`] gives it these products through the step's one
+//! hook (`fast::StepWeights`), and everything else (LayerNorms, biases, attention, the embedding
+//! rows) is read from the stored model ([`QuantGpt::model`]), whose quantized tensors hold ŵ.
+
+use super::quant::{BLOCK, QuantMatrix, Storage, is_quantized, stored_model};
+use crate::ch09_gpt::data::Token;
+use crate::ch09_gpt::fast::{ROW_TEAM_WEIGHTS_PER_THREAD, RowTeam, StepWeights};
+use crate::ch09_gpt::model::{Gpt, KvCache, Param, Part};
+use crate::error::{Result, shape_error};
+use crate::matmul::{MatMut, MatRef};
+use crate::threads::share_pieces;
+use std::ops::Range;
+
+/// Bytes of an f32.
+const F32_BYTES: usize = 4;
+
+/// Lanes of [`column_dot_reference`]'s partial sums (one AVX2 register of f32).
+pub const DOT_LANES: usize = 8;
+
+/// Σ_b s_b·(Σ_i q_{b,i}·x_{b,i}) for one column: `x` holds 32 values per scale, `codes` the
+/// blocks' bytes ([`Storage::code_bytes_per_block`] each). The order, which every path keeps:
+/// in lane l (0 … 7) the block's partial sum t_l = q_l·x_l, then t_l ← q_{8c+l}·x_{8c+l} + t_l for
+/// c = 1, 2, 3, then acc_l ← t_l·s_b + acc_l, each a fused multiply-add; at the end
+/// ((acc₀ + acc₁) + (acc₂ + acc₃)) + ((acc₄ + acc₅) + (acc₆ + acc₇)). Callers pass matching
+/// lengths ([`quant_row_product`] checks them).
+pub fn column_dot_reference(x: &[f32], scales: &[f32], codes: &[u8], storage: Storage) -> f32 {
+    let per = storage.code_bytes_per_block();
+    let mut acc = [0.0f32; DOT_LANES];
+    for (b, &s) in scales.iter().enumerate() {
+        let q = super::quant::unpack(&codes[b * per..][..per], storage);
+        let x = &x[b * BLOCK..][..BLOCK];
+        for (l, a) in acc.iter_mut().enumerate() {
+            let mut t = f32::from(q[l]) * x[l];
+            for c in 1..BLOCK / DOT_LANES {
+                t = f32::from(q[DOT_LANES * c + l]).mul_add(x[DOT_LANES * c + l], t);
+            }
+            *a = t.mul_add(s, *a);
+        }
+    }
+    ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))
+}
+
+/// The code that computes the column sums.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DotPath {
+    /// [`column_dot_reference`], on every CPU.
+    Reference,
+    /// AVX2 and FMA (x86-64 CPUs that have them).
+    Avx2,
+}
+
+impl DotPath {
+    /// Every path this CPU runs, the reference first.
+    pub fn available() -> Vec<DotPath> {
+        let mut paths = vec![DotPath::Reference];
+        #[cfg(target_arch = "x86_64")]
+        if crate::simd::Avx2::detect().is_some() {
+            paths.push(DotPath::Avx2);
+        }
+        paths
+    }
+
+    /// The fastest path this CPU runs.
+    pub fn best() -> DotPath {
+        DotPath::available().pop().unwrap_or(DotPath::Reference)
+    }
+
+    /// The column sum by this path (the reference where the CPU lacks it).
+    fn column_dot(self, x: &[f32], scales: &[f32], codes: &[u8], storage: Storage) -> f32 {
+        #[cfg(target_arch = "x86_64")]
+        if let (DotPath::Avx2, Some(token)) = (self, crate::simd::Avx2::detect()) {
+            return crate::simd::quant_column_dot(token, x, scales, codes, storage == Storage::Q4);
+        }
+        column_dot_reference(x, scales, codes, storage)
+    }
+}
+
+/// y = x·Ŵ for one row x (length d_in) and a quantized W (d_in×d_out): y_j by `path` over column
+/// j's blocks, the columns cut into one run per thread (`threads`, the caller's included). A
+/// d_in that is not a multiple of 32 is padded: x is copied into whole blocks with zeros after
+/// it, matching the zero codes of the matrix's padding. Errors when x's length is not d_in.
+pub fn quant_row_product(
+    path: DotPath,
+    x: &[f32],
+    w: &QuantMatrix,
+    threads: usize,
+) -> Result<Vec<f32>> {
+    if x.len() != w.rows {
+        return Err(shape_error(
+            "quant_row_product",
+            "x and W (x's length must equal W's rows)",
+            format!("x of length {}", w.rows),
+            format!("{}", x.len()),
+        ));
+    }
+    let blocks = w.blocks();
+    let mut padded = x.to_vec();
+    padded.resize(blocks * BLOCK, 0.0);
+    let per = w.storage.code_bytes_per_block();
+    let column = |j: usize| {
+        let (scales, codes) = (&w.scales[j * blocks..][..blocks], &w.codes[j * blocks * per..]);
+        path.column_dot(&padded, scales, &codes[..blocks * per], w.storage)
+    };
+    let parts = threads.clamp(1, w.cols.max(1));
+    let per_part = w.cols.div_ceil(parts);
+    let runs: Vec<Range<usize>> = (0..parts)
+        .map(|p| p * per_part..((p + 1) * per_part).min(w.cols))
+        .filter(|r| !r.is_empty())
+        .collect();
+    let sums = share_pieces(&mut vec![(); runs.len().max(1)], runs, |(), r| {
+        r.map(column).collect::<Vec<f32>>()
+    });
+    Ok(sums.into_iter().flatten().collect())
+}
+
+/// A model whose weight matrices are stored in int8 or 4-bit blocks (or bf16, or f32), and the
+/// cached step that reads them.
+#[derive(Clone, Debug)]
+pub struct QuantGpt {
+    /// The stored model: the f32 model with ŵ in place of every quantized tensor. The reference
+    /// path (chapter 9's functions on these values) and the source of every tensor the blocks do
+    /// not hold.
+    model: Gpt<f32>,
+    storage: Storage,
+    head: bool,
+    /// The blocks, in the parameter table's order: `Some` for each tensor [`is_quantized`]
+    /// names (a block matrix d_in×d_out as it is; W_U, V×d, as its transpose d×V, so that the
+    /// blocks run along the width).
+    matrices: Vec<Option<QuantMatrix>>,
+    path: DotPath,
+}
+
+impl QuantGpt {
+    /// `model` stored as `storage`, the unembedding quantized too when `head`; the fastest
+    /// column path of this CPU. Errors on a non-finite weight.
+    pub fn new(model: &Gpt<f32>, storage: Storage, head: bool) -> Result<QuantGpt> {
+        let tied = model.config.tied;
+        let blocks = storage.max_level().is_some();
+        let matrices = model
+            .shape()
+            .order()
+            .into_iter()
+            .zip(model.params.iter())
+            .map(|((s, _), m)| match (blocks && is_quantized(s, head, tied), s.part) {
+                (false, _) => Ok(None),
+                (true, Part::Block) => QuantMatrix::quantize(m, storage).map(Some),
+                (true, _) => QuantMatrix::quantize(&m.transpose(), storage).map(Some),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let model = stored_model(model, storage, head)?;
+        Ok(QuantGpt { model, storage, head, matrices, path: DotPath::best() })
+    }
+
+    /// The same blocks summed by `path` (the reference, to compare).
+    pub fn with_path(self, path: DotPath) -> QuantGpt {
+        QuantGpt { path, ..self }
+    }
+
+    /// The stored model (ŵ in place of the quantized tensors).
+    pub fn model(&self) -> &Gpt<f32> {
+        &self.model
+    }
+
+    /// How the weight matrices are stored.
+    pub fn storage(&self) -> Storage {
+        self.storage
+    }
+
+    /// Whether the unembedding is quantized too.
+    pub fn head(&self) -> bool {
+        self.head
+    }
+
+    /// The blocks of tensor `param` (of block `layer`), if it is quantized.
+    pub fn matrix(&self, param: Param, layer: usize) -> Option<&QuantMatrix> {
+        let i = self.model.shape().index(param, layer)?;
+        self.matrices.get(i)?.as_ref()
+    }
+
+    /// Bytes of weights one step reads: every block matrix and the unembedding, blocks as stored
+    /// (codes and scales), the rest in f32 (4 bytes a weight: the bf16 storage is computed from
+    /// f32 copies of its values); the biases, the LayerNorms and one row of each embedding are
+    /// left out (under 1 % of a block's bytes for d ≥ 100).
+    pub fn weight_bytes_per_token(&self) -> usize {
+        let tied = self.model.config.tied;
+        let unembedding = if tied { Param::Wte } else { Param::LmHead };
+        self.model
+            .shape()
+            .order()
+            .into_iter()
+            .zip(self.model.params.iter())
+            .zip(&self.matrices)
+            .filter(|(((s, _), _), _)| {
+                (s.part == Part::Block && s.rows != crate::ch09_gpt::model::Dim::One)
+                    || s.param == unembedding
+            })
+            .map(|((_, m), q)| match q {
+                Some(q) => q.bytes(),
+                None => F32_BYTES * m.len(),
+            })
+            .sum()
+    }
+
+    /// Feeds one token at the next position of the cache and returns its logits (length V):
+    /// [`Gpt::step`] with the quantized products. Errors as [`Gpt::step`] does.
+    pub fn step(&self, cache: &mut KvCache<f32>, token: Token) -> Result<Vec<f32>> {
+        let d = self.model.config.width;
+        let block_weights = self.model.blocks.len() * 12 * d * d;
+        let threads = crate::threads::default_threads()
+            .min(block_weights / ROW_TEAM_WEIGHTS_PER_THREAD)
+            .max(1);
+        self.model.step_with(cache, token, &Products { q: self, threads })
+    }
+
+    /// An empty key/value cache for [`QuantGpt::step`].
+    pub fn new_kv_cache(&self) -> KvCache<f32> {
+        self.model.new_kv_cache()
+    }
+}
+
+/// The quantized products of one step, on `threads` threads.
+struct Products<'q> {
+    q: &'q QuantGpt,
+    threads: usize,
+}
+
+impl<'w> StepWeights<'w, f32> for Products<'_> {
+    fn add_product(
+        &'w self,
+        team: &mut RowTeam<'w, f32>,
+        (param, layer): (Param, usize),
+        x: MatRef<f32>,
+        mut y: MatMut<f32>,
+    ) -> Result<()> {
+        let Some(w) = self.q.matrix(param, layer) else {
+            return self.q.model.add_product(team, (param, layer), x, y);
+        };
+        let sums = quant_row_product(self.q.path, &x.as_slice()[..x.cols()], w, self.threads)?;
+        let ld = y.ld().max(1);
+        for (out, s) in y.as_mut_slice().iter_mut().step_by(ld).zip(sums) {
+            *out += s;
+        }
+        Ok(())
+    }
+
+    fn unembed(&'w self, h: MatRef<f32>, mut z: MatMut<f32>) -> Result<()> {
+        let unembedding = if self.q.model.config.tied { Param::Wte } else { Param::LmHead };
+        let Some(w) = self.q.matrix(unembedding, 0) else {
+            return self.q.model.unembed(h, z);
+        };
+        let sums = quant_row_product(self.q.path, &h.as_slice()[..h.cols()], w, self.threads)?;
+        let ld = z.ld().max(1);
+        for (out, s) in z.as_mut_slice().iter_mut().step_by(ld).zip(sums) {
+            *out = s;
+        }
+        Ok(())
+    }
+}
