@@ -7,12 +7,12 @@ use super::format::{
     BF16, F16, F32, F64, FORMATS, Format, bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16, pow2,
 };
 use super::mixed::{Precision, ProductInputs};
+use super::quant::{BLOCK, QuantMatrix, STORAGES, Storage, is_quantized, storage_losses};
+use super::quant_step::QuantGpt;
 use super::runs::{
     F16_LOSS_SCALE, MixedRun, RUN_BATCH, RUN_CONTEXT, RUN_STEPS, run_precisions,
     small_gradient_step, train_mixed,
 };
-use super::quant::{BLOCK, QuantMatrix, STORAGES, Storage, is_quantized, storage_losses};
-use super::quant_step::QuantGpt;
 use super::steps::{Difference, best_step, checker_step, step_errors, sweep};
 use super::summation::{METHODS, kahan_sum, naive_sum, summation_errors};
 use super::tricks::{

@@ -24,10 +24,10 @@
 pub mod book;
 pub mod format;
 pub mod mixed;
-pub mod runs;
 pub mod quant;
 pub mod quant_file;
 pub mod quant_step;
+pub mod runs;
 pub mod steps;
 pub mod summation;
 pub mod tricks;
