@@ -38,6 +38,8 @@ use llm_workbook::ch09_gpt::sample::{Decoding, generate};
 use llm_workbook::ch09_gpt::schedule::Schedule;
 use llm_workbook::ch09_gpt::schedule::clip_global_norm;
 use llm_workbook::ch09_gpt::train::{Data, TrainConfig, Trainer};
+use llm_workbook::ch11_precision::quant::Storage;
+use llm_workbook::ch11_precision::quant_step::QuantGpt;
 use llm_workbook::matmul::{matmul, matmul_nt, matmul_tn, product_choices};
 use llm_workbook::rng::Rng;
 use llm_workbook::threads::{THREADS_ENV, default_threads, share_pieces, with_threads};
@@ -331,6 +333,36 @@ fn generation() -> (f64, f64) {
     ((0..3).map(|_| run(true)).fold(0.0, f64::max), run(false))
 }
 
+/// The storages of the quantized generation rows: f32 (chapter 9's step), int8 and 4-bit blocks.
+const GENERATION_STORAGES: [Storage; 3] = [Storage::F32, Storage::Int8, Storage::Q4];
+/// Rounds of the quantized generation rows, each running every storage once in turn.
+const GENERATION_ROUNDS: usize = 5;
+/// Cached steps per round: the positions after the one-token prompt.
+const GENERATION_STEPS: usize = 255;
+
+/// Cached steps per second of the generation benchmark's model with its block matrices stored
+/// each way of [`GENERATION_STORAGES`] (W_U stays f32), greedy from token 0: the best of
+/// [`GENERATION_ROUNDS`] rounds that alternate the storages, with the weight bytes a step reads.
+fn quantized_generation() -> Vec<(f64, usize)> {
+    let model = Gpt::<f32>::new(Config::new(65, 256, 6, 6, 384), 1).unwrap();
+    let stores: Vec<QuantGpt> =
+        GENERATION_STORAGES.iter().map(|&s| QuantGpt::new(&model, s, false).unwrap()).collect();
+    let mut best = vec![0.0f64; stores.len()];
+    for _ in 0..GENERATION_ROUNDS {
+        for (b, q) in best.iter_mut().zip(&stores) {
+            let mut cache = q.new_kv_cache();
+            let mut token = 0;
+            let t = Instant::now();
+            for _ in 0..GENERATION_STEPS {
+                let z = q.step(&mut cache, token).unwrap();
+                token = llm_workbook::ch09_gpt::sample::argmax(&z).unwrap() as u32;
+            }
+            *b = b.max(GENERATION_STEPS as f64 / t.elapsed().as_secs_f64());
+        }
+    }
+    best.into_iter().zip(stores.iter().map(QuantGpt::weight_bytes_per_token)).collect()
+}
+
 /// Runs this bench again as a child with `flag`, the thread count and the backend set, and
 /// returns the numbers it printed (or the last line of its error output).
 fn child(flag: &str, threads: usize, backend: Backend) -> Result<Vec<f64>, String> {
@@ -514,7 +546,11 @@ fn main() {
     }
     if args.iter().any(|a| a == "--child-generate") {
         let (cached, uncached) = generation();
-        println!("{cached} {uncached}");
+        print!("{cached} {uncached}");
+        for (rate, bytes) in quantized_generation() {
+            print!(" {rate} {bytes}");
+        }
+        println!();
         return;
     }
     if args.iter().any(|a| a == "--attention-cost") {
@@ -600,14 +636,39 @@ fn main() {
     );
     println!("| threads | key/value cache | tokens/s | load (1, 5, 15 min) |");
     println!("|---|---|---|---|");
+    let mut quantized = Vec::new();
     for threads in [1, 2] {
         match child("--child-generate", threads, Backend::Ours) {
-            Ok(v) if v.len() == 2 => {
+            Ok(v) if v.len() == 2 + 2 * GENERATION_STORAGES.len() => {
                 println!("| {threads} | yes | {:.1} | {} |", v[0], load());
                 println!("| {threads} | no | {:.1} | {} |", v[1], load());
+                quantized.push((threads, v[2..].to_vec(), load()));
             }
             Ok(v) => println!("| {threads} | failed: printed {v:?} |"),
             Err(e) => println!("| {threads} | failed: {e} |"),
+        }
+    }
+    println!();
+    println!(
+        "gpt_generate, weights stored in blocks (chapter 11): the same model, cached steps, best \
+            of {GENERATION_ROUNDS} alternating rounds"
+    );
+    println!(
+        "| threads | block matrices | tokens/s | ÷ f32 | MB of weights per token | GB/s implied | \
+            load (1, 5, 15 min) |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for (threads, v, load) in quantized {
+        let f32_rate = v[0];
+        for (s, pair) in GENERATION_STORAGES.iter().zip(v.chunks(2)) {
+            let (rate, bytes) = (pair[0], pair[1]);
+            println!(
+                "| {threads} | {} | {rate:.1} | {:.2}× | {:.1} | {:.1} | {load} |",
+                s.name(),
+                rate / f32_rate,
+                bytes / 1e6,
+                rate * bytes / 1e9
+            );
         }
     }
 }

@@ -68,6 +68,44 @@ pub fn kahan_sum(xs: &[f32]) -> f32 {
     todo!()
 }
 
+/// **Quantizing one block**: the scale s = max_i |w_i| / L of the weights `w` (the largest
+/// *magnitude*, whatever its sign, over the largest level L: 127 for int8, 7 for 4-bit) and the
+/// codes q_i = round(w_i / s), rounded to nearest with ties away from zero (`f32::round`), kept
+/// within −L … L. A block of zeros has s = 0 and every code 0 (no division).
+///
+/// Chapter: [Quantized weights: int8 and 4-bit blocks][section-q].
+///
+/// [section-q]: ../../chapters/ch11_precision.md#quantized-weights-int8-and-4-bit-blocks
+pub fn quantize_block(w: &[f32], max_level: i32) -> (f32, Vec<i8>) {
+    #[cfg(feature = "solutions")]
+    return solution::quantize_block(w, max_level);
+    todo!()
+}
+
+/// **Dequantizing one block**: ŵ_i = s·q_i for the codes `codes` of a block with scale `scale`.
+///
+/// Chapter: [Quantized weights: int8 and 4-bit blocks][section-q].
+///
+/// [section-q]: ../../chapters/ch11_precision.md#quantized-weights-int8-and-4-bit-blocks
+pub fn dequantize_block(scale: f32, codes: &[i8]) -> Vec<f32> {
+    #[cfg(feature = "solutions")]
+    return solution::dequantize_block(scale, codes);
+    todo!()
+}
+
+/// **A dot product with an int8 block**: s · Σ_i q_i·x_i for the f32 activations `x` and one
+/// block's codes `codes` (at most 32, as long as `x`) and scale `scale`: the codes widened to
+/// f32, multiplied by the activations and summed, the sum scaled once.
+///
+/// Chapter: [Quantized weights: int8 and 4-bit blocks][section-q].
+///
+/// [section-q]: ../../chapters/ch11_precision.md#quantized-weights-int8-and-4-bit-blocks
+pub fn int8_block_dot(x: &[f32], scale: f32, codes: &[i8]) -> f32 {
+    #[cfg(feature = "solutions")]
+    return solution::int8_block_dot(x, scale, codes);
+    todo!()
+}
+
 // The `solutions` feature's adapters (src/solutions.rs).
 #[cfg(feature = "solutions")]
 use llm_workbook_exercises::solutions::ch11_precision as solution;

@@ -228,4 +228,38 @@ pub mod ch11_precision {
     pub fn kahan_sum(xs: &[f32]) -> f32 {
         llm_workbook::ch11_precision::kahan_sum(xs.iter().copied())
     }
+
+    /// The exercise `quantize_block`: the main crate's scale and rounding.
+    pub fn quantize_block(w: &[f32], max_level: i32) -> (f32, Vec<i8>) {
+        use llm_workbook::ch11_precision::quant::{block_scale, quantize_value};
+        let s = block_scale(w, max_level);
+        (s, w.iter().map(|&x| quantize_value(x, s, max_level)).collect())
+    }
+
+    /// The exercise `dequantize_block`: the main crate's, over the codes given.
+    pub fn dequantize_block(scale: f32, codes: &[i8]) -> Vec<f32> {
+        use llm_workbook::ch11_precision::quant::{BLOCK, Block};
+        let mut block = Block { scale, codes: [0; BLOCK] };
+        let n = codes.len().min(BLOCK);
+        block.codes[..n].copy_from_slice(&codes[..n]);
+        llm_workbook::ch11_precision::quant::dequantize_block(&block)[..n].to_vec()
+    }
+
+    /// The exercise `int8_block_dot`: the main crate's column sum of one block, the activations
+    /// and codes padded with zeros to 32.
+    pub fn int8_block_dot(x: &[f32], scale: f32, codes: &[i8]) -> f32 {
+        use llm_workbook::ch11_precision::quant::{BLOCK, Storage};
+        let (mut xs, mut qs) = ([0.0f32; BLOCK], [0u8; BLOCK]);
+        let n = x.len().min(codes.len()).min(BLOCK);
+        xs[..n].copy_from_slice(&x[..n]);
+        for (q, &c) in qs.iter_mut().zip(&codes[..n]) {
+            *q = c as u8;
+        }
+        llm_workbook::ch11_precision::quant_step::column_dot_reference(
+            &xs,
+            &[scale],
+            &qs,
+            Storage::Int8,
+        )
+    }
 }

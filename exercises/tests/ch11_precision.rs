@@ -12,4 +12,12 @@ use llm_workbook_exercises::{exercise, judge::ch11 as judge};
 mod yours;
 
 // One test per exercise: the judge grades your function, and its message is the failure.
-exercise!(f32_to_bf16, f16_to_f32, balanced_step, kahan_sum);
+exercise!(
+    f32_to_bf16,
+    f16_to_f32,
+    balanced_step,
+    kahan_sum,
+    quantize_block,
+    dequantize_block,
+    int8_block_dot
+);

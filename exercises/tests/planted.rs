@@ -2052,6 +2052,9 @@ mod ch11 {
             f16_to_f32(f16_to_f32),
             balanced_step(|kind: Difference, eps| kind.balanced_step(eps)),
             kahan_sum(s::kahan_sum),
+            quantize_block(s::quantize_block),
+            dequantize_block(s::dequantize_block),
+            int8_block_dot(s::int8_block_dot),
         ]
     }
 
@@ -2116,6 +2119,27 @@ mod ch11 {
     fn kahan_without_its_compensation() {
         let dropped = |xs: &[f32]| xs.iter().fold(0.0f32, |s, &x| s + x);
         catches(j::kahan_sum(dropped), "the compensation dropped");
+    }
+
+    #[test]
+    fn quantization_by_the_max_toward_zero_and_without_the_scale() {
+        let by_max = |w: &[f32], l: i32| {
+            let s = w.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x)) / l as f32;
+            let q = w.iter().map(|&x| if s == 0.0 { 0 } else { (x / s).round() as i8 }).collect();
+            (s, q)
+        };
+        catches(j::quantize_block(by_max), "the largest magnitude");
+        let toward_zero = |w: &[f32], l: i32| {
+            let s = w.iter().fold(0.0f32, |m, &x| m.max(x.abs())) / l as f32;
+            let q = w.iter().map(|&x| if s == 0.0 { 0 } else { (x / s).trunc() as i8 }).collect();
+            (s, q)
+        };
+        catches(j::quantize_block(toward_zero), "rounded toward zero");
+        let codes_only = |_: f32, q: &[i8]| q.iter().map(|&c| f32::from(c)).collect();
+        catches(j::dequantize_block(codes_only), "without the scale");
+        let unscaled =
+            |x: &[f32], _: f32, q: &[i8]| x.iter().zip(q).map(|(&a, &c)| a * f32::from(c)).sum();
+        catches(j::int8_block_dot(unscaled), "the scale forgotten");
     }
 }
 

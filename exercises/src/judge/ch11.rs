@@ -14,6 +14,8 @@ const SUMS: Section =
     Section { chapter: "ch11_precision", anchor: "5-summation-error-grows-with-n" };
 const STEPS: Section =
     Section { chapter: "ch11_precision", anchor: "6-the-step-of-a-gradient-check" };
+const QUANT: Section =
+    Section { chapter: "ch11_precision", anchor: "quantized-weights-int8-and-4-bit-blocks" };
 
 /// The f32 patterns a bf16 rounding must get right, with what each one tests.
 fn bf16_cases() -> Vec<(u32, &'static str)> {
@@ -258,6 +260,114 @@ pub fn kahan_sum(f: impl Fn(&[f32]) -> f32) -> Verdict {
             " — follow the steps in f32 exactly: y = x − c, t = s + y, c = (t − s) − y, s = t"
         };
         return Err(SUMS.fail(format!("{what}: yours {y}, expected {w}{why}")));
+    }
+    Ok(())
+}
+
+/// The blocks a quantization judge tries, with what each one tests: the page's worked 4-bit
+/// block (three ties), a block whose largest magnitude is negative, zeros, tiny and huge
+/// weights, a short block and random ones.
+fn quant_blocks() -> Vec<(Vec<f32>, i32, &'static str)> {
+    let mut blocks = vec![
+        (vec![3.5, -1.25, 0.75, 0.0, -0.25, 2.0], 7, "the page's 4-bit block, with three ties"),
+        (vec![1.984375, -1.0, 0.5078125, 0.0078125, -0.00390625], 127, "an int8 block with ties"),
+        (vec![-2.0, 1.0, 0.5, -0.25], 127, "a block whose largest magnitude is negative"),
+        (vec![-2.0, 1.0, 0.5, -0.25], 7, "the same in 4-bit"),
+        (vec![0.0; 32], 127, "a block of zeros"),
+        (vec![1e-30, -3e-30, 2e-31], 7, "tiny weights"),
+        (vec![1e30, -3e30, 2e31], 127, "huge weights"),
+    ];
+    let mut rng = Rng::new(37);
+    for (n, l) in [(32, 127), (32, 7), (13, 127)] {
+        let w: Vec<f32> = (0..n).map(|_| rng.normal() as f32).collect();
+        blocks.push((w, l, "random weights"));
+    }
+    blocks
+}
+
+/// Quantization of one block, scale and codes exactly as the main crate's; naming the max in
+/// place of the largest magnitude and rounding toward zero.
+pub fn quantize_block(f: impl Fn(&[f32], i32) -> (f32, Vec<i8>)) -> Verdict {
+    not_applicable(&[Probe::Batch, Probe::Errors]);
+    probe(Probe::Scale);
+    probe(Probe::Order);
+    probe(Probe::Named);
+    for (w, l, what) in quant_blocks() {
+        let (s, q) = attempt(QUANT, "quantize_block", || f(&w, l))?;
+        let (ws, wq) = solution::quantize_block(&w, l);
+        if s.to_bits() == ws.to_bits() && q == wq {
+            continue;
+        }
+        let max = w.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x)) / l as f32;
+        let truncated: Vec<i8> = w
+            .iter()
+            .map(|&x| if ws == 0.0 { 0 } else { (x / ws).trunc().clamp(-l as f32, l as f32) as i8 })
+            .collect();
+        let why = if s == max && s != ws {
+            " — the scale from the largest value, not the largest magnitude: a negative weight \
+             larger in size falls outside −L … L; take max |w_i|"
+        } else if s == ws && q == truncated {
+            " — the codes rounded toward zero: that leaves errors up to a whole step; round to \
+             nearest (ties away from zero, f32::round)"
+        } else {
+            ""
+        };
+        return Err(QUANT.fail(format!(
+            "{what} (L = {l}): yours s = {s:e}, q = {q:?}; expected s = {ws:e}, q = {wq:?}{why}"
+        )));
+    }
+    Ok(())
+}
+
+/// Dequantization bit for bit; naming the scale forgotten.
+pub fn dequantize_block(f: impl Fn(f32, &[i8]) -> Vec<f32>) -> Verdict {
+    not_applicable(&[Probe::Batch, Probe::Errors, Probe::Order, Probe::Scale]);
+    probe(Probe::Named);
+    for (w, l, what) in quant_blocks() {
+        let (s, q) = solution::quantize_block(&w, l);
+        let y = attempt(QUANT, "dequantize_block", || f(s, &q))?;
+        let want = solution::dequantize_block(s, &q);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        if bits(&y) == bits(&want) {
+            continue;
+        }
+        let codes: Vec<f32> = q.iter().map(|&c| f32::from(c)).collect();
+        let why =
+            if y == codes { " — the codes returned without the scale: ŵ = s·q" } else { "" };
+        return Err(QUANT.fail(format!("{what}: yours {y:?}, expected {want:?}{why}")));
+    }
+    Ok(())
+}
+
+/// The dot of an int8 block with f32 activations, to a relative 10⁻⁵ of Σ|s·q·x| (the order of
+/// the additions is yours); naming the scale forgotten.
+pub fn int8_block_dot(f: impl Fn(&[f32], f32, &[i8]) -> f32) -> Verdict {
+    not_applicable(&[Probe::Batch, Probe::Errors, Probe::Order]);
+    probe(Probe::Scale);
+    probe(Probe::Named);
+    let mut rng = Rng::new(38);
+    for (w, l, what) in quant_blocks().into_iter().filter(|b| b.1 == 127) {
+        let (s, q) = solution::quantize_block(&w, l);
+        for x_scale in [1.0f32, 1e6] {
+            let x: Vec<f32> = (0..w.len()).map(|_| rng.normal() as f32 * x_scale).collect();
+            let y = attempt(QUANT, "int8_block_dot", || f(&x, s, &q))?;
+            let want = solution::int8_block_dot(&x, s, &q);
+            let size: f64 =
+                x.iter().zip(&q).map(|(&a, &c)| f64::from(a * s).abs() * f64::from(c).abs()).sum();
+            if (f64::from(y) - f64::from(want)).abs() <= 1e-5 * size && y.is_finite() {
+                continue;
+            }
+            let unscaled: f32 = x.iter().zip(&q).map(|(&a, &c)| a * f32::from(c)).sum();
+            let why = if s != 1.0 && (y - unscaled).abs() <= 1e-5 * unscaled.abs().max(1e-30) {
+                " — the scale forgotten: the codes are the weights divided by s; multiply the sum \
+                 by s"
+            } else {
+                ""
+            };
+            return Err(QUANT.fail(format!(
+                "{what}, activations of size {x_scale:e}: yours {y:e}, expected {want:e}{why}"
+            )));
+        }
     }
     Ok(())
 }
