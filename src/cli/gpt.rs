@@ -334,12 +334,24 @@ fn note_flat(dir: &Path, resolved: &Resolved) {
     }
 }
 
+/// Refuses a `--checkpoint` that is not a folder, naming the flag and what was found there (the
+/// loaders would answer with the operating system's words alone, and `gpt resume`'s lock would
+/// create the folder).
+fn checkpoint_folder(op: &'static str, dir: &Path) -> Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    let found = if dir.exists() { "is a file, not a folder" } else { "does not exist" };
+    Err(invalid(
+        op,
+        "--checkpoint",
+        format!("{} {found}; give the folder `gpt train --out` wrote", dir.display()),
+    ))
+}
+
 fn resume(a: ResumeArgs) -> Result<()> {
     let budget = budget::budget(a.memory_budget)?;
-    // A folder that is not there is named as such (the lock would create it).
-    if !a.checkpoint.is_dir() {
-        folder::resolve(&a.checkpoint)?;
-    }
+    checkpoint_folder("gpt resume", &a.checkpoint)?;
     let _lock = folder::Lock::take(&a.checkpoint, "gpt resume")?;
     refuse_stored(&a.checkpoint)?;
     let open = run::open_run_with(&a.checkpoint, budget, a.data.as_deref())?;
@@ -456,6 +468,7 @@ fn sample(a: SampleArgs) -> Result<()> {
     let sampling = Decoding::Sample { temperature, top_k: a.top_k, top_p: a.top_p };
     sampling.validate()?;
     let decoding = if a.greedy { Decoding::Greedy } else { sampling };
+    checkpoint_folder("gpt sample", &a.checkpoint)?;
     let (tok, model, resolved) =
         run::load_for_sampling(&a.checkpoint, budget::budget(a.memory_budget)?)?;
     note_flat(&a.checkpoint, &resolved);
@@ -522,6 +535,7 @@ fn quantize(a: QuantizeArgs) -> Result<()> {
         QuantizeTo::Q4 => Storage::Q4,
     };
     let budget = budget::budget(a.memory_budget)?;
+    checkpoint_folder("gpt quantize", &a.checkpoint)?;
     let source = folder::resolve(&a.checkpoint)?.path;
     let config = source.join(CONFIG_FILE);
     let bytes = std::fs::read(&config).map_err(|e| {
