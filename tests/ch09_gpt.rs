@@ -2495,6 +2495,15 @@ mod hardening {
             }
         }
         assert!(!missing.exists(), "a refused command creates no folder");
+        // An --out that is a file, or a folder that cannot be made: one line naming the command
+        // and the path, before any training.
+        let under = file.join("run");
+        let u = under.to_str().unwrap();
+        for (out, wanted) in [(f, ["--out", "is a file"]), (u, ["folder", "cannot create"])] {
+            let args = ["gpt", "train", "--steps", "2", "--out", out];
+            let r = cli(&args, &[]);
+            assert_one_line_error(&r, 1, &["gpt train", out, wanted[0], wanted[1]], out);
+        }
         let out = dir.join("never").join("out");
         let o = out.to_str().unwrap();
         assert_one_line_error(

@@ -229,6 +229,7 @@ fn train(a: TrainArgs) -> Result<()> {
         return Err(invalid("gpt train", arg, "must be at least 1, got 0"));
     }
     // One writer a folder, from before the first look at it until the process ends.
+    out_folder("gpt train", &a.out)?;
     let _lock = folder::Lock::take(&a.out, "gpt train")?;
     if !a.force && folder::holds_checkpoint(&a.out) {
         return Err(invalid(
@@ -347,6 +348,18 @@ fn checkpoint_folder(op: &'static str, dir: &Path) -> Result<()> {
         "--checkpoint",
         format!("{} {found}; give the folder `gpt train --out` wrote", dir.display()),
     ))
+}
+
+/// Refuses an `--out` that names a file: the folder cannot be made there.
+fn out_folder(op: &'static str, dir: &Path) -> Result<()> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(invalid(
+            op,
+            "--out",
+            format!("{} is a file, not a folder; give a folder to write into", dir.display()),
+        ));
+    }
+    Ok(())
 }
 
 fn resume(a: ResumeArgs) -> Result<()> {
@@ -561,6 +574,7 @@ fn quantize(a: QuantizeArgs) -> Result<()> {
         }
     }
     // One writer a folder, as `gpt train`; the files saved as one generation.
+    out_folder("gpt quantize", &a.out)?;
     let _lock = folder::Lock::take(&a.out, "gpt quantize")?;
     if folder::holds_checkpoint(&a.out) || !folder::foreign_entries(&a.out).is_empty() {
         return Err(invalid(
