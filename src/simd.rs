@@ -888,82 +888,134 @@ pub(crate) const QUANT_BLOCK: usize = 32;
 /// Lanes of the block dot's partial sums: one AVX2 register of f32.
 pub(crate) const QUANT_LANES: usize = 8;
 
-/// Σ_b s_b·(Σ_i q_{b,i}·x_{b,i}) for one column of blocks, with AVX2 and FMA, in the order of the
-/// scalar reference (`ch11_precision::quant_step::column_dot_reference`), so the bits agree: in
-/// each of 8 lanes l, the block's partial sum t_l = q_l·x_l, then t_l ← q_{8c+l}·x_{8c+l} + t_l
-/// fused for c = 1, 2, 3, then acc_l ← t_l·s_b + acc_l fused; at the end ((acc₀ + acc₁) +
-/// (acc₂ + acc₃)) + ((acc₄ + acc₅) + (acc₆ + acc₇)). `four_bit` selects the codes' storage: one
-/// signed byte each (32 bytes a block), or two per byte (16 bytes a block, q_i + 8 in the low
-/// four bits of byte i and q_{i+16} + 8 in the high four). Panics (before reading memory) unless
-/// `x` holds 32 values and `codes` a block's bytes for every scale.
-pub(crate) fn quant_column_dot(
+/// Columns summed in one pass of the quantized dot: they share each block's loads of x.
+const QUANT_COLUMNS: usize = 4;
+
+/// out_j = Σ_b s_{b,j}·(Σ_i q_{b,i,j}·x_{32b+i}) for a run of columns j of blocks, with AVX2 and
+/// FMA, in the order of the scalar reference (`ch11_precision::quant_step::column_dot_reference`),
+/// so the bits agree: for each column, in each of 8 lanes l, the block's partial sum
+/// t_l = q_l·x_l, then t_l ← q_{8c+l}·x_{8c+l} + t_l fused for c = 1, 2, 3, then
+/// acc_l ← t_l·s_b + acc_l fused; at the end ((acc₀ + acc₁) + (acc₂ + acc₃)) + ((acc₄ + acc₅) +
+/// (acc₆ + acc₇)). Four columns go through the blocks together (x loaded once for the four), the
+/// last `out.len() mod 4` one at a time; each column's sum is the same either way. `x` holds the
+/// 32·B values of B blocks; `scales` B per column, column after column (B·`out.len()`);
+/// `codes` the blocks' bytes in the same order, 32 a block (one signed byte a code) or, when
+/// `four_bit`, 16 (q_i + 8 in the low four bits of byte i and q_{i+16} + 8 in the high four).
+/// Panics (before reading memory) when the lengths disagree.
+pub(crate) fn quant_columns_dot(
     _token: Avx2,
     x: &[f32],
     scales: &[f32],
     codes: &[u8],
     four_bit: bool,
-) -> f32 {
+    out: &mut [f32],
+) {
     let per = if four_bit { QUANT_BLOCK / 2 } else { QUANT_BLOCK };
+    let blocks = x.len() / QUANT_BLOCK;
     assert!(
-        x.len() == scales.len() * QUANT_BLOCK && codes.len() == scales.len() * per,
-        "a quantized column of {} blocks needs {} values and {} code bytes, got {} and {}",
-        scales.len(),
-        scales.len() * QUANT_BLOCK,
-        scales.len() * per,
+        x.len() == blocks * QUANT_BLOCK
+            && scales.len() == blocks * out.len()
+            && codes.len() == scales.len() * per,
+        "{} quantized columns of {} values need {} scales and {} code bytes, got {} and {}",
+        out.len(),
         x.len(),
+        blocks * out.len(),
+        blocks * out.len() * per,
+        scales.len(),
         codes.len()
     );
-    // SAFETY: the token proves AVX2 and FMA; the lengths were checked above, and the body reads
-    // block b's 32 values of x from 32·b and its `per` code bytes from per·b only.
-    let lanes = unsafe { quant_column_avx2(x, scales, codes, four_bit) };
-    ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3]))
-        + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))
+    let reduce =
+        |l: [f32; QUANT_LANES]| ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+    let (group_scales, group_codes) = (QUANT_COLUMNS * blocks, QUANT_COLUMNS * blocks * per);
+    let mut j = 0;
+    while j + QUANT_COLUMNS <= out.len() {
+        let (s, c) =
+            (&scales[j * blocks..][..group_scales], &codes[j * blocks * per..][..group_codes]);
+        // SAFETY: the token proves AVX2 and FMA; `s` holds B scales and `c` B blocks of codes
+        // for each of the four columns, and `x` B blocks of values.
+        let lanes = unsafe {
+            if four_bit {
+                quant_columns_avx2::<QUANT_COLUMNS, true>(x, s, c)
+            } else {
+                quant_columns_avx2::<QUANT_COLUMNS, false>(x, s, c)
+            }
+        };
+        for (o, l) in out[j..j + QUANT_COLUMNS].iter_mut().zip(lanes) {
+            *o = reduce(l);
+        }
+        j += QUANT_COLUMNS;
+    }
+    for (j, o) in out.iter_mut().enumerate().skip(j) {
+        let (s, c) = (&scales[j * blocks..][..blocks], &codes[j * blocks * per..][..blocks * per]);
+        // SAFETY: as above, for one column.
+        let [lanes] = unsafe {
+            if four_bit {
+                quant_columns_avx2::<1, true>(x, s, c)
+            } else {
+                quant_columns_avx2::<1, false>(x, s, c)
+            }
+        };
+        *o = reduce(lanes);
+    }
 }
 
+/// The 8 lane sums of `N` columns (see [`quant_columns_dot`]).
+///
 /// # Safety
 ///
-/// The CPU must support AVX2 and FMA; `x` must hold 32·`scales.len()` values and `codes` 32 (or,
-/// `four_bit`, 16) bytes per scale.
+/// The CPU must support AVX2 and FMA; with B = `x.len()` / 32, `scales` must hold N·B values and
+/// `codes` N·B blocks of 32 (or, `Q4`, 16) bytes, column after column.
 #[target_feature(enable = "avx2,fma")]
-unsafe fn quant_column_avx2(
+unsafe fn quant_columns_avx2<const N: usize, const Q4: bool>(
     x: &[f32],
     scales: &[f32],
     codes: &[u8],
-    four_bit: bool,
-) -> [f32; QUANT_LANES] {
+) -> [[f32; QUANT_LANES]; N] {
+    let per = if Q4 { QUANT_BLOCK / 2 } else { QUANT_BLOCK };
+    let blocks = x.len() / QUANT_BLOCK;
     // SAFETY: the caller's contract (above): the features are present and every read below
-    // stays inside the slices.
+    // stays inside the slices (block b of column n: scale n·B + b, codes from per·(n·B + b)).
     unsafe {
-        let mut acc = _mm256_setzero_ps();
+        let mut acc = [_mm256_setzero_ps(); N];
         let low_nibbles = _mm_set1_epi8(0x0f);
         let offset = _mm_set1_epi8(8);
-        for (b, &s) in scales.iter().enumerate() {
-            let xp = x.as_ptr().add(b * QUANT_BLOCK);
-            // The block's 32 codes as four vectors of 8 i32 lanes, weights 8c … 8c + 7.
-            let q: [__m256i; 4] = if four_bit {
-                let bytes = _mm_loadu_si128(codes.as_ptr().add(b * QUANT_BLOCK / 2).cast());
-                let lo = _mm_sub_epi8(_mm_and_si128(bytes, low_nibbles), offset);
-                let hi =
-                    _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16::<4>(bytes), low_nibbles), offset);
-                [
-                    _mm256_cvtepi8_epi32(lo),
-                    _mm256_cvtepi8_epi32(_mm_srli_si128::<8>(lo)),
-                    _mm256_cvtepi8_epi32(hi),
-                    _mm256_cvtepi8_epi32(_mm_srli_si128::<8>(hi)),
-                ]
-            } else {
-                let p = codes.as_ptr().add(b * QUANT_BLOCK);
-                [0, 1, 2, 3].map(|c| _mm256_cvtepi8_epi32(_mm_loadl_epi64(p.add(8 * c).cast())))
-            };
-            let qf = q.map(|v| _mm256_cvtepi32_ps(v));
-            let mut t = _mm256_mul_ps(qf[0], _mm256_loadu_ps(xp));
-            for (c, qc) in qf.iter().enumerate().skip(1) {
-                t = _mm256_fmadd_ps(*qc, _mm256_loadu_ps(xp.add(8 * c)), t);
+        let (xp0, sp0, cp0) = (x.as_ptr(), scales.as_ptr(), codes.as_ptr());
+        for b in 0..blocks {
+            let xp = xp0.add(b * QUANT_BLOCK);
+            let xv = [0, 1, 2, 3].map(|c| _mm256_loadu_ps(xp.add(QUANT_LANES * c)));
+            for (n, a) in acc.iter_mut().enumerate() {
+                let block = n * blocks + b;
+                let cp = cp0.add(block * per);
+                // The same block of the next group of columns: the codes are one stream,
+                // column after column, which four interleaved reads hide from the prefetcher.
+                _mm_prefetch::<_MM_HINT_T0>(cp.wrapping_add(N * blocks * per).cast());
+                // The block's 32 codes as four vectors of 8 f32 lanes, weights 8c … 8c + 7.
+                let q: [__m256; 4] = if Q4 {
+                    let bytes = _mm_loadu_si128(cp.cast());
+                    let lo = _mm_sub_epi8(_mm_and_si128(bytes, low_nibbles), offset);
+                    let hi = _mm_sub_epi8(
+                        _mm_and_si128(_mm_srli_epi16::<4>(bytes), low_nibbles),
+                        offset,
+                    );
+                    [lo, _mm_srli_si128::<8>(lo), hi, _mm_srli_si128::<8>(hi)]
+                        .map(|v| _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)))
+                } else {
+                    [0, 1, 2, 3].map(|c| {
+                        let v = _mm_loadl_epi64(cp.add(QUANT_LANES * c).cast());
+                        _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v))
+                    })
+                };
+                let mut t = _mm256_mul_ps(q[0], xv[0]);
+                t = _mm256_fmadd_ps(q[1], xv[1], t);
+                t = _mm256_fmadd_ps(q[2], xv[2], t);
+                t = _mm256_fmadd_ps(q[3], xv[3], t);
+                *a = _mm256_fmadd_ps(t, _mm256_set1_ps(*sp0.add(block)), *a);
             }
-            acc = _mm256_fmadd_ps(t, _mm256_set1_ps(s), acc);
         }
-        let mut out = [0.0f32; QUANT_LANES];
-        _mm256_storeu_ps(out.as_mut_ptr(), acc);
+        let mut out = [[0.0f32; QUANT_LANES]; N];
+        for (o, a) in out.iter_mut().zip(acc) {
+            _mm256_storeu_ps(o.as_mut_ptr(), a);
+        }
         out
     }
 }

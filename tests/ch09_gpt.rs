@@ -2479,18 +2479,31 @@ mod hardening {
         let dir = common::temp_dir("ch09_cli_hardening");
         let missing = dir.join("missing");
         let m = missing.to_str().unwrap();
-        assert_one_line_error(
-            &cli(&["gpt", "sample", "--checkpoint", m], &[]),
-            1,
-            &["missing"],
-            "sample from nothing",
-        );
-        assert_one_line_error(
-            &cli(&["gpt", "resume", "--checkpoint", m, "--steps", "5"], &[]),
-            1,
-            &["missing"],
-            "resume nothing",
-        );
+        // A checkpoint that is not there, or a file where the folder should be: each command
+        // names its flag and what it found, and creates nothing.
+        let file = dir.join("model.txt");
+        std::fs::write(&file, "not a folder").unwrap();
+        let f = file.to_str().unwrap();
+        for (path, found) in [(m, "does not exist"), (f, "is a file")] {
+            for args in [
+                vec!["gpt", "sample", "--checkpoint", path],
+                vec!["gpt", "resume", "--checkpoint", path, "--steps", "5"],
+                vec!["gpt", "quantize", "--checkpoint", path, "--to", "int8", "--out", "q"],
+            ] {
+                let wanted = [args[1], "--checkpoint", path, found];
+                assert_one_line_error(&cli(&args, &[]), 1, &wanted, &format!("{args:?}"));
+            }
+        }
+        assert!(!missing.exists(), "a refused command creates no folder");
+        // An --out that is a file, or a folder that cannot be made: one line naming the command
+        // and the path, before any training.
+        let under = file.join("run");
+        let u = under.to_str().unwrap();
+        for (out, wanted) in [(f, ["--out", "is a file"]), (u, ["folder", "cannot create"])] {
+            let args = ["gpt", "train", "--steps", "2", "--out", out];
+            let r = cli(&args, &[]);
+            assert_one_line_error(&r, 1, &["gpt train", out, wanted[0], wanted[1]], out);
+        }
         let out = dir.join("never").join("out");
         let o = out.to_str().unwrap();
         assert_one_line_error(

@@ -977,7 +977,7 @@ mod quant_step {
         eprintln!("paths on this CPU: {paths:?}");
         let mut rng = Rng::new(11);
         for k in [1, 7, 31, 32, 33, 64, 95, 100, 384] {
-            for n in [1, 3, 17] {
+            for n in [1, 3, 4, 9, 17] {
                 let w: DMatrix<f32> = rng.normal_matrix(k, n, 0.5);
                 let x: Vec<f32> = rng.normal_matrix::<f32>(1, k, 1.0).iter().copied().collect();
                 for storage in [Storage::Int8, Storage::Q4] {

@@ -82,13 +82,34 @@ impl DotPath {
         DotPath::available().pop().unwrap_or(DotPath::Reference)
     }
 
-    /// The column sum by this path (the reference where the CPU lacks it).
-    fn column_dot(self, x: &[f32], scales: &[f32], codes: &[u8], storage: Storage) -> f32 {
+    /// out_j = the column sum of column j by this path (the reference where the CPU lacks it),
+    /// for a run of columns: `scales` B per column and `codes` B blocks per column, column after
+    /// column, `x` 32·B values.
+    fn columns_dot(
+        self,
+        x: &[f32],
+        scales: &[f32],
+        codes: &[u8],
+        storage: Storage,
+        out: &mut [f32],
+    ) {
         #[cfg(target_arch = "x86_64")]
         if let (DotPath::Avx2, Some(token)) = (self, crate::simd::Avx2::detect()) {
-            return crate::simd::quant_column_dot(token, x, scales, codes, storage == Storage::Q4);
+            return crate::simd::quant_columns_dot(
+                token,
+                x,
+                scales,
+                codes,
+                storage == Storage::Q4,
+                out,
+            );
         }
-        column_dot_reference(x, scales, codes, storage)
+        let blocks = x.len() / BLOCK;
+        let per = blocks * storage.code_bytes_per_block();
+        for (j, o) in out.iter_mut().enumerate() {
+            let (s, c) = (&scales[j * blocks..][..blocks], &codes[j * per..][..per]);
+            *o = column_dot_reference(x, s, c, storage);
+        }
     }
 }
 
@@ -114,10 +135,6 @@ pub fn quant_row_product(
     let mut padded = x.to_vec();
     padded.resize(blocks * BLOCK, 0.0);
     let per = w.storage.code_bytes_per_block();
-    let column = |j: usize| {
-        let (scales, codes) = (&w.scales[j * blocks..][..blocks], &w.codes[j * blocks * per..]);
-        path.column_dot(&padded, scales, &codes[..blocks * per], w.storage)
-    };
     let parts = threads.clamp(1, w.cols.max(1));
     let per_part = w.cols.div_ceil(parts);
     let runs: Vec<Range<usize>> = (0..parts)
@@ -125,7 +142,11 @@ pub fn quant_row_product(
         .filter(|r| !r.is_empty())
         .collect();
     let sums = share_pieces(&mut vec![(); runs.len().max(1)], runs, |(), r| {
-        r.map(column).collect::<Vec<f32>>()
+        let mut out = vec![0.0f32; r.len()];
+        let scales = &w.scales[r.start * blocks..r.end * blocks];
+        let codes = &w.codes[r.start * blocks * per..r.end * blocks * per];
+        path.columns_dot(&padded, scales, codes, w.storage, &mut out);
+        out
     });
     Ok(sums.into_iter().flatten().collect())
 }

@@ -229,6 +229,7 @@ fn train(a: TrainArgs) -> Result<()> {
         return Err(invalid("gpt train", arg, "must be at least 1, got 0"));
     }
     // One writer a folder, from before the first look at it until the process ends.
+    out_folder("gpt train", &a.out)?;
     let _lock = folder::Lock::take(&a.out, "gpt train")?;
     if !a.force && folder::holds_checkpoint(&a.out) {
         return Err(invalid(
@@ -334,12 +335,36 @@ fn note_flat(dir: &Path, resolved: &Resolved) {
     }
 }
 
+/// Refuses a `--checkpoint` that is not a folder, naming the flag and what was found there (the
+/// loaders would answer with the operating system's words alone, and `gpt resume`'s lock would
+/// create the folder).
+fn checkpoint_folder(op: &'static str, dir: &Path) -> Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    let found = if dir.exists() { "is a file, not a folder" } else { "does not exist" };
+    Err(invalid(
+        op,
+        "--checkpoint",
+        format!("{} {found}; give the folder `gpt train --out` wrote", dir.display()),
+    ))
+}
+
+/// Refuses an `--out` that names a file: the folder cannot be made there.
+fn out_folder(op: &'static str, dir: &Path) -> Result<()> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(invalid(
+            op,
+            "--out",
+            format!("{} is a file, not a folder; give a folder to write into", dir.display()),
+        ));
+    }
+    Ok(())
+}
+
 fn resume(a: ResumeArgs) -> Result<()> {
     let budget = budget::budget(a.memory_budget)?;
-    // A folder that is not there is named as such (the lock would create it).
-    if !a.checkpoint.is_dir() {
-        folder::resolve(&a.checkpoint)?;
-    }
+    checkpoint_folder("gpt resume", &a.checkpoint)?;
     let _lock = folder::Lock::take(&a.checkpoint, "gpt resume")?;
     refuse_stored(&a.checkpoint)?;
     let open = run::open_run_with(&a.checkpoint, budget, a.data.as_deref())?;
@@ -456,6 +481,7 @@ fn sample(a: SampleArgs) -> Result<()> {
     let sampling = Decoding::Sample { temperature, top_k: a.top_k, top_p: a.top_p };
     sampling.validate()?;
     let decoding = if a.greedy { Decoding::Greedy } else { sampling };
+    checkpoint_folder("gpt sample", &a.checkpoint)?;
     let (tok, model, resolved) =
         run::load_for_sampling(&a.checkpoint, budget::budget(a.memory_budget)?)?;
     note_flat(&a.checkpoint, &resolved);
@@ -522,6 +548,7 @@ fn quantize(a: QuantizeArgs) -> Result<()> {
         QuantizeTo::Q4 => Storage::Q4,
     };
     let budget = budget::budget(a.memory_budget)?;
+    checkpoint_folder("gpt quantize", &a.checkpoint)?;
     let source = folder::resolve(&a.checkpoint)?.path;
     let config = source.join(CONFIG_FILE);
     let bytes = std::fs::read(&config).map_err(|e| {
@@ -547,6 +574,7 @@ fn quantize(a: QuantizeArgs) -> Result<()> {
         }
     }
     // One writer a folder, as `gpt train`; the files saved as one generation.
+    out_folder("gpt quantize", &a.out)?;
     let _lock = folder::Lock::take(&a.out, "gpt quantize")?;
     if folder::holds_checkpoint(&a.out) || !folder::foreign_entries(&a.out).is_empty() {
         return Err(invalid(

@@ -386,7 +386,9 @@ impl Lock {
             .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
             .map(Path::to_path_buf)
             .collect();
-        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        std::fs::create_dir_all(dir).map_err(|e| {
+            invalid(command, "folder", format!("cannot create {}: {e}", dir.display()))
+        })?;
         let path = dir.join(LOCK_FILE);
         // The file is opened again when a releasing writer removed it between our open and our
         // lock (then we would hold a lock on a name no one else sees).
