@@ -2504,6 +2504,16 @@ mod hardening {
             let r = cli(&args, &[]);
             assert_one_line_error(&r, 1, &["gpt train", out, wanted[0], wanted[1]], out);
         }
+        // gpt quantize checks its --out before it reads the model (any folder passes as the
+        // checkpoint here: the model would be read after).
+        let d = dir.to_str().unwrap();
+        let r = cli(&["gpt", "quantize", "--checkpoint", d, "--to", "q4", "--out", f], &[]);
+        assert_one_line_error(
+            &r,
+            1,
+            &["gpt quantize", "--out", f, "is a file"],
+            "quantize to a file",
+        );
         let out = dir.join("never").join("out");
         let o = out.to_str().unwrap();
         assert_one_line_error(

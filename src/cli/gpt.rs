@@ -549,6 +549,8 @@ fn quantize(a: QuantizeArgs) -> Result<()> {
     };
     let budget = budget::budget(a.memory_budget)?;
     checkpoint_folder("gpt quantize", &a.checkpoint)?;
+    // Both folders checked before the model is read.
+    out_folder("gpt quantize", &a.out)?;
     let source = folder::resolve(&a.checkpoint)?.path;
     let config = source.join(CONFIG_FILE);
     let bytes = std::fs::read(&config).map_err(|e| {
@@ -574,7 +576,6 @@ fn quantize(a: QuantizeArgs) -> Result<()> {
         }
     }
     // One writer a folder, as `gpt train`; the files saved as one generation.
-    out_folder("gpt quantize", &a.out)?;
     let _lock = folder::Lock::take(&a.out, "gpt quantize")?;
     if folder::holds_checkpoint(&a.out) || !folder::foreign_entries(&a.out).is_empty() {
         return Err(invalid(
