@@ -352,8 +352,24 @@ impl<T: Element> Job<'_, T> {
                         let prefetch_next = b_in_place && b.rs == 1 && mc <= mr;
                         BSlivers { data, step, lane, next, count, prefetch_next }
                     };
-                    let (full_slivers, edge_cols) = (nc / nr, nc % nr);
+                    let (mut full_slivers, mut edge_cols) = (nc / nr, nc % nr);
                     let (alpha, narrow) = (self.alpha, !mk.narrow_widths().is_empty());
+                    // The last full sliver and a remainder of fewer than 4 columns as 4-column
+                    // tiles, when they are a whole number of them (NR = 6 with 2 columns left:
+                    // 4 + 4, not 6 + 2). A 2-column tile holds half the accumulators the FMA
+                    // latency needs in flight; a 4-column one, as many as a full tile's two
+                    // thirds. Only op(B) in place has one lane between all its columns.
+                    let fours = (nr + edge_cols) / 4;
+                    let split_in_fours = mk.narrow_widths().contains(&4)
+                        && b_in_place
+                        && full > 0
+                        && full_slivers > 0
+                        && (1..4).contains(&edge_cols)
+                        && (nr + edge_cols).is_multiple_of(4);
+                    if split_in_fours {
+                        full_slivers -= 1;
+                        edge_cols = 0;
+                    }
                     // Loops 2 and 1 over the full tiles: one run of the micro-kernel for every
                     // full sliver of B̃ against every full tile of Ã, its bounds checked once.
                     if full > 0 && full_slivers > 0 {
@@ -361,9 +377,15 @@ impl<T: Element> Job<'_, T> {
                         let c_run = &mut piece.columns[jc..jc + full_slivers * nr];
                         mk.run(kc, nr, a_full, b_run, alpha, beta, c_run, ic);
                     }
+                    let jr = full_slivers * nr;
+                    if split_in_fours {
+                        let b4 = b_from(jr, fours);
+                        let b_run = BSlivers { next: 4 * b4.lane, ..b4 };
+                        let c_run = &mut piece.columns[jc + jr..jc + nc];
+                        mk.run(kc, 4, a_full, b_run, alpha, beta, c_run, ic);
+                    }
                     // The last columns: the kernel's narrower widths straight into C, or (the
                     // portable kernel) a whole tile through the scratch tile.
-                    let jr = full_slivers * nr;
                     let c_edge = &mut piece.columns[jc + jr..jc + nc];
                     if full > 0 && edge_cols > 0 && narrow {
                         narrow_rows(mk, kc, a_full, b_from(jr, 1), alpha, beta, c_edge, ic);
