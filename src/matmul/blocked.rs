@@ -9,6 +9,12 @@
 //!                   micro-kernel: C[ic+ir.., jc+jr..] (MR×NR) ← α·Ã·B̃ + β·C  ...... registers
 //! ```
 //!
+//! Loops 2 and 1 over the full tiles of a block are one call of the micro-kernel (a run of tiles:
+//! every full sliver of B̃ against every full tile of Ã, its bounds checked once), so the cost of
+//! calling a kernel (its checks, the indirect call, C's column slices) is paid per block, not per
+//! tile; the last columns (narrower tiles) and the last rows (the scratch tile) are calls of their
+//! own.
+//!
 //! A SIMD kernel skips packing B̃ when B's rows are close enough (`in_place_b`): it reads each
 //! sliver of op(B) where it lies, a partial last sliver included (its narrower tiles read only the
 //! columns that exist).
