@@ -595,16 +595,32 @@ tile_wrapper!(
     avx2_f32, "avx2,fma", Avx2F32, f32, AVX2_F32_MR, AVX2_F32_NR
 );
 tile_wrapper!(
+    /// AVX2+FMA, f32, the half-height tile of the last rows: 8×6.
+    avx2_f32_half, "avx2,fma", Avx2F32, f32, AVX2_F32_MR / 2, AVX2_F32_NR
+);
+tile_wrapper!(
     /// AVX2+FMA, f64: an 8×6 tile in 12 of the 16 ymm registers.
     avx2_f64, "avx2,fma", Avx2F64, f64, AVX2_F64_MR, AVX2_F64_NR
+);
+tile_wrapper!(
+    /// AVX2+FMA, f64, the half-height tile of the last rows: 4×6.
+    avx2_f64_half, "avx2,fma", Avx2F64, f64, AVX2_F64_MR / 2, AVX2_F64_NR
 );
 tile_wrapper!(
     /// AVX-512F, f32: a 32×8 tile in 16 of the 32 zmm registers.
     avx512_f32, "avx512f", Avx512F32, f32, AVX512_F32_MR, AVX512_F32_NR
 );
 tile_wrapper!(
+    /// AVX-512F, f32, the half-height tile of the last rows: 16×8.
+    avx512_f32_half, "avx512f", Avx512F32, f32, AVX512_F32_MR / 2, AVX512_F32_NR
+);
+tile_wrapper!(
     /// AVX-512F, f64: a 16×8 tile in 16 of the 32 zmm registers.
     avx512_f64, "avx512f", Avx512F64, f64, AVX512_F64_MR, AVX512_F64_NR
+);
+tile_wrapper!(
+    /// AVX-512F, f64, the half-height tile of the last rows: 8×8.
+    avx512_f64_half, "avx512f", Avx512F64, f64, AVX512_F64_MR / 2, AVX512_F64_NR
 );
 
 /// A SIMD micro-kernel for element type `T`: one wrapper compiled for each layout of B and each
@@ -612,74 +628,87 @@ tile_wrapper!(
 /// constructors take a token, so a `SimdKernel` exists only on a CPU that runs its instructions.
 #[derive(Clone, Copy)]
 pub(crate) struct SimdKernel<T: 'static> {
-    /// The wrapper compiled for each width (NR, then [`NARROW`]) and each way of addressing B
-    /// ([`B_PACKED`], [`B_ROWS`], [`B_COLS`]): a static table, so the kernel is two words to copy.
+    /// The wrapper compiled for each height (MR, then MR/2 for the last rows of C), each width
+    /// (NR, then [`NARROW`]) and each way of addressing B ([`B_PACKED`], [`B_ROWS`],
+    /// [`B_COLS`]): a static table, so the kernel is three words to copy.
     by_layout: &'static Variants<T>,
+    mr: usize,
     nr: usize,
 }
 
-/// One wrapper's variants, by width and layout of B.
-type Variants<T> = [[TileFn<T>; 3]; 4];
+/// One kernel's variants, by height, width and layout of B.
+type Variants<T> = [[[TileFn<T>; 3]; 4]; 2];
 
 /// The narrower tiles every SIMD kernel also has, for the last columns of C: a remainder of r <
 /// NR columns is covered by the binary digits of r, each in one call.
 pub(crate) const NARROW: [usize; 3] = [4, 2, 1];
 
-/// One wrapper for every width and layout, in the order of [`SimdKernel::by_layout`].
+/// One wrapper for every height, width and layout, in the order of [`SimdKernel::by_layout`].
 macro_rules! by_layout {
-    ($name:ident, $nr:expr) => {{
+    ($name:ident, $half:ident, $nr:expr) => {{
         macro_rules! layouts {
-            ($w:expr) => {
-                [$name::<B_PACKED, { $w }>, $name::<B_ROWS, { $w }>, $name::<B_COLS, { $w }>]
+            ($f:ident, $w:expr) => {
+                [$f::<B_PACKED, { $w }>, $f::<B_ROWS, { $w }>, $f::<B_COLS, { $w }>]
             };
         }
-        [layouts!($nr), layouts!(NARROW[0]), layouts!(NARROW[1]), layouts!(NARROW[2])]
+        macro_rules! widths {
+            ($f:ident) => {
+                [
+                    layouts!($f, $nr),
+                    layouts!($f, NARROW[0]),
+                    layouts!($f, NARROW[1]),
+                    layouts!($f, NARROW[2]),
+                ]
+            };
+        }
+        [widths!($name), widths!($half)]
     }};
 }
 
-static AVX2_F32: Variants<f32> = by_layout!(avx2_f32, AVX2_F32_NR);
-static AVX2_F64: Variants<f64> = by_layout!(avx2_f64, AVX2_F64_NR);
-static AVX512_F32: Variants<f32> = by_layout!(avx512_f32, AVX512_F32_NR);
-static AVX512_F64: Variants<f64> = by_layout!(avx512_f64, AVX512_F64_NR);
+static AVX2_F32: Variants<f32> = by_layout!(avx2_f32, avx2_f32_half, AVX2_F32_NR);
+static AVX2_F64: Variants<f64> = by_layout!(avx2_f64, avx2_f64_half, AVX2_F64_NR);
+static AVX512_F32: Variants<f32> = by_layout!(avx512_f32, avx512_f32_half, AVX512_F32_NR);
+static AVX512_F64: Variants<f64> = by_layout!(avx512_f64, avx512_f64_half, AVX512_F64_NR);
 
 impl Avx2 {
     /// The AVX2 f32 micro-kernel (16×6).
     pub(crate) fn f32_kernel(self) -> SimdKernel<f32> {
-        SimdKernel { by_layout: &AVX2_F32, nr: AVX2_F32_NR }
+        SimdKernel { by_layout: &AVX2_F32, mr: AVX2_F32_MR, nr: AVX2_F32_NR }
     }
     /// The AVX2 f64 micro-kernel (8×6).
     pub(crate) fn f64_kernel(self) -> SimdKernel<f64> {
-        SimdKernel { by_layout: &AVX2_F64, nr: AVX2_F64_NR }
+        SimdKernel { by_layout: &AVX2_F64, mr: AVX2_F64_MR, nr: AVX2_F64_NR }
     }
 }
 
 impl Avx512 {
     /// The AVX-512 f32 micro-kernel (32×8).
     pub(crate) fn f32_kernel(self) -> SimdKernel<f32> {
-        SimdKernel { by_layout: &AVX512_F32, nr: AVX512_F32_NR }
+        SimdKernel { by_layout: &AVX512_F32, mr: AVX512_F32_MR, nr: AVX512_F32_NR }
     }
     /// The AVX-512 f64 micro-kernel (16×8).
     pub(crate) fn f64_kernel(self) -> SimdKernel<f64> {
-        SimdKernel { by_layout: &AVX512_F64, nr: AVX512_F64_NR }
+        SimdKernel { by_layout: &AVX512_F64, mr: AVX512_F64_MR, nr: AVX512_F64_NR }
     }
 }
 
 impl<T> SimdKernel<T> {
-    /// One run of tiles (see [`tile_body`]): for each of `slivers` slivers of `cols` columns of B
-    /// (`cols`: NR or one of [`NARROW`]; sliver s from `b[s·b_next]` on, element (p, j) at
-    /// `p·b_step + j·b_lane` from there), each of `tiles` tiles of MR rows of Ã (tile t from
-    /// `a[t·a_next]` on, element (i, p) at `p·a_step + i` from there): C ← α·Ã·B̃ + β·C on rows
-    /// `row + t·MR ..` of columns `s·cols ..` of `c`. The variant compiled for that width and
-    /// layout of B (packed: step NR and lane 1; lane 1; step 1) runs it, its bounds checked once.
-    /// `prefetch_next` asks for each next sliver of B while one is used (with step 1 only).
-    /// Panics (before touching memory) if a slice is too short for what it stands for, or if
+    /// One run of tiles (see [`tile_body`]) of `rows` rows (MR, or MR/2 for the last rows of C)
+    /// and `cols` columns (NR or one of [`NARROW`]): for each of `slivers` slivers of B (sliver s
+    /// from `b[s·b_next]` on, element (p, j) at `p·b_step + j·b_lane` from there), each of
+    /// `tiles` tiles of Ã (tile t from `a[t·a_next]` on, element (i, p) at `p·a_step + i` from
+    /// there): C ← α·Ã·B̃ + β·C on rows `row + t·rows ..` of columns `s·cols ..` of `c`. The
+    /// variant compiled for that height, width and layout of B (packed: step NR and lane 1; lane
+    /// 1; step 1) runs it, its bounds checked once. `prefetch_next` asks for each next sliver of
+    /// B while one is used (with step 1 only). Panics (before touching memory) if a slice is too
+    /// short for what it stands for, if the tile's shape is not one of the kernel's, or if
     /// neither step nor lane is 1 (an internal bug: every operand has one stride 1).
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub(crate) fn run(
         self,
         kc: usize,
-        cols: usize,
+        (rows, cols): (usize, usize),
         a: (&[T], usize, usize, usize),
         b: (&[T], usize, usize, usize, usize),
         prefetch_next: bool,
@@ -701,7 +730,12 @@ impl<T> SimdKernel<T> {
             1 => 3,
             _ => panic!("a SIMD tile is {} columns wide or 4, 2, 1, not {cols}", self.nr),
         };
-        let f = self.by_layout[width][usize::from(layout)];
+        let height = match rows {
+            r if r == self.mr => 0,
+            r if 2 * r == self.mr => 1,
+            _ => panic!("a SIMD tile is {} rows high or {}, not {rows}", self.mr, self.mr / 2),
+        };
+        let f = self.by_layout[height][width][usize::from(layout)];
         // SAFETY: `self` was built by a constructor that took a token, which exists only when the
         // CPU supports the wrapper's features; the wrapper checks every bound itself.
         unsafe { f(kc, a, b, prefetch_next, alpha, beta, c, row) }

@@ -402,7 +402,8 @@ fn every_kernel_matches_the_triple_loop_with_tiny_blocks_that_force_every_loop_t
 /// The micro-kernel runs every full tile of a block in one call (each full sliver of B̃ against
 /// each full tile of Ã), then the last columns in narrower widths and the last rows through the
 /// scratch tile. Shapes with several full tiles along both sides and every kind of remainder, in
-/// every transpose: op(A) read in place (A·B with a narrow panel) and packed (Aᵀ, or a panel of
+/// every transpose (the last rows through a tile of half the height when they fit in it, else
+/// a whole one): op(A) read in place (A·B with a narrow panel) and packed (Aᵀ, or a panel of
 /// more than 16 slivers), op(B) read in place and, past the in-place step (Bᵀ with 1100 rows),
 /// packed; with each kernel's own blocking and with small blocks that cut m, k and n many times.
 #[test]
@@ -410,6 +411,8 @@ fn every_kernel_matches_the_triple_loop_when_one_call_runs_a_block_of_tiles() {
     let mut cases = Vec::new();
     let shapes =
         [(64, 32, 64), (65, 65, 33), (97, 131, 20), (48, 18, 7), (33, 200, 9), (128, 96, 5)];
+    // The last rows: 13 of f32's 16 (a whole tile), 12 (whole) and 4 of f64's 8 (half).
+    let shapes = [&shapes[..], &[(29, 20, 11), (44, 13, 17)]].concat();
     for (i, &(m, n, k)) in shapes.iter().enumerate() {
         for (j, &(ta, tb)) in OPS.iter().enumerate() {
             let (alpha, beta) = ALPHA_BETA[(i + j) % ALPHA_BETA.len()];

@@ -337,9 +337,9 @@ impl<T: Element> Job<'_, T> {
                     let a_full = if a_in_place {
                         let a = self.a;
                         let data = &a.data[piece.i0 + ic + pc * a.cs..];
-                        ATiles { data, step: a.cs, next: mr, count: full }
+                        ATiles { data, step: a.cs, next: mr, count: full, rows: mr }
                     } else {
-                        ATiles { data: a_buf, step: mr, next: mr * kc, count: full }
+                        ATiles { data: a_buf, step: mr, next: mr * kc, count: full, rows: mr }
                     };
                     // B̃'s slivers from column jr on: op(B) where it is, or the packed panel.
                     let b_from = |jr: usize, count: usize| {
@@ -411,7 +411,13 @@ impl<T: Element> Job<'_, T> {
                     if edge_rows > 0 {
                         let q = full * mr - a_packed_from;
                         let data = &a_buf[q * kc..(q + mr) * kc];
-                        let a_edge = ATiles { data, step: mr, next: 0, count: 1 };
+                        // Up to MR/2 rows left: a tile of half the height (half the work
+                        // thrown away: 65 rows are 4 tiles of 16 and one of 8, not 5 of 16).
+                        let height = match mk.half_height() {
+                            Some(h) if edge_rows <= h => h,
+                            _ => mr,
+                        };
+                        let a_edge = ATiles { data, step: mr, next: 0, count: 1, rows: height };
                         let row = ic + full * mr;
                         for jr in (0..nc).step_by(nr) {
                             let b_s = b_from(jr, 1);

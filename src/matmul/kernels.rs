@@ -66,6 +66,17 @@ impl<T: Element> MicroKernel<T> {
         !matches!(self.code, Code::Scalar)
     }
 
+    /// The height of the shorter tile the kernel has for the last rows of C, if any (the SIMD
+    /// kernels: MR/2, so that a remainder of up to MR/2 rows computes half a tile, not a whole
+    /// one; the portable kernel: none).
+    pub fn half_height(&self) -> Option<usize> {
+        match self.code {
+            Code::Scalar => None,
+            #[cfg(target_arch = "x86_64")]
+            Code::Simd(_) => Some(self.mr / 2),
+        }
+    }
+
     /// The narrower widths the kernel also computes directly into C, widest first (the SIMD
     /// kernels: 4, 2 and 1 columns; none for the portable one, whose edge tiles go through a
     /// scratch tile).
@@ -104,6 +115,7 @@ impl<T: Element> MicroKernel<T> {
                 assert_eq!((b.step, b.lane), (self.nr, 1), "the portable kernel reads packed B");
                 assert_eq!(cols, self.nr, "the portable kernel computes whole tiles");
                 assert_eq!(a.step, self.mr, "the portable kernel reads packed A slivers");
+                assert_eq!(a.rows, self.mr, "the portable kernel computes whole tiles");
                 for (s, c_s) in c.chunks_exact_mut(cols).take(b.count).enumerate() {
                     for t in 0..a.count {
                         let (a_t, b_s) = (&a.data[t * a.next..], &b.data[s * b.next..]);
@@ -114,7 +126,7 @@ impl<T: Element> MicroKernel<T> {
             #[cfg(target_arch = "x86_64")]
             Code::Simd(k) => k.run(
                 kc,
-                cols,
+                (a.rows, cols),
                 (a.data, a.step, a.next, a.count),
                 (b.data, b.step, b.lane, b.next, b.count),
                 b.prefetch_next,
@@ -128,7 +140,7 @@ impl<T: Element> MicroKernel<T> {
 }
 
 /// The Ã side of a run of micro-kernel tiles: element (i, p) of tile t is
-/// `data[t·next + p·step + i]`. Packed: step MR, tiles MR·kc apart; MR rows of a column-major
+/// `data[t·next + p·step + i]`, i < `rows`. Packed: step MR, tiles MR·kc apart; MR rows of a column-major
 /// op(A) read where they are: step its leading dimension, tiles MR apart.
 #[derive(Clone, Copy)]
 pub struct ATiles<'s, T> {
@@ -140,6 +152,9 @@ pub struct ATiles<'s, T> {
     pub next: usize,
     /// How many tiles.
     pub count: usize,
+    /// Rows of each tile: MR, or (SIMD kernels, [`MicroKernel::half_height`]) MR/2 for the last
+    /// rows of C.
+    pub rows: usize,
 }
 
 /// The B̃ side of a run: element (p, j) of sliver s is `data[s·next + p·step + j·lane]`. Packed:
