@@ -19,11 +19,11 @@
 //!    from `row` on; only then does it read through raw pointers.
 //!
 //! The four micro-kernels are one generic body ([`tile_body`], the run of tiles, around
-//! [`tile_core`], one tile), written against a trait for a
-//! vector instruction set ([`Vector`]: the vector type, its lanes, and zero, load, store, splat,
-//! fused multiply-add, multiply and add as `#[inline(always)]` functions), and four thin
-//! `#[target_feature]` wrappers, one per instruction set and element type, that call it. The body
-//! and the trait's functions are inlined into each wrapper, so they are compiled with the
+//! [`tile_core`], one tile), written against a trait for a vector instruction set ([`Vector`]:
+//! the vector type, its lanes, and zero, load, store, splat, fused multiply-add, multiply and add
+//! as `#[inline(always)]` functions), and thin `#[target_feature]` wrappers, one per instruction
+//! set, element type and tile height (MR, and MR/2 for the last rows of C), that call it. The
+//! body and the trait's functions are inlined into each wrapper, so they are compiled with the
 //! wrapper's instructions: the AVX-512 code is the very loop the AVX2 tests exercise, with wider
 //! registers. The loop is the scalar specification (`src/matmul/scalar.rs`) with the MR rows of a
 //! column of the tile held in MV = MR/LANES vectors:

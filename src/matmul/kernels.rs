@@ -140,8 +140,8 @@ impl<T: Element> MicroKernel<T> {
 }
 
 /// The Ã side of a run of micro-kernel tiles: element (i, p) of tile t is
-/// `data[t·next + p·step + i]`, i < `rows`. Packed: step MR, tiles MR·kc apart; MR rows of a column-major
-/// op(A) read where they are: step its leading dimension, tiles MR apart.
+/// `data[t·next + p·step + i]`, i < `rows`. Packed: step MR, tiles MR·kc apart; MR rows of a
+/// column-major op(A) read where they are: step its leading dimension, tiles MR apart.
 #[derive(Clone, Copy)]
 pub struct ATiles<'s, T> {
     /// Where tile 0 starts.
