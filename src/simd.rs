@@ -1035,17 +1035,17 @@ impl Avx512Bf16 {
     }
 }
 
-/// The pair tile, 32×8: two vectors of 16 f32 accumulators per column, 16 accumulators in all as
-/// in the AVX-512 f32 tile (the constants live with the packing that shares them).
-use crate::matmul::{PAIR_MR as BF16_PAIR_MR, PAIR_NR as BF16_PAIR_NR};
-const _: () = assert!(BF16_PAIR_MR == 32, "the pair kernel holds 32 rows in two vectors");
+/// Rows of the pair tile: two vectors of 16 f32 accumulators per column.
+pub(crate) const BF16_PAIR_MR: usize = 32;
+/// Columns of the pair tile (16 accumulators in all, as in the AVX-512 f32 tile).
+pub(crate) const BF16_PAIR_NR: usize = 8;
 
 /// C ← α·Ã·B̃ + β·C on the 32×8 tile at rows `row..row + 32` of the first 8 slices of `c`
 /// (β = 0: C is not read), from slivers packed in pairs of k (`src/matmul/bf16.rs`): for pair q
 /// of the `pairs` pairs, `a[q·64 + 2i + e]` is row i's bf16 at k = 2q + e and `b[q·16 + 2j + e]`
 /// is column j's. One VDPBF16PS per vector and column adds both products of a pair to the f32
-/// accumulators (`matmul::bf16::pair_step` is its portable statement). Panics, before touching
-/// memory, if a slice is too short.
+/// accumulators (`pair_step` in `src/matmul/bf16.rs` states one lane in scalar Rust). Panics,
+/// before touching memory, if a slice is too short.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn bf16_pair_tile(
     _token: Avx512Bf16,

@@ -25,22 +25,28 @@
 use super::blocked::balanced;
 use super::dispatch::{Blocking, Kernel, active_kernel};
 use super::kernels::{MicroKernel, f32_kernel};
-use super::pack::Operand;
+use super::pack::{Operand, pack_a};
 use super::{Op, check_inner, unavailable};
 use crate::error::{Result, invalid, shape_error};
 use nalgebra::DMatrix;
 
 /// Rows of the pair tile (two vectors of 16 f32 lanes).
-pub const PAIR_MR: usize = 32;
+const PAIR_MR: usize = 32;
 /// Columns of the pair tile.
-pub const PAIR_NR: usize = 8;
+const PAIR_NR: usize = 8;
+// The SIMD kernel's tile is this one.
+#[cfg(target_arch = "x86_64")]
+const _: () = assert!(
+    PAIR_MR == crate::simd::BF16_PAIR_MR && PAIR_NR == crate::simd::BF16_PAIR_NR,
+    "the packing and the SIMD pair kernel share one tile"
+);
 
 /// The blocking of the pair paths. KC = 512 values of k (256 pairs): a B̃ sliver is
 /// 512·8·2 B = 8 KiB and an Ã sliver 32 KiB, the bytes of the AVX-512 f32 kernel's KC = 256
 /// (`AVX512_F32_BLOCKING`); MC = 192 rows: Ã is 192 KiB; NC = 1032: B̃ about 1 MiB. Not swept:
 /// no CPU with AVX512-BF16 has been measured. KC decides the order of the sum, so the portable and
 /// the SIMD pair paths share it.
-pub const PAIR_BLOCKING: Blocking = Blocking { mc: 192, kc: 512, nc: 1032 };
+const PAIR_BLOCKING: Blocking = Blocking { mc: 192, kc: 512, nc: 1032 };
 
 /// How a bf16 product multiplies (see the module documentation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -93,9 +99,9 @@ pub fn available_bf16_paths() -> Vec<Bf16Path> {
     Bf16Path::ALL.into_iter().filter(|p| p.is_available()).collect()
 }
 
-/// The path [`gemm_bf16`] takes: the AVX512-BF16 pairs where the CPU has them and the active f32
-/// kernel is the AVX-512 one (forcing another kernel, e.g. `LLM_WORKBOOK_KERNEL=avx2`, forces
-/// the widened path too), else the widened path.
+/// The fastest path for [`gemm_bf16`] here: the AVX512-BF16 pairs where the CPU has them and
+/// the active f32 kernel is the AVX-512 one (forcing another kernel, e.g.
+/// `LLM_WORKBOOK_KERNEL=avx2`, forces the widened path too), else the widened path.
 pub fn best_bf16_path() -> Bf16Path {
     if active_kernel() == Kernel::Avx512 && Bf16Path::PairsAvx512.is_available() {
         Bf16Path::PairsAvx512
@@ -120,32 +126,19 @@ pub fn widen_bf16(h: u16) -> f32 {
 ///
 /// A product of two bf16 values (8 significant bits each) is exact in f32 unless it underflows,
 /// so each step rounds once, at the addition.
-pub fn pair_step(acc: f32, a: [u16; 2], b: [u16; 2]) -> f32 {
+fn pair_step(acc: f32, a: [u16; 2], b: [u16; 2]) -> f32 {
     let to_zero = |x: f32| if x.is_subnormal() { 0.0f32.copysign(x) } else { x };
     let input = |h: u16| to_zero(widen_bf16(h));
     let acc = to_zero(input(a[1]).mul_add(input(b[1]), to_zero(acc)));
     to_zero(input(a[0]).mul_add(input(b[0]), acc))
 }
 
-/// C ← α·op(A)·op(B) + β·C for A and B holding bf16 patterns, C in f32, by [`best_bf16_path`].
-/// op(A) is m×k, op(B) k×n, C m×n; β = 0 overwrites C (NaN in C is ignored). Errors, naming the
-/// argument, when the shapes do not chain.
+/// C ← α·op(A)·op(B) + β·C for A and B holding bf16 patterns, C in f32, by `path` (the fastest
+/// this CPU runs: [`best_bf16_path`]). op(A) is m×k, op(B) k×n, C m×n; β = 0 overwrites C (NaN in
+/// C is ignored). Errors, naming the argument, when the shapes do not chain or the CPU lacks the
+/// path.
 #[allow(clippy::too_many_arguments)]
 pub fn gemm_bf16(
-    alpha: f32,
-    a: &DMatrix<u16>,
-    ta: Op,
-    b: &DMatrix<u16>,
-    tb: Op,
-    beta: f32,
-    c: &mut DMatrix<f32>,
-) -> Result<()> {
-    gemm_bf16_with(best_bf16_path(), alpha, a, ta, b, tb, beta, c)
-}
-
-/// [`gemm_bf16`] by the path given. Errors as it does, and when this CPU lacks the path.
-#[allow(clippy::too_many_arguments)]
-pub fn gemm_bf16_with(
     path: Bf16Path,
     alpha: f32,
     a: &DMatrix<u16>,
@@ -170,7 +163,7 @@ pub fn gemm_bf16_with(
         Bf16Path::Widened => {
             let kind = active_kernel();
             let kernel = f32_kernel(kind).ok_or_else(|| unavailable(OP, kind))?;
-            let widened = Widened { kernel };
+            let widened = Widened { kernel, block: Default::default() };
             five_loops(&widened, kernel.blocking, alpha, a, b, beta, c, (m, n, k));
         }
         Bf16Path::PairsPortable => {
@@ -185,17 +178,6 @@ pub fn gemm_bf16_with(
         }
     }
     Ok(())
-}
-
-/// op(A)·op(B) for bf16 A and B, in f32, by [`best_bf16_path`]. Errors when the shapes do not
-/// chain.
-pub fn matmul_bf16(a: &DMatrix<u16>, ta: Op, b: &DMatrix<u16>, tb: Op) -> Result<DMatrix<f32>> {
-    let (m, k) = ta.shape(a);
-    let (k2, n) = tb.shape(b);
-    check_inner("matmul_bf16", (m, k), (k2, n))?;
-    let mut c = DMatrix::zeros(m, n);
-    gemm_bf16(1.0, a, ta, b, tb, 0.0, &mut c)?;
-    Ok(c)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -250,6 +232,8 @@ trait Tiles {
 /// The widened path: f32 slivers (the layout of chapter 10's packing) and the f32 kernel.
 struct Widened {
     kernel: MicroKernel<f32>,
+    /// One sliver's lines widened, row-major, before packing transposes them.
+    block: std::cell::RefCell<Vec<f32>>,
 }
 
 impl Tiles for Widened {
@@ -270,20 +254,34 @@ impl Tiles for Widened {
         kc: usize,
         width: usize,
     ) {
-        // Sliver s, step p, line i: dst[s·kc·width + p·width + i] = op(X)[i0 + s·width + i, p0 + p].
+        // Sliver s, step p, line i: dst[s·kc·width + p·width + i] = op(X)[i0 + s·width + i,
+        // p0 + p].
         for (s, sliver) in dst.chunks_exact_mut(kc * width).take(lines.div_ceil(width)).enumerate()
         {
             let first = i0 + s * width;
             let here = width.min(i0 + lines - first);
-            for (p, step) in sliver.chunks_exact_mut(width).enumerate() {
-                let column = (p0 + p) * x.cs;
-                for (i, v) in step.iter_mut().enumerate() {
-                    *v = if i < here {
-                        widen_bf16(x.data[(first + i) * x.rs + column])
-                    } else {
-                        0.0
-                    };
+            if x.rs == 1 {
+                // Column p of op(X) holds the sliver's lines side by side: one run per step.
+                for (p, step) in sliver.chunks_exact_mut(width).enumerate() {
+                    let run = &x.data[first + (p0 + p) * x.cs..][..here];
+                    for (v, &h) in step.iter_mut().zip(run) {
+                        *v = widen_bf16(h);
+                    }
+                    step[here..].fill(0.0);
                 }
+            } else {
+                // Line i of op(X) holds its kc values side by side (an operand has one stride 1):
+                // widened line by line into a row-major block, which chapter 10's packing then
+                // transposes into the sliver (with the kernel's SIMD transposes).
+                let mut block = self.block.borrow_mut();
+                block.clear();
+                for i in 0..here {
+                    let line = &x.data[(first + i) * x.rs + p0..][..kc];
+                    block.extend(line.iter().map(|&h| widen_bf16(h)));
+                }
+                let rows = Operand { data: &block[..], rs: kc, cs: 1 };
+                let simd = self.kernel.kind != Kernel::Scalar;
+                pack_a(sliver, rows, 0, here, 0, kc, width, simd);
             }
         }
     }
@@ -331,15 +329,24 @@ impl Tiles for Pairs {
         for (s, sliver) in dst.chunks_exact_mut(len).take(lines.div_ceil(width)).enumerate() {
             let first = i0 + s * width;
             let here = width.min(i0 + lines - first);
-            for (q, pair) in sliver.chunks_exact_mut(2 * width).enumerate() {
-                for (i, halves) in pair.chunks_exact_mut(2).enumerate() {
-                    for (e, v) in halves.iter_mut().enumerate() {
-                        let p = 2 * q + e;
-                        *v = if i < here && p < kc {
-                            x.data[(first + i) * x.rs + (p0 + p) * x.cs]
-                        } else {
-                            0
-                        };
+            if here < width || kc % 2 == 1 {
+                sliver.fill(0);
+            }
+            if x.rs == 1 {
+                // Column p of op(X) holds the sliver's lines side by side.
+                for p in 0..kc {
+                    let run = &x.data[first + (p0 + p) * x.cs..][..here];
+                    let pair = &mut sliver[(p / 2) * 2 * width..][..2 * width];
+                    for (halves, &h) in pair.chunks_exact_mut(2).zip(run) {
+                        halves[p % 2] = h;
+                    }
+                }
+            } else {
+                // Line i of op(X) holds its kc values side by side (an operand has one stride 1).
+                for i in 0..here {
+                    let line = &x.data[(first + i) * x.rs + p0..][..kc];
+                    for (pair, values) in sliver.chunks_exact_mut(2 * width).zip(line.chunks(2)) {
+                        pair[2 * i..2 * i + values.len()].copy_from_slice(values);
                     }
                 }
             }
