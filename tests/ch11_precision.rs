@@ -1411,3 +1411,28 @@ fn a_bf16_product_refuses_what_it_cannot_compute() {
     gemm_bf16(Bf16Path::Widened, 1.0, &a, Op::N, &a, Op::T, 0.0, &mut c).unwrap();
     assert!(c.iter().all(|&x| x == 0.0), "β = 0 overwrites NaN in C");
 }
+
+/// A product large enough for threads (2·300·256·301 ≈ 4.6·10⁷ flops) gives the same bits on 1,
+/// 2, 3 and 5 threads, on every path this CPU runs: each thread takes whole runs of C's columns
+/// and computes each entry as one thread would. Planted and caught: each run's B read from
+/// column 0 instead of its own first column.
+#[test]
+fn a_bf16_product_gives_the_same_bits_on_any_thread_count() {
+    use llm_workbook::matmul::{Op, available_bf16_paths, gemm_bf16};
+    use llm_workbook::threads::with_threads;
+    let mut rng = Rng::new(1613);
+    let (m, k, n) = (300, 256, 301);
+    let (a, b) = (stored(m, k, Op::N, &mut rng), stored(k, n, Op::T, &mut rng));
+    for path in available_bf16_paths() {
+        let run = |threads| {
+            let mut c = DMatrix::from_element(m, n, 1.0f32);
+            with_threads(threads, || gemm_bf16(path, 1.0, &a, Op::N, &b, Op::T, 0.5, &mut c))
+                .unwrap();
+            c.map(f32::to_bits)
+        };
+        let one = run(1);
+        for threads in [2, 3, 5] {
+            assert_eq!(run(threads), one, "{} on {threads} threads", path.name());
+        }
+    }
+}

@@ -20,9 +20,12 @@
 //!   instruction written out in scalar Rust (the specification, slow), so the pair layout and the
 //!   bound are tested on every CPU.
 //!
-//! The product runs on one thread.
+//! Threads as for the f32 product: from [`PARALLEL_MIN_FLOPS`] on, C is cut into runs of whole
+//! NR-column slivers, two per thread, on at most ⌊2f/`PARALLEL_MIN_FLOPS`⌋ threads for f flops;
+//! every entry is computed the same way whichever thread takes its run, so the bits do not depend
+//! on the thread count.
 
-use super::blocked::balanced;
+use super::blocked::{PARALLEL_MIN_FLOPS, balanced};
 use super::dispatch::{Blocking, Kernel, active_kernel};
 use super::kernels::{MicroKernel, f32_kernel};
 use super::pack::{Operand, pack_a};
@@ -163,18 +166,17 @@ pub fn gemm_bf16(
         Bf16Path::Widened => {
             let kind = active_kernel();
             let kernel = f32_kernel(kind).ok_or_else(|| unavailable(OP, kind))?;
-            let widened = Widened { kernel, block: Default::default() };
-            five_loops(&widened, kernel.blocking, alpha, a, b, beta, c, (m, n, k));
+            share_columns(&Widened { kernel }, kernel.blocking, alpha, a, b, beta, c, (m, n, k));
         }
         Bf16Path::PairsPortable => {
-            five_loops(&Pairs { simd: None }, PAIR_BLOCKING, alpha, a, b, beta, c, (m, n, k))
+            share_columns(&Pairs { simd: None }, PAIR_BLOCKING, alpha, a, b, beta, c, (m, n, k))
         }
         Bf16Path::PairsAvx512 => {
             let simd = pair_kernel().ok_or_else(|| {
                 invalid(OP, "path", "pairs-avx512bf16 needs a CPU with AVX512-BF16; this has none")
             })?;
             let pairs = Pairs { simd: Some(simd) };
-            five_loops(&pairs, PAIR_BLOCKING, alpha, a, b, beta, c, (m, n, k));
+            share_columns(&pairs, PAIR_BLOCKING, alpha, a, b, beta, c, (m, n, k));
         }
     }
     Ok(())
@@ -232,8 +234,6 @@ trait Tiles {
 /// The widened path: f32 slivers (the layout of chapter 10's packing) and the f32 kernel.
 struct Widened {
     kernel: MicroKernel<f32>,
-    /// One sliver's lines widened, row-major, before packing transposes them.
-    block: std::cell::RefCell<Vec<f32>>,
 }
 
 impl Tiles for Widened {
@@ -273,8 +273,7 @@ impl Tiles for Widened {
                 // Line i of op(X) holds its kc values side by side (an operand has one stride 1):
                 // widened line by line into a row-major block, which chapter 10's packing then
                 // transposes into the sliver (with the kernel's SIMD transposes).
-                let mut block = self.block.borrow_mut();
-                block.clear();
+                let mut block = Vec::with_capacity(here * kc);
                 for i in 0..here {
                     let line = &x.data[(first + i) * x.rs + p0..][..kc];
                     block.extend(line.iter().map(|&h| widen_bf16(h)));
@@ -395,6 +394,39 @@ fn pair_tile_portable(
             *c_ij = if beta == 0.0 { alpha * acc } else { alpha.mul_add(acc, beta * *c_ij) };
         }
     }
+}
+
+/// [`five_loops`] on runs of C's columns shared between threads (see the module documentation);
+/// one thread below [`PARALLEL_MIN_FLOPS`], when there is nothing to multiply, or for one sliver.
+#[allow(clippy::too_many_arguments)]
+fn share_columns<K: Tiles + Sync>(
+    path: &K,
+    blocking: Blocking,
+    alpha: f32,
+    a: Operand<u16>,
+    b: Operand<u16>,
+    beta: f32,
+    c: &mut [f32],
+    (m, n, k): (usize, usize, usize),
+) {
+    let flops = 2.0 * m as f64 * n as f64 * k as f64;
+    let slivers = n.div_ceil(path.tile().1);
+    let by_work = (2.0 * flops / PARALLEL_MIN_FLOPS).floor() as usize;
+    let threads = crate::threads::default_threads().min(by_work).min(slivers).max(1);
+    if flops < PARALLEL_MIN_FLOPS || m == 0 || alpha == 0.0 || threads == 1 {
+        return five_loops(path, blocking, alpha, a, b, beta, c, (m, n, k));
+    }
+    let columns_per_piece = slivers.div_ceil(2 * threads) * path.tile().1;
+    let pieces: Vec<(usize, &mut [f32])> = c[..m * n]
+        .chunks_mut(columns_per_piece * m)
+        .enumerate()
+        .map(|(q, run)| (q * columns_per_piece, run))
+        .collect();
+    crate::threads::share_pieces(&mut vec![(); threads], pieces, |(), (j0, run)| {
+        // op(B)'s columns j0 … of this run: the same strides, the storage from column j0 on.
+        let b_run = Operand { data: &b.data[j0 * b.cs..], rs: b.rs, cs: b.cs };
+        five_loops(path, blocking, alpha, a, b_run, beta, run, (m, run.len() / m, k));
+    });
 }
 
 /// The five loops of chapter 10 on one thread: NC columns of op(B) at a time, KC of k, MC rows
