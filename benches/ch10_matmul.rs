@@ -20,7 +20,8 @@
 //! and two squares (prints only). `-- sweep` measures the blocking sweep that chose KC, MC and NC
 //! (with `--write`, written between `<!-- sweep:begin/end -->` and drawn as `ch10_sweep`);
 //! `-- shape M K N` times one product; `-- threads` times 1 thread against 2 on the products near
-//! `PARALLEL_MIN_FLOPS` (prints only). `-- --samples N` sets the samples per measurement;
+//! `PARALLEL_MIN_FLOPS` (prints only); `-- bf16` times the bf16 product of chapter 11 against
+//! our f32 product on one thread (prints only). `-- --samples N` sets the samples per measurement;
 //! `-- --help` lists it all. The built binary runs on its own (no cargo, no network): `cargo bench
 //! --features peers --bench ch10_matmul --no-run` prints its path.
 //!
@@ -88,6 +89,9 @@ enum Command {
     Roofline,
     /// Where a second thread pays: 1 thread against 2 forced near the threshold (prints only).
     Threads,
+    /// The bf16 product (chapter 11) against our f32 product, one thread: 1024³ and the GPT's
+    /// large products, each path this CPU runs but the portable pairs (prints only).
+    Bf16,
     /// One product, ours against nalgebra: M K N.
     Shape {
         m: usize,
@@ -1796,6 +1800,10 @@ fn main() -> std::process::ExitCode {
                 run_threads(samples);
                 Ok(())
             }
+            Command::Bf16 => {
+                run_bf16(samples);
+                Ok(())
+            }
             Command::Shape { m, k, n, ta, tb, f64, ours_threads: threads } => {
                 let (ta, tb) = (if ta { Op::T } else { Op::N }, if tb { Op::T } else { Op::N });
                 with_type!(f64, T => run_shape::<T>(m, k, n, ta, tb, threads, samples));
@@ -1809,5 +1817,58 @@ fn main() -> std::process::ExitCode {
             eprintln!("error: {e}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+// ───────────────────────────── the bf16 product ─────────────────────────────
+
+/// Our f32 product on one thread against each bf16 path this CPU runs (the portable pairs, a
+/// specification in scalar Rust, left out), on 1024³ and the GPT step's products of more than
+/// 10⁷ flops, inputs alternating in each sample; GFLOP/s count 2·m·n·k whatever the format.
+fn run_bf16(samples: usize) {
+    use llm_workbook::matmul::{Bf16Path, available_bf16_paths, gemm_bf16, widen_bf16};
+    let paths: Vec<Bf16Path> =
+        available_bf16_paths().into_iter().filter(|&p| p != Bf16Path::PairsPortable).collect();
+    println!(
+        "{} ({} kernel, fastest bf16 path {}), load average {}: one thread, median of {samples} \
+         samples",
+        cpu_name(),
+        matmul::active_kernel(),
+        llm_workbook::matmul::best_bf16_path().name(),
+        load_average()
+    );
+    let mut header = "| product | f32 GFLOP/s |".to_string();
+    for p in &paths {
+        header.push_str(&format!(" {} GFLOP/s | ÷ f32 |", p.name()));
+    }
+    println!("{header}");
+    let mut shapes: Vec<Shape> = vec![("square 1024³", (1024, 1024, 1024), Op::N, Op::N)];
+    shapes
+        .extend(gpt_shapes().into_iter().filter(|(_, (m, k, n), _, _)| 2 * m * k * n > 10_000_000));
+    let mut rng = Rng::new(11);
+    for (name, (m, k, n), ta, tb) in shapes {
+        let (a, b) = operands::<f32>((m, k, n), ta, tb, &mut rng);
+        // The top half of each f32 (truncated: how it is rounded does not change the time).
+        let top = |x: &DMatrix<f32>| x.map(|v| (v.to_bits() >> 16) as u16);
+        let (a16, b16) = (top(&a), top(&b));
+        let (aw, bw) = (a16.map(widen_bf16), b16.map(widen_bf16));
+        let mut c32 = DMatrix::zeros(m, n);
+        let mut cs: Vec<DMatrix<f32>> = paths.iter().map(|_| DMatrix::zeros(m, n)).collect();
+        let mut contenders = vec![contender("f32", ours(&aw, ta, &bw, tb, &mut c32, 1))];
+        for (&path, c) in paths.iter().zip(cs.iter_mut()) {
+            let (a16, b16) = (&a16, &b16);
+            contenders.push(contender(path.name(), move || {
+                gemm_bf16(path, 1.0, a16, ta, b16, tb, 0.0, c).expect("shapes agree");
+            }));
+        }
+        let times = race(&mut contenders, samples, 0.05);
+        let flops = 2.0 * (m * n * k) as f64;
+        let f32_rate = gflops(flops, times[0].cpu);
+        let mut line = format!("| {name} {} | {f32_rate:.1} |", shape_text((m, k, n), ta, tb));
+        for t in &times[1..] {
+            let rate = gflops(flops, t.cpu);
+            line.push_str(&format!(" {rate:.1} | {} |", ratio(rate, f32_rate)));
+        }
+        println!("{line}");
     }
 }

@@ -1148,3 +1148,101 @@ unsafe fn quant_columns_avx2<const N: usize, const Q4: bool>(
         out
     }
 }
+
+// ───────────────────────────── the bf16 pair product (AVX512-BF16) ─────────────────────────
+
+/// Proof that this CPU runs AVX512-BF16 (VDPBF16PS) and AVX-512F: [`Avx512Bf16::detect`] is the
+/// only way to make one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Avx512Bf16(());
+
+impl Avx512Bf16 {
+    /// A token if the CPU has AVX-512F and AVX512-BF16, else `None`.
+    pub(crate) fn detect() -> Option<Avx512Bf16> {
+        let found = is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bf16");
+        found.then_some(Avx512Bf16(()))
+    }
+}
+
+/// Rows of the pair tile: two vectors of 16 f32 accumulators per column.
+pub(crate) const BF16_PAIR_MR: usize = 32;
+/// Columns of the pair tile (16 accumulators in all, as in the AVX-512 f32 tile).
+pub(crate) const BF16_PAIR_NR: usize = 8;
+
+/// C ← α·Ã·B̃ + β·C on the 32×8 tile at rows `row..row + 32` of the first 8 slices of `c`
+/// (β = 0: C is not read), from slivers packed in pairs of k (`src/matmul/bf16.rs`): for pair q
+/// of the `pairs` pairs, `a[q·64 + 2i + e]` is row i's bf16 at k = 2q + e and `b[q·16 + 2j + e]`
+/// is column j's. One VDPBF16PS per vector and column adds both products of a pair to the f32
+/// accumulators (`pair_step` in `src/matmul/bf16.rs` states one lane in scalar Rust). Panics,
+/// before touching memory, if a slice is too short.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn bf16_pair_tile(
+    _token: Avx512Bf16,
+    pairs: usize,
+    a: &[u16],
+    b: &[u16],
+    alpha: f32,
+    beta: f32,
+    c: &mut [&mut [f32]],
+    row: usize,
+) {
+    let (a_len, b_len) = (pairs.checked_mul(2 * BF16_PAIR_MR), pairs.checked_mul(2 * BF16_PAIR_NR));
+    assert!(a_len.is_some_and(|n| a.len() >= n), "A pair sliver too short");
+    assert!(b_len.is_some_and(|n| b.len() >= n), "B pair sliver too short");
+    assert!(c.len() >= BF16_PAIR_NR, "fewer than 8 columns of C");
+    let c: [*mut f32; BF16_PAIR_NR] =
+        std::array::from_fn(|j| c[j][row..row + BF16_PAIR_MR].as_mut_ptr());
+    // SAFETY: the token proves AVX-512F and AVX512-BF16; `a` and `b` hold `pairs` pairs of a
+    // 32-row and an 8-column sliver, and each pointer of `c` 32 writable values (checked above).
+    unsafe { bf16_pair_tile_avx512(pairs, a.as_ptr(), b.as_ptr(), alpha, beta, c) }
+}
+
+/// The body of [`bf16_pair_tile`].
+///
+/// # Safety
+///
+/// The CPU must support AVX-512F and AVX512-BF16; `a` must be readable for 64·`pairs` values,
+/// `b` for 16·`pairs`, each `c[j]` readable and writable for 32.
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn bf16_pair_tile_avx512(
+    pairs: usize,
+    a: *const u16,
+    b: *const u16,
+    alpha: f32,
+    beta: f32,
+    c: [*mut f32; BF16_PAIR_NR],
+) {
+    // SAFETY (the whole body): within the bounds of the contract above.
+    unsafe {
+        let mut acc = [[_mm512_setzero_ps(); 2]; BF16_PAIR_NR];
+        for q in 0..pairs {
+            let a_q = a.add(q * 2 * BF16_PAIR_MR);
+            // Rows 0–15 and 16–31, each lane holding one row's two bf16 values of the pair.
+            // (No closures here: a closure would be compiled without this function's features.)
+            let a_lo: __m512bh = std::mem::transmute(_mm512_loadu_si512(a_q.cast()));
+            let a_hi: __m512bh = std::mem::transmute(_mm512_loadu_si512(a_q.add(32).cast()));
+            let a_v = [a_lo, a_hi];
+            let b_q = b.add(q * 2 * BF16_PAIR_NR).cast::<i32>();
+            for (j, acc_j) in acc.iter_mut().enumerate() {
+                // Column j's two values of the pair as one 32-bit word, in every lane.
+                let word = b_q.add(j).read_unaligned();
+                let b_v: __m512bh = std::mem::transmute(_mm512_set1_epi32(word));
+                for (acc_jr, &a_r) in acc_j.iter_mut().zip(&a_v) {
+                    *acc_jr = _mm512_dpbf16_ps(*acc_jr, a_r, b_v);
+                }
+            }
+        }
+        let (alpha_v, beta_v) = (_mm512_set1_ps(alpha), _mm512_set1_ps(beta));
+        for (c_j, acc_j) in c.into_iter().zip(&acc) {
+            for (r, &acc_jr) in acc_j.iter().enumerate() {
+                let c_jr = c_j.add(16 * r);
+                let value = if beta == 0.0 {
+                    _mm512_mul_ps(alpha_v, acc_jr)
+                } else {
+                    _mm512_fmadd_ps(alpha_v, acc_jr, _mm512_mul_ps(beta_v, _mm512_loadu_ps(c_jr)))
+                };
+                _mm512_storeu_ps(c_jr, value);
+            }
+        }
+    }
+}

@@ -1229,3 +1229,210 @@ mod quant_disk {
         );
     }
 }
+
+// ───────────────────────────── a product of bf16 matrices ─────────────────────────────
+
+/// Values over forty binary orders, both signs, rounded to bf16: products and sums of very
+/// different sizes, where the order of the additions shows.
+fn spread_bf16(rows: usize, cols: usize, rng: &mut Rng) -> nalgebra::DMatrix<u16> {
+    let m = nalgebra::DMatrix::from_fn(rows, cols, |_, _| {
+        let sign = if rng.below(2) == 0 { -1.0f32 } else { 1.0 };
+        sign * 2f32.powf(rng.uniform(-20.0, 20.0) as f32)
+    });
+    llm_workbook::ch11_precision::bf16_product::to_bf16(&m)
+}
+
+/// op(X) shaped rows×cols, stored as op says.
+fn stored(rows: usize, cols: usize, op: llm_workbook::matmul::Op, rng: &mut Rng) -> DMatrix<u16> {
+    match op {
+        llm_workbook::matmul::Op::N => spread_bf16(rows, cols, rng),
+        llm_workbook::matmul::Op::T => spread_bf16(cols, rows, rng),
+    }
+}
+
+/// Shapes across every edge: single entries, partial tiles of 16×6, 32×8 and 4×4, k odd (a pair
+/// half padded), k across the f32 kernels' KC (256 and 384) and the pairs' KC of 512.
+const BF16_SHAPES: [(usize, usize, usize); 6] =
+    [(1, 1, 1), (17, 5, 13), (33, 301, 9), (70, 513, 65), (3, 1031, 2), (40, 64, 17)];
+
+/// The widened path packs the bf16 values as f32 and runs chapter 10's f32 kernel with its
+/// blocking, so for α = 1 it is the f32 product of the widened matrices to the bit, on every
+/// kernel this CPU runs. Planted and caught: widening by a 15-bit shift; packing the A sliver's
+/// lines one position late.
+#[test]
+fn the_widened_bf16_product_is_the_f32_product_of_the_widened_inputs() {
+    use llm_workbook::matmul::{Bf16Path, Op, available_kernels, gemm, gemm_bf16, with_kernel};
+    let mut rng = Rng::new(1611);
+    for kernel in available_kernels() {
+        for (m, k, n) in BF16_SHAPES {
+            for (ta, tb) in [(Op::N, Op::N), (Op::T, Op::N), (Op::N, Op::T), (Op::T, Op::T)] {
+                let (a, b) = (stored(m, k, ta, &mut rng), stored(k, n, tb, &mut rng));
+                let widen = |x: &DMatrix<u16>| x.map(bf16_to_f32);
+                let start = DMatrix::from_fn(m, n, |i, j| (i as f32 - j as f32) * 0.37);
+                for beta in [0.0f32, 0.5] {
+                    let (mut ours, mut f32s) = (start.clone(), start.clone());
+                    with_kernel(kernel, || {
+                        gemm_bf16(Bf16Path::Widened, 1.0, &a, ta, &b, tb, beta, &mut ours).unwrap();
+                        gemm(1.0, &widen(&a), ta, &widen(&b), tb, beta, &mut f32s).unwrap();
+                    })
+                    .unwrap();
+                    let differ = ours.iter().zip(&f32s).filter(|(x, y)| x.to_bits() != y.to_bits());
+                    assert_eq!(
+                        differ.count(),
+                        0,
+                        "{kernel} {m}×{k}×{n} {ta:?}{tb:?} β = {beta}: not the f32 product's bits"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Every path this CPU runs, against the exact product of the bf16 inputs: the widened path
+/// within γ_k S + k·2⁻¹⁴⁹, the pair paths within γ_k S + F + (k + 1)·2⁻¹²⁶ (the module
+/// `ch11_precision::bf16_product` derives both). The portable pair path runs everywhere, so the
+/// pair packing (k in pairs, an odd k's last pair half zero) is tested on every CPU; the
+/// AVX512-BF16 kernel wherever the CPU has it. α and β are checked on the widened path's result
+/// against α·s + β·c in f64. Planted and caught: the B pair's halves swapped (b₁ with a₀); an
+/// odd k's last value dropped; the bound without its γ_k S term.
+#[test]
+fn every_bf16_path_keeps_its_bound_against_the_exact_product() {
+    use llm_workbook::ch11_precision::bf16_product::{exact_product, pair_bound, widened_bound};
+    use llm_workbook::matmul::{Bf16Path, Op, available_bf16_paths, gemm_bf16};
+    let mut rng = Rng::new(1612);
+    let paths = available_bf16_paths();
+    assert!(paths.contains(&Bf16Path::Widened) && paths.contains(&Bf16Path::PairsPortable));
+    for path in paths {
+        for (m, k, n) in BF16_SHAPES {
+            for (ta, tb) in [(Op::N, Op::N), (Op::T, Op::T), (Op::T, Op::N)] {
+                let (a, b) = (stored(m, k, ta, &mut rng), stored(k, n, tb, &mut rng));
+                let exact = exact_product(&a, ta, &b, tb).unwrap();
+                let mut c = DMatrix::from_element(m, n, f32::NAN);
+                gemm_bf16(path, 1.0, &a, ta, &b, tb, 0.0, &mut c).unwrap();
+                for ((&got, &s), (&size, &flushed)) in
+                    c.iter().zip(&exact.sum).zip(exact.size.iter().zip(&exact.flushed))
+                {
+                    let bound = match path {
+                        Bf16Path::Widened => widened_bound(k, size),
+                        _ => pair_bound(k, size, flushed),
+                    };
+                    assert!(
+                        (f64::from(got) - s).abs() <= bound,
+                        "{} {m}×{k}×{n} {ta:?}{tb:?}: {got} against {s}, bound {bound:e}",
+                        path.name()
+                    );
+                }
+                // α and β: α·s + β·c, with one more rounding of each of the three operations.
+                let start = DMatrix::from_fn(m, n, |i, j| (i + 2 * j) as f32 - 3.5);
+                let mut c = start.clone();
+                gemm_bf16(path, -0.75, &a, ta, &b, tb, 2.0, &mut c).unwrap();
+                for (((&got, &s), &size), &c0) in
+                    c.iter().zip(&exact.sum).zip(&exact.size).zip(&start)
+                {
+                    let want = -0.75 * s + 2.0 * f64::from(c0);
+                    let slack = 0.75 * (pair_bound(k, size, exact.flushed.max()) + 1e-7 * size)
+                        + 1e-6 * f64::from(c0).abs().max(want.abs());
+                    assert!((f64::from(got) - want).abs() <= slack, "{}: α, β", path.name());
+                }
+            }
+        }
+    }
+}
+
+/// The two worked examples of section 7: the order within a pair, and a flushed input.
+#[test]
+fn the_pair_instruction_adds_in_its_own_order_and_flushes_subnormals() {
+    use llm_workbook::ch11_precision::bf16_product::{
+        exact_product, flushed_pair, pair_bound, pair_order_row, widened_bound,
+    };
+    use llm_workbook::matmul::{Bf16Path, Op, gemm_bf16};
+    let run = |path, a: &DMatrix<u16>, b: &DMatrix<u16>| {
+        let mut c = DMatrix::zeros(1, 1);
+        gemm_bf16(path, 1.0, a, Op::N, b, Op::N, 0.0, &mut c).unwrap();
+        c[(0, 0)]
+    };
+    let pair_paths: Vec<Bf16Path> = [Bf16Path::PairsPortable, Bf16Path::PairsAvx512]
+        .into_iter()
+        .filter(|p| p.is_available())
+        .collect();
+    // The order: 1, 0, 2⁻²⁴, 2⁻²⁴(1 + 2⁻⁷) times ones.
+    let a = DMatrix::from_row_slice(1, 4, &pair_order_row());
+    let ones = DMatrix::from_element(4, 1, llm_workbook::ch11_precision::f32_to_bf16(1.0));
+    let exact = exact_product(&a, Op::N, &ones, Op::N).unwrap();
+    assert_eq!(exact.sum[(0, 0)], 1.0 + 2f64.powi(-23) + 2f64.powi(-31));
+    let widened = run(Bf16Path::Widened, &a, &ones);
+    assert_eq!(widened, 1.0 + 2f32.powi(-23), "1.00000012: the nearer of the two");
+    assert!((f64::from(widened) - exact.sum[(0, 0)]).abs() <= widened_bound(4, exact.size[(0, 0)]));
+    for &path in &pair_paths {
+        let pairs = run(path, &a, &ones);
+        assert_eq!(
+            pairs,
+            1.0 + 2f32.powi(-22),
+            "{}: 1.00000024, a tie gone the other way",
+            path.name()
+        );
+        let error = (f64::from(pairs) - exact.sum[(0, 0)]).abs();
+        assert!(error <= pair_bound(4, exact.size[(0, 0)], 0.0));
+    }
+    // The flush: 2⁻¹³⁰ · 2¹⁰⁰ = 2⁻³⁰.
+    let (x, y) = flushed_pair();
+    let (a, b) = (DMatrix::from_element(1, 1, x), DMatrix::from_element(1, 1, y));
+    assert_eq!(run(Bf16Path::Widened, &a, &b), 2f32.powi(-30));
+    let exact = exact_product(&a, Op::N, &b, Op::N).unwrap();
+    assert_eq!(exact.flushed[(0, 0)], 2f64.powi(-30), "the flushed part of S");
+    for &path in &pair_paths {
+        assert_eq!(run(path, &a, &b), 0.0, "{}: a subnormal input is read as zero", path.name());
+    }
+}
+
+/// Wrong shapes and a path the CPU lacks are refused in one line naming the argument.
+#[test]
+fn a_bf16_product_refuses_what_it_cannot_compute() {
+    use llm_workbook::matmul::{Bf16Path, Op, gemm_bf16};
+    let (a, b) = (DMatrix::<u16>::zeros(3, 4), DMatrix::<u16>::zeros(5, 2));
+    let mut c = DMatrix::<f32>::zeros(3, 2);
+    let err = gemm_bf16(Bf16Path::Widened, 1.0, &a, Op::N, &b, Op::N, 0.0, &mut c)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("gemm_bf16") && err.contains("3×4") && !err.contains('\n'), "{err}");
+    let mut c = DMatrix::<f32>::zeros(2, 2);
+    let err = gemm_bf16(Bf16Path::Widened, 1.0, &a, Op::T, &a, Op::N, 0.0, &mut c)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("C") && err.contains("4×4") && err.contains("2×2"), "{err}");
+    if !Bf16Path::PairsAvx512.is_available() {
+        let mut c = DMatrix::<f32>::zeros(3, 3);
+        let err = gemm_bf16(Bf16Path::PairsAvx512, 1.0, &a, Op::N, &a, Op::T, 0.0, &mut c)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("path") && err.contains("AVX512-BF16"), "{err}");
+    }
+    let mut c = DMatrix::<f32>::from_element(3, 3, f32::NAN);
+    gemm_bf16(Bf16Path::Widened, 1.0, &a, Op::N, &a, Op::T, 0.0, &mut c).unwrap();
+    assert!(c.iter().all(|&x| x == 0.0), "β = 0 overwrites NaN in C");
+}
+
+/// A product large enough for threads (2·300·256·301 ≈ 4.6·10⁷ flops) gives the same bits on 1,
+/// 2, 3 and 5 threads, on every path this CPU runs: each thread takes whole runs of C's columns
+/// and computes each entry as one thread would. Planted and caught: each run's B read from
+/// column 0 instead of its own first column.
+#[test]
+fn a_bf16_product_gives_the_same_bits_on_any_thread_count() {
+    use llm_workbook::matmul::{Op, available_bf16_paths, gemm_bf16};
+    use llm_workbook::threads::with_threads;
+    let mut rng = Rng::new(1613);
+    let (m, k, n) = (300, 256, 301);
+    let (a, b) = (stored(m, k, Op::N, &mut rng), stored(k, n, Op::T, &mut rng));
+    for path in available_bf16_paths() {
+        let run = |threads| {
+            let mut c = DMatrix::from_element(m, n, 1.0f32);
+            with_threads(threads, || gemm_bf16(path, 1.0, &a, Op::N, &b, Op::T, 0.5, &mut c))
+                .unwrap();
+            c.map(f32::to_bits)
+        };
+        let one = run(1);
+        for threads in [2, 3, 5] {
+            assert_eq!(run(threads), one, "{} on {threads} threads", path.name());
+        }
+    }
+}

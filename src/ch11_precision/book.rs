@@ -3,6 +3,7 @@
 //! the sums and the steps) and the two measured figures, which are the same on every machine
 //! (IEEE arithmetic, fixed seeds).
 
+use super::bf16_product;
 use super::format::{
     BF16, F16, F32, F64, FORMATS, Format, bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16, pow2,
 };
@@ -23,10 +24,11 @@ use crate::ch01_logistic::{bce_from_logit, sigmoid};
 use crate::ch02_softmax::{log_sum_exp, softmax};
 use crate::errata::Erratum;
 use crate::error::Result;
+use crate::matmul::{Bf16Path, Op, available_bf16_paths, best_bf16_path, gemm_bf16};
 use crate::plot::{Figure, LineChart, LogAxes, Series};
 use crate::report::{Chapter, Walk, Worked};
 use crate::sources::THIS_CRATE;
-use nalgebra::DVector;
+use nalgebra::{DMatrix, DVector};
 use std::path::{Path, PathBuf};
 
 /// No source document, so no errata.
@@ -347,7 +349,58 @@ fn mixed_rows() -> Result<Vec<Worked>> {
             run.2.gradients.underflows as f64,
         ));
     }
+    rows.extend(bf16_product_rows()?);
     Ok(rows)
+}
+
+/// The two worked examples of the bf16 product: the order within a pair
+/// ([`bf16_product::pair_order_row`] times ones) and a flushed input
+/// ([`bf16_product::flushed_pair`]), each by the widened path and by the instruction's portable
+/// statement (the same values as VDPBF16PS where it runs): [order widened, order pairs, flush
+/// widened, flush pairs].
+fn bf16_examples() -> Result<[f64; 4]> {
+    let run = |path: Bf16Path, a: &[u16], b: &[u16]| -> Result<f64> {
+        let k = a.len();
+        let (a, b) = (DMatrix::from_row_slice(1, k, a), DMatrix::from_row_slice(k, 1, b));
+        let mut c = DMatrix::zeros(1, 1);
+        gemm_bf16(path, 1.0, &a, Op::N, &b, Op::N, 0.0, &mut c)?;
+        Ok(f64::from(c[(0, 0)]))
+    };
+    let ones = [f32_to_bf16(1.0); 4];
+    let row = bf16_product::pair_order_row();
+    let (x, y) = bf16_product::flushed_pair();
+    Ok([
+        run(Bf16Path::Widened, &row, &ones)?,
+        run(Bf16Path::PairsPortable, &row, &ones)?,
+        run(Bf16Path::Widened, &[x], &[y])?,
+        run(Bf16Path::PairsPortable, &[x], &[y])?,
+    ])
+}
+
+/// The worked-table rows of [`bf16_examples`].
+fn bf16_product_rows() -> Result<Vec<Worked>> {
+    let [order_widened, order_pairs, flush_widened, flush_pairs] = bf16_examples()?;
+    const TEST: &str = "the_pair_instruction_adds_in_its_own_order_and_flushes_subnormals";
+    let order = "1, 0, 2⁻²⁴, 2⁻²⁴(1 + 2⁻⁷) summed as a bf16 product";
+    let flush = "2⁻¹³⁰ · 2¹⁰⁰ as a bf16 product";
+    Ok(vec![
+        Worked::number(
+            TEST,
+            THIS_CRATE,
+            format!("{order}, widened to f32"),
+            "1.00000012",
+            order_widened,
+        ),
+        Worked::number(TEST, THIS_CRATE, format!("{order}, VDPBF16PS"), "1.00000024", order_pairs),
+        Worked::text(
+            TEST,
+            THIS_CRATE,
+            format!("{flush}, widened to f32"),
+            "9.3e-10",
+            format!("{flush_widened:.1e}"),
+        ),
+        Worked::number(TEST, THIS_CRATE, format!("{flush}, VDPBF16PS"), "0", flush_pairs),
+    ])
 }
 
 // ───────────────────────────── the walk-through ─────────────────────────────
@@ -513,6 +566,22 @@ fn walk_mixed(out: &mut Walk) -> Result<()> {
             r.gradients.overflows + r.others.overflows
         ))?;
     }
+    let paths: Vec<&str> = available_bf16_paths().iter().map(|p| p.name()).collect();
+    out.say(&format!(
+        "a product of bf16 matrices (f32 sums): paths on this CPU {}; fastest {}",
+        paths.join(", "),
+        best_bf16_path().name()
+    ))?;
+    let [order_widened, order_pairs, flush_widened, flush_pairs] = bf16_examples()?;
+    out.say("  1, 0, 2^-24, 2^-24(1 + 2^-7) times ones, exact 1 + 2^-23 + 2^-31:")?;
+    out.say(&format!(
+        "    widened, in order {order_widened:.9}; VDPBF16PS, second of a pair first \
+         {order_pairs:.9}"
+    ))?;
+    out.say(&format!(
+        "  2^-130 · 2^100 = 2^-30: widened {flush_widened:.3e}; VDPBF16PS {flush_pairs} \
+         (2^-130 is a bf16 subnormal, read as 0)"
+    ))?;
     out.say("the four runs on the corpus follow with the figures (trained once, then drawn)")?;
     Ok(())
 }

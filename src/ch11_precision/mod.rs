@@ -13,7 +13,9 @@
 //! - [`steps`]: the error of forward and central differences against the step h, which sets the
 //!   gradient checker's step;
 //! - [`mixed`]: training with the products' inputs rounded to bf16 or f16 and everything else
-//!   in f32, with loss scaling for f16 (chapter 9's fused step takes a [`Precision`]).
+//!   in f32, with loss scaling for f16 (chapter 9's fused step takes a [`Precision`]);
+//!   [`bf16_product`]: the bound a product of bf16 matrices keeps, widened to f32 in packing or
+//!   two products per instruction (VDPBF16PS).
 //! - [`quant`]: weights in blocks of 32 with one scale, int8 and 4-bit, what that costs in loss;
 //!   [`quant_step`]: chapter 9's cached step reading those blocks; [`quant_file`]: on disk.
 //!
@@ -21,6 +23,7 @@
 //! [`chapters/ch11_precision.md`](../../chapters/ch11_precision.md); the tests are
 //! `tests/ch11_precision.rs`.
 
+pub mod bf16_product;
 pub mod book;
 pub mod format;
 pub mod mixed;

@@ -242,7 +242,7 @@ fn grid(
 
 /// The size of each of the ⌈len/limit⌉ equal pieces that cover `len`, rounded up to a multiple of
 /// `unit` (the last piece may be smaller).
-fn balanced(len: usize, limit: usize, unit: usize) -> usize {
+pub(super) fn balanced(len: usize, limit: usize, unit: usize) -> usize {
     let pieces = len.div_ceil(limit.max(1));
     len.div_ceil(pieces).next_multiple_of(unit)
 }

@@ -26,6 +26,7 @@
 //! nalgebra backend switch in [`crate::backend`], the element-wise map in [`crate::simd_map`] and
 //! the FMA throughput probe in [`crate::peak`].
 
+mod bf16;
 mod blocked;
 mod caches;
 mod dispatch;
@@ -40,6 +41,7 @@ use crate::threads::default_threads;
 use nalgebra::{ClosedAddAssign, ClosedMulAssign, DMatrix};
 use num_traits::{One, Zero};
 
+pub use bf16::{Bf16Path, available_bf16_paths, best_bf16_path, gemm_bf16, widen_bf16};
 pub use blocked::{IN_PLACE_MAX_STEP, PARALLEL_MIN_FLOPS, PIECE_MIN_FLOPS};
 pub use caches::{CacheLevel, Caches, ModelBlocking, machine_caches, model_blocking};
 pub use dispatch::{
