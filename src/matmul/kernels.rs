@@ -89,8 +89,9 @@ impl<T: Element> MicroKernel<T> {
     }
 
     /// One run of tile updates: for each of `b.count` slivers of `cols` columns (NR, or one of
-    /// [`MicroKernel::narrow_widths`]), each of `a.count` tiles of MR rows, C ← α·Ã·B̃ + β·C on
-    /// rows `row + t·MR ..` of the columns `s·cols ..` of `c` (see [`ATiles`] and [`BSlivers`]
+    /// [`MicroKernel::narrow_widths`]), each of `a.count` tiles of `a.rows` rows (MR, or
+    /// [`MicroKernel::half_height`]), C ← α·Ã·B̃ + β·C on rows `row + t·a.rows ..` of the
+    /// columns `s·cols ..` of `c` (see [`ATiles`] and [`BSlivers`]
     /// for where tile t and sliver s are read). Slivers outside, tiles inside: each sliver of B̃
     /// is used by every tile before the next is read. Each tile's k-sum is the same whether it
     /// runs alone or in a run. The portable kernel takes only packed slivers (A: step MR, B: step
@@ -116,6 +117,7 @@ impl<T: Element> MicroKernel<T> {
                 assert_eq!(cols, self.nr, "the portable kernel computes whole tiles");
                 assert_eq!(a.step, self.mr, "the portable kernel reads packed A slivers");
                 assert_eq!(a.rows, self.mr, "the portable kernel computes whole tiles");
+                assert!(c.len() >= b.count * cols, "fewer columns of C than the run's slivers");
                 for (s, c_s) in c.chunks_exact_mut(cols).take(b.count).enumerate() {
                     for t in 0..a.count {
                         let (a_t, b_s) = (&a.data[t * a.next..], &b.data[s * b.next..]);
