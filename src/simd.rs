@@ -11,16 +11,19 @@
 //!    no other code can make one. Every safe function that runs `#[target_feature]` code takes a
 //!    token, or is a method of a [`SimdKernel`], which only a token can build. Holding one is the
 //!    proof, so nothing re-checks the CPU on every micro-kernel call.
-//! 2. **Every pointer stays inside its slice.** The micro-kernel checks, on every call, that `a`
-//!    holds kc·MR values, `b` every index it reads (kc·NR packed; with a step and a lane, the
-//!    highest index `(kc − 1)·step + (NR − 1)·lane`, computed without overflow), and that each of
-//!    NR columns of C holds MR values from `row` on; only then does it read through raw pointers.
+//! 2. **Every pointer stays inside its slice.** The micro-kernel is called once for a run of tiles
+//!    (every full tile of a column sliver, or of a whole packed block) and checks, on every call,
+//!    that `a` holds every value the run's tiles of Ã read, `b` every index the run's slivers of
+//!    B̃ read (with a step and a lane, the highest index `(slivers − 1)·next + (kc − 1)·step +
+//!    (NR − 1)·lane`, computed without overflow), and that each column of C holds the run's rows
+//!    from `row` on; only then does it read through raw pointers.
 //!
-//! The four micro-kernels are one generic body, [`tile_body`], written against a trait for a
-//! vector instruction set ([`Vector`]: the vector type, its lanes, and zero, load, store, splat,
-//! fused multiply-add, multiply and add as `#[inline(always)]` functions), and four thin
-//! `#[target_feature]` wrappers, one per instruction set and element type, that call it. The body
-//! and the trait's functions are inlined into each wrapper, so they are compiled with the
+//! The four micro-kernels are one generic body ([`tile_body`], the run of tiles, around
+//! [`tile_core`], one tile), written against a trait for a vector instruction set ([`Vector`]:
+//! the vector type, its lanes, and zero, load, store, splat, fused multiply-add, multiply and add
+//! as `#[inline(always)]` functions), and thin `#[target_feature]` wrappers, one per instruction
+//! set, element type and tile height (MR, and MR/2 for the last rows of C), that call it. The
+//! body and the trait's functions are inlined into each wrapper, so they are compiled with the
 //! wrapper's instructions: the AVX-512 code is the very loop the AVX2 tests exercise, with wider
 //! registers. The loop is the scalar specification (`src/matmul/scalar.rs`) with the MR rows of a
 //! column of the tile held in MV = MR/LANES vectors:
@@ -300,15 +303,53 @@ pub const AVX512_F64_NR: usize = 8;
 /// steps were indistinguishable).
 const PREFETCH_AHEAD: usize = 16;
 
-/// The one micro-kernel body: C ← α·Ã·B̃ + β·C on the MR×NC tile made of rows `row..row + MR`
-/// of the first NC slices of `c` (β = 0: C is not read). NC is the tile's NR columns, or fewer
-/// for the last columns of C (4, 2 or 1 at a time: an edge of C costs only its own columns).
-/// Element (i, p) of Ã is `a[p·a_step + i]`: a packed sliver (step MR) or, for a small product,
-/// MR rows of a column-major op(A) read where they are (step: its leading dimension). Element
-/// (p, j) of B̃ is `b[p·b_step + j·b_lane]`. `B` says which of the two is known
+/// The bounds of one run of the micro-kernel, checked once before any pointer is read: `tiles`
+/// tiles of MR rows down each of `slivers` slivers of NC columns. Tile t reads Ã from
+/// `t·a_next` on (element (i, p) at `t·a_next + p·a_step + i`), sliver s reads B̃ from
+/// `s·b_next` on (element (p, j) at `s·b_next + p·b_step + j·b_lane`) and writes the NC columns
+/// `c[s·NC ..]`, rows `row + t·MR ..` of each. Returns the highest index read of A plus one, and
+/// of B, in arithmetic that cannot wrap (`None` if it would).
+#[allow(clippy::too_many_arguments)]
+fn run_extent(
+    kc: usize,
+    mr: usize,
+    nc: usize,
+    (a_step, a_next, tiles): (usize, usize, usize),
+    (b_step, b_lane, b_next, slivers): (usize, usize, usize, usize),
+) -> (Option<usize>, Option<usize>) {
+    if kc == 0 || tiles == 0 || slivers == 0 {
+        return (Some(0), Some(0));
+    }
+    let a = (tiles - 1)
+        .checked_mul(a_next)
+        .zip((kc - 1).checked_mul(a_step))
+        .and_then(|(x, y)| x.checked_add(y))
+        .and_then(|last| last.checked_add(mr));
+    let b = (slivers - 1)
+        .checked_mul(b_next)
+        .zip((kc - 1).checked_mul(b_step))
+        .and_then(|(x, y)| x.checked_add(y))
+        .zip((nc - 1).checked_mul(b_lane))
+        .and_then(|(x, y)| x.checked_add(y))
+        .and_then(|last| last.checked_add(1));
+    (a, b)
+}
+
+/// One run of the micro-kernel: for each of `slivers` slivers of NC columns of B̃ (loop 2), each
+/// of `tiles` tiles of MR rows of Ã (loop 1), C ← α·Ã·B̃ + β·C on that MR×NC tile; the layout of
+/// the run is [`run_extent`]'s (β = 0: C is not read). NC is the tile's NR columns, or fewer for
+/// the last columns of C (4, 2 or 1 at a time: an edge of C costs only its own columns). A packed
+/// Ã has step MR and tiles MR·kc apart; MR rows of a column-major op(A) read where they are have
+/// step its leading dimension and tiles MR apart. `B` says which of B̃'s step and lane are known
 /// when compiling ([`B_PACKED`]: both, the sliver is packed with step NR and lane 1 whatever is
 /// passed; [`B_ROWS`]: lane 1; [`B_COLS`]: step 1), so the loop addresses B with as few
-/// registers as the layout allows.
+/// registers as the layout allows. With `prefetch_next` (B̃ read in place by columns, one tile of
+/// rows: a sliver is used once, straight from memory), each sliver's NC columns of kc values are
+/// asked for while the previous sliver is computed.
+///
+/// Every bound is checked once for the whole run, then each tile is [`tile_core`] on raw
+/// pointers: the per-tile cost of the call (checks, the indirect call, the column slices) is paid
+/// once per run, and each element's k-sum is the one a single tile computes.
 ///
 /// Panics, before touching a pointer, if a slice is too short for what it stands for.
 ///
@@ -327,11 +368,9 @@ unsafe fn tile_body<
     const B: u8,
 >(
     kc: usize,
-    a: &[I::E],
-    a_step: usize,
-    b: &[I::E],
-    b_step: usize,
-    b_lane: usize,
+    (a, a_step, a_next, tiles): (&[I::E], usize, usize, usize),
+    (b, b_step, b_lane, b_next, slivers): (&[I::E], usize, usize, usize, usize),
+    prefetch_next: bool,
     alpha: I::E,
     beta: I::E,
     c: &mut [&mut [I::E]],
@@ -344,26 +383,71 @@ unsafe fn tile_body<
         B_ROWS => (b_step, 1),
         _ => (1, b_lane),
     };
-    // The bounds, in arithmetic that cannot wrap: the highest index read of A and of B.
-    let a_needed = match kc {
-        0 => Some(0),
-        _ => (kc - 1).checked_mul(a_step).and_then(|last| last.checked_add(MR)),
-    };
-    let b_needed = match kc {
-        0 => Some(0),
-        _ => (kc - 1)
-            .checked_mul(b_step)
-            .zip((NC - 1).checked_mul(b_lane))
-            .and_then(|(x, y)| x.checked_add(y))
-            .and_then(|last| last.checked_add(1)),
-    };
-    assert!(a_needed.is_some_and(|n| a.len() >= n), "A sliver too short for its step");
-    assert!(b_needed.is_some_and(|n| b.len() >= n), "B sliver too short for its step and lane");
-    assert!(c.len() >= NC, "fewer than NC columns of C");
-    // Slicing checks that each of the NC columns holds MR elements from `row` on; the columns are
-    // distinct `&mut` slices, so no two pointers alias.
-    let c: [*mut I::E; NC] = std::array::from_fn(|j| c[j][row..row + MR].as_mut_ptr());
+    let (a_needed, b_needed) =
+        run_extent(kc, MR, NC, (a_step, a_next, tiles), (b_step, b_lane, b_next, slivers));
+    assert!(a_needed.is_some_and(|n| a.len() >= n), "A slivers too short for their steps");
+    assert!(b_needed.is_some_and(|n| b.len() >= n), "B slivers too short for their steps");
+    let columns = slivers.checked_mul(NC).expect("a column count that fits a usize");
+    assert!(c.len() >= columns, "fewer than NC columns of C per sliver");
+    let rows_end = tiles.checked_mul(MR).and_then(|r| r.checked_add(row));
+    let rows_end = rows_end.expect("a row count that fits a usize");
+    // Each column of the run holds its tiles' rows; the columns are distinct `&mut` slices, so no
+    // two pointers alias.
+    assert!(c[..columns].iter().all(|col| col.len() >= rows_end), "a column of C too short");
     let (a, b) = (a.as_ptr(), b.as_ptr());
+    for s in 0..slivers {
+        let b_s = b.wrapping_add(s * b_next);
+        if B == B_COLS && prefetch_next && s + 1 < slivers {
+            for j in 0..NC {
+                // Column j of the next sliver: kc consecutive values (step 1).
+                let next = b_s.wrapping_add(b_next + j * b_lane);
+                for line in (0..kc).step_by((64 / size_of::<I::E>()).max(1)) {
+                    // SAFETY: SSE is part of every x86-64 CPU; a prefetch never faults.
+                    unsafe { _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(line).cast::<i8>()) };
+                }
+            }
+        }
+        for t in 0..tiles {
+            let c_t: [*mut I::E; NC] = std::array::from_fn(|j| {
+                // `wrapping_add`: within the checked rows of column s·NC + j.
+                c[s * NC + j].as_mut_ptr().wrapping_add(row + t * MR)
+            });
+            // SAFETY: the CPU supports `I` (this function's contract); tile t of sliver s reads
+            // Ã from t·a_next and B̃ from s·b_next within the extents checked above, and writes
+            // MR rows from row + t·MR of NC columns, each checked to hold them.
+            unsafe {
+                tile_core::<I, MR, NC, MV>(
+                    kc,
+                    a.wrapping_add(t * a_next),
+                    a_step,
+                    b_s,
+                    (b_step, b_lane),
+                    (alpha, beta),
+                    c_t,
+                );
+            }
+        }
+    }
+}
+
+/// One MR×NC tile on raw pointers, the loop of the module documentation: element (i, p) of Ã is
+/// `a[p·a_step + i]`, element (p, j) of B̃ is `b[p·b_step + j·b_lane]`, and `c[j]` points at the
+/// tile's MR rows of column j: C ← α·Ã·B̃ + β·C (β = 0: C is not read).
+///
+/// # Safety
+///
+/// The CPU must support `I`; `a` and `b` must be valid for reading every index above for p < kc,
+/// i < MR, j < NC, and each `c[j]` for reading and writing MR values, none of them overlapping.
+#[inline(always)]
+unsafe fn tile_core<I: Vector, const MR: usize, const NC: usize, const MV: usize>(
+    kc: usize,
+    a: *const I::E,
+    a_step: usize,
+    b: *const I::E,
+    (b_step, b_lane): (usize, usize),
+    (alpha, beta): (I::E, I::E),
+    c: [*mut I::E; NC],
+) {
     // Ask for the C tile now, so its cache lines arrive while the kc loop runs instead of
     // stalling the write-back at the end (C's columns are a whole leading dimension apart).
     for c_j in c {
@@ -381,7 +465,7 @@ unsafe fn tile_body<
     // step 1 (columns of op(B) in place) NC pointers indexed by p, which stay in registers
     // (the general product p·step + j·lane spilled its offsets to the stack).
     let b_cols: [*const I::E; NC] = std::array::from_fn(|j| b.wrapping_add(j * b_lane));
-    // SAFETY (each step): p < kc, and `a` and `b` hold every index checked above.
+    // SAFETY (each step): p < kc, and `a` and `b` hold every index (this function's contract).
     let mut p = 0;
     while p + 4 <= kc {
         // A prefetch never faults; wrapping_add keeps the address arithmetic defined even past
@@ -405,8 +489,8 @@ unsafe fn tile_body<
     let beta_v = unsafe { I::splat(beta) };
     for (c_j, acc_j) in c.into_iter().zip(&acc) {
         for (r, &acc_jr) in acc_j.iter().enumerate() {
-            // SAFETY: r·LANES + LANES ≤ MR: these LANES elements are among the MR checked
-            // readable and writable behind c_j.
+            // SAFETY: r·LANES + LANES ≤ MR: these LANES elements are among the MR readable and
+            // writable behind c_j (this function's contract).
             let c_jr = unsafe { c_j.add(r * I::LANES) };
             let value = if beta == I::ZERO {
                 // β = 0 overwrites: C is not read, so NaN or garbage in it cannot leak in.
@@ -421,7 +505,7 @@ unsafe fn tile_body<
     }
 }
 
-/// acc += Ã[:, p] ⊗ B̃[p, :], one step of [`tile_body`]'s loop: `a_p` points at Ã[0, p] (MR
+/// acc += Ã[:, p] ⊗ B̃[p, :], one step of [`tile_core`]'s loop: `a_p` points at Ã[0, p] (MR
 /// values), `b_p[j]` at B̃[p, j].
 ///
 /// # Safety
@@ -450,7 +534,7 @@ unsafe fn rank1_step<I: Vector, const MR: usize, const NR: usize, const MV: usiz
     }
 }
 
-/// How [`tile_body`] addresses its B sliver (see there): packed, in place by rows of op(B) (lane
+/// How [`tile_core`] addresses its B sliver (see there): packed, in place by rows of op(B) (lane
 /// of 1) or in place by columns (step of 1). An operand always has one stride 1, so no other
 /// layout reaches a kernel.
 const B_PACKED: u8 = 0;
@@ -459,9 +543,19 @@ const B_ROWS: u8 = 1;
 /// Step 1, any lane: columns of op(B) read in place (op(B) = B, column-major).
 const B_COLS: u8 = 2;
 
-/// The signature of the wrappers: `(kc, Ã sliver, its step, B, B step, B lane, α, β, columns of
-/// C, row)`. Their one requirement is the CPU's; they check every bound themselves.
-type TileFn<T> = unsafe fn(usize, &[T], usize, &[T], usize, usize, T, T, &mut [&mut [T]], usize);
+/// The signature of the wrappers: `(kc, (Ã, its step, next tile, tiles), (B, B step, B lane,
+/// next sliver, slivers), prefetch the next sliver, α, β, columns of C, row)`. Their one
+/// requirement is the CPU's; they check every bound themselves.
+type TileFn<T> = unsafe fn(
+    usize,
+    (&[T], usize, usize, usize),
+    (&[T], usize, usize, usize, usize),
+    bool,
+    T,
+    T,
+    &mut [&mut [T]],
+    usize,
+);
 
 /// Writes one `#[target_feature]` wrapper around [`tile_body`]: only the name, the features and
 /// the instruction set differ (a declaration, not a body: the body is written once, above).
@@ -476,11 +570,9 @@ macro_rules! tile_wrapper {
         #[target_feature(enable = $features)]
         unsafe fn $name<const B: u8, const NC: usize>(
             kc: usize,
-            a: &[$t],
-            a_step: usize,
-            b: &[$t],
-            b_step: usize,
-            b_lane: usize,
+            a: (&[$t], usize, usize, usize),
+            b: (&[$t], usize, usize, usize, usize),
+            prefetch_next: bool,
             alpha: $t,
             beta: $t,
             c: &mut [&mut [$t]],
@@ -491,7 +583,7 @@ macro_rules! tile_wrapper {
             // CPU requirement on; `tile_body` checks every bound itself.
             unsafe {
                 tile_body::<$isa, { $mr }, { $nr }, NC, MV, B>(
-                    kc, a, a_step, b, b_step, b_lane, alpha, beta, c, row,
+                    kc, a, b, prefetch_next, alpha, beta, c, row,
                 )
             }
         }
@@ -503,16 +595,32 @@ tile_wrapper!(
     avx2_f32, "avx2,fma", Avx2F32, f32, AVX2_F32_MR, AVX2_F32_NR
 );
 tile_wrapper!(
+    /// AVX2+FMA, f32, the half-height tile of the last rows: 8×6.
+    avx2_f32_half, "avx2,fma", Avx2F32, f32, AVX2_F32_MR / 2, AVX2_F32_NR
+);
+tile_wrapper!(
     /// AVX2+FMA, f64: an 8×6 tile in 12 of the 16 ymm registers.
     avx2_f64, "avx2,fma", Avx2F64, f64, AVX2_F64_MR, AVX2_F64_NR
+);
+tile_wrapper!(
+    /// AVX2+FMA, f64, the half-height tile of the last rows: 4×6.
+    avx2_f64_half, "avx2,fma", Avx2F64, f64, AVX2_F64_MR / 2, AVX2_F64_NR
 );
 tile_wrapper!(
     /// AVX-512F, f32: a 32×8 tile in 16 of the 32 zmm registers.
     avx512_f32, "avx512f", Avx512F32, f32, AVX512_F32_MR, AVX512_F32_NR
 );
 tile_wrapper!(
+    /// AVX-512F, f32, the half-height tile of the last rows: 16×8.
+    avx512_f32_half, "avx512f", Avx512F32, f32, AVX512_F32_MR / 2, AVX512_F32_NR
+);
+tile_wrapper!(
     /// AVX-512F, f64: a 16×8 tile in 16 of the 32 zmm registers.
     avx512_f64, "avx512f", Avx512F64, f64, AVX512_F64_MR, AVX512_F64_NR
+);
+tile_wrapper!(
+    /// AVX-512F, f64, the half-height tile of the last rows: 8×8.
+    avx512_f64_half, "avx512f", Avx512F64, f64, AVX512_F64_MR / 2, AVX512_F64_NR
 );
 
 /// A SIMD micro-kernel for element type `T`: one wrapper compiled for each layout of B and each
@@ -520,84 +628,100 @@ tile_wrapper!(
 /// constructors take a token, so a `SimdKernel` exists only on a CPU that runs its instructions.
 #[derive(Clone, Copy)]
 pub(crate) struct SimdKernel<T: 'static> {
-    /// The wrapper compiled for each width (NR, then [`NARROW`]) and each way of addressing B
-    /// ([`B_PACKED`], [`B_ROWS`], [`B_COLS`]): a static table, so the kernel is two words to copy.
+    /// The wrapper compiled for each height (MR, then MR/2 for the last rows of C), each width
+    /// (NR, then [`NARROW`]) and each way of addressing B ([`B_PACKED`], [`B_ROWS`],
+    /// [`B_COLS`]): a static table, so the kernel is three words to copy.
     by_layout: &'static Variants<T>,
+    mr: usize,
     nr: usize,
 }
 
-/// One wrapper's variants, by width and layout of B.
-type Variants<T> = [[TileFn<T>; 3]; 4];
+/// One kernel's variants, by height, width and layout of B.
+type Variants<T> = [[[TileFn<T>; 3]; 4]; 2];
 
 /// The narrower tiles every SIMD kernel also has, for the last columns of C: a remainder of r <
 /// NR columns is covered by the binary digits of r, each in one call.
 pub(crate) const NARROW: [usize; 3] = [4, 2, 1];
 
-/// One wrapper for every width and layout, in the order of [`SimdKernel::by_layout`].
+/// One wrapper for every height, width and layout, in the order of [`SimdKernel::by_layout`].
 macro_rules! by_layout {
-    ($name:ident, $nr:expr) => {{
+    ($name:ident, $half:ident, $nr:expr) => {{
         macro_rules! layouts {
-            ($w:expr) => {
-                [$name::<B_PACKED, { $w }>, $name::<B_ROWS, { $w }>, $name::<B_COLS, { $w }>]
+            ($f:ident, $w:expr) => {
+                [$f::<B_PACKED, { $w }>, $f::<B_ROWS, { $w }>, $f::<B_COLS, { $w }>]
             };
         }
-        [layouts!($nr), layouts!(NARROW[0]), layouts!(NARROW[1]), layouts!(NARROW[2])]
+        macro_rules! widths {
+            ($f:ident) => {
+                [
+                    layouts!($f, $nr),
+                    layouts!($f, NARROW[0]),
+                    layouts!($f, NARROW[1]),
+                    layouts!($f, NARROW[2]),
+                ]
+            };
+        }
+        [widths!($name), widths!($half)]
     }};
 }
 
-static AVX2_F32: Variants<f32> = by_layout!(avx2_f32, AVX2_F32_NR);
-static AVX2_F64: Variants<f64> = by_layout!(avx2_f64, AVX2_F64_NR);
-static AVX512_F32: Variants<f32> = by_layout!(avx512_f32, AVX512_F32_NR);
-static AVX512_F64: Variants<f64> = by_layout!(avx512_f64, AVX512_F64_NR);
+static AVX2_F32: Variants<f32> = by_layout!(avx2_f32, avx2_f32_half, AVX2_F32_NR);
+static AVX2_F64: Variants<f64> = by_layout!(avx2_f64, avx2_f64_half, AVX2_F64_NR);
+static AVX512_F32: Variants<f32> = by_layout!(avx512_f32, avx512_f32_half, AVX512_F32_NR);
+static AVX512_F64: Variants<f64> = by_layout!(avx512_f64, avx512_f64_half, AVX512_F64_NR);
 
 impl Avx2 {
     /// The AVX2 f32 micro-kernel (16×6).
     pub(crate) fn f32_kernel(self) -> SimdKernel<f32> {
-        SimdKernel { by_layout: &AVX2_F32, nr: AVX2_F32_NR }
+        SimdKernel { by_layout: &AVX2_F32, mr: AVX2_F32_MR, nr: AVX2_F32_NR }
     }
     /// The AVX2 f64 micro-kernel (8×6).
     pub(crate) fn f64_kernel(self) -> SimdKernel<f64> {
-        SimdKernel { by_layout: &AVX2_F64, nr: AVX2_F64_NR }
+        SimdKernel { by_layout: &AVX2_F64, mr: AVX2_F64_MR, nr: AVX2_F64_NR }
     }
 }
 
 impl Avx512 {
     /// The AVX-512 f32 micro-kernel (32×8).
     pub(crate) fn f32_kernel(self) -> SimdKernel<f32> {
-        SimdKernel { by_layout: &AVX512_F32, nr: AVX512_F32_NR }
+        SimdKernel { by_layout: &AVX512_F32, mr: AVX512_F32_MR, nr: AVX512_F32_NR }
     }
     /// The AVX-512 f64 micro-kernel (16×8).
     pub(crate) fn f64_kernel(self) -> SimdKernel<f64> {
-        SimdKernel { by_layout: &AVX512_F64, nr: AVX512_F64_NR }
+        SimdKernel { by_layout: &AVX512_F64, mr: AVX512_F64_MR, nr: AVX512_F64_NR }
     }
 }
 
 impl<T> SimdKernel<T> {
-    /// C ← α·Ã·B̃ + β·C on the MR×`cols` tile at rows `row..row + MR` of the first `cols` slices
-    /// of `c` (`cols`: NR or one of [`NARROW`]), element (p, j) of the B sliver being
-    /// `b[p·b_step + j·b_lane]` (a packed sliver keeps step NR): the variant compiled for
-    /// that width and layout (packed: step NR and lane 1; lane 1; step 1). Panics (before
-    /// touching memory) if a slice is too short for what it stands for, or if neither step nor
-    /// lane is 1 (an internal bug: every operand has one stride 1).
+    /// One run of tiles (see [`tile_body`]) of `rows` rows (MR, or MR/2 for the last rows of C)
+    /// and `cols` columns (NR or one of [`NARROW`]): for each of `slivers` slivers of B (sliver s
+    /// from `b[s·b_next]` on, element (p, j) at `p·b_step + j·b_lane` from there), each of
+    /// `tiles` tiles of Ã (tile t from `a[t·a_next]` on, element (i, p) at `p·a_step + i` from
+    /// there): C ← α·Ã·B̃ + β·C on rows `row + t·rows ..` of columns `s·cols ..` of `c`. The
+    /// variant compiled for that height, width and layout of B (packed: step NR and lane 1; lane
+    /// 1; step 1) runs it, its bounds checked once. `prefetch_next` asks for each next sliver of
+    /// B while one is used (with step 1 only). Panics (before touching memory) if a slice is too
+    /// short for what it stands for, if the tile's shape is not one of the kernel's, or if
+    /// neither step nor lane is 1 (an internal bug: every operand has one stride 1).
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub(crate) fn run(
         self,
         kc: usize,
-        cols: usize,
-        (a, a_step): (&[T], usize),
-        b: &[T],
-        (b_step, b_lane): (usize, usize),
+        (rows, cols): (usize, usize),
+        a: (&[T], usize, usize, usize),
+        b: (&[T], usize, usize, usize, usize),
+        prefetch_next: bool,
         alpha: T,
         beta: T,
         c: &mut [&mut [T]],
         row: usize,
     ) {
-        let layout = match (b_step, b_lane) {
+        let layout = match (b.1, b.2) {
             (s, 1) if s == self.nr => B_PACKED,
             (_, 1) => B_ROWS,
             (1, _) => B_COLS,
-            _ => panic!("a B sliver read in place has step or lane 1, got {b_step}, {b_lane}"),
+            (s, l) => panic!("a B sliver read in place has step or lane 1, got {s}, {l}"),
         };
         let width = match cols {
             c if c == self.nr => 0,
@@ -606,10 +730,15 @@ impl<T> SimdKernel<T> {
             1 => 3,
             _ => panic!("a SIMD tile is {} columns wide or 4, 2, 1, not {cols}", self.nr),
         };
-        let f = self.by_layout[width][usize::from(layout)];
+        let height = match rows {
+            r if r == self.mr => 0,
+            r if 2 * r == self.mr => 1,
+            _ => panic!("a SIMD tile is {} rows high or {}, not {rows}", self.mr, self.mr / 2),
+        };
+        let f = self.by_layout[height][width][usize::from(layout)];
         // SAFETY: `self` was built by a constructor that took a token, which exists only when the
         // CPU supports the wrapper's features; the wrapper checks every bound itself.
-        unsafe { f(kc, a, a_step, b, b_step, b_lane, alpha, beta, c, row) }
+        unsafe { f(kc, a, b, prefetch_next, alpha, beta, c, row) }
     }
 }
 

@@ -399,6 +399,34 @@ fn every_kernel_matches_the_triple_loop_with_tiny_blocks_that_force_every_loop_t
     }
 }
 
+/// The micro-kernel runs every full tile of a block in one call (each full sliver of B̃ against
+/// each full tile of Ã), then the last columns in narrower widths and the last rows through the
+/// scratch tile. Shapes with several full tiles along both sides and every kind of remainder, in
+/// every transpose (the last rows through a tile of half the height when they fit in it, else
+/// a whole one): op(A) read in place (A·B with a narrow panel) and packed (Aᵀ, or a panel of
+/// more than 16 slivers), op(B) read in place and, past the in-place step (Bᵀ with 1100 rows),
+/// packed; with each kernel's own blocking and with small blocks that cut m, k and n many times.
+#[test]
+fn every_kernel_matches_the_triple_loop_when_one_call_runs_a_block_of_tiles() {
+    let mut cases = Vec::new();
+    let shapes =
+        [(64, 32, 64), (65, 65, 33), (97, 131, 20), (48, 18, 7), (33, 200, 9), (128, 96, 5)];
+    // The last rows: 13 of f32's 16 (a whole tile), 12 (whole) and 4 of f64's 8 (half).
+    let shapes = [&shapes[..], &[(29, 20, 11), (44, 13, 17)]].concat();
+    for (i, &(m, n, k)) in shapes.iter().enumerate() {
+        for (j, &(ta, tb)) in OPS.iter().enumerate() {
+            let (alpha, beta) = ALPHA_BETA[(i + j) % ALPHA_BETA.len()];
+            cases.push(Case::new(m, n, k).ops(ta, tb).scaled(alpha, beta));
+        }
+    }
+    cases.push(Case::new(37, 1100, 9).ops(Op::N, Op::T).scaled(1.0, 0.5));
+    cases.push(Case::new(64, 1100, 3).ops(Op::T, Op::T));
+    let one_thread = |k| Settings { threads: Some(1), ..forced(k) };
+    check_all(&cases, one_thread, 35);
+    let blocking = Some(Blocking { mc: 40, kc: 13, nc: 50 });
+    check_all(&cases, |k| Settings { blocking, ..one_thread(k) }, 36);
+}
+
 #[test]
 fn every_kernel_matches_the_triple_loop_on_tall_wide_and_deep_shapes() {
     let cases = [

@@ -27,7 +27,7 @@
 
 use super::blocked::{PARALLEL_MIN_FLOPS, balanced};
 use super::dispatch::{Blocking, Kernel, active_kernel};
-use super::kernels::{MicroKernel, f32_kernel};
+use super::kernels::{ATiles, BSlivers, MicroKernel, f32_kernel};
 use super::pack::{Operand, pack_a};
 use super::{Op, check_inner, unavailable};
 use crate::error::{Result, invalid, shape_error};
@@ -295,7 +295,10 @@ impl Tiles for Widened {
         row: usize,
     ) {
         let (mr, nr) = self.tile();
-        self.kernel.run(kc, nr, (a, mr), b, (nr, 1), alpha, beta, c, row);
+        // One packed tile: one A sliver, one B sliver.
+        let a = ATiles { data: a, step: mr, next: 0, count: 1, rows: mr };
+        let b = BSlivers { data: b, step: nr, lane: 1, next: 0, count: 1, prefetch_next: false };
+        self.kernel.run(kc, nr, a, b, alpha, beta, c, row);
     }
 }
 

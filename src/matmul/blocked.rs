@@ -9,6 +9,12 @@
 //!                   micro-kernel: C[ic+ir.., jc+jr..] (MR×NR) ← α·Ã·B̃ + β·C  ...... registers
 //! ```
 //!
+//! Loops 2 and 1 over the full tiles of a block are one call of the micro-kernel (a run of tiles:
+//! every full sliver of B̃ against every full tile of Ã, its bounds checked once), so the cost of
+//! calling a kernel (its checks, the indirect call, C's column slices) is paid per block, not per
+//! tile; the last columns (narrower tiles) and the last rows (the scratch tile) are calls of their
+//! own.
+//!
 //! A SIMD kernel skips packing B̃ when B's rows are close enough (`in_place_b`): it reads each
 //! sliver of op(B) where it lies, a partial last sliver included (its narrower tiles read only the
 //! columns that exist).
@@ -19,7 +25,7 @@
 
 use super::Element;
 use super::dispatch::{Blocking, Kernel, ProductStats};
-use super::kernels::{MAX_NR, MAX_TILE, MicroKernel};
+use super::kernels::{ATiles, BSlivers, MAX_NR, MAX_TILE, MicroKernel};
 use super::pack::{Operand, pack_a, pack_b, prefetch};
 
 /// Products with fewer flops (2·m·n·k) than this run on one thread. Starting and joining a
@@ -326,66 +332,107 @@ impl<T: Element> Job<'_, T> {
                         let (i, rows) = (piece.i0 + ic + a_packed_from, mc - a_packed_from);
                         pack_a(a_buf, self.a, i, rows, pc, kc, mr, simd);
                     }
-                    // loop 2: one KC×NR sliver of B̃, against every sliver of Ã.
-                    for jr in (0..nc).step_by(nr) {
-                        let cols = nr.min(nc - jr);
-                        let b_sliver = if jr < b_packed_from {
-                            let b = self.b;
-                            if b.rs == 1 && mc <= mr && jr + 2 * nr <= b_packed_from {
-                                // The next sliver's NR column runs, asked for while this one is
-                                // used (packing used to fetch them this way): a product of one
-                                // sliver of A, such as a cached generation step, streams B from
-                                // memory once, faster with the fetch started early. With more
-                                // slivers of A the sliver is reused from L1 and the requests
-                                // only cost issue slots (3 % of a 64³ product).
+                    // Ã's full tiles (read in place or packed) and its partial last one (packed).
+                    let (full, edge_rows) = (mc / mr, mc % mr);
+                    let a_full = if a_in_place {
+                        let a = self.a;
+                        let data = &a.data[piece.i0 + ic + pc * a.cs..];
+                        ATiles { data, step: a.cs, next: mr, count: full, rows: mr }
+                    } else {
+                        ATiles { data: a_buf, step: mr, next: mr * kc, count: full, rows: mr }
+                    };
+                    // B̃'s slivers from column jr on: op(B) where it is, or the packed panel.
+                    let b_from = |jr: usize, count: usize| {
+                        let b = self.b;
+                        let (data, step, lane, next) = if b_in_place {
+                            let data = &b.data[pc * b.rs + (piece.j0 + jc + jr) * b.cs..];
+                            (data, b.rs, b.cs, nr * b.cs)
+                        } else {
+                            (&b_buf[jr * kc..], nr, 1, nr * kc)
+                        };
+                        // One tile of rows uses each sliver once, straight from memory: the
+                        // next sliver's NR column runs are asked for while this one is used
+                        // (packing used to fetch them this way). With more tiles the sliver is
+                        // reused from L1 and the requests only cost issue slots (3 % of a 64³
+                        // product).
+                        let prefetch_next = b_in_place && b.rs == 1 && mc <= mr;
+                        BSlivers { data, step, lane, next, count, prefetch_next }
+                    };
+                    let (mut full_slivers, mut edge_cols) = (nc / nr, nc % nr);
+                    let (alpha, narrow) = (self.alpha, !mk.narrow_widths().is_empty());
+                    // The last full sliver and a remainder of fewer than 4 columns as 4-column
+                    // tiles, when they are a whole number of them (NR = 6 with 2 columns left:
+                    // 4 + 4, not 6 + 2). A 2-column tile holds half the accumulators the FMA
+                    // latency needs in flight; a 4-column one, as many as a full tile's two
+                    // thirds. Only op(B) in place has one lane between all its columns.
+                    let fours = (nr + edge_cols) / 4;
+                    let split_in_fours = mk.narrow_widths().contains(&4)
+                        && b_in_place
+                        && full > 0
+                        && full_slivers > 0
+                        && (1..4).contains(&edge_cols)
+                        && (nr + edge_cols).is_multiple_of(4);
+                    if split_in_fours {
+                        full_slivers -= 1;
+                        edge_cols = 0;
+                    }
+                    // Loops 2 and 1 over the full tiles: one run of the micro-kernel for every
+                    // full sliver of B̃ against every full tile of Ã, its bounds checked once.
+                    if full > 0 && full_slivers > 0 {
+                        let b_run = b_from(0, full_slivers);
+                        let c_run = &mut piece.columns[jc..jc + full_slivers * nr];
+                        mk.run(kc, nr, a_full, b_run, alpha, beta, c_run, ic);
+                    }
+                    let jr = full_slivers * nr;
+                    if split_in_fours {
+                        let b4 = b_from(jr, fours);
+                        let b_run = BSlivers { next: 4 * b4.lane, ..b4 };
+                        let c_run = &mut piece.columns[jc + jr..jc + nc];
+                        mk.run(kc, 4, a_full, b_run, alpha, beta, c_run, ic);
+                    }
+                    // The last columns: the kernel's narrower widths straight into C, or (the
+                    // portable kernel) a whole tile through the scratch tile.
+                    let c_edge = &mut piece.columns[jc + jr..jc + nc];
+                    if full > 0 && edge_cols > 0 && narrow {
+                        narrow_rows(mk, kc, a_full, b_from(jr, 1), alpha, beta, c_edge, ic);
+                    } else if edge_cols > 0 {
+                        for t in 0..full {
+                            let a_t = ATiles {
+                                data: &a_full.data[t * a_full.next..],
+                                count: 1,
+                                ..a_full
+                            };
+                            let (b_s, row) = (b_from(jr, 1), ic + t * mr);
+                            edge_tile(mk, kc, a_t, b_s, alpha, beta, scratch, c_edge, row, mr);
+                        }
+                    }
+                    // The last rows (packed after the full tiles or alone), each sliver through
+                    // the scratch tile.
+                    if edge_rows > 0 {
+                        let q = full * mr - a_packed_from;
+                        let data = &a_buf[q * kc..(q + mr) * kc];
+                        // Up to MR/2 rows left: a tile of half the height (half the work
+                        // thrown away: 65 rows are 4 tiles of 16 and one of 8, not 5 of 16).
+                        let height = match mk.half_height() {
+                            Some(h) if edge_rows <= h => h,
+                            _ => mr,
+                        };
+                        let a_edge = ATiles { data, step: mr, next: 0, count: 1, rows: height };
+                        let row = ic + full * mr;
+                        for jr in (0..nc).step_by(nr) {
+                            let b_s = b_from(jr, 1);
+                            if b_s.prefetch_next && jr + 2 * nr <= nc {
+                                let b = self.b;
                                 for j in jr + nr..jr + 2 * nr {
                                     prefetch(&b.data[pc + (piece.j0 + jc + j) * b.cs..][..kc]);
                                 }
                             }
-                            Sliver {
-                                data: &b.data[pc * b.rs + (piece.j0 + jc + jr) * b.cs..],
-                                step: b.rs,
-                                lane: b.cs,
-                            }
-                        } else {
-                            let q = (jr - b_packed_from) / nr;
-                            Sliver {
-                                data: &b_buf[q * nr * kc..(q + 1) * nr * kc],
-                                step: nr,
-                                lane: 1,
-                            }
-                        };
-                        let c_cols = &mut piece.columns[jc + jr..jc + jr + cols];
-                        // loop 1: one MR×KC sliver of Ã, one micro-kernel call.
-                        for ir in (0..mc).step_by(mr) {
-                            let rows = mr.min(mc - ir);
-                            let a_sliver = if ir < a_packed_from {
-                                let a = self.a;
-                                (&a.data[piece.i0 + ic + ir + pc * a.cs..], a.cs)
-                            } else {
-                                let q = ir - a_packed_from;
-                                (&a_buf[q * kc..(q + mr) * kc], mr)
-                            };
-                            if rows == mr && (cols == nr || !mk.narrow_widths().is_empty()) {
-                                let (alpha, row) = (self.alpha, ic + ir);
-                                full_rows(mk, kc, a_sliver, b_sliver, alpha, beta, c_cols, row);
-                            } else {
-                                edge_tile(
-                                    mk,
-                                    kc,
-                                    a_sliver,
-                                    b_sliver,
-                                    self.alpha,
-                                    beta,
-                                    scratch,
-                                    c_cols,
-                                    ic + ir,
-                                    rows,
-                                );
-                            }
-                            tiles += 1;
+                            let c_s = &mut piece.columns[jc + jr..jc + nc.min(jr + nr)];
+                            let rows = edge_rows;
+                            edge_tile(mk, kc, a_edge, b_s, alpha, beta, scratch, c_s, row, rows);
                         }
                     }
+                    tiles += (mc.div_ceil(mr) * nc.div_ceil(nr)) as u64;
                 }
             }
         }
@@ -439,56 +486,42 @@ fn in_place_a<T: Element>(mk: MicroKernel<T>, a: Operand<T>, nc: usize, kc: usiz
         && span <= A_IN_PLACE_MAX_SPAN
 }
 
-/// A B sliver as the micro-kernel reads it: element (p, j) is `data[p·step + j·lane]`. A packed
-/// sliver has step NR and lane 1.
-#[derive(Clone, Copy)]
-struct Sliver<'s, T> {
-    data: &'s [T],
-    step: usize,
-    lane: usize,
-}
-
-/// A tile of MR full rows and the columns of `c` (NR, or fewer at the last columns of C): one
-/// micro-kernel call, or for fewer columns one call of each narrower width in the binary digits of
-/// the count (a SIMD kernel's 4, 2 and 1), straight into C. Only the columns that exist are
-/// computed: the 65 columns of the GPT's vocabulary are 8 tiles of 8 and one of 1, where a full
-/// tile through the scratch tile computed 72.
+/// The last `c.len()` < NR columns of C on the full tiles `a`: one run of each narrower width
+/// of the kernel in the binary digits of the count (a SIMD kernel's 4, 2 and 1), straight into
+/// C. Only the columns that exist are computed: the 65 columns of the GPT's vocabulary are 8
+/// tiles of 8 and one of 1, where a full tile through the scratch tile computed 72.
 #[allow(clippy::too_many_arguments)]
-fn full_rows<T: Element>(
+fn narrow_rows<T: Element>(
     mk: MicroKernel<T>,
     kc: usize,
-    a: (&[T], usize),
-    b: Sliver<T>,
+    a: ATiles<T>,
+    b: BSlivers<T>,
     alpha: T,
     beta: T,
     c: &mut [&mut [T]],
     row: usize,
 ) {
     let cols = c.len();
-    if cols == mk.nr {
-        // A full tile: one call; the kernel picks the variant compiled for B's layout.
-        return mk.run(kc, mk.nr, a, b.data, (b.step, b.lane), alpha, beta, c, row);
-    }
     let mut j = 0;
     for &width in mk.narrow_widths() {
         while cols - j >= width {
-            let b_j = &b.data[j * b.lane..];
-            mk.run(kc, width, a, b_j, (b.step, b.lane), alpha, beta, &mut c[j..j + width], row);
+            let b_j = BSlivers { data: &b.data[j * b.lane..], count: 1, ..b };
+            mk.run(kc, width, a, b_j, alpha, beta, &mut c[j..j + width], row);
             j += width;
         }
     }
     assert_eq!(j, cols, "the narrow widths end with 1, so they cover every remainder");
 }
 
-/// An edge tile with fewer than MR rows left in C (or, for the portable kernel, fewer than NR
-/// columns): the tile is computed into `scratch` and only its part inside C is kept, so the
-/// micro-kernel never needs a slow path.
+/// An edge tile: the `rows` ≤ MR rows from `row` on of the columns `c_cols` (at most NR), for
+/// the last rows of C (or, for the portable kernel, its last columns). The tile is computed into
+/// `scratch` and only its part inside C is kept, so the micro-kernel never needs a slow path.
 #[allow(clippy::too_many_arguments)]
 fn edge_tile<T: Element>(
     mk: MicroKernel<T>,
     kc: usize,
-    a_sliver: (&[T], usize),
-    b_sliver: Sliver<T>,
+    a: ATiles<T>,
+    b: BSlivers<T>,
     alpha: T,
     beta: T,
     scratch: &mut [T],
@@ -500,8 +533,13 @@ fn edge_tile<T: Element>(
     let mut full: [&mut [T]; MAX_NR] = std::array::from_fn(|_| pieces.next().unwrap_or_default());
     // Only C's columns when the kernel has narrower tiles (a B sliver read in place has no more);
     // the portable kernel computes the whole tile from its packed, zero-padded sliver.
-    let width = if mk.narrow_widths().is_empty() { mk.nr } else { c_cols.len() };
-    full_rows(mk, kc, a_sliver, b_sliver, T::one(), T::zero(), &mut full[..width], 0);
+    let (a, b) = (ATiles { count: 1, ..a }, BSlivers { count: 1, ..b });
+    let width = c_cols.len();
+    if width == mk.nr || mk.narrow_widths().is_empty() {
+        mk.run(kc, mk.nr, a, b, T::one(), T::zero(), &mut full[..mk.nr], 0);
+    } else {
+        narrow_rows(mk, kc, a, b, T::one(), T::zero(), &mut full[..width], 0);
+    }
     for (c_col, t_col) in c_cols.iter_mut().zip(&full) {
         for (c_ij, &t) in c_col[row..row + rows].iter_mut().zip(t_col.iter()) {
             *c_ij = if beta == T::zero() { alpha * t } else { alpha * t + beta * *c_ij };

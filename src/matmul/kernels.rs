@@ -66,6 +66,17 @@ impl<T: Element> MicroKernel<T> {
         !matches!(self.code, Code::Scalar)
     }
 
+    /// The height of the shorter tile the kernel has for the last rows of C, if any (the SIMD
+    /// kernels: MR/2, so that a remainder of up to MR/2 rows computes half a tile, not a whole
+    /// one; the portable kernel: none).
+    pub fn half_height(&self) -> Option<usize> {
+        match self.code {
+            Code::Scalar => None,
+            #[cfg(target_arch = "x86_64")]
+            Code::Simd(_) => Some(self.mr / 2),
+        }
+    }
+
     /// The narrower widths the kernel also computes directly into C, widest first (the SIMD
     /// kernels: 4, 2 and 1 columns; none for the portable one, whose edge tiles go through a
     /// scratch tile).
@@ -77,22 +88,24 @@ impl<T: Element> MicroKernel<T> {
         }
     }
 
-    /// One tile update of MR rows and `cols` columns (NR, or one of
-    /// [`MicroKernel::narrow_widths`]); element (i, p) of the Ã sliver is `a[p·a_step + i]`
-    /// (step MR when packed, the only layout the portable kernel takes), element (p, j) of the B
-    /// sliver is `b[p·b_step + j·b_lane]` ((NR, 1) when packed, the only layout the portable
-    /// kernel takes). Panics (an internal bug, never reachable from the public API) if a slice is
-    /// too short, if the width is not one of the kernel's, or if the portable kernel is given a
-    /// sliver that is not packed.
+    /// One run of tile updates: for each of `b.count` slivers of `cols` columns (NR, or one of
+    /// [`MicroKernel::narrow_widths`]), each of `a.count` tiles of `a.rows` rows (MR, or
+    /// [`MicroKernel::half_height`]), C ← α·Ã·B̃ + β·C on rows `row + t·a.rows ..` of the
+    /// columns `s·cols ..` of `c` (see [`ATiles`] and [`BSlivers`]
+    /// for where tile t and sliver s are read). Slivers outside, tiles inside: each sliver of B̃
+    /// is used by every tile before the next is read. Each tile's k-sum is the same whether it
+    /// runs alone or in a run. The portable kernel takes only packed slivers (A: step MR, B: step
+    /// NR and lane 1) and whole tiles. Panics (an internal bug, never reachable from the public
+    /// API) if a slice is too short, if the width is not one of the kernel's, or if the portable
+    /// kernel is given a sliver that is not packed.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub fn run(
         &self,
         kc: usize,
         cols: usize,
-        (a, a_step): (&[T], usize),
-        b: &[T],
-        b_step_lane: (usize, usize),
+        a: ATiles<T>,
+        b: BSlivers<T>,
         alpha: T,
         beta: T,
         c: &mut [&mut [T]],
@@ -100,15 +113,70 @@ impl<T: Element> MicroKernel<T> {
     ) {
         match self.code {
             Code::Scalar => {
-                assert_eq!(b_step_lane, (self.nr, 1), "the portable kernel reads packed slivers");
+                assert_eq!((b.step, b.lane), (self.nr, 1), "the portable kernel reads packed B");
                 assert_eq!(cols, self.nr, "the portable kernel computes whole tiles");
-                assert_eq!(a_step, self.mr, "the portable kernel reads packed A slivers");
-                scalar::kernel(kc, a, b, alpha, beta, c, row)
+                assert_eq!(a.step, self.mr, "the portable kernel reads packed A slivers");
+                assert_eq!(a.rows, self.mr, "the portable kernel computes whole tiles");
+                assert!(c.len() >= b.count * cols, "fewer columns of C than the run's slivers");
+                for (s, c_s) in c.chunks_exact_mut(cols).take(b.count).enumerate() {
+                    for t in 0..a.count {
+                        let (a_t, b_s) = (&a.data[t * a.next..], &b.data[s * b.next..]);
+                        scalar::kernel(kc, a_t, b_s, alpha, beta, c_s, row + t * self.mr);
+                    }
+                }
             }
             #[cfg(target_arch = "x86_64")]
-            Code::Simd(k) => k.run(kc, cols, (a, a_step), b, b_step_lane, alpha, beta, c, row),
+            Code::Simd(k) => k.run(
+                kc,
+                (a.rows, cols),
+                (a.data, a.step, a.next, a.count),
+                (b.data, b.step, b.lane, b.next, b.count),
+                b.prefetch_next,
+                alpha,
+                beta,
+                c,
+                row,
+            ),
         }
     }
+}
+
+/// The Ã side of a run of micro-kernel tiles: element (i, p) of tile t is
+/// `data[t·next + p·step + i]`, i < `rows`. Packed: step MR, tiles MR·kc apart; MR rows of a
+/// column-major op(A) read where they are: step its leading dimension, tiles MR apart.
+#[derive(Clone, Copy)]
+pub struct ATiles<'s, T> {
+    /// Where tile 0 starts.
+    pub data: &'s [T],
+    /// From one k to the next.
+    pub step: usize,
+    /// From one tile to the next.
+    pub next: usize,
+    /// How many tiles.
+    pub count: usize,
+    /// Rows of each tile: MR, or (SIMD kernels, [`MicroKernel::half_height`]) MR/2 for the last
+    /// rows of C.
+    pub rows: usize,
+}
+
+/// The B̃ side of a run: element (p, j) of sliver s is `data[s·next + p·step + j·lane]`. Packed:
+/// step NR, lane 1, slivers NR·kc apart; op(B) read where it is: its strides, slivers NR lanes
+/// apart.
+#[derive(Clone, Copy)]
+pub struct BSlivers<'s, T> {
+    /// Where sliver 0 starts.
+    pub data: &'s [T],
+    /// From one k to the next.
+    pub step: usize,
+    /// From one column to the next.
+    pub lane: usize,
+    /// From one sliver to the next.
+    pub next: usize,
+    /// How many slivers.
+    pub count: usize,
+    /// Whether the kernel asks for each next sliver while it uses one (read in place by columns,
+    /// step 1, and used by one tile only: the sliver comes from memory once).
+    pub prefetch_next: bool,
 }
 
 /// Portable kernel, both types: 4×4 tiles, sized by the same cache rules but not swept: it is the
