@@ -25,7 +25,7 @@
 //! every entry is computed the same way whichever thread takes its run, so the bits do not depend
 //! on the thread count.
 
-use super::blocked::{PARALLEL_MIN_FLOPS, balanced};
+use super::blocked::{PARALLEL_MIN_FLOPS, balanced, threads_by_work};
 use super::dispatch::{Blocking, Kernel, active_kernel};
 use super::kernels::{ATiles, BSlivers, MicroKernel, f32_kernel};
 use super::pack::{Operand, pack_a};
@@ -414,9 +414,9 @@ fn share_columns<K: Tiles + Sync>(
 ) {
     let flops = 2.0 * m as f64 * n as f64 * k as f64;
     let slivers = n.div_ceil(path.tile().1);
-    let by_work = (2.0 * flops / PARALLEL_MIN_FLOPS).floor() as usize;
-    let threads = crate::threads::default_threads().min(by_work).min(slivers).max(1);
-    if flops < PARALLEL_MIN_FLOPS || m == 0 || alpha == 0.0 || threads == 1 {
+    let allowed = crate::threads::default_threads();
+    let threads = threads_by_work(flops, allowed, PARALLEL_MIN_FLOPS).min(slivers).max(1);
+    if m == 0 || alpha == 0.0 || threads == 1 {
         return five_loops(path, blocking, alpha, a, b, beta, c, (m, n, k));
     }
     let columns_per_piece = slivers.div_ceil(2 * threads) * path.tile().1;

@@ -153,15 +153,7 @@ pub(crate) fn gemm<T: Element>(
     }
     let (mr, nr) = (mk.mr, mk.nr);
     let flops = 2.0 * m as f64 * n as f64 * k as f64;
-    // Threads by the work: a second thread pays from `min_parallel_flops` on, when each of the
-    // two has half of it; every further thread is held to the same share, so a product of f
-    // flops uses at most ⌊2f / min_parallel_flops⌋ threads (see PARALLEL_MIN_FLOPS).
-    let by_work = (2.0 * flops / plan.min_parallel_flops).floor();
-    let wanted = if flops < plan.min_parallel_flops {
-        1
-    } else {
-        plan.threads.max(1).min(by_work as usize).max(1)
-    };
+    let wanted = threads_by_work(flops, plan.threads, plan.min_parallel_flops);
     // At most one thread per register tile along the longer side (as many as a cut of that side
     // alone could keep busy), and two to four pieces per thread when there are enough tiles, so a
     // late or slow thread can be covered for (see `PIECE_MIN_FLOPS`).
@@ -204,6 +196,18 @@ pub(crate) fn gemm<T: Element>(
         .sum()
     });
     stats
+}
+
+/// Threads by the work: a second thread pays from `min_parallel_flops` on, when each of the two
+/// has half of it; every further thread is held to the same share, so a product of f flops uses
+/// at most ⌊2f / min_parallel_flops⌋ of the `allowed` threads (see [`PARALLEL_MIN_FLOPS`]); one
+/// below the threshold.
+pub(super) fn threads_by_work(flops: f64, allowed: usize, min_parallel_flops: f64) -> usize {
+    if flops < min_parallel_flops {
+        return 1;
+    }
+    let by_work = (2.0 * flops / min_parallel_flops).floor();
+    allowed.max(1).min(by_work as usize).max(1)
 }
 
 /// How many pieces a product of `flops` is cut into for `threads` threads, with `tiles` register
