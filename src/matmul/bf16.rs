@@ -29,8 +29,8 @@ use super::blocked::{PARALLEL_MIN_FLOPS, balanced, threads_by_work};
 use super::dispatch::{Blocking, Kernel, active_kernel};
 use super::kernels::{ATiles, BSlivers, MicroKernel, f32_kernel};
 use super::pack::{Operand, pack_a};
-use super::{Op, check_inner, unavailable};
-use crate::error::{Result, invalid, shape_error};
+use super::{Op, check_shapes, unavailable};
+use crate::error::{Result, invalid};
 use nalgebra::DMatrix;
 
 /// Rows of the pair tile (two vectors of 16 f32 lanes).
@@ -152,13 +152,8 @@ pub fn gemm_bf16(
     c: &mut DMatrix<f32>,
 ) -> Result<()> {
     const OP: &str = "gemm_bf16";
-    let (m, k) = ta.shape(a);
-    let (k2, n) = tb.shape(b);
-    check_inner(OP, (m, k), (k2, n))?;
-    if (c.nrows(), c.ncols()) != (m, n) {
-        let got = format!("{}×{}", c.nrows(), c.ncols());
-        return Err(shape_error(OP, "C", format!("{m}×{n}"), got));
-    }
+    check_shapes(OP, a, ta, b, tb, c)?;
+    let ((m, k), n) = (ta.shape(a), c.ncols());
     let a = Operand::new(a.as_slice(), a.nrows(), ta == Op::T);
     let b = Operand::new(b.as_slice(), b.nrows(), tb == Op::T);
     let c = c.as_mut_slice();
@@ -254,6 +249,8 @@ impl Tiles for Widened {
         kc: usize,
         width: usize,
     ) {
+        // Lines widened row-major before the transposing pack (one buffer for every sliver).
+        let mut block = Vec::new();
         // Sliver s, step p, line i: dst[s·kc·width + p·width + i] = op(X)[i0 + s·width + i,
         // p0 + p].
         for (s, sliver) in dst.chunks_exact_mut(kc * width).take(lines.div_ceil(width)).enumerate()
@@ -273,7 +270,7 @@ impl Tiles for Widened {
                 // Line i of op(X) holds its kc values side by side (an operand has one stride 1):
                 // widened line by line into a row-major block, which chapter 10's packing then
                 // transposes into the sliver (with the kernel's SIMD transposes).
-                let mut block = Vec::with_capacity(here * kc);
+                block.clear();
                 for i in 0..here {
                     let line = &x.data[(first + i) * x.rs + p0..][..kc];
                     block.extend(line.iter().map(|&h| widen_bf16(h)));

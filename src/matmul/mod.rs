@@ -221,13 +221,15 @@ fn check_inner(op: &'static str, (m, k): (usize, usize), (k2, n): (usize, usize)
     Ok(())
 }
 
-fn check_shapes<T>(
+/// op(A) and op(B) chain and C is op(A)·op(B)'s shape (C may hold another type than A and B:
+/// the bf16 product writes f32).
+fn check_shapes<T, U>(
     op: &'static str,
     a: &DMatrix<T>,
     ta: Op,
     b: &DMatrix<T>,
     tb: Op,
-    c: &DMatrix<T>,
+    c: &DMatrix<U>,
 ) -> Result<()> {
     let (m, k) = ta.shape(a);
     let (k2, n) = tb.shape(b);
