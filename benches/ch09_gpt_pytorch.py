@@ -10,6 +10,14 @@ the same sitting as the Rust benchmark, so the two can be compared.
 `--fused` or `--foreach` selects that AdamW implementation (PyTorch's default on CPU is the
 per-parameter loop); give PyTorch the fastest of the three on the machine at hand.
 
+`--rounds N --ours BINARY` times the training step in N alternating rounds instead, the way the
+appendix compares the two on a noisy machine: in each round ours on 1 thread, PyTorch on 1, ours
+on 2, PyTorch on 2 (who goes first alternates from round to round). BINARY is the Rust benchmark
+built by `cargo bench --bench ch09_gpt --no-run` (the path cargo prints); each of its runs is a
+fresh `BINARY --child-train-step` process with `LLM_WORKBOOK_THREADS` set. Both sides take the
+best of 3 × 10 steps after 2 warm-up steps. It prints every round, the medians, the ranges of the
+ratios and how many rounds reach 1.3× (one thread) and 1.5× (two threads).
+
 It measures what the Rust benchmark measures, with the same shapes and the same model:
 
 1. One training step of nanoGPT's CPU configuration (4 layers, 4 heads, width 128, context 64,
@@ -25,6 +33,8 @@ It measures what the Rust benchmark measures, with the same shapes and the same 
 
 import math
 import os
+import statistics
+import subprocess
 import sys
 import time
 
@@ -157,7 +167,65 @@ def load():
         return " ".join(f.read().split()[:3])
 
 
+def ours_tokens_per_second(binary, threads):
+    """Tokens per second of the crate's fused step: one child process of the Rust benchmark."""
+    env = dict(os.environ, LLM_WORKBOOK_THREADS=str(threads), LLM_WORKBOOK_BACKEND="ours")
+    out = subprocess.run([binary, "--child-train-step"], env=env, capture_output=True, text=True)
+    if out.returncode != 0 or not out.stdout.split():
+        last = (out.stderr.strip().splitlines() or [f"exit status {out.returncode}, no output"])[-1]
+        sys.exit(f"error: --ours {binary}: its --child-train-step failed: {last}")
+    return float(out.stdout.split()[0])
+
+
+def option(name):
+    """The value after `name` on the command line, or None; exits with one line when it is missing."""
+    if name not in sys.argv:
+        return None
+    i = sys.argv.index(name)
+    if i + 1 >= len(sys.argv) or sys.argv[i + 1].startswith("--"):
+        sys.exit(f"error: {name} needs a value")
+    return sys.argv[i + 1]
+
+
+def rounds(count, binary):
+    """The training step of both, alternating, `count` rounds; see the module's documentation."""
+    if not os.access(binary, os.X_OK):
+        sys.exit(f"error: --ours {binary}: not an executable file (build it with `cargo bench --bench ch09_gpt --no-run`)")
+    print(f"PyTorch {torch.__version__}; ours: {binary}")
+    print(f"AdamW: {adamw_variant() or 'default (per-parameter loop)'}; load before {load()}")
+    print("| round | ours, 1 thread | PyTorch, 1 thread | ratio | ours, 2 threads | PyTorch, 2 threads | ratio | load |")
+    print("|---|---|---|---|---|---|---|---|")
+    rows = []
+    for r in range(1, count + 1):
+        row = []
+        for threads in (1, 2):
+            if r % 2:
+                o = ours_tokens_per_second(binary, threads)
+                p, _ = train_tokens_per_second(threads)
+            else:
+                p, _ = train_tokens_per_second(threads)
+                o = ours_tokens_per_second(binary, threads)
+            row += [o, p]
+        rows.append(row)
+        o1, p1, o2, p2 = row
+        print(f"| {r} | {o1:,.0f} | {p1:,.0f} | {o1 / p1:.2f}× | {o2:,.0f} | {p2:,.0f} | {o2 / p2:.2f}× | {load()} |", flush=True)
+    one = [o / p for o, p, _, _ in rows]
+    two = [o / p for _, _, o, p in rows]
+    med = [statistics.median(c) for c in zip(*rows)]
+    print(f"| median | {med[0]:,.0f} | {med[1]:,.0f} | {statistics.median(one):.2f}× | {med[2]:,.0f} | {med[3]:,.0f} | {statistics.median(two):.2f}× | |")
+    print(f"| range of the ratio | | | {min(one):.2f}–{max(one):.2f}× | | | {min(two):.2f}–{max(two):.2f}× | |")
+    print(f"| rounds at the goal | | | {sum(x >= 1.3 for x in one)} of {count} at 1.3× | | | {sum(x >= 1.5 for x in two)} of {count} at 1.5× | |")
+
+
 def main():
+    count, binary = option("--rounds"), option("--ours")
+    if (count is None) != (binary is None):
+        sys.exit("error: --rounds and --ours go together: --rounds N --ours BINARY")
+    if count is not None:
+        if not count.isdigit() or int(count) == 0:
+            sys.exit(f"error: --rounds {count}: expected a whole number of rounds, at least 1")
+        rounds(int(count), binary)
+        return
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "unknown CPU")
     print(f"PyTorch {torch.__version__} on {cpu} ({os.cpu_count()} logical CPUs)")
     print()
