@@ -23,8 +23,11 @@ fn fixture(name: &str) -> std::path::PathBuf {
 /// Every test runs the binary with it as the current folder ([`binary`]), never in the
 /// repository, so no test depends on what a user left there, and a test that forgot `--out`
 /// meets that checkpoint here, every time.
+///
+/// It lives as long as the test process (a static is never dropped); the next test process
+/// removes it ([`common::temp_dir`] sweeps the folders of processes that ended).
 fn user_tree() -> &'static std::path::Path {
-    static TREE: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    static TREE: std::sync::OnceLock<common::TempDir> = std::sync::OnceLock::new();
     TREE.get_or_init(|| {
         let tree = common::temp_dir("ch09_user_tree");
         let ck = tree.join("checkpoints").join("gpt");
@@ -3272,7 +3275,7 @@ mod checkpoint_unit {
     }
 
     struct Setup {
-        dir: PathBuf,
+        dir: common::TempDir,
         out: PathBuf,
         files: Vec<(String, Vec<u8>)>,
         tokens: Vec<u32>,
@@ -3686,7 +3689,8 @@ mod checkpoint_unit {
 
     #[test]
     fn resume_follows_the_data_by_its_fingerprint_from_any_folder_and_notes_another_kernel() {
-        let dir = std::fs::canonicalize(common::temp_dir("ch09_follow_data")).unwrap();
+        let made = common::temp_dir("ch09_follow_data");
+        let dir = std::fs::canonicalize(&*made).unwrap();
         let text = "the cat sat on the mat. the dog sat on the log. ".repeat(20);
         std::fs::write(dir.join("t.txt"), &text).unwrap();
         let elsewhere = dir.join("elsewhere");
@@ -4231,18 +4235,19 @@ mod checkpoint_unit {
     // ───── messages ─────
 
     /// A checkpoint of [`train`] on a text without a newline, in its own folder.
-    fn trained(name: &str) -> (PathBuf, PathBuf) {
+    /// The folder goes when the returned guard is dropped.
+    fn trained(name: &str) -> (common::TempDir, PathBuf, PathBuf) {
         let dir = common::temp_dir(name);
         let text = cat_text(&dir);
         let ck = dir.join("ck");
         let o = train(&text, &ck, &[]);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        (text, ck)
+        (dir, text, ck)
     }
 
     #[test]
     fn divergence_is_said_as_divergence_whatever_step_meets_it() {
-        let (text, ck) = trained("ch09_diverged");
+        let (_dir, text, ck) = trained("ch09_diverged");
         for lr in ["1000", "1e30"] {
             let out = ck.with_file_name(format!("lr{lr}"));
             let o = train(&text, &out, &["--lr", lr, "--steps", "20"]);
@@ -4259,7 +4264,7 @@ mod checkpoint_unit {
 
     #[test]
     fn sample_without_a_prompt_on_a_vocabulary_without_a_newline_starts_from_its_first_token() {
-        let (_, ck) = trained("ch09_no_newline");
+        let (_dir, _, ck) = trained("ch09_no_newline");
         let o = cli(&["gpt", "sample", "--checkpoint", ck.to_str().unwrap(), "--tokens", "5"]);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let err = String::from_utf8_lossy(&o.stderr);
@@ -4279,7 +4284,7 @@ mod checkpoint_unit {
 
     #[test]
     fn top_k_0_is_refused_with_greedy_as_without_it() {
-        let (_, ck) = trained("ch09_top_k");
+        let (_dir, _, ck) = trained("ch09_top_k");
         for extra in [&[][..], &["--greedy"][..]] {
             let mut args = vec!["gpt", "sample", "--checkpoint", ck.to_str().unwrap(), "--top-k"];
             args.push("0");
@@ -4292,7 +4297,7 @@ mod checkpoint_unit {
 
     #[test]
     fn a_thread_count_that_is_no_count_is_warned_about_like_a_bad_kernel_name() {
-        let (_, ck) = trained("ch09_threads_env");
+        let (_dir, _, ck) = trained("ch09_threads_env");
         for bad in ["0", "abc", "-1"] {
             let o = super::binary()
                 .args(["gpt", "sample", "--checkpoint", ck.to_str().unwrap(), "--prompt", "the"])

@@ -14,7 +14,7 @@
 //! sample of at most [`VALIDATION_WINDOWS`] windows by default, or over all of them on request
 //! ([`Evaluation`]).
 
-use super::folder::{self, Resolved, Sink, io};
+use super::folder::{self, Resolved, Sink};
 use crate::ch08_tokens::{Tokenizer, corpus};
 use crate::ch09_gpt::checkpoint::trainer_files;
 use crate::ch09_gpt::data::{Token, TokenSplit};
@@ -158,8 +158,17 @@ pub fn open_run(dir: &Path, budget: u64) -> Result<OpenRun> {
 pub fn open_run_with(dir: &Path, budget: u64, data: Option<&Path>) -> Result<OpenRun> {
     let resolved = folder::resolve(dir)?;
     let here = resolved.path.as_path();
-    let settings = read_run(here)?;
-    let config = crate::ch09_gpt::checkpoint::read_config(here)?;
+    // Every file is read within the budget, its size checked before a byte is read.
+    let read_bytes = |name: &str| super::budget::read_checkpoint_file(&here.join(name), budget);
+    let run_path = here.join(RUN_FILE);
+    let mut run = read_bytes(RUN_FILE)?;
+    let settings = run_from_json(&run, &run_path.display().to_string())?;
+    let file: RunFile = from_json_object(&run, &run_path.display().to_string())?;
+    let config_name = here.join(crate::ch09_gpt::checkpoint::CONFIG_FILE).display().to_string();
+    let config = crate::ch09_gpt::checkpoint::config_from_json(
+        &read_bytes(crate::ch09_gpt::checkpoint::CONFIG_FILE)?,
+        &config_name,
+    )?;
     if settings.context > config.context {
         return Err(invalid(
             "gpt resume",
@@ -172,17 +181,14 @@ pub fn open_run_with(dir: &Path, budget: u64, data: Option<&Path>) -> Result<Ope
     }
 
     let text = read_run_text(&settings, data, budget)?;
-    let mut run_files = read_tokenizer_files(here)?;
-    check_tokenizer(here, &run_files)?;
+    let mut run_files = read_tokenizer_files(here, budget)?;
+    check_tokenizer_against(here, file.tokenizer_fnv1a64.clone(), &run_files)?;
     let tokenizer = tokenizer_from_files(here, &run_files)?;
     let (batch, context) = (settings.tc.batch, settings.context);
     // The two safetensors files are read once each, their sizes checked against the budget
     // first; the model's and the text's memory checked before anything is built.
     let read = |name: &str| -> Result<SafeTensors> {
-        let path = here.join(name);
-        let per_byte = super::budget::FILE_BYTES_PER_BYTE;
-        let bytes = super::budget::read_file(&path, per_byte, budget, "--memory-budget")?;
-        SafeTensors::parse(bytes, &path.display().to_string())
+        SafeTensors::parse(read_bytes(name)?, &here.join(name).display().to_string())
     };
     let model_file = read(crate::ch09_gpt::checkpoint::MODEL_FILE)?;
     crate::ch09_gpt::checkpoint::check_header_against_config(&config, &model_file)?;
@@ -192,9 +198,6 @@ pub fn open_run_with(dir: &Path, budget: u64, data: Option<&Path>) -> Result<Ope
     let state = read(crate::ch09_gpt::checkpoint::STATE_FILE)?;
     let trainer =
         crate::ch09_gpt::checkpoint::trainer_from_safetensors(config, &model_file, &state, &fresh)?;
-    let run_path = here.join(RUN_FILE);
-    let mut run = std::fs::read(&run_path).map_err(io(&run_path))?;
-    let file: RunFile = from_json_object(&run, &run_path.display().to_string())?;
     let (kernel, threads) = machine();
     let kernel_note = settings.kernel.as_ref().filter(|&k| *k != kernel).map(|k| {
         format!(
@@ -229,7 +232,7 @@ pub fn open_run_with(dir: &Path, budget: u64, data: Option<&Path>) -> Result<Ope
 pub fn read_run_text(settings: &RunSettings, data: Option<&Path>, budget: u64) -> Result<String> {
     let path = data.unwrap_or(&settings.data);
     let text = read_text_within(path, TokenizerKind::Char, budget).map_err(|e| {
-        if matches!(&e, Error::InvalidValue { op: "memory budget", .. }) {
+        if super::budget::is_over_budget(&e) {
             return e;
         }
         let what = if data.is_some() { "the text" } else { "the run's text" };
