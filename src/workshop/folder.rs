@@ -513,14 +513,15 @@ const LINK_REFUSED: i32 = rustix::io::Errno::LOOP.raw_os_error();
 #[cfg(not(unix))]
 const LINK_REFUSED: i32 = 1;
 
-/// Whether the open `file` is a plain file with one name (not a folder, a device, a pipe, or a
-/// hard link to a file of the user's, which writing the process id would overwrite).
+/// Whether the open `file` is a plain file with no other name (not a folder, a device, a pipe,
+/// or a hard link to a file of the user's, which writing the process id would overwrite; a file
+/// a releasing writer unlinked meanwhile has no name at all, and is opened again).
 fn plain_file_of_its_own(file: &std::fs::File) -> bool {
     let Ok(meta) = file.metadata() else { return false };
     #[cfg(unix)]
     let one_name = {
         use std::os::unix::fs::MetadataExt;
-        meta.nlink() == 1
+        meta.nlink() <= 1
     };
     #[cfg(not(unix))]
     let one_name = true;
