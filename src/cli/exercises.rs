@@ -336,8 +336,8 @@ fn compile_round(dir: &Path, stems: &[String]) -> Result<Build, String> {
     }
     if build.binaries.is_empty() && build.errors.is_empty() {
         // Cargo's own first error line says what to fix (one line: the rest is its detail).
-        let lines = stderr.lines().map(str::trim);
-        let first = lines.clone().find(|l| l.starts_with("error")).or(lines.last());
+        let mut lines = stderr.lines().map(str::trim);
+        let first = lines.clone().find(|l| l.starts_with("error")).or(lines.next_back());
         let said = first.unwrap_or("no message").trim_start_matches("error: ");
         return Err(format!("cargo could not build the judges: {said}"));
     }
