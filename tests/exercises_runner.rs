@@ -319,7 +319,7 @@ fn cannot_judge(name: &str, setup: impl Fn(&mut Command, &Path)) -> std::process
 }
 
 /// Asserts a non-zero status and one line on stderr, within 100 columns, holding every needle.
-fn one_line_on_stderr(o: &std::process::Output, needles: &[&str], what: &str) {
+fn assert_one_line_on_stderr(o: &std::process::Output, needles: &[&str], what: &str) {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{what}: {err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{what}: {err}");
@@ -337,7 +337,7 @@ fn without_cargo_the_runner_fails_in_one_line_naming_the_path() {
         std::fs::create_dir_all(&empty).unwrap();
         c.env_remove("CARGO").env("PATH", empty);
     });
-    one_line_on_stderr(&o, &["cargo", "PATH", "CARGO"], "no cargo");
+    assert_one_line_on_stderr(&o, &["cargo", "PATH", "CARGO"], "no cargo");
 }
 
 #[test]
@@ -348,5 +348,5 @@ fn a_temporary_folder_below_a_file_fails_in_one_line_naming_tmpdir() {
         // Relative to the folder the runner runs in, as a user would type it.
         c.env("TMPDIR", "a-file/tmp");
     });
-    one_line_on_stderr(&o, &["TMPDIR", "a-file"], "TMPDIR below a file");
+    assert_one_line_on_stderr(&o, &["TMPDIR", "a-file"], "TMPDIR below a file");
 }

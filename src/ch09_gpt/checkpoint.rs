@@ -42,6 +42,9 @@ use nalgebra::DMatrix;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
+mod bounded;
+pub use bounded::{TooLong, read_at_most};
+
 /// The weights' file name.
 pub const MODEL_FILE: &str = "model.safetensors";
 /// The configuration's file name.
@@ -191,34 +194,6 @@ pub fn config_from_json(bytes: &[u8], file: &str) -> Result<Config> {
 
 /// The most bytes [`read_config`] reads of a `config.json` (GPT-2's is under a kilobyte).
 pub const CONFIG_MAX_BYTES: u64 = 1 << 20;
-
-/// What [`read_at_most`] found past its limit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TooLong {
-    /// A regular file of this many bytes: refused from its size, before a byte was read.
-    File(u64),
-    /// Not a regular file (a pipe, `/dev/zero`): more than the limit was there to read.
-    Stream,
-}
-
-/// The bytes of the file at `path` when it holds at most `limit` of them: a regular file's size
-/// is checked before a byte is read; anything else (a pipe, `/dev/zero`) is read up to `limit`
-/// and one byte more. `Ok(Err(…))` says what lay past the limit. The one bounded read of a
-/// checkpoint's files ([`read_config`], and the workshop's budgeted reads).
-pub fn read_at_most(path: &Path, limit: u64) -> Result<std::result::Result<Vec<u8>, TooLong>> {
-    use std::io::Read;
-    let file = std::fs::File::open(path).map_err(|e| io_error(path, e))?;
-    let meta = file.metadata().map_err(|e| io_error(path, e))?;
-    if meta.is_file() && meta.len() > limit {
-        return Ok(Err(TooLong::File(meta.len())));
-    }
-    let mut bytes = Vec::with_capacity(if meta.is_file() { meta.len() as usize } else { 0 });
-    file.take(limit.saturating_add(1)).read_to_end(&mut bytes).map_err(|e| io_error(path, e))?;
-    if bytes.len() as u64 > limit {
-        return Ok(Err(TooLong::Stream));
-    }
-    Ok(Ok(bytes))
-}
 
 /// Reads `config.json` from a folder: at most [`CONFIG_MAX_BYTES`], its size checked before it is
 /// read.
