@@ -235,24 +235,23 @@ fn train(a: TrainArgs) -> Result<()> {
         return Err(invalid(
             "gpt train",
             "--out",
-            format!(
-                "{} already holds a checkpoint; give --force to replace it, or another --out",
-                a.out.display()
-            ),
+            format!("{} already holds a checkpoint (--force replaces it)", a.out.display()),
         ));
     }
     let foreign = folder::foreign_entries(&a.out);
     if !a.force && !foreign.is_empty() {
-        return Err(invalid(
-            "gpt train",
-            "--out",
-            format!(
-                "{} holds files this program did not write ({}); give --force to train into it \
-                 anyway (they are kept), or another --out",
-                a.out.display(),
-                listed(&foreign)
-            ),
-        ));
+        let reason =
+            format!("files this program did not write ({}); --force keeps them", listed(&foreign));
+        return Err(llm_workbook::Error::Parse {
+            file: a.out.display().to_string(),
+            line: None,
+            reason,
+        });
+    }
+    let byte_values = llm_workbook::ch08_tokens::bpe::BYTE_VOCAB;
+    if a.tokenizer == TokenizerKind::Bpe && a.bpe_vocab < byte_values {
+        let why = format!("{} is fewer than the {byte_values} byte values", a.bpe_vocab);
+        return Err(invalid("gpt train", "--bpe-vocab", format!("{why} a byte-level BPE holds")));
     }
     // Everything is built and checked in memory first; nothing is written before the first
     // save, so bad settings, short data or a diverging first step leave the folder as it was.
@@ -342,12 +341,8 @@ fn checkpoint_folder(op: &'static str, dir: &Path) -> Result<()> {
     if dir.is_dir() {
         return Ok(());
     }
-    let found = if dir.exists() { "is a file, not a folder" } else { "does not exist" };
-    Err(invalid(
-        op,
-        "--checkpoint",
-        format!("{} {found}; give the folder `gpt train --out` wrote", dir.display()),
-    ))
+    let found = if dir.exists() { "is a file; give a checkpoint folder" } else { "does not exist" };
+    Err(invalid(op, "--checkpoint", format!("{} {found}", dir.display())))
 }
 
 /// Refuses an `--out` that names a file (the folder cannot be made there), or a folder inside

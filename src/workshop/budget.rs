@@ -81,7 +81,8 @@ pub fn available_memory() -> Option<u64> {
 }
 
 /// Refuses a run of `c` on `batch` × `tokens` whose estimate exceeds `budget`, naming the flag
-/// `flag` (the setting a user would change) and the bytes the run would need.
+/// `flag` (the setting a user would change) and the bytes the run would need (the estimate
+/// counts weights, gradients, AdamW's moments and the activations), in one short line.
 pub fn check(
     c: &Config,
     batch: usize,
@@ -91,16 +92,16 @@ pub fn check(
 ) -> Result<()> {
     let need = estimate_bytes(c, batch, tokens);
     if need > u128::from(budget) {
-        return Err(invalid(
-            "memory budget",
-            flag,
-            format!(
-                "this model needs about {need} bytes of memory (weights, gradients, AdamW's \
-                 moments and activations for {batch} × {tokens} tokens), more than the budget of \
-                 {budget} bytes; give --memory-budget BYTES (or set {BUDGET_VARIABLE}) to allow \
-                 more"
-            ),
-        ));
+        // An absurd size saturates at 2^128 − 1: its 39 digits would say less than 3.4e38.
+        let need =
+            if need < COMPACT_FROM { need.to_string() } else { format!("{:.1e}", need as f64) };
+        let over = if flag == BUDGET_FLAG {
+            format!("{budget} bytes")
+        } else {
+            format!("{BUDGET_FLAG} {budget}")
+        };
+        let reason = format!("needs {need} bytes for {batch}×{tokens} tokens, over {over}");
+        return Err(crate::error::Error::Parse { file: flag.to_string(), line: None, reason });
     }
     Ok(())
 }
@@ -153,13 +154,20 @@ fn too_large(flag: &'static str, file: &str, what: String, budget: u64) -> crate
     crate::error::Error::Parse { file: file.to_string(), line: None, reason }
 }
 
+/// Needs from this many bytes on are written as 1.2e15: one line holds them.
+const COMPACT_FROM: u128 = 10_000_000_000_000;
+
 /// The flag that sets the memory budget.
 pub const BUDGET_FLAG: &str = "--memory-budget";
 
 /// Whether `e` is a refusal by the memory budget ([`read_file`], [`check_with_text`]).
 pub fn is_over_budget(e: &crate::error::Error) -> bool {
-    matches!(e, crate::error::Error::InvalidValue { op: "memory budget", .. })
-        || matches!(e, crate::error::Error::Parse { reason, .. } if reason.contains(BUDGET_FLAG))
+    match e {
+        crate::error::Error::Parse { file, reason, .. } => {
+            file == BUDGET_FLAG || reason.contains(BUDGET_FLAG)
+        }
+        _ => false,
+    }
 }
 
 /// Reads the file at `path`, whose every byte costs `per_byte` bytes of memory once loaded,
@@ -182,7 +190,7 @@ pub fn read_file(
             Err(too_large(flag, &name.to_string(), what, budget))
         }
         Err(TooLong::Stream) => {
-            let what = format!("not a regular file, more than {limit} bytes (×{per_byte})");
+            let what = "not a regular file, and more".to_string();
             Err(too_large(flag, &name.to_string(), what, budget))
         }
     }

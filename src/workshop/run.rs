@@ -174,7 +174,7 @@ pub fn open_run_with(dir: &Path, budget: u64, data: Option<&Path>) -> Result<Ope
             "gpt resume",
             "train.json",
             format!(
-                "its context {} is longer than the model's n_positions {}",
+                "context {} is longer than the model's n_positions {}",
                 settings.context, config.context
             ),
         ));
@@ -235,28 +235,25 @@ pub fn read_run_text(settings: &RunSettings, data: Option<&Path>, budget: u64) -
         if super::budget::is_over_budget(&e) {
             return e;
         }
-        let what = if data.is_some() { "the text" } else { "the run's text" };
-        invalid(
-            "gpt resume",
-            "--data",
-            format!(
-                "{what} {} cannot be read ({e}); give --data PATH to point at it",
-                path.display()
-            ),
-        )
+        // The reason alone: the error names the file already.
+        let reason = match e {
+            Error::Io { source, .. } => source.to_string(),
+            Error::Parse { reason, .. } => reason,
+            other => other.to_string(),
+        };
+        let reason = reason.split(" (os error").next().unwrap_or_default().to_string();
+        let file = path.display().to_string();
+        let reason = format!("cannot be read ({reason}); give --data PATH to point at it");
+        Error::Parse { file, line: None, reason }
     })?;
     if let Some(want) = &settings.data_hash {
         let found = data_hash(&text);
         if &found != want {
-            return Err(invalid(
-                "gpt resume",
-                "--data",
-                format!(
-                    "{} (fingerprint {found}) is not the text this run was trained on \
-                     ({RUN_FILE} records {want}); give --data the run's own text",
-                    path.display()
-                ),
-            ));
+            let reason = format!(
+                "{} is not the text this run was trained on (fingerprint {found})",
+                path.display()
+            );
+            return Err(Error::Parse { file: "--data".into(), line: None, reason });
         }
     }
     Ok(text)
@@ -283,9 +280,9 @@ pub fn save_run_with(
     run_files: &[(String, Vec<u8>)],
     finish: &mut dyn FnMut(&Path) -> Result<()>,
 ) -> Result<PathBuf> {
-    for (name, m) in trainer.model.tensors() {
+    for (_, m) in trainer.model.tensors() {
         if m.iter().any(|x| !x.is_finite()) {
-            return Err(diverged(trainer.step, &format!("tensor {name} holds NaN or ±∞")));
+            return Err(diverged(trainer.step));
         }
     }
     let mut files = trainer_files(trainer)?;
@@ -293,21 +290,30 @@ pub fn save_run_with(
     folder::save_generation_with(sink, out, &files, finish)
 }
 
-fn diverged(step: usize, what: &str) -> Error {
-    invalid(
-        "training",
-        "learning rate",
-        format!(
-            "training diverged at step {step} ({what}); nothing was saved from it: try a smaller \
-             learning rate (--lr, or max_lr in {RUN_FILE})"
-        ),
-    )
+/// The one-line error of a run that diverged at `step` (a loss, or weights, not finite: the
+/// advice is the same).
+fn diverged(step: usize) -> Error {
+    let reason = format!(
+        "diverged at step {step}, nothing saved: try a smaller learning rate (max_lr in {RUN_FILE})"
+    );
+    Error::Parse { file: "--lr".to_string(), line: None, reason }
 }
 
 /// The text as tokens, its last [`VALIDATION_FRACTION`] held out (see
 /// [`TokenSplit::from_tokens`]): the ids are held once, the two parts are slices of them.
+/// A text too short for one window is refused naming `--data` and the part that is short.
 pub fn split_text(tok: &dyn Tokenizer, text: &str, context: usize) -> Result<TokenSplit> {
-    TokenSplit::from_tokens(tok.encode(text)?, VALIDATION_FRACTION, context)
+    TokenSplit::from_tokens(tok.encode(text)?, VALIDATION_FRACTION, context).map_err(|e| match e {
+        Error::InvalidValue { arg, reason, .. } if arg.starts_with("corpus") => {
+            let part = arg.trim_start_matches("corpus (its ").trim_end_matches(')');
+            Error::Parse {
+                file: "--data".into(),
+                line: None,
+                reason: format!("its {part} {reason}"),
+            }
+        }
+        other => other,
+    })
 }
 
 /// Where a run's steps ended.
@@ -351,12 +357,12 @@ pub fn continue_run(
         // A step whose weights went non-finite in the previous update fails inside the forward
         // pass: that is the run diverging too, and is said so.
         let r = trainer.step(&data, tc).map_err(|e| match e {
-            Error::NonFinite { .. } => diverged(trainer.step + 1, &e.to_string()),
+            Error::NonFinite { .. } => diverged(trainer.step + 1),
             other => other,
         })?;
         speed.add(r.tokens, start.elapsed().as_secs_f64());
         if !r.loss.is_finite() || !r.grad_norm.is_finite() {
-            return Err(diverged(r.step + 1, &format!("loss {}", r.loss)));
+            return Err(diverged(r.step + 1));
         }
         let mean = running.add(r.loss);
         progress.step(trainer.step, mean, speed.per_second());

@@ -54,15 +54,11 @@ fn select_tokenizer_files(
     let chars = exists(CHARS_FILE);
     let bpe = exists("vocab.json") && exists("merges.txt");
     match (chars, bpe) {
-        (true, true) => Err(invalid(
-            "load_tokenizer",
-            "checkpoint",
-            format!(
-                "{} holds two tokenizers ({CHARS_FILE} and vocab.json + merges.txt); one is \
-                 stale, and the model belongs to only one",
-                dir.display()
-            ),
-        )),
+        (true, true) => Err(Error::Parse {
+            file: dir.display().to_string(),
+            line: None,
+            reason: format!("two tokenizers ({CHARS_FILE}, vocab.json + merges.txt): one is stale"),
+        }),
         (true, false) => Ok(vec![read(CHARS_FILE)?]),
         (false, true) => Ok(vec![read("vocab.json")?, read("merges.txt")?]),
         (false, false) => Err(invalid(
@@ -122,11 +118,9 @@ pub fn check_merges(tok: &Gpt2Tokenizer, merges: &str, file: &str) -> Result<()>
         .collect();
     if let Some(first) = stray.first() {
         return fail(format!(
-            "holds {n} merges, but vocab.json has {} tokens: {} of them ({first:?} first) are \
-             neither a byte, nor made by a merge, nor a special <|…|> token (merges.txt cut \
-             short, or files that do not belong together?)",
-            tok.vocab_size(),
-            stray.len()
+            "{n} merges leave {} of vocab.json's {} tokens unmade ({first:?} first): cut short?",
+            stray.len(),
+            tok.vocab_size()
         ));
     }
     Ok(())
@@ -154,15 +148,8 @@ pub fn check_tokenizer_against(
     let found = folder::files_hash(files);
     if found != recorded {
         let names = files.iter().map(|f| f.0.as_str()).collect::<Vec<_>>().join(" + ");
-        return Err(invalid(
-            "load_tokenizer",
-            "checkpoint",
-            format!(
-                "the tokenizer in {} ({names}, fingerprint {found}) is not the one this model was \
-                 trained with ({RUN_FILE} records {recorded})",
-                dir.display()
-            ),
-        ));
+        let reason = format!("{names} is not the one this model was trained with");
+        return Err(Error::Parse { file: dir.display().to_string(), line: None, reason });
     }
     Ok(())
 }

@@ -226,3 +226,27 @@ fn sweep_ended_processes() {
         }
     }
 }
+
+/// The widest line the program may print, in terminal columns.
+pub const TERMINAL_COLUMNS: usize = 100;
+
+/// Asserts that every line of `text` (a message of the binary run on files in [`temp_dir`]s)
+/// fits in [`TERMINAL_COLUMNS`] as a user sees it: the temporary folder's absolute prefix
+/// (`/tmp/llm-workbook-PID-NAME/`) stands for the folder a user works in, and is left out, as
+/// the relative paths a user types would be. `what` names the case in the failure.
+pub fn assert_fits_as_a_user_sees_it(text: &str, what: &str) {
+    let prefix = format!("{}/llm-workbook-", std::env::temp_dir().display());
+    for line in text.lines() {
+        let mut shown = line.to_string();
+        while let Some(at) = shown.find(&prefix) {
+            let rest = &shown[at + prefix.len()..];
+            let end = rest.find('/').map_or(shown.len(), |e| at + prefix.len() + e + 1);
+            shown.replace_range(at..end, "");
+        }
+        let columns = shown.chars().count();
+        assert!(
+            columns <= TERMINAL_COLUMNS,
+            "{what}: {columns} columns as a user sees it: {shown}"
+        );
+    }
+}
