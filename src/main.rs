@@ -53,8 +53,7 @@ enum Command {
     },
     /// List the chapters.
     List,
-    /// Chapter 9's GPT on your own text: `gpt train`, `gpt resume`, `gpt sample` (each with
-    /// --help).
+    /// Chapter 9's GPT: `gpt train`, `resume`, `sample`, `quantize` (each with --help).
     Gpt {
         #[command(subcommand)]
         command: cli::gpt::GptCommand,

@@ -699,8 +699,7 @@ fn env_probe_child() {
 fn the_program_refuses_a_kernel_setting_it_cannot_use_in_one_line() {
     // The main program reads LLM_WORKBOOK_KERNEL once at start: a value naming no kernel, or one
     // this CPU lacks, is one line naming the variable and exit status 2; a usable one runs.
-    let dir = std::env::temp_dir().join(format!("ch10_kernel_setting_{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a temporary folder");
+    let dir = common::temp_dir("ch10_kernel_setting");
     let run = |value: &str| {
         std::process::Command::new(env!("CARGO_BIN_EXE_llm-workbook"))
             .arg("list")
@@ -723,7 +722,6 @@ fn the_program_refuses_a_kernel_setting_it_cannot_use_in_one_line() {
         let o = run(value);
         assert!(o.status.success(), "{value:?}: {}", String::from_utf8_lossy(&o.stderr));
     }
-    std::fs::remove_dir_all(&dir).expect("the temporary folder is removed");
 }
 
 #[test]

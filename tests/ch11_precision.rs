@@ -1214,6 +1214,7 @@ mod quant_disk {
             assert!(!r.status.success());
             let e = String::from_utf8_lossy(&r.stderr);
             assert!(e.trim().lines().count() == 1 && e.contains(want), "{e}");
+            crate::common::assert_fits_as_a_user_sees_it(&e, want);
         };
         one_line(
             &cli(&dir, &["gpt", "resume", "--checkpoint", o, "--steps", "4"]),

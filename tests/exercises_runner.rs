@@ -6,6 +6,8 @@
 //! is read exactly as a reader's would be. The binary runs once; every test reads its output.
 //! `cargo test --test exercises_runner`.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -50,7 +52,7 @@ macro_rules! judges {
         }
     };
 }
-judges!(ch01: right, wrong, looping, aborting, exiting, overflowing, blank);
+judges!(ch01: right, wrong, looping, aborting, exiting, overflowing, garbled, spawning, blank);
 judges!(ch02: one, two);
 judges!(ch03: solo);
 "#;
@@ -64,6 +66,17 @@ pub fn aborting() -> u32 { std::process::abort() }
 pub fn exiting() -> u32 { std::process::exit(3) }
 pub fn overflowing() -> u32 { deeper(std::hint::black_box(1)) }
 fn deeper(n: u64) -> u32 { let pad = std::hint::black_box([n; 64]); deeper(pad[3] + 1) + 1 }
+pub fn garbled() -> u32 {
+    use std::io::Write;
+    let _ = std::io::stderr().write_all(&[0xff, 0xfe, b'\n']);
+    deeper(std::hint::black_box(1))
+}
+pub fn spawning() -> u32 {
+    let child = std::process::Command::new("sleep").arg("600").spawn().unwrap();
+    let file = std::env::var("PROBE_CHILD_FILE").unwrap();
+    std::fs::write(file, child.id().to_string()).unwrap();
+    loop { std::hint::black_box(0); }
+}
 pub fn blank() -> u32 { todo!() }
 "#;
 
@@ -108,7 +121,7 @@ fn write_probe(root: &Path) -> PathBuf {
             target(
                 "ch01_alpha",
                 "ch01",
-                "blank, wrong, right, exiting, looping, aborting, overflowing",
+                "blank, wrong, right, exiting, looping, aborting, spawning, overflowing, garbled",
             ),
         ),
         ("tests/ch02_beta.rs", target("ch02_beta", "ch02", "one, two")),
@@ -122,30 +135,54 @@ fn write_probe(root: &Path) -> PathBuf {
     dir
 }
 
+/// What the judged probe left: the table, and the state of the process the `spawning` answer
+/// started (read once the table is printed).
+struct Judged {
+    table: String,
+    child: Option<String>,
+}
+
 /// The binary's output for the probe crate (judged once for all the tests).
-fn table() -> &'static str {
-    static OUTPUT: OnceLock<String> = OnceLock::new();
+fn judged() -> &'static Judged {
+    static OUTPUT: OnceLock<Judged> = OnceLock::new();
     OUTPUT.get_or_init(|| {
-        let root = std::env::temp_dir().join(format!("llm-workbook-runner-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
+        let root = common::temp_dir("runner");
         let dir = write_probe(&root);
+        let child_file = root.join("spawned.pid");
         let out = Command::new(env!("CARGO_BIN_EXE_llm-workbook"))
             .arg("exercises")
             .current_dir(&root)
             .env("LLM_WORKBOOK_EXERCISES_DIR", &dir)
             .env("LLM_WORKBOOK_EXERCISE_SECONDS", LIMIT_SECONDS.to_string())
             .env("CARGO_TARGET_DIR", root.join("target"))
+            .env("PROBE_CHILD_FILE", &child_file)
             .output()
             .expect("runs the binary");
-        let _ = std::fs::remove_dir_all(&root);
+        let child = std::fs::read_to_string(&child_file).ok().and_then(|pid| {
+            let state = process_state(pid.trim())?;
+            // Never left running, whatever the runner did.
+            let _ = Command::new("kill").args(["-KILL", pid.trim()]).status();
+            Some(state)
+        });
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(
             out.status.success(),
             "exercises failed:\n{text}\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        text
+        Judged { table: text, child }
     })
+}
+
+/// The state letter of process `pid` (`R`, `S`, `Z` …), if it exists.
+fn process_state(pid: &str) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().next().map(str::to_string)
+}
+
+fn table() -> &'static str {
+    &judged().table
 }
 
 /// The status column of `exercise`'s row.
@@ -174,6 +211,8 @@ fn rows_come_in_the_order_of_the_answer_files() {
         "aborting",
         "exiting",
         "overflowing",
+        "garbled",
+        "spawning",
         "blank",
         "one",
         "two",
@@ -203,16 +242,39 @@ fn an_answer_that_never_returns_times_out_alone() {
     assert_eq!(status("looping"), format!("timed out after {LIMIT_SECONDS} s"), "{}", table());
 }
 
+/// An answer that starts a process and never returns: stopped at the time limit with every
+/// process it started (on Linux, where `/proc` shows them).
+#[test]
+fn an_answers_own_processes_are_stopped_with_it() {
+    assert_eq!(status("spawning"), format!("timed out after {LIMIT_SECONDS} s"), "{}", table());
+    if cfg!(target_os = "linux") {
+        let state = judged().child.as_deref();
+        assert!(matches!(state, None | Some("Z")), "the answer's child lives on: {state:?}");
+    }
+}
+
 #[test]
 fn an_abort_an_exit_and_a_stack_overflow_mark_their_exercise_only() {
     assert_eq!(status("aborting"), "aborted", "{}", table());
     assert_eq!(status("exiting"), "exited (code 3)", "{}", table());
     assert_eq!(status("overflowing"), "stack overflow", "{}", table());
+    // An answer that wrote bytes that are not UTF-8 before its stack overflowed.
+    assert_eq!(status("garbled"), "stack overflow", "{}", table());
     // The same chapter's other exercises keep their own verdicts, whichever runs first.
-    let chapter_1 = ["right", "wrong", "looping", "aborting", "exiting", "overflowing", "blank"];
-    for stop in ["aborted", "exited (code 3)", "stack overflow"] {
+    let chapter_1 = [
+        "right",
+        "wrong",
+        "looping",
+        "aborting",
+        "exiting",
+        "overflowing",
+        "garbled",
+        "spawning",
+        "blank",
+    ];
+    for (stop, count) in [("aborted", 1), ("exited (code 3)", 1), ("stack overflow", 2)] {
         let marked: Vec<&str> = chapter_1.into_iter().filter(|e| status(e) == stop).collect();
-        assert_eq!(marked.len(), 1, "{stop:?} marks {marked:?}:\n{}", table());
+        assert_eq!(marked.len(), count, "{stop:?} marks {marked:?}:\n{}", table());
     }
     for (exercise, verdict) in [("right", "✓"), ("wrong", "✗"), ("blank", "not started")] {
         assert_eq!(status(exercise), verdict, "{}", table());
@@ -235,10 +297,56 @@ fn the_counts_and_the_next_exercise_are_the_first_problem_in_order() {
     let text = table();
     assert!(
         text.contains(
-            "2 of 10 done, 5 failing, 1 not started, 2 in a chapter that does not compile."
+            "2 of 12 done, 7 failing, 1 not started, 2 in a chapter that does not compile."
         ),
         "{text}"
     );
     assert!(text.contains("Next: wrong in exercises/src/ch01_alpha.rs"), "{text}");
     assert!(text.contains("  `wrong` returned 41 but should return 42"), "{text}");
+}
+
+/// The runner run on a probe crate in a folder of its own, with `setup` changing its command.
+fn cannot_judge(name: &str, setup: impl Fn(&mut Command, &Path)) -> std::process::Output {
+    let root = common::temp_dir(name);
+    let dir = write_probe(&root);
+    let mut c = Command::new(env!("CARGO_BIN_EXE_llm-workbook"));
+    c.arg("exercises")
+        .current_dir(&*root)
+        .env("LLM_WORKBOOK_EXERCISES_DIR", &dir)
+        .env("CARGO_TARGET_DIR", root.join("target"));
+    setup(&mut c, &root);
+    c.output().expect("runs the binary")
+}
+
+/// Asserts a non-zero status and one line on stderr, within 100 columns, holding every needle.
+fn assert_one_line_on_stderr(o: &std::process::Output, needles: &[&str], what: &str) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{what}: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{what}: {err}");
+    assert!(err.lines().all(|l| l.chars().count() <= WIDTH), "{what}: {err}");
+    for n in needles {
+        assert!(err.contains(n), "{what}: {err:?} lacks {n:?}");
+    }
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("cannot"), "{what}: said on stdout");
+}
+
+#[test]
+fn without_cargo_the_runner_fails_in_one_line_naming_the_path() {
+    let o = cannot_judge("runner_no_cargo", |c, root| {
+        let empty = root.join("empty-bin");
+        std::fs::create_dir_all(&empty).unwrap();
+        c.env_remove("CARGO").env("PATH", empty);
+    });
+    assert_one_line_on_stderr(&o, &["cargo", "PATH", "CARGO"], "no cargo");
+}
+
+#[test]
+fn a_temporary_folder_below_a_file_fails_in_one_line_naming_tmpdir() {
+    let o = cannot_judge("runner_tmpdir", |c, root| {
+        let file = root.join("a-file");
+        std::fs::write(&file, "not a folder").unwrap();
+        // Relative to the folder the runner runs in, as a user would type it.
+        c.env("TMPDIR", "a-file/tmp");
+    });
+    assert_one_line_on_stderr(&o, &["TMPDIR", "a-file"], "TMPDIR below a file");
 }

@@ -42,6 +42,9 @@ use nalgebra::DMatrix;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
+mod bounded;
+pub use bounded::{TooLong, read_at_most};
+
 /// The weights' file name.
 pub const MODEL_FILE: &str = "model.safetensors";
 /// The configuration's file name.
@@ -182,18 +185,25 @@ pub fn config_from_json(bytes: &[u8], file: &str) -> Result<Config> {
             format!("n_inner = {inner}, but this model's MLP is 4 × n_embd = {}", 4 * width),
         ));
     }
-    c.validate()
-        .map_err(|e| parse_error(file, format!("the configuration describes no model: {e}")))?;
+    c.validate().map_err(|e| parse_error(file, e.to_string().replace("Config::validate: ", "")))?;
     super::config::check_epsilon(c.layer_norm_epsilon)
         .map_err(|reason| parse_error(file, reason))?;
     Ok(c)
 }
 
-/// Reads `config.json` from a folder.
+/// The most bytes [`read_config`] reads of a `config.json` (GPT-2's is under a kilobyte).
+pub const CONFIG_MAX_BYTES: u64 = 1 << 20;
+
+/// Reads `config.json` from a folder: at most [`CONFIG_MAX_BYTES`], its size checked before it is
+/// read.
 pub fn read_config(dir: &Path) -> Result<Config> {
     let path = dir.join(CONFIG_FILE);
-    let bytes = std::fs::read(&path).map_err(|e| io_error(&path, e))?;
-    config_from_json(&bytes, &path.display().to_string())
+    let name = path.display().to_string();
+    let bytes = read_at_most(&path, CONFIG_MAX_BYTES)?.map_err(|_| {
+        let most = CONFIG_MAX_BYTES;
+        parse_error(&name, format!("holds more than {most} bytes, more than any config.json"))
+    })?;
+    config_from_json(&bytes, &name)
 }
 
 // ───────────────────────────── the weights ─────────────────────────────
@@ -238,16 +248,12 @@ pub fn check_header_against_config(config: &Config, f: &SafeTensors) -> Result<(
         .collect();
     layers.sort_unstable();
     layers.dedup();
-    let sizes = format!(
-        "config.json: n_embd = {}, n_layer = {}, vocab_size = {}, n_positions = {}",
-        config.width, config.layers, config.vocab_size, config.context
-    );
     super::config::check_heads(config, f.meta(HEADS_METADATA))
         .map_err(|reason| parse_error(&f.file, reason))?;
     if layers.len() != config.layers || layers.last().is_some_and(|&l| l + 1 != layers.len()) {
         return Err(parse_error(
             &f.file,
-            format!("the file holds {} blocks but {sizes}", layers.len()),
+            format!("{} blocks, but config.json n_layer = {}", layers.len(), config.layers),
         ));
     }
     // The shapes that bound the config's sizes, from the parameter table: the embeddings
@@ -266,10 +272,10 @@ pub fn check_header_against_config(config: &Config, f: &SafeTensors) -> Result<(
     for (name, shape) in want {
         let reason = match f.info(&bare(&name)).map(|t| t.shape.clone()) {
             Some(found) if found == shape => continue,
-            Some(found) => format!("{name} has shape {found:?} but {shape:?} was expected"),
+            Some(found) => format!("{name} is {found:?}, config.json wants {shape:?}"),
             None => format!("tensor {name} is missing"),
         };
-        return Err(parse_error(&f.file, format!("{reason} ({sizes})")));
+        return Err(parse_error(&f.file, reason));
     }
     Ok(())
 }

@@ -157,9 +157,19 @@ pub fn model_from_stored(config: Config, named: Storage, f: &SafeTensors) -> Res
                 let why = format!("tensor {scales_name} holds a negative or non-finite scale");
                 return Err(parse_error(&f.file, why));
             }
-            if storage == Storage::Q4 && codes.chunks(per).any(|b| unpack(b, storage).contains(&-8))
-            {
-                let why = format!("tensor {name} holds the 4-bit code −8, outside −7 … 7");
+            // Both storages are symmetric (q = round(w/s) lies in −127 … 127, or −7 … 7): the
+            // one code without a positive twin, −128 or −8, is never written, and is refused in
+            // either as a sign of a damaged file.
+            let (lowest, range) = if storage == Storage::Int8 {
+                (i8::MIN, "−127 … 127")
+            } else {
+                (-8, "−7 … 7")
+            };
+            if codes.chunks(per).any(|b| unpack(b, storage).contains(&lowest)) {
+                let why = format!(
+                    "{name} holds code {}, not in {range}",
+                    lowest.to_string().replace('-', "−")
+                );
                 return Err(parse_error(&f.file, why));
             }
             let q = QuantMatrix { storage, rows, cols, scales, codes };

@@ -308,7 +308,13 @@ fn compile_round(dir: &Path, stems: &[String]) -> Result<Build, String> {
     for stem in stems {
         cmd.args(["--test", stem]);
     }
-    let mut child = cmd.spawn().map_err(|e| format!("cannot run {cargo}: {e}"))?;
+    let mut child = cmd.spawn().map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            format!("cannot judge: {cargo} is not on the PATH; put it there, or set CARGO to it")
+        } else {
+            format!("cannot judge: running {cargo} failed ({e}); set CARGO to a cargo that runs")
+        }
+    })?;
     // Read stderr on its own thread so that neither pipe can fill up and stall cargo.
     let mut stderr = child.stderr.take().ok_or("cannot read cargo's messages")?;
     let errors = std::thread::spawn(move || {
@@ -329,9 +335,11 @@ fn compile_round(dir: &Path, stems: &[String]) -> Result<Build, String> {
         return Err(format!("the exercises crate's `{target}` does not compile: {error}"));
     }
     if build.binaries.is_empty() && build.errors.is_empty() {
-        let tail: Vec<&str> = stderr.lines().rev().take(12).collect();
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
-        return Err(format!("cargo could not build the judges:\n{}", tail.join("\n")));
+        // Cargo's own first error line says what to fix (one line: the rest is its detail).
+        let mut lines = stderr.lines().map(str::trim);
+        let first = lines.clone().find(|l| l.starts_with("error")).or(lines.next_back());
+        let said = first.unwrap_or("no message").trim_start_matches("error: ");
+        return Err(format!("cargo could not build the judges: {said}"));
     }
     Ok(build)
 }
@@ -448,8 +456,7 @@ fn judge_one(binary: &Path, name: &str, dir: &Path, scratch: &Path, limit: u64) 
             Ok(Some(status)) => break Some(status),
             Ok(None) if Instant::now() < deadline => std::thread::sleep(POLL),
             _ => {
-                let _ = child.kill();
-                let _ = child.wait();
+                stop_with_descendants(&mut child);
                 break None;
             }
         }
@@ -460,27 +467,94 @@ fn judge_one(binary: &Path, name: &str, dir: &Path, scratch: &Path, limit: u64) 
     }
     match status {
         None => State::TimedOut(limit),
-        Some(status) => ended(status, &std::fs::read_to_string(&stderr_path).unwrap_or_default()),
+        Some(status) => ended(status, &stderr_tail(&stderr_path)),
     }
 }
 
-/// A fresh scratch folder under the system's temporary folder.
+/// The last bytes of an answer's stderr the runner reads: the runtime's last words (a stack
+/// overflow's message) are at its end, and an answer may have printed without end before them.
+const STDERR_TAIL_BYTES: u64 = 64 * 1024;
+
+/// The end of the file at `path` (at most [`STDERR_TAIL_BYTES`]) as text, bytes that are not
+/// UTF-8 replaced: an answer may write any bytes to stderr before its stack overflows.
+fn stderr_tail(path: &Path) -> String {
+    use std::io::{Seek, SeekFrom};
+    let Ok(mut file) = std::fs::File::open(path) else { return String::new() };
+    let len = file.metadata().map_or(0, |m| m.len());
+    let mut bytes = Vec::new();
+    let _ = file.seek(SeekFrom::Start(len.saturating_sub(STDERR_TAIL_BYTES)));
+    let _ = file.take(STDERR_TAIL_BYTES).read_to_end(&mut bytes);
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// Stops an exercise's process `child` and every process it started (an answer may spawn
+/// children, which would outlive the time limit): on Linux the descendants are found in `/proc`
+/// while `child` still runs, then all are killed. Elsewhere only `child` is.
+fn stop_with_descendants(child: &mut std::process::Child) {
+    let family = descendants(child.id());
+    let _ = child.kill();
+    let _ = child.wait();
+    #[cfg(unix)]
+    for pid in family {
+        if let Some(pid) = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = family;
+}
+
+/// The process ids of `root`'s descendants, read from `/proc/PID/stat` (its children, theirs, …);
+/// none where there is no `/proc`.
+fn descendants(root: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let parent_of = |pid: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // `pid (name) state ppid …`: the name may hold spaces and parentheses.
+        let after = &stat[stat.rfind(')')? + 1..];
+        after.split_whitespace().nth(1)?.parse().ok()
+    };
+    let links: Vec<(u32, u32)> = entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| Some((pid, parent_of(pid)?)))
+        .collect();
+    let mut family = vec![root];
+    let mut at = 0;
+    while at < family.len() {
+        let parent = family[at];
+        family.extend(links.iter().filter(|l| l.1 == parent).map(|l| l.0));
+        at += 1;
+    }
+    family.remove(0);
+    family
+}
+
+/// A fresh scratch folder under the system's temporary folder; an error naming `TMPDIR` when it
+/// cannot be made there.
 fn scratch_dir() -> Result<PathBuf, String> {
     let nanos = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-    let dir = std::env::temp_dir().join(format!(
-        "llm-workbook-exercises-{}-{}",
-        std::process::id(),
-        nanos.as_nanos()
-    ));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let temp = std::env::temp_dir();
+    let dir =
+        temp.join(format!("llm-workbook-exercises-{}-{}", std::process::id(), nanos.as_nanos()));
+    std::fs::create_dir_all(&dir).map_err(|e| {
+        let e = e.to_string();
+        let e = e.split(" (os error").next().unwrap_or(&e);
+        format!(
+            "cannot judge: no scratch folder in {} ({e}); set TMPDIR to a folder",
+            temp.display()
+        )
+    })?;
     Ok(dir)
 }
 
 /// Judges every exercise of `chapters` and returns the rows in the chapters' order.
 fn judge_all(dir: &Path, chapters: &[Chapter], limit: u64) -> Result<Vec<Row>, String> {
     let stems: Vec<String> = chapters.iter().map(|c| c.stem.clone()).collect();
-    let build = compile(dir, &stems)?;
+    // The scratch folder first: a TMPDIR that cannot hold one is said before the long compile.
     let scratch = scratch_dir()?;
+    let build = compile(dir, &stems).inspect_err(|_| {
+        let _ = std::fs::remove_dir_all(&scratch);
+    })?;
     let mut rows = Vec::new();
     let mut jobs = Vec::new(); // (row index, binary, chapter's scratch folder)
     for ch in chapters {
@@ -591,21 +665,14 @@ fn table(rows: &[Row]) -> Vec<String> {
     out
 }
 
-/// Judges every exercise once and prints the table.
+/// Judges every exercise once and prints the table; an error (one line: what to fix) when the
+/// exercises cannot be judged at all (no cargo, no scratch folder, judges that do not compile).
 fn judge_once(dir: &Path, limit: u64) -> Result<(), String> {
     let chapters = chapters(dir)?;
     println!("Compiling the judges (the first time takes a few minutes), then judging …");
-    match judge_all(dir, &chapters, limit) {
-        Ok(rows) => {
-            for line in table(&rows) {
-                println!("{line}");
-            }
-        }
-        Err(e) => {
-            for line in wrap(&e, "  ", WIDTH) {
-                println!("{line}");
-            }
-        }
+    let rows = judge_all(dir, &chapters, limit)?;
+    for line in table(&rows) {
+        println!("{line}");
     }
     Ok(())
 }
@@ -632,10 +699,16 @@ pub fn run(watch: bool) -> Result<(), String> {
         return Err(format!("no exercises crate at {}", dir.display()));
     }
     let limit = time_limit()?;
-    judge_once(&dir, limit)?;
     if !watch {
-        return Ok(());
+        return judge_once(&dir, limit);
     }
+    // Watching, a round that cannot judge is said on stderr and the next save judges again.
+    let judge = || {
+        if let Err(e) = judge_once(&dir, limit) {
+            eprintln!("error: {e}");
+        }
+    };
+    judge();
     let src = dir.join("src");
     let mut seen = latest_change(&src);
     println!("\nWatching exercises/src (save a file to judge again; Ctrl-C to stop).");
@@ -645,7 +718,7 @@ pub fn run(watch: bool) -> Result<(), String> {
         if now != seen {
             seen = now;
             println!("\n──────── a file changed: judging again ────────\n");
-            judge_once(&dir, limit)?;
+            judge();
             println!("\nWatching exercises/src (Ctrl-C to stop).");
         }
     }

@@ -49,7 +49,7 @@ pub enum GptCommand {
 /// How `gpt quantize` stores the block matrices.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QuantizeTo {
-    /// bf16: each weight rounded to the nearest bf16.
+    /// Each weight rounded to the nearest bf16.
     Bf16,
     /// Blocks of 32 one-byte codes −127 … 127 and an f32 scale.
     Int8,
@@ -235,24 +235,23 @@ fn train(a: TrainArgs) -> Result<()> {
         return Err(invalid(
             "gpt train",
             "--out",
-            format!(
-                "{} already holds a checkpoint; give --force to replace it, or another --out",
-                a.out.display()
-            ),
+            format!("{} already holds a checkpoint (--force replaces it)", a.out.display()),
         ));
     }
     let foreign = folder::foreign_entries(&a.out);
     if !a.force && !foreign.is_empty() {
-        return Err(invalid(
-            "gpt train",
-            "--out",
-            format!(
-                "{} holds files this program did not write ({}); give --force to train into it \
-                 anyway (they are kept), or another --out",
-                a.out.display(),
-                listed(&foreign)
-            ),
-        ));
+        let reason =
+            format!("files this program did not write ({}); --force keeps them", listed(&foreign));
+        return Err(llm_workbook::Error::Parse {
+            file: a.out.display().to_string(),
+            line: None,
+            reason,
+        });
+    }
+    let byte_values = llm_workbook::ch08_tokens::bpe::BYTE_VOCAB;
+    if a.tokenizer == TokenizerKind::Bpe && a.bpe_vocab < byte_values {
+        let why = format!("{} is fewer than the {byte_values} byte values", a.bpe_vocab);
+        return Err(invalid("gpt train", "--bpe-vocab", format!("{why} a byte-level BPE holds")));
     }
     // Everything is built and checked in memory first; nothing is written before the first
     // save, so bad settings, short data or a diverging first step leave the folder as it was.
@@ -342,15 +341,12 @@ fn checkpoint_folder(op: &'static str, dir: &Path) -> Result<()> {
     if dir.is_dir() {
         return Ok(());
     }
-    let found = if dir.exists() { "is a file, not a folder" } else { "does not exist" };
-    Err(invalid(
-        op,
-        "--checkpoint",
-        format!("{} {found}; give the folder `gpt train --out` wrote", dir.display()),
-    ))
+    let found = if dir.exists() { "is a file; give a checkpoint folder" } else { "does not exist" };
+    Err(invalid(op, "--checkpoint", format!("{} {found}", dir.display())))
 }
 
-/// Refuses an `--out` that names a file: the folder cannot be made there.
+/// Refuses an `--out` that names a file (the folder cannot be made there), or a folder inside
+/// another checkpoint folder's generations (that folder's next save would remove it).
 fn out_folder(op: &'static str, dir: &Path) -> Result<()> {
     if dir.exists() && !dir.is_dir() {
         return Err(invalid(
@@ -359,6 +355,10 @@ fn out_folder(op: &'static str, dir: &Path) -> Result<()> {
             format!("{} is a file, not a folder; give a folder to write into", dir.display()),
         ));
     }
+    if folder::owning_checkpoint(dir).is_some() {
+        let why = format!("{}: a checkpoint's next save removes it", dir.display());
+        return Err(invalid(op, "--out", why));
+    }
     Ok(())
 }
 
@@ -366,7 +366,7 @@ fn resume(a: ResumeArgs) -> Result<()> {
     let budget = budget::budget(a.memory_budget)?;
     checkpoint_folder("gpt resume", &a.checkpoint)?;
     let _lock = folder::Lock::take(&a.checkpoint, "gpt resume")?;
-    refuse_stored(&a.checkpoint)?;
+    refuse_stored(&a.checkpoint, budget)?;
     let open = run::open_run_with(&a.checkpoint, budget, a.data.as_deref())?;
     note_flat(&a.checkpoint, &open.resolved);
     if let Some(note) = &open.kernel_note {
@@ -486,7 +486,7 @@ fn sample(a: SampleArgs) -> Result<()> {
         run::load_for_sampling(&a.checkpoint, budget::budget(a.memory_budget)?)?;
     note_flat(&a.checkpoint, &resolved);
     let (text, prompt) = match &a.prompt {
-        Some(p) => (p.clone(), tok.encode(p)?),
+        Some(p) => (p.clone(), tok.encode(p).map_err(|e| prompt_error(tok.as_ref(), p, e))?),
         None => match tok.encode(DEFAULT_PROMPT) {
             Ok(ids) => (DEFAULT_PROMPT.to_string(), ids),
             Err(_) => {
@@ -500,7 +500,12 @@ fn sample(a: SampleArgs) -> Result<()> {
             }
         },
     };
-    let g = generate(&model, &prompt, a.tokens, &decoding, &mut Rng::new(a.seed), true)?;
+    let g = generate(&model, &prompt, a.tokens, &decoding, &mut Rng::new(a.seed), true).map_err(
+        |e| match e {
+            llm_workbook::Error::NonFinite { .. } => overflowing(&resolved, &model),
+            other => other,
+        },
+    )?;
     if g.cropped > 0 {
         eprintln!(
             "note: the prompt holds {} tokens, more than the context of {}; its first {} tokens \
@@ -514,28 +519,71 @@ fn sample(a: SampleArgs) -> Result<()> {
     Ok(())
 }
 
+/// The error for a `--prompt` the tokenizer cannot encode (`e`): its first character outside the
+/// vocabulary, named in one short line (the tokenizer's own message names its function).
+fn prompt_error(tok: &dyn Tokenizer, prompt: &str, e: llm_workbook::Error) -> llm_workbook::Error {
+    let mut buf = [0u8; 4];
+    let outside =
+        prompt.chars().enumerate().find(|(_, c)| tok.encode(c.encode_utf8(&mut buf)).is_err());
+    match outside {
+        Some((i, c)) => invalid(
+            "gpt sample",
+            "--prompt",
+            format!(
+                "its character {i}, {c:?} (U+{:04X}), is not in the model's vocabulary",
+                c as u32
+            ),
+        ),
+        None => e,
+    }
+}
+
+/// The error for a model whose finite weights compute NaN or ±∞ (a damaged file: a weight or a
+/// stored scale of 10³⁰): it names the model's file and the tensor of the largest |w|.
+fn overflowing(resolved: &Resolved, model: &Gpt<f32>) -> llm_workbook::Error {
+    let largest = |m: &nalgebra::DMatrix<f32>| m.iter().fold(0f32, |a, &x| a.max(x.abs()));
+    let tensors = model.tensors();
+    let top = tensors.iter().max_by(|a, b| largest(a.1).total_cmp(&largest(b.1)));
+    let (name, size) = top.map_or((String::new(), 0.0), |(n, m)| (n.clone(), largest(m)));
+    let file = resolved.path.join(llm_workbook::ch09_gpt::checkpoint::MODEL_FILE);
+    let reason = format!("|w| = {size:.1e} in {name} gives NaN or ±∞");
+    llm_workbook::Error::Parse { file: file.display().to_string(), line: None, reason }
+}
+
 // ───────────────────────────── quantize ─────────────────────────────
+
+/// The storage the `config.json` of a checkpoint's files in `here` names, read within the
+/// memory `budget` (its size checked before it is read); `None` when there is no `config.json`.
+fn storage_of(here: &Path, budget: u64) -> Result<Option<Storage>> {
+    let config = here.join(CONFIG_FILE);
+    let bytes = match budget::read_checkpoint_file(&config, budget) {
+        Ok(bytes) => bytes,
+        Err(llm_workbook::Error::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
+    };
+    quant_file::storage_of_config(&bytes, &config.display().to_string()).map(Some)
+}
 
 /// Refuses to resume a folder whose `config.json` names a storage (a `gpt quantize` output):
 /// its weights are not the trained ones and it has no training state.
-fn refuse_stored(dir: &Path) -> Result<()> {
+fn refuse_stored(dir: &Path, budget: u64) -> Result<()> {
     let here = folder::resolve(dir)?.path;
-    let config = here.join(CONFIG_FILE);
-    let Ok(bytes) = std::fs::read(&config) else { return Ok(()) };
-    let storage = quant_file::storage_of_config(&bytes, &config.display().to_string())?;
-    if storage == Storage::F32 {
-        return Ok(());
+    match storage_of(&here, budget)? {
+        None | Some(Storage::F32) => Ok(()),
+        Some(storage) => Err(invalid(
+            "gpt resume",
+            "--checkpoint",
+            format!(
+                "{}: a gpt quantize output ({}), for sampling only",
+                dir.display(),
+                storage.name()
+            ),
+        )),
     }
-    Err(invalid(
-        "gpt resume",
-        "--checkpoint",
-        format!(
-            "{} holds a model stored as {} by gpt quantize, for sampling only; resume the f32 \
-             checkpoint it came from",
-            dir.display(),
-            storage.name()
-        ),
-    ))
 }
 
 /// The tokenizer's files `gpt sample` reads beside the model.
@@ -553,10 +601,10 @@ fn quantize(a: QuantizeArgs) -> Result<()> {
     out_folder("gpt quantize", &a.out)?;
     let source = folder::resolve(&a.checkpoint)?.path;
     let config = source.join(CONFIG_FILE);
-    let bytes = std::fs::read(&config).map_err(|e| {
-        invalid("gpt quantize", "--checkpoint", format!("{}: {e}", config.display()))
-    })?;
-    let already = quant_file::storage_of_config(&bytes, &config.display().to_string())?;
+    let Some(already) = storage_of(&source, budget)? else {
+        let e = format!("{} does not exist", config.display());
+        return Err(invalid("gpt quantize", "--checkpoint", e));
+    };
     if already != Storage::F32 {
         return Err(invalid(
             "gpt quantize",
@@ -571,8 +619,11 @@ fn quantize(a: QuantizeArgs) -> Result<()> {
     let (_, model, resolved) = run::load_for_sampling(&a.checkpoint, budget)?;
     let mut files = quant_file::stored_files(&model, storage)?;
     for name in TOKENIZER_FILES {
-        if let Ok(b) = std::fs::read(resolved.path.join(name)) {
-            files.push((name.to_string(), b));
+        match budget::read_checkpoint_file(&resolved.path.join(name), budget) {
+            Ok(b) => files.push((name.to_string(), b)),
+            Err(llm_workbook::Error::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
         }
     }
     // One writer a folder, as `gpt train`; the files saved as one generation.

@@ -81,7 +81,8 @@ pub fn available_memory() -> Option<u64> {
 }
 
 /// Refuses a run of `c` on `batch` × `tokens` whose estimate exceeds `budget`, naming the flag
-/// `flag` (the setting a user would change) and the bytes the run would need.
+/// `flag` (the setting a user would change) and the bytes the run would need (the estimate
+/// counts weights, gradients, AdamW's moments and the activations), in one short line.
 pub fn check(
     c: &Config,
     batch: usize,
@@ -91,16 +92,16 @@ pub fn check(
 ) -> Result<()> {
     let need = estimate_bytes(c, batch, tokens);
     if need > u128::from(budget) {
-        return Err(invalid(
-            "memory budget",
-            flag,
-            format!(
-                "this model needs about {need} bytes of memory (weights, gradients, AdamW's \
-                 moments and activations for {batch} × {tokens} tokens), more than the budget of \
-                 {budget} bytes; give --memory-budget BYTES (or set {BUDGET_VARIABLE}) to allow \
-                 more"
-            ),
-        ));
+        // An absurd size saturates at 2^128 − 1: its 39 digits would say less than 3.4e38.
+        let need =
+            if need < COMPACT_FROM { need.to_string() } else { format!("{:.1e}", need as f64) };
+        let over = if flag == BUDGET_FLAG {
+            format!("{budget} bytes")
+        } else {
+            format!("{BUDGET_FLAG} {budget}")
+        };
+        let reason = format!("needs {need} bytes for {batch}×{tokens} tokens, over {over}");
+        return Err(crate::error::Error::Parse { file: flag.to_string(), line: None, reason });
     }
     Ok(())
 }
@@ -138,47 +139,66 @@ pub fn check_with_text(
     let text = text_bytes(text_len, bpe_training);
     let rest = u64::try_from(u128::from(budget).saturating_sub(text)).unwrap_or(u64::MAX);
     if text > u128::from(budget) {
-        return Err(too_large("--data", &format!("a text of {text_len} bytes"), text, budget));
+        let what = format!("a text of {text_len} bytes needs about {text} bytes of memory");
+        return Err(too_large("--data", "text", what, budget));
     }
     check(c, batch, tokens, rest, "--memory-budget")
 }
 
-fn too_large(flag: &'static str, what: &str, need: u128, budget: u64) -> crate::error::Error {
-    invalid(
-        "memory budget",
-        flag,
-        format!(
-            "{what} needs about {need} bytes of memory, more than the budget of {budget} bytes; \
-             give --memory-budget BYTES (or set {BUDGET_VARIABLE}) to allow more"
-        ),
-    )
+/// The one-line refusal of `file` (a path, or a word for what it is), for which `what` needs
+/// more than the memory `budget`; `flag` names where it came from when that is not the budget
+/// itself (`--data`). Short, for the file's name may be long: the budget and its flag, the size.
+fn too_large(flag: &'static str, file: &str, what: String, budget: u64) -> crate::error::Error {
+    let from = if flag == BUDGET_FLAG { String::new() } else { format!(" ({flag})") };
+    let reason = format!("{what}, over --memory-budget {budget}{from}");
+    crate::error::Error::Parse { file: file.to_string(), line: None, reason }
+}
+
+/// Needs from this many bytes on are written as 1.2e15: one line holds them.
+const COMPACT_FROM: u128 = 10_000_000_000_000;
+
+/// The flag that sets the memory budget.
+pub const BUDGET_FLAG: &str = "--memory-budget";
+
+/// Whether `e` is a refusal by the memory budget ([`read_file`], [`check_with_text`]).
+pub fn is_over_budget(e: &crate::error::Error) -> bool {
+    match e {
+        crate::error::Error::Parse { file, reason, .. } => {
+            file == BUDGET_FLAG || reason.contains(BUDGET_FLAG)
+        }
+        _ => false,
+    }
 }
 
 /// Reads the file at `path`, whose every byte costs `per_byte` bytes of memory once loaded,
 /// within `budget` (bytes): a regular file larger than `budget / per_byte` is refused before a
 /// byte is read, naming `flag` and the file; anything else (a pipe, `/dev/zero`) is read up to
-/// that limit and refused past it.
+/// that limit and refused past it (by [`read_at_most`](crate::ch09_gpt::checkpoint::read_at_most)).
 pub fn read_file(
     path: &std::path::Path,
     per_byte: u64,
     budget: u64,
     flag: &'static str,
 ) -> Result<Vec<u8>> {
-    use std::io::Read;
-    let io = |source| crate::error::Error::Io { path: path.display().to_string(), source };
+    use crate::ch09_gpt::checkpoint::{TooLong, read_at_most};
     let limit = budget / per_byte.max(1);
-    let file = std::fs::File::open(path).map_err(io)?;
-    let meta = file.metadata().map_err(io)?;
     let name = path.display();
-    if meta.is_file() && meta.len() > limit {
-        let need = mul(&[u128::from(meta.len()), u128::from(per_byte)]);
-        return Err(too_large(flag, &format!("{name} ({} bytes)", meta.len()), need, budget));
+    match read_at_most(path, limit)? {
+        Ok(bytes) => Ok(bytes),
+        Err(TooLong::File(len)) => {
+            let what = format!("{len} bytes (×{per_byte})");
+            Err(too_large(flag, &name.to_string(), what, budget))
+        }
+        Err(TooLong::Stream) => {
+            let what = "not a regular file, and more".to_string();
+            Err(too_large(flag, &name.to_string(), what, budget))
+        }
     }
-    let mut bytes = Vec::with_capacity(if meta.is_file() { meta.len() as usize } else { 0 });
-    file.take(limit.saturating_add(1)).read_to_end(&mut bytes).map_err(io)?;
-    if bytes.len() as u64 > limit {
-        let what = format!("{name} (not a regular file; more than {limit} bytes read)");
-        return Err(too_large(flag, &what, mul(&[u128::from(limit) + 1, per_byte.into()]), budget));
-    }
-    Ok(bytes)
+}
+
+/// A file of a checkpoint folder (`config.json`, `train.json`, the tokenizer's, the weights),
+/// read within the memory `budget` ([`read_file`] at [`FILE_BYTES_PER_BYTE`], naming
+/// `--memory-budget`): every read of a checkpoint's files goes through it.
+pub fn read_checkpoint_file(path: &std::path::Path, budget: u64) -> Result<Vec<u8>> {
+    read_file(path, FILE_BYTES_PER_BYTE, budget, "--memory-budget")
 }

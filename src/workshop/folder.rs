@@ -175,6 +175,30 @@ pub fn holds_checkpoint(dir: &Path) -> bool {
         || newest_complete(dir).is_some()
 }
 
+/// The checkpoint folder whose saves would remove `path`, if any: `path` or one of the folders
+/// above it is named as a generation or a temporary ([`is_generation`], [`is_temporary`]) inside
+/// a folder that holds a checkpoint or a lock. A save removes every generation it did not write
+/// last, so a folder written there (`--out CK/gen-000099`) would be lost at CK's next save.
+pub fn owning_checkpoint(path: &Path) -> Option<PathBuf> {
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    // Through symbolic links too, as far as the path exists.
+    let existing = absolute.ancestors().find(|a| a.exists()).and_then(|a| {
+        let rest = absolute.strip_prefix(a).ok()?;
+        Some(std::fs::canonicalize(a).ok()?.join(rest))
+    });
+    for candidate in [Some(absolute.clone()), existing].into_iter().flatten() {
+        for at in candidate.ancestors() {
+            let (Some(name), Some(parent)) = (at.file_name(), at.parent()) else { continue };
+            let name = name.to_string_lossy();
+            let saved = holds_checkpoint(parent) || parent.join(LOCK_FILE).exists();
+            if (is_generation(&name) || is_temporary(&name)) && saved {
+                return Some(parent.to_path_buf());
+            }
+        }
+    }
+    None
+}
+
 /// The files a generation holds when its save completed: every save writes them, and a
 /// generation folder is renamed into place only once all its files are written.
 const COMPLETE_FILES: [&str; 2] = ["config.json", "model.safetensors"];
@@ -206,8 +230,9 @@ pub struct Resolved {
 
 /// Finds the complete checkpoint in `dir`: the generation its pointer names; without a pointer,
 /// the newest complete generation ([`newest_complete`]), else the folder itself when it has a
-/// `config.json`. A folder with none of these (a run killed before its first save) is refused
-/// with a message that says so.
+/// `config.json`. A folder with none of these is refused with a message that says what it is: a
+/// run killed before its first save (it left a generation, a temporary or a lock no one holds),
+/// or a folder that never was a checkpoint.
 pub fn resolve(dir: &Path) -> Result<Resolved> {
     let pointer = dir.join(POINTER_FILE);
     match std::fs::read_to_string(&pointer) {
@@ -237,15 +262,17 @@ pub fn resolve(dir: &Path) -> Result<Resolved> {
             if dir.join("config.json").exists() {
                 return Ok(Resolved { path: dir.to_path_buf(), flat: true, recovered: false });
             }
-            Err(invalid(
-                "checkpoint",
-                "folder",
-                format!(
-                    "{} holds no complete checkpoint (no {POINTER_FILE}: a run stopped before \
-                     its first save?); train into it again",
-                    dir.display()
-                ),
-            ))
+            // Only a writer leaves generations, temporaries or a lock no one holds behind:
+            // without them the folder never was a checkpoint.
+            let traces =
+                entries(dir).iter().any(|n| is_generation(n) || is_temporary(n)) || stale_lock(dir);
+            let reason = if traces {
+                "no complete checkpoint (a run stopped before its first save); run it again"
+            } else {
+                "not a checkpoint folder (no CURRENT, no generation, no config.json)"
+            };
+            let file = dir.display().to_string();
+            Err(Error::Parse { file, line: None, reason: reason.to_string() })
         }
         Err(e) => Err(io(&pointer)(e)),
     }
@@ -376,60 +403,82 @@ pub struct Lock {
 /// id, which the holder writes just after it takes the lock.
 const HOLDER_ID_ATTEMPTS: usize = 20;
 
+/// The most bytes a refused writer reads of the lock file: a process id has at most 10 digits,
+/// so anything longer is not one (and is not quoted).
+const HOLDER_ID_BYTES: u64 = 24;
+
 impl Lock {
     /// Takes the lock of `dir` (created, with its parents, if missing) for `command` (named in
     /// the error): refused in one line naming the folder and the holder's process id when
-    /// another process holds it.
+    /// another process holds it, or naming the lock file when it is not a plain file of its own
+    /// (a symbolic link is never followed, so its target is never written).
     pub fn take(dir: &Path, command: &'static str) -> Result<Lock> {
-        let created: Vec<PathBuf> = dir
-            .ancestors()
-            .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
-            .map(Path::to_path_buf)
-            .collect();
-        std::fs::create_dir_all(dir).map_err(|e| {
-            invalid(command, "folder", format!("cannot create {}: {e}", dir.display()))
-        })?;
+        Lock::take_with(dir, command, &mut |_| {})
+    }
+
+    /// [`Lock::take`] with `between(dir)` called on every attempt after the folder is made and
+    /// before the lock file is opened: a test removes the folder there, as another writer that
+    /// created it removes it when its run fails before the first save. The folder is then made
+    /// again and the lock taken in it.
+    #[doc(hidden)]
+    pub fn take_with(
+        dir: &Path,
+        command: &'static str,
+        between: &mut dyn FnMut(&Path),
+    ) -> Result<Lock> {
         let path = dir.join(LOCK_FILE);
-        // The file is opened again when a releasing writer removed it between our open and our
-        // lock (then we would hold a lock on a name no one else sees).
+        let mut created: Vec<PathBuf> = Vec::new();
+        // The file is opened again when a releasing writer removed it (or its folder) between our
+        // open and our lock: then we would hold a lock on a name no one else sees.
         for _ in 0..READ_ATTEMPTS {
-            let mut file = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(&path)
-                .map_err(io(&path))?;
+            let missing = dir
+                .ancestors()
+                .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
+                .map(Path::to_path_buf);
+            for d in missing.collect::<Vec<_>>() {
+                if !created.contains(&d) {
+                    created.push(d);
+                }
+            }
+            // The deepest first: that is the order they are removed in.
+            created.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+            std::fs::create_dir_all(dir).map_err(|e| {
+                invalid(command, "folder", format!("cannot create {}: {e}", dir.display()))
+            })?;
+            between(dir);
+            // A folder, a device or a pipe where the lock file should be is never opened.
+            let meta = std::fs::symlink_metadata(&path);
+            if meta.is_ok_and(|m| !m.is_file() && !m.file_type().is_symlink()) {
+                return Err(lock_refused(&path, None));
+            }
+            let mut file = match open_lock(&path) {
+                Ok(file) => file,
+                // The folder went away since it was made (its maker's run failed): make it again.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(lock_refused(&path, Some(e))),
+            };
+            if !plain_file_of_its_own(&file) {
+                return Err(lock_refused(&path, None));
+            }
             match file.try_lock() {
                 Ok(()) => {}
                 Err(std::fs::TryLockError::WouldBlock) => {
-                    // The holder writes its id just after taking the lock: give it a moment.
-                    let mut holder = String::new();
-                    for _ in 0..HOLDER_ID_ATTEMPTS {
-                        holder = std::fs::read_to_string(&path).unwrap_or_default();
-                        if !holder.trim().is_empty() {
-                            break;
-                        }
-                        std::thread::sleep(std::time::Duration::from_millis(10));
-                    }
-                    let holder = holder.trim();
-                    let who = if holder.is_empty() {
-                        "another process".to_string()
-                    } else {
-                        format!("process {holder}")
+                    let who = match holder_id(&mut file) {
+                        Some(pid) => format!("process {pid}"),
+                        None => "another process".to_string(),
                     };
-                    return Err(invalid(
-                        command,
-                        "folder",
-                        format!(
-                            "{} is being written by {who} ({} is locked); wait for it to end, or \
-                             choose another folder",
-                            dir.display(),
-                            path.display()
-                        ),
-                    ));
+                    let reason = format!(
+                        "{} is being written by {who}; wait for it to end, or choose another \
+                         folder",
+                        dir.display()
+                    );
+                    return Err(Error::Parse {
+                        file: path.display().to_string(),
+                        line: None,
+                        reason,
+                    });
                 }
-                Err(std::fs::TryLockError::Error(e)) => return Err(io(&path)(e)),
+                Err(std::fs::TryLockError::Error(e)) => return Err(lock_refused(&path, Some(e))),
             }
             if !same_file(&file, &path) {
                 continue;
@@ -438,8 +487,88 @@ impl Lock {
             file.write_all(format!("{}\n", std::process::id()).as_bytes()).map_err(io(&path))?;
             return Ok(Lock { file, dir: dir.to_path_buf(), created });
         }
-        Err(invalid(command, "folder", format!("{}: the lock file keeps changing", path.display())))
+        Err(lock_refused(&path, Some(std::io::Error::other("the lock file keeps changing"))))
     }
+}
+
+/// Opens (or creates) the lock file at `path` for reading and writing, never through a symbolic
+/// link: on Unix with `O_NOFOLLOW`, elsewhere after a look at the name itself.
+fn open_lock(path: &Path) -> std::io::Result<std::fs::File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true).write(true).create(true).truncate(false);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32);
+    }
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(std::io::Error::from_raw_os_error(LINK_REFUSED));
+    }
+    options.open(path)
+}
+
+/// The operating system's error for a symbolic link met where `O_NOFOLLOW` forbids one.
+#[cfg(unix)]
+const LINK_REFUSED: i32 = rustix::io::Errno::LOOP.raw_os_error();
+#[cfg(not(unix))]
+const LINK_REFUSED: i32 = 1;
+
+/// Whether the open `file` is a plain file with no other name (not a folder, a device, a pipe,
+/// or a hard link to a file of the user's, which writing the process id would overwrite; a file
+/// a releasing writer unlinked meanwhile has no name at all, and is opened again).
+fn plain_file_of_its_own(file: &std::fs::File) -> bool {
+    let Ok(meta) = file.metadata() else { return false };
+    #[cfg(unix)]
+    let one_name = {
+        use std::os::unix::fs::MetadataExt;
+        meta.nlink() <= 1
+    };
+    #[cfg(not(unix))]
+    let one_name = true;
+    meta.is_file() && one_name
+}
+
+/// The one-line refusal naming the lock file at `path` that cannot be used: a symbolic link
+/// (never followed), not a plain file of its own (a folder, a device, a hard link to another
+/// file), or another failure `error` to open or lock it.
+fn lock_refused(path: &Path, error: Option<std::io::Error>) -> Error {
+    let reason = match error {
+        Some(e) if e.raw_os_error() == Some(LINK_REFUSED) => {
+            "a symbolic link, never followed as a lock; remove it".to_string()
+        }
+        None => "not a plain file of its own (a folder, a device, a hard link); remove it".into(),
+        Some(e) => format!("cannot open or lock it as the folder's lock: {e}"),
+    };
+    Error::Parse { file: path.display().to_string(), line: None, reason }
+}
+
+/// The process id a lock's holder wrote into the lock `file`, read through the refused writer's
+/// own handle and at most [`HOLDER_ID_BYTES`] of it; none when it holds anything else (two
+/// lines, a megabyte of digits).
+fn holder_id(file: &mut std::fs::File) -> Option<u32> {
+    use std::io::{Read, Seek, SeekFrom};
+    for _ in 0..HOLDER_ID_ATTEMPTS {
+        let mut bytes = Vec::new();
+        let read = file.seek(SeekFrom::Start(0)).is_ok()
+            && (&*file).take(HOLDER_ID_BYTES).read_to_end(&mut bytes).is_ok();
+        let text = String::from_utf8_lossy(&bytes);
+        if read && !text.trim().is_empty() {
+            return text.trim().parse().ok();
+        }
+        // The holder writes its id just after taking the lock: give it a moment.
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    None
+}
+
+/// Whether `dir` holds a lock file no one holds: a writer was killed there (a live one holds it;
+/// this process's own lock counts as held too).
+fn stale_lock(dir: &Path) -> bool {
+    let path = dir.join(LOCK_FILE);
+    if std::fs::symlink_metadata(&path).map_or(true, |m| !m.is_file()) {
+        return false;
+    }
+    std::fs::File::open(&path).is_ok_and(|f| f.try_lock_shared().is_ok())
 }
 
 /// Whether the open `file` is the one at `path` now.

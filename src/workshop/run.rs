@@ -14,7 +14,7 @@
 //! sample of at most [`VALIDATION_WINDOWS`] windows by default, or over all of them on request
 //! ([`Evaluation`]).
 
-use super::folder::{self, Resolved, Sink, io};
+use super::folder::{self, Resolved, Sink};
 use crate::ch08_tokens::{Tokenizer, corpus};
 use crate::ch09_gpt::checkpoint::trainer_files;
 use crate::ch09_gpt::data::{Token, TokenSplit};
@@ -158,31 +158,37 @@ pub fn open_run(dir: &Path, budget: u64) -> Result<OpenRun> {
 pub fn open_run_with(dir: &Path, budget: u64, data: Option<&Path>) -> Result<OpenRun> {
     let resolved = folder::resolve(dir)?;
     let here = resolved.path.as_path();
-    let settings = read_run(here)?;
-    let config = crate::ch09_gpt::checkpoint::read_config(here)?;
+    // Every file is read within the budget, its size checked before a byte is read.
+    let read_bytes = |name: &str| super::budget::read_checkpoint_file(&here.join(name), budget);
+    let run_path = here.join(RUN_FILE);
+    let mut run = read_bytes(RUN_FILE)?;
+    let settings = run_from_json(&run, &run_path.display().to_string())?;
+    let file: RunFile = from_json_object(&run, &run_path.display().to_string())?;
+    let config_name = here.join(crate::ch09_gpt::checkpoint::CONFIG_FILE).display().to_string();
+    let config = crate::ch09_gpt::checkpoint::config_from_json(
+        &read_bytes(crate::ch09_gpt::checkpoint::CONFIG_FILE)?,
+        &config_name,
+    )?;
     if settings.context > config.context {
         return Err(invalid(
             "gpt resume",
             "train.json",
             format!(
-                "its context {} is longer than the model's n_positions {}",
+                "context {} is longer than the model's n_positions {}",
                 settings.context, config.context
             ),
         ));
     }
 
     let text = read_run_text(&settings, data, budget)?;
-    let mut run_files = read_tokenizer_files(here)?;
-    check_tokenizer(here, &run_files)?;
+    let mut run_files = read_tokenizer_files(here, budget)?;
+    check_tokenizer_against(here, file.tokenizer_fnv1a64.clone(), &run_files)?;
     let tokenizer = tokenizer_from_files(here, &run_files)?;
     let (batch, context) = (settings.tc.batch, settings.context);
     // The two safetensors files are read once each, their sizes checked against the budget
     // first; the model's and the text's memory checked before anything is built.
     let read = |name: &str| -> Result<SafeTensors> {
-        let path = here.join(name);
-        let per_byte = super::budget::FILE_BYTES_PER_BYTE;
-        let bytes = super::budget::read_file(&path, per_byte, budget, "--memory-budget")?;
-        SafeTensors::parse(bytes, &path.display().to_string())
+        SafeTensors::parse(read_bytes(name)?, &here.join(name).display().to_string())
     };
     let model_file = read(crate::ch09_gpt::checkpoint::MODEL_FILE)?;
     crate::ch09_gpt::checkpoint::check_header_against_config(&config, &model_file)?;
@@ -192,9 +198,6 @@ pub fn open_run_with(dir: &Path, budget: u64, data: Option<&Path>) -> Result<Ope
     let state = read(crate::ch09_gpt::checkpoint::STATE_FILE)?;
     let trainer =
         crate::ch09_gpt::checkpoint::trainer_from_safetensors(config, &model_file, &state, &fresh)?;
-    let run_path = here.join(RUN_FILE);
-    let mut run = std::fs::read(&run_path).map_err(io(&run_path))?;
-    let file: RunFile = from_json_object(&run, &run_path.display().to_string())?;
     let (kernel, threads) = machine();
     let kernel_note = settings.kernel.as_ref().filter(|&k| *k != kernel).map(|k| {
         format!(
@@ -229,31 +232,28 @@ pub fn open_run_with(dir: &Path, budget: u64, data: Option<&Path>) -> Result<Ope
 pub fn read_run_text(settings: &RunSettings, data: Option<&Path>, budget: u64) -> Result<String> {
     let path = data.unwrap_or(&settings.data);
     let text = read_text_within(path, TokenizerKind::Char, budget).map_err(|e| {
-        if matches!(&e, Error::InvalidValue { op: "memory budget", .. }) {
+        if super::budget::is_over_budget(&e) {
             return e;
         }
-        let what = if data.is_some() { "the text" } else { "the run's text" };
-        invalid(
-            "gpt resume",
-            "--data",
-            format!(
-                "{what} {} cannot be read ({e}); give --data PATH to point at it",
-                path.display()
-            ),
-        )
+        // The reason alone: the error names the file already.
+        let reason = match e {
+            Error::Io { source, .. } => source.to_string(),
+            Error::Parse { reason, .. } => reason,
+            other => other.to_string(),
+        };
+        let reason = reason.split(" (os error").next().unwrap_or_default().to_string();
+        let file = path.display().to_string();
+        let reason = format!("cannot be read ({reason}); give --data PATH to point at it");
+        Error::Parse { file, line: None, reason }
     })?;
     if let Some(want) = &settings.data_hash {
         let found = data_hash(&text);
         if &found != want {
-            return Err(invalid(
-                "gpt resume",
-                "--data",
-                format!(
-                    "{} (fingerprint {found}) is not the text this run was trained on \
-                     ({RUN_FILE} records {want}); give --data the run's own text",
-                    path.display()
-                ),
-            ));
+            let reason = format!(
+                "{} is not the text this run was trained on (fingerprint {found})",
+                path.display()
+            );
+            return Err(Error::Parse { file: "--data".into(), line: None, reason });
         }
     }
     Ok(text)
@@ -280,9 +280,9 @@ pub fn save_run_with(
     run_files: &[(String, Vec<u8>)],
     finish: &mut dyn FnMut(&Path) -> Result<()>,
 ) -> Result<PathBuf> {
-    for (name, m) in trainer.model.tensors() {
+    for (_, m) in trainer.model.tensors() {
         if m.iter().any(|x| !x.is_finite()) {
-            return Err(diverged(trainer.step, &format!("tensor {name} holds NaN or ±∞")));
+            return Err(diverged(trainer.step));
         }
     }
     let mut files = trainer_files(trainer)?;
@@ -290,21 +290,30 @@ pub fn save_run_with(
     folder::save_generation_with(sink, out, &files, finish)
 }
 
-fn diverged(step: usize, what: &str) -> Error {
-    invalid(
-        "training",
-        "learning rate",
-        format!(
-            "training diverged at step {step} ({what}); nothing was saved from it: try a smaller \
-             learning rate (--lr, or max_lr in {RUN_FILE})"
-        ),
-    )
+/// The one-line error of a run that diverged at `step` (a loss, or weights, not finite: the
+/// advice is the same).
+fn diverged(step: usize) -> Error {
+    let reason = format!(
+        "diverged at step {step}, nothing saved: try a smaller learning rate (max_lr in {RUN_FILE})"
+    );
+    Error::Parse { file: "--lr".to_string(), line: None, reason }
 }
 
 /// The text as tokens, its last [`VALIDATION_FRACTION`] held out (see
 /// [`TokenSplit::from_tokens`]): the ids are held once, the two parts are slices of them.
+/// A text too short for one window is refused naming `--data` and the part that is short.
 pub fn split_text(tok: &dyn Tokenizer, text: &str, context: usize) -> Result<TokenSplit> {
-    TokenSplit::from_tokens(tok.encode(text)?, VALIDATION_FRACTION, context)
+    TokenSplit::from_tokens(tok.encode(text)?, VALIDATION_FRACTION, context).map_err(|e| match e {
+        Error::InvalidValue { arg, reason, .. } if arg.starts_with("corpus") => {
+            let part = arg.trim_start_matches("corpus (its ").trim_end_matches(')');
+            Error::Parse {
+                file: "--data".into(),
+                line: None,
+                reason: format!("its {part} {reason}"),
+            }
+        }
+        other => other,
+    })
 }
 
 /// Where a run's steps ended.
@@ -348,12 +357,12 @@ pub fn continue_run(
         // A step whose weights went non-finite in the previous update fails inside the forward
         // pass: that is the run diverging too, and is said so.
         let r = trainer.step(&data, tc).map_err(|e| match e {
-            Error::NonFinite { .. } => diverged(trainer.step + 1, &e.to_string()),
+            Error::NonFinite { .. } => diverged(trainer.step + 1),
             other => other,
         })?;
         speed.add(r.tokens, start.elapsed().as_secs_f64());
         if !r.loss.is_finite() || !r.grad_norm.is_finite() {
-            return Err(diverged(r.step + 1, &format!("loss {}", r.loss)));
+            return Err(diverged(r.step + 1));
         }
         let mean = running.add(r.loss);
         progress.step(trainer.step, mean, speed.per_second());

@@ -33,11 +33,12 @@ pub enum TokenizerKind {
 }
 
 /// The tokenizer's files in a checkpoint's folder (name, contents): [`CHARS_FILE`], or
-/// `vocab.json` and `merges.txt`. A folder with both is refused: one of them is stale.
-pub fn read_tokenizer_files(dir: &Path) -> Result<Vec<(String, Vec<u8>)>> {
+/// `vocab.json` and `merges.txt`, each read within the memory `budget`. A folder with both is
+/// refused: one of them is stale.
+pub fn read_tokenizer_files(dir: &Path, budget: u64) -> Result<Vec<(String, Vec<u8>)>> {
     let read = |name: &str| -> Result<(String, Vec<u8>)> {
         let path = dir.join(name);
-        Ok((name.to_string(), std::fs::read(&path).map_err(io(&path))?))
+        Ok((name.to_string(), super::budget::read_checkpoint_file(&path, budget)?))
     };
     let exists = |name: &str| dir.join(name).exists();
     select_tokenizer_files(dir, exists, read)
@@ -53,15 +54,11 @@ fn select_tokenizer_files(
     let chars = exists(CHARS_FILE);
     let bpe = exists("vocab.json") && exists("merges.txt");
     match (chars, bpe) {
-        (true, true) => Err(invalid(
-            "load_tokenizer",
-            "checkpoint",
-            format!(
-                "{} holds two tokenizers ({CHARS_FILE} and vocab.json + merges.txt); one is \
-                 stale, and the model belongs to only one",
-                dir.display()
-            ),
-        )),
+        (true, true) => Err(Error::Parse {
+            file: dir.display().to_string(),
+            line: None,
+            reason: format!("two tokenizers ({CHARS_FILE}, vocab.json + merges.txt): one is stale"),
+        }),
         (true, false) => Ok(vec![read(CHARS_FILE)?]),
         (false, true) => Ok(vec![read("vocab.json")?, read("merges.txt")?]),
         (false, false) => Err(invalid(
@@ -121,29 +118,28 @@ pub fn check_merges(tok: &Gpt2Tokenizer, merges: &str, file: &str) -> Result<()>
         .collect();
     if let Some(first) = stray.first() {
         return fail(format!(
-            "holds {n} merges, but vocab.json has {} tokens: {} of them ({first:?} first) are \
-             neither a byte, nor made by a merge, nor a special <|…|> token (merges.txt cut \
-             short, or files that do not belong together?)",
-            tok.vocab_size(),
-            stray.len()
+            "{n} merges leave {} of vocab.json's {} tokens unmade ({first:?} first): cut short?",
+            stray.len(),
+            tok.vocab_size()
         ));
     }
     Ok(())
 }
 
 /// Whichever tokenizer a checkpoint folder holds (see [`read_tokenizer_files`]).
-pub fn load_tokenizer(dir: &Path) -> Result<Box<dyn Tokenizer>> {
-    tokenizer_from_files(dir, &read_tokenizer_files(dir)?)
+pub fn load_tokenizer(dir: &Path, budget: u64) -> Result<Box<dyn Tokenizer>> {
+    tokenizer_from_files(dir, &read_tokenizer_files(dir, budget)?)
 }
 
 /// Refuses a tokenizer whose fingerprint ([`folder::files_hash`]) is not the one `train.json`
-/// recorded for the model (a checkpoint written before fingerprints were recorded passes).
-pub fn check_tokenizer(dir: &Path, files: &[(String, Vec<u8>)]) -> Result<()> {
-    check_tokenizer_against(dir, read_tokenizer_hash(dir)?, files)
+/// (read within the memory `budget`) recorded for the model (a checkpoint written before
+/// fingerprints were recorded passes).
+pub fn check_tokenizer(dir: &Path, files: &[(String, Vec<u8>)], budget: u64) -> Result<()> {
+    check_tokenizer_against(dir, read_tokenizer_hash(dir, budget)?, files)
 }
 
 /// The work of [`check_tokenizer`] with the fingerprint `recorded` already read.
-fn check_tokenizer_against(
+pub fn check_tokenizer_against(
     dir: &Path,
     recorded: Option<String>,
     files: &[(String, Vec<u8>)],
@@ -152,15 +148,8 @@ fn check_tokenizer_against(
     let found = folder::files_hash(files);
     if found != recorded {
         let names = files.iter().map(|f| f.0.as_str()).collect::<Vec<_>>().join(" + ");
-        return Err(invalid(
-            "load_tokenizer",
-            "checkpoint",
-            format!(
-                "the tokenizer in {} ({names}, fingerprint {found}) is not the one this model was \
-                 trained with ({RUN_FILE} records {recorded})",
-                dir.display()
-            ),
-        ));
+        let reason = format!("{names} is not the one this model was trained with");
+        return Err(Error::Parse { file: dir.display().to_string(), line: None, reason });
     }
     Ok(())
 }
@@ -210,8 +199,7 @@ pub fn load_for_sampling(
         let mut files = Vec::new();
         for name in CHECKPOINT_FILES {
             let path = here.join(name);
-            let per_byte = super::budget::FILE_BYTES_PER_BYTE;
-            match super::budget::read_file(&path, per_byte, budget, "--memory-budget") {
+            match super::budget::read_checkpoint_file(&path, budget) {
                 Ok(bytes) => files.push((name.to_string(), bytes)),
                 Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(e),

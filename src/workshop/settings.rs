@@ -2,7 +2,7 @@
 //! with the fingerprints of the run's text and tokenizer. Part of [`super::run`], which
 //! re-exports every item.
 
-use super::folder::{self, io};
+use super::folder;
 use crate::ch09_gpt::schedule::Schedule;
 use crate::ch09_gpt::train::TrainConfig;
 use crate::error::{Result, from_json_object};
@@ -131,13 +131,13 @@ pub fn run_json_with_tokenizer(run: RunFile, tokenizer_files: &[(String, Vec<u8>
 }
 
 /// The fingerprint `train.json` in `dir` records for the tokenizer, if it records one (and if
-/// there is a `train.json`: Hugging Face's folders have none).
-pub fn read_tokenizer_hash(dir: &Path) -> Result<Option<String>> {
+/// there is a `train.json`: Hugging Face's folders have none); read within the memory `budget`.
+pub fn read_tokenizer_hash(dir: &Path, budget: u64) -> Result<Option<String>> {
     let path = dir.join(RUN_FILE);
     if !path.exists() {
         return Ok(None);
     }
-    let bytes = std::fs::read(&path).map_err(io(&path))?;
+    let bytes = super::budget::read_checkpoint_file(&path, budget)?;
     let file: RunFile = from_json_object(&bytes, &path.display().to_string())?;
     Ok(file.tokenizer_fnv1a64)
 }
@@ -183,8 +183,10 @@ pub fn run_from_json(bytes: &[u8], file: &str) -> Result<RunSettings> {
     })
 }
 
-/// A folder's `train.json`, read back with [`run_from_json`].
-pub fn read_run(dir: &Path) -> Result<RunSettings> {
+/// A folder's `train.json`, read within the memory `budget` (its size checked first) and back
+/// with [`run_from_json`].
+pub fn read_run(dir: &Path, budget: u64) -> Result<RunSettings> {
     let path = dir.join(RUN_FILE);
-    run_from_json(&std::fs::read(&path).map_err(io(&path))?, &path.display().to_string())
+    let bytes = super::budget::read_checkpoint_file(&path, budget)?;
+    run_from_json(&bytes, &path.display().to_string())
 }

@@ -138,12 +138,54 @@ pub fn check_chapter_prose(chapter: &llm_workbook::report::Chapter) {
     );
 }
 
-/// A fresh temporary folder under the target directory (tests never write into the source tree).
-pub fn temp_dir(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("llm-workbook-{}-{name}", std::process::id()));
+/// A fresh temporary folder `llm-workbook-PID-NAME` under the system's temporary folder (tests
+/// never write into the source tree), removed with everything in it when the guard is dropped:
+/// at the end of the test that made it, whether it passed or panicked (a panic unwinds through
+/// the guard). It reads as a `Path` (`dir.join(…)`, `&dir`).
+#[derive(Debug)]
+pub struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    /// The folder.
+    pub fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for TempDir {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::path::Path> for TempDir {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The prefix of every temporary folder this test process makes ([`temp_dir`]).
+pub fn temp_prefix() -> String {
+    format!("llm-workbook-{}-", std::process::id())
+}
+
+/// A fresh temporary folder (see [`TempDir`]), removed when the guard is dropped. The first call
+/// of a process also removes the folders of test processes that ended without dropping theirs
+/// (killed, or a folder held by a static): `llm-workbook-PID-…` whose PID no longer runs.
+pub fn temp_dir(name: &str) -> TempDir {
+    static SWEPT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    SWEPT.get_or_init(sweep_ended_processes);
+    let dir = std::env::temp_dir().join(format!("{}{name}", temp_prefix()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("create temp dir");
-    dir
+    TempDir(dir)
 }
 
 /// Everything a chapter's walk prints, as text.
@@ -155,11 +197,9 @@ pub fn walk_text(chapter: &llm_workbook::report::Chapter) -> String {
 }
 
 /// Draws a chapter's plots into a fresh temporary folder and asserts that it wrote `expected`
-/// files, none of them nearly empty (a PNG or SVG under 1 kB has lost its content). Returns them.
-pub fn render_plots(
-    chapter: &llm_workbook::report::Chapter,
-    expected: usize,
-) -> Vec<std::path::PathBuf> {
+/// files, none of them nearly empty (a PNG or SVG under 1 kB has lost its content). The folder
+/// goes when the check is done.
+pub fn render_plots(chapter: &llm_workbook::report::Chapter, expected: usize) {
     let dir = temp_dir(&format!("{}-plots", chapter.stem));
     let files = (chapter.plots)(&dir).expect("the plots render");
     assert_eq!(files.len(), expected, "{} wrote {files:?}", chapter.stem);
@@ -167,5 +207,46 @@ pub fn render_plots(
         let len = std::fs::metadata(f).map(|m| m.len()).unwrap_or(0);
         assert!(len > 1000, "{} is only {len} bytes", f.display());
     }
-    files
+}
+
+/// Removes `llm-workbook-PID-…` folders of the temporary folder whose process has ended (Linux,
+/// where `/proc` says which run; elsewhere nothing is removed).
+fn sweep_ended_processes() {
+    let proc = std::path::Path::new("/proc");
+    if !proc.join("self").exists() {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let pid = name.strip_prefix("llm-workbook-").and_then(|rest| rest.split_once('-'));
+        let Some(pid) = pid.and_then(|(pid, _)| pid.parse::<u32>().ok()) else { continue };
+        if pid != std::process::id() && !proc.join(pid.to_string()).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// The widest line the program may print, in terminal columns.
+pub const TERMINAL_COLUMNS: usize = 100;
+
+/// Asserts that every line of `text` (a message of the binary run on files in [`temp_dir`]s)
+/// fits in [`TERMINAL_COLUMNS`] as a user sees it: the temporary folder's absolute prefix
+/// (`/tmp/llm-workbook-PID-NAME/`) stands for the folder a user works in, and is left out, as
+/// the relative paths a user types would be. `what` names the case in the failure.
+pub fn assert_fits_as_a_user_sees_it(text: &str, what: &str) {
+    let prefix = format!("{}/llm-workbook-", std::env::temp_dir().display());
+    for line in text.lines() {
+        let mut shown = line.to_string();
+        while let Some(at) = shown.find(&prefix) {
+            let rest = &shown[at + prefix.len()..];
+            let end = rest.find('/').map_or(shown.len(), |e| at + prefix.len() + e + 1);
+            shown.replace_range(at..end, "");
+        }
+        let columns = shown.chars().count();
+        assert!(
+            columns <= TERMINAL_COLUMNS,
+            "{what}: {columns} columns as a user sees it: {shown}"
+        );
+    }
 }
