@@ -2221,3 +2221,123 @@ fn the_probe_table_on_the_page_is_what_the_judges_run() {
         want.join("\n")
     );
 }
+
+// ───────────────────── links to the chapters ─────────────────────
+
+/// Every chapter page a link or hint may point to, with its text.
+const CHAPTERS: [(&str, &str); 12] = [
+    ("ch01_logistic", include_str!("../../chapters/ch01_logistic.md")),
+    ("ch02_softmax", include_str!("../../chapters/ch02_softmax.md")),
+    ("ch03_mlp", include_str!("../../chapters/ch03_mlp.md")),
+    ("ch04_xor", include_str!("../../chapters/ch04_xor.md")),
+    ("ch05_positions", include_str!("../../chapters/ch05_positions.md")),
+    ("ch06_attention", include_str!("../../chapters/ch06_attention.md")),
+    ("ch07_encoder_decoder", include_str!("../../chapters/ch07_encoder_decoder.md")),
+    ("ch08_tokens", include_str!("../../chapters/ch08_tokens.md")),
+    ("ch09_gpt", include_str!("../../chapters/ch09_gpt.md")),
+    ("ch10_matmul", include_str!("../../chapters/ch10_matmul.md")),
+    ("ch11_precision", include_str!("../../chapters/ch11_precision.md")),
+    ("exercises", include_str!("../../chapters/exercises.md")),
+];
+
+/// The judges' sources, where each hint's `Section` (chapter and anchor) is written.
+const JUDGE_FILES: [(&str, &str); 13] = [
+    ("judge/mod.rs", include_str!("../src/judge/mod.rs")),
+    ("judge/sweep.rs", include_str!("../src/judge/sweep.rs")),
+    ("judge/ch01.rs", include_str!("../src/judge/ch01.rs")),
+    ("judge/ch02.rs", include_str!("../src/judge/ch02.rs")),
+    ("judge/ch03.rs", include_str!("../src/judge/ch03.rs")),
+    ("judge/ch04.rs", include_str!("../src/judge/ch04.rs")),
+    ("judge/ch05.rs", include_str!("../src/judge/ch05.rs")),
+    ("judge/ch06.rs", include_str!("../src/judge/ch06.rs")),
+    ("judge/ch07.rs", include_str!("../src/judge/ch07.rs")),
+    ("judge/ch08.rs", include_str!("../src/judge/ch08.rs")),
+    ("judge/ch09.rs", include_str!("../src/judge/ch09.rs")),
+    ("judge/ch10.rs", include_str!("../src/judge/ch10.rs")),
+    ("judge/ch11.rs", include_str!("../src/judge/ch11.rs")),
+];
+
+/// The anchor GitHub gives a heading: lower case, every character that is not a letter, a
+/// digit, a combining mark, `_`, `-` or a space dropped, each space a `-`.
+fn github_anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|&c| {
+            c.is_alphanumeric()
+                || ('\u{300}'..='\u{36f}').contains(&c)
+                || c == '_'
+                || c == '-'
+                || c == ' '
+        })
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// The anchors of a page's headings (`#` … `######`, outside code blocks).
+fn anchors(page: &str) -> Vec<String> {
+    let mut fenced = false;
+    let mut out = Vec::new();
+    for line in page.lines() {
+        if line.starts_with("```") {
+            fenced = !fenced;
+        } else if !fenced && line.starts_with('#') {
+            out.push(github_anchor(line.trim_start_matches('#')));
+        }
+    }
+    out
+}
+
+/// Every `(chapter, anchor)` a text points to: links `chapters/STEM.md#ANCHOR` and hints'
+/// `Section { chapter: "STEM", anchor: "ANCHOR" }`.
+fn pointers(text: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let stop = |c: char| c.is_whitespace() || [')', '"', '`', ']', '>', ','].contains(&c);
+    for (at, _) in text.match_indices("chapters/") {
+        let rest = &text[at + "chapters/".len()..];
+        let Some((stem, after)) = rest.split_once(".md") else { continue };
+        if stem.contains(stop) || !after.starts_with('#') {
+            continue;
+        }
+        let anchor: String = after[1..].chars().take_while(|&c| !stop(c)).collect();
+        out.push((stem.to_string(), anchor));
+    }
+    for (at, _) in text.match_indices("Section { chapter: \"") {
+        let rest = &text[at + "Section { chapter: \"".len()..];
+        let Some((stem, after)) = rest.split_once('"') else { continue };
+        let Some(anchor) = after.split("anchor: \"").nth(1).and_then(|a| a.split('"').next())
+        else {
+            continue;
+        };
+        out.push((stem.to_string(), anchor.to_string()));
+    }
+    out
+}
+
+/// Every link of the exercise files and every hint of the judges names a heading its chapter
+/// has, by GitHub's rule for anchors.
+#[test]
+fn every_link_and_hint_names_a_heading_of_its_chapter() {
+    assert_eq!(github_anchor(" 5. The gradient: ŷ − y"), "5-the-gradient-ŷ--y");
+    assert_eq!(
+        github_anchor(" 8. Quantized weights: int8 and 4-bit blocks"),
+        "8-quantized-weights-int8-and-4-bit-blocks"
+    );
+    let mut broken = Vec::new();
+    let mut seen = 0;
+    for (file, text) in EXERCISE_FILES.iter().chain(&JUDGE_FILES) {
+        for (stem, anchor) in pointers(text) {
+            seen += 1;
+            match CHAPTERS.iter().find(|(s, _)| *s == stem) {
+                None => broken.push(format!("{file}: chapters/{stem}.md does not exist")),
+                Some((_, page)) if !anchors(page).contains(&anchor) => {
+                    broken.push(format!("{file}: chapters/{stem}.md has no heading #{anchor}"))
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    assert!(seen > 90, "only {seen} links and hints found: the scan lost them");
+    assert!(broken.is_empty(), "links to no heading:\n{}", broken.join("\n"));
+}
