@@ -2220,6 +2220,23 @@ fn the_probe_table_on_the_page_is_what_the_judges_run() {
          {header}\n{}",
         want.join("\n")
     );
+    // The counts the page and the README state are the table's and this file's.
+    let cells = judged.len() * Probe::ALL.len();
+    let probed: usize = judged.iter().map(|(_, _, p)| p.run.len()).sum();
+    let none: usize = judged.iter().map(|(_, _, p)| p.not_applicable.len()).sum();
+    let this_file = include_str!("planted.rs");
+    let calls = |f: &str| this_file.lines().filter(|l| l.trim_start().starts_with(f)).count();
+    let (planted, panics) = (calls("catches("), calls("reports_shapes("));
+    let flat = |t: &str| t.split_whitespace().collect::<Vec<_>>().join(" ");
+    let page_says = format!("Of the table's {cells} cells, {probed} are probed and {none} cannot arise");
+    assert!(flat(EXERCISES_PAGE).contains(&page_says), "the page should say: {page_says}");
+    let readme = flat(include_str!("../../README.md"));
+    for says in [
+        format!("({} exercises × 5 kinds: {probed} cells probed, {none} where the kind", judged.len()),
+        format!("({planted} in all, each caught by name, and a panic in each of {panics} judges"),
+    ] {
+        assert!(readme.contains(&says), "the README should say: {says}");
+    }
 }
 
 // ───────────────────── links to the chapters ─────────────────────
