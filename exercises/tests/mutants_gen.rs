@@ -26,19 +26,54 @@ use syn::{BinOp, Expr, File, Item, Lit, UnOp};
 /// `NGramModel`'s counts, `AdamW::step`, `Difference::balanced_step`), which are not free
 /// functions; see [`NOT_MUTATED`].
 const TARGETS: &[(&str, &str, &str, &[&str])] = &[
-    ("ch01_logistic/neuron.rs", "ch01_logistic", "ch01_logistic", &["sigmoid", "logits_forward", "logits_backward"]),
+    (
+        "ch01_logistic/neuron.rs",
+        "ch01_logistic",
+        "ch01_logistic",
+        &["sigmoid", "logits_forward", "logits_backward"],
+    ),
     ("ch01_logistic/loss.rs", "ch01_logistic", "ch01_logistic", &["bce_from_logit"]),
     ("ch01_logistic/gradient.rs", "ch01_logistic", "ch01_logistic", &["sample_gradient"]),
-    ("ch02_softmax/probabilities.rs", "ch02_softmax", "ch02_softmax", &["softmax_rows_forward", "softmax_rows_backward", "log_softmax_rows_backward"]),
-    ("ch03_mlp/dense.rs", "ch03_mlp", "ch03_mlp", &["dense_forward", "dense_backward", "mse_backward"]),
+    (
+        "ch02_softmax/probabilities.rs",
+        "ch02_softmax",
+        "ch02_softmax",
+        &["softmax_rows_forward", "softmax_rows_backward", "log_softmax_rows_backward"],
+    ),
+    (
+        "ch03_mlp/dense.rs",
+        "ch03_mlp",
+        "ch03_mlp",
+        &["dense_forward", "dense_backward", "mse_backward"],
+    ),
     ("ch03_mlp/activations.rs", "ch03_mlp", "ch03_mlp", &["activation_backward"]),
     ("ch04_xor/linear.rs", "ch04_xor", "ch04_xor", &["least_squares_fit"]),
-    ("ch05_positions/encoding.rs", "ch05_positions", "ch05_positions", &["frequency", "sinusoidal", "add_positions"]),
-    ("ch06_attention/multihead.rs", "ch06_attention", "ch06_attention", &["split_heads", "concat_heads", "mha_backward"]),
-    ("ch07_encoder_decoder/layers.rs", "ch07_encoder_decoder", "ch07_encoder_decoder", &["decoder_block_backward"]),
+    (
+        "ch05_positions/encoding.rs",
+        "ch05_positions",
+        "ch05_positions",
+        &["frequency", "sinusoidal", "add_positions"],
+    ),
+    (
+        "ch06_attention/multihead.rs",
+        "ch06_attention",
+        "ch06_attention",
+        &["split_heads", "concat_heads", "mha_backward"],
+    ),
+    (
+        "ch07_encoder_decoder/layers.rs",
+        "ch07_encoder_decoder",
+        "ch07_encoder_decoder",
+        &["decoder_block_backward"],
+    ),
     ("ch08_tokens/bpe.rs", "ch08_tokens", "ch08_tokens::bpe", &["apply_merges"]),
     ("ch09_gpt/sample.rs", "ch09_gpt", "ch09_gpt::sample", &["distribution"]),
-    ("ch11_precision/format.rs", "ch11_precision", "ch11_precision", &["f32_to_bf16", "f16_to_f32"]),
+    (
+        "ch11_precision/format.rs",
+        "ch11_precision",
+        "ch11_precision",
+        &["f32_to_bf16", "f16_to_f32"],
+    ),
     ("ch11_precision/summation.rs", "ch11_precision", "ch11_precision", &["kahan_sum"]),
 ];
 
@@ -63,7 +98,11 @@ struct Mutator<'a> {
 fn short(tokens: &TokenStream) -> String {
     let s = tokens.to_string().replace(" . ", ".").replace(" (", "(").replace("( ", "(");
     let s = s.replace(" )", ")");
-    if s.chars().count() > 40 { format!("{}…", s.chars().take(39).collect::<String>()) } else { s }
+    if s.chars().count() > 40 {
+        format!("{}…", s.chars().take(39).collect::<String>())
+    } else {
+        s
+    }
 }
 
 impl Mutator<'_> {
@@ -88,7 +127,10 @@ fn has_let(e: &Expr) -> bool {
 /// The exercises whose main-crate function is not mutated, and why (counted in the report).
 const NOT_MUTATED: &[(&str, &str)] = &[
     ("cross_entropy_from_logits", "its file imports private helpers of `probabilities.rs`"),
-    ("cross_entropy_from_logits_backward", "its file imports private helpers of `probabilities.rs`"),
+    (
+        "cross_entropy_from_logits_backward",
+        "its file imports private helpers of `probabilities.rs`",
+    ),
     ("regression_logits_backward", "its file imports a private helper of `loss.rs`"),
     ("causal_mask", "its file calls the private `AttnSpec::validate`"),
     ("padding_mask", "its file calls the private `AttnSpec::validate`"),
@@ -185,7 +227,10 @@ impl VisitMut for Mutator<'_> {
                 let mut m = b.clone();
                 m.op = op;
                 let (from, to) = (b.op.to_token_stream(), m.op.to_token_stream());
-                (Expr::Binary(m), format!("`{from}` → `{to}` in `{}`", short(&original.to_token_stream())))
+                (
+                    Expr::Binary(m),
+                    format!("`{from}` → `{to}` in `{}`", short(&original.to_token_stream())),
+                )
             }),
             Expr::Lit(l) => match &l.lit {
                 Lit::Int(i) => i.base10_parse::<u64>().ok().map(|v| {
@@ -227,7 +272,10 @@ impl VisitMut for Mutator<'_> {
                     m.method = syn::Ident::new(other, c.method.span());
                     Some((Expr::MethodCall(m), format!("`.{name}(…)` → `.{other}(…)`")))
                 } else if name == "abs" && c.args.is_empty() {
-                    Some(((*c.receiver).clone(), format!("`.abs()` dropped from `{}`", short(&original.to_token_stream()))))
+                    Some((
+                        (*c.receiver).clone(),
+                        format!("`.abs()` dropped from `{}`", short(&original.to_token_stream())),
+                    ))
                 } else {
                     None
                 }
@@ -243,7 +291,9 @@ impl VisitMut for Mutator<'_> {
 /// `tokens` with `crate::` and `super::` paths rewritten for code outside the crate.
 fn rewrite(tokens: String, parent: &str) -> String {
     let parent = parent.replace("::", " :: ");
-    tokens.replace("crate ::", "llm_workbook ::").replace("super ::", &format!("llm_workbook :: {parent} ::"))
+    tokens
+        .replace("crate ::", "llm_workbook ::")
+        .replace("super ::", &format!("llm_workbook :: {parent} ::"))
 }
 
 /// The generated file: the switch, then one module per source file.
@@ -275,7 +325,11 @@ fn generate() -> String {
                 Item::Fn(f) if functions.contains(&f.sig.ident.to_string().as_str()) => {
                     let mut f = f.clone();
                     f.attrs.retain(|a| !a.path().is_ident("doc"));
-                    let mut m = Mutator { next: &mut next, function: f.sig.ident.to_string(), sites: Vec::new() };
+                    let mut m = Mutator {
+                        next: &mut next,
+                        function: f.sig.ident.to_string(),
+                        sites: Vec::new(),
+                    };
                     m.visit_block_mut(&mut f.block);
                     all_sites.extend(m.sites.into_iter().map(|s| (path.to_string(), s)));
                     f.to_tokens(&mut body);

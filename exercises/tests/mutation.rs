@@ -60,7 +60,9 @@ fn exercises() -> Vec<Exercise> {
             ch02::softmax_rows_backward(g::ch02_softmax_probabilities::softmax_rows_backward)
         }),
         ("log_softmax_rows_backward", &[(PROB, "log_softmax_rows_backward")], || {
-            ch02::log_softmax_rows_backward(g::ch02_softmax_probabilities::log_softmax_rows_backward)
+            ch02::log_softmax_rows_backward(
+                g::ch02_softmax_probabilities::log_softmax_rows_backward,
+            )
         }),
         ("dense_forward", &[(DENSE, "dense_forward")], || {
             ch03::dense_forward(g::ch03_mlp_dense::dense_forward)
@@ -104,9 +106,11 @@ fn exercises() -> Vec<Exercise> {
         ("mha_backward", &[(MH, "mha_backward")], || {
             ch06::mha_backward(g::ch06_attention_multihead::mha_backward)
         }),
-        ("decoder_block_backward", &[("ch07_encoder_decoder/layers.rs", "decoder_block_backward")], || {
-            ch07::decoder_block_backward(g::ch07_encoder_decoder_layers::decoder_block_backward)
-        }),
+        (
+            "decoder_block_backward",
+            &[("ch07_encoder_decoder/layers.rs", "decoder_block_backward")],
+            || ch07::decoder_block_backward(g::ch07_encoder_decoder_layers::decoder_block_backward),
+        ),
         ("apply_merges", &[("ch08_tokens/bpe.rs", "apply_merges")], || {
             ch08::apply_merges(g::ch08_tokens_bpe::apply_merges)
         }),
@@ -121,8 +125,12 @@ fn exercises() -> Vec<Exercise> {
                 g::ch09_gpt_sample::distribution(z, &spec)
             })
         }),
-        ("f32_to_bf16", &[(FMT, "f32_to_bf16")], || ch11::f32_to_bf16(g::ch11_precision_format::f32_to_bf16)),
-        ("f16_to_f32", &[(FMT, "f16_to_f32")], || ch11::f16_to_f32(g::ch11_precision_format::f16_to_f32)),
+        ("f32_to_bf16", &[(FMT, "f32_to_bf16")], || {
+            ch11::f32_to_bf16(g::ch11_precision_format::f32_to_bf16)
+        }),
+        ("f16_to_f32", &[(FMT, "f16_to_f32")], || {
+            ch11::f16_to_f32(g::ch11_precision_format::f16_to_f32)
+        }),
         ("kahan_sum", &[("ch11_precision/summation.rs", "kahan_sum")], || {
             ch11::kahan_sum(|xs| g::ch11_precision_summation::kahan_sum(xs.iter().copied()))
         }),
@@ -170,7 +178,9 @@ fn every_mutant_that_changes_a_result_fails_its_judge() {
         let mut seen = None;
         for salt in [1, 2] {
             sweep::set_salt(salt);
-            if let Some((name, _, _)) = judges.iter().find(|(_, _, judge)| judged(id, *judge).is_err()) {
+            if let Some((name, _, _)) =
+                judges.iter().find(|(_, _, judge)| judged(id, *judge).is_err())
+            {
                 seen = Some(*name);
             }
             sweep::set_salt(0);
@@ -180,7 +190,9 @@ fn every_mutant_that_changes_a_result_fails_its_judge() {
         }
         let line = format!("#{id} {file}:{function}: {what}");
         match seen {
-            Some(name) => missed.push(format!("{line} (the sweep of `{name}` with another seed sees it)")),
+            Some(name) => {
+                missed.push(format!("{line} (the sweep of `{name}` with another seed sees it)"))
+            }
             None => equivalent.push(line),
         }
     }
@@ -204,4 +216,15 @@ fn every_mutant_that_changes_a_result_fails_its_judge() {
         println!("  equivalent: {line}");
     }
     assert!(missed.is_empty(), "mutants the judges missed:\n{}", missed.join("\n"));
+    // The exercises page states these counts.
+    let page = include_str!("../../chapters/exercises.md");
+    let flat = |t: &str| t.split_whitespace().collect::<Vec<_>>().join(" ");
+    let says = format!(
+        "{} exercises have their function mutated: {} mutants, {caught} caught by the judges and {} \
+         equivalent, none missed",
+        exercises.len(),
+        g::MUTANTS.len(),
+        equivalent.len()
+    );
+    assert!(flat(page).contains(&says), "chapters/exercises.md should say: {says}");
 }

@@ -289,10 +289,13 @@ pub fn sigmoid(f: impl Fn(f64) -> f64) -> Verdict {
 
 /// **z = Xw + b**: shapes with 0 and 1 rows, D = 1, unequal N and D, a w of the wrong length (an
 /// error must meet an error), values at every scale; then [`logits_forward_checks`].
-pub fn logits_forward(f: impl Fn(&DVector<f64>, f64, &DMatrix<f64>) -> Result<DVector<f64>>) -> Verdict {
+pub fn logits_forward(
+    f: impl Fn(&DVector<f64>, f64, &DMatrix<f64>) -> Result<DVector<f64>>,
+) -> Verdict {
     let mut draw = Gen::new("logits_forward");
     let mut cases = Vec::new();
-    for (n, d, dw) in [(1, 1, 1), (3, 2, 2), (0, 3, 3), (5, 4, 4), (2, 3, 2), (2, 3, 4), (4, 1, 1)] {
+    for (n, d, dw) in [(1, 1, 1), (3, 2, 2), (0, 3, 3), (5, 4, 4), (2, 3, 2), (2, 3, 4), (4, 1, 1)]
+    {
         for &s in &SCALES {
             cases.push((draw.vector(dw, s), draw.uniform(-2.0, 2.0) * s, draw.matrix(n, d, s)));
         }
@@ -334,7 +337,12 @@ pub fn sample_gradient(
     for (d, dw) in [(1, 1), (3, 3), (5, 5), (2, 3), (0, 0)] {
         for &s in &SCALES {
             for y in [0.0, 1.0] {
-                cases.push((draw.vector(dw, s), draw.uniform(-1.0, 1.0) * s, draw.vector(d, 1.0), y));
+                cases.push((
+                    draw.vector(dw, s),
+                    draw.uniform(-1.0, 1.0) * s,
+                    draw.vector(d, 1.0),
+                    y,
+                ));
             }
         }
     }

@@ -84,7 +84,9 @@ fn activation_judge(
 
 /// The gradient check of Σ G ⊙ ReLU(z) at random z; 0 at the kink z = 0 (the chapter's
 /// convention); an error when shapes differ.
-fn relu_backward_checks(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>) -> Verdict {
+fn relu_backward_checks(
+    f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>,
+) -> Verdict {
     super::not_applicable(&[super::Probe::Scale, super::Probe::Order]);
     super::probe(super::Probe::Batch);
     activation_judge(ACTIVATIONS, "relu_backward", book::Activation::Relu, &f).map_err(|m| {
@@ -109,7 +111,9 @@ fn relu_backward_checks(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatr
 
 /// The gradient check of Σ G ⊙ GELU(z) at random z (GELU with the exact erf), then Φ(z) + z φ(z)
 /// at |z| up to 30, compared relatively.
-fn gelu_backward_checks(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>) -> Verdict {
+fn gelu_backward_checks(
+    f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>,
+) -> Verdict {
     super::not_applicable(&[super::Probe::Order, super::Probe::Errors]);
     super::probe(super::Probe::Batch);
     activation_judge(ACTIVATIONS, "gelu_backward", book::Activation::GeluErf, &f)
@@ -134,7 +138,9 @@ fn gelu_backward_checks(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatr
 
 /// The gradient check of C = mse(a, y) in a, for N = 4 rows and K = 3 columns (so that a division
 /// by N·K = 12 is not mistaken for a missing 2).
-fn mse_backward_checks(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>) -> Verdict {
+fn mse_backward_checks(
+    f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>,
+) -> Verdict {
     super::not_applicable(&[super::Probe::Scale, super::Probe::Order, super::Probe::Errors]);
     super::probe(super::Probe::Batch);
     let (a, y) = (random(30, 4, 3), random(31, 4, 3));
@@ -397,7 +403,8 @@ pub fn mse_backward(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f
 
 /// One network of the MLP sweep: (seed, widths, hidden activation, output activation, N, the
 /// scale of x).
-type MlpSpec = (u64, Vec<usize>, Fixed<book::Activation>, Fixed<Option<book::Activation>>, usize, f64);
+type MlpSpec =
+    (u64, Vec<usize>, Fixed<book::Activation>, Fixed<Option<book::Activation>>, usize, f64);
 
 /// The network, trace and upstream gradient of a spec.
 fn mlp_inputs(

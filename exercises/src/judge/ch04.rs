@@ -79,7 +79,9 @@ fn xor_relu_net_checks(f: impl Fn() -> PrintedNet) -> Verdict {
 }
 
 /// 0.5 for all four XOR points (the chapter's number); the main crate's fit on random data.
-fn least_squares_fit_checks(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<LinearFit>) -> Verdict {
+fn least_squares_fit_checks(
+    f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<LinearFit>,
+) -> Verdict {
     super::not_applicable(&[super::Probe::Scale, super::Probe::Order, super::Probe::Errors]);
     super::probe(super::Probe::Batch);
     let (x, y) = book::xor_data();

@@ -751,7 +751,9 @@ pub fn causal_mask(f: impl Fn(usize, usize) -> Result<DMatrix<f64>>) -> Verdict 
 
 /// (Q, K, V, ∂L/∂O, causal) at T_q ≤ T_k (causal) or any T_q, T_k (not), widths d_k ≠ d_v, every
 /// scale (scores of 10⁶ at scale 10³: a softmax without its shift overflows), and ties.
-fn attention_cases(draw: &mut Gen) -> Vec<(DMatrix<f64>, DMatrix<f64>, DMatrix<f64>, DMatrix<f64>, bool)> {
+fn attention_cases(
+    draw: &mut Gen,
+) -> Vec<(DMatrix<f64>, DMatrix<f64>, DMatrix<f64>, DMatrix<f64>, bool)> {
     let mut cases = Vec::new();
     for (tq, tk, dk, dv) in [(1, 1, 1, 1), (2, 3, 2, 4), (3, 3, 4, 2), (4, 4, 3, 3), (1, 5, 2, 1)] {
         for causal in [false, true] {
@@ -767,7 +769,13 @@ fn attention_cases(draw: &mut Gen) -> Vec<(DMatrix<f64>, DMatrix<f64>, DMatrix<f
         }
     }
     cases.extend([(3, 2, 2, 2, false)].map(|(tq, tk, dk, dv, c)| {
-        (draw.matrix(tq, dk, 1.0), draw.matrix(tk, dk, 1.0), draw.matrix(tk, dv, 1.0), draw.matrix(tq, dv, 1.0), c)
+        (
+            draw.matrix(tq, dk, 1.0),
+            draw.matrix(tk, dk, 1.0),
+            draw.matrix(tk, dv, 1.0),
+            draw.matrix(tq, dv, 1.0),
+            c,
+        )
     }));
     cases
 }
@@ -816,7 +824,9 @@ pub fn attention_backward(
         Tol::F64,
         &cases,
         |(q, k, v, d, c)| outcome(f(q, k, v, &weights(q, k, v, *c)?, d, *c)),
-        |(q, k, v, d, c)| outcome(solution::attention_backward(q, k, v, &weights(q, k, v, *c)?, d, *c)),
+        |(q, k, v, d, c)| {
+            outcome(solution::attention_backward(q, k, v, &weights(q, k, v, *c)?, d, *c))
+        },
     );
     explained(found, || attention_backward_checks(&f))
 }
@@ -909,7 +919,8 @@ pub fn concat_heads(f: impl Fn(&[DMatrix<f64>]) -> Result<DMatrix<f64>>) -> Verd
     let mut cases: Vec<Vec<DMatrix<f64>>> = vec![Vec::new()];
     for (n, widths) in [(1, vec![1]), (2, vec![2, 3]), (3, vec![1, 1, 1, 2]), (2, vec![4, 4])] {
         cases.push(widths.iter().map(|&w| draw.matrix(n, w, 1.0)).collect());
-        let mut unequal: Vec<DMatrix<f64>> = widths.iter().map(|&w| draw.matrix(n, w, 1.0)).collect();
+        let mut unequal: Vec<DMatrix<f64>> =
+            widths.iter().map(|&w| draw.matrix(n, w, 1.0)).collect();
         unequal.push(draw.matrix(n + 1, 2, 1.0));
         cases.push(unequal);
     }
@@ -998,7 +1009,8 @@ pub(crate) fn ffn_named(g: book::FfnGrads<f64>) -> Named {
 }
 
 /// One feed-forward case: (seed, activation, N, C, F, the scale of x).
-type FfnSpec = (u64, super::sweep::Fixed<llm_workbook::ch03_mlp::Activation>, usize, usize, usize, f64);
+type FfnSpec =
+    (u64, super::sweep::Fixed<llm_workbook::ch03_mlp::Activation>, usize, usize, usize, f64);
 
 fn ffn_inputs(
     (seed, act, n, c, hidden, scale): &FfnSpec,
@@ -1057,7 +1069,8 @@ fn block_named(g: book::BlockGrads<f64>) -> Named {
 }
 
 /// One block case: (seed, pre-LN, activation, B, T, the scale of x).
-type BlockSpec = (u64, bool, super::sweep::Fixed<llm_workbook::ch03_mlp::Activation>, usize, usize, f64);
+type BlockSpec =
+    (u64, bool, super::sweep::Fixed<llm_workbook::ch03_mlp::Activation>, usize, usize, f64);
 
 fn block_inputs(
     (seed, pre, act, b, t, scale): &BlockSpec,

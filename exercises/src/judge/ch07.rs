@@ -967,8 +967,10 @@ pub fn decoder_block_backward(
         &DMatrix<f64>,
     ) -> Result<(DMatrix<f64>, DMatrix<f64>, DecoderBlock<f64>)>,
 ) -> Verdict {
-    let cases: Vec<CrossSpec> =
-        cross_cases().into_iter().map(|(s, b, t, u, scale)| (s, b, t, u, scale.min(10.0))).collect();
+    let cases: Vec<CrossSpec> = cross_cases()
+        .into_iter()
+        .map(|(s, b, t, u, scale)| (s, b, t, u, scale.min(10.0)))
+        .collect();
     let found = sweep(
         BACKWARD,
         "decoder_block_backward",
@@ -1040,7 +1042,12 @@ fn model_inputs(
 fn model_named(g: Gradients<f64>) -> Named {
     let names = model_tensor_names(&g.grads);
     let mut parts = vec![("the loss".to_string(), DMatrix::from_element(1, 1, g.loss))];
-    parts.extend(names.into_iter().zip(g.grads.tensors().into_iter().cloned()).map(|(n, m)| (format!("∂{n}"), m)));
+    parts.extend(
+        names
+            .into_iter()
+            .zip(g.grads.tensors().into_iter().cloned())
+            .map(|(n, m)| (format!("∂{n}"), m)),
+    );
     Named(parts)
 }
 

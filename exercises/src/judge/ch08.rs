@@ -176,6 +176,11 @@ pub fn apply_merges(f: impl Fn(&mut Vec<TokenId>, &Ranks)) -> Verdict {
             let ids = draw.tokens(n, 4).into_iter().map(|t| t as TokenId).collect();
             cases.push((ids, table.clone()));
         }
+        // Each merge's own pair, alone and twice over: every rank gets its turn.
+        for &((a, b), _) in &table {
+            cases.push((vec![a, b], table.clone()));
+            cases.push((vec![a, b, a, b, b], table.clone()));
+        }
         cases.push((vec![0, 0, 0], table.clone()));
         cases.push((vec![2, 2, 2, 2, 2], table));
     }
@@ -185,9 +190,14 @@ pub fn apply_merges(f: impl Fn(&mut Vec<TokenId>, &Ranks)) -> Verdict {
         merge(&mut v, &ranks);
         Ok(v)
     };
-    let found = sweep(BPE, "apply_merges", Tol::EXACT, &cases, |c| run(c, &f), |c| {
-        run(c, &bpe::apply_merges)
-    });
+    let found = sweep(
+        BPE,
+        "apply_merges",
+        Tol::EXACT,
+        &cases,
+        |c| run(c, &f),
+        |c| run(c, &bpe::apply_merges),
+    );
     explained(found, || apply_merges_checks(&f))
 }
 
@@ -225,7 +235,8 @@ pub fn add_k_probability(
     let mut cases: Vec<(Vec<TokenId>, usize, TokenId, TokenId, f64)> = Vec::new();
     for v in [2, 3, 5] {
         // The last token is v − 1 and appears nowhere else: a context never followed.
-        let mut text: Vec<TokenId> = draw.tokens(9, v - 1).into_iter().map(|t| t as TokenId).collect();
+        let mut text: Vec<TokenId> =
+            draw.tokens(9, v - 1).into_iter().map(|t| t as TokenId).collect();
         text.push((v - 1) as TokenId);
         for k in [1.0, 0.5, 2.0, 1e-3] {
             for c in 0..v as TokenId {

@@ -508,7 +508,8 @@ pub fn temperature_distribution(f: impl Fn(&[f64], f64) -> Result<Dist>) -> Verd
 /// [`top_k_distribution_checks`].
 pub fn top_k_distribution(f: impl Fn(&[f64], usize, f64) -> Result<Dist>) -> Verdict {
     let mut cases = Vec::new();
-    for z in logit_lists(&mut Gen::new("top_k_distribution")).into_iter().filter(|z| !z.is_empty()) {
+    for z in logit_lists(&mut Gen::new("top_k_distribution")).into_iter().filter(|z| !z.is_empty())
+    {
         let n = z.len();
         for k in [0, 1, 2, n.saturating_sub(1).max(1), n, n + 1, n + 5] {
             for t in [1.0, 0.5, 2.0] {
@@ -564,7 +565,15 @@ pub fn adamw_step(
                 } else {
                     (draw.matrix(r, c, s), draw.matrix(r, c, s * s).abs())
                 };
-                cases.push((draw.matrix(r, c, 1.0), draw.matrix(r, c, s), m, v, steps, Fixed(config), wd));
+                cases.push((
+                    draw.matrix(r, c, 1.0),
+                    draw.matrix(r, c, s),
+                    m,
+                    v,
+                    steps,
+                    Fixed(config),
+                    wd,
+                ));
             }
         }
     }
@@ -582,9 +591,14 @@ pub fn adamw_step(
         outcome(step(&mut theta, g, &mut m, &mut v, *steps, &config.0, *wd))?;
         Ok(Named::of([("θ", theta), ("m", m), ("v", v)]))
     };
-    let found = sweep(TRAINING, "adamw_step", Tol::F64, &cases, |c| run(c, &f), |c| {
-        run(c, &solution::adamw_step)
-    });
+    let found = sweep(
+        TRAINING,
+        "adamw_step",
+        Tol::F64,
+        &cases,
+        |c| run(c, &f),
+        |c| run(c, &solution::adamw_step),
+    );
     explained(found, || adamw_step_checks(&f))
 }
 
@@ -635,24 +649,41 @@ where
         for len in 0..=n_ctx {
             for s in [1.0, 30.0, 800.0] {
                 let (keys, values) = (draw.matrix(n_ctx, d, 2.0), draw.matrix(n_ctx, d, 2.0));
-                let (q, k, v) = (vec(&mut draw, d, s), vec(&mut draw, d, 1.0), vec(&mut draw, d, 1.0));
+                let (q, k, v) =
+                    (vec(&mut draw, d, s), vec(&mut draw, d, 1.0), vec(&mut draw, d, 1.0));
                 cases.push((keys, values, len, q, k, v));
             }
         }
         let (keys, values) = (draw.matrix(n_ctx, d, 1.0), draw.matrix(n_ctx, d, 1.0));
-        let (q, k, v) = (vec(&mut draw, d + 1, 1.0), vec(&mut draw, d, 1.0), vec(&mut draw, d, 1.0));
+        let (q, k, v) =
+            (vec(&mut draw, d + 1, 1.0), vec(&mut draw, d, 1.0), vec(&mut draw, d, 1.0));
         cases.push((keys, values, 0, q, k, v));
     }
-    type Step<'a> =
-        &'a dyn Fn(&mut DMatrix<f64>, &mut DMatrix<f64>, usize, &[f64], &[f64], &[f64]) -> Result<Vec<f64>>;
+    type Step<'a> = &'a dyn Fn(
+        &mut DMatrix<f64>,
+        &mut DMatrix<f64>,
+        usize,
+        &[f64],
+        &[f64],
+        &[f64],
+    ) -> Result<Vec<f64>>;
     let run = |(keys, values, len, q, k, v): &CacheCase, step: Step| {
         let (mut keys, mut values) = (keys.clone(), values.clone());
         let out = outcome(step(&mut keys, &mut values, *len, q, k, v))?;
         let out = DMatrix::from_row_slice(1, out.len(), &out);
-        Ok(Named::of([("the output", out), ("keys after the step", keys), ("values after the step", values)]))
+        Ok(Named::of([
+            ("the output", out),
+            ("keys after the step", keys),
+            ("values after the step", values),
+        ]))
     };
-    let found = sweep(CACHE, "kv_cache_step", Tol::F64, &cases, |c| run(c, &f), |c| {
-        run(c, &solution::kv_cache_step)
-    });
+    let found = sweep(
+        CACHE,
+        "kv_cache_step",
+        Tol::F64,
+        &cases,
+        |c| run(c, &f),
+        |c| run(c, &solution::kv_cache_step),
+    );
     explained(found, || kv_cache_step_checks(&f))
 }

@@ -302,9 +302,14 @@ pub fn micro_kernel(f: impl Fn(usize, &[f64], &[f64], f64, f64, &mut DMatrix<f64
         kernel(*kc, a, b, *alpha, *beta, &mut c);
         Ok(c)
     };
-    let found = sweep(KERNEL, "micro_kernel", Tol::F64, &cases, |c| run(c, &f), |c| {
-        run(c, &solution::micro_kernel)
-    });
+    let found = sweep(
+        KERNEL,
+        "micro_kernel",
+        Tol::F64,
+        &cases,
+        |c| run(c, &f),
+        |c| run(c, &solution::micro_kernel),
+    );
     explained(found, || micro_kernel_checks(&f))
 }
 

@@ -409,9 +409,14 @@ pub fn f32_to_bf16(f: impl Fn(f32) -> u16) -> Verdict {
 /// checked after); then [`f16_to_f32_checks`].
 pub fn f16_to_f32(f: impl Fn(u16) -> f32) -> Verdict {
     let cases: Vec<u16> = (0..=u16::MAX).collect();
-    let found = sweep(FORMATS, "f16_to_f32", Tol::EXACT, &cases, |&b| Ok(f(b)), |&b| {
-        Ok(ch11::f16_to_f32(b))
-    });
+    let found = sweep(
+        FORMATS,
+        "f16_to_f32",
+        Tol::EXACT,
+        &cases,
+        |&b| Ok(f(b)),
+        |&b| Ok(ch11::f16_to_f32(b)),
+    );
     explained(found, || f16_to_f32_checks(&f))
 }
 
@@ -504,7 +509,8 @@ fn boundary_blocks(draw: &mut Gen) -> Vec<(Vec<f32>, i32)> {
 /// largest magnitude tied between a negative and a positive weight, both levels; scale and codes
 /// bit for bit; then [`quantize_block_checks`].
 pub fn quantize_block(f: impl Fn(&[f32], i32) -> (f32, Vec<i8>)) -> Verdict {
-    let mut cases: Vec<(Vec<f32>, i32)> = quant_blocks().into_iter().map(|(w, l, _)| (w, l)).collect();
+    let mut cases: Vec<(Vec<f32>, i32)> =
+        quant_blocks().into_iter().map(|(w, l, _)| (w, l)).collect();
     cases.extend(boundary_blocks(&mut Gen::new("quantize_block")));
     let found = sweep(
         QUANT,

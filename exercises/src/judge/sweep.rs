@@ -194,7 +194,11 @@ impl<T: Output> Output for Vec<T> {
 }
 
 /// The label of number `i` among `parts` (each named, or numbered by `word` when its name is "").
-fn locate<'a>(parts: impl Iterator<Item = (String, &'a dyn Output)>, i: usize, word: &str) -> String {
+fn locate<'a>(
+    parts: impl Iterator<Item = (String, &'a dyn Output)>,
+    i: usize,
+    word: &str,
+) -> String {
     let mut at = i;
     for (k, (name, part)) in parts.enumerate() {
         let mut n = Vec::new();
@@ -221,7 +225,8 @@ impl Named {
 
 impl Output for Named {
     fn shape(&self) -> String {
-        let parts: Vec<String> = self.0.iter().map(|(n, m)| format!("{n} {}", Output::shape(m))).collect();
+        let parts: Vec<String> =
+            self.0.iter().map(|(n, m)| format!("{n} {}", Output::shape(m))).collect();
         parts.join(", ")
     }
     fn numbers(&self, out: &mut Vec<f64>) {
@@ -535,7 +540,9 @@ impl Gen {
         let seed = exercise.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
             (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
         });
-        Gen { rng: Rng::new(seed ^ SALT.load(Ordering::Relaxed).wrapping_mul(0x9e37_79b9_7f4a_7c15)) }
+        Gen {
+            rng: Rng::new(seed ^ SALT.load(Ordering::Relaxed).wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+        }
     }
 
     /// A whole number in 0..n.
