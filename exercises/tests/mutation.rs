@@ -92,7 +92,7 @@ fn exercises() -> Vec<Exercise> {
             ch05::frequency(g::ch05_positions_encoding::frequency)
         }),
         ("sinusoidal", &[("ch05_positions/encoding.rs", "sinusoidal")], || {
-            ch05::sinusoidal(|n, d| g::ch05_positions_encoding::sinusoidal::<f64>(n, d))
+            ch05::sinusoidal(g::ch05_positions_encoding::sinusoidal::<f64>)
         }),
         ("add_positions", &[("ch05_positions/encoding.rs", "add_positions")], || {
             ch05::add_positions(g::ch05_positions_encoding::add_positions)

@@ -2363,3 +2363,159 @@ fn every_link_and_hint_names_a_heading_of_its_chapter() {
     assert!(seen > 90, "only {seen} links and hints found: the scan lost them");
     assert!(broken.is_empty(), "links to no heading:\n{}", broken.join("\n"));
 }
+
+// ───────────── mistakes no judge lists: found by the sweep alone ─────────────
+
+mod unlisted {
+    use super::*;
+    use llm_workbook::ch08_tokens::TokenId;
+    use llm_workbook::ch09_gpt::sample::{Decoding, distribution};
+    use std::collections::HashMap;
+
+    /// What the sweep says of an answer it finds wrong.
+    const SWEPT: &str = "differs from the chapter's function";
+
+    type Ranks = HashMap<(TokenId, TokenId), (u32, TokenId)>;
+
+    #[test]
+    fn merges_that_underflow_on_no_tokens() {
+        let underflow = |ids: &mut Vec<TokenId>, ranks: &Ranks| {
+            let last = ids.len() - 1; // 0 − 1 on no tokens
+            if last > 0 {
+                llm_workbook::ch08_tokens::bpe::apply_merges(ids, ranks);
+            }
+        };
+        catches(judge::ch08::apply_merges(underflow), "panicked");
+    }
+
+    #[test]
+    fn merges_in_the_hash_maps_order_fail_on_every_run() {
+        // Each pair merged everywhere, in the order the map happens to list them.
+        let in_map_order = |ids: &mut Vec<TokenId>, ranks: &Ranks| {
+            for (&(a, b), &(_, merged)) in ranks {
+                let mut out = Vec::with_capacity(ids.len());
+                let mut i = 0;
+                while i < ids.len() {
+                    if i + 1 < ids.len() && ids[i] == a && ids[i + 1] == b {
+                        out.push(merged);
+                        i += 2;
+                    } else {
+                        out.push(ids[i]);
+                        i += 1;
+                    }
+                }
+                *ids = out;
+            }
+        };
+        for _ in 0..10 {
+            catches(judge::ch08::apply_merges(in_map_order), SWEPT);
+        }
+    }
+
+    #[test]
+    fn top_k_that_slices_past_the_vocabulary() {
+        let sliced = |z: &[f64], k: usize, t: f64| {
+            let _kept = &z[..k];
+            distribution(z, &Decoding::Sample { temperature: t, top_k: Some(k), top_p: None })
+        };
+        catches(judge::ch09::top_k_distribution(sliced), "panicked");
+    }
+
+    #[test]
+    fn temperature_with_the_raw_maximum_subtracted() {
+        // e^{z/T − max z}: right at T = 1, over- or underflows elsewhere.
+        let raw_max = |z: &[f64], t: f64| {
+            if t <= 0.0 || z.is_empty() {
+                return Err(llm_workbook::error::invalid("raw_max", "t", "T ≤ 0 or no logits"));
+            }
+            let m = z.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let w: Vec<f64> = z.iter().map(|v| (v / t - m).exp()).collect();
+            let total: f64 = w.iter().sum();
+            let mut d: Vec<(usize, f64)> = w.iter().map(|x| x / total).enumerate().collect();
+            d.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            Ok(d)
+        };
+        catches(judge::ch09::temperature_distribution(raw_max), SWEPT);
+    }
+
+    #[test]
+    fn a_micro_kernel_whose_depth_is_the_slices_length() {
+        use llm_workbook_exercises::solutions::ch10_matmul::{self as s, MR};
+        let from_length = |_kc: usize, a: &[f64], b: &[f64], alpha, beta, c: &mut DMatrix<f64>| {
+            s::micro_kernel(a.len() / MR, a, b, alpha, beta, c)
+        };
+        catches(judge::ch10::micro_kernel(from_length), SWEPT);
+    }
+
+    #[test]
+    fn a_causal_mask_as_a_factor_after_exp_with_the_maximum_over_masked_keys() {
+        let factor = |q: &DMatrix<f64>, k: &DMatrix<f64>, v: &DMatrix<f64>, causal: bool| {
+            let s = q * k.transpose() / (q.ncols() as f64).sqrt();
+            let (tq, tk) = s.shape();
+            let mut a = s.clone();
+            for r in 0..tq {
+                let m = s.row(r).max(); // over every key, masked ones too
+                for c in 0..tk {
+                    let seen = !causal || c <= r + tk - tq;
+                    a[(r, c)] = (s[(r, c)] - m).exp() * f64::from(u8::from(seen));
+                }
+                let total = a.row(r).sum();
+                a.row_mut(r).apply(|x| *x /= total);
+            }
+            Ok((&a * v, a))
+        };
+        catches(judge::ch06::attention_forward(factor), SWEPT);
+    }
+
+    #[test]
+    fn one_gelu_derivative_for_both_gelu_forms() {
+        use llm_workbook::ch03_mlp::{self as book, Activation};
+        let erf_for_both = |mlp: &book::Mlp<f64>, trace: &book::Trace<f64>, d: &DMatrix<f64>| {
+            let mut d_a = d.clone();
+            let mut grads = Vec::new();
+            for (l, layer) in mlp.layers().iter().enumerate().rev() {
+                let d_z = match layer.activation {
+                    Some(Activation::GeluTanh) => {
+                        book::activation_backward(Activation::GeluErf, &trace.pre[l], &d_a)?
+                    }
+                    Some(act) => book::activation_backward(act, &trace.pre[l], &d_a)?,
+                    None => d_a.clone(),
+                };
+                let g = book::dense_backward(&trace.inputs[l], &layer.w, &d_z)?;
+                grads.push(book::LayerGrads { d_w: g.d_w, d_b: g.d_b });
+                d_a = g.d_x;
+            }
+            grads.reverse();
+            Ok((grads, d_a))
+        };
+        catches(judge::ch03::mlp_backward(erf_for_both), SWEPT);
+    }
+
+    #[test]
+    fn add_k_without_the_branch_for_a_context_never_seen() {
+        use llm_workbook::ch08_tokens::ngram::NGramModel;
+        let no_branch = |t: &[TokenId], v: usize, c: TokenId, n: TokenId, k: f64| {
+            let model = NGramModel::fit(t, 2, v)?;
+            let p = model
+                .followers(&[c])
+                .map_or(0.0, |f| (f.count(n) as f64 + k) / (f.total as f64 + k * v as f64));
+            Ok(p)
+        };
+        catches(judge::ch08::add_k_probability(no_branch), SWEPT);
+    }
+
+    #[test]
+    fn sinusoidal_that_returns_an_empty_matrix_for_d_0() {
+        let empty = |n: usize, d: usize| {
+            if d == 0 {
+                Ok(DMatrix::zeros(n, 0))
+            } else {
+                llm_workbook::ch05_positions::sinusoidal(n, d)
+            }
+        };
+        catches(judge::ch05::sinusoidal(empty), SWEPT);
+        let m = judge::ch05::sinusoidal(empty).unwrap_err();
+        assert!(m.contains("the doc promises an Err"), "{m}");
+        assert_eq!(m, judge::ch05::sinusoidal(empty).unwrap_err(), "the message changed");
+    }
+}

@@ -749,11 +749,12 @@ pub fn causal_mask(f: impl Fn(usize, usize) -> Result<DMatrix<f64>>) -> Verdict 
     explained(found, || causal_mask_checks(&f))
 }
 
+/// One attention case: (Q, K, V, ∂L/∂O, causal).
+type AttentionCase = (DMatrix<f64>, DMatrix<f64>, DMatrix<f64>, DMatrix<f64>, bool);
+
 /// (Q, K, V, ∂L/∂O, causal) at T_q ≤ T_k (causal) or any T_q, T_k (not), widths d_k ≠ d_v, every
 /// scale (scores of 10⁶ at scale 10³: a softmax without its shift overflows), and ties.
-fn attention_cases(
-    draw: &mut Gen,
-) -> Vec<(DMatrix<f64>, DMatrix<f64>, DMatrix<f64>, DMatrix<f64>, bool)> {
+fn attention_cases(draw: &mut Gen) -> Vec<AttentionCase> {
     let mut cases = Vec::new();
     for (tq, tk, dk, dv) in [(1, 1, 1, 1), (2, 3, 2, 4), (3, 3, 4, 2), (4, 4, 3, 3), (1, 5, 2, 1)] {
         for causal in [false, true] {
@@ -831,9 +832,12 @@ pub fn attention_backward(
     explained(found, || attention_backward_checks(&f))
 }
 
+/// One LayerNorm case: (X, γ, β or ∂L/∂Y, ε).
+type NormCase = (DMatrix<f64>, DMatrix<f64>, DMatrix<f64>, f64);
+
 /// (X, γ, β or ∂L/∂Y, ε) for LayerNorm: rows of 1 to 5 entries at every scale, rows shifted by
 /// 10⁸, ε from 0 to 10⁻².
-fn norm_cases(draw: &mut Gen) -> Vec<(DMatrix<f64>, DMatrix<f64>, DMatrix<f64>, f64)> {
+fn norm_cases(draw: &mut Gen) -> Vec<NormCase> {
     let mut cases = Vec::new();
     for (n, c) in [(1, 2), (3, 4), (2, 5), (4, 3)] {
         for &s in &SCALES {

@@ -845,14 +845,18 @@ pub fn padding_mask(f: impl Fn(&[usize], usize, usize) -> Result<DMatrix<f64>>) 
     explained(found, || padding_mask_checks(&f))
 }
 
+/// A cross-attention case's inputs: (y, its batch, e, its batch, the weights, ∂L/∂out).
+type CrossInputs = (DMatrix<f64>, Batch, DMatrix<f64>, Batch, MultiHead<f64>, DMatrix<f64>);
+
+/// A whole-model case's inputs: (the model, the sources, the decoder inputs, the labels).
+type ModelInputs = (EncoderDecoder<f64>, Vec<Vec<usize>>, Vec<Vec<usize>>, Vec<Vec<usize>>);
+
 /// One cross-attention case: (seed, B, T_t, T_s, the scale of the decoder rows).
 type CrossSpec = (u64, usize, usize, usize, f64);
 
 /// The decoder rows, batches, encoder rows, weights (2 heads, width 4) and an upstream gradient
 /// of a case; sequence b's real lengths drawn in 1 … T.
-fn cross_inputs(
-    &(seed, b, t_t, t_s, scale): &CrossSpec,
-) -> Result<(DMatrix<f64>, Batch, DMatrix<f64>, Batch, MultiHead<f64>, DMatrix<f64>)> {
+fn cross_inputs(&(seed, b, t_t, t_s, scale): &CrossSpec) -> Result<CrossInputs> {
     let mut draw = Gen::new(&format!("cross {seed}"));
     let yb = Batch::new(t_t, (0..b).map(|_| 1 + draw.below(t_t)).collect())?;
     let eb = Batch::new(t_s, (0..b).map(|_| 1 + draw.below(t_s)).collect())?;
@@ -995,9 +999,7 @@ pub fn decoder_block_backward(
 type ModelSpec = (u64, usize, usize, usize, usize, Fixed<u8>);
 
 /// The model and teacher-forced batch of a case.
-fn model_inputs(
-    &(seed, layers, b, t_s, t_t, ref wrong): &ModelSpec,
-) -> Result<(EncoderDecoder<f64>, Vec<Vec<usize>>, Vec<Vec<usize>>, Vec<Vec<usize>>)> {
+fn model_inputs(&(seed, layers, b, t_s, t_t, ref wrong): &ModelSpec) -> Result<ModelInputs> {
     let config = ModelConfig { encoder_layers: layers, decoder_layers: layers, ..SMALL_MODEL };
     let model = EncoderDecoder::new(config, seed)?;
     let mut draw = Gen::new(&format!("model {seed}"));

@@ -531,6 +531,17 @@ pub fn top_k_distribution(f: impl Fn(&[f64], usize, f64) -> Result<Dist>) -> Ver
     explained(found, || top_k_distribution_checks(&f))
 }
 
+/// An AdamW step as the sweep calls it.
+type AdamStep<'a> = &'a dyn Fn(
+    &mut DMatrix<f64>,
+    &DMatrix<f64>,
+    &mut DMatrix<f64>,
+    &mut DMatrix<f64>,
+    u64,
+    &AdamConfig,
+    f64,
+) -> Result<()>;
+
 /// One AdamW case: (θ, g, m, v, steps, the configuration, λ).
 type AdamCase =
     (DMatrix<f64>, DMatrix<f64>, DMatrix<f64>, DMatrix<f64>, u64, Fixed<AdamConfig>, f64);
@@ -577,16 +588,7 @@ pub fn adamw_step(
             }
         }
     }
-    let run = |(theta, g, m, v, steps, config, wd): &AdamCase,
-               step: &dyn Fn(
-        &mut DMatrix<f64>,
-        &DMatrix<f64>,
-        &mut DMatrix<f64>,
-        &mut DMatrix<f64>,
-        u64,
-        &AdamConfig,
-        f64,
-    ) -> Result<()>| {
+    let run = |(theta, g, m, v, steps, config, wd): &AdamCase, step: AdamStep| {
         let (mut theta, mut m, mut v) = (theta.clone(), m.clone(), v.clone());
         outcome(step(&mut theta, g, &mut m, &mut v, *steps, &config.0, *wd))?;
         Ok(Named::of([("θ", theta), ("m", m), ("v", v)]))
