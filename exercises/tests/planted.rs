@@ -2237,7 +2237,10 @@ fn the_probe_table_on_the_page_is_what_the_judges_run() {
             "({} exercises × 5 kinds: {probed} cells probed, {none} where the kind",
             judged.len()
         ),
-        format!("({planted} in all, each caught by name, and a panic in each of {panics} judges"),
+        format!(
+            "({planted} in all, each caught, by name where the mistake is a known one, and a \
+             panic in each of {panics} judges"
+        ),
     ] {
         assert!(readme.contains(&says), "the README should say: {says}");
     }

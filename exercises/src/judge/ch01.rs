@@ -280,7 +280,7 @@ fn logit_cases(draw: &mut Gen) -> Vec<f64> {
 
 /// **σ(z)**: the sweep compares yours with the main crate's σ at ordinary values and in both far
 /// tails to 10⁻⁸ relatively ([`Tol::F64`]: σ's tails are tiny and must be right to their own
-/// digits), then the checks of [`sigmoid_checks`].
+/// digits), then the checks of `sigmoid_checks`.
 pub fn sigmoid(f: impl Fn(f64) -> f64) -> Verdict {
     let cases = logit_cases(&mut Gen::new("sigmoid"));
     let found = sweep(MODEL, "sigmoid", Tol::F64, &cases, |&z| Ok(f(z)), |&z| Ok(book::sigmoid(z)));
@@ -288,7 +288,7 @@ pub fn sigmoid(f: impl Fn(f64) -> f64) -> Verdict {
 }
 
 /// **z = Xw + b**: shapes with 0 and 1 rows, D = 1, unequal N and D, a w of the wrong length (an
-/// error must meet an error), values at every scale; then [`logits_forward_checks`].
+/// error must meet an error), values at every scale; then `logits_forward_checks`.
 pub fn logits_forward(
     f: impl Fn(&DVector<f64>, f64, &DMatrix<f64>) -> Result<DVector<f64>>,
 ) -> Verdict {
@@ -312,7 +312,7 @@ pub fn logits_forward(
 }
 
 /// **ℓ(y, z)**: both labels at every logit of the sigmoid's sweep, relatively to 10⁻⁸ (ℓ(0, −40)
-/// is 4.2·10⁻¹⁸ and must not be 0); then [`bce_from_logit_checks`].
+/// is 4.2·10⁻¹⁸ and must not be 0); then `bce_from_logit_checks`.
 pub fn bce_from_logit(f: impl Fn(f64, f64) -> f64) -> Verdict {
     let z = logit_cases(&mut Gen::new("bce_from_logit"));
     let cases: Vec<(f64, f64)> = z.iter().flat_map(|&z| [(0.0, z), (1.0, z)]).collect();
@@ -328,7 +328,7 @@ pub fn bce_from_logit(f: impl Fn(f64, f64) -> f64) -> Verdict {
 }
 
 /// **(ŷ − y)·x**: D from 1 to 5, a w of the wrong length (an error), both labels, logits from
-/// ordinary to the far tails (w scaled up to 10³); then [`sample_gradient_checks`].
+/// ordinary to the far tails (w scaled up to 10³); then `sample_gradient_checks`.
 pub fn sample_gradient(
     f: impl Fn(&DVector<f64>, f64, &DVector<f64>, f64) -> Result<DVector<f64>>,
 ) -> Verdict {
@@ -358,7 +358,7 @@ pub fn sample_gradient(
 }
 
 /// **(∂L/∂X, ∂L/∂w, ∂L/∂b)**: shapes with N = 0 and 1, D = 1, N ≠ D, mismatched w or ∂L/∂z;
-/// values at every scale; then [`logits_backward_checks`].
+/// values at every scale; then `logits_backward_checks`.
 pub fn logits_backward<F>(f: F) -> Verdict
 where
     F: Fn(&DMatrix<f64>, &DVector<f64>, &DVector<f64>) -> Result<(DMatrix<f64>, DVector<f64>, f64)>,

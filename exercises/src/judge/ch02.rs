@@ -394,7 +394,7 @@ fn logits_and_targets(draw: &mut Gen) -> Vec<(DMatrix<f64>, Vec<usize>)> {
 
 /// **softmax rows**: matrices at every shape of the sweep (0 rows: the promised error), values
 /// from 10⁻⁹ to 10³ and rows thousands apart, to 10⁻⁸ ([`Tol::F64`]); then
-/// [`softmax_rows_forward_checks`].
+/// `softmax_rows_forward_checks`.
 pub fn softmax_rows_forward(f: impl Fn(&DMatrix<f64>) -> Result<DMatrix<f64>>) -> Verdict {
     let cases = Gen::new("softmax_rows_forward").matrices();
     let found = sweep(
@@ -409,7 +409,7 @@ pub fn softmax_rows_forward(f: impl Fn(&DMatrix<f64>) -> Result<DMatrix<f64>>) -
 }
 
 /// **the mean cross-entropy**: logits of every shape and scale with their targets, and the three
-/// errors the doc promises; then [`cross_entropy_from_logits_checks`].
+/// errors the doc promises; then `cross_entropy_from_logits_checks`.
 pub fn cross_entropy_from_logits(f: impl Fn(&DMatrix<f64>, &[usize]) -> Result<f64>) -> Verdict {
     let cases = logits_and_targets(&mut Gen::new("cross_entropy_from_logits"));
     let found = sweep(
@@ -424,7 +424,7 @@ pub fn cross_entropy_from_logits(f: impl Fn(&DMatrix<f64>, &[usize]) -> Result<f
 }
 
 /// **(P − Y)/N**: as [`cross_entropy_from_logits`]; then
-/// [`cross_entropy_from_logits_backward_checks`].
+/// `cross_entropy_from_logits_backward_checks`.
 pub fn cross_entropy_from_logits_backward(
     f: impl Fn(&DMatrix<f64>, &[usize]) -> Result<DMatrix<f64>>,
 ) -> Verdict {
@@ -459,7 +459,7 @@ fn forward_and_gradient(
 }
 
 /// **softmax backward**: Y the softmax of Z at every shape and scale (rows thousands apart, so
-/// that some Y are exactly 0 and 1), ∂L/∂Y random; then [`softmax_rows_backward_checks`].
+/// that some Y are exactly 0 and 1), ∂L/∂Y random; then `softmax_rows_backward_checks`.
 pub fn softmax_rows_backward(
     f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>,
 ) -> Verdict {
@@ -477,7 +477,7 @@ pub fn softmax_rows_backward(
 }
 
 /// **log-softmax backward**: ln Y of Z at every shape and scale (some entries near −10³), and
-/// rows with a masked −∞ logit; then [`log_softmax_rows_backward_checks`].
+/// rows with a masked −∞ logit; then `log_softmax_rows_backward_checks`.
 pub fn log_softmax_rows_backward(
     f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>,
 ) -> Verdict {
@@ -501,7 +501,7 @@ pub fn log_softmax_rows_backward(
 }
 
 /// **(∂L/∂Z Wᵀ, Xᵀ ∂L/∂Z, column sums)**: N, D, K from 1 to 5 in every combination of the
-/// sweep's shapes, at every scale; then [`regression_logits_backward_checks`].
+/// sweep's shapes, at every scale; then `regression_logits_backward_checks`.
 pub fn regression_logits_backward(
     f: impl Fn(
         &DMatrix<f64>,

@@ -283,7 +283,7 @@ const DENSE_SIZES: [(usize, usize, usize); 6] =
 
 /// **xW + b**: every size of the sweep at every scale, and widths that do not chain (x's columns
 /// against W's rows, W's columns against b's): an error must meet an error; then
-/// [`dense_forward_checks`].
+/// `dense_forward_checks`.
 pub fn dense_forward(
     f: impl Fn(&DMatrix<f64>, &DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>,
 ) -> Verdict {
@@ -308,7 +308,7 @@ pub fn dense_forward(
 }
 
 /// **(∂C/∂y Wᵀ, xᵀ ∂C/∂y, column sums)**: every size of the sweep at every scale; then
-/// [`dense_backward_checks`].
+/// `dense_backward_checks`.
 pub fn dense_backward(
     f: impl Fn(
         &DMatrix<f64>,
@@ -368,20 +368,20 @@ fn activation_sweep(
 }
 
 /// **ReLU's backward**: pre-activations of every shape and scale, exact zeros (f′(0) = 0)
-/// included; then [`relu_backward_checks`].
+/// included; then `relu_backward_checks`.
 pub fn relu_backward(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>) -> Verdict {
     let found = activation_sweep("relu_backward", book::Activation::Relu, &f);
     explained(found, || relu_backward_checks(&f))
 }
 
 /// **GELU's backward**: pre-activations of every shape and scale, tails at ±20 and beyond;
-/// then [`gelu_backward_checks`].
+/// then `gelu_backward_checks`.
 pub fn gelu_backward(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>) -> Verdict {
     let found = activation_sweep("gelu_backward", book::Activation::GeluErf, &f);
     explained(found, || gelu_backward_checks(&f))
 }
 
-/// **2(a − y)/N**: every shape and scale; then [`mse_backward_checks`].
+/// **2(a − y)/N**: every shape and scale; then `mse_backward_checks`.
 pub fn mse_backward(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>) -> Verdict {
     let mut draw = Gen::new("mse_backward");
     let mut cases = Vec::new();
@@ -432,7 +432,7 @@ fn mlp_named((grads, d_x): (Vec<book::LayerGrads<f64>>, DMatrix<f64>)) -> Named 
 
 /// **Backpropagation through an MLP**: networks of one to three layers with every activation
 /// (sigmoid, ReLU, both GELU forms) in the hidden layers and at the output (or none), unequal
-/// widths, N from 1 to 5, x at every scale; then [`mlp_backward_checks`].
+/// widths, N from 1 to 5, x at every scale; then `mlp_backward_checks`.
 pub fn mlp_backward(
     f: impl Fn(
         &book::Mlp<f64>,

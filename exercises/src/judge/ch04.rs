@@ -131,14 +131,14 @@ fn xor_sweep(sec: Section, exercise: &str, f: &impl Fn() -> PrintedNet, within: 
 }
 
 /// **A sigmoid network for XOR**: its output on each of the four inputs within 0.01 of XOR;
-/// then [`xor_sigmoid_net_checks`].
+/// then `xor_sigmoid_net_checks`.
 pub fn xor_sigmoid_net(f: impl Fn() -> PrintedNet) -> Verdict {
     let found = xor_sweep(SIGMOID, "xor_sigmoid_net", &f, 0.01);
     explained(found, || xor_sigmoid_net_checks(&f))
 }
 
 /// **A ReLU network for XOR**: each of the four inputs on XOR's side of 0.5; then
-/// [`xor_relu_net_checks`].
+/// `xor_relu_net_checks`.
 pub fn xor_relu_net(f: impl Fn() -> PrintedNet) -> Verdict {
     let found = xor_sweep(RELU, "xor_relu_net", &f, 0.0);
     explained(found, || xor_relu_net_checks(&f))
@@ -146,7 +146,7 @@ pub fn xor_relu_net(f: impl Fn() -> PrintedNet) -> Verdict {
 
 /// **Least squares**: N from D + 2 to 9 points, D from 1 to 3, unequal sizes, values at 0.1, 1
 /// and 10 (the normal equations square the condition number of A, so two right solutions agree
-/// to about 10⁻¹⁶ · κ(A)², well inside [`Tol::CHAIN`]'s 10⁻⁶); then [`least_squares_fit_checks`].
+/// to about 10⁻¹⁶ · κ(A)², well inside [`Tol::CHAIN`]'s 10⁻⁶); then `least_squares_fit_checks`.
 pub fn least_squares_fit(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<LinearFit>) -> Verdict {
     let mut draw = Gen::new("least_squares_fit");
     let mut cases = Vec::new();

@@ -144,7 +144,7 @@ fn add_positions_checks(f: impl Fn(&DMatrix<f64>, usize) -> Result<DMatrix<f64>>
 
 use super::sweep::{Gen, SCALES, Tol, explained, outcome, sweep};
 
-/// **ωᵢ**: every pair i of widths d = 2 … 512; then [`frequency_checks`].
+/// **ωᵢ**: every pair i of widths d = 2 … 512; then `frequency_checks`.
 pub fn frequency(f: impl Fn(usize, usize) -> f64) -> Verdict {
     let mut cases = Vec::new();
     for d in [2, 4, 6, 8, 10, 16, 64, 512] {
@@ -162,7 +162,7 @@ pub fn frequency(f: impl Fn(usize, usize) -> f64) -> Verdict {
 }
 
 /// **The n×d encoding**: n from 1 to 50, d from 0 to 16 (0 and the odd ones are the errors the
-/// doc promises); then [`sinusoidal_checks`].
+/// doc promises); then `sinusoidal_checks`.
 pub fn sinusoidal(f: impl Fn(usize, usize) -> Result<DMatrix<f64>>) -> Verdict {
     let mut cases = Vec::new();
     for n in [1, 2, 5, 50] {
@@ -182,7 +182,7 @@ pub fn sinusoidal(f: impl Fn(usize, usize) -> Result<DMatrix<f64>>) -> Verdict {
 }
 
 /// **X + PE**: B from 1 to 3 sequences of T from 1 to 4 rows, d = 2, 4, 6, values at every scale,
-/// and rows that are not a multiple of T (the promised error); then [`add_positions_checks`].
+/// and rows that are not a multiple of T (the promised error); then `add_positions_checks`.
 pub fn add_positions(f: impl Fn(&DMatrix<f64>, usize) -> Result<DMatrix<f64>>) -> Verdict {
     let mut draw = Gen::new("add_positions");
     let mut cases = Vec::new();

@@ -735,7 +735,7 @@ fn block_backward_checks(
 use super::sweep::{Gen, Named, SCALES, Tol, explained, outcome, sweep};
 
 /// **The causal mask**: every T_q ≤ T_k up to 6, and the errors the doc promises (T_q or T_k
-/// = 0, T_k < T_q) with the first value past each bound; then [`causal_mask_checks`].
+/// = 0, T_k < T_q) with the first value past each bound; then `causal_mask_checks`.
 pub fn causal_mask(f: impl Fn(usize, usize) -> Result<DMatrix<f64>>) -> Verdict {
     let cases: Vec<(usize, usize)> = (0..=6).flat_map(|q| (0..=6).map(move |k| (q, k))).collect();
     let found = sweep(
@@ -782,7 +782,7 @@ fn attention_cases(draw: &mut Gen) -> Vec<AttentionCase> {
 }
 
 /// **Attention forward**: the sweep's (Q, K, V) with and without the causal mask; then
-/// [`attention_forward_checks`].
+/// `attention_forward_checks`.
 pub fn attention_forward(
     f: impl Fn(
         &DMatrix<f64>,
@@ -804,7 +804,7 @@ pub fn attention_forward(
 }
 
 /// **Attention backward**: the sweep's (Q, K, V, ∂L/∂O) with the forward's A from the main crate;
-/// then [`attention_backward_checks`].
+/// then `attention_backward_checks`.
 pub fn attention_backward(
     f: impl Fn(
         &DMatrix<f64>,
@@ -858,7 +858,7 @@ fn norm_cases(draw: &mut Gen) -> Vec<NormCase> {
 const NORM_TOL: Tol = Tol::CHAIN;
 
 /// **LayerNorm forward**: the sweep's rows (shifted by 10⁸ too); then
-/// [`layer_norm_forward_checks`].
+/// `layer_norm_forward_checks`.
 pub fn layer_norm_forward(
     f: impl Fn(&DMatrix<f64>, &DMatrix<f64>, &DMatrix<f64>, f64) -> Result<DMatrix<f64>>,
 ) -> Verdict {
@@ -874,7 +874,7 @@ pub fn layer_norm_forward(
     explained(found, || layer_norm_forward_checks(&f))
 }
 
-/// **LayerNorm backward**: the sweep's rows with ∂L/∂Y; then [`layer_norm_backward_checks`].
+/// **LayerNorm backward**: the sweep's rows with ∂L/∂Y; then `layer_norm_backward_checks`.
 pub fn layer_norm_backward(
     f: impl Fn(
         &DMatrix<f64>,
@@ -896,7 +896,7 @@ pub fn layer_norm_backward(
 }
 
 /// **Splitting into heads**: widths 1 to 12, H from 0 to 5 (H = 0 and widths not a multiple of
-/// H are the promised errors); then [`split_heads_checks`].
+/// H are the promised errors); then `split_heads_checks`.
 pub fn split_heads(f: impl Fn(&DMatrix<f64>, usize) -> Result<Vec<DMatrix<f64>>>) -> Verdict {
     let mut draw = Gen::new("split_heads");
     let mut cases = Vec::new();
@@ -917,7 +917,7 @@ pub fn split_heads(f: impl Fn(&DMatrix<f64>, usize) -> Result<Vec<DMatrix<f64>>>
 }
 
 /// **Merging heads**: one to four parts of unequal widths, no parts and unequal rows (the
-/// promised errors); then [`concat_heads_checks`].
+/// promised errors); then `concat_heads_checks`.
 pub fn concat_heads(f: impl Fn(&[DMatrix<f64>]) -> Result<DMatrix<f64>>) -> Verdict {
     let mut draw = Gen::new("concat_heads");
     let mut cases: Vec<Vec<DMatrix<f64>>> = vec![Vec::new()];
@@ -972,7 +972,7 @@ fn mha_inputs(
 }
 
 /// **Multi-head backward**: 1 to 3 heads, 1 to 3 sequences, T_q ≠ T_k, causal or not, inputs at
-/// 10⁻³ to 30 (scores in the hundreds); then [`mha_backward_checks`].
+/// 10⁻³ to 30 (scores in the hundreds); then `mha_backward_checks`.
 pub fn mha_backward(
     f: impl Fn(
         &book::MultiHead<f64>,
@@ -1029,7 +1029,7 @@ fn ffn_inputs(
 }
 
 /// **The feed-forward backward**: every activation (both GELU forms), N from 1 to 4, C ≠ F,
-/// x at 10⁻³ to 30; then [`ffn_backward_checks`].
+/// x at 10⁻³ to 30; then `ffn_backward_checks`.
 pub fn ffn_backward(
     f: impl Fn(&book::Ffn<f64>, &book::FfnCache<f64>, &DMatrix<f64>) -> Result<book::FfnGrads<f64>>,
 ) -> Verdict {
@@ -1096,7 +1096,7 @@ fn block_inputs(
 
 /// **The block backward**: pre-LN and post-LN, GELU (tanh) and ReLU, 1 to 3 sequences of 1 to 4
 /// tokens, x at 0.1 to 10 ([`Tol::CHAIN`]: a chain of two LayerNorms, attention and the FFN);
-/// then [`block_backward_checks`].
+/// then `block_backward_checks`.
 pub fn block_backward(
     f: impl Fn(
         &book::Block<f64>,

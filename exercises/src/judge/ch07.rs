@@ -54,7 +54,7 @@ fn padding_mask_checks(f: impl Fn(&[usize], usize, usize) -> Result<DMatrix<f64>
     Ok(())
 }
 
-/// The layout of [`setup`]'s batch: 2 sequences, T_t = 3 decoder rows and T_s = 4 encoder rows
+/// The layout of `setup`'s batch: 2 sequences, T_t = 3 decoder rows and T_s = 4 encoder rows
 /// each, width 4.
 const SETUP_BATCH: super::BatchInput = super::BatchInput { sequences: 2, t_q: 3, t_k: 4, width: 4 };
 
@@ -337,7 +337,7 @@ fn decoder_tensors(b: &DecoderBlock<f64>) -> Vec<(String, DMatrix<f64>)> {
     out
 }
 
-/// The inverse of [`decoder_tensors`] (the activation and head counts from `template`).
+/// The inverse of `decoder_tensors` (the activation and head counts from `template`).
 fn decoder_from(template: &DecoderBlock<f64>, t: &[DMatrix<f64>]) -> DecoderBlock<f64> {
     use super::ch06::{ffn_from, mha_from};
     let mut b = template.clone();
@@ -468,7 +468,7 @@ const SMALL_MODEL: ModelConfig = ModelConfig {
 /// would hide a slip in their gradients): N(0, 0.3²) added to each entry.
 const WEIGHT_NUDGE: f64 = 0.3;
 
-/// The judge's small model: [`SMALL_MODEL`] with every tensor nudged by [`WEIGHT_NUDGE`].
+/// The judge's small model: `SMALL_MODEL` with every tensor nudged by `WEIGHT_NUDGE`.
 fn small_model() -> Result<EncoderDecoder<f64>> {
     let model = EncoderDecoder::new(SMALL_MODEL, 210)?;
     let nudged: Vec<DMatrix<f64>> = model
@@ -664,7 +664,7 @@ fn loss_and_gradients_checks(
 /// The loss and then every gradient of `yours` against `want` for `model`, in the order the
 /// backward pass reaches them (W_out and b_out, the decoder layers last first, the target
 /// embedding, the encoder layers last first, the source one), each relatively to
-/// [`GRADIENT_TOLERANCE`] with the model's largest gradient times [`GRADIENT_FLOOR`] as floor;
+/// `GRADIENT_TOLERANCE` with the model's largest gradient times `GRADIENT_FLOOR` as floor;
 /// `what` says what the probe changed ("" for none).
 fn compare_model(
     model: &EncoderDecoder<f64>,
@@ -714,7 +714,7 @@ fn compare_model(
 const LOGIT_GAIN: f64 = 1000.0;
 
 /// The scale probe of `loss_and_gradients`: the model with W_out and b_out multiplied by
-/// [`LOGIT_GAIN`], against the main crate's, naming a dropped or whole-matrix max shift in the
+/// `LOGIT_GAIN`, against the main crate's, naming a dropped or whole-matrix max shift in the
 /// loss's softmax by the loss it gives.
 fn large_logits(
     f: LossAndGradients,
@@ -823,7 +823,7 @@ use super::sweep::{Fixed, Gen, Named, Tol, explained, outcome, sweep};
 
 /// **The padding mask**: B from 1 to 3 sequences of unequal lengths, T_q ≠ T_k, and the errors
 /// the doc promises (no sequences, a zero length, a length of T_k + 1); then
-/// [`padding_mask_checks`].
+/// `padding_mask_checks`.
 pub fn padding_mask(f: impl Fn(&[usize], usize, usize) -> Result<DMatrix<f64>>) -> Verdict {
     let mut cases: Vec<(Vec<usize>, usize, usize)> = Vec::new();
     for (q, k) in [(1, 1), (2, 3), (3, 2), (1, 4)] {
@@ -880,7 +880,7 @@ fn cross_cases() -> Vec<CrossSpec> {
 }
 
 /// **Cross-attention forward**: the cross-attention cases; then
-/// [`cross_attention_forward_checks`].
+/// `cross_attention_forward_checks`.
 pub fn cross_attention_forward<F>(f: F) -> Verdict
 where
     F: Fn(&DMatrix<f64>, &Batch, &DMatrix<f64>, &Batch, &MultiHead<f64>) -> Result<DMatrix<f64>>,
@@ -903,7 +903,7 @@ where
 }
 
 /// **Cross-attention backward**: the cross-attention cases with an upstream gradient; then
-/// [`cross_attention_backward_checks`].
+/// `cross_attention_backward_checks`.
 pub fn cross_attention_backward(
     f: impl Fn(
         &DMatrix<f64>,
@@ -963,7 +963,7 @@ fn decoder_named((d_y, d_e, grads): (DMatrix<f64>, DMatrix<f64>, DecoderBlock<f6
 
 /// **The decoder block's backward**: the cross-attention cases' shapes and scales
 /// ([`Tol::CHAIN`]: three LayerNorms, two attentions and the FFN in a chain); then
-/// [`decoder_block_backward_checks`].
+/// `decoder_block_backward_checks`.
 pub fn decoder_block_backward(
     f: impl Fn(
         &DecoderBlock<f64>,
@@ -1055,7 +1055,7 @@ fn model_named(g: Gradients<f64>) -> Named {
 
 /// **The whole model's loss and gradients**: one and two layers on each side, 1 to 3 sequences
 /// of unequal lengths (T_t ≠ T_s), every error the doc promises ([`Tol::CHAIN`]); then
-/// [`loss_and_gradients_checks`].
+/// `loss_and_gradients_checks`.
 pub fn loss_and_gradients(
     f: impl Fn(
         &EncoderDecoder<f64>,

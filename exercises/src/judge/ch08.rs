@@ -167,7 +167,7 @@ fn merge_tables() -> Vec<Table> {
 /// **BPE merges**: sequences of 0 to 40 ids over 4 symbols (empty and one-id sequences
 /// included) under tables whose new ids run against their ranks, with chains and repeats; every
 /// case run twice, so that an answer that depends on a HashMap's order of iteration fails as
-/// nondeterministic; then [`apply_merges_checks`].
+/// nondeterministic; then `apply_merges_checks`.
 pub fn apply_merges(f: impl Fn(&mut Vec<TokenId>, &Ranks)) -> Verdict {
     let mut draw = Gen::new("apply_merges");
     let mut cases: Vec<(Vec<TokenId>, Table)> = Vec::new();
@@ -202,7 +202,7 @@ pub fn apply_merges(f: impl Fn(&mut Vec<TokenId>, &Ranks)) -> Verdict {
 }
 
 /// **Bigram counts**: 1 to 60 tokens over vocabularies of 1 to 6, a token equal to the
-/// vocabulary's size (the promised error); then [`bigram_counts_checks`].
+/// vocabulary's size (the promised error); then `bigram_counts_checks`.
 pub fn bigram_counts(f: impl Fn(&[TokenId], usize) -> Result<DMatrix<f64>>) -> Verdict {
     let mut draw = Gen::new("bigram_counts");
     let mut cases: Vec<(Vec<TokenId>, usize)> = Vec::new();
@@ -227,7 +227,7 @@ pub fn bigram_counts(f: impl Fn(&[TokenId], usize) -> Result<DMatrix<f64>>) -> V
 
 /// **Add-k smoothing**: every (context, next) of vocabularies of 2 to 5, k from 10⁻³ to 2, with
 /// contexts never followed by anything (absent from the text, or only its last token) and
-/// contexts seen; then [`add_k_probability_checks`].
+/// contexts seen; then `add_k_probability_checks`.
 pub fn add_k_probability(
     f: impl Fn(&[TokenId], usize, TokenId, TokenId, f64) -> Result<f64>,
 ) -> Verdict {

@@ -484,7 +484,7 @@ fn logit_lists(draw: &mut Gen) -> Vec<Vec<f64>> {
 
 /// **softmax(z/T)**: the sweep's logits (ties, scales up to 10³, where e^{z/T − max z} over- or
 /// underflows for T ≠ 1) at T from 0.05 to 10, and the errors the doc promises (T = 0, T < 0,
-/// empty logits); then [`temperature_distribution_checks`].
+/// empty logits); then `temperature_distribution_checks`.
 pub fn temperature_distribution(f: impl Fn(&[f64], f64) -> Result<Dist>) -> Verdict {
     let mut cases = Vec::new();
     for z in logit_lists(&mut Gen::new("temperature_distribution")) {
@@ -505,7 +505,7 @@ pub fn temperature_distribution(f: impl Fn(&[f64], f64) -> Result<Dist>) -> Verd
 
 /// **Top-k**: the sweep's non-empty logits with k from 0 (the promised error) to past the
 /// vocabulary's size (k = V and V + 1 keep every token), T from 0.5 to 2; then
-/// [`top_k_distribution_checks`].
+/// `top_k_distribution_checks`.
 pub fn top_k_distribution(f: impl Fn(&[f64], usize, f64) -> Result<Dist>) -> Verdict {
     let mut cases = Vec::new();
     for z in logit_lists(&mut Gen::new("top_k_distribution")).into_iter().filter(|z| !z.is_empty())
@@ -548,7 +548,7 @@ type AdamCase =
 
 /// **One AdamW step**: steps 0 (m and v zero), 1, 9 and 10⁴ (the bias corrections near 1),
 /// gradients from 10⁻⁹ (where ε dominates √v̂) to 10³, λ = 0 and 0.1, three configurations;
-/// θ, m and v compared after the step; then [`adamw_step_checks`].
+/// θ, m and v compared after the step; then `adamw_step_checks`.
 pub fn adamw_step(
     f: impl Fn(
         &mut DMatrix<f64>,
@@ -606,7 +606,7 @@ pub fn adamw_step(
 
 /// **The unembedding's backward**: S from 1 to 4 rows, d ≠ V, h at every scale up to 30 (logits
 /// in the hundreds), and the errors the doc promises (no rows, a width mismatch, a target equal
-/// to V); then [`lm_head_backward_checks`].
+/// to V); then `lm_head_backward_checks`.
 pub fn lm_head_backward(
     f: impl Fn(&DMatrix<f64>, &DMatrix<f64>, &[usize]) -> Result<(f64, DMatrix<f64>, DMatrix<f64>)>,
 ) -> Verdict {
@@ -639,7 +639,7 @@ type CacheCase = (DMatrix<f64>, DMatrix<f64>, usize, Vec<f64>, Vec<f64>, Vec<f64
 /// **A key/value-cache step**: caches of 1 to 6 rows holding stale rows past len, every len
 /// from 0 to n_ctx (n_ctx: the promised error), q at 1, 30 and 800 (scores in the thousands),
 /// and a q of the wrong length (an error); the output and both caches after the step compared;
-/// then [`kv_cache_step_checks`].
+/// then `kv_cache_step_checks`.
 pub fn kv_cache_step<F>(f: F) -> Verdict
 where
     F: Fn(&mut DMatrix<f64>, &mut DMatrix<f64>, usize, &[f64], &[f64], &[f64]) -> Result<Vec<f64>>,

@@ -277,7 +277,7 @@ type KernelCase = (usize, Vec<f64>, Vec<f64>, f64, f64, DMatrix<f64>);
 /// **The micro-kernel**: depths 1 to 9 with slivers longer than kc·MR and kc·NR (the packed
 /// buffers a kernel is handed run on past its block: the depth is kc, not the slices' length),
 /// α and β of both signs, β = 0 over a NaN-filled C, values at 10⁻⁴ to 10³; then
-/// [`micro_kernel_checks`].
+/// `micro_kernel_checks`.
 pub fn micro_kernel(f: impl Fn(usize, &[f64], &[f64], f64, f64, &mut DMatrix<f64>)) -> Verdict {
     let mut draw = Gen::new("micro_kernel");
     let mut cases: Vec<KernelCase> = Vec::new();
@@ -356,7 +356,7 @@ fn pack_sweep(side: Side, f: Pack, reference: Pack) -> Verdict {
 }
 
 /// **Packing Ã**: blocks of op(A) at its corners and inside, both ops, widths 0 to 5, and ranges
-/// past op(A)'s end; then [`pack_a_block_checks`].
+/// past op(A)'s end; then `pack_a_block_checks`.
 pub fn pack_a_block<F>(f: F) -> Verdict
 where
     F: Fn(&DMatrix<f64>, Op, Range<usize>, Range<usize>, usize) -> llm_workbook::Result<Vec<f64>>,
@@ -365,7 +365,7 @@ where
     explained(found, || pack_a_block_checks(&f))
 }
 
-/// **Packing B̃**: as [`pack_a_block`], along op(B)'s columns; then [`pack_b_panel_checks`].
+/// **Packing B̃**: as [`pack_a_block`], along op(B)'s columns; then `pack_b_panel_checks`.
 pub fn pack_b_panel<F>(f: F) -> Verdict
 where
     F: Fn(&DMatrix<f64>, Op, Range<usize>, Range<usize>, usize) -> llm_workbook::Result<Vec<f64>>,

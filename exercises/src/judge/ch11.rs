@@ -389,9 +389,9 @@ fn with_constants(kind: Difference, eps: f64) -> f64 {
 
 use super::sweep::{Fixed, Gen, Tol, explained, sweep};
 
-/// **f32 → bf16**: every pattern of [`bf16_cases`] (ties of both parities, just under and over a
+/// **f32 → bf16**: every pattern of `bf16_cases` (ties of both parities, just under and over a
 /// tie, overflow, subnormals, signed zeros, NaNs) and 20 000 random ones, bit for bit; then
-/// [`f32_to_bf16_checks`].
+/// `f32_to_bf16_checks`.
 pub fn f32_to_bf16(f: impl Fn(f32) -> u16) -> Verdict {
     let cases: Vec<u32> = bf16_cases().into_iter().map(|(b, _)| b).collect();
     let found = sweep(
@@ -406,7 +406,7 @@ pub fn f32_to_bf16(f: impl Fn(f32) -> u16) -> Verdict {
 }
 
 /// **f16 → f32**: all 65 536 patterns, bit for bit (a NaN matches any NaN here; its sign is
-/// checked after); then [`f16_to_f32_checks`].
+/// checked after); then `f16_to_f32_checks`.
 pub fn f16_to_f32(f: impl Fn(u16) -> f32) -> Verdict {
     let cases: Vec<u16> = (0..=u16::MAX).collect();
     let found = sweep(
@@ -423,7 +423,7 @@ pub fn f16_to_f32(f: impl Fn(u16) -> f32) -> Verdict {
 /// **The balanced step**: both kinds at the machine epsilons of f64, f32 and bf16, at 0.25 and at
 /// the smallest positive f64, and the errors the doc promises with the first values past each
 /// bound (0, −0, 1, the f64 just above 1, −10⁻³, 2, ∞, NaN). An answer with section 6's
-/// constants (2ε^{1/2}, (3ε)^{1/3}) is taken as the chapter's step; then [`balanced_step_checks`].
+/// constants (2ε^{1/2}, (3ε)^{1/3}) is taken as the chapter's step; then `balanced_step_checks`.
 pub fn balanced_step(f: impl Fn(Difference, f64) -> llm_workbook::Result<f64>) -> Verdict {
     let mut cases = Vec::new();
     let epsilons = [
@@ -459,7 +459,7 @@ pub fn balanced_step(f: impl Fn(Difference, f64) -> llm_workbook::Result<f64>) -
 
 /// **Kahan's sum**: no values, one value, 2²⁴ then ones (where the running sum stalls), values
 /// of mixed sign and size from 10⁻⁶ to 10⁶, cancelling pairs, bit for bit (the doc prescribes
-/// every step, so there is one right answer); then [`kahan_sum_checks`].
+/// every step, so there is one right answer); then `kahan_sum_checks`.
 pub fn kahan_sum(f: impl Fn(&[f32]) -> f32) -> Verdict {
     let mut draw = Gen::new("kahan_sum");
     let mut cases: Vec<Vec<f32>> = vec![Vec::new(), vec![1.5], vec![16_777_216.0, 1.0, 1.0, 1.0]];
@@ -504,10 +504,10 @@ fn boundary_blocks(draw: &mut Gen) -> Vec<(Vec<f32>, i32)> {
     blocks
 }
 
-/// **Quantizing a block**: [`quant_blocks`] and blocks at every rounding boundary of the codes
+/// **Quantizing a block**: `quant_blocks` and blocks at every rounding boundary of the codes
 /// (ties and one f32 step either side), blocks of 1 to 32 weights from 10⁻³⁰ to 10³⁰ with the
 /// largest magnitude tied between a negative and a positive weight, both levels; scale and codes
-/// bit for bit; then [`quantize_block_checks`].
+/// bit for bit; then `quantize_block_checks`.
 pub fn quantize_block(f: impl Fn(&[f32], i32) -> (f32, Vec<i8>)) -> Verdict {
     let mut cases: Vec<(Vec<f32>, i32)> =
         quant_blocks().into_iter().map(|(w, l, _)| (w, l)).collect();
@@ -524,7 +524,7 @@ pub fn quantize_block(f: impl Fn(&[f32], i32) -> (f32, Vec<i8>)) -> Verdict {
 }
 
 /// **Dequantizing a block**: the codes of every block the quantization sweep tries, with its
-/// scale, bit for bit; then [`dequantize_block_checks`].
+/// scale, bit for bit; then `dequantize_block_checks`.
 pub fn dequantize_block(f: impl Fn(f32, &[i8]) -> Vec<f32>) -> Verdict {
     let mut blocks: Vec<(Vec<f32>, i32)> =
         quant_blocks().into_iter().map(|(w, l, _)| (w, l)).collect();
@@ -548,8 +548,8 @@ pub fn dequantize_block(f: impl Fn(f32, &[i8]) -> Vec<f32>) -> Verdict {
 const DOT_TOLERANCE: f64 = 1e-5;
 
 /// **The int8 dot**: every int8 block of the quantization sweep against activations at 1 and
-/// 10⁶, within [`DOT_TOLERANCE`] of Σ|s·qᵢ·xᵢ| (an answer that close is taken as the main
-/// crate's); then [`int8_block_dot_checks`].
+/// 10⁶, within `DOT_TOLERANCE` of Σ|s·qᵢ·xᵢ| (an answer that close is taken as the main
+/// crate's); then `int8_block_dot_checks`.
 pub fn int8_block_dot(f: impl Fn(&[f32], f32, &[i8]) -> f32) -> Verdict {
     let mut draw = Gen::new("int8_block_dot");
     let mut blocks: Vec<(Vec<f32>, i32)> =

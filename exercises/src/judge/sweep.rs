@@ -25,12 +25,12 @@ static QUICK: AtomicBool = AtomicBool::new(false);
 /// sweeps again with other salts to tell an equivalent mutant from one the sweep missed.
 static SALT: AtomicU64 = AtomicU64::new(0);
 
-/// Turns quick mode on or off (see [`QUICK`]); for the proof by mutation only.
+/// Turns quick mode on or off (see `QUICK`); for the proof by mutation only.
 pub fn set_quick(quick: bool) {
     QUICK.store(quick, Ordering::Relaxed);
 }
 
-/// Sets the salt of every [`Gen`]'s seed (see [`SALT`]); for the proof by mutation only.
+/// Sets the salt of every [`Gen`]'s seed (see `SALT`); for the proof by mutation only.
 pub fn set_salt(salt: u64) {
     SALT.store(salt, Ordering::Relaxed);
 }
