@@ -70,7 +70,7 @@ pub trait Output {
     fn shape(&self) -> String;
     /// The numbers, in an order [`Output::label`] names.
     fn numbers(&self, out: &mut Vec<f64>);
-    /// The name of number `i` ("[1,2]").
+    /// The name of number `i` (`[1,2]`).
     fn label(&self, i: usize) -> String {
         format!("entry {i}")
     }
@@ -527,7 +527,7 @@ pub struct Gen {
 }
 
 /// The scales the sweep draws values at: ordinary, tiny, large and very large (where a softmax
-/// without its shift overflows and a variance as E[x²] − μ² loses its digits).
+/// without its shift overflows and a variance as E\[x²\] − μ² loses its digits).
 pub const SCALES: [f64; 5] = [1.0, 1e-4, 30.0, 1e3, 1e-9];
 
 /// The shapes (rows, columns) of the sweep's matrices: 1 row, 1 column, 0 rows, unequal sizes.
