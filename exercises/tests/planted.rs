@@ -2220,4 +2220,305 @@ fn the_probe_table_on_the_page_is_what_the_judges_run() {
          {header}\n{}",
         want.join("\n")
     );
+    // The counts the page and the README state are the table's and this file's.
+    let cells = judged.len() * Probe::ALL.len();
+    let probed: usize = judged.iter().map(|(_, _, p)| p.run.len()).sum();
+    let none: usize = judged.iter().map(|(_, _, p)| p.not_applicable.len()).sum();
+    let this_file = include_str!("planted.rs");
+    let calls = |f: &str| this_file.lines().filter(|l| l.trim_start().starts_with(f)).count();
+    let (planted, panics) = (calls("catches("), calls("reports_shapes("));
+    let flat = |t: &str| t.split_whitespace().collect::<Vec<_>>().join(" ");
+    let page_says =
+        format!("Of the table's {cells} cells, {probed} are probed and {none} cannot arise");
+    assert!(flat(EXERCISES_PAGE).contains(&page_says), "the page should say: {page_says}");
+    let readme = flat(include_str!("../../README.md"));
+    for says in [
+        format!(
+            "({} exercises × 5 kinds: {probed} cells probed, {none} where the kind",
+            judged.len()
+        ),
+        format!(
+            "({planted} in all, each caught, by name where the mistake is a known one, and a \
+             panic in each of {panics} judges"
+        ),
+    ] {
+        assert!(readme.contains(&says), "the README should say: {says}");
+    }
+}
+
+// ───────────────────── links to the chapters ─────────────────────
+
+/// Every chapter page a link or hint may point to, with its text.
+const CHAPTERS: [(&str, &str); 12] = [
+    ("ch01_logistic", include_str!("../../chapters/ch01_logistic.md")),
+    ("ch02_softmax", include_str!("../../chapters/ch02_softmax.md")),
+    ("ch03_mlp", include_str!("../../chapters/ch03_mlp.md")),
+    ("ch04_xor", include_str!("../../chapters/ch04_xor.md")),
+    ("ch05_positions", include_str!("../../chapters/ch05_positions.md")),
+    ("ch06_attention", include_str!("../../chapters/ch06_attention.md")),
+    ("ch07_encoder_decoder", include_str!("../../chapters/ch07_encoder_decoder.md")),
+    ("ch08_tokens", include_str!("../../chapters/ch08_tokens.md")),
+    ("ch09_gpt", include_str!("../../chapters/ch09_gpt.md")),
+    ("ch10_matmul", include_str!("../../chapters/ch10_matmul.md")),
+    ("ch11_precision", include_str!("../../chapters/ch11_precision.md")),
+    ("exercises", include_str!("../../chapters/exercises.md")),
+];
+
+/// The judges' sources, where each hint's `Section` (chapter and anchor) is written.
+const JUDGE_FILES: [(&str, &str); 13] = [
+    ("judge/mod.rs", include_str!("../src/judge/mod.rs")),
+    ("judge/sweep.rs", include_str!("../src/judge/sweep.rs")),
+    ("judge/ch01.rs", include_str!("../src/judge/ch01.rs")),
+    ("judge/ch02.rs", include_str!("../src/judge/ch02.rs")),
+    ("judge/ch03.rs", include_str!("../src/judge/ch03.rs")),
+    ("judge/ch04.rs", include_str!("../src/judge/ch04.rs")),
+    ("judge/ch05.rs", include_str!("../src/judge/ch05.rs")),
+    ("judge/ch06.rs", include_str!("../src/judge/ch06.rs")),
+    ("judge/ch07.rs", include_str!("../src/judge/ch07.rs")),
+    ("judge/ch08.rs", include_str!("../src/judge/ch08.rs")),
+    ("judge/ch09.rs", include_str!("../src/judge/ch09.rs")),
+    ("judge/ch10.rs", include_str!("../src/judge/ch10.rs")),
+    ("judge/ch11.rs", include_str!("../src/judge/ch11.rs")),
+];
+
+/// The anchor GitHub gives a heading: lower case, every character that is not a letter, a
+/// digit, a combining mark, `_`, `-` or a space dropped, each space a `-`.
+fn github_anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|&c| {
+            c.is_alphanumeric()
+                || ('\u{300}'..='\u{36f}').contains(&c)
+                || c == '_'
+                || c == '-'
+                || c == ' '
+        })
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// The anchors of a page's headings (`#` … `######`, outside code blocks).
+fn anchors(page: &str) -> Vec<String> {
+    let mut fenced = false;
+    let mut out = Vec::new();
+    for line in page.lines() {
+        if line.starts_with("```") {
+            fenced = !fenced;
+        } else if !fenced && line.starts_with('#') {
+            out.push(github_anchor(line.trim_start_matches('#')));
+        }
+    }
+    out
+}
+
+/// Every `(chapter, anchor)` a text points to: links `chapters/STEM.md#ANCHOR` and hints'
+/// `Section { chapter: "STEM", anchor: "ANCHOR" }`.
+fn pointers(text: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let stop = |c: char| c.is_whitespace() || [')', '"', '`', ']', '>', ','].contains(&c);
+    for (at, _) in text.match_indices("chapters/") {
+        let rest = &text[at + "chapters/".len()..];
+        let Some((stem, after)) = rest.split_once(".md") else { continue };
+        // A format string's `chapters/{}.md#{}` is filled in from a `Section`, checked below.
+        if stem.contains(stop) || stem.contains('{') || !after.starts_with('#') {
+            continue;
+        }
+        let anchor: String = after[1..].chars().take_while(|&c| !stop(c)).collect();
+        out.push((stem.to_string(), anchor));
+    }
+    for (at, _) in text.match_indices("Section { chapter: \"") {
+        let rest = &text[at + "Section { chapter: \"".len()..];
+        let Some((stem, after)) = rest.split_once('"') else { continue };
+        let Some(anchor) = after.split("anchor: \"").nth(1).and_then(|a| a.split('"').next())
+        else {
+            continue;
+        };
+        out.push((stem.to_string(), anchor.to_string()));
+    }
+    out
+}
+
+/// Every link of the exercise files and every hint of the judges names a heading its chapter
+/// has, by GitHub's rule for anchors.
+#[test]
+fn every_link_and_hint_names_a_heading_of_its_chapter() {
+    assert_eq!(github_anchor(" 5. The gradient: ŷ − y"), "5-the-gradient-ŷ--y");
+    assert_eq!(
+        github_anchor(" 8. Quantized weights: int8 and 4-bit blocks"),
+        "8-quantized-weights-int8-and-4-bit-blocks"
+    );
+    let mut broken = Vec::new();
+    let mut seen = 0;
+    for (file, text) in EXERCISE_FILES.iter().chain(&JUDGE_FILES) {
+        for (stem, anchor) in pointers(text) {
+            seen += 1;
+            match CHAPTERS.iter().find(|(s, _)| *s == stem) {
+                None => broken.push(format!("{file}: chapters/{stem}.md does not exist")),
+                Some((_, page)) if !anchors(page).contains(&anchor) => {
+                    broken.push(format!("{file}: chapters/{stem}.md has no heading #{anchor}"))
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    assert!(seen > 90, "only {seen} links and hints found: the scan lost them");
+    assert!(broken.is_empty(), "links to no heading:\n{}", broken.join("\n"));
+}
+
+// ───────────── mistakes no judge lists: found by the sweep alone ─────────────
+
+mod unlisted {
+    use super::*;
+    use llm_workbook::ch08_tokens::TokenId;
+    use llm_workbook::ch09_gpt::sample::{Decoding, distribution};
+    use std::collections::HashMap;
+
+    /// What the sweep says of an answer it finds wrong.
+    const SWEPT: &str = "differs from the chapter's function";
+
+    type Ranks = HashMap<(TokenId, TokenId), (u32, TokenId)>;
+
+    #[test]
+    fn merges_that_underflow_on_no_tokens() {
+        let underflow = |ids: &mut Vec<TokenId>, ranks: &Ranks| {
+            let last = ids.len() - 1; // 0 − 1 on no tokens
+            if last > 0 {
+                llm_workbook::ch08_tokens::bpe::apply_merges(ids, ranks);
+            }
+        };
+        catches(judge::ch08::apply_merges(underflow), "panicked");
+    }
+
+    #[test]
+    fn merges_in_the_hash_maps_order_fail_on_every_run() {
+        // Each pair merged everywhere, in the order the map happens to list them.
+        let in_map_order = |ids: &mut Vec<TokenId>, ranks: &Ranks| {
+            for (&(a, b), &(_, merged)) in ranks {
+                let mut out = Vec::with_capacity(ids.len());
+                let mut i = 0;
+                while i < ids.len() {
+                    if i + 1 < ids.len() && ids[i] == a && ids[i + 1] == b {
+                        out.push(merged);
+                        i += 2;
+                    } else {
+                        out.push(ids[i]);
+                        i += 1;
+                    }
+                }
+                *ids = out;
+            }
+        };
+        for _ in 0..10 {
+            catches(judge::ch08::apply_merges(in_map_order), SWEPT);
+        }
+    }
+
+    #[test]
+    fn top_k_that_slices_past_the_vocabulary() {
+        let sliced = |z: &[f64], k: usize, t: f64| {
+            let _kept = &z[..k];
+            distribution(z, &Decoding::Sample { temperature: t, top_k: Some(k), top_p: None })
+        };
+        catches(judge::ch09::top_k_distribution(sliced), "panicked");
+    }
+
+    #[test]
+    fn temperature_with_the_raw_maximum_subtracted() {
+        // e^{z/T − max z}: right at T = 1, over- or underflows elsewhere.
+        let raw_max = |z: &[f64], t: f64| {
+            if t <= 0.0 || z.is_empty() {
+                return Err(llm_workbook::error::invalid("raw_max", "t", "T ≤ 0 or no logits"));
+            }
+            let m = z.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let w: Vec<f64> = z.iter().map(|v| (v / t - m).exp()).collect();
+            let total: f64 = w.iter().sum();
+            let mut d: Vec<(usize, f64)> = w.iter().map(|x| x / total).enumerate().collect();
+            d.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            Ok(d)
+        };
+        catches(judge::ch09::temperature_distribution(raw_max), SWEPT);
+    }
+
+    #[test]
+    fn a_micro_kernel_whose_depth_is_the_slices_length() {
+        use llm_workbook_exercises::solutions::ch10_matmul::{self as s, MR};
+        let from_length = |_kc: usize, a: &[f64], b: &[f64], alpha, beta, c: &mut DMatrix<f64>| {
+            s::micro_kernel(a.len() / MR, a, b, alpha, beta, c)
+        };
+        catches(judge::ch10::micro_kernel(from_length), SWEPT);
+    }
+
+    #[test]
+    fn a_causal_mask_as_a_factor_after_exp_with_the_maximum_over_masked_keys() {
+        let factor = |q: &DMatrix<f64>, k: &DMatrix<f64>, v: &DMatrix<f64>, causal: bool| {
+            let s = q * k.transpose() / (q.ncols() as f64).sqrt();
+            let (tq, tk) = s.shape();
+            let mut a = s.clone();
+            for r in 0..tq {
+                let m = s.row(r).max(); // over every key, masked ones too
+                for c in 0..tk {
+                    let seen = !causal || c <= r + tk - tq;
+                    a[(r, c)] = (s[(r, c)] - m).exp() * f64::from(u8::from(seen));
+                }
+                let total = a.row(r).sum();
+                a.row_mut(r).apply(|x| *x /= total);
+            }
+            Ok((&a * v, a))
+        };
+        catches(judge::ch06::attention_forward(factor), SWEPT);
+    }
+
+    #[test]
+    fn one_gelu_derivative_for_both_gelu_forms() {
+        use llm_workbook::ch03_mlp::{self as book, Activation};
+        let erf_for_both = |mlp: &book::Mlp<f64>, trace: &book::Trace<f64>, d: &DMatrix<f64>| {
+            let mut d_a = d.clone();
+            let mut grads = Vec::new();
+            for (l, layer) in mlp.layers().iter().enumerate().rev() {
+                let d_z = match layer.activation {
+                    Some(Activation::GeluTanh) => {
+                        book::activation_backward(Activation::GeluErf, &trace.pre[l], &d_a)?
+                    }
+                    Some(act) => book::activation_backward(act, &trace.pre[l], &d_a)?,
+                    None => d_a.clone(),
+                };
+                let g = book::dense_backward(&trace.inputs[l], &layer.w, &d_z)?;
+                grads.push(book::LayerGrads { d_w: g.d_w, d_b: g.d_b });
+                d_a = g.d_x;
+            }
+            grads.reverse();
+            Ok((grads, d_a))
+        };
+        catches(judge::ch03::mlp_backward(erf_for_both), SWEPT);
+    }
+
+    #[test]
+    fn add_k_without_the_branch_for_a_context_never_seen() {
+        use llm_workbook::ch08_tokens::ngram::NGramModel;
+        let no_branch = |t: &[TokenId], v: usize, c: TokenId, n: TokenId, k: f64| {
+            let model = NGramModel::fit(t, 2, v)?;
+            let p = model
+                .followers(&[c])
+                .map_or(0.0, |f| (f.count(n) as f64 + k) / (f.total as f64 + k * v as f64));
+            Ok(p)
+        };
+        catches(judge::ch08::add_k_probability(no_branch), SWEPT);
+    }
+
+    #[test]
+    fn sinusoidal_that_returns_an_empty_matrix_for_d_0() {
+        let empty = |n: usize, d: usize| {
+            if d == 0 {
+                Ok(DMatrix::zeros(n, 0))
+            } else {
+                llm_workbook::ch05_positions::sinusoidal(n, d)
+            }
+        };
+        catches(judge::ch05::sinusoidal(empty), SWEPT);
+        let m = judge::ch05::sinusoidal(empty).unwrap_err();
+        assert!(m.contains("the doc promises an Err"), "{m}");
+        assert_eq!(m, judge::ch05::sinusoidal(empty).unwrap_err(), "the message changed");
+    }
 }

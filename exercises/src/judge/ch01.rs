@@ -22,7 +22,7 @@ const FAR_LEFT_TAIL: [f64; 6] = [-30.0, -37.0, -40.0, -100.0, -500.0, -700.0];
 /// σ(0) = 0.5, σ(2) = 0.880797 (to the printed 6 decimals), σ(−z) = 1 − σ(z), finite and exact
 /// at ±1000, the main crate's σ relatively at 41 points in [−20, 20] and in the far left tail
 /// (down to z = −700).
-pub fn sigmoid(f: impl Fn(f64) -> f64) -> Verdict {
+fn sigmoid_checks(f: impl Fn(f64) -> f64) -> Verdict {
     super::not_applicable(&[super::Probe::Batch, super::Probe::Order, super::Probe::Errors]);
     let s = |z: f64| attempt(MODEL, "sigmoid", || f(z));
     let at0 = s(0.0)?;
@@ -89,7 +89,7 @@ pub fn sigmoid(f: impl Fn(f64) -> f64) -> Verdict {
 
 /// Against the main crate on random batches (including a 1×D and an N×1 batch), and an error on
 /// a shape mismatch.
-pub fn logits_forward(
+fn logits_forward_checks(
     f: impl Fn(&DVector<f64>, f64, &DMatrix<f64>) -> Result<DVector<f64>>,
 ) -> Verdict {
     super::not_applicable(&[super::Probe::Scale, super::Probe::Order]);
@@ -124,7 +124,7 @@ pub fn logits_forward(
 
 /// Equal to −[y ln σ(z) + (1 − y) ln(1 − σ(z))] where that is finite, and finite (exactly |z|)
 /// where σ(z) rounds to 0 or 1.
-pub fn bce_from_logit(f: impl Fn(f64, f64) -> f64) -> Verdict {
+fn bce_from_logit_checks(f: impl Fn(f64, f64) -> f64) -> Verdict {
     super::not_applicable(&[super::Probe::Batch, super::Probe::Order, super::Probe::Errors]);
     super::probe(super::Probe::Named);
     let l = |y: f64, z: f64| attempt(LOSS, "bce_from_logit", || f(y, z));
@@ -162,7 +162,7 @@ const TAIL_POINTS: [(f64, f64); 6] =
 /// The gradient check of ℓ(w) = BCE(y, σ(wᵀx + b)) in w, for labels 0 and 1 and random w, x;
 /// then (σ(z) − y)·x relatively at the logits of `TAIL_POINTS` (z = ±40, ±900), naming the
 /// three factors multiplied as written (∞·0 once ŷ rounds to 0 or 1) and ŷ as 1 − σ(−z).
-pub fn sample_gradient(
+fn sample_gradient_checks(
     f: impl Fn(&DVector<f64>, f64, &DVector<f64>, f64) -> Result<DVector<f64>>,
 ) -> Verdict {
     super::not_applicable(&[super::Probe::Batch, super::Probe::Order, super::Probe::Errors]);
@@ -233,7 +233,7 @@ const ONE_MINUS: &str = "ŷ computed as 1 − σ(−z), which rounds to 0 once �
                          e^{z}/(1 + e^{z}) for z < 0";
 
 /// The gradient check of L = Σ g ⊙ z(X, w, b) in X, w and b, with random g.
-pub fn logits_backward<F>(f: F) -> Verdict
+fn logits_backward_checks<F>(f: F) -> Verdict
 where
     F: Fn(&DMatrix<f64>, &DVector<f64>, &DVector<f64>) -> Result<(DMatrix<f64>, DVector<f64>, f64)>,
 {
@@ -259,4 +259,124 @@ where
         loss,
         &[(0.2, "∂L/∂b is the sum Σᵢ ∂L/∂zᵢ, not the mean")],
     )
+}
+
+// ───────────── the judges: the sweep against the main crate, then the checks above ─────────────
+
+use super::sweep::{Gen, SCALES, Tol, explained, outcome, sweep};
+
+/// The logits the sweep tries for the scalar exercises: ordinary values at every scale, the
+/// far tails where σ rounds (±30 … ±745, ±1000) and 0.
+fn logit_cases(draw: &mut Gen) -> Vec<f64> {
+    let mut z = vec![0.0, -0.0, 1.0, -1.0];
+    for t in [30.0, 36.5, 37.0, 40.0, 100.0, 500.0, 700.0, 709.5, 745.0, 1000.0] {
+        z.extend([t, -t]);
+    }
+    for &s in &SCALES {
+        z.extend((0..6).map(|_| s * draw.uniform(-1.0, 1.0)));
+    }
+    z
+}
+
+/// **σ(z)**: the sweep compares yours with the main crate's σ at ordinary values and in both far
+/// tails to 10⁻⁸ relatively ([`Tol::F64`]: σ's tails are tiny and must be right to their own
+/// digits), then the checks of `sigmoid_checks`.
+pub fn sigmoid(f: impl Fn(f64) -> f64) -> Verdict {
+    let cases = logit_cases(&mut Gen::new("sigmoid"));
+    let found = sweep(MODEL, "sigmoid", Tol::F64, &cases, |&z| Ok(f(z)), |&z| Ok(book::sigmoid(z)));
+    explained(found, || sigmoid_checks(&f))
+}
+
+/// **z = Xw + b**: shapes with 0 and 1 rows, D = 1, unequal N and D, a w of the wrong length (an
+/// error must meet an error), values at every scale; then `logits_forward_checks`.
+pub fn logits_forward(
+    f: impl Fn(&DVector<f64>, f64, &DMatrix<f64>) -> Result<DVector<f64>>,
+) -> Verdict {
+    let mut draw = Gen::new("logits_forward");
+    let mut cases = Vec::new();
+    for (n, d, dw) in [(1, 1, 1), (3, 2, 2), (0, 3, 3), (5, 4, 4), (2, 3, 2), (2, 3, 4), (4, 1, 1)]
+    {
+        for &s in &SCALES {
+            cases.push((draw.vector(dw, s), draw.uniform(-2.0, 2.0) * s, draw.matrix(n, d, s)));
+        }
+    }
+    let found = sweep(
+        MODEL,
+        "logits_forward",
+        Tol::F64,
+        &cases,
+        |(w, b, x)| outcome(f(w, *b, x)),
+        |(w, b, x)| outcome(book::logits_forward(w, *b, x)),
+    );
+    explained(found, || logits_forward_checks(&f))
+}
+
+/// **ℓ(y, z)**: both labels at every logit of the sigmoid's sweep, relatively to 10⁻⁸ (ℓ(0, −40)
+/// is 4.2·10⁻¹⁸ and must not be 0); then `bce_from_logit_checks`.
+pub fn bce_from_logit(f: impl Fn(f64, f64) -> f64) -> Verdict {
+    let z = logit_cases(&mut Gen::new("bce_from_logit"));
+    let cases: Vec<(f64, f64)> = z.iter().flat_map(|&z| [(0.0, z), (1.0, z)]).collect();
+    let found = sweep(
+        LOSS,
+        "bce_from_logit",
+        Tol::F64,
+        &cases,
+        |&(y, z)| Ok(f(y, z)),
+        |&(y, z)| Ok(book::bce_from_logit(y, z)),
+    );
+    explained(found, || bce_from_logit_checks(&f))
+}
+
+/// **(ŷ − y)·x**: D from 1 to 5, a w of the wrong length (an error), both labels, logits from
+/// ordinary to the far tails (w scaled up to 10³); then `sample_gradient_checks`.
+pub fn sample_gradient(
+    f: impl Fn(&DVector<f64>, f64, &DVector<f64>, f64) -> Result<DVector<f64>>,
+) -> Verdict {
+    let mut draw = Gen::new("sample_gradient");
+    let mut cases = Vec::new();
+    for (d, dw) in [(1, 1), (3, 3), (5, 5), (2, 3), (0, 0)] {
+        for &s in &SCALES {
+            for y in [0.0, 1.0] {
+                cases.push((
+                    draw.vector(dw, s),
+                    draw.uniform(-1.0, 1.0) * s,
+                    draw.vector(d, 1.0),
+                    y,
+                ));
+            }
+        }
+    }
+    let found = sweep(
+        GRADIENT,
+        "sample_gradient",
+        Tol::F64,
+        &cases,
+        |(w, b, x, y)| outcome(f(w, *b, x, *y)),
+        |(w, b, x, y)| outcome(book::sample_gradient(w, *b, x, *y)),
+    );
+    explained(found, || sample_gradient_checks(&f))
+}
+
+/// **(∂L/∂X, ∂L/∂w, ∂L/∂b)**: shapes with N = 0 and 1, D = 1, N ≠ D, mismatched w or ∂L/∂z;
+/// values at every scale; then `logits_backward_checks`.
+pub fn logits_backward<F>(f: F) -> Verdict
+where
+    F: Fn(&DMatrix<f64>, &DVector<f64>, &DVector<f64>) -> Result<(DMatrix<f64>, DVector<f64>, f64)>,
+{
+    let mut draw = Gen::new("logits_backward");
+    let mut cases = Vec::new();
+    for (n, d, dw, dz) in [(1, 1, 1, 1), (3, 2, 2, 3), (4, 5, 5, 4), (0, 2, 2, 0), (3, 2, 3, 3)] {
+        for &s in &SCALES {
+            cases.push((draw.matrix(n, d, s), draw.vector(dw, 1.0), draw.vector(dz, s)));
+        }
+    }
+    let found = sweep(
+        GRADIENT,
+        "logits_backward",
+        Tol::F64,
+        &cases,
+        |(x, w, d)| outcome(f(x, w, d)),
+        |(x, w, d)| outcome(book::logits_backward(x, w, d).map(|g| (g.d_x, g.d_w, g.d_b))),
+    );
+    explained(found, || logits_backward_checks(&f))
 }

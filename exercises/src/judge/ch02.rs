@@ -17,7 +17,7 @@ const GRADIENT: Section = Section { chapter: "ch02_softmax", anchor: "5-the-grad
 /// softmax((1, 2, 8)) = (0.0009, 0.0025, 0.9966) at the document's 4 decimals, the script's start
 /// (0.1, 0.1, 0.1, 0.7) → 0.20737772 ×3, 0.37786684 at 8; rows sum to 1; no overflow at 1000;
 /// the main crate's softmax on a random 4×5 Z.
-pub fn softmax_rows_forward(f: impl Fn(&DMatrix<f64>) -> Result<DMatrix<f64>>) -> Verdict {
+fn softmax_rows_forward_checks(f: impl Fn(&DMatrix<f64>) -> Result<DMatrix<f64>>) -> Verdict {
     super::not_applicable(&[super::Probe::Order]);
     super::probe(super::Probe::Batch);
     super::probe(super::Probe::Named);
@@ -89,7 +89,7 @@ fn target_errors<R>(exercise: &str, f: &impl Fn(&DMatrix<f64>, &[usize]) -> Resu
 }
 
 /// ln 3 for uniform logits over 3 classes; the main crate's loss on random logits.
-pub fn cross_entropy_from_logits(f: impl Fn(&DMatrix<f64>, &[usize]) -> Result<f64>) -> Verdict {
+fn cross_entropy_from_logits_checks(f: impl Fn(&DMatrix<f64>, &[usize]) -> Result<f64>) -> Verdict {
     super::not_applicable(&[super::Probe::Order]);
     super::probe(super::Probe::Batch);
     super::probe(super::Probe::Named);
@@ -157,7 +157,7 @@ pub fn cross_entropy_from_logits(f: impl Fn(&DMatrix<f64>, &[usize]) -> Result<f
 /// The document's ŷ − y = (−0.9, 0.1, 0.1, 0.7) for ŷ = (0.1, 0.1, 0.1, 0.7), class 0 (here as
 /// logits ln ŷ); the gradient check of the mean cross-entropy on random logits; (P − Y)/N on rows
 /// thousands apart and on logits of ±900 and more, naming a dropped or whole-matrix max shift.
-pub fn cross_entropy_from_logits_backward(
+fn cross_entropy_from_logits_backward_checks(
     f: impl Fn(&DMatrix<f64>, &[usize]) -> Result<DMatrix<f64>>,
 ) -> Verdict {
     super::not_applicable(&[super::Probe::Order]);
@@ -218,7 +218,7 @@ const LOGIT_SCALES: [f64; 4] = [900.0, -900.0, 1.0, 2500.0];
 const SUBNORMAL: f64 = 1e-290;
 
 /// The gradient check of L = Σ G ⊙ softmax(Z) in Z, through your backward at Y = softmax(Z).
-pub fn softmax_rows_backward(
+fn softmax_rows_backward_checks(
     f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>,
 ) -> Verdict {
     super::not_applicable(&[super::Probe::Scale, super::Probe::Order, super::Probe::Errors]);
@@ -266,7 +266,7 @@ const REGRESSION: Section = Section { chapter: "ch02_softmax", anchor: "8-softma
 /// The gradient check of L = Σ G ⊙ log_softmax(Z) in Z (two random batches); a row with a masked
 /// (−∞) logit gives a finite gradient, 0 at the masked entry when its ∂L/∂(ln Y) is 0; with
 /// ∂L/∂(ln Y) = −onehot/N the answer is cross-entropy's (P − Y)/N.
-pub fn log_softmax_rows_backward(
+fn log_softmax_rows_backward_checks(
     f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>,
 ) -> Verdict {
     super::not_applicable(&[super::Probe::Order, super::Probe::Errors]);
@@ -341,7 +341,7 @@ pub fn log_softmax_rows_backward(
 
 /// The gradient check of L = Σ G ⊙ (XW + 1bᵀ) in X, W and b, W non-square (a misplaced transpose
 /// shows in the shapes).
-pub fn regression_logits_backward(
+fn regression_logits_backward_checks(
     f: impl Fn(
         &DMatrix<f64>,
         &DMatrix<f64>,
@@ -368,4 +368,161 @@ pub fn regression_logits_backward(
         },
         &[(0.2, "∂L/∂b is the column sums of ∂L/∂Z, not their mean (the 1/N is already in ∂L/∂Z)")],
     )
+}
+
+// ───────────── the judges: the sweep against the main crate, then the checks above ─────────────
+
+use super::sweep::{Gen, SCALES, SHAPES, Tol, explained, outcome, sweep};
+
+/// Logits at every shape and scale, rows thousands apart and ties, with targets: N right ones,
+/// and (for the errors the doc promises) one target too few and a target equal to K.
+fn logits_and_targets(draw: &mut Gen) -> Vec<(DMatrix<f64>, Vec<usize>)> {
+    let mut cases = Vec::new();
+    for z in draw.matrices() {
+        let (n, k) = z.shape();
+        let t = draw.tokens(n, k.max(1));
+        if n > 0 {
+            cases.push((z.clone(), t[..n - 1].to_vec()));
+            let mut bad = t.clone();
+            bad[n - 1] = k;
+            cases.push((z.clone(), bad));
+        }
+        cases.push((z, t));
+    }
+    cases
+}
+
+/// **softmax rows**: matrices at every shape of the sweep (0 rows: the promised error), values
+/// from 10⁻⁹ to 10³ and rows thousands apart, to 10⁻⁸ ([`Tol::F64`]); then
+/// `softmax_rows_forward_checks`.
+pub fn softmax_rows_forward(f: impl Fn(&DMatrix<f64>) -> Result<DMatrix<f64>>) -> Verdict {
+    let cases = Gen::new("softmax_rows_forward").matrices();
+    let found = sweep(
+        STABLE,
+        "softmax_rows_forward",
+        Tol::F64,
+        &cases,
+        |z| outcome(f(z)),
+        |z| outcome(book::softmax_rows_forward(z)),
+    );
+    explained(found, || softmax_rows_forward_checks(&f))
+}
+
+/// **the mean cross-entropy**: logits of every shape and scale with their targets, and the three
+/// errors the doc promises; then `cross_entropy_from_logits_checks`.
+pub fn cross_entropy_from_logits(f: impl Fn(&DMatrix<f64>, &[usize]) -> Result<f64>) -> Verdict {
+    let cases = logits_and_targets(&mut Gen::new("cross_entropy_from_logits"));
+    let found = sweep(
+        CROSS,
+        "cross_entropy_from_logits",
+        Tol::F64,
+        &cases,
+        |(z, t)| outcome(f(z, t)),
+        |(z, t)| outcome(book::cross_entropy_from_logits(z, t)),
+    );
+    explained(found, || cross_entropy_from_logits_checks(&f))
+}
+
+/// **(P − Y)/N**: as [`cross_entropy_from_logits`]; then
+/// `cross_entropy_from_logits_backward_checks`.
+pub fn cross_entropy_from_logits_backward(
+    f: impl Fn(&DMatrix<f64>, &[usize]) -> Result<DMatrix<f64>>,
+) -> Verdict {
+    let cases = logits_and_targets(&mut Gen::new("cross_entropy_from_logits_backward"));
+    let found = sweep(
+        GRADIENT,
+        "cross_entropy_from_logits_backward",
+        Tol::F64,
+        &cases,
+        |(z, t)| outcome(f(z, t)),
+        |(z, t)| outcome(book::cross_entropy_from_logits_backward(z, t)),
+    );
+    explained(found, || cross_entropy_from_logits_backward_checks(&f))
+}
+
+/// Pairs (softmax or log-softmax of Z, an upstream gradient) at every shape (not 0 rows, which
+/// these exercises' docs do not cover) and scale.
+fn forward_and_gradient(
+    draw: &mut Gen,
+    forward: impl Fn(&DMatrix<f64>) -> llm_workbook::Result<DMatrix<f64>>,
+) -> Vec<(DMatrix<f64>, DMatrix<f64>)> {
+    let mut cases = Vec::new();
+    for &(n, k) in SHAPES.iter().filter(|s| s.0 > 0) {
+        for &s in &SCALES {
+            let z = draw.rows_apart(n, k, s);
+            if let Ok(y) = forward(&z) {
+                cases.push((y, draw.matrix(n, k, 1.0)));
+            }
+        }
+    }
+    cases
+}
+
+/// **softmax backward**: Y the softmax of Z at every shape and scale (rows thousands apart, so
+/// that some Y are exactly 0 and 1), ∂L/∂Y random; then `softmax_rows_backward_checks`.
+pub fn softmax_rows_backward(
+    f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>,
+) -> Verdict {
+    let cases =
+        forward_and_gradient(&mut Gen::new("softmax_rows_backward"), book::softmax_rows_forward);
+    let found = sweep(
+        GRADIENT,
+        "softmax_rows_backward",
+        Tol::F64,
+        &cases,
+        |(y, d)| outcome(f(y, d)),
+        |(y, d)| outcome(book::softmax_rows_backward(y, d)),
+    );
+    explained(found, || softmax_rows_backward_checks(&f))
+}
+
+/// **log-softmax backward**: ln Y of Z at every shape and scale (some entries near −10³), and
+/// rows with a masked −∞ logit; then `log_softmax_rows_backward_checks`.
+pub fn log_softmax_rows_backward(
+    f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>,
+) -> Verdict {
+    let mut draw = Gen::new("log_softmax_rows_backward");
+    let mut cases = forward_and_gradient(&mut draw, book::log_softmax_rows);
+    let mut z = draw.matrix(3, 4, 2.0);
+    z[(0, 1)] = f64::NEG_INFINITY;
+    z[(2, 3)] = f64::NEG_INFINITY;
+    if let Ok(l) = book::log_softmax_rows(&z) {
+        cases.push((l, draw.matrix(3, 4, 1.0)));
+    }
+    let found = sweep(
+        STABLE,
+        "log_softmax_rows_backward",
+        Tol::F64,
+        &cases,
+        |(l, d)| outcome(f(l, d)),
+        |(l, d)| outcome(book::log_softmax_rows_backward(l, d)),
+    );
+    explained(found, || log_softmax_rows_backward_checks(&f))
+}
+
+/// **(∂L/∂Z Wᵀ, Xᵀ ∂L/∂Z, column sums)**: N, D, K from 1 to 5 in every combination of the
+/// sweep's shapes, at every scale; then `regression_logits_backward_checks`.
+pub fn regression_logits_backward(
+    f: impl Fn(
+        &DMatrix<f64>,
+        &DMatrix<f64>,
+        &DMatrix<f64>,
+    ) -> Result<(DMatrix<f64>, DMatrix<f64>, DMatrix<f64>)>,
+) -> Verdict {
+    let mut draw = Gen::new("regression_logits_backward");
+    let mut cases = Vec::new();
+    for (n, d, k) in [(1, 1, 1), (1, 3, 2), (4, 2, 3), (3, 5, 1), (2, 2, 2), (5, 1, 4)] {
+        for &s in &SCALES {
+            cases.push((draw.matrix(d, k, s), draw.matrix(n, d, 1.0), draw.matrix(n, k, s)));
+        }
+    }
+    let found = sweep(
+        REGRESSION,
+        "regression_logits_backward",
+        Tol::F64,
+        &cases,
+        |(w, x, d)| outcome(f(w, x, d)),
+        |(w, x, d)| outcome(book::regression_logits_backward(w, x, d)),
+    );
+    explained(found, || regression_logits_backward_checks(&f))
 }

@@ -13,7 +13,7 @@ const COST: Section = Section { chapter: "ch03_mlp", anchor: "2-the-cost-and-gra
 const MANY: Section = Section { chapter: "ch03_mlp", anchor: "4-many-neurons-per-layer" };
 
 /// The main crate's layer on random x, W, b (the bias on every row); an error when widths differ.
-pub fn dense_forward(
+fn dense_forward_checks(
     f: impl Fn(&DMatrix<f64>, &DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>,
 ) -> Verdict {
     super::not_applicable(&[super::Probe::Scale, super::Probe::Order]);
@@ -38,7 +38,7 @@ pub fn dense_forward(
 
 /// The gradient check of C = Σ G ⊙ (xW + b) in x, W and b, on a non-square W (so a misplaced
 /// transpose shows in the shapes).
-pub fn dense_backward(
+fn dense_backward_checks(
     f: impl Fn(
         &DMatrix<f64>,
         &DMatrix<f64>,
@@ -84,7 +84,9 @@ fn activation_judge(
 
 /// The gradient check of Σ G ⊙ ReLU(z) at random z; 0 at the kink z = 0 (the chapter's
 /// convention); an error when shapes differ.
-pub fn relu_backward(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>) -> Verdict {
+fn relu_backward_checks(
+    f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>,
+) -> Verdict {
     super::not_applicable(&[super::Probe::Scale, super::Probe::Order]);
     super::probe(super::Probe::Batch);
     activation_judge(ACTIVATIONS, "relu_backward", book::Activation::Relu, &f).map_err(|m| {
@@ -109,7 +111,9 @@ pub fn relu_backward(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<
 
 /// The gradient check of Σ G ⊙ GELU(z) at random z (GELU with the exact erf), then Φ(z) + z φ(z)
 /// at |z| up to 30, compared relatively.
-pub fn gelu_backward(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>) -> Verdict {
+fn gelu_backward_checks(
+    f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>,
+) -> Verdict {
     super::not_applicable(&[super::Probe::Order, super::Probe::Errors]);
     super::probe(super::Probe::Batch);
     activation_judge(ACTIVATIONS, "gelu_backward", book::Activation::GeluErf, &f)
@@ -134,7 +138,9 @@ pub fn gelu_backward(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<
 
 /// The gradient check of C = mse(a, y) in a, for N = 4 rows and K = 3 columns (so that a division
 /// by N·K = 12 is not mistaken for a missing 2).
-pub fn mse_backward(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>) -> Verdict {
+fn mse_backward_checks(
+    f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>,
+) -> Verdict {
     super::not_applicable(&[super::Probe::Scale, super::Probe::Order, super::Probe::Errors]);
     super::probe(super::Probe::Batch);
     let (a, y) = (random(30, 4, 3), random(31, 4, 3));
@@ -173,7 +179,7 @@ type MlpBackward<'a> = &'a dyn Fn(
 /// The gradient check of C = Σ G ⊙ MLP(x) in x and every layer's W and b, on two networks:
 /// widths 3 → 4 → 5 → 2 (sigmoid hidden layers, a linear output) and 2 → 3 → 1 (GELU, a sigmoid
 /// output). The gradients come first layer first, one per layer, shaped like the layer.
-pub fn mlp_backward(
+fn mlp_backward_checks(
     f: impl Fn(
         &book::Mlp<f64>,
         &book::Trace<f64>,
@@ -265,4 +271,201 @@ fn check_mlp(f: MlpBackward, mlp: &book::Mlp<f64>, seed: u64) -> Verdict {
              previous layer's ∂C/∂a",
         )
     })
+}
+
+// ───────────── the judges: the sweep against the main crate, then the checks above ─────────────
+
+use super::sweep::{Fixed, Gen, Named, SCALES, SHAPES, Tol, explained, outcome, sweep};
+
+/// The (N, in, out) of the dense layers the sweep tries: 1s, unequal widths, N = 0.
+const DENSE_SIZES: [(usize, usize, usize); 6] =
+    [(1, 1, 1), (1, 3, 2), (4, 2, 3), (3, 5, 1), (0, 2, 3), (5, 1, 4)];
+
+/// **xW + b**: every size of the sweep at every scale, and widths that do not chain (x's columns
+/// against W's rows, W's columns against b's): an error must meet an error; then
+/// `dense_forward_checks`.
+pub fn dense_forward(
+    f: impl Fn(&DMatrix<f64>, &DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>,
+) -> Verdict {
+    let mut draw = Gen::new("dense_forward");
+    let mut cases = Vec::new();
+    for (n, i, o) in DENSE_SIZES {
+        for &s in &SCALES {
+            cases.push((draw.matrix(n, i, s), draw.matrix(i, o, 1.0), draw.matrix(1, o, s)));
+        }
+        cases.push((draw.matrix(n, i + 1, 1.0), draw.matrix(i, o, 1.0), draw.matrix(1, o, 1.0)));
+        cases.push((draw.matrix(n, i, 1.0), draw.matrix(i, o, 1.0), draw.matrix(1, o + 1, 1.0)));
+    }
+    let found = sweep(
+        LAYER,
+        "dense_forward",
+        Tol::F64,
+        &cases,
+        |(x, w, b)| outcome(f(x, w, b)),
+        |(x, w, b)| outcome(book::dense_forward(x, w, b)),
+    );
+    explained(found, || dense_forward_checks(&f))
+}
+
+/// **(∂C/∂y Wᵀ, xᵀ ∂C/∂y, column sums)**: every size of the sweep at every scale; then
+/// `dense_backward_checks`.
+pub fn dense_backward(
+    f: impl Fn(
+        &DMatrix<f64>,
+        &DMatrix<f64>,
+        &DMatrix<f64>,
+    ) -> Result<(DMatrix<f64>, DMatrix<f64>, DMatrix<f64>)>,
+) -> Verdict {
+    let mut draw = Gen::new("dense_backward");
+    let mut cases = Vec::new();
+    for (n, i, o) in DENSE_SIZES.into_iter().filter(|s| s.0 > 0) {
+        for &s in &SCALES {
+            cases.push((draw.matrix(n, i, 1.0), draw.matrix(i, o, s), draw.matrix(n, o, s)));
+        }
+    }
+    let found = sweep(
+        MANY,
+        "dense_backward",
+        Tol::F64,
+        &cases,
+        |(x, w, d)| outcome(f(x, w, d)),
+        |(x, w, d)| outcome(book::dense_backward(x, w, d).map(|g| (g.d_x, g.d_w, g.d_b))),
+    );
+    explained(found, || dense_backward_checks(&f))
+}
+
+/// Pre-activations at every shape and scale (with exact zeros, the kink) and an upstream
+/// gradient of the same shape.
+fn activation_cases(draw: &mut Gen) -> Vec<(DMatrix<f64>, DMatrix<f64>)> {
+    let mut cases = Vec::new();
+    for &(n, c) in SHAPES.iter().filter(|s| s.0 > 0) {
+        for &s in &SCALES {
+            let mut z = draw.matrix(n, c, s);
+            z[(0, 0)] = 0.0;
+            cases.push((z, draw.matrix(n, c, 1.0)));
+        }
+        let z = DMatrix::from_fn(n, c, |r, k| (r * c + k) as f64 * 7.0 - 20.0);
+        cases.push((z, draw.matrix(n, c, 1.0)));
+    }
+    cases
+}
+
+/// The sweep of an activation's backward against the main crate's `activation_backward`.
+fn activation_sweep(
+    exercise: &str,
+    kind: book::Activation,
+    f: &impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>,
+) -> Verdict {
+    let cases = activation_cases(&mut Gen::new(exercise));
+    sweep(
+        ACTIVATIONS,
+        exercise,
+        Tol::F64,
+        &cases,
+        |(z, d)| outcome(f(z, d)),
+        |(z, d)| outcome(book::activation_backward(kind, z, d)),
+    )
+}
+
+/// **ReLU's backward**: pre-activations of every shape and scale, exact zeros (f′(0) = 0)
+/// included; then `relu_backward_checks`.
+pub fn relu_backward(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>) -> Verdict {
+    let found = activation_sweep("relu_backward", book::Activation::Relu, &f);
+    explained(found, || relu_backward_checks(&f))
+}
+
+/// **GELU's backward**: pre-activations of every shape and scale, tails at ±20 and beyond;
+/// then `gelu_backward_checks`.
+pub fn gelu_backward(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>) -> Verdict {
+    let found = activation_sweep("gelu_backward", book::Activation::GeluErf, &f);
+    explained(found, || gelu_backward_checks(&f))
+}
+
+/// **2(a − y)/N**: every shape and scale; then `mse_backward_checks`.
+pub fn mse_backward(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>) -> Verdict {
+    let mut draw = Gen::new("mse_backward");
+    let mut cases = Vec::new();
+    for &(n, c) in SHAPES.iter().filter(|s| s.0 > 0) {
+        for &s in &SCALES {
+            cases.push((draw.matrix(n, c, s), draw.matrix(n, c, s)));
+        }
+    }
+    let found = sweep(
+        COST,
+        "mse_backward",
+        Tol::F64,
+        &cases,
+        |(a, y)| outcome(f(a, y)),
+        |(a, y)| outcome(book::mse_backward(a, y)),
+    );
+    explained(found, || mse_backward_checks(&f))
+}
+
+/// One network of the MLP sweep: (seed, widths, hidden activation, output activation, N, the
+/// scale of x).
+type MlpSpec =
+    (u64, Vec<usize>, Fixed<book::Activation>, Fixed<Option<book::Activation>>, usize, f64);
+
+/// The network, trace and upstream gradient of a spec.
+fn mlp_inputs(
+    spec: &MlpSpec,
+) -> llm_workbook::Result<(book::Mlp<f64>, book::Trace<f64>, DMatrix<f64>)> {
+    let (seed, sizes, hidden, output, n, scale) = spec;
+    let mut rng = llm_workbook::rng::Rng::new(*seed);
+    let mlp = book::Mlp::random(sizes, hidden.0, output.0, 0.8, &mut rng)?;
+    let x = rng.normal_matrix(*n, sizes[0], *scale);
+    let g = rng.normal_matrix(*n, sizes[sizes.len() - 1], 1.0);
+    let trace = mlp.forward(&x)?;
+    Ok((mlp, trace, g))
+}
+
+/// The gradients of an MLP as named matrices: ∂C/∂W⁽ˡ⁾, ∂C/∂b⁽ˡ⁾ for each layer, then ∂C/∂x.
+fn mlp_named((grads, d_x): (Vec<book::LayerGrads<f64>>, DMatrix<f64>)) -> Named {
+    let mut parts = Vec::new();
+    for (l, g) in grads.into_iter().enumerate() {
+        parts.push((format!("∂C/∂W⁽{}⁾", l + 1), g.d_w));
+        parts.push((format!("∂C/∂b⁽{}⁾", l + 1), g.d_b));
+    }
+    parts.push(("∂C/∂x".to_string(), d_x));
+    Named(parts)
+}
+
+/// **Backpropagation through an MLP**: networks of one to three layers with every activation
+/// (sigmoid, ReLU, both GELU forms) in the hidden layers and at the output (or none), unequal
+/// widths, N from 1 to 5, x at every scale; then `mlp_backward_checks`.
+pub fn mlp_backward(
+    f: impl Fn(
+        &book::Mlp<f64>,
+        &book::Trace<f64>,
+        &DMatrix<f64>,
+    ) -> Result<(Vec<book::LayerGrads<f64>>, DMatrix<f64>)>,
+) -> Verdict {
+    let mut cases: Vec<MlpSpec> = Vec::new();
+    let widths = [vec![2, 3], vec![3, 4, 2], vec![2, 5, 3, 1], vec![1, 1]];
+    let mut seed = 300;
+    for hidden in book::Activation::ALL {
+        for output in [None, Some(hidden), Some(book::Activation::Sigmoid)] {
+            for sizes in &widths {
+                for (n, scale) in [(1, 1.0), (4, 2.0), (3, 0.01)] {
+                    seed += 1;
+                    cases.push((seed, sizes.clone(), Fixed(hidden), Fixed(output), n, scale));
+                }
+            }
+        }
+    }
+    let found = sweep(
+        MANY,
+        "mlp_backward",
+        Tol::F64,
+        &cases,
+        |spec| {
+            let (mlp, trace, g) = outcome(mlp_inputs(spec))?;
+            outcome(f(&mlp, &trace, &g)).map(mlp_named)
+        },
+        |spec| {
+            let (mlp, trace, g) = outcome(mlp_inputs(spec))?;
+            outcome(mlp.backward(&trace, &g)).map(mlp_named)
+        },
+    );
+    explained(found, || mlp_backward_checks(&f))
 }

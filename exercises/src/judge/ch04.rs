@@ -55,7 +55,7 @@ fn xor_net(
 }
 
 /// Your sigmoid network's four outputs are within 0.01 of XOR.
-pub fn xor_sigmoid_net(f: impl Fn() -> PrintedNet) -> Verdict {
+fn xor_sigmoid_net_checks(f: impl Fn() -> PrintedNet) -> Verdict {
     super::not_applicable(&[
         super::Probe::Scale,
         super::Probe::Batch,
@@ -67,7 +67,7 @@ pub fn xor_sigmoid_net(f: impl Fn() -> PrintedNet) -> Verdict {
 }
 
 /// Your ReLU network classifies all four XOR inputs right at the threshold 0.5.
-pub fn xor_relu_net(f: impl Fn() -> PrintedNet) -> Verdict {
+fn xor_relu_net_checks(f: impl Fn() -> PrintedNet) -> Verdict {
     super::not_applicable(&[
         super::Probe::Scale,
         super::Probe::Batch,
@@ -79,7 +79,9 @@ pub fn xor_relu_net(f: impl Fn() -> PrintedNet) -> Verdict {
 }
 
 /// 0.5 for all four XOR points (the chapter's number); the main crate's fit on random data.
-pub fn least_squares_fit(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<LinearFit>) -> Verdict {
+fn least_squares_fit_checks(
+    f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<LinearFit>,
+) -> Verdict {
     super::not_applicable(&[super::Probe::Scale, super::Probe::Order, super::Probe::Errors]);
     super::probe(super::Probe::Batch);
     let (x, y) = book::xor_data();
@@ -105,4 +107,64 @@ pub fn least_squares_fit(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<Line
         return Err(LINE.fail(format!("b: yours {:.6}, expected {:.6}", fit.b, want.b)));
     }
     compare(LINE, "predictions", &fit.predictions, &want.predictions, 1e-8, &[])
+}
+
+// ───────────── the judges: the sweep against the main crate, then the checks above ─────────────
+
+use super::sweep::{Gen, Named, Tol, explained, outcome, sweep};
+
+/// The sweep of a printed network: on each of the four XOR inputs, yours must give XOR's class
+/// (within `within` of it for sigmoids; on the right side of 0.5 for ReLUs), as the main crate's
+/// network does. Nothing else is asked, so nothing else is compared.
+fn xor_sweep(sec: Section, exercise: &str, f: &impl Fn() -> PrintedNet, within: f64) -> Verdict {
+    let (x, y) = book::xor_data();
+    let cases: Vec<usize> = (0..x.nrows()).collect();
+    let class = |net: &PrintedNet, i: usize| -> Result<f64> {
+        let out = net.mlp()?.predict(&x.rows(i, 1).into_owned())?[(0, 0)];
+        Ok(if within > 0.0 {
+            if (out - y[(i, 0)]).abs() <= within { y[(i, 0)] } else { out }
+        } else {
+            f64::from(u8::from(out >= 0.5))
+        })
+    };
+    sweep(sec, exercise, Tol::EXACT, &cases, |&i| outcome(class(&f(), i)), |&i| Ok(y[(i, 0)]))
+}
+
+/// **A sigmoid network for XOR**: its output on each of the four inputs within 0.01 of XOR;
+/// then `xor_sigmoid_net_checks`.
+pub fn xor_sigmoid_net(f: impl Fn() -> PrintedNet) -> Verdict {
+    let found = xor_sweep(SIGMOID, "xor_sigmoid_net", &f, 0.01);
+    explained(found, || xor_sigmoid_net_checks(&f))
+}
+
+/// **A ReLU network for XOR**: each of the four inputs on XOR's side of 0.5; then
+/// `xor_relu_net_checks`.
+pub fn xor_relu_net(f: impl Fn() -> PrintedNet) -> Verdict {
+    let found = xor_sweep(RELU, "xor_relu_net", &f, 0.0);
+    explained(found, || xor_relu_net_checks(&f))
+}
+
+/// **Least squares**: N from D + 2 to 9 points, D from 1 to 3, unequal sizes, values at 0.1, 1
+/// and 10 (the normal equations square the condition number of A, so two right solutions agree
+/// to about 10⁻¹⁶ · κ(A)², well inside [`Tol::CHAIN`]'s 10⁻⁶); then `least_squares_fit_checks`.
+pub fn least_squares_fit(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<LinearFit>) -> Verdict {
+    let mut draw = Gen::new("least_squares_fit");
+    let mut cases = Vec::new();
+    for (n, d) in [(3, 1), (4, 2), (9, 3), (6, 1), (5, 3)] {
+        for s in [1.0, 0.1, 10.0] {
+            cases.push((draw.matrix(n, d, s), draw.matrix(n, 1, s)));
+        }
+    }
+    let named = |fit: LinearFit| {
+        Named::of([("w", fit.w), ("b", DMatrix::from_element(1, 1, fit.b)), ("ŷ", fit.predictions)])
+    };
+    let found = sweep(
+        LINE,
+        "least_squares_fit",
+        Tol::CHAIN,
+        &cases,
+        |(x, y)| outcome(f(x, y)).map(named),
+        |(x, y)| outcome(book::least_squares_fit(x, y)).map(named),
+    );
+    explained(found, || least_squares_fit_checks(&f))
 }

@@ -37,7 +37,7 @@ const FREQUENCY_SLIPS: [FrequencySlip; 5] = [
 
 /// ω₀ = 1 for every d; ω₁ = 0.01 for d = 4; the main crate's ωᵢ for d = 8, 16, 512 (relatively:
 /// ω₂₅₅ for d = 512 is about 1.04·10⁻⁴); the slips of `FREQUENCY_SLIPS` named.
-pub fn frequency(f: impl Fn(usize, usize) -> f64) -> Verdict {
+fn frequency_checks(f: impl Fn(usize, usize) -> f64) -> Verdict {
     super::not_applicable(&[
         super::Probe::Scale,
         super::Probe::Batch,
@@ -74,7 +74,7 @@ fn close_relative(a: f64, b: f64) -> bool {
 /// The chapter's rows for d = 4: PE(1) = (0.84147, 0.54030, 0.01000, 0.99995),
 /// PE(2) = (0.9093, −0.4161, 0.0200, 0.9998) at the printed decimals; PE(0) = (0, 1, 0, 1, …);
 /// the main crate's PE for 50×16; an error for odd d.
-pub fn sinusoidal(f: impl Fn(usize, usize) -> Result<DMatrix<f64>>) -> Verdict {
+fn sinusoidal_checks(f: impl Fn(usize, usize) -> Result<DMatrix<f64>>) -> Verdict {
     super::not_applicable(&[super::Probe::Scale, super::Probe::Order]);
     super::probe(super::Probe::Batch);
     let pe = attempt_ok(FORMULA, "sinusoidal", || f(3, 4))?;
@@ -111,7 +111,7 @@ pub fn sinusoidal(f: impl Fn(usize, usize) -> Result<DMatrix<f64>>) -> Verdict {
 }
 
 /// Two sequences of length 3 stacked: row r gets PE(r mod 3); an error for 5 rows.
-pub fn add_positions(f: impl Fn(&DMatrix<f64>, usize) -> Result<DMatrix<f64>>) -> Verdict {
+fn add_positions_checks(f: impl Fn(&DMatrix<f64>, usize) -> Result<DMatrix<f64>>) -> Verdict {
     super::not_applicable(&[super::Probe::Scale, super::Probe::Order]);
     super::batch_probe(super::BatchInput { sequences: 2, t_q: 3, t_k: 3, width: 4 });
     let x = random(50, 6, 4);
@@ -138,4 +138,67 @@ pub fn add_positions(f: impl Fn(&DMatrix<f64>, usize) -> Result<DMatrix<f64>>) -
             Err(WHY.fail("5 rows are not a whole number of sequences of length 3: return an Err"))
         }
     }
+}
+
+// ───────────── the judges: the sweep against the main crate, then the checks above ─────────────
+
+use super::sweep::{Gen, SCALES, Tol, explained, outcome, sweep};
+
+/// **ωᵢ**: every pair i of widths d = 2 … 512; then `frequency_checks`.
+pub fn frequency(f: impl Fn(usize, usize) -> f64) -> Verdict {
+    let mut cases = Vec::new();
+    for d in [2, 4, 6, 8, 10, 16, 64, 512] {
+        cases.extend((0..d / 2).map(|i| (i, d)));
+    }
+    let found = sweep(
+        FORMULA,
+        "frequency",
+        Tol::F64,
+        &cases,
+        |&(i, d)| Ok(f(i, d)),
+        |&(i, d)| Ok(book::frequency(i, d)),
+    );
+    explained(found, || frequency_checks(&f))
+}
+
+/// **The n×d encoding**: n from 1 to 50, d from 0 to 16 (0 and the odd ones are the errors the
+/// doc promises); then `sinusoidal_checks`.
+pub fn sinusoidal(f: impl Fn(usize, usize) -> Result<DMatrix<f64>>) -> Verdict {
+    let mut cases = Vec::new();
+    for n in [1, 2, 5, 50] {
+        for d in [0, 1, 2, 3, 4, 6, 7, 16] {
+            cases.push((n, d));
+        }
+    }
+    let found = sweep(
+        FORMULA,
+        "sinusoidal",
+        Tol::F64,
+        &cases,
+        |&(n, d)| outcome(f(n, d)),
+        |&(n, d)| outcome(book::sinusoidal::<f64>(n, d)),
+    );
+    explained(found, || sinusoidal_checks(&f))
+}
+
+/// **X + PE**: B from 1 to 3 sequences of T from 1 to 4 rows, d = 2, 4, 6, values at every scale,
+/// and rows that are not a multiple of T (the promised error); then `add_positions_checks`.
+pub fn add_positions(f: impl Fn(&DMatrix<f64>, usize) -> Result<DMatrix<f64>>) -> Verdict {
+    let mut draw = Gen::new("add_positions");
+    let mut cases = Vec::new();
+    for (b, t, d) in [(1, 1, 2), (2, 3, 4), (3, 2, 6), (1, 4, 2), (2, 4, 4)] {
+        for &s in &SCALES {
+            cases.push((draw.matrix(b * t, d, s), t));
+        }
+        cases.push((draw.matrix(b * t + 1, d, 1.0), t));
+    }
+    let found = sweep(
+        WHY,
+        "add_positions",
+        Tol::F64,
+        &cases,
+        |(x, t)| outcome(f(x, *t)),
+        |(x, t)| outcome(book::add_positions(x, *t)),
+    );
+    explained(found, || add_positions_checks(&f))
 }

@@ -16,7 +16,7 @@ const NORM: Section = Section { chapter: "ch06_attention", anchor: "3-layernorm"
 
 /// Every entry of the 4×4 and 2×5 masks (the diagonal visible, no future key visible), and errors
 /// for T_k < T_q and for 0.
-pub fn causal_mask(f: impl Fn(usize, usize) -> Result<DMatrix<f64>>) -> Verdict {
+fn causal_mask_checks(f: impl Fn(usize, usize) -> Result<DMatrix<f64>>) -> Verdict {
     super::not_applicable(&[super::Probe::Scale, super::Probe::Order]);
     super::probe(super::Probe::Batch);
     super::probe(super::Probe::Named);
@@ -60,7 +60,7 @@ pub fn causal_mask(f: impl Fn(usize, usize) -> Result<DMatrix<f64>>) -> Verdict 
 
 /// The main crate's O and A on random Q, K, V (bidirectional, causal and with T_q < T_k); rows of
 /// A sum to 1; no causal leak (changing a future value row changes no earlier output).
-pub fn attention_forward(
+fn attention_forward_checks(
     f: impl Fn(
         &DMatrix<f64>,
         &DMatrix<f64>,
@@ -162,7 +162,7 @@ fn masked_scores(q: &DMatrix<f64>, k: &DMatrix<f64>, causal: bool) -> DMatrix<f6
 }
 
 /// The gradient check of L = Σ G ⊙ O(Q, K, V) in Q, K and V, bidirectional and causal.
-pub fn attention_backward(
+fn attention_backward_checks(
     f: impl Fn(
         &DMatrix<f64>,
         &DMatrix<f64>,
@@ -203,7 +203,7 @@ pub fn attention_backward(
 /// The chapter's (1, 2, 3, 4) → (−1.3416, −0.4472, 0.4472, 1.3416); zero mean and unit variance
 /// per row with γ = 1, β = 0; the main crate's LayerNorm with random γ, β, and the same values
 /// for rows shifted by 10⁸.
-pub fn layer_norm_forward(
+fn layer_norm_forward_checks(
     f: impl Fn(&DMatrix<f64>, &DMatrix<f64>, &DMatrix<f64>, f64) -> Result<DMatrix<f64>>,
 ) -> Verdict {
     super::not_applicable(&[super::Probe::Order, super::Probe::Errors]);
@@ -286,7 +286,7 @@ fn far_shift_failure(what: &str, m: &str) -> String {
 }
 
 /// The gradient check of L = Σ G ⊙ LayerNorm(X) in X, γ and β.
-pub fn layer_norm_backward(
+fn layer_norm_backward_checks(
     f: impl Fn(
         &DMatrix<f64>,
         &DMatrix<f64>,
@@ -346,7 +346,7 @@ pub fn layer_norm_backward(
 }
 
 /// Three heads of width 2 from a 3×6 matrix: head h is columns 2h, 2h + 1; an error for 4 heads.
-pub fn split_heads(f: impl Fn(&DMatrix<f64>, usize) -> Result<Vec<DMatrix<f64>>>) -> Verdict {
+fn split_heads_checks(f: impl Fn(&DMatrix<f64>, usize) -> Result<Vec<DMatrix<f64>>>) -> Verdict {
     super::not_applicable(&[super::Probe::Scale, super::Probe::Order]);
     super::probe(super::Probe::Batch);
     let m = DMatrix::from_fn(3, 6, |r, c| (10 * r + c) as f64);
@@ -373,7 +373,7 @@ pub fn split_heads(f: impl Fn(&DMatrix<f64>, usize) -> Result<Vec<DMatrix<f64>>>
 
 /// Three 2×3 heads (N = 2 rows, width w = 3, unequal contents) side by side give the 2×9
 /// matrix; an error for no parts.
-pub fn concat_heads(f: impl Fn(&[DMatrix<f64>]) -> Result<DMatrix<f64>>) -> Verdict {
+fn concat_heads_checks(f: impl Fn(&[DMatrix<f64>]) -> Result<DMatrix<f64>>) -> Verdict {
     super::not_applicable(&[super::Probe::Scale, super::Probe::Order]);
     let (heads, n, w) = (3, 2, 3);
     let parts: Vec<DMatrix<f64>> = (0..heads).map(|h| random(90 + h as u64, n, w)).collect();
@@ -458,7 +458,7 @@ const MHA_SEQUENCES: usize = 2;
 /// biases, each on `MHA_SEQUENCES` (2) sequences of unequal content: cross-attention (3 queries
 /// over 5 keys, widths 4 and 3, 2 heads, C_out = 5) and causal self-attention shaped inputs (4
 /// tokens, 2 heads), X_q ≠ X_kv so each input's path is checked; an ignored batch loop named.
-pub fn mha_backward(
+fn mha_backward_checks(
     f: impl Fn(
         &book::MultiHead<f64>,
         &book::MhaCache<f64>,
@@ -557,7 +557,7 @@ pub(crate) fn ffn_from(
 
 /// The gradient check of L = Σ G ⊙ FFN(x) in W₂, b₂, W₁, b₁ and x (the order the backward pass
 /// reaches them), with ReLU (D3) and GELU (GPT-2).
-pub fn ffn_backward(
+fn ffn_backward_checks(
     f: impl Fn(&book::Ffn<f64>, &book::FfnCache<f64>, &DMatrix<f64>) -> Result<book::FfnGrads<f64>>,
 ) -> Verdict {
     super::not_applicable(&[super::Probe::Scale, super::Probe::Order, super::Probe::Errors]);
@@ -671,7 +671,7 @@ fn block_hint(order: book::NormOrder, tensor: &str) -> &'static str {
 
 /// The gradient check of L = Σ G ⊙ block(x) in x and all sixteen tensors, pre-LN and post-LN,
 /// causal self-attention over 2 sequences of 3 tokens, width 4, 2 heads, GELU.
-pub fn block_backward(
+fn block_backward_checks(
     f: impl Fn(
         &book::Block<f64>,
         &book::BlockCache<f64>,
@@ -728,4 +728,406 @@ pub fn block_backward(
         })?;
     }
     Ok(())
+}
+
+// ───────────── the judges: the sweep against the main crate, then the checks above ─────────────
+
+use super::sweep::{Gen, Named, SCALES, Tol, explained, outcome, sweep};
+
+/// **The causal mask**: every T_q ≤ T_k up to 6, and the errors the doc promises (T_q or T_k
+/// = 0, T_k < T_q) with the first value past each bound; then `causal_mask_checks`.
+pub fn causal_mask(f: impl Fn(usize, usize) -> Result<DMatrix<f64>>) -> Verdict {
+    let cases: Vec<(usize, usize)> = (0..=6).flat_map(|q| (0..=6).map(move |k| (q, k))).collect();
+    let found = sweep(
+        SDPA,
+        "causal_mask",
+        Tol::EXACT,
+        &cases,
+        |&(q, k)| outcome(f(q, k)),
+        |&(q, k)| outcome(book::causal_mask(q, k)),
+    );
+    explained(found, || causal_mask_checks(&f))
+}
+
+/// One attention case: (Q, K, V, ∂L/∂O, causal).
+type AttentionCase = (DMatrix<f64>, DMatrix<f64>, DMatrix<f64>, DMatrix<f64>, bool);
+
+/// (Q, K, V, ∂L/∂O, causal) at T_q ≤ T_k (causal) or any T_q, T_k (not), widths d_k ≠ d_v, every
+/// scale (scores of 10⁶ at scale 10³: a softmax without its shift overflows), and ties.
+fn attention_cases(draw: &mut Gen) -> Vec<AttentionCase> {
+    let mut cases = Vec::new();
+    for (tq, tk, dk, dv) in [(1, 1, 1, 1), (2, 3, 2, 4), (3, 3, 4, 2), (4, 4, 3, 3), (1, 5, 2, 1)] {
+        for causal in [false, true] {
+            for &s in &SCALES {
+                cases.push((
+                    draw.rows_apart(tq, dk, s),
+                    draw.matrix(tk, dk, s.sqrt()),
+                    draw.matrix(tk, dv, 1.0),
+                    draw.matrix(tq, dv, 1.0),
+                    causal,
+                ));
+            }
+        }
+    }
+    cases.extend([(3, 2, 2, 2, false)].map(|(tq, tk, dk, dv, c)| {
+        (
+            draw.matrix(tq, dk, 1.0),
+            draw.matrix(tk, dk, 1.0),
+            draw.matrix(tk, dv, 1.0),
+            draw.matrix(tq, dv, 1.0),
+            c,
+        )
+    }));
+    cases
+}
+
+/// **Attention forward**: the sweep's (Q, K, V) with and without the causal mask; then
+/// `attention_forward_checks`.
+pub fn attention_forward(
+    f: impl Fn(
+        &DMatrix<f64>,
+        &DMatrix<f64>,
+        &DMatrix<f64>,
+        bool,
+    ) -> Result<(DMatrix<f64>, DMatrix<f64>)>,
+) -> Verdict {
+    let cases = attention_cases(&mut Gen::new("attention_forward"));
+    let found = sweep(
+        SDPA,
+        "attention_forward",
+        Tol::F64,
+        &cases,
+        |(q, k, v, _, c)| outcome(f(q, k, v, *c)),
+        |(q, k, v, _, c)| outcome(solution::attention_forward(q, k, v, *c)),
+    );
+    explained(found, || attention_forward_checks(&f))
+}
+
+/// **Attention backward**: the sweep's (Q, K, V, ∂L/∂O) with the forward's A from the main crate;
+/// then `attention_backward_checks`.
+pub fn attention_backward(
+    f: impl Fn(
+        &DMatrix<f64>,
+        &DMatrix<f64>,
+        &DMatrix<f64>,
+        &DMatrix<f64>,
+        &DMatrix<f64>,
+        bool,
+    ) -> Result<(DMatrix<f64>, DMatrix<f64>, DMatrix<f64>)>,
+) -> Verdict {
+    let cases = attention_cases(&mut Gen::new("attention_backward"));
+    let weights = |q: &DMatrix<f64>, k: &DMatrix<f64>, v: &DMatrix<f64>, c: bool| {
+        outcome(solution::attention_forward(q, k, v, c)).map(|(_, a)| a)
+    };
+    let found = sweep(
+        BACKWARD,
+        "attention_backward",
+        Tol::F64,
+        &cases,
+        |(q, k, v, d, c)| outcome(f(q, k, v, &weights(q, k, v, *c)?, d, *c)),
+        |(q, k, v, d, c)| {
+            outcome(solution::attention_backward(q, k, v, &weights(q, k, v, *c)?, d, *c))
+        },
+    );
+    explained(found, || attention_backward_checks(&f))
+}
+
+/// One LayerNorm case: (X, γ, β or ∂L/∂Y, ε).
+type NormCase = (DMatrix<f64>, DMatrix<f64>, DMatrix<f64>, f64);
+
+/// (X, γ, β or ∂L/∂Y, ε) for LayerNorm: rows of 1 to 5 entries at every scale, rows shifted by
+/// 10⁸, ε from 0 to 10⁻².
+fn norm_cases(draw: &mut Gen) -> Vec<NormCase> {
+    let mut cases = Vec::new();
+    for (n, c) in [(1, 2), (3, 4), (2, 5), (4, 3)] {
+        for &s in &SCALES {
+            for eps in [1e-5, 1e-2] {
+                let x = draw.rows_apart(n, c, s);
+                cases.push((x, draw.matrix(1, c, 1.0), draw.matrix(n, c, 1.0), eps));
+            }
+        }
+        let far = draw.matrix(n, c, 1.0).add_scalar(super::FAR_SHIFT);
+        cases.push((far, draw.matrix(1, c, 1.0), draw.matrix(n, c, 1.0), 1e-5));
+    }
+    cases
+}
+
+/// LayerNorm's tolerance: rows shifted by 10⁸ keep x − μ only to the rounding of μ
+/// (ulp(10⁸) ≈ 1.5·10⁻⁸ of a σ near 1), so two right answers agree to about 10⁻⁸ there and
+/// [`Tol::CHAIN`]'s 10⁻⁶ is the bound; E\[x²\] − μ² misses σ² by about 2 there.
+const NORM_TOL: Tol = Tol::CHAIN;
+
+/// **LayerNorm forward**: the sweep's rows (shifted by 10⁸ too); then
+/// `layer_norm_forward_checks`.
+pub fn layer_norm_forward(
+    f: impl Fn(&DMatrix<f64>, &DMatrix<f64>, &DMatrix<f64>, f64) -> Result<DMatrix<f64>>,
+) -> Verdict {
+    let cases = norm_cases(&mut Gen::new("layer_norm_forward"));
+    let found = sweep(
+        NORM,
+        "layer_norm_forward",
+        NORM_TOL,
+        &cases,
+        |(x, g, b, e)| outcome(f(x, g, &b.rows(0, 1).into_owned(), *e)),
+        |(x, g, b, e)| outcome(solution::layer_norm_forward(x, g, &b.rows(0, 1).into_owned(), *e)),
+    );
+    explained(found, || layer_norm_forward_checks(&f))
+}
+
+/// **LayerNorm backward**: the sweep's rows with ∂L/∂Y; then `layer_norm_backward_checks`.
+pub fn layer_norm_backward(
+    f: impl Fn(
+        &DMatrix<f64>,
+        &DMatrix<f64>,
+        &DMatrix<f64>,
+        f64,
+    ) -> Result<(DMatrix<f64>, DMatrix<f64>, DMatrix<f64>)>,
+) -> Verdict {
+    let cases = norm_cases(&mut Gen::new("layer_norm_backward"));
+    let found = sweep(
+        NORM,
+        "layer_norm_backward",
+        NORM_TOL,
+        &cases,
+        |(x, g, d, e)| outcome(f(x, g, d, *e)),
+        |(x, g, d, e)| outcome(solution::layer_norm_backward(x, g, d, *e)),
+    );
+    explained(found, || layer_norm_backward_checks(&f))
+}
+
+/// **Splitting into heads**: widths 1 to 12, H from 0 to 5 (H = 0 and widths not a multiple of
+/// H are the promised errors); then `split_heads_checks`.
+pub fn split_heads(f: impl Fn(&DMatrix<f64>, usize) -> Result<Vec<DMatrix<f64>>>) -> Verdict {
+    let mut draw = Gen::new("split_heads");
+    let mut cases = Vec::new();
+    for (n, w) in [(1, 1), (2, 4), (3, 6), (1, 12), (4, 5)] {
+        for h in 0..=5 {
+            cases.push((draw.matrix(n, w, 1.0), h));
+        }
+    }
+    let found = sweep(
+        HEADS,
+        "split_heads",
+        Tol::EXACT,
+        &cases,
+        |(m, h)| outcome(f(m, *h)),
+        |(m, h)| outcome(book::split_heads(m, *h)),
+    );
+    explained(found, || split_heads_checks(&f))
+}
+
+/// **Merging heads**: one to four parts of unequal widths, no parts and unequal rows (the
+/// promised errors); then `concat_heads_checks`.
+pub fn concat_heads(f: impl Fn(&[DMatrix<f64>]) -> Result<DMatrix<f64>>) -> Verdict {
+    let mut draw = Gen::new("concat_heads");
+    let mut cases: Vec<Vec<DMatrix<f64>>> = vec![Vec::new()];
+    for (n, widths) in [(1, vec![1]), (2, vec![2, 3]), (3, vec![1, 1, 1, 2]), (2, vec![4, 4])] {
+        cases.push(widths.iter().map(|&w| draw.matrix(n, w, 1.0)).collect());
+        let mut unequal: Vec<DMatrix<f64>> =
+            widths.iter().map(|&w| draw.matrix(n, w, 1.0)).collect();
+        unequal.push(draw.matrix(n + 1, 2, 1.0));
+        cases.push(unequal);
+    }
+    let found = sweep(
+        HEADS,
+        "concat_heads",
+        Tol::EXACT,
+        &cases,
+        |p| outcome(f(p)),
+        |p| outcome(book::concat_heads(p)),
+    );
+    explained(found, || concat_heads_checks(&f))
+}
+
+/// Multi-head attention's gradients by name.
+pub(crate) fn mha_named(g: book::MhaGrads<f64>) -> Named {
+    Named::of([
+        ("∂X_q", g.d_x_q),
+        ("∂X_kv", g.d_x_kv),
+        ("∂W_Q", g.d_w_q),
+        ("∂b_Q", g.d_b_q),
+        ("∂W_K", g.d_w_k),
+        ("∂b_K", g.d_b_k),
+        ("∂W_V", g.d_w_v),
+        ("∂b_V", g.d_b_v),
+        ("∂W_O", g.d_w_o),
+        ("∂b_O", g.d_b_o),
+    ])
+}
+
+/// One multi-head case: (seed, H, B, T_q, T_k, causal, the scale of the inputs).
+type MhaSpec = (u64, usize, usize, usize, usize, bool, f64);
+
+/// The weights, cache and upstream gradient of a multi-head case (widths C_q = 3, C_kv = 4,
+/// d_k = 2 per head, C_out = 5).
+fn mha_inputs(
+    &(seed, heads, b, tq, tk, causal, scale): &MhaSpec,
+) -> Result<(book::MultiHead<f64>, book::MhaCache<f64>, DMatrix<f64>)> {
+    let p = random_mha(seed, heads, (3, 4, 2, 5))?;
+    let x_q = random(seed + 20, b * tq, 3) * scale;
+    let x_kv = random(seed + 21, b * tk, 4) * scale;
+    let spec = book::AttnSpec { causal, ..book::AttnSpec::cross(tq, tk) };
+    let (_, cache) = book::mha_forward(&p, &x_q, &x_kv, &spec)?;
+    Ok((p, cache, random(seed + 22, b * tq, 5)))
+}
+
+/// **Multi-head backward**: 1 to 3 heads, 1 to 3 sequences, T_q ≠ T_k, causal or not, inputs at
+/// 10⁻³ to 30 (scores in the hundreds); then `mha_backward_checks`.
+pub fn mha_backward(
+    f: impl Fn(
+        &book::MultiHead<f64>,
+        &book::MhaCache<f64>,
+        &DMatrix<f64>,
+    ) -> Result<book::MhaGrads<f64>>,
+) -> Verdict {
+    let mut cases: Vec<MhaSpec> = Vec::new();
+    let mut seed = 600;
+    for (h, b, tq, tk) in [(1, 1, 1, 1), (2, 2, 3, 5), (3, 1, 2, 2), (2, 3, 2, 3), (1, 2, 4, 4)] {
+        for causal in [false, true] {
+            for scale in [1.0, 1e-3, 30.0] {
+                seed += 40;
+                cases.push((seed, h, b, tq, tk, causal, scale));
+            }
+        }
+    }
+    let found = sweep(
+        HEADS,
+        "mha_backward",
+        Tol::F64,
+        &cases,
+        |s| {
+            let (p, cache, g) = outcome(mha_inputs(s))?;
+            outcome(f(&p, &cache, &g)).map(mha_named)
+        },
+        |s| {
+            let (p, cache, g) = outcome(mha_inputs(s))?;
+            outcome(book::mha_backward(&p, &cache, &g)).map(mha_named)
+        },
+    );
+    explained(found, || mha_backward_checks(&f))
+}
+
+/// The feed-forward net's gradients by name.
+pub(crate) fn ffn_named(g: book::FfnGrads<f64>) -> Named {
+    Named::of([("∂x", g.d_x), ("∂W₁", g.d_w1), ("∂b₁", g.d_b1), ("∂W₂", g.d_w2), ("∂b₂", g.d_b2)])
+}
+
+/// One feed-forward case: (seed, activation, N, C, F, the scale of x).
+type FfnSpec =
+    (u64, super::sweep::Fixed<llm_workbook::ch03_mlp::Activation>, usize, usize, usize, f64);
+
+fn ffn_inputs(
+    (seed, act, n, c, hidden, scale): &FfnSpec,
+) -> Result<(book::Ffn<f64>, book::FfnCache<f64>, DMatrix<f64>)> {
+    let mut rng = llm_workbook::rng::Rng::new(*seed);
+    let mut ffn = book::Ffn::random(*c, *hidden, act.0, 0.8, &mut rng);
+    ffn.b1 = random(seed + 1, 1, *hidden) * 0.3;
+    ffn.b2 = random(seed + 2, 1, *c) * 0.3;
+    let x = random(seed + 3, *n, *c) * *scale;
+    let (_, cache) = book::ffn_forward(&ffn, &x)?;
+    Ok((ffn, cache, random(seed + 4, *n, *c)))
+}
+
+/// **The feed-forward backward**: every activation (both GELU forms), N from 1 to 4, C ≠ F,
+/// x at 10⁻³ to 30; then `ffn_backward_checks`.
+pub fn ffn_backward(
+    f: impl Fn(&book::Ffn<f64>, &book::FfnCache<f64>, &DMatrix<f64>) -> Result<book::FfnGrads<f64>>,
+) -> Verdict {
+    let mut cases: Vec<FfnSpec> = Vec::new();
+    let mut seed = 700;
+    for act in llm_workbook::ch03_mlp::Activation::ALL {
+        for (n, c, hidden) in [(1, 1, 1), (4, 3, 5), (2, 4, 2)] {
+            for scale in [1.0, 1e-3, 30.0] {
+                seed += 10;
+                cases.push((seed, super::sweep::Fixed(act), n, c, hidden, scale));
+            }
+        }
+    }
+    let found = sweep(
+        FFN,
+        "ffn_backward",
+        Tol::F64,
+        &cases,
+        |s| {
+            let (ffn, cache, g) = outcome(ffn_inputs(s))?;
+            outcome(f(&ffn, &cache, &g)).map(ffn_named)
+        },
+        |s| {
+            let (ffn, cache, g) = outcome(ffn_inputs(s))?;
+            outcome(book::ffn_backward(&ffn, &cache, &g)).map(ffn_named)
+        },
+    );
+    explained(found, || ffn_backward_checks(&f))
+}
+
+/// A block's gradients by name.
+fn block_named(g: book::BlockGrads<f64>) -> Named {
+    let mut parts = vec![("∂x".to_string(), g.d_x)];
+    parts.extend(mha_named(g.attn).0.into_iter().map(|(n, m)| (format!("MHA {n}"), m)));
+    parts.extend(ffn_named(g.ffn).0.into_iter().map(|(n, m)| (format!("FFN {n}"), m)));
+    parts.push(("LN₁ ∂γ".into(), g.ln1.d_gamma));
+    parts.push(("LN₁ ∂β".into(), g.ln1.d_beta));
+    parts.push(("LN₂ ∂γ".into(), g.ln2.d_gamma));
+    parts.push(("LN₂ ∂β".into(), g.ln2.d_beta));
+    Named(parts)
+}
+
+/// One block case: (seed, pre-LN, activation, B, T, the scale of x).
+type BlockSpec =
+    (u64, bool, super::sweep::Fixed<llm_workbook::ch03_mlp::Activation>, usize, usize, f64);
+
+fn block_inputs(
+    (seed, pre, act, b, t, scale): &BlockSpec,
+) -> Result<(book::Block<f64>, book::BlockCache<f64>, DMatrix<f64>)> {
+    let order = if *pre { book::NormOrder::Pre } else { book::NormOrder::Post };
+    let mut rng = llm_workbook::rng::Rng::new(*seed);
+    let mut blk = book::Block::random(4, 2, 6, act.0, order, 0.6, &mut rng)?;
+    blk.attn = random_mha(seed + 1, 2, (4, 4, 2, 4))?;
+    blk.ln1.gamma = random(seed + 10, 1, 4).add_scalar(1.0);
+    blk.ln1.beta = random(seed + 11, 1, 4) * 0.3;
+    blk.ln2.gamma = random(seed + 12, 1, 4).add_scalar(1.0);
+    blk.ln2.beta = random(seed + 13, 1, 4) * 0.3;
+    blk.ffn.b1 = random(seed + 14, 1, 6) * 0.3;
+    blk.ffn.b2 = random(seed + 15, 1, 4) * 0.3;
+    let x = random(seed + 20, b * t, 4) * *scale;
+    let (_, cache) = book::block_forward(&blk, &x, &book::AttnSpec::causal(*t))?;
+    Ok((blk, cache, random(seed + 21, b * t, 4)))
+}
+
+/// **The block backward**: pre-LN and post-LN, GELU (tanh) and ReLU, 1 to 3 sequences of 1 to 4
+/// tokens, x at 0.1 to 10 ([`Tol::CHAIN`]: a chain of two LayerNorms, attention and the FFN);
+/// then `block_backward_checks`.
+pub fn block_backward(
+    f: impl Fn(
+        &book::Block<f64>,
+        &book::BlockCache<f64>,
+        &DMatrix<f64>,
+    ) -> Result<book::BlockGrads<f64>>,
+) -> Verdict {
+    use llm_workbook::ch03_mlp::Activation;
+    let mut cases: Vec<BlockSpec> = Vec::new();
+    let mut seed = 800;
+    for pre in [true, false] {
+        for act in [Activation::GeluTanh, Activation::Relu] {
+            for (b, t, scale) in [(1, 1, 1.0), (2, 3, 1.0), (3, 2, 10.0), (1, 4, 0.1)] {
+                seed += 30;
+                cases.push((seed, pre, super::sweep::Fixed(act), b, t, scale));
+            }
+        }
+    }
+    let found = sweep(
+        BLOCK,
+        "block_backward",
+        Tol::CHAIN,
+        &cases,
+        |s| {
+            let (blk, cache, g) = outcome(block_inputs(s))?;
+            outcome(f(&blk, &cache, &g)).map(block_named)
+        },
+        |s| {
+            let (blk, cache, g) = outcome(block_inputs(s))?;
+            outcome(book::block_backward(&blk, &cache, &g)).map(block_named)
+        },
+    );
+    explained(found, || block_backward_checks(&f))
 }

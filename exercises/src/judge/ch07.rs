@@ -16,7 +16,7 @@ const BACKWARD: Section =
 
 /// Every entry for lengths (2, 3, 1) with T_q = 2, T_k = 3 (sequence 0 padded, so that its mask
 /// for all is not the unmasked one); errors for a zero or too long length.
-pub fn padding_mask(f: impl Fn(&[usize], usize, usize) -> Result<DMatrix<f64>>) -> Verdict {
+fn padding_mask_checks(f: impl Fn(&[usize], usize, usize) -> Result<DMatrix<f64>>) -> Verdict {
     super::not_applicable(&[super::Probe::Scale, super::Probe::Order]);
     super::probe(super::Probe::Named);
     let lengths = [2, 3, 1];
@@ -54,7 +54,7 @@ pub fn padding_mask(f: impl Fn(&[usize], usize, usize) -> Result<DMatrix<f64>>) 
     Ok(())
 }
 
-/// The layout of [`setup`]'s batch: 2 sequences, T_t = 3 decoder rows and T_s = 4 encoder rows
+/// The layout of `setup`'s batch: 2 sequences, T_t = 3 decoder rows and T_s = 4 encoder rows
 /// each, width 4.
 const SETUP_BATCH: super::BatchInput = super::BatchInput { sequences: 2, t_q: 3, t_k: 4, width: 4 };
 
@@ -90,7 +90,7 @@ fn setup() -> (DMatrix<f64>, Batch, DMatrix<f64>, Batch, MultiHead<f64>) {
 
 /// The main crate's output on two sequences (the second padded); no leak from the padding or
 /// from the other sequence.
-pub fn cross_attention_forward<F>(f: F) -> Verdict
+fn cross_attention_forward_checks<F>(f: F) -> Verdict
 where
     F: Fn(&DMatrix<f64>, &Batch, &DMatrix<f64>, &Batch, &MultiHead<f64>) -> Result<DMatrix<f64>>,
 {
@@ -196,7 +196,7 @@ fn overflowing_rows(
 /// gradients against the main crate's with y's rows scaled by `QUERY_GAINS` (scores in the
 /// hundreds to thousands), naming a dropped or whole-matrix max shift by the rows of ∂L/∂Y it
 /// leaves NaN.
-pub fn cross_attention_backward(
+fn cross_attention_backward_checks(
     f: impl Fn(
         &DMatrix<f64>,
         &Batch,
@@ -337,7 +337,7 @@ fn decoder_tensors(b: &DecoderBlock<f64>) -> Vec<(String, DMatrix<f64>)> {
     out
 }
 
-/// The inverse of [`decoder_tensors`] (the activation and head counts from `template`).
+/// The inverse of `decoder_tensors` (the activation and head counts from `template`).
 fn decoder_from(template: &DecoderBlock<f64>, t: &[DMatrix<f64>]) -> DecoderBlock<f64> {
     use super::ch06::{ffn_from, mha_from};
     let mut b = template.clone();
@@ -380,7 +380,7 @@ fn decoder_hint(tensor: &str) -> &'static str {
 /// The gradient check of L = Σ G ⊙ decoder_block(y, E) in y, E and all 26 tensors of the block:
 /// 2 sequences (decoder lengths 3 and 2 of T_t = 3, encoder lengths 4 and 2 of T_s = 4), width
 /// 4, 2 heads, hidden width 6, with random γ, β and biases.
-pub fn decoder_block_backward(
+fn decoder_block_backward_checks(
     f: impl Fn(
         &DecoderBlock<f64>,
         &DecoderBlockCache<f64>,
@@ -468,7 +468,7 @@ const SMALL_MODEL: ModelConfig = ModelConfig {
 /// would hide a slip in their gradients): N(0, 0.3²) added to each entry.
 const WEIGHT_NUDGE: f64 = 0.3;
 
-/// The judge's small model: [`SMALL_MODEL`] with every tensor nudged by [`WEIGHT_NUDGE`].
+/// The judge's small model: `SMALL_MODEL` with every tensor nudged by `WEIGHT_NUDGE`.
 fn small_model() -> Result<EncoderDecoder<f64>> {
     let model = EncoderDecoder::new(SMALL_MODEL, 210)?;
     let nudged: Vec<DMatrix<f64>> = model
@@ -555,7 +555,7 @@ fn sequence_0_for_all(seqs: &[Vec<usize>]) -> Vec<Vec<usize>> {
 /// entries a million times smaller); the slips of the loss (padding scored, the mean over all
 /// rows), of the batch (sequence 0 only or for all) and ∂L/∂E kept from the encoder, named; the
 /// promised errors.
-pub fn loss_and_gradients(
+fn loss_and_gradients_checks(
     f: impl Fn(
         &EncoderDecoder<f64>,
         &[Vec<usize>],
@@ -664,7 +664,7 @@ pub fn loss_and_gradients(
 /// The loss and then every gradient of `yours` against `want` for `model`, in the order the
 /// backward pass reaches them (W_out and b_out, the decoder layers last first, the target
 /// embedding, the encoder layers last first, the source one), each relatively to
-/// [`GRADIENT_TOLERANCE`] with the model's largest gradient times [`GRADIENT_FLOOR`] as floor;
+/// `GRADIENT_TOLERANCE` with the model's largest gradient times `GRADIENT_FLOOR` as floor;
 /// `what` says what the probe changed ("" for none).
 fn compare_model(
     model: &EncoderDecoder<f64>,
@@ -714,7 +714,7 @@ fn compare_model(
 const LOGIT_GAIN: f64 = 1000.0;
 
 /// The scale probe of `loss_and_gradients`: the model with W_out and b_out multiplied by
-/// [`LOGIT_GAIN`], against the main crate's, naming a dropped or whole-matrix max shift in the
+/// `LOGIT_GAIN`, against the main crate's, naming a dropped or whole-matrix max shift in the
 /// loss's softmax by the loss it gives.
 fn large_logits(
     f: LossAndGradients,
@@ -815,4 +815,278 @@ fn model_errors(
     super::expect_err(LOSS, name, "an empty source sequence", || {
         f(model, &empty, target_in, labels)
     })
+}
+
+// ───────────── the judges: the sweep against the main crate, then the checks above ─────────────
+
+use super::sweep::{Fixed, Gen, Named, Tol, explained, outcome, sweep};
+
+/// **The padding mask**: B from 1 to 3 sequences of unequal lengths, T_q ≠ T_k, and the errors
+/// the doc promises (no sequences, a zero length, a length of T_k + 1); then
+/// `padding_mask_checks`.
+pub fn padding_mask(f: impl Fn(&[usize], usize, usize) -> Result<DMatrix<f64>>) -> Verdict {
+    let mut cases: Vec<(Vec<usize>, usize, usize)> = Vec::new();
+    for (q, k) in [(1, 1), (2, 3), (3, 2), (1, 4)] {
+        cases.push((Vec::new(), q, k));
+        cases.push((vec![k], q, k));
+        cases.push((vec![k, 1], q, k));
+        cases.push((vec![1, k, k.div_ceil(2)], q, k));
+        cases.push((vec![k, 0], q, k));
+        cases.push((vec![k + 1, 1], q, k));
+    }
+    let found = sweep(
+        PADDING,
+        "padding_mask",
+        Tol::EXACT,
+        &cases,
+        |(l, q, k)| outcome(f(l, *q, *k)),
+        |(l, q, k)| outcome(llm_workbook::ch06_attention::padding_mask(l, *q, *k)),
+    );
+    explained(found, || padding_mask_checks(&f))
+}
+
+/// A cross-attention case's inputs: (y, its batch, e, its batch, the weights, ∂L/∂out).
+type CrossInputs = (DMatrix<f64>, Batch, DMatrix<f64>, Batch, MultiHead<f64>, DMatrix<f64>);
+
+/// A whole-model case's inputs: (the model, the sources, the decoder inputs, the labels).
+type ModelInputs = (EncoderDecoder<f64>, Vec<Vec<usize>>, Vec<Vec<usize>>, Vec<Vec<usize>>);
+
+/// One cross-attention case: (seed, B, T_t, T_s, the scale of the decoder rows).
+type CrossSpec = (u64, usize, usize, usize, f64);
+
+/// The decoder rows, batches, encoder rows, weights (2 heads, width 4) and an upstream gradient
+/// of a case; sequence b's real lengths drawn in 1 … T.
+fn cross_inputs(&(seed, b, t_t, t_s, scale): &CrossSpec) -> Result<CrossInputs> {
+    let mut draw = Gen::new(&format!("cross {seed}"));
+    let yb = Batch::new(t_t, (0..b).map(|_| 1 + draw.below(t_t)).collect())?;
+    let eb = Batch::new(t_s, (0..b).map(|_| 1 + draw.below(t_s)).collect())?;
+    let w = super::ch06::random_mha(seed, 2, (4, 4, 2, 4))?;
+    let y = draw.matrix(b * t_t, 4, scale);
+    Ok((y, yb, draw.matrix(b * t_s, 4, 1.0), eb, w, draw.matrix(b * t_t, 4, 1.0)))
+}
+
+/// The cross-attention cases: 1 to 3 sequences, T_t ≠ T_s, decoder rows at 10⁻³ to 300 (scores
+/// in the thousands).
+fn cross_cases() -> Vec<CrossSpec> {
+    let mut cases = Vec::new();
+    let mut seed = 900;
+    for (b, t_t, t_s) in [(1, 1, 1), (2, 3, 4), (3, 2, 2), (2, 4, 1)] {
+        for scale in [1.0, 1e-3, 300.0] {
+            seed += 20;
+            cases.push((seed, b, t_t, t_s, scale));
+        }
+    }
+    cases
+}
+
+/// **Cross-attention forward**: the cross-attention cases; then
+/// `cross_attention_forward_checks`.
+pub fn cross_attention_forward<F>(f: F) -> Verdict
+where
+    F: Fn(&DMatrix<f64>, &Batch, &DMatrix<f64>, &Batch, &MultiHead<f64>) -> Result<DMatrix<f64>>,
+{
+    let found = sweep(
+        CROSS,
+        "cross_attention_forward",
+        Tol::F64,
+        &cross_cases(),
+        |s| {
+            let (y, yb, e, eb, w, _) = outcome(cross_inputs(s))?;
+            outcome(f(&y, &yb, &e, &eb, &w))
+        },
+        |s| {
+            let (y, yb, e, eb, w, _) = outcome(cross_inputs(s))?;
+            outcome(book::cross_attention_forward(&y, &yb, &e, &eb, &w).map(|(o, _)| o))
+        },
+    );
+    explained(found, || cross_attention_forward_checks(&f))
+}
+
+/// **Cross-attention backward**: the cross-attention cases with an upstream gradient; then
+/// `cross_attention_backward_checks`.
+pub fn cross_attention_backward(
+    f: impl Fn(
+        &DMatrix<f64>,
+        &Batch,
+        &DMatrix<f64>,
+        &Batch,
+        &MultiHead<f64>,
+        &DMatrix<f64>,
+    ) -> Result<MhaGrads<f64>>,
+) -> Verdict {
+    let found = sweep(
+        BACKWARD,
+        "cross_attention_backward",
+        Tol::F64,
+        &cross_cases(),
+        |s| {
+            let (y, yb, e, eb, w, g) = outcome(cross_inputs(s))?;
+            outcome(f(&y, &yb, &e, &eb, &w, &g)).map(super::ch06::mha_named)
+        },
+        |s| {
+            let (y, yb, e, eb, w, g) = outcome(cross_inputs(s))?;
+            let grads = crate::solutions::ch07_encoder_decoder::cross_attention_backward(
+                &y, &yb, &e, &eb, &w, &g,
+            );
+            outcome(grads).map(super::ch06::mha_named)
+        },
+    );
+    explained(found, || cross_attention_backward_checks(&f))
+}
+
+/// A decoder block's inputs for a cross-attention case (the case's weights unused; the block's
+/// own drawn from its seed, with random γ, β and biases).
+fn decoder_inputs(
+    spec: &CrossSpec,
+) -> Result<(DecoderBlock<f64>, DecoderBlockCache<f64>, DMatrix<f64>)> {
+    let (y, yb, e, eb, _, g) = cross_inputs(spec)?;
+    let seed = spec.0;
+    let mut rng = llm_workbook::rng::Rng::new(seed);
+    let mut block = DecoderBlock::random(4, 2, 6, &mut rng)?;
+    block.self_attention = super::ch06::random_mha(seed + 1, 2, (4, 4, 2, 4))?;
+    block.cross_attention = super::ch06::random_mha(seed + 11, 2, (4, 4, 2, 4))?;
+    for (i, n) in [&mut block.norm1, &mut block.norm2, &mut block.norm3].into_iter().enumerate() {
+        n.gamma = random(seed + 2 * i as u64, 1, 4).add_scalar(1.0);
+        n.beta = random(seed + 1 + 2 * i as u64, 1, 4) * 0.3;
+    }
+    block.ffn.b1 = random(seed + 7, 1, 6) * 0.3;
+    let (_, cache) = book::decoder_block_forward(&y, &yb, &e, &eb, &block)?;
+    Ok((block, cache, g))
+}
+
+/// (∂L/∂y, ∂L/∂E, the block's gradients) by name.
+fn decoder_named((d_y, d_e, grads): (DMatrix<f64>, DMatrix<f64>, DecoderBlock<f64>)) -> Named {
+    let mut parts = vec![("∂L/∂y".to_string(), d_y), ("∂L/∂E".to_string(), d_e)];
+    parts.extend(decoder_tensors(&grads).into_iter().map(|(n, m)| (format!("∂{n}"), m)));
+    Named(parts)
+}
+
+/// **The decoder block's backward**: the cross-attention cases' shapes and scales
+/// ([`Tol::CHAIN`]: three LayerNorms, two attentions and the FFN in a chain); then
+/// `decoder_block_backward_checks`.
+pub fn decoder_block_backward(
+    f: impl Fn(
+        &DecoderBlock<f64>,
+        &DecoderBlockCache<f64>,
+        &DMatrix<f64>,
+    ) -> Result<(DMatrix<f64>, DMatrix<f64>, DecoderBlock<f64>)>,
+) -> Verdict {
+    let cases: Vec<CrossSpec> = cross_cases()
+        .into_iter()
+        .map(|(s, b, t, u, scale)| (s, b, t, u, scale.min(10.0)))
+        .collect();
+    let found = sweep(
+        BACKWARD,
+        "decoder_block_backward",
+        Tol::CHAIN,
+        &cases,
+        |s| {
+            let (block, cache, g) = outcome(decoder_inputs(s))?;
+            outcome(f(&block, &cache, &g)).map(decoder_named)
+        },
+        |s| {
+            let (block, cache, g) = outcome(decoder_inputs(s))?;
+            outcome(book::decoder_block_backward(&block, &cache, &g)).map(decoder_named)
+        },
+    );
+    explained(found, || decoder_block_backward_checks(&f))
+}
+
+/// One whole-model case: (seed, layers on each side, B, the longest source, the longest target,
+/// what is wrong with it: 0 nothing, then the errors the doc promises in its order — 1 no
+/// sequences, 2 batches of different sizes, 3 a label short, 4 a token outside the vocabulary, 5
+/// a sequence past max_len, 6 an empty sequence).
+type ModelSpec = (u64, usize, usize, usize, usize, Fixed<u8>);
+
+/// The model and teacher-forced batch of a case.
+fn model_inputs(&(seed, layers, b, t_s, t_t, ref wrong): &ModelSpec) -> Result<ModelInputs> {
+    let config = ModelConfig { encoder_layers: layers, decoder_layers: layers, ..SMALL_MODEL };
+    let model = EncoderDecoder::new(config, seed)?;
+    let mut draw = Gen::new(&format!("model {seed}"));
+    let nudged: Vec<DMatrix<f64>> = model
+        .tensors()
+        .iter()
+        .map(|t| *t + draw.matrix(t.nrows(), t.ncols(), WEIGHT_NUDGE))
+        .collect();
+    let model = model.with_tensors(&nudged)?;
+    let v = config.vocab;
+    let mut source: Vec<Vec<usize>> = (0..b)
+        .map(|_| {
+            let n = 1 + draw.below(t_s);
+            draw.tokens(n, v)
+        })
+        .collect();
+    let mut target: Vec<Vec<usize>> = (0..b)
+        .map(|_| {
+            let n = 1 + draw.below(t_t);
+            draw.tokens(n, v)
+        })
+        .collect();
+    let mut labels: Vec<Vec<usize>> = target.iter().map(|t| draw.tokens(t.len(), v)).collect();
+    match wrong.0 {
+        1 => (source, target, labels) = (Vec::new(), Vec::new(), Vec::new()),
+        2 => {
+            target.pop();
+            labels.pop();
+        }
+        3 => {
+            labels[0].pop();
+        }
+        4 => target[b - 1][0] = v,
+        5 => source[0] = draw.tokens(config.max_len + 1, v),
+        6 => source[b - 1].clear(),
+        _ => {}
+    }
+    Ok((model, source, target, labels))
+}
+
+/// The loss and every gradient of the model, by name.
+fn model_named(g: Gradients<f64>) -> Named {
+    let names = model_tensor_names(&g.grads);
+    let mut parts = vec![("the loss".to_string(), DMatrix::from_element(1, 1, g.loss))];
+    parts.extend(
+        names
+            .into_iter()
+            .zip(g.grads.tensors().into_iter().cloned())
+            .map(|(n, m)| (format!("∂{n}"), m)),
+    );
+    Named(parts)
+}
+
+/// **The whole model's loss and gradients**: one and two layers on each side, 1 to 3 sequences
+/// of unequal lengths (T_t ≠ T_s), every error the doc promises ([`Tol::CHAIN`]); then
+/// `loss_and_gradients_checks`.
+pub fn loss_and_gradients(
+    f: impl Fn(
+        &EncoderDecoder<f64>,
+        &[Vec<usize>],
+        &[Vec<usize>],
+        &[Vec<usize>],
+    ) -> Result<Gradients<f64>>,
+) -> Verdict {
+    let mut cases: Vec<ModelSpec> = Vec::new();
+    let mut seed = 1000;
+    for (layers, b, t_s, t_t) in [(1, 1, 1, 1), (2, 2, 5, 3), (1, 3, 2, 5), (2, 2, 3, 3)] {
+        seed += 1;
+        cases.push((seed, layers, b, t_s, t_t, Fixed(0)));
+    }
+    for wrong in 1..=6 {
+        seed += 1;
+        cases.push((seed, 1, 2, 3, 3, Fixed(wrong)));
+    }
+    let found = sweep(
+        LOSS,
+        "loss_and_gradients",
+        Tol::CHAIN,
+        &cases,
+        |s| {
+            let (m, src, tgt, lab) = outcome(model_inputs(s))?;
+            outcome(f(&m, &src, &tgt, &lab)).map(model_named)
+        },
+        |s| {
+            let (m, src, tgt, lab) = outcome(model_inputs(s))?;
+            outcome(m.loss_and_gradients(&src, &tgt, &lab)).map(model_named)
+        },
+    );
+    explained(found, || loss_and_gradients_checks(&f))
 }

@@ -22,7 +22,7 @@ fn tokens(seed: u64, n: usize, vocab: usize) -> Vec<TokenId> {
 
 /// "a a a" with (a, a) → X gives "X a"; ranks apply in order (a b → X then X c → Y, and a lower
 /// rank first); the main crate's merges on random ids.
-pub fn apply_merges(f: impl Fn(&mut Vec<TokenId>, &Ranks)) -> Verdict {
+fn apply_merges_checks(f: impl Fn(&mut Vec<TokenId>, &Ranks)) -> Verdict {
     super::not_applicable(&[super::Probe::Scale, super::Probe::Batch, super::Probe::Errors]);
     let run = |ids: &[TokenId], ranks: &Ranks| {
         let mut v = ids.to_vec();
@@ -82,7 +82,7 @@ pub fn apply_merges(f: impl Fn(&mut Vec<TokenId>, &Ranks)) -> Verdict {
 }
 
 /// The counts of a small sequence by hand, their total N − 1, and the main crate's on random text.
-pub fn bigram_counts(f: impl Fn(&[TokenId], usize) -> Result<DMatrix<f64>>) -> Verdict {
+fn bigram_counts_checks(f: impl Fn(&[TokenId], usize) -> Result<DMatrix<f64>>) -> Verdict {
     super::not_applicable(&[super::Probe::Scale, super::Probe::Batch, super::Probe::Order]);
     let c = attempt_ok(NGRAM, "bigram_counts", || f(&[0, 1, 0, 1, 1], 2))?;
     let want = DMatrix::from_row_slice(2, 2, &[0.0, 2.0, 1.0, 1.0]);
@@ -101,7 +101,7 @@ pub fn bigram_counts(f: impl Fn(&[TokenId], usize) -> Result<DMatrix<f64>>) -> V
 }
 
 /// (#(c, x) + k)/(#(c) + k|V|) by hand, 1/|V| for an unseen context, the main crate's values.
-pub fn add_k_probability(
+fn add_k_probability_checks(
     f: impl Fn(&[TokenId], usize, TokenId, TokenId, f64) -> Result<f64>,
 ) -> Verdict {
     super::not_applicable(&[
@@ -143,4 +143,116 @@ pub fn add_k_probability(
         }
     }
     Ok(())
+}
+
+// ───────────── the judges: the sweep against the main crate, then the checks above ─────────────
+
+use super::sweep::{Gen, Tol, explained, outcome, sweep};
+
+/// A merge table as the sweep passes it: ((left, right), (rank, merged id)) entries.
+type Table = Vec<((TokenId, TokenId), (u32, TokenId))>;
+
+/// Merge tables over the ids 0 … 3 whose new ids (10 and up) run against their ranks, with
+/// chains (a merged id merged again) and repeats ("a a a").
+fn merge_tables() -> Vec<Table> {
+    vec![
+        vec![((0, 0), (0, 10))],
+        vec![((0, 1), (1, 10)), ((1, 2), (0, 11))],
+        vec![((0, 1), (0, 12)), ((12, 2), (1, 11)), ((2, 3), (2, 10))],
+        vec![((1, 1), (2, 10)), ((0, 1), (1, 11)), ((11, 1), (0, 12)), ((3, 0), (3, 13))],
+        vec![((2, 2), (0, 14)), ((14, 14), (1, 10)), ((0, 2), (2, 11)), ((3, 3), (3, 12))],
+    ]
+}
+
+/// **BPE merges**: sequences of 0 to 40 ids over 4 symbols (empty and one-id sequences
+/// included) under tables whose new ids run against their ranks, with chains and repeats; every
+/// case run twice, so that an answer that depends on a HashMap's order of iteration fails as
+/// nondeterministic; then `apply_merges_checks`.
+pub fn apply_merges(f: impl Fn(&mut Vec<TokenId>, &Ranks)) -> Verdict {
+    let mut draw = Gen::new("apply_merges");
+    let mut cases: Vec<(Vec<TokenId>, Table)> = Vec::new();
+    for table in merge_tables() {
+        for n in [0, 1, 2, 3, 7, 40] {
+            let ids = draw.tokens(n, 4).into_iter().map(|t| t as TokenId).collect();
+            cases.push((ids, table.clone()));
+        }
+        // Each merge's own pair, alone and twice over: every rank gets its turn.
+        for &((a, b), _) in &table {
+            cases.push((vec![a, b], table.clone()));
+            cases.push((vec![a, b, a, b, b], table.clone()));
+        }
+        cases.push((vec![0, 0, 0], table.clone()));
+        cases.push((vec![2, 2, 2, 2, 2], table));
+    }
+    let run = |(ids, table): &(Vec<TokenId>, Table), merge: &dyn Fn(&mut Vec<TokenId>, &Ranks)| {
+        let ranks: Ranks = table.iter().copied().collect();
+        let mut v = ids.clone();
+        merge(&mut v, &ranks);
+        Ok(v)
+    };
+    let found = sweep(
+        BPE,
+        "apply_merges",
+        Tol::EXACT,
+        &cases,
+        |c| run(c, &f),
+        |c| run(c, &bpe::apply_merges),
+    );
+    explained(found, || apply_merges_checks(&f))
+}
+
+/// **Bigram counts**: 1 to 60 tokens over vocabularies of 1 to 6, a token equal to the
+/// vocabulary's size (the promised error); then `bigram_counts_checks`.
+pub fn bigram_counts(f: impl Fn(&[TokenId], usize) -> Result<DMatrix<f64>>) -> Verdict {
+    let mut draw = Gen::new("bigram_counts");
+    let mut cases: Vec<(Vec<TokenId>, usize)> = Vec::new();
+    for v in [1, 2, 3, 6] {
+        for n in [1, 2, 5, 60] {
+            cases.push((draw.tokens(n, v).into_iter().map(|t| t as TokenId).collect(), v));
+        }
+        let mut bad: Vec<TokenId> = draw.tokens(4, v).into_iter().map(|t| t as TokenId).collect();
+        bad[2] = v as TokenId;
+        cases.push((bad, v));
+    }
+    let found = sweep(
+        NGRAM,
+        "bigram_counts",
+        Tol::EXACT,
+        &cases,
+        |(t, v)| outcome(f(t, *v)),
+        |(t, v)| outcome(solution::bigram_counts(t, *v)),
+    );
+    explained(found, || bigram_counts_checks(&f))
+}
+
+/// **Add-k smoothing**: every (context, next) of vocabularies of 2 to 5, k from 10⁻³ to 2, with
+/// contexts never followed by anything (absent from the text, or only its last token) and
+/// contexts seen; then `add_k_probability_checks`.
+pub fn add_k_probability(
+    f: impl Fn(&[TokenId], usize, TokenId, TokenId, f64) -> Result<f64>,
+) -> Verdict {
+    let mut draw = Gen::new("add_k_probability");
+    let mut cases: Vec<(Vec<TokenId>, usize, TokenId, TokenId, f64)> = Vec::new();
+    for v in [2, 3, 5] {
+        // The last token is v − 1 and appears nowhere else: a context never followed.
+        let mut text: Vec<TokenId> =
+            draw.tokens(9, v - 1).into_iter().map(|t| t as TokenId).collect();
+        text.push((v - 1) as TokenId);
+        for k in [1.0, 0.5, 2.0, 1e-3] {
+            for c in 0..v as TokenId {
+                for n in 0..v as TokenId {
+                    cases.push((text.clone(), v, c, n, k));
+                }
+            }
+        }
+    }
+    let found = sweep(
+        NGRAM,
+        "add_k_probability",
+        Tol::F64,
+        &cases,
+        |(t, v, c, n, k)| outcome(f(t, *v, *c, *n, *k)),
+        |(t, v, c, n, k)| outcome(solution::add_k_probability(t, *v, *c, *n, *k)),
+    );
+    explained(found, || add_k_probability_checks(&f))
 }

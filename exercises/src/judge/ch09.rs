@@ -44,7 +44,7 @@ const LOGITS: [f64; 6] = [1.0, 3.0, -0.5, 3.0, 2.0, 0.0];
 
 /// T = 1 is the softmax; T = 0.5 sharpens and T = 2 flattens (the main crate's values), tokens 1
 /// and 3 tied at the top listed by token id; logits of 1000 do not overflow; T = 0 is an error.
-pub fn temperature_distribution(f: impl Fn(&[f64], f64) -> Result<Dist>) -> Verdict {
+fn temperature_distribution_checks(f: impl Fn(&[f64], f64) -> Result<Dist>) -> Verdict {
     super::not_applicable(&[super::Probe::Batch]);
     // LOGITS ties tokens 1 and 3 at the top: `same` wants token 1 listed first.
     super::probe(super::Probe::Order);
@@ -104,7 +104,7 @@ fn kept_as_wanted(what: &str, yours: &Dist, want: &Dist) -> Verdict {
 
 /// k = 1 is the argmax with probability 1; k = 3 keeps tokens 1, 3, 4 and renormalises; k = 0 is
 /// an error.
-pub fn top_k_distribution(f: impl Fn(&[f64], usize, f64) -> Result<Dist>) -> Verdict {
+fn top_k_distribution_checks(f: impl Fn(&[f64], usize, f64) -> Result<Dist>) -> Verdict {
     super::not_applicable(&[super::Probe::Batch]);
     for (k, t) in [(1, 1.0), (3, 1.0), (3, 0.7), (6, 1.0)] {
         let yours = attempt_ok(SAMPLING, "top_k_distribution", || f(&LOGITS, k, t))?;
@@ -141,7 +141,7 @@ pub fn top_k_distribution(f: impl Fn(&[f64], usize, f64) -> Result<Dist>) -> Ver
 
 /// The first step moves every entry by α (bias correction makes m̂/√v̂ = ±1); three steps with
 /// decay match the main crate's θ, m and v.
-pub fn adamw_step(
+fn adamw_step_checks(
     f: impl Fn(
         &mut DMatrix<f64>,
         &DMatrix<f64>,
@@ -204,7 +204,7 @@ const BACKWARD: Section = Section { chapter: "ch09_gpt", anchor: "3-the-backward
 /// W_U = 0 scores ln V (the chapter's "a model that knows nothing"); the loss is chapter 2's mean
 /// cross-entropy of z = h W_Uᵀ; the gradient check in h and W_U (S = 4, d = 3, V = 5, so a
 /// misplaced transpose shows in the shapes); an error for a target ≥ V.
-pub fn lm_head_backward(
+fn lm_head_backward_checks(
     f: impl Fn(&DMatrix<f64>, &DMatrix<f64>, &[usize]) -> Result<(f64, DMatrix<f64>, DMatrix<f64>)>,
 ) -> Verdict {
     super::not_applicable(&[super::Probe::Order]);
@@ -334,7 +334,7 @@ fn cache_passed<'a>(
 /// each step, row len holds the new k and v, no earlier row changed, and the output equals the
 /// last row of chapter 6's causal attention over the whole sequence so far; changing the rows
 /// past len changes nothing (no future position is read); a full cache is an error.
-pub fn kv_cache_step<F>(f: F) -> Verdict
+fn kv_cache_step_checks<F>(f: F) -> Verdict
 where
     F: Fn(&mut DMatrix<f64>, &mut DMatrix<f64>, usize, &[f64], &[f64], &[f64]) -> Result<Vec<f64>>,
 {
@@ -465,4 +465,227 @@ where
             "len = {n_ctx} with a {n_ctx}-row cache: the cache is full, return an Err"
         ))),
     }
+}
+
+// ───────────── the judges: the sweep against the main crate, then the checks above ─────────────
+
+use super::sweep::{Fixed, Gen, Named, Tol, explained, outcome, sweep};
+
+/// Logits of 1 to 9 tokens at scales 1, 30 and 10³, with ties, and the empty list.
+fn logit_lists(draw: &mut Gen) -> Vec<Vec<f64>> {
+    let mut lists = vec![Vec::new()];
+    for n in [1, 2, 5, 9] {
+        for s in [1.0, 30.0, 1e3] {
+            lists.push(draw.logits(n, s));
+        }
+    }
+    lists
+}
+
+/// **softmax(z/T)**: the sweep's logits (ties, scales up to 10³, where e^{z/T − max z} over- or
+/// underflows for T ≠ 1) at T from 0.05 to 10, and the errors the doc promises (T = 0, T < 0,
+/// empty logits); then `temperature_distribution_checks`.
+pub fn temperature_distribution(f: impl Fn(&[f64], f64) -> Result<Dist>) -> Verdict {
+    let mut cases = Vec::new();
+    for z in logit_lists(&mut Gen::new("temperature_distribution")) {
+        for t in [1.0, 0.05, 0.5, 2.0, 10.0, 0.0, -1.0] {
+            cases.push((z.clone(), t));
+        }
+    }
+    let found = sweep(
+        SAMPLING,
+        "temperature_distribution",
+        Tol::F64,
+        &cases,
+        |(z, t)| outcome(f(z, *t)),
+        |(z, t)| outcome(distribution(z, &Decoding::temperature(*t))),
+    );
+    explained(found, || temperature_distribution_checks(&f))
+}
+
+/// **Top-k**: the sweep's non-empty logits with k from 0 (the promised error) to past the
+/// vocabulary's size (k = V and V + 1 keep every token), T from 0.5 to 2; then
+/// `top_k_distribution_checks`.
+pub fn top_k_distribution(f: impl Fn(&[f64], usize, f64) -> Result<Dist>) -> Verdict {
+    let mut cases = Vec::new();
+    for z in logit_lists(&mut Gen::new("top_k_distribution")).into_iter().filter(|z| !z.is_empty())
+    {
+        let n = z.len();
+        for k in [0, 1, 2, n.saturating_sub(1).max(1), n, n + 1, n + 5] {
+            for t in [1.0, 0.5, 2.0] {
+                cases.push((z.clone(), k, t));
+            }
+        }
+    }
+    let found = sweep(
+        SAMPLING,
+        "top_k_distribution",
+        Tol::F64,
+        &cases,
+        |(z, k, t)| outcome(f(z, *k, *t)),
+        |(z, k, t)| {
+            let spec = Decoding::Sample { temperature: *t, top_k: Some(*k), top_p: None };
+            outcome(distribution(z, &spec))
+        },
+    );
+    explained(found, || top_k_distribution_checks(&f))
+}
+
+/// An AdamW step as the sweep calls it.
+type AdamStep<'a> = &'a dyn Fn(
+    &mut DMatrix<f64>,
+    &DMatrix<f64>,
+    &mut DMatrix<f64>,
+    &mut DMatrix<f64>,
+    u64,
+    &AdamConfig,
+    f64,
+) -> Result<()>;
+
+/// One AdamW case: (θ, g, m, v, steps, the configuration, λ).
+type AdamCase =
+    (DMatrix<f64>, DMatrix<f64>, DMatrix<f64>, DMatrix<f64>, u64, Fixed<AdamConfig>, f64);
+
+/// **One AdamW step**: steps 0 (m and v zero), 1, 9 and 10⁴ (the bias corrections near 1),
+/// gradients from 10⁻⁹ (where ε dominates √v̂) to 10³, λ = 0 and 0.1, three configurations;
+/// θ, m and v compared after the step; then `adamw_step_checks`.
+pub fn adamw_step(
+    f: impl Fn(
+        &mut DMatrix<f64>,
+        &DMatrix<f64>,
+        &mut DMatrix<f64>,
+        &mut DMatrix<f64>,
+        u64,
+        &AdamConfig,
+        f64,
+    ) -> Result<()>,
+) -> Verdict {
+    let mut draw = Gen::new("adamw_step");
+    let configs = [
+        AdamConfig::default(),
+        AdamConfig { learning_rate: 0.1, beta1: 0.5, beta2: 0.9, epsilon: 1e-3 },
+        AdamConfig { learning_rate: 0.01, beta1: 0.0, beta2: 0.99, epsilon: 1e-8 },
+    ];
+    let mut cases: Vec<AdamCase> = Vec::new();
+    for config in configs {
+        for steps in [0, 1, 9, 10_000] {
+            for (s, wd) in [(1.0, 0.0), (1e-9, 0.1), (1e3, 0.1)] {
+                let (r, c) = (2, 3);
+                let (m, v) = if steps == 0 {
+                    (DMatrix::zeros(r, c), DMatrix::zeros(r, c))
+                } else {
+                    (draw.matrix(r, c, s), draw.matrix(r, c, s * s).abs())
+                };
+                cases.push((
+                    draw.matrix(r, c, 1.0),
+                    draw.matrix(r, c, s),
+                    m,
+                    v,
+                    steps,
+                    Fixed(config),
+                    wd,
+                ));
+            }
+        }
+    }
+    let run = |(theta, g, m, v, steps, config, wd): &AdamCase, step: AdamStep| {
+        let (mut theta, mut m, mut v) = (theta.clone(), m.clone(), v.clone());
+        outcome(step(&mut theta, g, &mut m, &mut v, *steps, &config.0, *wd))?;
+        Ok(Named::of([("θ", theta), ("m", m), ("v", v)]))
+    };
+    let found = sweep(
+        TRAINING,
+        "adamw_step",
+        Tol::F64,
+        &cases,
+        |c| run(c, &f),
+        |c| run(c, &solution::adamw_step),
+    );
+    explained(found, || adamw_step_checks(&f))
+}
+
+/// **The unembedding's backward**: S from 1 to 4 rows, d ≠ V, h at every scale up to 30 (logits
+/// in the hundreds), and the errors the doc promises (no rows, a width mismatch, a target equal
+/// to V); then `lm_head_backward_checks`.
+pub fn lm_head_backward(
+    f: impl Fn(&DMatrix<f64>, &DMatrix<f64>, &[usize]) -> Result<(f64, DMatrix<f64>, DMatrix<f64>)>,
+) -> Verdict {
+    let mut draw = Gen::new("lm_head_backward");
+    let mut cases = Vec::new();
+    for (s, d, v) in [(1, 1, 2), (3, 2, 5), (4, 3, 3), (2, 5, 4)] {
+        for scale in [1.0, 1e-3, 30.0] {
+            cases.push((draw.matrix(s, d, scale), draw.matrix(v, d, 1.0), draw.tokens(s, v)));
+        }
+        cases.push((draw.matrix(0, d, 1.0), draw.matrix(v, d, 1.0), Vec::new()));
+        cases.push((draw.matrix(s, d + 1, 1.0), draw.matrix(v, d, 1.0), draw.tokens(s, v)));
+        let mut bad = draw.tokens(s, v);
+        bad[0] = v;
+        cases.push((draw.matrix(s, d, 1.0), draw.matrix(v, d, 1.0), bad));
+    }
+    let found = sweep(
+        BACKWARD,
+        "lm_head_backward",
+        Tol::F64,
+        &cases,
+        |(h, w, t)| outcome(f(h, w, t)),
+        |(h, w, t)| outcome(solution::lm_head_backward(h, w, t)),
+    );
+    explained(found, || lm_head_backward_checks(&f))
+}
+
+/// One cache step: (keys, values, len, q, k, v).
+type CacheCase = (DMatrix<f64>, DMatrix<f64>, usize, Vec<f64>, Vec<f64>, Vec<f64>);
+
+/// **A key/value-cache step**: caches of 1 to 6 rows holding stale rows past len, every len
+/// from 0 to n_ctx (n_ctx: the promised error), q at 1, 30 and 800 (scores in the thousands),
+/// and a q of the wrong length (an error); the output and both caches after the step compared;
+/// then `kv_cache_step_checks`.
+pub fn kv_cache_step<F>(f: F) -> Verdict
+where
+    F: Fn(&mut DMatrix<f64>, &mut DMatrix<f64>, usize, &[f64], &[f64], &[f64]) -> Result<Vec<f64>>,
+{
+    let mut draw = Gen::new("kv_cache_step");
+    let mut cases: Vec<CacheCase> = Vec::new();
+    let vec = |draw: &mut Gen, n: usize, s: f64| draw.vector(n, s).as_slice().to_vec();
+    for (n_ctx, d) in [(1, 1), (3, 2), (6, 3)] {
+        for len in 0..=n_ctx {
+            for s in [1.0, 30.0, 800.0] {
+                let (keys, values) = (draw.matrix(n_ctx, d, 2.0), draw.matrix(n_ctx, d, 2.0));
+                let (q, k, v) =
+                    (vec(&mut draw, d, s), vec(&mut draw, d, 1.0), vec(&mut draw, d, 1.0));
+                cases.push((keys, values, len, q, k, v));
+            }
+        }
+        let (keys, values) = (draw.matrix(n_ctx, d, 1.0), draw.matrix(n_ctx, d, 1.0));
+        let (q, k, v) =
+            (vec(&mut draw, d + 1, 1.0), vec(&mut draw, d, 1.0), vec(&mut draw, d, 1.0));
+        cases.push((keys, values, 0, q, k, v));
+    }
+    type Step<'a> = &'a dyn Fn(
+        &mut DMatrix<f64>,
+        &mut DMatrix<f64>,
+        usize,
+        &[f64],
+        &[f64],
+        &[f64],
+    ) -> Result<Vec<f64>>;
+    let run = |(keys, values, len, q, k, v): &CacheCase, step: Step| {
+        let (mut keys, mut values) = (keys.clone(), values.clone());
+        let out = outcome(step(&mut keys, &mut values, *len, q, k, v))?;
+        let out = DMatrix::from_row_slice(1, out.len(), &out);
+        Ok(Named::of([
+            ("the output", out),
+            ("keys after the step", keys),
+            ("values after the step", values),
+        ]))
+    };
+    let found = sweep(
+        CACHE,
+        "kv_cache_step",
+        Tol::F64,
+        &cases,
+        |c| run(c, &f),
+        |c| run(c, &solution::kv_cache_step),
+    );
+    explained(found, || kv_cache_step_checks(&f))
 }

@@ -11,7 +11,7 @@ const KERNEL: Section =
 
 /// Random slivers of depth 1, 3 and 7 against the product of the unpacked matrices, with β = 0
 /// over a NaN-filled C, and with α = 2, β = 0.5 over a random C.
-pub fn micro_kernel(f: impl Fn(usize, &[f64], &[f64], f64, f64, &mut DMatrix<f64>)) -> Verdict {
+fn micro_kernel_checks(f: impl Fn(usize, &[f64], &[f64], f64, f64, &mut DMatrix<f64>)) -> Verdict {
     // The tile is MR×NR by design: no other shape to try.
     super::not_applicable(&[
         super::Probe::Scale,
@@ -246,7 +246,7 @@ fn pack_judge(side: Side, f: Pack, reference: Pack) -> Verdict {
 }
 
 /// `pack_judge` for Ã, against `llm_workbook::matmul::pack_a_block`.
-pub fn pack_a_block<F>(f: F) -> Verdict
+fn pack_a_block_checks<F>(f: F) -> Verdict
 where
     F: Fn(&DMatrix<f64>, Op, Range<usize>, Range<usize>, usize) -> llm_workbook::Result<Vec<f64>>,
 {
@@ -257,7 +257,7 @@ where
 }
 
 /// `pack_judge` for B̃, against `llm_workbook::matmul::pack_b_panel`.
-pub fn pack_b_panel<F>(f: F) -> Verdict
+fn pack_b_panel_checks<F>(f: F) -> Verdict
 where
     F: Fn(&DMatrix<f64>, Op, Range<usize>, Range<usize>, usize) -> llm_workbook::Result<Vec<f64>>,
 {
@@ -265,4 +265,111 @@ where
     super::probe(super::Probe::Batch);
     super::probe(super::Probe::Named);
     pack_judge(B_SIDE, &f, &llm_workbook::matmul::pack_b_panel::<f64>)
+}
+
+// ───────────── the judges: the sweep against the main crate, then the checks above ─────────────
+
+use super::sweep::{Fixed, Gen, Tol, explained, outcome, sweep};
+
+/// One micro-kernel case: (kc, Ã, B̃, α, β, C before).
+type KernelCase = (usize, Vec<f64>, Vec<f64>, f64, f64, DMatrix<f64>);
+
+/// **The micro-kernel**: depths 1 to 9 with slivers longer than kc·MR and kc·NR (the packed
+/// buffers a kernel is handed run on past its block: the depth is kc, not the slices' length),
+/// α and β of both signs, β = 0 over a NaN-filled C, values at 10⁻⁴ to 10³; then
+/// `micro_kernel_checks`.
+pub fn micro_kernel(f: impl Fn(usize, &[f64], &[f64], f64, f64, &mut DMatrix<f64>)) -> Verdict {
+    let mut draw = Gen::new("micro_kernel");
+    let mut cases: Vec<KernelCase> = Vec::new();
+    for kc in [1, 2, 5, 9] {
+        for extra in [0, 3] {
+            for (alpha, beta) in [(1.0, 0.0), (2.0, 0.5), (-0.5, 1.0), (1.0, -2.0)] {
+                let s = [1.0, 1e-4, 1e3][cases.len() % 3];
+                let a = draw.vector(MR * (kc + extra), s).as_slice().to_vec();
+                let b = draw.vector(NR * (kc + extra), 1.0).as_slice().to_vec();
+                let c = if beta == 0.0 {
+                    DMatrix::from_element(MR, NR, f64::NAN)
+                } else {
+                    draw.matrix(MR, NR, 1.0)
+                };
+                cases.push((kc, a, b, alpha, beta, c));
+            }
+        }
+    }
+    type Kernel<'a> = &'a dyn Fn(usize, &[f64], &[f64], f64, f64, &mut DMatrix<f64>);
+    let run = |(kc, a, b, alpha, beta, c): &KernelCase, kernel: Kernel| {
+        let mut c = c.clone();
+        kernel(*kc, a, b, *alpha, *beta, &mut c);
+        Ok(c)
+    };
+    let found = sweep(
+        KERNEL,
+        "micro_kernel",
+        Tol::F64,
+        &cases,
+        |c| run(c, &f),
+        |c| run(c, &solution::micro_kernel),
+    );
+    explained(found, || micro_kernel_checks(&f))
+}
+
+/// One packing case: (the stored matrix, op, the cut's range, the depth's range, the width).
+type PackCase = (DMatrix<f64>, Fixed<Op>, (usize, usize), (usize, usize), usize);
+
+/// Packing cases of op(X) with `cut_len` lines along the cut and `depth_len` along the depth:
+/// blocks at the corners and inside, single lines, the whole matrix, widths 0 (the promised
+/// error) to 5, and ranges one past op(X)'s end (the promised error).
+fn pack_cases(draw: &mut Gen, cut_rows: bool) -> Vec<PackCase> {
+    let mut cases = Vec::new();
+    for (r, c) in [(1, 1), (5, 3), (2, 7), (6, 6)] {
+        for op in [Op::N, Op::T] {
+            // op(X)'s lines along the cut and along the depth.
+            let (op_r, op_c) = if op == Op::N { (r, c) } else { (c, r) };
+            let (cut, depth) = if cut_rows { (op_r, op_c) } else { (op_c, op_r) };
+            let m = draw.matrix(r, c, 1.0);
+            for (o, d) in [
+                ((0, cut), (0, depth)),
+                ((cut - 1, cut), (depth / 2, depth)),
+                ((cut / 2, cut), (0, 1)),
+                ((0, cut + 1), (0, depth)),
+                ((0, cut), (1, depth + 1)),
+            ] {
+                for w in [0, 1, 2, 4, 5] {
+                    cases.push((m.clone(), Fixed(op), o, d, w));
+                }
+            }
+        }
+    }
+    cases
+}
+
+/// The sweep of a packing against the main crate's, exactly (a copy has one right answer).
+fn pack_sweep(side: Side, f: Pack, reference: Pack) -> Verdict {
+    let cut_rows = side.cut == "rows";
+    let cases = pack_cases(&mut Gen::new(side.name), cut_rows);
+    let run = |(m, op, o, d, w): &PackCase, g: Pack| {
+        let (outer, depth) = (o.0..o.1, d.0..d.1);
+        let r = if cut_rows { g(m, op.0, outer, depth, *w) } else { g(m, op.0, depth, outer, *w) };
+        outcome(r)
+    };
+    sweep(PACKING, side.name, Tol::EXACT, &cases, |c| run(c, f), |c| run(c, reference))
+}
+
+/// **Packing Ã**: blocks of op(A) at its corners and inside, both ops, widths 0 to 5, and ranges
+/// past op(A)'s end; then `pack_a_block_checks`.
+pub fn pack_a_block<F>(f: F) -> Verdict
+where
+    F: Fn(&DMatrix<f64>, Op, Range<usize>, Range<usize>, usize) -> llm_workbook::Result<Vec<f64>>,
+{
+    let found = pack_sweep(A_SIDE, &f, &llm_workbook::matmul::pack_a_block::<f64>);
+    explained(found, || pack_a_block_checks(&f))
+}
+
+/// **Packing B̃**: as [`pack_a_block`], along op(B)'s columns; then `pack_b_panel_checks`.
+pub fn pack_b_panel<F>(f: F) -> Verdict
+where
+    F: Fn(&DMatrix<f64>, Op, Range<usize>, Range<usize>, usize) -> llm_workbook::Result<Vec<f64>>,
+{
+    let found = pack_sweep(B_SIDE, &f, &llm_workbook::matmul::pack_b_panel::<f64>);
+    explained(found, || pack_b_panel_checks(&f))
 }

@@ -15,7 +15,7 @@ const SUMS: Section =
 const STEPS: Section =
     Section { chapter: "ch11_precision", anchor: "6-the-step-of-a-gradient-check" };
 const QUANT: Section =
-    Section { chapter: "ch11_precision", anchor: "quantized-weights-int8-and-4-bit-blocks" };
+    Section { chapter: "ch11_precision", anchor: "8-quantized-weights-int8-and-4-bit-blocks" };
 
 /// The f32 patterns a bf16 rounding must get right, with what each one tests.
 fn bf16_cases() -> Vec<(u32, &'static str)> {
@@ -64,7 +64,7 @@ fn ties_away(bits: u32) -> u16 {
 
 /// Rounding f32 → bf16 bit for bit against the main crate's `f32_to_bf16`, naming truncation,
 /// ties away from zero, a lost sign and a NaN turned into ∞.
-pub fn f32_to_bf16(f: impl Fn(f32) -> u16) -> Verdict {
+fn f32_to_bf16_checks(f: impl Fn(f32) -> u16) -> Verdict {
     not_applicable(&[Probe::Batch, Probe::Errors]);
     probe(Probe::Scale);
     probe(Probe::Order);
@@ -122,7 +122,7 @@ pub fn f32_to_bf16(f: impl Fn(f32) -> u16) -> Verdict {
 
 /// Decoding every f16 pattern against the main crate's `f16_to_f32` (a NaN must be a NaN of the
 /// pattern's sign), naming lost subnormals, a lost sign, a wrong bias and a NaN turned into ∞.
-pub fn f16_to_f32(f: impl Fn(u16) -> f32) -> Verdict {
+fn f16_to_f32_checks(f: impl Fn(u16) -> f32) -> Verdict {
     not_applicable(&[Probe::Batch, Probe::Errors, Probe::Order]);
     probe(Probe::Scale);
     probe(Probe::Named);
@@ -186,7 +186,7 @@ pub fn f16_to_f32(f: impl Fn(u16) -> f32) -> Verdict {
 
 /// ε^{1/2} forward and ε^{1/3} central for f64's and f32's ε, naming the forward step where the
 /// central one is asked (and the reverse), and ε itself; errors for ε outside (0, 1).
-pub fn balanced_step(f: impl Fn(Difference, f64) -> llm_workbook::Result<f64>) -> Verdict {
+fn balanced_step_checks(f: impl Fn(Difference, f64) -> llm_workbook::Result<f64>) -> Verdict {
     not_applicable(&[Probe::Batch, Probe::Scale, Probe::Order]);
     probe(Probe::Named);
     for eps in [F64.epsilon(), F32.epsilon(), 0.25] {
@@ -195,7 +195,7 @@ pub fn balanced_step(f: impl Fn(Difference, f64) -> llm_workbook::Result<f64>) -
                 STEPS.fail(format!("your `balanced_step` returned an error for ε = {eps:e}: {e}"))
             })?;
             let w = kind.balanced_step(eps).map_err(|e| e.to_string())?;
-            if (y - w).abs() <= 1e-12 * w {
+            if (y - w).abs() <= 1e-12 * w || (y - with_constants(kind, eps)).abs() <= 1e-12 * y {
                 continue;
             }
             let close = |v: f64| (y - v).abs() <= 1e-12 * v;
@@ -211,8 +211,10 @@ pub fn balanced_step(f: impl Fn(Difference, f64) -> llm_workbook::Result<f64>) -
                 ""
             };
             return Err(STEPS.fail(format!(
-                "{} difference, ε = {eps:e}: yours {y:e}, expected {w:e}{why}",
-                kind.name()
+                "{} difference, ε = {eps:e}: yours {y:e}, expected {w:e} (or {:e} with the \
+                 section's constant){why}",
+                kind.name(),
+                with_constants(kind, eps)
             )));
         }
     }
@@ -231,7 +233,7 @@ pub fn balanced_step(f: impl Fn(Difference, f64) -> llm_workbook::Result<f64>) -
 
 /// Kahan's sum bit for bit against the main crate's: no values, 2²⁴ followed by ones (where the
 /// running sum stalls), and uniform values; naming the compensation dropped.
-pub fn kahan_sum(f: impl Fn(&[f32]) -> f32) -> Verdict {
+fn kahan_sum_checks(f: impl Fn(&[f32]) -> f32) -> Verdict {
     not_applicable(&[Probe::Batch, Probe::Errors, Probe::Order]);
     probe(Probe::Scale);
     probe(Probe::Named);
@@ -287,7 +289,7 @@ fn quant_blocks() -> Vec<(Vec<f32>, i32, &'static str)> {
 
 /// Quantization of one block, scale and codes exactly as the main crate's; naming the max in
 /// place of the largest magnitude and rounding toward zero.
-pub fn quantize_block(f: impl Fn(&[f32], i32) -> (f32, Vec<i8>)) -> Verdict {
+fn quantize_block_checks(f: impl Fn(&[f32], i32) -> (f32, Vec<i8>)) -> Verdict {
     not_applicable(&[Probe::Batch, Probe::Errors]);
     probe(Probe::Scale);
     probe(Probe::Order);
@@ -320,7 +322,7 @@ pub fn quantize_block(f: impl Fn(&[f32], i32) -> (f32, Vec<i8>)) -> Verdict {
 }
 
 /// Dequantization bit for bit; naming the scale forgotten.
-pub fn dequantize_block(f: impl Fn(f32, &[i8]) -> Vec<f32>) -> Verdict {
+fn dequantize_block_checks(f: impl Fn(f32, &[i8]) -> Vec<f32>) -> Verdict {
     not_applicable(&[Probe::Batch, Probe::Errors, Probe::Order, Probe::Scale]);
     probe(Probe::Named);
     for (w, l, what) in quant_blocks() {
@@ -341,7 +343,7 @@ pub fn dequantize_block(f: impl Fn(f32, &[i8]) -> Vec<f32>) -> Verdict {
 
 /// The dot of an int8 block with f32 activations, to a relative 10⁻⁵ of Σ|s·q·x| (the order of
 /// the additions is yours); naming the scale forgotten.
-pub fn int8_block_dot(f: impl Fn(&[f32], f32, &[i8]) -> f32) -> Verdict {
+fn int8_block_dot_checks(f: impl Fn(&[f32], f32, &[i8]) -> f32) -> Verdict {
     not_applicable(&[Probe::Batch, Probe::Errors, Probe::Order]);
     probe(Probe::Scale);
     probe(Probe::Named);
@@ -370,4 +372,206 @@ pub fn int8_block_dot(f: impl Fn(&[f32], f32, &[i8]) -> f32) -> Verdict {
         }
     }
     Ok(())
+}
+
+/// The step with the constants section 6 derives for |f| = |f″| = |f‴| = 1: h* = 2ε^{1/2}
+/// forward and (3ε)^{1/3} central. The exercise asks for ε^{1/2} and ε^{1/3} (the constants
+/// change h by a factor under 2, which moves the error along the flat bottom of its curve); the
+/// judge accepts either.
+fn with_constants(kind: Difference, eps: f64) -> f64 {
+    match kind {
+        Difference::Forward => 2.0 * eps.sqrt(),
+        Difference::Central => (3.0 * eps).cbrt(),
+    }
+}
+
+// ───────────── the judges: the sweep against the main crate, then the checks above ─────────────
+
+use super::sweep::{Fixed, Gen, Tol, explained, sweep};
+
+/// **f32 → bf16**: every pattern of `bf16_cases` (ties of both parities, just under and over a
+/// tie, overflow, subnormals, signed zeros, NaNs) and 20 000 random ones, bit for bit; then
+/// `f32_to_bf16_checks`.
+pub fn f32_to_bf16(f: impl Fn(f32) -> u16) -> Verdict {
+    let cases: Vec<u32> = bf16_cases().into_iter().map(|(b, _)| b).collect();
+    let found = sweep(
+        ROUNDING,
+        "f32_to_bf16",
+        Tol::EXACT,
+        &cases,
+        |&b| Ok(f(f32::from_bits(b))),
+        |&b| Ok(ch11::f32_to_bf16(f32::from_bits(b))),
+    );
+    explained(found, || f32_to_bf16_checks(&f))
+}
+
+/// **f16 → f32**: all 65 536 patterns, bit for bit (a NaN matches any NaN here; its sign is
+/// checked after); then `f16_to_f32_checks`.
+pub fn f16_to_f32(f: impl Fn(u16) -> f32) -> Verdict {
+    let cases: Vec<u16> = (0..=u16::MAX).collect();
+    let found = sweep(
+        FORMATS,
+        "f16_to_f32",
+        Tol::EXACT,
+        &cases,
+        |&b| Ok(f(b)),
+        |&b| Ok(ch11::f16_to_f32(b)),
+    );
+    explained(found, || f16_to_f32_checks(&f))
+}
+
+/// **The balanced step**: both kinds at the machine epsilons of f64, f32 and bf16, at 0.25 and at
+/// the smallest positive f64, and the errors the doc promises with the first values past each
+/// bound (0, −0, 1, the f64 just above 1, −10⁻³, 2, ∞, NaN). An answer with section 6's
+/// constants (2ε^{1/2}, (3ε)^{1/3}) is taken as the chapter's step; then `balanced_step_checks`.
+pub fn balanced_step(f: impl Fn(Difference, f64) -> llm_workbook::Result<f64>) -> Verdict {
+    let mut cases = Vec::new();
+    let epsilons = [
+        F64.epsilon(),
+        F32.epsilon(),
+        2f64.powi(-7),
+        0.25,
+        f64::from_bits(1),
+        1.0 - f64::EPSILON / 2.0,
+        0.0,
+        -0.0,
+        1.0,
+        1.0 + f64::EPSILON,
+        -1e-3,
+        2.0,
+        f64::INFINITY,
+        f64::NAN,
+    ];
+    for kind in [Difference::Forward, Difference::Central] {
+        cases.extend(epsilons.iter().map(|&e| (Fixed(kind), e)));
+    }
+    let yours = |(kind, eps): &(Fixed<Difference>, f64)| {
+        let y = f(kind.0, *eps).map_err(|e| e.to_string())?;
+        let c = with_constants(kind.0, *eps);
+        // The version with the section's constants is the same step (see `with_constants`).
+        Ok(if (y - c).abs() <= 1e-12 * c { kind.0.balanced_step(*eps).unwrap_or(y) } else { y })
+    };
+    let found = sweep(STEPS, "balanced_step", Tol::F64, &cases, yours, |(kind, eps)| {
+        kind.0.balanced_step(*eps).map_err(|e| e.to_string())
+    });
+    explained(found, || balanced_step_checks(&f))
+}
+
+/// **Kahan's sum**: no values, one value, 2²⁴ then ones (where the running sum stalls), values
+/// of mixed sign and size from 10⁻⁶ to 10⁶, cancelling pairs, bit for bit (the doc prescribes
+/// every step, so there is one right answer); then `kahan_sum_checks`.
+pub fn kahan_sum(f: impl Fn(&[f32]) -> f32) -> Verdict {
+    let mut draw = Gen::new("kahan_sum");
+    let mut cases: Vec<Vec<f32>> = vec![Vec::new(), vec![1.5], vec![16_777_216.0, 1.0, 1.0, 1.0]];
+    for n in [2, 7, 100, 1000] {
+        for s in [1.0f32, 1e-6, 1e6] {
+            cases.push(draw.weights(n, s));
+        }
+        let mixed: Vec<f32> = (0..n)
+            .map(|i| draw.uniform(0.0, 1.0) as f32 * if i % 3 == 0 { 1e4 } else { -1.0 })
+            .collect();
+        cases.push(mixed);
+    }
+    cases.push(vec![1e8, 1.0, -1e8, 1.0]);
+    let found =
+        sweep(SUMS, "kahan_sum", Tol::EXACT, &cases, |x| Ok(f(x)), |x| Ok(solution::kahan_sum(x)));
+    explained(found, || kahan_sum_checks(&f))
+}
+
+/// Blocks at the rounding boundaries of the codes: for a block whose largest magnitude is L·s,
+/// weights at (k + ½)·s (the ties) and one f32 step either side, of both signs.
+fn boundary_blocks(draw: &mut Gen) -> Vec<(Vec<f32>, i32)> {
+    let mut blocks = Vec::new();
+    for l in [7, 127] {
+        for s in [0.25f32, 0.1, 3e-3] {
+            let mut w = vec![l as f32 * s];
+            for k in [0, 1, 2, l / 2, l - 1] {
+                let tie = (k as f32 + 0.5) * s;
+                for x in [tie, f32::from_bits(tie.to_bits() + 1), f32::from_bits(tie.to_bits() - 1)]
+                {
+                    w.extend([x, -x]);
+                }
+            }
+            w.truncate(32);
+            blocks.push((w, l));
+        }
+        for n in [1, 3, 32] {
+            for s in [1.0f32, 1e-30, 1e30] {
+                blocks.push((draw.weights(n, s), l));
+            }
+        }
+    }
+    blocks
+}
+
+/// **Quantizing a block**: `quant_blocks` and blocks at every rounding boundary of the codes
+/// (ties and one f32 step either side), blocks of 1 to 32 weights from 10⁻³⁰ to 10³⁰ with the
+/// largest magnitude tied between a negative and a positive weight, both levels; scale and codes
+/// bit for bit; then `quantize_block_checks`.
+pub fn quantize_block(f: impl Fn(&[f32], i32) -> (f32, Vec<i8>)) -> Verdict {
+    let mut cases: Vec<(Vec<f32>, i32)> =
+        quant_blocks().into_iter().map(|(w, l, _)| (w, l)).collect();
+    cases.extend(boundary_blocks(&mut Gen::new("quantize_block")));
+    let found = sweep(
+        QUANT,
+        "quantize_block",
+        Tol::EXACT,
+        &cases,
+        |(w, l)| Ok(f(w, *l)),
+        |(w, l)| Ok(solution::quantize_block(w, *l)),
+    );
+    explained(found, || quantize_block_checks(&f))
+}
+
+/// **Dequantizing a block**: the codes of every block the quantization sweep tries, with its
+/// scale, bit for bit; then `dequantize_block_checks`.
+pub fn dequantize_block(f: impl Fn(f32, &[i8]) -> Vec<f32>) -> Verdict {
+    let mut blocks: Vec<(Vec<f32>, i32)> =
+        quant_blocks().into_iter().map(|(w, l, _)| (w, l)).collect();
+    blocks.extend(boundary_blocks(&mut Gen::new("dequantize_block")));
+    let cases: Vec<(f32, Vec<i8>)> =
+        blocks.iter().map(|(w, l)| solution::quantize_block(w, *l)).collect();
+    let found = sweep(
+        QUANT,
+        "dequantize_block",
+        Tol::EXACT,
+        &cases,
+        |(s, q)| Ok(f(*s, q)),
+        |(s, q)| Ok(solution::dequantize_block(*s, q)),
+    );
+    explained(found, || dequantize_block_checks(&f))
+}
+
+/// The tolerance of the int8 dot: the order of the additions is yours, so two right answers
+/// differ by a few f32 roundings of the running sum, each at most 2⁻²⁴ of Σ|s·qᵢ·xᵢ|; 10⁻⁵ of
+/// that sum leaves room for 160 of them over a block of 32.
+const DOT_TOLERANCE: f64 = 1e-5;
+
+/// **The int8 dot**: every int8 block of the quantization sweep against activations at 1 and
+/// 10⁶, within `DOT_TOLERANCE` of Σ|s·qᵢ·xᵢ| (an answer that close is taken as the main
+/// crate's); then `int8_block_dot_checks`.
+pub fn int8_block_dot(f: impl Fn(&[f32], f32, &[i8]) -> f32) -> Verdict {
+    let mut draw = Gen::new("int8_block_dot");
+    let mut blocks: Vec<(Vec<f32>, i32)> =
+        quant_blocks().into_iter().map(|(w, l, _)| (w, l)).collect();
+    blocks.extend(boundary_blocks(&mut draw));
+    let mut cases: Vec<(Vec<f32>, f32, Vec<i8>)> = Vec::new();
+    for (w, l) in blocks.into_iter().filter(|b| b.1 == 127) {
+        let (s, q) = solution::quantize_block(&w, l);
+        for x_scale in [1.0f32, 1e6] {
+            cases.push((draw.weights(q.len(), x_scale), s, q.clone()));
+        }
+    }
+    let yours = |(x, s, q): &(Vec<f32>, f32, Vec<i8>)| {
+        let y = f(x, *s, q);
+        let w = solution::int8_block_dot(x, *s, q);
+        let size: f64 =
+            x.iter().zip(q).map(|(&a, &c)| f64::from(a * s).abs() * f64::from(c).abs()).sum();
+        let close = (f64::from(y) - f64::from(w)).abs() <= DOT_TOLERANCE * size && y.is_finite();
+        Ok(if close { w } else { y })
+    };
+    let found = sweep(QUANT, "int8_block_dot", Tol::EXACT, &cases, yours, |(x, s, q)| {
+        Ok(solution::int8_block_dot(x, *s, q))
+    });
+    explained(found, || int8_block_dot_checks(&f))
 }

@@ -19,6 +19,9 @@ pub mod ch08;
 pub mod ch09;
 pub mod ch10;
 pub mod ch11;
+pub mod sweep;
+
+pub use sweep::{Gen, Named, Outcome, Tol, explained, sweep};
 
 use llm_workbook::gradcheck::{self, Config};
 use nalgebra::DMatrix;
@@ -291,7 +294,10 @@ pub fn printed(message: &str) -> String {
     for line in message.lines() {
         let body = line.trim_start_matches(' ');
         let indent = &line[..line.len() - body.len()];
-        let parts = llm_workbook::report::wrap(body, WIDTH.saturating_sub(indent.len() + 2));
+        // A combining mark (the hat of m̂) is a character of its own to a count of characters.
+        let marks = body.chars().filter(|c| ('\u{300}'..='\u{36f}').contains(c)).count();
+        let width = WIDTH.saturating_sub(indent.len() + 2 + marks);
+        let parts = llm_workbook::report::wrap(body, width);
         for (i, part) in parts.into_iter().enumerate() {
             let more = if i == 0 { "" } else { "  " };
             out.push(format!("{indent}{more}{part}"));
