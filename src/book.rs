@@ -25,18 +25,6 @@ pub fn chapters() -> Vec<Chapter> {
     ]
 }
 
-/// Runs `train`, a training whose numbers a committed figure or page shows, on the portable
-/// micro-kernel ([`Kernel::Scalar`](crate::matmul::Kernel::Scalar)) whatever kernel the process
-/// or the calling thread chose, so that those numbers are the same bits on every CPU. The SIMD
-/// kernels add a product's terms in other groupings (fused multiply-adds, 4 or 8 lanes), so a
-/// model trained on them ends a few units of the last place away on each CPU, and after hundreds
-/// of steps its curves and maps differ visibly; the main job would then change tracked figures on
-/// every machine but the one that drew them. Products on threads the training spawns inherit the
-/// choice ([`with_kernel`](crate::matmul::with_kernel)).
-pub fn same_on_every_cpu<R>(train: impl FnOnce() -> crate::Result<R>) -> crate::Result<R> {
-    crate::matmul::with_kernel(crate::matmul::Kernel::Scalar, train)?
-}
-
 /// The chapter with this number, if it exists.
 pub fn chapter(number: u32) -> Option<Chapter> {
     chapters().into_iter().find(|c| c.number == number)

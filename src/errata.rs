@@ -6,8 +6,8 @@
 //! the document is wrong ([`Kind::Erratum`], the only kind the register counts as errata) or only
 //! reads wrongly taken literally: a shorthand notation ([`Kind::Notation`]) or a worked example
 //! that leaves out a step of its model ([`Kind::Simplification`]). A mistake the document makes
-//! in two places is one row that names both (and the tests of both chapters). Each chapter owns a list of
-//! them; [`crate::book::errata_register`] gathers all of them, the main job prints them
+//! in two places is one row that names both (and the tests of both chapters). Each chapter owns
+//! a list of them; [`crate::book::errata_register`] gathers all of them, the main job prints them
 //! (`cargo run --release -- errata`), and each chapter's prose carries its own rows as the table
 //! [`markdown_table`] makes (a test compares the two). The terminal gets
 //! [`crate::report::errata_terminal`].

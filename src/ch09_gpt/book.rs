@@ -97,8 +97,8 @@ pub const ERRATA: &[Erratum] = &[
         section: "Attention: the sizes of W_k and W_q",
         printed: "In GPT-3, n-embed = 12,388 and n-query-key = 128",
         correct: "n-embed = 12,288",
-        why: "A changed digit (the third, 2 printed as 3): GPT-3's width is 96 heads × 128 = 12,288, which D1 gives and \
-            its embedding count confirms (617,558,016 / 50,257 = 12,288), and which makes the \
+        why: "A changed digit (the third, 2 printed as 3): GPT-3's width is 96 heads × 128 = \
+            12,288, which D1 gives and its embedding count confirms (617,558,016 / 50,257 = 12,288), and which makes the \
             per-head count of chapter 6, 4 × 12,288 × 128 = 6,291,456 ≈ 6.3 million.",
         kind: Kind::Erratum,
         tests: &[
@@ -384,10 +384,10 @@ pub struct Results {
 
 /// Trains both models as the main job does, the sorting model for `sort_steps` steps and the
 /// corpus model for `corpus_steps` (the book's: [`SORT_STEPS`] and [`CORPUS_STEPS`]; a test trains
-/// a few), on the portable kernel ([`crate::book::same_on_every_cpu`]: the loss curves are
+/// a few), on the portable kernel ([`crate::matmul::same_on_every_cpu`]: the loss curves are
 /// committed figures, and chapter 11 quantizes the corpus model), and reports them.
 pub fn results_after(sort_steps: usize, corpus_steps: usize) -> Result<Results> {
-    crate::book::same_on_every_cpu(|| compute_results(sort_steps, corpus_steps))
+    crate::matmul::same_on_every_cpu(|| compute_results(sort_steps, corpus_steps))
 }
 
 fn compute_results(sort_steps: usize, corpus_steps: usize) -> Result<Results> {
