@@ -98,8 +98,9 @@ pub const ERRATA: &[Erratum] = &[
         printed: "In GPT-3, n-embed = 12,388 and n-query-key = 128",
         correct: "n-embed = 12,288",
         why: "A changed digit (the third, 2 printed as 3): GPT-3's width is 96 heads × 128 = \
-            12,288, which D1 gives and its embedding count confirms (617,558,016 / 50,257 = 12,288), and which makes the \
-            per-head count of chapter 6, 4 × 12,288 × 128 = 6,291,456 ≈ 6.3 million.",
+            12,288, which D1 gives and its embedding count confirms (617,558,016 / 50,257 = \
+            12,288), and which makes the per-head count of chapter 6, 4 × 12,288 × 128 = \
+            6,291,456 ≈ 6.3 million.",
         kind: Kind::Erratum,
         tests: &[
             "tests/ch09_gpt.rs::gpt3_width_is_12288_from_heads_and_embedding_count",

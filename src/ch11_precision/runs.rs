@@ -2,8 +2,9 @@
 //! products, with bf16 inputs, with f16 inputs, and with f16 inputs and loss scaling.
 //!
 //! Every run uses the portable micro-kernel ([`crate::matmul::same_on_every_cpu`]) and the fused
-//! step's fixed shards, so its losses are the same bits on every machine and with any number of threads. The
-//! validation loss is the f32 forward pass of the master weights over every held-out token.
+//! step's fixed shards, so its losses are the same bits on every machine and with any number of
+//! threads. The validation loss is the f32 forward pass of the master weights over every held-out
+//! token.
 
 use super::mixed::{Precision, ProductInputs, StepRounding};
 use crate::ch09_gpt::config::Config;
