@@ -4,9 +4,10 @@
 //! one printed beside them. Each such case is one [`Erratum`]: where it is, what is printed, what
 //! is correct, exactly why, and the tests that pin the correct value. Its [`Kind`] says whether
 //! the document is wrong ([`Kind::Erratum`], the only kind the register counts as errata) or only
-//! reads wrongly taken literally: a shorthand notation ([`Kind::Notation`]) or a simplification
-//! it states ([`Kind::Simplification`]). Each chapter owns a list of
-//! them; [`crate::book::errata_register`] gathers all of them, the main job prints them
+//! reads wrongly taken literally: a shorthand notation ([`Kind::Notation`]) or a worked example
+//! that leaves out a step of its model ([`Kind::Simplification`]). A mistake the document makes
+//! in two places is one row that names both (and the tests of both chapters). Each chapter owns
+//! a list of them; [`crate::book::errata_register`] gathers all of them, the main job prints them
 //! (`cargo run --release -- errata`), and each chapter's prose carries its own rows as the table
 //! [`markdown_table`] makes (a test compares the two). The terminal gets
 //! [`crate::report::errata_terminal`].
@@ -21,7 +22,8 @@ pub enum Kind {
     Erratum,
     /// A shorthand or overloaded notation: the intended meaning is right, the letters are not.
     Notation,
-    /// A step left out that the document says it leaves out.
+    /// A worked example that leaves out a step of the model it describes (said or not): its
+    /// numbers are right for what it computes, not for the model.
     Simplification,
 }
 

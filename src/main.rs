@@ -125,6 +125,18 @@ fn run_all() -> Result<(), String> {
     if write_if_changed(&errata_page, &book::errata_page()).map_err(|e| e.to_string())? {
         say!("\n(updated {}, the book's errata page)", short(&errata_page));
     }
+    let sources_page = root().join("chapters").join("sources.md");
+    let sources = std::fs::read_to_string(&sources_page)
+        .map_err(|e| format!("{}: {e}", short(&sources_page)))?;
+    let counted = book::sources_page(&sources).ok_or_else(|| {
+        format!(
+            "{}: a document's <!-- Dn-errata:begin/end --> markers are missing",
+            short(&sources_page)
+        )
+    })?;
+    if write_if_changed(&sources_page, &counted).map_err(|e| e.to_string())? {
+        say!("(updated {}, the errata counts of the sources page)", short(&sources_page));
+    }
     say!(
         "\n{} chapters in {:.1} s, {} errata in the register (see `-- errata`).",
         chapters.len(),

@@ -215,6 +215,26 @@ pub fn log_tick_label(base: f64, power: f64) -> String {
     if (-4..=5).contains(&p) {
         return tick_label(10f64.powi(p), 10f64.powi(p));
     }
+    power_of_ten(p)
+}
+
+/// The label of the tick at `base`^`power` on a log axis over the powers `lo` to `hi`: as
+/// [`log_tick_label`], except that a base-10 axis reaching past the decimals' range (10⁻⁴ to
+/// 10⁵) labels every tick as a power, 10⁻⁶ … 10⁰ … 10², so one axis never mixes 0.0001 with
+/// 10⁻⁵.
+pub fn log_axis_tick_label(base: f64, power: f64, (lo, hi): (f64, f64)) -> String {
+    let decimals = |p: f64| (-4.0..=5.0).contains(&p);
+    if base != 10.0 || (decimals(lo.ceil()) && decimals(hi.floor())) {
+        return log_tick_label(base, power);
+    }
+    if power.fract() != 0.0 || !power.is_finite() {
+        return String::new();
+    }
+    power_of_ten(power as i32)
+}
+
+/// 10 to the whole power `p` in superscripts: 10⁻⁵, 10⁰, 10¹².
+fn power_of_ten(p: i32) -> String {
     const SUPERSCRIPT: [char; 10] = ['⁰', '¹', '²', '³', '⁴', '⁵', '⁶', '⁷', '⁸', '⁹'];
     let digits: String =
         p.unsigned_abs().to_string().bytes().map(|b| SUPERSCRIPT[(b - b'0') as usize]).collect();
@@ -491,6 +511,8 @@ enum Glyph {
     Line(RGBColor),
     /// A dot like the series' points.
     Dot(RGBColor),
+    /// A small filled square like the series' bars.
+    Bar(RGBColor),
 }
 
 /// The legend box, drawn on `root` in the room [`xy_chart`] kept beside the plotting area
@@ -526,6 +548,9 @@ fn draw_legend<DB: DrawingBackend>(
                 root.draw(&PathElement::new(vec![(gx, cy), (gx + 20, cy)], c.stroke_width(2)))?
             }
             Glyph::Dot(c) => root.draw(&Circle::new((gx + 10, cy), 4, c.filled()))?,
+            Glyph::Bar(c) => {
+                root.draw(&Rectangle::new([(gx + 5, cy - 5), (gx + 15, cy + 5)], c.filled()))?
+            }
         }
         root.draw(&Text::new(label.to_string(), (gx + LEGEND_GLYPH as i32, cy), font.clone()))?;
     }
@@ -591,11 +616,11 @@ fn draw_log_line<DB: DrawingBackend>(
         if powers > MAX_LOG_TICKS { powers.div_ceil(2) } else { powers }
     };
     let x_tick = move |v: &f64| match x_base {
-        Some(b) => log_tick_label(b, *v),
+        Some(b) => log_axis_tick_label(b, *v, (x0, x1)),
         None => tick_label(*v, x1 - x0),
     };
     let y_tick = move |v: &f64| match y_base {
-        Some(b) => log_tick_label(b, *v),
+        Some(b) => log_axis_tick_label(b, *v, (y0, y1)),
         None => tick_label(*v, y1 - y0),
     };
     let mut mesh = chart.configure_mesh();
@@ -794,7 +819,7 @@ fn draw_bars<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &BarChart) ->
             let left = k as f64 - BAR_GROUP_WIDTH / 2.0 + i as f64 * width;
             Rectangle::new([(left, 0.0), (left + width, value)], col.filled())
         }))?;
-        entries.push((label.as_str(), Glyph::Dot(col)));
+        entries.push((label.as_str(), Glyph::Bar(col)));
     }
     draw_legend(root, chart.plotting_area().get_pixel_range(), &entries)?;
     root.present()
@@ -1046,6 +1071,13 @@ mod tests {
         assert_eq!(log_tick_label(10.0, 3.0), "1000");
         assert_eq!(log_tick_label(10.0, -6.0), "10⁻⁶");
         assert_eq!(log_tick_label(10.0, 12.0), "10¹²");
+        // One axis, one style: past the decimals' range every tick is a power of ten.
+        let wide = (-13.0, -1.0);
+        assert_eq!(log_axis_tick_label(10.0, -4.0, wide), "10⁻⁴");
+        assert_eq!(log_axis_tick_label(10.0, -1.0, wide), "10⁻¹");
+        assert_eq!(log_axis_tick_label(10.0, 0.0, (-6.0, 2.0)), "10⁰");
+        assert_eq!(log_axis_tick_label(10.0, -2.0, (-3.0, 1.0)), "0.01");
+        assert_eq!(log_axis_tick_label(2.0, -4.0, wide), "1/16");
     }
 
     #[test]

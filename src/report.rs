@@ -27,6 +27,10 @@ pub enum Status {
     /// The document's notation, read literally, gives another value; the register's row (of
     /// kind notation) says what it means.
     Notation,
+    /// The document's worked example leaves out a step of the model it describes; the register's
+    /// row (of kind simplification) says which, and its printed value is right for what it
+    /// computes. `ours` is the value with the step.
+    Simplification,
     /// The document gives no inputs for it; nothing to check.
     Illustrative,
     /// Differs and is not explained: a defect.
@@ -41,6 +45,7 @@ impl Status {
             Status::Rounding => "rounding",
             Status::Erratum => "erratum",
             Status::Notation => "notation",
+            Status::Simplification => "simplification",
             Status::Illustrative => "illustrative",
             Status::Mismatch => "MISMATCH",
         }
@@ -120,6 +125,18 @@ impl Worked {
         ours: impl Into<String>,
     ) -> Self {
         Worked::explained(Status::Notation, test, document, quantity, printed, ours)
+    }
+
+    /// A row whose printed value leaves out a step of the model (the register's row of kind
+    /// simplification); `ours` is the value with the step. A mismatch if the two are equal.
+    pub fn simplification(
+        test: &'static str,
+        document: &'static Source,
+        quantity: impl Into<String>,
+        printed: &str,
+        ours: impl Into<String>,
+    ) -> Self {
+        Worked::explained(Status::Simplification, test, document, quantity, printed, ours)
     }
 
     fn explained(
@@ -543,7 +560,8 @@ pub fn worked_terminal(rows: &[Worked], width: usize) -> String {
         .map(|r| {
             let status = r.status.word().to_string();
             let id = r.document.id.to_string();
-            [r.quantity.clone(), id, grouped(&r.printed), grouped(&r.ours), status]
+            let text = crate::tex::terminal_text;
+            [text(&r.quantity), id, text(&grouped(&r.printed)), text(&grouped(&r.ours)), status]
         })
         .collect();
     let natural =

@@ -113,6 +113,9 @@ fn symbol(c: char) -> Option<&'static str> {
 /// Whether a word (without its trailing punctuation) is part of a formula on its own: it holds a
 /// symbol, an index or power, an `=`/`+`/`/` operator, or a combining accent.
 fn mathy(word: &str) -> bool {
+    if code_name(word) {
+        return false;
+    }
     word.chars().any(|c| {
         symbol(c).is_some()
             || sub(c).is_some()
@@ -121,6 +124,27 @@ fn mathy(word: &str) -> bool {
             || ('\u{300}'..='\u{36f}').contains(&c)
             || (c == '_' || c == '^') && word.len() > 1
     }) || matches!(word, "=" | "+" | "/" | "<" | ">")
+}
+
+/// Whether a word (brackets and punctuation around it aside) is the name of a function or
+/// variable of the code, such as `lane_sum`: snake case whose first part is a word of two
+/// or more letters. An index on one letter, `y_ik`, `d_k`, `W_Q`, stays a formula.
+fn code_name(word: &str) -> bool {
+    let bare = word.trim_matches(|c: char| "(),[]{}:;.".contains(c));
+    let parts: Vec<&str> = bare.split('_').collect();
+    parts.len() > 1
+        && parts[0].len() > 1
+        && parts.iter().all(|p| {
+            !p.is_empty() && p.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        })
+}
+
+/// `word` with the code name in it in backticks, `(lane_sum)` → ``(`lane_sum`)``, so that a
+/// table cell shows it as code rather than as `lane` with the subscript `sum`.
+fn as_code(word: &str) -> String {
+    let start = word.find(|c: char| c.is_ascii_alphanumeric()).unwrap_or(0);
+    let end = word.rfind(|c: char| c.is_ascii_alphanumeric()).map_or(word.len(), |i| i + 1);
+    format!("{}`{}`{}", &word[..start], &word[start..end], &word[end..])
 }
 
 /// Whether a word may sit inside a formula next to formula words: a number, a single letter,
@@ -139,6 +163,41 @@ fn bridge(word: &str) -> bool {
         || call && !bare.contains("((")
 }
 
+/// `text` for the terminal: each `^{…}` and `_{…}` group written in Unicode superscripts or
+/// subscripts where every character of it has one (`2^{10}` → `2¹⁰`, `x_{12}` → `x₁₂`), and as
+/// `^(…)` or `_(…)` where one has none (`2^{-F}` → `2^(−F)`, `ε^{1/3}` → `ε^(1/3)`): no brace of
+/// TeX is left for the reader to decode.
+pub fn terminal_text(text: &str) -> String {
+    // Characters with a Unicode superscript (subscript), and that form, in the same order.
+    const SUP: (&str, &str) = ("0123456789+-−()ni", "⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻⁻⁽⁾ⁿⁱ");
+    const SUB: (&str, &str) = ("0123456789+-−i", "₀₁₂₃₄₅₆₇₈₉₊₋₋ᵢ");
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(['^', '_']) {
+        let (head, tail) = rest.split_at(at);
+        out.push_str(head);
+        let mark = tail.chars().next().unwrap_or('^');
+        let Some(group) = tail[1..].strip_prefix('{').and_then(|g| g.find('}').map(|e| &g[..e]))
+        else {
+            out.push(mark);
+            rest = &tail[1..];
+            continue;
+        };
+        let (from, to) = if mark == '^' { SUP } else { SUB };
+        let small: Option<String> = group
+            .chars()
+            .map(|c| from.chars().position(|f| f == c).and_then(|k| to.chars().nth(k)))
+            .collect();
+        match small {
+            Some(small) if !group.is_empty() => out.push_str(&small),
+            _ => out.push_str(&format!("{mark}({})", group.replace('-', "−"))),
+        }
+        rest = &tail[1 + 1 + group.len() + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// A cell of a generated table with each formula in it written as `$…$` TeX; text without
 /// formulas is returned unchanged, and so is a cell holding `|`, `$` or code.
 pub fn markdown_cell(text: &str) -> String {
@@ -153,7 +212,7 @@ pub fn markdown_cell(text: &str) -> String {
     let mut free = 0; // words before this index are already inside an emitted formula
     while i < words.len() {
         if !is_math[i] {
-            out.push(words[i].to_string());
+            out.push(if code_name(words[i]) { as_code(words[i]) } else { words[i].to_string() });
             i += 1;
             continue;
         }
@@ -558,8 +617,26 @@ mod tests {
             ("Σ_{j=0}^{n_L − 1} terms", "$\\Sigma_{j=0}^{n_L - 1}$ terms"),
             ("Attention₂ and Πᵢ ŷᵢ", "$\\mathrm{Attention_{2}}$ and $\\prod_{i} \\hat y_{i}$"),
             ("Σₖ ŷₖ against −log of", "$\\sum_{k} \\hat y_{k}$ against $-\\log$ of"),
+            // A function of the code is code, not `lane` with the subscript `sum`; an index on
+            // one letter stays maths.
+            ("16 lanes (lane_sum) of y_ik", "16 lanes (`lane_sum`) of $y_{\\text{ik}}$"),
+            ("2^{20} values, lane_sum,", "$2^{20}$ values, `lane_sum`,"),
         ] {
             assert_eq!(markdown_cell(cell), tex, "{cell}");
+        }
+    }
+
+    /// The terminal gets no TeX braces: superscripts where Unicode has them, `^(…)` otherwise.
+    #[test]
+    fn terminal_text_leaves_no_tex_braces() {
+        for (tex, text) in [
+            ("machine epsilon 2^{-F} of bf16", "machine epsilon 2^(−F) of bf16"),
+            ("ε^{1/3} of f64", "ε^(1/3) of f64"),
+            ("2^{20} values, x_{12}, 10^{-6}", "2²⁰ values, x₁₂, 10⁻⁶"),
+            ("steps 10^{-k/4}", "steps 10^(−k/4)"),
+            ("lane_sum and a^b stay", "lane_sum and a^b stay"),
+        ] {
+            assert_eq!(terminal_text(tex), text, "{tex}");
         }
     }
 

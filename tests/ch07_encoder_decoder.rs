@@ -680,6 +680,29 @@ fn cross_attention_of_the_trained_model_reads_the_source_backwards() {
     }
 }
 
+/// The chapter's loss curve and cross-attention map are committed figures, so the training that
+/// draws them gives the same bits under every kernel the CPU runs (it forces the portable one);
+/// the same training left to the SIMD kernel does not, which is what would change the figures
+/// from one CPU to the next.
+#[test]
+fn the_figures_training_gives_the_same_bits_under_every_kernel() {
+    use llm_workbook::matmul::{Kernel, available_kernels, with_kernel};
+    let small = TrainConfig { steps: 20, ..CHAPTER_CONFIG };
+    let bits = |t: &Trained| t.losses.iter().map(|l| l.to_bits()).collect::<Vec<_>>();
+    let portable = with_kernel(Kernel::Scalar, || train(&small)).unwrap().unwrap();
+    for kernel in available_kernels() {
+        let drawn = with_kernel(kernel, || train_for_figures(&small)).unwrap().unwrap();
+        assert_eq!(bits(&drawn), bits(&portable), "the figures' training under {kernel}");
+        let example = heatmap_example(&drawn);
+        let (a, b) = (drawn.cross_attention_map(&example), portable.cross_attention_map(&example));
+        assert_eq!(a.unwrap(), b.unwrap(), "the cross-attention map under {kernel}");
+    }
+    if let Some(simd) = available_kernels().into_iter().find(|k| *k != Kernel::Scalar) {
+        let free = with_kernel(simd, || train(&small)).unwrap().unwrap();
+        assert_ne!(bits(&free), bits(&portable), "{simd} rounds as the portable kernel does");
+    }
+}
+
 #[test]
 fn greedy_decoding_stops_at_the_end_token() {
     let trained = chapter_model().unwrap();

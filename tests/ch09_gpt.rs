@@ -4443,3 +4443,43 @@ mod checkpoint_unit {
         );
     }
 }
+
+/// The main job's two trainings feed committed figures (the sorting and corpus loss curves) and
+/// chapter 11's quantized model, so they give the same bits under every kernel the CPU runs:
+/// [`results_after`](llm_workbook::ch09_gpt::book::results_after) forces the portable one. A few
+/// steps of each suffice; the same steps left to a SIMD kernel round differently (a planted
+/// `results_after` without the forcing fails here on any CPU with AVX2).
+#[test]
+fn the_main_job_s_trainings_give_the_same_bits_under_every_kernel() {
+    use llm_workbook::ch09_gpt::book::{Results, results_after};
+    use llm_workbook::matmul::{Kernel, available_kernels, with_kernel};
+    let bits = |r: &Results| {
+        let losses = r.sort_history.iter().chain(&r.corpus.history).map(|s| s.loss.to_bits());
+        let mut all: Vec<u64> = losses.collect();
+        all.extend(r.corpus.validation.iter().map(|(_, v)| v.to_bits()));
+        all.push(r.sort_accuracy.to_bits());
+        all
+    };
+    let portable = with_kernel(Kernel::Scalar, || results_after(3, 3)).unwrap().unwrap();
+    assert!(bits(&portable).len() >= 7, "{:?}", bits(&portable));
+    let best = *available_kernels().last().expect("the portable kernel at least");
+    let drawn = with_kernel(best, || results_after(3, 3)).unwrap().unwrap();
+    assert_eq!(bits(&drawn), bits(&portable), "the main job's trainings under {best}");
+    assert_eq!(drawn.corpus_sample, portable.corpus_sample);
+    // Without the forcing the kernel shows: the same three sorting steps on a SIMD kernel and on
+    // the portable one end in other bits, as the figures did from one CPU to the next.
+    if let Some(simd) = available_kernels().into_iter().find(|k| *k != Kernel::Scalar) {
+        let sort = |kernel| {
+            with_kernel(kernel, || {
+                use llm_workbook::ch09_gpt::{model::Gpt, sort_setup, train};
+                let (task, config, tc) = sort_setup().unwrap();
+                let mut t =
+                    train::Trainer::new(Gpt::<f32>::new(config, 1).unwrap(), &tc, 2).unwrap();
+                t.run(&train::Data::Sort(&task), &tc, 3, |_| {}).unwrap();
+                t.history.iter().map(|s| s.loss.to_bits()).collect::<Vec<_>>()
+            })
+            .unwrap()
+        };
+        assert_ne!(sort(simd), sort(Kernel::Scalar), "{simd} rounds as the portable kernel does");
+    }
+}

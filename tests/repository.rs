@@ -930,6 +930,76 @@ mod pages {
         assert_eq!(sources_page_faults(&planted).len(), 2, "{planted}");
     }
 
+    /// What is wrong with the sources page's counts of register rows: a document's count line
+    /// is not the register's ([`llm_workbook::book::sources_page`]) or not in its own section,
+    /// or the prose outside those lines states a count in words ("three errata"), which nothing
+    /// keeps in step with the register.
+    fn sources_count_faults(page: &str) -> Vec<String> {
+        let mut faults = Vec::new();
+        match llm_workbook::book::sources_page(page) {
+            None => faults.push("a document has no <!-- Dn-errata:begin/end --> block".into()),
+            Some(expected) if expected != page => faults.push(format!(
+                "the errata counts differ from the register: run `cargo run --release`; the \
+                 page should read:\n{expected}"
+            )),
+            Some(_) => {}
+        }
+        for s in SOURCES {
+            let tag = format!("<!-- {}:begin -->", llm_workbook::book::document_errata_tag(s.id));
+            let (Some(section), Some(block)) =
+                (page.find(&format!("\n## {}\n", s.id)), page.find(&tag))
+            else {
+                continue;
+            };
+            let next = page[section + 1..].find("\n## ").map_or(page.len(), |i| section + 1 + i);
+            if !(section < block && block < next) {
+                faults.push(format!("{}'s count of errata is outside its section", s.id));
+            }
+        }
+        const COUNTS: [&str; 14] = [
+            "no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+            "eleven", "twelve", "thirteen",
+        ];
+        let mut outside = page.to_string();
+        for s in SOURCES {
+            let tag = llm_workbook::book::document_errata_tag(s.id);
+            outside = llm_workbook::report::replace_block(&outside, &tag, "").unwrap_or(outside);
+        }
+        let words: Vec<String> = outside
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .map(str::to_lowercase)
+            .collect();
+        for pair in words.windows(2) {
+            let counted = COUNTS.contains(&pair[0].as_str()) || pair[0].parse::<u32>().is_ok();
+            if counted && matches!(pair[1].as_str(), "errata" | "erratum") {
+                faults.push(format!(
+                    "\"{} {}\": a count the register does not write",
+                    pair[0], pair[1]
+                ));
+            }
+        }
+        faults
+    }
+
+    /// The sources page counts each document's rows of the register as the register does, in
+    /// the line the main job writes into each document's section, and nowhere else.
+    #[test]
+    fn the_sources_page_counts_errata_from_the_register() {
+        let page = read(&root().join("chapters").join("sources.md"));
+        let faults = sources_count_faults(&page);
+        assert!(faults.is_empty(), "chapters/sources.md: {}", faults.join("\n"));
+        let line = llm_workbook::book::document_errata_line(llm_workbook::sources::D3);
+        assert!(line.contains("chapter 6, ") && line.contains("1 simplification"), "{line}");
+        // Planted mistakes: a stale count in the generated line; a count in the prose.
+        let stale = page.replacen("chapter 1, 3 errata", "chapter 1, 2 errata", 1);
+        assert_ne!(stale, page, "the planted count must be in the page");
+        assert_eq!(sources_count_faults(&stale).len(), 1, "{stale}");
+        let prose = page.replacen("replayed; its errata", "replayed; three errata", 1);
+        assert_ne!(prose, page);
+        assert_eq!(sources_count_faults(&prose).len(), 1, "{prose}");
+    }
+
     /// The committed errata page is what the main job would write from the register now.
     #[test]
     fn the_errata_page_is_the_register_as_the_main_job_writes_it() {
@@ -1237,6 +1307,77 @@ mod pages {
             }
         }
         assert!(broken.is_empty(), "anchors the sources page lacks:\n{}", broken.join("\n"));
+    }
+
+    /// The anchor GitHub (and mdBook) gives a heading: lower case, every character but letters,
+    /// digits, `-`, `_` and spaces dropped, spaces as `-`. `## 8. Quantized weights: int8` is
+    /// `#8-quantized-weights-int8`.
+    fn heading_anchor(heading: &str) -> String {
+        heading
+            .trim()
+            .to_lowercase()
+            .chars()
+            .filter(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | ' '))
+            .map(|c| if c == ' ' { '-' } else { c })
+            .collect()
+    }
+
+    /// The `](page.md#anchor)` links of `text` whose page has no heading with that anchor;
+    /// `page` reads a linked page by its path relative to the linking one (`None`: not a page).
+    fn broken_anchors(text: &str, page: &dyn Fn(&str) -> Option<String>) -> Vec<String> {
+        let mut broken = Vec::new();
+        for part in text.split("](").skip(1) {
+            let target = part.split(')').next().unwrap_or_default();
+            let Some((file, anchor)) = target.split_once('#') else { continue };
+            if file.is_empty() || !file.ends_with(".md") || file.contains("://") {
+                continue;
+            }
+            let Some(linked) = page(file) else {
+                broken.push(format!("{target}: no such page"));
+                continue;
+            };
+            let mut in_code = false;
+            let anchors: Vec<String> = linked
+                .lines()
+                .filter(|l| {
+                    in_code ^= l.starts_with("```");
+                    !in_code && l.starts_with('#')
+                })
+                .map(|l| heading_anchor(l.trim_start_matches('#')))
+                .collect();
+            if !anchors.iter().any(|a| a == anchor) {
+                broken.push(target.to_string());
+            }
+        }
+        broken
+    }
+
+    /// Every link from the README or a page of the book to a heading of a page of the book lands
+    /// on a heading that page has (a renumbered or renamed section breaks it).
+    #[test]
+    fn every_link_to_a_section_of_a_page_names_a_heading_it_has() {
+        let chapters = root().join("chapters");
+        let mut faults = Vec::new();
+        let mut pages: Vec<PathBuf> = std::fs::read_dir(&chapters)
+            .expect("chapters/")
+            .map(|e| e.expect("a page").path())
+            .filter(|p| p.extension().is_some_and(|e| e == "md"))
+            .collect();
+        pages.push(root().join("README.md"));
+        for path in &pages {
+            let dir = path.parent().expect("a folder").to_path_buf();
+            let reader = |file: &str| std::fs::read_to_string(dir.join(file)).ok();
+            for b in broken_anchors(&read(path), &reader) {
+                faults.push(format!("{}: {b}", path.display()));
+            }
+        }
+        assert!(faults.is_empty(), "links to headings that do not exist:\n{}", faults.join("\n"));
+        // A planted link to a section under its old number, and one to a missing page.
+        let planted = "[x](ch11.md#quantized-weights-int8) [y](ch11.md#8-quantized-weights-int8) \
+                       [z](none.md#a)";
+        let page =
+            |file: &str| (file == "ch11.md").then(|| "## 8. Quantized weights: int8\n".into());
+        assert_eq!(broken_anchors(planted, &page).len(), 2);
     }
 
     #[test]

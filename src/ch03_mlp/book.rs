@@ -75,9 +75,10 @@ pub const ERRATA: &[Erratum] = &[
         why: "Wā⁽⁰⁾ has as many entries as W has rows, so the bias added to it must too; the \
               printed b̄ has as many entries as the input ā⁽⁰⁾ (n + 1), which only works when the \
               layer keeps its width. The row index L also collides with the layer superscript (L). \
-              The formula itself is right: only the letters for the sizes are, which makes this \
-              a notation slip, not a wrong result.",
-        kind: Kind::Notation,
+              A size letter that makes a formula compute something else is counted as an \
+              erratum, here as in the upper limit n_{L−1} of the multi-neuron sum: read as \
+              printed, Wā⁽⁰⁾ + b̄ adds vectors of two lengths whenever the layer changes width.",
+        kind: Kind::Erratum,
         tests: &["tests/ch03_mlp.rs::bias_has_one_entry_per_output_neuron"],
     },
     Erratum {
@@ -261,7 +262,7 @@ pub fn worked() -> Result<Vec<Worked>> {
                 w_rows.nrows()
             ),
         ),
-        Worked::notation(
+        Worked::erratum(
             "bias_has_one_entry_per_output_neuron",
             D0,
             "entries of b̄ for a layer of 2 neurons fed by 3 inputs",

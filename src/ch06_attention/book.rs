@@ -379,17 +379,27 @@ pub const ERRATA: &[Erratum] = &[
     },
     Erratum {
         document: D3,
-        section: "Layer Normalization, LN(x_i) and the Calculate Layer Normalization cell",
-        printed: "LN row 1 = (−1.03927142, 0.13949668, 1.56694829, −0.66717355) beside \
+        section: "Layer Normalization, LN(x_i) and the Calculate Layer Normalization cell; the \
+            decoder's LN(x_o) and its cell (chapter 7)",
+        printed: "encoder LN row 1 = (−1.03927142, 0.13949668, 1.56694829, −0.66717355), decoder \
+            LN row 1 = (−0.46049196, −1.4140849, 0.81224991, 1.06232694), each beside \
             (x − μ)/√(σ² + ε), ε = 10⁻⁶",
-        correct: "(x − μ)/√(σ² + ε): (−1.03927194, 0.13949675, 1.56694907, −0.66717388)",
-        why: "The printed numbers follow (x − μ)/(σ + ε), ε added to the standard deviation (as \
-            the document's decoder cell does), not the formula beside them nor the code of the \
-            cell (np.sqrt(variance + epsilon)). Both use the population variance (divide by C); \
-            the sample variance (divide by C − 1) would scale every entry by √(3/4), giving \
-            −0.90004 for the first.",
+        correct: "(x − μ)/√(σ² + ε): encoder (−1.03927194, 0.13949675, 1.56694907, −0.66717388), \
+            decoder (−0.46049142, −1.41408325, 0.81224896, 1.0623257); with the decoder text's \
+            causal mask and ÷√d_k as well, decoder row 1 is (−0.44147247, −1.42943838, \
+            1.01157498, 0.85933588) and rows 2 and 3 change too",
+        why: "One slip, made twice: both printed LayerNorms follow (x − μ)/(σ + ε), ε added to \
+            the standard deviation (the decoder cell writes it std + ε), not the formula beside \
+            them nor the encoder cell's code (np.sqrt(variance + epsilon)). The two differ by \
+            about 1.6·10⁻⁶, visible at the printed 8 decimals. Both use the population variance \
+            (divide by C); the sample variance (divide by C − 1) would scale every entry by \
+            √(3/4), giving −0.90004 for the encoder's first.",
         kind: Kind::Erratum,
-        tests: &["tests/ch06_attention.rs::layer_norm_printed_follows_std_plus_eps"],
+        tests: &[
+            "tests/ch06_attention.rs::layer_norm_printed_follows_std_plus_eps",
+            "tests/ch07_encoder_decoder.rs::decoder_layer_norm_divides_by_std_plus_eps",
+            "tests/ch07_encoder_decoder.rs::decoder_cell_as_the_text_describes_it",
+        ],
     },
     Erratum {
         document: D3,
@@ -411,10 +421,11 @@ pub const ERRATA: &[Erratum] = &[
             LN(FFN(·))",
         correct: "with the residual connections of the post-LN transformer: LN(X + PE + MultiHead) \
             row 1 = (−1.66120976, 0.72490220, 0.84001300, 0.09629456)",
-        why: "The walk-through normalises each sub-layer's output alone; the transformer it \
-            describes adds the sub-layer's input first (Add & Norm). The printed numbers are \
-            reproduced as computed; `StandardChain` computes the block with residuals.",
-        kind: Kind::Erratum,
+        why: "The walk-through normalises each sub-layer's output alone, without saying that it \
+            leaves out the residual connections of the transformer it describes (Add & Norm adds \
+            the sub-layer's input first). Its numbers are right for what it computes, and are \
+            reproduced here as printed; `StandardChain` computes the block with residuals.",
+        kind: Kind::Simplification,
         tests: &["tests/ch06_attention.rs::walkthrough_omits_the_residual_connections"],
     },
     Erratum {
@@ -708,7 +719,7 @@ pub fn worked() -> Result<Vec<Worked>> {
             "yes",
             if rows_are_arithmetic(&ffn, 2e-8) { "yes" } else { "no" },
         ),
-        Worked::erratum(
+        Worked::simplification(
             "walkthrough_omits_the_residual_connections",
             d,
             "row 1 after the first Add & Norm: LN(M) as printed vs LN(X + PE + M)",

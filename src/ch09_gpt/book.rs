@@ -97,9 +97,10 @@ pub const ERRATA: &[Erratum] = &[
         section: "Attention: the sizes of W_k and W_q",
         printed: "In GPT-3, n-embed = 12,388 and n-query-key = 128",
         correct: "n-embed = 12,288",
-        why: "A transposed digit: GPT-3's width is 96 heads × 128 = 12,288, which D1 gives and \
-            its embedding count confirms (617,558,016 / 50,257 = 12,288), and which makes the \
-            per-head count of chapter 6, 4 × 12,288 × 128 = 6,291,456 ≈ 6.3 million.",
+        why: "A changed digit (the third, 2 printed as 3): GPT-3's width is 96 heads × 128 = \
+            12,288, which D1 gives and its embedding count confirms (617,558,016 / 50,257 = \
+            12,288), and which makes the per-head count of chapter 6, 4 × 12,288 × 128 = \
+            6,291,456 ≈ 6.3 million.",
         kind: Kind::Erratum,
         tests: &[
             "tests/ch09_gpt.rs::gpt3_width_is_12288_from_heads_and_embedding_count",
@@ -382,14 +383,22 @@ pub struct Results {
     pub seconds: (f64, f64),
 }
 
-fn compute_results() -> Result<Results> {
+/// Trains both models as the main job does, the sorting model for `sort_steps` steps and the
+/// corpus model for `corpus_steps` (the book's: [`SORT_STEPS`] and [`CORPUS_STEPS`]; a test trains
+/// a few), on the portable kernel ([`crate::matmul::same_on_every_cpu`]: the loss curves are
+/// committed figures, and chapter 11 quantizes the corpus model), and reports them.
+pub fn results_after(sort_steps: usize, corpus_steps: usize) -> Result<Results> {
+    crate::matmul::same_on_every_cpu(|| compute_results(sort_steps, corpus_steps))
+}
+
+fn compute_results(sort_steps: usize, corpus_steps: usize) -> Result<Results> {
     use crate::ch08_tokens::Tokenizer;
     // The sorting task.
     let t0 = std::time::Instant::now();
     let (task, config, tc) = sort_setup()?;
     let mut trainer = train::Trainer::new(model::Gpt::<f32>::new(config, 1)?, &tc, 2)?;
-    let mut pb = progress("sort  ", SORT_STEPS);
-    trainer.run(&train::Data::Sort(&task), &tc, SORT_STEPS, |r| {
+    let mut pb = progress("sort  ", sort_steps);
+    trainer.run(&train::Data::Sort(&task), &tc, sort_steps, |r| {
         pb.step(r.step + 1, r.loss, None);
     })?;
     pb.finish();
@@ -411,7 +420,7 @@ fn compute_results() -> Result<Results> {
     // The corpus.
     let tokens = corpus_tokens()?;
     let baseline = best_baseline(&corpus_baseline_rows(&tokens)?)?;
-    let setup = corpus_setup(tokens.tokenizer.vocab_size(), CORPUS_STEPS)?;
+    let setup = corpus_setup(tokens.tokenizer.vocab_size(), corpus_steps)?;
     let mut pb = progress("corpus", setup.steps);
     // The speed is the one the summary prints (train::Throughput): tokens over the steps' time.
     let corpus = train_corpus(&tokens, &setup, |r, speed| {
@@ -456,13 +465,13 @@ pub const CORPUS_SAMPLE_TOKENS: usize = 100;
 pub fn results() -> Result<&'static Results> {
     static CELL: std::sync::OnceLock<std::result::Result<Results, String>> =
         std::sync::OnceLock::new();
-    CELL.get_or_init(|| compute_results().map_err(|e| e.to_string())).as_ref().map_err(|e| {
-        crate::error::Error::InvalidValue {
+    CELL.get_or_init(|| results_after(SORT_STEPS, CORPUS_STEPS).map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(|e| crate::error::Error::InvalidValue {
             op: "ch09_gpt::results",
             arg: "training",
             reason: e.clone(),
-        }
-    })
+        })
 }
 
 /// Prints the two runs' results to standard output, every line within

@@ -439,7 +439,7 @@ pub fn walk(out: &mut Walk) -> Result<()> {
             f.min_subnormal()
         ))?;
     }
-    out.step("2. One third in each format (sign, exponent, fraction; then the value it stores)")?;
+    out.say("One third in each format (sign, exponent, fraction; then the value it stores):")?;
     let third = 1.0f64 / 3.0;
     for f in FORMATS {
         let bits = if f == F64 { third.to_bits() } else { bits_of(f, third as f32) };
@@ -452,7 +452,7 @@ pub fn walk(out: &mut Walk) -> Result<()> {
         (third as f32).to_bits(),
         f32_to_bf16(third as f32)
     ))?;
-    out.step("3. Round to nearest, ties to even")?;
+    out.step("2. Rounding to nearest, ties to even")?;
     for (x, what) in [
         (1.0 + pow2(-8), "1 + 2^-8, halfway between bf16's 1 and 1 + 2^-7"),
         (1.0 + 3.0 * pow2(-8), "1 + 3·2^-8, halfway between 1 + 2^-7 and 1 + 2^-6"),
@@ -470,7 +470,7 @@ pub fn walk(out: &mut Walk) -> Result<()> {
         let r = f16_to_f32(f32_to_f16(x as f32));
         out.say(&format!("f16({}) = {}   ({what})", readable(x), readable(f64::from(r))))?;
     }
-    out.step("4. Overflow: e^z beyond ln(largest), and the maximum shift (chapter 2)")?;
+    out.step("3. Overflow: e^z beyond ln(largest), and the maximum shift (chapter 2)")?;
     for f in [F64, F32, F16] {
         out.say(&format!("{:<4} e^z overflows for z > {:.6}", f.name, overflow_threshold(f)))?;
     }
@@ -482,7 +482,7 @@ pub fn walk(out: &mut Walk) -> Result<()> {
         log_sum_exp_unshifted(&BIG_LOGITS)?,
         log_sum_exp(&z)?
     ))?;
-    out.step("5. Cancellation: 1 − σ(z) against its exact value σ(−z) (chapter 1)")?;
+    out.step("4. Cancellation: 1 − σ(z) against its exact value σ(−z) (chapter 1)")?;
     out.say("  z   1 − σ(z) in f64    σ(−z)              relative error")?;
     for z in [5.0, 10.0, 20.0, 30.0, 37.0, BIG_LOGIT] {
         let (naive, exact) = (one_minus_sigmoid(z), sigmoid(-z));
@@ -498,7 +498,7 @@ pub fn walk(out: &mut Walk) -> Result<()> {
         bce_through_probability(0.0, BIG_LOGIT),
         bce_from_logit(0.0, BIG_LOGIT)
     ))?;
-    out.step("6. Summation in f32 against the exact sum (values k/2^24, root mean square of 4)")?;
+    out.step("5. Summation in f32 against the exact sum (values k/2^24, root mean square of 4)")?;
     let (ones_naive, ones_kahan) = sum_of_ones(1 << 25);
     out.say(&format!("2^25 ones: left to right {ones_naive}, Kahan {ones_kahan}"))?;
     out.say(&format!(
@@ -513,7 +513,7 @@ pub fn walk(out: &mut Walk) -> Result<()> {
             e.iter().map(|v| format!("{:>20}", format!("{v:.2e}"))).collect::<String>()
         ))?;
     }
-    out.step("7. The step of a finite difference: relative error of the derivative of sin at 1")?;
+    out.step("6. The step of a gradient check: relative error of the derivative of sin at 1")?;
     out.say("      h    forward f64   central f64   forward f32   central f32")?;
     let decades: Vec<f64> = (1..=13).map(|k| 10f64.powi(-k)).collect();
     let columns = [
@@ -542,9 +542,9 @@ pub fn walk(out: &mut Walk) -> Result<()> {
     walk_mixed(out)
 }
 
-/// Step 8 of the walk: the product's bound, the small-gradient step, and the four runs.
+/// Step 7 of the walk: the product's bound, the small-gradient step, and the four runs.
 fn walk_mixed(out: &mut Walk) -> Result<()> {
-    out.step("8. Mixed precision: products of rounded inputs, accumulated in f32")?;
+    out.step("7. Mixed precision: products of rounded inputs, accumulated in f32")?;
     for inputs in [ProductInputs::Bf16, ProductInputs::F16] {
         let u = inputs.format().unit_roundoff();
         out.say(&format!(
@@ -710,6 +710,33 @@ pub fn mixed_figure(runs: &[MixedRun]) -> Figure {
     })
 }
 
+/// What [`mixed_figure`] cannot show, its curves lying on top of each other: each run's running
+/// mean of the batch loss minus the f32 run's at the same step, one series per run after the
+/// first (the f32 run, whose change is zero throughout). Empty when `runs` is.
+pub fn mixed_change_figure(runs: &[MixedRun]) -> Figure {
+    let means = |r: &MixedRun| {
+        let mut mean = crate::ch09_gpt::train::RunningMean::default();
+        r.history.iter().map(|s| (s.step as f64 + 1.0, mean.add(s.loss))).collect::<Vec<_>>()
+    };
+    let base = runs.first().map(means).unwrap_or_default();
+    let series = runs
+        .iter()
+        .skip(1)
+        .map(|r| {
+            let points =
+                means(r).iter().zip(&base).map(|(&(step, l), &(_, b))| (step, l - b)).collect();
+            Series::new(format!("{} − f32", r.precision.label()), points)
+        })
+        .collect();
+    Figure::Line(LineChart {
+        title: "The same runs: running mean of the training loss minus the f32 run's".into(),
+        x_label: "step".into(),
+        y_label: "difference from f32 (nats per token)".into(),
+        series,
+        markers: false,
+    })
+}
+
 fn plots(dir: &Path) -> Result<Vec<PathBuf>> {
     let runs = mixed_runs()?;
     {
@@ -719,8 +746,16 @@ fn plots(dir: &Path) -> Result<Vec<PathBuf>> {
             let _ = writeln!(out, " {line}");
         }
     }
+    // The quantization table the page carries, as the walk prints it.
+    let mut table = Vec::new();
+    quant_walk(&mut Walk::new(&mut table), quant_results()?)?;
+    {
+        use std::io::Write;
+        let _ = std::io::stdout().lock().write_all(&table);
+    }
     let mut figs = figures()?;
     figs.push(("ch11_mixed_loss".into(), mixed_figure(runs)));
+    figs.push(("ch11_mixed_loss_change".into(), mixed_change_figure(runs)));
     figs.extend(quant_figures()?);
     crate::plot::save_all(&figs, dir)
 }
@@ -842,12 +877,21 @@ pub fn quant_results_of(
 /// trained corpus model.
 pub fn walk_with_quantization(out: &mut Walk) -> Result<()> {
     walk(out)?;
+    out.step("8. Quantized weights: blocks of 32, one scale each (chapter 9's corpus model)")?;
+    out.say(
+        "The model quantized here is chapter 9's trained corpus model, so chapter 9's two \
+         models are trained first, as `chapter 9` trains them (on the portable kernel, the same \
+         bits on every CPU; the main job trains them once for both chapters).",
+    )?;
     quant_walk(out, quant_results()?)
 }
 
 /// The quantization section of the walk: bytes, losses and samples per storage.
 pub fn quant_walk(out: &mut Walk, r: &QuantResults) -> Result<()> {
-    out.step("Quantized weights: blocks of 32, one scale each (chapter 9's corpus model)")?;
+    out.say(
+        "Bytes a token reads: the bf16 storage rounds each weight to bf16 and keeps it in an f32 \
+         copy, so its step reads as many bytes as f32's; bf16 stored as 2 bytes would read half.",
+    )?;
     out.say("storage  bytes/weight  MB read/token  val. loss  change   with W_U too  change")?;
     let (base, base_head) = (r.losses[0].1, r.losses_with_head[0].1);
     for (((s, loss), (_, loss_head)), (_, bytes)) in

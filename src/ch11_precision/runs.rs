@@ -1,16 +1,16 @@
 //! The measured runs: chapter 9's GPT trained on the default corpus from one seed with f32
 //! products, with bf16 inputs, with f16 inputs, and with f16 inputs and loss scaling.
 //!
-//! Every run uses the portable micro-kernel ([`Kernel::Scalar`]) and the fused step's fixed
-//! shards, so its losses are the same bits on every machine and with any number of threads. The
-//! validation loss is the f32 forward pass of the master weights over every held-out token.
+//! Every run uses the portable micro-kernel ([`crate::matmul::same_on_every_cpu`]) and the fused
+//! step's fixed shards, so its losses are the same bits on every machine and with any number of
+//! threads. The validation loss is the f32 forward pass of the master weights over every held-out
+//! token.
 
 use super::mixed::{Precision, ProductInputs, StepRounding};
 use crate::ch09_gpt::config::Config;
 use crate::ch09_gpt::experiments::{CORPUS_PEAK_RATE, CorpusTokens};
 use crate::ch09_gpt::{data, model, schedule, train};
 use crate::error::Result;
-use crate::matmul::{Kernel, with_kernel};
 
 /// The model of the runs: chapter 9's corpus model made smaller so that four runs fit in
 /// seconds: 2 layers, 4 heads, width 64, context 32 tokens (chapter 9's: 3 layers, width 96,
@@ -96,7 +96,7 @@ pub fn train_mixed(
         validation: f64::NAN,
         train_seconds: 0.0,
     };
-    with_kernel(Kernel::Scalar, || -> Result<()> {
+    crate::matmul::same_on_every_cpu(|| -> Result<()> {
         while trainer.step < steps {
             let t = std::time::Instant::now();
             let record = trainer.step(&data, &tc)?;
@@ -106,7 +106,7 @@ pub fn train_mixed(
         }
         run.validation = train::mean_loss(&trainer.model, &val_batches)?;
         Ok(())
-    })??;
+    })?;
     run.history = trainer.history;
     Ok(run)
 }

@@ -54,10 +54,13 @@ impl Difference {
         }
     }
 
-    /// The step that balances truncation against rounding for a function whose value and
-    /// derivatives are of order 1: ε^{1/(p+1)} for a truncation error of order p (ε^{1/2}
-    /// forward, ε^{1/3} central), with ε the machine epsilon of the type computed in. Errors
-    /// naming `epsilon` unless 0 < ε < 1.
+    /// The order of magnitude of the step that balances truncation against rounding:
+    /// ε^{1/(p+1)} for a truncation error of order p (ε^{1/2} forward, ε^{1/3} central), with ε
+    /// the machine epsilon of the type computed in. The balanced step itself,
+    /// 2·(ε|f|/|f″|)^{1/2} forward and (3ε|f|/|f‴|)^{1/3} central, is this times 2 or 3^{1/3} for a
+    /// function whose value and derivatives are of order 1; the constants are dropped (the error
+    /// near the minimum is flat: a quarter more forward, an eighth central). Errors naming
+    /// `epsilon` unless 0 < ε < 1.
     pub fn balanced_step(self, epsilon: f64) -> Result<f64> {
         if !(epsilon > 0.0 && epsilon < 1.0) {
             return Err(invalid(

@@ -212,6 +212,18 @@ pub fn with_kernel<R>(kernel: Kernel, f: impl FnOnce() -> R) -> Result<R> {
     Ok(f())
 }
 
+/// Runs `train`, a training whose numbers a committed figure or page shows, on the portable
+/// micro-kernel ([`Kernel::Scalar`]) whatever kernel the process
+/// or the calling thread chose, so that those numbers are the same bits on every CPU. The SIMD
+/// kernels add a product's terms in other groupings (fused multiply-adds, 4 or 8 lanes), so a
+/// model trained on them ends a few units of the last place away on each CPU, and after hundreds
+/// of steps its curves and maps differ visibly; the main job would then change tracked figures on
+/// every machine but the one that drew them. Products on threads the training spawns inherit the
+/// choice ([`with_kernel`]).
+pub fn same_on_every_cpu<R>(train: impl FnOnce() -> Result<R>) -> Result<R> {
+    with_kernel(Kernel::Scalar, train)?
+}
+
 /// The kernel a product started now on this thread would use.
 pub fn active_kernel() -> Kernel {
     if let Some(k) = THREAD_KERNEL.with(Cell::get) {

@@ -46,7 +46,8 @@ pub use blocked::{IN_PLACE_MAX_STEP, PARALLEL_MIN_FLOPS, PIECE_MIN_FLOPS};
 pub use caches::{CacheLevel, Caches, ModelBlocking, machine_caches, model_blocking};
 pub use dispatch::{
     Blocking, KERNEL_ENV, Kernel, ProductChoices, ProductStats, active_kernel, available_kernels,
-    best_kernel, last_product, parse_kernel_setting, product_choices, set_kernel, with_kernel,
+    best_kernel, last_product, parse_kernel_setting, product_choices, same_on_every_cpu,
+    set_kernel, with_kernel,
 };
 pub use kernels::{
     AVX2_F32_BLOCKING, AVX2_F64_BLOCKING, AVX512_F32_BLOCKING, AVX512_F64_BLOCKING, SCALAR_BLOCKING,
