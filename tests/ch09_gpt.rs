@@ -4404,7 +4404,13 @@ mod checkpoint_unit {
                         if o.status.success() {
                             assert!(err.contains("no CURRENT pointer"), "kill {i}: {err}");
                         } else {
-                            one_line_error(&o, &["no complete"], &format!("kill {i}"));
+                            // Killed before its lock file was made, the folder is empty: nothing
+                            // in it says a run was there, so it is refused as no checkpoint.
+                            let empty =
+                                std::fs::read_dir(&out).is_ok_and(|mut d| d.next().is_none());
+                            let says =
+                                if empty { "not a checkpoint folder" } else { "no complete" };
+                            one_line_error(&o, &[says], &format!("kill {i}"));
                         }
                         o.status.success()
                     };
