@@ -13,9 +13,10 @@
 //! - [`backend`]: who computes the products (ours, or nalgebra's as the benchmarks' peer);
 //! - [`simd_map`]: an element-wise loop in the widest registers the CPU has (GELU);
 //! - [`peak`]: the FMA throughput probe that measures the machine's peak;
-//! - `simd` (`src/simd.rs`, x86-64 only, not public): the one module allowed `unsafe` code, the
-//!   SIMD bodies of the micro-kernels, the probe and the map behind safe functions that take a
-//!   CPU-feature token only the CPU detection can make;
+//! - [`simd`]: the one dispatcher — which instruction set runs each SIMD loop ([`simd::Kernel`]),
+//!   the CPU asked once; its file `src/simd/x86.rs` is the one place allowed `unsafe` code, the
+//!   SIMD bodies of the micro-kernels, the probe, the map and the quantized dots behind safe
+//!   functions that take a CPU-feature token only the detection can make;
 //! - [`gradcheck`]: finite-difference gradient checks;
 //! - [`rng`]: a seeded generator written here;
 //! - [`optim`]: the optimisers;
@@ -65,11 +66,8 @@ pub mod peak;
 pub mod plot;
 pub mod report;
 pub mod rng;
+pub mod simd;
 pub mod simd_map;
-// The crate's one exception to `deny(unsafe_code)`; see the module's safety argument.
-#[cfg(target_arch = "x86_64")]
-#[allow(unsafe_code)]
-mod simd;
 pub mod snapshot;
 pub mod sources;
 pub mod tex;

@@ -4,10 +4,11 @@
 //! [`fma_probe`] runs 12 independent chains of full-width fused multiply-adds in the registers of
 //! one kernel family (separate multiply and add for the portable one); timed, its flops per second
 //! are the peak of one core. The SIMD loops live with the other SIMD code in
-//! `src/simd.rs`, behind safe functions that take a CPU-feature token.
+//! `src/simd/x86.rs`, reached through the dispatcher ([`crate::simd`]).
 
 use crate::error::Result;
-use crate::matmul::{Element, Kernel};
+use crate::matmul::Element;
+use crate::simd::Kernel;
 use std::any::TypeId;
 
 /// Runs `iterations` rounds of the multiply-add throughput loop of `kernel` in type `T` (12
@@ -17,22 +18,11 @@ use std::any::TypeId;
 pub fn fma_probe<T: Element>(kernel: Kernel, iterations: u64) -> Result<(u64, f64)> {
     // `Element` is sealed: T is f32 or f64.
     let f64_ = TypeId::of::<T>() == TypeId::of::<f64>();
-    let unavailable = || crate::matmul::unavailable("fma_probe", kernel);
     match kernel {
         Kernel::Scalar if f64_ => Ok(scalar_probe::<f64>(iterations)),
         Kernel::Scalar => Ok(scalar_probe::<f32>(iterations)),
-        #[cfg(target_arch = "x86_64")]
-        Kernel::Avx2 => {
-            let t = crate::simd::Avx2::detect().ok_or_else(unavailable)?;
-            Ok(if f64_ { t.probe_f64(iterations) } else { t.probe_f32(iterations) })
-        }
-        #[cfg(target_arch = "x86_64")]
-        Kernel::Avx512 => {
-            let t = crate::simd::Avx512::detect().ok_or_else(unavailable)?;
-            Ok(if f64_ { t.probe_f64(iterations) } else { t.probe_f32(iterations) })
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        _ => Err(unavailable()),
+        _ => crate::simd::fma_probe(kernel, f64_, iterations)
+            .ok_or_else(|| crate::simd::unavailable("fma_probe", kernel)),
     }
 }
 

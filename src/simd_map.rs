@@ -3,13 +3,12 @@
 //!
 //! The crate is compiled for the baseline x86-64 (SSE2, four f32 lanes). [`map_f32`] runs the
 //! same plain loop compiled for AVX2 or AVX-512 instead, chosen at run time as the micro-kernels
-//! are ([`crate::matmul::active_kernel`]); the compiled loops live with the other SIMD code in
-//! `src/simd.rs` (the only module allowed `unsafe`), behind safe functions that take a
-//! CPU-feature token.
+//! are ([`crate::matmul::active_kernel`]) and through the same dispatcher ([`crate::simd`]); the
+//! compiled loops live with the other SIMD code in `src/simd/x86.rs` (the only file allowed
+//! `unsafe`), behind safe functions that take a CPU-feature token.
 
 use crate::error::{Result, shape_error};
-#[cfg(target_arch = "x86_64")]
-use crate::matmul::{Kernel, active_kernel};
+use crate::matmul::active_kernel;
 
 /// yᵢ ← f(xᵢ, yᵢ) for every i, in f32, compiled for the registers of the active kernel
 /// ([`active_kernel`]: AVX-512, AVX2 or the portable baseline). The crate is compiled for the
@@ -27,23 +26,10 @@ pub fn map_f32(x: &[f32], y: &mut [f32], f: impl Fn(f32, f32) -> f32) -> Result<
             format!("{}", y.len()),
         ));
     }
-    // The active kernel is available (every way of choosing it checks), so its token is there;
-    // were it not, the portable loop gives the same bits.
-    #[cfg(target_arch = "x86_64")]
-    match active_kernel() {
-        Kernel::Avx512 => {
-            if let Some(t) = crate::simd::Avx512::detect() {
-                t.map_f32(x, y, f);
-                return Ok(());
-            }
-        }
-        Kernel::Avx2 => {
-            if let Some(t) = crate::simd::Avx2::detect() {
-                t.map_f32(x, y, f);
-                return Ok(());
-            }
-        }
-        Kernel::Scalar => {}
+    // The active kernel is available (every way of choosing it checks); were it not, the
+    // dispatcher leaves the loop to the portable one below, which gives the same bits.
+    if crate::simd::map_f32(active_kernel(), x, y, &f) {
+        return Ok(());
     }
     for (y_i, &x_i) in y.iter_mut().zip(x) {
         *y_i = f(x_i, *y_i);

@@ -979,9 +979,10 @@ mod quant_step {
     use llm_workbook::ch09_gpt::model::Gpt;
     use llm_workbook::ch11_precision::quant::{QuantMatrix, Storage};
     use llm_workbook::ch11_precision::quant_step::{
-        DotPath, QuantGpt, column_dot_reference, quant_row_product,
+        QuantGpt, column_dot_reference, quant_row_product,
     };
     use llm_workbook::rng::Rng;
+    use llm_workbook::simd::{Kernel, available_kernels};
     use nalgebra::DMatrix;
 
     /// x·Ŵ in f64 from the dequantized matrix: the sum the kernels approximate.
@@ -996,7 +997,7 @@ mod quant_step {
 
     #[test]
     fn every_path_gives_the_references_bits_on_awkward_sizes_and_any_thread_count() {
-        let paths = DotPath::available();
+        let paths = available_kernels();
         eprintln!("paths on this CPU: {paths:?}");
         let mut rng = Rng::new(11);
         for k in [1, 7, 31, 32, 33, 64, 95, 100, 384] {
@@ -1005,7 +1006,7 @@ mod quant_step {
                 let x: Vec<f32> = rng.normal_matrix::<f32>(1, k, 1.0).iter().copied().collect();
                 for storage in [Storage::Int8, Storage::Q4] {
                     let q = QuantMatrix::quantize(&w, storage).unwrap();
-                    let reference = quant_row_product(DotPath::Reference, &x, &q, 1).unwrap();
+                    let reference = quant_row_product(Kernel::Scalar, &x, &q, 1).unwrap();
                     // The reference is the sum it claims: close to x·Ŵ computed in f64.
                     for (r, e) in reference.iter().zip(exact(&x, &q)) {
                         let size: f64 = x.iter().map(|v| f64::from(v.abs())).sum::<f64>();
@@ -1028,7 +1029,7 @@ mod quant_step {
                 .unwrap();
         let dot = column_dot_reference(&[2.0; 32], &q.scales, &q.codes, Storage::Q4);
         assert_eq!(dot, 0.5 * (7.0 * 2.0 - 3.0 * 2.0));
-        let e = quant_row_product(DotPath::Reference, &[1.0; 3], &q, 1).unwrap_err().to_string();
+        let e = quant_row_product(Kernel::Scalar, &[1.0; 3], &q, 1).unwrap_err().to_string();
         assert!(e.contains("x") && !e.contains('\n'), "{e}");
     }
 
@@ -1059,17 +1060,17 @@ mod quant_step {
                 let stored = q.model();
                 let mut reference = stored.new_kv_cache();
                 let mut caches: Vec<_> =
-                    DotPath::available().into_iter().map(|p| (p, q.new_kv_cache())).collect();
+                    available_kernels().into_iter().map(|p| (p, q.new_kv_cache())).collect();
                 let mut last = Vec::new();
                 for t in [3u32, 1, 4, 1, 5, 9, 2, 6] {
                     let want = stored.reference_step(&mut reference, t).unwrap();
                     for (path, cache) in caches.iter_mut() {
-                        let q = q.clone().with_path(*path);
+                        let q = q.clone().with_kernel(*path);
                         let got = q.step(cache, t).unwrap();
                         let worst =
                             got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
                         assert!(worst < 1e-5, "{storage:?} head {head} {path:?}: {worst}");
-                        if *path == DotPath::Reference {
+                        if *path == Kernel::Scalar {
                             last = got;
                         } else {
                             assert_eq!(got, last, "{path:?} differs from the reference path");
@@ -1296,7 +1297,8 @@ fn the_widened_bf16_product_is_the_f32_product_of_the_widened_inputs() {
                 for beta in [0.0f32, 0.5] {
                     let (mut ours, mut f32s) = (start.clone(), start.clone());
                     with_kernel(kernel, || {
-                        gemm_bf16(Bf16Path::Widened, 1.0, &a, ta, &b, tb, beta, &mut ours).unwrap();
+                        gemm_bf16(Bf16Path::widened(kernel), 1.0, &a, ta, &b, tb, beta, &mut ours)
+                            .unwrap();
                         gemm(1.0, &widen(&a), ta, &widen(&b), tb, beta, &mut f32s).unwrap();
                     })
                     .unwrap();
@@ -1322,10 +1324,15 @@ fn the_widened_bf16_product_is_the_f32_product_of_the_widened_inputs() {
 #[test]
 fn every_bf16_path_keeps_its_bound_against_the_exact_product() {
     use llm_workbook::ch11_precision::bf16_product::{exact_product, pair_bound, widened_bound};
-    use llm_workbook::matmul::{Bf16Path, Op, available_bf16_paths, gemm_bf16};
+    use llm_workbook::matmul::{
+        Bf16Method, Bf16Path, Op, active_kernel, available_bf16_paths, gemm_bf16,
+    };
     let mut rng = Rng::new(1612);
     let paths = available_bf16_paths();
-    assert!(paths.contains(&Bf16Path::Widened) && paths.contains(&Bf16Path::PairsPortable));
+    assert!(
+        paths.contains(&Bf16Path::widened(active_kernel()))
+            && paths.contains(&Bf16Path::PAIRS_PORTABLE)
+    );
     for path in paths {
         for (m, k, n) in BF16_SHAPES {
             for (ta, tb) in [(Op::N, Op::N), (Op::T, Op::T), (Op::T, Op::N)] {
@@ -1336,9 +1343,9 @@ fn every_bf16_path_keeps_its_bound_against_the_exact_product() {
                 for ((&got, &s), (&size, &flushed)) in
                     c.iter().zip(&exact.sum).zip(exact.size.iter().zip(&exact.flushed))
                 {
-                    let bound = match path {
-                        Bf16Path::Widened => widened_bound(k, size),
-                        _ => pair_bound(k, size, flushed),
+                    let bound = match path.method {
+                        Bf16Method::Widened => widened_bound(k, size),
+                        Bf16Method::Pairs => pair_bound(k, size, flushed),
                     };
                     assert!(
                         (f64::from(got) - s).abs() <= bound,
@@ -1369,13 +1376,13 @@ fn the_pair_instruction_adds_in_its_own_order_and_flushes_subnormals() {
     use llm_workbook::ch11_precision::bf16_product::{
         exact_product, flushed_pair, pair_bound, pair_order_row, widened_bound,
     };
-    use llm_workbook::matmul::{Bf16Path, Op, gemm_bf16};
+    use llm_workbook::matmul::{Bf16Path, Op, active_kernel, gemm_bf16};
     let run = |path, a: &DMatrix<u16>, b: &DMatrix<u16>| {
         let mut c = DMatrix::zeros(1, 1);
         gemm_bf16(path, 1.0, a, Op::N, b, Op::N, 0.0, &mut c).unwrap();
         c[(0, 0)]
     };
-    let pair_paths: Vec<Bf16Path> = [Bf16Path::PairsPortable, Bf16Path::PairsAvx512]
+    let pair_paths: Vec<Bf16Path> = [Bf16Path::PAIRS_PORTABLE, Bf16Path::PAIRS_AVX512]
         .into_iter()
         .filter(|p| p.is_available())
         .collect();
@@ -1384,7 +1391,7 @@ fn the_pair_instruction_adds_in_its_own_order_and_flushes_subnormals() {
     let ones = DMatrix::from_element(4, 1, llm_workbook::ch11_precision::f32_to_bf16(1.0));
     let exact = exact_product(&a, Op::N, &ones, Op::N).unwrap();
     assert_eq!(exact.sum[(0, 0)], 1.0 + 2f64.powi(-23) + 2f64.powi(-31));
-    let widened = run(Bf16Path::Widened, &a, &ones);
+    let widened = run(Bf16Path::widened(active_kernel()), &a, &ones);
     assert_eq!(widened, 1.0 + 2f32.powi(-23), "1.00000012: the nearer of the two");
     assert!((f64::from(widened) - exact.sum[(0, 0)]).abs() <= widened_bound(4, exact.size[(0, 0)]));
     for &path in &pair_paths {
@@ -1401,7 +1408,7 @@ fn the_pair_instruction_adds_in_its_own_order_and_flushes_subnormals() {
     // The flush: 2⁻¹³⁰ · 2¹⁰⁰ = 2⁻³⁰.
     let (x, y) = flushed_pair();
     let (a, b) = (DMatrix::from_element(1, 1, x), DMatrix::from_element(1, 1, y));
-    assert_eq!(run(Bf16Path::Widened, &a, &b), 2f32.powi(-30));
+    assert_eq!(run(Bf16Path::widened(active_kernel()), &a, &b), 2f32.powi(-30));
     let exact = exact_product(&a, Op::N, &b, Op::N).unwrap();
     assert_eq!(exact.flushed[(0, 0)], 2f64.powi(-30), "the flushed part of S");
     for &path in &pair_paths {
@@ -1412,27 +1419,27 @@ fn the_pair_instruction_adds_in_its_own_order_and_flushes_subnormals() {
 /// Wrong shapes and a path the CPU lacks are refused in one line naming the argument.
 #[test]
 fn a_bf16_product_refuses_what_it_cannot_compute() {
-    use llm_workbook::matmul::{Bf16Path, Op, gemm_bf16};
+    use llm_workbook::matmul::{Bf16Path, Op, active_kernel, gemm_bf16};
     let (a, b) = (DMatrix::<u16>::zeros(3, 4), DMatrix::<u16>::zeros(5, 2));
     let mut c = DMatrix::<f32>::zeros(3, 2);
-    let err = gemm_bf16(Bf16Path::Widened, 1.0, &a, Op::N, &b, Op::N, 0.0, &mut c)
+    let err = gemm_bf16(Bf16Path::widened(active_kernel()), 1.0, &a, Op::N, &b, Op::N, 0.0, &mut c)
         .unwrap_err()
         .to_string();
     assert!(err.contains("gemm_bf16") && err.contains("3×4") && !err.contains('\n'), "{err}");
     let mut c = DMatrix::<f32>::zeros(2, 2);
-    let err = gemm_bf16(Bf16Path::Widened, 1.0, &a, Op::T, &a, Op::N, 0.0, &mut c)
+    let err = gemm_bf16(Bf16Path::widened(active_kernel()), 1.0, &a, Op::T, &a, Op::N, 0.0, &mut c)
         .unwrap_err()
         .to_string();
     assert!(err.contains("C") && err.contains("4×4") && err.contains("2×2"), "{err}");
-    if !Bf16Path::PairsAvx512.is_available() {
+    if !Bf16Path::PAIRS_AVX512.is_available() {
         let mut c = DMatrix::<f32>::zeros(3, 3);
-        let err = gemm_bf16(Bf16Path::PairsAvx512, 1.0, &a, Op::N, &a, Op::T, 0.0, &mut c)
+        let err = gemm_bf16(Bf16Path::PAIRS_AVX512, 1.0, &a, Op::N, &a, Op::T, 0.0, &mut c)
             .unwrap_err()
             .to_string();
         assert!(err.contains("path") && err.contains("AVX512-BF16"), "{err}");
     }
     let mut c = DMatrix::<f32>::from_element(3, 3, f32::NAN);
-    gemm_bf16(Bf16Path::Widened, 1.0, &a, Op::N, &a, Op::T, 0.0, &mut c).unwrap();
+    gemm_bf16(Bf16Path::widened(active_kernel()), 1.0, &a, Op::N, &a, Op::T, 0.0, &mut c).unwrap();
     assert!(c.iter().all(|&x| x == 0.0), "β = 0 overwrites NaN in C");
 }
 

@@ -261,12 +261,18 @@ mod newcomer {
     fn unsafe_code_is_denied_outside_the_simd_kernel_module() {
         let lib = read(&root().join("src").join("lib.rs"));
         assert!(lib.contains("#![deny(unsafe_code)]"), "src/lib.rs must deny unsafe code");
-        let allows: Vec<&str> = lib.lines().filter(|l| l.contains("allow(unsafe_code)")).collect();
-        assert_eq!(allows.len(), 1, "exactly one allow(unsafe_code) in src/lib.rs: {allows:?}");
-        let after = &lib[lib.find("allow(unsafe_code)").unwrap_or(0)..];
+        assert!(!lib.contains("allow(unsafe_code)"), "src/lib.rs must not allow unsafe code");
+        let simd = read(&root().join("src").join("simd").join("mod.rs"));
+        let allows: Vec<&str> = simd.lines().filter(|l| l.contains("allow(unsafe_code)")).collect();
+        assert_eq!(
+            allows.len(),
+            1,
+            "exactly one allow(unsafe_code) in src/simd/mod.rs: {allows:?}"
+        );
+        let after = &simd[simd.find("allow(unsafe_code)").unwrap_or(0)..];
         assert!(
-            after.lines().nth(1).is_some_and(|l| l.trim() == "mod simd;"),
-            "the allow must sit on `mod simd;`"
+            after.lines().nth(1).is_some_and(|l| l.trim() == "mod x86;"),
+            "the allow must sit on `mod x86;`"
         );
         // No other file (binaries included, which the crate attribute does not reach) opts out
         // or writes `unsafe`.
@@ -285,7 +291,7 @@ mod newcomer {
                     stack.push(path);
                     continue;
                 }
-                if path.extension().is_none_or(|e| e != "rs") || path.ends_with("src/simd.rs") {
+                if path.extension().is_none_or(|e| e != "rs") || path.ends_with("src/simd/x86.rs") {
                     continue;
                 }
                 let code = read(&path);
@@ -298,14 +304,112 @@ mod newcomer {
                         || (code_part.contains("unsafe_code")
                             && !code_part.contains("deny(unsafe_code)")
                             && !code_part.contains("forbid(unsafe_code)")
-                            && !path.ends_with("src/lib.rs"));
+                            && !path.ends_with("src/simd/mod.rs"));
                     if hit && !own {
                         offenders.push(format!("{}:{}: {}", path.display(), i + 1, line.trim()));
                     }
                 }
             }
         }
-        assert!(offenders.is_empty(), "unsafe outside src/simd.rs:\n{}", offenders.join("\n"));
+        assert!(offenders.is_empty(), "unsafe outside src/simd/x86.rs:\n{}", offenders.join("\n"));
+    }
+
+    /// How the words of an identifier that names an instruction set or a CPU feature begin.
+    const INSTRUCTION_SETS: [&str; 6] = ["avx", "sse", "fma", "neon", "vnni", "amx"];
+
+    /// The words of a CamelCase identifier, lowercased (`PairsAvx512` → pairs, avx512).
+    fn camel_words(identifier: &str) -> Vec<String> {
+        let mut words: Vec<String> = Vec::new();
+        for c in identifier.chars() {
+            match words.last_mut() {
+                Some(w) if !c.is_ascii_uppercase() => w.push(c.to_ascii_lowercase()),
+                _ => words.push(c.to_ascii_lowercase().to_string()),
+            }
+        }
+        words
+    }
+
+    /// Where `code` (a file of `src/` outside the dispatcher) asks the CPU what it runs or declares
+    /// an enum with a variant named after an instruction set: the breaches of the one-dispatcher
+    /// rule, as `line: text`.
+    fn dispatch_breaches(code: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut in_enum = false;
+        for (i, line) in code.lines().enumerate() {
+            let code_part = line.split("//").next().unwrap_or_default().trim();
+            let asks =
+                ["is_x86_feature_detected", "is_aarch64_feature_detected", "cpuid", "::detect()"]
+                    .iter()
+                    .any(|q| code_part.contains(q));
+            if asks {
+                out.push(format!("{}: asks the CPU: {code_part}", i + 1));
+            }
+            if code_part.contains("enum ") && code_part.ends_with('{') {
+                in_enum = true;
+                continue;
+            }
+            if in_enum {
+                if code_part.starts_with('}') {
+                    in_enum = false;
+                    continue;
+                }
+                let variant = code_part.split(['(', '{', ',', ' ', '=']).next().unwrap_or_default();
+                let named = camel_words(variant)
+                    .iter()
+                    .any(|word| INSTRUCTION_SETS.iter().any(|set| word.starts_with(set)));
+                if !variant.starts_with('#') && named {
+                    out.push(format!("{}: an enum names an instruction set: {variant}", i + 1));
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn only_the_dispatcher_asks_the_cpu_or_names_an_instruction_set_in_an_enum() {
+        let mut breaches = Vec::new();
+        let mut stack = vec![root().join("src")];
+        let mut files = 0;
+        while let Some(dir) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    if !path.ends_with("src/simd") {
+                        stack.push(path);
+                    }
+                    continue;
+                }
+                if path.extension().is_none_or(|e| e != "rs") {
+                    continue;
+                }
+                files += 1;
+                for b in dispatch_breaches(&read(&path)) {
+                    breaches.push(format!("{}:{b}", path.display()));
+                }
+            }
+        }
+        assert!(files > 50, "only {files} files read");
+        assert!(breaches.is_empty(), "outside src/simd/:\n{}", breaches.join("\n"));
+    }
+
+    #[test]
+    fn the_dispatcher_rule_catches_a_chapters_own_path_enum_and_feature_query() {
+        // The quantized dot's path as chapter 11 once held it, and the bf16 product's.
+        let chapter = "pub enum DotPath {\n    /// the reference\n    Reference,\n    Avx2,\n}\n\
+                       fn f() { if crate::simd::Avx2::detect().is_some() {} }\n\
+                       pub enum Bf16Path { Widened, PairsPortable, PairsAvx512 }\n";
+        let found = dispatch_breaches(chapter);
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(found[0].starts_with("4: an enum names an instruction set: Avx2"), "{found:?}");
+        assert!(found[1].starts_with("6: asks the CPU"), "{found:?}");
+        let feature = "let ok = std::arch::is_x86_feature_detected!(\"avx\"); // avx\n";
+        assert_eq!(dispatch_breaches(feature).len(), 1);
+        // An enum of methods, not instruction sets, a word that only contains one ("Passed"), and
+        // a comment naming one, are fine.
+        let fine =
+            "pub enum Bf16Method {\n    Widened,\n    Pairs,\n    Passed,\n}\n// Avx2::detect()";
+        assert!(dispatch_breaches(fine).is_empty());
     }
 }
 
@@ -1115,14 +1219,14 @@ mod pages {
             1,
         );
         let wrong = page.replacen(
-            "| [`best_kernel`](../src/matmul/dispatch.rs)",
-            "| [`best_kernel`](../src/matmul/blocked.rs)",
+            "| [`active_kernel`](../src/matmul/dispatch.rs)",
+            "| [`active_kernel`](../src/matmul/blocked.rs)",
             1,
         );
         assert_eq!(
             api_list_faults(&planted, &wrong, &files),
             [
-                "best_kernel: ../src/matmul/blocked.rs does not declare it",
+                "active_kernel: ../src/matmul/blocked.rs does not declare it",
                 "A_IN_PLACE_MAX_SPAN is public in matmul but not listed",
                 "product is public in matmul but not listed",
             ]

@@ -24,7 +24,7 @@ use crate::ch01_logistic::{bce_from_logit, sigmoid};
 use crate::ch02_softmax::{log_sum_exp, softmax};
 use crate::errata::Erratum;
 use crate::error::Result;
-use crate::matmul::{Bf16Path, Op, available_bf16_paths, best_bf16_path, gemm_bf16};
+use crate::matmul::{Bf16Path, Op, active_kernel, available_bf16_paths, best_bf16_path, gemm_bf16};
 use crate::plot::{Figure, LineChart, LogAxes, Series};
 use crate::report::{Chapter, Walk, Worked};
 use crate::sources::THIS_CRATE;
@@ -370,10 +370,10 @@ fn bf16_examples() -> Result<[f64; 4]> {
     let row = bf16_product::pair_order_row();
     let (x, y) = bf16_product::flushed_pair();
     Ok([
-        run(Bf16Path::Widened, &row, &ones)?,
-        run(Bf16Path::PairsPortable, &row, &ones)?,
-        run(Bf16Path::Widened, &[x], &[y])?,
-        run(Bf16Path::PairsPortable, &[x], &[y])?,
+        run(Bf16Path::widened(active_kernel()), &row, &ones)?,
+        run(Bf16Path::PAIRS_PORTABLE, &row, &ones)?,
+        run(Bf16Path::widened(active_kernel()), &[x], &[y])?,
+        run(Bf16Path::PAIRS_PORTABLE, &[x], &[y])?,
     ])
 }
 
@@ -566,7 +566,7 @@ fn walk_mixed(out: &mut Walk) -> Result<()> {
             r.gradients.overflows + r.others.overflows
         ))?;
     }
-    let paths: Vec<&str> = available_bf16_paths().iter().map(|p| p.name()).collect();
+    let paths: Vec<String> = available_bf16_paths().iter().map(|p| p.name()).collect();
     out.say(&format!(
         "a product of bf16 matrices (f32 sums): paths on this CPU {}; fastest {}",
         paths.join(", "),

@@ -24,7 +24,8 @@ use crate::ch09_gpt::data::Token;
 use crate::ch09_gpt::fast::{ROW_TEAM_WEIGHTS_PER_THREAD, RowTeam, StepWeights};
 use crate::ch09_gpt::model::{Gpt, KvCache, Param, Part};
 use crate::error::{Result, shape_error};
-use crate::matmul::{MatMut, MatRef};
+use crate::matmul::{MatMut, MatRef, active_kernel};
+use crate::simd::Kernel;
 use crate::threads::share_pieces;
 use std::ops::Range;
 
@@ -57,68 +58,34 @@ pub fn column_dot_reference(x: &[f32], scales: &[f32], codes: &[u8], storage: St
     ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))
 }
 
-/// The code that computes the column sums.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DotPath {
-    /// [`column_dot_reference`], on every CPU.
-    Reference,
-    /// AVX2 and FMA (x86-64 CPUs that have them).
-    Avx2,
-}
-
-impl DotPath {
-    /// Every path this CPU runs, the reference first.
-    pub fn available() -> Vec<DotPath> {
-        let mut paths = vec![DotPath::Reference];
-        #[cfg(target_arch = "x86_64")]
-        if crate::simd::Avx2::detect().is_some() {
-            paths.push(DotPath::Avx2);
-        }
-        paths
+/// out_j = the column sum of column j by `kernel` (the SIMD dot where the dispatcher runs one for
+/// it, else [`column_dot_reference`]), for a run of columns: `scales` B per column and `codes` B
+/// blocks per column, column after column, `x` 32·B values.
+fn columns_dot(
+    kernel: Kernel,
+    x: &[f32],
+    scales: &[f32],
+    codes: &[u8],
+    storage: Storage,
+    out: &mut [f32],
+) {
+    if crate::simd::quant_columns_dot(kernel, x, scales, codes, storage == Storage::Q4, out) {
+        return;
     }
-
-    /// The fastest path this CPU runs.
-    pub fn best() -> DotPath {
-        DotPath::available().pop().unwrap_or(DotPath::Reference)
-    }
-
-    /// out_j = the column sum of column j by this path (the reference where the CPU lacks it),
-    /// for a run of columns: `scales` B per column and `codes` B blocks per column, column after
-    /// column, `x` 32·B values.
-    fn columns_dot(
-        self,
-        x: &[f32],
-        scales: &[f32],
-        codes: &[u8],
-        storage: Storage,
-        out: &mut [f32],
-    ) {
-        #[cfg(target_arch = "x86_64")]
-        if let (DotPath::Avx2, Some(token)) = (self, crate::simd::Avx2::detect()) {
-            return crate::simd::quant_columns_dot(
-                token,
-                x,
-                scales,
-                codes,
-                storage == Storage::Q4,
-                out,
-            );
-        }
-        let blocks = x.len() / BLOCK;
-        let per = blocks * storage.code_bytes_per_block();
-        for (j, o) in out.iter_mut().enumerate() {
-            let (s, c) = (&scales[j * blocks..][..blocks], &codes[j * per..][..per]);
-            *o = column_dot_reference(x, s, c, storage);
-        }
+    let blocks = x.len() / BLOCK;
+    let per = blocks * storage.code_bytes_per_block();
+    for (j, o) in out.iter_mut().enumerate() {
+        let (s, c) = (&scales[j * blocks..][..blocks], &codes[j * per..][..per]);
+        *o = column_dot_reference(x, s, c, storage);
     }
 }
 
-/// y = x·Ŵ for one row x (length d_in) and a quantized W (d_in×d_out): y_j by `path` over column
+/// y = x·Ŵ for one row x (length d_in) and a quantized W (d_in×d_out): y_j by `kernel` over column
 /// j's blocks, the columns cut into one run per thread (`threads`, the caller's included). A
 /// d_in that is not a multiple of 32 is padded: x is copied into whole blocks with zeros after
 /// it, matching the zero codes of the matrix's padding. Errors when x's length is not d_in.
 pub fn quant_row_product(
-    path: DotPath,
+    kernel: Kernel,
     x: &[f32],
     w: &QuantMatrix,
     threads: usize,
@@ -145,7 +112,7 @@ pub fn quant_row_product(
         let mut out = vec![0.0f32; r.len()];
         let scales = &w.scales[r.start * blocks..r.end * blocks];
         let codes = &w.codes[r.start * blocks * per..r.end * blocks * per];
-        path.columns_dot(&padded, scales, codes, w.storage, &mut out);
+        columns_dot(kernel, &padded, scales, codes, w.storage, &mut out);
         out
     });
     Ok(sums.into_iter().flatten().collect())
@@ -165,7 +132,7 @@ pub struct QuantGpt {
     /// names (a block matrix d_in×d_out as it is; W_U, V×d, as its transpose d×V, so that the
     /// blocks run along the width).
     matrices: Vec<Option<QuantMatrix>>,
-    path: DotPath,
+    kernel: Kernel,
 }
 
 impl QuantGpt {
@@ -186,12 +153,12 @@ impl QuantGpt {
             })
             .collect::<Result<Vec<_>>>()?;
         let model = stored_model(model, storage, head)?;
-        Ok(QuantGpt { model, storage, head, matrices, path: DotPath::best() })
+        Ok(QuantGpt { model, storage, head, matrices, kernel: active_kernel() })
     }
 
-    /// The same blocks summed by `path` (the reference, to compare).
-    pub fn with_path(self, path: DotPath) -> QuantGpt {
-        QuantGpt { path, ..self }
+    /// The same blocks summed by `kernel` ([`Kernel::Scalar`]: the reference, to compare).
+    pub fn with_kernel(self, kernel: Kernel) -> QuantGpt {
+        QuantGpt { kernel, ..self }
     }
 
     /// The stored model (ŵ in place of the quantized tensors).
@@ -273,7 +240,7 @@ impl<'w> StepWeights<'w, f32> for Products<'_> {
         let Some(w) = self.q.matrix(param, layer) else {
             return self.q.model.add_product(team, (param, layer), x, y);
         };
-        let sums = quant_row_product(self.q.path, &x.as_slice()[..x.cols()], w, self.threads)?;
+        let sums = quant_row_product(self.q.kernel, &x.as_slice()[..x.cols()], w, self.threads)?;
         let ld = y.ld().max(1);
         for (out, s) in y.as_mut_slice().iter_mut().step_by(ld).zip(sums) {
             *out += s;
@@ -286,7 +253,7 @@ impl<'w> StepWeights<'w, f32> for Products<'_> {
         let Some(w) = self.q.matrix(unembedding, 0) else {
             return self.q.model.unembed(h, z);
         };
-        let sums = quant_row_product(self.q.path, &h.as_slice()[..h.cols()], w, self.threads)?;
+        let sums = quant_row_product(self.q.kernel, &h.as_slice()[..h.cols()], w, self.threads)?;
         let ld = z.ld().max(1);
         for (out, s) in z.as_mut_slice().iter_mut().step_by(ld).zip(sums) {
             *out = s;

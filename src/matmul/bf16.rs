@@ -3,7 +3,7 @@
 //! ([`chapters/ch11_precision.md`](../../chapters/ch11_precision.md), section 7).
 //!
 //! A bf16 value is the upper half of an f32, so widening it is exact: `f32::from_bits(h << 16)`
-//! ([`widen_bf16`]). Two ways to multiply, the same five loops around each ([`Bf16Path`]):
+//! ([`widen_bf16`]). Two ways to multiply, the same five loops around each ([`Bf16Method`]):
 //!
 //! - **Widened** (every CPU): packing widens the bf16 values of each block to f32, and chapter
 //!   10's f32 micro-kernel multiplies the packed blocks with the f32 product's blocking. For
@@ -16,7 +16,7 @@
 //!   pair's second product to the accumulator first, then the first ([`pair_step`]), treats
 //!   subnormal inputs as zero and flushes subnormal results to zero, so it cannot match the
 //!   widened path bit for bit; chapter 11 derives the bound both paths keep against the exact
-//!   product of the bf16 inputs. [`Bf16Path::PairsPortable`] runs the same packing with the
+//!   product of the bf16 inputs. [`Bf16Path::PAIRS_PORTABLE`] runs the same packing with the
 //!   instruction written out in scalar Rust (the specification, slow), so the pair layout and the
 //!   bound are tested on every CPU.
 //!
@@ -51,66 +51,82 @@ const _: () = assert!(
 /// the SIMD pair paths share it.
 const PAIR_BLOCKING: Blocking = Blocking { mc: 192, kc: 512, nc: 1032 };
 
-/// How a bf16 product multiplies (see the module documentation).
+/// How a bf16 product multiplies (see the module documentation); the instruction set is the
+/// [`Kernel`] of a [`Bf16Path`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Bf16Path {
-    /// bf16 widened to f32 in packing, then the f32 micro-kernel: every CPU.
+pub enum Bf16Method {
+    /// bf16 widened to f32 in packing, then the f32 micro-kernel of the path's kernel.
     Widened,
-    /// Pairs of k per multiply, VDPBF16PS written out in scalar Rust: every CPU, slow; the
-    /// specification the SIMD pair kernel is tested beside.
-    PairsPortable,
-    /// Pairs of k per multiply with VDPBF16PS: CPUs with AVX512-BF16 (AMD Zen 4 and later, Intel
-    /// Cooper Lake and Sapphire Rapids and later).
-    PairsAvx512,
+    /// Pairs of k per multiply: VDPBF16PS under [`Kernel::Avx512`] (CPUs with AVX512-BF16: AMD
+    /// Zen 4 and later, Intel Cooper Lake and Sapphire Rapids and later), the instruction written
+    /// out in scalar Rust under [`Kernel::Scalar`] (every CPU, slow: the specification the SIMD
+    /// pair tile is tested beside).
+    Pairs,
+}
+
+/// A bf16 product's way of multiplying and the kernel it runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Bf16Path {
+    /// Widened to f32, or pairs of k.
+    pub method: Bf16Method,
+    /// The instruction set ([`crate::simd`] says which this CPU runs).
+    pub kernel: Kernel,
 }
 
 impl Bf16Path {
-    /// The three, portable first.
-    pub const ALL: [Bf16Path; 3] =
-        [Bf16Path::Widened, Bf16Path::PairsPortable, Bf16Path::PairsAvx512];
+    /// The pairs, VDPBF16PS written out in scalar Rust: every CPU.
+    pub const PAIRS_PORTABLE: Bf16Path =
+        Bf16Path { method: Bf16Method::Pairs, kernel: Kernel::Scalar };
+    /// The pairs with VDPBF16PS: CPUs with AVX512-BF16.
+    pub const PAIRS_AVX512: Bf16Path =
+        Bf16Path { method: Bf16Method::Pairs, kernel: Kernel::Avx512 };
 
-    /// The name tables print: `widened`, `pairs-portable`, `pairs-avx512bf16`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Bf16Path::Widened => "widened",
-            Bf16Path::PairsPortable => "pairs-portable",
-            Bf16Path::PairsAvx512 => "pairs-avx512bf16",
+    /// Widened to f32, then the f32 micro-kernel `kernel`.
+    pub fn widened(kernel: Kernel) -> Bf16Path {
+        Bf16Path { method: Bf16Method::Widened, kernel }
+    }
+
+    /// The name tables print: `widened` (`widened-avx2` … when the kernel is not the active
+    /// one), `pairs-portable`, `pairs-avx512bf16`.
+    pub fn name(self) -> String {
+        match (self.method, self.kernel) {
+            (Bf16Method::Widened, k) if k == active_kernel() => "widened".into(),
+            (Bf16Method::Widened, k) => format!("widened-{k}"),
+            (Bf16Method::Pairs, Kernel::Scalar) => "pairs-portable".into(),
+            (Bf16Method::Pairs, Kernel::Avx512) => "pairs-avx512bf16".into(),
+            (Bf16Method::Pairs, k) => format!("pairs-{k}"),
         }
     }
 
-    /// Whether this CPU runs the path (the first two always).
+    /// Whether this CPU runs the path: the widened one wherever its kernel runs, the pairs
+    /// portably everywhere and with VDPBF16PS where the CPU has AVX512-BF16 ([`crate::simd::cpu`]);
+    /// the pairs have no AVX2 tile.
     pub fn is_available(self) -> bool {
-        match self {
-            Bf16Path::Widened | Bf16Path::PairsPortable => true,
-            Bf16Path::PairsAvx512 => has_avx512_bf16(),
+        match (self.method, self.kernel) {
+            (Bf16Method::Widened, k) => k.is_available(),
+            (Bf16Method::Pairs, Kernel::Scalar) => true,
+            (Bf16Method::Pairs, Kernel::Avx512) => crate::simd::cpu().avx512_bf16,
+            (Bf16Method::Pairs, Kernel::Avx2) => false,
         }
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-fn has_avx512_bf16() -> bool {
-    crate::simd::Avx512Bf16::detect().is_some()
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn has_avx512_bf16() -> bool {
-    false
-}
-
-/// The paths this CPU runs.
+/// The paths this CPU runs: widened on the active kernel, the portable pairs, and the AVX512-BF16
+/// pairs where the CPU has them.
 pub fn available_bf16_paths() -> Vec<Bf16Path> {
-    Bf16Path::ALL.into_iter().filter(|p| p.is_available()).collect()
+    [Bf16Path::widened(active_kernel()), Bf16Path::PAIRS_PORTABLE, Bf16Path::PAIRS_AVX512]
+        .into_iter()
+        .filter(|p| p.is_available())
+        .collect()
 }
 
 /// The fastest path for [`gemm_bf16`] here: the AVX512-BF16 pairs where the CPU has them and
 /// the active f32 kernel is the AVX-512 one (forcing another kernel, e.g.
-/// `LLM_WORKBOOK_KERNEL=avx2`, forces the widened path too), else the widened path.
+/// `LLM_WORKBOOK_KERNEL=avx2`, forces the widened path too), else widened on the active kernel.
 pub fn best_bf16_path() -> Bf16Path {
-    if active_kernel() == Kernel::Avx512 && Bf16Path::PairsAvx512.is_available() {
-        Bf16Path::PairsAvx512
-    } else {
-        Bf16Path::Widened
-    }
+    let kernel = active_kernel();
+    let pairs = Bf16Path { method: Bf16Method::Pairs, kernel };
+    if kernel == Kernel::Avx512 && pairs.is_available() { pairs } else { Bf16Path::widened(kernel) }
 }
 
 /// The f32 a bf16 pattern stands for: its 16 bits followed by 16 zeros. Exact.
@@ -157,38 +173,23 @@ pub fn gemm_bf16(
     let a = Operand::new(a.as_slice(), a.nrows(), ta == Op::T);
     let b = Operand::new(b.as_slice(), b.nrows(), tb == Op::T);
     let c = c.as_mut_slice();
-    match path {
-        Bf16Path::Widened => {
-            let kind = active_kernel();
+    match (path.method, path.kernel) {
+        (Bf16Method::Widened, kind) => {
             let kernel = f32_kernel(kind).ok_or_else(|| unavailable(OP, kind))?;
             share_columns(&Widened { kernel }, kernel.blocking, alpha, a, b, beta, c, (m, n, k));
         }
-        Bf16Path::PairsPortable => {
+        (Bf16Method::Pairs, Kernel::Scalar) => {
             share_columns(&Pairs { simd: None }, PAIR_BLOCKING, alpha, a, b, beta, c, (m, n, k))
         }
-        Bf16Path::PairsAvx512 => {
-            let simd = pair_kernel().ok_or_else(|| {
-                invalid(OP, "path", "pairs-avx512bf16 needs a CPU with AVX512-BF16; this has none")
+        (Bf16Method::Pairs, kind) => {
+            let simd = crate::simd::bf16_pair_tile(kind).ok_or_else(|| {
+                invalid(OP, "path", format!("{} needs a CPU with AVX512-BF16", path.name()))
             })?;
             let pairs = Pairs { simd: Some(simd) };
             share_columns(&pairs, PAIR_BLOCKING, alpha, a, b, beta, c, (m, n, k));
         }
     }
     Ok(())
-}
-
-#[cfg(target_arch = "x86_64")]
-type PairKernel = crate::simd::Avx512Bf16;
-#[cfg(not(target_arch = "x86_64"))]
-type PairKernel = ();
-
-#[cfg(target_arch = "x86_64")]
-fn pair_kernel() -> Option<PairKernel> {
-    crate::simd::Avx512Bf16::detect()
-}
-#[cfg(not(target_arch = "x86_64"))]
-fn pair_kernel() -> Option<PairKernel> {
-    None
 }
 
 /// What the five loops need from a path: its tile, how it packs a sliver, how it multiplies one.
@@ -301,7 +302,7 @@ impl Tiles for Widened {
 
 /// The pair paths: slivers of pairs of k (bf16 patterns), the SIMD tile where `simd` is given.
 struct Pairs {
-    simd: Option<PairKernel>,
+    simd: Option<crate::simd::PairTile>,
 }
 
 impl Tiles for Pairs {
@@ -363,8 +364,8 @@ impl Tiles for Pairs {
     ) {
         let pairs = kc.div_ceil(2);
         #[cfg(target_arch = "x86_64")]
-        if let Some(token) = self.simd {
-            return crate::simd::bf16_pair_tile(token, pairs, a, b, alpha, beta, c, row);
+        if let Some(tile) = self.simd {
+            return tile.run(pairs, a, b, alpha, beta, c, row);
         }
         pair_tile_portable(pairs, a, b, alpha, beta, c, row);
     }

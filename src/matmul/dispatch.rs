@@ -1,7 +1,8 @@
 //! Which micro-kernel runs: detection, forcing, and the evidence of what ran.
 //!
-//! The CPU is asked once which instruction sets it has ([`best_kernel`] caches the answer). A
-//! product then runs the kernel chosen by, in this order of precedence:
+//! The CPU is asked once which instruction sets it has, by the crate's one dispatcher
+//! ([`crate::simd`], which names the kernels). A product then runs the kernel chosen by, in this
+//! order of precedence:
 //!
 //! 1. [`with_kernel`], a scoped choice for the current thread (what tests use, so tests running in
 //!    parallel cannot disturb each other);
@@ -15,151 +16,13 @@
 //! (`kernel_calls`), so a test can show that a forced kernel really ran.
 
 use crate::backend::{self, Backend};
-use crate::error::{Result, invalid};
+use crate::error::Result;
+pub use crate::simd::{KERNEL_ENV, Kernel, available_kernels, best_kernel, parse_kernel_setting};
+use crate::simd::{env_kernel, unavailable};
 use crate::threads;
 use std::cell::Cell;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
-
-/// The environment variable that forces a kernel for the whole process.
-pub const KERNEL_ENV: &str = "LLM_WORKBOOK_KERNEL";
-
-/// A micro-kernel family: the instruction set the innermost register-tiled loop is written in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Kernel {
-    /// Portable Rust loops, no intrinsics: the fallback on every CPU and the readable
-    /// specification.
-    Scalar,
-    /// 256-bit AVX2 vectors with fused multiply-add (x86-64 with the `avx2` and `fma` features).
-    Avx2,
-    /// 512-bit AVX-512F vectors with fused multiply-add (x86-64 with the `avx512f` feature, and
-    /// `avx2` and `fma`, which every AVX-512 CPU has).
-    Avx512,
-}
-
-impl Kernel {
-    /// Every kernel family, available here or not, from slowest to fastest.
-    pub const ALL: [Kernel; 3] = [Kernel::Scalar, Kernel::Avx2, Kernel::Avx512];
-
-    /// The name used by `LLM_WORKBOOK_KERNEL` and in reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            Kernel::Scalar => "scalar",
-            Kernel::Avx2 => "avx2",
-            Kernel::Avx512 => "avx512",
-        }
-    }
-
-    /// Parses a name as [`Kernel::name`] prints it (case-insensitive).
-    pub fn from_name(name: &str) -> Result<Kernel> {
-        let lower = name.trim().to_ascii_lowercase();
-        Kernel::ALL.into_iter().find(|k| k.name() == lower).ok_or_else(|| {
-            invalid(
-                "Kernel::from_name",
-                "name",
-                format!("expected one of scalar, avx2, avx512; got {name:?}"),
-            )
-        })
-    }
-
-    /// Whether this CPU can run the kernel (asked once per process and remembered by the standard
-    /// library's feature detection).
-    pub fn is_available(self) -> bool {
-        match self {
-            Kernel::Scalar => true,
-            Kernel::Avx2 => has_avx2_fma(),
-            Kernel::Avx512 => has_avx512f(),
-        }
-    }
-
-    fn index(self) -> usize {
-        self as usize
-    }
-
-    fn from_index(i: u8) -> Option<Kernel> {
-        Kernel::ALL.get(usize::from(i)).copied()
-    }
-}
-
-impl std::fmt::Display for Kernel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-fn has_avx2_fma() -> bool {
-    crate::simd::Avx2::detect().is_some()
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn has_avx2_fma() -> bool {
-    false
-}
-
-#[cfg(target_arch = "x86_64")]
-fn has_avx512f() -> bool {
-    crate::simd::Avx512::detect().is_some()
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn has_avx512f() -> bool {
-    false
-}
-
-/// The kernels this CPU can run, slowest first (always starts with [`Kernel::Scalar`]).
-pub fn available_kernels() -> Vec<Kernel> {
-    Kernel::ALL.into_iter().filter(|k| k.is_available()).collect()
-}
-
-/// The fastest kernel this CPU supports, detected on the first call and cached.
-pub fn best_kernel() -> Kernel {
-    static BEST: OnceLock<Kernel> = OnceLock::new();
-    *BEST.get_or_init(|| available_kernels().into_iter().next_back().unwrap_or(Kernel::Scalar))
-}
-
-/// What `LLM_WORKBOOK_KERNEL` asks for: `Ok(None)` when unset, empty or `auto`, an error when it
-/// names no kernel or one this CPU lacks. Read once per process.
-fn env_kernel() -> Result<Option<Kernel>> {
-    static ENV: OnceLock<std::result::Result<Option<Kernel>, String>> = OnceLock::new();
-    let parsed = ENV.get_or_init(|| {
-        parse_kernel_setting(std::env::var(KERNEL_ENV).ok().as_deref()).map_err(|e| e.to_string())
-    });
-    parsed.clone().map_err(|reason| invalid("env_kernel", KERNEL_ENV, reason))
-}
-
-/// Interprets a value of `LLM_WORKBOOK_KERNEL` (`None` when the variable is unset).
-pub fn parse_kernel_setting(value: Option<&str>) -> Result<Option<Kernel>> {
-    match value.map(str::trim) {
-        None | Some("") => Ok(None),
-        Some(v) if v.eq_ignore_ascii_case("auto") => Ok(None),
-        Some(v) => {
-            let k = Kernel::from_name(v).map_err(|_| {
-                invalid(
-                    "parse_kernel_setting",
-                    KERNEL_ENV,
-                    format!("expected scalar, avx2, avx512 or auto; got {v:?}"),
-                )
-            })?;
-            if k.is_available() {
-                Ok(Some(k))
-            } else {
-                Err(invalid(
-                    "parse_kernel_setting",
-                    KERNEL_ENV,
-                    format!(
-                        "{k} is not available on this CPU (available: {})",
-                        names(&available_kernels())
-                    ),
-                ))
-            }
-        }
-    }
-}
-
-fn names(ks: &[Kernel]) -> String {
-    ks.iter().map(|k| k.name()).collect::<Vec<_>>().join(", ")
-}
 
 const NO_KERNEL: u8 = u8::MAX;
 static GLOBAL_KERNEL: AtomicU8 = AtomicU8::new(NO_KERNEL);
@@ -170,18 +33,7 @@ thread_local! {
 }
 
 fn check_available(op: &'static str, k: Kernel) -> Result<()> {
-    if k.is_available() {
-        Ok(())
-    } else {
-        Err(invalid(
-            op,
-            "kernel",
-            format!(
-                "{k} is not available on this CPU (available: {})",
-                names(&available_kernels())
-            ),
-        ))
-    }
+    if k.is_available() { Ok(()) } else { Err(unavailable(op, k)) }
 }
 
 /// Forces `kernel` for every product in the process (`None` returns to the environment variable
@@ -229,7 +81,7 @@ pub fn active_kernel() -> Kernel {
     if let Some(k) = THREAD_KERNEL.with(Cell::get) {
         return k;
     }
-    if let Some(k) = Kernel::from_index(GLOBAL_KERNEL.load(Ordering::Relaxed)) {
+    if let Some(&k) = Kernel::ALL.get(usize::from(GLOBAL_KERNEL.load(Ordering::Relaxed))) {
         return k;
     }
     match env_kernel() {
@@ -317,7 +169,7 @@ pub struct ProductStats {
 static CALLS: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
 
 pub(super) fn record(stats: ProductStats) {
-    CALLS[stats.kernel.index()].fetch_add(stats.tiles, Ordering::Relaxed);
+    CALLS[stats.kernel as usize].fetch_add(stats.tiles, Ordering::Relaxed);
     LAST.with(|c| c.set(Some(stats)));
 }
 
@@ -330,5 +182,5 @@ pub fn last_product() -> Option<ProductStats> {
 /// forced kernel ran).
 #[cfg(test)]
 pub(crate) fn kernel_calls(kernel: Kernel) -> u64 {
-    CALLS[kernel.index()].load(Ordering::Relaxed)
+    CALLS[kernel as usize].load(Ordering::Relaxed)
 }

@@ -27,7 +27,7 @@ use super::caches::machine_blocking;
 use super::dispatch::{Blocking, Kernel};
 use super::scalar;
 #[cfg(target_arch = "x86_64")]
-use crate::simd::{self, Avx2, Avx512, SimdKernel};
+use crate::simd::{self, SimdKernel};
 
 /// The largest register tile of any kernel (AVX-512 f32, 32×8): the size of the scratch tile
 /// edge tiles are computed into.
@@ -276,14 +276,14 @@ pub fn f32_kernel(kind: Kernel) -> Option<MicroKernel<f32>> {
     match kind {
         Kernel::Scalar => Some(scalar_kernel()),
         #[cfg(target_arch = "x86_64")]
-        Kernel::Avx2 => Avx2::detect().map(|t| {
+        Kernel::Avx2 => simd::f32_micro_kernel(kind).map(|code| {
             let tile = (simd::AVX2_F32_MR, simd::AVX2_F32_NR);
-            simd_kernel(kind, tile, AVX2_F32_BLOCKING, t.f32_kernel())
+            simd_kernel(kind, tile, AVX2_F32_BLOCKING, code)
         }),
         #[cfg(target_arch = "x86_64")]
-        Kernel::Avx512 => Avx512::detect().map(|t| {
+        Kernel::Avx512 => simd::f32_micro_kernel(kind).map(|code| {
             let tile = (simd::AVX512_F32_MR, simd::AVX512_F32_NR);
-            simd_kernel(kind, tile, AVX512_F32_BLOCKING, t.f32_kernel())
+            simd_kernel(kind, tile, AVX512_F32_BLOCKING, code)
         }),
         #[cfg(not(target_arch = "x86_64"))]
         _ => None,
@@ -295,14 +295,14 @@ pub fn f64_kernel(kind: Kernel) -> Option<MicroKernel<f64>> {
     match kind {
         Kernel::Scalar => Some(scalar_kernel()),
         #[cfg(target_arch = "x86_64")]
-        Kernel::Avx2 => Avx2::detect().map(|t| {
+        Kernel::Avx2 => simd::f64_micro_kernel(kind).map(|code| {
             let tile = (simd::AVX2_F64_MR, simd::AVX2_F64_NR);
-            simd_kernel(kind, tile, AVX2_F64_BLOCKING, t.f64_kernel())
+            simd_kernel(kind, tile, AVX2_F64_BLOCKING, code)
         }),
         #[cfg(target_arch = "x86_64")]
-        Kernel::Avx512 => Avx512::detect().map(|t| {
+        Kernel::Avx512 => simd::f64_micro_kernel(kind).map(|code| {
             let tile = (simd::AVX512_F64_MR, simd::AVX512_F64_NR);
-            simd_kernel(kind, tile, AVX512_F64_BLOCKING, t.f64_kernel())
+            simd_kernel(kind, tile, AVX512_F64_BLOCKING, code)
         }),
         #[cfg(not(target_arch = "x86_64"))]
         _ => None,

@@ -41,7 +41,7 @@ use crate::threads::default_threads;
 use nalgebra::{ClosedAddAssign, ClosedMulAssign, DMatrix};
 use num_traits::{One, Zero};
 
-pub use bf16::{Bf16Path, available_bf16_paths, best_bf16_path, gemm_bf16, widen_bf16};
+pub use bf16::{Bf16Method, Bf16Path, available_bf16_paths, best_bf16_path, gemm_bf16, widen_bf16};
 pub use blocked::{IN_PLACE_MAX_STEP, PARALLEL_MIN_FLOPS, PIECE_MIN_FLOPS};
 pub use caches::{CacheLevel, Caches, ModelBlocking, machine_caches, model_blocking};
 pub use dispatch::{
@@ -200,14 +200,7 @@ pub fn default_blocking<T: Element>(kernel: Kernel) -> Result<Blocking> {
     Ok(T::micro_kernel(kernel).ok_or_else(|| unavailable("default_blocking", kernel))?.blocking)
 }
 
-pub(crate) fn unavailable(op: &'static str, k: Kernel) -> crate::Error {
-    let names: Vec<_> = available_kernels().iter().map(|k| k.name()).collect();
-    invalid(
-        op,
-        "kernel",
-        format!("{k} is not available on this CPU (available: {})", names.join(", ")),
-    )
-}
+pub(crate) use crate::simd::unavailable;
 
 /// op(A) (m×k) and op(B) (k2×n) chain only when k = k2: the error names both shapes.
 fn check_inner(op: &'static str, (m, k): (usize, usize), (k2, n): (usize, usize)) -> Result<()> {

@@ -1,16 +1,19 @@
 //! The SIMD code (x86-64 only): the AVX2+FMA and AVX-512F micro-kernels for f32 and f64, and the
 //! other loops that need wider registers than the baseline build has (the FMA throughput probe,
-//! the element-wise map of [`crate::simd_map`], packing's 8×8 (f32) and 4×4 (f64) transposes).
+//! the element-wise map of [`crate::simd_map`], packing's 8×8 (f32) and 4×4 (f64) transposes, the
+//! block-quantized dots and the bf16 pair tile).
 //!
-//! This is the only module of the crate allowed to use `unsafe`. The safety argument has two
+//! This file is the only code of the crate allowed to use `unsafe`. The safety argument has two
 //! halves, and each has one place where it is made:
 //!
-//! 1. **The CPU has the instructions.** A token, [`Avx2`] or [`Avx512`], is a value whose only
-//!    constructor (`detect`) asks the CPU (the standard library's cached feature detection) and
-//!    returns `None` when the instruction set is missing; its field is private to this module, so
-//!    no other code can make one. Every safe function that runs `#[target_feature]` code takes a
-//!    token, or is a method of a [`SimdKernel`], which only a token can build. Holding one is the
-//!    proof, so nothing re-checks the CPU on every micro-kernel call.
+//! 1. **The CPU has the instructions.** A token, [`Avx2`], [`Avx512`] or [`Avx512Bf16`], is a
+//!    value whose only constructor (`detect`) asks the CPU (the standard library's feature
+//!    detection) and returns `None` when the instruction set is missing; its field is private to
+//!    this file, so no other code can make one, and only the dispatcher (`src/simd/mod.rs`, the
+//!    parent module) calls `detect`, once per process. Every safe function that runs
+//!    `#[target_feature]` code takes a token, or is a method of a [`SimdKernel`], which only a
+//!    token can build. Holding one is the proof, so nothing re-checks the CPU on every
+//!    micro-kernel call.
 //! 2. **Every pointer stays inside its slice.** The micro-kernel is called once for a run of tiles
 //!    (every full tile of a column sliver, or of a whole packed block) and checks, on every call,
 //!    that `a` holds every value the run's tiles of Ã read, `b` every index the run's slivers of
@@ -45,9 +48,8 @@ use std::arch::x86_64::*;
 pub(crate) struct Avx2(());
 
 impl Avx2 {
-    /// A token if the CPU has AVX2 and FMA (asked once per process, then cached by the standard
-    /// library), else `None`.
-    pub(crate) fn detect() -> Option<Avx2> {
+    /// A token if the CPU has AVX2 and FMA, else `None` (the dispatcher asks once per process).
+    pub(super) fn detect() -> Option<Avx2> {
         let found = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
         found.then_some(Avx2(()))
     }
@@ -60,7 +62,7 @@ pub(crate) struct Avx512(());
 
 impl Avx512 {
     /// A token if the CPU has AVX-512F, AVX2 and FMA, else `None`.
-    pub(crate) fn detect() -> Option<Avx512> {
+    pub(super) fn detect() -> Option<Avx512> {
         let found = is_x86_feature_detected!("avx512f")
             && is_x86_feature_detected!("avx2")
             && is_x86_feature_detected!("fma");
@@ -903,7 +905,7 @@ fn transpose_checked<T: Copy>(
         || w == 0
         || !w.is_multiple_of(group)
         || w > TRANSPOSE_MAX_LINES
-        || !std::arch::is_x86_feature_detected!("avx")
+        || !super::has_avx()
     {
         return 0;
     }
@@ -1158,7 +1160,7 @@ pub(crate) struct Avx512Bf16(());
 
 impl Avx512Bf16 {
     /// A token if the CPU has AVX-512F and AVX512-BF16, else `None`.
-    pub(crate) fn detect() -> Option<Avx512Bf16> {
+    pub(super) fn detect() -> Option<Avx512Bf16> {
         let found = is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bf16");
         found.then_some(Avx512Bf16(()))
     }
