@@ -37,9 +37,11 @@ mod clock;
 use clap::{Parser, Subcommand};
 use clock::thread_cpu_seconds;
 use llm_workbook::float::Float;
-use llm_workbook::matmul::{self, Blocking, Element, Kernel, Op, Settings, gemm_with};
+use llm_workbook::matmul::lab::Blocking;
+use llm_workbook::matmul::{self, Element, Op, Settings, gemm_with};
 use llm_workbook::plot::{Figure, LineChart, LogAxes, Series, image_dir};
 use llm_workbook::rng::Rng;
+use llm_workbook::simd::Kernel;
 use nalgebra::DMatrix;
 use std::hint::black_box;
 use std::path::PathBuf;
@@ -869,7 +871,7 @@ fn gpt_shapes() -> Vec<Shape> {
 }
 
 fn measure_machine(samples: usize) -> Machine {
-    let kernel = matmul::best_kernel();
+    let kernel = llm_workbook::simd::best_kernel();
     let load_before = load_average();
     // Ceilings take the fastest of many short samples, so a quiet moment is likely among them.
     let tries = (3 * samples).max(21);
@@ -901,9 +903,9 @@ fn run_all(samples: usize, write: bool, only_gpt: bool) -> Result<(), String> {
     println!(
         "CPU: {} · kernels: {:?} · using {} · op(B) read in place up to a step of {} values",
         cpu_name(),
-        matmul::available_kernels(),
-        matmul::best_kernel(),
-        matmul::IN_PLACE_MAX_STEP
+        llm_workbook::simd::available_kernels(),
+        llm_workbook::simd::best_kernel(),
+        matmul::lab::IN_PLACE_MAX_STEP
     );
     let mut machine = measure_machine(samples);
     let mut rng = Rng::new(2026);
@@ -1046,8 +1048,8 @@ fn run_threads(samples: usize) {
          (load average {load_before} before, {} after; threshold now {:.1e}, pieces of at least \
          {:.1e} beyond two a thread):\n",
         load_average(),
-        matmul::PARALLEL_MIN_FLOPS,
-        matmul::PIECE_MIN_FLOPS
+        matmul::lab::PARALLEL_MIN_FLOPS,
+        matmul::lab::PIECE_MIN_FLOPS
     );
     println!(
         "| product | shape | type | flops | 1 thread | 2 threads forced | 2 / 1 |\n\
@@ -1301,7 +1303,7 @@ fn run_roofline(samples: usize, write: bool) -> Result<(), String> {
     };
     use llm_workbook::ch10_matmul::{blocked_traffic_bytes, flops, intensity, naive_traffic_bytes};
     let load_before = load_average();
-    let kernel = matmul::best_kernel();
+    let kernel = llm_workbook::simd::best_kernel();
     let peak = fma_peak::<f32>(kernel, 1, samples);
     let mut roofs = Vec::new();
     for (index, level) in [(0, "L1"), (2, "L2"), (3, "L3")] {
@@ -1316,7 +1318,7 @@ fn run_roofline(samples: usize, write: bool) -> Result<(), String> {
     let memory = read_rate(256 << 20, samples.min(3));
     println!("memory (256 MiB): {memory:.1} GB/s; FMA peak {peak:.1} GFLOP/s");
     roofs.push(Roof { level: "memory".into(), bytes: None, gbs: memory });
-    let blocking = matmul::default_blocking::<f32>(kernel).map_err(|e| e.to_string())?;
+    let blocking = matmul::lab::default_blocking::<f32>(kernel).map_err(|e| e.to_string())?;
     let mut rng = Rng::new(64);
     let mut points = Vec::new();
     for n in [64usize, 128, 256, 512, 1024, 2048] {
@@ -1444,7 +1446,7 @@ fn run_scaling(list: &[usize], n: usize, samples: usize, write: bool) -> Result<
     let meta = vec![
         ("cpu", cpu_name()),
         ("cores", cores().to_string()),
-        ("kernel", matmul::best_kernel().to_string()),
+        ("kernel", llm_workbook::simd::best_kernel().to_string()),
         ("date (UTC)", date),
         ("load before", load_before),
         ("load after", load_average()),
@@ -1576,16 +1578,16 @@ const SWEEP_LINES: [(&str, &[usize], usize); 3] = [
 /// The tuned blocking of `kernel` (the constants the sweep varies), f64 or f32.
 fn tuned_blocking(kernel: Kernel, f64_: bool) -> Blocking {
     match (kernel, f64_) {
-        (Kernel::Avx2, false) => matmul::AVX2_F32_BLOCKING,
-        (Kernel::Avx2, true) => matmul::AVX2_F64_BLOCKING,
-        (Kernel::Avx512, false) => matmul::AVX512_F32_BLOCKING,
-        (Kernel::Avx512, true) => matmul::AVX512_F64_BLOCKING,
-        (Kernel::Scalar, _) => matmul::SCALAR_BLOCKING,
+        (Kernel::Avx2, false) => matmul::lab::AVX2_F32_BLOCKING,
+        (Kernel::Avx2, true) => matmul::lab::AVX2_F64_BLOCKING,
+        (Kernel::Avx512, false) => matmul::lab::AVX512_F32_BLOCKING,
+        (Kernel::Avx512, true) => matmul::lab::AVX512_F64_BLOCKING,
+        (Kernel::Scalar, _) => matmul::lab::SCALAR_BLOCKING,
     }
 }
 
 /// One line: the model's KC, MC and NC on this machine beside the tuned constants.
-fn model_line(model: &matmul::ModelBlocking, tuned: Blocking) -> String {
+fn model_line(model: &matmul::lab::ModelBlocking, tuned: Blocking) -> String {
     format!(
         "the analytical model on this machine's caches: KC {} (tuned {}, kept), MC {} (tuned {}), \
          NC {} (tuned {})",
@@ -1594,7 +1596,7 @@ fn model_line(model: &matmul::ModelBlocking, tuned: Blocking) -> String {
 }
 
 fn run_sweep(samples: usize, write: bool) -> Result<(), String> {
-    let kernel = matmul::best_kernel();
+    let kernel = llm_workbook::simd::best_kernel();
     let mut rng = Rng::new(99);
     let load_before = load_average();
     let mut rows = Vec::new();
@@ -1603,11 +1605,11 @@ fn run_sweep(samples: usize, write: bool) -> Result<(), String> {
         // The sweep varies the kernel's tuned constants (the committed defaults), whatever this
         // machine's caches; where the analytical model puts MC and NC here is printed beside it.
         let base = tuned_blocking(kernel, f64_);
-        let tile =
-            with_type!(f64_, T => matmul::tile_shape::<T>(kernel)).map_err(|e| e.to_string())?;
+        let tile = with_type!(f64_, T => matmul::lab::tile_shape::<T>(kernel))
+            .map_err(|e| e.to_string())?;
         let elem = if f64_ { 8 } else { 4 };
-        let model =
-            matmul::machine_caches().and_then(|c| matmul::model_blocking(&c, tile, elem, base.kc));
+        let model = matmul::lab::machine_caches()
+            .and_then(|c| matmul::lab::model_blocking(&c, tile, elem, base.kc));
         match &model {
             Some(model) => println!("{ty}: {}", model_line(model, base)),
             None => println!("{ty}: this machine's caches cannot be read; the model has no say"),
@@ -1826,7 +1828,9 @@ fn main() -> std::process::ExitCode {
 /// specification in scalar Rust, left out), on 1024³ and the GPT step's products of more than
 /// 10⁷ flops, inputs alternating in each sample; GFLOP/s count 2·m·n·k whatever the format.
 fn run_bf16(samples: usize) {
-    use llm_workbook::matmul::{Bf16Method, Bf16Path, available_bf16_paths, gemm_bf16, widen_bf16};
+    use llm_workbook::matmul::lab::{
+        Bf16Method, Bf16Path, available_bf16_paths, gemm_bf16, widen_bf16,
+    };
     use llm_workbook::simd::Kernel;
     use llm_workbook::threads::with_threads;
     // The portable pairs (pairs on the scalar kernel) are the specification, too slow to time.
@@ -1838,7 +1842,7 @@ fn run_bf16(samples: usize) {
          samples",
         cpu_name(),
         matmul::active_kernel(),
-        llm_workbook::matmul::best_bf16_path().name(),
+        llm_workbook::matmul::lab::best_bf16_path().name(),
         load_average()
     );
     let mut header = "| product | f32 GFLOP/s |".to_string();

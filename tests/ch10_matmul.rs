@@ -17,11 +17,12 @@ mod common;
 
 use llm_workbook::Error;
 use llm_workbook::float::Float;
+use llm_workbook::matmul::lab::{Blocking, default_blocking, tile_shape};
 use llm_workbook::matmul::{
-    self, Blocking, Kernel, Op, Settings, available_kernels, default_blocking, gemm, gemm_with,
-    last_product, matmul, matmul_nt, matmul_tn, tile_shape, with_kernel,
+    self, Op, Settings, gemm, gemm_with, last_product, matmul, matmul_nt, matmul_tn, with_kernel,
 };
 use llm_workbook::rng::Rng;
+use llm_workbook::simd::{Kernel, available_kernels};
 use nalgebra::DMatrix;
 
 // ───────────────────────────── the reference and the bound ─────────────────────────────
@@ -287,7 +288,7 @@ fn every_kernel_matches_the_triple_loop_at_each_transpose_and_scaling_on_odd_sha
 /// than `IN_PLACE_MAX_STEP`); partial rows on top go through the scratch tile.
 fn column_remainder_cases<T: Float>(kernel: Kernel) -> Vec<Case> {
     let (mr, nr) = tile_shape::<T>(kernel).expect("available");
-    let packed_n = (matmul::IN_PLACE_MAX_STEP + 1).next_multiple_of(nr);
+    let packed_n = (matmul::lab::IN_PLACE_MAX_STEP + 1).next_multiple_of(nr);
     let mut cases = Vec::new();
     for r in 1..nr {
         for (i, (ta, tb)) in OPS.into_iter().enumerate() {
@@ -469,7 +470,7 @@ fn two_threads_split_large_products_and_match_the_triple_loop() {
             Case::new(300, 13, 4000).ops(Op::T, Op::N).scaled(0.5, 1.0),
             Case::new(97, 401, 400).ops(Op::N, Op::T),
         ] {
-            assert!(2.0 * (case.m * case.n * case.k) as f64 >= matmul::PARALLEL_MIN_FLOPS);
+            assert!(2.0 * (case.m * case.n * case.k) as f64 >= matmul::lab::PARALLEL_MIN_FLOPS);
             let stats =
                 run_case::<f32>(two, case, &mut rng).unwrap_or_else(|e| panic!("{kernel}: {e}"));
             assert_eq!(stats.threads, 2, "{kernel} {case:?}");
@@ -492,7 +493,7 @@ fn a_product_uses_no_more_threads_than_its_work_pays_for() {
     let mut rng = Rng::new(13);
     let case = Case::new(335, 335, 335);
     let flops = 2.0 * 335f64.powi(3);
-    assert_eq!((2.0 * flops / matmul::PARALLEL_MIN_FLOPS).floor(), 5.0);
+    assert_eq!((2.0 * flops / matmul::lab::PARALLEL_MIN_FLOPS).floor(), 5.0);
     let x = operands::<f32>(&case, &mut rng);
     let bits = |m: &DMatrix<f32>| m.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
     let run = |t: usize| {
@@ -522,7 +523,7 @@ fn large_products_cut_into_blocks_of_up_to_four_pieces_a_thread_give_one_threads
         (Case::new(1003, 997, 509).scaled(0.5, 1.0), [2, 5]),
         (Case::new(1503, 1201, 571).ops(Op::T, Op::N), [3, 8]),
     ] {
-        assert!(2.0 * (case.m * case.n * case.k) as f64 > 8.0 * matmul::PIECE_MIN_FLOPS);
+        assert!(2.0 * (case.m * case.n * case.k) as f64 > 8.0 * matmul::lab::PIECE_MIN_FLOPS);
         let x = operands::<f32>(&case, &mut rng);
         let (alpha, beta) = (case.alpha as f32, case.beta as f32);
         let run = |t: usize| {
@@ -545,7 +546,7 @@ fn small_products_stay_on_one_thread_even_when_two_are_allowed() {
     let mut rng = Rng::new(9);
     let two = Settings { threads: Some(2), ..Settings::default() };
     let small = Case::new(40, 40, 40);
-    assert!(2.0 * 40f64.powi(3) < matmul::PARALLEL_MIN_FLOPS);
+    assert!(2.0 * 40f64.powi(3) < matmul::lab::PARALLEL_MIN_FLOPS);
     assert_eq!(run_case::<f32>(two, small, &mut rng).expect("small").threads, 1);
     // Threads share out pieces of whole register tiles along the longer side of C; a product of
     // one tile has nothing to share, so even with the threshold switched off it runs on one
@@ -604,12 +605,12 @@ fn simd_kernels_fuse_multiply_and_add_and_the_scalar_kernel_does_not() {
 fn with_kernel_restores_the_previous_choice_and_refuses_what_the_cpu_lacks() {
     let before = matmul::active_kernel();
     let inner = with_kernel(Kernel::Scalar, || {
-        let nested =
-            with_kernel(matmul::best_kernel(), matmul::active_kernel).expect("best is available");
+        let nested = with_kernel(llm_workbook::simd::best_kernel(), matmul::active_kernel)
+            .expect("best is available");
         (matmul::active_kernel(), nested)
     })
     .expect("scalar is always available");
-    assert_eq!(inner, (Kernel::Scalar, matmul::best_kernel()));
+    assert_eq!(inner, (Kernel::Scalar, llm_workbook::simd::best_kernel()));
     assert_eq!(matmul::active_kernel(), before);
     for kernel in Kernel::ALL.into_iter().filter(|k| !k.is_available()) {
         assert!(matches!(
@@ -648,7 +649,7 @@ fn detection_finds_what_the_cpu_reports() {
         expected.push(Kernel::Avx512);
     }
     assert_eq!(available_kernels(), expected);
-    assert_eq!(matmul::best_kernel(), *expected.last().expect("scalar at least"));
+    assert_eq!(llm_workbook::simd::best_kernel(), *expected.last().expect("scalar at least"));
     if !avx512 {
         eprintln!("note: this CPU has no AVX-512F; the avx512 kernels were compiled but not run");
     }
@@ -661,16 +662,16 @@ fn kernel_names_parse_and_bad_names_are_refused() {
         assert_eq!(Kernel::from_name(&kernel.name().to_uppercase()).expect("any case"), kernel);
     }
     assert!(matches!(Kernel::from_name("sse9"), Err(Error::InvalidValue { .. })));
-    assert_eq!(matmul::parse_kernel_setting(None).expect("unset"), None);
-    assert_eq!(matmul::parse_kernel_setting(Some("auto")).expect("auto"), None);
+    assert_eq!(llm_workbook::simd::parse_kernel_setting(None).expect("unset"), None);
+    assert_eq!(llm_workbook::simd::parse_kernel_setting(Some("auto")).expect("auto"), None);
     assert_eq!(
-        matmul::parse_kernel_setting(Some(" scalar ")).expect("scalar"),
+        llm_workbook::simd::parse_kernel_setting(Some(" scalar ")).expect("scalar"),
         Some(Kernel::Scalar)
     );
-    assert!(matmul::parse_kernel_setting(Some("fast")).is_err());
+    assert!(llm_workbook::simd::parse_kernel_setting(Some("fast")).is_err());
     for kernel in Kernel::ALL.into_iter().filter(|k| !k.is_available()) {
         assert!(
-            matmul::parse_kernel_setting(Some(kernel.name())).is_err(),
+            llm_workbook::simd::parse_kernel_setting(Some(kernel.name())).is_err(),
             "{kernel} is not available here"
         );
     }
@@ -686,11 +687,12 @@ fn env_probe_child() {
     let ran = last_product().expect("a product ran").kernel;
     // Set to an available kernel: that one; unset, `auto` or unusable: the best one (with a
     // warning on stderr for an unusable value).
-    let expected =
-        match matmul::parse_kernel_setting(std::env::var(matmul::KERNEL_ENV).ok().as_deref()) {
-            Ok(Some(k)) => k,
-            Ok(None) | Err(_) => matmul::best_kernel(),
-        };
+    let expected = match llm_workbook::simd::parse_kernel_setting(
+        std::env::var(llm_workbook::simd::KERNEL_ENV).ok().as_deref(),
+    ) {
+        Ok(Some(k)) => k,
+        Ok(None) | Err(_) => llm_workbook::simd::best_kernel(),
+    };
     assert_eq!(ran, expected);
     println!("ENV_PROBE_KERNEL={ran}");
 }
@@ -704,7 +706,7 @@ fn the_program_refuses_a_kernel_setting_it_cannot_use_in_one_line() {
         std::process::Command::new(env!("CARGO_BIN_EXE_llm-workbook"))
             .arg("list")
             .current_dir(&dir)
-            .env(matmul::KERNEL_ENV, value)
+            .env(llm_workbook::simd::KERNEL_ENV, value)
             .output()
             .expect("the program runs")
     };
@@ -715,7 +717,10 @@ fn the_program_refuses_a_kernel_setting_it_cannot_use_in_one_line() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{value}: {err}");
         assert_eq!(err.trim_end().lines().count(), 1, "{value}: {err}");
-        assert!(err.contains(matmul::KERNEL_ENV) && err.contains(value.as_str()), "{err}");
+        assert!(
+            err.contains(llm_workbook::simd::KERNEL_ENV) && err.contains(value.as_str()),
+            "{err}"
+        );
         assert!(o.stdout.is_empty(), "{value}: nothing else is done");
     }
     for value in ["scalar", "auto", ""] {
@@ -730,7 +735,7 @@ fn the_environment_variable_forces_the_kernel_in_a_fresh_process() {
     for kernel in available_kernels() {
         let out = std::process::Command::new(&exe)
             .args(["--exact", "env_probe_child", "--nocapture", "--test-threads", "1"])
-            .env(matmul::KERNEL_ENV, kernel.name())
+            .env(llm_workbook::simd::KERNEL_ENV, kernel.name())
             .output()
             .expect("the test binary runs");
         let stdout = String::from_utf8_lossy(&out.stdout);
@@ -747,14 +752,17 @@ fn the_environment_variable_forces_the_kernel_in_a_fresh_process() {
     // A name the CPU cannot run (or no kernel at all) falls back to the best one, with a warning.
     let out = std::process::Command::new(&exe)
         .args(["--exact", "env_probe_child", "--nocapture", "--test-threads", "1"])
-        .env(matmul::KERNEL_ENV, "no-such-kernel")
+        .env(llm_workbook::simd::KERNEL_ENV, "no-such-kernel")
         .output()
         .expect("the test binary runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "child failed:\n{stdout}");
-    assert!(stdout.contains(&format!("ENV_PROBE_KERNEL={}", matmul::best_kernel())), "{stdout}");
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains(matmul::KERNEL_ENV),
+        stdout.contains(&format!("ENV_PROBE_KERNEL={}", llm_workbook::simd::best_kernel())),
+        "{stdout}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(llm_workbook::simd::KERNEL_ENV),
         "the fallback is announced on stderr"
     );
 }
@@ -1045,7 +1053,7 @@ fn the_avx2_f32_tile_uses_12_of_16_registers_for_accumulators() {
         assert_eq!(tile_shape::<f32>(Kernel::Avx512).expect("available"), (32, 8));
         assert_eq!(tile_shape::<f64>(Kernel::Avx512).expect("available"), (16, 8));
     }
-    assert_eq!(tile_shape::<f32>(Kernel::Scalar).expect("always"), matmul::SCALAR_TILE);
+    assert_eq!(tile_shape::<f32>(Kernel::Scalar).expect("always"), matmul::lab::SCALAR_TILE);
 }
 
 #[test]
@@ -1067,8 +1075,8 @@ fn the_analytical_model_blocks_for_the_written_out_caches() {
     //   6·131072/2048 = 384; Ã 786,432 B → 1 way, 14·1048576/2048 = 7168.
     let model = |caches, kernel: Kernel, elem: usize, kc: usize| {
         let tile = if elem == 4 { tile_shape::<f32>(kernel) } else { tile_shape::<f64>(kernel) };
-        let m: matmul::ModelBlocking =
-            matmul::model_blocking(&caches, tile.expect("every kernel has a tile"), elem, kc)
+        let m: matmul::lab::ModelBlocking =
+            matmul::lab::model_blocking(&caches, tile.expect("every kernel has a tile"), elem, kc)
                 .expect("the description feeds the model");
         assert_eq!(m.blocking.kc, kc, "KC stays the tuned one");
         (m.model_kc, m.blocking.mc, m.blocking.nc)
@@ -1086,9 +1094,9 @@ fn the_analytical_model_blocks_for_the_written_out_caches() {
         assert_eq!(
             default_blocking::<f32>(kernel).expect("available").kc,
             match kernel {
-                Kernel::Scalar => matmul::SCALAR_BLOCKING.kc,
-                Kernel::Avx2 => matmul::AVX2_F32_BLOCKING.kc,
-                Kernel::Avx512 => matmul::AVX512_F32_BLOCKING.kc,
+                Kernel::Scalar => matmul::lab::SCALAR_BLOCKING.kc,
+                Kernel::Avx2 => matmul::lab::AVX2_F32_BLOCKING.kc,
+                Kernel::Avx512 => matmul::lab::AVX512_F32_BLOCKING.kc,
             }
         );
     }
@@ -1096,7 +1104,7 @@ fn the_analytical_model_blocks_for_the_written_out_caches() {
 
 #[test]
 fn packed_blocks_fit_their_caches() {
-    let fp = ch10::footprint(16, 6, matmul::AVX2_F32_BLOCKING, 4);
+    let fp = ch10::footprint(16, 6, matmul::lab::AVX2_F32_BLOCKING, 4);
     assert_eq!(
         (fp.b_sliver, fp.a_sliver, fp.a_block, fp.b_panel),
         (9216, 24576, 147_456, 1_585_152)
@@ -1106,11 +1114,11 @@ fn packed_blocks_fit_their_caches() {
     let zen3 = (ch10::L1D_BYTES, ch10::L2_BYTES, ch10::L3_BYTES);
     let zen4 = (ch10::L1D_BYTES, ch10::ZEN4_L2_BYTES, ch10::L3_BYTES);
     for (mr, nr, b, elem, (l1, l2, l3)) in [
-        (16, 6, matmul::AVX2_F32_BLOCKING, 4, zen3),
-        (8, 6, matmul::AVX2_F64_BLOCKING, 8, zen3),
-        (4, 4, matmul::SCALAR_BLOCKING, 8, zen3),
-        (32, 8, matmul::AVX512_F32_BLOCKING, 4, zen4),
-        (16, 8, matmul::AVX512_F64_BLOCKING, 8, zen4),
+        (16, 6, matmul::lab::AVX2_F32_BLOCKING, 4, zen3),
+        (8, 6, matmul::lab::AVX2_F64_BLOCKING, 8, zen3),
+        (4, 4, matmul::lab::SCALAR_BLOCKING, 8, zen3),
+        (32, 8, matmul::lab::AVX512_F32_BLOCKING, 4, zen4),
+        (16, 8, matmul::lab::AVX512_F64_BLOCKING, 8, zen4),
     ] {
         let fp = ch10::footprint(mr, nr, b, elem);
         // The reused B̃ sliver takes at most half of L1, leaving the rest to the Ã sliver streaming
@@ -1129,13 +1137,13 @@ fn naive_and_blocked_arithmetic_intensity() {
     let naive = ch10::intensity(ch10::flops(n, n, n), ch10::naive_traffic_bytes(n, n, n, 4));
     let blocked = ch10::intensity(
         ch10::flops(n, n, n),
-        ch10::blocked_traffic_bytes(n, n, n, 4, matmul::AVX2_F32_BLOCKING),
+        ch10::blocked_traffic_bytes(n, n, n, 4, matmul::lab::AVX2_F32_BLOCKING),
     );
     assert!((naive - 0.25).abs() < 1e-3, "{naive}");
     // A once, B once, C three times read and written (⌈1024/384⌉ rank-KC updates): 8·n² floats.
-    assert_eq!(matmul::AVX2_F32_BLOCKING.kc, 384);
+    assert_eq!(matmul::lab::AVX2_F32_BLOCKING.kc, 384);
     assert_eq!(
-        ch10::blocked_traffic_bytes(n, n, n, 4, matmul::AVX2_F32_BLOCKING),
+        ch10::blocked_traffic_bytes(n, n, n, 4, matmul::lab::AVX2_F32_BLOCKING),
         8 * 1024 * 1024 * 4
     );
     assert_eq!(blocked, 64.0);
@@ -1143,7 +1151,13 @@ fn naive_and_blocked_arithmetic_intensity() {
     // Deeper KC means fewer passes over C: intensity grows with KC.
     let shallow = ch10::intensity(
         ch10::flops(n, n, n),
-        ch10::blocked_traffic_bytes(n, n, n, 4, Blocking { kc: 32, ..matmul::AVX2_F32_BLOCKING }),
+        ch10::blocked_traffic_bytes(
+            n,
+            n,
+            n,
+            4,
+            Blocking { kc: 32, ..matmul::lab::AVX2_F32_BLOCKING },
+        ),
     );
     assert!(shallow < blocked / 4.0);
 }
@@ -1181,7 +1195,7 @@ fn packing_pads_with_zeros() {
         3,
         &[1.0, 2.0, 0.0, 0.0, 1.0, 3.0, 2.0, 0.0, 1.0, 1.0, 1.0, 1.0, 3.0, 2.0, 1.0],
     );
-    let packed = matmul::pack_a_block(&a, Op::N, 0..5, 0..3, 4).expect("valid");
+    let packed = matmul::lab::pack_a_block(&a, Op::N, 0..5, 0..3, 4).expect("valid");
     // Sliver 0: rows 0..4, column after column; sliver 1: row 4 and three zero rows.
     #[rustfmt::skip]
     let expected = [
@@ -1194,35 +1208,35 @@ fn packing_pads_with_zeros() {
     assert_eq!(pad_zeros, 9);
     // The transpose is handled by packing: Aᵀ stored and read with op = T packs identically.
     let at = a.transpose();
-    assert_eq!(matmul::pack_a_block(&at, Op::T, 0..5, 0..3, 4).expect("valid"), expected);
+    assert_eq!(matmul::lab::pack_a_block(&at, Op::T, 0..5, 0..3, 4).expect("valid"), expected);
     let b = a.transpose(); // 3×5 as op(B)
-    let nn = matmul::pack_b_panel(&b, Op::N, 1..3, 0..5, 4).expect("valid");
-    let tt = matmul::pack_b_panel(&a, Op::T, 1..3, 0..5, 4).expect("valid");
+    let nn = matmul::lab::pack_b_panel(&b, Op::N, 1..3, 0..5, 4).expect("valid");
+    let tt = matmul::lab::pack_b_panel(&a, Op::T, 1..3, 0..5, 4).expect("valid");
     assert_eq!(nn, tt);
     assert_eq!(nn.len(), 2 * 4 * 2);
     // Sliver 0, row p = 1 of op(B): columns 0..4 of row 1 of Aᵀ, i.e. A[0..4, 1].
     assert_eq!(&nn[..4], &[2.0, 1.0, 0.0, 1.0]);
     assert!(matches!(
-        matmul::pack_a_block(&a, Op::N, 0..6, 0..3, 4),
+        matmul::lab::pack_a_block(&a, Op::N, 0..6, 0..3, 4),
         Err(Error::InvalidValue { arg: "rows", .. })
     ));
     assert!(matches!(
-        matmul::pack_b_panel(&b, Op::N, 0..4, 0..5, 4),
+        matmul::lab::pack_b_panel(&b, Op::N, 0..4, 0..5, 4),
         Err(Error::InvalidValue { arg: "depth", .. })
     ));
     assert!(matches!(
-        matmul::pack_a_block(&a, Op::N, 0..5, 0..3, 0),
+        matmul::lab::pack_a_block(&a, Op::N, 0..5, 0..3, 0),
         Err(Error::InvalidValue { arg: "mr", .. })
     ));
 }
 
 #[test]
 fn the_scalar_tile_is_the_sum_of_outer_products_of_the_slivers() {
-    let (mr, nr) = matmul::SCALAR_TILE;
+    let (mr, nr) = matmul::lab::SCALAR_TILE;
     let kc = 3;
     let a: Vec<f64> = (0..kc * mr).map(|v| v as f64 - 4.0).collect();
     let b: Vec<f64> = (0..kc * nr).map(|v| (v % 5) as f64).collect();
-    let tile = matmul::scalar_tile(kc, &a, &b).expect("lengths agree");
+    let tile = matmul::lab::scalar_tile(kc, &a, &b).expect("lengths agree");
     for i in 0..mr {
         for j in 0..nr {
             let want: f64 = (0..kc).map(|p| a[p * mr + i] * b[p * nr + j]).sum();
@@ -1230,11 +1244,11 @@ fn the_scalar_tile_is_the_sum_of_outer_products_of_the_slivers() {
         }
     }
     assert!(matches!(
-        matmul::scalar_tile(kc, &a[1..], &b),
+        matmul::lab::scalar_tile(kc, &a[1..], &b),
         Err(Error::Shape { arg: "a_sliver", .. })
     ));
     assert!(matches!(
-        matmul::scalar_tile(kc, &a, &b[1..]),
+        matmul::lab::scalar_tile(kc, &a, &b[1..]),
         Err(Error::Shape { arg: "b_sliver", .. })
     ));
 }
@@ -1546,7 +1560,7 @@ mod views {
     #[test]
     fn b_read_in_place_and_b_packed_give_the_same_bits() {
         let mut rng = Rng::new(43);
-        let far = llm_workbook::matmul::IN_PLACE_MAX_STEP + 5;
+        let far = llm_workbook::matmul::lab::IN_PLACE_MAX_STEP + 5;
         for kernel in available_kernels() {
             for (m, n, k) in [(64, 24, 40), (33, 19, 7), (96, 64, 300)] {
                 for tb in [Op::N, Op::T] {
@@ -1631,7 +1645,7 @@ mod views {
         let mut rng = Rng::new(3);
         let a = rng.normal_matrix::<f32>(600, 300, 1.0);
         let b = rng.normal_matrix::<f32>(300, 200, 1.0);
-        const { assert!(2.0 * 600.0 * 300.0 * 200.0 >= matmul::PARALLEL_MIN_FLOPS) };
+        const { assert!(2.0 * 600.0 * 300.0 * 200.0 >= matmul::lab::PARALLEL_MIN_FLOPS) };
         let one = with_threads(1, || {
             matmul(&a, &b).unwrap();
             last_product().unwrap().threads

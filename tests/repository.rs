@@ -1172,8 +1172,18 @@ mod pages {
     /// a public name missing, a listed name that is not public, or a link to another file.
     /// `files` reads a linked file (relative to the page).
     fn api_list_faults(code: &str, page: &str, files: &dyn Fn(&str) -> String) -> Vec<String> {
-        let Some(block) = llm_workbook::report::prose_block(page, "matmul-api") else {
-            return vec!["no <!-- matmul-api:begin/end --> block".to_string()];
+        block_list_faults("matmul-api", code, page, files)
+    }
+
+    /// [`api_list_faults`] for the table between `<!-- {block}:begin/end -->`.
+    fn block_list_faults(
+        block: &str,
+        code: &str,
+        page: &str,
+        files: &dyn Fn(&str) -> String,
+    ) -> Vec<String> {
+        let Some(block) = llm_workbook::report::prose_block(page, block) else {
+            return vec![format!("no <!-- {block}:begin/end --> block")];
         };
         let public = public_names(code);
         let mut listed = BTreeSet::new();
@@ -1181,13 +1191,19 @@ mod pages {
         for row in block.lines().filter(|l| l.starts_with("| [`")) {
             let name = row[4..].split('`').next().unwrap_or_default().to_string();
             let link = row.split("](").nth(1).and_then(|r| r.split(')').next()).unwrap_or("");
-            let declared = ["fn", "struct", "enum", "trait", "const", "type"].iter().any(|k| {
-                let file = files(link);
-                [format!("pub {k} {name}("), format!("pub {k} {name}<"), format!("pub {k} {name}:")]
+            let declared =
+                ["fn", "struct", "enum", "trait", "const", "type", "mod"].iter().any(|k| {
+                    let file = files(link);
+                    [
+                        format!("pub {k} {name}("),
+                        format!("pub {k} {name}<"),
+                        format!("pub {k} {name}:"),
+                    ]
                     .iter()
+                    .chain([format!("pub {k} {name};")].iter())
                     .chain([format!("pub {k} {name} ")].iter())
                     .any(|d| file.contains(d.as_str()))
-            });
+                });
             if !declared {
                 faults.push(format!("{name}: {link} does not declare it"));
             }
@@ -1211,11 +1227,15 @@ mod pages {
         };
         let faults = api_list_faults(&code, &page, &files);
         assert!(faults.is_empty(), "chapters/ch10_matmul.md:\n{}", faults.join("\n"));
-        assert!(public_names(&code).len() > 30, "{:?}", public_names(&code));
+        assert!(public_names(&code).len() > 10, "{:?}", public_names(&code));
+        let lab = read(&root().join("src").join("matmul").join("lab.rs"));
+        let faults = block_list_faults("matmul-lab", &lab, &page, &files);
+        assert!(faults.is_empty(), "chapters/ch10_matmul.md, matmul::lab:\n{}", faults.join("\n"));
+        assert!(public_names(&lab).len() > 20, "{:?}", public_names(&lab));
         // Planted: one more public item, one more re-export, one row linking the wrong file.
         let planted = code.replacen("\nfn product<", "\npub fn product<", 1).replacen(
-            "pub use blocked::{",
-            "pub use blocked::{\n    A_IN_PLACE_MAX_SPAN,",
+            "pub use dispatch::{",
+            "pub use dispatch::{\n    A_IN_PLACE_MAX_SPAN,",
             1,
         );
         let wrong = page.replacen(
@@ -1291,8 +1311,12 @@ mod pages {
         }
         assert!(others.len() > 50, "{} files", others.len());
         assert_eq!(unused_public_names(&code, &others), Vec::<String>::new());
+        let lab = read(&matmul_dir.join("lab.rs"));
+        assert_eq!(unused_public_names(&lab, &others), Vec::<String>::new(), "matmul::lab");
         // Planted: a public item nobody calls, and a use that sits only in a comment or a test.
-        let planted = code.replacen("\nfn packed_slivers<", "\npub fn packed_slivers<", 1);
+        let planted = code.replacen("\nfn check_inner(", "\npub fn check_inner(", 1);
+        assert_eq!(unused_public_names(&planted, &others), ["check_inner"]);
+        let planted = lab.replacen("\nfn packed_slivers<", "\npub fn packed_slivers<", 1);
         assert_eq!(unused_public_names(&planted, &others), ["packed_slivers"]);
         let only_tested = "// product(…)\n#[cfg(test)]\nmod tests;\nfn f() {}\n#[cfg(test)]\n\
                            mod t {\n    fn g() { product(); }\n}";

@@ -36,7 +36,7 @@ pub fn pack_a_block(
     mr: usize,
 ) -> Result<Vec<f64>> {
     #[cfg(feature = "solutions")]
-    return llm_workbook::matmul::pack_a_block(a, ta, rows, depth, mr);
+    return llm_workbook::matmul::lab::pack_a_block(a, ta, rows, depth, mr);
     todo!()
 }
 
@@ -55,7 +55,7 @@ pub fn pack_b_panel(
     nr: usize,
 ) -> Result<Vec<f64>> {
     #[cfg(feature = "solutions")]
-    return llm_workbook::matmul::pack_b_panel(b, tb, depth, cols, nr);
+    return llm_workbook::matmul::lab::pack_b_panel(b, tb, depth, cols, nr);
     todo!()
 }
 

@@ -202,9 +202,9 @@ pub mod ch10_matmul {
     use nalgebra::DMatrix;
 
     /// The rows of the register tile (the main crate's scalar tile).
-    pub const MR: usize = llm_workbook::matmul::SCALAR_TILE.0;
+    pub const MR: usize = llm_workbook::matmul::lab::SCALAR_TILE.0;
     /// The columns of the register tile.
-    pub const NR: usize = llm_workbook::matmul::SCALAR_TILE.1;
+    pub const NR: usize = llm_workbook::matmul::lab::SCALAR_TILE.1;
 
     /// The exercise `micro_kernel` by unpacking the slivers and `llm_workbook::matmul::matmul`.
     pub fn micro_kernel(

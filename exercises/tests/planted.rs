@@ -1455,7 +1455,9 @@ mod ch10 {
     use judge::ch10 as j;
     use llm_workbook_exercises::solutions::ch10_matmul::{self as s, MR, NR};
 
-    use llm_workbook::matmul::{Op, pack_a_block, pack_b_panel};
+    use llm_workbook::matmul::Op;
+
+    use llm_workbook::matmul::lab::{pack_a_block, pack_b_panel};
     use std::ops::Range;
 
     /// Every judge of the chapter run on the main crate's answers, with the probes it ran.

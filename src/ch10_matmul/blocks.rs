@@ -4,7 +4,7 @@
 //! kernels use.
 
 use crate::error::{Result, invalid};
-use crate::matmul::{Blocking, CacheLevel, Caches};
+use crate::matmul::lab::{Blocking, CacheLevel, Caches};
 
 /// L1 data cache per core of the machine the constants were tuned on (AMD EPYC, Zen 3).
 pub const L1D_BYTES: usize = 32 << 10;

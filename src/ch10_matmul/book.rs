@@ -10,9 +10,11 @@ use super::roofline::{Roofline, meta, roof_line, roof_of};
 use super::traffic::{blocked_traffic_bytes, flops, intensity, naive_traffic_bytes};
 use crate::errata::Erratum;
 use crate::error::{Result, invalid};
-use crate::matmul::{self, Blocking, Caches, Kernel, Op, SCALAR_TILE, model_blocking, tile_shape};
+use crate::matmul::lab::{Blocking, Caches, SCALAR_TILE, model_blocking, tile_shape};
+use crate::matmul::{self, Op};
 use crate::plot::{Figure, LineChart, LogAxes, Series};
 use crate::report::{Chapter, Walk, Worked};
+use crate::simd::Kernel;
 use crate::sources::THIS_CRATE;
 use nalgebra::DMatrix;
 use std::path::{Path, PathBuf};
@@ -28,11 +30,32 @@ fn model_rows() -> Result<Vec<Worked>> {
     type Row = (&'static str, Kernel, usize, Blocking, Caches, [&'static str; 3]);
     let (z3, z4) = (ZEN3_CACHES, ZEN4_CACHES);
     let kernels: [Row; 5] = [
-        ("AVX2 f32 on the Zen 3", Kernel::Avx2, 4, matmul::AVX2_F32_BLOCKING, z3, AVX2_F32),
-        ("AVX2 f64 on the Zen 3", Kernel::Avx2, 8, matmul::AVX2_F64_BLOCKING, z3, AVX2_F64),
-        ("the portable f64 on the Zen 3", Kernel::Scalar, 8, matmul::SCALAR_BLOCKING, z3, SCALAR),
-        ("AVX-512 f32 on the Zen 4", Kernel::Avx512, 4, matmul::AVX512_F32_BLOCKING, z4, Z4_F32),
-        ("AVX-512 f64 on the Zen 4", Kernel::Avx512, 8, matmul::AVX512_F64_BLOCKING, z4, Z4_F64),
+        ("AVX2 f32 on the Zen 3", Kernel::Avx2, 4, matmul::lab::AVX2_F32_BLOCKING, z3, AVX2_F32),
+        ("AVX2 f64 on the Zen 3", Kernel::Avx2, 8, matmul::lab::AVX2_F64_BLOCKING, z3, AVX2_F64),
+        (
+            "the portable f64 on the Zen 3",
+            Kernel::Scalar,
+            8,
+            matmul::lab::SCALAR_BLOCKING,
+            z3,
+            SCALAR,
+        ),
+        (
+            "AVX-512 f32 on the Zen 4",
+            Kernel::Avx512,
+            4,
+            matmul::lab::AVX512_F32_BLOCKING,
+            z4,
+            Z4_F32,
+        ),
+        (
+            "AVX-512 f64 on the Zen 4",
+            Kernel::Avx512,
+            8,
+            matmul::lab::AVX512_F64_BLOCKING,
+            z4,
+            Z4_F64,
+        ),
     ];
     const AVX2_F32: [&str; 3] = ["320", "256", "9552"];
     const AVX2_F64: [&str; 3] = ["256", "192", "7164"];
@@ -65,7 +88,7 @@ fn model_rows() -> Result<Vec<Worked>> {
 /// The chapter's derived numbers, recomputed (see the prose for each derivation).
 pub fn worked() -> Result<Vec<Worked>> {
     let (t, d) = (768, 128);
-    let avx2_f32 = matmul::AVX2_F32_BLOCKING;
+    let avx2_f32 = matmul::lab::AVX2_F32_BLOCKING;
     let fp = footprint(16, 6, avx2_f32, 4);
     let n = 1024;
     let (separate, fused) = fma_fingerprint_f32(2f32.powi(-12));
@@ -182,7 +205,7 @@ fn walk_operands() -> (DMatrix<f64>, DMatrix<f64>) {
 
 fn zeros_in_packed_5x3() -> Result<usize> {
     let (a, _) = walk_operands();
-    let packed = matmul::pack_a_block(&a, Op::N, 0..5, 0..3, SCALAR_TILE.0)?;
+    let packed = matmul::lab::pack_a_block(&a, Op::N, 0..5, 0..3, SCALAR_TILE.0)?;
     Ok(packed.iter().filter(|&&v| v == 0.0).count() - a.iter().filter(|&&v| v == 0.0).count())
 }
 
@@ -218,8 +241,8 @@ pub fn walk(out: &mut Walk) -> Result<()> {
             depth.start,
             depth.end
         ))?;
-        let b_packed = matmul::pack_b_panel(&b, Op::N, depth.clone(), 0..n, nr)?;
-        let a_packed = matmul::pack_a_block(&a, Op::N, 0..m, depth.clone(), mr)?;
+        let b_packed = matmul::lab::pack_b_panel(&b, Op::N, depth.clone(), 0..n, nr)?;
+        let a_packed = matmul::lab::pack_a_block(&a, Op::N, 0..m, depth.clone(), mr)?;
         for (q, s) in b_packed.chunks(d * nr).enumerate() {
             out.matrix(
                 &format!(
@@ -244,7 +267,7 @@ pub fn walk(out: &mut Walk) -> Result<()> {
         }
         for (jq, b_s) in b_packed.chunks(d * nr).enumerate() {
             for (iq, a_s) in a_packed.chunks(d * mr).enumerate() {
-                let tile = matmul::scalar_tile(d, a_s, b_s)?;
+                let tile = matmul::lab::scalar_tile(d, a_s, b_s)?;
                 out.matrix(
                     &format!(
                         "tile ({iq}, {jq}) = Ã sliver {iq} · B̃ sliver {jq}  (Σₚ column p of Ã \
@@ -314,10 +337,10 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
                         })
                         .collect(),
                 ),
-                Series::new("blocked, AVX2 f32 constants", blocked(matmul::AVX2_F32_BLOCKING)),
+                Series::new("blocked, AVX2 f32 constants", blocked(matmul::lab::AVX2_F32_BLOCKING)),
                 Series::new(
                     "blocked, KC = 32 (too shallow)",
-                    blocked(Blocking { kc: 32, ..matmul::AVX2_F32_BLOCKING }),
+                    blocked(Blocking { kc: 32, ..matmul::lab::AVX2_F32_BLOCKING }),
                 ),
             ],
             markers: true,

@@ -1,7 +1,7 @@
 //! Counting work and traffic: the flops of a product, the bytes the naive loop and the blocked
 //! product move between memory and the caches, and their ratio, the arithmetic intensity.
 
-use crate::matmul::Blocking;
+use crate::matmul::lab::Blocking;
 
 /// Flops of C = A·B with A m×k and B k×n: one multiply and one add per (i, j, p), 2·m·n·k.
 pub fn flops(m: usize, n: usize, k: usize) -> u64 {

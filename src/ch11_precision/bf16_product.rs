@@ -1,8 +1,8 @@
 //! A product of matrices stored in bf16: what each way of computing it promises.
 //!
-//! Chapter 10's product, given bf16 operands ([`crate::matmul::gemm_bf16`]), either widens
+//! Chapter 10's product, given bf16 operands ([`crate::matmul::lab::gemm_bf16`]), either widens
 //! them to f32 while packing and runs the f32 micro-kernel, or, where the CPU has AVX512-BF16,
-//! multiplies pairs of k at once with VDPBF16PS ([`crate::matmul::Bf16Path`]). This module
+//! multiplies pairs of k at once with VDPBF16PS ([`crate::matmul::lab::Bf16Path`]). This module
 //! rounds matrices to bf16 with the chapter's own conversion, computes the exact product of the
 //! rounded inputs in f64 and states the bound each path keeps against it.
 //!

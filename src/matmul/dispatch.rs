@@ -17,7 +17,8 @@
 
 use crate::backend::{self, Backend};
 use crate::error::Result;
-pub use crate::simd::{KERNEL_ENV, Kernel, available_kernels, best_kernel, parse_kernel_setting};
+pub(crate) use crate::simd::Kernel;
+use crate::simd::{KERNEL_ENV, best_kernel};
 use crate::simd::{env_kernel, unavailable};
 use crate::threads;
 use std::cell::Cell;

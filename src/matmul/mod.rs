@@ -7,20 +7,25 @@
 //!
 //! - packing copies blocks of op(A) and op(B) into contiguous, zero-padded buffers in the order
 //!   the micro-kernel reads them (a transpose is only a swap of strides, paid for here; see
-//!   [`pack_a_block`] and [`pack_b_panel`] to look at them);
+//!   [`lab::pack_a_block`] and [`lab::pack_b_panel`] to look at them);
 //! - the five loops around the micro-kernel keep each packed block in the cache level it was
-//!   sized for ([`Blocking`]);
+//!   sized for ([`lab::Blocking`]);
 //! - a micro-kernel updates an MR×NR tile of C held in registers: a portable one (the
-//!   specification, [`Kernel::Scalar`]) and AVX2+FMA and AVX-512F ones, chosen once at run time
-//!   from what the CPU supports and forceable with [`with_kernel`], [`set_kernel`] or the
-//!   environment variable `LLM_WORKBOOK_KERNEL`;
+//!   specification, [`Kernel::Scalar`]) and AVX2+FMA and AVX-512F ones, chosen by the crate's
+//!   one dispatcher ([`crate::simd`]) from what the CPU supports and forceable with
+//!   [`with_kernel`], [`set_kernel`] or the environment variable `LLM_WORKBOOK_KERNEL`;
 //! - large products are cut into pieces of C shared between threads ([`default_threads`],
-//!   [`PARALLEL_MIN_FLOPS`]).
+//!   [`lab::PARALLEL_MIN_FLOPS`]).
 //!
-//! The SIMD micro-kernels' bodies are not here: they live in the crate's one module allowed
-//! `unsafe` code, `src/simd.rs`, with the CPU tokens, the FMA probe's loops and the element-wise
-//! map's. A SIMD kernel can only be built from a token that the CPU detection alone can make,
-//! and every call checks every slice bound before touching a pointer.
+//! The public names are the product itself: the products, the views they take, [`Op`],
+//! [`Element`], the [`Settings`] and what a product reports ([`ProductStats`]). The names
+//! chapter 10 teaches and tunes with (blocking constants, caches, tile shapes, packed blocks, one
+//! kernel call, the bf16 product) are in [`lab`].
+//!
+//! The SIMD micro-kernels' bodies are not here: they live in the crate's one file allowed
+//! `unsafe` code, `src/simd/x86.rs`, with the CPU tokens, the FMA probe's loops and the
+//! element-wise map's. A SIMD kernel can only be built from a token that the CPU detection alone
+//! can make, and every call checks every slice bound before touching a pointer.
 //!
 //! What is not the product lives beside this module: the thread count in [`crate::threads`], the
 //! nalgebra backend switch in [`crate::backend`], the element-wise map in [`crate::simd_map`] and
@@ -41,18 +46,17 @@ use crate::threads::default_threads;
 use nalgebra::{ClosedAddAssign, ClosedMulAssign, DMatrix};
 use num_traits::{One, Zero};
 
-pub use bf16::{Bf16Method, Bf16Path, available_bf16_paths, best_bf16_path, gemm_bf16, widen_bf16};
-pub use blocked::{IN_PLACE_MAX_STEP, PARALLEL_MIN_FLOPS, PIECE_MIN_FLOPS};
-pub use caches::{CacheLevel, Caches, ModelBlocking, machine_caches, model_blocking};
+pub mod lab;
+
 pub use dispatch::{
-    Blocking, KERNEL_ENV, Kernel, ProductChoices, ProductStats, active_kernel, available_kernels,
-    best_kernel, last_product, parse_kernel_setting, product_choices, same_on_every_cpu,
+    ProductChoices, ProductStats, active_kernel, last_product, product_choices, same_on_every_cpu,
     set_kernel, with_kernel,
 };
-pub use kernels::{
-    AVX2_F32_BLOCKING, AVX2_F64_BLOCKING, AVX512_F32_BLOCKING, AVX512_F64_BLOCKING, SCALAR_BLOCKING,
-};
 pub use row::row_product;
+
+use crate::simd::Kernel;
+use blocked::PARALLEL_MIN_FLOPS;
+use dispatch::Blocking;
 
 /// Whether an operand enters the product as stored (`N`) or transposed (`T`), without a copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -183,21 +187,6 @@ pub struct Settings {
     /// The fewest flops (2·m·n·k) a product needs before it is split over threads; default
     /// [`PARALLEL_MIN_FLOPS`]. The benchmark lowers it to find where a second thread pays.
     pub min_parallel_flops: Option<f64>,
-}
-
-/// The register tile (MR, NR) of `kernel` for element type `T`, whether or not this CPU runs it
-/// (a fact of the kernel's code, so tables of every kernel read the same on any machine); an
-/// error only for a SIMD kernel on another architecture.
-pub fn tile_shape<T: Element>(kernel: Kernel) -> Result<(usize, usize)> {
-    kernels::tile_of(kernel, size_of::<T>()).ok_or_else(|| unavailable("tile_shape", kernel))
-}
-
-/// The cache blocking of `kernel` for element type `T` on this machine: the kernel's tuned KC,
-/// the MC that the caches the machine reports give ([`model_blocking`]), and the smaller of their
-/// NC and the tuned one; the tuned blocking where the caches cannot be read. An error if the CPU
-/// lacks the kernel.
-pub fn default_blocking<T: Element>(kernel: Kernel) -> Result<Blocking> {
-    Ok(T::micro_kernel(kernel).ok_or_else(|| unavailable("default_blocking", kernel))?.blocking)
 }
 
 pub(crate) use crate::simd::unavailable;
@@ -628,121 +617,15 @@ pub fn naive<T: Element + num_traits::ToPrimitive + num_traits::FromPrimitive>(
     }))
 }
 
-// ───────────────────────────── looking inside (chapter 10's walk-through) ────────────────────────
-
-fn check_range(
-    op: &'static str,
-    arg: &'static str,
-    r: &std::ops::Range<usize>,
-    len: usize,
-) -> Result<()> {
-    if r.start > r.end || r.end > len {
-        return Err(invalid(
-            op,
-            arg,
-            format!("range {}..{} must lie within 0..{len}", r.start, r.end),
-        ));
-    }
-    Ok(())
-}
-
-/// The packed form Ã of rows `rows` and columns `depth` of op(A): ⌈rows/mr⌉ slivers one after the
-/// other, each `depth.len()` columns of `mr` values, zero-padded past the last row. This is what
-/// the micro-kernel reads; exposed so the chapter can print it.
-pub fn pack_a_block<T: Element>(
-    a: &DMatrix<T>,
-    ta: Op,
-    rows: std::ops::Range<usize>,
-    depth: std::ops::Range<usize>,
-    mr: usize,
-) -> Result<Vec<T>> {
-    let view = pack::Operand::new(a.as_slice(), a.nrows(), ta == Op::T);
-    packed_slivers("pack_a_block", view, ta.shape(a), ("rows", rows), depth, ("mr", mr))
-}
-
-/// The packed form B̃ of rows `depth` and columns `cols` of op(B): ⌈cols/nr⌉ slivers, each
-/// `depth.len()` rows of `nr` values, zero-padded past the last column. It is Ã of op(B)ᵀ (see
-/// [`pack_a_block`]): the same slivers, cut along the columns instead of the rows.
-pub fn pack_b_panel<T: Element>(
-    b: &DMatrix<T>,
-    tb: Op,
-    depth: std::ops::Range<usize>,
-    cols: std::ops::Range<usize>,
-    nr: usize,
-) -> Result<Vec<T>> {
-    let view = pack::Operand::new(b.as_slice(), b.nrows(), tb == Op::T).transposed();
-    let (k, n) = tb.shape(b);
-    packed_slivers("pack_b_panel", view, (n, k), ("cols", cols), depth, ("nr", nr))
-}
-
-/// Checks the ranges and packs rows `outer` and columns `depth` of `x` (an `shape.0`×`shape.1`
-/// view) into slivers of `width` rows: the shared body of [`pack_a_block`] and [`pack_b_panel`].
-fn packed_slivers<T: Element>(
-    op: &'static str,
-    x: pack::Operand<T>,
-    (outer_len, depth_len): (usize, usize),
-    (outer_name, outer): (&'static str, std::ops::Range<usize>),
-    depth: std::ops::Range<usize>,
-    (width_name, width): (&'static str, usize),
-) -> Result<Vec<T>> {
-    check_range(op, outer_name, &outer, outer_len)?;
-    check_range(op, "depth", &depth, depth_len)?;
-    if width == 0 {
-        return Err(invalid(op, width_name, "at least 1 line per sliver"));
-    }
-    let (len, kc) = (outer.len(), depth.len());
-    let mut out = vec![T::zero(); len.div_ceil(width) * width * kc];
-    if kc > 0 {
-        pack::pack_a(
-            &mut out,
-            x,
-            outer.start,
-            len,
-            depth.start,
-            kc,
-            width,
-            active_kernel() != Kernel::Scalar,
-        );
-    }
-    Ok(out)
-}
-
-/// One call of the portable micro-kernel: the MR×NR tile ([`SCALAR_TILE`]) Ã·B̃ of a packed
-/// A sliver (kc·MR values) and B sliver (kc·NR values), as a matrix.
-pub fn scalar_tile<T: Element>(kc: usize, a_sliver: &[T], b_sliver: &[T]) -> Result<DMatrix<T>> {
-    let (mr, nr) = (scalar::MR, scalar::NR);
-    if a_sliver.len() != kc * mr {
-        return Err(shape_error(
-            "scalar_tile",
-            "a_sliver",
-            format!("{} values (kc·MR)", kc * mr),
-            format!("{}", a_sliver.len()),
-        ));
-    }
-    if b_sliver.len() != kc * nr {
-        return Err(shape_error(
-            "scalar_tile",
-            "b_sliver",
-            format!("{} values (kc·NR)", kc * nr),
-            format!("{}", b_sliver.len()),
-        ));
-    }
-    let mut tile = DMatrix::zeros(mr, nr);
-    let mut columns: Vec<&mut [T]> = tile.as_mut_slice().chunks_exact_mut(mr).collect();
-    scalar::kernel(kc, a_sliver, b_sliver, T::one(), T::zero(), &mut columns, 0);
-    Ok(tile)
-}
-
-/// Rows and columns of the portable kernel's register tile.
-pub const SCALAR_TILE: (usize, usize) = (scalar::MR, scalar::NR);
-
 #[cfg(test)]
 mod forced {
     //! A forced kernel really runs: its tiles are counted in the crate's process-wide counter.
 
     use super::*;
     use crate::rng::Rng;
+    use crate::simd::available_kernels;
     use dispatch::kernel_calls;
+    use lab::{default_blocking, tile_shape};
 
     #[test]
     fn the_forced_kernel_reports_its_own_tile_count() {
@@ -814,8 +697,8 @@ mod layering {
         uses.iter().find_map(|(n, _)| visit(n, uses, &mut Vec::new()))
     }
 
-    const SIBLINGS: [&str; 7] =
-        ["blocked", "caches", "dispatch", "kernels", "pack", "row", "scalar"];
+    const SIBLINGS: [&str; 9] =
+        ["bf16", "blocked", "caches", "dispatch", "kernels", "lab", "pack", "row", "scalar"];
 
     #[test]
     fn the_files_of_matmul_import_each_other_without_a_cycle() {

@@ -25,8 +25,8 @@ use crate::ch09_gpt::train::{
     Data, Progress, RunningMean, StepPath, Throughput, TrainConfig, Trainer,
 };
 use crate::error::{Error, Result, from_json_object, invalid};
-use crate::matmul::KERNEL_ENV;
 use crate::rng::Rng;
+use crate::simd::KERNEL_ENV;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 

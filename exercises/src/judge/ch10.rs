@@ -245,7 +245,7 @@ fn pack_judge(side: Side, f: Pack, reference: Pack) -> Verdict {
     Ok(())
 }
 
-/// `pack_judge` for Ã, against `llm_workbook::matmul::pack_a_block`.
+/// `pack_judge` for Ã, against `llm_workbook::matmul::lab::pack_a_block`.
 fn pack_a_block_checks<F>(f: F) -> Verdict
 where
     F: Fn(&DMatrix<f64>, Op, Range<usize>, Range<usize>, usize) -> llm_workbook::Result<Vec<f64>>,
@@ -256,7 +256,7 @@ where
     pack_judge(A_SIDE, &f, &llm_workbook::matmul::pack_a_block::<f64>)
 }
 
-/// `pack_judge` for B̃, against `llm_workbook::matmul::pack_b_panel`.
+/// `pack_judge` for B̃, against `llm_workbook::matmul::lab::pack_b_panel`.
 fn pack_b_panel_checks<F>(f: F) -> Verdict
 where
     F: Fn(&DMatrix<f64>, Op, Range<usize>, Range<usize>, usize) -> llm_workbook::Result<Vec<f64>>,
