@@ -253,7 +253,7 @@ where
     super::not_applicable(&[super::Probe::Scale, super::Probe::Order]);
     super::probe(super::Probe::Batch);
     super::probe(super::Probe::Named);
-    pack_judge(A_SIDE, &f, &llm_workbook::matmul::pack_a_block::<f64>)
+    pack_judge(A_SIDE, &f, &llm_workbook::matmul::lab::pack_a_block::<f64>)
 }
 
 /// `pack_judge` for B̃, against `llm_workbook::matmul::lab::pack_b_panel`.
@@ -264,7 +264,7 @@ where
     super::not_applicable(&[super::Probe::Scale, super::Probe::Order]);
     super::probe(super::Probe::Batch);
     super::probe(super::Probe::Named);
-    pack_judge(B_SIDE, &f, &llm_workbook::matmul::pack_b_panel::<f64>)
+    pack_judge(B_SIDE, &f, &llm_workbook::matmul::lab::pack_b_panel::<f64>)
 }
 
 // ───────────── the judges: the sweep against the main crate, then the checks above ─────────────
@@ -361,7 +361,7 @@ pub fn pack_a_block<F>(f: F) -> Verdict
 where
     F: Fn(&DMatrix<f64>, Op, Range<usize>, Range<usize>, usize) -> llm_workbook::Result<Vec<f64>>,
 {
-    let found = pack_sweep(A_SIDE, &f, &llm_workbook::matmul::pack_a_block::<f64>);
+    let found = pack_sweep(A_SIDE, &f, &llm_workbook::matmul::lab::pack_a_block::<f64>);
     explained(found, || pack_a_block_checks(&f))
 }
 
@@ -370,6 +370,6 @@ pub fn pack_b_panel<F>(f: F) -> Verdict
 where
     F: Fn(&DMatrix<f64>, Op, Range<usize>, Range<usize>, usize) -> llm_workbook::Result<Vec<f64>>,
 {
-    let found = pack_sweep(B_SIDE, &f, &llm_workbook::matmul::pack_b_panel::<f64>);
+    let found = pack_sweep(B_SIDE, &f, &llm_workbook::matmul::lab::pack_b_panel::<f64>);
     explained(found, || pack_b_panel_checks(&f))
 }
