@@ -19,7 +19,7 @@ use llm_workbook::Error;
 use llm_workbook::float::Float;
 use llm_workbook::matmul::lab::{Blocking, default_blocking, tile_shape};
 use llm_workbook::matmul::{
-    self, Op, Settings, gemm, gemm_with, last_product, matmul, matmul_nt, matmul_tn, with_kernel,
+    self, Op, Settings, gemm, gemm_with, matmul, matmul_nt, matmul_tn, with_kernel,
 };
 use llm_workbook::rng::Rng;
 use llm_workbook::simd::{Kernel, available_kernels};
@@ -682,9 +682,10 @@ fn kernel_names_parse_and_bad_names_are_refused() {
 #[test]
 fn env_probe_child() {
     let a = DMatrix::<f32>::from_element(20, 20, 1.0);
-    let c = matmul(&a, &a).expect("shapes agree");
+    let mut c = DMatrix::zeros(20, 20);
+    let ran =
+        gemm_with(Settings::default(), 1.0, &a, Op::N, &a, Op::N, 0.0, &mut c).unwrap().kernel;
     assert_eq!(c[(3, 4)], 20.0);
-    let ran = last_product().expect("a product ran").kernel;
     // Set to an available kernel: that one; unset, `auto` or unusable: the best one (with a
     // warning on stderr for an unusable value).
     let expected = match llm_workbook::simd::parse_kernel_setting(
@@ -782,9 +783,13 @@ fn matmul_tn_and_nt_match_the_triple_loop_on_the_transposed_operands() {
     within_bound(&case, &tn, &value, &size).expect("xᵀy");
     let nt = matmul_nt(&x, &z).expect("x zᵀ");
     let case = Case::new(23, 14, 9).ops(Op::N, Op::T);
-    let (value, size) = reference(&case, &Operands { a: x, b: z, c0: DMatrix::zeros(23, 14) });
+    let (value, size) =
+        reference(&case, &Operands { a: x.clone(), b: z.clone(), c0: DMatrix::zeros(23, 14) });
     within_bound(&case, &nt, &value, &size).expect("x zᵀ");
-    assert_eq!(last_product().expect("ran").kernel, matmul::active_kernel());
+    let mut again = DMatrix::zeros(23, 14);
+    let ran = gemm_with(Settings::default(), 1.0, &x, Op::N, &z, Op::T, 0.0, &mut again).unwrap();
+    assert_eq!(ran.kernel, matmul::active_kernel());
+    assert_eq!(again, nt, "the default settings are the plain product's");
 }
 
 #[test]
@@ -1646,16 +1651,16 @@ mod views {
         let a = rng.normal_matrix::<f32>(600, 300, 1.0);
         let b = rng.normal_matrix::<f32>(300, 200, 1.0);
         const { assert!(2.0 * 600.0 * 300.0 * 200.0 >= matmul::lab::PARALLEL_MIN_FLOPS) };
-        let one = with_threads(1, || {
-            matmul(&a, &b).unwrap();
-            last_product().unwrap().threads
-        });
-        assert_eq!(one, 1);
-        let two = with_threads(2, || {
-            matmul(&a, &b).unwrap();
-            last_product().unwrap().threads
-        });
-        assert_eq!(two, 2);
+        let threads_used = |threads| {
+            with_threads(threads, || {
+                let mut c = DMatrix::zeros(600, 200);
+                gemm_with(Settings::default(), 1.0, &a, Op::N, &b, Op::N, 0.0, &mut c)
+                    .unwrap()
+                    .threads
+            })
+        };
+        assert_eq!(threads_used(1), 1);
+        assert_eq!(threads_used(2), 2);
         // The choices of this thread reach a thread it starts only when carried.
         let carried = with_threads(1, || {
             with_backend(Backend::Nalgebra, || {

@@ -11,9 +11,9 @@
 //!    once;
 //! 4. the best kernel the CPU supports.
 //!
-//! Every product records what it did in a [`ProductStats`] ([`last_product`] returns the one of the
-//! current thread) and adds its micro-kernel calls to a process-wide counter per kernel
-//! (`kernel_calls`), so a test can show that a forced kernel really ran.
+//! A product run with explicit settings ([`super::gemm_with`]) returns what it did in a
+//! [`ProductStats`], and every product adds its micro-kernel calls to a process-wide counter per
+//! kernel (`kernel_calls`), so a test can show that a forced kernel really ran.
 
 use crate::backend::{self, Backend};
 use crate::error::Result;
@@ -30,7 +30,6 @@ static GLOBAL_KERNEL: AtomicU8 = AtomicU8::new(NO_KERNEL);
 
 thread_local! {
     static THREAD_KERNEL: Cell<Option<Kernel>> = const { Cell::new(None) };
-    static LAST: Cell<Option<ProductStats>> = const { Cell::new(None) };
 }
 
 fn check_available(op: &'static str, k: Kernel) -> Result<()> {
@@ -171,12 +170,6 @@ static CALLS: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64:
 
 pub(super) fn record(stats: ProductStats) {
     CALLS[stats.kernel as usize].fetch_add(stats.tiles, Ordering::Relaxed);
-    LAST.with(|c| c.set(Some(stats)));
-}
-
-/// What the last product computed on this thread did (`None` before the first product).
-pub fn last_product() -> Option<ProductStats> {
-    LAST.with(Cell::get)
 }
 
 /// Micro-kernel calls made so far by `kernel`, summed over the whole process (the evidence that a

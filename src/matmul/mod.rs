@@ -49,8 +49,8 @@ use num_traits::{One, Zero};
 pub mod lab;
 
 pub use dispatch::{
-    ProductChoices, ProductStats, active_kernel, last_product, product_choices, same_on_every_cpu,
-    set_kernel, with_kernel,
+    ProductChoices, ProductStats, active_kernel, product_choices, same_on_every_cpu, set_kernel,
+    with_kernel,
 };
 pub use row::row_product;
 
@@ -638,19 +638,22 @@ mod forced {
         for kernel in available_kernels() {
             let (mr, nr) = tile_shape::<f32>(kernel).expect("available");
             let kc = default_blocking::<f32>(kernel).expect("available").kc;
-            let before = kernel_calls(kernel);
-            let c =
-                with_kernel(kernel, || matmul(&a, &b)).expect("available").expect("shapes agree");
-            let stats = last_product().expect("a product ran on this thread");
+            let mut c = DMatrix::zeros(m, n);
+            let settings = Settings { kernel: Some(kernel), ..Settings::default() };
+            let stats = gemm_with(settings, 1.0, &a, Op::N, &b, Op::N, 0.0, &mut c).expect("ran");
             assert_eq!(stats.kernel, kernel);
             assert_eq!((stats.mr, stats.nr), (mr, nr));
             let expected = (m.div_ceil(mr) * n.div_ceil(nr) * k.div_ceil(kc)) as u64;
             assert_eq!(stats.tiles, expected, "{kernel}");
+            // The kernel forced for this thread runs the plain product: its tiles are counted.
+            let before = kernel_calls(kernel);
+            let plain =
+                with_kernel(kernel, || matmul(&a, &b)).expect("available").expect("shapes agree");
             assert!(
                 kernel_calls(kernel) >= before + expected,
                 "{kernel}: the process-wide counter did not grow"
             );
-            assert_eq!(c.shape(), (m, n));
+            assert_eq!(plain, c);
         }
     }
 }
