@@ -408,3 +408,26 @@ fn a_temporary_folder_below_a_file_fails_in_one_line_naming_tmpdir() {
     });
     assert_one_line_on_stderr(&o, &["TMPDIR", "a-file"], "TMPDIR below a file");
 }
+
+/// A table whose `listing` target prints something else than `stem<TAB>name` lines (a name that
+/// is not a Rust identifier could name a file outside the runner's scratch folder), or lists a
+/// chapter in two places, or nothing: one line naming the table's file and the line.
+#[test]
+fn a_table_that_is_not_stem_and_name_lines_fails_in_one_line_naming_it() {
+    let cases = [
+        ("runner_table_path", "ch01_alpha\\tright\\nch01_alpha\\t../escape\\n", "line 2"),
+        (
+            "runner_table_twice",
+            "ch01_alpha\\tright\\nch03_gamma\\tsolo\\nch01_alpha\\twrong\\n",
+            "twice",
+        ),
+        ("runner_table_empty", "", "printed no exercise"),
+    ];
+    for (name, printed, needle) in cases {
+        let o = cannot_judge(name, |_, root| {
+            let listing = format!("fn main() {{\n    print!(\"{printed}\");\n}}\n");
+            std::fs::write(root.join("exercises/tests/listing.rs"), listing).unwrap();
+        });
+        assert_one_line_on_stderr(&o, &["exercises/tests/listing.rs", needle], name);
+    }
+}
