@@ -431,3 +431,12 @@ fn a_table_that_is_not_stem_and_name_lines_fails_in_one_line_naming_it() {
         assert_one_line_on_stderr(&o, &["exercises/tests/listing.rs", needle], name);
     }
 }
+
+/// An exercises crate without its table's program: one line naming the `listing` target.
+#[test]
+fn an_exercises_crate_without_its_listing_target_fails_in_one_line_naming_it() {
+    let o = cannot_judge("runner_no_listing", |_, root| {
+        std::fs::remove_file(root.join("exercises/tests/listing.rs")).unwrap();
+    });
+    assert_one_line_on_stderr(&o, &["cargo could not build the judges", "listing"], "no listing");
+}

@@ -23,8 +23,8 @@
 //!
 //! Rows come in the table's order, which the exercises crate's tests hold to the order the
 //! functions appear in `exercises/src/chNN_stem.rs`, and every line printed fits in [`WIDTH`]
-//! columns. `--watch` re-judges whenever a file under `exercises/src`
-//! is saved, polling modification times once a second.
+//! columns. `--watch` re-judges whenever a file under `exercises/src` is saved, polling
+//! modification times once a second.
 //!
 //! Two environment variables serve the runner's own tests and slow machines:
 //! `LLM_WORKBOOK_EXERCISES_DIR` judges another copy of the exercises crate, and
@@ -187,7 +187,7 @@ fn read_table(text: &str) -> Result<Vec<Chapter>, String> {
             }
             _ => {
                 if out.iter().any(|c| c.stem == stem) {
-                    return Err(twice(stem));
+                    return Err(twice(&format!("chapter {stem}")));
                 }
                 out.push(Chapter { stem: stem.to_string(), exercises: vec![name.to_string()] });
             }
@@ -359,11 +359,15 @@ fn compile_round(dir: &Path, stems: &[String]) -> Result<Build, String> {
         return Err(format!("the exercises crate's `{target}` does not compile: {error}"));
     }
     if build.binaries.is_empty() && build.errors.is_empty() {
-        // Cargo's own first error line says what to fix (one line: the rest is its detail).
+        // Cargo's own first error line says what to fix (one line: the rest is its detail),
+        // or, where it gives causes ("failed to parse manifest", then "Caused by:"), the last.
         let mut lines = stderr.lines().map(str::trim);
         let first = lines.clone().find(|l| l.starts_with("error")).or(lines.next_back());
-        let said = first.unwrap_or("no message").trim_start_matches("error: ");
-        return Err(format!("cargo could not build the judges: {said}"));
+        let cause = stderr
+            .rsplit_once("Caused by:")
+            .and_then(|(_, c)| c.lines().map(str::trim).find(|l| !l.is_empty()));
+        let said = cause.or(first).unwrap_or("no message").trim_start_matches("error: ");
+        return Err(within_a_line(format!("cargo could not build the judges: {said}")));
     }
     Ok(build)
 }
