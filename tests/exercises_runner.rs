@@ -104,7 +104,11 @@ pub const EXERCISES: &[results::Chapter] = &[
 "#;
 
 /// The `listing` target, as the exercises crate writes it.
-const LISTING: &str = "fn main() -> std::process::ExitCode {\n    runner_probe::results::print_table(runner_probe::EXERCISES)\n}\n";
+const LISTING: &str = r#"
+fn main() -> std::process::ExitCode {
+    runner_probe::results::print_table(runner_probe::EXERCISES)
+}
+"#;
 
 /// A judge target as the exercises crate writes them, listing `names` in the harness.
 fn target(stem: &str, chapter: &str, names: &str) -> String {
