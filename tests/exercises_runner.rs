@@ -2,8 +2,9 @@
 //! folder (never the reader's `exercises/`): one chapter with a syntax error, and in another
 //! chapter an answer that loops forever, one that aborts, one that calls `std::process::exit`, one
 //! that overflows its stack, a wrong one, a right one and a blank. Its judges record their
-//! verdicts with the exercises crate's own `results` module and `exercise!` harness, so the table
-//! is read exactly as a reader's would be. The binary runs once; every test reads its output.
+//! verdicts, and its `listing` target prints its table of exercises, with the exercises crate's
+//! own `results` module and `exercise!` harness, so the table is read exactly as a reader's
+//! would be. The binary runs once; every test reads its output.
 //! `cargo test --test exercises_runner`.
 
 mod common;
@@ -86,6 +87,29 @@ const CH02: &str = "pub fn one() -> u32 { 42 }\n\npub fn two() -> u32 { 42 +* }\
 /// Chapter 3's answer, right: a chapter after the broken one is judged.
 const CH03: &str = "pub fn solo() -> u32 { 42 }\n";
 
+/// The probe crate's table of exercises, in the order of the answer files (the exercises crate's
+/// `EXERCISES`).
+const TABLE: &str = r#"
+pub const EXERCISES: &[results::Chapter] = &[
+    results::Chapter {
+        stem: "ch01_alpha",
+        exercises: &[
+            "right", "wrong", "looping", "aborting", "exiting", "overflowing", "garbled",
+            "spawning", "blank",
+        ],
+    },
+    results::Chapter { stem: "ch02_beta", exercises: &["one", "two"] },
+    results::Chapter { stem: "ch03_gamma", exercises: &["solo"] },
+];
+"#;
+
+/// The `listing` target, as the exercises crate writes it.
+const LISTING: &str = r#"
+fn main() -> std::process::ExitCode {
+    runner_probe::results::print_table(runner_probe::EXERCISES)
+}
+"#;
+
 /// A judge target as the exercises crate writes them, listing `names` in the harness.
 fn target(stem: &str, chapter: &str, names: &str) -> String {
     format!(
@@ -93,6 +117,11 @@ fn target(stem: &str, chapter: &str, names: &str) -> String {
          #[path = \"../src/{stem}.rs\"]\nmod yours;\n\nexercise!({names});\n"
     )
 }
+
+/// Chapter 3's judge target, its harness under another name and in braces: no text of the
+/// source says `exercise!(solo`, so only the crate's table can list `solo`.
+const CH03_TARGET: &str = "use runner_probe::{exercise as harness, judge::ch03 as judge};\n\n\
+     #[path = \"../src/ch03_gamma.rs\"]\nmod yours;\n\nharness! { solo }\n";
 
 /// Writes the probe crate under `root/exercises` and returns its folder.
 fn write_probe(root: &Path) -> PathBuf {
@@ -102,30 +131,31 @@ fn write_probe(root: &Path) -> PathBuf {
         (
             "Cargo.toml",
             "[package]\nname = \"runner-probe\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\n\
-             [lib]\ndoctest = false\n\n[workspace]\n"
+             [lib]\ndoctest = false\n\n[[test]]\nname = \"listing\"\nharness = false\n\
+             test = false\n\n[workspace]\n"
                 .to_string(),
         ),
         (
             "src/lib.rs",
             format!(
-                "pub mod judge {{\n{JUDGES}\n}}\n#[path = {:?}]\npub mod results;\n",
+                "pub mod judge {{\n{JUDGES}\n}}\n#[path = {:?}]\npub mod results;\n{TABLE}",
                 results.display().to_string()
             ),
         ),
         ("src/ch01_alpha.rs", CH01.to_string()),
         ("src/ch02_beta.rs", CH02.to_string()),
         ("src/ch03_gamma.rs", CH03.to_string()),
-        // The harness lists the exercises in another order than the answer file.
         (
             "tests/ch01_alpha.rs",
             target(
                 "ch01_alpha",
                 "ch01",
-                "blank, wrong, right, exiting, looping, aborting, spawning, overflowing, garbled",
+                "right, wrong, looping, aborting, exiting, overflowing, garbled, spawning, blank",
             ),
         ),
         ("tests/ch02_beta.rs", target("ch02_beta", "ch02", "one, two")),
-        ("tests/ch03_gamma.rs", target("ch03_gamma", "ch03", "solo")),
+        ("tests/ch03_gamma.rs", CH03_TARGET.to_string()),
+        ("tests/listing.rs", LISTING.to_string()),
     ];
     for (path, text) in files {
         let path = dir.join(path);
@@ -227,6 +257,38 @@ fn rows_come_in_the_order_of_the_answer_files() {
     for pair in order.windows(2) {
         assert!(at(pair[0]) < at(pair[1]), "{} after {}:\n{}", pair[0], pair[1], table());
     }
+}
+
+/// The rows come from the crate's table (its `listing` target), never from the judge targets'
+/// or the answers' source: chapter 3's target names its exercise in no form a reading of its text
+/// could find, and chapter 2's answers do not compile, yet both chapters have their rows, and
+/// the rows are the table's, in its order.
+#[test]
+fn the_rows_are_the_crates_table_not_read_from_source() {
+    assert!(!CH03_TARGET.contains("exercise!"), "the probe's chapter 3 names its harness");
+    let mut lines = table().lines().skip_while(|l| !l.trim_start().starts_with("chapter"));
+    let header = lines.next().unwrap_or_else(|| panic!("no table header:\n{}", table()));
+    let at = header.find("exercise").expect("the exercise column");
+    let names: Vec<&str> = lines
+        .take_while(|l| !l.is_empty())
+        .map(|l| l.get(at..).and_then(|r| r.split_whitespace().next()).unwrap_or_default())
+        .collect();
+    let listed = [
+        "right",
+        "wrong",
+        "looping",
+        "aborting",
+        "exiting",
+        "overflowing",
+        "garbled",
+        "spawning",
+        "blank",
+        "one",
+        "two",
+        "solo",
+    ];
+    assert_eq!(names, listed, "{}", table());
+    assert_eq!(status("solo"), "✓", "{}", table());
 }
 
 #[test]
@@ -349,4 +411,36 @@ fn a_temporary_folder_below_a_file_fails_in_one_line_naming_tmpdir() {
         c.env("TMPDIR", "a-file/tmp");
     });
     assert_one_line_on_stderr(&o, &["TMPDIR", "a-file"], "TMPDIR below a file");
+}
+
+/// A table whose `listing` target prints something else than `stem<TAB>name` lines (a name that
+/// is not a Rust identifier could name a file outside the runner's scratch folder), or lists a
+/// chapter in two places, or nothing: one line naming the table's file and the line.
+#[test]
+fn a_table_that_is_not_stem_and_name_lines_fails_in_one_line_naming_it() {
+    let cases = [
+        ("runner_table_path", "ch01_alpha\\tright\\nch01_alpha\\t../escape\\n", "line 2"),
+        (
+            "runner_table_twice",
+            "ch01_alpha\\tright\\nch03_gamma\\tsolo\\nch01_alpha\\twrong\\n",
+            "twice",
+        ),
+        ("runner_table_empty", "", "printed no exercise"),
+    ];
+    for (name, printed, needle) in cases {
+        let o = cannot_judge(name, |_, root| {
+            let listing = format!("fn main() {{\n    print!(\"{printed}\");\n}}\n");
+            std::fs::write(root.join("exercises/tests/listing.rs"), listing).unwrap();
+        });
+        assert_one_line_on_stderr(&o, &["exercises/tests/listing.rs", needle], name);
+    }
+}
+
+/// An exercises crate without its table's program: one line naming the `listing` target.
+#[test]
+fn an_exercises_crate_without_its_listing_target_fails_in_one_line_naming_it() {
+    let o = cannot_judge("runner_no_listing", |_, root| {
+        std::fs::remove_file(root.join("exercises/tests/listing.rs")).unwrap();
+    });
+    assert_one_line_on_stderr(&o, &["cargo could not build the judges", "listing"], "no listing");
 }

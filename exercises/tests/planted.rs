@@ -4,6 +4,7 @@
 //! `cargo test -p llm-workbook-exercises --test planted`.
 
 use llm_workbook::Result;
+use llm_workbook_exercises::EXERCISES;
 use llm_workbook_exercises::judge::{self, NOT_STARTED, Probe, Verdict};
 use nalgebra::DMatrix;
 
@@ -1298,10 +1299,10 @@ mod ch09 {
     /// Every judge of the chapter run on the main crate's answers, with the probes it ran.
     pub fn judged() -> Vec<Judged> {
         judged![
+            lm_head_backward(s::lm_head_backward),
+            adamw_step(s::adamw_step),
             temperature_distribution(|z, t| distribution(z, &Decoding::temperature(t))),
             top_k_distribution(top_k),
-            adamw_step(s::adamw_step),
-            lm_head_backward(s::lm_head_backward),
             kv_cache_step(s::kv_cache_step),
         ]
     }
@@ -1463,9 +1464,9 @@ mod ch10 {
     /// Every judge of the chapter run on the main crate's answers, with the probes it ran.
     pub fn judged() -> Vec<Judged> {
         judged![
-            micro_kernel(s::micro_kernel),
             pack_a_block(pack_a_block::<f64>),
             pack_b_panel(pack_b_panel::<f64>),
+            micro_kernel(s::micro_kernel),
         ]
     }
 
@@ -2189,6 +2190,10 @@ fn the_probe_table_on_the_page_is_what_the_judges_run() {
         ch11::judged(),
     ];
     let judged: Vec<Judged> = chapters.into_iter().flatten().collect();
+    // One list of exercises: the page's rows, this file's and the crate's table, in one order.
+    let names: Vec<&str> = judged.iter().map(|(name, _, _)| *name).collect();
+    let table: Vec<&str> = EXERCISES.iter().flat_map(|c| c.exercises.iter().copied()).collect();
+    assert_eq!(names, table, "the judges run here are not the crate's EXERCISES, in its order");
     let mut undecided = Vec::new();
     for (name, _, probes) in &judged {
         let both: Vec<&Probe> = probes.run.intersection(&probes.not_applicable).collect();

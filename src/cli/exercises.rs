@@ -4,20 +4,27 @@
 //!
 //! How one round of judging goes:
 //!
-//! 1. `cargo test --no-run --message-format=json` compiles every chapter's judge target
+//! 1. The exercises crate's table of exercises (`EXERCISES`: each chapter's stem and its
+//!    exercises in the order of its answer file) comes from its `listing` target
+//!    (`exercises/tests/listing.rs`), compiled with `cargo test --no-run --test listing` and run:
+//!    it prints one line `stem<TAB>name` per exercise (the exercises crate's `results` module
+//!    documents the line). That target includes no answers, so it compiles whatever state they
+//!    are in; the runner never reads the crate's source.
+//! 2. `cargo test --no-run --message-format=json` compiles every chapter's judge target
 //!    (`exercises/tests/chNN_stem.rs`, which includes that chapter's answers) and goes on past a
-//!    chapter that does not compile: that chapter's rows say "does not compile" and the table
-//!    quotes the compiler's first error; every other chapter is judged.
-//! 2. Each exercise runs as its own process (`binary --exact name`), as many at once as there are
+//!    chapter that does not compile: that chapter's rows (from the table) say "does not compile"
+//!    and the table quotes the compiler's first error; every other chapter is judged.
+//! 3. Each exercise runs as its own process (`binary --exact name`), as many at once as there are
 //!    cores, each with a time limit ([`TIME_LIMIT_SECONDS`]), so an answer that never returns,
 //!    aborts, overflows its stack or ends the program marks that exercise only.
-//! 3. Each judge appends its verdict to a file the runner names (the exercises crate's
+//! 4. Each judge appends its verdict to a file the runner names (the exercises crate's
 //!    `results` module documents the line: `name<TAB>state<TAB>message`, escaped); the runner
 //!    reads those lines, never the test harness's human output.
 //!
-//! Rows come in the order the functions appear in `exercises/src/chNN_stem.rs`, and every line
-//! printed fits in [`WIDTH`] columns. `--watch` re-judges whenever a file under `exercises/src`
-//! is saved, polling modification times once a second.
+//! Rows come in the table's order, which the exercises crate's tests hold to the order the
+//! functions appear in `exercises/src/chNN_stem.rs`, and every line printed fits in [`WIDTH`]
+//! columns. `--watch` re-judges whenever a file under `exercises/src` is saved, polling
+//! modification times once a second.
 //!
 //! Two environment variables serve the runner's own tests and slow machines:
 //! `LLM_WORKBOOK_EXERCISES_DIR` judges another copy of the exercises crate, and
@@ -44,6 +51,10 @@ const DIR_VAR: &str = "LLM_WORKBOOK_EXERCISES_DIR";
 
 /// The environment variable that overrides [`TIME_LIMIT_SECONDS`].
 const SECONDS_VAR: &str = "LLM_WORKBOOK_EXERCISE_SECONDS";
+
+/// The exercises crate's target that prints its table of exercises, one `stem<TAB>name` line
+/// per exercise.
+const LISTING: &str = "listing";
 
 /// The environment variable through which the judges learn where to append their verdicts (the
 /// exercises crate's `results::RESULTS_FILE`).
@@ -107,7 +118,7 @@ struct Row {
     state: State,
 }
 
-/// One chapter: its stem and its exercises in the order its answer file defines them.
+/// One chapter of the exercises crate's table: its stem and its exercises in the table's order.
 #[derive(Clone, Debug, PartialEq)]
 struct Chapter {
     stem: String,
@@ -133,66 +144,79 @@ fn time_limit() -> Result<u64, String> {
     }
 }
 
-/// The names an `exercise!(…)` list in a judge target holds, in its order.
-fn listed_exercises(target: &str) -> Vec<String> {
-    target
-        .split_once("\nexercise!(")
-        .and_then(|(_, rest)| rest.split_once(");"))
-        .map(|(list, _)| {
-            list.split(',').map(|n| n.trim().to_string()).filter(|n| !n.is_empty()).collect()
-        })
-        .unwrap_or_default()
+/// Whether `s` may name a chapter or an exercise: a Rust identifier in lower case (it names a
+/// cargo target, a test and a scratch file).
+fn is_name(s: &str) -> bool {
+    let allowed = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_';
+    s.starts_with(|c: char| c.is_ascii_lowercase()) && s.chars().all(allowed)
 }
 
-/// Where `fn name` is defined at the top level of an answer file (`pub fn name(` or `<`), if it is.
-fn position_of(answers: &str, name: &str) -> Option<usize> {
-    let mut at = 0;
-    for line in answers.lines() {
-        if let Some(rest) = line.strip_prefix("pub fn ").and_then(|r| r.strip_prefix(name))
-            && (rest.starts_with('(') || rest.starts_with('<'))
-        {
-            return Some(at);
-        }
-        at += line.len() + 1;
+/// `message` cut to fit one line of [`WIDTH`] columns after `error: `, ending in `…` if cut.
+fn within_a_line(message: String) -> String {
+    let room = WIDTH - "error: ".len();
+    if message.chars().count() <= room {
+        return message;
     }
-    None
+    let mut cut: String = message.chars().take(room - 1).collect();
+    cut.push('…');
+    cut
 }
 
-/// `names` sorted by where the answer file defines them; names it does not define keep their
-/// order, after the others.
-fn in_file_order(answers: &str, names: Vec<String>) -> Vec<String> {
-    let mut keyed: Vec<(usize, usize, String)> = names
-        .into_iter()
-        .enumerate()
-        .map(|(i, n)| (position_of(answers, &n).unwrap_or(usize::MAX), i, n))
-        .collect();
-    keyed.sort();
-    keyed.into_iter().map(|(_, _, n)| n).collect()
-}
+/// Where the table comes from, as its errors name it.
+const TABLE_FILE: &str = "exercises/tests/listing.rs";
 
-/// The chapters' judge targets (`tests/chNN_*.rs`) in order, each with its exercises in the order
-/// of its answer file (`src/chNN_*.rs`).
-fn chapters(dir: &Path) -> Result<Vec<Chapter>, String> {
-    let tests = dir.join("tests");
-    let entries = std::fs::read_dir(&tests).map_err(|e| format!("{}: {e}", tests.display()))?;
-    let mut stems: Vec<String> = entries
-        .filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| n.starts_with("ch") && n.ends_with(".rs"))
-        .map(|n| n.trim_end_matches(".rs").to_string())
-        .collect();
-    stems.sort();
-    let mut out = Vec::new();
-    for stem in stems {
-        let path = tests.join(format!("{stem}.rs"));
-        let target =
-            std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let answers =
-            std::fs::read_to_string(dir.join("src").join(format!("{stem}.rs"))).unwrap_or_default();
-        let exercises = in_file_order(&answers, listed_exercises(&target));
-        out.push(Chapter { stem, exercises });
+/// The chapters of the `listing` target's output (`stem<TAB>name` lines), in its order.
+fn read_table(text: &str) -> Result<Vec<Chapter>, String> {
+    let mut out: Vec<Chapter> = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let at = i + 1;
+        let fields = line.split_once('\t').filter(|(s, n)| is_name(s) && is_name(n));
+        let Some((stem, name)) = fields else {
+            let quoted = format!("{line:?}");
+            let shown: String = quoted.chars().take(24).collect();
+            let cut = if shown.len() < quoted.len() { "…" } else { "" };
+            return Err(format!("{TABLE_FILE} line {at}: {shown}{cut} is not `stem<TAB>name`"));
+        };
+        let twice = |what: &str| format!("{TABLE_FILE} line {at}: {what} listed twice");
+        match out.last_mut() {
+            Some(last) if last.stem == stem => {
+                if last.exercises.iter().any(|n| n == name) {
+                    return Err(twice(&format!("{stem}'s {name}")));
+                }
+                last.exercises.push(name.to_string());
+            }
+            _ => {
+                if out.iter().any(|c| c.stem == stem) {
+                    return Err(twice(&format!("chapter {stem}")));
+                }
+                out.push(Chapter { stem: stem.to_string(), exercises: vec![name.to_string()] });
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err(format!("{TABLE_FILE} printed no exercise"));
     }
     Ok(out)
+}
+
+/// The exercises crate's table of exercises: its `listing` target compiled and run.
+fn chapters(dir: &Path) -> Result<Vec<Chapter>, String> {
+    let build = compile_round(dir, &[LISTING.to_string()])?;
+    let Some(binary) = build.binaries.get(LISTING) else {
+        let error = build.errors.get(LISTING).map_or("cargo built no binary for it", |e| e);
+        return Err(format!("the exercises crate's `{LISTING}` does not compile: {error}"));
+    };
+    let out = Command::new(binary)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run {TABLE_FILE}'s program: {e}"))?;
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let said = stderr.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("no message");
+        return Err(within_a_line(format!("{TABLE_FILE} failed ({}): {said}", out.status)));
+    }
+    read_table(&String::from_utf8_lossy(&out.stdout))
 }
 
 /// What compiling the judge targets gave: each chapter's test binary, or its first error.
@@ -335,11 +359,15 @@ fn compile_round(dir: &Path, stems: &[String]) -> Result<Build, String> {
         return Err(format!("the exercises crate's `{target}` does not compile: {error}"));
     }
     if build.binaries.is_empty() && build.errors.is_empty() {
-        // Cargo's own first error line says what to fix (one line: the rest is its detail).
+        // Cargo's own first error line says what to fix (one line: the rest is its detail),
+        // or, where it gives causes ("failed to parse manifest", then "Caused by:"), the last.
         let mut lines = stderr.lines().map(str::trim);
         let first = lines.clone().find(|l| l.starts_with("error")).or(lines.next_back());
-        let said = first.unwrap_or("no message").trim_start_matches("error: ");
-        return Err(format!("cargo could not build the judges: {said}"));
+        let cause = stderr
+            .rsplit_once("Caused by:")
+            .and_then(|(_, c)| c.lines().map(str::trim).find(|l| !l.is_empty()));
+        let said = cause.or(first).unwrap_or("no message").trim_start_matches("error: ");
+        return Err(within_a_line(format!("cargo could not build the judges: {said}")));
     }
     Ok(build)
 }
@@ -547,17 +575,20 @@ fn scratch_dir() -> Result<PathBuf, String> {
     Ok(dir)
 }
 
-/// Judges every exercise of `chapters` and returns the rows in the chapters' order.
-fn judge_all(dir: &Path, chapters: &[Chapter], limit: u64) -> Result<Vec<Row>, String> {
-    let stems: Vec<String> = chapters.iter().map(|c| c.stem.clone()).collect();
+/// Judges every exercise of the exercises crate's table and returns the rows in its order.
+fn judge_all(dir: &Path, limit: u64) -> Result<Vec<Row>, String> {
     // The scratch folder first: a TMPDIR that cannot hold one is said before the long compile.
     let scratch = scratch_dir()?;
-    let build = compile(dir, &stems).inspect_err(|_| {
+    let compiled = chapters(dir).and_then(|chapters| {
+        let stems: Vec<String> = chapters.iter().map(|c| c.stem.clone()).collect();
+        Ok((compile(dir, &stems)?, chapters))
+    });
+    let (build, chapters) = compiled.inspect_err(|_| {
         let _ = std::fs::remove_dir_all(&scratch);
     })?;
     let mut rows = Vec::new();
     let mut jobs = Vec::new(); // (row index, binary, chapter's scratch folder)
-    for ch in chapters {
+    for ch in &chapters {
         let folder = scratch.join(&ch.stem);
         std::fs::create_dir_all(&folder)
             .map_err(|e| format!("cannot create {}: {e}", folder.display()))?;
@@ -668,9 +699,8 @@ fn table(rows: &[Row]) -> Vec<String> {
 /// Judges every exercise once and prints the table; an error (one line: what to fix) when the
 /// exercises cannot be judged at all (no cargo, no scratch folder, judges that do not compile).
 fn judge_once(dir: &Path, limit: u64) -> Result<(), String> {
-    let chapters = chapters(dir)?;
     println!("Compiling the judges (the first time takes a few minutes), then judging …");
-    let rows = judge_all(dir, &chapters, limit)?;
+    let rows = judge_all(dir, limit)?;
     for line in table(&rows) {
         println!("{line}");
     }
