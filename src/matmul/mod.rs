@@ -30,6 +30,7 @@ mod bf16;
 mod blocked;
 mod caches;
 mod dispatch;
+mod inputs;
 mod kernels;
 mod pack;
 mod row;
@@ -48,6 +49,10 @@ pub use dispatch::{
     Blocking, KERNEL_ENV, Kernel, ProductChoices, ProductStats, active_kernel, available_kernels,
     best_kernel, last_product, parse_kernel_setting, product_choices, same_on_every_cpu,
     set_kernel, with_kernel,
+};
+pub use inputs::{
+    MAX_LOSS_SCALE, Precision, ProductInputs, Rounding, StepRounding, gemm_rounded, round_entries,
+    round_matrix,
 };
 pub use kernels::{
     AVX2_F32_BLOCKING, AVX2_F64_BLOCKING, AVX512_F32_BLOCKING, AVX512_F64_BLOCKING, SCALAR_BLOCKING,

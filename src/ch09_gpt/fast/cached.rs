@@ -2,6 +2,7 @@
 //! pieces (`fast::forward`), its products shared between threads ([`RowTeam`]). The same
 //! numbers as the lesson's [`Gpt::reference_step`] (chapter 6's functions); a test holds them.
 
+use super::precision::Rounder;
 use super::{
     Products, ROW_TEAM_WEIGHTS_PER_THREAD, RowTeam, add_row, causal_block_forward,
     one_row_attention, with_row_team,
@@ -205,6 +206,7 @@ impl<T: Float> Gpt<T> {
         // Every head: the causal block of the one query row pos against the keys 0 … pos.
         let att = r.att.as_mut_slice();
         let (weights, stats, how) = (&mut r.weights, &mut r.stats, Products::OneRow);
+        let how = (how, &mut Rounder::default()); // f32 inputs: nothing rounded
         one_row_attention(qkv.as_slice(), n_ctx, pos, heads, weights, stats, att, how)?;
         let att = row(r.att.as_slice())?;
         store.add_product(team, (Param::WO, l), att, row_mut(&mut r.x)?)?; //   h = x + att·W_O
@@ -330,7 +332,7 @@ pub fn attend_one<'a, T: Float>(
             MatMut::new(&mut weights, 1, n, 1)?,
             MatMut::new(&mut out[h * d_k..], 1, d_k, 1)?,
             &mut stats,
-            Products::OneRow,
+            (Products::OneRow, &mut Rounder::default()),
         )?;
     }
     Ok(out)
