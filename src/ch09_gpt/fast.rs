@@ -52,15 +52,15 @@ mod row_team;
 mod tests;
 mod workspace;
 
-pub(crate) use cached::StepWeights;
+pub use cached::StepWeights;
 pub use cached::{attend_one, row_affine};
 pub use row_team::ROW_TEAM_WEIGHTS_PER_THREAD;
-pub(crate) use row_team::{RowTeam, with_row_team};
+use row_team::with_row_team;
 pub(crate) use workspace::Windows;
 
 use forward::Outputs;
-use precision::Rounder;
 pub(crate) use forward::{Products, add_row, causal_block_forward, one_row_attention};
+use precision::Rounder;
 
 use super::data::Batch;
 use super::model::{BlockForm, Gpt, Grads};

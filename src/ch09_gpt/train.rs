@@ -12,9 +12,9 @@ use super::fast::FusedStep;
 use super::model::Gpt;
 use super::sample::{Decoding, generate};
 use super::schedule::{Schedule, clip_global_norm};
-use crate::matmul::{Precision, StepRounding};
 use crate::error::{Result, invalid};
 use crate::float::Float;
+use crate::matmul::{Precision, StepRounding};
 use crate::optim::{AdamConfig, AdamW};
 use crate::rng::Rng;
 
