@@ -263,11 +263,10 @@ impl<T: Float> FusedStep<T> {
     /// Mixed precision (chapter 11): from the next step on, every product's two inputs are
     /// rounded to `precision.inputs` (activations and weights in the forward pass, the incoming
     /// gradient ∂Y and the saved activation or weight in the backward pass; see
-    /// [`ProductInputs`]), the loss's gradient is multiplied by
-    /// `precision.loss_scale` = S, and the parameters' gradients are divided by S in f32 after
-    /// the sum over the batch. The master weights, the gradient sums and everything between the
-    /// products stay in the model's type. [`Precision::F32`] (the default) is chapter 9's step,
-    /// bit for bit.
+    /// [`ProductInputs`]), the loss's gradient is multiplied by `precision.loss_scale` = S,
+    /// and the parameters' gradients are divided by S in f32 after the sum over the batch. The
+    /// master weights, the gradient sums and everything between the products stay in the
+    /// model's type. [`Precision::F32`] (the default) is chapter 9's step, bit for bit.
     pub fn set_precision(&mut self, precision: Precision) {
         self.precision = precision;
     }
