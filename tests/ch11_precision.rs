@@ -630,6 +630,42 @@ fn a_rounded_product_is_within_its_bound() {
     assert_eq!(values[4].to_bits(), (-0.0f32).to_bits(), "the sign of an underflow is kept");
 }
 
+/// The products' rounding ([`ProductInputs::round`], bit operations in `matmul`) is the
+/// chapter's conversion ([`round_to_bf16`], [`round_to_f16`], written from the formats'
+/// definitions) bit for bit: on every pattern of f32's top 16 bits, each with the low 16 bits
+/// at the places rounding decides (a tie, one above and one below it at f16's kept bits 13, 14
+/// and 15 and at bf16's bit 16), so zeros, subnormals of both formats, the overflow to ∞, ∞ and
+/// NaNs are all met.
+#[test]
+fn the_products_rounding_is_the_chapters_conversion_bit_for_bit() {
+    use llm_workbook::ch11_precision::{round_to_bf16, round_to_f16};
+    const LOW: [u32; 19] = [
+        0, 1, 0x0fff, 0x1000, 0x1001, 0x1fff, 0x2000, 0x2001, 0x3000, 0x3fff, 0x4000, 0x4001,
+        0x6000, 0x7fff, 0x8000, 0x8001, 0xa000, 0xc000, 0xffff,
+    ];
+    type Lesson = fn(f32) -> f32;
+    let lessons: [(ProductInputs, Lesson); 2] =
+        [(ProductInputs::Bf16, round_to_bf16), (ProductInputs::F16, round_to_f16)];
+    let mut checked = 0;
+    for top in 0..=u32::from(u16::MAX) {
+        for low in LOW {
+            let x = f32::from_bits(top << 16 | low);
+            for (inputs, lesson) in lessons {
+                let (ours, reference) = (inputs.round(x).to_bits(), lesson(x).to_bits());
+                assert!(
+                    ours == reference,
+                    "{} of {:#010x}: {ours:#010x}",
+                    inputs.name(),
+                    x.to_bits()
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 2 * 65_536 * LOW.len());
+    assert_eq!(ProductInputs::F32.round(0.1), 0.1, "f32 inputs are not rounded");
+}
+
 /// One step of the small-gradient example with bf16 inputs against the f32 step. Each product
 /// moves by at most (2u + u²) Σ|a||b| (u = 2⁻⁸); a gradient is the end of a chain of such
 /// products, whose first-order errors add. Measured: the loss 7.0·10⁻⁵ apart, the worst

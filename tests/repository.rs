@@ -511,30 +511,81 @@ mod shape {
         out
     }
 
+    /// The chapter number of a module or folder name `chNN_…` (`ch09_gpt` → 9), if it is one.
+    fn chapter_number(name: &str) -> Option<u32> {
+        let digits = name.strip_prefix("ch")?.get(..2)?;
+        let rest = name.get(4..)?;
+        (rest.starts_with('_') && digits.chars().all(|c| c.is_ascii_digit()))
+            .then(|| digits.parse().ok())
+            .flatten()
+    }
+
+    /// The chapters a line's comment names as a module path: `crate::chNN_…` or `chNN_…::`
+    /// (a link to a chapter's page, `chapters/chNN_….md`, names no module).
+    fn chapters_named_in_comment(line: &str) -> Vec<String> {
+        let Some((_, comment)) = line.split_once("//") else { return Vec::new() };
+        let mut out = Vec::new();
+        for (at, _) in comment.match_indices("ch") {
+            let before = comment[..at].chars().next_back();
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '/' || c == '.') {
+                continue;
+            }
+            let name: String =
+                comment[at..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            let after = &comment[at + name.len()..];
+            let as_path = comment[..at].ends_with("crate::") || after.starts_with("::");
+            if chapter_number(&name).is_some() && as_path {
+                out.push(name);
+            }
+        }
+        out
+    }
+
     /// The import rule for one file: a lesson file (under `src/chNN_*/`, not `book.rs`) uses no
-    /// book module; a core file (`src/*.rs`, `src/matmul/`) uses no chapter and, unless it is a
-    /// book module itself, no book module; the workshop (`src/workshop/`) builds on the chapters
-    /// and uses no book module, and no lesson uses the workshop. Returns one line per breach.
+    /// book module; a file of chapter n (its book.rs too) uses no chapter after n; a core file
+    /// (`src/*.rs`, `src/matmul/`) uses no chapter, names none as a module path even in a
+    /// comment or doc link, and, unless it is a book module itself, uses no book module; the
+    /// workshop (`src/workshop/`) and the command line (`src/cli/`) build on the chapters and use
+    /// no book module, and no lesson uses the workshop. Returns one line per breach.
     fn import_breaches(relative: &Path, code: &str) -> Vec<String> {
         let parts: Vec<String> =
             relative.iter().map(|p| p.to_string_lossy().into_owned()).collect();
         let file = parts.last().cloned().unwrap_or_default();
-        let in_chapter = parts.len() > 2 && parts[1].starts_with("ch") && parts[1].len() > 4;
-        let in_workshop = parts.len() > 2 && parts[1] == "workshop";
+        let own_chapter = parts.get(1).filter(|_| parts.len() > 2).and_then(|d| chapter_number(d));
+        let in_chapter = own_chapter.is_some();
+        let in_workshop = parts.len() > 2 && (parts[1] == "workshop" || parts[1] == "cli");
         let stem = file.trim_end_matches(".rs");
         let is_book_file = (in_chapter && file == "book.rs")
             || (parts.len() == 2 && BOOK_MODULES.contains(&stem))
             || matches!(stem, "lib" | "main");
         let mut out = Vec::new();
+        let is_core = !in_chapter && !in_workshop && !is_book_file;
         for (line, module) in crate_modules_used(code) {
-            let chapter =
-                module.starts_with("ch") && module[2..].starts_with(|c: char| c.is_ascii_digit());
+            let used = chapter_number(&module);
+            let chapter = used.is_some();
+            let later = own_chapter.zip(used).filter(|(own, used)| used > own);
             if BOOK_MODULES.contains(&module.as_str()) && !is_book_file {
                 out.push(format!("{}:{line}: uses crate::{module}", relative.display()));
             } else if module == "workshop" && in_chapter && !is_book_file {
                 out.push(format!("{}:{line}: a lesson uses the workshop", relative.display()));
-            } else if chapter && !in_chapter && !in_workshop && !is_book_file {
+            } else if chapter && is_core {
                 out.push(format!("{}:{line}: the core uses chapter {module}", relative.display()));
+            } else if let Some((own, later)) = later {
+                out.push(format!(
+                    "{}:{line}: chapter {own} uses the later chapter {later} ({module})",
+                    relative.display()
+                ));
+            }
+        }
+        if is_core {
+            for (i, l) in code.lines().enumerate() {
+                for module in chapters_named_in_comment(l) {
+                    out.push(format!(
+                        "{}:{}: the core names chapter {module} in a comment",
+                        relative.display(),
+                        i + 1
+                    ));
+                }
             }
         }
         if in_chapter && file != "book.rs" {
@@ -593,6 +644,40 @@ mod shape {
         assert!(found[0].contains("the core uses chapter ch06_attention"), "{found:?}");
         let reach = "use super::book::CHAPTER;\n";
         assert_eq!(import_breaches(lesson, reach).len(), 1);
+    }
+
+    #[test]
+    fn the_import_rule_catches_a_chapter_that_uses_a_later_one_and_a_core_comment_naming_one() {
+        // Chapter 9 may use chapters 1 to 8 and itself, in any file, its book.rs too.
+        let planted = "use crate::ch08_tokens::Tokenizer;\nuse crate::ch11_precision::mixed;\n\
+                       use crate::{ch09_gpt::model::Gpt, ch10_matmul::tiles};\n\
+                       fn f() { crate::ch11_precision::format::pow2(1); }\n\
+                       // crate::ch11_precision in a comment is no use\n";
+        for file in ["src/ch09_gpt/fast/precision.rs", "src/ch09_gpt/book.rs"] {
+            let found = import_breaches(Path::new(file), planted);
+            assert_eq!(found.len(), 3, "{found:?}");
+            assert!(found[0].contains(":2: chapter 9 uses the later chapter 11"), "{found:?}");
+            assert!(found[1].contains(":3: chapter 9 uses the later chapter 10"), "{found:?}");
+            assert!(found[2].contains(":4: chapter 9 uses the later chapter 11"), "{found:?}");
+        }
+        // The last chapter may use them all.
+        assert!(import_breaches(Path::new("src/ch11_precision/runs.rs"), planted).is_empty());
+        // The core names no chapter as a module path, not even in a doc comment or a doc link;
+        // a link to a chapter's page and the word "chapter" are no breach.
+        let core = "//! Taught in [chapter 11](../../chapters/ch11_precision.md).\n\
+                    /// The order of `ch11_precision::quant_step::column_dot_reference`.\n\
+                    /// See [`Precision`](crate::ch11_precision::Precision), chapter 11.\n\
+                    fn f() {} // as crate::ch09_gpt::fast rounds\n\
+                    /// Not a path: ch11_precision.md, arch10_x::y, ch1_x::y.\n";
+        let found = import_breaches(Path::new("src/matmul/inputs.rs"), core);
+        assert_eq!(found.len(), 3, "{found:?}");
+        assert!(found[0].contains(":2: the core names chapter ch11_precision"), "{found:?}");
+        assert!(found[1].contains(":3: the core names chapter ch11_precision"), "{found:?}");
+        assert!(found[2].contains(":4: the core names chapter ch09_gpt"), "{found:?}");
+        // The same comments are fine in a chapter, the workshop and the command line.
+        for file in ["src/ch10_matmul/tiles.rs", "src/workshop/run.rs", "src/cli/gpt.rs"] {
+            assert!(import_breaches(Path::new(file), core).is_empty(), "{file}");
+        }
     }
 
     #[test]
@@ -1228,10 +1313,13 @@ mod pages {
         let faults = api_list_faults(&code, &page, &files);
         assert!(faults.is_empty(), "chapters/ch10_matmul.md:\n{}", faults.join("\n"));
         assert!(public_names(&code).len() > 10, "{:?}", public_names(&code));
-        let lab = read(&root().join("src").join("matmul").join("lab.rs"));
-        let faults = block_list_faults("matmul-lab", &lab, &page, &files);
-        assert!(faults.is_empty(), "chapters/ch10_matmul.md, matmul::lab:\n{}", faults.join("\n"));
-        assert!(public_names(&lab).len() > 20, "{:?}", public_names(&lab));
+        for (module, block, at_least) in [("lab", "matmul-lab", 20), ("inputs", "matmul-inputs", 6)]
+        {
+            let code = read(&root().join("src").join("matmul").join(format!("{module}.rs")));
+            let faults = block_list_faults(block, &code, &page, &files);
+            assert!(faults.is_empty(), "ch10_matmul.md, matmul::{module}:\n{}", faults.join("\n"));
+            assert!(public_names(&code).len() > at_least, "{:?}", public_names(&code));
+        }
         // Planted: one more public item, one more re-export, one row linking the wrong file.
         let planted = code.replacen("\nfn product<", "\npub fn product<", 1).replacen(
             "pub use dispatch::{",
@@ -1313,6 +1401,8 @@ mod pages {
         assert_eq!(unused_public_names(&code, &others), Vec::<String>::new());
         let lab = read(&matmul_dir.join("lab.rs"));
         assert_eq!(unused_public_names(&lab, &others), Vec::<String>::new(), "matmul::lab");
+        let inputs = read(&matmul_dir.join("inputs.rs"));
+        assert_eq!(unused_public_names(&inputs, &others), Vec::<String>::new(), "matmul::inputs");
         // Planted: a public item nobody calls, and a use that sits only in a comment or a test.
         let planted = code.replacen("\nfn check_inner(", "\npub fn check_inner(", 1);
         assert_eq!(unused_public_names(&planted, &others), ["check_inner"]);
@@ -1329,8 +1419,13 @@ mod pages {
     fn private_matmul_imports(code: &str, public: &BTreeSet<String>) -> Vec<String> {
         let mut found = Vec::new();
         for part in code.split("use crate::matmul::").skip(1) {
-            let list = part.split(';').next().unwrap_or_default();
-            let list = list.trim().trim_start_matches('{').trim_end_matches('}');
+            let list = part.split(';').next().unwrap_or_default().trim();
+            // `use crate::matmul::inputs::{…}`: the names of a public submodule.
+            let list = match list.split_once("::") {
+                Some((module, rest)) if public.contains(module) => rest,
+                _ => list,
+            };
+            let list = list.trim_start_matches('{').trim_end_matches('}');
             for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
                 let name = name.rsplit("::").next().unwrap_or(name);
                 if name != "self" && !public.contains(name) {
@@ -1343,7 +1438,11 @@ mod pages {
 
     #[test]
     fn the_fast_path_takes_only_public_names_from_matmul() {
-        let public = public_names(&read(&root().join("src").join("matmul").join("mod.rs")));
+        let matmul = root().join("src").join("matmul");
+        let mut public = public_names(&read(&matmul.join("mod.rs")));
+        for module in ["inputs", "lab"] {
+            public.extend(public_names(&read(&matmul.join(format!("{module}.rs")))));
+        }
         let dir = root().join("src").join("ch09_gpt");
         let mut files = vec![dir.join("fast.rs")];
         for entry in std::fs::read_dir(dir.join("fast")).unwrap().flatten() {

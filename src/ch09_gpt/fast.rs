@@ -39,8 +39,9 @@
 //! The step in three files: this one holds the workspace ([`FusedStep`]: every buffer, sized
 //! once), the shards and the views of one head of one sequence; `forward.rs` the forward pass
 //! with the loss and its gradient at the logits; `backward.rs` the backward pass, each line
-//! naming the forward line it differentiates; `precision.rs` the hook through which chapter 11
-//! rounds the products' inputs to bf16 or f16 ([`FusedStep::set_precision`]).
+//! naming the forward line it differentiates; `precision.rs` the value both passes take by
+//! argument to round the products' inputs to bf16 or f16 and tally what that lost (mixed
+//! precision, [`FusedStep::set_precision`]).
 
 mod backward;
 mod cached;
@@ -51,21 +52,22 @@ mod row_team;
 mod tests;
 mod workspace;
 
-pub(crate) use cached::StepWeights;
+pub use cached::StepWeights;
 pub use cached::{attend_one, row_affine};
 pub use row_team::ROW_TEAM_WEIGHTS_PER_THREAD;
-pub(crate) use row_team::{RowTeam, with_row_team};
+use row_team::with_row_team;
 pub(crate) use workspace::Windows;
 
 use forward::Outputs;
 pub(crate) use forward::{Products, add_row, causal_block_forward, one_row_attention};
+use precision::Rounder;
 
 use super::data::Batch;
 use super::model::{BlockForm, Gpt, Grads};
 use crate::ch06_attention::{Epsilon, LnCache};
-use crate::ch11_precision::mixed::{Precision, StepRounding};
 use crate::error::{Error, Result, invalid};
 use crate::float::Float;
+use crate::matmul::inputs::{Precision, ProductInputs, StepRounding};
 use crate::matmul::{MatMut, MatRef, ProductChoices, product_choices};
 use crate::threads::{share_pieces, with_threads};
 use nalgebra::DMatrix;
@@ -257,14 +259,13 @@ impl<T: Float> FusedStep<T> {
         }
     }
 
-    /// Chapter 11's mixed precision: from the next step on, every product's two inputs are
+    /// Mixed precision (chapter 11): from the next step on, every product's two inputs are
     /// rounded to `precision.inputs` (activations and weights in the forward pass, the incoming
     /// gradient ∂Y and the saved activation or weight in the backward pass; see
-    /// [`crate::ch11_precision::mixed`]), the loss's gradient is multiplied by
-    /// `precision.loss_scale` = S, and the parameters' gradients are divided by S in f32 after
-    /// the sum over the batch. The master weights, the gradient sums and everything between the
-    /// products stay in the model's type. [`Precision::F32`] (the default) is chapter 9's step,
-    /// bit for bit.
+    /// [`ProductInputs`]), the loss's gradient is multiplied by `precision.loss_scale` = S,
+    /// and the parameters' gradients are divided by S in f32 after the sum over the batch. The
+    /// master weights, the gradient sums and everything between the products stay in the
+    /// model's type. [`Precision::F32`] (the default) is chapter 9's step, bit for bit.
     pub fn set_precision(&mut self, precision: Precision) {
         self.precision = precision;
     }
@@ -320,16 +321,13 @@ impl<T: Float> FusedStep<T> {
         let Precision { inputs, loss_scale } = self.precision;
         let scale = T::of(loss_scale / scored as f64);
         let threads = crate::threads::default_threads();
-        let tally = std::sync::Mutex::new(StepRounding::default());
-        let results = run_shards(&mut self.shards, threads, |s| {
-            let (r, t) = precision::with_inputs(inputs, || s.run(model, batch, scale));
-            *tally.lock().unwrap_or_else(std::sync::PoisonError::into_inner) += t;
-            r
-        });
+        let results = run_shards(&mut self.shards, threads, |s| s.run(model, batch, scale, inputs));
+        // The shards' tallies, added in shard order.
+        let mut rounding = StepRounding::default();
         for r in results {
-            r?;
+            rounding += r?;
         }
-        self.rounding = tally.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.rounding = rounding;
         let loss_sum = add_in_shard_order(&mut self.shards, threads);
         let first = &mut self.shards[0];
         if loss_scale != 1.0 {
@@ -408,7 +406,7 @@ impl<T: Float> FusedStep<T> {
         let shape = Batch { inputs: Vec::new(), targets: Vec::new(), batch: 1, seq_len: t };
         self.size(model, &shape, false);
         let shard = &mut self.shards[0];
-        shard.forward(model, tokens, t, Outputs::LastRow)?;
+        shard.forward(model, tokens, t, Outputs::LastRow, &mut Rounder::default())?;
         Ok(shard.last.logits.iter().copied().collect())
     }
 }
@@ -419,11 +417,11 @@ impl<T: Float> FusedStep<T> {
 /// them (chapter 10's [`with_threads`]), so the two levels never ask for more threads than there
 /// are. Every shard writes only its own buffers, so which thread ran it changes nothing. Each
 /// shard's result in shard order.
-fn run_shards<T: Float>(
+fn run_shards<T: Float, R: Send>(
     shards: &mut [Shard<T>],
     threads: usize,
-    job: impl Fn(&mut Shard<T>) -> Result<()> + Sync,
-) -> Vec<Result<()>> {
+    job: impl Fn(&mut Shard<T>) -> Result<R> + Sync,
+) -> Vec<Result<R>> {
     let workers = threads.clamp(1, shards.len().max(1));
     let inner = (threads / workers).max(1);
     // The caller's product choices (kernel, backend) carried into the threads started.
@@ -489,15 +487,24 @@ fn add_in_order<T: Float>(
 
 impl<T: Float> Shard<T> {
     /// Forward and backward over this shard's sequences; `scale` = 1/(scored positions of the
-    /// whole batch), so the shards' gradients add up to the batch mean's.
-    fn run(&mut self, model: &Gpt<T>, batch: &Batch, scale: T) -> Result<()> {
+    /// whole batch), so the shards' gradients add up to the batch mean's. The products' inputs
+    /// are rounded to `inputs`; returns what those roundings did.
+    fn run(
+        &mut self,
+        model: &Gpt<T>,
+        batch: &Batch,
+        scale: T,
+        products: ProductInputs,
+    ) -> Result<StepRounding> {
         let t = batch.seq_len;
         let rows = self.first * t..(self.first + self.seqs) * t;
         let inputs = &batch.inputs[rows.clone()];
         let targets = &batch.targets[rows];
-        self.forward(model, inputs, t, Outputs::Every)?;
+        let rounder = &mut Rounder::new(products);
+        self.forward(model, inputs, t, Outputs::Every, rounder)?;
         self.loss_sum = self.loss_and_logit_gradient(targets, scale);
-        self.backward(model, inputs, t)
+        self.backward(model, inputs, t, rounder)?;
+        Ok(rounder.tally())
     }
 }
 

@@ -12,9 +12,9 @@ use super::fast::FusedStep;
 use super::model::Gpt;
 use super::sample::{Decoding, generate};
 use super::schedule::{Schedule, clip_global_norm};
-use crate::ch11_precision::mixed::{Precision, StepRounding};
 use crate::error::{Result, invalid};
 use crate::float::Float;
+use crate::matmul::inputs::{Precision, StepRounding};
 use crate::optim::{AdamConfig, AdamW};
 use crate::rng::Rng;
 

@@ -13,7 +13,9 @@
 //! - [`steps`]: the error of forward and central differences against the step h, which sets the
 //!   gradient checker's step;
 //! - [`mixed`]: training with the products' inputs rounded to bf16 or f16 and everything else
-//!   in f32, with loss scaling for f16 (chapter 9's fused step takes a [`Precision`]);
+//!   in f32, with loss scaling for f16 (chapter 9's fused step takes a [`Precision`]; the
+//!   formats, tallies and rounded product sit below both chapters, in [`crate::matmul`], and
+//!   are re-exported here);
 //!   [`bf16_product`]: the bound a product of bf16 matrices keeps, widened to f32 in packing or
 //!   two products per instruction (VDPBF16PS).
 //! - [`quant`]: weights in blocks of 32 with one scale, int8 and 4-bit, what that costs in loss;

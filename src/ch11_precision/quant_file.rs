@@ -19,7 +19,8 @@
 use super::format::{bf16_to_f32, f32_to_bf16};
 use super::quant::{BLOCK, QuantMatrix, Storage, is_quantized, unpack};
 use crate::ch09_gpt::checkpoint::{
-    CONFIG_FILE, HEADS_METADATA, MODEL_FILE, config_to_json, model_from_safetensors,
+    CONFIG_FILE, HEADS_METADATA, MODEL_FILE, check_header_against_config, config_to_json,
+    model_from_safetensors,
 };
 use crate::ch09_gpt::config::Config;
 use crate::ch09_gpt::model::{Gpt, Shape, full_name};
@@ -103,6 +104,27 @@ pub fn storage_of_config(bytes: &[u8], file: &str) -> Result<Storage> {
             .map_err(|_| parse_error(file, format!("unknown {QUANTIZATION_KEY} {name:?}"))),
         Some(other) => Err(parse_error(file, format!("{QUANTIZATION_KEY} is {other}, not a name"))),
     }
+}
+
+/// The model of a checkpoint folder, f32 or stored: `config` read from its `config.json`
+/// (`config_bytes`, named `config_file` in errors), `f` its parsed `model.safetensors`. In this
+/// order: the storage the config names ([`storage_of_config`]); for f32, the header against
+/// the config (chapter 9's check); `check_size(&config)` (a memory budget) before anything is
+/// built; then every tensor ([`model_from_stored`]). Errors as each step does.
+pub fn model_from_checkpoint(
+    config: Config,
+    config_bytes: &[u8],
+    config_file: &str,
+    f: &SafeTensors,
+    check_size: impl FnOnce(&Config) -> Result<()>,
+) -> Result<Gpt<f32>> {
+    // A stored model's block matrices hold other shapes than the config's f32 ones.
+    let stored = storage_of_config(config_bytes, config_file)?;
+    if stored == Storage::F32 {
+        check_header_against_config(&config, f)?;
+    }
+    check_size(&config)?;
+    model_from_stored(config, stored, f)
 }
 
 /// The model a stored file holds, as f32 values (ŵ for the block matrices), `named` the storage

@@ -15,13 +15,14 @@
 //! order, so the two agree bit for bit (a test holds every path to the reference). A column is
 //! one thread's work whatever the thread count, so any count gives the same bits.
 //!
-//! The step itself is chapter 9's: [`QuantGpt`] gives it these products through the step's one
-//! hook (`fast::StepWeights`), and everything else (LayerNorms, biases, attention, the embedding
-//! rows) is read from the stored model ([`QuantGpt::model`]), whose quantized tensors hold ŵ.
+//! The step itself is chapter 9's: [`QuantGpt`] implements the step's one seam for its weights
+//! ([`StepWeights`]) with these products and hands itself to [`Gpt::step_with`]; everything else
+//! (LayerNorms, biases, attention, the embedding rows) is read from the stored model
+//! ([`QuantGpt::model`]), whose quantized tensors hold ŵ.
 
 use super::quant::{BLOCK, QuantMatrix, Storage, is_quantized, stored_model};
 use crate::ch09_gpt::data::Token;
-use crate::ch09_gpt::fast::{ROW_TEAM_WEIGHTS_PER_THREAD, RowTeam, StepWeights};
+use crate::ch09_gpt::fast::StepWeights;
 use crate::ch09_gpt::model::{Gpt, KvCache, Param, Part};
 use crate::error::{Result, shape_error};
 use crate::matmul::{MatMut, MatRef, active_kernel};
@@ -209,12 +210,7 @@ impl QuantGpt {
     /// Feeds one token at the next position of the cache and returns its logits (length V):
     /// [`Gpt::step`] with the quantized products. Errors as [`Gpt::step`] does.
     pub fn step(&self, cache: &mut KvCache<f32>, token: Token) -> Result<Vec<f32>> {
-        let d = self.model.config.width;
-        let block_weights = self.model.blocks.len() * 12 * d * d;
-        let threads = crate::threads::default_threads()
-            .min(block_weights / ROW_TEAM_WEIGHTS_PER_THREAD)
-            .max(1);
-        self.model.step_with(cache, token, &Products { q: self, threads })
+        self.model.step_with(cache, token, self)
     }
 
     /// An empty key/value cache for [`QuantGpt::step`].
@@ -223,24 +219,21 @@ impl QuantGpt {
     }
 }
 
-/// The quantized products of one step, on `threads` threads.
-struct Products<'q> {
-    q: &'q QuantGpt,
-    threads: usize,
-}
-
-impl<'w> StepWeights<'w, f32> for Products<'_> {
+/// The step's weight products from the blocks: each quantized matrix by [`quant_row_product`]
+/// on the stored model's [`Gpt::step_threads`] threads, every other matrix by the stored model's
+/// own products.
+impl StepWeights<f32> for QuantGpt {
     fn add_product(
-        &'w self,
-        team: &mut RowTeam<'w, f32>,
+        &self,
         (param, layer): (Param, usize),
         x: MatRef<f32>,
         mut y: MatMut<f32>,
     ) -> Result<()> {
-        let Some(w) = self.q.matrix(param, layer) else {
-            return self.q.model.add_product(team, (param, layer), x, y);
+        let Some(w) = self.matrix(param, layer) else {
+            return self.model.add_product((param, layer), x, y);
         };
-        let sums = quant_row_product(self.q.kernel, &x.as_slice()[..x.cols()], w, self.threads)?;
+        let threads = self.model.step_threads();
+        let sums = quant_row_product(self.kernel, &x.as_slice()[..x.cols()], w, threads)?;
         let ld = y.ld().max(1);
         for (out, s) in y.as_mut_slice().iter_mut().step_by(ld).zip(sums) {
             *out += s;
@@ -248,12 +241,13 @@ impl<'w> StepWeights<'w, f32> for Products<'_> {
         Ok(())
     }
 
-    fn unembed(&'w self, h: MatRef<f32>, mut z: MatMut<f32>) -> Result<()> {
-        let unembedding = if self.q.model.config.tied { Param::Wte } else { Param::LmHead };
-        let Some(w) = self.q.matrix(unembedding, 0) else {
-            return self.q.model.unembed(h, z);
+    fn unembed(&self, h: MatRef<f32>, mut z: MatMut<f32>) -> Result<()> {
+        let unembedding = if self.model.config.tied { Param::Wte } else { Param::LmHead };
+        let Some(w) = self.matrix(unembedding, 0) else {
+            return self.model.unembed(h, z);
         };
-        let sums = quant_row_product(self.q.kernel, &h.as_slice()[..h.cols()], w, self.threads)?;
+        let threads = self.model.step_threads();
+        let sums = quant_row_product(self.kernel, &h.as_slice()[..h.cols()], w, threads)?;
         let ld = z.ld().max(1);
         for (out, s) in z.as_mut_slice().iter_mut().step_by(ld).zip(sums) {
             *out = s;

@@ -46,6 +46,7 @@ use crate::threads::default_threads;
 use nalgebra::{ClosedAddAssign, ClosedMulAssign, DMatrix};
 use num_traits::{One, Zero};
 
+pub mod inputs;
 pub mod lab;
 
 pub use dispatch::{

@@ -1023,7 +1023,7 @@ pub(crate) const QUANT_LANES: usize = 8;
 const QUANT_COLUMNS: usize = 4;
 
 /// out_j = Σ_b s_{b,j}·(Σ_i q_{b,i,j}·x_{32b+i}) for a run of columns j of blocks, with AVX2 and
-/// FMA, in the order of the scalar reference (`ch11_precision::quant_step::column_dot_reference`),
+/// FMA, in the order of the scalar reference (the quantized step's `column_dot_reference`),
 /// so the bits agree: for each column, in each of 8 lanes l, the block's partial sum
 /// t_l = q_l·x_l, then t_l ← q_{8c+l}·x_{8c+l} + t_l fused for c = 1, 2, 3, then
 /// acc_l ← t_l·s_b + acc_l fused; at the end ((acc₀ + acc₁) + (acc₂ + acc₃)) + ((acc₄ + acc₅) +

@@ -13,7 +13,6 @@ use crate::ch08_tokens::gpt2::{Gpt2Tokenizer, to_gpt2_files};
 use crate::ch09_gpt::checkpoint::{CONFIG_FILE, MODEL_FILE};
 use crate::ch09_gpt::model::Gpt;
 use crate::ch09_gpt::safetensors::SafeTensors;
-use crate::ch11_precision::quant::Storage;
 use crate::ch11_precision::quant_file;
 use crate::error::{Error, Result, from_json_object, invalid};
 use std::path::Path;
@@ -253,13 +252,12 @@ pub fn checkpoint_from_files(
     let model_at = find(&files, MODEL_FILE).ok_or_else(|| missing(MODEL_FILE))?;
     let model_bytes = std::mem::take(&mut files[model_at].1);
     let f = SafeTensors::parse(model_bytes, &dir.join(MODEL_FILE).display().to_string())?;
-    // Chapter 11's stored models (bf16, int8 or 4-bit block matrices) hold other shapes.
-    let stored = quant_file::storage_of_config(&files[config_at].1, &config_name)?;
-    if stored == Storage::F32 {
-        crate::ch09_gpt::checkpoint::check_header_against_config(&config, &f)?;
-    }
-    super::budget::check(&config, 1, config.context, budget, "--memory-budget")?;
-    let model = quant_file::model_from_stored(config, stored, &f)?;
+    // An f32 checkpoint or a stored one (bf16, int8 or 4-bit block matrices, chapter 11).
+    let size = |c: &crate::ch09_gpt::config::Config| {
+        super::budget::check(c, 1, c.context, budget, "--memory-budget")
+    };
+    let model =
+        quant_file::model_from_checkpoint(config, &files[config_at].1, &config_name, &f, size)?;
     if tok.vocab_size() > model.config.vocab_size {
         return Err(invalid(
             "gpt sample",

@@ -2,7 +2,7 @@
 //! pass) back to the embeddings, each line naming the forward line it differentiates; the
 //! gradients go straight into the shard's tensors, in [`Gpt::tensors`] order.
 
-use super::precision::{gemm, gradient_buffers, round_buffer};
+use super::precision::{Gradient, Rounder};
 use super::{Heads, Shard, causal_blocks};
 use crate::ch03_mlp::{Activation, activation_backward_in_place};
 use crate::ch06_attention::{LnCache, LnView, Store, layer_norm_backward_view};
@@ -15,11 +15,18 @@ use nalgebra::DMatrix;
 impl<T: Float> Shard<T> {
     // ───────────────────────────── backward ─────────────────────────────
 
-    pub(super) fn backward(&mut self, model: &Gpt<T>, inputs: &[u32], t: usize) -> Result<()> {
+    /// The backward pass; its products round their inputs as `rounder` says, each naming which
+    /// of its inputs is the gradient ∂Y ([`Gradient`]: ∂z, ∂x, ∂z₁, ∂\[Q K V\]) for the tally.
+    pub(super) fn backward(
+        &mut self,
+        model: &Gpt<T>,
+        inputs: &[u32],
+        t: usize,
+        rounder: &mut Rounder,
+    ) -> Result<()> {
         let heads = model.config.heads;
-        // The buffers whose values enter products as gradients ∂Y (chapter 11's tally).
-        let d_y = [&self.logits, &self.x, &self.d_z1, &self.d_qkv].map(|m| m.as_slice());
-        gradient_buffers(&d_y);
+        let (one, zero) = (T::one(), T::zero());
+        let (d_a, d_b) = (Gradient::A, Gradient::B);
         let g = &mut self.grads;
         let shape = g.shape();
         let slot = |p: Param, l: usize| shape.index(p, l).unwrap_or(0);
@@ -27,8 +34,9 @@ impl<T: Float> Shard<T> {
         let u_slot =
             if model.lm_head().is_some() { slot(Param::LmHead, 0) } else { slot(Param::Wte, 0) };
         // z = h_f W_Uᵀ ⇒ ∂h_f = ∂z W_U, ∂W_U = ∂zᵀ h_f
-        gemm(T::one(), &self.logits, Op::N, model.unembedding(), Op::N, T::zero(), &mut self.d_n)?;
-        gemm(T::one(), &self.logits, Op::T, &self.h_f, Op::N, T::zero(), &mut g[u_slot])?;
+        let (d_z, u) = (&self.logits, model.unembedding());
+        rounder.gemm(d_a, one, d_z, Op::N, u, Op::N, zero, &mut self.d_n)?;
+        rounder.gemm(d_a, one, d_z, Op::T, &self.h_f, Op::N, zero, &mut g[u_slot])?;
         // h_f = LN_f(x_L) ⇒ ∂x_L = LN_f backward (x now holds ∂L/∂x)
         self.x.fill(T::zero());
         let ln_f = (slot(Param::LnFGamma, 0), slot(Param::LnFBeta, 0));
@@ -37,9 +45,9 @@ impl<T: Float> Shard<T> {
             let at = |p: Param| slot(p, l);
             let w = |p: Param| model.params.of(p, l);
             // x' = h + a₁W₂ + b₂ ⇒ ∂h = ∂x' (kept in x), ∂W₂ = a₁ᵀ∂x', ∂b₂ = Σ ∂x', ∂a₁ = ∂x' W₂ᵀ
-            gemm(T::one(), &s.a1, Op::T, &self.x, Op::N, T::zero(), &mut g[at(Param::W2)])?;
+            rounder.gemm(d_b, one, &s.a1, Op::T, &self.x, Op::N, zero, &mut g[at(Param::W2)])?;
             column_sums(&self.x, &mut g[at(Param::B2)]);
-            gemm(T::one(), &self.x, Op::N, w(Param::W2), Op::T, T::zero(), &mut self.d_z1)?;
+            rounder.gemm(d_a, one, &self.x, Op::N, w(Param::W2), Op::T, zero, &mut self.d_z1)?;
             // a₁ = GELU(z₁) ⇒ ∂z₁ = GELU′(z₁) ⊙ ∂a₁
             activation_backward_in_place(
                 Activation::GeluTanh,
@@ -47,9 +55,9 @@ impl<T: Float> Shard<T> {
                 self.d_z1.as_mut_slice(),
             );
             // z₁ = n₂W₁ + b₁ ⇒ ∂W₁ = n₂ᵀ∂z₁, ∂b₁ = Σ ∂z₁, ∂n₂ = ∂z₁W₁ᵀ
-            gemm(T::one(), &s.n2, Op::T, &self.d_z1, Op::N, T::zero(), &mut g[at(Param::W1)])?;
+            rounder.gemm(d_b, one, &s.n2, Op::T, &self.d_z1, Op::N, zero, &mut g[at(Param::W1)])?;
             column_sums(&self.d_z1, &mut g[at(Param::B1)]);
-            gemm(T::one(), &self.d_z1, Op::N, w(Param::W1), Op::T, T::zero(), &mut self.d_n)?;
+            rounder.gemm(d_a, one, &self.d_z1, Op::N, w(Param::W1), Op::T, zero, &mut self.d_n)?;
             // n₂ = LN₂(h) ⇒ ∂h += LN₂ backward(∂n₂)
             layer_norm_backward(
                 model.ln2(l),
@@ -60,10 +68,10 @@ impl<T: Float> Shard<T> {
                 (at(Param::Ln2Gamma), at(Param::Ln2Beta)),
             )?;
             // h = x + att·W_O + b_O ⇒ ∂x = ∂h (kept), ∂W_O = attᵀ∂h, ∂b_O = Σ ∂h, ∂att = ∂h W_Oᵀ
-            gemm(T::one(), &s.att, Op::T, &self.x, Op::N, T::zero(), &mut g[at(Param::WO)])?;
+            rounder.gemm(d_b, one, &s.att, Op::T, &self.x, Op::N, zero, &mut g[at(Param::WO)])?;
             column_sums(&self.x, &mut g[at(Param::BO)]);
-            gemm(T::one(), &self.x, Op::N, w(Param::WO), Op::T, T::zero(), &mut self.d_att)?;
-            round_buffer(self.d_att.as_mut_slice(), true); // ∂O as attention's products read it
+            rounder.gemm(d_a, one, &self.x, Op::N, w(Param::WO), Op::T, zero, &mut self.d_att)?;
+            rounder.round(self.d_att.as_mut_slice(), true); // ∂O as attention's products read it
             // att = every head's softmax(s·QKᵀ + M)V ⇒ ∂[Q K V]
             causal_attention_backward(
                 &s.qkv,
@@ -74,11 +82,14 @@ impl<T: Float> Shard<T> {
                 &mut self.d_qkv,
                 &mut self.d_scores,
                 &mut self.row_a,
+                rounder,
             )?;
             // [Q K V] = n₁W_QKV + b_QKV ⇒ ∂W_QKV = n₁ᵀ∂QKV, ∂b_QKV = Σ ∂QKV, ∂n₁ = ∂QKV W_QKVᵀ
-            gemm(T::one(), &s.n1, Op::T, &self.d_qkv, Op::N, T::zero(), &mut g[at(Param::WQkv)])?;
+            let (n1, d_qkv) = (&s.n1, &self.d_qkv);
+            rounder.gemm(d_b, one, n1, Op::T, d_qkv, Op::N, zero, &mut g[at(Param::WQkv)])?;
             column_sums(&self.d_qkv, &mut g[at(Param::BQkv)]);
-            gemm(T::one(), &self.d_qkv, Op::N, w(Param::WQkv), Op::T, T::zero(), &mut self.d_n)?;
+            let w_qkv = w(Param::WQkv);
+            rounder.gemm(d_a, one, &self.d_qkv, Op::N, w_qkv, Op::T, zero, &mut self.d_n)?;
             // n₁ = LN₁(x) ⇒ ∂x += LN₁ backward(∂n₁)
             layer_norm_backward(
                 model.ln1(l),
@@ -148,6 +159,8 @@ fn layer_norm_backward<T: Float>(
 /// S = s·QKᵀ      ⇒ ∂Q[r0..r1] = s ∂S[r0..r1, ..r1] K[..r1],
 ///                  ∂K[c0..c1] = s ∂S[c0.., c0..c1]ᵀ Q[c0..]
 /// ```
+///
+/// ∂S is rounded as `rounder` says, as a gradient, before its two products read it.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn causal_attention_backward<T: Float>(
     qkv: &DMatrix<T>,
@@ -158,6 +171,7 @@ pub(super) fn causal_attention_backward<T: Float>(
     d_qkv: &mut DMatrix<T>,
     d_scores: &mut [T],
     row: &mut [T],
+    rounder: &mut Rounder,
 ) -> Result<()> {
     let n = qkv.nrows();
     let d = d_att.ncols();
@@ -206,7 +220,7 @@ pub(super) fn causal_attention_backward<T: Float>(
                     *ds = x * (*ds - r);
                 }
             }
-            round_buffer(d_scores, true); // ∂S as its two products read it (chapter 11)
+            rounder.round(d_scores, true); // ∂S as its two products read it (chapter 11)
             for (r0, r1) in causal_blocks(t) {
                 let d_s = MatRef::new(&d_scores[r0..], r1 - r0, r1, t)?;
                 let d_q = at.rows_mut(d_qkv.as_mut_slice(), q, s, (r0, r1))?;

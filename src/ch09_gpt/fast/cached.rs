@@ -1,10 +1,11 @@
 //! The fast cached step: one token through every block as a row, built from the fused step's
-//! pieces (`fast::forward`), its products shared between threads ([`RowTeam`]). The same
+//! pieces (`fast::forward`), its products shared between threads (`fast::RowTeam`). The same
 //! numbers as the lesson's [`Gpt::reference_step`] (chapter 6's functions); a test holds them.
 
+use super::precision::Rounder;
 use super::{
-    Products, ROW_TEAM_WEIGHTS_PER_THREAD, RowTeam, add_row, causal_block_forward,
-    one_row_attention, with_row_team,
+    Products, ROW_TEAM_WEIGHTS_PER_THREAD, add_row, causal_block_forward, one_row_attention,
+    with_row_team,
 };
 use crate::ch03_mlp::activation_forward_into;
 use crate::ch06_attention::{LnCache, layer_norm_forward_view};
@@ -87,19 +88,21 @@ impl<T: Float> Gpt<T> {
     /// One row at a time, every product is a row times a matrix, and the work is reading each
     /// weight once (O(parameters + T·d) per token), so the products are `matmul`'s [`row_product`]
     /// rather than the blocked product (see there for what was measured). A model with enough
-    /// weights shares each product's columns between threads (`fast::RowTeam`, one thread per
-    /// [`ROW_TEAM_WEIGHTS_PER_THREAD`] block weights, the same bits on any number).
+    /// weights shares each product's columns between threads (`fast::RowTeam`, on
+    /// [`Gpt::step_threads`] threads, the same bits on any number).
     pub fn step(&self, cache: &mut KvCache<T>, token: Token) -> Result<Vec<T>> {
         self.step_with(cache, token, self)
     }
 
-    /// [`Gpt::step`] with its weight products by `weights` (the model's own tensors for
-    /// [`Gpt::step`]; chapter 11's quantized blocks), everything else from this model.
-    pub(crate) fn step_with<'w, W: StepWeights<'w, T>>(
-        &'w self,
+    /// [`Gpt::step`] with its weight products by `weights` ([`StepWeights`]: the model's own
+    /// tensors for [`Gpt::step`], or another storage of the same weights, such as quantized
+    /// blocks), everything else (embeddings, LayerNorms, biases, attention) from this model.
+    /// Errors as [`Gpt::step`], and as `weights`' products do.
+    pub fn step_with<W: StepWeights<T>>(
+        &self,
         cache: &mut KvCache<T>,
         token: Token,
-        weights: &'w W,
+        weights: &W,
     ) -> Result<Vec<T>> {
         const OP: &str = "Gpt::step";
         check_ids(OP, "token", &[token], self.config.vocab_size)?;
@@ -159,18 +162,9 @@ impl<T: Float> Gpt<T> {
         for (c, x) in r.x.iter_mut().enumerate() {
             *x = self.wte()[(token as usize, c)] + self.wpe()[(pos, c)]; // x₀ = W_E[u] + W_P[pos]
         }
-        // The row products on the threads the model's size can use (`fast::RowTeam`: the same
-        // bits on any number). A block reads W_Q, W_K, W_V, W_O (4d²) and W₁, W₂ (8d²).
-        let block_weights = self.blocks.len() * 12 * d * d;
-        let threads = crate::threads::default_threads()
-            .min(block_weights / ROW_TEAM_WEIGHTS_PER_THREAD)
-            .max(1);
-        with_row_team(threads, |team| -> Result<()> {
-            for (l, qkv) in cache.qkv.iter_mut().enumerate() {
-                self.block_step(l, qkv, r, pos, (team, weights))?;
-            }
-            Ok(())
-        })?;
+        for (l, qkv) in cache.qkv.iter_mut().enumerate() {
+            self.block_step(l, qkv, r, pos, weights)?;
+        }
         cache.len = pos + 1;
         layer_norm_forward_view(self.ln_f(), &r.x, &mut r.ln, &mut r.n); //        h_f = LN_f(x_L)
         let mut z = DMatrix::zeros(1, self.unembedding().nrows()); //               z = h_f W_Uᵀ
@@ -181,14 +175,14 @@ impl<T: Float> Gpt<T> {
     }
 
     /// One block of [`Gpt::step`] (block `l`) for the row of position `pos` (in `r.x`), its
-    /// \[Q K V\] row written into the block's cache `qkv`, its products on `team`'s threads.
-    fn block_step<'w, W: StepWeights<'w, T>>(
-        &'w self,
+    /// \[Q K V\] row written into the block's cache `qkv`, its weight products by `store`.
+    fn block_step<W: StepWeights<T>>(
+        &self,
         l: usize,
         qkv: &mut DMatrix<T>,
         r: &mut StepRows<T>,
         pos: usize,
-        (team, store): (&mut RowTeam<'w, T>, &'w W),
+        store: &W,
     ) -> Result<()> {
         let (n_ctx, heads) = (self.config.context, self.config.heads);
         let p = |param: Param| self.params.of(param, l);
@@ -201,59 +195,65 @@ impl<T: Float> Gpt<T> {
             *o = bias;
         }
         let out = MatMut::new(out, 1, b_qkv.ncols(), n_ctx)?;
-        store.add_product(team, (Param::WQkv, l), row(r.n.as_slice())?, out)?;
+        store.add_product((Param::WQkv, l), row(r.n.as_slice())?, out)?;
         // Every head: the causal block of the one query row pos against the keys 0 … pos.
         let att = r.att.as_mut_slice();
         let (weights, stats, how) = (&mut r.weights, &mut r.stats, Products::OneRow);
+        let how = (how, &mut Rounder::default()); // f32 inputs: nothing rounded
         one_row_attention(qkv.as_slice(), n_ctx, pos, heads, weights, stats, att, how)?;
         let att = row(r.att.as_slice())?;
-        store.add_product(team, (Param::WO, l), att, row_mut(&mut r.x)?)?; //   h = x + att·W_O
+        store.add_product((Param::WO, l), att, row_mut(&mut r.x)?)?; //   h = x + att·W_O
         add_row(&mut r.x, p(Param::BO)); //                                              … + b_O
         layer_norm_forward_view(self.ln2(l), &r.x, &mut r.ln, &mut r.n); //           n₂ = LN₂(h)
         r.z1.as_mut_slice().copy_from_slice(p(Param::B1).as_slice());
         let n2 = row(r.n.as_slice())?;
-        store.add_product(team, (Param::W1, l), n2, row_mut(&mut r.z1)?)?; //   z₁ = b₁ + n₂W₁
+        store.add_product((Param::W1, l), n2, row_mut(&mut r.z1)?)?; //   z₁ = b₁ + n₂W₁
         let act = self.form(l).act;
         activation_forward_into(act, r.z1.as_slice(), r.a1.as_mut_slice()); //       a₁ = σ(z₁)
         let a1 = row(r.a1.as_slice())?;
-        store.add_product(team, (Param::W2, l), a1, row_mut(&mut r.x)?)?; //    x' = h + a₁W₂
+        store.add_product((Param::W2, l), a1, row_mut(&mut r.x)?)?; //    x' = h + a₁W₂
         add_row(&mut r.x, p(Param::B2)); //                                              … + b₂
         Ok(())
     }
+
+    /// The threads the cached step's row products use for this model: one per
+    /// [`ROW_TEAM_WEIGHTS_PER_THREAD`] weights of its blocks (a block reads W_Q, W_K, W_V, W_O,
+    /// 4d², and W₁, W₂, 8d²), at most the crate's thread count, at least one.
+    pub fn step_threads(&self) -> usize {
+        let d = self.config.width;
+        let block_weights = self.blocks.len() * 12 * d * d;
+        crate::threads::default_threads().min(block_weights / ROW_TEAM_WEIGHTS_PER_THREAD).max(1)
+    }
 }
 
-/// How the cached step multiplies a row by the model's weights: the blocks' matrices and the
-/// unembedding. The model's own tensors ([`Gpt`]'s implementation) are chapter 9's step; another
-/// storage of the same weights (chapter 11's int8 and 4-bit blocks) changes only these products.
-pub(crate) trait StepWeights<'w, T: Float> {
-    /// y ← y + x·W for the weight matrix `param` of block `layer` (x 1×d_in, y 1×d_out), on
-    /// `team`'s threads where the storage shares its columns.
-    fn add_product(
-        &'w self,
-        team: &mut RowTeam<'w, T>,
-        param_of_block: (Param, usize),
-        x: MatRef<T>,
-        y: MatMut<T>,
-    ) -> Result<()>;
+/// How the cached step ([`Gpt::step_with`]) multiplies a row by the model's weights: the blocks'
+/// matrices and the unembedding, named by the parameter table. The model's own tensors
+/// ([`Gpt`]'s implementation) are [`Gpt::step`]; another storage of the same weights (int8 or
+/// 4-bit blocks, say) changes only these products.
+pub trait StepWeights<T: Float> {
+    /// y ← y + x·W for the weight matrix `param` of block `layer` (x 1×d_in, y 1×d_out, each a
+    /// row view). Errors on shapes that do not chain.
+    fn add_product(&self, param_of_block: (Param, usize), x: MatRef<T>, y: MatMut<T>)
+    -> Result<()>;
 
-    /// z = h·W_Uᵀ, the logits (h 1×d, z 1×V).
-    fn unembed(&'w self, h: MatRef<T>, z: MatMut<T>) -> Result<()>;
+    /// z = h·W_Uᵀ, the logits (h 1×d, z 1×V). Errors on shapes that do not chain.
+    fn unembed(&self, h: MatRef<T>, z: MatMut<T>) -> Result<()>;
 }
 
-impl<'w, T: Float> StepWeights<'w, T> for Gpt<T> {
-    /// [`row_product`] with β = 1 on `team`'s threads.
+impl<T: Float> StepWeights<T> for Gpt<T> {
+    /// [`row_product`] with β = 1, its columns shared by [`Gpt::step_threads`] threads.
     fn add_product(
-        &'w self,
-        team: &mut RowTeam<'w, T>,
+        &self,
         (param, layer): (Param, usize),
         x: MatRef<T>,
         y: MatMut<T>,
     ) -> Result<()> {
-        team.product(T::one(), x, whole(self.params.of(param, layer))?, T::one(), y)
+        let w = whole(self.params.of(param, layer))?;
+        with_row_team(self.step_threads(), |team| team.product(T::one(), x, w, T::one(), y))
     }
 
     /// [`row_product`] with op(W_U) = W_Uᵀ, on the caller's thread.
-    fn unembed(&'w self, h: MatRef<T>, z: MatMut<T>) -> Result<()> {
+    fn unembed(&self, h: MatRef<T>, z: MatMut<T>) -> Result<()> {
         row_product(T::one(), h, whole(self.unembedding())?, Op::T, T::zero(), z)
     }
 }
@@ -330,7 +330,7 @@ pub fn attend_one<'a, T: Float>(
             MatMut::new(&mut weights, 1, n, 1)?,
             MatMut::new(&mut out[h * d_k..], 1, d_k, 1)?,
             &mut stats,
-            Products::OneRow,
+            (Products::OneRow, &mut Rounder::default()),
         )?;
     }
     Ok(out)

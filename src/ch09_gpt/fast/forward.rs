@@ -2,7 +2,7 @@
 //! product and causal attention read from views, the final LayerNorm and the logits; then the
 //! loss and, in place of the logits, its gradient.
 
-use super::precision::{gemm, round_buffer};
+use super::precision::{Gradient, Rounder};
 use super::{Shard, causal_blocks};
 use crate::ch03_mlp::{Activation, activation_forward_into};
 use crate::ch06_attention::{LnCache, layer_norm_forward_view};
@@ -20,13 +20,15 @@ impl<T: Float> Shard<T> {
     /// reads) the last block's attention and everything after it run for the last row only,
     /// into `self.last`: every block's \[Q K V\] still covers every row (attention and the
     /// key/value cache read them), but no later value depends on the last block's output at
-    /// another row. A test holds the two to the same bits.
+    /// another row. A test holds the two to the same bits. The products round their inputs as
+    /// `rounder` says, and add what that did to its tally.
     pub(super) fn forward(
         &mut self,
         model: &Gpt<T>,
         inputs: &[u32],
         t: usize,
         outputs: Outputs,
+        rounder: &mut Rounder,
     ) -> Result<()> {
         model.embed_into(inputs, t, &mut self.x); //                            x₀ = W_E[u] + W_P[t]
         let heads = model.config.heads;
@@ -35,9 +37,10 @@ impl<T: Float> Shard<T> {
             let p = |param: Param| model.params.of(param, l);
             layer_norm_forward_view(model.ln1(l), &self.x, &mut s.ln1, &mut s.n1); //  n₁ = LN₁(x)
             let w = p(Param::WQkv);
-            gemm(T::one(), &s.n1, Op::N, w, Op::N, T::zero(), &mut s.qkv)?; //     [Q K V] = n₁W_QKV
-            add_row(&mut s.qkv, p(Param::BQkv)); //                                     … + b_QKV
-            round_buffer(s.qkv.as_mut_slice(), false); // Q, K, V as products read them (ch. 11)
+            let (n1, qkv) = (&s.n1, &mut s.qkv);
+            rounder.gemm(Gradient::Neither, T::one(), n1, Op::N, w, Op::N, T::zero(), qkv)?; // n₁W
+            add_row(&mut s.qkv, p(Param::BQkv)); //                     [Q K V] = n₁W_QKV + b_QKV
+            rounder.round(s.qkv.as_mut_slice(), false); // Q, K, V as products read them (ch. 11)
             if outputs == Outputs::LastRow && l + 1 == layers {
                 // The last row only: its attention over every key, then the rest of the block.
                 let r = &mut self.last;
@@ -51,19 +54,19 @@ impl<T: Float> Shard<T> {
                     &mut s.weights,
                     stats,
                     att,
-                    Products::Blocked,
+                    (Products::Blocked, rounder),
                 )?;
                 r.x.copy_from(&self.x.row(t - 1));
-                after_attention(
-                    model, l, &mut r.x, &r.att, &mut r.ln2, &mut r.n2, &mut r.z1, &mut r.a1,
-                )?;
-                return logits_of(model, &r.x, &mut r.ln_f, &mut r.h_f, &mut r.logits);
+                let saved = (&mut r.ln2, &mut r.n2, &mut r.z1, &mut r.a1);
+                after_attention(model, l, &mut r.x, &r.att, saved, rounder)?;
+                return logits_of(model, &r.x, &mut r.ln_f, &mut r.h_f, &mut r.logits, rounder);
             }
-            causal_attention_forward(&s.qkv, heads, t, &mut s.weights, &mut s.att)?; // every head
-            let (x, ln2) = (&mut self.x, &mut s.ln2);
-            after_attention(model, l, x, &s.att, ln2, &mut s.n2, &mut s.z1, &mut s.a1)?;
+            let (qkv, weights, att) = (&s.qkv, &mut s.weights, &mut s.att);
+            causal_attention_forward(qkv, heads, t, weights, att, rounder)?; // every head
+            let saved = (&mut s.ln2, &mut s.n2, &mut s.z1, &mut s.a1);
+            after_attention(model, l, &mut self.x, &s.att, saved, rounder)?;
         }
-        logits_of(model, &self.x, &mut self.ln_f, &mut self.h_f, &mut self.logits)
+        logits_of(model, &self.x, &mut self.ln_f, &mut self.h_f, &mut self.logits, rounder)
     }
 
     /// The loss of this shard's scored rows, and ∂L/∂z in place of its logits
@@ -84,30 +87,32 @@ pub(super) enum Outputs {
 
 /// The rest of a block after its attention, on the rows of x and `att` (the heads' outputs):
 /// h = x + att·W_O + b_O, then x' = h + GELU(LN₂(h)W₁ + b₁)W₂ + b₂, in place in x, keeping n₂,
-/// z₁ and a₁ for the backward pass.
-#[allow(clippy::too_many_arguments)]
+/// z₁ and a₁ for the backward pass (`saved`: LN₂'s cache, n₂, z₁, a₁).
 fn after_attention<T: Float>(
     model: &Gpt<T>,
     l: usize,
     x: &mut DMatrix<T>,
     att: &DMatrix<T>,
-    ln2: &mut LnCache<T>,
-    n2: &mut DMatrix<T>,
-    z1: &mut DMatrix<T>,
-    a1: &mut DMatrix<T>,
+    (ln2, n2, z1, a1): Saved<'_, T>,
+    rounder: &mut Rounder,
 ) -> Result<()> {
     let p = |param: Param| model.params.of(param, l);
-    gemm(T::one(), att, Op::N, p(Param::WO), Op::N, T::one(), x)?; //               h = x + att·W_O
+    let (one, zero, none) = (T::one(), T::zero(), Gradient::Neither);
+    rounder.gemm(none, one, att, Op::N, p(Param::WO), Op::N, one, x)?; //       h = x + att·W_O
     add_row(x, p(Param::BO)); //                                                          … + b_O
     layer_norm_forward_view(model.ln2(l), x, ln2, n2); //                              n₂ = LN₂(h)
-    gemm(T::one(), n2, Op::N, p(Param::W1), Op::N, T::zero(), z1)?; //                 z₁ = n₂W₁
+    rounder.gemm(none, one, n2, Op::N, p(Param::W1), Op::N, zero, z1)?; //             z₁ = n₂W₁
     add_row(z1, p(Param::B1)); //                                                         … + b₁
     // a₁ = GELU(z₁)
     activation_forward_into(Activation::GeluTanh, z1.as_slice(), a1.as_mut_slice());
-    gemm(T::one(), a1, Op::N, p(Param::W2), Op::N, T::one(), x)?; //               x' = h + a₁W₂
+    rounder.gemm(none, one, a1, Op::N, p(Param::W2), Op::N, one, x)?; //           x' = h + a₁W₂
     add_row(x, p(Param::B2)); //                                                          … + b₂
     Ok(())
 }
+
+/// What a block saves after its attention for the backward pass: LN₂'s cache, n₂, z₁ and a₁.
+type Saved<'a, T> =
+    (&'a mut LnCache<T>, &'a mut DMatrix<T>, &'a mut DMatrix<T>, &'a mut DMatrix<T>);
 
 /// h_f = LN_f(x_L) and the logits z = h_f W_Uᵀ of the rows of x; an error when a logit is NaN or
 /// ∞.
@@ -117,9 +122,11 @@ fn logits_of<T: Float>(
     ln_f: &mut LnCache<T>,
     h_f: &mut DMatrix<T>,
     logits: &mut DMatrix<T>,
+    rounder: &mut Rounder,
 ) -> Result<()> {
     layer_norm_forward_view(model.ln_f(), x, ln_f, h_f); //                          h_f = LN_f(x_L)
-    gemm(T::one(), h_f, Op::N, model.unembedding(), Op::T, T::zero(), logits)?; //   z = h_f W_Uᵀ
+    let (u, none) = (model.unembedding(), Gradient::Neither);
+    rounder.gemm(none, T::one(), h_f, Op::N, u, Op::T, T::zero(), logits)?; //       z = h_f W_Uᵀ
     crate::float::ensure_finite(
         "FusedStep::loss_and_grads",
         "logits (a weight holds NaN or ∞)",
@@ -133,7 +140,8 @@ fn logits_of<T: Float>(
 /// outputs side by side into `att` (length d = H·d_k, H = `heads` dividing d); `weights` (length
 /// at least pos + 1) and `stats` (at least 2) are scratch. The cached step runs it on its cache
 /// with [`Products::OneRow`]; generation's last row with [`Products::Blocked`], the training
-/// step's products, so that the row is the full pass's to the bit.
+/// step's products, so that the row is the full pass's to the bit. The weights are rounded as
+/// the `Rounder` says before A·V reads them.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn one_row_attention<T: Float>(
     qkv: &[T],
@@ -143,7 +151,7 @@ pub(crate) fn one_row_attention<T: Float>(
     weights: &mut [T],
     stats: &mut [T],
     att: &mut [T],
-    how: Products,
+    (how, rounder): (Products, &mut Rounder),
 ) -> Result<()> {
     let d = att.len();
     let d_k = d / heads;
@@ -158,7 +166,7 @@ pub(crate) fn one_row_attention<T: Float>(
             MatMut::new(&mut weights[..pos + 1], 1, pos + 1, 1)?,
             MatMut::new(out, 1, d_k, 1)?,
             stats,
-            how,
+            (how, &mut *rounder),
         )?;
     }
     Ok(())
@@ -247,13 +255,15 @@ pub(crate) fn add_row<T: Float>(m: &mut DMatrix<T>, b: &DMatrix<T>) {
 /// mask is the specification; it copies each head out of the projections and computes all T²
 /// scores before masking half. This version was kept for what the step as a whole measured
 /// (chapter 9 §9: the fused step 1.35× the reference on one thread, 2.77× on two; at T = 64 the
-/// blocks do 3/4 of the T² work). A test holds it, and its backward, to chapter 6's.
+/// blocks do 3/4 of the T² work). A test holds it, and its backward, to chapter 6's. The
+/// weights A are rounded as `rounder` says before A·V reads them.
 pub(super) fn causal_attention_forward<T: Float>(
     qkv: &DMatrix<T>,
     heads: usize,
     t: usize,
     weights: &mut [T],
     att: &mut DMatrix<T>,
+    rounder: &mut Rounder,
 ) -> Result<()> {
     let n = qkv.nrows();
     let d = att.ncols();
@@ -275,7 +285,7 @@ pub(super) fn causal_attention_forward<T: Float>(
                     MatMut::new(&mut a[r0..], r1 - r0, r1, t)?,
                     MatMut::new(&mut out[h * d_k * n + s * t + r0..], r1 - r0, d_k, n)?,
                     &mut stats,
-                    Products::Blocked,
+                    (Products::Blocked, &mut *rounder),
                 )?;
                 // The keys this block never sees are masked too: weight 0.
                 for column in a.chunks_exact_mut(t).skip(r1) {
@@ -303,14 +313,15 @@ pub(super) fn causal_attention_forward<T: Float>(
 ///
 /// The row statistics of the softmax are gathered column by column for all rows at once. The two
 /// products go through the blocked product ([`Products::Blocked`]) or, for one row,
-/// `matmul`'s [`row_product`] ([`Products::OneRow`], see there for what was measured).
+/// `matmul`'s [`row_product`] ([`Products::OneRow`], see there for what was measured). A is
+/// rounded as the `Rounder` says before A·V reads it (not at all with f32 inputs).
 pub(crate) fn causal_block_forward<T: Float>(
     (q, k, v): (MatRef<T>, MatRef<T>, MatRef<T>),
     r0: usize,
     mut a: MatMut<T>,
     out: MatMut<T>,
     stats: &mut [T],
-    how: Products,
+    (how, rounder): (Products, &mut Rounder),
 ) -> Result<()> {
     let (m, r1, lda) = (a.rows(), a.cols(), a.ld());
     if stats.len() < 2 * m || r1 != r0 + m || q.rows() != m || k.rows() != r1 || v.rows() != r1 {
@@ -335,7 +346,7 @@ pub(crate) fn causal_block_forward<T: Float>(
         }
         let inv = T::one() / total;
         row.iter_mut().for_each(|e| *e *= inv); //  A = softmax(S)
-        round_buffer(row, false); //                A as A V reads it (chapter 11)
+        rounder.round(row, false); //               A as A V reads it (chapter 11)
         return product(how, T::one(), a.as_ref(), v, Op::N, T::zero(), out); // O = A V
     }
     let (max, sum) = stats[..2 * m].split_at_mut(m);
@@ -366,7 +377,7 @@ pub(crate) fn causal_block_forward<T: Float>(
         }
     }
     for column in a.as_mut_slice().chunks_mut(lda).take(r1) {
-        round_buffer(&mut column[..m], false); // A as A V reads it (chapter 11)
+        rounder.round(&mut column[..m], false); // A as A V reads it (chapter 11)
     }
     product(how, T::one(), a.as_ref(), v, Op::N, T::zero(), out) //               O = A V
 }

@@ -4,6 +4,7 @@
 
 use super::backward::{causal_attention_backward, column_sums};
 use super::forward::{add_row, causal_attention_forward, cross_entropy_by_columns};
+use super::precision::Rounder;
 use crate::ch02_softmax::cross_entropy_from_logits_with_gradient;
 use crate::ch06_attention::{AttnSpec, attention_backward, attention_forward};
 use crate::rng::Rng;
@@ -27,7 +28,8 @@ fn causal_attention_by_blocks_equals_chapter_6s_attention_with_the_causal_mask()
     let d_att: DMatrix<f64> = rng.normal_matrix(n, d, 1.0);
     let mut weights = vec![0.0; seqs * heads * t * t];
     let mut att = DMatrix::zeros(n, d);
-    causal_attention_forward(&qkv, heads, t, &mut weights, &mut att).unwrap();
+    causal_attention_forward(&qkv, heads, t, &mut weights, &mut att, &mut Rounder::default())
+        .unwrap();
     let mut d_qkv = DMatrix::zeros(n, 3 * d);
     let (mut d_scores, mut row) = (vec![0.0; t * t], vec![0.0; t]);
     causal_attention_backward(
@@ -39,6 +41,7 @@ fn causal_attention_by_blocks_equals_chapter_6s_attention_with_the_causal_mask()
         &mut d_qkv,
         &mut d_scores,
         &mut row,
+        &mut Rounder::default(),
     )
     .unwrap();
     let spec = AttnSpec::causal(t);
@@ -111,7 +114,8 @@ fn one_query_row_is_its_row_of_the_training_steps_causal_attention() {
     let qkv: DMatrix<f64> = rng.normal_matrix(t, 3 * d, 1.0);
     let mut weights = vec![0.0; heads * t * t];
     let mut att = DMatrix::zeros(t, d);
-    causal_attention_forward(&qkv, heads, t, &mut weights, &mut att).unwrap();
+    causal_attention_forward(&qkv, heads, t, &mut weights, &mut att, &mut Rounder::default())
+        .unwrap();
     let buf = qkv.as_slice();
     let rows = |col0: usize, (i0, i1): (usize, usize)| {
         MatRef::new(&buf[col0 * t + i0..], i1 - i0, d_k, t).unwrap()
@@ -131,7 +135,7 @@ fn one_query_row_is_its_row_of_the_training_steps_causal_attention() {
                     MatMut::new(&mut a, 1, pos + 1, ld).unwrap(),
                     MatMut::new(&mut out, 1, d_k, 1).unwrap(),
                     &mut stats,
-                    Products::OneRow,
+                    (Products::OneRow, &mut Rounder::default()),
                 )
                 .unwrap();
                 let a: Vec<f64> = a.iter().step_by(ld).take(pos + 1).copied().collect();
@@ -271,7 +275,8 @@ fn the_last_row_alone_is_the_full_passs_last_row_bit_for_bit() {
             let shape = Batch { inputs: Vec::new(), targets: Vec::new(), batch: 1, seq_len: t };
             step.size(&model, &shape, false);
             let FusedStep { shards, .. } = &mut step;
-            shards[0].forward(&model, &tokens[..t], t, Outputs::Every).unwrap();
+            let rounder = &mut Rounder::default();
+            shards[0].forward(&model, &tokens[..t], t, Outputs::Every, rounder).unwrap();
             let full: Vec<T> = shards[0].logits.row(t - 1).iter().copied().collect();
             assert_eq!(last, full, "T = {t} of {config:?}");
         }
