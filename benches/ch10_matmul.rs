@@ -280,7 +280,7 @@ fn ours<'a, T: Element + Float>(
 ) -> impl FnMut() + 'a {
     let settings = Settings { threads: Some(threads), ..Settings::default() };
     move || {
-        gemm_with(settings, T::one(), a, ta, b, tb, T::zero(), c).expect("shapes agree");
+        gemm_with(settings, T::one(), a, ta, b, tb, T::zero(), &mut *c).expect("shapes agree");
     }
 }
 
@@ -1559,7 +1559,7 @@ fn sweep_line<T: Element + Float>(
             let s = Settings { blocking: Some(blocking), threads: Some(1), ..Settings::default() };
             let (a, b) = (&a, &b);
             contender(format!("{blocking:?}"), move || {
-                gemm_with(s, T::one(), a, Op::N, b, Op::N, T::zero(), c).expect("shapes");
+                gemm_with(s, T::one(), a, Op::N, b, Op::N, T::zero(), &mut *c).expect("shapes");
             })
         })
         .collect();

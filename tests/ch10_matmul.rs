@@ -1472,7 +1472,7 @@ mod properties {
 mod views {
     use super::*;
     use llm_workbook::backend::{Backend, with_backend};
-    use llm_workbook::matmul::{MatMut, MatRef, gemm_view, product_choices};
+    use llm_workbook::matmul::{MatMut, MatRef, gemm, product_choices};
     use llm_workbook::threads::with_threads;
 
     /// `inner` placed at rows r0…, columns c0… of a larger zero-padded matrix with `ld` rows; the
@@ -1507,7 +1507,7 @@ mod views {
         let before = big_c.clone();
         let view = MatMut::new(&mut big_c.as_mut_slice()[2 + ldc..], case.m, case.n, ldc)
             .map_err(|e| e.to_string())?;
-        gemm_view(T::of(case.alpha), a, case.ta, b, case.tb, T::of(case.beta), view)
+        gemm(T::of(case.alpha), a, case.ta, b, case.tb, T::of(case.beta), view)
             .map_err(|e| e.to_string())?;
         for j in 0..case.n + 1 {
             for i in 0..ldc {
@@ -1585,7 +1585,7 @@ mod views {
                     let mut c_far = DMatrix::<f32>::zeros(m, n);
                     let a_view = || MatRef::new(a.as_slice(), m, k, m).unwrap();
                     with_kernel(kernel, || {
-                        gemm_view(
+                        gemm(
                             1.0,
                             a_view(),
                             Op::N,
@@ -1595,7 +1595,7 @@ mod views {
                             MatMut::new(c_near.as_mut_slice(), m, n, m).unwrap(),
                         )
                         .unwrap();
-                        gemm_view(
+                        gemm(
                             1.0,
                             a_view(),
                             Op::N,
@@ -1629,14 +1629,14 @@ mod views {
         let a = MatRef::new(&data, 4, 5, 4).unwrap();
         let b = MatRef::new(&data, 4, 5, 4).unwrap();
         let mut c = vec![0.0; 16];
-        let e = gemm_view(1.0, a, Op::N, b, Op::N, 0.0, MatMut::new(&mut c, 4, 4, 4).unwrap())
-            .unwrap_err(); // 4×5 by 4×5
+        let c_view = MatMut::new(&mut c, 4, 4, 4).unwrap();
+        let e = gemm(1.0, a, Op::N, b, Op::N, 0.0, c_view).unwrap_err(); // 4×5 by 4×5
         assert!(e.to_string().contains("inner dimensions"), "{e}");
         // 4×5 by 5×4 fits a 4×4 C.
-        gemm_view(1.0, a, Op::N, b, Op::T, 0.0, MatMut::new(&mut c, 4, 4, 4).unwrap()).unwrap();
+        gemm(1.0, a, Op::N, b, Op::T, 0.0, MatMut::new(&mut c, 4, 4, 4).unwrap()).unwrap();
         assert!(c.iter().all(|&v| v == 5.0));
-        let e = gemm_view(1.0, a, Op::N, b, Op::T, 0.0, MatMut::new(&mut c, 4, 3, 4).unwrap())
-            .unwrap_err();
+        let e =
+            gemm(1.0, a, Op::N, b, Op::T, 0.0, MatMut::new(&mut c, 4, 3, 4).unwrap()).unwrap_err();
         assert!(e.to_string().contains("C") && e.to_string().contains("4×3"), "{e}");
         let mut short = vec![0.0; 15];
         let e = MatMut::new(&mut short, 4, 4, 4).unwrap_err();

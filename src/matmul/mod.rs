@@ -77,9 +77,12 @@ impl Op {
     }
 }
 
+impl Element for f32 {}
+impl Element for f64 {}
+
 /// The element types a product can be computed in: `f32` and `f64`.
 ///
-/// The trait is sealed; [`Element::gemm_unchecked`] is where a type picks its kernel.
+/// The trait is sealed: each type brings its micro-kernels and its packing workspaces.
 pub trait Element:
     nalgebra::Scalar
     + Copy
@@ -92,19 +95,6 @@ pub trait Element:
     + Sync
     + sealed::Sealed
 {
-    /// C ← α·op(A)·op(B) + β·C, shapes already checked. β = 0 overwrites C (NaN in C is ignored).
-    ///
-    /// If the shapes do not agree this panics on a bounds check (never undefined behaviour);
-    /// [`gemm`] checks them and returns an error instead.
-    fn gemm_unchecked(
-        alpha: Self,
-        a: &DMatrix<Self>,
-        ta: Op,
-        b: &DMatrix<Self>,
-        tb: Op,
-        beta: Self,
-        c: &mut DMatrix<Self>,
-    );
 }
 
 mod sealed {
@@ -229,24 +219,6 @@ fn check_shapes<T, U>(
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-fn run<T: Element>(
-    settings: Settings,
-    alpha: T,
-    a: &DMatrix<T>,
-    ta: Op,
-    b: &DMatrix<T>,
-    tb: Op,
-    beta: T,
-    c: &mut DMatrix<T>,
-) -> Result<ProductStats> {
-    let (m, k) = ta.shape(a);
-    let n = tb.shape(b).1;
-    let a_op = pack::Operand::new(a.as_slice(), a.nrows(), ta == Op::T);
-    let b_op = pack::Operand::new(b.as_slice(), b.nrows(), tb == Op::T);
-    run_operands(settings, alpha, a_op, b_op, beta, c.as_mut_slice(), m, (m, n, k))
-}
-
 /// The blocked product on operands already described by their strides, C column-major m×n with
 /// leading dimension `ldc`.
 #[allow(clippy::too_many_arguments)]
@@ -282,102 +254,6 @@ fn run_operands<T: Element>(
     let stats = blocked::gemm(plan, alpha, a_op, b_op, beta, c, ldc, (m, n, k));
     dispatch::record(stats);
     Ok(stats)
-}
-
-/// C ← α·op(A)·op(B) + β·C by nalgebra's own product ([`Backend::Nalgebra`], the benchmark's
-/// peer): `gemm` for op(A) = A, `gemm_tr` for op(A) = Aᵀ, and a transposed copy of B when op(B) =
-/// Bᵀ (what nalgebra's `a * b.transpose()` does too). β = 0 first zeroes C, so NaN in C is ignored
-/// as with our kernels.
-fn nalgebra_gemm<T: Element>(
-    alpha: T,
-    a: &DMatrix<T>,
-    ta: Op,
-    b: &DMatrix<T>,
-    tb: Op,
-    beta: T,
-    c: &mut DMatrix<T>,
-) {
-    if beta == T::zero() {
-        c.fill(T::zero());
-    }
-    let b_t;
-    let b = match tb {
-        Op::N => b,
-        Op::T => {
-            b_t = b.transpose();
-            &b_t
-        }
-    };
-    match ta {
-        Op::N => c.gemm(alpha, a, b, beta),
-        Op::T => c.gemm_tr(alpha, a, b, beta),
-    }
-    record_nalgebra_product();
-}
-
-macro_rules! impl_element {
-    ($t:ty) => {
-        impl Element for $t {
-            fn gemm_unchecked(
-                alpha: $t,
-                a: &DMatrix<$t>,
-                ta: Op,
-                b: &DMatrix<$t>,
-                tb: Op,
-                beta: $t,
-                c: &mut DMatrix<$t>,
-            ) {
-                if product_backend() == Backend::Nalgebra {
-                    nalgebra_gemm(alpha, a, ta, b, tb, beta, c);
-                    return;
-                }
-                // The active kernel is always available (every way of choosing it checks), and the
-                // default blocking and thread count are valid, so `run` cannot fail here.
-                if let Err(e) = run(Settings::default(), alpha, a, ta, b, tb, beta, c) {
-                    unreachable!("the default settings are always valid: {e}");
-                }
-            }
-        }
-    };
-}
-impl_element!(f32);
-impl_element!(f64);
-
-/// C ← α·op(A)·op(B) + β·C with an explicit kernel, blocking or thread count (benchmarks, the
-/// blocking sweep and the kernel tests use it). Returns what the product did. Errors: shapes as
-/// for [`gemm`]; an unavailable kernel, a zero block size or zero threads as
-/// [`crate::Error::InvalidValue`].
-#[allow(clippy::too_many_arguments)]
-pub fn gemm_with<T: Element>(
-    settings: Settings,
-    alpha: T,
-    a: &DMatrix<T>,
-    ta: Op,
-    b: &DMatrix<T>,
-    tb: Op,
-    beta: T,
-    c: &mut DMatrix<T>,
-) -> Result<ProductStats> {
-    check_shapes("gemm_with", a, ta, b, tb, c)?;
-    run(settings, alpha, a, ta, b, tb, beta, c)
-}
-
-/// C ← α·op(A)·op(B) + β·C.
-///
-/// Shapes: op(A) is m×k, op(B) is k×n, C is m×n. With β = 0, C's old contents (even NaN) are
-/// ignored. Errors name the operands and their shapes.
-pub fn gemm<T: Element>(
-    alpha: T,
-    a: &DMatrix<T>,
-    ta: Op,
-    b: &DMatrix<T>,
-    tb: Op,
-    beta: T,
-    c: &mut DMatrix<T>,
-) -> Result<()> {
-    check_shapes("gemm", a, ta, b, tb, c)?;
-    T::gemm_unchecked(alpha, a, ta, b, tb, beta, c);
-    Ok(())
 }
 
 /// A read-only view of a column-major matrix stored inside a longer slice, as BLAS describes one:
@@ -438,7 +314,7 @@ impl<'a, T> MatRef<'a, T> {
 }
 
 /// A writable view of a column-major matrix inside a longer slice: element (i, j) is
-/// `data[i + j·ld]`, ld ≥ rows (the output side of [`gemm_view`]).
+/// `data[i + j·ld]`, ld ≥ rows (the output side of [`gemm`]).
 #[derive(Debug)]
 pub struct MatMut<'a, T> {
     data: &'a mut [T],
@@ -507,11 +383,27 @@ impl<'a, T> MatMut<'a, T> {
     }
 }
 
-/// C ← α·op(A)·op(B) + β·C for views ([`MatRef`], [`MatMut`]): the same product as [`gemm`] (same
-/// kernel, blocking, threads and backend) for operands and results that live inside larger
-/// matrices, such as one head of one sequence in chapter 9's attention. Errors name the operands
-/// and their shapes.
-pub fn gemm_view<T: Element>(
+impl<'a, T> From<&'a DMatrix<T>> for MatRef<'a, T> {
+    /// The whole matrix as a view (ld = its rows, at least 1).
+    fn from(m: &'a DMatrix<T>) -> Self {
+        MatRef { data: m.as_slice(), rows: m.nrows(), cols: m.ncols(), ld: m.nrows().max(1) }
+    }
+}
+
+impl<'a, T> From<&'a mut DMatrix<T>> for MatMut<'a, T> {
+    /// The whole matrix as a writable view (ld = its rows, at least 1).
+    fn from(m: &'a mut DMatrix<T>) -> Self {
+        let (rows, cols) = m.shape();
+        MatMut { data: m.as_mut_slice(), rows, cols, ld: rows.max(1) }
+    }
+}
+
+/// C ← α·op(A)·op(B) + β·C by nalgebra's own product ([`Backend::Nalgebra`], the benchmark's
+/// peer): `gemm` for op(A) = A, `gemm_tr` for op(A) = Aᵀ, and a transposed copy of B when op(B) =
+/// Bᵀ (what nalgebra's `a * b.transpose()` does too). β = 0 first zeroes C, so NaN in C is ignored
+/// as with our kernels. Shapes already checked.
+#[allow(clippy::too_many_arguments)]
+fn nalgebra_gemm<T: Element>(
     alpha: T,
     a: MatRef<T>,
     ta: Op,
@@ -519,38 +411,95 @@ pub fn gemm_view<T: Element>(
     tb: Op,
     beta: T,
     c: MatMut<T>,
-) -> Result<()> {
-    const OP: &str = "gemm_view";
+    (m, n): (usize, usize),
+) {
+    let (av, bv) = (a.nalgebra(), b.nalgebra());
+    let b_t;
+    let bv = match tb {
+        Op::N => bv,
+        Op::T => {
+            b_t = bv.transpose();
+            b_t.as_view()
+        }
+    };
+    let mut cv = nalgebra::DMatrixViewMut::from_slice_with_strides_mut(c.data, m, n, 1, c.ld);
+    if beta == T::zero() {
+        cv.fill(T::zero());
+    }
+    match ta {
+        Op::N => cv.gemm(alpha, &av, &bv, beta),
+        Op::T => cv.gemm_tr(alpha, &av, &bv, beta),
+    }
+    record_nalgebra_product();
+}
+
+/// The one product every public entry point runs: the shapes checked (errors name `op`, the
+/// operands and their shapes), then nalgebra's product when it was chosen as the backend and no
+/// explicit `settings` were given, else ours with `settings` (the defaults when `None`).
+#[allow(clippy::too_many_arguments)]
+fn product_of<T: Element>(
+    op: &'static str,
+    settings: Option<Settings>,
+    alpha: T,
+    a: MatRef<T>,
+    ta: Op,
+    b: MatRef<T>,
+    tb: Op,
+    beta: T,
+    c: MatMut<T>,
+) -> Result<Option<ProductStats>> {
     let (m, k) = a.shape(ta);
     let (k2, n) = b.shape(tb);
-    check_inner(OP, (m, k), (k2, n))?;
+    check_inner(op, (m, k), (k2, n))?;
     if c.rows != m || c.cols != n {
-        return Err(shape_error(OP, "C", format!("{m}×{n}"), format!("{}×{}", c.rows, c.cols)));
+        return Err(shape_error(op, "C", format!("{m}×{n}"), format!("{}×{}", c.rows, c.cols)));
     }
-    if product_backend() == Backend::Nalgebra {
-        let (av, bv) = (a.nalgebra(), b.nalgebra());
-        let b_t;
-        let bv = match tb {
-            Op::N => bv,
-            Op::T => {
-                b_t = bv.transpose();
-                b_t.as_view()
-            }
-        };
-        let mut cv = nalgebra::DMatrixViewMut::from_slice_with_strides_mut(c.data, m, n, 1, c.ld);
-        if beta == T::zero() {
-            cv.fill(T::zero());
-        }
-        match ta {
-            Op::N => cv.gemm(alpha, &av, &bv, beta),
-            Op::T => cv.gemm_tr(alpha, &av, &bv, beta),
-        }
-        record_nalgebra_product();
-        return Ok(());
+    if settings.is_none() && product_backend() == Backend::Nalgebra {
+        nalgebra_gemm(alpha, a, ta, b, tb, beta, c, (m, n));
+        return Ok(None);
     }
     let a_op = pack::Operand::new(a.data, a.ld, ta == Op::T);
     let b_op = pack::Operand::new(b.data, b.ld, tb == Op::T);
-    run_operands(Settings::default(), alpha, a_op, b_op, beta, c.data, c.ld, (m, n, k)).map(|_| ())
+    let settings = settings.unwrap_or_default();
+    run_operands(settings, alpha, a_op, b_op, beta, c.data, c.ld, (m, n, k)).map(Some)
+}
+
+/// C ← α·op(A)·op(B) + β·C: the one in-place product, for whole matrices (`&DMatrix`,
+/// `&mut DMatrix`) and for views inside larger ones ([`MatRef`], [`MatMut`]: one head of one
+/// sequence in chapter 9's attention).
+///
+/// Shapes: op(A) is m×k, op(B) is k×n, C is m×n. With β = 0, C's old contents (even NaN) are
+/// ignored. Errors name the operands and their shapes.
+pub fn gemm<'a, T: Element>(
+    alpha: T,
+    a: impl Into<MatRef<'a, T>>,
+    ta: Op,
+    b: impl Into<MatRef<'a, T>>,
+    tb: Op,
+    beta: T,
+    c: impl Into<MatMut<'a, T>>,
+) -> Result<()> {
+    product_of("gemm", None, alpha, a.into(), ta, b.into(), tb, beta, c.into()).map(|_| ())
+}
+
+/// [`gemm`] with an explicit kernel, blocking or thread count (benchmarks, the blocking sweep and
+/// the kernel tests use it), always on our kernels. Returns what the product did. Errors: shapes
+/// as for [`gemm`]; an unavailable kernel, a zero block size or zero threads as
+/// [`crate::Error::InvalidValue`].
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_with<'a, T: Element>(
+    settings: Settings,
+    alpha: T,
+    a: impl Into<MatRef<'a, T>>,
+    ta: Op,
+    b: impl Into<MatRef<'a, T>>,
+    tb: Op,
+    beta: T,
+    c: impl Into<MatMut<'a, T>>,
+) -> Result<ProductStats> {
+    let (a, b, c) = (a.into(), b.into(), c.into());
+    let stats = product_of("gemm_with", Some(settings), alpha, a, ta, b, tb, beta, c)?;
+    stats.ok_or_else(|| invalid("gemm_with", "settings", "explicit settings run our kernels"))
 }
 
 fn product<T: Element>(
@@ -571,7 +520,7 @@ fn product<T: Element>(
         ));
     }
     let mut c = DMatrix::zeros(m, n);
-    T::gemm_unchecked(T::one(), a, ta, b, tb, T::zero(), &mut c);
+    product_of(op, None, T::one(), a.into(), ta, b.into(), tb, T::zero(), (&mut c).into())?;
     Ok(c)
 }
 

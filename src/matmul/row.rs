@@ -35,12 +35,12 @@ fn dot<T: Element>(a: &[T], b: &[T]) -> T {
 ///
 /// A row is a [`MatRef`] of one row whose leading dimension is the stride between its entries
 /// (1 when they are contiguous). Every weight is read once, where it is. The blocked product
-/// ([`gemm_view`](super::gemm_view)) first copies B into packed panels and computes whole
+/// ([`gemm`](super::gemm)) first copies B into packed panels and computes whole
 /// register tiles (32 rows with AVX-512 f32) of which one row is used. Measured with chapter 9's
 /// generation benchmark (`cargo bench --bench ch09_gpt --features peers`, child
 /// `--child-generate`: 6 layers, width 384, context 256, f32, cached tokens/s on one thread of a
 /// 2-core AVX-512 Xeon, two alternating rounds): every product of the step by this function 534
-/// and 532; its attention through [`gemm_view`](super::gemm_view) instead 470 and 464; every
+/// and 532; its attention through [`gemm`](super::gemm) instead 470 and 464; every
 /// product through it 186 and 185. A test holds this function to the blocked product.
 ///
 /// With op(B) = B each column's lines are asked for (prefetched) while the column before it is
@@ -129,7 +129,7 @@ pub fn row_product<T: Element>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::matmul::gemm_view;
+    use crate::matmul::gemm;
     use crate::rng::Rng;
     use nalgebra::DMatrix;
 
@@ -155,7 +155,7 @@ mod tests {
                     if one_row {
                         row_product(0.5, a, b, tb, beta, c).unwrap();
                     } else {
-                        gemm_view(0.5, a, Op::N, b, tb, beta, c).unwrap();
+                        gemm(0.5, a, Op::N, b, tb, beta, c).unwrap();
                     }
                 }
                 let err = (&out[1] - &out[0]).abs().max();
@@ -172,7 +172,7 @@ mod tests {
             let (mut one, mut blocked) = (vec![0.0; n], vec![0.0; n]);
             row_product(0.5, a, w, tb, 0.0, MatMut::new(&mut one, 1, n, 1).unwrap()).unwrap();
             let c = MatMut::new(&mut blocked, 1, n, 1).unwrap();
-            gemm_view(0.5, a, Op::N, w, tb, 0.0, c).unwrap();
+            gemm(0.5, a, Op::N, w, tb, 0.0, c).unwrap();
             let err = one.iter().zip(&blocked).map(|(p, q)| (p - q).abs()).fold(0.0, f64::max);
             assert!(err < 1e-12, "{tb:?}, c contiguous: off by {err:e}");
         }

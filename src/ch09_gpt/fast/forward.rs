@@ -9,7 +9,7 @@ use crate::ch06_attention::{LnCache, layer_norm_forward_view};
 use crate::ch09_gpt::model::{Gpt, Param};
 use crate::error::{Result, shape_error};
 use crate::float::Float;
-use crate::matmul::{MatMut, MatRef, Op, gemm_view, row_product};
+use crate::matmul::{MatMut, MatRef, Op, gemm, row_product};
 use nalgebra::DMatrix;
 
 impl<T: Float> Shard<T> {
@@ -385,7 +385,7 @@ pub(crate) fn causal_block_forward<T: Float>(
 /// How [`causal_block_forward`] computes its two products.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Products {
-    /// Through the blocked product [`gemm_view`] (the training step's blocks of query rows).
+    /// Through the blocked product [`gemm`] (the training step's blocks of query rows).
     Blocked,
     /// By `matmul`'s [`row_product`], for a block of one query row (the cached step).
     OneRow,
@@ -402,7 +402,7 @@ pub(super) fn product<T: Float>(
     c: MatMut<T>,
 ) -> Result<()> {
     match how {
-        Products::Blocked => gemm_view(alpha, a, Op::N, b, tb, beta, c),
+        Products::Blocked => gemm(alpha, a, Op::N, b, tb, beta, c),
         Products::OneRow => row_product(alpha, a, b, tb, beta, c),
     }
 }
