@@ -232,22 +232,25 @@ fn every_line_fits_in_100_columns() {
     }
 }
 
+/// The probe crate's exercises in the order of its table of exercises.
+const PROBE_ROWS: [&str; 12] = [
+    "right",
+    "wrong",
+    "looping",
+    "aborting",
+    "exiting",
+    "overflowing",
+    "garbled",
+    "spawning",
+    "blank",
+    "one",
+    "two",
+    "solo",
+];
+
 #[test]
 fn rows_come_in_the_order_of_the_answer_files() {
-    let order = [
-        "right",
-        "wrong",
-        "looping",
-        "aborting",
-        "exiting",
-        "overflowing",
-        "garbled",
-        "spawning",
-        "blank",
-        "one",
-        "two",
-        "solo",
-    ];
+    let order = PROBE_ROWS;
     let at = |name: &str| {
         table()
             .lines()
@@ -273,20 +276,7 @@ fn the_rows_are_the_crates_table_not_read_from_source() {
         .take_while(|l| !l.is_empty())
         .map(|l| l.get(at..).and_then(|r| r.split_whitespace().next()).unwrap_or_default())
         .collect();
-    let listed = [
-        "right",
-        "wrong",
-        "looping",
-        "aborting",
-        "exiting",
-        "overflowing",
-        "garbled",
-        "spawning",
-        "blank",
-        "one",
-        "two",
-        "solo",
-    ];
+    let listed = PROBE_ROWS;
     assert_eq!(names, listed, "{}", table());
     assert_eq!(status("solo"), "✓", "{}", table());
 }
