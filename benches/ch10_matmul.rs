@@ -1635,7 +1635,7 @@ fn run_sweep(samples: usize, write: bool) -> Result<(), String> {
                 })
                 .collect();
             // The kernel the table is labelled with, whatever LLM_WORKBOOK_KERNEL says.
-            let g = matmul::with_kernel(
+            let g = llm_workbook::simd::with_kernel(
                 kernel,
                 || with_type!(f64_, T => sweep_line::<T>(n, &variants, samples, &mut rng)),
             )
@@ -1841,7 +1841,7 @@ fn run_bf16(samples: usize) {
         "{} ({} kernel, fastest bf16 path {}), load average {}: one thread, median of {samples} \
          samples",
         cpu_name(),
-        matmul::active_kernel(),
+        llm_workbook::simd::active_kernel(),
         llm_workbook::matmul::lab::best_bf16_path().name(),
         load_average()
     );

@@ -185,7 +185,7 @@ fn errata(markdown: bool) {
 /// Forces the kernel `LLM_WORKBOOK_KERNEL` names for every product of the process (unset, empty
 /// or `auto`: the best one the CPU runs); an error naming the variable otherwise.
 fn apply_kernel_setting() -> llm_workbook::Result<()> {
-    use llm_workbook::matmul::set_kernel;
+    use llm_workbook::simd::set_kernel;
     use llm_workbook::simd::{KERNEL_ENV, parse_kernel_setting};
     let value = std::env::var(KERNEL_ENV).ok();
     parse_kernel_setting(value.as_deref()).and_then(|kernel| match kernel {

@@ -3,12 +3,12 @@
 //!
 //! The crate is compiled for the baseline x86-64 (SSE2, four f32 lanes). [`map_f32`] runs the
 //! same plain loop compiled for AVX2 or AVX-512 instead, chosen at run time as the micro-kernels
-//! are ([`crate::matmul::active_kernel`]) and through the same dispatcher ([`crate::simd`]); the
+//! are ([`crate::simd::active_kernel`]) and through the same dispatcher ([`crate::simd`]); the
 //! compiled loops live with the other SIMD code in `src/simd/x86.rs` (the only file allowed
 //! `unsafe`), behind safe functions that take a CPU-feature token.
 
 use crate::error::{Result, shape_error};
-use crate::matmul::active_kernel;
+use crate::simd::active_kernel;
 
 /// yᵢ ← f(xᵢ, yᵢ) for every i, in f32, compiled for the registers of the active kernel
 /// ([`active_kernel`]: AVX-512, AVX2 or the portable baseline). The crate is compiled for the

@@ -686,7 +686,7 @@ fn cross_attention_of_the_trained_model_reads_the_source_backwards() {
 /// from one CPU to the next.
 #[test]
 fn the_figures_training_gives_the_same_bits_under_every_kernel() {
-    use llm_workbook::matmul::with_kernel;
+    use llm_workbook::simd::with_kernel;
     use llm_workbook::simd::{Kernel, available_kernels};
     let small = TrainConfig { steps: 20, ..CHAPTER_CONFIG };
     let bits = |t: &Trained| t.losses.iter().map(|l| l.to_bits()).collect::<Vec<_>>();

@@ -4456,7 +4456,7 @@ mod checkpoint_unit {
 #[test]
 fn the_main_job_s_trainings_give_the_same_bits_under_every_kernel() {
     use llm_workbook::ch09_gpt::book::{Results, results_after};
-    use llm_workbook::matmul::with_kernel;
+    use llm_workbook::simd::with_kernel;
     use llm_workbook::simd::{Kernel, available_kernels};
     let bits = |r: &Results| {
         let losses = r.sort_history.iter().chain(&r.corpus.history).map(|s| s.loss.to_bits());

@@ -18,10 +18,9 @@ mod common;
 use llm_workbook::Error;
 use llm_workbook::float::Float;
 use llm_workbook::matmul::lab::{Blocking, default_blocking, tile_shape};
-use llm_workbook::matmul::{
-    self, Op, Settings, gemm, gemm_with, matmul, matmul_nt, matmul_tn, with_kernel,
-};
+use llm_workbook::matmul::{self, Op, Settings, gemm, gemm_with, matmul, matmul_nt, matmul_tn};
 use llm_workbook::rng::Rng;
+use llm_workbook::simd::with_kernel;
 use llm_workbook::simd::{Kernel, available_kernels};
 use nalgebra::DMatrix;
 
@@ -551,7 +550,7 @@ fn small_products_stay_on_one_thread_even_when_two_are_allowed() {
     // Threads share out pieces of whole register tiles along the longer side of C; a product of
     // one tile has nothing to share, so even with the threshold switched off it runs on one
     // thread, and one row or column more makes a second piece.
-    let (mr, nr) = tile_shape::<f64>(matmul::active_kernel()).expect("active");
+    let (mr, nr) = tile_shape::<f64>(llm_workbook::simd::active_kernel()).expect("active");
     let no_threshold = Settings { min_parallel_flops: Some(0.0), ..two };
     assert_eq!(
         run_case::<f64>(no_threshold, Case::new(mr, nr, 300), &mut rng).expect("one tile").threads,
@@ -603,22 +602,23 @@ fn simd_kernels_fuse_multiply_and_add_and_the_scalar_kernel_does_not() {
 
 #[test]
 fn with_kernel_restores_the_previous_choice_and_refuses_what_the_cpu_lacks() {
-    let before = matmul::active_kernel();
+    let before = llm_workbook::simd::active_kernel();
     let inner = with_kernel(Kernel::Scalar, || {
-        let nested = with_kernel(llm_workbook::simd::best_kernel(), matmul::active_kernel)
-            .expect("best is available");
-        (matmul::active_kernel(), nested)
+        let nested =
+            with_kernel(llm_workbook::simd::best_kernel(), llm_workbook::simd::active_kernel)
+                .expect("best is available");
+        (llm_workbook::simd::active_kernel(), nested)
     })
     .expect("scalar is always available");
     assert_eq!(inner, (Kernel::Scalar, llm_workbook::simd::best_kernel()));
-    assert_eq!(matmul::active_kernel(), before);
+    assert_eq!(llm_workbook::simd::active_kernel(), before);
     for kernel in Kernel::ALL.into_iter().filter(|k| !k.is_available()) {
         assert!(matches!(
             with_kernel(kernel, || ()),
             Err(Error::InvalidValue { arg: "kernel", .. })
         ));
         assert!(matches!(
-            matmul::set_kernel(Some(kernel)),
+            llm_workbook::simd::set_kernel(Some(kernel)),
             Err(Error::InvalidValue { arg: "kernel", .. })
         ));
         let e = gemm_with(
@@ -788,7 +788,7 @@ fn matmul_tn_and_nt_match_the_triple_loop_on_the_transposed_operands() {
     within_bound(&case, &nt, &value, &size).expect("x zᵀ");
     let mut again = DMatrix::zeros(23, 14);
     let ran = gemm_with(Settings::default(), 1.0, &x, Op::N, &z, Op::T, 0.0, &mut again).unwrap();
-    assert_eq!(ran.kernel, matmul::active_kernel());
+    assert_eq!(ran.kernel, llm_workbook::simd::active_kernel());
     assert_eq!(again, nt, "the default settings are the plain product's");
 }
 

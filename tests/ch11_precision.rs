@@ -1323,8 +1323,9 @@ const BF16_SHAPES: [(usize, usize, usize); 6] =
 #[test]
 fn the_widened_bf16_product_is_the_f32_product_of_the_widened_inputs() {
     use llm_workbook::matmul::lab::{Bf16Path, gemm_bf16};
-    use llm_workbook::matmul::{Op, gemm, with_kernel};
+    use llm_workbook::matmul::{Op, gemm};
     use llm_workbook::simd::available_kernels;
+    use llm_workbook::simd::with_kernel;
     let mut rng = Rng::new(1611);
     for kernel in available_kernels() {
         for (m, k, n) in BF16_SHAPES {
@@ -1362,8 +1363,9 @@ fn the_widened_bf16_product_is_the_f32_product_of_the_widened_inputs() {
 #[test]
 fn every_bf16_path_keeps_its_bound_against_the_exact_product() {
     use llm_workbook::ch11_precision::bf16_product::{exact_product, pair_bound, widened_bound};
+    use llm_workbook::matmul::Op;
     use llm_workbook::matmul::lab::{Bf16Method, Bf16Path, available_bf16_paths, gemm_bf16};
-    use llm_workbook::matmul::{Op, active_kernel};
+    use llm_workbook::simd::active_kernel;
     let mut rng = Rng::new(1612);
     let paths = available_bf16_paths();
     assert!(
@@ -1413,8 +1415,9 @@ fn the_pair_instruction_adds_in_its_own_order_and_flushes_subnormals() {
     use llm_workbook::ch11_precision::bf16_product::{
         exact_product, flushed_pair, pair_bound, pair_order_row, widened_bound,
     };
+    use llm_workbook::matmul::Op;
     use llm_workbook::matmul::lab::{Bf16Path, gemm_bf16};
-    use llm_workbook::matmul::{Op, active_kernel};
+    use llm_workbook::simd::active_kernel;
     let run = |path, a: &DMatrix<u16>, b: &DMatrix<u16>| {
         let mut c = DMatrix::zeros(1, 1);
         gemm_bf16(path, 1.0, a, Op::N, b, Op::N, 0.0, &mut c).unwrap();
@@ -1457,8 +1460,9 @@ fn the_pair_instruction_adds_in_its_own_order_and_flushes_subnormals() {
 /// Wrong shapes and a path the CPU lacks are refused in one line naming the argument.
 #[test]
 fn a_bf16_product_refuses_what_it_cannot_compute() {
+    use llm_workbook::matmul::Op;
     use llm_workbook::matmul::lab::{Bf16Path, gemm_bf16};
-    use llm_workbook::matmul::{Op, active_kernel};
+    use llm_workbook::simd::active_kernel;
     let (a, b) = (DMatrix::<u16>::zeros(3, 4), DMatrix::<u16>::zeros(5, 2));
     let mut c = DMatrix::<f32>::zeros(3, 2);
     let err = gemm_bf16(Bf16Path::widened(active_kernel()), 1.0, &a, Op::N, &b, Op::N, 0.0, &mut c)

@@ -1327,14 +1327,14 @@ mod pages {
             1,
         );
         let wrong = page.replacen(
-            "| [`active_kernel`](../src/matmul/dispatch.rs)",
-            "| [`active_kernel`](../src/matmul/blocked.rs)",
+            "| [`product_choices`](../src/matmul/dispatch.rs)",
+            "| [`product_choices`](../src/matmul/blocked.rs)",
             1,
         );
         assert_eq!(
             api_list_faults(&planted, &wrong, &files),
             [
-                "active_kernel: ../src/matmul/blocked.rs does not declare it",
+                "product_choices: ../src/matmul/blocked.rs does not declare it",
                 "A_IN_PLACE_MAX_SPAN is public in matmul but not listed",
                 "product is public in matmul but not listed",
             ]

@@ -278,14 +278,14 @@ impl Trained {
 static CHAPTER_MODEL: OnceLock<Trained> = OnceLock::new();
 static TRAINING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// [`train`] on the portable kernel ([`crate::matmul::same_on_every_cpu`]), as the chapter's
+/// [`train`] on the portable kernel ([`crate::simd::same_on_every_cpu`]), as the chapter's
 /// figures need: the same bits on every CPU, whatever kernel the caller chose.
 pub fn train_for_figures(config: &TrainConfig) -> Result<Trained> {
-    crate::matmul::same_on_every_cpu(|| train(config))
+    crate::simd::same_on_every_cpu(|| train(config))
 }
 
 /// The chapter's trained model ([`CHAPTER_CONFIG`]), trained once per process on the portable
-/// kernel ([`crate::matmul::same_on_every_cpu`]: its loss curve and cross-attention map are
+/// kernel ([`crate::simd::same_on_every_cpu`]: its loss curve and cross-attention map are
 /// committed figures).
 pub fn chapter_model() -> Result<&'static Trained> {
     if let Some(t) = CHAPTER_MODEL.get() {

@@ -385,10 +385,10 @@ pub struct Results {
 
 /// Trains both models as the main job does, the sorting model for `sort_steps` steps and the
 /// corpus model for `corpus_steps` (the book's: [`SORT_STEPS`] and [`CORPUS_STEPS`]; a test trains
-/// a few), on the portable kernel ([`crate::matmul::same_on_every_cpu`]: the loss curves are
+/// a few), on the portable kernel ([`crate::simd::same_on_every_cpu`]: the loss curves are
 /// committed figures, and chapter 11 quantizes the corpus model), and reports them.
 pub fn results_after(sort_steps: usize, corpus_steps: usize) -> Result<Results> {
-    crate::matmul::same_on_every_cpu(|| compute_results(sort_steps, corpus_steps))
+    crate::simd::same_on_every_cpu(|| compute_results(sort_steps, corpus_steps))
 }
 
 fn compute_results(sort_steps: usize, corpus_steps: usize) -> Result<Results> {

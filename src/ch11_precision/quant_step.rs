@@ -25,8 +25,9 @@ use crate::ch09_gpt::data::Token;
 use crate::ch09_gpt::fast::StepWeights;
 use crate::ch09_gpt::model::{Gpt, KvCache, Param, Part};
 use crate::error::{Result, shape_error};
-use crate::matmul::{MatMut, MatRef, active_kernel};
+use crate::matmul::{MatMut, MatRef};
 use crate::simd::Kernel;
+use crate::simd::active_kernel;
 use crate::threads::share_pieces;
 use std::ops::Range;
 

@@ -1,7 +1,7 @@
 //! The measured runs: chapter 9's GPT trained on the default corpus from one seed with f32
 //! products, with bf16 inputs, with f16 inputs, and with f16 inputs and loss scaling.
 //!
-//! Every run uses the portable micro-kernel ([`crate::matmul::same_on_every_cpu`]) and the fused
+//! Every run uses the portable micro-kernel ([`crate::simd::same_on_every_cpu`]) and the fused
 //! step's fixed shards, so its losses are the same bits on every machine and with any number of
 //! threads. The validation loss is the f32 forward pass of the master weights over every held-out
 //! token.
@@ -96,7 +96,7 @@ pub fn train_mixed(
         validation: f64::NAN,
         train_seconds: 0.0,
     };
-    crate::matmul::same_on_every_cpu(|| -> Result<()> {
+    crate::simd::same_on_every_cpu(|| -> Result<()> {
         while trainer.step < steps {
             let t = std::time::Instant::now();
             let record = trainer.step(&data, &tc)?;

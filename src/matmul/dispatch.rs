@@ -1,101 +1,16 @@
-//! Which micro-kernel runs: detection, forcing, and the evidence of what ran.
-//!
-//! The CPU is asked once which instruction sets it has, by the crate's one dispatcher
-//! ([`crate::simd`], which names the kernels). A product then runs the kernel chosen by, in this
-//! order of precedence:
-//!
-//! 1. [`with_kernel`], a scoped choice for the current thread (what tests use, so tests running in
-//!    parallel cannot disturb each other);
-//! 2. [`set_kernel`], a process-wide choice;
-//! 3. the environment variable `LLM_WORKBOOK_KERNEL` (`scalar`, `avx2`, `avx512` or `auto`), read
-//!    once;
-//! 4. the best kernel the CPU supports.
+//! What a product runs with and what it did: the choices a thread carries into the threads it
+//! starts, the blocking, and the evidence of what ran. Which kernel runs is the dispatcher's
+//! choice ([`crate::simd::active_kernel`]).
 //!
 //! A product run with explicit settings ([`super::gemm_with`]) returns what it did in a
 //! [`ProductStats`], and every product adds its micro-kernel calls to a process-wide counter per
 //! kernel (`kernel_calls`), so a test can show that a forced kernel really ran.
 
 use crate::backend::{self, Backend};
-use crate::error::Result;
-pub(crate) use crate::simd::Kernel;
-use crate::simd::{KERNEL_ENV, best_kernel};
-use crate::simd::{env_kernel, unavailable};
+pub(crate) use crate::simd::{Kernel, active_kernel};
+use crate::simd::{set_thread_kernel, thread_kernel};
 use crate::threads;
-use std::cell::Cell;
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
-
-const NO_KERNEL: u8 = u8::MAX;
-static GLOBAL_KERNEL: AtomicU8 = AtomicU8::new(NO_KERNEL);
-
-thread_local! {
-    static THREAD_KERNEL: Cell<Option<Kernel>> = const { Cell::new(None) };
-}
-
-fn check_available(op: &'static str, k: Kernel) -> Result<()> {
-    if k.is_available() { Ok(()) } else { Err(unavailable(op, k)) }
-}
-
-/// Forces `kernel` for every product in the process (`None` returns to the environment variable
-/// or detection). Fails if the CPU cannot run it.
-pub fn set_kernel(kernel: Option<Kernel>) -> Result<()> {
-    match kernel {
-        Some(k) => {
-            check_available("set_kernel", k)?;
-            GLOBAL_KERNEL.store(k as u8, Ordering::Relaxed);
-        }
-        None => GLOBAL_KERNEL.store(NO_KERNEL, Ordering::Relaxed),
-    }
-    Ok(())
-}
-
-/// Runs `f` with `kernel` forced for products started on this thread (the threads a product
-/// spawns inherit the choice), then restores the previous choice. Fails, without running `f`, if
-/// the CPU cannot run the kernel.
-pub fn with_kernel<R>(kernel: Kernel, f: impl FnOnce() -> R) -> Result<R> {
-    check_available("with_kernel", kernel)?;
-    struct Restore(Option<Kernel>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            THREAD_KERNEL.with(|c| c.set(self.0));
-        }
-    }
-    let _restore = Restore(THREAD_KERNEL.with(|c| c.replace(Some(kernel))));
-    Ok(f())
-}
-
-/// Runs `train`, a training whose numbers a committed figure or page shows, on the portable
-/// micro-kernel ([`Kernel::Scalar`]) whatever kernel the process
-/// or the calling thread chose, so that those numbers are the same bits on every CPU. The SIMD
-/// kernels add a product's terms in other groupings (fused multiply-adds, 4 or 8 lanes), so a
-/// model trained on them ends a few units of the last place away on each CPU, and after hundreds
-/// of steps its curves and maps differ visibly; the main job would then change tracked figures on
-/// every machine but the one that drew them. Products on threads the training spawns inherit the
-/// choice ([`with_kernel`]).
-pub fn same_on_every_cpu<R>(train: impl FnOnce() -> Result<R>) -> Result<R> {
-    with_kernel(Kernel::Scalar, train)?
-}
-
-/// The kernel a product started now on this thread would use.
-pub fn active_kernel() -> Kernel {
-    if let Some(k) = THREAD_KERNEL.with(Cell::get) {
-        return k;
-    }
-    if let Some(&k) = Kernel::ALL.get(usize::from(GLOBAL_KERNEL.load(Ordering::Relaxed))) {
-        return k;
-    }
-    match env_kernel() {
-        Ok(Some(k)) => k,
-        Ok(None) => best_kernel(),
-        Err(e) => {
-            static WARNED: OnceLock<()> = OnceLock::new();
-            WARNED.get_or_init(|| {
-                eprintln!("llm-workbook: ignoring {KERNEL_ENV}: {e}; using {}", best_kernel())
-            });
-            best_kernel()
-        }
-    }
-}
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The product choices of the current thread (kernel, backend, threads), to be carried into a
 /// thread it starts with [`ProductChoices::run`]: thread-local choices do not cross threads by
@@ -110,7 +25,7 @@ pub struct ProductChoices {
 /// This thread's product choices.
 pub fn product_choices() -> ProductChoices {
     ProductChoices {
-        kernel: THREAD_KERNEL.with(Cell::get),
+        kernel: thread_kernel(),
         backend: backend::thread_choice(),
         threads: threads::thread_choice(),
     }
@@ -122,13 +37,13 @@ impl ProductChoices {
         struct Restore(ProductChoices);
         impl Drop for Restore {
             fn drop(&mut self) {
-                THREAD_KERNEL.with(|c| c.set(self.0.kernel));
+                set_thread_kernel(self.0.kernel);
                 backend::set_thread_choice(self.0.backend);
                 threads::set_thread_choice(self.0.threads);
             }
         }
         let _restore = Restore(product_choices());
-        THREAD_KERNEL.with(|c| c.set(self.kernel));
+        set_thread_kernel(self.kernel);
         backend::set_thread_choice(self.backend);
         threads::set_thread_choice(self.threads);
         f()

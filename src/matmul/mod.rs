@@ -13,7 +13,8 @@
 //! - a micro-kernel updates an MR×NR tile of C held in registers: a portable one (the
 //!   specification, [`Kernel::Scalar`]) and AVX2+FMA and AVX-512F ones, chosen by the crate's
 //!   one dispatcher ([`crate::simd`]) from what the CPU supports and forceable with
-//!   [`with_kernel`], [`set_kernel`] or the environment variable `LLM_WORKBOOK_KERNEL`;
+//!   [`crate::simd::with_kernel`], [`crate::simd::set_kernel`] or the environment variable
+//!   `LLM_WORKBOOK_KERNEL`;
 //! - large products are cut into pieces of C shared between threads ([`default_threads`],
 //!   [`lab::PARALLEL_MIN_FLOPS`]).
 //!
@@ -49,13 +50,10 @@ use num_traits::{One, Zero};
 pub mod inputs;
 pub mod lab;
 
-pub use dispatch::{
-    ProductChoices, ProductStats, active_kernel, product_choices, same_on_every_cpu, set_kernel,
-    with_kernel,
-};
+pub use dispatch::{ProductChoices, ProductStats, product_choices};
 pub use row::row_product;
 
-use crate::simd::Kernel;
+use crate::simd::{Kernel, active_kernel};
 use blocked::PARALLEL_MIN_FLOPS;
 use dispatch::Blocking;
 
@@ -573,7 +571,7 @@ mod forced {
 
     use super::*;
     use crate::rng::Rng;
-    use crate::simd::available_kernels;
+    use crate::simd::{available_kernels, with_kernel};
     use dispatch::kernel_calls;
     use lab::{default_blocking, tile_shape};
 

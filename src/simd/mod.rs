@@ -9,7 +9,9 @@
 //! ([`cpu`]); no other module of the crate asks the CPU or names an instruction set of its own (a
 //! repository test holds that).
 //!
-//! The callers pass a `Kernel` (chosen by the product's settings, or [`best_kernel`]); the
+//! Which kernel runs is chosen here too ([`active_kernel`]: a thread's [`with_kernel`], the
+//! process's [`set_kernel`], `LLM_WORKBOOK_KERNEL`, else [`best_kernel`]). The callers pass a
+//! `Kernel` (chosen by the product's settings, or [`active_kernel`]); the
 //! functions here run the SIMD body where the CPU has it and say so, and the caller runs its
 //! portable loop otherwise. The SIMD bodies themselves live in `src/simd/x86.rs`, the crate's
 //! only file allowed `unsafe` code, whose header gives the safety argument: the bodies run only
@@ -27,7 +29,9 @@ pub(crate) use x86::{
 };
 
 use crate::error::{Result, invalid};
+use std::cell::Cell;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 /// The environment variable that forces a kernel for the whole process: `scalar`, `avx2`,
 /// `avx512` or `auto`.
@@ -199,6 +203,101 @@ pub(crate) fn env_kernel() -> Result<Option<Kernel>> {
         parse_kernel_setting(std::env::var(KERNEL_ENV).ok().as_deref()).map_err(|e| e.to_string())
     });
     parsed.clone().map_err(|reason| invalid("env_kernel", KERNEL_ENV, reason))
+}
+
+// ───────────────────────────── which kernel runs ─────────────────────────────
+//
+// A loop runs the kernel chosen by, in this order of precedence:
+//
+// 1. [`with_kernel`], a scoped choice for the current thread (what tests use, so tests running in
+//    parallel cannot disturb each other);
+// 2. [`set_kernel`], a process-wide choice;
+// 3. the environment variable `LLM_WORKBOOK_KERNEL` (`scalar`, `avx2`, `avx512` or `auto`), read
+//    once;
+// 4. the best kernel the CPU runs.
+
+const NO_KERNEL: u8 = u8::MAX;
+static GLOBAL_KERNEL: AtomicU8 = AtomicU8::new(NO_KERNEL);
+
+thread_local! {
+    static THREAD_KERNEL: Cell<Option<Kernel>> = const { Cell::new(None) };
+}
+
+/// This thread's [`with_kernel`] choice (carried into new threads by
+/// [`crate::matmul::ProductChoices`]).
+pub(crate) fn thread_kernel() -> Option<Kernel> {
+    THREAD_KERNEL.with(Cell::get)
+}
+
+/// Sets this thread's choice (`None`: back to the process-wide one).
+pub(crate) fn set_thread_kernel(kernel: Option<Kernel>) {
+    THREAD_KERNEL.with(|c| c.set(kernel));
+}
+
+/// `Ok` when the CPU runs `k`, else the error naming `op`.
+fn check_available(op: &'static str, k: Kernel) -> Result<()> {
+    if k.is_available() { Ok(()) } else { Err(unavailable(op, k)) }
+}
+
+/// Forces `kernel` for every product in the process (`None` returns to the environment variable
+/// or detection). Fails if the CPU cannot run it.
+pub fn set_kernel(kernel: Option<Kernel>) -> Result<()> {
+    match kernel {
+        Some(k) => {
+            check_available("set_kernel", k)?;
+            GLOBAL_KERNEL.store(k as u8, Ordering::Relaxed);
+        }
+        None => GLOBAL_KERNEL.store(NO_KERNEL, Ordering::Relaxed),
+    }
+    Ok(())
+}
+
+/// Runs `f` with `kernel` forced for products started on this thread (the threads a product
+/// spawns inherit the choice), then restores the previous choice. Fails, without running `f`, if
+/// the CPU cannot run the kernel.
+pub fn with_kernel<R>(kernel: Kernel, f: impl FnOnce() -> R) -> Result<R> {
+    check_available("with_kernel", kernel)?;
+    struct Restore(Option<Kernel>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            THREAD_KERNEL.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(THREAD_KERNEL.with(|c| c.replace(Some(kernel))));
+    Ok(f())
+}
+
+/// Runs `train`, a training whose numbers a committed figure or page shows, on the portable
+/// micro-kernel ([`Kernel::Scalar`]) whatever kernel the process
+/// or the calling thread chose, so that those numbers are the same bits on every CPU. The SIMD
+/// kernels add a product's terms in other groupings (fused multiply-adds, 4 or 8 lanes), so a
+/// model trained on them ends a few units of the last place away on each CPU, and after hundreds
+/// of steps its curves and maps differ visibly; the main job would then change tracked figures on
+/// every machine but the one that drew them. Products on threads the training spawns inherit the
+/// choice ([`with_kernel`]).
+pub fn same_on_every_cpu<R>(train: impl FnOnce() -> Result<R>) -> Result<R> {
+    with_kernel(Kernel::Scalar, train)?
+}
+
+/// The kernel a product started now on this thread would use.
+pub fn active_kernel() -> Kernel {
+    if let Some(k) = THREAD_KERNEL.with(Cell::get) {
+        return k;
+    }
+    if let Some(&k) = Kernel::ALL.get(usize::from(GLOBAL_KERNEL.load(Ordering::Relaxed))) {
+        return k;
+    }
+    match env_kernel() {
+        Ok(Some(k)) => k,
+        Ok(None) => best_kernel(),
+        Err(e) => {
+            static WARNED: OnceLock<()> = OnceLock::new();
+            WARNED.get_or_init(|| {
+                eprintln!("llm-workbook: ignoring {KERNEL_ENV}: {e}; using {}", best_kernel())
+            });
+            best_kernel()
+        }
+    }
 }
 
 // ───────────────────────────── the loops, by kernel ─────────────────────────────

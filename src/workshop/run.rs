@@ -63,7 +63,7 @@ pub fn absolute_data_path(data: &Path) -> PathBuf {
 
 /// The kernel and thread count products use now, in this process: what a run records.
 pub fn machine() -> (String, usize) {
-    (crate::matmul::active_kernel().name().to_string(), crate::threads::default_threads())
+    (crate::simd::active_kernel().name().to_string(), crate::threads::default_threads())
 }
 
 /// What every save of a new run writes besides the trainer's files: the tokenizer's files and
