@@ -204,9 +204,15 @@ fn judged() -> &'static Judged {
     })
 }
 
-/// The state letter of process `pid` (`R`, `S`, `Z` …), if it exists.
+/// The state letter of process `pid` (`R`, `S`, `Z` …), if it exists and is still the answer's
+/// `sleep` (once the runner has stopped it, the number may already name another process, which
+/// must be neither read as the answer's child nor killed).
 fn process_state(pid: &str) -> Option<String> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let command = &stat[stat.find('(')? + 1..stat.rfind(')')?];
+    if command != "sleep" {
+        return None;
+    }
     let after = &stat[stat.rfind(')')? + 1..];
     after.split_whitespace().next().map(str::to_string)
 }
