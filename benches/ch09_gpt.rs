@@ -40,7 +40,7 @@ use llm_workbook::ch09_gpt::schedule::clip_global_norm;
 use llm_workbook::ch09_gpt::train::{Data, TrainConfig, Trainer};
 use llm_workbook::ch11_precision::quant::Storage;
 use llm_workbook::ch11_precision::quant_step::QuantGpt;
-use llm_workbook::matmul::{matmul, matmul_nt, matmul_tn, product_choices};
+use llm_workbook::matmul::{matmul, matmul_nt, matmul_tn};
 use llm_workbook::rng::Rng;
 use llm_workbook::threads::{THREADS_ENV, default_threads, share_pieces, with_threads};
 use nalgebra::DMatrix;
@@ -138,10 +138,9 @@ fn replay(shards: &[Vec<Operation>]) -> f64 {
     let threads = default_threads();
     let workers = threads.clamp(1, shards.len().max(1));
     let inner = (threads / workers).max(1);
-    let choices = product_choices();
     let t = Instant::now();
     share_pieces(&mut vec![(); workers], shards.iter().collect(), |(), ops| {
-        choices.run(|| with_threads(inner, || run(ops)))
+        with_threads(inner, || run(ops))
     });
     t.elapsed().as_secs_f64()
 }

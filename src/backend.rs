@@ -62,7 +62,7 @@ thread_local! {
 }
 
 /// This thread's [`with_backend`] choice (carried into new threads by
-/// [`crate::matmul::ProductChoices`]).
+/// [`crate::threads::share_pieces`]).
 pub(crate) fn thread_choice() -> Option<Backend> {
     THREAD_BACKEND.with(Cell::get)
 }

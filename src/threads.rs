@@ -5,7 +5,8 @@
 //! `LLM_WORKBOOK_THREADS` (read once), else every core the machine offers
 //! ([`std::thread::available_parallelism`]). [`crate::matmul`] asks
 //! [`default_threads`] when a product is large enough to split; the optimisers and chapter 9's
-//! shards ask it too. [`crate::matmul::product_choices`] carries the choice into a new thread.
+//! shards ask it too. [`share_pieces`] carries the choice (with the kernel and the backend) into
+//! the threads it runs pieces on.
 //!
 //! It is also the crate's one scheduler: every computation shared between threads goes through
 //! [`share_pieces`], a fork and join over pieces the caller cuts (a product's blocks of C, a
@@ -49,7 +50,7 @@ pub fn with_threads<R>(threads: usize, f: impl FnOnce() -> R) -> R {
 }
 
 /// This thread's [`with_threads`] choice (carried into new threads by
-/// [`crate::matmul::ProductChoices`]).
+/// [`share_pieces`]).
 pub(crate) fn thread_choice() -> Option<usize> {
     THREAD_THREADS.with(Cell::get)
 }
@@ -88,6 +89,49 @@ fn process_threads() -> usize {
     })
 }
 
+/// The choices a thread has made for the products it starts — its kernel
+/// ([`crate::simd::with_kernel`]), backend ([`crate::backend::with_backend`]) and thread count
+/// ([`with_threads`]) — which [`share_pieces`] carries into the pool's threads: thread-local
+/// choices do not cross threads by themselves, so a test that forced a kernel would otherwise
+/// measure another one in a piece.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Choices {
+    kernel: Option<crate::simd::Kernel>,
+    backend: Option<crate::backend::Backend>,
+    threads: Option<usize>,
+}
+
+impl Choices {
+    /// This thread's choices.
+    fn here() -> Choices {
+        Choices {
+            kernel: crate::simd::thread_kernel(),
+            backend: crate::backend::thread_choice(),
+            threads: thread_choice(),
+        }
+    }
+
+    /// Runs `f` on the current thread with these choices, then restores the thread's own.
+    fn run<R>(self, f: impl FnOnce() -> R) -> R {
+        struct Restore(Choices);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                self.0.set();
+            }
+        }
+        let _restore = Restore(Choices::here());
+        self.set();
+        f()
+    }
+
+    /// Makes these the current thread's choices.
+    fn set(self) {
+        crate::simd::set_thread_kernel(self.kernel);
+        crate::backend::set_thread_choice(self.backend);
+        set_thread_choice(self.threads);
+    }
+}
+
 /// Runs `work(state, piece)` on every piece, on as many threads as there are `states` (never
 /// more than pieces), each thread with its own state (a product's packing buffers, say): the
 /// caller with `states[0]`, and a task for each further state on [rayon]'s pool (one thread per
@@ -98,9 +142,10 @@ fn process_threads() -> usize {
 /// (or a core another program lent back) takes the next. Which thread ran a piece depends on
 /// timing, but the pieces are the caller's, fixed before any thread starts, and each writes only
 /// what it owns: the results do not depend on the thread count, bit for bit. A count above the
-/// cores gives the same pieces, run by at most the pool's threads and the caller at once. A
-/// panic in a piece is raised again here. With no state there is nothing to run on: an internal
-/// error, and a panic.
+/// cores gives the same pieces, run by at most the pool's threads and the caller at once. Every
+/// piece runs with the caller's choices of kernel, backend and thread count, on whichever thread
+/// takes it. A panic in a piece is raised again here. With no state there is nothing to run on:
+/// an internal error, and a panic.
 ///
 /// [rayon]: https://docs.rs/rayon
 pub fn share_pieces<S: Send, P: Send, R: Send>(
@@ -131,9 +176,10 @@ pub fn share_pieces<S: Send, P: Send, R: Send>(
         done.lock().unwrap_or_else(PoisonError::into_inner).extend(mine);
     };
     let drain = &drain;
+    let choices = Choices::here();
     rayon::in_place_scope(|scope| {
         for state in &mut helpers[..threads - 1] {
-            scope.spawn(move |_| drain(state));
+            scope.spawn(move |_| choices.run(|| drain(state)));
         }
         drain(mine);
     });

@@ -1472,8 +1472,9 @@ mod properties {
 mod views {
     use super::*;
     use llm_workbook::backend::{Backend, with_backend};
-    use llm_workbook::matmul::{MatMut, MatRef, gemm, product_choices};
-    use llm_workbook::threads::with_threads;
+    use llm_workbook::matmul::{MatMut, MatRef, gemm};
+    use llm_workbook::simd::Kernel;
+    use llm_workbook::threads::{share_pieces, with_threads};
 
     /// `inner` placed at rows r0…, columns c0… of a larger zero-padded matrix with `ld` rows; the
     /// view's slice starts at its first entry.
@@ -1646,7 +1647,7 @@ mod views {
     }
 
     #[test]
-    fn with_threads_limits_products_and_product_choices_carry_into_a_new_thread() {
+    fn with_threads_limits_products_and_the_scheduler_carries_the_choices_into_its_threads() {
         let mut rng = Rng::new(3);
         let a = rng.normal_matrix::<f32>(600, 300, 1.0);
         let b = rng.normal_matrix::<f32>(300, 200, 1.0);
@@ -1661,30 +1662,37 @@ mod views {
         };
         assert_eq!(threads_used(1), 1);
         assert_eq!(threads_used(2), 2);
-        // The choices of this thread reach a thread it starts only when carried.
-        let carried = with_threads(1, || {
+        // The scheduler carries this thread's choices into the pool's threads: two pieces that
+        // wait for each other run on two threads, and each sees the caller's kernel, backend and
+        // thread count.
+        let meet = std::sync::Barrier::new(2);
+        let seen = with_threads(1, || {
             with_backend(Backend::Nalgebra, || {
-                let choices = product_choices();
-                std::thread::spawn(move || {
-                    choices.run(|| {
+                llm_workbook::simd::with_kernel(Kernel::Scalar, || {
+                    share_pieces(&mut [(), ()], vec![0, 1], |(), _| {
+                        meet.wait();
                         (
+                            std::thread::current().id(),
                             llm_workbook::threads::default_threads(),
                             llm_workbook::backend::active_backend(),
+                            llm_workbook::simd::active_kernel(),
                         )
                     })
                 })
-                .join()
                 .unwrap()
             })
         });
-        assert_eq!(carried, (1, Backend::Nalgebra));
+        assert_ne!(seen[0].0, seen[1].0, "the two pieces ran on two threads");
+        for (_, threads, backend, kernel) in &seen[..] {
+            assert_eq!((*threads, *backend, *kernel), (1, Backend::Nalgebra, Kernel::Scalar));
+        }
         let plain = with_threads(1, || {
             std::thread::spawn(llm_workbook::threads::default_threads).join().unwrap()
         });
         assert_eq!(
             plain,
             llm_workbook::threads::default_threads(),
-            "without carrying, a new thread has the process default"
+            "a thread the scheduler did not start has the process default"
         );
     }
 }

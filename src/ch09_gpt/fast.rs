@@ -68,7 +68,7 @@ use crate::ch06_attention::{Epsilon, LnCache};
 use crate::error::{Error, Result, invalid};
 use crate::float::Float;
 use crate::matmul::inputs::{Precision, ProductInputs, StepRounding};
-use crate::matmul::{MatMut, MatRef, ProductChoices, product_choices};
+use crate::matmul::{MatMut, MatRef};
 use crate::threads::{share_pieces, with_threads};
 use nalgebra::DMatrix;
 
@@ -424,10 +424,8 @@ fn run_shards<T: Float, R: Send>(
 ) -> Vec<Result<R>> {
     let workers = threads.clamp(1, shards.len().max(1));
     let inner = (threads / workers).max(1);
-    // The caller's product choices (kernel, backend) carried into the threads started.
-    let choices: ProductChoices = product_choices();
     share_pieces(&mut vec![(); workers], shards.iter_mut().collect(), |(), shard| {
-        choices.run(|| with_threads(inner, || job(shard)))
+        with_threads(inner, || job(shard))
     })
 }
 

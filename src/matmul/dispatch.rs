@@ -1,54 +1,12 @@
-//! What a product runs with and what it did: the choices a thread carries into the threads it
-//! starts, the blocking, and the evidence of what ran. Which kernel runs is the dispatcher's
-//! choice ([`crate::simd::active_kernel`]).
+//! What a product runs with and what it did: the blocking, and the evidence of what ran. Which
+//! kernel runs is the dispatcher's choice ([`crate::simd::active_kernel`]).
 //!
 //! A product run with explicit settings ([`super::gemm_with`]) returns what it did in a
 //! [`ProductStats`], and every product adds its micro-kernel calls to a process-wide counter per
 //! kernel (`kernel_calls`), so a test can show that a forced kernel really ran.
 
-use crate::backend::{self, Backend};
 pub(crate) use crate::simd::{Kernel, active_kernel};
-use crate::simd::{set_thread_kernel, thread_kernel};
-use crate::threads;
 use std::sync::atomic::{AtomicU64, Ordering};
-
-/// The product choices of the current thread (kernel, backend, threads), to be carried into a
-/// thread it starts with [`ProductChoices::run`]: thread-local choices do not cross threads by
-/// themselves.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ProductChoices {
-    kernel: Option<Kernel>,
-    backend: Option<Backend>,
-    threads: Option<usize>,
-}
-
-/// This thread's product choices.
-pub fn product_choices() -> ProductChoices {
-    ProductChoices {
-        kernel: thread_kernel(),
-        backend: backend::thread_choice(),
-        threads: threads::thread_choice(),
-    }
-}
-
-impl ProductChoices {
-    /// Runs `f` on the current thread with these choices, then restores the thread's own.
-    pub fn run<R>(self, f: impl FnOnce() -> R) -> R {
-        struct Restore(ProductChoices);
-        impl Drop for Restore {
-            fn drop(&mut self) {
-                set_thread_kernel(self.0.kernel);
-                backend::set_thread_choice(self.0.backend);
-                threads::set_thread_choice(self.0.threads);
-            }
-        }
-        let _restore = Restore(product_choices());
-        set_thread_kernel(self.kernel);
-        backend::set_thread_choice(self.backend);
-        threads::set_thread_choice(self.threads);
-        f()
-    }
-}
 
 /// The cache blocking of the five loops around the micro-kernel (see the chapter for the sweep
 /// that chose the defaults). MR and NR belong to the micro-kernel and are not listed here.

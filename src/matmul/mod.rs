@@ -50,7 +50,7 @@ use num_traits::{One, Zero};
 pub mod inputs;
 pub mod lab;
 
-pub use dispatch::{ProductChoices, ProductStats, product_choices};
+pub use dispatch::ProductStats;
 pub use row::row_product;
 
 use crate::simd::{Kernel, active_kernel};

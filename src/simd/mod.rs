@@ -224,7 +224,7 @@ thread_local! {
 }
 
 /// This thread's [`with_kernel`] choice (carried into new threads by
-/// [`crate::matmul::ProductChoices`]).
+/// [`crate::threads::share_pieces`]).
 pub(crate) fn thread_kernel() -> Option<Kernel> {
     THREAD_KERNEL.with(Cell::get)
 }
