@@ -8,7 +8,7 @@
 //! - [`error`]: the one error type (and serde_json's errors turned into it, naming file, field
 //!   and line);
 //! - [`float`]: the float trait chapters are generic over (f64 for worked examples, f32 for speed);
-//! - [`matmul`]: the one entry point for matrix products (kernels, packing, blocking, dispatch);
+//! - [`matmul`]: the one entry point for matrix products (packing, blocking, the five loops);
 //! - [`threads`]: how many threads a large product may use;
 //! - [`backend`]: who computes the products (ours, or nalgebra's as the benchmarks' peer);
 //! - [`simd_map`]: an element-wise loop in the widest registers the CPU has (GELU);

@@ -1330,12 +1330,12 @@ mod pages {
         }
         // Planted: one more public item, one more re-export, one row linking the wrong file.
         let planted = code.replacen("\nfn product<", "\npub fn product<", 1).replacen(
-            "pub use dispatch::ProductStats;",
-            "pub use dispatch::{A_IN_PLACE_MAX_SPAN, ProductStats};",
+            "pub use stats::ProductStats;",
+            "pub use stats::{A_IN_PLACE_MAX_SPAN, ProductStats};",
             1,
         );
         let wrong = page.replacen(
-            "| [`ProductStats`](../src/matmul/dispatch.rs)",
+            "| [`ProductStats`](../src/matmul/stats.rs)",
             "| [`ProductStats`](../src/matmul/blocked.rs)",
             1,
         );

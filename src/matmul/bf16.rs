@@ -26,11 +26,12 @@
 //! on the thread count.
 
 use super::blocked::{PARALLEL_MIN_FLOPS, balanced, threads_by_work};
-use super::dispatch::{Blocking, Kernel, active_kernel};
 use super::kernels::{ATiles, BSlivers, MicroKernel, f32_kernel};
 use super::pack::{Operand, pack_a};
+use super::stats::Blocking;
 use super::{Op, check_shapes, unavailable};
 use crate::error::{Result, invalid};
+use crate::simd::{Kernel, active_kernel};
 use nalgebra::DMatrix;
 
 /// Rows of the pair tile (two vectors of 16 f32 lanes).

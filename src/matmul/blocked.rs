@@ -24,9 +24,10 @@
 //! only `unsafe` lives behind the micro-kernel's safe signature.
 
 use super::Element;
-use super::dispatch::{Blocking, Kernel, ProductStats};
 use super::kernels::{ATiles, BSlivers, MAX_NR, MAX_TILE, MicroKernel};
 use super::pack::{Operand, pack_a, pack_b, prefetch};
+use super::stats::{Blocking, ProductStats};
+use crate::simd::Kernel;
 
 /// Products with fewer flops (2·m·n·k) than this run on one thread. Starting and joining a
 /// scoped thread costs about 30 µs at best and 50–80 µs typically on the machines here (the

@@ -29,7 +29,7 @@
 //! the rows and columns of C are cut, which changes no sum: the same bits whatever the caches.
 
 use super::Blocking;
-use super::dispatch::Kernel;
+use crate::simd::Kernel;
 use std::path::Path;
 use std::sync::OnceLock;
 

@@ -24,8 +24,9 @@
 
 use super::Element;
 use super::caches::machine_blocking;
-use super::dispatch::{Blocking, Kernel};
 use super::scalar;
+use super::stats::Blocking;
+use crate::simd::Kernel;
 #[cfg(target_arch = "x86_64")]
 use crate::simd::{self, SimdKernel};
 

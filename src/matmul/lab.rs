@@ -4,9 +4,9 @@
 //! product of chapter 11. What a chapter needs to multiply is in [`crate::matmul`] itself; nothing
 //! here is needed for that.
 
-use super::dispatch::{Kernel, active_kernel};
 use super::{Element, Op, pack, scalar, unavailable};
 use crate::error::{Result, invalid, shape_error};
+use crate::simd::{Kernel, active_kernel};
 use nalgebra::DMatrix;
 
 pub use super::bf16::{
@@ -14,10 +14,10 @@ pub use super::bf16::{
 };
 pub use super::blocked::{IN_PLACE_MAX_STEP, PARALLEL_MIN_FLOPS, PIECE_MIN_FLOPS};
 pub use super::caches::{CacheLevel, Caches, ModelBlocking, machine_caches, model_blocking};
-pub use super::dispatch::Blocking;
 pub use super::kernels::{
     AVX2_F32_BLOCKING, AVX2_F64_BLOCKING, AVX512_F32_BLOCKING, AVX512_F64_BLOCKING, SCALAR_BLOCKING,
 };
+pub use super::stats::Blocking;
 
 /// The register tile (MR, NR) of `kernel` for element type `T`, whether or not this CPU runs it
 /// (a fact of the kernel's code, so tables of every kernel read the same on any machine); an

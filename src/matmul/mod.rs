@@ -35,11 +35,11 @@
 mod bf16;
 mod blocked;
 mod caches;
-mod dispatch;
 mod kernels;
 mod pack;
 mod row;
 mod scalar;
+mod stats;
 
 use crate::backend::{Backend, product_backend, record_nalgebra_product};
 use crate::error::{Result, invalid, shape_error};
@@ -50,12 +50,12 @@ use num_traits::{One, Zero};
 pub mod inputs;
 pub mod lab;
 
-pub use dispatch::ProductStats;
 pub use row::row_product;
+pub use stats::ProductStats;
 
 use crate::simd::{Kernel, active_kernel};
 use blocked::PARALLEL_MIN_FLOPS;
-use dispatch::Blocking;
+use stats::Blocking;
 
 /// Whether an operand enters the product as stored (`N`) or transposed (`T`), without a copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,8 +97,8 @@ pub trait Element:
 
 mod sealed {
     use super::blocked::Workspace;
-    use super::dispatch::Kernel;
     use super::kernels::MicroKernel;
+    use crate::simd::Kernel;
     use std::cell::RefCell;
 
     /// What the blocked product needs from an element type, hidden from outside the crate.
@@ -250,7 +250,7 @@ fn run_operands<T: Element>(
     }
     let plan = blocked::Plan { kernel, blocking, threads, min_parallel_flops };
     let stats = blocked::gemm(plan, alpha, a_op, b_op, beta, c, ldc, (m, n, k));
-    dispatch::record(stats);
+    stats::record(stats);
     Ok(stats)
 }
 
@@ -572,8 +572,8 @@ mod forced {
     use super::*;
     use crate::rng::Rng;
     use crate::simd::{available_kernels, with_kernel};
-    use dispatch::kernel_calls;
     use lab::{default_blocking, tile_shape};
+    use stats::kernel_calls;
 
     #[test]
     fn the_forced_kernel_reports_its_own_tile_count() {
@@ -649,7 +649,7 @@ mod layering {
     }
 
     const SIBLINGS: [&str; 9] =
-        ["bf16", "blocked", "caches", "dispatch", "kernels", "lab", "pack", "row", "scalar"];
+        ["bf16", "blocked", "caches", "kernels", "lab", "pack", "row", "scalar", "stats"];
 
     #[test]
     fn the_files_of_matmul_import_each_other_without_a_cycle() {
@@ -672,11 +672,11 @@ mod layering {
         // The layout before the split: `blocked` took the kernel type from `kernels`, which took
         // the scratch tile's size from `blocked`.
         let blocked = "use super::kernels::MicroKernel;\n// super::simd in a comment\n";
-        let kernels = "use super::blocked::{MAX_NR, MAX_TILE};\nuse super::dispatch::Kernel;\n";
+        let kernels = "use super::blocked::{MAX_NR, MAX_TILE};\nuse super::stats::Blocking;\n";
         let uses = [
             ("blocked", siblings_used(blocked, &SIBLINGS)),
             ("kernels", siblings_used(kernels, &SIBLINGS)),
-            ("dispatch", vec![]),
+            ("stats", vec![]),
         ];
         assert_eq!(uses[0].1, ["kernels"], "comments are not code");
         assert_eq!(cycle(&uses).expect("a cycle"), ["blocked", "kernels", "blocked"]);

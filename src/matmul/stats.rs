@@ -5,7 +5,7 @@
 //! [`ProductStats`], and every product adds its micro-kernel calls to a process-wide counter per
 //! kernel (`kernel_calls`), so a test can show that a forced kernel really ran.
 
-pub(crate) use crate::simd::{Kernel, active_kernel};
+use crate::simd::Kernel;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The cache blocking of the five loops around the micro-kernel (see the chapter for the sweep
