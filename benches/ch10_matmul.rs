@@ -466,6 +466,8 @@ fn measure<T: FaerPeer>(
         T::zero(),
         &mut zeros(),
     )
+    .ok()
+    .flatten()
     .map_or(0, |s| s.threads);
     let ways = &secs[NALGEBRA..NALGEBRA + n_ways];
     let nalgebra = ways.iter().map(|t| t.cpu).fold(f64::INFINITY, f64::min);
@@ -1419,7 +1421,8 @@ fn run_scaling(list: &[usize], n: usize, samples: usize, write: bool) -> Result<
                 .zip(cs.iter_mut())
                 .map(|(&t, c)| {
                     let s = Settings { threads: Some(t), ..Settings::default() };
-                    gemm_with(s, 1.0, &a, Op::N, &b, Op::N, 0.0, c).map_or(0, |s| s.threads)
+                    let ran = gemm_with(s, 1.0, &a, Op::N, &b, Op::N, 0.0, c).ok().flatten();
+                    ran.map_or(0, |s| s.threads)
                 })
                 .collect();
             let mut contenders: Vec<Contender> = list
@@ -1544,6 +1547,7 @@ fn scaling_figure(csv: &Csv) -> Result<(String, Figure), String> {
 /// GFLOP/s (median) of each blocking in `variants` on an n×n×n product, all timed in turn sample
 /// by sample so that load from other programs falls on every variant alike.
 fn sweep_line<T: Element + Float>(
+    kernel: Kernel,
     n: usize,
     variants: &[Blocking],
     samples: usize,
@@ -1556,7 +1560,12 @@ fn sweep_line<T: Element + Float>(
         .iter()
         .zip(cs.iter_mut())
         .map(|(&blocking, c)| {
-            let s = Settings { blocking: Some(blocking), threads: Some(1), ..Settings::default() };
+            let s = Settings {
+                kernel: Some(kernel),
+                blocking: Some(blocking),
+                threads: Some(1),
+                ..Settings::default()
+            };
             let (a, b) = (&a, &b);
             contender(format!("{blocking:?}"), move || {
                 gemm_with(s, T::one(), a, Op::N, b, Op::N, T::zero(), &mut *c).expect("shapes");
@@ -1635,11 +1644,7 @@ fn run_sweep(samples: usize, write: bool) -> Result<(), String> {
                 })
                 .collect();
             // The kernel the table is labelled with, whatever LLM_WORKBOOK_KERNEL says.
-            let g = llm_workbook::simd::with_kernel(
-                kernel,
-                || with_type!(f64_, T => sweep_line::<T>(n, &variants, samples, &mut rng)),
-            )
-            .map_err(|e| e.to_string())?;
+            let g = with_type!(f64_, T => sweep_line::<T>(kernel, n, &variants, samples, &mut rng));
             for (&v, &x) in values.iter().zip(&g) {
                 let mark = if Some(v) == modelled { " (the model's)" } else { "" };
                 println!("{ty} {name} {v}: {x:.1}{mark}");
@@ -1832,7 +1837,6 @@ fn run_bf16(samples: usize) {
         Bf16Method, Bf16Path, available_bf16_paths, gemm_bf16, widen_bf16,
     };
     use llm_workbook::simd::Kernel;
-    use llm_workbook::threads::with_threads;
     // The portable pairs (pairs on the scalar kernel) are the specification, too slow to time.
     let portable = |p: &Bf16Path| p.method == Bf16Method::Pairs && p.kernel == Kernel::Scalar;
     let paths: Vec<Bf16Path> =
@@ -1868,8 +1872,7 @@ fn run_bf16(samples: usize) {
             // One thread, as the f32 product above: the clock is this thread's CPU time, which
             // would not count the work of threads the product starts.
             contenders.push(contender(path.name(), move || {
-                with_threads(1, || gemm_bf16(path, 1.0, a16, ta, b16, tb, 0.0, c))
-                    .expect("shapes agree");
+                gemm_bf16(path.on_threads(1), 1.0, a16, ta, b16, tb, 0.0, c).expect("shapes agree");
             }));
         }
         let times = race(&mut contenders, samples, 0.05);

@@ -25,6 +25,20 @@ pub fn chapters() -> Vec<Chapter> {
     ]
 }
 
+/// Makes the portable micro-kernel ([`Kernel::Scalar`]) the process's kernel, as the main job
+/// does before it computes the book: every figure, table and page number the chapters compute is
+/// then the same bits on every CPU. The SIMD kernels add a product's terms in other groupings
+/// (fused multiply-adds, 4 or 8 lanes), so a model trained on them ends a few units of the last
+/// place away on each CPU, and after hundreds of steps its curves and maps differ visibly: the
+/// main job would change tracked figures on every machine but the one that drew them. What the
+/// book measures in seconds names its kernel in its own settings. Fails only on a CPU without
+/// the portable kernel, which no CPU is.
+///
+/// [`Kernel::Scalar`]: crate::simd::Kernel::Scalar
+pub fn compute_on_the_portable_kernel() -> crate::Result<()> {
+    crate::simd::set_kernel(Some(crate::simd::Kernel::Scalar))
+}
+
 /// The chapter with this number, if it exists.
 pub fn chapter(number: u32) -> Option<Chapter> {
     chapters().into_iter().find(|c| c.number == number)

@@ -98,6 +98,7 @@ fn figures(files: &[std::path::PathBuf]) -> String {
 }
 
 fn run_all() -> Result<(), String> {
+    book::compute_on_the_portable_kernel().map_err(|e| e.to_string())?;
     let chapters = book::chapters();
     let dir = image_dir();
     let mut mismatches = 0;
@@ -150,6 +151,7 @@ fn run_all() -> Result<(), String> {
 }
 
 fn run_chapter(ch: Chapter) -> Result<(), String> {
+    book::compute_on_the_portable_kernel().map_err(|e| e.to_string())?;
     chapter_heading(&ch);
     let mut stdout = cli::Stdout;
     let mut walk = Walk::new(&mut stdout);

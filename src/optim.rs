@@ -119,12 +119,15 @@ pub struct AdamMoments<T: Float> {
     m: Vec<DMatrix<T>>,
     v: Vec<DMatrix<T>>,
     t: u64,
+    /// The most threads a step may share its parameters between (`None`: the process's,
+    /// [`crate::threads::default_threads`]). Any count gives the same bits.
+    pub threads: Option<usize>,
 }
 
 impl<T: Float> AdamMoments<T> {
     /// Empty moments; the first step sizes them from the parameters.
     pub fn new() -> Self {
-        AdamMoments { m: Vec::new(), v: Vec::new(), t: 0 }
+        AdamMoments { m: Vec::new(), v: Vec::new(), t: 0, threads: None }
     }
 
     /// Steps taken so far (t).
@@ -189,7 +192,8 @@ impl<T: Float> AdamMoments<T> {
         // tensor may be cut between two), each run at least `PARAMETERS_PER_THREAD` long.
         let total: usize = work.iter().map(|w| w.0.len()).sum();
         let threads = if total >= PARALLEL_MIN_PARAMETERS {
-            crate::threads::default_threads().min(total / PARAMETERS_PER_THREAD).max(1)
+            let allowed = self.threads.unwrap_or_else(crate::threads::default_threads);
+            allowed.min(total / PARAMETERS_PER_THREAD).max(1)
         } else {
             1
         };
@@ -349,7 +353,7 @@ impl<T: Float> AdamMoments<T> {
                 "must be finite, and the second moments non-negative",
             ));
         }
-        Ok(AdamMoments { m: first, v: second, t: steps })
+        Ok(AdamMoments { m: first, v: second, t: steps, threads: None })
     }
 }
 

@@ -681,26 +681,40 @@ fn cross_attention_of_the_trained_model_reads_the_source_backwards() {
 }
 
 /// The chapter's loss curve and cross-attention map are committed figures, so the training that
-/// draws them gives the same bits under every kernel the CPU runs (it forces the portable one);
-/// the same training left to the SIMD kernel does not, which is what would change the figures
-/// from one CPU to the next.
+/// draws them gives the same bits under every kernel a user may force: the main job computes the
+/// book on the portable kernel
+/// ([`compute_on_the_portable_kernel`](llm_workbook::book::compute_on_the_portable_kernel)),
+/// whatever `LLM_WORKBOOK_KERNEL` says. Each kernel runs in a child process, as a user sets it.
+/// The same training left to a SIMD kernel ends in other bits, which is what would change the
+/// figures from one CPU to the next (planted: the call left out of the child).
 #[test]
 fn the_figures_training_gives_the_same_bits_under_every_kernel() {
-    use llm_workbook::simd::with_kernel;
-    use llm_workbook::simd::{Kernel, available_kernels};
-    let small = TrainConfig { steps: 20, ..CHAPTER_CONFIG };
-    let bits = |t: &Trained| t.losses.iter().map(|l| l.to_bits()).collect::<Vec<_>>();
-    let portable = with_kernel(Kernel::Scalar, || train(&small)).unwrap().unwrap();
+    use llm_workbook::simd::{KERNEL_ENV, Kernel, available_kernels};
+    const NAME: &str = "the_figures_training_gives_the_same_bits_under_every_kernel";
+    if common::is_child() {
+        if std::env::var("PORTABLE").is_ok() {
+            llm_workbook::book::compute_on_the_portable_kernel().unwrap();
+        }
+        let trained = train(&TrainConfig { steps: 20, ..CHAPTER_CONFIG }).unwrap();
+        let losses: Vec<u64> = trained.losses.iter().map(|l| l.to_bits()).collect();
+        let map = trained.cross_attention_map(&heatmap_example(&trained)).unwrap();
+        let map: Vec<u64> = map.iter().map(|v| v.to_bits()).collect();
+        println!("{}{losses:?} {map:?}", common::CHILD_LINE);
+        return;
+    }
+    let run = |kernel: Kernel, portable: bool| {
+        let mut env = vec![(KERNEL_ENV, kernel.name())];
+        if portable {
+            env.push(("PORTABLE", "1"));
+        }
+        common::in_child_process(NAME, &env)
+    };
+    let portable = run(Kernel::Scalar, false);
     for kernel in available_kernels() {
-        let drawn = with_kernel(kernel, || train_for_figures(&small)).unwrap().unwrap();
-        assert_eq!(bits(&drawn), bits(&portable), "the figures' training under {kernel}");
-        let example = heatmap_example(&drawn);
-        let (a, b) = (drawn.cross_attention_map(&example), portable.cross_attention_map(&example));
-        assert_eq!(a.unwrap(), b.unwrap(), "the cross-attention map under {kernel}");
+        assert_eq!(run(kernel, true), portable, "the figures' training under {kernel}");
     }
     if let Some(simd) = available_kernels().into_iter().find(|k| *k != Kernel::Scalar) {
-        let free = with_kernel(simd, || train(&small)).unwrap().unwrap();
-        assert_ne!(bits(&free), bits(&portable), "{simd} rounds as the portable kernel does");
+        assert_ne!(run(simd, false), portable, "{simd} rounds as the portable kernel does");
     }
 }
 

@@ -1086,25 +1086,33 @@ mod generation {
         m
     }
 
+    /// Each thread count is `LLM_WORKBOOK_THREADS` in a child process, as a user sets it (the
+    /// cached step shares its row products between the process's threads).
     #[test]
     fn the_cached_step_gives_the_same_bits_on_one_to_eight_threads() {
         use llm_workbook::ch09_gpt::fast::ROW_TEAM_WEIGHTS_PER_THREAD;
-        use llm_workbook::threads::with_threads;
-        // Width 256, 8 layers: 6.3 million block weights, enough for 3 threads to share each row
-        // product; 2 threads share them too, and 8 are cut back to 3.
-        let config = Config::new(65, 8, 8, 4, 256);
-        const { assert!(8 * 12 * 256 * 256 >= 3 * ROW_TEAM_WEIGHTS_PER_THREAD) };
-        let m = Gpt::<f32>::new(config, 4).unwrap();
-        let tokens = [3u32, 0, 6, 6, 2, 5, 64, 1];
-        let run = |threads: usize| -> Vec<u32> {
-            with_threads(threads, || {
-                let mut cache = m.new_kv_cache();
-                let mut bits = Vec::new();
-                for &t in &tokens {
-                    bits.extend(m.step(&mut cache, t).unwrap().iter().map(|v| v.to_bits()));
-                }
-                bits
-            })
+        use llm_workbook::threads::{THREADS_ENV, default_threads};
+        const NAME: &str =
+            "generation::the_cached_step_gives_the_same_bits_on_one_to_eight_threads";
+        if common::is_child() {
+            // Width 256, 8 layers: 6.3 million block weights, enough for 3 threads to share each
+            // row product; 2 threads share them too, and 8 are cut back to 3.
+            let config = Config::new(65, 8, 8, 4, 256);
+            const { assert!(8 * 12 * 256 * 256 >= 3 * ROW_TEAM_WEIGHTS_PER_THREAD) };
+            let m = Gpt::<f32>::new(config, 4).unwrap();
+            let mut cache = m.new_kv_cache();
+            let mut bits = Vec::new();
+            for t in [3u32, 0, 6, 6, 2, 5, 64, 1] {
+                bits.extend(m.step(&mut cache, t).unwrap().iter().map(|v| v.to_bits()));
+            }
+            println!("{}{} {bits:?}", common::CHILD_LINE, default_threads());
+            return;
+        }
+        let run = |threads: usize| {
+            let found = common::in_child_process(NAME, &[(THREADS_ENV, &threads.to_string())]);
+            let (used, bits) = found.split_once(' ').unwrap();
+            assert_eq!(used, threads.to_string(), "the child's thread count");
+            bits.to_string()
         };
         let one = run(1);
         for threads in [2, 3, 8] {
@@ -2269,11 +2277,9 @@ mod command_line {
 mod nalgebra_backend {
     use super::model::{tiny, tiny_batch};
     use super::*;
-    use llm_workbook::backend::{
-        Backend, active_backend, nalgebra_products, parse_backend_setting, with_backend,
-    };
+    use llm_workbook::backend::{BACKEND_ENV, Backend, nalgebra_products, parse_backend_setting};
     use llm_workbook::ch09_gpt::model::Gpt;
-    use llm_workbook::matmul::{Op, gemm, matmul, matmul_nt, matmul_tn, naive};
+    use llm_workbook::matmul::{Op, Settings, gemm_with, matmul, naive};
 
     /// |nalgebra − f64-accumulated triple loop| ≤ this · k for entries of N(0, 1) operands in f64.
     const F64_BOUND_PER_TERM: f64 = 1e-14;
@@ -2288,22 +2294,21 @@ mod nalgebra_backend {
             let reference = naive(&a, Op::N, &b, Op::N).unwrap();
             let ours = matmul(&a, &b).unwrap();
             let before = nalgebra_products();
-            let (nn, tn, nt, mut c) = with_backend(Backend::Nalgebra, || {
-                assert_eq!(active_backend(), Backend::Nalgebra);
-                let mut c = DMatrix::from_element(m, n, f64::NAN);
-                gemm(1.0, &a, Op::N, &b, Op::N, 0.0, &mut c).unwrap(); // β = 0: NaN in C is ignored
-                (
-                    matmul(&a, &b).unwrap(),
-                    matmul_tn(&a_t, &b).unwrap(),
-                    matmul_nt(&a, &b_t).unwrap(),
-                    c,
-                )
-            });
-            assert_eq!(active_backend(), Backend::Ours, "the choice is restored");
+            let peer = Settings { backend: Some(Backend::Nalgebra), ..Settings::default() };
+            let product = |a: &DMatrix<f64>, ta, b: &DMatrix<f64>, tb, c: &mut DMatrix<f64>| {
+                let stats = gemm_with(peer, 1.0, a, ta, b, tb, 0.0, c).unwrap();
+                assert!(stats.is_none(), "our kernels ran: {stats:?}");
+            };
+            // β = 0: NaN in C is ignored.
+            let [mut nn, mut tn, mut nt] = [(); 3].map(|_| DMatrix::from_element(m, n, f64::NAN));
+            product(&a, Op::N, &b, Op::N, &mut nn);
+            product(&a_t, Op::T, &b, Op::N, &mut tn);
+            product(&a, Op::N, &b_t, Op::T, &mut nt);
             // Evidence that nalgebra, not our kernels, computed them: its counter, which only its
             // products move, moved once for each.
-            assert!(nalgebra_products() >= before + 4);
-            for got in [&nn, &tn, &nt, &c, &ours] {
+            assert!(nalgebra_products() >= before + 3);
+            let mut c = nn.clone();
+            for got in [&nn, &tn, &nt, &ours] {
                 for (x, y) in got.iter().zip(reference.iter()) {
                     assert!(
                         (x - y).abs() <= F64_BOUND_PER_TERM * k as f64,
@@ -2312,27 +2317,41 @@ mod nalgebra_backend {
                 }
             }
             // β ≠ 0 accumulates: C ← 2·AB − C.
-            with_backend(Backend::Nalgebra, || gemm(2.0, &a, Op::N, &b, Op::N, -1.0, &mut c))
-                .unwrap();
+            gemm_with(peer, 2.0, &a, Op::N, &b, Op::N, -1.0, &mut c).unwrap();
             for (x, y) in c.iter().zip(reference.iter()) {
                 assert!((x - y).abs() <= 3.0 * F64_BOUND_PER_TERM * k as f64);
             }
         }
     }
 
+    /// `LLM_WORKBOOK_BACKEND=nalgebra` (set in a child process, as the benchmark sets it) sends
+    /// every product of the reference step to nalgebra, and the step agrees with ours.
     #[test]
     fn the_whole_gpt_step_under_nalgebra_agrees_with_ours() {
+        const NAME: &str = "nalgebra_backend::the_whole_gpt_step_under_nalgebra_agrees_with_ours";
         let m = Gpt::<f64>::new(tiny(true, Positions::Learned), 9).unwrap();
         let batch = tiny_batch();
+        let bits = |out: &llm_workbook::ch09_gpt::model::LossAndGrads<f64>| {
+            let grads = out.grads.iter().flat_map(|g| g.iter().map(|x| x.to_bits()));
+            std::iter::once(out.loss.to_bits()).chain(grads).collect::<Vec<u64>>()
+        };
+        if common::is_child() {
+            let before = nalgebra_products();
+            let out = m.loss_and_grads(&batch).unwrap();
+            let products = nalgebra_products() - before;
+            println!("{}{products} {:?}", common::CHILD_LINE, bits(&out));
+            return;
+        }
         let ours = m.loss_and_grads(&batch).unwrap();
-        let before = nalgebra_products();
-        let peer = with_backend(Backend::Nalgebra, || m.loss_and_grads(&batch)).unwrap();
-        assert!(nalgebra_products() > before + 20, "every product of the step went to nalgebra");
-        assert_abs_diff_eq!(ours.loss, peer.loss, epsilon = 1e-12);
-        for (g, h) in ours.grads.iter().zip(&peer.grads) {
-            for (x, y) in g.iter().zip(h.iter()) {
-                assert_abs_diff_eq!(*x, *y, epsilon = 1e-12);
-            }
+        let found = common::in_child_process(NAME, &[(BACKEND_ENV, "nalgebra")]);
+        let (products, peer) = found.split_once(' ').unwrap();
+        let products: u64 = products.parse().unwrap();
+        assert!(products > 20, "{products} products of the step went to nalgebra");
+        let peer: Vec<u64> =
+            peer.trim_matches(['[', ']']).split(", ").map(|b| b.parse().unwrap()).collect();
+        assert_eq!(peer.len(), bits(&ours).len());
+        for (x, y) in bits(&ours).iter().zip(&peer) {
+            assert_abs_diff_eq!(f64::from_bits(*x), f64::from_bits(*y), epsilon = 1e-12);
         }
     }
 
@@ -2901,7 +2920,7 @@ mod fused_step {
     use llm_workbook::ch09_gpt::model::Gpt;
     use llm_workbook::ch09_gpt::train::{Data, TrainConfig, Trainer};
     use llm_workbook::gradcheck;
-    use llm_workbook::threads::with_threads;
+    use llm_workbook::matmul::Settings;
 
     /// 181 sequences of six tokens (1,086 rows: four shards of 46, 45, 45 and 45 sequences, see
     /// `fast::gradient_shards`), every seventh position unscored.
@@ -3051,12 +3070,9 @@ mod fused_step {
         let batch = many_sequences();
         assert_eq!(gradient_shards(&model.config, batch.batch, batch.seq_len), 4);
         let run = |threads: usize| {
-            with_threads(threads, || {
-                FusedStep::new()
-                    .loss_and_grads(&model, &batch)
-                    .map(|(l, g)| (l, g.to_vec()))
-                    .unwrap()
-            })
+            let mut step = FusedStep::new();
+            step.set_settings(Settings { threads: Some(threads), ..Settings::default() });
+            step.loss_and_grads(&model, &batch).map(|(l, g)| (l, g.to_vec())).unwrap()
         };
         let one = run(1);
         for threads in [2, 3, 4, 5, 8] {
@@ -4449,42 +4465,45 @@ mod checkpoint_unit {
 }
 
 /// The main job's two trainings feed committed figures (the sorting and corpus loss curves) and
-/// chapter 11's quantized model, so they give the same bits under every kernel the CPU runs:
-/// [`results_after`](llm_workbook::ch09_gpt::book::results_after) forces the portable one. A few
-/// steps of each suffice; the same steps left to a SIMD kernel round differently (a planted
-/// `results_after` without the forcing fails here on any CPU with AVX2).
+/// chapter 11's quantized model, so they give the same bits under every kernel a user may force:
+/// the main job computes the book on the portable kernel
+/// ([`compute_on_the_portable_kernel`](llm_workbook::book::compute_on_the_portable_kernel)),
+/// whatever `LLM_WORKBOOK_KERNEL` says. Each kernel runs in a child process, as a user sets it; a
+/// few steps of each training suffice. Without that call the same steps on a SIMD kernel round
+/// differently (planted: the call left out of the child; it fails on any CPU with AVX2).
 #[test]
 fn the_main_job_s_trainings_give_the_same_bits_under_every_kernel() {
-    use llm_workbook::ch09_gpt::book::{Results, results_after};
-    use llm_workbook::simd::with_kernel;
-    use llm_workbook::simd::{Kernel, available_kernels};
-    let bits = |r: &Results| {
+    use llm_workbook::ch09_gpt::book::results_after;
+    use llm_workbook::simd::{KERNEL_ENV, Kernel, available_kernels};
+    const NAME: &str = "the_main_job_s_trainings_give_the_same_bits_under_every_kernel";
+    if common::is_child() {
+        let portable = std::env::var("PORTABLE").is_ok();
+        if portable {
+            llm_workbook::book::compute_on_the_portable_kernel().unwrap();
+        }
+        let r = results_after(3, 3).unwrap();
         let losses = r.sort_history.iter().chain(&r.corpus.history).map(|s| s.loss.to_bits());
         let mut all: Vec<u64> = losses.collect();
         all.extend(r.corpus.validation.iter().map(|(_, v)| v.to_bits()));
         all.push(r.sort_accuracy.to_bits());
-        all
+        println!("{}{all:?} {:?}", common::CHILD_LINE, r.corpus_sample);
+        return;
+    }
+    let run = |kernel: Kernel, portable: bool| {
+        let mut env = vec![(KERNEL_ENV, kernel.name())];
+        if portable {
+            env.push(("PORTABLE", "1"));
+        }
+        common::in_child_process(NAME, &env)
     };
-    let portable = with_kernel(Kernel::Scalar, || results_after(3, 3)).unwrap().unwrap();
-    assert!(bits(&portable).len() >= 7, "{:?}", bits(&portable));
-    let best = *available_kernels().last().expect("the portable kernel at least");
-    let drawn = with_kernel(best, || results_after(3, 3)).unwrap().unwrap();
-    assert_eq!(bits(&drawn), bits(&portable), "the main job's trainings under {best}");
-    assert_eq!(drawn.corpus_sample, portable.corpus_sample);
-    // Without the forcing the kernel shows: the same three sorting steps on a SIMD kernel and on
-    // the portable one end in other bits, as the figures did from one CPU to the next.
+    let portable = run(Kernel::Scalar, false);
+    assert!(portable.matches(',').count() >= 6, "{portable}");
+    for kernel in available_kernels() {
+        assert_eq!(run(kernel, true), portable, "the main job's trainings under {kernel}");
+    }
+    // Left to a SIMD kernel, the same steps end in other bits, as the figures did from one CPU to
+    // the next.
     if let Some(simd) = available_kernels().into_iter().find(|k| *k != Kernel::Scalar) {
-        let sort = |kernel| {
-            with_kernel(kernel, || {
-                use llm_workbook::ch09_gpt::{model::Gpt, sort_setup, train};
-                let (task, config, tc) = sort_setup().unwrap();
-                let mut t =
-                    train::Trainer::new(Gpt::<f32>::new(config, 1).unwrap(), &tc, 2).unwrap();
-                t.run(&train::Data::Sort(&task), &tc, 3, |_| {}).unwrap();
-                t.history.iter().map(|s| s.loss.to_bits()).collect::<Vec<_>>()
-            })
-            .unwrap()
-        };
-        assert_ne!(sort(simd), sort(Kernel::Scalar), "{simd} rounds as the portable kernel does");
+        assert_ne!(run(simd, false), portable, "{simd} rounds as the portable kernel does");
     }
 }

@@ -16,13 +16,45 @@
 mod common;
 
 use llm_workbook::Error;
+use llm_workbook::backend::Backend;
 use llm_workbook::float::Float;
 use llm_workbook::matmul::lab::{Blocking, default_blocking, tile_shape};
-use llm_workbook::matmul::{self, Op, Settings, gemm, gemm_with, matmul, matmul_nt, matmul_tn};
+use llm_workbook::matmul::{self, MatMut, MatRef, Op, ProductStats, Settings, gemm, matmul};
+use llm_workbook::matmul::{matmul_nt, matmul_tn};
 use llm_workbook::rng::Rng;
-use llm_workbook::simd::with_kernel;
 use llm_workbook::simd::{Kernel, available_kernels};
 use nalgebra::DMatrix;
+
+/// [`matmul::gemm_with`] on our kernels, whatever backend the process chose: what they did.
+#[allow(clippy::too_many_arguments)]
+fn ran<'a, T: matmul::Element>(
+    settings: Settings,
+    alpha: T,
+    a: impl Into<MatRef<'a, T>>,
+    ta: Op,
+    b: impl Into<MatRef<'a, T>>,
+    tb: Op,
+    beta: T,
+    c: impl Into<MatMut<'a, T>>,
+) -> llm_workbook::Result<ProductStats> {
+    let ours = Settings { backend: Some(Backend::Ours), ..settings };
+    matmul::gemm_with(ours, alpha, a, ta, b, tb, beta, c).map(|s| s.expect("our kernels ran"))
+}
+
+/// op(A)·op(B) by our `kernel`.
+fn product_on<T: Float>(
+    kernel: Kernel,
+    a: &DMatrix<T>,
+    ta: Op,
+    b: &DMatrix<T>,
+    tb: Op,
+) -> DMatrix<T> {
+    let m = if ta == Op::N { a.nrows() } else { a.ncols() };
+    let n = if tb == Op::N { b.ncols() } else { b.nrows() };
+    let mut c = DMatrix::zeros(m, n);
+    ran(forced(kernel), T::one(), a, ta, b, tb, T::zero(), &mut c).expect("shapes chain");
+    c
+}
 
 // ───────────────────────────── the reference and the bound ─────────────────────────────
 
@@ -156,17 +188,9 @@ fn run_case<T: Float>(
 ) -> Result<matmul::ProductStats, String> {
     let x = operands::<T>(&case, rng);
     let mut c = x.c0.clone();
-    let stats = gemm_with(
-        settings,
-        T::of(case.alpha),
-        &x.a,
-        case.ta,
-        &x.b,
-        case.tb,
-        T::of(case.beta),
-        &mut c,
-    )
-    .map_err(|e| e.to_string())?;
+    let stats =
+        ran(settings, T::of(case.alpha), &x.a, case.ta, &x.b, case.tb, T::of(case.beta), &mut c)
+            .map_err(|e| e.to_string())?;
     if let Some(k) = settings.kernel
         && stats.kernel != k
     {
@@ -214,7 +238,7 @@ fn the_error_bound_rejects_a_product_missing_one_term() {
     for kernel in available_kernels() {
         let x = operands::<f64>(&case, &mut rng);
         let mut c = x.c0.clone();
-        gemm_with(forced(kernel), 1.0, &x.a, Op::N, &x.b, Op::N, 0.0, &mut c).expect("product");
+        ran(forced(kernel), 1.0, &x.a, Op::N, &x.b, Op::N, 0.0, &mut c).expect("product");
         let (value, size) = reference(&case, &x);
         within_bound(&case, &c, &value, &size).expect("the correct product is inside the bound");
         c[(4, 3)] -= x.a[(4, 17)] * x.b[(17, 3)];
@@ -452,7 +476,7 @@ fn every_kernel_matches_the_triple_loop_with_large_cancelling_inputs() {
     assert_eq!(value[(0, 0)], 3.0);
     for kernel in available_kernels() {
         let mut c = x.c0.clone();
-        gemm_with(forced(kernel), 1.0, &a, Op::N, &b, Op::N, 0.0, &mut c).expect("product");
+        ran(forced(kernel), 1.0, &a, Op::N, &b, Op::N, 0.0, &mut c).expect("product");
         within_bound(&case, &c, &value, &size).unwrap_or_else(|e| panic!("{kernel}: {e}"));
     }
 }
@@ -498,7 +522,7 @@ fn a_product_uses_no_more_threads_than_its_work_pays_for() {
     let run = |t: usize| {
         let mut c = x.c0.clone();
         let s = Settings { threads: Some(t), ..Settings::default() };
-        let stats = gemm_with(s, 1.0, &x.a, Op::N, &x.b, Op::N, 0.0, &mut c).expect("product");
+        let stats = ran(s, 1.0, &x.a, Op::N, &x.b, Op::N, 0.0, &mut c).expect("product");
         (stats.threads, bits(&c))
     };
     let (one, one_bits) = run(1);
@@ -528,8 +552,7 @@ fn large_products_cut_into_blocks_of_up_to_four_pieces_a_thread_give_one_threads
         let run = |t: usize| {
             let mut c = x.c0.clone();
             let s = Settings { threads: Some(t), ..Settings::default() };
-            let stats =
-                gemm_with(s, alpha, &x.a, case.ta, &x.b, case.tb, beta, &mut c).expect("product");
+            let stats = ran(s, alpha, &x.a, case.ta, &x.b, case.tb, beta, &mut c).expect("product");
             assert_eq!(stats.threads, t);
             c
         };
@@ -592,36 +615,20 @@ fn simd_kernels_fuse_multiply_and_add_and_the_scalar_kernel_does_not() {
     let (fused64, unfused64) = (2f64.powi(-26) + 2f64.powi(-54), 2f64.powi(-26));
     for kernel in available_kernels() {
         let want = if kernel == Kernel::Scalar { (unfused, unfused64) } else { (fused, fused64) };
-        let got32 =
-            with_kernel(kernel, || matmul(&a, &b)).expect("available").expect("shapes")[(0, 0)];
-        let got64 =
-            with_kernel(kernel, || matmul(&a64, &b64)).expect("available").expect("shapes")[(0, 0)];
+        let got32 = product_on(kernel, &a, Op::N, &b, Op::N)[(0, 0)];
+        let got64 = product_on(kernel, &a64, Op::N, &b64, Op::N)[(0, 0)];
         assert_eq!((got32, got64), want, "{kernel}");
     }
 }
 
 #[test]
-fn with_kernel_restores_the_previous_choice_and_refuses_what_the_cpu_lacks() {
-    let before = llm_workbook::simd::active_kernel();
-    let inner = with_kernel(Kernel::Scalar, || {
-        let nested =
-            with_kernel(llm_workbook::simd::best_kernel(), llm_workbook::simd::active_kernel)
-                .expect("best is available");
-        (llm_workbook::simd::active_kernel(), nested)
-    })
-    .expect("scalar is always available");
-    assert_eq!(inner, (Kernel::Scalar, llm_workbook::simd::best_kernel()));
-    assert_eq!(llm_workbook::simd::active_kernel(), before);
+fn a_kernel_the_cpu_lacks_is_refused_by_name() {
     for kernel in Kernel::ALL.into_iter().filter(|k| !k.is_available()) {
-        assert!(matches!(
-            with_kernel(kernel, || ()),
-            Err(Error::InvalidValue { arg: "kernel", .. })
-        ));
         assert!(matches!(
             llm_workbook::simd::set_kernel(Some(kernel)),
             Err(Error::InvalidValue { arg: "kernel", .. })
         ));
-        let e = gemm_with(
+        let e = ran(
             forced(kernel),
             1.0,
             &DMatrix::<f32>::zeros(1, 1),
@@ -683,8 +690,7 @@ fn kernel_names_parse_and_bad_names_are_refused() {
 fn env_probe_child() {
     let a = DMatrix::<f32>::from_element(20, 20, 1.0);
     let mut c = DMatrix::zeros(20, 20);
-    let ran =
-        gemm_with(Settings::default(), 1.0, &a, Op::N, &a, Op::N, 0.0, &mut c).unwrap().kernel;
+    let ran = ran(Settings::default(), 1.0, &a, Op::N, &a, Op::N, 0.0, &mut c).unwrap().kernel;
     assert_eq!(c[(3, 4)], 20.0);
     // Set to an available kernel: that one; unset, `auto` or unusable: the best one (with a
     // warning on stderr for an unusable value).
@@ -787,7 +793,7 @@ fn matmul_tn_and_nt_match_the_triple_loop_on_the_transposed_operands() {
         reference(&case, &Operands { a: x.clone(), b: z.clone(), c0: DMatrix::zeros(23, 14) });
     within_bound(&case, &nt, &value, &size).expect("x zᵀ");
     let mut again = DMatrix::zeros(23, 14);
-    let ran = gemm_with(Settings::default(), 1.0, &x, Op::N, &z, Op::T, 0.0, &mut again).unwrap();
+    let ran = ran(Settings::default(), 1.0, &x, Op::N, &z, Op::T, 0.0, &mut again).unwrap();
     assert_eq!(ran.kernel, llm_workbook::simd::active_kernel());
     assert_eq!(again, nt, "the default settings are the plain product's");
 }
@@ -798,9 +804,7 @@ fn beta_zero_overwrites_nan_and_infinity_in_c() {
     for kernel in available_kernels() {
         let mut c =
             DMatrix::from_row_slice(2, 2, &[f32::NAN, f32::INFINITY, f32::NEG_INFINITY, f32::NAN]);
-        with_kernel(kernel, || gemm(1.0, &a, Op::N, &a, Op::N, 0.0, &mut c))
-            .expect("available")
-            .expect("shapes");
+        ran(forced(kernel), 1.0, &a, Op::N, &a, Op::N, 0.0, &mut c).expect("shapes");
         assert_eq!(c, DMatrix::from_row_slice(2, 2, &[7.0, 10.0, 15.0, 22.0]), "{kernel}");
     }
 }
@@ -811,9 +815,7 @@ fn nonzero_beta_propagates_nan_in_c_as_ieee_says() {
     for kernel in available_kernels() {
         let mut c = DMatrix::from_element(3, 3, 1.0);
         c[(1, 2)] = f64::NAN;
-        with_kernel(kernel, || gemm(1.0, &a, Op::N, &a, Op::N, 1.0, &mut c))
-            .expect("available")
-            .expect("shapes");
+        ran(forced(kernel), 1.0, &a, Op::N, &a, Op::N, 1.0, &mut c).expect("shapes");
         assert!(c[(1, 2)].is_nan(), "{kernel}");
         assert_eq!(c.iter().filter(|v| v.is_nan()).count(), 1, "{kernel}");
         assert_eq!(c[(0, 0)], 2.0);
@@ -832,7 +834,7 @@ fn nan_and_infinity_in_the_inputs_reach_exactly_the_entries_they_touch() {
         let mut b = rng.normal_matrix::<f32>(k, n, 1.0);
         a[(2, 5)] = f32::NAN;
         b[(3, 1)] = f32::INFINITY;
-        let c = with_kernel(kernel, || matmul(&a, &b)).expect("available").expect("shapes");
+        let c = product_on(kernel, &a, Op::N, &b, Op::N);
         for j in 0..n {
             for i in 0..m {
                 let v = c[(i, j)];
@@ -855,12 +857,11 @@ fn alpha_zero_scales_c_by_beta_without_reading_a_or_b() {
     let b = DMatrix::<f64>::from_element(3, 5, f64::INFINITY);
     for kernel in available_kernels() {
         let mut c = DMatrix::from_element(4, 5, 2.0);
-        let stats =
-            gemm_with(forced(kernel), 0.0, &a, Op::N, &b, Op::N, -1.5, &mut c).expect("valid");
+        let stats = ran(forced(kernel), 0.0, &a, Op::N, &b, Op::N, -1.5, &mut c).expect("valid");
         assert_eq!(c, DMatrix::from_element(4, 5, -3.0));
         assert_eq!(stats.tiles, 0);
         let mut c = DMatrix::from_element(4, 5, f64::NAN);
-        gemm_with(forced(kernel), 0.0, &a, Op::N, &b, Op::N, 0.0, &mut c).expect("valid");
+        ran(forced(kernel), 0.0, &a, Op::N, &b, Op::N, 0.0, &mut c).expect("valid");
         assert_eq!(c, DMatrix::zeros(4, 5));
     }
 }
@@ -870,20 +871,17 @@ fn zero_sized_products_are_empty_or_zero_or_beta_times_c() {
     for kernel in available_kernels() {
         // m = 0 or n = 0: an empty result.
         let empty_rows =
-            with_kernel(kernel, || matmul(&DMatrix::<f32>::zeros(0, 4), &DMatrix::zeros(4, 3)))
-                .expect("available");
-        assert_eq!(empty_rows.expect("valid").shape(), (0, 3));
+            product_on(kernel, &DMatrix::<f32>::zeros(0, 4), Op::N, &DMatrix::zeros(4, 3), Op::N);
+        assert_eq!(empty_rows.shape(), (0, 3));
         let empty_cols =
-            with_kernel(kernel, || matmul_tn(&DMatrix::<f64>::zeros(4, 2), &DMatrix::zeros(4, 0)))
-                .expect("available");
-        assert_eq!(empty_cols.expect("valid").shape(), (2, 0));
+            product_on(kernel, &DMatrix::<f64>::zeros(4, 2), Op::T, &DMatrix::zeros(4, 0), Op::N);
+        assert_eq!(empty_cols.shape(), (2, 0));
         // k = 0: the empty sum is 0, so C ← β·C (zeros when β = 0, whatever C held).
         let zero =
-            with_kernel(kernel, || matmul_nt(&DMatrix::<f64>::zeros(3, 0), &DMatrix::zeros(2, 0)))
-                .expect("available");
-        assert_eq!(zero.expect("valid"), DMatrix::zeros(3, 2));
+            product_on(kernel, &DMatrix::<f64>::zeros(3, 0), Op::N, &DMatrix::zeros(2, 0), Op::T);
+        assert_eq!(zero, DMatrix::zeros(3, 2));
         let mut c = DMatrix::from_element(3, 2, f32::NAN);
-        gemm_with(
+        ran(
             forced(kernel),
             1.0,
             &DMatrix::zeros(3, 0),
@@ -896,7 +894,7 @@ fn zero_sized_products_are_empty_or_zero_or_beta_times_c() {
         .expect("valid");
         assert_eq!(c, DMatrix::zeros(3, 2));
         let mut c = DMatrix::from_element(3, 2, 4.0f32);
-        gemm_with(
+        ran(
             forced(kernel),
             1.0,
             &DMatrix::zeros(0, 3),
@@ -926,8 +924,7 @@ fn mismatched_inner_dimensions_are_a_shape_error_naming_both_operands() {
         matches!(&e, Error::Shape { op: "gemm", arg: "inner dimensions of op(A) and op(B)", .. }),
         "{e:?}"
     );
-    let e =
-        gemm_with(Settings::default(), 1.0, &a, Op::T, &b, Op::N, 0.0, &mut c).expect_err("3 ≠ 5");
+    let e = ran(Settings::default(), 1.0, &a, Op::T, &b, Op::N, 0.0, &mut c).expect_err("3 ≠ 5");
     assert!(matches!(&e, Error::Shape { op: "gemm_with", .. }), "{e:?}");
 }
 
@@ -948,7 +945,7 @@ fn zero_threads_and_zero_block_sizes_are_refused() {
     let mut c = DMatrix::<f32>::zeros(2, 2);
     let zero_threads = Settings { threads: Some(0), ..Settings::default() };
     assert!(matches!(
-        gemm_with(zero_threads, 1.0, &a, Op::N, &a, Op::N, 0.0, &mut c),
+        ran(zero_threads, 1.0, &a, Op::N, &a, Op::N, 0.0, &mut c),
         Err(Error::InvalidValue { arg: "threads", .. })
     ));
     for blocking in [
@@ -958,7 +955,7 @@ fn zero_threads_and_zero_block_sizes_are_refused() {
     ] {
         let s = Settings { blocking: Some(blocking), ..Settings::default() };
         assert!(matches!(
-            gemm_with(s, 1.0, &a, Op::N, &a, Op::N, 0.0, &mut c),
+            ran(s, 1.0, &a, Op::N, &a, Op::N, 0.0, &mut c),
             Err(Error::InvalidValue { arg: "blocking", .. })
         ));
     }
@@ -1397,14 +1394,14 @@ mod properties {
                 };
                 let bits = |m: &DMatrix<f32>| m.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
                 let mut one = x.c0.clone();
-                gemm_with(
+                ran(
                     Settings { threads: Some(1), ..base },
                     alpha, &x.a, case.ta, &x.b, case.tb, beta, &mut one,
                 )
                 .unwrap();
                 for threads in [2, 3, 4, 5, 8] {
                     let mut many = x.c0.clone();
-                    let stats = gemm_with(
+                    let stats = ran(
                         Settings { threads: Some(threads), ..base },
                         alpha, &x.a, case.ta, &x.b, case.tb, beta, &mut many,
                     )
@@ -1433,13 +1430,13 @@ mod properties {
             let (alpha, beta) = (case.alpha as f32, case.beta as f32);
             let mut scalar = x.c0.clone();
             let (ta, tb) = (case.ta, case.tb);
-            gemm_with(forced(Kernel::Scalar), alpha, &x.a, ta, &x.b, tb, beta, &mut scalar)
+            ran(forced(Kernel::Scalar), alpha, &x.a, ta, &x.b, tb, beta, &mut scalar)
                 .unwrap();
             let relative = 2.0 * gamma(case.k + 2, unit_roundoff::<f32>());
             let absolute = 2.0 * (case.k + 2) as f64 * eta::<f32>();
             for kernel in available_kernels().into_iter().filter(|&k| k != Kernel::Scalar) {
                 let mut simd = x.c0.clone();
-                gemm_with(forced(kernel), alpha, &x.a, ta, &x.b, tb, beta, &mut simd).unwrap();
+                ran(forced(kernel), alpha, &x.a, ta, &x.b, tb, beta, &mut simd).unwrap();
                 for j in 0..case.n {
                     for i in 0..case.m {
                         let diff = (simd[(i, j)] as f64 - scalar[(i, j)] as f64).abs();
@@ -1471,10 +1468,8 @@ mod properties {
 
 mod views {
     use super::*;
-    use llm_workbook::backend::{Backend, with_backend};
-    use llm_workbook::matmul::{MatMut, MatRef, gemm};
-    use llm_workbook::simd::Kernel;
-    use llm_workbook::threads::{share_pieces, with_threads};
+    use llm_workbook::matmul::gemm_with;
+    use llm_workbook::threads::share_pieces;
 
     /// `inner` placed at rows r0…, columns c0… of a larger zero-padded matrix with `ld` rows; the
     /// view's slice starts at its first entry.
@@ -1492,7 +1487,11 @@ mod views {
         (big.as_slice().to_vec(), r0 + c0 * ld)
     }
 
-    fn check_view_case<T: Float>(case: Case, rng: &mut Rng) -> Result<(), String> {
+    fn check_view_case<T: Float>(
+        settings: Settings,
+        case: Case,
+        rng: &mut Rng,
+    ) -> Result<(), String> {
         let x = operands::<T>(&case, rng);
         let (pad_a, pad_b) = (1 + case.m % 3, 2 + case.n % 4);
         let (a_store, a_at) = embedded(&x.a, pad_a, 1, x.a.nrows() + pad_a + 3, rng);
@@ -1508,7 +1507,7 @@ mod views {
         let before = big_c.clone();
         let view = MatMut::new(&mut big_c.as_mut_slice()[2 + ldc..], case.m, case.n, ldc)
             .map_err(|e| e.to_string())?;
-        gemm(T::of(case.alpha), a, case.ta, b, case.tb, T::of(case.beta), view)
+        gemm_with(settings, T::of(case.alpha), a, case.ta, b, case.tb, T::of(case.beta), view)
             .map_err(|e| e.to_string())?;
         for j in 0..case.n + 1 {
             for i in 0..ldc {
@@ -1540,19 +1539,19 @@ mod views {
         for backend in [Backend::Ours, Backend::Nalgebra] {
             for kernel in available_kernels() {
                 let mut rng = Rng::new(41);
-                with_backend(backend, || {
-                    with_kernel(kernel, || {
-                        for case in &cases {
-                            if let Err(e) = check_view_case::<f32>(*case, &mut rng)
-                                .and_then(|()| check_view_case::<f64>(*case, &mut rng))
-                            {
-                                failures.push(format!("{} {kernel}: {e}", backend.name()));
-                                break;
-                            }
-                        }
-                    })
-                    .unwrap()
-                });
+                let settings = Settings {
+                    backend: Some(backend),
+                    kernel: Some(kernel),
+                    ..Settings::default()
+                };
+                for case in &cases {
+                    if let Err(e) = check_view_case::<f32>(settings, *case, &mut rng)
+                        .and_then(|()| check_view_case::<f64>(settings, *case, &mut rng))
+                    {
+                        failures.push(format!("{} {kernel}: {e}", backend.name()));
+                        break;
+                    }
+                }
             }
         }
         assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -1585,29 +1584,10 @@ mod views {
                     let mut c_near = DMatrix::<f32>::zeros(m, n);
                     let mut c_far = DMatrix::<f32>::zeros(m, n);
                     let a_view = || MatRef::new(a.as_slice(), m, k, m).unwrap();
-                    with_kernel(kernel, || {
-                        gemm(
-                            1.0,
-                            a_view(),
-                            Op::N,
-                            near,
-                            tb,
-                            0.0,
-                            MatMut::new(c_near.as_mut_slice(), m, n, m).unwrap(),
-                        )
-                        .unwrap();
-                        gemm(
-                            1.0,
-                            a_view(),
-                            Op::N,
-                            packed,
-                            tb,
-                            0.0,
-                            MatMut::new(c_far.as_mut_slice(), m, n, m).unwrap(),
-                        )
-                        .unwrap();
-                    })
-                    .unwrap();
+                    let c = MatMut::new(c_near.as_mut_slice(), m, n, m).unwrap();
+                    ran(forced(kernel), 1.0, a_view(), Op::N, near, tb, 0.0, c).unwrap();
+                    let c = MatMut::new(c_far.as_mut_slice(), m, n, m).unwrap();
+                    ran(forced(kernel), 1.0, a_view(), Op::N, packed, tb, 0.0, c).unwrap();
                     let same =
                         c_near.iter().zip(c_far.iter()).all(|(x, y)| x.to_bits() == y.to_bits());
                     assert!(
@@ -1646,54 +1626,37 @@ mod views {
         assert!(e.to_string().contains("ld"), "{e}");
     }
 
+    /// A product's settings limit its threads, and the scheduler runs pieces on the pool's
+    /// threads with nothing of the caller's but what the pieces capture: a product's settings,
+    /// passed in, reach every piece.
     #[test]
-    fn with_threads_limits_products_and_the_scheduler_carries_the_choices_into_its_threads() {
+    fn settings_limit_a_product_s_threads_and_reach_every_piece_of_the_scheduler() {
         let mut rng = Rng::new(3);
         let a = rng.normal_matrix::<f32>(600, 300, 1.0);
         let b = rng.normal_matrix::<f32>(300, 200, 1.0);
         const { assert!(2.0 * 600.0 * 300.0 * 200.0 >= matmul::lab::PARALLEL_MIN_FLOPS) };
         let threads_used = |threads| {
-            with_threads(threads, || {
-                let mut c = DMatrix::zeros(600, 200);
-                gemm_with(Settings::default(), 1.0, &a, Op::N, &b, Op::N, 0.0, &mut c)
-                    .unwrap()
-                    .threads
-            })
+            let mut c = DMatrix::zeros(600, 200);
+            let settings = Settings { threads: Some(threads), ..Settings::default() };
+            ran(settings, 1.0, &a, Op::N, &b, Op::N, 0.0, &mut c).unwrap().threads
         };
         assert_eq!(threads_used(1), 1);
         assert_eq!(threads_used(2), 2);
-        // The scheduler carries this thread's choices into the pool's threads: two pieces that
-        // wait for each other run on two threads, and each sees the caller's kernel, backend and
-        // thread count.
+        // Two pieces that wait for each other run on two threads; each runs its product with the
+        // settings it was handed, on the portable kernel and one thread.
         let meet = std::sync::Barrier::new(2);
-        let seen = with_threads(1, || {
-            with_backend(Backend::Nalgebra, || {
-                llm_workbook::simd::with_kernel(Kernel::Scalar, || {
-                    share_pieces(&mut [(), ()], vec![0, 1], |(), _| {
-                        meet.wait();
-                        (
-                            std::thread::current().id(),
-                            llm_workbook::threads::default_threads(),
-                            llm_workbook::backend::active_backend(),
-                            llm_workbook::simd::active_kernel(),
-                        )
-                    })
-                })
-                .unwrap()
-            })
+        let settings =
+            Settings { kernel: Some(Kernel::Scalar), threads: Some(1), ..Settings::default() };
+        let seen = share_pieces(&mut [(), ()], vec![0, 1], |(), _| {
+            meet.wait();
+            let mut c = DMatrix::zeros(600, 200);
+            let stats = ran(settings, 1.0, &a, Op::N, &b, Op::N, 0.0, &mut c).unwrap();
+            (std::thread::current().id(), stats.kernel, stats.threads)
         });
         assert_ne!(seen[0].0, seen[1].0, "the two pieces ran on two threads");
-        for (_, threads, backend, kernel) in &seen[..] {
-            assert_eq!((*threads, *backend, *kernel), (1, Backend::Nalgebra, Kernel::Scalar));
+        for (_, kernel, threads) in &seen[..] {
+            assert_eq!((*kernel, *threads), (Kernel::Scalar, 1));
         }
-        let plain = with_threads(1, || {
-            std::thread::spawn(llm_workbook::threads::default_threads).join().unwrap()
-        });
-        assert_eq!(
-            plain,
-            llm_workbook::threads::default_threads(),
-            "a thread the scheduler did not start has the process default"
-        );
     }
 }
 
@@ -1702,7 +1665,7 @@ mod views {
 mod wide_map {
     use super::*;
     use llm_workbook::ch03_mlp::{gelu_tanh_derivative_f32, gelu_tanh_f32};
-    use llm_workbook::simd_map::map_f32;
+    use llm_workbook::simd_map::{map_f32, map_f32_with};
 
     type Binary = fn(f32, f32) -> f32;
 
@@ -1721,7 +1684,7 @@ mod wide_map {
                 let want: Vec<u32> = x.iter().zip(&y0).map(|(&a, &b)| f(a, b).to_bits()).collect();
                 for kernel in available_kernels() {
                     let mut y = y0.clone();
-                    with_kernel(kernel, || map_f32(&x, &mut y, f)).unwrap().unwrap();
+                    map_f32_with(kernel, &x, &mut y, f).unwrap();
                     let got: Vec<u32> = y.iter().map(|v| v.to_bits()).collect();
                     assert!(got == want, "{name}, {kernel}, length {len}");
                 }
@@ -1731,7 +1694,7 @@ mod wide_map {
         let x = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0];
         for kernel in available_kernels() {
             let mut y = [0.0; 5];
-            with_kernel(kernel, || map_f32(&x, &mut y, |z, _| gelu_tanh_f32(z))).unwrap().unwrap();
+            map_f32_with(kernel, &x, &mut y, |z, _| gelu_tanh_f32(z)).unwrap();
             for (&got, &z) in y.iter().zip(&x) {
                 let want = gelu_tanh_f32(z);
                 assert!(
@@ -1756,7 +1719,6 @@ mod wide_map {
 mod optimiser_threads {
     use super::*;
     use llm_workbook::optim::{AdamConfig, AdamW, PARAMETERS_PER_THREAD};
-    use llm_workbook::threads::with_threads;
 
     /// Three AdamW steps on tensors of awkward sizes (4.1·10⁵ parameters, so 8 runs of at least
     /// `PARAMETERS_PER_THREAD`, cutting tensors between runs) with `threads` threads;
@@ -1776,7 +1738,8 @@ mod optimiser_threads {
                 shapes.iter().map(|&(r, c)| rng.normal_matrix(r, c, 1.0)).collect();
             let grads: Vec<&DMatrix<f32>> = grads.iter().collect();
             let mut refs: Vec<&mut DMatrix<f32>> = params.iter_mut().collect();
-            with_threads(threads, || opt.step(&mut refs, &grads, &decay)).unwrap();
+            opt.moments.threads = Some(threads);
+            opt.step(&mut refs, &grads, &decay).unwrap();
         }
         let moments = opt.moments.first().iter().chain(opt.moments.second());
         params.iter().chain(moments).flat_map(|m| m.iter().map(|v| v.to_bits())).collect()

@@ -514,7 +514,7 @@ use llm_workbook::ch11_precision::runs::{
     self, F16_LOSS_SCALE, MixedRun, small_gradient_batch, small_gradient_step,
 };
 use llm_workbook::ch11_precision::{Precision, ProductInputs, Rounding};
-use llm_workbook::matmul::Op;
+use llm_workbook::matmul::{Op, Settings};
 use nalgebra::DMatrix;
 
 const BF16_INPUTS: Precision = Precision { inputs: ProductInputs::Bf16, loss_scale: 1.0 };
@@ -589,7 +589,8 @@ fn a_rounded_product_is_within_its_bound() {
                 Op::T => normal_values(n, k, &mut rng),
             };
             let mut c = DMatrix::zeros(m, n);
-            let tally = mixed::gemm(inputs, 1.0, &a, ta, &b, tb, 0.0, &mut c).unwrap();
+            let ours = Settings::default();
+            let tally = mixed::gemm(inputs, ours, 1.0, &a, ta, &b, tb, 0.0, &mut c).unwrap();
             assert_eq!(tally, (Rounding::default(), Rounding::default()));
             let at = |x: &DMatrix<f32>, op: Op, i: usize, j: usize| match op {
                 Op::N => x[(i, j)],
@@ -1323,9 +1324,8 @@ const BF16_SHAPES: [(usize, usize, usize); 6] =
 #[test]
 fn the_widened_bf16_product_is_the_f32_product_of_the_widened_inputs() {
     use llm_workbook::matmul::lab::{Bf16Path, gemm_bf16};
-    use llm_workbook::matmul::{Op, gemm};
+    use llm_workbook::matmul::{Op, Settings, gemm_with};
     use llm_workbook::simd::available_kernels;
-    use llm_workbook::simd::with_kernel;
     let mut rng = Rng::new(1611);
     for kernel in available_kernels() {
         for (m, k, n) in BF16_SHAPES {
@@ -1335,12 +1335,10 @@ fn the_widened_bf16_product_is_the_f32_product_of_the_widened_inputs() {
                 let start = DMatrix::from_fn(m, n, |i, j| (i as f32 - j as f32) * 0.37);
                 for beta in [0.0f32, 0.5] {
                     let (mut ours, mut f32s) = (start.clone(), start.clone());
-                    with_kernel(kernel, || {
-                        gemm_bf16(Bf16Path::widened(kernel), 1.0, &a, ta, &b, tb, beta, &mut ours)
-                            .unwrap();
-                        gemm(1.0, &widen(&a), ta, &widen(&b), tb, beta, &mut f32s).unwrap();
-                    })
-                    .unwrap();
+                    gemm_bf16(Bf16Path::widened(kernel), 1.0, &a, ta, &b, tb, beta, &mut ours)
+                        .unwrap();
+                    let on = Settings { kernel: Some(kernel), ..Settings::default() };
+                    gemm_with(on, 1.0, &widen(&a), ta, &widen(&b), tb, beta, &mut f32s).unwrap();
                     let differ = ours.iter().zip(&f32s).filter(|(x, y)| x.to_bits() != y.to_bits());
                     assert_eq!(
                         differ.count(),
@@ -1494,15 +1492,13 @@ fn a_bf16_product_refuses_what_it_cannot_compute() {
 fn a_bf16_product_gives_the_same_bits_on_any_thread_count() {
     use llm_workbook::matmul::Op;
     use llm_workbook::matmul::lab::{available_bf16_paths, gemm_bf16};
-    use llm_workbook::threads::with_threads;
     let mut rng = Rng::new(1613);
     let (m, k, n) = (300, 256, 301);
     let (a, b) = (stored(m, k, Op::N, &mut rng), stored(k, n, Op::T, &mut rng));
     for path in available_bf16_paths() {
         let run = |threads| {
             let mut c = DMatrix::from_element(m, n, 1.0f32);
-            with_threads(threads, || gemm_bf16(path, 1.0, &a, Op::N, &b, Op::T, 0.5, &mut c))
-                .unwrap();
+            gemm_bf16(path.on_threads(threads), 1.0, &a, Op::N, &b, Op::T, 0.5, &mut c).unwrap();
             c.map(f32::to_bits)
         };
         let one = run(1);

@@ -411,6 +411,68 @@ mod newcomer {
             "pub enum Bf16Method {\n    Widened,\n    Pairs,\n    Passed,\n}\n// Avx2::detect()";
         assert!(dispatch_breaches(fine).is_empty());
     }
+
+    /// The statics a thread keeps for itself that `src/` may declare: the product's reused packing
+    /// buffers. Settings, tallies and records are passed or returned, never kept per thread.
+    const THREAD_LOCAL_BUFFERS: [&str; 2] = ["F32_WORKSPACES", "F64_WORKSPACES"];
+
+    /// `line: name` of every static declared inside a `thread_local!` block of `code` that is not
+    /// one of [`THREAD_LOCAL_BUFFERS`] (comments ignored).
+    fn thread_local_breaches(code: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut inside = false;
+        for (i, line) in code.lines().enumerate() {
+            let line = line.split("//").next().unwrap_or_default().trim();
+            if line.contains("thread_local!") {
+                inside = true;
+            }
+            if inside && let Some(rest) = line.split("static ").nth(1) {
+                let name: String =
+                    rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                if !THREAD_LOCAL_BUFFERS.contains(&name.as_str()) {
+                    out.push(format!("{}: {name}", i + 1));
+                }
+            }
+            if inside && line.starts_with('}') {
+                inside = false;
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn no_thread_keeps_state_of_its_own_but_the_packing_buffers() {
+        let mut breaches = Vec::new();
+        let mut stack = vec![root().join("src")];
+        let mut files = 0;
+        while let Some(dir) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    stack.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    files += 1;
+                    for b in thread_local_breaches(&read(&path)) {
+                        breaches.push(format!("{}:{b}", path.display()));
+                    }
+                }
+            }
+        }
+        assert!(files > 50, "only {files} files read");
+        assert!(breaches.is_empty(), "thread-local state in src/:\n{}", breaches.join("\n"));
+    }
+
+    #[test]
+    fn the_thread_local_rule_catches_a_kernel_kept_per_thread() {
+        // The kernel choice as the dispatcher once kept it, beside the buffers the rule allows.
+        let planted = "thread_local! {\n    static THREAD_KERNEL: Cell<Option<Kernel>> = \
+                       const { Cell::new(None) };\n}\n\
+                       thread_local! {\n    static F32_WORKSPACES: RefCell<Vec<W>> = \
+                       const { RefCell::new(Vec::new()) };\n}\n\
+                       // thread_local! { static IN_A_COMMENT: u8 = 0; }\n";
+        assert_eq!(thread_local_breaches(planted), ["2: THREAD_KERNEL"]);
+    }
 }
 
 /// The shape of the code, checked on the repository's own files: a chapter's lesson files hold

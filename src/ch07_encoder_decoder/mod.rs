@@ -51,5 +51,5 @@ pub use layers::{
 pub use model::{EncoderDecoder, ForwardCache, Gradients, ModelConfig, padded_cross_entropy};
 pub use training::{
     CHAPTER_CONFIG, DIGITS, END, PAD, ReversalTask, START, TrainConfig, Trained, VOCAB,
-    chapter_model, learning_rate_at, teacher_forcing, train, train_for_figures,
+    chapter_model, learning_rate_at, teacher_forcing, train,
 };

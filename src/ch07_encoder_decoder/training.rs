@@ -278,15 +278,9 @@ impl Trained {
 static CHAPTER_MODEL: OnceLock<Trained> = OnceLock::new();
 static TRAINING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// [`train`] on the portable kernel ([`crate::simd::same_on_every_cpu`]), as the chapter's
-/// figures need: the same bits on every CPU, whatever kernel the caller chose.
-pub fn train_for_figures(config: &TrainConfig) -> Result<Trained> {
-    crate::simd::same_on_every_cpu(|| train(config))
-}
-
-/// The chapter's trained model ([`CHAPTER_CONFIG`]), trained once per process on the portable
-/// kernel ([`crate::simd::same_on_every_cpu`]: its loss curve and cross-attention map are
-/// committed figures).
+/// The chapter's trained model ([`CHAPTER_CONFIG`]), trained once per process on the process's
+/// kernel (the main job's is the portable one, [`crate::book::compute_on_the_portable_kernel`]:
+/// its loss curve and cross-attention map are committed figures).
 pub fn chapter_model() -> Result<&'static Trained> {
     if let Some(t) = CHAPTER_MODEL.get() {
         return Ok(t);
@@ -295,6 +289,6 @@ pub fn chapter_model() -> Result<&'static Trained> {
     if let Some(t) = CHAPTER_MODEL.get() {
         return Ok(t);
     }
-    let trained = train_for_figures(&CHAPTER_CONFIG)?;
+    let trained = train(&CHAPTER_CONFIG)?;
     Ok(CHAPTER_MODEL.get_or_init(|| trained))
 }

@@ -385,13 +385,10 @@ pub struct Results {
 
 /// Trains both models as the main job does, the sorting model for `sort_steps` steps and the
 /// corpus model for `corpus_steps` (the book's: [`SORT_STEPS`] and [`CORPUS_STEPS`]; a test trains
-/// a few), on the portable kernel ([`crate::simd::same_on_every_cpu`]: the loss curves are
-/// committed figures, and chapter 11 quantizes the corpus model), and reports them.
+/// a few), on the process's kernel (the main job's is the portable one,
+/// [`crate::book::compute_on_the_portable_kernel`]: the loss curves are committed figures, and
+/// chapter 11 quantizes the corpus model), and reports them.
 pub fn results_after(sort_steps: usize, corpus_steps: usize) -> Result<Results> {
-    crate::simd::same_on_every_cpu(|| compute_results(sort_steps, corpus_steps))
-}
-
-fn compute_results(sort_steps: usize, corpus_steps: usize) -> Result<Results> {
     use crate::ch08_tokens::Tokenizer;
     // The sorting task.
     let t0 = std::time::Instant::now();
@@ -523,12 +520,22 @@ fn print_results(r: &Results) {
 /// sequence length n, in milliseconds: (n, time), each point the fastest of `repeats` runs on
 /// one thread. `clock` reads seconds: the benchmark passes the thread's CPU time, so that time
 /// the scheduler gives to other programs on a shared machine is not counted; a wall clock works
-/// too on a quiet one.
+/// too on a quiet one. The forward pass's products run on the process's threads, so the process
+/// must have one (`LLM_WORKBOOK_THREADS=1`, as the benchmark sets): an error names the variable
+/// otherwise.
 pub fn forward_times(
     lengths: &[usize],
     repeats: usize,
     clock: &dyn Fn() -> f64,
 ) -> Result<Vec<(usize, f64)>> {
+    let threads = crate::threads::default_threads();
+    if threads != 1 {
+        return Err(crate::error::invalid(
+            "forward_times",
+            crate::threads::THREADS_ENV,
+            format!("the forward pass is timed on one thread; this process has {threads}"),
+        ));
+    }
     let max = lengths.iter().copied().max().unwrap_or(1);
     let m = model::Gpt::<f32>::new(Config::new(64, max, COST_LAYERS, COST_HEADS, 64), 1)?;
     let mut rng = crate::rng::Rng::new(3);
@@ -537,11 +544,9 @@ pub fn forward_times(
         let ids: Vec<data::Token> = (0..n).map(|_| rng.below(64) as data::Token).collect();
         let mut best = f64::INFINITY;
         for _ in 0..repeats.max(1) {
-            let t = crate::threads::with_threads(1, || -> Result<f64> {
-                let t0 = clock();
-                std::hint::black_box(m.forward(&ids, n)?);
-                Ok(clock() - t0)
-            })?;
+            let t0 = clock();
+            std::hint::black_box(m.forward(&ids, n)?);
+            let t = clock() - t0;
             best = best.min(t * 1e3);
         }
         out.push((n, best));

@@ -68,8 +68,8 @@ use crate::ch06_attention::{Epsilon, LnCache};
 use crate::error::{Error, Result, invalid};
 use crate::float::Float;
 use crate::matmul::inputs::{Precision, ProductInputs, StepRounding};
-use crate::matmul::{MatMut, MatRef};
-use crate::threads::{share_pieces, with_threads};
+use crate::matmul::{MatMut, MatRef, Settings};
+use crate::threads::share_pieces;
 use nalgebra::DMatrix;
 
 /// The fewest rows (tokens) a shard is given when the batch is cut. Each shard repeats work that
@@ -233,6 +233,8 @@ pub struct FusedStep<T: Float> {
     sized_for: Option<(usize, usize, super::config::Config, bool, bool)>,
     /// How the products round their inputs, and the loss scale (chapter 11; f32 by default).
     precision: Precision,
+    /// How the products run: backend, kernel, threads (chapter 10; the process's by default).
+    settings: Settings,
     /// What the last step's roundings did.
     rounding: StepRounding,
 }
@@ -244,6 +246,7 @@ impl<T: Float> std::fmt::Debug for FusedStep<T> {
             .field("shards", &self.shards.len())
             .field("sized_for (B, T, config, untied, with backward)", &self.sized_for)
             .field("precision", &self.precision)
+            .field("settings", &self.settings)
             .finish()
     }
 }
@@ -255,8 +258,23 @@ impl<T: Float> FusedStep<T> {
             shards: Vec::new(),
             sized_for: None,
             precision: Precision::F32,
+            settings: Settings::default(),
             rounding: StepRounding::default(),
         }
+    }
+
+    /// How the step's products run from the next step on (chapter 10's [`Settings`]): who
+    /// computes them, which kernel, how many threads the step may use in all (its batch shards
+    /// and their products share them). The default leaves each to the process
+    /// (`LLM_WORKBOOK_BACKEND`, `LLM_WORKBOOK_KERNEL`, `LLM_WORKBOOK_THREADS`). Any thread count
+    /// gives the same bits; another kernel rounds otherwise.
+    pub fn set_settings(&mut self, settings: Settings) {
+        self.settings = settings;
+    }
+
+    /// The settings the step's products run with.
+    pub fn settings(&self) -> Settings {
+        self.settings
     }
 
     /// Mixed precision (chapter 11): from the next step on, every product's two inputs are
@@ -320,8 +338,11 @@ impl<T: Float> FusedStep<T> {
         // With loss scaling (chapter 11) ∂L/∂z is S times the mean's; S = 1 gives 1/scored.
         let Precision { inputs, loss_scale } = self.precision;
         let scale = T::of(loss_scale / scored as f64);
-        let threads = crate::threads::default_threads();
-        let results = run_shards(&mut self.shards, threads, |s| s.run(model, batch, scale, inputs));
+        let settings = self.settings;
+        let threads = settings.threads.unwrap_or_else(crate::threads::default_threads);
+        let results = run_shards(&mut self.shards, settings, |s, products| {
+            s.run(model, batch, scale, Rounder::new(products, inputs))
+        });
         // The shards' tallies, added in shard order.
         let mut rounding = StepRounding::default();
         for r in results {
@@ -406,26 +427,28 @@ impl<T: Float> FusedStep<T> {
         let shape = Batch { inputs: Vec::new(), targets: Vec::new(), batch: 1, seq_len: t };
         self.size(model, &shape, false);
         let shard = &mut self.shards[0];
-        shard.forward(model, tokens, t, Outputs::LastRow, &mut Rounder::default())?;
+        let rounder = &mut Rounder::new(self.settings, ProductInputs::F32);
+        shard.forward(model, tokens, t, Outputs::LastRow, rounder)?;
         Ok(shard.last.logits.iter().copied().collect())
     }
 }
 
-/// Runs `job` on every shard, on at most `threads` threads (the crate's scheduler,
+/// Runs `job` on every shard, on at most the threads `settings` allow (the crate's scheduler,
 /// [`share_pieces`]): the threads take the shards one at a time (a thread that finishes early
 /// takes the next), and each shard's products get the threads left over, `threads / workers` of
-/// them (chapter 10's [`with_threads`]), so the two levels never ask for more threads than there
+/// them (the settings `job` is given), so the two levels never ask for more threads than there
 /// are. Every shard writes only its own buffers, so which thread ran it changes nothing. Each
 /// shard's result in shard order.
 fn run_shards<T: Float, R: Send>(
     shards: &mut [Shard<T>],
-    threads: usize,
-    job: impl Fn(&mut Shard<T>) -> Result<R> + Sync,
+    settings: Settings,
+    job: impl Fn(&mut Shard<T>, Settings) -> Result<R> + Sync,
 ) -> Vec<Result<R>> {
+    let threads = settings.threads.unwrap_or_else(crate::threads::default_threads);
     let workers = threads.clamp(1, shards.len().max(1));
-    let inner = (threads / workers).max(1);
+    let products = Settings { threads: Some((threads / workers).max(1)), ..settings };
     share_pieces(&mut vec![(); workers], shards.iter_mut().collect(), |(), shard| {
-        with_threads(inner, || job(shard))
+        job(shard, products)
     })
 }
 
@@ -485,20 +508,20 @@ fn add_in_order<T: Float>(
 
 impl<T: Float> Shard<T> {
     /// Forward and backward over this shard's sequences; `scale` = 1/(scored positions of the
-    /// whole batch), so the shards' gradients add up to the batch mean's. The products' inputs
-    /// are rounded to `inputs`; returns what those roundings did.
+    /// whole batch), so the shards' gradients add up to the batch mean's. The products run and
+    /// round their inputs as `rounder` says; returns what those roundings did.
     fn run(
         &mut self,
         model: &Gpt<T>,
         batch: &Batch,
         scale: T,
-        products: ProductInputs,
+        mut rounder: Rounder,
     ) -> Result<StepRounding> {
         let t = batch.seq_len;
         let rows = self.first * t..(self.first + self.seqs) * t;
         let inputs = &batch.inputs[rows.clone()];
         let targets = &batch.targets[rows];
-        let rounder = &mut Rounder::new(products);
+        let rounder = &mut rounder;
         self.forward(model, inputs, t, Outputs::Every, rounder)?;
         self.loss_sum = self.loss_and_logit_gradient(targets, scale);
         self.backward(model, inputs, t, rounder)?;

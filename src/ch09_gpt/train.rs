@@ -176,6 +176,14 @@ impl<T: Float> Trainer<T> {
         Ok(())
     }
 
+    /// How the fused step's products run for the following steps ([`FusedStep::set_settings`]):
+    /// backend, kernel, threads (the thread count is AdamW's too). The reference path (a model
+    /// the fused step does not cover) keeps the process's.
+    pub fn set_settings(&mut self, settings: crate::matmul::Settings) {
+        self.workspace.set_settings(settings);
+        self.optimizer.moments.threads = settings.threads;
+    }
+
     /// What the last step's roundings did (chapter 11; zero with f32 products).
     pub fn rounding(&self) -> StepRounding {
         self.workspace.rounding()

@@ -296,8 +296,9 @@ pub fn walk(out: &mut Walk) -> Result<()> {
     }
     out.step(&format!("{}. The same product through the public entry point", k.div_ceil(kc) + 2))?;
     let mut check = DMatrix::zeros(m, n);
-    let ran: ProductStats =
-        matmul::gemm_with(Settings::default(), 1.0, &a, Op::N, &b, Op::N, 0.0, &mut check)?;
+    let ours = Settings { backend: Some(crate::backend::Backend::Ours), ..Settings::default() };
+    let ran: ProductStats = matmul::gemm_with(ours, 1.0, &a, Op::N, &b, Op::N, 0.0, &mut check)?
+        .ok_or_else(|| crate::error::invalid("walk", "backend", "our kernels did not run"))?;
     out.matrix("matmul(A, B)", &check)?;
     out.say(if check == c {
         "equal to the tiles assembled above, entry for entry"

@@ -1,10 +1,10 @@
 //! The measured runs: chapter 9's GPT trained on the default corpus from one seed with f32
 //! products, with bf16 inputs, with f16 inputs, and with f16 inputs and loss scaling.
 //!
-//! Every run uses the portable micro-kernel ([`crate::simd::same_on_every_cpu`]) and the fused
-//! step's fixed shards, so its losses are the same bits on every machine and with any number of
-//! threads. The validation loss is the f32 forward pass of the master weights over every held-out
-//! token.
+//! Every run uses the process's micro-kernel (the main job's is the portable one,
+//! [`crate::book::compute_on_the_portable_kernel`]) and the fused step's fixed shards, so the
+//! book's losses are the same bits on every machine and with any number of threads. The
+//! validation loss is the f32 forward pass of the master weights over every held-out token.
 
 use super::mixed::{Precision, ProductInputs, StepRounding};
 use crate::ch09_gpt::config::Config;
@@ -96,17 +96,14 @@ pub fn train_mixed(
         validation: f64::NAN,
         train_seconds: 0.0,
     };
-    crate::simd::same_on_every_cpu(|| -> Result<()> {
-        while trainer.step < steps {
-            let t = std::time::Instant::now();
-            let record = trainer.step(&data, &tc)?;
-            run.train_seconds += t.elapsed().as_secs_f64();
-            on_step(&record);
-            run.rounding.push(trainer.rounding());
-        }
-        run.validation = train::mean_loss(&trainer.model, &val_batches)?;
-        Ok(())
-    })?;
+    while trainer.step < steps {
+        let t = std::time::Instant::now();
+        let record = trainer.step(&data, &tc)?;
+        run.train_seconds += t.elapsed().as_secs_f64();
+        on_step(&record);
+        run.rounding.push(trainer.rounding());
+    }
+    run.validation = train::mean_loss(&trainer.model, &val_batches)?;
     run.history = trainer.history;
     Ok(run)
 }

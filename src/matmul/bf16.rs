@@ -65,26 +65,34 @@ pub enum Bf16Method {
     Pairs,
 }
 
-/// A bf16 product's way of multiplying and the kernel it runs on.
+/// A bf16 product's way of multiplying, the kernel it runs on and the threads it may use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Bf16Path {
     /// Widened to f32, or pairs of k.
     pub method: Bf16Method,
     /// The instruction set ([`crate::simd`] says which this CPU runs).
     pub kernel: Kernel,
+    /// The most threads a large product may use (`None`: the process's,
+    /// [`crate::threads::default_threads`]). Any count gives the same bits.
+    pub threads: Option<usize>,
 }
 
 impl Bf16Path {
     /// The pairs, VDPBF16PS written out in scalar Rust: every CPU.
     pub const PAIRS_PORTABLE: Bf16Path =
-        Bf16Path { method: Bf16Method::Pairs, kernel: Kernel::Scalar };
+        Bf16Path { method: Bf16Method::Pairs, kernel: Kernel::Scalar, threads: None };
     /// The pairs with VDPBF16PS: CPUs with AVX512-BF16.
     pub const PAIRS_AVX512: Bf16Path =
-        Bf16Path { method: Bf16Method::Pairs, kernel: Kernel::Avx512 };
+        Bf16Path { method: Bf16Method::Pairs, kernel: Kernel::Avx512, threads: None };
 
     /// Widened to f32, then the f32 micro-kernel `kernel`.
     pub fn widened(kernel: Kernel) -> Bf16Path {
-        Bf16Path { method: Bf16Method::Widened, kernel }
+        Bf16Path { method: Bf16Method::Widened, kernel, threads: None }
+    }
+
+    /// This path on at most `threads` threads (at least 1).
+    pub fn on_threads(self, threads: usize) -> Bf16Path {
+        Bf16Path { threads: Some(threads.max(1)), ..self }
     }
 
     /// The name tables print: `widened` (`widened-avx2` … when the kernel is not the active
@@ -126,7 +134,7 @@ pub fn available_bf16_paths() -> Vec<Bf16Path> {
 /// `LLM_WORKBOOK_KERNEL=avx2`, forces the widened path too), else widened on the active kernel.
 pub fn best_bf16_path() -> Bf16Path {
     let kernel = active_kernel();
-    let pairs = Bf16Path { method: Bf16Method::Pairs, kernel };
+    let pairs = Bf16Path { method: Bf16Method::Pairs, kernel, threads: None };
     if kernel == Kernel::Avx512 && pairs.is_available() { pairs } else { Bf16Path::widened(kernel) }
 }
 
@@ -174,20 +182,37 @@ pub fn gemm_bf16(
     let a = Operand::new(a.as_slice(), a.nrows(), ta == Op::T);
     let b = Operand::new(b.as_slice(), b.nrows(), tb == Op::T);
     let c = c.as_mut_slice();
+    let allowed = path.threads.unwrap_or_else(crate::threads::default_threads);
     match (path.method, path.kernel) {
         (Bf16Method::Widened, kind) => {
             let kernel = f32_kernel(kind).ok_or_else(|| unavailable(OP, kind))?;
-            share_columns(&Widened { kernel }, kernel.blocking, alpha, a, b, beta, c, (m, n, k));
+            share_columns(
+                (&Widened { kernel }, allowed),
+                kernel.blocking,
+                alpha,
+                a,
+                b,
+                beta,
+                c,
+                (m, n, k),
+            );
         }
-        (Bf16Method::Pairs, Kernel::Scalar) => {
-            share_columns(&Pairs { simd: None }, PAIR_BLOCKING, alpha, a, b, beta, c, (m, n, k))
-        }
+        (Bf16Method::Pairs, Kernel::Scalar) => share_columns(
+            (&Pairs { simd: None }, allowed),
+            PAIR_BLOCKING,
+            alpha,
+            a,
+            b,
+            beta,
+            c,
+            (m, n, k),
+        ),
         (Bf16Method::Pairs, kind) => {
             let simd = crate::simd::bf16_pair_tile(kind).ok_or_else(|| {
                 invalid(OP, "path", format!("{} needs a CPU with AVX512-BF16", path.name()))
             })?;
             let pairs = Pairs { simd: Some(simd) };
-            share_columns(&pairs, PAIR_BLOCKING, alpha, a, b, beta, c, (m, n, k));
+            share_columns((&pairs, allowed), PAIR_BLOCKING, alpha, a, b, beta, c, (m, n, k));
         }
     }
     Ok(())
@@ -398,11 +423,12 @@ fn pair_tile_portable(
     }
 }
 
-/// [`five_loops`] on runs of C's columns shared between threads (see the module documentation);
-/// one thread below [`PARALLEL_MIN_FLOPS`], when there is nothing to multiply, or for one sliver.
+/// [`five_loops`] on runs of C's columns shared between at most `allowed` threads (see the module
+/// documentation); one thread below [`PARALLEL_MIN_FLOPS`], when there is nothing to multiply, or
+/// for one sliver.
 #[allow(clippy::too_many_arguments)]
 fn share_columns<K: Tiles + Sync>(
-    path: &K,
+    (path, allowed): (&K, usize),
     blocking: Blocking,
     alpha: f32,
     a: Operand<u16>,
@@ -413,7 +439,6 @@ fn share_columns<K: Tiles + Sync>(
 ) {
     let flops = 2.0 * m as f64 * n as f64 * k as f64;
     let slivers = n.div_ceil(path.tile().1);
-    let allowed = crate::threads::default_threads();
     let threads = threads_by_work(flops, allowed, PARALLEL_MIN_FLOPS).min(slivers).max(1);
     if m == 0 || alpha == 0.0 || threads == 1 {
         return five_loops(path, blocking, alpha, a, b, beta, c, (m, n, k));

@@ -13,7 +13,7 @@
 //! product keeps; its own conversions (written from the formats' definitions and tested against
 //! the `half` crate) are the reference the rounding here is tested against, bit for bit.
 
-use super::{Op, gemm};
+use super::{Op, Settings, gemm_with};
 use crate::error::{Result, invalid};
 use crate::float::Float;
 use nalgebra::DMatrix;
@@ -173,13 +173,14 @@ impl std::ops::AddAssign for StepRounding {
 }
 
 /// C ← α·op(Â)·op(B̂) + β·C, where Â and B̂ are A and B with every entry rounded to `inputs`'s
-/// format ([`round_matrix`]) and the product is the f32 product [`gemm`]: the mixed-precision
-/// product. With [`ProductInputs::F32`] it is that product of A and B themselves, the same bits.
-/// Shapes as [`gemm`] (op(A) m×k, op(B) k×n, C m×n); errors as it does. Returns the tallies of
-/// A's and B's rounding.
+/// format ([`round_matrix`]) and the product is the f32 product [`gemm_with`], run with
+/// `settings`: the mixed-precision product. With [`ProductInputs::F32`] it is that product of A
+/// and B themselves, the same bits. Shapes as [`gemm_with`] (op(A) m×k, op(B) k×n, C m×n); errors
+/// as it does. Returns the tallies of A's and B's rounding.
 #[allow(clippy::too_many_arguments)]
 pub fn gemm_rounded<T: Float>(
     inputs: ProductInputs,
+    settings: Settings,
     alpha: T,
     a: &DMatrix<T>,
     ta: Op,
@@ -189,12 +190,12 @@ pub fn gemm_rounded<T: Float>(
     c: &mut DMatrix<T>,
 ) -> Result<(Rounding, Rounding)> {
     if inputs == ProductInputs::F32 {
-        gemm(alpha, a, ta, b, tb, beta, c)?;
+        gemm_with(settings, alpha, a, ta, b, tb, beta, c)?;
         return Ok((Rounding::default(), Rounding::default()));
     }
     let (ra, ta_tally) = round_matrix(inputs, a);
     let (rb, tb_tally) = round_matrix(inputs, b);
-    gemm(alpha, &ra, ta, &rb, tb, beta, c)?;
+    gemm_with(settings, alpha, &ra, ta, &rb, tb, beta, c)?;
     Ok((ta_tally, tb_tally))
 }
 

@@ -9,9 +9,9 @@
 //! ([`cpu`]); no other module of the crate asks the CPU or names an instruction set of its own (a
 //! repository test holds that).
 //!
-//! Which kernel runs is chosen here too ([`active_kernel`]: a thread's [`with_kernel`], the
-//! process's [`set_kernel`], `LLM_WORKBOOK_KERNEL`, else [`best_kernel`]). The callers pass a
-//! `Kernel` (chosen by the product's settings, or [`active_kernel`]); the
+//! The process's kernel is chosen here too ([`active_kernel`]: [`set_kernel`],
+//! `LLM_WORKBOOK_KERNEL`, else [`best_kernel`]). The callers pass a `Kernel` (the one their
+//! settings name, or the process's); the
 //! functions here run the SIMD body where the CPU has it and say so, and the caller runs its
 //! portable loop otherwise. The SIMD bodies themselves live in `src/simd/x86.rs`, the crate's
 //! only file allowed `unsafe` code, whose header gives the safety argument: the bodies run only
@@ -29,7 +29,6 @@ pub(crate) use x86::{
 };
 
 use crate::error::{Result, invalid};
-use std::cell::Cell;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -207,40 +206,28 @@ pub(crate) fn env_kernel() -> Result<Option<Kernel>> {
 
 // ───────────────────────────── which kernel runs ─────────────────────────────
 //
-// A loop runs the kernel chosen by, in this order of precedence:
+// A product whose settings name no kernel ([`crate::matmul::Settings`]) runs the process's
+// kernel, chosen by, in this order of precedence:
 //
-// 1. [`with_kernel`], a scoped choice for the current thread (what tests use, so tests running in
-//    parallel cannot disturb each other);
-// 2. [`set_kernel`], a process-wide choice;
-// 3. the environment variable `LLM_WORKBOOK_KERNEL` (`scalar`, `avx2`, `avx512` or `auto`), read
+// 1. [`set_kernel`], a process-wide choice (the main job sets the portable kernel for the book, so
+//    that every figure and table it computes is the same bits on every CPU);
+// 2. the environment variable `LLM_WORKBOOK_KERNEL` (`scalar`, `avx2`, `avx512` or `auto`), read
 //    once;
-// 4. the best kernel the CPU runs.
+// 3. the best kernel the CPU runs.
+//
+// A product that must run another kernel says so in its settings, by argument: nothing here
+// depends on the thread a product starts on.
 
 const NO_KERNEL: u8 = u8::MAX;
 static GLOBAL_KERNEL: AtomicU8 = AtomicU8::new(NO_KERNEL);
-
-thread_local! {
-    static THREAD_KERNEL: Cell<Option<Kernel>> = const { Cell::new(None) };
-}
-
-/// This thread's [`with_kernel`] choice (carried into new threads by
-/// [`crate::threads::share_pieces`]).
-pub(crate) fn thread_kernel() -> Option<Kernel> {
-    THREAD_KERNEL.with(Cell::get)
-}
-
-/// Sets this thread's choice (`None`: back to the process-wide one).
-pub(crate) fn set_thread_kernel(kernel: Option<Kernel>) {
-    THREAD_KERNEL.with(|c| c.set(kernel));
-}
 
 /// `Ok` when the CPU runs `k`, else the error naming `op`.
 fn check_available(op: &'static str, k: Kernel) -> Result<()> {
     if k.is_available() { Ok(()) } else { Err(unavailable(op, k)) }
 }
 
-/// Forces `kernel` for every product in the process (`None` returns to the environment variable
-/// or detection). Fails if the CPU cannot run it.
+/// Forces `kernel` for every product of the process whose settings name none (`None` returns to
+/// the environment variable or detection). Fails if the CPU cannot run it.
 pub fn set_kernel(kernel: Option<Kernel>) -> Result<()> {
     match kernel {
         Some(k) => {
@@ -252,38 +239,9 @@ pub fn set_kernel(kernel: Option<Kernel>) -> Result<()> {
     Ok(())
 }
 
-/// Runs `f` with `kernel` forced for products started on this thread (the threads a product
-/// spawns inherit the choice), then restores the previous choice. Fails, without running `f`, if
-/// the CPU cannot run the kernel.
-pub fn with_kernel<R>(kernel: Kernel, f: impl FnOnce() -> R) -> Result<R> {
-    check_available("with_kernel", kernel)?;
-    struct Restore(Option<Kernel>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            THREAD_KERNEL.with(|c| c.set(self.0));
-        }
-    }
-    let _restore = Restore(THREAD_KERNEL.with(|c| c.replace(Some(kernel))));
-    Ok(f())
-}
-
-/// Runs `train`, a training whose numbers a committed figure or page shows, on the portable
-/// micro-kernel ([`Kernel::Scalar`]) whatever kernel the process
-/// or the calling thread chose, so that those numbers are the same bits on every CPU. The SIMD
-/// kernels add a product's terms in other groupings (fused multiply-adds, 4 or 8 lanes), so a
-/// model trained on them ends a few units of the last place away on each CPU, and after hundreds
-/// of steps its curves and maps differ visibly; the main job would then change tracked figures on
-/// every machine but the one that drew them. Products on threads the training spawns inherit the
-/// choice ([`with_kernel`]).
-pub fn same_on_every_cpu<R>(train: impl FnOnce() -> Result<R>) -> Result<R> {
-    with_kernel(Kernel::Scalar, train)?
-}
-
-/// The kernel a product started now on this thread would use.
+/// The kernel of the process: what a product whose settings name no kernel runs ([`set_kernel`],
+/// else `LLM_WORKBOOK_KERNEL`, else [`best_kernel`]).
 pub fn active_kernel() -> Kernel {
-    if let Some(k) = THREAD_KERNEL.with(Cell::get) {
-        return k;
-    }
     if let Some(&k) = Kernel::ALL.get(usize::from(GLOBAL_KERNEL.load(Ordering::Relaxed))) {
         return k;
     }

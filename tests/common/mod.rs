@@ -250,3 +250,43 @@ pub fn assert_fits_as_a_user_sees_it(text: &str, what: &str) {
         );
     }
 }
+
+/// Set in a child process started by [`in_child_process`]: the test it runs then does its part
+/// and prints what it found on a line starting with [`CHILD_LINE`].
+pub const CHILD_ENV: &str = "LLM_WORKBOOK_TEST_CHILD";
+
+/// What a child process prints before its findings, on one line.
+pub const CHILD_LINE: &str = "child found: ";
+
+/// Whether this process is a child started by [`in_child_process`].
+pub fn is_child() -> bool {
+    std::env::var_os(CHILD_ENV).is_some()
+}
+
+/// Runs the test `name` (its full path, `module::test`) of this test binary again, alone, in a
+/// child process whose environment adds `env` and [`CHILD_ENV`], and returns what it printed
+/// after [`CHILD_LINE`]. What a process reads once from its environment (`LLM_WORKBOOK_KERNEL`,
+/// `LLM_WORKBOOK_THREADS`, `LLM_WORKBOOK_BACKEND`) or sets for all its threads
+/// ([`llm_workbook::book::compute_on_the_portable_kernel`]) is tested this way, as a user sets
+/// it, without touching the tests running beside it. Panics, with the child's output, when the
+/// child fails or prints no such line.
+pub fn in_child_process(name: &str, env: &[(&str, &str)]) -> String {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let out = std::process::Command::new(exe)
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, "1")
+        .envs(env.iter().copied())
+        .output()
+        .expect("the test binary starts again");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // The harness writes the test's name first on the same line.
+    let found = stdout.lines().find_map(|l| l.split_once(CHILD_LINE).map(|(_, found)| found));
+    match found {
+        Some(line) if out.status.success() => line.to_string(),
+        _ => panic!(
+            "{name} in a child process with {env:?}: {}\n{stdout}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    }
+}

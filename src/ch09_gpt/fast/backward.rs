@@ -9,7 +9,7 @@ use crate::ch06_attention::{LnCache, LnView, Store, layer_norm_backward_view};
 use crate::ch09_gpt::model::{Gpt, Param, scatter_embedding_gradient};
 use crate::error::{Result, invalid};
 use crate::float::{Float, lane_sum};
-use crate::matmul::{MatMut, MatRef, Op, gemm};
+use crate::matmul::{MatMut, MatRef, Op};
 use nalgebra::DMatrix;
 
 impl<T: Float> Shard<T> {
@@ -185,7 +185,7 @@ pub(super) fn causal_attention_backward<T: Float>(
             for (c0, c1) in causal_blocks(t) {
                 let a_block = MatRef::new(&a[c0 + c0 * t..], t - c0, c1 - c0, t)?;
                 let d_v = at.rows_mut(d_qkv.as_mut_slice(), v, s, (c0, c1))?;
-                gemm(
+                rounder.view_gemm(
                     T::one(),
                     a_block,
                     Op::T,
@@ -197,7 +197,7 @@ pub(super) fn causal_attention_backward<T: Float>(
             }
             for (r0, r1) in causal_blocks(t) {
                 let d_a = MatMut::new(&mut d_scores[r0..], r1 - r0, r1, t)?;
-                gemm(
+                rounder.view_gemm(
                     T::one(),
                     at.rows(d_o, o, s, (r0, r1))?,
                     Op::N,
@@ -225,13 +225,22 @@ pub(super) fn causal_attention_backward<T: Float>(
                 let d_s = MatRef::new(&d_scores[r0..], r1 - r0, r1, t)?;
                 let d_q = at.rows_mut(d_qkv.as_mut_slice(), q, s, (r0, r1))?;
                 // S = sQKᵀ ⇒ ∂Q = s ∂S K
-                gemm(scale, d_s, Op::N, at.rows(buf, k, s, (0, r1))?, Op::N, T::zero(), d_q)?;
+                rounder.view_gemm(
+                    scale,
+                    d_s,
+                    Op::N,
+                    at.rows(buf, k, s, (0, r1))?,
+                    Op::N,
+                    T::zero(),
+                    d_q,
+                )?;
             }
             for (c0, c1) in causal_blocks(t) {
                 let d_s = MatRef::new(&d_scores[c0 + c0 * t..], t - c0, c1 - c0, t)?;
                 let d_k_block = at.rows_mut(d_qkv.as_mut_slice(), k, s, (c0, c1))?;
                 let q_rows = at.rows(buf, q, s, (c0, t))?;
-                gemm(scale, d_s, Op::T, q_rows, Op::N, T::zero(), d_k_block)?; // ∂K = s ∂Sᵀ Q
+                // ∂K = s ∂Sᵀ Q
+                rounder.view_gemm(scale, d_s, Op::T, q_rows, Op::N, T::zero(), d_k_block)?;
             }
         }
     }

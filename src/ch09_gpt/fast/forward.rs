@@ -9,7 +9,7 @@ use crate::ch06_attention::{LnCache, layer_norm_forward_view};
 use crate::ch09_gpt::model::{Gpt, Param};
 use crate::error::{Result, shape_error};
 use crate::float::Float;
-use crate::matmul::{MatMut, MatRef, Op, gemm, row_product};
+use crate::matmul::{MatMut, MatRef, Op, row_product};
 use nalgebra::DMatrix;
 
 impl<T: Float> Shard<T> {
@@ -333,7 +333,7 @@ pub(crate) fn causal_block_forward<T: Float>(
         ));
     }
     let scale = T::of(1.0 / (q.cols() as f64).sqrt());
-    product(how, scale, q, k, Op::T, T::zero(), a.reborrow())?; //                S = s·QKᵀ
+    product((how, rounder), scale, q, k, Op::T, T::zero(), a.reborrow())?; //        S = s·QKᵀ
     if m == 1 && lda == 1 {
         // One query row stored contiguously (the cached step): the same operations as the
         // columns below, on one slice.
@@ -347,7 +347,7 @@ pub(crate) fn causal_block_forward<T: Float>(
         let inv = T::one() / total;
         row.iter_mut().for_each(|e| *e *= inv); //  A = softmax(S)
         rounder.round(row, false); //               A as A V reads it (chapter 11)
-        return product(how, T::one(), a.as_ref(), v, Op::N, T::zero(), out); // O = A V
+        return product((how, rounder), T::one(), a.as_ref(), v, Op::N, T::zero(), out); // O = A V
     }
     let (max, sum) = stats[..2 * m].split_at_mut(m);
     max.fill(T::neg_infinity());
@@ -379,21 +379,22 @@ pub(crate) fn causal_block_forward<T: Float>(
     for column in a.as_mut_slice().chunks_mut(lda).take(r1) {
         rounder.round(&mut column[..m], false); // A as A V reads it (chapter 11)
     }
-    product(how, T::one(), a.as_ref(), v, Op::N, T::zero(), out) //               O = A V
+    product((how, rounder), T::one(), a.as_ref(), v, Op::N, T::zero(), out) //               O = A V
 }
 
 /// How [`causal_block_forward`] computes its two products.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Products {
-    /// Through the blocked product [`gemm`] (the training step's blocks of query rows).
+    /// Through the blocked product (chapter 10's [`crate::matmul::gemm_with`], with the shard's
+    /// settings: the training step's blocks of query rows).
     Blocked,
     /// By `matmul`'s [`row_product`], for a block of one query row (the cached step).
     OneRow,
 }
 
-/// C ← α·A·op(B) + β·C by `how`.
+/// C ← α·A·op(B) + β·C by `how` (the blocked product with the `Rounder`'s settings).
 pub(super) fn product<T: Float>(
-    how: Products,
+    (how, rounder): (Products, &Rounder),
     alpha: T,
     a: MatRef<T>,
     b: MatRef<T>,
@@ -402,7 +403,7 @@ pub(super) fn product<T: Float>(
     c: MatMut<T>,
 ) -> Result<()> {
     match how {
-        Products::Blocked => gemm(alpha, a, Op::N, b, tb, beta, c),
+        Products::Blocked => rounder.view_gemm(alpha, a, Op::N, b, tb, beta, c),
         Products::OneRow => row_product(alpha, a, b, tb, beta, c),
     }
 }

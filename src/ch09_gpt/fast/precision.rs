@@ -1,9 +1,12 @@
-//! The fused step's precision hook: where mixed precision (the products' inputs rounded to bf16
-//! or f16, [`ProductInputs`]; chapter 11 teaches it) enters the step.
+//! How the fused step's products run: their settings (chapter 10's [`Settings`]: kernel, threads,
+//! backend) and the format of their inputs, where mixed precision (the inputs rounded to bf16 or
+//! f16, [`ProductInputs`]; chapter 11 teaches it) enters the step.
 //!
 //! [`FusedStep::set_precision`](super::FusedStep::set_precision) chooses the format of the
-//! products' inputs; each shard's forward and backward get a [`Rounder`] holding that format, by
-//! argument, and hand it back with what its roundings did. Then:
+//! products' inputs and [`FusedStep::set_settings`](super::FusedStep::set_settings) their
+//! settings; each shard's forward and backward get a [`Rounder`] holding both, by argument (its
+//! thread count is what the shards leave over), and hand it back with what its roundings did.
+//! Then:
 //!
 //! - every product of whole matrices goes through [`Rounder::gemm`]: both inputs rounded, the
 //!   product in f32, and the caller says which input, if any, is a gradient ([`Gradient`]);
@@ -17,8 +20,8 @@
 
 use crate::error::Result;
 use crate::float::Float;
-use crate::matmul::Op;
 use crate::matmul::inputs::{ProductInputs, StepRounding, gemm_rounded};
+use crate::matmul::{MatMut, MatRef, Op, Settings, gemm_with};
 use nalgebra::DMatrix;
 
 /// Which input of a product is a gradient ∂Y flowing back: its rounding is tallied in
@@ -33,17 +36,35 @@ pub(crate) enum Gradient {
     B,
 }
 
-/// The format one shard's products round their inputs to, and what those roundings did so far.
+/// How one shard's products run (their settings), the format they round their inputs to, and
+/// what those roundings did so far.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Rounder {
+    settings: Settings,
     inputs: ProductInputs,
     tally: StepRounding,
 }
 
 impl Rounder {
-    /// Products with inputs rounded to `inputs`, nothing tallied yet.
-    pub(crate) fn new(inputs: ProductInputs) -> Rounder {
-        Rounder { inputs, tally: StepRounding::default() }
+    /// Products run with `settings`, inputs rounded to `inputs`, nothing tallied yet.
+    pub(crate) fn new(settings: Settings, inputs: ProductInputs) -> Rounder {
+        Rounder { settings, inputs, tally: StepRounding::default() }
+    }
+
+    /// C ← α·op(A)·op(B) + β·C on views of buffers (attention's heads), with the shard's
+    /// settings; inputs as they are (such buffers are rounded where they are, [`Rounder::round`]).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn view_gemm<T: Float>(
+        &self,
+        alpha: T,
+        a: MatRef<T>,
+        ta: Op,
+        b: MatRef<T>,
+        tb: Op,
+        beta: T,
+        c: MatMut<T>,
+    ) -> Result<()> {
+        gemm_with(self.settings, alpha, a, ta, b, tb, beta, c).map(|_| ())
     }
 
     /// What the roundings did since [`Rounder::new`].
@@ -52,8 +73,9 @@ impl Rounder {
     }
 
     /// C ← α·op(A)·op(B) + β·C with A and B rounded to the format ([`gemm_rounded`]; chapter
-    /// 10's [`crate::matmul::gemm`] itself with f32 inputs), the rounding of the input named by
-    /// `gradient` counted as a gradient's. Shapes and errors as that function.
+    /// 10's [`gemm_with`] itself with f32 inputs), run with the shard's settings, the rounding
+    /// of the input named by `gradient` counted as a gradient's. Shapes and errors as that
+    /// function.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn gemm<T: Float>(
         &mut self,
@@ -66,7 +88,7 @@ impl Rounder {
         beta: T,
         c: &mut DMatrix<T>,
     ) -> Result<()> {
-        let (of_a, of_b) = gemm_rounded(self.inputs, alpha, a, ta, b, tb, beta, c)?;
+        let (of_a, of_b) = gemm_rounded(self.inputs, self.settings, alpha, a, ta, b, tb, beta, c)?;
         let tally = &mut self.tally;
         match gradient {
             Gradient::Neither => {
