@@ -36,6 +36,7 @@ use super::train::{StepRecord, Trainer};
 use crate::error::from_json_object;
 use crate::error::{Error, Result};
 use crate::float::Float;
+use crate::matmul::inputs::Precision;
 use crate::optim::AdamMoments;
 use crate::rng::Rng;
 use nalgebra::DMatrix;
@@ -449,6 +450,9 @@ pub fn trainer_files<T: Float>(trainer: &Trainer<T>) -> Result<Vec<(String, Vec<
         ("rng_state".to_string(), rng),
         ("weight_decay".to_string(), format!("{:?}", trainer.optimizer.weight_decay)),
         ("adam_config".to_string(), format!("{:?}", trainer.optimizer.config)),
+        // The current loss scale S (chapter 11): halved by every skipped step, so a resumed run
+        // goes on with the one the run had reached.
+        ("loss_scale".to_string(), format!("{:?}", trainer.precision().loss_scale)),
     ];
     files.push((STATE_FILE.to_string(), serialize(&tensors, &meta)?));
     Ok(files)
@@ -572,16 +576,29 @@ pub fn trainer_from_safetensors<T: Float>(
             lr: lr[i],
             grad_norm: norm[i],
             tokens: tokens[i] as usize,
+            // Only a skipped step records an infinite norm: a diverging run is never saved.
+            skipped: norm[i] == f64::INFINITY,
         })
         .collect();
     let mut optimizer = fresh.optimizer.clone();
     optimizer.moments = moments;
+    // The products' format is `fresh`'s (the run's setting); the loss scale the one the run had
+    // reached, where the state records it (states saved before it was recorded keep `fresh`'s).
+    let mut precision = fresh.precision();
+    if let Some(s) = state.meta("loss_scale") {
+        let scale = s.parse::<f64>().ok().and_then(|s| Precision::new(precision.inputs, s).ok());
+        precision = scale.ok_or_else(|| {
+            parse_error(&file, format!("loss_scale {s} is not a power of two from 1 to 2^24"))
+        })?;
+    }
+    let mut workspace = crate::ch09_gpt::fast::FusedStep::new();
+    workspace.set_precision(precision);
     Ok(Trainer {
         model,
         optimizer,
         rng: Rng::from_state(rng_state),
         step: step as usize,
         history,
-        workspace: Default::default(),
+        workspace,
     })
 }

@@ -98,6 +98,10 @@ pub struct StepRecord {
     pub grad_norm: f64,
     /// Tokens in the batch (B·T).
     pub tokens: usize,
+    /// Whether the update was skipped because a loss-scaled gradient overflowed (chapter 11's
+    /// rule, see [`Trainer::step`]): then `grad_norm` is ∞ and neither the weights nor AdamW's
+    /// moments changed.
+    pub skipped: bool,
 }
 
 /// Which computation gives a training step its loss and gradients.
@@ -161,9 +165,9 @@ impl<T: Float> Trainer<T> {
     }
 
     /// Chapter 11's mixed precision for the following steps ([`FusedStep::set_precision`]):
-    /// the products' input format and the loss scale. Errors, naming `precision`, on a model the
-    /// fused step does not cover unless it is [`Precision::F32`] (the reference path has no
-    /// rounding).
+    /// the products' input format and the loss scale S, which [`Trainer::step`] halves whenever
+    /// a scaled gradient overflows. Errors, naming `precision`, on a model the fused step does
+    /// not cover unless it is [`Precision::F32`] (the reference path has no rounding).
     pub fn set_precision(&mut self, precision: Precision) -> Result<()> {
         if precision != Precision::F32 && self.path() != StepPath::Fused {
             return Err(invalid(
@@ -174,6 +178,18 @@ impl<T: Float> Trainer<T> {
         }
         self.workspace.set_precision(precision);
         Ok(())
+    }
+
+    /// The precision of the next step: the products' input format and the current loss scale S
+    /// (the one [`Trainer::set_precision`] set, halved once for every skipped step since).
+    pub fn precision(&self) -> Precision {
+        self.workspace.precision()
+    }
+
+    /// The steps taken so far whose update was skipped because a scaled gradient overflowed
+    /// ([`StepRecord::skipped`]).
+    pub fn skipped_steps(&self) -> usize {
+        self.history.iter().filter(|r| r.skipped).count()
     }
 
     /// How the fused step's products run for the following steps ([`FusedStep::set_settings`]):
@@ -197,8 +213,19 @@ impl<T: Float> Trainer<T> {
     /// One training step. The loss and gradients come from the fused step
     /// ([`super::fast::FusedStep`]) when it covers the model, else from the reference
     /// [`Gpt::loss_and_grads`]; both compute the same mathematics (a test compares them).
+    ///
+    /// With a loss scale S > 1 ([`Trainer::set_precision`]) a gradient that is still NaN or ±∞
+    /// after the division by S means a scaled gradient overflowed the products' format (f16's
+    /// largest number is 65504): chapter 11's rule then halves S for the following steps and
+    /// skips this step's update. The batch is used up and the step counted (the schedule moves
+    /// on), but the weights, AdamW's moments and its step count stay as they were; the record
+    /// says `skipped`, with the batch's loss and an infinite gradient norm. S never falls below
+    /// 1: at S = 1 a non-finite gradient is the run diverging, returned as it is.
     pub fn step(&mut self, data: &Data, config: &TrainConfig) -> Result<StepRecord> {
         let batch = data.batch(config.batch, &mut self.rng)?;
+        let precision = self.precision();
+        let lr = config.schedule.at(self.step);
+        let tokens = batch.inputs.len();
         let mut reference;
         let (loss, grads): (f64, &mut [nalgebra::DMatrix<T>]) = if self.path() == StepPath::Fused {
             self.workspace.loss_and_grads(&self.model, &batch)?
@@ -206,18 +233,32 @@ impl<T: Float> Trainer<T> {
             reference = self.model.loss_and_grads(&batch)?;
             (reference.loss, &mut reference.grads)
         };
+        let scaled = precision.loss_scale > 1.0;
+        if scaled && grads.iter().any(|g| g.iter().any(|x| !x.is_finite())) {
+            let halved = Precision::new(precision.inputs, precision.loss_scale / 2.0)?;
+            self.workspace.set_precision(halved);
+            let record = StepRecord {
+                step: self.step,
+                loss,
+                lr,
+                grad_norm: f64::INFINITY,
+                tokens,
+                skipped: true,
+            };
+            self.step += 1;
+            self.history.push(record);
+            return Ok(record);
+        }
         let grad_norm = match config.clip {
             Some(c) => clip_global_norm(&mut grads.iter_mut().collect::<Vec<_>>(), c)?,
             None => super::schedule::global_norm(&grads.iter().collect::<Vec<_>>()),
         };
-        let lr = config.schedule.at(self.step);
         self.optimizer.config = AdamConfig { learning_rate: lr, ..config.adam() };
         self.optimizer.weight_decay = config.weight_decay;
         let decay = self.model.decay_mask();
         let grads: Vec<&nalgebra::DMatrix<T>> = grads.iter().collect();
         self.optimizer.step(&mut self.model.tensors_mut(), &grads, &decay)?;
-        let record =
-            StepRecord { step: self.step, loss, lr, grad_norm, tokens: batch.inputs.len() };
+        let record = StepRecord { step: self.step, loss, lr, grad_norm, tokens, skipped: false };
         self.step += 1;
         self.history.push(record);
         Ok(record)
