@@ -24,7 +24,9 @@ use llm_workbook::ch09_gpt::sample::{Decoding, generate};
 use llm_workbook::ch09_gpt::train::{StepPath, TrainConfig, Trainer};
 use llm_workbook::ch11_precision::quant::Storage;
 use llm_workbook::ch11_precision::quant_file;
+use llm_workbook::ch11_precision::runs::F16_LOSS_SCALE;
 use llm_workbook::error::{Result, invalid};
+use llm_workbook::matmul::inputs::{Precision, ProductInputs};
 use llm_workbook::report::{TERMINAL_WIDTH, wrap};
 use llm_workbook::rng::Rng;
 use llm_workbook::workshop::budget;
@@ -73,6 +75,27 @@ pub struct QuantizeArgs {
     /// LLM_WORKBOOK_MEMORY_BUDGET, else the available memory); a larger model is refused.
     #[arg(long)]
     pub memory_budget: Option<u64>,
+}
+
+/// The format of the training step's product inputs (chapter 11's mixed precision).
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrecisionKind {
+    /// f32 products: chapter 9's step, bit for bit.
+    F32,
+    /// Every product's inputs rounded to bf16 (f32's range, 7 fraction bits).
+    Bf16,
+    /// Every product's inputs rounded to f16 (10 fraction bits, largest 65504), with a loss scale.
+    F16,
+}
+
+impl From<PrecisionKind> for ProductInputs {
+    fn from(kind: PrecisionKind) -> ProductInputs {
+        match kind {
+            PrecisionKind::F32 => ProductInputs::F32,
+            PrecisionKind::Bf16 => ProductInputs::Bf16,
+            PrecisionKind::F16 => ProductInputs::F16,
+        }
+    }
 }
 
 /// How text becomes tokens.
@@ -147,6 +170,14 @@ pub struct TrainArgs {
     /// at most 256 windows (slow on a large text; a progress bar shows it).
     #[arg(long)]
     pub exact_validation: bool,
+    /// The format every product's inputs are rounded to in the training step (chapter 11's
+    /// mixed precision: the weights, sums and AdamW stay f32).
+    #[arg(long, value_enum, default_value_t = PrecisionKind::F32)]
+    pub precision: PrecisionKind,
+    /// With --precision f16: the loss scale S the run starts with, a power of two from 1 to
+    /// 2^24 (default 2^10). A step whose scaled gradient overflows f16 is skipped and S halved.
+    #[arg(long)]
+    pub loss_scale: Option<f64>,
 }
 
 /// `gpt resume`.
@@ -223,11 +254,33 @@ pub fn run(command: GptCommand) -> Result<()> {
 
 // ───────────────────────────── train and resume ─────────────────────────────
 
+/// The precision `--precision` and `--loss-scale` ask for: S only with f16 (default
+/// [`F16_LOSS_SCALE`]), a power of two from 1 to 2^24.
+fn precision_of(kind: PrecisionKind, loss_scale: Option<f64>) -> Result<Precision> {
+    let inputs = ProductInputs::from(kind);
+    if inputs != ProductInputs::F16 {
+        if loss_scale.is_some() {
+            let why = format!("is for --precision f16 only; {} has f32's range", inputs.name());
+            return Err(invalid("gpt train", "--loss-scale", why));
+        }
+        return Precision::new(inputs, 1.0);
+    }
+    let scale = loss_scale.unwrap_or(F16_LOSS_SCALE);
+    Precision::new(inputs, scale).map_err(|_| {
+        invalid(
+            "gpt train",
+            "--loss-scale",
+            format!("must be a power of two from 1 to 2^24, got {scale}"),
+        )
+    })
+}
+
 fn train(a: TrainArgs) -> Result<()> {
     if a.steps == 0 || a.batch == 0 {
         let arg = if a.steps == 0 { "--steps" } else { "--batch" };
         return Err(invalid("gpt train", arg, "must be at least 1, got 0"));
     }
+    let precision = precision_of(a.precision, a.loss_scale)?;
     // One writer a folder, from before the first look at it until the process ends.
     out_folder("gpt train", &a.out)?;
     let _lock = folder::Lock::take(&a.out, "gpt train")?;
@@ -289,10 +342,13 @@ fn train(a: TrainArgs) -> Result<()> {
         config.vocab_size,
         config.parameter_count()
     );
-    let trainer = Trainer::new(model, &tc, a.seed.wrapping_add(1))?;
-    let path = trainer.path();
+    let mut trainer = Trainer::new(model, &tc, a.seed.wrapping_add(1))?;
+    trainer.set_precision(precision).map_err(|_| {
+        let why = "rounded products need the fused step, which does not cover this model";
+        invalid("gpt train", "--precision", why)
+    })?;
     let files =
-        run::run_files(&tokenizer_files, &data, &text, &tc, a.context, a.steps, a.seed, path);
+        run::run_files(&tokenizer_files, &data, &text, &tc, a.context, a.steps, a.seed, &trainer);
     let tok = tok.as_ref();
     let eval = evaluation(a.exact_validation);
     let (context, steps, every) = (a.context, a.steps, a.save_every);
@@ -413,6 +469,7 @@ fn continue_run(
             StepPath::Reference => "Gpt::loss_and_grads; the fused step does not cover this model",
         }
     );
+    say_wrapped(&precision_line(&trainer));
     let mut bar = Bar::run(trainer.step, steps)
         .map_err(|e| invalid("progress", "template", e.to_string()))?;
     let end = run::continue_run(
@@ -451,6 +508,14 @@ fn continue_run(
         "step {}: training loss {:.4}, validation loss {:.4} nats per token ({how})",
         trainer.step, end.running_loss, v.loss
     ));
+    if trainer.precision().loss_scale > 1.0 || trainer.skipped_steps() > 0 {
+        say!(
+            "loss scale now S = {}; {} of the {} steps skipped for an overflowing gradient",
+            power_of_two(trainer.precision().loss_scale),
+            trainer.skipped_steps(),
+            trainer.step
+        );
+    }
     let plot = ["png", "svg"].map(|ext| format!("{}.{ext}", run::LOSS_PLOT));
     say!("checkpoint and loss plot ({}) in {}", plot.join(", "), end.generation.display());
     let (prompt, g) = run::closing_sample(&trainer.model, validation, context)?;
@@ -460,6 +525,30 @@ fn continue_run(
     say_wrapped(&heading);
     say_wrapped(&tok.decode_lossy(g.new_tokens())?);
     Ok(())
+}
+
+/// The header's line for the training step's precision: the products' input format and, with
+/// f16, the current loss scale and the steps skipped so far.
+fn precision_line(trainer: &Trainer<f32>) -> String {
+    let p = trainer.precision();
+    match p.inputs {
+        ProductInputs::F32 => "precision: f32 products".to_string(),
+        ProductInputs::Bf16 => {
+            "precision: bf16 products (inputs rounded to bf16; weights, sums and AdamW in f32)"
+                .to_string()
+        }
+        ProductInputs::F16 => format!(
+            "precision: f16 products, loss scale S = {} (halved and the step skipped on overflow; \
+             {} skipped so far)",
+            power_of_two(p.loss_scale),
+            trainer.skipped_steps()
+        ),
+    }
+}
+
+/// A power of two as `2^k`.
+fn power_of_two(x: f64) -> String {
+    format!("2^{}", x.log2() as i32)
 }
 
 /// Prints `text` on standard output wrapped at spaces to the terminal's 100 columns.

@@ -21,9 +21,7 @@ use crate::ch09_gpt::data::{Token, TokenSplit};
 use crate::ch09_gpt::model::Gpt;
 use crate::ch09_gpt::safetensors::SafeTensors;
 use crate::ch09_gpt::sample::{Decoding, Generated, generate};
-use crate::ch09_gpt::train::{
-    Data, Progress, RunningMean, StepPath, Throughput, TrainConfig, Trainer,
-};
+use crate::ch09_gpt::train::{Data, Progress, RunningMean, Throughput, TrainConfig, Trainer};
 use crate::error::{Error, Result, from_json_object, invalid};
 use crate::rng::Rng;
 use crate::simd::KERNEL_ENV;
@@ -68,7 +66,8 @@ pub fn machine() -> (String, usize) {
 
 /// What every save of a new run writes besides the trainer's files: the tokenizer's files and
 /// `train.json` (with the tokenizer's fingerprint, the text's absolute path and fingerprint, and
-/// the kernel and threads of this process, see [`machine`]), and the training step's path.
+/// the kernel and threads of this process, see [`machine`]), and the `trainer`'s step path and
+/// precision (see [`precision_fields`]).
 #[allow(clippy::too_many_arguments)]
 pub fn run_files(
     tokenizer_files: &[(&'static str, String)],
@@ -78,16 +77,19 @@ pub fn run_files(
     context: usize,
     steps: usize,
     seed: u64,
-    path: StepPath,
+    trainer: &Trainer<f32>,
 ) -> Vec<(String, Vec<u8>)> {
     let mut files: Vec<(String, Vec<u8>)> =
         tokenizer_files.iter().map(|(n, c)| (n.to_string(), c.as_bytes().to_vec())).collect();
     let (kernel, threads) = machine();
+    let (precision, loss_scale) = precision_fields(trainer.precision());
     let run = RunFile {
         data_fnv1a64: Some(data_hash(text)),
         kernel: Some(kernel),
         threads: Some(threads),
-        step_path: Some(path.name().to_string()),
+        step_path: Some(trainer.path().name().to_string()),
+        precision,
+        loss_scale,
         ..run_file(&absolute_data_path(data), tc, context, steps, seed)
     };
     let run = run_json_with_tokenizer(run, &files);
@@ -194,7 +196,16 @@ pub fn open_run_with(dir: &Path, budget: u64, data: Option<&Path>) -> Result<Ope
     crate::ch09_gpt::checkpoint::check_header_against_config(&config, &model_file)?;
     super::budget::check_with_text(&config, batch, context, text.len(), false, budget)?;
     let model = crate::ch09_gpt::checkpoint::model_from_safetensors::<f32>(config, &model_file)?;
-    let fresh = Trainer::new(model, &settings.tc, settings.seed)?;
+    let mut fresh = Trainer::new(model, &settings.tc, settings.seed)?;
+    // The run's precision; the loss scale it had reached comes with the training state.
+    fresh.set_precision(settings.precision).map_err(|_| {
+        let why = "mixed precision needs the fused step, which does not cover this model";
+        invalid(
+            "gpt resume",
+            "train.json",
+            format!("precision {}: {why}", settings.precision.label()),
+        )
+    })?;
     let state = read(crate::ch09_gpt::checkpoint::STATE_FILE)?;
     let trainer =
         crate::ch09_gpt::checkpoint::trainer_from_safetensors(config, &model_file, &state, &fresh)?;
@@ -218,6 +229,9 @@ pub fn open_run_with(dir: &Path, budget: u64, data: Option<&Path>) -> Result<Ope
     }
     updated.kernel = Some(file.kernel.clone().unwrap_or(kernel));
     updated.threads = Some(file.threads.unwrap_or(threads));
+    if file.precision.is_none() {
+        (updated.precision, updated.loss_scale) = precision_fields(settings.precision);
+    }
     if updated != file {
         run = run_text(&updated).into_bytes();
     }
@@ -361,7 +375,8 @@ pub fn continue_run(
             other => other,
         })?;
         speed.add(r.tokens, start.elapsed().as_secs_f64());
-        if !r.loss.is_finite() || !r.grad_norm.is_finite() {
+        // A step skipped for an overflowing scaled gradient (chapter 11) is not a divergence.
+        if !r.loss.is_finite() || (!r.grad_norm.is_finite() && !r.skipped) {
             return Err(diverged(r.step + 1));
         }
         let mean = running.add(r.loss);

@@ -5,7 +5,8 @@
 use super::folder;
 use crate::ch09_gpt::schedule::Schedule;
 use crate::ch09_gpt::train::TrainConfig;
-use crate::error::{Result, from_json_object};
+use crate::error::{Error, Result, from_json_object};
+use crate::matmul::inputs::{Precision, ProductInputs};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -78,6 +79,14 @@ pub struct RunFile {
     /// absent in runs saved before it was recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step_path: Option<String>,
+    /// The format of the training step's product inputs (chapter 11's mixed precision: `f32`,
+    /// `bf16` or `f16`); absent in runs saved before it was recorded, which trained in f32.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub precision: Option<String>,
+    /// The loss scale S the run started with (f16 only; the current S, halved by every
+    /// overflow, is in the training state).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_scale: Option<f64>,
 }
 
 /// A run's settings as `train.json` holds them (no tokenizer fingerprint yet).
@@ -103,7 +112,39 @@ pub fn run_file(data: &Path, tc: &TrainConfig, context: usize, steps: usize, see
         kernel: None,
         threads: None,
         step_path: None,
+        precision: None,
+        loss_scale: None,
     }
+}
+
+/// The training step's precision as `train.json` records it: the inputs' format, and S where
+/// the run scales its loss (f16).
+pub fn precision_fields(precision: Precision) -> (Option<String>, Option<f64>) {
+    let scale = (precision.inputs == ProductInputs::F16).then_some(precision.loss_scale);
+    (Some(precision.inputs.name().to_string()), scale)
+}
+
+/// The precision `train.json`'s fields `precision` and `loss_scale` describe (`file` names it
+/// in errors): f32 when both are absent (a run saved before they were recorded). A name other
+/// than `f32`, `bf16`, `f16`, a loss scale beside another format than f16, or one that is not a
+/// power of two from 1 to 2^24 is refused.
+pub fn precision_from_fields(
+    precision: Option<&str>,
+    loss_scale: Option<f64>,
+    file: &str,
+) -> Result<Precision> {
+    let fail = |reason: String| Error::Parse { file: file.to_string(), line: None, reason };
+    let name = precision.unwrap_or("f32");
+    let inputs = ProductInputs::ALL
+        .into_iter()
+        .find(|p| p.name() == name)
+        .ok_or_else(|| fail(format!("precision {name:?} is not f32, bf16 or f16")))?;
+    if loss_scale.is_some() && inputs != ProductInputs::F16 {
+        return Err(fail(format!("loss_scale is for f16 only, not {name}")));
+    }
+    let scale = loss_scale.unwrap_or(1.0);
+    Precision::new(inputs, scale)
+        .map_err(|_| fail(format!("loss_scale {scale} is not a power of two from 1 to 2^24")))
 }
 
 /// The fingerprint of a run's text: FNV-1a 64 of its UTF-8 bytes, as 16 hex digits.
@@ -157,12 +198,16 @@ pub struct RunSettings {
     pub data_hash: Option<String>,
     /// The kernel the run's steps used, where the run recorded it.
     pub kernel: Option<String>,
+    /// The training step's precision with the loss scale the run started with (f32 for a run
+    /// saved before precision was recorded).
+    pub precision: Precision,
 }
 
 /// Reads the text of a `train.json` (`file` names it in errors): an error names the file, the
 /// missing, mistyped or unknown field, and the line.
 pub fn run_from_json(bytes: &[u8], file: &str) -> Result<RunSettings> {
     let j: RunFile = from_json_object(bytes, file)?;
+    let precision = precision_from_fields(j.precision.as_deref(), j.loss_scale, file)?;
     let schedule = Schedule::new(j.max_lr, j.min_lr, j.warmup, j.decay_steps)?;
     let tc = TrainConfig {
         batch: j.batch,
@@ -180,6 +225,7 @@ pub fn run_from_json(bytes: &[u8], file: &str) -> Result<RunSettings> {
         seed: j.seed,
         data_hash: j.data_fnv1a64,
         kernel: j.kernel,
+        precision,
     })
 }
 
