@@ -2126,6 +2126,8 @@ fn the_fit_limit_is_the_longest_length_whose_scores_fit_in_l2() {
 // ───────────── the command line, end to end on a user's text file ─────────────
 
 mod command_line {
+    use llm_workbook::ch09_gpt::safetensors::SafeTensors;
+    use std::path::Path;
 
     /// The folder of a run's complete generation.
     pub fn current(out: &std::path::Path) -> std::path::PathBuf {
@@ -2269,6 +2271,164 @@ mod command_line {
             let err = String::from_utf8_lossy(&out.stderr);
             assert!(out.status.success() && err.is_empty(), "{:?}: {err}", out.status);
         }
+    }
+
+    // ───────────── mixed precision from the command line (chapter 11) ─────────────
+
+    /// A tiny run's flags: one layer, width 16, batches of 4 windows of 16 tokens.
+    const TINY: [&str; 10] =
+        ["--layers", "1", "--heads", "2", "--width", "16", "--context", "16", "--batch", "4"];
+
+    /// Trains a tiny model on `text` into `out` for `steps` steps with `more` flags; returns the
+    /// binary's output.
+    fn train_tiny(text: &Path, out: &Path, steps: &str, more: &[&str]) -> std::process::Output {
+        let (t, o) = (text.to_str().unwrap(), out.to_str().unwrap());
+        let mut args = vec!["gpt", "train", "--data", t, "--steps", steps, "--out", o];
+        args.extend(TINY);
+        args.extend(more);
+        cli(&args)
+    }
+
+    /// The training state of a run's folder.
+    fn state(out: &Path) -> SafeTensors {
+        SafeTensors::read(&current(out).join("training_state.safetensors")).unwrap()
+    }
+
+    /// A history column of a run's training state.
+    fn history(out: &Path, column: &str) -> Vec<f64> {
+        let s = state(out);
+        let n = s.info(column).unwrap().shape.iter().product::<usize>();
+        s.values_f64(column, &[n]).unwrap()
+    }
+
+    /// A run's `train.json`.
+    fn run_file(out: &Path) -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(current(out).join("train.json")).unwrap()).unwrap()
+    }
+
+    fn stdout(r: &std::process::Output) -> String {
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        String::from_utf8_lossy(&r.stdout).into_owned()
+    }
+
+    fn precision_text(dir: &Path) -> std::path::PathBuf {
+        let text = dir.join("t.txt");
+        std::fs::write(&text, "the cat sat on the mat. the dog sat on the log. ".repeat(40))
+            .unwrap();
+        text
+    }
+
+    /// `--precision bf16` reaches the training step: the same run in f32 and in bf16 gives
+    /// losses that differ (the products' inputs are rounded) by little, and the header, the run
+    /// file and a resumed run say bf16.
+    #[test]
+    fn bf16_training_from_the_command_line_is_close_to_f32_but_not_the_same_bits() {
+        let dir = super::common::temp_dir("ch09_cli_bf16");
+        let text = precision_text(&dir);
+        let (f32_out, bf16_out) = (dir.join("f32"), dir.join("bf16"));
+        let plain = stdout(&train_tiny(&text, &f32_out, "3", &[]));
+        assert!(plain.contains("precision: f32 products"), "{plain}");
+        assert_eq!(run_file(&f32_out)["precision"], "f32");
+        let r = train_tiny(&text, &bf16_out, "3", &["--precision", "bf16"]);
+        let printed = stdout(&r);
+        assert!(printed.contains("precision: bf16 products"), "{printed}");
+        let j = run_file(&bf16_out);
+        assert_eq!(j["precision"], "bf16");
+        assert!(j.get("loss_scale").is_none(), "{j}");
+        let (a, b) = (history(&f32_out, "history.loss"), history(&bf16_out, "history.loss"));
+        assert_eq!(a.len(), 3);
+        assert_ne!(a, b, "bf16 inputs round the products");
+        for (x, y) in a.iter().zip(&b) {
+            // bf16's u = 2^-8 on every product's inputs moves a loss near 3 nats by ~10^-3.
+            assert!((x - y).abs() < 2e-2, "f32 {x} bf16 {y}");
+        }
+        let o = bf16_out.to_str().unwrap();
+        let resumed = stdout(&cli(&["gpt", "resume", "--checkpoint", o, "--steps", "4"]));
+        assert!(resumed.contains("precision: bf16 products"), "{resumed}");
+        assert_eq!(run_file(&bf16_out)["precision"], "bf16");
+    }
+
+    /// A bad `--precision` or `--loss-scale` is one line naming the flag, before anything is
+    /// written.
+    #[test]
+    fn bad_precisions_and_loss_scales_are_refused_in_one_line_before_writing() {
+        let dir = super::common::temp_dir("ch09_cli_precision_bad");
+        let text = precision_text(&dir);
+        let out = dir.join("never");
+        for (more, flag, code) in [
+            (&["--precision", "bf16", "--loss-scale", "1024"][..], "--loss-scale", 1),
+            (&["--loss-scale", "2"][..], "--loss-scale", 1),
+            (&["--precision", "f16", "--loss-scale", "3"][..], "--loss-scale", 1),
+            (&["--precision", "f16", "--loss-scale", "33554432"][..], "--loss-scale", 1),
+            (&["--precision", "f16", "--loss-scale", "0.5"][..], "--loss-scale", 1),
+            (&["--precision", "f8"][..], "--precision", 2),
+        ] {
+            let r = train_tiny(&text, &out, "2", more);
+            let err = String::from_utf8_lossy(&r.stderr);
+            assert_eq!(r.status.code(), Some(code), "{more:?}: {err}");
+            assert_eq!(err.trim_end().lines().count(), 1, "{more:?}: {err}");
+            assert!(err.contains(flag) && err.trim_end().chars().count() <= 100, "{err}");
+            assert!(!out.exists(), "{more:?} wrote {}", out.display());
+        }
+    }
+
+    /// f16 with the largest loss scale, 2^24, overflows: the run halves S and skips those steps
+    /// (counted, said, and no update), still trains, and a resumed run goes on with the S it
+    /// had reached.
+    #[test]
+    fn an_f16_run_halves_an_overflowing_loss_scale_and_resumes_with_it() {
+        let dir = super::common::temp_dir("ch09_cli_f16");
+        let text = precision_text(&dir);
+        let out = dir.join("f16");
+        let more = ["--precision", "f16", "--loss-scale", "16777216"];
+        let printed = stdout(&train_tiny(&text, &out, "8", &more));
+        assert!(printed.contains("precision: f16 products, loss scale S = 2^24"), "{printed}");
+        let norms = history(&out, "history.grad_norm");
+        let skipped = norms.iter().filter(|n| **n == f64::INFINITY).count();
+        // 64 scored tokens: the logits' gradient (p − 1)/64 · S passes f16's 65504 for S ≥ 2^22.
+        assert!((3..8).contains(&skipped), "{norms:?}");
+        assert!(norms[0] == f64::INFINITY && norms[7].is_finite(), "{norms:?}");
+        let scale = 2f64.powi(24 - skipped as i32);
+        assert_eq!(state(&out).meta("loss_scale"), Some(format!("{scale:?}").as_str()));
+        let adam_steps = state(&out).meta("adam_steps").unwrap().to_string();
+        assert_eq!(adam_steps, (8 - skipped).to_string(), "a skipped step updates nothing");
+        let line =
+            format!("loss scale now S = 2^{}; {skipped} of the 8 steps skipped", 24 - skipped);
+        assert!(printed.contains(&line), "{printed}");
+        assert!(history(&out, "history.loss").iter().all(|l| l.is_finite()));
+        let j = run_file(&out);
+        assert_eq!(
+            (j["precision"].as_str(), j["loss_scale"].as_f64()),
+            (Some("f16"), Some(16777216.0))
+        );
+        let o = out.to_str().unwrap();
+        let resumed = stdout(&cli(&["gpt", "resume", "--checkpoint", o, "--steps", "10"]));
+        let header = format!("loss scale S = 2^{} (halved", 24 - skipped);
+        assert!(resumed.contains(&header), "{resumed}");
+        assert!(resumed.contains(&format!("{skipped} skipped so far")), "{resumed}");
+        let norms = history(&out, "history.grad_norm");
+        let later = norms[8..].iter().filter(|n| **n == f64::INFINITY).count();
+        assert_eq!(norms.len(), 10);
+        assert_eq!(later, 0, "the S reached is kept, not the 2^24 the run started with");
+        assert_eq!(run_file(&out)["precision"], "f16");
+    }
+
+    /// A run file written before precision was recorded trains on, in f32.
+    #[test]
+    fn a_run_file_without_a_precision_resumes_in_f32() {
+        let dir = super::common::temp_dir("ch09_cli_old_precision");
+        let text = precision_text(&dir);
+        let out = dir.join("old");
+        stdout(&train_tiny(&text, &out, "2", &[]));
+        let path = current(&out).join("train.json");
+        let mut j: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        j.as_object_mut().unwrap().remove("precision");
+        std::fs::write(&path, serde_json::to_string_pretty(&j).unwrap()).unwrap();
+        let o = out.to_str().unwrap();
+        let resumed = stdout(&cli(&["gpt", "resume", "--checkpoint", o, "--steps", "3"]));
+        assert!(resumed.contains("precision: f32 products"), "{resumed}");
+        assert_eq!(run_file(&out)["precision"], "f32");
     }
 }
 

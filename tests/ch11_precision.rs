@@ -787,6 +787,95 @@ fn bad_precisions_are_refused_naming_the_argument() {
     trainer.set_precision(Precision::F32).unwrap();
 }
 
+/// A trainer of the small-gradient example's tiny model (batches of 2 windows of 32 tokens, 64
+/// scored) in f16 with the loss scale `scale`, and its tokens.
+fn f16_trainer(
+    scale: f64,
+) -> (llm_workbook::ch09_gpt::train::Trainer<f32>, llm_workbook::ch09_gpt::train::TrainConfig) {
+    use llm_workbook::ch09_gpt::{schedule::Schedule, train};
+    let model = Gpt::<f32>::new(Config::new(runs::SMALL_VOCAB, 32, 2, 4, 64), 3).unwrap();
+    let tc = train::TrainConfig::new(2, Schedule::new(1e-3, 1e-3, 0, 40).unwrap());
+    let mut trainer = train::Trainer::new(model, &tc, 1).unwrap();
+    trainer.set_precision(Precision::new(ProductInputs::F16, scale).unwrap()).unwrap();
+    (trainer, tc)
+}
+
+/// Tokens for [`f16_trainer`]'s batches: a walk through the vocabulary.
+fn f16_tokens() -> Vec<u32> {
+    (0..400u32).map(|i| i * 7 % runs::SMALL_VOCAB as u32).collect()
+}
+
+/// The overflow rule: with S = 2^24 the logits' gradient (p − 1)/64 · S is far past f16's 65504,
+/// so the scaled gradient overflows; the trainer halves S and skips the update (weights, AdamW's
+/// moments and step count unchanged), counts the step, and once S is small enough trains.
+#[test]
+fn an_overflowing_loss_scale_is_halved_and_its_step_skipped() {
+    use llm_workbook::ch09_gpt::train::Data;
+    let (mut trainer, tc) = f16_trainer(MAX_LOSS_SCALE);
+    let tokens = f16_tokens();
+    let data = Data::Stream { tokens: &tokens, seq_len: 32 };
+    let before = trainer.model.clone();
+    let r = trainer.step(&data, &tc).unwrap();
+    assert!(r.skipped && r.grad_norm == f64::INFINITY && r.loss.is_finite(), "{r:?}");
+    assert_eq!(trainer.precision().loss_scale, MAX_LOSS_SCALE / 2.0);
+    assert_eq!(trainer.precision().inputs, ProductInputs::F16);
+    assert_eq!(trainer.model, before, "a skipped step changes no weight");
+    assert_eq!(trainer.optimizer.moments.steps(), 0, "nor AdamW's moments");
+    assert_eq!((trainer.step, trainer.skipped_steps()), (1, 1));
+    while trainer.history.last().unwrap().skipped {
+        trainer.step(&data, &tc).unwrap();
+    }
+    let skipped = trainer.skipped_steps();
+    assert!(skipped >= 2, "S = 2^23 overflows too: {skipped}");
+    assert_eq!(trainer.precision().loss_scale, MAX_LOSS_SCALE / 2f64.powi(skipped as i32));
+    assert_ne!(trainer.model, before);
+    assert_eq!(trainer.optimizer.moments.steps(), 1);
+    let last = *trainer.history.last().unwrap();
+    assert!(last.grad_norm.is_finite() && !last.skipped, "{last:?}");
+    // The S the run settled at gives the step a trainer started at that S takes from the same
+    // weights and batch: the skipped steps left nothing behind.
+    let (mut direct, _) = f16_trainer(trainer.precision().loss_scale);
+    direct.rng = {
+        let (mut replay, _) = f16_trainer(MAX_LOSS_SCALE);
+        for _ in 0..skipped {
+            replay.step(&data, &tc).unwrap();
+        }
+        replay.rng
+    };
+    direct.step = skipped;
+    let record = direct.step(&data, &tc).unwrap();
+    assert_eq!(record.loss.to_bits(), last.loss.to_bits());
+    assert_eq!(direct.model, trainer.model);
+    // Without a scale (S = 1) there is nothing to halve: no step is skipped.
+    let (mut unscaled, _) = f16_trainer(1.0);
+    for _ in 0..3 {
+        assert!(!unscaled.step(&data, &tc).unwrap().skipped);
+    }
+}
+
+/// A trainer saved after skipped steps and loaded goes on with the loss scale it had reached
+/// (the checkpoint keeps it), bit for bit as if it had not stopped.
+#[test]
+fn a_saved_trainer_keeps_its_halved_loss_scale() {
+    use llm_workbook::ch09_gpt::{checkpoint as ck, train::Data};
+    let tokens = f16_tokens();
+    let data = Data::Stream { tokens: &tokens, seq_len: 32 };
+    let (mut straight, tc) = f16_trainer(MAX_LOSS_SCALE);
+    let (mut first, _) = f16_trainer(MAX_LOSS_SCALE);
+    first.run(&data, &tc, 3, |_| {}).unwrap();
+    assert!(first.skipped_steps() > 0);
+    let dir = common::temp_dir("ch11_loss_scale_resume");
+    ck::save_trainer(&first, &dir).unwrap();
+    let mut resumed = ck::load_trainer(&dir, &f16_trainer(MAX_LOSS_SCALE).0).unwrap();
+    assert_eq!(resumed.precision(), first.precision());
+    assert_eq!(resumed.skipped_steps(), first.skipped_steps());
+    resumed.run(&data, &tc, 8, |_| {}).unwrap();
+    straight.run(&data, &tc, 8, |_| {}).unwrap();
+    assert_eq!(resumed.history, straight.history);
+    assert_eq!(resumed.model, straight.model);
+    assert_eq!(resumed.precision(), straight.precision());
+}
+
 // ───────────────────────────── quantized weights ─────────────────────────────
 
 mod quant {
