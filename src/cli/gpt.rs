@@ -172,7 +172,7 @@ pub struct TrainArgs {
     pub exact_validation: bool,
     /// The format every product's inputs are rounded to in the training step (chapter 11's
     /// mixed precision: the weights, sums and AdamW stay f32).
-    #[arg(long, value_enum, default_value_t = PrecisionKind::F32)]
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = PrecisionKind::F32)]
     pub precision: PrecisionKind,
     /// With --precision f16: the loss scale S the run starts with, a power of two from 1 to
     /// 2^24 (default 2^10). A step whose scaled gradient overflows f16 is skipped and S halved.
@@ -469,7 +469,7 @@ fn continue_run(
             StepPath::Reference => "Gpt::loss_and_grads; the fused step does not cover this model",
         }
     );
-    say_wrapped(&precision_line(&trainer));
+    say!("{}", precision_line(&trainer));
     let mut bar = Bar::run(trainer.step, steps)
         .map_err(|e| invalid("progress", "template", e.to_string()))?;
     let end = run::continue_run(
@@ -537,12 +537,19 @@ fn precision_line(trainer: &Trainer<f32>) -> String {
             "precision: bf16 products (inputs rounded to bf16; weights, sums and AdamW in f32)"
                 .to_string()
         }
-        ProductInputs::F16 => format!(
-            "precision: f16 products, loss scale S = {} (halved and the step skipped on overflow; \
-             {} skipped so far)",
-            power_of_two(p.loss_scale),
-            trainer.skipped_steps()
-        ),
+        ProductInputs::F16 => {
+            let mut line = format!(
+                "precision: f16 products, loss scale S = {} (an overflow halves S and skips its step)",
+                power_of_two(p.loss_scale)
+            );
+            if trainer.skipped_steps() > 0 {
+                line.push_str(&format!(
+                    "\nsteps skipped so far for an overflow: {}",
+                    trainer.skipped_steps()
+                ));
+            }
+            line
+        }
     }
 }
 
