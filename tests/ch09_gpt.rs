@@ -2431,6 +2431,25 @@ mod command_line {
         let resumed = stdout(&cli(&["gpt", "resume", "--checkpoint", o, "--steps", "3"]));
         assert!(resumed.contains("precision: f32 products"), "{resumed}");
         assert_eq!(run_file(&out)["precision"], "f32");
+        // A precision or loss scale train.json cannot hold is one line naming the field.
+        let path = current(&out).join("train.json");
+        for (field, value) in [
+            ("precision", serde_json::json!("f8")),
+            ("loss_scale", serde_json::json!(1024.0)),
+            ("loss_scale", serde_json::json!(3.0)),
+        ] {
+            let mut j = run_file(&out);
+            j[field] = value.clone();
+            if value == 3.0 {
+                j["precision"] = "f16".into();
+            }
+            std::fs::write(&path, serde_json::to_string_pretty(&j).unwrap()).unwrap();
+            let r = cli(&["gpt", "resume", "--checkpoint", o, "--steps", "5"]);
+            let err = String::from_utf8_lossy(&r.stderr);
+            assert_eq!(r.status.code(), Some(1), "{field} {value}: {err}");
+            assert!(err.contains(field) && err.contains("train.json"), "{err}");
+            assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        }
     }
 }
 
