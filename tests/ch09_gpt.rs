@@ -2433,12 +2433,13 @@ mod command_line {
         assert_eq!(run_file(&out)["precision"], "f32");
         // A precision or loss scale train.json cannot hold is one line naming the field.
         let path = current(&out).join("train.json");
+        let good = run_file(&out);
         for (field, value) in [
             ("precision", serde_json::json!("f8")),
             ("loss_scale", serde_json::json!(1024.0)),
             ("loss_scale", serde_json::json!(3.0)),
         ] {
-            let mut j = run_file(&out);
+            let mut j = good.clone();
             j[field] = value.clone();
             if value == 3.0 {
                 j["precision"] = "f16".into();
