@@ -450,8 +450,7 @@ pub fn trainer_files<T: Float>(trainer: &Trainer<T>) -> Result<Vec<(String, Vec<
         ("rng_state".to_string(), rng),
         ("weight_decay".to_string(), format!("{:?}", trainer.optimizer.weight_decay)),
         ("adam_config".to_string(), format!("{:?}", trainer.optimizer.config)),
-        // The current loss scale S (chapter 11): halved by every skipped step, so a resumed run
-        // goes on with the one the run had reached.
+        // The current loss scale S (chapter 11), which every skipped step halved.
         ("loss_scale".to_string(), format!("{:?}", trainer.precision().loss_scale)),
     ];
     files.push((STATE_FILE.to_string(), serialize(&tensors, &meta)?));
@@ -576,20 +575,17 @@ pub fn trainer_from_safetensors<T: Float>(
             lr: lr[i],
             grad_norm: norm[i],
             tokens: tokens[i] as usize,
-            // Only a skipped step records an infinite norm: a diverging run is never saved.
-            skipped: norm[i] == f64::INFINITY,
+            skipped: norm[i] == f64::INFINITY, // a diverging run is never saved
         })
         .collect();
     let mut optimizer = fresh.optimizer.clone();
     optimizer.moments = moments;
-    // The products' format is `fresh`'s (the run's setting); the loss scale the one the run had
-    // reached, where the state records it (states saved before it was recorded keep `fresh`'s).
+    // `fresh`'s products' format with the S the run reached (older states: `fresh`'s S).
     let mut precision = fresh.precision();
     if let Some(s) = state.meta("loss_scale") {
         let scale = s.parse::<f64>().ok().and_then(|s| Precision::new(precision.inputs, s).ok());
-        precision = scale.ok_or_else(|| {
-            parse_error(&file, format!("loss_scale {s} is not a power of two from 1 to 2^24"))
-        })?;
+        let why = || format!("loss_scale {s} is not a power of two from 1 to 2^24");
+        precision = scale.ok_or_else(|| parse_error(&file, why()))?;
     }
     let mut workspace = crate::ch09_gpt::fast::FusedStep::new();
     workspace.set_precision(precision);

@@ -539,7 +539,8 @@ fn precision_line(trainer: &Trainer<f32>) -> String {
         }
         ProductInputs::F16 => {
             let mut line = format!(
-                "precision: f16 products, loss scale S = {} (an overflow halves S and skips its step)",
+                "precision: f16 products, loss scale S = {} (an overflow halves S and skips \
+                 its step)",
                 power_of_two(p.loss_scale)
             );
             if trainer.skipped_steps() > 0 {
