@@ -167,7 +167,9 @@ fn rope_backward_passes_gradient_checks_in_both_pairings() {
             let x = rand(&mut rng, 8, 6);
             let r = rand(&mut rng, 8, 6);
             let d_x = ch::rope_backward(&table, pairing, &r, at).unwrap();
-            check(Config::default(), &[("x", x)], &[d_x], |t| {
+            // WIDE: L is linear in x, so only rounding noise (≈ 1e-9) separates the two, and
+            // the default floor of 1e-7 would judge a near-zero entry by that noise.
+            check(WIDE, &[("x", x)], &[d_x], |t| {
                 weighted_sum(&ch::rope_forward(&table, pairing, &t[0], at).unwrap(), &r)
             })
             .assert_passed();
