@@ -122,6 +122,23 @@ fn rope_frequencies_by_hand() {
 }
 
 #[test]
+fn rope_wavelengths_against_the_context() {
+    // d_h = 128: pair i has wavelength 2π·base^{2i/128}. Pair 32 is 2π·√base (628.3 for base
+    // 10 000, 4442.9 for Llama 3's 500 000); pair 63 is 2π·base^{126/128} (54 410 and 2 559 196).
+    // A wavelength exceeds 8192 tokens (Llama 3's context) when base^{2i/128} > 8192/2π ≈ 1303.8,
+    // i > 64·log 1303.8/log base: i ≥ 50 for 10 000 (14 pairs), i ≥ 35 for 500 000 (29 pairs).
+    let tau = std::f64::consts::TAU;
+    let paper = ch::rope_wavelengths(128, ROPE_BASE).unwrap();
+    let llama3 = ch::rope_wavelengths(128, 500_000.0).unwrap();
+    assert!((paper[32] - tau * 100.0).abs() < 1e-9);
+    assert!((llama3[32] - tau * 500_000_f64.sqrt()).abs() < 1e-9);
+    assert!((paper[63] - 54_410.143).abs() < 1e-3, "{}", paper[63]);
+    assert!((llama3[63] - 2_559_195.517).abs() < 1e-3, "{}", llama3[63]);
+    let beyond = |w: &[f64]| w.iter().filter(|&&w| w > 8192.0).count();
+    assert_eq!((beyond(&paper), beyond(&llama3)), (14, 29));
+}
+
+#[test]
 fn one_pair_rotated_by_hand_in_both_pairings() {
     // d_h = 4, base 10 000, position 2: pair 0 turns by 2 rad, pair 1 by 0.02 rad.
     let table = RopeTable::<f64>::new(3, 4, ROPE_BASE).unwrap();
