@@ -40,6 +40,8 @@ fn rms_norm_of_one_row_by_hand() {
     let (y, cache) = ch::rms_norm_forward(&norm, &row(&[1.0, -2.0, 2.0])).unwrap();
     assert_eq!(cache.rms, vec![2.0]);
     assert_eq!(y, row(&[0.5, -2.0, -1.0]));
+    let outside = 3.0_f64.sqrt() + 1.0;
+    assert!((outside - 2.732).abs() < 1e-3 && (cache.rms[0] - outside).abs() > 0.7);
 }
 
 #[test]
@@ -130,6 +132,7 @@ fn rope_wavelengths_against_the_context() {
     let tau = std::f64::consts::TAU;
     let paper = ch::rope_wavelengths(128, ROPE_BASE).unwrap();
     let llama3 = ch::rope_wavelengths(128, 500_000.0).unwrap();
+    assert_eq!((paper[0], llama3[0]), (tau, tau));
     assert!((paper[32] - tau * 100.0).abs() < 1e-9);
     assert!((llama3[32] - tau * 500_000_f64.sqrt()).abs() < 1e-9);
     assert!((paper[63] - 54_410.143).abs() < 1e-3, "{}", paper[63]);
@@ -306,6 +309,9 @@ fn swiglu_of_one_number_by_hand() {
     let (y, _) = ch::glu_forward(&mlp, &one(1.0)).unwrap();
     assert!((y[(0, 0)] - 3.0 / (1.0 + (-2.0_f64).exp())).abs() < 1e-15);
     assert!((y[(0, 0)] - 2.642_391).abs() < 1e-6);
+    let wrong_branch = 2.0 * Gate::Swish.apply(3.0) * 0.5;
+    assert!((wrong_branch - 3.0 / (1.0 + (-3.0_f64).exp())).abs() < 1e-15);
+    assert!((wrong_branch - 2.857_722).abs() < 1e-6);
 }
 
 #[test]
