@@ -206,7 +206,7 @@ pub fn rotate_half<T: Float>(x: &DMatrix<T>) -> Result<DMatrix<T>> {
 }
 
 /// The column permutation from the adjacent layout to the halves layout of one head: column j of
-/// the halves layout is column `p[j]` of the adjacent one, p = [0, 2, 4, …, 1, 3, 5, …] (pair i's
+/// the halves layout is column `p[j]` of the adjacent one, p = (0, 2, 4, …, 1, 3, 5, …) (pair i's
 /// columns 2i and 2i + 1 move to i and i + d_h/2). Errors on an odd or zero width.
 pub fn halves_from_adjacent(head_dim: usize) -> Result<Vec<usize>> {
     check_head("halves_from_adjacent", head_dim, ROPE_BASE)?;
@@ -215,7 +215,7 @@ pub fn halves_from_adjacent(head_dim: usize) -> Result<Vec<usize>> {
 }
 
 /// W (C×(H·d_h)) with every head's columns permuted: column h·d_h + j of the result is column
-/// h·d_h + p[j] of W. With p = [`halves_from_adjacent`] it turns a W_Q or W_K written for the
+/// h·d_h + p(j) of W. With p = [`halves_from_adjacent`] it turns a W_Q or W_K written for the
 /// adjacent pairing into one for the halves pairing (the same scores). Errors when p is not a
 /// permutation or W's width is not a whole number of heads of its length.
 pub fn permute_head_columns<T: Float>(w: &DMatrix<T>, perm: &[usize]) -> Result<DMatrix<T>> {
