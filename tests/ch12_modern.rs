@@ -198,6 +198,24 @@ fn rope_backward_passes_gradient_checks_in_both_pairings() {
 }
 
 #[test]
+fn the_rotation_keeps_lengths_and_its_transpose_undoes_it() {
+    // R(tθ) is orthogonal: every row keeps its length, and Rᵀ R = I.
+    let mut rng = Rng::new(1212);
+    let table = RopeTable::<f64>::new(12, 6, ROPE_BASE).unwrap();
+    let at = Positions { seq_len: 5, start: 7 };
+    for pairing in [Pairing::Adjacent, Pairing::Halves] {
+        let x = rand(&mut rng, 10, 6);
+        let y = ch::rope_forward(&table, pairing, &x, at).unwrap();
+        for r in 0..10 {
+            assert!((y.row(r).norm() - x.row(r).norm()).abs() < 1e-13);
+        }
+        let back = ch::rope_backward(&table, pairing, &y, at).unwrap();
+        assert!((back - &x).abs().max() < 1e-14);
+        assert!((y - &x).abs().max() > 0.1, "positions 7 to 11 turn every pair");
+    }
+}
+
+#[test]
 fn rotated_scores_depend_on_the_distance_only() {
     // q_t·k_s = Σ_i (q_a k_a + q_b k_b) cos((s − t)θ_i) + (q_b k_a − q_a k_b) sin((s − t)θ_i),
     // summed over the pairs (a, b) of each pairing: computed here from θ alone, and checked
@@ -344,6 +362,22 @@ fn glu_backward_passes_gradient_checks_for_both_gates() {
         })
         .assert_passed();
     }
+}
+
+#[test]
+fn glu_rejects_bad_shapes_in_one_line() {
+    let mlp = GatedMlp {
+        w_gate: DMatrix::<f64>::zeros(3, 4),
+        w_up: DMatrix::zeros(3, 5),
+        w_down: DMatrix::zeros(4, 3),
+        gate: Gate::Gelu,
+    };
+    let e = ch::glu_forward(&mlp, &DMatrix::zeros(2, 3)).unwrap_err().to_string();
+    assert!(e.contains("w_up") && !e.contains('\n') && e.chars().count() <= 100, "{e}");
+    let good = GatedMlp { w_up: DMatrix::zeros(3, 4), ..mlp };
+    let e = ch::glu_forward(&good, &DMatrix::zeros(2, 5)).unwrap_err().to_string();
+    assert!(e.contains("x and w_gate") && !e.contains('\n') && e.chars().count() <= 100, "{e}");
+    assert_eq!(good.parameter_count(), 36);
 }
 
 #[test]
