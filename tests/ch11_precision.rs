@@ -1094,7 +1094,7 @@ mod quant_step {
         for storage in [Storage::Int8, Storage::Q4] {
             for head in [false, true] {
                 let q = QuantGpt::new(&m, storage, head).unwrap();
-                let stored = q.model();
+                let stored = &q.widened();
                 let mut reference = stored.new_kv_cache();
                 let mut caches: Vec<_> =
                     available_kernels().into_iter().map(|p| (p, q.new_kv_cache())).collect();

@@ -836,7 +836,7 @@ pub fn quant_results_of(
         let stored = QuantGpt::new(model, s, false)?;
         bytes_per_token.push((s, stored.weight_bytes_per_token()));
         let g = sample::generate(
-            stored.model(),
+            &stored.widened(),
             &prompt,
             QUANT_SAMPLE_TOKENS,
             &sample::Decoding::temperature(0.8),
