@@ -1199,7 +1199,14 @@ mod quant_step {
 
     #[test]
     fn the_bf16_row_product_widens_each_pattern_exactly() {
-        use llm_workbook::ch11_precision::quant_step::{Bf16Matrix, bf16_row_product};
+        use llm_workbook::ch11_precision::bf16_weights::{
+            Bf16Matrix, bf16_row_product, widen_bf16,
+        };
+        // The dot's one-shift widening is the chapter's conversion, on every pattern.
+        for b in 0..=u16::MAX {
+            let want = llm_workbook::ch11_precision::bf16_to_f32(b).to_bits();
+            assert_eq!(widen_bf16(b).to_bits(), want, "{b:#06x}");
+        }
         let mut rng = Rng::new(5);
         for (k, n) in [(1, 1), (7, 3), (8, 2), (33, 5), (100, 4)] {
             let w: DMatrix<f32> = rng.normal_matrix(k, n, 0.5);

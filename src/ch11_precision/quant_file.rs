@@ -16,9 +16,10 @@
 //! metadata under the same key. A stored model is for generation only: its weights are not the
 //! trained ones, so it carries no training state and is not trained further.
 
+use super::bf16_weights::Bf16Matrix;
 use super::format::{bf16_to_f32, f32_to_bf16};
 use super::quant::{BLOCK, QuantMatrix, Storage, is_quantized, unpack};
-use super::quant_step::{Bf16Matrix, QuantGpt, SamplingModel, StoredMatrix};
+use super::quant_step::{QuantGpt, SamplingModel, StoredMatrix};
 use crate::ch09_gpt::checkpoint::{
     CONFIG_FILE, HEADS_METADATA, MODEL_FILE, check_header_against_config, config_to_json,
     model_from_safetensors,

@@ -15,12 +15,16 @@
 //! order, so the two agree bit for bit (a test holds every path to the reference). A column is
 //! one thread's work whatever the thread count, so any count gives the same bits.
 //!
+//! bf16 weights are kept as their 2-byte patterns ([`Bf16Matrix`]) and widened to f32 by the dot
+//! product that reads them ([`super::bf16_weights`]): half of f32's bytes a token.
+//!
 //! The step itself is chapter 9's: [`QuantGpt`] implements the step's one seam for its weights
 //! ([`StepWeights`]) with these products and hands itself to [`Gpt::step_with`]; everything else
-//! (LayerNorms, biases, attention, the embedding rows) is read from the stored model
-//! ([`QuantGpt::model`]), whose quantized tensors hold ŵ.
+//! (LayerNorms, biases, attention, the embedding rows) is read from the f32 tensors it keeps
+//! beside its stored matrices, which it never holds in f32. [`SamplingModel`] is what `gpt
+//! sample` loads: chapter 9's f32 model, or a [`QuantGpt`] built from a stored file's blocks.
 
-use super::format::{bf16_to_f32, f32_to_bf16};
+use super::bf16_weights::{Bf16Matrix, bf16_row_product};
 use super::quant::{BLOCK, QuantMatrix, Storage, is_quantized, stored_model};
 use crate::ch09_gpt::data::Token;
 use crate::ch09_gpt::fast::StepWeights;
@@ -120,7 +124,7 @@ pub fn quant_row_product(
 /// The columns 0 … `cols` cut into one run per thread (`threads`, the caller's included), each
 /// run's outputs by `run`, joined in order: every column is one thread's work whatever the
 /// count, so any count gives the same bits.
-fn by_column_runs(
+pub(crate) fn by_column_runs(
     cols: usize,
     threads: usize,
     run: impl Fn(Range<usize>) -> Vec<f32> + Sync,
@@ -133,81 +137,6 @@ fn by_column_runs(
         .collect();
     let sums = share_pieces(&mut vec![(); runs.len().max(1)], runs, |(), r| run(r));
     sums.into_iter().flatten().collect()
-}
-
-// ───────────────────────────── bf16 weights, widened per dot ─────────────────────────────
-
-/// Bytes of a bf16 weight.
-const BF16_BYTES: usize = 2;
-
-/// A weight matrix W (d_in×d_out) kept as bf16 bit patterns (chapter 11's rounding,
-/// [`f32_to_bf16`]), column after column as W is stored: column j, the weights output j reads,
-/// at j·d_in … (j + 1)·d_in. Two bytes a weight; a dot product widens each pattern to f32 as it
-/// reads it ([`bf16_column_dot`]), so no f32 copy of the matrix exists.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Bf16Matrix {
-    /// d_in.
-    pub rows: usize,
-    /// d_out.
-    pub cols: usize,
-    /// The patterns, column-major (d_in·d_out).
-    pub bits: Vec<u16>,
-}
-
-impl Bf16Matrix {
-    /// Every weight of `w` rounded to bf16 (to nearest, ties to even).
-    pub fn round(w: &DMatrix<f32>) -> Bf16Matrix {
-        let bits = w.iter().map(|&x| f32_to_bf16(x)).collect();
-        Bf16Matrix { rows: w.nrows(), cols: w.ncols(), bits }
-    }
-
-    /// The matrix in f32 (each pattern widened exactly): the values the dots read.
-    pub fn widen(&self) -> DMatrix<f32> {
-        DMatrix::from_iterator(self.rows, self.cols, self.bits.iter().map(|&b| bf16_to_f32(b)))
-    }
-
-    /// Bytes the matrix occupies: 2 a weight.
-    pub fn bytes(&self) -> usize {
-        BF16_BYTES * self.bits.len()
-    }
-}
-
-/// x · w for one column of bf16 patterns, each widened to f32 (exact) as it is read: in lane l
-/// (0 … 7) a_l ← a_l + x_i·w_i for i ≡ l (mod 8), each product and sum rounded to f32, then
-/// ((a₀ + a₁) + (a₂ + a₃)) + ((a₄ + a₅) + (a₆ + a₇)). Each product of a bf16 weight (8
-/// significant bits) and an f32 activation (24) is rounded once, so the sum keeps the bound of any
-/// f32 dot product of length k: |ŝ − s| ≤ γ_k·Σ|x_i ŵ_i| against the exact sum of the same ŵ
-/// (k u/(1 − k u), u = 2⁻²⁴). Callers pass matching lengths.
-pub fn bf16_column_dot(x: &[f32], column: &[u16]) -> f32 {
-    let mut acc = [0.0f32; DOT_LANES];
-    let (xs, ws) = (x.chunks_exact(DOT_LANES), column.chunks_exact(DOT_LANES));
-    let (x_tail, w_tail) = (xs.remainder(), ws.remainder());
-    for (x, w) in xs.zip(ws) {
-        for l in 0..DOT_LANES {
-            acc[l] += x[l] * bf16_to_f32(w[l]);
-        }
-    }
-    for (l, (x, &w)) in x_tail.iter().zip(w_tail).enumerate() {
-        acc[l] += x * bf16_to_f32(w);
-    }
-    ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))
-}
-
-/// y = x·W for one row x (length d_in) and W in bf16 (d_in×d_out): y_j = [`bf16_column_dot`]
-/// of x and column j, the columns cut into one run per thread. Errors when x's length is not
-/// d_in.
-pub fn bf16_row_product(x: &[f32], w: &Bf16Matrix, threads: usize) -> Result<Vec<f32>> {
-    if x.len() != w.rows {
-        return Err(shape_error(
-            "bf16_row_product",
-            "x and W (x's length must equal W's rows)",
-            format!("x of length {}", w.rows),
-            format!("{}", x.len()),
-        ));
-    }
-    Ok(by_column_runs(w.cols, threads, |r| {
-        r.map(|j| bf16_column_dot(x, &w.bits[j * w.rows..][..w.rows])).collect()
-    }))
 }
 
 // ───────────────────────────── the stored model ─────────────────────────────
@@ -262,7 +191,9 @@ impl StoredMatrix {
     /// The largest |ŵ|, read without widening the matrix (a block's is its scale times L).
     pub fn largest_magnitude(&self) -> f32 {
         match self {
-            StoredMatrix::Bf16(m) => m.bits.iter().fold(0f32, |a, &b| a.max(bf16_to_f32(b).abs())),
+            StoredMatrix::Bf16(m) => {
+                m.bits.iter().fold(0f32, |a, &b| a.max(super::format::bf16_to_f32(b).abs()))
+            }
             StoredMatrix::Blocks(m) => {
                 let l = m.storage.max_level().unwrap_or(1) as f32;
                 m.scales.iter().fold(0f32, |a, &s| a.max(s * l))
