@@ -1,11 +1,34 @@
 //! Weight matrices kept in bf16 for generation: 2-byte patterns (chapter 11's rounding),
 //! widened to f32 by the dot product that reads them, so a token reads half of f32's bytes and no
-//! f32 copy of the matrix exists. The stored step ([`super::quant_step::QuantGpt`]) reads them.
+//! f32 copy of the matrix exists. The stored step of `quant_step.rs` reads them.
 
 use super::format::{bf16_to_f32, f32_to_bf16};
-use super::quant_step::{DOT_LANES, by_column_runs};
 use crate::error::{Result, shape_error};
+use crate::threads::share_pieces;
 use nalgebra::DMatrix;
+use std::ops::Range;
+
+/// Lanes of [`bf16_column_dot`]'s partial sums (one AVX2 register of f32, as the quantized
+/// dots' lanes).
+pub const DOT_LANES: usize = 8;
+
+/// The columns 0 … `cols` cut into one run per thread (`threads`, the caller's included), each
+/// run's outputs by `run`, joined in order: every column is one thread's work whatever the
+/// count, so any count gives the same bits.
+pub(crate) fn by_column_runs(
+    cols: usize,
+    threads: usize,
+    run: impl Fn(Range<usize>) -> Vec<f32> + Sync,
+) -> Vec<f32> {
+    let parts = threads.clamp(1, cols.max(1));
+    let per_part = cols.div_ceil(parts);
+    let runs: Vec<Range<usize>> = (0..parts)
+        .map(|p| p * per_part..((p + 1) * per_part).min(cols))
+        .filter(|r| !r.is_empty())
+        .collect();
+    let sums = share_pieces(&mut vec![(); runs.len().max(1)], runs, |(), r| run(r));
+    sums.into_iter().flatten().collect()
+}
 
 /// Bytes of a bf16 weight.
 const BF16_BYTES: usize = 2;

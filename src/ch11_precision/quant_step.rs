@@ -24,7 +24,7 @@
 //! beside its stored matrices, which it never holds in f32. [`SamplingModel`] is what `gpt
 //! sample` loads: chapter 9's f32 model, or a [`QuantGpt`] built from a stored file's blocks.
 
-use super::bf16_weights::{Bf16Matrix, bf16_row_product};
+use super::bf16_weights::{Bf16Matrix, bf16_row_product, by_column_runs};
 use super::quant::{BLOCK, QuantMatrix, Storage, is_quantized, stored_model};
 use crate::ch09_gpt::data::Token;
 use crate::ch09_gpt::fast::StepWeights;
@@ -35,9 +35,7 @@ use crate::matmul::{MatMut, MatRef};
 use crate::rng::Rng;
 use crate::simd::Kernel;
 use crate::simd::active_kernel;
-use crate::threads::share_pieces;
 use nalgebra::DMatrix;
-use std::ops::Range;
 
 /// Bytes of an f32.
 const F32_BYTES: usize = 4;
@@ -119,24 +117,6 @@ pub fn quant_row_product(
         columns_dot(kernel, &padded, scales, codes, w.storage, &mut out);
         out
     }))
-}
-
-/// The columns 0 … `cols` cut into one run per thread (`threads`, the caller's included), each
-/// run's outputs by `run`, joined in order: every column is one thread's work whatever the
-/// count, so any count gives the same bits.
-pub(crate) fn by_column_runs(
-    cols: usize,
-    threads: usize,
-    run: impl Fn(Range<usize>) -> Vec<f32> + Sync,
-) -> Vec<f32> {
-    let parts = threads.clamp(1, cols.max(1));
-    let per_part = cols.div_ceil(parts);
-    let runs: Vec<Range<usize>> = (0..parts)
-        .map(|p| p * per_part..((p + 1) * per_part).min(cols))
-        .filter(|r| !r.is_empty())
-        .collect();
-    let sums = share_pieces(&mut vec![(); runs.len().max(1)], runs, |(), r| run(r));
-    sums.into_iter().flatten().collect()
 }
 
 // ───────────────────────────── the stored model ─────────────────────────────
