@@ -86,8 +86,10 @@ pub fn bf16_column_dot(x: &[f32], column: &[u16]) -> f32 {
     ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))
 }
 
-/// The f32 of a bf16 pattern: the pattern followed by 16 zero bits, which is [`bf16_to_f32`]'s
-/// value for every pattern (a test holds all 65 536), in one shift the compiler vectorizes.
+/// The f32 of a bf16 pattern: the pattern followed by 16 zero bits, in one shift the compiler
+/// vectorizes. It is [`bf16_to_f32`]'s value for every pattern but the NaNs, which that one makes
+/// quiet (a test holds all 65 536); a stored matrix holds no NaN (the loader refuses one, and
+/// rounding a finite weight gives none).
 #[inline]
 pub fn widen_bf16(bits: u16) -> f32 {
     f32::from_bits(u32::from(bits) << 16)
