@@ -435,15 +435,15 @@ impl Generator<f32> for &QuantGpt {
     }
 
     fn prefill(&mut self, tokens: &[Token]) -> Result<(KvCache<f32>, Vec<f32>)> {
-        QuantGpt::prefill(*self, tokens)
+        QuantGpt::prefill(self, tokens)
     }
 
     fn last_logits(&mut self, tokens: &[Token]) -> Result<Vec<f32>> {
-        Ok(QuantGpt::prefill(*self, tokens)?.1)
+        Ok(QuantGpt::prefill(self, tokens)?.1)
     }
 
     fn step(&mut self, cache: &mut KvCache<f32>, token: Token) -> Result<Vec<f32>> {
-        QuantGpt::step(*self, cache, token)
+        QuantGpt::step(self, cache, token)
     }
 }
 
