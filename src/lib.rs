@@ -86,6 +86,7 @@ pub mod ch08_tokens;
 pub mod ch09_gpt;
 pub mod ch10_matmul;
 pub mod ch11_precision;
+pub mod ch12_modern;
 
 pub mod workshop;
 

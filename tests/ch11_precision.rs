@@ -1183,7 +1183,7 @@ mod quant_step {
         for storage in [Storage::Int8, Storage::Q4] {
             for head in [false, true] {
                 let q = QuantGpt::new(&m, storage, head).unwrap();
-                let stored = q.model();
+                let stored = &q.widened();
                 let mut reference = stored.new_kv_cache();
                 let mut caches: Vec<_> =
                     available_kernels().into_iter().map(|p| (p, q.new_kv_cache())).collect();
@@ -1225,6 +1225,105 @@ mod quant_step {
         assert_eq!(f, 4 * (2 * 12 * 48 * 48 + 37 * 48));
         let blocks = 2 * (144 * 2 + 48 * 2 + 192 * 2 + 48 * 6) + 37 * 2;
         assert_eq!((i, q), (blocks * 36, blocks * 20));
+        // bf16 keeps its patterns, 2 bytes a weight: half of f32's bytes a token.
+        assert_eq!(2 * bytes(Storage::Bf16), f);
+    }
+
+    /// The largest gap between the stored step's logits and the widened model's over the
+    /// logits of one model: every product is an f32 dot product of at most 4·48 = 192 terms of
+    /// size ≤ 10 here, whose orders differ (γ_192·Σ|x·ŵ| ≲ 10⁻⁴ at worst); measured, under 10⁻⁵.
+    const STORED_STEP_TOLERANCE: f32 = 1e-4;
+
+    #[test]
+    fn the_stored_step_chooses_the_widened_models_greedy_tokens_in_every_storage() {
+        use llm_workbook::ch09_gpt::sample::{Decoding, argmax, generate, generate_with};
+        let m = model();
+        for storage in [Storage::Bf16, Storage::Int8, Storage::Q4] {
+            let q = QuantGpt::new(&m, storage, false).unwrap();
+            let widened = q.widened();
+            // The widened model is the stored model, bit for bit, and not the f32 one.
+            assert_eq!(
+                widened,
+                llm_workbook::ch11_precision::quant::stored_model(&m, storage, false).unwrap()
+            );
+            assert_ne!(widened, m, "{storage:?}");
+            // Step by step on the widened model's greedy tokens: the logits agree within the
+            // tolerance, and each greedy choice is decided by a gap larger than twice it, so the
+            // stored step must choose the same token.
+            let (mut a, mut b) = (widened.new_kv_cache(), q.new_kv_cache());
+            let mut token = 3u32;
+            let mut smallest_gap = f32::INFINITY;
+            for _ in 0..m.config.context {
+                let (want, got) =
+                    (widened.step(&mut a, token).unwrap(), q.step(&mut b, token).unwrap());
+                let worst = got.iter().zip(&want).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max);
+                assert!(worst < STORED_STEP_TOLERANCE, "{storage:?}: {worst}");
+                let best = argmax(&want).unwrap();
+                let second = want
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| *i != best)
+                    .fold(f32::NEG_INFINITY, |s, (_, &z)| s.max(z));
+                smallest_gap = smallest_gap.min(want[best] - second);
+                assert_eq!(argmax(&got).unwrap(), best, "{storage:?}");
+                token = best as u32;
+            }
+            assert!(smallest_gap > 2.0 * STORED_STEP_TOLERANCE, "{storage:?}: {smallest_gap}");
+            // The whole generation, past the context (the window slides and the cache is
+            // rebuilt one stored step a token): the same tokens.
+            let prompt = [1u32, 4, 1, 5];
+            let run = |g: &mut dyn FnMut() -> Vec<u32>| g();
+            let want = run(&mut || {
+                let g = generate(&widened, &prompt, 24, &Decoding::Greedy, &mut Rng::new(1), true);
+                g.unwrap().tokens
+            });
+            let got = run(&mut || {
+                let g =
+                    generate_with(&mut &q, &prompt, 24, &Decoding::Greedy, &mut Rng::new(1), true);
+                g.unwrap().tokens
+            });
+            assert_eq!(got, want, "{storage:?}");
+        }
+    }
+
+    #[test]
+    fn the_bf16_row_product_widens_each_pattern_exactly() {
+        use llm_workbook::ch11_precision::bf16_weights::{
+            Bf16Matrix, bf16_row_product, widen_bf16,
+        };
+        // The dot's one-shift widening is the chapter's conversion on every pattern but the
+        // NaNs (which the conversion makes quiet; a stored matrix holds none).
+        for b in 0..=u16::MAX {
+            let want = llm_workbook::ch11_precision::bf16_to_f32(b);
+            if want.is_nan() {
+                assert!(widen_bf16(b).is_nan());
+                continue;
+            }
+            let want = want.to_bits();
+            assert_eq!(widen_bf16(b).to_bits(), want, "{b:#06x}");
+        }
+        let mut rng = Rng::new(5);
+        for (k, n) in [(1, 1), (7, 3), (8, 2), (33, 5), (100, 4)] {
+            let w: DMatrix<f32> = rng.normal_matrix(k, n, 0.5);
+            let x: Vec<f32> = rng.normal_matrix::<f32>(1, k, 1.0).iter().copied().collect();
+            let b = Bf16Matrix::round(&w);
+            let w_hat = b.widen();
+            assert_eq!(w_hat, w.map(llm_workbook::ch11_precision::round_to_bf16));
+            for threads in [1, 2, 3] {
+                let y = bf16_row_product(&x, &b, threads).unwrap();
+                for (j, yj) in y.iter().enumerate() {
+                    let exact: f64 =
+                        (0..k).map(|i| f64::from(x[i]) * f64::from(w_hat[(i, j)])).sum();
+                    let size: f64 = (0..k).map(|i| f64::from(x[i] * w_hat[(i, j)]).abs()).sum();
+                    let gamma = k as f64 * 2f64.powi(-24) / (1.0 - k as f64 * 2f64.powi(-24));
+                    let err = (f64::from(*yj) - exact).abs();
+                    assert!(err <= gamma * size + 1e-30, "{k}×{n} column {j}: {err}");
+                }
+            }
+        }
+        let b = Bf16Matrix::round(&DMatrix::from_element(3, 2, 1.0));
+        let e = bf16_row_product(&[1.0; 2], &b, 1).unwrap_err().to_string();
+        assert!(e.contains("x") && !e.contains('\n'), "{e}");
     }
 }
 
@@ -1331,6 +1430,85 @@ mod quant_disk {
             .args(args)
             .output()
             .unwrap()
+    }
+
+    #[test]
+    fn a_stored_file_loads_as_stored_without_an_f32_copy_of_its_matrices() {
+        use llm_workbook::ch11_precision::quant_file::sampling_model_from_stored;
+        use llm_workbook::ch11_precision::quant_step::{QuantGpt, SamplingModel};
+        let m = model();
+        let f32_bytes = 4 * m.parameter_count();
+        for storage in [Storage::Bf16, Storage::Int8, Storage::Q4] {
+            let bytes = file(&stored_files(&m, storage).unwrap(), "model.safetensors");
+            let f = SafeTensors::parse(bytes, "model.safetensors").unwrap();
+            let SamplingModel::Stored(q) =
+                sampling_model_from_stored(m.config, storage, &f).unwrap()
+            else {
+                panic!("{storage:?} loaded as an f32 model");
+            };
+            // The blocks the step reads are the ones quantizing the f32 model gives.
+            let built = QuantGpt::new(&m, storage, false).unwrap();
+            assert_eq!(q.widened(), built.widened(), "{storage:?}");
+            assert_eq!(q.resident_bytes(), built.resident_bytes(), "{storage:?}");
+            // What it holds: the block matrices as stored and the rest (23 + 8 rows of 40 and
+            // the 13 rows of each block) in f32, under f32's bytes.
+            let block_weights = 2 * 12 * 40 * 40;
+            let rest = 4 * (m.parameter_count() - block_weights);
+            let stored = match storage {
+                Storage::Bf16 => 2 * block_weights,
+                // 2 blocks of W_QKV (120 columns), W_O, W₁ (160), 5 of W₂ (40): codes + scale.
+                _ => {
+                    let per = if storage == Storage::Int8 { 36 } else { 20 };
+                    2 * (2 * 120 + 2 * 40 + 2 * 160 + 5 * 40) * per
+                }
+            };
+            assert_eq!(q.resident_bytes(), stored + rest, "{storage:?}");
+            assert!(q.resident_bytes() < f32_bytes);
+        }
+    }
+
+    /// A folder's memory: under a budget that the 4-bit model's bytes fit but f32's do not,
+    /// `gpt sample` runs the 4-bit folder and refuses the f32 one; `--stats` reports the
+    /// storage and the 4-bit bytes a token reads.
+    #[test]
+    fn gpt_sample_runs_a_4_bit_folder_within_a_budget_its_f32_bytes_exceed() {
+        let dir = crate::common::temp_dir("ch11_sample_stored");
+        let text = dir.join("my.txt");
+        std::fs::write(&text, "the cat sat on the mat. ".repeat(20)).unwrap();
+        let (ck, q) = (dir.join("ck"), dir.join("q4"));
+        let (t, c, o) = (text.to_str().unwrap(), ck.to_str().unwrap(), q.to_str().unwrap());
+        // 2 blocks of width 256: 12·2·256² = 1.57 M block weights, 6.3 MB in f32, 0.98 MB in
+        // 4-bit blocks; the vocabulary (11 characters) and the 16 positions are small beside.
+        let shape = ["--layers", "2", "--heads", "4", "--width", "256", "--context", "16"];
+        let mut args =
+            vec!["gpt", "train", "--data", t, "--steps", "1", "--batch", "1", "--out", c];
+        args.extend(shape);
+        let r = cli(&dir, &args);
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        let r = cli(&dir, &["gpt", "quantize", "--checkpoint", c, "--to", "q4", "--out", o]);
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        // Sampling needs the weights twice (the file and the model) and the cache: about
+        // 12.6 MB in f32, 2.1 MB in 4-bit blocks.
+        let budget = "4000000";
+        let sample = |folder: &str| {
+            let args = ["gpt", "sample", "--checkpoint", folder, "--prompt", "the ", "--tokens"];
+            let mut args = args.to_vec();
+            args.extend(["20", "--greedy", "--stats", "--memory-budget", budget]);
+            cli(&dir, &args)
+        };
+        let r = sample(o);
+        let err = String::from_utf8_lossy(&r.stderr).to_string();
+        assert!(r.status.success(), "{err}");
+        assert!(String::from_utf8_lossy(&r.stdout).starts_with("the "));
+        assert!(err.contains("tokens/s (q4 weights)"), "{err}");
+        let block_bytes = 2 * (8 * 768 + 8 * 256 + 8 * 1024 + 32 * 256) * 20;
+        let unembedding = 11 * 256 * 4;
+        let per_token = format!("weight bytes read per token {} ", block_bytes + unembedding);
+        assert!(err.contains(&per_token), "{per_token} in {err}");
+        let r = sample(c);
+        let e = String::from_utf8_lossy(&r.stderr);
+        assert!(!r.status.success() && e.trim().lines().count() == 1, "{e}");
+        assert!(e.contains("--memory-budget"), "{e}");
     }
 
     #[test]

@@ -127,6 +127,26 @@ impl<T: Float> Gpt<T> {
             }
             m
         });
+        Gpt::with_params(config, params, fixed_positions)
+    }
+
+    /// The model of `config` with the tensors `params` (in the parameter table's order, for the
+    /// config's [`Shape`]) and the fixed position table `fixed_positions` (n_ctx×d sinusoids, or
+    /// 0×0 when the positions are learned), in GPT-2's form. The tensors' shapes are not checked
+    /// here: a loader that keeps some matrices in another storage puts 0×0 in their place (what
+    /// reads them checks them). Errors on a store of another shape than the config's.
+    pub fn with_params(
+        config: Config,
+        params: Params<T>,
+        fixed_positions: DMatrix<T>,
+    ) -> Result<Gpt<T>> {
+        if params.shape() != Shape::of_config(&config) || params.len() != params.shape().len() {
+            return Err(crate::error::invalid(
+                "Gpt::with_params",
+                "params",
+                "its tensors are not the ones the config's parameter table lists",
+            ));
+        }
         let blocks = vec![BlockForm::GPT2; config.layers];
         Ok(Gpt { config, params, fixed_positions, blocks, ln_f: Epsilon::InsideSqrt })
     }

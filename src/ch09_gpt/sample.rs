@@ -143,6 +143,7 @@ pub fn choose<T: Float>(logits: &[T], decoding: &Decoding, rng: &mut Rng) -> Res
 
 // ───────────────────────────── generating text ─────────────────────────────
 
+use super::config::Config;
 use super::data::{Token, check_ids};
 use super::model::{Gpt, KvCache};
 
@@ -205,20 +206,91 @@ impl<T: Float> Gpt<T> {
     }
 }
 
-/// Generates `max_new` tokens after `prompt`.
+/// A model generation runs ([`generate_with`]): the full forward pass over a window
+/// ([`Generator::last_logits`]), a key/value cache of one ([`Generator::prefill`]) and the
+/// cached step ([`Generator::step`]), each as [`Gpt::last_logits`], [`Gpt::prefill`] and
+/// [`Gpt::step`] define them. Chapter 9's f32 model is one ([`generate`]); another storage of
+/// the same weights, whose step reads them as stored, is another.
+pub trait Generator<T: Float> {
+    /// The model's configuration (its vocabulary and context).
+    fn config(&self) -> &Config;
+
+    /// Whether the cached step covers the model (pre-LN blocks); else every token runs
+    /// [`Generator::last_logits`] over the window.
+    fn cached(&self) -> bool {
+        true
+    }
+
+    /// A cache of `tokens` (1 … n_ctx of them) and the logits of the last.
+    fn prefill(&mut self, tokens: &[Token]) -> Result<(KvCache<T>, Vec<T>)>;
+
+    /// The logits of the last of `tokens` (1 … n_ctx of them), without a cache.
+    fn last_logits(&mut self, tokens: &[Token]) -> Result<Vec<T>>;
+
+    /// Feeds `token` at the cache's next position and returns its logits; errors when the
+    /// cache is full.
+    fn step(&mut self, cache: &mut KvCache<T>, token: Token) -> Result<Vec<T>>;
+}
+
+/// Chapter 9's model as a [`Generator`]: its fused forward pass over each window (one workspace
+/// for every window) and its cached step.
+struct Windowed<'m, T: Float> {
+    model: &'m Gpt<T>,
+    pass: super::fast::Windows<'m, T>,
+}
+
+impl<T: Float> Generator<T> for Windowed<'_, T> {
+    fn config(&self) -> &Config {
+        &self.model.config
+    }
+
+    /// The cached step covers pre-LN blocks (every model built by `Gpt::new` or loaded); a
+    /// model assembled by hand with post-LN blocks runs the full forward pass at every step.
+    fn cached(&self) -> bool {
+        self.model.blocks.iter().all(|b| b.order == crate::ch06_attention::NormOrder::Pre)
+    }
+
+    fn prefill(&mut self, tokens: &[Token]) -> Result<(KvCache<T>, Vec<T>)> {
+        self.pass.prefill(tokens)
+    }
+
+    fn last_logits(&mut self, tokens: &[Token]) -> Result<Vec<T>> {
+        self.pass.last_logits(tokens)
+    }
+
+    fn step(&mut self, cache: &mut KvCache<T>, token: Token) -> Result<Vec<T>> {
+        self.model.step(cache, token)
+    }
+}
+
+/// Generates `max_new` tokens after `prompt` with chapter 9's model: [`generate_with`] on its
+/// fused forward pass and cached step.
+pub fn generate<T: Float>(
+    model: &Gpt<T>,
+    prompt: &[Token],
+    max_new: usize,
+    decoding: &Decoding,
+    rng: &mut Rng,
+    use_cache: bool,
+) -> Result<Generated> {
+    let mut windowed = Windowed { model, pass: super::fast::Windows::new(model) };
+    generate_with(&mut windowed, prompt, max_new, decoding, rng, use_cache)
+}
+
+/// Generates `max_new` tokens after `prompt` with `model`.
 ///
 /// A prompt longer than the context n_ctx is cropped to its last n_ctx tokens (reported in
 /// [`Generated::cropped`]). With `use_cache`, the prompt fills a key/value cache in one forward
-/// pass and each new token costs one [`Gpt::step`]. Once the sequence fills the whole context,
-/// the next position does not exist (there are only n_ctx position rows), so the window slides:
-/// the model keeps the last n_ctx tokens, which now sit at positions 0 … n_ctx − 1, one earlier
-/// than before. Every cached key and value was computed at the old positions, so the cache is
-/// rebuilt from the window by a full forward pass (counted in [`Generated::rebuilds`]); from
-/// then on every step slides and rebuilds, and the cached path costs what the uncached one does.
-/// Without the cache, every step runs the full forward pass over the window. Both paths choose
-/// the same tokens from the same `rng`.
-pub fn generate<T: Float>(
-    model: &Gpt<T>,
+/// pass and each new token costs one [`Generator::step`]. Once the sequence fills the whole
+/// context, the next position does not exist (there are only n_ctx position rows), so the window
+/// slides: the model keeps the last n_ctx tokens, which now sit at positions 0 … n_ctx − 1, one
+/// earlier than before. Every cached key and value was computed at the old positions, so the
+/// cache is rebuilt from the window by a full forward pass (counted in [`Generated::rebuilds`]);
+/// from then on every step slides and rebuilds, and the cached path costs what the uncached one
+/// does. Without the cache, every step runs the full forward pass over the window. Both paths
+/// choose the same tokens from the same `rng`.
+pub fn generate_with<T: Float, G: Generator<T>>(
+    model: &mut G,
     prompt: &[Token],
     max_new: usize,
     decoding: &Decoding,
@@ -233,24 +305,19 @@ pub fn generate<T: Float>(
             arg: "prompt (the model needs at least one token to continue)",
         });
     }
-    check_ids(OP, "prompt", prompt, model.config.vocab_size)?;
-    let n_ctx = model.config.context;
+    check_ids(OP, "prompt", prompt, model.config().vocab_size)?;
+    let n_ctx = model.config().context;
     let cropped = prompt.len().saturating_sub(n_ctx);
     let mut tokens: Vec<Token> = prompt[cropped..].to_vec();
     let prompt_len = tokens.len();
     let mut rebuilds = 0;
     let mut cache: Option<KvCache<T>> = None;
-    // The cached step covers pre-LN blocks (every model built by `Gpt::new` or loaded); a model
-    // assembled by hand with post-LN blocks runs the full forward pass at every step instead.
-    let pre_ln = model.blocks.iter().all(|b| b.order == crate::ch06_attention::NormOrder::Pre);
-    // The full forward pass over a window, one workspace for every window.
-    let mut pass = super::fast::Windows::new(model);
-    let mut logits = if use_cache && pre_ln {
-        let (kv, z) = pass.prefill(&tokens)?;
+    let mut logits = if use_cache && model.cached() {
+        let (kv, z) = model.prefill(&tokens)?;
         cache = Some(kv);
         z
     } else {
-        pass.last_logits(&tokens)?
+        model.last_logits(&tokens)?
     };
     for produced in 0..max_new {
         let next = choose(&logits, decoding, rng)? as Token;
@@ -262,12 +329,12 @@ pub fn generate<T: Float>(
         logits = match cache.as_mut() {
             Some(kv) if kv.len < n_ctx => model.step(kv, next)?,
             Some(kv) => {
-                let (fresh, z) = pass.prefill(window)?;
+                let (fresh, z) = model.prefill(window)?;
                 *kv = fresh;
                 rebuilds += 1;
                 z
             }
-            None => pass.last_logits(window)?,
+            None => model.last_logits(window)?,
         };
     }
     Ok(Generated { tokens, prompt_len, cropped, rebuilds })

@@ -836,7 +836,7 @@ pub fn quant_results_of(
         let stored = QuantGpt::new(model, s, false)?;
         bytes_per_token.push((s, stored.weight_bytes_per_token()));
         let g = sample::generate(
-            stored.model(),
+            &stored.widened(),
             &prompt,
             QUANT_SAMPLE_TOKENS,
             &sample::Decoding::temperature(0.8),
@@ -891,8 +891,8 @@ pub fn walk_with_quantization(out: &mut Walk) -> Result<()> {
 /// The quantization section of the walk: bytes, losses and samples per storage.
 pub fn quant_walk(out: &mut Walk, r: &QuantResults) -> Result<()> {
     out.say(
-        "Bytes a token reads: the bf16 storage rounds each weight to bf16 and keeps it in an f32 \
-         copy, so its step reads as many bytes as f32's; bf16 stored as 2 bytes would read half.",
+        "Bytes a token reads: each storage's step reads its matrices as stored (bf16 as 2-byte \
+         patterns, widened per dot: half of f32's bytes; int8 and 4-bit as codes and scales).",
     )?;
     out.say("storage  bytes/weight  MB read/token  val. loss  change   with W_U too  change")?;
     let (base, base_head) = (r.losses[0].1, r.losses_with_head[0].1);

@@ -19,13 +19,15 @@
 //!   [`bf16_product`]: the bound a product of bf16 matrices keeps, widened to f32 in packing or
 //!   two products per instruction (VDPBF16PS).
 //! - [`quant`]: weights in blocks of 32 with one scale, int8 and 4-bit, what that costs in loss;
-//!   [`quant_step`]: chapter 9's cached step reading those blocks; [`quant_file`]: on disk.
+//!   [`quant_step`]: chapter 9's cached step reading those blocks (and [`bf16_weights`], bf16
+//!   patterns widened per dot); [`quant_file`]: on disk.
 //!
 //! [`book`] holds the worked table, the walk-through and the figures. The prose is
 //! [`chapters/ch11_precision.md`](../../chapters/ch11_precision.md); the tests are
 //! `tests/ch11_precision.rs`.
 
 pub mod bf16_product;
+pub mod bf16_weights;
 pub mod book;
 pub mod format;
 pub mod mixed;

@@ -25,7 +25,8 @@
 //! halves are the first 16 weights). A column whose length d_in is not a multiple of 32 is
 //! padded with zeros to whole blocks; the padding quantizes to 0 and adds nothing to a dot.
 
-use crate::ch09_gpt::model::{Dim, Gpt, Param, Part, Spec};
+use crate::ch09_gpt::config::Config;
+use crate::ch09_gpt::model::{Dim, Gpt, PARAMETERS, Param, Part, Shape, Spec};
 use crate::ch11_precision::format::round_to_bf16;
 use crate::error::{Result, invalid};
 use nalgebra::DMatrix;
@@ -254,6 +255,40 @@ pub fn is_quantized(s: &Spec, head: bool, tied: bool) -> bool {
         _ => false,
     };
     block_matrix || (head && unembedding)
+}
+
+/// The bytes the weights of a model of `config` occupy stored as `storage` (the unembedding kept
+/// in f32, as a stored file keeps it): each block matrix d_in×d_out as stored (bf16: 2 bytes a
+/// weight; blocks: ⌈d_in/32⌉ blocks a column of codes and a 4-byte scale), every other tensor at
+/// 4 bytes a value, the sinusoidal positions included. Saturating: an absurd config gives a huge
+/// number, never an overflow.
+pub fn stored_bytes(config: &Config, storage: Storage) -> u128 {
+    const F32_BYTES: u128 = 4;
+    const SCALE_BYTES: u128 = 4;
+    let sinusoid = if config.positions == crate::ch09_gpt::config::Positions::Sinusoidal {
+        (config.context as u128).saturating_mul(config.width as u128)
+    } else {
+        0
+    };
+    let shape = Shape::of_config(config);
+    let rows_of_table = PARAMETERS.iter().filter(|s| shape.has(s)).map(|s| {
+        let (rows, cols) = (s.rows.of(config) as u128, s.cols.of(config) as u128);
+        let copies = if s.part == Part::Block { config.layers as u128 } else { 1 };
+        let bytes = if !is_quantized(s, false, config.tied) {
+            rows.saturating_mul(cols).saturating_mul(F32_BYTES)
+        } else {
+            match storage {
+                Storage::F32 => rows.saturating_mul(cols).saturating_mul(F32_BYTES),
+                Storage::Bf16 => rows.saturating_mul(cols).saturating_mul(2),
+                Storage::Int8 | Storage::Q4 => {
+                    let per_block = storage.code_bytes_per_block() as u128 + SCALE_BYTES;
+                    cols.saturating_mul(rows.div_ceil(BLOCK as u128)).saturating_mul(per_block)
+                }
+            }
+        };
+        copies.saturating_mul(bytes)
+    });
+    rows_of_table.fold(sinusoid.saturating_mul(F32_BYTES), u128::saturating_add)
 }
 
 /// Ŵ for one tensor: rounded to bf16, or quantized and dequantized. A block matrix is quantized

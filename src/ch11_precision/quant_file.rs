@@ -16,14 +16,16 @@
 //! metadata under the same key. A stored model is for generation only: its weights are not the
 //! trained ones, so it carries no training state and is not trained further.
 
+use super::bf16_weights::Bf16Matrix;
 use super::format::{bf16_to_f32, f32_to_bf16};
 use super::quant::{BLOCK, QuantMatrix, Storage, is_quantized, unpack};
+use super::quant_step::{QuantGpt, SamplingModel, StoredMatrix};
 use crate::ch09_gpt::checkpoint::{
     CONFIG_FILE, HEADS_METADATA, MODEL_FILE, check_header_against_config, config_to_json,
     model_from_safetensors,
 };
-use crate::ch09_gpt::config::Config;
-use crate::ch09_gpt::model::{Gpt, Shape, full_name};
+use crate::ch09_gpt::config::{Config, Positions};
+use crate::ch09_gpt::model::{Gpt, Params, Shape, full_name};
 use crate::ch09_gpt::safetensors::{SafeTensors, TensorOut, serialize};
 use crate::error::{Error, Result};
 use nalgebra::DMatrix;
@@ -106,33 +108,51 @@ pub fn storage_of_config(bytes: &[u8], file: &str) -> Result<Storage> {
     }
 }
 
-/// The model of a checkpoint folder, f32 or stored: `config` read from its `config.json`
-/// (`config_bytes`, named `config_file` in errors), `f` its parsed `model.safetensors`. In this
-/// order: the storage the config names ([`storage_of_config`]); for f32, the header against
-/// the config (chapter 9's check); `check_size(&config)` (a memory budget) before anything is
-/// built; then every tensor ([`model_from_stored`]). Errors as each step does.
+/// The model of a checkpoint folder, f32 or stored, as generation runs it: `config` read from
+/// its `config.json` (`config_bytes`, named `config_file` in errors), `f` its parsed
+/// `model.safetensors`. In this order: the storage the config names ([`storage_of_config`]); for
+/// f32, the header against the config (chapter 9's check); `check_size(&config, storage)` (a
+/// memory budget) before anything is built; then every tensor ([`sampling_model_from_stored`]).
+/// Errors as each step does.
 pub fn model_from_checkpoint(
     config: Config,
     config_bytes: &[u8],
     config_file: &str,
     f: &SafeTensors,
-    check_size: impl FnOnce(&Config) -> Result<()>,
-) -> Result<Gpt<f32>> {
+    check_size: impl FnOnce(&Config, Storage) -> Result<()>,
+) -> Result<SamplingModel> {
     // A stored model's block matrices hold other shapes than the config's f32 ones.
     let stored = storage_of_config(config_bytes, config_file)?;
     if stored == Storage::F32 {
         check_header_against_config(&config, f)?;
     }
-    check_size(&config)?;
-    model_from_stored(config, stored, f)
+    check_size(&config, stored)?;
+    sampling_model_from_stored(config, stored, f)
 }
 
-/// The model a stored file holds, as f32 values (ŵ for the block matrices), `named` the storage
-/// `config.json` names ([`storage_of_config`]), which the file's metadata must name too: chapter
-/// 9's loader for f32, else every tensor read in the module's layout, dtypes,
-/// shapes and byte counts checked, every value finite. The header is compared with `config`
-/// before anything is built. Errors in one line naming the tensor.
+/// The model a stored file holds, widened to f32 (ŵ for the block matrices): the stored model
+/// [`sampling_model_from_stored`] reads, every stored matrix widened
+/// ([`QuantGpt::widened`]). For `gpt quantize`'s input and for tests; sampling runs the stored
+/// model as it is. Errors as [`sampling_model_from_stored`].
 pub fn model_from_stored(config: Config, named: Storage, f: &SafeTensors) -> Result<Gpt<f32>> {
+    Ok(match sampling_model_from_stored(config, named, f)? {
+        SamplingModel::F32(m) => m,
+        SamplingModel::Stored(q) => q.widened(),
+    })
+}
+
+/// The model a stored file holds, as generation runs it, `named` the storage `config.json`
+/// names ([`storage_of_config`]), which the file's metadata must name too: chapter 9's loader
+/// for f32; else every tensor read in the module's layout (dtypes, shapes and byte counts
+/// checked, every value finite), the block matrices kept as stored ([`StoredMatrix`]: bf16
+/// patterns or blocks, never widened to f32) and every other tensor in f32 ([`QuantGpt`]). The
+/// header is compared with `config` before anything is built. Errors in one line naming the
+/// tensor.
+pub fn sampling_model_from_stored(
+    config: Config,
+    named: Storage,
+    f: &SafeTensors,
+) -> Result<SamplingModel> {
     let storage = match f.meta(QUANTIZATION_KEY) {
         None => Storage::F32,
         Some(name) => Storage::parse(name)
@@ -147,69 +167,97 @@ pub fn model_from_stored(config: Config, named: Storage, f: &SafeTensors) -> Res
         return Err(parse_error(&f.file, why));
     }
     if storage == Storage::F32 {
-        return model_from_safetensors(config, f);
+        return model_from_safetensors(config, f).map(SamplingModel::F32);
     }
     config.validate()?;
     let tied = config.tied;
+    let shape = Shape::of_config(&config);
     let mut expected = Vec::new();
     // Every tensor is read (its shape checked against the file's, so nothing larger than the
     // file is allocated) before the model of `config` is built.
-    let mut values = Vec::new();
-    for (s, l) in Shape::of_config(&config).order() {
+    let mut kept = Vec::new();
+    let mut matrices = Vec::new();
+    for (s, l) in shape.order() {
         let name = full_name(s.name, l);
         let (rows, cols) = (s.rows.of(&config), s.cols.of(&config));
         expected.push(name.clone());
-        let m = if !is_quantized(s, false, tied) || storage == Storage::F32 {
-            f.matrix::<f32>(&name, rows, cols)?
-        } else if storage == Storage::Bf16 {
-            let raw = tensor(f, &name, "BF16", &[rows, cols], 2)?;
-            let v = raw.chunks_exact(2).map(|c| bf16_to_f32(u16::from_le_bytes([c[0], c[1]])));
-            DMatrix::from_row_iterator(rows, cols, v)
-        } else {
-            let blocks = rows.div_ceil(BLOCK);
-            let per = storage.code_bytes_per_block();
-            let dtype = if storage == Storage::Int8 { "I8" } else { "U8" };
-            let codes = tensor(f, &name, dtype, &[cols, blocks, per], 1)?.to_vec();
-            let scales_name = format!("{name}{SCALES_SUFFIX}");
-            expected.push(scales_name.clone());
-            let raw = tensor(f, &scales_name, "F32", &[cols, blocks], 4)?;
-            let scales: Vec<f32> =
-                raw.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-            if scales.iter().any(|s| !s.is_finite() || *s < 0.0) {
-                let why = format!("tensor {scales_name} holds a negative or non-finite scale");
-                return Err(parse_error(&f.file, why));
+        if !is_quantized(s, false, tied) {
+            let m = f.matrix::<f32>(&name, rows, cols)?;
+            if m.iter().any(|x| !x.is_finite()) {
+                return Err(parse_error(&f.file, format!("tensor {name} holds NaN or ±∞")));
             }
-            // Both storages are symmetric (q = round(w/s) lies in −127 … 127, or −7 … 7): the
-            // one code without a positive twin, −128 or −8, is never written, and is refused in
-            // either as a sign of a damaged file.
-            let (lowest, range) = if storage == Storage::Int8 {
-                (i8::MIN, "−127 … 127")
-            } else {
-                (-8, "−7 … 7")
-            };
-            if codes.chunks(per).any(|b| unpack(b, storage).contains(&lowest)) {
-                let why = format!(
-                    "{name} holds code {}, not in {range}",
-                    lowest.to_string().replace('-', "−")
-                );
-                return Err(parse_error(&f.file, why));
-            }
-            let q = QuantMatrix { storage, rows, cols, scales, codes };
-            q.dequantize()
-        };
-        if m.iter().any(|x| !x.is_finite()) {
-            return Err(parse_error(&f.file, format!("tensor {name} holds NaN or ±∞")));
+            kept.push(m);
+            matrices.push(None);
+            continue;
         }
-        values.push(m);
+        let stored = if storage == Storage::Bf16 {
+            let raw = tensor(f, &name, "BF16", &[rows, cols], 2)?;
+            // The file is row-major (GPT-2's order); the step reads column after column.
+            let patterns: Vec<u16> =
+                raw.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
+            if patterns.iter().any(|&b| !bf16_to_f32(b).is_finite()) {
+                return Err(parse_error(&f.file, format!("tensor {name} holds NaN or ±∞")));
+            }
+            let bits = (0..rows * cols).map(|k| patterns[(k % rows) * cols + k / rows]).collect();
+            StoredMatrix::Bf16(Bf16Matrix { rows, cols, bits })
+        } else {
+            StoredMatrix::Blocks(blocks_of(f, &name, storage, rows, cols, &mut expected)?)
+        };
+        kept.push(DMatrix::zeros(0, 0));
+        matrices.push(Some(stored));
     }
     if let Some(t) = f.tensors.iter().find(|t| !expected.contains(&t.name)) {
         let why =
             format!("tensor {} is not part of a {} GPT-2 with this config", t.name, storage.name());
         return Err(parse_error(&f.file, why));
     }
-    let mut model = Gpt::<f32>::new(config, 0)?;
-    model.set_tensors(&values)?;
-    Ok(model)
+    let mut tensors = kept.into_iter();
+    let params = Params::from_fn(&config, shape, |_, _, _, _| {
+        tensors.next().unwrap_or_else(|| DMatrix::zeros(0, 0))
+    });
+    let fixed_positions = match config.positions {
+        Positions::Learned => DMatrix::zeros(0, 0),
+        Positions::Sinusoidal => crate::ch05_positions::sinusoidal(config.context, config.width)?,
+    };
+    let rest = Gpt::with_params(config, params, fixed_positions)?;
+    QuantGpt::from_parts(rest, storage, false, matrices).map(SamplingModel::Stored)
+}
+
+/// The blocks of block matrix `name` (d_in = `rows`, d_out = `cols`) in `f`: its codes and its
+/// scales tensor (whose name is pushed to `expected`), checked: shapes, non-negative finite
+/// scales, and no code without a positive twin (a sign of a damaged file).
+fn blocks_of(
+    f: &SafeTensors,
+    name: &str,
+    storage: Storage,
+    rows: usize,
+    cols: usize,
+    expected: &mut Vec<String>,
+) -> Result<QuantMatrix> {
+    let blocks = rows.div_ceil(BLOCK);
+    let per = storage.code_bytes_per_block();
+    let dtype = if storage == Storage::Int8 { "I8" } else { "U8" };
+    let codes = tensor(f, name, dtype, &[cols, blocks, per], 1)?.to_vec();
+    let scales_name = format!("{name}{SCALES_SUFFIX}");
+    expected.push(scales_name.clone());
+    let raw = tensor(f, &scales_name, "F32", &[cols, blocks], 4)?;
+    let scales: Vec<f32> =
+        raw.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    if scales.iter().any(|s| !s.is_finite() || *s < 0.0) {
+        let why = format!("tensor {scales_name} holds a negative or non-finite scale");
+        return Err(parse_error(&f.file, why));
+    }
+    // Both storages are symmetric (q = round(w/s) lies in −127 … 127, or −7 … 7): the one code
+    // without a positive twin, −128 or −8, is never written, and is refused in either as a sign
+    // of a damaged file.
+    let (lowest, range) =
+        if storage == Storage::Int8 { (i8::MIN, "−127 … 127") } else { (-8, "−7 … 7") };
+    if codes.chunks(per).any(|b| unpack(b, storage).contains(&lowest)) {
+        let why =
+            format!("{name} holds code {}, not in {range}", lowest.to_string().replace('-', "−"));
+        return Err(parse_error(&f.file, why));
+    }
+    Ok(QuantMatrix { storage, rows, cols, scales, codes })
 }
 
 /// The raw bytes of tensor `name`, which must have `dtype`, `shape` and `size`-byte elements.

@@ -15,21 +15,27 @@
 //! order, so the two agree bit for bit (a test holds every path to the reference). A column is
 //! one thread's work whatever the thread count, so any count gives the same bits.
 //!
+//! bf16 weights are kept as their 2-byte patterns ([`Bf16Matrix`]) and widened to f32 by the dot
+//! product that reads them ([`super::bf16_weights`]): half of f32's bytes a token.
+//!
 //! The step itself is chapter 9's: [`QuantGpt`] implements the step's one seam for its weights
 //! ([`StepWeights`]) with these products and hands itself to [`Gpt::step_with`]; everything else
-//! (LayerNorms, biases, attention, the embedding rows) is read from the stored model
-//! ([`QuantGpt::model`]), whose quantized tensors hold ŵ.
+//! (LayerNorms, biases, attention, the embedding rows) is read from the f32 tensors it keeps
+//! beside its stored matrices, which it never holds in f32. [`SamplingModel`] is what `gpt
+//! sample` loads: chapter 9's f32 model, or a [`QuantGpt`] built from a stored file's blocks.
 
+use super::bf16_weights::{Bf16Matrix, bf16_row_product, by_column_runs};
 use super::quant::{BLOCK, QuantMatrix, Storage, is_quantized, stored_model};
 use crate::ch09_gpt::data::Token;
 use crate::ch09_gpt::fast::StepWeights;
 use crate::ch09_gpt::model::{Gpt, KvCache, Param, Part};
-use crate::error::{Result, shape_error};
+use crate::ch09_gpt::sample::{Decoding, Generated, Generator, generate, generate_with};
+use crate::error::{Result, invalid, shape_error};
 use crate::matmul::{MatMut, MatRef};
+use crate::rng::Rng;
 use crate::simd::Kernel;
 use crate::simd::active_kernel;
-use crate::threads::share_pieces;
-use std::ops::Range;
+use nalgebra::DMatrix;
 
 /// Bytes of an f32.
 const F32_BYTES: usize = 4;
@@ -104,68 +110,182 @@ pub fn quant_row_product(
     let mut padded = x.to_vec();
     padded.resize(blocks * BLOCK, 0.0);
     let per = w.storage.code_bytes_per_block();
-    let parts = threads.clamp(1, w.cols.max(1));
-    let per_part = w.cols.div_ceil(parts);
-    let runs: Vec<Range<usize>> = (0..parts)
-        .map(|p| p * per_part..((p + 1) * per_part).min(w.cols))
-        .filter(|r| !r.is_empty())
-        .collect();
-    let sums = share_pieces(&mut vec![(); runs.len().max(1)], runs, |(), r| {
+    Ok(by_column_runs(w.cols, threads, |r| {
         let mut out = vec![0.0f32; r.len()];
         let scales = &w.scales[r.start * blocks..r.end * blocks];
         let codes = &w.codes[r.start * blocks * per..r.end * blocks * per];
         columns_dot(kernel, &padded, scales, codes, w.storage, &mut out);
         out
-    });
-    Ok(sums.into_iter().flatten().collect())
+    }))
 }
 
-/// A model whose weight matrices are stored in int8 or 4-bit blocks (or bf16, or f32), and the
-/// cached step that reads them.
+// ───────────────────────────── the stored model ─────────────────────────────
+
+/// One weight matrix as a storage keeps it: bf16 patterns, or int8 or 4-bit blocks.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StoredMatrix {
+    /// bf16, widened per dot.
+    Bf16(Bf16Matrix),
+    /// int8 or 4-bit blocks of 32 along each column.
+    Blocks(QuantMatrix),
+}
+
+impl StoredMatrix {
+    /// `w` (d_in×d_out) as `storage` keeps it; `None` for f32, which keeps it as it is. Errors
+    /// on a non-finite weight (blocks).
+    pub fn store(w: &DMatrix<f32>, storage: Storage) -> Result<Option<StoredMatrix>> {
+        Ok(match storage {
+            Storage::F32 => None,
+            Storage::Bf16 => Some(StoredMatrix::Bf16(Bf16Matrix::round(w))),
+            Storage::Int8 | Storage::Q4 => {
+                Some(StoredMatrix::Blocks(QuantMatrix::quantize(w, storage)?))
+            }
+        })
+    }
+
+    /// (d_in, d_out).
+    pub fn shape(&self) -> (usize, usize) {
+        match self {
+            StoredMatrix::Bf16(m) => (m.rows, m.cols),
+            StoredMatrix::Blocks(m) => (m.rows, m.cols),
+        }
+    }
+
+    /// Bytes it occupies (what one product reads): patterns, or codes and scales.
+    pub fn bytes(&self) -> usize {
+        match self {
+            StoredMatrix::Bf16(m) => m.bytes(),
+            StoredMatrix::Blocks(m) => m.bytes(),
+        }
+    }
+
+    /// Ŵ in f32: the patterns widened, or s·q for every weight (for references and tests; the
+    /// step never builds it).
+    pub fn widen(&self) -> DMatrix<f32> {
+        match self {
+            StoredMatrix::Bf16(m) => m.widen(),
+            StoredMatrix::Blocks(m) => m.dequantize(),
+        }
+    }
+
+    /// The largest |ŵ|, read without widening the matrix (a block's is its scale times L).
+    pub fn largest_magnitude(&self) -> f32 {
+        match self {
+            StoredMatrix::Bf16(m) => {
+                m.bits.iter().fold(0f32, |a, &b| a.max(super::format::bf16_to_f32(b).abs()))
+            }
+            StoredMatrix::Blocks(m) => {
+                let l = m.storage.max_level().unwrap_or(1) as f32;
+                m.scales.iter().fold(0f32, |a, &s| a.max(s * l))
+            }
+        }
+    }
+
+    /// y = x·Ŵ for one row (length d_in): [`bf16_row_product`] or [`quant_row_product`] by
+    /// `kernel`, on `threads` threads.
+    pub fn row_product(&self, kernel: Kernel, x: &[f32], threads: usize) -> Result<Vec<f32>> {
+        match self {
+            StoredMatrix::Bf16(m) => bf16_row_product(x, m, threads),
+            StoredMatrix::Blocks(m) => quant_row_product(kernel, x, m, threads),
+        }
+    }
+}
+
+/// A model whose weight matrices are stored in bf16 or in int8 or 4-bit blocks (or kept in
+/// f32), and the cached step that reads them.
+///
+/// It holds each stored matrix once, as stored: the block matrices (and with `head` the
+/// unembedding) as [`StoredMatrix`], never as f32. What the step reads besides them stays f32:
+/// the token and position embeddings, the LayerNorms and the biases (and, when the unembedding
+/// is stored, its f32 values ŵ too, V×d, which the embedding rows and the step's shape checks
+/// read). A model of width d, l blocks and vocabulary V thus holds 12ld² weights as stored and
+/// about (V + n_ctx)·d + 13ld in f32.
 #[derive(Clone, Debug)]
 pub struct QuantGpt {
-    /// The stored model: the f32 model with ŵ in place of every quantized tensor. The reference
-    /// path (chapter 9's functions on these values) and the source of every tensor the blocks do
-    /// not hold.
-    model: Gpt<f32>,
+    /// Every tensor the stored matrices do not hold, in f32; a 0×0 matrix in the place of each
+    /// block matrix that is stored.
+    rest: Gpt<f32>,
     storage: Storage,
     head: bool,
-    /// The blocks, in the parameter table's order: `Some` for each tensor [`is_quantized`]
-    /// names (a block matrix d_in×d_out as it is; W_U, V×d, as its transpose d×V, so that the
-    /// blocks run along the width).
-    matrices: Vec<Option<QuantMatrix>>,
+    /// The stored matrices, in the parameter table's order: `Some` for each tensor
+    /// [`is_quantized`] names when the storage is not f32 (a block matrix d_in×d_out as it is;
+    /// W_U, V×d, as its transpose d×V, so that the blocks run along the width).
+    matrices: Vec<Option<StoredMatrix>>,
     kernel: Kernel,
 }
 
 impl QuantGpt {
-    /// `model` stored as `storage`, the unembedding quantized too when `head`; the fastest
+    /// `model` stored as `storage`, the unembedding stored too when `head`; the fastest
     /// column path of this CPU. Errors on a non-finite weight.
     pub fn new(model: &Gpt<f32>, storage: Storage, head: bool) -> Result<QuantGpt> {
         let tied = model.config.tied;
-        let blocks = storage.max_level().is_some();
-        let matrices = model
-            .shape()
-            .order()
-            .into_iter()
-            .zip(model.params.iter())
-            .map(|((s, _), m)| match (blocks && is_quantized(s, head, tied), s.part) {
-                (false, _) => Ok(None),
-                (true, Part::Block) => QuantMatrix::quantize(m, storage).map(Some),
-                (true, _) => QuantMatrix::quantize(&m.transpose(), storage).map(Some),
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let model = stored_model(model, storage, head)?;
-        Ok(QuantGpt { model, storage, head, matrices, kernel: active_kernel() })
+        let mut rest = stored_model(model, storage, head)?;
+        let order = model.shape().order();
+        let mut matrices = Vec::with_capacity(order.len());
+        for ((s, _), (m, kept)) in
+            order.into_iter().zip(model.params.iter().zip(rest.params.iter_mut()))
+        {
+            if storage == Storage::F32 || !is_quantized(s, head, tied) {
+                matrices.push(None);
+                continue;
+            }
+            if s.part == Part::Block {
+                matrices.push(StoredMatrix::store(m, storage)?);
+                *kept = DMatrix::zeros(0, 0);
+            } else {
+                matrices.push(StoredMatrix::store(&m.transpose(), storage)?);
+            }
+        }
+        QuantGpt::from_parts(rest, storage, head, matrices)
     }
 
-    /// The same blocks summed by `kernel` ([`Kernel::Scalar`]: the reference, to compare).
+    /// The model of its parts: `rest`, every tensor the stored `matrices` do not hold (a 0×0
+    /// matrix in the place of a stored block matrix; the unembedding's ŵ when it is stored), and
+    /// `matrices` in the parameter table's order, `Some` exactly where `storage` acts
+    /// ([`is_quantized`] with `head`), each of the table's shape (W_U as its transpose). What
+    /// the loader of a stored file builds ([`crate::ch11_precision::quant_file`]). Errors naming
+    /// the first tensor that does not fit.
+    pub fn from_parts(
+        rest: Gpt<f32>,
+        storage: Storage,
+        head: bool,
+        matrices: Vec<Option<StoredMatrix>>,
+    ) -> Result<QuantGpt> {
+        const OP: &str = "QuantGpt::from_parts";
+        let (c, tied) = (&rest.config, rest.config.tied);
+        let order = rest.shape().order();
+        if matrices.len() != order.len() {
+            let why = format!("{} given, the model has {} tensors", matrices.len(), order.len());
+            return Err(invalid(OP, "matrices", why));
+        }
+        for (((s, l), m), kept) in order.into_iter().zip(&matrices).zip(rest.params.iter()) {
+            let name = crate::ch09_gpt::model::full_name(s.name, l);
+            let (rows, cols) = (s.rows.of(c), s.cols.of(c));
+            let stored = storage != Storage::F32 && is_quantized(s, head, tied);
+            let want = if s.part == Part::Block { (rows, cols) } else { (cols, rows) };
+            let fits = match m {
+                None => !stored && kept.shape() == (rows, cols),
+                Some(m) => {
+                    let kept_shape = if s.part == Part::Block { (0, 0) } else { (rows, cols) };
+                    stored && m.shape() == want && kept.shape() == kept_shape
+                }
+            };
+            if !fits {
+                let why = format!("{name} is not where {} storage keeps it", storage.name());
+                return Err(invalid(OP, "matrices", why));
+            }
+        }
+        Ok(QuantGpt { rest, storage, head, matrices, kernel: active_kernel() })
+    }
+
+    /// The same matrices summed by `kernel` ([`Kernel::Scalar`]: the reference, to compare).
     pub fn with_kernel(self, kernel: Kernel) -> QuantGpt {
         QuantGpt { kernel, ..self }
     }
 
-    /// The stored model (ŵ in place of the quantized tensors).
-    pub fn model(&self) -> &Gpt<f32> {
-        &self.model
+    /// The model's configuration.
+    pub fn config(&self) -> &crate::ch09_gpt::config::Config {
+        &self.rest.config
     }
 
     /// How the weight matrices are stored.
@@ -173,29 +293,63 @@ impl QuantGpt {
         self.storage
     }
 
-    /// Whether the unembedding is quantized too.
+    /// Whether the unembedding is stored too.
     pub fn head(&self) -> bool {
         self.head
     }
 
-    /// The blocks of tensor `param` (of block `layer`), if it is quantized.
-    pub fn matrix(&self, param: Param, layer: usize) -> Option<&QuantMatrix> {
-        let i = self.model.shape().index(param, layer)?;
+    /// The stored tensor `param` (of block `layer`), if the storage acts on it.
+    pub fn matrix(&self, param: Param, layer: usize) -> Option<&StoredMatrix> {
+        let i = self.rest.shape().index(param, layer)?;
         self.matrices.get(i)?.as_ref()
     }
 
-    /// Bytes of weights one step reads: every block matrix and the unembedding, blocks as stored
-    /// (codes and scales), the rest in f32 (4 bytes a weight: the bf16 storage is computed from
-    /// f32 copies of its values); the biases, the LayerNorms and one row of each embedding are
-    /// left out (under 1 % of a block's bytes for d ≥ 100).
+    /// The stored model widened to f32: every tensor with the values the step reads (ŵ for the
+    /// stored ones), [`stored_model`] of the f32 model it came from, bit for bit. For references
+    /// and tests: it builds the f32 model this type exists not to hold.
+    pub fn widened(&self) -> Gpt<f32> {
+        let mut out = self.rest.clone();
+        let tensors = self.rest.shape().order().into_iter().zip(out.params.iter_mut());
+        for (((s, _), t), m) in tensors.zip(&self.matrices) {
+            if let Some(m) = m {
+                *t = if s.part == Part::Block { m.widen() } else { m.widen().transpose() };
+            }
+        }
+        out
+    }
+
+    /// Bytes of weights the model holds: every stored matrix as stored, every other tensor
+    /// (`rest`) at 4 bytes a value.
+    pub fn resident_bytes(&self) -> usize {
+        let stored: usize = self.matrices.iter().flatten().map(StoredMatrix::bytes).sum();
+        let rest: usize = self.rest.params.iter().map(|m| F32_BYTES * m.len()).sum();
+        stored + rest + F32_BYTES * self.rest.fixed_positions.len()
+    }
+
+    /// The largest |w| of every tensor and the tensor's name (`None` for a model without
+    /// weights): where to look when finite weights give NaN or ±∞. No matrix is widened.
+    pub fn largest_weight(&self) -> Option<(String, f32)> {
+        let largest = |m: &DMatrix<f32>| m.iter().fold(0f32, |a, &x| a.max(x.abs()));
+        let names = self.rest.params.named().map(|(n, _)| n);
+        let sizes = self.rest.params.iter().zip(&self.matrices).map(|(t, m)| match m {
+            Some(m) => m.largest_magnitude(),
+            None => largest(t),
+        });
+        names.zip(sizes).max_by(|a, b| a.1.total_cmp(&b.1))
+    }
+
+    /// Bytes of weights one step reads: every block matrix and the unembedding, as stored
+    /// (bf16 patterns: 2 bytes a weight; blocks: codes and scales), else in f32 (4 bytes a
+    /// weight); the biases, the LayerNorms and one row of each embedding are left out (under
+    /// 1 % of a block's bytes for d ≥ 100).
     pub fn weight_bytes_per_token(&self) -> usize {
-        let tied = self.model.config.tied;
+        let tied = self.rest.config.tied;
         let unembedding = if tied { Param::Wte } else { Param::LmHead };
-        self.model
+        self.rest
             .shape()
             .order()
             .into_iter()
-            .zip(self.model.params.iter())
+            .zip(self.rest.params.iter())
             .zip(&self.matrices)
             .filter(|(((s, _), _), _)| {
                 (s.part == Part::Block && s.rows != crate::ch09_gpt::model::Dim::One)
@@ -209,20 +363,35 @@ impl QuantGpt {
     }
 
     /// Feeds one token at the next position of the cache and returns its logits (length V):
-    /// [`Gpt::step`] with the quantized products. Errors as [`Gpt::step`] does.
+    /// [`Gpt::step`] with the stored products. Errors as [`Gpt::step`] does.
     pub fn step(&self, cache: &mut KvCache<f32>, token: Token) -> Result<Vec<f32>> {
-        self.model.step_with(cache, token, self)
+        self.rest.step_with(cache, token, self)
     }
 
     /// An empty key/value cache for [`QuantGpt::step`].
     pub fn new_kv_cache(&self) -> KvCache<f32> {
-        self.model.new_kv_cache()
+        self.rest.new_kv_cache()
+    }
+
+    /// A cache of `tokens` (at least one, at most n_ctx) and the logits of the last, one
+    /// [`QuantGpt::step`] a token: the products read the stored matrices once a token, as
+    /// generation does.
+    pub fn prefill(&self, tokens: &[Token]) -> Result<(KvCache<f32>, Vec<f32>)> {
+        if tokens.is_empty() {
+            return Err(crate::error::Error::Empty { op: "QuantGpt::prefill", arg: "tokens" });
+        }
+        let mut cache = self.new_kv_cache();
+        let mut logits = Vec::new();
+        for &t in tokens {
+            logits = self.step(&mut cache, t)?;
+        }
+        Ok((cache, logits))
     }
 }
 
-/// The step's weight products from the blocks: each quantized matrix by [`quant_row_product`]
-/// on the stored model's [`Gpt::step_threads`] threads, every other matrix by the stored model's
-/// own products.
+/// The step's weight products from the stored matrices: each by [`StoredMatrix::row_product`]
+/// on the model's [`Gpt::step_threads`] threads, every other matrix by chapter 9's product on
+/// the f32 tensor.
 impl StepWeights<f32> for QuantGpt {
     fn add_product(
         &self,
@@ -231,10 +400,10 @@ impl StepWeights<f32> for QuantGpt {
         mut y: MatMut<f32>,
     ) -> Result<()> {
         let Some(w) = self.matrix(param, layer) else {
-            return self.model.add_product((param, layer), x, y);
+            return self.rest.add_product((param, layer), x, y);
         };
-        let threads = self.model.step_threads();
-        let sums = quant_row_product(self.kernel, &x.as_slice()[..x.cols()], w, threads)?;
+        let threads = self.rest.step_threads();
+        let sums = w.row_product(self.kernel, &x.as_slice()[..x.cols()], threads)?;
         let ld = y.ld().max(1);
         for (out, s) in y.as_mut_slice().iter_mut().step_by(ld).zip(sums) {
             *out += s;
@@ -243,16 +412,123 @@ impl StepWeights<f32> for QuantGpt {
     }
 
     fn unembed(&self, h: MatRef<f32>, mut z: MatMut<f32>) -> Result<()> {
-        let unembedding = if self.model.config.tied { Param::Wte } else { Param::LmHead };
+        let unembedding = if self.rest.config.tied { Param::Wte } else { Param::LmHead };
         let Some(w) = self.matrix(unembedding, 0) else {
-            return self.model.unembed(h, z);
+            return self.rest.unembed(h, z);
         };
-        let threads = self.model.step_threads();
-        let sums = quant_row_product(self.kernel, &h.as_slice()[..h.cols()], w, threads)?;
+        let threads = self.rest.step_threads();
+        let sums = w.row_product(self.kernel, &h.as_slice()[..h.cols()], threads)?;
         let ld = z.ld().max(1);
         for (out, s) in z.as_mut_slice().iter_mut().step_by(ld).zip(sums) {
             *out = s;
         }
         Ok(())
+    }
+}
+
+/// Generation reads the stored matrices: a prompt fills the cache one step a token
+/// ([`QuantGpt::prefill`]), as does every rebuild once the window slides (the step's cost times
+/// n_ctx, where the f32 model runs one blocked forward pass).
+impl Generator<f32> for &QuantGpt {
+    fn config(&self) -> &crate::ch09_gpt::config::Config {
+        &self.rest.config
+    }
+
+    fn prefill(&mut self, tokens: &[Token]) -> Result<(KvCache<f32>, Vec<f32>)> {
+        QuantGpt::prefill(self, tokens)
+    }
+
+    fn last_logits(&mut self, tokens: &[Token]) -> Result<Vec<f32>> {
+        Ok(QuantGpt::prefill(self, tokens)?.1)
+    }
+
+    fn step(&mut self, cache: &mut KvCache<f32>, token: Token) -> Result<Vec<f32>> {
+        QuantGpt::step(self, cache, token)
+    }
+}
+
+// ───────────────────────────── what sampling loads ─────────────────────────────
+
+/// The model a checkpoint folder holds, as generation runs it: chapter 9's f32 model, or a
+/// stored one (bf16, int8, 4-bit) read as stored.
+#[derive(Clone, Debug)]
+pub enum SamplingModel {
+    /// An f32 checkpoint: chapter 9's step.
+    F32(Gpt<f32>),
+    /// A stored checkpoint: the stored step ([`QuantGpt`]).
+    Stored(QuantGpt),
+}
+
+impl SamplingModel {
+    /// The model's configuration.
+    pub fn config(&self) -> &crate::ch09_gpt::config::Config {
+        match self {
+            SamplingModel::F32(m) => &m.config,
+            SamplingModel::Stored(q) => q.config(),
+        }
+    }
+
+    /// How its weight matrices are stored.
+    pub fn storage(&self) -> Storage {
+        match self {
+            SamplingModel::F32(_) => Storage::F32,
+            SamplingModel::Stored(q) => q.storage(),
+        }
+    }
+
+    /// Bytes of weights one cached step reads ([`QuantGpt::weight_bytes_per_token`]; for f32,
+    /// the same count at 4 bytes a weight).
+    pub fn weight_bytes_per_token(&self) -> usize {
+        match self {
+            SamplingModel::F32(m) => {
+                let unembedding = if m.config.tied { Param::Wte } else { Param::LmHead };
+                let tensors = m.shape().order().into_iter().zip(m.params.iter());
+                tensors
+                    .filter(|((s, _), _)| {
+                        (s.part == Part::Block && s.rows != crate::ch09_gpt::model::Dim::One)
+                            || s.param == unembedding
+                    })
+                    .map(|(_, t)| F32_BYTES * t.len())
+                    .sum()
+            }
+            SamplingModel::Stored(q) => q.weight_bytes_per_token(),
+        }
+    }
+
+    /// Bytes of weights the model holds ([`QuantGpt::resident_bytes`]; 4 a weight for f32).
+    pub fn resident_bytes(&self) -> usize {
+        match self {
+            SamplingModel::F32(m) => F32_BYTES * (m.parameter_count() + m.fixed_positions.len()),
+            SamplingModel::Stored(q) => q.resident_bytes(),
+        }
+    }
+
+    /// The largest |w| and its tensor's name ([`QuantGpt::largest_weight`]).
+    pub fn largest_weight(&self) -> Option<(String, f32)> {
+        match self {
+            SamplingModel::F32(m) => {
+                let largest = |t: &DMatrix<f32>| t.iter().fold(0f32, |a, &x| a.max(x.abs()));
+                let sizes = m.params.named().map(|(n, t)| (n, largest(t)));
+                sizes.max_by(|a, b| a.1.total_cmp(&b.1))
+            }
+            SamplingModel::Stored(q) => q.largest_weight(),
+        }
+    }
+
+    /// [`generate`] on whichever model it is: chapter 9's step for f32, the stored step
+    /// ([`generate_with`] on the [`QuantGpt`]) otherwise. Errors as they do.
+    pub fn generate(
+        &self,
+        prompt: &[Token],
+        max_new: usize,
+        decoding: &Decoding,
+        rng: &mut Rng,
+    ) -> Result<Generated> {
+        match self {
+            SamplingModel::F32(m) => generate(m, prompt, max_new, decoding, rng, true),
+            SamplingModel::Stored(q) => {
+                generate_with(&mut &*q, prompt, max_new, decoding, rng, true)
+            }
+        }
     }
 }

@@ -16,14 +16,13 @@
 use super::{Bar, say};
 use clap::{Args, Subcommand, ValueEnum};
 use llm_workbook::ch08_tokens::Tokenizer;
-use llm_workbook::ch09_gpt::checkpoint::CONFIG_FILE;
 use llm_workbook::ch09_gpt::config::{Config, Positions};
 use llm_workbook::ch09_gpt::data::TokenSplit;
 use llm_workbook::ch09_gpt::model::Gpt;
-use llm_workbook::ch09_gpt::sample::{Decoding, generate};
+use llm_workbook::ch09_gpt::sample::Decoding;
 use llm_workbook::ch09_gpt::train::{StepPath, TrainConfig, Trainer};
 use llm_workbook::ch11_precision::quant::Storage;
-use llm_workbook::ch11_precision::quant_file;
+use llm_workbook::ch11_precision::quant_step::SamplingModel;
 use llm_workbook::ch11_precision::runs::F16_LOSS_SCALE;
 use llm_workbook::error::{Result, invalid};
 use llm_workbook::matmul::inputs::{Precision, ProductInputs};
@@ -31,6 +30,7 @@ use llm_workbook::report::{TERMINAL_WIDTH, wrap};
 use llm_workbook::rng::Rng;
 use llm_workbook::workshop::budget;
 use llm_workbook::workshop::folder::{self, Resolved};
+use llm_workbook::workshop::quantize;
 use llm_workbook::workshop::run::{self, DEFAULT_CORPUS};
 use std::path::{Path, PathBuf};
 
@@ -240,6 +240,10 @@ pub struct SampleArgs {
     /// LLM_WORKBOOK_MEMORY_BUDGET, else the available memory); a larger model is refused.
     #[arg(long)]
     pub memory_budget: Option<u64>,
+    /// Print on stderr the tokens per second, the bytes of weights each token reads, the
+    /// weights' bytes as held and the process's peak resident memory.
+    #[arg(long)]
+    pub stats: bool,
 }
 
 /// Runs a `gpt` command; the error is one line for the terminal.
@@ -597,20 +601,25 @@ fn sample(a: SampleArgs) -> Result<()> {
             }
         },
     };
-    let g = generate(&model, &prompt, a.tokens, &decoding, &mut Rng::new(a.seed), true).map_err(
+    let started = std::time::Instant::now();
+    let g = model.generate(&prompt, a.tokens, &decoding, &mut Rng::new(a.seed)).map_err(
         |e| match e {
             llm_workbook::Error::NonFinite { .. } => overflowing(&resolved, &model),
             other => other,
         },
     )?;
+    let seconds = started.elapsed().as_secs_f64();
     if g.cropped > 0 {
         eprintln!(
             "note: the prompt holds {} tokens, more than the context of {}; its first {} tokens \
              were dropped",
             prompt.len(),
-            model.config.context,
+            model.config().context,
             g.cropped
         );
+    }
+    if a.stats {
+        print_stats(&model, g.new_tokens().len(), seconds);
     }
     say!("{}{}", text, tok.decode_lossy(g.new_tokens())?);
     Ok(())
@@ -637,39 +646,48 @@ fn prompt_error(tok: &dyn Tokenizer, prompt: &str, e: llm_workbook::Error) -> ll
 
 /// The error for a model whose finite weights compute NaN or ±∞ (a damaged file: a weight or a
 /// stored scale of 10³⁰): it names the model's file and the tensor of the largest |w|.
-fn overflowing(resolved: &Resolved, model: &Gpt<f32>) -> llm_workbook::Error {
-    let largest = |m: &nalgebra::DMatrix<f32>| m.iter().fold(0f32, |a, &x| a.max(x.abs()));
-    let tensors = model.tensors();
-    let top = tensors.iter().max_by(|a, b| largest(a.1).total_cmp(&largest(b.1)));
-    let (name, size) = top.map_or((String::new(), 0.0), |(n, m)| (n.clone(), largest(m)));
+fn overflowing(resolved: &Resolved, model: &SamplingModel) -> llm_workbook::Error {
+    let (name, size) = model.largest_weight().unwrap_or((String::new(), 0.0));
     let file = resolved.path.join(llm_workbook::ch09_gpt::checkpoint::MODEL_FILE);
     let reason = format!("|w| = {size:.1e} in {name} gives NaN or ±∞");
     llm_workbook::Error::Parse { file: file.display().to_string(), line: None, reason }
 }
 
-// ───────────────────────────── quantize ─────────────────────────────
-
-/// The storage the `config.json` of a checkpoint's files in `here` names, read within the
-/// memory `budget` (its size checked before it is read); `None` when there is no `config.json`.
-fn storage_of(here: &Path, budget: u64) -> Result<Option<Storage>> {
-    let config = here.join(CONFIG_FILE);
-    let bytes = match budget::read_checkpoint_file(&config, budget) {
-        Ok(bytes) => bytes,
-        Err(llm_workbook::Error::Io { source, .. })
-            if source.kind() == std::io::ErrorKind::NotFound =>
-        {
-            return Ok(None);
-        }
-        Err(e) => return Err(e),
-    };
-    quant_file::storage_of_config(&bytes, &config.display().to_string()).map(Some)
+/// `gpt sample --stats`: on stderr, one line each, the tokens per second of the whole
+/// generation (prompt included), the bytes of weights one cached step reads, the weights'
+/// bytes as the model holds them and, where the system reports it, the peak resident memory.
+fn print_stats(model: &SamplingModel, tokens: usize, seconds: f64) {
+    const MB: f64 = 1e6;
+    let storage = model.storage().name();
+    let rate = if seconds > 0.0 { tokens as f64 / seconds } else { f64::INFINITY };
+    eprintln!("stats: {tokens} tokens in {seconds:.3} s, {rate:.1} tokens/s ({storage} weights)");
+    eprintln!(
+        "stats: weight bytes read per token {} ({:.2} MB); weights held {} bytes",
+        model.weight_bytes_per_token(),
+        model.weight_bytes_per_token() as f64 / MB,
+        model.resident_bytes()
+    );
+    if let Some(peak) = peak_resident_bytes() {
+        eprintln!("stats: peak resident memory {peak} bytes ({:.1} MB)", peak as f64 / MB);
+    }
 }
+
+/// The process's peak resident memory in bytes (`VmHWM` of `/proc/self/status`, Linux), where
+/// the system reports it.
+fn peak_resident_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = text.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+// ───────────────────────────── quantize ─────────────────────────────
 
 /// Refuses to resume a folder whose `config.json` names a storage (a `gpt quantize` output):
 /// its weights are not the trained ones and it has no training state.
 fn refuse_stored(dir: &Path, budget: u64) -> Result<()> {
     let here = folder::resolve(dir)?.path;
-    match storage_of(&here, budget)? {
+    match quantize::storage_of(&here, budget)? {
         None | Some(Storage::F32) => Ok(()),
         Some(storage) => Err(invalid(
             "gpt resume",
@@ -683,9 +701,6 @@ fn refuse_stored(dir: &Path, budget: u64) -> Result<()> {
     }
 }
 
-/// The tokenizer's files `gpt sample` reads beside the model.
-const TOKENIZER_FILES: [&str; 3] = [run::CHARS_FILE, "vocab.json", "merges.txt"];
-
 fn quantize(a: QuantizeArgs) -> Result<()> {
     let storage = match a.to {
         QuantizeTo::Bf16 => Storage::Bf16,
@@ -696,52 +711,14 @@ fn quantize(a: QuantizeArgs) -> Result<()> {
     checkpoint_folder("gpt quantize", &a.checkpoint)?;
     // Both folders checked before the model is read.
     out_folder("gpt quantize", &a.out)?;
-    let source = folder::resolve(&a.checkpoint)?.path;
-    let config = source.join(CONFIG_FILE);
-    let Some(already) = storage_of(&source, budget)? else {
-        let e = format!("{} does not exist", config.display());
-        return Err(invalid("gpt quantize", "--checkpoint", e));
-    };
-    if already != Storage::F32 {
-        return Err(invalid(
-            "gpt quantize",
-            "--checkpoint",
-            format!(
-                "{} is already stored as {}; quantize the f32 checkpoint",
-                a.checkpoint.display(),
-                already.name()
-            ),
-        ));
-    }
-    let (_, model, resolved) = run::load_for_sampling(&a.checkpoint, budget)?;
-    let mut files = quant_file::stored_files(&model, storage)?;
-    for name in TOKENIZER_FILES {
-        match budget::read_checkpoint_file(&resolved.path.join(name), budget) {
-            Ok(b) => files.push((name.to_string(), b)),
-            Err(llm_workbook::Error::Io { source, .. })
-                if source.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
-    }
-    // One writer a folder, as `gpt train`; the files saved as one generation.
-    let _lock = folder::Lock::take(&a.out, "gpt quantize")?;
-    if folder::holds_checkpoint(&a.out) || !folder::foreign_entries(&a.out).is_empty() {
-        return Err(invalid(
-            "gpt quantize",
-            "--out",
-            format!("{} is not empty; give a new folder", a.out.display()),
-        ));
-    }
-    let generation = folder::save_generation(&mut folder::Disk, &a.out, &files)?;
-    let f32_bytes = 4 * model.parameter_count();
-    let written: usize = files.iter().map(|f| f.1.len()).sum();
+    let q = quantize::quantize(&a.checkpoint, storage, &a.out, budget)?;
     say!(
         "{} stored as {} in {} ({} bytes, the f32 weights {} bytes)",
         a.checkpoint.display(),
         storage.name(),
-        generation.display(),
-        written,
-        f32_bytes
+        q.generation.display(),
+        q.written,
+        q.f32_bytes
     );
     Ok(())
 }

@@ -106,6 +106,42 @@ pub fn check(
     Ok(())
 }
 
+// ───────────────────────────── sampling ─────────────────────────────
+
+/// The estimated bytes of sampling from a model of `c` whose weights occupy `weight_bytes` as
+/// stored (f32, or bf16 or blocks for the block matrices: chapter 11's
+/// [`stored_bytes`](crate::ch11_precision::quant::stored_bytes)): the weights twice
+/// ([`FILE_BYTES_PER_BYTE`]: the file's bytes and the model built from them are held at once),
+/// the key/value cache (l·n_ctx·3d values) and one step's rows (about 20·d + 2·V + h·n_ctx
+/// values), 4 bytes a value. Sampling never widens stored weights, so a model in 4-bit blocks
+/// needs about a sixth of its f32 bytes. Saturating at `u128::MAX`.
+pub fn sampling_bytes(c: &Config, weight_bytes: u128) -> u128 {
+    let (l, d, h, v) = (c.layers as u128, c.width as u128, c.heads as u128, c.vocab_size as u128);
+    let n_ctx = c.context as u128;
+    let cache = mul(&[l, n_ctx, 3, d]);
+    let rows = sum(&[mul(&[20, d]), mul(&[2, v]), mul(&[h, n_ctx])]);
+    sum(&[mul(&[u128::from(FILE_BYTES_PER_BYTE), weight_bytes]), mul(&[4, sum(&[cache, rows])])])
+}
+
+/// Refuses sampling a model of `c` whose weights occupy `weight_bytes` as stored in `storage`
+/// (its name) when [`sampling_bytes`] exceeds `budget`, in one short line naming
+/// `--memory-budget` and the bytes needed.
+pub fn check_sampling(c: &Config, storage: &str, weight_bytes: u128, budget: u64) -> Result<()> {
+    let need = sampling_bytes(c, weight_bytes);
+    if need > u128::from(budget) {
+        let need =
+            if need < COMPACT_FROM { need.to_string() } else { format!("{:.1e}", need as f64) };
+        let reason =
+            format!("needs {need} bytes to sample this {storage} model, over {budget} bytes");
+        return Err(crate::error::Error::Parse {
+            file: BUDGET_FLAG.to_string(),
+            line: None,
+            reason,
+        });
+    }
+    Ok(())
+}
+
 // ───────────────────────────── the text and the files ─────────────────────────────
 
 /// Bytes of memory a text costs per byte of it while it is held and encoded: the text, the

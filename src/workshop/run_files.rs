@@ -11,9 +11,10 @@ use crate::ch08_tokens::bpe::{self, BpeConfig, PreTokenizer};
 use crate::ch08_tokens::chars::CharTokenizer;
 use crate::ch08_tokens::gpt2::{Gpt2Tokenizer, to_gpt2_files};
 use crate::ch09_gpt::checkpoint::{CONFIG_FILE, MODEL_FILE};
-use crate::ch09_gpt::model::Gpt;
 use crate::ch09_gpt::safetensors::SafeTensors;
+use crate::ch11_precision::quant::{Storage, stored_bytes};
 use crate::ch11_precision::quant_file;
+use crate::ch11_precision::quant_step::SamplingModel;
 use crate::error::{Error, Result, from_json_object, invalid};
 use std::path::Path;
 
@@ -190,7 +191,7 @@ pub fn build_tokenizer(
 pub fn load_for_sampling(
     dir: &Path,
     budget: u64,
-) -> Result<(Box<dyn Tokenizer>, Gpt<f32>, Resolved)> {
+) -> Result<(Box<dyn Tokenizer>, SamplingModel, Resolved)> {
     // A save may switch the folder's generation while its files are read: then they are read
     // again from the new one.
     folder::read_consistent(dir, |resolved| {
@@ -223,7 +224,7 @@ pub fn checkpoint_from_files(
     dir: &Path,
     mut files: Vec<(String, Vec<u8>)>,
     budget: u64,
-) -> Result<(Box<dyn Tokenizer>, Gpt<f32>)> {
+) -> Result<(Box<dyn Tokenizer>, SamplingModel)> {
     let missing = |name: &str| {
         let path = dir.join(name);
         io(&path)(std::io::Error::from(std::io::ErrorKind::NotFound))
@@ -252,20 +253,21 @@ pub fn checkpoint_from_files(
     let model_at = find(&files, MODEL_FILE).ok_or_else(|| missing(MODEL_FILE))?;
     let model_bytes = std::mem::take(&mut files[model_at].1);
     let f = SafeTensors::parse(model_bytes, &dir.join(MODEL_FILE).display().to_string())?;
-    // An f32 checkpoint or a stored one (bf16, int8 or 4-bit block matrices, chapter 11).
-    let size = |c: &crate::ch09_gpt::config::Config| {
-        super::budget::check(c, 1, c.context, budget, "--memory-budget")
+    // An f32 checkpoint or a stored one (bf16, int8 or 4-bit block matrices, chapter 11),
+    // loaded as stored: the budget counts the weights as stored, never widened.
+    let size = |c: &crate::ch09_gpt::config::Config, storage: Storage| {
+        super::budget::check_sampling(c, storage.name(), stored_bytes(c, storage), budget)
     };
     let model =
         quant_file::model_from_checkpoint(config, &files[config_at].1, &config_name, &f, size)?;
-    if tok.vocab_size() > model.config.vocab_size {
+    if tok.vocab_size() > model.config().vocab_size {
         return Err(invalid(
             "gpt sample",
             "checkpoint",
             format!(
                 "the tokenizer has {} tokens but the model only {}",
                 tok.vocab_size(),
-                model.config.vocab_size
+                model.config().vocab_size
             ),
         ));
     }

@@ -333,8 +333,8 @@ pub fn checkpoint_folder_outcome(data: &[u8]) -> Result<usize, String> {
     let dir = std::path::Path::new("fuzz-checkpoint");
     match run::checkpoint_from_files(dir, files, FUZZ_BUDGET) {
         Ok((tok, model)) => {
-            assert!(tok.vocab_size() <= model.config.vocab_size, "a loaded tokenizer fits");
-            Ok(model.config.vocab_size)
+            assert!(tok.vocab_size() <= model.config().vocab_size, "a loaded tokenizer fits");
+            Ok(model.config().vocab_size)
         }
         Err(e) => Err(e.to_string()),
     }

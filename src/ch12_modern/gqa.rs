@@ -1,0 +1,347 @@
+//! Grouped-query attention (GQA), causal, with optional rotary positions and QK-norm.
+//!
+//! H query heads share H_kv key/value heads (H_kv divides H): query head h reads key/value head
+//! g(h) = ⌊h / (H/H_kv)⌋, so each key/value head serves a group of H/H_kv query heads. H_kv = H
+//! is multi-head attention (MHA, GPT-2, Llama 2 7B); H_kv = 1 is multi-query attention (MQA).
+//!
+//! ```text
+//! Q = X W_Q (N×H·d_h)   K = X W_K, V = X W_V (N×H_kv·d_h)     no biases
+//! q_h = rope(rmsnorm_q(Q_h)),  k_g = rope(rmsnorm_k(K_g))    QK-norm and rope optional
+//! O_h = softmax(q_h k_{g(h)}ᵀ/√d_h + M) V_{g(h)}             chapter 6's causal attention
+//! Y = Concat(O_1 … O_H) W_O
+//! ```
+//!
+//! QK-norm is an RMSNorm over each head's d_h columns, one γ for all query heads and one for all
+//! key heads (as in Qwen 3), applied before the rotation. In the backward a key/value head
+//! receives a gradient from every query head of its group: they are summed.
+
+use super::rms_norm::{RmsCache, RmsNorm, rms_norm_backward, rms_norm_forward};
+use super::rope::{Pairing, Positions, RopeTable, rope_backward, rope_forward};
+use crate::ch06_attention::{
+    AttnSpec, attention_backward, attention_forward, concat_heads, split_heads,
+};
+use crate::error::{Result, invalid, shape_error, shape_of};
+use crate::float::{Float, ensure_finite};
+use crate::matmul::{matmul, matmul_nt, matmul_tn};
+use nalgebra::DMatrix;
+
+/// Rotary positions for the queries and keys: the table and the pairing.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rotary<T: Float> {
+    /// cos and sin of tθ_i, computed once per context.
+    pub table: RopeTable<T>,
+    /// Which columns pair up.
+    pub pairing: Pairing,
+}
+
+/// The weights of grouped-query attention over a model width C with heads of width d_h.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Gqa<T: Float> {
+    /// H, the query heads.
+    pub n_heads: usize,
+    /// H_kv, the key/value heads; divides H.
+    pub n_kv_heads: usize,
+    /// W_Q, C×(H·d_h).
+    pub w_q: DMatrix<T>,
+    /// W_K, C×(H_kv·d_h).
+    pub w_k: DMatrix<T>,
+    /// W_V, C×(H_kv·d_h).
+    pub w_v: DMatrix<T>,
+    /// W_O, (H·d_h)×C.
+    pub w_o: DMatrix<T>,
+    /// QK-norm: RMSNorms of width d_h for the queries and for the keys, or none.
+    pub qk_norm: Option<(RmsNorm<T>, RmsNorm<T>)>,
+    /// Rotary positions, or none (then positions must come from elsewhere).
+    pub rope: Option<Rotary<T>>,
+}
+
+impl<T: Float> Gqa<T> {
+    /// d_h = (columns of W_Q)/H.
+    pub fn head_dim(&self) -> usize {
+        self.w_q.ncols() / self.n_heads.max(1)
+    }
+
+    /// H/H_kv, the query heads per key/value head.
+    pub fn group_size(&self) -> usize {
+        self.n_heads / self.n_kv_heads.max(1)
+    }
+
+    /// The key/value head query head h reads: ⌊h/(H/H_kv)⌋.
+    pub fn kv_head_of(&self, h: usize) -> usize {
+        h / self.group_size().max(1)
+    }
+
+    /// Checks the head counts (H_kv ≥ 1 divides H) and every shape and value.
+    pub fn validate(&self, op: &'static str) -> Result<()> {
+        let (h, h_kv) = (self.n_heads, self.n_kv_heads);
+        if h == 0 || h_kv == 0 || !h.is_multiple_of(h_kv) {
+            return Err(invalid(
+                op,
+                "n_heads, n_kv_heads",
+                format!("n_kv_heads must be ≥ 1 and divide n_heads; got {h}, {h_kv}"),
+            ));
+        }
+        let c = self.w_q.nrows();
+        if c == 0 || self.w_q.ncols() == 0 || !self.w_q.ncols().is_multiple_of(h) {
+            return Err(shape_error(op, "w_q", format!("C×({h}·d_h)"), shape_of(&self.w_q)));
+        }
+        let d_h = self.head_dim();
+        let want = |m: &DMatrix<T>, r: usize, k: usize| m.shape() == (r, k);
+        if !want(&self.w_k, c, h_kv * d_h) {
+            return Err(shape_error(op, "w_k", format!("{c}×{}", h_kv * d_h), shape_of(&self.w_k)));
+        }
+        if !want(&self.w_v, c, h_kv * d_h) {
+            return Err(shape_error(op, "w_v", format!("{c}×{}", h_kv * d_h), shape_of(&self.w_v)));
+        }
+        if !want(&self.w_o, h * d_h, c) {
+            return Err(shape_error(op, "w_o", format!("{}×{c}", h * d_h), shape_of(&self.w_o)));
+        }
+        if let Some((qn, kn)) = &self.qk_norm {
+            for (norm, arg) in [(qn, "qk_norm (queries)"), (kn, "qk_norm (keys)")] {
+                norm.validate(op)?;
+                if norm.gamma.ncols() != d_h {
+                    return Err(shape_error(op, arg, format!("1×{d_h}"), shape_of(&norm.gamma)));
+                }
+            }
+        }
+        if let Some(rope) = &self.rope
+            && rope.table.head_dim() != d_h
+        {
+            return Err(invalid(
+                op,
+                "rope",
+                format!("its table is for heads of {}, not {d_h}", rope.table.head_dim()),
+            ));
+        }
+        ensure_finite(op, "w_q", &self.w_q)?;
+        ensure_finite(op, "w_k", &self.w_k)?;
+        ensure_finite(op, "w_v", &self.w_v)?;
+        ensure_finite(op, "w_o", &self.w_o)
+    }
+}
+
+/// One head's way from the projection to the attention: QK-norm's cache (if on) and the rotated
+/// block that enters the scores.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HeadCache<T: Float> {
+    /// RMSNorm's cache of this head's block, when QK-norm is on.
+    pub norm: Option<RmsCache<T>>,
+    /// The block after QK-norm and the rotation: what the scores read, N×d_h.
+    pub rotated: DMatrix<T>,
+}
+
+/// What [`gqa_backward`] needs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GqaCache<T: Float> {
+    /// X, N×C.
+    pub x: DMatrix<T>,
+    /// T, the length of each of the B sequences stacked in X.
+    pub seq_len: usize,
+    /// Every query head's way, H of them.
+    pub q: Vec<HeadCache<T>>,
+    /// Every key head's way, H_kv of them.
+    pub k: Vec<HeadCache<T>>,
+    /// V split by key/value head, H_kv blocks of N×d_h.
+    pub v: Vec<DMatrix<T>>,
+    /// The attention weights of every query head, (B·T)×T each.
+    pub weights: Vec<DMatrix<T>>,
+    /// Concat(O_1 … O_H), N×(H·d_h).
+    pub concat: DMatrix<T>,
+}
+
+/// Gradients of grouped-query attention.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GqaGrads<T: Float> {
+    /// ∂L/∂X, N×C.
+    pub d_x: DMatrix<T>,
+    /// ∂L/∂W_Q.
+    pub d_w_q: DMatrix<T>,
+    /// ∂L/∂W_K.
+    pub d_w_k: DMatrix<T>,
+    /// ∂L/∂W_V.
+    pub d_w_v: DMatrix<T>,
+    /// ∂L/∂W_O.
+    pub d_w_o: DMatrix<T>,
+    /// ∂L/∂γ of the query and of the key RMSNorm, 1×d_h each, when QK-norm is on.
+    pub d_qk_gamma: Option<(DMatrix<T>, DMatrix<T>)>,
+}
+
+/// QK-norm then the rotation of one head's block.
+fn head_forward<T: Float>(
+    norm: Option<&RmsNorm<T>>,
+    rope: Option<&Rotary<T>>,
+    block: DMatrix<T>,
+    seq_len: usize,
+) -> Result<HeadCache<T>> {
+    let (normed, norm) = match norm {
+        Some(n) => {
+            let (y, cache) = rms_norm_forward(n, &block)?; //           rmsnorm(Q_h)
+            (y, Some(cache))
+        }
+        None => (block, None),
+    };
+    let rotated = match rope {
+        Some(r) => rope_forward(&r.table, r.pairing, &normed, Positions::from_zero(seq_len))?,
+        None => normed, //                                              rope(·)
+    };
+    Ok(HeadCache { norm, rotated })
+}
+
+/// Backward of [`head_forward`]: the transposed rotation, then RMSNorm's backward. Returns
+/// ∂L/∂(the head's projected block) and ∂L/∂γ of the norm (if on).
+fn head_backward<T: Float>(
+    norm: Option<&RmsNorm<T>>,
+    rope: Option<&Rotary<T>>,
+    cache: &HeadCache<T>,
+    d_rotated: &DMatrix<T>,
+    seq_len: usize,
+) -> Result<(DMatrix<T>, Option<DMatrix<T>>)> {
+    // rotated = rope(normed)
+    let d_normed = match rope {
+        Some(r) => rope_backward(&r.table, r.pairing, d_rotated, Positions::from_zero(seq_len))?,
+        None => d_rotated.clone(),
+    };
+    // normed = rmsnorm(block)
+    match (norm, &cache.norm) {
+        (Some(n), Some(c)) => {
+            let g = rms_norm_backward(n, c, &d_normed)?;
+            Ok((g.d_x, Some(g.d_gamma)))
+        }
+        _ => Ok((d_normed, None)),
+    }
+}
+
+/// Causal grouped-query self-attention of B sequences of `seq_len` tokens stacked in x
+/// ((B·T)×C → (B·T)×C). Errors on bad head counts or shapes, rows that are not whole sequences,
+/// sequences longer than the rotary table, non-finite input.
+pub fn gqa_forward<T: Float>(
+    p: &Gqa<T>,
+    x: &DMatrix<T>,
+    seq_len: usize,
+) -> Result<(DMatrix<T>, GqaCache<T>)> {
+    const OP: &str = "gqa_forward";
+    p.validate(OP)?;
+    if x.ncols() != p.w_q.nrows() {
+        return Err(shape_error(
+            OP,
+            "x and w_q",
+            format!("x with {} columns", p.w_q.nrows()),
+            shape_of(x),
+        ));
+    }
+    if seq_len == 0 || x.nrows() == 0 || !x.nrows().is_multiple_of(seq_len) {
+        return Err(invalid(
+            OP,
+            "seq_len",
+            format!("{} rows are not whole sequences of {seq_len}", x.nrows()),
+        ));
+    }
+    ensure_finite(OP, "x", x)?;
+    let (q_norm, k_norm) = match &p.qk_norm {
+        Some((qn, kn)) => (Some(qn), Some(kn)),
+        None => (None, None),
+    };
+    let rope = p.rope.as_ref();
+    let q_all = matmul(x, &p.w_q)?; //                               Q = X W_Q
+    let k_all = matmul(x, &p.w_k)?; //                               K = X W_K
+    let v_all = matmul(x, &p.w_v)?; //                               V = X W_V
+    let q = split_heads(&q_all, p.n_heads)?
+        .into_iter()
+        .map(|b| head_forward(q_norm, rope, b, seq_len)) //          q_h = rope(norm(Q_h))
+        .collect::<Result<Vec<_>>>()?;
+    let k = split_heads(&k_all, p.n_kv_heads)?
+        .into_iter()
+        .map(|b| head_forward(k_norm, rope, b, seq_len)) //          k_g = rope(norm(K_g))
+        .collect::<Result<Vec<_>>>()?;
+    let v = split_heads(&v_all, p.n_kv_heads)?;
+    let spec = AttnSpec::causal(seq_len);
+    let mut outs = Vec::with_capacity(p.n_heads);
+    let mut weights = Vec::with_capacity(p.n_heads);
+    for (h, qh) in q.iter().enumerate() {
+        let g = p.kv_head_of(h);
+        let att = attention_forward(&qh.rotated, &k[g].rotated, &v[g], &spec)?; // O_h
+        outs.push(att.out);
+        weights.push(att.weights);
+    }
+    let concat = concat_heads(&outs)?; //                            Concat(O_1 … O_H)
+    let y = matmul(&concat, &p.w_o)?; //                             Y = Concat W_O
+    Ok((y, GqaCache { x: x.clone(), seq_len, q, k, v, weights, concat }))
+}
+
+/// Backward of [`gqa_forward`]:
+///
+/// ```text
+/// Y = Concat W_O            ⇒ ∂L/∂W_O = Concatᵀ ∂L/∂Y,  ∂L/∂O_h = (∂L/∂Y W_Oᵀ)_h
+/// O_h = attn(q_h, k_g, v_g) ⇒ chapter 6's backward per query head; then, per key/value head,
+///                             ∂L/∂k_g = Σ_{h: g(h)=g} ∂k from head h   (summed over the group)
+///                             ∂L/∂v_g = Σ_{h: g(h)=g} ∂v from head h
+/// q = rope(norm(Q_h))       ⇒ the transposed rotation, then RMSNorm's backward; the γ of the
+///                             query (key) norm sums its gradient over all query (key) heads
+/// Q = X W_Q (K, V alike)    ⇒ ∂L/∂W_Q = Xᵀ ∂L/∂Q,  ∂L/∂X = Σ ∂L/∂Q W_Qᵀ + ∂L/∂K W_Kᵀ + ∂L/∂V W_Vᵀ
+/// ```
+pub fn gqa_backward<T: Float>(
+    p: &Gqa<T>,
+    cache: &GqaCache<T>,
+    d_y: &DMatrix<T>,
+) -> Result<GqaGrads<T>> {
+    const OP: &str = "gqa_backward";
+    p.validate(OP)?;
+    let want = (cache.x.nrows(), p.w_o.ncols());
+    if d_y.shape() != want {
+        return Err(shape_error(OP, "d_y", format!("{}×{}", want.0, want.1), shape_of(d_y)));
+    }
+    if cache.q.len() != p.n_heads || cache.k.len() != p.n_kv_heads {
+        return Err(invalid(OP, "cache", "was made with other head counts"));
+    }
+    ensure_finite(OP, "d_y", d_y)?;
+    let (n, d_h, t) = (cache.x.nrows(), p.head_dim(), cache.seq_len);
+    // Y = Concat W_O
+    let d_w_o = matmul_tn(&cache.concat, d_y)?;
+    let d_outs = split_heads(&matmul_nt(d_y, &p.w_o)?, p.n_heads)?;
+    // O_h = attention(q_h, k_g(h), v_g(h)): the key/value heads sum over their group
+    let spec = AttnSpec::causal(t);
+    let mut d_q_rot = Vec::with_capacity(p.n_heads);
+    let mut d_k_rot = vec![DMatrix::zeros(n, d_h); p.n_kv_heads];
+    let mut d_v = vec![DMatrix::zeros(n, d_h); p.n_kv_heads];
+    for (h, d_o) in d_outs.iter().enumerate() {
+        let g = p.kv_head_of(h);
+        let (qh, kg) = (&cache.q[h].rotated, &cache.k[g].rotated);
+        let grads = attention_backward(qh, kg, &cache.v[g], &cache.weights[h], d_o, &spec)?;
+        d_q_rot.push(grads.d_q);
+        d_k_rot[g] += grads.d_k;
+        d_v[g] += grads.d_v;
+    }
+    // q_h = rope(norm(Q_h)), k_g = rope(norm(K_g))
+    let (q_norm, k_norm) = match &p.qk_norm {
+        Some((qn, kn)) => (Some(qn), Some(kn)),
+        None => (None, None),
+    };
+    let rope = p.rope.as_ref();
+    let mut d_gamma_q = DMatrix::zeros(1, d_h);
+    let mut d_gamma_k = DMatrix::zeros(1, d_h);
+    let mut d_q_heads = Vec::with_capacity(p.n_heads);
+    for (hc, d) in cache.q.iter().zip(&d_q_rot) {
+        let (d_block, d_gamma) = head_backward(q_norm, rope, hc, d, t)?;
+        d_q_heads.push(d_block);
+        if let Some(dg) = d_gamma {
+            d_gamma_q += dg;
+        }
+    }
+    let mut d_k_heads = Vec::with_capacity(p.n_kv_heads);
+    for (hc, d) in cache.k.iter().zip(&d_k_rot) {
+        let (d_block, d_gamma) = head_backward(k_norm, rope, hc, d, t)?;
+        d_k_heads.push(d_block);
+        if let Some(dg) = d_gamma {
+            d_gamma_k += dg;
+        }
+    }
+    let (d_q, d_k, d_v) =
+        (concat_heads(&d_q_heads)?, concat_heads(&d_k_heads)?, concat_heads(&d_v)?);
+    // Q = X W_Q, K = X W_K, V = X W_V
+    let d_w_q = matmul_tn(&cache.x, &d_q)?;
+    let d_w_k = matmul_tn(&cache.x, &d_k)?;
+    let d_w_v = matmul_tn(&cache.x, &d_v)?;
+    let d_x = matmul_nt(&d_q, &p.w_q)? + matmul_nt(&d_k, &p.w_k)? + matmul_nt(&d_v, &p.w_v)?;
+    let d_qk_gamma = p.qk_norm.as_ref().map(|_| (d_gamma_q, d_gamma_k));
+    Ok(GqaGrads { d_x, d_w_q, d_w_k, d_w_v, d_w_o, d_qk_gamma })
+}

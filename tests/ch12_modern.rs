@@ -1,0 +1,557 @@
+//! Chapter 12: RMSNorm, rotary positions, gated MLPs, grouped-query attention and QK-norm:
+//! worked numbers computed by hand, gradient checks of every backward on every tensor (f64),
+//! the rotation's relative-position property, the two pairings, MHA against chapter 6, and the
+//! key/value cache of published configurations.
+
+use llm_workbook::ch06_attention::{self as ch06, AttnSpec, LayerNorm, MultiHead};
+use llm_workbook::ch12_modern::{
+    self as ch, BYTES_PER_HALF, Gate, GatedMlp, Gqa, KvCacheShape, LLAMA_HIDDEN_MULTIPLE, Pairing,
+    Positions, ROPE_BASE, RmsNorm, RopeTable, Rotary,
+};
+use llm_workbook::gradcheck::{Config, check};
+use llm_workbook::rng::Rng;
+use nalgebra::DMatrix;
+
+/// A wider step and an absolute floor for the deeper compositions (attention, norms): the same
+/// tolerance, with differences of near-zero entries judged against 1e-3.
+const WIDE: Config = Config { step: 1e-5, tolerance: 1e-6, floor: 1e-3 };
+
+fn rand(rng: &mut Rng, r: usize, c: usize) -> DMatrix<f64> {
+    rng.normal_matrix(r, c, 1.0)
+}
+
+/// L = Σ Y ⊙ R: a scalar loss whose ∂L/∂Y is R.
+fn weighted_sum(m: &DMatrix<f64>, r: &DMatrix<f64>) -> f64 {
+    m.component_mul(r).sum()
+}
+
+fn row(v: &[f64]) -> DMatrix<f64> {
+    DMatrix::from_row_slice(1, v.len(), v)
+}
+
+// ───────────────────────── RMSNorm ─────────────────────────
+
+#[test]
+fn rms_norm_of_one_row_by_hand() {
+    // x = (1, −2, 2): mean(x²) = (1 + 4 + 4)/3 = 3; with ε = 1, r = √(3 + 1) = 2, so
+    // x̂ = (0.5, −1, 1) and with γ = (1, 2, −1), y = (0.5, −2, −1).
+    // (ε outside the root would give r = √3 + 1 ≈ 2.732.)
+    let norm = RmsNorm { gamma: row(&[1.0, 2.0, -1.0]), eps: 1.0 };
+    let (y, cache) = ch::rms_norm_forward(&norm, &row(&[1.0, -2.0, 2.0])).unwrap();
+    assert_eq!(cache.rms, vec![2.0]);
+    assert_eq!(y, row(&[0.5, -2.0, -1.0]));
+    let outside = 3.0_f64.sqrt() + 1.0;
+    assert!((outside - 2.732).abs() < 1e-3 && (cache.rms[0] - outside).abs() > 0.7);
+}
+
+#[test]
+fn rms_norm_backward_passes_gradient_checks() {
+    let mut rng = Rng::new(1201);
+    // A large ε makes its place (inside or outside the root) visible to the check.
+    for eps in [1e-6, 0.5] {
+        let x = rand(&mut rng, 4, 5);
+        let gamma = DMatrix::from_element(1, 5, 1.0) + rng.normal_matrix(1, 5, 0.3);
+        let norm = RmsNorm { gamma: gamma.clone(), eps };
+        let r = rand(&mut rng, 4, 5);
+        let (_, cache) = ch::rms_norm_forward(&norm, &x).unwrap();
+        let g = ch::rms_norm_backward(&norm, &cache, &r).unwrap();
+        check(Config::default(), &[("x", x), ("gamma", gamma)], &[g.d_x, g.d_gamma], |t| {
+            let n = RmsNorm { gamma: t[1].clone(), eps };
+            weighted_sum(&ch::rms_norm_forward(&n, &t[0]).unwrap().0, &r)
+        })
+        .assert_passed();
+    }
+}
+
+#[test]
+fn rms_norm_is_layer_norm_without_beta_on_a_centred_row() {
+    // An independent computation: chapter 6's LayerNorm (β = 0) on rows whose mean is zero, where
+    // the standard deviation is the root mean square.
+    let mut rng = Rng::new(1202);
+    let mut x = rand(&mut rng, 3, 6);
+    for r in 0..3 {
+        let mean = x.row(r).mean();
+        x.row_mut(r).add_scalar_mut(-mean);
+    }
+    let gamma = rng.normal_matrix(1, 6, 1.0);
+    let eps = 1e-3;
+    let rms = RmsNorm { gamma: gamma.clone(), eps };
+    let mut ln = LayerNorm::new(6, eps).unwrap();
+    ln.gamma = gamma;
+    let (a, _) = ch::rms_norm_forward(&rms, &x).unwrap();
+    let (b, _) = ch06::layer_norm_forward(&ln, &x).unwrap();
+    assert!((a - b).abs().max() < 1e-14);
+    // On a row with a mean the two differ: RMSNorm does not centre.
+    let shifted = x.add_scalar(1.0);
+    let (a, _) = ch::rms_norm_forward(&rms, &shifted).unwrap();
+    let (b, _) = ch06::layer_norm_forward(&ln, &shifted).unwrap();
+    assert!((a - b).abs().max() > 0.1);
+}
+
+#[test]
+fn rms_norm_keeps_a_zero_row_zero_and_rejects_bad_input_in_one_line() {
+    let norm = RmsNorm::<f64>::new(3, 1e-6).unwrap();
+    let (y, _) = ch::rms_norm_forward(&norm, &DMatrix::zeros(2, 3)).unwrap();
+    assert_eq!(y, DMatrix::zeros(2, 3));
+    let errors = [
+        RmsNorm::<f64>::new(3, 0.0).unwrap_err().to_string(),
+        ch::rms_norm_forward(&norm, &DMatrix::zeros(2, 4)).unwrap_err().to_string(),
+        ch::rms_norm_forward(&norm, &row(&[1.0, f64::NAN, 0.0])).unwrap_err().to_string(),
+    ];
+    for (e, arg) in errors.iter().zip(["eps", "x and gamma", "x"]) {
+        assert!(e.contains(arg) && !e.contains('\n') && e.chars().count() <= 100, "{e}");
+    }
+}
+
+// ───────────────────────── rotary positions ─────────────────────────
+
+#[test]
+fn rope_frequencies_by_hand() {
+    // θ_i = base^{−2i/d_h}: d_h = 4 gives 10 000^0 = 1 and 10 000^{−1/2} = 0.01; d_h = 8 gives
+    // 1, 10 000^{−1/4} = 0.1, 0.01, 0.001. (An exponent over another width moves them all.)
+    let close = |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-15);
+    let four = ch::rope_frequencies(4, ROPE_BASE).unwrap();
+    assert!(close(&four, &[1.0, 0.01]), "{four:?}");
+    let eight = ch::rope_frequencies(8, ROPE_BASE).unwrap();
+    assert!(close(&eight, &[1.0, 0.1, 0.01, 0.001]), "{eight:?}");
+    // Wavelengths 2π/θ_i: 2π positions for pair 0, 2π·1000 for the last pair of d_h = 8.
+    let waves = ch::rope_wavelengths(8, ROPE_BASE).unwrap();
+    assert!((waves[3] - std::f64::consts::TAU * 1000.0).abs() < 1e-9);
+    // The table holds cos and sin of tθ_i: position 3, pair 1 of d_h = 4 is the angle 0.03.
+    let table = RopeTable::<f64>::new(5, 4, ROPE_BASE).unwrap();
+    assert_eq!((table.cos[(3, 1)], table.sin[(3, 1)]), (0.03_f64.cos(), 0.03_f64.sin()));
+    assert_eq!((table.cos[(0, 0)], table.sin[(0, 0)]), (1.0, 0.0));
+}
+
+#[test]
+fn rope_wavelengths_against_the_context() {
+    // d_h = 128: pair i has wavelength 2π·base^{2i/128}. Pair 32 is 2π·√base (628.3 for base
+    // 10 000, 4442.9 for Llama 3's 500 000); pair 63 is 2π·base^{126/128} (54 410 and 2 559 196).
+    // A wavelength exceeds 8192 tokens (Llama 3's context) when base^{2i/128} > 8192/2π ≈ 1303.8,
+    // i > 64·log 1303.8/log base: i ≥ 50 for 10 000 (14 pairs), i ≥ 35 for 500 000 (29 pairs).
+    let tau = std::f64::consts::TAU;
+    let paper = ch::rope_wavelengths(128, ROPE_BASE).unwrap();
+    let llama3 = ch::rope_wavelengths(128, 500_000.0).unwrap();
+    assert_eq!((paper[0], llama3[0]), (tau, tau));
+    assert!((paper[32] - tau * 100.0).abs() < 1e-9);
+    assert!((llama3[32] - tau * 500_000_f64.sqrt()).abs() < 1e-9);
+    assert!((paper[63] - 54_410.143).abs() < 1e-3, "{}", paper[63]);
+    assert!((llama3[63] - 2_559_195.517).abs() < 1e-3, "{}", llama3[63]);
+    let beyond = |w: &[f64]| w.iter().filter(|&&w| w > 8192.0).count();
+    assert_eq!((beyond(&paper), beyond(&llama3)), (14, 29));
+}
+
+#[test]
+fn one_pair_rotated_by_hand_in_both_pairings() {
+    // d_h = 4, base 10 000, position 2: pair 0 turns by 2 rad, pair 1 by 0.02 rad.
+    let table = RopeTable::<f64>::new(3, 4, ROPE_BASE).unwrap();
+    let x = row(&[1.0, 2.0, 3.0, 4.0]);
+    let at = Positions { seq_len: 1, start: 2 };
+    let turn = |a: f64, b: f64, angle: f64| {
+        (a * angle.cos() - b * angle.sin(), a * angle.sin() + b * angle.cos())
+    };
+    // Adjacent: pairs (x0, x1) and (x2, x3).
+    let (a0, a1) = turn(1.0, 2.0, 2.0);
+    let (a2, a3) = turn(3.0, 4.0, 0.02);
+    let adjacent = ch::rope_forward(&table, Pairing::Adjacent, &x, at).unwrap();
+    assert!((adjacent - row(&[a0, a1, a2, a3])).abs().max() < 1e-15);
+    // Halves: pairs (x0, x2) and (x1, x3).
+    let (h0, h2) = turn(1.0, 3.0, 2.0);
+    let (h1, h3) = turn(2.0, 4.0, 0.02);
+    let halves = ch::rope_forward(&table, Pairing::Halves, &x, at).unwrap();
+    assert!((halves - row(&[h0, h1, h2, h3])).abs().max() < 1e-15);
+}
+
+#[test]
+fn the_halves_pairing_is_hugging_faces_rotate_half_formula() {
+    // An independent computation: x ⊙ [cos, cos] + rotate_half(x) ⊙ [sin, sin].
+    let mut rng = Rng::new(1203);
+    let (t, d_h) = (7, 8);
+    let table = RopeTable::<f64>::new(t, d_h, ROPE_BASE).unwrap();
+    let x = rand(&mut rng, 2 * t, d_h);
+    let ours = ch::rope_forward(&table, Pairing::Halves, &x, Positions::from_zero(t)).unwrap();
+    let half = ch::rotate_half(&x).unwrap();
+    let hf = DMatrix::from_fn(2 * t, d_h, |r, j| {
+        let (pos, i) = (r % t, j % (d_h / 2));
+        x[(r, j)] * table.cos[(pos, i)] + half[(r, j)] * table.sin[(pos, i)]
+    });
+    assert!((ours - hf).abs().max() < 1e-14);
+}
+
+#[test]
+fn rope_backward_passes_gradient_checks_in_both_pairings() {
+    let mut rng = Rng::new(1204);
+    let table = RopeTable::<f64>::new(9, 6, 100.0).unwrap();
+    for pairing in [Pairing::Adjacent, Pairing::Halves] {
+        for at in [Positions::from_zero(4), Positions { seq_len: 4, start: 5 }] {
+            let x = rand(&mut rng, 8, 6);
+            let r = rand(&mut rng, 8, 6);
+            let d_x = ch::rope_backward(&table, pairing, &r, at).unwrap();
+            // WIDE: L is linear in x, so only rounding noise (≈ 1e-9) separates the two, and
+            // the default floor of 1e-7 would judge a near-zero entry by that noise.
+            check(WIDE, &[("x", x)], &[d_x], |t| {
+                weighted_sum(&ch::rope_forward(&table, pairing, &t[0], at).unwrap(), &r)
+            })
+            .assert_passed();
+        }
+    }
+}
+
+#[test]
+fn the_rotation_keeps_lengths_and_its_transpose_undoes_it() {
+    // R(tθ) is orthogonal: every row keeps its length, and Rᵀ R = I.
+    let mut rng = Rng::new(1212);
+    let table = RopeTable::<f64>::new(12, 6, ROPE_BASE).unwrap();
+    let at = Positions { seq_len: 5, start: 7 };
+    for pairing in [Pairing::Adjacent, Pairing::Halves] {
+        let x = rand(&mut rng, 10, 6);
+        let y = ch::rope_forward(&table, pairing, &x, at).unwrap();
+        for r in 0..10 {
+            assert!((y.row(r).norm() - x.row(r).norm()).abs() < 1e-13);
+        }
+        let back = ch::rope_backward(&table, pairing, &y, at).unwrap();
+        assert!((back - &x).abs().max() < 1e-14);
+        assert!((y - &x).abs().max() > 0.1, "positions 7 to 11 turn every pair");
+    }
+}
+
+#[test]
+fn rotated_scores_depend_on_the_distance_only() {
+    // q_t·k_s = Σ_i (q_a k_a + q_b k_b) cos((s − t)θ_i) + (q_b k_a − q_a k_b) sin((s − t)θ_i),
+    // summed over the pairs (a, b) of each pairing: computed here from θ alone, and checked
+    // against the rotated vectors at every (t, s) of a 40-position grid.
+    let mut rng = Rng::new(1205);
+    let (context, d_h) = (40, 8);
+    let table = RopeTable::<f64>::new(context, d_h, ROPE_BASE).unwrap();
+    let theta = ch::rope_frequencies(d_h, ROPE_BASE).unwrap();
+    let (q, k) = (rand(&mut rng, 1, d_h), rand(&mut rng, 1, d_h));
+    for (pairing, pairs) in [
+        (Pairing::Adjacent, [(0, 1), (2, 3), (4, 5), (6, 7)]),
+        (Pairing::Halves, [(0, 4), (1, 5), (2, 6), (3, 7)]),
+    ] {
+        let at = |t| Positions { seq_len: 1, start: t };
+        let rotated: Vec<_> = (0..context)
+            .map(|t| {
+                let q_t = ch::rope_forward(&table, pairing, &q, at(t)).unwrap();
+                let k_t = ch::rope_forward(&table, pairing, &k, at(t)).unwrap();
+                (q_t, k_t)
+            })
+            .collect();
+        let mut worst: f64 = 0.0;
+        for t in 0..context {
+            for s in 0..context {
+                let delta = s as f64 - t as f64;
+                let formula: f64 = pairs
+                    .iter()
+                    .zip(&theta)
+                    .map(|(&(a, b), th)| {
+                        let (c, sn) = ((delta * th).cos(), (delta * th).sin());
+                        let same = q[(0, a)] * k[(0, a)] + q[(0, b)] * k[(0, b)];
+                        let cross = q[(0, b)] * k[(0, a)] - q[(0, a)] * k[(0, b)];
+                        same * c + cross * sn
+                    })
+                    .sum();
+                let score = rotated[t].0.dot(&rotated[s].1);
+                worst = worst.max((score - formula).abs());
+            }
+        }
+        assert!(worst < 1e-12, "{pairing:?}: worst difference {worst:e}");
+    }
+}
+
+#[test]
+fn both_pairings_give_the_same_scores_after_the_column_permutation() {
+    let mut rng = Rng::new(1206);
+    let (t, c, heads, d_h) = (6, 5, 2, 8);
+    let perm = ch::halves_from_adjacent(d_h).unwrap();
+    assert_eq!(perm, [0, 2, 4, 6, 1, 3, 5, 7]);
+    let table = RopeTable::<f64>::new(t, d_h, ROPE_BASE).unwrap();
+    let x = rand(&mut rng, t, c);
+    let (w_q, w_k) = (rand(&mut rng, c, heads * d_h), rand(&mut rng, c, heads * d_h));
+    let scores = |pairing, w_q: &DMatrix<f64>, w_k: &DMatrix<f64>| -> Vec<DMatrix<f64>> {
+        let (q, k) = (&x * w_q, &x * w_k);
+        (0..heads)
+            .map(|h| {
+                let at = Positions::from_zero(t);
+                let qh = q.columns(h * d_h, d_h).into_owned();
+                let kh = k.columns(h * d_h, d_h).into_owned();
+                let qr = ch::rope_forward(&table, pairing, &qh, at).unwrap();
+                let kr = ch::rope_forward(&table, pairing, &kh, at).unwrap();
+                qr * kr.transpose()
+            })
+            .collect()
+    };
+    let adjacent = scores(Pairing::Adjacent, &w_q, &w_k);
+    let (p_q, p_k) = (
+        ch::permute_head_columns(&w_q, &perm).unwrap(),
+        ch::permute_head_columns(&w_k, &perm).unwrap(),
+    );
+    let halves = scores(Pairing::Halves, &p_q, &p_k);
+    for (a, h) in adjacent.iter().zip(&halves) {
+        assert!((a - h).abs().max() < 1e-12);
+    }
+    // Without the permutation the halves pairing gives other scores.
+    let unpermuted = scores(Pairing::Halves, &w_q, &w_k);
+    assert!((&adjacent[0] - &unpermuted[0]).abs().max() > 1e-3);
+}
+
+#[test]
+fn rope_rejects_bad_input_in_one_line() {
+    let table = RopeTable::<f64>::new(4, 4, ROPE_BASE).unwrap();
+    let x = DMatrix::<f64>::zeros(4, 4);
+    let errors = [
+        RopeTable::<f64>::new(4, 5, ROPE_BASE).unwrap_err().to_string(),
+        RopeTable::<f64>::new(4, 4, 1.0).unwrap_err().to_string(),
+        ch::rope_forward(&table, Pairing::Adjacent, &x, Positions { seq_len: 4, start: 1 })
+            .unwrap_err()
+            .to_string(),
+        ch::rope_forward(&table, Pairing::Adjacent, &x, Positions::from_zero(3))
+            .unwrap_err()
+            .to_string(),
+        ch::permute_head_columns(&x, &[0, 0, 1, 2]).unwrap_err().to_string(),
+    ];
+    for (e, arg) in errors.iter().zip(["head_dim", "base", "positions", "positions", "perm"]) {
+        assert!(e.contains(arg) && !e.contains('\n') && e.chars().count() <= 100, "{e}");
+    }
+}
+
+// ───────────────────────── gated MLPs ─────────────────────────
+
+#[test]
+fn swiglu_of_one_number_by_hand() {
+    // x = 1, W_gate = 2, W_up = 3, W_down = 0.5: A = 2, B = 3,
+    // H = SiLU(2)·3 = 2σ(2)·3 = 6/(1 + e^{−2}), Y = H/2 = 3/(1 + e^{−2}) ≈ 2.642 391.
+    // (The gate on the up branch would give 2·SiLU(3)/2 = 3σ(3) ≈ 2.857 722.)
+    let one = |v: f64| DMatrix::from_element(1, 1, v);
+    let mlp = GatedMlp { w_gate: one(2.0), w_up: one(3.0), w_down: one(0.5), gate: Gate::Swish };
+    let (y, _) = ch::glu_forward(&mlp, &one(1.0)).unwrap();
+    assert!((y[(0, 0)] - 3.0 / (1.0 + (-2.0_f64).exp())).abs() < 1e-15);
+    assert!((y[(0, 0)] - 2.642_391).abs() < 1e-6);
+    let wrong_branch = 2.0 * Gate::Swish.apply(3.0) * 0.5;
+    assert!((wrong_branch - 3.0 / (1.0 + (-3.0_f64).exp())).abs() < 1e-15);
+    assert!((wrong_branch - 2.857_722).abs() < 1e-6);
+}
+
+#[test]
+fn glu_backward_passes_gradient_checks_for_both_gates() {
+    let mut rng = Rng::new(1207);
+    for gate in [Gate::Swish, Gate::Gelu] {
+        let (n, c, f) = (5, 4, 7);
+        let x = rand(&mut rng, n, c);
+        let mlp = GatedMlp {
+            w_gate: rand(&mut rng, c, f),
+            w_up: rand(&mut rng, c, f),
+            w_down: rand(&mut rng, f, c),
+            gate,
+        };
+        let r = rand(&mut rng, n, c);
+        let (_, cache) = ch::glu_forward(&mlp, &x).unwrap();
+        let g = ch::glu_backward(&mlp, &cache, &r).unwrap();
+        let inputs = [
+            ("x", x),
+            ("w_gate", mlp.w_gate.clone()),
+            ("w_up", mlp.w_up.clone()),
+            ("w_down", mlp.w_down.clone()),
+        ];
+        // WIDE: L is linear in W_up, and its rounding noise (≈ 1e-9) would be judged against
+        // the default floor of 1e-7 where a gradient entry is near zero.
+        check(WIDE, &inputs, &[g.d_x, g.d_w_gate, g.d_w_up, g.d_w_down], |t| {
+            let m =
+                GatedMlp { w_gate: t[1].clone(), w_up: t[2].clone(), w_down: t[3].clone(), gate };
+            weighted_sum(&ch::glu_forward(&m, &t[0]).unwrap().0, &r)
+        })
+        .assert_passed();
+    }
+}
+
+#[test]
+fn glu_rejects_bad_shapes_in_one_line() {
+    let mlp = GatedMlp {
+        w_gate: DMatrix::<f64>::zeros(3, 4),
+        w_up: DMatrix::zeros(3, 5),
+        w_down: DMatrix::zeros(4, 3),
+        gate: Gate::Gelu,
+    };
+    let e = ch::glu_forward(&mlp, &DMatrix::zeros(2, 3)).unwrap_err().to_string();
+    assert!(e.contains("w_up") && !e.contains('\n') && e.chars().count() <= 100, "{e}");
+    let good = GatedMlp { w_up: DMatrix::zeros(3, 4), ..mlp };
+    let e = ch::glu_forward(&good, &DMatrix::zeros(2, 5)).unwrap_err().to_string();
+    assert!(e.contains("x and w_gate") && !e.contains('\n') && e.chars().count() <= 100, "{e}");
+    assert_eq!(good.parameter_count(), 36);
+}
+
+#[test]
+fn the_gated_hidden_width_keeps_the_parameter_count_of_the_4x_mlp() {
+    // F = 256·⌈⌊8C/3⌋/256⌉: C = 4096 → ⌊32 768/3⌋ = 10 922 → 43 blocks of 256 = 11 008 (Llama 2
+    // 7B); C = 5120 → 13 653 → 54 blocks = 13 824 (Llama 2 13B); C = 768 → 2048 exactly.
+    let m = LLAMA_HIDDEN_MULTIPLE;
+    assert_eq!(ch::gated_hidden_width(4096, m).unwrap(), 11_008);
+    assert_eq!(ch::gated_hidden_width(5120, m).unwrap(), 13_824);
+    assert_eq!(ch::gated_hidden_width(768, m).unwrap(), 2048);
+    assert_eq!(ch::gated_hidden_width(768, 1).unwrap(), 2048);
+    // 3·C·F against the 4× MLP's 2·C·4C = 8C²: within 1 % for C = 4096.
+    let (c, f) = (4096_f64, 11_008_f64);
+    assert!((3.0 * c * f / (8.0 * c * c) - 1.0).abs() < 0.01);
+    let e = ch::gated_hidden_width(0, m).unwrap_err().to_string();
+    assert!(e.contains("d_model") && !e.contains('\n'), "{e}");
+}
+
+// ───────────────────────── grouped-query attention ─────────────────────────
+
+/// A GQA layer with the weights from `t` (x first, then W_Q, W_K, W_V, W_O and, when QK-norm is
+/// on, the two γ) and the rest from `p`.
+fn gqa_from(p: &Gqa<f64>, t: &[DMatrix<f64>]) -> Gqa<f64> {
+    let mut g = p.clone();
+    (g.w_q, g.w_k, g.w_v, g.w_o) = (t[1].clone(), t[2].clone(), t[3].clone(), t[4].clone());
+    if let Some((qn, kn)) = &mut g.qk_norm {
+        (qn.gamma, kn.gamma) = (t[5].clone(), t[6].clone());
+    }
+    g
+}
+
+fn random_gqa(rng: &mut Rng, c: usize, heads: usize, kv_heads: usize, d_h: usize) -> Gqa<f64> {
+    let std = 0.5;
+    Gqa {
+        n_heads: heads,
+        n_kv_heads: kv_heads,
+        w_q: rng.normal_matrix(c, heads * d_h, std),
+        w_k: rng.normal_matrix(c, kv_heads * d_h, std),
+        w_v: rng.normal_matrix(c, kv_heads * d_h, std),
+        w_o: rng.normal_matrix(heads * d_h, c, std),
+        qk_norm: None,
+        rope: None,
+    }
+}
+
+#[test]
+fn gqa_backward_passes_gradient_checks_for_mha_a_divisor_and_mqa_with_and_without_qk_norm() {
+    let mut rng = Rng::new(1208);
+    let (batch, t, c, heads, d_h) = (2, 3, 5, 4, 4);
+    let table = RopeTable::<f64>::new(t, d_h, 50.0).unwrap();
+    for kv_heads in [4, 2, 1] {
+        for qk_norm in [false, true] {
+            let pairing = if qk_norm { Pairing::Halves } else { Pairing::Adjacent };
+            let mut p = random_gqa(&mut rng, c, heads, kv_heads, d_h);
+            p.rope = Some(Rotary { table: table.clone(), pairing });
+            if qk_norm {
+                let gamma = |rng: &mut Rng| rng.normal_matrix(1, d_h, 0.3).add_scalar(1.0);
+                p.qk_norm = Some((
+                    RmsNorm { gamma: gamma(&mut rng), eps: 1e-2 },
+                    RmsNorm { gamma: gamma(&mut rng), eps: 1e-2 },
+                ));
+            }
+            let x = rand(&mut rng, batch * t, c);
+            let r = rand(&mut rng, batch * t, c);
+            let (_, cache) = ch::gqa_forward(&p, &x, t).unwrap();
+            let g = ch::gqa_backward(&p, &cache, &r).unwrap();
+            let mut inputs = vec![
+                ("x", x),
+                ("w_q", p.w_q.clone()),
+                ("w_k", p.w_k.clone()),
+                ("w_v", p.w_v.clone()),
+                ("w_o", p.w_o.clone()),
+            ];
+            let mut grads = vec![g.d_x, g.d_w_q, g.d_w_k, g.d_w_v, g.d_w_o];
+            if let (Some((qn, kn)), Some((dq, dk))) = (&p.qk_norm, g.d_qk_gamma) {
+                inputs.extend([("gamma_q", qn.gamma.clone()), ("gamma_k", kn.gamma.clone())]);
+                grads.extend([dq, dk]);
+            }
+            let report = check(WIDE, &inputs, &grads, |tensors| {
+                weighted_sum(
+                    &ch::gqa_forward(&gqa_from(&p, tensors), &tensors[0], t).unwrap().0,
+                    &r,
+                )
+            });
+            assert!(report.passed(), "H_kv = {kv_heads}, QK-norm {qk_norm}:\n{report}");
+        }
+    }
+}
+
+#[test]
+fn mha_is_chapter_6s_multi_head_attention_and_gqa_is_mha_with_repeated_key_value_heads() {
+    // Without rotation or QK-norm, H_kv = H is chapter 6's causal multi-head attention with zero
+    // biases; H_kv < H is the same attention with every key/value head's columns copied into
+    // each query head of its group (repeat_kv), computed by chapter 6.
+    let mut rng = Rng::new(1209);
+    let (batch, t, c, heads, d_h) = (2, 4, 6, 4, 3);
+    for kv_heads in [4, 2, 1] {
+        let p = random_gqa(&mut rng, c, heads, kv_heads, d_h);
+        let x = rand(&mut rng, batch * t, c);
+        let (ours, _) = ch::gqa_forward(&p, &x, t).unwrap();
+        let repeat = |w: &DMatrix<f64>| {
+            DMatrix::from_fn(c, heads * d_h, |r, col| {
+                let (h, j) = (col / d_h, col % d_h);
+                w[(r, (h / (heads / kv_heads)) * d_h + j)]
+            })
+        };
+        let mha =
+            MultiHead::new(heads, p.w_q.clone(), repeat(&p.w_k), repeat(&p.w_v), p.w_o.clone())
+                .unwrap();
+        let (theirs, _) = ch06::mha_forward(&mha, &x, &x, &AttnSpec::causal(t)).unwrap();
+        assert!((ours - theirs).abs().max() < 1e-13, "H_kv = {kv_heads}");
+    }
+}
+
+#[test]
+fn the_pairings_give_the_same_attention_output_after_the_permutation() {
+    let mut rng = Rng::new(1210);
+    let (t, c, heads, kv_heads, d_h) = (5, 6, 4, 2, 4);
+    let table = RopeTable::<f64>::new(t, d_h, ROPE_BASE).unwrap();
+    let mut adjacent = random_gqa(&mut rng, c, heads, kv_heads, d_h);
+    adjacent.rope = Some(Rotary { table: table.clone(), pairing: Pairing::Adjacent });
+    let perm = ch::halves_from_adjacent(d_h).unwrap();
+    let halves = Gqa {
+        w_q: ch::permute_head_columns(&adjacent.w_q, &perm).unwrap(),
+        w_k: ch::permute_head_columns(&adjacent.w_k, &perm).unwrap(),
+        rope: Some(Rotary { table, pairing: Pairing::Halves }),
+        ..adjacent.clone()
+    };
+    let x = rand(&mut rng, 2 * t, c);
+    let (a, _) = ch::gqa_forward(&adjacent, &x, t).unwrap();
+    let (h, _) = ch::gqa_forward(&halves, &x, t).unwrap();
+    assert!((a - h).abs().max() < 1e-13);
+}
+
+#[test]
+fn gqa_rejects_bad_head_counts_and_shapes_in_one_line() {
+    let mut rng = Rng::new(1211);
+    let mut p = random_gqa(&mut rng, 4, 4, 2, 2);
+    let x = DMatrix::<f64>::zeros(6, 4);
+    p.n_kv_heads = 3;
+    let bad_heads = ch::gqa_forward(&p, &x, 3).unwrap_err().to_string();
+    p.n_kv_heads = 2;
+    let bad_rows = ch::gqa_forward(&p, &x, 4).unwrap_err().to_string();
+    p.rope =
+        Some(Rotary { table: RopeTable::new(3, 4, ROPE_BASE).unwrap(), pairing: Pairing::Halves });
+    let bad_table = ch::gqa_forward(&p, &x, 3).unwrap_err().to_string();
+    for (e, arg) in [(bad_heads, "n_kv_heads"), (bad_rows, "seq_len"), (bad_table, "rope")] {
+        assert!(e.contains(arg) && !e.contains('\n') && e.chars().count() <= 100, "{e}");
+    }
+}
+
+// ───────────────────────── the key/value cache ─────────────────────────
+
+#[test]
+fn kv_cache_bytes_per_token_of_published_configurations() {
+    // layers · 2 (a key and a value) · H_kv · d_h · 2 bytes (bf16/fp16), by hand:
+    // GPT-2 124M: 12 layers, 12 heads of 64, one key/value head each:
+    //   12 · 2 · 12 · 64 · 2 = 36 864 bytes = 36 KiB per token.
+    // Llama 3 8B: 32 layers, 32 query heads, 8 key/value heads of 128:
+    //   32 · 2 · 8 · 128 · 2 = 131 072 = 128 KiB (MHA would need 4× that, 512 KiB).
+    // Qwen3-8B: 36 layers, 32 query heads, 8 key/value heads of 128:
+    //   36 · 2 · 8 · 128 · 2 = 147 456 = 144 KiB.
+    let gpt2 = KvCacheShape { layers: 12, n_heads: 12, n_kv_heads: 12, head_dim: 64 };
+    let llama3 = KvCacheShape { layers: 32, n_heads: 32, n_kv_heads: 8, head_dim: 128 };
+    let qwen3 = KvCacheShape { layers: 36, n_heads: 32, n_kv_heads: 8, head_dim: 128 };
+    assert_eq!(gpt2.bytes_per_token(BYTES_PER_HALF).unwrap(), 36_864);
+    assert_eq!(llama3.bytes_per_token(BYTES_PER_HALF).unwrap(), 131_072);
+    assert_eq!(llama3.as_mha().bytes_per_token(BYTES_PER_HALF).unwrap(), 524_288);
+    assert_eq!(qwen3.bytes_per_token(BYTES_PER_HALF).unwrap(), 147_456);
+    // MQA: one key/value head, a 32nd of Llama 3 8B's MHA cache.
+    let mqa = KvCacheShape { n_kv_heads: 1, ..llama3 };
+    assert_eq!(mqa.bytes_per_token(BYTES_PER_HALF).unwrap(), 16_384);
+    // In f32, twice as much.
+    assert_eq!(gpt2.bytes_per_token(4).unwrap(), 73_728);
+    let e = KvCacheShape { n_kv_heads: 5, ..llama3 }.bytes_per_token(2).unwrap_err().to_string();
+    assert!(e.contains("n_kv_heads") && !e.contains('\n') && e.chars().count() <= 100, "{e}");
+}
