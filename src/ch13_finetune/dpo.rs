@@ -35,7 +35,7 @@ pub struct DpoPair {
 pub struct DpoCache {
     /// β > 0.
     pub beta: f64,
-    /// m = β[(ln π(y_w) − ln π_ref(y_w)) − (ln π(y_l) − ln π_ref(y_l))], one per pair: the
+    /// m = β·((ln π(y_w) − ln π_ref(y_w)) − (ln π(y_l) − ln π_ref(y_l))), one per pair: the
     /// implicit reward margin.
     pub margins: Vec<f64>,
 }
@@ -67,8 +67,8 @@ pub fn neg_log_sigmoid(m: f64) -> f64 {
     (-m).max(0.0) + (-m.abs()).exp().ln_1p()
 }
 
-/// The implicit reward margin of one pair, m = β[(ln π(y_w) − ln π_ref(y_w)) − (ln π(y_l) −
-/// ln π_ref(y_l))].
+/// The implicit reward margin of one pair, m = β·((ln π(y_w) − ln π_ref(y_w)) − (ln π(y_l) −
+/// ln π_ref(y_l))).
 pub fn reward_margin(pair: &DpoPair, beta: f64) -> f64 {
     beta * ((pair.chosen - pair.ref_chosen) - (pair.rejected - pair.ref_rejected))
 }

@@ -68,7 +68,7 @@ pub fn clipped_surrogate(ratio: f64, advantage: f64, clip_eps: f64) -> f64 {
 /// The clip range ε_c and the KL weight β of GRPO.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct GrpoSpec {
-    /// ε_c in (0, 1): the ratio counts only within [1 − ε_c, 1 + ε_c] where that binds.
+    /// ε_c in (0, 1): the ratio counts only within 1 ± ε_c where that binds.
     pub clip_eps: f64,
     /// β ≥ 0, the weight of the k3 penalty.
     pub kl_beta: f64,
