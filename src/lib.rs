@@ -87,6 +87,7 @@ pub mod ch09_gpt;
 pub mod ch10_matmul;
 pub mod ch11_precision;
 pub mod ch12_modern;
+pub mod ch13_finetune;
 
 pub mod workshop;
 

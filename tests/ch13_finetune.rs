@@ -1,0 +1,474 @@
+//! Chapter 13: the masked cross-entropy of supervised fine-tuning, LoRA, DPO and GRPO — worked
+//! numbers computed by hand, gradient checks of every backward on every input tensor (f64), the
+//! adapter's start and merge, its cost for GPT-2 124M, and one-line errors for bad input.
+
+use llm_workbook::ch13_finetune::{
+    self as ch, ADVANTAGE_EPS, DpoPair, GrpoSample, GrpoSpec, Lora, TokenCache,
+};
+use llm_workbook::gradcheck::{Config, check};
+use llm_workbook::matmul::matmul;
+use llm_workbook::rng::Rng;
+use nalgebra::DMatrix;
+use std::f64::consts::LN_2;
+
+fn rand(rng: &mut Rng, r: usize, c: usize, std: f64) -> DMatrix<f64> {
+    rng.normal_matrix(r, c, std)
+}
+
+fn column(v: &[f64]) -> DMatrix<f64> {
+    DMatrix::from_column_slice(v.len(), 1, v)
+}
+
+/// An error is one line of at most 100 columns naming its argument.
+fn assert_one_line(e: impl std::fmt::Display, arg: &str) {
+    let line = e.to_string();
+    assert!(!line.contains('\n') && line.chars().count() <= 100, "{line}");
+    assert!(line.contains(arg), "{line} does not name {arg}");
+}
+
+fn close(a: f64, b: f64, tol: f64) -> bool {
+    (a - b).abs() <= tol
+}
+
+// ───────────────────────── supervised fine-tuning ─────────────────────────
+
+/// Rows: a prompt row whose target is badly predicted, then two answer rows.
+fn three_rows() -> (DMatrix<f64>, Vec<usize>, Vec<bool>) {
+    let logits = DMatrix::from_row_slice(3, 2, &[5.0, 0.0, 3.0_f64.ln(), 0.0, 0.0, 0.0]);
+    (logits, vec![1, 0, 1], vec![false, true, true])
+}
+
+#[test]
+fn masked_cross_entropy_of_two_answer_tokens_by_hand() {
+    // Row 1: softmax(ln 3, 0) = (3/4, 1/4), target 0: ℓ = ln(3/4). Row 2: (1/2, 1/2), target 1:
+    // ℓ = ln(1/2). The prompt's row 0 is left out: L = −(ln(3/4) + ln(1/2))/2 = ln(8/3)/2.
+    let (logits, targets, mask) = three_rows();
+    let (loss, cache) = ch::masked_cross_entropy_forward(&logits, &targets, &mask).unwrap();
+    assert!(close(loss, (8.0_f64 / 3.0).ln() / 2.0, 1e-15), "{loss}");
+    // With the prompt counted, row 0 (ℓ = −ln(1 + e⁵) ≈ −5.0067) would dominate: mean ≈ 2.00.
+    let unmasked = ((1.0 + 5.0_f64.exp()).ln() + (4.0_f64 / 3.0).ln() + LN_2) / 3.0;
+    assert!(unmasked > 1.99 && loss < 0.5);
+    // ∂L/∂z_t = m_t (softmax(z_t) − onehot(y_t))/|M|: row 0 is zero, row 1 is (−1/8, 1/8).
+    let d = ch::masked_cross_entropy_backward(&cache).unwrap();
+    assert_eq!((d[(0, 0)], d[(0, 1)]), (0.0, 0.0));
+    assert!(close(d[(1, 0)], -0.125, 1e-15) && close(d[(1, 1)], 0.125, 1e-15));
+    assert!(close(d[(2, 0)], 0.25, 1e-15) && close(d[(2, 1)], -0.25, 1e-15));
+    let (log_prob, _) = ch::sequence_log_prob_forward(&logits, &targets, &mask).unwrap();
+    assert!(close(log_prob, (3.0_f64 / 8.0).ln(), 1e-15));
+}
+
+#[test]
+fn masked_cross_entropy_backward_passes_gradient_checks() {
+    let mut rng = Rng::new(1301);
+    let logits = rand(&mut rng, 6, 7, 1.0);
+    let targets = [3, 0, 6, 2, 2, 5];
+    let mask = [false, false, true, true, false, true];
+    let (_, cache) = ch::masked_cross_entropy_forward(&logits, &targets, &mask).unwrap();
+    let d = ch::masked_cross_entropy_backward(&cache).unwrap();
+    check(Config::default(), &[("logits", logits)], &[d], |t| {
+        ch::masked_cross_entropy_forward(&t[0], &targets, &mask).unwrap().0
+    })
+    .assert_passed();
+}
+
+#[test]
+fn sequence_log_prob_backward_passes_gradient_checks() {
+    let mut rng = Rng::new(1302);
+    let logits = rand(&mut rng, 5, 4, 1.5);
+    let (targets, mask) = ([1, 3, 0, 0, 2], [false, true, true, false, true]);
+    let upstream = -0.7; // L = −0.7 ln π(y)
+    let (_, cache) = ch::sequence_log_prob_forward(&logits, &targets, &mask).unwrap();
+    let d = ch::sequence_log_prob_backward(&cache, upstream).unwrap();
+    check(Config::default(), &[("logits", logits)], &[d], |t| {
+        upstream * ch::sequence_log_prob_forward(&t[0], &targets, &mask).unwrap().0
+    })
+    .assert_passed();
+}
+
+#[test]
+fn bad_token_inputs_are_refused_in_one_line() {
+    let (logits, targets, mask) = three_rows();
+    let e = ch::masked_cross_entropy_forward(&logits, &targets[..2], &mask).unwrap_err();
+    assert_one_line(&e, "targets");
+    assert!(e.to_string().starts_with("masked_cross_entropy_forward: "), "{e}");
+    let e = ch::masked_cross_entropy_forward(&logits, &targets, &mask[..1]).unwrap_err();
+    assert_one_line(e, "mask");
+    let e = ch::masked_cross_entropy_forward(&logits, &[0, 2, 0], &mask).unwrap_err();
+    assert_one_line(e, "targets");
+    let e = ch::masked_cross_entropy_forward(&logits, &targets, &[false; 3]).unwrap_err();
+    assert_one_line(e, "mask");
+    let mut nan = logits.clone();
+    nan[(2, 1)] = f64::NAN;
+    assert_one_line(ch::masked_cross_entropy_forward(&nan, &targets, &mask).unwrap_err(), "logits");
+    let empty = DMatrix::<f64>::zeros(0, 2);
+    assert_one_line(ch::sequence_log_prob_forward(&empty, &[], &[]).unwrap_err(), "logits");
+    let (_, cache) = ch::sequence_log_prob_forward(&logits, &targets, &mask).unwrap();
+    assert_one_line(ch::token_log_probs_backward(&cache, &[1.0]).unwrap_err(), "d_ell");
+}
+
+// ───────────────────────── LoRA ─────────────────────────
+
+#[test]
+fn a_new_adapter_starts_equal_to_its_frozen_weight() {
+    let mut rng = Rng::new(1303);
+    let (d_in, d_out, rank) = (64, 48, 8);
+    let w = rand(&mut rng, d_in, d_out, 0.1);
+    let layer = Lora::new(w.clone(), rank, 16.0, 7).unwrap();
+    assert_eq!((layer.a.shape(), layer.b.shape()), ((rank, d_in), (d_out, rank)));
+    assert_eq!(layer.scale(), 2.0);
+    let x = rand(&mut rng, 5, d_in, 1.0);
+    let (y, _) = ch::lora_forward(&layer, &x).unwrap();
+    assert_eq!(y, matmul(&x, &w).unwrap(), "B = 0: the layer starts as xW exactly");
+    assert_eq!(layer.merged().unwrap(), w);
+    // A is random with variance 1/d_in: its 512 entries' mean square is near 1/64.
+    let mean_square = layer.a.iter().map(|v| v * v).sum::<f64>() / (rank * d_in) as f64;
+    assert!((mean_square * d_in as f64 - 1.0).abs() < 0.2, "{mean_square}");
+    // Seeded: the same seed gives the same A, another seed another.
+    assert_eq!(Lora::new(w.clone(), rank, 16.0, 7).unwrap().a, layer.a);
+    assert_ne!(Lora::new(w, rank, 16.0, 8).unwrap().a, layer.a);
+}
+
+#[test]
+fn lora_forward_of_one_row_by_hand() {
+    // W = I (2×2), A = (1 2) (r = 1), B = (1 0)ᵀ, α = 2 so α/r = 2. For x = (1 1):
+    // u = xAᵀ = 3, y = xW + 2·u·Bᵀ = (1, 1) + (6, 0) = (7, 1).
+    let layer = Lora {
+        w: DMatrix::identity(2, 2),
+        a: DMatrix::from_row_slice(1, 2, &[1.0, 2.0]),
+        b: DMatrix::from_row_slice(2, 1, &[1.0, 0.0]),
+        alpha: 2.0,
+    };
+    let (y, cache) = ch::lora_forward(&layer, &DMatrix::from_row_slice(1, 2, &[1.0, 1.0])).unwrap();
+    assert_eq!(cache.u, DMatrix::from_element(1, 1, 3.0));
+    assert_eq!(y, DMatrix::from_row_slice(1, 2, &[7.0, 1.0]));
+    // Merged: W + 2·AᵀBᵀ = I + 2·(1 2)ᵀ(1 0) = [[3, 0], [4, 1]].
+    assert_eq!(layer.merged().unwrap(), DMatrix::from_row_slice(2, 2, &[3.0, 0.0, 4.0, 1.0]));
+}
+
+#[test]
+fn lora_backward_passes_gradient_checks_on_x_a_and_b() {
+    let mut rng = Rng::new(1304);
+    let (n, d_in, d_out, rank) = (4, 6, 5, 2);
+    let mut layer = Lora::new(rand(&mut rng, d_in, d_out, 0.5), rank, 3.0, 11).unwrap();
+    layer.b = rand(&mut rng, d_out, rank, 0.5); // as after some training, so ∂L/∂A ≠ 0
+    let x = rand(&mut rng, n, d_in, 1.0);
+    let r = rand(&mut rng, n, d_out, 1.0); // L = Σ y ⊙ R
+    let (_, cache) = ch::lora_forward(&layer, &x).unwrap();
+    let g = ch::lora_backward(&layer, &cache, &r).unwrap();
+    let inputs = [("x", x), ("A", layer.a.clone()), ("B", layer.b.clone())];
+    check(Config::default(), &inputs, &[g.d_x, g.d_a, g.d_b], |t| {
+        let l = Lora { a: t[1].clone(), b: t[2].clone(), ..layer.clone() };
+        ch::lora_forward(&l, &t[0]).unwrap().0.component_mul(&r).sum()
+    })
+    .assert_passed();
+}
+
+#[test]
+fn at_the_start_only_b_receives_a_gradient() {
+    // B = 0 ⇒ ∂L/∂u = s ∂L/∂y B = 0 ⇒ ∂L/∂A = 0, while ∂L/∂B = s (∂L/∂y)ᵀ xAᵀ ≠ 0.
+    let mut rng = Rng::new(1305);
+    let layer = Lora::new(rand(&mut rng, 6, 4, 1.0), 2, 2.0, 3).unwrap();
+    let x = rand(&mut rng, 3, 6, 1.0);
+    let (_, cache) = ch::lora_forward(&layer, &x).unwrap();
+    let g = ch::lora_backward(&layer, &cache, &rand(&mut rng, 3, 4, 1.0)).unwrap();
+    assert!(g.d_a.iter().all(|&v| v == 0.0));
+    assert!(g.d_b.iter().all(|&v| v != 0.0));
+}
+
+#[test]
+fn merging_gives_the_same_outputs() {
+    let mut rng = Rng::new(1306);
+    let mut layer = Lora::new(rand(&mut rng, 7, 9, 1.0), 3, 6.0, 5).unwrap();
+    layer.b = rand(&mut rng, 9, 3, 1.0);
+    let x = rand(&mut rng, 4, 7, 1.0);
+    let (y, _) = ch::lora_forward(&layer, &x).unwrap();
+    let merged = matmul(&x, &layer.merged().unwrap()).unwrap();
+    assert!((&y - &merged).amax() < 1e-12, "{}", (&y - &merged).amax());
+    assert!((&y - matmul(&x, &layer.w).unwrap()).amax() > 1.0, "the update is not negligible");
+}
+
+#[test]
+fn gpt2_small_attention_and_mlp_with_rank_8_by_hand() {
+    // Per layer of GPT-2 124M (d = 768): c_attn 768×2304, attn.c_proj 768×768, c_fc 768×3072,
+    // mlp.c_proj 3072×768; 12 layers.
+    let layer = [(768, 2304), (768, 768), (768, 3072), (3072, 768)];
+    let shapes: Vec<(usize, usize)> = (0..12).flat_map(|_| layer).collect();
+    // Full: 1 769 472 + 589 824 + 2 359 296 + 2 359 296 = 7 077 888 per layer, × 12.
+    let full = ch::fine_tuning_cost(&shapes, 0, ch::BYTES_PER_F32).unwrap();
+    assert_eq!(full.trainable, 84_934_656);
+    // LoRA r = 8: 8·(768 + 2304) + 8·1536 + 8·3840 + 8·3840 = 24 576 + 12 288 + 61 440 = 98 304
+    // per layer, × 12.
+    let lora = ch::fine_tuning_cost(&shapes, 8, ch::BYTES_PER_F32).unwrap();
+    assert_eq!(lora.trainable, 1_179_648);
+    // AdamW keeps m and v in f32: 8 bytes per trainable parameter: 679 MB against 9.4 MB.
+    assert_eq!(full.optimizer_bytes, 679_477_248);
+    assert_eq!(lora.optimizer_bytes, 9_437_184);
+    assert_eq!(full.trainable / lora.trainable, 72);
+}
+
+#[test]
+fn bad_lora_inputs_are_refused_in_one_line() {
+    let w = DMatrix::from_element(4, 3, 0.5);
+    assert_one_line(Lora::new(w.clone(), 0, 1.0, 1).unwrap_err(), "rank");
+    assert_one_line(Lora::new(w.clone(), 4, 1.0, 1).unwrap_err(), "rank");
+    assert_one_line(Lora::new(w.clone(), 2, -1.0, 1).unwrap_err(), "alpha");
+    assert_one_line(Lora::new(DMatrix::zeros(0, 3), 1, 1.0, 1).unwrap_err(), "w is empty");
+    let layer = Lora::new(w, 2, 1.0, 1).unwrap();
+    let e = ch::lora_forward(&layer, &DMatrix::zeros(2, 3)).unwrap_err();
+    assert_one_line(e, "x");
+    let mut bad = layer.clone();
+    bad.b = DMatrix::zeros(2, 2);
+    assert_one_line(ch::lora_forward(&bad, &DMatrix::zeros(2, 4)).unwrap_err(), "b (d_out×r)");
+    let (_, cache) = ch::lora_forward(&layer, &DMatrix::zeros(2, 4)).unwrap();
+    let e = ch::lora_backward(&layer, &cache, &DMatrix::zeros(2, 4)).unwrap_err();
+    assert_one_line(e, "d_y");
+    assert_one_line(ch::fine_tuning_cost(&[(4, 3)], 4, 4).unwrap_err(), "rank");
+    assert_one_line(ch::fine_tuning_cost(&[], 1, 4).unwrap_err(), "shapes");
+    assert_one_line(ch::fine_tuning_cost(&[(usize::MAX, 2)], 0, 4).unwrap_err(), "shapes");
+}
+
+// ───────────────────────── DPO ─────────────────────────
+
+#[test]
+fn dpo_loss_at_margin_zero_is_ln_2() {
+    // The policy still equals the reference: m = 0, σ(0) = 1/2, L = ln 2, ∂L/∂ln π(y_w) = −β/2.
+    let pair = DpoPair { chosen: -3.0, rejected: -5.0, ref_chosen: -3.0, ref_rejected: -5.0 };
+    let (loss, cache) = ch::dpo_forward(&[pair], 0.1).unwrap();
+    assert!(close(loss, LN_2, 1e-15));
+    assert_eq!(cache.margins, vec![0.0]);
+    let g = ch::dpo_backward(&cache);
+    assert!(close(g.d_chosen[0], -0.05, 1e-15) && close(g.d_rejected[0], 0.05, 1e-15));
+}
+
+#[test]
+fn dpo_loss_and_margin_with_the_reference_by_hand() {
+    // β = 1/2; the policy gives the chosen answer −2 (reference −1) and the rejected −3
+    // (reference −4): m = ½[(−2 + 1) − (−3 + 4)] = −1, L = ln(1 + e) ≈ 1.3132617.
+    // Without the reference m would be ½(−2 + 3) = +½: a pair that looks right but is not.
+    let pair = DpoPair { chosen: -2.0, rejected: -3.0, ref_chosen: -1.0, ref_rejected: -4.0 };
+    let (loss, cache) = ch::dpo_forward(&[pair], 0.5).unwrap();
+    assert_eq!(cache.margins, vec![-1.0]);
+    assert_eq!(ch::reward_margin(&pair, 0.5), -1.0);
+    assert!(close(loss, (1.0 + 1.0_f64.exp()).ln(), 1e-15), "{loss}");
+    assert!(close(loss, 1.313_261_687_518_222_8, 1e-15));
+    assert_eq!(cache.accuracy(), 0.0);
+    // ∂L/∂ln π(y_w) = β(σ(−1) − 1) = −½ · e/(1 + e) ≈ −0.3655293.
+    let g = ch::dpo_backward(&cache);
+    let expected = -0.5 * 1.0_f64.exp() / (1.0 + 1.0_f64.exp());
+    assert!(close(g.d_chosen[0], expected, 1e-15) && close(g.d_rejected[0], -expected, 1e-15));
+}
+
+#[test]
+fn dpo_backward_passes_gradient_checks() {
+    let mut rng = Rng::new(1307);
+    let lp = |rng: &mut Rng| -rng.uniform(0.5, 6.0);
+    let pairs: Vec<DpoPair> = (0..5)
+        .map(|_| DpoPair {
+            chosen: lp(&mut rng),
+            rejected: lp(&mut rng),
+            ref_chosen: lp(&mut rng),
+            ref_rejected: lp(&mut rng),
+        })
+        .collect();
+    let beta = 0.7;
+    let (_, cache) = ch::dpo_forward(&pairs, beta).unwrap();
+    let g = ch::dpo_backward(&cache);
+    let chosen = column(&pairs.iter().map(|p| p.chosen).collect::<Vec<_>>());
+    let rejected = column(&pairs.iter().map(|p| p.rejected).collect::<Vec<_>>());
+    let inputs = [("ln pi(y_w)", chosen), ("ln pi(y_l)", rejected)];
+    check(Config::default(), &inputs, &[column(&g.d_chosen), column(&g.d_rejected)], |t| {
+        let moved: Vec<DpoPair> = (0..pairs.len())
+            .map(|i| DpoPair { chosen: t[0][i], rejected: t[1][i], ..pairs[i] })
+            .collect();
+        ch::dpo_forward(&moved, beta).unwrap().0
+    })
+    .assert_passed();
+}
+
+#[test]
+fn dpo_through_the_sequence_log_probs_to_the_logits_passes_gradient_checks() {
+    // One pair: the chosen answer 3 tokens after a 2-token prompt, the rejected one 2 tokens.
+    let mut rng = Rng::new(1308);
+    let (z_w, z_l) = (rand(&mut rng, 5, 6, 1.0), rand(&mut rng, 4, 6, 1.0));
+    let (y_w, m_w) = ([1, 4, 0, 5, 2], [false, false, true, true, true]);
+    let (y_l, m_l) = ([1, 4, 3, 3], [false, false, true, true]);
+    let (ref_w, ref_l, beta) = (-5.5, -3.9, 0.3);
+    let loss = |z_w: &DMatrix<f64>, z_l: &DMatrix<f64>| {
+        let (chosen, c_w) = ch::sequence_log_prob_forward(z_w, &y_w, &m_w).unwrap();
+        let (rejected, c_l) = ch::sequence_log_prob_forward(z_l, &y_l, &m_l).unwrap();
+        let pair = DpoPair { chosen, rejected, ref_chosen: ref_w, ref_rejected: ref_l };
+        let (loss, cache) = ch::dpo_forward(&[pair], beta).unwrap();
+        (loss, cache, c_w, c_l)
+    };
+    let (_, cache, c_w, c_l): (f64, _, TokenCache, TokenCache) = loss(&z_w, &z_l);
+    let g = ch::dpo_backward(&cache);
+    let d_w = ch::sequence_log_prob_backward(&c_w, g.d_chosen[0]).unwrap();
+    let d_l = ch::sequence_log_prob_backward(&c_l, g.d_rejected[0]).unwrap();
+    check(
+        Config::default(),
+        &[("chosen logits", z_w), ("rejected logits", z_l)],
+        &[d_w, d_l],
+        |t| loss(&t[0], &t[1]).0,
+    )
+    .assert_passed();
+}
+
+#[test]
+fn bad_dpo_inputs_are_refused_in_one_line() {
+    let pair = DpoPair { chosen: -1.0, rejected: -2.0, ref_chosen: -1.0, ref_rejected: -2.0 };
+    assert_one_line(ch::dpo_forward(&[], 0.1).unwrap_err(), "pairs");
+    assert_one_line(ch::dpo_forward(&[pair], 0.0).unwrap_err(), "beta");
+    assert_one_line(ch::dpo_forward(&[pair], f64::NAN).unwrap_err(), "beta");
+    let bad = DpoPair { rejected: 0.5, ..pair };
+    assert_one_line(ch::dpo_forward(&[pair, bad], 0.1).unwrap_err(), "pair 1");
+}
+
+// ───────────────────────── GRPO ─────────────────────────
+
+#[test]
+fn group_advantages_by_hand() {
+    // Rewards (1, 0, 0, 1): mean ½, std ½, so A = ±½/(½ + ε) = ±1/(1 + 2ε).
+    let a = ch::group_advantages(&[1.0, 0.0, 0.0, 1.0], ADVANTAGE_EPS).unwrap();
+    let one = 1.0 / (1.0 + 2.0 * ADVANTAGE_EPS);
+    for (got, want) in a.iter().zip([one, -one, -one, one]) {
+        assert!(close(*got, want, 1e-15), "{a:?}");
+    }
+    // Normalising removes the scale: rewards ×10 + 3 give the same advantages (with ε = 0).
+    let plain = ch::group_advantages(&[2.0, 0.0, 1.0], 0.0).unwrap();
+    let scaled = ch::group_advantages(&[23.0, 3.0, 13.0], 0.0).unwrap();
+    let sqrt_3_2 = 1.5_f64.sqrt(); // std of (2, 0, 1) is √(2/3)
+    assert!(close(plain[0], sqrt_3_2, 1e-15) && close(plain[2], 0.0, 1e-15));
+    assert!(plain.iter().zip(&scaled).all(|(p, s)| close(*p, *s, 1e-12)));
+}
+
+#[test]
+fn a_group_of_equal_rewards_gives_zero_advantage() {
+    for eps in [ADVANTAGE_EPS, 0.0] {
+        assert_eq!(ch::group_advantages(&[0.7; 5], eps).unwrap(), vec![0.0; 5]);
+    }
+}
+
+#[test]
+fn k3_by_hand_is_never_negative_and_averages_to_the_kl() {
+    let (half, quarter) = (0.5_f64.ln(), 0.25_f64.ln());
+    assert_eq!(ch::k3(half, half), 0.0, "equal probabilities: no divergence");
+    // π_ref = ½, π = ¼: q = π_ref/π = 2, k3 = 2 − ln 2 − 1 = 1 − ln 2 (the reversed ratio would
+    // give ½ + ln 2 − 1).
+    assert!(close(ch::k3(half, quarter), 1.0 - LN_2, 1e-15));
+    for i in 1..40 {
+        for j in 1..40 {
+            let (r, p) = ((i as f64 / 40.0).ln(), (j as f64 / 40.0).ln());
+            assert!(ch::k3(r, p) >= 0.0);
+        }
+    }
+    // Sampled from π, k3 averages to KL(π‖π_ref) = Σ π ln(π/π_ref), computed directly.
+    let pi: [f64; 3] = [0.5, 0.3, 0.2];
+    let pi_ref: [f64; 3] = [0.2, 0.2, 0.6];
+    let expectation: f64 = (0..3).map(|i| pi[i] * ch::k3(pi_ref[i].ln(), pi[i].ln())).sum();
+    let kl: f64 = (0..3).map(|i| pi[i] * (pi[i] / pi_ref[i]).ln()).sum();
+    assert!(close(expectation, kl, 1e-15), "{expectation} vs {kl}");
+}
+
+#[test]
+fn the_clipped_surrogate_by_hand() {
+    let eps = 0.2;
+    // A > 0: a ratio above 1 + ε counts as 1 + ε; one below 1 − ε is not lifted.
+    assert!(close(ch::clipped_surrogate(1.5, 2.0, eps), 2.4, 1e-15));
+    assert_eq!(ch::clipped_surrogate(0.5, 2.0, eps), 1.0);
+    // A < 0: a ratio below 1 − ε counts as 1 − ε; one above 1 + ε is not cut.
+    assert!(close(ch::clipped_surrogate(0.5, -1.0, eps), -0.8, 1e-15));
+    assert_eq!(ch::clipped_surrogate(1.5, -1.0, eps), -1.5);
+    // Inside the range the surrogate is ρA.
+    assert_eq!(ch::clipped_surrogate(1.1, 3.0, eps), 1.1 * 3.0);
+}
+
+#[test]
+fn grpo_loss_and_gradient_of_one_token_by_hand() {
+    // One prompt row, one answer row with logits (0, 0) and token 0: ℓ = ln ½. π_old = ¼ gives
+    // ρ = 2, clipped to 1.2 for A = 1 (ε = 0.2): s = 1.2. π_ref = ¼ gives q = ½ and
+    // k = ½ − ln ½ − 1 = ln 2 − ½. With β = 0.1: L = −(1.2 − 0.1(ln 2 − ½)).
+    let logits = DMatrix::from_row_slice(2, 2, &[1.0, -1.0, 0.0, 0.0]);
+    let quarter = 0.25_f64.ln();
+    let sample = GrpoSample {
+        logits: &logits,
+        targets: &[1, 0],
+        mask: &[false, true],
+        old_log_probs: &[-1.0, quarter],
+        ref_log_probs: &[-1.0, quarter],
+        advantage: 1.0,
+    };
+    let spec = GrpoSpec { clip_eps: 0.2, kl_beta: 0.1 };
+    let (loss, cache) = ch::grpo_forward(spec, sample).unwrap();
+    assert!(close(loss, -(1.2 - 0.1 * (LN_2 - 0.5)), 1e-15), "{loss}");
+    assert!(close(cache.ratios[1], 2.0, 1e-15) && !cache.unclipped[1]);
+    // Clipped: ∂s/∂ℓ = 0; ∂k/∂ℓ = 1 − q = ½: ∂L/∂ℓ = 0.1 · ½ = 0.05 (the penalty pulls ℓ down,
+    // back towards ln ¼), and ∂L/∂z = 0.05 (onehot(0) − (½, ½)) = (0.025, −0.025).
+    let d = ch::grpo_backward(&cache).unwrap();
+    assert_eq!((d[(0, 0)], d[(0, 1)]), (0.0, 0.0));
+    assert!(close(d[(1, 0)], 0.025, 1e-15) && close(d[(1, 1)], -0.025, 1e-15), "{d}");
+}
+
+#[test]
+fn grpo_backward_passes_gradient_checks_away_from_the_clip_kinks() {
+    let mut rng = Rng::new(1309);
+    let (t, v) = (7, 5);
+    let mask = [false, true, true, true, true, true, true];
+    let targets = [2, 0, 4, 1, 1, 3, 0];
+    // ρ = e^{δ}: δ = ±0.5 lies outside [0.8, 1.2] (ln 1.2 ≈ 0.18, ln 0.8 ≈ −0.22), ±0.1 and 0
+    // inside; every ρ is at least 0.08 in log from a kink, far beyond the step 1e-6.
+    let deltas = [0.0, 0.5, -0.5, 0.1, -0.1, 0.0, 0.4];
+    for advantage in [1.3, -0.7] {
+        let logits = rand(&mut rng, t, v, 0.5);
+        let (ell, _) = ch::token_log_probs_forward(&logits, &targets, &mask).unwrap();
+        let old: Vec<f64> = ell.iter().zip(deltas).map(|(l, d)| (l - d).min(0.0)).collect();
+        let reference: Vec<f64> =
+            ell.iter().map(|l| (l + rng.uniform(-0.6, 0.6)).min(0.0)).collect();
+        let spec = GrpoSpec { clip_eps: 0.2, kl_beta: 0.3 };
+        let loss = |z: &DMatrix<f64>| {
+            let sample = GrpoSample {
+                logits: z,
+                targets: &targets,
+                mask: &mask,
+                old_log_probs: &old,
+                ref_log_probs: &reference,
+                advantage,
+            };
+            ch::grpo_forward(spec, sample).unwrap()
+        };
+        let (_, cache) = loss(&logits);
+        let answer = |want: bool| (1..t).any(|i| cache.unclipped[i] == want);
+        assert!(answer(true) && answer(false), "both branches of the minimum are checked");
+        let d = ch::grpo_backward(&cache).unwrap();
+        check(Config::default(), &[("logits", logits)], &[d], |z| loss(&z[0]).0).assert_passed();
+    }
+}
+
+#[test]
+fn bad_grpo_inputs_are_refused_in_one_line() {
+    assert_one_line(ch::group_advantages(&[1.0], ADVANTAGE_EPS).unwrap_err(), "rewards");
+    assert_one_line(ch::group_advantages(&[1.0, f64::NAN], 0.0).unwrap_err(), "rewards");
+    assert_one_line(ch::group_advantages(&[1.0, 0.0], -1.0).unwrap_err(), "eps");
+    let logits = DMatrix::from_element(2, 3, 0.0);
+    let good = GrpoSample {
+        logits: &logits,
+        targets: &[0, 1],
+        mask: &[false, true],
+        old_log_probs: &[-1.0, -1.0],
+        ref_log_probs: &[-1.0, -1.0],
+        advantage: 0.5,
+    };
+    let spec = GrpoSpec { clip_eps: 0.2, kl_beta: 0.1 };
+    assert!(ch::grpo_forward(spec, good).is_ok());
+    let e = ch::grpo_forward(GrpoSpec { clip_eps: 1.5, ..spec }, good).unwrap_err();
+    assert_one_line(e, "clip_eps");
+    let e = ch::grpo_forward(GrpoSpec { kl_beta: -0.1, ..spec }, good).unwrap_err();
+    assert_one_line(e, "kl_beta");
+    let e = ch::grpo_forward(spec, GrpoSample { advantage: f64::INFINITY, ..good }).unwrap_err();
+    assert_one_line(e, "advantage");
+    let e = ch::grpo_forward(spec, GrpoSample { old_log_probs: &[-1.0, 0.3], ..good }).unwrap_err();
+    assert_one_line(e, "old_log_probs");
+    let e = ch::grpo_forward(spec, GrpoSample { ref_log_probs: &[-1.0], ..good }).unwrap_err();
+    assert_one_line(e, "ref_log_probs");
+    let e = ch::grpo_forward(spec, GrpoSample { mask: &[false, false], ..good }).unwrap_err();
+    assert_one_line(e, "mask");
+}
