@@ -27,8 +27,8 @@ use crate::error::{Error, Result, invalid};
 use crate::float::ensure_finite_slice;
 use nalgebra::DMatrix;
 
-/// The ε added to the group's standard deviation, as in TRL's GRPO trainer: an all-equal group
-/// gives 0/ε = 0 instead of 0/0.
+/// The ε added to the group's standard deviation, this chapter's choice (small beside any spread
+/// of rewards in {0, 1}): an all-equal group gives 0/ε = 0 instead of 0/0.
 pub const ADVANTAGE_EPS: f64 = 1e-4;
 
 /// A_i = (r_i − mean(r)) / (std(r) + ε) with std(r) = √((1/G) Σ (r_i − mean(r))²). Errors on
