@@ -689,12 +689,9 @@ fn cross_attention_of_the_trained_model_reads_the_source_backwards() {
 /// figures from one CPU to the next (planted: the call left out of the child).
 #[test]
 fn the_figures_training_gives_the_same_bits_under_every_kernel() {
-    use llm_workbook::simd::{KERNEL_ENV, Kernel, available_kernels};
     const NAME: &str = "the_figures_training_gives_the_same_bits_under_every_kernel";
     if common::is_child() {
-        if std::env::var("PORTABLE").is_ok() {
-            llm_workbook::book::compute_on_the_portable_kernel().unwrap();
-        }
+        common::child_chooses_as_the_main_job();
         let trained = train(&TrainConfig { steps: 20, ..CHAPTER_CONFIG }).unwrap();
         let losses: Vec<u64> = trained.losses.iter().map(|l| l.to_bits()).collect();
         let map = trained.cross_attention_map(&heatmap_example(&trained)).unwrap();
@@ -702,20 +699,7 @@ fn the_figures_training_gives_the_same_bits_under_every_kernel() {
         println!("{}{losses:?} {map:?}", common::CHILD_LINE);
         return;
     }
-    let run = |kernel: Kernel, portable: bool| {
-        let mut env = vec![(KERNEL_ENV, kernel.name())];
-        if portable {
-            env.push(("PORTABLE", "1"));
-        }
-        common::in_child_process(NAME, &env)
-    };
-    let portable = run(Kernel::Scalar, false);
-    for kernel in available_kernels() {
-        assert_eq!(run(kernel, true), portable, "the figures' training under {kernel}");
-    }
-    if let Some(simd) = available_kernels().into_iter().find(|k| *k != Kernel::Scalar) {
-        assert_ne!(run(simd, false), portable, "{simd} rounds as the portable kernel does");
-    }
+    common::same_bits_under_every_kernel(NAME, "the figures' training");
 }
 
 #[test]

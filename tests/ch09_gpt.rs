@@ -4656,13 +4656,9 @@ mod checkpoint_unit {
 #[test]
 fn the_main_job_s_trainings_give_the_same_bits_under_every_kernel() {
     use llm_workbook::ch09_gpt::book::results_after;
-    use llm_workbook::simd::{KERNEL_ENV, Kernel, available_kernels};
     const NAME: &str = "the_main_job_s_trainings_give_the_same_bits_under_every_kernel";
     if common::is_child() {
-        let portable = std::env::var("PORTABLE").is_ok();
-        if portable {
-            llm_workbook::book::compute_on_the_portable_kernel().unwrap();
-        }
+        common::child_chooses_as_the_main_job();
         let r = results_after(3, 3).unwrap();
         let losses = r.sort_history.iter().chain(&r.corpus.history).map(|s| s.loss.to_bits());
         let mut all: Vec<u64> = losses.collect();
@@ -4671,21 +4667,5 @@ fn the_main_job_s_trainings_give_the_same_bits_under_every_kernel() {
         println!("{}{all:?} {:?}", common::CHILD_LINE, r.corpus_sample);
         return;
     }
-    let run = |kernel: Kernel, portable: bool| {
-        let mut env = vec![(KERNEL_ENV, kernel.name())];
-        if portable {
-            env.push(("PORTABLE", "1"));
-        }
-        common::in_child_process(NAME, &env)
-    };
-    let portable = run(Kernel::Scalar, false);
-    assert!(portable.matches(',').count() >= 6, "{portable}");
-    for kernel in available_kernels() {
-        assert_eq!(run(kernel, true), portable, "the main job's trainings under {kernel}");
-    }
-    // Left to a SIMD kernel, the same steps end in other bits, as the figures did from one CPU to
-    // the next.
-    if let Some(simd) = available_kernels().into_iter().find(|k| *k != Kernel::Scalar) {
-        assert_ne!(run(simd, false), portable, "{simd} rounds as the portable kernel does");
-    }
+    common::same_bits_under_every_kernel(NAME, "the main job's trainings");
 }

@@ -290,3 +290,38 @@ pub fn in_child_process(name: &str, env: &[(&str, &str)]) -> String {
         ),
     }
 }
+
+/// Set in the children of [`same_bits_under_every_kernel`] that make the main job's choice.
+const PORTABLE_ENV: &str = "LLM_WORKBOOK_TEST_PORTABLE";
+
+/// In a child process of [`same_bits_under_every_kernel`]: makes the main job's choice of the
+/// portable kernel ([`llm_workbook::book::compute_on_the_portable_kernel`]) when the parent asks.
+pub fn child_chooses_as_the_main_job() {
+    if std::env::var_os(PORTABLE_ENV).is_some() {
+        llm_workbook::book::compute_on_the_portable_kernel().unwrap();
+    }
+}
+
+/// Runs the test `name` in a child process under every kernel the CPU runs
+/// (`LLM_WORKBOOK_KERNEL`, as a user sets it), each making the main job's choice
+/// ([`child_chooses_as_the_main_job`]), and asserts that they all find what the portable kernel
+/// finds; and that a SIMD kernel left alone finds something else (what would change a figure
+/// from one CPU to the next). `what` names the computation in the messages.
+pub fn same_bits_under_every_kernel(name: &str, what: &str) {
+    use llm_workbook::simd::{KERNEL_ENV, Kernel, available_kernels};
+    let run = |kernel: Kernel, portable: bool| {
+        let mut env = vec![(KERNEL_ENV, kernel.name())];
+        if portable {
+            env.push((PORTABLE_ENV, "1"));
+        }
+        in_child_process(name, &env)
+    };
+    let portable = run(Kernel::Scalar, false);
+    assert!(portable.matches(',').count() >= 6, "{what}: only {portable}");
+    for kernel in available_kernels() {
+        assert_eq!(run(kernel, true), portable, "{what} under {kernel}");
+    }
+    if let Some(simd) = available_kernels().into_iter().find(|k| *k != Kernel::Scalar) {
+        assert_ne!(run(simd, false), portable, "{what}: {simd} rounds as the portable kernel does");
+    }
+}
