@@ -365,8 +365,9 @@ mod newcomer {
         out
     }
 
-    #[test]
-    fn only_the_dispatcher_asks_the_cpu_or_names_an_instruction_set_in_an_enum() {
+    /// `path:line: breach` for every Rust file under `src/` (but the folders `skip`) and every
+    /// breach `rule` finds in it; fails if the walk read too few files to mean anything.
+    fn breaches_under_src(skip: &[&str], rule: fn(&str) -> Vec<String>) -> Vec<String> {
         let mut breaches = Vec::new();
         let mut stack = vec![root().join("src")];
         let mut files = 0;
@@ -375,21 +376,24 @@ mod newcomer {
             for entry in entries.flatten() {
                 let path = entry.path();
                 if path.is_dir() {
-                    if !path.ends_with("src/simd") {
+                    if !skip.iter().any(|s| path.ends_with(s)) {
                         stack.push(path);
                     }
-                    continue;
-                }
-                if path.extension().is_none_or(|e| e != "rs") {
-                    continue;
-                }
-                files += 1;
-                for b in dispatch_breaches(&read(&path)) {
-                    breaches.push(format!("{}:{b}", path.display()));
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    files += 1;
+                    for b in rule(&read(&path)) {
+                        breaches.push(format!("{}:{b}", path.display()));
+                    }
                 }
             }
         }
         assert!(files > 50, "only {files} files read");
+        breaches
+    }
+
+    #[test]
+    fn only_the_dispatcher_asks_the_cpu_or_names_an_instruction_set_in_an_enum() {
+        let breaches = breaches_under_src(&["src/simd"], dispatch_breaches);
         assert!(breaches.is_empty(), "outside src/simd/:\n{}", breaches.join("\n"));
     }
 
@@ -442,24 +446,7 @@ mod newcomer {
 
     #[test]
     fn no_thread_keeps_state_of_its_own_but_the_packing_buffers() {
-        let mut breaches = Vec::new();
-        let mut stack = vec![root().join("src")];
-        let mut files = 0;
-        while let Some(dir) = stack.pop() {
-            let Ok(entries) = std::fs::read_dir(&dir) else { continue };
-            for entry in entries.flatten() {
-                let path = entry.path();
-                if path.is_dir() {
-                    stack.push(path);
-                } else if path.extension().is_some_and(|e| e == "rs") {
-                    files += 1;
-                    for b in thread_local_breaches(&read(&path)) {
-                        breaches.push(format!("{}:{b}", path.display()));
-                    }
-                }
-            }
-        }
-        assert!(files > 50, "only {files} files read");
+        let breaches = breaches_under_src(&[], thread_local_breaches);
         assert!(breaches.is_empty(), "thread-local state in src/:\n{}", breaches.join("\n"));
     }
 
