@@ -605,16 +605,50 @@ fn run_lines(runs: &[MixedRun]) -> Vec<String> {
     ];
     for r in runs {
         lines.push(format!(
-            "  {:<14} {:>11.4}  {:>+13.4}  {:>14} ({:>7.1})  {:>5}",
+            "  {:<14} {:>11.4}  {:>13}  {:>14} ({:>7.1})  {:>5}",
             r.precision.label(),
             r.validation,
-            r.validation - f32_loss,
+            change_text(r.validation - f32_loss),
             r.gradient_underflows(),
             r.gradient_underflows() as f64 / r.rounding.len().max(1) as f64,
             r.overflows()
         ));
     }
     lines
+}
+
+/// A change of loss as the walk and the page print it: two significant digits and its sign
+/// (`+1.4e-4`, `-2.9e-6`), so a change too small for the losses' four decimals is still seen,
+/// with its sign; `0` when there is none.
+pub fn change_text(change: f64) -> String {
+    if change == 0.0 { "0".to_string() } else { format!("{change:+.1e}") }
+}
+
+/// The file, written by the main job beside the figures, that keeps at full precision the
+/// measured values the page's two run tables print (chapter 9's corpus model's validation loss
+/// per storage, and the four precision runs): a change of any of them shows as a changed file,
+/// and `the_pages_run_tables_are_the_main_jobs` holds the page's tables to it.
+pub const RUNS_CSV: &str = "ch11_runs.csv";
+
+/// The text of [`RUNS_CSV`]: `table,row,value` lines; the tables are `loss` and
+/// `loss_with_head` (rows: storages), `validation`, `underflows`, `underflows_per_step` and
+/// `overflows` (rows: the runs' labels, without commas).
+pub fn runs_csv(quant: &QuantResults, runs: &[MixedRun]) -> String {
+    let mut text = String::from("table,row,value\n");
+    for (table, losses) in [("loss", &quant.losses), ("loss_with_head", &quant.losses_with_head)] {
+        for (storage, loss) in losses {
+            text += &format!("{table},{},{loss:?}\n", storage.name());
+        }
+    }
+    for r in runs {
+        let row = r.precision.label().replace(", ", " ");
+        let per_step = r.gradient_underflows() as f64 / r.rounding.len().max(1) as f64;
+        text += &format!("validation,{row},{:?}\n", r.validation);
+        text += &format!("underflows,{row},{}\n", r.gradient_underflows());
+        text += &format!("underflows_per_step,{row},{per_step:?}\n");
+        text += &format!("overflows,{row},{}\n", r.overflows());
+    }
+    text
 }
 
 /// The four corpus runs ([`run_precisions`], [`RUN_STEPS`] steps each), trained once per process
@@ -755,6 +789,7 @@ fn plots(dir: &Path) -> Result<Vec<PathBuf>> {
         use std::io::Write;
         let _ = std::io::stdout().lock().write_all(&table);
     }
+    crate::report::write_if_changed(&dir.join(RUNS_CSV), &runs_csv(quant_results()?, runs))?;
     let mut figs = figures()?;
     figs.push(("ch11_mixed_loss".into(), mixed_figure(runs)));
     figs.push(("ch11_mixed_loss_change".into(), mixed_change_figure(runs)));
@@ -900,12 +935,12 @@ pub fn quant_walk(out: &mut Walk, r: &QuantResults) -> Result<()> {
         r.losses.iter().zip(&r.losses_with_head).zip(&r.bytes_per_token)
     {
         out.say(&format!(
-            "{:<7}  {:>12.4}  {:>13.3}  {loss:>9.4}  {:>+7.4}  {loss_head:>12.4}  {:>+7.4}",
+            "{:<7}  {:>12.4}  {:>13.3}  {loss:>9.4}  {:>8}  {loss_head:>12.4}  {:>8}",
             s.name(),
             s.bytes_per_weight(),
             *bytes as f64 / 1e6,
-            loss - base,
-            loss_head - base_head
+            change_text(loss - base),
+            change_text(loss_head - base_head)
         ))?;
     }
     out.say(&format!("sample prompt: {:?}", r.samples.0))?;

@@ -48,7 +48,8 @@ pub use mixed::{
 };
 pub use steps::{Difference, best_step, checker_step, step_errors, sweep};
 pub use summation::{
-    METHODS, Method, grid_values, kahan_sum, naive_sum, pairwise_sum, summation_errors,
+    METHODS, Method, grid_values, kahan_sum, naive_sum, pairwise_roundings, pairwise_sum,
+    summation_errors,
 };
 pub use tricks::{
     bce_through_probability, log_sum_exp_unshifted, one_minus_sigmoid, overflow_threshold,

@@ -42,6 +42,19 @@ pub fn pairwise_sum<T: Float>(xs: &[T]) -> T {
     pairwise_sum(left) + pairwise_sum(right)
 }
 
+/// The most additions any one term passes through in [`pairwise_sum`] of n terms, each of them
+/// one rounding: inside its block of m ≤ [`PAIRWISE_BLOCK`] terms, added one by one from 0 (the
+/// first addition, 0 + x₁, is exact), m − 1; then one for every halving above the block. For
+/// n > 8 that is at most ⌈log₂(n/8)⌉ + 7 = ⌈log₂ n⌉ + 4, with equality at n = 8·2ʲ, so the
+/// error of the sum is at most (⌈log₂ n⌉ + 4)·u·Σ|xᵢ| to first order in the unit roundoff u.
+pub fn pairwise_roundings(n: usize) -> usize {
+    if n <= PAIRWISE_BLOCK {
+        return n.saturating_sub(1);
+    }
+    // pairwise_sum(left) + pairwise_sum(right): one more rounding for the terms of both halves.
+    1 + pairwise_roundings(n / 2).max(pairwise_roundings(n - n / 2))
+}
+
 /// Σ xᵢ with Kahan's compensation: c holds what the last addition lost,
 /// y = xᵢ − c, t = s + y, c = (t − s) − y, s = t. (Rust never reassociates float arithmetic,
 /// so (t − s) − y is computed as written and is exactly the rounding error of s + y whenever
