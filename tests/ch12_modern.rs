@@ -751,3 +751,34 @@ fn the_decoder_rejects_bad_configurations_and_input_in_one_line() {
         assert!(e.contains(arg) && !e.contains('\n') && e.chars().count() <= 100, "{arg}: {e}");
     }
 }
+
+#[test]
+fn chapter_9s_sampler_generates_with_the_decoder_and_its_gqa_cache() {
+    use llm_workbook::ch09_gpt::sample::{Decoding, generate, generate_with};
+    let prompt = [2u32, 5, 1];
+    // The Llama-like decoder: the cached path (GQA cache, rebuilt when the window of 6 slides)
+    // chooses the tokens the uncached one does, from the same draws.
+    let mut model = Decoder::<f64>::new(small(llama_like), 1216).unwrap();
+    randomise(&mut model, &mut Rng::new(1217));
+    let decoding = Decoding::temperature(0.8);
+    let run = |cache: bool| {
+        generate_with(&mut &model, &prompt, 9, &decoding, &mut Rng::new(5), cache).unwrap()
+    };
+    let (cached, uncached) = (run(true), run(false));
+    assert_eq!(cached.tokens, uncached.tokens);
+    assert_eq!(cached.tokens.len(), prompt.len() + 9);
+    assert!(cached.rebuilds > 0 && uncached.rebuilds == 0, "{cached:?}");
+    // GPT-2's choices: the decoder holding a GPT's weights continues greedily as the GPT does.
+    let config = GptConfig::new(7, 6, 2, 4, 8);
+    let mut gpt = Gpt::<f64>::new(config, 10).unwrap();
+    let mut rng = Rng::new(1218);
+    for t in gpt.tensors_mut() {
+        let (r, c) = t.shape();
+        *t = rng.normal_matrix(r, c, 0.4).add_scalar(if r == 1 { 0.5 } else { 0.0 });
+    }
+    let ours = Decoder::from_gpt_tensors(&config, &gpt.params).unwrap();
+    let greedy = Decoding::Greedy;
+    let a = generate_with(&mut &ours, &prompt, 5, &greedy, &mut Rng::new(1), true).unwrap();
+    let b = generate(&gpt, &prompt, 5, &greedy, &mut Rng::new(1), true).unwrap();
+    assert_eq!(a.tokens, b.tokens);
+}

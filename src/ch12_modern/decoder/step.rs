@@ -12,6 +12,7 @@
 use super::Decoder;
 use super::pass::{mlp_forward, norm_forward};
 use crate::ch09_gpt::data::{Token, check_ids};
+use crate::ch09_gpt::sample::Generator;
 use crate::ch12_modern::gqa::{GqaKv, gqa_step};
 use crate::error::{Result, invalid};
 use crate::float::Float;
@@ -68,5 +69,47 @@ impl<T: Float> Decoder<T> {
         kv.len = pos + 1;
         let (h_f, _) = norm_forward(&self.norm_f, &x)?; //                 h_f = Norm_f(x_L)
         Ok(matmul_nt(&h_f, self.unembedding())?.iter().copied().collect()) // z = h_f W_Uᵀ
+    }
+}
+
+/// The decoder as chapter 9's sampler takes it: [`generate_with`] runs it with its own cache,
+/// the GQA cache of [`Decoder::step`]. The prompt fills the cache one step a token.
+///
+/// [`generate_with`]: crate::ch09_gpt::sample::generate_with
+impl<T: Float> Generator<T> for &Decoder<T> {
+    type Cache = DecoderKv<T>;
+
+    fn vocab_size(&self) -> usize {
+        self.config.vocab_size
+    }
+
+    fn context(&self) -> usize {
+        self.config.context
+    }
+
+    fn cache_len(cache: &DecoderKv<T>) -> usize {
+        cache.len
+    }
+
+    fn prefill(&mut self, tokens: &[Token]) -> Result<(DecoderKv<T>, Vec<T>)> {
+        if tokens.is_empty() {
+            return Err(crate::error::Error::Empty { op: "Decoder::prefill", arg: "tokens" });
+        }
+        let mut kv = self.new_kv();
+        let mut logits = Vec::new();
+        for &u in tokens {
+            logits = self.step(&mut kv, u)?;
+        }
+        Ok((kv, logits))
+    }
+
+    fn last_logits(&mut self, tokens: &[Token]) -> Result<Vec<T>> {
+        let cache = self.forward(tokens, tokens.len())?;
+        let last = cache.hidden.rows(tokens.len() - 1, 1).into_owned();
+        Ok(matmul_nt(&last, self.unembedding())?.iter().copied().collect())
+    }
+
+    fn step(&mut self, cache: &mut DecoderKv<T>, token: Token) -> Result<Vec<T>> {
+        Decoder::step(self, cache, token)
     }
 }
