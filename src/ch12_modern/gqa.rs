@@ -459,7 +459,8 @@ impl<T: Float> GqaKv<T> {
 /// 0 … pos of the cache, each query head reading its group's key/value head:
 ///
 /// ```text
-/// q_h = rope_pos(norm(x W_Q)_h),  kv.keys[pos]_g = rope_pos(norm(x W_K)_g),  kv.values[pos] = x W_V
+/// q_h = rope_pos(norm(x W_Q)_h),   kv.keys[pos]_g = rope_pos(norm(x W_K)_g)
+/// kv.values[pos] = x W_V
 /// o_h = softmax(q_h K_g(h)[0..=pos]ᵀ/√d_h) V_g(h)[0..=pos],   y = Concat(o) W_O   (1×C)
 /// ```
 ///
