@@ -420,6 +420,7 @@ fn random_gqa(rng: &mut Rng, c: usize, heads: usize, kv_heads: usize, d_h: usize
         w_o: rng.normal_matrix(heads * d_h, c, std),
         qk_norm: None,
         rope: None,
+        biases: None,
     }
 }
 
@@ -554,4 +555,230 @@ fn kv_cache_bytes_per_token_of_published_configurations() {
     assert_eq!(gpt2.bytes_per_token(4).unwrap(), 73_728);
     let e = KvCacheShape { n_kv_heads: 5, ..llama3 }.bytes_per_token(2).unwrap_err().to_string();
     assert!(e.contains("n_kv_heads") && !e.contains('\n') && e.chars().count() <= 100, "{e}");
+}
+
+// ───────────────────────── the composed decoder ─────────────────────────
+
+use llm_workbook::ch09_gpt::config::Config as GptConfig;
+use llm_workbook::ch09_gpt::data::Batch;
+use llm_workbook::ch09_gpt::model::Gpt;
+use llm_workbook::ch12_modern::{Decoder, DecoderConfig, MlpKind, NormKind, PositionKind};
+
+/// B = 2 sequences of T = 4 tokens below V = 7, two positions unscored.
+fn small_batch() -> Batch {
+    let inputs = vec![1, 4, 2, 6, 0, 3, 3, 5];
+    let targets = vec![Some(4), Some(2), None, Some(0), Some(3), Some(3), Some(5), None];
+    Batch { inputs, targets, batch: 2, seq_len: 4 }
+}
+
+/// Every tensor of `m` drawn again, large enough that every path carries a gradient: weights
+/// N(0, 0.4²), γ = 1 + N(0, 0.2²).
+fn randomise(m: &mut Decoder<f64>, rng: &mut Rng) {
+    for (name, t) in m.tensors_mut() {
+        let (r, c) = t.shape();
+        *t = if name.ends_with("gamma") {
+            rng.normal_matrix(r, c, 0.2).add_scalar(1.0)
+        } else {
+            rng.normal_matrix(r, c, 0.4)
+        };
+    }
+}
+
+/// The small shapes the decoder is checked on: V = 7, n_ctx = 6, 2 blocks, H = 4, C = 8
+/// (d_h = 2), F = 12; `f` sets the switches.
+fn small(f: impl Fn(&mut DecoderConfig)) -> DecoderConfig {
+    let mut c = DecoderConfig::gpt2(7, 6, 2, 4, 8);
+    c.hidden = 12;
+    f(&mut c);
+    c
+}
+
+fn llama_like(c: &mut DecoderConfig) {
+    c.positions = PositionKind::Rotary { base: 50.0, pairing: Pairing::Halves };
+    (c.norm, c.mlp, c.n_kv_heads) = (NormKind::Rms, MlpKind::Gated(Gate::Swish), 2);
+    (c.qk_norm, c.biases, c.tied, c.eps) = (true, false, false, 1e-3);
+}
+
+/// The combinations checked end to end: GPT-2-like, Llama-like (GQA, QK-norm, untied), MQA with
+/// GeGLU and adjacent pairs (tied), and a mixture (LayerNorm, rotary, GELU MLP, biases, GQA).
+fn combinations() -> Vec<(&'static str, DecoderConfig)> {
+    vec![
+        ("GPT-2-like", small(|_| {})),
+        ("Llama-like", small(llama_like)),
+        (
+            "MQA, GeGLU, tied",
+            small(|c| {
+                llama_like(c);
+                c.positions = PositionKind::Rotary { base: 10.0, pairing: Pairing::Adjacent };
+                (c.n_kv_heads, c.mlp, c.qk_norm, c.tied) =
+                    (1, MlpKind::Gated(Gate::Gelu), false, true);
+            }),
+        ),
+        (
+            "LayerNorm with rotary and GQA",
+            small(|c| {
+                c.positions = PositionKind::Rotary { base: 20.0, pairing: Pairing::Halves };
+                (c.n_kv_heads, c.qk_norm, c.tied) = (2, true, false);
+            }),
+        ),
+    ]
+}
+
+#[test]
+fn the_decoder_passes_gradient_checks_end_to_end_on_every_tensor_for_several_combinations() {
+    let batch = small_batch();
+    for (k, (what, config)) in combinations().into_iter().enumerate() {
+        let mut model = Decoder::<f64>::new(config, 1212).unwrap();
+        randomise(&mut model, &mut Rng::new(1300 + k as u64));
+        let g = model.loss_and_grads(&batch).unwrap();
+        assert!((g.loss - model.loss(&batch).unwrap()).abs() < 1e-12, "{what}");
+        let named = model.tensors();
+        let grads: Vec<DMatrix<f64>> = g.grads.tensors().into_iter().map(|(_, m)| m).collect();
+        let inputs: Vec<(&str, DMatrix<f64>)> =
+            named.iter().map(|(n, m)| (n.as_str(), m.clone())).collect();
+        let report = check(WIDE, &inputs, &grads, |tensors| {
+            let mut m = model.clone();
+            m.set_tensors(tensors).unwrap();
+            m.loss(&batch).unwrap()
+        });
+        assert!(report.passed(), "{what}:\n{report}");
+        assert_eq!(report.tensors.len(), named.len(), "{what}");
+    }
+}
+
+#[test]
+fn the_decoder_lists_exactly_the_tensors_its_switches_call_for() {
+    let [gpt2, llama, mqa, _] = combinations().try_into().unwrap();
+    let names = |c: DecoderConfig| -> Vec<String> {
+        Decoder::<f64>::zeros(c).unwrap().tensors().into_iter().map(|(n, _)| n).collect()
+    };
+    let (g, l, m) = (names(gpt2.1), names(llama.1), names(mqa.1));
+    // GPT-2: wte, wpe, 16 a block (2 norms × 2, 4 W, 4 b, w1 b1 w2 b2), norm_f γ β.
+    assert_eq!(g.len(), 2 + 2 * 16 + 2, "{g:?}");
+    // Llama: wte, 11 a block (2 γ, 4 W, 2 QK-norm γ, 3 MLP), norm_f γ, lm_head.
+    assert_eq!(l.len(), 1 + 2 * 11 + 2, "{l:?}");
+    assert!(l.contains(&"l1.attn.k_norm.gamma".to_string()) && !l.contains(&"wpe".to_string()));
+    assert_eq!(m.len(), 1 + 2 * 9 + 1, "{m:?}");
+    // MQA: W_K is C×d_h; parameters 1·C·d_h rather than H·C·d_h.
+    let mqa_model = Decoder::<f64>::zeros(mqa.1).unwrap();
+    assert_eq!(mqa_model.layers[0].attn.w_k.shape(), (8, 2));
+}
+
+#[test]
+fn with_gpt2s_choices_the_decoder_is_chapter_9s_gpt_loss_and_every_gradient() {
+    // Chapter 9's model computes through chapter 6's multi-head block with W_QKV fused; the
+    // decoder through the lesson's GQA with H_kv = H: two computations of the same function.
+    let batch = small_batch();
+    for tied in [true, false] {
+        let mut config = GptConfig::new(7, 6, 2, 4, 8);
+        config.tied = tied;
+        let mut gpt = Gpt::<f64>::new(config, 9).unwrap();
+        let mut rng = Rng::new(1214);
+        for t in gpt.tensors_mut() {
+            let (r, c) = t.shape();
+            *t = rng.normal_matrix(r, c, 0.4).add_scalar(if r == 1 { 0.5 } else { 0.0 });
+        }
+        let theirs = gpt.loss_and_grads(&batch).unwrap();
+        let ours = Decoder::from_gpt_tensors(&config, &gpt.params).unwrap();
+        assert_eq!(ours.config.tied, tied);
+        let g = ours.loss_and_grads(&batch).unwrap();
+        assert!((g.loss - theirs.loss).abs() < 1e-13, "tied {tied}: {} {}", g.loss, theirs.loss);
+        let expected = Decoder::from_gpt_tensors(&config, &theirs.grads).unwrap();
+        let mut compared = 0;
+        for ((name, a), (_, b)) in g.grads.tensors().into_iter().zip(expected.tensors()) {
+            let scale = b.abs().max().max(1e-3);
+            assert!((a - &b).abs().max() / scale < 1e-11, "tied {tied}: {name}");
+            compared += b.len();
+        }
+        assert_eq!(compared, gpt.parameter_count(), "tied {tied}: every gradient compared");
+    }
+}
+
+#[test]
+fn the_cached_step_gives_the_full_forwards_last_row_at_every_position() {
+    let tokens = [3u32, 0, 6, 2, 2, 5];
+    for (k, (what, config)) in combinations().into_iter().enumerate() {
+        let mut model = Decoder::<f64>::new(config, 1215).unwrap();
+        randomise(&mut model, &mut Rng::new(1400 + k as u64));
+        let mut kv = model.new_kv();
+        for (p, &u) in tokens.iter().enumerate() {
+            let step = model.step(&mut kv, u).unwrap();
+            let full = model.logits(&tokens[..=p], p + 1).unwrap();
+            let last: Vec<f64> = full.row(p).iter().copied().collect();
+            let diff = step.iter().zip(&last).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+            assert!(diff < 1e-12, "{what}, position {p}: {diff:e}");
+        }
+        let full = model.step(&mut kv, 1).unwrap_err().to_string();
+        assert!(full.contains("kv") && !full.contains('\n'), "{full}");
+    }
+}
+
+#[test]
+fn the_decoders_cache_holds_the_bytes_per_token_the_table_counts() {
+    for (what, c) in combinations() {
+        let kv = Decoder::<f64>::zeros(c).unwrap().new_kv();
+        let shape = KvCacheShape {
+            layers: c.layers,
+            n_heads: c.n_heads,
+            n_kv_heads: c.n_kv_heads,
+            head_dim: c.head_dim(),
+        };
+        let bytes = shape.bytes_per_token(std::mem::size_of::<f64>()).unwrap();
+        assert_eq!(kv.bytes_per_token() as u64, bytes, "{what}");
+    }
+}
+
+#[test]
+fn the_decoder_rejects_bad_configurations_and_input_in_one_line() {
+    let bad = |f: fn(&mut DecoderConfig)| Decoder::<f64>::zeros(small(f)).unwrap_err().to_string();
+    let model = Decoder::<f64>::zeros(small(llama_like)).unwrap();
+    let long = Batch { inputs: vec![0; 7], targets: vec![Some(0); 7], batch: 1, seq_len: 7 };
+    let id = Batch { inputs: vec![7, 0], targets: vec![Some(0); 2], batch: 1, seq_len: 2 };
+    for (e, arg) in [
+        (bad(|c| c.n_kv_heads = 3), "n_kv_heads"),
+        (bad(|c| c.mlp = MlpKind::Gated(Gate::Swish)), "biases"),
+        (
+            bad(|c| {
+                (c.width, c.n_heads, c.n_kv_heads) = (6, 2, 2);
+                c.positions = PositionKind::Rotary { base: 1e4, pairing: Pairing::Halves };
+            }),
+            "width",
+        ),
+        (bad(|c| c.eps = 0.0), "eps"),
+        (model.loss(&long).unwrap_err().to_string(), "seq_len"),
+        (model.loss(&id).unwrap_err().to_string(), "inputs"),
+    ] {
+        assert!(e.contains(arg) && !e.contains('\n') && e.chars().count() <= 100, "{arg}: {e}");
+    }
+}
+
+#[test]
+fn chapter_9s_sampler_generates_with_the_decoder_and_its_gqa_cache() {
+    use llm_workbook::ch09_gpt::sample::{Decoding, generate, generate_with};
+    let prompt = [2u32, 5, 1];
+    // The Llama-like decoder: the cached path (GQA cache, rebuilt when the window of 6 slides)
+    // chooses the tokens the uncached one does, from the same draws.
+    let mut model = Decoder::<f64>::new(small(llama_like), 1216).unwrap();
+    randomise(&mut model, &mut Rng::new(1217));
+    let decoding = Decoding::temperature(0.8);
+    let run = |cache: bool| {
+        generate_with(&mut &model, &prompt, 9, &decoding, &mut Rng::new(5), cache).unwrap()
+    };
+    let (cached, uncached) = (run(true), run(false));
+    assert_eq!(cached.tokens, uncached.tokens);
+    assert_eq!(cached.tokens.len(), prompt.len() + 9);
+    assert!(cached.rebuilds > 0 && uncached.rebuilds == 0, "{cached:?}");
+    // GPT-2's choices: the decoder holding a GPT's weights continues greedily as the GPT does.
+    let config = GptConfig::new(7, 6, 2, 4, 8);
+    let mut gpt = Gpt::<f64>::new(config, 10).unwrap();
+    let mut rng = Rng::new(1218);
+    for t in gpt.tensors_mut() {
+        let (r, c) = t.shape();
+        *t = rng.normal_matrix(r, c, 0.4).add_scalar(if r == 1 { 0.5 } else { 0.0 });
+    }
+    let ours = Decoder::from_gpt_tensors(&config, &gpt.params).unwrap();
+    let greedy = Decoding::Greedy;
+    let a = generate_with(&mut &ours, &prompt, 5, &greedy, &mut Rng::new(1), true).unwrap();
+    let b = generate(&gpt, &prompt, 5, &greedy, &mut Rng::new(1), true).unwrap();
+    assert_eq!(a.tokens, b.tokens);
 }

@@ -34,8 +34,8 @@ mod step;
 mod table;
 
 pub use params::{Grads, Params};
-pub(crate) use pass::scatter_embedding_gradient;
 pub use pass::{Cache, Hidden, LossAndGrads};
+pub(crate) use pass::{gather_rows, scatter_embedding_gradient, scatter_rows, scored};
 pub use step::KvCache;
 pub use table::{
     Dim, Gpt2Tensor, Init, PARAMETERS, Param, Part, Presence, Shape, Spec, TENSORS_PER_BLOCK,

@@ -210,10 +210,17 @@ impl<T: Float> Gpt<T> {
 /// ([`Generator::last_logits`]), a key/value cache of one ([`Generator::prefill`]) and the
 /// cached step ([`Generator::step`]), each as [`Gpt::last_logits`], [`Gpt::prefill`] and
 /// [`Gpt::step`] define them. Chapter 9's f32 model is one ([`generate`]); another storage of
-/// the same weights, whose step reads them as stored, is another.
+/// the same weights, whose step reads them as stored, is another; so is a model of a later
+/// chapter with a cache of its own ([`Generator::Cache`]).
 pub trait Generator<T: Float> {
-    /// The model's configuration (its vocabulary and context).
-    fn config(&self) -> &Config;
+    /// The key/value cache the step reads and extends (chapter 9's [`KvCache`] for GPT-2).
+    type Cache;
+
+    /// V, the token ids the model reads.
+    fn vocab_size(&self) -> usize;
+
+    /// n_ctx, the longest window.
+    fn context(&self) -> usize;
 
     /// Whether the cached step covers the model (pre-LN blocks); else every token runs
     /// [`Generator::last_logits`] over the window.
@@ -221,15 +228,18 @@ pub trait Generator<T: Float> {
         true
     }
 
+    /// The tokens a cache holds.
+    fn cache_len(cache: &Self::Cache) -> usize;
+
     /// A cache of `tokens` (1 … n_ctx of them) and the logits of the last.
-    fn prefill(&mut self, tokens: &[Token]) -> Result<(KvCache<T>, Vec<T>)>;
+    fn prefill(&mut self, tokens: &[Token]) -> Result<(Self::Cache, Vec<T>)>;
 
     /// The logits of the last of `tokens` (1 … n_ctx of them), without a cache.
     fn last_logits(&mut self, tokens: &[Token]) -> Result<Vec<T>>;
 
     /// Feeds `token` at the cache's next position and returns its logits; errors when the
     /// cache is full.
-    fn step(&mut self, cache: &mut KvCache<T>, token: Token) -> Result<Vec<T>>;
+    fn step(&mut self, cache: &mut Self::Cache, token: Token) -> Result<Vec<T>>;
 }
 
 /// Chapter 9's model as a [`Generator`]: its fused forward pass over each window (one workspace
@@ -239,9 +249,26 @@ struct Windowed<'m, T: Float> {
     pass: super::fast::Windows<'m, T>,
 }
 
-impl<T: Float> Generator<T> for Windowed<'_, T> {
+impl<T: Float> Windowed<'_, T> {
+    /// The model's configuration.
     fn config(&self) -> &Config {
         &self.model.config
+    }
+}
+
+impl<T: Float> Generator<T> for Windowed<'_, T> {
+    type Cache = KvCache<T>;
+
+    fn vocab_size(&self) -> usize {
+        self.config().vocab_size
+    }
+
+    fn context(&self) -> usize {
+        self.config().context
+    }
+
+    fn cache_len(cache: &KvCache<T>) -> usize {
+        cache.len
     }
 
     /// The cached step covers pre-LN blocks (every model built by `Gpt::new` or loaded); a
@@ -305,13 +332,13 @@ pub fn generate_with<T: Float, G: Generator<T>>(
             arg: "prompt (the model needs at least one token to continue)",
         });
     }
-    check_ids(OP, "prompt", prompt, model.config().vocab_size)?;
-    let n_ctx = model.config().context;
+    check_ids(OP, "prompt", prompt, model.vocab_size())?;
+    let n_ctx = model.context();
     let cropped = prompt.len().saturating_sub(n_ctx);
     let mut tokens: Vec<Token> = prompt[cropped..].to_vec();
     let prompt_len = tokens.len();
     let mut rebuilds = 0;
-    let mut cache: Option<KvCache<T>> = None;
+    let mut cache: Option<G::Cache> = None;
     let mut logits = if use_cache && model.cached() {
         let (kv, z) = model.prefill(&tokens)?;
         cache = Some(kv);
@@ -327,7 +354,7 @@ pub fn generate_with<T: Float, G: Generator<T>>(
         }
         let window = &tokens[tokens.len().saturating_sub(n_ctx)..];
         logits = match cache.as_mut() {
-            Some(kv) if kv.len < n_ctx => model.step(kv, next)?,
+            Some(kv) if G::cache_len(kv) < n_ctx => model.step(kv, next)?,
             Some(kv) => {
                 let (fresh, z) = model.prefill(window)?;
                 *kv = fresh;

@@ -430,8 +430,18 @@ impl StepWeights<f32> for QuantGpt {
 /// ([`QuantGpt::prefill`]), as does every rebuild once the window slides (the step's cost times
 /// n_ctx, where the f32 model runs one blocked forward pass).
 impl Generator<f32> for &QuantGpt {
-    fn config(&self) -> &crate::ch09_gpt::config::Config {
-        &self.rest.config
+    type Cache = KvCache<f32>;
+
+    fn vocab_size(&self) -> usize {
+        self.rest.config.vocab_size
+    }
+
+    fn context(&self) -> usize {
+        self.rest.config.context
+    }
+
+    fn cache_len(cache: &KvCache<f32>) -> usize {
+        cache.len
     }
 
     fn prefill(&mut self, tokens: &[Token]) -> Result<(KvCache<f32>, Vec<f32>)> {

@@ -5,24 +5,30 @@
 //! is multi-head attention (MHA, GPT-2, Llama 2 7B); H_kv = 1 is multi-query attention (MQA).
 //!
 //! ```text
-//! Q = X W_Q (N×H·d_h)   K = X W_K, V = X W_V (N×H_kv·d_h)     no biases
+//! Q = X W_Q (N×H·d_h)   K = X W_K, V = X W_V (N×H_kv·d_h)     (+ b_Q, b_K, b_V: optional)
 //! q_h = rope(rmsnorm_q(Q_h)),  k_g = rope(rmsnorm_k(K_g))    QK-norm and rope optional
 //! O_h = softmax(q_h k_{g(h)}ᵀ/√d_h + M) V_{g(h)}             chapter 6's causal attention
-//! Y = Concat(O_1 … O_H) W_O
+//! Y = Concat(O_1 … O_H) W_O                                  (+ b_O: optional)
 //! ```
 //!
 //! QK-norm is an RMSNorm over each head's d_h columns, one γ for all query heads and one for all
 //! key heads (as in Qwen 3), applied before the rotation. In the backward a key/value head
 //! receives a gradient from every query head of its group: they are summed.
+//!
+//! The biases are off in the models of this chapter and on in GPT-2 (and on Q, K, V in Qwen 2);
+//! with them, each projection is chapter 3's dense layer. One token at a time, [`gqa_step`] reads
+//! the keys and values of the earlier positions from a [`GqaKv`] cache that holds H_kv heads, not
+//! H: the saving [`KvCacheShape`](super::KvCacheShape) counts.
 
 use super::rms_norm::{RmsCache, RmsNorm, rms_norm_backward, rms_norm_forward};
 use super::rope::{Pairing, Positions, RopeTable, rope_backward, rope_forward};
+use crate::ch03_mlp::{dense_backward, dense_forward};
 use crate::ch06_attention::{
     AttnSpec, attention_backward, attention_forward, concat_heads, split_heads,
 };
 use crate::error::{Result, invalid, shape_error, shape_of};
 use crate::float::{Float, ensure_finite};
-use crate::matmul::{matmul, matmul_nt, matmul_tn};
+use crate::matmul::matmul;
 use nalgebra::DMatrix;
 
 /// Rotary positions for the queries and keys: the table and the pairing.
@@ -51,8 +57,25 @@ pub struct Gqa<T: Float> {
     pub w_o: DMatrix<T>,
     /// QK-norm: RMSNorms of width d_h for the queries and for the keys, or none.
     pub qk_norm: Option<(RmsNorm<T>, RmsNorm<T>)>,
-    /// Rotary positions, or none (then positions must come from elsewhere).
+    /// Rotary positions, or none (then positions must come from elsewhere, or a model passes
+    /// its one table to [`gqa_forward_with`]).
     pub rope: Option<Rotary<T>>,
+    /// b_Q, b_K, b_V, b_O, or none (the models of this chapter).
+    pub biases: Option<GqaBiases<T>>,
+}
+
+/// The biases of the four projections (or their gradients): b_Q 1×(H·d_h), b_K and b_V
+/// 1×(H_kv·d_h), b_O 1×C.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GqaBiases<T: Float> {
+    /// b_Q.
+    pub b_q: DMatrix<T>,
+    /// b_K.
+    pub b_k: DMatrix<T>,
+    /// b_V.
+    pub b_v: DMatrix<T>,
+    /// b_O.
+    pub b_o: DMatrix<T>,
 }
 
 impl<T: Float> Gqa<T> {
@@ -104,19 +127,44 @@ impl<T: Float> Gqa<T> {
                 }
             }
         }
-        if let Some(rope) = &self.rope
-            && rope.table.head_dim() != d_h
-        {
-            return Err(invalid(
-                op,
-                "rope",
-                format!("its table is for heads of {}, not {d_h}", rope.table.head_dim()),
-            ));
+        check_rope(op, self.rope.as_ref(), d_h)?;
+        if let Some(b) = &self.biases {
+            for (m, arg, k) in [
+                (&b.b_q, "b_q", h * d_h),
+                (&b.b_k, "b_k", h_kv * d_h),
+                (&b.b_v, "b_v", h_kv * d_h),
+                (&b.b_o, "b_o", c),
+            ] {
+                if m.shape() != (1, k) {
+                    return Err(shape_error(op, arg, format!("1×{k}"), shape_of(m)));
+                }
+                ensure_finite(op, arg, m)?;
+            }
         }
         ensure_finite(op, "w_q", &self.w_q)?;
         ensure_finite(op, "w_k", &self.w_k)?;
         ensure_finite(op, "w_v", &self.w_v)?;
         ensure_finite(op, "w_o", &self.w_o)
+    }
+}
+
+/// Errors when a rotary table serves heads of another width than d_h.
+fn check_rope<T: Float>(op: &'static str, rope: Option<&Rotary<T>>, d_h: usize) -> Result<()> {
+    match rope {
+        Some(r) if r.table.head_dim() != d_h => Err(invalid(
+            op,
+            "rope",
+            format!("its table is for heads of {}, not {d_h}", r.table.head_dim()),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// x W + b, or x W without a bias: chapter 3's dense layer or the bare product.
+fn project<T: Float>(x: &DMatrix<T>, w: &DMatrix<T>, b: Option<&DMatrix<T>>) -> Result<DMatrix<T>> {
+    match b {
+        Some(b) => dense_forward(x, w, b),
+        None => matmul(x, w),
     }
 }
 
@@ -164,6 +212,8 @@ pub struct GqaGrads<T: Float> {
     pub d_w_o: DMatrix<T>,
     /// ∂L/∂γ of the query and of the key RMSNorm, 1×d_h each, when QK-norm is on.
     pub d_qk_gamma: Option<(DMatrix<T>, DMatrix<T>)>,
+    /// ∂L/∂b_Q, ∂L/∂b_K, ∂L/∂b_V, ∂L/∂b_O, when the biases are on.
+    pub d_biases: Option<GqaBiases<T>>,
 }
 
 /// QK-norm then the rotation of one head's block.
@@ -171,7 +221,7 @@ fn head_forward<T: Float>(
     norm: Option<&RmsNorm<T>>,
     rope: Option<&Rotary<T>>,
     block: DMatrix<T>,
-    seq_len: usize,
+    at: Positions,
 ) -> Result<HeadCache<T>> {
     let (normed, norm) = match norm {
         Some(n) => {
@@ -181,7 +231,7 @@ fn head_forward<T: Float>(
         None => (block, None),
     };
     let rotated = match rope {
-        Some(r) => rope_forward(&r.table, r.pairing, &normed, Positions::from_zero(seq_len))?,
+        Some(r) => rope_forward(&r.table, r.pairing, &normed, at)?,
         None => normed, //                                              rope(·)
     };
     Ok(HeadCache { norm, rotated })
@@ -194,11 +244,11 @@ fn head_backward<T: Float>(
     rope: Option<&Rotary<T>>,
     cache: &HeadCache<T>,
     d_rotated: &DMatrix<T>,
-    seq_len: usize,
+    at: Positions,
 ) -> Result<(DMatrix<T>, Option<DMatrix<T>>)> {
     // rotated = rope(normed)
     let d_normed = match rope {
-        Some(r) => rope_backward(&r.table, r.pairing, d_rotated, Positions::from_zero(seq_len))?,
+        Some(r) => rope_backward(&r.table, r.pairing, d_rotated, at)?,
         None => d_rotated.clone(),
     };
     // normed = rmsnorm(block)
@@ -219,8 +269,20 @@ pub fn gqa_forward<T: Float>(
     x: &DMatrix<T>,
     seq_len: usize,
 ) -> Result<(DMatrix<T>, GqaCache<T>)> {
+    gqa_forward_with(p, p.rope.as_ref(), x, seq_len)
+}
+
+/// [`gqa_forward`] with the rotation `rope` in place of the layer's own: a model keeps one table
+/// for all its layers (computed once per context) and passes it here.
+pub fn gqa_forward_with<T: Float>(
+    p: &Gqa<T>,
+    rope: Option<&Rotary<T>>,
+    x: &DMatrix<T>,
+    seq_len: usize,
+) -> Result<(DMatrix<T>, GqaCache<T>)> {
     const OP: &str = "gqa_forward";
     p.validate(OP)?;
+    check_rope(OP, rope, p.head_dim())?;
     if x.ncols() != p.w_q.nrows() {
         return Err(shape_error(
             OP,
@@ -241,17 +303,18 @@ pub fn gqa_forward<T: Float>(
         Some((qn, kn)) => (Some(qn), Some(kn)),
         None => (None, None),
     };
-    let rope = p.rope.as_ref();
-    let q_all = matmul(x, &p.w_q)?; //                               Q = X W_Q
-    let k_all = matmul(x, &p.w_k)?; //                               K = X W_K
-    let v_all = matmul(x, &p.w_v)?; //                               V = X W_V
+    let b = p.biases.as_ref();
+    let at = Positions::from_zero(seq_len);
+    let q_all = project(x, &p.w_q, b.map(|b| &b.b_q))?; //           Q = X W_Q (+ b_Q)
+    let k_all = project(x, &p.w_k, b.map(|b| &b.b_k))?; //           K = X W_K (+ b_K)
+    let v_all = project(x, &p.w_v, b.map(|b| &b.b_v))?; //           V = X W_V (+ b_V)
     let q = split_heads(&q_all, p.n_heads)?
         .into_iter()
-        .map(|b| head_forward(q_norm, rope, b, seq_len)) //          q_h = rope(norm(Q_h))
+        .map(|b| head_forward(q_norm, rope, b, at)) //               q_h = rope(norm(Q_h))
         .collect::<Result<Vec<_>>>()?;
     let k = split_heads(&k_all, p.n_kv_heads)?
         .into_iter()
-        .map(|b| head_forward(k_norm, rope, b, seq_len)) //          k_g = rope(norm(K_g))
+        .map(|b| head_forward(k_norm, rope, b, at)) //               k_g = rope(norm(K_g))
         .collect::<Result<Vec<_>>>()?;
     let v = split_heads(&v_all, p.n_kv_heads)?;
     let spec = AttnSpec::causal(seq_len);
@@ -264,7 +327,7 @@ pub fn gqa_forward<T: Float>(
         weights.push(att.weights);
     }
     let concat = concat_heads(&outs)?; //                            Concat(O_1 … O_H)
-    let y = matmul(&concat, &p.w_o)?; //                             Y = Concat W_O
+    let y = project(&concat, &p.w_o, b.map(|b| &b.b_o))?; //         Y = Concat W_O (+ b_O)
     Ok((y, GqaCache { x: x.clone(), seq_len, q, k, v, weights, concat }))
 }
 
@@ -279,13 +342,26 @@ pub fn gqa_forward<T: Float>(
 ///                             query (key) norm sums its gradient over all query (key) heads
 /// Q = X W_Q (K, V alike)    ⇒ ∂L/∂W_Q = Xᵀ ∂L/∂Q,  ∂L/∂X = Σ ∂L/∂Q W_Qᵀ + ∂L/∂K W_Kᵀ + ∂L/∂V W_Vᵀ
 /// ```
+///
+/// With biases, each ∂L/∂b is the column sums of the gradient of its projection (chapter 3).
 pub fn gqa_backward<T: Float>(
     p: &Gqa<T>,
     cache: &GqaCache<T>,
     d_y: &DMatrix<T>,
 ) -> Result<GqaGrads<T>> {
+    gqa_backward_with(p, p.rope.as_ref(), cache, d_y)
+}
+
+/// Backward of [`gqa_forward_with`], with the same `rope`.
+pub fn gqa_backward_with<T: Float>(
+    p: &Gqa<T>,
+    rope: Option<&Rotary<T>>,
+    cache: &GqaCache<T>,
+    d_y: &DMatrix<T>,
+) -> Result<GqaGrads<T>> {
     const OP: &str = "gqa_backward";
     p.validate(OP)?;
+    check_rope(OP, rope, p.head_dim())?;
     let want = (cache.x.nrows(), p.w_o.ncols());
     if d_y.shape() != want {
         return Err(shape_error(OP, "d_y", format!("{}×{}", want.0, want.1), shape_of(d_y)));
@@ -295,9 +371,10 @@ pub fn gqa_backward<T: Float>(
     }
     ensure_finite(OP, "d_y", d_y)?;
     let (n, d_h, t) = (cache.x.nrows(), p.head_dim(), cache.seq_len);
-    // Y = Concat W_O
-    let d_w_o = matmul_tn(&cache.concat, d_y)?;
-    let d_outs = split_heads(&matmul_nt(d_y, &p.w_o)?, p.n_heads)?;
+    let at = Positions::from_zero(t);
+    // Y = Concat W_O (+ b_O)
+    let out = dense_backward(&cache.concat, &p.w_o, d_y)?;
+    let d_outs = split_heads(&out.d_x, p.n_heads)?;
     // O_h = attention(q_h, k_g(h), v_g(h)): the key/value heads sum over their group
     let spec = AttnSpec::causal(t);
     let mut d_q_rot = Vec::with_capacity(p.n_heads);
@@ -316,12 +393,11 @@ pub fn gqa_backward<T: Float>(
         Some((qn, kn)) => (Some(qn), Some(kn)),
         None => (None, None),
     };
-    let rope = p.rope.as_ref();
     let mut d_gamma_q = DMatrix::zeros(1, d_h);
     let mut d_gamma_k = DMatrix::zeros(1, d_h);
     let mut d_q_heads = Vec::with_capacity(p.n_heads);
     for (hc, d) in cache.q.iter().zip(&d_q_rot) {
-        let (d_block, d_gamma) = head_backward(q_norm, rope, hc, d, t)?;
+        let (d_block, d_gamma) = head_backward(q_norm, rope, hc, d, at)?;
         d_q_heads.push(d_block);
         if let Some(dg) = d_gamma {
             d_gamma_q += dg;
@@ -329,7 +405,7 @@ pub fn gqa_backward<T: Float>(
     }
     let mut d_k_heads = Vec::with_capacity(p.n_kv_heads);
     for (hc, d) in cache.k.iter().zip(&d_k_rot) {
-        let (d_block, d_gamma) = head_backward(k_norm, rope, hc, d, t)?;
+        let (d_block, d_gamma) = head_backward(k_norm, rope, hc, d, at)?;
         d_k_heads.push(d_block);
         if let Some(dg) = d_gamma {
             d_gamma_k += dg;
@@ -337,11 +413,101 @@ pub fn gqa_backward<T: Float>(
     }
     let (d_q, d_k, d_v) =
         (concat_heads(&d_q_heads)?, concat_heads(&d_k_heads)?, concat_heads(&d_v)?);
-    // Q = X W_Q, K = X W_K, V = X W_V
-    let d_w_q = matmul_tn(&cache.x, &d_q)?;
-    let d_w_k = matmul_tn(&cache.x, &d_k)?;
-    let d_w_v = matmul_tn(&cache.x, &d_v)?;
-    let d_x = matmul_nt(&d_q, &p.w_q)? + matmul_nt(&d_k, &p.w_k)? + matmul_nt(&d_v, &p.w_v)?;
+    // Q = X W_Q (+ b_Q), K = X W_K (+ b_K), V = X W_V (+ b_V)
+    let gq = dense_backward(&cache.x, &p.w_q, &d_q)?;
+    let gk = dense_backward(&cache.x, &p.w_k, &d_k)?;
+    let gv = dense_backward(&cache.x, &p.w_v, &d_v)?;
+    let d_x = gq.d_x + gk.d_x + gv.d_x;
     let d_qk_gamma = p.qk_norm.as_ref().map(|_| (d_gamma_q, d_gamma_k));
-    Ok(GqaGrads { d_x, d_w_q, d_w_k, d_w_v, d_w_o, d_qk_gamma })
+    let d_biases = p.biases.as_ref().map(|_| GqaBiases {
+        b_q: gq.d_b,
+        b_k: gk.d_b,
+        b_v: gv.d_b,
+        b_o: out.d_b,
+    });
+    Ok(GqaGrads {
+        d_x,
+        d_w_q: gq.d_w,
+        d_w_k: gk.d_w,
+        d_w_v: gv.d_w,
+        d_w_o: out.d_w,
+        d_qk_gamma,
+        d_biases,
+    })
+}
+
+/// The key/value cache of one GQA layer: the keys (after QK-norm and the rotation, as the scores
+/// read them) and the values of every position fed so far, H_kv heads side by side.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GqaKv<T: Float> {
+    /// context×(H_kv·d_h): row t holds position t's keys.
+    pub keys: DMatrix<T>,
+    /// context×(H_kv·d_h): row t holds position t's values.
+    pub values: DMatrix<T>,
+}
+
+impl<T: Float> GqaKv<T> {
+    /// An empty cache for `context` positions of `p`'s key/value heads.
+    pub fn new(p: &Gqa<T>, context: usize) -> Self {
+        let width = p.n_kv_heads * p.head_dim();
+        GqaKv { keys: DMatrix::zeros(context, width), values: DMatrix::zeros(context, width) }
+    }
+}
+
+/// One token at position `pos` (x 1×C): its query, key and value (QK-norm and the rotation at
+/// `pos`), its key and value written into row `pos` of `kv`, and its attention over the rows
+/// 0 … pos of the cache, each query head reading its group's key/value head:
+///
+/// ```text
+/// q_h = rope_pos(norm(x W_Q)_h),   kv.keys[pos]_g = rope_pos(norm(x W_K)_g)
+/// kv.values[pos] = x W_V
+/// o_h = softmax(q_h K_g(h)[0..=pos]ᵀ/√d_h) V_g(h)[0..=pos],   y = Concat(o) W_O   (1×C)
+/// ```
+///
+/// Errors on a `pos` beyond the cache or the rotary table, a cache of another width, bad shapes.
+pub fn gqa_step<T: Float>(
+    p: &Gqa<T>,
+    rope: Option<&Rotary<T>>,
+    x: &DMatrix<T>,
+    kv: &mut GqaKv<T>,
+    pos: usize,
+) -> Result<DMatrix<T>> {
+    const OP: &str = "gqa_step";
+    p.validate(OP)?;
+    let d_h = p.head_dim();
+    check_rope(OP, rope, d_h)?;
+    if x.shape() != (1, p.w_q.nrows()) {
+        return Err(shape_error(OP, "x", format!("1×{}", p.w_q.nrows()), shape_of(x)));
+    }
+    let width = p.n_kv_heads * d_h;
+    if kv.keys.ncols() != width || kv.values.shape() != kv.keys.shape() {
+        return Err(invalid(OP, "kv", "was made for another layer"));
+    }
+    if pos >= kv.keys.nrows() {
+        return Err(invalid(OP, "pos", format!("{pos} is beyond the cache's {}", kv.keys.nrows())));
+    }
+    let (q_norm, k_norm) = match &p.qk_norm {
+        Some((qn, kn)) => (Some(qn), Some(kn)),
+        None => (None, None),
+    };
+    let b = p.biases.as_ref();
+    let at = Positions { seq_len: 1, start: pos };
+    let q_all = project(x, &p.w_q, b.map(|b| &b.b_q))?;
+    let k_all = project(x, &p.w_k, b.map(|b| &b.b_k))?;
+    let v_all = project(x, &p.w_v, b.map(|b| &b.b_v))?;
+    for (g, block) in split_heads(&k_all, p.n_kv_heads)?.into_iter().enumerate() {
+        let k = head_forward(k_norm, rope, block, at)?.rotated;
+        kv.keys.view_mut((pos, g * d_h), (1, d_h)).copy_from(&k);
+    }
+    kv.values.rows_mut(pos, 1).copy_from(&v_all);
+    let spec = AttnSpec { q_len: 1, kv_len: pos + 1, causal: true, mask: None, scale: None };
+    let mut outs = Vec::with_capacity(p.n_heads);
+    for (h, block) in split_heads(&q_all, p.n_heads)?.into_iter().enumerate() {
+        let q = head_forward(q_norm, rope, block, at)?.rotated;
+        let g = p.kv_head_of(h);
+        let keys = kv.keys.view((0, g * d_h), (pos + 1, d_h)).into_owned();
+        let values = kv.values.view((0, g * d_h), (pos + 1, d_h)).into_owned();
+        outs.push(attention_forward(&q, &keys, &values, &spec)?.out);
+    }
+    project(&concat_heads(&outs)?, &p.w_o, b.map(|b| &b.b_o))
 }

@@ -12,20 +12,32 @@
 //!   the 4× MLP's parameter count;
 //! - [`gqa`]: causal attention whose H query heads share H_kv key/value heads (MHA when H_kv = H,
 //!   MQA when H_kv = 1), with QK-norm and the rotation as options;
-//! - [`KvCacheShape`]: what a key/value cache costs per token, the reason for GQA.
+//! - [`KvCacheShape`]: what a key/value cache costs per token, the reason for GQA;
+//! - [`decoder`]: the parts composed into one decoder whose configuration switches each of them
+//!   between GPT-2's choice and today's, with its loss on chapter 9's batches, its backward pass
+//!   and its cached step.
 //!
 //! All products go through [`crate::matmul`]; attention itself is chapter 6's.
 
+pub mod book;
+pub mod decoder;
 pub mod glu;
 pub mod gqa;
 pub mod rms_norm;
 pub mod rope;
 
+pub use decoder::{
+    Decoder, DecoderConfig, DecoderKv, DecoderLayer, DecoderLoss, Mlp, MlpKind, Norm, NormKind,
+    PositionKind,
+};
 pub use glu::{
     Gate, GatedMlp, GluCache, GluGrads, LLAMA_HIDDEN_MULTIPLE, gated_hidden_width, glu_backward,
     glu_forward,
 };
-pub use gqa::{Gqa, GqaCache, GqaGrads, HeadCache, Rotary, gqa_backward, gqa_forward};
+pub use gqa::{
+    Gqa, GqaBiases, GqaCache, GqaGrads, GqaKv, HeadCache, Rotary, gqa_backward, gqa_backward_with,
+    gqa_forward, gqa_forward_with, gqa_step,
+};
 pub use rms_norm::{
     RMS_NORM_EPS, RmsCache, RmsGrads, RmsNorm, rms_norm_backward, rms_norm_forward,
 };

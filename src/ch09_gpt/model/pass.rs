@@ -249,7 +249,7 @@ pub(crate) fn scatter_embedding_gradient<T: Float>(
 }
 
 /// The rows with a target and the targets, as chapter 2's cross-entropy takes them.
-fn scored(batch: &Batch) -> Result<(Vec<usize>, Vec<usize>)> {
+pub(crate) fn scored(batch: &Batch) -> Result<(Vec<usize>, Vec<usize>)> {
     let mut rows = Vec::new();
     let mut targets = Vec::new();
     for (r, t) in batch.targets.iter().enumerate() {
@@ -264,14 +264,14 @@ fn scored(batch: &Batch) -> Result<(Vec<usize>, Vec<usize>)> {
     Ok((rows, targets))
 }
 
-fn gather_rows<T: Float>(m: &DMatrix<T>, rows: &[usize]) -> DMatrix<T> {
+pub(crate) fn gather_rows<T: Float>(m: &DMatrix<T>, rows: &[usize]) -> DMatrix<T> {
     if rows.len() == m.nrows() && rows.iter().enumerate().all(|(i, &r)| i == r) {
         return m.clone();
     }
     DMatrix::from_fn(rows.len(), m.ncols(), |i, c| m[(rows[i], c)])
 }
 
-fn scatter_rows<T: Float>(dst: &mut DMatrix<T>, src: &DMatrix<T>, rows: &[usize]) {
+pub(crate) fn scatter_rows<T: Float>(dst: &mut DMatrix<T>, src: &DMatrix<T>, rows: &[usize]) {
     for c in 0..src.ncols() {
         for (i, &r) in rows.iter().enumerate() {
             dst[(r, c)] += src[(i, c)];
