@@ -22,6 +22,7 @@ pub fn chapters() -> Vec<Chapter> {
         crate::ch09_gpt::book::CHAPTER,
         crate::ch10_matmul::book::CHAPTER,
         crate::ch11_precision::book::CHAPTER,
+        crate::ch13_finetune::book::CHAPTER,
     ]
 }
 
