@@ -74,10 +74,13 @@ fn three_rows_loss() -> Result<f64> {
     Ok(masked_cross_entropy_forward(&logits, &[1, 0, 1], &[false, true, true])?.0)
 }
 
-/// The DPO example: policy −2 and −3, reference −1 and −4, β = 1: (margin, loss).
+/// β of the DPO example.
+pub const DPO_EXAMPLE_BETA: f64 = 0.5;
+
+/// The DPO example: policy −2 and −3, reference −1 and −4, β = 1/2: (margin, loss).
 fn dpo_example() -> Result<(f64, f64)> {
     let pair = DpoPair { chosen: -2.0, rejected: -3.0, ref_chosen: -1.0, ref_rejected: -4.0 };
-    let (loss, cache) = dpo_forward(&[pair], 1.0)?;
+    let (loss, cache) = dpo_forward(&[pair], DPO_EXAMPLE_BETA)?;
     Ok((cache.margins[0], loss))
 }
 
@@ -151,7 +154,7 @@ pub fn worked() -> Result<Vec<Worked>> {
         Worked::number(
             "dpo_loss_and_margin_with_the_reference_by_hand",
             THIS_CRATE,
-            "DPO margin, policy (−2, −3) against reference (−1, −4)",
+            "DPO margin, policy (−2, −3) against reference (−1, −4), β = 1/2",
             "-1",
             margin,
         ),
@@ -235,7 +238,7 @@ pub fn walk(out: &mut Walk) -> Result<()> {
     out.step("4. DPO against the reference")?;
     let (margin, loss) = dpo_example()?;
     out.say(&format!(
-        "policy (−2, −3), reference (−1, −4), β = 1: margin {margin}, loss {loss:.6}"
+        "policy (−2, −3), reference (−1, −4), β = 1/2: margin {margin}, loss {loss:.6}"
     ))?;
     out.step("5. The stages, measured")?;
     let r = results()?;
