@@ -116,7 +116,7 @@ fn measure(
     step: usize,
     curve: &mut Vec<(usize, f64)>,
 ) -> Result<()> {
-    if step % CURVE_EVERY == 0 {
+    if step.is_multiple_of(CURVE_EVERY) {
         let few = &task.held_out[..CURVE_PROBLEMS.min(task.held_out.len())];
         curve.push((step, accuracy(task, model, few)?));
     }
