@@ -23,6 +23,7 @@ pub fn chapters() -> Vec<Chapter> {
         crate::ch10_matmul::book::CHAPTER,
         crate::ch11_precision::book::CHAPTER,
         crate::ch12_modern::book::CHAPTER,
+        crate::ch13_finetune::book::CHAPTER,
     ]
 }
 

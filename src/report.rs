@@ -335,7 +335,7 @@ pub fn matrix_lines<T: Float>(m: &DMatrix<T>, decimals: usize, width: usize) -> 
 /// [`crate::book::chapters`] lists them in order.
 #[derive(Clone, Copy)]
 pub struct Chapter {
-    /// 1 to 11.
+    /// 1 to 13.
     pub number: u32,
     /// The stem shared by its prose, source, test and snapshot files, e.g. `ch01_logistic`.
     pub stem: &'static str,

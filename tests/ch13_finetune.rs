@@ -11,6 +11,8 @@ use llm_workbook::rng::Rng;
 use nalgebra::DMatrix;
 use std::f64::consts::LN_2;
 
+mod common;
+
 fn rand(rng: &mut Rng, r: usize, c: usize, std: f64) -> DMatrix<f64> {
     rng.normal_matrix(r, c, std)
 }
@@ -185,6 +187,26 @@ fn merging_gives_the_same_outputs() {
     let merged = matmul(&x, &layer.merged().unwrap()).unwrap();
     assert!((&y - &merged).amax() < 1e-12, "{}", (&y - &merged).amax());
     assert!((&y - matmul(&x, &layer.w).unwrap()).amax() > 1.0, "the update is not negligible");
+}
+
+#[test]
+fn the_adapter_s_gradients_from_its_merged_weight_s_are_lora_backward_s() {
+    // A model that runs W' = W + s AᵀBᵀ as a plain weight gets G = ∂L/∂W' = xᵀ(∂L/∂y) from its
+    // own backward; s BᵀGᵀ and s GᵀAᵀ must be lora_backward's ∂L/∂A and ∂L/∂B.
+    let mut rng = Rng::new(1307);
+    let mut layer = Lora::new(rand(&mut rng, 6, 5, 0.5), 2, 3.0, 12).unwrap();
+    layer.b = rand(&mut rng, 5, 2, 0.5);
+    let x = rand(&mut rng, 4, 6, 1.0);
+    let d_y = rand(&mut rng, 4, 5, 1.0);
+    let (_, cache) = ch::lora_forward(&layer, &x).unwrap();
+    let direct = ch::lora_backward(&layer, &cache, &d_y).unwrap();
+    let g = x.transpose() * &d_y;
+    let (d_a, d_b) = ch::lora_weight_backward(&layer, &g).unwrap();
+    assert!((&d_a - &direct.d_a).amax() < 1e-12, "{}", (&d_a - &direct.d_a).amax());
+    assert!((&d_b - &direct.d_b).amax() < 1e-12, "{}", (&d_b - &direct.d_b).amax());
+    assert!(d_a.amax() > 0.1 && d_b.amax() > 0.1, "both non-zero: a test that can fail");
+    let e = ch::lora_weight_backward(&layer, &DMatrix::zeros(5, 6)).unwrap_err();
+    assert_one_line(e, "d_merged");
 }
 
 #[test]
@@ -471,4 +493,206 @@ fn bad_grpo_inputs_are_refused_in_one_line() {
     assert_one_line(e, "ref_log_probs");
     let e = ch::grpo_forward(spec, GrpoSample { mask: &[false, false], ..good }).unwrap_err();
     assert_one_line(e, "mask");
+}
+
+// ───────────────────────── the task ─────────────────────────
+
+mod task {
+    use super::assert_one_line;
+    use llm_workbook::ch08_tokens::Tokenizer;
+    use llm_workbook::ch13_finetune::task::{
+        ALPHABET, AdditionTask, Format, Problem, accuracy_of, is_correct,
+    };
+
+    const TWO: Format = Format { digits: 2, reversed: false };
+
+    fn p(a: u32, b: u32) -> Problem {
+        Problem { a, b }
+    }
+
+    #[test]
+    fn a_problem_s_prompt_answer_and_line() {
+        assert_eq!(TWO.prompt(&p(7, 58)), "07+58=");
+        assert_eq!(TWO.answer(&p(7, 58)), "065\n");
+        assert_eq!(TWO.line(&p(57, 68)), "57+68=125\n");
+        assert_eq!(TWO.line(&p(0, 0)), "00+00=000\n");
+        let reversed = Format { digits: 2, reversed: true };
+        assert_eq!(reversed.line(&p(57, 68)), "57+68=521\n");
+        assert_eq!(Format { digits: 3, reversed: false }.line(&p(5, 995)), "005+995=1000\n");
+        let t = AdditionTask::new(TWO, 500, 13).unwrap();
+        assert_eq!(t.text(&[p(57, 68), p(3, 4)]), "57+68=125\n03+04=007\n");
+        assert_eq!(t.answers(&[p(3, 4)]), ["007\n"]);
+    }
+
+    #[test]
+    fn the_split_is_seeded_disjoint_and_complete() {
+        let t = AdditionTask::new(TWO, 500, 13).unwrap();
+        assert_eq!((t.train.len(), t.held_out.len()), (9_500, 500));
+        let mut all: Vec<(u32, u32)> =
+            t.train.iter().chain(&t.held_out).map(|p| (p.a, p.b)).collect();
+        all.sort_unstable();
+        let every: Vec<(u32, u32)> = (0..100).flat_map(|a| (0..100).map(move |b| (a, b))).collect();
+        assert_eq!(all, every, "every problem once, in one of the two sets");
+        let again = AdditionTask::new(TWO, 500, 13).unwrap();
+        assert_eq!(again.held_out, t.held_out);
+        assert_ne!(AdditionTask::new(TWO, 500, 14).unwrap().held_out, t.held_out);
+        assert!(t.held_out.iter().any(|p| p.a > 9 && p.b > 9), "not sorted: shuffled");
+        assert_eq!(t.tokenizer.chars().iter().collect::<String>(), ALPHABET);
+        assert_eq!((t.prompt_len(), t.answer_len(), t.line_len(), t.seq_len()), (6, 4, 10, 9));
+    }
+
+    #[test]
+    fn an_example_scores_the_answer_only_when_the_prompt_is_masked() {
+        let t = AdditionTask::new(TWO, 500, 13).unwrap();
+        // ids: '\n' 0, '+' 1, digits 2–11, '=' 12. "07+05=012\n": 9 inputs, targets shifted by one.
+        let (inputs, masked) = t.example(&p(7, 5), true).unwrap();
+        assert_eq!(inputs, [2, 9, 1, 2, 7, 12, 2, 3, 4]);
+        let n = None;
+        assert_eq!(masked, [n, n, n, n, n, Some(2), Some(3), Some(4), Some(0)]);
+        let (_, all) = t.example(&p(7, 5), false).unwrap();
+        let shifted: Vec<Option<u32>> = [9, 1, 2, 7, 12, 2, 3, 4, 0].map(Some).to_vec();
+        assert_eq!(all, shifted);
+        let b = t.batch_of(&[p(7, 5), p(99, 99)], true).unwrap();
+        assert_eq!((b.batch, b.seq_len, b.inputs.len(), b.scored()), (2, 9, 18, 8));
+        assert_eq!(t.tokenizer.decode(&b.inputs[9..]).unwrap(), "99+99=198");
+    }
+
+    #[test]
+    fn the_checker_reads_up_to_the_first_newline() {
+        let answer = TWO.answer(&p(57, 68));
+        assert!(is_correct(&answer, "125\n"));
+        assert!(is_correct(&answer, "125\n3+"), "what follows the newline is not read");
+        assert!(!is_correct(&answer, "125"), "no newline: the answer never ended");
+        assert!(!is_correct(&answer, "1251"));
+        assert!(!is_correct(&answer, "12\n5"));
+        assert!(!is_correct(&answer, "0125\n"));
+        assert!(!is_correct(&answer, "\n125"));
+    }
+
+    #[test]
+    fn accuracy_of_four_hand_made_replies_is_one_half() {
+        let t = AdditionTask::new(TWO, 500, 13).unwrap();
+        let answers = t.answers(&[p(1, 2), p(10, 90), p(5, 5), p(0, 0)]);
+        let replies = ["003\n12", "100\n", "011\n", "000"].map(String::from);
+        assert_eq!(accuracy_of(&answers, &replies).unwrap(), 0.5);
+        assert_one_line(accuracy_of(&answers, &replies[..3]).unwrap_err(), "replies");
+        assert_one_line(accuracy_of(&[], &[]).unwrap_err(), "answers");
+    }
+
+    #[test]
+    fn bad_task_settings_are_refused_in_one_line() {
+        let f = |digits| Format { digits, reversed: false };
+        assert_one_line(AdditionTask::new(f(0), 5, 1).unwrap_err(), "digits");
+        assert_one_line(AdditionTask::new(f(4), 5, 1).unwrap_err(), "digits");
+        assert_one_line(AdditionTask::new(f(1), 100, 1).unwrap_err(), "held_out");
+        assert_one_line(AdditionTask::new(f(1), 0, 1).unwrap_err(), "held_out");
+    }
+}
+
+// ───────────────────────── the stages ─────────────────────────
+
+mod stages {
+    use super::common::{CHILD_LINE, in_child_process, is_child};
+    use llm_workbook::ch09_gpt::model::Gpt;
+    use llm_workbook::ch13_finetune::book;
+    use llm_workbook::ch13_finetune::stages::{ADAPTED, LoraGpt, Recipe, chapter_task};
+    use llm_workbook::report::Status;
+
+    #[test]
+    fn a_model_with_fresh_adapters_is_its_base_exactly() {
+        let task = chapter_task().unwrap();
+        let base = Gpt::<f32>::new(Recipe::CHAPTER.model_config(&task), 1).unwrap();
+        let lora = LoraGpt::new(base.clone(), 4, 8.0, 7).unwrap();
+        assert_eq!(lora.adapters.len(), 4 * base.config.layers);
+        assert_eq!(lora.merged().unwrap(), base, "B = 0: the merged weights are the base's");
+        // r(d_in + d_out) per matrix: 4·(48 + 144) + 4·96 + 4·(48 + 192) + 4·240 = 3072 a block.
+        assert_eq!(lora.cost().unwrap().trainable, 2 * 3_072);
+        assert_eq!(lora.cost().unwrap().optimizer_bytes, 8 * 6_144);
+    }
+
+    /// The adapters' gradients through the whole GPT (the fused step's ∂L/∂W of each merged
+    /// matrix, carried to A and B) against central differences of the model's loss, on every
+    /// adapter, an entry of A and of B each, B random so that ∂L/∂A ≠ 0.
+    #[test]
+    fn the_adapters_gradients_through_the_gpt_pass_finite_differences() {
+        use llm_workbook::ch09_gpt::fast::FusedStep;
+        use llm_workbook::ch13_finetune::lora_weight_backward;
+        let task = chapter_task().unwrap();
+        let base = Gpt::<f32>::new(Recipe::CHAPTER.model_config(&task), 1).unwrap();
+        let mut lora = LoraGpt::new(base, 4, 8.0, 7).unwrap();
+        let mut rng = llm_workbook::rng::Rng::new(5);
+        for (_, _, l) in lora.adapters.iter_mut() {
+            l.b = rng.normal_matrix(l.b.nrows(), l.b.ncols(), 0.3);
+        }
+        let batch = task.batch(8, true, &mut rng).unwrap();
+        let loss = |l: &LoraGpt| {
+            FusedStep::<f32>::new().loss_and_grads(&l.merged().unwrap(), &batch).unwrap().0
+        };
+        let model = lora.merged().unwrap();
+        let mut fused = FusedStep::<f32>::new();
+        let (_, grads) = fused.loss_and_grads(&model, &batch).unwrap();
+        let mut checked = 0;
+        for (k, (p, layer, l)) in lora.adapters.iter().enumerate() {
+            let g = grads[model.params.at(*p, *layer)].map(f64::from);
+            let (d_a, d_b) = lora_weight_backward(l, &g).unwrap();
+            for (which, analytic) in [(0, d_a[(1, 2)]), (1, d_b[(1, 2)])] {
+                // f32 losses: a step large enough to be read, small enough to be linear.
+                let h = 1e-2;
+                let at = |delta: f64| {
+                    let mut moved = lora.clone();
+                    let m = &mut moved.adapters[k].2;
+                    if which == 0 {
+                        m.a[(1, 2)] += delta
+                    } else {
+                        m.b[(1, 2)] += delta
+                    }
+                    loss(&moved)
+                };
+                let numeric = (at(h) - at(-h)) / (2.0 * h);
+                let tol = 2e-5 + 2e-2 * numeric.abs();
+                assert!(
+                    (numeric - analytic).abs() <= tol,
+                    "{p:?} {layer} {which}: {numeric} {analytic}"
+                );
+                checked += usize::from(analytic.abs() > 1e-4);
+            }
+        }
+        assert!(checked >= 8, "most entries checked are not zero: {checked}");
+    }
+
+    /// The chapter's stages as the main job runs them (portable kernel, in a child process):
+    /// every worked number on the page (the measured ones with them), and what fine-tuning changed.
+    #[test]
+    fn the_stages_measured_as_the_page_reports() {
+        const NAME: &str = "stages::the_stages_measured_as_the_page_reports";
+        if !is_child() {
+            assert_eq!(in_child_process(NAME, &[]), "every worked row matches");
+            return;
+        }
+        llm_workbook::book::compute_on_the_portable_kernel().unwrap();
+        let r = book::results().unwrap();
+        let rows = book::worked().unwrap();
+        assert!(rows.len() > book::measured_rows(r).len());
+        let wrong: Vec<_> = rows.iter().filter(|w| w.status != Status::Match).collect();
+        assert!(wrong.is_empty(), "{wrong:#?}");
+        // Fine-tuning with the prompt masked lifts the base far; scoring the prompt too, far less.
+        assert!(
+            r.masked.accuracy > r.base.accuracy + 0.5
+                && r.masked.accuracy > r.unmasked.accuracy + 0.5
+        );
+        // The curves start at the base model (the same first problems) and end at the stage.
+        for s in [&r.masked, &r.unmasked, &r.lora] {
+            assert_eq!(s.curve[0], r.masked.curve[0]);
+            assert_eq!(s.curve.len(), Recipe::CHAPTER.finetune_steps / 50 + 1);
+        }
+        // LoRA changed the adapted matrices and nothing else.
+        let (base, tuned) = (&r.base.model, &r.lora.model);
+        for ((name, b), (_, t)) in base.tensors().into_iter().zip(tuned.tensors()) {
+            let adapted = ADAPTED
+                .iter()
+                .any(|&p| (0..base.config.layers).any(|l| std::ptr::eq(base.params.of(p, l), b)));
+            assert_eq!(adapted, b != t, "{name}: adapted {adapted}");
+        }
+        println!("{CHILD_LINE}every worked row matches");
+    }
 }

@@ -223,14 +223,20 @@ impl<T: Float> Trainer<T> {
     /// 1: at S = 1 a non-finite gradient is the run diverging, returned as it is.
     pub fn step(&mut self, data: &Data, config: &TrainConfig) -> Result<StepRecord> {
         let batch = data.batch(config.batch, &mut self.rng)?;
+        self.step_on(&batch, config)
+    }
+
+    /// [`Trainer::step`] on a batch the caller made (the trainer's generator draws nothing):
+    /// for data the [`Data`] sources do not cover, such as chapter 13's fine-tuning examples.
+    pub fn step_on(&mut self, batch: &Batch, config: &TrainConfig) -> Result<StepRecord> {
         let precision = self.precision();
         let lr = config.schedule.at(self.step);
         let tokens = batch.inputs.len();
         let mut reference;
         let (loss, grads): (f64, &mut [nalgebra::DMatrix<T>]) = if self.path() == StepPath::Fused {
-            self.workspace.loss_and_grads(&self.model, &batch)?
+            self.workspace.loss_and_grads(&self.model, batch)?
         } else {
-            reference = self.model.loss_and_grads(&batch)?;
+            reference = self.model.loss_and_grads(batch)?;
             (reference.loss, &mut reference.grads)
         };
         let scaled = precision.loss_scale > 1.0;

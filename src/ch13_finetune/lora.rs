@@ -219,3 +219,37 @@ pub fn fine_tuning_cost(
         trainable.checked_mul(ADAMW_MOMENTS * bytes_per_value as u64).ok_or_else(overflow)?;
     Ok(FineTuneCost { trainable, optimizer_bytes })
 }
+
+/// The adapter's gradients from the gradient of its merged weight. A model that runs the merged
+/// W' = W + s AᵀBᵀ (s = α/r) as a plain weight gets ∂L/∂W' (d_in×d_out, call it G) from its
+/// usual backward; since dW' = s (dA)ᵀBᵀ + s Aᵀ(dB)ᵀ,
+///
+/// ```text
+/// ∂L/∂A = s BᵀGᵀ     (r×d_in)
+/// ∂L/∂B = s GᵀAᵀ     (d_out×r)
+/// ```
+///
+/// the same as [`lora_backward`]'s, whose G is xᵀ(∂L/∂y). Returns (∂L/∂A, ∂L/∂B). Errors on an
+/// invalid layer, a G of another shape than W, a non-finite G.
+pub fn lora_weight_backward(
+    layer: &Lora,
+    d_merged: &DMatrix<f64>,
+) -> Result<(DMatrix<f64>, DMatrix<f64>)> {
+    const OP: &str = "lora_weight_backward";
+    layer.validate(OP)?;
+    if d_merged.shape() != layer.w.shape() {
+        let (r, c) = layer.w.shape();
+        return Err(shape_error(
+            OP,
+            "d_merged (shape of w)",
+            format!("{r}×{c}"),
+            shape_of(d_merged),
+        ));
+    }
+    ensure_finite(OP, "d_merged", d_merged)?;
+    let s = layer.scale();
+    // W' = W + s AᵀBᵀ  ⇒  ∂L/∂A = s BᵀGᵀ = s (GB)ᵀ,  ∂L/∂B = s GᵀAᵀ = s (AG)ᵀ
+    let d_a = matmul(d_merged, &layer.b)?.transpose() * s;
+    let d_b = matmul(&layer.a, d_merged)?.transpose() * s;
+    Ok((d_a, d_b))
+}

@@ -15,11 +15,23 @@
 //!
 //! Everything is in f64: these are losses on a handful of numbers per token, and the checks
 //! compare them with finite differences.
+//!
+//! Then the stages run on a task a rule can check:
+//!
+//! - [`task`]: addition written as text (`07+58=065` and a newline), its split, exact-match
+//!   accuracy by greedy decoding;
+//! - [`stages`]: chapter 9's GPT pretrained on the raw lines, then fine-tuned on answers with
+//!   the prompt masked or not, in full or through LoRA adapters, each stage measured.
+//!
+//! [`book`] holds what the book shows about the chapter: worked numbers, walk-through, figure.
 
+pub mod book;
 pub mod dpo;
 pub mod grpo;
 pub mod lora;
 pub mod sft;
+pub mod stages;
+pub mod task;
 
 pub use dpo::{
     DpoCache, DpoGrads, DpoPair, dpo_backward, dpo_forward, neg_log_sigmoid, reward_margin, sigmoid,
@@ -30,7 +42,7 @@ pub use grpo::{
 };
 pub use lora::{
     ADAMW_MOMENTS, BYTES_PER_F32, FineTuneCost, Lora, LoraCache, LoraGrads, fine_tuning_cost,
-    lora_backward, lora_forward,
+    lora_backward, lora_forward, lora_weight_backward,
 };
 pub use sft::{
     TokenCache, masked_cross_entropy_backward, masked_cross_entropy_forward,
