@@ -357,15 +357,33 @@ fn described(kinds: &[String]) -> String {
             None => seen.push((k.clone(), 1)),
         }
     }
-    let plural = |k: &str| match k.split_once(' ') {
-        Some((head, tail)) => format!("{} {tail}", plural_word(head)),
-        None => plural_word(k),
-    };
     let parts: Vec<String> = seen
         .into_iter()
-        .map(|(k, n)| if n == 1 { k } else { format!("{n} {}", plural(&k)) })
+        .map(|(k, n)| match n {
+            1 => k,
+            _ if is_group(&k) => format!("{n} × ({k})"),
+            _ => format!("{n} {}", plural(&k)),
+        })
         .collect();
     parts.join(", ")
+}
+
+/// Whether a kind is itself a group of kinds ("2 sizes", "matrix, flag").
+fn is_group(k: &str) -> bool {
+    k.starts_with(|c: char| c.is_ascii_digit()) || k.contains(',')
+}
+
+/// The plural of a kind: "matrices", "lists of sizes", "bit patterns"; a group in parentheses.
+fn plural(k: &str) -> String {
+    if is_group(k) {
+        format!("({k})")
+    } else if let Some(rest) = k.strip_prefix("list of ") {
+        format!("lists of {rest}")
+    } else if let Some((head, last)) = k.rsplit_once(' ') {
+        format!("{head} {}", plural_word(last))
+    } else {
+        plural_word(k)
+    }
 }
 
 /// The plural of one word of a kind.
@@ -490,7 +508,7 @@ impl Input for DVector<f64> {
 
 impl<T: Input> Input for Vec<T> {
     fn kind() -> String {
-        format!("list of {}", plural_word(&T::kind()))
+        format!("list of {}", plural(&T::kind()))
     }
     fn show(&self) -> String {
         const MAX_SHOWN: usize = 16;
