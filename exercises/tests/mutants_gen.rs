@@ -713,7 +713,7 @@ fn copy_file(
                 let mut sig = f.sig.clone();
                 for arg in &mut sig.inputs {
                     if let syn::FnArg::Typed(t) = arg {
-                        t.pat = Box::new(syn::parse_quote!(_));
+                        *t.pat = syn::parse_quote!(_);
                     }
                 }
                 methods[*k].0.extend(quote!(#sig;));
