@@ -1,13 +1,18 @@
 //! The generator of the mutants `tests/mutation.rs` runs the judges on: it reads the main
 //! crate's own function behind each exercise from `../src`, copies it (with the `use` items and
-//! the private helpers of its file, `crate::` and `super::` rewritten to `llm_workbook::…`) and
-//! wraps every mutation site in a run-time switch, `if on(K) { mutated } else { original }`, so
-//! that all the mutants compile in one build and `ACTIVE = K` turns mutant K on.
+//! the private helpers of its file that it reaches by name, `crate::` and `super::` rewritten to
+//! `llm_workbook::…`) and wraps every mutation site of it and of those helpers in a run-time
+//! switch, `if on(K) { mutated } else { original }`, so that all the mutants compile in one build
+//! and `ACTIVE = K` turns mutant K on. A method (`Type::method`) and the private methods a copy
+//! calls are copied into an extension trait implemented for the type, which a method call
+//! prefers to the inherent method it cannot reach; the crate-private functions and constants of
+//! other files a copy names are copied, unaltered, into a module of their own.
 //!
 //! The operators, applied mechanically at every site of the function's body (never case by
 //! case): a sign or operator swapped (`+`/`−`, `/`→`×`, `<`/`≤`, `>`/`≥`, `==`/`≠`, `&&`/`||`,
 //! `+=`/`−=`), an integer constant off by one, a unary minus or `!` dropped, a branch removed
-//! (an `if`'s condition made false), `max`/`min` and `floor`/`ceil` swapped, an `abs` dropped.
+//! (an `if`'s condition made false), `max`/`min` and `floor`/`ceil` swapped, an `abs` dropped
+//! (written |x|·sign(x), which keeps the type when x is a reference).
 //!
 //! `cargo test -p llm-workbook-exercises --test mutants_gen` checks that the committed
 //! `tests/mutation/generated.rs` is what the generator makes of the main crate today;
@@ -15,16 +20,15 @@
 
 use proc_macro2::TokenStream;
 use quote::{ToTokens, quote};
+use std::collections::BTreeSet;
 use syn::visit_mut::{self, VisitMut};
 use syn::{BinOp, Expr, File, Item, Lit, UnOp};
 
 /// The functions mutated: the file under `../src`, the parent of its module (what `super::`
 /// names), the public module whose items it sees unqualified, and the functions of that file
-/// behind the exercises. Left out, because they call private items of their module that code
-/// outside the crate cannot name: `pack_a_block` and `pack_b_panel` (`matmul`'s private `pack`
-/// module); and the methods (`Mlp::backward`, `EncoderDecoder::loss_and_gradients`,
-/// `NGramModel`'s counts, `AdamW::step`, `Difference::balanced_step`), which are not free
-/// functions; see [`NOT_MUTATED`].
+/// behind the exercises (`Type::method` for a method). Left out, because code outside the crate
+/// cannot compile a copy of them (they reach a private module, a private field or a private
+/// type): see [`NOT_MUTATED`].
 const TARGETS: &[(&str, &str, &str, &[&str])] = &[
     (
         "ch01_logistic/neuron.rs",
@@ -75,6 +79,64 @@ const TARGETS: &[(&str, &str, &str, &[&str])] = &[
         &["f32_to_bf16", "f16_to_f32"],
     ),
     ("ch11_precision/summation.rs", "ch11_precision", "ch11_precision", &["kahan_sum"]),
+    (
+        "ch02_softmax/loss.rs",
+        "ch02_softmax",
+        "ch02_softmax::loss",
+        &[
+            "cross_entropy_from_logits",
+            "cross_entropy_from_logits_backward",
+            "cross_entropy_from_logits_with_gradient",
+        ],
+    ),
+    (
+        "ch02_softmax/regression.rs",
+        "ch02_softmax",
+        "ch02_softmax::regression",
+        &["regression_logits_backward"],
+    ),
+    (
+        "ch06_attention/attention.rs",
+        "ch06_attention",
+        "ch06_attention::attention",
+        &["causal_mask", "padding_mask", "attention_forward", "attention_backward"],
+    ),
+    (
+        "ch06_attention/layer_norm.rs",
+        "ch06_attention",
+        "ch06_attention::layer_norm",
+        &["layer_norm_forward", "layer_norm_backward"],
+    ),
+    (
+        "ch06_attention/block.rs",
+        "ch06_attention",
+        "ch06_attention::block",
+        &["ffn_backward", "block_backward"],
+    ),
+    (
+        "ch07_encoder_decoder/cross_attention.rs",
+        "ch07_encoder_decoder",
+        "ch07_encoder_decoder::cross_attention",
+        &["cross_attention_forward", "cross_attention_backward"],
+    ),
+    (
+        "ch11_precision/quant.rs",
+        "ch11_precision",
+        "ch11_precision::quant",
+        &["block_scale", "quantize_value", "dequantize_block"],
+    ),
+    (
+        "ch11_precision/quant_step.rs",
+        "ch11_precision",
+        "ch11_precision::quant_step",
+        &["column_dot_reference"],
+    ),
+    (
+        "ch11_precision/steps.rs",
+        "ch11_precision",
+        "ch11_precision::steps",
+        &["Difference::balanced_step"],
+    ),
 ];
 
 /// Where the generated mutants are committed.
@@ -84,6 +146,9 @@ const GENERATED: &str = "tests/mutation/generated.rs";
 struct Site {
     id: u32,
     function: String,
+    /// The functions behind the exercises whose copies run this site (the function itself, or
+    /// for a private helper of the file, the functions mutated that call it).
+    roots: Vec<String>,
     what: String,
 }
 
@@ -110,7 +175,8 @@ impl Mutator<'_> {
     fn wrap(&mut self, original: &Expr, mutated: Expr, what: String) -> Expr {
         *self.next += 1;
         let id = *self.next;
-        self.sites.push(Site { id, function: self.function.clone(), what });
+        let function = self.function.clone();
+        self.sites.push(Site { id, roots: vec![function.clone()], function, what });
         syn::parse_quote!((if on(#id) { #mutated } else { #original }))
     }
 }
@@ -126,38 +192,20 @@ fn has_let(e: &Expr) -> bool {
 
 /// The exercises whose main-crate function is not mutated, and why (counted in the report).
 const NOT_MUTATED: &[(&str, &str)] = &[
-    ("cross_entropy_from_logits", "its file imports private helpers of `probabilities.rs`"),
+    ("pack_a_block", "calls matmul's private module `pack`, a module the copies cannot reach"),
+    ("pack_b_panel", "calls matmul's private module `pack`, a module the copies cannot reach"),
+    ("mlp_backward", "`Mlp::backward` reads the private field `Mlp::layers`"),
     (
-        "cross_entropy_from_logits_backward",
-        "its file imports private helpers of `probabilities.rs`",
+        "loss_and_gradients",
+        "`EncoderDecoder::loss_and_gradients` reads the private field `ForwardCache::target_batch`",
     ),
-    ("regression_logits_backward", "its file imports a private helper of `loss.rs`"),
-    ("causal_mask", "its file calls the private `AttnSpec::validate`"),
-    ("padding_mask", "its file calls the private `AttnSpec::validate`"),
-    ("attention_forward", "calls the private `AttnSpec::validate`"),
-    ("attention_backward", "calls the private `AttnSpec::validate`"),
-    ("layer_norm_forward", "calls the private `LayerNorm::validate` and `float::lane_dot`"),
-    ("layer_norm_backward", "calls the private `LayerNorm::validate` and `float::lane_dot`"),
-    ("ffn_backward", "its file imports the private `ch06_attention::same_shape`"),
-    ("block_backward", "its file imports the private `ch06_attention::same_shape`"),
-    ("cross_attention_forward", "its file calls private helpers of chapter 6"),
-    ("cross_attention_backward", "its file calls private helpers of chapter 6"),
-    ("quantize_block", "its file imports private items of the quantized storage"),
-    ("dequantize_block", "its file imports private items of the quantized storage"),
-    ("int8_block_dot", "its file imports private items of `quant`"),
-    ("pack_a_block", "calls matmul's private module `pack`"),
-    ("pack_b_panel", "calls matmul's private module `pack`"),
-    ("mlp_backward", "a method (`Mlp::backward`)"),
-    ("loss_and_gradients", "a method (`EncoderDecoder::loss_and_gradients`)"),
-    ("bigram_counts", "methods (`NGramModel::fit`, its counts)"),
-    ("add_k_probability", "a method (`NGramModel::add_k`)"),
-    ("adamw_step", "a method (`AdamW::step`)"),
-    ("balanced_step", "a method (`Difference::balanced_step`)"),
-    ("lm_head_backward", "a composition of public functions in the exercise's adapter"),
-    ("kv_cache_step", "calls `attend_one` through the exercise's adapter"),
-    ("micro_kernel", "the exercise's adapter over `matmul`"),
-    ("xor_sigmoid_net", "a printed constant, not code"),
-    ("xor_relu_net", "a printed constant, not code"),
+    ("bigram_counts", "`NGramModel::fit` builds the model's private fields"),
+    ("add_k_probability", "`NGramModel::add_k` reads the private field `NGramModel::vocab_size`"),
+    ("adamw_step", "`AdamW::step` reads the private fields `m` and `t` of `AdamMoments`"),
+    ("kv_cache_step", "`attend_one` calls chapter 9's private fused kernel and its private types"),
+    ("micro_kernel", "its reference is the whole product `matmul`, not one function"),
+    ("xor_sigmoid_net", "a printed constant, not a function"),
+    ("xor_relu_net", "a printed constant, not a function"),
 ];
 
 /// The operator a binary operator is swapped for, if any.
@@ -250,7 +298,7 @@ impl VisitMut for Mutator<'_> {
                 )),
                 _ => None,
             },
-            Expr::If(i) if !matches!(*i.cond, Expr::Let(_)) => {
+            Expr::If(i) if !has_let(&i.cond) => {
                 let mut m = i.clone();
                 m.cond = Box::new(syn::parse_quote!(false));
                 Some((
@@ -272,8 +320,10 @@ impl VisitMut for Mutator<'_> {
                     m.method = syn::Ident::new(other, c.method.span());
                     Some((Expr::MethodCall(m), format!("`.{name}(…)` → `.{other}(…)`")))
                 } else if name == "abs" && c.args.is_empty() {
+                    // |x|·sign(x) is x, of |x|'s type (x itself may be a reference).
+                    let x = &c.receiver;
                     Some((
-                        (*c.receiver).clone(),
+                        syn::parse_quote!((#original * #x.signum())),
                         format!("`.abs()` dropped from `{}`", short(&original.to_token_stream())),
                     ))
                 } else {
@@ -290,14 +340,427 @@ impl VisitMut for Mutator<'_> {
 
 /// `tokens` with `crate::` and `super::` paths rewritten for code outside the crate.
 fn rewrite(tokens: String, parent: &str) -> String {
-    let parent = parent.replace("::", " :: ");
-    tokens
-        .replace("crate ::", "llm_workbook ::")
-        .replace("super ::", &format!("llm_workbook :: {parent} ::"))
+    let to_parent = if parent.is_empty() {
+        "llm_workbook ::".to_string()
+    } else {
+        format!("llm_workbook :: {} ::", parent.replace("::", " :: "))
+    };
+    tokens.replace("crate ::", "llm_workbook ::").replace("super ::", &to_parent)
 }
 
-/// The generated file: the switch, then one module per source file.
+/// The module path (from the crate's root) of a file under `../src`: `a/b.rs` is `a::b`,
+/// `a/mod.rs` is `a`.
+fn module_of(file: &str) -> Vec<String> {
+    let trimmed = file.trim_end_matches(".rs");
+    let trimmed = trimmed.strip_suffix("/mod").unwrap_or(trimmed);
+    trimmed.split('/').map(String::from).collect()
+}
+
+/// The file under `../src` of a module path, if the module has a file of its own.
+fn file_of(module: &[String]) -> Option<String> {
+    if module.is_empty() {
+        return Some("lib.rs".into());
+    }
+    let base = module.join("/");
+    [format!("{base}.rs"), format!("{base}/mod.rs")]
+        .into_iter()
+        .find(|f| std::path::Path::new(&format!("../src/{f}")).exists())
+}
+
+thread_local! {
+    /// The files parsed so far.
+    static PARSED: std::cell::RefCell<std::collections::HashMap<String, std::rc::Rc<File>>> =
+        Default::default();
+}
+
+/// The parsed source of a file under `../src`.
+fn parsed(file: &str) -> std::rc::Rc<File> {
+    PARSED.with(|p| {
+        p.borrow_mut()
+            .entry(file.to_string())
+            .or_insert_with(|| {
+                let source =
+                    std::fs::read_to_string(format!("../src/{file}")).expect("a source file");
+                std::rc::Rc::new(syn::parse_file(&source).expect("the source parses"))
+            })
+            .clone()
+    })
+}
+
+/// The generated module that holds the copies of a file's items.
+fn module_name(file: &str) -> String {
+    file.trim_end_matches(".rs").replace(['/', '.'], "_")
+}
+
+/// The longest prefix of `module` that code outside the crate can name (each step a `pub mod`):
+/// a private module's public items are re-exported by its parent.
+fn public_prefix(module: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    for seg in module {
+        let Some(parent) = file_of(&out) else { break };
+        let public = parsed(&parent).items.iter().any(|i| {
+            matches!(i, Item::Mod(m) if m.ident == seg.as_str()
+                && matches!(m.vis, syn::Visibility::Public(_)))
+        });
+        if !public {
+            break;
+        }
+        out.push(seg.clone());
+    }
+    out
+}
+
+/// Where a path written in the module `from` (`crate::…`, `super::…`, `self::…`) leads when it
+/// names a function or constant that code outside the crate cannot reach (`pub(crate)`,
+/// `pub(super)` or private): the file that defines it and its name.
+fn restricted(from: &[String], segments: &[String]) -> Option<(String, String)> {
+    let (first, rest) = segments.split_first()?;
+    let mut module: Vec<String> = match first.as_str() {
+        "crate" => Vec::new(),
+        "super" => from[..from.len().checked_sub(1)?].to_vec(),
+        "self" => from.to_vec(),
+        _ => return None,
+    };
+    let mut rest = rest;
+    while let Some(("super", tail)) = rest.split_first().map(|(h, t)| (h.as_str(), t)) {
+        module.pop();
+        rest = tail;
+    }
+    let (name, path) = rest.split_last()?;
+    module.extend(path.iter().cloned());
+    let file = file_of(&module)?;
+    let hidden = parsed(&file).items.iter().any(|i| match i {
+        Item::Fn(f) => f.sig.ident == name.as_str() && !matches!(f.vis, syn::Visibility::Public(_)),
+        Item::Const(c) => c.ident == name.as_str() && !matches!(c.vis, syn::Visibility::Public(_)),
+        _ => false,
+    });
+    hidden.then(|| (file, name.clone()))
+}
+
+/// One `use` tree flattened: each path with its last step (`name`, `name as alias` or `*`).
+fn flatten(tree: &syn::UseTree, prefix: &mut Vec<String>, out: &mut Vec<(Vec<String>, String)>) {
+    match tree {
+        syn::UseTree::Path(p) => {
+            prefix.push(p.ident.to_string());
+            flatten(&p.tree, prefix, out);
+            prefix.pop();
+        }
+        syn::UseTree::Name(n) => {
+            let mut path = prefix.clone();
+            path.push(n.ident.to_string());
+            out.push((path, String::new()));
+        }
+        syn::UseTree::Rename(r) => {
+            let mut path = prefix.clone();
+            path.push(r.ident.to_string());
+            out.push((path, format!(" as {}", r.rename)));
+        }
+        syn::UseTree::Glob(_) => out.push((prefix.clone(), "::*".into())),
+        syn::UseTree::Group(g) => {
+            for t in &g.items {
+                flatten(t, prefix, out);
+            }
+        }
+    }
+}
+
+/// Rewrites the paths of copied code that name crate-private functions or constants to the
+/// generated module that copies them, and lists the files those modules copy.
+struct Redirect<'a> {
+    module: Vec<String>,
+    needed: &'a mut Vec<(String, String)>,
+}
+
+impl VisitMut for Redirect<'_> {
+    fn visit_path_mut(&mut self, path: &mut syn::Path) {
+        visit_mut::visit_path_mut(self, path);
+        if path.leading_colon.is_some() {
+            return;
+        }
+        let segments: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
+        if let Some((file, name)) = restricted(&self.module, &segments) {
+            let last = path.segments.last().expect("a segment").clone();
+            let helper = syn::Ident::new(&module_name(&file), proc_macro2::Span::call_site());
+            *path = syn::parse_quote!(GENERATED_ROOT::#helper::#last);
+            self.needed.push((file, name));
+        }
+    }
+}
+
+/// The name of a type in an `impl` header (`AttnSpec` of `AttnSpec<T>`).
+fn type_name(ty: &syn::Type) -> Option<String> {
+    match ty {
+        syn::Type::Path(p) => p.path.segments.last().map(|s| s.ident.to_string()),
+        _ => None,
+    }
+}
+
+/// Every identifier in `tokens`.
+fn mentions(tokens: TokenStream, out: &mut BTreeSet<String>) {
+    for t in tokens {
+        match t {
+            proc_macro2::TokenTree::Ident(i) => {
+                out.insert(i.to_string());
+            }
+            proc_macro2::TokenTree::Group(g) => mentions(g.stream(), out),
+            _ => {}
+        }
+    }
+}
+
+/// What a [`Piece`] is.
+enum Kind {
+    /// A `use` leaf or a constant, copied as is.
+    Copied(TokenStream),
+    /// A function.
+    Fn(syn::ItemFn),
+    /// A method: its `impl` (an index into the file's list) and the function.
+    Method(usize, syn::ImplItemFn),
+}
+
+/// One item a module may copy: a `use` leaf, a function, a constant or a method.
+struct Piece {
+    /// The name code calls it by (`Type::method` for a method).
+    name: String,
+    /// The name a call mentions (the method's own name for a method).
+    called: String,
+    /// A root: a function mutated, or an item another module asks for.
+    root: bool,
+    /// The identifiers it mentions (a piece is copied when a copied piece mentions its name).
+    mentions: BTreeSet<String>,
+    /// The crate-private items of other files it reaches: (file, name).
+    asks: Vec<(String, String)>,
+    /// What it is.
+    kind: Kind,
+}
+
+/// The pieces `from` reaches by name (itself included).
+fn reach(pieces: &[Piece], from: &[usize]) -> Vec<bool> {
+    let mut copied = vec![false; pieces.len()];
+    for &i in from {
+        copied[i] = true;
+    }
+    loop {
+        let mut named = BTreeSet::new();
+        for (p, _) in pieces.iter().zip(&copied).filter(|(_, c)| **c) {
+            named.extend(p.mentions.iter().cloned());
+        }
+        let mut grew = false;
+        for (p, c) in pieces.iter().zip(copied.iter_mut()) {
+            if !*c && !p.called.is_empty() && named.contains(&p.called) {
+                *c = true;
+                grew = true;
+            }
+        }
+        if !grew {
+            return copied;
+        }
+    }
+}
+
+/// The copies of one file: of its `use` items, functions, constants and inherent methods, the
+/// roots (`roots`: functions, or `Type::method`) and what they reach by name. The functions
+/// named in `mutated`, and the private functions and methods of the file they reach, are wrapped
+/// in their switches (each site recorded with the roots that reach it); a method is copied in an
+/// extension trait (`pub(crate) trait Ext_…`, which a method call prefers to an inherent method it
+/// cannot reach). Returns the module's body, its traits, and the crate-private items of other
+/// files it asks for.
+fn copy_file(
+    file: &str,
+    roots: &[String],
+    mutated: &[&str],
+    next: &mut u32,
+    all_sites: &mut Vec<(String, Site)>,
+) -> (TokenStream, Vec<String>, Vec<(String, String)>) {
+    let module = module_of(file);
+    let parsed = parsed(file);
+    let locals: Vec<String> = parsed
+        .items
+        .iter()
+        .filter_map(|i| if let Item::Mod(m) = i { Some(m.ident.to_string()) } else { None })
+        .collect();
+    let public = |v: &syn::Visibility| matches!(v, syn::Visibility::Public(_));
+    let mut pieces: Vec<Piece> = Vec::new();
+    let mut impls: Vec<syn::ItemImpl> = Vec::new();
+    let piece = |name: String, called: String, tokens: TokenStream, asks, kind| {
+        let mut m = BTreeSet::new();
+        mentions(tokens, &mut m);
+        m.remove(&called);
+        let root = roots.contains(&name) || called.is_empty();
+        Piece { name, called, root, mentions: m, asks, kind }
+    };
+    for item in &parsed.items {
+        let mut item = item.clone();
+        let mut asks = Vec::new();
+        Redirect { module: module.clone(), needed: &mut asks }.visit_item_mut(&mut item);
+        match item {
+            Item::Use(u) => {
+                let mut leaves = Vec::new();
+                flatten(&u.tree, &mut Vec::new(), &mut leaves);
+                for (path, tail) in leaves {
+                    // A child module's re-export: the public module's glob import has it.
+                    if path.first().is_some_and(|f| locals.contains(f)) {
+                        continue;
+                    }
+                    // A glob (called by no name) is always kept; a name when a copy mentions it.
+                    let name = match tail.strip_prefix(" as ") {
+                        Some(alias) => alias.to_string(),
+                        None if tail == "::*" => String::new(),
+                        None => path.last().cloned().unwrap_or_default(),
+                    };
+                    let (text, asks) = match restricted(&module, &path) {
+                        Some((f, item)) if tail != "::*" => (
+                            format!("use GENERATED_ROOT::{}::{item}{tail};", module_name(&f)),
+                            vec![(f, item)],
+                        ),
+                        _ => (format!("use {}{tail};", path.join("::")), Vec::new()),
+                    };
+                    let tokens = text.parse::<TokenStream>().expect("a use item");
+                    let kind = Kind::Copied(tokens.clone());
+                    pieces.push(piece(name.clone(), name, tokens, asks, kind));
+                }
+            }
+            Item::Fn(f) if public(&f.vis) && !roots.contains(&f.sig.ident.to_string()) => {}
+            Item::Fn(mut f) => {
+                let name = f.sig.ident.to_string();
+                f.attrs.retain(|a| !a.path().is_ident("doc") && !a.path().is_ident("test"));
+                if f.attrs.iter().any(|a| a.path().is_ident("cfg")) {
+                    continue;
+                }
+                if !mutated.contains(&name.as_str()) {
+                    f.vis = syn::parse_quote!(pub(crate));
+                }
+                pieces.push(piece(name.clone(), name, f.to_token_stream(), asks, Kind::Fn(f)));
+            }
+            Item::Const(mut c) if !public(&c.vis) => {
+                c.attrs.retain(|a| !a.path().is_ident("doc"));
+                c.vis = syn::parse_quote!(pub(crate));
+                let name = c.ident.to_string();
+                let tokens = c.to_token_stream();
+                pieces.push(piece(name.clone(), name, tokens.clone(), asks, Kind::Copied(tokens)));
+            }
+            Item::Impl(imp) if imp.trait_.is_none() => {
+                let Some(ty) = type_name(&imp.self_ty) else { continue };
+                // A private type's methods: code outside the crate cannot name the type.
+                let hidden = parsed.items.iter().any(|i| match i {
+                    Item::Struct(s) => s.ident == ty.as_str() && !public(&s.vis),
+                    Item::Enum(e) => e.ident == ty.as_str() && !public(&e.vis),
+                    _ => false,
+                });
+                if hidden || imp.attrs.iter().any(|a| a.path().is_ident("cfg")) {
+                    continue;
+                }
+                let (g, t) = (&imp.generics, &imp.self_ty);
+                let header = quote!(#g #t);
+                for it in &imp.items {
+                    let syn::ImplItem::Fn(f) = it else { continue };
+                    let called = f.sig.ident.to_string();
+                    let name = format!("{ty}::{called}");
+                    if public(&f.vis) && !roots.contains(&name) {
+                        continue;
+                    }
+                    let mut f = f.clone();
+                    f.attrs.retain(|a| !a.path().is_ident("doc"));
+                    f.vis = syn::Visibility::Inherited;
+                    f.sig.constness = None;
+                    let tokens = quote!(#f #header);
+                    let kind = Kind::Method(impls.len(), f);
+                    pieces.push(piece(name, called, tokens, asks.clone(), kind));
+                }
+                impls.push(imp);
+            }
+            _ => {}
+        }
+    }
+    // What the roots reach by name, and which roots reach each piece.
+    let root_list: Vec<usize> = (0..pieces.len()).filter(|&i| pieces[i].root).collect();
+    let copied = reach(&pieces, &root_list);
+    let by_root: Vec<(String, Vec<bool>)> = mutated
+        .iter()
+        .filter_map(|m| pieces.iter().position(|p| p.name == *m))
+        .map(|i| (pieces[i].name.clone(), reach(&pieces, &[i])))
+        .collect();
+    let mut body = TokenStream::new();
+    let mut asks = Vec::new();
+    let mut traits = Vec::new();
+    let mut methods: Vec<(TokenStream, TokenStream)> = vec![Default::default(); impls.len()];
+    for (i, p) in pieces.iter().enumerate().filter(|(i, _)| copied[*i]) {
+        asks.extend(p.asks.iter().cloned());
+        // The roots whose mutants this piece carries: the functions mutated that reach it.
+        let from: Vec<String> =
+            by_root.iter().filter(|(_, r)| r[i]).map(|(n, _)| n.clone()).collect();
+        let mut mutate = |block: &mut syn::Block| {
+            if from.is_empty() {
+                return;
+            }
+            let mut m = Mutator { next: &mut *next, function: p.name.clone(), sites: Vec::new() };
+            m.visit_block_mut(block);
+            all_sites.extend(
+                m.sites.into_iter().map(|s| (file.to_string(), Site { roots: from.clone(), ..s })),
+            );
+        };
+        match &p.kind {
+            Kind::Copied(t) => body.extend(t.clone()),
+            Kind::Fn(f) => {
+                let mut f = f.clone();
+                mutate(&mut f.block);
+                f.to_tokens(&mut body);
+            }
+            Kind::Method(k, f) => {
+                let mut f = f.clone();
+                mutate(&mut f.block);
+                // The trait's declaration names no patterns.
+                let mut sig = f.sig.clone();
+                for arg in &mut sig.inputs {
+                    if let syn::FnArg::Typed(t) = arg {
+                        *t.pat = syn::parse_quote!(_);
+                    }
+                }
+                methods[*k].0.extend(quote!(#sig;));
+                f.to_tokens(&mut methods[*k].1);
+            }
+        }
+    }
+    for (imp, (sigs, fns)) in impls.iter().zip(methods) {
+        if fns.is_empty() {
+            continue;
+        }
+        let ty = type_name(&imp.self_ty).unwrap_or_default();
+        let name = syn::Ident::new(
+            &format!("Ext_{}_{}_{}", module_name(file), ty, traits.len()),
+            proc_macro2::Span::call_site(),
+        );
+        let params = &imp.generics.params;
+        let where_clause = &imp.generics.where_clause;
+        let (impl_generics, type_generics, _) = imp.generics.split_for_impl();
+        let self_ty = &imp.self_ty;
+        body.extend(quote! {
+            pub(crate) trait #name<#params> #where_clause { #sigs }
+            impl #impl_generics #name #type_generics for #self_ty #where_clause { #fns }
+        });
+        traits.push(name.to_string());
+    }
+    (body, traits, asks)
+}
+
+/// The generated file: the switch, then one module per source file (the files mutated, then the
+/// files whose crate-private items they reach), then every module's extension traits in scope.
 fn generate() -> String {
+    // The crate-private items each file is asked for, grown until the copies ask for no more.
+    let mut asked: BTreeSet<(String, String)> = BTreeSet::new();
+    loop {
+        let (out, asks) = generate_asked(&asked);
+        let before = asked.len();
+        asked.extend(asks);
+        if asked.len() == before {
+            return out;
+        }
+    }
+}
+
+/// The generated file, with the crate-private items of other files in `asked` copied, and what
+/// the copies ask for.
+fn generate_asked(asked: &BTreeSet<(String, String)>) -> (String, Vec<(String, String)>) {
     let mut out = String::from(
         "// @generated by tests/mutants_gen.rs from the main crate's sources: do not edit.\n\n\
          use std::sync::atomic::{AtomicU32, Ordering};\n\n\
@@ -309,58 +772,54 @@ fn generate() -> String {
     );
     let mut next = 0u32;
     let mut all_sites = Vec::new();
-    for (path, parent, glob, functions) in TARGETS {
-        let source = std::fs::read_to_string(format!("../src/{path}")).expect("a source file");
-        let file: File = syn::parse_file(&source).expect("the source parses");
-        let module = path.trim_end_matches(".rs").replace(['/', '.'], "_");
-        let mut body = TokenStream::new();
-        for item in &file.items {
-            match item {
-                Item::Use(u) => {
-                    let mut u = u.clone();
-                    u.attrs.clear();
-                    u.vis = syn::Visibility::Inherited;
-                    u.to_tokens(&mut body);
-                }
-                Item::Fn(f) if functions.contains(&f.sig.ident.to_string().as_str()) => {
-                    let mut f = f.clone();
-                    f.attrs.retain(|a| !a.path().is_ident("doc"));
-                    let mut m = Mutator {
-                        next: &mut next,
-                        function: f.sig.ident.to_string(),
-                        sites: Vec::new(),
-                    };
-                    m.visit_block_mut(&mut f.block);
-                    all_sites.extend(m.sites.into_iter().map(|s| (path.to_string(), s)));
-                    f.to_tokens(&mut body);
-                }
-                Item::Fn(f) if !matches!(f.vis, syn::Visibility::Public(_)) => {
-                    let mut f = f.clone();
-                    f.attrs.retain(|a| !a.path().is_ident("doc") && !a.path().is_ident("test"));
-                    if f.attrs.iter().any(|a| a.path().is_ident("cfg")) {
-                        continue;
-                    }
-                    f.to_tokens(&mut body);
-                }
-                Item::Const(c) if !matches!(c.vis, syn::Visibility::Public(_)) => {
-                    let mut c = c.clone();
-                    c.attrs.retain(|a| !a.path().is_ident("doc"));
-                    c.to_tokens(&mut body);
-                }
-                _ => {}
-            }
-        }
-        let parent_path: TokenStream = format!("llm_workbook::{glob}").parse().expect("a path");
-        let body = rewrite(body.to_string(), parent);
+    let mut asks = Vec::new();
+    let mut all_traits = Vec::new();
+    let emit = |out: &mut String, path: &str, glob: &str, body: TokenStream, what: &str| {
+        let module = module_name(path);
+        let module_path = module_of(path);
+        let parent = module_path[..module_path.len() - 1].join("::");
+        let body = rewrite(body.to_string(), &parent).replace("GENERATED_ROOT ::", "super ::");
         out.push_str(&format!(
-            "/// Mutants of `src/{path}`.\npub mod {module} {{\n    use super::on;\n    #[allow(unused_imports)]\n    use {}::*;\n    {body}\n}}\n\n",
-            quote!(#parent_path)
+            "/// {what} `src/{path}`.\npub mod {module} {{\n    use super::on;\n    \
+             #[allow(unused_imports)]\n    use super::ext::*;\n    #[allow(unused_imports)]\n    \
+             use llm_workbook::{glob}::*;\n    {body}\n}}\n\n"
         ));
+    };
+    let of = |path: &str| -> Vec<String> {
+        asked.iter().filter(|(f, _)| f == path).map(|(_, n)| n.clone()).collect()
+    };
+    let mut files: Vec<&str> = Vec::new();
+    for (path, _, glob, functions) in TARGETS {
+        let mut roots: Vec<String> = functions.iter().map(|f| f.to_string()).collect();
+        roots.extend(of(path));
+        let (body, traits, a) = copy_file(path, &roots, functions, &mut next, &mut all_sites);
+        asks.extend(a);
+        all_traits.extend(traits.into_iter().map(|t| (module_name(path), t)));
+        emit(&mut out, path, glob, body, "Mutants of");
+        files.push(path);
     }
-    out.push_str("/// Every mutant: its number, the file, the function and what changes.\n");
-    out.push_str("pub const MUTANTS: &[(u32, &str, &str, &str)] = &[\n");
+    // The files whose crate-private functions the copies call, copied unmutated.
+    let helpers: BTreeSet<&String> =
+        asked.iter().map(|(f, _)| f).filter(|f| !files.contains(&f.as_str())).collect();
+    for path in helpers {
+        let (body, traits, a) = copy_file(path, &of(path), &[], &mut next, &mut all_sites);
+        asks.extend(a);
+        all_traits.extend(traits.into_iter().map(|t| (module_name(path), t)));
+        let glob = public_prefix(&module_of(path)).join("::");
+        emit(&mut out, path, &glob, body, "The crate-private items of");
+    }
+    out.push_str("/// The copies' private methods, in scope in every module.\npub mod ext {\n");
+    for (module, t) in &all_traits {
+        out.push_str(&format!("    pub(crate) use super::{module}::{t};\n"));
+    }
+    out.push_str("}\n\n");
+    out.push_str("/// Every mutant: its number, the file, the function, the functions behind the exercises that run it, and what changes.\n");
+    out.push_str("pub const MUTANTS: &[(u32, &str, &str, &[&str], &str)] = &[\n");
     for (path, s) in &all_sites {
-        out.push_str(&format!("    ({}, {:?}, {:?}, {:?}),\n", s.id, path, s.function, s.what));
+        out.push_str(&format!(
+            "    ({}, {:?}, {:?}, &{:?}, {:?}),\n",
+            s.id, path, s.function, s.roots, s.what
+        ));
     }
     out.push_str("];\n\n/// The exercises whose function is not mutated, and why.\n");
     out.push_str("pub const NOT_MUTATED: &[(&str, &str)] = &[\n");
@@ -368,7 +827,7 @@ fn generate() -> String {
         out.push_str(&format!("    ({name:?}, {why:?}),\n"));
     }
     out.push_str("];\n");
-    out
+    (out, asks)
 }
 
 #[test]

@@ -2,14 +2,19 @@
 //! at every site (`tests/mutants_gen.rs` writes the mutants, all compiled in one build behind a
 //! run-time switch), must fail its judge, unless no input shows a difference. With no mutant on,
 //! every judge passes the copies (they are the main crate's functions). A mutant the judge
-//! passes is swept again with two other seeds: if a difference shows there, the judge missed it
-//! and the test fails; if none does, it is counted as equivalent (a change no input the doc
-//! covers can see, such as `<` for `≤` where the two sides are never equal), never skipped.
+//! passes is swept again: with another seed, then twice with the shapes and edges varied too
+//! (rows and lengths one more or fewer, down to 0; NaN and infinities; token ids past the
+//! vocabulary; values a million times larger or smaller: `sweep::set_wide`). If a difference
+//! shows there, the judge missed it and the test fails; if none does, it is counted as
+//! equivalent (a change no input the doc covers can see, such as `<` for `≤` where the two sides
+//! are never equal, or a check of a setting the exercise never passes), never skipped.
 //! `cargo test -p llm-workbook-exercises --test mutation -- --nocapture` prints the counts.
 
 use llm_workbook::ch03_mlp::Activation;
+use llm_workbook::ch06_attention::{AttnSpec, Epsilon, LayerNorm};
 use llm_workbook::ch09_gpt::sample::Decoding;
 use llm_workbook_exercises::judge::{self, Verdict, sweep};
+use nalgebra::DMatrix;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::time::Duration;
@@ -25,6 +30,10 @@ use generated as g;
 /// second on the main crate's function).
 const HANG: Duration = Duration::from_secs(20);
 
+/// The re-sweeps of a mutant its judge passed: (salt, wide) — another seed for the values,
+/// then two more with the shapes and edges varied too ([`sweep::set_wide`]).
+const RESWEEPS: [(u64, bool); 3] = [(1, false), (2, true), (3, true)];
+
 /// One exercise: its name, the mutated functions it calls (file, function), and its judge run
 /// on the mutated copies.
 type Exercise = (&'static str, &'static [(&'static str, &'static str)], fn() -> Verdict);
@@ -37,6 +46,12 @@ fn exercises() -> Vec<Exercise> {
     const DENSE: &str = "ch03_mlp/dense.rs";
     const MH: &str = "ch06_attention/multihead.rs";
     const FMT: &str = "ch11_precision/format.rs";
+    const LOSS: &str = "ch02_softmax/loss.rs";
+    const ATT: &str = "ch06_attention/attention.rs";
+    const LN: &str = "ch06_attention/layer_norm.rs";
+    const BLOCK: &str = "ch06_attention/block.rs";
+    const CROSS: &str = "ch07_encoder_decoder/cross_attention.rs";
+    const QUANT: &str = "ch11_precision/quant.rs";
     vec![
         ("sigmoid", &[(NEURON, "sigmoid")], || ch01::sigmoid(g::ch01_logistic_neuron::sigmoid)),
         ("logits_forward", &[(NEURON, "logits_forward")], || {
@@ -134,7 +149,145 @@ fn exercises() -> Vec<Exercise> {
         ("kahan_sum", &[("ch11_precision/summation.rs", "kahan_sum")], || {
             ch11::kahan_sum(|xs| g::ch11_precision_summation::kahan_sum(xs.iter().copied()))
         }),
+        ("cross_entropy_from_logits", &[(LOSS, "cross_entropy_from_logits")], || {
+            ch02::cross_entropy_from_logits(g::ch02_softmax_loss::cross_entropy_from_logits)
+        }),
+        (
+            "cross_entropy_from_logits_backward",
+            &[(LOSS, "cross_entropy_from_logits_backward")],
+            || {
+                ch02::cross_entropy_from_logits_backward(
+                    g::ch02_softmax_loss::cross_entropy_from_logits_backward,
+                )
+            },
+        ),
+        (
+            "regression_logits_backward",
+            &[("ch02_softmax/regression.rs", "regression_logits_backward")],
+            || {
+                ch02::regression_logits_backward(
+                    g::ch02_softmax_regression::regression_logits_backward,
+                )
+            },
+        ),
+        ("causal_mask", &[(ATT, "causal_mask")], || {
+            ch06::causal_mask(g::ch06_attention_attention::causal_mask::<f64>)
+        }),
+        ("padding_mask", &[(ATT, "padding_mask")], || {
+            ch07::padding_mask(g::ch06_attention_attention::padding_mask::<f64>)
+        }),
+        ("attention_forward", &[(ATT, "attention_forward")], || {
+            ch06::attention_forward(|q, k, v, causal| {
+                let spec = attention_spec(q, k, causal);
+                let a = g::ch06_attention_attention::attention_forward(q, k, v, &spec)?;
+                Ok((a.out, a.weights))
+            })
+        }),
+        ("attention_backward", &[(ATT, "attention_backward")], || {
+            ch06::attention_backward(|q, k, v, weights, d_out, causal| {
+                let spec = attention_spec(q, k, causal);
+                let g = g::ch06_attention_attention::attention_backward(
+                    q, k, v, weights, d_out, &spec,
+                )?;
+                Ok((g.d_q, g.d_k, g.d_v))
+            })
+        }),
+        ("layer_norm_forward", &[(LN, "layer_norm_forward")], || {
+            ch06::layer_norm_forward(|x, gamma, beta, eps| {
+                let ln = layer_norm(gamma, beta.clone(), eps);
+                Ok(g::ch06_attention_layer_norm::layer_norm_forward(&ln, x)?.0)
+            })
+        }),
+        ("layer_norm_backward", &[(LN, "layer_norm_forward"), (LN, "layer_norm_backward")], || {
+            ch06::layer_norm_backward(|x, gamma, d_y, eps| {
+                let ln = layer_norm(gamma, DMatrix::zeros(gamma.nrows(), gamma.ncols()), eps);
+                let (_, cache) = g::ch06_attention_layer_norm::layer_norm_forward(&ln, x)?;
+                let g = g::ch06_attention_layer_norm::layer_norm_backward(&ln, &cache, d_y)?;
+                Ok((g.d_x, g.d_gamma, g.d_beta))
+            })
+        }),
+        ("ffn_backward", &[(BLOCK, "ffn_backward")], || {
+            ch06::ffn_backward(g::ch06_attention_block::ffn_backward)
+        }),
+        ("block_backward", &[(BLOCK, "ffn_backward"), (BLOCK, "block_backward")], || {
+            ch06::block_backward(g::ch06_attention_block::block_backward)
+        }),
+        ("cross_attention_forward", &[(CROSS, "cross_attention_forward")], || {
+            ch07::cross_attention_forward(|y, yb, e, eb, w| {
+                g::ch07_encoder_decoder_cross_attention::cross_attention_forward(y, yb, e, eb, w)
+                    .map(|(o, _)| o)
+            })
+        }),
+        (
+            "cross_attention_backward",
+            &[(CROSS, "cross_attention_forward"), (CROSS, "cross_attention_backward")],
+            || {
+                ch07::cross_attention_backward(|y, yb, e, eb, w, d_out| {
+                    use g::ch07_encoder_decoder_cross_attention as ca;
+                    let (_, cache) = ca::cross_attention_forward(y, yb, e, eb, w)?;
+                    ca::cross_attention_backward(w, &cache, d_out)
+                })
+            },
+        ),
+        ("lm_head_backward", &[(LOSS, "cross_entropy_from_logits_with_gradient")], || {
+            ch09::lm_head_backward(|h, w_u, targets| {
+                use llm_workbook::matmul::{matmul, matmul_nt, matmul_tn};
+                let z = matmul_nt(h, w_u)?;
+                let (loss, d_z) =
+                    g::ch02_softmax_loss::cross_entropy_from_logits_with_gradient(&z, targets)?;
+                Ok((loss, matmul(&d_z, w_u)?, matmul_tn(&d_z, h)?))
+            })
+        }),
+        ("quantize_block", &[(QUANT, "block_scale"), (QUANT, "quantize_value")], || {
+            ch11::quantize_block(|w, max_level| {
+                use g::ch11_precision_quant::{block_scale, quantize_value};
+                let s = block_scale(w, max_level);
+                (s, w.iter().map(|&x| quantize_value(x, s, max_level)).collect())
+            })
+        }),
+        ("dequantize_block", &[(QUANT, "dequantize_block")], || {
+            ch11::dequantize_block(|scale, codes| {
+                use llm_workbook::ch11_precision::quant::{BLOCK, Block};
+                let mut block = Block { scale, codes: [0; BLOCK] };
+                let n = codes.len().min(BLOCK);
+                block.codes[..n].copy_from_slice(&codes[..n]);
+                g::ch11_precision_quant::dequantize_block(&block)[..n].to_vec()
+            })
+        }),
+        ("int8_block_dot", &[("ch11_precision/quant_step.rs", "column_dot_reference")], || {
+            ch11::int8_block_dot(|x, scale, codes| {
+                use llm_workbook::ch11_precision::quant::{BLOCK, Storage};
+                let (mut xs, mut qs) = ([0.0f32; BLOCK], [0u8; BLOCK]);
+                let n = x.len().min(codes.len()).min(BLOCK);
+                xs[..n].copy_from_slice(&x[..n]);
+                for (q, &c) in qs.iter_mut().zip(&codes[..n]) {
+                    *q = c as u8;
+                }
+                g::ch11_precision_quant_step::column_dot_reference(
+                    &xs,
+                    &[scale],
+                    &qs,
+                    Storage::Int8,
+                )
+            })
+        }),
+        ("balanced_step", &[("ch11_precision/steps.rs", "Difference::balanced_step")], || {
+            ch11::balanced_step(|kind, epsilon| {
+                use g::ch11_precision_steps::Ext_ch11_precision_steps_Difference_0 as Mutated;
+                Mutated::balanced_step(kind, epsilon)
+            })
+        }),
     ]
+}
+
+/// The exercises' attention specification: T_q and T_k from Q and K, causal or not.
+fn attention_spec(q: &DMatrix<f64>, k: &DMatrix<f64>, causal: bool) -> AttnSpec<f64> {
+    AttnSpec { causal, ..AttnSpec::cross(q.nrows(), k.nrows()) }
+}
+
+/// The exercises' LayerNorm: γ, β and ε given, ε inside the square root.
+fn layer_norm(gamma: &DMatrix<f64>, beta: DMatrix<f64>, eps: f64) -> LayerNorm<f64> {
+    LayerNorm { gamma: gamma.clone(), beta, eps, placement: Epsilon::InsideSqrt }
 }
 
 /// The judge's verdict on `mutant` (0: none), or a failure if it hangs past [`HANG`].
@@ -144,7 +297,10 @@ fn judged(mutant: u32, judge: fn() -> Verdict) -> Verdict {
     std::thread::spawn(move || {
         let _ = tx.send(judge());
     });
-    let verdict = rx.recv_timeout(HANG).unwrap_or_else(|_| Err("a hang".into()));
+    let verdict = rx.recv_timeout(HANG).unwrap_or_else(|e| match e {
+        mpsc::RecvTimeoutError::Timeout => Err("a hang".into()),
+        mpsc::RecvTimeoutError::Disconnected => Err("the judge itself panicked".into()),
+    });
     g::ACTIVE.store(0, Ordering::Relaxed);
     verdict
 }
@@ -159,31 +315,58 @@ fn every_mutant_that_changes_a_result_fails_its_judge() {
         }
     }
     // Every mutated function is behind some exercise.
-    for (_, file, function, _) in g::MUTANTS {
-        assert!(
-            exercises.iter().any(|(_, uses, _)| uses.contains(&(*file, *function))),
-            "no exercise calls the mutated {file}:{function}"
-        );
+    for (_, file, function, roots, _) in g::MUTANTS {
+        for root in *roots {
+            assert!(
+                exercises.iter().any(|(_, uses, _)| uses.contains(&(*file, *root))),
+                "no exercise calls the mutated {file}:{root} (through {function})"
+            );
+        }
     }
     sweep::set_quick(true);
+    // The judges whose other seeds or wide draws fail the unmutated copies (a judge whose
+    // inputs break the copy's own preconditions there): named, and left out of those re-sweeps.
+    let mut unusable = Vec::new();
+    for (salt, wide) in RESWEEPS {
+        sweep::set_salt(salt);
+        sweep::set_wide(wide);
+        for (name, _, judge) in &exercises {
+            if let Err(m) = judged(0, *judge) {
+                println!("re-sweep (salt {salt}, wide {wide}) of `{name}` fails the copy: {m}");
+                if !unusable.contains(name) {
+                    unusable.push(*name);
+                }
+            }
+        }
+    }
+    sweep::set_salt(0);
+    sweep::set_wide(false);
     let (mut caught, mut equivalent, mut missed) = (0, Vec::new(), Vec::new());
-    for &(id, file, function, what) in g::MUTANTS {
-        let judges: Vec<_> =
-            exercises.iter().filter(|(_, uses, _)| uses.contains(&(file, function))).collect();
+    for &(id, file, function, roots, what) in g::MUTANTS {
+        let judges: Vec<_> = exercises
+            .iter()
+            .filter(|(_, uses, _)| roots.iter().any(|r| uses.contains(&(file, *r))))
+            .collect();
         if judges.iter().any(|(_, _, judge)| judged(id, *judge).is_err()) {
             caught += 1;
             continue;
         }
-        // Passed: is there an input on which it differs? Sweep again with other seeds.
+        // Passed: is there an input on which it differs? Sweep again with other seeds, then
+        // with shapes and edges varied too (wide), on the judges wide mode leaves passing the
+        // unmutated copies.
         let mut seen = None;
-        for salt in [1, 2] {
+        for (salt, wide) in RESWEEPS {
             sweep::set_salt(salt);
-            if let Some((name, _, _)) =
-                judges.iter().find(|(_, _, judge)| judged(id, *judge).is_err())
+            sweep::set_wide(wide);
+            if let Some((name, _, _)) = judges
+                .iter()
+                .filter(|(name, _, _)| !unusable.contains(name))
+                .find(|(_, _, judge)| judged(id, *judge).is_err())
             {
                 seen = Some(*name);
             }
             sweep::set_salt(0);
+            sweep::set_wide(false);
             if seen.is_some() {
                 break;
             }
@@ -206,8 +389,8 @@ fn every_mutant_that_changes_a_result_fails_its_judge() {
         println!("  {name}: {why}");
     }
     println!(
-        "{} mutants generated: {caught} caught, {} equivalent (no difference on the sweeps of three \
-         seeds), {} missed",
+        "{} mutants generated: {caught} caught, {} equivalent (no difference on three re-sweeps: \
+         another seed, then two with shapes and edges varied), {} missed",
         g::MUTANTS.len(),
         equivalent.len(),
         missed.len()
@@ -227,4 +410,12 @@ fn every_mutant_that_changes_a_result_fails_its_judge() {
         equivalent.len()
     );
     assert!(flat(page).contains(&says), "chapters/exercises.md should say: {says}");
+    let others = format!("The other {} exercises are not mutated", g::NOT_MUTATED.len());
+    assert!(flat(page).contains(&others), "chapters/exercises.md should say: {others}");
+    for (name, why) in g::NOT_MUTATED {
+        let line = format!("- `{name}`: {why}");
+        assert!(flat(page).contains(&flat(&line)), "chapters/exercises.md should list: {line}");
+    }
+    let all: usize = llm_workbook_exercises::EXERCISES.iter().map(|c| c.exercises.len()).sum();
+    assert_eq!(exercises.len() + g::NOT_MUTATED.len(), all, "every exercise, mutated or not");
 }

@@ -2151,9 +2151,9 @@ mod ch11 {
 /// The page's table of exercise × probe kind.
 const EXERCISES_PAGE: &str = include_str!("../../chapters/exercises.md");
 
-/// The page's table row of one exercise: "| `name` | ✓ | — | … |", one column per [`Probe::ALL`]:
-/// ✓ where the judge probes that kind, — where it declares the kind not applicable, and a blank
-/// (which the test refuses) where it does neither.
+/// The page's table row of one exercise: "| `name` | what its sweep draws | ✓ | — | … |", then
+/// one column per [`Probe::ALL`]: ✓ where the judge probes that kind, — where it declares the
+/// kind not applicable, and a blank (which the test refuses) where it does neither.
 fn table_row(name: &str, probes: &judge::Probes) -> String {
     let marks: Vec<&str> = Probe::ALL
         .iter()
@@ -2167,7 +2167,7 @@ fn table_row(name: &str, probes: &judge::Probes) -> String {
             }
         })
         .collect();
-    format!("| `{name}` | {} |", marks.join(" | "))
+    format!("| `{name}` | {} | {} |", probes.swept.join("; "), marks.join(" | "))
 }
 
 /// The kinds of probe that apply to an exercise but that its judge does not run yet: a blank on
@@ -2196,6 +2196,7 @@ fn the_probe_table_on_the_page_is_what_the_judges_run() {
     assert_eq!(names, table, "the judges run here are not the crate's EXERCISES, in its order");
     let mut undecided = Vec::new();
     for (name, _, probes) in &judged {
+        assert!(!probes.swept.is_empty(), "the judge of `{name}` runs no sweep");
         let both: Vec<&Probe> = probes.run.intersection(&probes.not_applicable).collect();
         assert!(both.is_empty(), "`{name}` probes {both:?} and declares them not applicable");
         let neither: Vec<&Probe> = Probe::ALL
@@ -2216,7 +2217,7 @@ fn the_probe_table_on_the_page_is_what_the_judges_run() {
     let want: Vec<String> =
         judged.iter().map(|(name, _, probes)| table_row(name, probes)).collect();
     let headings: Vec<&str> = Probe::ALL.iter().map(|p| p.heading()).collect();
-    let header = format!("| exercise | {} |", headings.join(" | "));
+    let header = format!("| exercise | sweep | {} |", headings.join(" | "));
     let on_page: Vec<&str> =
         EXERCISES_PAGE.lines().filter(|l| l.starts_with("| `")).map(str::trim_end).collect();
     assert!(EXERCISES_PAGE.contains(&header), "the page lacks the table's header:\n{header}");

@@ -341,7 +341,9 @@ fn activation_cases(draw: &mut Gen) -> Vec<(DMatrix<f64>, DMatrix<f64>)> {
     for &(n, c) in SHAPES.iter().filter(|s| s.0 > 0) {
         for &s in &SCALES {
             let mut z = draw.matrix(n, c, s);
-            z[(0, 0)] = 0.0;
+            if let Some(v) = z.get_mut((0, 0)) {
+                *v = 0.0;
+            }
             cases.push((z, draw.matrix(n, c, 1.0)));
         }
         let z = DMatrix::from_fn(n, c, |r, k| (r * c + k) as f64 * 7.0 - 20.0);

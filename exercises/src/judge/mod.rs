@@ -108,16 +108,19 @@ pub struct Probes {
     pub run: BTreeSet<Probe>,
     /// The kinds it declared not applicable to its exercise.
     pub not_applicable: BTreeSet<Probe>,
+    /// What its sweeps drew, one line per sweep ("40 cases + 36 edges: 2 matrices").
+    pub swept: Vec<String>,
 }
 
 /// Runs `judge` and returns its verdict with the kinds of probe it ran and declared.
 pub fn probes_run(judge: impl FnOnce() -> Verdict) -> (Verdict, Probes) {
     PROBED.with(|p| p.borrow_mut().clear());
     NOT_APPLICABLE.with(|p| p.borrow_mut().clear());
+    sweep::take_swept();
     let verdict = judge();
     let run = PROBED.with(|p| std::mem::take(&mut *p.borrow_mut()));
     let not_applicable = NOT_APPLICABLE.with(|p| std::mem::take(&mut *p.borrow_mut()));
-    (verdict, Probes { run, not_applicable })
+    (verdict, Probes { run, not_applicable, swept: sweep::take_swept() })
 }
 
 /// What a judge passes an answer, described by its shape for a panic report ("Q 4×3").
@@ -1025,7 +1028,9 @@ pub fn gradient_check(
 
 /// The seeded random matrices the judges draw their inputs from.
 pub fn random(seed: u64, rows: usize, cols: usize) -> DMatrix<f64> {
-    llm_workbook::rng::Rng::new(seed).normal_matrix(rows, cols, 1.0)
+    // The proof by mutation's other seeds (0 as shipped) reach these matrices too.
+    let salted = seed ^ sweep::salt().wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    llm_workbook::rng::Rng::new(salted).normal_matrix(rows, cols, 1.0)
 }
 
 /// Σ G ⊙ M: the scalar loss the gradient checks differentiate, with fixed random weights G.

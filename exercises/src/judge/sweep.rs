@@ -2,7 +2,9 @@
 //! `solutions` feature answers with) on the same generated inputs — ordinary and very large or
 //! tiny values, shapes with 0 and 1 rows and unequal sizes, parameters at and just past the ends
 //! of their valid range, ties and orderings — compared within the tolerance the exercise states.
-//! An error must meet an error. Each input is run through your function twice: a result that
+//! An error must meet an error. After the cases come the edges of a few of them ([`Input::edges`]:
+//! a row, a column, an element or a unit more or fewer), compared where the reference accepts
+//! them. Each input is run through your function twice: a result that
 //! changes between two runs on the same input is failed as nondeterministic.
 //!
 //! Everything is seeded ([`Gen`]), so a judge gives the same verdict and the same message on every
@@ -24,6 +26,25 @@ static QUICK: AtomicBool = AtomicBool::new(false);
 /// A salt mixed into every [`Gen`]'s seed (0 for the judges as shipped): the proof by mutation
 /// sweeps again with other salts to tell an equivalent mutant from one the sweep missed.
 static SALT: AtomicU64 = AtomicU64::new(0);
+
+/// Wide mode (for the proof by mutation's second look at a mutant its judge passed): every
+/// [`Gen`] also varies the shapes and edges of what it draws — a matrix's rows or columns one
+/// more or one fewer (down to 0), a vector, logits, tokens or weights one longer or shorter, a
+/// token id past the vocabulary, values at 10⁻⁶ or 10⁶ times their scale — so that
+/// "equivalent" means no difference on the valid inputs the exercise's doc covers, not only on
+/// the judge's own sizes. A varied input the reference rejects is not compared (the doc may not
+/// promise that error; the errors it promises are the judge's own cases, compared as shipped).
+static WIDE: AtomicBool = AtomicBool::new(false);
+
+/// Turns wide mode on or off (see `WIDE`); for the proof by mutation only.
+pub fn set_wide(wide: bool) {
+    WIDE.store(wide, Ordering::Relaxed);
+}
+
+/// The salt of the seeds (see `SALT`): the judges' own seeded matrices mix it in too.
+pub fn salt() -> u64 {
+    SALT.load(Ordering::Relaxed)
+}
 
 /// Turns quick mode on or off (see `QUICK`); for the proof by mutation only.
 pub fn set_quick(quick: bool) {
@@ -315,9 +336,89 @@ pub trait Input: Clone {
     /// Simpler inputs to try in its place, simplest first (the first candidate of every kind
     /// drops the last row, element or unit, so that a tuple can shrink all its parts at once).
     fn shrink(&self) -> Vec<Self>;
+    /// Its neighbours at the edges of its shape: a matrix with a row or a column fewer (down to
+    /// 0) or more, a sequence one shorter or longer, a size one smaller or larger, a number 0 or
+    /// negated, a flag flipped. The sweep compares them where the reference accepts them (a
+    /// valid input, which the doc covers whatever it is); one it rejects is not compared, since
+    /// the doc need not promise that error.
+    fn edges(&self) -> Vec<Self> {
+        Vec::new()
+    }
+    /// What it is, in a word or two ("matrix", "number"), for the page's sweep column.
+    fn kind() -> String;
+}
+
+/// What a sweep of inputs of `kinds` draws, with the repeated kinds counted: "3 matrices, flag".
+fn described(kinds: &[String]) -> String {
+    let mut seen: Vec<(String, usize)> = Vec::new();
+    for k in kinds {
+        match seen.iter_mut().find(|(s, _)| s == k) {
+            Some((_, n)) => *n += 1,
+            None => seen.push((k.clone(), 1)),
+        }
+    }
+    let parts: Vec<String> = seen
+        .into_iter()
+        .map(|(k, n)| match n {
+            1 => k,
+            _ if is_group(&k) => format!("{n} × ({k})"),
+            _ => format!("{n} {}", plural(&k)),
+        })
+        .collect();
+    parts.join(", ")
+}
+
+/// Whether a kind is itself a group of kinds ("2 sizes", "matrix, flag").
+fn is_group(k: &str) -> bool {
+    k.starts_with(|c: char| c.is_ascii_digit()) || k.contains(',')
+}
+
+/// The plural of a kind: "matrices", "lists of sizes", "bit patterns"; a group in parentheses.
+fn plural(k: &str) -> String {
+    if is_group(k) {
+        format!("({k})")
+    } else if let Some(rest) = k.strip_prefix("list of ") {
+        format!("lists of {rest}")
+    } else if let Some((head, last)) = k.rsplit_once(' ') {
+        format!("{head} {}", plural_word(last))
+    } else {
+        plural_word(k)
+    }
+}
+
+/// The plural of one word of a kind.
+fn plural_word(w: &str) -> String {
+    match w {
+        "matrix" => "matrices".into(),
+        "f32" | "f16" => format!("{w} values"),
+        _ => format!("{w}s"),
+    }
+}
+
+thread_local! {
+    /// What the sweeps run since the last [`take_swept`] drew, one line per sweep.
+    static SWEPT: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// What the sweeps run on this thread since the last call drew: "40 cases + 36 edges: 2
+/// matrices", one per sweep (the page's sweep column).
+pub fn take_swept() -> Vec<String> {
+    SWEPT.with(|s| std::mem::take(&mut *s.borrow_mut()))
+}
+
+/// `m` with `rows` and `cols` rows and columns: its own entries where it has them, the last row
+/// or column repeated where it grows.
+fn resized(m: &DMatrix<f64>, rows: usize, cols: usize) -> DMatrix<f64> {
+    let (r, c) = m.shape();
+    DMatrix::from_fn(rows, cols, |i, j| {
+        if r == 0 || c == 0 { 1.0 } else { m[(i.min(r - 1), j.min(c - 1))] }
+    })
 }
 
 impl Input for DMatrix<f64> {
+    fn kind() -> String {
+        "matrix".into()
+    }
     fn show(&self) -> String {
         let mut n = Vec::new();
         self.numbers(&mut n);
@@ -346,6 +447,19 @@ impl Input for DMatrix<f64> {
         }
         out
     }
+    fn edges(&self) -> Vec<Self> {
+        let (r, c) = self.shape();
+        let mut out = Vec::new();
+        if r > 0 {
+            out.push(resized(self, r - 1, c));
+        }
+        if c > 0 {
+            out.push(resized(self, r, c - 1));
+        }
+        out.push(resized(self, r + 1, c));
+        out.push(resized(self, r, c + 1));
+        out
+    }
 }
 
 /// `x` with fewer digits: rounded to 2 significant digits, then to a whole number (large values
@@ -360,6 +474,9 @@ fn simpler(x: f64) -> f64 {
 }
 
 impl Input for DVector<f64> {
+    fn kind() -> String {
+        "vector".into()
+    }
     fn show(&self) -> String {
         format!("length {} {}", self.len(), show_numbers(self.as_slice()))
     }
@@ -378,9 +495,21 @@ impl Input for DVector<f64> {
         }
         out
     }
+    fn edges(&self) -> Vec<Self> {
+        let n = self.len();
+        let mut out = Vec::new();
+        if n > 0 {
+            out.push(self.clone().remove_row(n - 1));
+            out.push(self.clone().insert_row(n, self[n - 1]));
+        }
+        out
+    }
 }
 
 impl<T: Input> Input for Vec<T> {
+    fn kind() -> String {
+        format!("list of {}", plural(&T::kind()))
+    }
     fn show(&self) -> String {
         const MAX_SHOWN: usize = 16;
         let mut parts: Vec<String> = self.iter().take(MAX_SHOWN).map(Input::show).collect();
@@ -410,12 +539,30 @@ impl<T: Input> Input for Vec<T> {
         }
         out
     }
+    fn edges(&self) -> Vec<Self> {
+        let n = self.len();
+        let mut out = Vec::new();
+        if n > 0 {
+            out.push(self[..n - 1].to_vec());
+            out.push([self.as_slice(), &self[n - 1..]].concat());
+            // The last element's own edges.
+            for e in self[n - 1].edges() {
+                let mut v = self.clone();
+                v[n - 1] = e;
+                out.push(v);
+            }
+        }
+        out
+    }
 }
 
 /// Floating-point scalars shrink toward fewer digits.
 macro_rules! float_input {
-    ($($t:ty),*) => {$(
+    ($($t:ty: $kind:expr),*) => {$(
         impl Input for $t {
+            fn kind() -> String {
+                $kind.into()
+            }
             fn show(&self) -> String {
                 short(f64::from(*self))
             }
@@ -423,15 +570,21 @@ macro_rules! float_input {
                 let s = simpler(f64::from(*self)) as $t;
                 if s != *self && s.is_finite() { vec![s] } else { Vec::new() }
             }
+            fn edges(&self) -> Vec<Self> {
+                vec![0.0, -*self]
+            }
         }
     )*};
 }
-float_input!(f64, f32);
+float_input!(f64: "number", f32: "f32");
 
 /// Codes, bit patterns and seeds are shown, never shrunk.
 macro_rules! code_input {
-    ($($t:ty),*) => {$(
+    ($($t:ty: $kind:expr),*) => {$(
         impl Input for $t {
+            fn kind() -> String {
+                $kind.into()
+            }
             fn show(&self) -> String {
                 self.to_string()
             }
@@ -441,9 +594,12 @@ macro_rules! code_input {
         }
     )*};
 }
-code_input!(i8, i32, u16, u32, u64);
+code_input!(i8: "code", i32: "level", u16: "bit pattern", u32: "bit pattern", u64: "seed");
 
 impl Input for usize {
+    fn kind() -> String {
+        "size".into()
+    }
     fn show(&self) -> String {
         self.to_string()
     }
@@ -458,14 +614,27 @@ impl Input for usize {
         }
         out
     }
+    fn edges(&self) -> Vec<Self> {
+        let mut out = vec![self + 1];
+        if *self > 0 {
+            out.push(self - 1);
+        }
+        out
+    }
 }
 
 impl Input for bool {
+    fn kind() -> String {
+        "flag".into()
+    }
     fn show(&self) -> String {
         self.to_string()
     }
     fn shrink(&self) -> Vec<Self> {
         Vec::new()
+    }
+    fn edges(&self) -> Vec<Self> {
+        vec![!self]
     }
 }
 
@@ -474,6 +643,9 @@ impl Input for bool {
 pub struct Fixed<T>(pub T);
 
 impl<T: Clone + std::fmt::Debug> Input for Fixed<T> {
+    fn kind() -> String {
+        "setting".into()
+    }
     fn show(&self) -> String {
         format!("{:?}", self.0)
     }
@@ -485,6 +657,9 @@ impl<T: Clone + std::fmt::Debug> Input for Fixed<T> {
 macro_rules! tuple_input {
     ($($name:ident $v:ident $i:tt),*) => {
         impl<$($name: Input),*> Input for ($($name,)*) {
+            fn kind() -> String {
+                described(&[$($name::kind()),*])
+            }
             fn show(&self) -> String {
                 let parts: Vec<String> = vec![$(self.$i.show()),*];
                 parts.join("; ")
@@ -498,6 +673,53 @@ macro_rules! tuple_input {
                     out.push(($($v[0].clone(),)*));
                 }
                 tuple_input!(@each self out [$($v $i),*] [$($i),*]);
+                out
+            }
+            fn edges(&self) -> Vec<Self> {
+                // Each part's edges alone, then two parts' edges at once (the first four parts),
+                // so that sizes that must agree are seen disagreeing, and agreeing at 0.
+                let mut out = Vec::new();
+                $(let $v = self.$i.edges();)*
+                $(
+                    for e in &$v {
+                        let mut t = self.clone();
+                        t.$i = e.clone();
+                        out.push(t);
+                    }
+                )*
+                let mut pairs: Vec<Box<dyn Fn(&mut Self, usize) -> bool>> = Vec::new();
+                $(
+                    {
+                        let edges = $v.clone();
+                        pairs.push(Box::new(move |t: &mut Self, k: usize| {
+                            if let Some(e) = edges.get(k) {
+                                t.$i = e.clone();
+                                true
+                            } else {
+                                false
+                            }
+                        }));
+                    }
+                )*
+                const PAIRED: usize = 4;
+                let n = pairs.len().min(PAIRED);
+                for a in 0..n {
+                    for b in a + 1..n {
+                        for ka in 0.. {
+                            let mut t = self.clone();
+                            if !pairs[a](&mut t, ka) {
+                                break;
+                            }
+                            for kb in 0.. {
+                                let mut u = t.clone();
+                                if !pairs[b](&mut u, kb) {
+                                    break;
+                                }
+                                out.push(u);
+                            }
+                        }
+                    }
+                }
                 out
             }
         }
@@ -550,6 +772,41 @@ impl Gen {
         self.rng.below(n)
     }
 
+    /// `n`, or in wide mode (see `WIDE`) sometimes one more or one fewer.
+    fn size(&mut self, n: usize) -> usize {
+        if !WIDE.load(Ordering::Relaxed) {
+            return n;
+        }
+        match self.rng.below(4) {
+            0 => n + 1,
+            1 => n.saturating_sub(1),
+            _ => n,
+        }
+    }
+
+    /// `scale`, or in wide mode sometimes 10⁻⁶ or 10⁶ times it.
+    fn scale(&mut self, scale: f64) -> f64 {
+        if !WIDE.load(Ordering::Relaxed) {
+            return scale;
+        }
+        match self.rng.below(8) {
+            0 => scale * 1e-6,
+            1 => scale * 1e6,
+            _ => scale,
+        }
+    }
+
+    /// A matrix drawn by `fill` at the (in wide mode, varied) shape.
+    fn shaped(
+        &mut self,
+        rows: usize,
+        cols: usize,
+        fill: impl FnOnce(&mut Gen, usize, usize) -> DMatrix<f64>,
+    ) -> DMatrix<f64> {
+        let (rows, cols) = (self.size(rows), self.size(cols));
+        fill(self, rows, cols)
+    }
+
     /// Uniform in [lo, hi).
     pub fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
         self.rng.uniform(lo, hi)
@@ -557,29 +814,34 @@ impl Gen {
 
     /// A rows×cols matrix of N(0, scale²) entries.
     pub fn matrix(&mut self, rows: usize, cols: usize, scale: f64) -> DMatrix<f64> {
-        self.rng.normal_matrix(rows, cols, scale)
+        let scale = self.scale(scale);
+        self.shaped(rows, cols, |g, r, c| g.rng.normal_matrix(r, c, scale))
     }
 
     /// A rows×cols matrix whose rows lie on different scales (row r drawn at
     /// `SCALES[r % 5] · scale`, shifted by ±scale·r), and with two entries of one row tied.
     pub fn rows_apart(&mut self, rows: usize, cols: usize, scale: f64) -> DMatrix<f64> {
-        let mut m = DMatrix::from_fn(rows, cols, |r, _| {
-            let s = SCALES[r % SCALES.len()] * scale;
-            s * self.rng.normal() + if r % 2 == 0 { 1.0 } else { -1.0 } * scale * r as f64
-        });
-        if rows > 0 && cols > 1 {
-            m[(0, 1)] = m[(0, 0)];
-        }
-        m
+        self.shaped(rows, cols, |g, rows, cols| {
+            let mut m = DMatrix::from_fn(rows, cols, |r, _| {
+                let s = SCALES[r % SCALES.len()] * scale;
+                s * g.rng.normal() + if r % 2 == 0 { 1.0 } else { -1.0 } * scale * r as f64
+            });
+            if rows > 0 && cols > 1 {
+                m[(0, 1)] = m[(0, 0)];
+            }
+            m
+        })
     }
 
     /// A vector of `n` N(0, scale²) entries.
     pub fn vector(&mut self, n: usize, scale: f64) -> DVector<f64> {
+        let (n, scale) = (self.size(n), self.scale(scale));
         DVector::from_iterator(n, (0..n).map(|_| scale * self.rng.normal()))
     }
 
     /// `n` logits at `scale` with ties: every third one equal to the one before it.
     pub fn logits(&mut self, n: usize, scale: f64) -> Vec<f64> {
+        let (n, scale) = (self.size(n), self.scale(scale));
         let mut v: Vec<f64> = (0..n).map(|_| scale * self.rng.normal()).collect();
         for i in (2..n).step_by(3) {
             v[i] = v[i - 1];
@@ -589,12 +851,20 @@ impl Gen {
 
     /// A token sequence of length `n` over a vocabulary of `vocab` ids (repeats likely).
     pub fn tokens(&mut self, n: usize, vocab: usize) -> Vec<usize> {
-        (0..n).map(|_| self.rng.below(vocab)).collect()
+        let n = self.size(n);
+        let mut t: Vec<usize> = (0..n).map(|_| self.rng.below(vocab)).collect();
+        // Wide mode: sometimes an id past the vocabulary.
+        if WIDE.load(Ordering::Relaxed) && n > 0 && self.rng.below(6) == 0 {
+            let i = self.rng.below(n);
+            t[i] = vocab;
+        }
+        t
     }
 
     /// A block of `n` f32 weights at `scale`, with one entry of each sign's largest magnitude
     /// repeated (ties for the block's maximum) where n ≥ 3.
     pub fn weights(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        let (n, scale) = (self.size(n), self.scale(f64::from(scale)) as f32);
         let mut w: Vec<f32> = (0..n).map(|_| scale * self.rng.normal() as f32).collect();
         if n >= 3 {
             let big = w.iter().fold(0.0f32, |m, x| m.max(x.abs()));
@@ -615,6 +885,10 @@ fn quietly<R>(f: impl FnOnce() -> R) -> Option<R> {
     r
 }
 
+/// How many of a sweep's cases (spread over the list) also have their edges swept
+/// ([`Input::edges`]).
+const EDGE_BASES: usize = 4;
+
 /// The most evaluations a shrink spends, so that a failing judge stays quick.
 const SHRINK_BUDGET: usize = 300;
 
@@ -633,9 +907,9 @@ pub fn sweep<I: Input, O: Output>(
 ) -> Verdict {
     // What differs on `case`, if anything: None also when the reference panics there or its
     // Ok/Err differs from `kind` (a shrunk input must stay one the doc covers the same way).
-    let check = |case: &I, kind: Option<bool>| -> Result<Option<String>, String> {
+    let check = |case: &I, kind: Option<bool>, lenient: bool| -> Result<Option<String>, String> {
         let Some(want) = quietly(|| reference(case)) else { return Ok(None) };
-        if kind.is_some_and(|k| k != want.is_ok()) {
+        if kind.is_some_and(|k| k != want.is_ok()) || lenient && want.is_err() {
             return Ok(None);
         }
         let first = match attempt(sec, exercise, || yours(case)) {
@@ -659,8 +933,29 @@ pub fn sweep<I: Input, O: Output>(
         }
         Ok(None)
     };
-    for (k, case) in cases.iter().enumerate() {
-        let Some(found) = check(case, None)? else { continue };
+    // The cases, then the edges of a few of them that the reference accepts, spread over the
+    // list: compared where the reference accepts them too (and in wide mode, every case: see
+    // `WIDE`).
+    let mut edges: Vec<(usize, I)> = Vec::new();
+    let stride = cases.len().div_ceil(EDGE_BASES).max(1);
+    for (k, case) in cases.iter().enumerate().step_by(stride) {
+        if quietly(|| reference(case)).is_some_and(|w| w.is_ok()) {
+            edges.extend(case.edges().into_iter().map(|e| (k, e)));
+        }
+    }
+    let wide = WIDE.load(Ordering::Relaxed);
+    SWEPT.with(|s| {
+        s.borrow_mut().push(format!(
+            "{} cases + {} edges: {}",
+            cases.len(),
+            edges.len(),
+            described(&[I::kind()])
+        ))
+    });
+    let all = cases.iter().enumerate().map(|(k, c)| (k, c, false));
+    for (k, case, edge) in all.chain(edges.iter().map(|(k, e)| (*k, e, true))) {
+        let lenient = edge || wide;
+        let Some(found) = check(case, None, lenient)? else { continue };
         let kind = quietly(|| reference(case)).map(|w| w.is_ok());
         let quick = QUICK.load(Ordering::Relaxed);
         let (mut smallest, mut what, mut spent) =
@@ -668,7 +963,7 @@ pub fn sweep<I: Input, O: Output>(
         'shrinking: while spent < SHRINK_BUDGET {
             for cand in smallest.shrink() {
                 spent += 1;
-                if let Ok(Some(d)) = check(&cand, kind) {
+                if let Ok(Some(d)) = check(&cand, kind, lenient) {
                     (smallest, what) = (cand, d);
                     continue 'shrinking;
                 }
@@ -682,8 +977,9 @@ pub fn sweep<I: Input, O: Output>(
             Some(Err(e)) => format!("an Err ({e})"),
             _ => "Ok".into(),
         };
+        let which = if edge { "an edge of sweep case" } else { "sweep case" };
         return Err(sec.fail(format!(
-            "`{exercise}` differs from the chapter's function (sweep case {} of {}, shrunk to \
+            "`{exercise}` differs from the chapter's function ({which} {} of {}, shrunk to \
              the smallest input that still differs; expected: {expected}):\n  input: {}\n  {what}",
             k + 1,
             cases.len(),
