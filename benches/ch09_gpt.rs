@@ -526,9 +526,9 @@ fn memory_speed(rounds: usize) -> Result<(), String> {
     let cpu = std::thread::available_parallelism().map_or(1, |n| n.get()) - 1;
     let pinned = std::process::Command::new("taskset").arg("-V").output().is_ok();
     println!(
-        "Generation at the memory's speed on {} ({} logical CPUs), kernel {}, one thread{}, {rounds} \
-            rounds (each: a plain sum of the f32 step's weights, then the f32, int8 and 4-bit cached \
-            steps, in a rotating order); load before {}",
+        "Generation at the memory's speed on {} ({} logical CPUs), kernel {}, one thread{}, \
+            {rounds} rounds (each: a plain sum of the f32 step's weights, then the f32, int8 and \
+            4-bit cached steps, in a rotating order); load before {}",
         cpu_name(),
         cpu + 1,
         llm_workbook::simd::active_kernel(),
@@ -537,7 +537,8 @@ fn memory_speed(rounds: usize) -> Result<(), String> {
     );
     println!(
         "| model | f32 weights per token | plain sum GB/s | f32 step tokens/s | f32 step reads \
-            GB/s | ÷ plain sum | int8 tokens/s | int8 ÷ f32 | 4-bit tokens/s | 4-bit ÷ f32 | load after |"
+            GB/s | ÷ plain sum | int8 tokens/s | int8 ÷ f32 | 4-bit tokens/s | 4-bit ÷ f32 | \
+            load after |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for name in ["default", "6x384"] {
@@ -571,8 +572,8 @@ fn memory_speed(rounds: usize) -> Result<(), String> {
         };
         let config = memory_speed_config(name).unwrap();
         println!(
-            "| {} layers, width {}, context {}, vocabulary {} | {:.2} MB | {} | {} | {} | {} | {} | \
-                {} | {} | {} | {} |",
+            "| {} layers, width {}, context {}, vocabulary {} | {:.2} MB | {} | {} | {} | {} | \
+                {} | {} | {} | {} | {} |",
             config.layers,
             config.width,
             config.context,

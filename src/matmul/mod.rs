@@ -50,7 +50,7 @@ use num_traits::{One, Zero};
 pub mod inputs;
 pub mod lab;
 
-pub use row::{row_product, row_product_with};
+pub use row::row_product;
 pub use stats::ProductStats;
 
 use crate::simd::{Kernel, active_kernel};

@@ -1,13 +1,13 @@
 //! The one dispatcher: which instruction set runs a loop, asked of the CPU once.
 //!
 //! Every loop of the crate that has a SIMD form — the f32 and f64 micro-kernels of the product,
-//! the one-row product's column dots and row sums (f32), the bf16 pair tile, the block-quantized dots of chapter 11, the FMA throughput probe
-//! ([`crate::peak`]) and the element-wise map ([`crate::simd_map`]) — is chosen here by one value,
-//! a [`Kernel`]: the portable Rust loop ([`Kernel::Scalar`], on every CPU, the specification), or
-//! the same loop written for AVX2 with FMA ([`Kernel::Avx2`]) or for AVX-512
-//! ([`Kernel::Avx512`]). The CPU is asked once, on the first question, which of them it runs
-//! ([`cpu`]); no other module of the crate asks the CPU or names an instruction set of its own (a
-//! repository test holds that).
+//! the one-row product's column dots and row sums (f32), the bf16 pair tile, the block-quantized
+//! dots of chapter 11, the FMA throughput probe ([`crate::peak`]) and the element-wise map
+//! ([`crate::simd_map`]) — is chosen here by one value, a [`Kernel`]: the portable Rust loop
+//! ([`Kernel::Scalar`], on every CPU, the specification), or the same loop written for AVX2 with
+//! FMA ([`Kernel::Avx2`]) or for AVX-512 ([`Kernel::Avx512`]). The CPU is asked once, on the
+//! first question, which of them it runs ([`cpu`]); no other module of the crate asks the CPU or
+//! names an instruction set of its own (a repository test holds that).
 //!
 //! The process's kernel is chosen here too ([`active_kernel`]: [`set_kernel`],
 //! `LLM_WORKBOOK_KERNEL`, else [`best_kernel`]). The callers pass a `Kernel` (the one their

@@ -1013,9 +1013,9 @@ unsafe fn transpose_f64_inner(dst: *mut f64, src: &[*const f64], full: usize) {
 
 // ───────────────── the one-row product (f32): dots with columns, sums of rows ─────────────────
 
-/// Vectors of independent partial sums in each column's dot ([`Avx2::row_dots`]): 32 values in flight
-/// with AVX2, 64 with AVX-512, enough to keep the fused multiply-adds busy through their latency
-/// while the column streams past.
+/// Vectors of independent partial sums in each column's dot ([`Avx2::row_dots`]): 32 values in
+/// flight with AVX2, 64 with AVX-512, enough to keep the fused multiply-adds busy through their
+/// latency while the column streams past.
 pub(crate) const ROW_DOT_VECTORS: usize = 4;
 
 /// Vectors of outputs held in registers by the row sums ([`Avx2::row_sums`]) while every row of B̃
@@ -1026,16 +1026,18 @@ pub(crate) const ROW_SUM_VECTORS: usize = 4;
 const F32_PER_LINE: usize = 16;
 
 impl Avx2 {
-    /// out_j = Σ_{p<k} x_p·b\[j·ld + p\] for every j < n = `out.len()`, k = `x.len()` ([`dots_body`],
-    /// with AVX2 and FMA). Panics, before reading memory, when a column reaches past `b`.
+    /// out_j = Σ_{p<k} x_p·b\[j·ld + p\] for every j < n = `out.len()`, k = `x.len()`
+    /// ([`dots_body`], with AVX2 and FMA). Panics, before reading memory, when a column reaches
+    /// past `b`.
     pub(crate) fn row_dots(self, x: &[f32], b: &[f32], ld: usize, out: &mut [f32]) {
         assert_row_fit("columns", x.len(), out.len(), ld, b.len());
         // SAFETY: the token proves AVX2 and FMA; every column lies inside `b` (the assert).
         unsafe { row_dots_avx2(x, b, ld, out) }
     }
 
-    /// out_j = Σ_{p<k} x_p·b\[p·ld + j\] for every j < n = `out.len()`, k = `x.len()` ([`sums_body`],
-    /// with AVX2 and FMA). Panics, before reading memory, when a row reaches past `b`.
+    /// out_j = Σ_{p<k} x_p·b\[p·ld + j\] for every j < n = `out.len()`, k = `x.len()`
+    /// ([`sums_body`], with AVX2 and FMA). Panics, before reading memory, when a row reaches
+    /// past `b`.
     pub(crate) fn row_sums(self, x: &[f32], b: &[f32], ld: usize, out: &mut [f32]) {
         assert_row_fit("rows", out.len(), x.len(), ld, b.len());
         // SAFETY: the token proves AVX2 and FMA; every row lies inside `b` (the assert).
@@ -1183,8 +1185,8 @@ unsafe fn dots_body<I: Vector<E = f32>>(x: &[f32], b: &[f32], ld: usize, out: &m
     }
 }
 
-/// The loop of [`Avx2::row_sums`] in `I`'s registers: [`ROW_SUM_VECTORS`] vectors of outputs at a time,
-/// then one vector, then the last outputs one by one, each summed over p in order.
+/// The loop of [`Avx2::row_sums`] in `I`'s registers: [`ROW_SUM_VECTORS`] vectors of outputs at
+/// a time, then one vector, then the last outputs one by one, each summed over p in order.
 ///
 /// # Safety
 ///

@@ -9,7 +9,7 @@ use crate::ch06_attention::{LnCache, layer_norm_forward_view};
 use crate::ch09_gpt::model::{Gpt, Param};
 use crate::error::{Result, shape_error};
 use crate::float::Float;
-use crate::matmul::{MatMut, MatRef, Op};
+use crate::matmul::{MatMut, MatRef, Op, row_product};
 use nalgebra::DMatrix;
 
 impl<T: Float> Shard<T> {
@@ -313,8 +313,7 @@ pub(super) fn causal_attention_forward<T: Float>(
 ///
 /// The row statistics of the softmax are gathered column by column for all rows at once. The two
 /// products go through the blocked product ([`Products::Blocked`]) or, for one row,
-/// `matmul`'s [`row_product`](crate::matmul::row_product) ([`Products::OneRow`], see there for
-/// what was measured). A is
+/// `matmul`'s [`row_product`] ([`Products::OneRow`], see there for what was measured). A is
 /// rounded as the `Rounder` says before A·V reads it (not at all with f32 inputs).
 pub(crate) fn causal_block_forward<T: Float>(
     (q, k, v): (MatRef<T>, MatRef<T>, MatRef<T>),
@@ -389,13 +388,13 @@ pub(crate) enum Products {
     /// Through the blocked product (chapter 10's [`crate::matmul::gemm_with`], with the shard's
     /// settings: the training step's blocks of query rows).
     Blocked,
-    /// By `matmul`'s [`row_product`](crate::matmul::row_product), for a block of one query row
-    /// (the cached step).
+    /// By `matmul`'s [`row_product`], for a block of one query row (the cached step), with the
+    /// process's kernel (the cached step has no settings of its own).
     OneRow,
 }
 
-/// C ← α·A·op(B) + β·C by `how` (the blocked product or the one-row product, with the
-/// `Rounder`'s settings).
+/// C ← α·A·op(B) + β·C by `how` (the blocked product with the `Rounder`'s settings, or the
+/// one-row product with the process's kernel).
 pub(super) fn product<T: Float>(
     (how, rounder): (Products, &Rounder),
     alpha: T,
@@ -407,6 +406,6 @@ pub(super) fn product<T: Float>(
 ) -> Result<()> {
     match how {
         Products::Blocked => rounder.view_gemm(alpha, a, Op::N, b, tb, beta, c),
-        Products::OneRow => rounder.row_product(alpha, a, b, tb, beta, c),
+        Products::OneRow => row_product(alpha, a, b, tb, beta, c),
     }
 }

@@ -21,8 +21,7 @@
 use crate::error::Result;
 use crate::float::Float;
 use crate::matmul::inputs::{ProductInputs, StepRounding, gemm_rounded};
-use crate::matmul::{MatMut, MatRef, Op, Settings, gemm_with, row_product_with};
-use crate::simd::active_kernel;
+use crate::matmul::{MatMut, MatRef, Op, Settings, gemm_with};
 use nalgebra::DMatrix;
 
 /// Which input of a product is a gradient ∂Y flowing back: its rounding is tallied in
@@ -66,22 +65,6 @@ impl Rounder {
         c: MatMut<T>,
     ) -> Result<()> {
         gemm_with(self.settings, alpha, a, ta, b, tb, beta, c).map(|_| ())
-    }
-
-    /// c ← α·a·op(B) + β·c for one row a: `matmul`'s one-row product
-    /// ([`row_product_with`]) by the kernel of the shard's settings (the process's when they
-    /// name none).
-    pub(crate) fn row_product<T: Float>(
-        &self,
-        alpha: T,
-        a: MatRef<T>,
-        b: MatRef<T>,
-        tb: Op,
-        beta: T,
-        c: MatMut<T>,
-    ) -> Result<()> {
-        let kernel = self.settings.kernel.unwrap_or_else(active_kernel);
-        row_product_with(kernel, alpha, a, b, tb, beta, c)
     }
 
     /// What the roundings did since [`Rounder::new`].
