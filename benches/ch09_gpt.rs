@@ -20,6 +20,14 @@
 //! main job draws that figure from the committed file and never times anything.
 //! `benches/ch09_gpt_pytorch.py` measures the same two things with PyTorch, for comparison.
 //!
+//! With `-- --memory-speed` (and `--rounds N`, default 5) it does only this: for `gpt train`'s
+//! default model on the default corpus and for the 6-layer, width-384 model, one child process on
+//! one thread pinned to one CPU (`taskset`) measures, round after round in a rotating order, a
+//! plain sum of the very bytes the f32 cached step reads as weights, and the f32, int8 and 4-bit
+//! cached steps (the block matrices stored, the unembedding f32); it prints one summary block:
+//! the f32 step's weight-read rate as a share of the plain sum's, and the int8 and 4-bit tokens/s
+//! against f32's (medians and ranges over the rounds).
+//!
 //! With `-- --threads 1,2,4,8,16` (and `--rounds N`, default 2) it does only the thread
 //! benchmark: the fused training step of the default model (3 layers, width 96) and of the
 //! 6-layer, width-384, context-256 model on each thread count, each in a child process with
@@ -30,16 +38,16 @@
 #[path = "common/clock.rs"]
 mod clock;
 use llm_workbook::backend::{BACKEND_ENV, Backend, active_backend, nalgebra_products};
-use llm_workbook::ch09_gpt::config::Config;
+use llm_workbook::ch09_gpt::config::{Config, Positions};
 use llm_workbook::ch09_gpt::data::random_windows;
 use llm_workbook::ch09_gpt::fast::{causal_blocks, gradient_shards};
-use llm_workbook::ch09_gpt::model::Gpt;
-use llm_workbook::ch09_gpt::sample::{Decoding, generate};
+use llm_workbook::ch09_gpt::model::{Dim, Gpt, Param, Part};
+use llm_workbook::ch09_gpt::sample::{Decoding, argmax, generate};
 use llm_workbook::ch09_gpt::schedule::Schedule;
 use llm_workbook::ch09_gpt::schedule::clip_global_norm;
 use llm_workbook::ch09_gpt::train::{Data, TrainConfig, Trainer};
 use llm_workbook::ch11_precision::quant::Storage;
-use llm_workbook::ch11_precision::quant_step::QuantGpt;
+use llm_workbook::ch11_precision::quant_step::{QuantGpt, SamplingModel};
 use llm_workbook::matmul::{Op, Settings, gemm_with};
 use llm_workbook::rng::Rng;
 use llm_workbook::threads::{THREADS_ENV, default_threads, share_pieces};
@@ -322,14 +330,26 @@ fn train_step(reference: bool) -> (f64, f64, f64) {
 fn generation() -> (f64, f64) {
     let config = Config::new(65, 256, 6, 6, 384);
     let model = Gpt::<f32>::new(config, 1).unwrap();
-    let run = |cache: bool| {
+    let t = Instant::now();
+    let g =
+        generate(&model, &[0], 256, &Decoding::temperature(1.0), &mut Rng::new(3), false).unwrap();
+    assert_eq!(g.new_tokens().len(), 256);
+    (generation_cached(), 256.0 / t.elapsed().as_secs_f64())
+}
+
+/// Tokens per second generating 256 new tokens with the key/value cache, the best of 3 (what
+/// `benches/ch09_gpt_pytorch.py --rounds` compares with PyTorch's cached generation).
+fn generation_cached() -> f64 {
+    let config = Config::new(65, 256, 6, 6, 384);
+    let model = Gpt::<f32>::new(config, 1).unwrap();
+    let run = || {
         let t = Instant::now();
-        let g = generate(&model, &[0], 256, &Decoding::temperature(1.0), &mut Rng::new(3), cache)
+        let g = generate(&model, &[0], 256, &Decoding::temperature(1.0), &mut Rng::new(3), true)
             .unwrap();
         assert_eq!(g.new_tokens().len(), 256);
         256.0 / t.elapsed().as_secs_f64()
     };
-    ((0..3).map(|_| run(true)).fold(0.0, f64::max), run(false))
+    (0..3).map(|_| run()).fold(0.0, f64::max)
 }
 
 /// The storages of the quantized generation rows: f32 (chapter 9's step), int8 and 4-bit blocks.
@@ -360,6 +380,221 @@ fn quantized_generation() -> Vec<(f64, usize)> {
         }
     }
     best.into_iter().zip(stores.iter().map(QuantGpt::weight_bytes_per_token)).collect()
+}
+
+// ───────────────────── generation at the memory's speed (`--memory-speed`) ─────────────────────
+
+/// Rounds of `--memory-speed` when `--rounds` is not given.
+const MEMORY_SPEED_ROUNDS: usize = 5;
+/// Passes of the plain sum per round (the fastest is kept).
+const SUM_PASSES: usize = 5;
+/// Seconds of cached generation per storage and round (whole runs of n_ctx − 1 steps; the
+/// fastest run is kept).
+const STEP_SECONDS: f64 = 0.5;
+
+/// The two models of `--memory-speed`: `gpt train`'s default on the default corpus (its
+/// characters, 3 blocks, 4 heads, width 96, context 64, learned positions) and chapter 9's
+/// generation model (6 blocks, 6 heads, width 384, context 256, vocabulary 65).
+fn memory_speed_config(name: &str) -> Option<Config> {
+    match name {
+        "default" => {
+            let text = llm_workbook::ch08_tokens::corpus::default_corpus();
+            let chars = llm_workbook::ch08_tokens::chars::CharTokenizer::from_text(text).ok()?;
+            Some(Config {
+                positions: Positions::Learned,
+                ..Config::new(chars.chars().len(), 64, 3, 4, 96)
+            })
+        }
+        "6x384" => Some(Config::new(65, 256, 6, 6, 384)),
+        _ => None,
+    }
+}
+
+/// The tensors one cached f32 step reads as weights (what
+/// [`SamplingModel::weight_bytes_per_token`] counts): every block matrix and the unembedding.
+fn step_weights(model: &Gpt<f32>) -> Vec<&[f32]> {
+    let unembedding = if model.config.tied { Param::Wte } else { Param::LmHead };
+    model
+        .shape()
+        .order()
+        .into_iter()
+        .zip(model.params.iter())
+        .filter(|((s, _), _)| {
+            (s.part == Part::Block && s.rows != Dim::One) || s.param == unembedding
+        })
+        .map(|(_, t)| t.as_slice())
+        .collect()
+}
+
+/// A plain sum of `values` in 16 interleaved lanes (the loop the compiler vectorises for the
+/// baseline target): what reading the bytes costs, with one addition per value.
+fn plain_sum(values: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; 16];
+    let chunks = values.chunks_exact(16);
+    let tail: f32 = chunks.remainder().iter().sum();
+    for c in chunks {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l += v;
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
+}
+
+/// Tokens per second of `step` on cached generation: whole runs of n_ctx − 1 greedy steps from
+/// token 0 for [`STEP_SECONDS`], the fastest run.
+fn steps_per_second(context: usize, mut run: impl FnMut(usize) -> f64) -> f64 {
+    let started = Instant::now();
+    let mut best = 0.0f64;
+    while best == 0.0 || started.elapsed().as_secs_f64() < STEP_SECONDS {
+        best = best.max(run(context - 1));
+    }
+    best
+}
+
+/// One `--child-memory-speed` process (one thread, pinned by the parent): prints the weight bytes
+/// per token of f32, int8 and 4-bit, then one line per round: the plain sum's GB/s over the f32
+/// step's weights, and f32, int8 and 4-bit tokens/s, the four measured in a rotating order.
+fn memory_speed_child(name: &str, rounds: usize) -> Result<(), String> {
+    let config = memory_speed_config(name).ok_or(format!("no model named {name:?}"))?;
+    let model = Gpt::<f32>::new(config, 1).map_err(|e| e.to_string())?;
+    let stores: Vec<QuantGpt> = [Storage::Int8, Storage::Q4]
+        .iter()
+        .map(|&s| QuantGpt::new(&model, s, false))
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
+    let weights = step_weights(&model);
+    let bytes: usize = weights.iter().map(|w| 4 * w.len()).sum();
+    let f32_bytes = SamplingModel::F32(model.clone()).weight_bytes_per_token();
+    if bytes != f32_bytes {
+        return Err(format!("summed {bytes} bytes, the f32 step reads {f32_bytes}"));
+    }
+    println!(
+        "{bytes} {} {}",
+        stores[0].weight_bytes_per_token(),
+        stores[1].weight_bytes_per_token()
+    );
+    let greedy = |steps: usize, step: &mut dyn FnMut(u32) -> Vec<f32>| {
+        let mut token = 0;
+        let t = Instant::now();
+        for _ in 0..steps {
+            token = argmax(&step(token)).unwrap() as u32;
+        }
+        steps as f64 / t.elapsed().as_secs_f64()
+    };
+    let context = config.context;
+    for round in 0..rounds {
+        let mut row = [0.0f64; 4];
+        for i in 0..4 {
+            let which = (i + round) % 4;
+            row[which] = match which {
+                0 => {
+                    let seconds = best_of(SUM_PASSES, || {
+                        let t = Instant::now();
+                        black_box(weights.iter().map(|w| plain_sum(w)).sum::<f32>());
+                        t.elapsed().as_secs_f64()
+                    });
+                    bytes as f64 / seconds / 1e9
+                }
+                1 => steps_per_second(context, |n| {
+                    let mut cache = model.new_kv_cache();
+                    greedy(n, &mut |t| model.step(&mut cache, t).unwrap())
+                }),
+                q => steps_per_second(context, |n| {
+                    let store = &stores[q - 2];
+                    let mut cache = store.new_kv_cache();
+                    greedy(n, &mut |t| store.step(&mut cache, t).unwrap())
+                }),
+            };
+        }
+        println!("{} {} {} {}", row[0], row[1], row[2], row[3]);
+    }
+    Ok(())
+}
+
+/// The median and the range of `v` (not empty).
+fn median_range(mut v: Vec<f64>) -> (f64, f64, f64) {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    let median = if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 };
+    (median, v[0], v[n - 1])
+}
+
+/// `--memory-speed`: for each model of [`memory_speed_config`], one child process on one
+/// thread, pinned to the last CPU with `taskset` where it exists; prints one summary block.
+fn memory_speed(rounds: usize) -> Result<(), String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let cpu = std::thread::available_parallelism().map_or(1, |n| n.get()) - 1;
+    let pinned = std::process::Command::new("taskset").arg("-V").output().is_ok();
+    println!(
+        "Generation at the memory's speed on {} ({} logical CPUs), kernel {}, one thread{}, \
+            {rounds} rounds (each: a plain sum of the f32 step's weights, then the f32, int8 and \
+            4-bit cached steps, in a rotating order); load before {}",
+        cpu_name(),
+        cpu + 1,
+        llm_workbook::simd::active_kernel(),
+        if pinned { format!(" pinned to CPU {cpu}") } else { " (not pinned: no taskset)".into() },
+        load()
+    );
+    println!(
+        "| model | f32 weights per token | plain sum GB/s | f32 step tokens/s | f32 step reads \
+            GB/s | ÷ plain sum | int8 tokens/s | int8 ÷ f32 | 4-bit tokens/s | 4-bit ÷ f32 | \
+            load after |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    for name in ["default", "6x384"] {
+        let mut command = if pinned {
+            let mut c = std::process::Command::new("taskset");
+            c.args(["-c", &cpu.to_string()]).arg(&exe);
+            c
+        } else {
+            std::process::Command::new(&exe)
+        };
+        let out = command
+            .args(["--child-memory-speed", name, &rounds.to_string()])
+            .env(THREADS_ENV, "1")
+            .output()
+            .map_err(|e| e.to_string())?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let lines: Vec<Vec<f64>> = text
+            .lines()
+            .map(|l| l.split_whitespace().filter_map(|v| v.parse().ok()).collect())
+            .collect();
+        if !out.status.success() || lines.len() != rounds + 1 {
+            let why = String::from_utf8_lossy(&out.stderr);
+            println!("| {name} | failed: {} |", why.lines().last().unwrap_or("no output"));
+            continue;
+        }
+        let f32_bytes = lines[0][0];
+        let column = |i: usize| lines[1..].iter().map(|r| r[i]).collect::<Vec<_>>();
+        let per_round = |f: &dyn Fn(&[f64]) -> f64| lines[1..].iter().map(|r| f(r)).collect();
+        let show = |(m, lo, hi): (f64, f64, f64), digits: usize| {
+            format!("{m:.digits$} ({lo:.digits$}–{hi:.digits$})")
+        };
+        let config = memory_speed_config(name).unwrap();
+        println!(
+            "| {} layers, width {}, context {}, vocabulary {} | {:.2} MB | {} | {} | {} | {} | \
+                {} | {} | {} | {} | {} |",
+            config.layers,
+            config.width,
+            config.context,
+            config.vocab_size,
+            f32_bytes / 1e6,
+            show(median_range(column(0)), 1),
+            show(median_range(column(1)), 0),
+            show(median_range(per_round(&|r| r[1] * f32_bytes / 1e9)), 1),
+            show(median_range(per_round(&|r| r[1] * f32_bytes / 1e9 / r[0] * 100.0)), 0) + " %",
+            show(median_range(column(2)), 0),
+            show(median_range(per_round(&|r| r[2] / r[1])), 2),
+            show(median_range(column(3)), 0),
+            show(median_range(per_round(&|r| r[3] / r[1])), 2),
+            load()
+        );
+    }
+    println!(
+        "(medians over the rounds, ranges in brackets; int8 and 4-bit store the block matrices, \
+            the unembedding stays f32, as `gpt quantize` writes them)"
+    );
+    Ok(())
 }
 
 /// Runs this bench again as a child with `flag`, the thread count and the backend set, and
@@ -552,6 +787,36 @@ fn main() {
             pass * 1e6,
             100.0 * copies / pass
         );
+        return;
+    }
+    if let Some(i) = args.iter().position(|a| a == "--child-memory-speed") {
+        let (name, rounds) = (args.get(i + 1), args.get(i + 2).and_then(|r| r.parse().ok()));
+        let result = match (name, rounds) {
+            (Some(name), Some(rounds)) => memory_speed_child(name, rounds),
+            _ => Err("--child-memory-speed needs a model and a number of rounds".into()),
+        };
+        if let Err(e) = result {
+            eprintln!("error: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    if args.iter().any(|a| a == "--memory-speed") {
+        let rounds = match args.iter().position(|a| a == "--rounds") {
+            None => Ok(MEMORY_SPEED_ROUNDS),
+            Some(i) => match args.get(i + 1).and_then(|r| r.parse::<usize>().ok()) {
+                Some(r) if r > 0 => Ok(r),
+                _ => Err("--rounds needs a whole number of rounds, at least 1".to_string()),
+            },
+        };
+        if let Err(e) = rounds.and_then(memory_speed) {
+            eprintln!("error: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    if args.iter().any(|a| a == "--child-generate-cached") {
+        println!("{}", generation_cached());
         return;
     }
     if args.iter().any(|a| a == "--child-generate") {

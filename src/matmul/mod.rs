@@ -113,6 +113,33 @@ mod sealed {
         fn transpose_lines(_dst: &mut [Self], _lines: &[&[Self]], _kc: usize) -> usize {
             0
         }
+        /// Whether the one-row product has a SIMD body for this type in `kernel` (f32 on x86-64:
+        /// [`crate::simd::row_dots`] and [`crate::simd::row_sums`]); the default: none.
+        fn row_simd(_kernel: Kernel) -> bool {
+            false
+        }
+        /// The one-row product's column dots by `kernel` ([`crate::simd::row_dots`]); `false`
+        /// (nothing done) where the type or the kernel has none.
+        fn row_dots(
+            _kernel: Kernel,
+            _x: &[Self],
+            _b: &[Self],
+            _ld: usize,
+            _out: &mut [Self],
+        ) -> bool {
+            false
+        }
+        /// The one-row product's sums of rows by `kernel` ([`crate::simd::row_sums`]); `false`
+        /// (nothing done) where the type or the kernel has none.
+        fn row_sums(
+            _kernel: Kernel,
+            _x: &[Self],
+            _b: &[Self],
+            _ld: usize,
+            _out: &mut [Self],
+        ) -> bool {
+            false
+        }
     }
 
     fn with_cache<T, R>(
@@ -147,6 +174,15 @@ mod sealed {
         #[cfg(target_arch = "x86_64")]
         fn transpose_lines(dst: &mut [f32], lines: &[&[f32]], kc: usize) -> usize {
             crate::simd::transpose_f32(dst, lines, kc)
+        }
+        fn row_simd(kernel: Kernel) -> bool {
+            cfg!(target_arch = "x86_64") && kernel != Kernel::Scalar
+        }
+        fn row_dots(kernel: Kernel, x: &[f32], b: &[f32], ld: usize, out: &mut [f32]) -> bool {
+            crate::simd::row_dots(kernel, x, b, ld, out)
+        }
+        fn row_sums(kernel: Kernel, x: &[f32], b: &[f32], ld: usize, out: &mut [f32]) -> bool {
+            crate::simd::row_sums(kernel, x, b, ld, out)
         }
     }
     impl Sealed for f64 {

@@ -1,13 +1,13 @@
 //! The one dispatcher: which instruction set runs a loop, asked of the CPU once.
 //!
 //! Every loop of the crate that has a SIMD form — the f32 and f64 micro-kernels of the product,
-//! the bf16 pair tile, the block-quantized dots of chapter 11, the FMA throughput probe
-//! ([`crate::peak`]) and the element-wise map ([`crate::simd_map`]) — is chosen here by one value,
-//! a [`Kernel`]: the portable Rust loop ([`Kernel::Scalar`], on every CPU, the specification), or
-//! the same loop written for AVX2 with FMA ([`Kernel::Avx2`]) or for AVX-512
-//! ([`Kernel::Avx512`]). The CPU is asked once, on the first question, which of them it runs
-//! ([`cpu`]); no other module of the crate asks the CPU or names an instruction set of its own (a
-//! repository test holds that).
+//! the one-row product's column dots and row sums (f32), the bf16 pair tile, the block-quantized
+//! dots of chapter 11, the FMA throughput probe ([`crate::peak`]) and the element-wise map
+//! ([`crate::simd_map`]) — is chosen here by one value, a [`Kernel`]: the portable Rust loop
+//! ([`Kernel::Scalar`], on every CPU, the specification), or the same loop written for AVX2 with
+//! FMA ([`Kernel::Avx2`]) or for AVX-512 ([`Kernel::Avx512`]). The CPU is asked once, on the
+//! first question, which of them it runs ([`cpu`]); no other module of the crate asks the CPU or
+//! names an instruction set of its own (a repository test holds that).
 //!
 //! The process's kernel is chosen here too ([`active_kernel`]: [`set_kernel`],
 //! `LLM_WORKBOOK_KERNEL`, else [`best_kernel`]). The callers pass a `Kernel` (the one their
@@ -329,6 +329,58 @@ pub(crate) fn map_f32<F: Fn(f32, f32) -> f32>(
     false
 }
 
+/// The one-row product's column dots in `kernel`'s registers: out_j = Σ_{p<k} x_p·b\[j·ld + p\]
+/// for every j < `out.len()`, k = `x.len()` (a·B, B column-major: one dot per column; the order
+/// of the sums is the SIMD body's, `src/simd/x86.rs`, `dots_body`). `false` (nothing done) for
+/// [`Kernel::Scalar`] or a kernel the CPU lacks, where the caller runs its portable dot. Panics
+/// before reading memory when a column reaches past `b`.
+pub(crate) fn row_dots(kernel: Kernel, x: &[f32], b: &[f32], ld: usize, out: &mut [f32]) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    match kernel {
+        Kernel::Scalar => {}
+        Kernel::Avx2 => {
+            if let Some(t) = found().avx2 {
+                t.row_dots(x, b, ld, out);
+                return true;
+            }
+        }
+        Kernel::Avx512 => {
+            if let Some(t) = found().avx512 {
+                t.row_dots(x, b, ld, out);
+                return true;
+            }
+        }
+    }
+    let _ = (kernel, x, b, ld, out);
+    false
+}
+
+/// The one-row product's sums of rows in `kernel`'s registers: out_j = Σ_{p<k} x_p·b\[p·ld + j\]
+/// for every j < `out.len()`, k = `x.len()` (a·Bᵀ, B column-major n×k: row p of Bᵀ added in with
+/// weight x_p, each output summed over p in order by fused multiply-adds). `false` (nothing done)
+/// for [`Kernel::Scalar`] or a kernel the CPU lacks. Panics before reading memory when a row
+/// reaches past `b`.
+pub(crate) fn row_sums(kernel: Kernel, x: &[f32], b: &[f32], ld: usize, out: &mut [f32]) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    match kernel {
+        Kernel::Scalar => {}
+        Kernel::Avx2 => {
+            if let Some(t) = found().avx2 {
+                t.row_sums(x, b, ld, out);
+                return true;
+            }
+        }
+        Kernel::Avx512 => {
+            if let Some(t) = found().avx512 {
+                t.row_sums(x, b, ld, out);
+                return true;
+            }
+        }
+    }
+    let _ = (kernel, x, b, ld, out);
+    false
+}
+
 /// The block-quantized column dots (chapter 11's int8 and 4-bit steps) with AVX2 and FMA, for
 /// [`Kernel::Avx2`] and [`Kernel::Avx512`] (every AVX-512 CPU has AVX2; the dot has no wider
 /// body); `false` (nothing done) for [`Kernel::Scalar`] or a CPU without AVX2, where the caller
@@ -421,6 +473,9 @@ mod tests {
         assert!(fma_probe(Kernel::Scalar, false, 1).is_none());
         let mut out = [0.0f32; 1];
         assert!(!quant_columns_dot(Kernel::Scalar, &[0.0; 32], &[1.0], &[0; 32], false, &mut out));
+        assert!(!row_dots(Kernel::Scalar, &[1.0; 2], &[1.0; 2], 2, &mut out));
+        assert!(!row_sums(Kernel::Scalar, &[1.0; 2], &[1.0; 2], 1, &mut out));
+        assert_eq!(out, [0.0]);
         assert!(bf16_pair_tile(Kernel::Scalar).is_none() && bf16_pair_tile(Kernel::Avx2).is_none());
     }
 }

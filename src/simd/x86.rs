@@ -1011,6 +1011,220 @@ unsafe fn transpose_f64_inner(dst: *mut f64, src: &[*const f64], full: usize) {
     }
 }
 
+// ───────────────── the one-row product (f32): dots with columns, sums of rows ─────────────────
+
+/// Vectors of independent partial sums in each column's dot ([`Avx2::row_dots`]): 32 values in
+/// flight with AVX2, 64 with AVX-512, enough to keep the fused multiply-adds busy through their
+/// latency while the column streams past.
+pub(crate) const ROW_DOT_VECTORS: usize = 4;
+
+/// Vectors of outputs held in registers by the row sums ([`Avx2::row_sums`]) while every row of B̃
+/// is added in.
+pub(crate) const ROW_SUM_VECTORS: usize = 4;
+
+/// f32 values in one 64-byte cache line (the step of the next column's prefetch).
+const F32_PER_LINE: usize = 16;
+
+impl Avx2 {
+    /// out_j = Σ_{p<k} x_p·b\[j·ld + p\] for every j < n = `out.len()`, k = `x.len()`
+    /// ([`dots_body`], with AVX2 and FMA). Panics, before reading memory, when a column reaches
+    /// past `b`.
+    pub(crate) fn row_dots(self, x: &[f32], b: &[f32], ld: usize, out: &mut [f32]) {
+        assert_row_fit("columns", x.len(), out.len(), ld, b.len());
+        // SAFETY: the token proves AVX2 and FMA; every column lies inside `b` (the assert).
+        unsafe { row_dots_avx2(x, b, ld, out) }
+    }
+
+    /// out_j = Σ_{p<k} x_p·b\[p·ld + j\] for every j < n = `out.len()`, k = `x.len()`
+    /// ([`sums_body`], with AVX2 and FMA). Panics, before reading memory, when a row reaches
+    /// past `b`.
+    pub(crate) fn row_sums(self, x: &[f32], b: &[f32], ld: usize, out: &mut [f32]) {
+        assert_row_fit("rows", out.len(), x.len(), ld, b.len());
+        // SAFETY: the token proves AVX2 and FMA; every row lies inside `b` (the assert).
+        unsafe { row_sums_avx2(x, b, ld, out) }
+    }
+}
+
+impl Avx512 {
+    /// [`Avx2::row_dots`] with AVX-512F: the same loop, 16 lanes a vector.
+    pub(crate) fn row_dots(self, x: &[f32], b: &[f32], ld: usize, out: &mut [f32]) {
+        assert_row_fit("columns", x.len(), out.len(), ld, b.len());
+        // SAFETY: the token proves AVX-512F; every column lies inside `b` (the assert).
+        unsafe { row_dots_avx512(x, b, ld, out) }
+    }
+
+    /// [`Avx2::row_sums`] with AVX-512F: the same loop, 16 lanes a vector.
+    pub(crate) fn row_sums(self, x: &[f32], b: &[f32], ld: usize, out: &mut [f32]) {
+        assert_row_fit("rows", out.len(), x.len(), ld, b.len());
+        // SAFETY: the token proves AVX-512F; every row lies inside `b` (the assert).
+        unsafe { row_sums_avx512(x, b, ld, out) }
+    }
+}
+
+/// Panics unless `count` runs of `len` values, `ld` apart, lie inside `available` values
+/// (arithmetic that cannot wrap): the bound every read of the one-row loops stays inside.
+fn assert_row_fit(what: &str, len: usize, count: usize, ld: usize, available: usize) {
+    let end = (count.max(1) - 1).checked_mul(ld).and_then(|s| s.checked_add(len));
+    let fits = count == 0 || len == 0 || end.is_some_and(|e| e <= available);
+    assert!(fits, "{count} {what} of {len} values, {ld} apart, need more than {available} values");
+}
+
+/// # Safety
+///
+/// The CPU must support AVX2 and FMA; `b` must hold every column (`assert_row_fit`).
+#[target_feature(enable = "avx2,fma")]
+unsafe fn row_dots_avx2(x: &[f32], b: &[f32], ld: usize, out: &mut [f32]) {
+    // SAFETY: the contract, passed on.
+    unsafe { dots_body::<Avx2F32>(x, b, ld, out) }
+}
+
+/// # Safety
+///
+/// The CPU must support AVX-512F; `b` must hold every column (`assert_row_fit`).
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn row_dots_avx512(x: &[f32], b: &[f32], ld: usize, out: &mut [f32]) {
+    // SAFETY: the contract, passed on.
+    unsafe { dots_body::<Avx512F32>(x, b, ld, out) }
+}
+
+/// # Safety
+///
+/// The CPU must support AVX2 and FMA; `b` must hold every row (`assert_row_fit`).
+#[target_feature(enable = "avx2,fma")]
+unsafe fn row_sums_avx2(x: &[f32], b: &[f32], ld: usize, out: &mut [f32]) {
+    // SAFETY: the contract, passed on.
+    unsafe { sums_body::<Avx2F32>(x, b, ld, out) }
+}
+
+/// # Safety
+///
+/// The CPU must support AVX-512F; `b` must hold every row (`assert_row_fit`).
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn row_sums_avx512(x: &[f32], b: &[f32], ld: usize, out: &mut [f32]) {
+    // SAFETY: the contract, passed on.
+    unsafe { sums_body::<Avx512F32>(x, b, ld, out) }
+}
+
+/// The lanes of `v` summed in halves: lane i + lane i + LANES/2, then again, until one is left.
+///
+/// # Safety
+///
+/// The CPU must support `I`.
+#[inline(always)]
+unsafe fn sum_lanes<I: Vector<E = f32>>(v: I::V) -> f32 {
+    let mut lanes = [0.0f32; 16];
+    const { assert!(I::LANES <= 16, "at most 16 lanes") };
+    // SAFETY: the CPU supports `I`; `lanes` holds 16 ≥ LANES values.
+    unsafe { I::store(lanes.as_mut_ptr(), v) };
+    let mut width = I::LANES;
+    while width > 1 {
+        width /= 2;
+        for i in 0..width {
+            lanes[i] += lanes[i + width];
+        }
+    }
+    lanes[0]
+}
+
+/// The loop of [`Avx2::row_dots`] in `I`'s registers, one column at a time (so a run of
+/// columns gives the bits the whole product gives): [`ROW_DOT_VECTORS`] vectors of LANES partial
+/// sums, vector v taking the values p = q·4·LANES + v·LANES + l by fused multiply-adds, the
+/// remaining whole vectors into vector 0; then (v₀ + v₁) + (v₂ + v₃), its lanes summed in halves
+/// ([`sum_lanes`]), and the last k mod LANES values added in order by fused multiply-adds. While
+/// one column is summed the next is asked for (a prefetch: it changes no value).
+///
+/// # Safety
+///
+/// The CPU must support `I`; `b` must hold every column (`assert_row_fit`). Inlined into the
+/// `#[target_feature]` wrapper that calls it.
+#[inline(always)]
+unsafe fn dots_body<I: Vector<E = f32>>(x: &[f32], b: &[f32], ld: usize, out: &mut [f32]) {
+    let (k, n, lanes) = (x.len(), out.len(), I::LANES);
+    let step = ROW_DOT_VECTORS * lanes;
+    if k == 0 {
+        out.fill(0.0);
+        return;
+    }
+    let (xp, bp) = (x.as_ptr(), b.as_ptr());
+    for (j, o) in out.iter_mut().enumerate() {
+        // SAFETY (every load): p + LANES ≤ k (loop bounds), so x's loads are inside x and column
+        // j's inside b (the caller's contract).
+        let col = bp.wrapping_add(j * ld);
+        let next = if j + 1 < n { Some(col.wrapping_add(ld)) } else { None };
+        let mut acc = [unsafe { I::zero() }; ROW_DOT_VECTORS];
+        let mut p = 0;
+        while p + step <= k {
+            if let Some(next) = next {
+                for line in (p..p + step).step_by(F32_PER_LINE) {
+                    // SAFETY: SSE is part of every x86-64 CPU; a prefetch never faults.
+                    unsafe { _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(line).cast()) };
+                }
+            }
+            for (v, a) in acc.iter_mut().enumerate() {
+                let q = p + v * lanes;
+                *a = unsafe { I::fma(I::load(xp.add(q)), I::load(col.add(q)), *a) };
+            }
+            p += step;
+        }
+        if let Some(next) = next {
+            for line in (p..k).step_by(F32_PER_LINE) {
+                // SAFETY: as above.
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(line).cast()) };
+            }
+        }
+        while p + lanes <= k {
+            acc[0] = unsafe { I::fma(I::load(xp.add(p)), I::load(col.add(p)), acc[0]) };
+            p += lanes;
+        }
+        let v = unsafe { I::add(I::add(acc[0], acc[1]), I::add(acc[2], acc[3])) };
+        let mut s = unsafe { sum_lanes::<I>(v) };
+        for (&xq, &w) in x[p..].iter().zip(&b[j * ld + p..j * ld + k]) {
+            s = xq.mul_add(w, s);
+        }
+        *o = s;
+    }
+}
+
+/// The loop of [`Avx2::row_sums`] in `I`'s registers: [`ROW_SUM_VECTORS`] vectors of outputs at
+/// a time, then one vector, then the last outputs one by one, each summed over p in order.
+///
+/// # Safety
+///
+/// The CPU must support `I`; `b` must hold every row (`assert_row_fit`). Inlined into the
+/// `#[target_feature]` wrapper that calls it.
+#[inline(always)]
+unsafe fn sums_body<I: Vector<E = f32>>(x: &[f32], b: &[f32], ld: usize, out: &mut [f32]) {
+    let (n, lanes) = (out.len(), I::LANES);
+    let (bp, op) = (b.as_ptr(), out.as_mut_ptr());
+    let mut j = 0;
+    // SAFETY (every load and store): j + width ≤ n (loop bounds), so row p's values j … are
+    // inside b (the caller's contract) and the stores inside out.
+    while j + ROW_SUM_VECTORS * lanes <= n {
+        let mut acc = [unsafe { I::zero() }; ROW_SUM_VECTORS];
+        for (p, &xp) in x.iter().enumerate() {
+            let (xv, row) = (unsafe { I::splat(xp) }, bp.wrapping_add(p * ld + j));
+            for (v, a) in acc.iter_mut().enumerate() {
+                *a = unsafe { I::fma(xv, I::load(row.add(v * lanes)), *a) };
+            }
+        }
+        for (v, a) in acc.into_iter().enumerate() {
+            unsafe { I::store(op.add(j + v * lanes), a) };
+        }
+        j += ROW_SUM_VECTORS * lanes;
+    }
+    while j + lanes <= n {
+        let mut acc = unsafe { I::zero() };
+        for (p, &xp) in x.iter().enumerate() {
+            acc = unsafe { I::fma(I::splat(xp), I::load(bp.add(p * ld + j)), acc) };
+        }
+        unsafe { I::store(op.add(j), acc) };
+        j += lanes;
+    }
+    for (j, o) in out.iter_mut().enumerate().skip(j) {
+        *o = x.iter().enumerate().fold(0.0f32, |s, (p, &xp)| xp.mul_add(b[p * ld + j], s));
+    }
+}
+
 // ──────────────────── block-quantized dot products: int8 and 4-bit codes ────────────────────
 
 /// Weights per quantized block (chapter 11's `quant::BLOCK`): one scale each.

@@ -388,11 +388,13 @@ pub(crate) enum Products {
     /// Through the blocked product (chapter 10's [`crate::matmul::gemm_with`], with the shard's
     /// settings: the training step's blocks of query rows).
     Blocked,
-    /// By `matmul`'s [`row_product`], for a block of one query row (the cached step).
+    /// By `matmul`'s [`row_product`], for a block of one query row (the cached step), with the
+    /// process's kernel (the cached step has no settings of its own).
     OneRow,
 }
 
-/// C ← α·A·op(B) + β·C by `how` (the blocked product with the `Rounder`'s settings).
+/// C ← α·A·op(B) + β·C by `how` (the blocked product with the `Rounder`'s settings, or the
+/// one-row product with the process's kernel).
 pub(super) fn product<T: Float>(
     (how, rounder): (Products, &Rounder),
     alpha: T,
