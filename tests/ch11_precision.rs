@@ -1904,7 +1904,7 @@ fn with_thousands(number: &str) -> String {
     let digits: Vec<char> = whole.chars().collect();
     let mut out = String::new();
     for (i, c) in digits.iter().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(*c);
