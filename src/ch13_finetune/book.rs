@@ -154,7 +154,7 @@ pub fn worked() -> Result<Vec<Worked>> {
         Worked::number(
             "dpo_loss_and_margin_with_the_reference_by_hand",
             THIS_CRATE,
-            "DPO margin, policy (−2, −3) against reference (−1, −4), β = 1/2",
+            "DPO margin at β = 0.5, policy (−2, −3) against reference (−1, −4)",
             "-1",
             margin,
         ),
