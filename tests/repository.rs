@@ -1822,6 +1822,10 @@ mod pages {
             if fenced {
                 continue;
             }
+            // A tab or other control character: `\t` of `\top` read as an escape on its way in.
+            if line.chars().any(char::is_control) {
+                faults.push(format!("{name}:{}: a control character (a tab?)", i + 1));
+            }
             // Drop inline code spans and escaped dollars.
             let text: String = line
                 .split('`')
@@ -1919,6 +1923,11 @@ mod pages {
                 "p.md:6: unbalanced $",
                 "p.md: a $$ block is not closed"
             ]
+        );
+        // Planted: `\top` whose `\t` became a tab.
+        assert_eq!(
+            notation_faults("p.md", "so $W^\\top$ and\n$W^\top$\n", false),
+            ["p.md:2: a control character (a tab?)"]
         );
         // Planted: glued and spaced dollars, emphasis across two formulas, \% and \\.
         let planted = "the $n$th one\n$\\alpha$$\\beta$\n$ a$ b\n\
