@@ -17,6 +17,12 @@ built by `cargo bench --bench ch09_gpt --no-run` (the path cargo prints); each o
 fresh `BINARY --child-train-step` process with `LLM_WORKBOOK_THREADS` set. Both sides take the
 best of 3 × 10 steps after 2 warm-up steps. It prints every round, the medians, the ranges of the
 ratios and how many rounds reach 1.3× (one thread) and 1.5× (two threads).
+With `--strict` added, each round runs PyTorch with all three AdamW implementations and takes its
+best, and the summary gives our median against each round's best and against the best of the
+whole sitting, and in how many rounds the strict ratio reaches the goal (chapter 10, "The
+comparison that survives the spread").
+`--profile` (with `--fused` or `--foreach` if wanted) prints PyTorch's autograd profile of the
+training step on one thread, grouped into the parts chapter 10's profile of ours names.
 With `--generate` added, the rounds time cached generation instead (256 new tokens at batch 1 from
 the 6-layer, width-384 model below, best of 3 on each side; ours is `BINARY
 --child-generate-cached`), and count the rounds at 2× on each thread count.
@@ -95,16 +101,20 @@ class Gpt(nn.Module):
         return self.ln_f(x) @ self.wte.weight.t()
 
 
+# PyTorch's three AdamW implementations on CPU, by the keyword that selects each.
+ADAMW_VARIANTS = {"default": {}, "foreach": {"foreach": True}, "fused": {"fused": True}}
+
+
 def adamw_variant():
     """The AdamW implementation asked for on the command line: fused, foreach, or the default."""
     if "--fused" in sys.argv:
-        return {"fused": True}
+        return ADAMW_VARIANTS["fused"]
     if "--foreach" in sys.argv:
-        return {"foreach": True}
-    return {}
+        return ADAMW_VARIANTS["foreach"]
+    return ADAMW_VARIANTS["default"]
 
 
-def train_tokens_per_second(threads, steps=10, repeats=3):
+def train_tokens_per_second(threads, steps=10, repeats=3, variant=None):
     torch.set_num_threads(threads)
     torch.manual_seed(1)
     vocab, context, batch = 65, 64, 12
@@ -113,7 +123,7 @@ def train_tokens_per_second(threads, steps=10, repeats=3):
     rest = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}], lr=1e-3, betas=(0.9, 0.95), eps=1e-8,
-        **adamw_variant(),
+        **(adamw_variant() if variant is None else variant),
     )
     data = torch.randint(0, vocab, (50_000,))
 
@@ -242,14 +252,138 @@ def rounds(count, binary, generate):
     print(f"| rounds at the goal | | | {sum(x >= goals[0] for x in one)} of {count} at {goals[0]}× | | | {sum(x >= goals[1] for x in two)} of {count} at {goals[1]}× | |")
 
 
+# PyTorch operators grouped into the parts of the step that chapter 10's profile of ours names.
+PROFILE_PARTS = [
+    ("products", ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear", "aten::baddbmm")),
+    ("attention (SDPA: softmax and masking)", ("scaled_dot_product", "flash_attention", "aten::_softmax", "softmax_backward")),
+    ("LayerNorm", ("layer_norm",)),
+    ("GELU", ("gelu",)),
+    ("AdamW and clipping", ("adam", "_foreach", "clip_grad", "aten::norm", "linalg_vector_norm", "aten::lerp", "aten::addcdiv", "aten::addcmul", "aten::sqrt", "aten::mul_", "aten::div_")),
+    ("loss (log-softmax, NLL)", ("log_softmax", "nll_loss", "cross_entropy")),
+    ("embeddings", ("embedding",)),
+    ("copies and views' materialisation", ("aten::copy_", "aten::clone", "aten::contiguous", "aten::cat", "aten::stack", "aten::index", "aten::fill_", "aten::zero_", "aten::zeros", "aten::empty")),
+]
+
+
+def profile_step(variant_name, steps=20):
+    """PyTorch's own profile of the training step on one thread: self CPU time per operator,
+    grouped into the parts of PROFILE_PARTS (the first part whose pattern an operator's name
+    contains), in ms per step and as shares of the profiled total."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.set_num_threads(1)
+    torch.manual_seed(1)
+    vocab, context, batch = 65, 64, 12
+    model = Gpt(vocab, context, 4, 4, 128)
+    decay = [p for p in model.parameters() if p.dim() == 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}], lr=1e-3, betas=(0.9, 0.95), eps=1e-8,
+        **ADAMW_VARIANTS[variant_name],
+    )
+    data = torch.randint(0, vocab, (50_000,))
+
+    def step():
+        ix = torch.randint(len(data) - context - 1, (batch,))
+        x = torch.stack([data[i : i + context] for i in ix])
+        y = torch.stack([data[i + 1 : i + 1 + context] for i in ix])
+        loss = F.cross_entropy(model(x).view(-1, vocab), y.view(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+
+    for _ in range(3):
+        step()
+    wall = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            step()
+    wall = (time.perf_counter() - wall) / steps
+    parts = {name: 0.0 for name, _ in PROFILE_PARTS}
+    parts["other"] = 0.0
+    for e in prof.key_averages():
+        name = e.key.lower()
+        part = next((n for n, pats in PROFILE_PARTS if any(p.lower() in name for p in pats)), "other")
+        parts[part] += e.self_cpu_time_total / 1e3 / steps
+    total = sum(parts.values())
+    print(f"PyTorch {torch.__version__}, AdamW {variant_name}, 1 thread, {steps} profiled steps; load {load()}")
+    print(f"wall time per step under the profiler {wall * 1e3:.1f} ms; profiled self time {total:.1f} ms")
+    print("| part | ms per step | share |")
+    print("|---|---|---|")
+    for name, ms in sorted(parts.items(), key=lambda kv: -kv[1]):
+        print(f"| {name} | {ms:.2f} | {100 * ms / total:.1f} % |")
+    top = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:15]
+    print()
+    print("| operator | ms per step |")
+    print("|---|---|")
+    for e in top:
+        print(f"| {e.key} | {e.self_cpu_time_total / 1e3 / steps:.2f} |")
+
+
+def strict_rounds(count, binary):
+    """The training step by the strict rule, `count` alternating rounds: in each round ours, then
+    PyTorch with each of its three AdamW implementations (SDPA attention in all), on 1 and on 2
+    threads, who goes first alternating. PyTorch's value of a round is its best implementation in
+    that round. Printed: every round; our median against each round's PyTorch best (the strict
+    ratio, and in how many rounds it reaches the goal); our median against the best PyTorch run of
+    the whole sitting (the strictest single number); and the plain median ratio for comparison."""
+    if not os.access(binary, os.X_OK):
+        sys.exit(f"error: --ours {binary}: not an executable file (build it with `cargo bench --bench ch09_gpt --no-run`)")
+    print(f"PyTorch {torch.__version__}; ours: {binary}; load before {load()}")
+    print("strict rule: our median ÷ PyTorch's best of default, foreach and fused AdamW in each round")
+    goals = {1: 1.3, 2: 1.5}
+    names = list(ADAMW_VARIANTS)
+    head = " | ".join(f"PyTorch {n}" for n in names)
+    print(f"| round | threads | ours | {head} | PyTorch best | load |")
+    print("|---|---|---|" + "---|" * len(names) + "---|---|")
+    ours = {1: [], 2: []}
+    best = {1: [], 2: []}
+    for r in range(1, count + 1):
+        for threads in (1, 2):
+            def pytorch():
+                return {n: train_tokens_per_second(threads, variant=ADAMW_VARIANTS[n])[0] for n in names}
+            if r % 2:
+                o = ours_tokens_per_second(binary, threads)
+                p = pytorch()
+            else:
+                p = pytorch()
+                o = ours_tokens_per_second(binary, threads)
+            ours[threads].append(o)
+            best[threads].append(max(p.values()))
+            cells = " | ".join(f"{p[n]:,.1f}" for n in names)
+            print(f"| {r} | {threads} | {o:,.1f} | {cells} | {max(p.values()):,.1f} | {load()} |", flush=True)
+    print()
+    print("| threads | ours, median | PyTorch best, median | median ratio | strict: ours median ÷ each round's best | rounds at the goal | ours median ÷ the sitting's best |")
+    print("|---|---|---|---|---|---|---|")
+    for threads in (1, 2):
+        om = statistics.median(ours[threads])
+        strict = [om / b for b in best[threads]]
+        plain = statistics.median(o / b for o, b in zip(ours[threads], best[threads]))
+        at_goal = sum(x >= goals[threads] for x in strict)
+        print(
+            f"| {threads} | {om:,.0f} | {statistics.median(best[threads]):,.0f} | {plain:.2f}× | "
+            f"{min(strict):.2f}–{max(strict):.2f}× (median {statistics.median(strict):.2f}×) | "
+            f"{at_goal} of {count} at {goals[threads]}× | {om / max(best[threads]):.2f}× |"
+        )
+
+
 def main():
+    if "--profile" in sys.argv:
+        profile_step("fused" if "--fused" in sys.argv else "foreach" if "--foreach" in sys.argv else "default")
+        return
     count, binary = option("--rounds"), option("--ours")
     if (count is None) != (binary is None):
         sys.exit("error: --rounds and --ours go together: --rounds N --ours BINARY")
     if count is not None:
         if not count.isdigit() or int(count) == 0:
             sys.exit(f"error: --rounds {count}: expected a whole number of rounds, at least 1")
-        rounds(int(count), binary, "--generate" in sys.argv)
+        if "--strict" in sys.argv:
+            if "--generate" in sys.argv:
+                sys.exit("error: --strict times the training step; it does not go with --generate")
+            strict_rounds(int(count), binary)
+        else:
+            rounds(int(count), binary, "--generate" in sys.argv)
         return
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "unknown CPU")
     print(f"PyTorch {torch.__version__} on {cpu} ({os.cpu_count()} logical CPUs)")

@@ -541,6 +541,8 @@ fn kv_cache_bytes_per_token_of_published_configurations() {
     //   32 · 2 · 8 · 128 · 2 = 131 072 = 128 KiB (MHA would need 4× that, 512 KiB).
     // Qwen3-8B: 36 layers, 32 query heads, 8 key/value heads of 128:
     //   36 · 2 · 8 · 128 · 2 = 147 456 = 144 KiB.
+    // nanochat d20: 20 layers, width 1280 in 10 heads of 128, a key/value head each:
+    //   20 · 2 · 10 · 128 · 2 = 102 400 = 100 KiB.
     let gpt2 = KvCacheShape { layers: 12, n_heads: 12, n_kv_heads: 12, head_dim: 64 };
     let llama3 = KvCacheShape { layers: 32, n_heads: 32, n_kv_heads: 8, head_dim: 128 };
     let qwen3 = KvCacheShape { layers: 36, n_heads: 32, n_kv_heads: 8, head_dim: 128 };
@@ -548,6 +550,8 @@ fn kv_cache_bytes_per_token_of_published_configurations() {
     assert_eq!(llama3.bytes_per_token(BYTES_PER_HALF).unwrap(), 131_072);
     assert_eq!(llama3.as_mha().bytes_per_token(BYTES_PER_HALF).unwrap(), 524_288);
     assert_eq!(qwen3.bytes_per_token(BYTES_PER_HALF).unwrap(), 147_456);
+    let nanochat = KvCacheShape { layers: 20, n_heads: 10, n_kv_heads: 10, head_dim: 128 };
+    assert_eq!(nanochat.bytes_per_token(BYTES_PER_HALF).unwrap(), 102_400);
     // MQA: one key/value head, a 32nd of Llama 3 8B's MHA cache.
     let mqa = KvCacheShape { n_kv_heads: 1, ..llama3 };
     assert_eq!(mqa.bytes_per_token(BYTES_PER_HALF).unwrap(), 16_384);

@@ -33,11 +33,14 @@ pub const WAVELENGTH_CONTEXT: f64 = 8192.0;
 /// Published attention shapes, from each model's `config.json` (`n_layer`, `n_head` for GPT-2;
 /// `num_hidden_layers`, `num_attention_heads`, `num_key_value_heads`, `head_dim` or
 /// `hidden_size`/heads for the others): GPT-2 124M (openai-community/gpt2), Llama 3 8B
-/// (meta-llama/Meta-Llama-3-8B), Qwen3-8B (Qwen/Qwen3-8B).
-pub const PUBLISHED: [(&str, KvCacheShape); 3] = [
+/// (meta-llama/Meta-Llama-3-8B), Qwen3-8B (Qwen/Qwen3-8B); and nanochat's d20, which publishes no
+/// `config.json`: its training script (karpathy/nanochat, `scripts/base_train.py`) builds depth 20
+/// with width 20 · 64 = 1280 in heads of 128, so 10 heads, each with its own key/value head.
+pub const PUBLISHED: [(&str, KvCacheShape); 4] = [
     ("GPT-2 124M", KvCacheShape { layers: 12, n_heads: 12, n_kv_heads: 12, head_dim: 64 }),
     ("Llama 3 8B", KvCacheShape { layers: 32, n_heads: 32, n_kv_heads: 8, head_dim: 128 }),
     ("Qwen3-8B", KvCacheShape { layers: 36, n_heads: 32, n_kv_heads: 8, head_dim: 128 }),
+    ("nanochat d20", KvCacheShape { layers: 20, n_heads: 10, n_kv_heads: 10, head_dim: 128 }),
 ];
 
 /// Pairs of a head of width d_h whose wavelength exceeds the context.
@@ -69,7 +72,7 @@ pub fn worked() -> Result<Vec<Worked>> {
     let (swiglu, wrong_branch) = swiglu_example()?;
     let m = LLAMA_HIDDEN_MULTIPLE;
     let bytes = |s: KvCacheShape| -> Result<f64> { Ok(s.bytes_per_token(BYTES_PER_HALF)? as f64) };
-    let [gpt2, llama, qwen] = PUBLISHED.map(|(_, s)| s);
+    let [gpt2, llama, qwen, nanochat] = PUBLISHED.map(|(_, s)| s);
     let t = THIS_CRATE;
     Ok(vec![
         Worked::number(
@@ -197,6 +200,13 @@ pub fn worked() -> Result<Vec<Worked>> {
             "the same, Qwen3-8B",
             "147456",
             bytes(qwen)?,
+        ),
+        Worked::number(
+            "kv_cache_bytes_per_token_of_published_configurations",
+            t,
+            "the same, nanochat d20 (10 heads, MHA)",
+            "102400",
+            bytes(nanochat)?,
         ),
     ])
 }
