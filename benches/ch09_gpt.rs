@@ -34,6 +34,10 @@
 //! `LLM_WORKBOOK_THREADS` set, and prints tokens/s, speed-up and efficiency against the first
 //! count; `--write` also rewrites its section of `chapters/benchmarks.md`. The built binary runs
 //! alone (`cargo bench --bench ch09_gpt --no-run` prints its path).
+//!
+//! With `-- --profile-steps N` it runs only N fused training steps of the comparison's model
+//! (after two warm-up steps) and prints nothing: the process to sample with `perf record` for
+//! chapter 10's profile of the step (PyTorch's side: `benches/ch09_gpt_pytorch.py --profile`).
 
 #[path = "common/clock.rs"]
 mod clock;
@@ -278,6 +282,19 @@ fn block_copy() -> (f64, f64) {
 /// One configuration's step, measured in this process: (tokens/s, step s, products replayed s),
 /// with the fused step or (`reference`) the reference one; the replay is skipped (0) for the
 /// reference.
+/// `n` fused steps of [`train_step`]'s model and data after two warm-up steps, nothing else.
+fn profile_steps(n: usize) {
+    let config = Config::new(65, 64, 4, 4, 128);
+    let mut rng = Rng::new(1);
+    let tokens: Vec<u32> = (0..50_000).map(|_| rng.below(65) as u32).collect();
+    let tc = TrainConfig::new(12, Schedule::new(1e-3, 1e-4, 10, 1000).unwrap());
+    let mut trainer = Trainer::new(Gpt::<f32>::new(config, 1).unwrap(), &tc, 2).unwrap();
+    let data = Data::Stream { tokens: &tokens, seq_len: 64 };
+    for _ in 0..n + 2 {
+        black_box(trainer.step(&data, &tc).unwrap());
+    }
+}
+
 fn train_step(reference: bool) -> (f64, f64, f64) {
     let config = Config::new(65, 64, 4, 4, 128);
     let (batch, t) = (12, 64);
@@ -753,6 +770,17 @@ fn main() {
                 std::process::exit(1);
             }
         }
+        return;
+    }
+    if let Some(i) = args.iter().position(|a| a == "--profile-steps") {
+        // Only the fused training step, `n` times after two warm-up steps, printing nothing: the
+        // run to sample with `perf record` (chapter 10's profile of the step against PyTorch's).
+        let n = args.get(i + 1).and_then(|s| s.parse::<usize>().ok()).filter(|&n| n > 0);
+        let Some(n) = n else {
+            eprintln!("error: --profile-steps needs a whole number of steps, at least 1");
+            std::process::exit(2);
+        };
+        profile_steps(n);
         return;
     }
     if let Some(kind) = args.iter().find(|a| a.starts_with("--child-train-step")) {
