@@ -467,11 +467,10 @@ impl Lock {
                         Some(pid) => format!("process {pid}"),
                         None => "another process".to_string(),
                     };
-                    let reason = format!(
-                        "{} is being written by {who}; wait for it to end, or choose another \
-                         folder",
-                        dir.display()
-                    );
+                    // The lock file's path already names the folder: the reason does not repeat
+                    // it, so the line stays within 100 columns for any short folder name.
+                    let reason =
+                        format!("the folder is being written by {who}; wait, or choose another");
                     return Err(Error::Parse {
                         file: path.display().to_string(),
                         line: None,
