@@ -95,10 +95,10 @@ fn full_fine_tuning_learns_answers_in_characters_the_prose_lacks() {
     std::fs::write(dir.join("data.jsonl"), constant_answers()).unwrap();
     // The prose model cannot read the prompt.
     let args = ["gpt", "sample", "--checkpoint", "base", "--prompt", "3+6="];
-    refused(&cli(&dir, &args), &["--prompt", "'+'"], "the base lacks '+'");
+    refused(&cli(&dir, &args), &["--prompt", "'3'"], "the base lacks digits");
     let out = ok(&cli(&dir, &finetune_args("full", "0")), "gpt finetune");
-    assert!(out.contains("gained 5 characters"), "{out}");
-    assert!(out.contains("\"+2349=\""), "the added characters, in order: {out}");
+    assert!(out.contains("gained 13 characters"), "{out}");
+    assert!(out.contains("\"\\n+0123456789=\""), "the added characters, in order: {out}");
     // Every reply is the answer, its end marker cut by --stop.
     for prompt in ["3+6=", "0+9="] {
         assert_eq!(reply(&dir, "full", prompt), format!("{prompt}42"), "{out}");
@@ -166,8 +166,13 @@ fn bad_files() -> Vec<(&'static str, String, usize, &'static str)> {
         ("mixed kinds", format!("{good}\n{dpo}"), 3, "DPO keys in a file of SFT lines"),
         ("both kinds", g("{\"prompt\": \"a\", \"answer\": \"b\", \"chosen\": \"c\"}"), 2, "mixes"),
         ("end marker", g("{\"prompt\": \"1+1=\", \"answer\": \"2\\n3\"}"), 2, "end marker"),
-        ("same pair", "{\"prompt\": \"a\", \"chosen\": \"b\", \"rejected\": \"b\"}\n".into(), 1, "same"),
-        ("too long", format!("{good}{good}{long}"), 3, "over the model's context of 16"),
+        (
+            "same pair",
+            "{\"prompt\": \"a\", \"chosen\": \"b\", \"rejected\": \"b\"}\n".into(),
+            1,
+            "same",
+        ),
+        ("too long", format!("{good}{good}{long}"), 3, "the model's context of 16 takes 17"),
     ]
 }
 
@@ -181,10 +186,15 @@ fn every_kind_of_bad_line_is_refused_with_its_line_number() {
         assert!(!folder::holds_checkpoint(&dir.join("out")), "{what}: nothing saved");
     }
     // Bytes that are not UTF-8, on line 2; a file of blank lines holds no example.
-    std::fs::write(dir.join("data.jsonl"), b"{\"prompt\": \"a\", \"answer\": \"b\"}\n\xff\n").unwrap();
+    std::fs::write(dir.join("data.jsonl"), b"{\"prompt\": \"a\", \"answer\": \"b\"}\n\xff\n")
+        .unwrap();
     refused(&cli(&dir, &finetune_args("out", "0")), &["data.jsonl:2:", "UTF-8"], "bytes");
     std::fs::write(dir.join("data.jsonl"), "\n  \n").unwrap();
     refused(&cli(&dir, &finetune_args("out", "0")), &["data.jsonl:", "no example"], "blank");
+    // A good file of preference pairs: not taken yet, said in one line.
+    let pairs = "{\"prompt\": \"1+1=\", \"chosen\": \"2\", \"rejected\": \"3\"}\n";
+    std::fs::write(dir.join("data.jsonl"), pairs).unwrap();
+    refused(&cli(&dir, &finetune_args("out", "0")), &["data.jsonl", "DPO", "not taken"], "DPO");
 }
 
 #[test]
@@ -215,8 +225,8 @@ fn the_folders_are_refused_as_gpt_train_refuses_them() {
     ok(&cli(&dir, &[&args[..], &rest[..]].concat()), "another run");
     refused(&cli(&dir, &finetune_args("other", "0")), &["--out", "already holds"], "a run");
     // A folder a writer holds.
-    let lock = Lock::take(&dir.join("held"), "test").unwrap();
-    refused(&cli(&dir, &finetune_args("held", "0")), &["held"], "locked");
+    let lock = Lock::take(&dir.join("h"), "test").unwrap();
+    refused(&cli(&dir, &finetune_args("h", "0")), &["h/LOCK", "being written"], "locked");
     drop(lock);
     // A checkpoint of stored weights, and a Llama's, are refused naming --checkpoint.
     let q = ["gpt", "quantize", "--checkpoint", "base", "--to", "int8", "--out", "q"];
@@ -234,10 +244,8 @@ fn the_folders_are_refused_as_gpt_train_refuses_them() {
 // ───── the library's pieces, each with a planted mistake it catches ─────
 
 fn records(lines: &[(&str, &str)]) -> Vec<Record> {
-    let text: String = lines
-        .iter()
-        .map(|(p, a)| format!("{{\"prompt\": {p:?}, \"answer\": {a:?}}}\n"))
-        .collect();
+    let text: String =
+        lines.iter().map(|(p, a)| format!("{{\"prompt\": {p:?}, \"answer\": {a:?}}}\n")).collect();
     parse_examples(text.as_bytes(), "f.jsonl", "\n").unwrap().1
 }
 
@@ -288,11 +296,12 @@ fn a_row_scores_the_answer_and_masks_the_prompt() {
     assert_ne!(targets, unmasked);
     // Too long for the context, by one token: refused naming the file and line.
     let tok = CharTokenizer::from_text("ab=\n").unwrap();
-    let recs = records(&[("ab", "ab"), ("abab=abab", "abab=ab")]);
+    let recs = records(&[("ab", "ab"), ("abab=abab", "abab=abb")]);
     let e = encode_examples(&tok, &recs, 16, "f.jsonl").unwrap_err().to_string();
-    assert_eq!(e, "f.jsonl:2: 17 tokens, over the model's context of 16 + 1 to learn");
+    let why = "18 tokens; the model's context of 16 takes 17 (the last a target)";
+    assert_eq!(e, format!("f.jsonl:2: {why}"));
     assert!(encode_examples(&tok, &recs[..1], 16, "f.jsonl").is_ok());
-    let ok17 = records(&[("abab=abab", "abab=a")]);
+    let ok17 = records(&[("abab=abab", "abab=ab")]);
     assert!(encode_examples(&tok, &ok17, 16, "f.jsonl").is_ok(), "16 + 1 tokens fit");
 }
 

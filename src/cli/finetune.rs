@@ -123,7 +123,7 @@ fn check_out(out: &Path, checkpoint: &Path) -> Result<()> {
         _ => false,
     };
     if same {
-        let why = "is the --checkpoint; give a new folder (the start stays as it is)";
+        let why = "is the --checkpoint; give a new folder for the fine-tuned model";
         return Err(invalid(OP, "--out", why));
     }
     if folder::owning_checkpoint(out).is_some() {
@@ -142,7 +142,11 @@ pub fn run(a: FinetuneArgs) -> Result<()> {
     }
     let budget = budget::budget(a.memory_budget)?;
     if !a.checkpoint.is_dir() {
-        let found = if a.checkpoint.exists() { "is a file; give a checkpoint folder" } else { "does not exist" };
+        let found = if a.checkpoint.exists() {
+            "is a file; give a checkpoint folder"
+        } else {
+            "does not exist"
+        };
         return Err(invalid(OP, "--checkpoint", format!("{} {found}", a.checkpoint.display())));
     }
     check_out(&a.out, &a.checkpoint)?;
@@ -154,13 +158,19 @@ pub fn run(a: FinetuneArgs) -> Result<()> {
     }
     let foreign = folder::foreign_entries(&a.out);
     if !a.force && !foreign.is_empty() {
-        let reason = format!("files this program did not write ({}); --force keeps them", foreign.len());
+        let reason =
+            format!("files this program did not write ({}); --force keeps them", foreign.len());
         return Err(Error::Parse { file: a.out.display().to_string(), line: None, reason });
     }
     // The examples first: a bad line is said before the model is read.
     let data_name = a.data.display().to_string();
     let bytes = budget::read_file(&a.data, budget::TEXT_BYTES_PER_BYTE, budget, "--data")?;
     let (mode, records) = parse_examples(&bytes, &data_name, &end)?;
+    if mode == Mode::Dpo {
+        // Chapter 9's step has no weighted loss yet, which DPO's gradient needs.
+        let reason = "preference pairs (DPO) are not taken yet; give prompt and answer lines";
+        return Err(Error::Parse { file: data_name, line: None, reason: reason.into() });
+    }
     let loaded = tune::load(&a.checkpoint, budget)?;
     let mut model = loaded.model;
     let mut tokenizer_files = loaded.tokenizer_files;
@@ -179,7 +189,11 @@ pub fn run(a: FinetuneArgs) -> Result<()> {
                     (Box::new(tok) as Box<dyn Tokenizer>, ids, missing.iter().collect())
                 }
             }
-            None => (tokenizer_from_files(&loaded.resolved.path, &tokenizer_files)?, Vec::new(), String::new()),
+            None => (
+                tokenizer_from_files(&loaded.resolved.path, &tokenizer_files)?,
+                Vec::new(),
+                String::new(),
+            ),
         };
     let context = model.config.context;
     let examples = encode_examples(tok.as_ref(), &records, context, &data_name)?;
@@ -188,11 +202,18 @@ pub fn run(a: FinetuneArgs) -> Result<()> {
     let rest = budget.saturating_sub(bytes.len() as u64 * budget::TEXT_BYTES_PER_BYTE);
     budget::check(&model.config, rows, t, rest, "--memory-budget")?;
     if s.lora_rank > model.config.width {
-        let why = format!("must be at most the model's width {}, got {}", model.config.width, s.lora_rank);
+        let why = format!(
+            "must be at most the model's width {}, got {}",
+            model.config.width, s.lora_rank
+        );
         return Err(invalid(OP, "--lora-rank", why));
     }
     if loaded.resolved.flat || loaded.resolved.recovered {
-        eprintln!("note: {} read without its {} pointer", a.checkpoint.display(), folder::POINTER_FILE);
+        eprintln!(
+            "note: {} read without its {} pointer",
+            a.checkpoint.display(),
+            folder::POINTER_FILE
+        );
     }
     let c = &model.config;
     say!(
@@ -216,14 +237,21 @@ pub fn run(a: FinetuneArgs) -> Result<()> {
     let how = if s.lora_rank == 0 {
         "full fine-tuning (every parameter)".to_string()
     } else {
-        format!("LoRA r = {}, α = {} on W_QKV, W_O, W_1, W_2 (merged into the saved weights)", s.lora_rank, s.lora_alpha)
+        format!(
+            "LoRA r = {}, α = {} on W_QKV, W_O, W_1, W_2 (merged into the saved weights)",
+            s.lora_rank, s.lora_alpha
+        )
     };
     say_wrapped(&format!("{how}; answers end with {end:?}, the prompt is masked"));
     let checked = &examples[..examples.len().min(CHECKED_EXAMPLES)];
-    let answers: Vec<&str> = records.iter().take(checked.len()).map(|r| r.answer.as_str()).collect();
-    let exact = |replies: &[String]| answers.iter().zip(replies).filter(|(a, r)| is_exact(a, r, &end)).count();
+    let answers: Vec<&str> =
+        records.iter().take(checked.len()).map(|r| r.answer.as_str()).collect();
+    let exact = |replies: &[String]| {
+        answers.iter().zip(replies).filter(|(a, r)| is_exact(a, r, &end)).count()
+    };
     let before = exact(&ft::replies(&model, tok.as_ref(), checked)?);
-    let mut bar = Bar::run(0, s.steps).map_err(|e| invalid("progress", "template", e.to_string()))?;
+    let mut bar =
+        Bar::run(0, s.steps).map_err(|e| invalid("progress", "template", e.to_string()))?;
     let tuned = tune::finetune(model, &examples, mode, &added_ids, &s, &mut bar)?;
     let replies = ft::replies(&tuned.trainer.model, tok.as_ref(), checked)?;
     let after = exact(&replies);

@@ -631,7 +631,10 @@ fn sample(a: SampleArgs) -> Result<()> {
     }
     let mut new = tok.decode_lossy(g.new_tokens())?;
     if let Some(stop) = &a.stop {
-        new = llm_workbook::workshop::finetune::cut_at(&new, &llm_workbook::workshop::finetune::unescape(stop));
+        new = llm_workbook::workshop::finetune::cut_at(
+            &new,
+            &llm_workbook::workshop::finetune::unescape(stop),
+        );
     }
     say!("{}{}", text, new);
     Ok(())

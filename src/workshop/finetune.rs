@@ -110,7 +110,8 @@ pub fn parse_examples(bytes: &[u8], file: &str, end: &str) -> Result<(Mode, Vec<
             return Err(at(line, "not a JSON object {\"prompt\": …, \"answer\": …}".into()));
         };
         if let Some(key) = map.keys().find(|k| !KEYS.contains(&k.as_str())) {
-            let reason = format!("unknown key {key:?}; give prompt and answer (or chosen, rejected)");
+            let reason =
+                format!("unknown key {key:?}; give prompt and answer (or chosen, rejected)");
             return Err(at(line, reason));
         }
         let has = |k: &str| map.contains_key(k);
@@ -305,8 +306,10 @@ pub fn encode_examples(
             };
             let tokens = example.row_len() + 1;
             if tokens > context + 1 {
-                let reason =
-                    format!("{tokens} tokens, over the model's context of {context} + 1 to learn");
+                let most = context + 1;
+                let reason = format!(
+                    "{tokens} tokens; the model's context of {context} takes {most} (the last a target)"
+                );
                 return Err(at(r.line, reason));
             }
             Ok(example)
@@ -352,7 +355,10 @@ pub fn batch_of(examples: &[Example], picks: &[usize], seq_len: usize, pairs: bo
     }
     if pairs {
         for &p in picks {
-            push(examples[p].rejected.as_deref().unwrap_or(&examples[p].answer), &examples[p].prompt);
+            push(
+                examples[p].rejected.as_deref().unwrap_or(&examples[p].answer),
+                &examples[p].prompt,
+            );
         }
     }
     let rows = if pairs { 2 * picks.len() } else { picks.len() };
@@ -407,17 +413,14 @@ pub fn unescape(text: &str) -> String {
 
 /// What `model` writes greedily after each example's prompt, decoded by `tok`: up to twice the
 /// answer's tokens (room for an answer spelled in other tokens), read as text.
-pub fn replies(
-    model: &Gpt<f32>,
-    tok: &dyn Tokenizer,
-    examples: &[Example],
-) -> Result<Vec<String>> {
+pub fn replies(model: &Gpt<f32>, tok: &dyn Tokenizer, examples: &[Example]) -> Result<Vec<String>> {
     use crate::ch09_gpt::sample::{Decoding, generate};
     let mut rng = Rng::new(0); // greedy decoding draws nothing
     examples
         .iter()
         .map(|e| {
-            let g = generate(model, &e.prompt, 2 * e.answer.len(), &Decoding::Greedy, &mut rng, true)?;
+            let g =
+                generate(model, &e.prompt, 2 * e.answer.len(), &Decoding::Greedy, &mut rng, true)?;
             tok.decode_lossy(g.new_tokens())
         })
         .collect()

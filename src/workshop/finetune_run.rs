@@ -91,7 +91,7 @@ pub fn finetune(
         return Err(invalid(
             "gpt finetune",
             "--data",
-            "preference pairs (DPO) need a weighted step chapter 9 lacks; give answers",
+            "DPO pairs are not taken yet: chapter 9's step has no weighted loss",
         ));
     }
     if examples.is_empty() {
@@ -121,7 +121,9 @@ pub fn finetune(
     let mut lora = LoraGpt::new(model, s.lora_rank, s.lora_alpha, s.seed)?;
     let mut trainer = Trainer::new(lora.merged()?, &tc, s.seed)?;
     let untied = trainer.model.lm_head().is_some();
-    let rows = |m: &DMatrix<f32>| DMatrix::from_fn(added.len(), m.ncols(), |i, j| f64::from(m[(added[i], j)]));
+    let rows = |m: &DMatrix<f32>| {
+        DMatrix::from_fn(added.len(), m.ncols(), |i, j| f64::from(m[(added[i], j)]))
+    };
     // The added rows of W_E (and W_U when untied), trained in full beside the adapters.
     let mut new_rows = vec![rows(trainer.model.wte())];
     if let Some(h) = trainer.model.lm_head() {
@@ -286,10 +288,7 @@ pub fn save(
 /// (`op` is the command refusing): they hold no training state to resume.
 pub fn refuse_finetuned(here: &Path, dir: &Path, op: &'static str) -> Result<()> {
     if here.join(FINETUNE_FILE).exists() {
-        let why = format!(
-            "{}: a gpt finetune output; fine-tune it again with gpt finetune",
-            dir.display()
-        );
+        let why = format!("{}: gpt finetune made it; it holds no state to resume", dir.display());
         return Err(invalid(op, "--checkpoint", why));
     }
     Ok(())
@@ -327,9 +326,14 @@ pub fn load(dir: &Path, budget: u64) -> Result<Loaded> {
         let read = |name: &str| super::budget::read_checkpoint_file(&here.join(name), budget);
         let config_bytes = read(CONFIG_FILE)?;
         let config_name = here.join(CONFIG_FILE).display().to_string();
-        let kind = crate::ch11_precision::quant_file::storage_of_config(&config_bytes, &config_name)?;
+        let kind =
+            crate::ch11_precision::quant_file::storage_of_config(&config_bytes, &config_name)?;
         if kind != crate::ch11_precision::quant::Storage::F32 {
-            let why = format!("{}: stored as {}; fine-tune the f32 checkpoint", dir.display(), kind.name());
+            let why = format!(
+                "{}: stored as {}; fine-tune the f32 checkpoint",
+                dir.display(),
+                kind.name()
+            );
             return Err(invalid(OP, "--checkpoint", why));
         }
         let value: serde_json::Value = serde_json::from_slice(&config_bytes).unwrap_or_default();
@@ -340,7 +344,8 @@ pub fn load(dir: &Path, budget: u64) -> Result<Loaded> {
         let config = config_from_json(&config_bytes, &config_name)?;
         let tokenizer_files = super::run::read_tokenizer_files(here, budget)?;
         super::run::check_tokenizer(here, &tokenizer_files, budget)?;
-        let f = SafeTensors::parse(read(MODEL_FILE)?, &here.join(MODEL_FILE).display().to_string())?;
+        let f =
+            SafeTensors::parse(read(MODEL_FILE)?, &here.join(MODEL_FILE).display().to_string())?;
         check_header_against_config(&config, &f)?;
         // The weights, their gradients and AdamW's moments must fit before a tensor is built.
         super::budget::check(&config, 1, 1, budget, "--memory-budget")?;
