@@ -209,6 +209,7 @@ fn the_file_is_measured_against_the_budget_before_it_is_read() {
     std::fs::write(dir.join("data.jsonl"), constant_answers()).unwrap();
     let args = [&finetune_args("out", "0")[..], &["--memory-budget", "60000"]].concat();
     refused(&cli(&dir, &args), &["--memory-budget"], "the model over the budget");
+    assert!(!folder::holds_checkpoint(&dir.join("out")), "nothing saved");
 }
 
 #[test]
