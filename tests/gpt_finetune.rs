@@ -111,7 +111,7 @@ fn full_fine_tuning_learns_answers_in_characters_the_prose_lacks() {
     assert!(!here.join("train.json").exists(), "no training state to resume");
     // Not resumable: refused in one line; fine-tuning it again is the way on.
     let args = ["gpt", "resume", "--checkpoint", "full", "--steps", "9"];
-    refused(&cli(&dir, &args), &["--checkpoint", "gpt finetune output"], "resume");
+    refused(&cli(&dir, &args), &["--checkpoint", "gpt finetune made it"], "resume");
     // The start is untouched and the new folder is locked by no one.
     assert!(!dir.join("full").join(folder::LOCK_FILE).exists());
 }
