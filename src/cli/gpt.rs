@@ -46,6 +46,9 @@ pub enum GptCommand {
     /// Store a checkpoint's block matrices in bf16, int8 or 4-bit blocks, as a new checkpoint
     /// folder for `gpt sample` (chapter 11).
     Quantize(QuantizeArgs),
+    /// Fine-tune a checkpoint on a JSON Lines file of prompts and answers, in full or with LoRA
+    /// (chapter 13), as a new checkpoint folder for `gpt sample`.
+    Finetune(super::finetune::FinetuneArgs),
 }
 
 /// How `gpt quantize` stores the block matrices.
@@ -244,6 +247,10 @@ pub struct SampleArgs {
     /// weights' bytes as held and the process's peak resident memory.
     #[arg(long)]
     pub stats: bool,
+    /// Print the new text only up to the first TEXT (`\n` a newline): the end marker
+    /// `gpt finetune` appends to every answer.
+    #[arg(long, value_name = "TEXT")]
+    pub stop: Option<String>,
 }
 
 /// Runs a `gpt` command; the error is one line for the terminal.
@@ -253,6 +260,7 @@ pub fn run(command: GptCommand) -> Result<()> {
         GptCommand::Resume(a) => resume(a),
         GptCommand::Sample(a) => sample(a),
         GptCommand::Quantize(a) => quantize(a),
+        GptCommand::Finetune(a) => super::finetune::run(a),
     }
 }
 
@@ -621,7 +629,14 @@ fn sample(a: SampleArgs) -> Result<()> {
     if a.stats {
         print_stats(&model, g.new_tokens().len(), seconds);
     }
-    say!("{}{}", text, tok.decode_lossy(g.new_tokens())?);
+    let mut new = tok.decode_lossy(g.new_tokens())?;
+    if let Some(stop) = &a.stop {
+        new = llm_workbook::workshop::finetune::cut_at(
+            &new,
+            &llm_workbook::workshop::finetune::unescape(stop),
+        );
+    }
+    say!("{}{}", text, new);
     Ok(())
 }
 

@@ -5,6 +5,7 @@
 //! indicatif.
 
 pub mod exercises;
+pub mod finetune;
 pub mod gpt;
 
 use indicatif::{ProgressBar, ProgressStyle};

@@ -12,10 +12,14 @@
 //! - [`run_files`]: the tokenizer's files in a folder, and loading a folder for sampling;
 //! - [`validation`]: the validation loss, on a seeded sample of windows or on every token;
 //! - [`folder`]: a checkpoint folder saved as one unit (generations and a pointer);
+//! - [`finetune`], [`finetune_run`]: `gpt finetune`, a checkpoint fine-tuned on a reader's JSON
+//!   Lines file of prompts and answers;
 //! - [`quantize`]: a checkpoint's f32 model stored as bf16, int8 or 4-bit blocks, for sampling;
 //! - [`budget`]: what a model costs in memory, checked before anything is allocated.
 
 pub mod budget;
+pub mod finetune;
+pub mod finetune_run;
 pub mod folder;
 pub mod quantize;
 pub mod run;

@@ -160,6 +160,7 @@ pub fn open_run(dir: &Path, budget: u64) -> Result<OpenRun> {
 pub fn open_run_with(dir: &Path, budget: u64, data: Option<&Path>) -> Result<OpenRun> {
     let resolved = folder::resolve(dir)?;
     let here = resolved.path.as_path();
+    super::finetune_run::refuse_finetuned(here, dir, "gpt resume")?;
     // Every file is read within the budget, its size checked before a byte is read.
     let read_bytes = |name: &str| super::budget::read_checkpoint_file(&here.join(name), budget);
     let run_path = here.join(RUN_FILE);

@@ -1,0 +1,355 @@
+//! `gpt finetune`'s run: a loaded model fine-tuned on the reader's examples
+//! ([`super::finetune`]), in full or through LoRA adapters, and saved as a checkpoint folder
+//! that `gpt sample` reads.
+//!
+//! Both ways reuse chapter 9's step: its fused loss and gradients (or the reference pass, for a
+//! model the fused step does not cover), gradient-norm clipping at 1, AdamW on a warm-up and
+//! cosine schedule ([`super::run::train_config`]).
+//!
+//! - **Full** (`--lora-rank 0`): chapter 9's [`Trainer::step_on`] on each batch; every
+//!   parameter trains, AdamW's decay on the matrices as in pretraining.
+//! - **LoRA** (`--lora-rank r`): chapter 13's adapters W + (α/r)AᵀBᵀ on every block's W_QKV,
+//!   W_O, W₁ and W₂ ([`LoraGpt`]), A random and B zero, so the first step starts from the loaded
+//!   model exactly. The step's ∂L/∂W of each merged matrix goes to A and B by
+//!   [`lora_weight_backward`]; the rows of characters the file added to the vocabulary train in
+//!   full beside them (they start as guesses, and a frozen guess cannot be learned around);
+//!   everything else stays frozen. AdamW without decay on what trains. The checkpoint holds the
+//!   merged weights: `gpt sample` needs nothing new, and the adapters are not kept.
+//!
+//! A run saves once, at its end, through the folder's writer ([`folder::save_generation_with`]:
+//! a generation and its pointer), with the model, the tokenizer, the loss plot and
+//! [`FINETUNE_FILE`]. It has no training state: running `gpt finetune` again on its folder
+//! continues from its weights with a fresh optimizer and schedule (not the bits one longer run
+//! would give); `gpt resume` refuses it.
+
+use super::finetune::{Example, Mode, batch_of, draw, seq_len};
+use super::folder::{self, Disk};
+use super::run::{RUN_FILE, train_config};
+use crate::ch09_gpt::checkpoint::model_files;
+use crate::ch09_gpt::data::Batch;
+use crate::ch09_gpt::fast::FusedStep;
+use crate::ch09_gpt::model::{Gpt, Param};
+use crate::ch09_gpt::schedule::clip_global_norm;
+use crate::ch09_gpt::train::{
+    Progress, RunningMean, StepPath, StepRecord, Throughput, TrainConfig, Trainer,
+};
+use crate::ch13_finetune::lora::lora_weight_backward;
+use crate::ch13_finetune::stages::LoraGpt;
+use crate::error::{Error, Result, invalid};
+use crate::optim::{AdamConfig, AdamW};
+use crate::rng::Rng;
+use nalgebra::DMatrix;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// The file a fine-tuned checkpoint holds in place of `train.json`: how it was made.
+pub const FINETUNE_FILE: &str = "finetune.json";
+
+/// How to fine-tune.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Settings {
+    /// Steps.
+    pub steps: usize,
+    /// Examples per batch (pairs, for DPO).
+    pub batch: usize,
+    /// The schedule's peak learning rate.
+    pub lr: f64,
+    /// The seed of the batches, the adapters' A and the new rows' noise.
+    pub seed: u64,
+    /// LoRA's rank r; 0 fine-tunes every parameter.
+    pub lora_rank: usize,
+    /// LoRA's α (the update is scaled by α/r).
+    pub lora_alpha: f64,
+}
+
+/// What a run produced.
+pub struct Tuned {
+    /// The model (merged, for LoRA) with one record a step in its history; its optimizer is
+    /// the full run's (LoRA: a fresh one, unused).
+    pub trainer: Trainer<f32>,
+    /// Wall-clock seconds of the steps.
+    pub seconds: f64,
+    /// The values that trained: every parameter, or the adapters and the added rows.
+    pub trainable: usize,
+    /// The running mean of the loss at the end ([`RunningMean`]).
+    pub running_loss: f64,
+}
+
+/// Fine-tunes `model` on `examples` of `mode` as `s` says (see the module's text); `added`
+/// lists the ids of the rows the vocabulary gained (trained beside LoRA's adapters). `progress`
+/// sees every step. A loss or gradient that is not finite stops the run, naming `--lr`.
+pub fn finetune(
+    model: Gpt<f32>,
+    examples: &[Example],
+    mode: Mode,
+    added: &[usize],
+    s: &Settings,
+    progress: &mut dyn Progress,
+) -> Result<Tuned> {
+    if mode == Mode::Dpo {
+        return Err(invalid(
+            "gpt finetune",
+            "--data",
+            "DPO pairs are not taken yet: chapter 9's step has no weighted loss",
+        ));
+    }
+    if examples.is_empty() {
+        return Err(Error::Empty { op: "finetune", arg: "examples" });
+    }
+    let tc = train_config(s.batch, s.lr, s.steps)?;
+    let t = seq_len(examples);
+    let mut rng = Rng::new(s.seed);
+    let next = |rng: &mut Rng| batch_of(examples, &draw(examples.len(), s.batch, rng), t, false);
+    if s.lora_rank == 0 {
+        let trainable = model.params.iter().map(|m| m.len()).sum();
+        let mut trainer = Trainer::new(model, &tc, s.seed)?;
+        let mut speed = Throughput::default();
+        let mut running = RunningMean::default();
+        while trainer.step < s.steps {
+            let batch = next(&mut rng);
+            let start = Instant::now();
+            let r = trainer.step_on(&batch, &tc)?;
+            speed.add(r.tokens, start.elapsed().as_secs_f64());
+            check_finite(&r)?;
+            progress.step(trainer.step, running.add(r.loss), speed.per_second());
+        }
+        progress.finish();
+        let running_loss = running.value();
+        return Ok(Tuned { trainer, seconds: speed.seconds, trainable, running_loss });
+    }
+    let mut lora = LoraGpt::new(model, s.lora_rank, s.lora_alpha, s.seed)?;
+    let mut trainer = Trainer::new(lora.merged()?, &tc, s.seed)?;
+    let untied = trainer.model.lm_head().is_some();
+    let rows = |m: &DMatrix<f32>| {
+        DMatrix::from_fn(added.len(), m.ncols(), |i, j| f64::from(m[(added[i], j)]))
+    };
+    // The added rows of W_E (and W_U when untied), trained in full beside the adapters.
+    let mut new_rows = vec![rows(trainer.model.wte())];
+    if let Some(h) = trainer.model.lm_head() {
+        new_rows.push(rows(h));
+    }
+    let adam =
+        AdamConfig { learning_rate: s.lr, beta1: tc.beta1, beta2: tc.beta2, epsilon: tc.epsilon };
+    let mut optimizer = AdamW::<f64>::new(adam, 0.0)?;
+    let mut fused = FusedStep::<f32>::new();
+    let (mut speed, mut running) = (Throughput::default(), RunningMean::default());
+    let mut trainable: usize =
+        lora.adapters.iter().map(|(_, _, l)| l.a.len() + l.b.len()).sum::<usize>();
+    trainable += new_rows.iter().map(|m| m.len()).sum::<usize>() * usize::from(!added.is_empty());
+    for step in 0..s.steps {
+        let batch = next(&mut rng);
+        let start = Instant::now();
+        let model = &mut trainer.model;
+        let (loss, mut grads) = loss_and_grads(&mut fused, model, &batch, &lora, added, untied)?;
+        let grad_norm = clip_global_norm(&mut grads.iter_mut().collect::<Vec<_>>(), 1.0)?;
+        let lr = tc.schedule.at(step);
+        optimizer.config.learning_rate = lr;
+        let mut params: Vec<&mut DMatrix<f64>> =
+            lora.adapters.iter_mut().flat_map(|(_, _, l)| [&mut l.a, &mut l.b]).collect();
+        if !added.is_empty() {
+            params.extend(new_rows.iter_mut());
+        }
+        let refs: Vec<&DMatrix<f64>> = grads.iter().collect();
+        optimizer.step(&mut params, &refs, &vec![false; refs.len()])?;
+        for (p, layer, l) in &lora.adapters {
+            *model.params.of_mut(*p, *layer) = l.merged()?.map(|x| x as f32);
+        }
+        let targets = [Param::Wte, Param::LmHead];
+        for (m, p) in new_rows.iter().zip(targets).filter(|_| !added.is_empty()) {
+            if let Some(w) = model.params.get_mut(p, None) {
+                for (i, &id) in added.iter().enumerate() {
+                    for j in 0..w.ncols() {
+                        w[(id, j)] = m[(i, j)] as f32;
+                    }
+                }
+            }
+        }
+        speed.add(batch.inputs.len(), start.elapsed().as_secs_f64());
+        let tokens = batch.inputs.len();
+        let r = StepRecord { step, loss, lr, grad_norm, tokens, skipped: false };
+        check_finite(&r)?;
+        trainer.history.push(r);
+        trainer.step += 1;
+        progress.step(trainer.step, running.add(loss), speed.per_second());
+    }
+    progress.finish();
+    let running_loss = running.value();
+    Ok(Tuned { trainer, seconds: speed.seconds, trainable, running_loss })
+}
+
+/// The batch's loss and the gradients of what LoRA trains, in the optimizer's order: each
+/// adapter's A and B ([`lora_weight_backward`] of its merged matrix's ∂L/∂W), then, when the
+/// vocabulary gained rows `added`, their rows of ∂L/∂W_E (and of ∂L/∂W_U when `untied`).
+fn loss_and_grads(
+    fused: &mut FusedStep<f32>,
+    model: &Gpt<f32>,
+    batch: &Batch,
+    lora: &LoraGpt,
+    added: &[usize],
+    untied: bool,
+) -> Result<(f64, Vec<DMatrix<f64>>)> {
+    let mut reference;
+    let (loss, grads): (f64, &mut [DMatrix<f32>]) = if StepPath::of(model) == StepPath::Fused {
+        fused.loss_and_grads(model, batch)?
+    } else {
+        reference = model.loss_and_grads(batch)?;
+        (reference.loss, &mut reference.grads)
+    };
+    let mut out = Vec::new();
+    for (p, layer, l) in &lora.adapters {
+        let g = grads[model.params.at(*p, *layer)].map(f64::from);
+        let (d_a, d_b) = lora_weight_backward(l, &g)?;
+        out.extend([d_a, d_b]);
+    }
+    if !added.is_empty() {
+        let tensors = if untied { vec![Param::Wte, Param::LmHead] } else { vec![Param::Wte] };
+        for p in tensors {
+            let g = &grads[model.params.at(p, 0)];
+            out.push(DMatrix::from_fn(added.len(), g.ncols(), |i, j| f64::from(g[(added[i], j)])));
+        }
+    }
+    Ok((loss, out))
+}
+
+/// Refuses a step whose loss or gradient norm is not finite: the run diverged.
+fn check_finite(r: &StepRecord) -> Result<()> {
+    if r.loss.is_finite() && r.grad_norm.is_finite() {
+        return Ok(());
+    }
+    let reason = format!("diverged at step {}, nothing saved: try a smaller --lr", r.step + 1);
+    Err(Error::Parse { file: "--lr".into(), line: None, reason })
+}
+
+/// A fine-tuned checkpoint's `finetune.json`: where it came from and how it was made.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FinetuneFile {
+    /// `SFT` or `DPO`.
+    pub mode: String,
+    /// The checkpoint folder fine-tuned (absolute).
+    pub checkpoint: String,
+    /// The examples' file (absolute).
+    pub data: String,
+    /// The FNV-1a 64 fingerprint of its bytes.
+    pub data_fnv1a64: String,
+    /// Its examples.
+    pub examples: usize,
+    /// The end marker appended to every answer.
+    pub end: String,
+    /// The characters the vocabulary gained.
+    pub added: String,
+    /// Steps.
+    pub steps: usize,
+    /// Examples per batch.
+    pub batch: usize,
+    /// Peak learning rate.
+    pub lr: f64,
+    /// Seed.
+    pub seed: u64,
+    /// LoRA's rank (0: full fine-tuning).
+    pub lora_rank: usize,
+    /// LoRA's α, with a rank.
+    pub lora_alpha: Option<f64>,
+    /// The values that trained.
+    pub trainable: usize,
+    /// The loss's running mean at the end, nats per answer token.
+    pub final_loss: f64,
+}
+
+/// Saves `tuned`'s model with the tokenizer's files `tokenizer_files` and `record` as the next
+/// generation of `out` (whose lock the caller holds), the loss plot drawn into it before the
+/// commit; returns the generation's folder.
+pub fn save(
+    out: &Path,
+    tuned: &Tuned,
+    tokenizer_files: &[(String, Vec<u8>)],
+    record: &FinetuneFile,
+) -> Result<PathBuf> {
+    let model = &tuned.trainer.model;
+    for (_, m) in model.tensors() {
+        if m.iter().any(|x| !x.is_finite()) {
+            let reason = "the weights hold NaN or ±∞, nothing saved: try a smaller --lr";
+            return Err(Error::Parse { file: "--lr".into(), line: None, reason: reason.into() });
+        }
+    }
+    let step = tuned.trainer.step.to_string();
+    let mut files = model_files(model, &[("step".into(), step)])?;
+    files.extend(tokenizer_files.iter().filter(|f| f.0 != RUN_FILE).cloned());
+    let json = serde_json::to_string_pretty(record)
+        .map_err(|e| invalid("gpt finetune", FINETUNE_FILE, e.to_string()))?;
+    files.push((FINETUNE_FILE.to_string(), format!("{json}\n").into_bytes()));
+    let trainer = &tuned.trainer;
+    let mut plot = |tmp: &Path| crate::ch09_gpt::book::save_loss_plot(trainer, tmp).map(|_| ());
+    folder::save_generation_with(&mut Disk, out, &files, &mut plot)
+}
+
+/// Refuses, naming `--checkpoint`, a folder's files in `here` that `gpt finetune` wrote
+/// (`op` is the command refusing): they hold no training state to resume.
+pub fn refuse_finetuned(here: &Path, dir: &Path, op: &'static str) -> Result<()> {
+    if here.join(FINETUNE_FILE).exists() {
+        let why = format!("{}: gpt finetune made it; it holds no state to resume", dir.display());
+        return Err(invalid(op, "--checkpoint", why));
+    }
+    Ok(())
+}
+
+/// The training configuration a run of `s` follows (see [`train_config`]).
+pub fn config_of(s: &Settings) -> Result<TrainConfig> {
+    train_config(s.batch, s.lr, s.steps)
+}
+
+/// A checkpoint read for fine-tuning.
+pub struct Loaded {
+    /// Its model, in f32.
+    pub model: Gpt<f32>,
+    /// Its tokenizer's files (name, contents).
+    pub tokenizer_files: Vec<(String, Vec<u8>)>,
+    /// Where its files were found.
+    pub resolved: folder::Resolved,
+}
+
+/// Reads the checkpoint folder `dir` for fine-tuning, every file within the memory `budget`:
+/// its tokenizer (checked against the fingerprint its `train.json` records, if any) and its f32
+/// GPT-2 model. Refused, naming `--checkpoint`, when it is a `gpt quantize` output (stored
+/// weights do not train) or a Llama (chapter 12's decoder: `gpt finetune` trains chapter 9's
+/// GPT). The model's memory is checked by the caller, once the vocabulary is final.
+pub fn load(dir: &Path, budget: u64) -> Result<Loaded> {
+    use crate::ch09_gpt::checkpoint::{
+        CONFIG_FILE, MODEL_FILE, check_header_against_config, config_from_json,
+        model_from_safetensors,
+    };
+    use crate::ch09_gpt::safetensors::SafeTensors;
+    const OP: &str = "gpt finetune";
+    folder::read_consistent(dir, |resolved| {
+        let here = resolved.path.as_path();
+        let read = |name: &str| super::budget::read_checkpoint_file(&here.join(name), budget);
+        let config_bytes = read(CONFIG_FILE)?;
+        let config_name = here.join(CONFIG_FILE).display().to_string();
+        let kind =
+            crate::ch11_precision::quant_file::storage_of_config(&config_bytes, &config_name)?;
+        if kind != crate::ch11_precision::quant::Storage::F32 {
+            let why = format!(
+                "{}: stored as {}; fine-tune the f32 checkpoint",
+                dir.display(),
+                kind.name()
+            );
+            return Err(invalid(OP, "--checkpoint", why));
+        }
+        let value: serde_json::Value = serde_json::from_slice(&config_bytes).unwrap_or_default();
+        if value.get("model_type").and_then(|v| v.as_str()) == Some("llama") {
+            let why = format!("{}: a Llama; gpt finetune trains GPT-2 checkpoints", dir.display());
+            return Err(invalid(OP, "--checkpoint", why));
+        }
+        let config = config_from_json(&config_bytes, &config_name)?;
+        let tokenizer_files = super::run::read_tokenizer_files(here, budget)?;
+        super::run::check_tokenizer(here, &tokenizer_files, budget)?;
+        let f =
+            SafeTensors::parse(read(MODEL_FILE)?, &here.join(MODEL_FILE).display().to_string())?;
+        check_header_against_config(&config, &f)?;
+        // The weights, their gradients and AdamW's moments must fit before a tensor is built.
+        super::budget::check(&config, 1, 1, budget, "--memory-budget")?;
+        let model = model_from_safetensors::<f32>(config, &f)?;
+        Ok(Loaded { model, tokenizer_files, resolved: resolved.clone() })
+    })
+}
