@@ -92,7 +92,7 @@ impl Recipe {
         lora_alpha: 8.0,
         lora_rate: 3e-3,
         finetune_seed: 7,
-        start_at: 100,
+        start_at: 300,
     };
 
     /// The model's shape for `task`'s vocabulary.
