@@ -3276,6 +3276,159 @@ mod fused_step {
         assert!(shown.contains("shards: 4") && shown.len() < 600, "{shown}");
     }
 
+    // ── the weighted loss Σ_r w_r·(−ln p_r) and the target log-probabilities ──
+
+    /// Weights of both signs, one per position of `batch` (those of unscored positions too).
+    fn mixed_weights(batch: &Batch, seed: u64) -> Vec<f64> {
+        let mut rng = Rng::new(seed);
+        (0..batch.inputs.len()).map(|_| rng.normal() * 0.7).collect()
+    }
+
+    /// ln softmax(z_r)[target_r] of the reference pass at every position (0 where unscored).
+    fn reference_log_probs(model: &Gpt<f64>, batch: &Batch) -> Vec<f64> {
+        let z = model.logits(&batch.inputs, batch.seq_len).unwrap();
+        (0..z.nrows())
+            .map(|r| match batch.targets[r] {
+                Some(u) => {
+                    let m = z.row(r).max();
+                    let total: f64 = z.row(r).iter().map(|v| (v - m).exp()).sum();
+                    z[(r, u as usize)] - m - total.ln()
+                }
+                None => 0.0,
+            })
+            .collect()
+    }
+
+    #[rstest::rstest]
+    #[case::four_shards(many_sequences())]
+    #[case::three_sequences(odd_batch())]
+    fn the_weighted_loss_with_weights_one_over_s_is_the_mean_loss_to_the_bit(#[case] batch: Batch) {
+        let scored = batch.scored() as f64;
+        let weights = vec![1.0 / scored; batch.inputs.len()];
+        let model = perturbed(tiny(true, Positions::Learned), 13);
+        let mut plain = FusedStep::new();
+        let (mean, grads) = plain.loss_and_grads(&model, &batch).unwrap();
+        let grads = grads.to_vec();
+        let mut step = FusedStep::new();
+        let (weighted, w_grads) = step.weighted_loss_and_grads(&model, &batch, &weights).unwrap();
+        assert!(w_grads == grads.as_slice(), "f64 gradients differ");
+        // The losses are summed in another order (Σ ℓ/S against Σ (1/S)ℓ): equal to rounding.
+        assert!((weighted - mean).abs() < 1e-14 * mean, "{weighted} vs {mean}");
+        let small = model.cast::<f32>();
+        let mut plain32 = FusedStep::new();
+        let (_, g32) = plain32.loss_and_grads(&small, &batch).unwrap();
+        let g32 = g32.to_vec();
+        let mut step32 = FusedStep::new();
+        let (_, w32) = step32.weighted_loss_and_grads(&small, &batch, &weights).unwrap();
+        assert!(w32 == g32.as_slice(), "f32 gradients differ");
+    }
+
+    #[test]
+    fn a_weighted_step_with_weights_one_over_s_is_the_trainers_step_to_the_bit() {
+        let batch = odd_batch();
+        let weights = vec![1.0 / batch.scored() as f64; batch.inputs.len()];
+        let model = perturbed(tiny(true, Positions::Learned), 17).cast::<f32>();
+        let tc = TrainConfig::new(3, Schedule::new(1e-2, 1e-3, 1, 4).unwrap());
+        let mut plain = Trainer::new(model.clone(), &tc, 1).unwrap();
+        let mut weighted = Trainer::new(model, &tc, 1).unwrap();
+        for _ in 0..3 {
+            let a = plain.step_on(&batch, &tc).unwrap();
+            let b = weighted.step_weighted(&batch, &weights, &tc).unwrap();
+            assert_eq!(a.grad_norm.to_bits(), b.grad_norm.to_bits());
+        }
+        assert!(plain.model.params.iter().eq(weighted.model.params.iter()), "weights differ");
+    }
+
+    #[test]
+    fn the_weighted_loss_passes_the_gradient_check_on_every_tensor_and_catches_a_shifted_weight() {
+        let model = perturbed(tiny(false, Positions::Learned), 19);
+        let batch = odd_batch();
+        let weights = mixed_weights(&batch, 3);
+        let named: Vec<(String, DMatrix<f64>)> =
+            model.tensors().into_iter().map(|(n, m)| (n, m.clone())).collect();
+        let inputs: Vec<(&str, DMatrix<f64>)> =
+            named.iter().map(|(n, m)| (n.as_str(), m.clone())).collect();
+        let loss_of = |t: &[DMatrix<f64>]| {
+            let mut m = model.clone();
+            m.set_tensors(t).unwrap();
+            FusedStep::new().weighted_loss_and_grads(&m, &batch, &weights).unwrap().0
+        };
+        let analytic = |w: &[f64]| {
+            FusedStep::new().weighted_loss_and_grads(&model, &batch, w).unwrap().1.to_vec()
+        };
+        // The key bias's gradient is exactly 0 (softmax ignores a shift shared by a row's
+        // scores): both sides hold rounding noise there (~10⁻¹¹ at these weights), measured
+        // absolutely below 10⁻⁵. A wrong term would be off by the size of the gradient itself.
+        let check = gradcheck::Config { floor: 1e-5, ..deep_check() };
+        gradcheck::check(check, &inputs, &analytic(&weights), loss_of).assert_passed();
+        // Planted: each row's gradient taken with the next row's weight. The check must fail.
+        let mut shifted = weights.clone();
+        shifted.rotate_right(1);
+        let planted = gradcheck::check(check, &inputs, &analytic(&shifted), loss_of);
+        assert!(!planted.passed(), "a weight on the wrong row went unnoticed");
+        // The loss is Σ w_r·(−ℓ_r) with ℓ_r the reference pass's log-probabilities.
+        let ell = reference_log_probs(&model, &batch);
+        let want: f64 = (0..ell.len())
+            .filter(|&r| batch.targets[r].is_some())
+            .map(|r| -weights[r] * ell[r])
+            .sum();
+        let got = loss_of(&named.iter().map(|(_, m)| m.clone()).collect::<Vec<_>>());
+        assert!((got - want).abs() < 1e-12 * want.abs().max(1.0), "{got} vs {want}");
+    }
+
+    #[rstest::rstest]
+    #[case::four_shards(tiny(true, Positions::Learned), many_sequences())]
+    #[case::three_causal_blocks(long_context(), long_batch())]
+    fn target_log_probs_are_the_reference_passs_log_softmax_at_the_targets(
+        #[case] config: Config,
+        #[case] batch: Batch,
+    ) {
+        let model = perturbed(config, 23);
+        let want = reference_log_probs(&model, &batch);
+        let mut step = FusedStep::new();
+        let got = step.target_log_probs(&model, &batch).unwrap();
+        assert_eq!(got.len(), want.len());
+        for (r, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!((g - w).abs() < 1e-12, "position {r}: {g} vs {w}");
+            if batch.targets[r].is_none() {
+                assert_eq!(g.to_bits(), 0.0f64.to_bits(), "position {r} is unscored");
+            }
+        }
+        // Then a step on the same workspace is a fresh workspace's, bit for bit.
+        let weights = mixed_weights(&batch, 5);
+        let again = step.weighted_loss_and_grads(&model, &batch, &weights).unwrap().1.to_vec();
+        let mut fresh = FusedStep::new();
+        let fresh = fresh.weighted_loss_and_grads(&model, &batch, &weights).unwrap().1.to_vec();
+        assert!(again == fresh, "a workspace that scored first gives other gradients");
+    }
+
+    #[test]
+    fn bad_weights_are_refused_in_one_line_naming_them() {
+        let model = perturbed(tiny(true, Positions::Learned), 29);
+        let batch = odd_batch();
+        let n = batch.inputs.len();
+        let mut nan = vec![0.1; n];
+        nan[4] = f64::NAN;
+        let huge = vec![1e300; n];
+        for (what, w) in [("short", vec![0.1; n - 1]), ("NaN", nan), ("overflow", huge)] {
+            let small = model.cast::<f32>();
+            let e = FusedStep::new().weighted_loss_and_grads(&small, &batch, &w).unwrap_err();
+            let text = e.to_string();
+            assert!(text.contains("weights") && !text.contains('\n'), "{what}: {text}");
+            let columns = text.chars().count();
+            assert!(columns <= 100, "{what}: {columns} columns: {text}");
+        }
+        let post = {
+            let mut m = model.clone();
+            m.blocks[0].order = NormOrder::Post;
+            m
+        };
+        let tc = TrainConfig::new(3, Schedule::new(1e-3, 1e-4, 1, 4).unwrap());
+        let e = Trainer::new(post, &tc, 1).unwrap().step_weighted(&batch, &[0.1; 12], &tc);
+        let text = e.unwrap_err().to_string();
+        assert!(text.contains("model") && text.chars().count() <= 100, "{text}");
+    }
+
     #[test]
     fn a_model_outside_the_fused_shapes_is_refused_and_the_trainer_falls_back_to_the_reference() {
         let base = Gpt::<f64>::new(tiny(true, Positions::Learned), 1).unwrap();

@@ -465,6 +465,48 @@ fn grpo_backward_passes_gradient_checks_away_from_the_clip_kinks() {
     }
 }
 
+/// GRPO's per-answer mean 1/|M|: with the same advantage, each token of a 2-token answer gets
+/// −∂L/∂ℓ = A/2 and each of a 4-token answer A/4 (ρ = 1, π = π_ref so the KL's part is 0).
+#[test]
+fn the_length_bias_of_per_answer_means_by_hand() {
+    let spec = GrpoSpec { clip_eps: 0.2, kl_beta: 0.04 };
+    let weight = |len: usize| {
+        let (ell, mask) = (vec![-0.5; len], vec![true; len]);
+        let t = ch::GrpoTokens {
+            log_probs: &ell,
+            mask: &mask,
+            old_log_probs: &ell,
+            ref_log_probs: &ell,
+            advantage: 1.0,
+        };
+        -ch::grpo_log_prob_gradient(&ch::grpo_tokens_forward(spec, t).unwrap().1)[0]
+    };
+    assert!(close(weight(2), 0.5, 1e-15) && close(weight(4), 0.25, 1e-15));
+    let rows = ch::book::worked().unwrap();
+    let row = rows.iter().find(|r| r.test == "the_length_bias_of_per_answer_means_by_hand");
+    assert!(row.is_some());
+}
+
+/// A group of G = 8 samples each right with probability 0.9 has every reward equal (every
+/// advantage 0, no signal) with chance 0.9⁸ + 0.1⁸ = 0.43046721 + 10⁻⁸.
+#[test]
+fn a_group_of_eight_at_nine_in_ten_is_flat_by_hand() {
+    let by_hand = 0.430_467_21 + 1e-8;
+    assert!(close(ch::book::flat_group_chance(8, 0.9), by_hand, 1e-15));
+    // Counted over every one of the 2⁸ reward patterns, weighted by its chance.
+    let mut flat = 0.0;
+    for pattern in 0u32..256 {
+        let right = pattern.count_ones() as i32;
+        let chance = 0.9f64.powi(right) * 0.1f64.powi(8 - right);
+        let rewards: Vec<f64> = (0..8).map(|i| f64::from((pattern >> i) & 1)).collect();
+        let a = ch::group_advantages(&rewards, ADVANTAGE_EPS).unwrap();
+        if a.iter().all(|&x| x == 0.0) {
+            flat += chance;
+        }
+    }
+    assert!(close(flat, by_hand, 1e-12), "{flat}");
+}
+
 #[test]
 fn bad_grpo_inputs_are_refused_in_one_line() {
     assert_one_line(ch::group_advantages(&[1.0], ADVANTAGE_EPS).unwrap_err(), "rewards");
@@ -595,8 +637,7 @@ mod stages {
     use super::common::{CHILD_LINE, in_child_process, is_child};
     use llm_workbook::ch09_gpt::model::Gpt;
     use llm_workbook::ch13_finetune::book;
-    use llm_workbook::ch13_finetune::stages::{ADAPTED, LoraGpt, Recipe, chapter_task};
-    use llm_workbook::report::Status;
+    use llm_workbook::ch13_finetune::stages::{LoraGpt, Recipe, chapter_task};
 
     #[test]
     fn a_model_with_fresh_adapters_is_its_base_exactly() {
@@ -660,39 +701,321 @@ mod stages {
         assert!(checked >= 8, "most entries checked are not zero: {checked}");
     }
 
-    /// The chapter's stages as the main job runs them (portable kernel, in a child process):
-    /// every worked number on the page (the measured ones with them), and what fine-tuning changed.
+    /// The stages at a reduced size, as the main job runs them (portable kernel, in a child
+    /// process, so the numbers are the same bits on every CPU): fine-tuning with the prompt
+    /// masked lifts the base; from its model part-way, DPO ranks the held-out pairs' chosen
+    /// answers above the rejected ones (margin > 0, the log-ratio raised) and GRPO raises the
+    /// reward of its own samples. The chapter's full recipe runs in the main job only.
     #[test]
-    fn the_stages_measured_as_the_page_reports() {
-        const NAME: &str = "stages::the_stages_measured_as_the_page_reports";
+    fn the_stages_at_a_reduced_size_do_what_each_should() {
+        use llm_workbook::ch13_finetune::feedback::FeedbackRecipe;
+        use llm_workbook::ch13_finetune::stages::{finetune, pretrain};
+        const NAME: &str = "stages::the_stages_at_a_reduced_size_do_what_each_should";
         if !is_child() {
-            assert_eq!(in_child_process(NAME, &[]), "every worked row matches");
+            assert_eq!(in_child_process(NAME, &[]), "each stage did what it should");
             return;
         }
         llm_workbook::book::compute_on_the_portable_kernel().unwrap();
-        let r = book::results().unwrap();
-        let rows = book::worked().unwrap();
-        assert!(rows.len() > book::measured_rows(r).len());
-        let wrong: Vec<_> = rows.iter().filter(|w| w.status != Status::Match).collect();
-        assert!(wrong.is_empty(), "{wrong:#?}");
-        // Fine-tuning with the prompt masked lifts the base far; scoring the prompt too, far less.
+        // One-digit sums (100 problems, 20 held out): learned in a few hundred steps.
+        let format = llm_workbook::ch13_finetune::task::Format { digits: 1, reversed: false };
+        let task = llm_workbook::ch13_finetune::task::AdditionTask::new(format, 20, 13).unwrap();
+        let recipe =
+            Recipe { pretrain_steps: 300, finetune_steps: 100, start_at: 50, ..Recipe::CHAPTER };
+        let base = pretrain(&task, &recipe).unwrap();
+        let masked = finetune(&task, &base.model, true, &recipe).unwrap();
+        assert!(masked.accuracy > base.accuracy, "{} {}", masked.accuracy, base.accuracy);
+        assert_eq!(masked.curve.len(), recipe.finetune_steps / 50 + 1);
+        let start = masked.snapshot.as_ref().unwrap();
+        let small = FeedbackRecipe {
+            dpo_pool: 64,
+            dpo_steps: 20,
+            grpo_steps: 12,
+            curve_problems: 20,
+            curve_every: 6,
+            ..FeedbackRecipe::CHAPTER
+        };
+        let f = book::feedback_of(&task, start, &small, &[0.5]).unwrap();
+        let d = &f.dpo[0];
+        assert!(d.margin > 0.0 && d.ranked > 0.5, "margin {} ranked {}", d.margin, d.ranked);
+        assert!(d.log_ratio.1 > d.log_ratio.0, "{:?}", d.log_ratio);
+        assert!(d.losses.last() < d.losses.first(), "{:?}", d.losses);
+        let s = &f.grpo.steps;
+        let mean = |v: &[llm_workbook::ch13_finetune::feedback::GrpoRecord]| {
+            v.iter().map(|r| r.reward).sum::<f64>() / v.len() as f64
+        };
+        let (first, last) = (mean(&s[..4]), mean(&s[s.len() - 4..]));
+        eprintln!("accuracy {} {} start {}", base.accuracy, masked.accuracy, f.start_accuracy);
+        eprintln!("dpo {} {} {:?}; reward {first} → {last}", d.margin, d.ranked, d.log_ratio);
+        assert!(last > first, "reward {first} → {last}");
+        assert_eq!(f.grpo.curve.last().unwrap().0, 12 * small.grpo_step_cost());
+        // More SFT spent the same compute, to within one of its steps.
+        let spent = f.more_sft.curve.last().unwrap().0;
         assert!(
-            r.masked.accuracy > r.base.accuracy + 0.5
-                && r.masked.accuracy > r.unmasked.accuracy + 0.5
+            spent <= 12 * small.grpo_step_cost()
+                && spent + small.sft_step_cost() > 12 * small.grpo_step_cost()
         );
-        // The curves start at the base model (the same first problems) and end at the stage.
-        for s in [&r.masked, &r.unmasked, &r.lora] {
-            assert_eq!(s.curve[0], r.masked.curve[0]);
-            assert_eq!(s.curve.len(), Recipe::CHAPTER.finetune_steps / 50 + 1);
-        }
-        // LoRA changed the adapted matrices and nothing else.
-        let (base, tuned) = (&r.base.model, &r.lora.model);
-        for ((name, b), (_, t)) in base.tensors().into_iter().zip(tuned.tensors()) {
-            let adapted = ADAPTED
-                .iter()
-                .any(|&p| (0..base.config.layers).any(|l| std::ptr::eq(base.params.of(p, l), b)));
-            assert_eq!(adapted, b != t, "{name}: adapted {adapted}");
-        }
-        println!("{CHILD_LINE}every worked row matches");
+        println!("{CHILD_LINE}each stage did what it should");
     }
+}
+
+// ─────────────── DPO and GRPO through chapter 9's engine ───────────────
+
+mod through_the_model {
+    use super::*;
+    use llm_workbook::ch09_gpt::config::Config as GptConfig;
+    use llm_workbook::ch09_gpt::data::Batch;
+    use llm_workbook::ch09_gpt::fast::FusedStep;
+    use llm_workbook::ch09_gpt::model::Gpt;
+    use llm_workbook::ch13_finetune::feedback::{
+        Pair, answer_batch, dpo_weights, grpo_weights, pair_batch, sequence_sums,
+    };
+    use llm_workbook::ch13_finetune::stages::chapter_task;
+    use llm_workbook::ch13_finetune::task::{AdditionTask, Problem};
+
+    /// A small GPT over the task's 13 characters, its weights moved off their start.
+    fn small_model(task: &AdditionTask) -> Gpt<f64> {
+        let config = GptConfig::new(task.tokenizer.chars().len(), task.seq_len(), 1, 2, 8);
+        let mut m = Gpt::<f64>::new(config, 3).unwrap();
+        let mut rng = Rng::new(4);
+        for t in m.tensors_mut() {
+            let noise: DMatrix<f64> = rng.normal_matrix(t.nrows(), t.ncols(), 0.2);
+            *t += noise;
+        }
+        m
+    }
+
+    fn p(a: u32, b: u32) -> Problem {
+        Problem { a, b }
+    }
+
+    fn three_pairs() -> Vec<Pair> {
+        let pair = |a, b, rejected: &str| Pair {
+            problem: p(a, b),
+            chosen: format!("{:03}\n", a + b),
+            rejected: rejected.to_string(),
+            own_mistake: false,
+        };
+        vec![pair(7, 58, "064\n"), pair(31, 4, "35\n0"), pair(99, 99, "198\n")]
+    }
+
+    /// The model's tensors named, and the same model with other tensors.
+    fn named(model: &Gpt<f64>) -> Vec<(String, DMatrix<f64>)> {
+        model.tensors().into_iter().map(|(n, m)| (n, m.clone())).collect()
+    }
+
+    fn with(model: &Gpt<f64>, t: &[DMatrix<f64>]) -> Gpt<f64> {
+        let mut m = model.clone();
+        m.set_tensors(t).unwrap();
+        m
+    }
+
+    /// Checks `analytic` (gradients in tensor order) against central differences of `loss`.
+    fn checked(
+        model: &Gpt<f64>,
+        analytic: &[DMatrix<f64>],
+        loss: impl Fn(&Gpt<f64>) -> f64,
+    ) -> llm_workbook::gradcheck::Report {
+        checked_with(Config { step: 1e-4, tolerance: 1e-5, floor: 1e-6 }, model, analytic, loss)
+    }
+
+    fn checked_with(
+        config: Config,
+        model: &Gpt<f64>,
+        analytic: &[DMatrix<f64>],
+        loss: impl Fn(&Gpt<f64>) -> f64,
+    ) -> llm_workbook::gradcheck::Report {
+        let named = named(model);
+        let inputs: Vec<(&str, DMatrix<f64>)> =
+            named.iter().map(|(n, m)| (n.as_str(), m.clone())).collect();
+        check(config, &inputs, analytic, |t| loss(&with(model, t)))
+    }
+
+    #[test]
+    fn dpo_through_the_whole_model_passes_the_gradient_check_and_catches_a_flipped_sign() {
+        let task = chapter_task().unwrap();
+        let model = small_model(&task);
+        let pairs = three_pairs();
+        let batch = pair_batch(&task, &pairs.iter().collect::<Vec<_>>()).unwrap();
+        let refs = [(-9.0, -11.0), (-12.0, -10.5), (-8.0, -8.5)];
+        let beta = 0.5;
+        let loss = |m: &Gpt<f64>| {
+            let ell = FusedStep::new().target_log_probs(m, &batch).unwrap();
+            dpo_weights(&batch, &ell, &refs, beta).unwrap().0
+        };
+        let ell = FusedStep::new().target_log_probs(&model, &batch).unwrap();
+        let (l, weights) = dpo_weights(&batch, &ell, &refs, beta).unwrap();
+        assert_eq!(l.to_bits(), loss(&model).to_bits());
+        let grads = |w: &[f64]| {
+            FusedStep::new().weighted_loss_and_grads(&model, &batch, w).unwrap().1.to_vec()
+        };
+        checked(&model, &grads(&weights), loss).assert_passed();
+        // Planted: the weights +∂L/∂ℓ instead of −∂L/∂ℓ (the loss climbed instead of descended).
+        let flipped: Vec<f64> = weights.iter().map(|w| -w).collect();
+        assert!(!checked(&model, &grads(&flipped), loss).passed(), "a flipped sign passed");
+        // The second pair's rejected reply "35⏎0" ends at its newline: 3 scored positions.
+        let scored: Vec<usize> = batch
+            .targets
+            .chunks(batch.seq_len)
+            .map(|t| t.iter().filter(|x| x.is_some()).count())
+            .collect();
+        assert_eq!(scored, [4, 4, 4, 3, 4, 4]);
+    }
+
+    #[test]
+    fn grpo_through_the_whole_model_passes_the_gradient_check_and_catches_a_flipped_sign() {
+        let task = chapter_task().unwrap();
+        let model = small_model(&task);
+        let problems = [p(7, 58), p(7, 58), p(31, 4), p(31, 4)];
+        let answers = ["065\n", "064\n", "035\n", "3\n50"].map(String::from);
+        let batch: Batch = answer_batch(&task, &problems, &answers).unwrap();
+        let ell = FusedStep::new().target_log_probs(&model, &batch).unwrap();
+        // π_old and π_ref a little off π: ratios e^{±0.1} inside the clip, e^{0.5} outside it
+        // (A > 0, so that token's surrogate is the clipped constant), no value at a kink.
+        let shift = [0.1, -0.1, 0.5, 0.05];
+        let old: Vec<f64> = ell
+            .iter()
+            .enumerate()
+            .map(|(r, &l)| if batch.targets[r].is_some() { l - shift[r % 4] } else { 0.0 })
+            .collect();
+        let reference: Vec<f64> = ell.iter().map(|&l| (l + 0.3).min(0.0)).collect();
+        let advantages = [1.0, -1.0, 1.0, -1.0];
+        let spec = GrpoSpec { clip_eps: 0.2, kl_beta: 0.1 };
+        let loss = |m: &Gpt<f64>| {
+            let ell = FusedStep::new().target_log_probs(m, &batch).unwrap();
+            grpo_weights(&batch, (&ell, &old, &reference), &advantages, spec).unwrap().0
+        };
+        let (_, weights) =
+            grpo_weights(&batch, (&ell, &old, &reference), &advantages, spec).unwrap();
+        let grads = |w: &[f64]| {
+            FusedStep::new().weighted_loss_and_grads(&model, &batch, w).unwrap().1.to_vec()
+        };
+        // The ratios e^{ℓ − ℓ_old} make the loss's third derivative large enough that a step of
+        // 10⁻⁴ leaves ~10⁻⁹ of truncation error on entries near 10⁻⁶: a step of 10⁻⁵ cuts it a
+        // hundredfold, and entries below 10⁻⁵ are measured absolutely.
+        let fine = Config { step: 1e-5, tolerance: 1e-5, floor: 1e-5 };
+        checked_with(fine, &model, &grads(&weights), loss).assert_passed();
+        let flipped: Vec<f64> = weights.iter().map(|w| -w).collect();
+        assert!(!checked_with(fine, &model, &grads(&flipped), loss).passed(), "a flip passed");
+        // The first answer (A > 0) has a token on the clipped branch, ρ = e^{0.5} > 1 + ε_c.
+        let t = batch.seq_len;
+        let mask: Vec<bool> = batch.targets[..t].iter().map(Option::is_some).collect();
+        let tokens = ch::GrpoTokens {
+            log_probs: &ell[..t],
+            mask: &mask,
+            old_log_probs: &old[..t],
+            ref_log_probs: &reference[..t],
+            advantage: 1.0,
+        };
+        let (_, terms) = ch::grpo_tokens_forward(spec, tokens).unwrap();
+        assert!((0..t).any(|i| mask[i] && !terms.unclipped[i]), "no clipped token");
+        assert!(sequence_sums(&batch, &ell).iter().all(|&s| s < 0.0));
+    }
+
+    #[test]
+    fn bad_pairs_and_advantages_are_refused_in_one_line() {
+        let task = chapter_task().unwrap();
+        let pairs = three_pairs();
+        let batch = pair_batch(&task, &pairs.iter().collect::<Vec<_>>()).unwrap();
+        let ell = vec![-0.5; batch.inputs.len()];
+        assert_one_line(dpo_weights(&batch, &ell, &[(-1.0, -1.0)], 0.5).unwrap_err(), "refs");
+        let long = answer_batch(&task, &[p(1, 2)], &["0003\n".to_string()]).unwrap_err();
+        assert_one_line(long, "answers");
+    }
+}
+
+// ───────────────── the page's measured tables ─────────────────
+
+/// `0.974` as the page prints an accuracy: `97.4 %`.
+fn percent(v: f64) -> String {
+    format!("{:.1} %", 100.0 * v)
+}
+
+/// 58032 as the page prints a count: `58 032`.
+fn spaced(n: f64) -> String {
+    let digits: Vec<char> = format!("{}", n as u64).chars().collect();
+    let mut out = String::new();
+    for (i, c) in digits.iter().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(' ');
+        }
+        out.push(*c);
+    }
+    out
+}
+
+/// The page's measured tables (§3 DPO, §4 GRPO, §6 the stages) print the values the main job
+/// measured and keeps at full precision in `chapters/img/ch13_runs.csv`, rounded as printed.
+#[test]
+fn the_pages_run_tables_are_the_main_jobs() {
+    use llm_workbook::ch13_finetune::book::{DPO_BETAS, RUNS_CSV};
+    let root = common::repo_root();
+    let csv =
+        std::fs::read_to_string(root.join("chapters/img").join(RUNS_CSV)).expect("the runs file");
+    let value = |table: &str, row: &str| -> f64 {
+        csv.lines()
+            .filter_map(|l| {
+                l.split_once(',').and_then(|(t, rest)| Some((t, rest.rsplit_once(',')?)))
+            })
+            .find(|(t, (r, _))| *t == table && *r == row)
+            .unwrap_or_else(|| panic!("no {table} {row} in the runs file"))
+            .1
+            .1
+            .parse()
+            .expect("a number")
+    };
+    let page = common::prose("ch13_finetune");
+    let table = |header: &str| -> Vec<Vec<String>> {
+        let lines: Vec<&str> = page.lines().collect();
+        let at = lines.iter().position(|l| l.starts_with(header)).expect("the table's header");
+        lines[at + 2..]
+            .iter()
+            .take_while(|l| l.starts_with('|'))
+            .map(|l| l.trim().trim_matches('|').split('|').map(|c| c.trim().to_string()).collect())
+            .collect()
+    };
+    let stages = table("| stage | accuracy |");
+    let want_stages = [
+        ("base", "—".to_string(), "—".to_string()),
+        ("masked", spaced(value("trainable", "full")), spaced(value("adamw_bytes", "full"))),
+        ("unmasked", spaced(value("trainable", "full")), spaced(value("adamw_bytes", "full"))),
+        ("lora", spaced(value("trainable", "lora")), spaced(value("adamw_bytes", "lora"))),
+    ];
+    assert_eq!(stages.len(), want_stages.len());
+    for (cells, (row, trainable, bytes)) in stages.iter().zip(&want_stages) {
+        assert_eq!(cells[1], percent(value("accuracy", row)), "{row}: accuracy");
+        assert_eq!(cells[2], *trainable, "{row}: trainable");
+        let bytes = if bytes == "—" { bytes.clone() } else { format!("{bytes} bytes") };
+        assert_eq!(cells[3], bytes, "{row}: bytes");
+    }
+    let dpo = table("| DPO | held-out accuracy |");
+    assert_eq!(dpo.len(), 1 + DPO_BETAS.len());
+    assert_eq!(dpo[0][1], percent(value("accuracy", "start")));
+    assert_eq!(dpo[0][4], format!("{:.2}", value("dpo_log_ratio", "start")));
+    for (cells, beta) in dpo[1..].iter().zip(DPO_BETAS) {
+        let row = format!("beta={beta}");
+        assert_eq!(cells[0], format!("$\\beta = {beta}$"));
+        assert_eq!(cells[1], percent(value("accuracy", &format!("dpo {row}"))), "{row}");
+        assert_eq!(cells[2], format!("{:.2}", value("dpo_margin", &row)), "{row}: margin");
+        assert_eq!(cells[3], percent(value("dpo_ranked", &row)), "{row}: ranked");
+        assert_eq!(cells[4], format!("{:.2}", value("dpo_log_ratio", &row)), "{row}: log-ratio");
+    }
+    let runs = table("| from the start | compute |");
+    let compute = spaced(value("grpo", "compute"));
+    let want = [
+        ("start", "0".to_string()),
+        ("grpo", compute),
+        ("more_sft", spaced(value("sft", "compute"))),
+    ];
+    assert_eq!(runs.len(), want.len());
+    for (cells, (row, spent)) in runs.iter().zip(&want) {
+        assert_eq!(cells[1], *spent, "{row}: compute");
+        assert_eq!(cells[2], percent(value("accuracy", row)), "{row}: accuracy");
+    }
+    let grpo = table("| GRPO steps | reward of the samples |");
+    for (cells, when) in grpo.iter().zip(["first", "last"]) {
+        assert_eq!(cells[1], percent(value("grpo", &format!("reward_{when}"))), "{when}");
+        assert_eq!(cells[2], percent(value("grpo", &format!("flat_{when}"))), "{when}");
+        assert_eq!(cells[3], format!("{:.2}", value("grpo", &format!("answer_len_{when}"))));
+    }
+    assert_eq!(grpo.len(), 2);
 }

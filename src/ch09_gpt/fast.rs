@@ -65,7 +65,7 @@ use precision::Rounder;
 use super::data::Batch;
 use super::model::{BlockForm, Gpt, Grads};
 use crate::ch06_attention::{Epsilon, LnCache};
-use crate::error::{Error, Result, invalid};
+use crate::error::{Error, Result, invalid, shape_error};
 use crate::float::Float;
 use crate::matmul::inputs::{Precision, ProductInputs, StepRounding};
 use crate::matmul::{MatMut, MatRef, Settings};
@@ -219,6 +219,8 @@ struct Shard<T: Float> {
     last: LastRow<T>,
     /// Σ over this shard's scored rows of −ln p(target).
     loss_sum: f64,
+    /// −ln p(target) of each of this shard's rows (0 where unscored), from the last pass.
+    nll: Vec<f64>,
 }
 
 /// The reusable state of the fused step: one shard (its own buffers and gradients) per part of
@@ -304,17 +306,99 @@ impl<T: Float> FusedStep<T> {
     /// call; the trainer clips it and hands it to AdamW in place).
     ///
     /// The same values as [`Gpt::loss_and_grads`] up to rounding. Errors as it does on a bad
-    /// batch, and on a model [`supports`] does not cover.
+    /// batch, and on a model [`supports`] does not cover. It is
+    /// [`FusedStep::weighted_loss_and_grads`] with w_r = 1/S on the S scored rows (the same code,
+    /// the weight held once; a test holds the two to the same bits).
     pub fn loss_and_grads(
         &mut self,
         model: &Gpt<T>,
         batch: &Batch,
     ) -> Result<(f64, &mut [DMatrix<T>])> {
-        const OP: &str = "FusedStep::loss_and_grads";
-        batch.check(OP, model.config.vocab_size)?;
+        let scored = self.check("FusedStep::loss_and_grads", model, batch)?;
+        // With loss scaling (chapter 11) ∂L/∂z is S times the mean's; S = 1 gives 1/scored.
+        let scale = T::of(self.precision.loss_scale / scored as f64);
+        let loss_sum = self.forward_backward(model, batch, &vec![scale; batch.inputs.len()])?;
+        Ok((loss_sum / scored as f64, self.unscaled_grads()))
+    }
+
+    /// A weighted next-token loss and its gradient, for losses built on sequence
+    /// log-probabilities (chapter 13's DPO and GRPO): with one weight w_r per position r of the
+    /// batch (`weights`, length B·T, row r = sequence r / T, position r mod T),
+    ///
+    /// ```text
+    /// L = Σ_r w_r · (−ln p_r(target_r))     over the scored positions r (no 1/S)
+    /// ∂L/∂z_r = w_r · (softmax(z_r) − onehot(target_r)),   then back through the model
+    /// ```
+    ///
+    /// Weights may have either sign; those of unscored positions are read for their finiteness
+    /// only. [`FusedStep::loss_and_grads`] is the case w_r = 1/S (S scored positions). Since
+    /// ∂(−ln p_r)/∂θ = −∂ln p_r/∂θ, a loss whose derivative with respect to each ln p_r is c_r
+    /// has the gradient of this one with w_r = −c_r. The gradients are as in
+    /// [`FusedStep::loss_and_grads`] (the workspace's, in [`Gpt::tensors`] order; loss scaling
+    /// multiplies the weights by S and divides the gradients by S after the sum).
+    ///
+    /// Errors as [`FusedStep::loss_and_grads`], and, naming `weights`, on a length other than
+    /// B·T, a weight that is NaN or ±∞, or one that overflows the model's type once scaled.
+    pub fn weighted_loss_and_grads(
+        &mut self,
+        model: &Gpt<T>,
+        batch: &Batch,
+        weights: &[f64],
+    ) -> Result<(f64, &mut [DMatrix<T>])> {
+        const OP: &str = "FusedStep::weighted_loss_and_grads";
+        self.check(OP, model, batch)?;
+        let rows = batch.inputs.len();
+        if weights.len() != rows {
+            let want = format!("{rows} (B·T)");
+            return Err(shape_error(OP, "weights", want, weights.len().to_string()));
+        }
+        crate::float::ensure_finite_slice(OP, "weights", weights)?;
+        let s = self.precision.loss_scale;
+        let factors: Vec<T> = weights.iter().map(|&w| T::of(s * w)).collect();
+        if let Some(r) = factors.iter().position(|f| !f.is_finite()) {
+            let reason = format!("w[{r}] = {:e} × the loss scale overflows", weights[r]);
+            return Err(invalid(OP, "weights", reason));
+        }
+        self.forward_backward(model, batch, &factors)?;
+        let nll = self.shards.iter().flat_map(|s| s.nll.iter());
+        let loss = batch
+            .targets
+            .iter()
+            .zip(nll.zip(weights))
+            .filter(|(t, _)| t.is_some())
+            .map(|(_, (l, w))| w * l)
+            .sum();
+        Ok((loss, self.unscaled_grads()))
+    }
+
+    /// ln p(target) at every position of `batch` by the fused forward pass alone (no gradients):
+    /// ℓ_r = ln softmax(z_r)\[target_r\], length B·T in the batch's order (row r = sequence r / T,
+    /// position r mod T). Unscored positions (target `None`) hold 0.0, a placeholder, not a
+    /// log-probability. The parts of a sequence's log-probability: ln π(y) = Σ over the answer's
+    /// positions of ℓ_r. The products round their inputs as [`FusedStep::set_precision`] says.
+    ///
+    /// Errors as [`FusedStep::loss_and_grads`].
+    pub fn target_log_probs(&mut self, model: &Gpt<T>, batch: &Batch) -> Result<Vec<f64>> {
+        self.check("FusedStep::target_log_probs", model, batch)?;
+        // Keep the backward buffers if the workspace has them: a step on the same shape follows.
+        let backward = self.sized_for.as_ref().is_some_and(|k| k.4);
+        self.size(model, batch, backward);
+        let inputs = self.precision.inputs;
+        for r in run_shards(&mut self.shards, self.settings, |s, products| {
+            s.forward_scores(model, batch, Rounder::new(products, inputs))
+        }) {
+            r?;
+        }
+        Ok(self.shards.iter().flat_map(|s| s.nll.iter().map(|&l| 0.0 - l)).collect())
+    }
+
+    /// The checks every batch call makes: the batch, the model's shape, the context, at least
+    /// one scored position. Returns the scored positions' count.
+    fn check(&self, op: &'static str, model: &Gpt<T>, batch: &Batch) -> Result<usize> {
+        batch.check(op, model.config.vocab_size)?;
         if !supports(model) {
             return Err(invalid(
-                OP,
+                op,
                 "model",
                 "its shape is not the one the fused step covers (see fast::supports); use \
                     Gpt::loss_and_grads",
@@ -322,7 +406,7 @@ impl<T: Float> FusedStep<T> {
         }
         if batch.seq_len > model.config.context {
             return Err(invalid(
-                OP,
+                op,
                 "batch",
                 format!(
                     "T = {} is longer than the context n_ctx = {}",
@@ -334,14 +418,20 @@ impl<T: Float> FusedStep<T> {
         if scored == 0 {
             return Err(Error::Empty { op: "Gpt::loss", arg: "targets (no position is scored)" });
         }
+        Ok(scored)
+    }
+
+    /// Forward and backward over every shard with ∂L/∂z_r = k_r·(softmax(z_r) − onehot) at each
+    /// scored row r (`factors`, one per position of the batch, the loss scale included); the
+    /// gradient summed over the shards into the first. Returns Σ over scored rows of
+    /// −ln p(target), unweighted; each shard keeps its rows' values in `nll`.
+    fn forward_backward(&mut self, model: &Gpt<T>, batch: &Batch, factors: &[T]) -> Result<f64> {
         self.size(model, batch, true);
-        // With loss scaling (chapter 11) ∂L/∂z is S times the mean's; S = 1 gives 1/scored.
-        let Precision { inputs, loss_scale } = self.precision;
-        let scale = T::of(loss_scale / scored as f64);
+        let inputs = self.precision.inputs;
         let settings = self.settings;
         let threads = settings.threads.unwrap_or_else(crate::threads::default_threads);
         let results = run_shards(&mut self.shards, settings, |s, products| {
-            s.run(model, batch, scale, Rounder::new(products, inputs))
+            s.run(model, batch, factors, Rounder::new(products, inputs))
         });
         // The shards' tallies, added in shard order.
         let mut rounding = StepRounding::default();
@@ -349,14 +439,19 @@ impl<T: Float> FusedStep<T> {
             rounding += r?;
         }
         self.rounding = rounding;
-        let loss_sum = add_in_shard_order(&mut self.shards, threads);
+        Ok(add_in_shard_order(&mut self.shards, threads))
+    }
+
+    /// The summed gradient, divided by the loss scale when there is one.
+    fn unscaled_grads(&mut self) -> &mut [DMatrix<T>] {
+        let loss_scale = self.precision.loss_scale;
         let first = &mut self.shards[0];
         if loss_scale != 1.0 {
             // Unscaled in the model's type before clipping and AdamW: exact for a power of two.
             let unscale = T::of(1.0 / loss_scale);
             first.grads.iter_mut().for_each(|g| *g *= unscale);
         }
-        Ok((loss_sum / scored as f64, &mut first.grads[..]))
+        &mut first.grads[..]
     }
 
     /// The logits of the last position of one sequence (`tokens`, at most n_ctx of them), by the
@@ -507,24 +602,42 @@ fn add_in_order<T: Float>(
 }
 
 impl<T: Float> Shard<T> {
-    /// Forward and backward over this shard's sequences; `scale` = 1/(scored positions of the
-    /// whole batch), so the shards' gradients add up to the batch mean's. The products run and
+    /// Forward and backward over this shard's sequences; `factors` holds k_r for every position
+    /// of the whole batch (1/(scored positions) each for the mean, so the shards' gradients add
+    /// up to the batch mean's), of which the shard reads its own rows. The products run and
     /// round their inputs as `rounder` says; returns what those roundings did.
     fn run(
         &mut self,
         model: &Gpt<T>,
         batch: &Batch,
-        scale: T,
+        factors: &[T],
         mut rounder: Rounder,
     ) -> Result<StepRounding> {
         let t = batch.seq_len;
         let rows = self.first * t..(self.first + self.seqs) * t;
         let inputs = &batch.inputs[rows.clone()];
-        let targets = &batch.targets[rows];
+        let targets = &batch.targets[rows.clone()];
         let rounder = &mut rounder;
         self.forward(model, inputs, t, Outputs::Every, rounder)?;
-        self.loss_sum = self.loss_and_logit_gradient(targets, scale);
+        self.loss_sum = self.loss_and_logit_gradient(targets, &factors[rows]);
         self.backward(model, inputs, t, rounder)?;
+        Ok(rounder.tally())
+    }
+
+    /// The forward pass alone over this shard's sequences, leaving −ln p(target) of each row in
+    /// `nll` (and ∂L/∂z with every factor 0, that is zeros, in place of the logits).
+    fn forward_scores(
+        &mut self,
+        model: &Gpt<T>,
+        batch: &Batch,
+        mut rounder: Rounder,
+    ) -> Result<StepRounding> {
+        let t = batch.seq_len;
+        let rows = self.first * t..(self.first + self.seqs) * t;
+        let rounder = &mut rounder;
+        self.forward(model, &batch.inputs[rows.clone()], t, Outputs::Every, rounder)?;
+        let zeros = vec![T::zero(); rows.len()];
+        self.loss_sum = self.loss_and_logit_gradient(&batch.targets[rows], &zeros);
         Ok(rounder.tally())
     }
 }

@@ -229,15 +229,57 @@ impl<T: Float> Trainer<T> {
     /// [`Trainer::step`] on a batch the caller made (the trainer's generator draws nothing):
     /// for data the [`Data`] sources do not cover, such as chapter 13's fine-tuning examples.
     pub fn step_on(&mut self, batch: &Batch, config: &TrainConfig) -> Result<StepRecord> {
+        self.step_with(batch, None, config)
+    }
+
+    /// [`Trainer::step_on`] with the weighted loss Σ_r w_r·(−ln p_r(target_r)) of
+    /// [`FusedStep::weighted_loss_and_grads`] (`weights`: one per position of the batch, B·T)
+    /// in place of the mean: the same clipping, schedule, AdamW and overflow rule, by the same
+    /// code. A loss whose derivative with respect to each token's ln p_r is c_r (chapter 13's
+    /// DPO and GRPO) takes its step with w_r = −c_r. The record's loss is the weighted sum.
+    ///
+    /// Errors as [`FusedStep::weighted_loss_and_grads`], and, naming `model`, on a model the
+    /// fused step does not cover (the reference pass has no weighted form).
+    pub fn step_weighted(
+        &mut self,
+        batch: &Batch,
+        weights: &[f64],
+        config: &TrainConfig,
+    ) -> Result<StepRecord> {
+        self.step_with(batch, Some(weights), config)
+    }
+
+    /// ln p(target) at every position of `batch` under the trainer's model, by the fused step's
+    /// forward pass in the trainer's own workspace ([`FusedStep::target_log_probs`]: length B·T,
+    /// 0.0 at unscored positions). What [`Trainer::step_weighted`]'s weights are computed from.
+    /// Errors as it does, and on a model the fused step does not cover.
+    pub fn target_log_probs(&mut self, batch: &Batch) -> Result<Vec<f64>> {
+        self.workspace.target_log_probs(&self.model, batch)
+    }
+
+    /// One step on `batch`: the mean loss (`weights` None) or the weighted one.
+    fn step_with(
+        &mut self,
+        batch: &Batch,
+        weights: Option<&[f64]>,
+        config: &TrainConfig,
+    ) -> Result<StepRecord> {
         let precision = self.precision();
         let lr = config.schedule.at(self.step);
         let tokens = batch.inputs.len();
         let mut reference;
-        let (loss, grads): (f64, &mut [nalgebra::DMatrix<T>]) = if self.path() == StepPath::Fused {
-            self.workspace.loss_and_grads(&self.model, batch)?
-        } else {
-            reference = self.model.loss_and_grads(batch)?;
-            (reference.loss, &mut reference.grads)
+        let fused = self.path() == StepPath::Fused;
+        let (loss, grads): (f64, &mut [nalgebra::DMatrix<T>]) = match (fused, weights) {
+            (true, None) => self.workspace.loss_and_grads(&self.model, batch)?,
+            (true, Some(w)) => self.workspace.weighted_loss_and_grads(&self.model, batch, w)?,
+            (false, None) => {
+                reference = self.model.loss_and_grads(batch)?;
+                (reference.loss, &mut reference.grads)
+            }
+            (false, Some(_)) => {
+                let reason = "the fused step does not cover it; weighted steps need it";
+                return Err(invalid("Trainer::step_weighted", "model", reason));
+            }
         };
         let scaled = precision.loss_scale > 1.0;
         if scaled && grads.iter().any(|g| g.iter().any(|x| !x.is_finite())) {

@@ -1,19 +1,25 @@
 //! What the book shows about chapter 13: the worked-number table (no source document, so no
 //! errata), the walk-through (the task, each loss on a hand-made case, the costs, the stages
-//! measured) and the figure of the held-out accuracy during fine-tuning, the same on every
-//! machine (the main job trains on the portable kernel, fixed seeds).
+//! measured), the figures of the held-out accuracy during fine-tuning and during GRPO, and the
+//! file of the stages' measured values ([`RUNS_CSV`]) that the page's tables print, the same on
+//! every machine (the main job trains on the portable kernel, fixed seeds).
 
 use super::dpo::{DpoPair, dpo_forward};
-use super::lora::{BYTES_PER_F32, FineTuneCost, fine_tuning_cost};
+use super::feedback::{
+    CurveRun, DpoRun, FeedbackRecipe, GrpoRecord, make_pairs, run_dpo, run_grpo, run_more_sft,
+};
+use super::grpo::{GrpoSpec, GrpoTokens, grpo_log_prob_gradient, grpo_tokens_forward};
+use super::lora::{BYTES_PER_F32, fine_tuning_cost};
 use super::sft::masked_cross_entropy_forward;
 use super::stages::{
     CURVE_PROBLEMS, Recipe, Stage, chapter_task, finetune, finetune_lora, pretrain,
 };
-use super::task::{AdditionTask, Problem, accuracy_of};
+use super::task::{AdditionTask, Problem, accuracy, accuracy_of};
 use crate::errata::Erratum;
 use crate::error::Result;
 use crate::plot::{Figure, LineChart, Series};
 use crate::report::{Chapter, Walk, Worked};
+use crate::rng::Rng;
 use crate::sources::THIS_CRATE;
 use nalgebra::DMatrix;
 use std::path::{Path, PathBuf};
@@ -41,16 +47,62 @@ pub struct Results {
     pub unmasked: Stage,
     /// LoRA, the prompt masked.
     pub lora: Stage,
+    /// DPO and GRPO from the masked run's model after [`Recipe::start_at`] steps.
+    pub feedback: Feedback,
 }
 
-/// Runs every stage of `recipe` on the chapter's task.
-pub fn results_of(recipe: &Recipe) -> Result<Results> {
+/// The DPO values of β the main job compares.
+pub const DPO_BETAS: [f64; 2] = [0.1, 0.5];
+
+/// What DPO and GRPO did on the task, from one start.
+#[derive(Clone, Debug)]
+pub struct Feedback {
+    /// Held-out exact match of the start (and reference) model.
+    pub start_accuracy: f64,
+    /// The share of the DPO pool's rejected answers that are the start model's own mistakes.
+    pub own_mistakes: f64,
+    /// One DPO run per β of [`DPO_BETAS`].
+    pub dpo: Vec<DpoRun>,
+    /// GRPO.
+    pub grpo: CurveRun,
+    /// More supervised fine-tuning for GRPO's compute.
+    pub more_sft: CurveRun,
+}
+
+/// Runs every stage of `recipe` on the chapter's task, then DPO (each β of `betas`) and GRPO
+/// by `feedback` from the masked run's model after [`Recipe::start_at`] steps.
+pub fn results_of(recipe: &Recipe, feedback: &FeedbackRecipe, betas: &[f64]) -> Result<Results> {
     let task = chapter_task()?;
     let base = pretrain(&task, recipe)?;
     let masked = finetune(&task, &base.model, true, recipe)?;
     let unmasked = finetune(&task, &base.model, false, recipe)?;
     let lora = finetune_lora(&task, &base.model, recipe)?;
-    Ok(Results { task, base, masked, unmasked, lora })
+    let start = masked.snapshot.as_ref().unwrap_or(&masked.model);
+    let feedback = feedback_of(&task, start, feedback, betas)?;
+    Ok(Results { task, base, masked, unmasked, lora, feedback })
+}
+
+/// DPO for each β of `betas` and GRPO from `start`, and more SFT for GRPO's compute.
+pub fn feedback_of(
+    task: &AdditionTask,
+    start: &crate::ch09_gpt::model::Gpt<f32>,
+    recipe: &FeedbackRecipe,
+    betas: &[f64],
+) -> Result<Feedback> {
+    let mut rng = Rng::new(recipe.seed);
+    let pool = make_pairs(task, start, &task.train[..recipe.dpo_pool], &mut rng)?;
+    let held_problems = &task.held_out[..recipe.curve_problems.min(task.held_out.len())];
+    let held = make_pairs(task, start, held_problems, &mut rng)?;
+    let own = pool.iter().filter(|p| p.own_mistake).count() as f64 / pool.len().max(1) as f64;
+    let dpo = betas
+        .iter()
+        .map(|&beta| run_dpo(task, start, (&pool, &held), beta, recipe))
+        .collect::<Result<Vec<_>>>()?;
+    let grpo = run_grpo(task, start, recipe)?;
+    let compute = recipe.grpo_steps * recipe.grpo_step_cost();
+    let more_sft = run_more_sft(task, start, compute, recipe)?;
+    let start_accuracy = accuracy(task, start, &task.held_out)?;
+    Ok(Feedback { start_accuracy, own_mistakes: own, dpo, grpo, more_sft })
 }
 
 /// The chapter's stages ([`Recipe::CHAPTER`]), once per process (the worked numbers, the walk
@@ -58,13 +110,16 @@ pub fn results_of(recipe: &Recipe) -> Result<Results> {
 pub fn results() -> Result<&'static Results> {
     static CELL: std::sync::OnceLock<std::result::Result<Results, String>> =
         std::sync::OnceLock::new();
-    CELL.get_or_init(|| results_of(&Recipe::CHAPTER).map_err(|e| e.to_string())).as_ref().map_err(
-        |e| crate::error::Error::InvalidValue {
-            op: "ch13_finetune::results",
-            arg: "training",
-            reason: e.clone(),
-        },
-    )
+    CELL.get_or_init(|| {
+        results_of(&Recipe::CHAPTER, &FeedbackRecipe::CHAPTER, &DPO_BETAS)
+            .map_err(|e| e.to_string())
+    })
+    .as_ref()
+    .map_err(|e| crate::error::Error::InvalidValue {
+        op: "ch13_finetune::results",
+        arg: "training",
+        reason: e.clone(),
+    })
 }
 
 /// The masked cross-entropy of the hand-made case: a prompt row, then answer rows with
@@ -91,12 +146,6 @@ fn hand_accuracy(task: &AdditionTask) -> Result<f64> {
     accuracy_of(&task.answers(&problems), &replies)
 }
 
-/// The costs of fine-tuning the chapter's model: every parameter, or rank-r adapters on the
-/// block matrices.
-fn chapter_costs(r: &Results) -> (FineTuneCost, FineTuneCost) {
-    (r.masked.cost, r.lora.cost)
-}
-
 /// The chapter's numbers, recomputed.
 pub fn worked() -> Result<Vec<Worked>> {
     let task = chapter_task()?;
@@ -104,7 +153,7 @@ pub fn worked() -> Result<Vec<Worked>> {
     let gpt2 = gpt2_small_matrices();
     let full = fine_tuning_cost(&gpt2, 0, BYTES_PER_F32)?;
     let lora8 = fine_tuning_cost(&gpt2, 8, BYTES_PER_F32)?;
-    let mut rows = vec![
+    let rows = vec![
         Worked::number(
             "masked_cross_entropy_of_two_answer_tokens_by_hand",
             THIS_CRATE,
@@ -172,28 +221,113 @@ pub fn worked() -> Result<Vec<Worked>> {
             "0.5",
             hand_accuracy(&task)?,
         ),
+        Worked::number(
+            "the_length_bias_of_per_answer_means_by_hand",
+            THIS_CRATE,
+            "GRPO weight of a token, 2-token answer over 4-token answer, same A",
+            "2",
+            length_bias()?,
+        ),
+        Worked::number(
+            "a_group_of_eight_at_nine_in_ten_is_flat_by_hand",
+            THIS_CRATE,
+            "chance that G = 8 samples at p = 0.9 all get the same reward",
+            "0.4305",
+            flat_group_chance(FLAT_EXAMPLE.0, FLAT_EXAMPLE.1),
+        ),
     ];
-    rows.extend(measured_rows(results()?));
     Ok(rows)
 }
 
-/// The measured rows: each stage's held-out accuracy and the parameters each fine-tuning
-/// trains. The numbers are the same bits on every CPU (portable kernel, fixed seeds).
-pub fn measured_rows(r: &Results) -> Vec<Worked> {
-    const TEST: &str = "the_stages_measured_as_the_page_reports";
-    let (full, lora) = chapter_costs(r);
-    let held = r.task.held_out.len();
-    let rows = [
-        (format!("base model, exact match on {held} held-out problems"), "0.040", r.base.accuracy),
-        ("fine-tuned, prompt masked".to_string(), "0.974", r.masked.accuracy),
-        ("fine-tuned, every character scored".to_string(), "0.104", r.unmasked.accuracy),
-        ("fine-tuned with LoRA, prompt masked".to_string(), "0.106", r.lora.accuracy),
-        ("the chapter's model, trainable in full".to_string(), "58032", full.trainable as f64),
-        ("with LoRA on its block matrices".to_string(), "12288", lora.trainable as f64),
+/// The example of a group with no signal: G samples, each right with probability p.
+pub const FLAT_EXAMPLE: (usize, f64) = (8, 0.9);
+
+/// The chance that G independent samples, each rewarded with probability p, all get the same
+/// reward: p^G + (1 − p)^G. Such a group has every advantage 0.
+pub fn flat_group_chance(g: usize, p: f64) -> f64 {
+    p.powi(g as i32) + (1.0 - p).powi(g as i32)
+}
+
+/// The length bias of GRPO's per-answer mean: the weight −∂L/∂ℓ_t of one token of a 2-token
+/// answer over that of a 4-token answer, both with advantage 1, the policy still the sampler
+/// and the reference (ρ = 1, k = 0): (1/2)/(1/4) = 2.
+fn length_bias() -> Result<f64> {
+    let spec = GrpoSpec { clip_eps: 0.2, kl_beta: 0.04 };
+    let weight = |len: usize| -> Result<f64> {
+        let ell = vec![-0.5; len];
+        let mask = vec![true; len];
+        let t = GrpoTokens {
+            log_probs: &ell,
+            mask: &mask,
+            old_log_probs: &ell,
+            ref_log_probs: &ell,
+            advantage: 1.0,
+        };
+        Ok(-grpo_log_prob_gradient(&grpo_tokens_forward(spec, t)?.1)[0])
+    };
+    Ok(weight(2)? / weight(4)?)
+}
+
+/// The file, written by the main job beside the figures, that keeps at full precision the
+/// measured values the page's tables of §6 print: a change of any of them shows as a changed
+/// file, and `the_pages_run_tables_are_the_main_jobs` holds the page's tables to it.
+pub const RUNS_CSV: &str = "ch13_runs.csv";
+
+/// Mean of a GRPO record's field over the first or the last [`REWARD_WINDOW`] steps.
+fn window_mean(steps: &[GrpoRecord], last: bool, field: fn(&GrpoRecord) -> f64) -> f64 {
+    let n = REWARD_WINDOW.min(steps.len()).max(1);
+    let part = if last { &steps[steps.len().saturating_sub(n)..] } else { &steps[..n] };
+    part.iter().map(field).sum::<f64>() / n as f64
+}
+
+/// GRPO steps averaged for the reward and no-signal share at the start and at the end.
+pub const REWARD_WINDOW: usize = 5;
+
+/// The text of [`RUNS_CSV`]: `table,row,value` lines. Tables: `accuracy` (rows: the stages),
+/// `trainable` and `adamw_bytes` (rows `full`, `lora`), `dpo_margin`, `dpo_ranked`,
+/// `dpo_log_ratio` (rows: `beta=…`, and `start` for the log-ratio), `dpo_pairs` (row
+/// `own_mistakes`), `grpo` (rows: rewards, no-signal shares and answer lengths over the first
+/// and last [`REWARD_WINDOW`] steps, the compute) and `sft` (its steps).
+pub fn runs_csv(r: &Results) -> String {
+    let f = &r.feedback;
+    let mut rows: Vec<(&str, String, f64)> = vec![
+        ("accuracy", "base".into(), r.base.accuracy),
+        ("accuracy", "masked".into(), r.masked.accuracy),
+        ("accuracy", "unmasked".into(), r.unmasked.accuracy),
+        ("accuracy", "lora".into(), r.lora.accuracy),
+        ("accuracy", "start".into(), f.start_accuracy),
+        ("accuracy", "grpo".into(), f.grpo.accuracy),
+        ("accuracy", "more_sft".into(), f.more_sft.accuracy),
+        ("trainable", "full".into(), r.masked.cost.trainable as f64),
+        ("trainable", "lora".into(), r.lora.cost.trainable as f64),
+        ("adamw_bytes", "full".into(), r.masked.cost.optimizer_bytes as f64),
+        ("adamw_bytes", "lora".into(), r.lora.cost.optimizer_bytes as f64),
+        ("dpo_pairs", "own_mistakes".into(), f.own_mistakes),
     ];
-    rows.into_iter()
-        .map(|(q, printed, ours)| Worked::number(TEST, THIS_CRATE, q, printed, ours))
-        .collect()
+    if let Some(d) = f.dpo.first() {
+        rows.push(("dpo_log_ratio", "start".into(), d.log_ratio.0));
+    }
+    for d in &f.dpo {
+        let beta = format!("beta={}", d.beta);
+        rows.push(("accuracy", format!("dpo {beta}"), d.accuracy));
+        rows.push(("dpo_margin", beta.clone(), d.margin));
+        rows.push(("dpo_ranked", beta.clone(), d.ranked));
+        rows.push(("dpo_log_ratio", beta, d.log_ratio.1));
+    }
+    let s = &f.grpo.steps;
+    for (last, when) in [(false, "first"), (true, "last")] {
+        rows.push(("grpo", format!("reward_{when}"), window_mean(s, last, |x| x.reward)));
+        rows.push(("grpo", format!("flat_{when}"), window_mean(s, last, |x| x.flat_groups)));
+        rows.push(("grpo", format!("answer_len_{when}"), window_mean(s, last, |x| x.answer_len)));
+    }
+    let compute = f.grpo.curve.last().map_or(0, |c| c.0);
+    rows.push(("grpo", "compute".into(), compute as f64));
+    rows.push(("sft", "compute".into(), f.more_sft.curve.last().map_or(0, |c| c.0) as f64));
+    let mut text = String::from("table,row,value\n");
+    for (table, row, value) in rows {
+        text += &format!("{table},{row},{value:?}\n");
+    }
+    text
 }
 
 /// The walk-through.
@@ -240,7 +374,17 @@ pub fn walk(out: &mut Walk) -> Result<()> {
     out.say(&format!(
         "policy (−2, −3), reference (−1, −4), β = 1/2: margin {margin}, loss {loss:.6}"
     ))?;
-    out.step("5. The stages, measured")?;
+    out.step("5. GRPO's pitfalls in numbers")?;
+    let (g, p) = FLAT_EXAMPLE;
+    out.say(&format!(
+        "a group of {g} at p = {p} has every reward equal with chance {:.4}: no signal",
+        flat_group_chance(g, p)
+    ))?;
+    out.say(&format!(
+        "a token of a 2-token answer weighs {} times one of a 4-token answer",
+        length_bias()?
+    ))?;
+    out.step("6. The stages, measured")?;
     let r = results()?;
     for line in stage_lines(r) {
         out.say(&line)?;
@@ -273,6 +417,30 @@ fn stage_lines(r: &Results) -> Vec<String> {
             s.accuracy, s.seconds, s.cost.trainable, s.cost.optimizer_bytes
         ));
     }
+    let f = &r.feedback;
+    lines.push(format!(
+        "from the masked run's model at step {} (accuracy {:.3}; {:.0} % of the DPO pool's \
+            rejected answers its own mistakes):",
+        recipe.start_at,
+        f.start_accuracy,
+        100.0 * f.own_mistakes
+    ));
+    for d in &f.dpo {
+        lines.push(format!(
+            "  DPO β = {:<4}  accuracy {:.3}  mean margin {:+.3}  pairs ranked {:.3}",
+            d.beta, d.accuracy, d.margin, d.ranked
+        ));
+    }
+    let s = &f.grpo.steps;
+    lines.push(format!(
+        "  GRPO          accuracy {:.3}  reward {:.3} → {:.3}  flat groups {:.2} → {:.2}",
+        f.grpo.accuracy,
+        window_mean(s, false, |x| x.reward),
+        window_mean(s, true, |x| x.reward),
+        window_mean(s, false, |x| x.flat_groups),
+        window_mean(s, true, |x| x.flat_groups)
+    ));
+    lines.push(format!("  more SFT      accuracy {:.3} for the same compute", f.more_sft.accuracy));
     let replies = r.task.replies(&r.masked.model, &r.task.held_out[..3]).unwrap_or_default();
     for (p, reply) in r.task.held_out.iter().zip(replies) {
         lines.push(format!("  fine-tuned: {:?} → {:?}", r.task.format.prompt(p), reply));
@@ -299,6 +467,27 @@ pub fn accuracy_figure(r: &Results) -> Figure {
     })
 }
 
+/// The figure of GRPO against more SFT: held-out accuracy (first problems) against compute,
+/// and the reward of GRPO's own samples at each step.
+pub fn grpo_figure(r: &Results) -> Figure {
+    let f = &r.feedback;
+    let points = |c: &[(usize, f64)]| c.iter().map(|&(k, a)| (k as f64, a)).collect();
+    let cost = FeedbackRecipe::CHAPTER.grpo_step_cost();
+    let reward = f.grpo.steps.iter().enumerate().map(|(i, s)| ((i * cost) as f64, s.reward));
+    let problems = FeedbackRecipe::CHAPTER.curve_problems;
+    Figure::Line(LineChart {
+        title: format!("GRPO against more SFT from the same start ({problems} held-out problems)"),
+        x_label: "compute, forward passes over a line (a backward counts 2)".into(),
+        y_label: "exact match / reward".into(),
+        series: vec![
+            Series::new("GRPO, held-out accuracy", points(&f.grpo.curve)),
+            Series::new("GRPO, reward of its samples", reward.collect()),
+            Series::new("more SFT, held-out accuracy", points(&f.more_sft.curve)),
+        ],
+        markers: true,
+    })
+}
+
 fn plots(dir: &Path) -> Result<Vec<PathBuf>> {
     let r = results()?;
     {
@@ -308,7 +497,10 @@ fn plots(dir: &Path) -> Result<Vec<PathBuf>> {
             let _ = writeln!(out, " {line}");
         }
     }
-    crate::plot::save_all(&[("ch13_accuracy".into(), accuracy_figure(r))], dir)
+    crate::report::write_if_changed(&dir.join(RUNS_CSV), &runs_csv(r))?;
+    let figures =
+        [("ch13_accuracy".into(), accuracy_figure(r)), ("ch13_grpo".into(), grpo_figure(r))];
+    crate::plot::save_all(&figures, dir)
 }
 
 /// This chapter's entry in the book.

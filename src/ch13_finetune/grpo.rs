@@ -23,7 +23,7 @@
 //! per-answer mean 1/|M| weighs a short answer's tokens more than a long one's: its length bias.
 
 use super::sft::{TokenCache, check_log_probs, token_log_probs, token_log_probs_backward};
-use crate::error::{Error, Result, invalid};
+use crate::error::{Error, Result, invalid, shape_error};
 use crate::float::ensure_finite_slice;
 use nalgebra::DMatrix;
 
@@ -128,33 +128,143 @@ pub fn grpo_forward(spec: GrpoSpec, sample: GrpoSample) -> Result<(f64, GrpoCach
         return Err(Error::NonFinite { op: OP, arg: "advantage", at: "its only entry".into() });
     }
     let (ell, tokens) = token_log_probs(OP, sample.logits, sample.targets, sample.mask)?;
-    check_log_probs(OP, "old_log_probs", sample.old_log_probs, ell.len())?;
-    check_log_probs(OP, "ref_log_probs", sample.ref_log_probs, ell.len())?;
-    let a = sample.advantage;
-    let n = ell.len();
+    let t = GrpoTokens {
+        log_probs: &ell,
+        mask: sample.mask,
+        old_log_probs: sample.old_log_probs,
+        ref_log_probs: sample.ref_log_probs,
+        advantage: sample.advantage,
+    };
+    let (loss, terms) = grpo_terms(OP, spec, t)?;
+    let GrpoTerms { ratios, unclipped, ref_ratios, kl, .. } = terms;
+    let (advantage, kl_beta) = (sample.advantage, spec.kl_beta);
+    Ok((loss, GrpoCache { tokens, ratios, unclipped, ref_ratios, kl, advantage, kl_beta }))
+}
+
+/// One sampled answer's per-token log-probabilities, as GRPO on a whole model sees them: the
+/// policy's ℓ_t = ln π(y_t) (from the model's forward pass, chapter 9's
+/// `FusedStep::target_log_probs`), the sampling policy's and the reference's, the answer's mask
+/// and its advantage. All slices have one entry per position; entries where m_t is false are
+/// not read.
+#[derive(Clone, Copy, Debug)]
+pub struct GrpoTokens<'a> {
+    /// ℓ_t = ln π(y_t), the policy's.
+    pub log_probs: &'a [f64],
+    /// m_t, true at the answer's positions.
+    pub mask: &'a [bool],
+    /// ℓ_old,t = ln π_old(y_t).
+    pub old_log_probs: &'a [f64],
+    /// ℓ_ref,t = ln π_ref(y_t).
+    pub ref_log_probs: &'a [f64],
+    /// A, the answer's group advantage.
+    pub advantage: f64,
+}
+
+/// Per-token values of [`grpo_terms`], what [`grpo_log_prob_gradient`] needs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GrpoTerms {
+    /// m_t.
+    pub mask: Vec<bool>,
+    /// ρ_t (1 where m_t is false).
+    pub ratios: Vec<f64>,
+    /// True where the minimum is the unclipped ρA.
+    pub unclipped: Vec<bool>,
+    /// π_ref/π at the sampled token.
+    pub ref_ratios: Vec<f64>,
+    /// k_t (0 where m_t is false).
+    pub kl: Vec<f64>,
+    /// A.
+    pub advantage: f64,
+    /// β.
+    pub kl_beta: f64,
+}
+
+/// [`grpo_forward`] from the per-token log-probabilities instead of the logits: the same
+/// L = −(1/|M|) Σ_t m_t (min(ρ_t A, clip(ρ_t)A) − β k_t), for an answer whose ℓ_t a whole
+/// model computed. Errors in one line: ε_c or β out of range, a non-finite advantage, a slice of
+/// another length than `log_probs` or holding a value not finite and ≤ 0, no answer position.
+pub fn grpo_tokens_forward(spec: GrpoSpec, t: GrpoTokens) -> Result<(f64, GrpoTerms)> {
+    grpo_terms("grpo_tokens_forward", spec, t)
+}
+
+fn grpo_terms(op: &'static str, spec: GrpoSpec, t: GrpoTokens) -> Result<(f64, GrpoTerms)> {
+    if !(spec.clip_eps > 0.0 && spec.clip_eps < 1.0) {
+        let reason = format!("ε_c must be in (0, 1); got {}", spec.clip_eps);
+        return Err(invalid(op, "clip_eps", reason));
+    }
+    if !(spec.kl_beta.is_finite() && spec.kl_beta >= 0.0) {
+        let reason = format!("β must be finite and ≥ 0; got {}", spec.kl_beta);
+        return Err(invalid(op, "kl_beta", reason));
+    }
+    if !t.advantage.is_finite() {
+        return Err(Error::NonFinite { op, arg: "advantage", at: "its only entry".into() });
+    }
+    let n = t.log_probs.len();
+    check_log_probs(op, "log_probs", t.log_probs, n)?;
+    if t.mask.len() != n {
+        return Err(shape_error(op, "mask", format!("{n} values"), t.mask.len().to_string()));
+    }
+    if !t.mask.contains(&true) {
+        return Err(invalid(op, "mask", "no answer position: nothing to average over"));
+    }
+    check_log_probs(op, "old_log_probs", t.old_log_probs, n)?;
+    check_log_probs(op, "ref_log_probs", t.ref_log_probs, n)?;
+    let (ell, a) = (t.log_probs, t.advantage);
     let (mut ratios, mut unclipped) = (vec![1.0; n], vec![false; n]);
     let (mut ref_ratios, mut kl) = (vec![1.0; n], vec![0.0; n]);
     let mut objective = 0.0;
-    for t in (0..n).filter(|&t| sample.mask[t]) {
-        let rho = (ell[t] - sample.old_log_probs[t]).exp(); //              ρ = e^{ℓ − ℓ_old}
+    for i in (0..n).filter(|&i| t.mask[i]) {
+        let rho = (ell[i] - t.old_log_probs[i]).exp(); //                   ρ = e^{ℓ − ℓ_old}
         let s = clipped_surrogate(rho, a, spec.clip_eps); //                s = min(ρA, clip(ρ)A)
-        ratios[t] = rho;
-        unclipped[t] = rho * a == s;
-        ref_ratios[t] = (sample.ref_log_probs[t] - ell[t]).exp(); //        q = π_ref/π
-        kl[t] = k3(sample.ref_log_probs[t], ell[t]); //                     k = q − ln q − 1
-        objective += s - spec.kl_beta * kl[t]; //                           Σ m_t (s − βk)
+        ratios[i] = rho;
+        unclipped[i] = rho * a == s;
+        ref_ratios[i] = (t.ref_log_probs[i] - ell[i]).exp(); //             q = π_ref/π
+        kl[i] = k3(t.ref_log_probs[i], ell[i]); //                          k = q − ln q − 1
+        objective += s - spec.kl_beta * kl[i]; //                           Σ m_t (s − βk)
     }
-    let answer = tokens.answer_tokens() as f64;
-    let cache = GrpoCache {
-        tokens,
-        ratios,
-        unclipped,
-        ref_ratios,
-        kl,
-        advantage: a,
-        kl_beta: spec.kl_beta,
-    };
-    Ok((-objective / answer, cache)) //                                     L = −(1/|M|) Σ …
+    let answer = t.mask.iter().filter(|&&m| m).count() as f64;
+    let mask = t.mask.to_vec();
+    let kl_beta = spec.kl_beta;
+    let terms = GrpoTerms { mask, ratios, unclipped, ref_ratios, kl, advantage: a, kl_beta };
+    Ok((-objective / answer, terms)) //                                     L = −(1/|M|) Σ …
+}
+
+/// ∂L/∂ℓ_t of [`grpo_tokens_forward`], one per position (0 off the answer):
+/// −(1/|M|) (ρ_t A · [ρ_t A is the minimum] − β (1 − π_ref/π)). A model's step then needs
+/// only the weights −∂L/∂ℓ_t on its token cross-entropies (the gradient of Σ_t c_t ℓ_t is that
+/// of Σ_t (−c_t)(−ℓ_t)).
+pub fn grpo_log_prob_gradient(terms: &GrpoTerms) -> Vec<f64> {
+    let answer = terms.mask.iter().filter(|&&m| m).count() as f64;
+    d_log_probs(
+        &terms.mask,
+        (&terms.ratios, &terms.unclipped, &terms.ref_ratios),
+        terms.advantage,
+        terms.kl_beta,
+        answer,
+    )
+}
+
+/// ∂L/∂ℓ_t for every position, from the per-token values both forms keep.
+fn d_log_probs(
+    mask: &[bool],
+    (ratios, unclipped, ref_ratios): (&[f64], &[bool], &[f64]),
+    advantage: f64,
+    kl_beta: f64,
+    answer: f64,
+) -> Vec<f64> {
+    (0..ratios.len())
+        .map(|t| {
+            if !mask[t] {
+                return 0.0;
+            }
+            // s = min(ρA, clip(ρ)A), ρ = e^{ℓ − ℓ_old}  ⇒  ∂s/∂ℓ = ρA on the unclipped branch
+            let d_s = if unclipped[t] { ratios[t] * advantage } else { 0.0 };
+            // k = e^{ℓ_ref − ℓ} − (ℓ_ref − ℓ) − 1  ⇒  ∂k/∂ℓ = 1 − e^{ℓ_ref − ℓ}
+            let d_k = 1.0 - ref_ratios[t];
+            // L = −(1/|M|) Σ (s − βk)
+            -(d_s - kl_beta * d_k) / answer
+        })
+        .collect()
 }
 
 /// Backward of [`grpo_forward`] to the logits (T×V). Per answer token, with ∂ρ/∂ℓ = ρ and
@@ -168,18 +278,12 @@ pub fn grpo_forward(spec: GrpoSpec, sample: GrpoSample) -> Result<(f64, GrpoCach
 /// ratio has moved far enough in the advantage's direction.
 pub fn grpo_backward(cache: &GrpoCache) -> Result<DMatrix<f64>> {
     let answer = cache.tokens.answer_tokens() as f64;
-    let d_ell: Vec<f64> = (0..cache.ratios.len())
-        .map(|t| {
-            if !cache.tokens.mask[t] {
-                return 0.0;
-            }
-            // s = min(ρA, clip(ρ)A), ρ = e^{ℓ − ℓ_old}  ⇒  ∂s/∂ℓ = ρA on the unclipped branch
-            let d_s = if cache.unclipped[t] { cache.ratios[t] * cache.advantage } else { 0.0 };
-            // k = e^{ℓ_ref − ℓ} − (ℓ_ref − ℓ) − 1  ⇒  ∂k/∂ℓ = 1 − e^{ℓ_ref − ℓ}
-            let d_k = 1.0 - cache.ref_ratios[t];
-            // L = −(1/|M|) Σ (s − βk)
-            -(d_s - cache.kl_beta * d_k) / answer
-        })
-        .collect();
+    let d_ell = d_log_probs(
+        &cache.tokens.mask,
+        (&cache.ratios, &cache.unclipped, &cache.ref_ratios),
+        cache.advantage,
+        cache.kl_beta,
+        answer,
+    );
     token_log_probs_backward(&cache.tokens, &d_ell)
 }

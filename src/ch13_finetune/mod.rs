@@ -27,6 +27,7 @@
 
 pub mod book;
 pub mod dpo;
+pub mod feedback;
 pub mod grpo;
 pub mod lora;
 pub mod sft;
@@ -37,8 +38,8 @@ pub use dpo::{
     DpoCache, DpoGrads, DpoPair, dpo_backward, dpo_forward, neg_log_sigmoid, reward_margin, sigmoid,
 };
 pub use grpo::{
-    ADVANTAGE_EPS, GrpoCache, GrpoSample, GrpoSpec, clipped_surrogate, group_advantages,
-    grpo_backward, grpo_forward, k3,
+    ADVANTAGE_EPS, GrpoCache, GrpoSample, GrpoSpec, GrpoTerms, GrpoTokens, clipped_surrogate,
+    group_advantages, grpo_backward, grpo_forward, grpo_log_prob_gradient, grpo_tokens_forward, k3,
 };
 pub use lora::{
     ADAMW_MOMENTS, BYTES_PER_F32, FineTuneCost, Lora, LoraCache, LoraGrads, fine_tuning_cost,

@@ -69,6 +69,9 @@ pub struct Recipe {
     pub lora_rate: f64,
     /// The seed of the adapters' A and of the fine-tuning batches.
     pub finetune_seed: u64,
+    /// The step of the masked fine-tuning run whose model starts DPO and GRPO (and is their
+    /// reference): part-way, so that they have room to show what they do.
+    pub start_at: usize,
 }
 
 impl Recipe {
@@ -89,6 +92,7 @@ impl Recipe {
         lora_alpha: 8.0,
         lora_rate: 3e-3,
         finetune_seed: 7,
+        start_at: 300,
     };
 
     /// The model's shape for `task`'s vocabulary.
@@ -139,6 +143,8 @@ pub struct Stage {
     pub curve: Vec<(usize, f64)>,
     /// What the stage trained and what AdamW kept for it (4-byte values).
     pub cost: FineTuneCost,
+    /// The model after [`Recipe::start_at`] steps (full fine-tuning; `None` for the others).
+    pub snapshot: Option<Gpt<f32>>,
 }
 
 /// The stream the base model reads: the training problems' lines, one after another.
@@ -171,7 +177,7 @@ fn finish(
     curve: Vec<(usize, f64)>,
 ) -> Result<Stage> {
     let accuracy = accuracy(task, &model, &task.held_out)?;
-    Ok(Stage { model, history, seconds, accuracy, curve, cost })
+    Ok(Stage { model, history, seconds, accuracy, curve, cost, snapshot: None })
 }
 
 /// Every parameter trained, AdamW's two f32 moments for each.
@@ -192,9 +198,12 @@ pub fn finetune(
     let tc = train_config(r.finetune_batch, r.finetune_rate, r.finetune_steps)?;
     let mut trainer = Trainer::new(base.clone(), &tc, r.finetune_seed)?;
     let mut rng = Rng::new(r.finetune_seed);
-    let (mut seconds, mut curve) = (0.0, Vec::new());
+    let (mut seconds, mut curve, mut snapshot) = (0.0, Vec::new(), None);
     for step in 0..r.finetune_steps {
         measure(task, &trainer.model, step, &mut curve)?;
+        if step == r.start_at {
+            snapshot = Some(trainer.model.clone());
+        }
         let batch = task.batch(r.finetune_batch, mask_prompt, &mut rng)?;
         let start = Instant::now();
         trainer.step_on(&batch, &tc)?;
@@ -202,7 +211,8 @@ pub fn finetune(
     }
     measure(task, &trainer.model, r.finetune_steps, &mut curve)?;
     let cost = full_cost(&trainer.model)?;
-    finish(task, trainer.model, trainer.history, seconds, cost, curve)
+    let stage = finish(task, trainer.model, trainer.history, seconds, cost, curve)?;
+    Ok(Stage { snapshot: snapshot.or_else(|| Some(stage.model.clone())), ..stage })
 }
 
 /// The block matrices LoRA adapts, in order: each block's W_QKV, W_O, W₁, W₂.

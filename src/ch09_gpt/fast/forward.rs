@@ -69,10 +69,14 @@ impl<T: Float> Shard<T> {
         logits_of(model, &self.x, &mut self.ln_f, &mut self.h_f, &mut self.logits, rounder)
     }
 
-    /// The loss of this shard's scored rows, and ∂L/∂z in place of its logits
-    /// ([`cross_entropy_by_columns`]).
-    pub(super) fn loss_and_logit_gradient(&mut self, targets: &[Option<u32>], scale: T) -> f64 {
-        cross_entropy_by_columns(&mut self.logits, targets, scale)
+    /// The loss of this shard's scored rows, ∂L/∂z in place of its logits and each row's
+    /// −ln p(target) in `nll` ([`cross_entropy_by_columns`], one factor per row).
+    pub(super) fn loss_and_logit_gradient(
+        &mut self,
+        targets: &[Option<u32>],
+        factors: &[T],
+    ) -> f64 {
+        cross_entropy_by_columns(&mut self.logits, targets, factors, &mut self.nll)
     }
 }
 
@@ -172,8 +176,12 @@ pub(crate) fn one_row_attention<T: Float>(
     Ok(())
 }
 
-/// L_s = Σ over scored rows of logsumexp(z_r) − z_r\[target\] (returned, in f64), and in place of
-/// the logits z (N×V) ∂L/∂z = scale·(softmax(z_r) − onehot(target)) on scored rows, 0 elsewhere.
+/// L_s = Σ over scored rows of logsumexp(z_r) − z_r\[target\] (returned, in f64), each row's
+/// term in `nll` (0 for an unscored row), and in place of the logits z (N×V)
+/// ∂L/∂z = k_r·(softmax(z_r) − onehot(target)) on scored rows, 0 elsewhere, with one factor k_r
+/// per row (`factors`, length N): k_r = 1/S on every row for the mean over S scored rows (the
+/// training step), w_r for a weighted sum Σ w_r·(−ln p_r) (chapter 13's preference and reward
+/// losses), 0 for a forward pass that only reads `nll`.
 ///
 /// Chapter 2's [`cross_entropy_from_logits_with_gradient`] computed in place: that function
 /// returns new matrices, and the step would first gather the scored rows into one. Here the N×V
@@ -188,7 +196,8 @@ pub(crate) fn one_row_attention<T: Float>(
 pub(super) fn cross_entropy_by_columns<T: Float>(
     logits: &mut DMatrix<T>,
     targets: &[Option<u32>],
-    scale: T,
+    factors: &[T],
+    nll: &mut Vec<f64>,
 ) -> f64 {
     let n = logits.nrows();
     let z = logits.as_mut_slice();
@@ -211,20 +220,26 @@ pub(super) fn cross_entropy_by_columns<T: Float>(
             *s += *e;
         }
     }
-    let loss = shifted_targets.iter().map(|&(r, zt)| sum[r].as_f64().ln() - zt).sum();
+    nll.clear();
+    nll.resize(n, 0.0);
+    for &(r, zt) in &shifted_targets {
+        nll[r] = sum[r].as_f64().ln() - zt; //                          −ln p_r(target_r)
+    }
+    let loss = shifted_targets.iter().map(|&(r, _)| nll[r]).sum();
     let factor: Vec<T> = targets
         .iter()
         .zip(sum.iter())
-        .map(|(t, &s)| if t.is_some() { scale / s } else { T::zero() })
+        .zip(factors)
+        .map(|((t, &s), &k)| if t.is_some() { k / s } else { T::zero() })
         .collect();
     for column in z.chunks_exact_mut(n) {
         for (e, &k) in column.iter_mut().zip(&factor) {
-            *e *= k; //                                                       scale·softmax(z)
+            *e *= k; //                                                       k_r·softmax(z)
         }
     }
-    for (r, target) in targets.iter().enumerate() {
+    for ((r, target), &k) in targets.iter().enumerate().zip(factors) {
         if let Some(u) = target {
-            z[*u as usize * n + r] -= scale; //                               − scale·onehot
+            z[*u as usize * n + r] -= k; //                                   − k_r·onehot
         }
     }
     loss

@@ -75,7 +75,10 @@ fn cross_entropy_by_columns_equals_chapter_2s_on_the_scored_rows() {
     let (loss, d_z) = cross_entropy_from_logits_with_gradient(&z_s, &labels).unwrap();
     let mut ours = z.clone();
     let scale = 1.0 / scored.len() as f64;
-    let sum = cross_entropy_by_columns(&mut ours, &targets, scale);
+    let mut nll = Vec::new();
+    let sum = cross_entropy_by_columns(&mut ours, &targets, &[scale; 7], &mut nll);
+    assert_eq!(nll.len(), n);
+    assert_eq!(nll.iter().sum::<f64>().to_bits(), sum.to_bits());
     assert!((sum * scale - loss).abs() < TOL, "{} vs {loss}", sum * scale);
     for r in 0..n {
         let want = match scored.iter().position(|&x| x == r) {

@@ -98,6 +98,7 @@ impl<T: Float> Shard<T> {
             grads: Grads::empty(),
             last: LastRow::new(0, 0, 0),
             loss_sum: 0.0,
+            nll: Vec::new(),
         }
     }
 
