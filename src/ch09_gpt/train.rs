@@ -11,6 +11,7 @@ use super::data::{Batch, SortTask, Token, random_windows};
 use super::fast::FusedStep;
 use super::model::Gpt;
 use super::sample::{Decoding, generate};
+use super::trainable::Trainable;
 use super::schedule::{Schedule, clip_global_norm};
 use crate::error::{Result, invalid};
 use crate::float::Float;
@@ -129,11 +130,12 @@ impl StepPath {
     }
 }
 
-/// A model being trained and everything its next step depends on.
+/// A model being trained and everything its next step depends on: chapter 9's [`Gpt`] unless
+/// another [`Trainable`] model is named.
 #[derive(Clone, Debug)]
-pub struct Trainer<T: Float> {
+pub struct Trainer<T: Float, M: Trainable<T> = Gpt<T>> {
     /// The model.
-    pub model: Gpt<T>,
+    pub model: M,
     /// AdamW with its moments.
     pub optimizer: AdamW<T>,
     /// The generator that draws the batches.
@@ -147,9 +149,9 @@ pub struct Trainer<T: Float> {
     pub(crate) workspace: FusedStep<T>,
 }
 
-impl<T: Float> Trainer<T> {
+impl<T: Float, M: Trainable<T>> Trainer<T, M> {
     /// A trainer at step 0; `seed` seeds the batches (the model has its own seed).
-    pub fn new(model: Gpt<T>, config: &TrainConfig, seed: u64) -> Result<Trainer<T>> {
+    pub fn new(model: M, config: &TrainConfig, seed: u64) -> Result<Trainer<T, M>> {
         if config.batch == 0 {
             return Err(invalid("Trainer::new", "batch", "must hold at least one sequence"));
         }
@@ -207,7 +209,7 @@ impl<T: Float> Trainer<T> {
 
     /// Which computation [`Trainer::step`] uses for this model.
     pub fn path(&self) -> StepPath {
-        StepPath::of(&self.model)
+        self.model.step_path()
     }
 
     /// One training step. The loss and gradients come from the fused step
@@ -232,13 +234,9 @@ impl<T: Float> Trainer<T> {
         let precision = self.precision();
         let lr = config.schedule.at(self.step);
         let tokens = batch.inputs.len();
-        let mut reference;
-        let (loss, grads): (f64, &mut [nalgebra::DMatrix<T>]) = if self.path() == StepPath::Fused {
-            self.workspace.loss_and_grads(&self.model, batch)?
-        } else {
-            reference = self.model.loss_and_grads(batch)?;
-            (reference.loss, &mut reference.grads)
-        };
+        let mut reference = Vec::new();
+        let (loss, grads) =
+            self.model.loss_and_grads_in(batch, &mut self.workspace, &mut reference)?;
         let scaled = precision.loss_scale > 1.0;
         if scaled && grads.iter().any(|g| g.iter().any(|x| !x.is_finite())) {
             let halved = Precision::new(precision.inputs, precision.loss_scale / 2.0)?;
@@ -261,9 +259,9 @@ impl<T: Float> Trainer<T> {
         };
         self.optimizer.config = AdamConfig { learning_rate: lr, ..config.adam() };
         self.optimizer.weight_decay = config.weight_decay;
-        let decay = self.model.decay_mask();
+        let decay = self.model.decays();
         let grads: Vec<&nalgebra::DMatrix<T>> = grads.iter().collect();
-        self.optimizer.step(&mut self.model.tensors_mut(), &grads, &decay)?;
+        self.optimizer.step(&mut self.model.parameters_mut(), &grads, &decay)?;
         let record = StepRecord { step: self.step, loss, lr, grad_norm, tokens, skipped: false };
         self.step += 1;
         self.history.push(record);
