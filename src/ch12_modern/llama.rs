@@ -57,15 +57,15 @@ fn parse_error(file: &str, reason: impl Into<String>) -> Error {
 /// only (no β), rotary positions only, a gated MLP only, no QK-norm and no biases.
 pub fn llama_refusal(c: &DecoderConfig) -> Option<&'static str> {
     if c.positions == PositionKind::Learned {
-        Some("learned positions (the Llama layout rotates queries and keys; it has no W_P)")
+        Some("learned positions (the Llama layout has no W_P)")
     } else if c.norm == NormKind::Layer {
-        Some("LayerNorm (the Llama layout has RMSNorm's γ only, no β)")
+        Some("LayerNorm (the Llama layout has no β)")
     } else if c.mlp == MlpKind::Gelu {
-        Some("the 4× GELU MLP (the Llama layout has the gated MLP's three matrices)")
+        Some("the 4× GELU MLP (the Llama layout's MLP is gated)")
     } else if c.qk_norm {
-        Some("QK-norm (the Llama layout has no norm of the queries and keys)")
+        Some("QK-norm (the Llama layout has none)")
     } else if c.biases {
-        Some("biases (the Llama layout has attention_bias and mlp_bias false)")
+        Some("biases (the Llama layout has none)")
     } else {
         None
     }
