@@ -789,8 +789,8 @@ mod common;
 
 use llm_workbook::ch09_gpt::checkpoint::{trainer_files, trainer_from_state};
 use llm_workbook::ch09_gpt::safetensors::SafeTensors;
-use llm_workbook::ch09_gpt::train::{Data, TrainConfig, Trainer};
 use llm_workbook::ch09_gpt::schedule::Schedule;
+use llm_workbook::ch09_gpt::train::{Data, TrainConfig, Trainer};
 use llm_workbook::ch12_modern::llama::{
     decoder_from_llama, llama_config_from_json, llama_files, llama_refusal,
 };
@@ -872,7 +872,10 @@ fn the_llama_layout_has_hugging_faces_names_shapes_and_config_keys() {
     assert_eq!(heads.map(number), [4.0, 2.0, 2.0]);
     let rest = ["rms_norm_eps", "rope_theta", "max_position_embeddings"];
     assert_eq!(rest.map(number), [1e-3, 50.0, 6.0]);
-    assert_eq!((j["tie_word_embeddings"].as_bool(), j["attention_bias"].as_bool()), (Some(false), Some(false)));
+    assert_eq!(
+        (j["tie_word_embeddings"].as_bool(), j["attention_bias"].as_bool()),
+        (Some(false), Some(false))
+    );
     assert_eq!(llama_config_from_json(text.as_bytes(), "config.json").unwrap(), model.config);
 }
 
@@ -907,7 +910,10 @@ fn adjacent_pairs_are_stored_in_halves_and_score_the_same() {
     let f = SafeTensors::parse(file_named(&files, "model.safetensors"), "m").unwrap();
     let c = llama_config_from_json(&file_named(&files, "config.json"), "config.json").unwrap();
     let back = decoder_from_llama::<f64>(c, &f).unwrap();
-    assert_eq!(back.config.positions, PositionKind::Rotary { base: 50.0, pairing: Pairing::Halves });
+    assert_eq!(
+        back.config.positions,
+        PositionKind::Rotary { base: 50.0, pairing: Pairing::Halves }
+    );
     let tokens = [3u32, 0, 6, 2, 2, 5];
     let (a, b) = (model.logits(&tokens, 6).unwrap(), back.logits(&tokens, 6).unwrap());
     assert!((&a - &b).abs().max() < 1e-12);
@@ -995,7 +1001,9 @@ fn gpt_train_arch_llama_samples_resumes_and_refuses_what_it_cannot_do() {
     assert!(out.contains("model: llama, 1 layers, 4 heads (2 key/value)"), "{out}");
     let here = llm_workbook::workshop::folder::resolve(&ck).unwrap().path;
     let config = std::fs::read_to_string(here.join("config.json")).unwrap();
-    assert!(config.contains("\"LlamaForCausalLM\"") && config.contains("\"num_key_value_heads\": 2"));
+    assert!(
+        config.contains("\"LlamaForCausalLM\"") && config.contains("\"num_key_value_heads\": 2")
+    );
     let sample = ["gpt", "sample", "--checkpoint", c, "--prompt", "the ", "--tokens", "5"];
     let (ok, out, err) = cli(&[&sample[..], &["--greedy"]].concat());
     assert!(ok && out.starts_with("the "), "{err}");

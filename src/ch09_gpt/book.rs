@@ -885,7 +885,10 @@ fn plots(dir: &Path) -> Result<Vec<PathBuf>> {
 /// Draws the training loss per step and its running mean into a run's checkpoint folder, as
 /// [`LOSS_PLOT`](crate::workshop::run::LOSS_PLOT)`.png` and `.svg`; returns the files written.
 /// Not one of the book's figures, but a figure all the same: only `book.rs` draws.
-pub fn save_loss_plot<M: Trainable<f32>>(trainer: &Trainer<f32, M>, out: &Path) -> Result<Vec<PathBuf>> {
+pub fn save_loss_plot<M: Trainable<f32>>(
+    trainer: &Trainer<f32, M>,
+    out: &Path,
+) -> Result<Vec<PathBuf>> {
     loss_figure(trainer).save(out, crate::workshop::run::LOSS_PLOT)
 }
 

@@ -237,7 +237,9 @@ pub fn llama_tensors<T: Float>(model: &Decoder<T>) -> Result<Vec<TensorOut>> {
         .zip(tensors)
         .map(|((name, how), (_, m))| match how {
             Stored::Same => TensorOut::matrix(name, m, vec![m.nrows(), m.ncols()]),
-            Stored::Transposed => TensorOut::matrix(name, &m.transpose(), vec![m.ncols(), m.nrows()]),
+            Stored::Transposed => {
+                TensorOut::matrix(name, &m.transpose(), vec![m.ncols(), m.nrows()])
+            }
             Stored::Vector => TensorOut::matrix(name, m, vec![m.ncols()]),
         })
         .collect())

@@ -22,13 +22,11 @@ use llm_workbook::ch09_gpt::model::Gpt;
 use llm_workbook::ch09_gpt::sample::Decoding;
 use llm_workbook::ch09_gpt::train::{TrainConfig, Trainer};
 use llm_workbook::ch11_precision::quant::Storage;
-use llm_workbook::ch12_modern::decoder::{
-    Decoder, DecoderConfig, MlpKind, NormKind, PositionKind,
-};
-use llm_workbook::ch12_modern::glu::{Gate, gated_hidden_width};
-use llm_workbook::ch12_modern::rope::Pairing;
 use llm_workbook::ch11_precision::quant_step::SamplingModel;
 use llm_workbook::ch11_precision::runs::F16_LOSS_SCALE;
+use llm_workbook::ch12_modern::decoder::{Decoder, DecoderConfig, MlpKind, NormKind, PositionKind};
+use llm_workbook::ch12_modern::glu::{Gate, gated_hidden_width};
+use llm_workbook::ch12_modern::rope::Pairing;
 use llm_workbook::error::{Result, invalid};
 use llm_workbook::matmul::inputs::{Precision, ProductInputs};
 use llm_workbook::report::{TERMINAL_WIDTH, wrap};
@@ -406,7 +404,9 @@ fn train(a: TrainArgs) -> Result<()> {
         let trainer = Trainer::new(model, &tc, a.seed.wrapping_add(1))?;
         let files =
             run::run_files(&tokenizer_files, &data, &text, &tc, context, steps, a.seed, &trainer);
-        return continue_run(trainer, &tc, &split, tok, context, steps, every, &a.out, &files, eval);
+        return continue_run(
+            trainer, &tc, &split, tok, context, steps, every, &a.out, &files, eval,
+        );
     }
     let model = Gpt::<f32>::new(config, a.seed)?;
     say!(
@@ -442,8 +442,7 @@ fn llama_config(a: &TrainArgs, vocab_size: usize) -> Result<DecoderConfig> {
     if !(base.is_finite() && base > 1.0) {
         return Err(invalid("gpt train", "--rope-base", format!("must be > 1, got {base}")));
     }
-    if a.heads == 0 || !a.width.is_multiple_of(a.heads) || !(a.width / a.heads).is_multiple_of(2)
-    {
+    if a.heads == 0 || !a.width.is_multiple_of(a.heads) || !(a.width / a.heads).is_multiple_of(2) {
         let why = format!("{} over --heads {} must be an even head width", a.width, a.heads);
         return Err(invalid("gpt train", "--width", why));
     }
@@ -589,11 +588,7 @@ fn continue_run<M: RunModel>(
     run_files: &[(String, Vec<u8>)],
     eval: run::Evaluation,
 ) -> Result<()> {
-    say!(
-        "training step: the {} path ({})",
-        trainer.path().name(),
-        trainer.model.step_name()
-    );
+    say!("training step: the {} path ({})", trainer.path().name(), trainer.model.step_name());
     say!("{}", precision_line(&trainer));
     let mut bar = Bar::run(trainer.step, steps)
         .map_err(|e| invalid("progress", "template", e.to_string()))?;
@@ -795,10 +790,8 @@ fn write_logits(path: &Path, model: &Decoder<f32>, prompt: &[u32], new: &[u32]) 
     let z = model.logits(prompt, prompt.len())?;
     let rows: Vec<Vec<f32>> = z.row_iter().map(|r| r.iter().copied().collect()).collect();
     let json = serde_json::json!({ "prompt": prompt, "logits": rows, "new_tokens": new });
-    std::fs::write(path, json.to_string()).map_err(|source| llm_workbook::Error::Io {
-        path: path.display().to_string(),
-        source,
-    })
+    std::fs::write(path, json.to_string())
+        .map_err(|source| llm_workbook::Error::Io { path: path.display().to_string(), source })
 }
 
 /// The error for a `--prompt` the tokenizer cannot encode (`e`): its first character outside the

@@ -41,11 +41,11 @@ pub const SAMPLE_TEMPERATURE: f64 = 0.8;
 // The run's settings, the tokenizer's files and loading a folder for sampling, and the
 // validation loss live in files of their own; their items are this module's too, and so is the
 // loss plot's file stem.
+pub use super::arch::{RunModel, holds_llama};
 pub use super::folder::LOSS_PLOT;
 pub use super::run_files::*;
 pub use super::settings::*;
 pub use super::validation::*;
-pub use super::arch::{RunModel, holds_llama};
 
 // ───────────────────────────── the run's files ─────────────────────────────
 
@@ -154,7 +154,11 @@ pub fn open_run(dir: &Path, budget: u64) -> Result<OpenRun> {
 }
 
 /// [`open_run_with`] for a run of any [`RunModel`] (a Llama folder: `Decoder<f32>`).
-pub fn open_run_of<M: RunModel>(dir: &Path, budget: u64, data: Option<&Path>) -> Result<OpenRun<M>> {
+pub fn open_run_of<M: RunModel>(
+    dir: &Path,
+    budget: u64,
+    data: Option<&Path>,
+) -> Result<OpenRun<M>> {
     open_run_impl(dir, budget, data)
 }
 
@@ -212,7 +216,8 @@ fn open_run_impl<M: RunModel>(dir: &Path, budget: u64, data: Option<&Path>) -> R
         )
     })?;
     let state = read(crate::ch09_gpt::checkpoint::STATE_FILE)?;
-    let trainer = crate::ch09_gpt::checkpoint::trainer_from_state(model, &model_file, &state, &fresh)?;
+    let trainer =
+        crate::ch09_gpt::checkpoint::trainer_from_state(model, &model_file, &state, &fresh)?;
     let (kernel, threads) = machine();
     let kernel_note = settings.kernel.as_ref().filter(|&k| *k != kernel).map(|k| {
         format!(

@@ -2,8 +2,8 @@
 //! held-out token ([`Evaluation`]). Part of [`super::run`], which re-exports every item.
 
 use crate::ch09_gpt::data::{Token, covering_starts, sample_windows, windows_at};
-use crate::ch09_gpt::trainable::Trainable;
 use crate::ch09_gpt::train::Progress;
+use crate::ch09_gpt::trainable::Trainable;
 use crate::error::{Error, Result};
 
 // ───────────────────────────── validation ─────────────────────────────
