@@ -927,7 +927,8 @@ fn adjacent_pairs_are_stored_in_halves_and_score_the_same() {
 
 #[test]
 fn the_llama_layout_refuses_what_it_cannot_hold_in_one_line() {
-    let cases: [(&str, fn(&mut DecoderConfig)); 5] = [
+    type Change = fn(&mut DecoderConfig);
+    let cases: [(&str, Change); 5] = [
         ("learned positions", |c| c.positions = PositionKind::Learned),
         ("LayerNorm", |c| c.norm = NormKind::Layer),
         ("GELU MLP", |c| c.mlp = MlpKind::Gelu),

@@ -337,6 +337,10 @@ pub fn split_text(tok: &dyn Tokenizer, text: &str, context: usize) -> Result<Tok
     })
 }
 
+/// What the last save of [`continue_run`] calls with the trainer and the generation's
+/// temporary folder (the loss plot).
+pub type LastSave<'a, M> = dyn FnMut(&Trainer<f32, M>, &Path) -> Result<()> + 'a;
+
 /// Where a run's steps ended.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Finished {
@@ -368,7 +372,7 @@ pub fn continue_run<M: RunModel>(
     out: &Path,
     run_files: &[(String, Vec<u8>)],
     progress: &mut dyn Progress,
-    last_save: &mut dyn FnMut(&Trainer<f32, M>, &Path) -> Result<()>,
+    last_save: &mut LastSave<'_, M>,
 ) -> Result<Finished> {
     let data = Data::Stream { tokens: split.train(), seq_len: context };
     let (mut speed, mut running) = (Throughput::default(), RunningMean::default());
