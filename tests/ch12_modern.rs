@@ -783,7 +783,7 @@ fn chapter_9s_sampler_generates_with_the_decoder_and_its_gqa_cache() {
     assert_eq!(a.tokens, b.tokens);
 }
 
-// ───────────────────────── trained, stored and sampled through chapter 9's code ─────────────────────────
+// ─────────────── trained, stored and sampled through chapter 9's code ───────────────
 
 mod common;
 

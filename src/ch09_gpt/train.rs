@@ -12,6 +12,7 @@ use super::fast::FusedStep;
 use super::model::Gpt;
 use super::sample::{Decoding, generate};
 use super::schedule::{Schedule, clip_global_norm};
+pub use super::trainable::StepPath;
 use super::trainable::Trainable;
 use crate::error::{Result, invalid};
 use crate::float::Float;
@@ -103,31 +104,6 @@ pub struct StepRecord {
     /// rule, see [`Trainer::step`]): then `grad_norm` is ∞ and neither the weights nor AdamW's
     /// moments changed.
     pub skipped: bool,
-}
-
-/// Which computation gives a training step its loss and gradients.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StepPath {
-    /// The fast path, [`super::fast::FusedStep`]: the one used whenever it covers the model.
-    Fused,
-    /// The reference, [`Gpt::loss_and_grads`] (chapter 6's functions): for a model the fused
-    /// step does not cover ([`super::fast::supports`]).
-    Reference,
-}
-
-impl StepPath {
-    /// The path for `model`.
-    pub fn of<T: Float>(model: &Gpt<T>) -> StepPath {
-        if super::fast::supports(model) { StepPath::Fused } else { StepPath::Reference }
-    }
-
-    /// Its name, as `train.json` records it: `fused` or `reference`.
-    pub fn name(self) -> &'static str {
-        match self {
-            StepPath::Fused => "fused",
-            StepPath::Reference => "reference",
-        }
-    }
 }
 
 /// A model being trained and everything its next step depends on: chapter 9's [`Gpt`] unless

@@ -16,10 +16,34 @@ use super::checkpoint::model_files;
 use super::data::Batch;
 use super::fast::FusedStep;
 use super::model::Gpt;
-use super::train::StepPath;
 use crate::error::Result;
 use crate::float::Float;
 use nalgebra::DMatrix;
+
+/// Which computation gives a training step its loss and gradients.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepPath {
+    /// The fast path, [`FusedStep`]: the one used whenever it covers the model.
+    Fused,
+    /// The reference, [`Gpt::loss_and_grads`] (chapter 6's functions): for a model the fused
+    /// step does not cover ([`super::fast::supports`]).
+    Reference,
+}
+
+impl StepPath {
+    /// The path for `model`.
+    pub fn of<T: Float>(model: &Gpt<T>) -> StepPath {
+        if super::fast::supports(model) { StepPath::Fused } else { StepPath::Reference }
+    }
+
+    /// Its name, as `train.json` records it: `fused` or `reference`.
+    pub fn name(self) -> &'static str {
+        match self {
+            StepPath::Fused => "fused",
+            StepPath::Reference => "reference",
+        }
+    }
+}
 
 /// A model the [`Trainer`](super::train::Trainer) trains and the checkpoint code saves.
 pub trait Trainable<T: Float>: Clone + std::fmt::Debug {

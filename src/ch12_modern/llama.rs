@@ -316,8 +316,8 @@ pub fn decays(name: &str) -> bool {
 }
 
 /// The decoder as chapter 9's trainer takes it: its tensors in [`Decoder::tensors_mut`] order,
-/// the reference pass ([`Decoder::loss_and_grads`]), AdamW decaying every matrix of two or more
-/// (W_E, W_P, the projections, W_U) and no γ, β or bias ([`decays`]), as chapter 9 decays GPT-2's; its
+/// the reference pass ([`Decoder::loss_and_grads`]), AdamW decaying every matrix (W_E, W_P,
+/// the projections, W_U) and no γ, β or bias ([`decays`]), as chapter 9 decays GPT-2's; its
 /// files in the Llama layout.
 impl<T: Float> Trainable<T> for Decoder<T> {
     fn parameter_names(&self) -> Vec<String> {
