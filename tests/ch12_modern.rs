@@ -786,3 +786,244 @@ fn chapter_9s_sampler_generates_with_the_decoder_and_its_gqa_cache() {
     let b = generate(&gpt, &prompt, 5, &greedy, &mut Rng::new(1), true).unwrap();
     assert_eq!(a.tokens, b.tokens);
 }
+
+// ─────────────── trained, stored and sampled through chapter 9's code ───────────────
+
+mod common;
+
+use llm_workbook::ch09_gpt::checkpoint::{trainer_files, trainer_from_state};
+use llm_workbook::ch09_gpt::safetensors::SafeTensors;
+use llm_workbook::ch09_gpt::schedule::Schedule;
+use llm_workbook::ch09_gpt::train::{Data, TrainConfig, Trainer};
+use llm_workbook::ch12_modern::llama::{
+    decoder_from_llama, llama_config_from_json, llama_files, llama_refusal,
+};
+
+/// The Llama-like decoder without QK-norm: what the Llama layout holds.
+fn llama_holdable(c: &mut DecoderConfig) {
+    llama_like(c);
+    c.qk_norm = false;
+}
+
+/// The file of `files` named `name`.
+fn file_named(files: &[(String, Vec<u8>)], name: &str) -> Vec<u8> {
+    files.iter().find(|f| f.0 == name).map(|f| f.1.clone()).unwrap()
+}
+
+#[test]
+fn the_llama_layout_has_hugging_faces_names_shapes_and_config_keys() {
+    let model = Decoder::<f32>::new(small(llama_holdable), 51).unwrap();
+    let files = llama_files(&model, &[("step".into(), "0".into())]).unwrap();
+    let f = SafeTensors::parse(file_named(&files, "model.safetensors"), "m").unwrap();
+    // C = 8, H = 4 of d_h = 2, H_kv = 2, F = 12, V = 7: each Linear out×in.
+    let mut want = vec![("model.embed_tokens.weight".to_string(), vec![7, 8])];
+    for i in 0..2 {
+        let p = |s: &str| format!("model.layers.{i}.{s}.weight");
+        want.push((p("input_layernorm"), vec![8]));
+        want.push((p("self_attn.q_proj"), vec![8, 8]));
+        want.push((p("self_attn.k_proj"), vec![4, 8]));
+        want.push((p("self_attn.v_proj"), vec![4, 8]));
+        want.push((p("self_attn.o_proj"), vec![8, 8]));
+        want.push((p("post_attention_layernorm"), vec![8]));
+        want.push((p("mlp.gate_proj"), vec![12, 8]));
+        want.push((p("mlp.up_proj"), vec![12, 8]));
+        want.push((p("mlp.down_proj"), vec![8, 12]));
+    }
+    want.push(("model.norm.weight".into(), vec![8]));
+    want.push(("lm_head.weight".into(), vec![7, 8]));
+    let mut got: Vec<(String, Vec<usize>)> =
+        f.tensors.iter().map(|t| (t.name.clone(), t.shape.clone())).collect();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
+    assert!(f.tensors.iter().all(|t| t.dtype == "F32"));
+    // q_proj holds W_Qᵀ: its row j is W_Q's column j.
+    let q = f.matrix::<f32>("model.layers.1.self_attn.q_proj.weight", 8, 8).unwrap();
+    assert_eq!(q, model.layers[1].attn.w_q.transpose());
+    let down = f.matrix::<f32>("model.layers.0.mlp.down_proj.weight", 8, 12).unwrap();
+    assert_eq!(down.transpose().shape(), (12, 8));
+    // config.json: LlamaConfig's keys and values.
+    let text = String::from_utf8(file_named(&files, "config.json")).unwrap();
+    let j: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let keys: std::collections::BTreeSet<&str> =
+        j.as_object().unwrap().keys().map(|k| k.as_str()).collect();
+    let expected = [
+        "architectures",
+        "attention_bias",
+        "head_dim",
+        "hidden_act",
+        "hidden_size",
+        "intermediate_size",
+        "max_position_embeddings",
+        "mlp_bias",
+        "model_type",
+        "num_attention_heads",
+        "num_hidden_layers",
+        "num_key_value_heads",
+        "rms_norm_eps",
+        "rope_theta",
+        "tie_word_embeddings",
+        "torch_dtype",
+        "vocab_size",
+    ];
+    assert_eq!(keys, expected.into_iter().collect());
+    let number = |k: &str| j[k].as_f64().unwrap();
+    assert_eq!(j["architectures"][0], "LlamaForCausalLM");
+    assert_eq!((j["model_type"].as_str(), j["hidden_act"].as_str()), (Some("llama"), Some("silu")));
+    let sizes = ["vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers"];
+    assert_eq!(sizes.map(number), [7.0, 8.0, 12.0, 2.0]);
+    let heads = ["num_attention_heads", "num_key_value_heads", "head_dim"];
+    assert_eq!(heads.map(number), [4.0, 2.0, 2.0]);
+    let rest = ["rms_norm_eps", "rope_theta", "max_position_embeddings"];
+    assert_eq!(rest.map(number), [1e-3, 50.0, 6.0]);
+    assert_eq!(
+        (j["tie_word_embeddings"].as_bool(), j["attention_bias"].as_bool()),
+        (Some(false), Some(false))
+    );
+    assert_eq!(llama_config_from_json(text.as_bytes(), "config.json").unwrap(), model.config);
+}
+
+#[test]
+fn a_llama_folder_loads_back_equal_tensors_tied_and_untied() {
+    for tied in [false, true] {
+        let config = small(|c| {
+            llama_holdable(c);
+            c.tied = tied;
+        });
+        let model = Decoder::<f32>::new(config, 52).unwrap();
+        let files = llama_files(&model, &[]).unwrap();
+        let f = SafeTensors::parse(file_named(&files, "model.safetensors"), "m").unwrap();
+        assert_eq!(f.info("lm_head.weight").is_some(), !tied);
+        let c = llama_config_from_json(&file_named(&files, "config.json"), "config.json").unwrap();
+        let back = decoder_from_llama::<f32>(c, &f).unwrap();
+        assert_eq!(back, model, "tied {tied}");
+    }
+}
+
+#[test]
+fn adjacent_pairs_are_stored_in_halves_and_score_the_same() {
+    let config = small(|c| {
+        llama_holdable(c);
+        c.positions = PositionKind::Rotary { base: 50.0, pairing: Pairing::Adjacent };
+        // Heads of d_h = 4: with d_h = 2 the two pairings are one.
+        (c.n_heads, c.n_kv_heads) = (2, 1);
+    });
+    let mut model = Decoder::<f64>::new(config, 53).unwrap();
+    randomise(&mut model, &mut Rng::new(54));
+    let files = llama_files(&model, &[]).unwrap();
+    let f = SafeTensors::parse(file_named(&files, "model.safetensors"), "m").unwrap();
+    let c = llama_config_from_json(&file_named(&files, "config.json"), "config.json").unwrap();
+    let back = decoder_from_llama::<f64>(c, &f).unwrap();
+    assert_eq!(
+        back.config.positions,
+        PositionKind::Rotary { base: 50.0, pairing: Pairing::Halves }
+    );
+    let tokens = [3u32, 0, 6, 2, 2, 5];
+    let (a, b) = (model.logits(&tokens, 6).unwrap(), back.logits(&tokens, 6).unwrap());
+    assert!((&a - &b).abs().max() < 1e-12);
+    // Stored without the permutation, the halves decoder scores otherwise (the check's plant).
+    let mut unpermuted = back.clone();
+    for (u, m) in unpermuted.layers.iter_mut().zip(&model.layers) {
+        (u.attn.w_q, u.attn.w_k) = (m.attn.w_q.clone(), m.attn.w_k.clone());
+    }
+    assert!((unpermuted.logits(&tokens, 6).unwrap() - a).abs().max() > 1e-3);
+}
+
+#[test]
+fn the_llama_layout_refuses_what_it_cannot_hold_in_one_line() {
+    type Change = fn(&mut DecoderConfig);
+    let cases: [(&str, Change); 5] = [
+        ("learned positions", |c| c.positions = PositionKind::Learned),
+        ("LayerNorm", |c| c.norm = NormKind::Layer),
+        ("GELU MLP", |c| c.mlp = MlpKind::Gelu),
+        ("QK-norm", |c| c.qk_norm = true),
+        ("biases", |c| {
+            (c.mlp, c.biases) = (MlpKind::Gelu, true);
+        }),
+    ];
+    for (what, change) in cases {
+        let config = small(|c| {
+            llama_holdable(c);
+            change(c);
+        });
+        assert!(llama_refusal(&config).is_some(), "{what}");
+        let model = Decoder::<f32>::new(config, 55).unwrap();
+        let e = llama_files(&model, &[]).unwrap_err().to_string();
+        assert!(!e.contains('\n') && e.len() <= 100, "{what}: {e}");
+    }
+    assert!(llama_refusal(&small(llama_holdable)).is_none());
+}
+
+#[test]
+fn chapter_9s_trainer_trains_the_decoder_and_resumes_it_bit_for_bit_from_its_files() {
+    let config = small(llama_holdable);
+    let model = Decoder::<f32>::new(config, 56).unwrap();
+    let tokens: Vec<u32> = (0..200u32).map(|i| (i * 5 + i / 7) % 7).collect();
+    let data = Data::Stream { tokens: &tokens, seq_len: 6 };
+    let tc = TrainConfig::new(4, Schedule::new(1e-2, 1e-3, 2, 20).unwrap());
+    let mut trainer = Trainer::new(model, &tc, 57).unwrap();
+    trainer.run(&data, &tc, 12, |_| {}).unwrap();
+    let h = &trainer.history;
+    assert!(h[11].loss < h[0].loss - 0.2, "{} → {}", h[0].loss, h[11].loss);
+    let files = trainer_files(&trainer).unwrap();
+    let m = SafeTensors::parse(file_named(&files, "model.safetensors"), "m").unwrap();
+    let s = SafeTensors::parse(file_named(&files, "training_state.safetensors"), "s").unwrap();
+    let c = llama_config_from_json(&file_named(&files, "config.json"), "config.json").unwrap();
+    let fresh = Trainer::new(Decoder::<f32>::new(config, 0).unwrap(), &tc, 0).unwrap();
+    let mut back = trainer_from_state(decoder_from_llama(c, &m).unwrap(), &m, &s, &fresh).unwrap();
+    assert_eq!((back.step, &back.model), (trainer.step, &trainer.model));
+    trainer.run(&data, &tc, 15, |_| {}).unwrap();
+    back.run(&data, &tc, 15, |_| {}).unwrap();
+    assert_eq!(back.model, trainer.model);
+    assert_eq!(back.history, trainer.history);
+}
+
+/// `gpt train --arch llama` writes a Llama folder that `gpt sample` and `gpt resume` read;
+/// `gpt quantize` and the flags of the other architecture are refused in one line.
+#[test]
+fn gpt_train_arch_llama_samples_resumes_and_refuses_what_it_cannot_do() {
+    use std::process::Command;
+    let dir = common::temp_dir("ch12_arch_llama");
+    let cli = |args: &[&str]| {
+        let r = Command::new(env!("CARGO_BIN_EXE_llm-workbook"))
+            .current_dir(dir.path())
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&r.stderr).to_string();
+        (r.status.success(), String::from_utf8_lossy(&r.stdout).to_string(), err)
+    };
+    let text = dir.path().join("my.txt");
+    std::fs::write(&text, "the cat sat on the mat. ".repeat(20)).unwrap();
+    let ck = dir.path().join("ck");
+    let (t, c) = (text.to_str().unwrap(), ck.to_str().unwrap());
+    let shape = ["--layers", "1", "--heads", "4", "--kv-heads", "2", "--width", "16"];
+    let mut args = vec!["gpt", "train", "--arch", "llama", "--data", t, "--out", c];
+    args.extend(shape);
+    args.extend(["--context", "8", "--steps", "2", "--batch", "2"]);
+    let (ok, out, err) = cli(&args);
+    assert!(ok, "{err}");
+    assert!(out.contains("model: llama, 1 layers, 4 heads (2 key/value)"), "{out}");
+    let here = llm_workbook::workshop::folder::resolve(&ck).unwrap().path;
+    let config = std::fs::read_to_string(here.join("config.json")).unwrap();
+    assert!(
+        config.contains("\"LlamaForCausalLM\"") && config.contains("\"num_key_value_heads\": 2")
+    );
+    let sample = ["gpt", "sample", "--checkpoint", c, "--prompt", "the ", "--tokens", "5"];
+    let (ok, out, err) = cli(&[&sample[..], &["--greedy"]].concat());
+    assert!(ok && out.starts_with("the "), "{err}");
+    let (ok, out, err) = cli(&["gpt", "resume", "--checkpoint", c, "--steps", "3"]);
+    assert!(ok && out.contains("resuming"), "{err}");
+    let q = dir.path().join("q").to_str().unwrap().to_string();
+    let refusals = [
+        vec!["gpt", "quantize", "--checkpoint", c, "--to", "int8", "--out", &q],
+        vec!["gpt", "train", "--data", t, "--kv-heads", "2", "--out", &q],
+        vec!["gpt", "train", "--arch", "llama", "--precision", "bf16", "--data", t, "--out", &q],
+        vec!["gpt", "train", "--arch", "llama", "--heads", "4", "--kv-heads", "3", "--out", &q],
+    ];
+    for args in refusals {
+        let (ok, _, err) = cli(&args);
+        let line = err.trim_end();
+        assert!(!ok && !line.contains('\n') && line.len() <= 100, "{args:?}: {err}");
+    }
+}

@@ -13,6 +13,7 @@ use super::experiments::{
     corpus_tokens, sort_setup, train_corpus,
 };
 use super::train::{Progress, Trainer};
+use super::trainable::Trainable;
 use super::{data, model, sample, train, walkthrough};
 use crate::errata::{Erratum, Kind};
 use crate::error::Result;
@@ -884,14 +885,17 @@ fn plots(dir: &Path) -> Result<Vec<PathBuf>> {
 /// Draws the training loss per step and its running mean into a run's checkpoint folder, as
 /// [`LOSS_PLOT`](crate::workshop::run::LOSS_PLOT)`.png` and `.svg`; returns the files written.
 /// Not one of the book's figures, but a figure all the same: only `book.rs` draws.
-pub fn save_loss_plot(trainer: &Trainer<f32>, out: &Path) -> Result<Vec<PathBuf>> {
+pub fn save_loss_plot<M: Trainable<f32>>(
+    trainer: &Trainer<f32, M>,
+    out: &Path,
+) -> Result<Vec<PathBuf>> {
     loss_figure(trainer).save(out, crate::workshop::run::LOSS_PLOT)
 }
 
 /// The figure [`save_loss_plot`] draws: the loss of every step and its running mean
 /// ([`RunningMean`](super::train::RunningMean), bias-corrected, so it starts at the first loss
 /// and follows a fast fall instead of lagging above it).
-pub fn loss_figure(trainer: &Trainer<f32>) -> Figure {
+pub fn loss_figure<M: Trainable<f32>>(trainer: &Trainer<f32, M>) -> Figure {
     let raw: Vec<(f64, f64)> =
         trainer.history.iter().map(|r| (r.step as f64 + 1.0, r.loss)).collect();
     let mut mean = super::train::RunningMean::default();

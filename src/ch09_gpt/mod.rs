@@ -26,6 +26,8 @@
 //! - [`data`]: the sorting task and token-stream windows;
 //! - [`schedule`]: warm-up plus cosine learning rate, gradient-norm clipping;
 //! - [`train`]: the trainer (one step: batch, loss and gradients, clipping, AdamW);
+//! - [`trainable`]: what the trainer and the checkpoint code ask of a model (chapter 9's GPT,
+//!   or a later chapter's model);
 //! - [`experiments`]: the two models the chapter trains (sorting digits, the default corpus);
 //! - [`sample`]: greedy, temperature, top-k and top-p decoding, and generation;
 //! - [`safetensors`] and [`checkpoint`]: GPT-2's file format (the container by hand, its JSON
@@ -48,6 +50,7 @@ pub mod safetensors;
 pub mod sample;
 pub mod schedule;
 pub mod train;
+pub mod trainable;
 pub mod walkthrough;
 
 pub use config::gpt1_parameters;

@@ -12,6 +12,8 @@ use super::fast::FusedStep;
 use super::model::Gpt;
 use super::sample::{Decoding, generate};
 use super::schedule::{Schedule, clip_global_norm};
+pub use super::trainable::StepPath;
+use super::trainable::Trainable;
 use crate::error::{Result, invalid};
 use crate::float::Float;
 use crate::matmul::inputs::{Precision, StepRounding};
@@ -104,36 +106,12 @@ pub struct StepRecord {
     pub skipped: bool,
 }
 
-/// Which computation gives a training step its loss and gradients.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StepPath {
-    /// The fast path, [`super::fast::FusedStep`]: the one used whenever it covers the model.
-    Fused,
-    /// The reference, [`Gpt::loss_and_grads`] (chapter 6's functions): for a model the fused
-    /// step does not cover ([`super::fast::supports`]).
-    Reference,
-}
-
-impl StepPath {
-    /// The path for `model`.
-    pub fn of<T: Float>(model: &Gpt<T>) -> StepPath {
-        if super::fast::supports(model) { StepPath::Fused } else { StepPath::Reference }
-    }
-
-    /// Its name, as `train.json` records it: `fused` or `reference`.
-    pub fn name(self) -> &'static str {
-        match self {
-            StepPath::Fused => "fused",
-            StepPath::Reference => "reference",
-        }
-    }
-}
-
-/// A model being trained and everything its next step depends on.
+/// A model being trained and everything its next step depends on: chapter 9's [`Gpt`] unless
+/// another [`Trainable`] model is named.
 #[derive(Clone, Debug)]
-pub struct Trainer<T: Float> {
+pub struct Trainer<T: Float, M: Trainable<T> = Gpt<T>> {
     /// The model.
-    pub model: Gpt<T>,
+    pub model: M,
     /// AdamW with its moments.
     pub optimizer: AdamW<T>,
     /// The generator that draws the batches.
@@ -147,9 +125,9 @@ pub struct Trainer<T: Float> {
     pub(crate) workspace: FusedStep<T>,
 }
 
-impl<T: Float> Trainer<T> {
+impl<T: Float, M: Trainable<T>> Trainer<T, M> {
     /// A trainer at step 0; `seed` seeds the batches (the model has its own seed).
-    pub fn new(model: Gpt<T>, config: &TrainConfig, seed: u64) -> Result<Trainer<T>> {
+    pub fn new(model: M, config: &TrainConfig, seed: u64) -> Result<Trainer<T, M>> {
         if config.batch == 0 {
             return Err(invalid("Trainer::new", "batch", "must hold at least one sequence"));
         }
@@ -207,7 +185,7 @@ impl<T: Float> Trainer<T> {
 
     /// Which computation [`Trainer::step`] uses for this model.
     pub fn path(&self) -> StepPath {
-        StepPath::of(&self.model)
+        self.model.step_path()
     }
 
     /// One training step. The loss and gradients come from the fused step
@@ -254,7 +232,7 @@ impl<T: Float> Trainer<T> {
     /// 0.0 at unscored positions). What [`Trainer::step_weighted`]'s weights are computed from.
     /// Errors as it does, and on a model the fused step does not cover.
     pub fn target_log_probs(&mut self, batch: &Batch) -> Result<Vec<f64>> {
-        self.workspace.target_log_probs(&self.model, batch)
+        self.model.target_log_probs_in(batch, &mut self.workspace)
     }
 
     /// One step on `batch`: the mean loss (`weights` None) or the weighted one.
@@ -267,19 +245,10 @@ impl<T: Float> Trainer<T> {
         let precision = self.precision();
         let lr = config.schedule.at(self.step);
         let tokens = batch.inputs.len();
-        let mut reference;
-        let fused = self.path() == StepPath::Fused;
-        let (loss, grads): (f64, &mut [nalgebra::DMatrix<T>]) = match (fused, weights) {
-            (true, None) => self.workspace.loss_and_grads(&self.model, batch)?,
-            (true, Some(w)) => self.workspace.weighted_loss_and_grads(&self.model, batch, w)?,
-            (false, None) => {
-                reference = self.model.loss_and_grads(batch)?;
-                (reference.loss, &mut reference.grads)
-            }
-            (false, Some(_)) => {
-                let reason = "the fused step does not cover it; weighted steps need it";
-                return Err(invalid("Trainer::step_weighted", "model", reason));
-            }
+        let mut reference = Vec::new();
+        let (loss, grads) = match weights {
+            None => self.model.loss_and_grads_in(batch, &mut self.workspace, &mut reference)?,
+            Some(w) => self.model.weighted_loss_and_grads_in(batch, w, &mut self.workspace)?,
         };
         let scaled = precision.loss_scale > 1.0;
         if scaled && grads.iter().any(|g| g.iter().any(|x| !x.is_finite())) {
@@ -303,9 +272,9 @@ impl<T: Float> Trainer<T> {
         };
         self.optimizer.config = AdamConfig { learning_rate: lr, ..config.adam() };
         self.optimizer.weight_decay = config.weight_decay;
-        let decay = self.model.decay_mask();
+        let decay = self.model.decays();
         let grads: Vec<&nalgebra::DMatrix<T>> = grads.iter().collect();
-        self.optimizer.step(&mut self.model.tensors_mut(), &grads, &decay)?;
+        self.optimizer.step(&mut self.model.parameters_mut(), &grads, &decay)?;
         let record = StepRecord { step: self.step, loss, lr, grad_norm, tokens, skipped: false };
         self.step += 1;
         self.history.push(record);

@@ -15,7 +15,9 @@
 //! - [`KvCacheShape`]: what a key/value cache costs per token, the reason for GQA;
 //! - [`decoder`]: the parts composed into one decoder whose configuration switches each of them
 //!   between GPT-2's choice and today's, with its loss on chapter 9's batches, its backward pass
-//!   and its cached step.
+//!   and its cached step;
+//! - [`llama`]: the decoder in Hugging Face's Llama file layout, and as chapter 9's trainer and
+//!   checkpoint code take it (chapter 9's [`Trainable`](crate::ch09_gpt::trainable::Trainable)).
 //!
 //! All products go through [`crate::matmul`]; attention itself is chapter 6's.
 
@@ -23,6 +25,7 @@ pub mod book;
 pub mod decoder;
 pub mod glu;
 pub mod gqa;
+pub mod llama;
 pub mod rms_norm;
 pub mod rope;
 

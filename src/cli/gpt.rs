@@ -20,10 +20,13 @@ use llm_workbook::ch09_gpt::config::{Config, Positions};
 use llm_workbook::ch09_gpt::data::TokenSplit;
 use llm_workbook::ch09_gpt::model::Gpt;
 use llm_workbook::ch09_gpt::sample::Decoding;
-use llm_workbook::ch09_gpt::train::{StepPath, TrainConfig, Trainer};
+use llm_workbook::ch09_gpt::train::{TrainConfig, Trainer};
 use llm_workbook::ch11_precision::quant::Storage;
 use llm_workbook::ch11_precision::quant_step::SamplingModel;
 use llm_workbook::ch11_precision::runs::F16_LOSS_SCALE;
+use llm_workbook::ch12_modern::decoder::{Decoder, DecoderConfig, MlpKind, NormKind, PositionKind};
+use llm_workbook::ch12_modern::glu::{Gate, gated_hidden_width};
+use llm_workbook::ch12_modern::rope::Pairing;
 use llm_workbook::error::{Result, invalid};
 use llm_workbook::matmul::inputs::{Precision, ProductInputs};
 use llm_workbook::report::{TERMINAL_WIDTH, wrap};
@@ -31,7 +34,7 @@ use llm_workbook::rng::Rng;
 use llm_workbook::workshop::budget;
 use llm_workbook::workshop::folder::{self, Resolved};
 use llm_workbook::workshop::quantize;
-use llm_workbook::workshop::run::{self, DEFAULT_CORPUS};
+use llm_workbook::workshop::run::{self, DEFAULT_CORPUS, OpenRun, RunModel};
 use std::path::{Path, PathBuf};
 
 /// The three things the `gpt` command does.
@@ -101,6 +104,16 @@ impl From<PrecisionKind> for ProductInputs {
     }
 }
 
+/// Which model `gpt train` builds.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    /// Chapter 9's GPT-2: learned positions, LayerNorm, the 4× GELU MLP (GPT-2's files).
+    Gpt2,
+    /// Chapter 12's decoder in Llama's choices: rotary positions (halves pairing), RMSNorm,
+    /// SwiGLU, grouped-query attention, no biases (Hugging Face's Llama files).
+    Llama,
+}
+
 /// How text becomes tokens.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TokenizerKind {
@@ -122,6 +135,19 @@ impl From<TokenizerKind> for run::TokenizerKind {
 /// `gpt train`.
 #[derive(Args, Debug)]
 pub struct TrainArgs {
+    /// The model: chapter 9's GPT-2, or chapter 12's decoder saved in Hugging Face's Llama
+    /// layout.
+    #[arg(long, value_enum, default_value_t = Arch::Gpt2)]
+    pub arch: Arch,
+    /// With --arch llama: the key/value heads, dividing --heads (default: --heads).
+    #[arg(long)]
+    pub kv_heads: Option<usize>,
+    /// With --arch llama: the rotation's base (rope_theta; default 10000).
+    #[arg(long)]
+    pub rope_base: Option<f64>,
+    /// With --arch llama: an unembedding of its own (lm_head.weight), not W_E's transpose.
+    #[arg(long)]
+    pub untied: bool,
     /// The UTF-8 text to learn (the default corpus of chapter 8 when omitted).
     #[arg(long)]
     pub data: Option<PathBuf>,
@@ -251,6 +277,11 @@ pub struct SampleArgs {
     /// `gpt finetune` appends to every answer.
     #[arg(long, value_name = "TEXT")]
     pub stop: Option<String>,
+    /// Write to this JSON file the prompt's ids, the logits of every prompt position (one full
+    /// forward pass) and the new tokens' ids, for a comparison with another implementation
+    /// (Llama folders; see benches/ch12_llama_transformers.py).
+    #[arg(long, value_name = "FILE")]
+    pub logits_out: Option<PathBuf>,
 }
 
 /// Runs a `gpt` command; the error is one line for the terminal.
@@ -293,6 +324,22 @@ fn train(a: TrainArgs) -> Result<()> {
         return Err(invalid("gpt train", arg, "must be at least 1, got 0"));
     }
     let precision = precision_of(a.precision, a.loss_scale)?;
+    if a.arch == Arch::Llama {
+        // The decoder's flags checked before the text is read (the vocabulary comes later).
+        llama_config(&a, 1)?;
+        if precision != Precision::F32 {
+            let why = "--arch llama trains with f32 products only";
+            return Err(invalid("gpt train", "--precision", why));
+        }
+    } else {
+        let llama_only =
+            [("--kv-heads", a.kv_heads.is_some()), ("--rope-base", a.rope_base.is_some())];
+        for (flag, given) in llama_only.into_iter().chain([("--untied", a.untied)]) {
+            if given {
+                return Err(invalid("gpt train", flag, "is for --arch llama only"));
+            }
+        }
+    }
     // One writer a folder, from before the first look at it until the process ends.
     out_folder("gpt train", &a.out)?;
     let _lock = folder::Lock::take(&a.out, "gpt train")?;
@@ -344,6 +391,31 @@ fn train(a: TrainArgs) -> Result<()> {
     budget::check_with_text(&config, a.batch, a.context, text.len(), bpe, budget)?;
     let tc = run::train_config(a.batch, a.lr, a.steps)?;
     let split = run::split_text(tok.as_ref(), &text, a.context)?;
+    let tok = tok.as_ref();
+    let eval = evaluation(a.exact_validation);
+    let (context, steps, every) = (a.context, a.steps, a.save_every);
+    if a.arch == Arch::Llama {
+        let model = Decoder::<f32>::new(llama_config(&a, config.vocab_size)?, a.seed)?;
+        let c = model.config;
+        say!(
+            "model: llama, {} layers, {} heads ({} key/value), width {}, MLP {}, context {}, \
+             vocabulary {}: {} parameters",
+            c.layers,
+            c.n_heads,
+            c.n_kv_heads,
+            c.width,
+            c.hidden,
+            c.context,
+            c.vocab_size,
+            model.parameter_count()
+        );
+        let trainer = Trainer::new(model, &tc, a.seed.wrapping_add(1))?;
+        let files =
+            run::run_files(&tokenizer_files, &data, &text, &tc, context, steps, a.seed, &trainer);
+        return continue_run(
+            trainer, &tc, &split, tok, context, steps, every, &a.out, &files, eval,
+        );
+    }
     let model = Gpt::<f32>::new(config, a.seed)?;
     say!(
         "model: {} layers, {} heads, width {}, context {}, vocabulary {}: {} parameters",
@@ -360,12 +432,54 @@ fn train(a: TrainArgs) -> Result<()> {
         invalid("gpt train", "--precision", why)
     })?;
     let files =
-        run::run_files(&tokenizer_files, &data, &text, &tc, a.context, a.steps, a.seed, &trainer);
-    let tok = tok.as_ref();
-    let eval = evaluation(a.exact_validation);
-    let (context, steps, every) = (a.context, a.steps, a.save_every);
+        run::run_files(&tokenizer_files, &data, &text, &tc, context, steps, a.seed, &trainer);
     continue_run(trainer, &tc, &split, tok, context, steps, every, &a.out, &files, eval)
 }
+
+/// The decoder `gpt train --arch llama` builds: rotary positions in the halves pairing (base
+/// `--rope-base`), RMSNorm, SwiGLU of hidden width F = 8C/3 rounded up to a multiple of
+/// [`GATED_HIDDEN_MULTIPLE`], `--kv-heads` key/value heads, no QK-norm, no biases, tied unless
+/// `--untied`; ε = [`LLAMA_RMS_EPS`].
+fn llama_config(a: &TrainArgs, vocab_size: usize) -> Result<DecoderConfig> {
+    let base = a.rope_base.unwrap_or(LLAMA_ROPE_BASE);
+    let kv_heads = a.kv_heads.unwrap_or(a.heads);
+    if kv_heads == 0 || !a.heads.is_multiple_of(kv_heads) {
+        let why = format!("{kv_heads} must divide --heads {}", a.heads);
+        return Err(invalid("gpt train", "--kv-heads", why));
+    }
+    if !(base.is_finite() && base > 1.0) {
+        return Err(invalid("gpt train", "--rope-base", format!("must be > 1, got {base}")));
+    }
+    if a.heads == 0 || !a.width.is_multiple_of(a.heads) || !(a.width / a.heads).is_multiple_of(2) {
+        let why = format!("{} over --heads {} must be an even head width", a.width, a.heads);
+        return Err(invalid("gpt train", "--width", why));
+    }
+    let c = DecoderConfig {
+        vocab_size,
+        context: a.context,
+        layers: a.layers,
+        n_heads: a.heads,
+        n_kv_heads: kv_heads,
+        width: a.width,
+        hidden: gated_hidden_width(a.width, GATED_HIDDEN_MULTIPLE)?,
+        positions: PositionKind::Rotary { base, pairing: Pairing::Halves },
+        norm: NormKind::Rms,
+        mlp: MlpKind::Gated(Gate::Swish),
+        qk_norm: false,
+        biases: false,
+        tied: !a.untied,
+        eps: LLAMA_RMS_EPS,
+    };
+    c.validate()?;
+    Ok(c)
+}
+
+/// The gated MLP's hidden width of `gpt train --arch llama` is a multiple of this.
+pub const GATED_HIDDEN_MULTIPLE: usize = 8;
+/// RMSNorm's ε of `gpt train --arch llama` (Llama 2's and 3's `rms_norm_eps`).
+pub const LLAMA_RMS_EPS: f64 = 1e-5;
+/// The rotation's base of `gpt train --arch llama` unless `--rope-base` is given (the paper's).
+pub const LLAMA_ROPE_BASE: f64 = 10_000.0;
 
 /// The first few of `names`, for a one-line message.
 fn listed(names: &[String]) -> String {
@@ -435,7 +549,16 @@ fn resume(a: ResumeArgs) -> Result<()> {
     checkpoint_folder("gpt resume", &a.checkpoint)?;
     let _lock = folder::Lock::take(&a.checkpoint, "gpt resume")?;
     refuse_stored(&a.checkpoint, budget)?;
-    let open = run::open_run_with(&a.checkpoint, budget, a.data.as_deref())?;
+    let here = folder::resolve(&a.checkpoint)?.path;
+    if run::holds_llama(&here, budget).unwrap_or(false) {
+        resume_open(&a, run::open_run_of::<Decoder<f32>>(&a.checkpoint, budget, a.data.as_deref())?)
+    } else {
+        resume_open(&a, run::open_run_with(&a.checkpoint, budget, a.data.as_deref())?)
+    }
+}
+
+/// `gpt resume` once the run is read back.
+fn resume_open<M: RunModel>(a: &ResumeArgs, open: OpenRun<M>) -> Result<()> {
     note_flat(&a.checkpoint, &open.resolved);
     if let Some(note) = &open.kernel_note {
         eprintln!("{note}");
@@ -461,8 +584,8 @@ fn resume(a: ResumeArgs) -> Result<()> {
 
 /// Trains to `steps` with a progress bar, then prints the losses, the plot's files and a sample.
 #[allow(clippy::too_many_arguments)]
-fn continue_run(
-    mut trainer: Trainer<f32>,
+fn continue_run<M: RunModel>(
+    mut trainer: Trainer<f32, M>,
     tc: &TrainConfig,
     split: &TokenSplit,
     tok: &dyn Tokenizer,
@@ -473,14 +596,7 @@ fn continue_run(
     run_files: &[(String, Vec<u8>)],
     eval: run::Evaluation,
 ) -> Result<()> {
-    say!(
-        "training step: the {} path ({})",
-        trainer.path().name(),
-        match trainer.path() {
-            StepPath::Fused => "fast::FusedStep",
-            StepPath::Reference => "Gpt::loss_and_grads; the fused step does not cover this model",
-        }
-    );
+    say!("training step: the {} path ({})", trainer.path().name(), trainer.model.step_name());
     say!("{}", precision_line(&trainer));
     let mut bar = Bar::run(trainer.step, steps)
         .map_err(|e| invalid("progress", "template", e.to_string()))?;
@@ -541,7 +657,7 @@ fn continue_run(
 
 /// The header's line for the training step's precision: the products' input format and, with
 /// f16, the current loss scale and the steps skipped so far.
-fn precision_line(trainer: &Trainer<f32>) -> String {
+fn precision_line<M: RunModel>(trainer: &Trainer<f32, M>) -> String {
     let p = trainer.precision();
     match p.inputs {
         ProductInputs::F32 => "precision: f32 products".to_string(),
@@ -591,24 +707,16 @@ fn sample(a: SampleArgs) -> Result<()> {
     sampling.validate()?;
     let decoding = if a.greedy { Decoding::Greedy } else { sampling };
     checkpoint_folder("gpt sample", &a.checkpoint)?;
-    let (tok, model, resolved) =
-        run::load_for_sampling(&a.checkpoint, budget::budget(a.memory_budget)?)?;
+    let budget = budget::budget(a.memory_budget)?;
+    if run::holds_llama(&folder::resolve(&a.checkpoint)?.path, budget).unwrap_or(false) {
+        return sample_llama(&a, &decoding, budget);
+    }
+    if a.logits_out.is_some() {
+        return Err(invalid("gpt sample", "--logits-out", "is for Llama folders only"));
+    }
+    let (tok, model, resolved) = run::load_for_sampling(&a.checkpoint, budget)?;
     note_flat(&a.checkpoint, &resolved);
-    let (text, prompt) = match &a.prompt {
-        Some(p) => (p.clone(), tok.encode(p).map_err(|e| prompt_error(tok.as_ref(), p, e))?),
-        None => match tok.encode(DEFAULT_PROMPT) {
-            Ok(ids) => (DEFAULT_PROMPT.to_string(), ids),
-            Err(_) => {
-                // A text without a newline gives a vocabulary without one: its first token.
-                let first = tok.decode_lossy(&[0])?;
-                eprintln!(
-                    "note: this model's vocabulary has no newline, the default prompt; starting \
-                     from its first token {first:?} (give --prompt TEXT to choose)"
-                );
-                (first, vec![0])
-            }
-        },
-    };
+    let (text, prompt) = prompt_of(&a, tok.as_ref())?;
     let started = std::time::Instant::now();
     let g = model.generate(&prompt, a.tokens, &decoding, &mut Rng::new(a.seed)).map_err(
         |e| match e {
@@ -638,6 +746,74 @@ fn sample(a: SampleArgs) -> Result<()> {
     }
     say!("{}{}", text, new);
     Ok(())
+}
+
+/// The prompt `gpt sample` continues: `--prompt`, else [`DEFAULT_PROMPT`], else (a vocabulary
+/// without a newline) the first token, with a note. Returns (text, ids).
+fn prompt_of(a: &SampleArgs, tok: &dyn Tokenizer) -> Result<(String, Vec<u32>)> {
+    Ok(match &a.prompt {
+        Some(p) => (p.clone(), tok.encode(p).map_err(|e| prompt_error(tok, p, e))?),
+        None => match tok.encode(DEFAULT_PROMPT) {
+            Ok(ids) => (DEFAULT_PROMPT.to_string(), ids),
+            Err(_) => {
+                // A text without a newline gives a vocabulary without one: its first token.
+                let first = tok.decode_lossy(&[0])?;
+                eprintln!(
+                    "note: this model's vocabulary has no newline, the default prompt; starting \
+                     from its first token {first:?} (give --prompt TEXT to choose)"
+                );
+                (first, vec![0])
+            }
+        },
+    })
+}
+
+/// `gpt sample` on a Llama folder (`gpt train --arch llama`): chapter 9's sampler on the
+/// decoder's grouped-query cache.
+fn sample_llama(a: &SampleArgs, decoding: &Decoding, budget: u64) -> Result<()> {
+    let (tok, model, resolved) = run::load_llama_for_sampling(&a.checkpoint, budget)?;
+    note_flat(&a.checkpoint, &resolved);
+    let (text, prompt) = prompt_of(a, tok.as_ref())?;
+    let started = std::time::Instant::now();
+    let g = model.continue_prompt(&prompt, a.tokens, decoding, &mut Rng::new(a.seed))?;
+    let seconds = started.elapsed().as_secs_f64();
+    if g.cropped > 0 {
+        eprintln!(
+            "note: the prompt holds {} tokens, more than the context of {}; its first {} tokens \
+             were dropped",
+            prompt.len(),
+            model.config.context,
+            g.cropped
+        );
+    }
+    if a.stats {
+        let n = g.new_tokens().len();
+        let rate = if seconds > 0.0 { n as f64 / seconds } else { f64::INFINITY };
+        eprintln!("stats: {n} tokens in {seconds:.3} s, {rate:.1} tokens/s (f32 weights, llama)");
+    }
+    if let Some(path) = &a.logits_out {
+        write_logits(path, &model, &g.tokens[..g.prompt_len], g.new_tokens())?;
+    }
+    let mut new = tok.decode_lossy(g.new_tokens())?;
+    if let Some(stop) = &a.stop {
+        new = llm_workbook::workshop::finetune::cut_at(
+            &new,
+            &llm_workbook::workshop::finetune::unescape(stop),
+        );
+    }
+    say!("{}{}", text, new);
+    Ok(())
+}
+
+/// `gpt sample --logits-out`: `{"prompt": ids, "logits": [[V numbers] per prompt position],
+/// "new_tokens": ids}`, the logits z = Norm_f(x_L) W_Uᵀ of one full forward pass over the
+/// (cropped) prompt.
+fn write_logits(path: &Path, model: &Decoder<f32>, prompt: &[u32], new: &[u32]) -> Result<()> {
+    let z = model.logits(prompt, prompt.len())?;
+    let rows: Vec<Vec<f32>> = z.row_iter().map(|r| r.iter().copied().collect()).collect();
+    let json = serde_json::json!({ "prompt": prompt, "logits": rows, "new_tokens": new });
+    std::fs::write(path, json.to_string())
+        .map_err(|source| llm_workbook::Error::Io { path: path.display().to_string(), source })
 }
 
 /// The error for a `--prompt` the tokenizer cannot encode (`e`): its first character outside the
@@ -724,6 +900,10 @@ fn quantize(a: QuantizeArgs) -> Result<()> {
     };
     let budget = budget::budget(a.memory_budget)?;
     checkpoint_folder("gpt quantize", &a.checkpoint)?;
+    if run::holds_llama(&folder::resolve(&a.checkpoint)?.path, budget).unwrap_or(false) {
+        let what = "quantizing";
+        return Err(llm_workbook::workshop::arch::gpt2_only("gpt quantize", "--checkpoint", what));
+    }
     // Both folders checked before the model is read.
     out_folder("gpt quantize", &a.out)?;
     let q = quantize::quantize(&a.checkpoint, storage, &a.out, budget)?;

@@ -8,6 +8,7 @@
 //! that), only the chapter's `book.rs` does, for the loss plot's file name.
 //!
 //! - [`run`]: training and resuming a run, its closing sample;
+//! - [`arch`]: the two architectures a run trains, GPT-2 and chapter 12's Llama decoder;
 //! - [`settings`]: a run's settings, `train.json`;
 //! - [`run_files`]: the tokenizer's files in a folder, and loading a folder for sampling;
 //! - [`validation`]: the validation loss, on a seeded sample of windows or on every token;
@@ -17,6 +18,7 @@
 //! - [`quantize`]: a checkpoint's f32 model stored as bf16, int8 or 4-bit blocks, for sampling;
 //! - [`budget`]: what a model costs in memory, checked before anything is allocated.
 
+pub mod arch;
 pub mod budget;
 pub mod finetune;
 pub mod finetune_run;

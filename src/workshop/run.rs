@@ -20,7 +20,7 @@ use crate::ch09_gpt::checkpoint::trainer_files;
 use crate::ch09_gpt::data::{Token, TokenSplit};
 use crate::ch09_gpt::model::Gpt;
 use crate::ch09_gpt::safetensors::SafeTensors;
-use crate::ch09_gpt::sample::{Decoding, Generated, generate};
+use crate::ch09_gpt::sample::{Decoding, Generated};
 use crate::ch09_gpt::train::{Data, Progress, RunningMean, Throughput, TrainConfig, Trainer};
 use crate::error::{Error, Result, from_json_object, invalid};
 use crate::rng::Rng;
@@ -41,6 +41,7 @@ pub const SAMPLE_TEMPERATURE: f64 = 0.8;
 // The run's settings, the tokenizer's files and loading a folder for sampling, and the
 // validation loss live in files of their own; their items are this module's too, and so is the
 // loss plot's file stem.
+pub use super::arch::{RunModel, holds_llama};
 pub use super::folder::LOSS_PLOT;
 pub use super::run_files::*;
 pub use super::settings::*;
@@ -69,7 +70,7 @@ pub fn machine() -> (String, usize) {
 /// the kernel and threads of this process, see [`machine`]), and the `trainer`'s step path and
 /// precision (see [`precision_fields`]).
 #[allow(clippy::too_many_arguments)]
-pub fn run_files(
+pub fn run_files<M: RunModel>(
     tokenizer_files: &[(&'static str, String)],
     data: &Path,
     text: &str,
@@ -77,7 +78,7 @@ pub fn run_files(
     context: usize,
     steps: usize,
     seed: u64,
-    trainer: &Trainer<f32>,
+    trainer: &Trainer<f32, M>,
 ) -> Vec<(String, Vec<u8>)> {
     let mut files: Vec<(String, Vec<u8>)> =
         tokenizer_files.iter().map(|(n, c)| (n.to_string(), c.as_bytes().to_vec())).collect();
@@ -124,8 +125,9 @@ pub fn read_text_within(data: &Path, kind: TokenizerKind, budget: u64) -> Result
 
 // ───────────────────────────── train and resume ─────────────────────────────
 
-/// A run read back from its folder, ready to continue.
-pub struct OpenRun {
+/// A run read back from its folder, ready to continue: chapter 9's GPT unless another
+/// [`RunModel`] is named.
+pub struct OpenRun<M: RunModel = Gpt<f32>> {
     /// Where its files were found (the current generation, or a folder of the older layout).
     pub resolved: Resolved,
     /// Its settings.
@@ -135,7 +137,7 @@ pub struct OpenRun {
     /// Its tokenizer.
     pub tokenizer: Box<dyn Tokenizer>,
     /// The trainer at the step the folder was saved at: the same state, bit for bit.
-    pub trainer: Trainer<f32>,
+    pub trainer: Trainer<f32, M>,
     /// What every later save writes again besides the trainer: the tokenizer's files and
     /// `train.json` (with what it lacked filled in: the fingerprints, the kernel and threads,
     /// and the text's new path when `--data` moved it).
@@ -151,6 +153,15 @@ pub fn open_run(dir: &Path, budget: u64) -> Result<OpenRun> {
     open_run_with(dir, budget, None)
 }
 
+/// [`open_run_with`] for a run of any [`RunModel`] (a Llama folder: `Decoder<f32>`).
+pub fn open_run_of<M: RunModel>(
+    dir: &Path,
+    budget: u64,
+    data: Option<&Path>,
+) -> Result<OpenRun<M>> {
+    open_run_impl(dir, budget, data)
+}
+
 /// Reads a run's folder back: settings, text, tokenizer (checked against the fingerprint
 /// `train.json` records), model and training state, all from one generation. The text is read
 /// from `data` when given (`gpt resume --data`), else from the path `train.json` records; either
@@ -158,6 +169,10 @@ pub fn open_run(dir: &Path, budget: u64) -> Result<OpenRun> {
 /// `train.json` are checked against the memory `budget` in bytes (see [`super::budget`]) and the
 /// tensors' shapes before anything is built.
 pub fn open_run_with(dir: &Path, budget: u64, data: Option<&Path>) -> Result<OpenRun> {
+    open_run_impl(dir, budget, data)
+}
+
+fn open_run_impl<M: RunModel>(dir: &Path, budget: u64, data: Option<&Path>) -> Result<OpenRun<M>> {
     let resolved = folder::resolve(dir)?;
     let here = resolved.path.as_path();
     super::finetune_run::refuse_finetuned(here, dir, "gpt resume")?;
@@ -168,21 +183,7 @@ pub fn open_run_with(dir: &Path, budget: u64, data: Option<&Path>) -> Result<Ope
     let settings = run_from_json(&run, &run_path.display().to_string())?;
     let file: RunFile = from_json_object(&run, &run_path.display().to_string())?;
     let config_name = here.join(crate::ch09_gpt::checkpoint::CONFIG_FILE).display().to_string();
-    let config = crate::ch09_gpt::checkpoint::config_from_json(
-        &read_bytes(crate::ch09_gpt::checkpoint::CONFIG_FILE)?,
-        &config_name,
-    )?;
-    if settings.context > config.context {
-        return Err(invalid(
-            "gpt resume",
-            "train.json",
-            format!(
-                "context {} is longer than the model's n_positions {}",
-                settings.context, config.context
-            ),
-        ));
-    }
-
+    let config_bytes = read_bytes(crate::ch09_gpt::checkpoint::CONFIG_FILE)?;
     let text = read_run_text(&settings, data, budget)?;
     let mut run_files = read_tokenizer_files(here, budget)?;
     check_tokenizer_against(here, file.tokenizer_fnv1a64.clone(), &run_files)?;
@@ -194,10 +195,18 @@ pub fn open_run_with(dir: &Path, budget: u64, data: Option<&Path>) -> Result<Ope
         SafeTensors::parse(read_bytes(name)?, &here.join(name).display().to_string())
     };
     let model_file = read(crate::ch09_gpt::checkpoint::MODEL_FILE)?;
-    crate::ch09_gpt::checkpoint::check_header_against_config(&config, &model_file)?;
-    super::budget::check_with_text(&config, batch, context, text.len(), false, budget)?;
-    let model = crate::ch09_gpt::checkpoint::model_from_safetensors::<f32>(config, &model_file)?;
-    let mut fresh = Trainer::new(model, &settings.tc, settings.seed)?;
+    let mut check = |config: &crate::ch09_gpt::config::Config| {
+        if settings.context > config.context {
+            let why = format!(
+                "context {} is longer than the model's n_positions {}",
+                settings.context, config.context
+            );
+            return Err(invalid("gpt resume", "train.json", why));
+        }
+        super::budget::check_with_text(config, batch, context, text.len(), false, budget)
+    };
+    let model = M::from_folder(&config_bytes, &config_name, &model_file, &mut check)?;
+    let mut fresh = Trainer::new(model.clone(), &settings.tc, settings.seed)?;
     // The run's precision; the loss scale it had reached comes with the training state.
     fresh.set_precision(settings.precision).map_err(|_| {
         let why = "mixed precision needs the fused step, which does not cover this model";
@@ -209,7 +218,7 @@ pub fn open_run_with(dir: &Path, budget: u64, data: Option<&Path>) -> Result<Ope
     })?;
     let state = read(crate::ch09_gpt::checkpoint::STATE_FILE)?;
     let trainer =
-        crate::ch09_gpt::checkpoint::trainer_from_safetensors(config, &model_file, &state, &fresh)?;
+        crate::ch09_gpt::checkpoint::trainer_from_state(model, &model_file, &state, &fresh)?;
     let (kernel, threads) = machine();
     let kernel_note = settings.kernel.as_ref().filter(|&k| *k != kernel).map(|k| {
         format!(
@@ -277,10 +286,10 @@ pub fn read_run_text(settings: &RunSettings, data: Option<&Path>, budget: u64) -
 /// Saves a trainer with the run's other files (`run_files`: tokenizer, `train.json`) as the
 /// next generation of `out` through `sink`; returns the generation's folder. A model holding a
 /// NaN or ±∞ is refused and nothing is written.
-pub fn save_run(
+pub fn save_run<M: RunModel>(
     sink: &mut dyn Sink,
     out: &Path,
-    trainer: &Trainer<f32>,
+    trainer: &Trainer<f32, M>,
     run_files: &[(String, Vec<u8>)],
 ) -> Result<PathBuf> {
     save_run_with(sink, out, trainer, run_files, &mut |_| Ok(()))
@@ -288,17 +297,15 @@ pub fn save_run(
 
 /// [`save_run`], with `finish` writing more files (the loss plot) into the generation before it
 /// is committed (see [`folder::save_generation_with`]).
-pub fn save_run_with(
+pub fn save_run_with<M: RunModel>(
     sink: &mut dyn Sink,
     out: &Path,
-    trainer: &Trainer<f32>,
+    trainer: &Trainer<f32, M>,
     run_files: &[(String, Vec<u8>)],
     finish: &mut dyn FnMut(&Path) -> Result<()>,
 ) -> Result<PathBuf> {
-    for (_, m) in trainer.model.tensors() {
-        if m.iter().any(|x| !x.is_finite()) {
-            return Err(diverged(trainer.step));
-        }
+    if !trainer.model.all_finite() {
+        return Err(diverged(trainer.step));
     }
     let mut files = trainer_files(trainer)?;
     files.extend(run_files.iter().cloned());
@@ -331,6 +338,10 @@ pub fn split_text(tok: &dyn Tokenizer, text: &str, context: usize) -> Result<Tok
     })
 }
 
+/// What the last save of [`continue_run`] calls with the trainer and the generation's
+/// temporary folder (the loss plot).
+pub type LastSave<'a, M> = dyn FnMut(&Trainer<f32, M>, &Path) -> Result<()> + 'a;
+
 /// Where a run's steps ended.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Finished {
@@ -352,8 +363,8 @@ pub struct Finished {
 /// ([`RunningMean`]) and the tokens per second so far ([`Throughput`]). The schedule's decay
 /// stays where the run planned it; past it the floor rate holds.
 #[allow(clippy::too_many_arguments)]
-pub fn continue_run(
-    trainer: &mut Trainer<f32>,
+pub fn continue_run<M: RunModel>(
+    trainer: &mut Trainer<f32, M>,
     tc: &TrainConfig,
     split: &TokenSplit,
     context: usize,
@@ -362,7 +373,7 @@ pub fn continue_run(
     out: &Path,
     run_files: &[(String, Vec<u8>)],
     progress: &mut dyn Progress,
-    last_save: &mut dyn FnMut(&Trainer<f32>, &Path) -> Result<()>,
+    last_save: &mut LastSave<'_, M>,
 ) -> Result<Finished> {
     let data = Data::Stream { tokens: split.train(), seq_len: context };
     let (mut speed, mut running) = (Throughput::default(), RunningMean::default());
@@ -387,7 +398,7 @@ pub fn continue_run(
         }
     }
     progress.finish();
-    let trained: &Trainer<f32> = trainer;
+    let trained: &Trainer<f32, M> = trainer;
     let mut finish = |tmp: &Path| last_save(trained, tmp);
     let generation = save_run_with(&mut disk, out, trained, run_files, &mut finish)?;
     Ok(Finished { running_loss: running.value(), generation, speed })
@@ -395,19 +406,13 @@ pub fn continue_run(
 
 /// The run's closing sample: the first validation tokens as the prompt (see
 /// [`SAMPLE_PROMPT_TOKENS`]) and what the model writes after them. Returns (prompt, generation).
-pub fn closing_sample(
-    model: &Gpt<f32>,
+pub fn closing_sample<M: RunModel>(
+    model: &M,
     validation: &[Token],
     context: usize,
 ) -> Result<(Vec<Token>, Generated)> {
     let prompt: Vec<Token> = validation[..context.min(SAMPLE_PROMPT_TOKENS)].to_vec();
-    let g = generate(
-        model,
-        &prompt,
-        SAMPLE_TOKENS,
-        &Decoding::temperature(SAMPLE_TEMPERATURE),
-        &mut Rng::new(1),
-        true,
-    )?;
+    let decoding = Decoding::temperature(SAMPLE_TEMPERATURE);
+    let g = model.continue_prompt(&prompt, SAMPLE_TOKENS, &decoding, &mut Rng::new(1))?;
     Ok((prompt, g))
 }

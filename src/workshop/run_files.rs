@@ -273,3 +273,49 @@ pub fn checkpoint_from_files(
     }
     Ok((tok, model))
 }
+
+/// [`load_for_sampling`] for a folder of chapter 12's decoder in the Llama layout (`gpt train
+/// --arch llama`): the tokenizer (checked against the fingerprint `train.json` records, if
+/// any), the Llama `config.json` (its memory estimated as the GPT of the same sizes and checked
+/// against the `budget` before anything is built), the decoder, and the tokenizer's ids against
+/// its rows.
+pub fn load_llama_for_sampling(
+    dir: &Path,
+    budget: u64,
+) -> Result<(Box<dyn Tokenizer>, crate::ch12_modern::decoder::Decoder<f32>, Resolved)> {
+    use super::arch::RunModel;
+    folder::read_consistent(dir, |resolved| {
+        let here = resolved.path.as_path();
+        let read = |name: &str| super::budget::read_checkpoint_file(&here.join(name), budget);
+        let name = |file: &str| here.join(file).display().to_string();
+        let files = read_tokenizer_files(here, budget)?;
+        let recorded = match read(RUN_FILE) {
+            Ok(bytes) => from_json_object::<RunFile>(&bytes, &name(RUN_FILE))?.tokenizer_fnv1a64,
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
+        check_tokenizer_against(here, recorded, &files)?;
+        let tok = tokenizer_from_files(here, &files)?;
+        let f = SafeTensors::parse(read(MODEL_FILE)?, &name(MODEL_FILE))?;
+        let mut check = |c: &crate::ch09_gpt::config::Config| {
+            let bytes = stored_bytes(c, Storage::F32);
+            super::budget::check_sampling(c, Storage::F32.name(), bytes, budget)
+        };
+        let config = read(CONFIG_FILE)?;
+        let model = crate::ch12_modern::decoder::Decoder::<f32>::from_folder(
+            &config,
+            &name(CONFIG_FILE),
+            &f,
+            &mut check,
+        )?;
+        if tok.vocab_size() > model.config.vocab_size {
+            let why = format!(
+                "the tokenizer has {} tokens but the model only {}",
+                tok.vocab_size(),
+                model.config.vocab_size
+            );
+            return Err(invalid("gpt sample", "checkpoint", why));
+        }
+        Ok((tok, model, resolved.clone()))
+    })
+}

@@ -2,8 +2,8 @@
 //! held-out token ([`Evaluation`]). Part of [`super::run`], which re-exports every item.
 
 use crate::ch09_gpt::data::{Token, covering_starts, sample_windows, windows_at};
-use crate::ch09_gpt::model::Gpt;
 use crate::ch09_gpt::train::Progress;
+use crate::ch09_gpt::trainable::Trainable;
 use crate::error::{Error, Result};
 
 // ───────────────────────────── validation ─────────────────────────────
@@ -50,8 +50,8 @@ pub struct Validation {
 /// `tokens` (windows of `context` tokens, see [`crate::ch09_gpt::data::covering_starts`]), computed
 /// [`VALIDATION_BATCH`] windows at a time: only one batch of ids is ever copied. `progress` sees
 /// (windows done, running mean) after each batch.
-pub fn validation_loss(
-    model: &Gpt<f32>,
+pub fn validation_loss<M: Trainable<f32>>(
+    model: &M,
     tokens: &[Token],
     context: usize,
     how: Evaluation,
@@ -69,7 +69,7 @@ pub fn validation_loss(
             let starts: Vec<usize> = chunk.iter().map(|w| w.0).collect();
             let batch = windows_at(tokens, chunk[0].1, &starts);
             let n = batch.scored();
-            total += model.loss(&batch)? * n as f64;
+            total += model.batch_loss(&batch)? * n as f64;
             scored += n;
             done += chunk.len();
             progress.step(done, total / scored.max(1) as f64, None);
