@@ -549,12 +549,17 @@ fn resume(a: ResumeArgs) -> Result<()> {
     checkpoint_folder("gpt resume", &a.checkpoint)?;
     let _lock = folder::Lock::take(&a.checkpoint, "gpt resume")?;
     refuse_stored(&a.checkpoint, budget)?;
-    let here = folder::resolve(&a.checkpoint)?.path;
-    if run::holds_llama(&here, budget).unwrap_or(false) {
+    if is_llama_folder(&a.checkpoint, budget) {
         resume_open(&a, run::open_run_of::<Decoder<f32>>(&a.checkpoint, budget, a.data.as_deref())?)
     } else {
         resume_open(&a, run::open_run_with(&a.checkpoint, budget, a.data.as_deref())?)
     }
+}
+
+/// Whether `dir` resolves to a Llama folder; any other answer (not a checkpoint, no config)
+/// leaves the error to the GPT-2 path, which names it.
+fn is_llama_folder(dir: &Path, budget: u64) -> bool {
+    folder::resolve(dir).is_ok_and(|r| run::holds_llama(&r.path, budget).unwrap_or(false))
 }
 
 /// `gpt resume` once the run is read back.
@@ -708,7 +713,7 @@ fn sample(a: SampleArgs) -> Result<()> {
     let decoding = if a.greedy { Decoding::Greedy } else { sampling };
     checkpoint_folder("gpt sample", &a.checkpoint)?;
     let budget = budget::budget(a.memory_budget)?;
-    if run::holds_llama(&folder::resolve(&a.checkpoint)?.path, budget).unwrap_or(false) {
+    if is_llama_folder(&a.checkpoint, budget) {
         return sample_llama(&a, &decoding, budget);
     }
     if a.logits_out.is_some() {
@@ -900,7 +905,7 @@ fn quantize(a: QuantizeArgs) -> Result<()> {
     };
     let budget = budget::budget(a.memory_budget)?;
     checkpoint_folder("gpt quantize", &a.checkpoint)?;
-    if run::holds_llama(&folder::resolve(&a.checkpoint)?.path, budget).unwrap_or(false) {
+    if is_llama_folder(&a.checkpoint, budget) {
         let what = "quantizing";
         return Err(llm_workbook::workshop::arch::gpt2_only("gpt quantize", "--checkpoint", what));
     }
