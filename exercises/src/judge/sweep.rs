@@ -861,6 +861,20 @@ impl Gen {
         t
     }
 
+    /// A group of `n` rewards at `scale`, each group of one kind in turn: a rule's verdicts in
+    /// {0, 1} (ties certain, now and then all equal), all equal, graded N(0, scale²) values, or
+    /// values near 10⁸·scale that differ by whole units (where a one-pass variance loses its
+    /// digits).
+    pub fn rewards(&mut self, n: usize, scale: f64) -> Vec<f64> {
+        let (n, scale) = (self.size(n), self.scale(scale));
+        match self.rng.below(4) {
+            0 => (0..n).map(|_| scale * self.rng.below(2) as f64).collect(),
+            1 => vec![scale * self.rng.normal(); n],
+            2 => (0..n).map(|_| scale * self.rng.normal()).collect(),
+            _ => (0..n).map(|_| scale * (1e8 + self.rng.below(3) as f64)).collect(),
+        }
+    }
+
     /// A block of `n` f32 weights at `scale`, with one entry of each sign's largest magnitude
     /// repeated (ties for the block's maximum) where n ≥ 3.
     pub fn weights(&mut self, n: usize, scale: f32) -> Vec<f32> {
