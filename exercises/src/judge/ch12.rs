@@ -39,8 +39,8 @@ pub(crate) fn matches<O: Output>(a: &O, b: &O) -> bool {
 }
 
 /// The verdict on `yours` against `want` on the judge's input `what`: passed when they agree to
-/// 10⁻⁶; otherwise the first of `mistakes` (its name and its output on that input) that yours matches
-/// and the right answer does not, named; otherwise where the two differ.
+/// 10⁻⁶; otherwise the first of `mistakes` (its name and its output on that input) that yours
+/// matches and the right answer does not, named; otherwise where the two differ.
 pub(crate) fn explain<O: Output + Clone>(
     sec: Section,
     what: &str,
@@ -306,12 +306,12 @@ fn rope_slips(
 }
 
 /// The exercise's signature of both rotations.
-type RopeFn = dyn Fn(&DMatrix<f64>, usize, usize, f64, Pairing) -> Result<DMatrix<f64>>;
+type RopeFn<'a> = dyn Fn(&DMatrix<f64>, usize, usize, f64, Pairing) -> Result<DMatrix<f64>> + 'a;
 
 /// One head of width 2 at position 1, (1, 0) ↦ (cos 1, sin 1) (θ_0 = 1 whatever the base);
 /// then 3 positions from 5 of 2 heads of width 4, base 100, both pairings, against the
 /// rotation and its slips; for the backward, the gradient check of Σ G ⊙ rope(Q).
-fn rope_checks(f: &RopeFn, name: &str, sign: f64) -> Verdict {
+fn rope_checks(f: &RopeFn<'_>, name: &str, sign: f64) -> Verdict {
     not_applicable(&[Probe::Order, Probe::Scale]);
     let one = DMatrix::from_row_slice(1, 2, &[1.0, 0.0]);
     let yours = attempt_ok(ROPE, name, || f(&one, 1, 1, 10_000.0, Pairing::Adjacent))?;
@@ -470,18 +470,19 @@ fn silu_derivative(a: f64) -> f64 {
 }
 
 /// The exercise's signature.
-type GluFn = dyn Fn(
-    &DMatrix<f64>,
-    &DMatrix<f64>,
-    &DMatrix<f64>,
-    &DMatrix<f64>,
-    &DMatrix<f64>,
-) -> Result<GluGrads<f64>>;
+type GluFn<'a> = dyn Fn(
+        &DMatrix<f64>,
+        &DMatrix<f64>,
+        &DMatrix<f64>,
+        &DMatrix<f64>,
+        &DMatrix<f64>,
+    ) -> Result<GluGrads<f64>>
+    + 'a;
 
 /// The page's x = 1, W_gate = 2, W_up = 3, W_down = ½ (Y = 3σ(2)) with ∂L/∂Y = 1; then the
 /// gradient check of Σ G ⊙ Y in X and the three weights; the gate on the W_up branch and φ′
 /// taken as σ named; pre-activations of ±40 and beyond compared relatively.
-fn swiglu_backward_checks(f: &GluFn) -> Verdict {
+fn swiglu_backward_checks(f: &GluFn<'_>) -> Verdict {
     not_applicable(&[Probe::Order]);
     const OP: &str = "swiglu_backward";
     let one = |v: f64| DMatrix::from_element(1, 1, v);
@@ -694,13 +695,14 @@ fn gqa_group_slip(
 }
 
 /// The exercise's signature.
-type GqaFn = dyn Fn(&Gqa<f64>, &DMatrix<f64>, usize, &DMatrix<f64>) -> Result<GqaGrads<f64>>;
+type GqaFn<'a> =
+    dyn Fn(&Gqa<f64>, &DMatrix<f64>, usize, &DMatrix<f64>) -> Result<GqaGrads<f64>> + 'a;
 
 /// Two sequences of 3 tokens, C = 3, 4 query heads sharing 2 key/value heads of width 2: the
 /// group's gradient assigned (the last head's) or averaged named on ∂L/∂W_K and ∂L/∂W_V; the
 /// gradient check of Σ G ⊙ Y in X and the four weights; X × 30 (scores past 700) compared; the
 /// error for H_kv = 3 with H = 4.
-fn gqa_backward_checks(f: &GqaFn) -> Verdict {
+fn gqa_backward_checks(f: &GqaFn<'_>) -> Verdict {
     not_applicable(&[Probe::Order]);
     const OP: &str = "gqa_backward";
     let (p, x, g) = gqa_inputs(&(1230, 4, 2, 2, 3, 3, 6, 0));
@@ -786,7 +788,7 @@ pub fn gqa_backward(
     ] {
         cases.push((1299, h, h_kv, 2, 3, t, n, defect));
     }
-    fn run(g: &GqaFn, case: &GqaCase) -> super::Outcome<Named> {
+    fn run(g: &GqaFn<'_>, case: &GqaCase) -> super::Outcome<Named> {
         let (p, x, d_y) = gqa_inputs(case);
         outcome(g(&p, &x, case.5, &d_y).map(gqa_named))
     }
@@ -816,11 +818,11 @@ const PUBLISHED: [(&str, usize, usize, usize, usize, u64); 5] = [
 const HALF: usize = 2;
 
 /// The exercise's signature.
-type KvFn = dyn Fn(usize, usize, usize, usize, usize) -> Result<u64>;
+type KvFn<'a> = dyn Fn(usize, usize, usize, usize, usize) -> Result<u64> + 'a;
 
 /// The page's five rows, naming the factor 2 (a key *and* a value) dropped, H in place of H_kv
 /// and bits in place of bytes; the error for H_kv = 3 with H = 32.
-fn kv_cache_checks(f: &KvFn) -> Verdict {
+fn kv_cache_checks(f: &KvFn<'_>) -> Verdict {
     not_applicable(&[Probe::Batch, Probe::Order, Probe::Scale]);
     const OP: &str = "kv_cache_bytes_per_token";
     for (what, layers, h, h_kv, d_h, want) in PUBLISHED {

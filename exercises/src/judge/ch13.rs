@@ -62,13 +62,13 @@ fn sft_slip(
 }
 
 /// The exercise's signature.
-type SftFn = dyn Fn(&DMatrix<f64>, &[usize], &[bool]) -> Result<(f64, DMatrix<f64>)>;
+type SftFn<'a> = dyn Fn(&DMatrix<f64>, &[usize], &[bool]) -> Result<(f64, DMatrix<f64>)> + 'a;
 
 /// The page's three rows (a prompt row predicted at e^{−10}, answer rows at ¾ and ½:
 /// L = ½ ln(8/3) = 0.4904); the prompt not masked, the sum in place of the mean and the mean over
 /// T named; the gradient check in the logits of 5 rows; rows thousands apart; the error for a
 /// mask with no answer position.
-fn masked_cross_entropy_checks(f: &SftFn) -> Verdict {
+fn masked_cross_entropy_checks(f: &SftFn<'_>) -> Verdict {
     not_applicable(&[Probe::Order]);
     const OP: &str = "masked_cross_entropy";
     let z = DMatrix::from_row_slice(3, 2, &[0.0, 10.0, 3f64.ln(), 0.0, 0.0, 0.0]);
@@ -170,12 +170,12 @@ fn lora_named(l: Lora) -> Named {
 }
 
 /// The exercise's signature.
-type LoraNewFn = dyn Fn(DMatrix<f64>, usize, f64, u64) -> Result<Lora>;
+type LoraNewFn<'a> = dyn Fn(DMatrix<f64>, usize, f64, u64) -> Result<Lora> + 'a;
 
 /// On a 4×6 W with r = 2, α = 16, seed 5: B initialised randomly (A's draw in B's place too),
 /// A and B swapped (A zero, B random) and A drawn at variance 1 named; the start xW checked; the
 /// error for r = 0.
-fn lora_new_checks(f: &LoraNewFn) -> Verdict {
+fn lora_new_checks(f: &LoraNewFn<'_>) -> Verdict {
     not_applicable(&[Probe::Order, Probe::Scale]);
     const OP: &str = "lora_new";
     let w = random(1310, 4, 6);
@@ -258,12 +258,12 @@ fn lora_grads(g: LoraGrads) -> Named {
 }
 
 /// The exercise's signature.
-type LoraFn = dyn Fn(&Lora, &DMatrix<f64>, &DMatrix<f64>) -> Result<LoraGrads>;
+type LoraFn<'a> = dyn Fn(&Lora, &DMatrix<f64>, &DMatrix<f64>) -> Result<LoraGrads> + 'a;
 
 /// A 4×3 W with r = 2, α = 6 (s = 3) and a B that has moved: the scale α/r dropped, α in place
 /// of α/r and ∂L/∂x without the adapter's path named; the gradient check of Σ G ⊙ y in x, A and
 /// B; at the start (B = 0) ∂L/∂A = 0; the error for x of another width.
-fn lora_backward_checks(f: &LoraFn) -> Verdict {
+fn lora_backward_checks(f: &LoraFn<'_>) -> Verdict {
     not_applicable(&[Probe::Order, Probe::Scale]);
     const OP: &str = "lora_backward";
     let layer =
@@ -344,7 +344,7 @@ pub fn lora_backward(
     cases.push((w.clone(), a.clone(), b.clone(), 1.0, DMatrix::zeros(0, 3), DMatrix::zeros(0, 2)));
     cases.push((w.clone(), a.clone(), b.clone(), 1.0, draw.matrix(2, 4, 1.0), d.clone()));
     cases.push((w, a, b, 1.0, x, draw.matrix(3, 2, 1.0)));
-    fn run(g: &LoraFn, (w, a, b, alpha, x, d): &LoraCase) -> super::Outcome<Named> {
+    fn run(g: &LoraFn<'_>, (w, a, b, alpha, x, d): &LoraCase) -> super::Outcome<Named> {
         let layer = Lora { w: w.clone(), a: a.clone(), b: b.clone(), alpha: *alpha };
         outcome(g(&layer, x, d).map(lora_grads))
     }
@@ -393,13 +393,13 @@ fn pair(draw: &mut Gen, scale: f64) -> DpoPair {
 }
 
 /// The exercise's signature.
-type DpoFn = dyn Fn(&[DpoPair], f64) -> Result<(f64, Vec<f64>, Vec<f64>)>;
+type DpoFn<'a> = dyn Fn(&[DpoPair], f64) -> Result<(f64, Vec<f64>, Vec<f64>)> + 'a;
 
 /// The page's pairs: margin 0 (L = ln 2) and, at β = ½, the policy (−2, −3) against the
 /// reference (−1, −4), m = −1, L = ln(1 + e) = 1.3133; π_ref left out, the 1/P dropped and the
 /// rejected gradient's sign named; the gradient check over three pairs; a margin of −1000 (no
 /// overflow); the error for β = 0.
-fn dpo_checks(f: &DpoFn) -> Verdict {
+fn dpo_checks(f: &DpoFn<'_>) -> Verdict {
     not_applicable(&[Probe::Order]);
     const OP: &str = "dpo_loss_and_gradient";
     let page = [
@@ -523,12 +523,12 @@ fn advantage_slip(r: &[f64], eps: f64, divide: bool) -> Vec<f64> {
 }
 
 /// The exercise's signature.
-type AdvFn = dyn Fn(&[f64], f64) -> Result<Vec<f64>>;
+type AdvFn<'a> = dyn Fn(&[f64], f64) -> Result<Vec<f64>> + 'a;
 
 /// The group (1, 0, 0, 0) with ε = 0: A = (√3, −1/√3, −1/√3, −1/√3); the advantages not
 /// normalised and the sample's 1/(G − 1) named; an all-equal group (zeros, not 0/0); rewards
 /// near 10⁸; the error for one reward.
-fn group_advantages_checks(f: &AdvFn) -> Verdict {
+fn group_advantages_checks(f: &AdvFn<'_>) -> Verdict {
     not_applicable(&[Probe::Order, Probe::Batch]);
     const OP: &str = "group_advantages";
     let r = [1.0, 0.0, 0.0, 0.0];
@@ -676,13 +676,13 @@ fn grpo_cases(draw: &mut Gen) -> Vec<GrpoCase> {
 }
 
 /// The exercise's signature.
-type GrpoFn = dyn Fn(GrpoSpec, GrpoSample) -> Result<(f64, DMatrix<f64>)>;
+type GrpoFn<'a> = dyn Fn(GrpoSpec, GrpoSample) -> Result<(f64, DMatrix<f64>)> + 'a;
 
 /// One answer token at p = ½ sampled by the policy itself (ρ = 1, π_ref = π, A = 1: L = −1,
 /// ∂L/∂z = (−½, ½)); then, on 5 rows with ratios beyond the clip, the ratio unclipped, the KL's
 /// sign and the advantage's sign named; the gradient check in the logits; rows thousands apart;
 /// the error for ε_c = 1.
-fn grpo_checks(f: &GrpoFn) -> Verdict {
+fn grpo_checks(f: &GrpoFn<'_>) -> Verdict {
     not_applicable(&[Probe::Order]);
     const OP: &str = "grpo_loss_and_gradient";
     let half = 0.5f64.ln();
@@ -799,12 +799,12 @@ fn k3_close(y: f64, log_ref: f64, log_pi: f64) -> bool {
 }
 
 /// The exercise's signature.
-type K3Fn = dyn Fn(f64, f64) -> f64;
+type K3Fn<'a> = dyn Fn(f64, f64) -> f64 + 'a;
 
 /// k3(ln ½, ln ½) = 0 and k3(0, ln ½) = 1 − ln 2 (q = 2); the KL's sign (q = π/π_ref: ½ + ln 2 −
 /// 1) and k1 (ln q, ln π_ref − ln π, or its negative) named; never negative over a grid;
 /// ln q = 30 compared relatively.
-fn k3_checks(f: &K3Fn) -> Verdict {
+fn k3_checks(f: &K3Fn<'_>) -> Verdict {
     not_applicable(&[Probe::Batch, Probe::Order, Probe::Errors]);
     const OP: &str = "k3";
     let half = 0.5f64.ln();

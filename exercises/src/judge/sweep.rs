@@ -899,8 +899,8 @@ fn quietly<R>(f: impl FnOnce() -> R) -> Option<R> {
     r
 }
 
-/// How many of a sweep's cases (spread over the list) also have their edges swept
-/// ([`Input::edges`]).
+/// How many of a sweep's cases (spread over those the reference accepts) also have their edges
+/// swept ([`Input::edges`]).
 const EDGE_BASES: usize = 4;
 
 /// The most evaluations a shrink spends, so that a failing judge stays quick.
@@ -950,12 +950,15 @@ pub fn sweep<I: Input, O: Output>(
     // The cases, then the edges of a few of them that the reference accepts, spread over the
     // list: compared where the reference accepts them too (and in wide mode, every case: see
     // `WIDE`).
+    // The bases are spread over the cases the reference accepts, so that a list that opens with
+    // its error cases (d = 0, no lengths) still has its valid cases' edges swept.
+    let valid: Vec<usize> = (0..cases.len())
+        .filter(|&k| quietly(|| reference(&cases[k])).is_some_and(|w| w.is_ok()))
+        .collect();
+    let stride = valid.len().div_ceil(EDGE_BASES).max(1);
     let mut edges: Vec<(usize, I)> = Vec::new();
-    let stride = cases.len().div_ceil(EDGE_BASES).max(1);
-    for (k, case) in cases.iter().enumerate().step_by(stride) {
-        if quietly(|| reference(case)).is_some_and(|w| w.is_ok()) {
-            edges.extend(case.edges().into_iter().map(|e| (k, e)));
-        }
+    for &k in valid.iter().step_by(stride) {
+        edges.extend(cases[k].edges().into_iter().map(|e| (k, e)));
     }
     let wide = WIDE.load(Ordering::Relaxed);
     SWEPT.with(|s| {
