@@ -125,6 +125,29 @@ pub const EXERCISES: &[Chapter] = &[
             "int8_block_dot",
         ],
     },
+    Chapter {
+        stem: "ch12_modern",
+        exercises: &[
+            "rms_norm_backward",
+            "rope_forward",
+            "rope_backward",
+            "swiglu_backward",
+            "gqa_backward",
+            "kv_cache_bytes_per_token",
+        ],
+    },
+    Chapter {
+        stem: "ch13_finetune",
+        exercises: &[
+            "masked_cross_entropy",
+            "lora_new",
+            "lora_backward",
+            "dpo_loss_and_gradient",
+            "group_advantages",
+            "grpo_loss_and_gradient",
+            "k3",
+        ],
+    },
 ];
 
 // Your answers are compiled by their chapter's judge target (`tests/chNN_stem.rs` includes
@@ -154,6 +177,10 @@ pub mod ch09_gpt;
 pub mod ch10_matmul;
 #[cfg(doc)]
 pub mod ch11_precision;
+#[cfg(doc)]
+pub mod ch12_modern;
+#[cfg(doc)]
+pub mod ch13_finetune;
 
 #[cfg(test)]
 mod tests {
@@ -226,9 +253,9 @@ mod tests {
     fn the_readme_counts_the_tables_exercises() {
         let count: usize = EXERCISES.iter().map(|c| c.exercises.len()).sum();
         let readme = include_str!("../../README.md").split_whitespace().collect::<Vec<_>>();
-        let says = format!("yours to write: {count} functions across the eleven chapters");
+        let says = format!("yours to write: {count} functions across the thirteen chapters");
         assert!(readme.join(" ").contains(&says), "the README should say: {says}");
-        assert_eq!(EXERCISES.len(), 11, "the README speaks of eleven chapters");
+        assert_eq!(EXERCISES.len(), 13, "the README speaks of thirteen chapters");
     }
 
     #[test]
@@ -253,7 +280,7 @@ mod tests {
         assert_eq!(lines.next(), Some("ch01_logistic\tsigmoid"));
         assert_eq!(lines.next(), Some("ch01_logistic\tlogits_forward"));
         let last = lines.next_back();
-        assert_eq!(last, Some("ch11_precision\tint8_block_dot"));
+        assert_eq!(last, Some("ch13_finetune\tk3"));
         let count: usize = EXERCISES.iter().map(|c| c.exercises.len()).sum();
         assert_eq!(results::table_lines(EXERCISES).lines().count(), count);
     }

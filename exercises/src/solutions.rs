@@ -263,3 +263,148 @@ pub mod ch11_precision {
         )
     }
 }
+
+/// The main crate's chapter-12 functions in this chapter's signatures.
+pub mod ch12_modern {
+    use llm_workbook::Result;
+    use llm_workbook::ch06_attention::{concat_heads, split_heads};
+    use llm_workbook::ch12_modern as book;
+    use llm_workbook::ch12_modern::{Gate, GatedMlp, Pairing, Positions, RmsNorm, RopeTable};
+    use nalgebra::DMatrix;
+
+    /// The exercise `rms_norm_backward` by the main crate's forward and backward.
+    pub fn rms_norm_backward(
+        x: &DMatrix<f64>,
+        gamma: &DMatrix<f64>,
+        d_y: &DMatrix<f64>,
+        eps: f64,
+    ) -> Result<(DMatrix<f64>, DMatrix<f64>)> {
+        let norm = RmsNorm { gamma: gamma.clone(), eps };
+        let (_, cache) = book::rms_norm_forward(&norm, x)?;
+        let g = book::rms_norm_backward(&norm, &cache, d_y)?;
+        Ok((g.d_x, g.d_gamma))
+    }
+
+    /// Each head of `m` through `rotate` (the main crate's forward or backward) with the table
+    /// of positions `start` … `start` + T − 1.
+    fn per_head(
+        m: &DMatrix<f64>,
+        n_heads: usize,
+        start: usize,
+        base: f64,
+        rotate: impl Fn(&RopeTable<f64>, &DMatrix<f64>, Positions) -> Result<DMatrix<f64>>,
+    ) -> Result<DMatrix<f64>> {
+        let heads = split_heads(m, n_heads)?;
+        let d_h = heads.first().map_or(0, DMatrix::ncols);
+        let table = RopeTable::new(start + m.nrows(), d_h, base)?;
+        let at = Positions { seq_len: m.nrows(), start };
+        let rotated = heads.iter().map(|h| rotate(&table, h, at)).collect::<Result<Vec<_>>>()?;
+        concat_heads(&rotated)
+    }
+
+    /// The exercise `rope_forward` by the main crate's table and rotation, head by head.
+    pub fn rope_forward(
+        q: &DMatrix<f64>,
+        n_heads: usize,
+        start: usize,
+        base: f64,
+        pairing: Pairing,
+    ) -> Result<DMatrix<f64>> {
+        per_head(q, n_heads, start, base, |t, h, at| book::rope_forward(t, pairing, h, at))
+    }
+
+    /// The exercise `rope_backward` by the main crate's transposed rotation, head by head.
+    pub fn rope_backward(
+        d_y: &DMatrix<f64>,
+        n_heads: usize,
+        start: usize,
+        base: f64,
+        pairing: Pairing,
+    ) -> Result<DMatrix<f64>> {
+        per_head(d_y, n_heads, start, base, |t, h, at| book::rope_backward(t, pairing, h, at))
+    }
+
+    /// The exercise `swiglu_backward` by the main crate's gated MLP with the SiLU gate.
+    pub fn swiglu_backward(
+        x: &DMatrix<f64>,
+        w_gate: &DMatrix<f64>,
+        w_up: &DMatrix<f64>,
+        w_down: &DMatrix<f64>,
+        d_y: &DMatrix<f64>,
+    ) -> Result<book::GluGrads<f64>> {
+        let p = GatedMlp {
+            w_gate: w_gate.clone(),
+            w_up: w_up.clone(),
+            w_down: w_down.clone(),
+            gate: Gate::Swish,
+        };
+        let (_, cache) = book::glu_forward(&p, x)?;
+        book::glu_backward(&p, &cache, d_y)
+    }
+
+    /// The exercise `gqa_backward` by the main crate's forward and backward.
+    pub fn gqa_backward(
+        p: &book::Gqa<f64>,
+        x: &DMatrix<f64>,
+        seq_len: usize,
+        d_y: &DMatrix<f64>,
+    ) -> Result<book::GqaGrads<f64>> {
+        let (_, cache) = book::gqa_forward(p, x, seq_len)?;
+        book::gqa_backward(p, &cache, d_y)
+    }
+
+    /// The exercise `kv_cache_bytes_per_token` by the main crate's `KvCacheShape`.
+    pub fn kv_cache_bytes_per_token(
+        layers: usize,
+        n_heads: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+        bytes_per_value: usize,
+    ) -> Result<u64> {
+        book::KvCacheShape { layers, n_heads, n_kv_heads, head_dim }
+            .bytes_per_token(bytes_per_value)
+    }
+}
+
+/// The main crate's chapter-13 functions in this chapter's signatures.
+pub mod ch13_finetune {
+    use llm_workbook::Result;
+    use llm_workbook::ch13_finetune as book;
+    use llm_workbook::ch13_finetune::{DpoPair, GrpoSample, GrpoSpec, Lora, LoraGrads};
+    use nalgebra::DMatrix;
+
+    /// The exercise `masked_cross_entropy` by the main crate's forward and backward.
+    pub fn masked_cross_entropy(
+        logits: &DMatrix<f64>,
+        targets: &[usize],
+        mask: &[bool],
+    ) -> Result<(f64, DMatrix<f64>)> {
+        let (loss, cache) = book::masked_cross_entropy_forward(logits, targets, mask)?;
+        Ok((loss, book::masked_cross_entropy_backward(&cache)?))
+    }
+
+    /// The exercise `lora_backward` by the main crate's forward and backward.
+    pub fn lora_backward(layer: &Lora, x: &DMatrix<f64>, d_y: &DMatrix<f64>) -> Result<LoraGrads> {
+        let (_, cache) = book::lora_forward(layer, x)?;
+        book::lora_backward(layer, &cache, d_y)
+    }
+
+    /// The exercise `dpo_loss_and_gradient` by the main crate's forward and backward.
+    pub fn dpo_loss_and_gradient(
+        pairs: &[DpoPair],
+        beta: f64,
+    ) -> Result<(f64, Vec<f64>, Vec<f64>)> {
+        let (loss, cache) = book::dpo_forward(pairs, beta)?;
+        let g = book::dpo_backward(&cache);
+        Ok((loss, g.d_chosen, g.d_rejected))
+    }
+
+    /// The exercise `grpo_loss_and_gradient` by the main crate's forward and backward.
+    pub fn grpo_loss_and_gradient(
+        spec: GrpoSpec,
+        sample: GrpoSample,
+    ) -> Result<(f64, DMatrix<f64>)> {
+        let (loss, cache) = book::grpo_forward(spec, sample)?;
+        Ok((loss, book::grpo_backward(&cache)?))
+    }
+}

@@ -137,6 +137,55 @@ const TARGETS: &[(&str, &str, &str, &[&str])] = &[
         "ch11_precision::steps",
         &["Difference::balanced_step"],
     ),
+    (
+        "ch12_modern/rms_norm.rs",
+        "ch12_modern",
+        "ch12_modern::rms_norm",
+        &["rms_norm_forward", "rms_norm_backward"],
+    ),
+    (
+        "ch12_modern/rope.rs",
+        "ch12_modern",
+        "ch12_modern::rope",
+        &["rope_frequencies", "RopeTable::new", "rope_forward", "rope_backward"],
+    ),
+    ("ch12_modern/glu.rs", "ch12_modern", "ch12_modern::glu", &["glu_forward", "glu_backward"]),
+    (
+        "ch12_modern/gqa.rs",
+        "ch12_modern",
+        "ch12_modern::gqa",
+        &["gqa_forward_with", "gqa_backward_with"],
+    ),
+    ("ch12_modern/mod.rs", "", "ch12_modern", &["KvCacheShape::bytes_per_token"]),
+    (
+        "ch13_finetune/sft.rs",
+        "ch13_finetune",
+        "ch13_finetune::sft",
+        &[
+            "masked_cross_entropy_forward",
+            "masked_cross_entropy_backward",
+            "sequence_log_prob_backward",
+            "token_log_probs_backward",
+        ],
+    ),
+    (
+        "ch13_finetune/lora.rs",
+        "ch13_finetune",
+        "ch13_finetune::lora",
+        &["Lora::new", "lora_forward", "lora_backward"],
+    ),
+    (
+        "ch13_finetune/dpo.rs",
+        "ch13_finetune",
+        "ch13_finetune::dpo",
+        &["sigmoid", "neg_log_sigmoid", "reward_margin", "dpo_forward", "dpo_backward"],
+    ),
+    (
+        "ch13_finetune/grpo.rs",
+        "ch13_finetune",
+        "ch13_finetune::grpo",
+        &["group_advantages", "k3", "clipped_surrogate", "grpo_forward", "grpo_backward"],
+    ),
 ];
 
 /// Where the generated mutants are committed.
@@ -230,6 +279,9 @@ fn swapped(op: &BinOp) -> Option<BinOp> {
 }
 
 impl VisitMut for Mutator<'_> {
+    // A constant's value is computed at compile time, where no switch can be read: left as is.
+    fn visit_item_const_mut(&mut self, _: &mut syn::ItemConst) {}
+
     fn visit_block_mut(&mut self, block: &mut syn::Block) {
         let last = block.stmts.len().saturating_sub(1);
         for (i, stmt) in block.stmts.iter_mut().enumerate() {
@@ -735,7 +787,7 @@ fn copy_file(
         let (impl_generics, type_generics, _) = imp.generics.split_for_impl();
         let self_ty = &imp.self_ty;
         body.extend(quote! {
-            pub(crate) trait #name<#params> #where_clause { #sigs }
+            pub(crate) trait #name<#params>: Sized #where_clause { #sigs }
             impl #impl_generics #name #type_generics for #self_ty #where_clause { #fns }
         });
         traits.push(name.to_string());

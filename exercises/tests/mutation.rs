@@ -12,7 +12,12 @@
 
 use llm_workbook::ch03_mlp::Activation;
 use llm_workbook::ch06_attention::{AttnSpec, Epsilon, LayerNorm};
+use llm_workbook::ch06_attention::{concat_heads, split_heads};
 use llm_workbook::ch09_gpt::sample::Decoding;
+use llm_workbook::ch12_modern::{
+    Gate, GatedMlp, KvCacheShape, Pairing, Positions, RmsNorm, RopeTable,
+};
+use llm_workbook::ch13_finetune::Lora;
 use llm_workbook_exercises::judge::{self, Verdict, sweep};
 use nalgebra::DMatrix;
 use std::sync::atomic::Ordering;
@@ -40,7 +45,7 @@ type Exercise = (&'static str, &'static [(&'static str, &'static str)], fn() -> 
 
 /// Every exercise whose main-crate function is mutated, in the order of the book.
 fn exercises() -> Vec<Exercise> {
-    use judge::{ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09, ch11};
+    use judge::{ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09, ch11, ch12, ch13};
     const NEURON: &str = "ch01_logistic/neuron.rs";
     const PROB: &str = "ch02_softmax/probabilities.rs";
     const DENSE: &str = "ch03_mlp/dense.rs";
@@ -277,7 +282,151 @@ fn exercises() -> Vec<Exercise> {
                 Mutated::balanced_step(kind, epsilon)
             })
         }),
+        ("rms_norm_backward", &[(RMS, "rms_norm_forward"), (RMS, "rms_norm_backward")], || {
+            ch12::rms_norm_backward(|x, gamma, d_y, eps| {
+                use g::ch12_modern_rms_norm as m;
+                let norm = RmsNorm { gamma: gamma.clone(), eps };
+                let (_, cache) = m::rms_norm_forward(&norm, x)?;
+                let g = m::rms_norm_backward(&norm, &cache, d_y)?;
+                Ok((g.d_x, g.d_gamma))
+            })
+        }),
+        ("rope_forward", ROPES, || {
+            ch12::rope_forward(|q, h, start, base, p| rope_heads(q, h, start, base, p, false))
+        }),
+        ("rope_backward", ROPES, || {
+            ch12::rope_backward(|d, h, start, base, p| rope_heads(d, h, start, base, p, true))
+        }),
+        ("swiglu_backward", &[(GLU, "glu_forward"), (GLU, "glu_backward")], || {
+            ch12::swiglu_backward(|x, w_gate, w_up, w_down, d_y| {
+                let (w_gate, w_up, w_down) = (w_gate.clone(), w_up.clone(), w_down.clone());
+                let p = GatedMlp { w_gate, w_up, w_down, gate: Gate::Swish };
+                let (_, cache) = g::ch12_modern_glu::glu_forward(&p, x)?;
+                g::ch12_modern_glu::glu_backward(&p, &cache, d_y)
+            })
+        }),
+        ("gqa_backward", &[(GQA, "gqa_forward_with"), (GQA, "gqa_backward_with")], || {
+            ch12::gqa_backward(|p, x, seq_len, d_y| {
+                let (_, cache) = g::ch12_modern_gqa::gqa_forward_with(p, None, x, seq_len)?;
+                g::ch12_modern_gqa::gqa_backward_with(p, None, &cache, d_y)
+            })
+        }),
+        (
+            "kv_cache_bytes_per_token",
+            &[("ch12_modern/mod.rs", "KvCacheShape::bytes_per_token")],
+            || {
+                ch12::kv_cache_bytes_per_token(|layers, n_heads, n_kv_heads, head_dim, bytes| {
+                    use g::ch12_modern_mod::Ext_ch12_modern_mod_KvCacheShape_0 as Mutated;
+                    let shape = KvCacheShape { layers, n_heads, n_kv_heads, head_dim };
+                    Mutated::bytes_per_token(&shape, bytes)
+                })
+            },
+        ),
+        ("masked_cross_entropy", SFTS, || {
+            ch13::masked_cross_entropy(|z, targets, mask| {
+                use g::ch13_finetune_sft as m;
+                let (loss, cache) = m::masked_cross_entropy_forward(z, targets, mask)?;
+                Ok((loss, m::masked_cross_entropy_backward(&cache)?))
+            })
+        }),
+        ("lora_new", &[(LORA, "Lora::new")], || {
+            ch13::lora_new(|w, rank, alpha, seed| {
+                use g::ch13_finetune_lora::Ext_ch13_finetune_lora_Lora_0 as Mutated;
+                <Lora as Mutated>::new(w, rank, alpha, seed)
+            })
+        }),
+        ("lora_backward", &[(LORA, "lora_forward"), (LORA, "lora_backward")], || {
+            ch13::lora_backward(|layer, x, d_y| {
+                let (_, cache) = g::ch13_finetune_lora::lora_forward(layer, x)?;
+                g::ch13_finetune_lora::lora_backward(layer, &cache, d_y)
+            })
+        }),
+        ("dpo_loss_and_gradient", DPOS, || {
+            ch13::dpo_loss_and_gradient(|pairs, beta| {
+                let (loss, cache) = g::ch13_finetune_dpo::dpo_forward(pairs, beta)?;
+                let g = g::ch13_finetune_dpo::dpo_backward(&cache);
+                Ok((loss, g.d_chosen, g.d_rejected))
+            })
+        }),
+        ("group_advantages", &[(GRPO, "group_advantages")], || {
+            ch13::group_advantages(g::ch13_finetune_grpo::group_advantages)
+        }),
+        ("grpo_loss_and_gradient", GRPOS, || {
+            ch13::grpo_loss_and_gradient(|spec, sample| {
+                let (loss, cache) = g::ch13_finetune_grpo::grpo_forward(spec, sample)?;
+                Ok((loss, g::ch13_finetune_grpo::grpo_backward(&cache)?))
+            })
+        }),
+        ("k3", &[(GRPO, "k3")], || ch13::k3(g::ch13_finetune_grpo::k3)),
     ]
+}
+
+/// Chapter 12's file of RMSNorm.
+const RMS: &str = "ch12_modern/rms_norm.rs";
+/// Chapter 12's file of the rotation.
+const ROPE: &str = "ch12_modern/rope.rs";
+/// Chapter 12's file of the gated MLPs.
+const GLU: &str = "ch12_modern/glu.rs";
+/// Chapter 12's file of grouped-query attention.
+const GQA: &str = "ch12_modern/gqa.rs";
+/// Chapter 13's files.
+const SFT: &str = "ch13_finetune/sft.rs";
+const LORA: &str = "ch13_finetune/lora.rs";
+const DPO: &str = "ch13_finetune/dpo.rs";
+const GRPO: &str = "ch13_finetune/grpo.rs";
+/// The rotation's mutated functions, which both rotation exercises call.
+const ROPES: &[(&str, &str)] = &[
+    (ROPE, "rope_frequencies"),
+    (ROPE, "RopeTable::new"),
+    (ROPE, "rope_forward"),
+    (ROPE, "rope_backward"),
+];
+/// The masked cross-entropy's mutated functions.
+const SFTS: &[(&str, &str)] = &[
+    (SFT, "masked_cross_entropy_forward"),
+    (SFT, "masked_cross_entropy_backward"),
+    (SFT, "sequence_log_prob_backward"),
+    (SFT, "token_log_probs_backward"),
+];
+/// DPO's mutated functions.
+const DPOS: &[(&str, &str)] = &[
+    (DPO, "sigmoid"),
+    (DPO, "neg_log_sigmoid"),
+    (DPO, "reward_margin"),
+    (DPO, "dpo_forward"),
+    (DPO, "dpo_backward"),
+];
+/// GRPO's mutated functions.
+const GRPOS: &[(&str, &str)] =
+    &[(GRPO, "k3"), (GRPO, "clipped_surrogate"), (GRPO, "grpo_forward"), (GRPO, "grpo_backward")];
+
+/// The exercises' rotation of every head of `m` (T rows from position `start`) by the mutated
+/// table and rotation: forward, or its transpose when `backward`.
+fn rope_heads(
+    m: &DMatrix<f64>,
+    n_heads: usize,
+    start: usize,
+    base: f64,
+    pairing: Pairing,
+    backward: bool,
+) -> llm_workbook::Result<DMatrix<f64>> {
+    use g::ch12_modern_rope as r;
+    use r::Ext_ch12_modern_rope_RopeTable_0 as Mutated;
+    let heads = split_heads(m, n_heads)?;
+    let d_h = heads.first().map_or(0, DMatrix::ncols);
+    let table = <RopeTable<f64> as Mutated<f64>>::new(start + m.nrows(), d_h, base)?;
+    let at = Positions { seq_len: m.nrows(), start };
+    let turned = heads
+        .iter()
+        .map(|h| {
+            if backward {
+                r::rope_backward(&table, pairing, h, at)
+            } else {
+                r::rope_forward(&table, pairing, h, at)
+            }
+        })
+        .collect::<llm_workbook::Result<Vec<_>>>()?;
+    concat_heads(&turned)
 }
 
 /// The exercises' attention specification: T_q and T_k from Q and K, causal or not.

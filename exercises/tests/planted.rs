@@ -2003,7 +2003,7 @@ mod probes {
 // ───────────────────── the exercise files' doc comments ─────────────────────
 
 /// Every chapter's exercise file: what each exercise asks is read in its doc comments.
-const EXERCISE_FILES: [(&str, &str); 11] = [
+const EXERCISE_FILES: [(&str, &str); 13] = [
     ("ch01_logistic.rs", include_str!("../src/ch01_logistic.rs")),
     ("ch02_softmax.rs", include_str!("../src/ch02_softmax.rs")),
     ("ch03_mlp.rs", include_str!("../src/ch03_mlp.rs")),
@@ -2015,6 +2015,8 @@ const EXERCISE_FILES: [(&str, &str); 11] = [
     ("ch09_gpt.rs", include_str!("../src/ch09_gpt.rs")),
     ("ch10_matmul.rs", include_str!("../src/ch10_matmul.rs")),
     ("ch11_precision.rs", include_str!("../src/ch11_precision.rs")),
+    ("ch12_modern.rs", include_str!("../src/ch12_modern.rs")),
+    ("ch13_finetune.rs", include_str!("../src/ch13_finetune.rs")),
 ];
 
 /// The doc comments (`///`, `//!`) of the exercise files fit in [`judge::WIDTH`] columns. Only
@@ -2188,6 +2190,8 @@ fn the_probe_table_on_the_page_is_what_the_judges_run() {
         ch09::judged(),
         ch10::judged(),
         ch11::judged(),
+        ch12::judged(),
+        ch13::judged(),
     ];
     let judged: Vec<Judged> = chapters.into_iter().flatten().collect();
     // One list of exercises: the page's rows, this file's and the crate's table, in one order.
@@ -2257,7 +2261,7 @@ fn the_probe_table_on_the_page_is_what_the_judges_run() {
 // ───────────────────── links to the chapters ─────────────────────
 
 /// Every chapter page a link or hint may point to, with its text.
-const CHAPTERS: [(&str, &str); 12] = [
+const CHAPTERS: [(&str, &str); 14] = [
     ("ch01_logistic", include_str!("../../chapters/ch01_logistic.md")),
     ("ch02_softmax", include_str!("../../chapters/ch02_softmax.md")),
     ("ch03_mlp", include_str!("../../chapters/ch03_mlp.md")),
@@ -2269,11 +2273,13 @@ const CHAPTERS: [(&str, &str); 12] = [
     ("ch09_gpt", include_str!("../../chapters/ch09_gpt.md")),
     ("ch10_matmul", include_str!("../../chapters/ch10_matmul.md")),
     ("ch11_precision", include_str!("../../chapters/ch11_precision.md")),
+    ("ch12_modern", include_str!("../../chapters/ch12_modern.md")),
+    ("ch13_finetune", include_str!("../../chapters/ch13_finetune.md")),
     ("exercises", include_str!("../../chapters/exercises.md")),
 ];
 
 /// The judges' sources, where each hint's `Section` (chapter and anchor) is written.
-const JUDGE_FILES: [(&str, &str); 13] = [
+const JUDGE_FILES: [(&str, &str); 15] = [
     ("judge/mod.rs", include_str!("../src/judge/mod.rs")),
     ("judge/sweep.rs", include_str!("../src/judge/sweep.rs")),
     ("judge/ch01.rs", include_str!("../src/judge/ch01.rs")),
@@ -2287,6 +2293,8 @@ const JUDGE_FILES: [(&str, &str); 13] = [
     ("judge/ch09.rs", include_str!("../src/judge/ch09.rs")),
     ("judge/ch10.rs", include_str!("../src/judge/ch10.rs")),
     ("judge/ch11.rs", include_str!("../src/judge/ch11.rs")),
+    ("judge/ch12.rs", include_str!("../src/judge/ch12.rs")),
+    ("judge/ch13.rs", include_str!("../src/judge/ch13.rs")),
 ];
 
 /// The anchor GitHub gives a heading: lower case, every character that is not a letter, a
@@ -2528,5 +2536,258 @@ mod unlisted {
         let m = judge::ch05::sinusoidal(empty).unwrap_err();
         assert!(m.contains("the doc promises an Err"), "{m}");
         assert_eq!(m, judge::ch05::sinusoidal(empty).unwrap_err(), "the message changed");
+    }
+}
+
+// ───────────────────────────── chapter 12 ─────────────────────────────
+
+mod ch12 {
+    use super::*;
+    use judge::ch12 as j;
+    use llm_workbook::ch06_attention::{AttnSpec, attention_backward, concat_heads, split_heads};
+    use llm_workbook::ch12_modern::{self as book, Gqa, GqaGrads, Pairing};
+    use llm_workbook_exercises::solutions::ch12_modern as s;
+
+    /// Every judge of the chapter run on the main crate's answers, with the probes it ran.
+    pub fn judged() -> Vec<Judged> {
+        judged![
+            rms_norm_backward(s::rms_norm_backward),
+            rope_forward(s::rope_forward),
+            rope_backward(s::rope_backward),
+            swiglu_backward(s::swiglu_backward),
+            gqa_backward(s::gqa_backward),
+            kv_cache_bytes_per_token(s::kv_cache_bytes_per_token),
+        ]
+    }
+
+    #[test]
+    fn solutions_pass() {
+        all_pass(judged());
+    }
+
+    #[test]
+    fn rms_norm_with_epsilon_outside_the_root() {
+        // r = √mean(x²) + ε, differentiated through consistently.
+        let outside = |x: &DMatrix<f64>, gamma: &DMatrix<f64>, d_y: &DMatrix<f64>, eps: f64| {
+            s::rms_norm_backward(x, gamma, d_y, eps)?;
+            let (n, c) = x.shape();
+            let (mut d_x, mut d_gamma) = (DMatrix::zeros(n, c), DMatrix::zeros(1, c));
+            for r in 0..n {
+                let root = (x.row(r).iter().map(|v| v * v).sum::<f64>() / c as f64).sqrt();
+                let rms = root + eps;
+                let g: Vec<f64> = (0..c).map(|j| gamma[(0, j)] * d_y[(r, j)]).collect();
+                let gx: f64 = (0..c).map(|j| g[j] * x[(r, j)]).sum();
+                for j in 0..c {
+                    d_x[(r, j)] = g[j] / rms - gx * x[(r, j)] / (c as f64 * rms * rms * root);
+                    d_gamma[(0, j)] += d_y[(r, j)] * x[(r, j)] / rms;
+                }
+            }
+            Ok((d_x, d_gamma))
+        };
+        catches(j::rms_norm_backward(outside), "ε outside the root");
+    }
+
+    /// The other pairing.
+    fn other(p: Pairing) -> Pairing {
+        if p == Pairing::Adjacent { Pairing::Halves } else { Pairing::Adjacent }
+    }
+
+    #[test]
+    fn rope_with_the_pairs_from_the_wrong_halves() {
+        let wrong =
+            |q: &DMatrix<f64>, h, start, base, p| s::rope_forward(q, h, start, base, other(p));
+        catches(j::rope_forward(wrong), "the pairs taken from the other layout");
+    }
+
+    #[test]
+    fn rope_with_the_angles_exponent_over_the_models_width() {
+        // θ_i = base^(−2i/d) with d the width of all the heads together.
+        let over_d = |q: &DMatrix<f64>, h: usize, start: usize, base: f64, p: Pairing| {
+            let right = s::rope_forward(q, h, start, base, p)?;
+            let (d, d_h) = (q.ncols(), q.ncols() / h);
+            let mut y = right.clone();
+            for head in 0..h {
+                for r in 0..q.nrows() {
+                    for i in 0..d_h / 2 {
+                        let angle = (start + r) as f64 * base.powf(-2.0 * i as f64 / d as f64);
+                        let (ca, cb) = p.columns(d_h, i);
+                        let (ca, cb) = (head * d_h + ca, head * d_h + cb);
+                        let (a, b) = (q[(r, ca)], q[(r, cb)]);
+                        y[(r, ca)] = a * angle.cos() - b * angle.sin();
+                        y[(r, cb)] = a * angle.sin() + b * angle.cos();
+                    }
+                }
+            }
+            Ok(y)
+        };
+        catches(j::rope_forward(over_d), "the angle's exponent over the model's width");
+    }
+
+    #[test]
+    fn rope_backward_by_the_forward_rotation() {
+        catches(j::rope_backward(s::rope_forward), "the rotation's direction");
+    }
+
+    #[test]
+    fn swiglu_with_the_gate_on_the_wrong_branch() {
+        // H = X W_gate ⊙ φ(X W_up), differentiated through consistently.
+        let swapped = |x: &DMatrix<f64>,
+                       wg: &DMatrix<f64>,
+                       wu: &DMatrix<f64>,
+                       wd: &DMatrix<f64>,
+                       d_y: &DMatrix<f64>| {
+            s::swiglu_backward(x, wg, wu, wd, d_y)?;
+            let sig = llm_workbook::ch01_logistic::sigmoid::<f64>;
+            let (a, b) = (x * wg, x * wu);
+            let h = a.component_mul(&b.map(|v| v * sig(v)));
+            let d_h = d_y * wd.transpose();
+            let d_a = d_h.component_mul(&b.map(|v| v * sig(v)));
+            let d_b = DMatrix::from_fn(b.nrows(), b.ncols(), |r, c| {
+                let v = b[(r, c)];
+                d_h[(r, c)] * a[(r, c)] * sig(v) * (1.0 + v * (1.0 - sig(v)))
+            });
+            Ok(book::GluGrads {
+                d_x: &d_a * wg.transpose() + &d_b * wu.transpose(),
+                d_w_gate: x.transpose() * &d_a,
+                d_w_up: x.transpose() * &d_b,
+                d_w_down: h.transpose() * d_y,
+            })
+        };
+        catches(j::swiglu_backward(swapped), "the gate on the wrong branch");
+    }
+
+    #[test]
+    fn gqa_whose_group_gradient_is_assigned_not_summed() {
+        // Each key/value head's gradient set (=) by every query head of its group in turn.
+        let assigned = |p: &Gqa<f64>, x: &DMatrix<f64>, t: usize, d_y: &DMatrix<f64>| {
+            s::gqa_backward(p, x, t, d_y)?;
+            let (_, cache) = book::gqa_forward(p, x, t)?;
+            let d_outs = split_heads(&(d_y * p.w_o.transpose()), p.n_heads)?;
+            let (n, d_h) = (x.nrows(), p.head_dim());
+            let mut d_q = Vec::new();
+            let mut d_k = vec![DMatrix::zeros(n, d_h); p.n_kv_heads];
+            let mut d_v = d_k.clone();
+            for (h, d_o) in d_outs.iter().enumerate() {
+                let g = p.kv_head_of(h);
+                let (q, k) = (&cache.q[h].rotated, &cache.k[g].rotated);
+                let spec = AttnSpec::causal(t);
+                let gr = attention_backward(q, k, &cache.v[g], &cache.weights[h], d_o, &spec)?;
+                d_q.push(gr.d_q);
+                d_k[g] = gr.d_k;
+                d_v[g] = gr.d_v;
+            }
+            let (d_q, d_k, d_v) = (concat_heads(&d_q)?, concat_heads(&d_k)?, concat_heads(&d_v)?);
+            Ok(GqaGrads {
+                d_x: &d_q * p.w_q.transpose() + &d_k * p.w_k.transpose() + &d_v * p.w_v.transpose(),
+                d_w_q: x.transpose() * d_q,
+                d_w_k: x.transpose() * d_k,
+                d_w_v: x.transpose() * d_v,
+                d_w_o: cache.concat.transpose() * d_y,
+                d_qk_gamma: None,
+                d_biases: None,
+            })
+        };
+        catches(j::gqa_backward(assigned), "the group's gradient assigned instead of summed");
+    }
+
+    #[test]
+    fn kv_cache_without_the_factor_two() {
+        let half = |l, h, k, d, b| s::kv_cache_bytes_per_token(l, h, k, d, b).map(|n| n / 2);
+        catches(j::kv_cache_bytes_per_token(half), "the factor 2 dropped");
+    }
+}
+
+// ───────────────────────────── chapter 13 ─────────────────────────────
+
+mod ch13 {
+    use super::*;
+    use judge::ch13 as j;
+    use llm_workbook::ch13_finetune::{self as book, DpoPair, GrpoSpec, Lora};
+    use llm_workbook_exercises::solutions::ch13_finetune as s;
+
+    /// Every judge of the chapter run on the main crate's answers, with the probes it ran.
+    pub fn judged() -> Vec<Judged> {
+        judged![
+            masked_cross_entropy(s::masked_cross_entropy),
+            lora_new(Lora::new),
+            lora_backward(s::lora_backward),
+            dpo_loss_and_gradient(s::dpo_loss_and_gradient),
+            group_advantages(book::group_advantages),
+            grpo_loss_and_gradient(s::grpo_loss_and_gradient),
+            k3(book::k3),
+        ]
+    }
+
+    #[test]
+    fn solutions_pass() {
+        all_pass(judged());
+    }
+
+    #[test]
+    fn cross_entropy_with_the_prompt_not_masked() {
+        let every = |z: &DMatrix<f64>, t: &[usize], m: &[bool]| {
+            s::masked_cross_entropy(z, t, &vec![true; m.len()])
+        };
+        catches(j::masked_cross_entropy(every), "the prompt not masked");
+    }
+
+    #[test]
+    fn lora_with_b_initialised_randomly() {
+        let random_b = |w: DMatrix<f64>, r: usize, alpha: f64, seed: u64| {
+            let mut layer = Lora::new(w, r, alpha, seed)?;
+            let (rows, cols) = layer.b.shape();
+            layer.b = llm_workbook::rng::Rng::new(seed + 1).normal_matrix(rows, cols, 0.02);
+            Ok(layer)
+        };
+        catches(j::lora_new(random_b), "B initialised randomly");
+    }
+
+    #[test]
+    fn lora_backward_without_the_scale() {
+        let unscaled = |layer: &Lora, x: &DMatrix<f64>, d_y: &DMatrix<f64>| {
+            s::lora_backward(layer, x, d_y)?;
+            let rank = layer.a.nrows() as f64;
+            s::lora_backward(&Lora { alpha: rank, ..layer.clone() }, x, d_y)
+        };
+        catches(j::lora_backward(unscaled), "the scale α/r dropped");
+    }
+
+    #[test]
+    fn dpo_without_the_reference() {
+        let no_ref = |pairs: &[DpoPair], beta: f64| {
+            let bare: Vec<DpoPair> = pairs
+                .iter()
+                .map(|p| DpoPair { ref_chosen: 0.0, ref_rejected: 0.0, ..*p })
+                .collect();
+            s::dpo_loss_and_gradient(pairs, beta)?;
+            s::dpo_loss_and_gradient(&bare, beta)
+        };
+        catches(j::dpo_loss_and_gradient(no_ref), "π_ref's log-probabilities left out");
+    }
+
+    #[test]
+    fn advantages_not_normalised() {
+        let centred = |r: &[f64], eps: f64| {
+            book::group_advantages(r, eps)?;
+            let mean = r.iter().sum::<f64>() / r.len() as f64;
+            Ok(r.iter().map(|v| v - mean).collect())
+        };
+        catches(j::group_advantages(centred), "the advantages not normalised");
+    }
+
+    #[test]
+    fn grpo_with_the_ratio_unclipped() {
+        let unclipped = j::grpo_loss_and_gradient(|spec: GrpoSpec, sample| {
+            if !(spec.clip_eps > 0.0 && spec.clip_eps < 1.0) {
+                return s::grpo_loss_and_gradient(spec, sample);
+            }
+            s::grpo_loss_and_gradient(GrpoSpec { clip_eps: 0.99, ..spec }, sample)
+        });
+        catches(unclipped, "the ratio unclipped");
+    }
+
+    #[test]
+    fn k3_with_the_kls_sign_reversed() {
+        catches(j::k3(|log_ref, log_pi| book::k3(log_pi, log_ref)), "the KL's sign");
     }
 }

@@ -19,6 +19,8 @@ pub mod ch08;
 pub mod ch09;
 pub mod ch10;
 pub mod ch11;
+pub mod ch12;
+pub mod ch13;
 pub mod sweep;
 
 pub use sweep::{Gen, Named, Outcome, Tol, explained, sweep};

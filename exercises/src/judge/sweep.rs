@@ -861,6 +861,20 @@ impl Gen {
         t
     }
 
+    /// A group of `n` rewards at `scale`, each group of one kind in turn: a rule's verdicts in
+    /// {0, 1} (ties certain, now and then all equal), all equal, graded N(0, scale²) values, or
+    /// values near 10⁸·scale that differ by whole units (where a one-pass variance loses its
+    /// digits).
+    pub fn rewards(&mut self, n: usize, scale: f64) -> Vec<f64> {
+        let (n, scale) = (self.size(n), self.scale(scale));
+        match self.rng.below(4) {
+            0 => (0..n).map(|_| scale * self.rng.below(2) as f64).collect(),
+            1 => vec![scale * self.rng.normal(); n],
+            2 => (0..n).map(|_| scale * self.rng.normal()).collect(),
+            _ => (0..n).map(|_| scale * (1e8 + self.rng.below(3) as f64)).collect(),
+        }
+    }
+
     /// A block of `n` f32 weights at `scale`, with one entry of each sign's largest magnitude
     /// repeated (ties for the block's maximum) where n ≥ 3.
     pub fn weights(&mut self, n: usize, scale: f32) -> Vec<f32> {
@@ -885,8 +899,8 @@ fn quietly<R>(f: impl FnOnce() -> R) -> Option<R> {
     r
 }
 
-/// How many of a sweep's cases (spread over the list) also have their edges swept
-/// ([`Input::edges`]).
+/// How many of a sweep's cases (spread over those the reference accepts) also have their edges
+/// swept ([`Input::edges`]).
 const EDGE_BASES: usize = 4;
 
 /// The most evaluations a shrink spends, so that a failing judge stays quick.
@@ -936,12 +950,15 @@ pub fn sweep<I: Input, O: Output>(
     // The cases, then the edges of a few of them that the reference accepts, spread over the
     // list: compared where the reference accepts them too (and in wide mode, every case: see
     // `WIDE`).
+    // The bases are spread over the cases the reference accepts, so that a list that opens with
+    // its error cases (d = 0, no lengths) still has its valid cases' edges swept.
+    let valid: Vec<usize> = (0..cases.len())
+        .filter(|&k| quietly(|| reference(&cases[k])).is_some_and(|w| w.is_ok()))
+        .collect();
+    let stride = valid.len().div_ceil(EDGE_BASES).max(1);
     let mut edges: Vec<(usize, I)> = Vec::new();
-    let stride = cases.len().div_ceil(EDGE_BASES).max(1);
-    for (k, case) in cases.iter().enumerate().step_by(stride) {
-        if quietly(|| reference(case)).is_some_and(|w| w.is_ok()) {
-            edges.extend(case.edges().into_iter().map(|e| (k, e)));
-        }
+    for &k in valid.iter().step_by(stride) {
+        edges.extend(cases[k].edges().into_iter().map(|e| (k, e)));
     }
     let wide = WIDE.load(Ordering::Relaxed);
     SWEPT.with(|s| {
