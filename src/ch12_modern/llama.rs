@@ -31,12 +31,19 @@ use super::rope::{Pairing, halves_from_adjacent, permute_head_columns};
 use crate::ch09_gpt::checkpoint::{CONFIG_FILE, MODEL_FILE};
 use crate::ch09_gpt::data::Batch;
 use crate::ch09_gpt::fast::FusedStep;
+use crate::ch09_gpt::model::{Param, spec_of};
 use crate::ch09_gpt::safetensors::{SafeTensors, TensorOut, serialize};
 use crate::ch09_gpt::trainable::Trainable;
 use crate::error::{Error, Result, from_json_object};
 use crate::float::Float;
 use nalgebra::DMatrix;
 use serde::{Deserialize, Serialize};
+
+/// The untied unembedding's name: Hugging Face names it `lm_head.weight` in the Llama layout as in
+/// GPT-2's, so it is taken from chapter 9's table, where that name is written once.
+fn lm_head_name() -> &'static str {
+    spec_of(Param::LmHead).name
+}
 
 /// `model_type` of a Llama `config.json`.
 pub const LLAMA_MODEL_TYPE: &str = "llama";
@@ -212,7 +219,7 @@ fn llama_names(c: &DecoderConfig) -> Vec<(String, Stored)> {
     }
     out.push(("model.norm.weight".to_string(), Stored::Vector));
     if !c.tied {
-        out.push(("lm_head.weight".to_string(), Stored::Same));
+        out.push((lm_head_name().to_string(), Stored::Same));
     }
     out
 }
@@ -279,7 +286,7 @@ pub fn decoder_from_llama<T: Float>(config: DecoderConfig, f: &SafeTensors) -> R
         if known {
             continue;
         }
-        if config.tied && t.name == "lm_head.weight" {
+        if config.tied && t.name == lm_head_name() {
             let (v, d) = (config.vocab_size, config.width);
             if f.matrix::<T>(&t.name, v, d)? != model.wte {
                 let why = "tie_word_embeddings is true but lm_head.weight differs from W_E";
