@@ -114,7 +114,9 @@ def adamw_variant():
     return ADAMW_VARIANTS["default"]
 
 
-def train_tokens_per_second(threads, steps=10, repeats=3, variant=None):
+def training_step(threads, variant):
+    """One training step of nanoGPT's CPU configuration (module docs, item 1) on `threads`
+    threads with the AdamW implementation `variant`, as a function of no arguments."""
     torch.set_num_threads(threads)
     torch.manual_seed(1)
     vocab, context, batch = 65, 64, 12
@@ -123,7 +125,7 @@ def train_tokens_per_second(threads, steps=10, repeats=3, variant=None):
     rest = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}], lr=1e-3, betas=(0.9, 0.95), eps=1e-8,
-        **(adamw_variant() if variant is None else variant),
+        **variant,
     )
     data = torch.randint(0, vocab, (50_000,))
 
@@ -131,13 +133,18 @@ def train_tokens_per_second(threads, steps=10, repeats=3, variant=None):
         ix = torch.randint(len(data) - context - 1, (batch,))
         x = torch.stack([data[i : i + context] for i in ix])
         y = torch.stack([data[i + 1 : i + 1 + context] for i in ix])
-        logits = model(x)
-        loss = F.cross_entropy(logits.view(-1, vocab), y.view(-1))
+        loss = F.cross_entropy(model(x).view(-1, vocab), y.view(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
 
+    return step
+
+
+def train_tokens_per_second(threads, steps=10, repeats=3, variant=None):
+    step = training_step(threads, adamw_variant() if variant is None else variant)
+    batch, context = 12, 64
     for _ in range(2):
         step()
     best = math.inf
@@ -271,28 +278,7 @@ def profile_step(variant_name, steps=20):
     contains), in ms per step and as shares of the profiled total."""
     from torch.profiler import ProfilerActivity, profile
 
-    torch.set_num_threads(1)
-    torch.manual_seed(1)
-    vocab, context, batch = 65, 64, 12
-    model = Gpt(vocab, context, 4, 4, 128)
-    decay = [p for p in model.parameters() if p.dim() == 2]
-    rest = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}], lr=1e-3, betas=(0.9, 0.95), eps=1e-8,
-        **ADAMW_VARIANTS[variant_name],
-    )
-    data = torch.randint(0, vocab, (50_000,))
-
-    def step():
-        ix = torch.randint(len(data) - context - 1, (batch,))
-        x = torch.stack([data[i : i + context] for i in ix])
-        y = torch.stack([data[i + 1 : i + 1 + context] for i in ix])
-        loss = F.cross_entropy(model(x).view(-1, vocab), y.view(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-
+    step = training_step(1, ADAMW_VARIANTS[variant_name])
     for _ in range(3):
         step()
     wall = time.perf_counter()

@@ -951,28 +951,9 @@ fn the_pages_run_tables_are_the_main_jobs() {
     let root = common::repo_root();
     let csv =
         std::fs::read_to_string(root.join("chapters/img").join(RUNS_CSV)).expect("the runs file");
-    let value = |table: &str, row: &str| -> f64 {
-        csv.lines()
-            .filter_map(|l| {
-                l.split_once(',').and_then(|(t, rest)| Some((t, rest.rsplit_once(',')?)))
-            })
-            .find(|(t, (r, _))| *t == table && *r == row)
-            .unwrap_or_else(|| panic!("no {table} {row} in the runs file"))
-            .1
-            .1
-            .parse()
-            .expect("a number")
-    };
+    let value = |table: &str, row: &str| common::runs_value(&csv, table, row);
     let page = common::prose("ch13_finetune");
-    let table = |header: &str| -> Vec<Vec<String>> {
-        let lines: Vec<&str> = page.lines().collect();
-        let at = lines.iter().position(|l| l.starts_with(header)).expect("the table's header");
-        lines[at + 2..]
-            .iter()
-            .take_while(|l| l.starts_with('|'))
-            .map(|l| l.trim().trim_matches('|').split('|').map(|c| c.trim().to_string()).collect())
-            .collect()
-    };
+    let table = |header: &str| common::page_table(&page, header);
     let stages = table("| stage | accuracy |");
     let want_stages = [
         ("base", "—".to_string(), "—".to_string()),

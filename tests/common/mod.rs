@@ -40,6 +40,31 @@ pub fn repo_root() -> &'static std::path::Path {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The value of `row` in `table` of a runs file the main job writes (`table,row,…,value` lines,
+/// the value last): the measured runs a chapter's page tables are held to.
+pub fn runs_value(csv: &str, table: &str, row: &str) -> f64 {
+    csv.lines()
+        .filter_map(|l| l.split_once(',').and_then(|(t, rest)| Some((t, rest.rsplit_once(',')?))))
+        .find(|(t, (r, _))| *t == table && *r == row)
+        .unwrap_or_else(|| panic!("no {table} {row} in the runs file"))
+        .1
+        .1
+        .parse()
+        .expect("a number")
+}
+
+/// The rows of the Markdown table of `page` whose header line starts with `header`, split into
+/// trimmed cells.
+pub fn page_table(page: &str, header: &str) -> Vec<Vec<String>> {
+    let lines: Vec<&str> = page.lines().collect();
+    let at = lines.iter().position(|l| l.starts_with(header)).expect("the table's header");
+    lines[at + 2..]
+        .iter()
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| l.trim().trim_matches('|').split('|').map(|c| c.trim().to_string()).collect())
+        .collect()
+}
+
 /// The prose of a chapter, read from `chapters/<stem>.md`.
 pub fn prose(stem: &str) -> String {
     let path = repo_root().join("chapters").join(format!("{stem}.md"));
