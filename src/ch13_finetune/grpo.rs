@@ -160,7 +160,7 @@ pub struct GrpoTokens<'a> {
     pub advantage: f64,
 }
 
-/// Per-token values of [`grpo_terms`], what [`grpo_log_prob_gradient`] needs.
+/// Per-token values of `grpo_terms`, what [`grpo_log_prob_gradient`] needs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GrpoTerms {
     /// m_t.
