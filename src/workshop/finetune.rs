@@ -308,7 +308,8 @@ pub fn encode_examples(
             if tokens > context + 1 {
                 let most = context + 1;
                 let reason = format!(
-                    "{tokens} tokens; the model's context of {context} takes {most} (the last a target)"
+                    "{tokens} tokens; the model's context of {context} takes {most} (the last a \
+                     target)"
                 );
                 return Err(at(r.line, reason));
             }

@@ -24,7 +24,7 @@
 
 use super::finetune::{Example, Mode, batch_of, draw, seq_len};
 use super::folder::{self, Disk};
-use super::run::{RUN_FILE, train_config};
+use super::run::{FINETUNE_FILE, RUN_FILE, train_config};
 use crate::ch09_gpt::checkpoint::model_files;
 use crate::ch09_gpt::data::Batch;
 use crate::ch09_gpt::fast::FusedStep;
@@ -42,9 +42,6 @@ use nalgebra::DMatrix;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-
-/// The file a fine-tuned checkpoint holds in place of `train.json`: how it was made.
-pub const FINETUNE_FILE: &str = "finetune.json";
 
 /// How to fine-tune.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -282,16 +279,6 @@ pub fn save(
     let trainer = &tuned.trainer;
     let mut plot = |tmp: &Path| crate::ch09_gpt::book::save_loss_plot(trainer, tmp).map(|_| ());
     folder::save_generation_with(&mut Disk, out, &files, &mut plot)
-}
-
-/// Refuses, naming `--checkpoint`, a folder's files in `here` that `gpt finetune` wrote
-/// (`op` is the command refusing): they hold no training state to resume.
-pub fn refuse_finetuned(here: &Path, dir: &Path, op: &'static str) -> Result<()> {
-    if here.join(FINETUNE_FILE).exists() {
-        let why = format!("{}: gpt finetune made it; it holds no state to resume", dir.display());
-        return Err(invalid(op, "--checkpoint", why));
-    }
-    Ok(())
 }
 
 /// The training configuration a run of `s` follows (see [`train_config`]).

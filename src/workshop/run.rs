@@ -175,7 +175,7 @@ pub fn open_run_with(dir: &Path, budget: u64, data: Option<&Path>) -> Result<Ope
 fn open_run_impl<M: RunModel>(dir: &Path, budget: u64, data: Option<&Path>) -> Result<OpenRun<M>> {
     let resolved = folder::resolve(dir)?;
     let here = resolved.path.as_path();
-    super::finetune_run::refuse_finetuned(here, dir, "gpt resume")?;
+    refuse_finetuned(here, dir, "gpt resume")?;
     // Every file is read within the budget, its size checked before a byte is read.
     let read_bytes = |name: &str| super::budget::read_checkpoint_file(&here.join(name), budget);
     let run_path = here.join(RUN_FILE);
@@ -415,4 +415,17 @@ pub fn closing_sample<M: RunModel>(
     let decoding = Decoding::temperature(SAMPLE_TEMPERATURE);
     let g = model.continue_prompt(&prompt, SAMPLE_TOKENS, &decoding, &mut Rng::new(1))?;
     Ok((prompt, g))
+}
+
+/// The file a fine-tuned checkpoint holds in place of `train.json`: how it was made.
+pub const FINETUNE_FILE: &str = "finetune.json";
+
+/// Refuses, naming `--checkpoint`, a folder's files in `here` that `gpt finetune` wrote
+/// (`op` is the command refusing): they hold no training state to resume.
+pub fn refuse_finetuned(here: &Path, dir: &Path, op: &'static str) -> Result<()> {
+    if here.join(FINETUNE_FILE).exists() {
+        let why = format!("{}: gpt finetune made it; it holds no state to resume", dir.display());
+        return Err(invalid(op, "--checkpoint", why));
+    }
+    Ok(())
 }

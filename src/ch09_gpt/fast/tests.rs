@@ -193,7 +193,7 @@ fn the_shard_count_follows_the_batch_and_the_model_and_is_a_power_of_two() {
 
 #[test]
 fn the_sum_over_shards_has_the_same_bits_on_any_thread_count_and_is_taken_in_shard_order() {
-    use super::{REDUCE_PIECE, add_in_order};
+    use super::shards::{REDUCE_PIECE, add_in_order};
     // Five shards' gradients: tensors of several pieces, of one piece and of a few elements.
     let shapes = [(100, 97), (1, 64), (3, 5), (2 * REDUCE_PIECE / 7 + 1, 7)];
     let mut rng = Rng::new(9);
