@@ -609,7 +609,7 @@ type GrpoCase = (DMatrix<f64>, Vec<usize>, Vec<bool>, Vec<f64>, Vec<f64>, f64, f
 
 /// The exercise's call on a case.
 fn grpo_call(
-    f: &dyn Fn(GrpoSpec, GrpoSample) -> Result<(f64, DMatrix<f64>)>,
+    f: &GrpoFn<'_>,
     (z, t, m, old, reference, a, clip, beta): &GrpoCase,
 ) -> Result<(f64, DMatrix<f64>)> {
     let sample = GrpoSample {
@@ -801,9 +801,9 @@ fn k3_close(y: f64, log_ref: f64, log_pi: f64) -> bool {
 /// The exercise's signature.
 type K3Fn<'a> = dyn Fn(f64, f64) -> f64 + 'a;
 
-/// k3(ln ½, ln ½) = 0 and k3(0, ln ½) = 1 − ln 2 (q = 2); the KL's sign (q = π/π_ref: ½ + ln 2 −
-/// 1) and k1 (ln q, ln π_ref − ln π, or its negative) named; never negative over a grid;
-/// ln q = 30 compared relatively.
+/// k3(ln ½, ln ½) = 0 and k3(0, ln ½) = 1 − ln 2 (q = 2); the KL's sign (q = π/π_ref, giving
+/// ½ + ln 2 − 1) and k1 (ln q, ln π_ref − ln π, or its negative) named; never negative over a
+/// grid; a log ratio of 30 compared relatively.
 fn k3_checks(f: &K3Fn<'_>) -> Verdict {
     not_applicable(&[Probe::Batch, Probe::Order, Probe::Errors]);
     const OP: &str = "k3";
