@@ -13,6 +13,8 @@
 use llm_workbook::ch03_mlp::Activation;
 use llm_workbook::ch06_attention::{AttnSpec, Epsilon, LayerNorm};
 use llm_workbook::ch06_attention::{concat_heads, split_heads};
+use llm_workbook::ch08_tokens::TokenId;
+use llm_workbook::ch08_tokens::ngram::{Followers, NGramModel};
 use llm_workbook::ch09_gpt::sample::Decoding;
 use llm_workbook::ch12_modern::{
     Gate, GatedMlp, KvCacheShape, Pairing, Positions, RmsNorm, RopeTable,
@@ -57,6 +59,7 @@ fn exercises() -> Vec<Exercise> {
     const BLOCK: &str = "ch06_attention/block.rs";
     const CROSS: &str = "ch07_encoder_decoder/cross_attention.rs";
     const QUANT: &str = "ch11_precision/quant.rs";
+    const NGRAM: &str = "ch08_tokens/ngram.rs";
     vec![
         ("sigmoid", &[(NEURON, "sigmoid")], || ch01::sigmoid(g::ch01_logistic_neuron::sigmoid)),
         ("logits_forward", &[(NEURON, "logits_forward")], || {
@@ -105,6 +108,12 @@ fn exercises() -> Vec<Exercise> {
         ("mse_backward", &[(DENSE, "mse_backward")], || {
             ch03::mse_backward(g::ch03_mlp_dense::mse_backward)
         }),
+        ("mlp_backward", &[("ch03_mlp/mlp.rs", "Mlp::backward")], || {
+            ch03::mlp_backward(|mlp, trace, d_out| {
+                use g::ch03_mlp_mlp::Ext_ch03_mlp_mlp_Mlp_0 as Mutated;
+                Mutated::backward(mlp, trace, d_out)
+            })
+        }),
         ("least_squares_fit", &[("ch04_xor/linear.rs", "least_squares_fit")], || {
             ch04::least_squares_fit(g::ch04_xor_linear::least_squares_fit)
         }),
@@ -131,8 +140,35 @@ fn exercises() -> Vec<Exercise> {
             &[("ch07_encoder_decoder/layers.rs", "decoder_block_backward")],
             || ch07::decoder_block_backward(g::ch07_encoder_decoder_layers::decoder_block_backward),
         ),
+        (
+            "loss_and_gradients",
+            &[("ch07_encoder_decoder/model.rs", "EncoderDecoder::loss_and_gradients")],
+            || {
+                ch07::loss_and_gradients(|model, source, target_in, labels| {
+                    use copy::Ext_ch07_encoder_decoder_model_EncoderDecoder_0 as Mutated;
+                    use g::ch07_encoder_decoder_model as copy;
+                    Mutated::loss_and_gradients(model, source, target_in, labels)
+                })
+            },
+        ),
         ("apply_merges", &[("ch08_tokens/bpe.rs", "apply_merges")], || {
             ch08::apply_merges(g::ch08_tokens_bpe::apply_merges)
+        }),
+        ("bigram_counts", &[(NGRAM, "context_followers")], || {
+            ch08::bigram_counts(|tokens, v| {
+                NGramModel::fit(tokens, 2, v)?; // the checks of the tokens, not mutated
+                let pairs = g::ch08_tokens_ngram::context_followers(tokens, 1);
+                Ok(DMatrix::from_fn(v, v, |a, b| {
+                    let count = |f: &Followers| f.count(b as TokenId) as f64;
+                    pairs.get(&vec![a as TokenId]).map_or(0.0, count)
+                }))
+            })
+        }),
+        ("add_k_probability", &[(NGRAM, "NGramModel::add_k")], || {
+            ch08::add_k_probability(|tokens, v, context, next, k| {
+                use g::ch08_tokens_ngram::Ext_ch08_tokens_ngram_NGramModel_0 as Mutated;
+                Ok(Mutated::add_k(&NGramModel::fit(tokens, 2, v)?, &[context], next, k))
+            })
         }),
         ("temperature_distribution", &[("ch09_gpt/sample.rs", "distribution")], || {
             ch09::temperature_distribution(|z, t| {

@@ -186,9 +186,9 @@ impl<T: Float> Mlp<T> {
                 shape_of(d_out),
             ));
         }
-        let mut grads = Vec::with_capacity(self.layers.len());
+        let mut grads = Vec::with_capacity(self.layers().len());
         let mut d_a = d_out.clone();
-        for (l, layer) in self.layers.iter().enumerate().rev() {
+        for (l, layer) in self.layers().iter().enumerate().rev() {
             let d_z = match layer.activation {
                 // a = f(z) ⇒ ∂C/∂z = f′(z) ⊙ ∂C/∂a
                 Some(act) => activation_backward(act, &trace.pre[l], &d_a)?,

@@ -147,6 +147,13 @@ pub struct ForwardCache<T: Float> {
     decoder_out: DMatrix<T>,
 }
 
+impl<T: Float> ForwardCache<T> {
+    /// The decoder inputs as one padded batch (its rows are the logits' rows).
+    pub fn target_batch(&self) -> &Batch {
+        &self.target_batch
+    }
+}
+
 /// The gradients and loss of one batch.
 #[derive(Clone, Debug)]
 pub struct Gradients<T: Float> {
@@ -393,7 +400,7 @@ impl<T: Float> EncoderDecoder<T> {
                 ),
             ));
         }
-        let tb = &cache.target_batch;
+        let tb = cache.target_batch();
         let mut row_labels = vec![None; tb.rows()];
         for (b, l) in labels.iter().enumerate() {
             for (p, &t) in l.iter().enumerate() {

@@ -75,6 +75,28 @@ pub struct NGramModel {
     levels: Vec<HashMap<Vec<TokenId>, Followers>>,
 }
 
+/// Every context of length k in `tokens` (the k tokens before position i, for i = k … len − 1)
+/// with the tokens that followed it: #(c) and #(c, x) for each x, sorted by x.
+pub fn context_followers(tokens: &[TokenId], k: usize) -> HashMap<Vec<TokenId>, Followers> {
+    let mut raw: HashMap<Vec<TokenId>, HashMap<TokenId, u64>> = HashMap::new();
+    for i in k..tokens.len() {
+        let ctx = &tokens[i - k..i];
+        let entry = match raw.get_mut(ctx) {
+            Some(e) => e,
+            None => raw.entry(ctx.to_vec()).or_default(),
+        };
+        *entry.entry(tokens[i]).or_insert(0) += 1;
+    }
+    raw.into_iter()
+        .map(|(ctx, m)| {
+            let mut counts: Vec<(TokenId, u64)> = m.into_iter().collect();
+            counts.sort_unstable();
+            let total = counts.iter().map(|&(_, c)| c).sum();
+            (ctx, Followers { total, counts })
+        })
+        .collect()
+}
+
 impl NGramModel {
     /// Counts the n-grams of `tokens` (every order from 1 to n). Errors when n = 0, the tokens are
     /// empty, or an id is not below `vocab_size`.
@@ -93,28 +115,7 @@ impl NGramModel {
                 format!("tokens[{i}] = {} is not below vocab_size = {vocab_size}", tokens[i]),
             ));
         }
-        let mut levels = Vec::with_capacity(n);
-        for k in 0..n {
-            let mut raw: HashMap<Vec<TokenId>, HashMap<TokenId, u64>> = HashMap::new();
-            for i in k..tokens.len() {
-                let ctx = &tokens[i - k..i];
-                let entry = match raw.get_mut(ctx) {
-                    Some(e) => e,
-                    None => raw.entry(ctx.to_vec()).or_default(),
-                };
-                *entry.entry(tokens[i]).or_insert(0) += 1;
-            }
-            let level = raw
-                .into_iter()
-                .map(|(ctx, m)| {
-                    let mut counts: Vec<(TokenId, u64)> = m.into_iter().collect();
-                    counts.sort_unstable();
-                    let total = counts.iter().map(|&(_, c)| c).sum();
-                    (ctx, Followers { total, counts })
-                })
-                .collect();
-            levels.push(level);
-        }
+        let levels = (0..n).map(|k| context_followers(tokens, k)).collect();
         Ok(NGramModel { n, vocab_size, levels })
     }
 
@@ -151,7 +152,7 @@ impl NGramModel {
 
     /// (#(c, x) + k)/(#(c) + k|V|); the uniform 1/|V| for an unseen context.
     pub fn add_k(&self, context: &[TokenId], next: TokenId, k: f64) -> f64 {
-        let v = self.vocab_size as f64;
+        let v = self.vocab_size() as f64;
         match self.followers(context) {
             Some(f) => (f.count(next) as f64 + k) / (f.total as f64 + k * v),
             None => 1.0 / v,
