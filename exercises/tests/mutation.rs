@@ -527,6 +527,7 @@ fn every_mutant_that_changes_a_result_fails_its_judge() {
     sweep::set_salt(0);
     sweep::set_wide(false);
     let (mut caught, mut equivalent, mut missed) = (0, Vec::new(), Vec::new());
+    let mut caught_ids = Vec::new();
     for &(id, file, function, roots, what) in g::MUTANTS {
         let judges: Vec<_> = exercises
             .iter()
@@ -534,6 +535,7 @@ fn every_mutant_that_changes_a_result_fails_its_judge() {
             .collect();
         if judges.iter().any(|(_, _, judge)| judged(id, *judge).is_err()) {
             caught += 1;
+            caught_ids.push(id);
             continue;
         }
         // Passed: is there an input on which it differs? Sweep again with other seeds, then
@@ -565,6 +567,9 @@ fn every_mutant_that_changes_a_result_fails_its_judge() {
         }
     }
     sweep::set_quick(false);
+    if std::env::var_os("LLM_WORKBOOK_EXPLAIN").is_some() {
+        print_explanations(&exercises, &caught_ids);
+    }
     println!(
         "{} exercises' functions not mutated (they call private items of the crate, or are \
          methods or constants):",
@@ -603,4 +608,25 @@ fn every_mutant_that_changes_a_result_fails_its_judge() {
     }
     let all: usize = llm_workbook_exercises::EXERCISES.iter().map(|c| c.exercises.len()).sum();
     assert_eq!(exercises.len() + g::NOT_MUTATED.len(), all, "every exercise, mutated or not");
+}
+
+/// For an audit of the judges' diagnoses (`LLM_WORKBOOK_EXPLAIN=1`, with `--nocapture`): each
+/// caught mutant's full verdict, as a reader's answer with that change would get it, reduced to
+/// what explains it: a known mistake named by the chapter's checks, or none. A mutant is a
+/// mistake nobody listed, so a diagnosis printed here must fit the change the mutant makes.
+fn print_explanations(exercises: &[Exercise], caught: &[u32]) {
+    const NAMED: &str = "explanation, from the chapter's own checks: ";
+    for &(id, file, function, roots, what) in g::MUTANTS.iter().filter(|m| caught.contains(&m.0)) {
+        for (name, _, judge) in
+            exercises.iter().filter(|(_, uses, _)| roots.iter().any(|r| uses.contains(&(file, *r))))
+        {
+            let Err(m) = judged(id, *judge) else { continue };
+            let why = match m.split_once(NAMED) {
+                Some((_, e)) => e.lines().next().unwrap_or_default().to_string(),
+                None if m.contains("no known mistake explains it") => "(no diagnosis)".into(),
+                None => format!("(checks only) {}", m.lines().next().unwrap_or_default()),
+            };
+            println!("  explained #{id} {function}: {what} | `{name}`: {why}");
+        }
+    }
 }

@@ -2101,7 +2101,13 @@ mod ch11 {
     #[test]
     fn f16_without_subnormals_sign_or_nan() {
         let flushed = |b: u16| if b & 0x7c00 == 0 { 0.0 } else { f16_to_f32(b) };
-        catches(j::f16_to_f32(flushed), "the subnormals lost");
+        catches(j::f16_to_f32(flushed), "the subnormals flushed to 0");
+        let hidden_one = |b: u16| {
+            let (sign, f) = (if b & 0x8000 == 0 { 1.0 } else { -1.0 }, f32::from(b & 0x3ff));
+            let subnormal = b & 0x7c00 == 0 && f != 0.0;
+            if subnormal { sign * 2f32.powi(-14) * (1.0 + f / 1024.0) } else { f16_to_f32(b) }
+        };
+        catches(j::f16_to_f32(hidden_one), "a hidden 1 added to a subnormal");
         catches(j::f16_to_f32(|b| f16_to_f32(b).abs()), "the sign is lost");
         let no_nan =
             |b: u16| if b & 0x7c00 == 0x7c00 { f16_to_f32(b & 0xfc00) } else { f16_to_f32(b) };

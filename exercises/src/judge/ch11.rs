@@ -158,11 +158,14 @@ fn f16_to_f32_checks(f: impl Fn(u16) -> f32) -> Verdict {
              multiply by (−1)^s",
         ));
     }
-    if yours[0x3c00] != 1.0 {
+    let one = yours[0x3c00];
+    if one != 1.0 {
+        // A power of two other than 1 is what a wrong bias gives; anything else is said as is.
+        let power_of_two = one > 0.0 && one.is_finite() && one.log2().fract() == 0.0;
+        let why = if power_of_two { " — the bias of f16 is 15:" } else { ";" };
         return Err(FORMATS.fail(format!(
-            "0x3c00 (e = 15, f = 0): yours {}, expected 1 — the bias of f16 is 15: the value is \
-             2^(e − 15)·(1 + f/1024)",
-            yours[0x3c00]
+            "0x3c00 (e = 15, f = 0): yours {one}, expected 1{why} the value is \
+             2^(e − 15)·(1 + f/1024)"
         )));
     }
     for bits in (0..=u16::MAX).filter(|b| !is_nan16(*b)) {
@@ -170,12 +173,22 @@ fn f16_to_f32_checks(f: impl Fn(u16) -> f32) -> Verdict {
         if y.to_bits() == w.to_bits() {
             continue;
         }
+        // Each cause is named only where yours is what that slip gives on this pattern.
+        let hidden_one = w.signum() * 2f32.powi(-14) * (1.0 + f32::from(bits & 0x3ff) / 1024.0);
         let why = if bits & 0x7c00 == 0 && bits & 0x3ff != 0 {
-            " — the subnormals lost: for e = 0 the value is 2⁻¹⁴·f/1024, with no hidden 1"
+            if y == 0.0 {
+                " — the subnormals flushed to 0: for e = 0 the value is 2⁻¹⁴·f/1024"
+            } else if y == hidden_one {
+                " — a hidden 1 added to a subnormal: for e = 0 the value is 2⁻¹⁴·f/1024"
+            } else {
+                " — for e = 0 the value is 2⁻¹⁴·f/1024, with no hidden 1"
+            }
         } else if bits & 0x7fff == 0x7c00 {
             " — e = 31 with f = 0 is ±∞"
-        } else if bits & 0x7fff == 0 {
+        } else if bits & 0x7fff == 0 && y == 0.0 {
             " — the sign of zero is kept: 0x8000 is −0"
+        } else if bits & 0x7fff == 0 {
+            " — e = 0 with f = 0 is ±0"
         } else {
             ""
         };
