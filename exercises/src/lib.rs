@@ -26,6 +26,9 @@
 // them here.
 extern crate self as llm_workbook_exercises;
 
+// Each judge takes the answer as a `&dyn Fn` of the exercise's own signature (compiled once
+// here, not in every test target that calls it): those types are as long as the signatures.
+#[allow(clippy::type_complexity)]
 pub mod judge;
 pub mod results;
 pub mod solutions;

@@ -282,15 +282,27 @@ fn logit_cases(draw: &mut Gen) -> Vec<f64> {
 /// tails to 10⁻⁸ relatively ([`Tol::F64`]: σ's tails are tiny and must be right to their own
 /// digits), then the checks of `sigmoid_checks`.
 pub fn sigmoid(f: impl Fn(f64) -> f64) -> Verdict {
+    sigmoid_judged(&f)
+}
+
+/// [`sigmoid`]'s judge, compiled once here rather than in every test that calls it.
+fn sigmoid_judged(f: &dyn Fn(f64) -> f64) -> Verdict {
     let cases = logit_cases(&mut Gen::new("sigmoid"));
     let found = sweep(MODEL, "sigmoid", Tol::F64, &cases, |&z| Ok(f(z)), |&z| Ok(book::sigmoid(z)));
-    explained(found, || sigmoid_checks(&f))
+    explained(found, || sigmoid_checks(f))
 }
 
 /// **z = Xw + b**: shapes with 0 and 1 rows, D = 1, unequal N and D, a w of the wrong length (an
 /// error must meet an error), values at every scale; then `logits_forward_checks`.
 pub fn logits_forward(
     f: impl Fn(&DVector<f64>, f64, &DMatrix<f64>) -> Result<DVector<f64>>,
+) -> Verdict {
+    logits_forward_judged(&f)
+}
+
+/// [`logits_forward`]'s judge, compiled once here rather than in every test that calls it.
+fn logits_forward_judged(
+    f: &dyn Fn(&DVector<f64>, f64, &DMatrix<f64>) -> Result<DVector<f64>>,
 ) -> Verdict {
     let mut draw = Gen::new("logits_forward");
     let mut cases = Vec::new();
@@ -308,12 +320,17 @@ pub fn logits_forward(
         |(w, b, x)| outcome(f(w, *b, x)),
         |(w, b, x)| outcome(book::logits_forward(w, *b, x)),
     );
-    explained(found, || logits_forward_checks(&f))
+    explained(found, || logits_forward_checks(f))
 }
 
 /// **ℓ(y, z)**: both labels at every logit of the sigmoid's sweep, relatively to 10⁻⁸ (ℓ(0, −40)
 /// is 4.2·10⁻¹⁸ and must not be 0); then `bce_from_logit_checks`.
 pub fn bce_from_logit(f: impl Fn(f64, f64) -> f64) -> Verdict {
+    bce_from_logit_judged(&f)
+}
+
+/// [`bce_from_logit`]'s judge, compiled once here rather than in every test that calls it.
+fn bce_from_logit_judged(f: &dyn Fn(f64, f64) -> f64) -> Verdict {
     let z = logit_cases(&mut Gen::new("bce_from_logit"));
     let cases: Vec<(f64, f64)> = z.iter().flat_map(|&z| [(0.0, z), (1.0, z)]).collect();
     let found = sweep(
@@ -324,13 +341,20 @@ pub fn bce_from_logit(f: impl Fn(f64, f64) -> f64) -> Verdict {
         |&(y, z)| Ok(f(y, z)),
         |&(y, z)| Ok(book::bce_from_logit(y, z)),
     );
-    explained(found, || bce_from_logit_checks(&f))
+    explained(found, || bce_from_logit_checks(f))
 }
 
 /// **(ŷ − y)·x**: D from 1 to 5, a w of the wrong length (an error), both labels, logits from
 /// ordinary to the far tails (w scaled up to 10³); then `sample_gradient_checks`.
 pub fn sample_gradient(
     f: impl Fn(&DVector<f64>, f64, &DVector<f64>, f64) -> Result<DVector<f64>>,
+) -> Verdict {
+    sample_gradient_judged(&f)
+}
+
+/// [`sample_gradient`]'s judge, compiled once here rather than in every test that calls it.
+fn sample_gradient_judged(
+    f: &dyn Fn(&DVector<f64>, f64, &DVector<f64>, f64) -> Result<DVector<f64>>,
 ) -> Verdict {
     let mut draw = Gen::new("sample_gradient");
     let mut cases = Vec::new();
@@ -354,7 +378,7 @@ pub fn sample_gradient(
         |(w, b, x, y)| outcome(f(w, *b, x, *y)),
         |(w, b, x, y)| outcome(book::sample_gradient(w, *b, x, *y)),
     );
-    explained(found, || sample_gradient_checks(&f))
+    explained(found, || sample_gradient_checks(f))
 }
 
 /// **(∂L/∂X, ∂L/∂w, ∂L/∂b)**: shapes with N = 0 and 1, D = 1, N ≠ D, mismatched w or ∂L/∂z;

@@ -396,6 +396,11 @@ fn logits_and_targets(draw: &mut Gen) -> Vec<(DMatrix<f64>, Vec<usize>)> {
 /// from 10⁻⁹ to 10³ and rows thousands apart, to 10⁻⁸ ([`Tol::F64`]); then
 /// `softmax_rows_forward_checks`.
 pub fn softmax_rows_forward(f: impl Fn(&DMatrix<f64>) -> Result<DMatrix<f64>>) -> Verdict {
+    softmax_rows_forward_judged(&f)
+}
+
+/// [`softmax_rows_forward`]'s judge, compiled once here rather than in every test that calls it.
+fn softmax_rows_forward_judged(f: &dyn Fn(&DMatrix<f64>) -> Result<DMatrix<f64>>) -> Verdict {
     let cases = Gen::new("softmax_rows_forward").matrices();
     let found = sweep(
         STABLE,
@@ -405,12 +410,17 @@ pub fn softmax_rows_forward(f: impl Fn(&DMatrix<f64>) -> Result<DMatrix<f64>>) -
         |z| outcome(f(z)),
         |z| outcome(book::softmax_rows_forward(z)),
     );
-    explained(found, || softmax_rows_forward_checks(&f))
+    explained(found, || softmax_rows_forward_checks(f))
 }
 
 /// **the mean cross-entropy**: logits of every shape and scale with their targets, and the three
 /// errors the doc promises; then `cross_entropy_from_logits_checks`.
 pub fn cross_entropy_from_logits(f: impl Fn(&DMatrix<f64>, &[usize]) -> Result<f64>) -> Verdict {
+    cross_entropy_from_logits_judged(&f)
+}
+
+/// [`cross_entropy_from_logits`]'s judge, compiled once here rather than in every test that calls it.
+fn cross_entropy_from_logits_judged(f: &dyn Fn(&DMatrix<f64>, &[usize]) -> Result<f64>) -> Verdict {
     let cases = logits_and_targets(&mut Gen::new("cross_entropy_from_logits"));
     let found = sweep(
         CROSS,
@@ -420,13 +430,20 @@ pub fn cross_entropy_from_logits(f: impl Fn(&DMatrix<f64>, &[usize]) -> Result<f
         |(z, t)| outcome(f(z, t)),
         |(z, t)| outcome(book::cross_entropy_from_logits(z, t)),
     );
-    explained(found, || cross_entropy_from_logits_checks(&f))
+    explained(found, || cross_entropy_from_logits_checks(f))
 }
 
 /// **(P − Y)/N**: as [`cross_entropy_from_logits`]; then
 /// `cross_entropy_from_logits_backward_checks`.
 pub fn cross_entropy_from_logits_backward(
     f: impl Fn(&DMatrix<f64>, &[usize]) -> Result<DMatrix<f64>>,
+) -> Verdict {
+    cross_entropy_from_logits_backward_judged(&f)
+}
+
+/// [`cross_entropy_from_logits_backward`]'s judge, compiled once here rather than in every test that calls it.
+fn cross_entropy_from_logits_backward_judged(
+    f: &dyn Fn(&DMatrix<f64>, &[usize]) -> Result<DMatrix<f64>>,
 ) -> Verdict {
     let cases = logits_and_targets(&mut Gen::new("cross_entropy_from_logits_backward"));
     let found = sweep(
@@ -437,7 +454,7 @@ pub fn cross_entropy_from_logits_backward(
         |(z, t)| outcome(f(z, t)),
         |(z, t)| outcome(book::cross_entropy_from_logits_backward(z, t)),
     );
-    explained(found, || cross_entropy_from_logits_backward_checks(&f))
+    explained(found, || cross_entropy_from_logits_backward_checks(f))
 }
 
 /// Pairs (softmax or log-softmax of Z, an upstream gradient) at every shape (not 0 rows, which
@@ -463,6 +480,13 @@ fn forward_and_gradient(
 pub fn softmax_rows_backward(
     f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>,
 ) -> Verdict {
+    softmax_rows_backward_judged(&f)
+}
+
+/// [`softmax_rows_backward`]'s judge, compiled once here rather than in every test that calls it.
+fn softmax_rows_backward_judged(
+    f: &dyn Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>,
+) -> Verdict {
     let cases =
         forward_and_gradient(&mut Gen::new("softmax_rows_backward"), book::softmax_rows_forward);
     let found = sweep(
@@ -473,13 +497,20 @@ pub fn softmax_rows_backward(
         |(y, d)| outcome(f(y, d)),
         |(y, d)| outcome(book::softmax_rows_backward(y, d)),
     );
-    explained(found, || softmax_rows_backward_checks(&f))
+    explained(found, || softmax_rows_backward_checks(f))
 }
 
 /// **log-softmax backward**: ln Y of Z at every shape and scale (some entries near −10³), and
 /// rows with a masked −∞ logit; then `log_softmax_rows_backward_checks`.
 pub fn log_softmax_rows_backward(
     f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>,
+) -> Verdict {
+    log_softmax_rows_backward_judged(&f)
+}
+
+/// [`log_softmax_rows_backward`]'s judge, compiled once here rather than in every test that calls it.
+fn log_softmax_rows_backward_judged(
+    f: &dyn Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>,
 ) -> Verdict {
     let mut draw = Gen::new("log_softmax_rows_backward");
     let mut cases = forward_and_gradient(&mut draw, book::log_softmax_rows);
@@ -500,13 +531,24 @@ pub fn log_softmax_rows_backward(
         |(l, d)| outcome(f(l, d)),
         |(l, d)| outcome(book::log_softmax_rows_backward(l, d)),
     );
-    explained(found, || log_softmax_rows_backward_checks(&f))
+    explained(found, || log_softmax_rows_backward_checks(f))
 }
 
 /// **(∂L/∂Z Wᵀ, Xᵀ ∂L/∂Z, column sums)**: N, D, K from 1 to 5 in every combination of the
 /// sweep's shapes, at every scale; then `regression_logits_backward_checks`.
 pub fn regression_logits_backward(
     f: impl Fn(
+        &DMatrix<f64>,
+        &DMatrix<f64>,
+        &DMatrix<f64>,
+    ) -> Result<(DMatrix<f64>, DMatrix<f64>, DMatrix<f64>)>,
+) -> Verdict {
+    regression_logits_backward_judged(&f)
+}
+
+/// [`regression_logits_backward`]'s judge, compiled once here rather than in every test that calls it.
+fn regression_logits_backward_judged(
+    f: &dyn Fn(
         &DMatrix<f64>,
         &DMatrix<f64>,
         &DMatrix<f64>,
@@ -527,5 +569,5 @@ pub fn regression_logits_backward(
         |(w, x, d)| outcome(f(w, x, d)),
         |(w, x, d)| outcome(book::regression_logits_backward(w, x, d)),
     );
-    explained(found, || regression_logits_backward_checks(&f))
+    explained(found, || regression_logits_backward_checks(f))
 }

@@ -287,6 +287,13 @@ const DENSE_SIZES: [(usize, usize, usize); 6] =
 pub fn dense_forward(
     f: impl Fn(&DMatrix<f64>, &DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>,
 ) -> Verdict {
+    dense_forward_judged(&f)
+}
+
+/// [`dense_forward`]'s judge, compiled once here rather than in every test that calls it.
+fn dense_forward_judged(
+    f: &dyn Fn(&DMatrix<f64>, &DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>,
+) -> Verdict {
     let mut draw = Gen::new("dense_forward");
     let mut cases = Vec::new();
     for (n, i, o) in DENSE_SIZES {
@@ -304,13 +311,24 @@ pub fn dense_forward(
         |(x, w, b)| outcome(f(x, w, b)),
         |(x, w, b)| outcome(book::dense_forward(x, w, b)),
     );
-    explained(found, || dense_forward_checks(&f))
+    explained(found, || dense_forward_checks(f))
 }
 
 /// **(∂C/∂y Wᵀ, xᵀ ∂C/∂y, column sums)**: every size of the sweep at every scale; then
 /// `dense_backward_checks`.
 pub fn dense_backward(
     f: impl Fn(
+        &DMatrix<f64>,
+        &DMatrix<f64>,
+        &DMatrix<f64>,
+    ) -> Result<(DMatrix<f64>, DMatrix<f64>, DMatrix<f64>)>,
+) -> Verdict {
+    dense_backward_judged(&f)
+}
+
+/// [`dense_backward`]'s judge, compiled once here rather than in every test that calls it.
+fn dense_backward_judged(
+    f: &dyn Fn(
         &DMatrix<f64>,
         &DMatrix<f64>,
         &DMatrix<f64>,
@@ -331,7 +349,7 @@ pub fn dense_backward(
         |(x, w, d)| outcome(f(x, w, d)),
         |(x, w, d)| outcome(book::dense_backward(x, w, d).map(|g| (g.d_x, g.d_w, g.d_b))),
     );
-    explained(found, || dense_backward_checks(&f))
+    explained(found, || dense_backward_checks(f))
 }
 
 /// Pre-activations at every shape and scale (with exact zeros, the kink) and an upstream
@@ -372,19 +390,40 @@ fn activation_sweep(
 /// **ReLU's backward**: pre-activations of every shape and scale, exact zeros (f′(0) = 0)
 /// included; then `relu_backward_checks`.
 pub fn relu_backward(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>) -> Verdict {
+    relu_backward_judged(&f)
+}
+
+/// [`relu_backward`]'s judge, compiled once here rather than in every test that calls it.
+fn relu_backward_judged(
+    f: &dyn Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>,
+) -> Verdict {
     let found = activation_sweep("relu_backward", book::Activation::Relu, &f);
-    explained(found, || relu_backward_checks(&f))
+    explained(found, || relu_backward_checks(f))
 }
 
 /// **GELU's backward**: pre-activations of every shape and scale, tails at ±20 and beyond;
 /// then `gelu_backward_checks`.
 pub fn gelu_backward(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>) -> Verdict {
+    gelu_backward_judged(&f)
+}
+
+/// [`gelu_backward`]'s judge, compiled once here rather than in every test that calls it.
+fn gelu_backward_judged(
+    f: &dyn Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>,
+) -> Verdict {
     let found = activation_sweep("gelu_backward", book::Activation::GeluErf, &f);
-    explained(found, || gelu_backward_checks(&f))
+    explained(found, || gelu_backward_checks(f))
 }
 
 /// **2(a − y)/N**: every shape and scale; then `mse_backward_checks`.
 pub fn mse_backward(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>) -> Verdict {
+    mse_backward_judged(&f)
+}
+
+/// [`mse_backward`]'s judge, compiled once here rather than in every test that calls it.
+fn mse_backward_judged(
+    f: &dyn Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f64>>,
+) -> Verdict {
     let mut draw = Gen::new("mse_backward");
     let mut cases = Vec::new();
     for &(n, c) in SHAPES.iter().filter(|s| s.0 > 0) {
@@ -400,7 +439,7 @@ pub fn mse_backward(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<DMatrix<f
         |(a, y)| outcome(f(a, y)),
         |(a, y)| outcome(book::mse_backward(a, y)),
     );
-    explained(found, || mse_backward_checks(&f))
+    explained(found, || mse_backward_checks(f))
 }
 
 /// One network of the MLP sweep: (seed, widths, hidden activation, output activation, N, the
@@ -442,6 +481,17 @@ pub fn mlp_backward(
         &DMatrix<f64>,
     ) -> Result<(Vec<book::LayerGrads<f64>>, DMatrix<f64>)>,
 ) -> Verdict {
+    mlp_backward_judged(&f)
+}
+
+/// [`mlp_backward`]'s judge, compiled once here rather than in every test that calls it.
+fn mlp_backward_judged(
+    f: &dyn Fn(
+        &book::Mlp<f64>,
+        &book::Trace<f64>,
+        &DMatrix<f64>,
+    ) -> Result<(Vec<book::LayerGrads<f64>>, DMatrix<f64>)>,
+) -> Verdict {
     let mut cases: Vec<MlpSpec> = Vec::new();
     let widths = [vec![2, 3], vec![3, 4, 2], vec![2, 5, 3, 1], vec![1, 1]];
     let mut seed = 300;
@@ -469,5 +519,5 @@ pub fn mlp_backward(
             outcome(mlp.backward(&trace, &g)).map(mlp_named)
         },
     );
-    explained(found, || mlp_backward_checks(&f))
+    explained(found, || mlp_backward_checks(f))
 }

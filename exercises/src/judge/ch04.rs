@@ -133,21 +133,38 @@ fn xor_sweep(sec: Section, exercise: &str, f: &impl Fn() -> PrintedNet, within: 
 /// **A sigmoid network for XOR**: its output on each of the four inputs within 0.01 of XOR;
 /// then `xor_sigmoid_net_checks`.
 pub fn xor_sigmoid_net(f: impl Fn() -> PrintedNet) -> Verdict {
+    xor_sigmoid_net_judged(&f)
+}
+
+/// [`xor_sigmoid_net`]'s judge, compiled once here rather than in every test that calls it.
+fn xor_sigmoid_net_judged(f: &dyn Fn() -> PrintedNet) -> Verdict {
     let found = xor_sweep(SIGMOID, "xor_sigmoid_net", &f, 0.01);
-    explained(found, || xor_sigmoid_net_checks(&f))
+    explained(found, || xor_sigmoid_net_checks(f))
 }
 
 /// **A ReLU network for XOR**: each of the four inputs on XOR's side of 0.5; then
 /// `xor_relu_net_checks`.
 pub fn xor_relu_net(f: impl Fn() -> PrintedNet) -> Verdict {
+    xor_relu_net_judged(&f)
+}
+
+/// [`xor_relu_net`]'s judge, compiled once here rather than in every test that calls it.
+fn xor_relu_net_judged(f: &dyn Fn() -> PrintedNet) -> Verdict {
     let found = xor_sweep(RELU, "xor_relu_net", &f, 0.0);
-    explained(found, || xor_relu_net_checks(&f))
+    explained(found, || xor_relu_net_checks(f))
 }
 
 /// **Least squares**: N from D + 2 to 9 points, D from 1 to 3, unequal sizes, values at 0.1, 1
 /// and 10 (the normal equations square the condition number of A, so two right solutions agree
 /// to about 10⁻¹⁶ · κ(A)², well inside [`Tol::CHAIN`]'s 10⁻⁶); then `least_squares_fit_checks`.
 pub fn least_squares_fit(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<LinearFit>) -> Verdict {
+    least_squares_fit_judged(&f)
+}
+
+/// [`least_squares_fit`]'s judge, compiled once here rather than in every test that calls it.
+fn least_squares_fit_judged(
+    f: &dyn Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<LinearFit>,
+) -> Verdict {
     let mut draw = Gen::new("least_squares_fit");
     let mut cases = Vec::new();
     for (n, d) in [(3, 1), (4, 2), (9, 3), (6, 1), (5, 3)] {
@@ -166,5 +183,5 @@ pub fn least_squares_fit(f: impl Fn(&DMatrix<f64>, &DMatrix<f64>) -> Result<Line
         |(x, y)| outcome(f(x, y)).map(named),
         |(x, y)| outcome(book::least_squares_fit(x, y)).map(named),
     );
-    explained(found, || least_squares_fit_checks(&f))
+    explained(found, || least_squares_fit_checks(f))
 }

@@ -146,6 +146,11 @@ use super::sweep::{Gen, SCALES, Tol, explained, outcome, sweep};
 
 /// **ωᵢ**: every pair i of widths d = 2 … 512; then `frequency_checks`.
 pub fn frequency(f: impl Fn(usize, usize) -> f64) -> Verdict {
+    frequency_judged(&f)
+}
+
+/// [`frequency`]'s judge, compiled once here rather than in every test that calls it.
+fn frequency_judged(f: &dyn Fn(usize, usize) -> f64) -> Verdict {
     let mut cases = Vec::new();
     for d in [2, 4, 6, 8, 10, 16, 64, 512] {
         cases.extend((0..d / 2).map(|i| (i, d)));
@@ -158,12 +163,17 @@ pub fn frequency(f: impl Fn(usize, usize) -> f64) -> Verdict {
         |&(i, d)| Ok(f(i, d)),
         |&(i, d)| Ok(book::frequency(i, d)),
     );
-    explained(found, || frequency_checks(&f))
+    explained(found, || frequency_checks(f))
 }
 
 /// **The n×d encoding**: n from 1 to 50, d from 0 to 16 (0 and the odd ones are the errors the
 /// doc promises); then `sinusoidal_checks`.
 pub fn sinusoidal(f: impl Fn(usize, usize) -> Result<DMatrix<f64>>) -> Verdict {
+    sinusoidal_judged(&f)
+}
+
+/// [`sinusoidal`]'s judge, compiled once here rather than in every test that calls it.
+fn sinusoidal_judged(f: &dyn Fn(usize, usize) -> Result<DMatrix<f64>>) -> Verdict {
     let mut cases = Vec::new();
     for n in [1, 2, 5, 50] {
         for d in [0, 1, 2, 3, 4, 6, 7, 16] {
@@ -178,12 +188,17 @@ pub fn sinusoidal(f: impl Fn(usize, usize) -> Result<DMatrix<f64>>) -> Verdict {
         |&(n, d)| outcome(f(n, d)),
         |&(n, d)| outcome(book::sinusoidal::<f64>(n, d)),
     );
-    explained(found, || sinusoidal_checks(&f))
+    explained(found, || sinusoidal_checks(f))
 }
 
 /// **X + PE**: B from 1 to 3 sequences of T from 1 to 4 rows, d = 2, 4, 6, values at every scale,
 /// and rows that are not a multiple of T (the promised error); then `add_positions_checks`.
 pub fn add_positions(f: impl Fn(&DMatrix<f64>, usize) -> Result<DMatrix<f64>>) -> Verdict {
+    add_positions_judged(&f)
+}
+
+/// [`add_positions`]'s judge, compiled once here rather than in every test that calls it.
+fn add_positions_judged(f: &dyn Fn(&DMatrix<f64>, usize) -> Result<DMatrix<f64>>) -> Verdict {
     let mut draw = Gen::new("add_positions");
     let mut cases = Vec::new();
     for (b, t, d) in [(1, 1, 2), (2, 3, 4), (3, 2, 6), (1, 4, 2), (2, 4, 4)] {
@@ -200,5 +215,5 @@ pub fn add_positions(f: impl Fn(&DMatrix<f64>, usize) -> Result<DMatrix<f64>>) -
         |(x, t)| outcome(f(x, *t)),
         |(x, t)| outcome(book::add_positions(x, *t)),
     );
-    explained(found, || add_positions_checks(&f))
+    explained(found, || add_positions_checks(f))
 }

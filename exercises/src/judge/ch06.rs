@@ -737,6 +737,11 @@ use super::sweep::{Gen, Named, SCALES, Tol, explained, outcome, sweep};
 /// **The causal mask**: every T_q ≤ T_k up to 6, and the errors the doc promises (T_q or T_k
 /// = 0, T_k < T_q) with the first value past each bound; then `causal_mask_checks`.
 pub fn causal_mask(f: impl Fn(usize, usize) -> Result<DMatrix<f64>>) -> Verdict {
+    causal_mask_judged(&f)
+}
+
+/// [`causal_mask`]'s judge, compiled once here rather than in every test that calls it.
+fn causal_mask_judged(f: &dyn Fn(usize, usize) -> Result<DMatrix<f64>>) -> Verdict {
     let cases: Vec<(usize, usize)> = (0..=6).flat_map(|q| (0..=6).map(move |k| (q, k))).collect();
     let found = sweep(
         SDPA,
@@ -746,7 +751,7 @@ pub fn causal_mask(f: impl Fn(usize, usize) -> Result<DMatrix<f64>>) -> Verdict 
         |&(q, k)| outcome(f(q, k)),
         |&(q, k)| outcome(book::causal_mask(q, k)),
     );
-    explained(found, || causal_mask_checks(&f))
+    explained(found, || causal_mask_checks(f))
 }
 
 /// One attention case: (Q, K, V, ∂L/∂O, causal).
@@ -791,6 +796,18 @@ pub fn attention_forward(
         bool,
     ) -> Result<(DMatrix<f64>, DMatrix<f64>)>,
 ) -> Verdict {
+    attention_forward_judged(&f)
+}
+
+/// [`attention_forward`]'s judge, compiled once here rather than in every test that calls it.
+fn attention_forward_judged(
+    f: &dyn Fn(
+        &DMatrix<f64>,
+        &DMatrix<f64>,
+        &DMatrix<f64>,
+        bool,
+    ) -> Result<(DMatrix<f64>, DMatrix<f64>)>,
+) -> Verdict {
     let cases = attention_cases(&mut Gen::new("attention_forward"));
     let found = sweep(
         SDPA,
@@ -800,13 +817,27 @@ pub fn attention_forward(
         |(q, k, v, _, c)| outcome(f(q, k, v, *c)),
         |(q, k, v, _, c)| outcome(solution::attention_forward(q, k, v, *c)),
     );
-    explained(found, || attention_forward_checks(&f))
+    explained(found, || attention_forward_checks(f))
 }
 
 /// **Attention backward**: the sweep's (Q, K, V, ∂L/∂O) with the forward's A from the main crate;
 /// then `attention_backward_checks`.
 pub fn attention_backward(
     f: impl Fn(
+        &DMatrix<f64>,
+        &DMatrix<f64>,
+        &DMatrix<f64>,
+        &DMatrix<f64>,
+        &DMatrix<f64>,
+        bool,
+    ) -> Result<(DMatrix<f64>, DMatrix<f64>, DMatrix<f64>)>,
+) -> Verdict {
+    attention_backward_judged(&f)
+}
+
+/// [`attention_backward`]'s judge, compiled once here rather than in every test that calls it.
+fn attention_backward_judged(
+    f: &dyn Fn(
         &DMatrix<f64>,
         &DMatrix<f64>,
         &DMatrix<f64>,
@@ -829,7 +860,7 @@ pub fn attention_backward(
             outcome(solution::attention_backward(q, k, v, &weights(q, k, v, *c)?, d, *c))
         },
     );
-    explained(found, || attention_backward_checks(&f))
+    explained(found, || attention_backward_checks(f))
 }
 
 /// One LayerNorm case: (X, γ, β or ∂L/∂Y, ε).
@@ -862,6 +893,13 @@ const NORM_TOL: Tol = Tol::CHAIN;
 pub fn layer_norm_forward(
     f: impl Fn(&DMatrix<f64>, &DMatrix<f64>, &DMatrix<f64>, f64) -> Result<DMatrix<f64>>,
 ) -> Verdict {
+    layer_norm_forward_judged(&f)
+}
+
+/// [`layer_norm_forward`]'s judge, compiled once here rather than in every test that calls it.
+fn layer_norm_forward_judged(
+    f: &dyn Fn(&DMatrix<f64>, &DMatrix<f64>, &DMatrix<f64>, f64) -> Result<DMatrix<f64>>,
+) -> Verdict {
     let cases = norm_cases(&mut Gen::new("layer_norm_forward"));
     let found = sweep(
         NORM,
@@ -871,12 +909,24 @@ pub fn layer_norm_forward(
         |(x, g, b, e)| outcome(f(x, g, &b.rows(0, 1).into_owned(), *e)),
         |(x, g, b, e)| outcome(solution::layer_norm_forward(x, g, &b.rows(0, 1).into_owned(), *e)),
     );
-    explained(found, || layer_norm_forward_checks(&f))
+    explained(found, || layer_norm_forward_checks(f))
 }
 
 /// **LayerNorm backward**: the sweep's rows with ∂L/∂Y; then `layer_norm_backward_checks`.
 pub fn layer_norm_backward(
     f: impl Fn(
+        &DMatrix<f64>,
+        &DMatrix<f64>,
+        &DMatrix<f64>,
+        f64,
+    ) -> Result<(DMatrix<f64>, DMatrix<f64>, DMatrix<f64>)>,
+) -> Verdict {
+    layer_norm_backward_judged(&f)
+}
+
+/// [`layer_norm_backward`]'s judge, compiled once here rather than in every test that calls it.
+fn layer_norm_backward_judged(
+    f: &dyn Fn(
         &DMatrix<f64>,
         &DMatrix<f64>,
         &DMatrix<f64>,
@@ -892,12 +942,17 @@ pub fn layer_norm_backward(
         |(x, g, d, e)| outcome(f(x, g, d, *e)),
         |(x, g, d, e)| outcome(solution::layer_norm_backward(x, g, d, *e)),
     );
-    explained(found, || layer_norm_backward_checks(&f))
+    explained(found, || layer_norm_backward_checks(f))
 }
 
 /// **Splitting into heads**: widths 1 to 12, H from 0 to 5 (H = 0 and widths not a multiple of
 /// H are the promised errors); then `split_heads_checks`.
 pub fn split_heads(f: impl Fn(&DMatrix<f64>, usize) -> Result<Vec<DMatrix<f64>>>) -> Verdict {
+    split_heads_judged(&f)
+}
+
+/// [`split_heads`]'s judge, compiled once here rather than in every test that calls it.
+fn split_heads_judged(f: &dyn Fn(&DMatrix<f64>, usize) -> Result<Vec<DMatrix<f64>>>) -> Verdict {
     let mut draw = Gen::new("split_heads");
     let mut cases = Vec::new();
     for (n, w) in [(1, 1), (2, 4), (3, 6), (1, 12), (4, 5)] {
@@ -913,12 +968,17 @@ pub fn split_heads(f: impl Fn(&DMatrix<f64>, usize) -> Result<Vec<DMatrix<f64>>>
         |(m, h)| outcome(f(m, *h)),
         |(m, h)| outcome(book::split_heads(m, *h)),
     );
-    explained(found, || split_heads_checks(&f))
+    explained(found, || split_heads_checks(f))
 }
 
 /// **Merging heads**: one to four parts of unequal widths, no parts and unequal rows (the
 /// promised errors); then `concat_heads_checks`.
 pub fn concat_heads(f: impl Fn(&[DMatrix<f64>]) -> Result<DMatrix<f64>>) -> Verdict {
+    concat_heads_judged(&f)
+}
+
+/// [`concat_heads`]'s judge, compiled once here rather than in every test that calls it.
+fn concat_heads_judged(f: &dyn Fn(&[DMatrix<f64>]) -> Result<DMatrix<f64>>) -> Verdict {
     let mut draw = Gen::new("concat_heads");
     let mut cases: Vec<Vec<DMatrix<f64>>> = vec![Vec::new()];
     for (n, widths) in [(1, vec![1]), (2, vec![2, 3]), (3, vec![1, 1, 1, 2]), (2, vec![4, 4])] {
@@ -936,7 +996,7 @@ pub fn concat_heads(f: impl Fn(&[DMatrix<f64>]) -> Result<DMatrix<f64>>) -> Verd
         |p| outcome(f(p)),
         |p| outcome(book::concat_heads(p)),
     );
-    explained(found, || concat_heads_checks(&f))
+    explained(found, || concat_heads_checks(f))
 }
 
 /// Multi-head attention's gradients by name.
@@ -980,6 +1040,17 @@ pub fn mha_backward(
         &DMatrix<f64>,
     ) -> Result<book::MhaGrads<f64>>,
 ) -> Verdict {
+    mha_backward_judged(&f)
+}
+
+/// [`mha_backward`]'s judge, compiled once here rather than in every test that calls it.
+fn mha_backward_judged(
+    f: &dyn Fn(
+        &book::MultiHead<f64>,
+        &book::MhaCache<f64>,
+        &DMatrix<f64>,
+    ) -> Result<book::MhaGrads<f64>>,
+) -> Verdict {
     let mut cases: Vec<MhaSpec> = Vec::new();
     let mut seed = 600;
     for (h, b, tq, tk) in [(1, 1, 1, 1), (2, 2, 3, 5), (3, 1, 2, 2), (2, 3, 2, 3), (1, 2, 4, 4)] {
@@ -1004,7 +1075,7 @@ pub fn mha_backward(
             outcome(book::mha_backward(&p, &cache, &g)).map(mha_named)
         },
     );
-    explained(found, || mha_backward_checks(&f))
+    explained(found, || mha_backward_checks(f))
 }
 
 /// The feed-forward net's gradients by name.
@@ -1033,6 +1104,13 @@ fn ffn_inputs(
 pub fn ffn_backward(
     f: impl Fn(&book::Ffn<f64>, &book::FfnCache<f64>, &DMatrix<f64>) -> Result<book::FfnGrads<f64>>,
 ) -> Verdict {
+    ffn_backward_judged(&f)
+}
+
+/// [`ffn_backward`]'s judge, compiled once here rather than in every test that calls it.
+fn ffn_backward_judged(
+    f: &dyn Fn(&book::Ffn<f64>, &book::FfnCache<f64>, &DMatrix<f64>) -> Result<book::FfnGrads<f64>>,
+) -> Verdict {
     let mut cases: Vec<FfnSpec> = Vec::new();
     let mut seed = 700;
     for act in llm_workbook::ch03_mlp::Activation::ALL {
@@ -1057,7 +1135,7 @@ pub fn ffn_backward(
             outcome(book::ffn_backward(&ffn, &cache, &g)).map(ffn_named)
         },
     );
-    explained(found, || ffn_backward_checks(&f))
+    explained(found, || ffn_backward_checks(f))
 }
 
 /// A block's gradients by name.
@@ -1104,6 +1182,17 @@ pub fn block_backward(
         &DMatrix<f64>,
     ) -> Result<book::BlockGrads<f64>>,
 ) -> Verdict {
+    block_backward_judged(&f)
+}
+
+/// [`block_backward`]'s judge, compiled once here rather than in every test that calls it.
+fn block_backward_judged(
+    f: &dyn Fn(
+        &book::Block<f64>,
+        &book::BlockCache<f64>,
+        &DMatrix<f64>,
+    ) -> Result<book::BlockGrads<f64>>,
+) -> Verdict {
     use llm_workbook::ch03_mlp::Activation;
     let mut cases: Vec<BlockSpec> = Vec::new();
     let mut seed = 800;
@@ -1129,5 +1218,5 @@ pub fn block_backward(
             outcome(book::block_backward(&blk, &cache, &g)).map(block_named)
         },
     );
-    explained(found, || block_backward_checks(&f))
+    explained(found, || block_backward_checks(f))
 }

@@ -825,6 +825,11 @@ use super::sweep::{Fixed, Gen, Named, Tol, explained, outcome, sweep};
 /// the doc promises (no sequences, a zero length, a length of T_k + 1); then
 /// `padding_mask_checks`.
 pub fn padding_mask(f: impl Fn(&[usize], usize, usize) -> Result<DMatrix<f64>>) -> Verdict {
+    padding_mask_judged(&f)
+}
+
+/// [`padding_mask`]'s judge, compiled once here rather than in every test that calls it.
+fn padding_mask_judged(f: &dyn Fn(&[usize], usize, usize) -> Result<DMatrix<f64>>) -> Verdict {
     let mut cases: Vec<(Vec<usize>, usize, usize)> = Vec::new();
     for (q, k) in [(1, 1), (2, 3), (3, 2), (1, 4)] {
         cases.push((Vec::new(), q, k));
@@ -842,7 +847,7 @@ pub fn padding_mask(f: impl Fn(&[usize], usize, usize) -> Result<DMatrix<f64>>) 
         |(l, q, k)| outcome(f(l, *q, *k)),
         |(l, q, k)| outcome(llm_workbook::ch06_attention::padding_mask(l, *q, *k)),
     );
-    explained(found, || padding_mask_checks(&f))
+    explained(found, || padding_mask_checks(f))
 }
 
 /// A cross-attention case's inputs: (y, its batch, e, its batch, the weights, ∂L/∂out).
@@ -914,6 +919,20 @@ pub fn cross_attention_backward(
         &DMatrix<f64>,
     ) -> Result<MhaGrads<f64>>,
 ) -> Verdict {
+    cross_attention_backward_judged(&f)
+}
+
+/// [`cross_attention_backward`]'s judge, compiled once here rather than in every test that calls it.
+fn cross_attention_backward_judged(
+    f: &dyn Fn(
+        &DMatrix<f64>,
+        &Batch,
+        &DMatrix<f64>,
+        &Batch,
+        &MultiHead<f64>,
+        &DMatrix<f64>,
+    ) -> Result<MhaGrads<f64>>,
+) -> Verdict {
     let found = sweep(
         BACKWARD,
         "cross_attention_backward",
@@ -931,7 +950,7 @@ pub fn cross_attention_backward(
             outcome(grads).map(super::ch06::mha_named)
         },
     );
-    explained(found, || cross_attention_backward_checks(&f))
+    explained(found, || cross_attention_backward_checks(f))
 }
 
 /// A decoder block's inputs for a cross-attention case (the case's weights unused; the block's
@@ -971,6 +990,17 @@ pub fn decoder_block_backward(
         &DMatrix<f64>,
     ) -> Result<(DMatrix<f64>, DMatrix<f64>, DecoderBlock<f64>)>,
 ) -> Verdict {
+    decoder_block_backward_judged(&f)
+}
+
+/// [`decoder_block_backward`]'s judge, compiled once here rather than in every test that calls it.
+fn decoder_block_backward_judged(
+    f: &dyn Fn(
+        &DecoderBlock<f64>,
+        &DecoderBlockCache<f64>,
+        &DMatrix<f64>,
+    ) -> Result<(DMatrix<f64>, DMatrix<f64>, DecoderBlock<f64>)>,
+) -> Verdict {
     let cases: Vec<CrossSpec> = cross_cases()
         .into_iter()
         .map(|(s, b, t, u, scale)| (s, b, t, u, scale.min(10.0)))
@@ -989,7 +1019,7 @@ pub fn decoder_block_backward(
             outcome(book::decoder_block_backward(&block, &cache, &g)).map(decoder_named)
         },
     );
-    explained(found, || decoder_block_backward_checks(&f))
+    explained(found, || decoder_block_backward_checks(f))
 }
 
 /// One whole-model case: (seed, layers on each side, B, the longest source, the longest target,
@@ -1064,6 +1094,18 @@ pub fn loss_and_gradients(
         &[Vec<usize>],
     ) -> Result<Gradients<f64>>,
 ) -> Verdict {
+    loss_and_gradients_judged(&f)
+}
+
+/// [`loss_and_gradients`]'s judge, compiled once here rather than in every test that calls it.
+fn loss_and_gradients_judged(
+    f: &dyn Fn(
+        &EncoderDecoder<f64>,
+        &[Vec<usize>],
+        &[Vec<usize>],
+        &[Vec<usize>],
+    ) -> Result<Gradients<f64>>,
+) -> Verdict {
     let mut cases: Vec<ModelSpec> = Vec::new();
     let mut seed = 1000;
     for (layers, b, t_s, t_t) in [(1, 1, 1, 1), (2, 2, 5, 3), (1, 3, 2, 5), (2, 2, 3, 3)] {
@@ -1088,5 +1130,5 @@ pub fn loss_and_gradients(
             outcome(m.loss_and_gradients(&src, &tgt, &lab)).map(model_named)
         },
     );
-    explained(found, || loss_and_gradients_checks(&f))
+    explained(found, || loss_and_gradients_checks(f))
 }

@@ -169,6 +169,11 @@ fn merge_tables() -> Vec<Table> {
 /// case run twice, so that an answer that depends on a HashMap's order of iteration fails as
 /// nondeterministic; then `apply_merges_checks`.
 pub fn apply_merges(f: impl Fn(&mut Vec<TokenId>, &Ranks)) -> Verdict {
+    apply_merges_judged(&f)
+}
+
+/// [`apply_merges`]'s judge, compiled once here rather than in every test that calls it.
+fn apply_merges_judged(f: &dyn Fn(&mut Vec<TokenId>, &Ranks)) -> Verdict {
     let mut draw = Gen::new("apply_merges");
     let mut cases: Vec<(Vec<TokenId>, Table)> = Vec::new();
     for table in merge_tables() {
@@ -198,12 +203,17 @@ pub fn apply_merges(f: impl Fn(&mut Vec<TokenId>, &Ranks)) -> Verdict {
         |c| run(c, &f),
         |c| run(c, &bpe::apply_merges),
     );
-    explained(found, || apply_merges_checks(&f))
+    explained(found, || apply_merges_checks(f))
 }
 
 /// **Bigram counts**: 1 to 60 tokens over vocabularies of 1 to 6, a token equal to the
 /// vocabulary's size (the promised error); then `bigram_counts_checks`.
 pub fn bigram_counts(f: impl Fn(&[TokenId], usize) -> Result<DMatrix<f64>>) -> Verdict {
+    bigram_counts_judged(&f)
+}
+
+/// [`bigram_counts`]'s judge, compiled once here rather than in every test that calls it.
+fn bigram_counts_judged(f: &dyn Fn(&[TokenId], usize) -> Result<DMatrix<f64>>) -> Verdict {
     let mut draw = Gen::new("bigram_counts");
     let mut cases: Vec<(Vec<TokenId>, usize)> = Vec::new();
     for v in [1, 2, 3, 6] {
@@ -222,7 +232,7 @@ pub fn bigram_counts(f: impl Fn(&[TokenId], usize) -> Result<DMatrix<f64>>) -> V
         |(t, v)| outcome(f(t, *v)),
         |(t, v)| outcome(solution::bigram_counts(t, *v)),
     );
-    explained(found, || bigram_counts_checks(&f))
+    explained(found, || bigram_counts_checks(f))
 }
 
 /// **Add-k smoothing**: every (context, next) of vocabularies of 2 to 5, k from 10⁻³ to 2, with
@@ -230,6 +240,13 @@ pub fn bigram_counts(f: impl Fn(&[TokenId], usize) -> Result<DMatrix<f64>>) -> V
 /// contexts seen; then `add_k_probability_checks`.
 pub fn add_k_probability(
     f: impl Fn(&[TokenId], usize, TokenId, TokenId, f64) -> Result<f64>,
+) -> Verdict {
+    add_k_probability_judged(&f)
+}
+
+/// [`add_k_probability`]'s judge, compiled once here rather than in every test that calls it.
+fn add_k_probability_judged(
+    f: &dyn Fn(&[TokenId], usize, TokenId, TokenId, f64) -> Result<f64>,
 ) -> Verdict {
     let mut draw = Gen::new("add_k_probability");
     let mut cases: Vec<(Vec<TokenId>, usize, TokenId, TokenId, f64)> = Vec::new();
@@ -254,5 +271,5 @@ pub fn add_k_probability(
         |(t, v, c, n, k)| outcome(f(t, *v, *c, *n, *k)),
         |(t, v, c, n, k)| outcome(solution::add_k_probability(t, *v, *c, *n, *k)),
     );
-    explained(found, || add_k_probability_checks(&f))
+    explained(found, || add_k_probability_checks(f))
 }

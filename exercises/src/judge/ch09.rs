@@ -486,6 +486,11 @@ fn logit_lists(draw: &mut Gen) -> Vec<Vec<f64>> {
 /// underflows for T ≠ 1) at T from 0.05 to 10, and the errors the doc promises (T = 0, T < 0,
 /// empty logits); then `temperature_distribution_checks`.
 pub fn temperature_distribution(f: impl Fn(&[f64], f64) -> Result<Dist>) -> Verdict {
+    temperature_distribution_judged(&f)
+}
+
+/// [`temperature_distribution`]'s judge, compiled once here rather than in every test that calls it.
+fn temperature_distribution_judged(f: &dyn Fn(&[f64], f64) -> Result<Dist>) -> Verdict {
     let mut cases = Vec::new();
     for z in logit_lists(&mut Gen::new("temperature_distribution")) {
         for t in [1.0, 0.05, 0.5, 2.0, 10.0, 0.0, -1.0] {
@@ -500,13 +505,18 @@ pub fn temperature_distribution(f: impl Fn(&[f64], f64) -> Result<Dist>) -> Verd
         |(z, t)| outcome(f(z, *t)),
         |(z, t)| outcome(distribution(z, &Decoding::temperature(*t))),
     );
-    explained(found, || temperature_distribution_checks(&f))
+    explained(found, || temperature_distribution_checks(f))
 }
 
 /// **Top-k**: the sweep's non-empty logits with k from 0 (the promised error) to past the
 /// vocabulary's size (k = V and V + 1 keep every token), T from 0.5 to 2; then
 /// `top_k_distribution_checks`.
 pub fn top_k_distribution(f: impl Fn(&[f64], usize, f64) -> Result<Dist>) -> Verdict {
+    top_k_distribution_judged(&f)
+}
+
+/// [`top_k_distribution`]'s judge, compiled once here rather than in every test that calls it.
+fn top_k_distribution_judged(f: &dyn Fn(&[f64], usize, f64) -> Result<Dist>) -> Verdict {
     let mut cases = Vec::new();
     for z in logit_lists(&mut Gen::new("top_k_distribution")).into_iter().filter(|z| !z.is_empty())
     {
@@ -528,7 +538,7 @@ pub fn top_k_distribution(f: impl Fn(&[f64], usize, f64) -> Result<Dist>) -> Ver
             outcome(distribution(z, &spec))
         },
     );
-    explained(found, || top_k_distribution_checks(&f))
+    explained(found, || top_k_distribution_checks(f))
 }
 
 /// An AdamW step as the sweep calls it.
@@ -551,6 +561,21 @@ type AdamCase =
 /// θ, m and v compared after the step; then `adamw_step_checks`.
 pub fn adamw_step(
     f: impl Fn(
+        &mut DMatrix<f64>,
+        &DMatrix<f64>,
+        &mut DMatrix<f64>,
+        &mut DMatrix<f64>,
+        u64,
+        &AdamConfig,
+        f64,
+    ) -> Result<()>,
+) -> Verdict {
+    adamw_step_judged(&f)
+}
+
+/// [`adamw_step`]'s judge, compiled once here rather than in every test that calls it.
+fn adamw_step_judged(
+    f: &dyn Fn(
         &mut DMatrix<f64>,
         &DMatrix<f64>,
         &mut DMatrix<f64>,
@@ -601,7 +626,7 @@ pub fn adamw_step(
         |c| run(c, &f),
         |c| run(c, &solution::adamw_step),
     );
-    explained(found, || adamw_step_checks(&f))
+    explained(found, || adamw_step_checks(f))
 }
 
 /// **The unembedding's backward**: S from 1 to 4 rows, d ≠ V, h at every scale up to 30 (logits
@@ -609,6 +634,13 @@ pub fn adamw_step(
 /// to V); then `lm_head_backward_checks`.
 pub fn lm_head_backward(
     f: impl Fn(&DMatrix<f64>, &DMatrix<f64>, &[usize]) -> Result<(f64, DMatrix<f64>, DMatrix<f64>)>,
+) -> Verdict {
+    lm_head_backward_judged(&f)
+}
+
+/// [`lm_head_backward`]'s judge, compiled once here rather than in every test that calls it.
+fn lm_head_backward_judged(
+    f: &dyn Fn(&DMatrix<f64>, &DMatrix<f64>, &[usize]) -> Result<(f64, DMatrix<f64>, DMatrix<f64>)>,
 ) -> Verdict {
     let mut draw = Gen::new("lm_head_backward");
     let mut cases = Vec::new();
@@ -630,7 +662,7 @@ pub fn lm_head_backward(
         |(h, w, t)| outcome(f(h, w, t)),
         |(h, w, t)| outcome(solution::lm_head_backward(h, w, t)),
     );
-    explained(found, || lm_head_backward_checks(&f))
+    explained(found, || lm_head_backward_checks(f))
 }
 
 /// One cache step: (keys, values, len, q, k, v).

@@ -279,6 +279,11 @@ type KernelCase = (usize, Vec<f64>, Vec<f64>, f64, f64, DMatrix<f64>);
 /// α and β of both signs, β = 0 over a NaN-filled C, values at 10⁻⁴ to 10³; then
 /// `micro_kernel_checks`.
 pub fn micro_kernel(f: impl Fn(usize, &[f64], &[f64], f64, f64, &mut DMatrix<f64>)) -> Verdict {
+    micro_kernel_judged(&f)
+}
+
+/// [`micro_kernel`]'s judge, compiled once here rather than in every test that calls it.
+fn micro_kernel_judged(f: &dyn Fn(usize, &[f64], &[f64], f64, f64, &mut DMatrix<f64>)) -> Verdict {
     let mut draw = Gen::new("micro_kernel");
     let mut cases: Vec<KernelCase> = Vec::new();
     for kc in [1, 2, 5, 9] {
@@ -310,7 +315,7 @@ pub fn micro_kernel(f: impl Fn(usize, &[f64], &[f64], f64, f64, &mut DMatrix<f64
         |c| run(c, &f),
         |c| run(c, &solution::micro_kernel),
     );
-    explained(found, || micro_kernel_checks(&f))
+    explained(found, || micro_kernel_checks(f))
 }
 
 /// One packing case: (the stored matrix, op, the cut's range, the depth's range, the width).

@@ -406,6 +406,11 @@ use super::sweep::{Fixed, Gen, Tol, explained, sweep};
 /// tie, overflow, subnormals, signed zeros, NaNs) and 20 000 random ones, bit for bit; then
 /// `f32_to_bf16_checks`.
 pub fn f32_to_bf16(f: impl Fn(f32) -> u16) -> Verdict {
+    f32_to_bf16_judged(&f)
+}
+
+/// [`f32_to_bf16`]'s judge, compiled once here rather than in every test that calls it.
+fn f32_to_bf16_judged(f: &dyn Fn(f32) -> u16) -> Verdict {
     let cases: Vec<u32> = bf16_cases().into_iter().map(|(b, _)| b).collect();
     let found = sweep(
         ROUNDING,
@@ -415,12 +420,17 @@ pub fn f32_to_bf16(f: impl Fn(f32) -> u16) -> Verdict {
         |&b| Ok(f(f32::from_bits(b))),
         |&b| Ok(ch11::f32_to_bf16(f32::from_bits(b))),
     );
-    explained(found, || f32_to_bf16_checks(&f))
+    explained(found, || f32_to_bf16_checks(f))
 }
 
 /// **f16 → f32**: all 65 536 patterns, bit for bit (a NaN matches any NaN here; its sign is
 /// checked after); then `f16_to_f32_checks`.
 pub fn f16_to_f32(f: impl Fn(u16) -> f32) -> Verdict {
+    f16_to_f32_judged(&f)
+}
+
+/// [`f16_to_f32`]'s judge, compiled once here rather than in every test that calls it.
+fn f16_to_f32_judged(f: &dyn Fn(u16) -> f32) -> Verdict {
     let cases: Vec<u16> = (0..=u16::MAX).collect();
     let found = sweep(
         FORMATS,
@@ -430,7 +440,7 @@ pub fn f16_to_f32(f: impl Fn(u16) -> f32) -> Verdict {
         |&b| Ok(f(b)),
         |&b| Ok(ch11::f16_to_f32(b)),
     );
-    explained(found, || f16_to_f32_checks(&f))
+    explained(found, || f16_to_f32_checks(f))
 }
 
 /// **The balanced step**: both kinds at the machine epsilons of f64, f32 and bf16, at 0.25 and at
@@ -438,6 +448,11 @@ pub fn f16_to_f32(f: impl Fn(u16) -> f32) -> Verdict {
 /// bound (0, −0, 1, the f64 just above 1, −10⁻³, 2, ∞, NaN). An answer with section 6's
 /// constants (2ε^{1/2}, (3ε)^{1/3}) is taken as the chapter's step; then `balanced_step_checks`.
 pub fn balanced_step(f: impl Fn(Difference, f64) -> llm_workbook::Result<f64>) -> Verdict {
+    balanced_step_judged(&f)
+}
+
+/// [`balanced_step`]'s judge, compiled once here rather than in every test that calls it.
+fn balanced_step_judged(f: &dyn Fn(Difference, f64) -> llm_workbook::Result<f64>) -> Verdict {
     let mut cases = Vec::new();
     let epsilons = [
         F64.epsilon(),
@@ -467,13 +482,18 @@ pub fn balanced_step(f: impl Fn(Difference, f64) -> llm_workbook::Result<f64>) -
     let found = sweep(STEPS, "balanced_step", Tol::F64, &cases, yours, |(kind, eps)| {
         kind.0.balanced_step(*eps).map_err(|e| e.to_string())
     });
-    explained(found, || balanced_step_checks(&f))
+    explained(found, || balanced_step_checks(f))
 }
 
 /// **Kahan's sum**: no values, one value, 2²⁴ then ones (where the running sum stalls), values
 /// of mixed sign and size from 10⁻⁶ to 10⁶, cancelling pairs, bit for bit (the doc prescribes
 /// every step, so there is one right answer); then `kahan_sum_checks`.
 pub fn kahan_sum(f: impl Fn(&[f32]) -> f32) -> Verdict {
+    kahan_sum_judged(&f)
+}
+
+/// [`kahan_sum`]'s judge, compiled once here rather than in every test that calls it.
+fn kahan_sum_judged(f: &dyn Fn(&[f32]) -> f32) -> Verdict {
     let mut draw = Gen::new("kahan_sum");
     let mut cases: Vec<Vec<f32>> = vec![Vec::new(), vec![1.5], vec![16_777_216.0, 1.0, 1.0, 1.0]];
     for n in [2, 7, 100, 1000] {
@@ -488,7 +508,7 @@ pub fn kahan_sum(f: impl Fn(&[f32]) -> f32) -> Verdict {
     cases.push(vec![1e8, 1.0, -1e8, 1.0]);
     let found =
         sweep(SUMS, "kahan_sum", Tol::EXACT, &cases, |x| Ok(f(x)), |x| Ok(solution::kahan_sum(x)));
-    explained(found, || kahan_sum_checks(&f))
+    explained(found, || kahan_sum_checks(f))
 }
 
 /// Blocks at the rounding boundaries of the codes: for a block whose largest magnitude is L·s,
@@ -522,6 +542,11 @@ fn boundary_blocks(draw: &mut Gen) -> Vec<(Vec<f32>, i32)> {
 /// largest magnitude tied between a negative and a positive weight, both levels; scale and codes
 /// bit for bit; then `quantize_block_checks`.
 pub fn quantize_block(f: impl Fn(&[f32], i32) -> (f32, Vec<i8>)) -> Verdict {
+    quantize_block_judged(&f)
+}
+
+/// [`quantize_block`]'s judge, compiled once here rather than in every test that calls it.
+fn quantize_block_judged(f: &dyn Fn(&[f32], i32) -> (f32, Vec<i8>)) -> Verdict {
     let mut cases: Vec<(Vec<f32>, i32)> =
         quant_blocks().into_iter().map(|(w, l, _)| (w, l)).collect();
     cases.extend(boundary_blocks(&mut Gen::new("quantize_block")));
@@ -533,12 +558,17 @@ pub fn quantize_block(f: impl Fn(&[f32], i32) -> (f32, Vec<i8>)) -> Verdict {
         |(w, l)| Ok(f(w, *l)),
         |(w, l)| Ok(solution::quantize_block(w, *l)),
     );
-    explained(found, || quantize_block_checks(&f))
+    explained(found, || quantize_block_checks(f))
 }
 
 /// **Dequantizing a block**: the codes of every block the quantization sweep tries, with its
 /// scale, bit for bit; then `dequantize_block_checks`.
 pub fn dequantize_block(f: impl Fn(f32, &[i8]) -> Vec<f32>) -> Verdict {
+    dequantize_block_judged(&f)
+}
+
+/// [`dequantize_block`]'s judge, compiled once here rather than in every test that calls it.
+fn dequantize_block_judged(f: &dyn Fn(f32, &[i8]) -> Vec<f32>) -> Verdict {
     let mut blocks: Vec<(Vec<f32>, i32)> =
         quant_blocks().into_iter().map(|(w, l, _)| (w, l)).collect();
     blocks.extend(boundary_blocks(&mut Gen::new("dequantize_block")));
@@ -552,7 +582,7 @@ pub fn dequantize_block(f: impl Fn(f32, &[i8]) -> Vec<f32>) -> Verdict {
         |(s, q)| Ok(f(*s, q)),
         |(s, q)| Ok(solution::dequantize_block(*s, q)),
     );
-    explained(found, || dequantize_block_checks(&f))
+    explained(found, || dequantize_block_checks(f))
 }
 
 /// The tolerance of the int8 dot: the order of the additions is yours, so two right answers
@@ -564,6 +594,11 @@ const DOT_TOLERANCE: f64 = 1e-5;
 /// 10⁶, within `DOT_TOLERANCE` of Σ|s·qᵢ·xᵢ| (an answer that close is taken as the main
 /// crate's); then `int8_block_dot_checks`.
 pub fn int8_block_dot(f: impl Fn(&[f32], f32, &[i8]) -> f32) -> Verdict {
+    int8_block_dot_judged(&f)
+}
+
+/// [`int8_block_dot`]'s judge, compiled once here rather than in every test that calls it.
+fn int8_block_dot_judged(f: &dyn Fn(&[f32], f32, &[i8]) -> f32) -> Verdict {
     let mut draw = Gen::new("int8_block_dot");
     let mut blocks: Vec<(Vec<f32>, i32)> =
         quant_blocks().into_iter().map(|(w, l, _)| (w, l)).collect();
@@ -586,5 +621,5 @@ pub fn int8_block_dot(f: impl Fn(&[f32], f32, &[i8]) -> f32) -> Verdict {
     let found = sweep(QUANT, "int8_block_dot", Tol::EXACT, &cases, yours, |(x, s, q)| {
         Ok(solution::int8_block_dot(x, *s, q))
     });
-    explained(found, || int8_block_dot_checks(&f))
+    explained(found, || int8_block_dot_checks(f))
 }

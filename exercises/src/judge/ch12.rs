@@ -196,6 +196,13 @@ type NormCase = (DMatrix<f64>, DMatrix<f64>, DMatrix<f64>, f64);
 pub fn rms_norm_backward(
     f: impl Fn(&DMatrix<f64>, &DMatrix<f64>, &DMatrix<f64>, f64) -> Result<Two>,
 ) -> Verdict {
+    rms_norm_backward_judged(&f)
+}
+
+/// [`rms_norm_backward`]'s judge, compiled once here rather than in every test that calls it.
+fn rms_norm_backward_judged(
+    f: &dyn Fn(&DMatrix<f64>, &DMatrix<f64>, &DMatrix<f64>, f64) -> Result<Two>,
+) -> Verdict {
     let mut draw = Gen::new("rms_norm_backward");
     let mut cases: Vec<NormCase> = Vec::new();
     for (n, c) in [(1, 1), (1, 4), (3, 2), (2, 5), (4, 3)] {
@@ -226,7 +233,7 @@ pub fn rms_norm_backward(
         |(x, g, d, e)| outcome(f(x, g, d, *e)),
         |(x, g, d, e)| outcome(solution::rms_norm_backward(x, g, d, *e)),
     );
-    explained(found, || rms_norm_backward_checks(&f))
+    explained(found, || rms_norm_backward_checks(f))
 }
 
 // ─────────────────────────────── rotary positions ───────────────────────────────
@@ -390,6 +397,13 @@ fn rope_cases(draw: &mut Gen) -> Vec<RopeCase> {
 pub fn rope_forward(
     f: impl Fn(&DMatrix<f64>, usize, usize, f64, Pairing) -> Result<DMatrix<f64>>,
 ) -> Verdict {
+    rope_forward_judged(&f)
+}
+
+/// [`rope_forward`]'s judge, compiled once here rather than in every test that calls it.
+fn rope_forward_judged(
+    f: &dyn Fn(&DMatrix<f64>, usize, usize, f64, Pairing) -> Result<DMatrix<f64>>,
+) -> Verdict {
     let cases = rope_cases(&mut Gen::new("rope_forward"));
     let found = sweep(
         ROPE,
@@ -406,6 +420,13 @@ pub fn rope_forward(
 /// transposed rotation; then `rope_checks` with the gradient check.
 pub fn rope_backward(
     f: impl Fn(&DMatrix<f64>, usize, usize, f64, Pairing) -> Result<DMatrix<f64>>,
+) -> Verdict {
+    rope_backward_judged(&f)
+}
+
+/// [`rope_backward`]'s judge, compiled once here rather than in every test that calls it.
+fn rope_backward_judged(
+    f: &dyn Fn(&DMatrix<f64>, usize, usize, f64, Pairing) -> Result<DMatrix<f64>>,
 ) -> Verdict {
     let cases = rope_cases(&mut Gen::new("rope_backward"));
     let found = sweep(
@@ -559,6 +580,19 @@ type GluCase = (DMatrix<f64>, DMatrix<f64>, DMatrix<f64>, DMatrix<f64>, DMatrix<
 /// shape); then `swiglu_backward_checks`.
 pub fn swiglu_backward(
     f: impl Fn(
+        &DMatrix<f64>,
+        &DMatrix<f64>,
+        &DMatrix<f64>,
+        &DMatrix<f64>,
+        &DMatrix<f64>,
+    ) -> Result<GluGrads<f64>>,
+) -> Verdict {
+    swiglu_backward_judged(&f)
+}
+
+/// [`swiglu_backward`]'s judge, compiled once here rather than in every test that calls it.
+fn swiglu_backward_judged(
+    f: &dyn Fn(
         &DMatrix<f64>,
         &DMatrix<f64>,
         &DMatrix<f64>,
@@ -763,6 +797,13 @@ fn gqa_backward_checks(f: &GqaFn<'_>) -> Verdict {
 pub fn gqa_backward(
     f: impl Fn(&Gqa<f64>, &DMatrix<f64>, usize, &DMatrix<f64>) -> Result<GqaGrads<f64>>,
 ) -> Verdict {
+    gqa_backward_judged(&f)
+}
+
+/// [`gqa_backward`]'s judge, compiled once here rather than in every test that calls it.
+fn gqa_backward_judged(
+    f: &dyn Fn(&Gqa<f64>, &DMatrix<f64>, usize, &DMatrix<f64>) -> Result<GqaGrads<f64>>,
+) -> Verdict {
     let mut cases: Vec<GqaCase> = Vec::new();
     let shapes = [
         (1, 1, 1, 1, 1, 1),
@@ -846,6 +887,13 @@ fn kv_cache_checks(f: &KvFn<'_>) -> Verdict {
 /// product past `u64::MAX`), exactly; then `kv_cache_checks`.
 pub fn kv_cache_bytes_per_token(
     f: impl Fn(usize, usize, usize, usize, usize) -> Result<u64>,
+) -> Verdict {
+    kv_cache_bytes_per_token_judged(&f)
+}
+
+/// [`kv_cache_bytes_per_token`]'s judge, compiled once here rather than in every test that calls it.
+fn kv_cache_bytes_per_token_judged(
+    f: &dyn Fn(usize, usize, usize, usize, usize) -> Result<u64>,
 ) -> Verdict {
     let mut cases: Vec<(usize, usize, usize, usize, usize)> =
         PUBLISHED.iter().map(|&(_, l, h, k, d, _)| (l, h, k, d, HALF)).collect();

@@ -133,6 +133,13 @@ type SftCase = (DMatrix<f64>, Vec<usize>, Vec<bool>);
 pub fn masked_cross_entropy(
     f: impl Fn(&DMatrix<f64>, &[usize], &[bool]) -> Result<(f64, DMatrix<f64>)>,
 ) -> Verdict {
+    masked_cross_entropy_judged(&f)
+}
+
+/// [`masked_cross_entropy`]'s judge, compiled once here rather than in every test that calls it.
+fn masked_cross_entropy_judged(
+    f: &dyn Fn(&DMatrix<f64>, &[usize], &[bool]) -> Result<(f64, DMatrix<f64>)>,
+) -> Verdict {
     let mut draw = Gen::new("masked_cross_entropy");
     let mut cases: Vec<SftCase> = Vec::new();
     for (t, v) in [(1, 1), (1, 3), (3, 2), (4, 5), (6, 3)] {
@@ -224,6 +231,11 @@ type LoraNewCase = (DMatrix<f64>, usize, f64, u64);
 /// past min(d_in, d_out), α of 1 and 16, two seeds; the errors the doc promises (W empty or not
 /// finite, r = 0 or too large, α = 0, −1, ∞, NaN), exactly; then `lora_new_checks`.
 pub fn lora_new(f: impl Fn(DMatrix<f64>, usize, f64, u64) -> Result<Lora>) -> Verdict {
+    lora_new_judged(&f)
+}
+
+/// [`lora_new`]'s judge, compiled once here rather than in every test that calls it.
+fn lora_new_judged(f: &dyn Fn(DMatrix<f64>, usize, f64, u64) -> Result<Lora>) -> Verdict {
     let mut draw = Gen::new("lora_new");
     let mut cases: Vec<LoraNewCase> = Vec::new();
     for (k, (i, o)) in [(1, 1), (2, 3), (4, 2), (5, 5)].into_iter().enumerate() {
@@ -313,6 +325,13 @@ type LoraCase = (DMatrix<f64>, DMatrix<f64>, DMatrix<f64>, f64, DMatrix<f64>, DM
 /// rows, x or ∂L/∂y of another shape); then `lora_backward_checks`.
 pub fn lora_backward(
     f: impl Fn(&Lora, &DMatrix<f64>, &DMatrix<f64>) -> Result<LoraGrads>,
+) -> Verdict {
+    lora_backward_judged(&f)
+}
+
+/// [`lora_backward`]'s judge, compiled once here rather than in every test that calls it.
+fn lora_backward_judged(
+    f: &dyn Fn(&Lora, &DMatrix<f64>, &DMatrix<f64>) -> Result<LoraGrads>,
 ) -> Verdict {
     let mut draw = Gen::new("lora_backward");
     let mut cases: Vec<LoraCase> = Vec::new();
@@ -480,6 +499,13 @@ fn dpo_checks(f: &DpoFn<'_>) -> Verdict {
 pub fn dpo_loss_and_gradient(
     f: impl Fn(&[DpoPair], f64) -> Result<(f64, Vec<f64>, Vec<f64>)>,
 ) -> Verdict {
+    dpo_loss_and_gradient_judged(&f)
+}
+
+/// [`dpo_loss_and_gradient`]'s judge, compiled once here rather than in every test that calls it.
+fn dpo_loss_and_gradient_judged(
+    f: &dyn Fn(&[DpoPair], f64) -> Result<(f64, Vec<f64>, Vec<f64>)>,
+) -> Verdict {
     let mut draw = Gen::new("dpo_loss_and_gradient");
     let mut cases: Vec<(Vec<DpoPair>, f64)> = Vec::new();
     for p in [1, 2, 5] {
@@ -574,6 +600,11 @@ fn group_advantages_checks(f: &AdvFn<'_>) -> Verdict {
 /// promises (G of 0 and 1, a NaN or ∞ reward, ε of −10⁻³, NaN, ∞); to 10⁻⁶, since rewards near
 /// 10⁸ keep r − mean only to the rounding of the mean; then `group_advantages_checks`.
 pub fn group_advantages(f: impl Fn(&[f64], f64) -> Result<Vec<f64>>) -> Verdict {
+    group_advantages_judged(&f)
+}
+
+/// [`group_advantages`]'s judge, compiled once here rather than in every test that calls it.
+fn group_advantages_judged(f: &dyn Fn(&[f64], f64) -> Result<Vec<f64>>) -> Verdict {
     let mut draw = Gen::new("group_advantages");
     let mut cases: Vec<(Vec<f64>, f64)> = Vec::new();
     for n in [2, 3, 5, 8, 16] {
@@ -771,6 +802,13 @@ fn grpo_checks(f: &GrpoFn<'_>) -> Verdict {
 pub fn grpo_loss_and_gradient(
     f: impl Fn(GrpoSpec, GrpoSample) -> Result<(f64, DMatrix<f64>)>,
 ) -> Verdict {
+    grpo_loss_and_gradient_judged(&f)
+}
+
+/// [`grpo_loss_and_gradient`]'s judge, compiled once here rather than in every test that calls it.
+fn grpo_loss_and_gradient_judged(
+    f: &dyn Fn(GrpoSpec, GrpoSample) -> Result<(f64, DMatrix<f64>)>,
+) -> Verdict {
     let cases = grpo_cases(&mut Gen::new("grpo_loss_and_gradient"));
     let found = sweep(
         GRPO,
@@ -839,6 +877,11 @@ fn k3_checks(f: &K3Fn<'_>) -> Verdict {
 /// the rounding of the three terms (`k3_close`: an answer that close is taken as the main
 /// crate's); then `k3_checks`.
 pub fn k3(f: impl Fn(f64, f64) -> f64) -> Verdict {
+    k3_judged(&f)
+}
+
+/// [`k3`]'s judge, compiled once here rather than in every test that calls it.
+fn k3_judged(f: &dyn Fn(f64, f64) -> f64) -> Verdict {
     let mut draw = Gen::new("k3");
     let mut cases: Vec<(f64, f64)> = Vec::new();
     for level in [0.0, -0.5, -3.0, -40.0] {
