@@ -355,8 +355,8 @@ fn dpo_pairs_raise_the_margin_in_full_and_through_lora_and_bad_betas_are_refused
         assert!(reply(&dir, out, "3+6=").starts_with("3+6="), "{out}");
     }
     // β: not finite or ≤ 0 refused before anything is read; given for an SFT file, refused.
-    for bad in ["0", "-1", "nan", "inf"] {
-        let args = [&finetune_args("out", "0")[..], &["--beta", bad, "--force"]].concat();
+    for bad in ["--beta=0", "--beta=-1", "--beta=nan", "--beta=inf"] {
+        let args = [&finetune_args("out", "0")[..], &[bad, "--force"]].concat();
         refused(&cli(&dir, &args), &["--beta", "finite and > 0"], bad);
     }
     std::fs::write(dir.join("data.jsonl"), constant_answers()).unwrap();

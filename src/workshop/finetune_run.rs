@@ -1,20 +1,25 @@
 //! `gpt finetune`'s run: a loaded model fine-tuned on the reader's examples
-//! ([`super::finetune`]), in full or through LoRA adapters, and saved as a checkpoint folder
-//! that `gpt sample` reads.
+//! ([`super::finetune`]), in full or through LoRA adapters, by supervised fine-tuning or by DPO,
+//! and saved as a checkpoint folder that `gpt sample` reads.
 //!
 //! Both ways reuse chapter 9's step: its fused loss and gradients (or the reference pass, for a
 //! model the fused step does not cover), gradient-norm clipping at 1, AdamW on a warm-up and
 //! cosine schedule ([`super::run::train_config`]).
 //!
-//! - **Full** (`--lora-rank 0`): chapter 9's [`Trainer::step_on`] on each batch; every
-//!   parameter trains, AdamW's decay on the matrices as in pretraining.
+//! - **Full** (`--lora-rank 0`): chapter 9's [`Trainer::step_on`] on each batch (DPO:
+//!   [`Trainer::step_weighted`]); every parameter trains, AdamW's decay on the matrices as in
+//!   pretraining.
 //! - **LoRA** (`--lora-rank r`): chapter 13's adapters W + (α/r)AᵀBᵀ on every block's W_QKV,
 //!   W_O, W₁ and W₂ ([`LoraGpt`]), A random and B zero, so the first step starts from the loaded
 //!   model exactly. The step's ∂L/∂W of each merged matrix goes to A and B by
 //!   [`lora_weight_backward`]; the rows of characters the file added to the vocabulary train in
 //!   full beside them (they start as guesses, and a frozen guess cannot be learned around);
-//!   everything else stays frozen. AdamW without decay on what trains. The checkpoint holds the
-//!   merged weights: `gpt sample` needs nothing new, and the adapters are not kept.
+//!   everything else stays frozen ([`lora_gradients`]). AdamW without decay on what trains. The
+//!   checkpoint holds the merged weights: `gpt sample` needs nothing new, and the adapters are
+//!   not kept.
+//! - **DPO** (a file of preference pairs), either way: π_ref is the loaded model, its sequence
+//!   log-probabilities of every pair computed once before the first step; each step's weights
+//!   w_r = −∂L/∂ℓ_r come from chapter 13's [`dpo_weights`] (see [`finetune`]).
 //!
 //! A run saves once, at its end, through the folder's writer ([`folder::save_generation_with`]:
 //! a generation and its pointer), with the model, the tokenizer, the loss plot and
