@@ -176,7 +176,7 @@ pub fn run(a: FinetuneArgs) -> Result<()> {
     let bytes = budget::read_file(&a.data, budget::TEXT_BYTES_PER_BYTE, budget, "--data")?;
     let (mode, records) = parse_examples(&bytes, &data_name, &end)?;
     if mode == Mode::Sft && a.beta.is_some() {
-        let why = "is for preference pairs (DPO); the file holds prompt and answer lines";
+        let why = "is for preference pairs (DPO); this file holds answers";
         return Err(invalid(OP, "--beta", why));
     }
     let loaded = tune::load(&a.checkpoint, budget)?;
