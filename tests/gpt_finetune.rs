@@ -476,6 +476,9 @@ fn grown_lora(
     (merged, ext, ids, lora)
 }
 
+/// A loss of a whole model, for the gradient checks.
+type LossOf<'a> = &'a dyn Fn(&Gpt<f64>) -> f64;
+
 /// Under LoRA the rows W_E gained for the file's new characters train in full beside the
 /// adapters: their gradient (and W_U's, untied), for the SFT loss and the DPO loss, against
 /// central differences of the loss in f64 at every entry; a planted mistake (the rows read one
@@ -506,7 +509,7 @@ fn the_added_rows_gradients_under_lora_pass_finite_differences() {
         let weights = dpo_weights(&pairs, &ell, &refs, beta).unwrap().1;
         let tensors: Vec<Param> =
             if tied { vec![Param::Wte] } else { vec![Param::Wte, Param::LmHead] };
-        let cases: [(&dyn Fn(&Gpt<f64>) -> f64, _, &_); 2] =
+        let cases: [(LossOf, Loss, _); 2] =
             [(&sft_loss, Loss::Mean, &sft), (&dpo_loss, Loss::Weighted(&weights), &pairs)];
         for (loss, on, batch) in cases {
             let mut fused = FusedStep::<f64>::new();
