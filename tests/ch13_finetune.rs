@@ -422,7 +422,7 @@ fn grpo_loss_and_gradient_of_one_token_by_hand() {
     let spec = GrpoSpec { clip_eps: 0.2, kl_beta: 0.1 };
     let (loss, cache) = ch::grpo_forward(spec, sample).unwrap();
     assert!(close(loss, -(1.2 - 0.1 * (LN_2 - 0.5)), 1e-15), "{loss}");
-    assert!(close(cache.ratios[1], 2.0, 1e-15) && !cache.unclipped[1]);
+    assert!(close(cache.terms.ratios[1], 2.0, 1e-15) && !cache.terms.unclipped[1]);
     // Clipped: ∂s/∂ℓ = 0; ∂k/∂ℓ = 1 − q = ½: ∂L/∂ℓ = 0.1 · ½ = 0.05 (the penalty pulls ℓ down,
     // back towards ln ¼), and ∂L/∂z = 0.05 (onehot(0) − (½, ½)) = (0.025, −0.025).
     let d = ch::grpo_backward(&cache).unwrap();
@@ -458,7 +458,7 @@ fn grpo_backward_passes_gradient_checks_away_from_the_clip_kinks() {
             ch::grpo_forward(spec, sample).unwrap()
         };
         let (_, cache) = loss(&logits);
-        let answer = |want: bool| (1..t).any(|i| cache.unclipped[i] == want);
+        let answer = |want: bool| (1..t).any(|i| cache.terms.unclipped[i] == want);
         assert!(answer(true) && answer(false), "both branches of the minimum are checked");
         let d = ch::grpo_backward(&cache).unwrap();
         check(Config::default(), &[("logits", logits)], &[d], |z| loss(&z[0]).0).assert_passed();

@@ -191,10 +191,6 @@ fn every_kind_of_bad_line_is_refused_with_its_line_number() {
     refused(&cli(&dir, &finetune_args("out", "0")), &["data.jsonl:2:", "UTF-8"], "bytes");
     std::fs::write(dir.join("data.jsonl"), "\n  \n").unwrap();
     refused(&cli(&dir, &finetune_args("out", "0")), &["data.jsonl:", "no example"], "blank");
-    // A good file of preference pairs: not taken yet, said in one line.
-    let pairs = "{\"prompt\": \"1+1=\", \"chosen\": \"2\", \"rejected\": \"3\"}\n";
-    std::fs::write(dir.join("data.jsonl"), pairs).unwrap();
-    refused(&cli(&dir, &finetune_args("out", "0")), &["data.jsonl", "DPO", "not taken"], "DPO");
 }
 
 #[test]
@@ -317,4 +313,279 @@ fn the_end_marker_ends_an_answer_and_shell_escapes_are_read() {
     assert_eq!(ft::cut_at("42\nmore", "\n"), "42");
     let (_, r) = parse_examples(b"{\"prompt\": \"q\", \"answer\": \"a\"}", "f", "<e>").unwrap();
     assert_eq!(r[0].answer, "a<e>");
+}
+
+// ───── preference pairs (DPO) ─────
+
+/// Pairs of one-digit additions: chosen the constant "42", rejected "41" (off by one).
+fn constant_pairs() -> String {
+    (0..10)
+        .map(|a| {
+            let p = format!("{a}+{}=", 9 - a);
+            format!("{{\"prompt\": \"{p}\", \"chosen\": \"42\", \"rejected\": \"41\"}}\n")
+        })
+        .collect()
+}
+
+/// `finetune.json` of the checkpoint folder `ck` in `dir`.
+fn record_of(dir: &Path, ck: &str) -> serde_json::Value {
+    let here = folder::resolve(&dir.join(ck)).unwrap().path;
+    serde_json::from_str(&std::fs::read_to_string(here.join("finetune.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn dpo_pairs_raise_the_margin_in_full_and_through_lora_and_bad_betas_are_refused() {
+    let dir = base("finetune_dpo", "char");
+    std::fs::write(dir.join("data.jsonl"), constant_pairs()).unwrap();
+    for (out, rank) in [("full", "0"), ("lora", "4")] {
+        let text = ok(&cli(&dir, &finetune_args(out, rank)), out);
+        assert!(text.contains("DPO, β = 0.1") && text.contains("gained 13"), "{text}");
+        let r = record_of(&dir, out);
+        assert_eq!(r["mode"], "DPO", "{r}");
+        assert_eq!(r["beta"], 0.1, "{r}");
+        let p = &r["preferences"];
+        let f = |k: &str, i: usize| p[k][i].as_f64().unwrap();
+        assert_eq!(p["pairs"], 10, "{r}");
+        assert_eq!((f("margin", 0), f("ranked", 0)), (0.0, 0.0), "π = π_ref before: {r}");
+        // After: every pair ranked right, the chosen answer's log-ratio raised.
+        assert!(f("margin", 1) > 0.1 && f("ranked", 1) == 1.0, "{out}: {r}");
+        assert!(f("log_ratio", 1) > f("log_ratio", 0) + 1.0, "{out}: {r}");
+        assert!(r["final_loss"].as_f64().unwrap() < std::f64::consts::LN_2, "{out}: {r}");
+        // `gpt sample` loads the folder and reads the prompt's new characters.
+        assert!(reply(&dir, out, "3+6=").starts_with("3+6="), "{out}");
+    }
+    // β: not finite or ≤ 0 refused before anything is read; given for an SFT file, refused.
+    for bad in ["--beta=0", "--beta=-1", "--beta=nan", "--beta=inf"] {
+        let args = [&finetune_args("out", "0")[..], &[bad, "--force"]].concat();
+        refused(&cli(&dir, &args), &["--beta", "finite and > 0"], bad);
+    }
+    std::fs::write(dir.join("data.jsonl"), constant_answers()).unwrap();
+    let args = [&finetune_args("out", "0")[..], &["--beta", "0.5"]].concat();
+    refused(&cli(&dir, &args), &["--beta", "preference pairs"], "--beta for SFT");
+    assert!(!folder::holds_checkpoint(&dir.join("out")), "nothing saved");
+}
+
+/// Pairs as `gpt finetune` encodes them, from (prompt, chosen, rejected).
+fn pair_examples(tok: &CharTokenizer, lines: &[(&str, &str, &str)]) -> Vec<ft::Example> {
+    let text: String = lines
+        .iter()
+        .map(|(p, w, l)| format!("{{\"prompt\": {p:?}, \"chosen\": {w:?}, \"rejected\": {l:?}}}\n"))
+        .collect();
+    let (mode, recs) = parse_examples(text.as_bytes(), "f.jsonl", "\n").unwrap();
+    assert_eq!(mode, ft::Mode::Dpo);
+    encode_examples(tok, &recs, 16, "f.jsonl").unwrap()
+}
+
+/// The mean DPO loss written out from ℓ at every position of a pair batch (rows chosen,
+/// rejected, chosen, …), apart from the crate's code: per pair
+/// ln(1 + e^{−m}), m = β[(Σ ℓ_w − ref_w) − (Σ ℓ_l − ref_l)].
+fn dpo_loss_by_hand(
+    batch: &llm_workbook::ch09_gpt::data::Batch,
+    ell: &[f64],
+    refs: &[(f64, f64)],
+    beta: f64,
+) -> f64 {
+    let t = batch.seq_len;
+    let sum = |row: usize| -> f64 {
+        (0..t).filter(|&k| batch.targets[row * t + k].is_some()).map(|k| ell[row * t + k]).sum()
+    };
+    let losses = refs.iter().enumerate().map(|(i, r)| {
+        let m = beta * ((sum(2 * i) - r.0) - (sum(2 * i + 1) - r.1));
+        (1.0 + (-m).exp()).ln()
+    });
+    losses.sum::<f64>() / refs.len() as f64
+}
+
+#[test]
+fn the_dpo_weights_are_minus_the_losss_derivative_and_need_the_reference() {
+    use llm_workbook::ch13_finetune::feedback::dpo_weights;
+    let tok = CharTokenizer::from_text("0123456789+=\n").unwrap();
+    let ex = pair_examples(&tok, &[("1+2=", "3", "4"), ("5+5=", "10", "11"), ("9+0=", "9", "8")]);
+    let t = ft::seq_len(&ex);
+    let batch = ft::batch_of(&ex, &[0, 1, 2, 1], t, true);
+    // Row 2i is pair i's chosen answer, row 2i + 1 its rejected one.
+    let answer_at = |row: usize| batch.targets[row * t..(row + 1) * t].iter().flatten().count();
+    assert_eq!((0..8).map(answer_at).collect::<Vec<_>>(), [2, 2, 3, 3, 2, 2, 3, 3]);
+    let mut rng = llm_workbook::rng::Rng::new(4);
+    let ell: Vec<f64> = batch
+        .targets
+        .iter()
+        .map(|x| if x.is_some() { rng.uniform(-2.2, -0.2) } else { 0.0 })
+        .collect();
+    let refs = [(-3.0, -2.5), (-4.0, -6.0), (-1.5, -1.0), (-4.0, -6.0)];
+    let beta = 0.7;
+    // −∂L/∂ℓ_r by central differences of the loss written out by hand, at every position.
+    let numeric = |refs: &[(f64, f64)]| -> Vec<f64> {
+        let h = 1e-5;
+        (0..ell.len())
+            .map(|r| {
+                let at = |d: f64| {
+                    let mut e = ell.clone();
+                    e[r] += d;
+                    dpo_loss_by_hand(&batch, &e, refs, beta)
+                };
+                -(at(h) - at(-h)) / (2.0 * h)
+            })
+            .collect()
+    };
+    let close = |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-8);
+    let (loss, weights) = dpo_weights(&batch, &ell, &refs, beta).unwrap();
+    assert!((loss - dpo_loss_by_hand(&batch, &ell, &refs, beta)).abs() < 1e-12);
+    let want = numeric(&refs);
+    assert!(close(&weights, &want), "{weights:?}\n{want:?}");
+    assert!(weights.iter().filter(|w| w.abs() > 1e-3).count() >= 16, "most weights matter");
+    // Planted: π_ref left out (its log-probabilities taken as 0): the weights change and fail.
+    let (_, no_ref) = dpo_weights(&batch, &ell, &[(0.0, 0.0); 4], beta).unwrap();
+    assert!(!close(&no_ref, &want), "the check catches π_ref left out");
+    // Planted: chosen and rejected swapped in the layout.
+    let swapped = [(-2.5, -3.0), (-6.0, -4.0), (-1.0, -1.5), (-6.0, -4.0)];
+    assert!(!close(&dpo_weights(&batch, &ell, &swapped, beta).unwrap().1, &want));
+    // One line naming the argument: pairs that do not match the batch.
+    let e = dpo_weights(&batch, &ell, &refs[..3], beta).unwrap_err().to_string();
+    assert!(e.contains("refs") && !e.contains('\n') && e.chars().count() <= WIDTH, "{e}");
+}
+
+/// A tiny model over `tok`'s vocabulary, then grown by the characters of `lines`, with LoRA
+/// adapters whose B is random (so the merged matrices differ from the base): the model, the
+/// extended tokenizer, the added ids and the adapters.
+fn grown_lora(
+    tied: bool,
+    lines: &[(&str, &str, &str)],
+) -> (Gpt<f32>, CharTokenizer, Vec<usize>, llm_workbook::ch13_finetune::stages::LoraGpt) {
+    use llm_workbook::ch13_finetune::stages::LoraGpt;
+    let tok = CharTokenizer::from_text("abc .").unwrap();
+    let config = Config { tied, ..Config::new(tok.vocab_size(), 16, 1, 2, 8) };
+    let mut model = Gpt::<f32>::new(config, 3).unwrap();
+    let recs: Vec<Record> = {
+        let text: String = lines
+            .iter()
+            .map(|(p, w, l)| {
+                format!("{{\"prompt\": {p:?}, \"chosen\": {w:?}, \"rejected\": {l:?}}}\n")
+            })
+            .collect();
+        parse_examples(text.as_bytes(), "f.jsonl", "\n").unwrap().1
+    };
+    let added = ft::missing_characters(&tok, &recs);
+    let (ext, ids) = extend_vocabulary(&mut model, &tok, &added, 1).unwrap();
+    let mut lora = LoraGpt::new(model, 2, 4.0, 5).unwrap();
+    let mut rng = llm_workbook::rng::Rng::new(6);
+    for (_, _, l) in lora.adapters.iter_mut() {
+        l.b = rng.normal_matrix(l.b.nrows(), l.b.ncols(), 0.3);
+    }
+    let merged = lora.merged().unwrap();
+    (merged, ext, ids, lora)
+}
+
+/// A loss of a whole model, for the gradient checks.
+type LossOf<'a> = &'a dyn Fn(&Gpt<f64>) -> f64;
+
+/// Under LoRA the rows W_E gained for the file's new characters train in full beside the
+/// adapters: their gradient (and W_U's, untied), for the SFT loss and the DPO loss, against
+/// central differences of the loss in f64 at every entry; a planted mistake (the rows read one
+/// id off) fails it.
+#[test]
+fn the_added_rows_gradients_under_lora_pass_finite_differences() {
+    use llm_workbook::ch09_gpt::fast::FusedStep;
+    use llm_workbook::ch09_gpt::model::Param;
+    use llm_workbook::ch13_finetune::feedback::dpo_weights;
+    use llm_workbook::workshop::finetune_run::{Loss, lora_gradients};
+    let lines = [("a+b=", "c1", "c2"), ("b+b=", "ab", "a"), ("c+a=", "1", "b2")];
+    for tied in [true, false] {
+        let (model32, tok, added, lora) = grown_lora(tied, &lines);
+        assert_eq!(added.len(), 5, "⏎ + 1 2 = and no other");
+        let model = model32.cast::<f64>();
+        let ex = pair_examples(&tok, &lines);
+        let t = ft::seq_len(&ex);
+        let sft = ft::batch_of(&ex, &[0, 1, 2], t, false);
+        let pairs = ft::batch_of(&ex, &[0, 1, 2], t, true);
+        let refs = [(-5.0, -6.5), (-4.0, -3.0), (-6.0, -5.5)];
+        let beta = 0.5;
+        let sft_loss = |m: &Gpt<f64>| FusedStep::new().loss_and_grads(m, &sft).unwrap().0;
+        let dpo_loss = |m: &Gpt<f64>| {
+            let ell = FusedStep::new().target_log_probs(m, &pairs).unwrap();
+            dpo_weights(&pairs, &ell, &refs, beta).unwrap().0
+        };
+        let ell = FusedStep::new().target_log_probs(&model, &pairs).unwrap();
+        let weights = dpo_weights(&pairs, &ell, &refs, beta).unwrap().1;
+        let tensors: Vec<Param> =
+            if tied { vec![Param::Wte] } else { vec![Param::Wte, Param::LmHead] };
+        let cases: [(LossOf, Loss, _); 2] =
+            [(&sft_loss, Loss::Mean, &sft), (&dpo_loss, Loss::Weighted(&weights), &pairs)];
+        for (loss, on, batch) in cases {
+            let mut fused = FusedStep::<f64>::new();
+            let (_, grads) = lora_gradients(&mut fused, &model, batch, on, &lora, &added).unwrap();
+            assert_eq!(grads.len(), 2 * lora.adapters.len() + tensors.len());
+            let rows = &grads[2 * lora.adapters.len()..];
+            // ∂L/∂(row `id`, column j) of tensor p by central differences.
+            let numeric = |p: Param, id: usize, j: usize| {
+                let h = 1e-5;
+                let at = |d: f64| {
+                    let mut m = model.clone();
+                    m.params.get_mut(p, None).unwrap()[(id, j)] += d;
+                    loss(&m)
+                };
+                (at(h) - at(-h)) / (2.0 * h)
+            };
+            let passes = |ids: &[usize]| {
+                tensors.iter().zip(rows).all(|(&p, g)| {
+                    (0..ids.len()).all(|i| {
+                        (0..g.ncols()).all(|j| {
+                            let n = numeric(p, ids[i], j);
+                            (n - g[(i, j)]).abs() <= 1e-7 + 1e-5 * n.abs()
+                        })
+                    })
+                })
+            };
+            assert!(passes(&added), "tied {tied}: the added rows' gradient");
+            assert!(rows.iter().all(|g| g.iter().any(|x| x.abs() > 1e-4)), "not all zero");
+            // Planted: the rows' gradient compared at the ids one off (the old rows').
+            let off: Vec<usize> =
+                added.iter().map(|&i| (i + 1) % model.config.vocab_size).collect();
+            assert!(!passes(&off), "tied {tied}: the check catches rows one id off");
+        }
+    }
+}
+
+/// What LoRA trains in `gpt finetune`: after a few steps the adapted matrices and the added
+/// rows moved, and nothing else did: every other row of W_E, the positions, the biases, the
+/// LayerNorms keep their bits.
+#[test]
+fn lora_trains_the_adapted_matrices_and_the_added_rows_only() {
+    use llm_workbook::ch09_gpt::model::Param;
+    use llm_workbook::ch13_finetune::stages::ADAPTED;
+    use llm_workbook::workshop::finetune_run::{Settings, finetune};
+    let lines = [("a+b=", "c1", "c2"), ("b+b=", "ab", "a")];
+    let (_, tok, added, lora) = grown_lora(false, &lines);
+    let start = lora.base.clone();
+    let ex = pair_examples(&tok, &lines);
+    let s = Settings {
+        steps: 3,
+        batch: 2,
+        lr: 1e-2,
+        seed: 1,
+        lora_rank: 2,
+        lora_alpha: 4.0,
+        beta: 0.1,
+    };
+    for mode in [ft::Mode::Sft, ft::Mode::Dpo] {
+        let tuned = finetune(start.clone(), &ex, mode, &added, &s, &mut ()).unwrap();
+        let after = &tuned.trainer.model;
+        let p = &start.params;
+        let adapted: Vec<usize> =
+            (0..start.config.layers).flat_map(|l| ADAPTED.map(|q| p.at(q, l))).collect();
+        let rows_of = [p.at(Param::Wte, 0), p.at(Param::LmHead, 0)];
+        for (k, (a, b)) in p.iter().zip(after.params.iter()).enumerate() {
+            let moved: Vec<usize> = (0..a.nrows()).filter(|&i| a.row(i) != b.row(i)).collect();
+            if adapted.contains(&k) {
+                assert!(!moved.is_empty(), "{mode:?} tensor {k}: the adapter moved it");
+            } else if rows_of.contains(&k) {
+                // W_E's row of a character never read (⏎ is only a target) has no gradient.
+                assert!(!moved.is_empty(), "{mode:?} tensor {k}: {moved:?}");
+                assert!(moved.iter().all(|i| added.contains(i)), "{mode:?} {k}: {moved:?}");
+            } else {
+                assert!(moved.is_empty(), "{mode:?} tensor {k}: frozen");
+            }
+        }
+        assert_eq!(tuned.preferences.is_some(), mode == ft::Mode::Dpo);
+    }
 }

@@ -203,6 +203,56 @@ pub fn sequence_sums(batch: &Batch, ell: &[f64]) -> Vec<f64> {
         .collect()
 }
 
+/// The sequence log-probabilities of a batch of pairs laid out as [`pair_batch`] lays them out
+/// (row 2i the chosen answer of pair i, row 2i + 1 the rejected one) from ℓ at every position
+/// (`ell`): (ln π(y_w), ln π(y_l)) per pair. The layout [`dpo_weights`] reads, and `gpt
+/// finetune`'s preference batches follow.
+pub fn pair_sums(batch: &Batch, ell: &[f64]) -> Vec<(f64, f64)> {
+    sequence_sums(batch, ell).chunks_exact(2).map(|c| (c[0], c[1])).collect()
+}
+
+/// What a set of preference pairs says about a policy against its reference.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PreferenceSummary {
+    /// The mean implicit reward margin m = β[(ln π(y_w) − ln π_ref(y_w)) − (ln π(y_l) −
+    /// ln π_ref(y_l))] (0 while π is π_ref).
+    pub margin: f64,
+    /// The share of pairs with m > 0 (0 while π is π_ref).
+    pub ranked: f64,
+    /// The mean of ln π(y_w) − ln π(y_l): how much more likely the policy finds the chosen answer.
+    pub log_ratio: f64,
+    /// The share of pairs with ln π(y_w) > ln π(y_l): the pairs the policy itself ranks right.
+    pub preferred: f64,
+}
+
+/// The [`PreferenceSummary`] of pairs whose (chosen, rejected) sequence log-probabilities are
+/// `policy` under π and `reference` under π_ref (one per pair each, as [`pair_sums`] gives
+/// them), with β = `beta`. Errors as [`dpo_forward`], and naming `reference` when the two
+/// lengths differ.
+pub fn preference_summary(
+    policy: &[(f64, f64)],
+    reference: &[(f64, f64)],
+    beta: f64,
+) -> Result<PreferenceSummary> {
+    if policy.len() != reference.len() {
+        let reason = format!("{} pairs for a policy of {}", reference.len(), policy.len());
+        return Err(invalid("preference_summary", "reference", reason));
+    }
+    let dpo: Vec<DpoPair> = policy
+        .iter()
+        .zip(reference)
+        .map(|(a, b)| DpoPair { chosen: a.0, rejected: a.1, ref_chosen: b.0, ref_rejected: b.1 })
+        .collect();
+    let (_, cache) = dpo_forward(&dpo, beta)?;
+    let n = policy.len() as f64;
+    Ok(PreferenceSummary {
+        margin: cache.margins.iter().sum::<f64>() / n,
+        ranked: cache.accuracy(),
+        log_ratio: policy.iter().map(|(w, l)| w - l).sum::<f64>() / n,
+        preferred: policy.iter().filter(|(w, l)| w > l).count() as f64 / n,
+    })
+}
+
 /// The batch of `pairs`: row 2i the chosen line of pair i, row 2i + 1 the rejected one, each
 /// scored on its answer ([`answer_batch`]).
 pub fn pair_batch(task: &AdditionTask, pairs: &[&Pair]) -> Result<Batch> {
@@ -220,8 +270,7 @@ fn pair_log_probs(
     pairs: &[&Pair],
 ) -> Result<Vec<(f64, f64)>> {
     let batch = pair_batch(task, pairs)?;
-    let sums = sequence_sums(&batch, &step.target_log_probs(model, &batch)?);
-    Ok(sums.chunks_exact(2).map(|c| (c[0], c[1])).collect())
+    Ok(pair_sums(&batch, &step.target_log_probs(model, &batch)?))
 }
 
 /// What a DPO run measured.
@@ -275,20 +324,16 @@ pub fn run_dpo(
     }
     let mut policy = FusedStep::<f32>::new();
     let after = pair_log_probs(task, &mut policy, &trainer.model, &held_refs)?;
-    let dpo: Vec<DpoPair> = after
-        .iter()
-        .zip(&ref_held)
-        .map(|(a, b)| DpoPair { chosen: a.0, rejected: a.1, ref_chosen: b.0, ref_rejected: b.1 })
-        .collect();
-    let (_, cache) = dpo_forward(&dpo, beta)?;
-    let n = held.len() as f64;
-    let mean_ratio = |v: &[(f64, f64)]| v.iter().map(|(w, l)| w - l).sum::<f64>() / n;
+    let (before, after) = (
+        preference_summary(&ref_held, &ref_held, beta)?,
+        preference_summary(&after, &ref_held, beta)?,
+    );
     Ok(DpoRun {
         beta,
         accuracy: accuracy(task, &trainer.model, &task.held_out)?,
-        margin: cache.margins.iter().sum::<f64>() / n,
-        ranked: cache.accuracy(),
-        log_ratio: (mean_ratio(&ref_held), mean_ratio(&after)),
+        margin: after.margin,
+        ranked: after.ranked,
+        log_ratio: (before.log_ratio, after.log_ratio),
         losses,
         model: trainer.model,
     })
@@ -305,11 +350,10 @@ pub fn dpo_weights(
     refs: &[(f64, f64)],
     beta: f64,
 ) -> Result<(f64, Vec<f64>)> {
-    let sums = sequence_sums(batch, ell);
-    let dpo: Vec<DpoPair> = sums
-        .chunks_exact(2)
+    let dpo: Vec<DpoPair> = pair_sums(batch, ell)
+        .into_iter()
         .zip(refs)
-        .map(|(s, r)| DpoPair { chosen: s[0], rejected: s[1], ref_chosen: r.0, ref_rejected: r.1 })
+        .map(|(s, r)| DpoPair { chosen: s.0, rejected: s.1, ref_chosen: r.0, ref_rejected: r.1 })
         .collect();
     if dpo.len() != refs.len() || 2 * refs.len() != batch.batch {
         let reason = format!("{} pairs for a batch of {} sequences", refs.len(), batch.batch);

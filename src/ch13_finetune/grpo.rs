@@ -92,23 +92,14 @@ pub struct GrpoSample<'a> {
     pub advantage: f64,
 }
 
-/// What [`grpo_backward`] needs, and what GRPO reports per token.
+/// What [`grpo_backward`] needs, and what GRPO reports per token: the log-softmax's cache and
+/// the per-token values [`grpo_tokens_forward`] computes from its ℓ_t.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GrpoCache {
     /// The token log-probabilities' cache.
     pub tokens: TokenCache,
-    /// ρ_t (1 where m_t is false).
-    pub ratios: Vec<f64>,
-    /// True where the minimum is the unclipped ρA, so that ∂s/∂ρ = A (else 0).
-    pub unclipped: Vec<bool>,
-    /// e^{ℓ_ref,t − ℓ_t}, π_ref/π at the sampled token.
-    pub ref_ratios: Vec<f64>,
-    /// k_t, the k3 estimate per token (0 where m_t is false).
-    pub kl: Vec<f64>,
-    /// A.
-    pub advantage: f64,
-    /// β.
-    pub kl_beta: f64,
+    /// ρ_t, the clipping, π_ref/π and k_t at each token, A and β.
+    pub terms: GrpoTerms,
 }
 
 /// L = −(1/|M|) Σ_t m_t (min(ρ_t A, clip(ρ_t)A) − β k_t) for one answer. Errors in one line: as
@@ -116,17 +107,7 @@ pub struct GrpoCache {
 /// ≤ 0 per row; ε_c outside (0, 1); β not finite and ≥ 0; a non-finite advantage.
 pub fn grpo_forward(spec: GrpoSpec, sample: GrpoSample) -> Result<(f64, GrpoCache)> {
     const OP: &str = "grpo_forward";
-    if !(spec.clip_eps > 0.0 && spec.clip_eps < 1.0) {
-        let reason = format!("ε_c must be in (0, 1); got {}", spec.clip_eps);
-        return Err(invalid(OP, "clip_eps", reason));
-    }
-    if !(spec.kl_beta.is_finite() && spec.kl_beta >= 0.0) {
-        let reason = format!("β must be finite and ≥ 0; got {}", spec.kl_beta);
-        return Err(invalid(OP, "kl_beta", reason));
-    }
-    if !sample.advantage.is_finite() {
-        return Err(Error::NonFinite { op: OP, arg: "advantage", at: "its only entry".into() });
-    }
+    check_spec(OP, spec, sample.advantage)?;
     let (ell, tokens) = token_log_probs(OP, sample.logits, sample.targets, sample.mask)?;
     let t = GrpoTokens {
         log_probs: &ell,
@@ -136,9 +117,7 @@ pub fn grpo_forward(spec: GrpoSpec, sample: GrpoSample) -> Result<(f64, GrpoCach
         advantage: sample.advantage,
     };
     let (loss, terms) = grpo_terms(OP, spec, t)?;
-    let GrpoTerms { ratios, unclipped, ref_ratios, kl, .. } = terms;
-    let (advantage, kl_beta) = (sample.advantage, spec.kl_beta);
-    Ok((loss, GrpoCache { tokens, ratios, unclipped, ref_ratios, kl, advantage, kl_beta }))
+    Ok((loss, GrpoCache { tokens, terms }))
 }
 
 /// One sampled answer's per-token log-probabilities, as GRPO on a whole model sees them: the
@@ -187,7 +166,9 @@ pub fn grpo_tokens_forward(spec: GrpoSpec, t: GrpoTokens) -> Result<(f64, GrpoTe
     grpo_terms("grpo_tokens_forward", spec, t)
 }
 
-fn grpo_terms(op: &'static str, spec: GrpoSpec, t: GrpoTokens) -> Result<(f64, GrpoTerms)> {
+/// The checks both forms make first, naming `op`: ε_c in (0, 1), β finite and ≥ 0, the
+/// advantage finite.
+fn check_spec(op: &'static str, spec: GrpoSpec, advantage: f64) -> Result<()> {
     if !(spec.clip_eps > 0.0 && spec.clip_eps < 1.0) {
         let reason = format!("ε_c must be in (0, 1); got {}", spec.clip_eps);
         return Err(invalid(op, "clip_eps", reason));
@@ -196,9 +177,15 @@ fn grpo_terms(op: &'static str, spec: GrpoSpec, t: GrpoTokens) -> Result<(f64, G
         let reason = format!("β must be finite and ≥ 0; got {}", spec.kl_beta);
         return Err(invalid(op, "kl_beta", reason));
     }
-    if !t.advantage.is_finite() {
+    if !advantage.is_finite() {
         return Err(Error::NonFinite { op, arg: "advantage", at: "its only entry".into() });
     }
+    Ok(())
+}
+
+/// The per-token values of both forms from ℓ_t (`t`), after their checks, and the loss.
+fn grpo_terms(op: &'static str, spec: GrpoSpec, t: GrpoTokens) -> Result<(f64, GrpoTerms)> {
+    check_spec(op, spec, t.advantage)?;
     let n = t.log_probs.len();
     check_log_probs(op, "log_probs", t.log_probs, n)?;
     if t.mask.len() != n {
@@ -235,34 +222,18 @@ fn grpo_terms(op: &'static str, spec: GrpoSpec, t: GrpoTokens) -> Result<(f64, G
 /// of Σ_t (−c_t)(−ℓ_t)).
 pub fn grpo_log_prob_gradient(terms: &GrpoTerms) -> Vec<f64> {
     let answer = terms.mask.iter().filter(|&&m| m).count() as f64;
-    d_log_probs(
-        &terms.mask,
-        (&terms.ratios, &terms.unclipped, &terms.ref_ratios),
-        terms.advantage,
-        terms.kl_beta,
-        answer,
-    )
-}
-
-/// ∂L/∂ℓ_t for every position, from the per-token values both forms keep.
-fn d_log_probs(
-    mask: &[bool],
-    (ratios, unclipped, ref_ratios): (&[f64], &[bool], &[f64]),
-    advantage: f64,
-    kl_beta: f64,
-    answer: f64,
-) -> Vec<f64> {
+    let (ratios, a) = (&terms.ratios, terms.advantage);
     (0..ratios.len())
         .map(|t| {
-            if !mask[t] {
+            if !terms.mask[t] {
                 return 0.0;
             }
             // s = min(ρA, clip(ρ)A), ρ = e^{ℓ − ℓ_old}  ⇒  ∂s/∂ℓ = ρA on the unclipped branch
-            let d_s = if unclipped[t] { ratios[t] * advantage } else { 0.0 };
+            let d_s = if terms.unclipped[t] { ratios[t] * a } else { 0.0 };
             // k = e^{ℓ_ref − ℓ} − (ℓ_ref − ℓ) − 1  ⇒  ∂k/∂ℓ = 1 − e^{ℓ_ref − ℓ}
-            let d_k = 1.0 - ref_ratios[t];
+            let d_k = 1.0 - terms.ref_ratios[t];
             // L = −(1/|M|) Σ (s − βk)
-            -(d_s - kl_beta * d_k) / answer
+            -(d_s - terms.kl_beta * d_k) / answer
         })
         .collect()
 }
@@ -277,13 +248,5 @@ fn d_log_probs(
 /// then through the log-softmax. Where the clipped term is the minimum its gradient is 0: the
 /// ratio has moved far enough in the advantage's direction.
 pub fn grpo_backward(cache: &GrpoCache) -> Result<DMatrix<f64>> {
-    let answer = cache.tokens.answer_tokens() as f64;
-    let d_ell = d_log_probs(
-        &cache.tokens.mask,
-        (&cache.ratios, &cache.unclipped, &cache.ref_ratios),
-        cache.advantage,
-        cache.kl_beta,
-        answer,
-    );
-    token_log_probs_backward(&cache.tokens, &d_ell)
+    token_log_probs_backward(&cache.tokens, &grpo_log_prob_gradient(&cache.terms))
 }

@@ -68,6 +68,10 @@ pub struct FinetuneArgs {
     /// `\n` is read as a newline. `gpt sample --stop` cuts the reply there.
     #[arg(long, default_value = DEFAULT_END, hide_default_value = true)]
     pub end: String,
+    /// DPO's β, for a file of preference pairs: how far the policy may move from the
+    /// checkpoint's (default 0.1).
+    #[arg(long)]
+    pub beta: Option<f64>,
     /// Write into a folder that already holds a checkpoint (it is replaced at the save).
     #[arg(long)]
     pub force: bool,
@@ -98,6 +102,10 @@ fn settings(a: &FinetuneArgs) -> Result<Settings> {
     if a.lora_rank > 0 && !(alpha.is_finite() && alpha > 0.0) {
         return Err(invalid(OP, "--lora-alpha", format!("must be finite and > 0, got {alpha}")));
     }
+    let beta = a.beta.unwrap_or(tune::DEFAULT_BETA);
+    if !(beta.is_finite() && beta > 0.0) {
+        return Err(invalid(OP, "--beta", format!("must be finite and > 0, got {beta}")));
+    }
     if a.lora_rank == 0 && a.lora_alpha.is_some() {
         return Err(invalid(OP, "--lora-alpha", "is for LoRA; give --lora-rank R too"));
     }
@@ -108,6 +116,7 @@ fn settings(a: &FinetuneArgs) -> Result<Settings> {
         seed: a.seed,
         lora_rank: a.lora_rank,
         lora_alpha: alpha,
+        beta,
     })
 }
 
@@ -166,10 +175,9 @@ pub fn run(a: FinetuneArgs) -> Result<()> {
     let data_name = a.data.display().to_string();
     let bytes = budget::read_file(&a.data, budget::TEXT_BYTES_PER_BYTE, budget, "--data")?;
     let (mode, records) = parse_examples(&bytes, &data_name, &end)?;
-    if mode == Mode::Dpo {
-        // Chapter 9's step has no weighted loss yet, which DPO's gradient needs.
-        let reason = "preference pairs (DPO) are not taken yet; give prompt and answer lines";
-        return Err(Error::Parse { file: data_name, line: None, reason: reason.into() });
+    if mode == Mode::Sft && a.beta.is_some() {
+        let why = "is for preference pairs (DPO); this file holds answers";
+        return Err(invalid(OP, "--beta", why));
     }
     let loaded = tune::load(&a.checkpoint, budget)?;
     let mut model = loaded.model;
@@ -243,6 +251,13 @@ pub fn run(a: FinetuneArgs) -> Result<()> {
         )
     };
     say_wrapped(&format!("{how}; answers end with {end:?}, the prompt is masked"));
+    if mode == Mode::Dpo {
+        say_wrapped(&format!(
+            "DPO, β = {}: π_ref is the checkpoint (frozen), its log-probabilities of each pair \
+             computed once",
+            s.beta
+        ));
+    }
     let checked = &examples[..examples.len().min(CHECKED_EXAMPLES)];
     let answers: Vec<&str> =
         records.iter().take(checked.len()).map(|r| r.answer.as_str()).collect();
@@ -256,8 +271,16 @@ pub fn run(a: FinetuneArgs) -> Result<()> {
     let replies = ft::replies(&tuned.trainer.model, tok.as_ref(), checked)?;
     let after = exact(&replies);
     say_wrapped(&format!(
-        "step {}: loss {:.4} nats per answer token (running mean); {} values trained, {:.1} s",
-        tuned.trainer.step, tuned.running_loss, tuned.trainable, tuned.seconds
+        "step {}: loss {:.4} {} (running mean); {} values trained, {:.1} s",
+        tuned.trainer.step,
+        tuned.running_loss,
+        if mode == Mode::Dpo {
+            "(DPO's −ln σ(m), mean over the pairs)"
+        } else {
+            "nats per answer token"
+        },
+        tuned.trainable,
+        tuned.seconds
     ));
     say_wrapped(&format!(
         "exact answers on the first {} examples (trained on; keep some out to measure): {} \
@@ -266,6 +289,24 @@ pub fn run(a: FinetuneArgs) -> Result<()> {
         before,
         after
     ));
+    if let Some(p) = &tuned.preferences {
+        let n = p.pairs as f64;
+        say_wrapped(&format!(
+            "the {} pairs: chosen above rejected by the model (ln π(y_w) > ln π(y_l)) {:.0} \
+             before, {:.0} after; mean ln π(y_w) − ln π(y_l) {:.3} before, {:.3} after",
+            p.pairs,
+            p.before.preferred * n,
+            p.after.preferred * n,
+            p.before.log_ratio,
+            p.after.log_ratio
+        ));
+        say_wrapped(&format!(
+            "implicit reward margin β·[Δ ln π − Δ ln π_ref]: mean 0 before, {:.4} after; pairs \
+             ranked right (margin > 0) 0 before, {:.0} after",
+            p.after.margin,
+            p.after.ranked * n
+        ));
+    }
     for (r, reply) in records.iter().zip(&replies).take(SHOWN_REPLIES) {
         say_wrapped(&format!("{:?} → {:?}", r.prompt, ft::cut_at(reply, &end)));
     }
@@ -285,6 +326,8 @@ pub fn run(a: FinetuneArgs) -> Result<()> {
         lora_alpha: (s.lora_rank > 0).then_some(s.lora_alpha),
         trainable: tuned.trainable,
         final_loss: tuned.running_loss,
+        beta: (mode == Mode::Dpo).then_some(s.beta),
+        preferences: tuned.preferences.map(|p| tune::PreferenceRecord::of(&p)),
     };
     let generation = tune::save(&a.out, &tuned, &tokenizer_files, &record)?;
     say!("checkpoint and loss plot in {}", generation.display());

@@ -342,8 +342,12 @@ pub fn row(
 }
 
 /// The batch of `picks` (indices into `examples`): one row each of its answer (SFT), or, with
-/// `pairs`, the chosen answers' rows first and then the rejected answers' in the same order
-/// (DPO), T = `seq_len`, padded with token 0.
+/// `pairs`, two rows each, row 2i its chosen answer and row 2i + 1 its rejected one (DPO: the
+/// layout chapter 13's [`pair_sums`] and [`dpo_weights`] read); T = `seq_len`, padded with
+/// token 0.
+///
+/// [`pair_sums`]: crate::ch13_finetune::feedback::pair_sums
+/// [`dpo_weights`]: crate::ch13_finetune::feedback::dpo_weights
 pub fn batch_of(examples: &[Example], picks: &[usize], seq_len: usize, pairs: bool) -> Batch {
     let (mut inputs, mut targets) = (Vec::new(), Vec::new());
     let mut push = |answer: &[Token], prompt: &[Token]| {
@@ -352,14 +356,10 @@ pub fn batch_of(examples: &[Example], picks: &[usize], seq_len: usize, pairs: bo
         targets.extend(t);
     };
     for &p in picks {
-        push(&examples[p].answer, &examples[p].prompt);
-    }
-    if pairs {
-        for &p in picks {
-            push(
-                examples[p].rejected.as_deref().unwrap_or(&examples[p].answer),
-                &examples[p].prompt,
-            );
+        let e = &examples[p];
+        push(&e.answer, &e.prompt);
+        if pairs {
+            push(e.rejected.as_deref().unwrap_or(&e.answer), &e.prompt);
         }
     }
     let rows = if pairs { 2 * picks.len() } else { picks.len() };
