@@ -106,7 +106,8 @@ fn run(o: &Options) -> llm_workbook::Result<()> {
         t0.elapsed().as_secs_f64()
     );
     let arms: Vec<Arm> = o.only.clone().unwrap_or_else(|| Arm::ALL.to_vec());
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("chapters/img").join(COMPARE_CSV);
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("chapters/img").join(COMPARE_CSV);
     let mut rows: Vec<CompareRow> = Vec::new();
     for seed in 1..=o.seeds.max(o.part_seeds) {
         for &arm in &arms {
@@ -115,7 +116,8 @@ fn run(o: &Options) -> llm_workbook::Result<()> {
                 continue;
             }
             let start = Instant::now();
-            let run = compare_run(&tokens, arm, seed, o.steps, o.eval_every, |r| {
+            let plan = (o.steps, o.eval_every, o.steps);
+            let run = compare_run(&tokens, (arm, seed), plan, |r| {
                 println!(
                     "  {:<8} seed {seed} step {:>5}: validation {:.4} nats/token, {:.0} s training",
                     arm.key(),

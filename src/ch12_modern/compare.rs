@@ -20,8 +20,8 @@ use super::rms_norm::RMS_NORM_EPS;
 use super::rope::{Pairing, ROPE_BASE};
 use crate::ch09_gpt::data::covering_windows;
 use crate::ch09_gpt::experiments::{CorpusTokens, corpus_setup};
-use crate::ch09_gpt::trainable::Trainable;
 use crate::ch09_gpt::train::{Data, Throughput, Trainer};
+use crate::ch09_gpt::trainable::Trainable;
 use crate::error::{Error, Result, invalid};
 
 /// The file the benchmark writes and the main job reads, under `chapters/img/`.
@@ -158,19 +158,21 @@ pub struct CompareRow {
 /// Trains `arm` with `seed` for `steps` steps of chapter 9's corpus setup (its batch, AdamW and
 /// schedule squeezed to `steps`, [`corpus_setup`]) through chapter 9's [`Trainer`] on the
 /// tokens' training part, measuring the validation loss every `eval_every` steps and after the
-/// last. `on_row` sees each measurement as it is made. Errors on zero steps or a zero
-/// `eval_every`, and as the trainer does.
+/// last. It stops after `until` steps (`steps` for the whole run; fewer gives the run's first
+/// rows, the same bits). `on_row` sees each measurement as it is made. Errors on zero steps, a
+/// zero `eval_every` or `until` beyond `steps`, and as the trainer does.
 pub fn compare_run(
     tokens: &CorpusTokens,
-    arm: Arm,
-    seed: u64,
-    steps: usize,
-    eval_every: usize,
+    (arm, seed): (Arm, u64),
+    (steps, eval_every, until): (usize, usize, usize),
     mut on_row: impl FnMut(&CompareRow),
 ) -> Result<Vec<CompareRow>> {
     const OP: &str = "compare_run";
     if eval_every == 0 {
         return Err(invalid(OP, "eval_every", "must be at least 1"));
+    }
+    if until > steps {
+        return Err(invalid(OP, "until", format!("{until} is beyond the run's {steps} steps")));
     }
     let setup = corpus_setup(crate::ch08_tokens::Tokenizer::vocab_size(&tokens.tokenizer), steps)?;
     let c = &setup.config;
@@ -184,7 +186,7 @@ pub fn compare_run(
     let val = covering_windows(&tokens.validation, c.context, VALIDATION_WINDOWS);
     let mut speed = Throughput::default();
     let mut rows = Vec::new();
-    while trainer.step < steps {
+    while trainer.step < until {
         let t = std::time::Instant::now();
         let r = trainer.step(&data, &setup.train)?;
         speed.add(r.tokens, t.elapsed().as_secs_f64());
@@ -206,7 +208,10 @@ pub fn compare_run(
 }
 
 /// The mean loss over every scored token of `batches`, nats per token.
-pub fn validation_loss(model: &Decoder<f32>, batches: &[crate::ch09_gpt::data::Batch]) -> Result<f64> {
+pub fn validation_loss(
+    model: &Decoder<f32>,
+    batches: &[crate::ch09_gpt::data::Batch],
+) -> Result<f64> {
     let (mut total, mut count) = (0.0, 0usize);
     for b in batches {
         let n = b.scored();
@@ -260,7 +265,8 @@ pub fn parse_compare_csv(text: &str, file: &str) -> Result<Vec<CompareRow>> {
         let arm = Arm::from_key(f[0])
             .ok_or_else(|| bad(i + 1, format!("unknown configuration {:?}", f[0])))?;
         let int = |k: usize| -> Result<usize> {
-            f[k].parse().map_err(|_| bad(i + 1, format!("field {} is not a count: {:?}", k + 1, f[k])))
+            f[k].parse()
+                .map_err(|_| bad(i + 1, format!("field {} is not a count: {:?}", k + 1, f[k])))
         };
         let real = |k: usize| -> Result<f64> {
             f[k].parse::<f64>()
@@ -281,12 +287,123 @@ pub fn parse_compare_csv(text: &str, file: &str) -> Result<Vec<CompareRow>> {
     Ok(rows)
 }
 
-/// Training steps of each run: a quarter of chapter 9's corpus run (1 600), its schedule squeezed
-/// to this length, so that the comparison's 13 runs take minutes on two cores.
-pub const COMPARE_STEPS: usize = 400;
+/// Training steps of each run: a sixth of chapter 9's corpus run (1 600), its schedule squeezed
+/// to this length, so that the comparison's 11 runs take minutes on two cores.
+pub const COMPARE_STEPS: usize = 250;
 /// Validation is measured this often (and after the last step).
 pub const COMPARE_EVAL_EVERY: usize = 50;
 /// Seeds of the two ends.
 pub const COMPARE_END_SEEDS: u64 = 3;
 /// Seeds of each single part.
 pub const COMPARE_PART_SEEDS: u64 = 1;
+
+/// One arm's result: its runs' last measurements summarised.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ArmSummary {
+    /// The arm.
+    pub arm: Arm,
+    /// Its parameters.
+    pub parameters: usize,
+    /// Steps of each run.
+    pub steps: usize,
+    /// Training tokens of each run.
+    pub tokens: usize,
+    /// (seed, final validation loss) of each run, by seed.
+    pub finals: Vec<(u64, f64)>,
+    /// The mean final validation loss m = (1/n) Σ_s L_s, nats per token.
+    pub mean: f64,
+    /// The spread over seeds, the sample standard deviation √(Σ_s (L_s − m)²/(n − 1)); None
+    /// for one seed.
+    pub spread: Option<f64>,
+    /// The mean over its seeds of L_s − L_s(GPT-2), the GPT-2 run with the same seed (hence the
+    /// same batches); None when GPT-2 lacks one of its seeds.
+    pub against_gpt2: Option<f64>,
+    /// The mean training seconds of a run.
+    pub seconds: f64,
+}
+
+/// The last measurement of every (arm, seed) run of `rows`, in row order.
+pub fn final_rows(rows: &[CompareRow]) -> Vec<&CompareRow> {
+    let mut last: Vec<&CompareRow> = Vec::new();
+    for r in rows {
+        match last.iter_mut().find(|l| l.arm == r.arm && l.seed == r.seed) {
+            Some(l) if r.step >= l.step => *l = r,
+            Some(_) => {}
+            None => last.push(r),
+        }
+    }
+    last
+}
+
+/// Each arm of `rows` summarised (in [`Arm::ALL`] order, arms without rows left out). Errors on
+/// no rows, and on runs of one arm with different parameter counts, steps or tokens.
+pub fn summarize(rows: &[CompareRow]) -> Result<Vec<ArmSummary>> {
+    const OP: &str = "summarize";
+    let last = final_rows(rows);
+    if last.is_empty() {
+        return Err(Error::Empty { op: OP, arg: "rows" });
+    }
+    let gpt2 = |seed: u64| last.iter().find(|r| r.arm == Arm::Gpt2 && r.seed == seed);
+    let mut out = Vec::new();
+    for arm in Arm::ALL {
+        let mut runs: Vec<&CompareRow> = last.iter().copied().filter(|r| r.arm == arm).collect();
+        runs.sort_by_key(|r| r.seed);
+        let Some(&first) = runs.first() else { continue };
+        if runs.iter().any(|r| {
+            (r.parameters, r.step, r.tokens) != (first.parameters, first.step, first.tokens)
+        }) {
+            let why = format!("the runs of {} differ in parameters, steps or tokens", arm.key());
+            return Err(invalid(OP, "rows", why));
+        }
+        let n = runs.len() as f64;
+        let mean = runs.iter().map(|r| r.validation).sum::<f64>() / n;
+        let spread = (runs.len() > 1).then(|| {
+            (runs.iter().map(|r| (r.validation - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
+        });
+        let diffs: Option<Vec<f64>> =
+            runs.iter().map(|r| gpt2(r.seed).map(|g| r.validation - g.validation)).collect();
+        out.push(ArmSummary {
+            arm,
+            parameters: first.parameters,
+            steps: first.step,
+            tokens: first.tokens,
+            finals: runs.iter().map(|r| (r.seed, r.validation)).collect(),
+            mean,
+            spread,
+            against_gpt2: diffs.map(|d| d.iter().sum::<f64>() / n),
+            seconds: runs.iter().map(|r| r.seconds).sum::<f64>() / n,
+        });
+    }
+    Ok(out)
+}
+
+/// For each arm but GPT-2's, (steps, mean over its seeds of L_s(step) − L_s(GPT-2)(step)) at
+/// every step both measured: how far each arm runs ahead of or behind GPT-2's block during
+/// training (below 0: ahead).
+pub fn gaps_to_gpt2(rows: &[CompareRow]) -> Vec<(Arm, Vec<(f64, f64)>)> {
+    let mut out = Vec::new();
+    for arm in Arm::ALL.into_iter().filter(|&a| a != Arm::Gpt2) {
+        let mut steps: Vec<usize> = rows.iter().filter(|r| r.arm == arm).map(|r| r.step).collect();
+        steps.sort_unstable();
+        steps.dedup();
+        let mut points = Vec::new();
+        for step in steps {
+            let d: Vec<f64> = rows
+                .iter()
+                .filter(|r| r.arm == arm && r.step == step)
+                .filter_map(|r| {
+                    rows.iter()
+                        .find(|g| g.arm == Arm::Gpt2 && g.seed == r.seed && g.step == step)
+                        .map(|g| r.validation - g.validation)
+                })
+                .collect();
+            if !d.is_empty() {
+                points.push((step as f64, d.iter().sum::<f64>() / d.len() as f64));
+            }
+        }
+        if !points.is_empty() {
+            out.push((arm, points));
+        }
+    }
+    out
+}
