@@ -30,6 +30,10 @@ pub const COMPARE_CSV: &str = "ch12_compare.csv";
 /// The CSV's header line.
 pub const COMPARE_HEADER: &str = "configuration,seed,parameters,step,tokens,validation,seconds";
 
+/// Query heads per key/value head in the comparison's grouped-query attention (half the
+/// key/value heads of GPT-2's block).
+pub const KV_SHARING: usize = 2;
+
 /// Windows per validation batch (chapter 9's corpus run measures with the same).
 pub const VALIDATION_WINDOWS: usize = 32;
 
@@ -100,7 +104,7 @@ impl Arm {
     fn switched(self, base: &DecoderConfig) -> DecoderConfig {
         let mut c = *base;
         let rope = PositionKind::Rotary { base: ROPE_BASE, pairing: Pairing::Halves };
-        let half_kv = (base.n_heads / 2).max(1);
+        let half_kv = (base.n_heads / KV_SHARING).max(1);
         match self {
             Arm::Gpt2 => {}
             Arm::Modern => {
@@ -117,8 +121,8 @@ impl Arm {
     }
 
     /// This arm's decoder: `base` (GPT-2's choices) with the arm's parts on and the MLP's hidden
-    /// width F the one whose parameter count is nearest `base`'s (see the module's formula; the
-    /// smaller F on a tie). Errors as [`DecoderConfig::validate`] does.
+    /// width F the one whose parameter count is nearest `base`'s (see the module's formula; half
+    /// a unit of F rounds up). Errors as [`DecoderConfig::validate`] does.
     pub fn config(self, base: &DecoderConfig) -> Result<DecoderConfig> {
         let target = parameter_count(base)? as f64;
         let c = self.switched(base);
