@@ -1027,3 +1027,234 @@ fn gpt_train_arch_llama_samples_resumes_and_refuses_what_it_cannot_do() {
         assert!(!ok && !line.contains('\n') && line.len() <= 100, "{args:?}: {err}");
     }
 }
+
+// ─────────────── measured: GPT-2's block against today's (benches/ch12_compare.rs) ───────────────
+
+use llm_workbook::ch12_modern::book::{COMPARISON_FILE, committed_comparison, comparison_figure};
+use llm_workbook::ch12_modern::compare::{
+    Arm, CompareRow, compare_csv_text, compare_run, gaps_to_gpt2, parameter_count,
+    parse_compare_csv, summarize,
+};
+
+/// Chapter 9's corpus model as GPT-2's block: V = 512, context 64, 3 blocks, H = 4, C = 96.
+fn corpus_gpt2() -> DecoderConfig {
+    DecoderConfig::gpt2(512, 64, 3, 4, 96)
+}
+
+#[test]
+fn the_comparisons_arms_switch_their_parts_and_match_gpt2s_parameter_count() {
+    let base = corpus_gpt2();
+    let p0 = parameter_count(&base).unwrap();
+    assert_eq!(Arm::Gpt2.config(&base).unwrap(), base);
+    let rope = |c: &DecoderConfig| matches!(c.positions, PositionKind::Rotary { .. });
+    let gated = |c: &DecoderConfig| matches!(c.mlp, MlpKind::Gated(_));
+    // (arm, rotary, RMSNorm, gated, H_kv, QK-norm, biases): one part each, all for today's.
+    let want = [
+        (Arm::Modern, true, true, true, 2, true, false),
+        (Arm::Rope, true, false, false, 4, false, true),
+        (Arm::RmsNorm, false, true, false, 4, false, true),
+        (Arm::SwiGlu, false, false, true, 4, false, false),
+        (Arm::Gqa, false, false, false, 2, false, true),
+        (Arm::QkNorm, false, false, false, 4, true, true),
+    ];
+    for (arm, r, rms, g, kv, qk, b) in want {
+        let c = arm.config(&base).unwrap();
+        let got = (rope(&c), c.norm == NormKind::Rms, gated(&c), c.n_kv_heads, c.qk_norm, c.biases);
+        assert_eq!(got, (r, rms, g, kv, qk, b), "{arm:?}");
+        assert!(c.tied && (c.width, c.layers, c.n_heads, c.context) == (96, 3, 4, 64), "{arm:?}");
+        // No other hidden width comes nearer GPT-2's count.
+        let gap =
+            |f: usize| parameter_count(&DecoderConfig { hidden: f, ..c }).unwrap().abs_diff(p0);
+        let here = gap(c.hidden);
+        assert!(
+            here <= gap(c.hidden - 1) && here <= gap(c.hidden + 1),
+            "{arm:?}: F = {}",
+            c.hidden
+        );
+    }
+    // By hand: SwiGLU drops every bias, 4·96 in the attention and 384 + 96 in the MLP of each of
+    // the 3 blocks, 2 592 in all; one more unit of F costs 3·96 per block, 864: F = 256 + 3 holds
+    // GPT-2's count exactly (8C/3 = 256 holds the 4× MLP's weights).
+    let swiglu = Arm::SwiGlu.config(&base).unwrap();
+    assert_eq!(swiglu.hidden, 259);
+    assert_eq!(parameter_count(&swiglu).unwrap(), p0);
+}
+
+/// Equal to 12 decimals.
+fn near(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-12
+}
+
+fn measured(arm: Arm, seed: u64, step: usize, validation: f64) -> CompareRow {
+    let parameters = 1000;
+    CompareRow { arm, seed, parameters, step, tokens: 512 * step, validation, seconds: 2.0 }
+}
+
+#[test]
+fn the_comparisons_summary_and_gaps_by_hand() {
+    let rows = vec![
+        measured(Arm::Gpt2, 1, 10, 3.0),
+        measured(Arm::Gpt2, 1, 20, 2.0),
+        measured(Arm::Modern, 1, 10, 2.5),
+        measured(Arm::Modern, 1, 20, 1.9),
+        measured(Arm::Gpt2, 2, 10, 3.2),
+        measured(Arm::Gpt2, 2, 20, 2.2),
+        measured(Arm::Modern, 2, 10, 3.1),
+        measured(Arm::Modern, 2, 20, 2.0),
+        measured(Arm::Rope, 1, 20, 2.5),
+    ];
+    let s = summarize(&rows).unwrap();
+    assert_eq!(s.iter().map(|a| a.arm).collect::<Vec<_>>(), [Arm::Gpt2, Arm::Modern, Arm::Rope]);
+    // GPT-2: finals 2.0 and 2.2, mean 2.1, sample deviation √((0.01 + 0.01)/1) = 0.141421.
+    assert!(near(s[0].mean, 2.1), "{} against {}", s[0].mean, 2.1);
+    assert!(
+        near(s[0].spread.unwrap(), 0.02f64.sqrt()),
+        "{} against {}",
+        s[0].spread.unwrap(),
+        0.02f64.sqrt()
+    );
+    // Today's: finals 1.9 and 2.0; against GPT-2 seed by seed −0.1 and −0.2, mean −0.15.
+    assert!(near(s[1].mean, 1.95), "{} against {}", s[1].mean, 1.95);
+    assert!(
+        near(s[1].against_gpt2.unwrap(), -0.15),
+        "{} against {}",
+        s[1].against_gpt2.unwrap(),
+        -0.15
+    );
+    assert_eq!((s[2].spread, s[2].finals.clone()), (None, vec![(1, 2.5)]));
+    assert!(
+        near(s[2].against_gpt2.unwrap(), 0.5),
+        "{} against {}",
+        s[2].against_gpt2.unwrap(),
+        0.5
+    );
+    assert_eq!((s[1].steps, s[1].tokens), (20, 10240));
+    // During training: at step 10, (−0.5 + −0.1)/2 = −0.3; at step 20, −0.15.
+    let gaps = gaps_to_gpt2(&rows);
+    assert_eq!(gaps[0].0, Arm::Modern);
+    let [(x1, y1), (x2, y2)] = gaps[0].1[..] else { panic!("two points: {:?}", gaps[0].1) };
+    assert_eq!((x1, x2), (10.0, 20.0));
+    assert!(near(y1, -0.3), "{} against {}", y1, -0.3);
+    assert!(near(y2, -0.15), "{} against {}", y2, -0.15);
+    assert_eq!(gaps[1].1.len(), 1);
+    // Runs of one arm that differ in size are refused, and no rows at all.
+    let mut odd = rows.clone();
+    odd[3].parameters = 999;
+    assert!(summarize(&odd).is_err() && summarize(&[]).is_err());
+}
+
+#[test]
+fn the_comparison_csv_reads_back_and_refuses_bad_lines_in_one_line() {
+    let rows = vec![measured(Arm::Gpt2, 1, 10, 3.25), measured(Arm::QkNorm, 3, 20, 2.5)];
+    let text = compare_csv_text(&rows);
+    assert_eq!(parse_compare_csv(&text, "x.csv").unwrap(), rows);
+    let header = text.lines().next().unwrap();
+    let bad = [
+        "configuration,seed\n".to_string(),
+        format!("{header}\ngpt2,1,1000,10,5120,3.25\n"),
+        format!("{header}\ngpt3,1,1000,10,5120,3.25,2.0\n"),
+        format!("{header}\ngpt2,one,1000,10,5120,3.25,2.0\n"),
+        format!("{header}\ngpt2,1,1000,10,5120,NaN,2.0\n"),
+    ];
+    for (i, b) in bad.iter().enumerate() {
+        let e = parse_compare_csv(b, "x.csv").expect_err(b).to_string();
+        assert!(!e.contains('\n') && e.len() <= 100 && e.contains("x.csv"), "{i}: {e}");
+    }
+}
+
+#[test]
+fn a_comparison_run_measures_at_its_steps_and_stops_early_with_the_same_bits() {
+    let tokens = llm_workbook::ch09_gpt::experiments::corpus_tokens().unwrap();
+    let mut seen = 0;
+    let full = compare_run(&tokens, (Arm::Gqa, 1), (4, 2, 4), |_| seen += 1).unwrap();
+    assert_eq!(seen, 2);
+    let steps: Vec<(usize, usize)> = full.iter().map(|r| (r.step, r.tokens)).collect();
+    assert_eq!(steps, [(2, 1024), (4, 2048)]);
+    let gqa = Arm::Gqa.config(&corpus_gpt2()).unwrap();
+    assert_eq!(full[0].parameters, parameter_count(&gqa).unwrap());
+    assert!(full[1].validation < full[0].validation && full[0].validation < 512f64.ln());
+    let early = compare_run(&tokens, (Arm::Gqa, 1), (4, 2, 2), |_| {}).unwrap();
+    assert_eq!(early.len(), 1);
+    assert_eq!(early[0].validation.to_bits(), full[0].validation.to_bits());
+    for plan in [(4, 0, 4), (4, 2, 5)] {
+        let e = compare_run(&tokens, (Arm::Gqa, 1), plan, |_| {}).unwrap_err().to_string();
+        assert!(!e.contains('\n') && e.len() <= 100, "{plan:?}: {e}");
+    }
+}
+
+/// A count as the page writes it: 391 008.
+fn grouped(n: usize) -> String {
+    let d = n.to_string();
+    let mut out = String::new();
+    for (i, c) in d.chars().enumerate() {
+        if i > 0 && (d.len() - i).is_multiple_of(3) {
+            out.push(' ');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[test]
+fn the_pages_comparison_table_is_the_committed_csvs() {
+    let csv = std::fs::read_to_string(common::repo_root().join(COMPARISON_FILE)).unwrap();
+    // The last measurement of each (configuration, seed), read from the lines themselves.
+    let mut finals: Vec<(String, u64, usize, usize, f64, f64)> = Vec::new();
+    for line in csv.lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        let (arm, seed, params, step) = (f[0].to_string(), f[1].parse().unwrap(), f[2], f[3]);
+        let (val, secs) = (f[5].parse::<f64>().unwrap(), f[6].parse::<f64>().unwrap());
+        let rec = (arm, seed, params.parse().unwrap(), step.parse().unwrap(), val, secs);
+        finals.retain(|r| (&r.0, r.1) != (&rec.0, rec.1));
+        finals.push(rec);
+    }
+    let of = |arm: Arm| -> Vec<&(String, u64, usize, usize, f64, f64)> {
+        let mut v: Vec<_> = finals.iter().filter(|r| r.0 == arm.key()).collect();
+        v.sort_by_key(|r| r.1);
+        v
+    };
+    let gpt2 = of(Arm::Gpt2);
+    let page = common::prose("ch12_modern");
+    let table = common::page_table(&page, "| configuration | parameters |");
+    let arms: Vec<Arm> = Arm::ALL.into_iter().filter(|&a| !of(a).is_empty()).collect();
+    assert_eq!(table.len(), arms.len(), "one row per configuration measured");
+    for (cells, arm) in table.iter().zip(arms) {
+        let runs = of(arm);
+        let n = runs.len() as f64;
+        let mean = runs.iter().map(|r| r.4).sum::<f64>() / n;
+        let loss = if runs.len() > 1 {
+            let var = runs.iter().map(|r| (r.4 - mean) * (r.4 - mean)).sum::<f64>() / (n - 1.0);
+            format!("{mean:.4} ± {:.4}", var.sqrt())
+        } else {
+            format!("{mean:.4}")
+        };
+        let gap = if arm == Arm::Gpt2 {
+            "—".to_string()
+        } else {
+            let d = runs
+                .iter()
+                .map(|r| r.4 - gpt2.iter().find(|g| g.1 == r.1).expect("GPT-2, same seed").4)
+                .sum::<f64>()
+                / n;
+            format!("{}{:.4}", if d < 0.0 { "−" } else { "+" }, d.abs())
+        };
+        let secs = runs.iter().map(|r| r.5).sum::<f64>() / n;
+        let want = [
+            arm.label().to_string(),
+            grouped(runs[0].2),
+            runs.len().to_string(),
+            loss,
+            gap,
+            format!("{secs:.0}"),
+        ];
+        assert_eq!(cells, &want, "{arm:?}");
+    }
+    // The steps and tokens the page states are the runs'.
+    let (steps, tokens) = (finals[0].3, finals[0].3 * 512);
+    let said = format!("{steps} steps of 8 windows of 64 tokens ({} tokens", grouped(tokens));
+    assert!(page.contains(&said), "the page says {said:?}");
+    // The figure: GPT-2's zero line and one curve per other configuration.
+    let fig = comparison_figure(&committed_comparison().unwrap());
+    let llm_workbook::plot::Figure::Line(chart) = fig else { panic!("a line chart") };
+    assert_eq!(chart.series.len(), table.len());
+}

@@ -2,8 +2,11 @@
 //! errata), the walk-through (RMSNorm, the rotation, the gated MLP, the groups of GQA, the cache,
 //! the composed decoder) and two figures computed from formulas, the same bits on every machine:
 //! the rotary wavelengths against the context for two bases, and the key/value cache's bytes
-//! per token of published configurations.
+//! per token of published configurations; and a third drawn from measurements committed beside
+//! it, never retrained here: GPT-2's block against today's ([`COMPARISON_FILE`], which
+//! `benches/ch12_compare.rs` measures).
 
+use super::compare::{ArmSummary, CompareRow, gaps_to_gpt2, parse_compare_csv, summarize};
 use super::decoder::{Decoder, DecoderConfig, MlpKind, NormKind, PositionKind};
 use super::glu::{Gate, GatedMlp, LLAMA_HIDDEN_MULTIPLE, gated_hidden_width, glu_forward};
 use super::rms_norm::{RmsNorm, rms_norm_forward};
@@ -296,6 +299,17 @@ pub fn walk(out: &mut Walk) -> Result<()> {
             kv.bytes_per_token()
         ))?;
     }
+    out.step("7. GPT-2's block against today's, measured (chapters/img/ch12_compare.csv)")?;
+    let rows = committed_comparison()?;
+    if let Some(first) = summarize(&rows)?.first() {
+        out.say(&format!(
+            "{} steps, {} training tokens a run, parameters matched by the MLP's width:",
+            first.steps, first.tokens
+        ))?;
+    }
+    for line in comparison_table(&summarize(&rows)?).lines() {
+        out.say(line)?;
+    }
     Ok(())
 }
 
@@ -340,7 +354,85 @@ pub fn figures() -> Result<Vec<(String, Figure)>> {
         categories: PUBLISHED.iter().map(|(n, _)| n.to_string()).collect(),
         series: rows.into(),
     });
-    Ok(vec![("ch12_rope_wavelengths".into(), waves), ("ch12_kv_cache".into(), cache)])
+    Ok(vec![
+        ("ch12_rope_wavelengths".into(), waves),
+        ("ch12_kv_cache".into(), cache),
+        ("ch12_compare".into(), comparison_figure(&committed_comparison()?)),
+    ])
+}
+
+/// The comparison's measurements, committed; `cargo bench --bench ch12_compare -- --write`
+/// measures them again.
+pub const COMPARISON_FILE: &str = "chapters/img/ch12_compare.csv";
+
+/// The text of [`COMPARISON_FILE`], read when the crate is built.
+const COMPARISON: &str = include_str!("../../chapters/img/ch12_compare.csv");
+
+/// The committed comparison's rows. Errors as [`parse_compare_csv`] does.
+pub fn committed_comparison() -> Result<Vec<CompareRow>> {
+    parse_compare_csv(COMPARISON, COMPARISON_FILE)
+}
+
+/// The figure: each arm's validation loss minus GPT-2's at the same seed and step (mean over
+/// the arm's seeds), against the training step; GPT-2's block is the zero line.
+pub fn comparison_figure(rows: &[CompareRow]) -> Figure {
+    let gaps = gaps_to_gpt2(rows);
+    let last = gaps.iter().flat_map(|(_, p)| p.iter().map(|q| q.0)).fold(0.0, f64::max);
+    let mut series = vec![Series::unmarked("GPT-2's block", vec![(0.0, 0.0), (last, 0.0)])];
+    series.extend(gaps.into_iter().map(|(arm, points)| Series::new(arm.label(), points)));
+    Figure::Line(LineChart {
+        title: "Validation loss against GPT-2's block, same seeds and batches".into(),
+        x_label: "training step".into(),
+        y_label: "difference in nats per token (below 0: better)".into(),
+        series,
+        markers: true,
+    })
+}
+
+/// The page's table of the comparison, in Markdown: one row per arm with its parameters, seeds,
+/// final validation loss (mean ± sample standard deviation over several seeds), its difference
+/// from GPT-2's block at the same seeds and its mean training seconds.
+pub fn comparison_table(summaries: &[ArmSummary]) -> String {
+    let mut out = String::from(
+        "| configuration | parameters | seeds | validation loss (nats/token) | against GPT-2 \
+         | seconds per run |\n|---|---:|---:|---:|---:|---:|\n",
+    );
+    for s in summaries {
+        let loss = match s.spread {
+            Some(sd) => format!("{:.4} ± {sd:.4}", s.mean),
+            None => format!("{:.4}", s.mean),
+        };
+        let gap = match (s.arm, s.against_gpt2) {
+            (super::compare::Arm::Gpt2, _) | (_, None) => "—".to_string(),
+            (_, Some(d)) => signed(d),
+        };
+        out.push_str(&format!(
+            "| {} | {} | {} | {loss} | {gap} | {:.0} |\n",
+            s.arm.label(),
+            thousands(s.parameters),
+            s.finals.len(),
+            s.seconds
+        ));
+    }
+    out
+}
+
+/// A difference with its sign, a minus sign (U+2212) below zero: +0.0123, −0.0456.
+pub fn signed(d: f64) -> String {
+    if d < 0.0 { format!("−{:.4}", -d) } else { format!("+{d:.4}") }
+}
+
+/// A count with a space between groups of three digits, as the pages write them: 391 008.
+pub fn thousands(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, ch) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(' ');
+        }
+        out.push(ch);
+    }
+    out
 }
 
 fn plots(dir: &Path) -> Result<Vec<PathBuf>> {

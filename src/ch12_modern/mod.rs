@@ -22,6 +22,7 @@
 //! All products go through [`crate::matmul`]; attention itself is chapter 6's.
 
 pub mod book;
+pub mod compare;
 pub mod decoder;
 pub mod glu;
 pub mod gqa;
