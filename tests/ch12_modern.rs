@@ -978,8 +978,9 @@ fn chapter_9s_trainer_trains_the_decoder_and_resumes_it_bit_for_bit_from_its_fil
     assert_eq!(back.history, trainer.history);
 }
 
-/// `gpt train --arch llama` writes a Llama folder that `gpt sample` and `gpt resume` read;
-/// `gpt quantize` and the flags of the other architecture are refused in one line.
+/// `gpt train --arch llama` writes a Llama folder that `gpt sample` and `gpt resume` read
+/// (`gpt quantize` too: `tests/ch11_precision.rs`); the flags of the other architecture are
+/// refused in one line.
 #[test]
 fn gpt_train_arch_llama_samples_resumes_and_refuses_what_it_cannot_do() {
     use std::process::Command;
@@ -1016,7 +1017,6 @@ fn gpt_train_arch_llama_samples_resumes_and_refuses_what_it_cannot_do() {
     assert!(ok && out.contains("resuming"), "{err}");
     let q = dir.path().join("q").to_str().unwrap().to_string();
     let refusals = [
-        vec!["gpt", "quantize", "--checkpoint", c, "--to", "int8", "--out", &q],
         vec!["gpt", "train", "--data", t, "--kv-heads", "2", "--out", &q],
         vec!["gpt", "train", "--arch", "llama", "--precision", "bf16", "--data", t, "--out", &q],
         vec!["gpt", "train", "--arch", "llama", "--heads", "4", "--kv-heads", "3", "--out", &q],
