@@ -112,7 +112,7 @@ fn main() {
         std::process::exit(status.code().unwrap_or(1));
     }
     let mut rng = Rng::new(1);
-    let tokens: Vec<u32> = (0..STREAM).map(|_| rng.below(SIZES.0 as u64) as u32).collect();
+    let tokens: Vec<u32> = (0..STREAM).map(|_| rng.below(SIZES.0) as u32).collect();
     let data = Data::Stream { tokens: &tokens, seq_len: SIZES.1 };
     let tc = TrainConfig::new(BATCH, Schedule::new(1e-3, 1e-4, 10, 1000).expect("a schedule"));
     let mut decoder =
@@ -127,8 +127,8 @@ fn main() {
         time_steps(&mut decoder, &data, &tc, n + WARM_UP);
         return;
     }
-    let mut gpt = Trainer::new(Gpt::<f32>::new(gpt_config(), 1).expect("a GPT"), &tc, 2)
-        .expect("a trainer");
+    let mut gpt =
+        Trainer::new(Gpt::<f32>::new(gpt_config(), 1).expect("a GPT"), &tc, 2).expect("a trainer");
     let (p_gpt, p_dec) = (gpt.model.parameter_count(), decoder.model.parameter_count());
     let load_before = load();
     time_steps(&mut gpt, &data, &tc, WARM_UP);
@@ -151,7 +151,8 @@ fn main() {
     let (gm, gl, gh) = median_range(g);
     let (dm, dl, dh) = median_range(d);
     let (rm, rl, rh) = median_range(ratio);
-    println!("{} · 1 thread · load {load_before} before, {} after", cpu_name(), load());
+    let (cpu, now) = (cpu_name(), clock::utc_now());
+    println!("{cpu} · 1 thread · {now} UTC · load {load_before} before, {} after", load());
     println!("steps: {} · {}", gpt.model.step_name(), decoder.model.step_name());
     println!("| model | parameters | tokens/s (median) | range |");
     println!("|---|---|---|---|");

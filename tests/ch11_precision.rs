@@ -1700,10 +1700,11 @@ mod quant_disk {
         use llm_workbook::ch11_precision::quant::QuantMatrix;
         use llm_workbook::ch12_modern::llama::{decoder_from_stored_llama, llama_stored_files};
         let m = llama();
-        let projection =
-            |n: &str| ["w_q", "w_k", "w_v", "w_o", "w_gate", "w_up", "w_down"].iter().any(|p| {
-                n.ends_with(&format!(".{p}"))
-            });
+        let projection = |n: &str| {
+            ["w_q", "w_k", "w_v", "w_o", "w_gate", "w_up", "w_down"]
+                .iter()
+                .any(|p| n.ends_with(&format!(".{p}")))
+        };
         assert_eq!(m.tensors().iter().filter(|(n, _)| projection(n)).count(), 2 * 7);
         for storage in [Storage::Bf16, Storage::Int8, Storage::Q4] {
             let files = llama_stored_files(&m, storage).unwrap();
@@ -1743,8 +1744,7 @@ mod quant_disk {
     /// The mean next-token loss, in nats, of the logits `gpt sample --logits-out` wrote for its
     /// prompt (each position predicting the next prompt token).
     fn prompt_loss(path: &std::path::Path) -> (f64, Vec<Vec<f64>>) {
-        let v: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
         let ids: Vec<usize> =
             v["prompt"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as usize).collect();
         let rows: Vec<Vec<f64>> = v["logits"]
@@ -1780,6 +1780,9 @@ mod quant_disk {
         args.extend(["--context", "16", "--steps", "30", "--batch", "4"]);
         let r = cli(&dir, &args);
         assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        let examples = dir.join("pairs.jsonl");
+        std::fs::write(&examples, "{\"prompt\": \"the \", \"answer\": \"cat\"}\n").unwrap();
+        let pairs = examples.to_str().unwrap();
         let prompt = "the cat sat on t";
         let sample = |folder: &str, logits: &std::path::Path| {
             let l = logits.to_str().unwrap();
@@ -1817,8 +1820,8 @@ mod quant_disk {
             assert_ne!(rows, f32_logits, "{} gave the f32 logits", storage.name());
             let resume = ["gpt", "resume", "--checkpoint", o, "--steps", "40"];
             one_line(&cli(&dir, &resume), "sampling only");
-            let finetune = ["gpt", "finetune", "--checkpoint", o, "--data", t, "--out", "ft"];
-            one_line(&cli(&dir, &finetune), "--checkpoint");
+            let finetune = ["gpt", "finetune", "--checkpoint", o, "--data", pairs, "--out", "ft"];
+            one_line(&cli(&dir, &finetune), storage.name());
             let again = ["gpt", "quantize", "--checkpoint", o, "--to", "q4", "--out", "again"];
             one_line(&cli(&dir, &again), "already stored as");
         }

@@ -786,7 +786,9 @@ fn sample_llama(a: &SampleArgs, decoding: &Decoding, budget: u64) -> Result<()> 
         Storage::F32 => "f32 weights".to_string(),
         s => {
             let s = s.name();
-            eprintln!("note: {s} Llama weights, widened to f32 once; the f32 step runs their values");
+            eprintln!(
+                "note: {s} Llama weights, widened to f32 once; the f32 step runs their values"
+            );
             format!("{s} weights widened to f32")
         }
     };

@@ -63,7 +63,7 @@ pub fn quantize(checkpoint: &Path, storage: Storage, out: &Path, budget: u64) ->
     };
     let refuse = |stored: Storage| {
         let why = format!(
-            "{} is already stored as {}; quantize the f32 checkpoint",
+            "{}: already stored as {}; give the f32 checkpoint",
             checkpoint.display(),
             stored.name()
         );

@@ -278,8 +278,10 @@ fn recorded_tokenizer(
 /// Refuses a tokenizer with ids the model has no row for (`vocab_size` rows).
 fn vocabulary_fits(tok: &dyn Tokenizer, vocab_size: usize) -> Result<()> {
     if tok.vocab_size() > vocab_size {
-        let why =
-            format!("the tokenizer has {} tokens but the model only {vocab_size}", tok.vocab_size());
+        let why = format!(
+            "the tokenizer has {} tokens but the model only {vocab_size}",
+            tok.vocab_size()
+        );
         return Err(invalid("gpt sample", "checkpoint", why));
     }
     Ok(())
