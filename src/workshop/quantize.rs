@@ -51,9 +51,9 @@ pub struct Quantized {
 /// `out` (which must hold nothing yet), with the tokenizer's files, as one generation; every
 /// file read within the memory `budget`. A GPT-2 checkpoint's block matrices are stored
 /// ([`quant_file::stored_files`]), a Llama folder's projections
-/// ([`llama_stored_files`](crate::ch12_modern::llama::llama_stored_files)). Refuses a checkpoint that is already stored, and an
-/// `out` that is not empty (checked again once its lock is taken). Errors in one line naming the
-/// flag (`--checkpoint`, `--out`).
+/// ([`llama_stored_files`](crate::ch12_modern::llama::llama_stored_files)). Refuses a
+/// checkpoint that is already stored, and an `out` that is not empty (checked again once its
+/// lock is taken). Errors in one line naming the flag (`--checkpoint`, `--out`).
 pub fn quantize(checkpoint: &Path, storage: Storage, out: &Path, budget: u64) -> Result<Quantized> {
     let source = folder::resolve(checkpoint)?.path;
     let config = source.join(CONFIG_FILE);

@@ -292,8 +292,8 @@ fn vocabulary_fits(tok: &dyn Tokenizer, vocab_size: usize) -> Result<()> {
 /// `train.json` records, if any), the Llama `config.json` and the storage it names (its memory
 /// estimated as the f32 GPT of the same sizes, since a stored decoder is widened, and checked
 /// against the `budget` before anything is built), the decoder (a stored one widened to f32,
-/// [`crate::ch12_modern::llama::decoder_from_stored_llama`]), and the tokenizer's ids against its rows. Also returns the
-/// storage and where the files were found.
+/// [`crate::ch12_modern::llama::decoder_from_stored_llama`]), and the tokenizer's ids against
+/// its rows. Also returns the storage and where the files were found.
 pub fn load_llama_for_sampling(dir: &Path, budget: u64) -> Result<LlamaForSampling> {
     use super::arch::gpt_estimate_of;
     use crate::ch12_modern::llama::{decoder_from_stored_llama, llama_config_from_json};
