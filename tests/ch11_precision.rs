@@ -1671,6 +1671,161 @@ mod quant_disk {
             "--to",
         );
     }
+
+    /// A Llama decoder whose widths (40, hidden 112, V 23) leave short last blocks and whose
+    /// projections are not square, so that a matrix stored the wrong way round shows.
+    fn llama() -> llm_workbook::ch12_modern::Decoder<f32> {
+        use llm_workbook::ch12_modern::{
+            DecoderConfig, Gate, MlpKind, NormKind, Pairing, PositionKind,
+        };
+        let c = DecoderConfig {
+            n_kv_heads: 2,
+            hidden: 112,
+            positions: PositionKind::Rotary { base: 10_000.0, pairing: Pairing::Halves },
+            norm: NormKind::Rms,
+            mlp: MlpKind::Gated(Gate::Swish),
+            biases: false,
+            tied: false,
+            ..DecoderConfig::gpt2(23, 8, 2, 4, 40)
+        };
+        llm_workbook::ch12_modern::Decoder::new(c, 5).unwrap()
+    }
+
+    /// A Llama folder's projections stored as bf16, int8 and 4-bit blocks load back as the
+    /// widened stored values (ŵ of each matrix quantized on its own), every other tensor (W_E,
+    /// each γ, W_U) exactly as it was; the official crate reads the file.
+    #[test]
+    fn a_llama_decoders_stored_projections_load_back_as_chapter_11_stores_them() {
+        use llm_workbook::ch11_precision::bf16_weights::Bf16Matrix;
+        use llm_workbook::ch11_precision::quant::QuantMatrix;
+        use llm_workbook::ch12_modern::llama::{decoder_from_stored_llama, llama_stored_files};
+        let m = llama();
+        let projection = |n: &str| {
+            ["w_q", "w_k", "w_v", "w_o", "w_gate", "w_up", "w_down"]
+                .iter()
+                .any(|p| n.ends_with(&format!(".{p}")))
+        };
+        assert_eq!(m.tensors().iter().filter(|(n, _)| projection(n)).count(), 2 * 7);
+        for storage in [Storage::Bf16, Storage::Int8, Storage::Q4] {
+            let files = llama_stored_files(&m, storage).unwrap();
+            let bytes = file(&files, "model.safetensors");
+            let oracle = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+            // down_proj is a Linear of 112 inputs and 40 outputs: [40, 112] in bf16 as in f32,
+            // else 40 rows of 4 blocks.
+            let down = oracle.tensor("model.layers.1.mlp.down_proj.weight").unwrap();
+            let want: &[usize] = match storage {
+                Storage::Bf16 => &[40, 112],
+                Storage::Int8 => &[40, 4, 32],
+                _ => &[40, 4, 16],
+            };
+            assert_eq!(down.shape(), want, "{storage:?}");
+            let embed = oracle.tensor("model.embed_tokens.weight").unwrap();
+            assert_eq!(format!("{:?}", embed.dtype()), "F32");
+            let config = file(&files, "config.json");
+            assert_eq!(storage_of_config(&config, "config.json").unwrap(), storage);
+            let f = SafeTensors::parse(bytes, "model.safetensors").unwrap();
+            let back = decoder_from_stored_llama::<f32>(m.config, storage, &f).unwrap();
+            for ((name, w), (_, got)) in m.tensors().into_iter().zip(back.tensors()) {
+                let want = match storage {
+                    _ if !projection(&name) => w,
+                    Storage::Bf16 => Bf16Matrix::round(&w).widen(),
+                    _ => QuantMatrix::quantize(&w, storage).unwrap().dequantize(),
+                };
+                assert_eq!(got, want, "{storage:?} {name}");
+            }
+            // The files name their storage; loaded as another, they are refused in one line.
+            let f = SafeTensors::parse(file(&files, "model.safetensors"), "m").unwrap();
+            let e = decoder_from_stored_llama::<f32>(m.config, Storage::F32, &f).unwrap_err();
+            let e = e.to_string();
+            assert!(e.contains(storage.name()) && !e.contains('\n'), "{e}");
+        }
+    }
+
+    /// The mean next-token loss, in nats, of the logits `gpt sample --logits-out` wrote for its
+    /// prompt (each position predicting the next prompt token).
+    fn prompt_loss(path: &std::path::Path) -> (f64, Vec<Vec<f64>>) {
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+        let ids: Vec<usize> =
+            v["prompt"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as usize).collect();
+        let rows: Vec<Vec<f64>> = v["logits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect())
+            .collect();
+        let mut total = 0.0;
+        for (t, z) in rows.iter().enumerate().take(ids.len() - 1) {
+            let top = z.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let lse = top + z.iter().map(|x| (x - top).exp()).sum::<f64>().ln();
+            total += lse - z[ids[t + 1]];
+        }
+        (total / (ids.len() - 1) as f64, rows)
+    }
+
+    /// `gpt quantize` on a Llama folder (`gpt train --arch llama`): int8 and 4-bit folders that
+    /// `gpt sample` runs, their loss on the prompt within chapter 11's bounds of the f32
+    /// model's (0.01 and 0.1 nats per token), their logits moved; `gpt resume` and `gpt
+    /// finetune` refuse them and a second quantize too, each in one line.
+    #[test]
+    fn gpt_quantize_stores_a_llama_folder_that_samples_within_chapter_11s_bounds() {
+        let dir = crate::common::temp_dir("ch11_quantize_llama");
+        let text = dir.join("my.txt");
+        std::fs::write(&text, "the cat sat on the mat. the dog sat on the log. ".repeat(40))
+            .unwrap();
+        let ck = dir.join("ck");
+        let (t, c) = (text.to_str().unwrap(), ck.to_str().unwrap());
+        let shape = ["--layers", "2", "--heads", "4", "--kv-heads", "2", "--width", "64"];
+        let mut args = vec!["gpt", "train", "--arch", "llama", "--data", t, "--out", c];
+        args.extend(shape);
+        args.extend(["--context", "16", "--steps", "30", "--batch", "4"]);
+        let r = cli(&dir, &args);
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        let examples = dir.join("pairs.jsonl");
+        std::fs::write(&examples, "{\"prompt\": \"the \", \"answer\": \"cat\"}\n").unwrap();
+        let pairs = examples.to_str().unwrap();
+        let prompt = "the cat sat on t";
+        let sample = |folder: &str, logits: &std::path::Path| {
+            let l = logits.to_str().unwrap();
+            let args = ["gpt", "sample", "--checkpoint", folder, "--prompt", prompt, "--tokens"];
+            let r = cli(&dir, &[&args[..], &["8", "--greedy", "--logits-out", l]].concat());
+            assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+            assert!(String::from_utf8_lossy(&r.stdout).starts_with(prompt));
+            String::from_utf8_lossy(&r.stderr).to_string()
+        };
+        sample(c, &dir.join("f32.json"));
+        let (f32_loss, f32_logits) = prompt_loss(&dir.join("f32.json"));
+        let one_line = |r: &Output, want: &str| {
+            assert!(!r.status.success());
+            let e = String::from_utf8_lossy(&r.stderr);
+            assert!(e.trim().lines().count() == 1 && e.contains(want), "{e}");
+            crate::common::assert_fits_as_a_user_sees_it(&e, want);
+        };
+        for (storage, bound) in [(Storage::Int8, 0.01), (Storage::Q4, 0.1)] {
+            let out = dir.join(storage.name());
+            let o = out.to_str().unwrap();
+            let r = cli(&dir, &["gpt", "quantize", "--checkpoint", c, "--to", storage.name()]);
+            assert!(!r.status.success(), "--out is required");
+            let args = ["gpt", "quantize", "--checkpoint", c, "--to", storage.name(), "--out", o];
+            let r = cli(&dir, &args);
+            assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+            let said = String::from_utf8_lossy(&r.stdout).to_string();
+            assert!(said.contains(&format!("stored as {}", storage.name())), "{said}");
+            let logits = dir.join(format!("{}.json", storage.name()));
+            let err = sample(o, &logits);
+            assert!(err.contains("widened to f32"), "{err}");
+            let (loss, rows) = prompt_loss(&logits);
+            let moved = (loss - f32_loss).abs();
+            eprintln!("{}: loss {loss:.5} against f32 {f32_loss:.5}", storage.name());
+            assert!(moved < bound, "{}: {moved} nats per token", storage.name());
+            assert_ne!(rows, f32_logits, "{} gave the f32 logits", storage.name());
+            let resume = ["gpt", "resume", "--checkpoint", o, "--steps", "40"];
+            one_line(&cli(&dir, &resume), "sampling only");
+            let finetune = ["gpt", "finetune", "--checkpoint", o, "--data", pairs, "--out", "ft"];
+            one_line(&cli(&dir, &finetune), storage.name());
+            let again = ["gpt", "quantize", "--checkpoint", o, "--to", "q4", "--out", "again"];
+            one_line(&cli(&dir, &again), "already stored as");
+        }
+    }
 }
 
 // ───────────────────────────── a product of bf16 matrices ─────────────────────────────

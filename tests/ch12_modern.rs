@@ -364,6 +364,56 @@ fn glu_backward_passes_gradient_checks_for_both_gates() {
     }
 }
 
+/// The decoder's step takes the gated MLP's backward from `glu_backward_one_gate` (the gate
+/// evaluated once per entry): the lesson's `glu_backward`, bit for bit, in f64 and f32, for both
+/// gates; and `gate_and_slope` is `(apply, derivative)` exactly, over signs and sizes.
+#[test]
+fn the_steps_glu_backward_is_the_lessons_bit_for_bit() {
+    use llm_workbook::ch12_modern::decoder::{gate_and_slope, glu_backward_one_gate};
+    for a in [-40.0, -3.5, -1e-3, 0.0, 2e-7, 0.75, 3.0, 25.0] {
+        for gate in [Gate::Swish, Gate::Gelu] {
+            let want = (gate.apply(a), gate.derivative(a));
+            assert_eq!(gate_and_slope(gate, a), want, "{gate:?} at {a}");
+        }
+    }
+    let mut rng = Rng::new(1212);
+    for gate in [Gate::Swish, Gate::Gelu] {
+        let (n, c, f) = (9, 6, 16);
+        let x = rand(&mut rng, n, c);
+        let mlp = GatedMlp {
+            w_gate: rand(&mut rng, c, f),
+            w_up: rand(&mut rng, c, f),
+            w_down: rand(&mut rng, f, c),
+            gate,
+        };
+        let r = rand(&mut rng, n, c);
+        let (_, cache) = ch::glu_forward(&mlp, &x).unwrap();
+        assert_eq!(
+            glu_backward_one_gate(&mlp, &cache, &r).unwrap(),
+            ch::glu_backward(&mlp, &cache, &r).unwrap()
+        );
+        let single = |m: &DMatrix<f64>| m.map(|v| v as f32);
+        let mlp32 = GatedMlp {
+            w_gate: single(&mlp.w_gate),
+            w_up: single(&mlp.w_up),
+            w_down: single(&mlp.w_down),
+            gate,
+        };
+        let (_, cache) = ch::glu_forward(&mlp32, &single(&x)).unwrap();
+        assert_eq!(
+            glu_backward_one_gate(&mlp32, &cache, &single(&r)).unwrap(),
+            ch::glu_backward(&mlp32, &cache, &single(&r)).unwrap()
+        );
+        let e = glu_backward_one_gate(&mlp, &cache_of(&mlp, &x), &rand(&mut rng, n, c + 1));
+        let e = e.unwrap_err().to_string();
+        assert!(e.contains("d_y") && !e.contains('\n') && e.len() <= 100, "{e}");
+    }
+}
+
+fn cache_of(mlp: &GatedMlp<f64>, x: &DMatrix<f64>) -> ch::GluCache<f64> {
+    ch::glu_forward(mlp, x).unwrap().1
+}
+
 #[test]
 fn glu_rejects_bad_shapes_in_one_line() {
     let mlp = GatedMlp {
@@ -978,8 +1028,9 @@ fn chapter_9s_trainer_trains_the_decoder_and_resumes_it_bit_for_bit_from_its_fil
     assert_eq!(back.history, trainer.history);
 }
 
-/// `gpt train --arch llama` writes a Llama folder that `gpt sample` and `gpt resume` read;
-/// `gpt quantize` and the flags of the other architecture are refused in one line.
+/// `gpt train --arch llama` writes a Llama folder that `gpt sample` and `gpt resume` read
+/// (`gpt quantize` too: `tests/ch11_precision.rs`); the flags of the other architecture are
+/// refused in one line.
 #[test]
 fn gpt_train_arch_llama_samples_resumes_and_refuses_what_it_cannot_do() {
     use std::process::Command;
@@ -1016,7 +1067,6 @@ fn gpt_train_arch_llama_samples_resumes_and_refuses_what_it_cannot_do() {
     assert!(ok && out.contains("resuming"), "{err}");
     let q = dir.path().join("q").to_str().unwrap().to_string();
     let refusals = [
-        vec!["gpt", "quantize", "--checkpoint", c, "--to", "int8", "--out", &q],
         vec!["gpt", "train", "--data", t, "--kv-heads", "2", "--out", &q],
         vec!["gpt", "train", "--arch", "llama", "--precision", "bf16", "--data", t, "--out", &q],
         vec!["gpt", "train", "--arch", "llama", "--heads", "4", "--kv-heads", "3", "--out", &q],

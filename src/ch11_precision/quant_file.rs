@@ -54,23 +54,7 @@ pub fn stored_files(model: &Gpt<f32>, storage: Storage) -> Result<Vec<(String, V
             tensors.push(TensorOut::matrix(name, m, shape));
             continue;
         }
-        if storage == Storage::Bf16 {
-            let data = m.transpose().iter().flat_map(|&x| f32_to_bf16(x).to_le_bytes()).collect();
-            let shape = vec![m.nrows(), m.ncols()];
-            tensors.push(TensorOut { name, shape, dtype: "BF16", data });
-            continue;
-        }
-        let q = QuantMatrix::quantize(m, storage)?;
-        let (blocks, per) = (q.blocks(), storage.code_bytes_per_block());
-        let dtype = if storage == Storage::Int8 { "I8" } else { "U8" };
-        let scales = TensorOut {
-            name: format!("{name}{SCALES_SUFFIX}"),
-            shape: vec![q.cols, blocks],
-            dtype: "F32",
-            data: q.scales.iter().flat_map(|s| s.to_le_bytes()).collect(),
-        };
-        tensors.push(TensorOut { name, shape: vec![q.cols, blocks, per], dtype, data: q.codes });
-        tensors.push(scales);
+        tensors.extend(stored_matrix_tensors(name, m, storage, Bf16Layout::InOut)?);
     }
     let meta = vec![
         ("format".to_string(), "pt".to_string()),
@@ -83,14 +67,123 @@ pub fn stored_files(model: &Gpt<f32>, storage: Storage) -> Result<Vec<(String, V
     ])
 }
 
+/// How a bf16 matrix W (d_in×d_out) lies in a file: GPT-2's Conv1D order or a `Linear`'s.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bf16Layout {
+    /// [d_in, d_out], row-major (GPT-2's files).
+    InOut,
+    /// [d_out, d_in], row-major: W's columns one after another (Hugging Face's Llama files).
+    OutIn,
+}
+
+/// The tensors of one weight matrix `m` (d_in×d_out) stored as `storage` under `name`: f32 or
+/// bf16 in `layout`, or the codes `[d_out, blocks, per]` and `name.scales` `[d_out, blocks]`
+/// (the module's layout, the same for either `layout`: column j's blocks are row j of the file).
+/// Errors on a non-finite weight (blocks).
+pub fn stored_matrix_tensors(
+    name: String,
+    m: &DMatrix<f32>,
+    storage: Storage,
+    layout: Bf16Layout,
+) -> Result<Vec<TensorOut>> {
+    let (d_in, d_out) = m.shape();
+    // m is column-major: its values in order are row-major [d_out, d_in]; mᵀ's, [d_in, d_out].
+    let (shape, values) = match layout {
+        Bf16Layout::InOut => (vec![d_in, d_out], m.transpose().as_slice().to_vec()),
+        Bf16Layout::OutIn => (vec![d_out, d_in], m.as_slice().to_vec()),
+    };
+    match storage {
+        Storage::F32 => {
+            let data = values.iter().flat_map(|x| x.to_le_bytes()).collect();
+            Ok(vec![TensorOut { name, shape, dtype: "F32", data }])
+        }
+        Storage::Bf16 => {
+            let data = values.iter().flat_map(|&x| f32_to_bf16(x).to_le_bytes()).collect();
+            Ok(vec![TensorOut { name, shape, dtype: "BF16", data }])
+        }
+        Storage::Int8 | Storage::Q4 => {
+            let q = QuantMatrix::quantize(m, storage)?;
+            let (blocks, per) = (q.blocks(), storage.code_bytes_per_block());
+            let dtype = if storage == Storage::Int8 { "I8" } else { "U8" };
+            let scales = TensorOut {
+                name: format!("{name}{SCALES_SUFFIX}"),
+                shape: vec![q.cols, blocks],
+                dtype: "F32",
+                data: q.scales.iter().flat_map(|s| s.to_le_bytes()).collect(),
+            };
+            let codes = TensorOut { name, shape: vec![q.cols, blocks, per], dtype, data: q.codes };
+            Ok(vec![codes, scales])
+        }
+    }
+}
+
+/// Weight matrix `name` (d_in×d_out = `shape`) of `f` as [`stored_matrix_tensors`] wrote it in
+/// `storage` (bf16 or blocks) and `layout`: dtypes, shapes, byte counts and values checked
+/// (finite bf16 values; blocks as [`sampling_model_from_stored`] checks them, the scales
+/// tensor's name pushed to `expected`). Errors in one line naming the tensor.
+pub fn stored_matrix_of(
+    f: &SafeTensors,
+    name: &str,
+    storage: Storage,
+    shape: (usize, usize),
+    layout: Bf16Layout,
+    expected: &mut Vec<String>,
+) -> Result<StoredMatrix> {
+    let (rows, cols) = shape;
+    if storage != Storage::Bf16 {
+        return Ok(StoredMatrix::Blocks(blocks_of(f, name, storage, rows, cols, expected)?));
+    }
+    let file_shape = match layout {
+        Bf16Layout::InOut => [rows, cols],
+        Bf16Layout::OutIn => [cols, rows],
+    };
+    let raw = tensor(f, name, "BF16", &file_shape, 2)?;
+    let patterns: Vec<u16> =
+        raw.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
+    if patterns.iter().any(|&b| !bf16_to_f32(b).is_finite()) {
+        return Err(parse_error(&f.file, format!("tensor {name} holds NaN or ±∞")));
+    }
+    // The step reads column after column, which [d_out, d_in] row-major already is.
+    let bits = match layout {
+        Bf16Layout::InOut => {
+            (0..rows * cols).map(|k| patterns[(k % rows) * cols + k / rows]).collect()
+        }
+        Bf16Layout::OutIn => patterns,
+    };
+    Ok(StoredMatrix::Bf16(Bf16Matrix { rows, cols, bits }))
+}
+
+/// Checks that the storage `f`'s metadata names (f32 when it names none) is `named`, the one
+/// `config.json` names. Errors in one line naming the file.
+pub fn check_file_storage(f: &SafeTensors, named: Storage) -> Result<()> {
+    let storage = match f.meta(QUANTIZATION_KEY) {
+        None => Storage::F32,
+        Some(name) => Storage::parse(name)
+            .map_err(|_| parse_error(&f.file, format!("unknown {QUANTIZATION_KEY} {name:?}")))?,
+    };
+    if storage != named {
+        let why = format!(
+            "the file holds {} weights but config.json names {}",
+            storage.name(),
+            named.name()
+        );
+        return Err(parse_error(&f.file, why));
+    }
+    Ok(())
+}
+
 /// Chapter 9's `config.json` text with `"quantization": <storage>` added.
 pub fn config_json(config: &Config, storage: Storage) -> String {
-    let text = config_to_json(config);
-    let mut value: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+    with_quantization(&config_to_json(config), storage)
+}
+
+/// A `config.json`'s `text` (a JSON object) with `"quantization": <storage>` added, indented.
+pub fn with_quantization(text: &str, storage: Storage) -> String {
+    let mut value: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
     if let Some(map) = value.as_object_mut() {
         map.insert(QUANTIZATION_KEY.into(), storage.name().into());
     }
-    let mut out = serde_json::to_string_pretty(&value).unwrap_or(text);
+    let mut out = serde_json::to_string_pretty(&value).unwrap_or_else(|_| text.to_string());
     out.push('\n');
     out
 }
@@ -153,19 +246,8 @@ pub fn sampling_model_from_stored(
     named: Storage,
     f: &SafeTensors,
 ) -> Result<SamplingModel> {
-    let storage = match f.meta(QUANTIZATION_KEY) {
-        None => Storage::F32,
-        Some(name) => Storage::parse(name)
-            .map_err(|_| parse_error(&f.file, format!("unknown {QUANTIZATION_KEY} {name:?}")))?,
-    };
-    if storage != named {
-        let why = format!(
-            "the file holds {} weights but config.json names {}",
-            storage.name(),
-            named.name()
-        );
-        return Err(parse_error(&f.file, why));
-    }
+    check_file_storage(f, named)?;
+    let storage = named;
     if storage == Storage::F32 {
         return model_from_safetensors(config, f).map(SamplingModel::F32);
     }
@@ -190,19 +272,8 @@ pub fn sampling_model_from_stored(
             matrices.push(None);
             continue;
         }
-        let stored = if storage == Storage::Bf16 {
-            let raw = tensor(f, &name, "BF16", &[rows, cols], 2)?;
-            // The file is row-major (GPT-2's order); the step reads column after column.
-            let patterns: Vec<u16> =
-                raw.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
-            if patterns.iter().any(|&b| !bf16_to_f32(b).is_finite()) {
-                return Err(parse_error(&f.file, format!("tensor {name} holds NaN or ±∞")));
-            }
-            let bits = (0..rows * cols).map(|k| patterns[(k % rows) * cols + k / rows]).collect();
-            StoredMatrix::Bf16(Bf16Matrix { rows, cols, bits })
-        } else {
-            StoredMatrix::Blocks(blocks_of(f, &name, storage, rows, cols, &mut expected)?)
-        };
+        let stored =
+            stored_matrix_of(f, &name, storage, (rows, cols), Bf16Layout::InOut, &mut expected)?;
         kept.push(DMatrix::zeros(0, 0));
         matrices.push(Some(stored));
     }

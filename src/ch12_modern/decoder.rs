@@ -28,7 +28,7 @@
 mod pass;
 mod step;
 
-pub use pass::{DecoderCache, DecoderLoss};
+pub use pass::{DecoderCache, DecoderLoss, gate_and_slope, glu_backward_one_gate};
 pub use step::DecoderKv;
 
 use super::glu::{Gate, GatedMlp};

@@ -34,6 +34,11 @@ use crate::ch09_gpt::fast::FusedStep;
 use crate::ch09_gpt::model::{Param, spec_of};
 use crate::ch09_gpt::safetensors::{SafeTensors, TensorOut, serialize};
 use crate::ch09_gpt::trainable::Trainable;
+use crate::ch11_precision::quant::Storage;
+use crate::ch11_precision::quant_file::{
+    Bf16Layout, QUANTIZATION_KEY, check_file_storage, stored_matrix_of, stored_matrix_tensors,
+    with_quantization,
+};
 use crate::error::{Error, Result, from_json_object};
 use crate::float::Float;
 use nalgebra::DMatrix;
@@ -228,6 +233,24 @@ fn llama_names(c: &DecoderConfig) -> Vec<(String, Stored)> {
 /// permuted into the halves pairing when the decoder rotates adjacent pairs. Errors on a
 /// decoder the layout cannot hold.
 pub fn llama_tensors<T: Float>(model: &Decoder<T>) -> Result<Vec<TensorOut>> {
+    let copy = in_file_pairing(model)?;
+    let c = &model.config;
+    Ok(llama_names(c)
+        .into_iter()
+        .zip(copy.tensors())
+        .map(|((name, how), (_, m))| match how {
+            Stored::Same => TensorOut::matrix(name, &m, vec![m.nrows(), m.ncols()]),
+            Stored::Transposed => {
+                TensorOut::matrix(name, &m.transpose(), vec![m.ncols(), m.nrows()])
+            }
+            Stored::Vector => TensorOut::matrix(name, &m, vec![m.ncols()]),
+        })
+        .collect())
+}
+
+/// A copy of `model` as the files hold it: W_Q and W_K permuted into the halves pairing when it
+/// rotates adjacent pairs. Errors on a decoder the layout cannot hold.
+fn in_file_pairing<T: Float>(model: &Decoder<T>) -> Result<Decoder<T>> {
     let c = &model.config;
     llama_config_json(c)?;
     let mut copy = model.clone();
@@ -238,18 +261,7 @@ pub fn llama_tensors<T: Float>(model: &Decoder<T>) -> Result<Vec<TensorOut>> {
             layer.attn.w_k = permute_head_columns(&layer.attn.w_k, &perm)?;
         }
     }
-    let tensors = copy.tensors_mut();
-    Ok(llama_names(c)
-        .into_iter()
-        .zip(tensors)
-        .map(|((name, how), (_, m))| match how {
-            Stored::Same => TensorOut::matrix(name, m, vec![m.nrows(), m.ncols()]),
-            Stored::Transposed => {
-                TensorOut::matrix(name, &m.transpose(), vec![m.ncols(), m.nrows()])
-            }
-            Stored::Vector => TensorOut::matrix(name, m, vec![m.ncols()]),
-        })
-        .collect())
+    Ok(copy)
 }
 
 /// The files of a decoder in the Llama layout (name, contents): `model.safetensors` with
@@ -266,24 +278,73 @@ pub fn llama_files<T: Float>(
     ])
 }
 
+/// The files of a decoder in the Llama layout with its projections (q, k, v, o, gate, up and
+/// down: every `Linear`) stored as `storage`, `gpt quantize`'s output: chapter 11's
+/// [`stored_matrix_tensors`] (bf16 `[out, in]` as a `Linear` holds it; int8 or 4-bit codes
+/// `[out, blocks, per]` and `.scales` `[out, blocks]`, the blocks along the input). The token
+/// embedding, every γ and an untied `lm_head.weight` stay f32, as chapter 11 keeps GPT-2's
+/// embeddings, norms and W_U. `config.json` and the file's metadata gain `"quantization"`.
+/// Such a folder is this crate's, not Hugging Face's: `transformers` does not read the blocks.
+/// Errors on a decoder the layout cannot hold or a non-finite weight.
+pub fn llama_stored_files(
+    model: &Decoder<f32>,
+    storage: Storage,
+) -> Result<Vec<(String, Vec<u8>)>> {
+    let copy = in_file_pairing(model)?;
+    let mut tensors = Vec::new();
+    for ((name, how), (_, m)) in llama_names(&model.config).into_iter().zip(copy.tensors()) {
+        tensors.extend(match how {
+            Stored::Same => vec![TensorOut::matrix(name, &m, vec![m.nrows(), m.ncols()])],
+            Stored::Vector => vec![TensorOut::matrix(name, &m, vec![m.ncols()])],
+            Stored::Transposed => stored_matrix_tensors(name, &m, storage, Bf16Layout::OutIn)?,
+        });
+    }
+    let meta = [("format", "pt"), (QUANTIZATION_KEY, storage.name())]
+        .map(|(k, v)| (k.to_string(), v.to_string()));
+    let config = with_quantization(&llama_config_json(&model.config)?, storage);
+    Ok(vec![
+        (MODEL_FILE.to_string(), serialize(&tensors, &meta)?),
+        (CONFIG_FILE.to_string(), config.into_bytes()),
+    ])
+}
+
 /// The decoder of `config` (a Llama configuration, [`llama_config_from_json`]) from a parsed
 /// safetensors file in the Llama layout: every tensor of the layout at its shape (the shapes
 /// are checked before a matrix is built), nothing else but a tied `lm_head.weight` equal to
 /// W_E. Errors name the file and the tensor.
 pub fn decoder_from_llama<T: Float>(config: DecoderConfig, f: &SafeTensors) -> Result<Decoder<T>> {
+    decoder_from_stored_llama(config, Storage::F32, f)
+}
+
+/// [`decoder_from_llama`] for a file of [`llama_stored_files`] whose `config.json` names
+/// `storage` (the file's metadata must name it too): each projection read as stored (dtype,
+/// shape, bytes and codes checked as chapter 11 checks GPT-2's) and widened, ŵ = s·q or the bf16
+/// value, so that the decoder computes what the stored weights give. Errors in one line naming
+/// the file and the tensor.
+pub fn decoder_from_stored_llama<T: Float>(
+    config: DecoderConfig,
+    storage: Storage,
+    f: &SafeTensors,
+) -> Result<Decoder<T>> {
     let file = f.file.clone();
+    check_file_storage(f, storage)?;
     let mut model = Decoder::<T>::zeros(config)?;
     let names = llama_names(&config);
+    let mut expected: Vec<String> = names.iter().map(|(n, _)| n.clone()).collect();
     for ((name, how), (_, slot)) in names.iter().zip(model.tensors_mut()) {
         let (r, c) = slot.shape();
         *slot = match how {
+            Stored::Transposed if storage != Storage::F32 => {
+                let layout = Bf16Layout::OutIn;
+                let m = stored_matrix_of(f, name, storage, (r, c), layout, &mut expected)?;
+                m.widen().map(|x| T::of(f64::from(x)))
+            }
             Stored::Transposed => f.matrix::<T>(name, c, r)?.transpose(),
             Stored::Same | Stored::Vector => f.matrix::<T>(name, r, c)?,
         };
     }
     for t in &f.tensors {
-        let known = names.iter().any(|(n, _)| *n == t.name);
-        if known {
+        if expected.contains(&t.name) {
             continue;
         }
         if config.tied && t.name == lm_head_name() {

@@ -46,8 +46,9 @@ pub enum GptCommand {
     Resume(ResumeArgs),
     /// Continue a prompt with a trained model (ours, or GPT-2's files from Hugging Face).
     Sample(SampleArgs),
-    /// Store a checkpoint's block matrices in bf16, int8 or 4-bit blocks, as a new checkpoint
-    /// folder for `gpt sample` (chapter 11).
+    /// Store a checkpoint's weight matrices in bf16, int8 or 4-bit blocks, as a new checkpoint
+    /// folder for `gpt sample` (chapter 11). A Llama folder's output is this crate's own
+    /// layout: `transformers` no longer loads it.
     Quantize(QuantizeArgs),
     /// Fine-tune a checkpoint on a JSON Lines file of prompts and answers, in full or with LoRA
     /// (chapter 13), as a new checkpoint folder for `gpt sample`.
@@ -68,7 +69,10 @@ pub enum QuantizeTo {
 /// `gpt quantize`.
 #[derive(Args, Debug)]
 pub struct QuantizeArgs {
-    /// The checkpoint folder to read (f32, as `gpt train` writes it).
+    /// The checkpoint folder to read (f32, as `gpt train` writes it, GPT-2 or Llama). GPT-2's
+    /// block matrices are stored, or a Llama's projections (q, k, v, o, gate, up, down);
+    /// embeddings, norms and the unembedding stay f32. `gpt sample` runs a GPT-2 one as
+    /// stored and widens a Llama one to f32 (the stored weights' values, f32's memory).
     #[arg(long)]
     pub checkpoint: PathBuf,
     /// The storage of the block matrices.
@@ -773,11 +777,21 @@ fn prompt_of(a: &SampleArgs, tok: &dyn Tokenizer) -> Result<(String, Vec<u32>)> 
     })
 }
 
-/// `gpt sample` on a Llama folder (`gpt train --arch llama`): chapter 9's sampler on the
-/// decoder's grouped-query cache.
+/// `gpt sample` on a Llama folder (`gpt train --arch llama`, or its `gpt quantize` output,
+/// widened to f32): chapter 9's sampler on the decoder's grouped-query cache.
 fn sample_llama(a: &SampleArgs, decoding: &Decoding, budget: u64) -> Result<()> {
-    let (tok, model, resolved) = run::load_llama_for_sampling(&a.checkpoint, budget)?;
+    let (tok, model, storage, resolved) = run::load_llama_for_sampling(&a.checkpoint, budget)?;
     note_flat(&a.checkpoint, &resolved);
+    let weights = match storage {
+        Storage::F32 => "f32 weights".to_string(),
+        s => {
+            let s = s.name();
+            eprintln!(
+                "note: {s} Llama weights, widened to f32 once; the f32 step runs their values"
+            );
+            format!("{s} weights widened to f32")
+        }
+    };
     let (text, prompt) = prompt_of(a, tok.as_ref())?;
     let started = std::time::Instant::now();
     let g = model.continue_prompt(&prompt, a.tokens, decoding, &mut Rng::new(a.seed))?;
@@ -794,7 +808,7 @@ fn sample_llama(a: &SampleArgs, decoding: &Decoding, budget: u64) -> Result<()> 
     if a.stats {
         let n = g.new_tokens().len();
         let rate = if seconds > 0.0 { n as f64 / seconds } else { f64::INFINITY };
-        eprintln!("stats: {n} tokens in {seconds:.3} s, {rate:.1} tokens/s (f32 weights, llama)");
+        eprintln!("stats: {n} tokens in {seconds:.3} s, {rate:.1} tokens/s ({weights}, llama)");
     }
     if let Some(path) = &a.logits_out {
         write_logits(path, &model, &g.tokens[..g.prompt_len], g.new_tokens())?;
@@ -905,10 +919,6 @@ fn quantize(a: QuantizeArgs) -> Result<()> {
     };
     let budget = budget::budget(a.memory_budget)?;
     checkpoint_folder("gpt quantize", &a.checkpoint)?;
-    if is_llama_folder(&a.checkpoint, budget) {
-        let what = "quantizing";
-        return Err(llm_workbook::workshop::arch::gpt2_only("gpt quantize", "--checkpoint", what));
-    }
     // Both folders checked before the model is read.
     out_folder("gpt quantize", &a.out)?;
     let q = quantize::quantize(&a.checkpoint, storage, &a.out, budget)?;

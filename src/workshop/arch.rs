@@ -14,7 +14,7 @@ use crate::ch09_gpt::sample::{Decoding, Generated, generate, generate_with};
 use crate::ch09_gpt::trainable::Trainable;
 use crate::ch12_modern::decoder::{Decoder, DecoderConfig};
 use crate::ch12_modern::llama::{decoder_from_llama, is_llama_config, llama_config_from_json};
-use crate::error::{Result, invalid};
+use crate::error::Result;
 use crate::rng::Rng;
 use std::path::Path;
 
@@ -137,10 +137,4 @@ impl RunModel for Decoder<f32> {
 pub fn holds_llama(here: &Path, budget: u64) -> Result<bool> {
     let bytes = super::budget::read_checkpoint_file(&here.join(CONFIG_FILE), budget)?;
     Ok(is_llama_config(&bytes))
-}
-
-/// The one-line refusal of a command (`op`) that covers GPT-2 folders only (`what` it does),
-/// for a Llama folder named by `flag`.
-pub fn gpt2_only(op: &'static str, flag: &'static str, what: &str) -> crate::Error {
-    invalid(op, flag, format!("a Llama folder; {what} covers --arch gpt2 only"))
 }

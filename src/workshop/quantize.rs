@@ -1,5 +1,7 @@
 //! `gpt quantize`: a checkpoint folder's f32 model stored as bf16, int8 or 4-bit blocks
-//! (chapter 11's [`quant_file`] layout) in a new folder that `gpt sample` runs as stored.
+//! (chapter 11's [`quant_file`] layout) in a new folder that `gpt sample` reads: a GPT-2 run as
+//! stored, a Llama folder (chapter 12's decoder,
+//! [`llama_stored_files`](crate::ch12_modern::llama::llama_stored_files)) widened to f32.
 
 use super::budget;
 use super::folder;
@@ -13,6 +15,9 @@ use std::path::{Path, PathBuf};
 
 /// The command's name in its errors.
 const OP: &str = "gpt quantize";
+
+/// Bytes of an f32 weight.
+const F32_BYTES: usize = 4;
 
 /// The tokenizer's files copied beside the stored model.
 const TOKENIZER_FILES: [&str; 3] = [run::CHARS_FILE, "vocab.json", "merges.txt"];
@@ -44,9 +49,11 @@ pub struct Quantized {
 
 /// Stores the f32 model of the checkpoint folder `checkpoint` as `storage` in the new folder
 /// `out` (which must hold nothing yet), with the tokenizer's files, as one generation; every
-/// file read within the memory `budget`. Refuses a checkpoint that is already stored, and an
-/// `out` that is not empty (checked again once its lock is taken). Errors in one line naming the
-/// flag (`--checkpoint`, `--out`).
+/// file read within the memory `budget`. A GPT-2 checkpoint's block matrices are stored
+/// ([`quant_file::stored_files`]), a Llama folder's projections
+/// ([`llama_stored_files`](crate::ch12_modern::llama::llama_stored_files)). Refuses a
+/// checkpoint that is already stored, and an `out` that is not empty (checked again once its
+/// lock is taken). Errors in one line naming the flag (`--checkpoint`, `--out`).
 pub fn quantize(checkpoint: &Path, storage: Storage, out: &Path, budget: u64) -> Result<Quantized> {
     let source = folder::resolve(checkpoint)?.path;
     let config = source.join(CONFIG_FILE);
@@ -56,7 +63,7 @@ pub fn quantize(checkpoint: &Path, storage: Storage, out: &Path, budget: u64) ->
     };
     let refuse = |stored: Storage| {
         let why = format!(
-            "{} is already stored as {}; quantize the f32 checkpoint",
+            "{}: already stored as {}; give the f32 checkpoint",
             checkpoint.display(),
             stored.name()
         );
@@ -65,13 +72,24 @@ pub fn quantize(checkpoint: &Path, storage: Storage, out: &Path, budget: u64) ->
     if already != Storage::F32 {
         return Err(refuse(already));
     }
-    let (_, model, resolved) = run::load_for_sampling(checkpoint, budget)?;
-    let model = match model {
-        SamplingModel::F32(m) => m,
-        // Saved anew between the two reads.
-        SamplingModel::Stored(q) => return Err(refuse(q.storage())),
+    let (mut files, f32_bytes, resolved) = if super::arch::holds_llama(&source, budget)? {
+        let (_, model, stored, resolved) = run::load_llama_for_sampling(checkpoint, budget)?;
+        if stored != Storage::F32 {
+            // Saved anew between the two reads.
+            return Err(refuse(stored));
+        }
+        let files = crate::ch12_modern::llama::llama_stored_files(&model, storage)?;
+        (files, F32_BYTES * model.parameter_count(), resolved)
+    } else {
+        let (_, model, resolved) = run::load_for_sampling(checkpoint, budget)?;
+        let model = match model {
+            SamplingModel::F32(m) => m,
+            // Saved anew between the two reads.
+            SamplingModel::Stored(q) => return Err(refuse(q.storage())),
+        };
+        let files = quant_file::stored_files(&model, storage)?;
+        (files, F32_BYTES * model.parameter_count(), resolved)
     };
-    let mut files = quant_file::stored_files(&model, storage)?;
     for name in TOKENIZER_FILES {
         match budget::read_checkpoint_file(&resolved.path.join(name), budget) {
             Ok(b) => files.push((name.to_string(), b)),
@@ -89,7 +107,6 @@ pub fn quantize(checkpoint: &Path, storage: Storage, out: &Path, budget: u64) ->
         ));
     }
     let generation = folder::save_generation(&mut folder::Disk, out, &files)?;
-    let f32_bytes = 4 * model.parameter_count();
     let written = files.iter().map(|f| f.1.len()).sum();
     Ok(Quantized { generation, written, f32_bytes })
 }

@@ -238,15 +238,8 @@ pub fn checkpoint_from_files(
             Ok(files[i].clone())
         },
     )?;
-    let recorded = match find(&files, RUN_FILE) {
-        Some(i) => {
-            let name = dir.join(RUN_FILE).display().to_string();
-            from_json_object::<RunFile>(&files[i].1, &name)?.tokenizer_fnv1a64
-        }
-        None => None,
-    };
-    check_tokenizer_against(dir, recorded, &tok_files)?;
-    let tok = tokenizer_from_files(dir, &tok_files)?;
+    let run = find(&files, RUN_FILE).map(|i| files[i].1.as_slice());
+    let tok = recorded_tokenizer(dir, &tok_files, run)?;
     let config_at = find(&files, CONFIG_FILE).ok_or_else(|| missing(CONFIG_FILE))?;
     let config_name = dir.join(CONFIG_FILE).display().to_string();
     let config = crate::ch09_gpt::checkpoint::config_from_json(&files[config_at].1, &config_name)?;
@@ -260,62 +253,75 @@ pub fn checkpoint_from_files(
     };
     let model =
         quant_file::model_from_checkpoint(config, &files[config_at].1, &config_name, &f, size)?;
-    if tok.vocab_size() > model.config().vocab_size {
-        return Err(invalid(
-            "gpt sample",
-            "checkpoint",
-            format!(
-                "the tokenizer has {} tokens but the model only {}",
-                tok.vocab_size(),
-                model.config().vocab_size
-            ),
-        ));
-    }
+    vocabulary_fits(tok.as_ref(), model.config().vocab_size)?;
     Ok((tok, model))
 }
 
-/// [`load_for_sampling`] for a folder of chapter 12's decoder in the Llama layout (`gpt train
-/// --arch llama`): the tokenizer (checked against the fingerprint `train.json` records, if
-/// any), the Llama `config.json` (its memory estimated as the GPT of the same sizes and checked
-/// against the `budget` before anything is built), the decoder, and the tokenizer's ids against
-/// its rows.
-pub fn load_llama_for_sampling(
+/// The tokenizer of a folder `dir`'s tokenizer files `tok_files`, checked against the
+/// fingerprint its `train.json` (`run`, when there is one) records.
+fn recorded_tokenizer(
     dir: &Path,
-    budget: u64,
-) -> Result<(Box<dyn Tokenizer>, crate::ch12_modern::decoder::Decoder<f32>, Resolved)> {
-    use super::arch::RunModel;
+    tok_files: &[(String, Vec<u8>)],
+    run: Option<&[u8]>,
+) -> Result<Box<dyn Tokenizer>> {
+    let recorded = match run {
+        Some(bytes) => {
+            let name = dir.join(RUN_FILE).display().to_string();
+            from_json_object::<RunFile>(bytes, &name)?.tokenizer_fnv1a64
+        }
+        None => None,
+    };
+    check_tokenizer_against(dir, recorded, tok_files)?;
+    tokenizer_from_files(dir, tok_files)
+}
+
+/// Refuses a tokenizer with ids the model has no row for (`vocab_size` rows).
+fn vocabulary_fits(tok: &dyn Tokenizer, vocab_size: usize) -> Result<()> {
+    if tok.vocab_size() > vocab_size {
+        let why = format!(
+            "the tokenizer has {} tokens but the model only {vocab_size}",
+            tok.vocab_size()
+        );
+        return Err(invalid("gpt sample", "checkpoint", why));
+    }
+    Ok(())
+}
+
+/// [`load_for_sampling`] for a folder of chapter 12's decoder in the Llama layout (`gpt train
+/// --arch llama`, or its `gpt quantize` output): the tokenizer (checked against the fingerprint
+/// `train.json` records, if any), the Llama `config.json` and the storage it names (its memory
+/// estimated as the f32 GPT of the same sizes, since a stored decoder is widened, and checked
+/// against the `budget` before anything is built), the decoder (a stored one widened to f32,
+/// [`crate::ch12_modern::llama::decoder_from_stored_llama`]), and the tokenizer's ids against
+/// its rows. Also returns the storage and where the files were found.
+pub fn load_llama_for_sampling(dir: &Path, budget: u64) -> Result<LlamaForSampling> {
+    use super::arch::gpt_estimate_of;
+    use crate::ch12_modern::llama::{decoder_from_stored_llama, llama_config_from_json};
     folder::read_consistent(dir, |resolved| {
         let here = resolved.path.as_path();
         let read = |name: &str| super::budget::read_checkpoint_file(&here.join(name), budget);
         let name = |file: &str| here.join(file).display().to_string();
         let files = read_tokenizer_files(here, budget)?;
-        let recorded = match read(RUN_FILE) {
-            Ok(bytes) => from_json_object::<RunFile>(&bytes, &name(RUN_FILE))?.tokenizer_fnv1a64,
+        let run = match read(RUN_FILE) {
+            Ok(bytes) => Some(bytes),
             Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(e),
         };
-        check_tokenizer_against(here, recorded, &files)?;
-        let tok = tokenizer_from_files(here, &files)?;
+        let tok = recorded_tokenizer(here, &files, run.as_deref())?;
+        let config_bytes = read(CONFIG_FILE)?;
+        let storage = quant_file::storage_of_config(&config_bytes, &name(CONFIG_FILE))?;
+        let config = llama_config_from_json(&config_bytes, &name(CONFIG_FILE))?;
+        let estimate = gpt_estimate_of(&config);
+        let bytes = stored_bytes(&estimate, Storage::F32);
+        super::budget::check_sampling(&estimate, Storage::F32.name(), bytes, budget)?;
         let f = SafeTensors::parse(read(MODEL_FILE)?, &name(MODEL_FILE))?;
-        let mut check = |c: &crate::ch09_gpt::config::Config| {
-            let bytes = stored_bytes(c, Storage::F32);
-            super::budget::check_sampling(c, Storage::F32.name(), bytes, budget)
-        };
-        let config = read(CONFIG_FILE)?;
-        let model = crate::ch12_modern::decoder::Decoder::<f32>::from_folder(
-            &config,
-            &name(CONFIG_FILE),
-            &f,
-            &mut check,
-        )?;
-        if tok.vocab_size() > model.config.vocab_size {
-            let why = format!(
-                "the tokenizer has {} tokens but the model only {}",
-                tok.vocab_size(),
-                model.config.vocab_size
-            );
-            return Err(invalid("gpt sample", "checkpoint", why));
-        }
-        Ok((tok, model, resolved.clone()))
+        let model = decoder_from_stored_llama(config, storage, &f)?;
+        vocabulary_fits(tok.as_ref(), model.config.vocab_size)?;
+        Ok((tok, model, storage, resolved.clone()))
     })
 }
+
+/// What [`load_llama_for_sampling`] returns: the tokenizer, the decoder (widened to f32), the
+/// storage its folder names, and where the files were found.
+pub type LlamaForSampling =
+    (Box<dyn Tokenizer>, crate::ch12_modern::decoder::Decoder<f32>, Storage, Resolved);

@@ -7,11 +7,12 @@ use crate::ch06_attention::{
 };
 use crate::ch09_gpt::data::{Batch, Token, check_ids};
 use crate::ch09_gpt::model::{gather_rows, scatter_embedding_gradient, scatter_rows, scored};
-use crate::ch12_modern::glu::{GluCache, glu_backward, glu_forward};
+use crate::ch12_modern::glu::{Gate, GatedMlp, GluCache, GluGrads, glu_forward};
 use crate::ch12_modern::gqa::{GqaCache, gqa_backward_with, gqa_forward_with};
 use crate::ch12_modern::rms_norm::{RmsCache, rms_norm_backward, rms_norm_forward};
-use crate::error::{Error, Result, invalid, shape_error};
+use crate::error::{Error, Result, invalid, shape_error, shape_of};
 use crate::float::Float;
+use crate::float::ensure_finite;
 use crate::matmul::{matmul, matmul_nt, matmul_tn};
 use nalgebra::DMatrix;
 
@@ -130,12 +131,61 @@ fn mlp_backward<T: Float>(
             Ok(g.d_x)
         }
         (Mlp::Gated(p), MlpCache::Gated(c), Mlp::Gated(s)) => {
-            let g = glu_backward(p, c, d_y)?;
+            let g = glu_backward_one_gate(p, c, d_y)?;
             (s.w_gate, s.w_up, s.w_down) = (g.d_w_gate, g.d_w_up, g.d_w_down);
             Ok(g.d_x)
         }
         _ => Err(invalid("Decoder::loss_and_grads", "cache", "was made by another kind of MLP")),
     }
+}
+
+/// φ(a) and φ′(a) of `gate` together, as [`Gate::apply`] and [`Gate::derivative`] compute
+/// them: for SwiGLU one σ(a) serves both, φ = aσ and φ′ = σ(1 + a(1 − σ)) (the same operations in
+/// the same order, so the same bits); GeGLU calls the two.
+pub fn gate_and_slope(gate: Gate, a: f64) -> (f64, f64) {
+    match gate {
+        Gate::Swish => {
+            let s = crate::ch01_logistic::sigmoid(a);
+            (a * s, s * (1.0 + a * (1.0 - s)))
+        }
+        Gate::Gelu => (gate.apply(a), gate.derivative(a)),
+    }
+}
+
+/// [`glu_backward`] as the decoder's step runs it, bit for bit: the same products in the same
+/// order, with ∂L/∂A = ∂L/∂H ⊙ B ⊙ φ′(A) and ∂L/∂B = ∂L/∂H ⊙ φ(A) in one pass that evaluates
+/// the gate once per entry ([`gate_and_slope`]; the lesson's function evaluates σ twice for
+/// SwiGLU), and without checking the weights again (the decoder's were checked when it was
+/// built or read; `d_y` and the shapes are checked). N×C in, as [`glu_backward`].
+pub fn glu_backward_one_gate<T: Float>(
+    p: &GatedMlp<T>,
+    cache: &GluCache<T>,
+    d_y: &DMatrix<T>,
+) -> Result<GluGrads<T>> {
+    const OP: &str = "glu_backward";
+    let want = (cache.h.nrows(), p.w_down.ncols());
+    if d_y.shape() != want || cache.a.shape() != cache.b.shape() {
+        return Err(shape_error(OP, "d_y", format!("{}×{}", want.0, want.1), shape_of(d_y)));
+    }
+    ensure_finite(OP, "d_y", d_y)?;
+    let d_w_down = matmul_tn(&cache.h, d_y)?; //                          Y = H W_down
+    let d_h = matmul_nt(d_y, &p.w_down)?;
+    if d_h.shape() != cache.a.shape() {
+        return Err(shape_error(OP, "cache", format!("{:?}", d_h.shape()), shape_of(&cache.a)));
+    }
+    let mut d_a = d_h.clone(); //                                          H = φ(A) ⊙ B
+    let mut d_b = d_h;
+    let entries = d_a.iter_mut().zip(d_b.iter_mut()).zip(cache.a.iter().zip(cache.b.iter()));
+    for ((da, db), (&a, &b)) in entries {
+        let (phi, slope) = gate_and_slope(p.gate, a.as_f64());
+        let d = *da;
+        *da = d * b * T::of(slope);
+        *db = d * T::of(phi);
+    }
+    let d_w_gate = matmul_tn(&cache.x, &d_a)?; //                         A = X W_gate
+    let d_w_up = matmul_tn(&cache.x, &d_b)?; //                           B = X W_up
+    let d_x = matmul_nt(&d_a, &p.w_gate)? + matmul_nt(&d_b, &p.w_up)?;
+    Ok(GluGrads { d_x, d_w_gate, d_w_up, d_w_down })
 }
 
 impl<T: Float> Decoder<T> {
