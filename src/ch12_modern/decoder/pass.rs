@@ -157,6 +157,8 @@ pub fn gate_and_slope(gate: Gate, a: f64) -> (f64, f64) {
 /// the gate once per entry ([`gate_and_slope`]; the lesson's function evaluates σ twice for
 /// SwiGLU), and without checking the weights again (the decoder's were checked when it was
 /// built or read; `d_y` and the shapes are checked). N×C in, as [`glu_backward`].
+///
+/// [`glu_backward`]: crate::ch12_modern::glu::glu_backward
 pub fn glu_backward_one_gate<T: Float>(
     p: &GatedMlp<T>,
     cache: &GluCache<T>,
