@@ -128,7 +128,8 @@ fn run(o: &Options) -> llm_workbook::Result<()> {
             })?;
             let last = run.last().expect("at least one measurement");
             println!(
-                "{} seed {seed}: {} parameters, {} steps, validation {:.4}; {:.0} s in all, load {}",
+                "{} seed {seed}: {} parameters, {} steps, validation {:.4}; {:.0} s in all, \
+                 load {}",
                 arm.label(),
                 last.parameters,
                 last.step,
