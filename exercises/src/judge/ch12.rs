@@ -401,19 +401,23 @@ pub fn rope_forward(
 }
 
 /// [`rope_forward`]'s judge, compiled once here rather than in every test that calls it.
-fn rope_forward_judged(
-    f: &dyn Fn(&DMatrix<f64>, usize, usize, f64, Pairing) -> Result<DMatrix<f64>>,
-) -> Verdict {
-    let cases = rope_cases(&mut Gen::new("rope_forward"));
+fn rope_forward_judged(f: &RopeFn<'_>) -> Verdict {
+    rope_judged(f, "rope_forward", &solution::rope_forward, 1.0)
+}
+
+/// The judge of a rotation (`sign` 1: the forward, −1: its backward): `rope_cases` against the
+/// main crate's `want`, then `rope_checks`.
+fn rope_judged(f: &RopeFn<'_>, name: &str, want: &RopeFn<'_>, sign: f64) -> Verdict {
+    let cases = rope_cases(&mut Gen::new(name));
     let found = sweep(
         ROPE,
-        "rope_forward",
+        name,
         Tol::F64,
         &cases,
-        |(q, h, s, b, p)| outcome(f(q, *h, *s, *b, p.0)),
-        |(q, h, s, b, p)| outcome(solution::rope_forward(q, *h, *s, *b, p.0)),
+        |(x, h, s, b, p)| outcome(f(x, *h, *s, *b, p.0)),
+        |(x, h, s, b, p)| outcome(want(x, *h, *s, *b, p.0)),
     );
-    explained(found, || rope_checks(&f, "rope_forward", 1.0))
+    explained(found, || rope_checks(f, name, sign))
 }
 
 /// **Rotating the queries, backward**: `rope_cases` as ∂L/∂Y against the main crate's
@@ -425,19 +429,8 @@ pub fn rope_backward(
 }
 
 /// [`rope_backward`]'s judge, compiled once here rather than in every test that calls it.
-fn rope_backward_judged(
-    f: &dyn Fn(&DMatrix<f64>, usize, usize, f64, Pairing) -> Result<DMatrix<f64>>,
-) -> Verdict {
-    let cases = rope_cases(&mut Gen::new("rope_backward"));
-    let found = sweep(
-        ROPE,
-        "rope_backward",
-        Tol::F64,
-        &cases,
-        |(d, h, s, b, p)| outcome(f(d, *h, *s, *b, p.0)),
-        |(d, h, s, b, p)| outcome(solution::rope_backward(d, *h, *s, *b, p.0)),
-    );
-    explained(found, || rope_checks(&f, "rope_backward", -1.0))
+fn rope_backward_judged(f: &RopeFn<'_>) -> Verdict {
+    rope_judged(f, "rope_backward", &solution::rope_backward, -1.0)
 }
 
 // ─────────────────────────────── SwiGLU ───────────────────────────────
