@@ -41,6 +41,7 @@
 
 #[path = "common/clock.rs"]
 mod clock;
+use clock::{cpu_name, load_average};
 use llm_workbook::backend::{BACKEND_ENV, Backend, active_backend, nalgebra_products};
 use llm_workbook::ch09_gpt::config::{Config, Positions};
 use llm_workbook::ch09_gpt::data::random_windows;
@@ -58,17 +59,6 @@ use llm_workbook::threads::{THREADS_ENV, default_threads, share_pieces};
 use nalgebra::DMatrix;
 use std::hint::black_box;
 use std::time::Instant;
-
-fn cpu_name() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into())
-}
 
 /// (m, k, n, kind): kind 0 = A·B, 1 = Aᵀ·B, 2 = A·Bᵀ, with A and B shaped for that kind.
 type Product = (usize, usize, usize, u8);
@@ -184,7 +174,7 @@ fn attention_cost() -> Result<(), String> {
         MACHINE_KEY, attention_cost_figure, cost_table_meta, cost_table_text, forward_times,
         parse_cost_table,
     };
-    let load_before = load();
+    let load_before = load_average();
     let times = forward_times(&COST_LENGTHS, COST_REPEATS, &clock::thread_cpu_seconds)
         .map_err(|e| e.to_string())?;
     // sysfs writes a cache's size as `512K` or `32M`.
@@ -215,7 +205,7 @@ fn attention_cost() -> Result<(), String> {
         cache(3),
         today(),
         load_before,
-        load()
+        load_average()
     );
     let text = cost_table_text(&header, &times);
     // The figure is drawn from the numbers as written, as the main job will draw it.
@@ -245,12 +235,6 @@ fn replace_block(path: &std::path::Path, tag: &str, body: &str) -> Result<(), St
     let tmp = path.with_extension("md.tmp");
     std::fs::write(&tmp, new).map_err(|e| format!("{}: {e}", tmp.display()))?;
     std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))
-}
-
-fn load() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
 }
 
 fn best_of(k: usize, mut f: impl FnMut() -> f64) -> f64 {
@@ -550,7 +534,7 @@ fn memory_speed(rounds: usize) -> Result<(), String> {
         cpu + 1,
         llm_workbook::simd::active_kernel(),
         if pinned { format!(" pinned to CPU {cpu}") } else { " (not pinned: no taskset)".into() },
-        load()
+        load_average()
     );
     println!(
         "| model | f32 weights per token | plain sum GB/s | f32 step tokens/s | f32 step reads \
@@ -604,7 +588,7 @@ fn memory_speed(rounds: usize) -> Result<(), String> {
             show(median_range(per_round(&|r| r[2] / r[1])), 2),
             show(median_range(column(3)), 0),
             show(median_range(per_round(&|r| r[3] / r[1])), 2),
-            load()
+            load_average()
         );
     }
     println!(
@@ -684,7 +668,7 @@ fn thread_scaling(list: &str, rounds: usize) -> Result<String, String> {
         .collect::<Option<_>>()
         .ok_or_else(|| format!("--threads: expected a list like 1,2,4,8,16, got {list:?}"))?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let load_before = load();
+    let load_before = load_average();
     let mut out = String::new();
     for (name, model, batch) in SCALING_MODELS {
         let mut best = vec![0.0f64; counts.len()];
@@ -722,7 +706,7 @@ fn thread_scaling(list: &str, rounds: usize) -> Result<String, String> {
         cpu_name(),
         std::thread::available_parallelism().map_or(1, |n| n.get()),
         today(),
-        load()
+        load_average()
     ))
 }
 
@@ -911,7 +895,7 @@ fn main() {
                             | {ratio} | {} |",
                         backend.name(),
                         step * 1e3,
-                        load()
+                        load_average()
                     );
                 }
                 Ok(v) => println!(
@@ -943,9 +927,9 @@ fn main() {
     for threads in [1, 2] {
         match child("--child-generate", threads, Backend::Ours) {
             Ok(v) if v.len() == 2 + 2 * GENERATION_STORAGES.len() => {
-                println!("| {threads} | yes | {:.1} | {} |", v[0], load());
-                println!("| {threads} | no | {:.1} | {} |", v[1], load());
-                quantized.push((threads, v[2..].to_vec(), load()));
+                println!("| {threads} | yes | {:.1} | {} |", v[0], load_average());
+                println!("| {threads} | no | {:.1} | {} |", v[1], load_average());
+                quantized.push((threads, v[2..].to_vec(), load_average()));
             }
             Ok(v) => println!("| {threads} | failed: printed {v:?} |"),
             Err(e) => println!("| {threads} | failed: {e} |"),

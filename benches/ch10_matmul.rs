@@ -36,6 +36,7 @@
 mod clock;
 use clap::{Parser, Subcommand};
 use clock::thread_cpu_seconds;
+use clock::{cpu_name, load_average};
 use llm_workbook::float::Float;
 use llm_workbook::matmul::lab::Blocking;
 use llm_workbook::matmul::{self, Element, Op, Settings, gemm_with};
@@ -503,24 +504,6 @@ struct Machine {
     thread_start: (f64, f64),
     load_before: String,
     load_after: String,
-}
-
-fn cpu_name() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|s| s.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into())
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "?".into())
 }
 
 fn cores() -> usize {

@@ -19,22 +19,9 @@ use llm_workbook::ch12_modern::compare::{
 };
 use std::time::Instant;
 
-fn load() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown".into())
-}
-
-fn cpu_name() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into())
-}
+#[path = "common/clock.rs"]
+mod clock;
+use clock::{cpu_name, load_average};
 
 struct Options {
     steps: usize,
@@ -96,7 +83,7 @@ fn main() {
 
 fn run(o: &Options) -> llm_workbook::Result<()> {
     llm_workbook::book::compute_on_the_portable_kernel()?;
-    println!("chapter 12's comparison on {}, load {} at the start", cpu_name(), load());
+    println!("chapter 12's comparison on {}, load {} at the start", cpu_name(), load_average());
     let t0 = Instant::now();
     let tokens = corpus_tokens()?;
     println!(
@@ -135,7 +122,7 @@ fn run(o: &Options) -> llm_workbook::Result<()> {
                 last.step,
                 last.validation,
                 start.elapsed().as_secs_f64(),
-                load()
+                load_average()
             );
             rows.extend(run);
             if o.write {
@@ -143,7 +130,7 @@ fn run(o: &Options) -> llm_workbook::Result<()> {
             }
         }
     }
-    println!("done in {:.0} s, load {}", t0.elapsed().as_secs_f64(), load());
+    println!("done in {:.0} s, load {}", t0.elapsed().as_secs_f64(), load_average());
     if !o.write {
         print!("{}", compare_csv_text(&rows));
     }

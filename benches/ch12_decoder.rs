@@ -19,6 +19,7 @@
 #[path = "common/clock.rs"]
 mod clock;
 use clock::thread_cpu_seconds;
+use clock::{cpu_name, load_average};
 use llm_workbook::ch09_gpt::config::Config;
 use llm_workbook::ch09_gpt::model::Gpt;
 use llm_workbook::ch09_gpt::schedule::Schedule;
@@ -61,24 +62,6 @@ fn llama_config() -> DecoderConfig {
         biases: false,
         ..DecoderConfig::gpt2(v, n, l, h, c)
     }
-}
-
-fn load() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
-}
-
-fn cpu_name() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|n| n.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into())
 }
 
 /// Seconds of this thread's CPU time per step, over `n` steps of `trainer`.
@@ -130,7 +113,7 @@ fn main() {
     let mut gpt =
         Trainer::new(Gpt::<f32>::new(gpt_config(), 1).expect("a GPT"), &tc, 2).expect("a trainer");
     let (p_gpt, p_dec) = (gpt.model.parameter_count(), decoder.model.parameter_count());
-    let load_before = load();
+    let load_before = load_average();
     time_steps(&mut gpt, &data, &tc, WARM_UP);
     time_steps(&mut decoder, &data, &tc, WARM_UP);
     let tokens_per_step = (BATCH * SIZES.1) as f64;
@@ -152,7 +135,7 @@ fn main() {
     let (dm, dl, dh) = median_range(d);
     let (rm, rl, rh) = median_range(ratio);
     let (cpu, now) = (cpu_name(), clock::utc_now());
-    println!("{cpu} · 1 thread · {now} UTC · load {load_before} before, {} after", load());
+    println!("{cpu} · 1 thread · {now} UTC · load {load_before} before, {} after", load_average());
     println!("steps: {} · {}", gpt.model.step_name(), decoder.model.step_name());
     println!("| model | parameters | tokens/s (median) | range |");
     println!("|---|---|---|---|");

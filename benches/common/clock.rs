@@ -1,8 +1,10 @@
-//! The date and time the benchmarks stamp on what they write, shared by the chapter 9 and
+//! The date and time the benchmarks stamp on what they write, and the machine they name (its CPU
+//! and load average), shared by the chapter 9 and
 //! chapter 10 benches (`#[path]` modules: the standard library has no calendar, and a crate for
 //! one function is not worth a dependency).
 
 /// Now in UTC as `YYYY-MM-DD HH:MM`.
+#[allow(dead_code)] // each bench that includes this module uses what it needs
 pub fn utc_now() -> String {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -36,4 +38,26 @@ pub fn thread_cpu_seconds() -> f64 {
         static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
         START.get_or_init(std::time::Instant::now).elapsed().as_secs_f64()
     }
+}
+
+/// The CPU's model name from `/proc/cpuinfo`, or "unknown CPU".
+#[allow(dead_code)] // each bench that includes this module uses what it needs
+pub fn cpu_name() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|n| n.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into())
+}
+
+/// The 1-, 5- and 15-minute load averages from `/proc/loadavg`, or "unknown".
+#[allow(dead_code)] // each bench that includes this module uses what it needs
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
 }
