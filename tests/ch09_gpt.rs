@@ -2757,6 +2757,8 @@ mod hardening {
             (vec!["--layers", "0"], "layers"),
             (vec!["--lr", "0"], "learning rate"),
             (vec!["--lr=-0.1"], "learning rate"),
+            // A negative value after a space reaches the check, not clap's "unexpected argument".
+            (vec!["--lr", "-0.1"], "learning rate"),
             (vec!["--lr", "NaN"], "learning rate"),
             (vec!["--lr", "inf"], "learning rate"),
             (vec!["--steps", "0"], "--steps"),

@@ -359,6 +359,9 @@ fn dpo_pairs_raise_the_margin_in_full_and_through_lora_and_bad_betas_are_refused
         let args = [&finetune_args("out", "0")[..], &[bad, "--force"]].concat();
         refused(&cli(&dir, &args), &["--beta", "finite and > 0"], bad);
     }
+    // A negative β after a space reaches the same check (not clap's "unexpected argument").
+    let args = [&finetune_args("out", "0")[..], &["--beta", "-1", "--force"]].concat();
+    refused(&cli(&dir, &args), &["--beta", "finite and > 0"], "--beta -1");
     std::fs::write(dir.join("data.jsonl"), constant_answers()).unwrap();
     let args = [&finetune_args("out", "0")[..], &["--beta", "0.5"]].concat();
     refused(&cli(&dir, &args), &["--beta", "preference pairs"], "--beta for SFT");

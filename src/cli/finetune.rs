@@ -50,7 +50,7 @@ pub struct FinetuneArgs {
     #[arg(long, default_value_t = 0)]
     pub lora_rank: usize,
     /// LoRA's α, the update scaled by α/r (default: r, a scale of 1).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub lora_alpha: Option<f64>,
     /// The new checkpoint folder (not the --checkpoint; it must not hold a checkpoint yet).
     #[arg(long)]
@@ -59,7 +59,7 @@ pub struct FinetuneArgs {
     #[arg(long, default_value_t = 16)]
     pub batch: usize,
     /// The peak learning rate (warm-up over the first 5 % of the steps, cosine to a tenth).
-    #[arg(long, default_value_t = 1e-3)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1e-3)]
     pub lr: f64,
     /// The seed of the batches, of LoRA's A and of new characters' rows.
     #[arg(long, default_value_t = 1)]
@@ -70,7 +70,7 @@ pub struct FinetuneArgs {
     pub end: String,
     /// DPO's β, for a file of preference pairs: how far the policy may move from the
     /// checkpoint's (default 0.1).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub beta: Option<f64>,
     /// Write into a folder that already holds a checkpoint (it is replaced at the save).
     #[arg(long)]

@@ -147,7 +147,7 @@ pub struct TrainArgs {
     #[arg(long)]
     pub kv_heads: Option<usize>,
     /// With --arch llama: the rotation's base (rope_theta; default 10000).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub rope_base: Option<f64>,
     /// With --arch llama: an unembedding of its own (lm_head.weight), not W_E's transpose.
     #[arg(long)]
@@ -180,7 +180,7 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = 2000)]
     pub steps: usize,
     /// The peak learning rate.
-    #[arg(long, default_value_t = 3e-3)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 3e-3)]
     pub lr: f64,
     /// The seed of the initial weights and of the batches.
     #[arg(long, default_value_t = 1)]
@@ -209,7 +209,7 @@ pub struct TrainArgs {
     pub precision: PrecisionKind,
     /// With --precision f16: the loss scale S the run starts with, a power of two from 1 to
     /// 2^24 (default 2^10). A step whose scaled gradient overflows f16 is skipped and S halved.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub loss_scale: Option<f64>,
 }
 
@@ -254,14 +254,14 @@ pub struct SampleArgs {
     #[arg(long, default_value_t = 200)]
     pub tokens: usize,
     /// Sampling temperature T > 0 (ignored with --greedy).
-    #[arg(long, default_value_t = 0.8)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 0.8)]
     pub temperature: f64,
     /// Keep only the k most likely tokens (k ≥ 1; checked, then unused, with --greedy).
     #[arg(long)]
     pub top_k: Option<usize>,
     /// Keep the most likely tokens up to total probability p ∈ (0, 1] (checked, then unused, with
     /// --greedy).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub top_p: Option<f64>,
     /// Always take the most likely token.
     #[arg(long)]
