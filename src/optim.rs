@@ -411,8 +411,8 @@ impl<T: Float> AdamW<T> {
                 format!("{} flags for {} parameter tensors", decay.len(), params.len()),
             ));
         }
-        let sized = &self.moments.m;
-        if self.moments.t > 0
+        let sized = self.moments.first();
+        if self.moments.steps() > 0
             && (sized.len() != params.len()
                 || sized.iter().zip(params.iter()).any(|(m, p)| m.shape() != p.shape()))
         {

@@ -1233,25 +1233,39 @@ fn packing_pads_with_zeros() {
 }
 
 #[test]
-fn the_scalar_tile_is_the_sum_of_outer_products_of_the_slivers() {
+fn the_scalar_update_is_the_sum_of_outer_products_of_the_slivers() {
     let (mr, nr) = matmul::lab::SCALAR_TILE;
     let kc = 3;
     let a: Vec<f64> = (0..kc * mr).map(|v| v as f64 - 4.0).collect();
     let b: Vec<f64> = (0..kc * nr).map(|v| (v % 5) as f64).collect();
-    let tile = matmul::lab::scalar_tile(kc, &a, &b).expect("lengths agree");
+    let product =
+        |i: usize, j: usize| -> f64 { (0..kc).map(|p| a[p * mr + i] * b[p * nr + j]).sum() };
+    // β = 0 over a NaN-filled C: C is not read.
+    let mut tile = DMatrix::from_element(mr, nr, f64::NAN);
+    matmul::lab::scalar_update(kc, &a, &b, 1.0, 0.0, &mut tile).expect("lengths agree");
+    // α = 2, β = 0.5 over C = (i + 10j), with slivers one value longer (read no further).
+    let start = DMatrix::from_fn(mr, nr, |i, j| (i + 10 * j) as f64);
+    let mut scaled = start.clone();
+    let (a_long, b_long) = ([&a[..], &[7.0]].concat(), [&b[..], &[7.0]].concat());
+    matmul::lab::scalar_update(kc, &a_long, &b_long, 2.0, 0.5, &mut scaled).expect("longer");
     for i in 0..mr {
         for j in 0..nr {
-            let want: f64 = (0..kc).map(|p| a[p * mr + i] * b[p * nr + j]).sum();
-            assert_eq!(tile[(i, j)], want);
+            assert_eq!(tile[(i, j)], product(i, j));
+            assert_eq!(scaled[(i, j)], 2.0 * product(i, j) + 0.5 * start[(i, j)]);
         }
     }
     assert!(matches!(
-        matmul::lab::scalar_tile(kc, &a[1..], &b),
+        matmul::lab::scalar_update(kc, &a[1..], &b, 1.0, 0.0, &mut tile),
         Err(Error::Shape { arg: "a_sliver", .. })
     ));
     assert!(matches!(
-        matmul::lab::scalar_tile(kc, &a, &b[1..]),
+        matmul::lab::scalar_update(kc, &a, &b[1..], 1.0, 0.0, &mut tile),
         Err(Error::Shape { arg: "b_sliver", .. })
+    ));
+    let mut wide = DMatrix::zeros(mr, nr + 1);
+    assert!(matches!(
+        matmul::lab::scalar_update(kc, &a, &b, 1.0, 0.0, &mut wide),
+        Err(Error::Shape { arg: "c", .. })
     ));
 }
 

@@ -206,7 +206,7 @@ pub mod ch10_matmul {
     /// The columns of the register tile.
     pub const NR: usize = llm_workbook::matmul::lab::SCALAR_TILE.1;
 
-    /// The exercise `micro_kernel` by unpacking the slivers and `llm_workbook::matmul::matmul`.
+    /// The exercise `micro_kernel`: one call of the main crate's portable micro-kernel.
     pub fn micro_kernel(
         kc: usize,
         a: &[f64],
@@ -215,10 +215,7 @@ pub mod ch10_matmul {
         beta: f64,
         c: &mut DMatrix<f64>,
     ) {
-        let a = DMatrix::from_column_slice(MR, kc, &a[..kc * MR]);
-        let b = DMatrix::from_row_slice(kc, NR, &b[..kc * NR]);
-        let Ok(ab) = llm_workbook::matmul::matmul(&a, &b) else { return };
-        *c = if beta == 0.0 { ab * alpha } else { ab * alpha + &*c * beta };
+        let _ = llm_workbook::matmul::lab::scalar_update(kc, a, b, alpha, beta, c);
     }
 }
 

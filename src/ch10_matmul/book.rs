@@ -267,7 +267,8 @@ pub fn walk(out: &mut Walk) -> Result<()> {
         }
         for (jq, b_s) in b_packed.chunks(d * nr).enumerate() {
             for (iq, a_s) in a_packed.chunks(d * mr).enumerate() {
-                let tile = matmul::lab::scalar_tile(d, a_s, b_s)?;
+                let mut tile = DMatrix::zeros(mr, nr);
+                matmul::lab::scalar_update(d, a_s, b_s, 1.0, 0.0, &mut tile)?;
                 out.matrix(
                     &format!(
                         "tile ({iq}, {jq}) = Ã sliver {iq} · B̃ sliver {jq}  (Σₚ column p of Ã \

@@ -25,9 +25,9 @@
 
 use super::Element;
 use super::kernels::{ATiles, BSlivers, MAX_NR, MAX_TILE, MicroKernel};
-use super::pack::{Operand, pack_a, pack_b, prefetch};
+use super::pack::{Operand, pack_a, pack_b};
 use super::stats::{Blocking, ProductStats};
-use crate::simd::Kernel;
+use crate::simd::{Kernel, prefetch};
 
 /// Products with fewer flops (2·m·n·k) than this run on one thread. Starting and joining a
 /// scoped thread costs about 30 µs at best and 50–80 µs typically on the machines here (the

@@ -111,30 +111,32 @@ fn packed_slivers<T: Element>(
     Ok(out)
 }
 
-/// One call of the portable micro-kernel: the MR×NR tile ([`SCALAR_TILE`]) Ã·B̃ of a packed
-/// A sliver (kc·MR values) and B sliver (kc·NR values), as a matrix.
-pub fn scalar_tile<T: Element>(kc: usize, a_sliver: &[T], b_sliver: &[T]) -> Result<DMatrix<T>> {
+/// One call of the portable micro-kernel on an MR×NR tile C ([`SCALAR_TILE`]): C ← α·Ã·B̃ + β·C
+/// over depth `kc`, from the first kc·MR values of the packed A sliver and the first kc·NR of
+/// the packed B sliver (longer slivers are read no further). With β = 0, C is not read (it may
+/// hold NaN). An error if a sliver is shorter or C is not MR×NR.
+pub fn scalar_update<T: Element>(
+    kc: usize,
+    a_sliver: &[T],
+    b_sliver: &[T],
+    alpha: T,
+    beta: T,
+    c: &mut DMatrix<T>,
+) -> Result<()> {
     let (mr, nr) = (scalar::MR, scalar::NR);
-    if a_sliver.len() != kc * mr {
-        return Err(shape_error(
-            "scalar_tile",
-            "a_sliver",
-            format!("{} values (kc·MR)", kc * mr),
-            format!("{}", a_sliver.len()),
-        ));
+    for (arg, sliver, width) in [("a_sliver", a_sliver, mr), ("b_sliver", b_sliver, nr)] {
+        if sliver.len() < kc * width {
+            let got = format!("{}", sliver.len());
+            return Err(shape_error("scalar_update", arg, format!("≥ {} values", kc * width), got));
+        }
     }
-    if b_sliver.len() != kc * nr {
-        return Err(shape_error(
-            "scalar_tile",
-            "b_sliver",
-            format!("{} values (kc·NR)", kc * nr),
-            format!("{}", b_sliver.len()),
-        ));
+    if c.shape() != (mr, nr) {
+        let got = format!("{}×{}", c.nrows(), c.ncols());
+        return Err(shape_error("scalar_update", "c", format!("{mr}×{nr}"), got));
     }
-    let mut tile = DMatrix::zeros(mr, nr);
-    let mut columns: Vec<&mut [T]> = tile.as_mut_slice().chunks_exact_mut(mr).collect();
-    scalar::kernel(kc, a_sliver, b_sliver, T::one(), T::zero(), &mut columns, 0);
-    Ok(tile)
+    let mut columns: Vec<&mut [T]> = c.as_mut_slice().chunks_exact_mut(mr).collect();
+    scalar::kernel(kc, a_sliver, b_sliver, alpha, beta, &mut columns, 0);
+    Ok(())
 }
 
 /// Rows and columns of the portable kernel's register tile.

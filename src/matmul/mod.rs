@@ -44,7 +44,7 @@ mod stats;
 use crate::backend::{Backend, active_backend, record_nalgebra_product};
 use crate::error::{Result, invalid, shape_error};
 use crate::threads::default_threads;
-use nalgebra::{ClosedAddAssign, ClosedMulAssign, DMatrix};
+use nalgebra::{ClosedAddAssign, ClosedMulAssign, ClosedSubAssign, DMatrix};
 use num_traits::{One, Zero};
 
 pub mod inputs;
@@ -67,7 +67,8 @@ pub enum Op {
 }
 
 impl Op {
-    fn shape<T>(self, m: &DMatrix<T>) -> (usize, usize) {
+    /// The shape (rows, columns) of op(M) for a stored matrix M.
+    pub fn shape<T>(self, m: &DMatrix<T>) -> (usize, usize) {
         match self {
             Op::N => (m.nrows(), m.ncols()),
             Op::T => (m.ncols(), m.nrows()),
@@ -87,6 +88,7 @@ pub trait Element:
     + Zero
     + One
     + ClosedAddAssign
+    + ClosedSubAssign
     + ClosedMulAssign
     + std::iter::Sum
     + Send

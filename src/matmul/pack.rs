@@ -16,6 +16,7 @@
 //! micro-kernel can always compute a full MR×NR tile.
 
 use super::Element;
+use crate::simd::prefetch;
 
 /// A read-only operand op(X): element (i, j) is `data[i·rs + j·cs]`.
 #[derive(Clone, Copy, Debug)]
@@ -96,14 +97,6 @@ pub(crate) fn pack_b<T: Element>(
 /// column-major block are a whole column apart in memory (often a new page), a pattern the
 /// hardware prefetchers follow poorly.
 const RUNS_AHEAD: usize = 4;
-
-/// Asks the cache for every line of `s` (a hint: no effect on results, and none off x86-64).
-pub(crate) fn prefetch<T>(s: &[T]) {
-    #[cfg(target_arch = "x86_64")]
-    crate::simd::prefetch_lines(s);
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = s;
-}
 
 /// For each p < kc, cuts the run `run(p)` (of `len` values) into pieces of `width` and writes
 /// piece q to row p of sliver q: `dst[q·kc·width + p·width ..][..width]`, zero-padding the last.

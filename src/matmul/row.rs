@@ -121,7 +121,7 @@ pub(crate) fn row_product_with<T: Element>(
                 // it waits on memory unless the next weights are already on their way (measured
                 // in this function's doc).
                 if j + 1 < n {
-                    super::pack::prefetch(&b.data[(j + 1) * b.ld..][..k]);
+                    crate::simd::prefetch(&b.data[(j + 1) * b.ld..][..k]);
                 }
                 let column = &b.data[j * b.ld..][..k];
                 let s = if a.ld == 1 {

@@ -323,10 +323,11 @@ type PackCase = (DMatrix<f64>, Fixed<Op>, (usize, usize), (usize, usize), usize)
 
 /// Packing cases of op(X) with `cut_len` lines along the cut and `depth_len` along the depth:
 /// blocks at the corners and inside, single lines, the whole matrix, widths 0 (the promised
-/// error) to 5, and ranges one past op(X)'s end (the promised error).
+/// error) to 6, and ranges one past op(X)'s end (the promised error); a 13×18 matrix gives blocks
+/// deeper than 8 steps, where a packing may copy 8 steps of the depth at a time.
 fn pack_cases(draw: &mut Gen, cut_rows: bool) -> Vec<PackCase> {
     let mut cases = Vec::new();
-    for (r, c) in [(1, 1), (5, 3), (2, 7), (6, 6)] {
+    for (r, c) in [(1, 1), (5, 3), (2, 7), (6, 6), (13, 18)] {
         for op in [Op::N, Op::T] {
             // op(X)'s lines along the cut and along the depth.
             let (op_r, op_c) = if op == Op::N { (r, c) } else { (c, r) };
@@ -339,7 +340,7 @@ fn pack_cases(draw: &mut Gen, cut_rows: bool) -> Vec<PackCase> {
                 ((0, cut + 1), (0, depth)),
                 ((0, cut), (1, depth + 1)),
             ] {
-                for w in [0, 1, 2, 4, 5] {
+                for w in [0, 1, 2, 4, 5, 6] {
                     cases.push((m.clone(), Fixed(op), o, d, w));
                 }
             }
@@ -360,8 +361,8 @@ fn pack_sweep(side: Side, f: Pack, reference: Pack) -> Verdict {
     sweep(PACKING, side.name, Tol::EXACT, &cases, |c| run(c, f), |c| run(c, reference))
 }
 
-/// **Packing Ã**: blocks of op(A) at its corners and inside, both ops, widths 0 to 5, and ranges
-/// past op(A)'s end; then `pack_a_block_checks`.
+/// **Packing Ã**: blocks of op(A) at its corners and inside, both ops, widths 0 to 6, blocks
+/// deeper than 8 steps, and ranges past op(A)'s end; then `pack_a_block_checks`.
 pub fn pack_a_block<F>(f: F) -> Verdict
 where
     F: Fn(&DMatrix<f64>, Op, Range<usize>, Range<usize>, usize) -> llm_workbook::Result<Vec<f64>>,
