@@ -28,16 +28,16 @@
 //! are gathered column by column for all rows at once.
 //!
 //! [`Trainable::Workspace`]: crate::ch09_gpt::trainable::Trainable::Workspace
+//! [`MatRef`]: crate::matmul::MatRef
 
 use super::{Decoder, Mlp, MlpKind, Norm, NormKind, PositionKind};
-use crate::ch01_logistic::sigmoid;
 use crate::ch09_gpt::data::Batch;
 use crate::ch09_gpt::fast::{CAUSAL_BLOCK, cross_entropy_by_columns};
 use crate::ch12_modern::glu::Gate;
 use crate::ch12_modern::gqa::Rotary;
 use crate::error::{Error, Result, invalid};
 use crate::float::Float;
-use crate::matmul::{MatMut, MatRef, Settings};
+use crate::matmul::{MatMut, Settings};
 use nalgebra::DMatrix;
 
 /// Tensors per block in [`Decoder::tensors_mut`] order for the configurations [`supports`]
@@ -120,6 +120,8 @@ struct BlockSaved<T: Float> {
     x_hat1: DMatrix<T>,
     r1: Vec<T>,
     n1: DMatrix<T>,
+    /// \[W_Q W_K W_V\] side by side, copied at each step, C×(H + 2H_kv)·d_h.
+    w_qkv: DMatrix<T>,
     /// \[Q K V\] after the rotation of Q and K, N×(H + 2H_kv)·d_h.
     qkv: DMatrix<T>,
     /// The attention weights, one T×T column-major matrix per (sequence, query head).
@@ -130,9 +132,10 @@ struct BlockSaved<T: Float> {
     x_hat2: DMatrix<T>,
     r2: Vec<T>,
     n2: DMatrix<T>,
-    /// B = n₂W_up, φ(A), φ′(A) and H = φ(A) ⊙ B, N×F each.
-    b: DMatrix<T>,
-    phi: DMatrix<T>,
+    /// \[W_gate W_up\] side by side, copied at each step, C×2F.
+    w_gu: DMatrix<T>,
+    /// \[A B\] = n₂\[W_gate W_up\], then \[φ(A) B\], N×2F; φ′(A) and H = φ(A) ⊙ B, N×F.
+    ab: DMatrix<T>,
     slope: DMatrix<T>,
     h: DMatrix<T>,
 }
@@ -158,9 +161,11 @@ pub struct DecoderStep<T: Float> {
     /// ∂L/∂(concatenated heads), N×H·d_h; ∂L/∂\[Q K V\].
     d_att: DMatrix<T>,
     d_qkv: DMatrix<T>,
-    /// ∂L/∂H then ∂L/∂A, and ∂L/∂B, N×F.
-    d_a: DMatrix<T>,
-    d_b: DMatrix<T>,
+    /// \[∂L/∂H ·\] then \[∂L/∂A ∂L/∂B\], N×2F.
+    d_ab: DMatrix<T>,
+    /// ∂L/∂\[W_Q W_K W_V\] and ∂L/∂\[W_gate W_up\] before they are copied to their tensors.
+    d_w_qkv: DMatrix<T>,
+    d_w_gu: DMatrix<T>,
     /// ∂L/∂A then ∂L/∂S of one head, T×T; per-row scratch of length max(2T, N).
     d_scores: Vec<T>,
     rows: Vec<T>,
@@ -208,8 +213,9 @@ impl<T: Float> DecoderStep<T> {
             d_n: empty(),
             d_att: empty(),
             d_qkv: empty(),
-            d_a: empty(),
-            d_b: empty(),
+            d_ab: empty(),
+            d_w_qkv: empty(),
+            d_w_gu: empty(),
             d_scores: Vec::new(),
             rows: Vec::new(),
             nll: Vec::new(),
@@ -230,14 +236,15 @@ impl<T: Float> DecoderStep<T> {
             x_hat1: DMatrix::zeros(n, d),
             r1: vec![T::zero(); n],
             n1: DMatrix::zeros(n, d),
+            w_qkv: DMatrix::zeros(d, q + 2 * kv),
             qkv: DMatrix::zeros(n, q + 2 * kv),
             weights: vec![T::zero(); b * c.n_heads * t * t],
             att: DMatrix::zeros(n, q),
             x_hat2: DMatrix::zeros(n, d),
             r2: vec![T::zero(); n],
             n2: DMatrix::zeros(n, d),
-            b: DMatrix::zeros(n, f),
-            phi: DMatrix::zeros(n, f),
+            w_gu: DMatrix::zeros(d, 2 * f),
+            ab: DMatrix::zeros(n, 2 * f),
             slope: DMatrix::zeros(n, f),
             h: DMatrix::zeros(n, f),
         };
@@ -250,11 +257,12 @@ impl<T: Float> DecoderStep<T> {
             (&mut self.d_n, d),
             (&mut self.d_att, q),
             (&mut self.d_qkv, q + 2 * kv),
-            (&mut self.d_a, f),
-            (&mut self.d_b, f),
+            (&mut self.d_ab, 2 * f),
         ] {
             fit(m, n, cols);
         }
+        fit(&mut self.d_w_qkv, d, q + 2 * kv);
+        fit(&mut self.d_w_gu, d, 2 * f);
         self.r_f = vec![T::zero(); n];
         self.d_scores = vec![T::zero(); t * t];
         self.rows = vec![T::zero(); (2 * t).max(n)];
@@ -305,12 +313,6 @@ struct Run<'m, T: Float> {
     settings: Settings,
     t: usize,
     model: &'m Decoder<T>,
-}
-
-/// Columns c0 … c0 + k − 1 of a column-major matrix, read where they are.
-fn cols<T: Float>(m: &DMatrix<T>, c0: usize, k: usize) -> Result<MatRef<'_, T>> {
-    let n = m.nrows();
-    MatRef::new(&m.as_slice()[c0 * n..], n, k, n.max(1))
 }
 
 /// Columns c0 … c0 + k − 1 of a column-major matrix, to be written where they are.
@@ -413,12 +415,13 @@ fn rotate_in_place<T: Float>(
             let (left, right) = head.split_at_mut(cb * n);
             let (col_a, col_b) = (&mut left[ca * n..(ca + 1) * n], &mut right[..n]);
             let (cos_i, sin_i) = (&cos[i * ctx..i * ctx + t], &sin[i * ctx..i * ctx + t]);
-            for (r, (a, b)) in col_a.iter_mut().zip(col_b.iter_mut()).enumerate() {
-                let p = r % t;
-                let (c, s) = (cos_i[p], sign * sin_i[p]);
-                let (x, y) = (*a, *b);
-                *a = x * c - y * s; //                               a′ = a cos − b sin
-                *b = x * s + y * c; //                               b′ = a sin + b cos
+            for (seq_a, seq_b) in col_a.chunks_exact_mut(t).zip(col_b.chunks_exact_mut(t)) {
+                let angles = cos_i.iter().zip(sin_i);
+                for ((a, b), (&c, &s)) in seq_a.iter_mut().zip(seq_b.iter_mut()).zip(angles) {
+                    let (s, x, y) = (sign * s, *a, *b);
+                    *a = x * c - y * s; //                           a′ = a cos − b sin
+                    *b = x * s + y * c; //                           b′ = a sin + b cos
+                }
             }
         }
     }
@@ -430,3 +433,22 @@ fn blocks(t: usize) -> impl Iterator<Item = (usize, usize)> {
 }
 
 mod pass;
+
+/// `parts` (each C×k_i) side by side in `out` (C×Σk_i): column-major, one copy each.
+fn side_by_side<T: Float>(out: &mut DMatrix<T>, parts: [&DMatrix<T>; 3]) {
+    let mut at = 0;
+    for p in parts.into_iter().filter(|p| !p.is_empty()) {
+        out.as_mut_slice()[at..at + p.len()].copy_from_slice(p.as_slice());
+        at += p.len();
+    }
+}
+
+/// `whole` (C×Σk_i) cut into `parts` (each C×k_i, in order): the inverse of [`side_by_side`].
+fn cut_into<T: Float>(whole: &DMatrix<T>, parts: [&mut DMatrix<T>; 3]) {
+    let mut at = 0;
+    for p in parts {
+        let len = p.len();
+        p.as_mut_slice().copy_from_slice(&whole.as_slice()[at..at + len]);
+        at += len;
+    }
+}

@@ -2,8 +2,8 @@
 //! it differentiates, and causal grouped-query attention on views of \[Q K V\].
 
 use super::{
-    BlockSaved, DecoderStep, PER_LAYER, Run, blocks, cols, cols_mut, rms, rms_backward,
-    rms_forward, rotate_in_place, sigmoid,
+    BlockSaved, DecoderStep, PER_LAYER, Run, blocks, cols_mut, cut_into, rms, rms_backward,
+    rms_forward, rotate_in_place, side_by_side,
 };
 use crate::ch09_gpt::model::scatter_embedding_gradient;
 use crate::ch12_modern::decoder::{Mlp, Norm, gate_and_slope};
@@ -25,18 +25,35 @@ fn gamma_of<T: Float>(norm: &Norm<T>) -> Result<&DMatrix<T>> {
     Ok(rms(norm)?.0)
 }
 
-/// φ(a) and φ′(a) in the model's type: for SwiGLU one σ(a) gives both, φ = aσ and
-/// φ′ = σ(1 + a(1 − σ)) (chapter 1's σ, the operations of [`gate_and_slope`], which are the same
-/// bits in f64); GeGLU through the lesson's f64 functions.
-fn phi_and_slope<T: Float>(gate: Gate, a: T) -> (T, T) {
+/// φ(a) and φ′(a) of SwiGLU in the model's type: one σ(a) gives both, φ = aσ and
+/// φ′ = σ(1 + a(1 − σ)), the operations of [`gate_and_slope`] (the same bits in f64). σ is
+/// chapter 1's, written without a branch: with e = exp(−|a|), σ = 1/(1 + e) for a ≥ 0 and
+/// e/(1 + e) below, the same two expressions (exp(−a) and exp(a) are exp(−|a|) on their sides), so
+/// the same bits, in a loop the compiler need not split.
+fn swish_and_slope<T: Float>(a: T) -> (T, T) {
+    let e = (-a.abs()).exp();
+    let top = if a >= T::zero() { T::one() } else { e };
+    let s = top / (T::one() + e); //                                         σ(a)
+    (a * s, s * (T::one() + a * (T::one() - s)))
+}
+
+/// φ(A) into `phi` (which holds A), φ′(A) into `slope`, H = φ(A) ⊙ B into `h`; the gate once per
+/// entry (GeGLU through the lesson's f64 functions).
+fn gate_forward<T: Float>(gate: Gate, phi: &mut [T], slope: &mut [T], h: &mut [T], b: &[T]) {
+    let entries = phi.iter_mut().zip(slope.iter_mut()).zip(h.iter_mut().zip(b));
     match gate {
         Gate::Swish => {
-            let s = sigmoid(a);
-            (a * s, s * (T::one() + a * (T::one() - s)))
+            for ((p, sl), (h, &b)) in entries {
+                (*p, *sl) = swish_and_slope(*p); //                     φ(A), φ′(A)
+                *h = *p * b; //                                          H = φ(A) ⊙ B
+            }
         }
         Gate::Gelu => {
-            let (p, d) = gate_and_slope(gate, a.as_f64());
-            (T::of(p), T::of(d))
+            for ((p, sl), (h, &b)) in entries {
+                let (f, d) = gate_and_slope(gate, p.as_f64());
+                (*p, *sl) = (T::of(f), T::of(d));
+                *h = *p * b;
+            }
         }
     }
 }
@@ -65,11 +82,11 @@ impl<T: Float> Run<'_, T> {
         let m = self.model;
         let c = &m.config;
         let (d_h, heads, kv_heads) = (c.head_dim(), c.n_heads, c.n_kv_heads);
-        let (q_cols, kv_cols) = (heads * d_h, kv_heads * d_h);
         let rope = m.rope.as_ref().ok_or_else(|| invalid("DecoderStep", "model", "no rope"))?;
         let (one, zero) = (T::one(), T::zero());
+        let empty = DMatrix::zeros(0, 0);
         // x₀ = W_E[u]
-        let (n, v) = (inputs.len(), c.vocab_size);
+        let (n, v, f) = (inputs.len(), c.vocab_size, c.hidden);
         let wte = m.wte.as_slice();
         for (col, out) in w.x.as_mut_slice().chunks_exact_mut(n).enumerate() {
             for (o, &u) in out.iter_mut().zip(inputs) {
@@ -79,23 +96,17 @@ impl<T: Float> Run<'_, T> {
         for (layer, s) in m.layers.iter().zip(w.blocks.iter_mut()) {
             let a = &layer.attn;
             rms_forward(rms(&layer.norm1)?, &w.x, &mut s.x_hat1, &mut s.r1, &mut s.n1); // n₁
-            self.gemm(one, &s.n1, Op::N, &a.w_q, Op::N, zero, cols_mut(&mut s.qkv, 0, q_cols)?)?;
-            let k_at = cols_mut(&mut s.qkv, q_cols, kv_cols)?;
-            self.gemm(one, &s.n1, Op::N, &a.w_k, Op::N, zero, k_at)?; //   K = n₁W_K
-            let v_at = cols_mut(&mut s.qkv, q_cols + kv_cols, kv_cols)?;
-            self.gemm(one, &s.n1, Op::N, &a.w_v, Op::N, zero, v_at)?; //   V = n₁W_V
+            side_by_side(&mut s.w_qkv, [&a.w_q, &a.w_k, &a.w_v]);
+            self.gemm(one, &s.n1, Op::N, &s.w_qkv, Op::N, zero, &mut s.qkv)?; // [Q K V] = n₁W_QKV
             rotate_in_place(&mut s.qkv, heads + kv_heads, rope, self.t, one); // rope(Q), rope(K)
             self.attention_forward(s, (heads, kv_heads, d_h), &mut w.rows)?; // O_h
             self.gemm(one, &s.att, Op::N, &a.w_o, Op::N, one, &mut w.x)?; // h = x + att·W_O
             rms_forward(rms(&layer.norm2)?, &w.x, &mut s.x_hat2, &mut s.r2, &mut s.n2); // n₂
             let g = gated(&layer.mlp)?;
-            self.gemm(one, &s.n2, Op::N, &g.w_gate, Op::N, zero, &mut s.phi)?; // A = n₂W_gate
-            self.gemm(one, &s.n2, Op::N, &g.w_up, Op::N, zero, &mut s.b)?; //     B = n₂W_up
-            let entries = s.phi.iter_mut().zip(s.slope.iter_mut());
-            for ((p, sl), (h, &b)) in entries.zip(s.h.iter_mut().zip(s.b.iter())) {
-                (*p, *sl) = phi_and_slope(g.gate, *p); //                 φ(A), φ′(A)
-                *h = *p * b; //                                            H = φ(A) ⊙ B
-            }
+            side_by_side(&mut s.w_gu, [&g.w_gate, &g.w_up, &empty]);
+            self.gemm(one, &s.n2, Op::N, &s.w_gu, Op::N, zero, &mut s.ab)?; // [A B] = n₂[W_g W_u]
+            let (phi, b) = s.ab.as_mut_slice().split_at_mut(n * f);
+            gate_forward(g.gate, phi, s.slope.as_mut_slice(), s.h.as_mut_slice(), b); // H = φ(A)⊙B
             self.gemm(one, &s.h, Op::N, &g.w_down, Op::N, one, &mut w.x)?; // x' = h + H W_down
         }
         let norm_f = rms(&m.norm_f)?;
@@ -154,7 +165,7 @@ impl<T: Float> Run<'_, T> {
         let m = self.model;
         let c = &m.config;
         let (d_h, heads, kv_heads) = (c.head_dim(), c.n_heads, c.n_kv_heads);
-        let (q_cols, kv_cols) = (heads * d_h, kv_heads * d_h);
+        let (n, f) = (inputs.len(), c.hidden);
         let rope = m.rope.as_ref().ok_or_else(|| invalid("DecoderStep", "model", "no rope"))?;
         let (one, zero) = (T::one(), T::zero());
         let layers = m.layers.len();
@@ -175,20 +186,23 @@ impl<T: Float> Run<'_, T> {
             let (a, mlp) = (&layer.attn, gated(&layer.mlp)?);
             // x' = h + H W_down ⇒ ∂h = ∂x' (kept in x), ∂W_down = Hᵀ∂x', ∂H = ∂x' W_downᵀ
             self.gemm(one, &s.h, Op::T, &w.x, Op::N, zero, &mut g[at(8)])?;
-            self.gemm(one, &w.x, Op::N, &mlp.w_down, Op::T, zero, &mut w.d_a)?;
+            let d_hidden = cols_mut(&mut w.d_ab, 0, f)?;
+            self.gemm(one, &w.x, Op::N, &mlp.w_down, Op::T, zero, d_hidden)?;
             // H = φ(A) ⊙ B ⇒ ∂A = ∂H ⊙ B ⊙ φ′(A), ∂B = ∂H ⊙ φ(A)
-            let saved = s.b.iter().zip(s.phi.iter()).zip(s.slope.iter());
-            for ((da, db), ((&b, &p), &sl)) in w.d_a.iter_mut().zip(w.d_b.iter_mut()).zip(saved) {
+            let (phi, b) = s.ab.as_slice().split_at(n * f);
+            let saved = b.iter().zip(phi).zip(s.slope.as_slice());
+            let (d_a, d_b) = w.d_ab.as_mut_slice().split_at_mut(n * f);
+            for ((da, db), ((&b, &p), &sl)) in d_a.iter_mut().zip(d_b.iter_mut()).zip(saved) {
                 let d = *da;
                 *da = d * b * sl;
                 *db = d * p;
             }
-            // A = n₂W_gate, B = n₂W_up ⇒ ∂W_gate = n₂ᵀ∂A, ∂W_up = n₂ᵀ∂B,
-            //                           ∂n₂ = ∂A W_gateᵀ + ∂B W_upᵀ
-            self.gemm(one, &s.n2, Op::T, &w.d_a, Op::N, zero, &mut g[at(6)])?;
-            self.gemm(one, &s.n2, Op::T, &w.d_b, Op::N, zero, &mut g[at(7)])?;
-            self.gemm(one, &w.d_a, Op::N, &mlp.w_gate, Op::T, zero, &mut w.d_n)?;
-            self.gemm(one, &w.d_b, Op::N, &mlp.w_up, Op::T, one, &mut w.d_n)?;
+            // [A B] = n₂[W_gate W_up] ⇒ ∂[W_gate W_up] = n₂ᵀ[∂A ∂B],
+            //                          ∂n₂ = [∂A ∂B][W_gate W_up]ᵀ = ∂A W_gateᵀ + ∂B W_upᵀ
+            self.gemm(one, &s.n2, Op::T, &w.d_ab, Op::N, zero, &mut w.d_w_gu)?;
+            let [d_gate, d_up] = slots(g, [at(6), at(7)])?;
+            cut_into(&w.d_w_gu, [d_gate, d_up, &mut DMatrix::zeros(0, 0)]);
+            self.gemm(one, &w.d_ab, Op::N, &s.w_gu, Op::T, zero, &mut w.d_n)?;
             // n₂ = Norm₂(h) ⇒ ∂h += Norm₂ backward(∂n₂)
             let (gamma2, saved) = (gamma_of(&layer.norm2)?, (&s.x_hat2, s.r2.as_slice()));
             rms_backward(gamma2, saved, &w.d_n, &mut w.x, &mut g[at(5)], &mut w.rows);
@@ -207,15 +221,11 @@ impl<T: Float> Run<'_, T> {
             )?;
             // q = rope(Q), k = rope(K) ⇒ ∂Q, ∂K by the transposed rotation
             rotate_in_place(&mut w.d_qkv, heads + kv_heads, rope, self.t, -one);
-            // Q = n₁W_Q (K, V alike) ⇒ ∂W_Q = n₁ᵀ∂Q, ∂n₁ = ∂Q W_Qᵀ + ∂K W_Kᵀ + ∂V W_Vᵀ
-            let parts = [(0, q_cols, &a.w_q, 1), (q_cols, kv_cols, &a.w_k, 2)];
-            let parts = parts.into_iter().chain([(q_cols + kv_cols, kv_cols, &a.w_v, 3)]);
-            for (i, (c0, k, weight, slot)) in parts.enumerate() {
-                let d_part = cols(&w.d_qkv, c0, k)?;
-                self.gemm(one, &s.n1, Op::T, d_part, Op::N, zero, &mut g[at(slot)])?;
-                let beta = if i == 0 { zero } else { one };
-                self.gemm(one, d_part, Op::N, weight, Op::T, beta, &mut w.d_n)?;
-            }
+            // [Q K V] = n₁[W_Q W_K W_V] ⇒ ∂[W_Q W_K W_V] = n₁ᵀ∂[Q K V],
+            //                           ∂n₁ = ∂[Q K V][W_Q W_K W_V]ᵀ = ∂Q W_Qᵀ + ∂K W_Kᵀ + ∂V W_Vᵀ
+            self.gemm(one, &s.n1, Op::T, &w.d_qkv, Op::N, zero, &mut w.d_w_qkv)?;
+            cut_into(&w.d_w_qkv, slots(g, [at(1), at(2), at(3)])?);
+            self.gemm(one, &w.d_qkv, Op::N, &s.w_qkv, Op::T, zero, &mut w.d_n)?;
             // n₁ = Norm₁(x) ⇒ ∂x += Norm₁ backward(∂n₁)
             let (gamma1, saved) = (gamma_of(&layer.norm1)?, (&s.x_hat1, s.r1.as_slice()));
             rms_backward(gamma1, saved, &w.d_n, &mut w.x, &mut g[at(0)], &mut w.rows);
@@ -340,4 +350,12 @@ fn head_mut<T: Float>(
 ) -> Result<MatMut<'_, T>> {
     let n = m.nrows();
     MatMut::new(&mut m.as_mut_slice()[col0 * n + first + i0..], i1 - i0, d_h, n)
+}
+
+/// The gradient tensors at `at`, each once.
+fn slots<T: Float, const K: usize>(
+    g: &mut [DMatrix<T>],
+    at: [usize; K],
+) -> Result<[&mut DMatrix<T>; K]> {
+    g.get_disjoint_mut(at).map_err(|_| invalid("DecoderStep", "model", "two tensors in one slot"))
 }
