@@ -174,8 +174,9 @@ impl<T: Float, M: Trainable<T>> Trainer<T, M> {
     }
 
     /// How the fused step's products run for the following steps ([`FusedStep::set_settings`]):
-    /// backend, kernel, threads (the thread count is AdamW's too). The reference path (a model
-    /// the fused step does not cover) keeps the process's.
+    /// backend, kernel, threads (the thread count is AdamW's too); a model's own step
+    /// ([`StepPath::Own`]) runs its products with them too. The reference path (a model the fused
+    /// step does not cover) keeps the process's.
     pub fn set_settings(&mut self, settings: crate::matmul::Settings) {
         self.workspace.set_settings(settings);
         self.optimizer.moments.threads = settings.threads;

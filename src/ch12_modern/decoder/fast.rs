@@ -9,10 +9,11 @@
 //!
 //! - **No matrix allocated per step.** Every activation the backward pass reads and every
 //!   gradient lives in the workspace, sized on the first step and reused (the trainer keeps it,
-//!   [`Trainable::Workspace`]).
-//! - **Q, K and V side by side.** The three products write into the columns of one buffer
-//!   \[Q K V\] (N×(H + 2H_kv)·d_h); a head of a sequence is a view into it ([`MatRef`]), and the
-//!   rotation turns the query and key columns where they are.
+//!   [`Trainable::Workspace`]); a step allocates only the loss's few vectors of length N.
+//! - **One product for Q, K and V, one for the gate's A and B.** W_Q, W_K, W_V (and W_gate,
+//!   W_up) are copied side by side at each step, so \[Q K V\] = n₁\[W_Q W_K W_V\] is one product
+//!   into one buffer (N×(H + 2H_kv)·d_h) and its backward two; a head of a sequence is a view
+//!   into it ([`MatRef`]), and the rotation turns the query and key columns where they are.
 //! - **Causal attention by blocks of query rows**, each multiplying only the keys it may see;
 //!   a key/value head's gradient is the sum over its group, accumulated by the products (β = 1).
 //! - **Residuals in place**: h = x + att·W_O and x' = h + H·W_down are products with β = 1 onto
@@ -29,6 +30,7 @@
 //!
 //! [`Trainable::Workspace`]: crate::ch09_gpt::trainable::Trainable::Workspace
 //! [`MatRef`]: crate::matmul::MatRef
+//! [`gemm_with`]: crate::matmul::gemm_with
 
 use super::{Decoder, Mlp, MlpKind, Norm, NormKind, PositionKind};
 use crate::ch09_gpt::data::Batch;
