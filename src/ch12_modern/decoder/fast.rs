@@ -386,7 +386,7 @@ fn rms_backward<T: Float>(
         }
     }
     let c = T::of(d_y.ncols() as f64);
-    mean.iter_mut().for_each(|m| *m = *m / c);
+    mean.iter_mut().for_each(|m| *m /= c);
     let pairs = d_y.as_slice().chunks_exact(n).zip(x_hat.as_slice().chunks_exact(n));
     for ((dy, xh), (dx, &g)) in pairs.zip(d_x.as_mut_slice().chunks_exact_mut(n).zip(gamma.iter()))
     {
