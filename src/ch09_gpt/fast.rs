@@ -61,7 +61,9 @@ use shards::{add_in_shard_order, run_shards};
 pub(crate) use workspace::Windows;
 
 use forward::Outputs;
-pub(crate) use forward::{Products, add_row, causal_block_forward, one_row_attention};
+pub(crate) use forward::{
+    Products, add_row, causal_block_forward, cross_entropy_by_columns, one_row_attention,
+};
 use precision::Rounder;
 
 use super::data::Batch;

@@ -123,6 +123,8 @@ pub struct Trainer<T: Float, M: Trainable<T> = Gpt<T>> {
     /// The fused step's buffers, reused from step to step (not part of the training state: a
     /// trainer loaded from a checkpoint starts with an empty one and gets the same bits).
     pub(crate) workspace: FusedStep<T>,
+    /// The model's own step's buffers ([`Trainable::Workspace`]), kept likewise.
+    pub(crate) own: M::Workspace,
 }
 
 impl<T: Float, M: Trainable<T>> Trainer<T, M> {
@@ -139,6 +141,7 @@ impl<T: Float, M: Trainable<T>> Trainer<T, M> {
             step: 0,
             history: Vec::new(),
             workspace: FusedStep::new(),
+            own: M::Workspace::default(),
         })
     }
 
@@ -171,8 +174,9 @@ impl<T: Float, M: Trainable<T>> Trainer<T, M> {
     }
 
     /// How the fused step's products run for the following steps ([`FusedStep::set_settings`]):
-    /// backend, kernel, threads (the thread count is AdamW's too). The reference path (a model
-    /// the fused step does not cover) keeps the process's.
+    /// backend, kernel, threads (the thread count is AdamW's too); a model's own step
+    /// ([`StepPath::Own`]) runs its products with them too. The reference path (a model the fused
+    /// step does not cover) keeps the process's.
     pub fn set_settings(&mut self, settings: crate::matmul::Settings) {
         self.workspace.set_settings(settings);
         self.optimizer.moments.threads = settings.threads;
@@ -247,7 +251,10 @@ impl<T: Float, M: Trainable<T>> Trainer<T, M> {
         let tokens = batch.inputs.len();
         let mut reference = Vec::new();
         let (loss, grads) = match weights {
-            None => self.model.loss_and_grads_in(batch, &mut self.workspace, &mut reference)?,
+            None => {
+                let (fused, own) = (&mut self.workspace, &mut self.own);
+                self.model.loss_and_grads_in(batch, fused, own, &mut reference)?
+            }
             Some(w) => self.model.weighted_loss_and_grads_in(batch, w, &mut self.workspace)?,
         };
         let scaled = precision.loss_scale > 1.0;

@@ -28,6 +28,10 @@ pub enum StepPath {
     /// The reference, [`Gpt::loss_and_grads`] (chapter 6's functions): for a model the fused
     /// step does not cover ([`super::fast::supports`]).
     Reference,
+    /// The model's own step with its buffers kept by the trainer ([`Trainable::Workspace`]): a
+    /// later chapter's model that has one (its products run with the trainer's settings; it has
+    /// no rounded products and no weighted loss).
+    Own,
 }
 
 impl StepPath {
@@ -36,11 +40,12 @@ impl StepPath {
         if super::fast::supports(model) { StepPath::Fused } else { StepPath::Reference }
     }
 
-    /// Its name, as `train.json` records it: `fused` or `reference`.
+    /// Its name, as `train.json` records it: `fused`, `reference` or `own`.
     pub fn name(self) -> &'static str {
         match self {
             StepPath::Fused => "fused",
             StepPath::Reference => "reference",
+            StepPath::Own => "own",
         }
     }
 }
@@ -50,6 +55,10 @@ const WEIGHTED_ONLY_FUSED: &str = "the fused step does not cover it; weighted st
 
 /// A model the [`Trainer`](super::train::Trainer) trains and the checkpoint code saves.
 pub trait Trainable<T: Float>: Clone + std::fmt::Debug {
+    /// The buffers of the model's own step ([`StepPath::Own`]), kept by the trainer from step to
+    /// step and handed to [`Trainable::loss_and_grads_in`]; `()` for a model without one.
+    type Workspace: Clone + std::fmt::Debug + Default;
+
     /// The names of the parameter tensors, in the order of [`Trainable::parameters_mut`] (the
     /// training state stores AdamW's moments under them).
     fn parameter_names(&self) -> Vec<String>;
@@ -61,19 +70,21 @@ pub trait Trainable<T: Float>: Clone + std::fmt::Debug {
     fn decays(&self) -> Vec<bool>;
 
     /// Which computation [`Trainable::loss_and_grads_in`] uses: only chapter 9's model has the
-    /// fused step.
+    /// fused step; a model with a step of its own says [`StepPath::Own`].
     fn step_path(&self) -> StepPath {
         StepPath::Reference
     }
 
     /// The mean next-token loss of `batch` and ∂L/∂θ_i for every tensor, in
     /// [`Trainable::parameters_mut`] order. The gradients live in `fused` (the fused step's
-    /// buffers) or in `scratch`, whichever the model computes with; the trainer clips them and
-    /// hands them to AdamW in place.
+    /// buffers), in `own` (the model's own step's) or in `scratch`, whichever the model computes
+    /// with; the trainer clips them and hands them to AdamW in place. `fused` also carries the
+    /// trainer's product settings ([`FusedStep::settings`]).
     fn loss_and_grads_in<'w>(
         &self,
         batch: &Batch,
         fused: &'w mut FusedStep<T>,
+        own: &'w mut Self::Workspace,
         scratch: &'w mut Vec<DMatrix<T>>,
     ) -> Result<(f64, &'w mut [DMatrix<T>])>;
 
@@ -108,6 +119,9 @@ pub trait Trainable<T: Float>: Clone + std::fmt::Debug {
 }
 
 impl<T: Float> Trainable<T> for Gpt<T> {
+    /// Chapter 9's buffers are the fused step's own ([`FusedStep`]).
+    type Workspace = ();
+
     fn parameter_names(&self) -> Vec<String> {
         self.tensors().into_iter().map(|(n, _)| n).collect()
     }
@@ -129,6 +143,7 @@ impl<T: Float> Trainable<T> for Gpt<T> {
         &self,
         batch: &Batch,
         fused: &'w mut FusedStep<T>,
+        _own: &'w mut (),
         scratch: &'w mut Vec<DMatrix<T>>,
     ) -> Result<(f64, &'w mut [DMatrix<T>])> {
         if StepPath::of(self) == StepPath::Fused {

@@ -25,6 +25,7 @@
 //! backward are in `decoder/pass.rs`, the cached step in `decoder/step.rs`; every function they
 //! call is the lesson's or chapter 6's, none is rewritten here.
 
+pub mod fast;
 mod pass;
 mod step;
 

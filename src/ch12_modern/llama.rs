@@ -33,7 +33,7 @@ use crate::ch09_gpt::data::Batch;
 use crate::ch09_gpt::fast::FusedStep;
 use crate::ch09_gpt::model::{Param, spec_of};
 use crate::ch09_gpt::safetensors::{SafeTensors, TensorOut, serialize};
-use crate::ch09_gpt::trainable::Trainable;
+use crate::ch09_gpt::trainable::{StepPath, Trainable};
 use crate::ch11_precision::quant::Storage;
 use crate::ch11_precision::quant_file::{
     Bf16Layout, QUANTIZATION_KEY, check_file_storage, stored_matrix_of, stored_matrix_tensors,
@@ -384,10 +384,16 @@ pub fn decays(name: &str) -> bool {
 }
 
 /// The decoder as chapter 9's trainer takes it: its tensors in [`Decoder::tensors_mut`] order,
-/// the reference pass ([`Decoder::loss_and_grads`]), AdamW decaying every matrix (W_E, W_P,
-/// the projections, W_U) and no γ, β or bias ([`decays`]), as chapter 9 decays GPT-2's; its
-/// files in the Llama layout.
+/// its kept-buffer step ([`DecoderStep`]) where it covers the configuration ([`supports`]) and
+/// the reference pass ([`Decoder::loss_and_grads`]) elsewhere, AdamW decaying every matrix
+/// (W_E, W_P, the projections, W_U) and no γ, β or bias ([`decays`]), as chapter 9 decays
+/// GPT-2's; its files in the Llama layout.
+///
+/// [`DecoderStep`]: super::decoder::fast::DecoderStep
+/// [`supports`]: super::decoder::fast::supports
 impl<T: Float> Trainable<T> for Decoder<T> {
+    type Workspace = super::decoder::fast::DecoderStep<T>;
+
     fn parameter_names(&self) -> Vec<String> {
         self.tensors().into_iter().map(|(n, _)| n).collect()
     }
@@ -400,12 +406,20 @@ impl<T: Float> Trainable<T> for Decoder<T> {
         self.parameter_names().iter().map(|n| decays(n)).collect()
     }
 
+    fn step_path(&self) -> StepPath {
+        if super::decoder::fast::supports(self) { StepPath::Own } else { StepPath::Reference }
+    }
+
     fn loss_and_grads_in<'w>(
         &self,
         batch: &Batch,
-        _fused: &'w mut FusedStep<T>,
+        fused: &'w mut FusedStep<T>,
+        own: &'w mut Self::Workspace,
         scratch: &'w mut Vec<DMatrix<T>>,
     ) -> Result<(f64, &'w mut [DMatrix<T>])> {
+        if super::decoder::fast::supports(self) {
+            return own.loss_and_grads(self, batch, fused.settings());
+        }
         let r = self.loss_and_grads(batch)?;
         let mut grads = r.grads;
         *scratch = grads

@@ -79,7 +79,7 @@ impl RunModel for Gpt<f32> {
     fn step_name(&self) -> &'static str {
         match self.step_path() {
             crate::ch09_gpt::train::StepPath::Fused => "fast::FusedStep",
-            crate::ch09_gpt::train::StepPath::Reference => {
+            crate::ch09_gpt::train::StepPath::Reference | crate::ch09_gpt::train::StepPath::Own => {
                 "Gpt::loss_and_grads; the fused step does not cover this model"
             }
         }
@@ -124,7 +124,11 @@ impl RunModel for Decoder<f32> {
     }
 
     fn step_name(&self) -> &'static str {
-        "Decoder::loss_and_grads, chapter 12's reference pass"
+        if crate::ch12_modern::decoder::fast::supports(self) {
+            "decoder::fast::DecoderStep, chapter 12's step with kept buffers"
+        } else {
+            "Decoder::loss_and_grads, chapter 12's reference pass"
+        }
     }
 
     fn all_finite(&self) -> bool {

@@ -75,7 +75,7 @@ pub struct RunFile {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threads: Option<usize>,
     /// Which training step computed the gradients
-    /// ([`StepPath::name`](crate::ch09_gpt::train::StepPath::name): `fused` or `reference`);
+    /// ([`StepPath::name`](crate::ch09_gpt::train::StepPath::name): `fused`, `reference` or `own`);
     /// absent in runs saved before it was recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step_path: Option<String>,

@@ -231,5 +231,6 @@ pub fn trainer_from_state<T: Float, M: Trainable<T>>(
         step: step as usize,
         history,
         workspace,
+        own: M::Workspace::default(),
     })
 }

@@ -193,7 +193,7 @@ pub(crate) fn one_row_attention<T: Float>(
 ///
 /// [`cross_entropy_from_logits_with_gradient`]:
 ///     crate::ch02_softmax::cross_entropy_from_logits_with_gradient
-pub(super) fn cross_entropy_by_columns<T: Float>(
+pub(crate) fn cross_entropy_by_columns<T: Float>(
     logits: &mut DMatrix<T>,
     targets: &[Option<u32>],
     factors: &[T],
