@@ -292,10 +292,10 @@ fn vocabulary_fits(tok: &dyn Tokenizer, vocab_size: usize) -> Result<()> {
 /// `train.json` records, if any), the Llama `config.json` and the storage it names (its memory
 /// estimated as the GPT of the same sizes in that storage, and checked against the `budget`
 /// before anything is built), the decoder (f32, or a stored one kept as stored,
-/// [`QuantDecoder::from_llama_file`]), and the tokenizer's ids against its rows. Also returns
-/// the storage and where the files were found.
+/// [`QuantDecoder::from_llama_file`][from_llama_file]), and the tokenizer's ids against its
+/// rows. Also returns the storage and where the files were found.
 ///
-/// [`QuantDecoder::from_llama_file`]: crate::ch12_modern::quant_decoder::QuantDecoder::from_llama_file
+/// [from_llama_file]: crate::ch12_modern::quant_decoder::QuantDecoder::from_llama_file
 pub fn load_llama_for_sampling(dir: &Path, budget: u64) -> Result<LlamaForSampling> {
     use super::arch::gpt_estimate_of;
     use crate::ch12_modern::llama::{decoder_from_llama, llama_config_from_json};
