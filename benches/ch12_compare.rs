@@ -8,14 +8,18 @@
 //! kernel, so the losses are the same bits on every CPU; the seconds are this run's.
 //!
 //! Options (after `--`): `--steps N`, `--eval-every N`, `--seeds N` (the two ends),
-//! `--part-seeds N` (the single parts), `--only KEY[,KEY…]` (those arms only, for a trial),
-//! `--write` (rewrite `chapters/img/ch12_compare.csv` after every run; the main job draws the
-//! figure and the page's table from it). Without `--write` it prints the rows only.
+//! `--part-seeds N` (the single parts), `--first-seed N` (start at seed N, leaving out the
+//! seeds before it), `--only KEY[,KEY…]` (those arms only, for a trial), `--write` (rewrite
+//! `chapters/img/ch12_compare.csv` after every run; the main job draws the figure and the page's
+//! table from it), `--keep` (with `--write`: keep the file's rows of every (arm, seed) run this
+//! one does not make, the rows sorted by seed, arm and step as a whole run writes them). Without
+//! `--write` it prints the rows only. A run whose (arm, seed) the file already holds is compared
+//! with the file's rows and said to be the same bits or not.
 
 use llm_workbook::ch09_gpt::experiments::corpus_tokens;
 use llm_workbook::ch12_modern::compare::{
     Arm, COMPARE_CSV, COMPARE_END_SEEDS, COMPARE_EVAL_EVERY, COMPARE_PART_SEEDS, COMPARE_STEPS,
-    CompareRow, compare_csv_text, compare_run,
+    CompareRow, compare_csv_text, compare_run, parse_compare_csv,
 };
 use std::time::Instant;
 
@@ -28,8 +32,10 @@ struct Options {
     eval_every: usize,
     seeds: u64,
     part_seeds: u64,
+    first_seed: u64,
     only: Option<Vec<Arm>>,
     write: bool,
+    keep: bool,
 }
 
 fn options() -> Result<Options, String> {
@@ -38,8 +44,10 @@ fn options() -> Result<Options, String> {
         eval_every: COMPARE_EVAL_EVERY,
         seeds: COMPARE_END_SEEDS,
         part_seeds: COMPARE_PART_SEEDS,
+        first_seed: 1,
         only: None,
         write: false,
+        keep: false,
     };
     let mut args = std::env::args().skip(1).filter(|a| a != "--bench");
     while let Some(a) = args.next() {
@@ -60,9 +68,14 @@ fn options() -> Result<Options, String> {
                 let arms: Option<Vec<Arm>> = keys.split(',').map(Arm::from_key).collect();
                 o.only = Some(arms.ok_or(format!("--only: unknown configuration in {keys:?}"))?);
             }
+            "--first-seed" => o.first_seed = count("--first-seed", value("--first-seed")?)? as u64,
             "--write" => o.write = true,
+            "--keep" => o.keep = true,
             other => return Err(format!("unknown option {other:?} (see the file's top comment)")),
         }
+    }
+    if o.keep && !o.write {
+        return Err("--keep is for --write (it keeps the file's other runs)".into());
     }
     Ok(o)
 }
@@ -95,8 +108,12 @@ fn run(o: &Options) -> llm_workbook::Result<()> {
     let arms: Vec<Arm> = o.only.clone().unwrap_or_else(|| Arm::ALL.to_vec());
     let path =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("chapters/img").join(COMPARE_CSV);
+    let stored = match std::fs::read_to_string(&path) {
+        Ok(text) => parse_compare_csv(&text, &path.display().to_string())?,
+        Err(_) => Vec::new(),
+    };
     let mut rows: Vec<CompareRow> = Vec::new();
-    for seed in 1..=o.seeds.max(o.part_seeds) {
+    for seed in o.first_seed..=o.seeds.max(o.part_seeds) {
         for &arm in &arms {
             let seeds = if arm.is_end() { o.seeds } else { o.part_seeds };
             if seed > seeds {
@@ -124,9 +141,23 @@ fn run(o: &Options) -> llm_workbook::Result<()> {
                 start.elapsed().as_secs_f64(),
                 load_average()
             );
+            let before: Vec<&CompareRow> =
+                stored.iter().filter(|r| (r.arm, r.seed) == (arm, seed)).collect();
+            if !before.is_empty() {
+                let same = before.len() == run.len()
+                    && before.iter().zip(&run).all(|(a, b)| {
+                        (a.parameters, a.step, a.tokens) == (b.parameters, b.step, b.tokens)
+                            && format!("{:.6}", a.validation) == format!("{:.6}", b.validation)
+                    });
+                let verdict = if same { "the same" } else { "NOT the same" };
+                println!("  {} seed {seed}: losses {verdict} as the file's", arm.key());
+            }
             rows.extend(run);
             if o.write {
-                llm_workbook::report::write_if_changed(&path, &compare_csv_text(&rows))?;
+                llm_workbook::report::write_if_changed(
+                    &path,
+                    &compare_csv_text(&merged(o, &stored, &rows)),
+                )?;
             }
         }
     }
@@ -135,4 +166,17 @@ fn run(o: &Options) -> llm_workbook::Result<()> {
         print!("{}", compare_csv_text(&rows));
     }
     Ok(())
+}
+
+/// `rows`, with `--keep` the stored rows of every (arm, seed) run `rows` does not hold as well,
+/// sorted by seed, then arm in [`Arm::ALL`]'s order, then step.
+fn merged(o: &Options, stored: &[CompareRow], rows: &[CompareRow]) -> Vec<CompareRow> {
+    let mut out = rows.to_vec();
+    if o.keep {
+        let made = |r: &CompareRow| rows.iter().any(|m| (m.arm, m.seed) == (r.arm, r.seed));
+        out.extend(stored.iter().filter(|r| !made(r)).cloned());
+    }
+    let place = |a: Arm| Arm::ALL.iter().position(|&b| b == a).unwrap_or(usize::MAX);
+    out.sort_by_key(|r| (r.seed, place(r.arm), r.step));
+    out
 }

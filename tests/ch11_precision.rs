@@ -1812,7 +1812,7 @@ mod quant_disk {
             assert!(said.contains(&format!("stored as {}", storage.name())), "{said}");
             let logits = dir.join(format!("{}.json", storage.name()));
             let err = sample(o, &logits);
-            assert!(err.contains("widened to f32"), "{err}");
+            assert!(err.contains("sampled as stored"), "{err}");
             let (loss, rows) = prompt_loss(&logits);
             let moved = (loss - f32_loss).abs();
             eprintln!("{}: loss {loss:.5} against f32 {f32_loss:.5}", storage.name());

@@ -1308,3 +1308,293 @@ fn the_pages_comparison_table_is_the_committed_csvs() {
     let llm_workbook::plot::Figure::Line(chart) = fig else { panic!("a line chart") };
     assert_eq!(chart.series.len(), table.len());
 }
+
+// ─────────────── generation from stored projections (the decoder's step seam) ───────────────
+
+mod stored_decoder {
+    use crate::common;
+    use llm_workbook::ch09_gpt::safetensors::SafeTensors;
+    use llm_workbook::ch09_gpt::sample::{Decoding, argmax, generate_with};
+    use llm_workbook::ch11_precision::bf16_weights::Bf16Matrix;
+    use llm_workbook::ch11_precision::quant::{QuantMatrix, Storage};
+    use llm_workbook::ch11_precision::quant_step::StoredMatrix;
+    use llm_workbook::ch12_modern::decoder::StepProduct;
+    use llm_workbook::ch12_modern::glu::Gate;
+    use llm_workbook::ch12_modern::gqa::AttnProduct;
+    use llm_workbook::ch12_modern::llama::{decoder_from_stored_llama, llama_stored_files};
+    use llm_workbook::ch12_modern::quant_decoder::{
+        QuantDecoder, STORED_PRODUCTS, SamplingDecoder,
+    };
+    use llm_workbook::ch12_modern::rope::Pairing;
+    use llm_workbook::ch12_modern::{Decoder, DecoderConfig, Mlp, MlpKind, NormKind, PositionKind};
+    use llm_workbook::rng::Rng;
+    use llm_workbook::simd::{Kernel, available_kernels};
+    use nalgebra::DMatrix;
+
+    const STORAGES: [Storage; 3] = [Storage::Bf16, Storage::Int8, Storage::Q4];
+
+    /// A Llama decoder: 2 blocks, H = 4 query heads sharing H_kv = 2 key/value heads, C = 64
+    /// (two blocks of 32 along the width), F = 88 (a column of W_down padded to 3 blocks),
+    /// V = 29, context 12; its weights drawn 10 times chapter 9's size so that the logits spread.
+    fn llama(tied: bool) -> Decoder<f32> {
+        let c = DecoderConfig {
+            n_kv_heads: 2,
+            hidden: 88,
+            positions: PositionKind::Rotary { base: 10_000.0, pairing: Pairing::Halves },
+            norm: NormKind::Rms,
+            mlp: MlpKind::Gated(Gate::Swish),
+            biases: false,
+            tied,
+            ..DecoderConfig::gpt2(29, 12, 2, 4, 64)
+        };
+        let mut m = Decoder::new(c, 3).unwrap();
+        for (name, w) in m.tensors_mut() {
+            if !name.ends_with("gamma") {
+                *w *= 10.0;
+            }
+        }
+        m
+    }
+
+    fn is_projection(name: &str) -> bool {
+        ["w_q", "w_k", "w_v", "w_o", "w_gate", "w_up", "w_down"]
+            .iter()
+            .any(|p| name.ends_with(&format!(".{p}")))
+    }
+
+    /// The stated bound on |z_stored − z_widened|: each logit's inputs pass through 2 blocks of
+    /// f32 dot products of at most 88 terms summed in another order (the stored products by
+    /// blocks of 32 with fused multiply-adds, the f32 step by chapter 10's kernel), each off by
+    /// at most γ₈₈·Σ|x·ŵ| ≈ 10⁻⁵ of its terms' sizes; measured, a few 10⁻⁶ at logits of size 10.
+    const STORED_STEP_TOLERANCE: f32 = 1e-4;
+
+    /// The largest |z_q − z_reference| over the steps of `tokens`, each decoder fed one token
+    /// at a time from an empty cache.
+    fn worst_gap(q: &QuantDecoder, reference: &Decoder<f32>, tokens: &[u32]) -> f32 {
+        let (mut a, mut b) = (reference.new_kv(), q.new_kv());
+        let mut worst = 0f32;
+        for &t in tokens {
+            let (want, got) = (reference.step(&mut a, t).unwrap(), q.step(&mut b, t).unwrap());
+            worst = got.iter().zip(&want).map(|(x, y)| (x - y).abs()).fold(worst, f32::max);
+        }
+        worst
+    }
+
+    const TOKENS: [u32; 12] = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8];
+
+    /// bf16, int8 and 4-bit, tied and untied, GQA with H_kv < H: the stored step's logits are
+    /// the f32 step's on the widened weights within the bound, on every column path with the
+    /// reference path's bits; the widened decoder is chapter 11's rounding of each projection
+    /// alone, every other tensor as it was; and the stored step is not the f32 decoder's.
+    #[test]
+    fn the_stored_step_gives_the_widened_decoders_logits_in_every_storage() {
+        for tied in [true, false] {
+            let m = llama(tied);
+            assert!(m.config.n_kv_heads < m.config.n_heads);
+            for storage in STORAGES {
+                let q = QuantDecoder::new(&m, storage).unwrap();
+                let widened = q.widened();
+                for ((name, w), (_, got)) in m.tensors().into_iter().zip(widened.tensors()) {
+                    let want = match storage {
+                        _ if !is_projection(&name) => w,
+                        Storage::Bf16 => Bf16Matrix::round(&w).widen(),
+                        _ => QuantMatrix::quantize(&w, storage).unwrap().dequantize(),
+                    };
+                    assert_eq!(got, want, "{storage:?} {name}");
+                }
+                let worst = worst_gap(&q, &widened, &TOKENS);
+                let moved = worst_gap(&q, &m, &TOKENS);
+                eprintln!(
+                    "{storage:?} tied {tied}: {worst:.2e} from ŵ's step, {moved:.2e} from f32"
+                );
+                assert!(worst < STORED_STEP_TOLERANCE, "{storage:?} tied {tied}: {worst}");
+                assert!(moved > 10.0 * STORED_STEP_TOLERANCE, "{storage:?} tied {tied}: {moved}");
+                let logits = |q: QuantDecoder| {
+                    let mut kv = q.new_kv();
+                    let steps = TOKENS.iter().map(|&t| q.step(&mut kv, t).unwrap());
+                    steps.flatten().map(f32::to_bits).collect::<Vec<u32>>()
+                };
+                let reference = logits(q.clone().with_kernel(Kernel::Scalar));
+                for path in available_kernels() {
+                    assert_eq!(logits(q.clone().with_kernel(path)), reference, "{path:?}");
+                }
+            }
+        }
+    }
+
+    /// Greedy decoding past the context (the window slides and the cache is rebuilt one stored
+    /// step a token) chooses the widened decoder's tokens; along the first context of them each
+    /// choice is decided by a gap larger than twice the bound, so it must.
+    #[test]
+    fn the_stored_decoder_chooses_the_widened_decoders_greedy_tokens() {
+        for tied in [true, false] {
+            let m = llama(tied);
+            for storage in STORAGES {
+                let q = QuantDecoder::new(&m, storage).unwrap();
+                let widened = q.widened();
+                let (mut a, mut b) = (widened.new_kv(), q.new_kv());
+                let (mut token, mut smallest_gap) = (3u32, f32::INFINITY);
+                for _ in 0..m.config.context {
+                    let (want, got) =
+                        (widened.step(&mut a, token).unwrap(), q.step(&mut b, token).unwrap());
+                    let best = argmax(&want).unwrap();
+                    let second = want
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| *i != best)
+                        .fold(f32::NEG_INFINITY, |s, (_, &z)| s.max(z));
+                    smallest_gap = smallest_gap.min(want[best] - second);
+                    assert_eq!(argmax(&got).unwrap(), best, "{storage:?}");
+                    token = best as u32;
+                }
+                assert!(smallest_gap > 2.0 * STORED_STEP_TOLERANCE, "{storage:?}: {smallest_gap}");
+                let prompt = [1u32, 4, 1, 5];
+                let greedy = |g: &mut dyn FnMut(&mut Rng) -> Vec<u32>| g(&mut Rng::new(1));
+                let want = greedy(&mut |r| {
+                    let g = generate_with(&mut &widened, &prompt, 30, &Decoding::Greedy, r, true);
+                    g.unwrap().tokens
+                });
+                let got = greedy(&mut |r| {
+                    let g = generate_with(&mut &q, &prompt, 30, &Decoding::Greedy, r, true);
+                    g.unwrap().tokens
+                });
+                assert_eq!(got, want, "{storage:?} tied {tied}");
+            }
+        }
+    }
+
+    /// The decoder's tensors but its projections (each 0×0), and its stored matrices with
+    /// `swap` exchanged in every block.
+    fn parts(
+        q: &QuantDecoder,
+        swap: (StepProduct, StepProduct),
+    ) -> (Decoder<f32>, Vec<Vec<StoredMatrix>>) {
+        let mut rest = q.widened();
+        for layer in &mut rest.layers {
+            let a = &mut layer.attn;
+            for w in [&mut a.w_q, &mut a.w_k, &mut a.w_v, &mut a.w_o] {
+                *w = DMatrix::zeros(0, 0);
+            }
+            let Mlp::Gated(g) = &mut layer.mlp else { panic!("a gated MLP") };
+            for w in [&mut g.w_gate, &mut g.w_up, &mut g.w_down] {
+                *w = DMatrix::zeros(0, 0);
+            }
+        }
+        let pick = |p: StepProduct| match p {
+            p if p == swap.0 => swap.1,
+            p if p == swap.1 => swap.0,
+            p => p,
+        };
+        let blocks = (0..q.config().layers)
+            .map(|l| STORED_PRODUCTS.map(|p| q.matrix(pick(p), l).unwrap().clone()).to_vec())
+            .collect();
+        (rest, blocks)
+    }
+
+    /// The check catches a projection read from the wrong stored matrix: with K and V (or gate
+    /// and up) exchanged, shapes that fit, the logits leave the widened decoder's by far more
+    /// than the bound; a matrix of the wrong shape is refused in one line.
+    #[test]
+    fn a_projection_read_from_the_wrong_stored_matrix_is_caught() {
+        let m = llama(false);
+        let q = QuantDecoder::new(&m, Storage::Int8).unwrap();
+        let widened = q.widened();
+        let same = (StepProduct::Up, StepProduct::Up);
+        let (rest, blocks) = parts(&q, same);
+        let again = QuantDecoder::from_parts(rest, Storage::Int8, blocks).unwrap();
+        assert_eq!(worst_gap(&again, &widened, &TOKENS), worst_gap(&q, &widened, &TOKENS));
+        let k_v = (StepProduct::Attn(AttnProduct::K), StepProduct::Attn(AttnProduct::V));
+        for swap in [k_v, (StepProduct::Gate, StepProduct::Up)] {
+            let (rest, blocks) = parts(&q, swap);
+            let planted = QuantDecoder::from_parts(rest, Storage::Int8, blocks).unwrap();
+            let worst = worst_gap(&planted, &widened, &TOKENS);
+            assert!(worst > 100.0 * STORED_STEP_TOLERANCE, "{swap:?}: {worst}");
+        }
+        let (rest, blocks) = parts(&q, (StepProduct::Attn(AttnProduct::Q), k_v.0));
+        let e = QuantDecoder::from_parts(rest, Storage::Int8, blocks).unwrap_err().to_string();
+        assert!(!e.contains('\n') && e.len() <= 100 && e.contains("matrices"), "{e}");
+        let e = QuantDecoder::new(&m, Storage::F32).unwrap_err().to_string();
+        assert!(e.contains("storage") && !e.contains('\n'), "{e}");
+    }
+
+    /// A stored Llama file loads as stored: the matrices the step reads are those quantizing
+    /// the f32 decoder gives (the widened loader's, bit for bit), held in their stored bytes.
+    #[test]
+    fn a_stored_llama_file_loads_as_stored_without_an_f32_copy_of_its_projections() {
+        let m = llama(false);
+        for storage in STORAGES {
+            let files = llama_stored_files(&m, storage).unwrap();
+            let bytes = files.iter().find(|f| f.0 == "model.safetensors").unwrap().1.clone();
+            let f = SafeTensors::parse(bytes, "model.safetensors").unwrap();
+            let q = QuantDecoder::from_llama_file(m.config, storage, &f).unwrap();
+            let widened = decoder_from_stored_llama::<f32>(m.config, storage, &f).unwrap();
+            assert_eq!(q.widened(), widened, "{storage:?}");
+            let built = QuantDecoder::new(&m, storage).unwrap();
+            assert_eq!(built.widened(), widened, "{storage:?}");
+            assert_eq!(q.resident_bytes(), built.resident_bytes(), "{storage:?}");
+            // By hand: per block, W_Q and W_O 64×64, W_K and W_V 64×32, W_gate and W_up 64×88,
+            // W_down 88×64: 2·64 + 2·2·32 + 2·64 + 2·2·88 + 3·64 = 928 blocks of 32 along the
+            // input, 2 blocks in all; 36 bytes a block in int8, 20 in 4-bit, 2 bytes a weight in
+            // bf16. The rest in f32: W_E and W_U (29×64 each) and 5 γ of 64.
+            let weights = 2 * (2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 88);
+            let stored = match storage {
+                Storage::Bf16 => 2 * weights,
+                Storage::Int8 => 2 * 928 * 36,
+                _ => 2 * 928 * 20,
+            };
+            let rest = 4 * (2 * 29 * 64 + 5 * 64);
+            assert_eq!(q.resident_bytes(), stored + rest, "{storage:?}");
+            assert_eq!(q.f32_bytes(), 4 * m.parameter_count());
+            let e = QuantDecoder::from_llama_file(m.config, Storage::F32, &f).unwrap_err();
+            assert!(!e.to_string().contains('\n'), "{e}");
+        }
+    }
+
+    /// `gpt sample` of a `gpt quantize` output of a `gpt train --arch llama` folder runs the
+    /// stored decoder, says so, and writes the text greedy decoding of the widened decoder gives
+    /// (past the context of 16: the window slides).
+    #[test]
+    fn gpt_sample_runs_a_stored_llama_folder_as_stored_with_the_widened_decoders_text() {
+        use std::process::Command;
+        let dir = common::temp_dir("ch12_sample_stored_llama");
+        let cli = |args: &[&str]| {
+            let r = Command::new(env!("CARGO_BIN_EXE_llm-workbook"))
+                .current_dir(dir.path())
+                .args(args)
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&r.stderr).to_string();
+            assert!(r.status.success(), "{args:?}: {err}");
+            (String::from_utf8_lossy(&r.stdout).to_string(), err)
+        };
+        let text = dir.path().join("my.txt");
+        std::fs::write(&text, "the cat sat on the mat. the dog sat on the log. ".repeat(40))
+            .unwrap();
+        let ck = dir.path().join("ck");
+        let (t, c) = (text.to_str().unwrap(), ck.to_str().unwrap());
+        let shape = ["--layers", "2", "--heads", "4", "--kv-heads", "2", "--width", "64"];
+        let mut args = vec!["gpt", "train", "--arch", "llama", "--data", t, "--out", c];
+        args.extend(shape);
+        args.extend(["--context", "16", "--steps", "30", "--batch", "4"]);
+        cli(&args);
+        let prompt = "the cat ";
+        for storage in STORAGES {
+            let out = dir.path().join(storage.name());
+            let o = out.to_str().unwrap();
+            cli(&["gpt", "quantize", "--checkpoint", c, "--to", storage.name(), "--out", o]);
+            let sample = ["gpt", "sample", "--checkpoint", o, "--prompt", prompt, "--greedy"];
+            let (said, err) = cli(&[&sample[..], &["--tokens", "24", "--stats"]].concat());
+            assert!(err.contains("sampled as stored") && err.contains("as stored, llama"), "{err}");
+            let loaded = llm_workbook::workshop::run::load_llama_for_sampling(&out, u64::MAX);
+            let (tok, model, _, _) = loaded.unwrap();
+            let SamplingDecoder::Stored(q) = model else { panic!("{storage:?} loaded as f32") };
+            assert_eq!(q.storage(), storage);
+            let widened = q.widened();
+            let ids = tok.encode(prompt).unwrap();
+            let d = Decoding::Greedy;
+            let g = generate_with(&mut &widened, &ids, 24, &d, &mut Rng::new(1), true).unwrap();
+            let want = format!("{prompt}{}", tok.decode_lossy(g.new_tokens()).unwrap());
+            assert_eq!(said.trim_end_matches('\n'), want, "{storage:?}");
+        }
+    }
+}

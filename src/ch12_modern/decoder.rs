@@ -30,7 +30,7 @@ mod pass;
 mod step;
 
 pub use pass::{DecoderCache, DecoderLoss, gate_and_slope, glu_backward_one_gate};
-pub use step::DecoderKv;
+pub use step::{DecoderKv, DecoderWeights, StepProduct};
 
 use super::glu::{Gate, GatedMlp};
 use super::gqa::{Gqa, GqaBiases, Rotary};

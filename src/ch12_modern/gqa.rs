@@ -474,40 +474,118 @@ pub fn gqa_step<T: Float>(
 ) -> Result<DMatrix<T>> {
     const OP: &str = "gqa_step";
     p.validate(OP)?;
-    let d_h = p.head_dim();
-    check_rope(OP, rope, d_h)?;
     if x.shape() != (1, p.w_q.nrows()) {
         return Err(shape_error(OP, "x", format!("1×{}", p.w_q.nrows()), shape_of(x)));
     }
-    let width = p.n_kv_heads * d_h;
+    gqa_step_with(p.heads(), rope, x, kv, pos, |which, x| p.product(which, x))
+}
+
+/// One of attention's four weight products.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttnProduct {
+    /// x W_Q (+ b_Q).
+    Q,
+    /// x W_K (+ b_K).
+    K,
+    /// x W_V (+ b_V).
+    V,
+    /// Concat(o) W_O (+ b_O).
+    O,
+}
+
+/// What [`gqa_step_with`] reads of a layer besides its four products: the head counts and
+/// width, and QK-norm's γs if on.
+#[derive(Clone, Copy, Debug)]
+pub struct GqaHeads<'a, T: Float> {
+    /// H.
+    pub n_heads: usize,
+    /// H_kv (divides H).
+    pub n_kv_heads: usize,
+    /// d_h.
+    pub head_dim: usize,
+    /// QK-norm's RMSNorms (queries, keys), or none.
+    pub qk_norm: Option<&'a (RmsNorm<T>, RmsNorm<T>)>,
+}
+
+impl<T: Float> Gqa<T> {
+    /// x·W (+ b) for the product `which`, chapter 3's dense layer or the bare product.
+    pub fn product(&self, which: AttnProduct, x: &DMatrix<T>) -> Result<DMatrix<T>> {
+        let b = self.biases.as_ref();
+        match which {
+            AttnProduct::Q => project(x, &self.w_q, b.map(|b| &b.b_q)),
+            AttnProduct::K => project(x, &self.w_k, b.map(|b| &b.b_k)),
+            AttnProduct::V => project(x, &self.w_v, b.map(|b| &b.b_v)),
+            AttnProduct::O => project(x, &self.w_o, b.map(|b| &b.b_o)),
+        }
+    }
+
+    /// Its heads as [`gqa_step_with`] reads them.
+    pub fn heads(&self) -> GqaHeads<'_, T> {
+        GqaHeads {
+            n_heads: self.n_heads,
+            n_kv_heads: self.n_kv_heads,
+            head_dim: self.head_dim(),
+            qk_norm: self.qk_norm.as_ref(),
+        }
+    }
+}
+
+/// [`gqa_step`] with its four weight products asked of `product` (given which one and its
+/// input row, it returns the row x·W, with the bias if any): the seam through which a step
+/// reads weights kept otherwise than as f32 matrices (chapter 11's int8, 4-bit or bf16 blocks).
+/// [`gqa_step`] is this with chapter 3's products on the layer's own matrices. Errors on a `pos`
+/// beyond the cache or the rotary table, a cache of another width, head counts that do not
+/// divide, products of the wrong width, and as `product` does.
+pub fn gqa_step_with<T: Float>(
+    heads: GqaHeads<'_, T>,
+    rope: Option<&Rotary<T>>,
+    x: &DMatrix<T>,
+    kv: &mut GqaKv<T>,
+    pos: usize,
+    mut product: impl FnMut(AttnProduct, &DMatrix<T>) -> Result<DMatrix<T>>,
+) -> Result<DMatrix<T>> {
+    const OP: &str = "gqa_step";
+    let (n_heads, n_kv_heads, d_h) = (heads.n_heads, heads.n_kv_heads, heads.head_dim);
+    if n_kv_heads == 0 || d_h == 0 || !n_heads.is_multiple_of(n_kv_heads) {
+        let why = format!("n_kv_heads must be ≥ 1 and divide n_heads; got {n_heads}, {n_kv_heads}");
+        return Err(invalid(OP, "heads", why));
+    }
+    check_rope(OP, rope, d_h)?;
+    let width = n_kv_heads * d_h;
     if kv.keys.ncols() != width || kv.values.shape() != kv.keys.shape() {
         return Err(invalid(OP, "kv", "was made for another layer"));
     }
     if pos >= kv.keys.nrows() {
         return Err(invalid(OP, "pos", format!("{pos} is beyond the cache's {}", kv.keys.nrows())));
     }
-    let (q_norm, k_norm) = match &p.qk_norm {
+    let (q_norm, k_norm) = match heads.qk_norm {
         Some((qn, kn)) => (Some(qn), Some(kn)),
         None => (None, None),
     };
-    let b = p.biases.as_ref();
     let at = Positions { seq_len: 1, start: pos };
-    let q_all = project(x, &p.w_q, b.map(|b| &b.b_q))?;
-    let k_all = project(x, &p.w_k, b.map(|b| &b.b_k))?;
-    let v_all = project(x, &p.w_v, b.map(|b| &b.b_v))?;
-    for (g, block) in split_heads(&k_all, p.n_kv_heads)?.into_iter().enumerate() {
+    let q_all = product(AttnProduct::Q, x)?;
+    let k_all = product(AttnProduct::K, x)?;
+    let v_all = product(AttnProduct::V, x)?;
+    let widths = [(&q_all, "Q", n_heads * d_h), (&k_all, "K", width), (&v_all, "V", width)];
+    for (m, name, k) in widths {
+        if m.shape() != (1, k) {
+            return Err(shape_error(OP, name, format!("1×{k}"), shape_of(m)));
+        }
+    }
+    for (g, block) in split_heads(&k_all, n_kv_heads)?.into_iter().enumerate() {
         let k = head_forward(k_norm, rope, block, at)?.rotated;
         kv.keys.view_mut((pos, g * d_h), (1, d_h)).copy_from(&k);
     }
     kv.values.rows_mut(pos, 1).copy_from(&v_all);
     let spec = AttnSpec { q_len: 1, kv_len: pos + 1, causal: true, mask: None, scale: None };
-    let mut outs = Vec::with_capacity(p.n_heads);
-    for (h, block) in split_heads(&q_all, p.n_heads)?.into_iter().enumerate() {
+    let mut outs = Vec::with_capacity(n_heads);
+    let group = n_heads / n_kv_heads;
+    for (h, block) in split_heads(&q_all, n_heads)?.into_iter().enumerate() {
         let q = head_forward(q_norm, rope, block, at)?.rotated;
-        let g = p.kv_head_of(h);
+        let g = h / group;
         let keys = kv.keys.view((0, g * d_h), (pos + 1, d_h)).into_owned();
         let values = kv.values.view((0, g * d_h), (pos + 1, d_h)).into_owned();
         outs.push(attention_forward(&q, &keys, &values, &spec)?.out);
     }
-    project(&concat_heads(&outs)?, &p.w_o, b.map(|b| &b.b_o))
+    product(AttnProduct::O, &concat_heads(&outs)?)
 }

@@ -326,6 +326,19 @@ pub fn decoder_from_stored_llama<T: Float>(
     storage: Storage,
     f: &SafeTensors,
 ) -> Result<Decoder<T>> {
+    read_stored_llama(config, storage, f, |m| m.widen().map(|x| T::of(f64::from(x))))
+}
+
+/// [`decoder_from_stored_llama`] with each stored projection (in the layout's order, q, k, v,
+/// o, gate, up, down of each block; none for f32) handed to `keep`, whose answer the decoder
+/// holds in its place: ŵ for the widened decoder, a 0×0 matrix for one that keeps the stored
+/// matrices ([`QuantDecoder`](super::quant_decoder::QuantDecoder)).
+pub(crate) fn read_stored_llama<T: Float>(
+    config: DecoderConfig,
+    storage: Storage,
+    f: &SafeTensors,
+    mut keep: impl FnMut(crate::ch11_precision::quant_step::StoredMatrix) -> DMatrix<T>,
+) -> Result<Decoder<T>> {
     let file = f.file.clone();
     check_file_storage(f, storage)?;
     let mut model = Decoder::<T>::zeros(config)?;
@@ -336,8 +349,7 @@ pub fn decoder_from_stored_llama<T: Float>(
         *slot = match how {
             Stored::Transposed if storage != Storage::F32 => {
                 let layout = Bf16Layout::OutIn;
-                let m = stored_matrix_of(f, name, storage, (r, c), layout, &mut expected)?;
-                m.widen().map(|x| T::of(f64::from(x)))
+                keep(stored_matrix_of(f, name, storage, (r, c), layout, &mut expected)?)
             }
             Stored::Transposed => f.matrix::<T>(name, c, r)?.transpose(),
             Stored::Same | Stored::Vector => f.matrix::<T>(name, r, c)?,

@@ -17,7 +17,9 @@
 //!   between GPT-2's choice and today's, with its loss on chapter 9's batches, its backward pass
 //!   and its cached step;
 //! - [`llama`]: the decoder in Hugging Face's Llama file layout, and as chapter 9's trainer and
-//!   checkpoint code take it (chapter 9's [`Trainable`](crate::ch09_gpt::trainable::Trainable)).
+//!   checkpoint code take it (chapter 9's [`Trainable`](crate::ch09_gpt::trainable::Trainable));
+//! - [`quant_decoder`]: the decoder's cached step reading its projections as chapter 11 stores
+//!   them (int8 or 4-bit blocks, bf16), never widened to f32.
 //!
 //! All products go through [`crate::matmul`]; attention itself is chapter 6's.
 
@@ -27,6 +29,7 @@ pub mod decoder;
 pub mod glu;
 pub mod gqa;
 pub mod llama;
+pub mod quant_decoder;
 pub mod rms_norm;
 pub mod rope;
 

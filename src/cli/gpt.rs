@@ -26,6 +26,7 @@ use llm_workbook::ch11_precision::quant_step::SamplingModel;
 use llm_workbook::ch11_precision::runs::F16_LOSS_SCALE;
 use llm_workbook::ch12_modern::decoder::{Decoder, DecoderConfig, MlpKind, NormKind, PositionKind};
 use llm_workbook::ch12_modern::glu::{Gate, gated_hidden_width};
+use llm_workbook::ch12_modern::quant_decoder::SamplingDecoder;
 use llm_workbook::ch12_modern::rope::Pairing;
 use llm_workbook::error::{Result, invalid};
 use llm_workbook::matmul::inputs::{Precision, ProductInputs};
@@ -71,8 +72,8 @@ pub enum QuantizeTo {
 pub struct QuantizeArgs {
     /// The checkpoint folder to read (f32, as `gpt train` writes it, GPT-2 or Llama). GPT-2's
     /// block matrices are stored, or a Llama's projections (q, k, v, o, gate, up, down);
-    /// embeddings, norms and the unembedding stay f32. `gpt sample` runs a GPT-2 one as
-    /// stored and widens a Llama one to f32 (the stored weights' values, f32's memory).
+    /// embeddings, norms and the unembedding stay f32. `gpt sample` runs either as stored:
+    /// each step reads the stored matrices, which are never widened to f32.
     #[arg(long)]
     pub checkpoint: PathBuf,
     /// The storage of the block matrices.
@@ -777,31 +778,34 @@ fn prompt_of(a: &SampleArgs, tok: &dyn Tokenizer) -> Result<(String, Vec<u32>)> 
     })
 }
 
-/// `gpt sample` on a Llama folder (`gpt train --arch llama`, or its `gpt quantize` output,
-/// widened to f32): chapter 9's sampler on the decoder's grouped-query cache.
+/// `gpt sample` on a Llama folder (`gpt train --arch llama`, or its `gpt quantize` output, read
+/// as stored): chapter 9's sampler on the decoder's grouped-query cache, the f32 step or the
+/// stored one ([`QuantDecoder`](llm_workbook::ch12_modern::quant_decoder::QuantDecoder)).
 fn sample_llama(a: &SampleArgs, decoding: &Decoding, budget: u64) -> Result<()> {
     let (tok, model, storage, resolved) = run::load_llama_for_sampling(&a.checkpoint, budget)?;
     note_flat(&a.checkpoint, &resolved);
-    let weights = match storage {
-        Storage::F32 => "f32 weights".to_string(),
-        s => {
-            let s = s.name();
+    let weights = match &model {
+        SamplingDecoder::F32(_) => "f32 weights".to_string(),
+        SamplingDecoder::Stored(q) => {
+            let s = storage.name();
             eprintln!(
-                "note: {s} Llama weights, widened to f32 once; the f32 step runs their values"
+                "note: {s} Llama weights, sampled as stored ({} bytes of weights held, {} in f32)",
+                q.resident_bytes(),
+                q.f32_bytes()
             );
-            format!("{s} weights widened to f32")
+            format!("{s} weights as stored")
         }
     };
     let (text, prompt) = prompt_of(a, tok.as_ref())?;
     let started = std::time::Instant::now();
-    let g = model.continue_prompt(&prompt, a.tokens, decoding, &mut Rng::new(a.seed))?;
+    let g = model.generate(&prompt, a.tokens, decoding, &mut Rng::new(a.seed))?;
     let seconds = started.elapsed().as_secs_f64();
     if g.cropped > 0 {
         eprintln!(
             "note: the prompt holds {} tokens, more than the context of {}; its first {} tokens \
              were dropped",
             prompt.len(),
-            model.config.context,
+            model.config().context,
             g.cropped
         );
     }
@@ -809,6 +813,7 @@ fn sample_llama(a: &SampleArgs, decoding: &Decoding, budget: u64) -> Result<()> 
         let n = g.new_tokens().len();
         let rate = if seconds > 0.0 { n as f64 / seconds } else { f64::INFINITY };
         eprintln!("stats: {n} tokens in {seconds:.3} s, {rate:.1} tokens/s ({weights}, llama)");
+        eprintln!("stats: weights held {} bytes", model.resident_bytes());
     }
     if let Some(path) = &a.logits_out {
         write_logits(path, &model, &g.tokens[..g.prompt_len], g.new_tokens())?;
@@ -825,10 +830,10 @@ fn sample_llama(a: &SampleArgs, decoding: &Decoding, budget: u64) -> Result<()> 
 }
 
 /// `gpt sample --logits-out`: `{"prompt": ids, "logits": [[V numbers] per prompt position],
-/// "new_tokens": ids}`, the logits z = Norm_f(x_L) W_Uᵀ of one full forward pass over the
-/// (cropped) prompt.
-fn write_logits(path: &Path, model: &Decoder<f32>, prompt: &[u32], new: &[u32]) -> Result<()> {
-    let z = model.logits(prompt, prompt.len())?;
+/// "new_tokens": ids}`, the logits z = Norm_f(x_L) W_Uᵀ over the (cropped) prompt: one full
+/// forward pass of an f32 decoder, one stored step a token of a stored one.
+fn write_logits(path: &Path, model: &SamplingDecoder, prompt: &[u32], new: &[u32]) -> Result<()> {
+    let z = model.prompt_logits(prompt)?;
     let rows: Vec<Vec<f32>> = z.row_iter().map(|r| r.iter().copied().collect()).collect();
     let json = serde_json::json!({ "prompt": prompt, "logits": rows, "new_tokens": new });
     std::fs::write(path, json.to_string())

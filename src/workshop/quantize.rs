@@ -1,7 +1,7 @@
 //! `gpt quantize`: a checkpoint folder's f32 model stored as bf16, int8 or 4-bit blocks
-//! (chapter 11's [`quant_file`] layout) in a new folder that `gpt sample` reads: a GPT-2 run as
-//! stored, a Llama folder (chapter 12's decoder,
-//! [`llama_stored_files`](crate::ch12_modern::llama::llama_stored_files)) widened to f32.
+//! (chapter 11's [`quant_file`] layout) in a new folder that `gpt sample` reads and runs as
+//! stored: a GPT-2 run, or a Llama folder (chapter 12's decoder,
+//! [`llama_stored_files`](crate::ch12_modern::llama::llama_stored_files)).
 
 use super::budget;
 use super::folder;
@@ -74,10 +74,10 @@ pub fn quantize(checkpoint: &Path, storage: Storage, out: &Path, budget: u64) ->
     }
     let (mut files, f32_bytes, resolved) = if super::arch::holds_llama(&source, budget)? {
         let (_, model, stored, resolved) = run::load_llama_for_sampling(checkpoint, budget)?;
-        if stored != Storage::F32 {
+        let crate::ch12_modern::quant_decoder::SamplingDecoder::F32(model) = model else {
             // Saved anew between the two reads.
             return Err(refuse(stored));
-        }
+        };
         let files = crate::ch12_modern::llama::llama_stored_files(&model, storage)?;
         (files, F32_BYTES * model.parameter_count(), resolved)
     } else {

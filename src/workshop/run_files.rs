@@ -290,13 +290,16 @@ fn vocabulary_fits(tok: &dyn Tokenizer, vocab_size: usize) -> Result<()> {
 /// [`load_for_sampling`] for a folder of chapter 12's decoder in the Llama layout (`gpt train
 /// --arch llama`, or its `gpt quantize` output): the tokenizer (checked against the fingerprint
 /// `train.json` records, if any), the Llama `config.json` and the storage it names (its memory
-/// estimated as the f32 GPT of the same sizes, since a stored decoder is widened, and checked
-/// against the `budget` before anything is built), the decoder (a stored one widened to f32,
-/// [`crate::ch12_modern::llama::decoder_from_stored_llama`]), and the tokenizer's ids against
-/// its rows. Also returns the storage and where the files were found.
+/// estimated as the GPT of the same sizes in that storage, and checked against the `budget`
+/// before anything is built), the decoder (f32, or a stored one kept as stored,
+/// [`QuantDecoder::from_llama_file`][from_llama_file]), and the tokenizer's ids against its
+/// rows. Also returns the storage and where the files were found.
+///
+/// [from_llama_file]: crate::ch12_modern::quant_decoder::QuantDecoder::from_llama_file
 pub fn load_llama_for_sampling(dir: &Path, budget: u64) -> Result<LlamaForSampling> {
     use super::arch::gpt_estimate_of;
-    use crate::ch12_modern::llama::{decoder_from_stored_llama, llama_config_from_json};
+    use crate::ch12_modern::llama::{decoder_from_llama, llama_config_from_json};
+    use crate::ch12_modern::quant_decoder::{QuantDecoder, SamplingDecoder};
     folder::read_consistent(dir, |resolved| {
         let here = resolved.path.as_path();
         let read = |name: &str| super::budget::read_checkpoint_file(&here.join(name), budget);
@@ -312,16 +315,19 @@ pub fn load_llama_for_sampling(dir: &Path, budget: u64) -> Result<LlamaForSampli
         let storage = quant_file::storage_of_config(&config_bytes, &name(CONFIG_FILE))?;
         let config = llama_config_from_json(&config_bytes, &name(CONFIG_FILE))?;
         let estimate = gpt_estimate_of(&config);
-        let bytes = stored_bytes(&estimate, Storage::F32);
-        super::budget::check_sampling(&estimate, Storage::F32.name(), bytes, budget)?;
+        let bytes = stored_bytes(&estimate, storage);
+        super::budget::check_sampling(&estimate, storage.name(), bytes, budget)?;
         let f = SafeTensors::parse(read(MODEL_FILE)?, &name(MODEL_FILE))?;
-        let model = decoder_from_stored_llama(config, storage, &f)?;
-        vocabulary_fits(tok.as_ref(), model.config.vocab_size)?;
+        let model = match storage {
+            Storage::F32 => SamplingDecoder::F32(decoder_from_llama(config, &f)?),
+            _ => SamplingDecoder::Stored(QuantDecoder::from_llama_file(config, storage, &f)?),
+        };
+        vocabulary_fits(tok.as_ref(), model.config().vocab_size)?;
         Ok((tok, model, storage, resolved.clone()))
     })
 }
 
-/// What [`load_llama_for_sampling`] returns: the tokenizer, the decoder (widened to f32), the
+/// What [`load_llama_for_sampling`] returns: the tokenizer, the decoder (f32 or stored), the
 /// storage its folder names, and where the files were found.
 pub type LlamaForSampling =
-    (Box<dyn Tokenizer>, crate::ch12_modern::decoder::Decoder<f32>, Storage, Resolved);
+    (Box<dyn Tokenizer>, crate::ch12_modern::quant_decoder::SamplingDecoder, Storage, Resolved);
