@@ -279,9 +279,9 @@ impl<T: Float, M: Trainable<T>> Trainer<T, M> {
         };
         self.optimizer.config = AdamConfig { learning_rate: lr, ..config.adam() };
         self.optimizer.weight_decay = config.weight_decay;
-        let decay = self.model.decays();
+        let (mut params, decay) = self.model.parameters_mut_and_decays();
         let grads: Vec<&nalgebra::DMatrix<T>> = grads.iter().collect();
-        self.optimizer.step(&mut self.model.parameters_mut(), &grads, &decay)?;
+        self.optimizer.step(&mut params, &grads, &decay)?;
         let record = StepRecord { step: self.step, loss, lr, grad_norm, tokens, skipped: false };
         self.step += 1;
         self.history.push(record);

@@ -66,8 +66,10 @@ pub trait Trainable<T: Float>: Clone + std::fmt::Debug {
     /// Every parameter tensor, mutable, in one fixed order.
     fn parameters_mut(&mut self) -> Vec<&mut DMatrix<T>>;
 
-    /// Which tensors AdamW decays, in [`Trainable::parameters_mut`] order.
-    fn decays(&self) -> Vec<bool>;
+    /// Every parameter tensor, mutable, in [`Trainable::parameters_mut`] order, with whether
+    /// AdamW decays it: what one optimiser step needs, taken in one walk over the model (no
+    /// tensor copied, as a step must not).
+    fn parameters_mut_and_decays(&mut self) -> (Vec<&mut DMatrix<T>>, Vec<bool>);
 
     /// Which computation [`Trainable::loss_and_grads_in`] uses: only chapter 9's model has the
     /// fused step; a model with a step of its own says [`StepPath::Own`].
@@ -130,8 +132,9 @@ impl<T: Float> Trainable<T> for Gpt<T> {
         self.tensors_mut()
     }
 
-    fn decays(&self) -> Vec<bool> {
-        self.decay_mask()
+    fn parameters_mut_and_decays(&mut self) -> (Vec<&mut DMatrix<T>>, Vec<bool>) {
+        let decays = self.decay_mask();
+        (self.tensors_mut(), decays)
     }
 
     fn step_path(&self) -> StepPath {

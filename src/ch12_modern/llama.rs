@@ -414,8 +414,8 @@ impl<T: Float> Trainable<T> for Decoder<T> {
         self.tensors_mut().into_iter().map(|(_, m)| m).collect()
     }
 
-    fn decays(&self) -> Vec<bool> {
-        self.parameter_names().iter().map(|n| decays(n)).collect()
+    fn parameters_mut_and_decays(&mut self) -> (Vec<&mut DMatrix<T>>, Vec<bool>) {
+        self.tensors_mut().into_iter().map(|(n, m)| (m, decays(&n))).unzip()
     }
 
     fn step_path(&self) -> StepPath {
