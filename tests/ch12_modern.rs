@@ -718,6 +718,24 @@ fn the_decoder_lists_exactly_the_tensors_its_switches_call_for() {
     assert_eq!(mqa_model.layers[0].attn.w_k.shape(), (8, 2));
 }
 
+/// AdamW decays the weight matrices and no γ, β or bias: in every combination, and for chapter
+/// 9's GPT-2, the flags the trainer gets with the tensors are set exactly on the tensors of more
+/// than one row (the γs, βs and biases are single rows; every matrix here has several), in the
+/// order of the tensors themselves.
+#[test]
+fn the_trainer_decays_exactly_the_matrices_in_one_walk() {
+    use llm_workbook::ch09_gpt::trainable::Trainable;
+    fn expect<M: Trainable<f64>>(name: &str, model: &mut M) {
+        let (params, decays) = model.parameters_mut_and_decays();
+        let rows: Vec<bool> = params.iter().map(|m| m.nrows() > 1).collect();
+        assert_eq!(decays, rows, "{name}");
+    }
+    for (name, c) in combinations() {
+        expect(name, &mut Decoder::<f64>::new(c, 1).unwrap());
+    }
+    expect("chapter 9's GPT-2", &mut Gpt::<f64>::new(GptConfig::new(7, 6, 2, 4, 8), 1).unwrap());
+}
+
 #[test]
 fn with_gpt2s_choices_the_decoder_is_chapter_9s_gpt_loss_and_every_gradient() {
     // Chapter 9's model computes through chapter 6's multi-head block with W_QKV fused; the
