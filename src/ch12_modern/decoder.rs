@@ -413,8 +413,12 @@ impl<T: Float> Decoder<T> {
 
     /// Copies of every tensor with its name, in [`Decoder::tensors_mut`] order.
     pub fn tensors(&self) -> Vec<(String, DMatrix<T>)> {
+        // One copy of the model, its tensors moved out of it rather than copied again.
         let mut copy = self.clone();
-        copy.tensors_mut().into_iter().map(|(n, m)| (n, m.clone())).collect()
+        copy.tensors_mut()
+            .into_iter()
+            .map(|(n, m)| (n, std::mem::replace(m, DMatrix::zeros(0, 0))))
+            .collect()
     }
 
     /// Replaces every tensor by `values`, in [`Decoder::tensors_mut`] order. Errors on another
